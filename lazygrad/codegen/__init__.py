@@ -1,0 +1,60 @@
+"""Codegen: kernel AST -> optimized iteration space -> lowered graph -> linear UOps -> source (via a renderer)."""
+
+from __future__ import annotations
+
+from lazygrad.codegen.heuristic import hand_coded_optimizations
+from lazygrad.codegen.kernel import Kernel, Opt
+from lazygrad.codegen.linearize import linearize
+from lazygrad.codegen.lowerer import lower
+from lazygrad.helpers import DEBUG, NOOPT
+from lazygrad.renderer import ProgramSpec, Renderer
+from lazygrad.uop.ops import GroupOp, Ops, UOp
+
+
+def estimate_ops(uops: list[UOp]) -> int:
+    """FLOPs of one run: ALU ops outside address math, times the trip count of the loops around them."""
+    address: set[UOp] = set()
+    for u in uops:
+        if u.op is Ops.INDEX:
+            address.update(u.src[1].toposort)
+        elif u.op is Ops.LOAD and len(u.src) > 1:
+            address.update(u.src[1].toposort)
+    ops, trips = 0, [1]
+    for u in uops:
+        if u.op is Ops.RANGE:
+            trips.append(trips[-1] * u.src[0].arg)
+        elif u.op is Ops.ENDRANGE:
+            trips.pop()
+        elif u.op in GroupOp.ALU and u not in address:
+            ops += trips[-1] * (2 if u.op is Ops.MULACC else 1)
+    return ops
+
+
+def get_program(ast: UOp, renderer: Renderer, opts: list[Opt] | None = None) -> ProgramSpec:
+    k = Kernel(ast, renderer)
+    k.merge_axes()
+    if opts is not None:
+        k.apply_opts(opts)
+    elif not NOOPT:
+        hand_coded_optimizations(k)
+    if DEBUG >= 3:
+        print(ast)
+        print(f"{k.name}: applied {k.applied_opts}")
+    uops = linearize(lower(k))
+    src = renderer.render(k.function_name, uops)
+    if DEBUG >= 4:
+        print(src)
+    globals_ = [u for u in uops if u.op is Ops.DEFINE_GLOBAL]
+    variables = tuple(sorted((u for u in uops if u.op is Ops.DEFINE_VAR), key=lambda v: v.arg[0]))
+    mem = sum(g.dtype.size * g.dtype.base.itemsize for g in globals_)  # type: ignore[attr-defined]
+    return ProgramSpec(
+        name=k.function_name,
+        display_name=k.name,
+        src=src,
+        n_bufs=len(globals_),
+        outs=tuple(st.src[0].arg for st in ast.src),
+        vars=variables,
+        ops=estimate_ops(uops),
+        mem=mem,
+        applied_opts=tuple(k.applied_opts),
+    )

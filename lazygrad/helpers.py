@@ -1,0 +1,264 @@
+"""Small utilities shared by every layer: environment knobs, counters, caches, formatting."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import math
+import os
+import pathlib
+import pickle
+import sqlite3
+import sys
+import tempfile
+from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
+
+T = TypeVar("T")
+
+
+# *** environment knobs ***
+
+
+@functools.cache
+def getenv(key: str, default: Any = 0) -> Any:
+    """Read an environment variable, typed like its default."""
+    return type(default)(os.getenv(key, default))
+
+
+class ContextVar:
+    """A knob read from the environment once, overridable in-process with `Context(...)`."""
+
+    _registry: dict[str, ContextVar] = {}
+
+    def __init__(self, key: str, default: int):
+        self.key, self.value = key, getenv(key, default)
+        ContextVar._registry[key] = self
+
+    def __bool__(self) -> bool:
+        return bool(self.value)
+
+    def __ge__(self, x: int) -> bool:
+        return self.value >= x
+
+    def __gt__(self, x: int) -> bool:
+        return self.value > x
+
+    def __lt__(self, x: int) -> bool:
+        return self.value < x
+
+    def __le__(self, x: int) -> bool:
+        return self.value <= x
+
+    def __eq__(self, x: object) -> bool:
+        return self.value == x
+
+    def __hash__(self) -> int:
+        return hash(self.key)
+
+    def __repr__(self) -> str:
+        return f"{self.key}={self.value}"
+
+
+class Context(contextlib.ContextDecorator):
+    """`with Context(DEBUG=2, NOOPT=1): ...` sets knobs for the duration of the block."""
+
+    def __init__(self, **kwargs: int):
+        self.kwargs = kwargs
+
+    def __enter__(self) -> None:
+        self.old = {}
+        for k, v in self.kwargs.items():
+            if k not in ContextVar._registry:
+                raise KeyError(f"unknown context variable {k!r}; known: {sorted(ContextVar._registry)}")
+            self.old[k] = ContextVar._registry[k].value
+            ContextVar._registry[k].value = v
+
+    def __exit__(self, *exc: Any) -> None:
+        for k, v in self.old.items():
+            ContextVar._registry[k].value = v
+
+
+DEBUG, NOOPT, BEAM, CACHELEVEL = ContextVar("DEBUG", 0), ContextVar("NOOPT", 0), ContextVar("BEAM", 0), ContextVar("CACHELEVEL", 2)
+JIT, PROFILE = ContextVar("JIT", 1), ContextVar("PROFILE", 0)
+
+
+class GlobalCounters:
+    """Process-wide counters that tests and benchmarks read: kernels run, FLOPs, bytes, time, memory."""
+
+    global_ops: int = 0
+    global_mem: int = 0
+    time_sum_s: float = 0.0
+    kernel_count: int = 0
+    mem_used: int = 0  # bytes currently allocated on all devices
+
+    @staticmethod
+    def reset() -> None:
+        GlobalCounters.global_ops, GlobalCounters.global_mem = 0, 0
+        GlobalCounters.time_sum_s, GlobalCounters.kernel_count = 0.0, 0
+
+
+# *** sequences ***
+
+
+def prod(xs: Iterable[Any], start: Any = 1) -> Any:
+    return functools.reduce(lambda a, b: a * b, xs, start)
+
+
+def all_same(xs: Sequence[Any]) -> bool:
+    return all(x == xs[0] for x in xs)
+
+
+def all_int(xs: Iterable[Any]) -> bool:
+    return all(isinstance(x, int) for x in xs)
+
+
+def dedup(xs: Iterable[T]) -> list[T]:
+    return list(dict.fromkeys(xs))
+
+
+def flatten(xss: Iterable[Iterable[T]]) -> list[T]:
+    return [x for xs in xss for x in xs]
+
+
+def argsort(xs: Sequence[Any]) -> list[int]:
+    return sorted(range(len(xs)), key=xs.__getitem__)
+
+
+def argfix(*x: Any) -> tuple[Any, ...]:
+    """Accept both f(1, 2, 3) and f((1, 2, 3))."""
+    if x and isinstance(x[0], (tuple, list)):
+        if len(x) != 1:
+            raise ValueError(f"bad arguments {x}: pass either one sequence or several ints")
+        return tuple(x[0])
+    return tuple(x)
+
+
+def make_tuple(x: int | Sequence[int], n: int) -> tuple[int, ...]:
+    return (x,) * n if isinstance(x, int) else tuple(x)
+
+
+def round_up(n: int, amount: int) -> int:
+    return -(-n // amount) * amount
+
+
+def ceildiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def partition(xs: Iterable[T], pred: Callable[[T], bool]) -> tuple[list[T], list[T]]:
+    yes: list[T] = []
+    no: list[T] = []
+    for x in xs:
+        (yes if pred(x) else no).append(x)
+    return yes, no
+
+
+def unwrap(x: T | None) -> T:
+    assert x is not None
+    return x
+
+
+def merge_dicts(ds: Iterable[dict]) -> dict:
+    out: dict = {}
+    for d in ds:
+        for k, v in d.items():
+            if k in out and out[k] != v:
+                raise ValueError(f"conflicting values for {k}: {out[k]} and {v}")
+            out[k] = v
+    return out
+
+
+def polyN(x: Any, coeffs: Sequence[float]) -> Any:
+    """Horner evaluation: coeffs from highest degree to constant."""
+    return functools.reduce(lambda acc, c: acc * x + c, coeffs, 0.0)
+
+
+def is_float_nan(x: Any) -> bool:
+    return isinstance(x, float) and math.isnan(x)
+
+
+# *** text ***
+
+_COLORS = {"black": 30, "red": 31, "green": 32, "yellow": 33, "blue": 34, "magenta": 35, "cyan": 36, "white": 37}
+
+
+def colored(s: str, color: str | None, background: bool = False) -> str:
+    if color is None or not sys.stdout.isatty() and not getenv("FORCE_COLOR"):
+        return s
+    bright = color.isupper()
+    code = _COLORS[color.lower()] + (60 if bright else 0) + (10 if background else 0)
+    return f"\u001b[{code}m{s}\u001b[0m"
+
+
+def ansistrip(s: str) -> str:
+    import re
+
+    return re.sub(r"\x1b\[(K|.*?m)", "", s)
+
+
+def ansilen(s: str) -> int:
+    return len(ansistrip(s))
+
+
+def to_function_name(s: str) -> str:
+    """A printable kernel name made safe for C identifiers."""
+    return "".join(c if c.isalnum() or c == "_" else f"{ord(c):02X}" for c in ansistrip(s))
+
+
+# *** disk cache (compiled binaries, BEAM winners) ***
+
+_cache_dir = pathlib.Path(os.getenv("XDG_CACHE_HOME", pathlib.Path.home() / ".cache")) / "lazygrad"
+CACHEDB = getenv("CACHEDB", str(_cache_dir / "cache.db"))
+_db_conn: sqlite3.Connection | None = None
+
+
+def _db() -> sqlite3.Connection | None:
+    global _db_conn
+    if _db_conn is None:
+        try:
+            pathlib.Path(CACHEDB).parent.mkdir(parents=True, exist_ok=True)
+            _db_conn = sqlite3.connect(CACHEDB, timeout=30, isolation_level=None)
+            _db_conn.execute("PRAGMA journal_mode=WAL")
+        except (sqlite3.Error, OSError):
+            return None  # an unwritable cache location only costs speed
+    return _db_conn
+
+
+def diskcache_get(table: str, key: Any) -> Any:
+    if CACHELEVEL < 1 or (conn := _db()) is None:
+        return None
+    try:
+        row = conn.execute(f"SELECT val FROM {table}_v1 WHERE key=?", (_cache_key(key),)).fetchone()
+    except sqlite3.OperationalError:
+        return None  # table not made yet
+    return pickle.loads(row[0]) if row else None
+
+
+def diskcache_put(table: str, key: Any, val: Any) -> Any:
+    if CACHELEVEL < 1 or (conn := _db()) is None:
+        return val
+    try:
+        conn.execute(f"CREATE TABLE IF NOT EXISTS {table}_v1 (key TEXT PRIMARY KEY, val BLOB)")
+        conn.execute(f"REPLACE INTO {table}_v1 (key, val) VALUES (?, ?)", (_cache_key(key), pickle.dumps(val)))
+    except sqlite3.Error:
+        pass
+    return val
+
+
+def _cache_key(key: Any) -> str:
+    return key if isinstance(key, str) else hashlib.sha256(repr(key).encode()).hexdigest()
+
+
+def temp_path(name: str) -> str:
+    return os.path.join(tempfile.gettempdir(), name)
+
+
+@contextlib.contextmanager
+def timed(label: str) -> Iterator[None]:
+    import time
+
+    st = time.perf_counter()
+    yield
+    if DEBUG >= 1:
+        print(f"{label}: {(time.perf_counter() - st) * 1e3:.2f} ms")

@@ -1,0 +1,39 @@
+"""Renderers turn linear UOps into source code. Each declares what its target can do; codegen obeys it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from lazygrad.uop.ops import UOp
+
+
+@dataclass(frozen=True)
+class ProgramSpec:
+    """A rendered kernel: what the runtime needs to compile and launch it, and what DEBUG prints about it."""
+
+    name: str  # C identifier
+    display_name: str  # coloured, for DEBUG lines
+    src: str
+    n_bufs: int
+    outs: tuple[int, ...]
+    vars: tuple[UOp, ...] = ()
+    global_size: tuple[int, ...] | None = None
+    local_size: tuple[int, ...] | None = None
+    ops: int = 0  # estimated FLOPs of one run
+    mem: int = 0  # estimated bytes moved by one run
+    applied_opts: tuple = field(default_factory=tuple)
+
+
+class Renderer:
+    device: str = ""
+    has_local: bool = False  # workgroup (local) axes
+    has_shared: bool = False  # shared memory for GROUP reductions
+    has_threads: bool = False  # CPU cores
+    global_max: tuple[int, ...] | None = None
+    local_max: tuple[int, ...] | None = None
+    shared_max: int = 0
+    max_upcast: int = 16
+    tensor_cores: tuple = ()
+
+    def render(self, name: str, uops: list[UOp]) -> str:
+        raise NotImplementedError

@@ -1,0 +1,238 @@
+"""One C-style renderer with dialect hooks. C for the CPU lives here; OpenCL, CUDA and Metal subclass it."""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+from lazygrad.dtype import DType, PtrDType, dtypes
+from lazygrad.renderer import Renderer
+from lazygrad.uop.ops import GroupOp, Ops, UOp
+
+# GNU statement expressions: each operand evaluated once, NaN propagated by max like torch.maximum,
+# integer division and remainder by zero give 0 instead of trapping the process.
+C_PRELUDE = """#include <math.h>
+#define LG_MAX(a, b) ({ __typeof__(a) _a = (a), _b = (b); (_a != _a || _a > _b) ? _a : _b; })
+#define LG_IDIV(a, b) ({ __typeof__(a) _a = (a), _b = (b); _b == 0 ? (__typeof__(a))0 : _a / _b; })
+#define LG_MOD(a, b) ({ __typeof__(a) _a = (a), _b = (b); _b == 0 ? (__typeof__(a))0 : _a % _b; })
+static inline float lg_bf16_to_f(unsigned short b) { union { unsigned int u; float f; } v; v.u = (unsigned int)b << 16; return v.f; }
+static inline unsigned short lg_f_to_bf16(float f) {
+  union { unsigned int u; float f; } v; v.f = f;
+  if (f != f) return 0x7fc0;
+  return (unsigned short)((v.u + 0x7fff + ((v.u >> 16) & 1)) >> 16);
+}
+static inline float lg_round_bf16(float f) { return lg_bf16_to_f(lg_f_to_bf16(f)); }
+"""
+
+
+class CStyleLanguage(Renderer):
+    kernel_prefix = "void "
+    buffer_prefix = ""
+    arg_int_prefix = "const int"
+    prelude = ""
+    type_map: dict[DType, str] = {
+        dtypes.bool: "_Bool",
+        dtypes.int8: "signed char",
+        dtypes.uint8: "unsigned char",
+        dtypes.int16: "short",
+        dtypes.uint16: "unsigned short",
+        dtypes.int32: "int",
+        dtypes.uint32: "unsigned int",
+        dtypes.int64: "long long",
+        dtypes.uint64: "unsigned long long",
+        dtypes.float16: "_Float16",
+        dtypes.bfloat16: "float",  # computed in float, stored as 16 bits (see load/store)
+        dtypes.float32: "float",
+        dtypes.float64: "double",
+    }
+    # element type in memory where it differs from the type computed with
+    storage_map: dict[DType, str] = {dtypes.bfloat16: "unsigned short"}
+
+    # *** dtype and constant spelling ***
+
+    def render_dtype(self, dt: DType, storage: bool = False) -> str:
+        if isinstance(dt, PtrDType):
+            return self.render_dtype(dt.base, storage=True) + "*"
+        if storage and dt in self.storage_map:
+            return self.storage_map[dt]
+        if dt.count > 1:
+            return f"{self.type_map[dt.scalar]}{dt.count}"
+        return self.type_map[dt]
+
+    def render_const(self, x: object, dt: DType) -> str:
+        if dtypes.is_float(dt):
+            assert isinstance(x, float)
+            if math.isnan(x):
+                s = "NAN"
+            elif math.isinf(x):
+                s = "INFINITY" if x > 0 else "-INFINITY"
+            else:
+                s = repr(float(x)) + ("" if dt == dtypes.float64 else "f")
+            return s if dt in (dtypes.float32, dtypes.float64, dtypes.bfloat16) else f"(({self.render_dtype(dt)}){s})"
+        if dtypes.is_bool(dt):
+            return "1" if x else "0"
+        assert isinstance(x, int)
+        bits = 8 * dt.itemsize
+        if not dtypes.is_unsigned(dt) and x == -(2 ** (bits - 1)):
+            body = f"({-(x + 1)}{'LL' if bits == 64 else ''}-1)"
+        elif dt == dtypes.int64:
+            body = f"{x}LL"
+        elif dt == dtypes.uint64:
+            body = f"{x}ULL"
+        elif dt == dtypes.uint32:
+            body = f"{x}u"
+        else:
+            body = str(x)
+        return body if dt in (dtypes.int32, dtypes.int64, dtypes.uint32, dtypes.uint64) else f"(({self.render_dtype(dt)}){body})"
+
+    # *** ops ***
+
+    def math_fn(self, name: str, x: str, dt: DType) -> str:
+        if dt == dtypes.float64:
+            return f"{name}({x})"
+        if dt in (dtypes.float32, dtypes.bfloat16):
+            return f"{name}f({x})"
+        return f"(({self.render_dtype(dt)}){name}f((float){x}))"
+
+    def render_alu(self, u: UOp, a: list[str]) -> str:
+        op, dt = u.op, u.dtype
+        src_dt = u.src[0].dtype
+        binops: dict[Ops, Callable[[str, str], str]] = {
+            Ops.ADD: lambda x, y: f"({x}+{y})",
+            Ops.SUB: lambda x, y: f"({x}-{y})",
+            Ops.MUL: lambda x, y: f"({x}*{y})",
+            Ops.FDIV: lambda x, y: f"({x}/{y})",
+            Ops.CMPLT: lambda x, y: f"({x}<{y})",
+            Ops.CMPNE: lambda x, y: f"({x}!={y})",
+            Ops.CMPEQ: lambda x, y: f"({x}=={y})",
+            Ops.AND: lambda x, y: f"({x}&{y})",
+            Ops.OR: lambda x, y: f"({x}|{y})",
+            Ops.XOR: lambda x, y: f"({x}^{y})",
+            Ops.SHL: lambda x, y: f"({x}<<{y})",
+            Ops.SHR: lambda x, y: f"({x}>>{y})",
+            Ops.MAX: lambda x, y: f"LG_MAX({x},{y})",
+        }
+        if op in binops:
+            return binops[op](*a)
+        if op in (Ops.IDIV, Ops.MOD):
+            divisor = u.src[1]
+            safe = divisor.op is Ops.CONST and divisor.arg not in (0, -1)
+            if safe:
+                return f"({a[0]}{'/' if op is Ops.IDIV else '%'}{a[1]})"
+            return f"LG_{'IDIV' if op is Ops.IDIV else 'MOD'}({a[0]},{a[1]})"
+        if op is Ops.NEG:
+            return f"(!{a[0]})" if dt == dtypes.bool else f"(-{a[0]})"
+        if op is Ops.RECIP:
+            return f"(1/{a[0]})"
+        if op is Ops.WHERE:
+            return f"({a[0]}?{a[1]}:{a[2]})"
+        if op is Ops.MULACC:
+            return f"(({a[0]}*{a[1]})+{a[2]})"
+        if op is Ops.POW:
+            if dtypes.is_float(dt):
+                return self.math_fn("pow", f"{a[0]},{a[1]}", dt) if dt == dtypes.float64 else f"(({self.render_dtype(dt)})powf({a[0]},{a[1]}))"
+            return f"(({self.render_dtype(dt)})pow((double){a[0]},(double){a[1]}))"
+        fns = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.SQRT: "sqrt", Ops.TRUNC: "trunc"}
+        if op in fns:
+            return self.math_fn(fns[op], a[0], dt)
+        if op is Ops.CAST:
+            if dt == dtypes.bfloat16:
+                return f"lg_round_bf16((float){a[0]})"
+            if dt == dtypes.bool:
+                return f"({a[0]}!=0)"
+            return f"(({self.render_dtype(dt)}){a[0]})"
+        if op is Ops.BITCAST:
+            return self.render_bitcast(a[0], src_dt, dt)
+        raise NotImplementedError(f"{type(self).__name__} cannot render {op}")
+
+    def render_bitcast(self, x: str, src: DType, dst: DType) -> str:
+        if src == dtypes.bfloat16:
+            x, src = f"lg_f_to_bf16({x})", dtypes.uint16
+        out = dtypes.uint16 if dst == dtypes.bfloat16 else dst
+        ret = f"({{ {self.render_dtype(src)} _s = {x}; {self.render_dtype(out)} _d; __builtin_memcpy(&_d, &_s, sizeof(_d)); _d; }})"
+        return f"lg_bf16_to_f({ret})" if dst == dtypes.bfloat16 else ret
+
+    def render_load(self, u: UOp, addr: str) -> str:
+        dt = u.src[0].dtype.base  # type: ignore[attr-defined]
+        return f"lg_bf16_to_f({addr})" if dt == dtypes.bfloat16 else addr
+
+    def render_store_value(self, dt: DType, val: str) -> str:
+        return f"lg_f_to_bf16({val})" if dt == dtypes.bfloat16 else val
+
+    # *** the kernel ***
+
+    def render(self, name: str, uops: list[UOp]) -> str:
+        uses: dict[UOp, int] = {}
+        for u in uops:
+            for s in u.src:
+                uses[s] = uses.get(s, 0) + 1
+        names: dict[UOp, str] = {}
+        params: list[tuple[tuple, str]] = []  # buffers by index, then variables by name
+        written = {u.src[0].src[0] for u in uops if u.op is Ops.STORE}
+        lines: list[str] = []
+        depth = 1
+        counters: dict[str, int] = {}
+
+        def fresh(prefix: str) -> str:
+            counters[prefix] = counters.get(prefix, 0) + 1
+            return f"{prefix}{counters[prefix] - 1}"
+
+        for u in uops:
+            op = u.op
+            pad = "  " * depth
+            if op is Ops.DEFINE_GLOBAL:
+                names[u] = f"data{u.arg}"
+                qual = "" if u in written else "const "
+                params.append(((0, u.arg), f"{qual}{self.buffer_prefix}{self.render_dtype(u.dtype)} restrict {names[u]}"))
+            elif op is Ops.DEFINE_VAR:
+                names[u] = u.arg[0]
+                params.append(((1, u.arg[0]), f"{self.arg_int_prefix} {u.arg[0]}"))
+            elif op is Ops.CONST:
+                names[u] = self.render_const(u.arg, u.dtype)
+            elif op is Ops.RANGE:
+                axis, kind = u.arg
+                names[u] = v = f"{'ridx' if kind == 'r' else 'gidx'}{axis}"
+                lines.append(f"{pad}for (int {v} = 0; {v} < {names[u.src[0]]}; {v}++) {{")
+                depth += 1
+            elif op is Ops.ENDRANGE:
+                depth -= 1
+                lines.append("  " * depth + "}")
+            elif op is Ops.DEFINE_ACC:
+                names[u] = v = fresh("acc")
+                lines.append(f"{pad}{self.render_dtype(u.dtype)} {v} = {names[u.src[0]]};")
+            elif op is Ops.ASSIGN:
+                lines.append(f"{pad}{names[u.src[0]]} = {names[u.src[1]]};")
+            elif op is Ops.AFTER:
+                names[u] = names[u.src[0]]
+            elif op is Ops.INDEX:
+                names[u] = f"{names[u.src[0]]}[{names[u.src[1]]}]"
+            elif op is Ops.LOAD:
+                val = self.render_load(u, names[u.src[0]])
+                if len(u.src) > 1:
+                    val = f"({names[u.src[1]]}?{val}:{self.render_const(0.0 if dtypes.is_float(u.dtype) else 0, u.dtype)})"
+                names[u] = v = fresh("val")
+                lines.append(f"{pad}{self.render_dtype(u.dtype)} {v} = {val};")
+            elif op is Ops.STORE:
+                dt = u.src[0].src[0].dtype.base  # type: ignore[attr-defined]
+                lines.append(f"{pad}{names[u.src[0]]} = {self.render_store_value(dt, names[u.src[1]])};")
+            elif op in GroupOp.Elementwise:
+                expr = self.render_alu(u, [names[s] for s in u.src])
+                if uses.get(u, 0) <= 1:
+                    names[u] = expr
+                else:
+                    names[u] = v = fresh("alu")
+                    lines.append(f"{pad}{self.render_dtype(u.dtype)} {v} = {expr};")
+            elif op is Ops.SINK:
+                pass
+            else:
+                raise NotImplementedError(f"{type(self).__name__} cannot render {op}")
+        args = ", ".join(p for _, p in sorted(params, key=lambda x: x[0]))
+        body = "\n".join(lines)
+        return f"{self.prelude}{self.kernel_prefix}{name}({args}) {{\n{body}\n}}\n"
+
+
+class ClangRenderer(CStyleLanguage):
+    device = "CPU"
+    has_threads = True
+    prelude = C_PRELUDE
+    max_upcast = 16

@@ -1,0 +1,322 @@
+"""The scheduler: which nodes of a tensor graph are written to memory, and the kernel AST that computes each.
+
+Everything that is not stored is inlined into the kernels that use it. The decisions, in order:
+  1. outputs the user asked for, CONTIGUOUS and COPY nodes are stored;
+  2. a reduce is stored unless its only use is an elementwise chain of the same shape ending in a stored node
+     (then it is that kernel's reduce, and the chain its epilogue);
+  3. a node used by several kernels is stored only if that moves fewer bytes than recomputing it in each;
+  4. an ALU subtree read through an expand by a kernel that reduces is stored (recomputing it per reduce step
+     multiplies its arithmetic by the expand factor);
+  5. kernels with no dependency between them and the same iteration space merge into one multi-output kernel.
+Movement ops never make kernels: they compose into the ShapeTracker of each load.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from lazygrad.device import Buffer
+from lazygrad.dtype import dtypes
+from lazygrad.helpers import DEBUG, prod
+from lazygrad.uop.ops import GroupOp, Ops, UOp, substitute
+from lazygrad.uop.view import ShapeTracker
+
+Chain = tuple[tuple[Ops, Any], ...]  # movement ops applied to a node's shape, innermost first
+_SOURCES = (Ops.DEVICE, Ops.CONST, Ops.IOTA, Ops.BIND)  # computed from nothing: never stored, always inlined
+
+
+@dataclass(frozen=True)
+class ScheduleItem:
+    ast: UOp  # SINK of STOREs (a kernel) or COPY
+    bufs: tuple[Buffer, ...]  # outputs first, then inputs, in DEFINE_GLOBAL order
+    metadata: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def outputs(self) -> tuple[Buffer, ...]:
+        return self.bufs[: len(self.ast.src) if self.ast.op is Ops.SINK else 1]
+
+    @property
+    def inputs(self) -> tuple[Buffer, ...]:
+        return self.bufs[len(self.outputs) :]
+
+
+def _is_stored_leaf(u: UOp, realized: dict[UOp, UOp]) -> bool:
+    return u.op is Ops.BUFFER or u in realized
+
+
+def _consumers(nodes: list[UOp]) -> dict[UOp, list[UOp]]:
+    out: dict[UOp, list[UOp]] = {n: [] for n in nodes}
+    for n in nodes:
+        for s in n.src:
+            if s in out:
+                out[s].append(n)
+    return out
+
+
+class _Planner:
+    def __init__(self, outs: list[UOp], realized: dict[UOp, UOp]):
+        self.realized = realized
+        self.outs = outs
+        # the part of the graph that still needs computing: stop at buffers and already-realized nodes
+        order: dict[UOp, None] = {}
+        stack: list[tuple[UOp, bool]] = [(o, False) for o in reversed(outs)]
+        while stack:
+            node, expanded = stack.pop()
+            if node in order:
+                continue
+            if expanded or _is_stored_leaf(node, realized) or node.op in _SOURCES:
+                order[node] = None
+                continue
+            stack.append((node, True))
+            stack.extend((s, False) for s in reversed(node.src) if s not in order)
+        self.order = list(order)
+        self.consumers = _consumers(self.order)
+        self.stored: set[UOp] = set()
+
+    def leaf(self, u: UOp) -> bool:
+        return _is_stored_leaf(u, self.realized) or u.op in _SOURCES
+
+    def decide(self) -> None:
+        for o in self.outs:
+            if not self.leaf(o.base):
+                self.stored.add(o.base)
+        for n in self.order:
+            if n.op in (Ops.CONTIGUOUS, Ops.COPY, Ops.REDUCE_AXIS):
+                self.stored.add(n)
+        expanded_by_reduce = self._expanded_by_reduce()
+        # reverse topological order: every consumer's kernel membership is final before its sources are decided
+        roots: dict[UOp, set[UOp]] = {}
+        for n in reversed(self.order):
+            if self.leaf(n) or n.op in GroupOp.Movement:
+                continue
+            reach: set[UOp] = set()
+            for c in self._base_consumers(n):
+                reach |= {c} if c in self.stored else roots.get(c, set())
+            roots[n] = reach
+            if n.op is Ops.REDUCE_AXIS and self._fusable_reduce(n):
+                self.stored.discard(n)
+                roots[n] = reach
+            if n in self.stored:
+                continue
+            if len(reach) > 1 and self._store_is_cheaper(n, len(reach)) or n in expanded_by_reduce:
+                self.stored.add(n)
+
+    def _expanded_by_reduce(self) -> set[UOp]:
+        """ALU nodes a reduce reads through an expand: inlined, they would be recomputed once per expanded element."""
+        out: set[UOp] = set()
+        for r in self.order:
+            if r.op is not Ops.REDUCE_AXIS:
+                continue
+            stack, seen = [(r.src[0], False)], set()
+            while stack:
+                x, through_expand = stack.pop()
+                if (x, through_expand) in seen or self.leaf(x) or x.op is Ops.REDUCE_AXIS:
+                    continue
+                seen.add((x, through_expand))
+                if through_expand and x.op in GroupOp.ALU:
+                    out.add(x)
+                    continue
+                stack.extend((s, through_expand or x.op is Ops.EXPAND) for s in x.src)
+        return out
+
+    def _base_consumers(self, n: UOp) -> list[UOp]:
+        """Consumers of n seen through movement ops (a reshape of n is used where the reshape is used)."""
+        out, stack = [], list(self.consumers[n])
+        while stack:
+            c = stack.pop()
+            if c.op in GroupOp.Movement:
+                stack.extend(self.consumers[c])
+            else:
+                out.append(c)
+        return out
+
+    def _fusable_reduce(self, r: UOp) -> bool:
+        # the reduce becomes the reduce of the kernel its single elementwise chain of the same shape is stored by
+        node = r
+        while True:
+            cons = self.consumers[node]
+            if len(cons) != 1 or node is not r and node in self.outs:
+                return False
+            c = cons[0]
+            if c.op not in GroupOp.Elementwise or c.shape != r.shape:
+                return False
+            # another reduce read directly by the chain must share this one's loop
+            if any(s.op is Ops.REDUCE_AXIS and (s.arg, s.src[0].shape) != (r.arg, r.src[0].shape) for s in c.src):
+                return False
+            if c in self.stored:
+                return True
+            node = c
+
+    def _store_is_cheaper(self, n: UOp, uses: int) -> bool:
+        leaves = [x for x in self._inlined(n) if x is not n and (x.op is Ops.BUFFER or x in self.realized or x in self.stored)]
+        in_bytes = sum(n.size * x.dtype.itemsize for x in leaves)
+        out_bytes = n.size * n.dtype.itemsize
+        return in_bytes + (uses + 1) * out_bytes < uses * in_bytes
+
+    def _inlined(self, n: UOp) -> list[UOp]:
+        """Nodes computed inside n's kernel body, plus the stored leaves it reads."""
+        seen: dict[UOp, None] = {}
+        stack = [n]
+        while stack:
+            x = stack.pop()
+            if x in seen:
+                continue
+            seen[x] = None
+            if x is not n and (self.leaf(x) or x in self.stored):
+                continue
+            stack.extend(x.src)
+        return list(seen)
+
+
+class _KernelBuilder:
+    """Builds the AST of one stored node: its inlined expression with every read as a LOAD through a view."""
+
+    def __init__(self, root: UOp, stored: set[UOp], realized: dict[UOp, UOp], out_bufs: dict[UOp, Buffer]):
+        self.root, self.stored, self.realized, self.out_bufs = root, stored, realized, out_bufs
+        self.bufs: list[Buffer] = [out_bufs[root]]
+        self.memo: dict[tuple[UOp, Chain], UOp] = {}
+
+    def global_for(self, buf: Buffer, ptr_dtype: Any) -> UOp:
+        for i, b in enumerate(self.bufs):
+            if b is buf:
+                return UOp(Ops.DEFINE_GLOBAL, ptr_dtype, arg=i)
+        self.bufs.append(buf)
+        return UOp(Ops.DEFINE_GLOBAL, ptr_dtype, arg=len(self.bufs) - 1)
+
+    def build(self, u: UOp, chain: Chain) -> UOp:
+        key = (u, chain)
+        if (ret := self.memo.get(key)) is None:
+            ret = self.memo[key] = self._build(u, chain)
+        return ret
+
+    def _view(self, shape: tuple[int, ...], chain: Chain) -> ShapeTracker:
+        st = ShapeTracker.from_shape(shape)
+        for op, arg in chain:
+            st = st.apply(op, arg)
+        return st
+
+    def _load(self, buf: Buffer, shape: tuple[int, ...], chain: Chain, dtype: Any) -> UOp:
+        st = self._view(shape, chain)
+        g = self.global_for(buf, dtype.ptr(buf.size))
+        return UOp(Ops.LOAD, dtype, (g, UOp(Ops.VIEW, arg=st)))
+
+    def _build(self, u: UOp, chain: Chain) -> UOp:
+        if u in self.realized:
+            return self.build(self.realized[u], chain)
+        if u.op in GroupOp.Movement:
+            return self.build(u.src[0], ((u.op, u.arg),) + chain)
+        if u.op is Ops.BUFFER:
+            return self._load(u.arg, u.shape, chain, u.dtype)
+        if u is not self.root and u in self.stored:
+            return self._load(self.out_bufs[u], u.shape, chain, u.dtype)
+        if u.op in (Ops.CONST, Ops.IOTA):
+            # consts carry their view: it gives the kernel its shape and masks the const where padded
+            return UOp(u.op, u.dtype, (UOp(Ops.VIEW, arg=self._view(u.shape, chain)),), u.arg)
+        if u.op is Ops.BIND:
+            return u.src[0]
+        if u.op is Ops.REDUCE_AXIS:
+            assert not chain, "a fused reduce is only read at its own shape"
+            return UOp(Ops.REDUCE_AXIS, u.dtype, (self.build(u.src[0], ()),), u.arg)
+        if u.op in (Ops.CONTIGUOUS, Ops.DETACH):
+            return self.build(u.src[0], chain)
+        if u.op in GroupOp.Elementwise:
+            srcs = tuple(self.build(s, chain) for s in u.src)
+            return self._masked(UOp(u.op, u.dtype, srcs, u.arg), u.shape, chain, u)
+        raise NotImplementedError(f"scheduler cannot build a kernel for {u.op}")
+
+    def _masked(self, value: UOp, shape: tuple[int, ...], chain: Chain, u: UOp) -> UOp:
+        """Padding a computed value: outside the pad's mask the result is 0, whatever the op gives for 0 inputs."""
+        if not any(op is Ops.PAD for op, _ in chain):
+            return value
+        st = self._view(shape, chain)
+        if not st.has_mask or not _pad_unsafe(u, self.stored, self.realized):
+            return value
+        valid = UOp(Ops.VALID, dtypes.bool, (UOp(Ops.VIEW, arg=st),))
+        return valid.alu(Ops.WHERE, value, UOp.const(value.dtype, 0))
+
+    def kernel(self) -> UOp:
+        root = self.root
+        value = self.build(root.src[0] if root.op in (Ops.CONTIGUOUS, Ops.DETACH) else root, ())
+        g = UOp(Ops.DEFINE_GLOBAL, root.dtype.ptr(prod(root.shape)), arg=0)
+        st = ShapeTracker.from_shape(root.shape)
+        return UOp(Ops.SINK, src=(UOp(Ops.STORE, dtypes.void, (g, UOp(Ops.VIEW, arg=st), value)),))
+
+
+def _pad_unsafe(u: UOp, stored: set[UOp], realized: dict[UOp, UOp]) -> bool:
+    stack, seen = [u], set()
+    while stack:
+        x = stack.pop()
+        if x in seen:
+            continue
+        seen.add(x)
+        if x.op in GroupOp.UnsafePad:
+            return True
+        if x is not u and (x in stored or x in realized or x.op is Ops.BUFFER):
+            continue
+        stack.extend(x.src)
+    return False
+
+
+def _signature(ast: UOp) -> tuple:
+    """Kernels with equal signatures share an iteration space (full shape, reduce axes) and may be merged."""
+    shapes = [x.arg.shape for x in ast.toposort if x.op is Ops.VIEW]
+    full_shape = tuple(max(dims) for dims in zip(*shapes))
+    return (full_shape, tuple(sorted({x.arg[1] for x in ast.toposort if x.op is Ops.REDUCE_AXIS})))
+
+
+def _merge(items: list[tuple[UOp, list[Buffer]]]) -> tuple[UOp, list[Buffer]]:
+    """One kernel from several independent ones: renumber their buffers and join their STOREs."""
+    bufs: list[Buffer] = []
+    stores: list[UOp] = []
+    outs = [b[0] for _, b in items]
+    order = outs + [b for _, bs in items for b in bs[1:]]
+    for b in order:
+        if not any(b is x for x in bufs):
+            bufs.append(b)
+    for ast, bs in items:
+        remap = {}
+        for x in ast.toposort:
+            if x.op is Ops.DEFINE_GLOBAL:
+                idx = next(i for i, b in enumerate(bufs) if b is bs[x.arg])
+                remap[x] = x.replace(arg=idx)
+        stores.extend(substitute(s, remap) for s in ast.src)
+    return UOp(Ops.SINK, src=tuple(stores)), bufs
+
+
+def create_schedule(outs: list[UOp], realized: dict[UOp, UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
+    """Kernels that compute `outs`, in execution order, and what each computed node becomes (a buffer view)."""
+    planner = _Planner(outs, realized)
+    planner.decide()
+    stored = [n for n in planner.order if n in planner.stored]
+    out_bufs: dict[UOp, Buffer] = {}
+    becomes: dict[UOp, UOp] = {}
+    for n in stored:
+        if n.op is Ops.COPY:
+            raise NotImplementedError("copies between devices are not supported yet")
+        buf = Buffer(n.device, prod(n.shape), n.dtype)
+        out_bufs[n] = buf
+        becomes[n] = UOp(Ops.RESHAPE, n.dtype, (UOp(Ops.BUFFER, n.dtype, (), buf),), tuple(n.shape))
+    kernels: list[tuple[UOp, list[Buffer]]] = []
+    producer: dict[int, int] = {}  # id(buffer) -> kernel index
+    for n in stored:
+        kb = _KernelBuilder(n, planner.stored, realized, out_bufs)
+        ast = kb.kernel()
+        producer[id(out_bufs[n])] = len(kernels)
+        kernels.append((ast, kb.bufs))
+    # levels: a kernel runs after everything it reads; same-level kernels are independent of each other
+    level: list[int] = []
+    for ast, bufs in kernels:
+        deps = [level[producer[id(b)]] for b in bufs[1:] if id(b) in producer]
+        level.append(1 + max(deps, default=-1))
+    groups: dict[tuple, list[int]] = {}
+    for i, (ast, _) in enumerate(kernels):
+        groups.setdefault((level[i], _signature(ast)), []).append(i)
+    schedule: list[tuple[int, ScheduleItem]] = []
+    for (lvl, _), members in groups.items():
+        ast, bufs = _merge([kernels[i] for i in members]) if len(members) > 1 else kernels[members[0]]
+        schedule.append((lvl, ScheduleItem(ast, tuple(bufs))))
+    schedule.sort(key=lambda x: x[0])
+    if DEBUG >= 1 and schedule:
+        print(f"scheduled {len(schedule)} kernels for {len(stored)} stored nodes")
+    return [si for _, si in schedule], becomes

@@ -1,0 +1,826 @@
+"""The IR: hash-consed immutable UOps, the Ops enum, patterns and the rewrite engine."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import itertools
+import math
+import weakref
+from enum import Enum, auto
+from typing import Any, Callable, Iterator, Sequence
+
+from lazygrad.dtype import DType, dtypes, truncate_float, wrap_int
+from lazygrad.helpers import prod
+
+
+class Ops(Enum):
+    # tensor graph: where data comes from
+    DEVICE = auto()
+    BUFFER = auto()
+    CONST = auto()
+    IOTA = auto()  # a vector whose value at i is i: arange and RNG counters without any memory read
+    COPY = auto()
+    CONTIGUOUS = auto()
+    DETACH = auto()
+    ASSIGN = auto()
+    BIND = auto()
+    # movement: views of their source, never copies
+    RESHAPE = auto()
+    PERMUTE = auto()
+    EXPAND = auto()
+    PAD = auto()
+    SHRINK = auto()
+    FLIP = auto()
+    # reduction over axes (tensor graph and kernel AST)
+    REDUCE_AXIS = auto()
+    # unary ALU
+    EXP2 = auto()
+    LOG2 = auto()
+    SIN = auto()
+    SQRT = auto()
+    RECIP = auto()
+    NEG = auto()
+    TRUNC = auto()
+    CAST = auto()
+    BITCAST = auto()
+    # binary ALU
+    ADD = auto()
+    SUB = auto()
+    MUL = auto()
+    FDIV = auto()
+    IDIV = auto()  # truncating integer division (C semantics)
+    MOD = auto()  # remainder with the sign of the dividend (C semantics)
+    MAX = auto()
+    CMPLT = auto()
+    CMPNE = auto()
+    CMPEQ = auto()
+    AND = auto()
+    OR = auto()
+    XOR = auto()
+    SHL = auto()
+    SHR = auto()
+    POW = auto()
+    # ternary ALU
+    WHERE = auto()
+    MULACC = auto()
+    # kernel AST
+    SINK = auto()
+    VIEW = auto()
+    VALID = auto()
+    LOAD = auto()
+    STORE = auto()
+    DEFINE_GLOBAL = auto()
+    DEFINE_VAR = auto()
+    # lowered kernels
+    DEFINE_LOCAL = auto()
+    DEFINE_ACC = auto()
+    RANGE = auto()
+    ENDRANGE = auto()
+    SPECIAL = auto()
+    INDEX = auto()
+    AFTER = auto()  # the value of src[0] once src[1:] have run (an accumulator read after its loop)
+    IF = auto()
+    ENDIF = auto()
+    BARRIER = auto()
+    VECTORIZE = auto()
+    GEP = auto()
+    WMMA = auto()
+    NOOP = auto()
+
+    def __repr__(self) -> str:
+        return f"Ops.{self.name}"
+
+
+class GroupOp:
+    Unary = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIP, Ops.NEG, Ops.TRUNC})
+    Binary = frozenset(
+        {Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.IDIV, Ops.MOD, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ}
+        | {Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR, Ops.POW}
+    )
+    Ternary = frozenset({Ops.WHERE, Ops.MULACC})
+    ALU = Unary | Binary | Ternary
+    Elementwise = ALU | {Ops.CAST, Ops.BITCAST}
+    Movement = frozenset({Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP})
+    Commutative = frozenset({Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPNE, Ops.CMPEQ, Ops.AND, Ops.OR, Ops.XOR})
+    Associative = frozenset({Ops.ADD, Ops.MUL, Ops.AND, Ops.OR, Ops.MAX})
+    Comparison = frozenset({Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ})
+    # f(0, ..., 0) != 0: a padded (masked) view of these must mask their result, not only their loads
+    UnsafePad = frozenset({Ops.EXP2, Ops.LOG2, Ops.RECIP, Ops.FDIV, Ops.IDIV, Ops.POW, Ops.CMPEQ, Ops.WHERE})
+
+
+# *** constant evaluation, with the semantics generated C code has ***
+
+
+def _c_idiv(a: int, b: int) -> int:
+    if b == 0:
+        return 0
+    q = abs(a) // abs(b)
+    return q if (a < 0) == (b < 0) else -q
+
+
+def _c_mod(a: int, b: int) -> int:
+    return a - _c_idiv(a, b) * b if b != 0 else 0
+
+
+def _safe(fn: Callable[..., Any]) -> Callable[..., Any]:
+    def wrapped(*args: Any) -> Any:
+        try:
+            return fn(*args)
+        except (OverflowError, ValueError, ZeroDivisionError):
+            return math.nan
+
+    return wrapped
+
+
+def _fdiv(a: float, b: float) -> float:
+    if b == 0:
+        return math.nan if a == 0 or math.isnan(a) else math.copysign(math.inf, a) * math.copysign(1, b)
+    return a / b
+
+
+def _log2(x: float) -> float:
+    return -math.inf if x == 0 else math.nan if x < 0 else math.log2(x)
+
+
+def _pow(a: float, b: float) -> float:
+    try:
+        return a**b if not (a < 0 and b != int(b)) else math.nan
+    except ZeroDivisionError:
+        return math.inf
+    except OverflowError:
+        return math.inf
+
+
+python_alu: dict[Ops, Callable[..., Any]] = {
+    Ops.EXP2: _safe(lambda x: math.inf if x > 1024 else 2.0**x),
+    Ops.LOG2: _log2,
+    Ops.SIN: lambda x: math.sin(x) if not math.isinf(x) else math.nan,
+    Ops.SQRT: lambda x: math.sqrt(x) if x >= 0 else math.nan,
+    Ops.RECIP: lambda x: _fdiv(1.0, x),
+    Ops.NEG: lambda x: (not x) if isinstance(x, bool) else -x,
+    Ops.TRUNC: lambda x: x if math.isinf(x) or math.isnan(x) else float(math.trunc(x)),
+    Ops.ADD: lambda a, b: a + b,
+    Ops.SUB: lambda a, b: a - b,
+    Ops.MUL: lambda a, b: a * b,
+    Ops.FDIV: _fdiv,
+    Ops.IDIV: _c_idiv,
+    Ops.MOD: _c_mod,
+    Ops.MAX: max,
+    Ops.CMPLT: lambda a, b: a < b,
+    Ops.CMPNE: lambda a, b: a != b,
+    Ops.CMPEQ: lambda a, b: a == b,
+    Ops.AND: lambda a, b: a & b,
+    Ops.OR: lambda a, b: a | b,
+    Ops.XOR: lambda a, b: a ^ b,
+    Ops.SHL: lambda a, b: a << b,
+    Ops.SHR: lambda a, b: a >> b,
+    Ops.POW: _pow,
+    Ops.WHERE: lambda c, a, b: a if c else b,
+    Ops.MULACC: lambda a, b, c: a * b + c,
+}
+
+
+def exec_alu(op: Ops, dtype: DType, operands: Sequence[Any]) -> Any:
+    """Evaluate one ALU op on Python values, truncated to `dtype` like the device would."""
+    ret = python_alu[op](*operands)
+    if dtypes.is_int(dtype) and isinstance(ret, int):
+        return wrap_int(ret, dtype.scalar)
+    if dtypes.is_float(dtype):
+        return truncate_float(float(ret), dtype.scalar)
+    return ret
+
+
+# *** the UOp ***
+
+
+class UOpMetaClass(type):
+    """Hash-consing: UOp(op, dtype, src, arg) built twice returns the same object."""
+
+    ucache: weakref.WeakValueDictionary[tuple, UOp] = weakref.WeakValueDictionary()
+
+    def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None) -> UOp:
+        key = (op, dtype, src, arg)
+        if (ret := UOpMetaClass.ucache.get(key)) is not None:
+            return ret
+        ret = super().__call__(op, dtype, src, arg)
+        UOpMetaClass.ucache[key] = ret
+        return ret
+
+
+sint = int  # a size that may be symbolic: int or int-typed UOp (typing alias kept simple on purpose)
+
+
+class UOp(metaclass=UOpMetaClass):
+    __slots__ = ("op", "dtype", "src", "arg", "__weakref__", "__dict__")
+
+    def __init__(self, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None):
+        self.op, self.dtype, self.src, self.arg = op, dtype, src, arg
+
+    def __reduce__(self) -> tuple:
+        return UOp, (self.op, self.dtype, self.src, self.arg)
+
+    def replace(self, **kwargs: Any) -> UOp:
+        new = {"op": self.op, "dtype": self.dtype, "src": self.src, "arg": self.arg, **kwargs}
+        return UOp(new["op"], new["dtype"], tuple(new["src"]), new["arg"])
+
+    # *** graph walks ***
+
+    @functools.cached_property
+    def toposort(self) -> dict[UOp, None]:
+        """Every node reachable from self, children before parents (iterative: graphs can be deep)."""
+        out: dict[UOp, None] = {}
+        stack: list[tuple[UOp, bool]] = [(self, False)]
+        while stack:
+            node, expanded = stack.pop()
+            if node in out:
+                continue
+            if expanded:
+                out[node] = None
+            else:
+                stack.append((node, True))
+                stack.extend((s, False) for s in reversed(node.src) if s not in out)
+        return out
+
+    def substitute(self, mapping: dict[UOp, UOp]) -> UOp:
+        return substitute(self, mapping)
+
+    # *** constructors ***
+
+    @staticmethod
+    def const(dtype: DType, value: Any) -> UOp:
+        if isinstance(value, UOp):
+            return value
+        return UOp(Ops.CONST, dtype, arg=dtypes.as_const(value, dtype))
+
+    def const_like(self, value: Any) -> UOp:
+        return UOp.const(self.dtype, value)
+
+    @staticmethod
+    def variable(name: str, min_val: int, max_val: int, dtype: DType = dtypes.int32) -> UOp:
+        if not min_val <= max_val:
+            raise ValueError(f"variable {name!r}: empty range [{min_val}, {max_val}]")
+        return UOp(Ops.DEFINE_VAR, dtype, arg=(name, min_val, max_val))
+
+    def bind(self, value: int) -> UOp:
+        assert self.op is Ops.DEFINE_VAR, f"only a variable can be bound, not {self.op}"
+        name, lo, hi = self.arg
+        if not lo <= value <= hi:
+            raise ValueError(f"cannot bind {name}={value}: outside its range [{lo}, {hi}]")
+        return UOp(Ops.BIND, self.dtype, (self, self.const_like(value)))
+
+    def unbind(self) -> tuple[UOp, int]:
+        assert self.op is Ops.BIND
+        return self.src[0], self.src[1].arg
+
+    def ufix(self, x: Any) -> UOp:
+        return x if isinstance(x, UOp) else self.const_like(x)
+
+    def alu(self, op: Ops, *srcs: UOp) -> UOp:
+        operands = (self, *srcs)
+        out_dtype = dtypes.bool if op in GroupOp.Comparison else operands[-1].dtype
+        if all(s.op is Ops.CONST for s in operands) and not isinstance(operands[0].arg, tuple):
+            # fold constants as they are built: keeps index expressions small from the start
+            return UOp.const(out_dtype, exec_alu(op, out_dtype, [s.arg for s in operands]))
+        return UOp(op, out_dtype, operands)
+
+    def cast(self, dtype: DType) -> UOp:
+        if self.dtype == dtype:
+            return self
+        if self.op is Ops.CONST:
+            return UOp.const(dtype, self.arg)
+        return UOp(Ops.CAST, dtype, (self,))
+
+    def where(self, a: Any, b: Any) -> UOp:
+        a = a if isinstance(a, UOp) else (b.const_like(a) if isinstance(b, UOp) else UOp.const(dtypes.int32, a))
+        return self.alu(Ops.WHERE, a, a.ufix(b))
+
+    # *** Python operators build ALU nodes (used by index math and the symbolic simplifier) ***
+
+    def __add__(self, x: Any) -> UOp:
+        return self.alu(Ops.ADD, self.ufix(x))
+
+    def __radd__(self, x: Any) -> UOp:
+        return self.ufix(x).alu(Ops.ADD, self)
+
+    def __sub__(self, x: Any) -> UOp:
+        return self.alu(Ops.SUB, self.ufix(x))
+
+    def __rsub__(self, x: Any) -> UOp:
+        return self.ufix(x).alu(Ops.SUB, self)
+
+    def __mul__(self, x: Any) -> UOp:
+        return self.alu(Ops.MUL, self.ufix(x))
+
+    def __rmul__(self, x: Any) -> UOp:
+        return self.ufix(x).alu(Ops.MUL, self)
+
+    def __floordiv__(self, x: Any) -> UOp:
+        return self.alu(Ops.IDIV, self.ufix(x))
+
+    def __mod__(self, x: Any) -> UOp:
+        return self.alu(Ops.MOD, self.ufix(x))
+
+    def __truediv__(self, x: Any) -> UOp:
+        return self.alu(Ops.FDIV, self.ufix(x))
+
+    def __neg__(self) -> UOp:
+        return self.alu(Ops.NEG)
+
+    def __lt__(self, x: Any) -> UOp:
+        return self.alu(Ops.CMPLT, self.ufix(x))
+
+    def __gt__(self, x: Any) -> UOp:
+        return self.ufix(x).alu(Ops.CMPLT, self)
+
+    def __ge__(self, x: Any) -> UOp:
+        return (self < x).logical_not()
+
+    def __le__(self, x: Any) -> UOp:
+        return (self > x).logical_not()
+
+    def __and__(self, x: Any) -> UOp:
+        return self.alu(Ops.AND, self.ufix(x))
+
+    def __or__(self, x: Any) -> UOp:
+        return self.alu(Ops.OR, self.ufix(x))
+
+    def __xor__(self, x: Any) -> UOp:
+        return self.alu(Ops.XOR, self.ufix(x))
+
+    def ne(self, x: Any) -> UOp:
+        return self.alu(Ops.CMPNE, self.ufix(x))
+
+    def eq(self, x: Any) -> UOp:
+        return self.alu(Ops.CMPEQ, self.ufix(x))
+
+    def maximum(self, x: Any) -> UOp:
+        return self.alu(Ops.MAX, self.ufix(x))
+
+    def minimum(self, x: Any) -> UOp:
+        return -((-self).maximum(-self.ufix(x)))
+
+    def logical_not(self) -> UOp:
+        return self.ne(True)
+
+    # *** bounds, used by the simplifier to prove facts about index math ***
+
+    @functools.cached_property
+    def _min_max(self) -> tuple[Any, Any]:
+        return _bounds(self)
+
+    @property
+    def vmin(self) -> Any:
+        return self._min_max[0]
+
+    @property
+    def vmax(self) -> Any:
+        return self._min_max[1]
+
+    def simplify(self) -> UOp:
+        from lazygrad.uop.symbolic import symbolic
+
+        return graph_rewrite(self, symbolic)
+
+    def render(self, simplify: bool = True) -> str:
+        """Index math as a readable expression, e.g. `((gidx0*4)+ridx1)`."""
+        from lazygrad.uop.symbolic import render_expr
+
+        return render_expr(self.simplify() if simplify else self)
+
+    @property
+    def expr(self) -> str:
+        assert self.op is Ops.DEFINE_VAR
+        return self.arg[0]
+
+    def vars(self) -> set[UOp]:
+        """The bound or unbound variables an expression mentions."""
+        out = set()
+        for x in self.toposort:
+            if x.op is Ops.BIND:
+                out.add(x)
+            elif x.op is Ops.DEFINE_VAR:
+                out.add(x)
+        bound = {x.src[0] for x in out if x.op is Ops.BIND}
+        return {x for x in out if x not in bound}
+
+    # *** tensor-graph properties ***
+
+    @functools.cached_property
+    def shape(self) -> tuple[sint, ...]:
+        return _shape(self)
+
+    @property
+    def size(self) -> int:
+        return prod(self.shape)
+
+    @functools.cached_property
+    def device(self) -> str:
+        if self.op is Ops.DEVICE:
+            return self.arg
+        if self.op is Ops.BUFFER:
+            return self.arg.device
+        if self.op is Ops.COPY:
+            return self.arg
+        for s in self.src:
+            if (d := s.device) is not None:
+                return d
+        return None  # type: ignore[return-value]
+
+    @property
+    def base(self) -> UOp:
+        """The node under a chain of movement ops: what actually holds or computes the data."""
+        x = self
+        while x.op in GroupOp.Movement:
+            x = x.src[0]
+        return x
+
+    @property
+    def is_realized(self) -> bool:
+        return self.base.op is Ops.BUFFER
+
+    # *** printing: every shared node appears once, later uses refer to it by name ***
+
+    def __repr__(self) -> str:
+        return pretty_print(self)
+
+
+def pretty_print(root: UOp, max_lines: int = 400) -> str:
+    uses: dict[UOp, int] = {}
+    for node in root.toposort:
+        for s in node.src:
+            uses[s] = uses.get(s, 0) + 1
+    names: dict[UOp, str] = {}
+    lines: list[str] = []
+    # work items: a node to print (with the text that follows it), or a finished line of text
+    stack: list[tuple[UOp | None, int, str]] = [(root, 0, "")]
+    while stack:
+        node, depth, text = stack.pop()
+        pad = "  " * depth
+        if len(lines) >= max_lines:
+            lines.append(pad + "...")
+            break
+        if node is None:
+            lines.append(pad + text)
+            continue
+        if node in names:
+            lines.append(f"{pad}{names[node]}{text}")
+            continue
+        label = ""
+        if uses.get(node, 0) > 1:
+            names[node] = f"x{len(names)}"
+            label = f"{names[node]}:="
+        arg = "" if node.arg is None else f", arg={node.arg!r}"
+        head = f"{pad}{label}UOp({node.op!r}, {node.dtype!r}{arg}"
+        if not node.src:
+            lines.append(head + ")" + text)
+            continue
+        lines.append(head + ", src=(")
+        stack.append((None, depth, "))" + text))
+        stack.extend((s, depth + 1, ",") for s in reversed(node.src))
+    return "\n".join(lines)
+
+
+def _shape(u: UOp) -> tuple[sint, ...]:
+    op = u.op
+    if op is Ops.BUFFER:
+        return (u.arg.size,)
+    if op in (Ops.CONST, Ops.DEFINE_VAR, Ops.BIND, Ops.DEVICE):
+        return ()
+    if op is Ops.RESHAPE or op is Ops.EXPAND:
+        return u.arg
+    if op is Ops.IOTA:
+        return (u.arg,)
+    src_shape = u.src[0].shape
+    if op is Ops.PERMUTE:
+        return tuple(src_shape[i] for i in u.arg)
+    if op is Ops.PAD:
+        return tuple(s + lo + hi for s, (lo, hi) in zip(src_shape, u.arg))
+    if op is Ops.SHRINK:
+        return tuple(hi - lo for lo, hi in u.arg)
+    if op is Ops.REDUCE_AXIS:
+        return tuple(1 if i in u.arg[1] else s for i, s in enumerate(src_shape))
+    if op is Ops.WHERE:
+        return u.src[1].shape
+    return src_shape
+
+
+# *** bounds ***
+
+
+def _bounds(u: UOp) -> tuple[Any, Any]:
+    lo, hi = _exact_bounds(u)
+    # the interval is of the exact integer result: one outside the dtype wraps, so then only the dtype's range is sure
+    if dtypes.is_int(u.dtype) and isinstance(lo, int) and isinstance(hi, int):
+        if lo < dtypes.min(u.dtype) or hi > dtypes.max(u.dtype):
+            return (dtypes.min(u.dtype), dtypes.max(u.dtype))
+    return (lo, hi)
+
+
+def _exact_bounds(u: UOp) -> tuple[Any, Any]:
+    op, s = u.op, u.src
+    if op is Ops.CONST:
+        return (u.arg, u.arg)
+    if op is Ops.DEFINE_VAR:
+        return (u.arg[1], u.arg[2])
+    if op is Ops.BIND:
+        return s[0]._min_max
+    if op is Ops.RANGE:
+        return (0, s[0].vmax - 1)
+    if op is Ops.SPECIAL:
+        return (0, u.arg[1] - 1)
+    if not (dtypes.is_int(u.dtype) or dtypes.is_bool(u.dtype)):
+        return (dtypes.min(u.dtype), dtypes.max(u.dtype))
+    if op is Ops.ADD:
+        return (s[0].vmin + s[1].vmin, s[0].vmax + s[1].vmax)
+    if op is Ops.SUB:
+        return (s[0].vmin - s[1].vmax, s[0].vmax - s[1].vmin)
+    if op is Ops.NEG and dtypes.is_int(u.dtype):
+        return (-s[0].vmax, -s[0].vmin)
+    if op is Ops.MUL:
+        corners = [a * b for a in (s[0].vmin, s[0].vmax) for b in (s[1].vmin, s[1].vmax)]
+        return (min(corners), max(corners))
+    if op is Ops.IDIV and s[1].vmin > 0:
+        corners = [_c_idiv(a, b) for a in (s[0].vmin, s[0].vmax) for b in (s[1].vmin, s[1].vmax)]
+        return (min(corners), max(corners))
+    if op is Ops.MOD and s[1].vmin > 0:
+        if s[0].vmin >= 0:
+            if s[0].vmax < s[1].vmin:
+                return (s[0].vmin, s[0].vmax)
+            return (0, min(s[0].vmax, s[1].vmax - 1))
+        return (max(-(s[1].vmax - 1), s[0].vmin), min(s[1].vmax - 1, max(s[0].vmax, 0)))
+    if op is Ops.MAX:
+        return (max(s[0].vmin, s[1].vmin), max(s[0].vmax, s[1].vmax))
+    if op is Ops.CMPLT:
+        return (s[0].vmax < s[1].vmin, s[0].vmin < s[1].vmax)
+    if op in (Ops.CMPNE, Ops.CMPEQ):
+        known_equal = s[0].vmin == s[0].vmax == s[1].vmin == s[1].vmax
+        disjoint = s[0].vmax < s[1].vmin or s[1].vmax < s[0].vmin
+        ne_lo, ne_hi = disjoint, not known_equal
+        return (ne_lo, ne_hi) if op is Ops.CMPNE else (not ne_hi, not ne_lo)
+    if op is Ops.WHERE:
+        if s[0].vmin == s[0].vmax:
+            return s[1]._min_max if s[0].vmin else s[2]._min_max
+        return (min(s[1].vmin, s[2].vmin), max(s[1].vmax, s[2].vmax))
+    if dtypes.is_bool(u.dtype) and op in (Ops.AND, Ops.OR):
+        fn = python_alu[op]
+        return (fn(s[0].vmin, s[1].vmin), fn(s[0].vmax, s[1].vmax))
+    if op is Ops.AND and s[1].vmin >= 0 and s[1].vmin == s[1].vmax and s[0].vmin >= 0:
+        return (0, min(s[0].vmax, s[1].vmax))
+    if op is Ops.CAST and (dtypes.is_int(s[0].dtype) or dtypes.is_bool(s[0].dtype)):
+        lo, hi = int(s[0].vmin), int(s[0].vmax)
+        if dtypes.min(u.dtype) <= lo and hi <= dtypes.max(u.dtype):
+            return (lo, hi) if not dtypes.is_bool(u.dtype) else (bool(lo), bool(hi))
+    return (dtypes.min(u.dtype), dtypes.max(u.dtype))
+
+
+# *** patterns ***
+
+
+class UPat:
+    """A pattern over UOps. `src` as a tuple matches in order, as a list in any order, as one UPat every source."""
+
+    __slots__ = ("op", "dtype", "src", "arg", "name", "allow_any_len", "_src_kind")
+
+    def __init__(
+        self,
+        op: Ops | tuple[Ops, ...] | frozenset[Ops] | None = None,
+        dtype: DType | tuple[DType, ...] | None = None,
+        src: UPat | tuple[UPat, ...] | list[UPat] | None = None,
+        arg: Any = None,
+        name: str | None = None,
+        allow_any_len: bool = False,
+    ):
+        self.op: frozenset[Ops] | None = None if op is None else frozenset((op,) if isinstance(op, Ops) else op)
+        self.dtype: frozenset[DType] | None = (
+            None if dtype is None else frozenset((dtype,) if isinstance(dtype, DType) else dtype)
+        )
+        self.arg, self.name, self.allow_any_len = arg, name, allow_any_len
+        self.src: Any = src
+        self._src_kind = "none" if src is None else "each" if isinstance(src, UPat) else "perm" if isinstance(src, list) else "seq"
+
+    @staticmethod
+    def var(name: str | None = None, dtype: DType | tuple[DType, ...] | None = None) -> UPat:
+        return UPat(dtype=dtype, name=name)
+
+    @staticmethod
+    def cvar(name: str | None = None, dtype: DType | tuple[DType, ...] | None = None) -> UPat:
+        return UPat(Ops.CONST, dtype=dtype, name=name)
+
+    @staticmethod
+    def const(dtype: DType | tuple[DType, ...] | None, value: Any) -> UPat:
+        return UPat(Ops.CONST, dtype=dtype, arg=value)
+
+    def named(self, name: str) -> UPat:
+        return UPat(tuple(self.op) if self.op else None, tuple(self.dtype) if self.dtype else None, self.src, self.arg, name, self.allow_any_len)
+
+    # pattern builders mirror the UOp operators: `UPat.var("x") + 0`
+    def _bin(self, op: Ops, x: Any, commutative: bool) -> UPat:
+        other = x if isinstance(x, UPat) else UPat.const(None, x)
+        return UPat(op, src=[self, other] if commutative else (self, other))
+
+    def __add__(self, x: Any) -> UPat:
+        return self._bin(Ops.ADD, x, True)
+
+    def __mul__(self, x: Any) -> UPat:
+        return self._bin(Ops.MUL, x, True)
+
+    def __sub__(self, x: Any) -> UPat:
+        return self._bin(Ops.SUB, x, False)
+
+    def __floordiv__(self, x: Any) -> UPat:
+        return self._bin(Ops.IDIV, x, False)
+
+    def __mod__(self, x: Any) -> UPat:
+        return self._bin(Ops.MOD, x, False)
+
+    def __lt__(self, x: Any) -> UPat:
+        return self._bin(Ops.CMPLT, x, False)
+
+    def __and__(self, x: Any) -> UPat:
+        return self._bin(Ops.AND, x, True)
+
+    def __or__(self, x: Any) -> UPat:
+        return self._bin(Ops.OR, x, True)
+
+    def maximum(self, x: Any) -> UPat:
+        return self._bin(Ops.MAX, x, True)
+
+    def ne(self, x: Any) -> UPat:
+        return self._bin(Ops.CMPNE, x, True)
+
+    def eq(self, x: Any) -> UPat:
+        return self._bin(Ops.CMPEQ, x, True)
+
+    def where(self, a: Any, b: Any) -> UPat:
+        a = a if isinstance(a, UPat) else UPat.const(None, a)
+        b = b if isinstance(b, UPat) else UPat.const(None, b)
+        return UPat(Ops.WHERE, src=(self, a, b))
+
+    def match(self, u: UOp, store: dict[str, UOp]) -> list[dict[str, UOp]]:
+        if self.op is not None and u.op not in self.op:
+            return []
+        if self.dtype is not None and u.dtype not in self.dtype and u.dtype.scalar not in self.dtype:
+            return []
+        if self.arg is not None and (u.arg != self.arg or type(u.arg) is not type(self.arg) and not isinstance(u.arg, (int, float))):
+            return []
+        if self.name is not None:
+            if (prev := store.get(self.name)) is not None:
+                return [store] if prev is u else []
+            store = {**store, self.name: u}
+        kind = self._src_kind
+        if kind == "none":
+            return [store]
+        if kind == "each":
+            stores = [store]
+            for s in u.src:
+                stores = [m for st in stores for m in self.src.match(s, st)]
+                if not stores:
+                    return []
+            return stores
+        pats = self.src
+        if len(u.src) != len(pats) and not (self.allow_any_len and len(u.src) >= len(pats)):
+            return []
+        orders = itertools.permutations(pats) if kind == "perm" else (pats,)
+        out: list[dict[str, UOp]] = []
+        for order in orders:
+            stores = [store]
+            for p, s in zip(order, u.src):
+                stores = [m for st in stores for m in p.match(s, st)]
+                if not stores:
+                    break
+            out.extend(stores)
+        return out
+
+    def __repr__(self) -> str:
+        ops = None if self.op is None else sorted(o.name for o in self.op)
+        return f"UPat(op={ops}, arg={self.arg!r}, name={self.name!r}, src={self.src!r})"
+
+
+class PatternMatcher:
+    """A named list of (pattern, rewrite) rules, indexed by op so a node only tries rules that can match it."""
+
+    def __init__(self, rules: Sequence[tuple[UPat, Callable[..., UOp | None]]]):
+        self.rules = list(rules)
+        self.by_op: dict[Ops, list[tuple[UPat, Callable[..., Any], bool]]] = {}
+        self.any_op: list[tuple[UPat, Callable[..., Any], bool]] = []
+        for pat, fn in self.rules:
+            wants_ctx = "ctx" in inspect.signature(fn).parameters
+            entry = (pat, fn, wants_ctx)
+            if pat.op is None:
+                self.any_op.append(entry)
+            else:
+                for op in pat.op:
+                    self.by_op.setdefault(op, []).append(entry)
+        # keep the written order between op-specific and wildcard rules
+        order = {id(fn): i for i, (_, fn) in enumerate(self.rules)}
+        for op in Ops:
+            merged = self.by_op.get(op, []) + self.any_op
+            self.by_op[op] = sorted(merged, key=lambda e: order[id(e[1])])
+
+    def __add__(self, other: PatternMatcher) -> PatternMatcher:
+        return PatternMatcher(self.rules + other.rules)
+
+    def rewrite(self, u: UOp, ctx: Any = None) -> UOp | None:
+        for pat, fn, wants_ctx in self.by_op[u.op]:
+            for store in pat.match(u, {}):
+                ret = fn(ctx=ctx, **store) if wants_ctx else fn(**store)
+                if ret is not None and ret is not u:
+                    return ret
+        return None
+
+
+def graph_rewrite(root: UOp, pm: PatternMatcher, ctx: Any = None) -> UOp:
+    """Rewrite bottom-up to a fixed point: sources first, then the node until no rule applies.
+
+    Memoized per call, iterative (no recursion limit on deep graphs)."""
+    done: dict[UOp, UOp] = {}
+    stack: list[tuple[UOp, int, UOp | None]] = [(root, 0, None)]
+    while stack:
+        node, stage, result = stack.pop()
+        if node in done:
+            continue
+        if stage == 0:
+            stack.append((node, 1, None))
+            stack.extend((s, 0, None) for s in reversed(node.src) if s not in done)
+        elif stage == 1:
+            new_src = tuple(done[s] for s in node.src)
+            x = node if new_src == node.src else UOp(node.op, node.dtype, new_src, node.arg)
+            if x is not node and x in done:
+                done[node] = done[x]
+                continue
+            y = pm.rewrite(x, ctx)
+            if y is None:
+                done[node] = x
+                if x is not node:
+                    done[x] = x
+            else:
+                # the replacement may contain new nodes: rewrite it fully, then map node to it
+                stack.append((node, 2, y))
+                stack.append((y, 0, None))
+        else:
+            assert result is not None
+            done[node] = done[result]
+    return done[root]
+
+
+def substitute(root: UOp, mapping: dict[UOp, UOp]) -> UOp:
+    """Replace nodes by identity, once (a replacement is not itself looked up again, so swaps are safe)."""
+    new: dict[UOp, UOp] = {}
+    for node in root.toposort:
+        if node in mapping:
+            new[node] = mapping[node]
+        else:
+            src = tuple(new[s] for s in node.src)
+            new[node] = node if src == node.src else UOp(node.op, node.dtype, src, node.arg)
+    return new[root]
+
+
+def pyrender_arg(x: Any) -> str:
+    return repr(x)
+
+
+def smax(*xs: Any) -> Any:
+    return functools.reduce(lambda a, b: a.maximum(b) if isinstance(a, UOp) else b.maximum(a) if isinstance(b, UOp) else max(a, b), xs)
+
+
+def resolve(x: Any, default: bool = True) -> bool:
+    """A Python bool from a maybe-symbolic comparison; `default` where bounds cannot decide."""
+    if not isinstance(x, UOp):
+        return bool(x)
+    if x.vmin == x.vmax:
+        return bool(x.vmin)
+    return default
+
+
+def ssimplify(x: Any) -> Any:
+    return x.simplify() if isinstance(x, UOp) else x
+
+
+def sym_infer(x: Any, var_vals: dict[UOp, int]) -> int:
+    """Evaluate a maybe-symbolic int with variables bound."""
+    if isinstance(x, int):
+        return x
+    return int(exec_tree(x, var_vals))
+
+
+def exec_tree(u: UOp, var_vals: dict[UOp, int]) -> Any:
+    vals: dict[UOp, Any] = {}
+    for node in u.toposort:
+        if node.op is Ops.CONST:
+            vals[node] = node.arg
+        elif node.op is Ops.DEFINE_VAR:
+            vals[node] = var_vals[node]
+        elif node.op is Ops.BIND:
+            vals[node] = node.src[1].arg
+        elif node.op in GroupOp.ALU:
+            vals[node] = exec_alu(node.op, node.dtype, [vals[s] for s in node.src])
+        elif node.op is Ops.CAST:
+            vals[node] = dtypes.as_const(vals[node.src[0]], node.dtype)
+        else:
+            raise ValueError(f"cannot evaluate {node.op} in Python")
+    return vals[u]
+
+
+def iter_ops(root: UOp, ops: frozenset[Ops] | set[Ops]) -> Iterator[UOp]:
+    return (x for x in root.toposort if x.op in ops)
