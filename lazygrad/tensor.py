@@ -25,11 +25,6 @@ from lazygrad.uop.ops import GroupOp, Ops, UOp, pretty_print
 _realized: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
 
 
-def _buffer_uop(buf: Buffer, shape: tuple[int, ...]) -> UOp:
-    b = UOp(Ops.BUFFER, buf.dtype, (), buf)
-    return b if shape == (buf.size,) else UOp(Ops.RESHAPE, buf.dtype, (b,), shape)
-
-
 def _flatten_list(data: Any) -> tuple[list[Any], tuple[int, ...]]:
     """Values and shape of a nested list; ragged nesting is an error naming the lengths."""
     if not isinstance(data, (list, tuple)):
@@ -108,7 +103,7 @@ class Tensor:
             dt = dtype or (dtypes.from_py(values) if values else dtypes.default_float)
             buf = Buffer(device, len(values), dt)
             buf.copyin(memoryview(_pack(values, dt)))
-            self.uop = _buffer_uop(buf, shape)
+            self.uop = UOp.buffer_view(buf, shape)
         elif isinstance(data, (bytes, bytearray, memoryview)):
             dt = dtype or dtypes.uint8
             raw = memoryview(bytes(data))
@@ -116,7 +111,7 @@ class Tensor:
                 raise ValueError(f"{raw.nbytes} bytes do not divide into {dt} elements of {dt.itemsize} bytes")
             buf = Buffer(device, raw.nbytes // dt.itemsize, dt)
             buf.copyin(raw)
-            self.uop = _buffer_uop(buf, (buf.size,))
+            self.uop = UOp.buffer_view(buf, (buf.size,))
         elif type(data).__module__ == "numpy" and hasattr(data, "dtype"):
             self.uop = Tensor._from_numpy(data, device, dtype)
             return
@@ -138,7 +133,7 @@ class Tensor:
         else:
             buf = Buffer(device, int(arr.size), dt)
             buf.copyin(memoryview(np.ascontiguousarray(arr).reshape(-1).view(np.uint8)))
-        uop = _buffer_uop(buf, shape)
+        uop = UOp.buffer_view(buf, shape)
         return uop if dtype is None or dtype == dt else UOp(Ops.CAST, dtype, (uop,))
 
     @staticmethod
@@ -183,7 +178,7 @@ class Tensor:
 
     def __repr__(self) -> str:
         state = "realized" if self.uop.is_realized else "lazy"
-        graph = pretty_print(self.uop, max_lines=24).replace("\n", "\n  ")
+        graph = pretty_print(self.uop, max_lines=12).replace("\n", "\n  ")
         return f"<Tensor shape={self.shape} dtype={self.dtype} device={self.device} {state}\n  {graph}>"
 
     def __hash__(self) -> int:
@@ -289,7 +284,7 @@ class Tensor:
     def empty(*shape: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
         shape_ = Tensor._shape_arg(shape)
         dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
-        return Tensor(_buffer_uop(Buffer(Device.canonicalize(device), prod(shape_), dt), shape_))
+        return Tensor(UOp.buffer_view(Buffer(Device.canonicalize(device), prod(shape_), dt), shape_))
 
     @staticmethod
     def full(shape: Any, fill_value: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:

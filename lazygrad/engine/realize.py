@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from lazygrad.codegen import get_program
 from lazygrad.device import Buffer, Device
-from lazygrad.helpers import DEBUG, GlobalCounters, colored, ansilen
+from lazygrad.helpers import BEAM, DEBUG, NOOPT, GlobalCounters, ansilen, colored
 from lazygrad.renderer import ProgramSpec
 from lazygrad.schedule.kernelize import ScheduleItem
 from lazygrad.uop.ops import UOp
@@ -29,11 +29,11 @@ class CompiledRunner:
         return self.prg(*args, wait=wait)
 
 
-_runners: dict[tuple[str, UOp], CompiledRunner] = {}
+_runners: dict[tuple, CompiledRunner] = {}
 
 
 def get_runner(device: str, ast: UOp) -> CompiledRunner:
-    key = (device, ast)
+    key = (device, ast, NOOPT.value, BEAM.value)  # the knobs that change which kernel is built
     if (runner := _runners.get(key)) is None:
         runner = _runners[key] = CompiledRunner(device, get_program(ast, Device[device].renderer))
     return runner

@@ -74,7 +74,7 @@ class CStyleLanguage(Renderer):
         assert isinstance(x, int)
         bits = 8 * dt.itemsize
         if not dtypes.is_unsigned(dt) and x == -(2 ** (bits - 1)):
-            body = f"({-(x + 1)}{'LL' if bits == 64 else ''}-1)"
+            body = f"({x + 1}{'LL' if bits == 64 else ''}-1)"
         elif dt == dtypes.int64:
             body = f"{x}LL"
         elif dt == dtypes.uint64:

@@ -132,21 +132,25 @@ class _Planner:
         return out
 
     def _fusable_reduce(self, r: UOp) -> bool:
-        # the reduce becomes the reduce of the kernel its single elementwise chain of the same shape is stored by
-        node = r
-        while True:
-            cons = self.consumers[node]
-            if len(cons) != 1 or node is not r and node in self.outs:
+        """True when every use of r is an elementwise epilogue (of r's size) that ends in one stored node."""
+        roots: set[UOp] = set()
+        stack, seen = list(self.consumers[r]), set()
+        while stack:
+            c = stack.pop()
+            if c in seen:
+                continue
+            seen.add(c)
+            # the epilogue may reshape (e.g. drop the kept size-1 axis); the kernel then runs in the reduce's shape
+            if c.op not in GroupOp.Elementwise and c.op is not Ops.RESHAPE or prod(c.shape) != prod(r.shape):
                 return False
-            c = cons[0]
-            if c.op not in GroupOp.Elementwise or c.shape != r.shape:
-                return False
-            # another reduce read directly by the chain must share this one's loop
+            # another reduce read directly by the epilogue must share this one's loop
             if any(s.op is Ops.REDUCE_AXIS and (s.arg, s.src[0].shape) != (r.arg, r.src[0].shape) for s in c.src):
                 return False
             if c in self.stored:
-                return True
-            node = c
+                roots.add(c)
+            else:
+                stack.extend(self.consumers[c])
+        return len(roots) == 1
 
     def _store_is_cheaper(self, n: UOp, uses: int) -> bool:
         leaves = [x for x in self._inlined(n) if x is not n and (x.op is Ops.BUFFER or x in self.realized or x in self.stored)]
@@ -216,7 +220,8 @@ class _KernelBuilder:
         if u.op is Ops.BIND:
             return u.src[0]
         if u.op is Ops.REDUCE_AXIS:
-            assert not chain, "a fused reduce is only read at its own shape"
+            st = self._view(u.shape, chain)
+            assert st.contiguous and st.shape == u.shape, "a fused reduce is only read at its own shape"
             return UOp(Ops.REDUCE_AXIS, u.dtype, (self.build(u.src[0], ()),), u.arg)
         if u.op in (Ops.CONTIGUOUS, Ops.DETACH):
             return self.build(u.src[0], chain)
@@ -237,10 +242,28 @@ class _KernelBuilder:
 
     def kernel(self) -> UOp:
         root = self.root
-        value = self.build(root.src[0] if root.op in (Ops.CONTIGUOUS, Ops.DETACH) else root, ())
+        # a kernel with a fused reduce iterates in the reduce's (keepdim) shape, whatever shape its output has
+        space = self._fused_reduce_shape()
+        chain: Chain = ((Ops.RESHAPE, space),) if space is not None and space != root.shape else ()
+        value = self.build(root.src[0] if root.op in (Ops.CONTIGUOUS, Ops.DETACH) else root, chain)
         g = UOp(Ops.DEFINE_GLOBAL, root.dtype.ptr(prod(root.shape)), arg=0)
-        st = ShapeTracker.from_shape(root.shape)
+        st = self._view(root.shape, chain)
         return UOp(Ops.SINK, src=(UOp(Ops.STORE, dtypes.void, (g, UOp(Ops.VIEW, arg=st), value)),))
+
+
+    def _fused_reduce_shape(self) -> tuple[int, ...] | None:
+        stack, seen = [self.root], set()
+        while stack:
+            x = stack.pop()
+            if x in seen:
+                continue
+            seen.add(x)
+            if x is not self.root and (x in self.stored or x in self.realized or x.op is Ops.BUFFER):
+                continue
+            if x.op is Ops.REDUCE_AXIS:
+                return x.shape
+            stack.extend(x.src)
+        return None
 
 
 def _pad_unsafe(u: UOp, stored: set[UOp], realized: dict[UOp, UOp]) -> bool:
@@ -296,7 +319,7 @@ def create_schedule(outs: list[UOp], realized: dict[UOp, UOp]) -> tuple[list[Sch
             raise NotImplementedError("copies between devices are not supported yet")
         buf = Buffer(n.device, prod(n.shape), n.dtype)
         out_bufs[n] = buf
-        becomes[n] = UOp(Ops.RESHAPE, n.dtype, (UOp(Ops.BUFFER, n.dtype, (), buf),), tuple(n.shape))
+        becomes[n] = UOp.buffer_view(buf, n.shape)
     kernels: list[tuple[UOp, list[Buffer]]] = []
     producer: dict[int, int] = {}  # id(buffer) -> kernel index
     for n in stored:

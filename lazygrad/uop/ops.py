@@ -273,6 +273,12 @@ class UOp(metaclass=UOpMetaClass):
         assert self.op is Ops.BIND
         return self.src[0], self.src[1].arg
 
+    @staticmethod
+    def buffer_view(buf: Any, shape: tuple[int, ...]) -> UOp:
+        """The tensor-graph node for a whole buffer seen with `shape` (a Buffer is the BUFFER node's arg)."""
+        b = UOp(Ops.BUFFER, buf.dtype, (), buf)
+        return b if tuple(shape) == (buf.size,) else UOp(Ops.RESHAPE, buf.dtype, (b,), tuple(shape))
+
     def ufix(self, x: Any) -> UOp:
         return x if isinstance(x, UOp) else self.const_like(x)
 
@@ -511,8 +517,9 @@ def _shape(u: UOp) -> tuple[sint, ...]:
 def _bounds(u: UOp) -> tuple[Any, Any]:
     lo, hi = _exact_bounds(u)
     # the interval is of the exact integer result: one outside the dtype wraps, so then only the dtype's range is sure
-    if dtypes.is_int(u.dtype) and isinstance(lo, int) and isinstance(hi, int):
-        if lo < dtypes.min(u.dtype) or hi > dtypes.max(u.dtype):
+    # (the first test is a fast path: 0 <= lo <= hi < 2**(bits-1) fits every integer dtype of that size)
+    if isinstance(lo, int) and isinstance(hi, int) and not (lo >= 0 and hi.bit_length() < 8 * u.dtype.itemsize):
+        if dtypes.is_int(u.dtype) and (lo < dtypes.min(u.dtype) or hi > dtypes.max(u.dtype)):
             return (dtypes.min(u.dtype), dtypes.max(u.dtype))
     return (lo, hi)
 

@@ -1,0 +1,125 @@
+"""Optimizations change how a kernel runs, never what it computes: each opt list is checked against NOOPT."""
+
+import itertools
+
+import numpy as np
+import pytest
+
+from lazygrad import Context, Device, Tensor
+from lazygrad.device import Buffer
+from lazygrad.codegen import get_program
+from lazygrad.codegen.kernel import AxisType, Kernel, KernelOptError, Opt, OptOps
+from lazygrad.engine.realize import CompiledRunner, ExecItem
+
+
+def _ast_and_bufs(t: Tensor):
+    sched = t.schedule()
+    assert len(sched) == 1
+    return sched[0].ast, list(sched[0].bufs)
+
+
+def run_with_opts(ast, bufs, opts: list[Opt]) -> np.ndarray:
+    """Run the kernel with `opts` into a fresh output buffer."""
+    out = Buffer("CPU", bufs[0].size, bufs[0].dtype)
+    spec = get_program(ast, Device["CPU"].renderer, opts)
+    ExecItem(CompiledRunner("CPU", spec), [out, *bufs[1:]]).run()
+    return np.array(out.as_bytes().cast("f").tolist(), dtype=np.float32)
+
+
+def realized(*shape: int, seed: int = 0) -> Tensor:
+    return Tensor(np.random.default_rng(seed).standard_normal(shape).astype(np.float32)).realize()
+
+
+def elementwise(shape):
+    a, b = realized(*shape), realized(*shape, seed=1)
+    return lambda: (a * b + a.T.T).exp2()
+
+
+def reduce_last(shape):
+    a = realized(*shape)
+    return lambda: (a * 2).sum(-1)
+
+
+def reduce_first(shape):
+    a = realized(*shape)
+    return lambda: a.max(0)
+
+
+def matmul(n, k, m):
+    a, b = realized(n, k), realized(k, m, seed=2)
+    return lambda: (a.reshape(n, 1, k) * b.T.reshape(1, m, k)).sum(2)
+
+
+CASES = {
+    "ew_12x8": (elementwise((12, 8)), [OptOps.UPCAST]),
+    "ew_7x5": (elementwise((7, 5)), [OptOps.UPCAST]),
+    "red_6x16": (reduce_last((6, 16)), [OptOps.UPCAST, OptOps.UNROLL]),
+    "red_first_8x6": (reduce_first((8, 6)), [OptOps.UPCAST, OptOps.UNROLL]),
+    "mm_8x12x4": (matmul(8, 12, 4), [OptOps.UPCAST, OptOps.UNROLL]),
+}
+
+
+def candidate_opts(k: Kernel, kinds: list[OptOps]) -> list[Opt]:
+    out = []
+    for op in kinds:
+        axes = k.axes_of(AxisType.GLOBAL) if op is OptOps.UPCAST else k.axes_of(AxisType.REDUCE)
+        for i, ax in enumerate(axes):
+            for amt in (0, 2, 3, 4, 5, 7):
+                if amt == 0 or k.full_shape[ax] % amt == 0:
+                    out.append(Opt(op, i, amt))
+    return out
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_opts_match_noopt(name):
+    make, kinds = CASES[name]
+    ast, bufs = _ast_and_bufs(make())
+    ref = run_with_opts(ast, bufs, [])
+    k = Kernel(ast, Device["CPU"].renderer)
+    k.merge_axes()
+    singles = candidate_opts(k, kinds)
+    tried = 0
+    for combo in itertools.chain(((o,) for o in singles), itertools.combinations(singles, 2)):
+        try:
+            out = run_with_opts(ast, bufs, list(combo))
+        except KernelOptError:
+            continue
+        tried += 1
+        np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5, err_msg=f"opts {combo}")
+    assert tried >= 3
+
+
+def test_invalid_opts_raise():
+    ast, _ = _ast_and_bufs(elementwise((7, 5))())
+    with pytest.raises(KernelOptError):
+        get_program(ast, Device["CPU"].renderer, [Opt(OptOps.UPCAST, 0, 3)])  # 5 is not divisible by 3 after merge
+    with pytest.raises(KernelOptError):
+        get_program(ast, Device["CPU"].renderer, [Opt(OptOps.UNROLL, 0, 2)])  # no reduce axis
+    with pytest.raises(KernelOptError):
+        get_program(ast, Device["CPU"].renderer, [Opt(OptOps.LOCAL, 0, 5)])  # the C renderer has no workgroups
+
+
+def test_contiguous_axes_merge_into_one_loop():
+    a = realized(64, 64, 64)
+    ast, _ = _ast_and_bufs(a + 1)
+    with Context(NOOPT=1):
+        spec = get_program(ast, Device["CPU"].renderer)
+    assert spec.name == "E_262144"
+    assert spec.src.count("for (") == 1
+
+
+def test_noopt_name_and_default_upcast():
+    a = realized(256)
+    ast, _ = _ast_and_bufs(a * 2)
+    with Context(NOOPT=1):
+        plain = get_program(ast, Device["CPU"].renderer)
+    opt = get_program(ast, Device["CPU"].renderer)
+    assert plain.name == "E_256" and plain.applied_opts == ()
+    assert opt.name != plain.name and opt.applied_opts
+
+
+def test_kernel_name_kinds():
+    ast, _ = _ast_and_bufs(reduce_last((16, 4))())
+    with Context(NOOPT=1):
+        spec = get_program(ast, Device["CPU"].renderer)
+    assert spec.name == "r_16_4"

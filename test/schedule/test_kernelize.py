@@ -1,0 +1,139 @@
+"""Fusion decisions, checked by counting kernels and bytes, and results checked against numpy."""
+
+import numpy as np
+import pytest
+
+from lazygrad import GlobalCounters, Tensor
+from lazygrad.uop.ops import Ops
+
+
+def kernels_for(*ts: Tensor) -> int:
+    GlobalCounters.reset()
+    Tensor.realize(*ts)
+    return GlobalCounters.kernel_count
+
+
+def realized(*shape: int, seed: int = 0) -> tuple[Tensor, np.ndarray]:
+    arr = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+    return Tensor(arr).realize(), arr
+
+
+def test_elementwise_chain_is_one_kernel():
+    (x, xn), (y, yn) = realized(64, 64), realized(64, 64, seed=1)
+    out = ((x + y) * 2 - x).exp().relu() / (y.abs() + 1)
+    assert kernels_for(out) == 1
+    np.testing.assert_allclose(out.numpy(), np.maximum(np.exp((xn + yn) * 2 - xn), 0) / (np.abs(yn) + 1), rtol=1e-5)
+
+
+def test_broadcast_matmul_is_one_kernel():
+    (a, an), (b, bn) = realized(16, 32), realized(32, 8, seed=1)
+    out = (a.reshape(16, 1, 32) * b.T.reshape(1, 8, 32)).sum(2)
+    assert kernels_for(out) == 1
+    np.testing.assert_allclose(out.numpy(), an @ bn, rtol=1e-4, atol=1e-5)
+
+
+def test_sub_max_is_at_most_two_kernels():
+    x, xn = realized(8, 33)
+    out = x - x.max(1, keepdim=True)
+    assert kernels_for(out) <= 2
+    np.testing.assert_allclose(out.numpy(), xn - xn.max(1, keepdims=True))
+
+
+def test_multi_output_shares_one_kernel():
+    a, b, c, d = [realized(100, seed=i)[0] for i in range(4)]
+    out1, out2 = a + b + c, a + b + d
+    assert kernels_for(out1, out2) == 1
+    np.testing.assert_allclose(out1.numpy(), a.numpy() + b.numpy() + c.numpy())
+    np.testing.assert_allclose(out2.numpy(), a.numpy() + b.numpy() + d.numpy())
+
+
+def test_reduce_epilogue_fuses():
+    x, xn = realized(16, 40)
+    out = (x * 3).sum(1).abs().sqrt().exp()
+    assert kernels_for(out) == 1
+    np.testing.assert_allclose(out.numpy(), np.exp(np.sqrt(np.abs((xn * 3).sum(1)))), rtol=1e-4)
+
+
+def test_two_reduces_same_axes_merge():
+    x, xn = realized(12, 20)
+    s, m = x.sum(1), x.max(1)
+    assert kernels_for(s, m) == 1
+    np.testing.assert_allclose(s.numpy(), xn.sum(1), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(m.numpy(), xn.max(1))
+
+
+def test_dependent_kernels_do_not_merge():
+    x, xn = realized(10, 10)
+    y = x.sum(1, keepdim=True)
+    z = (x / y).sum(1)
+    assert kernels_for(z) == 2
+    np.testing.assert_allclose(z.numpy(), (xn / xn.sum(1, keepdims=True)).sum(1), rtol=1e-4)
+
+
+def test_shared_intermediate_recomputed_when_cheaper():
+    # a + b read by two kernels of different shapes: storing it would cost more bytes than reading a and b twice
+    (a, an), (b, bn) = realized(64), realized(64, seed=1)
+    t = a + b
+    out1 = t.sum()
+    out2 = t * 2
+    GlobalCounters.reset()
+    Tensor.realize(out1, out2)
+    assert GlobalCounters.kernel_count == 2
+    np.testing.assert_allclose(out1.numpy(), (an + bn).sum(), rtol=1e-5)
+    np.testing.assert_allclose(out2.numpy(), (an + bn) * 2)
+
+
+def test_shared_intermediate_stored_when_cheaper():
+    # an expensive-to-read intermediate (4 inputs) used by 3 kernels is stored once instead of re-read 3 times
+    xs = [realized(32, 32, seed=i)[0] for i in range(4)]
+    t = xs[0] + xs[1] + xs[2] + xs[3]
+    outs = [t.sum(0), t.sum(1), t.max(0)]
+    sched = Tensor.schedule(*outs)
+    stored_t = [si for si in sched if len(si.bufs) == 5]
+    assert len(stored_t) == 1, "the 4-input sum is stored by one kernel"
+
+
+def test_movement_ops_make_no_kernels():
+    x, xn = realized(4, 6)
+    y = x.T.reshape(2, 12).flip(1)[:, 1::3].pad(((1, 1), (0, 2)))
+    assert len(y.schedule()) == 0  # a view of a realized buffer stays a view
+    out = y + 0
+    assert kernels_for(out) == 1
+    np.testing.assert_allclose(out.numpy(), np.pad(xn.T.reshape(2, 12)[:, ::-1][:, 1::3], ((1, 1), (0, 2))))
+
+
+def test_pad_of_unsafe_op_is_masked():
+    x, xn = realized(5)
+    out = x.exp().pad(((2, 3),)) + 1
+    np.testing.assert_allclose(out.numpy(), np.pad(np.exp(xn), (2, 3)) + 1, rtol=1e-6)
+
+
+def test_realized_intermediate_is_reused():
+    x, xn = realized(8, 8)
+    y = (x * 2).realize()
+    GlobalCounters.reset()
+    z = (y + 1).realize()
+    assert GlobalCounters.kernel_count == 1
+    np.testing.assert_allclose(z.numpy(), xn * 2 + 1)
+
+
+def test_schedule_item_buffers_outputs_first():
+    (a, _), (b, _) = realized(10), realized(10, seed=1)
+    sched = (a + b).schedule()
+    assert len(sched) == 1
+    si = sched[0]
+    assert len(si.outputs) == 1 and si.outputs[0].size == 10
+    assert {id(x) for x in si.inputs} == {id(a.uop.base.arg), id(b.uop.base.arg)}
+    assert si.ast.op is Ops.SINK
+
+
+def test_empty_output_launches_nothing():
+    x = Tensor.zeros(0, 4)
+    assert kernels_for((x + 1).contiguous()) == 0
+    assert (x + 1).numpy().shape == (0, 4)
+
+
+@pytest.mark.parametrize("shape,axis", [((3, 0), 1), ((0, 5), 0)])
+def test_sum_over_empty_axis_is_zero(shape, axis):
+    x = Tensor.zeros(*shape)
+    np.testing.assert_array_equal(x.sum(axis).numpy(), np.zeros(shape).sum(axis))
