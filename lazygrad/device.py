@@ -121,10 +121,41 @@ class Buffer:
 
 
 class Allocator:
+    """Device memory. Freed blocks are kept per size and handed out again: fresh memory costs page faults
+    (CPU) or driver calls (GPU) on every allocation, and the same sizes come back step after step."""
+
+    def __init__(self, cache_limit: int = getenv("ALLOC_CACHE_MB", 1024) << 20):
+        self.cache: dict[int, list[int]] = {}
+        self.cached_bytes, self.cache_limit = 0, cache_limit
+
     def alloc(self, nbytes: int) -> int:
-        raise NotImplementedError
+        if blocks := self.cache.get(nbytes):
+            self.cached_bytes -= nbytes
+            return blocks.pop()
+        try:
+            return self._alloc(nbytes)
+        except MemoryError:
+            self.free_cache()
+            return self._alloc(nbytes)
 
     def free(self, ptr: int, nbytes: int) -> None:
+        if self.cached_bytes + nbytes <= self.cache_limit:
+            self.cache.setdefault(nbytes, []).append(ptr)
+            self.cached_bytes += nbytes
+        else:
+            self._free(ptr, nbytes)
+
+    def free_cache(self) -> None:
+        for nbytes, blocks in self.cache.items():
+            for ptr in blocks:
+                self._free(ptr, nbytes)
+        self.cache.clear()
+        self.cached_bytes = 0
+
+    def _alloc(self, nbytes: int) -> int:
+        raise NotImplementedError
+
+    def _free(self, ptr: int, nbytes: int) -> None:
         raise NotImplementedError
 
     def copyin(self, dst: int, src: memoryview) -> None:

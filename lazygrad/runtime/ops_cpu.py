@@ -24,13 +24,13 @@ ALIGNMENT = 64  # one cache line; also the widest (AVX-512) vector
 
 
 class CPUAllocator(Allocator):
-    def alloc(self, nbytes: int) -> int:
+    def _alloc(self, nbytes: int) -> int:
         ptr = ctypes.c_void_p()
         if _libc.posix_memalign(ctypes.byref(ptr), ALIGNMENT, max(nbytes, 1)) != 0:
             raise MemoryError(f"CPU: cannot allocate {nbytes} bytes")
         return ptr.value  # type: ignore[return-value]
 
-    def free(self, ptr: int, nbytes: int) -> None:
+    def _free(self, ptr: int, nbytes: int) -> None:
         _libc.free(ptr)
 
     def copyin(self, dst: int, src: memoryview) -> None:

@@ -1,0 +1,83 @@
+"""The CPU runtime: compiler discovery, the disk cache of compiled kernels, and the allocator."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from lazygrad import Context, Device
+from lazygrad.device import Buffer, CompileError, DeviceUnavailable
+from lazygrad.dtype import dtypes
+from lazygrad.runtime.ops_cpu import ClangCompiler, CPUProgram, find_c_compiler
+
+SRC = "void add1(float* restrict out, const float* restrict a) { for (int i = 0; i < 4; i++) out[i] = a[i] + 1.0f; }\n"
+
+
+def test_compile_and_call():
+    compiler = Device["CPU"].compiler
+    prg = CPUProgram("add1", compiler.compile(SRC), 2, 0)
+    a = Buffer("CPU", 4, dtypes.float32).copyin(memoryview(np.arange(4, dtype=np.float32).tobytes()))
+    out = Buffer("CPU", 4, dtypes.float32)
+    prg(out.ptr, a.ptr)
+    assert list(out.as_bytes().cast("f")) == [1.0, 2.0, 3.0, 4.0]
+
+
+def test_compile_error_names_compiler_and_source():
+    with pytest.raises(CompileError, match="failed to compile"):
+        Device["CPU"].compiler.compile("this is not C")
+
+
+def test_missing_compiler_is_a_clear_error(monkeypatch):
+    monkeypatch.setenv("CC", "no-such-compiler-xyz")
+    with pytest.raises(DeviceUnavailable, match="no-such-compiler-xyz"):
+        find_c_compiler()
+
+
+def test_disk_cache_hit_compiles_nothing(tmp_path):
+    # a second process with the same cache database compiles nothing for kernels it has seen
+    code = (
+        "import lazygrad.helpers as h, lazygrad.runtime.ops_cpu as c\n"
+        "calls = []\n"
+        "orig = c.ClangCompiler.compile\n"
+        "c.ClangCompiler.compile = lambda self, src: calls.append(1) or orig(self, src)\n"
+        "from lazygrad import Tensor\n"
+        "print((Tensor([1.0, 2.0, 3.0]) * 7 + 0.5).tolist(), len(calls))\n"
+    )
+    env = {**os.environ, "CACHEDB": str(tmp_path / "cache.db")}
+    first = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout.split()
+    second = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout.split()
+    assert first[-1] != "0" and second[-1] == "0"
+    assert first[:-1] == second[:-1]
+
+
+def test_cachelevel_zero_always_compiles(tmp_path, monkeypatch):
+    compiler = ClangCompiler(find_c_compiler())
+    calls = []
+    monkeypatch.setattr(ClangCompiler, "compile", lambda self, src: calls.append(src) or b"lib")
+    with Context(CACHELEVEL=0):
+        compiler.compile_cached(SRC + "// unique 1\n")
+        compiler.compile_cached(SRC + "// unique 1\n")
+    assert len(calls) == 2
+
+
+def test_allocator_reuses_freed_blocks():
+    alloc = Device["CPU"].allocator
+    b = Buffer("CPU", 1234, dtypes.float32).ensure_allocated()
+    ptr = b.ptr
+    del b
+    c = Buffer("CPU", 1234, dtypes.float32).ensure_allocated()
+    assert c.ptr == ptr
+    assert alloc.cached_bytes >= 0
+
+
+def test_copy_size_mismatch_is_an_error():
+    b = Buffer("CPU", 4, dtypes.float32)
+    with pytest.raises(ValueError, match="16 bytes"):
+        b.copyin(memoryview(b"\x00" * 8))
+
+
+def test_unknown_device_is_a_clear_error():
+    with pytest.raises(ValueError, match="unknown device"):
+        Device.canonicalize("TPU")
