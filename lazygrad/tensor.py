@@ -89,7 +89,8 @@ class Tensor:
         self.grad: Tensor | None = None
         self.requires_grad: bool | None = requires_grad
         if isinstance(data, UOp):
-            self.uop = data
+            # a bound variable becomes a 0-d tensor on a device: its value is passed to kernels at launch
+            self.uop = data if data.op is not Ops.BIND or data.device else data.replace(src=(*data.src, UOp(Ops.DEVICE, arg=device)))
         elif isinstance(data, Tensor):
             self.uop = data.uop
         elif isinstance(data, (bool, int, float)):
@@ -191,23 +192,27 @@ class Tensor:
 
     # *** realizing ***
 
-    def schedule(self, *lst: Tensor) -> list:
+    def schedule_with_vars(self, *lst: Tensor) -> tuple[list, dict[UOp, int]]:
+        """The kernels that compute this tensor (and `lst`), and the variable values they run with."""
         from lazygrad.schedule.kernelize import create_schedule
 
         tensors = (self, *lst)
-        schedule, becomes = create_schedule([t.uop for t in tensors], _realized)
+        schedule, becomes, var_vals = create_schedule([t.uop for t in tensors], _realized)
         for node, view in becomes.items():
             _realized[node] = view
         for t in tensors:
             if t.uop.base in becomes:
                 t.uop = t.uop.substitute({t.uop.base: becomes[t.uop.base]})
-        return schedule
+        return schedule, var_vals
+
+    def schedule(self, *lst: Tensor) -> list:
+        return self.schedule_with_vars(*lst)[0]
 
     def realize(self, *lst: Tensor) -> Tensor:
         """Compute this tensor (and those in `lst`, in the same schedule) into memory. `Tensor.realize(a, b)` works too."""
         from lazygrad.engine.realize import run_schedule
 
-        run_schedule(self.schedule(*lst))
+        run_schedule(*self.schedule_with_vars(*lst))
         return self
 
     def _contiguous_buffer(self) -> Buffer:

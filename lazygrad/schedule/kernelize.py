@@ -176,8 +176,9 @@ class _Planner:
 class _KernelBuilder:
     """Builds the AST of one stored node: its inlined expression with every read as a LOAD through a view."""
 
-    def __init__(self, root: UOp, stored: set[UOp], realized: dict[UOp, UOp], out_bufs: dict[UOp, Buffer]):
+    def __init__(self, root: UOp, stored: set[UOp], realized: dict[UOp, UOp], out_bufs: dict[UOp, Buffer], var_vals: dict[UOp, int]):
         self.root, self.stored, self.realized, self.out_bufs = root, stored, realized, out_bufs
+        self.var_vals = var_vals
         self.bufs: list[Buffer] = [out_bufs[root]]
         self.memo: dict[tuple[UOp, Chain], UOp] = {}
 
@@ -218,7 +219,11 @@ class _KernelBuilder:
             # consts carry their view: it gives the kernel its shape and masks the const where padded
             return UOp(u.op, u.dtype, (UOp(Ops.VIEW, arg=self._view(u.shape, chain)),), u.arg)
         if u.op is Ops.BIND:
-            return u.src[0]
+            # the kernel takes the variable as an argument: one compiled kernel serves every value
+            var, val = u.unbind()
+            if self.var_vals.setdefault(var, val) != val:
+                raise ValueError(f"variable {var.arg[0]} is bound to both {self.var_vals[var]} and {val} in one schedule")
+            return var
         if u.op is Ops.REDUCE_AXIS:
             st = self._view(u.shape, chain)
             assert st.contiguous and st.shape == u.shape, "a fused reduce is only read at its own shape"
@@ -307,8 +312,9 @@ def _merge(items: list[tuple[UOp, list[Buffer]]]) -> tuple[UOp, list[Buffer]]:
     return UOp(Ops.SINK, src=tuple(stores)), bufs
 
 
-def create_schedule(outs: list[UOp], realized: dict[UOp, UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
-    """Kernels that compute `outs`, in execution order, and what each computed node becomes (a buffer view)."""
+def create_schedule(outs: list[UOp], realized: dict[UOp, UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp], dict[UOp, int]]:
+    """Kernels that compute `outs` in execution order, what each computed node becomes (a buffer view),
+    and the values of the variables the kernels take as arguments."""
     planner = _Planner(outs, realized)
     planner.decide()
     stored = [n for n in planner.order if n in planner.stored]
@@ -321,9 +327,10 @@ def create_schedule(outs: list[UOp], realized: dict[UOp, UOp]) -> tuple[list[Sch
         out_bufs[n] = buf
         becomes[n] = UOp.buffer_view(buf, n.shape)
     kernels: list[tuple[UOp, list[Buffer]]] = []
+    var_vals: dict[UOp, int] = {}
     producer: dict[int, int] = {}  # id(buffer) -> kernel index
     for n in stored:
-        kb = _KernelBuilder(n, planner.stored, realized, out_bufs)
+        kb = _KernelBuilder(n, planner.stored, realized, out_bufs, var_vals)
         ast = kb.kernel()
         producer[id(out_bufs[n])] = len(kernels)
         kernels.append((ast, kb.bufs))
@@ -342,4 +349,4 @@ def create_schedule(outs: list[UOp], realized: dict[UOp, UOp]) -> tuple[list[Sch
     schedule.sort(key=lambda x: x[0])
     if DEBUG >= 1 and schedule:
         print(f"scheduled {len(schedule)} kernels for {len(stored)} stored nodes")
-    return [si for _, si in schedule], becomes
+    return [si for _, si in schedule], becomes, var_vals

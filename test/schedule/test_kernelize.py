@@ -137,3 +137,22 @@ def test_empty_output_launches_nothing():
 def test_sum_over_empty_axis_is_zero(shape, axis):
     x = Tensor.zeros(*shape)
     np.testing.assert_array_equal(x.sum(axis).numpy(), np.zeros(shape).sum(axis))
+
+
+def test_bound_variable_is_a_kernel_argument():
+    from lazygrad.engine.realize import get_runner
+    from lazygrad.uop.ops import UOp
+
+    x, xn = realized(16)
+    v = UOp.variable("step", 0, 100)
+    srcs = []
+    for val in (3, 42):
+        out = x * Tensor(v.bind(val)).cast(x.dtype)
+        sched, var_vals = out.schedule_with_vars()
+        assert var_vals == {v: val}
+        srcs.append(get_runner("CPU", sched[0].ast).spec.src)
+        from lazygrad.engine.realize import run_schedule
+
+        run_schedule(sched, var_vals)
+        np.testing.assert_allclose(out.numpy(), xn * val, rtol=1e-6)
+    assert srcs[0] == srcs[1] and "const int step" in srcs[0]
