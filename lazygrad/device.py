@@ -95,6 +95,10 @@ class Buffer:
     def ptr(self) -> int:
         return self.ensure_allocated()._ptr  # type: ignore[return-value]
 
+    def alias(self) -> Buffer:
+        """Another Buffer object for the same memory (a new identity for the graph, no copy)."""
+        return Buffer(self.device, self.size, self.dtype, external=self, external_ptr=self.ptr)
+
     def copyin(self, src: memoryview) -> Buffer:
         if src.nbytes != self.nbytes:
             raise ValueError(f"copyin of {src.nbytes} bytes into a buffer of {self.nbytes} bytes")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import struct
 import weakref
@@ -71,11 +72,12 @@ class Tensor:
     """A lazy n-dimensional array on a device, with PyTorch/tinygrad names."""
 
     training: bool = False
-    no_grad: bool = False
+    _grad_disabled: int = 0  # depth of nested no_grad blocks
     _seed: int = 0
     _rng_counter: int = 0
+    _graph_freed: weakref.WeakSet = weakref.WeakSet()
 
-    __slots__ = ("uop", "requires_grad", "grad", "__weakref__")
+    __slots__ = ("uop", "_requires_grad", "grad", "__weakref__")
 
     def __init__(
         self,
@@ -87,7 +89,7 @@ class Tensor:
         dtype = to_dtype(dtype) if dtype is not None else None
         device = Device.canonicalize(device)
         self.grad: Tensor | None = None
-        self.requires_grad: bool | None = requires_grad
+        self._requires_grad: bool | None = None
         if isinstance(data, UOp):
             # a bound variable becomes a 0-d tensor on a device: its value is passed to kernels at launch
             self.uop = data if data.op is not Ops.BIND or data.device else data.replace(src=(*data.src, UOp(Ops.DEVICE, arg=device)))
@@ -120,6 +122,102 @@ class Tensor:
             raise TypeError(f"cannot make a Tensor from {type(data).__name__}")
         if dtype is not None and self.dtype != dtype:
             self.uop = self.cast(dtype).uop
+        if requires_grad is not None:
+            self.requires_grad = requires_grad
+        elif Tensor._grad_disabled and isinstance(data, UOp) and data.op not in (Ops.BUFFER, Ops.DETACH) and _grad_leaves:
+            # made under no_grad: no gradient may flow back through it later
+            self.uop = UOp(Ops.DETACH, self.uop.dtype, (self.uop,))
+
+    # *** autograd ***
+
+    @property
+    def requires_grad(self) -> bool:
+        """As in torch: set on leaves (parameters); a computed tensor requires grad if a leaf it depends on does."""
+        if self._requires_grad is not None:
+            return self._requires_grad
+        if Tensor._grad_disabled or not _grad_leaves:
+            return False
+        graph = self.uop.toposort
+        return any(t.uop in graph for t in _grad_leaves if t is not self)
+
+    @requires_grad.setter
+    def requires_grad(self, value: bool) -> None:
+        if value and not dtypes.is_float(self.dtype):
+            raise TypeError(f"only floating point tensors can require gradients, not {self.dtype}")
+        self._requires_grad = value
+        if value:
+            _grad_leaves.add(self)
+        else:
+            _grad_leaves.discard(self)
+
+    def requires_grad_(self, value: bool = True) -> Tensor:
+        self.requires_grad = value
+        return self
+
+    def gradient(self, *targets: Tensor, gradient: Tensor | None = None) -> list[Tensor]:
+        """d(self)/d(target) for each target, as lazy tensors (zeros where self does not depend on a target)."""
+        from lazygrad.gradient import compute_gradient
+
+        seed = self._seed_gradient(gradient)
+        grads = compute_gradient(self.uop, seed, {t.uop for t in targets})
+        return [grads[t.uop] if t.uop in grads else t.zeros_like() for t in targets]
+
+    def _seed_gradient(self, gradient: Tensor | None) -> Tensor:
+        if not dtypes.is_float(self.dtype):
+            raise TypeError(f"cannot differentiate a {self.dtype} tensor; only floating point results have gradients")
+        if gradient is None:
+            if self.numel() != 1:
+                raise ValueError(f"backward of a non-scalar (shape {self.shape}) needs an explicit gradient of that shape")
+            return Tensor.ones(self.shape, dtype=self.dtype, device=self.device)
+        if gradient.shape != self.shape:
+            raise ValueError(f"gradient shape {gradient.shape} does not match the tensor's shape {self.shape}")
+        return gradient
+
+    def backward(self, gradient: Tensor | None = None, retain_graph: bool = False) -> Tensor:
+        """Accumulate d(self)/d(leaf) into `.grad` of every leaf that requires grad and that self depends on."""
+        from lazygrad.gradient import compute_gradient
+
+        if self in Tensor._graph_freed:
+            raise RuntimeError("backward through this graph a second time: its gradients were already taken; "
+                               "pass retain_graph=True to the first backward() to allow it")
+        seed = self._seed_gradient(gradient)
+        graph = self.uop.toposort
+        leaves = [t for t in list(_grad_leaves) if t.uop in graph]
+        if not leaves:
+            raise RuntimeError("backward: the tensor does not depend on any tensor with requires_grad=True")
+        grads = compute_gradient(self.uop, seed, {t.uop for t in leaves})
+        for t in leaves:
+            if (g := grads.get(t.uop)) is not None:
+                t.grad = g if t.grad is None else t.grad + g
+        if not retain_graph:
+            Tensor._graph_freed.add(self)
+        return self
+
+    @staticmethod
+    def no_grad() -> _GradMode:
+        """Context manager and decorator: tensors made inside never pass gradients back."""
+        return _GradMode()
+
+    @staticmethod
+    def train(mode: bool = True) -> _TrainMode:
+        """Context manager and decorator setting `Tensor.training` (dropout, batchnorm statistics)."""
+        return _TrainMode(mode)
+
+    def assign(self, x: Any) -> Tensor:
+        """Write x into this tensor's memory (in place, lazily: it happens at the next realize)."""
+        x = x if isinstance(x, Tensor) else Tensor.full(self.shape, x, dtype=self.dtype, device=self.device)
+        if x.shape != self.shape or x.dtype != self.dtype or x.device != self.device:
+            raise ValueError(f"assign needs the same shape, dtype and device: target {self.shape} {self.dtype} {self.device}, "
+                             f"value {x.shape} {x.dtype} {x.device}")
+        if self._plain_buffer() is None:
+            if self.uop.is_realized:
+                raise NotImplementedError("assign into a view of a buffer (a slice, transpose, ...) is not supported yet")
+            self.uop = x.uop  # nothing stored yet: the tensor simply becomes x
+        else:
+            if _reads_shifted(x.uop, self.uop.base):
+                x = x.contiguous()  # the value reads this memory at other positions: compute it elsewhere first
+            self.uop = UOp(Ops.ASSIGN, self.dtype, (self.uop, x.uop))
+        return self
 
     @staticmethod
     def _from_numpy(arr: Any, device: str, dtype: DType | None) -> UOp:
@@ -1131,6 +1229,40 @@ class Tensor:
     def logsumexp(self, axis: int = -1, keepdim: bool = False) -> Tensor:
         m = self.max(axis, keepdim=True)
         return ((self - m).exp().sum(axis, keepdim=True).log() + m).squeeze(axis) if not keepdim else (self - m).exp().sum(axis, keepdim=True).log() + m
+
+
+_grad_leaves: weakref.WeakSet[Tensor] = weakref.WeakSet()
+
+
+def _reads_shifted(value: UOp, buffer: UOp) -> bool:
+    """True if `value` reads `buffer` through a view other than a reshape (then an in-place write would race)."""
+    for x in value.toposort:
+        if x.op in GroupOp.Movement and x.base is buffer:
+            node = x
+            while node is not buffer:
+                if node.op is not Ops.RESHAPE:
+                    return True
+                node = node.src[0]
+    return False
+
+
+class _GradMode(contextlib.ContextDecorator):
+    def __enter__(self) -> None:
+        Tensor._grad_disabled += 1
+
+    def __exit__(self, *exc: Any) -> None:
+        Tensor._grad_disabled -= 1
+
+
+class _TrainMode(contextlib.ContextDecorator):
+    def __init__(self, mode: bool):
+        self.mode = mode
+
+    def __enter__(self) -> None:
+        self.prev, Tensor.training = Tensor.training, self.mode
+
+    def __exit__(self, *exc: Any) -> None:
+        Tensor.training = self.prev
 
 
 def _reduced_shape(shape: tuple[int, ...], axis: Any, keepdim: bool) -> tuple[int, ...]:

@@ -82,7 +82,7 @@ class _Planner:
             if not self.leaf(o.base):
                 self.stored.add(o.base)
         for n in self.order:
-            if n.op in (Ops.CONTIGUOUS, Ops.COPY, Ops.REDUCE_AXIS):
+            if n.op in (Ops.CONTIGUOUS, Ops.COPY, Ops.REDUCE_AXIS, Ops.ASSIGN) and not self.leaf(n):
                 self.stored.add(n)
         expanded_by_reduce = self._expanded_by_reduce()
         # reverse topological order: every consumer's kernel membership is final before its sources are decided
@@ -179,6 +179,7 @@ class _KernelBuilder:
     def __init__(self, root: UOp, stored: set[UOp], realized: dict[UOp, UOp], out_bufs: dict[UOp, Buffer], var_vals: dict[UOp, int]):
         self.root, self.stored, self.realized, self.out_bufs = root, stored, realized, out_bufs
         self.var_vals = var_vals
+        self.reads: set[UOp] = set()  # stored nodes and buffers this kernel loads (which value of a buffer it needs)
         self.bufs: list[Buffer] = [out_bufs[root]]
         self.memo: dict[tuple[UOp, Chain], UOp] = {}
 
@@ -212,8 +213,10 @@ class _KernelBuilder:
         if u.op in GroupOp.Movement:
             return self.build(u.src[0], ((u.op, u.arg),) + chain)
         if u.op is Ops.BUFFER:
+            self.reads.add(u)
             return self._load(u.arg, u.shape, chain, u.dtype)
         if u is not self.root and u in self.stored:
+            self.reads.add(u)
             return self._load(self.out_bufs[u], u.shape, chain, u.dtype)
         if u.op in (Ops.CONST, Ops.IOTA):
             # consts carry their view: it gives the kernel its shape and masks the const where padded
@@ -250,7 +253,7 @@ class _KernelBuilder:
         # a kernel with a fused reduce iterates in the reduce's (keepdim) shape, whatever shape its output has
         space = self._fused_reduce_shape()
         chain: Chain = ((Ops.RESHAPE, space),) if space is not None and space != root.shape else ()
-        value = self.build(root.src[0] if root.op in (Ops.CONTIGUOUS, Ops.DETACH) else root, chain)
+        value = self.build(root.src[1] if root.op is Ops.ASSIGN else root.src[0] if root.op in (Ops.CONTIGUOUS, Ops.DETACH) else root, chain)
         g = UOp(Ops.DEFINE_GLOBAL, root.dtype.ptr(prod(root.shape)), arg=0)
         st = self._view(root.shape, chain)
         return UOp(Ops.SINK, src=(UOp(Ops.STORE, dtypes.void, (g, UOp(Ops.VIEW, arg=st), value)),))
@@ -312,6 +315,27 @@ def _merge(items: list[tuple[UOp, list[Buffer]]]) -> tuple[UOp, list[Buffer]]:
     return UOp(Ops.SINK, src=tuple(stores)), bufs
 
 
+def _levels(stored: list[UOp], reads: list[set[UOp]]) -> list[int]:
+    """A kernel runs after the kernels whose outputs it reads, and an in-place write (ASSIGN) runs after every
+    kernel that reads the old contents of its buffer. Kernels on the same level are independent of each other."""
+    kernel_of = {n: i for i, n in enumerate(stored)}
+    deps: list[set[int]] = [{kernel_of[x] for x in r if x in kernel_of} for r in reads]
+    for i, n in enumerate(stored):
+        if n.op is Ops.ASSIGN:
+            target = n.src[0].base.arg
+            deps[i] |= {j for j, r in enumerate(reads) if j != i and any(x.op is Ops.BUFFER and x.arg is target for x in r)}
+    level: dict[int, int] = {}
+
+    def visit(i: int, path: tuple[int, ...] = ()) -> int:
+        if i not in level:
+            if i in path:
+                raise RuntimeError("an assign and a read of the same buffer depend on each other; realize one first")
+            level[i] = 1 + max((visit(j, path + (i,)) for j in deps[i]), default=-1)
+        return level[i]
+
+    return [visit(i) for i in range(len(stored))]
+
+
 def create_schedule(outs: list[UOp], realized: dict[UOp, UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp], dict[UOp, int]]:
     """Kernels that compute `outs` in execution order, what each computed node becomes (a buffer view),
     and the values of the variables the kernels take as arguments."""
@@ -323,22 +347,22 @@ def create_schedule(outs: list[UOp], realized: dict[UOp, UOp]) -> tuple[list[Sch
     for n in stored:
         if n.op is Ops.COPY:
             raise NotImplementedError("copies between devices are not supported yet")
-        buf = Buffer(n.device, prod(n.shape), n.dtype)
-        out_bufs[n] = buf
-        becomes[n] = UOp.buffer_view(buf, n.shape)
+        if n.op is Ops.ASSIGN:
+            # written in place; later graphs see the new value through a fresh alias of the same memory
+            target = n.src[0].base.arg
+            out_bufs[n] = target
+            becomes[n] = UOp.buffer_view(target.alias(), n.shape)
+        else:
+            out_bufs[n] = Buffer(n.device, prod(n.shape), n.dtype)
+            becomes[n] = UOp.buffer_view(out_bufs[n], n.shape)
     kernels: list[tuple[UOp, list[Buffer]]] = []
+    reads: list[set[UOp]] = []
     var_vals: dict[UOp, int] = {}
-    producer: dict[int, int] = {}  # id(buffer) -> kernel index
     for n in stored:
         kb = _KernelBuilder(n, planner.stored, realized, out_bufs, var_vals)
-        ast = kb.kernel()
-        producer[id(out_bufs[n])] = len(kernels)
-        kernels.append((ast, kb.bufs))
-    # levels: a kernel runs after everything it reads; same-level kernels are independent of each other
-    level: list[int] = []
-    for ast, bufs in kernels:
-        deps = [level[producer[id(b)]] for b in bufs[1:] if id(b) in producer]
-        level.append(1 + max(deps, default=-1))
+        kernels.append((kb.kernel(), kb.bufs))
+        reads.append(kb.reads)
+    level = _levels(stored, reads)
     groups: dict[tuple, list[int]] = {}
     for i, (ast, _) in enumerate(kernels):
         groups.setdefault((level[i], _signature(ast)), []).append(i)

@@ -1,0 +1,114 @@
+"""Reverse-mode autodiff on the tensor graph: gradients are lazy graphs too, and fuse like everything else.
+
+Derivative rules are data: one entry per op, mapping (incoming gradient, the node, its sources, its output) to
+one gradient per source (None where the source gets no gradient). Rules are written with Tensor methods so
+broadcasting, dtypes and shapes stay right without repeating that logic here.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Callable
+
+from lazygrad.helpers import argsort
+from lazygrad.uop.ops import GroupOp, Ops, UOp
+
+if TYPE_CHECKING:
+    from lazygrad.tensor import Tensor
+
+Grads = tuple["Tensor | None", ...]
+
+
+def _reduce_grad(g: Tensor, node: UOp, x: Tensor, out: Tensor) -> Grads:
+    op, axes = node.arg
+    if op is Ops.ADD:
+        return (g.expand(x.shape),)
+    if op is Ops.MAX:
+        # ties share the gradient equally, like torch.amax
+        hit = (x == out.expand(x.shape)).cast(g.dtype)
+        return (hit * (g / hit.sum(axes, keepdim=True)).expand(x.shape),)
+    if op is Ops.MUL:
+        return ((g * out).expand(x.shape) / x,)
+    raise NotImplementedError(f"no derivative for reduce {op}")
+
+
+def _expand_grad(g: Tensor, node: UOp, x: Tensor) -> Grads:
+    axes = tuple(i for i, (a, b) in enumerate(zip(x.shape, node.shape)) if a != b)
+    return (g.sum(axes, keepdim=True, dtype=g.dtype),)
+
+
+def _max_grad(g: Tensor, node: UOp, a: Tensor, b: Tensor) -> Grads:
+    # torch.maximum splits the gradient evenly where a == b
+    ga = (a > b).where(g, (a == b).where(g * 0.5, 0.0))
+    gb = (b > a).where(g, (a == b).where(g * 0.5, 0.0))
+    return (ga, gb)
+
+
+def _pow_grad(g: Tensor, node: UOp, a: Tensor, b: Tensor, out: Tensor) -> Grads:
+    ga = g * b * a.pow(b - 1)
+    # d/db a**b = a**b * log(a); 0 where a == 0 (torch's convention for the limit)
+    gb = (a == 0).where(0.0, g * out * a.log())
+    return (ga, gb)
+
+
+LN2 = math.log(2)
+
+# op -> rule(g, node, *sources as Tensors[, output as Tensor])
+grad_rules: dict[Ops, Callable[..., Grads]] = {
+    Ops.ADD: lambda g, n, a, b: (g, g),
+    Ops.SUB: lambda g, n, a, b: (g, -g),
+    Ops.MUL: lambda g, n, a, b: (g * b, g * a),
+    Ops.FDIV: lambda g, n, a, b: (g / b, -g * a / (b * b)),
+    Ops.NEG: lambda g, n, a: (-g,),
+    Ops.RECIP: lambda g, n, a, out: (-g * out * out,),
+    Ops.SQRT: lambda g, n, a, out: (g / (out * 2),),
+    Ops.EXP2: lambda g, n, a, out: (g * out * LN2,),
+    Ops.LOG2: lambda g, n, a: (g / (a * LN2),),
+    Ops.SIN: lambda g, n, a: (g * a.cos(),),
+    Ops.TRUNC: lambda g, n, a: (g.zeros_like(),),
+    Ops.MAX: _max_grad,
+    Ops.POW: _pow_grad,
+    Ops.WHERE: lambda g, n, c, a, b: (None, c.where(g, 0.0), c.where(0.0, g)),
+    Ops.CAST: lambda g, n, a: (g.cast(a.dtype),),
+    Ops.RESHAPE: lambda g, n, a: (g.reshape(a.shape),),
+    Ops.PERMUTE: lambda g, n, a: (g.permute(argsort(n.arg)),),
+    Ops.EXPAND: _expand_grad,
+    Ops.PAD: lambda g, n, a: (g.shrink(tuple((lo, lo + s) for s, (lo, _) in zip(a.shape, n.arg))),),
+    Ops.SHRINK: lambda g, n, a: (g.pad(tuple((lo, s - hi) for s, (lo, hi) in zip(a.shape, n.arg))),),
+    Ops.FLIP: lambda g, n, a: (g.flip(tuple(i for i, f in enumerate(n.arg) if f)),),
+    Ops.REDUCE_AXIS: _reduce_grad,
+    Ops.CONTIGUOUS: lambda g, n, a: (g,),
+}
+_USES_OUTPUT = {Ops.RECIP, Ops.SQRT, Ops.EXP2, Ops.POW, Ops.REDUCE_AXIS}
+# ops whose result is piecewise constant or not a number: no gradient flows through them
+_NO_GRAD = GroupOp.Comparison | {Ops.IDIV, Ops.MOD, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR, Ops.BITCAST, Ops.DETACH}
+
+
+def compute_gradient(root: UOp, root_grad: Tensor, targets: set[UOp]) -> dict[UOp, Tensor]:
+    """d(root)/d(target) for each target reachable from root, as lazy Tensors (weighted by root_grad)."""
+    from lazygrad.tensor import Tensor
+
+    topo = list(root.toposort)
+    # only nodes on a path to a target carry gradient
+    reaches: dict[UOp, bool] = {}
+    for n in topo:
+        reaches[n] = n in targets or (n.op not in _NO_GRAD and any(reaches[s] for s in n.src))
+    grads: dict[UOp, Tensor] = {root: root_grad}
+    for node in reversed(topo):
+        g = grads.get(node)
+        if g is None or not reaches[node] or node.op in _NO_GRAD:
+            continue
+        rule = grad_rules.get(node.op)
+        if rule is None:
+            if node.op in (Ops.BUFFER, Ops.CONST, Ops.IOTA, Ops.DEVICE, Ops.BIND):
+                continue
+            raise NotImplementedError(f"no derivative rule for {node.op}")
+        srcs = [Tensor(s) for s in node.src]
+        extra = (Tensor(node),) if node.op in _USES_OUTPUT else ()
+        for s, sg in zip(node.src, rule(g, node, *srcs, *extra)):
+            if sg is None or not reaches[s]:
+                continue
+            if sg.shape != s.shape:
+                raise AssertionError(f"gradient of {node.op} has shape {sg.shape}, expected {s.shape}")
+            grads[s] = grads[s] + sg if s in grads else sg
+    return {t: grads[t] for t in targets if t in grads}
