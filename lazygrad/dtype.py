@@ -120,7 +120,12 @@ class dtypes:
         if isinstance(x, float):
             return dtypes.default_float
         if isinstance(x, int):
-            return dtypes.default_int
+            # an int the default int cannot hold widens (as torch makes every Python int an int64) instead of wrapping
+            if dtypes.min(dtypes.default_int) <= x <= dtypes.max(dtypes.default_int):
+                return dtypes.default_int
+            if dtypes.min(dtypes.int64) <= x <= dtypes.max(dtypes.int64):
+                return dtypes.int64
+            raise ValueError(f"integer {x} does not fit in int64")
         if isinstance(x, (list, tuple)):
             return max((dtypes.from_py(v) for v in x), default=dtypes.default_float)
         raise TypeError(f"cannot infer a dtype from {type(x).__name__} value {x!r}")

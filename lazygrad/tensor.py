@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import struct
 import weakref
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from lazygrad.device import Buffer, Device
 from lazygrad.dtype import (
@@ -19,7 +20,7 @@ from lazygrad.dtype import (
     sum_acc_dtype,
     to_dtype,
 )
-from lazygrad.helpers import argfix, prod
+from lazygrad.helpers import argfix, ceildiv, flatten, make_tuple, prod
 from lazygrad.uop.ops import GroupOp, Ops, UOp, pretty_print
 
 # computed nodes that have been realized -> the buffer view that holds their value; consulted by the scheduler
@@ -299,8 +300,10 @@ class Tensor:
         for node, view in becomes.items():
             _realized[node] = view
         for t in tensors:
-            if t.uop.base in becomes:
-                t.uop = t.uop.substitute({t.uop.base: becomes[t.uop.base]})
+            # a node realized by an earlier schedule (the same graph built twice is the same UOp) is not in `becomes`
+            view = becomes.get(t.uop.base, _realized.get(t.uop.base))
+            if view is not None:
+                t.uop = t.uop.substitute({t.uop.base: view})
         return schedule, var_vals
 
     def schedule(self, *lst: Tensor) -> list:
@@ -335,7 +338,8 @@ class Tensor:
         raw = t.data()
         if t.numel() == 0:
             return []
-        return list(raw.cast(t.dtype.fmt))  # type: ignore[arg-type]
+        # struct, not memoryview.cast: cast has no float16 ("e") format
+        return list(struct.unpack(f"{t.numel()}{t.dtype.fmt}", raw))
 
     def tolist(self) -> Any:
         values = self._python_values()
@@ -624,6 +628,8 @@ class Tensor:
         return self.reshape(tuple(s for i, s in enumerate(self.shape) if not (i in axes and s == 1)))
 
     def unsqueeze(self, dim: int) -> Tensor:
+        if not -self.ndim - 1 <= dim <= self.ndim:
+            raise IndexError(f"unsqueeze dim {dim} is out of range [{-self.ndim - 1}, {self.ndim}] for a tensor with {self.ndim} dimensions")
         d = _axes(dim, self.ndim + 1)[0]
         return self.reshape(self.shape[:d] + (1,) + self.shape[d:])
 
@@ -728,7 +734,12 @@ class Tensor:
 
     def _floordiv(self, b: Tensor) -> Tensor:
         if dtypes.is_float(self.dtype):
-            return self._alu(Ops.FDIV, b).floor()
+            # through the remainder, as torch does, so that a == (a // b) * b + a % b as closely as floats allow:
+            # floor(a / b) alone gives 10 for 1.0 // 0.1, where the remainder says 9
+            d = (self - self._mod(b))._alu(Ops.FDIV, b)
+            q = d.floor()
+            q = (d - q > 0.5).where(q + 1, q)
+            return (b == 0).where(self._alu(Ops.FDIV, b), q)
         q = self._alu(Ops.IDIV, b)
         # C truncates toward zero; floor needs one less when the signs differ and the division is inexact
         if dtypes.is_unsigned(self.dtype):
@@ -744,12 +755,14 @@ class Tensor:
     def mod(self, x: Any, reverse: bool = False) -> Tensor:
         """Remainder with the sign of the divisor, like torch.remainder and Python's %."""
         a, b = self._broadcasted(x, reverse)
-        if dtypes.is_float(a.dtype):
-            return a - a._alu(Ops.FDIV, b).floor() * b
-        r = a._alu(Ops.MOD, b)
-        if dtypes.is_unsigned(a.dtype):
-            return r
-        fix = r._alu(Ops.CMPNE, r.zeros_like()) & (r < 0)._alu(Ops.CMPNE, (b < 0))
+        return a._mod(b)
+
+    def _mod(self, b: Tensor) -> Tensor:
+        if dtypes.is_unsigned(self.dtype):
+            return self._alu(Ops.MOD, b)
+        # C's % keeps the dividend's sign, and so can the float formula when a/b rounds up to an integer
+        r = self - self._alu(Ops.FDIV, b).floor() * b if dtypes.is_float(self.dtype) else self._alu(Ops.MOD, b)
+        fix = (r != 0) & ((r < 0) != (b < 0))
         return fix.where(r + b, r)
 
     def fmod(self, x: Any) -> Tensor:
@@ -808,11 +821,14 @@ class Tensor:
         a, b = self._broadcasted(x, reverse=True)
         return a._alu(Ops.CMPLT, b)
 
+    # not(a < b) would be one op, but every comparison with NaN is false, so floats need (a > b) | (a == b)
     def __ge__(self, x: Any) -> Tensor:  # type: ignore[override]
-        return (self < x).logical_not()
+        a, b = self._broadcasted(x)
+        return (b < a) | (a == b) if dtypes.is_float(a.dtype) else (a < b).logical_not()
 
     def __le__(self, x: Any) -> Tensor:  # type: ignore[override]
-        return (self > x).logical_not()
+        a, b = self._broadcasted(x)
+        return (a < b) | (a == b) if dtypes.is_float(a.dtype) else (b < a).logical_not()
 
     def __eq__(self, x: Any) -> Tensor:  # type: ignore[override]
         a, b = self._broadcasted(x)
@@ -953,6 +969,13 @@ class Tensor:
         x = self.cast(least_upper_float(self.dtype))
         return x._alu(op)
 
+    def _in_float32(self, fn: Any) -> Tensor:
+        """Composite math on float16/bfloat16 runs in float32 and rounds once, as torch does; each rounding to half
+        inside a composite (x * log2(e) before exp2, pi/2 - x before sin) would cost several ulps of the result."""
+        if self.dtype in (dtypes.float16, dtypes.bfloat16):
+            return fn(self.float()).cast(self.dtype)
+        return fn(self.cast(least_upper_float(self.dtype)))
+
     def neg(self) -> Tensor:
         if self.dtype == dtypes.bool:
             raise TypeError("negation of a bool tensor is not supported; use logical_not or ~")
@@ -974,23 +997,22 @@ class Tensor:
         return self._float_unary(Ops.LOG2)
 
     def exp(self) -> Tensor:
-        return self.cast(least_upper_float(self.dtype)).mul(1 / math.log(2)).exp2()
+        return self._in_float32(lambda x: x.mul(1 / math.log(2)).exp2())
 
     def log(self) -> Tensor:
-        return self.log2().mul(math.log(2))
+        return self._in_float32(lambda x: x.log2().mul(math.log(2)))
 
     def log10(self) -> Tensor:
-        return self.log2().mul(math.log10(2))
+        return self._in_float32(lambda x: x.log2().mul(math.log10(2)))
 
     def sin(self) -> Tensor:
         return self._float_unary(Ops.SIN)
 
     def cos(self) -> Tensor:
-        x = self.cast(least_upper_float(self.dtype))
-        return (math.pi / 2 - x).sin()
+        return self._in_float32(lambda x: (math.pi / 2 - x).sin())
 
     def tan(self) -> Tensor:
-        return self.sin() / self.cos()
+        return self._in_float32(lambda x: x.sin() / x.cos())
 
     def square(self) -> Tensor:
         return self * self
@@ -1027,7 +1049,7 @@ class Tensor:
     def sign(self) -> Tensor:
         one, zero = self.ones_like(), self.zeros_like()
         s = (self > 0).where(one, (self < 0).where(-one if not dtypes.is_unsigned(self.dtype) else zero, zero))
-        return s + self * 0 if dtypes.is_float(self.dtype) else s  # NaN stays NaN
+        return self.isnan().where(self, s) if dtypes.is_float(self.dtype) else s  # NaN stays NaN, like numpy
 
     def clip(self, min_: Any = None, max_: Any = None) -> Tensor:
         if min_ is None and max_ is None:
@@ -1045,29 +1067,20 @@ class Tensor:
         return self.maximum(0)
 
     def sigmoid(self) -> Tensor:
-        return (1 + (-self).exp()).reciprocal()
+        return self._in_float32(lambda x: (1 + (-x).exp()).reciprocal())
 
     def tanh(self) -> Tensor:
-        x = self.cast(least_upper_float(self.dtype))
-        t = (x.abs() * -2).exp()
-        r = (1 - t) / (1 + t)
-        return (x < 0).where(-r, r)
+        return self._in_float32(_tanh)
 
     def erf(self) -> Tensor:
-        """Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7), odd-extended."""
-        x = self.cast(least_upper_float(self.dtype))
-        a = x.abs()
-        t = 1 / (1 + 0.3275911 * a)
-        poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
-        y = 1 - poly * (-a * a).exp()
-        return (x < 0).where(-y, y)
+        return self._in_float32(_erf)
 
     def gelu(self, approximate: str = "none") -> Tensor:
         if approximate == "tanh":
-            return 0.5 * self * (1 + (math.sqrt(2 / math.pi) * (self + 0.044715 * self * self * self)).tanh())
+            return self._in_float32(lambda x: 0.5 * x * (1 + (math.sqrt(2 / math.pi) * (x + 0.044715 * x * x * x)).tanh()))
         if approximate != "none":
             raise ValueError(f"gelu approximate must be 'none' or 'tanh', not {approximate!r}")
-        return 0.5 * self * (1 + (self * (1 / math.sqrt(2))).erf())
+        return self._in_float32(lambda x: 0.5 * x * (1 + (x * (1 / math.sqrt(2))).erf()))
 
     def silu(self) -> Tensor:
         return self * self.sigmoid()
@@ -1075,9 +1088,11 @@ class Tensor:
     swish = silu
 
     def softplus(self, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
-        bx = self * beta
-        soft = (1 + bx.exp()).log() * (1 / beta)
-        return (bx > threshold).where(self, soft)
+        def fn(x: Tensor) -> Tensor:
+            bx = x * beta
+            return (bx > threshold).where(x, (1 + bx.exp()).log() * (1 / beta))
+
+        return self._in_float32(fn)
 
     def leaky_relu(self, neg_slope: float = 0.01) -> Tensor:
         return (self < 0).where(self * neg_slope, self)
@@ -1134,6 +1149,9 @@ class Tensor:
             raise ValueError(f"max/min over a zero-size dimension of shape {self.shape} has no identity")
         if not axes:
             return self
+        if any(self.shape[a] == 0 for a in axes):
+            # an empty reduce is its identity; codegen never sees a loop over zero elements
+            return Tensor.full(_reduced_shape(self.shape, axes, keepdim), 0 if op is Ops.ADD else 1, dtype=self.dtype, device=self.device)
         out = Tensor(UOp(Ops.REDUCE_AXIS, self.dtype, (self.uop,), (op, axes)))
         return out if keepdim else out.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
 
@@ -1184,6 +1202,8 @@ class Tensor:
         if n == 0:
             raise ValueError(f"argmax/argmin over a zero-size dimension of shape {self.shape}")
         is_max = x == x.max(d, keepdim=True)
+        if dtypes.is_float(x.dtype):
+            is_max = is_max | x.isnan()  # max is NaN where one is: like torch, the first NaN wins
         # the first maximal index wins: score n - i for maxima, 0 elsewhere
         rev = (Tensor.arange(n, 0, -1, device=self.device)).reshape((n,) + (1,) * (self.ndim - d - 1))
         score = is_max.where(rev, 0).max(d, keepdim=keepdim)
@@ -1217,26 +1237,353 @@ class Tensor:
     def matmul(self, w: Tensor) -> Tensor:
         return self.dot(w)
 
+    def linear(self, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+        """x @ weight.T + bias, with weight (out_features, in_features) as in torch."""
+        if weight.ndim not in (1, 2) or self.ndim == 0 or self.shape[-1] != weight.shape[-1]:
+            raise ValueError(f"linear: input shape {self.shape} does not match weight shape {weight.shape} "
+                             "(weight must be (out_features, in_features) or (in_features,))")
+        out = self.dot(weight.T)
+        return out if bias is None else out + bias
+
+    def sequential(self, layers: Sequence[Callable[[Tensor], Tensor]]) -> Tensor:
+        return functools.reduce(lambda x, f: f(x), layers, self)
+
+    # *** convolution and pooling: a sliding-window view made of movement ops, then one reduce ***
+
+    def _pool(self, kernel: tuple[int, ...], stride: int | Sequence[int] = 1, dilation: int | Sequence[int] = 1) -> Tensor:
+        """View (..., *spatial) as (..., *out, *kernel): every window, without copying."""
+        nk = len(kernel)
+        s_, d_ = make_tuple(stride, nk), make_tuple(dilation, nk)
+        if len(s_) != nk or len(d_) != nk:
+            raise ValueError(f"kernel {kernel}, stride {s_} and dilation {d_} need one entry per spatial dimension")
+        if any(k < 1 for k in kernel) or any(s < 1 for s in s_) or any(d < 1 for d in d_):
+            raise ValueError(f"kernel {kernel}, stride {s_} and dilation {d_} must be positive")
+        batch, i_ = self.shape[:-nk], self.shape[-nk:]
+        if any(d * (k - 1) + 1 > i for k, d, i in zip(kernel, d_, i_)):
+            raise ValueError(f"kernel {kernel} with dilation {d_} is larger than the (padded) input {i_}")
+        o_ = [ceildiv(i - d * (k - 1), s) for i, d, k, s in zip(i_, d_, kernel, s_)]
+        nb = len(batch)
+        keep: list[tuple[int, int] | None] = [None] * nb
+        # repeat each spatial dim k times with period i*f+d: window j of copy t starts at j + t*d after the reshape
+        f_ = [1 + int(o * s > i - d * (k - 1)) for o, s, i, d, k in zip(o_, s_, i_, d_, kernel)]
+        x = self.repeat([1] * nb + [ceildiv(k * (i * f + d), i) for k, i, d, f in zip(kernel, i_, d_, f_)])
+        x = x.shrink(keep + [(0, k * (i * f + d)) for k, i, d, f in zip(kernel, i_, d_, f_)])
+        x = x.reshape(*batch, *flatten((k, i * f + d) for k, i, d, f in zip(kernel, i_, d_, f_)))
+        # stride: keep the first of every s positions
+        x = x.shrink(keep + flatten(((0, k), (0, o * s)) for k, o, s in zip(kernel, o_, s_)))
+        x = x.reshape(*batch, *flatten((k, o, s) for k, o, s in zip(kernel, o_, s_)))
+        x = x.shrink(keep + flatten(((0, k), (0, o), (0, 1)) for k, o in zip(kernel, o_)))
+        x = x.reshape(*batch, *flatten((k, o) for k, o in zip(kernel, o_)))
+        return x.permute(*range(nb), *[nb + 2 * i + 1 for i in range(nk)], *[nb + 2 * i for i in range(nk)])
+
+    def _pool_pads(self, padding: int | Sequence[int], dims: int) -> list[tuple[int, int]]:
+        """(before, after) per spatial dim from an int, one int per dim, or torch's flat (last_lo, last_hi, ...)."""
+        if isinstance(padding, int):
+            return [(padding, padding)] * dims
+        pads = tuple(padding)
+        if len(pads) == dims:
+            return [(p, p) for p in pads]
+        if len(pads) == 2 * dims:
+            return [(pads[i], pads[i + 1]) for i in range(0, 2 * dims, 2)][::-1]
+        raise ValueError(f"padding {padding} needs an int, {dims} ints or {2 * dims} ints for input shape {self.shape}")
+
+    def _spatial_pad(self, pads: Sequence[tuple[int, int]], value: float = 0.0) -> Tensor:
+        return self.pad([None] * (self.ndim - len(pads)) + list(pads), value=value)
+
+    def conv2d(
+        self,
+        weight: Tensor,
+        bias: Tensor | None = None,
+        stride: int | Sequence[int] = 1,
+        padding: int | Sequence[int] | str = 0,
+        dilation: int | Sequence[int] = 1,
+        groups: int = 1,
+    ) -> Tensor:
+        """Convolution over any number of spatial dims: input (N, Cin, *spatial), weight (Cout, Cin/groups, *kernel)."""
+        if self.ndim < 3 or weight.ndim != self.ndim:
+            raise ValueError(f"conv: input shape {self.shape} and weight shape {weight.shape} must both be "
+                             "(N, C, *spatial) and (Cout, Cin/groups, *kernel) with the same number of dims")
+        (bs, cin_), (cout, cin), kernel = self.shape[:2], weight.shape[:2], weight.shape[2:]
+        if groups < 1 or cin_ % groups or cout % groups:
+            raise ValueError(f"conv: groups={groups} must divide the input channels ({cin_}) and output channels ({cout}); "
+                             f"input shape {self.shape}, weight shape {weight.shape}")
+        if cin * groups != cin_:
+            raise ValueError(f"conv: input shape {self.shape} has {cin_} channels, weight shape {weight.shape} expects "
+                             f"{cin} * groups={groups} = {cin * groups}")
+        if bias is not None and bias.shape != (cout,):
+            raise ValueError(f"conv: bias shape {bias.shape} must be ({cout},) for weight shape {weight.shape}")
+        nk = len(kernel)
+        if isinstance(padding, str):
+            if padding == "valid":
+                pads = [(0, 0)] * nk
+            elif padding == "same":
+                if any(s != 1 for s in make_tuple(stride, nk)):
+                    raise ValueError(f"conv: padding='same' needs stride 1, got stride {stride}")
+                # torch puts the odd element of an even total on the right
+                totals = [d * (k - 1) for d, k in zip(make_tuple(dilation, nk), kernel)]
+                pads = [(t // 2, t - t // 2) for t in totals]
+            else:
+                raise ValueError(f"conv: padding must be an int, a tuple, 'same' or 'valid', not {padding!r}")
+        else:
+            pads = self._pool_pads(padding, nk)
+        x = self._spatial_pad(pads)._pool(kernel, stride, dilation)  # (bs, cin_, *out, *kernel)
+        out = x.shape[2 : 2 + nk]
+        rcout = cout // groups
+        # broadcast to (bs, groups, rcout, *out, cin, *kernel) and reduce the last 1 + nk dims
+        x = x.reshape(bs, groups, cin, 1, *out, *kernel).expand(bs, groups, cin, rcout, *out, *kernel)
+        x = x.permute(0, 1, 3, *[4 + i for i in range(nk)], 2, *[4 + nk + i for i in range(nk)])
+        w = weight.reshape(1, groups, rcout, *[1] * nk, cin, *kernel)
+        ret = (x * w).sum([-1 - i for i in range(1 + nk)]).reshape(bs, cout, *out)
+        return ret if bias is None else ret + bias.reshape(1, cout, *[1] * nk)
+
+    def conv_transpose2d(
+        self,
+        weight: Tensor,
+        bias: Tensor | None = None,
+        stride: int | Sequence[int] = 1,
+        padding: int | Sequence[int] = 0,
+        output_padding: int | Sequence[int] = 0,
+        dilation: int | Sequence[int] = 1,
+        groups: int = 1,
+    ) -> Tensor:
+        """Transposed convolution, weight (Cin, Cout/groups, *kernel): a stride-1 conv of the zero-stuffed input."""
+        if self.ndim < 3 or weight.ndim != self.ndim:
+            raise ValueError(f"conv_transpose: input shape {self.shape} and weight shape {weight.shape} must both be "
+                             "(N, C, *spatial) and (Cin, Cout/groups, *kernel) with the same number of dims")
+        if groups < 1 or weight.shape[0] % groups or self.shape[1] != weight.shape[0]:
+            raise ValueError(f"conv_transpose: input shape {self.shape} and weight shape {weight.shape} need equal input "
+                             f"channels divisible by groups={groups}")
+        kernel = weight.shape[2:]
+        nk = len(kernel)
+        s_, d_, p_, op_ = (make_tuple(v, nk) for v in (stride, dilation, padding, output_padding))
+        if any(op >= max(s, d) for op, s, d in zip(op_, s_, d_)):
+            raise ValueError(f"conv_transpose: output_padding {op_} must be smaller than stride {s_} or dilation {d_}")
+        # (Cin, Cout/g, *k) -> (Cout, Cin/g, *k) with the kernel mirrored
+        w = weight.unflatten(0, (groups, -1)).transpose(1, 2).flip(tuple(range(3, weight.ndim + 1))).flatten(0, 1)
+        x = self
+        if any(s > 1 for s in s_):
+            # (n) -> (n, 1) -> pad (n, s) -> (n*s) -> drop the trailing s-1 zeros
+            lead = x.shape[:2]
+            x = x.reshape(*lead, *flatten((n, 1) for n in x.shape[2:]))
+            x = x.pad([None, None, *flatten((None, (0, s - 1)) for s in s_)])
+            x = x.reshape(*lead, *[n * s for n, s in zip(x.shape[2::2], s_)])
+            x = x.shrink([None, None, *[(0, n - (s - 1)) for n, s in zip(x.shape[2:], s_)]])
+        pads = [((k - 1) * d - p, (k - 1) * d - p + op) for k, d, p, op in zip(kernel, d_, p_, op_)]
+        # negative pads crop, which conv2d's int padding cannot say
+        return x._spatial_pad(pads).conv2d(w, bias, dilation=dilation, groups=groups)
+
+    def _ceil_pads(self, pads: list[tuple[int, int]], kernel: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...]) -> list[tuple[int, int]]:
+        """Extra right padding so the last partial window counts (ceil_mode), unless it would start in the padding."""
+        out = []
+        for (lo, hi), i, k, s, d in zip(pads, self.shape[-len(kernel) :], kernel, stride, dilation):
+            o = ceildiv(i + lo + hi - (d * (k - 1) + 1), s) + 1
+            # a window may not start past the input's end (torch drops it)
+            if s * (o - 1) >= i + lo:
+                o -= 1
+            out.append((lo, hi + max(0, s * (o - 1) + d * (k - 1) + 1 - (i + lo + hi))))
+        return out
+
+    def _pool_setup(self, kernel_size: int | Sequence[int], stride: Any, padding: Any, dilation: Any, ceil_mode: bool) -> tuple:
+        k_ = make_tuple(kernel_size, 2)
+        nk = len(k_)
+        if self.ndim < nk + 1:
+            raise ValueError(f"pooling with kernel {k_} needs an input with at least {nk + 1} dims, got shape {self.shape}")
+        s_ = make_tuple(stride if stride is not None else k_, nk)
+        d_ = make_tuple(dilation, nk)
+        pads = self._pool_pads(padding, nk)
+        if any(2 * max(lo, hi) > k for (lo, hi), k in zip(pads, k_)):
+            raise ValueError(f"pad should be at most half of the effective kernel size: padding {padding}, kernel {k_}")
+        reg = pads
+        if ceil_mode:
+            pads = self._ceil_pads(pads, k_, s_, d_)
+        return k_, s_, d_, reg, pads
+
+    def max_pool2d(
+        self,
+        kernel_size: int | Sequence[int] = (2, 2),
+        stride: int | Sequence[int] | None = None,
+        padding: int | Sequence[int] = 0,
+        dilation: int | Sequence[int] = 1,
+        ceil_mode: bool = False,
+    ) -> Tensor:
+        k_, s_, d_, _, pads = self._pool_setup(kernel_size, stride, padding, dilation, ceil_mode)
+        fill = -math.inf if dtypes.is_float(self.dtype) else dtypes.min(self.dtype)
+        windows = self._spatial_pad(pads, value=fill)._pool(k_, s_, d_)
+        return windows.max(tuple(range(-len(k_), 0)))
+
+    def avg_pool2d(
+        self,
+        kernel_size: int | Sequence[int] = (2, 2),
+        stride: int | Sequence[int] | None = None,
+        padding: int | Sequence[int] = 0,
+        ceil_mode: bool = False,
+        count_include_pad: bool = True,
+    ) -> Tensor:
+        k_, s_, d_, reg, pads = self._pool_setup(kernel_size, stride, padding, 1, ceil_mode)
+        axes = tuple(range(-len(k_), 0))
+        total = self._spatial_pad(pads)._pool(k_, s_, d_).sum(axes)
+        # the divisor counts the input, plus the regular padding if count_include_pad (never ceil_mode's extra)
+        ones = Tensor.ones(self.shape[-len(k_) :], dtype=total.dtype, device=self.device)
+        if count_include_pad:
+            ones = ones._spatial_pad(reg)
+            extra = [(0, hi - rhi) for (_, hi), (_, rhi) in zip(pads, reg)]
+        else:
+            extra = pads
+        return total / ones._spatial_pad(extra)._pool(k_, s_, d_).sum(axes)
+
+    # *** normalization, activation-like composites ***
+
     def softmax(self, axis: int = -1) -> Tensor:
-        m = self - self.max(axis, keepdim=True)
+        # the max only shifts for range: it cancels in value and in gradient, so no gradient flows through it
+        m = self - self.max(axis, keepdim=True).detach()
         e = m.exp()
         return e / e.sum(axis, keepdim=True)
 
     def log_softmax(self, axis: int = -1) -> Tensor:
-        m = self - self.max(axis, keepdim=True)
+        m = self - self.max(axis, keepdim=True).detach()
         return m - m.exp().sum(axis, keepdim=True).log()
 
     def logsumexp(self, axis: int = -1, keepdim: bool = False) -> Tensor:
-        m = self.max(axis, keepdim=True)
-        return ((self - m).exp().sum(axis, keepdim=True).log() + m).squeeze(axis) if not keepdim else (self - m).exp().sum(axis, keepdim=True).log() + m
+        m = self.max(axis, keepdim=True).detach()
+        # an infinite max would give inf - inf = nan; shifting by 0 instead keeps -inf rows at -inf and +inf at +inf
+        m = m.isinf().where(0.0, m)
+        out = (self - m).exp().sum(axis, keepdim=True).log() + m
+        return out if keepdim else out.squeeze(axis)
 
+    def logsigmoid(self) -> Tensor:
+        # log(sigmoid(x)) = min(x, 0) - log(1 + exp(-|x|)), finite for every finite x
+        return self.minimum(0) - (1 + (-self.abs()).exp()).log()
+
+    def layernorm(self, axis: int | Sequence[int] = -1, eps: float = 1e-5) -> Tensor:
+        y = self - self.mean(axis, keepdim=True)
+        return y * (y * y).mean(axis, keepdim=True).add(eps).rsqrt()
+
+    def batchnorm(self, weight: Tensor | None, bias: Tensor | None, mean: Tensor, invstd: Tensor, axis: int | Sequence[int] = 1) -> Tensor:
+        """(x - mean) * weight * invstd + bias, the statistics given per channel along `axis`."""
+        axes = _axes(axis, self.ndim)
+        shape = tuple(s if i in axes else 1 for i, s in enumerate(self.shape))
+        x = self - mean.reshape(shape)
+        if weight is not None:
+            x = x * weight.reshape(shape)
+        x = x * (invstd.reshape(shape) if invstd.ndim == len(axes) else invstd)
+        return x if bias is None else x + bias.reshape(shape)
+
+    def dropout(self, p: float = 0.5) -> Tensor:
+        """Zero each element with probability p and scale the rest by 1/(1-p), only while Tensor.training."""
+        if not 0 <= p <= 1:
+            raise ValueError(f"dropout probability must be in [0, 1], got {p}")
+        if not Tensor.training or p == 0:
+            return self
+        if p == 1:
+            return self.zeros_like()
+        keep = Tensor.rand(self.shape, device=self.device) >= p
+        return keep.where(self, 0.0) * (1.0 / (1.0 - p))
+
+    def one_hot(self, num_classes: int = -1) -> Tensor:
+        if not dtypes.is_int(self.dtype):
+            raise TypeError(f"one_hot needs an integer tensor, got {self.dtype}")
+        if num_classes == -1:
+            num_classes = int(self.max().item()) + 1
+        return self.unsqueeze(-1)._one_hot_along(num_classes, -1).cast(dtypes.default_int)
+
+    def _one_hot_along(self, num_classes: int, dim: int) -> Tensor:
+        """self has a size-1 dim at `dim`: a bool tensor true where the index along `dim` equals the value."""
+        d = _axes(dim, self.ndim)[0]
+        classes = Tensor.arange(num_classes, device=self.device).reshape((num_classes,) + (1,) * (self.ndim - d - 1))
+        return self == classes
+
+    def scaled_dot_product_attention(
+        self, key: Tensor, value: Tensor, attn_mask: Tensor | None = None, dropout_p: float = 0.0, is_causal: bool = False
+    ) -> Tensor:
+        """softmax(q @ k^T / sqrt(d) + mask) @ v; a bool mask keeps where True, a float mask is added."""
+        if self.ndim < 2 or key.ndim < 2 or value.ndim < 2 or self.shape[-1] != key.shape[-1] or key.shape[-2] != value.shape[-2]:
+            raise ValueError(f"attention: query {self.shape}, key {key.shape} and value {value.shape} need matching "
+                             "head dims (q[-1] == k[-1]) and sequence lengths (k[-2] == v[-2])")
+        qk = self.matmul(key.transpose(-2, -1)) * (1 / math.sqrt(self.shape[-1]))
+        if is_causal:
+            if attn_mask is not None:
+                raise ValueError("attention: pass either attn_mask or is_causal=True, not both")
+            rows = Tensor.arange(qk.shape[-2], device=self.device).reshape(-1, 1)
+            attn_mask = Tensor.arange(qk.shape[-1], device=self.device).reshape(1, -1) <= rows
+        if attn_mask is not None:
+            qk = qk + (attn_mask.where(0.0, -math.inf) if attn_mask.dtype == dtypes.bool else attn_mask)
+        return qk.softmax(-1).dropout(dropout_p) @ value
+
+    # *** losses ***
+
+    def _reduction(self, reduction: str) -> Tensor:
+        if reduction == "mean":
+            return self.mean()
+        if reduction == "sum":
+            return self.sum()
+        if reduction == "none":
+            return self
+        raise ValueError(f"reduction must be 'mean', 'sum' or 'none', not {reduction!r}")
+
+    def binary_crossentropy(self, Y: Tensor, reduction: str = "mean") -> Tensor:
+        # logs are clamped at -100 as in torch, so a probability of exactly 0 or 1 gives a finite loss
+        return -(Y * self.log().maximum(-100) + (1 - Y) * (1 - self).log().maximum(-100))._reduction(reduction)
+
+    def binary_crossentropy_logits(self, Y: Tensor, reduction: str = "mean", pos_weight: Tensor | None = None) -> Tensor:
+        pos = Y * self.logsigmoid() if pos_weight is None else pos_weight * Y * self.logsigmoid()
+        return -(pos + (1 - Y) * (-self).logsigmoid())._reduction(reduction)
+
+    def cross_entropy(self, Y: Tensor, reduction: str = "mean", label_smoothing: float = 0.0) -> Tensor:
+        """Logits (N, C, ...) or (C,); Y class indices (N, ...) or probabilities shaped like the logits, as in torch."""
+        if not 0.0 <= label_smoothing <= 1.0:
+            raise ValueError(f"label_smoothing must be in [0, 1], got {label_smoothing}")
+        cdim = 0 if self.ndim == 1 else 1
+        if Y.shape != self.shape:
+            if dtypes.is_float(Y.dtype) or Y.shape != self.shape[:cdim] + self.shape[cdim + 1 :]:
+                raise ValueError(f"cross_entropy: target shape {Y.shape} must be the logits shape {self.shape} (probabilities) "
+                                 "or that shape without the class dim (integer class indices)")
+            Y = Y.unsqueeze(cdim)._one_hot_along(self.shape[cdim], cdim).cast(self.dtype)
+        Y = (1 - label_smoothing) * Y + label_smoothing / self.shape[cdim]
+        return -(self.log_softmax(cdim) * Y).sum(cdim)._reduction(reduction)
+
+    def sparse_categorical_crossentropy(self, Y: Tensor, ignore_index: int = -1, label_smoothing: float = 0.0, reduction: str = "mean") -> Tensor:
+        """Logits (..., C) and integer targets (...), classes on the last dim (tinygrad's); `mean` skips ignored targets."""
+        if not 0.0 <= label_smoothing <= 1.0:
+            raise ValueError(f"label_smoothing must be in [0, 1], got {label_smoothing}")
+        if Y.shape != self.shape[:-1]:
+            raise ValueError(f"sparse_categorical_crossentropy: target shape {Y.shape} must be the logits shape {self.shape} without its last dim")
+        log_probs = self.log_softmax()
+        keep = Y != ignore_index
+        y = Y.unsqueeze(-1)._one_hot_along(self.shape[-1], -1) & keep.unsqueeze(-1)
+        smoothing = label_smoothing * log_probs.mean(-1) * keep
+        loss = -((1 - label_smoothing) * (log_probs * y).sum(-1) + smoothing)
+        return loss.sum() / keep.sum() if reduction == "mean" else loss._reduction(reduction)
+
+    def nll_loss(self, Y: Tensor, weight: Tensor | None = None, ignore_index: int = -100, reduction: str = "mean") -> Tensor:
+        """Log-probabilities (N, C, ...) or (C,) and integer targets; `mean` divides by the summed target weights, as torch."""
+        cdim = 0 if self.ndim == 1 else 1
+        if Y.shape != self.shape[:cdim] + self.shape[cdim + 1 :]:
+            raise ValueError(f"nll_loss: target shape {Y.shape} must be the input shape {self.shape} without the class dim")
+        hit = Y.unsqueeze(cdim)._one_hot_along(self.shape[cdim], cdim) & (Y != ignore_index).unsqueeze(cdim)
+        # select with where, not a multiply: an unpicked -inf log-probability must not turn into nan
+        picked, w = hit.where(self, 0.0), hit.cast(self.dtype)
+        if weight is not None:
+            scale = weight.reshape((-1,) + (1,) * (self.ndim - cdim - 1))
+            picked, w = picked * scale, w * scale
+        loss = -picked.sum(cdim)
+        return loss.sum() / w.sum() if reduction == "mean" else loss._reduction(reduction)
 
 _grad_leaves: weakref.WeakSet[Tensor] = weakref.WeakSet()
 
 
 def _reads_shifted(value: UOp, buffer: UOp) -> bool:
-    """True if `value` reads `buffer` through a view other than a reshape (then an in-place write would race)."""
-    for x in value.toposort:
+    """True if `value` reads `buffer` through a view other than a reshape (then an in-place write would race).
+    Reads behind an ASSIGN or CONTIGUOUS do not count: the scheduler always stores those in kernels of their own,
+    which run before the in-place write (an optimizer's update reads its state, whose gradients read the weights)."""
+    seen: set[UOp] = set()
+    stack = [value]
+    while stack:
+        x = stack.pop()
+        if x in seen:
+            continue
+        seen.add(x)
+        if x.op not in (Ops.ASSIGN, Ops.CONTIGUOUS):
+            stack.extend(x.src)
         if x.op in GroupOp.Movement and x.base is buffer:
             node = x
             while node is not buffer:
@@ -1263,6 +1610,21 @@ class _TrainMode(contextlib.ContextDecorator):
 
     def __exit__(self, *exc: Any) -> None:
         Tensor.training = self.prev
+
+
+def _tanh(x: Tensor) -> Tensor:
+    t = (x.abs() * -2).exp()
+    r = (1 - t) / (1 + t)
+    return (x < 0).where(-r, r)
+
+
+def _erf(x: Tensor) -> Tensor:
+    """Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7, also in float64), odd-extended."""
+    a = x.abs()
+    t = 1 / (1 + 0.3275911 * a)
+    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
+    y = 1 - poly * (-a * a).exp()
+    return (x < 0).where(-y, y)
 
 
 def _reduced_shape(shape: tuple[int, ...], axis: Any, keepdim: bool) -> tuple[int, ...]:

@@ -11,6 +11,7 @@ import itertools
 
 from lazygrad.codegen.kernel import AxisType, Kernel
 from lazygrad.dtype import dtypes
+from lazygrad.helpers import prod
 from lazygrad.uop.ops import GroupOp, Ops, UOp, graph_rewrite
 from lazygrad.uop.symbolic import symbolic
 
@@ -48,12 +49,34 @@ class Lowerer:
                 r = UOp(Ops.RANGE, dtypes.int32, (UOp.const(dtypes.int32, s),), (i, "r" if t.is_reduce else "g"))
                 (self.reduce_ranges if t.is_reduce else self.global_ranges).append(r)
                 self.base_idxs.append(r)
+        # GPU-style targets: output and workgroup axes are thread ids, not loops
+        self.thread_idxs: list[UOp] = self._thread_ids() if getattr(k.renderer, "has_local", False) else []
         self.upcast_axes = k.axes_of(AxisType.UPCAST)
         self.unroll_axes = k.axes_of(AxisType.UNROLL)
         self.out_combos = list(itertools.product(*[range(shape[a]) for a in self.upcast_axes]))
         self.unroll_combos = list(itertools.product(*[range(shape[a]) for a in self.unroll_axes]))
         self.memo: dict[tuple[UOp, Combo], UOp] = {}
         self.reduce_results: dict[tuple[UOp, Combo], UOp] = {}
+
+    def _thread_ids(self) -> list[UOp]:
+        """Replace the GLOBAL and LOCAL loops by SPECIAL thread ids, at most 3 of each kind (the launch grid).
+
+        The innermost axis gets dimension 0, the one whose neighbouring threads run together."""
+        specials: list[UOp] = []
+        for kind, axis_type in (("g", AxisType.GLOBAL), ("l", AxisType.LOCAL)):
+            axes = [a for a in self.k.axes_of(axis_type) if self.k.full_shape[a] != 1]
+            groups = [axes[: len(axes) - 2]] + [[a] for a in axes[len(axes) - 2 :]] if len(axes) > 3 else [[a] for a in axes]
+            for dim, group in enumerate(reversed(groups)):
+                sizes = [self.k.full_shape[a] for a in group]
+                sid = UOp(Ops.SPECIAL, dtypes.int32, (), (f"{'gidx' if kind == 'g' else 'lidx'}{dim}", prod(sizes), kind, dim))
+                specials.append(sid)
+                inner = prod(sizes)
+                for a, size in zip(group, sizes):
+                    inner //= size
+                    idx = sid // inner if inner != 1 else sid
+                    self.base_idxs[a] = idx % size if a != group[0] else idx
+        self.global_ranges = [r for r in self.global_ranges if not isinstance(self.base_idxs[r.arg[0]], UOp) or self.base_idxs[r.arg[0]] is r]
+        return specials
 
     def idxs(self, combo: Combo) -> list[UOp]:
         out = list(self.base_idxs)
@@ -118,8 +141,12 @@ class Lowerer:
         if not self.reduce_ranges:  # every reduce axis unrolled: no loop, no accumulator
             results = partials
         else:
-            accs = {key: UOp(Ops.DEFINE_ACC, key[1], (reduce_identity(key[0], key[1]), *self.global_ranges), i) for i, key in enumerate(partials)}
-            updates = [UOp(Ops.ASSIGN, acc.dtype, (acc, reduce_combine(key[0], acc, partials[key]))) for key, acc in accs.items()]
+            accs = {key: UOp(Ops.DEFINE_ACC, key[1], (reduce_identity(key[0], key[1]), *self.thread_idxs, *self.global_ranges), i) for i, key in enumerate(partials)}
+            # the reduce ranges are sources so an update whose value is loop-invariant (a reduce over an expanded
+            # axis) still runs once per iteration instead of being hoisted before the loop
+            updates = [
+                UOp(Ops.ASSIGN, acc.dtype, (acc, reduce_combine(key[0], acc, partials[key]), *self.reduce_ranges)) for key, acc in accs.items()
+            ]
             end = UOp(Ops.ENDRANGE, dtypes.void, (self.reduce_ranges[-1], *updates))
             for rng in reversed(self.reduce_ranges[:-1]):
                 end = UOp(Ops.ENDRANGE, dtypes.void, (rng, end))

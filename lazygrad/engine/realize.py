@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass
+from typing import Iterator
 
 from lazygrad.codegen import get_program
 from lazygrad.device import Buffer, Device
+from lazygrad.engine.memory import memory_planner
 from lazygrad.helpers import BEAM, DEBUG, NOOPT, GlobalCounters, ansilen, colored
 from lazygrad.renderer import ProgramSpec
 from lazygrad.schedule.kernelize import ScheduleItem
@@ -46,6 +49,8 @@ class ExecItem:
 
     def run(self, var_vals: dict[UOp, int] | None = None, jit: bool = False) -> float | None:
         var_vals = var_vals or {}
+        if _captures:
+            _captures[-1].append((self, {v: var_vals[v] for v in self.runner.spec.vars}))
         for b in self.bufs:
             b.ensure_allocated()
         timing = DEBUG >= 2
@@ -59,6 +64,25 @@ class ExecItem:
         if timing:
             _print_kernel_line(self.runner.device, spec, et or 0.0, len(self.bufs), jit)
         return et
+
+
+# the innermost active capture (TinyJit's second call) records every item that runs, with its variable values
+_captures: list[list[tuple[ExecItem, dict[UOp, int]]]] = []
+
+
+@contextlib.contextmanager
+def capture() -> Iterator[list[tuple[ExecItem, dict[UOp, int]]]]:
+    """Record every ExecItem run inside the block (nested captures record into the innermost only)."""
+    items: list[tuple[ExecItem, dict[UOp, int]]] = []
+    _captures.append(items)
+    try:
+        yield items
+    finally:
+        _captures.pop()
+
+
+def is_capturing() -> bool:
+    return bool(_captures)
 
 
 def _print_kernel_line(device: str, spec: ProgramSpec, et: float, n_bufs: int, jit: bool) -> None:
@@ -80,6 +104,6 @@ def lower_schedule_item(si: ScheduleItem) -> ExecItem | None:
 
 
 def run_schedule(schedule: list[ScheduleItem], var_vals: dict[UOp, int] | None = None) -> None:
-    for si in schedule:
+    for si in memory_planner(schedule):
         if (ei := lower_schedule_item(si)) is not None:
             ei.run(var_vals)

@@ -1,0 +1,232 @@
+"""Layers: plain classes holding Tensors under PyTorch's parameter names, so state dicts map onto torch's one to one.
+
+Every parameter and running statistic lives in its own buffer (see `_own_buffer`), initialized lazily like torch's
+defaults; nothing runs until the first realize (an optimizer's constructor, a forward pass, `safe_save`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+from lazygrad.dtype import dtypes
+from lazygrad.helpers import make_tuple, prod
+from lazygrad.tensor import Tensor
+
+
+def _own_buffer(init: Tensor, requires_grad: bool = False) -> Tensor:
+    """A tensor backed by a buffer nobody else shares, holding `init` once realized.
+
+    Equal lazy expressions are one hash-consed UOp: two BatchNorms' `ones(C)` weights, or two `zeros(C)` counters
+    bumped by the same `+ 1`, would be realized into one buffer and then updated in place twice. A fresh buffer per
+    tensor makes every in-place update (`assign`) private to its tensor.
+    """
+    t = Tensor.empty(init.shape, dtype=init.dtype, device=init.device).assign(init)
+    return t.requires_grad_() if requires_grad else t
+
+
+def _kaiming_uniform(shape: tuple[int, ...], fan_in: int) -> Tensor:
+    # torch's default for Linear/Conv weights: kaiming_uniform_(a=sqrt(5)), i.e. U(-1/sqrt(fan_in), 1/sqrt(fan_in))
+    return _uniform(shape, 1 / math.sqrt(fan_in))
+
+
+def _uniform(shape: tuple[int, ...], bound: float) -> Tensor:
+    return _own_buffer(Tensor.uniform(*shape, low=-bound, high=bound), requires_grad=True)
+
+
+class Linear:
+    def __init__(self, in_features: int, out_features: int, bias: bool = True):
+        self.weight = _kaiming_uniform((out_features, in_features), in_features)
+        self.bias = _uniform((out_features,), 1 / math.sqrt(in_features)) if bias else None
+
+    def __call__(self, x: Tensor) -> Tensor:
+        return x.linear(self.weight, self.bias)
+
+
+class Conv2d:
+    """Convolution over len(kernel_size) spatial dims (2 for an int); weight (out, in/groups, *kernel) as in torch."""
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: int | Sequence[int],
+        stride: int | Sequence[int] = 1,
+        padding: int | Sequence[int] | str = 0,
+        dilation: int | Sequence[int] = 1,
+        groups: int = 1,
+        bias: bool = True,
+    ):
+        if in_channels % groups or out_channels % groups:
+            raise ValueError(f"groups={groups} must divide in_channels={in_channels} and out_channels={out_channels}")
+        self.kernel_size = make_tuple(kernel_size, 2)
+        self.stride, self.padding, self.dilation, self.groups = stride, padding, dilation, groups
+        fan_in = in_channels // groups * prod(self.kernel_size)
+        self.weight = _kaiming_uniform((out_channels, in_channels // groups, *self.kernel_size), fan_in)
+        self.bias = _uniform((out_channels,), 1 / math.sqrt(fan_in)) if bias else None
+
+    def __call__(self, x: Tensor) -> Tensor:
+        return x.conv2d(self.weight, self.bias, stride=self.stride, padding=self.padding, dilation=self.dilation,
+                        groups=self.groups)
+
+
+class Conv1d(Conv2d):
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: int,
+        stride: int = 1,
+        padding: int | str = 0,
+        dilation: int = 1,
+        groups: int = 1,
+        bias: bool = True,
+    ):
+        super().__init__(in_channels, out_channels, (kernel_size,), stride, padding, dilation, groups, bias)
+
+
+class ConvTranspose2d:
+    """Weight (in, out/groups, *kernel) as in torch."""
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: int | Sequence[int],
+        stride: int | Sequence[int] = 1,
+        padding: int | Sequence[int] = 0,
+        output_padding: int | Sequence[int] = 0,
+        groups: int = 1,
+        bias: bool = True,
+        dilation: int | Sequence[int] = 1,
+    ):
+        if in_channels % groups or out_channels % groups:
+            raise ValueError(f"groups={groups} must divide in_channels={in_channels} and out_channels={out_channels}")
+        self.kernel_size = make_tuple(kernel_size, 2)
+        self.stride, self.padding, self.output_padding = stride, padding, output_padding
+        self.dilation, self.groups = dilation, groups
+        # torch computes fan_in from weight.size(1), which for a transposed conv is out_channels // groups
+        fan_in = out_channels // groups * prod(self.kernel_size)
+        self.weight = _kaiming_uniform((in_channels, out_channels // groups, *self.kernel_size), fan_in)
+        self.bias = _uniform((out_channels,), 1 / math.sqrt(fan_in)) if bias else None
+
+    def __call__(self, x: Tensor) -> Tensor:
+        return x.conv_transpose2d(self.weight, self.bias, stride=self.stride, padding=self.padding,
+                                  output_padding=self.output_padding, dilation=self.dilation, groups=self.groups)
+
+
+class BatchNorm:
+    """Batch normalization over dim 1 of (N, C, *spatial). While `Tensor.training` it normalizes with the batch's
+    statistics and moves the running ones toward them (lazily: the update is realized with the next optimizer step);
+    otherwise it uses the running statistics. momentum=None is torch's cumulative average."""
+
+    def __init__(
+        self,
+        num_features: int,
+        eps: float = 1e-5,
+        momentum: float | None = 0.1,
+        affine: bool = True,
+        track_running_stats: bool = True,
+    ):
+        self.eps, self.momentum, self.track_running_stats = eps, momentum, track_running_stats
+        self.weight = _own_buffer(Tensor.ones(num_features), requires_grad=True) if affine else None
+        self.bias = _own_buffer(Tensor.zeros(num_features), requires_grad=True) if affine else None
+        if track_running_stats:
+            self.running_mean = _own_buffer(Tensor.zeros(num_features))
+            self.running_var = _own_buffer(Tensor.ones(num_features))
+            self.num_batches_tracked = _own_buffer(Tensor.zeros((), dtype=dtypes.int64))
+
+    def __call__(self, x: Tensor) -> Tensor:
+        if x.ndim < 2:
+            raise ValueError(f"BatchNorm needs an input of shape (N, C, ...), got {x.shape}")
+        axes = (0, *range(2, x.ndim))
+        if Tensor.training or not self.track_running_stats:
+            mean = x.mean(axes)
+            shape = (1, -1) + (1,) * (x.ndim - 2)
+            var = (x - mean.reshape(shape)).square().mean(axes)  # biased: what torch normalizes with
+            if Tensor.training and self.track_running_stats:
+                self._update_running_stats(mean.detach(), var.detach(), x.numel() // x.shape[1])
+        else:
+            mean, var = self.running_mean, self.running_var
+        return x.batchnorm(self.weight, self.bias, mean, (var + self.eps).rsqrt())
+
+    def _update_running_stats(self, mean: Tensor, var: Tensor, n: int) -> None:
+        self.num_batches_tracked.assign(self.num_batches_tracked + 1)
+        if self.momentum is None:
+            factor: Tensor | float = 1.0 / self.num_batches_tracked.cast(dtypes.float32)
+        else:
+            factor = self.momentum
+        # the running variance is the unbiased estimate, as in torch
+        unbiased = var * (n / max(n - 1, 1))
+        self.running_mean.assign((1 - factor) * self.running_mean + factor * mean)
+        self.running_var.assign((1 - factor) * self.running_var + factor * unbiased)
+
+
+BatchNorm1d = BatchNorm2d = BatchNorm
+
+
+class LayerNorm:
+    def __init__(
+        self, normalized_shape: int | Sequence[int], eps: float = 1e-5, elementwise_affine: bool = True, bias: bool = True
+    ):
+        self.normalized_shape = make_tuple(normalized_shape, 1)
+        self.eps = eps
+        self.weight = _own_buffer(Tensor.ones(self.normalized_shape), True) if elementwise_affine else None
+        self.bias = _own_buffer(Tensor.zeros(self.normalized_shape), True) if elementwise_affine and bias else None
+
+    def __call__(self, x: Tensor) -> Tensor:
+        n = len(self.normalized_shape)
+        if x.shape[-n:] != self.normalized_shape:
+            raise ValueError(f"LayerNorm over {self.normalized_shape} got an input of shape {x.shape}")
+        x = x.layernorm(axis=tuple(range(-n, 0)), eps=self.eps)
+        if self.weight is not None:
+            x = x * self.weight
+        return x if self.bias is None else x + self.bias
+
+
+class GroupNorm:
+    def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5, affine: bool = True):
+        if num_channels % num_groups:
+            raise ValueError(f"num_groups={num_groups} must divide num_channels={num_channels}")
+        self.num_groups, self.eps = num_groups, eps
+        self.weight = _own_buffer(Tensor.ones(num_channels), True) if affine else None
+        self.bias = _own_buffer(Tensor.zeros(num_channels), True) if affine else None
+
+    def __call__(self, x: Tensor) -> Tensor:
+        x_ = x.reshape(x.shape[0], self.num_groups, -1).layernorm(eps=self.eps).reshape(x.shape)
+        if self.weight is None:
+            return x_
+        shape = (1, -1) + (1,) * (x.ndim - 2)
+        return x_ * self.weight.reshape(shape) + self.bias.reshape(shape)  # type: ignore[union-attr]
+
+
+# machine epsilon per float dtype: torch's RMSNorm default eps (torch.finfo(dtype).eps)
+_EPS = {dtypes.float16: 2.0**-10, dtypes.bfloat16: 2.0**-7, dtypes.float32: 2.0**-23, dtypes.float64: 2.0**-52}
+
+
+class RMSNorm:
+    """x / sqrt(mean(x^2) + eps) * weight over the trailing `normalized_shape` dims; eps=None is the dtype's epsilon."""
+
+    def __init__(self, normalized_shape: int | Sequence[int], eps: float | None = None, elementwise_affine: bool = True):
+        self.normalized_shape = make_tuple(normalized_shape, 1)
+        self.eps = eps
+        self.weight = _own_buffer(Tensor.ones(self.normalized_shape), True) if elementwise_affine else None
+
+    def __call__(self, x: Tensor) -> Tensor:
+        axes = tuple(range(-len(self.normalized_shape), 0))
+        eps = self.eps if self.eps is not None else _EPS[x.dtype]
+        x = x * (x.square().mean(axes, keepdim=True) + eps).rsqrt()
+        return x if self.weight is None else x * self.weight
+
+
+class Embedding:
+    def __init__(self, num_embeddings: int, embedding_dim: int):
+        self.num_embeddings = num_embeddings
+        self.weight = _own_buffer(Tensor.randn(num_embeddings, embedding_dim), requires_grad=True)
+
+    def __call__(self, idx: Tensor) -> Tensor:
+        if not dtypes.is_int(idx.dtype):
+            raise TypeError(f"Embedding needs integer indices, got {idx.dtype}")
+        # a one-hot matmul: a gather the scheduler fuses, with the scatter-add gradient for free
+        hit = idx.unsqueeze(-1) == Tensor.arange(self.num_embeddings, device=idx.device)
+        return hit.cast(self.weight.dtype) @ self.weight

@@ -25,6 +25,11 @@ static inline float lg_round_bf16(float f) { return lg_bf16_to_f(lg_f_to_bf16(f)
 """
 
 
+def _paren_neg(s: str) -> str:
+    # a bare negative literal after a binary minus or a negation would read as `--`
+    return f"({s})" if s.startswith("-") else s
+
+
 class CStyleLanguage(Renderer):
     kernel_prefix = "void "
     buffer_prefix = ""
@@ -68,7 +73,7 @@ class CStyleLanguage(Renderer):
                 s = "INFINITY" if x > 0 else "-INFINITY"
             else:
                 s = repr(float(x)) + ("" if dt == dtypes.float64 else "f")
-            return s if dt in (dtypes.float32, dtypes.float64, dtypes.bfloat16) else f"(({self.render_dtype(dt)}){s})"
+            return _paren_neg(s) if dt in (dtypes.float32, dtypes.float64, dtypes.bfloat16) else f"(({self.render_dtype(dt)}){s})"
         if dtypes.is_bool(dt):
             return "1" if x else "0"
         assert isinstance(x, int)
@@ -83,7 +88,7 @@ class CStyleLanguage(Renderer):
             body = f"{x}u"
         else:
             body = str(x)
-        return body if dt in (dtypes.int32, dtypes.int64, dtypes.uint32, dtypes.uint64) else f"(({self.render_dtype(dt)}){body})"
+        return _paren_neg(body) if dt in (dtypes.int32, dtypes.int64, dtypes.uint32, dtypes.uint64) else f"(({self.render_dtype(dt)}){body})"
 
     # *** ops ***
 
@@ -110,7 +115,7 @@ class CStyleLanguage(Renderer):
             Ops.XOR: lambda x, y: f"({x}^{y})",
             Ops.SHL: lambda x, y: f"({x}<<{y})",
             Ops.SHR: lambda x, y: f"({x}>>{y})",
-            Ops.MAX: lambda x, y: f"LG_MAX({x},{y})",
+            Ops.MAX: lambda x, y: self.render_max(x, y, dt),
         }
         if op in binops:
             return binops[op](*a)
@@ -119,7 +124,7 @@ class CStyleLanguage(Renderer):
             safe = divisor.op is Ops.CONST and divisor.arg not in (0, -1)
             if safe:
                 return f"({a[0]}{'/' if op is Ops.IDIV else '%'}{a[1]})"
-            return f"LG_{'IDIV' if op is Ops.IDIV else 'MOD'}({a[0]},{a[1]})"
+            return self.render_guarded_div(op, a[0], a[1], dt)
         if op is Ops.NEG:
             return f"(!{a[0]})" if dt == dtypes.bool else f"(-{a[0]})"
         if op is Ops.RECIP:
@@ -145,6 +150,27 @@ class CStyleLanguage(Renderer):
             return self.render_bitcast(a[0], src_dt, dt)
         raise NotImplementedError(f"{type(self).__name__} cannot render {op}")
 
+    # *** dialect hooks ***
+
+    # ops whose spelling repeats an operand: those operands get a variable of their own instead of being inlined
+    dup_operand_ops: frozenset[Ops] = frozenset()
+
+    def render_max(self, a: str, b: str, dt: DType) -> str:
+        return f"LG_MAX({a},{b})"
+
+    def render_guarded_div(self, op: Ops, a: str, b: str, dt: DType) -> str:
+        return f"LG_{'IDIV' if op is Ops.IDIV else 'MOD'}({a},{b})"
+
+    def render_buffer_param(self, u: UOp, name: str, written: bool) -> str:
+        qual = "" if written else "const "
+        return f"{qual}{self.buffer_prefix}{self.render_dtype(u.dtype)} restrict {name}"
+
+    def render_special(self, u: UOp) -> str:
+        raise NotImplementedError(f"{type(self).__name__} has no thread ids")
+
+    def render_kernel(self, name: str, params: list[str], body: str, uops: list[UOp]) -> str:
+        return f"{self.prelude}{self.kernel_prefix}{name}({', '.join(params)}) {{\n{body}\n}}\n"
+
     def render_bitcast(self, x: str, src: DType, dst: DType) -> str:
         if src == dtypes.bfloat16:
             x, src = f"lg_f_to_bf16({x})", dtypes.uint16
@@ -165,7 +191,7 @@ class CStyleLanguage(Renderer):
         uses: dict[UOp, int] = {}
         for u in uops:
             for s in u.src:
-                uses[s] = uses.get(s, 0) + 1
+                uses[s] = uses.get(s, 0) + (2 if u.op in self.dup_operand_ops else 1)
         names: dict[UOp, str] = {}
         params: list[tuple[tuple, str]] = []  # buffers by index, then variables by name
         written = {u.src[0].src[0] for u in uops if u.op is Ops.STORE}
@@ -182,13 +208,15 @@ class CStyleLanguage(Renderer):
             pad = "  " * depth
             if op is Ops.DEFINE_GLOBAL:
                 names[u] = f"data{u.arg}"
-                qual = "" if u in written else "const "
-                params.append(((0, u.arg), f"{qual}{self.buffer_prefix}{self.render_dtype(u.dtype)} restrict {names[u]}"))
+                params.append(((0, u.arg), self.render_buffer_param(u, names[u], u in written)))
             elif op is Ops.DEFINE_VAR:
                 names[u] = u.arg[0]
                 params.append(((1, u.arg[0]), f"{self.arg_int_prefix} {u.arg[0]}"))
             elif op is Ops.CONST:
                 names[u] = self.render_const(u.arg, u.dtype)
+            elif op is Ops.SPECIAL:
+                names[u] = u.arg[0]
+                lines.append(f"{pad}int {u.arg[0]} = {self.render_special(u)}; /* {u.arg[1]} */")
             elif op is Ops.RANGE:
                 axis, kind = u.arg
                 names[u] = v = f"{'ridx' if kind == 'r' else 'gidx'}{axis}"
@@ -226,9 +254,8 @@ class CStyleLanguage(Renderer):
                 pass
             else:
                 raise NotImplementedError(f"{type(self).__name__} cannot render {op}")
-        args = ", ".join(p for _, p in sorted(params, key=lambda x: x[0]))
         body = "\n".join(lines)
-        return f"{self.prelude}{self.kernel_prefix}{name}({args}) {{\n{body}\n}}\n"
+        return self.render_kernel(name, [p for _, p in sorted(params, key=lambda x: x[0])], body, uops)
 
 
 class ClangRenderer(CStyleLanguage):

@@ -226,11 +226,17 @@ class UOp(metaclass=UOpMetaClass):
 
     # *** graph walks ***
 
-    @functools.cached_property
+    @property
     def toposort(self) -> dict[UOp, None]:
         """Every node reachable from self, children before parents (iterative: graphs can be deep)."""
+        return {**self._descendants, self: None}
+
+    @functools.cached_property
+    def _descendants(self) -> dict[UOp, None]:
+        # the cache leaves self out: a node holding itself is a reference cycle, which would keep dead graphs
+        # (and the buffers they reach) alive until the cyclic GC runs, hiding dead buffers from the memory planner
         out: dict[UOp, None] = {}
-        stack: list[tuple[UOp, bool]] = [(self, False)]
+        stack: list[tuple[UOp, bool]] = [(s, False) for s in reversed(self.src)]
         while stack:
             node, expanded = stack.pop()
             if node in out:

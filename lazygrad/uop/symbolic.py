@@ -13,9 +13,10 @@ modulo, comparisons and MAX assume signed math does not overflow. Unsigned math 
 from __future__ import annotations
 
 import math
+
 from lazygrad.dtype import INTS, SINTS, DType, dtypes
 from lazygrad.helpers import ceildiv
-from lazygrad.uop.ops import GroupOp, Ops, PatternMatcher, UOp, UPat, exec_alu
+from lazygrad.uop.ops import GroupOp, Ops, PatternMatcher, UOp, UPat, exec_alu, graph_rewrite
 
 ints = tuple(INTS)
 sints = tuple(SINTS)
@@ -66,7 +67,7 @@ def _sum(terms: list[tuple[UOp, int]], k: int, like: UOp) -> UOp:
 
 
 def _same_sign(x: UOp, r: UOp) -> bool:
-    """x and r are both never negative or both never positive: then C's truncation agrees with floor (or ceil) on both."""
+    """x and r are both never negative or both never positive: C's truncation is then floor (or ceil) on both."""
     return (x.vmin >= 0 and r.vmin >= 0) or (x.vmax <= 0 and r.vmax <= 0)
 
 
@@ -103,19 +104,19 @@ def _consts_right(u: UOp, c: UOp, x: UOp) -> UOp | None:
 
 
 def _undo_divmod(m: UOp, mc: int, o: UOp, oc: int) -> UOp | None:
-    """m*mc + o*oc where m is x%d and o*oc is (x//d)*(d*mc) or ((x//d)%e)*(d*mc): C's definition of % undoes the split.
+    """m*mc + o*oc where m is y%d and o*oc is (y//d)*(d*mc) or ((y//d)%e)*(d*mc): C's definition of % undoes the split.
 
-    (x//d)*d + x%d == x holds for every x; ((x//d)%e)*d + x%d == x%(d*e) holds for x >= 0 and both sides are odd in x.
+    (y//d)*d + y%d == y holds for every y; ((y//d)%e)*d + y%d == y%(d*e) holds for y >= 0 and both sides are odd in y.
+    o is compared with the simplified y//d (or (y//d)%e), the form the rules gave it.
     """
     if m.op is not Ops.MOD or m.src[1].op is not Ops.CONST or m.src[1].arg <= 0 or oc != mc * m.src[1].arg:
         return None
-    x, d = m.src[0], m.src[1].arg
-    if o.op is Ops.IDIV and o.src == m.src:
-        return x * mc
-    if o.op is Ops.MOD and o.src[0].op is Ops.IDIV and o.src[0].src == m.src and o.src[1].op is Ops.CONST:
-        e = o.src[1].arg
-        if e > 0 and _fits(d * e, x.dtype):
-            return (x % (d * e)) * mc
+    y, d = m.src[0], m.src[1].arg
+    if o is graph_rewrite(y // d, symbolic):
+        return y * mc
+    if o.op is Ops.MOD and o.src[1].op is Ops.CONST and (e := o.src[1].arg) > 0 and _fits(d * e, y.dtype):
+        if o is graph_rewrite((y // d) % e, symbolic):
+            return (y % (d * e)) * mc
     return None
 
 
@@ -167,43 +168,58 @@ def _leaf_key(u: UOp) -> tuple[int, str] | None:
 # *** division and modulo by a positive constant (signed) ***
 
 
-def _fold_div(x: UOp, c: UOp) -> UOp | None:
-    d = c.arg
-    if d <= 0:
-        return None
+# x//d and x%d are rewritten in step: whatever form x//d takes, x%d takes the matching one, so that a later
+# (x//d)*d + x%d still finds both halves and folds back to x (see _undo_divmod)
+
+
+def _split_multiples(x: UOp, d: int) -> tuple[UOp, UOp] | None:
+    """x = d*Q + r with Q the terms whose coefficient d divides, when then x//d == Q + r//d and x%d == r%d."""
     terms, k = _split_sum(x)
-    # a factor common to every coefficient, the constant and d cancels exactly, whatever the signs
+    whole = [(b, m // d) for b, m in terms if m % d == 0]
+    if not whole:
+        return None
+    r = _sum([(b, m) for b, m in terms if m % d != 0], k, x)
+    # truncation is floor (or ceil) on both x and r when they have the same sign; r == 0 is exact for any sign
+    if (r.op is Ops.CONST and r.arg == 0) or _same_sign(x, r):
+        return _sum(whole, 0, x), r
+    return None
+
+
+def _common_factor(x: UOp, d: int) -> tuple[int, UOp, UOp] | None:
+    """x = g*B + s with g | d, g > 1, 0 <= s < g, when then x//d == B//(d/g) and x%d == (B%(d/g))*g + s."""
+    terms, k = _split_sum(x)
+    # g divides every coefficient and the constant: s is 0 and the identities hold for any sign
     g = math.gcd(d, k, *(m for _, m in terms))
     if g > 1:
-        return _sum([(b, m // g) for b, m in terms], k // g, x) // (d // g)
-    # d*Q + r over d is Q + r//d when x and r have the same sign (truncation is then floor, or ceil, on both)
-    whole = [(b, m // d) for b, m in terms if m % d == 0]
-    k_whole = k // d if k % d == 0 else 0
-    if whole or k_whole:
-        rest = _sum([(b, m) for b, m in terms if m % d != 0], k - k_whole * d, x)
-        if _same_sign(x, rest):
-            return _sum(whole, k_whole, x) + rest // c
-    # x = g*B + s with 0 <= s < g and g | d: for x >= 0 the s never carries, so x//d == B//(d/g) (and B >= 0)
+        return g, _sum([(b, m // g) for b, m in terms], k // g, x), x.const_like(0)
+    # for x >= 0 (so B >= 0) a remainder 0 <= s < g never carries into B
     if x.vmin >= 0:
         for g in sorted({math.gcd(d, m) for _, m in terms} - {1}, reverse=True):
-            small = _sum([(b, m) for b, m in terms if m % g != 0], k % g, x)
-            if small.vmin >= 0 and small.vmax < g:
-                return _sum([(b, m // g) for b, m in terms if m % g == 0], k // g, x) // (d // g)
+            s = _sum([(b, m) for b, m in terms if m % g != 0], k % g, x)
+            if s.vmin >= 0 and s.vmax < g:
+                return g, _sum([(b, m // g) for b, m in terms if m % g == 0], k // g, x), s
+    return None
+
+
+def _fold_div(x: UOp, c: UOp) -> UOp | None:
+    if c.arg <= 0:
+        return None
+    if (split := _split_multiples(x, c.arg)) is not None:
+        return split[0] + split[1] // c
+    if (factored := _common_factor(x, c.arg)) is not None:
+        g, b, _ = factored
+        return b // (c.arg // g)
     return None
 
 
 def _fold_mod(x: UOp, c: UOp) -> UOp | None:
-    d = c.arg
-    if d <= 0:
+    if c.arg <= 0:
         return None
-    terms, k = _split_sum(x)
-    reduced = [(b, m % d) for b, m in terms if m % d != 0]
-    if reduced == terms and k % d == k:
-        return None
-    # x == r (mod d), and C's % of two numbers with the same sign and residue is the same (r == 0: x%d is 0 anyway)
-    r = _sum(reduced, k % d, x)
-    if (r.op is Ops.CONST and r.arg == 0) or _same_sign(x, r):
-        return r % c
+    if (split := _split_multiples(x, c.arg)) is not None:
+        return split[1] % c
+    if (factored := _common_factor(x, c.arg)) is not None:
+        g, b, s = factored
+        return (b % (c.arg // g)) * g + s
     return None
 
 
@@ -226,9 +242,14 @@ def _mod_of_mod(x: UOp, a: UOp, b: UOp) -> UOp | None:
     return x % b if a.arg > 0 and b.arg > 0 and a.arg % b.arg == 0 else None
 
 
-def _mod_small(x: UOp, c: UOp) -> UOp | None:
-    # |x| < c: the truncated quotient is 0, whatever the sign
-    return x if c.arg > 0 and -c.arg < x.vmin and x.vmax < c.arg else None
+def _mod_by_bounds(x: UOp, c: UOp) -> UOp | None:
+    # the truncated quotient q is one value over x's whole range (it is monotonic): x%d is x-q*d by C's definition
+    if c.arg <= 0:
+        return None
+    q = exec_alu(Ops.IDIV, x.dtype, [x.vmin, c.arg])
+    if q != exec_alu(Ops.IDIV, x.dtype, [x.vmax, c.arg]):
+        return None
+    return x if q == 0 else x + (-q * c.arg)
 
 
 # *** comparisons (signed) ***
@@ -285,7 +306,7 @@ def _max_by_bounds(x: UOp, y: UOp) -> UOp | None:
 
 # *** the rules ***
 
-x_int, y_int = UPat.var("x", ints), UPat.var("y", ints)
+x_int = UPat.var("x", ints)
 x_bool = UPat.var("x", dtypes.bool)
 true_pat, false_pat = UPat.const(dtypes.bool, True), UPat.const(dtypes.bool, False)
 
@@ -334,7 +355,7 @@ symbolic = PatternMatcher(
         ),
         (UPat(Ops.MUL, ints, (UPat.var("x"), UPat.var("y"))), _order_factors),
         # *** division and modulo by a positive constant ***
-        (UPat(Ops.MOD, ints, (UPat.var("x"), UPat.cvar("c"))), _mod_small),
+        (UPat(Ops.MOD, ints, (UPat.var("x"), UPat.cvar("c"))), _mod_by_bounds),
         (UPat(Ops.IDIV, sints, (UPat(Ops.IDIV, src=(UPat.var("x"), UPat.cvar("a"))), UPat.cvar("b"))), _div_of_div),
         (UPat(Ops.IDIV, sints, (UPat(Ops.MOD, src=(UPat.var("x"), UPat.cvar("a"))), UPat.cvar("b"))), _div_of_mod),
         (UPat(Ops.MOD, sints, (UPat(Ops.MOD, src=(UPat.var("x"), UPat.cvar("a"))), UPat.cvar("b"))), _mod_of_mod),
@@ -347,7 +368,11 @@ symbolic = PatternMatcher(
         (UPat(Ops.CMPLT, src=(UPat.var("x"), UPat.cvar("c"))), _lt_const),
         (UPat(Ops.CMPLT, src=(UPat.cvar("c"), UPat.var("x"))), _gt_const),
         (
-            UPat((Ops.CMPNE, Ops.CMPEQ), src=(UPat(Ops.ADD, ints, (UPat.var("x"), UPat.cvar("k"))), UPat.cvar("d")), name="u"),
+            UPat(
+                (Ops.CMPNE, Ops.CMPEQ),
+                src=(UPat(Ops.ADD, ints, (UPat.var("x"), UPat.cvar("k"))), UPat.cvar("d")),
+                name="u",
+            ),
             lambda u, x, k, d: x.alu(u.op, x.const_like(d.arg - k.arg)),  # y+k == d <=> y == d-k, modulo 2**n too
         ),
         (UPat(Ops.CMPNE, src=(x_bool, false_pat)), lambda x: x),
@@ -357,10 +382,14 @@ symbolic = PatternMatcher(
         (UPat(Ops.CMPNE, src=(UPat(Ops.CMPLT, src=(UPat.var("x"), UPat.var("y"))), true_pat)), _not_lt),
         # *** where, and, or, max ***
         (UPat(Ops.WHERE, src=(UPat.var("c"), UPat.var("a"), UPat.var("a"))), lambda c, a: a),
+        (UPat(Ops.WHERE, src=(UPat.cvar("c"), UPat.var("a"), UPat.var("b"))), lambda c, a, b: a if c.arg else b),
         (UPat(Ops.WHERE, src=(UPat.var("c", dtypes.bool), true_pat, false_pat)), lambda c: c),
         (UPat(Ops.WHERE, src=(UPat.var("c", dtypes.bool), false_pat, true_pat)), lambda c: c.ne(True)),
         (
-            UPat(Ops.WHERE, src=(UPat(Ops.CMPNE, src=(UPat.var("c", dtypes.bool), true_pat)), UPat.var("a"), UPat.var("b"))),
+            UPat(
+                Ops.WHERE,
+                src=(UPat(Ops.CMPNE, src=(UPat.var("c", dtypes.bool), true_pat)), UPat.var("a"), UPat.var("b")),
+            ),
             lambda c, a, b: c.where(b, a),  # a negated condition swaps the branches
         ),
         (UPat(Ops.AND, src=(x_bool, true_pat)), lambda x: x),
@@ -449,4 +478,3 @@ def render_expr(u: UOp) -> str:
         else:
             stack.extend(reversed(_render_parts(item)))
     return "".join(out)
-

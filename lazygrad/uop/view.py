@@ -120,7 +120,8 @@ class View:
         if self.contiguous or self.size == 0:
             return View.create(new_shape)
         if self.is_empty():
-            return View.create(new_shape, mask=((0, 0),) * len(new_shape))
+            # a 0-d view has no dimension to carry the empty mask: keep this view under a new one
+            return View.create(new_shape, mask=((0, 0),) * len(new_shape)) if new_shape else None
         mask = self.mask if self.mask is not None else tuple((0, s) for s in self.shape)
         old = [(s, st, m) for s, st, m in zip(self.shape, self.strides, mask) if s != 1]
         new_strides = [0] * len(new_shape)

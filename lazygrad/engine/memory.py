@@ -1,0 +1,84 @@
+"""Memory planning: intermediate buffers whose lifetimes do not overlap share one block of memory.
+
+A buffer may be planned only when nothing but the kernel list can ever reach it: no Tensor, no UOp, no alias.
+Then its value is unobservable outside the list, and its memory is free between its first write and its last
+read. Reachability is read from CPython reference counts (see `held_only_by`): the scheduler's `becomes` map,
+`_realized` and user tensors all reach a buffer through its BUFFER node, so a buffer no live node refers to
+has exactly one reference per place it appears in the kernel list.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from typing import Any, Sequence
+
+from lazygrad.device import Buffer
+from lazygrad.helpers import DEBUG
+
+_PROBE = object()  # held by this module only: its count measures what the counting itself adds
+
+
+def _uses(buf_lists: Sequence[Sequence[Buffer]]) -> dict[Any, int]:
+    uses: dict[Any, int] = {_PROBE: 1}  # the module global is the probe's one reference
+    for bufs in buf_lists:
+        for b in bufs:
+            uses[b] = uses.get(b, 0) + 1
+    return uses
+
+
+def held_only_by(buf_lists: Sequence[Sequence[Buffer]]) -> set[Buffer]:
+    """The buffers whose every reference is an entry of one of `buf_lists` (no Tensor/UOp/alias can reach them)."""
+    uses = _uses(buf_lists)  # counted in another frame: its loop variable must not add a reference
+    extra = {b: sys.getrefcount(b) - n for b, n in uses.items()}
+    return {b for b, e in extra.items() if e == extra[_PROBE] and b is not _PROBE}
+
+
+def plan_memory(items: Sequence[tuple[Sequence[Buffer], Sequence[int]]], keep: set[Buffer] = frozenset(), label: str = "") -> dict[Buffer, Buffer]:
+    """items: (buffers, indices of the written ones) per kernel, in run order. Returns buffer -> the buffer whose
+    memory it uses instead, for the buffers nothing outside `items` references, that are written before they are
+    read, and that are not in `keep`. A freed block serves a later buffer of the same device needing between
+    half and all of its bytes (best fit); a block freed by a kernel is free from the next kernel on, since one
+    kernel may read its inputs at other positions than it writes."""
+    internal = held_only_by([bufs for bufs, _ in items])  # first: the maps below hold references too
+    first: dict[Buffer, int] = {}
+    last: dict[Buffer, int] = {}
+    written_first: set[Buffer] = set()
+    for i, (bufs, outs) in enumerate(items):
+        for j, b in enumerate(bufs):
+            if b not in first:
+                first[b] = i
+                if j in outs:
+                    written_first.add(b)
+            last[b] = i
+    plannable = (internal & written_first) - keep
+    if not plannable:
+        return {}
+    free: list[Buffer] = []  # blocks (buffers that own their memory) no live buffer uses now
+    block_of: dict[Buffer, Buffer] = {}
+    release: dict[int, list[Buffer]] = {}
+    for i, (bufs, _) in enumerate(items):
+        for b in bufs:
+            if b in plannable and first[b] == i and b not in block_of:
+                fits = [x for x in free if x.device == b.device and b.nbytes <= x.nbytes <= 2 * b.nbytes]
+                block = min(fits, key=lambda x: x.nbytes) if fits else b
+                if fits:
+                    free.remove(block)
+                block_of[b] = block
+                release.setdefault(last[b], []).append(block)
+        free.extend(release.pop(i, []))
+    before = sum(b.nbytes for b in plannable)
+    after = sum(b.nbytes for b in set(block_of.values()))
+    if DEBUG >= 1 and before != after:
+        print(f"{label}memory planner: {before / 1e6:.2f} MB -> {after / 1e6:.2f} MB ({len(plannable)} buffers in {len(set(block_of.values()))} blocks)")
+    return {b: blk for b, blk in block_of.items() if blk is not b}
+
+
+def memory_planner(schedule: list[Any]) -> list[Any]:
+    """The schedule with intermediate buffers sharing memory where their lifetimes allow (see plan_memory)."""
+    items = [(si.bufs, range(len(si.outputs))) for si in schedule]
+    mapping = plan_memory(items)
+    del items
+    if not mapping:
+        return schedule
+    return [dataclasses.replace(si, bufs=tuple(mapping.get(b, b) for b in si.bufs)) for si in schedule]

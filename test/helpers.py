@@ -1,0 +1,78 @@
+"""Shared pieces of the end-to-end tests: dtype mapping, random inputs, and one comparison against torch / numpy."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from lazygrad import Tensor, dtypes
+from lazygrad.dtype import DType
+
+# every lazygrad dtype that numpy and torch both have, by name (bfloat16 has no numpy twin)
+NP_DTYPES = ["bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64", "float16", "float32", "float64"]
+
+# (atol, rtol) for ops exact up to one rounding, and for transcendental ops
+EXACT_TOL = {"float16": (1e-3, 1e-3), "float32": (1e-6, 1e-5), "float64": (1e-12, 1e-12)}
+TRANS_TOL = {"float16": (2e-3, 2e-3), "float32": (1e-5, 1e-4), "float64": (1e-7, 1e-7)}
+
+
+def lg_dtype(name: str) -> DType:
+    return getattr(dtypes, name)
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    return getattr(torch, name)
+
+
+def rand_np(shape: tuple[int, ...], dtype: str, seed: int = 0, low: float = -3.0, high: float = 3.0) -> np.ndarray:
+    """Deterministic random input; ints cover [low, high] and bools are a fair coin."""
+    rng = np.random.default_rng(seed)
+    if dtype == "bool":
+        return rng.random(shape) < 0.5
+    if np.issubdtype(np.dtype(dtype), np.integer):
+        info = np.iinfo(dtype)
+        return rng.integers(max(int(low), info.min), min(int(high), info.max) + 1, size=shape).astype(dtype)
+    return rng.uniform(low, high, size=shape).astype(dtype)
+
+
+def to_numpy(ref: Any) -> np.ndarray:
+    if isinstance(ref, torch.Tensor):
+        return ref.numpy() if ref.dtype != torch.bfloat16 else ref.float().numpy()
+    return np.asarray(ref)
+
+
+def assert_close(out: Tensor, ref: Any, atol: float | None = None, rtol: float | None = None, check_dtype: bool = True) -> None:
+    """`out` has the shape, dtype (by name) and values of `ref` (a torch tensor or numpy array). NaNs must match NaNs."""
+    expected = to_numpy(ref)
+    assert isinstance(out, Tensor), f"expected a Tensor, got {type(out).__name__}"
+    assert out.shape == expected.shape, f"shape {out.shape} != expected {expected.shape}"
+    ref_name = str(ref.dtype).removeprefix("torch.") if isinstance(ref, torch.Tensor) else expected.dtype.name
+    if check_dtype:
+        assert out.dtype.name == ref_name, f"dtype {out.dtype.name} != expected {ref_name}"
+    got = out.numpy()
+    if expected.dtype.kind == "f" or got.dtype.kind == "f":
+        default_atol, default_rtol = EXACT_TOL.get(expected.dtype.name, EXACT_TOL["float32"])
+        np.testing.assert_allclose(
+            got.astype(np.float64),
+            expected.astype(np.float64),
+            atol=default_atol if atol is None else atol,
+            rtol=default_rtol if rtol is None else rtol,
+            equal_nan=True,
+        )
+    else:
+        np.testing.assert_array_equal(got, expected)
+
+
+def compare(
+    lg_fn: Callable[..., Tensor],
+    torch_fn: Callable[..., torch.Tensor],
+    inputs: list[np.ndarray],
+    atol: float | None = None,
+    rtol: float | None = None,
+) -> None:
+    """Run the same function on lazygrad and torch tensors made from the same numpy inputs and compare."""
+    out = lg_fn(*[Tensor(x) for x in inputs])
+    ref = torch_fn(*[torch.from_numpy(np.array(x)) for x in inputs])
+    assert_close(out, ref, atol, rtol)

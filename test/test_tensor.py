@@ -1,0 +1,421 @@
+"""End-to-end: making tensors (constants, ranges, random numbers), errors on bad input, and printing."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from lazygrad import GlobalCounters, Tensor, dtypes
+from test.helpers import assert_close
+
+# *** from Python values ***
+
+
+@pytest.mark.parametrize(
+    "value,dtype",
+    [(3, "int32"), (-7, "int32"), (2.5, "float32"), (True, "bool"), (False, "bool"), (0.0, "float32")],
+)
+def test_scalar(value, dtype):
+    t = Tensor(value)
+    assert t.shape == () and t.ndim == 0 and t.dtype.name == dtype and t.numel() == 1
+    assert t.item() == value and type(t.item()) is type(value)
+    assert t.tolist() == value
+    assert t.numpy().dtype.name == dtype and t.numpy().shape == ()
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        [1, 2, 3],
+        [[1.5, -2.0], [3.25, 4.0], [0.0, -0.5]],
+        [[[True], [False]], [[False], [True]]],
+        [[1, 2.5], [3, 4]],
+        [True, 2, 3],
+        [[], []],
+        [[[1, 2, 3]]],
+    ],
+    ids=repr,
+)
+def test_nested_list(data):
+    t = Tensor(data)
+    ref = torch.tensor(data)
+    expected_dtype = {torch.int64: "int32"}.get(ref.dtype, str(ref.dtype).removeprefix("torch."))
+    assert t.shape == tuple(ref.shape) and t.dtype.name == expected_dtype
+    assert t.tolist() == ref.tolist()
+    np.testing.assert_array_equal(t.numpy(), ref.numpy())
+
+
+def test_python_ints_beyond_int32():
+    # torch makes every Python int an int64; lazygrad's default int is int32, widened when a value needs it
+    assert Tensor(2**40).dtype == dtypes.int64 and Tensor(2**40).item() == 2**40
+    assert Tensor([1, -(2**35)]).dtype == dtypes.int64 and Tensor([1, -(2**35)]).tolist() == [1, -(2**35)]
+    assert Tensor.full((2,), 2**33).tolist() == [2**33, 2**33]
+    assert Tensor.arange(2**33, 2**33 + 3).tolist() == [2**33, 2**33 + 1, 2**33 + 2]
+    assert Tensor([2**31 - 1, -(2**31)]).dtype == dtypes.int32
+    with raises_eagerly(ValueError, str(2**70), "int64"):
+        Tensor([2**70])
+
+
+def test_list_roundtrip_through_kernel():
+    data = [[1, -2, 3], [4, 5, -6]]
+    assert (Tensor(data) * 2).tolist() == [[2, -4, 6], [8, 10, -12]]
+    assert (Tensor(data) * 2)[1, 2].item() == -12
+    assert Tensor([[1.5]]).item() == 1.5
+
+
+def test_bytes():
+    t = Tensor(b"\x01\x02\xff")
+    assert t.dtype == dtypes.uint8 and t.tolist() == [1, 2, 255]
+    assert Tensor(np.array([1, 2], np.int32).tobytes(), dtype=dtypes.int32).tolist() == [1, 2]
+
+
+def test_tensor_of_tensor_shares_value():
+    a = Tensor([1.0, 2.0])
+    assert Tensor(a).tolist() == [1.0, 2.0]
+    assert Tensor([1, 2], dtype=dtypes.float32).tolist() == [1.0, 2.0]
+    assert Tensor(1, dtype="float16").dtype == dtypes.float16
+
+
+# *** constant and range creation ***
+
+
+def test_empty():
+    t = Tensor.empty(2, 3)
+    assert t.shape == (2, 3) and t.dtype == dtypes.float32
+    assert Tensor.empty((4,), dtype=dtypes.int8).numpy().shape == (4,)
+    assert Tensor.empty(0, 3).numpy().shape == (0, 3)
+
+
+@pytest.mark.parametrize("shape", [(), (0,), (3,), (2, 3), (2, 1, 4)])
+def test_zeros_ones_full(shape):
+    assert_close(Tensor.zeros(*shape), torch.zeros(shape))
+    assert_close(Tensor.ones(shape), torch.ones(shape))
+    assert_close(Tensor.full(shape, 2.5), torch.full(shape, 2.5))
+    assert_close(Tensor.full(shape, 7), torch.full(shape, 7, dtype=torch.int32))
+    assert_close(Tensor.full(shape, True), torch.full(shape, True))
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint8", "int64", "float16", "float64", "bool"])
+def test_creation_dtypes(dtype):
+    tdt = getattr(torch, dtype)
+    assert_close(Tensor.zeros(2, 3, dtype=dtype), torch.zeros(2, 3, dtype=tdt))
+    assert_close(Tensor.ones(3, dtype=dtype), torch.ones(3, dtype=tdt))
+    assert_close(Tensor.full((2, 2), 1, dtype=dtype), torch.full((2, 2), 1, dtype=tdt))
+
+
+def test_like():
+    x = Tensor.ones(2, 3, dtype=dtypes.int8)
+    assert_close(x.zeros_like(), torch.zeros(2, 3, dtype=torch.int8))
+    assert_close(x.ones_like(), torch.ones(2, 3, dtype=torch.int8))
+    assert_close(x.full_like(-4), torch.full((2, 3), -4, dtype=torch.int8))
+    assert_close(x.full_like(2.5, dtype=dtypes.float32), torch.full((2, 3), 2.5))
+    assert_close(x.zeros_like(dtype="float16"), torch.zeros(2, 3, dtype=torch.float16))
+    assert x.empty_like().shape == (2, 3) and x.empty_like().dtype == dtypes.int8
+
+
+@pytest.mark.parametrize(
+    "args,kwargs",
+    [
+        ((5,), {}),
+        ((0,), {}),
+        ((2, 9), {}),
+        ((2, 9, 3), {}),
+        ((10, 0, -3), {}),
+        ((-4, 4), {}),
+        ((0.0, 1.0, 0.25), {}),
+        ((1.5, -2.0, -0.5), {}),
+        ((0, 10, 3), {"dtype": "float32"}),
+        ((0, 5), {"dtype": "int64"}),
+        ((3.0,), {}),
+        ((0, 1, 0.1), {}),
+    ],
+)
+def test_arange(args, kwargs):
+    tkw = {"dtype": getattr(torch, kwargs["dtype"])} if "dtype" in kwargs else {}
+    ref = torch.arange(*args, **tkw)
+    if ref.dtype == torch.int64 and "dtype" not in kwargs:
+        ref = ref.to(torch.int32)
+    assert_close(Tensor.arange(*args, **kwargs), ref)
+
+
+def test_arange_empty_and_zero_step():
+    assert Tensor.arange(5, 2).tolist() == [] and Tensor.arange(5, 2).shape == (0,)  # numpy's answer; torch refuses
+    with pytest.raises(ValueError, match="step"):
+        Tensor.arange(0, 5, 0)
+
+
+@pytest.mark.parametrize("start,stop,steps", [(0, 1, 5), (-2.5, 3.0, 12), (1, 1, 3), (5, -5, 2), (0, 1, 1), (0, 1, 0), (0, 100, 1001)])
+def test_linspace(start, stop, steps):
+    assert_close(Tensor.linspace(start, stop, steps), torch.linspace(start, stop, steps), atol=1e-5, rtol=1e-6)
+
+
+def test_linspace_dtypes():
+    assert_close(Tensor.linspace(0, 1, 7, dtype=dtypes.float64), torch.linspace(0, 1, 7, dtype=torch.float64))
+    assert_close(Tensor.linspace(0, 10, 6, dtype=dtypes.int32), torch.linspace(0, 10, 6).to(torch.int32))
+
+
+@pytest.mark.parametrize("n,m", [(3, None), (1, None), (0, None), (2, 4), (4, 2)])
+def test_eye(n, m):
+    ref = torch.eye(n, m) if m is not None else torch.eye(n)
+    assert_close(Tensor.eye(n, m), ref)
+    assert_close(Tensor.eye(n, m, dtype=dtypes.int8), ref.to(torch.int8))
+
+
+# *** random numbers ***
+
+
+def test_rand_same_seed_same_values():
+    Tensor.manual_seed(1234)
+    a, b = Tensor.rand(5, 7).numpy(), Tensor.randn(3).numpy()
+    Tensor.manual_seed(1234)
+    np.testing.assert_array_equal(Tensor.rand(5, 7).numpy(), a)
+    np.testing.assert_array_equal(Tensor.randn(3).numpy(), b)
+    Tensor.manual_seed(1235)
+    assert not np.array_equal(Tensor.rand(5, 7).numpy(), a)
+
+
+def test_rand_calls_differ():
+    Tensor.manual_seed(0)
+    a, b = Tensor.rand(64), Tensor.rand(64)
+    x, y = a.numpy(), b.numpy()
+    assert not np.any(x == y)
+    assert len(np.unique(x)) == 64
+    # the same draw repeated in one graph is the same value; two draws are not
+    assert not np.array_equal(Tensor.rand(64).numpy(), Tensor.rand(64).numpy())
+
+
+def test_rand_independent_of_realize_order():
+    Tensor.manual_seed(42)
+    a, b = Tensor.rand(33), Tensor.randn(2, 5)
+    b_first, a_second = b.numpy(), a.numpy()
+    Tensor.manual_seed(42)
+    a, b = Tensor.rand(33), Tensor.randn(2, 5)
+    a_first, b_second = a.numpy(), b.numpy()
+    np.testing.assert_array_equal(a_first, a_second)
+    np.testing.assert_array_equal(b_first, b_second)
+
+
+@pytest.mark.parametrize("shape", [(), (1,), (7,), (0,), (3, 5), (2, 3, 4)])
+def test_rand_shapes(shape):
+    x = Tensor.rand(*shape)
+    out = x.numpy()
+    assert x.shape == shape and out.shape == shape and x.dtype == dtypes.float32
+    assert np.all((out >= 0) & (out < 1))
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+def test_rand_dtypes(dtype):
+    out = Tensor.rand(1000, dtype=dtype).numpy()
+    assert out.dtype.name == dtype
+    assert np.all((out >= 0) & (out < 1))
+    assert Tensor.randn(10, dtype=dtype).numpy().dtype.name == dtype
+
+
+def test_rand_statistics():
+    Tensor.manual_seed(7)
+    u = Tensor.rand(10000).numpy().astype(np.float64)
+    assert abs(u.mean() - 0.5) < 0.02 and abs(u.std() - math.sqrt(1 / 12)) < 0.01
+    assert np.histogram(u, bins=10, range=(0, 1))[0].min() > 850  # every tenth of [0, 1) is hit about 1000 times
+    n = Tensor.randn(10000).numpy().astype(np.float64)
+    assert abs(n.mean()) < 0.05 and abs(n.std() - 1) < 0.05
+    assert 0.62 < np.mean(np.abs(n) < 1) < 0.74  # about 68% within one sigma
+    g = Tensor.normal(100, 100, mean=3.0, std=0.5).numpy().astype(np.float64)
+    assert abs(g.mean() - 3.0) < 0.03 and abs(g.std() - 0.5) < 0.03
+    v = Tensor.uniform(10000, low=-2.0, high=6.0).numpy()
+    assert v.min() >= -2.0 and v.max() < 6.0 and abs(v.mean() - 2.0) < 0.15
+
+
+@pytest.mark.parametrize("low,high", [(0, 10), (-5, 5), (3, 4), (-1000, 100000)])
+def test_randint(low, high):
+    x = Tensor.randint(5000, low=low, high=high)
+    out = x.numpy()
+    assert x.dtype == dtypes.int32 and out.shape == (5000,)
+    assert out.min() >= low and out.max() < high
+    if high - low <= 10:
+        assert set(np.unique(out).tolist()) == set(range(low, high))
+    assert Tensor.randint(2, 3, low=low, high=high, dtype=dtypes.int64).numpy().dtype == np.int64
+
+
+def test_randint_bad_range():
+    with pytest.raises(ValueError, match=r"high \(3\).*low \(3\)"):
+        Tensor.randint(4, low=3, high=3)
+
+
+def test_rand_like():
+    x = Tensor.zeros(3, 4, dtype=dtypes.float16)
+    assert x.rand_like().shape == (3, 4) and x.rand_like().dtype == dtypes.float16
+    assert x.randn_like(dtype=dtypes.float32).dtype == dtypes.float32
+
+
+# *** bad input raises at the call, naming what is wrong ***
+
+
+@contextlib.contextmanager
+def raises_eagerly(exc: type[Exception], *substrings: str):
+    """Raises `exc` with every substring in its message, without running a kernel first."""
+    GlobalCounters.reset()
+    with pytest.raises(exc) as info:
+        yield
+    msg = str(info.value)
+    for s in substrings:
+        assert s in msg, f"{s!r} not in {msg!r}"
+    assert GlobalCounters.kernel_count == 0
+
+
+def test_broadcast_mismatch():
+    with raises_eagerly(ValueError, "(2, 3)", "(4,)"):
+        Tensor.ones(2, 3) + Tensor.ones(4)
+    with raises_eagerly(ValueError, "(2, 3)", "(3, 2)"):
+        Tensor.ones(2, 3).maximum(Tensor.ones(3, 2))
+    with raises_eagerly(ValueError, "(5,)"):
+        (Tensor.ones(2, 3) > 0).where(Tensor.ones(5), 0.0)
+
+
+def test_bad_reshape():
+    with raises_eagerly(ValueError, "(2, 3)", "(4, 2)"):
+        Tensor.ones(2, 3).reshape(4, 2)
+    with raises_eagerly(ValueError, "(2, 3)", "(4, -1)"):
+        Tensor.ones(2, 3).reshape(4, -1)
+    with raises_eagerly(ValueError, "-1"):
+        Tensor.ones(2, 3).reshape(-1, -1)
+    with raises_eagerly(ValueError, "-2"):
+        Tensor.ones(2, 3).reshape(-2, -3)
+
+
+def test_bad_permute():
+    with raises_eagerly(ValueError, "(0, 0, 1)", "(2, 3, 4)"):
+        Tensor.ones(2, 3, 4).permute(0, 0, 1)
+    with raises_eagerly(ValueError, "(0, 1)", "(2, 3, 4)"):
+        Tensor.ones(2, 3, 4).permute(0, 1)
+    with raises_eagerly(ValueError, "(0, 3, 1)"):
+        Tensor.ones(2, 3, 4).permute(0, 3, 1)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda t: t.sum(2),
+        lambda t: t.max(-3),
+        lambda t: t.mean((0, 5)),
+        lambda t: t.flip(2),
+        lambda t: t.transpose(0, 2),
+        lambda t: t.unsqueeze(4),
+        lambda t: t.squeeze(2),
+        lambda t: t.argmax(2),
+        lambda t: t.cat(t, dim=2),
+        lambda t: t.flatten(3),
+    ],
+)
+def test_axis_out_of_range(fn):
+    with raises_eagerly(IndexError, "out of range", "2 dimensions"):
+        fn(Tensor.ones(2, 3))
+
+
+def test_repeated_axis():
+    with raises_eagerly(ValueError, "(1, -1)"):
+        Tensor.ones(2, 3).sum((1, -1))
+
+
+def test_ragged_list():
+    with raises_eagerly(ValueError, "ragged", "(2,)", "(1,)"):
+        Tensor([[1, 2], [3]])
+    with raises_eagerly(ValueError, "ragged"):
+        Tensor([1, [2]])
+
+
+def test_bad_list_contents():
+    with raises_eagerly(TypeError, "str"):
+        Tensor([1, "a"])
+    with raises_eagerly(TypeError, "dict"):
+        Tensor({"a": 1})
+
+
+def test_bad_expand():
+    with raises_eagerly(ValueError, "(2, 3)", "(4, 3)"):
+        Tensor.ones(2, 3).expand(4, 3)
+    with raises_eagerly(ValueError, "(2, 3)", "(3,)"):
+        Tensor.ones(2, 3).expand(3)
+
+
+def test_bad_bitcast():
+    with raises_eagerly(TypeError, "float32", "int8", "4 bytes", "1 bytes"):
+        Tensor.ones(3).bitcast(dtypes.int8)
+    with raises_eagerly(TypeError, "float16", "float32"):
+        Tensor.ones(3, dtype=dtypes.float16).bitcast("float32")
+
+
+def test_index_out_of_range():
+    t = Tensor.ones(3, 4)
+    with raises_eagerly(IndexError, "index 3", "size 3"):
+        t[3]
+    with raises_eagerly(IndexError, "index -5", "size 4"):
+        t[0, -5]
+    with raises_eagerly(IndexError, "too many indices", "2"):
+        t[0, 0, 0]
+    with raises_eagerly(IndexError, "ellipsis"):
+        t[..., 0, ...]
+    with raises_eagerly(TypeError, "1.5"):
+        t[1.5]
+
+
+def test_bad_shrink_pad_cat_matmul():
+    t = Tensor.ones(3, 4)
+    with raises_eagerly(ValueError, "(3, 4)"):
+        t.shrink(((0, 4), (0, 4)))
+    with raises_eagerly(ValueError, "(3, 4)"):
+        t.pad(((1, 1),))
+    with raises_eagerly(ValueError, "(3, 4)", "(3, 5)"):
+        t.cat(Tensor.ones(3, 5), dim=0)
+    with raises_eagerly(ValueError, "(3, 4)", "(3, 4)"):
+        t @ t
+    with raises_eagerly(ValueError, "negative", "(2, -1)"):
+        Tensor.zeros(2, -1)
+
+
+def test_bad_dtype_ops():
+    with raises_eagerly(TypeError, "bool"):
+        Tensor([True]) - Tensor([False])
+    with raises_eagerly(TypeError, "bool"):
+        -Tensor([True])
+    with raises_eagerly(TypeError, "list"):
+        Tensor([1.0]) + [1.0]
+    with raises_eagerly(ValueError, "ambiguous", "3"):
+        bool(Tensor([1, 2, 3]))
+    with raises_eagerly(ValueError, "(2,)"):
+        Tensor([1, 2]).item()
+
+
+# *** printing ***
+
+
+def test_repr_of_lazy_tensor_runs_nothing(capsys):
+    x = Tensor([1.0, 2.0, 3.0]).realize()
+    y = (x + 1).reshape(3, 1).expand(3, 2) * 2
+    GlobalCounters.reset()
+    text = repr(y)
+    print(y)
+    printed = capsys.readouterr().out
+    assert GlobalCounters.kernel_count == 0
+    for s in (text, printed):
+        assert "(3, 2)" in s and "float32" in s and "CPU" in s and "lazy" in s
+    assert y.uop.op is not y.uop.base.op or not y.uop.is_realized
+
+
+def test_repr_of_realized_tensor():
+    y = Tensor.arange(6, dtype=dtypes.int8).reshape(2, 3).contiguous().realize()
+    text = repr(y)
+    assert "(2, 3)" in text and "int8" in text and "CPU" in text and "realized" in text
+    assert y.tolist() == [[0, 1, 2], [3, 4, 5]]
+
+
+def test_properties():
+    t = Tensor.ones(2, 3, 4, dtype=dtypes.int16)
+    assert t.shape == (2, 3, 4) and t.ndim == 3 and t.numel() == 24 and len(t) == 2
+    assert t.size() == (2, 3, 4) and t.size(-1) == 4 and t.element_size() == 2 and t.nbytes == 48
+    assert t.device == "CPU"
+    with pytest.raises(TypeError, match="0-d"):
+        len(Tensor(1.0))
