@@ -2,8 +2,22 @@
 
 from lazygrad.device import Device
 from lazygrad.dtype import dtypes
+from lazygrad.engine.jit import JitError, TinyJit
 from lazygrad.helpers import Context, GlobalCounters, getenv
 from lazygrad.tensor import Tensor
 from lazygrad.uop.ops import UOp
 
-__all__ = ["Tensor", "dtypes", "Device", "Context", "GlobalCounters", "getenv", "UOp"]
+Variable = UOp.variable  # Variable("pos", 0, 100).bind(n): a symbolic int, passed to kernels as an argument
+
+__all__ = [
+    "Tensor",
+    "TinyJit",
+    "JitError",
+    "Variable",
+    "dtypes",
+    "Device",
+    "Context",
+    "GlobalCounters",
+    "getenv",
+    "UOp",
+]

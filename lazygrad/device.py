@@ -89,6 +89,7 @@ class Buffer:
         if self._ptr is None:
             self._ptr = self.allocator.alloc(self.nbytes)
             GlobalCounters.mem_used += self.nbytes
+            GlobalCounters.mem_peak = max(GlobalCounters.mem_peak, GlobalCounters.mem_used)
         return self
 
     @property

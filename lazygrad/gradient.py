@@ -8,8 +8,10 @@ broadcasting, dtypes and shapes stay right without repeating that logic here.
 from __future__ import annotations
 
 import math
+import weakref
 from typing import TYPE_CHECKING, Callable
 
+from lazygrad.dtype import dtypes
 from lazygrad.helpers import argsort
 from lazygrad.uop.ops import GroupOp, Ops, UOp
 
@@ -28,7 +30,13 @@ def _reduce_grad(g: Tensor, node: UOp, x: Tensor, out: Tensor) -> Grads:
         hit = (x == out.expand(x.shape)).cast(g.dtype)
         return (hit * (g / hit.sum(axes, keepdim=True)).expand(x.shape),)
     if op is Ops.MUL:
-        return ((g * out).expand(x.shape) / x,)
+        # d/dx_i prod(x) is the product of the others: out / x_i without zeros; with one zero in the window only
+        # that position gets a gradient (the product of the nonzero rest); with two or more, none does
+        zero = x == 0
+        zeros = zero.cast(dtypes.int32).sum(axes, keepdim=True).expand(x.shape)
+        others = zero.where(1.0, x).prod(axes, keepdim=True).expand(x.shape)
+        g = g.expand(x.shape)
+        return ((zeros == 0).where(g * out.expand(x.shape) / x, ((zeros == 1) & zero).where(g * others, 0.0)),)
     raise NotImplementedError(f"no derivative for reduce {op}")
 
 
@@ -66,6 +74,7 @@ grad_rules: dict[Ops, Callable[..., Grads]] = {
     Ops.LOG2: lambda g, n, a: (g / (a * LN2),),
     Ops.SIN: lambda g, n, a: (g * a.cos(),),
     Ops.TRUNC: lambda g, n, a: (g.zeros_like(),),
+    Ops.MOD: lambda g, n, a, b: (g, -g * a.div(b, rounding_mode="trunc")),  # float fmod; integer MOD never carries grad
     Ops.MAX: _max_grad,
     Ops.POW: _pow_grad,
     Ops.WHERE: lambda g, n, c, a, b: (None, c.where(g, 0.0), c.where(0.0, g)),
@@ -78,25 +87,73 @@ grad_rules: dict[Ops, Callable[..., Grads]] = {
     Ops.FLIP: lambda g, n, a: (g.flip(tuple(i for i, f in enumerate(n.arg) if f)),),
     Ops.REDUCE_AXIS: _reduce_grad,
     Ops.CONTIGUOUS: lambda g, n, a: (g,),
+    Ops.ASSIGN: lambda g, n, target, value: (None, g),  # the tensor's value is what was assigned
+    Ops.COPY: lambda g, n, a: (g.to(a.device),),
 }
 _USES_OUTPUT = {Ops.RECIP, Ops.SQRT, Ops.EXP2, Ops.POW, Ops.REDUCE_AXIS}
 # ops whose result is piecewise constant or not a number: no gradient flows through them
-_NO_GRAD = GroupOp.Comparison | {Ops.IDIV, Ops.MOD, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR, Ops.BITCAST, Ops.DETACH}
+_NO_GRAD = GroupOp.Comparison | {Ops.IDIV, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR, Ops.BITCAST, Ops.DETACH}
+
+
+# tensors that backward() was called on, until an optimizer step realizes them with the update: a loss read after
+# opt.step() must show the value it had before the parameters changed, as in torch (weak: dropped ones vanish)
+_pending_roots: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
+
+
+def note_backward_root(t: Tensor) -> None:
+    _pending_roots[id(t)] = t
+
+
+def take_backward_roots() -> list[Tensor]:
+    """The tensors backward() was called on since the last call, that are not in memory yet."""
+    out = [t for t in _pending_roots.values() if not t.uop.is_realized]
+    _pending_roots.clear()
+    return out
+
+
+def _blocks(n: UOp) -> bool:
+    # a cast to an integer or bool is piecewise constant too, as in torch
+    return n.op in _NO_GRAD or (n.op is Ops.CAST and not dtypes.is_float(n.dtype))
+
+
+def _reaching(root: UOp, targets: set[UOp]) -> tuple[list[UOp], dict[UOp, bool]]:
+    """root's graph in topological order, and for each node whether a target is reachable from it through
+    differentiable ops (never through detach, comparisons or integer arithmetic)."""
+    topo = list(root.toposort)
+    reaches: dict[UOp, bool] = {}
+    for n in topo:
+        reaches[n] = n in targets or (not _blocks(n) and any(reaches[s] for s in n.src))
+    return topo, reaches
+
+
+def grad_reachable(root: UOp, targets: set[UOp]) -> set[UOp]:
+    """The targets that root depends on differentiably."""
+    found: set[UOp] = set()
+    seen: set[UOp] = set()
+    stack = [root] if targets else []
+    while stack:
+        n = stack.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        if n in targets:
+            found.add(n)
+        if not _blocks(n):
+            stack.extend(n.src)
+    return found
 
 
 def compute_gradient(root: UOp, root_grad: Tensor, targets: set[UOp]) -> dict[UOp, Tensor]:
     """d(root)/d(target) for each target reachable from root, as lazy Tensors (weighted by root_grad)."""
     from lazygrad.tensor import Tensor
 
-    topo = list(root.toposort)
     # only nodes on a path to a target carry gradient
-    reaches: dict[UOp, bool] = {}
-    for n in topo:
-        reaches[n] = n in targets or (n.op not in _NO_GRAD and any(reaches[s] for s in n.src))
+    topo, reaches = _reaching(root, targets)
     grads: dict[UOp, Tensor] = {root: root_grad}
     for node in reversed(topo):
         g = grads.get(node)
-        if g is None or not reaches[node] or node.op in _NO_GRAD:
+        # a target whose sources reach no other target (a leaf) passes nothing on
+        if g is None or _blocks(node) or not any(reaches[s] for s in node.src):
             continue
         rule = grad_rules.get(node.op)
         if rule is None:

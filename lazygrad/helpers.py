@@ -91,11 +91,13 @@ class GlobalCounters:
     time_sum_s: float = 0.0
     kernel_count: int = 0
     mem_used: int = 0  # bytes currently allocated on all devices
+    mem_peak: int = 0  # the most mem_used has been since the last reset
 
     @staticmethod
     def reset() -> None:
         GlobalCounters.global_ops, GlobalCounters.global_mem = 0, 0
         GlobalCounters.time_sum_s, GlobalCounters.kernel_count = 0.0, 0
+        GlobalCounters.mem_peak = GlobalCounters.mem_used
 
 
 # *** sequences ***

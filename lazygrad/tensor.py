@@ -20,7 +20,7 @@ from lazygrad.dtype import (
     sum_acc_dtype,
     to_dtype,
 )
-from lazygrad.helpers import argfix, ceildiv, flatten, make_tuple, prod
+from lazygrad.helpers import argfix, argsort, ceildiv, flatten, make_tuple, prod
 from lazygrad.uop.ops import GroupOp, Ops, UOp, pretty_print
 
 # computed nodes that have been realized -> the buffer view that holds their value; consulted by the scheduler
@@ -76,7 +76,8 @@ class Tensor:
     _grad_disabled: int = 0  # depth of nested no_grad blocks
     _seed: int = 0
     _rng_counter: int = 0
-    _graph_freed: weakref.WeakSet = weakref.WeakSet()
+    # id -> tensor whose graph a backward() has consumed (weak values: ids of dead tensors drop out)
+    _graph_freed: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
 
     __slots__ = ("uop", "_requires_grad", "grad", "__weakref__")
 
@@ -118,7 +119,6 @@ class Tensor:
             self.uop = UOp.buffer_view(buf, (buf.size,))
         elif type(data).__module__ == "numpy" and hasattr(data, "dtype"):
             self.uop = Tensor._from_numpy(data, device, dtype)
-            return
         else:
             raise TypeError(f"cannot make a Tensor from {type(data).__name__}")
         if dtype is not None and self.dtype != dtype:
@@ -138,8 +138,24 @@ class Tensor:
             return self._requires_grad
         if Tensor._grad_disabled or not _grad_leaves:
             return False
-        graph = self.uop.toposort
-        return any(t.uop in graph for t in _grad_leaves if t is not self)
+        return bool(self._grad_leaves_of())
+
+    def _grad_leaves_of(self) -> list[tuple[Tensor, UOp]]:
+        """The leaves requiring grad that this tensor depends on through a differentiable path (not via detach), each
+        with the node of this graph that stands for it."""
+        from lazygrad.gradient import grad_reachable
+
+        pairs = self._nodes_in_graph(list(_grad_leaves.values()))
+        reached = grad_reachable(self.uop, {n for _, n in pairs})
+        return [(t, n) for t, n in pairs if n in reached]
+
+    def _nodes_in_graph(self, tensors: Sequence[Tensor]) -> list[tuple[Tensor, UOp]]:
+        """(tensor, node) for every node of this graph that stands for one of `tensors`: the tensor's node, or the lazy
+        node it was before a realize swapped in its buffer (a graph built before the realize still holds that one)."""
+        by_uop: dict[UOp, list[Tensor]] = {}
+        for t in tensors:
+            by_uop.setdefault(t.uop, []).append(t)
+        return [(t, n) for n in self.uop.toposort for key in (n, _realized.get(n)) for t in by_uop.get(key, ())]
 
     @requires_grad.setter
     def requires_grad(self, value: bool) -> None:
@@ -147,9 +163,9 @@ class Tensor:
             raise TypeError(f"only floating point tensors can require gradients, not {self.dtype}")
         self._requires_grad = value
         if value:
-            _grad_leaves.add(self)
+            _grad_leaves[id(self)] = self
         else:
-            _grad_leaves.discard(self)
+            _grad_leaves.pop(id(self), None)
 
     def requires_grad_(self, value: bool = True) -> Tensor:
         self.requires_grad = value
@@ -160,8 +176,13 @@ class Tensor:
         from lazygrad.gradient import compute_gradient
 
         seed = self._seed_gradient(gradient)
-        grads = compute_gradient(self.uop, seed, {t.uop for t in targets})
-        return [grads[t.uop] if t.uop in grads else t.zeros_like() for t in targets]
+        pairs = self._nodes_in_graph(targets)
+        grads = compute_gradient(self.uop, seed, {n for _, n in pairs})
+        out: dict[int, Tensor] = {}
+        for t, n in pairs:
+            if (g := grads.get(n)) is not None:
+                out[id(t)] = out[id(t)] + g if id(t) in out else g
+        return [out.get(id(t), t.zeros_like()) for t in targets]
 
     def _seed_gradient(self, gradient: Tensor | None) -> Tensor:
         if not dtypes.is_float(self.dtype):
@@ -176,33 +197,36 @@ class Tensor:
 
     def backward(self, gradient: Tensor | None = None, retain_graph: bool = False) -> Tensor:
         """Accumulate d(self)/d(leaf) into `.grad` of every leaf that requires grad and that self depends on."""
-        from lazygrad.gradient import compute_gradient
+        from lazygrad.gradient import compute_gradient, note_backward_root
 
-        if self in Tensor._graph_freed:
+        if id(self) in Tensor._graph_freed:
             raise RuntimeError("backward through this graph a second time: its gradients were already taken; "
                                "pass retain_graph=True to the first backward() to allow it")
         seed = self._seed_gradient(gradient)
-        graph = self.uop.toposort
-        leaves = [t for t in list(_grad_leaves) if t.uop in graph]
+        leaves = self._grad_leaves_of()
         if not leaves:
-            raise RuntimeError("backward: the tensor does not depend on any tensor with requires_grad=True")
-        grads = compute_gradient(self.uop, seed, {t.uop for t in leaves})
-        for t in leaves:
-            if (g := grads.get(t.uop)) is not None:
+            raise RuntimeError("backward: the tensor does not depend on any tensor with requires_grad=True "
+                               "(or only through detach() / no_grad())")
+        grads = compute_gradient(self.uop, seed, {n for _, n in leaves})
+        for t, n in leaves:
+            if (g := grads.get(n)) is not None:
                 t.grad = g if t.grad is None else t.grad + g
         if not retain_graph:
-            Tensor._graph_freed.add(self)
+            Tensor._graph_freed[id(self)] = self
+        note_backward_root(self)
         return self
 
     @staticmethod
-    def no_grad() -> _GradMode:
-        """Context manager and decorator: tensors made inside never pass gradients back."""
-        return _GradMode()
+    def no_grad(fn: Callable | None = None) -> Any:
+        """Context manager and decorator (`@Tensor.no_grad()` or `@Tensor.no_grad`): tensors made inside never pass
+        gradients back."""
+        return _GradMode()(fn) if fn is not None else _GradMode()
 
     @staticmethod
-    def train(mode: bool = True) -> _TrainMode:
-        """Context manager and decorator setting `Tensor.training` (dropout, batchnorm statistics)."""
-        return _TrainMode(mode)
+    def train(mode: bool | Callable = True) -> Any:
+        """Context manager and decorator (`@Tensor.train()` or `@Tensor.train`) setting `Tensor.training` (dropout,
+        batchnorm statistics)."""
+        return _TrainMode(True)(mode) if callable(mode) else _TrainMode(mode)
 
     def assign(self, x: Any) -> Tensor:
         """Write x into this tensor's memory (in place, lazily: it happens at the next realize)."""
@@ -210,7 +234,12 @@ class Tensor:
         if x.shape != self.shape or x.dtype != self.dtype or x.device != self.device:
             raise ValueError(f"assign needs the same shape, dtype and device: target {self.shape} {self.dtype} {self.device}, "
                              f"value {x.shape} {x.dtype} {x.device}")
-        if self._plain_buffer() is None:
+        if self.uop.op is Ops.ASSIGN:
+            # a write is already pending: this one goes into the same memory after it (a[0] = 1; a[1] = 2)
+            if _reads_shifted(x.uop, self.uop) or _reads_shifted(x.uop, self.uop.base.src[0].base):
+                x = x.contiguous()
+            self.uop = UOp(Ops.ASSIGN, self.dtype, (self.uop.src[0], x.uop))
+        elif self._plain_buffer() is None:
             if self.uop.is_realized:
                 raise NotImplementedError("assign into a view of a buffer (a slice, transpose, ...) is not supported yet")
             self.uop = x.uop  # nothing stored yet: the tensor simply becomes x
@@ -331,6 +360,9 @@ class Tensor:
 
     def data(self) -> memoryview:
         """The raw bytes of the tensor in row-major order."""
+        from lazygrad.engine.realize import check_not_capturing
+
+        check_not_capturing("reading a tensor's data (.numpy(), .item(), .tolist(), .data(), bool())")
         return self._contiguous_buffer().as_bytes()
 
     def _python_values(self) -> list[Any]:
@@ -468,7 +500,8 @@ class Tensor:
         half = (n + 1) // 2
         counter = Tensor._iota(half, device).cast(dtypes.uint32)
         k0 = dtypes.as_const(Tensor._seed, dtypes.uint32)
-        k1 = dtypes.as_const(Tensor._rng_counter, dtypes.uint32)
+        # the counter is read from a buffer of its own, not baked into the source: every call reuses the kernels
+        k1 = Tensor([Tensor._rng_counter], dtype=dtypes.uint32, device=device).reshape(())
         y0, y1 = _threefry2x32(counter, counter.full_like(0), k0, k1)
         return y0.cat(y1)[:n]
 
@@ -574,18 +607,12 @@ class Tensor:
                 raise ValueError(f"shrink {bounds} is out of bounds for shape {self.shape}")
         return self if all(b == (0, s) for b, s in zip(bounds, self.shape)) else self._movement(Ops.SHRINK, bounds)
 
-    def pad(self, padding: Sequence[Any], value: float = 0.0) -> Tensor:
-        """Per-dimension ((before, after), ...) or None, or torch style flat (last_lo, last_hi, prev_lo, ...)."""
-        if all(isinstance(p, int) for p in padding):
-            flat = list(padding)
-            if len(flat) % 2 or len(flat) // 2 > self.ndim:
-                raise ValueError(f"flat padding {tuple(flat)} needs an even number of entries, at most 2*{self.ndim}")
-            pairs = [(flat[i], flat[i + 1]) for i in range(0, len(flat), 2)][::-1]
-            per_dim = [(0, 0)] * (self.ndim - len(pairs)) + pairs
-        else:
-            if len(padding) != self.ndim:
-                raise ValueError(f"padding {tuple(padding)} needs one entry per dimension of shape {self.shape}")
-            per_dim = [(0, 0) if p is None else (int(p[0]), int(p[1])) for p in padding]
+    def pad(self, padding: Sequence[Any], mode: str = "constant", value: float = 0.0) -> Tensor:
+        """Per-dimension ((before, after), ...) or None, or torch style flat (last_lo, last_hi, prev_lo, ...).
+        mode: 'constant' (value), 'reflect', 'replicate' or 'circular', as torch's F.pad."""
+        per_dim = _pad_pairs(self, padding)
+        if mode != "constant":
+            return self._pad_mode(per_dim, mode)
         # negative padding crops
         x = self
         if any(lo < 0 or hi < 0 for lo, hi in per_dim):
@@ -668,11 +695,647 @@ class Tensor:
             return self
         return Tensor(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
 
+    def to(self, device: str | None) -> Tensor:
+        """This tensor on `device` (a copy between devices, made when realized; the same tensor if already there)."""
+        device = Device.canonicalize(device)
+        if device == self.device:
+            return self
+        src = self.contiguous()  # a copy moves whole buffers: a view is made contiguous on its own device first
+        return Tensor(UOp(Ops.COPY, self.dtype, (src.uop,), device))
+
     def detach(self) -> Tensor:
         return Tensor(UOp(Ops.DETACH, self.dtype, (self.uop,)) if self.uop.op is not Ops.DETACH else self.uop)
 
     def __getitem__(self, index: Any) -> Tensor:
         return _getitem(self, index)
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        """Write value at self[index] in place (lazily: at the next realize), for every index form __getitem__ takes."""
+        v = value if isinstance(value, Tensor) else Tensor(value, dtype=self.dtype, device=self.device)
+        self.assign(_setitem_value(self, index, v.cast(self.dtype)))
+
+    # *** indexing by tensors: one-hot compares with an arange, reduced; they fuse into one kernel per op ***
+
+    def _hits(self, d: int, index: Tensor) -> Tensor:
+        """Bool index.shape with self.shape[d] inserted at d + 1: true where index (negative counts from the end) is
+        that position. The index is expanded before any arithmetic, so the compare fuses into the kernel using it."""
+        n = self.shape[d]
+        idx = index.unsqueeze(d + 1)
+        idx = idx.expand(*idx.shape[: d + 1], n, *idx.shape[d + 2 :])
+        if not dtypes.is_unsigned(idx.dtype):
+            idx = (idx < 0).where(idx + n, idx)
+        return idx == Tensor.arange(n, device=self.device).reshape((n,) + (1,) * (self.ndim - d - 1))
+
+    def _dim_index(self, dim: int, index: Tensor, name: str) -> tuple[int, Tensor]:
+        d = _axes(dim, self.ndim)[0] if self.ndim else 0
+        if not isinstance(index, Tensor) or not dtypes.is_int(index.dtype):
+            got = getattr(index, "dtype", type(index).__name__)
+            raise TypeError(f"{name}: index must be an integer tensor, got {got}")
+        if index.ndim != self.ndim:
+            raise ValueError(f"{name}: index shape {index.shape} needs as many dims as the tensor's shape {self.shape}")
+        if any(i != d and si > sx for i, (si, sx) in enumerate(zip(index.shape, self.shape))):
+            raise ValueError(f"{name}: index shape {index.shape} is larger than shape {self.shape} outside dim {d}")
+        return d, index
+
+    def gather(self, dim: int, index: Tensor) -> Tensor:
+        """out[..., j, ...] = self[..., index[..., j, ...], ...] along dim (torch.gather)."""
+        d, index = self._dim_index(dim, index, "gather")
+        x = self.shrink([None if i == d else (0, s) for i, s in enumerate(index.shape)])
+        return _pick(x.unsqueeze(d), self._hits(d, index), (d + 1,))
+
+    def _scatter_hits(self, dim: int, index: Tensor, src: Any, name: str) -> tuple[int, Tensor, Tensor]:
+        """(dim, hit, src): hit[..., j, p, ...] is true where index[..., j, ...] == p; src gets a dim at d + 1."""
+        d, index = self._dim_index(dim, index, name)
+        if isinstance(src, Tensor):
+            if src.ndim != index.ndim or any(a < b for a, b in zip(src.shape, index.shape)):
+                raise ValueError(f"{name}: src shape {src.shape} must be at least the index shape {index.shape}")
+            src = src.cast(self.dtype).shrink([(0, s) for s in index.shape])
+        else:
+            src = Tensor.full(index.shape, src, dtype=self.dtype, device=self.device)
+        return d, self._hits(d, index), src.unsqueeze(d + 1)
+
+    def _pad_to_self(self, x: Tensor, value: Any = 0) -> Tensor:
+        return x.pad([(0, s - xs) for s, xs in zip(self.shape, x.shape)], value=value)
+
+    def scatter(self, dim: int, index: Tensor, src: Any, reduce: str | None = None) -> Tensor:
+        """self with src[..., j, ...] written at index[..., j, ...] along dim; a repeated index: the last write wins.
+        reduce='add' / 'multiply' combine with the old value instead (torch's legacy form of scatter_reduce)."""
+        if reduce is not None:
+            if reduce not in ("add", "multiply"):
+                raise ValueError(f"scatter: reduce must be None, 'add' or 'multiply', not {reduce!r}")
+            return self.scatter_reduce(dim, index, src, "sum" if reduce == "add" else "prod")
+        d, hit, src = self._scatter_hits(dim, index, src, "scatter")
+        j = Tensor.arange(hit.shape[d], device=self.device).reshape((-1,) + (1,) * (hit.ndim - d - 1))
+        last = hit.where(j, -1).max(d, keepdim=True)
+        vals = _last_write(_pick(src, hit & (j == last), (d,)), src, hit, (d,))
+        return self._pad_to_self(last.squeeze(d) >= 0).where(self._pad_to_self(vals), self)
+
+    def scatter_reduce(self, dim: int, index: Tensor, src: Any, reduce: str, include_self: bool = True) -> Tensor:
+        """Combine src into self at index along dim with reduce in {'sum', 'prod', 'mean', 'amax', 'amin'}."""
+        if reduce not in ("sum", "prod", "mean", "amax", "amin"):
+            raise ValueError(f"scatter_reduce: reduce must be 'sum', 'prod', 'mean', 'amax' or 'amin', not {reduce!r}")
+        d, hit, src = self._scatter_hits(dim, index, src, "scatter_reduce")
+        count = self._pad_to_self(hit.sum(d, dtype=dtypes.int32))
+        if reduce in ("sum", "mean"):
+            part = self._pad_to_self(_pick(src, hit, (d,)))
+            total = self + part if include_self else part
+            if reduce == "sum":
+                out = total
+            else:
+                n = count + 1 if include_self else count
+                out = total / n.maximum(1) if dtypes.is_float(self.dtype) else total.floordiv(n.maximum(1))
+        elif reduce == "prod":
+            part = self._pad_to_self(hit.where(src, 1).prod(d, dtype=self.dtype), 1)
+            out = self * part if include_self else part
+        else:
+            lowest = -math.inf if dtypes.is_float(self.dtype) else dtypes.min(self.dtype)
+            s = src if reduce == "amax" else -src if dtypes.is_float(self.dtype) else ~src
+            x = self if reduce == "amax" else -self if dtypes.is_float(self.dtype) else ~self
+            part = self._pad_to_self(hit.where(s, lowest).max(d))
+            out = x.maximum(part) if include_self else part
+            out = out if reduce == "amax" else -out if dtypes.is_float(self.dtype) else ~out
+        return (count > 0).where(out, self)
+
+    def scatter_add(self, dim: int, index: Tensor, src: Tensor) -> Tensor:
+        return self.scatter_reduce(dim, index, src, "sum")
+
+    def index_select(self, dim: int, index: Tensor) -> Tensor:
+        d = _axes(dim, self.ndim)[0]
+        if index.ndim != 1:
+            raise ValueError(f"index_select: index must be 1-d, got shape {index.shape}")
+        return self[(slice(None),) * d + (index,)]
+
+    def masked_select(self, mask: Tensor) -> Tensor:
+        """The elements where mask is true, flattened (the count is read from the device, as torch does)."""
+        if mask.dtype != dtypes.bool:
+            raise TypeError(f"masked_select: mask must be a bool tensor, got {mask.dtype}")
+        shape = _broadcast_shape(self.shape, mask.shape)
+        flat = self._broadcast_to(shape).flatten()
+        return _pick(flat.reshape(1, -1), mask._broadcast_to(shape).flatten()._select_rows(), (1,))
+
+    def _select_rows(self) -> Tensor:
+        """For a 1-d bool tensor with n trues: bool (n, len), row j true at the position of the j-th true."""
+        n = int(self.sum().item())
+        rank = self.cast(dtypes.int32).cumsum() - 1
+        return self.reshape(1, -1) & (rank.reshape(1, -1) == Tensor.arange(n, device=self.device).reshape(-1, 1))
+
+    def nonzero(self, as_tuple: bool = False) -> Tensor | tuple[Tensor, ...]:
+        """Coordinates of the nonzero elements, (count, ndim) int64 in row-major order, or one tensor per dim."""
+        flat = (self != 0).flatten()
+        pos = Tensor.arange(flat.numel(), device=self.device).reshape(1, -1)
+        where = _pick(pos, flat._select_rows(), (1,))
+        strides = [prod(self.shape[d + 1 :]) for d in range(self.ndim)]
+        coords = [(where // st % s).cast(dtypes.int64) for st, s in zip(strides, self.shape)]
+        if as_tuple:
+            return tuple(coords)
+        if not coords:
+            return Tensor.zeros(where.shape[0], 0, dtype=dtypes.int64, device=self.device)
+        return Tensor.stack(*coords, dim=1)
+
+    def _triangle(self, diagonal: int, upper: bool) -> Tensor:
+        if self.ndim < 2:
+            raise ValueError(f"tril/triu need at least 2 dims, got shape {self.shape}")
+        r, c = self.shape[-2:]
+        rows = Tensor.arange(r, device=self.device).reshape(r, 1) + diagonal
+        cols = Tensor.arange(c, device=self.device).reshape(1, c)
+        keep = rows <= cols if upper else rows >= cols
+        return keep.where(self, self.zeros_like())
+
+    def tril(self, diagonal: int = 0) -> Tensor:
+        return self._triangle(diagonal, False)
+
+    def triu(self, diagonal: int = 0) -> Tensor:
+        return self._triangle(diagonal, True)
+
+    def clone(self) -> Tensor:
+        return Tensor(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
+
+    # *** shape ops built from views ***
+
+    def split(self, sizes: int | Sequence[int], dim: int = 0) -> tuple[Tensor, ...]:
+        d = _axes(dim, self.ndim)[0]
+        n = self.shape[d]
+        if isinstance(sizes, int):
+            if sizes <= 0:
+                raise ValueError(f"split size must be positive, got {sizes}")
+            sizes = [min(sizes, n - i) for i in range(0, n, sizes)] or [0]
+        if sum(sizes) != n or any(s < 0 for s in sizes):
+            raise ValueError(f"split sizes {list(sizes)} must be non-negative and sum to {n}, the size of dim {d}")
+        starts = [sum(sizes[:i]) for i in range(len(sizes))]
+        return tuple(self.shrink([(st, st + s) if i == d else None for i in range(self.ndim)])
+                     for st, s in zip(starts, sizes))
+
+    def chunk(self, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
+        if chunks <= 0:
+            raise ValueError(f"chunk needs a positive number of chunks, got {chunks}")
+        d = _axes(dim, self.ndim)[0]
+        return self.split(max(1, ceildiv(self.shape[d], chunks)), d)
+
+    def repeat_interleave(self, repeats: int | Sequence[int] | Tensor, dim: int | None = None) -> Tensor:
+        """Each element repeated `repeats` times along dim (flattened if None); per-element counts as a list or an
+        integer tensor (their total is read from the device, as torch does)."""
+        x, d = (self.flatten(), 0) if dim is None else (self, _axes(dim, self.ndim)[0])
+        if isinstance(repeats, bool) or not isinstance(repeats, (int, list, tuple, Tensor)):
+            raise TypeError(f"repeat_interleave: repeats must be an int, a list of ints or an integer tensor, "
+                            f"not {repeats!r}")
+        if not isinstance(repeats, int):
+            r = repeats if isinstance(repeats, Tensor) else Tensor(list(repeats), self.device, dtypes.int32)
+            if not dtypes.is_int(r.dtype) or r.ndim > 1 or r.numel() not in (1, x.shape[d]):
+                raise ValueError(f"repeat_interleave: repeats of shape {r.shape} and dtype {r.dtype} must be integers, "
+                                 f"one per element along dim {d} (size {x.shape[d]}) or a single count")
+            if r.numel() == 1 and x.shape[d] != 1:
+                return self.repeat_interleave(int(r.reshape(()).item()), dim)
+            if not isinstance(repeats, Tensor) and any(v < 0 for v in repeats):
+                raise ValueError(f"repeat_interleave: repeats must be non-negative, got {list(repeats)}")
+            # output j comes from the element whose running total of counts first exceeds j
+            total = int(r.sum().item())
+            ends = r.reshape(-1).cumsum(0).reshape(1, -1)
+            src = (ends <= Tensor.arange(total, device=self.device).reshape(-1, 1)).sum(1, dtype=dtypes.int32)
+            return x.index_select(d, src)
+        if repeats < 0:
+            raise ValueError(f"repeat_interleave: repeats must be non-negative, got {repeats}")
+        x = x.unsqueeze(d + 1)
+        return x.expand(*x.shape[: d + 1], repeats, *x.shape[d + 2 :]).flatten(d, d + 1)
+
+    def roll(self, shifts: int | Sequence[int], dims: int | Sequence[int] | None = None) -> Tensor:
+        if dims is None:
+            return self.flatten().roll(shifts, 0).reshape(self.shape)
+        shifts_, dims_ = make_tuple(shifts, 1), make_tuple(dims, 1)
+        if len(shifts_) != len(dims_):
+            raise ValueError(f"roll: shifts {shifts_} and dims {dims_} need the same length")
+        x = self
+        for s, dim in zip(shifts_, dims_):
+            d = _axes(dim, self.ndim)[0]
+            n = x.shape[d]
+            if n == 0 or s % n == 0:
+                continue
+            # two copies side by side; the rolled tensor is the window starting n - shift into them
+            s %= n
+            x = x.repeat([2 if i == d else 1 for i in range(x.ndim)])
+            x = x.shrink([(n - s, 2 * n - s) if i == d else None for i in range(x.ndim)])
+        return x
+
+    def meshgrid(self, *others: Tensor, indexing: str = "ij") -> tuple[Tensor, ...]:
+        if indexing not in ("ij", "xy"):
+            raise ValueError(f"meshgrid: indexing must be 'ij' or 'xy', not {indexing!r}")
+        ts = [t.flatten() for t in (self, *others)]
+        shape = tuple(t.shape[0] for t in ts)
+        grids = [t.reshape((1,) * i + (-1,) + (1,) * (len(ts) - i - 1)).expand(shape) for i, t in enumerate(ts)]
+        # 'xy' (cartesian) is 'ij' with the first two dims swapped
+        return tuple(g.transpose(0, 1) for g in grids) if indexing == "xy" and len(ts) > 1 else tuple(grids)
+
+    def diagonal(self, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:
+        """The diagonal of dims (dim1, dim2) as the last dim, as a view: flatten, pad one, and take a column."""
+        a, b = _axes(dim1, self.ndim)[0], _axes(dim2, self.ndim)[0]
+        if a == b:
+            raise ValueError(f"diagonal: dim1 and dim2 must differ, got {dim1} and {dim2}")
+        x = self.permute(*[i for i in range(self.ndim) if i not in (a, b)], a, b)
+        r, c = x.shape[-2:]
+        lead = [None] * (x.ndim - 2)
+        r0, c0 = max(0, -offset), max(0, offset)
+        m = max(0, min(r - r0, c - c0))
+        x = x.shrink(lead + [(min(r0, r), min(r0, r) + m), (min(c0, c), min(c0, c) + m)])
+        x = x.flatten(-2).pad(lead + [(0, m)]).reshape(*x.shape[:-2], m, m + 1)
+        return x.shrink(lead + [None, (0, 1)]).reshape(*x.shape[:-2], m)
+
+    def diag(self, diagonal: int = 0) -> Tensor:
+        """1-d: the square matrix with self on a diagonal; 2-d: that diagonal."""
+        if self.ndim == 2:
+            return self.diagonal(diagonal)
+        if self.ndim != 1:
+            raise ValueError(f"diag needs a 1-d or 2-d tensor, got shape {self.shape}")
+        n, k = self.shape[0], abs(diagonal)
+        x = self.reshape(n, 1).pad([None, (0, n)]).flatten().shrink([(0, n * n)]).reshape(n, n)
+        return x.pad([(0, k), (k, 0)] if diagonal >= 0 else [(k, 0), (0, k)])
+
+    def unfold(self, dimension: int, size: int, step: int) -> Tensor:
+        """Every window of `size` along `dimension`, `step` apart: that dim counts windows, a new last dim holds one."""
+        d = _axes(dimension, self.ndim)[0] if self.ndim else 0
+        if size < 0 or step <= 0:
+            raise ValueError(f"unfold: size must be non-negative and step positive, got size {size}, step {step}")
+        x = self.reshape(1) if self.ndim == 0 else self
+        if size > x.shape[d]:
+            raise ValueError(f"unfold: size {size} is larger than dimension {d} of shape {self.shape}")
+        others = [i for i in range(x.ndim) if i != d]
+        if size == 0:
+            w = x.permute(*others, d).shrink([None] * len(others) + [(0, 0)])
+            w = w.reshape(*[x.shape[i] for i in others], 0, 0)
+            w = w.pad([None] * len(others) + [(0, x.shape[d] // step + 1), None])
+        else:
+            w = x.permute(*others, d)._pool((size,), step)
+        w = w.permute(*range(d), x.ndim - 1, *range(d, x.ndim - 1), x.ndim)
+        return w.reshape(w.shape[1:]) if self.ndim == 0 else w
+
+    def pad_to(self, *shape: Any) -> Tensor:
+        """Zero-pad at the end of each dim up to shape (None keeps a dim)."""
+        new = argfix(*shape)
+        if len(new) != self.ndim or any(n is not None and n < s for n, s in zip(new, self.shape)):
+            raise ValueError(f"pad_to {new}: needs one size per dim of shape {self.shape}, none smaller")
+        return self.pad([None if n is None else (0, n - s) for n, s in zip(new, self.shape)])
+
+    def shrink_to(self, *shape: Any) -> Tensor:
+        """Keep the first entries of each dim, down to shape (None keeps a dim)."""
+        new = argfix(*shape)
+        if len(new) != self.ndim or any(n is not None and not 0 <= n <= s for n, s in zip(new, self.shape)):
+            raise ValueError(f"shrink_to {new}: needs one size per dim of shape {self.shape}, none larger")
+        return self.shrink([None if n is None else (0, n) for n in new])
+
+    def _pad_mode(self, per_dim: list[tuple[int, int]], mode: str) -> Tensor:
+        """'reflect' mirrors without the edge, 'replicate' repeats the edge, 'circular' wraps around: cat of views."""
+        if mode not in ("reflect", "replicate", "circular"):
+            raise ValueError(f"pad mode must be 'constant', 'reflect', 'replicate' or 'circular', not {mode!r}")
+        x = self
+        for d, (lo, hi) in enumerate(per_dim):
+            if lo == 0 and hi == 0:
+                continue
+            n = x.shape[d]
+            if lo < 0 or hi < 0:
+                raise ValueError(f"pad mode {mode!r} does not take negative padding, got {(lo, hi)} for dim {d}")
+            if (mode == "reflect" and max(lo, hi) >= n) or (mode == "circular" and max(lo, hi) > n) or n == 0:
+                raise ValueError(f"pad mode {mode!r}: padding {(lo, hi)} is too large for dim {d} of size {n} "
+                                 f"in shape {self.shape}")
+
+            def part(a: int, b: int, rev: bool = False) -> Tensor:
+                p = x.shrink([(a, b) if i == d else None for i in range(x.ndim)])
+                return p.flip(d) if rev else p
+
+            if mode == "reflect":
+                left, right = part(1, lo + 1, True), part(n - 1 - hi, n - 1, True)
+            elif mode == "replicate":
+                left = part(0, 1).expand(*[lo if i == d else s for i, s in enumerate(x.shape)])
+                right = part(n - 1, n).expand(*[hi if i == d else s for i, s in enumerate(x.shape)])
+            else:
+                left, right = part(n - lo, n), part(0, hi)
+            x = left.cat(x, right, dim=d)
+        return x
+
+    @staticmethod
+    def einsum(formula: str, *operands: Tensor | Sequence[Tensor]) -> Tensor:
+        """Einstein summation: 'ij,jk->ik', implicit output (letters used once, sorted), '...' and repeated letters."""
+        ops = list(operands[0]) if len(operands) == 1 and isinstance(operands[0], (list, tuple)) else list(operands)
+        formula = formula.replace(" ", "")
+        lhs, arrow, rhs = formula.partition("->")
+        specs = lhs.split(",")
+        if len(specs) != len(ops):
+            raise ValueError(f"einsum: {formula!r} names {len(specs)} operands, got {len(ops)}")
+        # '...' becomes fresh upper-case letters, right-aligned across operands like broadcasting
+        n_ell = max((t.ndim - len(s.replace("...", "")) for s, t in zip(specs, ops) if "..." in s), default=0)
+        ell = "".join(chr(ord("A") + i) for i in range(n_ell))
+        specs = [s.replace("...", ell[n_ell - (t.ndim - len(s.replace("...", ""))) :]) if "..." in s else s
+                 for s, t in zip(specs, ops)]
+        if not arrow:
+            once = sorted(c for c in set("".join(specs)) if "".join(specs).count(c) == 1 and c not in ell)
+            rhs = ell + "".join(once)
+        rhs = rhs.replace("...", ell)
+        sizes: dict[str, int] = {}
+        aligned = []
+        for s, t in zip(specs, ops):
+            if len(s) != t.ndim or not s.isalpha():
+                raise ValueError(f"einsum: operand spec {s!r} does not fit shape {t.shape}")
+            while len(set(s)) != len(s):  # a repeated letter takes a diagonal
+                c = next(c for c in s if s.count(c) > 1)
+                i, j = s.index(c), s.index(c, s.index(c) + 1)
+                t = t.diagonal(0, i, j)
+                s = "".join(ch for k, ch in enumerate(s) if k not in (i, j)) + c
+            for c, n in zip(s, t.shape):
+                # size-1 dims broadcast, as in torch
+                if c in sizes and n not in (1, sizes[c]) and sizes[c] != 1:
+                    raise ValueError(f"einsum: letter {c!r} has sizes {sizes[c]} and {n}")
+                sizes[c] = n if sizes.get(c, 1) == 1 else sizes[c]
+            aligned.append((s, t))
+        letters = sorted(sizes)
+        if any(c not in sizes for c in rhs) or len(set(rhs)) != len(rhs):
+            raise ValueError(f"einsum: output {rhs!r} must name distinct letters of the inputs")
+        prod_t = None
+        for s, t in aligned:
+            order = sorted(range(len(s)), key=lambda k: letters.index(s[k]))
+            t = t.permute(order) if order else t
+            s = "".join(s[k] for k in order)
+            t = t.reshape([t.shape[s.index(c)] if c in s else 1 for c in letters])
+            prod_t = t if prod_t is None else prod_t * t
+        assert prod_t is not None
+        prod_t = prod_t._broadcast_to(tuple(sizes[c] for c in letters))
+        summed = [i for i, c in enumerate(letters) if c not in rhs]
+        out = prod_t.sum(summed) if summed else prod_t
+        if not dtypes.is_float(prod_t.dtype):
+            out = out.cast(prod_t.dtype)
+        kept = [c for c in letters if c in rhs]
+        return out.permute([kept.index(c) for c in rhs]) if rhs else out
+
+    # *** scans and sorts: windowed reduces (a view of every prefix) and comparison counts, no data-dependent loops ***
+
+    def _prefix_windows(self, identity: Any) -> Tensor:
+        """(..., n) -> (..., n, n): row i is the prefix x[:i+1] padded in front with identity."""
+        n = self.shape[-1]
+        return self.pad([None] * (self.ndim - 1) + [(n - 1, 0)], value=identity)._pool((n,))
+
+    def _cumulative(self, axis: int, kind: str) -> Tensor:
+        d = _axes(axis, self.ndim)[0] if self.ndim else 0
+        x = self.reshape(1) if self.ndim == 0 else self
+        out = x.transpose(d, -1)._scan_last(kind).transpose(d, -1)
+        return out.reshape(()) if self.ndim == 0 else out
+
+    def _scan_last(self, kind: str) -> Tensor:
+        """Inclusive scan along the last dim with kind in {'sum', 'prod', 'max', 'logsumexp'}. Up to 64 elements,
+        one reduce over a view of every prefix; beyond, prefixes inside blocks of 64 combined with the scan of the
+        block totals (recursively): O(64 n) work, log64(n) levels."""
+        n, block = self.shape[-1], 64
+        lowest = -math.inf if dtypes.is_float(self.dtype) else dtypes.min(self.dtype)
+        identity = {"sum": 0, "prod": 1, "max": lowest, "logsumexp": -math.inf}[kind]
+        if n <= block:
+            if n == 0:
+                return self
+            w = self._prefix_windows(identity)
+            if kind == "sum":
+                return w.sum(-1, dtype=self.dtype)
+            return w.prod(-1, dtype=self.dtype) if kind == "prod" else w.max(-1) if kind == "max" else w.logsumexp(-1)
+        a, lead = ceildiv(n, block), [None] * (self.ndim - 1)
+        blocks = self.pad(lead + [(0, a * block - n)], value=identity).reshape(*self.shape[:-1], a, block)
+        inner = blocks._scan_last(kind)
+        totals = inner.shrink(lead + [None, (block - 1, block)]).squeeze(-1)
+        before = totals._scan_last(kind).pad(lead + [(1, 0)], value=identity).shrink(lead + [(0, a)]).unsqueeze(-1)
+        combine = {"sum": Tensor.add, "prod": Tensor.mul, "max": Tensor.maximum, "logsumexp": Tensor.logaddexp}[kind]
+        return combine(inner, before).reshape(*self.shape[:-1], a * block).shrink(lead + [(0, n)])
+
+    def cumsum(self, axis: int = 0) -> Tensor:
+        return self.cast(sum_acc_dtype(self.dtype))._cumulative(axis, "sum")
+
+    def cumprod(self, axis: int = 0) -> Tensor:
+        return self.cast(sum_acc_dtype(self.dtype))._cumulative(axis, "prod")
+
+    def cummax(self, axis: int = 0) -> tuple[Tensor, Tensor]:
+        """Running maximum and, as torch, the index of its last occurrence so far."""
+        values = self._cumulative(axis, "max")
+        d = _axes(axis, self.ndim)[0] if self.ndim else 0
+        n = self.shape[d] if self.ndim else 1
+        # the running max is reached anew (or tied) exactly where x == max so far: the index is a running max too
+        hit = (self == values) | self.isnan() if dtypes.is_float(self.dtype) else self == values
+        pos = Tensor.arange(n, device=self.device).reshape((n,) + (1,) * (self.ndim - d - 1)) if self.ndim else 0
+        return values, hit.where(pos, -1)._cumulative(axis, "max").cast(dtypes.int64)
+
+    def cummin(self, axis: int = 0) -> tuple[Tensor, Tensor]:
+        neg = -self if dtypes.is_float(self.dtype) else ~self
+        values, idx = neg.cummax(axis)
+        return (-values if dtypes.is_float(self.dtype) else ~values), idx
+
+    def logcumsumexp(self, axis: int = 0) -> Tensor:
+        # a logsumexp per prefix window, so stable for any spread of values
+        return self.cast(least_upper_float(self.dtype))._cumulative(axis, "logsumexp")
+
+    def sort(self, dim: int = -1, descending: bool = False, *, stable: bool = True) -> tuple[Tensor, Tensor]:
+        """Sorted values and int64 indices. Each element's place is the count of elements that go before it (ties in
+        index order: always stable); NaN sorts as the largest value, as in torch."""
+        d = _axes(dim, self.ndim)[0] if self.ndim else 0
+        x = (self.reshape(1) if self.ndim == 0 else self).transpose(d, -1)
+        n = x.shape[-1]
+        # element i on dim -2, j on dim -1; expanded before any arithmetic so the compares fuse into the count
+        pair = (*x.shape, n)
+        a, b = x.unsqueeze(-1).expand(pair), x.unsqueeze(-2).expand(pair)
+        i = Tensor.arange(n, device=self.device)
+        first = _sorts_before(a, b) if descending else _sorts_before(b, a)
+        earlier = i.reshape(1, n).expand(pair) < i.reshape(n, 1).expand(pair)
+        rank = (first | (_sorts_equal(a, b) & earlier)).sum(-1, dtype=dtypes.int32)
+        place = rank.unsqueeze(-1) == i  # (..., i, r)
+        values = _pick(x.unsqueeze(-1), place, (-2,))
+        indices = _pick(i.reshape(n, 1), place, (-2,)).cast(dtypes.int64)
+        values, indices = values.transpose(d, -1), indices.transpose(d, -1)
+        return (values.reshape(()), indices.reshape(())) if self.ndim == 0 else (values, indices)
+
+    def argsort(self, dim: int = -1, descending: bool = False, *, stable: bool = True) -> Tensor:
+        return self.sort(dim, descending)[1]
+
+    def topk(self, k: int, dim: int = -1, largest: bool = True, sorted: bool = True) -> tuple[Tensor, Tensor]:
+        d = _axes(dim, self.ndim)[0] if self.ndim else 0
+        n = self.shape[d] if self.ndim else 1
+        if not 0 <= k <= n:
+            raise ValueError(f"topk: k={k} is out of range for dimension {d} of size {n}")
+        values, indices = self.sort(d, descending=largest)
+        keep = [(0, k) if i == d else None for i in range(self.ndim)]
+        return (values.shrink(keep), indices.shrink(keep)) if self.ndim else (values, indices)
+
+    def var_mean(self, axis: int | Sequence[int] | None = None, keepdim: bool = False,
+                 correction: int = 1) -> tuple[Tensor, Tensor]:
+        return self.var(axis, keepdim, correction), self.mean(axis, keepdim)
+
+    def std_mean(self, axis: int | Sequence[int] | None = None, keepdim: bool = False,
+                 correction: int = 1) -> tuple[Tensor, Tensor]:
+        return self.std(axis, keepdim, correction), self.mean(axis, keepdim)
+
+    def norm(self, p: float | str = "fro", dim: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
+        """Vector p-norm over dim (all dims by default); 'fro' is the 2-norm, inf / -inf the largest / smallest |x|."""
+        x = self.cast(least_upper_float(self.dtype)).abs()
+        if p in ("fro", 2, 2.0):
+            return x.square().sum(dim, keepdim).sqrt()
+        if p == math.inf:
+            return x.max(dim, keepdim)
+        if p == -math.inf:
+            return x.min(dim, keepdim)
+        if p == 0:
+            return (x != 0).cast(x.dtype).sum(dim, keepdim)
+        if isinstance(p, str):
+            raise ValueError(f"norm: p must be a number or 'fro', not {p!r}")
+        return x.pow(p).sum(dim, keepdim).pow(1 / p)
+
+    # *** more elementwise: activations and math built on the primitives ***
+
+    def celu(self, alpha: float = 1.0) -> Tensor:
+        return (self > 0).where(self, alpha * ((self / alpha).exp() - 1))
+
+    def selu(self) -> Tensor:
+        alpha, scale = 1.6732632423543772, 1.0507009873554805
+        return scale * (self > 0).where(self, alpha * (self.exp() - 1))
+
+    def quick_gelu(self) -> Tensor:
+        return self * (self * 1.702).sigmoid()
+
+    def mish(self) -> Tensor:
+        return self * self.softplus().tanh()
+
+    def hardsigmoid(self) -> Tensor:
+        return (self + 3).relu6() / 6
+
+    def hardswish(self) -> Tensor:
+        return self * (self + 3).relu6() / 6
+
+    def softsign(self) -> Tensor:
+        return self / (1 + self.abs())
+
+    def lerp(self, end: Any, weight: Any) -> Tensor:
+        return self + (end - self) * weight
+
+    def _signbit(self) -> Tensor:
+        """True where the sign bit is set: also for -0.0 and negative NaNs, which comparisons cannot see."""
+        if not dtypes.is_float(self.dtype):
+            return self < 0
+        bits = {2: dtypes.int16, 4: dtypes.int32, 8: dtypes.int64}[self.dtype.itemsize]
+        return self.bitcast(bits) < 0
+
+    def copysign(self, other: Any) -> Tensor:
+        a, b = self._broadcasted(other)
+        fdt = least_upper_float(a.dtype)
+        a, b = a.cast(fdt), b.cast(fdt)
+        mag = a._signbit().where(-a, a)
+        return b._signbit().where(-mag, mag)
+
+    def logaddexp(self, other: Any) -> Tensor:
+        a, b = self._broadcasted(other)
+        fdt = least_upper_float(a.dtype)
+        return a.cast(fdt).stack(b.cast(fdt)).logsumexp(0)
+
+    def _logical(self, op: Ops, x: Any) -> Tensor:
+        other = x.cast(dtypes.bool) if isinstance(x, Tensor) else bool(x)
+        return self.cast(dtypes.bool)._bitwise(op, other)
+
+    def logical_and(self, x: Any) -> Tensor:
+        return self._logical(Ops.AND, x)
+
+    def logical_or(self, x: Any) -> Tensor:
+        return self._logical(Ops.OR, x)
+
+    def logical_xor(self, x: Any) -> Tensor:
+        return self._logical(Ops.XOR, x)
+
+    def isfinite(self) -> Tensor:
+        return (self.isinf() | self.isnan()).logical_not()
+
+    def isclose(self, other: Any, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False) -> Tensor:
+        a, b = self._broadcasted(other)
+        close = (a == b) | ((a - b).abs() <= atol + rtol * b.abs()) & a.isfinite() & b.isfinite()
+        return close | (a.isnan() & b.isnan()) if equal_nan else close
+
+    def allclose(self, other: Any, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False) -> bool:
+        return bool(self.isclose(other, rtol, atol, equal_nan).all().item())
+
+    # *** nn functional extras ***
+
+    def normalize(self, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:
+        return self / self.norm(p, dim, keepdim=True).maximum(eps)
+
+    def interpolate(self, size: int | Sequence[int] | None = None, scale_factor: float | Sequence[float] | None = None,
+                    mode: str = "nearest", align_corners: bool | None = None) -> Tensor:
+        """Resize the spatial dims of (N, C, *spatial): 'nearest', 'nearest-exact', or 'linear' / 'bilinear' /
+        'trilinear' (each dim interpolated in turn)."""
+        linear = ("linear", "bilinear", "trilinear")
+        if mode not in ("nearest", "nearest-exact", *linear):
+            raise ValueError(f"interpolate: mode must be nearest, nearest-exact, linear, bilinear or trilinear, "
+                             f"not {mode!r}")
+        if align_corners is not None and mode not in linear:
+            raise ValueError("interpolate: align_corners only applies to the linear modes")
+        nsp = self.ndim - 2
+        if nsp < 1:
+            raise ValueError(f"interpolate needs (N, C, *spatial) input, got shape {self.shape}")
+        if (size is None) == (scale_factor is None):
+            raise ValueError("interpolate: give exactly one of size and scale_factor")
+        ins = self.shape[2:]
+        if size is not None:
+            outs, scales = make_tuple(size, nsp), [i / o if o else 0.0 for i, o in zip(ins, make_tuple(size, nsp))]
+        else:
+            sf = scale_factor if isinstance(scale_factor, (list, tuple)) else [scale_factor] * nsp
+            outs, scales = tuple(int(math.floor(i * s)) for i, s in zip(ins, sf)), [1 / s for s in sf]
+        if len(outs) != nsp:
+            raise ValueError(f"interpolate: size {size} needs {nsp} entries for input shape {self.shape}")
+        x = self.cast(least_upper_float(self.dtype)) if mode in linear else self
+        for k, (i, o, s) in enumerate(zip(ins, outs, scales)):
+            dim = 2 + k
+            dst = Tensor.arange(o, device=self.device).cast(dtypes.float32)
+            if mode in linear:
+                if align_corners:
+                    src = dst * ((i - 1) / (o - 1) if o > 1 else 0.0)
+                else:
+                    src = ((dst + 0.5) * s - 0.5).maximum(0.0)
+                lo = src.floor().cast(dtypes.int32).minimum(i - 1)
+                hi = (lo + 1).minimum(i - 1)
+                w = (src - lo.cast(dtypes.float32)).cast(x.dtype).reshape((o,) + (1,) * (x.ndim - dim - 1))
+                pre = (slice(None),) * dim
+                x = x[pre + (lo,)] * (1 - w) + x[pre + (hi,)] * w
+            else:
+                src = (dst + 0.5) * s if mode == "nearest-exact" else dst * s
+                idx = src.floor().cast(dtypes.int32).minimum(i - 1)
+                x = x[(slice(None),) * dim + (idx,)]
+        return x
+
+    def max_pool2d_with_indices(
+        self,
+        kernel_size: int | Sequence[int] = (2, 2),
+        stride: int | Sequence[int] | None = None,
+        padding: int | Sequence[int] = 0,
+        dilation: int | Sequence[int] = 1,
+        ceil_mode: bool = False,
+    ) -> tuple[Tensor, Tensor]:
+        """max_pool2d and, as torch, the int64 flat index (within each input plane) of each window's first maximum."""
+        k_, s_, d_, _, pads = self._pool_setup(kernel_size, stride, padding, dilation, ceil_mode)
+        nk, kn = len(k_), prod(k_)
+        values = self.max_pool2d(kernel_size, stride, padding, dilation, ceil_mode)
+        fill = -math.inf if dtypes.is_float(self.dtype) else dtypes.min(self.dtype)
+        windows = self._spatial_pad(pads, value=fill)._pool(k_, s_, d_).flatten(-nk)
+        plane = self.shape[-nk:]
+        pos = Tensor.arange(prod(plane), device=self.device).reshape(plane)._spatial_pad(pads, value=-1)
+        pos = pos._pool(k_, s_, d_).flatten(-nk)
+        # the first maximal position in each window: score kn - j for maxima, then one-hot of the winner
+        hit = windows == values.unsqueeze(-1)
+        first = kn - hit.where(Tensor.arange(kn, 0, -1, device=self.device), 0).max(-1, keepdim=True)
+        picked = _pick(pos._broadcast_to(windows.shape), Tensor.arange(kn, device=self.device) == first, (-1,))
+        return values, picked.cast(dtypes.int64)
+
+    def max_unpool2d(self, indices: Tensor, kernel_size: int | Sequence[int] = (2, 2),
+                     stride: int | Sequence[int] | None = None, padding: int | Sequence[int] = 0,
+                     output_size: Sequence[int] | None = None) -> Tensor:
+        """Inverse of max_pool2d: each value goes to its flat index in the output plane, the rest is zero."""
+        if indices.shape != self.shape:
+            raise ValueError(f"max_unpool2d: indices shape {indices.shape} must equal the input shape {self.shape}")
+        k_ = make_tuple(kernel_size, 2)
+        nk = len(k_)
+        s_ = make_tuple(stride if stride is not None else k_, nk)
+        p_ = make_tuple(padding, nk)
+        if output_size is None:
+            outs = tuple((i - 1) * s - 2 * p + k for i, s, p, k in zip(self.shape[-nk:], s_, p_, k_))
+        else:
+            outs = tuple(output_size)[-nk:]
+        lead = self.shape[:-nk]
+        flat_out = prod(outs)
+        x, idx = self.reshape(*lead, -1), indices.reshape(*lead, -1)
+        out = Tensor.zeros(*lead, flat_out, dtype=self.dtype, device=self.device)
+        return out.scatter(-1, idx, x).reshape(*lead, *outs)
 
     # *** elementwise ***
 
@@ -734,9 +1397,11 @@ class Tensor:
 
     def _floordiv(self, b: Tensor) -> Tensor:
         if dtypes.is_float(self.dtype):
-            # through the remainder, as torch does, so that a == (a // b) * b + a % b as closely as floats allow:
-            # floor(a / b) alone gives 10 for 1.0 // 0.1, where the remainder says 9
-            d = (self - self._mod(b))._alu(Ops.FDIV, b)
+            # through the exact remainder, as torch does, so that a == (a // b) * b + a % b as closely as floats
+            # allow: floor(a / b) alone gives 10 for 1.0 // 0.1, where the remainder says 9
+            r = self._alu(Ops.MOD, b)
+            d = (self - r)._alu(Ops.FDIV, b)
+            d = ((r != 0) & ((r < 0) != (b < 0))).where(d - 1, d)
             q = d.floor()
             q = (d - q > 0.5).where(q + 1, q)
             return (b == 0).where(self._alu(Ops.FDIV, b), q)
@@ -760,16 +1425,14 @@ class Tensor:
     def _mod(self, b: Tensor) -> Tensor:
         if dtypes.is_unsigned(self.dtype):
             return self._alu(Ops.MOD, b)
-        # C's % keeps the dividend's sign, and so can the float formula when a/b rounds up to an integer
-        r = self - self._alu(Ops.FDIV, b).floor() * b if dtypes.is_float(self.dtype) else self._alu(Ops.MOD, b)
+        # C's % and fmod keep the dividend's sign; torch's remainder takes the divisor's
+        r = self._alu(Ops.MOD, b)
         fix = (r != 0) & ((r < 0) != (b < 0))
         return fix.where(r + b, r)
 
     def fmod(self, x: Any) -> Tensor:
         """Remainder with the sign of the dividend (C fmod)."""
         a, b = self._broadcasted(x)
-        if dtypes.is_float(a.dtype):
-            return a - a._alu(Ops.FDIV, b).trunc() * b
         return a._alu(Ops.MOD, b)
 
     def pow(self, x: Any, reverse: bool = False) -> Tensor:
@@ -1425,7 +2088,8 @@ class Tensor:
         # the divisor counts the input, plus the regular padding if count_include_pad (never ceil_mode's extra)
         ones = Tensor.ones(self.shape[-len(k_) :], dtype=total.dtype, device=self.device)
         if count_include_pad:
-            ones = ones._spatial_pad(reg)
+            # the regular padding counts as ones: the window is the kernel, clipped only by ceil_mode's extra
+            ones = Tensor.ones([i + lo + hi for i, (lo, hi) in zip(ones.shape, reg)], dtype=total.dtype, device=self.device)
             extra = [(0, hi - rhi) for (_, hi), (_, rhi) in zip(pads, reg)]
         else:
             extra = pads
@@ -1547,6 +2211,8 @@ class Tensor:
             raise ValueError(f"label_smoothing must be in [0, 1], got {label_smoothing}")
         if Y.shape != self.shape[:-1]:
             raise ValueError(f"sparse_categorical_crossentropy: target shape {Y.shape} must be the logits shape {self.shape} without its last dim")
+        if not dtypes.is_int(Y.dtype):
+            raise TypeError(f"sparse_categorical_crossentropy: targets must be integer class indices, got {Y.dtype}")
         log_probs = self.log_softmax()
         keep = Y != ignore_index
         y = Y.unsqueeze(-1)._one_hot_along(self.shape[-1], -1) & keep.unsqueeze(-1)
@@ -1559,6 +2225,8 @@ class Tensor:
         cdim = 0 if self.ndim == 1 else 1
         if Y.shape != self.shape[:cdim] + self.shape[cdim + 1 :]:
             raise ValueError(f"nll_loss: target shape {Y.shape} must be the input shape {self.shape} without the class dim")
+        if not dtypes.is_int(Y.dtype):
+            raise TypeError(f"nll_loss: targets must be integer class indices, got {Y.dtype}")
         hit = Y.unsqueeze(cdim)._one_hot_along(self.shape[cdim], cdim) & (Y != ignore_index).unsqueeze(cdim)
         # select with where, not a multiply: an unpicked -inf log-probability must not turn into nan
         picked, w = hit.where(self, 0.0), hit.cast(self.dtype)
@@ -1568,7 +2236,23 @@ class Tensor:
         loss = -picked.sum(cdim)
         return loss.sum() / w.sum() if reduction == "mean" else loss._reduction(reduction)
 
-_grad_leaves: weakref.WeakSet[Tensor] = weakref.WeakSet()
+# id -> tensor with requires_grad=True; keyed by id because Tensor.__eq__ is elementwise, not identity
+_grad_leaves: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
+
+
+def _creation_with_requires_grad(fn: Callable[..., Tensor]) -> Any:
+    """A static creation method that also takes `requires_grad=`, as torch's and tinygrad's do."""
+
+    @functools.wraps(fn)
+    def make(*args: Any, requires_grad: bool | None = None, **kwargs: Any) -> Tensor:
+        t = fn(*args, **kwargs)
+        return t if requires_grad is None else t.requires_grad_(requires_grad)
+
+    return staticmethod(make)
+
+
+for _name in ("empty", "full", "zeros", "ones", "arange", "linspace", "eye", "rand", "uniform", "randn", "normal"):
+    setattr(Tensor, _name, _creation_with_requires_grad(getattr(Tensor, _name)))
 
 
 def _reads_shifted(value: UOp, buffer: UOp) -> bool:
@@ -1652,7 +2336,7 @@ def _broadcast_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(out)
 
 
-def _threefry2x32(x0: Tensor, x1: Tensor, k0: int, k1: int) -> tuple[Tensor, Tensor]:
+def _threefry2x32(x0: Tensor, x1: Tensor, k0: int, k1: int | Tensor) -> tuple[Tensor, Tensor]:
     """Threefry-2x32 with 20 rounds (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3")."""
     rotations = ((13, 15, 26, 6), (17, 29, 16, 24))
     ks = (k0, k1, (k0 ^ k1 ^ 0x1BD11BDA) & 0xFFFFFFFF)
@@ -1666,72 +2350,277 @@ def _threefry2x32(x0: Tensor, x1: Tensor, k0: int, k1: int) -> tuple[Tensor, Ten
     return x0, x1
 
 
-def _getitem(t: Tensor, index: Any) -> Tensor:
-    """Basic indexing: ints, slices (any step), None and Ellipsis, all as views."""
-    idx = index if isinstance(index, tuple) else (index,)
-    for i in idx:
-        if isinstance(i, (Tensor, list)) or type(i).__module__ == "numpy":
-            raise NotImplementedError("indexing with tensors or lists (advanced indexing) is not supported yet")
-        if not (i is None or i is Ellipsis or isinstance(i, (int, slice))) or isinstance(i, bool):
-            raise TypeError(f"invalid index {i!r} of type {type(i).__name__}")
-    if sum(i is Ellipsis for i in idx) > 1:
-        raise IndexError("an index can only have a single ellipsis (...)")
-    n_real = sum(1 for i in idx if i is not None and i is not Ellipsis)
-    if n_real > t.ndim:
-        raise IndexError(f"too many indices for tensor of dimension {t.ndim}: {index!r}")
-    if Ellipsis in idx:
-        e = idx.index(Ellipsis)
-        idx = idx[:e] + (slice(None),) * (t.ndim - n_real) + idx[e + 1 :]
+def _pad_pairs(t: Tensor, padding: Sequence[Any]) -> list[tuple[int, int]]:
+    """(before, after) per dim from ((lo, hi) or None, ...) or torch's flat (last_lo, last_hi, prev_lo, ...)."""
+    if all(isinstance(p, int) for p in padding):
+        flat = list(padding)
+        if len(flat) % 2 or len(flat) // 2 > t.ndim:
+            raise ValueError(f"flat padding {tuple(flat)} needs an even number of entries, at most 2*{t.ndim}")
+        pairs = [(flat[i], flat[i + 1]) for i in range(0, len(flat), 2)][::-1]
+        return [(0, 0)] * (t.ndim - len(pairs)) + pairs
+    if len(padding) != t.ndim:
+        raise ValueError(f"padding {tuple(padding)} needs one entry per dimension of shape {t.shape}")
+    return [(0, 0) if p is None else (int(p[0]), int(p[1])) for p in padding]
+
+
+def _sorts_before(a: Tensor, b: Tensor) -> Tensor:
+    """a < b in sort order: NaN after every number."""
+    if not dtypes.is_float(a.dtype):
+        return a < b
+    return (a < b) | (b.isnan() & a.isnan().logical_not())
+
+
+def _sorts_equal(a: Tensor, b: Tensor) -> Tensor:
+    return (a == b) | (a.isnan() & b.isnan()) if dtypes.is_float(a.dtype) else a == b
+
+
+# *** indexing: ints, slices, None and ... are views; integer tensors select by comparing with an arange and
+# summing, which fuses into one kernel (no data-dependent loop); bool masks become integer tensors via nonzero ***
+
+
+def _index_tensor(t: Tensor, i: Any) -> Tensor:
+    """A list / tuple / numpy array / tensor used as an index: an integer or bool tensor on t's device."""
+    if isinstance(i, Tensor):
+        x = i
+    elif isinstance(i, (list, tuple)):
+        values, _ = _flatten_list(list(i))
+        if any(isinstance(v, float) for v in values):
+            raise IndexError(f"indices must be integers or bools, got the list {i!r}")
+        x = Tensor(list(i), device=t.device, dtype=None if values else dtypes.int32)
     else:
-        idx = idx + (slice(None),) * (t.ndim - n_real)
-    bounds, flips, strides, out_shape = [], [], [], []
+        x = Tensor(i, device=t.device)
+    if x.dtype != dtypes.bool and not dtypes.is_int(x.dtype):
+        raise IndexError(f"tensors used as indices must be integer or bool, got {x.dtype}")
+    return x.to(t.device)
+
+
+def _check_host_index(i: Any, x: Tensor, size: int, dim: int) -> None:
+    """Index values given as host data (a list or numpy array) are checked for range; tensor indices are not read."""
+    if isinstance(i, Tensor) or x.dtype == dtypes.bool or x.numel() == 0:
+        return
+    values, _ = _flatten_list(i.tolist() if hasattr(i, "tolist") else list(i))
+    for v in values:
+        if not -size <= v < size:
+            raise IndexError(f"index {v} is out of bounds for dimension {dim} with size {size}")
+
+
+def _dims_consumed(item: Any) -> int:
+    """Dims of the tensor an index item uses: a bool mask one per mask dim, anything else one."""
+    return item[1].ndim if isinstance(item, tuple) and item[1].dtype == dtypes.bool else 1
+
+
+def _split_index(t: Tensor, index: Any) -> tuple[list[Any], list[tuple[int, Tensor]]]:
+    """The basic part of an index (ints, slices, None; a full slice where a tensor indexes) and the advanced part:
+    (dim of the basic view, integer index tensor) per indexed dim, a bool mask counting as one per masked dim."""
+    raw = list(index) if isinstance(index, tuple) else [index]
+    items: list[Any] = []
+    for i in raw:
+        if isinstance(i, bool):
+            raise NotImplementedError(f"indexing with a Python bool ({i}) is not supported; use None or a bool tensor")
+        if i is None or i is Ellipsis or isinstance(i, (int, slice)):
+            items.append(i)
+        elif type(i).__module__ == "numpy" and getattr(i, "ndim", 1) == 0 and "int" in type(i).__name__:
+            items.append(int(i))  # a numpy integer scalar
+        elif isinstance(i, (Tensor, list, tuple, range)) or type(i).__module__ == "numpy":
+            i = list(i) if isinstance(i, range) else i
+            x = _index_tensor(t, i)
+            items.append((i, x))
+        else:
+            raise TypeError(f"invalid index {i!r} of type {type(i).__name__}")
+    if sum(i is Ellipsis for i in items) > 1:
+        raise IndexError("an index can only have a single ellipsis (...)")
+    consumed = [0 if i is None or i is Ellipsis else _dims_consumed(i) for i in items]
+    if sum(consumed) > t.ndim:
+        raise IndexError(f"too many indices for tensor of dimension {t.ndim}: {index!r}")
+    if Ellipsis in items:
+        e = items.index(Ellipsis)
+        items[e : e + 1] = [slice(None)] * (t.ndim - sum(consumed))
+    else:
+        items += [slice(None)] * (t.ndim - sum(consumed))
+    basic: list[Any] = []
+    adv: list[tuple[int, Tensor]] = []
+    tdim = rdim = 0
+    for i in items:
+        if i is None or isinstance(i, slice):
+            basic.append(i)
+            rdim += 1
+            tdim += 0 if i is None else 1
+        elif isinstance(i, int):
+            basic.append(i)
+            tdim += 1
+        elif i[1].dtype == dtypes.bool:
+            mask = i[1]
+            if mask.shape != t.shape[tdim : tdim + mask.ndim]:
+                raise IndexError(f"the mask of shape {mask.shape} does not match the indexed dims "
+                                 f"{t.shape[tdim : tdim + mask.ndim]} of shape {t.shape} (starting at dim {tdim})")
+            if mask.ndim == 0:
+                raise NotImplementedError("indexing with a 0-d bool tensor is not supported; use None")
+            coords = mask.nonzero()
+            for j in range(mask.ndim):
+                basic.append(slice(None))
+                adv.append((rdim, coords[:, j]))
+                rdim, tdim = rdim + 1, tdim + 1
+        else:
+            _check_host_index(i[0], i[1], t.shape[tdim], tdim)
+            basic.append(slice(None))
+            adv.append((rdim, i[1]))
+            rdim, tdim = rdim + 1, tdim + 1
+    return basic, adv
+
+
+def _basic_plan(t: Tensor, basic: list[Any]) -> tuple[list[tuple[int, int, bool, int, int]], tuple[int, ...]]:
+    """Per dim of t: (lo, hi, flipped, step, count) of the view, and the view's shape (ints dropped, None added)."""
+    plan, out_shape = [], []
     dim = 0
-    for i in idx:
+    for i in basic:
         if i is None:
-            out_shape.append(("new", 1))
+            out_shape.append(1)
             continue
         size = t.shape[dim]
         if isinstance(i, int):
             if not -size <= i < size:
                 raise IndexError(f"index {i} is out of bounds for dimension {dim} with size {size}")
-            j = i % size
-            bounds.append((j, j + 1))
-            flips.append(False)
-            strides.append(1)
+            plan.append((i % size, i % size + 1, False, 1, 1))
         else:
             start, stop, step = i.indices(size)
             if step > 0:
-                n = max(0, -(-(stop - start) // step))
-                bounds.append((start, start + max(0, (n - 1) * step + 1)) if n else (0, 0))
-                flips.append(False)
+                n = max(0, ceildiv(stop - start, step))
+                plan.append((start, start + (n - 1) * step + 1, False, step, n) if n else (0, 0, False, step, 0))
             else:
-                n = max(0, -(-(start - stop) // -step))
-                lo = start - (n - 1) * (-step) if n else 0
-                bounds.append((lo, start + 1) if n else (0, 0))
-                flips.append(True)
-            strides.append(abs(step))
-            out_shape.append(("dim", n))
+                n = max(0, ceildiv(start - stop, -step))
+                plan.append((start - (n - 1) * -step, start + 1, True, -step, n) if n else (0, 0, True, -step, 0))
+            out_shape.append(n)
         dim += 1
-    x = t.shrink(bounds)
-    if any(flips):
-        x = x.flip([d for d, f in enumerate(flips) if f])
-    if any(s != 1 for s in strides):
-        # take every step-th element: pad to a multiple of the step, split, keep the first of each group
-        pads = [(0, (-x.shape[d]) % s if x.shape[d] else 0) for d, s in enumerate(strides)]
-        x = x.pad(pads)
-        split = [v for d, s in enumerate(strides) for v in ((x.shape[d] // s, s) if s != 1 else (x.shape[d],))]
-        x = x.reshape(split)
-        keep: list[tuple[int, int] | None] = []
-        for s in strides:
-            keep.extend([None, (0, 1)] if s != 1 else [None])
-        x = x.shrink(keep)
-        x = x.reshape([v for v, _ in zip(_take_firsts(x.shape, strides), range(len(strides)))])
-    return x.reshape(tuple(n for _, n in out_shape))
+    return plan, tuple(out_shape)
 
 
-def _take_firsts(shape: tuple[int, ...], strides: list[int]) -> list[int]:
-    out, k = [], 0
-    for s in strides:
-        out.append(shape[k])
-        k += 2 if s != 1 else 1
-    return out
+def _basic_getitem(t: Tensor, basic: list[Any]) -> Tensor:
+    plan, out_shape = _basic_plan(t, basic)
+    x = t.shrink([(lo, hi) for lo, hi, _, _, _ in plan])
+    if any(p[2] for p in plan):
+        x = x.flip([d for d, p in enumerate(plan) if p[2]])
+    if any(p[3] != 1 for p in plan):
+        # take every step-th element: pad to a multiple of the step, split (n, step), keep index 0 of each step
+        x = x.pad([(0, n * s - (hi - lo)) for lo, hi, _, s, n in plan])
+        x = x.reshape(flatten((n, s) for _, _, _, s, n in plan))
+        x = x.shrink(flatten(((0, n), (0, 1)) for _, _, _, _, n in plan))
+    return x.reshape(out_shape)
+
+
+def _basic_scatter(t: Tensor, basic: list[Any], v: Tensor) -> Tensor:
+    """The inverse view of _basic_getitem: v (shaped like t[basic]) placed where t[basic] reads, zeros elsewhere."""
+    plan, _ = _basic_plan(t, basic)
+    x = v.reshape([n for _, _, _, _, n in plan])
+    if any(p[3] != 1 for p in plan):
+        x = x.reshape(flatten((n, 1) for _, _, _, _, n in plan))
+        x = x.pad(flatten((None, (0, s - 1)) for _, _, _, s, _ in plan))
+        x = x.reshape([n * s for _, _, _, s, n in plan]).shrink([(0, hi - lo) for lo, hi, _, _, _ in plan])
+    if any(p[2] for p in plan):
+        x = x.flip([d for d, p in enumerate(plan) if p[2]])
+    return x.pad([(lo, size - hi) for (lo, hi, _, _, _), size in zip(plan, t.shape)])
+
+
+def _index_mask(adv: list[tuple[int, Tensor]], sizes: list[int], bshape: tuple[int, ...],
+                trailing: tuple[int, ...]) -> Tensor:
+    """Bool (*bshape, *sizes, *trailing): true where every index tensor points at that position."""
+    nb, k, full = len(bshape), len(sizes), bshape + tuple(sizes) + trailing
+    mask = None
+    for j, ((_, idx), s) in enumerate(zip(adv, sizes)):
+        # expanded before any arithmetic, so the compare fuses into the kernel that reads it instead of being stored
+        idx = idx._broadcast_to(bshape).reshape(bshape + (1,) * (k + len(trailing))).expand(full)
+        if not dtypes.is_unsigned(idx.dtype):
+            idx = (idx < 0).where(idx + s, idx)
+        ar = Tensor.arange(s, device=idx.device).reshape((1,) * (nb + j) + (s,) + (1,) * (k - j - 1 + len(trailing)))
+        m = idx == ar
+        mask = m if mask is None else mask & m
+    assert mask is not None
+    return mask
+
+
+def _pick(x: Tensor, mask: Tensor, axes: tuple[int, ...]) -> Tensor:
+    """Sum of x where mask over axes, in x's dtype: with one true entry per output it selects that entry."""
+    if x.dtype == dtypes.bool:
+        return (x & mask).any(axes)
+    return mask.where(x, 0).sum(axes, dtype=x.dtype)
+
+
+def _last_write(last: Tensor, src: Tensor, hit: Tensor, axes: tuple[int, ...]) -> Tensor:
+    """The value of the last write to each position, with the gradient torch gives repeated indices: every write
+    gets the output's gradient (as a gather of it), not only the one that landed."""
+    if not src.requires_grad:
+        return last
+    every = _pick(src, hit, axes)
+    moved = every - every.detach()  # zero (NaN where the sum is not finite: then no gradient flows there)
+    return last.detach() + moved.isnan().where(0.0, moved)
+
+
+def _adv_layout(view_ndim: int, adv: list[tuple[int, Tensor]]) -> tuple[list[int], list[int], tuple[int, ...], int]:
+    """Indexed dims, the other dims, the broadcast index shape, and where that shape goes in the result: at the first
+    indexed dim if the indexed dims are adjacent, else in front (torch's and numpy's rule)."""
+    dims = [d for d, _ in adv]
+    rest = [d for d in range(view_ndim) if d not in dims]
+    bshape: tuple[int, ...] = ()
+    for _, idx in adv:
+        try:
+            bshape = _broadcast_shape(bshape, idx.shape)
+        except ValueError:
+            shapes = [i.shape for _, i in adv]
+            raise IndexError(f"shape mismatch: index tensors of shapes {shapes} cannot be broadcast together") from None
+    adjacent = dims == list(range(dims[0], dims[0] + len(dims)))
+    return dims, rest, bshape, dims[0] if adjacent else 0
+
+
+def _advanced_getitem(x: Tensor, adv: list[tuple[int, Tensor]]) -> Tensor:
+    dims, rest, bshape, at = _adv_layout(x.ndim, adv)
+    nb, k = len(bshape), len(dims)
+    y = x.permute(dims + rest)
+    mask = _index_mask(adv, [x.shape[d] for d in dims], bshape, tuple(x.shape[d] for d in rest))
+    out = _pick(y.reshape((1,) * nb + y.shape), mask, tuple(range(nb, nb + k)))
+    return out.permute(*range(nb, nb + at), *range(nb), *range(nb + at, out.ndim)) if at else out
+
+
+def _advanced_scatter(shape: tuple[int, ...], adv: list[tuple[int, Tensor]], v: Tensor) -> tuple[Tensor, Tensor]:
+    """v (shaped like the advanced result) placed at the indexed positions of `shape`, and where it was placed.
+    Where an index repeats, the last write wins, as in torch's index_put on the CPU."""
+    dims, rest, bshape, at = _adv_layout(len(shape), adv)
+    nb, k, nr = len(bshape), len(dims), len(rest)
+    sizes, rest_shape = [shape[d] for d in dims], tuple(shape[d] for d in rest)
+    inverse = argsort(dims + rest)
+    if prod(bshape) == 0:
+        return v.zeros_like()._broadcast_to(tuple(shape)), Tensor.full(shape, False, device=v.device)
+    v = v.permute(*range(at, at + nb), *range(at), *range(at + nb, v.ndim)) if at else v
+    mask = _index_mask(adv, sizes, bshape, (1,) * nr)
+    gid = Tensor.arange(prod(bshape), device=v.device).reshape(bshape + (1,) * (k + nr))
+    last = mask.where(gid, -1).max(tuple(range(nb)), keepdim=True)
+    v = v.reshape(bshape + (1,) * k + rest_shape)
+    vals = _last_write(_pick(v, mask & (gid == last), tuple(range(nb))), v, mask, tuple(range(nb)))
+    hit = (last >= 0).reshape(tuple(sizes) + (1,) * nr).expand(tuple(sizes) + rest_shape)
+    return vals.permute(inverse), hit.permute(inverse)
+
+
+def _getitem(t: Tensor, index: Any) -> Tensor:
+    basic, adv = _split_index(t, index)
+    x = _basic_getitem(t, basic)
+    return _advanced_getitem(x, adv) if adv else x
+
+
+def _setitem_value(t: Tensor, index: Any, v: Tensor) -> Tensor:
+    """t with v written at t[index], as a new lazy tensor (Tensor.__setitem__ assigns it in place)."""
+    if isinstance(index, Tensor) and index.dtype == dtypes.bool and v.numel() == 1 and index.ndim <= t.ndim \
+            and index.shape == t.shape[: index.ndim]:
+        # x[mask] = scalar needs no nonzero: a where over the whole tensor
+        return index.reshape(index.shape + (1,) * (t.ndim - index.ndim)).where(v.reshape(()), t)
+    basic, adv = _split_index(t, index)
+    view = _basic_getitem(t, basic)
+    target = _advanced_getitem(view, adv).shape if adv else view.shape
+    while v.ndim > len(target) and v.shape[0] == 1:
+        v = v.reshape(v.shape[1:])  # torch drops leading size-1 dims of the value
+    try:
+        v = v._broadcast_to(target)
+    except ValueError:
+        raise ValueError(f"cannot assign a value of shape {v.shape} to an indexed region of shape {target}") from None
+    if adv:
+        vals, hit = _advanced_scatter(view.shape, adv, v)
+    else:
+        vals, hit = v, Tensor.full(view.shape, True, device=t.device)
+    return _basic_scatter(t, basic, hit).where(_basic_scatter(t, basic, vals), t)

@@ -117,18 +117,13 @@ def test_float_floordiv_mod_consistent():
 def test_float_floordiv_mod_special():
     a = np.repeat(SPECIAL, len(SPECIAL))
     b = np.tile(SPECIAL, len(SPECIAL))
-    finite_by_inf = np.isfinite(a) & np.isinf(b)  # needs an exact fmod: see test_float_mod_needs_fmod
-    compare(lambda x, y: x // y, torch.floor_divide, [a[~finite_by_inf], b[~finite_by_inf]])
-    compare(lambda x, y: x % y, torch.remainder, [a[~finite_by_inf], b[~finite_by_inf]])
+    compare(lambda x, y: x // y, torch.floor_divide, [a, b])
+    compare(lambda x, y: x % y, torch.remainder, [a, b])
 
 
-@pytest.mark.xfail(
-    reason="float % and // are built from floor(a/b), which cannot give the exact remainder when the quotient is "
-    "huge or the divisor infinite; needs a float MOD (C fmod) primitive in uop/ops.py, symbolic and the renderer",
-    strict=True,
-)
+# exact only through the float MOD (C fmod) primitive: floor(a/b) cannot give these remainders
 @pytest.mark.parametrize("a,b", [(1e30, 7.0), (5.0, math.inf), (-5.0, math.inf)])
-def test_float_mod_needs_fmod(a, b):
+def test_float_mod_exact(a, b):
     x, y = np.array([a], dtype=np.float32), np.array([b], dtype=np.float32)
     compare(lambda p, q: p % q, torch.remainder, [x, y])
     compare(lambda p, q: p // q, torch.floor_divide, [x, y])

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from lazygrad.codegen.heuristic import hand_coded_optimizations
 from lazygrad.codegen.kernel import Kernel, Opt
 from lazygrad.codegen.linearize import linearize
 from lazygrad.codegen.lowerer import lower
-from lazygrad.helpers import DEBUG, NOOPT
+from lazygrad.codegen.workgroups import default_optimizations
+from lazygrad.helpers import BEAM, DEBUG, NOOPT
 from lazygrad.renderer import ProgramSpec, Renderer
 from lazygrad.uop.ops import GroupOp, Ops, UOp
 
@@ -26,8 +26,20 @@ def estimate_ops(uops: list[UOp]) -> int:
         elif u.op is Ops.ENDRANGE:
             trips.pop()
         elif u.op in GroupOp.ALU and u not in address:
-            ops += trips[-1] * (2 if u.op is Ops.MULACC else 1)
+            ops += trips[-1] * (2 if u.op is Ops.MULACC else 1) * u.dtype.count  # a vector op does count lanes
     return ops
+
+
+def launch_dims(uops: list[UOp]) -> tuple[tuple[int, ...], tuple[int, ...]] | tuple[None, None]:
+    """(workgroups per dimension, threads per workgroup) from the thread ids; (None, None) for loop-only kernels."""
+    specials = [u for u in uops if u.op is Ops.SPECIAL]
+    if not specials:
+        return None, None
+    dims = {"g": [1, 1, 1], "l": [1, 1, 1]}
+    for u in specials:
+        _, size, kind, dim = u.arg
+        dims[kind][dim] = size
+    return tuple(dims["g"]), tuple(dims["l"])
 
 
 def get_program(ast: UOp, renderer: Renderer, opts: list[Opt] | None = None) -> ProgramSpec:
@@ -35,8 +47,12 @@ def get_program(ast: UOp, renderer: Renderer, opts: list[Opt] | None = None) -> 
     k.merge_axes()
     if opts is not None:
         k.apply_opts(opts)
+    elif BEAM >= 1:
+        from lazygrad.codegen.search import beam_search  # imports the device layer: only when searching
+
+        k.apply_opts(beam_search(ast, renderer, BEAM.value))
     elif not NOOPT:
-        hand_coded_optimizations(k)
+        default_optimizations(k)
     if DEBUG >= 3:
         print(ast)
         print(f"{k.name}: applied {k.applied_opts}")
@@ -46,6 +62,7 @@ def get_program(ast: UOp, renderer: Renderer, opts: list[Opt] | None = None) -> 
         print(src)
     globals_ = [u for u in uops if u.op is Ops.DEFINE_GLOBAL]
     variables = tuple(sorted((u for u in uops if u.op is Ops.DEFINE_VAR), key=lambda v: v.arg[0]))
+    global_size, local_size = launch_dims(uops)
     mem = sum(g.dtype.size * g.dtype.base.itemsize for g in globals_)  # type: ignore[attr-defined]
     return ProgramSpec(
         name=k.function_name,
@@ -54,6 +71,8 @@ def get_program(ast: UOp, renderer: Renderer, opts: list[Opt] | None = None) -> 
         n_bufs=len(globals_),
         outs=tuple(st.src[0].arg for st in ast.src),
         vars=variables,
+        global_size=global_size,
+        local_size=local_size,
         ops=estimate_ops(uops),
         mem=mem,
         applied_opts=tuple(k.applied_opts),

@@ -1,34 +1,135 @@
-"""Hand-written default optimizations: cheap rules that are right for most kernels (BEAM searches the rest)."""
+"""Hand-written default optimizations: cheap rules that are right for most kernels (BEAM searches the rest).
+
+The rules, in order: a kernel whose reduce input is reused along an output axis (matmul, conv) gets a register
+tile (upcast two output axes, unroll the reduce); a reduce over a unit-stride axis is unrolled by the vector width
+(vector accumulators); otherwise the unit-stride output axis is upcast by the vector width. Kernels with enough
+work are then shared out among the CPU cores along their outermost output axis.
+"""
 
 from __future__ import annotations
 
 from lazygrad.codegen.kernel import AxisType, Kernel, KernelOptError, Opt, OptOps
-from lazygrad.helpers import prod
+from lazygrad.dtype import dtypes
+from lazygrad.helpers import getenv, prod
+from lazygrad.uop.ops import Ops, UOp, graph_rewrite
+from lazygrad.uop.symbolic import symbolic
+
+# below this many loop iterations a kernel runs in a few microseconds: nothing to gain, only code to grow
+TINY = 64
+# a parallel region costs ~1-6 us to start (measured with libgomp's default spin-then-sleep wait on 2 cores);
+# kernels under this many iterations finish in about that time on one core
+THREAD_MIN_WORK = getenv("THREAD_MIN_WORK", 1 << 17)
+VECTOR_BYTES = getenv("VECTOR_BYTES", 0)  # 0: one of the machine's vector registers (the renderer knows)
 
 
 def hand_coded_optimizations(k: Kernel) -> Kernel:
-    # tiny kernels: loop overhead is nothing, unrolling only grows the code
-    if prod(k.full_shape) < 64:
+    if prod(k.full_shape) < TINY:
         return k
-    # unroll a short inner stretch of the reduce: independent partial sums the compiler can pipeline
+    loads, stores = _accesses(k)
+    vec = _vector_width(k, stores)
     reduce_axes = k.axes_of(AxisType.REDUCE)
-    if reduce_axes:
-        last = len(reduce_axes) - 1
-        size = k.full_shape[reduce_axes[last]]
-        for amount in (4, 2):
-            if size % amount == 0 and size > amount:
-                _try(k, Opt(OptOps.UNROLL, last, amount))
-                break
-    # several outputs per iteration along the last output axis
-    global_axes = k.axes_of(AxisType.GLOBAL)
-    if global_axes:
-        last = len(global_axes) - 1
-        size = k.full_shape[global_axes[last]]
-        for amount in (4, 2):
-            if size % amount == 0 and size > amount:
-                _try(k, Opt(OptOps.UPCAST, last, amount))
-                break
+    in_reduce = [i for i, inside in loads if inside]
+    glob = k.axes_of(AxisType.GLOBAL)
+    reuse = [a for a in glob if any(_step(k, i, a) == 0 for i in in_reduce)] if reduce_axes else []
+    out_unit = [a for a in glob if stores and all(_step(k, i, a) == 1 for i in stores)]
+    if reuse:
+        # register tile: the unit-stride output axis as vectors, a second reused axis as rows of the tile
+        first = out_unit[-1] if out_unit and out_unit[-1] in reuse else None
+        others = [a for a in reuse if a != first]
+        second = max(others, key=lambda a: k.full_shape[a]) if others else None
+        if first is not None:
+            n_axes = len(k.full_shape)
+            _upcast(k, first, (vec, 4, 2))
+            if second is not None and len(k.full_shape) < n_axes and first < second:
+                second -= 1  # the upcast consumed the whole first axis
+        if second is not None:
+            # half the vector registers hold accumulators (the rest: the loaded row, broadcasts, addresses)
+            rows = getattr(k.renderer, "vector_registers", 16) // 2 if vec > 1 else 4
+            _upcast(k, second, tuple(r for r in (rows, rows // 2, 4, 2) if r >= 2))
+        _unroll(k, (2,))
+    elif reduce_axes:
+        last = reduce_axes[-1]
+        if vec > 1 and any(_step(k, i, last) == 1 for i in in_reduce) and _unroll(k, (vec,)):
+            _unroll(k, (2,))  # two vector loads in flight per iteration
+        elif out_unit:
+            _upcast(k, out_unit[-1], (vec, 4, 2))
+            _unroll(k, (4, 2))
+        else:
+            _unroll(k, (4, 2))
+    elif out_unit:
+        _upcast(k, out_unit[-1], (vec, 4, 2))
+    _thread(k)
     return k
+
+
+# *** what the kernel looks like ***
+
+
+def _accesses(k: Kernel) -> tuple[list[tuple[int, bool]], list[int]]:
+    """(view number, inside a reduce) of every global load, and the view numbers of the stores."""
+    pos = {v: i for i, v in enumerate(k.views)}
+    in_reduce = {x for r in k.ast.toposort if r.op is Ops.REDUCE_AXIS for x in r.src[0].toposort}
+    global_loads = [x for x in k.ast.toposort if x.op is Ops.LOAD and x.src[0].op is Ops.DEFINE_GLOBAL]
+    loads = [(pos[x.src[1]], x in in_reduce) for x in global_loads]
+    stores = [pos[x.src[1]] for x in k.ast.src if x.op is Ops.STORE]
+    return loads, stores
+
+
+def _step(k: Kernel, view: int, axis: int) -> int | None:
+    """How far the address of view number `view` moves when `axis` moves by one (None: not a constant)."""
+    st = k.sts[view]
+    if st.shape[axis] == 1:
+        return 0
+    at = [UOp.const(dtypes.int32, 0)] * len(st.shape)
+    idx0, _ = st.to_index(list(at))
+    at[axis] = UOp.const(dtypes.int32, 1)
+    idx1, _ = st.to_index(list(at))
+    step = graph_rewrite(idx1 - idx0, symbolic)
+    return step.arg if step.op is Ops.CONST else None
+
+
+def _vector_width(k: Kernel, stores: list[int]) -> int:
+    widths = getattr(k.renderer, "vector_widths", ())
+    if not widths or not stores:
+        return 1
+    itemsize = k.ast.src[0].src[0].dtype.base.itemsize
+    fits = [w for w in widths if w * itemsize <= (VECTOR_BYTES or getattr(k.renderer, "vector_bytes", 16))]
+    return max(fits) if fits else 1
+
+
+# *** applying opts where they fit ***
+
+
+def _upcast(k: Kernel, axis: int, amounts: tuple[int, ...]) -> bool:
+    if k.axis_types[axis] is not AxisType.GLOBAL:
+        return False
+    index = k.axes_of(AxisType.GLOBAL).index(axis)
+    size = k.full_shape[axis]
+    return any(_try(k, Opt(OptOps.UPCAST, index, a)) for a in amounts if a > 1 and size % a == 0 and size >= a)
+
+
+def _unroll(k: Kernel, amounts: tuple[int, ...]) -> bool:
+    reduce_axes = k.axes_of(AxisType.REDUCE)
+    if not reduce_axes:
+        return False
+    size = k.full_shape[reduce_axes[-1]]
+    last = len(reduce_axes) - 1
+    return any(_try(k, Opt(OptOps.UNROLL, last, a)) for a in amounts if a > 1 and size % a == 0 and size >= a)
+
+
+def _thread(k: Kernel) -> bool:
+    threads = getattr(k.renderer, "threads", 1)
+    if not getattr(k.renderer, "has_threads", False) or threads < 2 or prod(k.full_shape) < THREAD_MIN_WORK:
+        return False
+    glob = k.axes_of(AxisType.GLOBAL)
+    for i, a in enumerate(glob):
+        if k.full_shape[a] >= threads:
+            return _try(k, Opt(OptOps.THREAD, i, 0))
+    # too few outputs to go round: each core reduces a slice into a partial result (sum of a whole tensor)
+    for i, a in enumerate(k.axes_of(AxisType.REDUCE)):
+        if k.full_shape[a] % threads == 0:
+            return _try(k, Opt(OptOps.THREAD, len(glob) + i, threads))
+    return False
 
 
 def _try(k: Kernel, opt: Opt) -> bool:

@@ -19,6 +19,7 @@ from lazygrad.uop.view import ShapeTracker
 class AxisType(enum.Enum):
     GLOBAL = "blue"  # a loop (CPU) or grid index (GPU) over outputs
     THREAD = "BLUE"  # split across CPU cores
+    THREAD_REDUCE = "RED"  # a reduce split across CPU cores, partial results combined after
     LOCAL = "cyan"  # workgroup index (GPU)
     GROUP = "green"  # reduce split across a workgroup through shared memory
     REDUCE = "red"  # a reduce loop
@@ -31,7 +32,7 @@ class AxisType(enum.Enum):
 
     @property
     def is_reduce(self) -> bool:
-        return self in (AxisType.REDUCE, AxisType.UNROLL, AxisType.GROUP)
+        return self in (AxisType.REDUCE, AxisType.UNROLL, AxisType.GROUP, AxisType.THREAD_REDUCE)
 
 
 class OptOps(enum.Enum):
@@ -53,6 +54,9 @@ class Opt:
 
     def __repr__(self) -> str:
         return f"Opt(op=OptOps.{self.op.name}, axis={self.axis}, amount={self.amount})"
+
+
+MAX_EXPANDED = 512
 
 
 class KernelOptError(Exception):
@@ -137,9 +141,16 @@ class Kernel:
         return [i for i, t in enumerate(self.axis_types) if t in types]
 
     def apply_opt(self, opt: Opt) -> None:
-        """Apply one Opt. `axis` counts GLOBAL axes for output opts and REDUCE axes for reduce opts."""
-        if opt.op in (OptOps.UPCAST, OptOps.LOCAL, OptOps.THREAD):
+        """Apply one Opt. `axis` counts GLOBAL axes for output opts and REDUCE axes for reduce opts; THREAD counts
+        GLOBAL then REDUCE axes; SWAP exchanges GLOBAL axes `axis` and `amount`."""
+        if opt.op is OptOps.SWAP:
+            self._swap(opt)
+            self.applied_opts.append(opt)
+            return
+        if opt.op in (OptOps.UPCAST, OptOps.LOCAL):
             candidates = self.axes_of(AxisType.GLOBAL)
+        elif opt.op is OptOps.THREAD:  # GLOBAL axes, then REDUCE axes (a reduce split into per-thread partials)
+            candidates = self.axes_of(AxisType.GLOBAL) + self.axes_of(AxisType.REDUCE)
         elif opt.op in (OptOps.UNROLL, OptOps.GROUP, OptOps.GROUPTOP):
             candidates = self.axes_of(AxisType.REDUCE)
         else:
@@ -149,13 +160,29 @@ class Kernel:
         amount = opt.amount if opt.amount != 0 else self.full_shape[axis]
         limit = {OptOps.UPCAST: 16, OptOps.UNROLL: 32}.get(opt.op)
         check(limit is None or amount <= limit, f"{opt}: amount over the limit of {limit}")
+        if opt.op in (OptOps.UPCAST, OptOps.UNROLL):
+            # every expanded combination is a copy of the loop body: past this the compiler takes seconds
+            check(self.upcast_size * amount <= MAX_EXPANDED, f"{opt}: more than {MAX_EXPANDED} expanded values")
+        if opt.op in (OptOps.LOCAL, OptOps.GROUP, OptOps.GROUPTOP):  # refused here rather than by the GPU driver
+            threads = amount * prod(s for s, t in zip(self.full_shape, self.axis_types) if t in (AxisType.LOCAL, AxisType.GROUP))
+            max_threads = getattr(self.renderer, "max_workgroup", threads)
+            check(threads <= max_threads, f"{opt}: {threads} threads per workgroup, over the device's limit of {max_threads}")
         if opt.op is OptOps.UPCAST:
             self.shift_to(axis, amount, AxisType.UPCAST)
         elif opt.op is OptOps.UNROLL:
             self.shift_to(axis, amount, AxisType.UNROLL)
         elif opt.op is OptOps.THREAD:
+            # amount 0 shares the whole axis out among the cores, whatever its size; otherwise `amount` chunks
             check(getattr(self.renderer, "has_threads", False), "renderer has no CPU threads")
-            self.shift_to(axis, amount, AxisType.THREAD, top=True)
+            check(not self.axes_of(AxisType.THREAD, AxisType.THREAD_REDUCE), "only one THREAD axis per kernel")
+            if self.axis_types[axis] is AxisType.REDUCE:
+                check(opt.amount != 0 and amount <= 256, f"{opt}: a split reduce needs an explicit count of partials")
+                # the parallel region opens inside the output loops: worth it only for a few outputs
+                outputs = prod(self.full_shape[a] for a in self.axes_of(AxisType.GLOBAL))
+                check(outputs <= 32, f"{opt}: {outputs} outputs are too many to split the reduce")
+                self.shift_to(axis, amount, AxisType.THREAD_REDUCE, top=True)
+            else:
+                self.shift_to(axis, amount, AxisType.THREAD, top=True)
         elif opt.op is OptOps.LOCAL:
             check(getattr(self.renderer, "has_local", False), "renderer has no local (workgroup) axes")
             self.shift_to(axis, amount, AxisType.LOCAL)
@@ -163,6 +190,14 @@ class Kernel:
             check(getattr(self.renderer, "has_shared", False), "renderer has no shared memory")
             self.shift_to(axis, amount, AxisType.GROUP, top=opt.op is OptOps.GROUPTOP)
         self.applied_opts.append(opt)
+
+    def _swap(self, opt: Opt) -> None:
+        """SWAP exchanges two output loops (`axis` and `amount` count GLOBAL axes): the loop order, not the result."""
+        glob = self.axes_of(AxisType.GLOBAL)
+        check(0 <= opt.axis < opt.amount < len(glob), f"{opt}: needs two GLOBAL axes, first < second")
+        order = list(range(len(self.full_shape)))
+        order[glob[opt.axis]], order[glob[opt.amount]] = glob[opt.amount], glob[opt.axis]
+        self._permute_all(order)
 
     def apply_opts(self, opts: list[Opt]) -> Kernel:
         for opt in opts:

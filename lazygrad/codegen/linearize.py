@@ -13,6 +13,11 @@ import heapq
 from lazygrad.uop.ops import Ops, UOp
 
 
+# loop kinds from outermost to innermost: CPU-thread loops over outputs, output loops, a reduce split across
+# CPU threads, reduce loops
+RANGE_ORDER = {"t": 0, "g": 1, "tr": 2, "r": 3}
+
+
 def linearize(sink: UOp) -> list[UOp]:
     nodes = list(sink.toposort)
     position = {n: i for i, n in enumerate(nodes)}
@@ -27,7 +32,7 @@ def linearize(sink: UOp) -> list[UOp]:
     def priority(n: UOp) -> tuple[int, ...]:
         if n.op is Ops.RANGE:
             axis, kind = n.arg
-            return (1, 0 if kind == "g" else 1, axis, position[n])
+            return (1, RANGE_ORDER.get(kind, len(RANGE_ORDER)), axis, position[n])
         return (0, position[n])
 
     ready = [(priority(n), position[n], n) for n in nodes if waiting[n] == 0]

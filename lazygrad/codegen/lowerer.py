@@ -9,16 +9,22 @@ from __future__ import annotations
 
 import itertools
 
-from lazygrad.codegen.kernel import AxisType, Kernel
+from lazygrad.codegen.kernel import AxisType, Kernel, KernelOptError
 from lazygrad.dtype import dtypes
-from lazygrad.helpers import prod
+from lazygrad.helpers import ceildiv, prod
 from lazygrad.uop.ops import GroupOp, Ops, UOp, graph_rewrite
 from lazygrad.uop.symbolic import symbolic
 
+# a GPU kernel without workgroup axes gets workgroups of up to PADDED_THREADS along an axis of PADDED_MIN or more
+PADDED_THREADS, PADDED_MIN = 128, 32
 Combo = tuple[int, ...]  # a value for each expanded axis (upcasts, then unrolls)
+# loop kinds: output, reduce, output across CPU threads, reduce split across CPU threads (see linearize.RANGE_ORDER)
+RANGE_KIND = {AxisType.GLOBAL: "g", AxisType.THREAD: "t", AxisType.THREAD_REDUCE: "tr"}
 
 
 def reduce_identity(op: Ops, dtype) -> UOp:  # noqa: ANN001
+    if dtype.count > 1:
+        return UOp(Ops.VECTORIZE, dtype, (reduce_identity(op, dtype.scalar),) * dtype.count)
     if op is Ops.ADD:
         return UOp.const(dtype, 0)
     if op is Ops.MUL:
@@ -46,28 +52,45 @@ class Lowerer:
             elif s == 1:
                 self.base_idxs.append(UOp.const(dtypes.int32, 0))
             else:
-                r = UOp(Ops.RANGE, dtypes.int32, (UOp.const(dtypes.int32, s),), (i, "r" if t.is_reduce else "g"))
+                r = UOp(Ops.RANGE, dtypes.int32, (UOp.const(dtypes.int32, s),), (i, RANGE_KIND.get(t, "r")))
                 (self.reduce_ranges if t.is_reduce else self.global_ranges).append(r)
                 self.base_idxs.append(r)
+        self.bounds_gate: UOp | None = None  # threads past the end of an axis the launch does not divide
         # GPU-style targets: output and workgroup axes are thread ids, not loops
         self.thread_idxs: list[UOp] = self._thread_ids() if getattr(k.renderer, "has_local", False) else []
-        self.upcast_axes = k.axes_of(AxisType.UPCAST)
-        self.unroll_axes = k.axes_of(AxisType.UNROLL)
+        # CPU threads: the THREAD loop is the outermost one, so each core runs a slice of every inner loop; a
+        # reduce split across threads (THREAD_REDUCE) runs each slice's partial reduce in its own loop
+        self.global_ranges.sort(key=lambda r: r.arg[1] != "t")
+        self.split_ranges = [r for r in self.reduce_ranges if r.arg[1] == "tr"]
+        self.reduce_ranges = [r for r in self.reduce_ranges if r.arg[1] != "tr"]
+        # one expanded axis may become the lanes of vector values; the others are expanded into straight-line code
+        self.vec_axis = self._pick_vector_axis()
+        self.width = shape[self.vec_axis] if self.vec_axis is not None else 1
+        self.upcast_axes = [a for a in k.axes_of(AxisType.UPCAST) if a != self.vec_axis]
+        self.unroll_axes = [a for a in k.axes_of(AxisType.UNROLL) if a != self.vec_axis]
+        self.expanded_axes = self.upcast_axes + self.unroll_axes + ([] if self.vec_axis is None else [self.vec_axis])
         self.out_combos = list(itertools.product(*[range(shape[a]) for a in self.upcast_axes]))
         self.unroll_combos = list(itertools.product(*[range(shape[a]) for a in self.unroll_axes]))
         self.memo: dict[tuple[UOp, Combo], UOp] = {}
         self.reduce_results: dict[tuple[UOp, Combo], UOp] = {}
 
     def _thread_ids(self) -> list[UOp]:
-        """Replace the GLOBAL and LOCAL loops by SPECIAL thread ids, at most 3 of each kind (the launch grid).
-
-        The innermost axis gets dimension 0, the one whose neighbouring threads run together."""
+        """Replace the GLOBAL loops by workgroup ids and the LOCAL and GROUP axes by thread ids within a workgroup,
+        at most 3 of each kind (the launch grid). The innermost axis gets dimension 0, the one whose neighbouring
+        threads run together. A grid dimension over the device's limit folds every global axis into dimension 0."""
         specials: list[UOp] = []
-        for kind, axis_type in (("g", AxisType.GLOBAL), ("l", AxisType.LOCAL)):
-            axes = [a for a in self.k.axes_of(axis_type) if self.k.full_shape[a] != 1]
+        shape = list(self.k.full_shape)
+        padded = self._padded_axis()
+        if padded is not None:
+            shape[padded[0]] = ceildiv(shape[padded[0]], padded[1])  # the grid counts workgroups along that axis
+        for kind, types in (("g", (AxisType.GLOBAL,)), ("l", (AxisType.LOCAL, AxisType.GROUP))):
+            axes = [a for a in self.k.axes_of(*types) if shape[a] != 1]
             groups = [axes[: len(axes) - 2]] + [[a] for a in axes[len(axes) - 2 :]] if len(axes) > 3 else [[a] for a in axes]
+            limits = getattr(self.k.renderer, "global_max" if kind == "g" else "local_max", None) or (2**31 - 1,) * 3
+            if kind == "g" and any(prod(shape[a] for a in g) > lim for g, lim in zip(reversed(groups), limits)):
+                groups = [axes]
             for dim, group in enumerate(reversed(groups)):
-                sizes = [self.k.full_shape[a] for a in group]
+                sizes = [shape[a] for a in group]
                 sid = UOp(Ops.SPECIAL, dtypes.int32, (), (f"{'gidx' if kind == 'g' else 'lidx'}{dim}", prod(sizes), kind, dim))
                 specials.append(sid)
                 inner = prod(sizes)
@@ -75,14 +98,121 @@ class Lowerer:
                     inner //= size
                     idx = sid // inner if inner != 1 else sid
                     self.base_idxs[a] = idx % size if a != group[0] else idx
-        self.global_ranges = [r for r in self.global_ranges if not isinstance(self.base_idxs[r.arg[0]], UOp) or self.base_idxs[r.arg[0]] is r]
+        if padded is not None:
+            axis, threads = padded
+            lid = UOp(Ops.SPECIAL, dtypes.int32, (), ("lidx0", threads, "l", 0))
+            specials.append(lid)
+            # with one workgroup along the axis there is no grid id for it
+            group = self.base_idxs[axis] if shape[axis] != 1 else UOp.const(dtypes.int32, 0)
+            idx, size = group * threads + lid, self.k.full_shape[axis]
+            if size % threads:
+                # the launch overshoots the axis: the extra threads compute a copy of the last element, unstored
+                self.bounds_gate = idx.alu(Ops.CMPLT, UOp.const(dtypes.int32, size))
+                idx = self.bounds_gate.alu(Ops.WHERE, idx, UOp.const(dtypes.int32, size - 1))
+            self.base_idxs[axis] = idx
+        self.global_ranges = [r for r in self.global_ranges if self.base_idxs[r.arg[0]] is r]
+        self.reduce_ranges = [r for r in self.reduce_ranges if self.base_idxs[r.arg[0]] is r]
         return specials
+
+    def _padded_axis(self) -> tuple[int, int] | None:
+        """A kernel with no workgroup axes would run one thread per workgroup: its innermost output axis is then
+        split into workgroups of a power-of-two size, the last one partly out of range (and bounds-checked)."""
+        if self.k.axes_of(AxisType.LOCAL, AxisType.GROUP):
+            return None
+        axes = [a for a in self.k.axes_of(AxisType.GLOBAL) if self.k.full_shape[a] != 1]
+        if not axes or self.k.full_shape[axes[-1]] < PADDED_MIN:
+            return None
+        renderer = self.k.renderer
+        local_max = getattr(renderer, "local_max", None) or (PADDED_THREADS,)
+        threads = min(PADDED_THREADS, getattr(renderer, "max_workgroup", PADDED_THREADS), local_max[0])
+        while threads > self.k.full_shape[axes[-1]]:
+            threads //= 2
+        return axes[-1], threads
 
     def idxs(self, combo: Combo) -> list[UOp]:
         out = list(self.base_idxs)
-        for axis, v in zip(self.upcast_axes + self.unroll_axes, combo):
+        for axis, v in zip(self.expanded_axes, combo):
             out[axis] = UOp.const(dtypes.int32, v)
         return out  # type: ignore[return-value]
+
+    # *** vector lanes (CPU): values of the vector axis are the lanes of one vector-typed UOp ***
+
+    def _pick_vector_axis(self) -> int | None:
+        """The expanded axis with a vector width along which the most loads and stores are unit-stride."""
+        renderer = self.k.renderer
+        widths = getattr(renderer, "vector_widths", ())
+        if not widths:
+            return None
+        reduce_dtypes = [r.dtype for r in self.ast.toposort if r.op is Ops.REDUCE_AXIS]
+        if not all(renderer.vector_dtype_ok(dt) for dt in reduce_dtypes):  # type: ignore[attr-defined]
+            return None
+        # an access inside a reduce loop runs once per reduce iteration: it weighs more than the epilogue's
+        in_reduce = {x for r in self.ast.toposort if r.op is Ops.REDUCE_AXIS for x in r.src[0].toposort}
+        mem = [
+            (x.src[1], x.src[0].dtype.base, 16 if x in in_reduce else 1)
+            for x in self.ast.toposort
+            if x.op in (Ops.LOAD, Ops.STORE) and x.src[0].op is Ops.DEFINE_GLOBAL
+        ]
+        best, best_score = None, 0
+        for axis in self.k.axes_of(AxisType.UPCAST, AxisType.UNROLL):
+            if self.k.full_shape[axis] not in widths:
+                continue
+            score = sum(w for view, dt, w in mem if renderer.vector_dtype_ok(dt) and self._unit_stride(view, axis))  # type: ignore[attr-defined]
+            if score > best_score:
+                best, best_score = axis, score
+        return best
+
+    def _unit_stride(self, view: UOp, axis: int) -> bool:
+        at = [UOp.const(dtypes.int32, 0) if i is None else i for i in self.base_idxs]
+        idx0, valid0 = view.arg.to_index(at)
+        at[axis] = UOp.const(dtypes.int32, 1)
+        idx1, valid1 = view.arg.to_index(at)
+        step = graph_rewrite(idx1 - idx0, symbolic)
+        same_mask = graph_rewrite(valid0, symbolic) is graph_rewrite(valid1, symbolic)
+        return step.op is Ops.CONST and step.arg == 1 and same_mask
+
+    def lanes(self, x: UOp) -> list[UOp]:
+        if x.op is Ops.VECTORIZE:
+            return list(x.src)
+        return [UOp(Ops.GEP, x.dtype.scalar, (x,), i) for i in range(self.width)]
+
+    @staticmethod
+    def _consecutive(idxs: list[UOp]) -> bool:
+        for i, x in enumerate(idxs[1:], 1):
+            if x is not graph_rewrite(idxs[0] + i, symbolic):
+                step = graph_rewrite(x - idxs[0], symbolic)
+                if step.op is not Ops.CONST or step.arg != i:
+                    return False
+        return True
+
+    def val(self, u: UOp, combo: Combo) -> UOp:
+        """The value of `u` at `combo` (one value per expanded axis but the vector axis): scalar or vector."""
+        if self.width == 1:
+            return self.ev(u, combo)
+        key = (u, combo + (-1,))
+        if (ret := self.memo.get(key)) is None:
+            ret = self.memo[key] = self._vec_ev(u, combo)
+        return ret
+
+    def _vec_ev(self, u: UOp, combo: Combo) -> UOp:
+        renderer = self.k.renderer
+        if u.op in GroupOp.Elementwise:
+            srcs = [self.val(s, combo) for s in u.src]
+            # a vector op pays off unless every source is one value broadcast (then one scalar op does the work)
+            real = any(s.op is not Ops.VECTORIZE or len(set(s.src)) > 1 for s in srcs)
+            if real and renderer.vector_op_ok(u.op, u.dtype, [s.dtype.scalar for s in srcs]):  # type: ignore[attr-defined]
+                return UOp(u.op, u.dtype.vec(self.width), tuple(srcs), u.arg)
+            per_lane = zip(*[self.lanes(s) for s in srcs])
+            return UOp(Ops.VECTORIZE, u.dtype.vec(self.width), tuple(UOp(u.op, u.dtype, ls, u.arg) for ls in per_lane))
+        if u.op is Ops.REDUCE_AXIS:
+            return self.reduce_results[(u, combo[: len(self.upcast_axes)])]
+        scalars = [self.ev(u, combo + (lane,)) for lane in range(self.width)]
+        if u.op is Ops.LOAD and renderer.vector_dtype_ok(u.dtype) and all(x.op is Ops.LOAD for x in scalars):  # type: ignore[attr-defined]
+            idxs = [x.src[0].src[1] for x in scalars]
+            same_valid = all(x.src[1:] == scalars[0].src[1:] for x in scalars)
+            if same_valid and len(set(idxs)) > 1 and self._consecutive(idxs):
+                return UOp(Ops.LOAD, u.dtype.vec(self.width), scalars[0].src)
+        return UOp(Ops.VECTORIZE, u.dtype.vec(self.width), tuple(scalars))
 
     def index(self, view: UOp, combo: Combo) -> tuple[UOp, UOp]:
         idx, valid = view.arg.to_index(self.idxs(combo))
@@ -115,7 +245,8 @@ class Lowerer:
         if u.op is Ops.VALID:
             return self.index(u.src[0], combo)[1]
         if u.op is Ops.REDUCE_AXIS:
-            return self.reduce_results[(u, combo[: len(self.upcast_axes)])]
+            res = self.reduce_results[(u, combo[: len(self.upcast_axes)])]
+            return self.lanes(res)[combo[-1]] if self.width > 1 else res
         if u.op is Ops.DEFINE_VAR:
             return u
         if u.op in GroupOp.Elementwise:
@@ -129,8 +260,8 @@ class Lowerer:
         for r in (x for x in self.ast.toposort if x.op is Ops.REDUCE_AXIS):
             op = r.arg[0]
             for oc in self.out_combos:
-                vals = [self.ev(r.src[0], oc + uc) for uc in self.unroll_combos]
-                key = keys[(r, oc)] = (op, r.dtype, tuple(vals))
+                vals = [self.val(r.src[0], oc + uc) for uc in self.unroll_combos]
+                key = keys[(r, oc)] = (op, vals[0].dtype, tuple(vals))
                 if key not in partials:
                     partial = vals[0]
                     for v in vals[1:]:
@@ -141,7 +272,7 @@ class Lowerer:
         if not self.reduce_ranges:  # every reduce axis unrolled: no loop, no accumulator
             results = partials
         else:
-            accs = {key: UOp(Ops.DEFINE_ACC, key[1], (reduce_identity(key[0], key[1]), *self.thread_idxs, *self.global_ranges), i) for i, key in enumerate(partials)}
+            accs = {key: UOp(Ops.DEFINE_ACC, key[1], (reduce_identity(key[0], key[1]), *self.thread_idxs, *self.global_ranges, *self.split_ranges), i) for i, key in enumerate(partials)}
             # the reduce ranges are sources so an update whose value is loop-invariant (a reduce over an expanded
             # axis) still runs once per iteration instead of being hoisted before the loop
             updates = [
@@ -151,17 +282,116 @@ class Lowerer:
             for rng in reversed(self.reduce_ranges[:-1]):
                 end = UOp(Ops.ENDRANGE, dtypes.void, (rng, end))
             results = {key: UOp(Ops.AFTER, acc.dtype, (acc, end)) for key, acc in accs.items()}
+        if self.k.axes_of(AxisType.GROUP):
+            results = self._group_reduce(results)
+        if self.split_ranges:
+            results = self._split_reduce(results)
+        if self.vec_axis is not None and self.k.axis_types[self.vec_axis] is AxisType.UNROLL:
+            # lanes of an unrolled reduce axis are more inputs of the same reduce: fold them once, after the loop
+            results = {key: self._fold_lanes(key[0], res) for key, res in results.items()}
         self.reduce_results = {rk: results[key] for rk, key in keys.items()}
+
+    def _split_reduce(self, partials: dict[tuple, UOp]) -> dict[tuple, UOp]:
+        """CPU threads each reduce a slice into their own slot of a small array; after the parallel loop the slots
+        are combined in order (so the result does not depend on which thread finished first)."""
+        (rng,) = self.split_ranges
+        n = rng.src[0].arg
+        slots = {key: UOp(Ops.DEFINE_LOCAL, v.dtype.ptr(n, local=True), (), f"part{i}") for i, (key, v) in enumerate(partials.items())}
+        stores = [UOp(Ops.STORE, dtypes.void, (self._slot(slots[key], rng), v)) for key, v in partials.items()]
+        end = UOp(Ops.ENDRANGE, dtypes.void, (rng, *stores))
+        out = {}
+        for key, buf in slots.items():
+            done = UOp(Ops.AFTER, buf.dtype, (buf, end))
+            vals = [UOp(Ops.LOAD, partials[key].dtype, (self._slot(done, UOp.const(dtypes.int32, j)),)) for j in range(n)]
+            total = vals[0]
+            for v in vals[1:]:
+                total = reduce_combine(key[0], total, v)
+            out[key] = total
+        return out
+
+    @staticmethod
+    def _slot(buf: UOp, i: UOp) -> UOp:
+        return UOp(Ops.INDEX, buf.dtype, (buf, i))
+
+    def _fold_lanes(self, op: Ops, vec: UOp) -> UOp:
+        lanes = self.lanes(vec)
+        while len(lanes) > 1:
+            lanes = [reduce_combine(op, lanes[i], lanes[i + 1]) for i in range(0, len(lanes), 2)]
+        return UOp(Ops.VECTORIZE, vec.dtype, (lanes[0],) * self.width)
+
+    def _local_strides(self) -> dict[int, int]:
+        """Row-major strides of the LOCAL and GROUP axes: a thread's position in its workgroup's shared memory."""
+        strides, n = {}, 1
+        for a in reversed(self.k.axes_of(AxisType.LOCAL, AxisType.GROUP)):
+            strides[a], n = n, n * self.k.full_shape[a]
+        return strides
+
+    def _group_reduce(self, partials: dict[tuple, UOp]) -> dict[tuple, UOp]:
+        """GROUP axes split a reduce across the threads of a workgroup. Each thread writes its partial result to
+        shared memory; after a barrier every thread combines the partials of its group in a loop (so all of them
+        hold the result, and only the group's first thread stores it, see `store_gate`)."""
+        strides = self._local_strides()
+        shape = self.k.full_shape
+        size = prod(shape[a] for a in strides)
+        group_axes = self.k.axes_of(AxisType.GROUP)
+        here = sum((self.base_idxs[a] * st for a, st in strides.items()), UOp.const(dtypes.int32, 0))
+        base = sum((self.base_idxs[a] * st for a, st in strides.items() if a not in group_axes), UOp.const(dtypes.int32, 0))
+        n_group = prod(shape[a] for a in group_axes)
+        shared_bytes = size * sum(key[1].itemsize for key in partials)
+        shared_max = getattr(self.k.renderer, "shared_max", 0)
+        if shared_bytes > shared_max:
+            raise KernelOptError(f"{self.k.name_plain}: GROUP needs {shared_bytes} bytes of shared memory, over the device's {shared_max}")
+        shared, stores = {}, []
+        for i, (key, value) in enumerate(partials.items()):
+            shared[key] = UOp(Ops.DEFINE_LOCAL, key[1].ptr(size, local=True), (), f"temp{i}")
+            stores.append(UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, shared[key].dtype, (shared[key], graph_rewrite(here, symbolic))), value)))
+        barrier = UOp(Ops.BARRIER, dtypes.void, tuple(stores))
+        rng = UOp(Ops.RANGE, dtypes.int32, (UOp.const(dtypes.int32, n_group),), (len(shape), "r"))
+        pos, inner = base, n_group
+        for a in group_axes:
+            inner //= shape[a]
+            pos = pos + ((rng // inner) % shape[a] if inner != 1 else rng % shape[a]) * strides[a]
+        pos = graph_rewrite(pos, symbolic)
+        accs, updates = {}, []
+        for i, (key, buf) in enumerate(shared.items()):
+            op, dt = key[0], key[1]
+            accs[key] = acc = UOp(Ops.DEFINE_ACC, dt, (reduce_identity(op, dt), *self.thread_idxs), len(partials) + i)
+            val = UOp(Ops.LOAD, dt, (UOp(Ops.INDEX, buf.dtype, (UOp(Ops.AFTER, buf.dtype, (buf, barrier)), pos)),))
+            updates.append(UOp(Ops.ASSIGN, dt, (acc, reduce_combine(op, acc, val), rng)))
+        end = UOp(Ops.ENDRANGE, dtypes.void, (rng, *updates))
+        return {key: UOp(Ops.AFTER, acc.dtype, (acc, end)) for key, acc in accs.items()}
+
+    def store_gate(self) -> UOp | None:
+        """Threads past the end of a padded axis store nothing; of a GROUP reduce, only each group's first thread."""
+        gate = self.bounds_gate
+        for a in self.k.axes_of(AxisType.GROUP):
+            first = UOp(Ops.CMPEQ, dtypes.bool, (self.base_idxs[a], UOp.const(dtypes.int32, 0)))
+            gate = first if gate is None else UOp(Ops.AND, dtypes.bool, (gate, first))
+        return gate
+
+    def _stores(self, buf: UOp, view: UOp, value: UOp, combo: Combo, gate: tuple[UOp, ...]) -> list[UOp]:
+        def store(idx: UOp, v: UOp) -> UOp:
+            return UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, buf.dtype, (buf, idx)), v, *gate))
+
+        if self.width == 1:
+            return [store(self.index(view, combo)[0], value)]
+        idxs = [self.index(view, combo + (lane,))[0] for lane in range(self.width)]
+        if len(set(idxs)) == 1:  # the vector axis does not move this output (an unrolled reduce axis)
+            return [store(idxs[0], self.lanes(value)[0])]
+        if self.k.renderer.vector_dtype_ok(buf.dtype.base) and self._consecutive(idxs):  # type: ignore[attr-defined]
+            return [store(idxs[0], value)]
+        return [store(i, v) for i, v in zip(idxs, self.lanes(value))]
 
     def lower(self) -> UOp:
         self.lower_reduces()
         stores: list[UOp] = []
         zeros = (0,) * len(self.unroll_axes)
+        gate_uop = self.store_gate()
+        gate = () if gate_uop is None else (gate_uop,)
         for st in self.ast.src:
             buf, view, value = st.src
             for oc in self.out_combos:
-                idx, _ = self.index(view, oc + zeros)
-                stores.append(UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, buf.dtype, (buf, idx)), self.ev(value, oc + zeros))))
+                stores.extend(self._stores(buf, view, self.val(value, oc + zeros), oc + zeros, gate))
         # every buffer stays a parameter, even one whose loads all folded away, so the launch signature is fixed
         params = tuple(sorted((x for x in self.ast.toposort if x.op in (Ops.DEFINE_GLOBAL, Ops.DEFINE_VAR)), key=lambda x: str(x.arg)))
         if not self.global_ranges:

@@ -1,17 +1,20 @@
 """Memory planning: intermediate buffers whose lifetimes do not overlap share one block of memory.
 
-A buffer may be planned only when nothing but the kernel list can ever reach it: no Tensor, no UOp, no alias.
-Then its value is unobservable outside the list, and its memory is free between its first write and its last
-read. Reachability is read from CPython reference counts (see `held_only_by`): the scheduler's `becomes` map,
-`_realized` and user tensors all reach a buffer through its BUFFER node, so a buffer no live node refers to
-has exactly one reference per place it appears in the kernel list.
+A buffer may be planned only when nothing but the kernel list can ever reach it (no Tensor, no UOp, no alias)
+and it owns its memory. Then its value is unobservable outside the list, and its memory is free between its first
+write and its last read. Reachability is read from CPython reference counts (see `held_only_by`): the scheduler's
+`becomes` map, `_realized` and user tensors all reach a buffer through its BUFFER node, which holds it strongly,
+so a buffer no live node refers to has exactly one reference per place it appears in the kernel list. The test
+errs only on the safe side: any other strong reference (even from garbage not yet collected) keeps a buffer out
+of the plan, and nothing reaches a Buffer through a weak reference alone. The scheduler alone could not decide
+this: every node it stores stays readable through `_realized` for as long as some lazy graph holding it lives.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import sys
-from typing import Any, Sequence
+from typing import AbstractSet, Any, Sequence
 
 from lazygrad.device import Buffer
 from lazygrad.helpers import DEBUG
@@ -34,7 +37,11 @@ def held_only_by(buf_lists: Sequence[Sequence[Buffer]]) -> set[Buffer]:
     return {b for b, e in extra.items() if e == extra[_PROBE] and b is not _PROBE}
 
 
-def plan_memory(items: Sequence[tuple[Sequence[Buffer], Sequence[int]]], keep: set[Buffer] = frozenset(), label: str = "") -> dict[Buffer, Buffer]:
+KernelBufs = tuple[Sequence[Buffer], Sequence[int]]  # a kernel's buffers, and the indices of those it writes
+Plan = dict[Buffer, Buffer]  # a planned buffer -> the buffer whose memory it uses
+
+
+def plan_memory(items: Sequence[KernelBufs], keep: AbstractSet[Buffer] = frozenset(), label: str = "") -> Plan:
     """items: (buffers, indices of the written ones) per kernel, in run order. Returns buffer -> the buffer whose
     memory it uses instead, for the buffers nothing outside `items` references, that are written before they are
     read, and that are not in `keep`. A freed block serves a later buffer of the same device needing between
@@ -51,7 +58,8 @@ def plan_memory(items: Sequence[tuple[Sequence[Buffer], Sequence[int]]], keep: s
                 if j in outs:
                     written_first.add(b)
             last[b] = i
-    plannable = (internal & written_first) - keep
+    # a buffer over memory it does not own (an alias, a numpy array) must never lend that memory to another buffer
+    plannable = {b for b in internal & written_first if b._external is None} - keep
     if not plannable:
         return {}
     free: list[Buffer] = []  # blocks (buffers that own their memory) no live buffer uses now
@@ -70,8 +78,13 @@ def plan_memory(items: Sequence[tuple[Sequence[Buffer], Sequence[int]]], keep: s
     before = sum(b.nbytes for b in plannable)
     after = sum(b.nbytes for b in set(block_of.values()))
     if DEBUG >= 1 and before != after:
-        print(f"{label}memory planner: {before / 1e6:.2f} MB -> {after / 1e6:.2f} MB ({len(plannable)} buffers in {len(set(block_of.values()))} blocks)")
+        n_blocks = len(set(block_of.values()))
+        print(f"{label}memory planner: {_mb(before)} -> {_mb(after)} ({len(plannable)} buffers in {n_blocks} blocks)")
     return {b: blk for b, blk in block_of.items() if blk is not b}
+
+
+def _mb(nbytes: int) -> str:
+    return f"{nbytes / 1e6:.3f} MB" if nbytes < 1e7 else f"{nbytes / 1e6:.1f} MB"
 
 
 def memory_planner(schedule: list[Any]) -> list[Any]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from dataclasses import dataclass
 from typing import Iterator
@@ -13,30 +14,83 @@ from lazygrad.engine.memory import memory_planner
 from lazygrad.helpers import BEAM, DEBUG, NOOPT, GlobalCounters, ansilen, colored
 from lazygrad.renderer import ProgramSpec
 from lazygrad.schedule.kernelize import ScheduleItem
-from lazygrad.uop.ops import UOp
+from lazygrad.uop.ops import Ops, UOp
 
 
 class CompiledRunner:
     """A compiled kernel, ready to launch: compile once per (device, kernel AST), then call many times."""
 
-    def __init__(self, device: str, spec: ProgramSpec):
+    def __init__(self, device: str, spec: ProgramSpec, lib: bytes | None = None):
         self.device, self.spec = device, spec
         dev = Device[device]
         st = time.perf_counter()
-        lib = dev.compiler.compile_cached(spec.src)
+        if lib is None:  # else compiled together with the other kernels of its schedule, see compile_schedule
+            lib = dev.compiler.compile_cached(spec.src)
         self.compile_time = time.perf_counter() - st
         self.prg = dev.runtime(spec.name, lib, spec.n_bufs, len(spec.vars))
 
     def __call__(self, bufs: list[Buffer], var_vals: dict[UOp, int], wait: bool = False) -> float | None:
         args = [b.ptr for b in bufs] + [var_vals[v] for v in self.spec.vars]
+        if self.spec.global_size is not None:  # GPU-style kernels launch as a grid of workgroups
+            return self.prg(*args, global_size=self.spec.global_size, local_size=self.spec.local_size, wait=wait)
         return self.prg(*args, wait=wait)
+
+
+class BufferCopy:
+    """A copy between devices, run like a kernel (so DEBUG lines, the JIT and the memory planner see it too)."""
+
+    def __init__(self, nbytes: int, dst_device: str, src_device: str):
+        self.device = dst_device
+        name = f"copy {nbytes:8d}, {dst_device[:7]:>7s} <- {src_device[:7]:7s}"
+        self.spec = ProgramSpec(name="copy", display_name=name, src="", n_bufs=2, outs=(0,), mem=2 * nbytes)
+
+    def __call__(self, bufs: list[Buffer], var_vals: dict[UOp, int], wait: bool = False) -> float | None:
+        dst, src = bufs
+        st = time.perf_counter()
+        Device[src.device].synchronize()  # the source's last kernel may still be running
+        dst.copyin(src.as_bytes())
+        return time.perf_counter() - st if wait else None
 
 
 _runners: dict[tuple, CompiledRunner] = {}
 
 
+def _runner_key(device: str, ast: UOp) -> tuple:
+    return (device, ast, NOOPT.value, BEAM.value)  # the knobs that change which kernel is built
+
+
+def compile_schedule(schedule: list[ScheduleItem]) -> None:
+    """Every kernel of a schedule not compiled yet, in ONE compiler call per device where the compiler can build
+    several kernels into one binary (the CPU's C compiler: one process start instead of one per kernel)."""
+    new: dict[tuple, ProgramSpec] = {}
+    for si in schedule:
+        if si.ast.op is Ops.COPY or si.outputs[0].size == 0:
+            continue
+        key = _runner_key(si.outputs[0].device, si.ast)
+        if key not in _runners and key not in new:
+            new[key] = get_program(si.ast, Device[key[0]].renderer)
+    for device in {key[0] for key in new}:
+        group = {key: spec for key, spec in new.items() if key[0] == device}
+        compiler = Device[device].compiler
+        if len(group) < 2 or not hasattr(compiler, "compile_many"):
+            continue  # compiled one by one in get_runner
+        seen: dict[str, int] = {}
+        for key, spec in group.items():  # kernels of the same shape share a name: one binary needs distinct ones
+            if (n := seen.get(spec.name, 0)) > 0:
+                name = f"{spec.name}n{n}"
+                group[key] = dataclasses.replace(spec, name=name, src=spec.src.replace(f" {spec.name}(", f" {name}(", 1))
+            seen[spec.name] = n + 1
+        st = time.perf_counter()
+        lib = compiler.compile_many(sorted({spec.src for spec in group.values()}))
+        elapsed = time.perf_counter() - st
+        for key, spec in group.items():
+            _runners[key] = CompiledRunner(device, spec, lib)
+        if DEBUG >= 1:
+            print(f"compiled {len(group)} kernels for {device} in one compiler call: {elapsed * 1e3:.1f} ms")
+
+
 def get_runner(device: str, ast: UOp) -> CompiledRunner:
-    key = (device, ast, NOOPT.value, BEAM.value)  # the knobs that change which kernel is built
+    key = _runner_key(device, ast)
     if (runner := _runners.get(key)) is None:
         runner = _runners[key] = CompiledRunner(device, get_program(ast, Device[device].renderer))
     return runner
@@ -49,8 +103,8 @@ class ExecItem:
 
     def run(self, var_vals: dict[UOp, int] | None = None, jit: bool = False) -> float | None:
         var_vals = var_vals or {}
-        if _captures:
-            _captures[-1].append((self, {v: var_vals[v] for v in self.runner.spec.vars}))
+        for recording in _captures:
+            recording.append((self, {v: var_vals[v] for v in self.runner.spec.vars}))
         for b in self.bufs:
             b.ensure_allocated()
         timing = DEBUG >= 2
@@ -66,13 +120,18 @@ class ExecItem:
         return et
 
 
-# the innermost active capture (TinyJit's second call) records every item that runs, with its variable values
+class JitError(RuntimeError):
+    """A TinyJit capture or replay that would compute something other than what the function says."""
+
+
+# every active capture (TinyJit's second call) records every item that runs, with its variable values; an outer
+# capture must see the kernels of an inner JIT's capture too, or its replay would skip them
 _captures: list[list[tuple[ExecItem, dict[UOp, int]]]] = []
 
 
 @contextlib.contextmanager
 def capture() -> Iterator[list[tuple[ExecItem, dict[UOp, int]]]]:
-    """Record every ExecItem run inside the block (nested captures record into the innermost only)."""
+    """Record every ExecItem run inside the block (into every active capture, nested ones included)."""
     items: list[tuple[ExecItem, dict[UOp, int]]] = []
     _captures.append(items)
     try:
@@ -85,14 +144,25 @@ def is_capturing() -> bool:
     return bool(_captures)
 
 
+def check_not_capturing(what: str) -> None:
+    """Reading data into Python during a capture would freeze that value into every replay."""
+    if _captures:
+        raise JitError(
+            f"{what} inside a TinyJit function: the value read at capture would be frozen into every replay; "
+            "return the tensor from the function and read it outside"
+        )
+
+
 def _print_kernel_line(device: str, spec: ProgramSpec, et: float, n_bufs: int, jit: bool) -> None:
     name = spec.display_name + " " * max(0, 24 - ansilen(spec.display_name))
     tag = colored("*** ", "magenta" if jit else "green")
     gflops = spec.ops / et / 1e9 if et > 0 else 0.0
     gbs = spec.mem / et / 1e9 if et > 0 else 0.0
+    mem_gb = GlobalCounters.mem_used / 1e9
     print(
-        f"{tag}{device:7s} {GlobalCounters.kernel_count:4d} {name} arg {n_bufs:2d} mem {GlobalCounters.mem_used / 1e9:6.2f} GB "
+        f"{tag}{device:7s} {GlobalCounters.kernel_count:4d} {name} arg {n_bufs:2d} mem {mem_gb:6.2f} GB "
         f"tm {et * 1e6:9.2f}us/{GlobalCounters.time_sum_s * 1e3:9.2f}ms ({gflops:8.2f} GFLOPS {gbs:7.2f} GB/s)"
+        + (colored(" jit replay", "magenta") if jit else "")
     )
 
 
@@ -100,10 +170,18 @@ def lower_schedule_item(si: ScheduleItem) -> ExecItem | None:
     """None for kernels with nothing to compute (an empty output)."""
     if si.outputs[0].size == 0:
         return None
+    if si.ast.op is Ops.COPY:
+        dst, src = si.bufs
+        return ExecItem(BufferCopy(dst.nbytes, dst.device, src.device), list(si.bufs))  # type: ignore[arg-type]
     return ExecItem(get_runner(si.outputs[0].device, si.ast), list(si.bufs))
 
 
 def run_schedule(schedule: list[ScheduleItem], var_vals: dict[UOp, int] | None = None) -> None:
+    compile_schedule(schedule)
+    st, n = time.perf_counter(), 0
     for si in memory_planner(schedule):
         if (ei := lower_schedule_item(si)) is not None:
             ei.run(var_vals)
+            n += 1
+    if DEBUG >= 1 and n:
+        print(f"ran {n} kernels in {(time.perf_counter() - st) * 1e3:.2f} ms")

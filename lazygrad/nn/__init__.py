@@ -22,7 +22,8 @@ def _own_buffer(init: Tensor, requires_grad: bool = False) -> Tensor:
     tensor makes every in-place update (`assign`) private to its tensor.
     """
     t = Tensor.empty(init.shape, dtype=init.dtype, device=init.device).assign(init)
-    return t.requires_grad_() if requires_grad else t
+    # set either way: an optimizer takes a float tensor whose requires_grad was never set for a parameter
+    return t.requires_grad_(requires_grad)
 
 
 def _kaiming_uniform(shape: tuple[int, ...], fan_in: int) -> Tensor:
@@ -75,14 +76,14 @@ class Conv1d(Conv2d):
         self,
         in_channels: int,
         out_channels: int,
-        kernel_size: int,
-        stride: int = 1,
-        padding: int | str = 0,
-        dilation: int = 1,
+        kernel_size: int | Sequence[int],
+        stride: int | Sequence[int] = 1,
+        padding: int | Sequence[int] | str = 0,
+        dilation: int | Sequence[int] = 1,
         groups: int = 1,
         bias: bool = True,
     ):
-        super().__init__(in_channels, out_channels, (kernel_size,), stride, padding, dilation, groups, bias)
+        super().__init__(in_channels, out_channels, make_tuple(kernel_size, 1), stride, padding, dilation, groups, bias)
 
 
 class ConvTranspose2d:
@@ -167,7 +168,11 @@ BatchNorm1d = BatchNorm2d = BatchNorm
 
 class LayerNorm:
     def __init__(
-        self, normalized_shape: int | Sequence[int], eps: float = 1e-5, elementwise_affine: bool = True, bias: bool = True
+        self,
+        normalized_shape: int | Sequence[int],
+        eps: float = 1e-5,
+        elementwise_affine: bool = True,
+        bias: bool = True,
     ):
         self.normalized_shape = make_tuple(normalized_shape, 1)
         self.eps = eps
@@ -207,7 +212,9 @@ _EPS = {dtypes.float16: 2.0**-10, dtypes.bfloat16: 2.0**-7, dtypes.float32: 2.0*
 class RMSNorm:
     """x / sqrt(mean(x^2) + eps) * weight over the trailing `normalized_shape` dims; eps=None is the dtype's epsilon."""
 
-    def __init__(self, normalized_shape: int | Sequence[int], eps: float | None = None, elementwise_affine: bool = True):
+    def __init__(
+        self, normalized_shape: int | Sequence[int], eps: float | None = None, elementwise_affine: bool = True
+    ):
         self.normalized_shape = make_tuple(normalized_shape, 1)
         self.eps = eps
         self.weight = _own_buffer(Tensor.ones(self.normalized_shape), True) if elementwise_affine else None
@@ -230,3 +237,12 @@ class Embedding:
         # a one-hot matmul: a gather the scheduler fuses, with the scatter-add gradient for free
         hit = idx.unsqueeze(-1) == Tensor.arange(self.num_embeddings, device=idx.device)
         return hit.cast(self.weight.dtype) @ self.weight
+
+
+# submodules, so that `from lazygrad import nn` gives nn.optim and nn.state as in the examples (they import this file)
+from lazygrad.nn import datasets, optim, state  # noqa: E402
+
+__all__ = [
+    "Linear", "Conv1d", "Conv2d", "ConvTranspose2d", "BatchNorm", "BatchNorm1d", "BatchNorm2d", "LayerNorm",
+    "GroupNorm", "RMSNorm", "Embedding", "optim", "state", "datasets",
+]

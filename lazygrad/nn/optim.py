@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from lazygrad.dtype import dtypes
+from lazygrad.gradient import take_backward_roots
 from lazygrad.nn import _own_buffer
 from lazygrad.tensor import Tensor
 
@@ -47,7 +48,10 @@ class Optimizer:
     def schedule_step(self) -> list[Tensor]:
         """The assigned tensors of one step, unrealized: pass them to one `Tensor.realize` with the loss and
         anything else the step computes, so that it all shares one schedule."""
-        out = self._begin_step()
+        # the loss that backward() ran on and the gradients are stored by the same schedule, before the parameters
+        # they read change: read after the step, they hold the values they had (as in torch), at no extra kernels
+        grads = [p.grad for p in self.params if p.grad is not None]
+        out = take_backward_roots() + grads + self._begin_step()
         for i, p in enumerate(self.params):
             if p.grad is not None:  # as torch: a parameter without a gradient is left alone
                 out += self._update(i, p, p.grad.detach())
@@ -87,8 +91,16 @@ class SGD(Optimizer):
 class Adam(Optimizer):
     """Adam (torch.optim.Adam); with decoupled=True, AdamW's weight decay (the parameter shrinks before the update)."""
 
-    def __init__(self, params: Sequence[Tensor], lr: float = 1e-3, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
-                 weight_decay: float = 0.0, decoupled: bool = False):
+    def __init__(
+        self,
+        params: Sequence[Tensor],
+        lr: float = 1e-3,
+        b1: float = 0.9,
+        b2: float = 0.999,
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+        decoupled: bool = False,
+    ):
         super().__init__(params, lr)
         self.b1, self.b2, self.eps, self.weight_decay, self.decoupled = b1, b2, eps, weight_decay, decoupled
         self.m, self.v = self._state(), self._state()
@@ -112,8 +124,15 @@ class Adam(Optimizer):
 
 
 class AdamW(Adam):
-    def __init__(self, params: Sequence[Tensor], lr: float = 1e-3, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
-                 weight_decay: float = 0.01):
+    def __init__(
+        self,
+        params: Sequence[Tensor],
+        lr: float = 1e-3,
+        b1: float = 0.9,
+        b2: float = 0.999,
+        eps: float = 1e-8,
+        weight_decay: float = 0.01,
+    ):
         super().__init__(params, lr, b1, b2, eps, weight_decay, decoupled=True)
 
 

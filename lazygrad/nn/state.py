@@ -41,7 +41,7 @@ _DTYPE_NAMES = {v: k for k, v in SAFETENSORS_DTYPES.items()}
 
 
 def get_state_dict(obj: Any, prefix: str = "") -> dict[str, Tensor]:
-    """Every Tensor reachable from obj through attributes, lists, tuples and dicts, by dotted path ("layers.0.weight")."""
+    """Every Tensor reachable from obj through attributes, lists, tuples and dicts, by dotted path ("fc.0.weight")."""
     out: dict[str, Tensor] = {}
     _walk(obj, prefix, out, set())
     return out
@@ -85,7 +85,7 @@ def load_state_dict(model: Any, state_dict: dict[str, Tensor], strict: bool = Tr
     if shapes:
         problems.append(f"shape mismatches: {'; '.join(shapes)}")
     if problems:
-        raise KeyError(f"load_state_dict into {type(model).__name__}: " + " | ".join(problems))
+        raise ValueError(f"load_state_dict into {type(model).__name__}: " + " | ".join(problems))
     targets = []
     for k, t in own.items():
         if k not in state_dict:
@@ -95,7 +95,9 @@ def load_state_dict(model: Any, state_dict: dict[str, Tensor], strict: bool = Tr
             v = Tensor(v.data(), dtype=v.dtype, device=t.device).reshape(v.shape)
         v = v.cast(t.dtype) if v.dtype != t.dtype else v
         # a copy, as torch's: a tensor not yet in memory gets a buffer of its own rather than sharing the source's
-        targets.append(t.assign(v if t.uop.is_realized else Tensor.empty(t.shape, dtype=t.dtype, device=t.device).assign(v)))
+        if not t.uop.is_realized:
+            v = Tensor.empty(t.shape, dtype=t.dtype, device=t.device).assign(v)
+        targets.append(t.assign(v))
     if targets:
         Tensor.realize(*targets)
 
@@ -111,7 +113,8 @@ def safe_save(state_dict: dict[str, Tensor], path: str | os.PathLike, metadata: 
     for name, t in state_dict.items():
         if t.dtype not in _DTYPE_NAMES:
             raise TypeError(f"safe_save: {name} has dtype {t.dtype}, which safetensors cannot store")
-        header[name] = {"dtype": _DTYPE_NAMES[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + t.nbytes]}
+        offsets = [offset, offset + t.nbytes]
+        header[name] = {"dtype": _DTYPE_NAMES[t.dtype], "shape": list(t.shape), "data_offsets": offsets}
         offset += t.nbytes
     raw = json.dumps(header, separators=(",", ":")).encode()
     raw += b" " * (-len(raw) % 8)  # the spec allows trailing spaces; 8-byte alignment keeps the data aligned
@@ -158,15 +161,18 @@ def _check_entry(path: Any, name: str, info: Any, data_size: int) -> None:
         raise ValueError(f"{path}: entry {name!r} has data_offsets {[begin, end]} for {nbytes} bytes of "
                          f"{info['dtype']} {info['shape']}")
     if end > data_size:
-        raise ValueError(f"{path}: entry {name!r} ends at byte {end} of the data, which has only {data_size}; truncated?")
+        raise ValueError(
+            f"{path}: entry {name!r} ends at byte {end} of the data, which has only {data_size}; truncated?"
+        )
 
 
 def safe_load(path: str | os.PathLike, device: str | None = None) -> dict[str, Tensor]:
-    """Tensors of a safetensors file. On the CPU they point into a memory map of the file: nothing is read until used."""
+    """Tensors of a safetensors file. On the CPU they point into a memory map of the file, read only when used."""
     header, start = safe_load_metadata(path)
     entries = {k: v for k, v in header.items() if k != "__metadata__"}
     device = Device.canonicalize(device)
-    mm = _map(path) if device == "CPU" and any(v["data_offsets"][1] > v["data_offsets"][0] for v in entries.values()) else None
+    has_data = any(v["data_offsets"][1] > v["data_offsets"][0] for v in entries.values())
+    mm = _map(path) if device == "CPU" and has_data else None
     base = ctypes.addressof(ctypes.c_char.from_buffer(mm)) if mm is not None else 0
     out = {}
     for name, info in entries.items():

@@ -1,8 +1,11 @@
 """GPU dialects of the C-style renderer: OpenCL, CUDA and Metal.
 
-They differ from C in the kernel signature, how a thread finds its ids, type names, math function spelling and
-bit casts. None of them has GNU statement expressions, so max and guarded division repeat their operands
-(which therefore get variables of their own, see `dup_operand_ops`).
+They differ from C in the kernel signature, how a thread finds its ids (workgroup and local ids: SPECIAL), shared
+memory (DEFINE_LOCAL) and barriers, type names, math function spelling and bit casts. None of them has GNU statement
+expressions, so max and guarded division repeat their operands (which therefore get variables of their own, see
+`dup_operand_ops`). A device's limits (workgroup sizes, shared memory, half arithmetic) are constructor arguments:
+codegen reads them from the renderer. Without half arithmetic (PoCL; CUDA through NVRTC alone, which has no
+cuda_fp16.h) half is a storage type only.
 """
 
 from __future__ import annotations
@@ -14,13 +17,106 @@ from lazygrad.renderer.cstyle import CStyleLanguage
 from lazygrad.uop.ops import Ops, UOp
 
 
+def _balanced(expr: str) -> bool:
+    """True when every parenthesis of `expr` closes within it (so `f(expr)` is one call around all of it)."""
+    depth = 0
+    for ch in expr:
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if depth < 0:
+            return False
+    return depth == 0
+
+
 class GPUDialect(CStyleLanguage):
     has_local = True
     has_shared = True
     global_max: tuple[int, ...] = (2**31 - 1, 65535, 65535)
     local_max: tuple[int, ...] = (1024, 1024, 64)
     shared_max = 48 * 1024
+    max_workgroup = 1024  # threads in one workgroup, over all its dimensions
+    has_half = True  # half arithmetic (not only storage)
+    has_double = True
     dup_operand_ops = frozenset({Ops.MAX, Ops.IDIV, Ops.MOD})
+
+    half_bits = "unsigned short"  # the 16-bit storage of a half computed in float (see half_prelude)
+    half_prelude = ""  # defines lg_half_to_f / lg_f_to_half: half bits <-> float, rounding to nearest even
+    bf16_prelude = ""  # defines lg_bf16_to_f / lg_f_to_bf16 / lg_round_bf16 where the dialect's prelude does not
+
+    def __init__(self, **limits: object):
+        """Limits a device reports (local_max, max_workgroup, shared_max, has_half, ...) override the defaults."""
+        for k, v in limits.items():
+            if not hasattr(self, k):
+                raise TypeError(f"{type(self).__name__} has no capability {k!r}")
+            setattr(self, k, v)
+        if not self.has_half:
+            # half exists only in memory: computed in float, stored as its 16 bits, and rounded to half precision
+            # where a value is cast to half (one rounding per cast or store instead of one per op)
+            self.type_map = {**self.type_map, dtypes.float16: "float"}
+            self.storage_map = {**self.storage_map, dtypes.float16: self.half_bits}
+
+    def half_in_float(self, dt: DType) -> bool:
+        return dt == dtypes.float16 and not self.has_half
+
+    def in_float(self, dt: DType) -> bool:
+        """A 16-bit float this dialect computes in float (and keeps as 16 bits in memory)."""
+        return dt in (dtypes.float16, dtypes.bfloat16) and self.type_map[dt] == "float"
+
+    def render_const(self, x: object, dt: DType) -> str:
+        if self.half_in_float(dt):
+            return super().render_const(x, dtypes.float32)
+        return super().render_const(x, dt)
+
+    def render_load(self, u: UOp, addr: str) -> str:
+        stored = u.src[0].dtype.base  # type: ignore[attr-defined]
+        return f"lg_half_to_f({addr})" if self.half_in_float(stored) else super().render_load(u, addr)
+
+    def render_store_value(self, dt: DType, val: str) -> str:
+        if not self.half_in_float(dt):
+            return super().render_store_value(dt, val)
+        # half bits stored as they were read (a bit cast, a copy): no round trip through float, which would quiet
+        # a signaling NaN
+        inner = val[len("lg_half_to_f(") : -1]
+        if val.startswith("lg_half_to_f(") and _balanced(inner):
+            return inner
+        return f"lg_f_to_half({val})"
+
+    def render_bitcast(self, x: str, src: DType, dst: DType) -> str:
+        # 16-bit floats computed in float are bit cast through their 16-bit storage
+        if self.in_float(src):
+            x, src = f"lg_f_to_{'bf16' if src == dtypes.bfloat16 else 'half'}({x})", dtypes.uint16
+        if self.in_float(dst):
+            bits = self.render_bitcast(x, src, dtypes.uint16)
+            return f"lg_{'bf16' if dst == dtypes.bfloat16 else 'half'}_to_f({bits})"
+        return self.render_plain_bitcast(x, src, dst)
+
+    def render_plain_bitcast(self, x: str, src: DType, dst: DType) -> str:
+        raise NotImplementedError(f"{type(self).__name__} has no bit cast")
+
+    @staticmethod
+    def kernel_dtypes(uops: list[UOp]) -> set[DType]:
+        """Every scalar dtype a kernel computes with or keeps in memory."""
+        memory = [u.dtype.base for u in uops if u.op in (Ops.DEFINE_GLOBAL, Ops.DEFINE_LOCAL)]  # type: ignore[attr-defined]
+        return {u.dtype.scalar for u in uops} | {dt.scalar for dt in memory}
+
+    def render_prelude(self, uops: list[UOp]) -> str:
+        """The helpers this kernel's dtypes need."""
+        dts = self.kernel_dtypes(uops)
+        half = self.half_prelude if dtypes.float16 in dts and not self.has_half else ""
+        return half + (self.bf16_prelude if dtypes.bfloat16 in dts else "")
+
+    def render_alu(self, u: UOp, a: list[str]) -> str:
+        if u.op is Ops.POW:
+            return self.render_pow(a[0], a[1], u.dtype)
+        if u.op is Ops.CAST and self.half_in_float(u.dtype):
+            return f"lg_half_to_f(lg_f_to_half((float){a[0]}))"
+        return super().render_alu(u, a)
+
+    def render_pow(self, a: str, b: str, dt: DType) -> str:
+        if dt in (dtypes.float32, dtypes.float64):
+            return f"pow({a},{b})"
+        # integers through double where the device has it, so every int32 power is exact
+        via = "double" if self.has_double and not dtypes.is_float(dt) else "float"
+        return f"(({self.render_dtype(dt)})pow(({via}){a},({via}){b}))"
 
     def render_max(self, a: str, b: str, dt: DType) -> str:
         return f"(({a}!={a}||{a}>{b})?{a}:{b})" if dtypes.is_float(dt) else f"(({a}>{b})?{a}:{b})"
@@ -51,6 +147,45 @@ class OpenCLRenderer(GPUDialect):
         dtypes.float16: "half",
     }
     storage_map = {dtypes.bool: "uchar", dtypes.bfloat16: "ushort"}  # bool is not a valid buffer element type
+    half_bits = "ushort"
+    # a NaN keeps its sign and payload bits (vstore_half may not), so bit casts round-trip
+    half_prelude = (
+        "#ifndef LG_HALF_HELPERS\n#define LG_HALF_HELPERS\n"
+        "inline float lg_half_to_f(ushort b) { return vload_half(0, (const __private half*)&b); }\n"
+        "inline ushort lg_f_to_half(float f) {\n"
+        "  uint u = as_uint(f); if (f != f) return (ushort)(((u >> 16) & 0x8000) | 0x7e00 | ((u >> 13) & 0x3ff));\n"
+        "  ushort b; vstore_half_rte(f, 0, (__private half*)&b); return b; }\n"
+        "#endif\n"
+    )
+    bf16_prelude = (
+        "#ifndef LG_BF16_HELPERS\n#define LG_BF16_HELPERS\n"
+        "inline float lg_bf16_to_f(ushort b) { return as_float((uint)b << 16); }\n"
+        "inline ushort lg_f_to_bf16(float f) {\n"
+        "  uint u = as_uint(f); if (f != f) return 0x7fc0; return (ushort)((u + 0x7fff + ((u >> 16) & 1)) >> 16); }\n"
+        "inline float lg_round_bf16(float f) { return lg_bf16_to_f(lg_f_to_bf16(f)); }\n"
+        "#endif\n"
+    )
+
+    # float4 loads and stores: vload4 / vstore4 need only element alignment, so a view's offset never rules them out
+    vector_widths = (4,)
+
+    def vector_dtype_ok(self, dt: DType) -> bool:
+        return dt.scalar == dtypes.float32
+
+    def vector_op_ok(self, op: Ops, dt: DType, src_dtypes: list[DType]) -> bool:
+        return op in (Ops.ADD, Ops.SUB, Ops.MUL) and all(d.scalar == dtypes.float32 for d in (dt, *src_dtypes))
+
+    def render_gep(self, vec: str, lane: int) -> str:
+        return f"{vec}.s{lane:x}"
+
+    def render_vectorize(self, dt: DType, items: list[str]) -> str:
+        return f"(({self.render_dtype(dt)})({','.join(items)}))"
+
+    def render_store(self, addr: str, val: str, u: UOp) -> str:
+        n = u.src[1].dtype.count
+        if n > 1 and not u.src[0].dtype.local:  # type: ignore[attr-defined]
+            return f"vstore{n}({val}, 0, &{addr})"
+        return super().render_store(addr, val, u)
 
     def render_buffer_param(self, u: UOp, name: str, written: bool) -> str:
         return f"{'' if written else 'const '}__global {self.render_dtype(u.dtype)} restrict {name}"
@@ -59,29 +194,33 @@ class OpenCLRenderer(GPUDialect):
         _, _, kind, dim = u.arg
         return f"get_{'group' if kind == 'g' else 'local'}_id({dim})"
 
+    def render_local(self, name: str, dt: DType, size: int) -> str:
+        return f"__local {self.render_dtype(dt, storage=True)} {name}[{size}]"
+
+    def render_barrier(self) -> str:
+        return "barrier(CLK_LOCAL_MEM_FENCE)"
+
     def render_const(self, x: object, dt: DType) -> str:
-        if dt == dtypes.float16 and isinstance(x, float) and math.isfinite(x):
+        if dt == dtypes.float16 and self.has_half and isinstance(x, float) and math.isfinite(x):
             return f"((half){x!r}f)"
         return super().render_const(x, dt)
 
-    def render_bitcast(self, x: str, src: DType, dst: DType) -> str:
+    def render_plain_bitcast(self, x: str, src: DType, dst: DType) -> str:
         return f"as_{self.render_dtype(dst)}({x})"
 
     def render_load(self, u: UOp, addr: str) -> str:
         dt = u.src[0].dtype.base  # type: ignore[attr-defined]
-        if dt == dtypes.bfloat16:
-            return f"as_float((uint){addr}<<16)"
-        return f"(bool){addr}" if dt == dtypes.bool else addr
+        if u.dtype.count > 1 and not u.src[0].dtype.local:  # type: ignore[attr-defined]
+            return f"vload{u.dtype.count}(0, &{addr})"
+        return f"(bool){addr}" if dt == dtypes.bool else super().render_load(u, addr)
 
     def render_store_value(self, dt: DType, val: str) -> str:
-        if dt == dtypes.bfloat16:
-            return f"(ushort)(as_uint({val})>>16)"
-        return f"(uchar){val}" if dt == dtypes.bool else val
+        return f"(uchar){val}" if dt == dtypes.bool else super().render_store_value(dt, val)
 
     def render_kernel(self, name: str, params: list[str], body: str, uops: list[UOp]) -> str:
-        needs = {u.dtype.scalar for u in uops}
-        ext = ""
-        if dtypes.float16 in needs:
+        needs = self.kernel_dtypes(uops)
+        ext = self.render_prelude(uops)
+        if dtypes.float16 in needs and self.has_half:
             ext += "#pragma OPENCL EXTENSION cl_khr_fp16 : enable\n"
         if dtypes.float64 in needs:
             ext += "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n"
@@ -102,17 +241,31 @@ class CUDARenderer(GPUDialect):
     type_map = {
         **CStyleLanguage.type_map,
         dtypes.bool: "bool",
-        dtypes.float16: "half",
         dtypes.bfloat16: "float",
     }
+    # NVRTC alone has no cuda_fp16.h: half is computed in float and converted with the PTX instructions that header
+    # uses itself (cvt.rn rounds to nearest even, as a store to half must)
+    has_half = False
+    half_prelude = (
+        "#ifndef LG_HALF_HELPERS\n#define LG_HALF_HELPERS\n"
+        "__device__ __forceinline__ float lg_half_to_f(unsigned short h) {\n"
+        "  float f; asm(\"cvt.f32.f16 %0, %1;\" : \"=f\"(f) : \"h\"(h)); return f; }\n"
+        "__device__ __forceinline__ unsigned short lg_f_to_half(float f) {\n"
+        "  unsigned short h; asm(\"cvt.rn.f16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(f)); return h; }\n"
+        "#endif\n"
+    )
+    # include guards: several kernels may be compiled as one source (compile_many)
     prelude = (
-        "#include <cuda_fp16.h>\n"
-        "template <class T, class F> __device__ __forceinline__ T lg_bitcast(F x) { union { F f; T t; } u; u.f = x; return u.t; }\n"
-        "__device__ __forceinline__ float lg_bf16_to_f(unsigned short b) { return __uint_as_float(((unsigned int)b) << 16); }\n"
+        "#ifndef LG_CUDA_HELPERS\n#define LG_CUDA_HELPERS\n"
+        "template <class T, class F> __device__ __forceinline__ T lg_bitcast(F x) {\n"
+        "  union { F f; T t; } u; u.f = x; return u.t; }\n"
+        "__device__ __forceinline__ float lg_bf16_to_f(unsigned short b) {\n"
+        "  return __uint_as_float(((unsigned int)b) << 16); }\n"
         "__device__ __forceinline__ unsigned short lg_f_to_bf16(float f) {\n"
         "  unsigned int u = __float_as_uint(f); if (f != f) return 0x7fc0;\n"
         "  return (unsigned short)((u + 0x7fff + ((u >> 16) & 1)) >> 16); }\n"
         "__device__ __forceinline__ float lg_round_bf16(float f) { return lg_bf16_to_f(lg_f_to_bf16(f)); }\n"
+        "#endif\n"
     )
 
     def render_buffer_param(self, u: UOp, name: str, written: bool) -> str:
@@ -122,12 +275,16 @@ class CUDARenderer(GPUDialect):
         _, _, kind, dim = u.arg
         return f"{'blockIdx' if kind == 'g' else 'threadIdx'}.{'xyz'[dim]}"
 
+    def render_local(self, name: str, dt: DType, size: int) -> str:
+        return f"__shared__ {self.render_dtype(dt, storage=True)} {name}[{size}]"
+
+    def render_barrier(self) -> str:
+        return "__syncthreads()"
+
     def render_const(self, x: object, dt: DType) -> str:
         if isinstance(x, float) and not math.isfinite(x) and dtypes.is_float(dt):
             bits = "0x7fc00000" if math.isnan(x) else "0x7f800000" if x > 0 else "0xff800000"
             return f"(({self.render_dtype(dt)})__uint_as_float({bits}u))"
-        if dt == dtypes.float16 and isinstance(x, float):
-            return f"__float2half({x!r}f)"
         return super().render_const(x, dt)
 
     def math_fn(self, name: str, x: str, dt: DType) -> str:
@@ -137,7 +294,7 @@ class CUDARenderer(GPUDialect):
             return f"{name}f({x})"
         return f"(({self.render_dtype(dt)}){name}f((float){x}))"
 
-    def render_bitcast(self, x: str, src: DType, dst: DType) -> str:
+    def render_plain_bitcast(self, x: str, src: DType, dst: DType) -> str:
         return f"lg_bitcast<{self.render_dtype(dst)}, {self.render_dtype(src)}>({x})"
 
     def render_kernel(self, name: str, params: list[str], body: str, uops: list[UOp]) -> str:
@@ -145,7 +302,8 @@ class CUDARenderer(GPUDialect):
         for u in uops:
             if u.op is Ops.SPECIAL and u.arg[2] == "l":
                 threads *= u.arg[1]
-        return f"{self.prelude}{self.kernel_prefix}__launch_bounds__({threads}) {name}({', '.join(params)}) {{\n{body}\n}}\n"
+        signature = f"{self.kernel_prefix}__launch_bounds__({threads}) {name}({', '.join(params)})"
+        return f"{self.prelude}{self.render_prelude(uops)}{signature} {{\n{body}\n}}\n"
 
 
 class MetalRenderer(GPUDialect):
@@ -174,7 +332,13 @@ class MetalRenderer(GPUDialect):
         _, _, kind, dim = u.arg
         return f"{'gid' if kind == 'g' else 'lid'}.{'xyz'[dim]}"
 
-    def render_bitcast(self, x: str, src: DType, dst: DType) -> str:
+    def render_local(self, name: str, dt: DType, size: int) -> str:
+        return f"threadgroup {self.render_dtype(dt, storage=True)} {name}[{size}]"
+
+    def render_barrier(self) -> str:
+        return "threadgroup_barrier(mem_flags::mem_threadgroup)"
+
+    def render_plain_bitcast(self, x: str, src: DType, dst: DType) -> str:
         return f"as_type<{self.render_dtype(dst)}>({x})"
 
     def render_load(self, u: UOp, addr: str) -> str:
@@ -186,7 +350,8 @@ class MetalRenderer(GPUDialect):
     def render_kernel(self, name: str, params: list[str], body: str, uops: list[UOp]) -> str:
         n_bufs = sum(1 for u in uops if u.op is Ops.DEFINE_GLOBAL)
         # Metal passes scalars by buffer index too: variables follow the buffers
-        fixed = [p if "[[buffer(" in p else f"{p} [[buffer({n_bufs + i})]]" for i, p in enumerate(x for x in params if "[[buffer(" not in x)]
-        args = [p for p in params if "[[buffer(" in p] + fixed
-        args += ["uint3 gid [[threadgroup_position_in_grid]]", "uint3 lid [[thread_position_in_threadgroup]]"]
-        return f"#include <metal_stdlib>\nusing namespace metal;\n{self.kernel_prefix}{name}({', '.join(args)}) {{\n{body}\n}}\n"
+        buffers = [p for p in params if "[[buffer(" in p]
+        variables = [f"{p} [[buffer({n_bufs + i})]]" for i, p in enumerate(p for p in params if "[[buffer(" not in p)]
+        ids = ["uint3 gid [[threadgroup_position_in_grid]]", "uint3 lid [[thread_position_in_threadgroup]]"]
+        signature = f"{self.kernel_prefix}{name}({', '.join(buffers + variables + ids)})"
+        return f"#include <metal_stdlib>\nusing namespace metal;\n{signature} {{\n{body}\n}}\n"

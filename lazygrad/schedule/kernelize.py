@@ -289,6 +289,17 @@ def _pad_unsafe(u: UOp, stored: set[UOp], realized: dict[UOp, UOp]) -> bool:
     return False
 
 
+def _copy_source(u: UOp, realized: dict[UOp, UOp], out_bufs: dict[UOp, Buffer]) -> tuple[UOp, Buffer]:
+    """The node a COPY reads (for ordering) and its buffer. Tensor.to makes the source contiguous, so it is a whole
+    buffer: stored by this schedule, realized earlier, or a BUFFER seen through a reshape."""
+    if u in out_bufs:
+        return u, out_bufs[u]
+    base = realized.get(u, u)
+    base = base.src[0] if base.op is Ops.RESHAPE else base
+    assert base.op is Ops.BUFFER, f"a copy reads a whole buffer, not {base.op}"
+    return base, base.arg
+
+
 def _signature(ast: UOp) -> tuple:
     """Kernels with equal signatures share an iteration space (full shape, reduce axes) and may be merged."""
     shapes = [x.arg.shape for x in ast.toposort if x.op is Ops.VIEW]
@@ -345,8 +356,6 @@ def create_schedule(outs: list[UOp], realized: dict[UOp, UOp]) -> tuple[list[Sch
     out_bufs: dict[UOp, Buffer] = {}
     becomes: dict[UOp, UOp] = {}
     for n in stored:
-        if n.op is Ops.COPY:
-            raise NotImplementedError("copies between devices are not supported yet")
         if n.op is Ops.ASSIGN:
             # written in place; later graphs see the new value through a fresh alias of the same memory
             target = n.src[0].base.arg
@@ -359,13 +368,18 @@ def create_schedule(outs: list[UOp], realized: dict[UOp, UOp]) -> tuple[list[Sch
     reads: list[set[UOp]] = []
     var_vals: dict[UOp, int] = {}
     for n in stored:
+        if n.op is Ops.COPY:
+            src, src_buf = _copy_source(n.src[0], realized, out_bufs)
+            kernels.append((UOp(Ops.COPY, n.dtype, (), n.device), [out_bufs[n], src_buf]))
+            reads.append({src})
+            continue
         kb = _KernelBuilder(n, planner.stored, realized, out_bufs, var_vals)
         kernels.append((kb.kernel(), kb.bufs))
         reads.append(kb.reads)
     level = _levels(stored, reads)
     groups: dict[tuple, list[int]] = {}
     for i, (ast, _) in enumerate(kernels):
-        groups.setdefault((level[i], _signature(ast)), []).append(i)
+        groups.setdefault((level[i], ("copy", i) if ast.op is Ops.COPY else _signature(ast)), []).append(i)
     schedule: list[tuple[int, ScheduleItem]] = []
     for (lvl, _), members in groups.items():
         ast, bufs = _merge([kernels[i] for i in members]) if len(members) > 1 else kernels[members[0]]

@@ -50,7 +50,7 @@ class Ops(Enum):
     MUL = auto()
     FDIV = auto()
     IDIV = auto()  # truncating integer division (C semantics)
-    MOD = auto()  # remainder with the sign of the dividend (C semantics)
+    MOD = auto()  # remainder with the sign of the dividend (C %, and fmod on floats)
     MAX = auto()
     CMPLT = auto()
     CMPNE = auto()
@@ -123,6 +123,14 @@ def _c_mod(a: int, b: int) -> int:
     return a - _c_idiv(a, b) * b if b != 0 else 0
 
 
+def _fmod(a: float, b: float) -> float:
+    """C fmod: exact, with the dividend's sign; NaN for an infinite dividend or a zero divisor."""
+    try:
+        return math.fmod(a, b)
+    except ValueError:
+        return math.nan
+
+
 def _safe(fn: Callable[..., Any]) -> Callable[..., Any]:
     def wrapped(*args: Any) -> Any:
         try:
@@ -165,7 +173,7 @@ python_alu: dict[Ops, Callable[..., Any]] = {
     Ops.MUL: lambda a, b: a * b,
     Ops.FDIV: _fdiv,
     Ops.IDIV: _c_idiv,
-    Ops.MOD: _c_mod,
+    Ops.MOD: lambda a, b: _fmod(a, b) if isinstance(a, float) or isinstance(b, float) else _c_mod(a, b),
     Ops.MAX: max,
     Ops.CMPLT: lambda a, b: a < b,
     Ops.CMPNE: lambda a, b: a != b,
@@ -556,7 +564,7 @@ def _exact_bounds(u: UOp) -> tuple[Any, Any]:
     if op is Ops.IDIV and s[1].vmin > 0:
         corners = [_c_idiv(a, b) for a in (s[0].vmin, s[0].vmax) for b in (s[1].vmin, s[1].vmax)]
         return (min(corners), max(corners))
-    if op is Ops.MOD and s[1].vmin > 0:
+    if op is Ops.MOD and s[1].vmin > 0 and dtypes.is_int(u.dtype):
         if s[0].vmin >= 0:
             if s[0].vmax < s[1].vmin:
                 return (s[0].vmin, s[0].vmax)

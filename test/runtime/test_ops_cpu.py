@@ -81,3 +81,30 @@ def test_copy_size_mismatch_is_an_error():
 def test_unknown_device_is_a_clear_error():
     with pytest.raises(ValueError, match="unknown device"):
         Device.canonicalize("TPU")
+
+
+def test_schedule_compiles_in_one_call_and_second_process_compiles_nothing(tmp_path):
+    # softmax is 3 kernels, two of them with the same name: one compiler run builds all of them into one library
+    code = (
+        "import lazygrad.runtime.ops_cpu as c\n"
+        "calls = []\n"
+        "orig = c.ClangCompiler._run\n"
+        "c.ClangCompiler._run = lambda self, src, flags: (calls.append(1) if 'lg_probe' not in src else 0) or orig(self, src, flags)\n"
+        "from lazygrad import Tensor\n"
+        "x = Tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 7.0]])\n"
+        "print(round(x.softmax(-1).sum().item(), 5), len(calls))\n"
+    )
+    env = {**os.environ, "CACHEDB": str(tmp_path / "cache.db")}
+    first = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout.split()
+    second = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout.split()
+    assert first == ["2.0", "1"] and second == ["2.0", "0"]
+
+
+def test_threaded_kernel_runs_on_all_cores_and_matches():
+    if not Device["CPU"].renderer.has_threads:
+        pytest.skip("no OpenMP in this C compiler")
+    x = np.random.default_rng(0).standard_normal((513, 1031)).astype(np.float32)
+    from lazygrad import Tensor
+
+    np.testing.assert_allclose((Tensor(x) * 2 + 1).exp2().numpy(), np.exp2(x * 2 + 1), rtol=2e-6)
+    np.testing.assert_allclose(Tensor(x).sum(1).numpy(), x.sum(1), rtol=1e-4, atol=1e-4)

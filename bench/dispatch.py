@@ -1,0 +1,184 @@
+"""Dispatch overhead: what a TinyJit replay costs on top of its kernels, against torch eager, numpy and tinygrad.
+
+    python bench/dispatch.py
+
+Four measurements, one table each:
+  1. a 16-element add (the kernel is nothing: this is the per-call cost of the framework);
+  2. a function of 20 small kernels against one kernel's call (the CPU graph makes a replay one ctypes call);
+  3. a 1M-element add through the JIT against the same compiled C kernel called directly from ctypes;
+  4. an MLP training step (forward, backward, Adam) with and without the JIT.
+tinygrad's TinyJit is measured when tinygrad is installed (`pip install tinygrad`, DEV=CPU, needs clang).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import time
+from typing import Callable
+
+import numpy as np
+
+from lazygrad import Tensor, TinyJit
+from lazygrad.engine.realize import lower_schedule_item
+
+
+def bench(fn: Callable[[], object], reps: int = 2000, warmup: int = 50, rounds: int = 5) -> float:
+    """Seconds per call: the best over rounds of the mean of `reps` back-to-back calls (on a shared machine the
+    other rounds measure the neighbours)."""
+    for _ in range(warmup):
+        fn()
+    means = []
+    for _ in range(rounds):
+        st = time.perf_counter()
+        for _ in range(reps):
+            fn()
+        means.append((time.perf_counter() - st) / reps)
+    return min(means)
+
+
+def bench_pair(fns: dict[str, Callable[[], object]], reps: int, rounds: int = 7) -> dict[str, float]:
+    """bench() of several functions with their rounds interleaved, so drift in the machine's speed hits all alike."""
+    best = {name: float("inf") for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            best[name] = min(best[name], bench(fn, reps=reps, warmup=2, rounds=1))
+    return best
+
+
+def table(title: str, results: dict[str, float], base: str, nbytes: int = 0) -> None:
+    """One table: time per call, the ratio to `base`, and GB/s when the bytes a call moves are given."""
+    print(f"\n{title}\n{'':44s} {'us/call':>11s} {'vs ' + base:>28s}" + (f" {'GB/s':>7s}" if nbytes else ""))
+    for name, t in results.items():
+        gbs = f" {nbytes / t / 1e9:7.2f}" if nbytes else ""
+        print(f"{name:44s} {t * 1e6:11.2f} {t / results[base]:27.2f}x{gbs}")
+
+
+def bare_kernel(a: Tensor, b: Tensor) -> Callable[[], object]:
+    """The compiled C kernel of a + b, called straight through ctypes on preallocated buffers."""
+    (item,) = (a + b).schedule()
+    ei = lower_schedule_item(item)
+    assert ei is not None
+    fxn, ptrs = ei.runner.prg.fxn, [buf.ptr for buf in ei.bufs]
+    return lambda: fxn(*ptrs)
+
+
+def tinygrad_add(n: int) -> Callable[[], object] | None:
+    try:
+        os.environ.setdefault("DEV", "CPU")
+        import tinygrad
+    except ImportError:
+        return None
+    ta, tb = tinygrad.Tensor.rand(n).realize(), tinygrad.Tensor.rand(n).realize()
+    step = tinygrad.TinyJit(lambda x, y: (x + y).realize())
+    return lambda: step(ta, tb)
+
+
+def small_add() -> None:
+    n = 16
+    an, bn = np.random.rand(n).astype(np.float32), np.random.rand(n).astype(np.float32)
+    a, b = Tensor(an).realize(), Tensor(bn).realize()
+    add = TinyJit(lambda x, y: (x + y).realize())
+    for _ in range(3):
+        np.testing.assert_allclose(add(a, b).numpy(), an + bn)
+    # the same inputs every call skip the argument checks (their buffers are already in place); other tensors don't
+    pairs = itertools.cycle([(a, b), (Tensor(an.copy()).realize(), Tensor(bn.copy()).realize())])
+    results = {
+        "lazygrad TinyJit, same inputs": bench(lambda: add(a, b)),
+        "lazygrad TinyJit, alternating inputs": bench(lambda: add(*next(pairs))),
+        "lazygrad kernel via ctypes (no framework)": bench(bare_kernel(a, b)),
+    }
+    results["numpy a + b"] = bench(lambda: an + bn)
+    try:
+        import torch
+
+        at, bt = torch.from_numpy(an), torch.from_numpy(bn)
+        results["torch eager a + b"] = bench(lambda: at + bt)
+    except ImportError:
+        print("torch not installed: skipping")
+    if (tg := tinygrad_add(n)) is not None:
+        results["tinygrad TinyJit"] = bench(tg, reps=200)
+    table("16-element add (target: TinyJit <= 5 us)", results, "numpy a + b")
+
+
+def twenty_kernels() -> None:
+    x = Tensor(np.random.rand(16).astype(np.float32)).realize()
+
+    @TinyJit
+    def one(x: Tensor) -> Tensor:
+        return (x * 1.5 + 1).realize()
+
+    @TinyJit
+    def twenty(x: Tensor) -> Tensor:
+        for i in range(20):
+            x = (x * 1.5 + i).realize()
+        return x
+
+    for _ in range(3):
+        one(x), twenty(x)
+    assert twenty.captured is not None and twenty.captured.kernel_count == 20
+    results = bench_pair({"TinyJit, 1 kernel": lambda: one(x), "TinyJit, 20 kernels": lambda: twenty(x)}, reps=2000)
+    table("20 small kernels in one JIT (target: <= 2x of 1 kernel)", results, "TinyJit, 1 kernel")
+
+
+def big_add() -> None:
+    n = 1_000_000
+    a = Tensor(np.random.rand(n).astype(np.float32)).realize()
+    b = Tensor(np.random.rand(n).astype(np.float32)).realize()
+    add = TinyJit(lambda x, y: (x + y).realize())
+    for _ in range(3):
+        add(a, b)
+    fns = {"bare C kernel via ctypes": bare_kernel(a, b), "lazygrad TinyJit": lambda: add(a, b)}
+    results = bench_pair(fns, reps=50)
+    table("1M-element add (target: JIT within 10% of the bare kernel)", results, "bare C kernel via ctypes", 3 * 4 * n)
+
+
+def train_step() -> None:
+    from lazygrad.nn import Linear
+    from lazygrad.nn.optim import Adam
+    from lazygrad.nn.state import get_parameters
+
+    def make() -> Callable[[Tensor, Tensor], Tensor]:
+        l1, l2 = Linear(64, 128), Linear(128, 10)
+        opt = Adam(get_parameters([l1, l2]), lr=1e-3)
+
+        def step(x: Tensor, y: Tensor) -> Tensor:
+            opt.zero_grad()
+            loss = l2(l1(x).relu()).sparse_categorical_crossentropy(y).backward()
+            opt.step()
+            return loss
+
+        return step
+
+    rng = np.random.default_rng(0)
+    x = Tensor(rng.standard_normal((128, 64)).astype(np.float32)).realize()
+    y = Tensor(rng.integers(0, 10, 128).astype(np.int32)).realize()
+    plain, jitted = make(), TinyJit(make())
+    results: dict[str, float] = {}
+    with Tensor.train():
+        results["lazygrad, no JIT"] = bench(lambda: plain(x, y), reps=10, warmup=3, rounds=3)
+        results["lazygrad TinyJit"] = bench(lambda: jitted(x, y), reps=100, warmup=3, rounds=3)
+    try:
+        import torch
+
+        model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
+        topt = torch.optim.Adam(model.parameters(), lr=1e-3)
+        tx, ty = torch.from_numpy(x.numpy()), torch.from_numpy(y.numpy()).long()
+
+        def torch_step() -> None:
+            topt.zero_grad()
+            torch.nn.functional.cross_entropy(model(tx), ty).backward()
+            topt.step()
+
+        results["torch eager"] = bench(torch_step, reps=100, warmup=3, rounds=3)
+    except ImportError:
+        pass
+    kernels = jitted.captured.kernel_count if jitted.captured is not None else 0
+    table(f"MLP 64-128-10 Adam step, batch 128 ({kernels} kernels; target: JIT >= 2x)", results, "lazygrad, no JIT")
+
+
+if __name__ == "__main__":
+    small_add()
+    twenty_kernels()
+    big_add()
+    train_step()

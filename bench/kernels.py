@@ -1,0 +1,200 @@
+"""Kernel speed on the CPU: lazygrad vs numpy vs torch (vs tinygrad when importable), one table per run.
+
+    python bench/kernels.py            # everything
+    python bench/kernels.py matmul     # only the rows whose name contains "matmul"
+
+lazygrad rows time the compiled kernels of one schedule, launched on preallocated buffers (what a training step
+replays); compile time is excluded. The memory-bound rows are also given as a fraction of a STREAM-style triad
+(a[i] = b[i] + s * c[i]) written in C, compiled here at -O3 for this machine and run on all cores.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Callable
+
+import numpy as np
+
+os.environ.setdefault("DEV", "CPU")  # tinygrad's CPU backend (C via clang), the one the issue compares with
+
+from lazygrad import Tensor
+from lazygrad.engine.realize import ExecItem, lower_schedule_item
+from lazygrad.runtime.ops_cpu import find_c_compiler
+
+TRIAD_SRC = """
+#include <omp.h>
+void triad(float *restrict a, const float *restrict b, const float *restrict c, float s, long n) {
+  #pragma omp parallel for schedule(static)
+  for (long i = 0; i < n; i++) a[i] = b[i] + s * c[i];
+}
+"""
+
+
+def bench(fn: Callable[[], object], min_time: float = 0.3, max_reps: int = 200) -> float:
+    """Median seconds per call, after a warm-up call."""
+    fn()
+    times: list[float] = []
+    start = time.perf_counter()
+    while len(times) < max_reps and (len(times) < 5 or time.perf_counter() - start < min_time):
+        st = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - st)
+    return statistics.median(times)
+
+
+def compiled(*tensors: Tensor) -> Callable[[], None]:
+    """The kernels that compute `tensors`, as one call that runs them in order on fixed buffers."""
+    items = [ei for si in Tensor.schedule(*tensors) if (ei := lower_schedule_item(si)) is not None]
+
+    def run(items: list[ExecItem] = items) -> None:
+        for ei in items:
+            ei.run()
+
+    return run
+
+
+def triad_fn(n: int) -> Callable[[], None]:
+    cc = find_c_compiler()
+    with tempfile.TemporaryDirectory() as tmp:
+        so = os.path.join(tmp, "triad.so")
+        subprocess.run([cc, "-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-x", "c", "-", "-o", so], input=TRIAD_SRC, text=True, check=True)
+        lib = ctypes.CDLL(so)
+    a, b, c = (np.ones(n, np.float32) for _ in range(3))
+    ptr = [x.ctypes.data_as(ctypes.c_void_p) for x in (a, b, c)]
+    return lambda: lib.triad(*ptr, ctypes.c_float(3.0), ctypes.c_long(n))
+
+
+class Table:
+    def __init__(self) -> None:
+        print(f"{'benchmark':34s} {'time':>10s} {'GB/s':>7s} {'GFLOPS':>8s}  {'ratio':>24s}")
+
+    def row(self, name: str, t: float, nbytes: float = 0, flops: float = 0, ratio: str = "") -> None:
+        gbs = f"{nbytes / t / 1e9:7.2f}" if nbytes else " " * 7
+        gflops = f"{flops / t / 1e9:8.2f}" if flops else " " * 8
+        print(f"{name:34s} {t * 1e3:8.3f}ms {gbs} {gflops}  {ratio:>24s}", flush=True)
+
+
+def try_torch():  # noqa: ANN201
+    try:
+        import torch
+
+        return torch
+    except ImportError:
+        return None
+
+
+def try_tinygrad():  # noqa: ANN201
+    try:
+        import tinygrad
+
+        return tinygrad
+    except ImportError:
+        return None
+
+
+def main(only: str = "") -> None:
+    torch, tinygrad = try_torch(), try_tinygrad()
+    rng = np.random.default_rng(0)
+    table = Table()
+
+    def want(name: str) -> bool:
+        return only in name
+
+    if want("add"):
+        n = 1_000_000
+        triad_small, triad_big = bench(triad_fn(n)), bench(triad_fn(16 * n))
+        table.row("STREAM triad 1M (C -O3, all cores)", triad_small, 12 * n)
+        table.row("STREAM triad 16M (C -O3, all cores)", triad_big, 12 * 16 * n)
+        an, bn = (rng.standard_normal(n).astype(np.float32) for _ in range(2))
+        cn = np.empty_like(an)
+        t_np = bench(lambda: np.add(an, bn, out=cn))
+        a, b = Tensor(an).realize(), Tensor(bn).realize()
+        t_lg = bench(compiled(a + b))
+        t_e2e = bench(lambda: (Tensor(an) + Tensor(bn)).realize())
+        ref = t_np
+        if torch is not None:
+            at, bt, ct = torch.from_numpy(an), torch.from_numpy(bn), torch.empty(n)
+            ref = bench(lambda: torch.add(at, bt, out=ct))
+            table.row("add 1M torch add(out=)", ref, 12 * n)
+        table.row("add 1M numpy add(out=)", t_np, 12 * n, ratio=f"{t_np / ref:.2f}x torch time")
+        table.row("add 1M lazygrad kernel", t_lg, 12 * n, ratio=f"{t_lg / ref:.2f}x torch, {triad_small / t_lg:.0%} triad")
+        table.row("add 1M lazygrad end-to-end", t_e2e, 12 * n, ratio=f"{t_e2e / ref:.2f}x torch time")
+
+    if want("sum"):
+        n = 16 * 1024 * 1024
+        xn = rng.standard_normal(n).astype(np.float32)
+        ref = t_np = bench(lambda: xn.sum())
+        if torch is not None:
+            xt = torch.from_numpy(xn)
+            ref = bench(lambda: xt.sum())
+            table.row("sum 16M torch", ref, 4 * n)
+        table.row("sum 16M numpy", t_np, 4 * n)
+        x = Tensor(xn).realize()
+        t_lg = bench(compiled(x.sum()))
+        table.row("sum 16M lazygrad", t_lg, 4 * n, ratio=f"{ref / t_lg:.2f}x torch GB/s")
+
+    if want("softmax"):
+        xn = rng.standard_normal((4096, 4096)).astype(np.float32)
+        nbytes = 2 * xn.nbytes
+        t_np = bench(lambda: np.exp(xn - xn.max(-1, keepdims=True)) / np.exp(xn - xn.max(-1, keepdims=True)).sum(-1, keepdims=True), max_reps=5)
+        ref = t_np
+        if torch is not None:
+            xt = torch.from_numpy(xn)
+            ref = bench(lambda: torch.softmax(xt, -1))
+            table.row("softmax 4096x4096 torch", ref, nbytes)
+        table.row("softmax 4096x4096 numpy", t_np, nbytes)
+        x = Tensor(xn).realize()
+        t_lg = bench(compiled(x.softmax(-1)))
+        table.row("softmax 4096x4096 lazygrad", t_lg, nbytes, ratio=f"{ref / t_lg:.2f}x torch speed")
+        if tinygrad is not None:
+            table.row("softmax 4096x4096 tinygrad", _tinygrad_time(lambda T: T(xn).realize(), lambda a: a.softmax(-1)), nbytes)
+
+    for n in (256, 512, 1024, 2048):
+        if not want(f"matmul {n}"):
+            continue
+        an, bn = (rng.standard_normal((n, n)).astype(np.float32) for _ in range(2))
+        flops = 2 * n**3
+        t_np = bench(lambda: an @ bn)
+        table.row(f"matmul {n} numpy", t_np, flops=flops)
+        if torch is not None:
+            at, bt = torch.from_numpy(an), torch.from_numpy(bn)
+            table.row(f"matmul {n} torch", bench(lambda: at @ bt), flops=flops)
+        a, b = Tensor(an).realize(), Tensor(bn).realize()
+        t_lg = bench(compiled(a @ b))
+        table.row(f"matmul {n} lazygrad", t_lg, flops=flops, ratio=f"{t_np / t_lg:.0%} of numpy GFLOPS")
+        if tinygrad is not None and n <= 1024:
+            table.row(f"matmul {n} tinygrad", _tinygrad_time(lambda T: (T(an).realize(), T(bn).realize()), lambda ab: ab[0] @ ab[1]), flops=flops)
+
+    if want("conv2d"):
+        xn = rng.standard_normal((32, 64, 32, 32)).astype(np.float32)
+        wn = rng.standard_normal((64, 64, 3, 3)).astype(np.float32)
+        flops = 2 * 32 * 64 * 64 * 9 * 32 * 32
+        ref = None
+        if torch is not None:
+            xt, wt = torch.from_numpy(xn), torch.from_numpy(wn)
+            ref = bench(lambda: torch.nn.functional.conv2d(xt, wt, padding=1))
+            table.row("conv2d 32x64x32x32 3x3 torch", ref, flops=flops)
+        x, w = Tensor(xn).realize(), Tensor(wn).realize()
+        t_lg = bench(compiled(x.conv2d(w, padding=1)))
+        table.row("conv2d 32x64x32x32 3x3 lazygrad", t_lg, flops=flops, ratio=f"{ref / t_lg:.2f}x torch speed" if ref else "")
+
+
+def _tinygrad_time(make: Callable, op: Callable) -> float:
+    """tinygrad's kernels replayed by its TinyJit (a plain re-realize of the same graph would hit its cache)."""
+    from tinygrad import Tensor as TT
+    from tinygrad import TinyJit
+
+    inputs = make(TT)
+    inputs = inputs if isinstance(inputs, tuple) else (inputs,)
+    step = TinyJit(lambda *xs: op(xs if len(xs) > 1 else xs[0]).realize())
+    return bench(lambda: step(*inputs))
+
+
+if __name__ == "__main__":
+    main(" ".join(sys.argv[1:]))

@@ -1,0 +1,73 @@
+"""The default opts of a kernel (no BEAM): the generic heuristic, and for GPU-style targets (`has_local`) the
+workgroup shape around it: when a reduce is split across a workgroup (GROUP, decided first) and which output axes
+become LOCAL threads (decided last, on what the generic heuristic left)."""
+
+from __future__ import annotations
+
+from lazygrad.codegen.heuristic import hand_coded_optimizations
+from lazygrad.codegen.kernel import AxisType, Kernel, KernelOptError, Opt, OptOps
+from lazygrad.helpers import prod
+
+THREADS_PER_GROUP = 128  # a few warps: enough to hide latency, small enough to leave registers per thread
+GROUP_THREADS = 256  # a split reduce has one accumulator per thread: it can afford a larger workgroup
+FEW_OUTPUTS = 2048  # below this many outputs, one thread per output cannot fill a GPU: split the reduce too
+
+
+def _workgroup_size(k: Kernel) -> int:
+    return prod(s for s, t in zip(k.full_shape, k.axis_types) if t in (AxisType.LOCAL, AxisType.GROUP))
+
+
+def _budget(k: Kernel, threads: int = THREADS_PER_GROUP) -> int:
+    """How many times larger the workgroup may still grow."""
+    return min(threads, getattr(k.renderer, "max_workgroup", threads)) // _workgroup_size(k)
+
+
+def _try(k: Kernel, opt: Opt) -> bool:
+    try:
+        k.apply_opt(opt)
+        return True
+    except KernelOptError:
+        return False
+
+
+def default_optimizations(k: Kernel) -> Kernel:
+    """The opts a kernel gets without BEAM: the generic heuristic, and on GPU targets workgroup shapes around it."""
+    gpu = getattr(k.renderer, "has_local", False)
+    if gpu:
+        group_reduce(k)  # first: the generic heuristic unrolls what is left of the reduce
+    hand_coded_optimizations(k)
+    if gpu:
+        local_axes(k)
+    return k
+
+
+def group_reduce(k: Kernel) -> Kernel:
+    """A long reduce with few outputs: neighbouring threads of a workgroup take neighbouring elements (coalesced
+    reads) and combine their partial results through shared memory."""
+    reduce_axes = k.axes_of(AxisType.REDUCE)
+    if not reduce_axes or prod(k.full_shape[a] for a in k.axes_of(AxisType.GLOBAL)) > FEW_OUTPUTS:
+        return k
+    size = k.full_shape[reduce_axes[-1]]
+    itemsize = max((r.dtype.itemsize for r in k.reduceops), default=4)
+    shared_max = getattr(k.renderer, "shared_max", 0)
+    for amount in (256, 128, 64, 32, 16):
+        fits = amount <= _budget(k, GROUP_THREADS) and amount * itemsize * len(k.reduceops) <= shared_max
+        if fits and size % amount == 0 and size >= 2 * amount:
+            if _try(k, Opt(OptOps.GROUP, len(reduce_axes) - 1, amount)):
+                break
+    return k
+
+
+def local_axes(k: Kernel) -> Kernel:
+    """Threads of a workgroup over the innermost output axes (dimension 0 runs together: coalesced loads)."""
+    local_max = getattr(k.renderer, "local_max", None) or (THREADS_PER_GROUP,) * 3
+    for axis_no in reversed(range(len(k.axes_of(AxisType.GLOBAL)))):
+        budget = _budget(k)
+        if budget < 2:
+            break
+        size = k.full_shape[k.axes_of(AxisType.GLOBAL)[axis_no]]
+        for amount in (32, 16, 8, 4, 2):
+            if amount <= min(budget, local_max[0]) and size % amount == 0:
+                if _try(k, Opt(OptOps.LOCAL, axis_no, amount)):
+                    break
+    return k

@@ -1,0 +1,360 @@
+"""TinyJit: run a function once, capture the kernels of its second call, then replay them with new inputs.
+
+What a replay does and does not do (the pitfalls, each tested in test/engine/test_jit.py):
+  * Only kernels replay. Python code in the function runs on the first two calls only: its branches, Python
+    numbers and anything it reads from globals are frozen at the capture (the second call).
+  * Tensor arguments are inputs: replays read the buffers of the tensors passed in that call. Their shape, dtype
+    and device must match the capture, else JitError. Every other argument must equal (==) its captured value,
+    else JitError; pass a changing integer as a bound Variable (`Variable("pos", 0, 100).bind(n)`) and the
+    kernels take it as an argument, so every value replays the same capture. (Shapes are not symbolic: a Variable
+    is a value inside kernels, e.g. a KV-cache position used in a mask, not a slice length.)
+  * Output buffers are owned by the JIT and reused: a replay returns new Tensor objects over the same memory, so
+    the tensors returned by the previous call change when the function is called again. Keep a copy
+    (`.numpy()`, `.clone().realize()`) of what must survive the next call.
+  * Reading data (`.numpy()`, `.item()`, `.tolist()`, `bool(t)`) inside the function raises JitError at capture.
+  * `Tensor.training` and `no_grad` at the call must be what they were at the capture, else JitError.
+  * Random numbers (`Tensor.rand`, dropout) are frozen too, with a warning at capture: their counter is a Python
+    number.
+  * Gradients reach the parameters the function uses, not its Tensor arguments (return those gradients).
+On the CPU a replay is one call of a compiled driver that calls every kernel (see runtime/graph_cpu.py); with
+DEBUG>=2 (or inside another JIT's capture) the kernels run one by one and print their lines marked "jit replay".
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import warnings
+from typing import Any, Callable, Generic, Iterator, TypeVar
+
+from lazygrad.device import Buffer
+from lazygrad.engine.memory import plan_memory
+from lazygrad.engine.realize import CompiledRunner, ExecItem, JitError, _captures, capture, is_capturing
+from lazygrad.helpers import DEBUG, JIT, GlobalCounters
+from lazygrad.tensor import Tensor, _realized
+from lazygrad.uop.ops import Ops, UOp
+
+__all__ = ["TinyJit", "JitError"]
+
+R = TypeVar("R")
+
+
+def _wrap(uop: UOp) -> Tensor:
+    """A Tensor over `uop` without Tensor.__init__'s argument parsing (the replay path is hot)."""
+    t = Tensor.__new__(Tensor)
+    t.uop, t.grad, t._requires_grad = uop, None, None
+    return t
+
+
+def _tensors_in(ret: Any) -> list[Tensor]:
+    if isinstance(ret, Tensor):
+        return [ret]
+    if isinstance(ret, (list, tuple)):
+        return [t for x in ret for t in _tensors_in(x)]
+    if isinstance(ret, dict):
+        return [t for x in ret.values() for t in _tensors_in(x)]
+    return []
+
+
+def _rebuild(ret: Any, make: Callable[[Tensor], Tensor]) -> Any:
+    """The structure of `ret` with each Tensor replaced by make(tensor)."""
+    if isinstance(ret, Tensor):
+        return make(ret)
+    if isinstance(ret, (list, tuple)):
+        out = [_rebuild(x, make) for x in ret]
+        return type(ret)(*out) if hasattr(ret, "_fields") else type(ret)(out)
+    if isinstance(ret, dict):
+        return {k: _rebuild(v, make) for k, v in ret.items()}
+    return ret
+
+
+def _same(a: Any, b: Any) -> bool:
+    if a is b:
+        return True
+    if type(a) is not type(b):
+        return False
+    try:
+        return bool(a == b)
+    except Exception:
+        return False  # == without a truth value (arrays): only the very same object is the same argument
+
+
+@contextlib.contextmanager
+def _hide_bound_results() -> Iterator[None]:
+    """A value computed before the capture from a bound variable is stale on the next replay (other value), so the
+    scheduler must not reuse it during the capture: hide those entries of the realized-node cache meanwhile.
+    (Values computed from the inputs need no hiding: the capture reads its inputs through fresh buffer aliases.)"""
+    hidden = {k: v for k, v in list(_realized.items()) if any(x.op is Ops.BIND for x in k.toposort)}
+    for k in hidden:
+        del _realized[k]
+    try:
+        yield
+    finally:
+        for k, v in hidden.items():
+            _realized.setdefault(k, v)
+
+
+_TENSOR, _VAR, _CONST = "tensor", "var", "const"
+
+
+class _Arg:
+    """What the capture saw in one argument position, and how a replay checks and uses that position."""
+
+    __slots__ = ("kind", "slot", "shape", "dtype", "device", "value", "last")
+
+    def __init__(
+        self, kind: str, slot: int = -1, shape: Any = None, dtype: Any = None, device: Any = None, value: Any = None
+    ):
+        self.kind, self.slot, self.shape, self.dtype, self.device, self.value = kind, slot, shape, dtype, device, value
+        self.last: UOp | None = None  # the input UOp whose buffer pointer the graph holds (holds that buffer alive)
+
+
+class CapturedJit:
+    """The kernels of one capture over a table of buffers; input slots are refilled on every replay."""
+
+    def __init__(
+        self,
+        recorded: list[tuple[ExecItem, dict[UOp, int]]],
+        args: list[_Arg],
+        kw_names: tuple[str, ...],
+        inputs: list[Buffer],
+        ret: Any,
+        mode: tuple[bool, bool],
+    ):
+        self.args, self.kw_names, self.n_args = args, kw_names, len(args)
+        self.training, self.no_grad = mode  # Tensor.training and no_grad shape the graph: frozen like the rest
+        # the returned structure over the JIT's own Tensor objects: the caller may reassign the ones it got
+        self.ret = _rebuild(ret, lambda t: _wrap(t.uop))
+        out_uops = [t.uop for t in _tensors_in(self.ret)]
+        out_bufs = {b for u in out_uops for b in (x.arg for x in u.toposort if x.op is Ops.BUFFER)}
+        # share memory between intermediates; inputs and outputs are the user's and never share
+        items = [(ei.bufs, ei.runner.spec.outs) for ei, _ in recorded]
+        mapping = plan_memory(items, keep=set(inputs) | out_bufs, label="JIT ")
+        del items
+        table: list[Buffer] = list(inputs)
+        slot_of: dict[Buffer, int] = {b: i for i, b in enumerate(inputs)}
+        var_slot: dict[UOp, int] = {a.value: a.slot for a in args if a.kind is _VAR}
+        self.var_vals: list[int] = [0] * len(var_slot)
+        self.items: list[tuple[CompiledRunner, tuple[int, ...], tuple[int, ...]]] = []
+        for ei, vals in recorded:
+            bslots = []
+            for b in ei.bufs:
+                b = mapping.get(b, b)
+                if b not in slot_of:
+                    slot_of[b] = len(table)
+                    table.append(b)
+                bslots.append(slot_of[b])
+            vslots = []
+            for v in ei.runner.spec.vars:
+                if v not in var_slot:  # bound inside the function: its captured value is frozen
+                    var_slot[v] = len(self.var_vals)
+                    self.var_vals.append(vals[v])
+                vslots.append(var_slot[v])
+            self.items.append((ei.runner, tuple(bslots), tuple(vslots)))
+        # the capture's inputs are dropped here (every replay brings its own); the rest is the JIT's to keep
+        self.n_inputs, self.buffers = len(inputs), table[len(inputs) :]
+        for b in self.buffers:
+            b.ensure_allocated()
+        # what a replay writes: an input in one of these (an output fed back) could change while a kernel reads it
+        self.written = {table[bslots[j]] for r, bslots, _ in self.items for j in r.spec.outs} - set(inputs)
+        self.kernel_count = len(self.items)
+        self.ops = sum(r.spec.ops for r, _, _ in self.items)
+        self.mem = sum(r.spec.mem for r, _, _ in self.items)
+        # outputs: the same UOp every replay unless it reads an input (the function returned an input or a view of one)
+        self.input_nodes: dict[UOp, int] = {}
+        for u in out_uops:
+            for x in u.toposort:
+                if x.op is Ops.BUFFER and slot_of.get(x.arg, len(inputs)) < len(inputs):
+                    self.input_nodes[x] = slot_of[x.arg]
+        self.single_out = out_uops[0] if isinstance(ret, Tensor) and not self.input_nodes else None
+        self.graph = self._make_graph()
+        if DEBUG >= 1:
+            how = "one CPU graph call" if self.graph is not None else "kernel by kernel"
+            n_vars = len(self.var_vals)
+            print(f"JIT captured {len(self.items)} kernels, {len(inputs)} inputs, {n_vars} variables, {how} per replay")
+
+    def _make_graph(self) -> Any:
+        if not self.items or any(r.device.split(":")[0] != "CPU" for r, _, _ in self.items):
+            return None
+        from lazygrad.runtime.graph_cpu import CPUGraph, kernel_address
+
+        programs = [getattr(r, "prg", None) for r, _, _ in self.items]  # copies between devices have no program
+        if any(kernel_address(p) is None for p in programs):
+            return None
+        calls = [(b, v) for _, b, v in self.items]
+        graph = CPUGraph(programs, calls, self.n_inputs + len(self.buffers), len(self.var_vals))
+        for i, b in enumerate(self.buffers):
+            graph.bufs[self.n_inputs + i] = b.ptr
+        for i, v in enumerate(self.var_vals):
+            graph.vars[i] = v
+        return graph
+
+    def __call__(self, args: tuple, kwargs: dict[str, Any]) -> Any:
+        if kwargs or self.kw_names:
+            args = self._merge_kwargs(args, kwargs)
+        if len(args) != self.n_args:
+            raise JitError(f"called with {len(args)} arguments, captured with {self.n_args}")
+        if Tensor.training is not self.training or (Tensor._grad_disabled > 0) is not self.no_grad:
+            now = f"Tensor.training={Tensor.training} and no_grad={Tensor._grad_disabled > 0}"
+            raise JitError(
+                f"captured with Tensor.training={self.training} and no_grad={self.no_grad}, called with {now}: "
+                "the captured kernels follow the capture's mode"
+            )
+        graph = self.graph
+        if graph is None or self.input_nodes or _captures or DEBUG.value >= 2:
+            return self._replay_kernels(args)
+        # the hot path: write the changed slots of the graph's arrays, one ctypes call, wrap the outputs
+        for spec, a in zip(self.args, args):
+            kind = spec.kind
+            if kind is _TENSOR:
+                if type(a) is Tensor and a.uop is spec.last:
+                    continue  # the same input as last call: its buffer pointer is already in place
+                buf, own = self._input(spec, a)
+                graph.bufs[spec.slot] = buf._ptr or buf.ptr
+                spec.last = a.uop if own else None  # never cache a copy: it goes stale
+            elif kind is _VAR:
+                graph.vars[spec.slot] = self._var_value(spec, a)
+            elif a is not spec.value and not _same(a, spec.value):
+                self._const_mismatch(spec, a)
+        graph.call()
+        GlobalCounters.kernel_count += self.kernel_count
+        GlobalCounters.global_ops += self.ops
+        GlobalCounters.global_mem += self.mem
+        if self.single_out is not None:
+            return _wrap(self.single_out)
+        return _rebuild(self.ret, lambda t: _wrap(t.uop))
+
+    def _replay_kernels(self, args: tuple) -> Any:
+        """Kernel by kernel: for DEBUG>=2 lines, inside another capture (which records them), on devices without a
+        graph, and when an output is an input (rebuilt around this call's input)."""
+        inputs: list[Buffer] = []
+        for spec, a in zip(self.args, args):
+            if spec.kind is _TENSOR:
+                inputs.append(self._input(spec, a)[0])
+            elif spec.kind is _VAR:
+                self.var_vals[spec.slot] = self._var_value(spec, a)
+            elif a is not spec.value and not _same(a, spec.value):
+                self._const_mismatch(spec, a)
+        table = inputs + self.buffers
+        for runner, bslots, vslots in self.items:
+            var_vals = {v: self.var_vals[s] for v, s in zip(runner.spec.vars, vslots)}
+            ExecItem(runner, [table[s] for s in bslots]).run(var_vals, jit=True)
+        swap = {node: UOp.buffer_view(inputs[i], (inputs[i].size,)) for node, i in self.input_nodes.items()}
+        return _rebuild(self.ret, lambda t: _wrap(t.uop.substitute(swap) if swap else t.uop))
+
+    def _merge_kwargs(self, args: tuple, kwargs: dict[str, Any]) -> tuple:
+        if tuple(sorted(kwargs)) != self.kw_names:
+            raise JitError(f"keyword arguments {sorted(kwargs)} differ from the captured {list(self.kw_names)}")
+        return (*args, *(kwargs[k] for k in self.kw_names))
+
+    def _input(self, spec: _Arg, a: Any) -> tuple[Buffer, bool]:
+        """The buffer this call's tensor argument gives the kernels, after checking it against the capture, and
+        whether it is the tensor's own buffer (not a copy)."""
+        if not isinstance(a, Tensor):
+            raise JitError(f"argument {self._name(spec)} was a Tensor at capture, now {type(a).__name__}")
+        u = a.uop
+        if u.shape != spec.shape or (u.dtype is not spec.dtype and u.dtype != spec.dtype) or u.device != spec.device:
+            raise JitError(
+                f"argument {self._name(spec)}: captured with shape {spec.shape} {spec.dtype} on {spec.device}, "
+                f"called with shape {u.shape} {u.dtype} on {u.device}"
+            )
+        if (buf := a._plain_buffer()) is None:
+            return a._contiguous_buffer(), False  # a lazy input is computed, a view (slice, transpose) copied
+        if buf in self.written:
+            # the previous call's output fed back in: a kernel may overwrite it while another still reads it
+            copy = Buffer(buf.device, buf.size, buf.dtype)
+            copy.copyin(buf.as_bytes())
+            return copy, False
+        return buf, True
+
+    def _var_value(self, spec: _Arg, a: Any) -> int:
+        if not (isinstance(a, UOp) and a.op is Ops.BIND and a.src[0] is spec.value):
+            name = spec.value.arg[0]
+            raise JitError(f"argument {self._name(spec)} was the bound variable {name} at capture, now {a!r}")
+        return a.src[1].arg
+
+    def _const_mismatch(self, spec: _Arg, a: Any) -> None:
+        raise JitError(
+            f"argument {self._name(spec)} was {spec.value!r} at capture, now {a!r}: non-Tensor arguments are "
+            "frozen into the captured kernels (pass a changing int as a bound Variable)"
+        )
+
+    def _name(self, spec: _Arg) -> str:
+        i, n_pos = self.args.index(spec), self.n_args - len(self.kw_names)
+        return str(i) if i < n_pos else repr(self.kw_names[i - n_pos])
+
+
+class TinyJit(Generic[R]):
+    """`@TinyJit` on a function of Tensors: the 1st call runs it, the 2nd captures its kernels, later calls replay them.
+    `JIT=0` turns it off (every call just runs the function). See the module docstring for what replay freezes."""
+
+    def __init__(self, fxn: Callable[..., R]):
+        self.fxn = fxn
+        self.cnt = 0
+        self.captured: CapturedJit | None = None
+        functools.update_wrapper(self, fxn)
+
+    def reset(self) -> None:
+        """Forget the capture: the next call runs normally again and the one after captures anew."""
+        self.cnt, self.captured = 0, None
+
+    def __get__(self, obj: Any, objtype: Any = None) -> Any:
+        # a decorated method: bind the instance, which then is an argument checked like any other
+        return self if obj is None else functools.partial(self.__call__, obj)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> R:
+        if self.captured is not None and JIT:
+            return self.captured(args, kwargs)
+        if not JIT or is_capturing():
+            # inside another JIT's capture this one just runs: the outer capture records its kernels on the real
+            # buffers, where a capture of its own would hide them behind input aliases
+            return self.fxn(*args, **kwargs)
+        self.cnt += 1
+        if self.cnt == 1:
+            return self.fxn(*args, **kwargs)
+        return self._capture(args, kwargs)
+
+    def _capture(self, args: tuple, kwargs: dict[str, Any]) -> R:
+        kw_names = tuple(sorted(kwargs))
+        values = (*args, *(kwargs[k] for k in kw_names))
+        specs: list[_Arg] = []
+        inputs: list[Buffer] = []
+        call_values: list[Any] = []
+        n_vars = 0
+        for i, a in enumerate(values):
+            if isinstance(a, Tensor):
+                # each input gets a fresh alias of its memory: every node built on it is new to the scheduler, so no
+                # value computed from this call's input before the capture can be reused (and be stale on replay)
+                alias = (a._plain_buffer() or a._contiguous_buffer()).alias()
+                t = _wrap(UOp.buffer_view(alias, a.shape))
+                t._requires_grad = a._requires_grad
+                specs.append(_Arg(_TENSOR, len(inputs), a.shape, a.dtype, a.device))
+                inputs.append(alias)
+                call_values.append(t)
+            elif isinstance(a, UOp) and a.op is Ops.BIND:
+                specs.append(_Arg(_VAR, n_vars, value=a.src[0]))
+                n_vars += 1
+                call_values.append(a)
+            elif isinstance(a, UOp) and a.op is Ops.DEFINE_VAR:
+                raise JitError(f"variable {a.arg[0]} is passed unbound: pass {a.arg[0]}.bind(value)")
+            elif _tensors_in(a):
+                kind = type(a).__name__
+                raise JitError(f"argument {i} holds Tensors inside a {kind}: pass each Tensor as its own argument")
+            else:
+                specs.append(_Arg(_CONST, value=a))
+                call_values.append(a)
+        n_pos = len(args)
+        rng_counter, mode = Tensor._rng_counter, (Tensor.training, Tensor._grad_disabled > 0)
+        with capture() as recorded, _hide_bound_results():
+            ret = self.fxn(*call_values[:n_pos], **dict(zip(kw_names, call_values[n_pos:])))
+            if outs := _tensors_in(ret):
+                Tensor.realize(*outs)
+        del outs, call_values
+        if Tensor._rng_counter != rng_counter:
+            warnings.warn(
+                "random numbers drawn inside a TinyJit function are frozen at capture: every replay gives "
+                "the same ones (draw them outside and pass them in)",
+                stacklevel=3,
+            )
+        self.captured = CapturedJit(recorded, specs, kw_names, inputs, ret, mode)
+        return ret

@@ -1,0 +1,264 @@
+"""Llama-architecture decoder (SmolLM2, Llama, TinyLlama, ...) from a GGUF file.
+
+RMSNorm, rotary embeddings on adjacent pairs (GGUF stores Q/K rows permuted for that layout), grouped-query attention
+with a fixed-size KV cache updated in place, SwiGLU MLP, tied embeddings when the file has no `output.weight`.
+
+The position of a step may be an int or a 0-d tensor of a bound Variable: every position-dependent piece (the cache
+write, the causal mask, the rotary angles) is a comparison against `arange(max_context)`, so one set of compiled
+kernels serves every decode position.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from lazygrad.engine.jit import TinyJit
+from lazygrad.models import take_rows
+from lazygrad.nn.gguf import GGUFTensorInfo, gguf_read_header, gguf_tensor
+from lazygrad.tensor import Tensor
+from lazygrad.uop.ops import UOp
+
+
+@dataclass(frozen=True)
+class LlamaConfig:
+    dim: int
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    hidden_dim: int
+    vocab_size: int
+    norm_eps: float
+    rope_theta: float
+    context_length: int
+
+    @property
+    def head_dim(self) -> int:
+        return self.dim // self.n_heads
+
+    @staticmethod
+    def from_gguf_metadata(meta: dict[str, Any], path: str = "") -> LlamaConfig:
+        arch = meta.get("general.architecture")
+        if arch != "llama":
+            raise ValueError(f"{path}: architecture {arch!r} is not supported (only 'llama')")
+
+        def get(key: str, default: Any = None) -> Any:
+            if f"{arch}.{key}" not in meta and default is None:
+                raise ValueError(f"{path}: GGUF metadata lacks {arch}.{key}")
+            return meta.get(f"{arch}.{key}", default)
+
+        n_heads = get("attention.head_count")
+        return LlamaConfig(
+            dim=get("embedding_length"),
+            n_layers=get("block_count"),
+            n_heads=n_heads,
+            n_kv_heads=get("attention.head_count_kv", n_heads),
+            hidden_dim=get("feed_forward_length"),
+            vocab_size=get("vocab_size", len(meta.get("tokenizer.ggml.tokens", []))),
+            norm_eps=get("attention.layer_norm_rms_epsilon"),
+            rope_theta=get("rope.freq_base", 10000.0),
+            context_length=get("context_length"),
+        )
+
+
+def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
+    return x * (x.square().mean(-1, keepdim=True) + eps).rsqrt() * weight
+
+
+def rotate_pairs(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Rotary embedding on adjacent pairs (x[2i], x[2i+1]); x (B, T, H, D), cos/sin (T, D/2)."""
+    b, t, h, d = x.shape
+    pairs = x.reshape(b, t, h, d // 2, 2)
+    x0, x1 = pairs[..., 0], pairs[..., 1]
+    cos, sin = cos.reshape(1, t, 1, d // 2), sin.reshape(1, t, 1, d // 2)
+    return (x0 * cos - x1 * sin).stack(x0 * sin + x1 * cos, dim=-1).reshape(b, t, h, d)
+
+
+def _stacked(ws: list[Tensor], quantized: bool) -> Tensor:
+    """Weights that read the same input stacked into one matrix: one matmul kernel instead of several. Kept lazy over
+    quantized weights (each row still dequantizes from its own file bytes); otherwise one float32 buffer."""
+    if quantized:
+        return ws[0].cat(*ws[1:])
+    # dequantized into buffers of their own first: a kernel that dequantizes three tensors behind a cat's padding has
+    # index math that is slow to generate, and the copy after it is cheap
+    ws = [w.contiguous() for w in ws]
+    return ws[0].cat(*ws[1:]).contiguous()
+
+
+class Attention:
+    def __init__(self, cfg: LlamaConfig, w: dict[str, Tensor], max_context: int, quantized: bool):
+        self.cfg, self.wo = cfg, w["attn_output"] if quantized else w["attn_output"].contiguous()
+        self.wqkv = _stacked([w["attn_q"], w["attn_k"], w["attn_v"]], quantized)
+        shape = (1, cfg.n_kv_heads, max_context, cfg.head_dim)
+        self.cache_k = Tensor.zeros(*shape).contiguous().realize()
+        self.cache_v = Tensor.zeros(*shape).contiguous().realize()
+
+    def __call__(self, x: Tensor, onehot: Tensor, written: Tensor, mask: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+        cfg = self.cfg
+        b, t, _ = x.shape
+        qkv = x.linear(self.wqkv)
+        kv_dim = cfg.n_kv_heads * cfg.head_dim
+        q = qkv[..., : cfg.dim].reshape(b, t, cfg.n_heads, cfg.head_dim)
+        k = qkv[..., cfg.dim : cfg.dim + kv_dim].reshape(b, t, cfg.n_kv_heads, cfg.head_dim)
+        v = qkv[..., cfg.dim + kv_dim :].reshape(b, t, cfg.n_kv_heads, cfg.head_dim)
+        q, k = rotate_pairs(q, cos, sin), rotate_pairs(k, cos, sin)
+        # the cache write: row j of the cache takes new row i where onehot[i, j]; one new row is a broadcast, more are
+        # a tiny matmul over the t new rows
+        if t == 1:
+            new_k, new_v = k.transpose(1, 2), v.transpose(1, 2)
+        else:
+            scatter = onehot.T.reshape(1, 1, -1, t)
+            new_k, new_v = scatter @ k.transpose(1, 2), scatter @ v.transpose(1, 2)
+        keys = self.cache_k.assign(written.where(new_k, self.cache_k))
+        values = self.cache_v.assign(written.where(new_v, self.cache_v))
+        # grouped-query attention: query head h reads kv head h // (n_heads / n_kv_heads)
+        group = cfg.n_heads // cfg.n_kv_heads
+        ctx = keys.shape[2]
+        keys = keys.reshape(1, cfg.n_kv_heads, 1, ctx, cfg.head_dim).expand(1, cfg.n_kv_heads, group, ctx, cfg.head_dim)
+        values = values.reshape(1, cfg.n_kv_heads, 1, ctx, cfg.head_dim).expand(
+            1, cfg.n_kv_heads, group, ctx, cfg.head_dim
+        )
+        keys = keys.reshape(1, cfg.n_heads, ctx, cfg.head_dim)
+        values = values.reshape(1, cfg.n_heads, ctx, cfg.head_dim)
+        out = q.transpose(1, 2).scaled_dot_product_attention(keys, values, attn_mask=mask)
+        return out.transpose(1, 2).reshape(b, t, cfg.dim).linear(self.wo)
+
+
+class Block:
+    def __init__(self, cfg: LlamaConfig, w: dict[str, Tensor], max_context: int, quantized: bool):
+        self.cfg, self.attention = cfg, Attention(cfg, w, max_context, quantized)
+        self.attn_norm, self.ffn_norm = w["attn_norm"], w["ffn_norm"]
+        self.gate_up = _stacked([w["ffn_gate"], w["ffn_up"]], quantized)
+        self.down = w["ffn_down"] if quantized else w["ffn_down"].contiguous()
+
+    def __call__(self, x: Tensor, onehot: Tensor, written: Tensor, mask: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+        h = x + self.attention(rms_norm(x, self.attn_norm, self.cfg.norm_eps), onehot, written, mask, cos, sin)
+        n = rms_norm(h, self.ffn_norm, self.cfg.norm_eps)
+        gate_up = n.linear(self.gate_up)
+        hidden = self.cfg.hidden_dim
+        return h + (gate_up[..., :hidden].silu() * gate_up[..., hidden:]).linear(self.down)
+
+
+class Llama:
+    """`model(tokens, start_pos)` -> logits (vocab,) of the last token, or (T, vocab) with all_logits=True."""
+
+    def __init__(
+        self, cfg: LlamaConfig, weights: dict[str, Tensor], embed_rows: Any, max_context: int, quantized: bool = False
+    ):
+        """weights: float32 tensors by GGUF name (lazy; realized here unless quantized, see load_llama)."""
+        if not 0 < max_context <= cfg.context_length:
+            raise ValueError(f"max_context {max_context} must be in 1..{cfg.context_length}")
+        self.cfg, self.max_context, self.embed_rows = cfg, max_context, embed_rows
+        self.layers = [
+            Block(
+                cfg,
+                {k.split(".")[2]: v for k, v in weights.items() if k.startswith(f"blk.{i}.")},
+                max_context,
+                quantized,
+            )
+            for i in range(cfg.n_layers)
+        ]
+        self.norm = weights["output_norm.weight"]
+        self.output = weights.get("output.weight", weights["token_embd.weight"])
+        if not quantized:
+            self.output = self.output.contiguous()
+            # one realize per layer: in one realize, the same-shaped weights of all layers would become one
+            # multi-output kernel per shape, slow to generate
+            self.output.realize()
+            for b in self.layers:
+                Tensor.realize(b.attention.wqkv, b.attention.wo, b.gate_up, b.down)
+        half = cfg.head_dim // 2
+        inv_freq = Tensor(cfg.rope_theta).pow(Tensor.arange(half) * (-2 / cfg.head_dim))
+        if "rope_freqs.weight" in weights:  # Llama 3.1+ long-context scaling: per-frequency divisors, as llama.cpp
+            inv_freq = inv_freq / weights["rope_freqs.weight"]
+        angles = Tensor.arange(max_context).reshape(-1, 1).float() * inv_freq.reshape(1, -1)
+        self.cos, self.sin = angles.cos().contiguous().realize(), angles.sin().contiguous().realize()
+        self.pos_var = UOp.variable("start_pos", 0, max_context - 1)
+        self.decode_step = TinyJit(self._decode)
+
+    def __call__(self, tokens: list[int], start_pos: int, all_logits: bool = False) -> Tensor:
+        t = len(tokens)
+        if not tokens or start_pos < 0 or start_pos + t > self.max_context:
+            raise ValueError(f"positions {start_pos}..{start_pos + t - 1} must lie in 0..{self.max_context - 1}")
+        x = self.embed_rows(tokens).reshape(1, t, self.cfg.dim)
+        if t == 1 and not all_logits:
+            # the position is a bound variable: every decode step replays the same captured kernels
+            return self.decode_step(x, self.pos_var.bind(start_pos))
+        return self.forward(x, start_pos, all_logits)
+
+    def _decode(self, x: Tensor, pos: UOp) -> Tensor:
+        return self.forward(x, Tensor(pos))
+
+    def forward(self, x: Tensor, start_pos: int | Tensor, all_logits: bool = False) -> Tensor:
+        t = x.shape[1]
+        positions = (Tensor.arange(t) + start_pos).reshape(t, 1)
+        slots = Tensor.arange(self.max_context).reshape(1, -1)
+        onehot = (positions == slots).float()
+        mask = slots <= positions
+        cos, sin = onehot @ self.cos, onehot @ self.sin
+        written = onehot.sum(0).reshape(1, 1, -1, 1) > 0
+        # shared by every layer: computed once here rather than again inside each layer's kernels
+        Tensor.realize(onehot, written, mask, cos, sin)
+        for layer in self.layers:
+            # one schedule per layer bounds the graph the scheduler walks; realizing the caches with it makes them
+            # plain buffers again (no graph of this step's position left behind for the next step)
+            x = layer(x, onehot, written, mask, cos, sin)
+            Tensor.realize(x, layer.attention.cache_k, layer.attention.cache_v)
+        x = x[0] if all_logits else x[0, -1:]
+        logits = rms_norm(x, self.norm, self.cfg.norm_eps).linear(self.output)
+        return logits if all_logits else logits[0]
+
+
+class GGUFEmbedding:
+    """Rows of a GGUF embedding table by token id: the rows' raw (quantized) bytes are copied in from the file's memory
+    map and dequantized by the same kernel as any tensor of that type."""
+
+    def __init__(self, mm: Any, info: GGUFTensorInfo):
+        self.mm, self.info = mm, info
+
+    def __call__(self, ids: list[int]) -> Tensor:
+        n_rows = self.info.shape[0]
+        raw = take_rows(self.mm, self.info.offset, self.info.nbytes // n_rows, n_rows, ids)
+        return gguf_tensor(
+            raw, GGUFTensorInfo(self.info.name, (len(ids), self.info.shape[1]), self.info.ggml_type, 0, len(raw))
+        )
+
+
+def load_llama(
+    path: str | os.PathLike, max_context: int = 1024, quantized: bool = False
+) -> tuple[Llama, dict[str, Any]]:
+    """The model and the file's metadata. Weights are dequantized once into float32 buffers, or with quantized=True
+    left as their dequantization graphs over the memory-mapped file, fused into each matmul."""
+    meta, infos, mm = gguf_read_header(path)
+    cfg = LlamaConfig.from_gguf_metadata(meta, os.fspath(path))
+    by_name = {i.name: i for i in infos}
+    needed = ["token_embd.weight", "output_norm.weight"] + [
+        f"blk.{i}.{n}.weight"
+        for i in range(cfg.n_layers)
+        for n in (
+            "attn_norm",
+            "attn_q",
+            "attn_k",
+            "attn_v",
+            "attn_output",
+            "ffn_norm",
+            "ffn_gate",
+            "ffn_up",
+            "ffn_down",
+        )
+    ]
+    missing = [n for n in needed if n not in by_name]
+    if missing:
+        raise ValueError(
+            f"{os.fspath(path)}: not a complete llama model, missing tensors {', '.join(missing[:5])}"
+            f"{' ...' if len(missing) > 5 else ''}"
+        )
+    weights = {info.name: gguf_tensor(mm, info) for info in infos}
+    embed = GGUFEmbedding(mm, by_name["token_embd.weight"])
+    model = Llama(cfg, weights, embed, min(max_context, cfg.context_length), quantized)
+    return model, meta
+
+
+def argmax_token(logits: Tensor) -> int:
+    return int(logits.argmax().item())

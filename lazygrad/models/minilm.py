@@ -1,0 +1,109 @@
+"""all-MiniLM-L6-v2 sentence embeddings: a 6-layer BERT encoder (post-LayerNorm, exact GELU, padding mask), mean
+pooling over the real tokens, L2 normalization. Weights from the safetensors file, vocabulary from vocab.txt.
+
+    from lazygrad.models.minilm import MiniLM
+    MiniLM.load().embed(["a sentence", "another one"])  # (2, 384), unit rows
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+from typing import Any
+
+from lazygrad.dtype import dtypes
+from lazygrad.models import minilm_dir, take_rows
+from lazygrad.models.tokenizer import WordPieceTokenizer
+from lazygrad.nn.state import safe_load, safe_load_metadata
+from lazygrad.tensor import Tensor
+
+
+def _layer_norm(x: Tensor, w: Tensor, b: Tensor, eps: float) -> Tensor:
+    return x.layernorm(eps=eps) * w + b
+
+
+class MiniLM:
+    def __init__(
+        self,
+        weights: dict[str, Tensor],
+        config: dict[str, Any],
+        tokenizer: WordPieceTokenizer,
+        word_rows: Any,
+        max_length: int = 256,
+    ):
+        self.w, self.tokenizer, self.word_rows, self.max_length = weights, tokenizer, word_rows, max_length
+        self.n_layers, self.n_heads = config["num_hidden_layers"], config["num_attention_heads"]
+        self.dim, self.eps = config["hidden_size"], config["layer_norm_eps"]
+        if config.get("hidden_act", "gelu") != "gelu":
+            raise ValueError(f"unsupported activation {config['hidden_act']!r} (only exact gelu)")
+
+    @staticmethod
+    def load(path: str | os.PathLike | None = None, max_length: int = 256) -> MiniLM:
+        """From a directory holding model.safetensors, config.json and vocab.txt (default: the installed package's)."""
+        path = os.fspath(path) if path is not None else minilm_dir()
+        with open(os.path.join(path, "config.json")) as f:
+            config = json.load(f)
+        st = os.path.join(path, "model.safetensors")
+        weights = {k: v for k, v in safe_load(st).items() if k != "embeddings.position_ids"}
+        header, start = safe_load_metadata(st)
+        word = header["embeddings.word_embeddings.weight"]
+        if word["dtype"] != "F32":
+            raise ValueError(f"{st}: word embeddings are {word['dtype']}, expected F32")
+        with open(st, "rb") as f:
+            mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        n_rows, dim = word["shape"]
+
+        def word_rows(ids: list[int]) -> Tensor:
+            raw = take_rows(mm, start + word["data_offsets"][0], dim * 4, n_rows, ids)
+            return Tensor(raw, dtype=dtypes.float32).reshape(len(ids), dim)
+
+        return MiniLM(
+            weights, config, WordPieceTokenizer.from_vocab_file(os.path.join(path, "vocab.txt")), word_rows, max_length
+        )
+
+    def __call__(self, ids: list[list[int]]) -> Tensor:
+        """Token ids (each row [CLS] ... [SEP], ragged) -> normalized mean-pooled embeddings (B, dim)."""
+        b, length = len(ids), max(len(r) for r in ids)
+        flat = [i for r in ids for i in r + [self.tokenizer.pad_id] * (length - len(r))]
+        keep = Tensor([[1.0] * len(r) + [0.0] * (length - len(r)) for r in ids])  # (B, L): real tokens
+        w = self.w
+        x = self.word_rows(flat).reshape(b, length, self.dim)
+        x = x + w["embeddings.position_embeddings.weight"][:length] + w["embeddings.token_type_embeddings.weight"][0]
+        x = _layer_norm(x, w["embeddings.LayerNorm.weight"], w["embeddings.LayerNorm.bias"], self.eps)
+        mask = (keep > 0.5).reshape(b, 1, 1, length)
+        hd = self.dim // self.n_heads
+        for i in range(self.n_layers):
+            p = f"encoder.layer.{i}."
+
+            def dense(t: Tensor, name: str) -> Tensor:
+                return t.linear(w[p + name + ".weight"], w[p + name + ".bias"])  # noqa: B023 (used inside the loop)
+
+            q, k, v = (
+                dense(x, f"attention.self.{n}").reshape(b, length, self.n_heads, hd).transpose(1, 2)
+                for n in ("query", "key", "value")
+            )
+            a = q.scaled_dot_product_attention(k, v, attn_mask=mask).transpose(1, 2).reshape(b, length, self.dim)
+            x = _layer_norm(
+                dense(a, "attention.output.dense") + x,
+                w[p + "attention.output.LayerNorm.weight"],
+                w[p + "attention.output.LayerNorm.bias"],
+                self.eps,
+            )
+            h = dense(dense(x, "intermediate.dense").gelu(), "output.dense")
+            x = _layer_norm(h + x, w[p + "output.LayerNorm.weight"], w[p + "output.LayerNorm.bias"], self.eps)
+            x = x.realize()
+        pooled = (x * keep.unsqueeze(-1)).sum(1) / keep.sum(1, keepdim=True)
+        return pooled / (pooled.square().sum(-1, keepdim=True).sqrt().maximum(1e-12))
+
+    def embed(self, sentences: list[str], batch_size: int = 64) -> Any:
+        """Unit-length embeddings, a numpy array (len(sentences), dim), computed batch_size sentences at a time."""
+        import numpy as np
+
+        if isinstance(sentences, str):
+            raise TypeError("embed takes a list of sentences; wrap a single one in a list")
+        out = []
+        for s in range(0, len(sentences), batch_size):
+            ids = [self.tokenizer.encode(t, self.max_length) for t in sentences[s : s + batch_size]]
+            out.append(self(ids).numpy())
+        return np.concatenate(out) if out else np.zeros((0, self.dim), dtype=np.float32)

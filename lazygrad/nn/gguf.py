@@ -1,0 +1,231 @@
+"""The GGUF file format (llama.cpp's model files), read from its spec, and dequantization as lazygrad kernels.
+
+A GGUF file is: magic "GGUF", uint32 version (2 or 3), uint64 tensor count, uint64 metadata count; the metadata
+key/values (a key is a uint64-length-prefixed UTF-8 string, a value a uint32 type tag then the value, arrays nested as
+element type, uint64 count, elements); one info per tensor (name, uint32 n_dims, uint64 dims fastest-first, uint32
+ggml type, uint64 offset); padding to `general.alignment` (default 32); the tensor data, each at its offset.
+
+Quantized tensors are stored as blocks of 32 values. Their dequantization is a lazy graph over the raw block bytes
+(a uint8 tensor pointing into a memory map of the file), so a matmul that consumes it fuses the dequantization into
+its kernel and the weights stay quantized in memory.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import os
+import struct
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from lazygrad.device import Buffer, Device
+from lazygrad.dtype import DType, dtypes
+from lazygrad.helpers import prod
+from lazygrad.tensor import Tensor
+from lazygrad.uop.ops import UOp
+
+GGUF_MAGIC = b"GGUF"
+GGUF_DEFAULT_ALIGNMENT = 32
+
+# metadata value type tag -> struct format of a scalar (STRING=8 and ARRAY=9 are read by hand)
+_SCALAR_FORMATS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+_STRING, _ARRAY = 8, 9
+
+
+# *** dequantization: raw block bytes (uint8, shape (blocks, block bytes)) -> float32 (blocks, 32) ***
+
+
+def _f16(lo: Tensor, hi: Tensor) -> Tensor:
+    """Two little-endian bytes holding an IEEE half -> float32."""
+    return (lo.cast(dtypes.uint16) | (hi.cast(dtypes.uint16) << 8)).bitcast(dtypes.float16).cast(dtypes.float32)
+
+
+def _nibbles(qs: Tensor) -> Tensor:
+    """16 bytes -> 32 4-bit values: the low nibbles are values 0..15, the high nibbles values 16..31."""
+    return (qs & 15).cat(qs >> 4, dim=1).cast(dtypes.float32)
+
+
+def _dequant_q8_0(b: Tensor) -> Tensor:  # block: f16 scale, 32 int8
+    return b[:, 2:].bitcast(dtypes.int8).cast(dtypes.float32) * _f16(b[:, 0], b[:, 1]).unsqueeze(1)
+
+
+def _dequant_q4_0(b: Tensor) -> Tensor:  # block: f16 scale, 16 bytes of nibbles, value = (q - 8) * scale
+    return (_nibbles(b[:, 2:]) - 8) * _f16(b[:, 0], b[:, 1]).unsqueeze(1)
+
+
+def _dequant_q4_1(b: Tensor) -> Tensor:  # block: f16 scale, f16 min, 16 bytes of nibbles, value = q * scale + min
+    return _nibbles(b[:, 4:]) * _f16(b[:, 0], b[:, 1]).unsqueeze(1) + _f16(b[:, 2], b[:, 3]).unsqueeze(1)
+
+
+@dataclass(frozen=True)
+class GGMLType:
+    name: str
+    block_elems: int
+    block_bytes: int
+    dequant: Callable[[Tensor], Tensor] | None  # None: stored as a plain dtype
+    dtype: DType | None = None
+
+
+GGML_TYPES: dict[int, GGMLType] = {
+    0: GGMLType("F32", 1, 4, None, dtypes.float32),
+    1: GGMLType("F16", 1, 2, None, dtypes.float16),
+    2: GGMLType("Q4_0", 32, 18, _dequant_q4_0),
+    3: GGMLType("Q4_1", 32, 20, _dequant_q4_1),
+    8: GGMLType("Q8_0", 32, 34, _dequant_q8_0),
+    30: GGMLType("BF16", 1, 2, None, dtypes.bfloat16),
+}
+# types the spec defines that this reader cannot dequantize, named in the error
+_UNSUPPORTED_NAMES = {
+    6: "Q5_0",
+    7: "Q5_1",
+    9: "Q8_1",
+    10: "Q2_K",
+    11: "Q3_K",
+    12: "Q4_K",
+    13: "Q5_K",
+    14: "Q6_K",
+    15: "Q8_K",
+    24: "I8",
+    25: "I16",
+    26: "I32",
+    27: "I64",
+    28: "F64",
+}
+
+
+@dataclass(frozen=True)
+class GGUFTensorInfo:
+    name: str
+    shape: tuple[int, ...]  # row-major (the file's dims reversed)
+    ggml_type: GGMLType
+    offset: int  # absolute file offset
+    nbytes: int
+
+
+class GGUFError(ValueError):
+    pass
+
+
+class _Cursor:
+    """Reads little-endian values from the file's bytes; running past the end is a truncated file."""
+
+    def __init__(self, path: str, data: memoryview):
+        self.path, self.data, self.pos = path, data, 0
+
+    def take(self, n: int, what: str) -> memoryview:
+        if self.pos + n > len(self.data):
+            raise GGUFError(
+                f"{self.path}: truncated GGUF file: {what} at byte {self.pos} needs {n} bytes, "
+                f"the file has {len(self.data)}"
+            )
+        out = self.data[self.pos : self.pos + n]
+        self.pos += n
+        return out
+
+    def scalar(self, fmt: str, what: str) -> Any:
+        return struct.unpack(fmt, self.take(struct.calcsize(fmt), what))[0]
+
+    def string(self, what: str) -> str:
+        raw = self.take(self.scalar("<Q", what), what)
+        try:
+            return str(raw, "utf-8")
+        except UnicodeDecodeError:
+            return bytes(raw).decode("utf-8", errors="replace")  # some vocabularies hold partial UTF-8 sequences
+
+    def value(self, tag: int, key: str) -> Any:
+        if tag in _SCALAR_FORMATS:
+            return self.scalar(_SCALAR_FORMATS[tag], key)
+        if tag == _STRING:
+            return self.string(key)
+        if tag == _ARRAY:
+            elem, count = self.scalar("<I", key), self.scalar("<Q", key)
+            if elem in _SCALAR_FORMATS:  # one unpack for the whole array: token score/type lists are long
+                fmt = _SCALAR_FORMATS[elem][1]
+                return list(struct.unpack(f"<{count}{fmt}", self.take(count * struct.calcsize(fmt), key)))
+            return [self.value(elem, key) for _ in range(count)]
+        raise GGUFError(f"{self.path}: metadata {key!r} has unknown value type {tag}")
+
+
+def gguf_read_header(path: str | os.PathLike) -> tuple[dict[str, Any], list[GGUFTensorInfo], mmap.mmap]:
+    """Metadata, tensor infos and a (copy-on-write) memory map of a GGUF file; every range is checked against its
+    size."""
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{path}: no such GGUF file")
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size < 24:
+            raise GGUFError(f"{path}: truncated GGUF file: {size} bytes, the header alone needs 24")
+        # copy-on-write: writable (so ctypes can take its address) yet an in-place update never reaches the file
+        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+    cur = _Cursor(path, memoryview(mm))
+    magic = bytes(cur.take(4, "magic"))
+    if magic != GGUF_MAGIC:
+        raise GGUFError(f"{path}: not a GGUF file (magic {magic!r}, expected {GGUF_MAGIC!r})")
+    version = cur.scalar("<I", "version")
+    if version not in (2, 3):
+        raise GGUFError(f"{path}: GGUF version {version} is not supported (2 and 3 are)")
+    n_tensors, n_kv = cur.scalar("<Q", "tensor count"), cur.scalar("<Q", "metadata count")
+    meta: dict[str, Any] = {}
+    for _ in range(n_kv):
+        key = cur.string("metadata key")
+        meta[key] = cur.value(cur.scalar("<I", key), key)
+    raw_infos = []
+    for _ in range(n_tensors):
+        name = cur.string("tensor name")
+        n_dims = cur.scalar("<I", name)
+        dims = struct.unpack(f"<{n_dims}Q", cur.take(8 * n_dims, name))
+        raw_infos.append((name, tuple(reversed(dims)), cur.scalar("<I", name), cur.scalar("<Q", name)))
+    align = meta.get("general.alignment", GGUF_DEFAULT_ALIGNMENT)
+    start = cur.pos + (-cur.pos % align)
+    infos = []
+    for name, shape, tag, offset in raw_infos:
+        if tag not in GGML_TYPES:
+            kind = _UNSUPPORTED_NAMES.get(tag, "unknown")
+            raise GGUFError(
+                f"{path}: tensor {name!r} has {kind} quantization (ggml type {tag}), which is not supported "
+                f"(supported: {', '.join(t.name for t in GGML_TYPES.values())})"
+            )
+        gt = GGML_TYPES[tag]
+        if shape and shape[-1] % gt.block_elems:
+            raise GGUFError(
+                f"{path}: tensor {name!r} rows of {shape[-1]} do not split into {gt.name} blocks of {gt.block_elems}"
+            )
+        nbytes = prod(shape) // gt.block_elems * gt.block_bytes
+        if start + offset + nbytes > size:
+            raise GGUFError(
+                f"{path}: truncated GGUF file: tensor {name!r} needs bytes {start + offset}.."
+                f"{start + offset + nbytes}, "
+                f"the file has {size}"
+            )
+        infos.append(GGUFTensorInfo(name, shape, gt, start + offset, nbytes))
+    return meta, infos, mm
+
+
+def _raw_tensor(mm: mmap.mmap | bytes, offset: int, count: int, dtype: DType, device: str) -> Tensor:
+    """`count` elements of `dtype` at an offset of the file's memory map (on the CPU a view into it) or of bytes."""
+    if device == "CPU" and isinstance(mm, mmap.mmap) and offset % dtype.itemsize == 0:
+        ptr = ctypes.addressof(ctypes.c_char.from_buffer(mm)) + offset
+        buf = Buffer("CPU", count, dtype, external=mm, external_ptr=ptr)
+    else:
+        buf = Buffer(device, count, dtype)
+        buf.copyin(memoryview(mm)[offset : offset + count * dtype.itemsize])
+    return Tensor(UOp.buffer_view(buf, (count,)))
+
+
+def gguf_tensor(mm: mmap.mmap | bytes, info: GGUFTensorInfo, device: str | None = None) -> Tensor:
+    """The tensor as float32 (lazy: a quantized tensor is its dequantization graph over the raw block bytes)."""
+    device = Device.canonicalize(device)
+    gt = info.ggml_type
+    if gt.dequant is None:
+        assert gt.dtype is not None
+        return _raw_tensor(mm, info.offset, prod(info.shape), gt.dtype, device).cast(dtypes.float32).reshape(info.shape)
+    blocks = _raw_tensor(mm, info.offset, info.nbytes, dtypes.uint8, device).reshape(-1, gt.block_bytes)
+    return gt.dequant(blocks).reshape(info.shape)
+
+
+def gguf_load(path: str | os.PathLike, device: str | None = None) -> tuple[dict[str, Any], dict[str, Tensor]]:
+    """Metadata and float32 tensors (lazy, pointing into a memory map of the file) of a GGUF file."""
+    meta, infos, mm = gguf_read_header(path)
+    return meta, {info.name: gguf_tensor(mm, info, device) for info in infos}

@@ -1,0 +1,215 @@
+"""The GGUF reader on files written here byte by byte (from the spec), dequantization against numpy, and errors."""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+import pytest
+
+from lazygrad.nn.gguf import GGUFError, gguf_load, gguf_read_header
+
+# metadata value type tags of the spec
+U8, I8, U16, I16, U32, I32, F32, BOOL, STR, ARR, U64, I64, F64 = range(13)
+_FMT = {U8: "B", I8: "b", U16: "H", I16: "h", U32: "I", I32: "i", F32: "f", BOOL: "?", U64: "Q", I64: "q", F64: "d"}
+# ggml type id, elements per block, bytes per block
+GGML = {
+    "F32": (0, 1, 4),
+    "F16": (1, 1, 2),
+    "Q4_0": (2, 32, 18),
+    "Q4_1": (3, 32, 20),
+    "Q8_0": (8, 32, 34),
+    "BF16": (30, 1, 2),
+}
+
+
+def _str(s: str) -> bytes:
+    b = s.encode()
+    return struct.pack("<Q", len(b)) + b
+
+
+def _value(tag: int, v, elem: int | None = None) -> bytes:
+    if tag == STR:
+        return _str(v)
+    if tag == ARR:
+        inner_elem = None
+        if elem == ARR:  # arrays of arrays: each inner array holds strings here
+            inner_elem = STR
+        return struct.pack("<IQ", elem, len(v)) + b"".join(_value(elem, x, inner_elem) for x in v)
+    return struct.pack("<" + _FMT[tag], v)
+
+
+def write_gguf(
+    path,
+    kvs: list[tuple[str, int, object, int | None]],
+    tensors: list[tuple[str, tuple[int, ...], str, bytes]],
+    alignment: int = 32,
+    magic: bytes = b"GGUF",
+    version: int = 3,
+) -> None:
+    out = bytearray(magic + struct.pack("<IQQ", version, len(tensors), len(kvs)))
+    for key, tag, v, elem in kvs:
+        out += _str(key) + struct.pack("<I", tag) + _value(tag, v, elem)
+    offset, blobs = 0, []
+    for name, shape, kind, data in tensors:
+        out += _str(name) + struct.pack("<I", len(shape)) + struct.pack(f"<{len(shape)}Q", *reversed(shape))
+        out += struct.pack("<IQ", GGML[kind][0], offset)
+        blobs.append((offset, data))
+        offset += len(data) + (-len(data) % alignment)
+    out += b"\0" * (-len(out) % alignment)
+    start = len(out)
+    for off, data in blobs:
+        out += b"\0" * (start + off - len(out)) + data
+    with open(path, "wb") as f:
+        f.write(out)
+
+
+# *** independent numpy dequantization, written from the block layouts ***
+
+
+def np_dequant(kind: str, raw: bytes, n: int) -> np.ndarray:
+    if kind == "F32":
+        return np.frombuffer(raw, np.float32).copy()
+    if kind == "F16":
+        return np.frombuffer(raw, np.float16).astype(np.float32)
+    if kind == "BF16":
+        return (np.frombuffer(raw, np.uint16).astype(np.uint32) << 16).view(np.float32)
+    _, _, size = GGML[kind]
+    blocks = np.frombuffer(raw, np.uint8).reshape(-1, size)
+    d = blocks[:, 0:2].copy().view(np.float16).astype(np.float32)
+    if kind == "Q8_0":
+        return (blocks[:, 2:].view(np.int8).astype(np.float32) * d).reshape(-1)
+    qs = blocks[:, -16:]
+    q = np.concatenate([qs & 0x0F, qs >> 4], axis=1).astype(np.float32)
+    if kind == "Q4_0":
+        return ((q - 8) * d).reshape(-1)
+    m = blocks[:, 2:4].copy().view(np.float16).astype(np.float32)
+    return (q * d + m).reshape(-1)
+
+
+def random_data(kind: str, n: int, rng: np.random.Generator) -> bytes:
+    if kind == "F32":
+        return rng.standard_normal(n).astype(np.float32).tobytes()
+    if kind == "F16":
+        return rng.standard_normal(n).astype(np.float16).tobytes()
+    if kind == "BF16":
+        return (rng.standard_normal(n).astype(np.float32).view(np.uint32) >> 16).astype(np.uint16).tobytes()
+    _, elems, size = GGML[kind]
+    blocks = rng.integers(0, 256, (n // elems, size), dtype=np.uint8)
+    scales = (rng.standard_normal((n // elems, 2)) * 0.1).astype(np.float16).view(np.uint8)
+    blocks[:, 0:4] = scales  # finite scales (and mins): random bytes could be NaN/inf halves
+    return blocks.tobytes()
+
+
+@pytest.mark.parametrize("kind", list(GGML))
+def test_dequantize_matches_numpy(tmp_path, kind):
+    rng = np.random.default_rng(0)
+    shape = (6, 64)
+    raw = random_data(kind, 6 * 64, rng)
+    path = tmp_path / "t.gguf"
+    write_gguf(
+        path,
+        [("general.architecture", STR, "test", None)],
+        [("w", shape, kind, raw), ("v", (32,), "F32", random_data("F32", 32, rng))],
+    )
+    _, tensors = gguf_load(path)
+    got = tensors["w"].numpy()
+    assert got.shape == shape and got.dtype == np.float32
+    np.testing.assert_array_equal(got, np_dequant(kind, raw, 6 * 64).reshape(shape))
+
+
+def test_dequantize_matches_gguf_package(tmp_path):
+    gguf = pytest.importorskip("gguf")
+    rng = np.random.default_rng(1)
+    kinds = ["Q4_0", "Q4_1", "Q8_0", "F16", "BF16"]
+    data = {k: random_data(k, 4 * 96, rng) for k in kinds}
+    path = tmp_path / "t.gguf"
+    write_gguf(path, [], [(k, (4, 96), k, data[k]) for k in kinds])
+    _, tensors = gguf_load(path)
+    for t in gguf.GGUFReader(str(path)).tensors:
+        ref = gguf.quants.dequantize(t.data, t.tensor_type).reshape(4, 96)
+        np.testing.assert_array_equal(tensors[t.name].numpy(), ref.astype(np.float32))
+
+
+def test_metadata_all_types_and_alignment(tmp_path):
+    kvs = [
+        ("u8", U8, 200, None),
+        ("i8", I8, -5, None),
+        ("u16", U16, 60000, None),
+        ("i16", I16, -30000, None),
+        ("u32", U32, 4_000_000_000, None),
+        ("i32", I32, -2_000_000_000, None),
+        ("f32", F32, 1.5, None),
+        ("bool", BOOL, True, None),
+        ("str", STR, "héllo", None),
+        ("u64", U64, 2**63 + 1, None),
+        ("i64", I64, -(2**62), None),
+        ("f64", F64, 0.1, None),
+        ("ints", ARR, [1, -2, 3], I32),
+        ("strs", ARR, ["a", "", "ü"], STR),
+        ("nested", ARR, [["x", "y"], []], ARR),
+        ("general.alignment", U32, 64, None),
+    ]
+    rng = np.random.default_rng(2)
+    raws = [random_data("F32", 3, rng), random_data("Q8_0", 32, rng)]
+    path = tmp_path / "t.gguf"
+    write_gguf(path, kvs, [("a", (3,), "F32", raws[0]), ("b", (1, 32), "Q8_0", raws[1])], alignment=64)
+    meta, infos, _ = gguf_read_header(path)
+    expected = {k: v for k, _, v, _ in kvs}
+    expected["f32"], expected["f64"] = 1.5, 0.1
+    assert meta == expected
+    assert [(i.name, i.shape, i.ggml_type.name, i.offset % 64) for i in infos] == [
+        ("a", (3,), "F32", 0),
+        ("b", (1, 32), "Q8_0", 0),
+    ]
+    _, tensors = gguf_load(path)
+    np.testing.assert_array_equal(tensors["a"].numpy(), np.frombuffer(raws[0], np.float32))
+    np.testing.assert_array_equal(tensors["b"].numpy().reshape(-1), np_dequant("Q8_0", raws[1], 32))
+
+
+def _good_file(path) -> bytes:
+    write_gguf(
+        path, [("k", STR, "v", None)], [("w", (2, 32), "Q4_1", random_data("Q4_1", 64, np.random.default_rng(3)))]
+    )
+    return path.read_bytes()
+
+
+def test_missing_file_names_it(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nope.gguf"):
+        gguf_load(tmp_path / "nope.gguf")
+
+
+def test_wrong_magic(tmp_path):
+    path = tmp_path / "bad.gguf"
+    path.write_bytes(b"GGML" + _good_file(path)[4:])
+    with pytest.raises(GGUFError, match=r"bad\.gguf.*not a GGUF file.*magic"):
+        gguf_load(path)
+
+
+@pytest.mark.parametrize("keep", [10, 40, 90, -10])  # in the header, the metadata, the tensor infos, the data
+def test_truncated_file(tmp_path, keep):
+    path = tmp_path / "cut.gguf"
+    path.write_bytes(_good_file(path)[:keep])
+    with pytest.raises(GGUFError, match=r"cut\.gguf.*truncated"):
+        gguf_load(path)
+
+
+def test_unknown_quant_type(tmp_path):
+    path = tmp_path / "q.gguf"
+    raw = bytearray(_good_file(path))
+    type_at = raw.index(b"w", 24) + 1 + 4 + 16  # after the name: n_dims (4 bytes), two dims (16 bytes)
+    raw[type_at : type_at + 4] = struct.pack("<I", 12)  # Q4_K
+    path.write_bytes(bytes(raw))
+    with pytest.raises(GGUFError, match=r"q\.gguf.*'w'.*Q4_K"):
+        gguf_load(path)
+    raw[type_at : type_at + 4] = struct.pack("<I", 99)
+    path.write_bytes(bytes(raw))
+    with pytest.raises(GGUFError, match=r"q\.gguf.*unknown.*99"):
+        gguf_load(path)
+
+
+def test_unsupported_version(tmp_path):
+    path = tmp_path / "v.gguf"
+    write_gguf(path, [], [], version=1)
+    with pytest.raises(GGUFError, match="version 1"):
+        gguf_load(path)

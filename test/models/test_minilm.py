@@ -1,0 +1,44 @@
+"""all-MiniLM-L6-v2 against the torch BERT of torch_reference.py: same tokens in, embedding cosines > 0.9999."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from lazygrad.models import minilm_dir
+from lazygrad.models.minilm import MiniLM
+
+try:
+    MODEL_DIR = minilm_dir()
+except FileNotFoundError as e:
+    pytest.skip(str(e), allow_module_level=True)
+pytest.importorskip("safetensors")
+from test.models.torch_reference import TorchMiniLM  # noqa: E402
+
+SENTENCES = [
+    "A man is playing a guitar.",
+    "A woman is slicing an onion with a knife.",
+    "hello",
+    "Tensors are multi-dimensional arrays; lazygrad compiles them into fused kernels.",
+    "Naïve café, 東京!",
+]
+
+
+def test_embeddings_match_torch_bert():
+    model = MiniLM.load()
+    ours = model.embed(SENTENCES)
+    assert ours.shape == (len(SENTENCES), 384)
+    np.testing.assert_allclose(np.linalg.norm(ours, axis=1), 1.0, atol=1e-5)
+    with torch.no_grad():
+        theirs = TorchMiniLM(MODEL_DIR)([model.tokenizer.encode(s) for s in SENTENCES]).numpy()
+    cos = (ours * theirs).sum(1) / np.linalg.norm(theirs, axis=1)
+    assert cos.min() > 0.9999, cos
+    # batching (padding) must not change a sentence's embedding
+    alone = model.embed(SENTENCES[2:3])
+    assert float((alone[0] * ours[2]).sum()) > 0.9999
+
+
+def test_embed_rejects_a_bare_string():
+    with pytest.raises(TypeError, match="list of sentences"):
+        MiniLM.load().embed("one sentence")

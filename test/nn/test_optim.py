@@ -1,0 +1,123 @@
+"""Optimizers against torch.optim over several steps, and the kernel count of one step."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from lazygrad import GlobalCounters, Tensor, nn
+from lazygrad.nn import optim
+
+CASES = [
+    ("SGD", dict(lr=0.1)),
+    ("SGD", dict(lr=0.05, momentum=0.9)),
+    ("SGD", dict(lr=0.05, momentum=0.9, nesterov=True)),
+    ("SGD", dict(lr=0.05, momentum=0.8, weight_decay=0.1)),
+    ("SGD", dict(lr=0.05, momentum=0.9, nesterov=True, weight_decay=0.01)),
+    ("Adam", dict(lr=0.01)),
+    ("Adam", dict(lr=0.02, betas=(0.8, 0.9), eps=1e-6, weight_decay=0.1)),
+    ("AdamW", dict(lr=0.01)),
+    ("AdamW", dict(lr=0.02, betas=(0.5, 0.99), weight_decay=0.3)),
+]
+
+
+def _ours(name: str, params: list[Tensor], kw: dict) -> optim.Optimizer:
+    kw = dict(kw)
+    if "betas" in kw:
+        kw["b1"], kw["b2"] = kw.pop("betas")
+    return getattr(optim, name)(params, **kw)
+
+
+def _model() -> tuple[list[Tensor], torch.nn.Module]:
+    ref = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.Tanh(), torch.nn.Linear(7, 3))
+    params = [Tensor(p.detach().numpy().copy()).requires_grad_() for p in ref.parameters()]
+    return params, ref
+
+
+def _forward(params: list[Tensor], x: Tensor) -> Tensor:
+    w1, b1, w2, b2 = params
+    return x.linear(w1, b1).tanh().linear(w2, b2)
+
+
+@pytest.mark.parametrize("name,kw", CASES, ids=lambda c: str(c))
+def test_matches_torch_over_steps(name: str, kw: dict) -> None:
+    params, ref = _model()
+    opt, ropt = _ours(name, params, kw), getattr(torch.optim, name)(ref.parameters(), **kw)
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        x = rng.standard_normal((8, 5)).astype(np.float32)
+        y = rng.integers(0, 3, 8)
+        opt.zero_grad()
+        loss = _forward(params, Tensor(x)).sparse_categorical_crossentropy(Tensor(y.astype(np.int32))).backward()
+        opt.step()
+        ropt.zero_grad()
+        rloss = torch.nn.functional.cross_entropy(ref(torch.from_numpy(x)), torch.from_numpy(y))
+        rloss.backward()
+        ropt.step()
+        np.testing.assert_allclose(loss.item(), rloss.item(), rtol=1e-5, atol=1e-6)
+    for p, r in zip(params, ref.parameters()):
+        np.testing.assert_allclose(p.numpy(), r.detach().numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("name,kw,per_param", [("SGD", dict(lr=0.1), 1), ("SGD", dict(lr=0.1, momentum=0.9), 2),
+                                                ("Adam", {}, 2), ("AdamW", {}, 2)])
+def test_step_is_few_kernels(name: str, kw: dict, per_param: int) -> None:
+    params, _ = _model()
+    opt = getattr(optim, name)(params, **kw)
+    loss = _forward(params, Tensor.rand(4, 5)).sum()
+    loss.backward()
+    Tensor.realize(loss, *[p.grad for p in params])
+    before = GlobalCounters.kernel_count
+    opt.step()
+    # parameters of different shapes cannot share a kernel; each gets at most `per_param`, plus two for the
+    # step-dependent scalars shared by all of them
+    assert GlobalCounters.kernel_count - before <= per_param * len(params) + 2
+
+
+def test_parameter_without_grad_is_left_alone() -> None:
+    a, b = Tensor([1.0, 2.0]).requires_grad_(), Tensor([3.0]).requires_grad_()
+    opt = optim.Adam([a, b], lr=0.1)
+    (a * a).sum().backward()
+    opt.step()
+    assert b.tolist() == [3.0] and a.tolist() != [1.0, 2.0]
+
+
+def test_buffers_are_realized_not_updated() -> None:
+    bn = nn.BatchNorm(2)
+    opt = optim.SGD(nn.state.get_parameters(bn), lr=0.1)
+    assert {id(t) for t in opt.params} == {id(bn.weight), id(bn.bias)}
+    with Tensor.train():
+        bn(Tensor([[1.0, 2.0], [3.0, 6.0]])).sum().backward()
+    opt.step()  # lands the pending running-statistics update too
+    np.testing.assert_allclose(bn.running_mean.numpy(), [0.2, 0.4], rtol=1e-6)
+
+
+def test_optimizer_errors() -> None:
+    with pytest.raises(ValueError, match="no parameters"):
+        optim.SGD([Tensor([1, 2])])
+    with pytest.raises(ValueError, match="nesterov"):
+        optim.SGD([Tensor([1.0]).requires_grad_()], nesterov=True)
+
+
+def test_lr_change_needs_no_recompile() -> None:
+    # the learning rate is a device scalar: changing it reuses the compiled kernels
+    p = Tensor([1.0, 2.0]).requires_grad_()
+    opt: Any = optim.SGD([p], lr=0.5)
+    for lr in (0.5, 0.25):
+        opt.lr.assign(Tensor(lr, dtype=opt.lr.dtype)).realize()
+        opt.zero_grad()
+        (p * p).sum().backward()
+        opt.step()
+    np.testing.assert_allclose(p.numpy(), [0.0, 0.0], atol=1e-7)
+
+
+def test_loss_and_grads_keep_their_values_after_step() -> None:
+    p = Tensor([1.0, 2.0]).requires_grad_()
+    opt = optim.SGD([p], lr=0.5)
+    loss = (p * p).sum().backward()
+    opt.step()
+    assert p.tolist() == [0.0, 0.0]
+    assert loss.item() == 5.0 and p.grad.tolist() == [2.0, 4.0]  # as computed before the update

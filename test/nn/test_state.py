@@ -1,0 +1,183 @@
+"""State dicts and safetensors: names as torch's, load_state_dict's checks, files read and written by the
+`safetensors` package both ways, memory-mapped loading, and a model round trip with identical outputs."""
+
+from __future__ import annotations
+
+import json
+import mmap
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+import safetensors.numpy
+import safetensors.torch
+import torch
+
+from lazygrad import Tensor, dtypes, nn
+from lazygrad.nn.state import get_parameters, get_state_dict, load_state_dict, safe_load, safe_load_metadata, safe_save
+
+
+class Net:
+    def __init__(self) -> None:
+        self.conv = nn.Conv2d(1, 4, 3, padding=1)
+        self.bn = nn.BatchNorm2d(4)
+        self.layers = [nn.Linear(4 * 16, 8), nn.Linear(8, 3)]
+        self.act = Tensor.relu  # not a tensor: ignored
+
+    def __call__(self, x: Tensor) -> Tensor:
+        x = self.bn(self.conv(x)).relu().max_pool2d()
+        return x.flatten(1).sequential([self.layers[0], Tensor.relu, self.layers[1]])
+
+
+class TorchNet(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(1, 4, 3, padding=1)
+        self.bn = torch.nn.BatchNorm2d(4)
+        self.layers = torch.nn.ModuleList([torch.nn.Linear(4 * 16, 8), torch.nn.Linear(8, 3)])
+
+
+def test_names_match_torch() -> None:
+    assert sorted(get_state_dict(Net())) == sorted(TorchNet().state_dict())
+    sd = get_state_dict({"a": [nn.Linear(2, 2)], "b": (Tensor([1.0]),)}, prefix="m.")
+    assert sorted(sd) == ["m.a.0.bias", "m.a.0.weight", "m.b.0"]
+
+
+def test_get_parameters_distinct() -> None:
+    lin = nn.Linear(2, 3)
+    params = get_parameters([lin, lin, {"again": lin.weight}])
+    assert len(params) == 2 and {id(p) for p in params} == {id(lin.weight), id(lin.bias)}
+
+
+def test_load_state_dict_from_torch_and_outputs_match() -> None:
+    ref, net = TorchNet().eval(), Net()
+    load_state_dict(net, {k: Tensor(v.numpy().copy()) for k, v in ref.state_dict().items()})
+    x = np.random.default_rng(0).standard_normal((2, 1, 8, 8)).astype(np.float32)
+    xr = torch.nn.functional.max_pool2d(ref.bn(ref.conv(torch.from_numpy(x))).relu(), 2).flatten(1)
+    xr = ref.layers[1](ref.layers[0](xr).relu())
+    np.testing.assert_allclose(net(Tensor(x)).numpy(), xr.detach().numpy(), atol=1e-5)
+
+
+def test_load_state_dict_errors_name_every_key() -> None:
+    net = Net()
+    sd = get_state_dict(Net())
+    del sd["conv.bias"], sd["layers.1.weight"]
+    sd["extra.weight"] = Tensor([1.0])
+    sd["bn.weight"] = Tensor.ones(5)
+    sd["layers.0.bias"] = Tensor.ones(2)
+    with pytest.raises(ValueError) as e:
+        load_state_dict(net, sd)
+    msg = str(e.value)
+    for key in ("conv.bias", "layers.1.weight", "extra.weight", "bn.weight", "layers.0.bias", "(4,)", "(5,)"):
+        assert key in msg, (key, msg)
+    # strict=False skips missing and unexpected keys, but a wrong shape is still an error
+    with pytest.raises(ValueError, match="bn.weight"):
+        load_state_dict(net, sd, strict=False)
+    del sd["bn.weight"], sd["layers.0.bias"]
+    before = net.conv.bias.numpy()
+    load_state_dict(net, sd, strict=False)
+    np.testing.assert_array_equal(net.conv.bias.numpy(), before)
+    np.testing.assert_array_equal(net.conv.weight.numpy(), sd["conv.weight"].numpy())
+
+
+def test_load_state_dict_copies_and_casts() -> None:
+    lin = nn.Linear(2, 2)
+    src = {"weight": Tensor([[1.0, 2.0], [3.0, 4.0]], dtype=dtypes.float64), "bias": Tensor([0.5, 0.5])}
+    load_state_dict(lin, src)
+    assert lin.weight.dtype == dtypes.float32 and lin.weight.tolist() == [[1.0, 2.0], [3.0, 4.0]]
+    lin.bias.assign(Tensor([9.0, 9.0])).realize()
+    assert src["bias"].tolist() == [0.5, 0.5]  # the model holds a copy
+
+
+DTYPES = ["float32", "float64", "float16", "int8", "uint8", "int16", "int32", "int64", "uint32", "bool"]
+
+
+def _arrays() -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    out = {name: (rng.standard_normal((3, 5)) * 10).astype(name) for name in DTYPES}
+    out["scalar"] = np.array(3.5, dtype=np.float32)
+    out["empty"] = np.zeros((0, 4), dtype=np.float32)
+    out["odd"] = np.arange(7, dtype=np.int8)  # leaves the next tensor unaligned in the file
+    out["after_odd"] = np.arange(3, dtype=np.float64)
+    return out
+
+
+def test_safe_save_read_by_safetensors(tmp_path: Path) -> None:
+    arrays = _arrays()
+    safe_save({k: Tensor(v) for k, v in arrays.items()}, tmp_path / "a.safetensors", metadata={"format": "np"})
+    back = safetensors.numpy.load_file(str(tmp_path / "a.safetensors"))
+    assert sorted(back) == sorted(arrays)
+    for k, v in arrays.items():
+        assert back[k].dtype == v.dtype and back[k].shape == v.shape, k
+        np.testing.assert_array_equal(back[k], v)
+    with safetensors.safe_open(str(tmp_path / "a.safetensors"), "np") as f:
+        assert f.metadata() == {"format": "np"}
+
+
+def test_safe_load_reads_safetensors_files(tmp_path: Path) -> None:
+    arrays = _arrays()
+    safetensors.numpy.save_file(arrays, str(tmp_path / "b.safetensors"), metadata={"k": "v"})
+    loaded = safe_load(tmp_path / "b.safetensors")
+    assert sorted(loaded) == sorted(arrays)
+    for k, v in arrays.items():
+        assert loaded[k].shape == v.shape and loaded[k].dtype.name == v.dtype.name, k
+        np.testing.assert_array_equal(loaded[k].numpy(), v)
+    header, _ = safe_load_metadata(tmp_path / "b.safetensors")
+    assert header["__metadata__"] == {"k": "v"}
+
+
+def test_bfloat16_both_ways(tmp_path: Path) -> None:
+    t = torch.tensor([1.5, -2.25, 3e5, 1e-3], dtype=torch.bfloat16)
+    safetensors.torch.save_file({"x": t}, str(tmp_path / "bf.safetensors"))
+    x = safe_load(tmp_path / "bf.safetensors")["x"]
+    assert x.dtype == dtypes.bfloat16
+    np.testing.assert_array_equal(x.numpy(), t.float().numpy())
+    safe_save({"y": x * 2}, tmp_path / "bf2.safetensors")
+    y = safetensors.torch.load_file(str(tmp_path / "bf2.safetensors"))["y"]
+    assert torch.equal(y, t * 2)
+
+
+def test_safe_load_is_memory_mapped_and_copy_on_write(tmp_path: Path) -> None:
+    path = tmp_path / "m.safetensors"
+    safetensors.numpy.save_file({"w": np.arange(16, dtype=np.float32)}, str(path))
+    w = safe_load(path)["w"]
+    buf = w._plain_buffer()
+    assert buf is not None and isinstance(buf._external, mmap.mmap)  # points into the file's pages, no copy
+    w.assign(w * 0 - 1).realize()
+    assert w.tolist() == [-1.0] * 16
+    np.testing.assert_array_equal(safetensors.numpy.load_file(str(path))["w"], np.arange(16))  # file unchanged
+
+
+def test_safe_load_rejects_bad_files(tmp_path: Path) -> None:
+    (tmp_path / "short").write_bytes(b"\x01\x02")
+    with pytest.raises(ValueError, match="not a safetensors file"):
+        safe_load(tmp_path / "short")
+    (tmp_path / "big").write_bytes(struct.pack("<Q", 10**6) + b"{}")
+    with pytest.raises(ValueError, match="runs past the end"):
+        safe_load(tmp_path / "big")
+    (tmp_path / "json").write_bytes(struct.pack("<Q", 3) + b"{{{")
+    with pytest.raises(ValueError, match="JSON"):
+        safe_load(tmp_path / "json")
+    header = json.dumps({"x": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}}).encode()
+    (tmp_path / "trunc").write_bytes(struct.pack("<Q", len(header)) + header + b"\x00" * 8)
+    with pytest.raises(ValueError, match="truncated"):
+        safe_load(tmp_path / "trunc")
+    header = json.dumps({"x": {"dtype": "F32", "shape": [4], "data_offsets": [0, 12]}}).encode()
+    (tmp_path / "size").write_bytes(struct.pack("<Q", len(header)) + header + b"\x00" * 16)
+    with pytest.raises(ValueError, match="data_offsets"):
+        safe_load(tmp_path / "size")
+
+
+def test_model_round_trip_identical_outputs(tmp_path: Path) -> None:
+    Tensor.manual_seed(1)
+    net = Net()
+    with Tensor.train():  # move the running statistics away from their initial values
+        net(Tensor.rand(4, 1, 8, 8)).sum().backward()
+    Tensor.realize(*get_parameters(net))
+    safe_save(get_state_dict(net), tmp_path / "net.safetensors")
+    fresh = Net()
+    load_state_dict(fresh, safe_load(tmp_path / "net.safetensors"))
+    x = Tensor.rand(3, 1, 8, 8).realize()
+    np.testing.assert_array_equal(fresh(x).numpy(), net(x).numpy())
+    assert fresh.bn.num_batches_tracked.item() == 1

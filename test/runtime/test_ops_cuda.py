@@ -1,0 +1,145 @@
+"""The CUDA device. Without a GPU (CI) the compile-only path still runs: the CUDA source of a representative set of
+kernels is compiled by NVRTC, so CUDA code that does not compile fails here."""
+
+from __future__ import annotations
+
+import ctypes.util
+
+import numpy as np
+import pytest
+
+from lazygrad import Device, Tensor, dtypes
+from lazygrad.codegen import get_program
+from lazygrad.codegen.kernel import Opt, OptOps
+from lazygrad.device import CompileError, DeviceUnavailable
+from lazygrad.renderer.gpu import CUDARenderer
+from lazygrad.uop.ops import Ops, UOp
+
+try:
+    from lazygrad.runtime.ops_cuda import CUDACompiler
+
+    COMPILER = CUDACompiler("sm_90")
+except DeviceUnavailable as e:
+    pytest.skip(f"NVRTC is not installed: {e}", allow_module_level=True)
+
+RENDERER = CUDARenderer()
+
+
+def kernels(*tensors: Tensor) -> list[UOp]:
+    """The kernel ASTs that would compute `tensors` (scheduled, never run)."""
+    return [si.ast for si in Tensor.schedule(*tensors) if si.ast.op is Ops.SINK]
+
+
+def compile_all(asts: list[UOp], opts: list[Opt] | None = None) -> list[str]:
+    srcs = []
+    for ast in asts:
+        spec = get_program(ast, RENDERER, opts)
+        binary = COMPILER.compile(spec.src)
+        assert binary[:4] == b"\x7fELF", f"{spec.name}: NVRTC did not return a cubin"
+        srcs.append(spec.src)
+    return srcs
+
+
+def rand(*shape: int, dtype=dtypes.float32) -> Tensor:  # noqa: ANN001
+    return Tensor(np.random.default_rng(0).standard_normal(shape).astype(np.float32)).cast(dtype).realize()
+
+
+CASES = {
+    "elementwise": lambda: [(rand(33, 65) * 2 + 1).exp2().sqrt(), rand(16).sin() / rand(16).log2()],
+    "ints": lambda: [
+        (rand(8, 8).cast(dtypes.int32) // 3) % 5 ^ 7,
+        rand(8).cast(dtypes.int64) << 2,
+        rand(8).cast(dtypes.uint8) ** 2,
+    ],
+    "where_nan_inf": lambda: [(rand(9) > 0).where(rand(9), float("nan")).maximum(float("-inf")), rand(9).isinf()],
+    "reduce": lambda: [rand(64, 300).sum(1), rand(4096).max(), rand(32, 32).argmax(1), rand(40, 50).softmax(1)],
+    "matmul": lambda: [rand(64, 96) @ rand(96, 48)],
+    "half": lambda: [
+        (rand(64, 64, dtype=dtypes.half) * 3).exp().sum(1),
+        rand(32, 32, dtype=dtypes.half) @ rand(32, 32, dtype=dtypes.half),
+    ],
+    "bfloat16_and_bitcast": lambda: [
+        rand(16, dtype=dtypes.bfloat16) + 1,
+        rand(16).bitcast(dtypes.int32),
+        rand(16, dtype=dtypes.float16).bitcast(dtypes.int16),
+        rand(16, dtype=dtypes.bfloat16).bitcast(dtypes.uint16),
+    ],
+    "views_and_pads": lambda: [rand(6, 7).pad(((1, 2), (0, 3))).flip(0)[1:, ::2], rand(3, 4).cat(rand(3, 4), dim=1)],
+}
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_kernels_compile(name):
+    compile_all(kernels(*CASES[name]()))
+
+
+@pytest.mark.parametrize(
+    "opts",
+    [
+        [Opt(OptOps.LOCAL, 0, 16), Opt(OptOps.LOCAL, 1, 8)],
+        [Opt(OptOps.LOCAL, 0, 4), Opt(OptOps.GROUP, 0, 8), Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.UNROLL, 0, 4)],
+        [Opt(OptOps.GROUPTOP, 0, 32), Opt(OptOps.UPCAST, 0, 2)],
+    ],
+)
+def test_matmul_with_locals_and_group_compiles(opts):
+    (ast,) = kernels(rand(64, 128) @ rand(128, 64))
+    (src,) = compile_all([ast], opts)
+    assert "threadIdx." in src and "__launch_bounds__" in src
+    if any(o.op in (OptOps.GROUP, OptOps.GROUPTOP) for o in opts):
+        assert "__shared__ float" in src and "__syncthreads();" in src
+
+
+def test_launch_dims_come_from_thread_ids():
+    (ast,) = kernels(rand(64, 128) @ rand(128, 64))
+    spec = get_program(ast, RENDERER, [Opt(OptOps.LOCAL, 0, 4), Opt(OptOps.LOCAL, 1, 8), Opt(OptOps.GROUP, 0, 4)])
+    assert spec.local_size == (4, 8, 4) and spec.global_size == (8, 16, 1)
+
+
+def test_grid_over_the_y_limit_folds_into_x():
+    (ast,) = kernels(rand(70000, 2).T + 1)
+    spec = get_program(ast, RENDERER, [])
+    assert spec.global_size is not None and all(g <= m for g, m in zip(spec.global_size, RENDERER.global_max))
+    compile_all([ast], [])
+
+
+def test_compile_error_names_nvrtc_and_shows_log():
+    with pytest.raises(CompileError, match="NVRTC.*NVRTC_ERROR_COMPILATION"):
+        COMPILER.compile('extern "C" __global__ void broken(float* a) { a[0] = undefined_name; }')
+
+
+def test_arch_choice(monkeypatch):
+    src = 'extern "C" __global__ void k(float* a) { a[threadIdx.x] += 1.0f; }'
+    assert b".target sm_90" in CUDACompiler("compute_90").compile(src)  # a virtual arch gives PTX
+    monkeypatch.setenv("CUDA_ARCH", "sm_80")
+    assert CUDACompiler().arch == "sm_80"
+    assert CUDACompiler().compile(src)[:4] == b"\x7fELF"
+
+
+@pytest.mark.skipif(ctypes.util.find_library("cuda") is not None, reason="this machine has an NVIDIA driver")
+def test_no_driver_is_a_clear_error():
+    with pytest.raises(DeviceUnavailable, match="no NVIDIA driver"):
+        Device["CUDA"]
+
+
+@pytest.mark.skipif(ctypes.util.find_library("cuda") is None, reason="no NVIDIA driver (libcuda) on this machine")
+def test_runs_on_gpu():
+    try:
+        Device["CUDA"]
+    except DeviceUnavailable as e:
+        pytest.skip(str(e))
+    a = np.random.default_rng(0).standard_normal((65, 130)).astype(np.float32)
+    b = np.random.default_rng(1).standard_normal((130, 33)).astype(np.float32)
+    ta, tb = Tensor(a, device="CUDA"), Tensor(b, device="CUDA")
+    np.testing.assert_allclose((ta @ tb).numpy(), a @ b, atol=1e-4, rtol=1e-4)
+    np.testing.assert_allclose(ta.sum(1).to("CPU").numpy(), a.sum(1), atol=1e-4, rtol=1e-4)
+    expected = np.exp(a.astype(np.float16)).astype(np.float32)
+    np.testing.assert_allclose(ta.half().exp().float().numpy(), expected, rtol=2e-3)
+
+
+def test_several_kernels_compile_as_one_source():
+    # the preludes of each kernel are include-guarded, so sources concatenate (compile_many)
+    half, bf16 = rand(16, dtype=dtypes.half), rand(16, dtype=dtypes.bfloat16)
+    asts = kernels((half * 2).exp(), rand(16, 16).softmax(1), bf16 + 1)
+    specs = {spec.name: spec for spec in (get_program(ast, RENDERER) for ast in asts)}  # one binary, distinct names
+    assert len(specs) >= 3
+    assert COMPILER.compile_many([s.src for s in specs.values()])[:4] == b"\x7fELF"

@@ -1,0 +1,292 @@
+"""Autograd (lazygrad/gradient.py and Tensor.backward/gradient): every derivative rule against torch, and PyTorch's
+semantics for requires_grad, accumulation, detach, no_grad, train and the errors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from lazygrad import GlobalCounters, Tensor, dtypes
+from test.test_nn_functional import check
+
+# name -> (lazygrad fn, torch fn, input shapes, (low, high))
+UNARY: dict[str, tuple[Any, Any, tuple[float, float]]] = {
+    "neg": (lambda x: -x, lambda x: -x, (-2, 2)),
+    "exp": (Tensor.exp, torch.exp, (-2, 2)),
+    "exp2": (Tensor.exp2, torch.exp2, (-2, 2)),
+    "log": (Tensor.log, torch.log, (0.1, 3)),
+    "log2": (Tensor.log2, torch.log2, (0.1, 3)),
+    "sqrt": (Tensor.sqrt, torch.sqrt, (0.1, 3)),
+    "rsqrt": (Tensor.rsqrt, torch.rsqrt, (0.1, 3)),
+    "reciprocal": (Tensor.reciprocal, torch.reciprocal, (0.5, 3)),
+    "sin": (Tensor.sin, torch.sin, (-3, 3)),
+    "cos": (Tensor.cos, torch.cos, (-3, 3)),
+    "tan": (Tensor.tan, torch.tan, (-1, 1)),
+    "tanh": (Tensor.tanh, torch.tanh, (-3, 3)),
+    "sigmoid": (Tensor.sigmoid, torch.sigmoid, (-4, 4)),
+    "relu": (Tensor.relu, torch.relu, (-2, 2)),
+    "gelu": (Tensor.gelu, torch.nn.functional.gelu, (-3, 3)),
+    "silu": (Tensor.silu, torch.nn.functional.silu, (-3, 3)),
+    "softplus": (Tensor.softplus, torch.nn.functional.softplus, (-3, 3)),
+    "abs": (Tensor.abs, torch.abs, (-2, 2)),
+    "square": (Tensor.square, torch.square, (-2, 2)),
+    "leaky_relu": (Tensor.leaky_relu, torch.nn.functional.leaky_relu, (-2, 2)),
+    "elu": (Tensor.elu, torch.nn.functional.elu, (-2, 2)),
+    "pow_const": (lambda x: x**3.0, lambda x: x**3.0, (-2, 2)),
+    "clip": (lambda x: x.clip(-0.5, 0.7), lambda x: x.clip(-0.5, 0.7), (-2, 2)),
+    "logsigmoid": (Tensor.logsigmoid, torch.nn.functional.logsigmoid, (-5, 5)),
+    "cast_double": (lambda x: x.double().square().float(), lambda x: x.double().square().float(), (-2, 2)),
+}
+
+
+@pytest.mark.parametrize("name", list(UNARY))
+def test_unary_grad(name: str) -> None:
+    lg, ref, (low, high) = UNARY[name]
+    check(lg, ref, [(3, 5)], low=low, high=high, atol=1e-5)
+
+
+BINARY: dict[str, tuple[Any, Any, tuple[float, float]]] = {
+    "add": (lambda a, b: a + b, lambda a, b: a + b, (-2, 2)),
+    "sub": (lambda a, b: a - b, lambda a, b: a - b, (-2, 2)),
+    "mul": (lambda a, b: a * b, lambda a, b: a * b, (-2, 2)),
+    "div": (lambda a, b: a / b, lambda a, b: a / b, (0.5, 2)),
+    "pow": (lambda a, b: a**b, lambda a, b: a**b, (0.5, 2)),
+    "maximum": (Tensor.maximum, torch.maximum, (-2, 2)),
+    "minimum": (Tensor.minimum, torch.minimum, (-2, 2)),
+    "where": (lambda a, b: (a > b).where(a * 2, b), lambda a, b: torch.where(a > b, a * 2, b), (-2, 2)),
+}
+
+
+BROADCASTS = [((3, 4), (3, 4)), ((3, 1), (1, 4)), ((2, 3, 4), (4,)), ((1,), ("T", (4, 3)))]
+
+
+@pytest.mark.parametrize("name", list(BINARY))
+@pytest.mark.parametrize("shapes", BROADCASTS, ids=str)
+def test_binary_grad_broadcast(name: str, shapes: tuple) -> None:
+    lg, ref, (low, high) = BINARY[name]
+    check(lg, ref, list(shapes), low=low, high=high)
+
+
+def test_maximum_ties_split_evenly() -> None:
+    a, b = Tensor([1.0, 2.0, 3.0]).requires_grad_(), Tensor([1.0, 5.0, 0.0]).requires_grad_()
+    a.maximum(b).sum().backward()
+    assert a.grad.tolist() == [0.5, 0.0, 1.0] and b.grad.tolist() == [0.5, 1.0, 0.0]
+
+
+@pytest.mark.parametrize("axis", [None, 0, 1, (0, 2)])
+def test_reduce_grads(axis: Any) -> None:
+    ax = axis if axis is not None else (0, 1, 2)
+    check(lambda x: x.sum(axis), lambda x: x.sum(ax), [(2, 3, 4)])
+    check(lambda x: x.mean(axis), lambda x: x.mean(ax), [(2, 3, 4)])
+    check(lambda x: x.max(axis), lambda x: x.amax(ax), [(2, 3, 4)])
+    check(lambda x: x.min(axis), lambda x: x.amin(ax), [(2, 3, 4)])
+    check(lambda x: x.var(axis), lambda x: x.var(ax), [(2, 3, 4)])
+    check(lambda x: x.std(axis), lambda x: x.std(ax), [(2, 3, 4)])
+
+
+def test_max_ties_share_gradient_like_amax() -> None:
+    x = np.array([[1.0, 3.0, 3.0], [2.0, 2.0, 2.0]], dtype=np.float32)
+    t, r = Tensor(x).requires_grad_(), torch.tensor(x, requires_grad=True)
+    t.max(1).sum().backward()
+    r.amax(1).sum().backward()
+    np.testing.assert_allclose(t.grad.numpy(), r.grad.numpy(), rtol=1e-6)
+
+
+def test_prod_grad_with_zeros() -> None:
+    x = np.array([[1.5, 2.0, -3.0], [0.0, 2.0, 4.0], [0.0, 0.0, 5.0], [2.0, 0.0, 0.5]], dtype=np.float32)
+    t, r = Tensor(x).requires_grad_(), torch.tensor(x, requires_grad=True)
+    t.prod(1).sum().backward()
+    r.prod(1).sum().backward()
+    np.testing.assert_allclose(t.grad.numpy(), r.grad.numpy(), rtol=1e-6)
+    check(lambda x: x.prod(0), lambda x: x.prod(0), [(3, 4)], low=0.5, high=2)
+
+
+@pytest.mark.parametrize(
+    "lg,ref",
+    [
+        (lambda x: x.reshape(4, 6), None),
+        (lambda x: x.permute(2, 0, 1), None),
+        (lambda x: x[:, 1:, ::2], None),
+        (lambda x: x[1, ::-1], lambda x: x[1].flip(0)),
+        (lambda x: x.flip((0, 2)), None),
+        (lambda x: x.pad(((1, 0), None, (2, 1))), lambda x: torch.nn.functional.pad(x, (2, 1, 0, 0, 1, 0))),
+        (lambda x: x.pad((1, 2), value=3.0), lambda x: torch.nn.functional.pad(x, (1, 2), value=3.0)),
+        (lambda x: x.shrink(((0, 1), (1, 3), None)), lambda x: x[0:1, 1:3]),
+        (lambda x: x.unsqueeze(1).expand(2, 5, 3, 4), None),
+        (lambda x: x.repeat(2, 1, 2), None),
+        (lambda x: x.cat(x * 2, dim=1), lambda x: torch.cat([x, x * 2], 1)),
+        (lambda x: x.stack(x, dim=0), lambda x: torch.stack([x, x], 0)),
+        (lambda x: x.transpose(0, 2).flatten(), None),
+    ],
+)
+def test_movement_grads(lg: Any, ref: Any) -> None:
+    check(lg, ref or lg, [(2, 3, 4)])
+
+
+# *** semantics ***
+
+
+def test_requires_grad_rules() -> None:
+    a = Tensor([1.0, 2.0])
+    assert not a.requires_grad
+    w = Tensor([3.0, 4.0], requires_grad=True)
+    assert w.requires_grad and (a * w).requires_grad and not (a * 2).requires_grad
+    with pytest.raises(TypeError, match="floating point"):
+        Tensor([1, 2]).requires_grad_()
+    assert w.requires_grad_(False) is w and not w.requires_grad
+
+
+def test_creation_takes_requires_grad() -> None:
+    made = [
+        Tensor.randn(2, 3, requires_grad=True),
+        Tensor.zeros(2, requires_grad=True),
+        Tensor.eye(2, requires_grad=True),
+        Tensor.uniform(3, low=-1, high=1, requires_grad=True),
+        Tensor.full((2,), 1.5, requires_grad=True),
+    ]
+    assert all(t.requires_grad for t in made)
+    assert not Tensor.ones(2, requires_grad=False).requires_grad
+    w = Tensor.rand(4, requires_grad=True)
+    (w * 3).sum().backward()
+    assert w.grad.tolist() == [3.0] * 4
+    with pytest.raises(TypeError, match="floating point"):
+        Tensor.arange(3, requires_grad=True)
+
+
+def test_fan_out_and_broadcast_accumulate() -> None:
+    x = Tensor([[1.0], [2.0], [3.0]], requires_grad=True)  # (3, 1), broadcast against (3, 4)
+    y = Tensor.ones(1, 4).requires_grad_()
+    z = (x * y + x * x) * x  # x used three times
+    z.sum().backward()
+    xr = torch.tensor([[1.0], [2.0], [3.0]], requires_grad=True)
+    yr = torch.ones(1, 4, requires_grad=True)
+    ((xr * yr + xr * xr) * xr).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), xr.grad.numpy())
+    np.testing.assert_allclose(y.grad.numpy(), yr.grad.numpy())
+    assert x.grad.shape == (3, 1) and y.grad.shape == (1, 4)
+
+
+def test_grad_accumulates_across_backward_calls() -> None:
+    x = Tensor([1.0, 2.0], requires_grad=True)
+    (x * 3).sum().backward()
+    (x * x).sum().backward()
+    assert x.grad.tolist() == [5.0, 7.0]
+    x.grad = None
+    (x * 3).sum().backward()
+    assert x.grad.tolist() == [3.0, 3.0]
+
+
+def test_gradients_are_lazy_and_fuse() -> None:
+    x = Tensor.rand(64).requires_grad_().realize()
+    (x.exp() * x).relu().sum().backward()
+    assert not x.grad.uop.is_realized
+    before = GlobalCounters.kernel_count
+    x.grad.realize()
+    assert GlobalCounters.kernel_count - before == 1  # the whole elementwise backward is one kernel
+
+
+def test_gradient_of_several_targets() -> None:
+    a, b, c = Tensor([2.0]).requires_grad_(), Tensor([3.0]).requires_grad_(), Tensor([5.0]).requires_grad_()
+    ga, gb, gc = (a * b).sum().gradient(a, b, c)
+    assert ga.tolist() == [3.0] and gb.tolist() == [2.0] and gc.tolist() == [0.0]
+    assert a.grad is None  # gradient() does not touch .grad
+    (g,) = (a * a).gradient(a, gradient=Tensor([10.0]))
+    assert g.tolist() == [40.0]
+
+
+def test_detach_stops_gradient() -> None:
+    x = Tensor([2.0, 3.0], requires_grad=True)
+    (x * x.detach()).sum().backward()
+    assert x.grad.tolist() == [2.0, 3.0]
+    assert not x.detach().requires_grad
+
+
+def test_no_grad_context_and_decorator() -> None:
+    w = Tensor([1.0, 2.0], requires_grad=True)
+    with Tensor.no_grad():
+        y = w * 2
+        assert not y.requires_grad
+    with pytest.raises(RuntimeError, match="requires_grad"):
+        y.sum().backward()
+
+    @Tensor.no_grad()
+    def f(t: Tensor) -> Tensor:
+        return t * 3
+
+    z = f(w)
+    (z * w).sum().backward()  # only the path outside no_grad carries gradient
+    assert w.grad.tolist() == [3.0, 6.0]
+    assert (w * 2).requires_grad  # the mode is restored after the block
+
+    @Tensor.no_grad
+    def g(t: Tensor) -> Tensor:
+        return t * 3
+
+    assert not g(w).requires_grad and (w * 3).requires_grad
+
+
+def test_train_context_and_decorator() -> None:
+    assert not Tensor.training
+    with Tensor.train():
+        assert Tensor.training
+        with Tensor.train(False):
+            assert not Tensor.training
+        assert Tensor.training
+
+    @Tensor.train()
+    def f() -> bool:
+        return Tensor.training
+
+    @Tensor.train
+    def g() -> bool:
+        return Tensor.training
+
+    assert f() and g() and not Tensor.training
+
+
+def test_backward_errors() -> None:
+    x = Tensor([1.0, 2.0], requires_grad=True)
+    with pytest.raises(ValueError, match="non-scalar"):
+        (x * 2).backward()
+    with pytest.raises(ValueError, match="gradient shape"):
+        (x * 2).backward(Tensor([1.0]))
+    with pytest.raises(TypeError, match="int"):
+        (x * 2).cast(dtypes.int32).sum().backward()
+    loss = (x * x).sum()
+    loss.backward()
+    with pytest.raises(RuntimeError, match="second time"):
+        loss.backward()
+    kept = (x * x).sum() * 2
+    kept.backward(retain_graph=True)
+    kept.backward()
+    assert x.grad.tolist() == [2 + 8.0, 4 + 16.0]
+    with pytest.raises(RuntimeError, match="requires_grad"):
+        Tensor([1.0]).sum().backward()
+
+
+def test_non_scalar_backward_with_gradient() -> None:
+    x = Tensor([1.0, 2.0, 3.0], requires_grad=True)
+    (x * x).backward(Tensor([1.0, 0.0, 2.0]))
+    assert x.grad.tolist() == [2.0, 0.0, 12.0]
+
+
+def test_grad_through_integer_path_is_zero() -> None:
+    x = Tensor([1.5, 2.5], requires_grad=True)
+    y = x * (x > 2).float() + x.floor() + x.cast(dtypes.int32).float()
+    y.sum().backward()
+    assert x.grad.tolist() == [0.0, 1.0]
+
+
+def test_leaf_realized_between_forward_and_backward() -> None:
+    # realizing a lazy leaf swaps its node for a buffer; a graph built before still reaches it through the old node
+    w = Tensor.arange(3).float().requires_grad_()
+    loss = (w * w).sum()
+    lazy = w.uop
+    w.realize()
+    assert w.uop is not lazy and w.tolist() == [0.0, 1.0, 2.0]
+    (g,) = loss.gradient(w)
+    loss.backward()
+    assert g.tolist() == [0.0, 2.0, 4.0] and w.grad.tolist() == [0.0, 2.0, 4.0]
