@@ -1927,6 +1927,14 @@ class Tensor:
         o_ = [ceildiv(i - d * (k - 1), s) for i, d, k, s in zip(i_, d_, kernel, s_)]
         nb = len(batch)
         keep: list[tuple[int, int] | None] = [None] * nb
+        if all(d == 1 and s >= k for d, s, k in zip(d_, s_, kernel)):
+            # windows that do not overlap (max_pool2d(2)) are a reshape: its gradient is a reshape too, where the
+            # general path's gradient has to sum over every copy of the repeated input
+            x = self.pad(keep + [(0, max(0, o * s - i)) for o, s, i in zip(o_, s_, i_)])
+            x = x.shrink(keep + [(0, o * s) for o, s in zip(o_, s_)])
+            x = x.reshape(*batch, *flatten((o, s) for o, s in zip(o_, s_)))
+            x = x.shrink(keep + flatten(((0, o), (0, k)) for o, k in zip(o_, kernel)))
+            return x.permute(*range(nb), *[nb + 2 * i for i in range(nk)], *[nb + 2 * i + 1 for i in range(nk)])
         # repeat each spatial dim k times with period i*f+d: window j of copy t starts at j + t*d after the reshape
         f_ = [1 + int(o * s > i - d * (k - 1)) for o, s, i, d, k in zip(o_, s_, i_, d_, kernel)]
         x = self.repeat([1] * nb + [ceildiv(k * (i * f + d), i) for k, i, d, f in zip(kernel, i_, d_, f_)])

@@ -34,12 +34,16 @@ def hand_coded_optimizations(k: Kernel) -> Kernel:
     out_unit = [a for a in glob if stores and all(_step(k, i, a) == 1 for i in stores)]
     if reuse:
         # register tile: the unit-stride output axis as vectors, a second reused axis as rows of the tile
-        first = out_unit[-1] if out_unit and out_unit[-1] in reuse else None
+        first = _vector_axis(k, reuse, out_unit, in_reduce, vec)
         others = [a for a in reuse if a != first]
-        second = max(others, key=lambda a: k.full_shape[a]) if others else None
+        # the second axis should reuse what the first does not: in a conv, the output width reuses each weight and
+        # the output channels reuse each input pixel (the batch would only reuse the weight again)
+        shared = {i for i in in_reduce if first is not None and _step(k, i, first) == 0}
+        gain = {a: sum(1 for i in in_reduce if i not in shared and _step(k, i, a) == 0) for a in others}
+        second = max(others, key=lambda a: (gain[a], k.full_shape[a])) if others else None
         if first is not None:
             n_axes = len(k.full_shape)
-            _upcast(k, first, (vec, 4, 2))
+            _upcast(k, first, (vec, 8, 4, 2))
             if second is not None and len(k.full_shape) < n_axes and first < second:
                 second -= 1  # the upcast consumed the whole first axis
         if second is not None:
@@ -86,6 +90,23 @@ def _step(k: Kernel, view: int, axis: int) -> int | None:
     idx1, _ = st.to_index(list(at))
     step = graph_rewrite(idx1 - idx0, symbolic)
     return step.arg if step.op is Ops.CONST else None
+
+
+def _vector_axis(k: Kernel, reuse: list[int], out_unit: list[int], in_reduce: list[int], vec: int) -> int | None:
+    """The output axis of a register tile that becomes vector lanes: the store's unit-stride axis when it splits by
+    a vector-ish amount, else one along which every reduce input is contiguous or broadcast (a conv's input
+    gradient stores along its 3x3 window, but its inputs run along the output pixels)."""
+
+    def splits(a: int) -> bool:
+        return any(k.full_shape[a] % w == 0 for w in (vec, 8, 4, 2) if w > 1)
+
+    if out_unit and out_unit[-1] in reuse and splits(out_unit[-1]):
+        return out_unit[-1]
+    steps = {a: [_step(k, i, a) for i in in_reduce] for a in reuse}
+    lanes = [a for a in reuse if splits(a) and 1 in steps[a] and all(s in (0, 1) for s in steps[a])]
+    if lanes:
+        return max(lanes, key=lambda a: k.full_shape[a])
+    return out_unit[-1] if out_unit and out_unit[-1] in reuse else None
 
 
 def _vector_width(k: Kernel, stores: list[int]) -> int:

@@ -172,9 +172,24 @@ def _leaf_key(u: UOp) -> tuple[int, str] | None:
 # (x//d)*d + x%d still finds both halves and folds back to x (see _undo_divmod)
 
 
+def _quotient(m: int, d: int) -> int:
+    """The multiple of d taken out of a coefficient m: towards zero, so |m - q*d| < d keeps m's sign."""
+    return m // d if m >= 0 else -(-m // d)
+
+
 def _split_multiples(x: UOp, d: int) -> tuple[UOp, UOp] | None:
-    """x = d*Q + r with Q the terms whose coefficient d divides, when then x//d == Q + r//d and x%d == r%d."""
+    """x = d*Q + r, when then x//d == Q + r//d and x%d == r%d.
+
+    Q takes every whole multiple of d out of the coefficients and the constant when the rest r then has one quotient
+    over its range (so r//d and r%d fold by bounds): a window index of a convolution, ox + 11*ky + 640 with d = 10,
+    is 10*(ky + 64) + (ox + ky) with ox + ky < 10. Otherwise Q is only the terms whose coefficient d divides, which
+    never makes the expression longer."""
     terms, k = _split_sum(x)
+    if any(abs(m) >= d for _, m in terms) or abs(k) >= d:
+        r = _sum([(b, m - _quotient(m, d) * d) for b, m in terms], k - _quotient(k, d) * d, x)
+        q = exec_alu(Ops.IDIV, x.dtype, [r.vmin, d])
+        if _same_sign(x, r) and q == exec_alu(Ops.IDIV, x.dtype, [r.vmax, d]):
+            return _sum([(b, _quotient(m, d)) for b, m in terms], _quotient(k, d), x), r
     whole = [(b, m // d) for b, m in terms if m % d == 0]
     if not whole:
         return None

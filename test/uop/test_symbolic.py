@@ -131,6 +131,14 @@ class TestDivMod:
         assert simp((x * 4 + y + 8) // 4) == "(x+2)"
         assert simp((x + 8) // 4) == "((x+8)//4)"  # a constant alone is not worth a node
 
+    def test_coefficient_residues(self):
+        # a 3x3 window over a padded row of 10: (ox + 11*ky) is 10*ky + (ox + ky), and ox + ky < 10
+        ox, ky = UOp.variable("ox", 0, 7), UOp.variable("ky", 0, 2)
+        assert simp((ox + ky * 11) % 10) == "(ox+ky)"
+        assert simp((ox + ky * 11) // 10) == "ky"
+        assert simp((ox + ky * 11 + 640) % 10) == "(ox+ky)"
+        assert simp((x * 5 + y) % 4) == "(((x*5)+y)%4)"  # the residue x+y still needs its own %: not worth it
+
     def test_not_split_when_signs_differ(self):
         # z*4+y with z=-1, y=1 is -3, and C's -3//4 is 0, not -1+0
         assert simp((z * 4 + y) // 4) == "(((z*4)+y)//4)"
