@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import functools
+import hashlib
+from pathlib import Path
+
 from lazygrad.codegen.kernel import Kernel, Opt
 from lazygrad.codegen.linearize import linearize
 from lazygrad.codegen.lowerer import lower
 from lazygrad.codegen.workgroups import default_optimizations
-from lazygrad.helpers import BEAM, DEBUG, NOOPT
+from lazygrad.helpers import BEAM, DEBUG, NOOPT, diskcache_get, diskcache_put
 from lazygrad.renderer import ProgramSpec, Renderer
 from lazygrad.uop.ops import GroupOp, Ops, UOp
 
@@ -42,7 +46,36 @@ def launch_dims(uops: list[UOp]) -> tuple[tuple[int, ...], tuple[int, ...]] | tu
     return tuple(dims["g"]), tuple(dims["l"])
 
 
+@functools.cache
+def _codegen_version() -> str:
+    """A hash of the code that turns an AST into source: a cached program is reused only by the code that wrote it."""
+    root = Path(__file__).resolve().parent.parent
+    files = sorted(p for d in ("codegen", "renderer", "uop") for p in (root / d).glob("*.py"))
+    h = hashlib.sha256()
+    for p in [*files, root / "dtype.py"]:
+        h.update(p.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _program_key(ast: UOp, renderer: Renderer) -> str:
+    # the renderer's attributes are its capabilities (cores, vector widths, workgroup limits): all change the code
+    caps = sorted((k, repr(v)) for k, v in vars(renderer).items())
+    return repr((_codegen_version(), type(renderer).__name__, caps, NOOPT.value, BEAM.value, repr(ast)))
+
+
 def get_program(ast: UOp, renderer: Renderer, opts: list[Opt] | None = None) -> ProgramSpec:
+    """The kernel's source and launch facts. Without explicit opts the result is cached on disk, so a second process
+    lowers nothing (lowering a kernel with big register tiles takes tens of milliseconds); DEBUG>=3 bypasses the
+    cache to print the AST, the opts and the source."""
+    if opts is not None or DEBUG >= 3:
+        return _build_program(ast, renderer, opts)
+    key = _program_key(ast, renderer)
+    if (spec := diskcache_get("program", key)) is None:
+        spec = diskcache_put("program", key, _build_program(ast, renderer, None))
+    return spec
+
+
+def _build_program(ast: UOp, renderer: Renderer, opts: list[Opt] | None) -> ProgramSpec:
     k = Kernel(ast, renderer)
     k.merge_axes()
     if opts is not None:

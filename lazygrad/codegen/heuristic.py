@@ -35,6 +35,10 @@ def hand_coded_optimizations(k: Kernel) -> Kernel:
     if reuse:
         # register tile: the unit-stride output axis as vectors, a second reused axis as rows of the tile
         first = _vector_axis(k, reuse, out_unit, in_reduce, vec)
+        # no output axis for vector lanes (a conv's weight gradient): the reduce may run unit-stride through every
+        # input instead (the output pixels), then it gets vector accumulators
+        last_steps = [_step(k, i, reduce_axes[-1]) for i in in_reduce]
+        reduce_lanes = first is None and vec > 1 and 1 in last_steps and all(s in (0, 1) for s in last_steps)
         others = [a for a in reuse if a != first]
         # the second axis should reuse what the first does not: in a conv, the output width reuses each weight and
         # the output channels reuse each input pixel (the batch would only reuse the weight again)
@@ -50,7 +54,8 @@ def hand_coded_optimizations(k: Kernel) -> Kernel:
             # half the vector registers hold accumulators (the rest: the loaded row, broadcasts, addresses)
             rows = getattr(k.renderer, "vector_registers", 16) // 2 if vec > 1 else 4
             _upcast(k, second, tuple(r for r in (rows, rows // 2, 4, 2) if r >= 2))
-        _unroll(k, (2,))
+        if not (reduce_lanes and _unroll(k, (vec, 8, 4))):
+            _unroll(k, (2,))
     elif reduce_axes:
         last = reduce_axes[-1]
         if vec > 1 and any(_step(k, i, last) == 1 for i in in_reduce) and _unroll(k, (vec,)):
@@ -104,9 +109,7 @@ def _vector_axis(k: Kernel, reuse: list[int], out_unit: list[int], in_reduce: li
         return out_unit[-1]
     steps = {a: [_step(k, i, a) for i in in_reduce] for a in reuse}
     lanes = [a for a in reuse if splits(a) and 1 in steps[a] and all(s in (0, 1) for s in steps[a])]
-    if lanes:
-        return max(lanes, key=lambda a: k.full_shape[a])
-    return out_unit[-1] if out_unit and out_unit[-1] in reuse else None
+    return max(lanes, key=lambda a: k.full_shape[a]) if lanes else None
 
 
 def _vector_width(k: Kernel, stores: list[int]) -> int:
