@@ -33,6 +33,7 @@ class Renderer:
     local_max: tuple[int, ...] | None = None
     shared_max: int = 0
     max_upcast: int = 16
+    max_buffers: int | None = None  # buffer arguments one kernel may take (None: no limit worth splitting for)
     tensor_cores: tuple = ()
 
     def render(self, name: str, uops: list[UOp]) -> str:

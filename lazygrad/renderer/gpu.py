@@ -236,6 +236,7 @@ class OpenCLRenderer(GPUDialect):
 
 class CUDARenderer(GPUDialect):
     device = "CUDA"
+    max_buffers = 4096 // 8 - 16  # 4 KB of kernel parameters, room kept for the int arguments
     kernel_prefix = 'extern "C" __global__ void '
     arg_int_prefix = "const int"
     type_map = {
@@ -308,6 +309,7 @@ class CUDARenderer(GPUDialect):
 
 class MetalRenderer(GPUDialect):
     device = "METAL"
+    max_buffers = 31  # Metal's buffer argument table
     kernel_prefix = "kernel void "
     arg_int_prefix = "constant int&"
     shared_max = 32 * 1024

@@ -34,6 +34,7 @@ CL_DEVICE_TYPE_ALL = 0xFFFFFFFF
 CL_DEVICE_MAX_COMPUTE_UNITS = 0x1002
 CL_DEVICE_MAX_WORK_GROUP_SIZE = 0x1004
 CL_DEVICE_MAX_WORK_ITEM_SIZES = 0x1005
+CL_DEVICE_MAX_PARAMETER_SIZE = 0x1017
 CL_DEVICE_LOCAL_MEM_SIZE = 0x1023
 CL_DEVICE_NAME = 0x102B
 CL_DRIVER_VERSION = 0x102D
@@ -295,7 +296,9 @@ class CLDevice(Compiled):
         raw = _info_bytes(get, self.device, CL_DEVICE_MAX_WORK_ITEM_SIZES)
         item_sizes = [int.from_bytes(raw[i : i + n], "little") for i in range(0, len(raw), n)][:3]
         local_mem = int.from_bytes(_info_bytes(get, self.device, CL_DEVICE_LOCAL_MEM_SIZE)[:8], "little")
+        param_bytes = int.from_bytes(_info_bytes(get, self.device, CL_DEVICE_MAX_PARAMETER_SIZE)[:n], "little")
         return {
+            "max_buffers": param_bytes // 8 - 16,  # pointers, with room kept for the int arguments
             "local_max": tuple(min(s, max_wg) for s in item_sizes),
             "max_workgroup": max_wg,
             "shared_max": local_mem,

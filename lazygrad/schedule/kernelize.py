@@ -7,16 +7,17 @@ Everything that is not stored is inlined into the kernels that use it. The decis
   3. a node used by several kernels is stored only if that moves fewer bytes than recomputing it in each;
   4. an ALU subtree read through an expand by a kernel that reduces is stored (recomputing it per reduce step
      multiplies its arithmetic by the expand factor);
-  5. kernels with no dependency between them and the same iteration space merge into one multi-output kernel.
+  5. a kernel reading more buffers than its device takes as arguments has inlined subtrees stored until it fits;
+  6. kernels with no dependency between them and the same iteration space merge into one multi-output kernel.
 Movement ops never make kernels: they compose into the ShapeTracker of each load.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
-from lazygrad.device import Buffer
+from lazygrad.device import Buffer, Device
 from lazygrad.dtype import dtypes
 from lazygrad.helpers import DEBUG, prod
 from lazygrad.uop.ops import GroupOp, Ops, UOp, substitute
@@ -101,6 +102,32 @@ class _Planner:
                 continue
             if len(reach) > 1 and self._store_is_cheaper(n, len(reach)) or n in expanded_by_reduce:
                 self.stored.add(n)
+
+    def fit_buffer_limits(self, limit_of: Callable[[str], int | None]) -> None:
+        """Store inlined subtrees of any kernel that would read more buffers than its device accepts (a cat of 40
+        tensors on Metal, whose kernels take 31): the subtree reading the most buffers that still fits goes first."""
+        pending = [n for n in self.order if n in self.stored]
+        while pending:
+            n = pending.pop()
+            limit = limit_of(n.device)
+            if limit is None:
+                continue
+            while len(reads := self._reads(n)) + 1 > limit:  # +1: the kernel's output
+                inner = [x for x in self._inlined(n) if x is not n and x not in reads and x.op in GroupOp.Elementwise]
+                # a subtree that inlines an unstored reduce stays whole: the reduce belongs to n's kernel
+                fits = [(len(r), x) for x in inner if len(r := self._reads(x)) < limit and not self._has_reduce(x)]
+                if not fits:
+                    raise RuntimeError(f"a kernel on {n.device} reads {len(reads)} buffers, over the device's limit "
+                                       f"of {limit}, and cannot be split")
+                _, best = max(fits, key=lambda f: f[0])
+                self.stored.add(best)
+                pending.append(best)
+
+    def _reads(self, n: UOp) -> set[UOp]:
+        return {x for x in self._inlined(n) if x is not n and (x.op is Ops.BUFFER or x in self.realized or x in self.stored)}
+
+    def _has_reduce(self, n: UOp) -> bool:
+        return any(x.op is Ops.REDUCE_AXIS and x is not n and x not in self.stored for x in self._inlined(n))
 
     def _expanded_by_reduce(self) -> set[UOp]:
         """ALU nodes a reduce reads through an expand: inlined, they would be recomputed once per expanded element."""
@@ -326,6 +353,23 @@ def _merge(items: list[tuple[UOp, list[Buffer]]]) -> tuple[UOp, list[Buffer]]:
     return UOp(Ops.SINK, src=tuple(stores)), bufs
 
 
+def _within_limit(items: list[tuple[UOp, list[Buffer]]], limit: int | None) -> list[list[tuple[UOp, list[Buffer]]]]:
+    """Kernels to merge, in runs whose buffers together stay within the device's limit."""
+    if limit is None:
+        return [items]
+    runs: list[list[tuple[UOp, list[Buffer]]]] = []
+    seen: set[int] = set()
+    for item in items:
+        ids = {id(b) for b in item[1]}
+        if runs and len(seen | ids) <= limit:
+            runs[-1].append(item)
+            seen |= ids
+        else:
+            runs.append([item])
+            seen = ids
+    return runs
+
+
 def _levels(stored: list[UOp], reads: list[set[UOp]]) -> list[int]:
     """A kernel runs after the kernels whose outputs it reads, and an in-place write (ASSIGN) runs after every
     kernel that reads the old contents of its buffer. Kernels on the same level are independent of each other."""
@@ -352,6 +396,7 @@ def create_schedule(outs: list[UOp], realized: dict[UOp, UOp]) -> tuple[list[Sch
     and the values of the variables the kernels take as arguments."""
     planner = _Planner(outs, realized)
     planner.decide()
+    planner.fit_buffer_limits(lambda device: getattr(Device[device].renderer, "max_buffers", None))
     stored = [n for n in planner.order if n in planner.stored]
     out_bufs: dict[UOp, Buffer] = {}
     becomes: dict[UOp, UOp] = {}
@@ -382,8 +427,10 @@ def create_schedule(outs: list[UOp], realized: dict[UOp, UOp]) -> tuple[list[Sch
         groups.setdefault((level[i], ("copy", i) if ast.op is Ops.COPY else _signature(ast)), []).append(i)
     schedule: list[tuple[int, ScheduleItem]] = []
     for (lvl, _), members in groups.items():
-        ast, bufs = _merge([kernels[i] for i in members]) if len(members) > 1 else kernels[members[0]]
-        schedule.append((lvl, ScheduleItem(ast, tuple(bufs))))
+        limit = getattr(Device[kernels[members[0]][1][0].device].renderer, "max_buffers", None)
+        for part in _within_limit([kernels[i] for i in members], limit):
+            ast, bufs = _merge(part) if len(part) > 1 else part[0]
+            schedule.append((lvl, ScheduleItem(ast, tuple(bufs))))
     schedule.sort(key=lambda x: x[0])
     if DEBUG >= 1 and schedule:
         print(f"scheduled {len(schedule)} kernels for {len(stored)} stored nodes")

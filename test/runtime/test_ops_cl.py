@@ -191,6 +191,19 @@ def test_opts_over_device_limits_are_refused():
         run_with_opts(t.sum(axis=1), [Opt(OptOps.GROUP, 0, 8192)])
 
 
+def test_kernel_over_the_buffer_limit_is_split(monkeypatch):
+    assert CL.renderer.max_buffers >= 8  # read from CL_DEVICE_MAX_PARAMETER_SIZE
+    monkeypatch.setattr(CL.renderer, "max_buffers", 5)
+    parts = [cl_rand(3, 4, seed=i)[1] for i in range(13)]
+    out = Tensor.cat(*parts) * 2
+    sched = out.schedule()
+    assert len(sched) > 1 and all(len(si.bufs) <= 5 for si in sched)
+    from lazygrad.engine.realize import run_schedule
+
+    run_schedule(sched)
+    np.testing.assert_allclose(out.numpy(), np.concatenate([p.numpy() for p in parts]) * 2)
+
+
 def test_default_opts_use_workgroups():
     x, t = cl_rand(4, 4096)
     (si,) = t.sum(axis=1).schedule()

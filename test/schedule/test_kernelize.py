@@ -156,3 +156,25 @@ def test_bound_variable_is_a_kernel_argument():
         run_schedule(sched, var_vals)
         np.testing.assert_allclose(out.numpy(), xn * val, rtol=1e-6)
     assert srcs[0] == srcs[1] and "const int step" in srcs[0]
+
+
+@pytest.mark.parametrize("limit", [3, 6, 31])
+def test_kernels_fit_the_devices_buffer_limit(monkeypatch, limit):
+    from lazygrad import Device
+
+    monkeypatch.setattr(Device["CPU"].renderer, "max_buffers", limit)
+    parts = [realized(7, 3, seed=i) for i in range(40)]
+    cat = Tensor.cat(*[t for t, _ in parts])
+    chain = parts[0][0]
+    for t, _ in parts[1:]:
+        chain = chain * 0.5 + t.sum(1, keepdim=True)  # the reduces stay inside the kernels that read them
+    sched = cat.schedule(chain)
+    assert all(len(si.bufs) <= limit for si in sched), [len(si.bufs) for si in sched]
+    from lazygrad.engine.realize import run_schedule
+
+    run_schedule(sched)
+    np.testing.assert_array_equal(cat.numpy(), np.concatenate([a for _, a in parts]))
+    want = parts[0][1]
+    for _, a in parts[1:]:
+        want = want * 0.5 + a.sum(1, keepdims=True)
+    np.testing.assert_allclose(chain.numpy(), want, rtol=1e-5)
