@@ -143,6 +143,19 @@ def grad_reachable(root: UOp, targets: set[UOp]) -> set[UOp]:
     return found
 
 
+# nodes whose derivative the composite op that built them states directly, instead of the derivatives of the
+# movement ops they are made of: node -> (the source it is a function of, incoming gradient -> that source's).
+# Weak, and keyed by the hash-consed node, so a window built twice shares its rule and a dropped one forgets it.
+_shortcuts: weakref.WeakKeyDictionary[UOp, tuple[UOp, Callable[[Tensor], Tensor]]] = weakref.WeakKeyDictionary()
+
+
+def define_gradient(node: UOp, source: UOp, rule: Callable[[Tensor], Tensor]) -> None:
+    """Differentiate `node` with respect to `source` by `rule`. For a sliding window (conv, pooling) the chain
+    rule through its repeat/reshape/shrink ops gives a reduce over every repeated copy with div/mod index math; the
+    rule gives the same sum as a few shifted pads of the window gradient."""
+    _shortcuts[node] = (source, rule)
+
+
 def compute_gradient(root: UOp, root_grad: Tensor, targets: set[UOp]) -> dict[UOp, Tensor]:
     """d(root)/d(target) for each target reachable from root, as lazy Tensors (weighted by root_grad)."""
     from lazygrad.tensor import Tensor
@@ -154,6 +167,12 @@ def compute_gradient(root: UOp, root_grad: Tensor, targets: set[UOp]) -> dict[UO
         g = grads.get(node)
         # a target whose sources reach no other target (a leaf) passes nothing on
         if g is None or _blocks(node) or not any(reaches[s] for s in node.src):
+            continue
+        if (shortcut := _shortcuts.get(node)) is not None and reaches[shortcut[0]]:
+            src, sg = shortcut[0], shortcut[1](g)
+            if sg.shape != src.shape:
+                raise AssertionError(f"gradient shortcut of {node.op} has shape {sg.shape}, expected {src.shape}")
+            grads[src] = grads[src] + sg if src in grads else sg
             continue
         rule = grad_rules.get(node.op)
         if rule is None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import math
 import struct
 import weakref
@@ -240,8 +241,10 @@ class Tensor:
                 x = x.contiguous()
             self.uop = UOp(Ops.ASSIGN, self.dtype, (self.uop.src[0], x.uop))
         elif self._plain_buffer() is None:
-            if self.uop.is_realized:
-                raise NotImplementedError("assign into a view of a buffer (a slice, transpose, ...) is not supported yet")
+            if _owned_elsewhere(self.uop):
+                raise NotImplementedError(
+                    "writing into a view of another tensor's memory (a slice, transpose, reshape or detach() of it) "
+                    "is not supported: write into that tensor instead (t[1:][0] = v becomes t[1] = v)")
             self.uop = x.uop  # nothing stored yet: the tensor simply becomes x
         else:
             if _reads_shifted(x.uop, self.uop.base):
@@ -648,6 +651,15 @@ class Tensor:
 
     def unflatten(self, dim: int, sizes: Sequence[int]) -> Tensor:
         d = _axes(dim, self.ndim)[0]
+        sizes = list(sizes)
+        if sizes.count(-1) == 1:
+            # -1 is inferred within the dim (also when another dim makes the tensor empty)
+            known = prod(s for s in sizes if s != -1)
+            if known == 0 or self.shape[d] % known:
+                raise ValueError(f"unflatten: sizes {tuple(sizes)} do not divide dim {d} of size {self.shape[d]}")
+            sizes[sizes.index(-1)] = self.shape[d] // known
+        if prod(sizes) != self.shape[d]:
+            raise ValueError(f"unflatten: sizes {tuple(sizes)} do not multiply to {self.shape[d]}, the size of dim {d}")
         return self.reshape(self.shape[:d] + tuple(sizes) + self.shape[d + 1 :])
 
     def squeeze(self, dim: int | Sequence[int] | None = None) -> Tensor:
@@ -791,8 +803,11 @@ class Tensor:
             lowest = -math.inf if dtypes.is_float(self.dtype) else dtypes.min(self.dtype)
             s = src if reduce == "amax" else -src if dtypes.is_float(self.dtype) else ~src
             x = self if reduce == "amax" else -self if dtypes.is_float(self.dtype) else ~self
-            part = self._pad_to_self(hit.where(s, lowest).max(d))
-            out = x.maximum(part) if include_self else part
+            # self joins the candidates of one max, so that tied maxima share the gradient evenly, as in torch
+            cand = hit.where(s, lowest)
+            target = self.shape[:d] + (cand.shape[d],) + self.shape[d:]
+            cand = cand.pad([(0, t - c) for t, c in zip(target, cand.shape)], value=lowest)
+            out = (cand.cat(x.unsqueeze(d), dim=d) if include_self else cand).max(d)
             out = out if reduce == "amax" else -out if dtypes.is_float(self.dtype) else ~out
         return (count > 0).where(out, self)
 
@@ -1111,7 +1126,11 @@ class Tensor:
         # the running max is reached anew (or tied) exactly where x == max so far: the index is a running max too
         hit = (self == values) | self.isnan() if dtypes.is_float(self.dtype) else self == values
         pos = Tensor.arange(n, device=self.device).reshape((n,) + (1,) * (self.ndim - d - 1)) if self.ndim else 0
-        return values, hit.where(pos, -1)._cumulative(axis, "max").cast(dtypes.int64)
+        indices = hit.where(pos, -1)._cumulative(axis, "max").cast(dtypes.int64)
+        if self.ndim and self.requires_grad:
+            # torch's gradient goes to the element the index names, not shared among ties as a max's would be
+            values = self.gather(d, indices)
+        return values, indices
 
     def cummin(self, axis: int = 0) -> tuple[Tensor, Tensor]:
         neg = -self if dtypes.is_float(self.dtype) else ~self
@@ -1164,26 +1183,28 @@ class Tensor:
     def norm(self, p: float | str = "fro", dim: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
         """Vector p-norm over dim (all dims by default); 'fro' is the 2-norm, inf / -inf the largest / smallest |x|."""
         x = self.cast(least_upper_float(self.dtype)).abs()
-        if p in ("fro", 2, 2.0):
-            return x.square().sum(dim, keepdim).sqrt()
         if p == math.inf:
             return x.max(dim, keepdim)
         if p == -math.inf:
             return x.min(dim, keepdim)
         if p == 0:
             return (x != 0).cast(x.dtype).sum(dim, keepdim)
-        if isinstance(p, str):
+        if isinstance(p, str) and p != "fro":
             raise ValueError(f"norm: p must be a number or 'fro', not {p!r}")
-        return x.pow(p).sum(dim, keepdim).pow(1 / p)
+        s = x.square().sum(dim, keepdim) if p in ("fro", 2, 2.0) else x.pow(p).sum(dim, keepdim)
+        # the root's derivative is infinite at 0: a zero norm gets gradient 0 (torch's choice), not 0 * inf = NaN
+        zero = s == 0
+        safe = zero.where(1, s)
+        return zero.where(0, safe.sqrt() if p in ("fro", 2, 2.0) else safe.pow(1 / p))
 
     # *** more elementwise: activations and math built on the primitives ***
 
     def celu(self, alpha: float = 1.0) -> Tensor:
-        return (self > 0).where(self, alpha * ((self / alpha).exp() - 1))
+        return (self / alpha).elu() * alpha
 
     def selu(self) -> Tensor:
         alpha, scale = 1.6732632423543772, 1.0507009873554805
-        return scale * (self > 0).where(self, alpha * (self.exp() - 1))
+        return scale * self.elu(alpha)
 
     def quick_gelu(self) -> Tensor:
         return self * (self * 1.702).sigmoid()
@@ -1214,6 +1235,7 @@ class Tensor:
         a, b = self._broadcasted(other)
         fdt = least_upper_float(a.dtype)
         a, b = a.cast(fdt), b.cast(fdt)
+        a = (a == 0).where(a.detach(), a)  # torch's gradient is 0 at a == 0, where the sign flip is undefined
         mag = a._signbit().where(-a, a)
         return b._signbit().where(-mag, mag)
 
@@ -1240,6 +1262,8 @@ class Tensor:
 
     def isclose(self, other: Any, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False) -> Tensor:
         a, b = self._broadcasted(other)
+        if a.dtype == dtypes.bool:
+            return a == b
         close = (a == b) | ((a - b).abs() <= atol + rtol * b.abs()) & a.isfinite() & b.isfinite()
         return close | (a.isnan() & b.isnan()) if equal_nan else close
 
@@ -1715,22 +1739,25 @@ class Tensor:
         return self.isnan().where(self, s) if dtypes.is_float(self.dtype) else s  # NaN stays NaN, like numpy
 
     def clip(self, min_: Any = None, max_: Any = None) -> Tensor:
+        """torch.clamp: NaN stays NaN, and a value equal to a bound keeps its gradient (a where, not maximum /
+        minimum, which would split it with the bound)."""
         if min_ is None and max_ is None:
             raise ValueError("clip needs at least one of min and max")
         x = self
         if min_ is not None:
-            x = x.maximum(min_)
+            x = (x < min_).where(min_, x)
         if max_ is not None:
-            x = x.minimum(max_)
+            x = (x > max_).where(max_, x)
         return x
 
     clamp = clip
 
     def relu(self) -> Tensor:
-        return self.maximum(0)
+        # a where, not maximum(0): torch's gradient at 0 is 0 (maximum would split it), and NaN stays NaN
+        return (self <= 0).where(0, self)
 
     def sigmoid(self) -> Tensor:
-        return self._in_float32(lambda x: (1 + (-x).exp()).reciprocal())
+        return self._in_float32(_sigmoid)
 
     def tanh(self) -> Tensor:
         return self._in_float32(_tanh)
@@ -1753,21 +1780,26 @@ class Tensor:
     def softplus(self, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
         def fn(x: Tensor) -> Tensor:
             bx = x * beta
-            return (bx > threshold).where(x, (1 + bx.exp()).log() * (1 / beta))
+            linear = bx > threshold
+            # exp only below the threshold: exp(1000) = inf in the unused branch would make its gradient 0 * inf
+            return linear.where(x, (1 + linear.where(0, bx).exp()).log() * (1 / beta))
 
         return self._in_float32(fn)
 
     def leaky_relu(self, neg_slope: float = 0.01) -> Tensor:
-        return (self < 0).where(self * neg_slope, self)
+        return (self > 0).where(self, self * neg_slope)
 
     def elu(self, alpha: float = 1.0) -> Tensor:
-        return (self > 0).where(self, alpha * (self.exp() - 1))
+        pos = self > 0
+        # exp only of the non-positive part: exp of a large x would overflow, and 0 * inf is a NaN gradient
+        return pos.where(self, alpha * (pos.where(0, self).exp() - 1))
 
     def relu6(self) -> Tensor:
-        return self.relu().minimum(6)
+        return self.hardtanh(0, 6)
 
     def hardtanh(self, min_val: float = -1.0, max_val: float = 1.0) -> Tensor:
-        return self.clip(min_val, max_val)
+        # torch's gradient is zero at the bounds themselves (clip keeps it there)
+        return (self <= min_val).where(min_val, (self >= max_val).where(max_val, self))
 
     def isnan(self) -> Tensor:
         return self != self
@@ -1945,7 +1977,12 @@ class Tensor:
         x = x.reshape(*batch, *flatten((k, o, s) for k, o, s in zip(kernel, o_, s_)))
         x = x.shrink(keep + flatten(((0, k), (0, o), (0, 1)) for k, o in zip(kernel, o_)))
         x = x.reshape(*batch, *flatten((k, o) for k, o in zip(kernel, o_)))
-        return x.permute(*range(nb), *[nb + 2 * i + 1 for i in range(nk)], *[nb + 2 * i for i in range(nk)])
+        x = x.permute(*range(nb), *[nb + 2 * i + 1 for i in range(nk)], *[nb + 2 * i for i in range(nk)])
+        if prod(kernel) <= _WINDOW_GRAD_TERMS:
+            from lazygrad.gradient import define_gradient
+
+            define_gradient(x.uop, self.uop, functools.partial(_window_grad, i_=i_, o_=o_, k_=kernel, s_=s_, d_=d_))
+        return x
 
     def _pool_pads(self, padding: int | Sequence[int], dims: int) -> list[tuple[int, int]]:
         """(before, after) per spatial dim from an int, one int per dim, or torch's flat (last_lo, last_hi, ...)."""
@@ -2115,7 +2152,7 @@ class Tensor:
         m = self - self.max(axis, keepdim=True).detach()
         return m - m.exp().sum(axis, keepdim=True).log()
 
-    def logsumexp(self, axis: int = -1, keepdim: bool = False) -> Tensor:
+    def logsumexp(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
         m = self.max(axis, keepdim=True).detach()
         # an infinite max would give inf - inf = nan; shifting by 0 instead keeps -inf rows at -inf and +inf at +inf
         m = m.isinf().where(0.0, m)
@@ -2263,6 +2300,46 @@ for _name in ("empty", "full", "zeros", "ones", "arange", "linspace", "eye", "ra
     setattr(Tensor, _name, _creation_with_requires_grad(getattr(Tensor, _name)))
 
 
+# a window's gradient as one shifted pad per kernel position: one load each in the kernel that sums them
+_WINDOW_GRAD_TERMS = 64
+
+
+def _window_grad(g: Tensor, i_: Sequence[int], o_: Sequence[int], k_: Sequence[int], s_: Sequence[int],
+                 d_: Sequence[int]) -> Tensor:
+    """The gradient of x._pool(k_, s_, d_) from the window gradient g (..., *o_, *k_): input position o*s + k*d
+    collects g[..., o, k] for every (o, k) that reads it (col2im)."""
+    nk = len(k_)
+    nb = g.ndim - 2 * nk
+    batch = g.shape[:nb]
+    total: Tensor | None = None
+    for ks in itertools.product(*[range(k) for k in k_]):
+        t = g.shrink([None] * (nb + nk) + [(k, k + 1) for k in ks]).reshape(*batch, *o_)
+        for j, (o, s, k, d, i) in enumerate(zip(o_, s_, ks, d_, i_)):
+            axis = nb + j
+            if s > 1:  # o values s apart: interleave s - 1 zeros
+                t = t.reshape(*t.shape[: axis + 1], 1, *t.shape[axis + 1 :])
+                t = t.pad(_on_axis(t.ndim, axis + 1, (0, s - 1)))
+                t = t.reshape(*t.shape[:axis], o * s, *t.shape[axis + 2 :])
+            used = min(o * s, i - k * d)  # the interleaved zeros after the last window may pass the input's end
+            t = t.shrink(_on_axis(t.ndim, axis, (0, used))).pad(_on_axis(t.ndim, axis, (k * d, i - k * d - used)))
+        total = t if total is None else total + t
+    assert total is not None
+    return total
+
+
+def _on_axis(ndim: int, axis: int, arg: tuple[int, int]) -> list[tuple[int, int] | None]:
+    """A pad/shrink argument that touches one axis."""
+    return [arg if a == axis else None for a in range(ndim)]
+
+
+def _owned_elsewhere(u: UOp) -> bool:
+    """Whether u views memory (a buffer, or one with a write pending) through movement ops or detach: a write into
+    such a view belongs in that memory, which this tensor does not own."""
+    while u.op in GroupOp.Movement or u.op is Ops.DETACH:
+        u = u.src[0]
+    return u.op in (Ops.BUFFER, Ops.ASSIGN)
+
+
 def _reads_shifted(value: UOp, buffer: UOp) -> bool:
     """True if `value` reads `buffer` through a view other than a reshape (then an in-place write would race).
     Reads behind an ASSIGN or CONTIGUOUS do not count: the scheduler always stores those in kernels of their own,
@@ -2304,19 +2381,39 @@ class _TrainMode(contextlib.ContextDecorator):
         Tensor.training = self.prev
 
 
+def _odd(x: Tensor, f: Callable[[Tensor], Tensor]) -> Tensor:
+    """An odd function from its values f(|x|) for x >= 0. |x| is a where, not abs(): abs has gradient 0 at 0, which
+    would make the derivative of f at 0 vanish (tanh'(0) = 1, erf'(0) = 2/sqrt(pi))."""
+    neg = x < 0
+    y = f(neg.where(-x, x))
+    return neg.where(-y, y)
+
+
 def _tanh(x: Tensor) -> Tensor:
-    t = (x.abs() * -2).exp()
-    r = (1 - t) / (1 + t)
-    return (x < 0).where(-r, r)
+    def positive(a: Tensor) -> Tensor:
+        t = (a * -2).exp()
+        return (1 - t) / (1 + t)
+
+    return _odd(x, positive)
 
 
 def _erf(x: Tensor) -> Tensor:
     """Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7, also in float64), odd-extended."""
-    a = x.abs()
-    t = 1 / (1 + 0.3275911 * a)
-    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
-    y = 1 - poly * (-a * a).exp()
-    return (x < 0).where(-y, y)
+
+    def positive(a: Tensor) -> Tensor:
+        t = 1 / (1 + 0.3275911 * a)
+        poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
+        return 1 - poly * (-a * a).exp()
+
+    return _odd(x, positive)
+
+
+def _sigmoid(x: Tensor) -> Tensor:
+    """1 / (1 + exp(-x)) for x >= 0 and exp(x) / (1 + exp(x)) below: exp never overflows, so neither the value nor
+    the gradient of the branch a where does not take becomes inf (0 * inf would be a NaN gradient)."""
+    neg = x < 0
+    e = neg.where(x, -x).exp()
+    return neg.where(e, 1) / (1 + e)
 
 
 def _reduced_shape(shape: tuple[int, ...], axis: Any, keepdim: bool) -> tuple[int, ...]:
@@ -2595,7 +2692,7 @@ def _advanced_scatter(shape: tuple[int, ...], adv: list[tuple[int, Tensor]], v: 
     sizes, rest_shape = [shape[d] for d in dims], tuple(shape[d] for d in rest)
     inverse = argsort(dims + rest)
     if prod(bshape) == 0:
-        return v.zeros_like()._broadcast_to(tuple(shape)), Tensor.full(shape, False, device=v.device)
+        return Tensor.zeros(*shape, dtype=v.dtype, device=v.device), Tensor.full(shape, False, device=v.device)
     v = v.permute(*range(at, at + nb), *range(at), *range(at + nb, v.ndim)) if at else v
     mask = _index_mask(adv, sizes, bshape, (1,) * nr)
     gid = Tensor.arange(prod(bshape), device=v.device).reshape(bshape + (1,) * (k + nr))

@@ -141,6 +141,23 @@ def test_zero_size_batches() -> None:
     check(lambda x: x.max_pool2d(2), lambda x: F.max_pool2d(x, 2), [(0, 2, 4, 4)])
 
 
+def test_conv2d_input_gradient_is_one_reduce_and_one_gather() -> None:
+    # the window's gradient is stated directly (gradient.define_gradient): the sum over output channels (a reduce;
+    # the other is the forward conv, which square's derivative reads), then col2im as one elementwise kernel of 9
+    # shifted loads, not a reduce over the repeated input's copies
+    from lazygrad.uop.ops import Ops
+
+    x = Tensor(np.random.default_rng(0).standard_normal((4, 3, 9, 9)).astype(np.float32), requires_grad=True)
+    w = Tensor(np.random.default_rng(1).standard_normal((5, 3, 3, 3)).astype(np.float32))
+    x.conv2d(w, padding=1).square().sum().backward()
+    sched = [si for si in x.grad.schedule() if si.ast.op is Ops.SINK]
+    reduces = [si for si in sched if any(u.op is Ops.REDUCE_AXIS for u in si.ast.toposort)]
+    assert len(reduces) == 2, [si.ast for si in reduces]
+    last = sched[-1].ast
+    assert not any(u.op is Ops.REDUCE_AXIS for u in last.toposort)
+    assert sum(u.op is Ops.LOAD for u in last.toposort) == 9
+
+
 def test_conv2d_prime_sizes() -> None:
     check(lambda x, w: x.conv2d(w, padding=2), lambda x, w: F.conv2d(x, w, padding=2), [(1, 2, 13, 11), (5, 2, 7, 5)],
           atol=1e-4)

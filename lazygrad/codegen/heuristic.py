@@ -67,7 +67,7 @@ def hand_coded_optimizations(k: Kernel) -> Kernel:
             _unroll(k, (4, 2))
     elif out_unit:
         _upcast(k, out_unit[-1], (vec, 4, 2))
-    _thread(k)
+    _thread(k, len(loads))
     return k
 
 
@@ -141,9 +141,11 @@ def _unroll(k: Kernel, amounts: tuple[int, ...]) -> bool:
     return any(_try(k, Opt(OptOps.UNROLL, last, a)) for a in amounts if a > 1 and size % a == 0 and size >= a)
 
 
-def _thread(k: Kernel) -> bool:
+def _thread(k: Kernel, n_loads: int) -> bool:
     threads = getattr(k.renderer, "threads", 1)
-    if not getattr(k.renderer, "has_threads", False) or threads < 2 or prod(k.full_shape) < THREAD_MIN_WORK:
+    # an iteration that gathers many inputs (a col2im sums 9 window gradients) is worth several plain ones
+    work = prod(k.full_shape) * max(1, n_loads // 2)
+    if not getattr(k.renderer, "has_threads", False) or threads < 2 or work < THREAD_MIN_WORK:
         return False
     glob = k.axes_of(AxisType.GLOBAL)
     for i, a in enumerate(glob):
