@@ -98,6 +98,9 @@ class Tensor:
             self.uop = data if data.op is not Ops.BIND or data.device else data.replace(src=(*data.src, UOp(Ops.DEVICE, arg=device)))
         elif isinstance(data, Tensor):
             self.uop = data.uop
+        elif type(data).__module__ == "numpy" and hasattr(data, "dtype"):
+            # before the Python scalars: numpy's float64 is a float subclass, and it stays float64
+            self.uop = Tensor._from_numpy(data, device, dtype)
         elif isinstance(data, (bool, int, float)):
             dt = dtype or dtypes.from_py(data)
             self.uop = Tensor._const_uop(data, dt, device)
@@ -118,8 +121,6 @@ class Tensor:
             buf = Buffer(device, raw.nbytes // dt.itemsize, dt)
             buf.copyin(raw)
             self.uop = UOp.buffer_view(buf, (buf.size,))
-        elif type(data).__module__ == "numpy" and hasattr(data, "dtype"):
-            self.uop = Tensor._from_numpy(data, device, dtype)
         else:
             raise TypeError(f"cannot make a Tensor from {type(data).__name__}")
         if dtype is not None and self.dtype != dtype:
@@ -257,6 +258,8 @@ class Tensor:
         import numpy as np
 
         arr = np.asarray(arr)
+        if not arr.dtype.isnative:
+            arr = arr.astype(arr.dtype.newbyteorder("="))  # buffers hold the machine's byte order
         dt = _np_to_dtype(arr.dtype)
         shape = tuple(int(s) for s in arr.shape)
         if device == "CPU" and arr.flags.c_contiguous and arr.size > 0 and arr.ctypes.data % dt.itemsize == 0:
@@ -335,7 +338,7 @@ class Tensor:
             # a node realized by an earlier schedule (the same graph built twice is the same UOp) is not in `becomes`
             view = becomes.get(t.uop.base, _realized.get(t.uop.base))
             if view is not None:
-                t.uop = t.uop.substitute({t.uop.base: view})
+                t.uop = t.uop.rebase(view)
         return schedule, var_vals
 
     def schedule(self, *lst: Tensor) -> list:
@@ -1191,11 +1194,9 @@ class Tensor:
             return (x != 0).cast(x.dtype).sum(dim, keepdim)
         if isinstance(p, str) and p != "fro":
             raise ValueError(f"norm: p must be a number or 'fro', not {p!r}")
-        s = x.square().sum(dim, keepdim) if p in ("fro", 2, 2.0) else x.pow(p).sum(dim, keepdim)
-        # the root's derivative is infinite at 0: a zero norm gets gradient 0 (torch's choice), not 0 * inf = NaN
-        zero = s == 0
-        safe = zero.where(1, s)
-        return zero.where(0, safe.sqrt() if p in ("fro", 2, 2.0) else safe.pow(1 / p))
+        if p in ("fro", 2, 2.0):
+            return _root(x.square().sum(dim, keepdim), 2)
+        return _root(x.pow(p).sum(dim, keepdim), p)
 
     # *** more elementwise: activations and math built on the primitives ***
 
@@ -1401,7 +1402,7 @@ class Tensor:
     def sub(self, x: Any, reverse: bool = False) -> Tensor:
         a, b = self._broadcasted(x, reverse)
         if a.dtype == dtypes.bool:
-            raise TypeError("subtraction of bool tensors is not supported; use logical_xor or ^")
+            raise _unsupported("subtraction (-)", a, "use logical_xor or ^")
         return a._alu(Ops.SUB, b)
 
     def mul(self, x: Any, reverse: bool = False) -> Tensor:
@@ -1546,10 +1547,12 @@ class Tensor:
     def logical_not(self) -> Tensor:
         return self.cast(dtypes.bool)._alu(Ops.CMPNE, Tensor.full(self.shape, True, device=self.device))
 
-    def _bitwise(self, op: Ops, x: Any, reverse: bool = False) -> Tensor:
+    def _bitwise(self, op: Ops, x: Any, reverse: bool = False, name: str | None = None) -> Tensor:
         a, b = self._broadcasted(x, reverse)
         if dtypes.is_float(a.dtype):
-            raise TypeError(f"bitwise {op.name.lower()} needs integer or bool tensors, got {a.dtype}")
+            names = {Ops.AND: "bitwise_and (&)", Ops.OR: "bitwise_or (|)", Ops.XOR: "bitwise_xor (^)",
+                     Ops.SHL: "lshift (<<)", Ops.SHR: "rshift (>>)"}
+            raise _unsupported(name or names[op], a, "bitwise ops take integer or bool tensors")
         return a._alu(op, b)
 
     def bitwise_and(self, x: Any) -> Tensor:
@@ -1564,7 +1567,8 @@ class Tensor:
     def bitwise_not(self) -> Tensor:
         if self.dtype == dtypes.bool:
             return self.logical_not()
-        return self._bitwise(Ops.XOR, -1 if not dtypes.is_unsigned(self.dtype) else dtypes.max(self.dtype))
+        ones = -1 if not dtypes.is_unsigned(self.dtype) else dtypes.max(self.dtype)
+        return self._bitwise(Ops.XOR, ones, name="bitwise_not (~)")
 
     def lshift(self, x: int) -> Tensor:
         return self._bitwise(Ops.SHL, x)
@@ -1665,7 +1669,7 @@ class Tensor:
 
     def neg(self) -> Tensor:
         if self.dtype == dtypes.bool:
-            raise TypeError("negation of a bool tensor is not supported; use logical_not or ~")
+            raise _unsupported("negation (-)", self, "use logical_not or ~")
         return self._alu(Ops.NEG)
 
     def reciprocal(self) -> Tensor:
@@ -1734,6 +1738,8 @@ class Tensor:
         return self.maximum(-self) if dtypes.is_float(self.dtype) else (self < 0).where(-self, self)
 
     def sign(self) -> Tensor:
+        if self.dtype == dtypes.bool:
+            return self
         one, zero = self.ones_like(), self.zeros_like()
         s = (self > 0).where(one, (self < 0).where(-one if not dtypes.is_unsigned(self.dtype) else zero, zero))
         return self.isnan().where(self, s) if dtypes.is_float(self.dtype) else s  # NaN stays NaN, like numpy
@@ -1753,7 +1759,8 @@ class Tensor:
     clamp = clip
 
     def relu(self) -> Tensor:
-        # a where, not maximum(0): torch's gradient at 0 is 0 (maximum would split it), and NaN stays NaN
+        # a where, not maximum(0): torch's gradient at 0 is 0 (maximum would split it), and NaN stays NaN. The mask
+        # is recomputed inside the backward kernel, which loads the relu's input anyway (no extra kernel)
         return (self <= 0).where(0, self)
 
     def sigmoid(self) -> Tensor:
@@ -1886,7 +1893,7 @@ class Tensor:
         return sq / max(0, n - correction) if n - correction > 0 else sq * math.nan
 
     def std(self, axis: int | Sequence[int] | None = None, keepdim: bool = False, correction: int = 1) -> Tensor:
-        return self.var(axis, keepdim, correction).sqrt()
+        return _root(self.var(axis, keepdim, correction), 2)
 
     def _arg_extreme(self, axis: int | None, keepdim: bool, largest: bool) -> Tensor:
         x = self if largest else (-self if dtypes.is_float(self.dtype) else ~self if self.dtype != dtypes.bool else self.logical_not())
@@ -2153,9 +2160,13 @@ class Tensor:
         return m - m.exp().sum(axis, keepdim=True).log()
 
     def logsumexp(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
-        m = self.max(axis, keepdim=True).detach()
-        # an infinite max would give inf - inf = nan; shifting by 0 instead keeps -inf rows at -inf and +inf at +inf
-        m = m.isinf().where(0.0, m)
+        if any(self.shape[a] == 0 for a in _axes(axis, self.ndim)):
+            # an empty sum: log(0) = -inf, as torch; there is no max to shift by
+            m = self.zeros_like().sum(axis, keepdim=True)
+        else:
+            m = self.max(axis, keepdim=True).detach()
+            # an infinite max would give inf - inf = nan; shifting by 0 keeps -inf rows at -inf and +inf at +inf
+            m = m.isinf().where(0.0, m)
         out = (self - m).exp().sum(axis, keepdim=True).log() + m
         return out if keepdim else out.squeeze(axis)
 
@@ -2332,6 +2343,15 @@ def _on_axis(ndim: int, axis: int, arg: tuple[int, int]) -> list[tuple[int, int]
     return [arg if a == axis else None for a in range(ndim)]
 
 
+class UnsupportedOpError(NotImplementedError, TypeError):
+    """An op a dtype does not have on a device. A NotImplementedError naming the op, the dtype and the device, and a
+    TypeError too, as numpy raises for the same (bool - bool, float & float)."""
+
+
+def _unsupported(op: str, t: Tensor, hint: str) -> UnsupportedOpError:
+    return UnsupportedOpError(f"{op} is not supported for {t.dtype.name} tensors on {t.device}; {hint}")
+
+
 def _owned_elsewhere(u: UOp) -> bool:
     """Whether u views memory (a buffer, or one with a write pending) through movement ops or detach: a write into
     such a view belongs in that memory, which this tensor does not own."""
@@ -2351,6 +2371,9 @@ def _reads_shifted(value: UOp, buffer: UOp) -> bool:
         if x in seen:
             continue
         seen.add(x)
+        if (done := _realized.get(x)) is not None:
+            stack.append(done)  # computed earlier: what it reads now is its buffer, not its graph
+            continue
         if x.op not in (Ops.ASSIGN, Ops.CONTIGUOUS):
             stack.extend(x.src)
         if x.op in GroupOp.Movement and x.base is buffer:
@@ -2379,6 +2402,14 @@ class _TrainMode(contextlib.ContextDecorator):
 
     def __exit__(self, *exc: Any) -> None:
         Tensor.training = self.prev
+
+
+def _root(s: Tensor, p: float) -> Tensor:
+    """s ** (1/p) for s >= 0, with gradient 0 where s == 0 (torch's choice for norms and std): the root's own
+    derivative is infinite there, and 0 * inf would be a NaN gradient."""
+    zero = s == 0
+    safe = zero.where(1, s)
+    return zero.where(0, safe.sqrt() if p == 2 else safe.pow(1 / p))
 
 
 def _odd(x: Tensor, f: Callable[[Tensor], Tensor]) -> Tensor:

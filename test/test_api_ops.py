@@ -143,6 +143,48 @@ def test_einsum():
         Tensor.einsum("ij,jk->ik", Tensor(randn(2, 3)), Tensor(randn(4, 2)))
 
 
+EDGE_SHAPES = [(0, 3), (1, 1), (2, 1, 3)]
+
+
+@pytest.mark.parametrize("shape", EDGE_SHAPES)
+def test_shape_ops_edge_sizes(shape):
+    # 0- and 1-sized dims and negative dims through every shape op, forward and backward
+    def fn(x):
+        lead = [1] * (x.ndim - 1)
+        if is_torch(x):
+            cat, stack, ein = torch.cat([x, x], -1), torch.stack([x, x], -1), torch.einsum("...j,...j->...", x, x)
+            pad, pad_to = F.pad(x, (1, 2)), F.pad(x, (0, 1, *[0, 0] * (x.ndim - 2), 0, 2))
+            shrink_to = x[:1, ..., :1]
+        else:
+            cat, stack, ein = x.cat(x, dim=-1), x.stack(x, dim=-1), Tensor.einsum("...j,...j->...", x, x)
+            pad, pad_to = x.pad((1, 2)), x.pad_to(x.shape[0] + 2, *x.shape[1:-1], x.shape[-1] + 1)
+            shrink_to = x.shrink_to(min(1, x.shape[0]), *x.shape[1:-1], 1)
+        return (cat, stack, ein, pad, pad_to, shrink_to, *x.split(1, -1), *x.chunk(2, -1), x.repeat(2, *lead),
+                x.repeat(0, *lead), x.repeat_interleave(2, -1), x.roll(-1, -1), x.flip((0, -1)),
+                x.unflatten(-1, (1, -1)), x.diagonal(0, -1, 0), x.unfold(-1, 1, 1), x[:1].expand_as(x), x.view(-1),
+                x.masked_fill(x > 0, 1.5))
+
+    check(fn, fn, [randn(*shape)])
+
+
+@pytest.mark.filterwarnings("ignore:.*degrees of freedom")  # the std of no elements: NaN in both
+@pytest.mark.parametrize("shape", EDGE_SHAPES)
+def test_reductions_scans_edge_sizes(shape):
+    def fn(x):
+        k = min(1, x.shape[-1])
+        if is_torch(x):
+            vn, every = torch.linalg.vector_norm, tuple(range(x.ndim))
+            stats = (*torch.std_mean(x, -1, correction=0), *torch.var_mean(x, (0, -1), keepdim=True, correction=0))
+            norms, lse = (vn(x, dim=-1), vn(x, 1, dim=0), vn(x, math.inf, dim=-1)), x.logsumexp(every)
+        else:
+            stats = (*x.std_mean(-1, correction=0), *x.var_mean((0, -1), keepdim=True, correction=0))
+            norms, lse = (x.norm(dim=-1), x.norm(1, 0), x.norm(math.inf, -1)), x.logsumexp()  # tinygrad: all axes
+        return (x.cumsum(-1), x.cumprod(0), *x.cummax(-1), *x.cummin(0), x.logcumsumexp(-1), *x.sort(-1),
+                x.argsort(0, descending=True), *x.topk(k, -1), x.logsumexp(-1), lse, *norms, *stats)
+
+    check(fn, fn, [randn(*shape)], atol=1e-5)
+
+
 # *** scans and sorts ***
 
 @pytest.mark.parametrize("shape,axis", [((3, 7), 1), ((5, 2), 0), ((1,), 0), ((0, 3), 0), ((2, 131), -1)])
@@ -161,6 +203,9 @@ def test_scans_int_and_stable():
     check(lambda x: (x.cumsum(1), x.cumprod(1)), lambda x: (x.cumsum(1), x.cumprod(1)), [a])
     big = np.array([-1000.0, 0.0, -1000.0, 3.0], dtype=np.float32)  # exp(-1000) underflows: logcumsumexp must not
     check(lambda x: x.logcumsumexp(0), lambda x: x.logcumsumexp(0), [big])
+    # tied running maxima: the gradient goes to the element the index names, as torch's does
+    ties = np.array([[1, 3, 3, 2, 3], [0, 0, 0, 0, 0]], dtype=np.float32)
+    check(lambda x: (*x.cummax(1), *x.cummin(1)), lambda x: (*x.cummax(1), *x.cummin(1)), [ties])
 
 
 @pytest.mark.parametrize("shape,dim", [((3, 7), -1), ((5, 2), 0), ((1,), 0), ((4, 0), 0), ((2, 3, 4), 1)])
@@ -215,9 +260,20 @@ def test_norm():
     np.testing.assert_allclose(Tensor([[0.0, 2.0], [3.0, 0.0]]).norm(0, 1).numpy(), [1, 1])
 
 
+def test_norm_normalize_of_zero():
+    # the root's derivative is infinite at 0: torch's gradient there is 0, not NaN
+    def fn(x):
+        nrm = F.normalize if is_torch(x) else Tensor.normalize
+        vn = torch.linalg.vector_norm if is_torch(x) else Tensor.norm
+        return vn(x, 2, 1), vn(x, 1, 1), nrm(x, dim=1), nrm(x, p=1, dim=1)
+
+    check(fn, fn, [np.array([[0.0, 0.0, 0.0], [1.0, -2.0, 0.0]], dtype=np.float32)])
+
+
 # *** elementwise ***
 
 ACTIVATIONS = {
+    "relu": (lambda x: x.relu(), F.relu),  # gradient 0 at exactly 0, as torch (test_activations_at_kinks...)
     "relu6": (lambda x: x.relu6(), F.relu6),
     "leaky_relu": (lambda x: x.leaky_relu(0.2), lambda x: F.leaky_relu(x, 0.2)),
     "elu": (lambda x: x.elu(0.7), lambda x: F.elu(x, 0.7)),
@@ -238,11 +294,27 @@ ACTIVATIONS = {
 }
 
 
+ACTIVATIONS_MORE = {
+    "tanh": (lambda x: x.tanh(), torch.tanh),
+    "sigmoid": (lambda x: x.sigmoid(), torch.sigmoid),
+    "clip": (lambda x: x.clip(-0.5, 2.0), lambda x: x.clip(-0.5, 2.0)),
+    "hardtanh_wide": (lambda x: x.hardtanh(-3, 6), lambda x: F.hardtanh(x, -3.0, 6.0)),
+}
+
+
 def test_activations():
-    # values on a grid away from the kinks (0, +-1, +-3, 6), where torch picks one side's derivative
     x = (np.linspace(-8, 8, 61) + 0.0123).astype(np.float32)
-    names = list(ACTIVATIONS)
-    lg_fns, th_fns = [ACTIVATIONS[n][0] for n in names], [ACTIVATIONS[n][1] for n in names]
+    acts = {**ACTIVATIONS, **ACTIVATIONS_MORE}
+    lg_fns, th_fns = [a[0] for a in acts.values()], [a[1] for a in acts.values()]
+    check(lambda t: tuple(f(t) for f in lg_fns), lambda t: tuple(f(t) for f in th_fns), [x], atol=2e-6)
+
+
+def test_activations_at_kinks_and_extremes():
+    # exactly at the kinks torch picks one side's derivative (or zero); far out, the branch a where does not take
+    # must not overflow into a NaN gradient (0 * inf)
+    x = np.array([-1000, -100, -90, -30, -6, -3, -1, -0.5, -0.0, 0, 1, 2, 3, 6, 20, 21, 30, 90, 100, 1000], np.float32)
+    acts = {**ACTIVATIONS, **ACTIVATIONS_MORE}
+    lg_fns, th_fns = [a[0] for a in acts.values()], [a[1] for a in acts.values()]
     check(lambda t: tuple(f(t) for f in lg_fns), lambda t: tuple(f(t) for f in th_fns), [x], atol=2e-6)
 
 
@@ -251,6 +323,8 @@ def test_lerp_copysign_logaddexp():
         return a.lerp(b, w), a.lerp(b, 0.3), a.copysign(b), a.logaddexp(b), a.logaddexp(b * 40)
 
     check(fn, fn, [randn(3, 4), randn(3, 4, seed=1), randn(4, seed=2)], atol=1e-5)
+    zeros = np.array([0.0, -0.0, 1.5, -1.5], dtype=np.float32)  # copysign's gradient is 0 where a is 0
+    check(lambda a, b: a.copysign(b), lambda a, b: a.copysign(b), [zeros, -zeros[::-1].copy()])
     special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, -2.0], dtype=np.float32)
     a, b = np.repeat(special, 6), np.tile(special, 6)
     both = lambda x, y: (x.copysign(y), x.logaddexp(y))  # noqa: E731
@@ -270,6 +344,8 @@ def test_isnan_isinf_isfinite_isclose():
     check(logical, logical, [a, b], grad=False)
     ints = np.array([1, -2, 3], dtype=np.int32)
     check(lambda x: (x.isnan(), x.isinf(), x.isfinite()), lambda x: (x.isnan(), x.isinf(), x.isfinite()), [ints])
+    bools = (np.array([True, False, True]), np.array([True, True, False]))
+    check(lambda x, y: (x.isclose(y), x.sign()), lambda x, y: (x.isclose(y), x.sign()), list(bools))
     assert Tensor([1.0, 2.0]).allclose(Tensor([1.0, 2.0 + 1e-7])) and not Tensor([1.0]).allclose(Tensor([1.1]))
 
 
@@ -284,6 +360,24 @@ def test_integer_div_mod_shift(dtype):
                 x.div(y, rounding_mode="trunc"), x.div(y, rounding_mode="floor"), x << s, x >> s, x << 1, x >> 2)
 
     check(fn, fn, [a, b, sh])
+
+
+def test_unsupported_op_dtype_errors():
+    # an op a dtype does not have names the op (in the user's terms), the dtype and the device; it is a TypeError
+    # too, as numpy's error for the same
+    cases = [
+        (lambda: Tensor([1.0]) & Tensor([1.0]), r"bitwise_and \(&\) .* float32 tensors on CPU"),
+        (lambda: ~Tensor([1.0], dtype=dtypes.float64), r"bitwise_not \(~\) .* float64 tensors on CPU"),
+        (lambda: Tensor([1.0]).half() << 1, r"lshift \(<<\) .* float16 tensors on CPU"),
+        (lambda: 3 ^ Tensor([1.0]), r"bitwise_xor \(\^\) .* float32 tensors on CPU"),
+        (lambda: Tensor([True]) - Tensor([False]), r"subtraction \(-\) .* bool tensors on CPU"),
+        (lambda: -Tensor([True]), r"negation \(-\) .* bool tensors on CPU"),
+    ]
+    for fn, msg in cases:
+        with pytest.raises(NotImplementedError, match=msg):
+            fn()
+        with pytest.raises(TypeError):
+            fn()
 
 
 def test_float_fmod_mod():
@@ -374,12 +468,16 @@ def test_numpy_roundtrip_every_dtype(name):
     np.testing.assert_array_equal(out, a)
     np.testing.assert_array_equal(np.asarray(t[:, ::2]), a[:, ::2])  # a non-contiguous view
     assert t.element_size() == a.itemsize and t.nbytes == a.nbytes and t.numel() == a.size
+    for other in (np.asfortranarray(a), a.astype(a.dtype.newbyteorder(">")), a[1, 2]):  # any layout, byte order, 0-d
+        np.testing.assert_array_equal(np.asarray(Tensor(other)), other)
+        assert Tensor(other).dtype.name == name
 
 
 def test_casts():
     a = np.array([1.7, -2.5, 0.0, 300.2], dtype=np.float64)
     t = Tensor(a)
     assert t.dtype == dtypes.float64 and np.asarray(t * 1e-300).dtype == np.float64
+    assert Tensor(np.float64(0.1)).dtype == dtypes.float64 and Tensor(np.float64(0.1)).item() == 0.1
     r = torch.from_numpy(a)
     pairs = [(t.float(), r.float()), (t.half(), r.half()), (t.int(), r.int()), (t.long(), r.long()),
              (t.bool(), r.bool()), (t.double(), r.double()), (t.cast("int16"), r.to(torch.int16))]

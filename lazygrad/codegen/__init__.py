@@ -12,7 +12,7 @@ from lazygrad.codegen.lowerer import lower
 from lazygrad.codegen.workgroups import default_optimizations
 from lazygrad.helpers import BEAM, DEBUG, NOOPT, diskcache_get, diskcache_put
 from lazygrad.renderer import ProgramSpec, Renderer
-from lazygrad.uop.ops import GroupOp, Ops, UOp
+from lazygrad.uop.ops import GroupOp, Ops, UOp, serialize
 
 
 def estimate_ops(uops: list[UOp]) -> int:
@@ -60,7 +60,7 @@ def _codegen_version() -> str:
 def _program_key(ast: UOp, renderer: Renderer) -> str:
     # the renderer's attributes are its capabilities (cores, vector widths, workgroup limits): all change the code
     caps = sorted((k, repr(v)) for k, v in vars(renderer).items())
-    return repr((_codegen_version(), type(renderer).__name__, caps, NOOPT.value, BEAM.value, repr(ast)))
+    return repr((_codegen_version(), type(renderer).__name__, caps, NOOPT.value, BEAM.value, serialize(ast)))
 
 
 def get_program(ast: UOp, renderer: Renderer, opts: list[Opt] | None = None) -> ProgramSpec:

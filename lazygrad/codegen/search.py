@@ -25,7 +25,7 @@ from lazygrad.device import Buffer, CompileError, Device
 from lazygrad.dtype import DType, dtypes
 from lazygrad.helpers import DEBUG, diskcache_get, diskcache_put, getenv
 from lazygrad.renderer import ProgramSpec, Renderer
-from lazygrad.uop.ops import Ops, UOp
+from lazygrad.uop.ops import Ops, UOp, serialize
 
 BEAM_BUDGET = getenv("BEAM_BUDGET", 60.0)  # seconds per kernel
 BEAM_MIN_GAIN = getenv("BEAM_MIN_GAIN", 0.02)  # a round must speed the best kernel up by this fraction to go on
@@ -40,7 +40,10 @@ def actions(k: Kernel) -> list[Opt]:
         out += [Opt(OptOps.UPCAST, i, a) for a in (2, 3, 4, 8, 16)]
         out += [Opt(OptOps.SWAP, i, j) for j in range(i + 1, n_glob)]
         if getattr(k.renderer, "has_threads", False):
-            out.append(Opt(OptOps.THREAD, i, 0))
+            # amount 0 shares the axis out among the cores; a count of blocks also makes them the outermost loop,
+            # which keeps a block of a matmul's right-hand side in cache while the rows go by
+            threads = getattr(k.renderer, "threads", 1)
+            out += [Opt(OptOps.THREAD, i, a) for a in (0, *(threads * m for m in (1, 2, 4, 8)))]
         if getattr(k.renderer, "has_local", False):
             out += [Opt(OptOps.LOCAL, i, a) for a in (2, 4, 8, 16, 32)]
     for i in range(n_red):
@@ -120,7 +123,7 @@ def beam_search(ast: UOp, renderer: Renderer, width: int) -> list[Opt]:
     from lazygrad.codegen import get_program  # the search renders through the same path as every kernel
 
     dev = Device[renderer.device]
-    key = repr((renderer.device, dev.compiler.cachekey, width, str(ast)))
+    key = repr((renderer.device, dev.compiler.cachekey, width, serialize(ast)))
     if (cached := diskcache_get("beam_v1", key)) is not None:
         return cached
     start = time.perf_counter()

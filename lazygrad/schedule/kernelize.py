@@ -100,7 +100,7 @@ class _Planner:
                 roots[n] = reach
             if n in self.stored:
                 continue
-            if len(reach) > 1 and self._store_is_cheaper(n, len(reach)) or n in expanded_by_reduce:
+            if len(reach) > 1 and self._store_is_cheaper(n, reach) or n in expanded_by_reduce:
                 self.stored.add(n)
 
     def fit_buffer_limits(self, limit_of: Callable[[str], int | None]) -> None:
@@ -170,8 +170,8 @@ class _Planner:
             # the epilogue may reshape (e.g. drop the kept size-1 axis); the kernel then runs in the reduce's shape
             if c.op not in GroupOp.Elementwise and c.op is not Ops.RESHAPE or prod(c.shape) != prod(r.shape):
                 return False
-            # another reduce read directly by the epilogue must share this one's loop
-            if any(s.op is Ops.REDUCE_AXIS and (s.arg, s.src[0].shape) != (r.arg, r.src[0].shape) for s in c.src):
+            # another reduce the epilogue reads, directly or through a reshape, must share this one's loop
+            if any(s.base.op is Ops.REDUCE_AXIS and (s.base.arg, s.base.src[0].shape) != (r.arg, r.src[0].shape) for s in c.src):
                 return False
             if c in self.stored:
                 roots.add(c)
@@ -179,11 +179,38 @@ class _Planner:
                 stack.extend(self.consumers[c])
         return len(roots) == 1
 
-    def _store_is_cheaper(self, n: UOp, uses: int) -> bool:
-        leaves = [x for x in self._inlined(n) if x is not n and (x.op is Ops.BUFFER or x in self.realized or x in self.stored)]
+    def _store_is_cheaper(self, n: UOp, reach: set[UOp]) -> bool:
+        """Storing n costs reading its inputs once, writing it, and reading it in each kernel that uses it; inlining
+        costs each of those kernels reading n's inputs, except the ones it reads anyway (a relu's mask is
+        recomputed for free where the relu's own input is loaded)."""
+        inner = self._inlined(n)
+        leaves = [x for x in inner if x is not n and (x.op is Ops.BUFFER or x in self.realized or x in self.stored)]
         in_bytes = sum(n.size * x.dtype.itemsize for x in leaves)
         out_bytes = n.size * n.dtype.itemsize
-        return in_bytes + (uses + 1) * out_bytes < uses * in_bytes
+        store = in_bytes + (len(reach) + 1) * out_bytes
+        if len(inner) > 64:  # finding what a consumer reads anyway costs a walk of its kernel: only for small n
+            return store < len(reach) * in_bytes
+        inline = 0
+        for root in reach:
+            other = self._loads_avoiding(root, n)
+            inline += sum(n.size * x.dtype.itemsize for x in leaves if x not in other)
+        return store < inline
+
+    def _loads_avoiding(self, root: UOp, n: UOp) -> set[UOp]:
+        """The stored leaves root's kernel loads on paths that do not go through n."""
+        out: set[UOp] = set()
+        seen: set[UOp] = set()
+        stack = [root]
+        while stack:
+            x = stack.pop()
+            if x in seen or x is n:
+                continue
+            seen.add(x)
+            if x is not root and (self.leaf(x) or x in self.stored):
+                out.add(x)
+                continue
+            stack.extend(x.src)
+        return out
 
     def _inlined(self, n: UOp) -> list[UOp]:
         """Nodes computed inside n's kernel body, plus the stored leaves it reads."""

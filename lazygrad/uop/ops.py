@@ -455,6 +455,17 @@ class UOp(metaclass=UOpMetaClass):
             x = x.src[0]
         return x
 
+    def rebase(self, base: UOp) -> UOp:
+        """This node's chain of movement ops applied to `base` instead of its own base (no walk of the graph below)."""
+        chain = []
+        x = self
+        while x.op in GroupOp.Movement:
+            chain.append(x)
+            x = x.src[0]
+        for m in reversed(chain):
+            base = UOp(m.op, m.dtype, (base, *m.src[1:]), m.arg)
+        return base
+
     @property
     def is_realized(self) -> bool:
         return self.base.op is Ops.BUFFER
@@ -463,6 +474,17 @@ class UOp(metaclass=UOpMetaClass):
 
     def __repr__(self) -> str:
         return pretty_print(self)
+
+
+def serialize(root: UOp) -> str:
+    """The whole graph as text, one node a line in topological order, sources by line number: equal texts are equal
+    graphs, in any process (the key of on-disk caches; pretty_print abridges big graphs)."""
+    index: dict[UOp, int] = {}
+    lines = []
+    for i, n in enumerate(root.toposort):
+        index[n] = i
+        lines.append(f"{n.op.name} {n.dtype!r} {n.arg!r} {[index[s] for s in n.src]}")
+    return "\n".join(lines)
 
 
 def pretty_print(root: UOp, max_lines: int = 400) -> str:

@@ -178,3 +178,17 @@ def test_kernels_fit_the_devices_buffer_limit(monkeypatch, limit):
     for _, a in parts[1:]:
         want = want * 0.5 + a.sum(1, keepdims=True)
     np.testing.assert_allclose(chain.numpy(), want, rtol=1e-5)
+
+
+def test_epilogue_reading_a_reshaped_reduce_of_another_loop():
+    # a SwiGLU's gradient: one epilogue reads two matmuls whose reduces run over different loops, one of them
+    # through a reshape; they cannot share a kernel
+    import torch
+
+    (x, xn), (w1, w1n), (w3, w3n), (w2, w2n) = realized(4, 8), realized(8, 16, seed=1), realized(8, 16, seed=2), realized(16, 8, seed=3)
+    w1.requires_grad = True
+    (g,) = (((x @ w1).silu() * (x @ w3)) @ w2).sum().gradient(w1)
+    tw1 = torch.tensor(w1n, requires_grad=True)
+    tx = torch.tensor(xn)
+    ((torch.nn.functional.silu(tx @ tw1) * (tx @ torch.tensor(w3n))) @ torch.tensor(w2n)).sum().backward()
+    np.testing.assert_allclose(g.numpy(), tw1.grad.numpy(), rtol=1e-4, atol=1e-4)
