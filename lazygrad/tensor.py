@@ -2364,25 +2364,38 @@ def _reads_shifted(value: UOp, buffer: UOp) -> bool:
     """True if `value` reads `buffer` through a view other than a reshape (then an in-place write would race).
     Reads behind an ASSIGN or CONTIGUOUS do not count: the scheduler always stores those in kernels of their own,
     which run before the in-place write (an optimizer's update reads its state, whose gradients read the weights)."""
-    seen: set[UOp] = set()
-    stack = [value]
+    return buffer in _shifted_bases(value)
+
+
+# node -> the nodes it reads through a view other than a reshape. A graph never changes below a node, so this is
+# computed once per node: each optimizer state's update walks only what is new since the last (the backward graph
+# is shared). A node realized after its entry was made keeps the larger, older set: an extra copy, never a race.
+_shifted_memo: weakref.WeakKeyDictionary[UOp, frozenset[UOp]] = weakref.WeakKeyDictionary()
+
+
+def _shifted_bases(root: UOp) -> frozenset[UOp]:
+    stack: list[tuple[UOp, bool]] = [(root, False)]
     while stack:
-        x = stack.pop()
-        if x in seen:
+        x, expanded = stack.pop()
+        if x in _shifted_memo:
             continue
-        seen.add(x)
-        if (done := _realized.get(x)) is not None:
-            stack.append(done)  # computed earlier: what it reads now is its buffer, not its graph
+        done = _realized.get(x)  # computed earlier: what it reads now is its buffer, not its graph
+        below = (done,) if done is not None else x.src if x.op not in (Ops.ASSIGN, Ops.CONTIGUOUS) else ()
+        if not expanded:
+            stack.append((x, True))
+            stack.extend((s, False) for s in below if s not in _shifted_memo)
             continue
-        if x.op not in (Ops.ASSIGN, Ops.CONTIGUOUS):
-            stack.extend(x.src)
-        if x.op in GroupOp.Movement and x.base is buffer:
+        own: set[UOp] = set()
+        if done is None and x.op in GroupOp.Movement:
             node = x
-            while node is not buffer:
+            while node.op in GroupOp.Movement:
                 if node.op is not Ops.RESHAPE:
-                    return True
+                    own.add(x.base)
+                    break
                 node = node.src[0]
-    return False
+        sets = [_shifted_memo[s] for s in below]
+        _shifted_memo[x] = frozenset(own.union(*sets)) if own or len(sets) != 1 else sets[0]
+    return _shifted_memo[root]
 
 
 class _GradMode(contextlib.ContextDecorator):

@@ -418,9 +418,140 @@ def _levels(stored: list[UOp], reads: list[set[UOp]]) -> list[int]:
     return [visit(i) for i in range(len(stored))]
 
 
+# *** the schedule cache: a training or decode step builds the same graph over new buffers on every call ***
+
+
+class _Walk:
+    """The part of a graph a schedule computes, in a canonical order, as a hashable key with its buffers and bound
+    values left out: equal keys schedule alike, whatever buffers and values they hold."""
+
+    def __init__(self, outs: list[UOp], realized: dict[UOp, UOp]):
+        self.nodes: list[UOp] = []
+        self.slots: list[Buffer] = []  # the buffers read (or written in place), numbered by identity
+        self.binds: list[UOp] = []
+        pos: dict[UOp, int] = {}
+        slot_of: dict[int, int] = {}
+        parts: list[tuple] = []
+
+        def slot(buf: Buffer) -> int:
+            if id(buf) not in slot_of:
+                slot_of[id(buf)] = len(self.slots)
+                self.slots.append(buf)
+            return slot_of[id(buf)]
+
+        stack: list[tuple[UOp, bool]] = [(o, False) for o in reversed(outs)]
+        while stack:
+            node, expanded = stack.pop()
+            if node in pos:
+                continue
+            view = realized.get(node)
+            leaf = view is not None or node.op in (Ops.BUFFER, Ops.BIND)
+            if not expanded and not leaf:
+                stack.append((node, True))
+                stack.extend((s, False) for s in reversed(node.src) if s not in pos)
+                continue
+            if view is not None:
+                # the planner still reads a realized node's own op, arg and source shapes (a reduce's loop)
+                srcs = tuple(x.shape for x in node.src) if node.op is Ops.REDUCE_AXIS else ()
+                part: tuple = ("R", node.op, node.dtype, node.arg, node.shape, srcs, view.op, view.arg, slot(view.base.arg))
+            elif node.op is Ops.BUFFER:
+                part = ("B", node.dtype, node.arg.size, node.arg.device, slot(node.arg))
+            elif node.op is Ops.BIND:
+                var, _ = node.unbind()
+                self.binds.append(node)
+                part = ("V", var, node.dtype, tuple((x.op, x.arg) for x in node.src[2:]))
+            else:
+                part = (node.op, node.dtype, node.arg, tuple(pos[x] for x in node.src))
+            pos[node] = len(self.nodes)
+            self.nodes.append(node)
+            parts.append(part)
+        self.key = tuple(parts)
+        self.pos = pos
+
+
+@dataclass
+class _Template:
+    """A schedule with its buffers as references: ("out", i) the i-th stored node's new buffer, ("slot", j) the
+    walk's j-th buffer. Stored nodes are walk positions; an in-place write (ASSIGN) stores into a slot."""
+
+    stored: list[tuple[int, tuple[int, ...], int | None]]  # (position, shape, target slot of an ASSIGN or None)
+    items: list[tuple[UOp, tuple[tuple[str, int], ...]]]
+
+    def instantiate(self, walk: _Walk) -> tuple[list[ScheduleItem], dict[UOp, UOp], dict[UOp, int]]:
+        outs: list[Buffer] = []
+        becomes: dict[UOp, UOp] = {}
+        for p, shape, target in self.stored:
+            n = walk.nodes[p]
+            if target is not None:
+                buf = walk.slots[target]
+                becomes[n] = UOp.buffer_view(buf.alias(), shape)
+            else:
+                buf = Buffer(n.device, prod(shape), n.dtype)
+                becomes[n] = UOp.buffer_view(buf, shape)
+            outs.append(buf)
+        items = [ScheduleItem(ast, tuple(outs[i] if kind == "out" else walk.slots[i] for kind, i in refs)) for ast, refs in self.items]
+        return items, becomes, _bound_values(walk.binds)
+
+
+def _bound_values(binds: list[UOp]) -> dict[UOp, int]:
+    var_vals: dict[UOp, int] = {}
+    for b in binds:
+        var, val = b.unbind()
+        if var_vals.setdefault(var, val) != val:
+            raise ValueError(f"variable {var.arg[0]} is bound to both {var_vals[var]} and {val} in one schedule")
+    return var_vals
+
+
+def _template(walk: _Walk, items: list[ScheduleItem], becomes: dict[UOp, UOp]) -> _Template | None:
+    """The schedule as a template of `walk`, or None when it holds a buffer the walk cannot name."""
+    slot_of = {id(b): j for j, b in enumerate(walk.slots)}
+    stored: list[tuple[int, tuple[int, ...], int | None]] = []
+    ref_of: dict[int, tuple[str, int]] = {}
+    for n, view in becomes.items():
+        if n not in walk.pos:
+            return None
+        target = n.src[0].base.arg if n.op is Ops.ASSIGN else None
+        if target is not None and id(target) not in slot_of:
+            return None
+        stored.append((walk.pos[n], tuple(view.shape), slot_of[id(target)] if target is not None else None))
+        if target is None:
+            ref_of[id(view.base.arg)] = ("out", len(stored) - 1)
+    refs_items = []
+    for si in items:
+        refs = []
+        for b in si.bufs:
+            ref = ref_of.get(id(b)) or (("slot", slot_of[id(b)]) if id(b) in slot_of else None)
+            if ref is None:
+                return None
+            refs.append(ref)
+        refs_items.append((si.ast, tuple(refs)))
+    # an ASSIGN's buffer is a slot: its "out" reference is its place in `stored` only for fresh buffers
+    return _Template(stored, refs_items)
+
+
+_templates: dict[tuple, _Template] = {}
+SCHEDULE_CACHE_SIZE = 256  # templates kept (a graph whose shapes change every call would otherwise grow it forever)
+
+
 def create_schedule(outs: list[UOp], realized: dict[UOp, UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp], dict[UOp, int]]:
     """Kernels that compute `outs` in execution order, what each computed node becomes (a buffer view),
-    and the values of the variables the kernels take as arguments."""
+    and the values of the variables the kernels take as arguments. A graph of the same structure as one scheduled
+    before (over other buffers and bound values) reuses that schedule."""
+    walk = _Walk(outs, realized)
+    if (tpl := _templates.get(walk.key)) is not None:
+        items, becomes, var_vals = tpl.instantiate(walk)
+        if DEBUG >= 1 and items:
+            print(f"scheduled {len(items)} kernels for {len(becomes)} stored nodes (cached)")
+        return items, becomes, var_vals
+    items, becomes, var_vals = _create_schedule(outs, realized)
+    if (tpl := _template(walk, items, becomes)) is not None:
+        if len(_templates) >= SCHEDULE_CACHE_SIZE:
+            del _templates[next(iter(_templates))]
+        _templates[walk.key] = tpl
+    return items, becomes, var_vals
+
+
+def _create_schedule(outs: list[UOp], realized: dict[UOp, UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp], dict[UOp, int]]:
     planner = _Planner(outs, realized)
     planner.decide()
     planner.fit_buffer_limits(lambda device: getattr(Device[device].renderer, "max_buffers", None))

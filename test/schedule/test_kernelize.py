@@ -192,3 +192,77 @@ def test_epilogue_reading_a_reshaped_reduce_of_another_loop():
     tx = torch.tensor(xn)
     ((torch.nn.functional.silu(tx @ tw1) * (tx @ torch.tensor(w3n))) @ torch.tensor(w2n)).sum().backward()
     np.testing.assert_allclose(g.numpy(), tw1.grad.numpy(), rtol=1e-4, atol=1e-4)
+
+
+# *** the schedule cache ***
+
+
+def _scheduled_fresh(*ts: Tensor) -> tuple[list, bool]:
+    from lazygrad.schedule import kernelize
+
+    before = len(kernelize._templates), set(kernelize._templates)
+    sched = ts[0].schedule(*ts[1:])
+    return sched, set(kernelize._templates) == before[1]
+
+
+def test_same_graph_over_new_buffers_reuses_the_schedule():
+    from lazygrad.engine.realize import run_schedule
+
+    outs = []
+    for seed in range(3):
+        (x, xn), (y, yn) = realized(5, 7, seed=seed), realized(7, seed=seed + 10)
+        out = ((x + y).relu() * 2).sum(1)
+        sched, hit = _scheduled_fresh(out)
+        assert hit == (seed > 0)
+        run_schedule(sched)
+        np.testing.assert_allclose(out.numpy(), (np.maximum(xn + yn, 0) * 2).sum(1), rtol=1e-5)
+        outs.append(sched)
+    assert outs[1][0].ast is outs[2][0].ast  # the same kernel, so the same compiled program
+    assert outs[1][0].bufs[0] is not outs[2][0].bufs[0]  # each call computes into its own buffer
+
+
+def test_cached_schedule_is_not_shared_across_different_constants_or_aliasing():
+    (x, xn), (y, yn) = realized(4, 4, seed=20), realized(4, 4, seed=21)
+    a = (x * 3 + y).numpy()
+    _, hit = _scheduled_fresh(x * 4 + y)
+    assert not hit
+    np.testing.assert_allclose((x * 4 + y).numpy(), xn * 4 + yn, rtol=1e-6)
+    np.testing.assert_allclose((x * 3 + x).numpy(), xn * 4, rtol=1e-6)  # the same buffer twice is another graph
+    np.testing.assert_allclose(a, xn * 3 + yn, rtol=1e-6)
+
+
+def test_cached_schedule_binds_each_calls_variable_values():
+    from lazygrad import Variable
+
+    x, xn = realized(10, seed=30)
+    v = Variable("k", 0, 10)
+    hits = []
+    from lazygrad.engine.realize import run_schedule
+    from lazygrad.schedule import kernelize
+
+    for k in (3, 7, 5):
+        out = x * Tensor(v.bind(k)).cast(x.dtype)
+        before = set(kernelize._templates)
+        sched, var_vals = out.schedule_with_vars()
+        hits.append(set(kernelize._templates) == before)
+        assert var_vals == {v: k}
+        run_schedule(sched, var_vals)
+        np.testing.assert_allclose(out.numpy(), xn * k, rtol=1e-6)
+    assert hits[1:] == [True, True]  # one schedule (and kernel) for every value
+
+
+def test_cached_schedule_with_in_place_updates():
+    # an optimizer-like step repeated: each call writes into the same buffers through fresh aliases
+    w, wn = realized(6, seed=40)
+    wn = wn.copy()  # w is a view of wn's memory: the writes below change it too
+    m = Tensor.zeros(6).contiguous().realize()
+    mn = np.zeros(6, np.float32)
+    for step in range(4):
+        g = Tensor(np.full(6, step + 1, np.float32))
+        m.assign(m * 0.9 + g)
+        w.assign(w - m * 0.1)
+        Tensor.realize(m, w)
+        mn = mn * 0.9 + (step + 1)
+        wn = wn - mn * 0.1
+        np.testing.assert_allclose(w.numpy(), wn, rtol=1e-5)
+        np.testing.assert_allclose(m.numpy(), mn, rtol=1e-5)
