@@ -63,7 +63,12 @@ def triad_fn(n: int) -> Callable[[], None]:
     cc = find_c_compiler()
     with tempfile.TemporaryDirectory() as tmp:
         so = os.path.join(tmp, "triad.so")
-        subprocess.run([cc, "-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-x", "c", "-", "-o", so], input=TRIAD_SRC, text=True, check=True)
+        subprocess.run(
+            [cc, "-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-x", "c", "-", "-o", so],
+            input=TRIAD_SRC,
+            text=True,
+            check=True,
+        )
         lib = ctypes.CDLL(so)
     a, b, c = (np.ones(n, np.float32) for _ in range(3))
     ptr = [x.ctypes.data_as(ctypes.c_void_p) for x in (a, b, c)]
@@ -123,7 +128,9 @@ def main(only: str = "") -> None:
             ref = bench(lambda: torch.add(at, bt, out=ct))
             table.row("add 1M torch add(out=)", ref, 12 * n)
         table.row("add 1M numpy add(out=)", t_np, 12 * n, ratio=f"{t_np / ref:.2f}x torch time")
-        table.row("add 1M lazygrad kernel", t_lg, 12 * n, ratio=f"{t_lg / ref:.2f}x torch, {triad_small / t_lg:.0%} triad")
+        table.row(
+            "add 1M lazygrad kernel", t_lg, 12 * n, ratio=f"{t_lg / ref:.2f}x torch, {triad_small / t_lg:.0%} triad"
+        )
         table.row("add 1M lazygrad end-to-end", t_e2e, 12 * n, ratio=f"{t_e2e / ref:.2f}x torch time")
 
     if want("sum"):
@@ -142,7 +149,12 @@ def main(only: str = "") -> None:
     if want("softmax"):
         xn = rng.standard_normal((4096, 4096)).astype(np.float32)
         nbytes = 2 * xn.nbytes
-        t_np = bench(lambda: np.exp(xn - xn.max(-1, keepdims=True)) / np.exp(xn - xn.max(-1, keepdims=True)).sum(-1, keepdims=True), max_reps=5)
+        t_np = bench(
+            lambda: (
+                np.exp(xn - xn.max(-1, keepdims=True)) / np.exp(xn - xn.max(-1, keepdims=True)).sum(-1, keepdims=True)
+            ),
+            max_reps=5,
+        )
         ref = t_np
         if torch is not None:
             xt = torch.from_numpy(xn)
@@ -153,7 +165,9 @@ def main(only: str = "") -> None:
         t_lg = bench(compiled(x.softmax(-1)))
         table.row("softmax 4096x4096 lazygrad", t_lg, nbytes, ratio=f"{ref / t_lg:.2f}x torch speed")
         if tinygrad is not None:
-            table.row("softmax 4096x4096 tinygrad", _tinygrad_time(lambda T: T(xn).realize(), lambda a: a.softmax(-1)), nbytes)
+            table.row(
+                "softmax 4096x4096 tinygrad", _tinygrad_time(lambda T: T(xn).realize(), lambda a: a.softmax(-1)), nbytes
+            )
 
     for n in (256, 512, 1024, 2048):
         if not want(f"matmul {n}"):
@@ -169,7 +183,11 @@ def main(only: str = "") -> None:
         t_lg = bench(compiled(a @ b))
         table.row(f"matmul {n} lazygrad", t_lg, flops=flops, ratio=f"{t_np / t_lg:.0%} of numpy GFLOPS")
         if tinygrad is not None and n <= 1024:
-            table.row(f"matmul {n} tinygrad", _tinygrad_time(lambda T: (T(an).realize(), T(bn).realize()), lambda ab: ab[0] @ ab[1]), flops=flops)
+            table.row(
+                f"matmul {n} tinygrad",
+                _tinygrad_time(lambda T: (T(an).realize(), T(bn).realize()), lambda ab: ab[0] @ ab[1]),
+                flops=flops,
+            )
 
     if want("conv2d"):
         xn = rng.standard_normal((32, 64, 32, 32)).astype(np.float32)
@@ -182,7 +200,9 @@ def main(only: str = "") -> None:
             table.row("conv2d 32x64x32x32 3x3 torch", ref, flops=flops)
         x, w = Tensor(xn).realize(), Tensor(wn).realize()
         t_lg = bench(compiled(x.conv2d(w, padding=1)))
-        table.row("conv2d 32x64x32x32 3x3 lazygrad", t_lg, flops=flops, ratio=f"{ref / t_lg:.2f}x torch speed" if ref else "")
+        table.row(
+            "conv2d 32x64x32x32 3x3 lazygrad", t_lg, flops=flops, ratio=f"{ref / t_lg:.2f}x torch speed" if ref else ""
+        )
 
 
 def _tinygrad_time(make: Callable, op: Callable) -> float:

@@ -18,8 +18,10 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 PROMPT_TOKENS, DECODE_TOKENS = 128, 32
-TEXT = ("Tensors are the central data structure of deep learning frameworks. A tensor is a multi-dimensional array of "
-        "numbers with a shape and a data type, and every layer of a neural network reads tensors and writes tensors. ")
+TEXT = (
+    "Tensors are the central data structure of deep learning frameworks. A tensor is a multi-dimensional array of "
+    "numbers with a shape and a data type, and every layer of a neural network reads tensors and writes tensors. "
+)
 
 
 def first_token_child() -> None:
@@ -106,8 +108,9 @@ def main() -> None:
     for name, lg, th in rows:
         print(f"{name:44s} {lg:10.1f} {th:10.1f} {lg / th:15.2f}")
     cold, warm = first_token_latency(cold=True), first_token_latency(cold=False)
-    print(f"first-token latency of a fresh process (load + compile + prompt): cold cache {cold:.2f} s, "
-          f"warm {warm:.2f} s")
+    print(
+        f"first-token latency of a fresh process (load + compile + prompt): cold cache {cold:.2f} s, warm {warm:.2f} s"
+    )
 
 
 if __name__ == "__main__":

@@ -24,9 +24,14 @@ from lazygrad.nn.state import get_parameters
 
 def torch_model() -> torch.nn.Module:
     return torch.nn.Sequential(
-        torch.nn.Conv2d(1, 16, 3, padding=1), torch.nn.BatchNorm2d(16), torch.nn.ReLU(),
-        torch.nn.Conv2d(16, 32, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
-        torch.nn.Flatten(), torch.nn.Linear(32 * 4 * 4, 10),
+        torch.nn.Conv2d(1, 16, 3, padding=1),
+        torch.nn.BatchNorm2d(16),
+        torch.nn.ReLU(),
+        torch.nn.Conv2d(16, 32, 3, padding=1),
+        torch.nn.ReLU(),
+        torch.nn.MaxPool2d(2),
+        torch.nn.Flatten(),
+        torch.nn.Linear(32 * 4 * 4, 10),
     )
 
 
@@ -85,15 +90,19 @@ def main() -> None:
 
     lg_ms, th_ms = statistics.median(lg) * 1e3, statistics.median(th) * 1e3
     name = "lazygrad" + (" (TinyJit)" if args.jit else "")
-    print(f"digits CNN training step, batch {args.bs}, Adam, median of {args.steps} steps, {torch.get_num_threads()} "
-          "torch threads")
+    print(
+        f"digits CNN training step, batch {args.bs}, Adam, median of {args.steps} steps, {torch.get_num_threads()} "
+        "torch threads"
+    )
     # the FLOPs lazygrad's kernels count for a step, credited to both (the same model does the same work)
     gflop = flops[0] / 1e9
     print(f"{'':24s} {'ms/step':>9s} {'steps/s':>9s} {'GFLOP/s':>9s} {'vs torch':>9s}")
     print(f"{name:24s} {lg_ms:9.2f} {1e3 / lg_ms:9.1f} {gflop / lg_ms * 1e3:9.2f} {th_ms / lg_ms:8.2f}x")
     print(f"{'torch':24s} {th_ms:9.2f} {1e3 / th_ms:9.1f} {gflop / th_ms * 1e3:9.2f} {1.0:8.2f}x")
-    print(f"lazygrad first step (schedule + codegen + compile): {first * 1e3:.0f} ms; kernels per step: {kernels[0]}; "
-          f"{gflop * 1e3:.1f} MFLOP per step")
+    print(
+        f"lazygrad first step (schedule + codegen + compile): {first * 1e3:.0f} ms; kernels per step: {kernels[0]}; "
+        f"{gflop * 1e3:.1f} MFLOP per step"
+    )
 
 
 if __name__ == "__main__":

@@ -46,6 +46,7 @@ def main() -> None:
     ei.run()
     np.testing.assert_allclose(np.frombuffer(ei.bufs[0].as_bytes(), dtype=np.float32), an + bn)
     results["lazygrad kernel"] = bench(ei.run)
+
     def lazy_call() -> None:
         # fresh input tensors (zero-copy views of the numpy arrays): a new graph each call, the same compiled kernel
         (Tensor(an) + Tensor(bn)).realize()

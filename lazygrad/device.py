@@ -197,7 +197,13 @@ class Compiled:
     """A device: its allocator, compiler, program loader and renderer (which codegen asks for capabilities)."""
 
     def __init__(self, name: str, allocator: Allocator, renderer: Any, compiler: Compiler, runtime: Callable[..., Any]):
-        self.name, self.allocator, self.renderer, self.compiler, self.runtime = name, allocator, renderer, compiler, runtime
+        self.name, self.allocator, self.renderer, self.compiler, self.runtime = (
+            name,
+            allocator,
+            renderer,
+            compiler,
+            runtime,
+        )
 
     def describe(self) -> str:
         return f"{type(self.renderer).__name__}, compiler {self.compiler.cachekey}"

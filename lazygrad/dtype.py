@@ -171,7 +171,9 @@ SINTS = frozenset({dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64})
 INTS = UINTS | SINTS
 ALL_DTYPES = (dtypes.bool, *sorted(INTS), *sorted(FLOATS))
 DTYPES_BY_NAME: dict[str, DType] = {
-    k: v for k, v in dtypes.__dict__.items() if isinstance(v, DType) and not k.startswith(("_", "default")) and k != "void"
+    k: v
+    for k, v in dtypes.__dict__.items()
+    if isinstance(v, DType) and not k.startswith(("_", "default")) and k != "void"
 }
 
 

@@ -79,7 +79,12 @@ class Context(contextlib.ContextDecorator):
             ContextVar._registry[k].value = v
 
 
-DEBUG, NOOPT, BEAM, CACHELEVEL = ContextVar("DEBUG", 0), ContextVar("NOOPT", 0), ContextVar("BEAM", 0), ContextVar("CACHELEVEL", 2)
+DEBUG, NOOPT, BEAM, CACHELEVEL = (
+    ContextVar("DEBUG", 0),
+    ContextVar("NOOPT", 0),
+    ContextVar("BEAM", 0),
+    ContextVar("CACHELEVEL", 2),
+)
 JIT, PROFILE = ContextVar("JIT", 1), ContextVar("PROFILE", 0)
 
 

@@ -13,9 +13,9 @@ from typing import Any, Callable, Sequence
 from lazygrad.device import Buffer, Device
 from lazygrad.dtype import (
     DType,
+    bf16_to_float,
     dtypes,
     float_to_bf16,
-    bf16_to_float,
     least_upper_dtype,
     least_upper_float,
     sum_acc_dtype,
@@ -37,7 +37,9 @@ def _flatten_list(data: Any) -> tuple[list[Any], tuple[int, ...]]:
     parts = [_flatten_list(x) for x in data]
     shapes = {p[1] for p in parts}
     if len(shapes) != 1:
-        raise ValueError(f"ragged nested list: elements have shapes {sorted(shapes, key=len)}; every element must have the same shape")
+        raise ValueError(
+            f"ragged nested list: elements have shapes {sorted(shapes, key=len)}; every element must have the same shape"
+        )
     inner = shapes.pop()
     return [v for p in parts for v in p[0]], (len(data), *inner)
 
@@ -95,7 +97,11 @@ class Tensor:
         self._requires_grad: bool | None = None
         if isinstance(data, UOp):
             # a bound variable becomes a 0-d tensor on a device: its value is passed to kernels at launch
-            self.uop = data if data.op is not Ops.BIND or data.device else data.replace(src=(*data.src, UOp(Ops.DEVICE, arg=device)))
+            self.uop = (
+                data
+                if data.op is not Ops.BIND or data.device
+                else data.replace(src=(*data.src, UOp(Ops.DEVICE, arg=device)))
+            )
         elif isinstance(data, Tensor):
             self.uop = data.uop
         elif type(data).__module__ == "numpy" and hasattr(data, "dtype"):
@@ -127,7 +133,9 @@ class Tensor:
             self.uop = self.cast(dtype).uop
         if requires_grad is not None:
             self.requires_grad = requires_grad
-        elif Tensor._grad_disabled and isinstance(data, UOp) and data.op not in (Ops.BUFFER, Ops.DETACH) and _grad_leaves:
+        elif (
+            Tensor._grad_disabled and isinstance(data, UOp) and data.op not in (Ops.BUFFER, Ops.DETACH) and _grad_leaves
+        ):
             # made under no_grad: no gradient may flow back through it later
             self.uop = UOp(Ops.DETACH, self.uop.dtype, (self.uop,))
 
@@ -191,7 +199,9 @@ class Tensor:
             raise TypeError(f"cannot differentiate a {self.dtype} tensor; only floating point results have gradients")
         if gradient is None:
             if self.numel() != 1:
-                raise ValueError(f"backward of a non-scalar (shape {self.shape}) needs an explicit gradient of that shape")
+                raise ValueError(
+                    f"backward of a non-scalar (shape {self.shape}) needs an explicit gradient of that shape"
+                )
             return Tensor.ones(self.shape, dtype=self.dtype, device=self.device)
         if gradient.shape != self.shape:
             raise ValueError(f"gradient shape {gradient.shape} does not match the tensor's shape {self.shape}")
@@ -202,13 +212,17 @@ class Tensor:
         from lazygrad.gradient import compute_gradient, note_backward_root
 
         if id(self) in Tensor._graph_freed:
-            raise RuntimeError("backward through this graph a second time: its gradients were already taken; "
-                               "pass retain_graph=True to the first backward() to allow it")
+            raise RuntimeError(
+                "backward through this graph a second time: its gradients were already taken; "
+                "pass retain_graph=True to the first backward() to allow it"
+            )
         seed = self._seed_gradient(gradient)
         leaves = self._grad_leaves_of()
         if not leaves:
-            raise RuntimeError("backward: the tensor does not depend on any tensor with requires_grad=True "
-                               "(or only through detach() / no_grad())")
+            raise RuntimeError(
+                "backward: the tensor does not depend on any tensor with requires_grad=True "
+                "(or only through detach() / no_grad())"
+            )
         grads = compute_gradient(self.uop, seed, {n for _, n in leaves})
         for t, n in leaves:
             if (g := grads.get(n)) is not None:
@@ -234,8 +248,10 @@ class Tensor:
         """Write x into this tensor's memory (in place, lazily: it happens at the next realize)."""
         x = x if isinstance(x, Tensor) else Tensor.full(self.shape, x, dtype=self.dtype, device=self.device)
         if x.shape != self.shape or x.dtype != self.dtype or x.device != self.device:
-            raise ValueError(f"assign needs the same shape, dtype and device: target {self.shape} {self.dtype} {self.device}, "
-                             f"value {x.shape} {x.dtype} {x.device}")
+            raise ValueError(
+                f"assign needs the same shape, dtype and device: target {self.shape} {self.dtype} {self.device}, "
+                f"value {x.shape} {x.dtype} {x.device}"
+            )
         if self.uop.op is Ops.ASSIGN:
             # a write is already pending: this one goes into the same memory after it (a[0] = 1; a[1] = 2)
             if _reads_shifted(x.uop, self.uop) or _reads_shifted(x.uop, self.uop.base.src[0].base):
@@ -245,7 +261,8 @@ class Tensor:
             if _owned_elsewhere(self.uop):
                 raise NotImplementedError(
                     "writing into a view of another tensor's memory (a slice, transpose, reshape or detach() of it) "
-                    "is not supported: write into that tensor instead (t[1:][0] = v becomes t[1] = v)")
+                    "is not supported: write into that tensor instead (t[1:][0] = v becomes t[1] = v)"
+                )
             self.uop = x.uop  # nothing stored yet: the tensor simply becomes x
         else:
             if _reads_shifted(x.uop, self.uop.base):
@@ -463,7 +480,13 @@ class Tensor:
         return Tensor(UOp(Ops.IOTA, dtypes.int32, (UOp(Ops.DEVICE, arg=Device.canonicalize(device)),), n))
 
     @staticmethod
-    def arange(start: int | float, stop: int | float | None = None, step: int | float = 1, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
+    def arange(
+        start: int | float,
+        stop: int | float | None = None,
+        step: int | float = 1,
+        dtype: DType | str | None = None,
+        device: str | None = None,
+    ) -> Tensor:
         if stop is None:
             start, stop = 0, start
         if step == 0:
@@ -477,14 +500,18 @@ class Tensor:
         return (idx.cast(compute) * step + start).cast(dt)
 
     @staticmethod
-    def linspace(start: float, stop: float, steps: int, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
+    def linspace(
+        start: float, stop: float, steps: int, dtype: DType | str | None = None, device: str | None = None
+    ) -> Tensor:
         if steps < 0:
             raise ValueError(f"linspace: number of steps must be non-negative, got {steps}")
         dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
         if steps == 1:
             return Tensor.full((1,), start, dtype=dt, device=device)
         step = (stop - start) / (steps - 1)
-        return (Tensor.arange(steps, device=device).cast(dtypes.float32 if dt != dtypes.float64 else dt) * step + start).cast(dt)
+        return (
+            Tensor.arange(steps, device=device).cast(dtypes.float32 if dt != dtypes.float64 else dt) * step + start
+        ).cast(dt)
 
     @staticmethod
     def eye(n: int, m: int | None = None, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
@@ -524,7 +551,9 @@ class Tensor:
         return unit.cast(dt).reshape(shape_)
 
     @staticmethod
-    def uniform(*shape: Any, low: float = 0.0, high: float = 1.0, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
+    def uniform(
+        *shape: Any, low: float = 0.0, high: float = 1.0, dtype: DType | str | None = None, device: str | None = None
+    ) -> Tensor:
         return Tensor.rand(*shape, dtype=dtype, device=device) * (high - low) + low
 
     @staticmethod
@@ -538,11 +567,15 @@ class Tensor:
         return (r * (u2 * (2 * math.pi)).cos()).cast(dt)
 
     @staticmethod
-    def normal(*shape: Any, mean: float = 0.0, std: float = 1.0, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
+    def normal(
+        *shape: Any, mean: float = 0.0, std: float = 1.0, dtype: DType | str | None = None, device: str | None = None
+    ) -> Tensor:
         return Tensor.randn(*shape, dtype=dtype, device=device) * std + mean
 
     @staticmethod
-    def randint(*shape: Any, low: int = 0, high: int = 10, dtype: DType | str = dtypes.int32, device: str | None = None) -> Tensor:
+    def randint(
+        *shape: Any, low: int = 0, high: int = 10, dtype: DType | str = dtypes.int32, device: str | None = None
+    ) -> Tensor:
         if high <= low:
             raise ValueError(f"randint: high ({high}) must be greater than low ({low})")
         shape_ = Tensor._shape_arg(shape)
@@ -574,7 +607,9 @@ class Tensor:
             new[new.index(-1)] = self.numel() // known
         shape_ = tuple(new)
         if prod(shape_) != self.numel():
-            raise ValueError(f"cannot reshape tensor of shape {self.shape} ({self.numel()} elements) to {shape_} ({prod(shape_)} elements)")
+            raise ValueError(
+                f"cannot reshape tensor of shape {self.shape} ({self.numel()} elements) to {shape_} ({prod(shape_)} elements)"
+            )
         return self if shape_ == self.shape else self._movement(Ops.RESHAPE, shape_)
 
     def view(self, *shape: Any) -> Tensor:
@@ -671,7 +706,9 @@ class Tensor:
 
     def unsqueeze(self, dim: int) -> Tensor:
         if not -self.ndim - 1 <= dim <= self.ndim:
-            raise IndexError(f"unsqueeze dim {dim} is out of range [{-self.ndim - 1}, {self.ndim}] for a tensor with {self.ndim} dimensions")
+            raise IndexError(
+                f"unsqueeze dim {dim} is out of range [{-self.ndim - 1}, {self.ndim}] for a tensor with {self.ndim} dimensions"
+            )
         d = _axes(dim, self.ndim + 1)[0]
         return self.reshape(self.shape[:d] + (1,) + self.shape[d:])
 
@@ -880,8 +917,9 @@ class Tensor:
         if sum(sizes) != n or any(s < 0 for s in sizes):
             raise ValueError(f"split sizes {list(sizes)} must be non-negative and sum to {n}, the size of dim {d}")
         starts = [sum(sizes[:i]) for i in range(len(sizes))]
-        return tuple(self.shrink([(st, st + s) if i == d else None for i in range(self.ndim)])
-                     for st, s in zip(starts, sizes))
+        return tuple(
+            self.shrink([(st, st + s) if i == d else None for i in range(self.ndim)]) for st, s in zip(starts, sizes)
+        )
 
     def chunk(self, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
         if chunks <= 0:
@@ -894,13 +932,16 @@ class Tensor:
         integer tensor (their total is read from the device, as torch does)."""
         x, d = (self.flatten(), 0) if dim is None else (self, _axes(dim, self.ndim)[0])
         if isinstance(repeats, bool) or not isinstance(repeats, (int, list, tuple, Tensor)):
-            raise TypeError(f"repeat_interleave: repeats must be an int, a list of ints or an integer tensor, "
-                            f"not {repeats!r}")
+            raise TypeError(
+                f"repeat_interleave: repeats must be an int, a list of ints or an integer tensor, not {repeats!r}"
+            )
         if not isinstance(repeats, int):
             r = repeats if isinstance(repeats, Tensor) else Tensor(list(repeats), self.device, dtypes.int32)
             if not dtypes.is_int(r.dtype) or r.ndim > 1 or r.numel() not in (1, x.shape[d]):
-                raise ValueError(f"repeat_interleave: repeats of shape {r.shape} and dtype {r.dtype} must be integers, "
-                                 f"one per element along dim {d} (size {x.shape[d]}) or a single count")
+                raise ValueError(
+                    f"repeat_interleave: repeats of shape {r.shape} and dtype {r.dtype} must be integers, "
+                    f"one per element along dim {d} (size {x.shape[d]}) or a single count"
+                )
             if r.numel() == 1 and x.shape[d] != 1:
                 return self.repeat_interleave(int(r.reshape(()).item()), dim)
             if not isinstance(repeats, Tensor) and any(v < 0 for v in repeats):
@@ -1010,8 +1051,9 @@ class Tensor:
             if lo < 0 or hi < 0:
                 raise ValueError(f"pad mode {mode!r} does not take negative padding, got {(lo, hi)} for dim {d}")
             if (mode == "reflect" and max(lo, hi) >= n) or (mode == "circular" and max(lo, hi) > n) or n == 0:
-                raise ValueError(f"pad mode {mode!r}: padding {(lo, hi)} is too large for dim {d} of size {n} "
-                                 f"in shape {self.shape}")
+                raise ValueError(
+                    f"pad mode {mode!r}: padding {(lo, hi)} is too large for dim {d} of size {n} in shape {self.shape}"
+                )
 
             def part(a: int, b: int, rev: bool = False) -> Tensor:
                 p = x.shrink([(a, b) if i == d else None for i in range(x.ndim)])
@@ -1039,8 +1081,10 @@ class Tensor:
         # '...' becomes fresh upper-case letters, right-aligned across operands like broadcasting
         n_ell = max((t.ndim - len(s.replace("...", "")) for s, t in zip(specs, ops) if "..." in s), default=0)
         ell = "".join(chr(ord("A") + i) for i in range(n_ell))
-        specs = [s.replace("...", ell[n_ell - (t.ndim - len(s.replace("...", ""))) :]) if "..." in s else s
-                 for s, t in zip(specs, ops)]
+        specs = [
+            s.replace("...", ell[n_ell - (t.ndim - len(s.replace("...", ""))) :]) if "..." in s else s
+            for s, t in zip(specs, ops)
+        ]
         if not arrow:
             once = sorted(c for c in set("".join(specs)) if "".join(specs).count(c) == 1 and c not in ell)
             rhs = ell + "".join(once)
@@ -1175,12 +1219,14 @@ class Tensor:
         keep = [(0, k) if i == d else None for i in range(self.ndim)]
         return (values.shrink(keep), indices.shrink(keep)) if self.ndim else (values, indices)
 
-    def var_mean(self, axis: int | Sequence[int] | None = None, keepdim: bool = False,
-                 correction: int = 1) -> tuple[Tensor, Tensor]:
+    def var_mean(
+        self, axis: int | Sequence[int] | None = None, keepdim: bool = False, correction: int = 1
+    ) -> tuple[Tensor, Tensor]:
         return self.var(axis, keepdim, correction), self.mean(axis, keepdim)
 
-    def std_mean(self, axis: int | Sequence[int] | None = None, keepdim: bool = False,
-                 correction: int = 1) -> tuple[Tensor, Tensor]:
+    def std_mean(
+        self, axis: int | Sequence[int] | None = None, keepdim: bool = False, correction: int = 1
+    ) -> tuple[Tensor, Tensor]:
         return self.std(axis, keepdim, correction), self.mean(axis, keepdim)
 
     def norm(self, p: float | str = "fro", dim: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
@@ -1276,14 +1322,20 @@ class Tensor:
     def normalize(self, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:
         return self / self.norm(p, dim, keepdim=True).maximum(eps)
 
-    def interpolate(self, size: int | Sequence[int] | None = None, scale_factor: float | Sequence[float] | None = None,
-                    mode: str = "nearest", align_corners: bool | None = None) -> Tensor:
+    def interpolate(
+        self,
+        size: int | Sequence[int] | None = None,
+        scale_factor: float | Sequence[float] | None = None,
+        mode: str = "nearest",
+        align_corners: bool | None = None,
+    ) -> Tensor:
         """Resize the spatial dims of (N, C, *spatial): 'nearest', 'nearest-exact', or 'linear' / 'bilinear' /
         'trilinear' (each dim interpolated in turn)."""
         linear = ("linear", "bilinear", "trilinear")
         if mode not in ("nearest", "nearest-exact", *linear):
-            raise ValueError(f"interpolate: mode must be nearest, nearest-exact, linear, bilinear or trilinear, "
-                             f"not {mode!r}")
+            raise ValueError(
+                f"interpolate: mode must be nearest, nearest-exact, linear, bilinear or trilinear, not {mode!r}"
+            )
         if align_corners is not None and mode not in linear:
             raise ValueError("interpolate: align_corners only applies to the linear modes")
         nsp = self.ndim - 2
@@ -1342,9 +1394,14 @@ class Tensor:
         picked = _pick(pos._broadcast_to(windows.shape), Tensor.arange(kn, device=self.device) == first, (-1,))
         return values, picked.cast(dtypes.int64)
 
-    def max_unpool2d(self, indices: Tensor, kernel_size: int | Sequence[int] = (2, 2),
-                     stride: int | Sequence[int] | None = None, padding: int | Sequence[int] = 0,
-                     output_size: Sequence[int] | None = None) -> Tensor:
+    def max_unpool2d(
+        self,
+        indices: Tensor,
+        kernel_size: int | Sequence[int] = (2, 2),
+        stride: int | Sequence[int] | None = None,
+        padding: int | Sequence[int] = 0,
+        output_size: Sequence[int] | None = None,
+    ) -> Tensor:
         """Inverse of max_pool2d: each value goes to its flat index in the output plane, the rest is zero."""
         if indices.shape != self.shape:
             raise ValueError(f"max_unpool2d: indices shape {indices.shape} must equal the input shape {self.shape}")
@@ -1550,8 +1607,13 @@ class Tensor:
     def _bitwise(self, op: Ops, x: Any, reverse: bool = False, name: str | None = None) -> Tensor:
         a, b = self._broadcasted(x, reverse)
         if dtypes.is_float(a.dtype):
-            names = {Ops.AND: "bitwise_and (&)", Ops.OR: "bitwise_or (|)", Ops.XOR: "bitwise_xor (^)",
-                     Ops.SHL: "lshift (<<)", Ops.SHR: "rshift (>>)"}
+            names = {
+                Ops.AND: "bitwise_and (&)",
+                Ops.OR: "bitwise_or (|)",
+                Ops.XOR: "bitwise_xor (^)",
+                Ops.SHL: "lshift (<<)",
+                Ops.SHR: "rshift (>>)",
+            }
             raise _unsupported(name or names[op], a, "bitwise ops take integer or bool tensors")
         return a._alu(op, b)
 
@@ -1774,7 +1836,9 @@ class Tensor:
 
     def gelu(self, approximate: str = "none") -> Tensor:
         if approximate == "tanh":
-            return self._in_float32(lambda x: 0.5 * x * (1 + (math.sqrt(2 / math.pi) * (x + 0.044715 * x * x * x)).tanh()))
+            return self._in_float32(
+                lambda x: 0.5 * x * (1 + (math.sqrt(2 / math.pi) * (x + 0.044715 * x * x * x)).tanh())
+            )
         if approximate != "none":
             raise ValueError(f"gelu approximate must be 'none' or 'tanh', not {approximate!r}")
         return self._in_float32(lambda x: 0.5 * x * (1 + (x * (1 / math.sqrt(2))).erf()))
@@ -1822,7 +1886,9 @@ class Tensor:
     def bitcast(self, dtype: DType | str) -> Tensor:
         dt = to_dtype(dtype)
         if dt.itemsize != self.dtype.itemsize:
-            raise TypeError(f"bitcast from {self.dtype} ({self.dtype.itemsize} bytes) to {dt} ({dt.itemsize} bytes): sizes differ")
+            raise TypeError(
+                f"bitcast from {self.dtype} ({self.dtype.itemsize} bytes) to {dt} ({dt.itemsize} bytes): sizes differ"
+            )
         return self if dt == self.dtype else Tensor(UOp(Ops.BITCAST, dt, (self.uop,)))
 
     def float(self) -> Tensor:
@@ -1853,17 +1919,26 @@ class Tensor:
             return self
         if any(self.shape[a] == 0 for a in axes):
             # an empty reduce is its identity; codegen never sees a loop over zero elements
-            return Tensor.full(_reduced_shape(self.shape, axes, keepdim), 0 if op is Ops.ADD else 1, dtype=self.dtype, device=self.device)
+            return Tensor.full(
+                _reduced_shape(self.shape, axes, keepdim),
+                0 if op is Ops.ADD else 1,
+                dtype=self.dtype,
+                device=self.device,
+            )
         out = Tensor(UOp(Ops.REDUCE_AXIS, self.dtype, (self.uop,), (op, axes)))
         return out if keepdim else out.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
 
-    def sum(self, axis: int | Sequence[int] | None = None, keepdim: bool = False, dtype: DType | str | None = None) -> Tensor:
+    def sum(
+        self, axis: int | Sequence[int] | None = None, keepdim: bool = False, dtype: DType | str | None = None
+    ) -> Tensor:
         out_dt = to_dtype(dtype) if dtype is not None else sum_acc_dtype(self.dtype)
         # half precision accumulates in float32, like torch
         acc_dt = dtypes.float32 if out_dt in (dtypes.float16, dtypes.bfloat16) else out_dt
         return self.cast(acc_dt)._reduce(Ops.ADD, axis, keepdim).cast(out_dt)
 
-    def prod(self, axis: int | Sequence[int] | None = None, keepdim: bool = False, dtype: DType | str | None = None) -> Tensor:
+    def prod(
+        self, axis: int | Sequence[int] | None = None, keepdim: bool = False, dtype: DType | str | None = None
+    ) -> Tensor:
         out_dt = to_dtype(dtype) if dtype is not None else sum_acc_dtype(self.dtype)
         return self.cast(out_dt)._reduce(Ops.MUL, axis, keepdim)
 
@@ -1896,7 +1971,11 @@ class Tensor:
         return _root(self.var(axis, keepdim, correction), 2)
 
     def _arg_extreme(self, axis: int | None, keepdim: bool, largest: bool) -> Tensor:
-        x = self if largest else (-self if dtypes.is_float(self.dtype) else ~self if self.dtype != dtypes.bool else self.logical_not())
+        x = (
+            self
+            if largest
+            else (-self if dtypes.is_float(self.dtype) else ~self if self.dtype != dtypes.bool else self.logical_not())
+        )
         if axis is None:
             return x.flatten()._arg_extreme(0, False, True).reshape(() if not keepdim else (1,) * self.ndim)
         d = _axes(axis, self.ndim)[0]
@@ -1918,7 +1997,11 @@ class Tensor:
         return self._arg_extreme(axis, keepdim, False)
 
     def any(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
-        return self.bool()._reduce(Ops.MAX, axis, keepdim) if self.numel() else Tensor.full(_reduced_shape(self.shape, axis, keepdim), False, device=self.device)
+        return (
+            self.bool()._reduce(Ops.MAX, axis, keepdim)
+            if self.numel()
+            else Tensor.full(_reduced_shape(self.shape, axis, keepdim), False, device=self.device)
+        )
 
     def all(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
         return self.logical_not().any(axis, keepdim).logical_not()
@@ -1933,8 +2016,12 @@ class Tensor:
         if k != kw:
             raise ValueError(f"matmul shape mismatch: {self.shape} @ {w.shape} ({k} != {kw})")
         x = self.reshape(*self.shape[:-1], *(1,) * min(w.ndim - 1, 1), k)
-        wt = w.reshape(*w.shape[:-2], *(1,) * min(self.ndim - 1, 1), *w.shape[-min(w.ndim, 2) :]).transpose(-1, -min(w.ndim, 2))
-        return (x * wt).sum(-1, dtype=least_upper_dtype(self.dtype, w.dtype) if not dtypes.is_float(self.dtype) else None)
+        wt = w.reshape(*w.shape[:-2], *(1,) * min(self.ndim - 1, 1), *w.shape[-min(w.ndim, 2) :]).transpose(
+            -1, -min(w.ndim, 2)
+        )
+        return (x * wt).sum(
+            -1, dtype=least_upper_dtype(self.dtype, w.dtype) if not dtypes.is_float(self.dtype) else None
+        )
 
     def matmul(self, w: Tensor) -> Tensor:
         return self.dot(w)
@@ -1942,8 +2029,10 @@ class Tensor:
     def linear(self, weight: Tensor, bias: Tensor | None = None) -> Tensor:
         """x @ weight.T + bias, with weight (out_features, in_features) as in torch."""
         if weight.ndim not in (1, 2) or self.ndim == 0 or self.shape[-1] != weight.shape[-1]:
-            raise ValueError(f"linear: input shape {self.shape} does not match weight shape {weight.shape} "
-                             "(weight must be (out_features, in_features) or (in_features,))")
+            raise ValueError(
+                f"linear: input shape {self.shape} does not match weight shape {weight.shape} "
+                "(weight must be (out_features, in_features) or (in_features,))"
+            )
         out = self.dot(weight.T)
         return out if bias is None else out + bias
 
@@ -1952,7 +2041,9 @@ class Tensor:
 
     # *** convolution and pooling: a sliding-window view made of movement ops, then one reduce ***
 
-    def _pool(self, kernel: tuple[int, ...], stride: int | Sequence[int] = 1, dilation: int | Sequence[int] = 1) -> Tensor:
+    def _pool(
+        self, kernel: tuple[int, ...], stride: int | Sequence[int] = 1, dilation: int | Sequence[int] = 1
+    ) -> Tensor:
         """View (..., *spatial) as (..., *out, *kernel): every window, without copying."""
         nk = len(kernel)
         s_, d_ = make_tuple(stride, nk), make_tuple(dilation, nk)
@@ -2016,15 +2107,21 @@ class Tensor:
     ) -> Tensor:
         """Convolution over any number of spatial dims: input (N, Cin, *spatial), weight (Cout, Cin/groups, *kernel)."""
         if self.ndim < 3 or weight.ndim != self.ndim:
-            raise ValueError(f"conv: input shape {self.shape} and weight shape {weight.shape} must both be "
-                             "(N, C, *spatial) and (Cout, Cin/groups, *kernel) with the same number of dims")
+            raise ValueError(
+                f"conv: input shape {self.shape} and weight shape {weight.shape} must both be "
+                "(N, C, *spatial) and (Cout, Cin/groups, *kernel) with the same number of dims"
+            )
         (bs, cin_), (cout, cin), kernel = self.shape[:2], weight.shape[:2], weight.shape[2:]
         if groups < 1 or cin_ % groups or cout % groups:
-            raise ValueError(f"conv: groups={groups} must divide the input channels ({cin_}) and output channels ({cout}); "
-                             f"input shape {self.shape}, weight shape {weight.shape}")
+            raise ValueError(
+                f"conv: groups={groups} must divide the input channels ({cin_}) and output channels ({cout}); "
+                f"input shape {self.shape}, weight shape {weight.shape}"
+            )
         if cin * groups != cin_:
-            raise ValueError(f"conv: input shape {self.shape} has {cin_} channels, weight shape {weight.shape} expects "
-                             f"{cin} * groups={groups} = {cin * groups}")
+            raise ValueError(
+                f"conv: input shape {self.shape} has {cin_} channels, weight shape {weight.shape} expects "
+                f"{cin} * groups={groups} = {cin * groups}"
+            )
         if bias is not None and bias.shape != (cout,):
             raise ValueError(f"conv: bias shape {bias.shape} must be ({cout},) for weight shape {weight.shape}")
         nk = len(kernel)
@@ -2063,11 +2160,15 @@ class Tensor:
     ) -> Tensor:
         """Transposed convolution, weight (Cin, Cout/groups, *kernel): a stride-1 conv of the zero-stuffed input."""
         if self.ndim < 3 or weight.ndim != self.ndim:
-            raise ValueError(f"conv_transpose: input shape {self.shape} and weight shape {weight.shape} must both be "
-                             "(N, C, *spatial) and (Cin, Cout/groups, *kernel) with the same number of dims")
+            raise ValueError(
+                f"conv_transpose: input shape {self.shape} and weight shape {weight.shape} must both be "
+                "(N, C, *spatial) and (Cin, Cout/groups, *kernel) with the same number of dims"
+            )
         if groups < 1 or weight.shape[0] % groups or self.shape[1] != weight.shape[0]:
-            raise ValueError(f"conv_transpose: input shape {self.shape} and weight shape {weight.shape} need equal input "
-                             f"channels divisible by groups={groups}")
+            raise ValueError(
+                f"conv_transpose: input shape {self.shape} and weight shape {weight.shape} need equal input "
+                f"channels divisible by groups={groups}"
+            )
         kernel = weight.shape[2:]
         nk = len(kernel)
         s_, d_, p_, op_ = (make_tuple(v, nk) for v in (stride, dilation, padding, output_padding))
@@ -2087,7 +2188,9 @@ class Tensor:
         # negative pads crop, which conv2d's int padding cannot say
         return x._spatial_pad(pads).conv2d(w, bias, dilation=dilation, groups=groups)
 
-    def _ceil_pads(self, pads: list[tuple[int, int]], kernel: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...]) -> list[tuple[int, int]]:
+    def _ceil_pads(
+        self, pads: list[tuple[int, int]], kernel: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...]
+    ) -> list[tuple[int, int]]:
         """Extra right padding so the last partial window counts (ceil_mode), unless it would start in the padding."""
         out = []
         for (lo, hi), i, k, s, d in zip(pads, self.shape[-len(kernel) :], kernel, stride, dilation):
@@ -2098,11 +2201,15 @@ class Tensor:
             out.append((lo, hi + max(0, s * (o - 1) + d * (k - 1) + 1 - (i + lo + hi))))
         return out
 
-    def _pool_setup(self, kernel_size: int | Sequence[int], stride: Any, padding: Any, dilation: Any, ceil_mode: bool) -> tuple:
+    def _pool_setup(
+        self, kernel_size: int | Sequence[int], stride: Any, padding: Any, dilation: Any, ceil_mode: bool
+    ) -> tuple:
         k_ = make_tuple(kernel_size, 2)
         nk = len(k_)
         if self.ndim < nk + 1:
-            raise ValueError(f"pooling with kernel {k_} needs an input with at least {nk + 1} dims, got shape {self.shape}")
+            raise ValueError(
+                f"pooling with kernel {k_} needs an input with at least {nk + 1} dims, got shape {self.shape}"
+            )
         s_ = make_tuple(stride if stride is not None else k_, nk)
         d_ = make_tuple(dilation, nk)
         pads = self._pool_pads(padding, nk)
@@ -2141,7 +2248,9 @@ class Tensor:
         ones = Tensor.ones(self.shape[-len(k_) :], dtype=total.dtype, device=self.device)
         if count_include_pad:
             # the regular padding counts as ones: the window is the kernel, clipped only by ceil_mode's extra
-            ones = Tensor.ones([i + lo + hi for i, (lo, hi) in zip(ones.shape, reg)], dtype=total.dtype, device=self.device)
+            ones = Tensor.ones(
+                [i + lo + hi for i, (lo, hi) in zip(ones.shape, reg)], dtype=total.dtype, device=self.device
+            )
             extra = [(0, hi - rhi) for (_, hi), (_, rhi) in zip(pads, reg)]
         else:
             extra = pads
@@ -2178,7 +2287,9 @@ class Tensor:
         y = self - self.mean(axis, keepdim=True)
         return y * (y * y).mean(axis, keepdim=True).add(eps).rsqrt()
 
-    def batchnorm(self, weight: Tensor | None, bias: Tensor | None, mean: Tensor, invstd: Tensor, axis: int | Sequence[int] = 1) -> Tensor:
+    def batchnorm(
+        self, weight: Tensor | None, bias: Tensor | None, mean: Tensor, invstd: Tensor, axis: int | Sequence[int] = 1
+    ) -> Tensor:
         """(x - mean) * weight * invstd + bias, the statistics given per channel along `axis`."""
         axes = _axes(axis, self.ndim)
         shape = tuple(s if i in axes else 1 for i, s in enumerate(self.shape))
@@ -2213,12 +2324,25 @@ class Tensor:
         return self == classes
 
     def scaled_dot_product_attention(
-        self, key: Tensor, value: Tensor, attn_mask: Tensor | None = None, dropout_p: float = 0.0, is_causal: bool = False
+        self,
+        key: Tensor,
+        value: Tensor,
+        attn_mask: Tensor | None = None,
+        dropout_p: float = 0.0,
+        is_causal: bool = False,
     ) -> Tensor:
         """softmax(q @ k^T / sqrt(d) + mask) @ v; a bool mask keeps where True, a float mask is added."""
-        if self.ndim < 2 or key.ndim < 2 or value.ndim < 2 or self.shape[-1] != key.shape[-1] or key.shape[-2] != value.shape[-2]:
-            raise ValueError(f"attention: query {self.shape}, key {key.shape} and value {value.shape} need matching "
-                             "head dims (q[-1] == k[-1]) and sequence lengths (k[-2] == v[-2])")
+        if (
+            self.ndim < 2
+            or key.ndim < 2
+            or value.ndim < 2
+            or self.shape[-1] != key.shape[-1]
+            or key.shape[-2] != value.shape[-2]
+        ):
+            raise ValueError(
+                f"attention: query {self.shape}, key {key.shape} and value {value.shape} need matching "
+                "head dims (q[-1] == k[-1]) and sequence lengths (k[-2] == v[-2])"
+            )
         qk = self.matmul(key.transpose(-2, -1)) * (1 / math.sqrt(self.shape[-1]))
         if is_causal:
             if attn_mask is not None:
@@ -2244,7 +2368,9 @@ class Tensor:
         # logs are clamped at -100 as in torch, so a probability of exactly 0 or 1 gives a finite loss
         return -(Y * self.log().maximum(-100) + (1 - Y) * (1 - self).log().maximum(-100))._reduction(reduction)
 
-    def binary_crossentropy_logits(self, Y: Tensor, reduction: str = "mean", pos_weight: Tensor | None = None) -> Tensor:
+    def binary_crossentropy_logits(
+        self, Y: Tensor, reduction: str = "mean", pos_weight: Tensor | None = None
+    ) -> Tensor:
         pos = Y * self.logsigmoid() if pos_weight is None else pos_weight * Y * self.logsigmoid()
         return -(pos + (1 - Y) * (-self).logsigmoid())._reduction(reduction)
 
@@ -2255,18 +2381,24 @@ class Tensor:
         cdim = 0 if self.ndim == 1 else 1
         if Y.shape != self.shape:
             if dtypes.is_float(Y.dtype) or Y.shape != self.shape[:cdim] + self.shape[cdim + 1 :]:
-                raise ValueError(f"cross_entropy: target shape {Y.shape} must be the logits shape {self.shape} (probabilities) "
-                                 "or that shape without the class dim (integer class indices)")
+                raise ValueError(
+                    f"cross_entropy: target shape {Y.shape} must be the logits shape {self.shape} (probabilities) "
+                    "or that shape without the class dim (integer class indices)"
+                )
             Y = Y.unsqueeze(cdim)._one_hot_along(self.shape[cdim], cdim).cast(self.dtype)
         Y = (1 - label_smoothing) * Y + label_smoothing / self.shape[cdim]
         return -(self.log_softmax(cdim) * Y).sum(cdim)._reduction(reduction)
 
-    def sparse_categorical_crossentropy(self, Y: Tensor, ignore_index: int = -1, label_smoothing: float = 0.0, reduction: str = "mean") -> Tensor:
+    def sparse_categorical_crossentropy(
+        self, Y: Tensor, ignore_index: int = -1, label_smoothing: float = 0.0, reduction: str = "mean"
+    ) -> Tensor:
         """Logits (..., C) and integer targets (...), classes on the last dim (tinygrad's); `mean` skips ignored targets."""
         if not 0.0 <= label_smoothing <= 1.0:
             raise ValueError(f"label_smoothing must be in [0, 1], got {label_smoothing}")
         if Y.shape != self.shape[:-1]:
-            raise ValueError(f"sparse_categorical_crossentropy: target shape {Y.shape} must be the logits shape {self.shape} without its last dim")
+            raise ValueError(
+                f"sparse_categorical_crossentropy: target shape {Y.shape} must be the logits shape {self.shape} without its last dim"
+            )
         if not dtypes.is_int(Y.dtype):
             raise TypeError(f"sparse_categorical_crossentropy: targets must be integer class indices, got {Y.dtype}")
         log_probs = self.log_softmax()
@@ -2276,11 +2408,15 @@ class Tensor:
         loss = -((1 - label_smoothing) * (log_probs * y).sum(-1) + smoothing)
         return loss.sum() / keep.sum() if reduction == "mean" else loss._reduction(reduction)
 
-    def nll_loss(self, Y: Tensor, weight: Tensor | None = None, ignore_index: int = -100, reduction: str = "mean") -> Tensor:
+    def nll_loss(
+        self, Y: Tensor, weight: Tensor | None = None, ignore_index: int = -100, reduction: str = "mean"
+    ) -> Tensor:
         """Log-probabilities (N, C, ...) or (C,) and integer targets; `mean` divides by the summed target weights, as torch."""
         cdim = 0 if self.ndim == 1 else 1
         if Y.shape != self.shape[:cdim] + self.shape[cdim + 1 :]:
-            raise ValueError(f"nll_loss: target shape {Y.shape} must be the input shape {self.shape} without the class dim")
+            raise ValueError(
+                f"nll_loss: target shape {Y.shape} must be the input shape {self.shape} without the class dim"
+            )
         if not dtypes.is_int(Y.dtype):
             raise TypeError(f"nll_loss: targets must be integer class indices, got {Y.dtype}")
         hit = Y.unsqueeze(cdim)._one_hot_along(self.shape[cdim], cdim) & (Y != ignore_index).unsqueeze(cdim)
@@ -2291,6 +2427,7 @@ class Tensor:
             picked, w = picked * scale, w * scale
         loss = -picked.sum(cdim)
         return loss.sum() / w.sum() if reduction == "mean" else loss._reduction(reduction)
+
 
 # id -> tensor with requires_grad=True; keyed by id because Tensor.__eq__ is elementwise, not identity
 _grad_leaves: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
@@ -2315,8 +2452,9 @@ for _name in ("empty", "full", "zeros", "ones", "arange", "linspace", "eye", "ra
 _WINDOW_GRAD_TERMS = 64
 
 
-def _window_grad(g: Tensor, i_: Sequence[int], o_: Sequence[int], k_: Sequence[int], s_: Sequence[int],
-                 d_: Sequence[int]) -> Tensor:
+def _window_grad(
+    g: Tensor, i_: Sequence[int], o_: Sequence[int], k_: Sequence[int], s_: Sequence[int], d_: Sequence[int]
+) -> Tensor:
     """The gradient of x._pool(k_, s_, d_) from the window gradient g (..., *o_, *k_): input position o*s + k*d
     collects g[..., o, k] for every (o, k) that reads it (col2im)."""
     nk = len(k_)
@@ -2462,7 +2600,11 @@ def _sigmoid(x: Tensor) -> Tensor:
 
 def _reduced_shape(shape: tuple[int, ...], axis: Any, keepdim: bool) -> tuple[int, ...]:
     axes = _axes(axis, len(shape))
-    return tuple(1 if i in axes else s for i, s in enumerate(shape)) if keepdim else tuple(s for i, s in enumerate(shape) if i not in axes)
+    return (
+        tuple(1 if i in axes else s for i, s in enumerate(shape))
+        if keepdim
+        else tuple(s for i, s in enumerate(shape) if i not in axes)
+    )
 
 
 def _scalar_dtype(tensor_dtype: DType, x: Any) -> DType:
@@ -2600,8 +2742,10 @@ def _split_index(t: Tensor, index: Any) -> tuple[list[Any], list[tuple[int, Tens
         elif i[1].dtype == dtypes.bool:
             mask = i[1]
             if mask.shape != t.shape[tdim : tdim + mask.ndim]:
-                raise IndexError(f"the mask of shape {mask.shape} does not match the indexed dims "
-                                 f"{t.shape[tdim : tdim + mask.ndim]} of shape {t.shape} (starting at dim {tdim})")
+                raise IndexError(
+                    f"the mask of shape {mask.shape} does not match the indexed dims "
+                    f"{t.shape[tdim : tdim + mask.ndim]} of shape {t.shape} (starting at dim {tdim})"
+                )
             if mask.ndim == 0:
                 raise NotImplementedError("indexing with a 0-d bool tensor is not supported; use None")
             coords = mask.nonzero()
@@ -2669,8 +2813,9 @@ def _basic_scatter(t: Tensor, basic: list[Any], v: Tensor) -> Tensor:
     return x.pad([(lo, size - hi) for (lo, hi, _, _, _), size in zip(plan, t.shape)])
 
 
-def _index_mask(adv: list[tuple[int, Tensor]], sizes: list[int], bshape: tuple[int, ...],
-                trailing: tuple[int, ...]) -> Tensor:
+def _index_mask(
+    adv: list[tuple[int, Tensor]], sizes: list[int], bshape: tuple[int, ...], trailing: tuple[int, ...]
+) -> Tensor:
     """Bool (*bshape, *sizes, *trailing): true where every index tensor points at that position."""
     nb, k, full = len(bshape), len(sizes), bshape + tuple(sizes) + trailing
     mask = None
@@ -2755,8 +2900,13 @@ def _getitem(t: Tensor, index: Any) -> Tensor:
 
 def _setitem_value(t: Tensor, index: Any, v: Tensor) -> Tensor:
     """t with v written at t[index], as a new lazy tensor (Tensor.__setitem__ assigns it in place)."""
-    if isinstance(index, Tensor) and index.dtype == dtypes.bool and v.numel() == 1 and index.ndim <= t.ndim \
-            and index.shape == t.shape[: index.ndim]:
+    if (
+        isinstance(index, Tensor)
+        and index.dtype == dtypes.bool
+        and v.numel() == 1
+        and index.ndim <= t.ndim
+        and index.shape == t.shape[: index.ndim]
+    ):
         # x[mask] = scalar needs no nonzero: a where over the whole tensor
         return index.reshape(index.shape + (1,) * (t.ndim - index.ndim)).where(v.reshape(()), t)
     basic, adv = _split_index(t, index)

@@ -77,7 +77,9 @@ class Kernel:
         shapes = [st.shape for st in self.sts]
         self.full_shape: tuple[int, ...] = tuple(max(dims) for dims in zip(*shapes)) if shapes else ()
         reduce_axes = {a for x in ast.toposort if x.op is Ops.REDUCE_AXIS for a in x.arg[1]}
-        self.axis_types: list[AxisType] = [AxisType.REDUCE if i in reduce_axes else AxisType.GLOBAL for i in range(len(self.full_shape))]
+        self.axis_types: list[AxisType] = [
+            AxisType.REDUCE if i in reduce_axes else AxisType.GLOBAL for i in range(len(self.full_shape))
+        ]
         self.applied_opts: list[Opt] = []
         self.reduceops = [x for x in ast.toposort if x.op is Ops.REDUCE_AXIS]
         self._drop_ones()
@@ -164,9 +166,14 @@ class Kernel:
             # every expanded combination is a copy of the loop body: past this the compiler takes seconds
             check(self.upcast_size * amount <= MAX_EXPANDED, f"{opt}: more than {MAX_EXPANDED} expanded values")
         if opt.op in (OptOps.LOCAL, OptOps.GROUP, OptOps.GROUPTOP):  # refused here rather than by the GPU driver
-            threads = amount * prod(s for s, t in zip(self.full_shape, self.axis_types) if t in (AxisType.LOCAL, AxisType.GROUP))
+            threads = amount * prod(
+                s for s, t in zip(self.full_shape, self.axis_types) if t in (AxisType.LOCAL, AxisType.GROUP)
+            )
             max_threads = getattr(self.renderer, "max_workgroup", threads)
-            check(threads <= max_threads, f"{opt}: {threads} threads per workgroup, over the device's limit of {max_threads}")
+            check(
+                threads <= max_threads,
+                f"{opt}: {threads} threads per workgroup, over the device's limit of {max_threads}",
+            )
         if opt.op is OptOps.UPCAST:
             self.shift_to(axis, amount, AxisType.UPCAST)
         elif opt.op is OptOps.UNROLL:

@@ -12,7 +12,6 @@ import heapq
 
 from lazygrad.uop.ops import Ops, UOp
 
-
 # loop kinds from outermost to innermost: CPU-thread loops over outputs, output loops, a reduce split across
 # CPU threads, reduce loops
 RANGE_ORDER = {"t": 0, "g": 1, "tr": 2, "r": 3}

@@ -85,13 +85,17 @@ class Lowerer:
             shape[padded[0]] = ceildiv(shape[padded[0]], padded[1])  # the grid counts workgroups along that axis
         for kind, types in (("g", (AxisType.GLOBAL,)), ("l", (AxisType.LOCAL, AxisType.GROUP))):
             axes = [a for a in self.k.axes_of(*types) if shape[a] != 1]
-            groups = [axes[: len(axes) - 2]] + [[a] for a in axes[len(axes) - 2 :]] if len(axes) > 3 else [[a] for a in axes]
+            groups = (
+                [axes[: len(axes) - 2]] + [[a] for a in axes[len(axes) - 2 :]] if len(axes) > 3 else [[a] for a in axes]
+            )
             limits = getattr(self.k.renderer, "global_max" if kind == "g" else "local_max", None) or (2**31 - 1,) * 3
             if kind == "g" and any(prod(shape[a] for a in g) > lim for g, lim in zip(reversed(groups), limits)):
                 groups = [axes]
             for dim, group in enumerate(reversed(groups)):
                 sizes = [shape[a] for a in group]
-                sid = UOp(Ops.SPECIAL, dtypes.int32, (), (f"{'gidx' if kind == 'g' else 'lidx'}{dim}", prod(sizes), kind, dim))
+                sid = UOp(
+                    Ops.SPECIAL, dtypes.int32, (), (f"{'gidx' if kind == 'g' else 'lidx'}{dim}", prod(sizes), kind, dim)
+                )
                 specials.append(sid)
                 inner = prod(sizes)
                 for a, size in zip(group, sizes):
@@ -237,7 +241,11 @@ class Lowerer:
             if not u.src or not u.src[0].arg.has_mask:
                 return value
             _, valid = self.index(u.src[0], combo)
-            return valid.alu(Ops.WHERE, value, UOp.const(u.dtype, 0)) if valid.op is not Ops.CONST else (value if valid.arg else UOp.const(u.dtype, 0))
+            return (
+                valid.alu(Ops.WHERE, value, UOp.const(u.dtype, 0))
+                if valid.op is not Ops.CONST
+                else (value if valid.arg else UOp.const(u.dtype, 0))
+            )
         if u.op is Ops.IOTA:
             idx, valid = self.index(u.src[0], combo)
             value = idx.cast(u.dtype)
@@ -272,11 +280,20 @@ class Lowerer:
         if not self.reduce_ranges:  # every reduce axis unrolled: no loop, no accumulator
             results = partials
         else:
-            accs = {key: UOp(Ops.DEFINE_ACC, key[1], (reduce_identity(key[0], key[1]), *self.thread_idxs, *self.global_ranges, *self.split_ranges), i) for i, key in enumerate(partials)}
+            accs = {
+                key: UOp(
+                    Ops.DEFINE_ACC,
+                    key[1],
+                    (reduce_identity(key[0], key[1]), *self.thread_idxs, *self.global_ranges, *self.split_ranges),
+                    i,
+                )
+                for i, key in enumerate(partials)
+            }
             # the reduce ranges are sources so an update whose value is loop-invariant (a reduce over an expanded
             # axis) still runs once per iteration instead of being hoisted before the loop
             updates = [
-                UOp(Ops.ASSIGN, acc.dtype, (acc, reduce_combine(key[0], acc, partials[key]), *self.reduce_ranges)) for key, acc in accs.items()
+                UOp(Ops.ASSIGN, acc.dtype, (acc, reduce_combine(key[0], acc, partials[key]), *self.reduce_ranges))
+                for key, acc in accs.items()
             ]
             end = UOp(Ops.ENDRANGE, dtypes.void, (self.reduce_ranges[-1], *updates))
             for rng in reversed(self.reduce_ranges[:-1]):
@@ -296,13 +313,18 @@ class Lowerer:
         are combined in order (so the result does not depend on which thread finished first)."""
         (rng,) = self.split_ranges
         n = rng.src[0].arg
-        slots = {key: UOp(Ops.DEFINE_LOCAL, v.dtype.ptr(n, local=True), (), f"part{i}") for i, (key, v) in enumerate(partials.items())}
+        slots = {
+            key: UOp(Ops.DEFINE_LOCAL, v.dtype.ptr(n, local=True), (), f"part{i}")
+            for i, (key, v) in enumerate(partials.items())
+        }
         stores = [UOp(Ops.STORE, dtypes.void, (self._slot(slots[key], rng), v)) for key, v in partials.items()]
         end = UOp(Ops.ENDRANGE, dtypes.void, (rng, *stores))
         out = {}
         for key, buf in slots.items():
             done = UOp(Ops.AFTER, buf.dtype, (buf, end))
-            vals = [UOp(Ops.LOAD, partials[key].dtype, (self._slot(done, UOp.const(dtypes.int32, j)),)) for j in range(n)]
+            vals = [
+                UOp(Ops.LOAD, partials[key].dtype, (self._slot(done, UOp.const(dtypes.int32, j)),)) for j in range(n)
+            ]
             total = vals[0]
             for v in vals[1:]:
                 total = reduce_combine(key[0], total, v)
@@ -335,16 +357,26 @@ class Lowerer:
         size = prod(shape[a] for a in strides)
         group_axes = self.k.axes_of(AxisType.GROUP)
         here = sum((self.base_idxs[a] * st for a, st in strides.items()), UOp.const(dtypes.int32, 0))
-        base = sum((self.base_idxs[a] * st for a, st in strides.items() if a not in group_axes), UOp.const(dtypes.int32, 0))
+        base = sum(
+            (self.base_idxs[a] * st for a, st in strides.items() if a not in group_axes), UOp.const(dtypes.int32, 0)
+        )
         n_group = prod(shape[a] for a in group_axes)
         shared_bytes = size * sum(key[1].itemsize for key in partials)
         shared_max = getattr(self.k.renderer, "shared_max", 0)
         if shared_bytes > shared_max:
-            raise KernelOptError(f"{self.k.name_plain}: GROUP needs {shared_bytes} bytes of shared memory, over the device's {shared_max}")
+            raise KernelOptError(
+                f"{self.k.name_plain}: GROUP needs {shared_bytes} bytes of shared memory, over the device's {shared_max}"
+            )
         shared, stores = {}, []
         for i, (key, value) in enumerate(partials.items()):
             shared[key] = UOp(Ops.DEFINE_LOCAL, key[1].ptr(size, local=True), (), f"temp{i}")
-            stores.append(UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, shared[key].dtype, (shared[key], graph_rewrite(here, symbolic))), value)))
+            stores.append(
+                UOp(
+                    Ops.STORE,
+                    dtypes.void,
+                    (UOp(Ops.INDEX, shared[key].dtype, (shared[key], graph_rewrite(here, symbolic))), value),
+                )
+            )
         barrier = UOp(Ops.BARRIER, dtypes.void, tuple(stores))
         rng = UOp(Ops.RANGE, dtypes.int32, (UOp.const(dtypes.int32, n_group),), (len(shape), "r"))
         pos, inner = base, n_group
@@ -393,7 +425,11 @@ class Lowerer:
             for oc in self.out_combos:
                 stores.extend(self._stores(buf, view, self.val(value, oc + zeros), oc + zeros, gate))
         # every buffer stays a parameter, even one whose loads all folded away, so the launch signature is fixed
-        params = tuple(sorted((x for x in self.ast.toposort if x.op in (Ops.DEFINE_GLOBAL, Ops.DEFINE_VAR)), key=lambda x: str(x.arg)))
+        params = tuple(
+            sorted(
+                (x for x in self.ast.toposort if x.op in (Ops.DEFINE_GLOBAL, Ops.DEFINE_VAR)), key=lambda x: str(x.arg)
+            )
+        )
         if not self.global_ranges:
             return UOp(Ops.SINK, dtypes.void, (*params, *stores))
         end = UOp(Ops.ENDRANGE, dtypes.void, (self.global_ranges[-1], *stores))

@@ -78,7 +78,9 @@ def compile_schedule(schedule: list[ScheduleItem]) -> None:
         for key, spec in group.items():  # kernels of the same shape share a name: one binary needs distinct ones
             if (n := seen.get(spec.name, 0)) > 0:
                 name = f"{spec.name}n{n}"
-                group[key] = dataclasses.replace(spec, name=name, src=spec.src.replace(f" {spec.name}(", f" {name}(", 1))
+                group[key] = dataclasses.replace(
+                    spec, name=name, src=spec.src.replace(f" {spec.name}(", f" {name}(", 1)
+                )
             seen[spec.name] = n + 1
         st = time.perf_counter()
         lib = compiler.compile_many(sorted({spec.src for spec in group.values()}))

@@ -133,8 +133,10 @@ def main() -> None:
     safe_save(get_state_dict(model), args.out)
     steady = times[1:] or times
     print(f"test accuracy: {test_acc * 100:.2f}%")
-    print(f"first step (compile): {times[0] * 1e3:.0f} ms; then {sum(steady) / len(steady) * 1e3:.1f} ms/step "
-          f"(median {sorted(steady)[len(steady) // 2] * 1e3:.1f} ms)")
+    print(
+        f"first step (compile): {times[0] * 1e3:.0f} ms; then {sum(steady) / len(steady) * 1e3:.1f} ms/step "
+        f"(median {sorted(steady)[len(steady) // 2] * 1e3:.1f} ms)"
+    )
     print(f"kernels per step: {kernels[-1]}" + (" (replayed by TinyJit)" if args.jit else ""))
     print(f"weights saved to {args.out}")
     if not math.isfinite(test_acc) or test_acc < 0.97:

@@ -67,8 +67,9 @@ class Conv2d:
         self.bias = _uniform((out_channels,), 1 / math.sqrt(fan_in)) if bias else None
 
     def __call__(self, x: Tensor) -> Tensor:
-        return x.conv2d(self.weight, self.bias, stride=self.stride, padding=self.padding, dilation=self.dilation,
-                        groups=self.groups)
+        return x.conv2d(
+            self.weight, self.bias, stride=self.stride, padding=self.padding, dilation=self.dilation, groups=self.groups
+        )
 
 
 class Conv1d(Conv2d):
@@ -112,8 +113,15 @@ class ConvTranspose2d:
         self.bias = _uniform((out_channels,), 1 / math.sqrt(fan_in)) if bias else None
 
     def __call__(self, x: Tensor) -> Tensor:
-        return x.conv_transpose2d(self.weight, self.bias, stride=self.stride, padding=self.padding,
-                                  output_padding=self.output_padding, dilation=self.dilation, groups=self.groups)
+        return x.conv_transpose2d(
+            self.weight,
+            self.bias,
+            stride=self.stride,
+            padding=self.padding,
+            output_padding=self.output_padding,
+            dilation=self.dilation,
+            groups=self.groups,
+        )
 
 
 class BatchNorm:
@@ -243,6 +251,18 @@ class Embedding:
 from lazygrad.nn import datasets, optim, state  # noqa: E402
 
 __all__ = [
-    "Linear", "Conv1d", "Conv2d", "ConvTranspose2d", "BatchNorm", "BatchNorm1d", "BatchNorm2d", "LayerNorm",
-    "GroupNorm", "RMSNorm", "Embedding", "optim", "state", "datasets",
+    "Linear",
+    "Conv1d",
+    "Conv2d",
+    "ConvTranspose2d",
+    "BatchNorm",
+    "BatchNorm1d",
+    "BatchNorm2d",
+    "LayerNorm",
+    "GroupNorm",
+    "RMSNorm",
+    "Embedding",
+    "optim",
+    "state",
+    "datasets",
 ]

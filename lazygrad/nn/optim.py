@@ -67,8 +67,14 @@ class Optimizer:
 
 
 class SGD(Optimizer):
-    def __init__(self, params: Sequence[Tensor], lr: float = 1e-3, momentum: float = 0.0, weight_decay: float = 0.0,
-                 nesterov: bool = False):
+    def __init__(
+        self,
+        params: Sequence[Tensor],
+        lr: float = 1e-3,
+        momentum: float = 0.0,
+        weight_decay: float = 0.0,
+        nesterov: bool = False,
+    ):
         super().__init__(params, lr)
         if nesterov and momentum <= 0:
             raise ValueError("nesterov momentum needs momentum > 0")

@@ -75,8 +75,11 @@ def load_state_dict(model: Any, state_dict: dict[str, Tensor], strict: bool = Tr
     own = get_state_dict(model)
     missing = sorted(k for k in own if k not in state_dict)
     unexpected = sorted(k for k in state_dict if k not in own)
-    shapes = [f"{k}: model {own[k].shape}, state dict {state_dict[k].shape}" for k in own
-              if k in state_dict and own[k].shape != state_dict[k].shape]
+    shapes = [
+        f"{k}: model {own[k].shape}, state dict {state_dict[k].shape}"
+        for k in own
+        if k in state_dict and own[k].shape != state_dict[k].shape
+    ]
     problems = []
     if strict and missing:
         problems.append(f"missing keys: {', '.join(missing)}")
@@ -158,8 +161,10 @@ def _check_entry(path: Any, name: str, info: Any, data_size: int) -> None:
     begin, end = info["data_offsets"]
     nbytes = prod(info["shape"]) * SAFETENSORS_DTYPES[info["dtype"]].itemsize
     if not 0 <= begin <= end or end - begin != nbytes:
-        raise ValueError(f"{path}: entry {name!r} has data_offsets {[begin, end]} for {nbytes} bytes of "
-                         f"{info['dtype']} {info['shape']}")
+        raise ValueError(
+            f"{path}: entry {name!r} has data_offsets {[begin, end]} for {nbytes} bytes of "
+            f"{info['dtype']} {info['shape']}"
+        )
     if end > data_size:
         raise ValueError(
             f"{path}: entry {name!r} ends at byte {end} of the data, which has only {data_size}; truncated?"

@@ -77,7 +77,11 @@ class CStyleLanguage(Renderer):
                 s = "INFINITY" if x > 0 else "-INFINITY"
             else:
                 s = repr(float(x)) + ("" if dt == dtypes.float64 else "f")
-            return _paren_neg(s) if dt in (dtypes.float32, dtypes.float64, dtypes.bfloat16) else f"(({self.render_dtype(dt)}){s})"
+            return (
+                _paren_neg(s)
+                if dt in (dtypes.float32, dtypes.float64, dtypes.bfloat16)
+                else f"(({self.render_dtype(dt)}){s})"
+            )
         if dtypes.is_bool(dt):
             return "1" if x else "0"
         assert isinstance(x, int)
@@ -92,7 +96,11 @@ class CStyleLanguage(Renderer):
             body = f"{x}u"
         else:
             body = str(x)
-        return _paren_neg(body) if dt in (dtypes.int32, dtypes.int64, dtypes.uint32, dtypes.uint64) else f"(({self.render_dtype(dt)}){body})"
+        return (
+            _paren_neg(body)
+            if dt in (dtypes.int32, dtypes.int64, dtypes.uint32, dtypes.uint64)
+            else f"(({self.render_dtype(dt)}){body})"
+        )
 
     # *** ops ***
 
@@ -141,7 +149,11 @@ class CStyleLanguage(Renderer):
             return f"(({a[0]}*{a[1]})+{a[2]})"
         if op is Ops.POW:
             if dtypes.is_float(dt):
-                return self.math_fn("pow", f"{a[0]},{a[1]}", dt) if dt == dtypes.float64 else f"(({self.render_dtype(dt)})powf({a[0]},{a[1]}))"
+                return (
+                    self.math_fn("pow", f"{a[0]},{a[1]}", dt)
+                    if dt == dtypes.float64
+                    else f"(({self.render_dtype(dt)})powf({a[0]},{a[1]}))"
+                )
             return f"(({self.render_dtype(dt)})pow((double){a[0]},(double){a[1]}))"
         fns = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.SQRT: "sqrt", Ops.TRUNC: "trunc"}
         if op in fns:
@@ -272,7 +284,9 @@ class CStyleLanguage(Renderer):
             elif op is Ops.STORE:
                 dt = u.src[0].src[0].dtype.base  # type: ignore[attr-defined]
                 gate = f"if ({names[u.src[2]]}) " if len(u.src) > 2 else ""
-                lines.append(f"{pad}{gate}{self.render_store(names[u.src[0]], self.render_store_value(dt, names[u.src[1]]), u)};")
+                lines.append(
+                    f"{pad}{gate}{self.render_store(names[u.src[0]], self.render_store_value(dt, names[u.src[1]]), u)};"
+                )
             elif op is Ops.DEFINE_LOCAL:
                 names[u] = u.arg
                 lines.append(f"{pad}{self.render_local(u.arg, u.dtype.base, u.dtype.size)};")  # type: ignore[attr-defined]

@@ -250,9 +250,9 @@ class CUDARenderer(GPUDialect):
     half_prelude = (
         "#ifndef LG_HALF_HELPERS\n#define LG_HALF_HELPERS\n"
         "__device__ __forceinline__ float lg_half_to_f(unsigned short h) {\n"
-        "  float f; asm(\"cvt.f32.f16 %0, %1;\" : \"=f\"(f) : \"h\"(h)); return f; }\n"
+        '  float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }\n'
         "__device__ __forceinline__ unsigned short lg_f_to_half(float f) {\n"
-        "  unsigned short h; asm(\"cvt.rn.f16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(f)); return h; }\n"
+        '  unsigned short h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }\n'
         "#endif\n"
     )
     # include guards: several kernels may be compiled as one source (compile_many)

@@ -35,7 +35,9 @@ class CPUAllocator(Allocator):
 
     def copyin(self, dst: int, src: memoryview) -> None:
         if src.nbytes:
-            ctypes.memmove(dst, (ctypes.c_char * src.nbytes).from_buffer(src) if not src.readonly else bytes(src), src.nbytes)
+            ctypes.memmove(
+                dst, (ctypes.c_char * src.nbytes).from_buffer(src) if not src.readonly else bytes(src), src.nbytes
+            )
 
     def copyout(self, dst: memoryview, src: int) -> None:
         if dst.nbytes:
@@ -75,7 +77,9 @@ class ClangCompiler(Compiler):
     def _run(self, src: str, flags: list[str]) -> bytes:
         with tempfile.TemporaryDirectory(prefix="lazygrad_") as tmp:
             out = os.path.join(tmp, "kernel.so")
-            proc = subprocess.run([self.cc, *flags, "-x", "c", "-", "-o", out, "-lm"], input=src, capture_output=True, text=True)
+            proc = subprocess.run(
+                [self.cc, *flags, "-x", "c", "-", "-o", out, "-lm"], input=src, capture_output=True, text=True
+            )
             if proc.returncode != 0:
                 raise CompileError(f"{self.cc} failed to compile a kernel:\n{proc.stderr}\n--- source ---\n{src}")
             with open(out, "rb") as f:

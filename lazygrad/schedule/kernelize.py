@@ -117,14 +117,18 @@ class _Planner:
                 # a subtree that inlines an unstored reduce stays whole: the reduce belongs to n's kernel
                 fits = [(len(r), x) for x in inner if len(r := self._reads(x)) < limit and not self._has_reduce(x)]
                 if not fits:
-                    raise RuntimeError(f"a kernel on {n.device} reads {len(reads)} buffers, over the device's limit "
-                                       f"of {limit}, and cannot be split")
+                    raise RuntimeError(
+                        f"a kernel on {n.device} reads {len(reads)} buffers, over the device's limit "
+                        f"of {limit}, and cannot be split"
+                    )
                 _, best = max(fits, key=lambda f: f[0])
                 self.stored.add(best)
                 pending.append(best)
 
     def _reads(self, n: UOp) -> set[UOp]:
-        return {x for x in self._inlined(n) if x is not n and (x.op is Ops.BUFFER or x in self.realized or x in self.stored)}
+        return {
+            x for x in self._inlined(n) if x is not n and (x.op is Ops.BUFFER or x in self.realized or x in self.stored)
+        }
 
     def _has_reduce(self, n: UOp) -> bool:
         return any(x.op is Ops.REDUCE_AXIS and x is not n and x not in self.stored for x in self._inlined(n))
@@ -171,7 +175,10 @@ class _Planner:
             if c.op not in GroupOp.Elementwise and c.op is not Ops.RESHAPE or prod(c.shape) != prod(r.shape):
                 return False
             # another reduce the epilogue reads, directly or through a reshape, must share this one's loop
-            if any(s.base.op is Ops.REDUCE_AXIS and (s.base.arg, s.base.src[0].shape) != (r.arg, r.src[0].shape) for s in c.src):
+            if any(
+                s.base.op is Ops.REDUCE_AXIS and (s.base.arg, s.base.src[0].shape) != (r.arg, r.src[0].shape)
+                for s in c.src
+            ):
                 return False
             if c in self.stored:
                 roots.add(c)
@@ -230,7 +237,14 @@ class _Planner:
 class _KernelBuilder:
     """Builds the AST of one stored node: its inlined expression with every read as a LOAD through a view."""
 
-    def __init__(self, root: UOp, stored: set[UOp], realized: dict[UOp, UOp], out_bufs: dict[UOp, Buffer], var_vals: dict[UOp, int]):
+    def __init__(
+        self,
+        root: UOp,
+        stored: set[UOp],
+        realized: dict[UOp, UOp],
+        out_bufs: dict[UOp, Buffer],
+        var_vals: dict[UOp, int],
+    ):
         self.root, self.stored, self.realized, self.out_bufs = root, stored, realized, out_bufs
         self.var_vals = var_vals
         self.reads: set[UOp] = set()  # stored nodes and buffers this kernel loads (which value of a buffer it needs)
@@ -279,7 +293,9 @@ class _KernelBuilder:
             # the kernel takes the variable as an argument: one compiled kernel serves every value
             var, val = u.unbind()
             if self.var_vals.setdefault(var, val) != val:
-                raise ValueError(f"variable {var.arg[0]} is bound to both {self.var_vals[var]} and {val} in one schedule")
+                raise ValueError(
+                    f"variable {var.arg[0]} is bound to both {self.var_vals[var]} and {val} in one schedule"
+                )
             return var
         if u.op is Ops.REDUCE_AXIS:
             st = self._view(u.shape, chain)
@@ -307,11 +323,13 @@ class _KernelBuilder:
         # a kernel with a fused reduce iterates in the reduce's (keepdim) shape, whatever shape its output has
         space = self._fused_reduce_shape()
         chain: Chain = ((Ops.RESHAPE, space),) if space is not None and space != root.shape else ()
-        value = self.build(root.src[1] if root.op is Ops.ASSIGN else root.src[0] if root.op in (Ops.CONTIGUOUS, Ops.DETACH) else root, chain)
+        value = self.build(
+            root.src[1] if root.op is Ops.ASSIGN else root.src[0] if root.op in (Ops.CONTIGUOUS, Ops.DETACH) else root,
+            chain,
+        )
         g = UOp(Ops.DEFINE_GLOBAL, root.dtype.ptr(prod(root.shape)), arg=0)
         st = self._view(root.shape, chain)
         return UOp(Ops.SINK, src=(UOp(Ops.STORE, dtypes.void, (g, UOp(Ops.VIEW, arg=st), value)),))
-
 
     def _fused_reduce_shape(self) -> tuple[int, ...] | None:
         stack, seen = [self.root], set()
@@ -405,7 +423,9 @@ def _levels(stored: list[UOp], reads: list[set[UOp]]) -> list[int]:
     for i, n in enumerate(stored):
         if n.op is Ops.ASSIGN:
             target = n.src[0].base.arg
-            deps[i] |= {j for j, r in enumerate(reads) if j != i and any(x.op is Ops.BUFFER and x.arg is target for x in r)}
+            deps[i] |= {
+                j for j, r in enumerate(reads) if j != i and any(x.op is Ops.BUFFER and x.arg is target for x in r)
+            }
     level: dict[int, int] = {}
 
     def visit(i: int, path: tuple[int, ...] = ()) -> int:
@@ -453,7 +473,17 @@ class _Walk:
             if view is not None:
                 # the planner still reads a realized node's own op, arg and source shapes (a reduce's loop)
                 srcs = tuple(x.shape for x in node.src) if node.op is Ops.REDUCE_AXIS else ()
-                part: tuple = ("R", node.op, node.dtype, node.arg, node.shape, srcs, view.op, view.arg, slot(view.base.arg))
+                part: tuple = (
+                    "R",
+                    node.op,
+                    node.dtype,
+                    node.arg,
+                    node.shape,
+                    srcs,
+                    view.op,
+                    view.arg,
+                    slot(view.base.arg),
+                )
             elif node.op is Ops.BUFFER:
                 part = ("B", node.dtype, node.arg.size, node.arg.device, slot(node.arg))
             elif node.op is Ops.BIND:
@@ -489,7 +519,10 @@ class _Template:
                 buf = Buffer(n.device, prod(shape), n.dtype)
                 becomes[n] = UOp.buffer_view(buf, shape)
             outs.append(buf)
-        items = [ScheduleItem(ast, tuple(outs[i] if kind == "out" else walk.slots[i] for kind, i in refs)) for ast, refs in self.items]
+        items = [
+            ScheduleItem(ast, tuple(outs[i] if kind == "out" else walk.slots[i] for kind, i in refs))
+            for ast, refs in self.items
+        ]
         return items, becomes, _bound_values(walk.binds)
 
 
@@ -533,7 +566,9 @@ _templates: dict[tuple, _Template] = {}
 SCHEDULE_CACHE_SIZE = 256  # templates kept (a graph whose shapes change every call would otherwise grow it forever)
 
 
-def create_schedule(outs: list[UOp], realized: dict[UOp, UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp], dict[UOp, int]]:
+def create_schedule(
+    outs: list[UOp], realized: dict[UOp, UOp]
+) -> tuple[list[ScheduleItem], dict[UOp, UOp], dict[UOp, int]]:
     """Kernels that compute `outs` in execution order, what each computed node becomes (a buffer view),
     and the values of the variables the kernels take as arguments. A graph of the same structure as one scheduled
     before (over other buffers and bound values) reuses that schedule."""
@@ -551,7 +586,9 @@ def create_schedule(outs: list[UOp], realized: dict[UOp, UOp]) -> tuple[list[Sch
     return items, becomes, var_vals
 
 
-def _create_schedule(outs: list[UOp], realized: dict[UOp, UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp], dict[UOp, int]]:
+def _create_schedule(
+    outs: list[UOp], realized: dict[UOp, UOp]
+) -> tuple[list[ScheduleItem], dict[UOp, UOp], dict[UOp, int]]:
     planner = _Planner(outs, realized)
     planner.decide()
     planner.fit_buffer_limits(lambda device: getattr(Device[device].renderer, "max_buffers", None))

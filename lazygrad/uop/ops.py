@@ -640,7 +640,9 @@ class UPat:
         )
         self.arg, self.name, self.allow_any_len = arg, name, allow_any_len
         self.src: Any = src
-        self._src_kind = "none" if src is None else "each" if isinstance(src, UPat) else "perm" if isinstance(src, list) else "seq"
+        self._src_kind = (
+            "none" if src is None else "each" if isinstance(src, UPat) else "perm" if isinstance(src, list) else "seq"
+        )
 
     @staticmethod
     def var(name: str | None = None, dtype: DType | tuple[DType, ...] | None = None) -> UPat:
@@ -655,7 +657,14 @@ class UPat:
         return UPat(Ops.CONST, dtype=dtype, arg=value)
 
     def named(self, name: str) -> UPat:
-        return UPat(tuple(self.op) if self.op else None, tuple(self.dtype) if self.dtype else None, self.src, self.arg, name, self.allow_any_len)
+        return UPat(
+            tuple(self.op) if self.op else None,
+            tuple(self.dtype) if self.dtype else None,
+            self.src,
+            self.arg,
+            name,
+            self.allow_any_len,
+        )
 
     # pattern builders mirror the UOp operators: `UPat.var("x") + 0`
     def _bin(self, op: Ops, x: Any, commutative: bool) -> UPat:
@@ -705,7 +714,9 @@ class UPat:
             return []
         if self.dtype is not None and u.dtype not in self.dtype and u.dtype.scalar not in self.dtype:
             return []
-        if self.arg is not None and (u.arg != self.arg or type(u.arg) is not type(self.arg) and not isinstance(u.arg, (int, float))):
+        if self.arg is not None and (
+            u.arg != self.arg or type(u.arg) is not type(self.arg) and not isinstance(u.arg, (int, float))
+        ):
             return []
         if self.name is not None:
             if (prev := store.get(self.name)) is not None:
@@ -824,7 +835,9 @@ def pyrender_arg(x: Any) -> str:
 
 
 def smax(*xs: Any) -> Any:
-    return functools.reduce(lambda a, b: a.maximum(b) if isinstance(a, UOp) else b.maximum(a) if isinstance(b, UOp) else max(a, b), xs)
+    return functools.reduce(
+        lambda a, b: a.maximum(b) if isinstance(a, UOp) else b.maximum(a) if isinstance(b, UOp) else max(a, b), xs
+    )
 
 
 def resolve(x: Any, default: bool = True) -> bool:

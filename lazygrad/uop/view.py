@@ -51,7 +51,9 @@ class View:
     def create(
         shape: tuple[int, ...], strides: tuple[int, ...] | None = None, offset: int = 0, mask: Mask | None = None
     ) -> View:
-        strides = strides_for_shape(shape) if strides is None else tuple(0 if s == 1 else st for s, st in zip(shape, strides))
+        strides = (
+            strides_for_shape(shape) if strides is None else tuple(0 if s == 1 else st for s, st in zip(shape, strides))
+        )
         if mask is not None:
             if any(lo >= hi for lo, hi in mask):
                 # nothing is valid: every element reads 0, no address is ever touched
@@ -83,7 +85,10 @@ class View:
             return View.create(new_shape)
         mask = None
         if self.mask is not None:
-            mask = tuple(m if s == ns else ((0, ns) if m != (0, 0) else (0, 0)) for m, s, ns in zip(self.mask, self.shape, new_shape))
+            mask = tuple(
+                m if s == ns else ((0, ns) if m != (0, 0) else (0, 0))
+                for m, s, ns in zip(self.mask, self.shape, new_shape)
+            )
         strides = tuple(st if s == ns else 0 for st, s, ns in zip(self.strides, self.shape, new_shape))
         return View.create(new_shape, strides, self.offset, mask)
 
@@ -91,7 +96,10 @@ class View:
         """Window [lo, hi) per dim; lo may be negative and hi past the end when padding (then masked)."""
         offset = self.offset + sum(st * lo for st, (lo, _) in zip(self.strides, bounds))
         if self.mask is not None:
-            shifted = tuple((max(0, min(m0 - lo, hi - lo)), max(0, min(m1 - lo, hi - lo))) for (m0, m1), (lo, hi) in zip(self.mask, bounds))
+            shifted = tuple(
+                (max(0, min(m0 - lo, hi - lo)), max(0, min(m1 - lo, hi - lo)))
+                for (m0, m1), (lo, hi) in zip(self.mask, bounds)
+            )
             mask = _merge_masks(shifted, mask)
         return View.create(tuple(hi - lo for lo, hi in bounds), self.strides, offset, mask)
 
@@ -252,7 +260,10 @@ class ShapeTracker:
         """Per-axis stride where one view says it plainly; None where index math is more than a stride."""
         if len(self.views) == 1:
             v = self.views[0]
-            return tuple(None if v.mask is not None and v.mask[i] != (0, s) else st for i, (s, st) in enumerate(zip(v.shape, v.strides)))
+            return tuple(
+                None if v.mask is not None and v.mask[i] != (0, s) else st
+                for i, (s, st) in enumerate(zip(v.shape, v.strides))
+            )
         return tuple(None for _ in self.shape)
 
 

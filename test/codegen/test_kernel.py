@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from lazygrad import Context, Device, Tensor
-from lazygrad.device import Buffer
 from lazygrad.codegen import get_program
 from lazygrad.codegen.kernel import AxisType, Kernel, KernelOptError, Opt, OptOps
+from lazygrad.device import Buffer
 from lazygrad.engine.realize import CompiledRunner, ExecItem
 
 
