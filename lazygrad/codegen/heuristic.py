@@ -8,7 +8,7 @@ work are then shared out among the CPU cores along their outermost output axis.
 
 from __future__ import annotations
 
-from lazygrad.codegen.kernel import AxisType, Kernel, KernelOptError, Opt, OptOps
+from lazygrad.codegen.kernel import AxisType, Kernel, Opt, OptOps
 from lazygrad.dtype import dtypes
 from lazygrad.helpers import getenv, prod
 from lazygrad.uop.ops import Ops, UOp, graph_rewrite
@@ -140,7 +140,7 @@ def _upcast(k: Kernel, axis: int, amounts: tuple[int, ...]) -> bool:
         return False
     index = k.axes_of(AxisType.GLOBAL).index(axis)
     size = k.full_shape[axis]
-    return any(_try(k, Opt(OptOps.UPCAST, index, a)) for a in amounts if a > 1 and size % a == 0 and size >= a)
+    return any(k.try_opt(Opt(OptOps.UPCAST, index, a)) for a in amounts if a > 1 and size % a == 0 and size >= a)
 
 
 def _unroll(k: Kernel, amounts: tuple[int, ...]) -> bool:
@@ -149,7 +149,7 @@ def _unroll(k: Kernel, amounts: tuple[int, ...]) -> bool:
         return False
     size = k.full_shape[reduce_axes[-1]]
     last = len(reduce_axes) - 1
-    return any(_try(k, Opt(OptOps.UNROLL, last, a)) for a in amounts if a > 1 and size % a == 0 and size >= a)
+    return any(k.try_opt(Opt(OptOps.UNROLL, last, a)) for a in amounts if a > 1 and size % a == 0 and size >= a)
 
 
 def _thread(k: Kernel, n_loads: int) -> bool:
@@ -161,17 +161,9 @@ def _thread(k: Kernel, n_loads: int) -> bool:
     glob = k.axes_of(AxisType.GLOBAL)
     for i, a in enumerate(glob):
         if k.full_shape[a] >= threads:
-            return _try(k, Opt(OptOps.THREAD, i, 0))
+            return k.try_opt(Opt(OptOps.THREAD, i, 0))
     # too few outputs to go round: each core reduces a slice into a partial result (sum of a whole tensor)
     for i, a in enumerate(k.axes_of(AxisType.REDUCE)):
         if k.full_shape[a] % threads == 0:
-            return _try(k, Opt(OptOps.THREAD, len(glob) + i, threads))
+            return k.try_opt(Opt(OptOps.THREAD, len(glob) + i, threads))
     return False
-
-
-def _try(k: Kernel, opt: Opt) -> bool:
-    try:
-        k.apply_opt(opt)
-        return True
-    except KernelOptError:
-        return False

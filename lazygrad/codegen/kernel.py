@@ -206,6 +206,14 @@ class Kernel:
         order[glob[opt.axis]], order[glob[opt.amount]] = glob[opt.amount], glob[opt.axis]
         self._permute_all(order)
 
+    def try_opt(self, opt: Opt) -> bool:
+        """Apply `opt` if it fits this kernel; False (and the kernel unchanged) if it does not."""
+        try:
+            self.apply_opt(opt)
+            return True
+        except KernelOptError:
+            return False
+
     def apply_opts(self, opts: list[Opt]) -> Kernel:
         for opt in opts:
             self.apply_opt(opt)

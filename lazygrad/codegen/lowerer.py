@@ -365,7 +365,7 @@ class Lowerer:
         shared_max = getattr(self.k.renderer, "shared_max", 0)
         if shared_bytes > shared_max:
             raise KernelOptError(
-                f"{self.k.name_plain}: GROUP needs {shared_bytes} bytes of shared memory, over the device's {shared_max}"
+                f"{self.k.name_plain}: GROUP needs {shared_bytes} bytes of shared memory; the device has {shared_max}"
             )
         shared, stores = {}, []
         for i, (key, value) in enumerate(partials.items()):

@@ -5,7 +5,7 @@ become LOCAL threads (decided last, on what the generic heuristic left)."""
 from __future__ import annotations
 
 from lazygrad.codegen.heuristic import hand_coded_optimizations
-from lazygrad.codegen.kernel import AxisType, Kernel, KernelOptError, Opt, OptOps
+from lazygrad.codegen.kernel import AxisType, Kernel, Opt, OptOps
 from lazygrad.helpers import prod
 
 THREADS_PER_GROUP = 128  # a few warps: enough to hide latency, small enough to leave registers per thread
@@ -20,14 +20,6 @@ def _workgroup_size(k: Kernel) -> int:
 def _budget(k: Kernel, threads: int = THREADS_PER_GROUP) -> int:
     """How many times larger the workgroup may still grow."""
     return min(threads, getattr(k.renderer, "max_workgroup", threads)) // _workgroup_size(k)
-
-
-def _try(k: Kernel, opt: Opt) -> bool:
-    try:
-        k.apply_opt(opt)
-        return True
-    except KernelOptError:
-        return False
 
 
 def default_optimizations(k: Kernel) -> Kernel:
@@ -53,7 +45,7 @@ def group_reduce(k: Kernel) -> Kernel:
     for amount in (256, 128, 64, 32, 16):
         fits = amount <= _budget(k, GROUP_THREADS) and amount * itemsize * len(k.reduceops) <= shared_max
         if fits and size % amount == 0 and size >= 2 * amount:
-            if _try(k, Opt(OptOps.GROUP, len(reduce_axes) - 1, amount)):
+            if k.try_opt(Opt(OptOps.GROUP, len(reduce_axes) - 1, amount)):
                 break
     return k
 
@@ -68,6 +60,6 @@ def local_axes(k: Kernel) -> Kernel:
         size = k.full_shape[k.axes_of(AxisType.GLOBAL)[axis_no]]
         for amount in (32, 16, 8, 4, 2):
             if amount <= min(budget, local_max[0]) and size % amount == 0:
-                if _try(k, Opt(OptOps.LOCAL, axis_no, amount)):
+                if k.try_opt(Opt(OptOps.LOCAL, axis_no, amount)):
                     break
     return k
