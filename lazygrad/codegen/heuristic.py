@@ -11,8 +11,8 @@ from __future__ import annotations
 from lazygrad.codegen.kernel import AxisType, Kernel, Opt, OptOps
 from lazygrad.dtype import dtypes
 from lazygrad.helpers import getenv, prod
-from lazygrad.uop.ops import Ops, UOp, graph_rewrite
-from lazygrad.uop.symbolic import symbolic
+from lazygrad.uop.ops import Ops, UOp
+from lazygrad.uop.symbolic import simplify
 
 # below this many loop iterations a kernel runs in a few microseconds: nothing to gain, only code to grow
 TINY = 64
@@ -102,7 +102,7 @@ def _step(k: Kernel, view: int, axis: int) -> int | None:
     idx0, _ = st.to_index(list(at))
     at[axis] = UOp.const(dtypes.int32, 1)
     idx1, _ = st.to_index(list(at))
-    step = graph_rewrite(idx1 - idx0, symbolic)
+    step = simplify(idx1 - idx0)
     return step.arg if step.op is Ops.CONST else None
 
 

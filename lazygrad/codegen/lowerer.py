@@ -12,8 +12,8 @@ import itertools
 from lazygrad.codegen.kernel import AxisType, Kernel, KernelOptError
 from lazygrad.dtype import dtypes
 from lazygrad.helpers import ceildiv, prod
-from lazygrad.uop.ops import GroupOp, Ops, UOp, graph_rewrite
-from lazygrad.uop.symbolic import symbolic
+from lazygrad.uop.ops import GroupOp, Ops, UOp
+from lazygrad.uop.symbolic import simplify
 
 # a GPU kernel without workgroup axes gets workgroups of up to PADDED_THREADS along an axis of PADDED_MIN or more
 PADDED_THREADS, PADDED_MIN = 128, 32
@@ -171,8 +171,8 @@ class Lowerer:
         idx0, valid0 = view.arg.to_index(at)
         at[axis] = UOp.const(dtypes.int32, 1)
         idx1, valid1 = view.arg.to_index(at)
-        step = graph_rewrite(idx1 - idx0, symbolic)
-        same_mask = graph_rewrite(valid0, symbolic) is graph_rewrite(valid1, symbolic)
+        step = simplify(idx1 - idx0)
+        same_mask = simplify(valid0) is simplify(valid1)
         return step.op is Ops.CONST and step.arg == 1 and same_mask
 
     def lanes(self, x: UOp) -> list[UOp]:
@@ -183,8 +183,8 @@ class Lowerer:
     @staticmethod
     def _consecutive(idxs: list[UOp]) -> bool:
         for i, x in enumerate(idxs[1:], 1):
-            if x is not graph_rewrite(idxs[0] + i, symbolic):
-                step = graph_rewrite(x - idxs[0], symbolic)
+            if x is not simplify(idxs[0] + i):
+                step = simplify(x - idxs[0])
                 if step.op is not Ops.CONST or step.arg != i:
                     return False
         return True
@@ -220,7 +220,7 @@ class Lowerer:
 
     def index(self, view: UOp, combo: Combo) -> tuple[UOp, UOp]:
         idx, valid = view.arg.to_index(self.idxs(combo))
-        return graph_rewrite(idx, symbolic), graph_rewrite(valid, symbolic)
+        return simplify(idx), simplify(valid)
 
     def ev(self, u: UOp, combo: Combo) -> UOp:
         key = (u, combo)
@@ -374,7 +374,7 @@ class Lowerer:
                 UOp(
                     Ops.STORE,
                     dtypes.void,
-                    (UOp(Ops.INDEX, shared[key].dtype, (shared[key], graph_rewrite(here, symbolic))), value),
+                    (UOp(Ops.INDEX, shared[key].dtype, (shared[key], simplify(here))), value),
                 )
             )
         barrier = UOp(Ops.BARRIER, dtypes.void, tuple(stores))
@@ -383,7 +383,7 @@ class Lowerer:
         for a in group_axes:
             inner //= shape[a]
             pos = pos + ((rng // inner) % shape[a] if inner != 1 else rng % shape[a]) * strides[a]
-        pos = graph_rewrite(pos, symbolic)
+        pos = simplify(pos)
         accs, updates = {}, []
         for i, (key, buf) in enumerate(shared.items()):
             op, dt = key[0], key[1]

@@ -398,9 +398,9 @@ class UOp(metaclass=UOpMetaClass):
         return self._min_max[1]
 
     def simplify(self) -> UOp:
-        from lazygrad.uop.symbolic import symbolic
+        from lazygrad.uop.symbolic import simplify
 
-        return graph_rewrite(self, symbolic)
+        return simplify(self)
 
     def render(self, simplify: bool = True) -> str:
         """Index math as a readable expression, e.g. `((gidx0*4)+ridx1)`."""
@@ -784,11 +784,12 @@ class PatternMatcher:
         return None
 
 
-def graph_rewrite(root: UOp, pm: PatternMatcher, ctx: Any = None) -> UOp:
+def graph_rewrite(root: UOp, pm: PatternMatcher, ctx: Any = None, memo: dict[UOp, UOp] | None = None) -> UOp:
     """Rewrite bottom-up to a fixed point: sources first, then the node until no rule applies.
 
-    Memoized per call, iterative (no recursion limit on deep graphs)."""
-    done: dict[UOp, UOp] = {}
+    Memoized per call, or across calls in `memo` (sound when the rules and ctx are the same for every call),
+    iterative (no recursion limit on deep graphs)."""
+    done: dict[UOp, UOp] = {} if memo is None else memo
     stack: list[tuple[UOp, int, UOp | None]] = [(root, 0, None)]
     while stack:
         node, stage, result = stack.pop()

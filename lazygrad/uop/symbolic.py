@@ -418,6 +418,20 @@ symbolic = PatternMatcher(
 )
 
 
+# Simplified forms of every expression seen, shared by all calls: the lanes of an upcast kernel and the kernels of
+# one schedule repeat most sub-expressions of their indices. Cleared when large; rules never call simplify, so a
+# clear never happens inside a rewrite that is using the memo.
+_simplified: dict[UOp, UOp] = {}
+SIMPLIFY_MEMO_SIZE = 1 << 19
+
+
+def simplify(x: UOp) -> UOp:
+    """x with the symbolic rules applied to a fixed point."""
+    if len(_simplified) > SIMPLIFY_MEMO_SIZE:
+        _simplified.clear()
+    return graph_rewrite(x, symbolic, memo=_simplified)
+
+
 # *** printing ***
 
 _INFIX = {
