@@ -131,6 +131,8 @@ class Tensor:
             raise TypeError(f"cannot make a Tensor from {type(data).__name__}")
         if dtype is not None and self.dtype != dtype:
             self.uop = self.cast(dtype).uop
+        if not isinstance(data, UOp):  # made by an op: its dtype met the device where the graph began
+            _check_dtype("making a tensor", self.dtype, self.device)
         if requires_grad is not None:
             self.requires_grad = requires_grad
         elif (
@@ -752,6 +754,7 @@ class Tensor:
         device = Device.canonicalize(device)
         if device == self.device:
             return self
+        _check_dtype("to", self.dtype, device)
         src = self.contiguous()  # a copy moves whole buffers: a view is made contiguous on its own device first
         return Tensor(UOp(Ops.COPY, self.dtype, (src.uop,), device))
 
@@ -1881,7 +1884,10 @@ class Tensor:
     # dtype conversion
     def cast(self, dtype: DType | str) -> Tensor:
         dt = to_dtype(dtype)
-        return self if dt == self.dtype else Tensor(UOp(Ops.CAST, dt, (self.uop,)))
+        if dt == self.dtype:
+            return self
+        _check_dtype("cast", dt, self.device)
+        return Tensor(UOp(Ops.CAST, dt, (self.uop,)))
 
     def bitcast(self, dtype: DType | str) -> Tensor:
         dt = to_dtype(dtype)
@@ -1889,7 +1895,10 @@ class Tensor:
             raise TypeError(
                 f"bitcast from {self.dtype} ({self.dtype.itemsize} bytes) to {dt} ({dt.itemsize} bytes): sizes differ"
             )
-        return self if dt == self.dtype else Tensor(UOp(Ops.BITCAST, dt, (self.uop,)))
+        if dt == self.dtype:
+            return self
+        _check_dtype("bitcast", dt, self.device)
+        return Tensor(UOp(Ops.BITCAST, dt, (self.uop,)))
 
     def float(self) -> Tensor:
         return self.cast(dtypes.float32)
@@ -2488,6 +2497,12 @@ class UnsupportedOpError(NotImplementedError, TypeError):
 
 def _unsupported(op: str, t: Tensor, hint: str) -> UnsupportedOpError:
     return UnsupportedOpError(f"{op} is not supported for {t.dtype.name} tensors on {t.device}; {hint}")
+
+
+def _check_dtype(op: str, dtype: DType, device: str) -> None:
+    """Refuse a dtype where the device cannot compute with it, here rather than as a compiler error later."""
+    if (why := Device[device].renderer.dtype_unsupported(dtype)) is not None:
+        raise UnsupportedOpError(f"{op} is not supported for {dtype.name} tensors on {device}: {why}")
 
 
 def _owned_elsewhere(u: UOp) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from lazygrad.dtype import DType
 from lazygrad.uop.ops import UOp
 
 
@@ -35,6 +36,10 @@ class Renderer:
     max_upcast: int = 16
     max_buffers: int | None = None  # buffer arguments one kernel may take (None: no limit worth splitting for)
     tensor_cores: tuple = ()
+
+    def dtype_unsupported(self, dtype: DType) -> str | None:
+        """Why this target cannot compute with `dtype`, or None when it can."""
+        return None
 
     def render(self, name: str, uops: list[UOp]) -> str:
         raise NotImplementedError

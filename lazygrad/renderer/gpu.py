@@ -54,6 +54,11 @@ class GPUDialect(CStyleLanguage):
             self.type_map = {**self.type_map, dtypes.float16: "float"}
             self.storage_map = {**self.storage_map, dtypes.float16: self.half_bits}
 
+    def dtype_unsupported(self, dtype: DType) -> str | None:
+        if dtype == dtypes.float64 and not self.has_double:
+            return "the device has no double-precision arithmetic"
+        return None
+
     def half_in_float(self, dt: DType) -> bool:
         return dt == dtypes.float16 and not self.has_half
 
@@ -309,6 +314,7 @@ class CUDARenderer(GPUDialect):
 
 class MetalRenderer(GPUDialect):
     device = "METAL"
+    has_double = False  # the Metal shading language has no double
     max_buffers = 31  # Metal's buffer argument table
     kernel_prefix = "kernel void "
     arg_int_prefix = "constant int&"

@@ -95,3 +95,11 @@ def test_bounds_checks_only_where_the_launch_does_not_divide(renderer):
 def test_unknown_capability_is_refused():
     with pytest.raises(TypeError, match="no capability"):
         OpenCLRenderer(warp_size=32)
+
+
+def test_metal_has_no_double():
+    from lazygrad.dtype import dtypes
+    from lazygrad.renderer.gpu import MetalRenderer
+
+    assert MetalRenderer().dtype_unsupported(dtypes.float64) is not None
+    assert MetalRenderer().dtype_unsupported(dtypes.float32) is None

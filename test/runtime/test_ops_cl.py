@@ -288,3 +288,20 @@ def test_one_program_for_several_kernels():
     Tensor.realize(a, b)
     np.testing.assert_allclose(a.numpy(), (x.astype(np.float16) * 2).astype(np.float32).sum(1), rtol=1e-3)
     np.testing.assert_allclose(b.numpy(), np.exp(x) / np.exp(x).sum(1, keepdims=True), rtol=1e-5, atol=1e-6)
+
+
+def test_dtype_the_device_cannot_compute_is_refused_at_the_api(monkeypatch):
+    from lazygrad.tensor import UnsupportedOpError
+
+    monkeypatch.setattr(CL.renderer, "has_double", False)  # an OpenCL device without cl_khr_fp64
+    made = [
+        lambda: Tensor(np.zeros(3, np.float64), device="CL"),
+        lambda: Tensor([1.0, 2.0], device="CL").cast("float64"),
+        lambda: Tensor(np.zeros(3, np.float64)).to("CL"),
+        lambda: Tensor([1, 2], device="CL").bitcast("int32").cast("float64"),
+    ]
+    for make in made:
+        with pytest.raises(NotImplementedError, match="float64 tensors on CL: the device has no double") as e:
+            make()
+        assert isinstance(e.value, UnsupportedOpError)
+    assert Tensor([1.5], device="CL").cast("float16").dtype == dtypes.float16  # computed in float where needed
