@@ -63,8 +63,9 @@ def hand_coded_optimizations(k: Kernel) -> Kernel:
             _upcast(k, second, tuple(r for r in (rows, rows // 2, 4, 2) if r >= 2))
             if third is not None:
                 _upcast(k, third - (len(k.full_shape) < n_axes and second < third), (2,))
+        # 3: a conv's window row; its three shifted input vectors share most of their loads
         if not (reduce_lanes and _unroll(k, (vec, 8, 4))):
-            _unroll(k, (4, 2))
+            _unroll(k, (4, 3, 2))
     elif reduce_axes:
         last = reduce_axes[-1]
         if vec > 1 and any(_step(k, i, last) == 1 for i in in_reduce) and _unroll(k, (vec,)):
