@@ -558,7 +558,6 @@ def _template(walk: _Walk, items: list[ScheduleItem], becomes: dict[UOp, UOp]) -
                 return None
             refs.append(ref)
         refs_items.append((si.ast, tuple(refs)))
-    # an ASSIGN's buffer is a slot: its "out" reference is its place in `stored` only for fresh buffers
     return _Template(stored, refs_items)
 
 
