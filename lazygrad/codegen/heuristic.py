@@ -29,21 +29,23 @@ def hand_coded_optimizations(k: Kernel) -> Kernel:
     vec = _vector_width(k, stores)
     reduce_axes = k.axes_of(AxisType.REDUCE)
     in_reduce = [i for i, inside in loads if inside]
+    # address steps of each view along each axis, read before any opt renumbers the axes
+    step = {v: [_step(k, v, a) for a in range(len(k.full_shape))] for v in {*in_reduce, *stores}}
     glob = k.axes_of(AxisType.GLOBAL)
-    reuse = [a for a in glob if any(_step(k, i, a) == 0 for i in in_reduce)] if reduce_axes else []
-    out_unit = [a for a in glob if stores and all(_step(k, i, a) == 1 for i in stores)]
+    reuse = [a for a in glob if any(step[i][a] == 0 for i in in_reduce)] if reduce_axes else []
+    out_unit = [a for a in glob if stores and all(step[i][a] == 1 for i in stores)]
     if reuse:
         # register tile: the unit-stride output axis as vectors, a second reused axis as rows of the tile
-        first = _vector_axis(k, reuse, out_unit, in_reduce, vec)
+        first = _vector_axis(k, reuse, out_unit, [step[i] for i in in_reduce], vec)
         # no output axis for vector lanes (a conv's weight gradient): the reduce may run unit-stride through every
         # input instead (the output pixels), then it gets vector accumulators
-        last_steps = [_step(k, i, reduce_axes[-1]) for i in in_reduce]
+        last_steps = [step[i][reduce_axes[-1]] for i in in_reduce]
         reduce_lanes = first is None and vec > 1 and 1 in last_steps and all(s in (0, 1) for s in last_steps)
         others = [a for a in reuse if a != first]
         # the second axis should reuse what the first does not: in a conv, the output width reuses each weight and
         # the output channels reuse each input pixel (the batch would only reuse the weight again)
-        shared = {i for i in in_reduce if first is not None and _step(k, i, first) == 0}
-        gain = {a: sum(1 for i in in_reduce if i not in shared and _step(k, i, a) == 0) for a in others}
+        shared = {i for i in in_reduce if first is not None and step[i][first] == 0}
+        gain = {a: sum(1 for i in in_reduce if i not in shared and step[i][a] == 0) for a in others}
         ranked = sorted(others, key=lambda a: (gain[a], k.full_shape[a]), reverse=True)
         second = ranked[0] if ranked else None
         # with the lanes along the reduce, a third axis makes the tile two-dimensional: each loaded vector of one
@@ -52,8 +54,7 @@ def hand_coded_optimizations(k: Kernel) -> Kernel:
         if first is not None:
             n_axes = len(k.full_shape)
             _upcast(k, first, (vec, 8, 4, 2))
-            if second is not None and len(k.full_shape) < n_axes and first < second:
-                second -= 1  # the upcast consumed the whole first axis
+            second = _renumbered(k, second, first, n_axes)
         if second is not None:
             # a quarter of the vector registers hold accumulators: more rows spill, and rows of a matrix whose
             # stride is a multiple of 4 KB land in one L1 set (16 rows of a 1024-wide matmul ran at 85 GFLOPS here,
@@ -62,13 +63,13 @@ def hand_coded_optimizations(k: Kernel) -> Kernel:
             n_axes = len(k.full_shape)
             _upcast(k, second, tuple(r for r in (rows, rows // 2, 4, 2) if r >= 2))
             if third is not None:
-                _upcast(k, third - (len(k.full_shape) < n_axes and second < third), (2,))
+                _upcast(k, _renumbered(k, third, second, n_axes), (2,))
         # 3: a conv's window row; its three shifted input vectors share most of their loads
         if not (reduce_lanes and _unroll(k, (vec, 8, 4))):
             _unroll(k, (4, 3, 2))
     elif reduce_axes:
         last = reduce_axes[-1]
-        if vec > 1 and any(_step(k, i, last) == 1 for i in in_reduce) and _unroll(k, (vec,)):
+        if vec > 1 and any(step[i][last] == 1 for i in in_reduce) and _unroll(k, (vec,)):
             _unroll(k, (2,))  # two vector loads in flight per iteration
         elif out_unit:
             _upcast(k, out_unit[-1], (vec, 4, 2))
@@ -107,21 +108,30 @@ def _step(k: Kernel, view: int, axis: int) -> int | None:
     return step.arg if step.op is Ops.CONST else None
 
 
-def _vector_axis(k: Kernel, reuse: list[int], out_unit: list[int], in_reduce: list[int], vec: int) -> int | None:
-    """The output axis of a register tile that becomes vector lanes: the store's unit-stride axis when it splits by
-    a vector-ish amount, else one along which every reduce input is contiguous or broadcast (a conv's input
-    gradient stores along its 3x3 window, but its inputs run along the output pixels)."""
+def _vector_axis(k: Kernel, reuse: list[int], out_unit: list[int], reduce_steps: list[list], vec: int) -> int | None:
+    """The output axis of a register tile that becomes vector lanes: one along which every reduce input is
+    contiguous or broadcast, the store's unit-stride axis if it is one (a conv's input gradient stores along its
+    3x3 window, but its inputs run along the output pixels)."""
 
     def splits(a: int) -> bool:
         return any(k.full_shape[a] % w == 0 for w in (vec, 8, 4, 2) if w > 1)
 
-    steps = {a: [_step(k, i, a) for i in in_reduce] for a in reuse}
-    lanes = [a for a in reuse if splits(a) and 1 in steps[a] and all(s in (0, 1) for s in steps[a])]
+    lanes = [
+        a
+        for a in reuse
+        if splits(a) and any(s[a] == 1 for s in reduce_steps) and all(s[a] in (0, 1) for s in reduce_steps)
+    ]
     if out_unit and out_unit[-1] in lanes:
         return out_unit[-1]
     # lanes along an axis where an input is strided would be gathers, one scalar load each (x @ w.T with w stored
     # (out, in) strides w along the output): better none, and vector accumulators along the reduce
     return max(lanes, key=lambda a: k.full_shape[a]) if lanes else None
+
+
+def _renumbered(k: Kernel, axis: int | None, upcast: int, n_axes: int) -> int | None:
+    """`axis` after an upcast of axis `upcast` in a kernel that had `n_axes` axes: an upcast by the whole size
+    removes that axis, and the axes after it move down one."""
+    return axis - 1 if axis is not None and len(k.full_shape) < n_axes and upcast < axis else axis
 
 
 def _vector_width(k: Kernel, stores: list[int]) -> int:

@@ -125,10 +125,10 @@ class _Planner:
                 self.stored.add(best)
                 pending.append(best)
 
-    def _reads(self, n: UOp) -> set[UOp]:
-        return {
-            x for x in self._inlined(n) if x is not n and (x.op is Ops.BUFFER or x in self.realized or x in self.stored)
-        }
+    def _reads(self, n: UOp, inlined: list[UOp] | None = None) -> set[UOp]:
+        """The stored leaves n's kernel loads (`inlined`: self._inlined(n), when the caller has it)."""
+        inner = self._inlined(n) if inlined is None else inlined
+        return {x for x in inner if x is not n and (x.op is Ops.BUFFER or x in self.realized or x in self.stored)}
 
     def _has_reduce(self, n: UOp) -> bool:
         return any(x.op is Ops.REDUCE_AXIS and x is not n and x not in self.stored for x in self._inlined(n))
@@ -191,7 +191,7 @@ class _Planner:
         costs each of those kernels reading n's inputs, except the ones it reads anyway (a relu's mask is
         recomputed for free where the relu's own input is loaded)."""
         inner = self._inlined(n)
-        leaves = [x for x in inner if x is not n and (x.op is Ops.BUFFER or x in self.realized or x in self.stored)]
+        leaves = self._reads(n, inner)
         in_bytes = sum(n.size * x.dtype.itemsize for x in leaves)
         out_bytes = n.size * n.dtype.itemsize
         store = in_bytes + (len(reach) + 1) * out_bytes
@@ -590,7 +590,7 @@ def _create_schedule(
 ) -> tuple[list[ScheduleItem], dict[UOp, UOp], dict[UOp, int]]:
     planner = _Planner(outs, realized)
     planner.decide()
-    planner.fit_buffer_limits(lambda device: getattr(Device[device].renderer, "max_buffers", None))
+    planner.fit_buffer_limits(lambda device: Device[device].renderer.max_buffers)
     stored = [n for n in planner.order if n in planner.stored]
     out_bufs: dict[UOp, Buffer] = {}
     becomes: dict[UOp, UOp] = {}
@@ -621,7 +621,7 @@ def _create_schedule(
         groups.setdefault((level[i], ("copy", i) if ast.op is Ops.COPY else _signature(ast)), []).append(i)
     schedule: list[tuple[int, ScheduleItem]] = []
     for (lvl, _), members in groups.items():
-        limit = getattr(Device[kernels[members[0]][1][0].device].renderer, "max_buffers", None)
+        limit = Device[kernels[members[0]][1][0].device].renderer.max_buffers
         for part in _within_limit([kernels[i] for i in members], limit):
             ast, bufs = _merge(part) if len(part) > 1 else part[0]
             schedule.append((lvl, ScheduleItem(ast, tuple(bufs))))
