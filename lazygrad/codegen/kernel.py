@@ -11,8 +11,11 @@ import enum
 import functools
 from dataclasses import dataclass
 
+from lazygrad.dtype import dtypes
 from lazygrad.helpers import DEBUG, colored, prod, to_function_name
+from lazygrad.renderer.tensor_cores import TensorCore
 from lazygrad.uop.ops import Ops, UOp, substitute
+from lazygrad.uop.symbolic import simplify
 from lazygrad.uop.view import ShapeTracker
 
 
@@ -25,6 +28,7 @@ class AxisType(enum.Enum):
     REDUCE = "red"  # a reduce loop
     UNROLL = "magenta"  # a reduce axis unrolled into registers
     UPCAST = "yellow"  # an output axis computed per thread in registers
+    TC = "white"  # one dimension (M, N or K, in that order) of a tensor core's tile, spread over a warp's lanes
 
     @property
     def expanded(self) -> bool:
@@ -44,6 +48,7 @@ class OptOps(enum.Enum):
     THREAD = enum.auto()
     PADTO = enum.auto()
     SWAP = enum.auto()
+    TC = enum.auto()
 
 
 @dataclass(frozen=True, order=True)
@@ -68,6 +73,19 @@ def check(cond: bool, msg: str) -> None:
         raise KernelOptError(msg)
 
 
+def mul_operands(reduce: UOp, dtype_in: object) -> tuple[UOp, UOp] | None:
+    """The two factors of a sum of products whose factors have dtype `dtype_in`: `sum(cast(x * y))` (a matmul of
+    halves: the products are exact in a tensor core) or `sum(cast(x) * cast(y))`; None for any other reduce."""
+    if reduce.op is not Ops.REDUCE_AXIS or reduce.arg[0] is not Ops.ADD:
+        return None
+    src = reduce.src[0]
+    if src.op is Ops.CAST and src.src[0].op is Ops.MUL and src.src[0].dtype == dtype_in:
+        return src.src[0].src[0], src.src[0].src[1]
+    if src.op is Ops.MUL and all(x.op is Ops.CAST and x.src[0].dtype == dtype_in for x in src.src):
+        return src.src[0].src[0], src.src[1].src[0]
+    return None
+
+
 class Kernel:
     def __init__(self, ast: UOp, renderer: object):
         assert ast.op is Ops.SINK, f"a kernel AST is a SINK, not {ast.op}"
@@ -82,6 +100,9 @@ class Kernel:
         ]
         self.applied_opts: list[Opt] = []
         self.reduceops = [x for x in ast.toposort if x.op is Ops.REDUCE_AXIS]
+        # set by the TC opt: the instruction, and whether the reduce's first factor is its A (M x K) operand
+        self.tensor_core: TensorCore | None = None
+        self.tc_a_first = True
         self._drop_ones()
 
     # *** shape bookkeeping ***
@@ -149,6 +170,10 @@ class Kernel:
             self._swap(opt)
             self.applied_opts.append(opt)
             return
+        if opt.op is OptOps.TC:
+            self._tensor_core(opt)
+            self.applied_opts.append(opt)
+            return
         if opt.op in (OptOps.UPCAST, OptOps.LOCAL):
             candidates = self.axes_of(AxisType.GLOBAL)
         elif opt.op is OptOps.THREAD:  # GLOBAL axes, then REDUCE axes (a reduce split into per-thread partials)
@@ -166,9 +191,8 @@ class Kernel:
             # every expanded combination is a copy of the loop body: past this the compiler takes seconds
             check(self.upcast_size * amount <= MAX_EXPANDED, f"{opt}: more than {MAX_EXPANDED} expanded values")
         if opt.op in (OptOps.LOCAL, OptOps.GROUP, OptOps.GROUPTOP):  # refused here rather than by the GPU driver
-            threads = amount * prod(
-                s for s, t in zip(self.full_shape, self.axis_types) if t in (AxisType.LOCAL, AxisType.GROUP)
-            )
+            check(self.tensor_core is None or opt.op is OptOps.LOCAL, f"{opt}: a tensor-core reduce is not split")
+            threads = amount * self.workgroup_threads
             max_threads = getattr(self.renderer, "max_workgroup", threads)
             check(
                 threads <= max_threads,
@@ -197,6 +221,77 @@ class Kernel:
             check(getattr(self.renderer, "has_shared", False), "renderer has no shared memory")
             self.shift_to(axis, amount, AxisType.GROUP, top=opt.op is OptOps.GROUPTOP)
         self.applied_opts.append(opt)
+
+    @property
+    def workgroup_threads(self) -> int:
+        """Threads of one workgroup: LOCAL and GROUP axes, times the warp of a tensor core."""
+        threads = prod(s for s, t in zip(self.full_shape, self.axis_types) if t in (AxisType.LOCAL, AxisType.GROUP))
+        return threads * (self.tensor_core.threads if self.tensor_core is not None else 1)
+
+    def _depends(self, x: UOp, axis: int) -> bool:
+        """Whether the value of `x` (a subtree of the AST) changes along `axis`: some view under it moves its address
+        or its mask with the axis."""
+        for v in (n for n in x.toposort if n.op is Ops.VIEW):
+            st = self.sts[self.views.index(v)]
+            if st.shape[axis] == 1:
+                continue
+            at = [UOp.const(dtypes.int32, 0)] * len(st.shape)
+            at[axis] = probe = UOp.variable("tc_probe", 0, st.shape[axis] - 1)
+            idx, valid = st.to_index(at)
+            if probe in simplify(idx).toposort or probe in simplify(valid).toposort:
+                return True
+        return False
+
+    def tc_choices(self) -> list[tuple[TensorCore, bool, int, int, int]]:
+        """Ways to run this kernel's reduce on a tensor core of the renderer: (instruction, first factor is A,
+        M axis, N axis, K axis). M is an output axis only A moves along, N one only B moves along, K a reduce axis
+        both move along; each a multiple of the instruction's tile."""
+        if len(self.reduceops) != 1 or self.applied_opts:
+            return []
+        (r,) = self.reduceops
+        out = []
+        for tc in getattr(self.renderer, "tensor_cores", ()):
+            factors = mul_operands(r, tc.dtype_in)
+            if r.dtype != tc.dtype_out or factors is None:
+                continue
+            x, y = factors
+            glob, red = self.axes_of(AxisType.GLOBAL), self.axes_of(AxisType.REDUCE)
+            dep = {a: (self._depends(x, a), self._depends(y, a)) for a in glob + red}
+            (tm, tn, tk) = tc.dims
+            for a_first in (True, False):
+                only_a, only_b = ((True, False), (False, True)) if a_first else ((False, True), (True, False))
+                for m in (a for a in glob if dep[a] == only_a and self.full_shape[a] % tm == 0):
+                    for n in (a for a in glob if dep[a] == only_b and self.full_shape[a] % tn == 0):
+                        for k in (a for a in red if dep[a] == (True, True) and self.full_shape[a] % tk == 0):
+                            out.append((tc, a_first, m, n, k))
+        return out
+
+    def tc_outer_axis(self, operand: str) -> int | None:
+        """After TC: the last output axis only the `operand` ("a" or "b") factor moves along (the rest of M or N)."""
+        assert self.tensor_core is not None
+        x, y = mul_operands(self.reduceops[0], self.tensor_core.dtype_in)  # type: ignore[misc]
+        mine, other = (x, y) if (operand == "a") == self.tc_a_first else (y, x)
+        axes = [a for a in self.axes_of(AxisType.GLOBAL) if self._depends(mine, a) and not self._depends(other, a)]
+        return axes[-1] if axes else None
+
+    def _tensor_core(self, opt: Opt) -> None:
+        """TC: split the M, N and K axes by the instruction's tile; the three tile axes (kind TC) are lowered to one
+        WMMA per warp instead of loops. Must be the first opt: the tile axes are the last three, in M, N, K order."""
+        choices = self.tc_choices()
+        check(0 <= opt.axis < len(choices), f"{opt}: no tensor core fits this kernel ({len(choices)} choices)")
+        check(opt.amount == 0, f"{opt}: amount must be 0")
+        tc, a_first, m, n, k = choices[opt.axis]
+        max_threads = getattr(self.renderer, "max_workgroup", tc.threads)
+        check(tc.threads <= max_threads, f"{opt}: a warp of {tc.threads} is over the workgroup limit")
+        # split from the last axis down, so a size-1 remainder dropped by shift_to does not renumber the others
+        for axis, size in sorted(zip((m, n, k), tc.dims), reverse=True):
+            self.shift_to(axis, size, AxisType.TC)
+        tile_axes = list(range(len(self.full_shape) - 3, len(self.full_shape)))
+        # the tile axes are in descending order of the original axes; put them back in M, N, K order
+        order_of = sorted(range(3), key=lambda i: (m, n, k)[i], reverse=True)
+        moved = [tile_axes[order_of.index(i)] for i in range(3)]
+        self._permute_all([i for i in range(len(self.full_shape)) if i not in moved] + moved)
+        self.tensor_core, self.tc_a_first = tc, a_first
 
     def _swap(self, opt: Opt) -> None:
         """SWAP exchanges two output loops (`axis` and `amount` count GLOBAL axes): the loop order, not the result."""

@@ -7,9 +7,11 @@ expression per value, which the renderer emits as straight-line code). A reduce 
 
 from __future__ import annotations
 
+import functools
 import itertools
+from typing import Callable
 
-from lazygrad.codegen.kernel import AxisType, Kernel, KernelOptError
+from lazygrad.codegen.kernel import AxisType, Kernel, KernelOptError, mul_operands
 from lazygrad.dtype import dtypes
 from lazygrad.helpers import ceildiv, prod
 from lazygrad.uop.ops import GroupOp, Ops, UOp
@@ -46,8 +48,11 @@ class Lowerer:
         self.base_idxs: list[UOp | None] = []
         self.global_ranges: list[UOp] = []
         self.reduce_ranges: list[UOp] = []
+        self.tc = k.tensor_core
+        self.tc_axes = k.axes_of(AxisType.TC)
+        self.lane: UOp | None = None  # a tensor core's lane within its warp
         for i, (s, t) in enumerate(zip(shape, types)):
-            if t.expanded:
+            if t.expanded or t is AxisType.TC:
                 self.base_idxs.append(None)
             elif s == 1:
                 self.base_idxs.append(UOp.const(dtypes.int32, 0))
@@ -64,11 +69,13 @@ class Lowerer:
         self.split_ranges = [r for r in self.reduce_ranges if r.arg[1] == "tr"]
         self.reduce_ranges = [r for r in self.reduce_ranges if r.arg[1] != "tr"]
         # one expanded axis may become the lanes of vector values; the others are expanded into straight-line code
-        self.vec_axis = self._pick_vector_axis()
+        self.vec_axis = self._pick_vector_axis() if self.tc is None else None
         self.width = shape[self.vec_axis] if self.vec_axis is not None else 1
         self.upcast_axes = [a for a in k.axes_of(AxisType.UPCAST) if a != self.vec_axis]
         self.unroll_axes = [a for a in k.axes_of(AxisType.UNROLL) if a != self.vec_axis]
         self.expanded_axes = self.upcast_axes + self.unroll_axes + ([] if self.vec_axis is None else [self.vec_axis])
+        # a tensor-core kernel's combos end with the (M, N, K) tile coordinates of one fragment entry (lane UOps)
+        self.expanded_axes += self.tc_axes
         self.out_combos = list(itertools.product(*[range(shape[a]) for a in self.upcast_axes]))
         self.unroll_combos = list(itertools.product(*[range(shape[a]) for a in self.unroll_axes]))
         self.memo: dict[tuple[UOp, Combo], UOp] = {}
@@ -80,18 +87,25 @@ class Lowerer:
         threads run together. A grid dimension over the device's limit folds every global axis into dimension 0."""
         specials: list[UOp] = []
         shape = list(self.k.full_shape)
+        if self.tc is not None:  # the warp's lanes are local dimension 0; LOCAL axes (more warps) take the others
+            self.lane = UOp(Ops.SPECIAL, dtypes.int32, (), ("lidx0", self.tc.threads, "l", 0))
+            specials.append(self.lane)
         padded = self._padded_axis()
         if padded is not None:
             shape[padded[0]] = ceildiv(shape[padded[0]], padded[1])  # the grid counts workgroups along that axis
         for kind, types in (("g", (AxisType.GLOBAL,)), ("l", (AxisType.LOCAL, AxisType.GROUP))):
             axes = [a for a in self.k.axes_of(*types) if shape[a] != 1]
-            groups = (
-                [axes[: len(axes) - 2]] + [[a] for a in axes[len(axes) - 2 :]] if len(axes) > 3 else [[a] for a in axes]
-            )
+            first_dim = 1 if kind == "l" and self.lane is not None else 0
+            n_dims = 3 - first_dim
+            if len(axes) > n_dims:  # the outermost axes share the last dimension
+                keep = len(axes) - n_dims + 1
+                groups = [axes[:keep]] + [[a] for a in axes[keep:]]
+            else:
+                groups = [[a] for a in axes]
             limits = getattr(self.k.renderer, "global_max" if kind == "g" else "local_max", None) or (2**31 - 1,) * 3
             if kind == "g" and any(prod(shape[a] for a in g) > lim for g, lim in zip(reversed(groups), limits)):
                 groups = [axes]
-            for dim, group in enumerate(reversed(groups)):
+            for dim, group in enumerate(reversed(groups), start=first_dim):
                 sizes = [shape[a] for a in group]
                 sid = UOp(
                     Ops.SPECIAL, dtypes.int32, (), (f"{'gidx' if kind == 'g' else 'lidx'}{dim}", prod(sizes), kind, dim)
@@ -121,7 +135,7 @@ class Lowerer:
     def _padded_axis(self) -> tuple[int, int] | None:
         """A kernel with no workgroup axes would run one thread per workgroup: its innermost output axis is then
         split into workgroups of a power-of-two size, the last one partly out of range (and bounds-checked)."""
-        if self.k.axes_of(AxisType.LOCAL, AxisType.GROUP):
+        if self.k.axes_of(AxisType.LOCAL, AxisType.GROUP) or self.tc is not None:
             return None
         axes = [a for a in self.k.axes_of(AxisType.GLOBAL) if self.k.full_shape[a] != 1]
         if not axes or self.k.full_shape[axes[-1]] < PADDED_MIN:
@@ -136,8 +150,46 @@ class Lowerer:
     def idxs(self, combo: Combo) -> list[UOp]:
         out = list(self.base_idxs)
         for axis, v in zip(self.expanded_axes, combo):
-            out[axis] = UOp.const(dtypes.int32, v)
+            out[axis] = v if isinstance(v, UOp) else UOp.const(dtypes.int32, v)
         return out  # type: ignore[return-value]
+
+    # *** tensor cores: each lane computes with the tile entries its fragment holds ***
+
+    def tc_tail(self, operand: str, i: int) -> Combo:
+        """(M, N, K) tile coordinates of fragment entry `i` of this lane: A is M x K, B is K x N, C is M x N; the
+        coordinate an operand does not have is 0 (the operand does not move along it)."""
+        assert self.tc is not None and self.lane is not None
+        row, col = (simplify(c) for c in self.tc.coords(operand, self.lane, i))
+        zero = UOp.const(dtypes.int32, 0)
+        return {"a": (row, zero, col), "b": (zero, col, row), "c": (row, col, zero)}[operand]  # type: ignore[return-value]
+
+    def tc_outputs(self) -> list[Combo]:
+        """The epilogue's tile coordinates: one combo tail per accumulator entry of the lane."""
+        return [self.tc_tail("c", i) for i in range(self.tc.elements[2])] if self.tc is not None else [()]
+
+    def _tc_update(self, r: UOp, oc: Combo) -> Callable[[UOp | None], UOp]:
+        """acc -> acc after one step of the reduce loop: one WMMA per unrolled K tile."""
+        tc = self.tc
+        assert tc is not None
+        x, y = mul_operands(r, tc.dtype_in)  # type: ignore[misc]
+        a, b = (x, y) if self.k.tc_a_first else (y, x)
+        zeros = reduce_identity(Ops.ADD, tc.dtype_out.vec(tc.elements[2]))
+
+        def update(acc: UOp | None) -> UOp:
+            out = zeros if acc is None else acc
+            for uc in self.unroll_combos:
+                frags = [
+                    UOp(
+                        Ops.VECTORIZE,
+                        tc.dtype_in.vec(n),
+                        tuple(self.ev(node, oc + uc + self.tc_tail(name, i)) for i in range(n)),
+                    )
+                    for node, name, n in ((a, "a", tc.elements[0]), (b, "b", tc.elements[1]))
+                ]
+                out = UOp(Ops.WMMA, out.dtype, (*frags, out), tc.name)
+            return out
+
+        return update
 
     # *** vector lanes (CPU): values of the vector axis are the lanes of one vector-typed UOp ***
 
@@ -254,6 +306,8 @@ class Lowerer:
             return self.index(u.src[0], combo)[1]
         if u.op is Ops.REDUCE_AXIS:
             res = self.reduce_results[(u, combo[: len(self.upcast_axes)])]
+            if self.tc is not None:  # the lane's accumulator entry at these tile coordinates
+                return UOp(Ops.GEP, res.dtype.scalar, (res,), self.tc_outputs().index(combo[-3:]))
             return self.lanes(res)[combo[-1]] if self.width > 1 else res
         if u.op is Ops.DEFINE_VAR:
             return u
@@ -264,21 +318,27 @@ class Lowerer:
     def lower_reduces(self) -> None:
         """All reduces of a kernel share one loop nest: build every accumulator update, then close the loops once."""
         keys: dict[tuple[UOp, Combo], tuple] = {}
-        partials: dict[tuple, UOp] = {}  # equal reduce inputs share one accumulator
+        # what one iteration of the reduce loop does to an accumulator (None: there is no loop); equal reduce inputs
+        # share one accumulator
+        updates_of: dict[tuple, Callable[[UOp | None], UOp]] = {}
         for r in (x for x in self.ast.toposort if x.op is Ops.REDUCE_AXIS):
             op = r.arg[0]
             for oc in self.out_combos:
+                if self.tc is not None:
+                    key = keys[(r, oc)] = (op, self.tc.dtype_out.vec(self.tc.elements[2]), (r, oc))
+                    updates_of[key] = self._tc_update(r, oc)
+                    continue
                 vals = [self.val(r.src[0], oc + uc) for uc in self.unroll_combos]
                 key = keys[(r, oc)] = (op, vals[0].dtype, tuple(vals))
-                if key not in partials:
+                if key not in updates_of:
                     partial = vals[0]
                     for v in vals[1:]:
                         partial = reduce_combine(op, partial, v)
-                    partials[key] = partial
-        if not partials:
+                    updates_of[key] = functools.partial(self._combine, op, partial)
+        if not updates_of:
             return
         if not self.reduce_ranges:  # every reduce axis unrolled: no loop, no accumulator
-            results = partials
+            results = {key: update(None) for key, update in updates_of.items()}
         else:
             accs = {
                 key: UOp(
@@ -287,12 +347,12 @@ class Lowerer:
                     (reduce_identity(key[0], key[1]), *self.thread_idxs, *self.global_ranges, *self.split_ranges),
                     i,
                 )
-                for i, key in enumerate(partials)
+                for i, key in enumerate(updates_of)
             }
             # the reduce ranges are sources so an update whose value is loop-invariant (a reduce over an expanded
             # axis) still runs once per iteration instead of being hoisted before the loop
             updates = [
-                UOp(Ops.ASSIGN, acc.dtype, (acc, reduce_combine(key[0], acc, partials[key]), *self.reduce_ranges))
+                UOp(Ops.ASSIGN, acc.dtype, (acc, updates_of[key](acc), *self.reduce_ranges))
                 for key, acc in accs.items()
             ]
             end = UOp(Ops.ENDRANGE, dtypes.void, (self.reduce_ranges[-1], *updates))
@@ -307,6 +367,10 @@ class Lowerer:
             # lanes of an unrolled reduce axis are more inputs of the same reduce: fold them once, after the loop
             results = {key: self._fold_lanes(key[0], res) for key, res in results.items()}
         self.reduce_results = {rk: results[key] for rk, key in keys.items()}
+
+    @staticmethod
+    def _combine(op: Ops, partial: UOp, acc: UOp | None) -> UOp:
+        return partial if acc is None else reduce_combine(op, acc, partial)
 
     def _split_reduce(self, partials: dict[tuple, UOp]) -> dict[tuple, UOp]:
         """CPU threads each reduce a slice into their own slot of a small array; after the parallel loop the slots
@@ -423,7 +487,9 @@ class Lowerer:
         for st in self.ast.src:
             buf, view, value = st.src
             for oc in self.out_combos:
-                stores.extend(self._stores(buf, view, self.val(value, oc + zeros), oc + zeros, gate))
+                for tail in self.tc_outputs():
+                    combo = oc + zeros + tail
+                    stores.extend(self._stores(buf, view, self.val(value, combo), combo, gate))
         # every buffer stays a parameter, even one whose loads all folded away, so the launch signature is fixed
         params = tuple(
             sorted(

@@ -35,7 +35,8 @@ BEAM_ROUNDS = getenv("BEAM_ROUNDS", 6)
 def actions(k: Kernel) -> list[Opt]:
     """Every single opt worth trying on `k` as it is now (whether it applies is found out by applying it)."""
     n_glob, n_red = len(k.axes_of(AxisType.GLOBAL)), len(k.axes_of(AxisType.REDUCE))
-    out: list[Opt] = []
+    # a tensor core comes first or not at all (its tile axes are laid out before any other opt)
+    out: list[Opt] = [Opt(OptOps.TC, i, 0) for i in range(len(k.tc_choices()))]
     for i in range(n_glob):
         out += [Opt(OptOps.UPCAST, i, a) for a in (2, 3, 4, 8, 16)]
         out += [Opt(OptOps.SWAP, i, j) for j in range(i + 1, n_glob)]

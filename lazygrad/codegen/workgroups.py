@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from lazygrad.codegen.heuristic import hand_coded_optimizations
 from lazygrad.codegen.kernel import AxisType, Kernel, Opt, OptOps
-from lazygrad.helpers import prod
+from lazygrad.helpers import getenv, prod
 
 THREADS_PER_GROUP = 128  # a few warps: enough to hide latency, small enough to leave registers per thread
 GROUP_THREADS = 256  # a split reduce has one accumulator per thread: it can afford a larger workgroup
 FEW_OUTPUTS = 2048  # below this many outputs, one thread per output cannot fill a GPU: split the reduce too
+TC = getenv("TC", 1)  # 0: no tensor cores in the default opts (BEAM still tries them)
 
 
 def _workgroup_size(k: Kernel) -> int:
@@ -25,6 +26,8 @@ def _budget(k: Kernel, threads: int = THREADS_PER_GROUP) -> int:
 def default_optimizations(k: Kernel) -> Kernel:
     """The opts a kernel gets without BEAM: the generic heuristic, and on GPU targets workgroup shapes around it."""
     gpu = getattr(k.renderer, "has_local", False)
+    if gpu and TC and tensor_core(k):
+        return k
     if gpu:
         group_reduce(k)  # first: the generic heuristic unrolls what is left of the reduce
     hand_coded_optimizations(k)
@@ -63,3 +66,17 @@ def local_axes(k: Kernel) -> Kernel:
                 if k.try_opt(Opt(OptOps.LOCAL, axis_no, amount)):
                     break
     return k
+
+
+def tensor_core(k: Kernel) -> bool:
+    """A matmul-like reduce of 16-bit floats on a tensor core: each warp computes a 2 x 2 block of instruction tiles
+    (each A fragment meets two B fragments and the other way round), four warps per workgroup."""
+    if not k.tc_choices():
+        return False
+    k.apply_opt(Opt(OptOps.TC, 0, 0))
+    for opt in (OptOps.UPCAST, OptOps.LOCAL):
+        for operand in ("a", "b"):  # the outer parts of M, then N
+            axis = k.tc_outer_axis(operand)
+            if axis is not None and k.full_shape[axis] % 2 == 0:
+                k.try_opt(Opt(opt, k.axes_of(AxisType.GLOBAL).index(axis), 2))
+    return True

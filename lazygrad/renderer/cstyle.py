@@ -207,6 +207,9 @@ class CStyleLanguage(Renderer):
     def render_vectorize(self, dt: DType, items: list[str]) -> str:
         return f"(({self.render_dtype(dt)}){{{','.join(items)}}})"
 
+    def render_wmma(self, u: UOp, srcs: list[str]) -> str:
+        raise NotImplementedError(f"{type(self).__name__} has no tensor cores")
+
     def render_kernel(self, name: str, params: list[str], body: str, uops: list[UOp]) -> str:
         return f"{self.prelude}{self.kernel_prefix}{name}({', '.join(params)}) {{\n{body}\n}}\n"
 
@@ -292,12 +295,14 @@ class CStyleLanguage(Renderer):
                 lines.append(f"{pad}{self.render_local(u.arg, u.dtype.base, u.dtype.size)};")  # type: ignore[attr-defined]
             elif op is Ops.BARRIER:
                 lines.append(f"{pad}{self.render_barrier()};")
-            elif op in GroupOp.Elementwise or op in (Ops.VECTORIZE, Ops.GEP):
+            elif op in GroupOp.Elementwise or op in (Ops.VECTORIZE, Ops.GEP, Ops.WMMA):
                 srcs = [names[s] for s in u.src]
                 if op is Ops.VECTORIZE:
                     expr = self.render_vectorize(u.dtype, srcs)
                 elif op is Ops.GEP:
                     expr = self.render_gep(srcs[0], u.arg)
+                elif op is Ops.WMMA:
+                    expr = self.render_wmma(u, srcs)
                 else:
                     expr = self.render_alu(u, srcs)
                 if uses.get(u, 0) <= 1:

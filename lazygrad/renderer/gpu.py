@@ -14,6 +14,7 @@ import math
 
 from lazygrad.dtype import DType, dtypes
 from lazygrad.renderer.cstyle import CStyleLanguage
+from lazygrad.renderer.tensor_cores import CUDA_TENSOR_CORES, TensorCore
 from lazygrad.uop.ops import Ops, UOp
 
 
@@ -271,8 +272,49 @@ class CUDARenderer(GPUDialect):
         "  unsigned int u = __float_as_uint(f); if (f != f) return 0x7fc0;\n"
         "  return (unsigned short)((u + 0x7fff + ((u >> 16) & 1)) >> 16); }\n"
         "__device__ __forceinline__ float lg_round_bf16(float f) { return lg_bf16_to_f(lg_f_to_bf16(f)); }\n"
+        # two floats -> one register of two 16-bit floats, the first in the low half (cvt puts its first source high)
+        "__device__ __forceinline__ unsigned int lg_pack_f16x2(float lo, float hi) {\n"
+        '  unsigned int r; asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo)); return r; }\n'
+        "__device__ __forceinline__ unsigned int lg_pack_bf16x2(float lo, float hi) {\n"
+        '  unsigned int r; asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo)); return r; }\n'
         "#endif\n"
     )
+
+    # sm_80 and later; a device with an older GPU passes tensor_cores=()
+    tensor_cores: tuple[TensorCore, ...] = CUDA_TENSOR_CORES
+
+    # *** tensor cores: fragments of 16-bit floats travel packed two to a 32-bit register ***
+
+    def render_dtype(self, dt: DType, storage: bool = False) -> str:
+        if dt.count > 1 and dt.scalar in (dtypes.float16, dtypes.bfloat16):
+            return f"uint{dt.count // 2}"
+        return super().render_dtype(dt, storage)
+
+    def render_vectorize(self, dt: DType, items: list[str]) -> str:
+        if dt.scalar in (dtypes.float16, dtypes.bfloat16):  # computed in float here: converted while packing
+            kind = "f16" if dt.scalar == dtypes.float16 else "bf16"
+            items = [f"lg_pack_{kind}x2({items[i]},{items[i + 1]})" for i in range(0, len(items), 2)]
+        return f"make_{self.render_dtype(dt)}({','.join(items)})"
+
+    def render_gep(self, vec: str, lane: int) -> str:
+        return f"{vec}.{'xyzw'[lane]}"
+
+    def render_wmma(self, u: UOp, srcs: list[str]) -> str:
+        return f"lg_{u.arg}({', '.join(srcs)})"
+
+    @staticmethod
+    def wmma_helper(tc: TensorCore) -> str:
+        """D = A @ B + C for one warp: `mma.sync` with each operand's fragment in registers (A 4, B 2, C 4)."""
+        kind = "f16" if tc.dtype_in == dtypes.float16 else "bf16"
+        return (
+            f"#ifndef LG_HAVE_{tc.name}\n#define LG_HAVE_{tc.name}\n"
+            f"__device__ __forceinline__ float4 lg_{tc.name}(uint4 a, uint2 b, float4 c) {{\n"
+            f'  asm("mma.sync.aligned.m16n8k16.row.col.f32.{kind}.{kind}.f32 {{%0,%1,%2,%3}}, {{%4,%5,%6,%7}}, '
+            f'{{%8,%9}}, {{%0,%1,%2,%3}};"\n'
+            '    : "+f"(c.x), "+f"(c.y), "+f"(c.z), "+f"(c.w)\n'
+            '    : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b.x), "r"(b.y));\n'
+            "  return c;\n}\n#endif\n"
+        )
 
     def render_buffer_param(self, u: UOp, name: str, written: bool) -> str:
         return f"{'' if written else 'const '}{self.render_dtype(u.dtype)} __restrict__ {name}"
@@ -309,7 +351,8 @@ class CUDARenderer(GPUDialect):
             if u.op is Ops.SPECIAL and u.arg[2] == "l":
                 threads *= u.arg[1]
         signature = f"{self.kernel_prefix}__launch_bounds__({threads}) {name}({', '.join(params)})"
-        return f"{self.prelude}{self.render_prelude(uops)}{signature} {{\n{body}\n}}\n"
+        wmma = "".join(self.wmma_helper(tc) for tc in self.tensor_cores if any(u.arg == tc.name for u in uops))
+        return f"{self.prelude}{self.render_prelude(uops)}{wmma}{signature} {{\n{body}\n}}\n"
 
 
 class MetalRenderer(GPUDialect):

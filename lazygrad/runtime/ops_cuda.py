@@ -266,6 +266,7 @@ class CUDADevice(Compiled):
             local_max=(attr["max_block_x"], attr["max_block_y"], attr["max_block_z"]),
             max_workgroup=attr["max_threads_per_block"],
             shared_max=attr["max_shared_per_block"],
+            tensor_cores=CUDARenderer.tensor_cores if attr["cc_major"] >= 8 else (),  # mma.m16n8k16: sm_80 on
         )
         super().__init__(name, CUDAAllocator(self), renderer, CUDACompiler(arch), functools.partial(CUDAProgram, self))
 

@@ -89,6 +89,38 @@ def test_matmul_with_locals_and_group_compiles(opts):
         assert "__shared__ float" in src and "__syncthreads();" in src
 
 
+TC_MATMULS = {
+    "square": lambda dt: rand(64, 64, dtype=dt) @ rand(64, 64, dtype=dt),
+    "batched": lambda dt: rand(3, 32, 48, dtype=dt) @ rand(48, 16, dtype=dt),
+    "x_wT_relu": lambda dt: (rand(48, 64, dtype=dt) @ rand(16, 64, dtype=dt).T).relu(),
+}
+
+
+@pytest.mark.parametrize("dtype", [dtypes.half, dtypes.bfloat16], ids=str)
+@pytest.mark.parametrize("case", TC_MATMULS)
+def test_tensor_core_matmul_compiles(case, dtype):
+    (ast,) = kernels(TC_MATMULS[case](dtype))
+    spec = get_program(ast, RENDERER)
+    assert spec.applied_opts[0].op is OptOps.TC, "a 16-bit matmul of whole tiles gets tensor cores by default"
+    kind = "f16" if dtype == dtypes.half else "bf16"
+    assert f"mma.sync.aligned.m16n8k16.row.col.f32.{kind}.{kind}.f32" in spec.src
+    assert spec.local_size is not None and spec.local_size[0] == 32, "the warp's lanes are threadIdx.x"
+    assert COMPILER.compile(spec.src)[:4] == b"\x7fELF"
+
+
+def test_tensor_core_with_unroll_and_locals_compiles():
+    (ast,) = kernels(rand(64, 128, dtype=dtypes.half) @ rand(128, 64, dtype=dtypes.half))
+    opts = [Opt(OptOps.TC, 0, 0), Opt(OptOps.UNROLL, 0, 4), Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.LOCAL, 0, 4)]
+    (src,) = compile_all([ast], opts)
+    assert src.count("lg_mma_m16n8k16_f16_f32(") == 1 + 4 * 4, "one helper, then a WMMA per unrolled K and N tile"
+
+
+def test_no_tensor_core_for_float32_or_partial_tiles():
+    for out in (rand(64, 64) @ rand(64, 64), rand(40, 64, dtype=dtypes.half) @ rand(64, 36, dtype=dtypes.half)):
+        (ast,) = kernels(out)
+        assert OptOps.TC not in [o.op for o in get_program(ast, RENDERER).applied_opts]
+
+
 def test_launch_dims_come_from_thread_ids():
     (ast,) = kernels(rand(64, 128) @ rand(128, 64))
     spec = get_program(ast, RENDERER, [Opt(OptOps.LOCAL, 0, 4), Opt(OptOps.LOCAL, 1, 8), Opt(OptOps.GROUP, 0, 4)])
@@ -134,6 +166,10 @@ def test_runs_on_gpu():
     np.testing.assert_allclose(ta.sum(1).to("CPU").numpy(), a.sum(1), atol=1e-4, rtol=1e-4)
     expected = np.exp(a.astype(np.float16)).astype(np.float32)
     np.testing.assert_allclose(ta.half().exp().float().numpy(), expected, rtol=2e-3)
+    # tensor cores (sm_80 and later): half inputs, float accumulation
+    h = (a[:64, :128].astype(np.float16), b[:128, :32].astype(np.float16))
+    out = (Tensor(h[0], device="CUDA") @ Tensor(h[1], device="CUDA")).float().numpy()
+    np.testing.assert_allclose(out, (h[0].astype(np.float32) @ h[1].astype(np.float32)), atol=0.05, rtol=1e-2)
 
 
 def test_several_kernels_compile_as_one_source():
