@@ -349,10 +349,15 @@ class Lowerer:
                 )
                 for i, key in enumerate(updates_of)
             }
-            # the reduce ranges are sources so an update whose value is loop-invariant (a reduce over an expanded
-            # axis) still runs once per iteration instead of being hoisted before the loop
+            # the reduce ranges are sources of the update and of the accumulator's read, so an update whose value is
+            # loop-invariant (a reduce over an expanded axis) still runs once per iteration instead of being hoisted
+            # before the loop
             updates = [
-                UOp(Ops.ASSIGN, acc.dtype, (acc, updates_of[key](acc), *self.reduce_ranges))
+                UOp(
+                    Ops.ASSIGN,
+                    acc.dtype,
+                    (acc, updates_of[key](UOp(Ops.AFTER, acc.dtype, (acc, *self.reduce_ranges))), *self.reduce_ranges),
+                )
                 for key, acc in accs.items()
             ]
             end = UOp(Ops.ENDRANGE, dtypes.void, (self.reduce_ranges[-1], *updates))

@@ -152,12 +152,19 @@ def _log2(x: float) -> float:
 
 
 def _pow(a: float, b: float) -> float:
+    """C's pow: IEEE special cases (nan and infinite exponents, 0 to a negative power) instead of Python's errors."""
+    if not isinstance(a, float) and not isinstance(b, float):
+        try:
+            return a**b
+        except ZeroDivisionError:
+            return math.inf
+    odd = math.isfinite(b) and b == int(b) and int(b) % 2 == 1
     try:
-        return a**b if not (a < 0 and b != int(b)) else math.nan
-    except ZeroDivisionError:
-        return math.inf
+        return math.pow(a, b)
+    except ValueError:  # 0 to a negative power, or a negative base to a fractional one
+        return (math.copysign(math.inf, a) if odd else math.inf) if a == 0 else math.nan
     except OverflowError:
-        return math.inf
+        return -math.inf if a < 0 and odd else math.inf
 
 
 python_alu: dict[Ops, Callable[..., Any]] = {
@@ -174,7 +181,7 @@ python_alu: dict[Ops, Callable[..., Any]] = {
     Ops.FDIV: _fdiv,
     Ops.IDIV: _c_idiv,
     Ops.MOD: lambda a, b: _fmod(a, b) if isinstance(a, float) or isinstance(b, float) else _c_mod(a, b),
-    Ops.MAX: max,
+    Ops.MAX: lambda a, b: a if a > b or a != a else b,  # NaN-propagating, as the renderers' max
     Ops.CMPLT: lambda a, b: a < b,
     Ops.CMPNE: lambda a, b: a != b,
     Ops.CMPEQ: lambda a, b: a == b,

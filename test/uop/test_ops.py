@@ -218,3 +218,16 @@ def test_serialize_is_exact_for_big_graphs():
     assert pretty_print(a) == pretty_print(b)  # abridged past 400 lines
     assert serialize(a) != serialize(b)
     assert serialize(a) == serialize(chain(1))
+
+
+def test_constant_folding_follows_c_on_special_values():
+    """Folded constants must equal what the generated code computes (C's pow, NaN-propagating max)."""
+    import math
+
+    from lazygrad.uop.ops import python_alu
+
+    pow_, max_ = python_alu[Ops.POW], python_alu[Ops.MAX]
+    assert math.isnan(pow_(-2.0, math.nan)) and math.isnan(pow_(-8.0, 1 / 3))
+    assert pow_(-0.5, math.inf) == 0.0 and pow_(0.0, -1.0) == math.inf and pow_(-0.0, -1.0) == -math.inf
+    assert pow_(-10.0, 1001.0) == -math.inf and pow_(2, 3) == 8
+    assert math.isnan(max_(1.0, math.nan)) and math.isnan(max_(math.nan, 1.0)) and max_(3, 2) == 3
