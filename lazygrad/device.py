@@ -67,6 +67,9 @@ class Buffer:
         self.device, self.size, self.dtype = device, size, dtype
         self._ptr: int | None = None
         self._external = external  # keeps a borrowed host array (numpy) alive while we point into it
+        # set by Tensor.schedule for the buffers its kernels write, cleared by run_schedule once they ran: reading a
+        # buffer whose kernels never ran is an error, not uninitialised memory
+        self.pending_write = False
         if external_ptr is not None:
             self._ptr = external_ptr
 

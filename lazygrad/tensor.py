@@ -351,6 +351,10 @@ class Tensor:
 
         tensors = (self, *lst)
         schedule, becomes, var_vals = create_schedule([t.uop for t in tensors], _realized)
+        for si in schedule:
+            for buf in si.outputs:
+                # a new buffer holds nothing until its kernel runs (an in-place target still holds its old value)
+                buf.pending_write = buf.pending_write or not buf.is_allocated
         for node, view in becomes.items():
             _realized[node] = view
         for t in tensors:
@@ -385,10 +389,13 @@ class Tensor:
 
     def data(self) -> memoryview:
         """The raw bytes of the tensor in row-major order."""
-        from lazygrad.engine.realize import check_not_capturing
+        from lazygrad.engine.realize import NEVER_RAN, check_not_capturing
 
         check_not_capturing("reading a tensor's data (.numpy(), .item(), .tolist(), .data(), bool())")
-        return self._contiguous_buffer().as_bytes()
+        buf = self._contiguous_buffer()
+        if buf.pending_write:
+            raise RuntimeError(NEVER_RAN)
+        return buf.as_bytes()
 
     def _python_values(self) -> list[Any]:
         t = self.cast(dtypes.float32) if self.dtype == dtypes.bfloat16 else self

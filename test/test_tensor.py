@@ -419,3 +419,17 @@ def test_properties():
     assert t.device == "CPU"
     with pytest.raises(TypeError, match="0-d"):
         len(Tensor(1.0))
+
+
+def test_reading_a_scheduled_tensor_whose_kernels_never_ran_raises():
+    from lazygrad.engine.realize import run_schedule
+
+    a = Tensor([1.0, 2.0, 3.0])
+    b = a * 2
+    sched = b.schedule()
+    with pytest.raises(RuntimeError, match="never ran"):
+        b.numpy()
+    with pytest.raises(RuntimeError, match="never ran"):  # through a copy kernel that would read it
+        b.flip(0).numpy()
+    run_schedule(sched)
+    assert b.tolist() == [2.0, 4.0, 6.0] and b.flip(0).tolist() == [6.0, 4.0, 2.0]

@@ -178,12 +178,22 @@ def lower_schedule_item(si: ScheduleItem) -> ExecItem | None:
     return ExecItem(get_runner(si.outputs[0].device, si.ast), list(si.bufs))
 
 
+NEVER_RAN = (
+    "a tensor was scheduled with Tensor.schedule() but its kernels never ran: pass that schedule to "
+    "lazygrad.engine.realize.run_schedule, or call .realize() instead of .schedule()"
+)
+
+
 def run_schedule(schedule: list[ScheduleItem], var_vals: dict[UOp, int] | None = None) -> None:
     compile_schedule(schedule)
     st, n = time.perf_counter(), 0
-    for si in memory_planner(schedule):
+    for original, si in zip(schedule, memory_planner(schedule)):
+        if any(buf.pending_write for buf in original.inputs):
+            raise RuntimeError(NEVER_RAN)
         if (ei := lower_schedule_item(si)) is not None:
             ei.run(var_vals)
             n += 1
+        for buf in original.outputs:
+            buf.pending_write = False
     if DEBUG >= 1 and n:
         print(f"ran {n} kernels in {(time.perf_counter() - st) * 1e3:.2f} ms")

@@ -146,3 +146,14 @@ def test_fragment_layout_is_the_ptx_one():
     for name, (rows, cols), n in (("a", (16, 16), 8), ("b", (16, 8), 4), ("c", (16, 8), 4)):
         seen = sorted(tc.coords(name, lane, i) for lane in range(32) for i in range(n))
         assert seen == [(r, c) for r in range(rows) for c in range(cols)], name
+
+
+def test_conv2d_on_tensor_cores():
+    """A convolution is a sum of products too: pixels are M, output channels N, input channels K; the padded border
+    makes some fragment entries masked loads."""
+    import torch
+
+    (x, tx), (w, tw) = inputs((1, 16, 8, 16), (8, 16, 3, 3), seed=4)
+    out = run(tx.conv2d(tw, padding=1), None)
+    expected = torch.nn.functional.conv2d(torch.tensor(x), torch.tensor(w), padding=1).numpy()
+    np.testing.assert_allclose(out, expected, atol=0.05, rtol=1e-2)
