@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lazygrad import Device, Tensor, dtypes
+from lazygrad import Context, Device, Tensor, dtypes
 from lazygrad.codegen import get_program
 from lazygrad.codegen.kernel import Kernel, KernelOptError, Opt, OptOps
 from lazygrad.device import Buffer
@@ -157,3 +157,15 @@ def test_conv2d_on_tensor_cores():
     out = run(tx.conv2d(tw, padding=1), None)
     expected = torch.nn.functional.conv2d(torch.tensor(x), torch.tensor(w), padding=1).numpy()
     np.testing.assert_allclose(out, expected, atol=0.05, rtol=1e-2)
+
+
+def test_beam_search_checks_and_keeps_tensor_core_candidates():
+    """BEAM compares each candidate with the unoptimized kernel; a tensor core's exact products differ from the
+    plain kernel's rounded ones within 16-bit tolerance, so TC candidates pass that check (and win on PYTHON)."""
+    from lazygrad.codegen.search import beam_search
+
+    (_, ta), (_, tb) = inputs((32, 32), (32, 16), seed=5)
+    (si,) = (ta @ tb).schedule()
+    with Context(CACHELEVEL=0):  # search, do not read a winner cached by an earlier run
+        opts = beam_search(si.ast, Device["PYTHON"].renderer, 1)
+    assert opts and opts[0].op is OptOps.TC
