@@ -2031,6 +2031,8 @@ class Tensor:
         kw = w.shape[-2] if w.ndim > 1 else w.shape[0]
         if k != kw:
             raise ValueError(f"matmul shape mismatch: {self.shape} @ {w.shape} ({k} != {kw})")
+        if (panel := self._matmul_panel(w)) > 0:
+            return self._panel_dot(w, panel)
         x = self.reshape(*self.shape[:-1], *(1,) * min(w.ndim - 1, 1), k)
         wt = w.reshape(*w.shape[:-2], *(1,) * min(self.ndim - 1, 1), *w.shape[-min(w.ndim, 2) :]).transpose(
             -1, -min(w.ndim, 2)
@@ -2038,6 +2040,23 @@ class Tensor:
         return (x * wt).sum(
             -1, dtype=least_upper_dtype(self.dtype, w.dtype) if not dtypes.is_float(self.dtype) else None
         )
+
+    def _matmul_panel(self, w: Tensor) -> int:
+        """The device's panel width for `self @ w` (see Renderer.matmul_panel), for a 2-d float `w` stored row-major
+        in a buffer of its own (a view, such as a transposed weight, already has its own layout)."""
+        if w.ndim != 2 or self.ndim < 2 or not dtypes.is_float(w.dtype) or w._plain_buffer() is None:
+            return 0
+        if self.device != w.device or self.dtype != w.dtype:
+            return 0
+        m, (k, n) = prod(self.shape[:-1]), w.shape
+        return Device[w.device].renderer.matmul_panel(m, n, k, w.dtype.itemsize)
+
+    def _panel_dot(self, w: Tensor, panel: int) -> Tensor:
+        k, n = w.shape
+        packed = w.reshape(k, n // panel, panel).permute(1, 0, 2).contiguous()  # (n/panel, k, panel)
+        x = self.reshape(*self.shape[:-1], 1, k, 1)
+        out = (x * packed).sum(-2)  # (..., n/panel, panel)
+        return out.reshape(*self.shape[:-1], n)
 
     def matmul(self, w: Tensor) -> Tensor:
         return self.dot(w)

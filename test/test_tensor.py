@@ -433,3 +433,26 @@ def test_reading_a_scheduled_tensor_whose_kernels_never_ran_raises():
         b.flip(0).numpy()
     run_schedule(sched)
     assert b.tolist() == [2.0, 4.0, 6.0] and b.flip(0).tolist() == [6.0, 4.0, 2.0]
+
+
+def test_matmul_with_a_4kb_row_stride_reads_the_weight_in_panels():
+    """On the CPU a right-hand side whose rows are a multiple of 4 KB apart is copied into panels first (one extra
+    kernel); the product and its gradients are unchanged."""
+    from lazygrad import Device
+    from lazygrad.engine.realize import run_schedule
+
+    rng = np.random.default_rng(0)
+    a_np, w_np = rng.standard_normal((256, 512), dtype=np.float32), rng.standard_normal((512, 1024), dtype=np.float32)
+    panel = Device["CPU"].renderer.matmul_panel(256, 1024, 512, 4)
+    a, w = Tensor(a_np, requires_grad=True), Tensor(w_np, requires_grad=True).realize()
+    out = a @ w
+    sched = (a @ w).schedule()
+    assert len(sched) == (2 if panel else 1)
+    run_schedule(sched)
+    ta, tw = torch.tensor(a_np, requires_grad=True), torch.tensor(w_np, requires_grad=True)
+    ref = ta @ tw
+    (out * out).sum().backward()
+    np.testing.assert_allclose(out.numpy(), ref.detach().numpy(), rtol=1e-4, atol=1e-3)
+    (ref * ref).sum().backward()
+    np.testing.assert_allclose(w.grad.numpy(), tw.grad.numpy(), rtol=1e-4, atol=1e-2)
+    np.testing.assert_allclose(a.grad.numpy(), ta.grad.numpy(), rtol=1e-4, atol=1e-2)

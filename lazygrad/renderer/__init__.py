@@ -41,5 +41,10 @@ class Renderer:
         """Why this target cannot compute with `dtype`, or None when it can."""
         return None
 
+    def matmul_panel(self, m: int, n: int, k: int, itemsize: int) -> int:
+        """Columns per panel when the right-hand side (k, n) of an (m, k) @ (k, n) product, stored row-major, is worth
+        copying into panels (n/panel, k, panel) first, so the kernel reads it contiguously; 0: read it as it is."""
+        return 0
+
     def render(self, name: str, uops: list[UOp]) -> str:
         raise NotImplementedError
