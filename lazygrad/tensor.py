@@ -22,10 +22,22 @@ from lazygrad.dtype import (
     to_dtype,
 )
 from lazygrad.helpers import argfix, argsort, ceildiv, flatten, make_tuple, prod
-from lazygrad.uop.ops import GroupOp, Ops, UOp, pretty_print
+from lazygrad.uop.ops import GroupOp, Ops, UOp, pretty_print, substitute
 
 # computed nodes that have been realized -> the buffer view that holds their value; consulted by the scheduler
 _realized: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
+# realized tensor's buffer node -> the graph that computed it, for tensors that needed a gradient path (see backward)
+_lazy_origin: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
+
+
+def _with_lazy_origins(root: UOp) -> UOp:
+    """`root` with the buffer of each realized tensor that had a gradient path swapped back for the graph that computed
+    it: `h.realize()` (or reading `h`) between the forward and `backward()` does not cut the gradient off. The kernels
+    of the backward pass still read the stored buffer (the scheduler knows the graph was realized)."""
+    if not _lazy_origin:
+        return root
+    mapping = {n: _with_lazy_origins(_lazy_origin[n]) for n in root.toposort if n in _lazy_origin}
+    return substitute(root, mapping) if mapping else root
 
 
 def _flatten_list(data: Any) -> tuple[list[Any], tuple[int, ...]]:
@@ -157,17 +169,18 @@ class Tensor:
         with the node of this graph that stands for it."""
         from lazygrad.gradient import grad_reachable
 
-        pairs = self._nodes_in_graph(list(_grad_leaves.values()))
-        reached = grad_reachable(self.uop, {n for _, n in pairs})
+        root = _with_lazy_origins(self.uop)
+        pairs = self._nodes_in_graph(list(_grad_leaves.values()), root)
+        reached = grad_reachable(root, {n for _, n in pairs})
         return [(t, n) for t, n in pairs if n in reached]
 
-    def _nodes_in_graph(self, tensors: Sequence[Tensor]) -> list[tuple[Tensor, UOp]]:
-        """(tensor, node) for every node of this graph that stands for one of `tensors`: the tensor's node, or the lazy
+    def _nodes_in_graph(self, tensors: Sequence[Tensor], root: UOp) -> list[tuple[Tensor, UOp]]:
+        """(tensor, node) for every node of `root` that stands for one of `tensors`: the tensor's node, or the lazy
         node it was before a realize swapped in its buffer (a graph built before the realize still holds that one)."""
         by_uop: dict[UOp, list[Tensor]] = {}
         for t in tensors:
             by_uop.setdefault(t.uop, []).append(t)
-        return [(t, n) for n in self.uop.toposort for key in (n, _realized.get(n)) for t in by_uop.get(key, ())]
+        return [(t, n) for n in root.toposort for key in (n, _realized.get(n)) for t in by_uop.get(key, ())]
 
     @requires_grad.setter
     def requires_grad(self, value: bool) -> None:
@@ -188,8 +201,9 @@ class Tensor:
         from lazygrad.gradient import compute_gradient
 
         seed = self._seed_gradient(gradient)
-        pairs = self._nodes_in_graph(targets)
-        grads = compute_gradient(self.uop, seed, {n for _, n in pairs})
+        root = _with_lazy_origins(self.uop)
+        pairs = self._nodes_in_graph(targets, root)
+        grads = compute_gradient(root, seed, {n for _, n in pairs})
         out: dict[int, Tensor] = {}
         for t, n in pairs:
             if (g := grads.get(n)) is not None:
@@ -225,10 +239,11 @@ class Tensor:
                 "backward: the tensor does not depend on any tensor with requires_grad=True "
                 "(or only through detach() / no_grad())"
             )
-        grads = compute_gradient(self.uop, seed, {n for _, n in leaves})
+        grads = compute_gradient(_with_lazy_origins(self.uop), seed, {n for _, n in leaves})
         for t, n in leaves:
             if (g := grads.get(n)) is not None:
                 t.grad = g if t.grad is None else t.grad + g
+                t.grad._requires_grad = False  # as in torch: a gradient is data, it keeps no graph when realized
         if not retain_graph:
             Tensor._graph_freed[id(self)] = self
         note_backward_root(self)
@@ -361,7 +376,12 @@ class Tensor:
             # a node realized by an earlier schedule (the same graph built twice is the same UOp) is not in `becomes`
             view = becomes.get(t.uop.base, _realized.get(t.uop.base))
             if view is not None:
-                t.uop = t.uop.rebase(view)
+                # a computed tensor on a path to a parameter keeps its graph, so gradients still flow through it
+                # (not an in-place update: optimizer state and parameters are written, not differentiated)
+                keep = t._requires_grad is None and t.uop.base.op is not Ops.ASSIGN and t.requires_grad
+                lazy, t.uop = t.uop, t.uop.rebase(view)
+                if keep and t.uop is not lazy:
+                    _lazy_origin[t.uop] = lazy
         return schedule, var_vals
 
     def schedule(self, *lst: Tensor) -> list:

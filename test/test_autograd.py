@@ -290,3 +290,20 @@ def test_leaf_realized_between_forward_and_backward() -> None:
     (g,) = loss.gradient(w)
     loss.backward()
     assert g.tolist() == [0.0, 2.0, 4.0] and w.grad.tolist() == [0.0, 2.0, 4.0]
+
+
+def test_gradient_flows_through_realized_intermediates():
+    """Realizing or reading an intermediate between the forward and backward() does not cut its gradient path."""
+    x_np, w_np = np.random.default_rng(0).standard_normal((2, 4, 3)).astype(np.float32)[:, :3]
+    x, w = Tensor(x_np, requires_grad=True), Tensor(w_np, requires_grad=True)
+    h = (x @ w).tanh().realize()  # realized
+    h2 = (h * 2 + x).exp()
+    _ = h2.numpy()  # read
+    loss = (h2 * h).sum()
+    loss.backward()
+    tx, tw = torch.tensor(x_np, requires_grad=True), torch.tensor(w_np, requires_grad=True)
+    th = (tx @ tw).tanh()
+    ((th * 2 + tx).exp() * th).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(w.grad.numpy(), tw.grad.numpy(), rtol=1e-4, atol=1e-5)
+    assert not w.grad.requires_grad, "a gradient is data, as in torch"
