@@ -36,7 +36,26 @@ def _with_lazy_origins(root: UOp) -> UOp:
     of the backward pass still read the stored buffer (the scheduler knows the graph was realized)."""
     if not _lazy_origin:
         return root
-    mapping = {n: _with_lazy_origins(_lazy_origin[n]) for n in root.toposort if n in _lazy_origin}
+    # a realized tensor's graph may hold other realized tensors (a loop realizing its state each step): resolve the
+    # innermost first, without recursion (a chain can be thousands long)
+    resolved: dict[UOp, UOp] = {}
+    inner: dict[UOp, list[UOp]] = {}
+    stack = [n for n in root.toposort if n in _lazy_origin]
+    while stack:
+        n = stack[-1]
+        if n in resolved:
+            stack.pop()
+            continue
+        if n not in inner:
+            inner[n] = [m for m in _lazy_origin[n].toposort if m in _lazy_origin]
+        todo = [m for m in inner[n] if m not in resolved]
+        if todo:
+            stack.extend(todo)
+            continue
+        origin = _lazy_origin[n]
+        resolved[n] = substitute(origin, {m: resolved[m] for m in inner[n]}) if inner[n] else origin
+        stack.pop()
+    mapping = {n: resolved[n] for n in root.toposort if n in _lazy_origin}
     return substitute(root, mapping) if mapping else root
 
 
