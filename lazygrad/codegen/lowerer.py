@@ -63,6 +63,10 @@ class Lowerer:
         self.bounds_gate: UOp | None = None  # threads past the end of an axis the launch does not divide
         # GPU-style targets: output and workgroup axes are thread ids, not loops
         self.thread_idxs: list[UOp] = self._thread_ids() if getattr(k.renderer, "has_local", False) else []
+        # each operand's fragment entries as combo tails, computed once (the lane is known now)
+        self.tc_tails: dict[str, list[Combo]] = {"c": [()]}
+        if self.tc is not None:
+            self.tc_tails = {op: [self.tc_tail(op, i) for i in range(n)] for op, n in zip("abc", self.tc.elements)}
         # CPU threads: the THREAD loop is the outermost one, so each core runs a slice of every inner loop; a
         # reduce split across threads (THREAD_REDUCE) runs each slice's partial reduce in its own loop
         self.global_ranges.sort(key=lambda r: r.arg[1] != "t")
@@ -163,10 +167,6 @@ class Lowerer:
         zero = UOp.const(dtypes.int32, 0)
         return {"a": (row, zero, col), "b": (zero, col, row), "c": (row, col, zero)}[operand]  # type: ignore[return-value]
 
-    def tc_outputs(self) -> list[Combo]:
-        """The epilogue's tile coordinates: one combo tail per accumulator entry of the lane."""
-        return [self.tc_tail("c", i) for i in range(self.tc.elements[2])] if self.tc is not None else [()]
-
     def _tc_update(self, r: UOp, oc: Combo) -> Callable[[UOp | None], UOp]:
         """acc -> acc after one step of the reduce loop: one WMMA per unrolled K tile."""
         tc = self.tc
@@ -182,7 +182,7 @@ class Lowerer:
                     UOp(
                         Ops.VECTORIZE,
                         tc.dtype_in.vec(n),
-                        tuple(self.ev(node, oc + uc + self.tc_tail(name, i)) for i in range(n)),
+                        tuple(self.ev(node, oc + uc + tail) for tail in self.tc_tails[name]),
                     )
                     for node, name, n in ((a, "a", tc.elements[0]), (b, "b", tc.elements[1]))
                 ]
@@ -307,7 +307,7 @@ class Lowerer:
         if u.op is Ops.REDUCE_AXIS:
             res = self.reduce_results[(u, combo[: len(self.upcast_axes)])]
             if self.tc is not None:  # the lane's accumulator entry at these tile coordinates
-                return UOp(Ops.GEP, res.dtype.scalar, (res,), self.tc_outputs().index(combo[-3:]))
+                return UOp(Ops.GEP, res.dtype.scalar, (res,), self.tc_tails["c"].index(combo[-3:]))
             return self.lanes(res)[combo[-1]] if self.width > 1 else res
         if u.op is Ops.DEFINE_VAR:
             return u
@@ -492,7 +492,7 @@ class Lowerer:
         for st in self.ast.src:
             buf, view, value = st.src
             for oc in self.out_combos:
-                for tail in self.tc_outputs():
+                for tail in self.tc_tails["c"]:  # the epilogue once per accumulator entry of the lane
                     combo = oc + zeros + tail
                     stores.extend(self._stores(buf, view, self.val(value, combo), combo, gate))
         # every buffer stays a parameter, even one whose loads all folded away, so the launch signature is fixed
