@@ -78,13 +78,19 @@ def _nan_to_bits(x: float, width: int, mantissa: int) -> int:
     return (d >> 63) << (width - 1) | ((1 << (width - 1)) - (1 << mantissa)) | payload
 
 
-def _f32_bits(x: float) -> int:
+def _float_bits(x: float, fmt: str, bits_fmt: str, width: int, mantissa: int) -> int:
+    """The bits of `x` as a `width`-bit float (struct format `fmt`): NaN payloads kept, overflow to +-inf."""
     if x != x:
-        return _nan_to_bits(x, 32, 23)
+        return _nan_to_bits(x, width, mantissa)
     try:
-        return struct.unpack("<I", struct.pack("<f", x))[0]
-    except OverflowError:
-        return 0xFF800000 if x < 0 else 0x7F800000
+        return struct.unpack(f"<{bits_fmt}", struct.pack(f"<{fmt}", x))[0]
+    except OverflowError:  # struct refuses what a C cast makes inf
+        inf = (1 << (width - 1)) - (1 << mantissa)
+        return inf | 1 << (width - 1) if x < 0 else inf
+
+
+_f32_bits = functools.partial(_float_bits, fmt="f", bits_fmt="I", width=32, mantissa=23)
+_half_bits = functools.partial(_float_bits, fmt="e", bits_fmt="H", width=16, mantissa=10)
 
 
 def _f32_from_bits(b: int) -> float:
@@ -95,15 +101,6 @@ def _f32_from_bits(b: int) -> float:
 def _half_table() -> tuple[float, ...]:
     values = struct.unpack("<65536e", struct.pack("<65536H", *range(65536)))
     return tuple(_nan_from_bits(b, 16, 10) if b & 0x7FFF > 0x7C00 else x for b, x in enumerate(values))
-
-
-def _half_bits(x: float) -> int:
-    if x != x:
-        return _nan_to_bits(x, 16, 10)
-    try:
-        return struct.unpack("<H", struct.pack("<e", x))[0]
-    except OverflowError:
-        return 0xFC00 if x < 0 else 0x7C00
 
 
 @functools.cache
