@@ -1516,6 +1516,10 @@ class Tensor:
         return a._alu(Ops.MUL, b) if a.dtype != dtypes.bool else a._alu(Ops.AND, b)
 
     def div(self, x: Any, reverse: bool = False, rounding_mode: str | None = None) -> Tensor:
+        if rounding_mode is None and not isinstance(x, Tensor) and not dtypes.is_float(self.dtype):
+            # true division of an integer tensor by a Python number: the number must not wrap into the tensor's
+            # integer dtype first (uint8 / -3 is -2.0, not 6 / 253), so the tensor goes to float before they meet
+            return self.cast(least_upper_float(self.dtype)).div(x, reverse)
         a, b = self._broadcasted(x, reverse)
         if rounding_mode == "trunc":
             return a._alu(Ops.IDIV, b) if dtypes.is_int(a.dtype) else a.div(b).trunc()
@@ -1846,7 +1850,10 @@ class Tensor:
     def abs(self) -> Tensor:
         if dtypes.is_unsigned(self.dtype) or self.dtype == dtypes.bool:
             return self
-        return self.maximum(-self) if dtypes.is_float(self.dtype) else (self < 0).where(-self, self)
+        if dtypes.is_float(self.dtype):
+            # max(0.0, -0.0) may pick either zero; |x| is +0.0 there (1 / |x| = inf), with gradient 0 as in torch
+            return (self == 0).where(self.zeros_like(), self.maximum(-self))
+        return (self < 0).where(-self, self)
 
     def sign(self) -> Tensor:
         if self.dtype == dtypes.bool:

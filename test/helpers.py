@@ -7,7 +7,8 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from lazygrad import Tensor, dtypes
+from lazygrad import Device, Tensor, dtypes
+from lazygrad.device import DeviceUnavailable
 from lazygrad.dtype import DType
 
 # every lazygrad dtype that numpy and torch both have, by name (bfloat16 has no numpy twin)
@@ -16,6 +17,14 @@ NP_DTYPES = ["bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int
 # (atol, rtol) for ops exact up to one rounding, and for transcendental ops
 EXACT_TOL = {"float16": (1e-3, 1e-3), "float32": (1e-6, 1e-5), "float64": (1e-12, 1e-12)}
 TRANS_TOL = {"float16": (2e-3, 2e-3), "float32": (1e-5, 1e-4), "float64": (1e-7, 1e-7)}
+
+
+def device_available(name: str) -> bool:
+    try:
+        Device[name]
+        return True
+    except DeviceUnavailable:
+        return False
 
 
 def lg_dtype(name: str) -> DType:

@@ -7,17 +7,21 @@ from typing import Callable
 
 from lazygrad.dtype import DType, PtrDType, dtypes
 from lazygrad.renderer import Renderer
-from lazygrad.uop.ops import GroupOp, Ops, UOp
+from lazygrad.uop.ops import GroupOp, Ops, UOp, _exact_bounds
 
 # GNU statement expressions: each operand evaluated once, NaN propagated by max like torch.maximum,
-# integer division and remainder by zero give 0 instead of trapping the process. __auto_type, not __typeof__(a):
+# integer division and remainder by zero give 0 instead of trapping the process, and so does INT_MIN % -1, while
+# INT_MIN / -1 wraps to INT_MIN as in torch (x86 traps on both). __auto_type, not __typeof__(a):
 # __typeof__ repeats the operand's text, so an unrolled chain of nested LG_MAX grew exponentially in the compiler.
 C_PRELUDE = """#ifndef LG_PRELUDE
 #define LG_PRELUDE
 #include <math.h>
 #define LG_MAX(a, b) ({ __auto_type _a = (a); __auto_type _b = (b); (_a != _a || _a > _b) ? _a : _b; })
-#define LG_IDIV(a, b) ({ __auto_type _a = (a); __auto_type _b = (b); _b == 0 ? (__typeof__(_a))0 : _a / _b; })
-#define LG_MOD(a, b) ({ __auto_type _a = (a); __auto_type _b = (b); _b == 0 ? (__typeof__(_a))0 : _a % _b; })
+#define LG_IDIV(a, b) ({ __auto_type _a = (a); __auto_type _b = (b); \
+  _b == 0 ? (__typeof__(_a))0 : LG_SIGNED_M1(_b) ? (__typeof__(_a))(0ULL - (unsigned long long)_a) : (__typeof__(_a))(_a / _b); })
+#define LG_MOD(a, b) ({ __auto_type _a = (a); __auto_type _b = (b); \
+  (_b == 0 || LG_SIGNED_M1(_b)) ? (__typeof__(_a))0 : (__typeof__(_a))(_a % _b); })
+#define LG_SIGNED_M1(b) ((__typeof__(b))-1 < 0 && (b) == -1)
 static inline float lg_bf16_to_f(unsigned short b) { union { unsigned int u; float f; } v; v.u = (unsigned int)b << 16; return v.f; }
 static inline unsigned short lg_f_to_bf16(float f) {
   union { unsigned int u; float f; } v; v.f = f;
@@ -27,6 +31,24 @@ static inline unsigned short lg_f_to_bf16(float f) {
 static inline float lg_round_bf16(float f) { return lg_bf16_to_f(lg_f_to_bf16(f)); }
 #endif
 """
+
+
+# integer ops whose exact result can leave the dtype's range; _exact_bounds models the first four
+WRAPPING_OPS = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.NEG, Ops.SHL, Ops.MULACC})
+BOUNDED_OPS = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.NEG})
+# ops whose float result is always one of their operands' values (or already rounded by the cast itself)
+EXACT_FLOAT_OPS = frozenset({Ops.MAX, Ops.WHERE, Ops.NEG, Ops.CAST, Ops.BITCAST, Ops.TRUNC})
+
+
+def _int_fits(u: UOp) -> bool:
+    """Whether C's plain arithmetic already gives `u`'s integer result modulo 2**bits (so no wrapping spelling)."""
+    dt = u.dtype
+    if dt in (dtypes.uint32, dtypes.uint64):
+        return True  # C's unsigned int and long long arithmetic already wraps
+    if u.op not in BOUNDED_OPS:
+        return False
+    lo, hi = _exact_bounds(u)
+    return dtypes.min(dt) <= lo and hi <= dtypes.max(dt)
 
 
 def _paren_neg(s: str) -> str:
@@ -112,6 +134,39 @@ class CStyleLanguage(Renderer):
         return f"(({self.render_dtype(dt)}){name}f((float){x}))"
 
     def render_alu(self, u: UOp, a: list[str]) -> str:
+        dt = u.dtype
+        if dt.count == 1 and (dtypes.is_int(dt) or dtypes.is_bool(dt)) and u.op in WRAPPING_OPS and not _int_fits(u):
+            return self.render_wrapping(u, a)
+        if dt.count == 1 and self.bf16_in_float(dt) and u.op not in EXACT_FLOAT_OPS:
+            # torch rounds every bfloat16 op's result: computed in float here, so each one is rounded back
+            return f"lg_round_bf16({self.render_plain_alu(u, a)})"
+        return self.render_plain_alu(u, a)
+
+    def bf16_in_float(self, dt: DType) -> bool:
+        return dt == dtypes.bfloat16 and self.type_map[dt] == "float"
+
+    def render_wrapping(self, u: UOp, a: list[str]) -> str:
+        """An integer op whose exact result may not fit its dtype, computed modulo 2**bits as torch does.
+
+        C promotes char and short to int, so `(unsigned char)3 - 7` is -4 unless narrowed again, and signed overflow
+        is undefined (gcc folds `x + 1 < x` to false). So the operands go through the unsigned type of at least 32
+        bits, where C wraps, and the result is converted back (modulo 2**bits, gcc's and every OpenCL compiler's
+        implementation-defined choice). Bounds prove most index math can't overflow: that keeps its plain spelling.
+        """
+        dt = u.dtype
+        if dt == dtypes.bool:
+            return f"(({self.render_dtype(dt)}){self.render_plain_alu(u, a)})"
+        unsigned = self.render_dtype(dtypes.uint64 if dt.itemsize == 8 else dtypes.uint32)
+        ua = [f"(({unsigned}){x})" for x in a]
+        if u.op is Ops.NEG:
+            expr = f"(({unsigned})0-{ua[0]})"
+        elif u.op is Ops.SHL:
+            expr = f"({ua[0]}<<{a[1]})"
+        else:
+            expr = self.render_plain_alu(u, ua)
+        return f"(({self.render_dtype(dt)}){expr})"
+
+    def render_plain_alu(self, u: UOp, a: list[str]) -> str:
         op, dt = u.op, u.dtype
         src_dt = u.src[0].dtype
         binops: dict[Ops, Callable[[str, str], str]] = {

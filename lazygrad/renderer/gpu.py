@@ -110,12 +110,12 @@ class GPUDialect(CStyleLanguage):
         half = self.half_prelude if dtypes.float16 in dts and not self.has_half else ""
         return half + (self.bf16_prelude if dtypes.bfloat16 in dts else "")
 
-    def render_alu(self, u: UOp, a: list[str]) -> str:
+    def render_plain_alu(self, u: UOp, a: list[str]) -> str:
         if u.op is Ops.POW:
             return self.render_pow(a[0], a[1], u.dtype)
         if u.op is Ops.CAST and self.half_in_float(u.dtype):
             return f"lg_half_to_f(lg_f_to_half((float){a[0]}))"
-        return super().render_alu(u, a)
+        return super().render_plain_alu(u, a)
 
     def render_pow(self, a: str, b: str, dt: DType) -> str:
         if dt in (dtypes.float32, dtypes.float64):
@@ -128,7 +128,14 @@ class GPUDialect(CStyleLanguage):
         return f"(({a}!={a}||{a}>{b})?{a}:{b})" if dtypes.is_float(dt) else f"(({a}>{b})?{a}:{b})"
 
     def render_guarded_div(self, op: Ops, a: str, b: str, dt: DType) -> str:
-        return f"(({b})==0?({self.render_dtype(dt)})0:({a}{'/' if op is Ops.IDIV else '%'}{b}))"
+        # as C_PRELUDE's LG_IDIV / LG_MOD: by 0 gives 0, and a signed division by -1 wraps (INT_MIN / -1 traps on x86)
+        t = self.render_dtype(dt)
+        if dtypes.is_unsigned(dt):
+            return f"(({b})==0?({t})0:({t})({a}{'/' if op is Ops.IDIV else '%'}{b}))"
+        if op is Ops.MOD:
+            return f"((({b})==0||({b})==-1)?({t})0:({t})({a}%{b}))"
+        neg = f"({t})(({self.render_dtype(dtypes.uint64)})0-({self.render_dtype(dtypes.uint64)})({a}))"
+        return f"(({b})==0?({t})0:({b})==-1?{neg}:({t})({a}/{b}))"
 
     def math_fn(self, name: str, x: str, dt: DType) -> str:
         if dt in (dtypes.float32, dtypes.float64):
