@@ -13,6 +13,7 @@ from lazygrad.codegen.workgroups import default_optimizations
 from lazygrad.helpers import BEAM, DEBUG, NOOPT, diskcache_get, diskcache_put
 from lazygrad.renderer import ProgramSpec, Renderer
 from lazygrad.uop.ops import GroupOp, Ops, UOp, serialize
+from lazygrad.viz import profile
 
 
 def estimate_ops(uops: list[UOp]) -> int:
@@ -76,8 +77,32 @@ def get_program(ast: UOp, renderer: Renderer, opts: list[Opt] | None = None) -> 
 
 
 def _build_program(ast: UOp, renderer: Renderer, opts: list[Opt] | None) -> ProgramSpec:
+    with profile.span("codegen", "codegen") as args:
+        spec = _build_program_steps(ast, renderer, opts)
+        args["kernel"], args["opts"] = spec.name, [str(o) for o in spec.applied_opts]
+    return spec
+
+
+def _build_program_steps(ast: UOp, renderer: Renderer, opts: list[Opt] | None) -> ProgramSpec:
     k = Kernel(ast, renderer)
     k.merge_axes()
+    with profile.span("optimize", "codegen"):
+        _optimize(k, ast, renderer, opts)
+    if DEBUG >= 3:
+        print(ast)
+        print(f"{k.name}: applied {k.applied_opts}")
+    with profile.span("lower", "codegen"):
+        lowered = lower(k)
+    with profile.span("linearize", "codegen"):
+        uops = linearize(lowered)
+    with profile.span("render", "codegen"):
+        src = renderer.render(k.function_name, uops)
+    if DEBUG >= 4:
+        print(src)
+    return _program_spec(k, ast, uops, src)
+
+
+def _optimize(k: Kernel, ast: UOp, renderer: Renderer, opts: list[Opt] | None) -> None:
     if opts is not None:
         k.apply_opts(opts)
     elif BEAM >= 1:
@@ -86,13 +111,9 @@ def _build_program(ast: UOp, renderer: Renderer, opts: list[Opt] | None) -> Prog
         k.apply_opts(beam_search(ast, renderer, BEAM.value))
     elif not NOOPT:
         default_optimizations(k)
-    if DEBUG >= 3:
-        print(ast)
-        print(f"{k.name}: applied {k.applied_opts}")
-    uops = linearize(lower(k))
-    src = renderer.render(k.function_name, uops)
-    if DEBUG >= 4:
-        print(src)
+
+
+def _program_spec(k: Kernel, ast: UOp, uops: list[UOp], src: str) -> ProgramSpec:
     globals_ = [u for u in uops if u.op is Ops.DEFINE_GLOBAL]
     variables = tuple(sorted((u for u in uops if u.op is Ops.DEFINE_VAR), key=lambda v: v.arg[0]))
     global_size, local_size = launch_dims(uops)

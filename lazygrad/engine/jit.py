@@ -28,6 +28,7 @@ import warnings
 from typing import Any, Callable, Generic, Iterator, TypeVar
 
 from lazygrad.device import Buffer
+from lazygrad.viz import profile
 from lazygrad.engine.memory import plan_memory
 from lazygrad.engine.realize import CompiledRunner, ExecItem, JitError, _captures, capture, is_capturing
 from lazygrad.helpers import DEBUG, JIT, GlobalCounters
@@ -201,7 +202,7 @@ class CapturedJit:
                 "the captured kernels follow the capture's mode"
             )
         graph = self.graph
-        if graph is None or self.input_nodes or _captures or DEBUG.value >= 2:
+        if graph is None or self.input_nodes or _captures or DEBUG.value >= 2 or profile.enabled():
             return self._replay_kernels(args)
         # the hot path: write the changed slots of the graph's arrays, one ctypes call, wrap the outputs
         for spec, a in zip(self.args, args):
@@ -304,6 +305,9 @@ class TinyJit(Generic[R]):
 
     def __call__(self, *args: Any, **kwargs: Any) -> R:
         if self.captured is not None and JIT:
+            if profile.enabled():
+                with profile.span("jit replay", "jit", function=self.fxn.__qualname__):
+                    return self.captured(args, kwargs)
             return self.captured(args, kwargs)
         if not JIT or is_capturing():
             # inside another JIT's capture this one just runs: the outer capture records its kernels on the real
@@ -312,7 +316,8 @@ class TinyJit(Generic[R]):
         self.cnt += 1
         if self.cnt == 1:
             return self.fxn(*args, **kwargs)
-        return self._capture(args, kwargs)
+        with profile.span("jit capture", "jit", function=self.fxn.__qualname__):
+            return self._capture(args, kwargs)
 
     def _capture(self, args: tuple, kwargs: dict[str, Any]) -> R:
         kw_names = tuple(sorted(kwargs))

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from lazygrad.codegen import get_program
+from lazygrad.viz import profile
 from lazygrad.device import Buffer, Device
 from lazygrad.engine.memory import memory_planner
 from lazygrad.helpers import BEAM, DEBUG, NOOPT, GlobalCounters, ansilen, colored
@@ -25,7 +26,8 @@ class CompiledRunner:
         dev = Device[device]
         st = time.perf_counter()
         if lib is None:  # else compiled together with the other kernels of its schedule, see compile_schedule
-            lib = dev.compiler.compile_cached(spec.src)
+            with profile.span("compile", "compile", kernels=[spec.name], device=device):
+                lib = dev.compiler.compile_cached(spec.src)
         self.compile_time = time.perf_counter() - st
         self.prg = dev.runtime(spec.name, lib, spec.n_bufs, len(spec.vars))
 
@@ -83,7 +85,8 @@ def compile_schedule(schedule: list[ScheduleItem]) -> None:
                 )
             seen[spec.name] = n + 1
         st = time.perf_counter()
-        lib = compiler.compile_many(sorted({spec.src for spec in group.values()}))
+        with profile.span("compile", "compile", kernels=[spec.name for spec in group.values()], device=device):
+            lib = compiler.compile_many(sorted({spec.src for spec in group.values()}))
         elapsed = time.perf_counter() - st
         for key, spec in group.items():
             _runners[key] = CompiledRunner(device, spec, lib)
@@ -109,15 +112,19 @@ class ExecItem:
             recording.append((self, {v: var_vals[v] for v in self.runner.spec.vars}))
         for b in self.bufs:
             b.ensure_allocated()
-        timing = DEBUG >= 2
+        timing = DEBUG >= 2 or profile.enabled()  # a kernel's time is known once it is waited for
+        st = time.perf_counter()
         et = self.runner(self.bufs, var_vals, wait=timing)
         spec = self.runner.spec
+        if profile.enabled():
+            name = spec.display_name if spec.name == "copy" else spec.name
+            profile.kernel(name, self.runner.device, st, et or 0.0, spec.ops, spec.mem, jit)
         GlobalCounters.kernel_count += 1
         GlobalCounters.global_ops += spec.ops
         GlobalCounters.global_mem += spec.mem
         if et is not None:
             GlobalCounters.time_sum_s += et
-        if timing:
+        if DEBUG >= 2:
             _print_kernel_line(self.runner.device, spec, et or 0.0, len(self.bufs), jit)
         return et
 

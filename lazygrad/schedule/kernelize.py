@@ -22,6 +22,7 @@ from lazygrad.dtype import dtypes
 from lazygrad.helpers import DEBUG, prod
 from lazygrad.uop.ops import GroupOp, Ops, UOp, substitute
 from lazygrad.uop.view import ShapeTracker
+from lazygrad.viz import profile
 
 Chain = tuple[tuple[Ops, Any], ...]  # movement ops applied to a node's shape, innermost first
 _SOURCES = (Ops.DEVICE, Ops.CONST, Ops.IOTA, Ops.BIND)  # computed from nothing: never stored, always inlined
@@ -571,18 +572,21 @@ def create_schedule(
     """Kernels that compute `outs` in execution order, what each computed node becomes (a buffer view),
     and the values of the variables the kernels take as arguments. A graph of the same structure as one scheduled
     before (over other buffers and bound values) reuses that schedule."""
-    walk = _Walk(outs, realized)
-    if (tpl := _templates.get(walk.key)) is not None:
-        items, becomes, var_vals = tpl.instantiate(walk)
-        if DEBUG >= 1 and items:
-            print(f"scheduled {len(items)} kernels for {len(becomes)} stored nodes (cached)")
+    with profile.span("schedule", "schedule") as args:
+        walk = _Walk(outs, realized)
+        if (tpl := _templates.get(walk.key)) is not None:
+            items, becomes, var_vals = tpl.instantiate(walk)
+            args["kernels"], args["cached"] = len(items), True
+            if DEBUG >= 1 and items:
+                print(f"scheduled {len(items)} kernels for {len(becomes)} stored nodes (cached)")
+            return items, becomes, var_vals
+        items, becomes, var_vals = _create_schedule(outs, realized)
+        args["kernels"], args["cached"] = len(items), False
+        if (tpl := _template(walk, items, becomes)) is not None:
+            if len(_templates) >= SCHEDULE_CACHE_SIZE:
+                del _templates[next(iter(_templates))]
+            _templates[walk.key] = tpl
         return items, becomes, var_vals
-    items, becomes, var_vals = _create_schedule(outs, realized)
-    if (tpl := _template(walk, items, becomes)) is not None:
-        if len(_templates) >= SCHEDULE_CACHE_SIZE:
-            del _templates[next(iter(_templates))]
-        _templates[walk.key] = tpl
-    return items, becomes, var_vals
 
 
 def _create_schedule(
