@@ -86,6 +86,7 @@ DEBUG, NOOPT, BEAM, CACHELEVEL = (
     ContextVar("CACHELEVEL", 2),
 )
 JIT, PROFILE = ContextVar("JIT", 1), ContextVar("PROFILE", 0)
+SPEC = ContextVar("SPEC", 0)  # check every kernel against the IR rules of uop/spec.py (the test suite sets it)
 
 
 class GlobalCounters:

@@ -10,9 +10,10 @@ from lazygrad.codegen.kernel import Kernel, Opt
 from lazygrad.codegen.linearize import linearize
 from lazygrad.codegen.lowerer import lower
 from lazygrad.codegen.workgroups import default_optimizations
-from lazygrad.helpers import BEAM, DEBUG, NOOPT, diskcache_get, diskcache_put
+from lazygrad.helpers import BEAM, DEBUG, NOOPT, SPEC, diskcache_get, diskcache_put
 from lazygrad.renderer import ProgramSpec, Renderer
 from lazygrad.uop.ops import GroupOp, Ops, UOp, serialize
+from lazygrad.uop.spec import verify_kernel, verify_program
 from lazygrad.viz import profile
 
 
@@ -84,6 +85,8 @@ def _build_program(ast: UOp, renderer: Renderer, opts: list[Opt] | None) -> Prog
 
 
 def _build_program_steps(ast: UOp, renderer: Renderer, opts: list[Opt] | None) -> ProgramSpec:
+    if SPEC:
+        verify_kernel(ast, "schedule")
     k = Kernel(ast, renderer)
     k.merge_axes()
     with profile.span("optimize", "codegen"):
@@ -95,6 +98,8 @@ def _build_program_steps(ast: UOp, renderer: Renderer, opts: list[Opt] | None) -
         lowered = lower(k)
     with profile.span("linearize", "codegen"):
         uops = linearize(lowered)
+    if SPEC:
+        verify_program(uops, "lower and linearize")
     with profile.span("render", "codegen"):
         src = renderer.render(k.function_name, uops)
     if DEBUG >= 4:
