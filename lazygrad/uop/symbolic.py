@@ -16,7 +16,8 @@ import math
 
 from lazygrad.dtype import INTS, SINTS, DType, dtypes
 from lazygrad.helpers import ceildiv
-from lazygrad.uop.ops import GroupOp, Ops, PatternMatcher, UOp, UPat, exec_alu, graph_rewrite
+from lazygrad.uop.alu import exec_alu
+from lazygrad.uop.ops import GroupOp, Ops, PatternMatcher, UOp, UPat, graph_rewrite
 
 ints = tuple(INTS)
 sints = tuple(SINTS)
