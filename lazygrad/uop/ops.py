@@ -117,7 +117,8 @@ class UOpMetaClass(type):
     ucache: weakref.WeakValueDictionary[tuple, UOp] = weakref.WeakValueDictionary()
 
     def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None) -> UOp:
-        key = (op, dtype, src, arg)
+        # -0.0 == 0.0 and both hash alike, but a constant -0.0 is another value (1/x, signbit): keyed apart
+        key = (op, dtype, src, arg) if type(arg) is not float or arg != 0.0 else (op, dtype, src, arg, repr(arg))
         if (ret := UOpMetaClass.ucache.get(key)) is not None:
             return ret
         ret = super().__call__(op, dtype, src, arg)
