@@ -346,13 +346,15 @@ class CStyleLanguage(Renderer):
                 names[u] = self.render_const(u.arg, u.dtype)
             elif op is Ops.SPECIAL:
                 names[u] = u.arg[0]
-                lines.append(f"{pad}int {u.arg[0]} = {self.render_special(u)}; /* {u.arg[1]} */")
+                lines.append(
+                    f"{pad}{self.render_dtype(u.dtype)} {u.arg[0]} = {self.render_special(u)}; /* {u.arg[1]} */"
+                )
             elif op is Ops.RANGE:
                 axis, kind = u.arg
                 names[u] = v = f"{'ridx' if kind == 'r' else 'gidx'}{axis}"
                 if kind in ("t", "tr"):  # a THREAD axis: the loop's iterations are shared out among the CPU cores
                     lines.append(f"{pad}{self.parallel_for}")
-                lines.append(f"{pad}for (int {v} = 0; {v} < {names[u.src[0]]}; {v}++) {{")
+                lines.append(f"{pad}for ({self.render_dtype(u.dtype)} {v} = 0; {v} < {names[u.src[0]]}; {v}++) {{")
                 depth += 1
             elif op is Ops.ENDRANGE:
                 depth -= 1
@@ -446,7 +448,7 @@ VECTOR_FLOAT_ALU = frozenset({Ops.FDIV, Ops.RECIP})
 class ClangRenderer(CStyleLanguage):
     device = "CPU"
     has_threads = True
-    prelude = C_PRELUDE + IPOW_HELPER.format(qual="static inline ", u64="unsigned long long")
+    prelude = C_PRELUDE
     max_upcast = 16
     vector_widths = (2, 4, 8, 16)  # gcc/clang vector extensions; 16 float32 is one AVX-512 register
 
@@ -529,4 +531,6 @@ class ClangRenderer(CStyleLanguage):
                 exp2 = EXP2_TEMPLATE.format(T=t, B=dt.count * 4)
                 decls.append(f"#ifndef LG_HAVE_EXP2_{t}\n#define LG_HAVE_EXP2_{t}\n{exp2}#endif\n")
         vec = (C_VECTOR_PRELUDE + "".join(decls)) if decls else ""
+        if any(u.op is Ops.POW and not dtypes.is_float(u.dtype) for u in uops):
+            vec += IPOW_HELPER.format(qual="static inline ", u64="unsigned long long")
         return f"{self.prelude}{vec}{self.kernel_prefix}{name}({', '.join(params)}) {{\n{body}\n}}\n"
