@@ -3,7 +3,7 @@
 Each op is a Python expression over its operands `a`, `b`, `c`, per kind of dtype (float, int, bool; comparisons and
 WHERE for any). The constant folder compiles an expression into a function of one set of operands, the PYTHON device
 into a list comprehension over a batch of threads, so both compute the same thing. The C-style renderers spell the
-same rules in C (see renderer/cstyle.py), and tests/uop/test_alu_semantics.py holds all of them to torch.
+same rules in C (see renderer/cstyle.py), and test/uop/test_alu_semantics.py holds all of them to torch.
 
 The rules, where C, Python and IEEE leave a choice:
 - Every result is of its dtype: an integer result wraps modulo 2**bits (two's complement), a float result is rounded
