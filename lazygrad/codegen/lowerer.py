@@ -12,9 +12,9 @@ import itertools
 from typing import Callable
 
 from lazygrad.codegen.kernel import AxisType, Kernel, KernelOptError, mul_operands
-from lazygrad.dtype import dtypes
+from lazygrad.dtype import DType, dtypes
 from lazygrad.helpers import ceildiv, prod
-from lazygrad.uop.ops import GroupOp, Ops, UOp
+from lazygrad.uop.ops import GroupOp, Ops, UOp, _exact_bounds
 from lazygrad.uop.symbolic import simplify
 
 # a GPU kernel without workgroup axes gets workgroups of up to PADDED_THREADS along an axis of PADDED_MIN or more
@@ -41,8 +41,9 @@ def reduce_combine(op: Ops, a: UOp, b: UOp) -> UOp:
 
 
 class Lowerer:
-    def __init__(self, k: Kernel):
+    def __init__(self, k: Kernel, idx_dtype: DType = dtypes.int32):
         self.k = k
+        self.idx_dtype = idx_dtype  # of loop counters, thread ids and address math (see `lower`)
         self.ast = k.optimized_ast()
         shape, types = k.full_shape, k.axis_types
         self.base_idxs: list[UOp | None] = []
@@ -55,9 +56,9 @@ class Lowerer:
             if t.expanded or t is AxisType.TC:
                 self.base_idxs.append(None)
             elif s == 1:
-                self.base_idxs.append(UOp.const(dtypes.int32, 0))
+                self.base_idxs.append(UOp.const(self.idx_dtype, 0))
             else:
-                r = UOp(Ops.RANGE, dtypes.int32, (UOp.const(dtypes.int32, s),), (i, RANGE_KIND.get(t, "r")))
+                r = UOp(Ops.RANGE, self.idx_dtype, (UOp.const(self.idx_dtype, s),), (i, RANGE_KIND.get(t, "r")))
                 (self.reduce_ranges if t.is_reduce else self.global_ranges).append(r)
                 self.base_idxs.append(r)
         self.bounds_gate: UOp | None = None  # threads past the end of an axis the launch does not divide
@@ -92,7 +93,7 @@ class Lowerer:
         specials: list[UOp] = []
         shape = list(self.k.full_shape)
         if self.tc is not None:  # the warp's lanes are local dimension 0; LOCAL axes (more warps) take the others
-            self.lane = UOp(Ops.SPECIAL, dtypes.int32, (), ("lidx0", self.tc.threads, "l", 0))
+            self.lane = UOp(Ops.SPECIAL, self.idx_dtype, (), ("lidx0", self.tc.threads, "l", 0))
             specials.append(self.lane)
         padded = self._padded_axis()
         if padded is not None:
@@ -112,7 +113,10 @@ class Lowerer:
             for dim, group in enumerate(reversed(groups), start=first_dim):
                 sizes = [shape[a] for a in group]
                 sid = UOp(
-                    Ops.SPECIAL, dtypes.int32, (), (f"{'gidx' if kind == 'g' else 'lidx'}{dim}", prod(sizes), kind, dim)
+                    Ops.SPECIAL,
+                    self.idx_dtype,
+                    (),
+                    (f"{'gidx' if kind == 'g' else 'lidx'}{dim}", prod(sizes), kind, dim),
                 )
                 specials.append(sid)
                 inner = prod(sizes)
@@ -122,15 +126,15 @@ class Lowerer:
                     self.base_idxs[a] = idx % size if a != group[0] else idx
         if padded is not None:
             axis, threads = padded
-            lid = UOp(Ops.SPECIAL, dtypes.int32, (), ("lidx0", threads, "l", 0))
+            lid = UOp(Ops.SPECIAL, self.idx_dtype, (), ("lidx0", threads, "l", 0))
             specials.append(lid)
             # with one workgroup along the axis there is no grid id for it
-            group = self.base_idxs[axis] if shape[axis] != 1 else UOp.const(dtypes.int32, 0)
+            group = self.base_idxs[axis] if shape[axis] != 1 else UOp.const(self.idx_dtype, 0)
             idx, size = group * threads + lid, self.k.full_shape[axis]
             if size % threads:
                 # the launch overshoots the axis: the extra threads compute a copy of the last element, unstored
-                self.bounds_gate = idx.alu(Ops.CMPLT, UOp.const(dtypes.int32, size))
-                idx = self.bounds_gate.alu(Ops.WHERE, idx, UOp.const(dtypes.int32, size - 1))
+                self.bounds_gate = idx.alu(Ops.CMPLT, UOp.const(self.idx_dtype, size))
+                idx = self.bounds_gate.alu(Ops.WHERE, idx, UOp.const(self.idx_dtype, size - 1))
             self.base_idxs[axis] = idx
         self.global_ranges = [r for r in self.global_ranges if self.base_idxs[r.arg[0]] is r]
         self.reduce_ranges = [r for r in self.reduce_ranges if self.base_idxs[r.arg[0]] is r]
@@ -154,7 +158,7 @@ class Lowerer:
     def idxs(self, combo: Combo) -> list[UOp]:
         out = list(self.base_idxs)
         for axis, v in zip(self.expanded_axes, combo):
-            out[axis] = v if isinstance(v, UOp) else UOp.const(dtypes.int32, v)
+            out[axis] = v if isinstance(v, UOp) else UOp.const(self.idx_dtype, v)
         return out  # type: ignore[return-value]
 
     # *** tensor cores: each lane computes with the tile entries its fragment holds ***
@@ -164,7 +168,7 @@ class Lowerer:
         coordinate an operand does not have is 0 (the operand does not move along it)."""
         assert self.tc is not None and self.lane is not None
         row, col = (simplify(c) for c in self.tc.coords(operand, self.lane, i))
-        zero = UOp.const(dtypes.int32, 0)
+        zero = UOp.const(self.idx_dtype, 0)
         return {"a": (row, zero, col), "b": (zero, col, row), "c": (row, col, zero)}[operand]  # type: ignore[return-value]
 
     def _tc_update(self, r: UOp, oc: Combo) -> Callable[[UOp | None], UOp]:
@@ -219,9 +223,9 @@ class Lowerer:
         return best
 
     def _unit_stride(self, view: UOp, axis: int) -> bool:
-        at = [UOp.const(dtypes.int32, 0) if i is None else i for i in self.base_idxs]
+        at = [UOp.const(self.idx_dtype, 0) if i is None else i for i in self.base_idxs]
         idx0, valid0 = view.arg.to_index(at)
-        at[axis] = UOp.const(dtypes.int32, 1)
+        at[axis] = UOp.const(self.idx_dtype, 1)
         idx1, valid1 = view.arg.to_index(at)
         step = simplify(idx1 - idx0)
         same_mask = simplify(valid0) is simplify(valid1)
@@ -392,7 +396,7 @@ class Lowerer:
         for key, buf in slots.items():
             done = UOp(Ops.AFTER, buf.dtype, (buf, end))
             vals = [
-                UOp(Ops.LOAD, partials[key].dtype, (self._slot(done, UOp.const(dtypes.int32, j)),)) for j in range(n)
+                UOp(Ops.LOAD, partials[key].dtype, (self._slot(done, UOp.const(self.idx_dtype, j)),)) for j in range(n)
             ]
             total = vals[0]
             for v in vals[1:]:
@@ -425,9 +429,9 @@ class Lowerer:
         shape = self.k.full_shape
         size = prod(shape[a] for a in strides)
         group_axes = self.k.axes_of(AxisType.GROUP)
-        here = sum((self.base_idxs[a] * st for a, st in strides.items()), UOp.const(dtypes.int32, 0))
+        here = sum((self.base_idxs[a] * st for a, st in strides.items()), UOp.const(self.idx_dtype, 0))
         base = sum(
-            (self.base_idxs[a] * st for a, st in strides.items() if a not in group_axes), UOp.const(dtypes.int32, 0)
+            (self.base_idxs[a] * st for a, st in strides.items() if a not in group_axes), UOp.const(self.idx_dtype, 0)
         )
         n_group = prod(shape[a] for a in group_axes)
         shared_bytes = size * sum(key[1].itemsize for key in partials)
@@ -447,7 +451,7 @@ class Lowerer:
                 )
             )
         barrier = UOp(Ops.BARRIER, dtypes.void, tuple(stores))
-        rng = UOp(Ops.RANGE, dtypes.int32, (UOp.const(dtypes.int32, n_group),), (len(shape), "r"))
+        rng = UOp(Ops.RANGE, self.idx_dtype, (UOp.const(self.idx_dtype, n_group),), (len(shape), "r"))
         pos, inner = base, n_group
         for a in group_axes:
             inner //= shape[a]
@@ -466,7 +470,7 @@ class Lowerer:
         """Threads past the end of a padded axis store nothing; of a GROUP reduce, only each group's first thread."""
         gate = self.bounds_gate
         for a in self.k.axes_of(AxisType.GROUP):
-            first = UOp(Ops.CMPEQ, dtypes.bool, (self.base_idxs[a], UOp.const(dtypes.int32, 0)))
+            first = UOp(Ops.CMPEQ, dtypes.bool, (self.base_idxs[a], UOp.const(self.idx_dtype, 0)))
             gate = first if gate is None else UOp(Ops.AND, dtypes.bool, (gate, first))
         return gate
 
@@ -509,5 +513,34 @@ class Lowerer:
         return UOp(Ops.SINK, dtypes.void, (*params, end))
 
 
+INT32_MAX = 2**31 - 1
+
+
+def _index_fits_int32(sink: UOp) -> bool:
+    """Whether every buffer size and every step of address math in `sink` stays within int32's range, as the bounds
+    of each node say (a loaded value's range is its data's: the subtree of a LOAD inside an address is not judged)."""
+    todo = [u.src[1] for u in sink.toposort if u.op is Ops.INDEX]
+    if any(u.op is Ops.DEFINE_GLOBAL and u.dtype.size > INT32_MAX for u in sink.toposort):  # type: ignore[attr-defined]
+        return False
+    seen: set[UOp] = set()
+    while todo:
+        x = todo.pop()
+        if x in seen or x.op is Ops.LOAD:
+            continue
+        seen.add(x)
+        lo, hi = _exact_bounds(x)
+        if dtypes.is_int(x.dtype) and not (-INT32_MAX - 1 <= lo and hi <= INT32_MAX):
+            return False
+        todo.extend(x.src)
+    return True
+
+
 def lower(k: Kernel) -> UOp:
-    return Lowerer(k).lower()
+    """Address math in int32 where every extent, buffer size and address fits it, else in int64: a tensor of 2**31
+    elements or more needs 64-bit loop counters and addresses (an int counter would wrap and never enter the loop)."""
+    extents = [s.vmax if isinstance(s, UOp) else s for s in k.full_shape]
+    if prod(extents) <= INT32_MAX:
+        sink = Lowerer(k, dtypes.int32).lower()
+        if _index_fits_int32(sink):
+            return sink
+    return Lowerer(k, dtypes.int64).lower()

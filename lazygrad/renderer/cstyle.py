@@ -32,9 +32,22 @@ static inline float lg_round_bf16(float f) { return lg_bf16_to_f(lg_f_to_bf16(f)
 #endif
 """
 
+# integer power modulo 2**64 by repeated squaring (the caller narrows it to its dtype); a negative exponent gives 0
+# except for bases 1 and -1, as torch's. C has no integer pow, and pow() through double is inexact past 2**53.
+IPOW_HELPER = """#ifndef LG_IPOW
+#define LG_IPOW
+{qual}{u64} lg_ipow({u64} a, {u64} b, int neg) {{
+  if (neg) return a == 1 ? 1 : a == ~({u64})0 ? ((b & 1) ? a : 1) : 0;
+  {u64} r = 1;
+  for (; b; b >>= 1) {{ if (b & 1) r *= a; a *= a; }}
+  return r;
+}}
+#endif
+"""
+
 
 # integer ops whose exact result can leave the dtype's range; _exact_bounds models the first four
-WRAPPING_OPS = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.NEG, Ops.SHL, Ops.MULACC})
+WRAPPING_OPS = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.NEG, Ops.MULACC})
 BOUNDED_OPS = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.NEG})
 # ops whose float result is always one of their operands' values (or already rounded by the cast itself)
 EXACT_FLOAT_OPS = frozenset({Ops.MAX, Ops.WHERE, Ops.NEG, Ops.CAST, Ops.BITCAST, Ops.TRUNC})
@@ -135,6 +148,8 @@ class CStyleLanguage(Renderer):
 
     def render_alu(self, u: UOp, a: list[str]) -> str:
         dt = u.dtype
+        if dt.count == 1 and dtypes.is_int(dt) and u.op in (Ops.SHL, Ops.SHR):
+            return self.render_shift(u, a)
         if dt.count == 1 and (dtypes.is_int(dt) or dtypes.is_bool(dt)) and u.op in WRAPPING_OPS and not _int_fits(u):
             return self.render_wrapping(u, a)
         if dt.count == 1 and self.bf16_in_float(dt) and u.op not in EXACT_FLOAT_OPS:
@@ -160,11 +175,29 @@ class CStyleLanguage(Renderer):
         ua = [f"(({unsigned}){x})" for x in a]
         if u.op is Ops.NEG:
             expr = f"(({unsigned})0-{ua[0]})"
-        elif u.op is Ops.SHL:
-            expr = f"({ua[0]}<<{a[1]})"
         else:
             expr = self.render_plain_alu(u, ua)
         return f"(({self.render_dtype(dt)}){expr})"
+
+    def render_shift(self, u: UOp, a: list[str]) -> str:
+        """torch's shifts (see uop/alu.py): an amount outside [0, bits) gives 0, or -1 for SHR of a negative, where C
+        leaves it undefined and x86 masks the amount. SHL goes through the unsigned type, where C wraps."""
+        dt, bits = u.dtype, 8 * u.dtype.itemsize
+        t = self.render_dtype(dt)
+        if u.op is Ops.SHL:
+            unsigned = self.render_dtype(dtypes.uint64 if dt.itemsize == 8 else dtypes.uint32)
+            shifted, outside = f"(({unsigned}){a[0]}<<{a[1]})", "0"
+        else:
+            shifted, outside = f"({a[0]}>>{a[1]})", "0" if dtypes.is_unsigned(dt) else f"({a[0]}<0?-1:0)"
+        amount = u.src[1]
+        if 0 <= amount.vmin and amount.vmax < bits:
+            return f"(({t}){shifted})"
+        return f"(({t})(({self.render_dtype(dtypes.uint64)}){a[1]}<{bits}?{shifted}:{outside}))"
+
+    def render_ipow(self, u: UOp, a: list[str]) -> str:
+        u64 = self.render_dtype(dtypes.uint64)
+        neg = "0" if dtypes.is_unsigned(u.src[1].dtype) else f"({a[1]})<0"
+        return f"(({self.render_dtype(u.dtype)})lg_ipow(({u64})({a[0]}),({u64})({a[1]}),{neg}))"
 
     def render_plain_alu(self, u: UOp, a: list[str]) -> str:
         op, dt = u.op, u.dtype
@@ -209,7 +242,7 @@ class CStyleLanguage(Renderer):
                     if dt == dtypes.float64
                     else f"(({self.render_dtype(dt)})powf({a[0]},{a[1]}))"
                 )
-            return f"(({self.render_dtype(dt)})pow((double){a[0]},(double){a[1]}))"
+            return self.render_ipow(u, a)
         fns = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.SQRT: "sqrt", Ops.TRUNC: "trunc"}
         if op in fns:
             return self.math_fn(fns[op], a[0], dt)
@@ -226,7 +259,7 @@ class CStyleLanguage(Renderer):
     # *** dialect hooks ***
 
     # ops whose spelling repeats an operand: those operands get a variable of their own instead of being inlined
-    dup_operand_ops: frozenset[Ops] = frozenset()
+    dup_operand_ops: frozenset[Ops] = frozenset({Ops.SHL, Ops.SHR, Ops.POW})
 
     def render_max(self, a: str, b: str, dt: DType) -> str:
         return f"LG_MAX({a},{b})"
@@ -313,13 +346,15 @@ class CStyleLanguage(Renderer):
                 names[u] = self.render_const(u.arg, u.dtype)
             elif op is Ops.SPECIAL:
                 names[u] = u.arg[0]
-                lines.append(f"{pad}int {u.arg[0]} = {self.render_special(u)}; /* {u.arg[1]} */")
+                lines.append(
+                    f"{pad}{self.render_dtype(u.dtype)} {u.arg[0]} = {self.render_special(u)}; /* {u.arg[1]} */"
+                )
             elif op is Ops.RANGE:
                 axis, kind = u.arg
                 names[u] = v = f"{'ridx' if kind == 'r' else 'gidx'}{axis}"
                 if kind in ("t", "tr"):  # a THREAD axis: the loop's iterations are shared out among the CPU cores
                     lines.append(f"{pad}{self.parallel_for}")
-                lines.append(f"{pad}for (int {v} = 0; {v} < {names[u.src[0]]}; {v}++) {{")
+                lines.append(f"{pad}for ({self.render_dtype(u.dtype)} {v} = 0; {v} < {names[u.src[0]]}; {v}++) {{")
                 depth += 1
             elif op is Ops.ENDRANGE:
                 depth -= 1
@@ -496,4 +531,6 @@ class ClangRenderer(CStyleLanguage):
                 exp2 = EXP2_TEMPLATE.format(T=t, B=dt.count * 4)
                 decls.append(f"#ifndef LG_HAVE_EXP2_{t}\n#define LG_HAVE_EXP2_{t}\n{exp2}#endif\n")
         vec = (C_VECTOR_PRELUDE + "".join(decls)) if decls else ""
+        if any(u.op is Ops.POW and not dtypes.is_float(u.dtype) for u in uops):
+            vec += IPOW_HELPER.format(qual="static inline ", u64="unsigned long long")
         return f"{self.prelude}{vec}{self.kernel_prefix}{name}({', '.join(params)}) {{\n{body}\n}}\n"

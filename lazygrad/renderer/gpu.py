@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 
 from lazygrad.dtype import DType, dtypes
-from lazygrad.renderer.cstyle import CStyleLanguage
+from lazygrad.renderer.cstyle import IPOW_HELPER, CStyleLanguage
 from lazygrad.renderer.tensor_cores import CUDA_TENSOR_CORES, TensorCore
 from lazygrad.uop.ops import Ops, UOp
 
@@ -37,7 +37,8 @@ class GPUDialect(CStyleLanguage):
     max_workgroup = 1024  # threads in one workgroup, over all its dimensions
     has_half = True  # half arithmetic (not only storage)
     has_double = True
-    dup_operand_ops = frozenset({Ops.MAX, Ops.IDIV, Ops.MOD})
+    dup_operand_ops = frozenset({Ops.MAX, Ops.IDIV, Ops.MOD, Ops.SHL, Ops.SHR, Ops.POW})
+    ipow_qualifier = "inline "  # of the integer power helper (IPOW_HELPER)
 
     half_bits = "unsigned short"  # the 16-bit storage of a half computed in float (see half_prelude)
     half_prelude = ""  # defines lg_half_to_f / lg_f_to_half: half bits <-> float, rounding to nearest even
@@ -108,10 +109,12 @@ class GPUDialect(CStyleLanguage):
         """The helpers this kernel's dtypes need."""
         dts = self.kernel_dtypes(uops)
         half = self.half_prelude if dtypes.float16 in dts and not self.has_half else ""
-        return half + (self.bf16_prelude if dtypes.bfloat16 in dts else "")
+        ipow = any(u.op is Ops.POW and not dtypes.is_float(u.dtype) for u in uops)
+        helpers = IPOW_HELPER.format(qual=self.ipow_qualifier, u64=self.render_dtype(dtypes.uint64)) if ipow else ""
+        return half + (self.bf16_prelude if dtypes.bfloat16 in dts else "") + helpers
 
     def render_plain_alu(self, u: UOp, a: list[str]) -> str:
-        if u.op is Ops.POW:
+        if u.op is Ops.POW and dtypes.is_float(u.dtype):
             return self.render_pow(a[0], a[1], u.dtype)
         if u.op is Ops.CAST and self.half_in_float(u.dtype):
             return f"lg_half_to_f(lg_f_to_half((float){a[0]}))"
@@ -120,9 +123,7 @@ class GPUDialect(CStyleLanguage):
     def render_pow(self, a: str, b: str, dt: DType) -> str:
         if dt in (dtypes.float32, dtypes.float64):
             return f"pow({a},{b})"
-        # integers through double where the device has it, so every int32 power is exact
-        via = "double" if self.has_double and not dtypes.is_float(dt) else "float"
-        return f"(({self.render_dtype(dt)})pow(({via}){a},({via}){b}))"
+        return f"(({self.render_dtype(dt)})pow((float){a},(float){b}))"
 
     def render_max(self, a: str, b: str, dt: DType) -> str:
         return f"(({a}!={a}||{a}>{b})?{a}:{b})" if dtypes.is_float(dt) else f"(({a}>{b})?{a}:{b})"
@@ -249,6 +250,7 @@ class OpenCLRenderer(GPUDialect):
 
 class CUDARenderer(GPUDialect):
     device = "CUDA"
+    ipow_qualifier = "__device__ __forceinline__ "
     max_buffers = 4096 // 8 - 16  # 4 KB of kernel parameters, room kept for the int arguments
     kernel_prefix = 'extern "C" __global__ void '
     arg_int_prefix = "const int"

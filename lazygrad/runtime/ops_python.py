@@ -7,10 +7,9 @@ per thread. Loop bounds are the same for every thread, so a loop is a Python loo
 nothing, since every thread has finished the previous UOp before any starts the next. Shared memory is one list per
 workgroup of the batch.
 
-Values follow C: integers wrap to their dtype after every op, integer division truncates (and by zero gives 0, as the
-C-style renderers guard it), float32 / half / bfloat16 results are rounded to float32 after each op (as GPUs compute
-16-bit floats in float) and to their own precision by a cast or a store, and math functions give IEEE's inf and NaN
-where Python would raise.
+Values follow uop/alu.py, the table of ALU semantics constant folding uses too: integers wrap to their dtype after
+every op, float results are rounded to their dtype after every op, integer division truncates (and by zero gives 0),
+shifts past the width give 0 (or -1), and math functions give IEEE's inf and NaN where Python would raise.
 """
 
 from __future__ import annotations
@@ -21,45 +20,21 @@ import math
 import operator
 import struct
 import time
-from array import array
 from collections import deque
 from typing import Any, Callable, Sequence
 
 from lazygrad.device import Allocator, Compiled, CompileError, Compiler
-from lazygrad.dtype import DType, PtrDType, bf16_to_float, dtypes, float_to_bf16, truncate_float
+from lazygrad.dtype import DType, PtrDType, bf16_to_float, dtypes, float_to_bf16
 from lazygrad.helpers import prod
 from lazygrad.renderer.python import PythonRenderer, parse_program
 from lazygrad.renderer.tensor_cores import TensorCore
-from lazygrad.uop.ops import GroupOp, Ops, UOp, python_alu
+from lazygrad.uop.alu import NAMESPACE, alu_expr, result_rounding, round_to, wrap_expr
+from lazygrad.uop.ops import GroupOp, Ops, UOp
 
 BATCH_THREADS = 4096  # threads interpreted together: enough to amortize the per-UOp Python cost, little memory
 
 Values = list  # one entry per thread of a batch (a tuple per thread for vector dtypes)
 Step = Callable[[list, "_Batch"], None]
-
-
-# *** rounding to a dtype's precision ***
-
-
-def _round_f32(xs: list[float]) -> list[float]:
-    return array("f", xs).tolist()  # one C pass; out-of-range values become inf as a C cast makes them
-
-
-def _round_half(xs: list[float]) -> list[float]:
-    try:
-        return list(struct.unpack(f"{len(xs)}e", struct.pack(f"{len(xs)}e", *xs)))
-    except OverflowError:  # struct refuses what a cast makes inf
-        return [truncate_float(x, dtypes.float16) for x in xs]
-
-
-def _round_bf16(xs: list[float]) -> list[float]:
-    table = _bf16_table()
-    return [table[float_to_bf16(x)] for x in xs]
-
-
-def _round_to(dt: DType) -> Callable[[list], list] | None:
-    """The rounding a value of `dt` gets when cast or stored (None: a Python value of that dtype is already exact)."""
-    return {dtypes.float32: _round_f32, dtypes.float16: _round_half, dtypes.bfloat16: _round_bf16}.get(dt.scalar)
 
 
 # *** the bits of floats Python holds as doubles: NaN payloads survive a load, a store and a bit cast, as in C ***
@@ -117,108 +92,15 @@ FLOAT_BITS: dict[DType, tuple[str, Callable[[float], int], Callable[[int], float
 }
 
 
-# *** ALU ops: a Python expression per op over the operands a, b, c, with the semantics of C ***
-
-
-def _c_pow(a: float, b: float) -> float:
-    """C's pow: inf and NaN where Python raises."""
-    try:
-        return math.pow(a, b)
-    except OverflowError:
-        return -math.inf if a < 0 and b % 2 == 1 else math.inf
-    except ValueError:  # zero to a negative power, or a negative base to a fraction
-        if a == 0:
-            return math.copysign(math.inf, a) if b % 2 == 1 else math.inf
-        return math.nan
+# *** elementwise ops: the expressions of uop/alu.py over a batch's lists ***
 
 
 def _float_to_int(x: float) -> int:
-    """A cast of a float to an int truncates; NaN and inf (undefined in C) give 0, as constant folding does."""
+    """A cast of a float to an int truncates (out of the int's range it is undefined: NaN and inf give 0)."""
     return int(x) if -math.inf < x < math.inf else 0
 
 
-FLOAT_ALU = {
-    Ops.EXP2: "inf if a >= 1024.0 else 2.0 ** a",
-    Ops.LOG2: "log2(a) if a > 0.0 else -inf if a == 0.0 else nan",
-    Ops.SIN: "sin(a) if -inf < a < inf else nan",
-    Ops.SQRT: "sqrt(a) if a >= 0.0 else nan",
-    Ops.RECIP: "1.0 / a if a else fdiv(1.0, a)",
-    Ops.NEG: "-a",
-    Ops.TRUNC: "float(trunc(a)) if -inf < a < inf else a",
-    Ops.ADD: "a + b",
-    Ops.SUB: "a - b",
-    Ops.MUL: "a * b",
-    Ops.FDIV: "a / b if b else fdiv(a, b)",
-    Ops.MOD: "fmod(a, b)",
-    Ops.MAX: "a if a != a or a > b else b",  # NaN propagates, like the renderers' max
-    Ops.POW: "powf(a, b)",
-    Ops.MULACC: "a * b + c",
-}
-# integer ops before wrapping to the dtype; division and remainder truncate toward zero and give 0 for a zero divisor
-INT_ALU = {
-    Ops.NEG: "-a",
-    Ops.TRUNC: "a",
-    Ops.ADD: "a + b",
-    Ops.SUB: "a - b",
-    Ops.MUL: "a * b",
-    Ops.IDIV: "(a // b if (a < 0) == (b < 0) else -(-a // b)) if b else 0",
-    Ops.FDIV: "(a // b if (a < 0) == (b < 0) else -(-a // b)) if b else 0",
-    Ops.MOD: "(a % b if (a < 0) == (b < 0) else -(-a % b)) if b else 0",
-    Ops.MAX: "a if a > b else b",
-    Ops.AND: "a & b",
-    Ops.OR: "a | b",
-    Ops.XOR: "a ^ b",
-    Ops.SHL: "a << (b & {shift_mask})",  # the shift amount wraps as x86 does (C leaves a too-wide shift undefined)
-    Ops.SHR: "a >> (b & {shift_mask})",
-    Ops.POW: "to_int(powf(float(a), float(b)))",
-    Ops.MULACC: "a * b + c",
-}
-BOOL_ALU = {
-    Ops.NEG: "not a",
-    Ops.ADD: "a or b",
-    Ops.MUL: "a and b",
-    Ops.MAX: "a or b",
-    Ops.AND: "a & b",
-    Ops.OR: "a | b",
-    Ops.XOR: "a ^ b",
-}
-ANY_ALU = {Ops.CMPLT: "a < b", Ops.CMPNE: "a != b", Ops.CMPEQ: "a == b", Ops.WHERE: "b if a else c"}
-# float ops whose result is exactly representable already: no rounding pass
-EXACT_FLOAT_OPS = frozenset({Ops.NEG, Ops.TRUNC, Ops.MAX, Ops.WHERE})
-# integer ops that cannot leave their dtype's range: no wrapping pass
-IN_RANGE_INT_OPS = frozenset({Ops.TRUNC, Ops.MOD, Ops.MAX, Ops.AND, Ops.OR, Ops.XOR, Ops.SHR, Ops.WHERE})
-
-_NAMESPACE: dict[str, Any] = {
-    "inf": math.inf,
-    "nan": math.nan,
-    "log2": math.log2,
-    "sin": math.sin,
-    "sqrt": math.sqrt,
-    "trunc": math.trunc,
-    "fdiv": python_alu[Ops.FDIV],
-    "fmod": python_alu[Ops.MOD],
-    "powf": _c_pow,
-    "to_int": _float_to_int,
-    "__builtins__": {"float": float, "int": int, "zip": zip},
-}
-
-
-def _wrap_expr(expr: str, dt: DType) -> str:
-    bits = 8 * dt.itemsize
-    if dtypes.is_unsigned(dt):
-        return f"({expr}) & {(1 << bits) - 1}"
-    return f"(({expr}) + {1 << (bits - 1)} & {(1 << bits) - 1}) - {1 << (bits - 1)}"
-
-
-def _alu_expr(op: Ops, dt: DType, src_dt: DType) -> str:
-    """One thread's result of `op` as an expression over a, b, c (the operands, of dtype `src_dt`)."""
-    if op in ANY_ALU:
-        return ANY_ALU[op]
-    table = FLOAT_ALU if dtypes.is_float(dt) else BOOL_ALU if dtypes.is_bool(dt) else INT_ALU
-    if op not in table:
-        raise NotImplementedError(f"the PYTHON device has no {op} for {dt}")
-    expr = table[op].format(shift_mask=63 if dt.itemsize == 8 else 31)
-    return _wrap_expr(expr, dt) if dtypes.is_int(dt) and op not in IN_RANGE_INT_OPS else expr
+_NAMESPACE: dict[str, Any] = {**NAMESPACE, "to_int": _float_to_int}
 
 
 def _cast_expr(dt: DType, src_dt: DType) -> str:
@@ -226,7 +108,7 @@ def _cast_expr(dt: DType, src_dt: DType) -> str:
         return "a != 0"
     if dtypes.is_float(dt):
         return "a" if dtypes.is_float(src_dt) else "float(a)"
-    return _wrap_expr("to_int(a)" if dtypes.is_float(src_dt) else "a", dt)
+    return wrap_expr("to_int(a)" if dtypes.is_float(src_dt) else "a", dt)
 
 
 @functools.cache
@@ -235,16 +117,14 @@ def elementwise_fns(op: Ops, dt: DType, src_dt: DType, n_srcs: int) -> tuple[Cal
     compiled once per (op, dtypes): an inlined expression costs a fraction of a function call per element."""
     if op is Ops.BITCAST:
         return _bitcast(dt, src_dt)
-    expr = _cast_expr(dt, src_dt) if op is Ops.CAST else _alu_expr(op, dt, src_dt)
+    expr = _cast_expr(dt, src_dt) if op is Ops.CAST else alu_expr(op, dt)
     names, lists = "abc"[:n_srcs], [f"x{i}" for i in range(n_srcs)]
     loop = f"for {names[0]} in x0" if n_srcs == 1 else f"for {', '.join(names)} in zip({', '.join(lists)})"
     body = f"[{expr} {loop}]"
     if op is Ops.CAST:
-        rounding = _round_to(dt)
-    elif dtypes.is_float(dt) and dt != dtypes.float64 and op not in EXACT_FLOAT_OPS:
-        rounding = _round_f32  # 16-bit floats are computed in float, rounded to their own precision by casts
+        rounding = round_to(dt)
     else:
-        rounding = None
+        rounding = result_rounding(op, dt) if dtypes.is_float(dt) else None
     namespace = {**_NAMESPACE, "rounding": rounding}
     if rounding is not None:
         body = f"rounding({body})"
@@ -290,7 +170,7 @@ def emulate_wmma(tc: TensorCore, a: Sequence[Sequence], b: Sequence[Sequence], c
                 tile[row][col] = x
     ta, tb, tc_ = tiles
     d = [[sum(ta[i][j] * tb[j][col] for j in range(k)) + tc_[i][col] for col in range(n)] for i in range(m)]
-    rounding = _round_to(tc.dtype_out) or (lambda xs: xs)
+    rounding = round_to(tc.dtype_out) or (lambda xs: xs)
     return [tuple(rounding([d[row][col] for row, col in lane_coords])) for lane_coords in _fragment_coords(tc)[2]]
 
 
@@ -337,7 +217,7 @@ def _accessors(dt: DType, local: bool) -> tuple[Reader, Writer]:
     """Shared memory is a list of Python values, rounded to the dtype by the store (one list op); global memory is
     a typed memoryview."""
     if local:
-        rounding = _round_to(dt)
+        rounding = round_to(dt)
         return _read, _write if rounding is None else lambda mem, addrs, vals: _write(mem, addrs, rounding(vals))
     if dt == dtypes.float32:
         return _read_f32, _write_f32

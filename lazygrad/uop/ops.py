@@ -5,12 +5,11 @@ from __future__ import annotations
 import functools
 import inspect
 import itertools
-import math
 import weakref
 from enum import Enum, auto
 from typing import Any, Callable, Iterator, Sequence
 
-from lazygrad.dtype import DType, dtypes, truncate_float, wrap_int
+from lazygrad.dtype import DType, dtypes
 from lazygrad.helpers import prod
 
 
@@ -109,103 +108,6 @@ class GroupOp:
     UnsafePad = frozenset({Ops.EXP2, Ops.LOG2, Ops.RECIP, Ops.FDIV, Ops.IDIV, Ops.POW, Ops.CMPEQ, Ops.WHERE})
 
 
-# *** constant evaluation, with the semantics generated C code has ***
-
-
-def _c_idiv(a: int, b: int) -> int:
-    if b == 0:
-        return 0
-    q = abs(a) // abs(b)
-    return q if (a < 0) == (b < 0) else -q
-
-
-def _c_mod(a: int, b: int) -> int:
-    return a - _c_idiv(a, b) * b if b != 0 else 0
-
-
-def _fmod(a: float, b: float) -> float:
-    """C fmod: exact, with the dividend's sign; NaN for an infinite dividend or a zero divisor."""
-    try:
-        return math.fmod(a, b)
-    except ValueError:
-        return math.nan
-
-
-def _safe(fn: Callable[..., Any]) -> Callable[..., Any]:
-    def wrapped(*args: Any) -> Any:
-        try:
-            return fn(*args)
-        except (OverflowError, ValueError, ZeroDivisionError):
-            return math.nan
-
-    return wrapped
-
-
-def _fdiv(a: float, b: float) -> float:
-    if b == 0:
-        return math.nan if a == 0 or math.isnan(a) else math.copysign(math.inf, a) * math.copysign(1, b)
-    return a / b
-
-
-def _log2(x: float) -> float:
-    return -math.inf if x == 0 else math.nan if x < 0 else math.log2(x)
-
-
-def _pow(a: float, b: float) -> float:
-    """C's pow: IEEE special cases (nan and infinite exponents, 0 to a negative power) instead of Python's errors."""
-    if not isinstance(a, float) and not isinstance(b, float):
-        try:
-            return a**b
-        except ZeroDivisionError:
-            return math.inf
-    odd = math.isfinite(b) and b == int(b) and int(b) % 2 == 1
-    try:
-        return math.pow(a, b)
-    except ValueError:  # 0 to a negative power, or a negative base to a fractional one
-        return (math.copysign(math.inf, a) if odd else math.inf) if a == 0 else math.nan
-    except OverflowError:
-        return -math.inf if a < 0 and odd else math.inf
-
-
-python_alu: dict[Ops, Callable[..., Any]] = {
-    Ops.EXP2: _safe(lambda x: math.inf if x > 1024 else 2.0**x),
-    Ops.LOG2: _log2,
-    Ops.SIN: lambda x: math.sin(x) if not math.isinf(x) else math.nan,
-    Ops.SQRT: lambda x: math.sqrt(x) if x >= 0 else math.nan,
-    Ops.RECIP: lambda x: _fdiv(1.0, x),
-    Ops.NEG: lambda x: (not x) if isinstance(x, bool) else -x,
-    Ops.TRUNC: lambda x: x if math.isinf(x) or math.isnan(x) else float(math.trunc(x)),
-    Ops.ADD: lambda a, b: a + b,
-    Ops.SUB: lambda a, b: a - b,
-    Ops.MUL: lambda a, b: a * b,
-    Ops.FDIV: _fdiv,
-    Ops.IDIV: _c_idiv,
-    Ops.MOD: lambda a, b: _fmod(a, b) if isinstance(a, float) or isinstance(b, float) else _c_mod(a, b),
-    Ops.MAX: lambda a, b: a if a > b or a != a else b,  # NaN-propagating, as the renderers' max
-    Ops.CMPLT: lambda a, b: a < b,
-    Ops.CMPNE: lambda a, b: a != b,
-    Ops.CMPEQ: lambda a, b: a == b,
-    Ops.AND: lambda a, b: a & b,
-    Ops.OR: lambda a, b: a | b,
-    Ops.XOR: lambda a, b: a ^ b,
-    Ops.SHL: lambda a, b: a << b,
-    Ops.SHR: lambda a, b: a >> b,
-    Ops.POW: _pow,
-    Ops.WHERE: lambda c, a, b: a if c else b,
-    Ops.MULACC: lambda a, b, c: a * b + c,
-}
-
-
-def exec_alu(op: Ops, dtype: DType, operands: Sequence[Any]) -> Any:
-    """Evaluate one ALU op on Python values, truncated to `dtype` like the device would."""
-    ret = python_alu[op](*operands)
-    if dtypes.is_int(dtype) and isinstance(ret, int):
-        return wrap_int(ret, dtype.scalar)
-    if dtypes.is_float(dtype):
-        return truncate_float(float(ret), dtype.scalar)
-    return ret
-
-
 # *** the UOp ***
 
 
@@ -215,7 +117,8 @@ class UOpMetaClass(type):
     ucache: weakref.WeakValueDictionary[tuple, UOp] = weakref.WeakValueDictionary()
 
     def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None) -> UOp:
-        key = (op, dtype, src, arg)
+        # -0.0 == 0.0 and both hash alike, but a constant -0.0 is another value (1/x, signbit): keyed apart
+        key = (op, dtype, src, arg) if type(arg) is not float or arg != 0.0 else (op, dtype, src, arg, repr(arg))
         if (ret := UOpMetaClass.ucache.get(key)) is not None:
             return ret
         ret = super().__call__(op, dtype, src, arg)
@@ -307,6 +210,8 @@ class UOp(metaclass=UOpMetaClass):
         operands = (self, *srcs)
         out_dtype = dtypes.bool if op in GroupOp.Comparison else operands[-1].dtype
         if all(s.op is Ops.CONST for s in operands) and not isinstance(operands[0].arg, tuple):
+            from lazygrad.uop.alu import exec_alu  # alu.py is keyed by Ops: imported where first needed
+
             # fold constants as they are built: keeps index expressions small from the start
             return UOp.const(out_dtype, exec_alu(op, out_dtype, [s.arg for s in operands]))
         return UOp(op, out_dtype, operands)
@@ -567,6 +472,14 @@ def _bounds(u: UOp) -> tuple[Any, Any]:
     return (lo, hi)
 
 
+def c_idiv(a: int, b: int) -> int:
+    """C's truncating integer division (the IR's IDIV, see alu.py); 0 for a zero divisor."""
+    if b == 0:
+        return 0
+    q = abs(a) // abs(b)
+    return q if (a < 0) == (b < 0) else -q
+
+
 def _exact_bounds(u: UOp) -> tuple[Any, Any]:
     op, s = u.op, u.src
     if op is Ops.CONST:
@@ -591,7 +504,7 @@ def _exact_bounds(u: UOp) -> tuple[Any, Any]:
         corners = [a * b for a in (s[0].vmin, s[0].vmax) for b in (s[1].vmin, s[1].vmax)]
         return (min(corners), max(corners))
     if op is Ops.IDIV and s[1].vmin > 0:
-        corners = [_c_idiv(a, b) for a in (s[0].vmin, s[0].vmax) for b in (s[1].vmin, s[1].vmax)]
+        corners = [c_idiv(a, b) for a in (s[0].vmin, s[0].vmax) for b in (s[1].vmin, s[1].vmax)]
         return (min(corners), max(corners))
     if op is Ops.MOD and s[1].vmin > 0 and dtypes.is_int(u.dtype):
         if s[0].vmin >= 0:
@@ -612,9 +525,10 @@ def _exact_bounds(u: UOp) -> tuple[Any, Any]:
         if s[0].vmin == s[0].vmax:
             return s[1]._min_max if s[0].vmin else s[2]._min_max
         return (min(s[1].vmin, s[2].vmin), max(s[1].vmax, s[2].vmax))
-    if dtypes.is_bool(u.dtype) and op in (Ops.AND, Ops.OR):
-        fn = python_alu[op]
-        return (fn(s[0].vmin, s[1].vmin), fn(s[0].vmax, s[1].vmax))
+    if dtypes.is_bool(u.dtype) and op is Ops.AND:
+        return (s[0].vmin and s[1].vmin, s[0].vmax and s[1].vmax)
+    if dtypes.is_bool(u.dtype) and op is Ops.OR:
+        return (s[0].vmin or s[1].vmin, s[0].vmax or s[1].vmax)
     if op is Ops.AND and s[1].vmin >= 0 and s[1].vmin == s[1].vmax and s[0].vmin >= 0:
         return (0, min(s[0].vmax, s[1].vmax))
     if op is Ops.CAST and (dtypes.is_int(s[0].dtype) or dtypes.is_bool(s[0].dtype)):
@@ -869,6 +783,8 @@ def sym_infer(x: Any, var_vals: dict[UOp, int]) -> int:
 
 
 def exec_tree(u: UOp, var_vals: dict[UOp, int]) -> Any:
+    from lazygrad.uop.alu import exec_alu
+
     vals: dict[UOp, Any] = {}
     for node in u.toposort:
         if node.op is Ops.CONST:

@@ -16,7 +16,8 @@ import math
 
 from lazygrad.dtype import INTS, SINTS, DType, dtypes
 from lazygrad.helpers import ceildiv
-from lazygrad.uop.ops import GroupOp, Ops, PatternMatcher, UOp, UPat, exec_alu, graph_rewrite
+from lazygrad.uop.alu import exec_alu
+from lazygrad.uop.ops import GroupOp, Ops, PatternMatcher, UOp, UPat, graph_rewrite
 
 ints = tuple(INTS)
 sints = tuple(SINTS)
@@ -87,7 +88,10 @@ def _fold_consts(x: UOp) -> UOp | None:
         return None  # vector constants are left to the vectorizer
     if x.op is Ops.CAST:
         return UOp.const(x.dtype, x.src[0].arg)
-    return UOp.const(x.dtype, exec_alu(x.op, x.dtype, [s.arg for s in x.src]))
+    try:
+        return UOp.const(x.dtype, exec_alu(x.op, x.dtype, [s.arg for s in x.src]))
+    except NotImplementedError:
+        return None  # an op the dtype does not have (see uop/alu.py): left for the device to refuse
 
 
 def _fold_by_bounds(x: UOp) -> UOp | None:

@@ -178,7 +178,8 @@ class View:
 
     def to_index(self, idxs: list[UOp]) -> tuple[UOp, UOp]:
         """(address, validity) of the element at `idxs`, as unsimplified UOps."""
-        idx = UOp.const(dtypes.int32, self.offset)
+        dt = idxs[0].dtype if idxs else dtypes.int32  # the lowerer's index dtype (int64 for huge buffers)
+        idx = UOp.const(dt, self.offset)
         for i, st in zip(idxs, self.strides):
             if st != 0:
                 idx = idx + i * st
@@ -186,7 +187,7 @@ class View:
         if self.mask is not None:
             for i, (lo, hi), s in zip(idxs, self.mask, self.shape):
                 if lo > 0:
-                    valid = valid & (UOp.const(dtypes.int32, lo - 1) < i)
+                    valid = valid & (UOp.const(dt, lo - 1) < i)
                 if hi < s:
                     valid = valid & (i < hi)
         return idx, valid

@@ -8,7 +8,8 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from lazygrad.dtype import dtypes
-from lazygrad.uop.ops import Ops, UOp, exec_alu, exec_tree, graph_rewrite
+from lazygrad.uop.alu import exec_alu
+from lazygrad.uop.ops import Ops, UOp, exec_tree, graph_rewrite
 from lazygrad.uop.symbolic import render_expr, symbolic
 
 x = UOp.variable("x", 0, 100)
