@@ -8,7 +8,7 @@ import os
 from typing import Any, Callable
 
 from lazygrad.dtype import DType
-from lazygrad.helpers import DEBUG, GlobalCounters, diskcache_get, diskcache_put, getenv
+from lazygrad.helpers import DEBUG, GlobalCounters, diskcache_get, diskcache_put, format_bytes, getenv
 
 # the order devices are tried in when none is named
 DEVICE_PREFERENCE = ("CPU",)
@@ -61,10 +61,20 @@ Device = _Device()
 
 
 class Buffer:
-    """`size` elements of `dtype` on `device`. Memory is allocated on first use and freed with the object."""
+    """`size` elements of `dtype` on `device`. Memory is allocated on first use and freed with the object.
+    `shape`, the shape of the tensor it was made for, only serves error messages."""
 
-    def __init__(self, device: str, size: int, dtype: DType, external: Any = None, external_ptr: int | None = None):
+    def __init__(
+        self,
+        device: str,
+        size: int,
+        dtype: DType,
+        external: Any = None,
+        external_ptr: int | None = None,
+        shape: tuple[int, ...] | None = None,
+    ):
         self.device, self.size, self.dtype = device, size, dtype
+        self.shape = shape if shape is not None else (size,)
         self._ptr: int | None = None
         self._external = external  # keeps a borrowed host array (numpy) alive while we point into it
         # set by Tensor.schedule for the buffers its kernels write, cleared by run_schedule once they ran: reading a
@@ -90,7 +100,10 @@ class Buffer:
 
     def ensure_allocated(self) -> Buffer:
         if self._ptr is None:
-            self._ptr = self.allocator.alloc(self.nbytes)
+            try:
+                self._ptr = self.allocator.alloc(self.nbytes)
+            except MemoryError as e:
+                raise self._out_of_memory(f"on {self.device}", e) from e
             GlobalCounters.mem_used += self.nbytes
             GlobalCounters.mem_peak = max(GlobalCounters.mem_peak, GlobalCounters.mem_used)
         return self
@@ -101,7 +114,7 @@ class Buffer:
 
     def alias(self) -> Buffer:
         """Another Buffer object for the same memory (a new identity for the graph, no copy)."""
-        return Buffer(self.device, self.size, self.dtype, external=self, external_ptr=self.ptr)
+        return Buffer(self.device, self.size, self.dtype, external=self, external_ptr=self.ptr, shape=self.shape)
 
     def copyin(self, src: memoryview) -> Buffer:
         if src.nbytes != self.nbytes:
@@ -116,8 +129,18 @@ class Buffer:
         return dst
 
     def as_bytes(self) -> memoryview:
-        out = memoryview(bytearray(self.nbytes))
+        try:
+            out = memoryview(bytearray(self.nbytes))
+        except MemoryError as e:
+            raise self._out_of_memory(f"in host memory to read it from {self.device}", e) from e
         return self.copyout(out) if self.nbytes else out
+
+    def _out_of_memory(self, where: str, e: MemoryError) -> MemoryError:
+        why = f": {e}" if str(e) else ""
+        return MemoryError(
+            f"cannot allocate {format_bytes(self.nbytes)} for a {self.dtype.name} tensor of shape {self.shape} "
+            f"{where}{why}"
+        )
 
     def __del__(self) -> None:
         if self._ptr is not None and self._external is None:

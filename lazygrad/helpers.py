@@ -208,6 +208,18 @@ def ansilen(s: str) -> int:
     return len(ansistrip(s))
 
 
+def format_bytes(n: int) -> str:
+    """Decimal units, as drive sizes are given: 4000000000000 -> '4.0 TB'."""
+    if n < 1000:
+        return f"{n} B"
+    size = float(n)
+    for unit in ("KB", "MB", "GB", "TB", "PB"):
+        size /= 1000
+        if size < 1000:
+            break
+    return f"{size:.1f} {unit}"
+
+
 def to_function_name(s: str) -> str:
     """A printable kernel name made safe for C identifiers."""
     return "".join(c if c.isalnum() or c == "_" else f"{ord(c):02X}" for c in ansistrip(s))

@@ -147,7 +147,7 @@ class Tensor:
                 if not isinstance(v, (bool, int, float)):
                     raise TypeError(f"cannot make a Tensor from a list containing {type(v).__name__} ({v!r})")
             dt = dtype or (dtypes.from_py(values) if values else dtypes.default_float)
-            buf = Buffer(device, len(values), dt)
+            buf = Buffer(device, len(values), dt, shape=shape)
             buf.copyin(memoryview(_pack(values, dt)))
             self.uop = UOp.buffer_view(buf, shape)
         elif isinstance(data, (bytes, bytearray, memoryview)):
@@ -317,9 +317,9 @@ class Tensor:
         shape = tuple(int(s) for s in arr.shape)
         if device == "CPU" and arr.flags.c_contiguous and arr.size > 0 and arr.ctypes.data % dt.itemsize == 0:
             # zero-copy: the buffer points into the array (kept alive by the buffer)
-            buf = Buffer(device, int(arr.size), dt, external=arr, external_ptr=arr.ctypes.data)
+            buf = Buffer(device, int(arr.size), dt, external=arr, external_ptr=arr.ctypes.data, shape=shape)
         else:
-            buf = Buffer(device, int(arr.size), dt)
+            buf = Buffer(device, int(arr.size), dt, shape=shape)
             buf.copyin(memoryview(np.ascontiguousarray(arr).reshape(-1).view(np.uint8)))
         uop = UOp.buffer_view(buf, shape)
         return uop if dtype is None or dtype == dt else UOp(Ops.CAST, dtype, (uop,))
@@ -494,7 +494,7 @@ class Tensor:
     def empty(*shape: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
         shape_ = Tensor._shape_arg(shape)
         dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
-        return Tensor(UOp.buffer_view(Buffer(Device.canonicalize(device), prod(shape_), dt), shape_))
+        return Tensor(UOp.buffer_view(Buffer(Device.canonicalize(device), prod(shape_), dt, shape=shape_), shape_))
 
     @staticmethod
     def full(shape: Any, fill_value: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
@@ -776,15 +776,17 @@ class Tensor:
             if t.ndim != self.ndim or any(a != b for i, (a, b) in enumerate(zip(t.shape, self.shape)) if i != d):
                 raise ValueError(f"cat along dim {d}: shapes {[x.shape for x in tensors]} differ outside that dim")
         total = sum(t.shape[d] for t in tensors)
-        out, start = None, 0
+        parts, start = [], 0
         for t in tensors:
             pads = [(0, 0)] * self.ndim
             pads[d] = (start, total - start - t.shape[d])
             start += t.shape[d]
-            part = t.pad(pads)
-            out = part if out is None else out + part
-        assert out is not None
-        return out
+            parts.append(t.pad(pads))
+        # summed pairwise: a graph log2(n) deep, not n (a cat of thousands of tensors), with subtrees of neighbouring
+        # parts that the scheduler can store when one kernel would read more buffers than its device takes
+        while len(parts) > 1:
+            parts = [parts[i] + parts[i + 1] if i + 1 < len(parts) else parts[i] for i in range(0, len(parts), 2)]
+        return parts[0]
 
     def stack(self, *others: Tensor, dim: int = 0) -> Tensor:
         d = _axes(dim, self.ndim + 1)[0]

@@ -262,7 +262,7 @@ class CapturedJit:
             return a._contiguous_buffer(), False  # a lazy input is computed, a view (slice, transpose) copied
         if buf in self.written:
             # the previous call's output fed back in: a kernel may overwrite it while another still reads it
-            copy = Buffer(buf.device, buf.size, buf.dtype)
+            copy = Buffer(buf.device, buf.size, buf.dtype, shape=buf.shape)
             copy.copyin(buf.as_bytes())
             return copy, False
         return buf, True

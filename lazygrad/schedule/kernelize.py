@@ -516,7 +516,7 @@ class _Template:
                 buf = walk.slots[target]
                 becomes[n] = UOp.buffer_view(buf.alias(), shape)
             else:
-                buf = Buffer(n.device, prod(shape), n.dtype)
+                buf = Buffer(n.device, prod(shape), n.dtype, shape=shape)
                 becomes[n] = UOp.buffer_view(buf, shape)
             outs.append(buf)
         items = [
@@ -601,7 +601,7 @@ def _create_schedule(
             out_bufs[n] = target
             becomes[n] = UOp.buffer_view(target.alias(), n.shape)
         else:
-            out_bufs[n] = Buffer(n.device, prod(n.shape), n.dtype)
+            out_bufs[n] = Buffer(n.device, prod(n.shape), n.dtype, shape=n.shape)
             becomes[n] = UOp.buffer_view(out_bufs[n], n.shape)
     kernels: list[tuple[UOp, list[Buffer]]] = []
     reads: list[set[UOp]] = []
