@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import importlib
 import os
+import threading
 from typing import Any, Callable
 
 from lazygrad.dtype import DType
@@ -22,9 +23,20 @@ class DeviceUnavailable(RuntimeError):
 class _Device:
     """`Device["CPU"]` opens (once) and returns the device; `Device.DEFAULT` is the one tensors go to."""
 
-    @functools.cache
+    def __init__(self) -> None:
+        self._opened: dict[str, Compiled] = {}
+        self._lock = threading.RLock()  # two threads asking for a new device must not open it twice
+
     def __getitem__(self, name: str) -> Compiled:
-        name = self.canonicalize(name)
+        if (dev := self._opened.get(name)) is None:
+            with self._lock:
+                canonical = self.canonicalize(name)  # "cpu" and "CPU" are one device
+                if (dev := self._opened.get(canonical)) is None:
+                    dev = self._open(canonical)
+                self._opened[name] = self._opened[canonical] = dev
+        return dev
+
+    def _open(self, name: str) -> Compiled:
         module_name = f"lazygrad.runtime.ops_{name.split(':')[0].lower()}"
         try:
             module = importlib.import_module(module_name)
@@ -158,30 +170,35 @@ class Allocator:
     def __init__(self, cache_limit: int = getenv("ALLOC_CACHE_MB", 1024) << 20):
         self.cache: dict[int, list[int]] = {}
         self.cached_bytes, self.cache_limit = 0, cache_limit
+        # buffers are freed by the garbage collector in whichever thread drops the last reference
+        self.lock = threading.RLock()
 
     def alloc(self, nbytes: int) -> int:
-        if blocks := self.cache.get(nbytes):
-            self.cached_bytes -= nbytes
-            return blocks.pop()
-        try:
-            return self._alloc(nbytes)
-        except MemoryError:
-            self.free_cache()
-            return self._alloc(nbytes)
+        with self.lock:
+            if blocks := self.cache.get(nbytes):
+                self.cached_bytes -= nbytes
+                return blocks.pop()
+            try:
+                return self._alloc(nbytes)
+            except MemoryError:
+                self.free_cache()
+                return self._alloc(nbytes)
 
     def free(self, ptr: int, nbytes: int) -> None:
-        if self.cached_bytes + nbytes <= self.cache_limit:
-            self.cache.setdefault(nbytes, []).append(ptr)
-            self.cached_bytes += nbytes
-        else:
-            self._free(ptr, nbytes)
+        with self.lock:
+            if self.cached_bytes + nbytes <= self.cache_limit:
+                self.cache.setdefault(nbytes, []).append(ptr)
+                self.cached_bytes += nbytes
+            else:
+                self._free(ptr, nbytes)
 
     def free_cache(self) -> None:
-        for nbytes, blocks in self.cache.items():
-            for ptr in blocks:
-                self._free(ptr, nbytes)
-        self.cache.clear()
-        self.cached_bytes = 0
+        with self.lock:
+            for nbytes, blocks in self.cache.items():
+                for ptr in blocks:
+                    self._free(ptr, nbytes)
+            self.cache.clear()
+            self.cached_bytes = 0
 
     def _alloc(self, nbytes: int) -> int:
         raise NotImplementedError

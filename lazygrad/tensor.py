@@ -7,6 +7,7 @@ import functools
 import itertools
 import math
 import struct
+import threading
 import weakref
 from typing import Any, Callable, Sequence
 
@@ -28,6 +29,9 @@ from lazygrad.uop.ops import GroupOp, Ops, UOp, pretty_print, substitute
 _realized: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
 # realized tensor's buffer node -> the graph that computed it, for tensors that needed a gradient path (see backward)
 _lazy_origin: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
+# one schedule is made and run at a time: a thread realizing a graph another thread has scheduled but not run yet
+# would find its nodes in `_realized` and read buffers their kernels have not written. Building graphs stays parallel.
+_realize_lock = threading.RLock()
 
 
 def _with_lazy_origins(root: UOp) -> UOp:
@@ -189,7 +193,9 @@ class Tensor:
         from lazygrad.gradient import grad_reachable
 
         root = _with_lazy_origins(self.uop)
-        pairs = self._nodes_in_graph(list(_grad_leaves.values()), root)
+        with _grad_leaves_lock:  # another thread may add a leaf while this one lists them
+            leaves = list(_grad_leaves.values())
+        pairs = self._nodes_in_graph(leaves, root)
         reached = grad_reachable(root, {n for _, n in pairs})
         return [(t, n) for t, n in pairs if n in reached]
 
@@ -206,10 +212,11 @@ class Tensor:
         if value and not dtypes.is_float(self.dtype):
             raise TypeError(f"only floating point tensors can require gradients, not {self.dtype}")
         self._requires_grad = value
-        if value:
-            _grad_leaves[id(self)] = self
-        else:
-            _grad_leaves.pop(id(self), None)
+        with _grad_leaves_lock:
+            if value:
+                _grad_leaves[id(self)] = self
+            else:
+                _grad_leaves.pop(id(self), None)
 
     def requires_grad_(self, value: bool = True) -> Tensor:
         self.requires_grad = value
@@ -384,24 +391,26 @@ class Tensor:
         from lazygrad.schedule.kernelize import create_schedule
 
         tensors = (self, *lst)
-        schedule, becomes, var_vals = create_schedule([t.uop for t in tensors], _realized)
-        for si in schedule:
-            for buf in si.outputs:
-                # a new buffer holds nothing until its kernel runs (an in-place target still holds its old value)
-                buf.pending_write = buf.pending_write or not buf.is_allocated
-        for node, view in becomes.items():
-            _realized[node] = view
-        for t in tensors:
-            # a node realized by an earlier schedule (the same graph built twice is the same UOp) is not in `becomes`
-            view = becomes.get(t.uop.base, _realized.get(t.uop.base))
-            if view is not None:
-                # a computed tensor on a path to a parameter keeps its graph, so gradients still flow through it
-                # (not an in-place update: optimizer state and parameters are written, not differentiated)
-                keep = t._requires_grad is None and t.uop.base.op is not Ops.ASSIGN and t.requires_grad
-                lazy, t.uop = t.uop, t.uop.rebase(view)
-                if keep and t.uop is not lazy:
-                    _lazy_origin[t.uop] = lazy
-        return schedule, var_vals
+        with _realize_lock:
+            schedule, becomes, var_vals = create_schedule([t.uop for t in tensors], _realized)
+            for si in schedule:
+                for buf in si.outputs:
+                    # a new buffer holds nothing until its kernel runs (an in-place target still holds its old value)
+                    buf.pending_write = buf.pending_write or not buf.is_allocated
+            for node, view in becomes.items():
+                _realized[node] = view
+            for t in tensors:
+                # a node realized by an earlier schedule (the same graph built twice is the same UOp) is not in
+                # `becomes`
+                view = becomes.get(t.uop.base, _realized.get(t.uop.base))
+                if view is not None:
+                    # a computed tensor on a path to a parameter keeps its graph, so gradients still flow through it
+                    # (not an in-place update: optimizer state and parameters are written, not differentiated)
+                    keep = t._requires_grad is None and t.uop.base.op is not Ops.ASSIGN and t.requires_grad
+                    lazy, t.uop = t.uop, t.uop.rebase(view)
+                    if keep and t.uop is not lazy:
+                        _lazy_origin[t.uop] = lazy
+            return schedule, var_vals
 
     def schedule(self, *lst: Tensor) -> list:
         return self.schedule_with_vars(*lst)[0]
@@ -410,7 +419,8 @@ class Tensor:
         """Compute this tensor (and those in `lst`, in the same schedule) into memory. `Tensor.realize(a, b)` works too."""
         from lazygrad.engine.realize import run_schedule
 
-        run_schedule(*self.schedule_with_vars(*lst))
+        with _realize_lock:
+            run_schedule(*self.schedule_with_vars(*lst))
         return self
 
     def _contiguous_buffer(self) -> Buffer:
@@ -2514,6 +2524,7 @@ class Tensor:
 
 # id -> tensor with requires_grad=True; keyed by id because Tensor.__eq__ is elementwise, not identity
 _grad_leaves: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
+_grad_leaves_lock = threading.Lock()
 
 
 def _creation_with_requires_grad(fn: Callable[..., Tensor]) -> Any:

@@ -14,6 +14,7 @@ Movement ops never make kernels: they compose into the ShapeTracker of each load
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -563,6 +564,7 @@ def _template(walk: _Walk, items: list[ScheduleItem], becomes: dict[UOp, UOp]) -
 
 _templates: dict[tuple, _Template] = {}
 SCHEDULE_CACHE_SIZE = 256  # templates kept (a graph whose shapes change every call would otherwise grow it forever)
+_templates_lock = threading.Lock()  # threads scheduling at once: an eviction must not meet another's insert
 
 
 def create_schedule(
@@ -579,9 +581,10 @@ def create_schedule(
         return items, becomes, var_vals
     items, becomes, var_vals = _create_schedule(outs, realized)
     if (tpl := _template(walk, items, becomes)) is not None:
-        if len(_templates) >= SCHEDULE_CACHE_SIZE:
-            del _templates[next(iter(_templates))]
-        _templates[walk.key] = tpl
+        with _templates_lock:
+            if len(_templates) >= SCHEDULE_CACHE_SIZE:
+                del _templates[next(iter(_templates))]
+            _templates[walk.key] = tpl
     return items, becomes, var_vals
 
 

@@ -6,6 +6,7 @@ import functools
 import inspect
 import itertools
 import math
+import threading
 import weakref
 from enum import Enum, auto
 from typing import Any, Callable, Iterator, Sequence
@@ -213,13 +214,17 @@ class UOpMetaClass(type):
     """Hash-consing: UOp(op, dtype, src, arg) built twice returns the same object."""
 
     ucache: weakref.WeakValueDictionary[tuple, UOp] = weakref.WeakValueDictionary()
+    # taken on a miss only: two threads building the same node must get one object, or equality by identity breaks
+    lock = threading.Lock()
 
     def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None) -> UOp:
         key = (op, dtype, src, arg)
         if (ret := UOpMetaClass.ucache.get(key)) is not None:
             return ret
-        ret = super().__call__(op, dtype, src, arg)
-        UOpMetaClass.ucache[key] = ret
+        with UOpMetaClass.lock:
+            if (ret := UOpMetaClass.ucache.get(key)) is None:
+                ret = super().__call__(op, dtype, src, arg)
+                UOpMetaClass.ucache[key] = ret
         return ret
 
 
