@@ -5,10 +5,11 @@ from __future__ import annotations
 import functools
 import importlib
 import os
+import threading
 from typing import Any, Callable
 
 from lazygrad.dtype import DType
-from lazygrad.helpers import DEBUG, GlobalCounters, diskcache_get, diskcache_put, getenv
+from lazygrad.helpers import DEBUG, GlobalCounters, diskcache_get, diskcache_put, format_bytes, getenv
 
 # the order devices are tried in when none is named
 DEVICE_PREFERENCE = ("CPU",)
@@ -22,9 +23,20 @@ class DeviceUnavailable(RuntimeError):
 class _Device:
     """`Device["CPU"]` opens (once) and returns the device; `Device.DEFAULT` is the one tensors go to."""
 
-    @functools.cache
+    def __init__(self) -> None:
+        self._opened: dict[str, Compiled] = {}
+        self._lock = threading.RLock()  # two threads asking for a new device must not open it twice
+
     def __getitem__(self, name: str) -> Compiled:
-        name = self.canonicalize(name)
+        if (dev := self._opened.get(name)) is None:
+            with self._lock:
+                canonical = self.canonicalize(name)  # "cpu" and "CPU" are one device
+                if (dev := self._opened.get(canonical)) is None:
+                    dev = self._open(canonical)
+                self._opened[name] = self._opened[canonical] = dev
+        return dev
+
+    def _open(self, name: str) -> Compiled:
         module_name = f"lazygrad.runtime.ops_{name.split(':')[0].lower()}"
         try:
             module = importlib.import_module(module_name)
@@ -61,10 +73,20 @@ Device = _Device()
 
 
 class Buffer:
-    """`size` elements of `dtype` on `device`. Memory is allocated on first use and freed with the object."""
+    """`size` elements of `dtype` on `device`. Memory is allocated on first use and freed with the object.
+    `shape`, the shape of the tensor it was made for, only serves error messages."""
 
-    def __init__(self, device: str, size: int, dtype: DType, external: Any = None, external_ptr: int | None = None):
+    def __init__(
+        self,
+        device: str,
+        size: int,
+        dtype: DType,
+        external: Any = None,
+        external_ptr: int | None = None,
+        shape: tuple[int, ...] | None = None,
+    ):
         self.device, self.size, self.dtype = device, size, dtype
+        self.shape = shape if shape is not None else (size,)
         self._ptr: int | None = None
         self._external = external  # keeps a borrowed host array (numpy) alive while we point into it
         # set by Tensor.schedule for the buffers its kernels write, cleared by run_schedule once they ran: reading a
@@ -90,7 +112,10 @@ class Buffer:
 
     def ensure_allocated(self) -> Buffer:
         if self._ptr is None:
-            self._ptr = self.allocator.alloc(self.nbytes)
+            try:
+                self._ptr = self.allocator.alloc(self.nbytes)
+            except MemoryError as e:
+                raise self._out_of_memory(f"on {self.device}", e) from e
             GlobalCounters.mem_used += self.nbytes
             GlobalCounters.mem_peak = max(GlobalCounters.mem_peak, GlobalCounters.mem_used)
         return self
@@ -101,7 +126,7 @@ class Buffer:
 
     def alias(self) -> Buffer:
         """Another Buffer object for the same memory (a new identity for the graph, no copy)."""
-        return Buffer(self.device, self.size, self.dtype, external=self, external_ptr=self.ptr)
+        return Buffer(self.device, self.size, self.dtype, external=self, external_ptr=self.ptr, shape=self.shape)
 
     def copyin(self, src: memoryview) -> Buffer:
         if src.nbytes != self.nbytes:
@@ -116,8 +141,18 @@ class Buffer:
         return dst
 
     def as_bytes(self) -> memoryview:
-        out = memoryview(bytearray(self.nbytes))
+        try:
+            out = memoryview(bytearray(self.nbytes))
+        except MemoryError as e:
+            raise self._out_of_memory(f"in host memory to read it from {self.device}", e) from e
         return self.copyout(out) if self.nbytes else out
+
+    def _out_of_memory(self, where: str, e: MemoryError) -> MemoryError:
+        why = f": {e}" if str(e) else ""
+        return MemoryError(
+            f"cannot allocate {format_bytes(self.nbytes)} for a {self.dtype.name} tensor of shape {self.shape} "
+            f"{where}{why}"
+        )
 
     def __del__(self) -> None:
         if self._ptr is not None and self._external is None:
@@ -135,30 +170,35 @@ class Allocator:
     def __init__(self, cache_limit: int = getenv("ALLOC_CACHE_MB", 1024) << 20):
         self.cache: dict[int, list[int]] = {}
         self.cached_bytes, self.cache_limit = 0, cache_limit
+        # buffers are freed by the garbage collector in whichever thread drops the last reference
+        self.lock = threading.RLock()
 
     def alloc(self, nbytes: int) -> int:
-        if blocks := self.cache.get(nbytes):
-            self.cached_bytes -= nbytes
-            return blocks.pop()
-        try:
-            return self._alloc(nbytes)
-        except MemoryError:
-            self.free_cache()
-            return self._alloc(nbytes)
+        with self.lock:
+            if blocks := self.cache.get(nbytes):
+                self.cached_bytes -= nbytes
+                return blocks.pop()
+            try:
+                return self._alloc(nbytes)
+            except MemoryError:
+                self.free_cache()
+                return self._alloc(nbytes)
 
     def free(self, ptr: int, nbytes: int) -> None:
-        if self.cached_bytes + nbytes <= self.cache_limit:
-            self.cache.setdefault(nbytes, []).append(ptr)
-            self.cached_bytes += nbytes
-        else:
-            self._free(ptr, nbytes)
+        with self.lock:
+            if self.cached_bytes + nbytes <= self.cache_limit:
+                self.cache.setdefault(nbytes, []).append(ptr)
+                self.cached_bytes += nbytes
+            else:
+                self._free(ptr, nbytes)
 
     def free_cache(self) -> None:
-        for nbytes, blocks in self.cache.items():
-            for ptr in blocks:
-                self._free(ptr, nbytes)
-        self.cache.clear()
-        self.cached_bytes = 0
+        with self.lock:
+            for nbytes, blocks in self.cache.items():
+                for ptr in blocks:
+                    self._free(ptr, nbytes)
+            self.cache.clear()
+            self.cached_bytes = 0
 
     def _alloc(self, nbytes: int) -> int:
         raise NotImplementedError

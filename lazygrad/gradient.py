@@ -8,6 +8,7 @@ broadcasting, dtypes and shapes stay right without repeating that logic here.
 from __future__ import annotations
 
 import math
+import threading
 import weakref
 from typing import TYPE_CHECKING, Callable
 
@@ -98,16 +99,19 @@ _NO_GRAD = GroupOp.Comparison | {Ops.IDIV, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Op
 # tensors that backward() was called on, until an optimizer step realizes them with the update: a loss read after
 # opt.step() must show the value it had before the parameters changed, as in torch (weak: dropped ones vanish)
 _pending_roots: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
+_pending_roots_lock = threading.Lock()
 
 
 def note_backward_root(t: Tensor) -> None:
-    _pending_roots[id(t)] = t
+    with _pending_roots_lock:
+        _pending_roots[id(t)] = t
 
 
 def take_backward_roots() -> list[Tensor]:
     """The tensors backward() was called on since the last call, that are not in memory yet."""
-    out = [t for t in _pending_roots.values() if not t.uop.is_realized]
-    _pending_roots.clear()
+    with _pending_roots_lock:
+        out = [t for t in _pending_roots.values() if not t.uop.is_realized]
+        _pending_roots.clear()
     return out
 
 

@@ -12,6 +12,7 @@ import pickle
 import sqlite3
 import sys
 import tempfile
+import threading
 from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
 
 T = TypeVar("T")
@@ -209,6 +210,18 @@ def ansilen(s: str) -> int:
     return len(ansistrip(s))
 
 
+def format_bytes(n: int) -> str:
+    """Decimal units, as drive sizes are given: 4000000000000 -> '4.0 TB'."""
+    if n < 1000:
+        return f"{n} B"
+    size = float(n)
+    for unit in ("KB", "MB", "GB", "TB", "PB"):
+        size /= 1000
+        if size < 1000:
+            break
+    return f"{size:.1f} {unit}"
+
+
 def to_function_name(s: str) -> str:
     """A printable kernel name made safe for C identifiers."""
     return "".join(c if c.isalnum() or c == "_" else f"{ord(c):02X}" for c in ansistrip(s))
@@ -218,19 +231,22 @@ def to_function_name(s: str) -> str:
 
 _cache_dir = pathlib.Path(os.getenv("XDG_CACHE_HOME", pathlib.Path.home() / ".cache")) / "lazygrad"
 CACHEDB = getenv("CACHEDB", str(_cache_dir / "cache.db"))
-_db_conn: sqlite3.Connection | None = None
+_db_local = threading.local()  # a sqlite connection may only be used by the thread that opened it: one per thread
 
 
 def _db() -> sqlite3.Connection | None:
-    global _db_conn
-    if _db_conn is None:
+    if getattr(_db_local, "conn", None) is None:
         try:
             pathlib.Path(CACHEDB).parent.mkdir(parents=True, exist_ok=True)
-            _db_conn = sqlite3.connect(CACHEDB, timeout=30, isolation_level=None)
-            _db_conn.execute("PRAGMA journal_mode=WAL")
+            conn = sqlite3.connect(CACHEDB, timeout=30, isolation_level=None)
         except (sqlite3.Error, OSError):
             return None  # an unwritable cache location only costs speed
-    return _db_conn
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")  # lasting: the first connection to set it sets it for all
+        except sqlite3.OperationalError:
+            pass  # locked by another thread's first connection switching it at the same moment
+        _db_local.conn = conn
+    return _db_local.conn
 
 
 def diskcache_get(table: str, key: Any) -> Any:

@@ -7,6 +7,7 @@ import functools
 import itertools
 import math
 import struct
+import threading
 import weakref
 from typing import Any, Callable, Sequence
 
@@ -28,6 +29,9 @@ from lazygrad.uop.ops import GroupOp, Ops, UOp, pretty_print, substitute
 _realized: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
 # realized tensor's buffer node -> the graph that computed it, for tensors that needed a gradient path (see backward)
 _lazy_origin: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
+# one schedule is made and run at a time: a thread realizing a graph another thread has scheduled but not run yet
+# would find its nodes in `_realized` and read buffers their kernels have not written. Building graphs stays parallel.
+_realize_lock = threading.RLock()
 
 
 def _with_lazy_origins(root: UOp) -> UOp:
@@ -147,7 +151,7 @@ class Tensor:
                 if not isinstance(v, (bool, int, float)):
                     raise TypeError(f"cannot make a Tensor from a list containing {type(v).__name__} ({v!r})")
             dt = dtype or (dtypes.from_py(values) if values else dtypes.default_float)
-            buf = Buffer(device, len(values), dt)
+            buf = Buffer(device, len(values), dt, shape=shape)
             buf.copyin(memoryview(_pack(values, dt)))
             self.uop = UOp.buffer_view(buf, shape)
         elif isinstance(data, (bytes, bytearray, memoryview)):
@@ -189,7 +193,9 @@ class Tensor:
         from lazygrad.gradient import grad_reachable
 
         root = _with_lazy_origins(self.uop)
-        pairs = self._nodes_in_graph(list(_grad_leaves.values()), root)
+        with _grad_leaves_lock:  # another thread may add a leaf while this one lists them
+            leaves = list(_grad_leaves.values())
+        pairs = self._nodes_in_graph(leaves, root)
         reached = grad_reachable(root, {n for _, n in pairs})
         return [(t, n) for t, n in pairs if n in reached]
 
@@ -206,10 +212,11 @@ class Tensor:
         if value and not dtypes.is_float(self.dtype):
             raise TypeError(f"only floating point tensors can require gradients, not {self.dtype}")
         self._requires_grad = value
-        if value:
-            _grad_leaves[id(self)] = self
-        else:
-            _grad_leaves.pop(id(self), None)
+        with _grad_leaves_lock:
+            if value:
+                _grad_leaves[id(self)] = self
+            else:
+                _grad_leaves.pop(id(self), None)
 
     def requires_grad_(self, value: bool = True) -> Tensor:
         self.requires_grad = value
@@ -317,9 +324,9 @@ class Tensor:
         shape = tuple(int(s) for s in arr.shape)
         if device == "CPU" and arr.flags.c_contiguous and arr.size > 0 and arr.ctypes.data % dt.itemsize == 0:
             # zero-copy: the buffer points into the array (kept alive by the buffer)
-            buf = Buffer(device, int(arr.size), dt, external=arr, external_ptr=arr.ctypes.data)
+            buf = Buffer(device, int(arr.size), dt, external=arr, external_ptr=arr.ctypes.data, shape=shape)
         else:
-            buf = Buffer(device, int(arr.size), dt)
+            buf = Buffer(device, int(arr.size), dt, shape=shape)
             buf.copyin(memoryview(np.ascontiguousarray(arr).reshape(-1).view(np.uint8)))
         uop = UOp.buffer_view(buf, shape)
         return uop if dtype is None or dtype == dt else UOp(Ops.CAST, dtype, (uop,))
@@ -384,24 +391,26 @@ class Tensor:
         from lazygrad.schedule.kernelize import create_schedule
 
         tensors = (self, *lst)
-        schedule, becomes, var_vals = create_schedule([t.uop for t in tensors], _realized)
-        for si in schedule:
-            for buf in si.outputs:
-                # a new buffer holds nothing until its kernel runs (an in-place target still holds its old value)
-                buf.pending_write = buf.pending_write or not buf.is_allocated
-        for node, view in becomes.items():
-            _realized[node] = view
-        for t in tensors:
-            # a node realized by an earlier schedule (the same graph built twice is the same UOp) is not in `becomes`
-            view = becomes.get(t.uop.base, _realized.get(t.uop.base))
-            if view is not None:
-                # a computed tensor on a path to a parameter keeps its graph, so gradients still flow through it
-                # (not an in-place update: optimizer state and parameters are written, not differentiated)
-                keep = t._requires_grad is None and t.uop.base.op is not Ops.ASSIGN and t.requires_grad
-                lazy, t.uop = t.uop, t.uop.rebase(view)
-                if keep and t.uop is not lazy:
-                    _lazy_origin[t.uop] = lazy
-        return schedule, var_vals
+        with _realize_lock:
+            schedule, becomes, var_vals = create_schedule([t.uop for t in tensors], _realized)
+            for si in schedule:
+                for buf in si.outputs:
+                    # a new buffer holds nothing until its kernel runs (an in-place target still holds its old value)
+                    buf.pending_write = buf.pending_write or not buf.is_allocated
+            for node, view in becomes.items():
+                _realized[node] = view
+            for t in tensors:
+                # a node realized by an earlier schedule (the same graph built twice is the same UOp) is not in
+                # `becomes`
+                view = becomes.get(t.uop.base, _realized.get(t.uop.base))
+                if view is not None:
+                    # a computed tensor on a path to a parameter keeps its graph, so gradients still flow through it
+                    # (not an in-place update: optimizer state and parameters are written, not differentiated)
+                    keep = t._requires_grad is None and t.uop.base.op is not Ops.ASSIGN and t.requires_grad
+                    lazy, t.uop = t.uop, t.uop.rebase(view)
+                    if keep and t.uop is not lazy:
+                        _lazy_origin[t.uop] = lazy
+            return schedule, var_vals
 
     def schedule(self, *lst: Tensor) -> list:
         return self.schedule_with_vars(*lst)[0]
@@ -410,7 +419,8 @@ class Tensor:
         """Compute this tensor (and those in `lst`, in the same schedule) into memory. `Tensor.realize(a, b)` works too."""
         from lazygrad.engine.realize import run_schedule
 
-        run_schedule(*self.schedule_with_vars(*lst))
+        with _realize_lock:
+            run_schedule(*self.schedule_with_vars(*lst))
         return self
 
     def _contiguous_buffer(self) -> Buffer:
@@ -494,7 +504,7 @@ class Tensor:
     def empty(*shape: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
         shape_ = Tensor._shape_arg(shape)
         dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
-        return Tensor(UOp.buffer_view(Buffer(Device.canonicalize(device), prod(shape_), dt), shape_))
+        return Tensor(UOp.buffer_view(Buffer(Device.canonicalize(device), prod(shape_), dt, shape=shape_), shape_))
 
     @staticmethod
     def full(shape: Any, fill_value: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
@@ -776,15 +786,17 @@ class Tensor:
             if t.ndim != self.ndim or any(a != b for i, (a, b) in enumerate(zip(t.shape, self.shape)) if i != d):
                 raise ValueError(f"cat along dim {d}: shapes {[x.shape for x in tensors]} differ outside that dim")
         total = sum(t.shape[d] for t in tensors)
-        out, start = None, 0
+        parts, start = [], 0
         for t in tensors:
             pads = [(0, 0)] * self.ndim
             pads[d] = (start, total - start - t.shape[d])
             start += t.shape[d]
-            part = t.pad(pads)
-            out = part if out is None else out + part
-        assert out is not None
-        return out
+            parts.append(t.pad(pads))
+        # summed pairwise: a graph log2(n) deep, not n (a cat of thousands of tensors), with subtrees of neighbouring
+        # parts that the scheduler can store when one kernel would read more buffers than its device takes
+        while len(parts) > 1:
+            parts = [parts[i] + parts[i + 1] if i + 1 < len(parts) else parts[i] for i in range(0, len(parts), 2)]
+        return parts[0]
 
     def stack(self, *others: Tensor, dim: int = 0) -> Tensor:
         d = _axes(dim, self.ndim + 1)[0]
@@ -2512,6 +2524,7 @@ class Tensor:
 
 # id -> tensor with requires_grad=True; keyed by id because Tensor.__eq__ is elementwise, not identity
 _grad_leaves: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
+_grad_leaves_lock = threading.Lock()
 
 
 def _creation_with_requires_grad(fn: Callable[..., Tensor]) -> Any:

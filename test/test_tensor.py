@@ -90,6 +90,16 @@ def test_empty():
     assert Tensor.empty(0, 3).numpy().shape == (0, 3)
 
 
+@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+def test_allocation_failure_names_size_dtype_shape_and_device(device):
+    host = r"cannot allocate 4\.0 TB for a float32 tensor of shape \(1000000000000,\) in host memory"
+    with pytest.raises(MemoryError, match=rf"{host} to read it from {device}"):
+        Tensor.empty(10**12, device=device).numpy()
+    dev = rf"cannot allocate 2\.0 TB for a int16 tensor of shape \(1000000, 1000000\) on {device}"
+    with pytest.raises(MemoryError, match=dev):
+        (Tensor.ones(10**6, 10**6, dtype=dtypes.int16, device=device) + 1).realize()
+
+
 @pytest.mark.parametrize("shape", [(), (0,), (3,), (2, 3), (2, 1, 4)])
 def test_zeros_ones_full(shape):
     assert_close(Tensor.zeros(*shape), torch.zeros(shape))

@@ -30,9 +30,9 @@ from typing import Any, Callable, Generic, Iterator, TypeVar
 from lazygrad.device import Buffer
 from lazygrad.viz import profile
 from lazygrad.engine.memory import plan_memory
-from lazygrad.engine.realize import CompiledRunner, ExecItem, JitError, _captures, capture, is_capturing
+from lazygrad.engine.realize import CompiledRunner, ExecItem, JitError, capture, is_capturing
 from lazygrad.helpers import DEBUG, JIT, GlobalCounters
-from lazygrad.tensor import Tensor, _realized
+from lazygrad.tensor import Tensor, _realize_lock, _realized
 from lazygrad.uop.ops import Ops, UOp
 
 __all__ = ["TinyJit", "JitError"]
@@ -85,14 +85,16 @@ def _hide_bound_results() -> Iterator[None]:
     """A value computed before the capture from a bound variable is stale on the next replay (other value), so the
     scheduler must not reuse it during the capture: hide those entries of the realized-node cache meanwhile.
     (Values computed from the inputs need no hiding: the capture reads its inputs through fresh buffer aliases.)"""
-    hidden = {k: v for k, v in list(_realized.items()) if any(x.op is Ops.BIND for x in k.toposort)}
-    for k in hidden:
-        del _realized[k]
+    with _realize_lock:  # no other thread's schedule may add entries while the cache is listed
+        hidden = {k: v for k, v in list(_realized.items()) if any(x.op is Ops.BIND for x in k.toposort)}
+        for k in hidden:
+            del _realized[k]
     try:
         yield
     finally:
-        for k, v in hidden.items():
-            _realized.setdefault(k, v)
+        with _realize_lock:
+            for k, v in hidden.items():
+                _realized.setdefault(k, v)
 
 
 _TENSOR, _VAR, _CONST = "tensor", "var", "const"
@@ -202,7 +204,7 @@ class CapturedJit:
                 "the captured kernels follow the capture's mode"
             )
         graph = self.graph
-        if graph is None or self.input_nodes or _captures or DEBUG.value >= 2 or profile.enabled():
+        if graph is None or self.input_nodes or is_capturing() or DEBUG.value >= 2 or profile.enabled():
             return self._replay_kernels(args)
         # the hot path: write the changed slots of the graph's arrays, one ctypes call, wrap the outputs
         for spec, a in zip(self.args, args):
@@ -263,7 +265,7 @@ class CapturedJit:
             return a._contiguous_buffer(), False  # a lazy input is computed, a view (slice, transpose) copied
         if buf in self.written:
             # the previous call's output fed back in: a kernel may overwrite it while another still reads it
-            copy = Buffer(buf.device, buf.size, buf.dtype)
+            copy = Buffer(buf.device, buf.size, buf.dtype, shape=buf.shape)
             copy.copyin(buf.as_bytes())
             return copy, False
         return buf, True

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import threading
 import time
 from dataclasses import dataclass
 from typing import Iterator
@@ -108,7 +109,7 @@ class ExecItem:
 
     def run(self, var_vals: dict[UOp, int] | None = None, jit: bool = False) -> float | None:
         var_vals = var_vals or {}
-        for recording in _captures:
+        for recording in _captures():
             recording.append((self, {v: var_vals[v] for v in self.runner.spec.vars}))
         for b in self.bufs:
             b.ensure_allocated()
@@ -134,28 +135,35 @@ class JitError(RuntimeError):
 
 
 # every active capture (TinyJit's second call) records every item that runs, with its variable values; an outer
-# capture must see the kernels of an inner JIT's capture too, or its replay would skip them
-_captures: list[list[tuple[ExecItem, dict[UOp, int]]]] = []
+# capture must see the kernels of an inner JIT's capture too, or its replay would skip them. Kept per thread: a
+# capture records the kernels its own function runs, not those another thread runs meanwhile
+_capturing = threading.local()
+
+
+def _captures() -> list[list[tuple[ExecItem, dict[UOp, int]]]]:
+    if not hasattr(_capturing, "stack"):
+        _capturing.stack = []
+    return _capturing.stack
 
 
 @contextlib.contextmanager
 def capture() -> Iterator[list[tuple[ExecItem, dict[UOp, int]]]]:
     """Record every ExecItem run inside the block (into every active capture, nested ones included)."""
     items: list[tuple[ExecItem, dict[UOp, int]]] = []
-    _captures.append(items)
+    _captures().append(items)
     try:
         yield items
     finally:
-        _captures.pop()
+        _captures().pop()
 
 
 def is_capturing() -> bool:
-    return bool(_captures)
+    return bool(_captures())
 
 
 def check_not_capturing(what: str) -> None:
     """Reading data into Python during a capture would freeze that value into every replay."""
-    if _captures:
+    if _captures():
         raise JitError(
             f"{what} inside a TinyJit function: the value read at capture would be frozen into every replay; "
             "return the tensor from the function and read it outside"

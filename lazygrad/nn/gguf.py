@@ -22,6 +22,7 @@ from typing import Any, Callable
 from lazygrad.device import Buffer, Device
 from lazygrad.dtype import DType, dtypes
 from lazygrad.helpers import prod
+from lazygrad.nn.state import LoadError
 from lazygrad.tensor import Tensor
 from lazygrad.uop.ops import UOp
 
@@ -31,6 +32,10 @@ GGUF_DEFAULT_ALIGNMENT = 32
 # metadata value type tag -> struct format of a scalar (STRING=8 and ARRAY=9 are read by hand)
 _SCALAR_FORMATS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
 _STRING, _ARRAY = 8, 9
+_MAX_ARRAY_DEPTH = 8  # arrays of arrays: a reader that follows any depth would overflow the stack on a crafted file
+_MAX_DIMS = 4  # GGML_MAX_DIMS
+# the fewest bytes a metadata entry (key length, type) and a tensor info (name length, n_dims, type, offset) take
+_MIN_KV_BYTES, _MIN_INFO_BYTES = 8 + 4, 8 + 4 + 4 + 8
 
 
 # *** dequantization: raw block bytes (uint8, shape (blocks, block bytes)) -> float32 (blocks, 32) ***
@@ -103,7 +108,7 @@ class GGUFTensorInfo:
     nbytes: int
 
 
-class GGUFError(ValueError):
+class GGUFError(LoadError):
     pass
 
 
@@ -133,18 +138,31 @@ class _Cursor:
         except UnicodeDecodeError:
             return bytes(raw).decode("utf-8", errors="replace")  # some vocabularies hold partial UTF-8 sequences
 
-    def value(self, tag: int, key: str) -> Any:
+    def value(self, tag: int, key: str, depth: int = 0) -> Any:
         if tag in _SCALAR_FORMATS:
             return self.scalar(_SCALAR_FORMATS[tag], key)
         if tag == _STRING:
             return self.string(key)
         if tag == _ARRAY:
+            if depth >= _MAX_ARRAY_DEPTH:
+                raise GGUFError(f"{self.path}: metadata {key!r} nests arrays more than {_MAX_ARRAY_DEPTH} deep")
             elem, count = self.scalar("<I", key), self.scalar("<Q", key)
             if elem in _SCALAR_FORMATS:  # one unpack for the whole array: token score/type lists are long
                 fmt = _SCALAR_FORMATS[elem][1]
                 return list(struct.unpack(f"<{count}{fmt}", self.take(count * struct.calcsize(fmt), key)))
-            return [self.value(elem, key) for _ in range(count)]
+            # every element takes at least 8 bytes (a string's length, an array's type and count): a count the rest
+            # of the file cannot hold is an error now, not after a loop of 2**60 steps
+            self.fits(count, 8, f"metadata {key!r}: {count} array elements")
+            return [self.value(elem, key, depth + 1) for _ in range(count)]
         raise GGUFError(f"{self.path}: metadata {key!r} has unknown value type {tag}")
+
+    def fits(self, count: int, min_bytes: int, what: str) -> None:
+        left = len(self.data) - self.pos
+        if count * min_bytes > left:
+            raise GGUFError(
+                f"{self.path}: truncated or corrupt GGUF file: {what} need at least {count * min_bytes} bytes, "
+                f"{left} are left"
+            )
 
 
 def gguf_read_header(path: str | os.PathLike) -> tuple[dict[str, Any], list[GGUFTensorInfo], mmap.mmap]:
@@ -167,17 +185,29 @@ def gguf_read_header(path: str | os.PathLike) -> tuple[dict[str, Any], list[GGUF
     if version not in (2, 3):
         raise GGUFError(f"{path}: GGUF version {version} is not supported (2 and 3 are)")
     n_tensors, n_kv = cur.scalar("<Q", "tensor count"), cur.scalar("<Q", "metadata count")
+    cur.fits(n_kv, _MIN_KV_BYTES, f"{n_kv} metadata entries")
+    cur.fits(n_tensors, _MIN_INFO_BYTES, f"{n_tensors} tensor infos")
     meta: dict[str, Any] = {}
     for _ in range(n_kv):
         key = cur.string("metadata key")
+        if key in meta:
+            raise GGUFError(f"{path}: metadata key {key!r} appears twice")
         meta[key] = cur.value(cur.scalar("<I", key), key)
     raw_infos = []
+    names: set[str] = set()
     for _ in range(n_tensors):
         name = cur.string("tensor name")
+        if name in names:
+            raise GGUFError(f"{path}: two tensors are named {name!r}")
+        names.add(name)
         n_dims = cur.scalar("<I", name)
+        if n_dims > _MAX_DIMS:
+            raise GGUFError(f"{path}: tensor {name!r} has {n_dims} dimensions, GGUF allows at most {_MAX_DIMS}")
         dims = struct.unpack(f"<{n_dims}Q", cur.take(8 * n_dims, name))
         raw_infos.append((name, tuple(reversed(dims)), cur.scalar("<I", name), cur.scalar("<Q", name)))
     align = meta.get("general.alignment", GGUF_DEFAULT_ALIGNMENT)
+    if not isinstance(align, int) or isinstance(align, bool) or align <= 0 or align & (align - 1):
+        raise GGUFError(f"{path}: general.alignment is {align!r}; it must be a power of two")
     start = cur.pos + (-cur.pos % align)
     infos = []
     for name, shape, tag, offset in raw_infos:

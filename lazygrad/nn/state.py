@@ -2,11 +2,14 @@
 
 A safetensors file is: 8 bytes little-endian header length N, N bytes of JSON {name: {dtype, shape, data_offsets:
 [begin, end]}, optional "__metadata__": {str: str}}, then the raw little-endian data, offsets relative to its start.
+Reading checks every field before any tensor is made. Tensors may be stored in any order and with gaps between them
+(nothing is read from a gap), but no two may share bytes: the format has no aliasing, so an overlap is a broken file.
 """
 
 from __future__ import annotations
 
 import ctypes
+import functools
 import json
 import mmap
 import os
@@ -35,6 +38,11 @@ SAFETENSORS_DTYPES: dict[str, DType] = {
     "F64": dtypes.float64,
 }
 _DTYPE_NAMES = {v: k for k, v in SAFETENSORS_DTYPES.items()}
+SAFETENSORS_MAX_HEADER = 100_000_000  # the safetensors library's own limit on the JSON header
+
+
+class LoadError(ValueError):
+    """A model file that cannot be read: the message names the file, the tensor and what is wrong with it."""
 
 
 # *** walking objects for tensors ***
@@ -131,44 +139,88 @@ def safe_save(state_dict: dict[str, Tensor], path: str | os.PathLike, metadata: 
 
 def safe_load_metadata(path: str | os.PathLike) -> tuple[dict[str, Any], int]:
     """The parsed JSON header of a safetensors file and the file offset where the data starts."""
+    path = os.fspath(path)
     with open(path, "rb") as f:
         head = f.read(8)
         size = os.fstat(f.fileno()).st_size
         if len(head) < 8:
-            raise ValueError(f"{path}: not a safetensors file (only {len(head)} bytes, the header length needs 8)")
+            raise LoadError(f"{path}: not a safetensors file (only {len(head)} bytes, the header length needs 8)")
         (n,) = struct.unpack("<Q", head)
         if n > size - 8:
-            raise ValueError(f"{path}: header length {n} runs past the end of the file ({size} bytes); truncated?")
-        try:
-            header = json.loads(f.read(n))
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise ValueError(f"{path}: the safetensors header is not valid JSON ({e})") from None
+            raise LoadError(f"{path}: header length {n} runs past the end of the file ({size} bytes); truncated?")
+        if n > SAFETENSORS_MAX_HEADER:
+            raise LoadError(f"{path}: header length {n} is over the format's limit of {SAFETENSORS_MAX_HEADER}")
+        raw = f.read(n)
+    try:
+        header = json.loads(raw, object_pairs_hook=functools.partial(_unique_keys, path))
+    except RecursionError:
+        raise LoadError(f"{path}: the safetensors header nests JSON too deeply to be a header") from None
+    except LoadError:
+        raise
+    except ValueError as e:  # not UTF-8, not JSON, an integer too long to convert
+        raise LoadError(f"{path}: the safetensors header is not valid JSON ({e})") from None
     if not isinstance(header, dict):
-        raise ValueError(f"{path}: the safetensors header must be a JSON object")
+        raise LoadError(f"{path}: the safetensors header must be a JSON object, not {type(header).__name__}")
+    meta = header.get("__metadata__", {})
+    if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
+        raise LoadError(f"{path}: __metadata__ must map names to strings, got {meta!r:.200}")
     data_size = size - 8 - n
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        _check_entry(path, name, info, data_size)
+    spans = sorted(
+        (*_check_entry(path, name, info, data_size), name) for name, info in header.items() if name != "__metadata__"
+    )
+    prev: tuple[int, int, str] | None = None
+    for span in spans:
+        if span[0] == span[1]:
+            continue  # an empty tensor holds no bytes to share
+        if prev is not None and span[0] < prev[1]:
+            raise LoadError(
+                f"{path}: tensors {prev[2]!r} (data_offsets {list(prev[:2])}) and {span[2]!r} "
+                f"(data_offsets {list(span[:2])}) overlap"
+            )
+        prev = span
     return header, 8 + n
 
 
-def _check_entry(path: Any, name: str, info: Any, data_size: int) -> None:
-    if not isinstance(info, dict) or not {"dtype", "shape", "data_offsets"} <= info.keys():
-        raise ValueError(f"{path}: entry {name!r} needs dtype, shape and data_offsets, got {info!r}")
-    if info["dtype"] not in SAFETENSORS_DTYPES:
-        raise ValueError(f"{path}: entry {name!r} has unsupported dtype {info['dtype']!r}")
-    begin, end = info["data_offsets"]
-    nbytes = prod(info["shape"]) * SAFETENSORS_DTYPES[info["dtype"]].itemsize
-    if not 0 <= begin <= end or end - begin != nbytes:
-        raise ValueError(
-            f"{path}: entry {name!r} has data_offsets {[begin, end]} for {nbytes} bytes of "
-            f"{info['dtype']} {info['shape']}"
+def _unique_keys(path: str, pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose every name is new: json.loads would keep the last of two tensors of the same name."""
+    seen: set[str] = set()
+    for k, _ in pairs:
+        if k in seen:
+            raise LoadError(f"{path}: the safetensors header names {k!r:.200} twice")
+        seen.add(k)
+    return dict(pairs)
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _check_entry(path: str, name: str, info: Any, data_size: int) -> tuple[int, int]:
+    """(begin, end) of a header entry, relative to the data, once every field of it is checked."""
+    where = f"{path}: tensor {name!r}"
+    if not isinstance(info, dict):
+        raise LoadError(f"{where}: expected an object with dtype, shape and data_offsets, got {info!r:.200}")
+    if missing := [k for k in ("dtype", "shape", "data_offsets") if k not in info]:
+        raise LoadError(f"{where}: no {', '.join(missing)} (an entry needs dtype, shape and data_offsets)")
+    dtype, shape, offsets = info["dtype"], info["shape"], info["data_offsets"]
+    if not isinstance(dtype, str) or dtype not in SAFETENSORS_DTYPES:
+        raise LoadError(f"{where}: unknown dtype {dtype!r:.100} (known: {', '.join(SAFETENSORS_DTYPES)})")
+    if not isinstance(shape, list) or not all(_is_int(d) and d >= 0 for d in shape):
+        raise LoadError(f"{where}: shape {shape!r:.200} is not a list of non-negative integers")
+    if not isinstance(offsets, list) or len(offsets) != 2 or not all(_is_int(o) for o in offsets):
+        raise LoadError(f"{where}: data_offsets {offsets!r:.200} must be two integers [begin, end]")
+    begin, end = offsets
+    if not 0 <= begin <= end:
+        raise LoadError(f"{where}: data_offsets {offsets} must satisfy 0 <= begin <= end")
+    dt = SAFETENSORS_DTYPES[dtype]
+    nbytes = prod(shape) * dt.itemsize
+    if end - begin != nbytes:
+        raise LoadError(
+            f"{where}: data_offsets {offsets} hold {end - begin} bytes, shape {tuple(shape)} {dt.name} needs {nbytes}"
         )
     if end > data_size:
-        raise ValueError(
-            f"{path}: entry {name!r} ends at byte {end} of the data, which has only {data_size}; truncated?"
-        )
+        raise LoadError(f"{where}: data_offsets {offsets} run past the {data_size} bytes of data; truncated?")
+    return begin, end
 
 
 def safe_load(path: str | os.PathLike, device: str | None = None) -> dict[str, Tensor]:
@@ -184,9 +236,9 @@ def safe_load(path: str | os.PathLike, device: str | None = None) -> dict[str, T
         dt, shape = SAFETENSORS_DTYPES[info["dtype"]], tuple(info["shape"])
         begin, end = (start + o for o in info["data_offsets"])
         if mm is not None and end > begin and (base + begin) % dt.itemsize == 0:
-            buf = Buffer("CPU", prod(shape), dt, external=mm, external_ptr=base + begin)
+            buf = Buffer("CPU", prod(shape), dt, external=mm, external_ptr=base + begin, shape=shape)
         else:
-            buf = Buffer(device, prod(shape), dt)
+            buf = Buffer(device, prod(shape), dt, shape=shape)
             if end > begin:
                 with open(path, "rb") as f:
                     f.seek(begin)

@@ -451,6 +451,10 @@ class ClangRenderer(CStyleLanguage):
     prelude = C_PRELUDE
     max_upcast = 16
     vector_widths = (2, 4, 8, 16)  # gcc/clang vector extensions; 16 float32 is one AVX-512 register
+    # the hard limit is ctypes, which calls a kernel with at most 1024 arguments (CPython's CTYPES_MAX_ARGCOUNT);
+    # well below it, gcc's time grows faster than the square of a cat's masked loads (a stack of 256 tensors: 2 s,
+    # 512: 20 s, 800: 57 s), so kernels are split at 256 buffers (a stack of 1500 then runs in 9 s)
+    max_buffers = 256
 
     def __init__(self, threads: int = 1, vector_bytes: int = 16, vector_registers: int = 16):
         self.threads = threads  # cores a THREAD axis is shared out among

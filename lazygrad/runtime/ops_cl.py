@@ -153,7 +153,7 @@ class CLAllocator(Allocator):
         # a zero-size cl_mem is invalid; empty tensors still get a distinct handle
         mem = self.dev.cl.clCreateBuffer(self.dev.context, CL_MEM_READ_WRITE, max(nbytes, 1), None, ctypes.byref(err))
         if err.value in (-4, -6, -61):
-            raise MemoryError(f"CL: cannot allocate {nbytes} bytes ({CL_ERRORS[err.value]})")
+            raise MemoryError(f"clCreateBuffer: {CL_ERRORS[err.value]}")
         check(err.value, f"allocating {nbytes} bytes")
         return mem
 

@@ -26,8 +26,8 @@ ALIGNMENT = 64  # one cache line; also the widest (AVX-512) vector
 class CPUAllocator(Allocator):
     def _alloc(self, nbytes: int) -> int:
         ptr = ctypes.c_void_p()
-        if _libc.posix_memalign(ctypes.byref(ptr), ALIGNMENT, max(nbytes, 1)) != 0:
-            raise MemoryError(f"CPU: cannot allocate {nbytes} bytes")
+        if (err := _libc.posix_memalign(ctypes.byref(ptr), ALIGNMENT, max(nbytes, 1))) != 0:
+            raise MemoryError(f"posix_memalign: {os.strerror(err)}")
         return ptr.value  # type: ignore[return-value]
 
     def _free(self, ptr: int, nbytes: int) -> None:

@@ -177,7 +177,7 @@ class CUDAAllocator(Allocator):
         ptr = ctypes.c_uint64()
         status = self.dev.cu.cuMemAlloc_v2(ctypes.byref(ptr), max(nbytes, 1))
         if status == 2:  # CUDA_ERROR_OUT_OF_MEMORY: the cache of freed blocks is dropped and the allocation retried
-            raise MemoryError(f"CUDA_ERROR_OUT_OF_MEMORY allocating {nbytes} bytes on {self.dev.device_name}")
+            raise MemoryError(f"CUDA_ERROR_OUT_OF_MEMORY on {self.dev.device_name}")
         cu_check(status, f"allocating {nbytes} bytes")
         return ptr.value
 

@@ -14,6 +14,7 @@ Movement ops never make kernels: they compose into the ShapeTracker of each load
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -517,7 +518,7 @@ class _Template:
                 buf = walk.slots[target]
                 becomes[n] = UOp.buffer_view(buf.alias(), shape)
             else:
-                buf = Buffer(n.device, prod(shape), n.dtype)
+                buf = Buffer(n.device, prod(shape), n.dtype, shape=shape)
                 becomes[n] = UOp.buffer_view(buf, shape)
             outs.append(buf)
         items = [
@@ -564,6 +565,7 @@ def _template(walk: _Walk, items: list[ScheduleItem], becomes: dict[UOp, UOp]) -
 
 _templates: dict[tuple, _Template] = {}
 SCHEDULE_CACHE_SIZE = 256  # templates kept (a graph whose shapes change every call would otherwise grow it forever)
+_templates_lock = threading.Lock()  # threads scheduling at once: an eviction must not meet another's insert
 
 
 def create_schedule(
@@ -583,9 +585,10 @@ def create_schedule(
         items, becomes, var_vals = _create_schedule(outs, realized)
         args["kernels"], args["cached"] = len(items), False
         if (tpl := _template(walk, items, becomes)) is not None:
-            if len(_templates) >= SCHEDULE_CACHE_SIZE:
-                del _templates[next(iter(_templates))]
-            _templates[walk.key] = tpl
+            with _templates_lock:
+                if len(_templates) >= SCHEDULE_CACHE_SIZE:
+                    del _templates[next(iter(_templates))]
+                _templates[walk.key] = tpl
         return items, becomes, var_vals
 
 
@@ -605,7 +608,7 @@ def _create_schedule(
             out_bufs[n] = target
             becomes[n] = UOp.buffer_view(target.alias(), n.shape)
         else:
-            out_bufs[n] = Buffer(n.device, prod(n.shape), n.dtype)
+            out_bufs[n] = Buffer(n.device, prod(n.shape), n.dtype, shape=n.shape)
             becomes[n] = UOp.buffer_view(out_bufs[n], n.shape)
     kernels: list[tuple[UOp, list[Buffer]]] = []
     reads: list[set[UOp]] = []

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import inspect
 import itertools
+import threading
 import weakref
 from enum import Enum, auto
 from typing import Any, Callable, Iterator, Sequence
@@ -115,14 +116,18 @@ class UOpMetaClass(type):
     """Hash-consing: UOp(op, dtype, src, arg) built twice returns the same object."""
 
     ucache: weakref.WeakValueDictionary[tuple, UOp] = weakref.WeakValueDictionary()
+    # taken on a miss only: two threads building the same node must get one object, or equality by identity breaks
+    lock = threading.Lock()
 
     def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None) -> UOp:
         # -0.0 == 0.0 and both hash alike, but a constant -0.0 is another value (1/x, signbit): keyed apart
         key = (op, dtype, src, arg) if type(arg) is not float or arg != 0.0 else (op, dtype, src, arg, repr(arg))
         if (ret := UOpMetaClass.ucache.get(key)) is not None:
             return ret
-        ret = super().__call__(op, dtype, src, arg)
-        UOpMetaClass.ucache[key] = ret
+        with UOpMetaClass.lock:
+            if (ret := UOpMetaClass.ucache.get(key)) is None:
+                ret = super().__call__(op, dtype, src, arg)
+                UOpMetaClass.ucache[key] = ret
         return ret
 
 

@@ -13,6 +13,7 @@ modulo, comparisons and MAX assume signed math does not overflow. Unsigned math 
 from __future__ import annotations
 
 import math
+import threading
 
 from lazygrad.dtype import INTS, SINTS, DType, dtypes
 from lazygrad.helpers import ceildiv
@@ -422,18 +423,19 @@ symbolic = PatternMatcher(
 )
 
 
-# Simplified forms of every expression seen, shared by all calls: the lanes of an upcast kernel and the kernels of
-# one schedule repeat most sub-expressions of their indices. Cleared when large; rules never call simplify, so a
-# clear never happens inside a rewrite that is using the memo.
-_simplified: dict[UOp, UOp] = {}
+# Simplified forms of every expression seen, shared by all calls of a thread: the lanes of an upcast kernel and the
+# kernels of one schedule repeat most sub-expressions of their indices. Cleared when large; rules never call
+# simplify, and each thread has its own memo, so a clear never happens inside a rewrite that is using it.
+_memo = threading.local()
 SIMPLIFY_MEMO_SIZE = 1 << 19
 
 
 def simplify(x: UOp) -> UOp:
     """x with the symbolic rules applied to a fixed point."""
-    if len(_simplified) > SIMPLIFY_MEMO_SIZE:
-        _simplified.clear()
-    return graph_rewrite(x, symbolic, memo=_simplified)
+    memo = getattr(_memo, "simplified", None)
+    if memo is None or len(memo) > SIMPLIFY_MEMO_SIZE:
+        memo = _memo.simplified = {}
+    return graph_rewrite(x, symbolic, memo=memo)
 
 
 # *** printing ***

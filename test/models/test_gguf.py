@@ -213,3 +213,72 @@ def test_unsupported_version(tmp_path):
     write_gguf(path, [], [], version=1)
     with pytest.raises(GGUFError, match="version 1"):
         gguf_load(path)
+
+
+# *** hostile files: every corruption is a GGUFError (a ValueError) naming the file, never an internal error ***
+
+_INFO = 24 + 9 + 4 + 9  # _good_file: header, then the one metadata entry "k" = "v", then the tensor info of "w"
+_NDIMS, _TYPE, _OFFSET = _INFO + 9, _INFO + 9 + 4 + 16, _INFO + 9 + 4 + 16 + 4
+
+
+def _patched(at: int, fmt: str, value: int):
+    def make(path) -> bytes:
+        raw = bytearray(_good_file(path))
+        raw[at : at + struct.calcsize(fmt)] = struct.pack(fmt, value)
+        return bytes(raw)
+
+    return make
+
+
+def _with_kvs(*kvs, tensors: bool = True):
+    def make(path) -> bytes:
+        w = [("w", (2, 32), "Q4_1", random_data("Q4_1", 64, np.random.default_rng(3)))] if tensors else []
+        write_gguf(path, list(kvs), w)
+        return path.read_bytes()
+
+    return make
+
+
+def _nested_arrays(path) -> bytes:
+    value = struct.pack("<IQ", ARR, 1) * 10_000 + struct.pack("<IQ", U8, 0)
+    return b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + _str("deep") + struct.pack("<I", ARR) + value
+
+
+def _two_tensors_named_w(path) -> bytes:
+    data = random_data("F32", 4, np.random.default_rng(0))
+    write_gguf(path, [], [("w", (4,), "F32", data), ("w", (4,), "F32", data)])
+    return path.read_bytes()
+
+
+HOSTILE_GGUF = {
+    "alignment 0": (_with_kvs(("general.alignment", U32, 0, None)), "general.alignment is 0; .* power of two"),
+    "alignment 48": (_with_kvs(("general.alignment", U32, 48, None)), "general.alignment is 48"),
+    "alignment a string": (_with_kvs(("general.alignment", STR, "32", None)), "general.alignment is '32'"),
+    "version 4": (_patched(4, "<I", 4), "GGUF version 4 is not supported"),
+    "2**60 tensors": (_patched(8, "<Q", 2**60), "1152921504606846976 tensor infos need at least"),
+    "2**60 metadata entries": (_patched(16, "<Q", 2**60), "1152921504606846976 metadata entries need at least"),
+    "key 2**63 bytes long": (_patched(24, "<Q", 2**63), "truncated"),
+    "unknown value type": (_patched(24 + 9, "<I", 13), "metadata 'k' has unknown value type 13"),
+    "arrays nested 10000 deep": (_nested_arrays, "'deep' nests arrays more than 8 deep"),
+    "array of 2**60 strings": (
+        lambda path: b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + _str("s") + struct.pack("<IIQ", ARR, STR, 2**60),
+        "metadata 's': 1152921504606846976 array elements need at least",
+    ),
+    "metadata key twice": (_with_kvs(("k", U8, 1, None), ("k", U8, 2, None)), "metadata key 'k' appears twice"),
+    "2**31 dims": (_patched(_NDIMS, "<I", 2**31), "'w' has 2147483648 dimensions, GGUF allows at most 4"),
+    "unknown ggml type": (_patched(_TYPE, "<I", 1000), r"'w' has unknown quantization \(ggml type 1000\)"),
+    "offset outside the file": (_patched(_OFFSET, "<Q", 2**40), "tensor 'w' needs bytes"),
+    "offset 2**64-1": (_patched(_OFFSET, "<Q", 2**64 - 1), "tensor 'w' needs bytes"),
+    "dims of 2**40 rows": (_patched(_NDIMS + 4 + 8, "<Q", 2**40), "tensor 'w' needs bytes"),
+    "two tensors named w": (_two_tensors_named_w, "two tensors are named 'w'"),
+}
+
+
+@pytest.mark.parametrize("case", list(HOSTILE_GGUF))
+def test_hostile_gguf_named_errors(tmp_path, case):
+    make, message = HOSTILE_GGUF[case]
+    path = tmp_path / "model.gguf"
+    path.write_bytes(make(path))
+    with pytest.raises(GGUFError, match=message) as info:
+        gguf_load(path)
+    assert str(info.value).startswith(f"{path}: ") and isinstance(info.value, ValueError), str(info.value)

@@ -15,7 +15,15 @@ import safetensors.torch
 import torch
 
 from lazygrad import Tensor, dtypes, nn
-from lazygrad.nn.state import get_parameters, get_state_dict, load_state_dict, safe_load, safe_load_metadata, safe_save
+from lazygrad.nn.state import (
+    LoadError,
+    get_parameters,
+    get_state_dict,
+    load_state_dict,
+    safe_load,
+    safe_load_metadata,
+    safe_save,
+)
 
 
 class Net:
@@ -167,6 +175,95 @@ def test_safe_load_rejects_bad_files(tmp_path: Path) -> None:
     (tmp_path / "size").write_bytes(struct.pack("<Q", len(header)) + header + b"\x00" * 16)
     with pytest.raises(ValueError, match="data_offsets"):
         safe_load(tmp_path / "size")
+
+
+def _entry(shape: object = (2, 3), dtype: object = "F32", offsets: object = (0, 24)) -> dict:
+    return {"dtype": dtype, "shape": list(shape) if isinstance(shape, tuple) else shape, "data_offsets": offsets}
+
+
+def _safetensors(header: object, data: bytes = b"\0" * 24, length: int | None = None) -> bytes:
+    raw = header if isinstance(header, bytes) else json.dumps(header).encode()
+    return struct.pack("<Q", len(raw) if length is None else length) + raw + data
+
+
+_DEEP = b"[" * 100_000 + b"]" * 100_000
+# (file bytes, what the error must say); every message also names the file
+CORRUPT_SAFETENSORS = {
+    "empty file": (b"", "not a safetensors file"),
+    "shorter than the length": (b"\x01\x02", "not a safetensors file"),
+    "header past the end": (_safetensors({}, b"", length=10**6), "runs past the end"),
+    "header length 2**64-1": (_safetensors({}, b"", length=2**64 - 1), "runs past the end"),
+    "header not JSON": (_safetensors(b"{{{", b""), "not valid JSON"),
+    "header not UTF-8": (_safetensors(b'{"\xff": 1}', b""), "not valid JSON"),
+    "header a list": (_safetensors([], b""), "must be a JSON object, not list"),
+    "header a number": (_safetensors(b"3", b""), "must be a JSON object, not int"),
+    "header nested deeply": (_safetensors(_DEEP, b""), "nests JSON too deeply"),
+    "entry nested deeply": (_safetensors(b'{"w": ' + _DEEP + b"}", b""), "nests JSON too deeply"),
+    "integer of 5000 digits": (_safetensors(b'{"w": {"shape": [' + b"9" * 5000 + b"]}}", b""), "not valid JSON"),
+    "name twice": (_safetensors(b'{"w": 1, "w": 2}', b""), "names 'w' twice"),
+    "metadata a list": (_safetensors({"__metadata__": ["a"], "w": _entry()}), "__metadata__ must map"),
+    "metadata value an int": (_safetensors({"__metadata__": {"a": 1}, "w": _entry()}), "__metadata__ must map"),
+    "entry a number": (_safetensors({"w": 3}), "'w': expected an object"),
+    "entry without offsets": (_safetensors({"w": {"dtype": "F32", "shape": [2, 3]}}), "'w': no data_offsets"),
+    "unknown dtype": (_safetensors({"w": _entry(dtype="F8")}), "'w': unknown dtype 'F8'"),
+    "dtype a list": (_safetensors({"w": _entry(dtype=["F32"])}), "'w': unknown dtype"),
+    "shape a string": (_safetensors({"w": _entry(shape="2,3")}), "'w': shape '2,3' is not a list"),
+    "shape of floats": (_safetensors({"w": _entry(shape=[2.0, 3.0])}), "'w': shape .* non-negative integers"),
+    "negative shape": (_safetensors({"w": _entry(shape=[-2, -3])}), "'w': shape .* non-negative integers"),
+    "shape of bools": (_safetensors({"w": _entry(shape=[True, 3])}), "'w': shape .* non-negative integers"),
+    "shape with null": (_safetensors({"w": _entry(shape=[None])}), "'w': shape .* non-negative integers"),
+    "shape with NaN": (_safetensors(b'{"w": {"dtype": "F32", "shape": [NaN], "data_offsets": [0, 4]}}'), "'w': shape"),
+    "offsets of one": (_safetensors({"w": _entry(offsets=[0])}), "'w': data_offsets .* two integers"),
+    "offsets of three": (_safetensors({"w": _entry(offsets=[0, 12, 24])}), "'w': data_offsets .* two integers"),
+    "offsets a string": (_safetensors({"w": _entry(offsets="0:24")}), "'w': data_offsets .* two integers"),
+    "offsets an object": (_safetensors({"w": _entry(offsets={"begin": 0})}), "'w': data_offsets .* two integers"),
+    "offsets of floats": (_safetensors({"w": _entry(offsets=[0.0, 24.0])}), "'w': data_offsets .* two integers"),
+    "negative offsets": (_safetensors({"w": _entry(offsets=[-24, 0])}), "'w': data_offsets .* 0 <= begin <= end"),
+    "reversed offsets": (_safetensors({"w": _entry(offsets=[24, 0])}), "'w': data_offsets .* 0 <= begin <= end"),
+    "offsets too short": (
+        _safetensors({"w": _entry(offsets=[0, 12])}),
+        r"tensor 'w': data_offsets \[0, 12\] hold 12 bytes, shape \(2, 3\) float32 needs 24",
+    ),
+    "shape of 2**124 elements": (
+        _safetensors({"w": _entry(shape=(2**62, 2**62))}),
+        r"'w': data_offsets \[0, 24\] hold 24 bytes, shape .* needs 85070591730234615865843651857942052864",
+    ),
+    "data truncated": (_safetensors({"w": _entry()}, b"\0" * 20), "'w': data_offsets .* run past the 20 bytes"),
+    "offsets past the end": (_safetensors({"w": _entry(offsets=[2**70, 2**70 + 24])}), "'w': .* run past"),
+    "overlapping tensors": (
+        _safetensors({"a": _entry(offsets=[0, 24]), "b": _entry(offsets=[16, 40])}, b"\0" * 40),
+        r"tensors 'a' \(data_offsets \[0, 24\]\) and 'b' \(data_offsets \[16, 40\]\) overlap",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(CORRUPT_SAFETENSORS))
+def test_corrupt_safetensors_named_errors(tmp_path: Path, case: str) -> None:
+    raw, message = CORRUPT_SAFETENSORS[case]
+    path = tmp_path / "model.safetensors"
+    path.write_bytes(raw)
+    with pytest.raises(LoadError, match=message) as info:
+        safe_load(path)
+    assert str(info.value).startswith(f"{path}: "), str(info.value)
+    assert isinstance(info.value, ValueError)
+
+
+def test_safetensors_order_and_gaps_are_allowed(tmp_path: Path) -> None:
+    # tensors stored in another order than the header lists them, a gap between them, an empty tensor among them
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    b = np.arange(4, dtype=np.int16)
+    header = {
+        "__metadata__": {"format": "pt"},
+        "a": _entry((2, 3), "F32", [16, 40]),
+        "e": _entry((0, 5), "F32", [8, 8]),
+        "b": _entry((4,), "I16", [0, 8]),
+    }
+    path = tmp_path / "ok.safetensors"
+    path.write_bytes(_safetensors(header, b.tobytes() + b"\xff" * 8 + a.tobytes()))
+    out = safe_load(path)
+    np.testing.assert_array_equal(out["a"].numpy(), a)
+    np.testing.assert_array_equal(out["b"].numpy(), b)
+    assert out["e"].shape == (0, 5)
 
 
 def test_model_round_trip_identical_outputs(tmp_path: Path) -> None:

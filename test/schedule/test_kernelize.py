@@ -180,6 +180,30 @@ def test_kernels_fit_the_devices_buffer_limit(monkeypatch, limit):
     np.testing.assert_allclose(chain.numpy(), want, rtol=1e-5)
 
 
+@pytest.mark.parametrize("device, n", [("CPU", 1100), ("PYTHON", 600)])
+def test_more_inputs_than_a_kernel_takes(device, n):
+    # CPU kernels are called through ctypes (at most 1024 arguments), PYTHON models CUDA's 4 KB of parameters: a
+    # stack and a pairwise sum of more tensors than that are split into kernels within the device's declared limit
+    from lazygrad import Device
+
+    arrs = [np.random.default_rng(i).standard_normal(3).astype(np.float32) for i in range(n)]
+    ts = [Tensor(a, device=device).realize() for a in arrs]
+    stacked = Tensor.stack(*ts)
+    pairs = ts
+    while len(pairs) > 1:
+        pairs = [pairs[i] + pairs[i + 1] if i + 1 < len(pairs) else pairs[i] for i in range(0, len(pairs), 2)]
+    total, col = stacked.sum(), stacked.sum(0)
+    sched = total.schedule(col, pairs[0])
+    limit = Device[device].renderer.max_buffers
+    assert limit is not None and all(len(si.bufs) <= limit for si in sched)
+    from lazygrad.engine.realize import run_schedule
+
+    run_schedule(sched)
+    np.testing.assert_allclose(total.numpy(), np.stack(arrs).sum(), rtol=1e-4)
+    np.testing.assert_allclose(col.numpy(), np.stack(arrs).sum(0), rtol=1e-4)
+    np.testing.assert_allclose(pairs[0].numpy(), np.stack(arrs).sum(0), rtol=1e-4)
+
+
 def test_epilogue_reading_a_reshaped_reduce_of_another_loop():
     # a SwiGLU's gradient: one epilogue reads two matmuls whose reduces run over different loops, one of them
     # through a reshape; they cannot share a kernel
