@@ -86,6 +86,8 @@ DEBUG, NOOPT, BEAM, CACHELEVEL = (
     ContextVar("CACHELEVEL", 2),
 )
 JIT, PROFILE = ContextVar("JIT", 1), ContextVar("PROFILE", 0)
+# the longest chain of ALU ops one fused kernel computes (see _Planner.cap_kernel_size)
+KERNEL_OPS = ContextVar("KERNEL_OPS", 1000)
 
 
 class GlobalCounters:
