@@ -87,7 +87,7 @@ DEBUG, NOOPT, BEAM, CACHELEVEL = (
 )
 JIT, PROFILE = ContextVar("JIT", 1), ContextVar("PROFILE", 0)
 # the longest chain of ALU ops one fused kernel computes (see _Planner.cap_kernel_size)
-KERNEL_OPS = ContextVar("KERNEL_OPS", 1000)
+KERNEL_OPS = ContextVar("KERNEL_OPS", 256)
 
 
 class GlobalCounters:
