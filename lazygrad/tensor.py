@@ -802,15 +802,16 @@ class Tensor:
             if t.ndim != self.ndim or any(a != b for i, (a, b) in enumerate(zip(t.shape, self.shape)) if i != d):
                 raise ValueError(f"cat along dim {d}: shapes {[x.shape for x in tensors]} differ outside that dim")
         total = sum(t.shape[d] for t in tensors)
-        out, start = None, 0
+        parts, start = [], 0
         for t in tensors:
             pads = [(0, 0)] * self.ndim
             pads[d] = (start, total - start - t.shape[d])
             start += t.shape[d]
-            part = t.pad(pads)
-            out = part if out is None else out + part
-        assert out is not None
-        return out
+            parts.append(t.pad(pads))
+        # summed pairwise: a cat of n tensors is log2(n) adds deep, not n
+        while len(parts) > 1:
+            parts = [parts[i] + parts[i + 1] if i + 1 < len(parts) else parts[i] for i in range(0, len(parts), 2)]
+        return parts[0]
 
     def stack(self, *others: Tensor, dim: int = 0) -> Tensor:
         d = _axes(dim, self.ndim + 1)[0]
