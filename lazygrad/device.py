@@ -125,8 +125,11 @@ class Buffer:
         return self.ensure_allocated()._ptr  # type: ignore[return-value]
 
     def alias(self) -> Buffer:
-        """Another Buffer object for the same memory (a new identity for the graph, no copy)."""
-        return Buffer(self.device, self.size, self.dtype, external=self, external_ptr=self.ptr, shape=self.shape)
+        """Another Buffer object for the same memory (a new identity for the graph, no copy). It keeps the owner of
+        the memory alive, not self: every assign().realize() aliases the last alias, and a chain of them would keep
+        one Buffer per step alive."""
+        owner = self._external if isinstance(self._external, Buffer) else self
+        return Buffer(self.device, self.size, self.dtype, external=owner, external_ptr=self.ptr, shape=self.shape)
 
     def copyin(self, src: memoryview) -> Buffer:
         if src.nbytes != self.nbytes:

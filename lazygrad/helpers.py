@@ -88,6 +88,8 @@ DEBUG, NOOPT, BEAM, CACHELEVEL = (
 )
 JIT, PROFILE = ContextVar("JIT", 1), ContextVar("PROFILE", 0)
 SPEC = ContextVar("SPEC", 0)  # check every kernel against the IR rules of uop/spec.py (the test suite sets it)
+# the longest chain of ALU ops one fused kernel computes (see _Planner.cap_kernel_size)
+KERNEL_OPS = ContextVar("KERNEL_OPS", 256)
 
 
 class GlobalCounters:

@@ -40,27 +40,53 @@ def _with_lazy_origins(root: UOp) -> UOp:
     of the backward pass still read the stored buffer (the scheduler knows the graph was realized)."""
     if not _lazy_origin:
         return root
-    # a realized tensor's graph may hold other realized tensors (a loop realizing its state each step): resolve the
-    # innermost first, without recursion (a chain can be thousands long)
-    resolved: dict[UOp, UOp] = {}
-    inner: dict[UOp, list[UOp]] = {}
-    stack = [n for n in root.toposort if n in _lazy_origin]
+    mapping = {n: _resolved_origin(n) for n in root.toposort if n in _lazy_origin}
+    return substitute(root, mapping) if mapping else root
+
+
+# a realized buffer node with a lazy origin -> that origin with its own realized inputs resolved in turn (an origin never
+# changes, so neither does this: a loop realizing its state each step resolves one new step per realize, not all)
+_resolved: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
+
+
+def _resolved_origin(node: UOp) -> UOp:
+    """The graph that computed `node`, down to tensors that were never realized (innermost first, in a loop: a chain
+    of realized steps can be thousands long)."""
+    stack = [node]
     while stack:
         n = stack[-1]
-        if n in resolved:
+        if n in _resolved:
             stack.pop()
             continue
-        if n not in inner:
-            inner[n] = [m for m in _lazy_origin[n].toposort if m in _lazy_origin]
-        todo = [m for m in inner[n] if m not in resolved]
+        inner = [m for m in _lazy_origin[n].toposort if m in _lazy_origin]
+        todo = [m for m in inner if m not in _resolved]
         if todo:
             stack.extend(todo)
             continue
         origin = _lazy_origin[n]
-        resolved[n] = substitute(origin, {m: resolved[m] for m in inner[n]}) if inner[n] else origin
+        _resolved[n] = substitute(origin, {m: _resolved[m] for m in inner}) if inner else origin
         stack.pop()
-    mapping = {n: resolved[n] for n in root.toposort if n in _lazy_origin}
-    return substitute(root, mapping) if mapping else root
+    return _resolved[node]
+
+
+def _reaches_grad(root: UOp) -> bool:
+    """Whether root depends differentiably on a leaf that requires grad, or on a realized tensor kept for its gradient
+    path (which did, when it was realized). The walk stops at realized buffers: it costs the unrealized part of the
+    graph only, not the history behind every realize."""
+    from lazygrad.gradient import _blocks
+
+    leaves = {t.uop for t in _grad_leaves.values()}
+    seen: set[UOp] = set()
+    stack = [root]
+    while stack:
+        n = stack.pop()
+        if n in seen or _blocks(n):
+            continue
+        if n in leaves or n in _lazy_origin or _realized.get(n) in leaves:
+            return True
+        seen.add(n)
+        stack.extend(n.src)
+    return False
 
 
 def _flatten_list(data: Any) -> tuple[list[Any], tuple[int, ...]]:
@@ -185,7 +211,7 @@ class Tensor:
             return self._requires_grad
         if Tensor._grad_disabled or not _grad_leaves:
             return False
-        return bool(self._grad_leaves_of())
+        return _reaches_grad(self.uop)
 
     def _grad_leaves_of(self) -> list[tuple[Tensor, UOp]]:
         """The leaves requiring grad that this tensor depends on through a differentiable path (not via detach), each

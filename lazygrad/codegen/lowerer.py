@@ -247,12 +247,28 @@ class Lowerer:
 
     def val(self, u: UOp, combo: Combo) -> UOp:
         """The value of `u` at `combo` (one value per expanded axis but the vector axis): scalar or vector."""
-        if self.width == 1:
-            return self.ev(u, combo)
-        key = (u, combo + (-1,))
-        if (ret := self.memo.get(key)) is None:
-            ret = self.memo[key] = self._vec_ev(u, combo)
-        return ret
+        return self._lowered(u, combo, self.width > 1)
+
+    def _lowered(self, u: UOp, combo: Combo, vec: bool) -> UOp:
+        """Memoized _vec_ev (vec) or _ev of u at combo, with the elementwise sources below lowered first in a loop:
+        a kernel's expression may be a chain hundreds of ops deep."""
+
+        def key(x: UOp) -> tuple[UOp, Combo]:
+            return (x, combo + (-1,)) if vec else (x, combo)
+
+        stack = [u]
+        while stack:
+            x = stack[-1]
+            if key(x) in self.memo:
+                stack.pop()
+                continue
+            todo = [s for s in x.src if key(s) not in self.memo] if x.op in GroupOp.Elementwise else []
+            if todo:
+                stack.extend(todo)
+                continue
+            self.memo[key(x)] = self._vec_ev(x, combo) if vec else self._ev(x, combo)
+            stack.pop()
+        return self.memo[key(u)]
 
     def _vec_ev(self, u: UOp, combo: Combo) -> UOp:
         renderer = self.k.renderer
@@ -279,10 +295,7 @@ class Lowerer:
         return simplify(idx), simplify(valid)
 
     def ev(self, u: UOp, combo: Combo) -> UOp:
-        key = (u, combo)
-        if (ret := self.memo.get(key)) is None:
-            ret = self.memo[key] = self._ev(u, combo)
-        return ret
+        return self._lowered(u, combo, False)
 
     def _ev(self, u: UOp, combo: Combo) -> UOp:
         if u.op is Ops.LOAD:

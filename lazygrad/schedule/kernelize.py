@@ -8,7 +8,8 @@ Everything that is not stored is inlined into the kernels that use it. The decis
   4. an ALU subtree read through an expand by a kernel that reduces is stored (recomputing it per reduce step
      multiplies its arithmetic by the expand factor);
   5. a kernel reading more buffers than its device takes as arguments has inlined subtrees stored until it fits;
-  6. kernels with no dependency between them and the same iteration space merge into one multi-output kernel.
+  6. a kernel whose longest chain of ALU ops would pass KERNEL_OPS has its deepest inlined inputs stored;
+  7. kernels with no dependency between them and the same iteration space merge into one multi-output kernel.
 Movement ops never make kernels: they compose into the ShapeTracker of each load.
 """
 
@@ -20,13 +21,16 @@ from typing import Any, Callable
 
 from lazygrad.device import Buffer, Device
 from lazygrad.dtype import dtypes
-from lazygrad.helpers import DEBUG, prod
+from lazygrad.helpers import DEBUG, KERNEL_OPS, prod
 from lazygrad.uop.ops import GroupOp, Ops, UOp, substitute
 from lazygrad.uop.view import ShapeTracker
 from lazygrad.viz import profile
 
 Chain = tuple[tuple[Ops, Any], ...]  # movement ops applied to a node's shape, innermost first
 _SOURCES = (Ops.DEVICE, Ops.CONST, Ops.IOTA, Ops.BIND)  # computed from nothing: never stored, always inlined
+# buffers one kernel reads, whatever its device takes: gcc's time grows as the cube of the guarded loads in one loop
+# (a cat of 150 tensors as one kernel: 0.55 s to compile, of 400: 13 s, of 1000: 350 s)
+MAX_BUFFERS = 32
 
 
 @dataclass(frozen=True)
@@ -74,6 +78,7 @@ class _Planner:
             stack.append((node, True))
             stack.extend((s, False) for s in reversed(node.src) if s not in order)
         self.order = list(order)
+        self.position = {n: i for i, n in enumerate(self.order)}
         self.consumers = _consumers(self.order)
         self.stored: set[UOp] = set()
 
@@ -105,6 +110,26 @@ class _Planner:
             if len(reach) > 1 and self._store_is_cheaper(n, reach) or n in expanded_by_reduce:
                 self.stored.add(n)
 
+    def cap_kernel_size(self, cap: int) -> None:
+        """Keep the longest chain of ALU ops inside any kernel under `cap`: sources first, a node that would go over
+        has its deepest inlined input stored instead. Without a cap a 20k-op chain becomes one C expression nested 20k
+        deep, which crashes the C compiler. Depth, not a count of ops, is what is capped: a count of the expression as
+        a tree grows with every path a shared value is read through (a gradient sums N terms that each read the same
+        forward chain: N^2 as a tree, N distinct ops), and counting distinct ops per kernel costs a walk per node."""
+        depth: dict[UOp, int] = {}  # longest ALU chain ending at a node, inlined into every kernel that reads it
+
+        def inlined_depth(x: UOp) -> int:
+            b = x.base  # a view is read where it is used: its source's ops come along
+            return 0 if self.leaf(x) or self.leaf(b) or b in self.stored else depth[b]
+
+        for n in self.order:
+            if self.leaf(n) or n.op in GroupOp.Movement:
+                continue
+            own = int(n.op in GroupOp.ALU)
+            while own + max((inlined_depth(s) for s in n.src), default=0) > cap:
+                self.stored.add(max(n.src, key=inlined_depth).base)
+            depth[n] = own + max((inlined_depth(s) for s in n.src), default=0)
+
     def fit_buffer_limits(self, limit_of: Callable[[str], int | None]) -> None:
         """Store inlined subtrees of any kernel that would read more buffers than its device accepts (a cat of 40
         tensors on Metal, whose kernels take 31): the subtree reading the most buffers that still fits goes first."""
@@ -116,8 +141,9 @@ class _Planner:
                 continue
             while len(reads := self._reads(n)) + 1 > limit:  # +1: the kernel's output
                 inner = [x for x in self._inlined(n) if x is not n and x not in reads and x.op in GroupOp.Elementwise]
+                reads_of, has_reduce = self._subtrees(n)
                 # a subtree that inlines an unstored reduce stays whole: the reduce belongs to n's kernel
-                fits = [(len(r), x) for x in inner if len(r := self._reads(x)) < limit and not self._has_reduce(x)]
+                fits = [(len(reads_of[x]), x) for x in inner if len(reads_of[x]) < limit and not has_reduce[x]]
                 if not fits:
                     raise RuntimeError(
                         f"a kernel on {n.device} reads {len(reads)} buffers, over the device's limit "
@@ -132,8 +158,22 @@ class _Planner:
         inner = self._inlined(n) if inlined is None else inlined
         return {x for x in inner if x is not n and (x.op is Ops.BUFFER or x in self.realized or x in self.stored)}
 
-    def _has_reduce(self, n: UOp) -> bool:
-        return any(x.op is Ops.REDUCE_AXIS and x is not n and x not in self.stored for x in self._inlined(n))
+    def _subtrees(self, n: UOp) -> tuple[dict[UOp, set[UOp]], dict[UOp, bool]]:
+        """For every node x inlined into n's kernel: the stored leaves x's subtree reads, and whether it inlines an
+        unstored reduce. Sources first in one pass: a walk per node is quadratic (a cat of 1000 tensors)."""
+        reads: dict[UOp, set[UOp]] = {}
+        has_reduce: dict[UOp, bool] = {}
+        for x in sorted(self._inlined(n), key=self.position.__getitem__):
+            if x is not n and (self.leaf(x) or x in self.stored):
+                reads[x] = {x} if x.op is Ops.BUFFER or x in self.realized or x in self.stored else set()
+                has_reduce[x] = False
+                continue
+            reads[x] = set().union(*(reads[s] for s in x.src if s in reads))
+            has_reduce[x] = any(
+                has_reduce.get(s, False) or s.op is Ops.REDUCE_AXIS and s in reads and not reads[s] >= {s}
+                for s in x.src
+            )
+        return {x: r - {x} for x, r in reads.items()}, has_reduce
 
     def _expanded_by_reduce(self) -> set[UOp]:
         """ALU nodes a reduce reads through an expand: inlined, they would be recomputed once per expanded element."""
@@ -261,10 +301,35 @@ class _KernelBuilder:
         return UOp(Ops.DEFINE_GLOBAL, ptr_dtype, arg=len(self.bufs) - 1)
 
     def build(self, u: UOp, chain: Chain) -> UOp:
-        key = (u, chain)
-        if (ret := self.memo.get(key)) is None:
-            ret = self.memo[key] = self._build(u, chain)
-        return ret
+        """The kernel expression of u read through `chain`, built sources first (a loop, not recursion: a kernel may
+        inline a long chain)."""
+        stack = [(u, chain)]
+        while stack:
+            key = stack[-1]
+            if key in self.memo:
+                stack.pop()
+                continue
+            todo = [k for k in self._inputs(*key) if k not in self.memo]
+            if todo:
+                stack.extend(todo)
+                continue
+            self.memo[key] = self._build(*key)
+            stack.pop()
+        return self.memo[(u, chain)]
+
+    def _inputs(self, u: UOp, chain: Chain) -> list[tuple[UOp, Chain]]:
+        """The (node, chain) expressions _build(u, chain) is made of."""
+        if u in self.realized:
+            return [(self.realized[u], chain)]
+        if u.op in GroupOp.Movement:
+            return [(u.src[0], ((u.op, u.arg),) + chain)]
+        if u.op is Ops.BUFFER or (u is not self.root and u in self.stored) or u.op in _SOURCES:
+            return []
+        if u.op is Ops.REDUCE_AXIS:
+            return [(u.src[0], ())]
+        if u.op in (Ops.CONTIGUOUS, Ops.DETACH):
+            return [(u.src[0], chain)]
+        return [(s, chain) for s in u.src]
 
     def _view(self, shape: tuple[int, ...], chain: Chain) -> ShapeTracker:
         st = ShapeTracker.from_shape(shape)
@@ -278,10 +343,10 @@ class _KernelBuilder:
         return UOp(Ops.LOAD, dtype, (g, UOp(Ops.VIEW, arg=st)))
 
     def _build(self, u: UOp, chain: Chain) -> UOp:
-        if u in self.realized:
-            return self.build(self.realized[u], chain)
-        if u.op in GroupOp.Movement:
-            return self.build(u.src[0], ((u.op, u.arg),) + chain)
+        """u's expression from its inputs' (already in the memo)."""
+        built = [self.memo[k] for k in self._inputs(u, chain)]
+        if u in self.realized or u.op in GroupOp.Movement:
+            return built[0]
         if u.op is Ops.BUFFER:
             self.reads.add(u)
             return self._load(u.arg, u.shape, chain, u.dtype)
@@ -302,12 +367,11 @@ class _KernelBuilder:
         if u.op is Ops.REDUCE_AXIS:
             st = self._view(u.shape, chain)
             assert st.contiguous and st.shape == u.shape, "a fused reduce is only read at its own shape"
-            return UOp(Ops.REDUCE_AXIS, u.dtype, (self.build(u.src[0], ()),), u.arg)
+            return UOp(Ops.REDUCE_AXIS, u.dtype, tuple(built), u.arg)
         if u.op in (Ops.CONTIGUOUS, Ops.DETACH):
-            return self.build(u.src[0], chain)
+            return built[0]
         if u.op in GroupOp.Elementwise:
-            srcs = tuple(self.build(s, chain) for s in u.src)
-            return self._masked(UOp(u.op, u.dtype, srcs, u.arg), u.shape, chain, u)
+            return self._masked(UOp(u.op, u.dtype, tuple(built), u.arg), u.shape, chain, u)
         raise NotImplementedError(f"scheduler cannot build a kernel for {u.op}")
 
     def _masked(self, value: UOp, shape: tuple[int, ...], chain: Chain, u: UOp) -> UOp:
@@ -429,15 +493,25 @@ def _levels(stored: list[UOp], reads: list[set[UOp]]) -> list[int]:
                 j for j, r in enumerate(reads) if j != i and any(x.op is Ops.BUFFER and x.arg is target for x in r)
             }
     level: dict[int, int] = {}
-
-    def visit(i: int, path: tuple[int, ...] = ()) -> int:
-        if i not in level:
-            if i in path:
+    on_path: set[int] = set()  # kernels whose level waits on their dependencies' (a cycle revisits one)
+    for start in range(len(stored)):
+        stack = [start]
+        while stack:
+            i = stack[-1]
+            if i in level:
+                stack.pop()
+                continue
+            todo = [j for j in deps[i] if j not in level]
+            if not todo:
+                level[i] = 1 + max((level[j] for j in deps[i]), default=-1)
+                on_path.discard(i)
+                stack.pop()
+                continue
+            if i in on_path or any(j in on_path for j in todo):
                 raise RuntimeError("an assign and a read of the same buffer depend on each other; realize one first")
-            level[i] = 1 + max((visit(j, path + (i,)) for j in deps[i]), default=-1)
-        return level[i]
-
-    return [visit(i) for i in range(len(stored))]
+            on_path.add(i)
+            stack.extend(todo)
+    return [level[i] for i in range(len(stored))]
 
 
 # *** the schedule cache: a training or decode step builds the same graph over new buffers on every call ***
@@ -597,7 +671,8 @@ def _create_schedule(
 ) -> tuple[list[ScheduleItem], dict[UOp, UOp], dict[UOp, int]]:
     planner = _Planner(outs, realized)
     planner.decide()
-    planner.fit_buffer_limits(lambda device: Device[device].renderer.max_buffers)
+    planner.cap_kernel_size(KERNEL_OPS.value)
+    planner.fit_buffer_limits(lambda device: min(Device[device].renderer.max_buffers or MAX_BUFFERS, MAX_BUFFERS))
     stored = [n for n in planner.order if n in planner.stored]
     out_bufs: dict[UOp, Buffer] = {}
     becomes: dict[UOp, UOp] = {}
@@ -628,7 +703,7 @@ def _create_schedule(
         groups.setdefault((level[i], ("copy", i) if ast.op is Ops.COPY else _signature(ast)), []).append(i)
     schedule: list[tuple[int, ScheduleItem]] = []
     for (lvl, _), members in groups.items():
-        limit = Device[kernels[members[0]][1][0].device].renderer.max_buffers
+        limit = min(Device[kernels[members[0]][1][0].device].renderer.max_buffers or MAX_BUFFERS, MAX_BUFFERS)
         for part in _within_limit([kernels[i] for i in members], limit):
             ast, bufs = _merge(part) if len(part) > 1 else part[0]
             schedule.append((lvl, ScheduleItem(ast, tuple(bufs))))

@@ -302,9 +302,9 @@ class UOp(metaclass=UOpMetaClass):
 
     # *** bounds, used by the simplifier to prove facts about index math ***
 
-    @functools.cached_property
+    @property
     def _min_max(self) -> tuple[Any, Any]:
-        return _bounds(self)
+        return _from_sources(self, "_min_max", _bounds)
 
     @property
     def vmin(self) -> Any:
@@ -343,26 +343,17 @@ class UOp(metaclass=UOpMetaClass):
 
     # *** tensor-graph properties ***
 
-    @functools.cached_property
+    @property
     def shape(self) -> tuple[sint, ...]:
-        return _shape(self)
+        return _from_sources(self, "shape", _shape)
 
     @property
     def size(self) -> int:
         return prod(self.shape)
 
-    @functools.cached_property
+    @property
     def device(self) -> str:
-        if self.op is Ops.DEVICE:
-            return self.arg
-        if self.op is Ops.BUFFER:
-            return self.arg.device
-        if self.op is Ops.COPY:
-            return self.arg
-        for s in self.src:
-            if (d := s.device) is not None:
-                return d
-        return None  # type: ignore[return-value]
+        return _from_sources(self, "device", _device)
 
     @property
     def base(self) -> UOp:
@@ -438,6 +429,36 @@ def pretty_print(root: UOp, max_lines: int = 400) -> str:
         stack.append((None, depth, "))" + text))
         stack.extend((s, depth + 1, ",") for s in reversed(node.src))
     return "\n".join(lines)
+
+
+def _from_sources(u: UOp, name: str, fn: Callable[[UOp], Any]) -> Any:
+    """u's cached `name` = fn(u), where fn reads the same property of u's sources. The uncached nodes below u are
+    computed first, deepest first: a property asked of a node 100,000 ops deep costs no recursion."""
+    cache = u.__dict__
+    if name in cache:
+        return cache[name]
+    order: dict[UOp, None] = {}
+    stack: list[tuple[UOp, bool]] = [(u, False)]
+    while stack:
+        node, expanded = stack.pop()
+        if node in order:
+            continue
+        if expanded:
+            order[node] = None
+        else:
+            stack.append((node, True))
+            stack.extend((s, False) for s in node.src if name not in s.__dict__ and s not in order)
+    for node in order:
+        node.__dict__[name] = fn(node)
+    return cache[name]
+
+
+def _device(u: UOp) -> str | None:
+    if u.op is Ops.DEVICE or u.op is Ops.COPY:
+        return u.arg
+    if u.op is Ops.BUFFER:
+        return u.arg.device
+    return next((d for s in u.src if (d := s.device) is not None), None)
 
 
 def _shape(u: UOp) -> tuple[sint, ...]:
