@@ -57,6 +57,14 @@ class _Device:
 Device = _Device()
 
 
+def is_dtype_supported(dtype: DType, device: str | None = None) -> bool:
+    """Whether tensors of `dtype` can be computed on `device` (the default device if None)."""
+    try:
+        return Device[Device.canonicalize(device)].renderer.dtype_unsupported(dtype) is None
+    except DeviceUnavailable:
+        return False
+
+
 # *** buffers ***
 
 

@@ -11,8 +11,9 @@ import weakref
 from typing import Any, Callable, Sequence
 
 from lazygrad.device import Buffer, Device
-from lazygrad.dtype import (
+from lazygrad.dtype import (  # noqa: F401  (_to_np_dtype: tinygrad programs import it from here)
     DType,
+    _to_np_dtype,
     bf16_to_float,
     dtypes,
     float_to_bf16,
@@ -469,7 +470,7 @@ class Tensor:
 
         if self.dtype == dtypes.bfloat16:
             return self.float().numpy()
-        np_dtype = np.dtype(self.dtype.fmt if self.dtype != dtypes.bool else np.bool_)
+        np_dtype = _to_np_dtype(self.dtype)
         if self.numel() == 0:
             return np.zeros(self.shape, dtype=np_dtype)
         return np.frombuffer(self.data(), dtype=np_dtype).reshape(self.shape).copy()
