@@ -22,7 +22,7 @@ from lazygrad.dtype import (  # noqa: F401  (_to_np_dtype: tinygrad programs imp
     sum_acc_dtype,
     to_dtype,
 )
-from lazygrad.helpers import argfix, argsort, ceildiv, flatten, make_tuple, prod
+from lazygrad.helpers import TRAINING, argfix, argsort, ceildiv, flatten, make_tuple, prod
 from lazygrad.uop.ops import GroupOp, Ops, UOp, pretty_print, substitute
 
 # computed nodes that have been realized -> the buffer view that holds their value; consulted by the scheduler
@@ -104,10 +104,26 @@ def _axes(axis: int | Sequence[int] | None, ndim: int) -> tuple[int, ...]:
     return tuple(sorted(out)) if ndim else ()
 
 
-class Tensor:
-    """A lazy n-dimensional array on a device, with PyTorch/tinygrad names."""
+class _TensorType(type):
+    @property
+    def training(cls) -> bool:
+        """tinygrad's TRAINING knob: `Context(TRAINING=1)`, `Tensor.train()` and assigning `Tensor.training` are one
+        switch (dropout, batchnorm statistics)."""
+        return bool(TRAINING.value)
 
-    training: bool = False
+    @training.setter
+    def training(cls, mode: bool) -> None:
+        TRAINING.value = int(mode)
+
+
+class Tensor(metaclass=_TensorType):
+    """A lazy n-dimensional array on a device, with PyTorch/tinygrad names.
+
+    Gradients serve torch and tinygrad programs alike. `requires_grad` is True, False, or unset (None, the default):
+    backward() fills `.grad` of every tensor in its graph that is set True (torch's leaves) and of every floating
+    point tensor in it that is unset (tinygrad has no requires_grad: everything gets a gradient), never of one set
+    False. A computed tensor's `requires_grad` reads as torch's (whether it depends on a tensor set True)."""
+
     _grad_disabled: int = 0  # depth of nested no_grad blocks
     _seed: int = 0
     _rng_counter: int = 0
@@ -167,11 +183,12 @@ class Tensor:
             _check_dtype("making a tensor", self.dtype, self.device)
         if requires_grad is not None:
             self.requires_grad = requires_grad
-        elif (
-            Tensor._grad_disabled and isinstance(data, UOp) and data.op not in (Ops.BUFFER, Ops.DETACH) and _grad_leaves
-        ):
-            # made under no_grad: no gradient may flow back through it later
+        elif Tensor._grad_disabled and isinstance(data, UOp) and data.op not in (Ops.BUFFER, Ops.DETACH):
+            # computed under no_grad: as in torch, no gradient flows back through it and it gets none itself
             self.uop = UOp(Ops.DETACH, self.uop.dtype, (self.uop,))
+            self._requires_grad = False
+        elif dtypes.is_float(self.dtype):
+            _unset_grad[id(self)] = self
 
     # *** autograd ***
 
@@ -207,6 +224,7 @@ class Tensor:
         if value and not dtypes.is_float(self.dtype):
             raise TypeError(f"only floating point tensors can require gradients, not {self.dtype}")
         self._requires_grad = value
+        _unset_grad.pop(id(self), None)
         if value:
             _grad_leaves[id(self)] = self
         else:
@@ -214,6 +232,25 @@ class Tensor:
 
     def requires_grad_(self, value: bool = True) -> Tensor:
         self.requires_grad = value
+        return self
+
+    @property
+    def is_param(self) -> bool:
+        """tinygrad's flag: whether an optimizer given this tensor updates it (False: a buffer such as a running
+        statistic, realized with each step). The same as requires_grad not set False."""
+        return self._requires_grad is not False
+
+    @is_param.setter
+    def is_param(self, value: bool) -> None:
+        if not value:
+            self.requires_grad = False
+        elif self._requires_grad is False:
+            self._requires_grad = None
+            if dtypes.is_float(self.dtype):
+                _unset_grad[id(self)] = self
+
+    def is_param_(self, value: bool = True) -> Tensor:
+        self.is_param = value
         return self
 
     def gradient(self, *targets: Tensor, gradient: Tensor | None = None) -> list[Tensor]:
@@ -244,8 +281,9 @@ class Tensor:
         return gradient
 
     def backward(self, gradient: Tensor | None = None, retain_graph: bool = False) -> Tensor:
-        """Accumulate d(self)/d(leaf) into `.grad` of every leaf that requires grad and that self depends on."""
-        from lazygrad.gradient import compute_gradient, note_backward_root
+        """Accumulate d(self)/d(t) into `.grad` of every tensor t in self's graph with requires_grad True or unset (see
+        the class docstring)."""
+        from lazygrad.gradient import compute_gradient, grad_reachable, note_backward_root
 
         if id(self) in Tensor._graph_freed:
             raise RuntimeError(
@@ -253,17 +291,21 @@ class Tensor:
                 "pass retain_graph=True to the first backward() to allow it"
             )
         seed = self._seed_gradient(gradient)
-        leaves = self._grad_leaves_of()
+        root = _with_lazy_origins(self.uop)
+        pairs = self._nodes_in_graph([*_grad_leaves.values(), *_unset_grad.values()], root)
+        reached = grad_reachable(root, {n for _, n in pairs})
+        # the root itself gets no .grad (torch leaves a non-leaf's empty; it would only be ones)
+        leaves = [(t, n) for t, n in pairs if n in reached and n is not root]
         if not leaves:
             raise RuntimeError(
-                "backward: the tensor does not depend on any tensor with requires_grad=True "
+                "backward: the tensor depends on no floating point tensor whose requires_grad is True or unset "
                 "(or only through detach() / no_grad())"
             )
-        grads = compute_gradient(_with_lazy_origins(self.uop), seed, {n for _, n in leaves})
+        grads = compute_gradient(root, seed, {n for _, n in leaves})
         for t, n in leaves:
             if (g := grads.get(n)) is not None:
                 t.grad = g if t.grad is None else t.grad + g
-                t.grad._requires_grad = False  # as in torch: a gradient is data, it keeps no graph when realized
+                t.grad.requires_grad = False  # as in torch: a gradient is data, it keeps no graph when realized
         if not retain_graph:
             Tensor._graph_freed[id(self)] = self
         note_backward_root(self)
@@ -2513,6 +2555,8 @@ class Tensor:
 
 # id -> tensor with requires_grad=True; keyed by id because Tensor.__eq__ is elementwise, not identity
 _grad_leaves: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
+# id -> floating point tensor whose requires_grad was never set: a backward through it fills its .grad (tinygrad's rule)
+_unset_grad: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
 
 
 def _creation_with_requires_grad(fn: Callable[..., Tensor]) -> Any:
