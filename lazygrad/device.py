@@ -71,8 +71,11 @@ def is_dtype_supported(dtype: DType, device: str | None = None) -> bool:
 class Buffer:
     """`size` elements of `dtype` on `device`. Memory is allocated on first use and freed with the object."""
 
+    made = 0  # Buffers made so far: `serial` orders them (a trace tells the buffers it made from those it found)
+
     def __init__(self, device: str, size: int, dtype: DType, external: Any = None, external_ptr: int | None = None):
         self.device, self.size, self.dtype = device, size, dtype
+        self.serial, Buffer.made = Buffer.made, Buffer.made + 1
         self._ptr: int | None = None
         self._external = external  # keeps a borrowed host array (numpy) alive while we point into it
         # set by Tensor.schedule for the buffers its kernels write, cleared by run_schedule once they ran: reading a
