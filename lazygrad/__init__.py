@@ -1,8 +1,10 @@
 """lazygrad: a lazy Tensor, a small IR, a kernel fuser and optimizer, and runtimes that compile and run the kernels."""
 
+from lazygrad import nn
 from lazygrad.device import Device
 from lazygrad.dtype import dtypes
 from lazygrad.engine.jit import JitError, TinyJit
+from lazygrad.function import function
 from lazygrad.helpers import Context, GlobalCounters, getenv
 from lazygrad.tensor import Tensor
 from lazygrad.uop.ops import UOp
@@ -12,6 +14,7 @@ Variable = UOp.variable  # Variable("pos", 0, 100).bind(n): a symbolic int, pass
 __all__ = [
     "Tensor",
     "TinyJit",
+    "function",
     "JitError",
     "Variable",
     "dtypes",
@@ -20,4 +23,5 @@ __all__ = [
     "GlobalCounters",
     "getenv",
     "UOp",
+    "nn",
 ]

@@ -69,12 +69,22 @@ class _Device:
 Device = _Device()
 
 
+def is_dtype_supported(dtype: DType, device: str | None = None) -> bool:
+    """Whether tensors of `dtype` can be computed on `device` (the default device if None)."""
+    try:
+        return Device[Device.canonicalize(device)].renderer.dtype_unsupported(dtype) is None
+    except DeviceUnavailable:
+        return False
+
+
 # *** buffers ***
 
 
 class Buffer:
     """`size` elements of `dtype` on `device`. Memory is allocated on first use and freed with the object.
     `shape`, the shape of the tensor it was made for, only serves error messages."""
+
+    made = 0  # Buffers made so far: `serial` orders them (a trace tells the buffers it made from those it found)
 
     def __init__(
         self,
@@ -87,6 +97,7 @@ class Buffer:
     ):
         self.device, self.size, self.dtype = device, size, dtype
         self.shape = shape if shape is not None else (size,)
+        self.serial, Buffer.made = Buffer.made, Buffer.made + 1
         self._ptr: int | None = None
         self._external = external  # keeps a borrowed host array (numpy) alive while we point into it
         # set by Tensor.schedule for the buffers its kernels write, cleared by run_schedule once they ran: reading a

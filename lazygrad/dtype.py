@@ -263,6 +263,13 @@ def to_dtype(x: DType | str) -> DType:
     raise TypeError(f"unknown dtype {x!r}; expected a lazygrad DType or one of {sorted(DTYPES_BY_NAME)}")
 
 
+def _to_np_dtype(dt: DType) -> Any:
+    """The numpy dtype holding `dt`'s values (None for bfloat16, which numpy lacks)."""
+    import numpy as np
+
+    return None if dt.fmt is None else np.dtype(np.bool_ if dt == dtypes.bool else dt.fmt)
+
+
 def sum_acc_dtype(dt: DType) -> DType:
     """What sum/prod of `dt` returns: integers and bools widen to int64 (uint64 stays), like torch."""
     if dtypes.is_float(dt):

@@ -90,6 +90,30 @@ JIT, PROFILE = ContextVar("JIT", 1), ContextVar("PROFILE", 0)
 SPEC = ContextVar("SPEC", 0)  # check every kernel against the IR rules of uop/spec.py (the test suite sets it)
 # the longest chain of ALU ops one fused kernel computes (see _Planner.cap_kernel_size)
 KERNEL_OPS = ContextVar("KERNEL_OPS", 256)
+# 1 while training (dropout active, batchnorm updates its statistics, optimizers may step): the switch that
+# `Tensor.train()` flips, and what `Tensor.training` reads
+TRAINING = ContextVar("TRAINING", 0)
+# tinygrad knobs that lazygrad has no use for: `Context(...)` accepts them (a tinygrad program sets them) and they
+# change nothing; a name that is neither this nor a knob above is a KeyError, as in tinygrad
+_TINYGRAD_ONLY_KNOBS = {
+    "IMAGE": 0,
+    "FLOAT16": 0,
+    "WINO": 0,
+    "TRANSCENDENTAL": 1,
+    "VIZ": 0,
+    "SPLIT_REDUCEOP": 1,
+    "NO_MEMORY_PLANNER": 0,
+    "FUSE_OPTIM": 0,
+    "TRACEMETA": 1,
+    "CAPTURING": 1,
+    "ALLOW_DEVICE_USAGE": 1,
+    "LRU": 1,
+    "RING": 1,
+}
+for _name, _default in _TINYGRAD_ONLY_KNOBS.items():
+    ContextVar(_name, _default)
+CI = bool(os.getenv("CI"))  # running under continuous integration (tests skip what is slow or needs hardware there)
+OSX, WIN = sys.platform == "darwin", sys.platform == "win32"
 
 
 class GlobalCounters:

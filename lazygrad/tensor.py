@@ -12,8 +12,9 @@ import weakref
 from typing import Any, Callable, Sequence
 
 from lazygrad.device import Buffer, Device
-from lazygrad.dtype import (
+from lazygrad.dtype import (  # noqa: F401  (_to_np_dtype: tinygrad programs import it from here)
     DType,
+    _to_np_dtype,
     bf16_to_float,
     dtypes,
     float_to_bf16,
@@ -22,7 +23,7 @@ from lazygrad.dtype import (
     sum_acc_dtype,
     to_dtype,
 )
-from lazygrad.helpers import argfix, argsort, ceildiv, flatten, make_tuple, prod
+from lazygrad.helpers import TRAINING, argfix, argsort, ceildiv, flatten, make_tuple, prod
 from lazygrad.uop.ops import GroupOp, Ops, UOp, pretty_print, substitute
 
 # computed nodes that have been realized -> the buffer view that holds their value; consulted by the scheduler
@@ -98,7 +99,7 @@ def _flatten_list(data: Any) -> tuple[list[Any], tuple[int, ...]]:
     parts = [_flatten_list(x) for x in data]
     shapes = {p[1] for p in parts}
     if len(shapes) != 1:
-        raise ValueError(
+        raise ArgumentError(
             f"ragged nested list: elements have shapes {sorted(shapes, key=len)}; every element must have the same shape"
         )
     inner = shapes.pop()
@@ -129,14 +130,30 @@ def _axes(axis: int | Sequence[int] | None, ndim: int) -> tuple[int, ...]:
             raise IndexError(f"axis {a} is out of range for a tensor with {ndim} dimensions")
         out.append(a % ndim if ndim else 0)
     if len(set(out)) != len(out):
-        raise ValueError(f"axis {axis} repeats a dimension")
+        raise ArgumentError(f"axis {axis} repeats a dimension")
     return tuple(sorted(out)) if ndim else ()
 
 
-class Tensor:
-    """A lazy n-dimensional array on a device, with PyTorch/tinygrad names."""
+class _TensorType(type):
+    @property
+    def training(cls) -> bool:
+        """tinygrad's TRAINING knob: `Context(TRAINING=1)`, `Tensor.train()` and assigning `Tensor.training` are one
+        switch (dropout, batchnorm statistics)."""
+        return bool(TRAINING.value)
 
-    training: bool = False
+    @training.setter
+    def training(cls, mode: bool) -> None:
+        TRAINING.value = int(mode)
+
+
+class Tensor(metaclass=_TensorType):
+    """A lazy n-dimensional array on a device, with PyTorch/tinygrad names.
+
+    Gradients serve torch and tinygrad programs alike. `requires_grad` is True, False, or unset (None, the default):
+    backward() fills `.grad` of every tensor in its graph that is set True (torch's leaves) and of every floating
+    point tensor in it that is unset (tinygrad has no requires_grad: everything gets a gradient), never of one set
+    False. A computed tensor's `requires_grad` reads as torch's (whether it depends on a tensor set True)."""
+
     _grad_disabled: int = 0  # depth of nested no_grad blocks
     _seed: int = 0
     _rng_counter: int = 0
@@ -177,6 +194,7 @@ class Tensor:
                 if not isinstance(v, (bool, int, float)):
                     raise TypeError(f"cannot make a Tensor from a list containing {type(v).__name__} ({v!r})")
             dt = dtype or (dtypes.from_py(values) if values else dtypes.default_float)
+            _check_fits(values, dt, "making a tensor")
             buf = Buffer(device, len(values), dt, shape=shape)
             buf.copyin(memoryview(_pack(values, dt)))
             self.uop = UOp.buffer_view(buf, shape)
@@ -184,7 +202,7 @@ class Tensor:
             dt = dtype or dtypes.uint8
             raw = memoryview(bytes(data))
             if raw.nbytes % dt.itemsize:
-                raise ValueError(f"{raw.nbytes} bytes do not divide into {dt} elements of {dt.itemsize} bytes")
+                raise ArgumentError(f"{raw.nbytes} bytes do not divide into {dt} elements of {dt.itemsize} bytes")
             buf = Buffer(device, raw.nbytes // dt.itemsize, dt)
             buf.copyin(raw)
             self.uop = UOp.buffer_view(buf, (buf.size,))
@@ -196,11 +214,12 @@ class Tensor:
             _check_dtype("making a tensor", self.dtype, self.device)
         if requires_grad is not None:
             self.requires_grad = requires_grad
-        elif (
-            Tensor._grad_disabled and isinstance(data, UOp) and data.op not in (Ops.BUFFER, Ops.DETACH) and _grad_leaves
-        ):
-            # made under no_grad: no gradient may flow back through it later
+        elif Tensor._grad_disabled and isinstance(data, UOp) and data.op not in (Ops.BUFFER, Ops.DETACH):
+            # computed under no_grad: as in torch, no gradient flows back through it and it gets none itself
             self.uop = UOp(Ops.DETACH, self.uop.dtype, (self.uop,))
+            self._requires_grad = False
+        elif dtypes.is_float(self.dtype):
+            _unset_grad[id(self)] = self
 
     # *** autograd ***
 
@@ -236,8 +255,9 @@ class Tensor:
     @requires_grad.setter
     def requires_grad(self, value: bool) -> None:
         if value and not dtypes.is_float(self.dtype):
-            raise TypeError(f"only floating point tensors can require gradients, not {self.dtype}")
+            raise DTypeError(f"only floating point tensors can require gradients, not {self.dtype}")
         self._requires_grad = value
+        _unset_grad.pop(id(self), None)
         with _grad_leaves_lock:
             if value:
                 _grad_leaves[id(self)] = self
@@ -246,6 +266,25 @@ class Tensor:
 
     def requires_grad_(self, value: bool = True) -> Tensor:
         self.requires_grad = value
+        return self
+
+    @property
+    def is_param(self) -> bool:
+        """tinygrad's flag: whether an optimizer given this tensor updates it (False: a buffer such as a running
+        statistic, realized with each step). The same as requires_grad not set False."""
+        return self._requires_grad is not False
+
+    @is_param.setter
+    def is_param(self, value: bool) -> None:
+        if not value:
+            self.requires_grad = False
+        elif self._requires_grad is False:
+            self._requires_grad = None
+            if dtypes.is_float(self.dtype):
+                _unset_grad[id(self)] = self
+
+    def is_param_(self, value: bool = True) -> Tensor:
+        self.is_param = value
         return self
 
     def gradient(self, *targets: Tensor, gradient: Tensor | None = None) -> list[Tensor]:
@@ -264,20 +303,21 @@ class Tensor:
 
     def _seed_gradient(self, gradient: Tensor | None) -> Tensor:
         if not dtypes.is_float(self.dtype):
-            raise TypeError(f"cannot differentiate a {self.dtype} tensor; only floating point results have gradients")
+            raise DTypeError(f"cannot differentiate a {self.dtype} tensor; only floating point results have gradients")
         if gradient is None:
             if self.numel() != 1:
-                raise ValueError(
+                raise ArgumentError(
                     f"backward of a non-scalar (shape {self.shape}) needs an explicit gradient of that shape"
                 )
             return Tensor.ones(self.shape, dtype=self.dtype, device=self.device)
         if gradient.shape != self.shape:
-            raise ValueError(f"gradient shape {gradient.shape} does not match the tensor's shape {self.shape}")
+            raise ArgumentError(f"gradient shape {gradient.shape} does not match the tensor's shape {self.shape}")
         return gradient
 
     def backward(self, gradient: Tensor | None = None, retain_graph: bool = False) -> Tensor:
-        """Accumulate d(self)/d(leaf) into `.grad` of every leaf that requires grad and that self depends on."""
-        from lazygrad.gradient import compute_gradient, note_backward_root
+        """Accumulate d(self)/d(t) into `.grad` of every tensor t in self's graph with requires_grad True or unset (see
+        the class docstring)."""
+        from lazygrad.gradient import compute_gradient, grad_reachable, note_backward_root
 
         if id(self) in Tensor._graph_freed:
             raise RuntimeError(
@@ -285,17 +325,21 @@ class Tensor:
                 "pass retain_graph=True to the first backward() to allow it"
             )
         seed = self._seed_gradient(gradient)
-        leaves = self._grad_leaves_of()
+        root = _with_lazy_origins(self.uop)
+        pairs = self._nodes_in_graph([*_grad_leaves.values(), *_unset_grad.values()], root)
+        reached = grad_reachable(root, {n for _, n in pairs})
+        # the root itself gets no .grad (torch leaves a non-leaf's empty; it would only be ones)
+        leaves = [(t, n) for t, n in pairs if n in reached and n is not root]
         if not leaves:
             raise RuntimeError(
-                "backward: the tensor does not depend on any tensor with requires_grad=True "
+                "backward: the tensor depends on no floating point tensor whose requires_grad is True or unset "
                 "(or only through detach() / no_grad())"
             )
-        grads = compute_gradient(_with_lazy_origins(self.uop), seed, {n for _, n in leaves})
+        grads = compute_gradient(root, seed, {n for _, n in leaves})
         for t, n in leaves:
             if (g := grads.get(n)) is not None:
                 t.grad = g if t.grad is None else t.grad + g
-                t.grad._requires_grad = False  # as in torch: a gradient is data, it keeps no graph when realized
+                t.grad.requires_grad = False  # as in torch: a gradient is data, it keeps no graph when realized
         if not retain_graph:
             Tensor._graph_freed[id(self)] = self
         note_backward_root(self)
@@ -317,7 +361,7 @@ class Tensor:
         """Write x into this tensor's memory (in place, lazily: it happens at the next realize)."""
         x = x if isinstance(x, Tensor) else Tensor.full(self.shape, x, dtype=self.dtype, device=self.device)
         if x.shape != self.shape or x.dtype != self.dtype or x.device != self.device:
-            raise ValueError(
+            raise ArgumentError(
                 f"assign needs the same shape, dtype and device: target {self.shape} {self.dtype} {self.device}, "
                 f"value {x.shape} {x.dtype} {x.device}"
             )
@@ -407,7 +451,7 @@ class Tensor:
 
     def __bool__(self) -> bool:
         if self.numel() != 1:
-            raise ValueError(f"the truth value of a tensor with {self.numel()} elements is ambiguous")
+            raise ArgumentError(f"the truth value of a tensor with {self.numel()} elements is ambiguous")
         return bool(self.item())
 
     # *** realizing ***
@@ -497,7 +541,7 @@ class Tensor:
 
     def item(self) -> Any:
         if self.numel() != 1:
-            raise ValueError(f"item() needs a tensor with one element, this one has shape {self.shape}")
+            raise ArgumentError(f"item() needs a tensor with one element, this one has shape {self.shape}")
         return self._python_values()[0]
 
     def numpy(self) -> Any:
@@ -505,7 +549,7 @@ class Tensor:
 
         if self.dtype == dtypes.bfloat16:
             return self.float().numpy()
-        np_dtype = np.dtype(self.dtype.fmt if self.dtype != dtypes.bool else np.bool_)
+        np_dtype = _to_np_dtype(self.dtype)
         if self.numel() == 0:
             return np.zeros(self.shape, dtype=np_dtype)
         return np.frombuffer(self.data(), dtype=np_dtype).reshape(self.shape).copy()
@@ -523,7 +567,7 @@ class Tensor:
             if not isinstance(s, int) or isinstance(s, bool):
                 raise TypeError(f"shape entries must be ints, got {out}")
             if s < 0:
-                raise ValueError(f"negative dimension in shape {out}")
+                raise ArgumentError(f"negative dimension in shape {out}")
         return out
 
     @staticmethod
@@ -536,6 +580,7 @@ class Tensor:
     def full(shape: Any, fill_value: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
         shape_ = Tensor._shape_arg((shape,) if isinstance(shape, int) else tuple(shape))
         dt = to_dtype(dtype) if dtype is not None else dtypes.from_py(fill_value)
+        _check_fits([fill_value], dt, "full")
         c = Tensor(Tensor._const_uop(fill_value, dt, Device.canonicalize(device)))
         return c.reshape((1,) * len(shape_)).expand(shape_)
 
@@ -574,7 +619,7 @@ class Tensor:
         if stop is None:
             start, stop = 0, start
         if step == 0:
-            raise ValueError("arange: step must not be zero")
+            raise ArgumentError("arange: step must not be zero")
         n = max(0, math.ceil((stop - start) / step))
         dt = to_dtype(dtype) if dtype is not None else dtypes.from_py([start, stop, step])
         idx = Tensor._iota(n, device)
@@ -588,7 +633,7 @@ class Tensor:
         start: float, stop: float, steps: int, dtype: DType | str | None = None, device: str | None = None
     ) -> Tensor:
         if steps < 0:
-            raise ValueError(f"linspace: number of steps must be non-negative, got {steps}")
+            raise ArgumentError(f"linspace: number of steps must be non-negative, got {steps}")
         dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
         if steps == 1:
             return Tensor.full((1,), start, dtype=dt, device=device)
@@ -661,7 +706,7 @@ class Tensor:
         *shape: Any, low: int = 0, high: int = 10, dtype: DType | str = dtypes.int32, device: str | None = None
     ) -> Tensor:
         if high <= low:
-            raise ValueError(f"randint: high ({high}) must be greater than low ({low})")
+            raise ArgumentError(f"randint: high ({high}) must be greater than low ({low})")
         shape_ = Tensor._shape_arg(shape)
         bits = Tensor._random_bits(prod(shape_), device).cast(dtypes.uint64)
         return ((bits * (high - low)) >> 32).cast(dtypes.int64).add(low).cast(to_dtype(dtype)).reshape(shape_)
@@ -680,18 +725,18 @@ class Tensor:
     def reshape(self, *shape: Any) -> Tensor:
         new = list(argfix(*shape))
         if new.count(-1) > 1:
-            raise ValueError(f"reshape {tuple(new)}: only one dimension can be -1")
+            raise ArgumentError(f"reshape {tuple(new)}: only one dimension can be -1")
         for s in new:
             if not isinstance(s, int) or s < -1:
-                raise ValueError(f"reshape {tuple(new)}: dimensions must be non-negative ints or one -1")
+                raise ArgumentError(f"reshape {tuple(new)}: dimensions must be non-negative ints or one -1")
         if -1 in new:
             known = prod(s for s in new if s != -1)
             if known == 0 or self.numel() % known:
-                raise ValueError(f"cannot reshape tensor of shape {self.shape} to {tuple(new)}")
+                raise ArgumentError(f"cannot reshape tensor of shape {self.shape} to {tuple(new)}")
             new[new.index(-1)] = self.numel() // known
         shape_ = tuple(new)
         if prod(shape_) != self.numel():
-            raise ValueError(
+            raise ArgumentError(
                 f"cannot reshape tensor of shape {self.shape} ({self.numel()} elements) to {shape_} ({prod(shape_)} elements)"
             )
         return self if shape_ == self.shape else self._movement(Ops.RESHAPE, shape_)
@@ -702,21 +747,23 @@ class Tensor:
     def permute(self, *order: Any) -> Tensor:
         order_ = argfix(*order)
         if len(order_) != self.ndim:
-            raise ValueError(f"permute {order_} must name all {self.ndim} dimensions of shape {self.shape}")
-        norm = tuple(o % self.ndim if self.ndim and -self.ndim <= o < self.ndim else None for o in order_)
-        if None in norm or sorted(norm) != list(range(self.ndim)):  # type: ignore[type-var]
-            raise ValueError(f"permute {order_} is not a permutation of the dimensions of shape {self.shape}")
+            raise ArgumentError(f"permute {order_} must name all {self.ndim} dimensions of shape {self.shape}")
+        if any(not -self.ndim <= o < max(self.ndim, 1) for o in order_):
+            raise IndexError(f"permute {order_}: a dimension is out of range for shape {self.shape}")
+        norm = tuple(o % self.ndim if self.ndim else 0 for o in order_)
+        if sorted(norm) != list(range(self.ndim)):
+            raise ArgumentError(f"permute {order_} is not a permutation of the dimensions of shape {self.shape}")
         return self if norm == tuple(range(self.ndim)) else self._movement(Ops.PERMUTE, norm)
 
     def expand(self, *shape: Any) -> Tensor:
         new = argfix(*shape)
         if len(new) < self.ndim:
-            raise ValueError(f"cannot expand shape {self.shape} to {new}: fewer dimensions")
+            raise ArgumentError(f"cannot expand shape {self.shape} to {new}: fewer dimensions")
         old = (1,) * (len(new) - self.ndim) + self.shape
         target = tuple(o if n == -1 else n for o, n in zip(old, new))
         for o, n in zip(old, target):
             if o != n and o != 1:
-                raise ValueError(f"cannot expand shape {self.shape} to {new}: only size-1 dimensions can grow")
+                raise ArgumentError(f"cannot expand shape {self.shape} to {new}: only size-1 dimensions can grow")
         x = self.reshape(old) if old != self.shape else self
         return x if target == x.shape else x._movement(Ops.EXPAND, target)
 
@@ -725,11 +772,11 @@ class Tensor:
 
     def shrink(self, arg: Sequence[tuple[int, int] | None]) -> Tensor:
         if len(arg) != self.ndim:
-            raise ValueError(f"shrink needs one (start, end) per dimension of shape {self.shape}, got {arg}")
+            raise ArgumentError(f"shrink needs one (start, end) per dimension of shape {self.shape}, got {arg}")
         bounds = tuple((0, s) if a is None else (int(a[0]), int(a[1])) for a, s in zip(arg, self.shape))
         for (lo, hi), s in zip(bounds, self.shape):
             if not 0 <= lo <= hi <= s:
-                raise ValueError(f"shrink {bounds} is out of bounds for shape {self.shape}")
+                raise ArgumentError(f"shrink {bounds} is out of bounds for shape {self.shape}")
         return self if all(b == (0, s) for b, s in zip(bounds, self.shape)) else self._movement(Ops.SHRINK, bounds)
 
     def pad(self, padding: Sequence[Any], mode: str = "constant", value: float = 0.0) -> Tensor:
@@ -778,10 +825,12 @@ class Tensor:
             # -1 is inferred within the dim (also when another dim makes the tensor empty)
             known = prod(s for s in sizes if s != -1)
             if known == 0 or self.shape[d] % known:
-                raise ValueError(f"unflatten: sizes {tuple(sizes)} do not divide dim {d} of size {self.shape[d]}")
+                raise ArgumentError(f"unflatten: sizes {tuple(sizes)} do not divide dim {d} of size {self.shape[d]}")
             sizes[sizes.index(-1)] = self.shape[d] // known
         if prod(sizes) != self.shape[d]:
-            raise ValueError(f"unflatten: sizes {tuple(sizes)} do not multiply to {self.shape[d]}, the size of dim {d}")
+            raise ArgumentError(
+                f"unflatten: sizes {tuple(sizes)} do not multiply to {self.shape[d]}, the size of dim {d}"
+            )
         return self.reshape(self.shape[:d] + tuple(sizes) + self.shape[d + 1 :])
 
     def squeeze(self, dim: int | Sequence[int] | None = None) -> Tensor:
@@ -799,7 +848,7 @@ class Tensor:
     def repeat(self, *repeats: Any) -> Tensor:
         reps = argfix(*repeats)
         if len(reps) < self.ndim:
-            raise ValueError(f"repeat {reps} needs at least one count per dimension of shape {self.shape}")
+            raise ArgumentError(f"repeat {reps} needs at least one count per dimension of shape {self.shape}")
         x = self.reshape((1,) * (len(reps) - self.ndim) + self.shape)
         inter = [d for s in x.shape for d in (1, s)]
         expanded = [d for r, s in zip(reps, x.shape) for d in (r, s)]
@@ -810,7 +859,7 @@ class Tensor:
         d = _axes(dim, self.ndim)[0]
         for t in tensors:
             if t.ndim != self.ndim or any(a != b for i, (a, b) in enumerate(zip(t.shape, self.shape)) if i != d):
-                raise ValueError(f"cat along dim {d}: shapes {[x.shape for x in tensors]} differ outside that dim")
+                raise ArgumentError(f"cat along dim {d}: shapes {[x.shape for x in tensors]} differ outside that dim")
         total = sum(t.shape[d] for t in tensors)
         parts, start = [], 0
         for t in tensors:
@@ -871,9 +920,11 @@ class Tensor:
             got = getattr(index, "dtype", type(index).__name__)
             raise TypeError(f"{name}: index must be an integer tensor, got {got}")
         if index.ndim != self.ndim:
-            raise ValueError(f"{name}: index shape {index.shape} needs as many dims as the tensor's shape {self.shape}")
+            raise ArgumentError(
+                f"{name}: index shape {index.shape} needs as many dims as the tensor's shape {self.shape}"
+            )
         if any(i != d and si > sx for i, (si, sx) in enumerate(zip(index.shape, self.shape))):
-            raise ValueError(f"{name}: index shape {index.shape} is larger than shape {self.shape} outside dim {d}")
+            raise ArgumentError(f"{name}: index shape {index.shape} is larger than shape {self.shape} outside dim {d}")
         return d, index
 
     def gather(self, dim: int, index: Tensor) -> Tensor:
@@ -887,7 +938,7 @@ class Tensor:
         d, index = self._dim_index(dim, index, name)
         if isinstance(src, Tensor):
             if src.ndim != index.ndim or any(a < b for a, b in zip(src.shape, index.shape)):
-                raise ValueError(f"{name}: src shape {src.shape} must be at least the index shape {index.shape}")
+                raise ArgumentError(f"{name}: src shape {src.shape} must be at least the index shape {index.shape}")
             src = src.cast(self.dtype).shrink([(0, s) for s in index.shape])
         else:
             src = Tensor.full(index.shape, src, dtype=self.dtype, device=self.device)
@@ -901,7 +952,7 @@ class Tensor:
         reduce='add' / 'multiply' combine with the old value instead (torch's legacy form of scatter_reduce)."""
         if reduce is not None:
             if reduce not in ("add", "multiply"):
-                raise ValueError(f"scatter: reduce must be None, 'add' or 'multiply', not {reduce!r}")
+                raise ArgumentError(f"scatter: reduce must be None, 'add' or 'multiply', not {reduce!r}")
             return self.scatter_reduce(dim, index, src, "sum" if reduce == "add" else "prod")
         d, hit, src = self._scatter_hits(dim, index, src, "scatter")
         j = Tensor.arange(hit.shape[d], device=self.device).reshape((-1,) + (1,) * (hit.ndim - d - 1))
@@ -912,7 +963,9 @@ class Tensor:
     def scatter_reduce(self, dim: int, index: Tensor, src: Any, reduce: str, include_self: bool = True) -> Tensor:
         """Combine src into self at index along dim with reduce in {'sum', 'prod', 'mean', 'amax', 'amin'}."""
         if reduce not in ("sum", "prod", "mean", "amax", "amin"):
-            raise ValueError(f"scatter_reduce: reduce must be 'sum', 'prod', 'mean', 'amax' or 'amin', not {reduce!r}")
+            raise ArgumentError(
+                f"scatter_reduce: reduce must be 'sum', 'prod', 'mean', 'amax' or 'amin', not {reduce!r}"
+            )
         d, hit, src = self._scatter_hits(dim, index, src, "scatter_reduce")
         count = self._pad_to_self(hit.sum(d, dtype=dtypes.int32))
         if reduce in ("sum", "mean"):
@@ -944,7 +997,7 @@ class Tensor:
     def index_select(self, dim: int, index: Tensor) -> Tensor:
         d = _axes(dim, self.ndim)[0]
         if index.ndim != 1:
-            raise ValueError(f"index_select: index must be 1-d, got shape {index.shape}")
+            raise ArgumentError(f"index_select: index must be 1-d, got shape {index.shape}")
         return self[(slice(None),) * d + (index,)]
 
     def masked_select(self, mask: Tensor) -> Tensor:
@@ -976,7 +1029,7 @@ class Tensor:
 
     def _triangle(self, diagonal: int, upper: bool) -> Tensor:
         if self.ndim < 2:
-            raise ValueError(f"tril/triu need at least 2 dims, got shape {self.shape}")
+            raise ArgumentError(f"tril/triu need at least 2 dims, got shape {self.shape}")
         r, c = self.shape[-2:]
         rows = Tensor.arange(r, device=self.device).reshape(r, 1) + diagonal
         cols = Tensor.arange(c, device=self.device).reshape(1, c)
@@ -999,10 +1052,10 @@ class Tensor:
         n = self.shape[d]
         if isinstance(sizes, int):
             if sizes <= 0:
-                raise ValueError(f"split size must be positive, got {sizes}")
+                raise ArgumentError(f"split size must be positive, got {sizes}")
             sizes = [min(sizes, n - i) for i in range(0, n, sizes)] or [0]
         if sum(sizes) != n or any(s < 0 for s in sizes):
-            raise ValueError(f"split sizes {list(sizes)} must be non-negative and sum to {n}, the size of dim {d}")
+            raise ArgumentError(f"split sizes {list(sizes)} must be non-negative and sum to {n}, the size of dim {d}")
         starts = [sum(sizes[:i]) for i in range(len(sizes))]
         return tuple(
             self.shrink([(st, st + s) if i == d else None for i in range(self.ndim)]) for st, s in zip(starts, sizes)
@@ -1010,7 +1063,7 @@ class Tensor:
 
     def chunk(self, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
         if chunks <= 0:
-            raise ValueError(f"chunk needs a positive number of chunks, got {chunks}")
+            raise ArgumentError(f"chunk needs a positive number of chunks, got {chunks}")
         d = _axes(dim, self.ndim)[0]
         return self.split(max(1, ceildiv(self.shape[d], chunks)), d)
 
@@ -1025,21 +1078,21 @@ class Tensor:
         if not isinstance(repeats, int):
             r = repeats if isinstance(repeats, Tensor) else Tensor(list(repeats), self.device, dtypes.int32)
             if not dtypes.is_int(r.dtype) or r.ndim > 1 or r.numel() not in (1, x.shape[d]):
-                raise ValueError(
+                raise ArgumentError(
                     f"repeat_interleave: repeats of shape {r.shape} and dtype {r.dtype} must be integers, "
                     f"one per element along dim {d} (size {x.shape[d]}) or a single count"
                 )
             if r.numel() == 1 and x.shape[d] != 1:
                 return self.repeat_interleave(int(r.reshape(()).item()), dim)
             if not isinstance(repeats, Tensor) and any(v < 0 for v in repeats):
-                raise ValueError(f"repeat_interleave: repeats must be non-negative, got {list(repeats)}")
+                raise ArgumentError(f"repeat_interleave: repeats must be non-negative, got {list(repeats)}")
             # output j comes from the element whose running total of counts first exceeds j
             total = int(r.sum().item())
             ends = r.reshape(-1).cumsum(0).reshape(1, -1)
             src = (ends <= Tensor.arange(total, device=self.device).reshape(-1, 1)).sum(1, dtype=dtypes.int32)
             return x.index_select(d, src)
         if repeats < 0:
-            raise ValueError(f"repeat_interleave: repeats must be non-negative, got {repeats}")
+            raise ArgumentError(f"repeat_interleave: repeats must be non-negative, got {repeats}")
         x = x.unsqueeze(d + 1)
         return x.expand(*x.shape[: d + 1], repeats, *x.shape[d + 2 :]).flatten(d, d + 1)
 
@@ -1048,7 +1101,7 @@ class Tensor:
             return self.flatten().roll(shifts, 0).reshape(self.shape)
         shifts_, dims_ = make_tuple(shifts, 1), make_tuple(dims, 1)
         if len(shifts_) != len(dims_):
-            raise ValueError(f"roll: shifts {shifts_} and dims {dims_} need the same length")
+            raise ArgumentError(f"roll: shifts {shifts_} and dims {dims_} need the same length")
         x = self
         for s, dim in zip(shifts_, dims_):
             d = _axes(dim, self.ndim)[0]
@@ -1063,7 +1116,7 @@ class Tensor:
 
     def meshgrid(self, *others: Tensor, indexing: str = "ij") -> tuple[Tensor, ...]:
         if indexing not in ("ij", "xy"):
-            raise ValueError(f"meshgrid: indexing must be 'ij' or 'xy', not {indexing!r}")
+            raise ArgumentError(f"meshgrid: indexing must be 'ij' or 'xy', not {indexing!r}")
         ts = [t.flatten() for t in (self, *others)]
         shape = tuple(t.shape[0] for t in ts)
         grids = [t.reshape((1,) * i + (-1,) + (1,) * (len(ts) - i - 1)).expand(shape) for i, t in enumerate(ts)]
@@ -1074,7 +1127,7 @@ class Tensor:
         """The diagonal of dims (dim1, dim2) as the last dim, as a view: flatten, pad one, and take a column."""
         a, b = _axes(dim1, self.ndim)[0], _axes(dim2, self.ndim)[0]
         if a == b:
-            raise ValueError(f"diagonal: dim1 and dim2 must differ, got {dim1} and {dim2}")
+            raise ArgumentError(f"diagonal: dim1 and dim2 must differ, got {dim1} and {dim2}")
         x = self.permute(*[i for i in range(self.ndim) if i not in (a, b)], a, b)
         r, c = x.shape[-2:]
         lead = [None] * (x.ndim - 2)
@@ -1089,7 +1142,7 @@ class Tensor:
         if self.ndim == 2:
             return self.diagonal(diagonal)
         if self.ndim != 1:
-            raise ValueError(f"diag needs a 1-d or 2-d tensor, got shape {self.shape}")
+            raise ArgumentError(f"diag needs a 1-d or 2-d tensor, got shape {self.shape}")
         n, k = self.shape[0], abs(diagonal)
         x = self.reshape(n, 1).pad([None, (0, n)]).flatten().shrink([(0, n * n)]).reshape(n, n)
         return x.pad([(0, k), (k, 0)] if diagonal >= 0 else [(k, 0), (0, k)])
@@ -1098,10 +1151,10 @@ class Tensor:
         """Every window of `size` along `dimension`, `step` apart: that dim counts windows, a new last dim holds one."""
         d = _axes(dimension, self.ndim)[0] if self.ndim else 0
         if size < 0 or step <= 0:
-            raise ValueError(f"unfold: size must be non-negative and step positive, got size {size}, step {step}")
+            raise ArgumentError(f"unfold: size must be non-negative and step positive, got size {size}, step {step}")
         x = self.reshape(1) if self.ndim == 0 else self
         if size > x.shape[d]:
-            raise ValueError(f"unfold: size {size} is larger than dimension {d} of shape {self.shape}")
+            raise ArgumentError(f"unfold: size {size} is larger than dimension {d} of shape {self.shape}")
         others = [i for i in range(x.ndim) if i != d]
         if size == 0:
             w = x.permute(*others, d).shrink([None] * len(others) + [(0, 0)])
@@ -1116,29 +1169,29 @@ class Tensor:
         """Zero-pad at the end of each dim up to shape (None keeps a dim)."""
         new = argfix(*shape)
         if len(new) != self.ndim or any(n is not None and n < s for n, s in zip(new, self.shape)):
-            raise ValueError(f"pad_to {new}: needs one size per dim of shape {self.shape}, none smaller")
+            raise ArgumentError(f"pad_to {new}: needs one size per dim of shape {self.shape}, none smaller")
         return self.pad([None if n is None else (0, n - s) for n, s in zip(new, self.shape)])
 
     def shrink_to(self, *shape: Any) -> Tensor:
         """Keep the first entries of each dim, down to shape (None keeps a dim)."""
         new = argfix(*shape)
         if len(new) != self.ndim or any(n is not None and not 0 <= n <= s for n, s in zip(new, self.shape)):
-            raise ValueError(f"shrink_to {new}: needs one size per dim of shape {self.shape}, none larger")
+            raise ArgumentError(f"shrink_to {new}: needs one size per dim of shape {self.shape}, none larger")
         return self.shrink([None if n is None else (0, n) for n in new])
 
     def _pad_mode(self, per_dim: list[tuple[int, int]], mode: str) -> Tensor:
         """'reflect' mirrors without the edge, 'replicate' repeats the edge, 'circular' wraps around: cat of views."""
         if mode not in ("reflect", "replicate", "circular"):
-            raise ValueError(f"pad mode must be 'constant', 'reflect', 'replicate' or 'circular', not {mode!r}")
+            raise ArgumentError(f"pad mode must be 'constant', 'reflect', 'replicate' or 'circular', not {mode!r}")
         x = self
         for d, (lo, hi) in enumerate(per_dim):
             if lo == 0 and hi == 0:
                 continue
             n = x.shape[d]
             if lo < 0 or hi < 0:
-                raise ValueError(f"pad mode {mode!r} does not take negative padding, got {(lo, hi)} for dim {d}")
+                raise ArgumentError(f"pad mode {mode!r} does not take negative padding, got {(lo, hi)} for dim {d}")
             if (mode == "reflect" and max(lo, hi) >= n) or (mode == "circular" and max(lo, hi) > n) or n == 0:
-                raise ValueError(
+                raise ArgumentError(
                     f"pad mode {mode!r}: padding {(lo, hi)} is too large for dim {d} of size {n} in shape {self.shape}"
                 )
 
@@ -1164,7 +1217,7 @@ class Tensor:
         lhs, arrow, rhs = formula.partition("->")
         specs = lhs.split(",")
         if len(specs) != len(ops):
-            raise ValueError(f"einsum: {formula!r} names {len(specs)} operands, got {len(ops)}")
+            raise ArgumentError(f"einsum: {formula!r} names {len(specs)} operands, got {len(ops)}")
         # '...' becomes fresh upper-case letters, right-aligned across operands like broadcasting
         n_ell = max((t.ndim - len(s.replace("...", "")) for s, t in zip(specs, ops) if "..." in s), default=0)
         ell = "".join(chr(ord("A") + i) for i in range(n_ell))
@@ -1180,7 +1233,7 @@ class Tensor:
         aligned = []
         for s, t in zip(specs, ops):
             if len(s) != t.ndim or not s.isalpha():
-                raise ValueError(f"einsum: operand spec {s!r} does not fit shape {t.shape}")
+                raise ArgumentError(f"einsum: operand spec {s!r} does not fit shape {t.shape}")
             while len(set(s)) != len(s):  # a repeated letter takes a diagonal
                 c = next(c for c in s if s.count(c) > 1)
                 i, j = s.index(c), s.index(c, s.index(c) + 1)
@@ -1189,12 +1242,12 @@ class Tensor:
             for c, n in zip(s, t.shape):
                 # size-1 dims broadcast, as in torch
                 if c in sizes and n not in (1, sizes[c]) and sizes[c] != 1:
-                    raise ValueError(f"einsum: letter {c!r} has sizes {sizes[c]} and {n}")
+                    raise ArgumentError(f"einsum: letter {c!r} has sizes {sizes[c]} and {n}")
                 sizes[c] = n if sizes.get(c, 1) == 1 else sizes[c]
             aligned.append((s, t))
         letters = sorted(sizes)
         if any(c not in sizes for c in rhs) or len(set(rhs)) != len(rhs):
-            raise ValueError(f"einsum: output {rhs!r} must name distinct letters of the inputs")
+            raise ArgumentError(f"einsum: output {rhs!r} must name distinct letters of the inputs")
         prod_t = None
         for s, t in aligned:
             order = sorted(range(len(s)), key=lambda k: letters.index(s[k]))
@@ -1301,7 +1354,7 @@ class Tensor:
         d = _axes(dim, self.ndim)[0] if self.ndim else 0
         n = self.shape[d] if self.ndim else 1
         if not 0 <= k <= n:
-            raise ValueError(f"topk: k={k} is out of range for dimension {d} of size {n}")
+            raise ArgumentError(f"topk: k={k} is out of range for dimension {d} of size {n}")
         values, indices = self.sort(d, descending=largest)
         keep = [(0, k) if i == d else None for i in range(self.ndim)]
         return (values.shrink(keep), indices.shrink(keep)) if self.ndim else (values, indices)
@@ -1326,7 +1379,7 @@ class Tensor:
         if p == 0:
             return (x != 0).cast(x.dtype).sum(dim, keepdim)
         if isinstance(p, str) and p != "fro":
-            raise ValueError(f"norm: p must be a number or 'fro', not {p!r}")
+            raise ArgumentError(f"norm: p must be a number or 'fro', not {p!r}")
         if p in ("fro", 2, 2.0):
             return _root(x.square().sum(dim, keepdim), 2)
         return _root(x.pow(p).sum(dim, keepdim), p)
@@ -1420,16 +1473,16 @@ class Tensor:
         'trilinear' (each dim interpolated in turn)."""
         linear = ("linear", "bilinear", "trilinear")
         if mode not in ("nearest", "nearest-exact", *linear):
-            raise ValueError(
+            raise ArgumentError(
                 f"interpolate: mode must be nearest, nearest-exact, linear, bilinear or trilinear, not {mode!r}"
             )
         if align_corners is not None and mode not in linear:
-            raise ValueError("interpolate: align_corners only applies to the linear modes")
+            raise ArgumentError("interpolate: align_corners only applies to the linear modes")
         nsp = self.ndim - 2
         if nsp < 1:
-            raise ValueError(f"interpolate needs (N, C, *spatial) input, got shape {self.shape}")
+            raise ArgumentError(f"interpolate needs (N, C, *spatial) input, got shape {self.shape}")
         if (size is None) == (scale_factor is None):
-            raise ValueError("interpolate: give exactly one of size and scale_factor")
+            raise ArgumentError("interpolate: give exactly one of size and scale_factor")
         ins = self.shape[2:]
         if size is not None:
             outs, scales = make_tuple(size, nsp), [i / o if o else 0.0 for i, o in zip(ins, make_tuple(size, nsp))]
@@ -1437,7 +1490,7 @@ class Tensor:
             sf = scale_factor if isinstance(scale_factor, (list, tuple)) else [scale_factor] * nsp
             outs, scales = tuple(int(math.floor(i * s)) for i, s in zip(ins, sf)), [1 / s for s in sf]
         if len(outs) != nsp:
-            raise ValueError(f"interpolate: size {size} needs {nsp} entries for input shape {self.shape}")
+            raise ArgumentError(f"interpolate: size {size} needs {nsp} entries for input shape {self.shape}")
         x = self.cast(least_upper_float(self.dtype)) if mode in linear else self
         for k, (i, o, s) in enumerate(zip(ins, outs, scales)):
             dim = 2 + k
@@ -1491,7 +1544,7 @@ class Tensor:
     ) -> Tensor:
         """Inverse of max_pool2d: each value goes to its flat index in the output plane, the rest is zero."""
         if indices.shape != self.shape:
-            raise ValueError(f"max_unpool2d: indices shape {indices.shape} must equal the input shape {self.shape}")
+            raise ArgumentError(f"max_unpool2d: indices shape {indices.shape} must equal the input shape {self.shape}")
         k_ = make_tuple(kernel_size, 2)
         nk = len(k_)
         s_ = make_tuple(stride if stride is not None else k_, nk)
@@ -1525,7 +1578,7 @@ class Tensor:
         """Both operands in their common dtype and broadcast shape; `reverse` swaps them (for y - x)."""
         yt = self._to_tensor(y)
         if self.device != yt.device:
-            raise ValueError(f"tensors are on different devices: {self.device} and {yt.device}")
+            raise ArgumentError(f"tensors are on different devices: {self.device} and {yt.device}")
         # a Python scalar already got the result dtype in _to_tensor (it never widens the tensor within a kind)
         dt = least_upper_dtype(self.dtype, yt.dtype) if isinstance(y, Tensor) else yt.dtype
         x, yt = self.cast(dt), yt.cast(dt)
@@ -1564,7 +1617,7 @@ class Tensor:
         if rounding_mode == "floor":
             return a._floordiv(b)
         if rounding_mode is not None:
-            raise ValueError(f"rounding_mode must be None, 'trunc' or 'floor', not {rounding_mode!r}")
+            raise ArgumentError(f"rounding_mode must be None, 'trunc' or 'floor', not {rounding_mode!r}")
         fdt = least_upper_float(a.dtype)
         return a.cast(fdt)._alu(Ops.FDIV, b.cast(fdt))
 
@@ -1904,7 +1957,7 @@ class Tensor:
         """torch.clamp: NaN stays NaN, and a value equal to a bound keeps its gradient (a where, not maximum /
         minimum, which would split it with the bound)."""
         if min_ is None and max_ is None:
-            raise ValueError("clip needs at least one of min and max")
+            raise ArgumentError("clip needs at least one of min and max")
         x = self
         if min_ is not None:
             x = (x < min_).where(min_, x)
@@ -1934,7 +1987,7 @@ class Tensor:
                 lambda x: 0.5 * x * (1 + (math.sqrt(2 / math.pi) * (x + 0.044715 * x * x * x)).tanh())
             )
         if approximate != "none":
-            raise ValueError(f"gelu approximate must be 'none' or 'tanh', not {approximate!r}")
+            raise ArgumentError(f"gelu approximate must be 'none' or 'tanh', not {approximate!r}")
         return self._in_float32(lambda x: 0.5 * x * (1 + (x * (1 / math.sqrt(2))).erf()))
 
     def silu(self) -> Tensor:
@@ -2014,7 +2067,7 @@ class Tensor:
     def _reduce(self, op: Ops, axis: int | Sequence[int] | None, keepdim: bool) -> Tensor:
         axes = _axes(axis, self.ndim)
         if op is Ops.MAX and any(self.shape[a] == 0 for a in axes):
-            raise ValueError(f"max/min over a zero-size dimension of shape {self.shape} has no identity")
+            raise ArgumentError(f"max/min over a zero-size dimension of shape {self.shape} has no identity")
         if not axes:
             return self
         if any(self.shape[a] == 0 for a in axes):
@@ -2081,7 +2134,7 @@ class Tensor:
         d = _axes(axis, self.ndim)[0]
         n = self.shape[d]
         if n == 0:
-            raise ValueError(f"argmax/argmin over a zero-size dimension of shape {self.shape}")
+            raise ArgumentError(f"argmax/argmin over a zero-size dimension of shape {self.shape}")
         is_max = x == x.max(d, keepdim=True)
         if dtypes.is_float(x.dtype):
             is_max = is_max | x.isnan()  # max is NaN where one is: like torch, the first NaN wins
@@ -2110,11 +2163,11 @@ class Tensor:
 
     def dot(self, w: Tensor) -> Tensor:
         if self.ndim == 0 or w.ndim == 0:
-            raise ValueError(f"matmul needs at least 1-d tensors, got shapes {self.shape} and {w.shape}")
+            raise ArgumentError(f"matmul needs at least 1-d tensors, got shapes {self.shape} and {w.shape}")
         k = self.shape[-1]
         kw = w.shape[-2] if w.ndim > 1 else w.shape[0]
         if k != kw:
-            raise ValueError(f"matmul shape mismatch: {self.shape} @ {w.shape} ({k} != {kw})")
+            raise ArgumentError(f"matmul shape mismatch: {self.shape} @ {w.shape} ({k} != {kw})")
         if (panel := self._matmul_panel(w)) > 0:
             return self._panel_dot(w, panel)
         x = self.reshape(*self.shape[:-1], *(1,) * min(w.ndim - 1, 1), k)
@@ -2148,7 +2201,7 @@ class Tensor:
     def linear(self, weight: Tensor, bias: Tensor | None = None) -> Tensor:
         """x @ weight.T + bias, with weight (out_features, in_features) as in torch."""
         if weight.ndim not in (1, 2) or self.ndim == 0 or self.shape[-1] != weight.shape[-1]:
-            raise ValueError(
+            raise ArgumentError(
                 f"linear: input shape {self.shape} does not match weight shape {weight.shape} "
                 "(weight must be (out_features, in_features) or (in_features,))"
             )
@@ -2167,12 +2220,12 @@ class Tensor:
         nk = len(kernel)
         s_, d_ = make_tuple(stride, nk), make_tuple(dilation, nk)
         if len(s_) != nk or len(d_) != nk:
-            raise ValueError(f"kernel {kernel}, stride {s_} and dilation {d_} need one entry per spatial dimension")
+            raise ArgumentError(f"kernel {kernel}, stride {s_} and dilation {d_} need one entry per spatial dimension")
         if any(k < 1 for k in kernel) or any(s < 1 for s in s_) or any(d < 1 for d in d_):
-            raise ValueError(f"kernel {kernel}, stride {s_} and dilation {d_} must be positive")
+            raise ArgumentError(f"kernel {kernel}, stride {s_} and dilation {d_} must be positive")
         batch, i_ = self.shape[:-nk], self.shape[-nk:]
         if any(d * (k - 1) + 1 > i for k, d, i in zip(kernel, d_, i_)):
-            raise ValueError(f"kernel {kernel} with dilation {d_} is larger than the (padded) input {i_}")
+            raise ArgumentError(f"kernel {kernel} with dilation {d_} is larger than the (padded) input {i_}")
         o_ = [ceildiv(i - d * (k - 1), s) for i, d, k, s in zip(i_, d_, kernel, s_)]
         nb = len(batch)
         keep: list[tuple[int, int] | None] = [None] * nb
@@ -2210,7 +2263,9 @@ class Tensor:
             return [(p, p) for p in pads]
         if len(pads) == 2 * dims:
             return [(pads[i], pads[i + 1]) for i in range(0, 2 * dims, 2)][::-1]
-        raise ValueError(f"padding {padding} needs an int, {dims} ints or {2 * dims} ints for input shape {self.shape}")
+        raise ArgumentError(
+            f"padding {padding} needs an int, {dims} ints or {2 * dims} ints for input shape {self.shape}"
+        )
 
     def _spatial_pad(self, pads: Sequence[tuple[int, int]], value: float = 0.0) -> Tensor:
         return self.pad([None] * (self.ndim - len(pads)) + list(pads), value=value)
@@ -2226,35 +2281,35 @@ class Tensor:
     ) -> Tensor:
         """Convolution over any number of spatial dims: input (N, Cin, *spatial), weight (Cout, Cin/groups, *kernel)."""
         if self.ndim < 3 or weight.ndim != self.ndim:
-            raise ValueError(
+            raise ArgumentError(
                 f"conv: input shape {self.shape} and weight shape {weight.shape} must both be "
                 "(N, C, *spatial) and (Cout, Cin/groups, *kernel) with the same number of dims"
             )
         (bs, cin_), (cout, cin), kernel = self.shape[:2], weight.shape[:2], weight.shape[2:]
         if groups < 1 or cin_ % groups or cout % groups:
-            raise ValueError(
+            raise ArgumentError(
                 f"conv: groups={groups} must divide the input channels ({cin_}) and output channels ({cout}); "
                 f"input shape {self.shape}, weight shape {weight.shape}"
             )
         if cin * groups != cin_:
-            raise ValueError(
+            raise ArgumentError(
                 f"conv: input shape {self.shape} has {cin_} channels, weight shape {weight.shape} expects "
                 f"{cin} * groups={groups} = {cin * groups}"
             )
         if bias is not None and bias.shape != (cout,):
-            raise ValueError(f"conv: bias shape {bias.shape} must be ({cout},) for weight shape {weight.shape}")
+            raise ArgumentError(f"conv: bias shape {bias.shape} must be ({cout},) for weight shape {weight.shape}")
         nk = len(kernel)
         if isinstance(padding, str):
             if padding == "valid":
                 pads = [(0, 0)] * nk
             elif padding == "same":
                 if any(s != 1 for s in make_tuple(stride, nk)):
-                    raise ValueError(f"conv: padding='same' needs stride 1, got stride {stride}")
+                    raise ArgumentError(f"conv: padding='same' needs stride 1, got stride {stride}")
                 # torch puts the odd element of an even total on the right
                 totals = [d * (k - 1) for d, k in zip(make_tuple(dilation, nk), kernel)]
                 pads = [(t // 2, t - t // 2) for t in totals]
             else:
-                raise ValueError(f"conv: padding must be an int, a tuple, 'same' or 'valid', not {padding!r}")
+                raise ArgumentError(f"conv: padding must be an int, a tuple, 'same' or 'valid', not {padding!r}")
         else:
             pads = self._pool_pads(padding, nk)
         x = self._spatial_pad(pads)._pool(kernel, stride, dilation)  # (bs, cin_, *out, *kernel)
@@ -2279,12 +2334,12 @@ class Tensor:
     ) -> Tensor:
         """Transposed convolution, weight (Cin, Cout/groups, *kernel): a stride-1 conv of the zero-stuffed input."""
         if self.ndim < 3 or weight.ndim != self.ndim:
-            raise ValueError(
+            raise ArgumentError(
                 f"conv_transpose: input shape {self.shape} and weight shape {weight.shape} must both be "
                 "(N, C, *spatial) and (Cin, Cout/groups, *kernel) with the same number of dims"
             )
         if groups < 1 or weight.shape[0] % groups or self.shape[1] != weight.shape[0]:
-            raise ValueError(
+            raise ArgumentError(
                 f"conv_transpose: input shape {self.shape} and weight shape {weight.shape} need equal input "
                 f"channels divisible by groups={groups}"
             )
@@ -2292,7 +2347,9 @@ class Tensor:
         nk = len(kernel)
         s_, d_, p_, op_ = (make_tuple(v, nk) for v in (stride, dilation, padding, output_padding))
         if any(op >= max(s, d) for op, s, d in zip(op_, s_, d_)):
-            raise ValueError(f"conv_transpose: output_padding {op_} must be smaller than stride {s_} or dilation {d_}")
+            raise ArgumentError(
+                f"conv_transpose: output_padding {op_} must be smaller than stride {s_} or dilation {d_}"
+            )
         # (Cin, Cout/g, *k) -> (Cout, Cin/g, *k) with the kernel mirrored
         w = weight.unflatten(0, (groups, -1)).transpose(1, 2).flip(tuple(range(3, weight.ndim + 1))).flatten(0, 1)
         x = self
@@ -2326,14 +2383,16 @@ class Tensor:
         k_ = make_tuple(kernel_size, 2)
         nk = len(k_)
         if self.ndim < nk + 1:
-            raise ValueError(
+            raise ArgumentError(
                 f"pooling with kernel {k_} needs an input with at least {nk + 1} dims, got shape {self.shape}"
             )
         s_ = make_tuple(stride if stride is not None else k_, nk)
         d_ = make_tuple(dilation, nk)
         pads = self._pool_pads(padding, nk)
         if any(2 * max(lo, hi) > k for (lo, hi), k in zip(pads, k_)):
-            raise ValueError(f"pad should be at most half of the effective kernel size: padding {padding}, kernel {k_}")
+            raise ArgumentError(
+                f"pad should be at most half of the effective kernel size: padding {padding}, kernel {k_}"
+            )
         reg = pads
         if ceil_mode:
             pads = self._ceil_pads(pads, k_, s_, d_)
@@ -2421,7 +2480,7 @@ class Tensor:
     def dropout(self, p: float = 0.5) -> Tensor:
         """Zero each element with probability p and scale the rest by 1/(1-p), only while Tensor.training."""
         if not 0 <= p <= 1:
-            raise ValueError(f"dropout probability must be in [0, 1], got {p}")
+            raise ArgumentError(f"dropout probability must be in [0, 1], got {p}")
         if not Tensor.training or p == 0:
             return self
         if p == 1:
@@ -2458,14 +2517,14 @@ class Tensor:
             or self.shape[-1] != key.shape[-1]
             or key.shape[-2] != value.shape[-2]
         ):
-            raise ValueError(
+            raise ArgumentError(
                 f"attention: query {self.shape}, key {key.shape} and value {value.shape} need matching "
                 "head dims (q[-1] == k[-1]) and sequence lengths (k[-2] == v[-2])"
             )
         qk = self.matmul(key.transpose(-2, -1)) * (1 / math.sqrt(self.shape[-1]))
         if is_causal:
             if attn_mask is not None:
-                raise ValueError("attention: pass either attn_mask or is_causal=True, not both")
+                raise ArgumentError("attention: pass either attn_mask or is_causal=True, not both")
             rows = Tensor.arange(qk.shape[-2], device=self.device).reshape(-1, 1)
             attn_mask = Tensor.arange(qk.shape[-1], device=self.device).reshape(1, -1) <= rows
         if attn_mask is not None:
@@ -2481,7 +2540,7 @@ class Tensor:
             return self.sum()
         if reduction == "none":
             return self
-        raise ValueError(f"reduction must be 'mean', 'sum' or 'none', not {reduction!r}")
+        raise ArgumentError(f"reduction must be 'mean', 'sum' or 'none', not {reduction!r}")
 
     def binary_crossentropy(self, Y: Tensor, reduction: str = "mean") -> Tensor:
         # logs are clamped at -100 as in torch, so a probability of exactly 0 or 1 gives a finite loss
@@ -2496,11 +2555,11 @@ class Tensor:
     def cross_entropy(self, Y: Tensor, reduction: str = "mean", label_smoothing: float = 0.0) -> Tensor:
         """Logits (N, C, ...) or (C,); Y class indices (N, ...) or probabilities shaped like the logits, as in torch."""
         if not 0.0 <= label_smoothing <= 1.0:
-            raise ValueError(f"label_smoothing must be in [0, 1], got {label_smoothing}")
+            raise ArgumentError(f"label_smoothing must be in [0, 1], got {label_smoothing}")
         cdim = 0 if self.ndim == 1 else 1
         if Y.shape != self.shape:
             if dtypes.is_float(Y.dtype) or Y.shape != self.shape[:cdim] + self.shape[cdim + 1 :]:
-                raise ValueError(
+                raise ArgumentError(
                     f"cross_entropy: target shape {Y.shape} must be the logits shape {self.shape} (probabilities) "
                     "or that shape without the class dim (integer class indices)"
                 )
@@ -2513,9 +2572,9 @@ class Tensor:
     ) -> Tensor:
         """Logits (..., C) and integer targets (...), classes on the last dim (tinygrad's); `mean` skips ignored targets."""
         if not 0.0 <= label_smoothing <= 1.0:
-            raise ValueError(f"label_smoothing must be in [0, 1], got {label_smoothing}")
+            raise ArgumentError(f"label_smoothing must be in [0, 1], got {label_smoothing}")
         if Y.shape != self.shape[:-1]:
-            raise ValueError(
+            raise ArgumentError(
                 f"sparse_categorical_crossentropy: target shape {Y.shape} must be the logits shape {self.shape} without its last dim"
             )
         if not dtypes.is_int(Y.dtype):
@@ -2533,7 +2592,7 @@ class Tensor:
         """Log-probabilities (N, C, ...) or (C,) and integer targets; `mean` divides by the summed target weights, as torch."""
         cdim = 0 if self.ndim == 1 else 1
         if Y.shape != self.shape[:cdim] + self.shape[cdim + 1 :]:
-            raise ValueError(
+            raise ArgumentError(
                 f"nll_loss: target shape {Y.shape} must be the input shape {self.shape} without the class dim"
             )
         if not dtypes.is_int(Y.dtype):
@@ -2551,6 +2610,8 @@ class Tensor:
 # id -> tensor with requires_grad=True; keyed by id because Tensor.__eq__ is elementwise, not identity
 _grad_leaves: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
 _grad_leaves_lock = threading.Lock()
+# id -> floating point tensor whose requires_grad was never set: a backward through it fills its .grad (tinygrad's rule)
+_unset_grad: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
 
 
 def _creation_with_requires_grad(fn: Callable[..., Tensor]) -> Any:
@@ -2599,6 +2660,30 @@ def _window_grad(
 def _on_axis(ndim: int, axis: int, arg: tuple[int, int]) -> list[tuple[int, int] | None]:
     """A pad/shrink argument that touches one axis."""
     return [arg if a == axis else None for a in range(ndim)]
+
+
+class ArgumentError(ValueError, RuntimeError):
+    """An op given arguments it cannot take: shapes that do not fit, sizes or counts out of range. torch raises a
+    RuntimeError for these, and lazygrad raised ValueError before: it is both."""
+
+
+class DTypeError(TypeError, RuntimeError):
+    """A dtype an op cannot take (gradients of integers): TypeError, and RuntimeError as torch raises."""
+
+
+class IntOverflowError(OverflowError, RuntimeError):
+    """An integer that does not fit the dtype of the tensor being made (torch: RuntimeError, numpy: OverflowError)."""
+
+
+def _check_fits(values: Sequence[Any], dtype: DType, what: str) -> None:
+    """Making a tensor from Python ints refuses those outside the dtype's range, as torch and numpy do (a cast of a
+    tensor wraps instead)."""
+    if not dtypes.is_int(dtype):
+        return
+    lo, hi = dtypes.min(dtype), dtypes.max(dtype)
+    for v in values:
+        if isinstance(v, int) and not isinstance(v, bool) and not lo <= v <= hi:
+            raise IntOverflowError(f"{what}: {v} does not fit {dtype.name} (range {lo} to {hi})")
 
 
 class UnsupportedOpError(NotImplementedError, TypeError):
@@ -2748,7 +2833,7 @@ def _broadcast_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
     out = []
     for x, y in zip(pa, pb):
         if x != y and x != 1 and y != 1:
-            raise ValueError(f"cannot broadcast shapes {a} and {b}")
+            raise ArgumentError(f"cannot broadcast shapes {a} and {b}")
         out.append(y if x == 1 else x)
     return tuple(out)
 
@@ -2772,11 +2857,11 @@ def _pad_pairs(t: Tensor, padding: Sequence[Any]) -> list[tuple[int, int]]:
     if all(isinstance(p, int) for p in padding):
         flat = list(padding)
         if len(flat) % 2 or len(flat) // 2 > t.ndim:
-            raise ValueError(f"flat padding {tuple(flat)} needs an even number of entries, at most 2*{t.ndim}")
+            raise ArgumentError(f"flat padding {tuple(flat)} needs an even number of entries, at most 2*{t.ndim}")
         pairs = [(flat[i], flat[i + 1]) for i in range(0, len(flat), 2)][::-1]
         return [(0, 0)] * (t.ndim - len(pairs)) + pairs
     if len(padding) != t.ndim:
-        raise ValueError(f"padding {tuple(padding)} needs one entry per dimension of shape {t.shape}")
+        raise ArgumentError(f"padding {tuple(padding)} needs one entry per dimension of shape {t.shape}")
     return [(0, 0) if p is None else (int(p[0]), int(p[1])) for p in padding]
 
 
@@ -3043,7 +3128,9 @@ def _setitem_value(t: Tensor, index: Any, v: Tensor) -> Tensor:
     try:
         v = v._broadcast_to(target)
     except ValueError:
-        raise ValueError(f"cannot assign a value of shape {v.shape} to an indexed region of shape {target}") from None
+        raise ArgumentError(
+            f"cannot assign a value of shape {v.shape} to an indexed region of shape {target}"
+        ) from None
     if adv:
         vals, hit = _advanced_scatter(view.shape, adv, v)
     else:

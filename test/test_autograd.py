@@ -264,7 +264,7 @@ def test_backward_errors() -> None:
     kept.backward()
     assert x.grad.tolist() == [2 + 8.0, 4 + 16.0]
     with pytest.raises(RuntimeError, match="requires_grad"):
-        Tensor([1.0]).sum().backward()
+        Tensor([1.0], requires_grad=False).sum().backward()
 
 
 def test_non_scalar_backward_with_gradient() -> None:

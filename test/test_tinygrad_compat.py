@@ -1,0 +1,229 @@
+"""tinygrad 0.14 programs run unchanged: TRAINING as a Context knob, gradients without requires_grad, is_param,
+schedule_step and `function`; torch-style code keeps torch's answers. Every numeric check is against torch."""
+
+import numpy as np
+import pytest
+import torch
+
+from lazygrad import Context, GlobalCounters, Tensor, TinyJit, function, nn  # noqa: F401  (the import is the test)
+from lazygrad.helpers import TRAINING
+
+
+def test_training_is_one_switch() -> None:
+    assert not Tensor.training
+    with Context(TRAINING=1):
+        assert Tensor.training and TRAINING
+    with Tensor.train():
+        assert TRAINING.value == 1
+    Tensor.training = True
+    assert TRAINING
+    Tensor.training = False
+
+    @Context(TRAINING=1)
+    def step() -> bool:
+        return Tensor.training
+
+    assert step() and not Tensor.training
+
+
+def test_dropout_follows_context_training() -> None:
+    x = Tensor.ones(1000)
+    assert x.dropout(0.5).tolist() == x.tolist()
+    with Context(TRAINING=1):
+        kept = (x.dropout(0.5).numpy() != 0).mean()
+    assert 0.4 < kept < 0.6
+
+
+def test_context_takes_tinygrad_knobs() -> None:
+    with Context(DEBUG=0, BEAM=0, NOOPT=0, TRAINING=0, JIT=1, IMAGE=0, VIZ=0, SPLIT_REDUCEOP=1):
+        pass
+    with pytest.raises(KeyError):  # as tinygrad: a knob nobody defines is a mistake
+        with Context(NOT_A_KNOB=1):
+            pass
+
+
+def _torch_grads(xs: list[np.ndarray], fn) -> list[np.ndarray]:
+    ts = [torch.tensor(x, requires_grad=True) for x in xs]
+    fn(*ts).backward()
+    return [t.grad.numpy() for t in ts]
+
+
+def test_backward_without_requires_grad() -> None:
+    x, w = np.random.default_rng(0).standard_normal((2, 4, 3)).astype(np.float32)[0], np.eye(3, dtype=np.float32)
+    tx, tw = Tensor(x), Tensor(w)
+    h = (tx @ tw).tanh()
+    (h * h).sum().backward()
+    gx, gw = _torch_grads([x, w], lambda a, b: ((a @ b).tanh() ** 2).sum())
+    np.testing.assert_allclose(tx.grad.numpy(), gx, atol=1e-5)
+    np.testing.assert_allclose(tw.grad.numpy(), gw, atol=1e-5)
+    assert h.grad is not None  # tinygrad fills intermediates too
+
+
+def test_requires_grad_false_and_no_grad_get_no_grad() -> None:
+    a, b = Tensor([1.0, 2.0], requires_grad=False), Tensor([3.0, 4.0])
+    (a * b).sum().backward()
+    assert a.grad is None and b.grad.tolist() == [1.0, 2.0]
+    with Tensor.no_grad():
+        c = b * 2
+    assert not c.requires_grad
+    with pytest.raises(RuntimeError, match="requires_grad"):
+        c.sum().backward()
+    d = b.detach()
+    (d * b).sum().backward()  # the gradient stops at d: only b's direct use reaches b
+    assert b.grad.tolist() == [1.0 + 3.0, 2.0 + 4.0]
+
+
+def test_torch_style_code_keeps_torch_answers() -> None:
+    x = Tensor([1.0, -2.0, 3.0], requires_grad=True)
+    y = (x.relu() * x).sum()
+    assert y.requires_grad
+    y.backward()
+    tx = torch.tensor([1.0, -2.0, 3.0], requires_grad=True)
+    (tx.relu() * tx).sum().backward()
+    assert x.grad.tolist() == tx.grad.tolist()
+
+
+def test_is_param() -> None:
+    bn = nn.BatchNorm2d(3)
+    assert bn.weight.is_param and not bn.running_mean.is_param
+    t = Tensor.zeros(2).is_param_(False)
+    assert not t.is_param and t.requires_grad is False
+    w = Tensor.ones(2)
+    opt = nn.optim.SGD([w, t], lr=0.1)
+    assert opt.params == [w] and opt.buffers == [t]
+
+
+def _mlp_data() -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+    rng = np.random.default_rng(1)
+    X = rng.standard_normal((32, 4)).astype(np.float32)
+    Y = (X[:, :1] * 2 - X[:, 1:2]).astype(np.float32)
+    weights = [
+        (rng.standard_normal((4, 8)) * 0.5).astype(np.float32),
+        (rng.standard_normal((8, 1)) * 0.5).astype(np.float32),
+    ]
+    return X, Y, weights
+
+
+def _torch_losses(X: np.ndarray, Y: np.ndarray, weights: list[np.ndarray], steps: int) -> list[float]:
+    w1, w2 = (torch.tensor(w, requires_grad=True) for w in weights)
+    opt = torch.optim.SGD([w1, w2], lr=0.05, momentum=0.9)
+    out = []
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = (((torch.tensor(X) @ w1).relu() @ w2 - torch.tensor(Y)) ** 2).mean()
+        loss.backward()
+        opt.step()
+        out.append(loss.item())
+    return out
+
+
+def test_training_loop_tinygrad_style() -> None:
+    """No requires_grad anywhere, Context(TRAINING=1), loss.realize(*opt.schedule_step()): tinygrad 0.14's loop."""
+    X, Y, weights = _mlp_data()
+    w1, w2 = Tensor(weights[0].copy()), Tensor(weights[1].copy())
+    opt = nn.optim.SGD([w1, w2], lr=0.05, momentum=0.9)
+    losses = []
+    with Context(TRAINING=1):
+        for _ in range(8):
+            opt.zero_grad()
+            loss = ((Tensor(X) @ w1).relu() @ w2 - Tensor(Y)).square().mean().backward()
+            loss.realize(*opt.schedule_step())
+            losses.append(loss.item())
+    np.testing.assert_allclose(losses, _torch_losses(X, Y, weights, 8), rtol=1e-4, atol=1e-6)
+    assert losses[-1] < losses[0] / 2
+
+
+def test_training_loop_with_function() -> None:
+    X, Y, weights = _mlp_data()
+    w1, w2 = Tensor(weights[0].copy()), Tensor(weights[1].copy())
+    opt = nn.optim.SGD([w1, w2], lr=0.05, momentum=0.9)
+    traced = []
+
+    @function
+    def forward(x: Tensor, a: Tensor, b: Tensor) -> Tensor:
+        traced.append(1)
+        return (x @ a).relu() @ b
+
+    losses = []
+    with Context(TRAINING=1):
+        for _ in range(8):
+            opt.zero_grad()
+            loss = (forward(Tensor(X), w1, w2) - Tensor(Y)).square().mean().backward()
+            loss.realize(*opt.schedule_step())
+            losses.append(loss.item())
+    assert len(traced) == 1
+    np.testing.assert_allclose(losses, _torch_losses(X, Y, weights, 8), rtol=1e-4, atol=1e-6)
+
+
+def test_function_matches_a_direct_call() -> None:
+    calls = []
+
+    @function
+    def f(a: Tensor, b: Tensor, scale: float) -> tuple[Tensor, Tensor]:
+        calls.append(scale)
+        return (a @ b).relu().sum(1) * scale, a.exp()
+
+    rng = np.random.default_rng(2)
+    for scale in (1.0, 1.0, 2.0, 2.0):
+        a, b = rng.standard_normal((4, 3)).astype(np.float32), rng.standard_normal((3, 5)).astype(np.float32)
+        s, e = f(Tensor(a), Tensor(b), scale)
+        ta, tb = torch.tensor(a), torch.tensor(b)
+        np.testing.assert_allclose(s.numpy(), (ta @ tb).relu().sum(1).numpy() * scale, atol=1e-5)
+        np.testing.assert_allclose(e.numpy(), ta.exp().numpy(), rtol=1e-5)
+    assert calls == [1.0, 2.0]  # one trace per (shapes, dtypes, devices, other arguments)
+    f(Tensor.ones(2, 3), Tensor.ones(3, 1), 1.0)
+    assert len(calls) == 3
+
+
+def test_function_gradients_and_methods() -> None:
+    class Model:
+        def __init__(self) -> None:
+            self.l1 = nn.Linear(3, 2)
+
+        @function
+        def __call__(self, x: Tensor) -> Tensor:
+            return self.l1(x).tanh().sum()
+
+    m, x = Model(), np.arange(6, dtype=np.float32).reshape(2, 3) / 6
+    for _ in range(2):
+        m.l1.weight.grad = None
+        m(Tensor(x)).backward()
+    tl = torch.nn.Linear(3, 2)
+    tl.weight.data, tl.bias.data = torch.tensor(m.l1.weight.numpy()), torch.tensor(m.l1.bias.numpy())
+    tl(torch.tensor(x)).tanh().sum().backward()
+    np.testing.assert_allclose(m.l1.weight.grad.numpy(), tl.weight.grad.numpy(), atol=1e-6)
+
+
+def test_function_implicit_inputs_and_randomness() -> None:
+    w = Tensor([1.0, 2.0]).realize()
+
+    @function
+    def f(x: Tensor) -> Tensor:
+        return x * w
+
+    with pytest.raises(RuntimeError, match="not among its arguments"):
+        f(Tensor([1.0, 1.0]))
+
+    @function(allow_implicit=True)
+    def g(x: Tensor) -> Tensor:
+        return x * w
+
+    assert g(Tensor([1.0, 1.0])).tolist() == [1.0, 2.0]
+    w.assign(Tensor([3.0, 4.0])).realize()
+    assert g(Tensor([1.0, 1.0])).tolist() == [3.0, 4.0]
+
+    @function
+    def noisy(x: Tensor) -> Tensor:
+        return x + Tensor.rand(*x.shape)
+
+    a, b = noisy(Tensor.zeros(8)).numpy(), noisy(Tensor.zeros(8)).numpy()
+    assert not np.array_equal(a, b)  # a function that draws random numbers is traced on every call
+
+
+def test_function_rejects_other_returns() -> None:
+    @function
+    def f(x: Tensor) -> int:
+        return 3
+
+    with pytest.raises(RuntimeError, match="must return a Tensor"):
+        f(Tensor([1.0]))
