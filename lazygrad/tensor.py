@@ -1823,6 +1823,51 @@ class Tensor:
     def square(self) -> Tensor:
         return self * self
 
+    def asin(self) -> Tensor:
+        # x / sqrt((1-x)(1+x)) is +-inf at +-1, where atan gives +-pi/2; the product keeps precision near 1
+        return self._in_float32(lambda x: _atan(x / ((1 - x) * (1 + x)).sqrt()))
+
+    def acos(self) -> Tensor:
+        # 2 atan(sqrt((1-x)/(1+x))): no cancellation near x = 1, where pi/2 - asin(x) would lose every digit
+        return self._in_float32(lambda x: 2 * _atan(((1 - x) / (1 + x)).sqrt()))
+
+    def atan(self) -> Tensor:
+        return self._in_float32(_atan)
+
+    def sinh(self) -> Tensor:
+        return self._in_float32(lambda x: _odd(x, lambda a: _sinh_cosh_pos(a, odd=True)))
+
+    def cosh(self) -> Tensor:
+        def fn(x: Tensor) -> Tensor:
+            a = (x < 0).where(-x, x)
+            return _sinh_cosh_pos(a, odd=False)
+
+        return self._in_float32(fn)
+
+    def asinh(self) -> Tensor:
+        def positive(a: Tensor) -> Tensor:
+            # log1p(a + a^2 / (1 + sqrt(1 + a^2))) = log(a + sqrt(a^2 + 1)), without cancellation for small a;
+            # above 2^26 a^2 + 1 == a^2 (and overflows near 1.8e19): log(2a)
+            huge = a > 2.0**26
+            small = huge.where(1.0, a)
+            moderate = _log1p(small + small * small / (1 + (small * small + 1).sqrt()))
+            return huge.where(huge.where(a, 1.0).log() + math.log(2), moderate)
+
+        return self._in_float32(lambda x: _odd(x, positive))
+
+    def acosh(self) -> Tensor:
+        def fn(x: Tensor) -> Tensor:
+            huge = x > 2.0**26
+            t = huge.where(1.0, x) - 1
+            # log1p(t + sqrt(t) sqrt(t + 2)) with t = x - 1 keeps the digits near x = 1, is NaN below 1 as torch
+            # (sqrt of a negative t) and never overflows
+            return huge.where(huge.where(x, 1.0).log() + math.log(2), _log1p(t + t.sqrt() * (t + 2).sqrt()))
+
+        return self._in_float32(fn)
+
+    def atanh(self) -> Tensor:
+        return self._in_float32(lambda x: 0.5 * _log1p(2 * x / (1 - x)))
+
     def trunc(self) -> Tensor:
         return self._alu(Ops.TRUNC) if dtypes.is_float(self.dtype) else self
 
@@ -2340,14 +2385,21 @@ class Tensor:
     # *** normalization, activation-like composites ***
 
     def softmax(self, axis: int = -1) -> Tensor:
+        if self.shape[_axes(axis, self.ndim)[0]] == 0:
+            return self  # empty along the axis: nothing to normalize (and no max to shift by), as torch
         # the max only shifts for range: it cancels in value and in gradient, so no gradient flows through it
         m = self - self.max(axis, keepdim=True).detach()
         e = m.exp()
         return e / e.sum(axis, keepdim=True)
 
     def log_softmax(self, axis: int = -1) -> Tensor:
+        if self.shape[_axes(axis, self.ndim)[0]] == 0:
+            return self
         m = self - self.max(axis, keepdim=True).detach()
         return m - m.exp().sum(axis, keepdim=True).log()
+
+    def softmin(self, axis: int = -1) -> Tensor:
+        return (-self).softmax(axis)
 
     def logsumexp(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
         if any(self.shape[a] == 0 for a in _axes(axis, self.ndim)):
@@ -2664,6 +2716,51 @@ def _tanh(x: Tensor) -> Tensor:
         return (1 - t) / (1 + t)
 
     return _odd(x, positive)
+
+
+def _atan(x: Tensor) -> Tensor:
+    """atan of |x| reduced to |r| <= tan(pi/8) (r = -1/a above tan(3pi/8), (a-1)/(a+1) between), then Cephes' odd
+    polynomial (float32 accuracy); float64 takes one Newton step on tan(y) = r, which squares the error."""
+
+    def positive(a: Tensor) -> Tensor:
+        big, mid = a > 2.414213562373095, a > 0.41421356237309503
+        # each branch gets inputs it is finite on: 0 * inf in the gradient of an unused branch would be NaN
+        between = mid & big.logical_not()
+        r = big.where(-1 / big.where(a, 1.0), mid.where((between.where(a, 0.0) - 1) / (between.where(a, 0.0) + 1), a))
+        z = r * r
+        y = (((8.05374449538e-2 * z - 1.38776856032e-1) * z + 1.99777106478e-1) * z - 3.33329491539e-1) * z * r + r
+        if x.dtype == dtypes.float64:
+            c = y.cos()
+            y = y - c * (y.sin() - r * c)
+        # constants as tensors of a's dtype: a where of two Python floats would round pi/2 to float32
+        return big.where(a.full_like(math.pi / 2), mid.where(a.full_like(math.pi / 4), 0.0)) + y
+
+    return _odd(x, positive)
+
+
+def _log1p(u: Tensor) -> Tensor:
+    """log(1 + u) to full precision for small u: log(w) * u / (w - 1) with w = 1 + u rounded cancels w's rounding
+    error (Goldberg); exact u where w rounds to 1, and u where it is infinite."""
+    w = 1 + u
+    plain = (w == 1) | (w == math.inf)
+    ws = plain.where(2.0, w)
+    return plain.where(u, ws.log() * (plain.where(1.0, u) / (ws - 1)))
+
+
+def _sinh_cosh_pos(a: Tensor, odd: bool) -> Tensor:
+    """sinh (odd) or cosh for a >= 0: the Taylor series below 1/2, where e^a - e^-a would cancel (in sinh, and in
+    cosh's derivative); else t -+ 1/(4t) with t = e^a / 2, which overflows only where the result does."""
+    small = a < 0.5
+    s = small.where(a, 0.0)
+    s2 = s * s
+    term = s if odd else s.ones_like()
+    series = term
+    for k in range(1, 10):
+        n = 2 * k + 1 if odd else 2 * k
+        term = term * s2 * (1 / (n * (n - 1)))
+        series = series + term
+    t = (small.where(1.0, a) - math.log(2)).exp()
+    return small.where(series, t - 0.25 / t if odd else t + 0.25 / t)
 
 
 def _erf(x: Tensor) -> Tensor:
