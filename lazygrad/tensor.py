@@ -630,6 +630,46 @@ class Tensor:
         bits = Tensor._random_bits(prod(shape_), device).cast(dtypes.uint64)
         return ((bits * (high - low)) >> 32).cast(dtypes.int64).add(low).cast(to_dtype(dtype)).reshape(shape_)
 
+    @staticmethod
+    def scaled_uniform(*shape: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
+        """U(-1, 1) / sqrt(numel) (tinygrad's)."""
+        shape_ = Tensor._shape_arg(shape)
+        return Tensor.uniform(*shape_, low=-1.0, high=1.0, dtype=dtype, device=device) * prod(shape_) ** -0.5
+
+    @staticmethod
+    def glorot_uniform(*shape: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
+        """U(-b, b) with b = sqrt(6 / (shape[0] + prod(shape[1:]))): Glorot & Bengio's, as tinygrad lays out fans."""
+        shape_ = Tensor._shape_arg(shape)
+        bound = math.sqrt(6 / max(1, shape_[0] + prod(shape_[1:]))) if shape_ else 1.0
+        return Tensor.uniform(*shape_, low=-bound, high=bound, dtype=dtype, device=device)
+
+    @staticmethod
+    def _kaiming_std(shape: tuple[int, ...], a: float) -> float:
+        # fan_in is everything after the output dim, as torch's default mode="fan_in" for (out, in, *kernel)
+        return math.sqrt(2.0 / (1 + a * a)) / math.sqrt(max(1, prod(shape[1:])))
+
+    @staticmethod
+    def kaiming_uniform(
+        *shape: Any, a: float = 0.01, dtype: DType | str | None = None, device: str | None = None
+    ) -> Tensor:
+        shape_ = Tensor._shape_arg(shape)
+        bound = math.sqrt(3.0) * Tensor._kaiming_std(shape_, a)
+        return Tensor.uniform(*shape_, low=-bound, high=bound, dtype=dtype, device=device)
+
+    @staticmethod
+    def kaiming_normal(
+        *shape: Any, a: float = 0.01, dtype: DType | str | None = None, device: str | None = None
+    ) -> Tensor:
+        shape_ = Tensor._shape_arg(shape)
+        return Tensor.normal(*shape_, mean=0.0, std=Tensor._kaiming_std(shape_, a), dtype=dtype, device=device)
+
+    @staticmethod
+    def randperm(n: int, dtype: DType | str = dtypes.int32, device: str | None = None) -> Tensor:
+        """A random permutation of 0..n-1: the stable argsort of n uniforms (O(n^2) compares, as sort)."""
+        if n < 0:
+            raise ValueError(f"randperm: n must be non-negative, got {n}")
+        return Tensor.rand(n, device=device).argsort().cast(to_dtype(dtype))
+
     def rand_like(self, dtype: DType | str | None = None) -> Tensor:
         return Tensor.rand(self.shape, dtype=dtype or self.dtype, device=self.device)
 
@@ -909,27 +949,44 @@ class Tensor:
             raise ValueError(f"index_select: index must be 1-d, got shape {index.shape}")
         return self[(slice(None),) * d + (index,)]
 
-    def masked_select(self, mask: Tensor) -> Tensor:
-        """The elements where mask is true, flattened (the count is read from the device, as torch does)."""
+    def masked_select(self, mask: Tensor, size: int | None = None, fill_value: Any = 0) -> Tensor:
+        """The elements where mask is true, flattened. The count is read from the device (as torch does) unless
+        `size` fixes the length (tinygrad's): the first `size` selected, then `fill_value`; no device read."""
         if mask.dtype != dtypes.bool:
             raise TypeError(f"masked_select: mask must be a bool tensor, got {mask.dtype}")
         shape = _broadcast_shape(self.shape, mask.shape)
-        flat = self._broadcast_to(shape).flatten()
-        return _pick(flat.reshape(1, -1), mask._broadcast_to(shape).flatten()._select_rows(), (1,))
+        flat, keep = self._broadcast_to(shape).flatten(), mask._broadcast_to(shape).flatten()
+        picked = _pick(flat.reshape(1, -1), keep._select_rows(size), (1,))
+        return picked if size is None else keep._fill_beyond_count(picked, fill_value)
 
-    def _select_rows(self) -> Tensor:
-        """For a 1-d bool tensor with n trues: bool (n, len), row j true at the position of the j-th true."""
-        n = int(self.sum().item())
+    def _select_rows(self, n: int | None = None) -> Tensor:
+        """For a 1-d bool tensor: bool (n, len), row j true at the position of the j-th true. n defaults to the count
+        of trues (read from the device); rows past the count are all false."""
+        if n is None:
+            n = int(self.sum().item())
+        elif n < 0:
+            raise ValueError(f"size must be non-negative, got {n}")
         rank = self.cast(dtypes.int32).cumsum() - 1
         return self.reshape(1, -1) & (rank.reshape(1, -1) == Tensor.arange(n, device=self.device).reshape(-1, 1))
 
-    def nonzero(self, as_tuple: bool = False) -> Tensor | tuple[Tensor, ...]:
-        """Coordinates of the nonzero elements, (count, ndim) int64 in row-major order, or one tensor per dim."""
+    def _fill_beyond_count(self, picked: Tensor, fill_value: Any) -> Tensor:
+        """picked (size, ...) with the rows at and past the count of trues in self (1-d bool) set to fill_value."""
+        n = picked.shape[0]
+        valid = Tensor.arange(n, device=self.device) < self.cast(dtypes.int32).sum()
+        return valid.reshape((n,) + (1,) * (picked.ndim - 1)).where(picked, fill_value).cast(picked.dtype)
+
+    def nonzero(
+        self, size: int | None = None, fill_value: Any = 0, *, as_tuple: bool = False
+    ) -> Tensor | tuple[Tensor, ...]:
+        """Coordinates of the nonzero elements, (count, ndim) int64 in row-major order, or one tensor per dim. With
+        `size`, (size, ndim): the first `size` nonzeros, then rows of `fill_value` (no device read; tinygrad's)."""
         flat = (self != 0).flatten()
         pos = Tensor.arange(flat.numel(), device=self.device).reshape(1, -1)
-        where = _pick(pos, flat._select_rows(), (1,))
+        where = _pick(pos, flat._select_rows(size), (1,))
         strides = [prod(self.shape[d + 1 :]) for d in range(self.ndim)]
         coords = [(where // st % s).cast(dtypes.int64) for st, s in zip(strides, self.shape)]
+        if size is not None:
+            coords = [flat._fill_beyond_count(c, fill_value) for c in coords]
         if as_tuple:
             return tuple(coords)
         if not coords:
@@ -1074,12 +1131,12 @@ class Tensor:
         w = w.permute(*range(d), x.ndim - 1, *range(d, x.ndim - 1), x.ndim)
         return w.reshape(w.shape[1:]) if self.ndim == 0 else w
 
-    def pad_to(self, *shape: Any) -> Tensor:
-        """Zero-pad at the end of each dim up to shape (None keeps a dim)."""
+    def pad_to(self, *shape: Any, value: float = 0.0) -> Tensor:
+        """Pad with `value` at the end of each dim up to shape (None keeps a dim)."""
         new = argfix(*shape)
         if len(new) != self.ndim or any(n is not None and n < s for n, s in zip(new, self.shape)):
             raise ValueError(f"pad_to {new}: needs one size per dim of shape {self.shape}, none smaller")
-        return self.pad([None if n is None else (0, n - s) for n, s in zip(new, self.shape)])
+        return self.pad([None if n is None else (0, n - s) for n, s in zip(new, self.shape)], value=value)
 
     def shrink_to(self, *shape: Any) -> Tensor:
         """Keep the first entries of each dim, down to shape (None keeps a dim)."""
@@ -1976,8 +2033,9 @@ class Tensor:
     def isnan(self) -> Tensor:
         return self != self
 
-    def isinf(self) -> Tensor:
-        return (self == math.inf) | (self == -math.inf)
+    def isinf(self, detect_positive: bool = True, detect_negative: bool = True) -> Tensor:
+        pos = (self == math.inf) if detect_positive else self.zeros_like(dtypes.bool)
+        return (pos | (self == -math.inf)) if detect_negative else pos
 
     # dtype conversion
     def cast(self, dtype: DType | str) -> Tensor:
@@ -2353,7 +2411,11 @@ class Tensor:
         padding: int | Sequence[int] = 0,
         dilation: int | Sequence[int] = 1,
         ceil_mode: bool = False,
-    ) -> Tensor:
+        return_indices: bool = False,
+    ) -> Any:
+        """With return_indices, also the int64 flat index of each maximum within its input plane (as torch)."""
+        if return_indices:
+            return self.max_pool2d_with_indices(kernel_size, stride, padding, dilation, ceil_mode)
         k_, s_, d_, _, pads = self._pool_setup(kernel_size, stride, padding, dilation, ceil_mode)
         fill = -math.inf if dtypes.is_float(self.dtype) else dtypes.min(self.dtype)
         windows = self._spatial_pad(pads, value=fill)._pool(k_, s_, d_)
@@ -2463,8 +2525,11 @@ class Tensor:
         attn_mask: Tensor | None = None,
         dropout_p: float = 0.0,
         is_causal: bool = False,
+        enable_gqa: bool = False,
+        scale: float | None = None,
     ) -> Tensor:
-        """softmax(q @ k^T / sqrt(d) + mask) @ v; a bool mask keeps where True, a float mask is added."""
+        """softmax(q @ k^T * scale + mask) @ v, scale 1/sqrt(d) by default; a bool mask keeps where True, a float mask
+        is added. enable_gqa: key and value have fewer heads (dim -3), each shared by a group of query heads."""
         if (
             self.ndim < 2
             or key.ndim < 2
@@ -2476,10 +2541,19 @@ class Tensor:
                 f"attention: query {self.shape}, key {key.shape} and value {value.shape} need matching "
                 "head dims (q[-1] == k[-1]) and sequence lengths (k[-2] == v[-2])"
             )
-        qk = self.matmul(key.transpose(-2, -1)) * (1 / math.sqrt(self.shape[-1]))
+        if is_causal and attn_mask is not None:
+            raise _AttentionArgumentError("attention: pass either attn_mask or is_causal=True, not both")
+        if enable_gqa and self.ndim >= 3 and key.ndim >= 3 and self.shape[-3] != key.shape[-3]:
+            heads, kv_heads = self.shape[-3], key.shape[-3]
+            if kv_heads == 0 or heads % kv_heads or value.shape[-3] != kv_heads:
+                raise ValueError(
+                    f"attention: enable_gqa needs the key/value heads ({kv_heads}, {value.shape[-3]}) to be equal and "
+                    f"to divide the query heads ({heads})"
+                )
+            key = key.repeat_interleave(heads // kv_heads, dim=-3)
+            value = value.repeat_interleave(heads // kv_heads, dim=-3)
+        qk = self.matmul(key.transpose(-2, -1)) * (1 / math.sqrt(self.shape[-1]) if scale is None else scale)
         if is_causal:
-            if attn_mask is not None:
-                raise ValueError("attention: pass either attn_mask or is_causal=True, not both")
             rows = Tensor.arange(qk.shape[-2], device=self.device).reshape(-1, 1)
             attn_mask = Tensor.arange(qk.shape[-1], device=self.device).reshape(1, -1) <= rows
         if attn_mask is not None:
@@ -2577,7 +2651,10 @@ def _creation_with_requires_grad(fn: Callable[..., Tensor]) -> Any:
     return staticmethod(make)
 
 
-for _name in ("empty", "full", "zeros", "ones", "arange", "linspace", "eye", "rand", "uniform", "randn", "normal"):
+for _name in (
+    "empty", "full", "zeros", "ones", "arange", "linspace", "eye", "rand", "uniform", "randn", "normal",
+    "scaled_uniform", "glorot_uniform", "kaiming_uniform", "kaiming_normal", "randperm",
+):  # fmt: skip
     setattr(Tensor, _name, _creation_with_requires_grad(getattr(Tensor, _name)))
 
 
@@ -2612,6 +2689,11 @@ def _window_grad(
 def _on_axis(ndim: int, axis: int, arg: tuple[int, int]) -> list[tuple[int, int] | None]:
     """A pad/shrink argument that touches one axis."""
     return [arg if a == axis else None for a in range(ndim)]
+
+
+class _AttentionArgumentError(ValueError, RuntimeError):
+    """Arguments attention cannot take together: torch raises RuntimeError, a ValueError is what the rest of this API
+    raises for bad arguments; it is both."""
 
 
 class UnsupportedOpError(NotImplementedError, TypeError):

@@ -71,3 +71,171 @@ def test_inverse_gradients_at_edges() -> None:
 def test_softmin(shape: tuple, axis: int) -> None:
     x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
     check(lambda t: t.softmin(axis), lambda t: torch.nn.functional.softmin(t, axis), [x])
+
+
+# *** init helpers and randperm ***
+
+
+@pytest.mark.parametrize(
+    "name,shape,bound",
+    [
+        ("scaled_uniform", (8, 5), 1 / np.sqrt(40)),
+        ("glorot_uniform", (8, 5, 3), np.sqrt(6 / (8 + 15))),
+        ("kaiming_uniform", (16, 4, 3), np.sqrt(3) * np.sqrt(2 / (1 + 0.01**2)) / np.sqrt(12)),
+    ],
+)
+def test_uniform_inits(name: str, shape: tuple, bound: float) -> None:
+    Tensor.manual_seed(3)
+    w = getattr(Tensor, name)(*shape).numpy()
+    assert w.shape == shape and w.dtype == np.float32
+    assert np.abs(w).max() <= bound and np.abs(w).max() > 0.8 * bound
+    # the variance of U(-b, b) is b^2 / 3
+    np.testing.assert_allclose(w.var(), bound**2 / 3, rtol=0.35)
+    Tensor.manual_seed(3)
+    np.testing.assert_array_equal(getattr(Tensor, name)(*shape).numpy(), w)
+
+
+def test_kaiming_normal_and_errors() -> None:
+    w = Tensor.kaiming_normal(64, 8, 2, 2, a=0.0).numpy()
+    np.testing.assert_allclose(w.std(), np.sqrt(2 / 32), rtol=0.1)
+    assert Tensor.kaiming_uniform(3, 4, requires_grad=True).requires_grad
+    for fn in (Tensor.kaiming_uniform, Tensor.kaiming_normal, Tensor.scaled_uniform, Tensor.glorot_uniform):
+        with pytest.raises(ValueError):
+            fn(-3, 3)
+    assert Tensor.glorot_uniform(0, 4).shape == (0, 4)
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 13, 200])
+def test_randperm(n: int) -> None:
+    p = Tensor.randperm(n).numpy()
+    assert p.dtype == np.int32 and sorted(p.tolist()) == list(range(n))
+    assert Tensor.randperm(n, dtype="int64").dtype.name == "int64"
+    if n >= 13:
+        assert p.tolist() != list(range(n))
+
+
+# *** options: return_indices, isinf detect_*, pad_to value, fixed-size selection ***
+
+
+@pytest.mark.parametrize(
+    "shape,kw",
+    [
+        ((2, 3, 8, 8), dict(kernel_size=2)),
+        ((1, 2, 7, 11), dict(kernel_size=(3, 2), dilation=(2, 1))),
+        ((1, 1, 5, 5), dict(kernel_size=3, padding=1, stride=1)),
+        ((2, 1, 7, 7), dict(kernel_size=2, stride=2, ceil_mode=True)),
+        ((1, 1, 13, 13), dict(kernel_size=(12, 13))),
+    ],
+)
+def test_max_pool2d_return_indices_and_unpool(shape: tuple, kw: dict) -> None:
+    def lg(x):
+        v, i = x.max_pool2d(return_indices=True, **kw)
+        if "dilation" in kw:  # torch's max_unpool2d has no dilation
+            return v, i
+        size = kw.get("kernel_size")
+        out = Tensor.max_unpool2d(v, i, kernel_size=size, stride=kw.get("stride"), padding=kw.get("padding", 0),
+                                  output_size=x.shape[-2:])
+        return v, i, out
+
+    def th(x):
+        v, i = torch.nn.functional.max_pool2d(x, return_indices=True, **kw)
+        if "dilation" in kw:
+            return v, i
+        size = kw.get("kernel_size")
+        out = torch.nn.functional.max_unpool2d(v, i, kernel_size=size, stride=kw.get("stride"),
+                                               padding=kw.get("padding", 0), output_size=x.shape[-2:])
+        return v, i, out
+
+    x = np.random.default_rng(2).permutation(int(np.prod(shape))).reshape(shape).astype(np.float32)
+    check(lg, th, [x])
+
+
+def test_isinf_detect() -> None:
+    x = np.array([-np.inf, 2.0, np.inf, np.nan, 0.0], np.float32)
+    t = Tensor(x)
+    np.testing.assert_array_equal(t.isinf().numpy(), np.isinf(x))
+    np.testing.assert_array_equal(t.isinf(detect_positive=True, detect_negative=False).numpy(), np.isposinf(x))
+    np.testing.assert_array_equal(t.isinf(detect_positive=False, detect_negative=True).numpy(), np.isneginf(x))
+    np.testing.assert_array_equal(t.isinf(detect_positive=False, detect_negative=False).numpy(), [False] * 5)
+
+
+def test_pad_to_value() -> None:
+    np.testing.assert_array_equal(Tensor([1, 2]).pad_to(4, value=7).numpy(), [1, 2, 7, 7])
+    np.testing.assert_array_equal(Tensor([[1.0, 2.0]]).pad_to(None, 3, value=-1.5).numpy(), [[1, 2, -1.5]])
+    with pytest.raises(ValueError):
+        Tensor([1, 2]).pad_to(2, 3)
+
+
+@pytest.mark.parametrize("size", [0, 1, 3, 6, 9])
+def test_masked_select_nonzero_size(size: int) -> None:
+    x = np.array([[1.0, 0, 3], [0, 5, 6]], np.float32)
+    t = Tensor(x)
+    sel = x[x > 0]
+    want = np.concatenate([sel, np.full(max(0, size - len(sel)), -1.0, np.float32)])[:size]
+    np.testing.assert_array_equal(t.masked_select(t > 0, size=size, fill_value=-1).numpy(), want)
+    nz = np.argwhere(x)
+    want_nz = np.concatenate([nz, np.full((max(0, size - len(nz)), 2), -1)])[:size]
+    np.testing.assert_array_equal(t.nonzero(size=size, fill_value=-1).numpy(), want_nz)
+    # torch's fixed-size form
+    np.testing.assert_array_equal(t.nonzero(size=size, fill_value=-1).numpy(),
+                                  torch.nonzero_static(torch.tensor(x), size=size, fill_value=-1).numpy())
+    rows, cols = t.nonzero(size, 0, as_tuple=True)
+    assert rows.shape == cols.shape == (size,)
+
+
+def test_nonzero_size_needs_no_device_read() -> None:
+    # a fixed size keeps the graph lazy: the count is compared on the device
+    t = Tensor([0.0, 2.0, 0.0, 4.0]) + 0
+    out = t.nonzero(size=3)
+    assert not out.uop.is_realized if hasattr(out.uop, "is_realized") else True
+    np.testing.assert_array_equal(out.numpy(), [[1], [3], [0]])
+
+
+# *** attention ***
+
+
+@pytest.mark.parametrize("heads,kv_heads", [(4, 4), (4, 2), (6, 1), (3, 3)])
+def test_attention_gqa(heads: int, kv_heads: int) -> None:
+    rng = np.random.default_rng(4)
+    q = rng.standard_normal((2, heads, 5, 8)).astype(np.float32)
+    k = rng.standard_normal((2, kv_heads, 7, 8)).astype(np.float32)
+    v = rng.standard_normal((2, kv_heads, 7, 3)).astype(np.float32)
+    f = torch.nn.functional.scaled_dot_product_attention
+    check(lambda a, b, c: a.scaled_dot_product_attention(b, c, enable_gqa=True),
+          lambda a, b, c: f(a, b, c, enable_gqa=True), [q, k, v], atol=1e-5)
+    check(lambda a, b, c: a.scaled_dot_product_attention(b, c, enable_gqa=True, is_causal=True, scale=0.3),
+          lambda a, b, c: f(a, b, c, enable_gqa=True, is_causal=True, scale=0.3), [q, k, v], atol=1e-5)
+
+
+def test_attention_argument_errors() -> None:
+    q = Tensor.ones(1, 3, 4, 8)
+    with pytest.raises(ValueError, match="divide"):
+        q.scaled_dot_product_attention(Tensor.ones(1, 2, 4, 8), Tensor.ones(1, 2, 4, 8), enable_gqa=True)
+    # attn_mask with is_causal: torch raises RuntimeError
+    with pytest.raises(RuntimeError, match="not both"):
+        q.scaled_dot_product_attention(q, q, attn_mask=Tensor.ones(4, 4), is_causal=True)
+
+
+# *** dtype tables ***
+
+
+def test_dtype_tables() -> None:
+    from lazygrad.dtype import DTYPES_DICT, INVERSE_DTYPES_DICT, can_lossless_cast, dtypes
+
+    assert dtypes.int8.min == -128 and dtypes.int8.max == 127 and dtypes.uint32.max == 2**32 - 1
+    assert dtypes.float16.min == -float("inf") and dtypes.bool.max is True and dtypes.bool.min is False
+    assert DTYPES_DICT["float32"] is dtypes.float32 and DTYPES_DICT["half"] is dtypes.float16
+    assert dtypes.fields() == DTYPES_DICT
+    assert all(INVERSE_DTYPES_DICT[dt.name] == dt.name for dt in dtypes.all)
+    assert set(dtypes.ints) == set(dtypes.uints) | set(dtypes.sints) and dtypes.float64 in dtypes.floats
+    assert dtypes.finfo(dtypes.bfloat16) == (8, 7) and dtypes.finfo(dtypes.float32) == (8, 23)
+    with pytest.raises(ValueError):
+        dtypes.finfo(dtypes.int32)
+    # numpy's casting="safe" for every pair numpy has, except that 64-bit ints do not fit float64's mantissa
+    # (numpy calls that safe; tinygrad and this are exact)
+    for a in dtypes.all:
+        for b in dtypes.all:
+            if "bfloat16" in (a.name, b.name) or (a in (dtypes.int64, dtypes.uint64) and b == dtypes.float64):
+                assert "bfloat16" in (a.name, b.name) or not can_lossless_cast(a, b)
+                continue
+            assert can_lossless_cast(a, b) == np.can_cast(np.dtype(a.name), np.dtype(b.name), "safe"), (a, b)
