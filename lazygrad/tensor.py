@@ -6,6 +6,7 @@ import contextlib
 import functools
 import itertools
 import math
+import re
 import struct
 import weakref
 from typing import Any, Callable, Sequence
@@ -1174,6 +1175,48 @@ class Tensor:
                 left, right = part(n - lo, n), part(0, hi)
             x = left.cat(x, right, dim=d)
         return x
+
+    def rearrange(self, formula: str, **sizes: int) -> Tensor:
+        """einops' rearrange: `"b c (h w) -> b (c h) w"`, with `...` for the dims not named, `()` or `1` for a unit
+        dim, and the sizes of split groups as keyword arguments (one per group may be left to infer). A reshape, a
+        permute and a reshape: a view."""
+        if formula.count("->") != 1:
+            raise ValueError(f"rearrange: the formula needs one '->', got {formula!r}")
+        lhs, rhs = (_parse_axes(side, formula) for side in formula.split("->"))
+        lhs_names = [n for g in lhs for n in g]
+        rhs_names = [n.strip("()") for g in rhs for n in g]
+        if sorted(lhs_names) != sorted(rhs_names):
+            raise ValueError(f"rearrange {formula!r}: both sides must name the same axes")
+        if any(("..." in g and len(g) > 1) or "(...)" in g for g in lhs):
+            raise ValueError(f"rearrange {formula!r}: '...' cannot be grouped on the left side")
+        n_ell = self.ndim - (len(lhs) - ("..." in lhs_names))
+        if n_ell < 0 or ("..." not in lhs_names and n_ell != 0):
+            raise ValueError(f"rearrange {formula!r}: the left side has {len(lhs)} dims, the tensor {self.shape}")
+        ell = [f"...{i}" for i in range(n_ell)]
+        # a bare ellipsis is its dims one by one; in parentheses (right side only) they merge into one dim
+        lhs = [part for g in lhs for part in ([[n] for n in ell] if g == ["..."] else [g])]
+        rhs = [part for g in rhs for part in ([[n] for n in ell] if g == ["..."] else [g])]
+        rhs = [[m for n in g for m in (ell if n in ("...", "(...)") else [n])] for g in rhs]
+        known: dict[str, int] = {}
+        for name, size in sizes.items():
+            if name not in lhs_names:
+                raise ValueError(f"rearrange {formula!r}: size given for {name!r}, which is not on the left side")
+            known[name] = size
+        dims: dict[str, int] = {}
+        for group, size in zip(lhs, self.shape):
+            unknown = [n for n in group if n not in known]
+            if len(unknown) > 1:
+                raise ValueError(f"rearrange {formula!r}: give the sizes of all but one of {group}")
+            rest = prod(known[n] for n in group if n in known)
+            for n in group:
+                dims[n] = known[n] if n in known else (size // rest if rest else 0)
+            if prod(dims[n] for n in group) != size:
+                raise ValueError(f"rearrange {formula!r}: axes {group} of sizes {[dims[n] for n in group]} "
+                                 f"do not make the dim of size {size}")
+        flat = [n for g in lhs for n in g]
+        order = [flat.index(n) for g in rhs for n in g]
+        x = self.reshape([dims[n] for n in flat]).permute(order)
+        return x.reshape([prod(dims[n] for n in g) for g in rhs])
 
     @staticmethod
     def einsum(formula: str, *operands: Tensor | Sequence[Tensor]) -> Tensor:
@@ -2798,6 +2841,37 @@ def _tanh(x: Tensor) -> Tensor:
         return (1 - t) / (1 + t)
 
     return _odd(x, positive)
+
+
+def _parse_axes(side: str, formula: str) -> list[list[str]]:
+    """One side of an einops formula as its dims, each a list of axis names: `a (b c) ... (...) ()` ->
+    [[a], [b, c], [...], [(...)], []]. A `1` is a unit dim like `()`; `(...)` is the ellipsis merged into one dim."""
+    groups: list[list[str]] = []
+    current: list[str] | None = None
+    for tok in re.findall(r"\.\.\.|[()]|[^\s()]+", side):
+        if tok == "(":
+            if current is not None:
+                raise ValueError(f"rearrange {formula!r}: nested parentheses")
+            current = []
+        elif tok == ")":
+            if current is None:
+                raise ValueError(f"rearrange {formula!r}: unbalanced parentheses")
+            groups.append(["(...)"] if current == ["..."] else current)
+            current = None
+        elif tok != "..." and not tok.isidentifier() and tok != "1":
+            raise ValueError(f"rearrange {formula!r}: {tok!r} is not an axis name")
+        else:
+            names = [] if tok == "1" else [tok]
+            if current is not None:
+                current.extend(names)
+            else:
+                groups.append(names)
+    if current is not None:
+        raise ValueError(f"rearrange {formula!r}: unbalanced parentheses")
+    names = [n for g in groups for n in g]
+    if len(set(names)) != len(names):
+        raise ValueError(f"rearrange {formula!r}: an axis is named twice on one side")
+    return groups
 
 
 def _atan(x: Tensor) -> Tensor:

@@ -239,3 +239,44 @@ def test_dtype_tables() -> None:
                 assert "bfloat16" in (a.name, b.name) or not can_lossless_cast(a, b)
                 continue
             assert can_lossless_cast(a, b) == np.can_cast(np.dtype(a.name), np.dtype(b.name), "safe"), (a, b)
+
+
+# *** rearrange (einops syntax) ***
+
+
+@pytest.mark.parametrize(
+    "shape,formula,sizes,ref",
+    [
+        ((2, 3, 12), "b c (h w) -> b (c h) w", dict(h=4), lambda t: t.reshape(2, 3, 4, 3).reshape(2, 12, 3)),
+        ((2, 3, 12), "b c (h w) -> b w c h", dict(w=3), lambda t: t.reshape(2, 3, 4, 3).permute(0, 3, 1, 2)),
+        ((2, 3, 12), "... (h w) -> ... h w", dict(w=2), lambda t: t.reshape(2, 3, 6, 2)),
+        ((2, 3, 5), "b ... -> (...) b", {}, lambda t: t.permute(1, 2, 0).reshape(15, 2)),
+        ((2, 3, 5), "a b c -> c () (a b) 1", {}, lambda t: t.permute(2, 0, 1).reshape(5, 1, 6, 1)),
+        ((2, 3, 5), "a ... c -> c a ...", {}, lambda t: t.permute(2, 0, 1)),
+        ((7,), "(a b) -> b a", dict(a=7, b=1), lambda t: t.reshape(7, 1).permute(1, 0)),
+        ((2, 0, 3), "a b c -> (a c) b", {}, lambda t: t.permute(0, 2, 1).reshape(6, 0)),
+        ((4, 1), "x () -> x", {}, lambda t: t.reshape(4)),
+    ],
+)
+def test_rearrange(shape: tuple, formula: str, sizes: dict, ref) -> None:
+    x = np.random.default_rng(5).standard_normal(shape).astype(np.float32)
+    check(lambda t: t.rearrange(formula, **sizes), ref, [x])
+
+
+@pytest.mark.parametrize(
+    "formula,sizes,match",
+    [
+        ("a b -> a", {}, "same axes"),
+        ("a b c -> a b c", {}, "left side has 3 dims"),
+        ("(a b) c -> a b c", {}, "all but one"),
+        ("(a b) c -> a b c", dict(a=4), "do not make"),
+        ("a a -> a a", {}, "named twice"),
+        ("a b", {}, "'->'"),
+        ("(a (b)) c -> a b c", {}, "nested"),
+        ("a b -> a b", dict(z=3), "not on the left"),
+        ("a-b c -> c", {}, "not an axis name"),
+    ],
+)
+def test_rearrange_errors(formula: str, sizes: dict, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        Tensor.ones(6, 5).rearrange(formula, **sizes)
