@@ -2603,6 +2603,101 @@ class Tensor:
             qk = qk + (attn_mask.where(0.0, -math.inf) if attn_mask.dtype == dtypes.bool else attn_mask)
         return qk.softmax(-1).dropout(dropout_p) @ value
 
+    # *** linear algebra: built from Tensor ops, batched over leading dims, lazy ***
+
+    def _householder(self) -> tuple[Tensor, Tensor, Tensor]:
+        """Q (m, m), R (m, n) with Q @ R == self, and det(Q) (+-1), by min(m - 1, n) Householder reflections. R's
+        diagonal is -sign(x0) |x| per step, as LAPACK's, so Q and R match torch's up to rounding."""
+        m, n = self.shape[-2], self.shape[-1]
+        batch = self.shape[:-2]
+        r = self.cast(least_upper_float(self.dtype))
+        q = Tensor.eye(m, dtype=r.dtype, device=self.device).expand(*batch, m, m)
+        det = Tensor.ones(*batch, dtype=r.dtype, device=self.device)
+        for k in range(min(m - 1, n)):
+            x = r[..., k:, k]
+            x0 = x[..., 0]
+            alpha = -(x0 < 0).where(-1.0, 1.0) * (x * x).sum(-1).sqrt()
+            e1 = Tensor.arange(m - k, device=self.device) == 0
+            v = (x - alpha.unsqueeze(-1) * e1).pad([None] * (x.ndim - 1) + [(k, 0)])
+            vv = (v * v).sum(-1)
+            # a zero column below the diagonal needs no reflection (and has no direction to reflect along)
+            beta = (vv > 0).where(2 / (vv > 0).where(vv, 1.0), 0.0).unsqueeze(-1).unsqueeze(-1)
+            r = r - beta * v.unsqueeze(-1) * (v.unsqueeze(-2) @ r)
+            q = q - beta * (q @ v.unsqueeze(-1)) * v.unsqueeze(-2)
+            det = det * (vv > 0).where(-1.0, 1.0)
+        return q, r, det
+
+    def qr(self, mode: str = "complete") -> tuple[Tensor, Tensor]:
+        """Q, R with Q orthogonal and R upper triangular, Q @ R == self, over the last two dims. mode "complete"
+        (tinygrad's default): Q (m, m), R (m, n); "reduced" (torch.linalg.qr's default): Q (m, k), R (k, n)."""
+        if self.ndim < 2:
+            raise ValueError(f"qr needs a matrix (or a batch of them), got shape {self.shape}")
+        if mode not in ("complete", "reduced"):
+            raise ValueError(f"qr mode must be 'complete' or 'reduced', not {mode!r}")
+        q, r, _ = self._householder()
+        if mode == "reduced":
+            k = min(self.shape[-2], self.shape[-1])
+            q, r = q[..., :, :k], r[..., :k, :]
+        # exactly zero below the diagonal (rounding leaves tiny values there)
+        return q, r.triu()
+
+    def det(self) -> Tensor:
+        """Determinant of square matrices over the last two dims: det(Q) * prod(diag(R))."""
+        if self.ndim < 2 or self.shape[-1] != self.shape[-2]:
+            raise ValueError(f"det needs square matrices, got shape {self.shape}")
+        _, r, sign = self._householder()
+        return sign * r.diagonal(0, -2, -1).prod(-1)
+
+    def svd(self, full_matrices: bool = True, sweeps: int = 12) -> tuple[Tensor, Tensor, Tensor]:
+        """U, S, Vh with self == U @ diag(S) @ Vh (S descending), over the last two dims, as torch.linalg.svd:
+        one-sided Jacobi rotations on column pairs, all disjoint pairs of a round at once (round-robin order)."""
+        if self.ndim < 2:
+            raise ValueError(f"svd needs a matrix (or a batch of them), got shape {self.shape}")
+        m, n = self.shape[-2], self.shape[-1]
+        if m < n:
+            u, s, vh = self.transpose(-2, -1).svd(full_matrices, sweeps)
+            return vh.transpose(-2, -1), s, u.transpose(-2, -1)
+        a = self.cast(least_upper_float(self.dtype))
+        batch = a.shape[:-2]
+        n2 = n + n % 2  # an even count of columns: a zero column pairs with the odd one out
+        w = a.pad([None] * (a.ndim - 1) + [(0, n2 - n)])
+        v = Tensor.eye(n2, dtype=a.dtype, device=self.device).expand(*batch, n2, n2)
+        for _ in range(sweeps):
+            for p_idx, q_idx in _round_robin(n2):
+                place_p = Tensor.eye(n2, dtype=a.dtype, device=self.device)[list(p_idx)]  # (n2/2, n2) one-hot rows
+                place_q = Tensor.eye(n2, dtype=a.dtype, device=self.device)[list(q_idx)]
+                wp, wq = w @ place_p.T, w @ place_q.T
+                alpha, beta, gamma = (wp * wp).sum(-2), (wq * wq).sum(-2), (wp * wq).sum(-2)
+                rot = gamma.abs() > 0
+                zeta = (beta - alpha) / (2 * rot.where(gamma, 1.0))
+                t = (zeta >= 0).where(1.0, -1.0) / (zeta.abs() + (1 + zeta * zeta).sqrt())
+                c = rot.where((1 + t * t).rsqrt(), 1.0).unsqueeze(-2)
+                sn = rot.where(c.squeeze(-2) * t, 0.0).unsqueeze(-2)
+                w = (c * wp - sn * wq) @ place_p + (sn * wp + c * wq) @ place_q
+                vp, vq = v @ place_p.T, v @ place_q.T
+                v = (c * vp - sn * vq) @ place_p + (sn * vp + c * vq) @ place_q
+        w, v = w[..., :n], v[..., :n, :n]
+        s = (w * w).sum(-2).sqrt()
+        order = s.argsort(-1, descending=True)
+        s = s.gather(-1, order)
+        pick = order.unsqueeze(-2).expand(*batch, m, n)
+        u = w.gather(-1, pick) / (s == 0).where(1.0, s).unsqueeze(-2)
+        v = v.gather(-1, order.unsqueeze(-2).expand(*batch, n, n))
+        if full_matrices and m > n:
+            # complete U's columns to an orthonormal basis: the last m - n columns of a complete QR of U
+            q, _r, _ = u._householder()
+            u = u.cat(q[..., :, n:], dim=-1)
+        return u, s, v.transpose(-2, -1)
+
+    def pinv(self, rtol: float | None = None) -> Tensor:
+        """Moore-Penrose pseudo-inverse through the SVD; singular values at or below rtol * max(S) count as zero
+        (rtol defaults to eps * max(m, n), as torch)."""
+        u, s, vh = self.svd(full_matrices=False)
+        eps = {dtypes.float64: 2.0**-52}.get(s.dtype, 2.0**-23)
+        tol = (rtol if rtol is not None else eps * max(self.shape[-2:])) * s.max(-1, keepdim=True)
+        inv = (s > tol).where(1 / (s > tol).where(s, 1.0), 0.0)
+        return (vh.transpose(-2, -1) * inv.unsqueeze(-2)) @ u.transpose(-2, -1)
+
     # *** losses ***
 
     def _reduction(self, reduction: str) -> Tensor:
@@ -2841,6 +2936,17 @@ def _tanh(x: Tensor) -> Tensor:
         return (1 - t) / (1 + t)
 
     return _odd(x, positive)
+
+
+def _round_robin(n: int) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+    """n - 1 rounds of n / 2 disjoint pairs (p, q), together every pair of 0..n-1 once (the circle method)."""
+    others = list(range(1, n))
+    rounds = []
+    for _ in range(n - 1):
+        ring = [0, *others]
+        rounds.append((tuple(ring[: n // 2]), tuple(reversed(ring[n // 2 :]))))
+        others = others[-1:] + others[:-1]
+    return rounds
 
 
 def _parse_axes(side: str, formula: str) -> list[list[str]]:

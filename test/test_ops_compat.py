@@ -280,3 +280,64 @@ def test_rearrange(shape: tuple, formula: str, sizes: dict, ref) -> None:
 def test_rearrange_errors(formula: str, sizes: dict, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         Tensor.ones(6, 5).rearrange(formula, **sizes)
+
+
+# *** linear algebra ***
+
+LA_SHAPES = [(3, 3), (5, 3), (3, 5), (2, 4, 4), (1, 1), (6, 1), (2, 1, 3, 2)]
+
+
+def _orthonormal(q: np.ndarray, atol: float = 1e-5) -> None:
+    np.testing.assert_allclose(q @ np.swapaxes(q, -1, -2), np.broadcast_to(np.eye(q.shape[-2]), q.shape[:-1] + (q.shape[-2],)),
+                               atol=atol)
+
+
+@pytest.mark.parametrize("shape", LA_SHAPES)
+def test_qr(shape: tuple) -> None:
+    a = np.random.default_rng(6).standard_normal(shape).astype(np.float32)
+    q, r = Tensor(a).qr(mode="reduced")
+    qt, rt = torch.linalg.qr(torch.tensor(a))
+    # Householder with LAPACK's sign choice: the same factors, not only up to signs
+    np.testing.assert_allclose(q.numpy(), qt.numpy(), atol=1e-5)
+    np.testing.assert_allclose(r.numpy(), rt.numpy(), atol=1e-5)
+    q, r = Tensor(a).qr()  # tinygrad's default: complete
+    assert q.shape[-2:] == (shape[-2], shape[-2]) and r.shape == shape
+    _orthonormal(q.numpy())
+    np.testing.assert_allclose(q.numpy() @ r.numpy(), a, atol=1e-5)
+    np.testing.assert_array_equal(np.tril(r.numpy(), -1), 0)
+
+
+@pytest.mark.parametrize("shape", [(3, 3), (2, 4, 4), (1, 1), (5, 5)])
+def test_det(shape: tuple) -> None:
+    a = np.random.default_rng(7).standard_normal(shape).astype(np.float32)
+    check(lambda t: t.det(), torch.linalg.det, [a], atol=1e-5, grad_atol=1e-4)
+    singular = np.array([[1.0, 2.0], [2.0, 4.0]], np.float32)
+    assert abs(Tensor(singular).det().item()) < 1e-6
+    with pytest.raises(ValueError):
+        Tensor.ones(2, 3).det()
+
+
+@pytest.mark.parametrize("shape", LA_SHAPES)
+@pytest.mark.parametrize("full", [True, False])
+def test_svd(shape: tuple, full: bool) -> None:
+    a = np.random.default_rng(8).standard_normal(shape).astype(np.float32)
+    u, s, vh = (x.numpy() for x in Tensor(a).svd(full_matrices=full))
+    ut, st, vt = torch.linalg.svd(torch.tensor(a), full_matrices=full)
+    assert u.shape == tuple(ut.shape) and s.shape == tuple(st.shape) and vh.shape == tuple(vt.shape)
+    np.testing.assert_allclose(s, st.numpy(), atol=1e-5)
+    k = min(shape[-2:])
+    np.testing.assert_allclose((u[..., :k] * s[..., None, :]) @ vh[..., :k, :], a, atol=1e-5)
+    # singular vectors equal torch's up to one sign per pair (distinct singular values)
+    sign = np.sign(np.sum(u[..., :k] * ut.numpy()[..., :k], axis=-2, keepdims=True))
+    np.testing.assert_allclose(u[..., :k] * sign, ut.numpy()[..., :k], atol=1e-4)
+    if full:
+        _orthonormal(u)
+        _orthonormal(vh)
+
+
+@pytest.mark.parametrize("shape", [(3, 3), (5, 3), (2, 3, 4)])
+def test_pinv(shape: tuple) -> None:
+    a = np.random.default_rng(9).standard_normal(shape).astype(np.float32)
+    np.testing.assert_allclose(Tensor(a).pinv().numpy(), torch.linalg.pinv(torch.tensor(a)).numpy(), atol=1e-4)
+    rank1 = np.outer([1.0, 2.0, 3.0], [1.0, -1.0]).astype(np.float32)
+    np.testing.assert_allclose(Tensor(rank1).pinv().numpy(), np.linalg.pinv(rank1), atol=1e-5)
