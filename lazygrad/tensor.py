@@ -2122,7 +2122,7 @@ class Tensor:
     def _reduce(self, op: Ops, axis: int | Sequence[int] | None, keepdim: bool) -> Tensor:
         axes = _axes(axis, self.ndim)
         if op is Ops.MAX and any(self.shape[a] == 0 for a in axes):
-            raise ValueError(f"max/min over a zero-size dimension of shape {self.shape} has no identity")
+            raise _EmptyReductionError(f"max/min over a zero-size dimension of shape {self.shape} has no identity")
         if not axes:
             return self
         if any(self.shape[a] == 0 for a in axes):
@@ -2189,7 +2189,7 @@ class Tensor:
         d = _axes(axis, self.ndim)[0]
         n = self.shape[d]
         if n == 0:
-            raise ValueError(f"argmax/argmin over a zero-size dimension of shape {self.shape}")
+            raise _EmptyReductionError(f"argmax/argmin over a zero-size dimension of shape {self.shape}")
         is_max = x == x.max(d, keepdim=True)
         if dtypes.is_float(x.dtype):
             is_max = is_max | x.isnan()  # max is NaN where one is: like torch, the first NaN wins
@@ -2827,6 +2827,10 @@ def _window_grad(
 def _on_axis(ndim: int, axis: int, arg: tuple[int, int]) -> list[tuple[int, int] | None]:
     """A pad/shrink argument that touches one axis."""
     return [arg if a == axis else None for a in range(ndim)]
+
+
+class _EmptyReductionError(ValueError, IndexError):
+    """max/min/argmax over a zero-size dim: torch raises IndexError; a ValueError as the rest of this API."""
 
 
 class _AttentionArgumentError(ValueError, RuntimeError):

@@ -341,3 +341,25 @@ def test_pinv(shape: tuple) -> None:
     np.testing.assert_allclose(Tensor(a).pinv().numpy(), torch.linalg.pinv(torch.tensor(a)).numpy(), atol=1e-4)
     rank1 = np.outer([1.0, 2.0, 3.0], [1.0, -1.0]).astype(np.float32)
     np.testing.assert_allclose(Tensor(rank1).pinv().numpy(), np.linalg.pinv(rank1), atol=1e-5)
+
+
+# *** reductions over zero-size dims, as torch ***
+
+
+@pytest.mark.parametrize("shape,axis", [((2, 0, 3), 1), ((0,), 0), ((0, 4), 0), ((3, 0), None)])
+def test_empty_reductions(shape: tuple, axis) -> None:
+    x = np.zeros(shape, np.float32)
+    t, r = Tensor(x), torch.tensor(x)
+    kw = {} if axis is None else {"dim": axis}
+    for name in ("sum", "prod", "mean"):
+        ours = getattr(t, name)(axis) if axis is not None else getattr(t, name)()
+        np.testing.assert_array_equal(ours.numpy(), getattr(r, name)(**kw).numpy())
+    if axis is not None:
+        for fn in (lambda a: a.softmax(axis), lambda a: a.log_softmax(axis)):
+            assert fn(t).shape == tuple(fn(r).shape)
+        for name in ("max", "min", "argmax", "argmin"):
+            with pytest.raises(IndexError):
+                getattr(r, name)(axis)
+            with pytest.raises(IndexError):  # also a ValueError
+                getattr(t, name)(axis)
+    assert t.logsumexp(axis).shape == tuple(torch.logsumexp(r, dim=axis if axis is not None else tuple(range(len(shape)))).shape)
