@@ -288,8 +288,8 @@ LA_SHAPES = [(3, 3), (5, 3), (3, 5), (2, 4, 4), (1, 1), (6, 1), (2, 1, 3, 2)]
 
 
 def _orthonormal(q: np.ndarray, atol: float = 1e-5) -> None:
-    np.testing.assert_allclose(q @ np.swapaxes(q, -1, -2), np.broadcast_to(np.eye(q.shape[-2]), q.shape[:-1] + (q.shape[-2],)),
-                               atol=atol)
+    eye = np.broadcast_to(np.eye(q.shape[-2]), q.shape[:-1] + (q.shape[-2],))
+    np.testing.assert_allclose(q @ np.swapaxes(q, -1, -2), eye, atol=atol)
 
 
 @pytest.mark.parametrize("shape", LA_SHAPES)
@@ -362,4 +362,5 @@ def test_empty_reductions(shape: tuple, axis) -> None:
                 getattr(r, name)(axis)
             with pytest.raises(IndexError):  # also a ValueError
                 getattr(t, name)(axis)
-    assert t.logsumexp(axis).shape == tuple(torch.logsumexp(r, dim=axis if axis is not None else tuple(range(len(shape)))).shape)
+    dims = axis if axis is not None else tuple(range(len(shape)))
+    assert t.logsumexp(axis).shape == tuple(torch.logsumexp(r, dim=dims).shape)

@@ -218,7 +218,8 @@ class InstanceNorm:
 
     def __call__(self, x: Tensor) -> Tensor:
         if x.ndim < 3 or x.shape[1] != self.num_features:
-            raise ValueError(f"InstanceNorm({self.num_features}) needs an input (N, {self.num_features}, ...), got {x.shape}")
+            c = self.num_features
+            raise ValueError(f"InstanceNorm({c}) needs an input (N, {c}, ...), got {x.shape}")
         x = x.reshape(x.shape[0], x.shape[1], -1).layernorm(eps=self.eps).reshape(x.shape)
         if self.weight is None:
             return x
