@@ -42,6 +42,15 @@ class DType:
     def ptr(self, size: int = -1, local: bool = False) -> PtrDType:
         return PtrDType(self.priority, self.itemsize, self.name, self.fmt, self.count, self._scalar, self, size, local)
 
+    @property
+    def min(self) -> Any:
+        """The smallest value of the dtype: -inf for floats, False for bool (as tinygrad's DType.min)."""
+        return dtypes.min(self.scalar)
+
+    @property
+    def max(self) -> Any:
+        return dtypes.max(self.scalar)
+
 
 def _bad_vec(dt: DType, count: int) -> DType:
     raise ValueError(f"cannot make a vector of {count} from vector dtype {dt}")
@@ -95,6 +104,13 @@ class dtypes:
 
     default_float: DType = float32
     default_int: DType = int32
+
+    # groupings tinygrad code reads
+    floats = (float16, bfloat16, float32, float64)
+    uints = (uint8, uint16, uint32, uint64)
+    sints = (int8, int16, int32, int64)
+    ints = uints + sints
+    all = floats + ints + (bool,)  # noqa: A003
 
     @staticmethod
     def is_float(x: DType) -> bool:
@@ -164,6 +180,13 @@ class dtypes:
     def fields() -> dict[str, DType]:
         return DTYPES_BY_NAME
 
+    @staticmethod
+    def finfo(dt: DType) -> tuple[int, int]:
+        """(exponent bits, mantissa bits) of a float dtype."""
+        if not dtypes.is_float(dt):
+            raise ValueError(f"{dt} is not a floating point type")
+        return {"float16": (5, 10), "bfloat16": (8, 7), "float32": (8, 23), "float64": (11, 52)}[dt.scalar.name]
+
 
 FLOATS = frozenset({dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64})
 UINTS = frozenset({dtypes.uint8, dtypes.uint16, dtypes.uint32, dtypes.uint64})
@@ -175,6 +198,30 @@ DTYPES_BY_NAME: dict[str, DType] = {
     for k, v in dtypes.__dict__.items()
     if isinstance(v, DType) and not k.startswith(("_", "default")) and k != "void"
 }
+
+
+# tinygrad's names for the same tables: short name -> dtype, and a dtype's name -> its short name
+DTYPES_DICT = DTYPES_BY_NAME
+INVERSE_DTYPES_DICT: dict[str, str] = {**{v.name: k for k, v in DTYPES_BY_NAME.items() if k == v.name}, "void": "void"}
+
+
+@functools.cache
+def can_lossless_cast(src: DType, dst: DType) -> bool:
+    """Whether every value of src is exactly a value of dst (numpy's casting='safe')."""
+    if src == dst or src == dtypes.bool:
+        return True
+    if dtypes.is_float(dst):
+        if dtypes.is_float(src):
+            e0, m0 = dtypes.finfo(src)
+            e1, m1 = dtypes.finfo(dst)
+            return e0 <= e1 and m0 <= m1
+        # an integer fits when all its bits fit in the mantissa (plus the implicit leading one)
+        return dtypes.is_int(src) and 8 * src.itemsize - (not dtypes.is_unsigned(src)) <= dtypes.finfo(dst)[1] + 1
+    if dtypes.is_int(dst) and dtypes.is_int(src):
+        if dtypes.is_unsigned(src):
+            return dst.itemsize > src.itemsize or (dtypes.is_unsigned(dst) and dst.itemsize >= src.itemsize)
+        return not dtypes.is_unsigned(dst) and dst.itemsize >= src.itemsize
+    return False
 
 
 def wrap_int(x: int, dt: DType) -> int:

@@ -6,6 +6,7 @@ import contextlib
 import functools
 import itertools
 import math
+import re
 import struct
 import threading
 import weakref
@@ -711,6 +712,46 @@ class Tensor(metaclass=_TensorType):
         bits = Tensor._random_bits(prod(shape_), device).cast(dtypes.uint64)
         return ((bits * (high - low)) >> 32).cast(dtypes.int64).add(low).cast(to_dtype(dtype)).reshape(shape_)
 
+    @staticmethod
+    def scaled_uniform(*shape: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
+        """U(-1, 1) / sqrt(numel) (tinygrad's)."""
+        shape_ = Tensor._shape_arg(shape)
+        return Tensor.uniform(*shape_, low=-1.0, high=1.0, dtype=dtype, device=device) * prod(shape_) ** -0.5
+
+    @staticmethod
+    def glorot_uniform(*shape: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
+        """U(-b, b) with b = sqrt(6 / (shape[0] + prod(shape[1:]))): Glorot & Bengio's, as tinygrad lays out fans."""
+        shape_ = Tensor._shape_arg(shape)
+        bound = math.sqrt(6 / max(1, shape_[0] + prod(shape_[1:]))) if shape_ else 1.0
+        return Tensor.uniform(*shape_, low=-bound, high=bound, dtype=dtype, device=device)
+
+    @staticmethod
+    def _kaiming_std(shape: tuple[int, ...], a: float) -> float:
+        # fan_in is everything after the output dim, as torch's default mode="fan_in" for (out, in, *kernel)
+        return math.sqrt(2.0 / (1 + a * a)) / math.sqrt(max(1, prod(shape[1:])))
+
+    @staticmethod
+    def kaiming_uniform(
+        *shape: Any, a: float = 0.01, dtype: DType | str | None = None, device: str | None = None
+    ) -> Tensor:
+        shape_ = Tensor._shape_arg(shape)
+        bound = math.sqrt(3.0) * Tensor._kaiming_std(shape_, a)
+        return Tensor.uniform(*shape_, low=-bound, high=bound, dtype=dtype, device=device)
+
+    @staticmethod
+    def kaiming_normal(
+        *shape: Any, a: float = 0.01, dtype: DType | str | None = None, device: str | None = None
+    ) -> Tensor:
+        shape_ = Tensor._shape_arg(shape)
+        return Tensor.normal(*shape_, mean=0.0, std=Tensor._kaiming_std(shape_, a), dtype=dtype, device=device)
+
+    @staticmethod
+    def randperm(n: int, dtype: DType | str = dtypes.int32, device: str | None = None) -> Tensor:
+        """A random permutation of 0..n-1: the stable argsort of n uniforms (O(n^2) compares, as sort)."""
+        if n < 0:
+            raise ValueError(f"randperm: n must be non-negative, got {n}")
+        return Tensor.rand(n, device=device).argsort().cast(to_dtype(dtype))
+
     def rand_like(self, dtype: DType | str | None = None) -> Tensor:
         return Tensor.rand(self.shape, dtype=dtype or self.dtype, device=self.device)
 
@@ -1000,27 +1041,44 @@ class Tensor(metaclass=_TensorType):
             raise ArgumentError(f"index_select: index must be 1-d, got shape {index.shape}")
         return self[(slice(None),) * d + (index,)]
 
-    def masked_select(self, mask: Tensor) -> Tensor:
-        """The elements where mask is true, flattened (the count is read from the device, as torch does)."""
+    def masked_select(self, mask: Tensor, size: int | None = None, fill_value: Any = 0) -> Tensor:
+        """The elements where mask is true, flattened. The count is read from the device (as torch does) unless
+        `size` fixes the length (tinygrad's): the first `size` selected, then `fill_value`; no device read."""
         if mask.dtype != dtypes.bool:
             raise TypeError(f"masked_select: mask must be a bool tensor, got {mask.dtype}")
         shape = _broadcast_shape(self.shape, mask.shape)
-        flat = self._broadcast_to(shape).flatten()
-        return _pick(flat.reshape(1, -1), mask._broadcast_to(shape).flatten()._select_rows(), (1,))
+        flat, keep = self._broadcast_to(shape).flatten(), mask._broadcast_to(shape).flatten()
+        picked = _pick(flat.reshape(1, -1), keep._select_rows(size), (1,))
+        return picked if size is None else keep._fill_beyond_count(picked, fill_value)
 
-    def _select_rows(self) -> Tensor:
-        """For a 1-d bool tensor with n trues: bool (n, len), row j true at the position of the j-th true."""
-        n = int(self.sum().item())
+    def _select_rows(self, n: int | None = None) -> Tensor:
+        """For a 1-d bool tensor: bool (n, len), row j true at the position of the j-th true. n defaults to the count
+        of trues (read from the device); rows past the count are all false."""
+        if n is None:
+            n = int(self.sum().item())
+        elif n < 0:
+            raise ValueError(f"size must be non-negative, got {n}")
         rank = self.cast(dtypes.int32).cumsum() - 1
         return self.reshape(1, -1) & (rank.reshape(1, -1) == Tensor.arange(n, device=self.device).reshape(-1, 1))
 
-    def nonzero(self, as_tuple: bool = False) -> Tensor | tuple[Tensor, ...]:
-        """Coordinates of the nonzero elements, (count, ndim) int64 in row-major order, or one tensor per dim."""
+    def _fill_beyond_count(self, picked: Tensor, fill_value: Any) -> Tensor:
+        """picked (size, ...) with the rows at and past the count of trues in self (1-d bool) set to fill_value."""
+        n = picked.shape[0]
+        valid = Tensor.arange(n, device=self.device) < self.cast(dtypes.int32).sum()
+        return valid.reshape((n,) + (1,) * (picked.ndim - 1)).where(picked, fill_value).cast(picked.dtype)
+
+    def nonzero(
+        self, size: int | None = None, fill_value: Any = 0, *, as_tuple: bool = False
+    ) -> Tensor | tuple[Tensor, ...]:
+        """Coordinates of the nonzero elements, (count, ndim) int64 in row-major order, or one tensor per dim. With
+        `size`, (size, ndim): the first `size` nonzeros, then rows of `fill_value` (no device read; tinygrad's)."""
         flat = (self != 0).flatten()
         pos = Tensor.arange(flat.numel(), device=self.device).reshape(1, -1)
-        where = _pick(pos, flat._select_rows(), (1,))
+        where = _pick(pos, flat._select_rows(size), (1,))
         strides = [prod(self.shape[d + 1 :]) for d in range(self.ndim)]
         coords = [(where // st % s).cast(dtypes.int64) for st, s in zip(strides, self.shape)]
+        if size is not None:
+            coords = [flat._fill_beyond_count(c, fill_value) for c in coords]
         if as_tuple:
             return tuple(coords)
         if not coords:
@@ -1165,12 +1223,12 @@ class Tensor(metaclass=_TensorType):
         w = w.permute(*range(d), x.ndim - 1, *range(d, x.ndim - 1), x.ndim)
         return w.reshape(w.shape[1:]) if self.ndim == 0 else w
 
-    def pad_to(self, *shape: Any) -> Tensor:
-        """Zero-pad at the end of each dim up to shape (None keeps a dim)."""
+    def pad_to(self, *shape: Any, value: float = 0.0) -> Tensor:
+        """Pad with `value` at the end of each dim up to shape (None keeps a dim)."""
         new = argfix(*shape)
         if len(new) != self.ndim or any(n is not None and n < s for n, s in zip(new, self.shape)):
             raise ArgumentError(f"pad_to {new}: needs one size per dim of shape {self.shape}, none smaller")
-        return self.pad([None if n is None else (0, n - s) for n, s in zip(new, self.shape)])
+        return self.pad([None if n is None else (0, n - s) for n, s in zip(new, self.shape)], value=value)
 
     def shrink_to(self, *shape: Any) -> Tensor:
         """Keep the first entries of each dim, down to shape (None keeps a dim)."""
@@ -1208,6 +1266,48 @@ class Tensor(metaclass=_TensorType):
                 left, right = part(n - lo, n), part(0, hi)
             x = left.cat(x, right, dim=d)
         return x
+
+    def rearrange(self, formula: str, **sizes: int) -> Tensor:
+        """einops' rearrange: `"b c (h w) -> b (c h) w"`, with `...` for the dims not named, `()` or `1` for a unit
+        dim, and the sizes of split groups as keyword arguments (one per group may be left to infer). A reshape, a
+        permute and a reshape: a view."""
+        if formula.count("->") != 1:
+            raise ValueError(f"rearrange: the formula needs one '->', got {formula!r}")
+        lhs, rhs = (_parse_axes(side, formula) for side in formula.split("->"))
+        lhs_names = [n for g in lhs for n in g]
+        rhs_names = [n.strip("()") for g in rhs for n in g]
+        if sorted(lhs_names) != sorted(rhs_names):
+            raise ValueError(f"rearrange {formula!r}: both sides must name the same axes")
+        if any(("..." in g and len(g) > 1) or "(...)" in g for g in lhs):
+            raise ValueError(f"rearrange {formula!r}: '...' cannot be grouped on the left side")
+        n_ell = self.ndim - (len(lhs) - ("..." in lhs_names))
+        if n_ell < 0 or ("..." not in lhs_names and n_ell != 0):
+            raise ValueError(f"rearrange {formula!r}: the left side has {len(lhs)} dims, the tensor {self.shape}")
+        ell = [f"...{i}" for i in range(n_ell)]
+        # a bare ellipsis is its dims one by one; in parentheses (right side only) they merge into one dim
+        lhs = [part for g in lhs for part in ([[n] for n in ell] if g == ["..."] else [g])]
+        rhs = [part for g in rhs for part in ([[n] for n in ell] if g == ["..."] else [g])]
+        rhs = [[m for n in g for m in (ell if n in ("...", "(...)") else [n])] for g in rhs]
+        known: dict[str, int] = {}
+        for name, size in sizes.items():
+            if name not in lhs_names:
+                raise ValueError(f"rearrange {formula!r}: size given for {name!r}, which is not on the left side")
+            known[name] = size
+        dims: dict[str, int] = {}
+        for group, size in zip(lhs, self.shape):
+            unknown = [n for n in group if n not in known]
+            if len(unknown) > 1:
+                raise ValueError(f"rearrange {formula!r}: give the sizes of all but one of {group}")
+            rest = prod(known[n] for n in group if n in known)
+            for n in group:
+                dims[n] = known[n] if n in known else (size // rest if rest else 0)
+            if prod(dims[n] for n in group) != size:
+                raise ValueError(f"rearrange {formula!r}: axes {group} of sizes {[dims[n] for n in group]} "
+                                 f"do not make the dim of size {size}")
+        flat = [n for g in lhs for n in g]
+        order = [flat.index(n) for g in rhs for n in g]
+        x = self.reshape([dims[n] for n in flat]).permute(order)
+        return x.reshape([prod(dims[n] for n in g) for g in rhs])
 
     @staticmethod
     def einsum(formula: str, *operands: Tensor | Sequence[Tensor]) -> Tensor:
@@ -1914,6 +2014,51 @@ class Tensor(metaclass=_TensorType):
     def square(self) -> Tensor:
         return self * self
 
+    def asin(self) -> Tensor:
+        # x / sqrt((1-x)(1+x)) is +-inf at +-1, where atan gives +-pi/2; the product keeps precision near 1
+        return self._in_float32(lambda x: _atan(x / ((1 - x) * (1 + x)).sqrt()))
+
+    def acos(self) -> Tensor:
+        # 2 atan(sqrt((1-x)/(1+x))): no cancellation near x = 1, where pi/2 - asin(x) would lose every digit
+        return self._in_float32(lambda x: 2 * _atan(((1 - x) / (1 + x)).sqrt()))
+
+    def atan(self) -> Tensor:
+        return self._in_float32(_atan)
+
+    def sinh(self) -> Tensor:
+        return self._in_float32(lambda x: _odd(x, lambda a: _sinh_cosh_pos(a, odd=True)))
+
+    def cosh(self) -> Tensor:
+        def fn(x: Tensor) -> Tensor:
+            a = (x < 0).where(-x, x)
+            return _sinh_cosh_pos(a, odd=False)
+
+        return self._in_float32(fn)
+
+    def asinh(self) -> Tensor:
+        def positive(a: Tensor) -> Tensor:
+            # log1p(a + a^2 / (1 + sqrt(1 + a^2))) = log(a + sqrt(a^2 + 1)), without cancellation for small a;
+            # above 2^26 a^2 + 1 == a^2 (and overflows near 1.8e19): log(2a)
+            huge = a > 2.0**26
+            small = huge.where(1.0, a)
+            moderate = _log1p(small + small * small / (1 + (small * small + 1).sqrt()))
+            return huge.where(huge.where(a, 1.0).log() + math.log(2), moderate)
+
+        return self._in_float32(lambda x: _odd(x, positive))
+
+    def acosh(self) -> Tensor:
+        def fn(x: Tensor) -> Tensor:
+            huge = x > 2.0**26
+            t = huge.where(1.0, x) - 1
+            # log1p(t + sqrt(t) sqrt(t + 2)) with t = x - 1 keeps the digits near x = 1, is NaN below 1 as torch
+            # (sqrt of a negative t) and never overflows
+            return huge.where(huge.where(x, 1.0).log() + math.log(2), _log1p(t + t.sqrt() * (t + 2).sqrt()))
+
+        return self._in_float32(fn)
+
+    def atanh(self) -> Tensor:
+        return self._in_float32(lambda x: 0.5 * _log1p(2 * x / (1 - x)))
+
     def trunc(self) -> Tensor:
         return self._alu(Ops.TRUNC) if dtypes.is_float(self.dtype) else self
 
@@ -2022,8 +2167,9 @@ class Tensor(metaclass=_TensorType):
     def isnan(self) -> Tensor:
         return self != self
 
-    def isinf(self) -> Tensor:
-        return (self == math.inf) | (self == -math.inf)
+    def isinf(self, detect_positive: bool = True, detect_negative: bool = True) -> Tensor:
+        pos = (self == math.inf) if detect_positive else self.zeros_like(dtypes.bool)
+        return (pos | (self == -math.inf)) if detect_negative else pos
 
     # dtype conversion
     def cast(self, dtype: DType | str) -> Tensor:
@@ -2067,7 +2213,7 @@ class Tensor(metaclass=_TensorType):
     def _reduce(self, op: Ops, axis: int | Sequence[int] | None, keepdim: bool) -> Tensor:
         axes = _axes(axis, self.ndim)
         if op is Ops.MAX and any(self.shape[a] == 0 for a in axes):
-            raise ArgumentError(f"max/min over a zero-size dimension of shape {self.shape} has no identity")
+            raise _EmptyReductionError(f"max/min over a zero-size dimension of shape {self.shape} has no identity")
         if not axes:
             return self
         if any(self.shape[a] == 0 for a in axes):
@@ -2134,7 +2280,7 @@ class Tensor(metaclass=_TensorType):
         d = _axes(axis, self.ndim)[0]
         n = self.shape[d]
         if n == 0:
-            raise ArgumentError(f"argmax/argmin over a zero-size dimension of shape {self.shape}")
+            raise _EmptyReductionError(f"argmax/argmin over a zero-size dimension of shape {self.shape}")
         is_max = x == x.max(d, keepdim=True)
         if dtypes.is_float(x.dtype):
             is_max = is_max | x.isnan()  # max is NaN where one is: like torch, the first NaN wins
@@ -2405,7 +2551,11 @@ class Tensor(metaclass=_TensorType):
         padding: int | Sequence[int] = 0,
         dilation: int | Sequence[int] = 1,
         ceil_mode: bool = False,
-    ) -> Tensor:
+        return_indices: bool = False,
+    ) -> Any:
+        """With return_indices, also the int64 flat index of each maximum within its input plane (as torch)."""
+        if return_indices:
+            return self.max_pool2d_with_indices(kernel_size, stride, padding, dilation, ceil_mode)
         k_, s_, d_, _, pads = self._pool_setup(kernel_size, stride, padding, dilation, ceil_mode)
         fill = -math.inf if dtypes.is_float(self.dtype) else dtypes.min(self.dtype)
         windows = self._spatial_pad(pads, value=fill)._pool(k_, s_, d_)
@@ -2437,14 +2587,21 @@ class Tensor(metaclass=_TensorType):
     # *** normalization, activation-like composites ***
 
     def softmax(self, axis: int = -1) -> Tensor:
+        if self.shape[_axes(axis, self.ndim)[0]] == 0:
+            return self  # empty along the axis: nothing to normalize (and no max to shift by), as torch
         # the max only shifts for range: it cancels in value and in gradient, so no gradient flows through it
         m = self - self.max(axis, keepdim=True).detach()
         e = m.exp()
         return e / e.sum(axis, keepdim=True)
 
     def log_softmax(self, axis: int = -1) -> Tensor:
+        if self.shape[_axes(axis, self.ndim)[0]] == 0:
+            return self
         m = self - self.max(axis, keepdim=True).detach()
         return m - m.exp().sum(axis, keepdim=True).log()
+
+    def softmin(self, axis: int = -1) -> Tensor:
+        return (-self).softmax(axis)
 
     def logsumexp(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
         if any(self.shape[a] == 0 for a in _axes(axis, self.ndim)):
@@ -2508,8 +2665,11 @@ class Tensor(metaclass=_TensorType):
         attn_mask: Tensor | None = None,
         dropout_p: float = 0.0,
         is_causal: bool = False,
+        enable_gqa: bool = False,
+        scale: float | None = None,
     ) -> Tensor:
-        """softmax(q @ k^T / sqrt(d) + mask) @ v; a bool mask keeps where True, a float mask is added."""
+        """softmax(q @ k^T * scale + mask) @ v, scale 1/sqrt(d) by default; a bool mask keeps where True, a float mask
+        is added. enable_gqa: key and value have fewer heads (dim -3), each shared by a group of query heads."""
         if (
             self.ndim < 2
             or key.ndim < 2
@@ -2521,15 +2681,119 @@ class Tensor(metaclass=_TensorType):
                 f"attention: query {self.shape}, key {key.shape} and value {value.shape} need matching "
                 "head dims (q[-1] == k[-1]) and sequence lengths (k[-2] == v[-2])"
             )
-        qk = self.matmul(key.transpose(-2, -1)) * (1 / math.sqrt(self.shape[-1]))
+        if is_causal and attn_mask is not None:
+            raise ArgumentError("attention: pass either attn_mask or is_causal=True, not both")
+        if enable_gqa and self.ndim >= 3 and key.ndim >= 3 and self.shape[-3] != key.shape[-3]:
+            heads, kv_heads = self.shape[-3], key.shape[-3]
+            if kv_heads == 0 or heads % kv_heads or value.shape[-3] != kv_heads:
+                raise ValueError(
+                    f"attention: enable_gqa needs the key/value heads ({kv_heads}, {value.shape[-3]}) to be equal and "
+                    f"to divide the query heads ({heads})"
+                )
+            key = key.repeat_interleave(heads // kv_heads, dim=-3)
+            value = value.repeat_interleave(heads // kv_heads, dim=-3)
+        qk = self.matmul(key.transpose(-2, -1)) * (1 / math.sqrt(self.shape[-1]) if scale is None else scale)
         if is_causal:
-            if attn_mask is not None:
-                raise ArgumentError("attention: pass either attn_mask or is_causal=True, not both")
             rows = Tensor.arange(qk.shape[-2], device=self.device).reshape(-1, 1)
             attn_mask = Tensor.arange(qk.shape[-1], device=self.device).reshape(1, -1) <= rows
         if attn_mask is not None:
             qk = qk + (attn_mask.where(0.0, -math.inf) if attn_mask.dtype == dtypes.bool else attn_mask)
         return qk.softmax(-1).dropout(dropout_p) @ value
+
+    # *** linear algebra: built from Tensor ops, batched over leading dims, lazy ***
+
+    def _householder(self) -> tuple[Tensor, Tensor, Tensor]:
+        """Q (m, m), R (m, n) with Q @ R == self, and det(Q) (+-1), by min(m - 1, n) Householder reflections. R's
+        diagonal is -sign(x0) |x| per step, as LAPACK's, so Q and R match torch's up to rounding."""
+        m, n = self.shape[-2], self.shape[-1]
+        batch = self.shape[:-2]
+        r = self.cast(least_upper_float(self.dtype))
+        q = Tensor.eye(m, dtype=r.dtype, device=self.device).expand(*batch, m, m)
+        det = Tensor.ones(*batch, dtype=r.dtype, device=self.device)
+        for k in range(min(m - 1, n)):
+            x = r[..., k:, k]
+            x0 = x[..., 0]
+            alpha = -(x0 < 0).where(-1.0, 1.0) * (x * x).sum(-1).sqrt()
+            e1 = Tensor.arange(m - k, device=self.device) == 0
+            v = (x - alpha.unsqueeze(-1) * e1).pad([None] * (x.ndim - 1) + [(k, 0)])
+            vv = (v * v).sum(-1)
+            # a zero column below the diagonal needs no reflection (and has no direction to reflect along)
+            beta = (vv > 0).where(2 / (vv > 0).where(vv, 1.0), 0.0).unsqueeze(-1).unsqueeze(-1)
+            r = r - beta * v.unsqueeze(-1) * (v.unsqueeze(-2) @ r)
+            q = q - beta * (q @ v.unsqueeze(-1)) * v.unsqueeze(-2)
+            det = det * (vv > 0).where(-1.0, 1.0)
+        return q, r, det
+
+    def qr(self, mode: str = "complete") -> tuple[Tensor, Tensor]:
+        """Q, R with Q orthogonal and R upper triangular, Q @ R == self, over the last two dims. mode "complete"
+        (tinygrad's default): Q (m, m), R (m, n); "reduced" (torch.linalg.qr's default): Q (m, k), R (k, n)."""
+        if self.ndim < 2:
+            raise ValueError(f"qr needs a matrix (or a batch of them), got shape {self.shape}")
+        if mode not in ("complete", "reduced"):
+            raise ValueError(f"qr mode must be 'complete' or 'reduced', not {mode!r}")
+        q, r, _ = self._householder()
+        if mode == "reduced":
+            k = min(self.shape[-2], self.shape[-1])
+            q, r = q[..., :, :k], r[..., :k, :]
+        # exactly zero below the diagonal (rounding leaves tiny values there)
+        return q, r.triu()
+
+    def det(self) -> Tensor:
+        """Determinant of square matrices over the last two dims: det(Q) * prod(diag(R))."""
+        if self.ndim < 2 or self.shape[-1] != self.shape[-2]:
+            raise ValueError(f"det needs square matrices, got shape {self.shape}")
+        _, r, sign = self._householder()
+        return sign * r.diagonal(0, -2, -1).prod(-1)
+
+    def svd(self, full_matrices: bool = True, sweeps: int = 12) -> tuple[Tensor, Tensor, Tensor]:
+        """U, S, Vh with self == U @ diag(S) @ Vh (S descending), over the last two dims, as torch.linalg.svd:
+        one-sided Jacobi rotations on column pairs, all disjoint pairs of a round at once (round-robin order)."""
+        if self.ndim < 2:
+            raise ValueError(f"svd needs a matrix (or a batch of them), got shape {self.shape}")
+        m, n = self.shape[-2], self.shape[-1]
+        if m < n:
+            u, s, vh = self.transpose(-2, -1).svd(full_matrices, sweeps)
+            return vh.transpose(-2, -1), s, u.transpose(-2, -1)
+        a = self.cast(least_upper_float(self.dtype))
+        batch = a.shape[:-2]
+        n2 = n + n % 2  # an even count of columns: a zero column pairs with the odd one out
+        w = a.pad([None] * (a.ndim - 1) + [(0, n2 - n)])
+        v = Tensor.eye(n2, dtype=a.dtype, device=self.device).expand(*batch, n2, n2)
+        for _ in range(sweeps):
+            for p_idx, q_idx in _round_robin(n2):
+                place_p = Tensor.eye(n2, dtype=a.dtype, device=self.device)[list(p_idx)]  # (n2/2, n2) one-hot rows
+                place_q = Tensor.eye(n2, dtype=a.dtype, device=self.device)[list(q_idx)]
+                wp, wq = w @ place_p.T, w @ place_q.T
+                alpha, beta, gamma = (wp * wp).sum(-2), (wq * wq).sum(-2), (wp * wq).sum(-2)
+                rot = gamma.abs() > 0
+                zeta = (beta - alpha) / (2 * rot.where(gamma, 1.0))
+                t = (zeta >= 0).where(1.0, -1.0) / (zeta.abs() + (1 + zeta * zeta).sqrt())
+                c = rot.where((1 + t * t).rsqrt(), 1.0).unsqueeze(-2)
+                sn = rot.where(c.squeeze(-2) * t, 0.0).unsqueeze(-2)
+                w = (c * wp - sn * wq) @ place_p + (sn * wp + c * wq) @ place_q
+                vp, vq = v @ place_p.T, v @ place_q.T
+                v = (c * vp - sn * vq) @ place_p + (sn * vp + c * vq) @ place_q
+        w, v = w[..., :n], v[..., :n, :n]
+        s = (w * w).sum(-2).sqrt()
+        order = s.argsort(-1, descending=True)
+        s = s.gather(-1, order)
+        pick = order.unsqueeze(-2).expand(*batch, m, n)
+        u = w.gather(-1, pick) / (s == 0).where(1.0, s).unsqueeze(-2)
+        v = v.gather(-1, order.unsqueeze(-2).expand(*batch, n, n))
+        if full_matrices and m > n:
+            # complete U's columns to an orthonormal basis: the last m - n columns of a complete QR of U
+            q, _r, _ = u._householder()
+            u = u.cat(q[..., :, n:], dim=-1)
+        return u, s, v.transpose(-2, -1)
+
+    def pinv(self, rtol: float | None = None) -> Tensor:
+        """Moore-Penrose pseudo-inverse through the SVD; singular values at or below rtol * max(S) count as zero
+        (rtol defaults to eps * max(m, n), as torch)."""
+        u, s, vh = self.svd(full_matrices=False)
+        eps = {dtypes.float64: 2.0**-52}.get(s.dtype, 2.0**-23)
+        tol = (rtol if rtol is not None else eps * max(self.shape[-2:])) * s.max(-1, keepdim=True)
+        inv = (s > tol).where(1 / (s > tol).where(s, 1.0), 0.0)
+        return (vh.transpose(-2, -1) * inv.unsqueeze(-2)) @ u.transpose(-2, -1)
 
     # *** losses ***
 
@@ -2625,7 +2889,10 @@ def _creation_with_requires_grad(fn: Callable[..., Tensor]) -> Any:
     return staticmethod(make)
 
 
-for _name in ("empty", "full", "zeros", "ones", "arange", "linspace", "eye", "rand", "uniform", "randn", "normal"):
+for _name in (
+    "empty", "full", "zeros", "ones", "arange", "linspace", "eye", "rand", "uniform", "randn", "normal",
+    "scaled_uniform", "glorot_uniform", "kaiming_uniform", "kaiming_normal", "randperm",
+):  # fmt: skip
     setattr(Tensor, _name, _creation_with_requires_grad(getattr(Tensor, _name)))
 
 
@@ -2684,6 +2951,10 @@ def _check_fits(values: Sequence[Any], dtype: DType, what: str) -> None:
     for v in values:
         if isinstance(v, int) and not isinstance(v, bool) and not lo <= v <= hi:
             raise IntOverflowError(f"{what}: {v} does not fit {dtype.name} (range {lo} to {hi})")
+
+
+class _EmptyReductionError(ArgumentError, IndexError):
+    """max/min/argmax over a zero-size dim: torch raises IndexError; an ArgumentError as the rest of this API."""
 
 
 class UnsupportedOpError(NotImplementedError, TypeError):
@@ -2788,6 +3059,93 @@ def _tanh(x: Tensor) -> Tensor:
         return (1 - t) / (1 + t)
 
     return _odd(x, positive)
+
+
+def _round_robin(n: int) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+    """n - 1 rounds of n / 2 disjoint pairs (p, q), together every pair of 0..n-1 once (the circle method)."""
+    others = list(range(1, n))
+    rounds = []
+    for _ in range(n - 1):
+        ring = [0, *others]
+        rounds.append((tuple(ring[: n // 2]), tuple(reversed(ring[n // 2 :]))))
+        others = others[-1:] + others[:-1]
+    return rounds
+
+
+def _parse_axes(side: str, formula: str) -> list[list[str]]:
+    """One side of an einops formula as its dims, each a list of axis names: `a (b c) ... (...) ()` ->
+    [[a], [b, c], [...], [(...)], []]. A `1` is a unit dim like `()`; `(...)` is the ellipsis merged into one dim."""
+    groups: list[list[str]] = []
+    current: list[str] | None = None
+    for tok in re.findall(r"\.\.\.|[()]|[^\s()]+", side):
+        if tok == "(":
+            if current is not None:
+                raise ValueError(f"rearrange {formula!r}: nested parentheses")
+            current = []
+        elif tok == ")":
+            if current is None:
+                raise ValueError(f"rearrange {formula!r}: unbalanced parentheses")
+            groups.append(["(...)"] if current == ["..."] else current)
+            current = None
+        elif tok != "..." and not tok.isidentifier() and tok != "1":
+            raise ValueError(f"rearrange {formula!r}: {tok!r} is not an axis name")
+        else:
+            names = [] if tok == "1" else [tok]
+            if current is not None:
+                current.extend(names)
+            else:
+                groups.append(names)
+    if current is not None:
+        raise ValueError(f"rearrange {formula!r}: unbalanced parentheses")
+    names = [n for g in groups for n in g]
+    if len(set(names)) != len(names):
+        raise ValueError(f"rearrange {formula!r}: an axis is named twice on one side")
+    return groups
+
+
+def _atan(x: Tensor) -> Tensor:
+    """atan of |x| reduced to |r| <= tan(pi/8) (r = -1/a above tan(3pi/8), (a-1)/(a+1) between), then Cephes' odd
+    polynomial (float32 accuracy); float64 takes one Newton step on tan(y) = r, which squares the error."""
+
+    def positive(a: Tensor) -> Tensor:
+        big, mid = a > 2.414213562373095, a > 0.41421356237309503
+        # each branch gets inputs it is finite on: 0 * inf in the gradient of an unused branch would be NaN
+        between = mid & big.logical_not()
+        r = big.where(-1 / big.where(a, 1.0), mid.where((between.where(a, 0.0) - 1) / (between.where(a, 0.0) + 1), a))
+        z = r * r
+        y = (((8.05374449538e-2 * z - 1.38776856032e-1) * z + 1.99777106478e-1) * z - 3.33329491539e-1) * z * r + r
+        if x.dtype == dtypes.float64:
+            c = y.cos()
+            y = y - c * (y.sin() - r * c)
+        # constants as tensors of a's dtype: a where of two Python floats would round pi/2 to float32
+        return big.where(a.full_like(math.pi / 2), mid.where(a.full_like(math.pi / 4), 0.0)) + y
+
+    return _odd(x, positive)
+
+
+def _log1p(u: Tensor) -> Tensor:
+    """log(1 + u) to full precision for small u: log(w) * u / (w - 1) with w = 1 + u rounded cancels w's rounding
+    error (Goldberg); exact u where w rounds to 1, and u where it is infinite."""
+    w = 1 + u
+    plain = (w == 1) | (w == math.inf)
+    ws = plain.where(2.0, w)
+    return plain.where(u, ws.log() * (plain.where(1.0, u) / (ws - 1)))
+
+
+def _sinh_cosh_pos(a: Tensor, odd: bool) -> Tensor:
+    """sinh (odd) or cosh for a >= 0: the Taylor series below 1/2, where e^a - e^-a would cancel (in sinh, and in
+    cosh's derivative); else t -+ 1/(4t) with t = e^a / 2, which overflows only where the result does."""
+    small = a < 0.5
+    s = small.where(a, 0.0)
+    s2 = s * s
+    term = s if odd else s.ones_like()
+    series = term
+    for k in range(1, 10):
+        n = 2 * k + 1 if odd else 2 * k
+        term = term * s2 * (1 / (n * (n - 1)))
+        series = series + term
+    t = (small.where(1.0, a) - math.log(2)).exp()
+    return small.where(series, t - 0.25 / t if odd else t + 0.25 / t)
 
 
 def _erf(x: Tensor) -> Tensor:

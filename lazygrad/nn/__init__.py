@@ -61,6 +61,11 @@ class Conv2d:
         if in_channels % groups or out_channels % groups:
             raise ValueError(f"groups={groups} must divide in_channels={in_channels} and out_channels={out_channels}")
         self.kernel_size = make_tuple(kernel_size, 2)
+        if isinstance(padding, str) and padding not in ("same", "valid"):
+            raise ValueError(f"padding must be an int, a tuple, 'same' or 'valid', not {padding!r}")
+        if padding == "same" and any(s != 1 for s in make_tuple(stride, len(self.kernel_size))):
+            # as torch, at construction: 'same' output size is only defined for stride 1
+            raise ValueError(f"padding='same' needs stride 1, got stride {stride}")
         self.stride, self.padding, self.dilation, self.groups = stride, padding, dilation, groups
         fan_in = in_channels // groups * prod(self.kernel_size)
         self.weight = _kaiming_uniform((out_channels, in_channels // groups, *self.kernel_size), fan_in)
@@ -124,19 +129,47 @@ class ConvTranspose2d:
         )
 
 
+class ConvTranspose1d(ConvTranspose2d):
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: int | Sequence[int],
+        stride: int | Sequence[int] = 1,
+        padding: int | Sequence[int] = 0,
+        output_padding: int | Sequence[int] = 0,
+        groups: int = 1,
+        bias: bool = True,
+        dilation: int | Sequence[int] = 1,
+    ):
+        k = make_tuple(kernel_size, 1)
+        super().__init__(in_channels, out_channels, k, stride, padding, output_padding, groups, bias, dilation)
+
+
 class BatchNorm:
     """Batch normalization over dim 1 of (N, C, *spatial). While `Tensor.training` it normalizes with the batch's
     statistics and moves the running ones toward them (lazily: the update is realized with the next optimizer step);
-    otherwise it uses the running statistics. momentum=None is torch's cumulative average."""
+    otherwise it uses the running statistics. momentum=None is torch's cumulative average.
+
+    Arguments in tinygrad's order, `BatchNorm(sz, eps, affine, track_running_stats, momentum)`; torch's third
+    positional argument is momentum, so pass it by name. `num_features=` (torch's name) is taken too."""
 
     def __init__(
         self,
-        num_features: int,
+        sz: int | None = None,
         eps: float = 1e-5,
-        momentum: float | None = 0.1,
         affine: bool = True,
         track_running_stats: bool = True,
+        momentum: float | None = 0.1,
+        *,
+        num_features: int | None = None,
     ):
+        if (sz is None) == (num_features is None):
+            raise TypeError("BatchNorm needs the number of channels, as sz (tinygrad) or num_features (torch)")
+        num_features = sz if sz is not None else num_features
+        assert num_features is not None
+        if not isinstance(affine, bool) or (momentum is not None and not isinstance(momentum, (int, float))):
+            raise TypeError(f"BatchNorm(sz, eps, affine, track_running_stats, momentum): got affine={affine!r}")
         self.eps, self.momentum, self.track_running_stats = eps, momentum, track_running_stats
         self.weight = _own_buffer(Tensor.ones(num_features), requires_grad=True) if affine else None
         self.bias = _own_buffer(Tensor.zeros(num_features), requires_grad=True) if affine else None
@@ -171,7 +204,27 @@ class BatchNorm:
         self.running_var.assign((1 - factor) * self.running_var + factor * unbiased)
 
 
-BatchNorm1d = BatchNorm2d = BatchNorm
+BatchNorm1d = BatchNorm2d = BatchNorm3d = BatchNorm
+
+
+class InstanceNorm:
+    """Normalizes each (sample, channel) plane of (N, C, *spatial) over its spatial dims; affine per channel. tinygrad's
+    layer: affine defaults to True (torch's InstanceNorm2d defaults to False) and no running statistics are kept."""
+
+    def __init__(self, num_features: int, eps: float = 1e-5, affine: bool = True):
+        self.num_features, self.eps = num_features, eps
+        self.weight = _own_buffer(Tensor.ones(num_features), True) if affine else None
+        self.bias = _own_buffer(Tensor.zeros(num_features), True) if affine else None
+
+    def __call__(self, x: Tensor) -> Tensor:
+        if x.ndim < 3 or x.shape[1] != self.num_features:
+            c = self.num_features
+            raise ValueError(f"InstanceNorm({c}) needs an input (N, {c}, ...), got {x.shape}")
+        x = x.reshape(x.shape[0], x.shape[1], -1).layernorm(eps=self.eps).reshape(x.shape)
+        if self.weight is None:
+            return x
+        shape = (1, -1) + (1,) * (x.ndim - 2)
+        return x * self.weight.reshape(shape) + self.bias.reshape(shape)  # type: ignore[union-attr]
 
 
 class LayerNorm:
@@ -195,6 +248,16 @@ class LayerNorm:
         if self.weight is not None:
             x = x * self.weight
         return x if self.bias is None else x + self.bias
+
+
+class LayerNorm2d(LayerNorm):
+    """LayerNorm over the channel dim of (N, C, H, W): torch's LayerNorm(C) applied to the channels-last view."""
+
+    def __init__(self, channels: int, eps: float = 1e-5, elementwise_affine: bool = True):
+        super().__init__(channels, eps, elementwise_affine)
+
+    def __call__(self, x: Tensor) -> Tensor:
+        return super().__call__(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
 
 
 class GroupNorm:
@@ -234,6 +297,28 @@ class RMSNorm:
         return x if self.weight is None else x * self.weight
 
 
+class LSTMCell:
+    """One LSTM step, torch's parameter names and gate order (input, forget, cell, output)."""
+
+    def __init__(self, input_size: int, hidden_size: int, bias: bool = True):
+        self.hidden_size = hidden_size
+        bound = 1 / math.sqrt(hidden_size)
+        self.weight_ih = _uniform((4 * hidden_size, input_size), bound)
+        self.weight_hh = _uniform((4 * hidden_size, hidden_size), bound)
+        self.bias_ih = _uniform((4 * hidden_size,), bound) if bias else None
+        self.bias_hh = _uniform((4 * hidden_size,), bound) if bias else None
+
+    def __call__(self, x: Tensor, hc: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor]:
+        if hc is None:
+            h = c = Tensor.zeros(*x.shape[:-1], self.hidden_size, dtype=x.dtype, device=x.device)
+        else:
+            h, c = hc
+        gates = x.linear(self.weight_ih, self.bias_ih) + h.linear(self.weight_hh, self.bias_hh)
+        i, f, g, o = gates.chunk(4, -1)
+        c = f.sigmoid() * c + i.sigmoid() * g.tanh()
+        return o.sigmoid() * c.tanh(), c
+
+
 class Embedding:
     def __init__(self, num_embeddings: int, embedding_dim: int):
         self.num_embeddings = num_embeddings
@@ -254,10 +339,15 @@ __all__ = [
     "Linear",
     "Conv1d",
     "Conv2d",
+    "ConvTranspose1d",
     "ConvTranspose2d",
     "BatchNorm",
     "BatchNorm1d",
     "BatchNorm2d",
+    "BatchNorm3d",
+    "InstanceNorm",
+    "LayerNorm2d",
+    "LSTMCell",
     "LayerNorm",
     "GroupNorm",
     "RMSNorm",
