@@ -42,7 +42,7 @@ R = TypeVar("R")
 def _wrap(uop: UOp) -> Tensor:
     """A Tensor over `uop` without Tensor.__init__'s argument parsing (the replay path is hot)."""
     t = Tensor.__new__(Tensor)
-    t.uop, t.grad, t._requires_grad = uop, None, None
+    t.uop, t.grad, t._requires_grad, t._view_of = uop, None, None, None
     return t
 
 
