@@ -7,6 +7,7 @@ import functools
 import itertools
 import math
 import struct
+import warnings
 import weakref
 from typing import Any, Callable, Sequence
 
@@ -1249,7 +1250,21 @@ class Tensor:
         return self.cast(sum_acc_dtype(self.dtype))._cumulative(axis, "sum")
 
     def cumprod(self, axis: int = 0) -> Tensor:
-        return self.cast(sum_acc_dtype(self.dtype))._cumulative(axis, "prod")
+        x = self.cast(sum_acc_dtype(self.dtype))
+        out = x._cumulative(axis, "prod")
+        if not x.requires_grad:
+            return out
+        # The gradient of the windowed prods is a prod-of-the-others per window: 512 elements took minutes to compile.
+        # Instead, a surrogate with the same derivative built from scans: dy_i/dx_k = y_i / x_k for a nonzero x_k
+        # (0 past a zero), and for the first zero z, dy_i/dx_z = the running product with x_z taken as 1 (i >= z).
+        xd, y = x.detach(), out.detach()
+        zero = xd == 0
+        first = zero & (zero.cast(dtypes.int32)._cumulative(axis, "sum") == 1)
+        y_wo_first = first.where(1.0, xd)._cumulative(axis, "prod")
+        coef = zero.where(0.0, xd.reciprocal())
+        surr = y * (coef * x)._cumulative(axis, "sum") + y_wo_first * first.where(x, 0.0)._cumulative(axis, "sum")
+        moved = surr - surr.detach()  # zero, or NaN where surr is not finite: then no gradient flows there
+        return y + moved.isnan().where(0.0, moved)
 
     def cummax(self, axis: int = 0) -> tuple[Tensor, Tensor]:
         """Running maximum and, as torch, the index of its last occurrence so far."""
@@ -1608,6 +1623,8 @@ class Tensor:
         return a._alu(Ops.MOD, b)
 
     def pow(self, x: Any, reverse: bool = False) -> Tensor:
+        if not reverse and isinstance(x, int) and x < 0 and not dtypes.is_float(self.dtype):
+            raise RuntimeError("Integers to negative integer powers are not allowed.")  # torch's error, word for word
         if not reverse and isinstance(x, (int, float)) and not isinstance(x, bool):
             if x == 2:
                 return self * self
@@ -2064,7 +2081,13 @@ class Tensor:
         n = prod(self.shape[a] for a in axes)
         x = self.cast(least_upper_float(self.dtype))
         sq = (x - x.mean(axis, keepdim=True)).square().sum(axis, keepdim)
-        return sq / max(0, n - correction) if n - correction > 0 else sq * math.nan
+        if n - correction <= 0:
+            warnings.warn(
+                f"var(): degrees of freedom is <= 0 ({n} elements, correction {correction}): the result is NaN",
+                stacklevel=2,
+            )
+            return sq * math.nan
+        return sq / (n - correction)
 
     def std(self, axis: int | Sequence[int] | None = None, keepdim: bool = False, correction: int = 1) -> Tensor:
         return _root(self.var(axis, keepdim, correction), 2)
@@ -2087,7 +2110,7 @@ class Tensor:
         # the first maximal index wins: score n - i for maxima, 0 elsewhere
         rev = (Tensor.arange(n, 0, -1, device=self.device)).reshape((n,) + (1,) * (self.ndim - d - 1))
         score = is_max.where(rev, 0).max(d, keepdim=keepdim)
-        return (n - score).cast(dtypes.int32)
+        return (n - score).cast(dtypes.int64)  # every index-returning op gives int64, as torch
 
     def argmax(self, axis: int | None = None, keepdim: bool = False) -> Tensor:
         return self._arg_extreme(axis, keepdim, True)
