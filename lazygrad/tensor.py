@@ -294,9 +294,6 @@ class Tensor:
             )
         if self._view_of is not None:
             return self._write_through(None, x)
-        done = _realized.get(self.uop.base)
-        if done is not None and self.uop.base.op is not Ops.ASSIGN:
-            self.uop = self.uop.rebase(done)  # computed since (as the base of a realized view): write into that memory
         if self.uop.op is Ops.ASSIGN:
             # a write is already pending: this one goes into the same memory after it (a[0] = 1; a[1] = 2)
             if _reads_shifted(x.uop, self.uop) or _reads_shifted(x.uop, self.uop.base.src[0].base):

@@ -239,7 +239,7 @@ def test_setitem_errors():
     with pytest.raises(IndexError, match="integer or bool"):
         t[Tensor([0.0])] = 1.0
     with pytest.raises(RuntimeError, match="more than one element"):
-        t[0].expand(2, 4)[0] = 1.0  # an expanded view cannot be written (torch refuses too)
+        t[0].expand(2, 4)[...] = 1.0  # a whole expanded view cannot be written (torch refuses too)
     # a write into a view lands in the memory it shows, as in torch
     t[1:][0] = 1.0
     t.T[0] = 3.0

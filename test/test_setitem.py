@@ -300,3 +300,28 @@ def test_setitem_keeps_dtype_int64_index():
     t = Tensor(np.zeros(5, np.float32)).realize()
     t[Tensor([1, 3], dtype=dtypes.int64)] = 1.0
     assert t.tolist() == [0, 1, 0, 1, 0]
+
+
+def test_identical_lazy_graphs_do_not_share_writes():
+    # the same lazy graph built twice is one node: a write into one tensor must not land in the other's memory
+    for idx in [(slice(2, 4), slice(3, 5)), (3, None, 4, None), (slice(5, 1, -2), slice(5, 0, -3))]:
+        t = Tensor.zeros(6, 6).contiguous()
+        t[idx] = 1.0
+        n = np.zeros((6, 6))
+        n[idx] = 1.0
+        np.testing.assert_array_equal(t.numpy(), n)
+
+
+def test_jit_writes_into_arguments_without_realize():
+    @TinyJit
+    def f(t: Tensor, a: Tensor) -> None:
+        t[2:4, 3:5] = a
+        t.T[0, 1:] = a.sum()
+
+    for i in range(1, 6):
+        t = Tensor.zeros(6, 6).contiguous().realize()
+        f(t, Tensor.full((2, 2), float(i)).contiguous())
+        n = np.zeros((6, 6))
+        n[2:4, 3:5] = i
+        n.T[0, 1:] = 4 * i
+        np.testing.assert_array_equal(t.numpy(), n)
