@@ -54,9 +54,10 @@ def _max_grad(g: Tensor, node: UOp, a: Tensor, b: Tensor) -> Grads:
 
 
 def _pow_grad(g: Tensor, node: UOp, a: Tensor, b: Tensor, out: Tensor) -> Grads:
-    ga = g * b * a.pow(b - 1)
-    # d/db a**b = a**b * log(a); 0 where a == 0 (torch's convention for the limit)
-    gb = (a == 0).where(0.0, g * out * a.log())
+    # torch's conventions at the edges: no gradient to a where b == 0 (so 0**0 and x**0 give 0, not NaN), and
+    # d/db a**b = a**b * log(a) taken as 0 where a == 0 and b >= 0 (-inf where b < 0)
+    ga = (b == 0).where(0.0, g * b * a.pow(b - 1))
+    gb = ((a == 0) & (b >= 0)).where(0.0, g * out * a.log())
     return (ga, gb)
 
 

@@ -9,6 +9,7 @@ import math
 import re
 import struct
 import threading
+import warnings
 import weakref
 from typing import Any, Callable, Sequence
 
@@ -161,7 +162,9 @@ class Tensor(metaclass=_TensorType):
     # id -> tensor whose graph a backward() has consumed (weak values: ids of dead tensors drop out)
     _graph_freed: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
 
-    __slots__ = ("uop", "_requires_grad", "grad", "__weakref__")
+    # _view_of: for a view (what torch calls one: a reshape, permute, slice, detach, ... of another tensor), the tensor
+    # whose memory it shows and that tensor's node when the view was taken; a write into the view writes there
+    __slots__ = ("uop", "_requires_grad", "grad", "_view_of", "__weakref__")
 
     def __init__(
         self,
@@ -174,6 +177,7 @@ class Tensor(metaclass=_TensorType):
         device = Device.canonicalize(device)
         self.grad: Tensor | None = None
         self._requires_grad: bool | None = None
+        self._view_of: tuple[Tensor, UOp] | None = None
         if isinstance(data, UOp):
             # a bound variable becomes a 0-d tensor on a device: its value is passed to kernels at launch
             self.uop = (
@@ -366,18 +370,16 @@ class Tensor(metaclass=_TensorType):
                 f"assign needs the same shape, dtype and device: target {self.shape} {self.dtype} {self.device}, "
                 f"value {x.shape} {x.dtype} {x.device}"
             )
+        if self._view_of is not None:
+            return self._write_through(None, x)
         if self.uop.op is Ops.ASSIGN:
             # a write is already pending: this one goes into the same memory after it (a[0] = 1; a[1] = 2)
             if _reads_shifted(x.uop, self.uop) or _reads_shifted(x.uop, self.uop.base.src[0].base):
                 x = x.contiguous()
             self.uop = UOp(Ops.ASSIGN, self.dtype, (self.uop.src[0], x.uop))
         elif self._plain_buffer() is None:
-            if _owned_elsewhere(self.uop):
-                raise NotImplementedError(
-                    "writing into a view of another tensor's memory (a slice, transpose, reshape or detach() of it) "
-                    "is not supported: write into that tensor instead (t[1:][0] = v becomes t[1] = v)"
-                )
-            self.uop = x.uop  # nothing stored yet: the tensor simply becomes x
+            # nothing stored yet, or a copy not made yet (flip, pad, expand of another tensor): the tensor becomes x
+            self.uop = x.uop
         else:
             if _reads_shifted(x.uop, self.uop.base):
                 x = x.contiguous()  # the value reads this memory at other positions: compute it elsewhere first
@@ -583,7 +585,7 @@ class Tensor(metaclass=_TensorType):
         dt = to_dtype(dtype) if dtype is not None else dtypes.from_py(fill_value)
         _check_fits([fill_value], dt, "full")
         c = Tensor(Tensor._const_uop(fill_value, dt, Device.canonicalize(device)))
-        return c.reshape((1,) * len(shape_)).expand(shape_)
+        return c.reshape((1,) * len(shape_)).expand(shape_)._fresh()
 
     @staticmethod
     def zeros(*shape: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
@@ -678,7 +680,7 @@ class Tensor(metaclass=_TensorType):
         bits = Tensor._random_bits(prod(shape_), device)
         # 24 random bits make every float32 in [0, 1) with spacing 2**-24
         unit = (bits >> 8).cast(dtypes.float32) * (1.0 / (1 << 24))
-        return unit.cast(dt).reshape(shape_)
+        return unit.cast(dt).reshape(shape_)._fresh()
 
     @staticmethod
     def uniform(
@@ -710,7 +712,7 @@ class Tensor(metaclass=_TensorType):
             raise ArgumentError(f"randint: high ({high}) must be greater than low ({low})")
         shape_ = Tensor._shape_arg(shape)
         bits = Tensor._random_bits(prod(shape_), device).cast(dtypes.uint64)
-        return ((bits * (high - low)) >> 32).cast(dtypes.int64).add(low).cast(to_dtype(dtype)).reshape(shape_)
+        return ((bits * (high - low)) >> 32).cast(dtypes.int64).add(low).cast(to_dtype(dtype)).reshape(shape_)._fresh()
 
     @staticmethod
     def scaled_uniform(*shape: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
@@ -760,8 +762,17 @@ class Tensor(metaclass=_TensorType):
 
     # *** movement: views, never copies ***
 
+    def _fresh(self) -> Tensor:
+        """This tensor as one that owns its (lazy) values: what a factory returns is no view of its temporaries."""
+        self._view_of = None
+        return self
+
     def _movement(self, op: Ops, arg: Any) -> Tensor:
-        return Tensor(UOp(op, self.dtype, (self.uop,), arg))
+        out = Tensor(UOp(op, self.dtype, (self.uop,), arg))
+        if op not in (Ops.PAD, Ops.FLIP):
+            # torch's flip and pad copy: their results own their (lazy) values
+            out._view_of = self._view_of or (self, self.uop)
+        return out
 
     def reshape(self, *shape: Any) -> Tensor:
         new = list(argfix(*shape))
@@ -893,7 +904,8 @@ class Tensor(metaclass=_TensorType):
         x = self.reshape((1,) * (len(reps) - self.ndim) + self.shape)
         inter = [d for s in x.shape for d in (1, s)]
         expanded = [d for r, s in zip(reps, x.shape) for d in (r, s)]
-        return x.reshape(inter).expand(expanded).reshape(tuple(r * s for r, s in zip(reps, x.shape)))
+        out = x.reshape(inter).expand(expanded).reshape(tuple(r * s for r, s in zip(reps, x.shape)))
+        return self.clone() if out is self else out._fresh()  # a copy, as torch's: no view of self
 
     def cat(self, *others: Tensor, dim: int = 0) -> Tensor:
         tensors = [self, *others]
@@ -933,7 +945,9 @@ class Tensor(metaclass=_TensorType):
         return Tensor(UOp(Ops.COPY, self.dtype, (src.uop,), device))
 
     def detach(self) -> Tensor:
-        return Tensor(UOp(Ops.DETACH, self.dtype, (self.uop,)) if self.uop.op is not Ops.DETACH else self.uop)
+        out = Tensor(UOp(Ops.DETACH, self.dtype, (self.uop,)) if self.uop.op is not Ops.DETACH else self.uop)
+        out._view_of = self._view_of or (self, self.uop)  # shares the memory, as torch's detach does
+        return out
 
     def __getitem__(self, index: Any) -> Tensor:
         return _getitem(self, index)
@@ -941,7 +955,28 @@ class Tensor(metaclass=_TensorType):
     def __setitem__(self, index: Any, value: Any) -> None:
         """Write value at self[index] in place (lazily: at the next realize), for every index form __getitem__ takes."""
         v = value if isinstance(value, Tensor) else Tensor(value, dtype=self.dtype, device=self.device)
-        self.assign(_setitem_value(self, index, v.cast(self.dtype)))
+        hit, vals = _setitem_parts(self, index, v.cast(self.dtype))
+        if self._view_of is not None:
+            self._write_through(hit, vals)
+        else:
+            self.assign(hit.where(vals, self) if hit is not None else vals)
+
+    def _write_through(self, hit: Tensor | None, vals: Tensor) -> Tensor:
+        """Write vals where hit (None: everywhere) into the memory this view shows, as torch does: the tensor it is a
+        view of gets the write (in place if realized, else in its lazy graph), and this view reads the result."""
+        base, at = self._view_of  # type: ignore[misc]
+        chain = _view_chain(self.uop, at)
+        if hit is not None and any(u.op is Ops.EXPAND for u in chain):
+            vals = hit.where(vals, 0)  # an expand is undone by a sum over its copies: only the written one counts
+        for u in reversed(chain):
+            hit, vals = _unview(u, hit), _unview(u, vals)
+        assert hit is None or hit.shape == base.shape, "a view's chain leads back to its base's shape"
+        base.assign(vals if hit is None else hit.where(vals, base))
+        node = base.uop
+        for u in chain:
+            node = UOp(u.op, u.dtype, (node,), u.arg)
+        self.uop, self._view_of = node, (base, base.uop)
+        return self
 
     # *** indexing by tensors: one-hot compares with an arange, reduced; they fuse into one kernel per op ***
 
@@ -1403,7 +1438,21 @@ class Tensor(metaclass=_TensorType):
         return self.cast(sum_acc_dtype(self.dtype))._cumulative(axis, "sum")
 
     def cumprod(self, axis: int = 0) -> Tensor:
-        return self.cast(sum_acc_dtype(self.dtype))._cumulative(axis, "prod")
+        x = self.cast(sum_acc_dtype(self.dtype))
+        out = x._cumulative(axis, "prod")
+        if not x.requires_grad:
+            return out
+        # The gradient of the windowed prods is a prod-of-the-others per window: 512 elements took minutes to compile.
+        # Instead, a surrogate with the same derivative built from scans: dy_i/dx_k = y_i / x_k for a nonzero x_k
+        # (0 past a zero), and for the first zero z, dy_i/dx_z = the running product with x_z taken as 1 (i >= z).
+        xd, y = x.detach(), out.detach()
+        zero = xd == 0
+        first = zero & (zero.cast(dtypes.int32)._cumulative(axis, "sum") == 1)
+        y_wo_first = first.where(1.0, xd)._cumulative(axis, "prod")
+        coef = zero.where(0.0, xd.reciprocal())
+        surr = y * (coef * x)._cumulative(axis, "sum") + y_wo_first * first.where(x, 0.0)._cumulative(axis, "sum")
+        moved = surr - surr.detach()  # zero, or NaN where surr is not finite: then no gradient flows there
+        return y + moved.isnan().where(0.0, moved)
 
     def cummax(self, axis: int = 0) -> tuple[Tensor, Tensor]:
         """Running maximum and, as torch, the index of its last occurrence so far."""
@@ -1762,6 +1811,8 @@ class Tensor(metaclass=_TensorType):
         return a._alu(Ops.MOD, b)
 
     def pow(self, x: Any, reverse: bool = False) -> Tensor:
+        if not reverse and isinstance(x, int) and x < 0 and not dtypes.is_float(self.dtype):
+            raise RuntimeError("Integers to negative integer powers are not allowed.")  # torch's error, word for word
         if not reverse and isinstance(x, (int, float)) and not isinstance(x, bool):
             if x == 2:
                 return self * self
@@ -2264,7 +2315,13 @@ class Tensor(metaclass=_TensorType):
         n = prod(self.shape[a] for a in axes)
         x = self.cast(least_upper_float(self.dtype))
         sq = (x - x.mean(axis, keepdim=True)).square().sum(axis, keepdim)
-        return sq / max(0, n - correction) if n - correction > 0 else sq * math.nan
+        if n - correction <= 0:
+            warnings.warn(
+                f"var(): degrees of freedom is <= 0 ({n} elements, correction {correction}): the result is NaN",
+                stacklevel=2,
+            )
+            return sq * math.nan
+        return sq / (n - correction)
 
     def std(self, axis: int | Sequence[int] | None = None, keepdim: bool = False, correction: int = 1) -> Tensor:
         return _root(self.var(axis, keepdim, correction), 2)
@@ -2287,7 +2344,7 @@ class Tensor(metaclass=_TensorType):
         # the first maximal index wins: score n - i for maxima, 0 elsewhere
         rev = (Tensor.arange(n, 0, -1, device=self.device)).reshape((n,) + (1,) * (self.ndim - d - 1))
         score = is_max.where(rev, 0).max(d, keepdim=keepdim)
-        return (n - score).cast(dtypes.int32)
+        return (n - score).cast(dtypes.int64)  # every index-returning op gives int64, as torch
 
     def argmax(self, axis: int | None = None, keepdim: bool = False) -> Tensor:
         return self._arg_extreme(axis, keepdim, True)
@@ -2972,14 +3029,6 @@ def _check_dtype(op: str, dtype: DType, device: str) -> None:
         raise UnsupportedOpError(f"{op} is not supported for {dtype.name} tensors on {device}: {why}")
 
 
-def _owned_elsewhere(u: UOp) -> bool:
-    """Whether u views memory (a buffer, or one with a write pending) through movement ops or detach: a write into
-    such a view belongs in that memory, which this tensor does not own."""
-    while u.op in GroupOp.Movement or u.op is Ops.DETACH:
-        u = u.src[0]
-    return u.op in (Ops.BUFFER, Ops.ASSIGN)
-
-
 def _reads_shifted(value: UOp, buffer: UOp) -> bool:
     """True if `value` reads `buffer` through a view other than a reshape (then an in-place write would race).
     Reads behind an ASSIGN or CONTIGUOUS do not count: the scheduler always stores those in kernels of their own,
@@ -3366,7 +3415,10 @@ def _basic_getitem(t: Tensor, basic: list[Any]) -> Tensor:
         x = x.pad([(0, n * s - (hi - lo)) for lo, hi, _, s, n in plan])
         x = x.reshape(flatten((n, s) for _, _, _, s, n in plan))
         x = x.shrink(flatten(((0, n), (0, 1)) for _, _, _, _, n in plan))
-    return x.reshape(out_shape)
+    x = x.reshape(out_shape)
+    if x is not t:
+        x._view_of = t._view_of or (t, t.uop)  # a view even through its flips and pads (numpy's negative steps)
+    return x
 
 
 def _basic_scatter(t: Tensor, basic: list[Any], v: Tensor) -> Tensor:
@@ -3467,8 +3519,48 @@ def _getitem(t: Tensor, index: Any) -> Tensor:
     return _advanced_getitem(x, adv) if adv else x
 
 
-def _setitem_value(t: Tensor, index: Any, v: Tensor) -> Tensor:
-    """t with v written at t[index], as a new lazy tensor (Tensor.__setitem__ assigns it in place)."""
+def _view_chain(u: UOp, at: UOp) -> list[UOp]:
+    """The movement ops (and detaches) that make view node u from its base's node `at`, base first."""
+    chain, done = [], _realized.get(at)
+    while u is not at and u is not done:
+        if u.op not in GroupOp.Movement and u.op is not Ops.DETACH:
+            raise NotImplementedError("this view no longer leads to the memory of the tensor it was taken from")
+        chain.append(u)
+        u = u.src[0]
+    return chain[::-1]
+
+
+def _unview(u: UOp, t: Tensor | None) -> Tensor | None:
+    """Undo view u on t (shaped like u): t's values placed where u reads them from u's source; what u does not read
+    is 0 / False. None (everywhere) stays None where u reads all of its source exactly once."""
+    src = u.src[0].shape
+    if u.op is Ops.DETACH:
+        return t if t is None or t.dtype == dtypes.bool else t.detach()
+    if u.op is Ops.EXPAND and u.shape != src:
+        if t is None:
+            raise RuntimeError(
+                "unsupported operation: more than one element of the written-to tensor refers to a single memory "
+                "location (an expanded view); clone() it before writing"
+            )
+        # t is zero / False where nothing is written; two writes to one element are undefined (torch refuses them)
+        axes = tuple(i for i, (a, b) in enumerate(zip(src, u.shape)) if a != b)
+        return t.any(axes, keepdim=True) if t.dtype == dtypes.bool else t.sum(axes, keepdim=True, dtype=t.dtype)
+    if u.op in (Ops.RESHAPE, Ops.EXPAND):
+        return None if t is None else t.reshape(src)
+    if u.op is Ops.PERMUTE:
+        return None if t is None else t.permute(argsort(list(u.arg)))
+    if u.op is Ops.FLIP:
+        return None if t is None else t.flip([i for i, f in enumerate(u.arg) if f])
+    if t is None:
+        t = Tensor.full(u.shape, True, device=u.device)
+    if u.op is Ops.SHRINK:
+        return t.pad([(lo, s - hi) for (lo, hi), s in zip(u.arg, src)])
+    assert u.op is Ops.PAD, f"a view is made of movement ops, not {u.op}"
+    return t.shrink([(lo, lo + s) for (lo, _), s in zip(u.arg, src)])
+
+
+def _setitem_parts(t: Tensor, index: Any, v: Tensor) -> tuple[Tensor | None, Tensor]:
+    """Where t[index] = v writes (a bool tensor shaped like t; None: everywhere) and the values it writes there."""
     if (
         isinstance(index, Tensor)
         and index.dtype == dtypes.bool
@@ -3477,7 +3569,7 @@ def _setitem_value(t: Tensor, index: Any, v: Tensor) -> Tensor:
         and index.shape == t.shape[: index.ndim]
     ):
         # x[mask] = scalar needs no nonzero: a where over the whole tensor
-        return index.reshape(index.shape + (1,) * (t.ndim - index.ndim)).where(v.reshape(()), t)
+        return index.reshape(index.shape + (1,) * (t.ndim - index.ndim)), v.reshape(())._broadcast_to(t.shape)
     basic, adv = _split_index(t, index)
     view = _basic_getitem(t, basic)
     target = _advanced_getitem(view, adv).shape if adv else view.shape
@@ -3492,5 +3584,7 @@ def _setitem_value(t: Tensor, index: Any, v: Tensor) -> Tensor:
     if adv:
         vals, hit = _advanced_scatter(view.shape, adv, v)
     else:
+        if view.uop is t.uop:
+            return None, v  # the whole tensor
         vals, hit = v, Tensor.full(view.shape, True, device=t.device)
-    return _basic_scatter(t, basic, hit).where(_basic_scatter(t, basic, vals), t)
+    return _basic_scatter(t, basic, hit), _basic_scatter(t, basic, vals)

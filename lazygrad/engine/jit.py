@@ -43,8 +43,16 @@ R = TypeVar("R")
 def _wrap(uop: UOp) -> Tensor:
     """A Tensor over `uop` without Tensor.__init__'s argument parsing (the replay path is hot)."""
     t = Tensor.__new__(Tensor)
-    t.uop, t.grad, t._requires_grad = uop, None, None
+    t.uop, t.grad, t._requires_grad, t._view_of = uop, None, None, None
     return t
+
+
+def _realize_writes(args: list[Any]) -> None:
+    """Run the writes the function made into its Tensor arguments (t[i] = v, t.assign(v)), so the capture records
+    them and every call leaves its arguments written, whether or not the function realized them."""
+    pending = [a for a in args if isinstance(a, Tensor) and a.uop.base.op is Ops.ASSIGN]
+    if pending:
+        Tensor.realize(*pending)
 
 
 def _tensors_in(ret: Any) -> list[Tensor]:
@@ -317,7 +325,9 @@ class TinyJit(Generic[R]):
             return self.fxn(*args, **kwargs)
         self.cnt += 1
         if self.cnt == 1:
-            return self.fxn(*args, **kwargs)
+            ret = self.fxn(*args, **kwargs)
+            _realize_writes([*args, *kwargs.values()])
+            return ret
         with profile.span("jit capture", "jit", function=self.fxn.__qualname__):
             return self._capture(args, kwargs)
 
@@ -356,6 +366,7 @@ class TinyJit(Generic[R]):
             ret = self.fxn(*call_values[:n_pos], **dict(zip(kw_names, call_values[n_pos:])))
             if outs := _tensors_in(ret):
                 Tensor.realize(*outs)
+            _realize_writes(call_values)
         del outs, call_values
         if Tensor._rng_counter != rng_counter:
             warnings.warn(

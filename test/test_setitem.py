@@ -1,0 +1,327 @@
+"""t[index] = v against torch: views that write through to the memory they show, chained indexing, advanced indices,
+value broadcasting and casting, gradients through the write, TinyJit, and random index expressions."""
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lazygrad import Tensor, TinyJit, dtypes
+
+
+def pair(shape, dtype=np.float32, realized=True):
+    a = np.arange(int(np.prod(shape)), dtype=dtype).reshape(shape)
+    t = Tensor(a.copy())
+    t = t.realize() if realized else (t + 0)
+    return t, torch.from_numpy(a.copy())
+
+
+def check(t, r):
+    np.testing.assert_array_equal(t.numpy(), r.numpy())
+
+
+# each: a write torch makes, spelled the same on both (x is the tensor, v a value of the dtype)
+WRITES = {
+    "slice": lambda x: x.__setitem__((slice(1, 3),), 7),
+    "T_slice": lambda x: x.T.__setitem__((slice(1, 3),), 7),
+    "permute_chain": lambda x: x.permute(1, 0)[2].__setitem__((slice(None, None, 2),), -1),
+    "detach": lambda x: x.detach().__setitem__((0,), 5),
+    "chained_int": lambda x: x[1].__setitem__((2,), 9),
+    "chained_col": lambda x: x[:, 1].__setitem__((2,), 9),
+    "chained_3": lambda x: x[1:][1:][0].__setitem__((slice(1, None),), 4),
+    "reshape": lambda x: x.reshape(-1).__setitem__((slice(3, 6),), 8),
+    "view_of_view_T": lambda x: x[1:].T[0].__setitem__((0,), 6),
+    "unsqueeze": lambda x: x.unsqueeze(0)[0, 0].__setitem__((1,), 3),
+    "step": lambda x: x[::2, 1::3].__setitem__((Ellipsis,), 11),
+    "transpose_adv": lambda x: x.T.__setitem__(([0, 2],), 12),
+}
+
+
+@pytest.mark.parametrize("realized", [True, False])
+@pytest.mark.parametrize("name", list(WRITES))
+def test_view_writes_through(name, realized):
+    t, r = pair((4, 5), realized=realized)
+    WRITES[name](t)
+    WRITES[name](r)
+    check(t, r)
+
+
+def test_view_sees_its_write_and_later_base_writes():
+    t, r = pair((3, 4))
+    tv, rv = t.T, r.T
+    for x in (tv, rv):
+        x[1] = 5
+    check(tv, rv)
+    for x in (t, r):
+        x[0] = -1
+    for x in (tv, rv):
+        x[2, 1:] = 3  # the view was taken before the base's write: it writes into the current contents
+    check(t, r)
+    check(tv, rv)
+
+
+def test_flip_and_pad_copy_as_torch():
+    # torch's flip and pad return new tensors: writing into them leaves the source alone
+    t, r = pair((3, 4))
+    ft, fr = t.flip(0), r.flip(0)
+    ft[0] = 9
+    fr[0] = 9
+    check(ft, fr)
+    check(t, r)
+    p = t.pad(((1, 1), (0, 0)))
+    p[0] = 1
+    check(t, r)
+    # negative steps are numpy's views: they write through
+    t[::-1][0] = 3
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    a[::-1][0] = 3
+    np.testing.assert_array_equal(t.numpy(), a)
+
+
+def test_expanded_view_refuses_writes():
+    t, r = pair((1, 4))
+    with pytest.raises(RuntimeError, match="more than one element"):
+        r.expand(3, 4)[...] = 1.0
+    with pytest.raises(RuntimeError, match="more than one element"):
+        t.expand(3, 4)[...] = 1.0
+    for x in (t, r):
+        x.expand(3, 4)[1, 1:3] = 5.0  # one copy written: torch writes it into the memory under the expand
+    check(t, r)
+    z = Tensor.zeros(3, 4)  # a factory's tensor is its own, though built by expanding a constant
+    z[1] = 2.0
+    np.testing.assert_array_equal(z.numpy(), np.where(np.arange(3)[:, None] == 1, 2.0, 0.0) * np.ones((3, 4)))
+
+
+@pytest.mark.parametrize("realized", [True, False])
+def test_swap_rows_reads_before_writing(realized):
+    t, r = pair((4, 3), realized=realized)
+    t[[0, 1]] = t[[1, 0]]
+    r[[0, 1]] = r[[1, 0]].clone()
+    check(t, r)
+    t[:, [0, 2]] = t[:, [2, 0]]
+    r[:, [0, 2]] = r[:, [2, 0]].clone()
+    check(t, r)
+    t[1:] = t[:-1]  # overlapping shift: torch's copy reads first on the CPU for such small sizes
+    r[1:] = r[:-1].clone()
+    check(t, r)
+
+
+ADVANCED = [
+    ([0, 2],),
+    (slice(None), [1, 3]),
+    ([0, 2], [1, 3]),
+    ([[0], [2]], [1, 3]),
+    (1, [0, 2, 4]),
+    ([0, 1], 2),
+    (Ellipsis, [0, 4]),
+    (None, [0, 2]),
+    ([0, 2], None, slice(1, 3)),
+    (slice(None), None, [1, 2]),
+    ([2, -1],),
+    ([[0, 1], [2, 3]],),
+    ([0, 0, 0],),  # duplicates: the last write wins (torch on the CPU too)
+]
+
+
+@pytest.mark.parametrize("idx", ADVANCED, ids=[str(i) for i in ADVANCED])
+def test_advanced_setitem(idx):
+    t, r = pair((4, 5))
+    tref = r[idx]
+    val = np.arange(1, tref.numel() + 1, dtype=np.float32).reshape(tref.shape) * 10
+    t[idx] = Tensor(val)
+    r[idx] = torch.from_numpy(val)
+    check(t, r)
+    # the same through a view of a lazy tensor
+    t2, r2 = pair((4, 5), realized=False)
+    t2.T.T[idx] = Tensor(val)
+    r2.T.T[idx] = torch.from_numpy(val)
+    check(t2, r2)
+
+
+def test_index_tensors_and_masks():
+    t, r = pair((4, 5))
+    it, ir = Tensor([3, 0]), torch.tensor([3, 0])
+    t[it, 1:3] = -1.0
+    r[ir, 1:3] = -1.0
+    mask = np.arange(20).reshape(4, 5) % 3 == 0
+    t[Tensor(mask)] = 100.0
+    r[torch.from_numpy(mask)] = 100.0
+    rowmask = np.array([True, False, True, False])
+    t[Tensor(rowmask), 1] = Tensor([5.0, 6.0])
+    r[torch.from_numpy(rowmask), 1] = torch.tensor([5.0, 6.0])
+    t[1][Tensor(mask[1])] = 7.0
+    r[1][torch.from_numpy(mask[1])] = 7.0
+    check(t, r)
+
+
+def test_value_broadcast_and_cast():
+    t, r = pair((3, 4, 2))
+    for x, mk in ((t, Tensor), (r, torch.tensor)):
+        x[1] = mk([1.5, 2.5])  # broadcast over the middle dim
+        x[:, 0] = mk([[[7, 8]]])  # leading size-1 dims of the value are dropped
+        x[2, 1:3, 1] = mk(3)  # an int value into a float tensor
+    check(t, r)
+    ti, ri = pair((2, 3), dtype=np.int32)
+    ti[0] = Tensor([1.7, -2.7, 3.2])  # float into int truncates toward zero, as torch's copy
+    ri[0] = torch.tensor([1.7, -2.7, 3.2])
+    tb = Tensor(np.zeros(3, bool)).realize()
+    tb[1] = 5
+    check(ti, ri)
+    assert tb.tolist() == [False, True, False]
+
+
+def test_non_contiguous_and_zero_size():
+    for shape in [(0, 3), (1, 1), (7, 5), (2, 3, 5)]:
+        t, r = pair(shape)
+        tv, rv = t.transpose(0, 1), r.transpose(0, 1)
+        tv[:, :1] = 42
+        rv[:, :1] = 42
+        check(t, r)
+
+
+@pytest.mark.parametrize("idx", [(1, slice(1, 3)), ([0, 2], slice(None)), (slice(None), [1, 1, 3])])
+def test_setitem_gradients(idx):
+    xa = np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32)
+    w = np.arange(12, dtype=np.float32).reshape(3, 4)
+    vshape = torch.from_numpy(xa)[idx].shape
+    va = np.random.default_rng(1).standard_normal(vshape).astype(np.float32)
+    tx, tv = Tensor(xa, requires_grad=True), Tensor(va, requires_grad=True)
+    rx, rv = torch.tensor(xa, requires_grad=True), torch.tensor(va, requires_grad=True)
+    for x, v, mk in ((tx, tv, Tensor), (rx, rv, torch.from_numpy)):
+        y = x.clone()
+        y[idx] = v * 2
+        (y * mk(w)).sum().backward()
+    np.testing.assert_allclose(tx.grad.numpy(), rx.grad.numpy())
+    np.testing.assert_allclose(tv.grad.numpy(), rv.grad.numpy())
+
+
+def test_gradient_through_view_write():
+    xa = np.arange(12, dtype=np.float32).reshape(3, 4)
+    tx, tv = Tensor(xa, requires_grad=True), Tensor([5.0, 6.0], requires_grad=True)
+    rx, rv = torch.tensor(xa, requires_grad=True), torch.tensor([5.0, 6.0], requires_grad=True)
+    for x, v in ((tx, tv), (rx, rv)):
+        y = x * 3
+        y.T[1][1:] = v * v  # chained, through a transpose, of a lazy non-leaf
+        (y * y).sum().backward()
+    np.testing.assert_allclose(tx.grad.numpy(), rx.grad.numpy())
+    np.testing.assert_allclose(tv.grad.numpy(), rv.grad.numpy())
+
+
+def test_setitem_under_jit():
+    @TinyJit
+    def step(x: Tensor, v: Tensor) -> Tensor:
+        x[1:3] = v
+        x.T[0] = v.sum()
+        out = x * 2
+        Tensor.realize(x, out)  # the writes into x are captured when x is realized in the function
+        return out
+
+    x = Tensor(np.zeros((4, 3), np.float32)).realize()
+    ref = np.zeros((4, 3), np.float32)
+    for i in range(4):
+        v = np.full((2, 3), float(i + 1), np.float32)
+        out = step(x, Tensor(v))
+        ref[1:3] = v
+        ref.T[0] = v.sum()
+        np.testing.assert_array_equal(x.numpy(), ref)
+        np.testing.assert_array_equal(out.numpy(), ref * 2)
+
+
+def test_assign_into_view():
+    t, r = pair((3, 4))
+    t[1:].assign(Tensor(np.ones((2, 4), np.float32)))
+    r[1:].copy_(torch.ones(2, 4))
+    check(t, r)
+
+
+# random index expressions against torch (numpy where a step is negative, which torch lacks), for getitem and setitem
+# (also through a view); torch and numpy differ where ints and lists are split by a slice: torch is followed
+def _index_item(draw, size):
+    kind = draw(st.sampled_from(["int", "slice", "list", "none", "tensor"]))
+    if kind == "int":
+        return draw(st.integers(-size, size - 1)) if size else slice(None)
+    if kind == "slice":
+        lo, hi = draw(st.integers(-size - 1, size + 1)), draw(st.integers(-size - 1, size + 1))
+        step = draw(st.sampled_from([1, 1, 2, 3, -1, -2]))
+        return slice(lo, hi, step)
+    if kind == "none":
+        return None
+    vals = draw(st.lists(st.integers(0, size - 1), min_size=1, max_size=3, unique=True))  # no repeats: see ADVANCED
+    vals = [v - size if draw(st.booleans()) else v for v in vals]
+    return vals if kind == "list" else np.array(vals, dtype=np.int64)
+
+
+@st.composite
+def index_exprs(draw):
+    shape = tuple(draw(st.lists(st.integers(1, 5), min_size=1, max_size=3)))
+    items = []
+    for s in shape[: draw(st.integers(1, len(shape)))]:
+        items.append(_index_item(draw, s))
+        if draw(st.booleans()) and draw(st.booleans()):
+            items.append(None)
+    if draw(st.booleans()):
+        items.insert(draw(st.integers(0, len(items))), Ellipsis)
+    return shape, tuple(items)
+
+
+def _lg(idx):
+    return tuple(Tensor(i) if isinstance(i, np.ndarray) else i for i in idx)
+
+
+@settings(max_examples=60, deadline=None)
+@given(index_exprs(), st.booleans())
+def test_random_index_expressions(expr, through_view):
+    shape, idx = expr
+    a = np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape)
+    numpy_ref = any(isinstance(i, slice) and (i.step or 1) < 0 for i in idx)
+    if numpy_ref and any(isinstance(i, (list, np.ndarray)) for i in idx):
+        return
+    b = a.copy() if numpy_ref else torch.from_numpy(a.copy())
+    ridx = idx if numpy_ref else tuple(torch.from_numpy(i) if isinstance(i, np.ndarray) else i for i in idx)
+    try:
+        want = b[ridx]
+    except IndexError:
+        return
+    t = Tensor(a.copy()).realize()
+    np.testing.assert_array_equal(t[_lg(idx)].numpy(), want)
+    val = np.asarray(-np.arange(1, int(np.prod(want.shape)) + 1, dtype=np.float32).reshape(tuple(want.shape)))
+    rval = val if numpy_ref else torch.from_numpy(val)
+    if through_view:
+        b.T.T[ridx] = rval
+        t.T.T[_lg(idx)] = Tensor(val)
+    else:
+        b[ridx] = rval
+        t[_lg(idx)] = Tensor(val)
+    np.testing.assert_array_equal(t.numpy(), np.asarray(b))
+
+
+def test_setitem_keeps_dtype_int64_index():
+    t = Tensor(np.zeros(5, np.float32)).realize()
+    t[Tensor([1, 3], dtype=dtypes.int64)] = 1.0
+    assert t.tolist() == [0, 1, 0, 1, 0]
+
+
+def test_identical_lazy_graphs_do_not_share_writes():
+    # the same lazy graph built twice is one node: a write into one tensor must not land in the other's memory
+    for idx in [(slice(2, 4), slice(3, 5)), (3, None, 4, None), (slice(5, 1, -2), slice(5, 0, -3))]:
+        t = Tensor.zeros(6, 6).contiguous()
+        t[idx] = 1.0
+        n = np.zeros((6, 6))
+        n[idx] = 1.0
+        np.testing.assert_array_equal(t.numpy(), n)
+
+
+def test_jit_writes_into_arguments_without_realize():
+    @TinyJit
+    def f(t: Tensor, a: Tensor) -> None:
+        t[2:4, 3:5] = a
+        t.T[0, 1:] = a.sum()
+
+    for i in range(1, 6):
+        t = Tensor.zeros(6, 6).contiguous().realize()
+        f(t, Tensor.full((2, 2), float(i)).contiguous())
+        n = np.zeros((6, 6))
+        n[2:4, 3:5] = i
+        n.T[0, 1:] = 4 * i
+        np.testing.assert_array_equal(t.numpy(), n)
