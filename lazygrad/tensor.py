@@ -748,7 +748,7 @@ class Tensor(metaclass=_TensorType):
         return Tensor.normal(*shape_, mean=0.0, std=Tensor._kaiming_std(shape_, a), dtype=dtype, device=device)
 
     @staticmethod
-    def randperm(n: int, dtype: DType | str = dtypes.int32, device: str | None = None) -> Tensor:
+    def randperm(n: int, dtype: DType | str = dtypes.int64, device: str | None = None) -> Tensor:
         """A random permutation of 0..n-1: the stable argsort of n uniforms (O(n^2) compares, as sort)."""
         if n < 0:
             raise ValueError(f"randperm: n must be non-negative, got {n}")

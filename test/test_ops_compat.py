@@ -109,7 +109,8 @@ def test_kaiming_normal_and_errors() -> None:
 def test_randperm(n: int) -> None:
     p = Tensor.randperm(n).numpy()
     assert p.dtype == np.int32 and sorted(p.tolist()) == list(range(n))
-    assert Tensor.randperm(n, dtype="int64").dtype.name == "int64"
+    assert Tensor.randperm(n).dtype.name == "int64"  # torch's default
+    assert Tensor.randperm(n, dtype="int32").dtype.name == "int32"
     if n >= 13:
         assert p.tolist() != list(range(n))
 
