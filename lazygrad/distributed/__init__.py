@@ -48,12 +48,12 @@ class _World:
         self.backends: dict[str, Backend] = {}
         try:
             from mpi4py import MPI
-        except ImportError:
+        except (ImportError, RuntimeError, OSError) as e:  # mpi4py's wheel loads the MPI library at import
             if any(v in os.environ for v in _LAUNCHER_VARS):
                 raise ImportError(
-                    "this process was started by an MPI launcher but mpi4py is not installed: "
-                    "pip install 'lazygrad[distributed]' (needs an MPI library, e.g. apt-get install libopenmpi-dev)"
-                ) from None
+                    f"this process was started by an MPI launcher but mpi4py cannot be used ({e}): pip install "
+                    "'lazygrad[distributed]' and an MPI library (e.g. apt-get install openmpi-bin libopenmpi-dev)"
+                ) from e
             return  # a single process: collectives are the identity
         self.comm = MPI.COMM_WORLD
         self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
