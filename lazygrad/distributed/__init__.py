@@ -121,7 +121,9 @@ def _realized_buffer(t: Tensor) -> Buffer:
     from lazygrad.engine.realize import NEVER_RAN, check_not_capturing
 
     check_not_capturing("a collective (distributed.all_reduce / broadcast)")
-    buf = t._contiguous_buffer()
+    buf = t._plain_buffer()
+    if buf is None or not buf.is_allocated:  # a realized tensor needs no schedule (which costs ~50 us per call)
+        buf = t._contiguous_buffer()
     if buf.pending_write:
         raise RuntimeError(NEVER_RAN)
     return buf
