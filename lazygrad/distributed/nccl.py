@@ -1,9 +1,10 @@
 """NCCL for CUDA buffers: GPU memory reduced in place on the GPU, no host copy. libnccl is loaded with ctypes from the
 `nvidia-nccl-cu12` wheel (or the system's libnccl.so.2); MPI still starts the job and hands out NCCL's unique id.
 
-Status: written against NCCL's C API (nccl.h, 2.x) but never run here: CI has no GPU. `load_nccl()` and the
-argument tables are checked on import in CI; the collectives themselves wait for a machine with GPUs. Without
-libnccl, CUDA buffers go through the MPI backend with a host copy (correct, slower).
+Status: written against NCCL's C API (nccl.h, 2.x); the collectives have not run yet (no GPU where this was made).
+What runs without a GPU is checked in test/distributed: with the wheel installed, libnccl loads with these argument
+types, reports its version (2.32.3 here) and makes the job's unique id. Without libnccl, or without a GPU, CUDA
+buffers go through the MPI backend with a host copy (correct, slower).
 
 Deadlines: NCCL kernels run on the device's stream. The wait polls `cuStreamQuery` and `ncclCommGetAsyncError`
 against the deadline, and on timeout aborts the communicator (ncclCommAbort) before raising, as NCCL's docs ask.

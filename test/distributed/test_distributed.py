@@ -3,6 +3,7 @@ checked against numpy and against a single-process run. Skips when mpirun or mpi
 
 from __future__ import annotations
 
+import ctypes
 import importlib.util
 import os
 import random
@@ -151,7 +152,7 @@ def test_buckets_group_consecutive_gradients_up_to_the_limit() -> None:
 
 
 def test_nccl_backend_is_checked_on_import_and_says_what_is_missing() -> None:
-    from lazygrad.distributed.nccl import NCCL_DTYPES, NCCL_OPS, load_nccl, nccl_version
+    from lazygrad.distributed.nccl import NCCL_DTYPES, NCCL_OPS, NcclUniqueId, load_nccl, nccl_version
 
     assert NCCL_OPS["sum"] == 0 and len(NCCL_DTYPES) == 10
     try:
@@ -159,4 +160,7 @@ def test_nccl_backend_is_checked_on_import_and_says_what_is_missing() -> None:
     except DeviceUnavailable as e:
         assert "nvidia-nccl-cu12" in str(e)
         return
-    assert lib.ncclGetVersion is not None and nccl_version() >= 20000  # the wheel's library loads and answers
+    # the wheel's library loads and answers; making the job's unique id needs no GPU
+    assert nccl_version() >= 20000
+    uid = NcclUniqueId()
+    assert lib.ncclGetUniqueId(ctypes.byref(uid)) == 0 and any(uid.internal)
