@@ -154,6 +154,11 @@ class Buffer:
         self.allocator.copyout(dst, self.ptr)
         return dst
 
+    def host_view(self) -> memoryview | None:
+        """The buffer's own memory as a writable byte memoryview where the device keeps it in host memory (CPU,
+        PYTHON), None where it does not (copy with `as_bytes`/`copyin` then). Keep the Buffer alive while using it."""
+        return self.allocator.host_view(self.ptr, self.nbytes)
+
     def as_bytes(self) -> memoryview:
         try:
             out = memoryview(bytearray(self.nbytes))
@@ -225,6 +230,10 @@ class Allocator:
 
     def copyout(self, dst: memoryview, src: int) -> None:
         raise NotImplementedError
+
+    def host_view(self, ptr: int, nbytes: int) -> memoryview | None:
+        """`nbytes` at `ptr` as a writable memoryview, for devices whose memory the host addresses directly."""
+        return None
 
 
 # *** compilers: source -> binary, cached on disk by (compiler key, source) ***

@@ -19,6 +19,10 @@ _libc.posix_memalign.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_
 _libc.posix_memalign.restype = ctypes.c_int
 _libc.free.argtypes = [ctypes.c_void_p]
 _libc.free.restype = None
+_memview_from_memory = ctypes.pythonapi.PyMemoryView_FromMemory
+_memview_from_memory.argtypes = [ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int]
+_memview_from_memory.restype = ctypes.py_object
+_PyBUF_WRITE = 0x200
 
 ALIGNMENT = 64  # one cache line; also the widest (AVX-512) vector
 
@@ -42,6 +46,10 @@ class CPUAllocator(Allocator):
     def copyout(self, dst: memoryview, src: int) -> None:
         if dst.nbytes:
             ctypes.memmove((ctypes.c_char * dst.nbytes).from_buffer(dst), src, dst.nbytes)
+
+    def host_view(self, ptr: int, nbytes: int) -> memoryview:
+        # a plain "B" memoryview over the memory itself (a ctypes array's view has format "<c", which cast() refuses)
+        return _memview_from_memory(ptr, nbytes, _PyBUF_WRITE)
 
 
 def find_c_compiler() -> str:

@@ -492,6 +492,9 @@ class PythonAllocator(Allocator):
     def copyout(self, dst: memoryview, src: int) -> None:
         dst.cast("B")[:] = memoryview(self.mem[src])[: dst.nbytes]
 
+    def host_view(self, ptr: int, nbytes: int) -> memoryview:
+        return memoryview(self.mem[ptr])[:nbytes]
+
 
 class PythonCompiler(Compiler):
     """Compiling is parsing the text back into UOps: a malformed program fails here, as a compile error."""
