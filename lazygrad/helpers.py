@@ -87,6 +87,8 @@ DEBUG, NOOPT, BEAM, CACHELEVEL = (
     ContextVar("CACHELEVEL", 2),
 )
 JIT, PROFILE = ContextVar("JIT", 1), ContextVar("PROFILE", 0)
+# 1: record kernels, rewrite passes and the timeline, then serve them as a web page at exit; -1: only write the file
+VIZ = ContextVar("VIZ", 0)
 SPEC = ContextVar("SPEC", 0)  # check every kernel against the IR rules of uop/spec.py (the test suite sets it)
 # the longest chain of ALU ops one fused kernel computes (see _Planner.cap_kernel_size)
 KERNEL_OPS = ContextVar("KERNEL_OPS", 256)
@@ -100,7 +102,6 @@ _TINYGRAD_ONLY_KNOBS = {
     "FLOAT16": 0,
     "WINO": 0,
     "TRANSCENDENTAL": 1,
-    "VIZ": 0,
     "SPLIT_REDUCEOP": 1,
     "NO_MEMORY_PLANNER": 0,
     "FUSE_OPTIM": 0,

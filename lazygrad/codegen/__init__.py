@@ -10,11 +10,11 @@ from lazygrad.codegen.kernel import Kernel, Opt
 from lazygrad.codegen.linearize import linearize
 from lazygrad.codegen.lowerer import lower
 from lazygrad.codegen.workgroups import default_optimizations
-from lazygrad.helpers import BEAM, DEBUG, NOOPT, SPEC, diskcache_get, diskcache_put
+from lazygrad.helpers import BEAM, DEBUG, NOOPT, SPEC, VIZ, diskcache_get, diskcache_put
 from lazygrad.renderer import ProgramSpec, Renderer
 from lazygrad.uop.ops import GroupOp, Ops, UOp, serialize
 from lazygrad.uop.spec import verify_kernel, verify_program
-from lazygrad.viz import profile
+from lazygrad.viz import profile, record
 
 
 def estimate_ops(uops: list[UOp]) -> int:
@@ -68,8 +68,8 @@ def _program_key(ast: UOp, renderer: Renderer) -> str:
 def get_program(ast: UOp, renderer: Renderer, opts: list[Opt] | None = None) -> ProgramSpec:
     """The kernel's source and launch facts. Without explicit opts the result is cached on disk, so a second process
     lowers nothing (lowering a kernel with big register tiles takes tens of milliseconds); DEBUG>=3 bypasses the
-    cache to print the AST, the opts and the source."""
-    if opts is not None or DEBUG >= 3:
+    cache to print the AST, the opts and the source, and VIZ to record every pass of every kernel."""
+    if opts is not None or DEBUG >= 3 or VIZ:
         return _build_program(ast, renderer, opts)
     key = _program_key(ast, renderer)
     if (spec := diskcache_get("program", key)) is None:
@@ -78,9 +78,10 @@ def get_program(ast: UOp, renderer: Renderer, opts: list[Opt] | None = None) -> 
 
 
 def _build_program(ast: UOp, renderer: Renderer, opts: list[Opt] | None) -> ProgramSpec:
-    with profile.span("codegen", "codegen") as args:
+    with profile.span("codegen", "codegen") as args, record.codegen(ast) as viz_finish:  # VIZ: this kernel's passes
         spec = _build_program_steps(ast, renderer, opts)
         args["kernel"], args["opts"] = spec.name, [str(o) for o in spec.applied_opts]
+        viz_finish(spec)
     return spec
 
 
@@ -96,8 +97,10 @@ def _build_program_steps(ast: UOp, renderer: Renderer, opts: list[Opt] | None) -
         print(f"{k.name}: applied {k.applied_opts}")
     with profile.span("lower", "codegen"):
         lowered = lower(k)
+    record.stage("lowered", lowered)  # VIZ
     with profile.span("linearize", "codegen"):
         uops = linearize(lowered)
+    record.stage("linearized", uops)  # VIZ
     if SPEC:
         verify_program(uops, "lower and linearize")
     with profile.span("render", "codegen"):

@@ -10,13 +10,13 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from lazygrad.codegen import get_program
-from lazygrad.viz import profile
 from lazygrad.device import Buffer, Device
 from lazygrad.engine.memory import memory_planner
 from lazygrad.helpers import BEAM, DEBUG, NOOPT, GlobalCounters, ansilen, colored
 from lazygrad.renderer import ProgramSpec
 from lazygrad.schedule.kernelize import ScheduleItem
 from lazygrad.uop.ops import Ops, UOp
+from lazygrad.viz import profile
 
 
 class CompiledRunner:
@@ -119,7 +119,7 @@ class ExecItem:
         spec = self.runner.spec
         if profile.enabled():
             name = spec.display_name if spec.name == "copy" else spec.name
-            profile.kernel(name, self.runner.device, st, et or 0.0, spec.ops, spec.mem, jit)
+            profile.kernel(name, self.runner.device, st, et or 0.0, spec.ops, spec.mem, jit, spec.src)
         GlobalCounters.kernel_count += 1
         GlobalCounters.global_ops += spec.ops
         GlobalCounters.global_mem += spec.mem

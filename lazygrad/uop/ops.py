@@ -11,7 +11,8 @@ from enum import Enum, auto
 from typing import Any, Callable, Iterator, Sequence
 
 from lazygrad.dtype import DType, dtypes
-from lazygrad.helpers import prod
+from lazygrad.helpers import VIZ, prod
+from lazygrad.viz.record import track_rewrite
 
 
 class Ops(Enum):
@@ -731,11 +732,15 @@ class PatternMatcher:
         return None
 
 
-def graph_rewrite(root: UOp, pm: PatternMatcher, ctx: Any = None, memo: dict[UOp, UOp] | None = None) -> UOp:
+def graph_rewrite(
+    root: UOp, pm: PatternMatcher, ctx: Any = None, memo: dict[UOp, UOp] | None = None, name: str | None = "rewrite"
+) -> UOp:
     """Rewrite bottom-up to a fixed point: sources first, then the node until no rule applies.
 
     Memoized per call, or across calls in `memo` (sound when the rules and ctx are the same for every call),
-    iterative (no recursion limit on deep graphs)."""
+    iterative (no recursion limit on deep graphs). `name` is the pass's name in VIZ (None: never recorded)."""
+    if VIZ.value and name is not None:  # VIZ: record the pass and each rule that fires (lazygrad/viz/record.py)
+        return track_rewrite(graph_rewrite, root, pm, name, ctx, memo)
     done: dict[UOp, UOp] = {} if memo is None else memo
     stack: list[tuple[UOp, int, UOp | None]] = [(root, 0, None)]
     while stack:

@@ -435,7 +435,7 @@ def simplify(x: UOp) -> UOp:
     memo = getattr(_memo, "simplified", None)
     if memo is None or len(memo) > SIMPLIFY_MEMO_SIZE:
         memo = _memo.simplified = {}
-    return graph_rewrite(x, symbolic, memo=memo)
+    return graph_rewrite(x, symbolic, memo=memo, name="symbolic")
 
 
 # *** printing ***

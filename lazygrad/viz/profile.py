@@ -25,7 +25,8 @@ import threading
 import time
 from typing import Any, Iterator
 
-from lazygrad.helpers import PROFILE, GlobalCounters, getenv
+from lazygrad.helpers import PROFILE, VIZ, GlobalCounters, getenv
+from lazygrad.viz.record import kernel_index as viz_kernel_index
 
 _T0 = time.perf_counter()
 _events: list[dict[str, Any]] = []
@@ -34,7 +35,7 @@ _lock = threading.Lock()
 
 
 def enabled() -> bool:
-    return PROFILE.value >= 1
+    return PROFILE.value >= 1 or VIZ.value != 0  # the VIZ page shows the timeline too
 
 
 def _us(t: float) -> float:
@@ -80,9 +81,12 @@ def span(name: str, cat: str, **args: Any) -> Iterator[dict[str, Any]]:
         record(name, cat, st, time.perf_counter() - st, args)
 
 
-def kernel(name: str, device: str, start: float, dur: float, ops: int, mem: int, jit: bool) -> None:
-    """A kernel or copy that ran on `device` for `dur` seconds, and the memory in use after it."""
+def kernel(name: str, device: str, start: float, dur: float, ops: int, mem: int, jit: bool, src: str = "") -> None:
+    """A kernel or copy that ran on `device` for `dur` seconds, and the memory in use after it. Under VIZ a kernel's
+    `src` links the span to the kernel's page."""
     args: dict[str, Any] = {"device": device, "ops": ops, "bytes": mem, "jit": jit}
+    if src and VIZ.value != 0 and (index := viz_kernel_index(name, src)) is not None:
+        args["viz_kernel"] = index
     if dur > 0:
         args["GFLOPS"], args["GB/s"] = round(ops / dur / 1e9, 3), round(mem / dur / 1e9, 3)
     record(name, "copy" if name.startswith("copy") else "kernel", start, dur, args, device)
@@ -126,7 +130,7 @@ def write(path: str | None = None) -> str:
 
 @atexit.register
 def _write_at_exit() -> None:
-    if enabled() and _events:
+    if PROFILE.value >= 1 and _events:
         path = write()
         print(f"PROFILE: wrote {len(_events)} events to {path} (open it in ui.perfetto.dev)", file=sys.stderr)
 
