@@ -1,0 +1,213 @@
+"""VIZ=1: what the recorder keeps (kernels, named rewrite passes with the rule that fired, the timeline), that it keeps
+nothing when off, the graph layout, the server and saving / reopening a run."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+
+import numpy as np
+import pytest
+
+from lazygrad import Tensor
+from lazygrad.helpers import Context
+from lazygrad.uop.ops import Ops, PatternMatcher, UOp, UPat, graph_rewrite
+from lazygrad.uop.symbolic import simplify, symbolic
+from lazygrad.viz import profile, record
+from lazygrad.viz.layout import layout
+from lazygrad.viz.server import serve
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.fixture(autouse=True)
+def empty_record():
+    """Each test starts from an empty record and leaves one: a record left at exit would be served (and block)."""
+    record.clear()
+    profile.clear()
+    yield
+    record.clear()
+    profile.clear()
+
+
+def fresh_constant() -> float:
+    # a constant no other test compiled: the kernel is built here, not found in the process's cache of runners
+    return round(random.uniform(1, 2), 6)
+
+
+def test_viz_off_records_nothing() -> None:
+    c = fresh_constant()
+    with Context(VIZ=0):
+        np.testing.assert_allclose((Tensor.ones(3, 5) * c).sum(1).numpy(), [5 * c] * 3, rtol=1e-6)
+        simplify(UOp.variable("i", 0, 9) + 0)
+    d = record.dump()
+    assert d["kernels"] == [] and d["passes"] == [] and d["nodes"] == []
+    assert all(e.get("ph") == "M" for e in d["trace"]["traceEvents"])
+
+
+def test_viz_records_kernels_with_ast_opts_source_and_launches() -> None:
+    c = fresh_constant()
+    a = np.arange(24, dtype=np.float32).reshape(4, 6)
+    with Context(VIZ=1):
+        out = ((Tensor(a) @ Tensor(a).T) + c).sum(1).numpy()
+    np.testing.assert_allclose(out, (a @ a.T + c).sum(1), rtol=1e-5)
+    d = record.dump()
+    kernels = [k for k in d["kernels"] if "duplicate_of" not in k]
+    assert kernels, "no kernel recorded"
+    for k in kernels:
+        assert d["nodes"][k["ast"]][0] == "SINK" and d["nodes"][k["ast"]][3], "the AST is the kernel's SINK"
+        assert f" {k['name']}(" in k["src"] and isinstance(k["opts"], list)
+        assert d["nodes"][k["stages"]["lowered"]["graph"]][0] == "SINK"
+        assert "DEFINE_GLOBAL" in k["stages"]["linearized"]["text"]
+    assert any(k["opts"] for k in kernels), "the matmul kernel gets opts by default"
+    # every launch in the timeline links to the kernel it ran, and every kernel built here ran
+    launches = [e for e in d["trace"]["traceEvents"] if e.get("cat") == "kernel"]
+    assert launches and all(d["kernels"][e["args"]["viz_kernel"]]["name"] == e["name"] for e in launches)
+    assert {e["args"]["viz_kernel"] for e in launches} == {d["kernels"].index(k) for k in kernels}
+    # index simplification ran inside codegen: those passes belong to their kernel, and say which rule fired
+    owned = [p for k in kernels for p in k["passes"]]
+    assert owned and all(d["passes"][p]["kernel"] is not None for p in owned)
+    assert all(s["rule"].startswith("symbolic.py:") for p in owned for s in d["passes"][p]["steps"])
+
+
+def test_rewrite_pass_recorded_step_by_step() -> None:
+    i = UOp.variable("i", 0, 9)
+    with Context(VIZ=1):
+        out = graph_rewrite((i + 0) * 1, symbolic, name="fold identities")
+    assert out is i
+    (p,) = record.dump()["passes"]
+    nodes = record.dump()["nodes"]
+    assert p["name"] == "fold identities" and p["kernel"] is None
+    assert nodes[p["input"]][0] == "MUL" and nodes[p["output"]][0] == "DEFINE_VAR"
+    assert [nodes[s["before"]][0] for s in p["steps"]] == ["ADD", "MUL"]  # bottom-up: x+0 first, then x*1
+    assert all(nodes[s["after"]][0] == "DEFINE_VAR" for s in p["steps"])
+    assert all(s["rule"].startswith("symbolic.py:") and "UPat" in s["code"] for s in p["steps"])
+
+
+def test_rule_with_ctx_still_gets_it_and_unchanged_or_unnamed_passes_are_not_recorded() -> None:
+    seen = []
+
+    def double(ctx, x):
+        seen.append(ctx)
+        return None if x.arg % 2 == 0 else x.const_like(x.arg * 2)
+
+    pm = PatternMatcher([(UPat(Ops.CONST, name="x"), double)])
+    three = UOp.const(UOp.variable("i", 0, 9).dtype, 3)
+    with Context(VIZ=1):
+        assert graph_rewrite(three, pm, ctx="the ctx", name="double odd").arg == 6
+        assert graph_rewrite(three.const_like(8), pm, ctx="the ctx", name="no change").arg == 8
+        assert graph_rewrite(three.const_like(5), pm, name=None).arg == 10
+    assert seen and all(c in ("the ctx", None) for c in seen) and "the ctx" in seen
+    passes = record.dump()["passes"]
+    assert [p["name"] for p in passes] == ["double odd"]
+    assert passes[0]["steps"][0]["code"].startswith("def double(ctx, x)")
+
+
+def test_layout_rows_and_edges() -> None:
+    i, j = UOp.variable("i", 0, 9), UOp.variable("j", 0, 9)
+    with Context(VIZ=1):
+        root = record.node_id(((i * 4 + j) // 2 + (i * 4 + j) % 2).maximum(i))
+    nodes = record.dump()["nodes"]
+    g = layout(nodes, root)
+    by_id = {n["id"]: n for n in g["nodes"]}
+    assert len(by_id) == len(g["nodes"]) == 10 and not g["truncated"]  # each shared node drawn once
+    for e in g["edges"]:  # sources above their users
+        assert by_id[e["from"]]["y"] + by_id[e["from"]]["h"] <= by_id[e["to"]]["y"]
+    assert len(g["edges"]) == sum(len(nodes[n["id"]][3]) for n in g["nodes"])
+    rows: dict[int, list] = {}
+    for n in g["nodes"]:
+        rows.setdefault(n["y"], []).append(n)
+    for row in rows.values():  # no two boxes of a row overlap
+        row.sort(key=lambda n: n["x"])
+        assert all(a["x"] + a["w"] <= b["x"] for a, b in zip(row, row[1:]))
+    assert all(0 <= n["x"] and n["x"] + n["w"] <= g["width"] + 0.1 for n in g["nodes"])
+    assert by_id[root]["y"] == max(n["y"] for n in g["nodes"])  # the root is the bottom row
+    cut = layout(nodes, root, limit=4)
+    assert cut["truncated"] and len(cut["nodes"]) == 4
+
+
+def test_server_serves_page_data_and_graphs_then_stops() -> None:
+    with Context(VIZ=1):
+        (Tensor.arange(6) * fresh_constant()).sum().item()
+    data = record.dump()
+    server = serve(data)
+    try:
+        page = urllib.request.urlopen(server.url, timeout=10).read().decode()
+        assert 'id="kernel-list"' in page and "<script src" not in page and "<link" not in page
+        # nothing is fetched from the network: the one address in the page is SVG's namespace name
+        assert set(re.findall(r"https?://[^\"' )]+", page)) == {"http://www.w3.org/2000/svg"}
+        got = json.loads(urllib.request.urlopen(server.url + "data.json", timeout=10).read())
+        assert got["kernels"] == json.loads(json.dumps(data["kernels"])) and "nodes" not in got
+        g = json.loads(urllib.request.urlopen(f"{server.url}graph/{data['kernels'][0]['ast']}", timeout=10).read())
+        assert g["nodes"] and g["nodes"][-1]["op"] == "SINK"
+        with pytest.raises(urllib.error.HTTPError, match="404"):
+            urllib.request.urlopen(f"{server.url}graph/{len(data['nodes'])}", timeout=10)
+    finally:
+        server.stop()
+    assert not server.thread.is_alive()
+    with pytest.raises(urllib.error.URLError):
+        urllib.request.urlopen(server.url, timeout=2)
+
+
+def test_save_and_load(tmp_path) -> None:
+    with Context(VIZ=1):
+        (Tensor.ones(4) * fresh_constant()).numpy()
+    path = record.write(str(tmp_path / "run.json"))
+    assert record.load(path) == json.loads(json.dumps(record.dump()))
+    trace = tmp_path / "trace.json"
+    trace.write_text(json.dumps({"traceEvents": [{"name": "k", "cat": "kernel", "ph": "X", "ts": 0, "dur": 5}]}))
+    assert record.load(str(trace))["kernels"] == [] and record.load(str(trace))["trace"]["traceEvents"]
+    (tmp_path / "other.json").write_text("{}")
+    with pytest.raises(ValueError, match="neither a VIZ record"):
+        record.load(str(tmp_path / "other.json"))
+
+
+def _env(**kw: str) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": ROOT, "CACHELEVEL": "0", **kw}
+
+
+def test_viz_env_writes_the_run_and_serves_it_at_exit(tmp_path) -> None:
+    path = tmp_path / "run.json"
+    code = "from lazygrad import Tensor; print((Tensor.arange(10) * 3).sum().item(), flush=True)"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code],
+        env=_env(VIZ="1", VIZ_PATH=str(path), VIZ_PORT="0"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout.readline().strip() == "135"
+        line = proc.stdout.readline()
+        assert line.startswith("VIZ: serving http://127.0.0.1:"), line + proc.stderr.read()
+        url = line.split()[2]
+        assert json.loads(urllib.request.urlopen(url + "data.json", timeout=10).read())["kernels"]
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert "VIZ: wrote" in err and record.load(str(path))["kernels"]
+
+
+def test_viz_minus_one_only_writes_and_cli_summary(tmp_path) -> None:
+    path = tmp_path / "run.json"
+    code = "from lazygrad import Tensor; print((Tensor.arange(10) * 2).sum().item())"
+    res = subprocess.run(
+        [sys.executable, "-c", code], env=_env(VIZ="-1", VIZ_PATH=str(path)), capture_output=True, text=True, timeout=120
+    )
+    assert res.returncode == 0 and res.stdout.strip() == "90" and "serving" not in res.stdout, res.stderr
+    res = subprocess.run(
+        [sys.executable, "-m", "lazygrad.viz", "--summary", str(path)],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert res.returncode == 0 and "kernel" in res.stdout and str(path) in res.stdout, res.stderr
