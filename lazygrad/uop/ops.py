@@ -740,7 +740,7 @@ def graph_rewrite(
     Memoized per call, or across calls in `memo` (sound when the rules and ctx are the same for every call),
     iterative (no recursion limit on deep graphs). `name` is the pass's name in VIZ (None: never recorded)."""
     if VIZ.value and name is not None:  # VIZ: record the pass and each rule that fires (lazygrad/viz/record.py)
-        return track_rewrite(graph_rewrite, root, pm, name, ctx, memo)
+        return track_rewrite(graph_rewrite, root, pm, name, ctx)
     done: dict[UOp, UOp] = {} if memo is None else memo
     stack: list[tuple[UOp, int, UOp | None]] = [(root, 0, None)]
     while stack:

@@ -120,16 +120,17 @@ class RewriteTracker:
         return ret
 
 
-def track_rewrite(rewrite: Callable[..., Any], root: Any, pm: Any, name: str, *args: Any) -> Any:
-    """`rewrite(root, pm, *args, name=None)` (graph_rewrite, unrecorded) with the pass recorded. A rewrite that a
-    rule runs inside another pass, or that a BEAM candidate's build runs, is not recorded: a probe, not a pass."""
+def track_rewrite(rewrite: Callable[..., Any], root: Any, pm: Any, name: str, ctx: Any) -> Any:
+    """`rewrite(root, pm, ctx)` (graph_rewrite, unrecorded) with the pass recorded. The caller's memo is left out, so
+    a pass shows every rewrite it makes, not only those no earlier call made. A rewrite that a rule runs inside
+    another pass, or that a BEAM candidate's build runs, is not recorded: a probe, not a pass."""
     depth = getattr(_local, "rewrite_depth", 0)
     if depth > 0 or getattr(_local, "codegen_depth", 0) > 1:
-        return rewrite(root, pm, *args, name=None)
+        return rewrite(root, pm, ctx, name=None)
     tracker = RewriteTracker(pm, name)
     _local.rewrite_depth = depth + 1
     try:
-        out = rewrite(root, tracker, *args, name=None)
+        out = rewrite(root, tracker, ctx, name=None)
     finally:
         _local.rewrite_depth = depth
     if tracker.steps:
