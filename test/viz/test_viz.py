@@ -196,6 +196,24 @@ def test_viz_env_writes_the_run_and_serves_it_at_exit(tmp_path) -> None:
     assert "VIZ: wrote" in err and record.load(str(path))["kernels"]
 
 
+def test_cli_opens_a_saved_trace_in_the_page(tmp_path) -> None:
+    trace = tmp_path / "trace.json"
+    trace.write_text(json.dumps({"traceEvents": [{"name": "E_4", "cat": "kernel", "ph": "X", "ts": 0, "dur": 5}]}))
+    cmd = [sys.executable, "-m", "lazygrad.viz", str(trace)]
+    proc = subprocess.Popen(cmd, env=_env(VIZ_PORT="0"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("VIZ: serving http://127.0.0.1:"), line + proc.stderr.read()
+        got = json.loads(urllib.request.urlopen(line.split()[2] + "data.json", timeout=10).read())
+        assert got["kernels"] == [] and got["trace"]["traceEvents"][0]["name"] == "E_4"
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=30)
+    assert proc.returncode == 0
+    res = subprocess.run(cmd[:3] + [str(tmp_path / "missing.json")], env=_env(), capture_output=True, text=True)
+    assert res.returncode == 2 and "missing.json" in res.stderr and "Traceback" not in res.stderr
+
+
 def test_viz_minus_one_only_writes_and_cli_summary(tmp_path) -> None:
     path = tmp_path / "run.json"
     code = "from lazygrad import Tensor; print((Tensor.arange(10) * 2).sum().item())"
