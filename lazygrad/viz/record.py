@@ -81,21 +81,42 @@ def _rule_source(fn: Callable) -> tuple[str, str]:
     return where, linecache.getline(code.co_filename, code.co_firstlineno).strip()
 
 
+def pattern_text(pat: Any) -> str:
+    """A UPat as a short expression: `WHERE(CMPNE(c, CONST True), a, b)`; `[...]` sources match in any order, `*`
+    after a source means every source matches it, `x:` names what the rule receives."""
+    if pat.op is None:
+        head = "_"
+    elif len(pat.op) <= 3:
+        head = "|".join(sorted(o.name for o in pat.op))
+    else:
+        head = f"<{len(pat.op)} ops>"
+    if pat.arg is not None:
+        head += f" {pat.arg!r}"
+    if pat.name is not None:
+        head = pat.name if pat.op is None and pat.arg is None else f"{pat.name}:{head}"
+    if pat.src is None:
+        return head
+    if not isinstance(pat.src, (tuple, list)):
+        return f"{head}({pattern_text(pat.src)}*)"
+    inner = ", ".join(pattern_text(s) for s in pat.src)
+    return f"{head}([{inner}])" if isinstance(pat.src, list) else f"{head}({inner})"
+
+
 class _Fired(threading.local):
-    rule: Callable | None = None
+    rule: tuple[Any, Callable] | None = None
 
 
 _fired = _Fired()
 
 
-def _logged(fn: Callable) -> Callable:
-    """fn, noting itself as the rule that fired whenever it returns a replacement."""
+def _logged(pat: Any, fn: Callable) -> Callable:
+    """fn, noting its rule as the one that fired whenever it returns a replacement."""
 
     @functools.wraps(fn)  # keeps the signature, so PatternMatcher still sees whether fn takes ctx
     def wrapper(**kwargs: Any) -> Any:
         ret = fn(**kwargs)
         if ret is not None:
-            _fired.rule = fn
+            _fired.rule = (pat, fn)
         return ret
 
     return wrapper
@@ -109,7 +130,7 @@ class RewriteTracker:
 
     def __init__(self, pm: Any, name: str):
         if (logged := _logged_matchers.get(pm)) is None:
-            logged = _logged_matchers[pm] = type(pm)([(pat, _logged(fn)) for pat, fn in pm.rules])
+            logged = _logged_matchers[pm] = type(pm)([(pat, _logged(pat, fn)) for pat, fn in pm.rules])
         self.pm, self.name, self.steps = logged, name, []
 
     def rewrite(self, u: Any, ctx: Any = None) -> Any:
@@ -146,9 +167,10 @@ def _add_pass(name: str, root: Any, out: Any, steps: list[tuple[Any, Any, Any]])
         kernel = getattr(_local, "kernel", None)
         rec: dict[str, Any] = {"name": name, "kernel": kernel, "input": node_id(root), "output": node_id(out)}
         rec["steps"] = [
-            {"rule": _rule_source(fn)[0], "code": _rule_source(fn)[1], "before": node_id(b), "after": node_id(a)}
-            for fn, b, a in steps
-            if fn is not None
+            {"rule": _rule_source(rule[1])[0], "code": _rule_source(rule[1])[1], "pattern": pattern_text(rule[0])}
+            | {"before": node_id(before), "after": node_id(after)}
+            for rule, before, after in steps
+            if rule is not None
         ]
         if kernel is not None:
             _kernels[kernel]["passes"].append(len(_passes))

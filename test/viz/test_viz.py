@@ -89,6 +89,7 @@ def test_rewrite_pass_recorded_step_by_step() -> None:
     assert [nodes[s["before"]][0] for s in p["steps"]] == ["ADD", "MUL"]  # bottom-up: x+0 first, then x*1
     assert all(nodes[s["after"]][0] == "DEFINE_VAR" for s in p["steps"])
     assert all(s["rule"].startswith("symbolic.py:") and "UPat" in s["code"] for s in p["steps"])
+    assert [s["pattern"] for s in p["steps"]] == ["ADD(x, CONST 0)", "MUL(x, CONST 1)"]
 
 
 def test_rule_with_ctx_still_gets_it_and_unchanged_or_unnamed_passes_are_not_recorded() -> None:
