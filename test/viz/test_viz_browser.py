@@ -27,8 +27,15 @@ pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no chromium (apt-get i
 
 def chromium(url: str, profile_dir, *args: str) -> str:
     # virtual time lets the page's fetches and scripts finish before the DOM is dumped or the screenshot taken;
-    # --no-sandbox: CI runs as root, where chromium's sandbox refuses to start
-    cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={profile_dir}"]
+    # --no-sandbox: CI runs as root, where chromium's sandbox refuses to start; containers have a tiny /dev/shm
+    cmd = [
+        CHROMIUM,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        f"--user-data-dir={profile_dir}",
+    ]
     cmd += ["--virtual-time-budget=10000", "--window-size=800,600", *args, url]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr[-2000:]
