@@ -78,7 +78,7 @@ def get_program(ast: UOp, renderer: Renderer, opts: list[Opt] | None = None) -> 
 
 
 def _build_program(ast: UOp, renderer: Renderer, opts: list[Opt] | None) -> ProgramSpec:
-    with profile.span("codegen", "codegen") as args, record.codegen(ast) as viz_finish:  # VIZ: this kernel's passes
+    with profile.span("codegen", "codegen") as args, record.codegen(ast, opts is not None) as viz_finish:  # VIZ
         spec = _build_program_steps(ast, renderer, opts)
         args["kernel"], args["opts"] = spec.name, [str(o) for o in spec.applied_opts]
         viz_finish(spec)

@@ -41,7 +41,7 @@ _kernels: list[dict[str, Any]] = []
 _passes: list[dict[str, Any]] = []
 _kernel_by_src: dict[str, int] = {}  # source without the kernel's name -> kernel index, for the timeline
 _dropped = [0]  # passes not kept past MAX_PASSES
-_local = threading.local()  # per thread: the kernel being built and how deep in rewrites/codegen we are
+_local = threading.local()  # per thread: the kernel being built, whether this build is hidden, rewrite depth
 
 
 def enabled() -> bool:
@@ -146,7 +146,7 @@ def track_rewrite(rewrite: Callable[..., Any], root: Any, pm: Any, name: str, ct
     a pass shows every rewrite it makes, not only those no earlier call made. A rewrite that a rule runs inside
     another pass, or that a BEAM candidate's build runs, is not recorded: a probe, not a pass."""
     depth = getattr(_local, "rewrite_depth", 0)
-    if depth > 0 or getattr(_local, "codegen_depth", 0) > 1:
+    if depth > 0 or getattr(_local, "hidden", False):
         return rewrite(root, pm, ctx, name=None)
     tracker = RewriteTracker(pm, name)
     _local.rewrite_depth = depth + 1
@@ -186,18 +186,18 @@ def _source_key(name: str, src: str) -> str:
 
 
 @contextlib.contextmanager
-def codegen(ast: Any) -> Iterator[Callable[[Any], None]]:
+def codegen(ast: Any, candidate: bool = False) -> Iterator[Callable[[Any], None]]:
     """The scope of one kernel's build: passes run inside belong to it. Yields `finish(spec)`, which records what
-    the build produced. A build nested in another (BEAM timing candidates) is not recorded."""
+    the build produced. A build with explicit opts (`candidate`: BEAM's timing candidates, built on worker threads)
+    or nested in another build is not recorded, nor are its passes."""
     if not enabled():
-        yield lambda spec: None
+        yield _not_recorded
         return
-    depth = getattr(_local, "codegen_depth", 0)
-    _local.codegen_depth = depth + 1
-    outer = getattr(_local, "kernel", None)
+    outer, outer_hidden = getattr(_local, "kernel", None), getattr(_local, "hidden", False)
     try:
-        if depth > 0:
-            yield lambda spec: None
+        if candidate or outer is not None or outer_hidden:
+            _local.hidden = True
+            yield _not_recorded
             return
         with _lock:
             index = len(_kernels)
@@ -205,7 +205,11 @@ def codegen(ast: Any) -> Iterator[Callable[[Any], None]]:
         _local.kernel = index
         yield functools.partial(_finish_kernel, index)
     finally:
-        _local.codegen_depth, _local.kernel = depth, outer
+        _local.kernel, _local.hidden = outer, outer_hidden
+
+
+def _not_recorded(spec: Any) -> None:
+    pass
 
 
 def _finish_kernel(index: int, spec: Any) -> None:
@@ -230,7 +234,7 @@ def _finish_kernel(index: int, spec: Any) -> None:
 
 def stage(name: str, graph: Any) -> None:
     """A codegen stage's output for the kernel being built: a UOp graph, or a list of linear UOps."""
-    if not enabled() or (index := getattr(_local, "kernel", None)) is None or getattr(_local, "codegen_depth", 0) > 1:
+    if not enabled() or (index := getattr(_local, "kernel", None)) is None or getattr(_local, "hidden", False):
         return
     if isinstance(graph, list):
         uops = {u: i for i, u in enumerate(graph)}

@@ -12,11 +12,13 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
 
-from lazygrad import Tensor
+from lazygrad import Device, Tensor
+from lazygrad.codegen import get_program
 from lazygrad.helpers import Context
 from lazygrad.uop.ops import Ops, PatternMatcher, UOp, UPat, graph_rewrite
 from lazygrad.uop.symbolic import simplify, symbolic
@@ -75,6 +77,19 @@ def test_viz_records_kernels_with_ast_opts_source_and_launches() -> None:
     owned = [p for k in kernels for p in k["passes"]]
     assert owned and all(d["passes"][p]["kernel"] is not None for p in owned)
     assert all(s["rule"].startswith("symbolic.py:") for p in owned for s in d["passes"][p]["steps"])
+
+
+def test_beam_candidates_and_explicit_opts_are_not_recorded() -> None:
+    si = (Tensor.ones(8, 8).contiguous() * fresh_constant()).schedule()[-1]
+    renderer = Device[si.outputs[0].device].renderer
+    with Context(VIZ=1):
+        with ThreadPoolExecutor(2) as pool:  # BEAM builds its candidates on worker threads, with explicit opts
+            specs = list(pool.map(lambda opts: get_program(si.ast, renderer, opts), [[], []]))
+        assert specs[0].src == specs[1].src
+        assert record.dump()["kernels"] == [] and record.dump()["passes"] == []
+        spec = get_program(si.ast, renderer)
+    (k,) = record.dump()["kernels"]
+    assert k["src"] == spec.src and k["passes"]
 
 
 def test_rewrite_pass_recorded_step_by_step() -> None:
