@@ -10,8 +10,9 @@ What is recorded, each as a span with its real duration:
 - a `memory` counter track: bytes allocated on all devices after each kernel.
 
 The trace is written when the process exits (or by `write()`), to $PROFILE_PATH or `lazygrad_profile.json` in the
-current directory, and its path is printed. `python -m lazygrad.viz trace.json` prints a summary of a
-saved trace: time per category and the slowest kernels.
+current directory, and its path is printed. `python -m lazygrad.viz trace.json` shows a saved trace in the VIZ page;
+`--summary` prints time per category and the slowest kernels. VIZ records this timeline too (without writing this
+file), and its kernel spans then carry `viz_kernel`, the index of the kernel's record (record.py).
 """
 
 from __future__ import annotations
