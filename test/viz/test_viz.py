@@ -7,6 +7,7 @@ import json
 import os
 import random
 import re
+import select
 import signal
 import subprocess
 import sys
@@ -185,6 +186,14 @@ def test_save_and_load(tmp_path) -> None:
         record.load(str(tmp_path / "other.json"))
 
 
+def _readline(proc: subprocess.Popen, timeout: float = 120) -> str:
+    """The child's next line of output; a child that prints nothing in time is a failure, not a hung test."""
+    if not select.select([proc.stdout], [], [], timeout)[0]:
+        proc.kill()
+        pytest.fail(f"no output from the child in {timeout} s")
+    return proc.stdout.readline()
+
+
 def _env(**kw: str) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": ROOT, "CACHELEVEL": "0", **kw}
 
@@ -200,8 +209,8 @@ def test_viz_env_writes_the_run_and_serves_it_at_exit(tmp_path) -> None:
         text=True,
     )
     try:
-        assert proc.stdout.readline().strip() == "135"
-        line = proc.stdout.readline()
+        assert _readline(proc).strip() == "135"
+        line = _readline(proc)
         assert line.startswith("VIZ: serving http://127.0.0.1:"), line + proc.stderr.read()
         url = line.split()[2]
         assert json.loads(urllib.request.urlopen(url + "data.json", timeout=10).read())["kernels"]
@@ -218,7 +227,7 @@ def test_cli_opens_a_saved_trace_in_the_page(tmp_path) -> None:
     cmd = [sys.executable, "-m", "lazygrad.viz", str(trace)]
     proc = subprocess.Popen(cmd, env=_env(VIZ_PORT="0"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        line = proc.stdout.readline()
+        line = _readline(proc)
         assert line.startswith("VIZ: serving http://127.0.0.1:"), line + proc.stderr.read()
         got = json.loads(urllib.request.urlopen(line.split()[2] + "data.json", timeout=10).read())
         assert got["kernels"] == [] and got["trace"]["traceEvents"][0]["name"] == "E_4"
