@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import random
 import re
-import select
 import signal
 import subprocess
 import sys
+import threading
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from typing import Callable
 
 import numpy as np
 import pytest
@@ -186,56 +188,67 @@ def test_save_and_load(tmp_path) -> None:
         record.load(str(tmp_path / "other.json"))
 
 
-def _readline(proc: subprocess.Popen, timeout: float = 120) -> str:
-    """The child's next line of output; a child that prints nothing in time is a failure, not a hung test."""
-    if not select.select([proc.stdout], [], [], timeout)[0]:
-        proc.kill()
-        pytest.fail(f"no output from the child in {timeout} s")
-    return proc.stdout.readline()
+def _lines(proc: subprocess.Popen) -> Callable[[], str]:
+    """A reader of the child's output lines that fails the test, instead of hanging it, when the child goes silent
+    (a thread reads the pipe: select() on it would miss lines already buffered by an earlier readline)."""
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()
+
+    def next_line(timeout: float = 120) -> str:
+        try:
+            return lines.get(timeout=timeout)
+        except queue.Empty:
+            proc.kill()
+            pytest.fail(f"no output from the child in {timeout} s")
+
+    return next_line
 
 
 def _env(**kw: str) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": ROOT, "CACHELEVEL": "0", **kw}
 
 
+def _serving(args: list[str], env: dict[str, str], err_path) -> tuple[subprocess.Popen, Callable[[], str]]:
+    with open(err_path, "w") as err:  # a file, not a pipe: a chatty child cannot block on a full pipe
+        proc = subprocess.Popen([sys.executable, *args], env=env, stdout=subprocess.PIPE, stderr=err, text=True)
+    return proc, _lines(proc)
+
+
+def _interrupt(proc: subprocess.Popen) -> int:
+    proc.send_signal(signal.SIGINT)  # Ctrl-C: the server stops and the process exits cleanly
+    return proc.wait(timeout=30)
+
+
 def test_viz_env_writes_the_run_and_serves_it_at_exit(tmp_path) -> None:
-    path = tmp_path / "run.json"
+    path, err = tmp_path / "run.json", tmp_path / "err.txt"
     code = "from lazygrad import Tensor; print((Tensor.arange(10) * 3).sum().item(), flush=True)"
-    proc = subprocess.Popen(
-        [sys.executable, "-c", code],
-        env=_env(VIZ="1", VIZ_PATH=str(path), VIZ_PORT="0"),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc, next_line = _serving(["-c", code], _env(VIZ="1", VIZ_PATH=str(path), VIZ_PORT="0"), err)
     try:
-        assert _readline(proc).strip() == "135"
-        line = _readline(proc)
-        assert line.startswith("VIZ: serving http://127.0.0.1:"), line + proc.stderr.read()
-        url = line.split()[2]
-        assert json.loads(urllib.request.urlopen(url + "data.json", timeout=10).read())["kernels"]
+        assert next_line().strip() == "135"
+        line = next_line()
+        assert line.startswith("VIZ: serving http://127.0.0.1:"), line + err.read_text()
+        assert json.loads(urllib.request.urlopen(line.split()[2] + "data.json", timeout=10).read())["kernels"]
     finally:
-        proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=30)
-    assert proc.returncode == 0, err
-    assert "VIZ: wrote" in err and record.load(str(path))["kernels"]
+        rc = _interrupt(proc)
+    assert rc == 0, err.read_text()
+    assert "VIZ: wrote" in err.read_text() and record.load(str(path))["kernels"]
 
 
 def test_cli_opens_a_saved_trace_in_the_page(tmp_path) -> None:
-    trace = tmp_path / "trace.json"
+    trace, err = tmp_path / "trace.json", tmp_path / "err.txt"
     trace.write_text(json.dumps({"traceEvents": [{"name": "E_4", "cat": "kernel", "ph": "X", "ts": 0, "dur": 5}]}))
-    cmd = [sys.executable, "-m", "lazygrad.viz", str(trace)]
-    proc = subprocess.Popen(cmd, env=_env(VIZ_PORT="0"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    cmd = ["-m", "lazygrad.viz", str(trace)]
+    proc, next_line = _serving(cmd, _env(VIZ_PORT="0"), err)
     try:
-        line = _readline(proc)
-        assert line.startswith("VIZ: serving http://127.0.0.1:"), line + proc.stderr.read()
+        line = next_line()
+        assert line.startswith("VIZ: serving http://127.0.0.1:"), line + err.read_text()
         got = json.loads(urllib.request.urlopen(line.split()[2] + "data.json", timeout=10).read())
         assert got["kernels"] == [] and got["trace"]["traceEvents"][0]["name"] == "E_4"
     finally:
-        proc.send_signal(signal.SIGINT)
-        proc.communicate(timeout=30)
-    assert proc.returncode == 0
-    res = subprocess.run(cmd[:3] + [str(tmp_path / "missing.json")], env=_env(), capture_output=True, text=True)
+        rc = _interrupt(proc)
+    assert rc == 0, err.read_text()
+    missing = [sys.executable, *cmd[:2], str(tmp_path / "missing.json")]
+    res = subprocess.run(missing, env=_env(), capture_output=True, text=True, timeout=60)
     assert res.returncode == 2 and "missing.json" in res.stderr and "Traceback" not in res.stderr
 
 
