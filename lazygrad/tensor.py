@@ -335,6 +335,11 @@ class Tensor(metaclass=_TensorType):
         reached = grad_reachable(root, {n for _, n in pairs})
         # the root itself gets no .grad (torch leaves a non-leaf's empty; it would only be ones)
         leaves = [(t, n) for t, n in pairs if n in reached and n is not root]
+        if any(t._requires_grad for t, _ in leaves):
+            # torch's rule where the graph has a tensor set True (torch code; or an optimizer's parameters, which it
+            # sets True): an unset tensor (an input, an intermediate) gets no .grad. Else a persistent input's .grad
+            # would grow by one lazy add per step that nothing ever realizes
+            leaves = [(t, n) for t, n in leaves if t._requires_grad]
         if not leaves:
             raise RuntimeError(
                 "backward: the tensor depends on no floating point tensor whose requires_grad is True or unset "

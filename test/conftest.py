@@ -2,3 +2,11 @@ import os
 
 # every kernel the tests build is checked against the IR rules (lazygrad/uop/spec.py) between codegen passes
 os.environ.setdefault("SPEC", "1")
+
+# PoCL (the CL tests' driver) keeps built kernels in an on-disk cache that it does not guard against two processes
+# building the same kernel at once: the loser reads a half-written entry and the driver aborts the process (an
+# assertion in pocl_binary.c, or "Final linking of kernel ... failed"). The suite's workers build the same small
+# kernels at the same moment, so each worker gets its own cache directory (kept between runs: warm on the next one).
+if (worker := os.environ.get("PYTEST_XDIST_WORKER")) and "POCL_CACHE_DIR" not in os.environ:
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    os.environ["POCL_CACHE_DIR"] = os.path.join(cache, "pocl", f"kcache-{worker}")
