@@ -307,3 +307,15 @@ def test_gradient_flows_through_realized_intermediates():
     np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(w.grad.numpy(), tw.grad.numpy(), rtol=1e-4, atol=1e-5)
     assert not w.grad.requires_grad, "a gradient is data, as in torch"
+
+
+def test_unset_tensors_get_grad_only_where_nothing_is_set_true() -> None:
+    # tinygrad style: nothing set True, every unset float tensor in the graph gets its gradient
+    x, w = Tensor([1.0, 2.0]), Tensor([3.0, 4.0])
+    (x * w).sum().backward()
+    assert x.grad.tolist() == [3.0, 4.0] and w.grad.tolist() == [1.0, 2.0]
+    # torch style: w set True, the input x gets none (as torch), and stays None over repeated steps
+    x, w = Tensor([1.0, 2.0]), Tensor([3.0, 4.0], requires_grad=True)
+    for _ in range(3):
+        (x * w).sum().backward()
+    assert x.grad is None and w.grad.tolist() == [3.0, 6.0]
