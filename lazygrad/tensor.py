@@ -26,6 +26,7 @@ from lazygrad.dtype import (  # noqa: F401  (_to_np_dtype: tinygrad programs imp
     to_dtype,
 )
 from lazygrad.helpers import TRAINING, argfix, argsort, ceildiv, flatten, make_tuple, prod
+from lazygrad.schedule.multi import has_multi, lower_multi, multi, split_bounds
 from lazygrad.uop.ops import GroupOp, Ops, UOp, pretty_print, substitute
 
 # computed nodes that have been realized -> the buffer view that holds their value; consulted by the scheduler
@@ -187,6 +188,9 @@ class Tensor(metaclass=_TensorType):
             )
         elif isinstance(data, Tensor):
             self.uop = data.uop
+        elif isinstance(device, tuple) and not isinstance(data, (bool, int, float)):
+            # multi-device (lazygrad/schedule/multi.py): made on the first device, replicated on the others
+            self.uop = Tensor(data, device[0], dtype).shard(device).uop
         elif type(data).__module__ == "numpy" and hasattr(data, "dtype"):
             # before the Python scalars: numpy's float64 is a float subclass, and it stays float64
             self.uop = Tensor._from_numpy(data, device, dtype)
@@ -465,22 +469,28 @@ class Tensor(metaclass=_TensorType):
 
         tensors = (self, *lst)
         with _realize_lock:
-            schedule, becomes, var_vals = create_schedule([t.uop for t in tensors], _realized)
+            outs = [t.uop for t in tensors]
+            lowered = None
+            if Device.multi_seen and any(has_multi(u) for u in outs):
+                # sharded tensors (lazygrad/schedule/multi.py): scheduled as one graph per device
+                lowered = lower_multi(outs, _realized)
+                outs = [p for u in lowered for p in (u.src if u.op is Ops.MULTI else (u,))]
+            schedule, becomes, var_vals = create_schedule(outs, _realized)
             for si in schedule:
                 for buf in si.outputs:
                     # a new buffer holds nothing until its kernel runs (an in-place target still holds its old value)
                     buf.pending_write = buf.pending_write or not buf.is_allocated
             for node, view in becomes.items():
                 _realized[node] = view
-            for t in tensors:
-                # a node realized by an earlier schedule (the same graph built twice is the same UOp) is not in
-                # `becomes`
-                view = becomes.get(t.uop.base, _realized.get(t.uop.base))
-                if view is not None:
+            for i, t in enumerate(tensors):
+                new = _stored_as(t.uop if lowered is None else lowered[i], becomes)
+                if new is not None:
                     # a computed tensor on a path to a parameter keeps its graph, so gradients still flow through it
                     # (not an in-place update: optimizer state and parameters are written, not differentiated)
                     keep = t._requires_grad is None and t.uop.base.op is not Ops.ASSIGN and t.requires_grad
-                    lazy, t.uop = t.uop, t.uop.rebase(view)
+                    lazy, t.uop = t.uop, new
+                    if new.op is Ops.MULTI and lazy is not new:
+                        _realized[lazy] = new  # the sharded graph now stands for its parts' buffers
                     if keep and t.uop is not lazy:
                         _lazy_origin[t.uop] = lazy
             return schedule, var_vals
@@ -497,6 +507,8 @@ class Tensor(metaclass=_TensorType):
         return self
 
     def _contiguous_buffer(self) -> Buffer:
+        if isinstance(self.device, tuple):  # sharded: read through the first device
+            return self.to(self.device[0])._contiguous_buffer()
         t = self if self._plain_buffer() is not None else self.contiguous()
         t.realize()
         buf = t._plain_buffer()
@@ -577,7 +589,10 @@ class Tensor(metaclass=_TensorType):
     def empty(*shape: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
         shape_ = Tensor._shape_arg(shape)
         dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
-        return Tensor(UOp.buffer_view(Buffer(Device.canonicalize(device), prod(shape_), dt, shape=shape_), shape_))
+        device = Device.canonicalize(device)
+        if isinstance(device, tuple):  # multi-device: a replica per device
+            return Tensor(multi([Tensor.empty(shape_, dtype=dt, device=d).uop for d in device], None))
+        return Tensor(UOp.buffer_view(Buffer(device, prod(shape_), dt, shape=shape_), shape_))
 
     @staticmethod
     def full(shape: Any, fill_value: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
@@ -940,9 +955,36 @@ class Tensor(metaclass=_TensorType):
         device = Device.canonicalize(device)
         if device == self.device:
             return self
+        if isinstance(device, tuple):
+            return self.shard(device)
         _check_dtype("to", self.dtype, device)
         src = self.contiguous()  # a copy moves whole buffers: a view is made contiguous on its own device first
         return Tensor(UOp(Ops.COPY, self.dtype, (src.uop,), device))
+
+    # *** multi-device: the lowering to one graph per device is lazygrad/schedule/multi.py ***
+
+    def shard(self, devices: Sequence[str], axis: int | None = None) -> Tensor:
+        """This tensor over several devices: split along `axis` (ceil(n / len(devices)) rows per device, the last
+        parts shorter or empty), or a full replica on each for axis None. Ops on it run on every device; `.device`
+        is the tuple of devices; `.to(device)` gathers it."""
+        if isinstance(devices, str) or not devices:
+            raise ArgumentError(f"shard takes a tuple of devices, not {devices!r}")
+        devs = Device.canonicalize(tuple(devices))
+        if isinstance(self.device, tuple):
+            return self.to(self.device[0]).shard(devs, axis)
+        _check_dtype("shard", self.dtype, devs)
+        d = None if axis is None else _axes(axis, self.ndim)[0]
+        bounds = split_bounds(self.shape[d], len(devs)) if d is not None else [None] * len(devs)
+        parts = []
+        for dev, b in zip(devs, bounds):
+            part = self if b is None else self.shrink(tuple(b if i == d else None for i in range(self.ndim)))
+            parts.append((part.contiguous() if dev == self.device else part.to(dev)).uop)
+        return Tensor(multi(parts, d))
+
+    def shard_(self, devices: Sequence[str], axis: int | None = None) -> Tensor:
+        """shard in place: this tensor object becomes the sharded one (parameters keep their identity)."""
+        self.uop = self.shard(devices, axis).uop
+        return self
 
     def detach(self) -> Tensor:
         out = Tensor(UOp(Ops.DETACH, self.dtype, (self.uop,)) if self.uop.op is not Ops.DETACH else self.uop)
@@ -3023,8 +3065,22 @@ def _unsupported(op: str, t: Tensor, hint: str) -> UnsupportedOpError:
     return UnsupportedOpError(f"{op} is not supported for {t.dtype.name} tensors on {t.device}; {hint}")
 
 
-def _check_dtype(op: str, dtype: DType, device: str) -> None:
+def _stored_as(u: UOp, becomes: dict[UOp, UOp]) -> UOp | None:
+    """u over the buffer its base was stored in (by this schedule or an earlier one), part by part for a sharded u;
+    None where nothing was stored."""
+    if u.op is Ops.MULTI:
+        parts = [_stored_as(p, becomes) or p for p in u.src]
+        return u.replace(src=parts)
+    view = becomes.get(u.base, _realized.get(u.base))
+    return None if view is None else u.rebase(view)
+
+
+def _check_dtype(op: str, dtype: DType, device: str | tuple[str, ...]) -> None:
     """Refuse a dtype where the device cannot compute with it, here rather than as a compiler error later."""
+    if isinstance(device, tuple):
+        for d in device:
+            _check_dtype(op, dtype, d)
+        return
     if (why := Device[device].renderer.dtype_unsupported(dtype)) is not None:
         raise UnsupportedOpError(f"{op} is not supported for {dtype.name} tensors on {device}: {why}")
 

@@ -43,7 +43,7 @@ class BufferCopy:
     """A copy between devices, run like a kernel (so DEBUG lines, the JIT and the memory planner see it too)."""
 
     def __init__(self, nbytes: int, dst_device: str, src_device: str):
-        self.device = dst_device
+        self.device, self.nbytes = dst_device, nbytes
         name = f"copy {nbytes:8d}, {dst_device[:7]:>7s} <- {src_device[:7]:7s}"
         self.spec = ProgramSpec(name="copy", display_name=name, src="", n_bufs=2, outs=(0,), mem=2 * nbytes)
 
@@ -51,7 +51,13 @@ class BufferCopy:
         dst, src = bufs
         st = time.perf_counter()
         Device[src.device].synchronize()  # the source's last kernel may still be running
-        dst.copyin(src.as_bytes())
+        # nbytes, not the buffers' sizes: the memory planner may have given either a larger block
+        if (to := dst.host_view()) is not None and (frm := src.host_view()) is not None:
+            to[: self.nbytes] = frm[: self.nbytes]  # host memory on both sides (CPU:0 -> CPU:1): one memcpy
+        else:
+            data = memoryview(bytearray(self.nbytes))
+            src.allocator.copyout(data, src.ptr)
+            dst.allocator.copyin(dst.ptr, data)
         return time.perf_counter() - st if wait else None
 
 
@@ -189,7 +195,7 @@ def lower_schedule_item(si: ScheduleItem) -> ExecItem | None:
         return None
     if si.ast.op is Ops.COPY:
         dst, src = si.bufs
-        return ExecItem(BufferCopy(dst.nbytes, dst.device, src.device), list(si.bufs))  # type: ignore[arg-type]
+        return ExecItem(BufferCopy(min(dst.nbytes, src.nbytes), dst.device, src.device), list(si.bufs))  # type: ignore[arg-type]
     return ExecItem(get_runner(si.outputs[0].device, si.ast), list(si.bufs))
 
 
