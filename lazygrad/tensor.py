@@ -26,7 +26,7 @@ from lazygrad.dtype import (  # noqa: F401  (_to_np_dtype: tinygrad programs imp
     to_dtype,
 )
 from lazygrad.helpers import TRAINING, argfix, argsort, ceildiv, flatten, make_tuple, prod
-from lazygrad.schedule.multi import has_multi, lower_multi, multi, split_bounds
+from lazygrad.schedule.multi import has_multi, lower_multi, multi, split_bounds, stored_multis, whole_buffer
 from lazygrad.uop.ops import GroupOp, Ops, UOp, pretty_print, substitute
 
 # computed nodes that have been realized -> the buffer view that holds their value; consulted by the scheduler
@@ -381,7 +381,7 @@ class Tensor(metaclass=_TensorType):
             if _reads_shifted(x.uop, self.uop) or _reads_shifted(x.uop, self.uop.base.src[0].base):
                 x = x.contiguous()
             self.uop = UOp(Ops.ASSIGN, self.dtype, (self.uop.src[0], x.uop))
-        elif self._plain_buffer() is None:
+        elif not self._is_stored():
             # nothing stored yet, or a copy not made yet (flip, pad, expand of another tensor): the tensor becomes x
             self.uop = x.uop
         else:
@@ -473,9 +473,11 @@ class Tensor(metaclass=_TensorType):
             lowered = None
             if Device.multi_seen and any(has_multi(u) for u in outs):
                 # sharded tensors (lazygrad/schedule/multi.py): scheduled as one graph per device
-                lowered = lower_multi(outs, _realized)
+                lowered, memo = lower_multi(outs, _realized)
                 outs = [p for u in lowered for p in (u.src if u.op is Ops.MULTI else (u,))]
             schedule, becomes, var_vals = create_schedule(outs, _realized)
+            if lowered is not None:
+                _realized.update(stored_multis(memo, becomes))
             for si in schedule:
                 for buf in si.outputs:
                     # a new buffer holds nothing until its kernel runs (an in-place target still holds its old value)
@@ -489,8 +491,6 @@ class Tensor(metaclass=_TensorType):
                     # (not an in-place update: optimizer state and parameters are written, not differentiated)
                     keep = t._requires_grad is None and t.uop.base.op is not Ops.ASSIGN and t.requires_grad
                     lazy, t.uop = t.uop, new
-                    if new.op is Ops.MULTI and lazy is not new:
-                        _realized[lazy] = new  # the sharded graph now stands for its parts' buffers
                     if keep and t.uop is not lazy:
                         _lazy_origin[t.uop] = lazy
             return schedule, var_vals
@@ -507,13 +507,20 @@ class Tensor(metaclass=_TensorType):
         return self
 
     def _contiguous_buffer(self) -> Buffer:
-        if isinstance(self.device, tuple):  # sharded: read through the first device
-            return self.to(self.device[0])._contiguous_buffer()
+        if isinstance(self.device, tuple):  # sharded: every part computed (pending writes too), read on the first device
+            self.realize()
+            return Tensor(self.uop.src[0] if self.uop.arg is None else self.to(self.device[0]).uop)._contiguous_buffer()
         t = self if self._plain_buffer() is not None else self.contiguous()
         t.realize()
         buf = t._plain_buffer()
         assert buf is not None, "a realized contiguous tensor is backed by a whole buffer"
         return buf
+
+    def _is_stored(self) -> bool:
+        """Whether the tensor is whole buffers in memory: one, or one per device for a sharded tensor."""
+        if self.uop.op is Ops.MULTI:
+            return all(whole_buffer(p) for p in self.uop.src)
+        return self._plain_buffer() is not None
 
     def _plain_buffer(self) -> Buffer | None:
         u = self.uop
@@ -946,7 +953,7 @@ class Tensor(metaclass=_TensorType):
         return self.unsqueeze(d).cat(*[t.unsqueeze(d) for t in others], dim=d)
 
     def contiguous(self) -> Tensor:
-        if self._plain_buffer() is not None:
+        if self._is_stored():
             return self
         return Tensor(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
 

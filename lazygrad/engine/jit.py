@@ -108,6 +108,17 @@ def _hide_bound_results() -> Iterator[None]:
 _TENSOR, _VAR, _CONST = "tensor", "var", "const"
 
 
+def _copy_of(buf: Buffer) -> Buffer:
+    copy = Buffer(buf.device, buf.size, buf.dtype, shape=buf.shape)
+    copy.copyin(buf.as_bytes())
+    return copy
+
+
+def _sharded_parts(a: Tensor) -> tuple[UOp, ...]:
+    """The parts of sharded `a`, each a whole buffer in memory (a lazy or strided one is computed first)."""
+    return (a if a._is_stored() else a.contiguous().realize()).uop.src
+
+
 class _Arg:
     """What the capture saw in one argument position, and how a replay checks and uses that position."""
 
@@ -220,6 +231,10 @@ class CapturedJit:
             if kind is _TENSOR:
                 if type(a) is Tensor and a.uop is spec.last:
                     continue  # the same input as last call: its buffer pointer is already in place
+                if spec.value is not None:  # sharded: one slot per part
+                    for j, buf in enumerate(self._sharded_input(spec, a)):
+                        graph.bufs[spec.slot + j] = buf.ptr
+                    continue
                 buf, own = self._input(spec, a)
                 graph.bufs[spec.slot] = buf._ptr or buf.ptr
                 spec.last = a.uop if own else None  # never cache a copy: it goes stale
@@ -240,7 +255,9 @@ class CapturedJit:
         graph, and when an output is an input (rebuilt around this call's input)."""
         inputs: list[Buffer] = []
         for spec, a in zip(self.args, args):
-            if spec.kind is _TENSOR:
+            if spec.kind is _TENSOR and spec.value is not None:
+                inputs.extend(self._sharded_input(spec, a))
+            elif spec.kind is _TENSOR:
                 inputs.append(self._input(spec, a)[0])
             elif spec.kind is _VAR:
                 self.var_vals[spec.slot] = self._var_value(spec, a)
@@ -261,6 +278,15 @@ class CapturedJit:
     def _input(self, spec: _Arg, a: Any) -> tuple[Buffer, bool]:
         """The buffer this call's tensor argument gives the kernels, after checking it against the capture, and
         whether it is the tensor's own buffer (not a copy)."""
+        self._input_check(spec, a)
+        if (buf := a._plain_buffer()) is None:
+            return a._contiguous_buffer(), False  # a lazy input is computed, a view (slice, transpose) copied
+        if buf in self.written:
+            # the previous call's output fed back in: a kernel may overwrite it while another still reads it
+            return _copy_of(buf), False
+        return buf, True
+
+    def _input_check(self, spec: _Arg, a: Any) -> None:
         if not isinstance(a, Tensor):
             raise JitError(f"argument {self._name(spec)} was a Tensor at capture, now {type(a).__name__}")
         u = a.uop
@@ -269,14 +295,15 @@ class CapturedJit:
                 f"argument {self._name(spec)}: captured with shape {spec.shape} {spec.dtype} on {spec.device}, "
                 f"called with shape {u.shape} {u.dtype} on {u.device}"
             )
-        if (buf := a._plain_buffer()) is None:
-            return a._contiguous_buffer(), False  # a lazy input is computed, a view (slice, transpose) copied
-        if buf in self.written:
-            # the previous call's output fed back in: a kernel may overwrite it while another still reads it
-            copy = Buffer(buf.device, buf.size, buf.dtype, shape=buf.shape)
-            copy.copyin(buf.as_bytes())
-            return copy, False
-        return buf, True
+
+    def _sharded_input(self, spec: _Arg, a: Any) -> list[Buffer]:
+        """The buffers of a sharded tensor argument's parts (spec.value: the captured split axis and part shapes)."""
+        self._input_check(spec, a)
+        parts = _sharded_parts(a)
+        if (a.uop.arg, tuple(p.shape for p in parts)) != spec.value:
+            raise JitError(f"argument {self._name(spec)}: split otherwise than at capture")
+        bufs = [p.base.arg for p in parts]
+        return [_copy_of(b) if b in self.written else b for b in bufs]
 
     def _var_value(self, spec: _Arg, a: Any) -> int:
         if not (isinstance(a, UOp) and a.op is Ops.BIND and a.src[0] is spec.value):
@@ -339,7 +366,17 @@ class TinyJit(Generic[R]):
         call_values: list[Any] = []
         n_vars = 0
         for i, a in enumerate(values):
-            if isinstance(a, Tensor):
+            if isinstance(a, Tensor) and isinstance(a.device, tuple):
+                # sharded: each part is an input of its own, aliased as below
+                parts = _sharded_parts(a)
+                aliases = [p.base.arg.alias() for p in parts]
+                t = _wrap(UOp(Ops.MULTI, a.dtype, tuple(x.rebase(UOp.buffer_view(b, (b.size,))) for x, b in zip(parts, aliases)), a.uop.arg))
+                t._requires_grad = a._requires_grad
+                value = (a.uop.arg, tuple(p.shape for p in parts))
+                specs.append(_Arg(_TENSOR, len(inputs), a.shape, a.dtype, a.device, value=value))
+                inputs.extend(aliases)
+                call_values.append(t)
+            elif isinstance(a, Tensor):
                 # each input gets a fresh alias of its memory: every node built on it is new to the scheduler, so no
                 # value computed from this call's input before the capture can be reused (and be stale on replay)
                 alias = (a._plain_buffer() or a._contiguous_buffer()).alias()

@@ -67,15 +67,16 @@ def _empty_like(p: UOp) -> UOp:
 # *** building blocks: copy, cat, shrink, gather, all-reduce ***
 
 
-def _whole_buffer(u: UOp) -> bool:
-    """Whether a COPY can read u as it is: the scheduler copies whole stored buffers only."""
-    return u.op in (Ops.BUFFER, Ops.CONTIGUOUS, Ops.COPY) or (u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER)
+def whole_buffer(u: UOp) -> bool:
+    """Whether u is a whole buffer in memory (maybe seen through a reshape)."""
+    return u.op is Ops.BUFFER or (u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER)
 
 
 def copy_to(u: UOp, device: str) -> UOp:
     if u.device == device:
         return u
-    src = u if _whole_buffer(u) else UOp(Ops.CONTIGUOUS, u.dtype, (u,))
+    # the scheduler copies whole stored buffers only
+    src = u if whole_buffer(u) or u.op in (Ops.CONTIGUOUS, Ops.COPY) else UOp(Ops.CONTIGUOUS, u.dtype, (u,))
     return UOp(Ops.COPY, u.dtype, (src,), device)
 
 
@@ -265,17 +266,29 @@ def _lower(n: UOp, srcs: tuple[UOp, ...]) -> UOp:
     raise NotImplementedError(f"{n.op.name} of a sharded tensor is not supported")
 
 
-def lower_multi(roots: list[UOp], realized: Mapping[UOp, UOp]) -> list[UOp]:
+def lower_multi(roots: list[UOp], realized: Mapping[UOp, UOp]) -> tuple[list[UOp], dict[UOp, UOp]]:
     """Each root with its graph rewritten per device: a MULTI of ordinary single-device graphs where the root is
-    sharded, an ordinary graph (with gathers below it) where it is on one device. A sharded node realized before
-    (`realized` maps it to the MULTI of its parts' buffers) is read, not recomputed."""
+    sharded, an ordinary graph (with gathers below it) where it is on one device; and what every node of the graphs
+    became. A sharded node realized before (`realized` maps it to the MULTI of its parts' buffers) is read, not
+    recomputed."""
     memo: dict[UOp, UOp] = {}
     for r in roots:
         for n in r.toposort:
             if n not in memo:
                 done = realized.get(n)
                 memo[n] = done if done is not None and done.op is Ops.MULTI else _lower(n, tuple(memo[s] for s in n.src))
-    return [memo[r] for r in roots]
+    return [memo[r] for r in roots], memo
+
+
+def stored_multis(lowered: dict[UOp, UOp], becomes: Mapping[UOp, UOp]) -> dict[UOp, UOp]:
+    """Sharded nodes of the global graph whose every part a schedule stored -> the MULTI of those buffers. Recorded as
+    realized, so a later graph over the same node (an ASSIGN read again) reads them instead of lowering it anew:
+    the per-device nodes it would lower to are not held by anything and are forgotten."""
+    out = {}
+    for n, m in lowered.items():
+        if m.op is Ops.MULTI and n is not m and all(p.base in becomes for p in m.src):
+            out[n] = m.replace(src=tuple(p.rebase(becomes[p.base]) for p in m.src))
+    return out
 
 
 def has_multi(u: UOp) -> bool:
