@@ -106,6 +106,8 @@ def _multi_grad(g: Tensor, node: UOp) -> Grads:
         g.to(p.device).shrink(tuple((lo, hi) if i == ax else None for i in range(g.ndim)))
         for p, (lo, hi) in zip(node.src, part_bounds(node))
     )
+
+
 _USES_OUTPUT = {Ops.RECIP, Ops.SQRT, Ops.EXP2, Ops.POW, Ops.REDUCE_AXIS}
 # ops whose result is piecewise constant or not a number: no gradient flows through them
 _NO_GRAD = GroupOp.Comparison | {Ops.IDIV, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR, Ops.BITCAST, Ops.DETACH}

@@ -507,7 +507,8 @@ class Tensor(metaclass=_TensorType):
         return self
 
     def _contiguous_buffer(self) -> Buffer:
-        if isinstance(self.device, tuple):  # sharded: every part computed (pending writes too), read on the first device
+        if isinstance(self.device, tuple):
+            # sharded: every part computed (pending writes too), then read on the first device
             self.realize()
             return Tensor(self.uop.src[0] if self.uop.arg is None else self.to(self.device[0]).uop)._contiguous_buffer()
         t = self if self._plain_buffer() is not None else self.contiguous()
@@ -1386,8 +1387,10 @@ class Tensor(metaclass=_TensorType):
             for n in group:
                 dims[n] = known[n] if n in known else (size // rest if rest else 0)
             if prod(dims[n] for n in group) != size:
-                raise ValueError(f"rearrange {formula!r}: axes {group} of sizes {[dims[n] for n in group]} "
-                                 f"do not make the dim of size {size}")
+                raise ValueError(
+                    f"rearrange {formula!r}: axes {group} of sizes {[dims[n] for n in group]} "
+                    f"do not make the dim of size {size}"
+                )
         flat = [n for g in lhs for n in g]
         order = [flat.index(n) for g in rhs for n in g]
         x = self.reshape([dims[n] for n in flat]).permute(order)

@@ -71,7 +71,8 @@ def test_parts_are_separate_buffers_on_their_devices() -> None:
     x = Tensor(np.arange(6, dtype=np.float32)).shard(D2, axis=0).realize()
     bufs = [p.base.arg for p in x.uop.src]
     assert [b.device for b in bufs] == list(D2) and bufs[0].ptr != bufs[1].ptr
-    assert [bytes(b.as_bytes()) for b in bufs] == [np.arange(3, dtype=np.float32).tobytes(), np.arange(3, 6, dtype=np.float32).tobytes()]
+    halves = [np.arange(3, dtype=np.float32).tobytes(), np.arange(3, 6, dtype=np.float32).tobytes()]
+    assert [bytes(b.as_bytes()) for b in bufs] == halves
 
 
 def test_replicate_and_shard_inplace() -> None:
@@ -107,7 +108,8 @@ def test_elementwise(n: int) -> None:
     check(lambda x, y: (x * y + x.exp()).relu(), None, [a, b], [(D2, 0), (D2, 0)])
     check(lambda x, y: x * y - y.sigmoid(), None, [a, b], [(D3, 0), (D3, None)])  # split with replicated
     check(lambda x, y: x / (y.abs() + 1), None, [a, b], [(D2, 0), (D2, 1)])  # split on different axes
-    check(lambda x, y: (x > 0).where(x, y) if isinstance(x, Tensor) else torch.where(x > 0, x, y), None, [a, b], [(D2, 1), (D2, 0)])
+    pick = lambda x, y: (x > 0).where(x, y) if isinstance(x, Tensor) else torch.where(x > 0, x, y)  # noqa: E731
+    check(pick, None, [a, b], [(D2, 1), (D2, 0)])
 
 
 @pytest.mark.parametrize("devs,axis", [(D2, 0), (D3, 0), (D3, 1), (D4, 1), (D2, None)])

@@ -28,12 +28,12 @@ import warnings
 from typing import Any, Callable, Generic, Iterator, TypeVar
 
 from lazygrad.device import Buffer
-from lazygrad.viz import profile
 from lazygrad.engine.memory import plan_memory
 from lazygrad.engine.realize import CompiledRunner, ExecItem, JitError, capture, is_capturing
 from lazygrad.helpers import DEBUG, JIT, GlobalCounters
 from lazygrad.tensor import Tensor, _realize_lock, _realized
 from lazygrad.uop.ops import Ops, UOp
+from lazygrad.viz import profile
 
 __all__ = ["TinyJit", "JitError"]
 
@@ -370,7 +370,14 @@ class TinyJit(Generic[R]):
                 # sharded: each part is an input of its own, aliased as below
                 parts = _sharded_parts(a)
                 aliases = [p.base.arg.alias() for p in parts]
-                t = _wrap(UOp(Ops.MULTI, a.dtype, tuple(x.rebase(UOp.buffer_view(b, (b.size,))) for x, b in zip(parts, aliases)), a.uop.arg))
+                t = _wrap(
+                    UOp(
+                        Ops.MULTI,
+                        a.dtype,
+                        tuple(x.rebase(UOp.buffer_view(b, (b.size,))) for x, b in zip(parts, aliases)),
+                        a.uop.arg,
+                    )
+                )
                 t._requires_grad = a._requires_grad
                 value = (a.uop.arg, tuple(p.shape for p in parts))
                 specs.append(_Arg(_TENSOR, len(inputs), a.shape, a.dtype, a.device, value=value))

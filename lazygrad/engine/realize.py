@@ -10,13 +10,13 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from lazygrad.codegen import get_program
-from lazygrad.viz import profile
 from lazygrad.device import Buffer, Device
 from lazygrad.engine.memory import memory_planner
 from lazygrad.helpers import BEAM, DEBUG, NOOPT, GlobalCounters, ansilen, colored
 from lazygrad.renderer import ProgramSpec
 from lazygrad.schedule.kernelize import ScheduleItem
 from lazygrad.uop.ops import Ops, UOp
+from lazygrad.viz import profile
 
 
 class CompiledRunner:

@@ -701,7 +701,9 @@ def _create_schedule(
     groups: dict[tuple, list[int]] = {}
     for i, (ast, bufs) in enumerate(kernels):
         # kernels merge only on one device (the parts of a sharded tensor have the same shapes on every device)
-        groups.setdefault((level[i], bufs[0].device, ("copy", i) if ast.op is Ops.COPY else _signature(ast)), []).append(i)
+        groups.setdefault(
+            (level[i], bufs[0].device, ("copy", i) if ast.op is Ops.COPY else _signature(ast)), []
+        ).append(i)
     schedule: list[tuple[int, ScheduleItem]] = []
     for (lvl, _, _), members in groups.items():
         limit = min(Device[kernels[members[0]][1][0].device].renderer.max_buffers or MAX_BUFFERS, MAX_BUFFERS)

@@ -72,12 +72,23 @@ def whole_buffer(u: UOp) -> bool:
     return u.op is Ops.BUFFER or (u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER)
 
 
+# nodes the scheduler always stores (a reduce read by a COPY is never fused into a consumer): a COPY reads them as is
+_STORED = (Ops.BUFFER, Ops.CONTIGUOUS, Ops.COPY, Ops.REDUCE_AXIS, Ops.ASSIGN)
+
+
 def copy_to(u: UOp, device: str) -> UOp:
+    """u on `device`. The scheduler copies whole stored buffers only: a reshape of a stored node is copied as that node
+    and reshaped on the other side (saves a kernel per copy); anything else is made contiguous first."""
     if u.device == device:
         return u
-    # the scheduler copies whole stored buffers only
-    src = u if whole_buffer(u) or u.op in (Ops.CONTIGUOUS, Ops.COPY) else UOp(Ops.CONTIGUOUS, u.dtype, (u,))
-    return UOp(Ops.COPY, u.dtype, (src,), device)
+    base = u
+    while base.op is Ops.RESHAPE:
+        base = base.src[0]
+    if base.op in _STORED:
+        return (
+            u.rebase(UOp(Ops.COPY, u.dtype, (base,), device)) if base is not u else UOp(Ops.COPY, u.dtype, (u,), device)
+        )
+    return UOp(Ops.COPY, u.dtype, (UOp(Ops.CONTIGUOUS, u.dtype, (u,)),), device)
 
 
 def _cat(pieces: list[UOp], axis: int) -> UOp:
@@ -201,14 +212,18 @@ def _lower_movement(n: UOp, m: UOp) -> UOp:
         parts = []
         for p, (b, e) in zip(m.src, part_bounds(m)):
             local_lo, local_hi = min(max(lo, b), e) - b, max(min(hi, e), b) - b
-            parts.append(UOp(op, n.dtype, (p,), tuple((local_lo, local_hi) if i == axis else r for i, r in enumerate(arg))))
+            parts.append(
+                UOp(op, n.dtype, (p,), tuple((local_lo, local_hi) if i == axis else r for i, r in enumerate(arg)))
+            )
         return multi(parts, axis)
     if op is Ops.RESHAPE:
         sizes = [p.shape[axis] for p in m.src]
         b = _reshape_axis(m.shape, arg, axis, sizes)
         if b is not None:
             after, tail = prod(m.shape[axis + 1 :]), prod(arg[b + 1 :])
-            parts = [UOp(op, n.dtype, (p,), arg[:b] + (s * after // tail,) + arg[b + 1 :]) for p, s in zip(m.src, sizes)]
+            parts = [
+                UOp(op, n.dtype, (p,), arg[:b] + (s * after // tail,) + arg[b + 1 :]) for p, s in zip(m.src, sizes)
+            ]
             return multi(parts, b)
     elif op is Ops.EXPAND and arg[axis] == m.shape[axis]:
         return multi([UOp(op, n.dtype, (p,), _part_arg(n, p, axis)) for p in m.src], axis)
@@ -276,7 +291,9 @@ def lower_multi(roots: list[UOp], realized: Mapping[UOp, UOp]) -> tuple[list[UOp
         for n in r.toposort:
             if n not in memo:
                 done = realized.get(n)
-                memo[n] = done if done is not None and done.op is Ops.MULTI else _lower(n, tuple(memo[s] for s in n.src))
+                memo[n] = (
+                    done if done is not None and done.op is Ops.MULTI else _lower(n, tuple(memo[s] for s in n.src))
+                )
     return [memo[r] for r in roots], memo
 
 
