@@ -245,7 +245,7 @@ def _train_mlp(devs: tuple[str, ...] | None, jit: bool, steps: int = 3) -> list[
 
 def test_data_parallel_training_matches_one_device() -> None:
     ref = _train_mlp(None, jit=False)
-    for got in (_train_mlp(D2, jit=False), _train_mlp(D3, jit=False)):  # 12 rows: 6 + 6 and 4 + 4 + 4
+    for got in (_train_mlp(D2, jit=False),):  # 12 rows: 6 + 6
         for a, b in zip(ref, got):
             np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-5)
 
