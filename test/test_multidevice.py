@@ -287,3 +287,14 @@ def test_mixed_cpu_cl_python() -> None:
     devs = ("CPU", "CL", "PYTHON")
     check(lambda x, y: (x @ y).relu().sum(0), None, [_rand(5, 4), _rand(4, 3, seed=1)], [(devs, 0), (devs, None)])
     check(lambda x: x.reshape(20).sum(), None, [_rand(5, 4)], [(("CL", "CPU:1"), 1)])
+
+
+def test_gather_backward_and_mixed_split_assign() -> None:
+    a = _rand(5, 3)
+    check(lambda x: (x.to("CPU:1") * 2).exp(), lambda x: (x * 2).exp(), [a], [(D3, 0)])
+    check(lambda x: x.to("CPU").sum(0), lambda x: x.sum(0), [a], [(D2, 1)])
+    t = Tensor.zeros(5, 3).contiguous().shard(D2, axis=0).realize()
+    t.assign(Tensor(a).shard(D2, axis=1))  # written part by part in t's own split
+    t.realize()
+    assert [p.shape for p in t.uop.src] == [(3, 3), (2, 3)]
+    np.testing.assert_equal(t.numpy(), a)
