@@ -102,7 +102,7 @@ def test_errors() -> None:
 # *** ops: forward and backward against torch ***
 
 
-@pytest.mark.parametrize("n", [1, 2, 5, 7])
+@pytest.mark.parametrize("n", [1, 5])
 def test_elementwise(n: int) -> None:
     a, b = _rand(n, 3), _rand(n, 3, seed=1)
     check(lambda x, y: (x * y + x.exp()).relu(), None, [a, b], [(D2, 0), (D2, 0)])
@@ -112,7 +112,7 @@ def test_elementwise(n: int) -> None:
     check(pick, None, [a, b], [(D2, 1), (D2, 0)])
 
 
-@pytest.mark.parametrize("devs,axis", [(D2, 0), (D3, 0), (D3, 1), (D4, 1), (D2, None)])
+@pytest.mark.parametrize("devs,axis", [(D2, 0), (D3, 1), (D4, 1), (D2, None)])
 def test_reduce(devs: tuple[str, ...], axis: int | None) -> None:
     a = _rand(7, 5)
     check(lambda x: x.sum(0), None, [a], [(devs, axis)])
@@ -132,7 +132,7 @@ def test_reduce_int_and_prod() -> None:
     np.testing.assert_equal((x > 4).any(1).numpy(), (a > 4).any(1))
 
 
-@pytest.mark.parametrize("m,k,n", [(4, 6, 3), (5, 7, 2), (1, 3, 1)])
+@pytest.mark.parametrize("m,k,n", [(5, 7, 2), (1, 3, 1)])
 def test_matmul(m: int, k: int, n: int) -> None:
     a, w = _rand(m, k), _rand(k, n, seed=1)
     check(lambda x, y: x @ y, None, [a, w], [(D2, 0), (D2, None)])  # batch split, weights replicated: no communication
@@ -182,7 +182,7 @@ def test_shrink_of_split_axis_stays_split() -> None:
 
 
 @pytest.mark.parametrize("devs", [D2, D3, D4])
-@pytest.mark.parametrize("n", [1, 3, 63, 64, 65, 1000])
+@pytest.mark.parametrize("n", [1, 63, 64, 65])
 def test_all_reduce_sizes(devs: tuple[str, ...], n: int) -> None:
     a = _rand(len(devs), n)
     x = Tensor(a).shard(devs, axis=0).realize()
