@@ -298,3 +298,14 @@ def test_gather_backward_and_mixed_split_assign() -> None:
     t.realize()
     assert [p.shape for p in t.uop.src] == [(3, 3), (2, 3)]
     np.testing.assert_equal(t.numpy(), a)
+
+
+def test_tinyjit_lazy_sharded_argument() -> None:
+    @TinyJit
+    def f(x: Tensor) -> Tensor:
+        return (x * 2).sum(1)
+
+    for i in range(4):
+        a = _rand(6, 4, seed=i)
+        x = Tensor(a).shard(D2, axis=0) + 1  # lazy: computed before the call takes its parts
+        np.testing.assert_allclose(f(x).numpy(), ((a + 1) * 2).sum(1), rtol=1e-6)

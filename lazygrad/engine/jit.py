@@ -16,6 +16,7 @@ What a replay does and does not do (the pitfalls, each tested in test/engine/tes
   * Random numbers (`Tensor.rand`, dropout) are frozen too, with a warning at capture: their counter is a Python
     number.
   * Gradients reach the parameters the function uses, not its Tensor arguments (return those gradients).
+  * A sharded Tensor argument is one input per part; a replay checks that it is split as at the capture.
 On the CPU a replay is one call of a compiled driver that calls every kernel (see runtime/graph_cpu.py); with
 DEBUG>=2 (or inside another JIT's capture) the kernels run one by one and print their lines marked "jit replay".
 """
@@ -114,9 +115,9 @@ def _copy_of(buf: Buffer) -> Buffer:
     return copy
 
 
-def _sharded_parts(a: Tensor) -> tuple[UOp, ...]:
-    """The parts of sharded `a`, each a whole buffer in memory (a lazy or strided one is computed first)."""
-    return (a if a._is_stored() else a.contiguous().realize()).uop.src
+def _sharded_stored(a: Tensor) -> UOp:
+    """Sharded `a` as a MULTI whose parts are each a whole buffer in memory (a lazy or strided one computed first)."""
+    return (a if a._is_stored() else a.contiguous().realize()).uop
 
 
 class _Arg:
@@ -299,10 +300,10 @@ class CapturedJit:
     def _sharded_input(self, spec: _Arg, a: Any) -> list[Buffer]:
         """The buffers of a sharded tensor argument's parts (spec.value: the captured split axis and part shapes)."""
         self._input_check(spec, a)
-        parts = _sharded_parts(a)
-        if (a.uop.arg, tuple(p.shape for p in parts)) != spec.value:
+        m = _sharded_stored(a)
+        if (m.arg, tuple(p.shape for p in m.src)) != spec.value:
             raise JitError(f"argument {self._name(spec)}: split otherwise than at capture")
-        bufs = [p.base.arg for p in parts]
+        bufs = [p.base.arg for p in m.src]
         return [_copy_of(b) if b in self.written else b for b in bufs]
 
     def _var_value(self, spec: _Arg, a: Any) -> int:
@@ -368,18 +369,12 @@ class TinyJit(Generic[R]):
         for i, a in enumerate(values):
             if isinstance(a, Tensor) and isinstance(a.device, tuple):
                 # sharded: each part is an input of its own, aliased as below
-                parts = _sharded_parts(a)
-                aliases = [p.base.arg.alias() for p in parts]
-                t = _wrap(
-                    UOp(
-                        Ops.MULTI,
-                        a.dtype,
-                        tuple(x.rebase(UOp.buffer_view(b, (b.size,))) for x, b in zip(parts, aliases)),
-                        a.uop.arg,
-                    )
-                )
+                m = _sharded_stored(a)
+                aliases = [p.base.arg.alias() for p in m.src]
+                parts = tuple(p.rebase(UOp.buffer_view(b, (b.size,))) for p, b in zip(m.src, aliases))
+                t = _wrap(m.replace(src=parts))
                 t._requires_grad = a._requires_grad
-                value = (a.uop.arg, tuple(p.shape for p in parts))
+                value = (m.arg, tuple(p.shape for p in m.src))
                 specs.append(_Arg(_TENSOR, len(inputs), a.shape, a.dtype, a.device, value=value))
                 inputs.extend(aliases)
                 call_values.append(t)

@@ -85,9 +85,7 @@ def copy_to(u: UOp, device: str) -> UOp:
     while base.op is Ops.RESHAPE:
         base = base.src[0]
     if base.op in _STORED:
-        return (
-            u.rebase(UOp(Ops.COPY, u.dtype, (base,), device)) if base is not u else UOp(Ops.COPY, u.dtype, (u,), device)
-        )
+        return u.rebase(UOp(Ops.COPY, u.dtype, (base,), device))
     return UOp(Ops.COPY, u.dtype, (UOp(Ops.CONTIGUOUS, u.dtype, (u,)),), device)
 
 
