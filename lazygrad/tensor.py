@@ -48,8 +48,8 @@ def _with_lazy_origins(root: UOp) -> UOp:
     return substitute(root, mapping) if mapping else root
 
 
-# a realized buffer node with a lazy origin -> that origin with its own realized inputs resolved in turn (an origin never
-# changes, so neither does this: a loop realizing its state each step resolves one new step per realize, not all)
+# a realized buffer node with a lazy origin -> that origin with its own realized inputs resolved in turn (an origin
+# never changes, so neither does this: a loop realizing its state each step resolves one new step per realize, not all)
 _resolved: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
 
 
@@ -103,7 +103,8 @@ def _flatten_list(data: Any) -> tuple[list[Any], tuple[int, ...]]:
     shapes = {p[1] for p in parts}
     if len(shapes) != 1:
         raise ArgumentError(
-            f"ragged nested list: elements have shapes {sorted(shapes, key=len)}; every element must have the same shape"
+            f"ragged nested list: elements have shapes {sorted(shapes, key=len)}; "
+            "every element must have the same shape"
         )
     inner = shapes.pop()
     return [v for p in parts for v in p[0]], (len(data), *inner)
@@ -499,7 +500,8 @@ class Tensor(metaclass=_TensorType):
         return self.schedule_with_vars(*lst)[0]
 
     def realize(self, *lst: Tensor) -> Tensor:
-        """Compute this tensor (and those in `lst`, in the same schedule) into memory. `Tensor.realize(a, b)` works too."""
+        """Compute this tensor (and those in `lst`, in the same schedule) into memory.
+        `Tensor.realize(a, b)` works too."""
         from lazygrad.engine.realize import run_schedule
 
         with _realize_lock:
@@ -812,7 +814,8 @@ class Tensor(metaclass=_TensorType):
         shape_ = tuple(new)
         if prod(shape_) != self.numel():
             raise ArgumentError(
-                f"cannot reshape tensor of shape {self.shape} ({self.numel()} elements) to {shape_} ({prod(shape_)} elements)"
+                f"cannot reshape tensor of shape {self.shape} ({self.numel()} elements) "
+                f"to {shape_} ({prod(shape_)} elements)"
             )
         return self if shape_ == self.shape else self._movement(Ops.RESHAPE, shape_)
 
@@ -915,7 +918,8 @@ class Tensor(metaclass=_TensorType):
     def unsqueeze(self, dim: int) -> Tensor:
         if not -self.ndim - 1 <= dim <= self.ndim:
             raise IndexError(
-                f"unsqueeze dim {dim} is out of range [{-self.ndim - 1}, {self.ndim}] for a tensor with {self.ndim} dimensions"
+                f"unsqueeze dim {dim} is out of range [{-self.ndim - 1}, {self.ndim}] "
+                f"for a tensor with {self.ndim} dimensions"
             )
         d = _axes(dim, self.ndim + 1)[0]
         return self.reshape(self.shape[:d] + (1,) + self.shape[d:])
@@ -2943,12 +2947,14 @@ class Tensor(metaclass=_TensorType):
     def sparse_categorical_crossentropy(
         self, Y: Tensor, ignore_index: int = -1, label_smoothing: float = 0.0, reduction: str = "mean"
     ) -> Tensor:
-        """Logits (..., C) and integer targets (...), classes on the last dim (tinygrad's); `mean` skips ignored targets."""
+        """Logits (..., C) and integer targets (...), classes on the last dim (tinygrad's);
+        `mean` skips ignored targets."""
         if not 0.0 <= label_smoothing <= 1.0:
             raise ArgumentError(f"label_smoothing must be in [0, 1], got {label_smoothing}")
         if Y.shape != self.shape[:-1]:
             raise ArgumentError(
-                f"sparse_categorical_crossentropy: target shape {Y.shape} must be the logits shape {self.shape} without its last dim"
+                f"sparse_categorical_crossentropy: target shape {Y.shape} "
+                f"must be the logits shape {self.shape} without its last dim"
             )
         if not dtypes.is_int(Y.dtype):
             raise TypeError(f"sparse_categorical_crossentropy: targets must be integer class indices, got {Y.dtype}")
@@ -2962,7 +2968,8 @@ class Tensor(metaclass=_TensorType):
     def nll_loss(
         self, Y: Tensor, weight: Tensor | None = None, ignore_index: int = -100, reduction: str = "mean"
     ) -> Tensor:
-        """Log-probabilities (N, C, ...) or (C,) and integer targets; `mean` divides by the summed target weights, as torch."""
+        """Log-probabilities (N, C, ...) or (C,) and integer targets;
+        `mean` divides by the summed target weights, as torch."""
         cdim = 0 if self.ndim == 1 else 1
         if Y.shape != self.shape[:cdim] + self.shape[cdim + 1 :]:
             raise ArgumentError(

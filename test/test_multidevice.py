@@ -178,6 +178,43 @@ def test_shrink_of_split_axis_stays_split() -> None:
     np.testing.assert_equal(x[6:].numpy(), np.arange(6, 10))
 
 
+def test_conv_with_batch_split() -> None:
+    x, w = _rand(5, 3, 6, 6), _rand(4, 3, 3, 3, seed=1)
+    check(
+        lambda x, w: x.conv2d(w, padding=1),
+        lambda x, w: torch.nn.functional.conv2d(x, w, padding=1),
+        [x, w],
+        [(D2, 0), (D2, None)],
+        atol=1e-4,
+    )  # 3 + 2 images, the weight gradient all-reduced
+
+
+def test_composites_over_the_split_axis() -> None:
+    a = _rand(7, 5)
+    check(lambda x: x.layernorm(), lambda x: torch.nn.functional.layer_norm(x, (5,)), [a], [(D3, 0)])
+    check(lambda x: x.cumsum(0), None, [a], [(D2, 0)])
+    check(lambda x: x.log_softmax(0), lambda x: x.log_softmax(0), [a], [(D3, 0)])
+    x = Tensor(a).shard(D3, axis=0)
+    np.testing.assert_equal(x.argmax(0).numpy(), a.argmax(0))
+    np.testing.assert_equal(x.argmax(1).numpy(), a.argmax(1))
+    idx = np.array([6, 0, 3, 3], dtype=np.int32)
+    np.testing.assert_equal(x[Tensor(idx).shard(D3)].numpy(), a[idx])  # rows picked across the parts
+
+
+def test_random_and_dropout_match_one_device() -> None:
+    Tensor.manual_seed(1)
+    r = Tensor.rand(6, 4, device=D2).realize()
+    parts = [bytes(p.base.arg.as_bytes()) for p in r.uop.src]
+    assert parts[0] == parts[1]  # replicas hold the same numbers
+    Tensor.manual_seed(1)
+    np.testing.assert_equal(r.numpy(), Tensor.rand(6, 4).numpy())
+    with Tensor.train():  # each part keeps its own rows of the one mask
+        Tensor.manual_seed(2)
+        got = Tensor.ones(7, 4).shard(D2, axis=0).dropout(0.5).numpy()
+        Tensor.manual_seed(2)
+        np.testing.assert_equal(got, Tensor.ones(7, 4).dropout(0.5).numpy())
+
+
 # *** all-reduce ***
 
 
