@@ -982,10 +982,13 @@ class Tensor(metaclass=_TensorType):
         if isinstance(devices, str) or not devices:
             raise ArgumentError(f"shard takes a tuple of devices, not {devices!r}")
         devs = Device.canonicalize(tuple(devices))
-        if isinstance(self.device, tuple):
-            return self.to(self.device[0]).shard(devs, axis)
-        _check_dtype("shard", self.dtype, devs)
+        if axis is not None and self.ndim == 0:
+            raise IndexError(f"cannot split a 0-d tensor along axis {axis}; shard it with axis=None")
         d = None if axis is None else _axes(axis, self.ndim)[0]
+        if isinstance(self.device, tuple):  # already sharded: as it is, or gathered and split anew
+            same = self.uop.op is Ops.MULTI and (self.device, self.uop.arg) == (devs, d)
+            return self if same else self.to(self.device[0]).shard(devs, axis)
+        _check_dtype("shard", self.dtype, devs)
         bounds = split_bounds(self.shape[d], len(devs)) if d is not None else [None] * len(devs)
         parts = []
         for dev, b in zip(devs, bounds):

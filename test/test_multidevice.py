@@ -86,6 +86,8 @@ def test_replicate_and_shard_inplace() -> None:
     assert Tensor.empty(2, device=D2).device == D2
     # a sharded tensor resharded: gathered, then split anew
     np.testing.assert_equal(Tensor(a).shard(D2, axis=0).shard(D3, axis=1).numpy(), a)
+    s = Tensor(a).shard(D2, axis=1)
+    assert s.shard(D2, axis=-1) is s  # the same split: nothing to do
 
 
 def test_errors() -> None:
@@ -93,6 +95,10 @@ def test_errors() -> None:
         Tensor([1.0]).shard("CPU")
     with pytest.raises(IndexError):
         Tensor([1.0]).shard(D2, axis=2)
+    with pytest.raises(IndexError, match="0-d"):
+        Tensor(1.0).shard(D2, axis=0)
+    with pytest.raises(RuntimeError, match="different devices"):
+        Tensor([1.0]).shard(D2) + Tensor([1.0]).shard(D3)
     with pytest.raises(RuntimeError, match="different devices"):
         Tensor([1.0, 2.0]).shard(D2) + Tensor([1.0, 2.0])
     with pytest.raises(ValueError, match="unknown device"):
