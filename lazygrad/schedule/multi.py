@@ -285,13 +285,20 @@ def lower_multi(roots: list[UOp], realized: Mapping[UOp, UOp]) -> tuple[list[UOp
     became. A sharded node realized before (`realized` maps it to the MULTI of its parts' buffers) is read, not
     recomputed."""
     memo: dict[UOp, UOp] = {}
-    for r in roots:
-        for n in r.toposort:
-            if n not in memo:
-                done = realized.get(n)
-                memo[n] = (
-                    done if done is not None and done.op is Ops.MULTI else _lower(n, tuple(memo[s] for s in n.src))
-                )
+    # one walk over all roots, children first, that stops at lowered and realized nodes: the roots of an optimizer
+    # step share most of their graph, and a root's own toposort would walk it again for each
+    stack: list[tuple[UOp, bool]] = [(r, False) for r in reversed(roots)]
+    while stack:
+        n, expanded = stack.pop()
+        if n in memo:
+            continue
+        if expanded:
+            memo[n] = _lower(n, tuple(memo[s] for s in n.src))
+        elif (done := realized.get(n)) is not None and done.op is Ops.MULTI:
+            memo[n] = done
+        else:
+            stack.append((n, True))
+            stack.extend((s, False) for s in reversed(n.src) if s not in memo)
     return [memo[r] for r in roots], memo
 
 
