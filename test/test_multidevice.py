@@ -260,9 +260,9 @@ def test_all_reduce_max_and_ring_default_threshold() -> None:
 # *** training ***
 
 
-def _train_mlp(devs: tuple[str, ...] | None, jit: bool, steps: int = 3) -> list[np.ndarray]:
+def _train_mlp(devs: tuple[str, ...] | None, jit: bool, steps: int = 3, rows: int = 12) -> list[np.ndarray]:
     rng = np.random.default_rng(0)
-    xs, ys = rng.standard_normal((steps, 12, 6)).astype(np.float32), rng.integers(0, 3, (steps, 12))
+    xs, ys = rng.standard_normal((steps, rows, 6)).astype(np.float32), rng.integers(0, 3, (steps, rows))
     Tensor.manual_seed(3)
     model = [nn.Linear(6, 16), Tensor.relu, nn.Linear(16, 3)]
     params = nn.state.get_parameters(model)
@@ -291,6 +291,13 @@ def test_data_parallel_training_matches_one_device() -> None:
     for got in (_train_mlp(D2, jit=False),):  # 12 rows: 6 + 6
         for a, b in zip(ref, got):
             np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-5)
+
+
+def test_data_parallel_training_uneven_batch() -> None:
+    ref = _train_mlp(None, jit=False, steps=2, rows=4)
+    got = _train_mlp(D3, jit=False, steps=2, rows=4)  # 2 + 2 + 0 rows: the last device has none
+    for a, b in zip(ref, got):
+        np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-5)
 
 
 def test_tinyjit_over_a_sharded_step() -> None:
