@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from lazygrad import Context, GlobalCounters, Tensor, TinyJit, nn
+from lazygrad import Context, Device, GlobalCounters, Tensor, TinyJit, nn
 from lazygrad.engine.realize import run_schedule
 from lazygrad.schedule.multi import lower_multi, split_bounds
 from lazygrad.uop.ops import Ops
@@ -327,6 +327,21 @@ def test_tinyjit_sharded_argument_and_counts() -> None:
             assert GlobalCounters.kernel_count - before == f.captured.kernel_count
     with pytest.raises(Exception, match="split otherwise"):
         f(Tensor.full((2, 4), 1.0).contiguous().shard(D2).realize())
+
+
+def test_devices_with_one_compiler_share_one_compiler_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    compiler = type(Device["CPU"].compiler)
+    if not hasattr(compiler, "compile_many"):
+        pytest.skip("the CPU compiler builds kernels one by one")
+    a = _rand(4, 6)
+    x = Tensor(a).shard(D2, axis=0).realize()
+    calls: list[list[str]] = []
+    real = compiler.compile_many
+    monkeypatch.setattr(compiler, "compile_many", lambda self, srcs: calls.append(srcs) or real(self, srcs))
+    c = 1 + float(np.random.default_rng().integers(1, 1 << 20)) / (1 << 20)  # a constant no compiled kernel holds
+    out = (x * c).exp().sum(1).realize()  # one kernel per device
+    assert len(calls) == 1 and len(calls[0]) == 1  # both devices' kernel: one compiler call, built once
+    np.testing.assert_allclose(out.numpy(), np.exp(a * c).sum(1), rtol=1e-5)
 
 
 # *** other devices ***
