@@ -1,4 +1,5 @@
-"""Data parallelism across processes: training steps/s of 1 rank x 2 threads vs 2 ranks x 1 thread (and 1 x 1), and
+"""Data parallelism across processes: training steps/s of 1 rank x 2 threads vs 2 ranks x 1 thread (and 1 x 1, and one
+process with the batch sharded over 2 CPU devices: Tensor.shard, all-reduce by copies between the devices), and
 all-reduce bandwidth of lazygrad.distributed vs mpi4py's own Allreduce on numpy arrays (the MPI library's figure).
 
     python bench/distributed.py [--steps 30] [--ranks 2]
@@ -35,7 +36,7 @@ def mlp():
     return MLP()
 
 
-def worker_train(model_name: str, steps: int, global_batch: int) -> None:
+def worker_train(model_name: str, steps: int, global_batch: int, devices: int = 1) -> None:
     import numpy as np
 
     from lazygrad import Tensor, nn
@@ -48,6 +49,10 @@ def worker_train(model_name: str, steps: int, global_batch: int) -> None:
     xs, ys = X.numpy(), Y.numpy()
     Tensor.manual_seed(0)
     model = DigitsCNN() if model_name == "cnn" else mlp()
+    devs = tuple(f"CPU:{i}" for i in range(devices))
+    if devices > 1:  # one process, a replica of the model on each CPU device, the batch split between them
+        for p in get_state_dict(model).values():
+            p.shard_(devs).realize()
     opt = dist.DistributedOptimizer(nn.optim.Adam(get_parameters(model), lr=1e-3))
     dist.broadcast_parameters(get_state_dict(model))
     rank, world = dist.rank(), dist.world_size()
@@ -57,6 +62,8 @@ def worker_train(model_name: str, steps: int, global_batch: int) -> None:
     for i in range(steps + 3):
         idx = rng.integers(0, len(ys), global_batch)[rank * per_rank : (rank + 1) * per_rank]
         x, y = Tensor(np.ascontiguousarray(xs[idx])), Tensor(np.ascontiguousarray(ys[idx]))
+        if devices > 1:
+            x, y = x.shard(devs, axis=0), y.shard(devs, axis=0)
         dist.barrier()  # every rank starts the step together: the time is the slowest rank's
         st = time.perf_counter()
         opt.zero_grad()
@@ -124,7 +131,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.worker is not None:
         if args.worker[0] == "train":
-            worker_train(args.worker[1], args.steps, int(args.worker[2]))
+            worker_train(args.worker[1], args.steps, int(args.worker[2]), int(args.worker[3]))
         else:
             worker_allreduce(args.reps)
         return
@@ -132,17 +139,20 @@ def main() -> None:
     R = args.ranks
     print(f"training: global batch split over the ranks; median step time of {args.steps} steps (Adam)")
     print(f"{'model':<12}{'batch':>6}{'1r x 1t':>11}{'1r x ' + str(R) + 't':>11}{str(R) + 'r x 1t':>11}"
-          f"{'ranks/threads':>15}{'efficiency':>12}")  # fmt: skip
+          f"{'ranks/threads':>15}{'efficiency':>12}{'1r x ' + str(R) + 'dev':>12}{'dev/threads':>13}")  # fmt: skip
     for name, batch in (("digits CNN", 128), ("MLP 512", 512)):
         key = "cnn" if name.startswith("digits") else "mlp"
         rate = {
-            cfg: batch / launch(cfg[0], cfg[1], "train", key, str(batch), "--steps", str(args.steps))["step_s"]
-            for cfg in ((1, 1), (1, R), (R, 1))
+            cfg: batch
+            / launch(cfg[0], cfg[1], "train", key, str(batch), str(cfg[2]), "--steps", str(args.steps))["step_s"]
+            for cfg in ((1, 1, 1), (1, R, 1), (R, 1, 1), (1, R, R))
         }
-        eff = rate[(R, 1)] / (R * rate[(1, 1)])
-        print(f"{name:<12}{batch:>6}{rate[(1, 1)]:>9.0f}/s{rate[(1, R)]:>9.0f}/s{rate[(R, 1)]:>9.0f}/s"
-              f"{rate[(R, 1)] / rate[(1, R)]:>14.2f}x{eff:>11.0%}")  # fmt: skip
-    print("(samples/s; efficiency = R ranks' throughput / (R x one rank with one thread))\n")
+        eff = rate[(R, 1, 1)] / (R * rate[(1, 1, 1)])
+        print(f"{name:<12}{batch:>6}{rate[(1, 1, 1)]:>9.0f}/s{rate[(1, R, 1)]:>9.0f}/s{rate[(R, 1, 1)]:>9.0f}/s"
+              f"{rate[(R, 1, 1)] / rate[(1, R, 1)]:>14.2f}x{eff:>11.0%}"
+              f"{rate[(1, R, R)]:>10.0f}/s{rate[(1, R, R)] / rate[(1, R, 1)]:>12.2f}x")  # fmt: skip
+    print("(samples/s; efficiency = R ranks' throughput / (R x one rank with one thread); Rdev: one process, the batch")
+    print(" sharded over R CPU devices, each kernel on all threads; the devices run one after another)\n")
 
     res = launch(R, 1, "allreduce", "--reps", str(args.reps))
     print(f"all_reduce (sum, float32) over {R} ranks: best of {args.reps}; bus bandwidth = 2(R-1)/R x size / time")

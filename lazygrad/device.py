@@ -26,6 +26,7 @@ class _Device:
     def __init__(self) -> None:
         self._opened: dict[str, Compiled] = {}
         self._lock = threading.RLock()  # two threads asking for a new device must not open it twice
+        self.multi_seen = False  # whether a tuple of devices (a sharded tensor) was ever named in this process
 
     def __getitem__(self, name: str) -> Compiled:
         if (dev := self._opened.get(name)) is None:
@@ -48,9 +49,12 @@ class _Device:
         return dev
 
     @staticmethod
-    def canonicalize(name: str | None) -> str:
+    def canonicalize(name: str | tuple[str, ...] | None) -> Any:
         if name is None:
             return Device.DEFAULT
+        if isinstance(name, tuple):  # the devices of a sharded tensor (lazygrad/schedule/multi.py)
+            Device.multi_seen = True  # from now on schedules look for sharded nodes
+            return tuple(Device.canonicalize(d) for d in name)
         base, _, idx = name.upper().partition(":")
         if base not in KNOWN_DEVICES:
             raise ValueError(f"unknown device {name!r}; known devices: {', '.join(KNOWN_DEVICES)}")

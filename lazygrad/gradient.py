@@ -91,7 +91,23 @@ grad_rules: dict[Ops, Callable[..., Grads]] = {
     Ops.CONTIGUOUS: lambda g, n, a: (g,),
     Ops.ASSIGN: lambda g, n, target, value: (None, g),  # the tensor's value is what was assigned
     Ops.COPY: lambda g, n, a: (g.to(a.device),),
+    Ops.MULTI: lambda g, n, *parts: _multi_grad(g, n),
 }
+
+
+def _multi_grad(g: Tensor, node: UOp) -> Grads:
+    """Each part of a sharded tensor gets its slice of the gradient, on its own device."""
+    from lazygrad.schedule.multi import part_bounds
+
+    if node.arg is None:  # replicas of one value: the gradient goes back once, through the first
+        return (g.to(node.src[0].device), *(None for _ in node.src[1:]))
+    ax = node.arg
+    return tuple(
+        g.to(p.device).shrink(tuple((lo, hi) if i == ax else None for i in range(g.ndim)))
+        for p, (lo, hi) in zip(node.src, part_bounds(node))
+    )
+
+
 _USES_OUTPUT = {Ops.RECIP, Ops.SQRT, Ops.EXP2, Ops.POW, Ops.REDUCE_AXIS}
 # ops whose result is piecewise constant or not a number: no gradient flows through them
 _NO_GRAD = GroupOp.Comparison | {Ops.IDIV, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR, Ops.BITCAST, Ops.DETACH}

@@ -26,6 +26,7 @@ from lazygrad.dtype import (  # noqa: F401  (_to_np_dtype: tinygrad programs imp
     to_dtype,
 )
 from lazygrad.helpers import TRAINING, argfix, argsort, ceildiv, flatten, make_tuple, prod
+from lazygrad.schedule.multi import has_multi, lower_multi, multi, split_bounds, stored_multis, whole_buffer
 from lazygrad.uop.ops import GroupOp, Ops, UOp, pretty_print, substitute
 
 # computed nodes that have been realized -> the buffer view that holds their value; consulted by the scheduler
@@ -47,8 +48,8 @@ def _with_lazy_origins(root: UOp) -> UOp:
     return substitute(root, mapping) if mapping else root
 
 
-# a realized buffer node with a lazy origin -> that origin with its own realized inputs resolved in turn (an origin never
-# changes, so neither does this: a loop realizing its state each step resolves one new step per realize, not all)
+# a realized buffer node with a lazy origin -> that origin with its own realized inputs resolved in turn (an origin
+# never changes, so neither does this: a loop realizing its state each step resolves one new step per realize, not all)
 _resolved: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
 
 
@@ -102,7 +103,8 @@ def _flatten_list(data: Any) -> tuple[list[Any], tuple[int, ...]]:
     shapes = {p[1] for p in parts}
     if len(shapes) != 1:
         raise ArgumentError(
-            f"ragged nested list: elements have shapes {sorted(shapes, key=len)}; every element must have the same shape"
+            f"ragged nested list: elements have shapes {sorted(shapes, key=len)}; "
+            "every element must have the same shape"
         )
     inner = shapes.pop()
     return [v for p in parts for v in p[0]], (len(data), *inner)
@@ -187,6 +189,9 @@ class Tensor(metaclass=_TensorType):
             )
         elif isinstance(data, Tensor):
             self.uop = data.uop
+        elif isinstance(device, tuple) and not isinstance(data, (bool, int, float)):
+            # multi-device (lazygrad/schedule/multi.py): made on the first device, replicated on the others
+            self.uop = Tensor(data, device[0], dtype).shard(device).uop
         elif type(data).__module__ == "numpy" and hasattr(data, "dtype"):
             # before the Python scalars: numpy's float64 is a float subclass, and it stays float64
             self.uop = Tensor._from_numpy(data, device, dtype)
@@ -382,7 +387,7 @@ class Tensor(metaclass=_TensorType):
             if _reads_shifted(x.uop, self.uop) or _reads_shifted(x.uop, self.uop.base.src[0].base):
                 x = x.contiguous()
             self.uop = UOp(Ops.ASSIGN, self.dtype, (self.uop.src[0], x.uop))
-        elif self._plain_buffer() is None:
+        elif not self._is_stored():
             # nothing stored yet, or a copy not made yet (flip, pad, expand of another tensor): the tensor becomes x
             self.uop = x.uop
         else:
@@ -470,22 +475,28 @@ class Tensor(metaclass=_TensorType):
 
         tensors = (self, *lst)
         with _realize_lock:
-            schedule, becomes, var_vals = create_schedule([t.uop for t in tensors], _realized)
+            outs = [t.uop for t in tensors]
+            lowered = None
+            if Device.multi_seen and any(has_multi(u) for u in outs):
+                # sharded tensors (lazygrad/schedule/multi.py): scheduled as one graph per device
+                lowered, memo = lower_multi(outs, _realized)
+                outs = [p for u in lowered for p in (u.src if u.op is Ops.MULTI else (u,))]
+            schedule, becomes, var_vals = create_schedule(outs, _realized)
+            if lowered is not None:
+                _realized.update(stored_multis(memo, becomes))
             for si in schedule:
                 for buf in si.outputs:
                     # a new buffer holds nothing until its kernel runs (an in-place target still holds its old value)
                     buf.pending_write = buf.pending_write or not buf.is_allocated
             for node, view in becomes.items():
                 _realized[node] = view
-            for t in tensors:
-                # a node realized by an earlier schedule (the same graph built twice is the same UOp) is not in
-                # `becomes`
-                view = becomes.get(t.uop.base, _realized.get(t.uop.base))
-                if view is not None:
+            for i, t in enumerate(tensors):
+                new = _stored_as(t.uop if lowered is None else lowered[i], becomes)
+                if new is not None:
                     # a computed tensor on a path to a parameter keeps its graph, so gradients still flow through it
                     # (not an in-place update: optimizer state and parameters are written, not differentiated)
                     keep = t._requires_grad is None and t.uop.base.op is not Ops.ASSIGN and t.requires_grad
-                    lazy, t.uop = t.uop, t.uop.rebase(view)
+                    lazy, t.uop = t.uop, new
                     if keep and t.uop is not lazy:
                         _lazy_origin[t.uop] = lazy
             return schedule, var_vals
@@ -494,7 +505,8 @@ class Tensor(metaclass=_TensorType):
         return self.schedule_with_vars(*lst)[0]
 
     def realize(self, *lst: Tensor) -> Tensor:
-        """Compute this tensor (and those in `lst`, in the same schedule) into memory. `Tensor.realize(a, b)` works too."""
+        """Compute this tensor (and those in `lst`, in the same schedule) into memory.
+        `Tensor.realize(a, b)` works too."""
         from lazygrad.engine.realize import run_schedule
 
         with _realize_lock:
@@ -502,11 +514,21 @@ class Tensor(metaclass=_TensorType):
         return self
 
     def _contiguous_buffer(self) -> Buffer:
+        if isinstance(self.device, tuple):
+            # sharded: every part computed (pending writes too), then read on the first device
+            self.realize()
+            return Tensor(self.uop.src[0] if self.uop.arg is None else self.to(self.device[0]).uop)._contiguous_buffer()
         t = self if self._plain_buffer() is not None else self.contiguous()
         t.realize()
         buf = t._plain_buffer()
         assert buf is not None, "a realized contiguous tensor is backed by a whole buffer"
         return buf
+
+    def _is_stored(self) -> bool:
+        """Whether the tensor is whole buffers in memory: one, or one per device for a sharded tensor."""
+        if self.uop.op is Ops.MULTI:
+            return all(whole_buffer(p) for p in self.uop.src)
+        return self._plain_buffer() is not None
 
     def _plain_buffer(self) -> Buffer | None:
         u = self.uop
@@ -582,7 +604,10 @@ class Tensor(metaclass=_TensorType):
     def empty(*shape: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
         shape_ = Tensor._shape_arg(shape)
         dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
-        return Tensor(UOp.buffer_view(Buffer(Device.canonicalize(device), prod(shape_), dt, shape=shape_), shape_))
+        device = Device.canonicalize(device)
+        if isinstance(device, tuple):  # multi-device: a replica per device
+            return Tensor(multi([Tensor.empty(shape_, dtype=dt, device=d).uop for d in device], None))
+        return Tensor(UOp.buffer_view(Buffer(device, prod(shape_), dt, shape=shape_), shape_))
 
     @staticmethod
     def full(shape: Any, fill_value: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
@@ -794,7 +819,8 @@ class Tensor(metaclass=_TensorType):
         shape_ = tuple(new)
         if prod(shape_) != self.numel():
             raise ArgumentError(
-                f"cannot reshape tensor of shape {self.shape} ({self.numel()} elements) to {shape_} ({prod(shape_)} elements)"
+                f"cannot reshape tensor of shape {self.shape} ({self.numel()} elements) "
+                f"to {shape_} ({prod(shape_)} elements)"
             )
         return self if shape_ == self.shape else self._movement(Ops.RESHAPE, shape_)
 
@@ -897,7 +923,8 @@ class Tensor(metaclass=_TensorType):
     def unsqueeze(self, dim: int) -> Tensor:
         if not -self.ndim - 1 <= dim <= self.ndim:
             raise IndexError(
-                f"unsqueeze dim {dim} is out of range [{-self.ndim - 1}, {self.ndim}] for a tensor with {self.ndim} dimensions"
+                f"unsqueeze dim {dim} is out of range [{-self.ndim - 1}, {self.ndim}] "
+                f"for a tensor with {self.ndim} dimensions"
             )
         d = _axes(dim, self.ndim + 1)[0]
         return self.reshape(self.shape[:d] + (1,) + self.shape[d:])
@@ -936,7 +963,7 @@ class Tensor(metaclass=_TensorType):
         return self.unsqueeze(d).cat(*[t.unsqueeze(d) for t in others], dim=d)
 
     def contiguous(self) -> Tensor:
-        if self._plain_buffer() is not None:
+        if self._is_stored():
             return self
         return Tensor(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
 
@@ -945,9 +972,39 @@ class Tensor(metaclass=_TensorType):
         device = Device.canonicalize(device)
         if device == self.device:
             return self
+        if isinstance(device, tuple):
+            return self.shard(device)
         _check_dtype("to", self.dtype, device)
         src = self.contiguous()  # a copy moves whole buffers: a view is made contiguous on its own device first
         return Tensor(UOp(Ops.COPY, self.dtype, (src.uop,), device))
+
+    # *** multi-device: the lowering to one graph per device is lazygrad/schedule/multi.py ***
+
+    def shard(self, devices: Sequence[str], axis: int | None = None) -> Tensor:
+        """This tensor over several devices: split along `axis` (ceil(n / len(devices)) rows per device, the last
+        parts shorter or empty), or a full replica on each for axis None. Ops on it run on every device; `.device`
+        is the tuple of devices; `.to(device)` gathers it."""
+        if isinstance(devices, str) or not devices:
+            raise ArgumentError(f"shard takes a tuple of devices, not {devices!r}")
+        devs = Device.canonicalize(tuple(devices))
+        if axis is not None and self.ndim == 0:
+            raise IndexError(f"cannot split a 0-d tensor along axis {axis}; shard it with axis=None")
+        d = None if axis is None else _axes(axis, self.ndim)[0]
+        if isinstance(self.device, tuple):  # already sharded: as it is, or gathered and split anew
+            same = self.uop.op is Ops.MULTI and (self.device, self.uop.arg) == (devs, d)
+            return self if same else self.to(self.device[0]).shard(devs, axis)
+        _check_dtype("shard", self.dtype, devs)
+        bounds = split_bounds(self.shape[d], len(devs)) if d is not None else [None] * len(devs)
+        parts = []
+        for dev, b in zip(devs, bounds):
+            part = self if b is None else self.shrink(tuple(b if i == d else None for i in range(self.ndim)))
+            parts.append((part.contiguous() if dev == self.device else part.to(dev)).uop)
+        return Tensor(multi(parts, d))
+
+    def shard_(self, devices: Sequence[str], axis: int | None = None) -> Tensor:
+        """shard in place: this tensor object becomes the sharded one (parameters keep their identity)."""
+        self.uop = self.shard(devices, axis).uop
+        return self
 
     def detach(self) -> Tensor:
         out = Tensor(UOp(Ops.DETACH, self.dtype, (self.uop,)) if self.uop.op is not Ops.DETACH else self.uop)
@@ -1342,8 +1399,10 @@ class Tensor(metaclass=_TensorType):
             for n in group:
                 dims[n] = known[n] if n in known else (size // rest if rest else 0)
             if prod(dims[n] for n in group) != size:
-                raise ValueError(f"rearrange {formula!r}: axes {group} of sizes {[dims[n] for n in group]} "
-                                 f"do not make the dim of size {size}")
+                raise ValueError(
+                    f"rearrange {formula!r}: axes {group} of sizes {[dims[n] for n in group]} "
+                    f"do not make the dim of size {size}"
+                )
         flat = [n for g in lhs for n in g]
         order = [flat.index(n) for g in rhs for n in g]
         x = self.reshape([dims[n] for n in flat]).permute(order)
@@ -2896,12 +2955,14 @@ class Tensor(metaclass=_TensorType):
     def sparse_categorical_crossentropy(
         self, Y: Tensor, ignore_index: int = -1, label_smoothing: float = 0.0, reduction: str = "mean"
     ) -> Tensor:
-        """Logits (..., C) and integer targets (...), classes on the last dim (tinygrad's); `mean` skips ignored targets."""
+        """Logits (..., C) and integer targets (...), classes on the last dim (tinygrad's);
+        `mean` skips ignored targets."""
         if not 0.0 <= label_smoothing <= 1.0:
             raise ArgumentError(f"label_smoothing must be in [0, 1], got {label_smoothing}")
         if Y.shape != self.shape[:-1]:
             raise ArgumentError(
-                f"sparse_categorical_crossentropy: target shape {Y.shape} must be the logits shape {self.shape} without its last dim"
+                f"sparse_categorical_crossentropy: target shape {Y.shape} "
+                f"must be the logits shape {self.shape} without its last dim"
             )
         if not dtypes.is_int(Y.dtype):
             raise TypeError(f"sparse_categorical_crossentropy: targets must be integer class indices, got {Y.dtype}")
@@ -2915,7 +2976,8 @@ class Tensor(metaclass=_TensorType):
     def nll_loss(
         self, Y: Tensor, weight: Tensor | None = None, ignore_index: int = -100, reduction: str = "mean"
     ) -> Tensor:
-        """Log-probabilities (N, C, ...) or (C,) and integer targets; `mean` divides by the summed target weights, as torch."""
+        """Log-probabilities (N, C, ...) or (C,) and integer targets;
+        `mean` divides by the summed target weights, as torch."""
         cdim = 0 if self.ndim == 1 else 1
         if Y.shape != self.shape[:cdim] + self.shape[cdim + 1 :]:
             raise ArgumentError(
@@ -3028,8 +3090,22 @@ def _unsupported(op: str, t: Tensor, hint: str) -> UnsupportedOpError:
     return UnsupportedOpError(f"{op} is not supported for {t.dtype.name} tensors on {t.device}; {hint}")
 
 
-def _check_dtype(op: str, dtype: DType, device: str) -> None:
+def _stored_as(u: UOp, becomes: dict[UOp, UOp]) -> UOp | None:
+    """u over the buffer its base was stored in (by this schedule or an earlier one), part by part for a sharded u;
+    None where nothing was stored."""
+    if u.op is Ops.MULTI:
+        parts = [_stored_as(p, becomes) or p for p in u.src]
+        return u.replace(src=parts)
+    view = becomes.get(u.base, _realized.get(u.base))
+    return None if view is None else u.rebase(view)
+
+
+def _check_dtype(op: str, dtype: DType, device: str | tuple[str, ...]) -> None:
     """Refuse a dtype where the device cannot compute with it, here rather than as a compiler error later."""
+    if isinstance(device, tuple):
+        for d in device:
+            _check_dtype(op, dtype, d)
+        return
     if (why := Device[device].renderer.dtype_unsupported(dtype)) is not None:
         raise UnsupportedOpError(f"{op} is not supported for {dtype.name} tensors on {device}: {why}")
 

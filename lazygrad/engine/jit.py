@@ -16,6 +16,7 @@ What a replay does and does not do (the pitfalls, each tested in test/engine/tes
   * Random numbers (`Tensor.rand`, dropout) are frozen too, with a warning at capture: their counter is a Python
     number.
   * Gradients reach the parameters the function uses, not its Tensor arguments (return those gradients).
+  * A sharded Tensor argument is one input per part; a replay checks that it is split as at the capture.
 On the CPU a replay is one call of a compiled driver that calls every kernel (see runtime/graph_cpu.py); with
 DEBUG>=2 (or inside another JIT's capture) the kernels run one by one and print their lines marked "jit replay".
 """
@@ -28,12 +29,12 @@ import warnings
 from typing import Any, Callable, Generic, Iterator, TypeVar
 
 from lazygrad.device import Buffer
-from lazygrad.viz import profile
 from lazygrad.engine.memory import plan_memory
 from lazygrad.engine.realize import CompiledRunner, ExecItem, JitError, capture, is_capturing
 from lazygrad.helpers import DEBUG, JIT, GlobalCounters
 from lazygrad.tensor import Tensor, _realize_lock, _realized
 from lazygrad.uop.ops import Ops, UOp
+from lazygrad.viz import profile
 
 __all__ = ["TinyJit", "JitError"]
 
@@ -106,6 +107,17 @@ def _hide_bound_results() -> Iterator[None]:
 
 
 _TENSOR, _VAR, _CONST = "tensor", "var", "const"
+
+
+def _copy_of(buf: Buffer) -> Buffer:
+    copy = Buffer(buf.device, buf.size, buf.dtype, shape=buf.shape)
+    copy.copyin(buf.as_bytes())
+    return copy
+
+
+def _sharded_stored(a: Tensor) -> UOp:
+    """Sharded `a` as a MULTI whose parts are each a whole buffer in memory (a lazy or strided one computed first)."""
+    return (a if a._is_stored() else a.contiguous().realize()).uop
 
 
 class _Arg:
@@ -220,6 +232,10 @@ class CapturedJit:
             if kind is _TENSOR:
                 if type(a) is Tensor and a.uop is spec.last:
                     continue  # the same input as last call: its buffer pointer is already in place
+                if spec.value is not None:  # sharded: one slot per part
+                    for j, buf in enumerate(self._sharded_input(spec, a)):
+                        graph.bufs[spec.slot + j] = buf.ptr
+                    continue
                 buf, own = self._input(spec, a)
                 graph.bufs[spec.slot] = buf._ptr or buf.ptr
                 spec.last = a.uop if own else None  # never cache a copy: it goes stale
@@ -240,7 +256,9 @@ class CapturedJit:
         graph, and when an output is an input (rebuilt around this call's input)."""
         inputs: list[Buffer] = []
         for spec, a in zip(self.args, args):
-            if spec.kind is _TENSOR:
+            if spec.kind is _TENSOR and spec.value is not None:
+                inputs.extend(self._sharded_input(spec, a))
+            elif spec.kind is _TENSOR:
                 inputs.append(self._input(spec, a)[0])
             elif spec.kind is _VAR:
                 self.var_vals[spec.slot] = self._var_value(spec, a)
@@ -261,6 +279,15 @@ class CapturedJit:
     def _input(self, spec: _Arg, a: Any) -> tuple[Buffer, bool]:
         """The buffer this call's tensor argument gives the kernels, after checking it against the capture, and
         whether it is the tensor's own buffer (not a copy)."""
+        self._input_check(spec, a)
+        if (buf := a._plain_buffer()) is None:
+            return a._contiguous_buffer(), False  # a lazy input is computed, a view (slice, transpose) copied
+        if buf in self.written:
+            # the previous call's output fed back in: a kernel may overwrite it while another still reads it
+            return _copy_of(buf), False
+        return buf, True
+
+    def _input_check(self, spec: _Arg, a: Any) -> None:
         if not isinstance(a, Tensor):
             raise JitError(f"argument {self._name(spec)} was a Tensor at capture, now {type(a).__name__}")
         u = a.uop
@@ -269,14 +296,15 @@ class CapturedJit:
                 f"argument {self._name(spec)}: captured with shape {spec.shape} {spec.dtype} on {spec.device}, "
                 f"called with shape {u.shape} {u.dtype} on {u.device}"
             )
-        if (buf := a._plain_buffer()) is None:
-            return a._contiguous_buffer(), False  # a lazy input is computed, a view (slice, transpose) copied
-        if buf in self.written:
-            # the previous call's output fed back in: a kernel may overwrite it while another still reads it
-            copy = Buffer(buf.device, buf.size, buf.dtype, shape=buf.shape)
-            copy.copyin(buf.as_bytes())
-            return copy, False
-        return buf, True
+
+    def _sharded_input(self, spec: _Arg, a: Any) -> list[Buffer]:
+        """The buffers of a sharded tensor argument's parts (spec.value: the captured split axis and part shapes)."""
+        self._input_check(spec, a)
+        m = _sharded_stored(a)
+        if (m.arg, tuple(p.shape for p in m.src)) != spec.value:
+            raise JitError(f"argument {self._name(spec)}: split otherwise than at capture")
+        bufs = [p.base.arg for p in m.src]
+        return [_copy_of(b) if b in self.written else b for b in bufs]
 
     def _var_value(self, spec: _Arg, a: Any) -> int:
         if not (isinstance(a, UOp) and a.op is Ops.BIND and a.src[0] is spec.value):
@@ -339,7 +367,18 @@ class TinyJit(Generic[R]):
         call_values: list[Any] = []
         n_vars = 0
         for i, a in enumerate(values):
-            if isinstance(a, Tensor):
+            if isinstance(a, Tensor) and isinstance(a.device, tuple):
+                # sharded: each part is an input of its own, aliased as below
+                m = _sharded_stored(a)
+                aliases = [p.base.arg.alias() for p in m.src]
+                parts = tuple(p.rebase(UOp.buffer_view(b, (b.size,))) for p, b in zip(m.src, aliases))
+                t = _wrap(m.replace(src=parts))
+                t._requires_grad = a._requires_grad
+                value = (m.arg, tuple(p.shape for p in m.src))
+                specs.append(_Arg(_TENSOR, len(inputs), a.shape, a.dtype, a.device, value=value))
+                inputs.extend(aliases)
+                call_values.append(t)
+            elif isinstance(a, Tensor):
                 # each input gets a fresh alias of its memory: every node built on it is new to the scheduler, so no
                 # value computed from this call's input before the capture can be reused (and be stale on replay)
                 alias = (a._plain_buffer() or a._contiguous_buffer()).alias()

@@ -43,7 +43,7 @@ class BufferCopy:
     """A copy between devices, run like a kernel (so DEBUG lines, the JIT and the memory planner see it too)."""
 
     def __init__(self, nbytes: int, dst_device: str, src_device: str):
-        self.device = dst_device
+        self.device, self.nbytes = dst_device, nbytes
         name = f"copy {nbytes:8d}, {dst_device[:7]:>7s} <- {src_device[:7]:7s}"
         self.spec = ProgramSpec(name="copy", display_name=name, src="", n_bufs=2, outs=(0,), mem=2 * nbytes)
 
@@ -51,7 +51,13 @@ class BufferCopy:
         dst, src = bufs
         st = time.perf_counter()
         Device[src.device].synchronize()  # the source's last kernel may still be running
-        dst.copyin(src.as_bytes())
+        # nbytes, not the buffers' sizes: the memory planner may have given either a larger block
+        if (to := dst.host_view()) is not None and (frm := src.host_view()) is not None:
+            to[: self.nbytes] = frm[: self.nbytes]  # host memory on both sides (CPU:0 -> CPU:1): one memcpy
+        else:
+            data = memoryview(bytearray(self.nbytes))
+            src.allocator.copyout(data, src.ptr)
+            dst.allocator.copyin(dst.ptr, data)
         return time.perf_counter() - st if wait else None
 
 
@@ -63,36 +69,50 @@ def _runner_key(device: str, ast: UOp) -> tuple:
 
 
 def compile_schedule(schedule: list[ScheduleItem]) -> None:
-    """Every kernel of a schedule not compiled yet, in ONE compiler call per device where the compiler can build
-    several kernels into one binary (the CPU's C compiler: one process start instead of one per kernel)."""
+    """Every kernel of a schedule not compiled yet, in ONE compiler call per compiler where it can build several
+    kernels into one binary (the CPU's C compiler: one process start instead of one per kernel). Devices with the same
+    compiler and renderer (CPU, CPU:1, ... of a sharded tensor) share that call, and a kernel they all run is built
+    once."""
     new: dict[tuple, ProgramSpec] = {}
+    built: dict[tuple, ProgramSpec] = {}  # (compiler, renderer, kernel) -> its program, across devices
     for si in schedule:
         if si.ast.op is Ops.COPY or si.outputs[0].size == 0:
             continue
         key = _runner_key(si.outputs[0].device, si.ast)
         if key not in _runners and key not in new:
-            new[key] = get_program(si.ast, Device[key[0]].renderer)
-    for device in {key[0] for key in new}:
-        group = {key: spec for key, spec in new.items() if key[0] == device}
-        compiler = Device[device].compiler
+            dev = Device[key[0]]
+            shared = (dev.compiler.cachekey or key[0], type(dev.renderer), repr(vars(dev.renderer)), key[1:])
+            if shared not in built:
+                built[shared] = get_program(si.ast, dev.renderer)
+            new[key] = built[shared]
+    for cachekey in {Device[key[0]].compiler.cachekey or key[0] for key in new}:
+        group = {key: spec for key, spec in new.items() if (Device[key[0]].compiler.cachekey or key[0]) == cachekey}
+        compiler = Device[next(iter(group))[0]].compiler
         if len(group) < 2 or not hasattr(compiler, "compile_many"):
             continue  # compiled one by one in get_runner
         seen: dict[str, int] = {}
+        renamed: dict[int, ProgramSpec] = {}  # a program several devices share keeps one name
         for key, spec in group.items():  # kernels of the same shape share a name: one binary needs distinct ones
-            if (n := seen.get(spec.name, 0)) > 0:
-                name = f"{spec.name}n{n}"
-                group[key] = dataclasses.replace(
-                    spec, name=name, src=spec.src.replace(f" {spec.name}(", f" {name}(", 1)
-                )
-            seen[spec.name] = n + 1
+            if id(spec) not in renamed:
+                if (n := seen.get(spec.name, 0)) > 0:
+                    name = f"{spec.name}n{n}"
+                    renamed[id(spec)] = dataclasses.replace(
+                        spec, name=name, src=spec.src.replace(f" {spec.name}(", f" {name}(", 1)
+                    )
+                else:
+                    renamed[id(spec)] = spec
+                seen[spec.name] = n + 1
+            group[key] = renamed[id(spec)]
         st = time.perf_counter()
-        with profile.span("compile", "compile", kernels=[spec.name for spec in group.values()], device=device):
+        devices = sorted({key[0] for key in group})
+        with profile.span("compile", "compile", kernels=[spec.name for spec in group.values()], device=devices[0]):
             lib = compiler.compile_many(sorted({spec.src for spec in group.values()}))
         elapsed = time.perf_counter() - st
         for key, spec in group.items():
-            _runners[key] = CompiledRunner(device, spec, lib)
+            _runners[key] = CompiledRunner(key[0], spec, lib)
         if DEBUG >= 1:
-            print(f"compiled {len(group)} kernels for {device} in one compiler call: {elapsed * 1e3:.1f} ms")
+            n_progs = len({spec.src for spec in group.values()})
+            print(f"compiled {n_progs} kernels for {', '.join(devices)} in one compiler call: {elapsed * 1e3:.1f} ms")
 
 
 def get_runner(device: str, ast: UOp) -> CompiledRunner:
@@ -189,7 +209,7 @@ def lower_schedule_item(si: ScheduleItem) -> ExecItem | None:
         return None
     if si.ast.op is Ops.COPY:
         dst, src = si.bufs
-        return ExecItem(BufferCopy(dst.nbytes, dst.device, src.device), list(si.bufs))  # type: ignore[arg-type]
+        return ExecItem(BufferCopy(min(dst.nbytes, src.nbytes), dst.device, src.device), list(si.bufs))  # type: ignore[arg-type]
     return ExecItem(get_runner(si.outputs[0].device, si.ast), list(si.bufs))
 
 

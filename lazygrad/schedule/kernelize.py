@@ -699,10 +699,13 @@ def _create_schedule(
         reads.append(kb.reads)
     level = _levels(stored, reads)
     groups: dict[tuple, list[int]] = {}
-    for i, (ast, _) in enumerate(kernels):
-        groups.setdefault((level[i], ("copy", i) if ast.op is Ops.COPY else _signature(ast)), []).append(i)
+    for i, (ast, bufs) in enumerate(kernels):
+        # kernels merge only on one device (the parts of a sharded tensor have the same shapes on every device)
+        groups.setdefault(
+            (level[i], bufs[0].device, ("copy", i) if ast.op is Ops.COPY else _signature(ast)), []
+        ).append(i)
     schedule: list[tuple[int, ScheduleItem]] = []
-    for (lvl, _), members in groups.items():
+    for (lvl, _, _), members in groups.items():
         limit = min(Device[kernels[members[0]][1][0].device].renderer.max_buffers or MAX_BUFFERS, MAX_BUFFERS)
         for part in _within_limit([kernels[i] for i in members], limit):
             ast, bufs = _merge(part) if len(part) > 1 else part[0]

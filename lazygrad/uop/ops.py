@@ -26,6 +26,7 @@ class Ops(Enum):
     DETACH = auto()
     ASSIGN = auto()
     BIND = auto()
+    MULTI = auto()  # one tensor over several devices: src = a part per device, arg = the split axis (None: replicas)
     # movement: views of their source, never copies
     RESHAPE = auto()
     PERMUTE = auto()
@@ -459,6 +460,8 @@ def _device(u: UOp) -> str | None:
         return u.arg
     if u.op is Ops.BUFFER:
         return u.arg.device
+    if u.op is Ops.MULTI:
+        return tuple(s.device for s in u.src)
     return next((d for s in u.src if (d := s.device) is not None), None)
 
 
@@ -472,6 +475,11 @@ def _shape(u: UOp) -> tuple[sint, ...]:
         return u.arg
     if op is Ops.IOTA:
         return (u.arg,)
+    if op is Ops.MULTI:
+        shape = list(u.src[0].shape)
+        if u.arg is not None:
+            shape[u.arg] = sum(s.shape[u.arg] for s in u.src)
+        return tuple(shape)
     src_shape = u.src[0].shape
     if op is Ops.PERMUTE:
         return tuple(src_shape[i] for i in u.arg)
