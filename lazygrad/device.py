@@ -13,7 +13,7 @@ from lazygrad.helpers import DEBUG, GlobalCounters, diskcache_get, diskcache_put
 
 # the order devices are tried in when none is named
 DEVICE_PREFERENCE = ("CPU",)
-KNOWN_DEVICES = ("CPU", "CL", "CUDA", "METAL", "PYTHON")
+KNOWN_DEVICES = ("CPU", "CL", "CUDA", "METAL", "PYTHON", "DISK")
 
 
 class DeviceUnavailable(RuntimeError):
@@ -55,7 +55,11 @@ class _Device:
         if isinstance(name, tuple):  # the devices of a sharded tensor (lazygrad/schedule/multi.py)
             Device.multi_seen = True  # from now on schedules look for sharded nodes
             return tuple(Device.canonicalize(d) for d in name)
-        base, _, idx = name.upper().partition(":")
+        base, _, idx = name.partition(":")
+        base = base.upper()
+        if base == "DISK" and idx:  # a file path: its case matters
+            return f"DISK:{idx}"
+        idx = idx.upper()
         if base not in KNOWN_DEVICES:
             raise ValueError(f"unknown device {name!r}; known devices: {', '.join(KNOWN_DEVICES)}")
         return base if idx in ("", "0") else f"{base}:{idx}"

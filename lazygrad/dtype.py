@@ -302,12 +302,16 @@ def least_upper_float(dt: DType) -> DType:
     return dt if dtypes.is_float(dt) else least_upper_dtype(dt, dtypes.default_float)
 
 
+class UnknownDTypeError(TypeError, AttributeError):
+    """A dtype name that names none: a TypeError as torch's, an AttributeError as tinygrad's (getattr on dtypes)."""
+
+
 def to_dtype(x: DType | str) -> DType:
     if isinstance(x, DType):
         return x
     if isinstance(x, str) and x in DTYPES_BY_NAME:
         return DTYPES_BY_NAME[x]
-    raise TypeError(f"unknown dtype {x!r}; expected a lazygrad DType or one of {sorted(DTYPES_BY_NAME)}")
+    raise UnknownDTypeError(f"unknown dtype {x!r}; expected a lazygrad DType or one of {sorted(DTYPES_BY_NAME)}")
 
 
 def _to_np_dtype(dt: DType) -> Any:

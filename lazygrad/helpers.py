@@ -95,6 +95,7 @@ KERNEL_OPS = ContextVar("KERNEL_OPS", 256)
 # 1 while training (dropout active, batchnorm updates its statistics, optimizers may step): the switch that
 # `Tensor.train()` flips, and what `Tensor.training` reads
 TRAINING = ContextVar("TRAINING", 0)
+IGNORE_BEAM_CACHE = ContextVar("IGNORE_BEAM_CACHE", 0)  # 1: BEAM searches again instead of reading its disk cache
 # tinygrad knobs that lazygrad has no use for: `Context(...)` accepts them (a tinygrad program sets them) and they
 # change nothing; a name that is neither this nor a knob above is a KeyError, as in tinygrad
 _TINYGRAD_ONLY_KNOBS = {
@@ -110,6 +111,7 @@ _TINYGRAD_ONLY_KNOBS = {
     "ALLOW_DEVICE_USAGE": 1,
     "LRU": 1,
     "RING": 1,
+    "IGNORE_OOB": 0,  # tinygrad's switch off of its index bounds prover; lazygrad has none to switch off
 }
 for _name, _default in _TINYGRAD_ONLY_KNOBS.items():
     ContextVar(_name, _default)

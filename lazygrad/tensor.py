@@ -6,6 +6,7 @@ import contextlib
 import functools
 import itertools
 import math
+import os
 import re
 import struct
 import threading
@@ -28,11 +29,14 @@ from lazygrad.dtype import (  # noqa: F401  (_to_np_dtype: tinygrad programs imp
 from lazygrad.helpers import TRAINING, argfix, argsort, ceildiv, flatten, make_tuple, prod
 from lazygrad.schedule.multi import has_multi, lower_multi, multi, split_bounds, stored_multis, whole_buffer
 from lazygrad.uop.ops import GroupOp, Ops, UOp, pretty_print, substitute
+from lazygrad.uop.view import ShapeTracker, strides_for_shape
 
 # computed nodes that have been realized -> the buffer view that holds their value; consulted by the scheduler
 _realized: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
 # realized tensor's buffer node -> the graph that computed it, for tensors that needed a gradient path (see backward)
 _lazy_origin: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
+# realized buffer node -> the tensor that holds it as its own memory (see schedule_with_vars)
+_buffer_owner: weakref.WeakKeyDictionary[UOp, weakref.ref] = weakref.WeakKeyDictionary()
 # one schedule is made and run at a time: a thread realizing a graph another thread has scheduled but not run yet
 # would find its nodes in `_realized` and read buffers their kernels have not written. Building graphs stays parallel.
 _realize_lock = threading.RLock()
@@ -198,8 +202,12 @@ class Tensor(metaclass=_TensorType):
         elif isinstance(data, (bool, int, float)):
             dt = dtype or dtypes.from_py(data)
             self.uop = Tensor._const_uop(data, dt, device)
-        elif isinstance(data, (list, tuple)):
-            values, shape = _flatten_list(data)
+        elif isinstance(data, (list, tuple)) and any(type(x).__module__ == "numpy" for x in data):
+            import numpy as np  # a list of numpy arrays: numpy joins them (data in, no compute)
+
+            self.uop = Tensor._from_numpy(np.array(data), device, dtype)
+        elif data is None or isinstance(data, (list, tuple)):
+            values, shape = _flatten_list([] if data is None else data)  # None: an empty tensor, as tinygrad's
             for v in values:
                 if not isinstance(v, (bool, int, float)):
                     raise TypeError(f"cannot make a Tensor from a list containing {type(v).__name__} ({v!r})")
@@ -208,6 +216,12 @@ class Tensor(metaclass=_TensorType):
             buf = Buffer(device, len(values), dt, shape=shape)
             buf.copyin(memoryview(_pack(values, dt)))
             self.uop = UOp.buffer_view(buf, shape)
+        elif isinstance(data, os.PathLike):
+            # a file as a tensor on the DISK device (memory-mapped; copy it to a compute device to use it)
+            dt = dtype or dtypes.uint8
+            path = os.path.abspath(os.fspath(data))
+            buf = Buffer(f"DISK:{path}", os.path.getsize(path) // dt.itemsize, dt)
+            self.uop = UOp.buffer_view(buf, (buf.size,))
         elif isinstance(data, (bytes, bytearray, memoryview)):
             dt = dtype or dtypes.uint8
             raw = memoryview(bytes(data))
@@ -268,8 +282,19 @@ class Tensor(metaclass=_TensorType):
             raise DTypeError(f"only floating point tensors can require gradients, not {self.dtype}")
         self._requires_grad = value
         _unset_grad.pop(id(self), None)
+        if value:
+            _no_grad_leaves.pop(id(self), None)
+        else:
+            _no_grad_leaves[id(self)] = self
         with _grad_leaves_lock:
             if value:
+                if self.uop.base.op is not Ops.BUFFER and any(
+                    t is not self and t.uop is self.uop for t in _grad_leaves.values()
+                ):
+                    # two leaves built alike (Tensor(3.5) twice) are one hash-consed node: a node of its own, so
+                    # that each gets its own gradient, as torch's
+                    # (the detach: the gradient reaching this node stops here, not at the shared one below it)
+                    self.uop = UOp(Ops.CONTIGUOUS, self.dtype, (UOp(Ops.DETACH, self.dtype, (self.uop,)),))
                 _grad_leaves[id(self)] = self
             else:
                 _grad_leaves.pop(id(self), None)
@@ -338,8 +363,19 @@ class Tensor(metaclass=_TensorType):
         root = _with_lazy_origins(self.uop)
         pairs = self._nodes_in_graph([*_grad_leaves.values(), *_unset_grad.values()], root)
         reached = grad_reachable(root, {n for _, n in pairs})
-        # the root itself gets no .grad (torch leaves a non-leaf's empty; it would only be ones)
-        leaves = [(t, n) for t, n in pairs if n in reached and n is not root]
+        # the root itself gets no .grad (torch leaves a non-leaf's empty; it would only be ones), nor do the unset
+        # tensors it is a view of (the (1,) sum that sum() reshapes to (), kept alive by the view)
+        viewed: set[int] = set()
+        v = self
+        while v._view_of is not None:
+            v = v._view_of[0]
+            viewed.add(id(v))
+        leaves = [
+            (t, n)
+            for t, n in pairs
+            if n in reached and n is not root and not (t._requires_grad is None and id(t) in viewed)
+        ]
+        leaves = _drop_unset_over_no_grad_inputs(root, leaves)
         if any(t._requires_grad for t, _ in leaves):
             # torch's rule where the graph has a tensor set True (torch code; or an optimizer's parameters, which it
             # sets True): an unset tensor (an input, an intermediate) gets no .grad. Else a persistent input's .grad
@@ -372,9 +408,24 @@ class Tensor(metaclass=_TensorType):
         batchnorm statistics)."""
         return _TrainMode(True)(mode) if callable(mode) else _TrainMode(mode)
 
+    def replace(self, x: Tensor) -> Tensor:
+        """Make this tensor stand for x's value (tinygrad's): no copy and no write into memory, unlike assign."""
+        if x.shape != self.shape:
+            raise ArgumentError(f"replace needs the same shape: tensor {self.shape}, value {x.shape}")
+        self.uop = x.uop
+        return self
+
     def assign(self, x: Any) -> Tensor:
         """Write x into this tensor's memory (in place, lazily: it happens at the next realize)."""
-        x = x if isinstance(x, Tensor) else Tensor.full(self.shape, x, dtype=self.dtype, device=self.device)
+        if self.device.startswith("DISK"):
+            return self._disk_write(x)
+        if not isinstance(x, Tensor):  # a number fills; a list or numpy array is data of this tensor's dtype
+            scalar = isinstance(x, (bool, int, float)) or (type(x).__module__ == "numpy" and getattr(x, "ndim", 1) == 0)
+            x = (
+                Tensor.full(self.shape, x, dtype=self.dtype, device=self.device)
+                if scalar
+                else Tensor(x, dtype=self.dtype, device=self.device)
+            )
         if x.shape != self.shape or x.dtype != self.dtype or x.device != self.device:
             raise ArgumentError(
                 f"assign needs the same shape, dtype and device: target {self.shape} {self.dtype} {self.device}, "
@@ -474,6 +525,17 @@ class Tensor(metaclass=_TensorType):
         from lazygrad.schedule.kernelize import create_schedule
 
         tensors = (self, *lst)
+        firsts: dict[UOp, Tensor] = {}
+        for t in tensors:
+            if t.uop.base is not t.uop or t.uop.op is Ops.BUFFER:
+                continue
+            earlier = _buffer_owner.get(_realized[t.uop]) if t.uop in _realized else None
+            holder = earlier() if earlier is not None else None
+            if firsts.setdefault(t.uop, t) is not t or (holder is not None and holder is not t):
+                # another tensor built the same graph (one hash-consed node) and holds its memory: a copy of its
+                # own, as torch's tensors never share memory unless one is a view of the other, so that a write
+                # into one leaves the other alone
+                t.uop = UOp(Ops.CONTIGUOUS, t.dtype, (t.uop,))
         with _realize_lock:
             outs = [t.uop for t in tensors]
             lowered = None
@@ -497,6 +559,10 @@ class Tensor(metaclass=_TensorType):
                     # (not an in-place update: optimizer state and parameters are written, not differentiated)
                     keep = t._requires_grad is None and t.uop.base.op is not Ops.ASSIGN and t.requires_grad
                     lazy, t.uop = t.uop, new
+                    # the first tensor stored as a whole buffer owns it (an equal graph realized later gets a copy)
+                    owner = _buffer_owner.get(new)
+                    if new is becomes.get(lazy.base, _realized.get(lazy.base)) and (owner is None or owner() is None):
+                        _buffer_owner[new] = weakref.ref(t)
                     if keep and t.uop is not lazy:
                         _lazy_origin[t.uop] = lazy
             return schedule, var_vals
@@ -541,6 +607,8 @@ class Tensor(metaclass=_TensorType):
         from lazygrad.engine.realize import NEVER_RAN, check_not_capturing
 
         check_not_capturing("reading a tensor's data (.numpy(), .item(), .tolist(), .data(), bool())")
+        if self.device.startswith("DISK"):
+            return self.to(Device.DEFAULT).data()
         buf = self._contiguous_buffer()
         if buf.pending_write:
             raise RuntimeError(NEVER_RAN)
@@ -668,6 +736,8 @@ class Tensor(metaclass=_TensorType):
         if steps < 0:
             raise ArgumentError(f"linspace: number of steps must be non-negative, got {steps}")
         dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
+        if dt == dtypes.bool:
+            raise ArgumentError("linspace cannot make a bool tensor")
         if steps == 1:
             return Tensor.full((1,), start, dtype=dt, device=device)
         step = (stop - start) / (steps - 1)
@@ -708,15 +778,20 @@ class Tensor(metaclass=_TensorType):
         if not dtypes.is_float(dt):
             raise TypeError(f"rand needs a float dtype, got {dt}")
         bits = Tensor._random_bits(prod(shape_), device)
-        # 24 random bits make every float32 in [0, 1) with spacing 2**-24
-        unit = (bits >> 8).cast(dtypes.float32) * (1.0 / (1 << 24))
+        # 24 random bits make every float32 in [0, 1) with spacing 2**-24; a half gets as many bits as its significand
+        # holds (11, bfloat16 8), so that the cast is exact and never rounds up to 1
+        n = {dtypes.float16: 11, dtypes.bfloat16: 8}.get(dt, 24)
+        unit = (bits >> (32 - n)).cast(dtypes.float32) * (1.0 / (1 << n))
         return unit.cast(dt).reshape(shape_)._fresh()
 
     @staticmethod
     def uniform(
         *shape: Any, low: float = 0.0, high: float = 1.0, dtype: DType | str | None = None, device: str | None = None
     ) -> Tensor:
-        return Tensor.rand(*shape, dtype=dtype, device=device) * (high - low) + low
+        dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
+        if not dtypes.is_float(dt):  # integers uniform in [low, high), as tinygrad's
+            return (Tensor.rand(*shape, device=device) * (high - low) + low).floor().cast(dt)
+        return Tensor.rand(*shape, dtype=dt, device=device) * (high - low) + low
 
     @staticmethod
     def randn(*shape: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
@@ -738,6 +813,10 @@ class Tensor(metaclass=_TensorType):
     def randint(
         *shape: Any, low: int = 0, high: int = 10, dtype: DType | str = dtypes.int32, device: str | None = None
     ) -> Tensor:
+        if not isinstance(low, int) or not isinstance(high, int):
+            raise TypeError(f"randint: low and high must be ints, got {low!r} and {high!r}")
+        if not dtypes.is_int(to_dtype(dtype)):
+            raise TypeError(f"randint makes integers, not {to_dtype(dtype)}")
         if high <= low:
             raise ArgumentError(f"randint: high ({high}) must be greater than low ({low})")
         shape_ = Tensor._shape_arg(shape)
@@ -784,6 +863,32 @@ class Tensor(metaclass=_TensorType):
             raise ValueError(f"randperm: n must be non-negative, got {n}")
         return Tensor.rand(n, device=device).argsort().cast(to_dtype(dtype))
 
+    def multinomial(self, num_samples: int = 1, replacement: bool = False) -> Tensor:
+        """Indices drawn from the categories of the last dim with probability proportional to self's weights, as
+        torch.multinomial (int64). With replacement: the inverse of the cumulative distribution at uniforms; without:
+        the top num_samples of log(weight) + Gumbel noise, which draws one after another without putting back."""
+        if self.ndim not in (1, 2):
+            raise ArgumentError(f"multinomial needs a 1-D or 2-D tensor of weights, got shape {self.shape}")
+        if num_samples <= 0:
+            raise ArgumentError(f"multinomial: cannot draw {num_samples} samples")
+        if not replacement and num_samples > self.shape[-1]:
+            raise ArgumentError(
+                f"multinomial: cannot draw {num_samples} samples from {self.shape[-1]} categories without replacement"
+            )
+        w = self.float() if self.ndim == 2 else self.float().unsqueeze(0)
+        rows, n = w.shape
+        if replacement:
+            cdf = w.cumsum(1) / w.sum(1, keepdim=True)
+            u = Tensor.rand(rows, num_samples, 1, device=self.device)
+            # a uniform past the last rounded cdf value would count n: clamp to the last category
+            idx = (u >= cdf.unsqueeze(1)).sum(-1).minimum(n - 1)
+        else:
+            gumbel = -(-(Tensor.rand(rows, n, device=self.device).clamp(min_=1e-12)).log()).log()
+            keys = (w > 0).where(w.log() + gumbel, -math.inf)
+            idx = keys.topk(num_samples, dim=1)[1]
+        idx = idx.cast(dtypes.int64)
+        return idx if self.ndim == 2 else idx.squeeze(0)
+
     def rand_like(self, dtype: DType | str | None = None) -> Tensor:
         return Tensor.rand(self.shape, dtype=dtype or self.dtype, device=self.device)
 
@@ -806,6 +911,8 @@ class Tensor(metaclass=_TensorType):
 
     def reshape(self, *shape: Any) -> Tensor:
         new = list(argfix(*shape))
+        # None keeps that dim's size, as tinygrad's reshape
+        new = [self.shape[i] if s is None and i < self.ndim else s for i, s in enumerate(new)]
         if new.count(-1) > 1:
             raise ArgumentError(f"reshape {tuple(new)}: only one dimension can be -1")
         for s in new:
@@ -866,8 +973,19 @@ class Tensor(metaclass=_TensorType):
         """Per-dimension ((before, after), ...) or None, or torch style flat (last_lo, last_hi, prev_lo, ...).
         mode: 'constant' (value), 'reflect', 'replicate' or 'circular', as torch's F.pad."""
         per_dim = _pad_pairs(self, padding)
+        if mode not in ("constant", "reflect", "replicate", "circular"):
+            raise _UnknownPadModeError(
+                f"pad mode must be 'constant', 'reflect', 'replicate' or 'circular', not {mode!r}"
+            )
+        if mode == "circular" and any(lo < 0 or hi < 0 for lo, hi in per_dim):
+            # torch's result there reads memory outside the tensor: no answer to match
+            raise NotImplementedError(f"pad mode 'circular' does not take negative padding, got {padding}")
         if mode != "constant":
-            return self._pad_mode(per_dim, mode)
+            # torch's out[i] = in[f(i - lo)]: pad by the positive parts, then crop by the negative ones
+            out = self._pad_mode([(max(lo, 0), max(hi, 0)) for lo, hi in per_dim], mode)
+            if any(lo < 0 or hi < 0 for lo, hi in per_dim):
+                out = out.shrink([(-min(lo, 0), s + min(hi, 0)) for (lo, hi), s in zip(per_dim, out.shape)])
+            return out
         # negative padding crops
         x = self
         if any(lo < 0 or hi < 0 for lo, hi in per_dim):
@@ -958,7 +1076,13 @@ class Tensor(metaclass=_TensorType):
             parts = [parts[i] + parts[i + 1] if i + 1 < len(parts) else parts[i] for i in range(0, len(parts), 2)]
         return parts[0]
 
-    def stack(self, *others: Tensor, dim: int = 0) -> Tensor:
+    def stack(self: Tensor | Sequence[Tensor], *others: Tensor, dim: int = 0) -> Tensor:
+        if not isinstance(self, Tensor):  # Tensor.stack((a, b, c), dim=...), as torch.stack
+            if others:
+                raise ArgumentError("stack takes the tensors as one sequence or as separate arguments, not both")
+            if not self:
+                raise ArgumentError("stack needs at least one tensor")
+            self, others = self[0], tuple(self[1:])
         d = _axes(dim, self.ndim + 1)[0]
         return self.unsqueeze(d).cat(*[t.unsqueeze(d) for t in others], dim=d)
 
@@ -975,6 +1099,8 @@ class Tensor(metaclass=_TensorType):
         if isinstance(device, tuple):
             return self.shard(device)
         _check_dtype("to", self.dtype, device)
+        if self.device.startswith("DISK"):
+            return self._disk_copy_to(device)
         src = self.contiguous()  # a copy moves whole buffers: a view is made contiguous on its own device first
         return Tensor(UOp(Ops.COPY, self.dtype, (src.uop,), device))
 
@@ -1006,6 +1132,58 @@ class Tensor(metaclass=_TensorType):
         self.uop = self.shard(devices, axis).uop
         return self
 
+    def to_(self, device: str | None) -> Tensor:
+        """Move this tensor to `device` in place (tinygrad's): it becomes its copy there."""
+        self.uop = self.to(device).uop
+        return self
+
+    # *** DISK tensors (runtime/ops_disk.py): copies in and out, no compute ***
+
+    def _disk_range(self) -> tuple[Tensor, Buffer | None]:
+        """This DISK tensor's realized base, and a buffer of exactly this tensor's elements where the tensor is one
+        contiguous range of the base (a slice along the first dims, a reshape), else None."""
+        base = Tensor(self.uop.base).realize()
+        buf = base._plain_buffer()
+        assert buf is not None, "a realized DISK tensor is a whole buffer"
+        chain = []
+        u = self.uop
+        while u.op in GroupOp.Movement:
+            chain.append(u)
+            u = u.src[0]
+        st = ShapeTracker.from_shape(base.shape)
+        for m in reversed(chain):
+            st = st.apply(m.op, m.arg)
+        v = st.views[-1]
+        if len(st.views) != 1 or v.mask is not None or v.strides != strides_for_shape(v.shape):
+            return base, None
+        if v.offset == 0 and self.numel() == buf.size:
+            return base, buf
+        ptr = buf.ptr + v.offset * buf.dtype.itemsize
+        return base, Buffer(buf.device, self.numel(), buf.dtype, external=buf, external_ptr=ptr, shape=self.shape)
+
+    def _disk_copy_to(self, device: str) -> Tensor:
+        base, rng = self._disk_range()
+        if rng is not None:
+            return Tensor(UOp(Ops.COPY, self.dtype, (UOp.buffer_view(rng, self.shape),), device))
+        # a strided view (a permute, a step): copy the whole file's buffer and take the view on the compute device
+        return Tensor(self.uop.rebase(Tensor(UOp(Ops.COPY, self.dtype, (base.uop,), device)).uop))
+
+    def _disk_write(self, x: Any) -> Tensor:
+        """assign into a DISK tensor: the value is computed and written into the file now, as tinygrad does."""
+        x = x if isinstance(x, Tensor) else Tensor.full(self.shape, x, dtype=self.dtype)
+        if x.shape != self.shape or x.dtype != self.dtype:
+            raise ArgumentError(
+                f"assign needs the same shape and dtype: target {self.shape} {self.dtype}, value {x.shape} {x.dtype}"
+            )
+        _, rng = self._disk_range()
+        if rng is None:
+            raise ArgumentError(
+                f"a write into a DISK tensor needs one contiguous range of its file, not a view {self.uop.op}"
+            )
+        if rng.size:
+            rng.copyin(x.data())
+        return self
+
     def detach(self) -> Tensor:
         out = Tensor(UOp(Ops.DETACH, self.dtype, (self.uop,)) if self.uop.op is not Ops.DETACH else self.uop)
         out._view_of = self._view_of or (self, self.uop)  # shares the memory, as torch's detach does
@@ -1016,6 +1194,10 @@ class Tensor(metaclass=_TensorType):
 
     def __setitem__(self, index: Any, value: Any) -> None:
         """Write value at self[index] in place (lazily: at the next realize), for every index form __getitem__ takes."""
+        _check_inplace_allowed(self)
+        if self.device.startswith("DISK"):
+            self[index].assign(value)
+            return
         v = value if isinstance(value, Tensor) else Tensor(value, dtype=self.dtype, device=self.device)
         hit, vals = _setitem_parts(self, index, v.cast(self.dtype))
         if self._view_of is not None:
@@ -1074,7 +1256,11 @@ class Tensor(metaclass=_TensorType):
     def _scatter_hits(self, dim: int, index: Tensor, src: Any, name: str) -> tuple[int, Tensor, Tensor]:
         """(dim, hit, src): hit[..., j, p, ...] is true where index[..., j, ...] == p; src gets a dim at d + 1."""
         d, index = self._dim_index(dim, index, name)
+        if any(i > s for k, (i, s) in enumerate(zip(index.shape, self.shape)) if k != d):
+            raise ArgumentError(f"{name}: index shape {index.shape} exceeds self's shape {self.shape} outside dim {d}")
         if isinstance(src, Tensor):
+            if src.dtype != self.dtype:
+                raise ArgumentError(f"{name}: self's dtype {self.dtype} and src's dtype {src.dtype} differ")
             if src.ndim != index.ndim or any(a < b for a, b in zip(src.shape, index.shape)):
                 raise ArgumentError(f"{name}: src shape {src.shape} must be at least the index shape {index.shape}")
             src = src.cast(self.dtype).shrink([(0, s) for s in index.shape])
@@ -1336,15 +1522,11 @@ class Tensor(metaclass=_TensorType):
 
     def _pad_mode(self, per_dim: list[tuple[int, int]], mode: str) -> Tensor:
         """'reflect' mirrors without the edge, 'replicate' repeats the edge, 'circular' wraps around: cat of views."""
-        if mode not in ("reflect", "replicate", "circular"):
-            raise ArgumentError(f"pad mode must be 'constant', 'reflect', 'replicate' or 'circular', not {mode!r}")
         x = self
         for d, (lo, hi) in enumerate(per_dim):
             if lo == 0 and hi == 0:
                 continue
             n = x.shape[d]
-            if lo < 0 or hi < 0:
-                raise ArgumentError(f"pad mode {mode!r} does not take negative padding, got {(lo, hi)} for dim {d}")
             if (mode == "reflect" and max(lo, hi) >= n) or (mode == "circular" and max(lo, hi) > n) or n == 0:
                 raise ArgumentError(
                     f"pad mode {mode!r}: padding {(lo, hi)} is too large for dim {d} of size {n} in shape {self.shape}"
@@ -1431,7 +1613,7 @@ class Tensor(metaclass=_TensorType):
         sizes: dict[str, int] = {}
         aligned = []
         for s, t in zip(specs, ops):
-            if len(s) != t.ndim or not s.isalpha():
+            if len(s) != t.ndim or (s and not s.isalpha()):  # '' is a 0-d operand
                 raise ArgumentError(f"einsum: operand spec {s!r} does not fit shape {t.shape}")
             while len(set(s)) != len(s):  # a repeated letter takes a diagonal
                 c = next(c for c in s if s.count(c) > 1)
@@ -1471,7 +1653,7 @@ class Tensor(metaclass=_TensorType):
         return self.pad([None] * (self.ndim - 1) + [(n - 1, 0)], value=identity)._pool((n,))
 
     def _cumulative(self, axis: int, kind: str) -> Tensor:
-        d = _axes(axis, self.ndim)[0] if self.ndim else 0
+        d = _axes(axis, self.ndim)[0] if self.ndim else (_axes(axis, 0), 0)[1]
         x = self.reshape(1) if self.ndim == 0 else self
         out = x.transpose(d, -1)._scan_last(kind).transpose(d, -1)
         return out.reshape(()) if self.ndim == 0 else out
@@ -1834,6 +2016,10 @@ class Tensor(metaclass=_TensorType):
         fdt = least_upper_float(a.dtype)
         return a.cast(fdt)._alu(Ops.FDIV, b.cast(fdt))
 
+    def idiv(self, x: Any, reverse: bool = False) -> Tensor:
+        """Integer division rounding toward zero (tinygrad's; torch's div(rounding_mode='trunc'))."""
+        return self.div(x, reverse, rounding_mode="trunc")
+
     def _floordiv(self, b: Tensor) -> Tensor:
         if dtypes.is_float(self.dtype):
             # through the exact remainder, as torch does, so that a == (a // b) * b + a % b as closely as floats
@@ -2076,6 +2262,56 @@ class Tensor(metaclass=_TensorType):
     def __matmul__(self, x: Tensor) -> Tensor:
         return self.matmul(x)
 
+    # in place, as torch and tinygrad: `x += y` writes into x's memory (through a view into what it shows)
+    def _inplace(self, result: Tensor) -> Tensor:
+        _check_inplace_allowed(self)
+        if result.shape != self.shape:
+            raise ArgumentError(f"an in-place op cannot change the shape {self.shape} to {result.shape}")
+        if dtypes.is_float(result.dtype) and not dtypes.is_float(self.dtype):
+            raise ArgumentError(
+                f"result type {result.dtype.name} can't be cast to the {self.dtype.name} tensor it goes in"
+            )
+        return self.assign(result.cast(self.dtype))
+
+    def __iadd__(self, x: Any) -> Tensor:
+        return self._inplace(self + x)
+
+    def __isub__(self, x: Any) -> Tensor:
+        return self._inplace(self - x)
+
+    def __imul__(self, x: Any) -> Tensor:
+        return self._inplace(self * x)
+
+    def __itruediv__(self, x: Any) -> Tensor:
+        return self._inplace(self / x)
+
+    def __ifloordiv__(self, x: Any) -> Tensor:
+        return self._inplace(self // x)
+
+    def __imod__(self, x: Any) -> Tensor:
+        return self._inplace(self % x)
+
+    def __ipow__(self, x: Any) -> Tensor:
+        return self._inplace(self**x)
+
+    def __imatmul__(self, x: Tensor) -> Tensor:
+        return self._inplace(self @ x)
+
+    def __iand__(self, x: Any) -> Tensor:
+        return self._inplace(self & x)
+
+    def __ior__(self, x: Any) -> Tensor:
+        return self._inplace(self | x)
+
+    def __ixor__(self, x: Any) -> Tensor:
+        return self._inplace(self ^ x)
+
+    def __ilshift__(self, x: int) -> Tensor:
+        return self._inplace(self << x)
+
+    def __irshift__(self, x: int) -> Tensor:
+        return self._inplace(self >> x)
+
     # unary math
     def _float_unary(self, op: Ops) -> Tensor:
         x = self.cast(least_upper_float(self.dtype))
@@ -2087,6 +2323,16 @@ class Tensor(metaclass=_TensorType):
         if self.dtype in (dtypes.float16, dtypes.bfloat16):
             return fn(self.float()).cast(self.dtype)
         return fn(self.cast(least_upper_float(self.dtype)))
+
+    def _with_derivative(self, out: Tensor, deriv: Callable[[Tensor], Tensor]) -> Tensor:
+        """out = f(self), differentiated by f' as torch states it rather than by the chain rule through f's composite
+        formula, which gives NaN at the edges of the domain where torch's f' gives +-inf (asin at +-1)."""
+        if dtypes.is_float(self.dtype):
+            from lazygrad.gradient import define_gradient
+
+            src = self.uop
+            define_gradient(out.uop, src, lambda g: g * deriv(Tensor(src)))
+        return out
 
     def neg(self) -> Tensor:
         if self.dtype == dtypes.bool:
@@ -2131,11 +2377,13 @@ class Tensor(metaclass=_TensorType):
 
     def asin(self) -> Tensor:
         # x / sqrt((1-x)(1+x)) is +-inf at +-1, where atan gives +-pi/2; the product keeps precision near 1
-        return self._in_float32(lambda x: _atan(x / ((1 - x) * (1 + x)).sqrt()))
+        out = self._in_float32(lambda x: _atan(x / ((1 - x) * (1 + x)).sqrt()))
+        return self._with_derivative(out, lambda x: (1 - x * x).rsqrt())
 
     def acos(self) -> Tensor:
         # 2 atan(sqrt((1-x)/(1+x))): no cancellation near x = 1, where pi/2 - asin(x) would lose every digit
-        return self._in_float32(lambda x: 2 * _atan(((1 - x) / (1 + x)).sqrt()))
+        out = self._in_float32(lambda x: 2 * _atan(((1 - x) / (1 + x)).sqrt()))
+        return self._with_derivative(out, lambda x: -(1 - x * x).rsqrt())
 
     def atan(self) -> Tensor:
         return self._in_float32(_atan)
@@ -2169,10 +2417,11 @@ class Tensor(metaclass=_TensorType):
             # (sqrt of a negative t) and never overflows
             return huge.where(huge.where(x, 1.0).log() + math.log(2), _log1p(t + t.sqrt() * (t + 2).sqrt()))
 
-        return self._in_float32(fn)
+        return self._with_derivative(self._in_float32(fn), lambda x: (x * x - 1).rsqrt())
 
     def atanh(self) -> Tensor:
-        return self._in_float32(lambda x: 0.5 * _log1p(2 * x / (1 - x)))
+        out = self._in_float32(lambda x: 0.5 * _log1p(2 * x / (1 - x)))
+        return self._with_derivative(out, lambda x: (1 - x * x).reciprocal())
 
     def trunc(self) -> Tensor:
         return self._alu(Ops.TRUNC) if dtypes.is_float(self.dtype) else self
@@ -2381,11 +2630,10 @@ class Tensor(metaclass=_TensorType):
         sq = (x - x.mean(axis, keepdim=True)).square().sum(axis, keepdim)
         if n - correction <= 0:
             warnings.warn(
-                f"var(): degrees of freedom is <= 0 ({n} elements, correction {correction}): the result is NaN",
+                f"var(): degrees of freedom is <= 0 ({n} elements, correction {correction}): the result is inf or NaN",
                 stacklevel=2,
             )
-            return sq * math.nan
-        return sq / (n - correction)
+        return sq / max(0, n - correction)
 
     def std(self, axis: int | Sequence[int] | None = None, keepdim: bool = False, correction: int = 1) -> Tensor:
         return _root(self.var(axis, keepdim, correction), 2)
@@ -2708,6 +2956,9 @@ class Tensor(metaclass=_TensorType):
     # *** normalization, activation-like composites ***
 
     def softmax(self, axis: int = -1) -> Tensor:
+        if self.ndim == 0:
+            _axes(axis, 0)
+            return self.reshape(1).softmax(0).reshape(())
         if self.shape[_axes(axis, self.ndim)[0]] == 0:
             return self  # empty along the axis: nothing to normalize (and no max to shift by), as torch
         # the max only shifts for range: it cancels in value and in gradient, so no gradient flows through it
@@ -2716,6 +2967,9 @@ class Tensor(metaclass=_TensorType):
         return e / e.sum(axis, keepdim=True)
 
     def log_softmax(self, axis: int = -1) -> Tensor:
+        if self.ndim == 0:
+            _axes(axis, 0)
+            return self.reshape(1).log_softmax(0).reshape(())
         if self.shape[_axes(axis, self.ndim)[0]] == 0:
             return self
         m = self - self.max(axis, keepdim=True).detach()
@@ -2866,6 +3120,27 @@ class Tensor(metaclass=_TensorType):
         _, r, sign = self._householder()
         return sign * r.diagonal(0, -2, -1).prod(-1)
 
+    def newton_schulz(self, steps: int, params: Sequence[float], eps: float = 1.0e-7) -> Tensor:
+        """The Newton-Schulz iteration over the last two dims (Muon's orthogonalization): X is scaled to Frobenius
+        norm <= 1, then each step maps X to sum_i params[i] * (X X^T)^i X, an odd polynomial applied to X's singular
+        values. Coefficients that map (0, 1] to 1, such as (1.5, -0.5), drive X towards U @ Vh of its SVD."""
+        if self.ndim < 2:
+            raise ValueError(f"newton_schulz needs a matrix (or a batch of them), got shape {self.shape}")
+        if not params:
+            raise ValueError("newton_schulz needs at least one coefficient")
+        if self.shape[-2] > self.shape[-1]:  # X X^T is the smaller Gram matrix when X is wide
+            return self.transpose(-2, -1).newton_schulz(steps, params, eps).transpose(-2, -1)
+        x = self.cast(least_upper_float(self.dtype))
+        x = x / ((x * x).sum((-2, -1), keepdim=True).sqrt() + eps)
+        for _ in range(steps):
+            gram, term = x @ x.transpose(-2, -1), x
+            out = params[0] * x
+            for c in params[1:]:
+                term = gram @ term
+                out = out + c * term
+            x = out
+        return x
+
     def svd(self, full_matrices: bool = True, sweeps: int = 12) -> tuple[Tensor, Tensor, Tensor]:
         """U, S, Vh with self == U @ diag(S) @ Vh (S descending), over the last two dims, as torch.linalg.svd:
         one-sided Jacobi rotations on column pairs, all disjoint pairs of a round at once (round-robin order)."""
@@ -3000,6 +3275,27 @@ _grad_leaves: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictio
 _grad_leaves_lock = threading.Lock()
 # id -> floating point tensor whose requires_grad was never set: a backward through it fills its .grad (tinygrad's rule)
 _unset_grad: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
+# id -> tensor whose requires_grad was set False
+_no_grad_leaves: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
+
+
+def _drop_unset_over_no_grad_inputs(root: UOp, leaves: list[tuple[Tensor, UOp]]) -> list[tuple[Tensor, UOp]]:
+    """Of the tensors a backward fills, drop those with requires_grad unset that are computed from tensors set to
+    requires_grad=False alone (x * m with both False): they lie on no path to anything that wants a gradient, and
+    torch and tinygrad leave their .grad None. An unset tensor built from no such input (a leaf, Tensor.rand) stays."""
+    from lazygrad.gradient import _blocks
+
+    if not any(t._requires_grad is None for t, _ in leaves):
+        return leaves
+    targets = {n for _, n in leaves}
+    no_grad = {t.uop for t in list(_no_grad_leaves.values())}
+    below_target: dict[UOp, bool] = {}
+    over_no_grad: dict[UOp, bool] = {}
+    for n in root.toposort:  # sources before their users
+        srcs = () if _blocks(n) else n.src
+        below_target[n] = any(s in targets or below_target[s] for s in srcs)
+        over_no_grad[n] = n in no_grad or any(over_no_grad[s] for s in n.src)
+    return [(t, n) for t, n in leaves if t._requires_grad is not None or below_target[n] or not over_no_grad[n]]
 
 
 def _creation_with_requires_grad(fn: Callable[..., Tensor]) -> Any:
@@ -3062,6 +3358,22 @@ class DTypeError(TypeError, RuntimeError):
     """A dtype an op cannot take (gradients of integers): TypeError, and RuntimeError as torch raises."""
 
 
+class _UnknownPadModeError(ArgumentError, NotImplementedError):
+    """torch raises NotImplementedError for a pad mode it lacks; an ArgumentError (ValueError) as lazygrad's others."""
+
+
+class InPlaceOnLeafError(NotImplementedError):
+    """An in-place write (`x += y`, `x[i] = v`) into a leaf that requires grad, outside no_grad: torch raises a
+    RuntimeError, tinygrad a NotImplementedError (which is one)."""
+
+
+def _check_inplace_allowed(t: Tensor) -> None:
+    if t._requires_grad and not Tensor._grad_disabled:
+        raise InPlaceOnLeafError(
+            "a leaf tensor that requires grad is used in an in-place operation; wrap it in Tensor.no_grad()"
+        )
+
+
 class IntOverflowError(OverflowError, RuntimeError):
     """An integer that does not fit the dtype of the tensor being made (torch: RuntimeError, numpy: OverflowError)."""
 
@@ -3072,6 +3384,8 @@ def _check_fits(values: Sequence[Any], dtype: DType, what: str) -> None:
     if not dtypes.is_int(dtype):
         return
     lo, hi = dtypes.min(dtype), dtypes.max(dtype)
+    if dtypes.is_unsigned(dtype):
+        lo = -hi  # torch takes a negative int down to -max for an unsigned dtype, and wraps it (-1 is 255 in uint8)
     for v in values:
         if isinstance(v, int) and not isinstance(v, bool) and not lo <= v <= hi:
             raise IntOverflowError(f"{what}: {v} does not fit {dtype.name} (range {lo} to {hi})")

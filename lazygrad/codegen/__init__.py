@@ -69,6 +69,11 @@ def get_program(ast: UOp, renderer: Renderer, opts: list[Opt] | None = None) -> 
     """The kernel's source and launch facts. Without explicit opts the result is cached on disk, so a second process
     lowers nothing (lowering a kernel with big register tiles takes tens of milliseconds); DEBUG>=3 bypasses the
     cache to print the AST, the opts and the source, and VIZ to record every pass of every kernel."""
+    if not renderer.computes:
+        raise RuntimeError(
+            f"{renderer.device} only stores tensors and cannot compute; copy the tensor to a compute device first, "
+            f"e.g. t.to('CPU')"
+        )
     if opts is not None or DEBUG >= 3 or VIZ:
         return _build_program(ast, renderer, opts)
     key = _program_key(ast, renderer)

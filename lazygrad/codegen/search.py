@@ -23,7 +23,7 @@ from lazygrad.codegen.kernel import AxisType, Kernel, KernelOptError, Opt, OptOp
 from lazygrad.codegen.workgroups import default_optimizations
 from lazygrad.device import Buffer, CompileError, Device
 from lazygrad.dtype import DType, dtypes
-from lazygrad.helpers import DEBUG, diskcache_get, diskcache_put, getenv
+from lazygrad.helpers import DEBUG, IGNORE_BEAM_CACHE, diskcache_get, diskcache_put, getenv
 from lazygrad.renderer import ProgramSpec, Renderer
 from lazygrad.uop.ops import Ops, UOp, serialize
 
@@ -136,7 +136,7 @@ def beam_search(ast: UOp, renderer: Renderer, width: int) -> list[Opt]:
 
     dev = Device[renderer.device]
     key = repr((renderer.device, dev.compiler.cachekey, width, serialize(ast)))
-    if (cached := diskcache_get("beam_v1", key)) is not None:
+    if not IGNORE_BEAM_CACHE and (cached := diskcache_get("beam_v1", key)) is not None:
         return cached
     start = time.perf_counter()
     bench = _Bench(ast, renderer)

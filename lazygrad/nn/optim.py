@@ -8,6 +8,7 @@ a number would be baked into the kernel source and every step would compile new 
 
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 from lazygrad.dtype import dtypes
@@ -140,6 +141,80 @@ class AdamW(Adam):
         weight_decay: float = 0.01,
     ):
         super().__init__(params, lr, b1, b2, eps, weight_decay, decoupled=True)
+
+
+class LAMB(Optimizer):
+    """LAMB (You et al. 2019): Adam's bias-corrected update plus decoupled weight decay, scaled per parameter by the
+    trust ratio ||w|| / ||update|| (1 where either norm is 0). With adam=True the ratio is 1: Adam with decoupled
+    weight decay added to the update."""
+
+    def __init__(
+        self,
+        params: Sequence[Tensor],
+        lr: float = 0.001,
+        b1: float = 0.9,
+        b2: float = 0.999,
+        eps: float = 1e-6,
+        weight_decay: float = 0.0,
+        adam: bool = False,
+    ):
+        super().__init__(params, lr)
+        self.b1, self.b2, self.eps, self.weight_decay, self.adam = b1, b2, eps, weight_decay, adam
+        self.m, self.v = self._state(), self._state()
+        self.b1_t, self.b2_t = self._scalar(1.0), self._scalar(1.0)
+        Tensor.realize(*self.params, *self.m, *self.v, self.lr, self.b1_t, self.b2_t)
+
+    def _begin_step(self) -> list[Tensor]:
+        return [self.b1_t.assign(self.b1_t * self.b1), self.b2_t.assign(self.b2_t * self.b2)]
+
+    def _update(self, i: int, p: Tensor, g: Tensor) -> list[Tensor]:
+        # the state may live on another device than the parameter (offloaded): compute there, bring the update back
+        m, v, w = self.m[i], self.v[i], p.detach()
+        g = g.to(m.device)
+        m.assign(_lerp(m, g, 1 - self.b1))
+        v.assign(v * self.b2 + g * (1 - self.b2) * g)
+        m_hat = m / (1 - self.b1_t.to(m.device)).cast(p.dtype)
+        v_hat = v / (1 - self.b2_t.to(m.device)).cast(p.dtype)
+        up = (m_hat / (v_hat.sqrt() + self.eps)).to(p.device) + w * self.weight_decay
+        if self.adam:
+            return [m, v, p.assign(w - up * self.lr.cast(p.dtype))]
+        r1, r2 = (w * w).sum().sqrt(), (up * up).sum().sqrt()
+        trust = ((r1 > 0) & (r2 > 0)).where(r1 / r2, 1.0)
+        return [m, v, p.assign(w - up * (self.lr.cast(p.dtype) * trust))]
+
+
+class Muon(Optimizer):
+    """Muon (torch.optim.Muon) for 2-D parameters: SGD momentum (nesterov by default) whose update is orthogonalized
+    by `ns_steps` Newton-Schulz steps (Tensor.newton_schulz with `ns_coefficients`), with decoupled weight decay and
+    the learning rate scaled by sqrt(max(1, rows / cols))."""
+
+    def __init__(
+        self,
+        params: Sequence[Tensor],
+        lr: float = 1e-3,
+        weight_decay: float = 0.1,
+        momentum: float = 0.95,
+        nesterov: bool = True,
+        ns_coefficients: tuple[float, ...] = (3.4445, -4.775, 2.0315),
+        eps: float = 1e-7,
+        ns_steps: int = 5,
+    ):
+        super().__init__(params, lr)
+        for p in self.params:
+            if p.ndim != 2:
+                raise ValueError(f"Muon updates 2-D parameters only, got one of shape {p.shape}")
+        self.weight_decay, self.momentum, self.nesterov = weight_decay, momentum, nesterov
+        self.ns_coefficients, self.eps, self.ns_steps = tuple(ns_coefficients), eps, ns_steps
+        self.b = self._state()
+        Tensor.realize(*self.params, *self.b, self.lr)
+
+    def _update(self, i: int, p: Tensor, g: Tensor) -> list[Tensor]:
+        b = self.b[i].assign(_lerp(self.b[i], g, 1 - self.momentum))
+        update = _lerp(g, b, self.momentum) if self.nesterov else b
+        update = update.newton_schulz(self.ns_steps, self.ns_coefficients, self.eps).cast(p.dtype)
+        w = p.detach() * (1 - self.lr * self.weight_decay).cast(p.dtype)
+        lr = (self.lr * math.sqrt(max(1.0, p.shape[0] / p.shape[1]))).cast(p.dtype)
+        return [b, p.assign(w - update * lr)]
 
 
 def _lerp(start: Tensor, end: Tensor, weight: float) -> Tensor:

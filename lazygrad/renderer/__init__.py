@@ -36,6 +36,7 @@ class Renderer:
     max_upcast: int = 16
     max_buffers: int | None = None  # buffer arguments one kernel may take (None: no limit worth splitting for)
     tensor_cores: tuple = ()
+    computes: bool = True  # False: a storage-only device (DISK), whose tensors are copied, never computed on
 
     def dtype_unsupported(self, dtype: DType) -> str | None:
         """Why this target cannot compute with `dtype`, or None when it can."""

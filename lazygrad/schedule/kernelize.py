@@ -508,7 +508,9 @@ def _levels(stored: list[UOp], reads: list[set[UOp]]) -> list[int]:
                 stack.pop()
                 continue
             if i in on_path or any(j in on_path for j in todo):
-                raise RuntimeError("an assign and a read of the same buffer depend on each other; realize one first")
+                raise RuntimeError(
+                    "an assign and a read of the same buffer depend on each other (a cycle); realize one first"
+                )
             on_path.add(i)
             stack.extend(todo)
     return [level[i] for i in range(len(stored))]

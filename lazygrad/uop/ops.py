@@ -380,6 +380,18 @@ class UOp(metaclass=UOpMetaClass):
     def is_realized(self) -> bool:
         return self.base.op is Ops.BUFFER
 
+    @property
+    def realized(self) -> Any:
+        """The Buffer holding this node's data (seen through movement ops), None if it is not in memory."""
+        return self.base.arg if self.base.op is Ops.BUFFER else None
+
+    @property
+    def buffer(self) -> Any:
+        """The Buffer holding this node's data; an error if it is not in memory yet."""
+        if (buf := self.realized) is None:
+            raise RuntimeError(f"this {self.base.op} node is not in memory yet: realize the tensor that holds it first")
+        return buf
+
     # *** printing: every shared node appears once, later uses refer to it by name ***
 
     def __repr__(self) -> str:

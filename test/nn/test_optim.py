@@ -62,8 +62,10 @@ def test_matches_torch_over_steps(name: str, kw: dict) -> None:
         np.testing.assert_allclose(p.numpy(), r.detach().numpy(), rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("name,kw,per_param", [("SGD", dict(lr=0.1), 1), ("SGD", dict(lr=0.1, momentum=0.9), 2),
-                                                ("Adam", {}, 2), ("AdamW", {}, 2)])
+@pytest.mark.parametrize(
+    "name,kw,per_param",
+    [("SGD", dict(lr=0.1), 1), ("SGD", dict(lr=0.1, momentum=0.9), 2), ("Adam", {}, 2), ("AdamW", {}, 2)],
+)
 def test_step_is_few_kernels(name: str, kw: dict, per_param: int) -> None:
     params, _ = _model()
     opt = getattr(optim, name)(params, **kw)
@@ -121,3 +123,44 @@ def test_loss_and_grads_keep_their_values_after_step() -> None:
     opt.step()
     assert p.tolist() == [0.0, 0.0]
     assert loss.item() == 5.0 and p.grad.tolist() == [2.0, 4.0]  # as computed before the update
+
+
+def test_muon_matches_torch() -> None:
+    rng = np.random.default_rng(4)
+    w0 = rng.standard_normal((6, 4)).astype(np.float32)
+    w, tw = Tensor(w0.copy()).requires_grad_(), torch.tensor(w0.copy(), requires_grad=True)
+    opt, topt = optim.Muon([w], lr=0.02, weight_decay=0.1), torch.optim.Muon([tw], lr=0.02, weight_decay=0.1)
+    for _ in range(3):
+        x = rng.standard_normal((5, 6)).astype(np.float32)
+        opt.zero_grad()
+        (Tensor(x) @ w).tanh().sum().backward()
+        opt.step()
+        topt.zero_grad()
+        (torch.tensor(x) @ tw).tanh().sum().backward()
+        topt.step()
+        # torch runs the Newton-Schulz steps in bfloat16 (lazygrad in float32): an update off by ~1% of lr
+        np.testing.assert_allclose(w.numpy(), tw.detach().numpy(), atol=1e-3)
+    assert np.abs(w.numpy() - w0).max() > 2e-2  # it moved, by far more than the tolerance
+    with pytest.raises(ValueError, match="2-D"):
+        optim.Muon([Tensor.ones(3).requires_grad_()])
+
+
+@pytest.mark.parametrize("adam", [False, True])
+def test_lamb_matches_reference(adam: bool) -> None:
+    rng = np.random.default_rng(5)
+    w0 = rng.standard_normal((3, 4)).astype(np.float64)
+    lr, b1, b2, eps, wd = 0.01, 0.9, 0.999, 1e-6, 0.1
+    w = Tensor(w0.astype(np.float32)).requires_grad_()
+    opt = optim.LAMB([w], lr=lr, b1=b1, b2=b2, eps=eps, weight_decay=wd, adam=adam)
+    ref, m, v = w0.copy(), np.zeros_like(w0), np.zeros_like(w0)
+    for t in range(1, 4):
+        x = rng.standard_normal((2, 3)).astype(np.float32)
+        opt.zero_grad()
+        (Tensor(x) @ w).square().sum().backward()
+        opt.step()
+        g = 2 * x.astype(np.float64).T @ (x.astype(np.float64) @ ref)  # d/dw sum((x w)^2)
+        m, v = b1 * m + (1 - b1) * g, b2 * v + (1 - b2) * g * g
+        up = (m / (1 - b1**t)) / (np.sqrt(v / (1 - b2**t)) + eps) + wd * ref
+        r1, r2 = np.linalg.norm(ref), np.linalg.norm(up)
+        ref = ref - lr * (1.0 if adam or r1 == 0 or r2 == 0 else r1 / r2) * up
+        np.testing.assert_allclose(w.numpy(), ref, rtol=1e-4, atol=1e-5)

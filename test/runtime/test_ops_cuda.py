@@ -179,3 +179,97 @@ def test_several_kernels_compile_as_one_source():
     specs = {spec.name: spec for spec in (get_program(ast, RENDERER) for ast in asts)}  # one binary, distinct names
     assert len(specs) >= 3
     assert COMPILER.compile_many([s.src for s in specs.values()])[:4] == b"\x7fELF"
+
+
+# *** on a GPU (skipped without one): tensor cores, BEAM, TinyJit and big reductions on the hardware ***
+
+
+@pytest.fixture
+def gpu() -> str:
+    if ctypes.util.find_library("cuda") is None:
+        pytest.skip("no NVIDIA driver (libcuda) on this machine")
+    try:
+        Device["CUDA"]
+    except DeviceUnavailable as e:
+        pytest.skip(str(e))
+    return "CUDA"
+
+
+def _on(gpu: str, *arrays: np.ndarray, dtype=dtypes.float32) -> list[Tensor]:  # noqa: ANN001
+    return [Tensor(a, device=gpu).cast(dtype).realize() for a in arrays]
+
+
+TC_SHAPES = [
+    ((64, 128), (128, 32)),
+    ((256, 256), (256, 256)),
+    ((100, 70), (70, 50)),  # no dimension a multiple of the tile: no tensor core, still right
+    ((3, 48, 64), (64, 40)),
+    ((1, 512), (512, 1024)),
+]
+
+
+@pytest.mark.parametrize("dtype", [dtypes.half, dtypes.bfloat16], ids=["half", "bfloat16"])
+@pytest.mark.parametrize("shapes", TC_SHAPES, ids=[f"{a}x{b}" for a, b in TC_SHAPES])
+def test_tensor_core_matmul_on_gpu(gpu: str, dtype, shapes) -> None:  # noqa: ANN001
+    rng = np.random.default_rng(0)
+    a_np, b_np = (rng.standard_normal(s).astype(np.float32) for s in shapes)
+    a, b = _on(gpu, a_np, b_np, dtype=dtype)
+    a_np, b_np = a.float().numpy(), b.float().numpy()  # the values the 16-bit tensors hold
+    (si,) = [s for s in (a @ b).schedule() if s.ast.op is Ops.SINK]
+    spec = get_program(si.ast, Device[gpu].renderer)
+    tiles = shapes[0][-2] % 16 == 0 and shapes[1][-1] % 8 == 0 and shapes[0][-1] % 16 == 0
+    if tiles:
+        assert "mma.sync" in spec.src, spec.applied_opts
+    got = (a @ b).float().numpy()
+    np.testing.assert_allclose(got, a_np @ b_np, atol=0.1, rtol=2e-2)
+
+
+def test_beam_search_on_gpu(gpu: str) -> None:
+    from lazygrad import Context
+
+    rng = np.random.default_rng(1)
+    a_np, b_np = rng.standard_normal((96, 80)).astype(np.float32), rng.standard_normal((80, 112)).astype(np.float32)
+    a, b = _on(gpu, a_np, b_np)
+    with Context(BEAM=2):
+        got = (a @ b).relu().numpy()
+    np.testing.assert_allclose(got, np.maximum(a_np @ b_np, 0), atol=1e-3, rtol=1e-3)
+
+
+def test_jit_and_training_step_on_gpu(gpu: str) -> None:
+    from lazygrad import TinyJit, nn
+
+    rng = np.random.default_rng(2)
+    w_np = rng.standard_normal((20, 10)).astype(np.float32)
+    w = Tensor(w_np, device=gpu, requires_grad=True)
+    opt = nn.optim.SGD([w], lr=0.1)
+
+    @TinyJit
+    def step(x: Tensor) -> Tensor:
+        opt.zero_grad()
+        loss = (x @ w).relu().square().mean()
+        loss.backward()
+        opt.step()
+        return loss.realize()
+
+    w_ref = w_np.copy()
+    for i in range(5):
+        x_np = rng.standard_normal((8, 20)).astype(np.float32)
+        loss = step(Tensor(x_np, device=gpu)).item()
+        y = np.maximum(x_np @ w_ref, 0)
+        grad = x_np.T @ (2 * y / y.size)
+        assert abs(loss - float((y**2).mean())) < 1e-4 * max(1.0, abs(loss)), i
+        w_ref -= 0.1 * grad
+    np.testing.assert_allclose(w.numpy(), w_ref, atol=1e-4, rtol=1e-4)
+
+
+def test_large_reductions_and_copies_on_gpu(gpu: str) -> None:
+    rng = np.random.default_rng(3)
+    x_np = rng.standard_normal(3_000_017).astype(np.float32)
+    (x,) = _on(gpu, x_np)
+    np.testing.assert_allclose(x.sum().item(), x_np.astype(np.float64).sum(), rtol=1e-4, atol=1e-2)
+    assert x.argmax().item() == int(x_np.argmax())
+    m_np = rng.standard_normal((1000, 1000)).astype(np.float32)
+    (m,) = _on(gpu, m_np)
+    np.testing.assert_allclose(m.softmax(1).numpy(), np.exp(m_np) / np.exp(m_np).sum(1, keepdims=True), rtol=1e-4)
+    np.testing.assert_allclose(m.T.contiguous().to("CPU").numpy(), m_np.T)
+    np.testing.assert_array_equal((Tensor.arange(100_000, device=gpu) * 3 % 7).numpy(), np.arange(100_000) * 3 % 7)
