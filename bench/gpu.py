@@ -109,7 +109,72 @@ def matmul_row(n: int, dt: DType) -> list[str]:
     return [f"matmul {n}x{n} {dt.name}", f"{t * 1e6:10.1f} us", f"{flops:8.2f} TFLOPS", "", peer]
 
 
+def tc_opts(ast: object, renderer: object, up: tuple[int, int], local: tuple[int, int], unroll: int) -> list | None:
+    """The opts of a tensor-core matmul kernel: TC, then per operand ("a", "b") an upcast and a local factor of its
+    outer axis, then an unroll of the reduce; None where one does not fit."""
+    from lazygrad.codegen.kernel import AxisType, Kernel, KernelOptError, Opt, OptOps
+
+    k = Kernel(ast, renderer)  # type: ignore[arg-type]
+    k.merge_axes()
+    try:
+        k.apply_opt(Opt(OptOps.TC, 0, 0))
+        for op, amounts in ((OptOps.UPCAST, up), (OptOps.LOCAL, local)):
+            for operand, amount in zip(("a", "b"), amounts):
+                if amount > 1:
+                    axis = k.tc_outer_axis(operand)
+                    if axis is None:
+                        return None
+                    k.apply_opt(Opt(op, k.axes_of(AxisType.GLOBAL).index(axis), amount))
+        if unroll > 1:
+            k.apply_opt(Opt(OptOps.UNROLL, 0, unroll))
+    except KernelOptError:
+        return None
+    return list(k.applied_opts)
+
+
+def tc_sweep(n: int, dt: DType, budget_s: float = 90.0) -> None:
+    """SWEEP=1: the fp16/bf16 tensor-core matmul under workgroup shapes around the default, fastest first."""
+    import itertools
+
+    from lazygrad.codegen import get_program
+    from lazygrad.engine.realize import CompiledRunner
+
+    rng = np.random.default_rng(1)
+    a = Tensor(rng.standard_normal((n, n), dtype=np.float32), device=DEVICE).cast(dt).realize()
+    b = Tensor(rng.standard_normal((n, n), dtype=np.float32), device=DEVICE).cast(dt).realize()
+    si = [s for s in (a @ b).schedule() if s.ast.op.name == "SINK"][-1]  # the matmul (the last kernel)
+    ref = (a.float().numpy()[:64] @ b.float().numpy()).astype(np.float32)
+    renderer, results, t0 = Device[DEVICE].renderer, [], time.perf_counter()
+    for up, local, unroll in itertools.product(
+        [(2, 2), (4, 2), (2, 4), (4, 4), (8, 2), (2, 8)], [(2, 2), (1, 2), (2, 1), (4, 1), (1, 4), (4, 2)], [1, 2]
+    ):
+        if time.perf_counter() - t0 > budget_s:
+            break
+        opts = tc_opts(si.ast, renderer, up, local, unroll)
+        if opts is None:
+            continue
+        try:
+            spec = get_program(si.ast, renderer, opts)
+            ei = ExecItem(CompiledRunner(DEVICE, spec), list(si.bufs))
+            t = kernel_time([ei], reps=3)
+        except Exception as e:  # noqa: BLE001 -- a shape the device refuses (registers, shared memory): skip it
+            print(f"up {up} local {local} unroll {unroll}: {type(e).__name__}: {str(e)[:80]}")
+            continue
+        out = np.frombuffer(si.bufs[0].as_bytes(), dtype=np.float16 if dt == dtypes.float16 else np.uint16)
+        got = out[: 64 * n].reshape(64, n)
+        got = got.astype(np.float32) if dt == dtypes.float16 else (got.astype(np.uint32) << 16).view(np.float32)
+        ok = np.allclose(got, ref, atol=0.5, rtol=0.05)
+        results.append((t, up, local, unroll, ok))
+    for t, up, local, unroll, ok in sorted(results)[:12]:
+        flops = f"{2 * n**3 / t / 1e12:7.2f} TFLOPS"
+        print(f"{dt.name} up {up} local {local} unroll {unroll}: {flops} {'' if ok else 'WRONG'}")
+
+
 def main() -> None:
+    if os.getenv("SWEEP"):
+        for dt in (dtypes.float16, dtypes.bfloat16):
+            tc_sweep(MATMUL_N, dt, 60.0 if dt == dtypes.float16 else 30.0)
+        return
     print(f"device {DEVICE}: {Device[DEVICE].describe()}")
     rows = [add_row(n) for n in SIZES]
     rows += [matmul_row(MATMUL_N, dt) for dt in (dtypes.float32, dtypes.float16)]

@@ -30,6 +30,14 @@ def default_optimizations(k: Kernel) -> Kernel:
         return k
     if gpu:
         group_reduce(k)  # first: the generic heuristic unrolls what is left of the reduce
+        if not k.axes_of(AxisType.REDUCE, AxisType.GROUP) and not getattr(k.renderer, "vector_widths", ()):
+            # elementwise, and no vector loads (CUDA): neighbouring threads take neighbouring elements (one
+            # coalesced transaction per warp), so the threads are placed first; then 4 elements per thread (loads in
+            # flight), the next factor of the innermost axis
+            local_axes(k)
+            globals_ = k.axes_of(AxisType.GLOBAL)
+            if globals_ and k.full_shape[globals_[-1]] % 4 == 0 and k.full_shape[globals_[-1]] >= 1024:
+                k.try_opt(Opt(OptOps.UPCAST, len(globals_) - 1, 4))
     hand_coded_optimizations(k)
     if gpu:
         local_axes(k)
@@ -61,7 +69,10 @@ def local_axes(k: Kernel) -> Kernel:
         if budget < 2:
             break
         size = k.full_shape[k.axes_of(AxisType.GLOBAL)[axis_no]]
-        for amount in (32, 16, 8, 4, 2):
+        # elementwise: a workgroup of one warp leaves half a GPU's thread slots empty (an SM holds at most 32
+        # workgroups); a reduce keeps 32 threads per axis, its register tile is shaped around them
+        widest = THREADS_PER_GROUP if not k.axes_of(AxisType.REDUCE, AxisType.GROUP) else 32
+        for amount in (a for a in (128, 64, 32, 16, 8, 4, 2) if a <= widest):
             if amount <= min(budget, local_max[0]) and size % amount == 0:
                 if k.try_opt(Opt(OptOps.LOCAL, axis_no, amount)):
                     break

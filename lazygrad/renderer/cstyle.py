@@ -271,6 +271,11 @@ class CStyleLanguage(Renderer):
         qual = "" if written else "const "
         return f"{qual}{self.buffer_prefix}{self.render_dtype(u.dtype)} restrict {name}"
 
+    def raw_load_bits(self, u: UOp, addr: str) -> str | None:
+        """For a load of a 16-bit float this dialect computes in float: its stored bits (a uint16 expression), so a
+        bit cast of the loaded value keeps a NaN's payload (the round trip through float would not)."""
+        return None
+
     def render_special(self, u: UOp) -> str:
         raise NotImplementedError(f"{type(self).__name__} has no thread ids")
 
@@ -333,6 +338,7 @@ class CStyleLanguage(Renderer):
             counters[prefix] = counters.get(prefix, 0) + 1
             return f"{prefix}{counters[prefix] - 1}"
 
+        raw_bits: dict[UOp, str] = {}  # loads of 16-bit floats computed in a wider type: their bits as stored
         for u in uops:
             op = u.op
             pad = "  " * depth
@@ -369,6 +375,8 @@ class CStyleLanguage(Renderer):
             elif op is Ops.INDEX:
                 names[u] = f"{names[u.src[0]]}[{names[u.src[1]]}]"
             elif op is Ops.LOAD:
+                if len(u.src) == 1 and (bits := self.raw_load_bits(u, names[u.src[0]])) is not None:
+                    raw_bits[u] = bits
                 val = self.render_load(u, names[u.src[0]])
                 if len(u.src) > 1:
                     val = f"({names[u.src[1]]}?{val}:{self.render_const(0.0 if dtypes.is_float(u.dtype) else 0, u.dtype)})"
@@ -393,6 +401,8 @@ class CStyleLanguage(Renderer):
                     expr = self.render_gep(srcs[0], u.arg)
                 elif op is Ops.WMMA:
                     expr = self.render_wmma(u, srcs)
+                elif op is Ops.BITCAST and u.src[0] in raw_bits:  # the bits as stored, not as computed with
+                    expr = self.render_bitcast(raw_bits[u.src[0]], dtypes.uint16, u.dtype)
                 else:
                     expr = self.render_alu(u, srcs)
                 if uses.get(u, 0) <= 1:

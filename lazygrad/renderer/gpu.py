@@ -77,6 +77,9 @@ class GPUDialect(CStyleLanguage):
         stored = u.src[0].dtype.base  # type: ignore[attr-defined]
         return f"lg_half_to_f({addr})" if self.half_in_float(stored) else super().render_load(u, addr)
 
+    def raw_load_bits(self, u: UOp, addr: str) -> str | None:
+        return addr if u.dtype.count == 1 and self.half_in_float(u.src[0].dtype.base) else None  # type: ignore[attr-defined]
+
     def render_store_value(self, dt: DType, val: str) -> str:
         if not self.half_in_float(dt):
             return super().render_store_value(dt, val)

@@ -254,8 +254,8 @@ def test_cpu_graph_replay_is_one_ctypes_call(monkeypatch):
         return x
 
     xn = rand(16)
-    chain(Tensor(xn))
-    chain(Tensor(xn))
+    chain(Tensor(xn, device="CPU"))
+    chain(Tensor(xn, device="CPU"))
     cj = chain.captured
     assert cj.kernel_count == 20 and cj.graph is not None
     calls = {"graph": 0, "kernel": 0}
@@ -273,7 +273,7 @@ def test_cpu_graph_replay_is_one_ctypes_call(monkeypatch):
     GlobalCounters.reset()
     for _ in range(3):
         xn = rand(16)
-        out = chain(Tensor(xn))
+        out = chain(Tensor(xn, device="CPU"))
         expect = xn.copy()
         for i in range(20):
             expect = expect * 1.5 + i
@@ -383,11 +383,11 @@ def test_same_variable_value_on_first_calls_is_not_reused_stale():
 
 def test_side_effect_only_function_and_keyword_variable():
     v = Variable("n", 0, 100)
-    acc = Tensor.zeros(3).contiguous().realize()
+    acc = Tensor.zeros(3, device="CPU").contiguous().realize()  # CPU: the graph checked below is CPU's
 
     @TinyJit
     def bump(*, by) -> None:
-        acc.assign(acc + Tensor(by).cast(acc.dtype)).realize()
+        acc.assign(acc + Tensor(by, device="CPU").cast(acc.dtype)).realize()
 
     for i in range(6):
         assert bump(by=v.bind(i)) is None

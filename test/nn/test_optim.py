@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from lazygrad import GlobalCounters, Tensor, nn
+from lazygrad import Device, GlobalCounters, Tensor, nn
 from lazygrad.nn import optim
 
 CASES = [
@@ -58,8 +58,10 @@ def test_matches_torch_over_steps(name: str, kw: dict) -> None:
         rloss.backward()
         ropt.step()
         np.testing.assert_allclose(loss.item(), rloss.item(), rtol=1e-5, atol=1e-6)
+    # a GPU fuses multiply-adds (one rounding instead of two): after 5 steps one weight in 35 is off by 3e-5
+    rtol = 1e-5 if Device.DEFAULT == "CPU" else 5e-5
     for p, r in zip(params, ref.parameters()):
-        np.testing.assert_allclose(p.numpy(), r.detach().numpy(), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(p.numpy(), r.detach().numpy(), rtol=rtol, atol=1e-6)
 
 
 @pytest.mark.parametrize(
