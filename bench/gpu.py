@@ -146,7 +146,7 @@ def tc_sweep(n: int, dt: DType, budget_s: float = 90.0) -> None:
     ref = (a.float().numpy()[:64] @ b.float().numpy()).astype(np.float32)
     renderer, results, t0 = Device[DEVICE].renderer, [], time.perf_counter()
     for up, local, unroll in itertools.product(
-        [(2, 2), (4, 2), (2, 4), (4, 4), (8, 2), (2, 8)], [(2, 2), (1, 2), (2, 1), (4, 1), (1, 4), (4, 2)], [1, 2]
+        [(2, 8), (4, 8), (2, 16), (1, 8), (4, 4), (1, 16), (2, 4)], [(4, 2), (2, 2), (8, 1), (2, 4), (1, 1)], [2, 4]
     ):
         if time.perf_counter() - t0 > budget_s:
             break
