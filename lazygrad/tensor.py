@@ -31,8 +31,75 @@ from lazygrad.schedule.multi import has_multi, lower_multi, multi, split_bounds,
 from lazygrad.uop.ops import GroupOp, Ops, UOp, pretty_print, substitute
 from lazygrad.uop.view import ShapeTracker, strides_for_shape
 
-# computed nodes that have been realized -> the buffer view that holds their value; consulted by the scheduler
-_realized: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
+
+class RealizedNodes:
+    """Computed nodes that have been realized -> the buffer view that holds their value; consulted by the scheduler.
+
+    Keys are held weakly: an entry lives while its graph does. Values are held strongly, except those of graphs kept as
+    a tensor's gradient path (`hold_weakly`): `_lazy_origin` maps that tensor's buffer view back to the graph, so a
+    strong value here would be the key of an entry whose value is this entry's key, a cycle no weak reference breaks
+    (every realized tensor with a gradient path leaked its graph and buffer). Such a value lives as long as the
+    tensor's own node, which holds it."""
+
+    def __init__(self) -> None:
+        self._strong: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
+        self._weak: weakref.WeakKeyDictionary[UOp, weakref.ref[UOp]] = weakref.WeakKeyDictionary()
+
+    def get(self, node: UOp, default: UOp | None = None) -> UOp | None:
+        if (view := self._strong.get(node)) is not None:
+            return view
+        if self._weak and (ref := self._weak.get(node)) is not None and (view := ref()) is not None:
+            return view
+        return default
+
+    def __contains__(self, node: UOp) -> bool:
+        return self.get(node) is not None
+
+    def __getitem__(self, node: UOp) -> UOp:
+        if (view := self.get(node)) is None:
+            raise KeyError(node)
+        return view
+
+    def __setitem__(self, node: UOp, view: UOp) -> None:
+        self._weak.pop(node, None)
+        self._strong[node] = view
+
+    def __delitem__(self, node: UOp) -> None:
+        found = [d.pop(node, None) for d in (self._strong, self._weak)]
+        if found == [None, None]:
+            raise KeyError(node)
+
+    def __len__(self) -> int:
+        return len(self._strong) + len(self._weak)
+
+    def hold_weakly(self, node: UOp) -> None:
+        if (view := self._strong.pop(node, None)) is not None:
+            self._weak[node] = weakref.ref(view)
+
+    def items(self) -> list[tuple[UOp, UOp]]:
+        out = list(self._strong.items())
+        return out + [(k, v) for k, ref in list(self._weak.items()) if (v := ref()) is not None]
+
+    def update(self, other: dict[UOp, UOp]) -> None:
+        for node, view in other.items():
+            self[node] = view
+
+    def setdefault(self, node: UOp, view: UOp) -> UOp:
+        if (old := self.get(node)) is not None:
+            return old
+        self[node] = view
+        return view
+
+    def forget_reads_of(self, buffers: set[Any]) -> None:
+        """Drop the entries whose graph reads one of `buffers` (Buffer objects): their value is stale once something
+        other than the scheduler writes those buffers (a TinyJit replay)."""
+        for d in (self._strong, self._weak):
+            stale = [k for k in list(d.keys()) if any(x.op is Ops.BUFFER and x.arg in buffers for x in k.toposort)]
+            for node in stale:
+                d.pop(node, None)
+
+
+_realized = RealizedNodes()
 # realized tensor's buffer node -> the graph that computed it, for tensors that needed a gradient path (see backward)
 _lazy_origin: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
 # realized buffer node -> the tensor that holds it as its own memory (see schedule_with_vars)
@@ -565,6 +632,7 @@ class Tensor(metaclass=_TensorType):
                         _buffer_owner[new] = weakref.ref(t)
                     if keep and t.uop is not lazy:
                         _lazy_origin[t.uop] = lazy
+                        _realized.hold_weakly(lazy.base)
             return schedule, var_vals
 
     def schedule(self, *lst: Tensor) -> list:
@@ -598,7 +666,7 @@ class Tensor(metaclass=_TensorType):
 
     def _plain_buffer(self) -> Buffer | None:
         u = self.uop
-        if u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER:
+        while u.op is Ops.RESHAPE:  # reshapes of a whole buffer keep its row-major order
             u = u.src[0]
         return u.arg if u.op is Ops.BUFFER else None
 

@@ -244,6 +244,8 @@ class CapturedJit:
             elif a is not spec.value and not _same(a, spec.value):
                 self._const_mismatch(spec, a)
         graph.call()
+        if len(_realized):  # values computed earlier from what this replay overwrote are stale now
+            _realized.forget_reads_of(self.written)
         GlobalCounters.kernel_count += self.kernel_count
         GlobalCounters.global_ops += self.ops
         GlobalCounters.global_mem += self.mem
@@ -268,6 +270,8 @@ class CapturedJit:
         for runner, bslots, vslots in self.items:
             var_vals = {v: self.var_vals[s] for v, s in zip(runner.spec.vars, vslots)}
             ExecItem(runner, [table[s] for s in bslots]).run(var_vals, jit=True)
+        if len(_realized):
+            _realized.forget_reads_of(self.written)
         swap = {node: UOp.buffer_view(inputs[i], (inputs[i].size,)) for node, i in self.input_nodes.items()}
         return _rebuild(self.ret, lambda t: _wrap(t.uop.substitute(swap) if swap else t.uop))
 

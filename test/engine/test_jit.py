@@ -433,3 +433,33 @@ def test_changed_training_or_no_grad_mode_raises():
         f(Tensor(rand(3)))
     with Tensor.no_grad(), pytest.raises(JitError, match="no_grad=True"):
         f(Tensor(rand(3)))
+
+
+def test_replay_output_fresh_when_a_weight_requires_grad():
+    # the output's .numpy() went through a copy whose cached result outlived the call: from the third call on, every
+    # replay returned the second call's values
+    w_np = np.random.default_rng(0).standard_normal((28, 20)).astype(np.float32)
+    w = Tensor(w_np, requires_grad=True).realize()
+
+    @TinyJit
+    def embed(x: Tensor) -> Tensor:
+        return ((x.unsqueeze(-1) == Tensor.arange(28)).cast(w.dtype) @ w).realize()
+
+    for i in range(5):
+        idx = np.array([i, (i * 7) % 28, 3])
+        np.testing.assert_allclose(embed(Tensor(idx)).numpy(), w_np[idx], rtol=1e-6)
+
+
+def test_replay_invalidates_values_computed_from_its_outputs():
+    w = Tensor(np.ones((4, 4), np.float32)).realize()
+
+    @TinyJit
+    def f(x: Tensor) -> Tensor:
+        return (x @ w).realize()
+
+    held = []
+    for i in range(5):
+        out = f(Tensor(np.full((2, 4), i, np.float32)))
+        s = out.sum()
+        held.append(out.sum())  # a lazy twin of s's graph keeps the cached result of s reachable
+        assert s.item() == 32 * i

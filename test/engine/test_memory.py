@@ -112,3 +112,25 @@ def test_mem_used_and_peak():
     assert GlobalCounters.mem_used == base + 4000 and GlobalCounters.mem_peak == base + 4000
     del b
     assert GlobalCounters.mem_used == base and GlobalCounters.mem_peak == base + 4000
+
+
+def test_realized_tensors_with_a_gradient_path_are_freed():
+    # each realized tensor that kept its graph for backward (and each .numpy() copy of one) used to stay cached
+    # forever: the cache's value and the gradient-path map's key held each other
+    import gc
+
+    from lazygrad.tensor import _lazy_origin, _realized
+
+    w = Tensor(np.ones((4, 4), np.float32), requires_grad=True).realize()
+    gc.collect()
+    before = (len(_realized), len(_lazy_origin))
+    for i in range(20):
+        out = (Tensor(np.full((2, 4), i, np.float32)) @ w).relu().contiguous().realize()
+        np.testing.assert_allclose(out.numpy(), np.full((2, 4), 4.0 * i))
+        del out
+    gc.collect()
+    assert (len(_realized), len(_lazy_origin)) == before
+    # a realized intermediate still carries the gradient to the weight
+    h = (Tensor(np.ones((2, 4), np.float32)) @ w).contiguous().realize()
+    h.sum().backward()
+    np.testing.assert_allclose(w.grad.numpy(), np.full((4, 4), 2.0))
