@@ -515,7 +515,14 @@ class Tensor(metaclass=_TensorType):
         return self
 
     @staticmethod
-    def _from_numpy(arr: Any, device: str, dtype: DType | None) -> UOp:
+    def from_numpy(arr: Any) -> Tensor:
+        """A CPU tensor over the array's own memory, as torch.from_numpy: no copy, so a write into either shows in
+        the other. `Tensor(arr)` copies (as torch.tensor does): a batch array refilled in a loop then leaves the
+        tensors made from it alone. Falls back to a copy where the array is not C-contiguous and aligned."""
+        return Tensor(Tensor._from_numpy(arr, "CPU", None, share=True))
+
+    @staticmethod
+    def _from_numpy(arr: Any, device: str, dtype: DType | None, share: bool = False) -> UOp:
         import numpy as np
 
         arr = np.asarray(arr)
@@ -523,7 +530,8 @@ class Tensor(metaclass=_TensorType):
             arr = arr.astype(arr.dtype.newbyteorder("="))  # buffers hold the machine's byte order
         dt = _np_to_dtype(arr.dtype)
         shape = tuple(int(s) for s in arr.shape)
-        if device == "CPU" and arr.flags.c_contiguous and arr.size > 0 and arr.ctypes.data % dt.itemsize == 0:
+        aligned = arr.flags.c_contiguous and arr.size > 0 and arr.ctypes.data % dt.itemsize == 0
+        if share and device == "CPU" and aligned:
             # zero-copy: the buffer points into the array (kept alive by the buffer)
             buf = Buffer(device, int(arr.size), dt, external=arr, external_ptr=arr.ctypes.data, shape=shape)
         else:

@@ -468,3 +468,20 @@ def test_matmul_with_a_4kb_row_stride_reads_the_weight_in_panels():
     (ref * ref).sum().backward()
     np.testing.assert_allclose(w.grad.numpy(), tw.grad.numpy(), rtol=1e-4, atol=1e-2)
     np.testing.assert_allclose(a.grad.numpy(), ta.grad.numpy(), rtol=1e-4, atol=1e-2)
+
+
+def test_tensor_from_numpy_copies_and_from_numpy_shares():
+    a = np.ones(4, np.float32)
+    t = Tensor(a)
+    a[0] = 5  # a batch array refilled after the tensor was made
+    np.testing.assert_array_equal(t.numpy(), np.ones(4))
+    t += 1
+    t.realize()
+    np.testing.assert_array_equal(a, [5, 1, 1, 1])  # an in-place op on the copy leaves the array alone
+    b = np.ones(4, np.float32)
+    shared = Tensor.from_numpy(b)
+    b[0] = 5
+    np.testing.assert_array_equal(shared.numpy(), [5, 1, 1, 1])
+    shared += 1
+    shared.realize()
+    np.testing.assert_array_equal(b, [6, 2, 2, 2])  # as torch.from_numpy: one memory
