@@ -484,7 +484,7 @@ class Tensor(metaclass=_TensorType):
 
     def assign(self, x: Any) -> Tensor:
         """Write x into this tensor's memory (in place, lazily: it happens at the next realize)."""
-        if self.device.startswith("DISK"):
+        if self._on_disk:
             return self._disk_write(x)
         if not isinstance(x, Tensor):  # a number fills; a list or numpy array is data of this tensor's dtype
             scalar = isinstance(x, (bool, int, float)) or (type(x).__module__ == "numpy" and getattr(x, "ndim", 1) == 0)
@@ -672,6 +672,10 @@ class Tensor(metaclass=_TensorType):
             return all(whole_buffer(p) for p in self.uop.src)
         return self._plain_buffer() is not None
 
+    @property
+    def _on_disk(self) -> bool:
+        return isinstance(self.device, str) and self.device.startswith("DISK")  # a sharded tensor's device is a tuple
+
     def _plain_buffer(self) -> Buffer | None:
         u = self.uop
         while u.op is Ops.RESHAPE:  # reshapes of a whole buffer keep its row-major order
@@ -683,7 +687,7 @@ class Tensor(metaclass=_TensorType):
         from lazygrad.engine.realize import NEVER_RAN, check_not_capturing
 
         check_not_capturing("reading a tensor's data (.numpy(), .item(), .tolist(), .data(), bool())")
-        if self.device.startswith("DISK"):
+        if self._on_disk:
             return self.to(Device.DEFAULT).data()
         buf = self._contiguous_buffer()
         if buf.pending_write:
@@ -1175,7 +1179,7 @@ class Tensor(metaclass=_TensorType):
         if isinstance(device, tuple):
             return self.shard(device)
         _check_dtype("to", self.dtype, device)
-        if self.device.startswith("DISK"):
+        if self._on_disk:
             return self._disk_copy_to(device)
         src = self.contiguous()  # a copy moves whole buffers: a view is made contiguous on its own device first
         return Tensor(UOp(Ops.COPY, self.dtype, (src.uop,), device))
@@ -1271,7 +1275,7 @@ class Tensor(metaclass=_TensorType):
     def __setitem__(self, index: Any, value: Any) -> None:
         """Write value at self[index] in place (lazily: at the next realize), for every index form __getitem__ takes."""
         _check_inplace_allowed(self)
-        if self.device.startswith("DISK"):
+        if self._on_disk:
             self[index].assign(value)
             return
         v = value if isinstance(value, Tensor) else Tensor(value, dtype=self.dtype, device=self.device)
