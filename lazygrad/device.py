@@ -279,6 +279,12 @@ class Compiled:
             runtime,
         )
 
+    @property
+    def graph(self) -> Any:
+        """How a TinyJit replays this device's kernels as one call: a class built as `graph(programs, calls, n_bufs,
+        n_vars)` with `bufs`, `vars` and `call()`, and `accepts(programs)`; None: kernel by kernel."""
+        return None
+
     def describe(self) -> str:
         return f"{type(self.renderer).__name__}, compiler {self.compiler.cachekey}"
 

@@ -59,7 +59,7 @@ def hand_coded_optimizations(k: Kernel) -> Kernel:
             # a quarter of the vector registers hold accumulators: more rows spill, and rows of a matrix whose
             # stride is a multiple of 4 KB land in one L1 set (16 rows of a 1024-wide matmul ran at 85 GFLOPS here,
             # 8 rows at 193)
-            rows = max(2, getattr(k.renderer, "vector_registers", 16) // 4) if vec > 1 else 4
+            rows = max(2, k.renderer.vector_registers // 4) if vec > 1 else 4
             n_axes = len(k.full_shape)
             _upcast(k, second, tuple(r for r in (rows, rows // 2, 4, 2) if r >= 2))
             if third is not None:
@@ -135,11 +135,11 @@ def _renumbered(k: Kernel, axis: int | None, upcast: int, n_axes: int) -> int | 
 
 
 def _vector_width(k: Kernel, stores: list[int]) -> int:
-    widths = getattr(k.renderer, "vector_widths", ())
+    widths = k.renderer.vector_widths
     if not widths or not stores:
         return 1
     itemsize = k.ast.src[0].src[0].dtype.base.itemsize
-    fits = [w for w in widths if w * itemsize <= (VECTOR_BYTES or getattr(k.renderer, "vector_bytes", 16))]
+    fits = [w for w in widths if w * itemsize <= (VECTOR_BYTES or k.renderer.vector_bytes)]
     return max(fits) if fits else 1
 
 
@@ -164,10 +164,10 @@ def _unroll(k: Kernel, amounts: tuple[int, ...]) -> bool:
 
 
 def _thread(k: Kernel, n_loads: int) -> bool:
-    threads = getattr(k.renderer, "threads", 1)
+    threads = k.renderer.threads
     # an iteration that gathers many inputs (a col2im sums 9 window gradients) is worth several plain ones
     work = prod(k.full_shape) * max(1, n_loads // 2)
-    if not getattr(k.renderer, "has_threads", False) or threads < 2 or work < THREAD_MIN_WORK:
+    if not k.renderer.has_threads or threads < 2 or work < THREAD_MIN_WORK:
         return False
     glob = k.axes_of(AxisType.GLOBAL)
     for i, a in enumerate(glob):

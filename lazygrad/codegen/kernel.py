@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from lazygrad.dtype import dtypes
 from lazygrad.helpers import DEBUG, colored, prod, to_function_name
+from lazygrad.renderer import Renderer
 from lazygrad.renderer.tensor_cores import TensorCore
 from lazygrad.uop.ops import Ops, UOp, substitute
 from lazygrad.uop.symbolic import simplify
@@ -87,7 +88,7 @@ def mul_operands(reduce: UOp, dtype_in: object) -> tuple[UOp, UOp] | None:
 
 
 class Kernel:
-    def __init__(self, ast: UOp, renderer: object):
+    def __init__(self, ast: UOp, renderer: Renderer):
         assert ast.op is Ops.SINK, f"a kernel AST is a SINK, not {ast.op}"
         self.ast, self.renderer = ast, renderer
         self.views: list[UOp] = [x for x in ast.toposort if x.op is Ops.VIEW]
@@ -193,7 +194,7 @@ class Kernel:
         if opt.op in (OptOps.LOCAL, OptOps.GROUP, OptOps.GROUPTOP):  # refused here rather than by the GPU driver
             check(self.tensor_core is None or opt.op is OptOps.LOCAL, f"{opt}: a tensor-core reduce is not split")
             threads = amount * self.workgroup_threads
-            max_threads = getattr(self.renderer, "max_workgroup", threads)
+            max_threads = self.renderer.max_workgroup or threads
             check(
                 threads <= max_threads,
                 f"{opt}: {threads} threads per workgroup, over the device's limit of {max_threads}",
@@ -204,7 +205,7 @@ class Kernel:
             self.shift_to(axis, amount, AxisType.UNROLL)
         elif opt.op is OptOps.THREAD:
             # amount 0 shares the whole axis out among the cores, whatever its size; otherwise `amount` chunks
-            check(getattr(self.renderer, "has_threads", False), "renderer has no CPU threads")
+            check(self.renderer.has_threads, "renderer has no CPU threads")
             check(not self.axes_of(AxisType.THREAD, AxisType.THREAD_REDUCE), "only one THREAD axis per kernel")
             if self.axis_types[axis] is AxisType.REDUCE:
                 check(opt.amount != 0 and amount <= 256, f"{opt}: a split reduce needs an explicit count of partials")
@@ -215,10 +216,10 @@ class Kernel:
             else:
                 self.shift_to(axis, amount, AxisType.THREAD, top=True)
         elif opt.op is OptOps.LOCAL:
-            check(getattr(self.renderer, "has_local", False), "renderer has no local (workgroup) axes")
+            check(self.renderer.has_local, "renderer has no local (workgroup) axes")
             self.shift_to(axis, amount, AxisType.LOCAL)
         else:
-            check(getattr(self.renderer, "has_shared", False), "renderer has no shared memory")
+            check(self.renderer.has_shared, "renderer has no shared memory")
             self.shift_to(axis, amount, AxisType.GROUP, top=opt.op is OptOps.GROUPTOP)
         self.applied_opts.append(opt)
 
@@ -250,7 +251,7 @@ class Kernel:
             return []
         (r,) = self.reduceops
         out = []
-        for tc in getattr(self.renderer, "tensor_cores", ()):
+        for tc in self.renderer.tensor_cores:
             factors = mul_operands(r, tc.dtype_in)
             if r.dtype != tc.dtype_out or factors is None:
                 continue
@@ -281,7 +282,7 @@ class Kernel:
         check(0 <= opt.axis < len(choices), f"{opt}: no tensor core fits this kernel ({len(choices)} choices)")
         check(opt.amount == 0, f"{opt}: amount must be 0")
         tc, a_first, m, n, k = choices[opt.axis]
-        max_threads = getattr(self.renderer, "max_workgroup", tc.threads)
+        max_threads = self.renderer.max_workgroup or tc.threads
         check(tc.threads <= max_threads, f"{opt}: a warp of {tc.threads} is over the workgroup limit")
         # split from the last axis down, so a size-1 remainder dropped by shift_to does not renumber the others
         for axis, size in sorted(zip((m, n, k), tc.dims), reverse=True):

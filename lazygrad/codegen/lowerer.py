@@ -63,7 +63,7 @@ class Lowerer:
                 self.base_idxs.append(r)
         self.bounds_gate: UOp | None = None  # threads past the end of an axis the launch does not divide
         # GPU-style targets: output and workgroup axes are thread ids, not loops
-        self.thread_idxs: list[UOp] = self._thread_ids() if getattr(k.renderer, "has_local", False) else []
+        self.thread_idxs: list[UOp] = self._thread_ids() if k.renderer.has_local else []
         # each operand's fragment entries as combo tails, computed once (the lane is known now)
         self.tc_tails: dict[str, list[Combo]] = {"c": [()]}
         if self.tc is not None:
@@ -107,7 +107,7 @@ class Lowerer:
                 groups = [axes[:keep]] + [[a] for a in axes[keep:]]
             else:
                 groups = [[a] for a in axes]
-            limits = getattr(self.k.renderer, "global_max" if kind == "g" else "local_max", None) or (2**31 - 1,) * 3
+            limits = (self.k.renderer.global_max if kind == "g" else self.k.renderer.local_max) or (2**31 - 1,) * 3
             if kind == "g" and any(prod(shape[a] for a in g) > lim for g, lim in zip(reversed(groups), limits)):
                 groups = [axes]
             for dim, group in enumerate(reversed(groups), start=first_dim):
@@ -149,8 +149,8 @@ class Lowerer:
         if not axes or self.k.full_shape[axes[-1]] < PADDED_MIN:
             return None
         renderer = self.k.renderer
-        local_max = getattr(renderer, "local_max", None) or (PADDED_THREADS,)
-        threads = min(PADDED_THREADS, getattr(renderer, "max_workgroup", PADDED_THREADS), local_max[0])
+        local_max = renderer.local_max or (PADDED_THREADS,)
+        threads = min(PADDED_THREADS, (renderer.max_workgroup or PADDED_THREADS), local_max[0])
         while threads > self.k.full_shape[axes[-1]]:
             threads //= 2
         return axes[-1], threads
@@ -200,7 +200,7 @@ class Lowerer:
     def _pick_vector_axis(self) -> int | None:
         """The expanded axis with a vector width along which the most loads and stores are unit-stride."""
         renderer = self.k.renderer
-        widths = getattr(renderer, "vector_widths", ())
+        widths = renderer.vector_widths
         if not widths:
             return None
         reduce_dtypes = [r.dtype for r in self.ast.toposort if r.op is Ops.REDUCE_AXIS]
@@ -448,7 +448,7 @@ class Lowerer:
         )
         n_group = prod(shape[a] for a in group_axes)
         shared_bytes = size * sum(key[1].itemsize for key in partials)
-        shared_max = getattr(self.k.renderer, "shared_max", 0)
+        shared_max = self.k.renderer.shared_max
         if shared_bytes > shared_max:
             raise KernelOptError(
                 f"{self.k.name_plain}: GROUP needs {shared_bytes} bytes of shared memory; the device has {shared_max}"

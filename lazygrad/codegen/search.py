@@ -40,19 +40,19 @@ def actions(k: Kernel) -> list[Opt]:
     for i in range(n_glob):
         out += [Opt(OptOps.UPCAST, i, a) for a in (2, 3, 4, 8, 16)]
         out += [Opt(OptOps.SWAP, i, j) for j in range(i + 1, n_glob)]
-        if getattr(k.renderer, "has_threads", False):
+        if k.renderer.has_threads:
             # amount 0 shares the axis out among the cores; a count of blocks also makes them the outermost loop,
             # which keeps a block of a matmul's right-hand side in cache while the rows go by
-            threads = getattr(k.renderer, "threads", 1)
+            threads = k.renderer.threads
             out += [Opt(OptOps.THREAD, i, a) for a in (0, *(threads * m for m in (1, 2, 4, 8)))]
-        if getattr(k.renderer, "has_local", False):
+        if k.renderer.has_local:
             out += [Opt(OptOps.LOCAL, i, a) for a in (2, 4, 8, 16, 32)]
     for i in range(n_red):
         out += [Opt(OptOps.UNROLL, i, a) for a in (2, 4, 8, 16)]
-        if getattr(k.renderer, "has_shared", False):
+        if k.renderer.has_shared:
             out += [Opt(op, i, a) for op in (OptOps.GROUP, OptOps.GROUPTOP) for a in (8, 16, 32, 64)]
-        threads = getattr(k.renderer, "threads", 1)
-        if getattr(k.renderer, "has_threads", False) and threads > 1:
+        threads = k.renderer.threads
+        if k.renderer.has_threads and threads > 1:
             out.append(Opt(OptOps.THREAD, n_glob + i, threads))
     return out
 

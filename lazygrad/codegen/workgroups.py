@@ -20,17 +20,17 @@ def _workgroup_size(k: Kernel) -> int:
 
 def _budget(k: Kernel, threads: int = THREADS_PER_GROUP) -> int:
     """How many times larger the workgroup may still grow."""
-    return min(threads, getattr(k.renderer, "max_workgroup", threads)) // _workgroup_size(k)
+    return min(threads, (k.renderer.max_workgroup or threads)) // _workgroup_size(k)
 
 
 def default_optimizations(k: Kernel) -> Kernel:
     """The opts a kernel gets without BEAM: the generic heuristic, and on GPU targets workgroup shapes around it."""
-    gpu = getattr(k.renderer, "has_local", False)
+    gpu = k.renderer.has_local
     if gpu and TC and tensor_core(k):
         return k
     if gpu:
         group_reduce(k)  # first: the generic heuristic unrolls what is left of the reduce
-        if not k.axes_of(AxisType.REDUCE, AxisType.GROUP) and not getattr(k.renderer, "vector_widths", ()):
+        if not k.axes_of(AxisType.REDUCE, AxisType.GROUP) and not k.renderer.vector_widths:
             # elementwise, and no vector loads (CUDA): neighbouring threads take neighbouring elements (one
             # coalesced transaction per warp), so the threads are placed first; then 4 elements per thread (loads in
             # flight), the next factor of the innermost axis
@@ -52,7 +52,7 @@ def group_reduce(k: Kernel) -> Kernel:
         return k
     size = k.full_shape[reduce_axes[-1]]
     itemsize = max((r.dtype.itemsize for r in k.reduceops), default=4)
-    shared_max = getattr(k.renderer, "shared_max", 0)
+    shared_max = k.renderer.shared_max
     for amount in (256, 128, 64, 32, 16):
         fits = amount <= _budget(k, GROUP_THREADS) and amount * itemsize * len(k.reduceops) <= shared_max
         if fits and size % amount == 0 and size >= 2 * amount:
@@ -63,7 +63,7 @@ def group_reduce(k: Kernel) -> Kernel:
 
 def local_axes(k: Kernel) -> Kernel:
     """Threads of a workgroup over the innermost output axes (dimension 0 runs together: coalesced loads)."""
-    local_max = getattr(k.renderer, "local_max", None) or (THREADS_PER_GROUP,) * 3
+    local_max = k.renderer.local_max or (THREADS_PER_GROUP,) * 3
     for axis_no in reversed(range(len(k.axes_of(AxisType.GLOBAL)))):
         budget = _budget(k)
         if budget < 2:

@@ -28,7 +28,7 @@ import functools
 import warnings
 from typing import Any, Callable, Generic, Iterator, TypeVar
 
-from lazygrad.device import Buffer
+from lazygrad.device import Buffer, Device
 from lazygrad.engine.memory import plan_memory
 from lazygrad.engine.realize import CompiledRunner, ExecItem, JitError, capture, is_capturing
 from lazygrad.helpers import DEBUG, JIT, GlobalCounters
@@ -197,15 +197,15 @@ class CapturedJit:
             print(f"JIT captured {len(self.items)} kernels, {len(inputs)} inputs, {n_vars} variables, {how} per replay")
 
     def _make_graph(self) -> Any:
-        if not self.items or any(r.device.split(":")[0] != "CPU" for r, _, _ in self.items):
+        """The device's graph over the captured kernels (one call per replay), or None: kernel by kernel."""
+        kinds = {r.device.split(":")[0] for r, _, _ in self.items}  # CPU and CPU:1 kernels are C functions alike
+        if len(kinds) != 1 or (graph_class := Device[kinds.pop()].graph) is None:
             return None
-        from lazygrad.runtime.graph_cpu import CPUGraph, kernel_address
-
         programs = [getattr(r, "prg", None) for r, _, _ in self.items]  # copies between devices have no program
-        if any(kernel_address(p) is None for p in programs):
+        if not graph_class.accepts(programs):
             return None
         calls = [(b, v) for _, b, v in self.items]
-        graph = CPUGraph(programs, calls, self.n_inputs + len(self.buffers), len(self.var_vals))
+        graph = graph_class(programs, calls, self.n_inputs + len(self.buffers), len(self.var_vals))
         for i, b in enumerate(self.buffers):
             graph.bufs[self.n_inputs + i] = b.ptr
         for i, v in enumerate(self.var_vals):

@@ -33,6 +33,11 @@ class Renderer:
     global_max: tuple[int, ...] | None = None
     local_max: tuple[int, ...] | None = None
     shared_max: int = 0
+    max_workgroup: int | None = None  # threads in one workgroup, over all its dimensions (None: no workgroups)
+    threads: int = 1  # CPU cores a THREAD axis is shared out among
+    vector_widths: tuple[int, ...] = ()  # lanes of the vector types loads, stores and ALU ops may use (): none
+    vector_bytes: int = 16  # bytes in one vector register
+    vector_registers: int = 16  # vector registers (a register tile is sized to fit)
     max_upcast: int = 16
     max_buffers: int | None = None  # buffer arguments one kernel may take (None: no limit worth splitting for)
     tensor_cores: tuple = ()

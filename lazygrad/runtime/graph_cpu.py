@@ -44,6 +44,11 @@ def kernel_address(prg: Any) -> int | None:
 class CPUGraph:
     """`bufs[slot] = ptr`, `vars[slot] = value`, then `call()` runs every kernel in order."""
 
+    @staticmethod
+    def accepts(programs: Sequence[Any]) -> bool:
+        """Every program is a plain C function (a copy between devices is not)."""
+        return all(kernel_address(p) is not None for p in programs)
+
     def __init__(self, programs: Sequence[Any], calls: Sequence[Call], n_bufs: int, n_vars: int):
         dev = Device["CPU"]
         self.programs = list(programs)  # the kernels' shared objects must stay loaded while the driver points into them

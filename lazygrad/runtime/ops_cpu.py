@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+from typing import Any
 
 from lazygrad.device import Allocator, Compiled, CompileError, Compiler, DeviceUnavailable
 from lazygrad.helpers import diskcache_get, diskcache_put, getenv
@@ -158,6 +159,12 @@ class CPUDevice(Compiled):
         renderer = ClangRenderer(self.threads, *simd_registers())
         renderer.has_threads = compiler.openmp and self.threads > 1
         super().__init__(name, CPUAllocator(), renderer, compiler, CPUProgram)
+
+    @property
+    def graph(self) -> Any:
+        from lazygrad.runtime.graph_cpu import CPUGraph  # imports this module's device: only when a JIT asks
+
+        return CPUGraph
 
     def describe(self) -> str:
         return f"C via {self.compiler.cc}, {self.threads} cores"  # type: ignore[attr-defined]
