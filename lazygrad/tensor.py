@@ -522,6 +522,23 @@ class Tensor(metaclass=_TensorType):
         return Tensor(Tensor._from_numpy(arr, "CPU", None, share=True))
 
     @staticmethod
+    def from_blob(
+        ptr: int, shape: tuple[int, ...], dtype: DType | str | None = None, device: str | None = None
+    ) -> Tensor:
+        """A tensor over memory the caller owns at address `ptr` (tinygrad's from_blob): no copy, and the memory must
+        outlive the tensor. `device` is where the address is valid (the CPU by default, or a GPU for a device
+        pointer)."""
+        shape = tuple(int(s) for s in shape)
+        if not isinstance(ptr, int) or ptr <= 0:
+            raise ArgumentError(f"from_blob needs a memory address (a positive int), got {ptr!r}")
+        if any(s < 0 for s in shape):
+            raise ArgumentError(f"from_blob: negative size in shape {shape}")
+        dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
+        dev = Device.canonicalize(device or "CPU")
+        buf = Buffer(dev, prod(shape), dt, external=ptr, external_ptr=ptr, shape=shape)  # external: never freed here
+        return Tensor(UOp.buffer_view(buf, shape))
+
+    @staticmethod
     def _from_numpy(arr: Any, device: str, dtype: DType | None, share: bool = False) -> UOp:
         import numpy as np
 

@@ -485,3 +485,16 @@ def test_tensor_from_numpy_copies_and_from_numpy_shares():
     shared += 1
     shared.realize()
     np.testing.assert_array_equal(b, [6, 2, 2, 2])  # as torch.from_numpy: one memory
+
+
+def test_from_blob_reads_and_writes_the_callers_memory():
+    a = np.arange(12, dtype=np.float32)
+    t = Tensor.from_blob(a.ctypes.data, (3, 4), dtype="float32")
+    np.testing.assert_array_equal((t * 2).numpy(), a.reshape(3, 4) * 2)
+    t[1] = 0  # writes land in the caller's memory, which stays the caller's (never freed by the tensor)
+    t.realize()
+    assert a[4:8].tolist() == [0, 0, 0, 0]
+    del t
+    assert a[0] == 0 and a[11] == 11
+    with pytest.raises(ValueError, match="memory address"):
+        Tensor.from_blob(0, (2,))
