@@ -80,6 +80,13 @@ class ClangCompiler(Compiler):
             self.openmp = diskcache_put("cpu_openmp_v1", probe_key, self._links_openmp())
         if self.openmp:
             self.flags.append("-fopenmp")
+        # a compiler whose auto-vectorizer miscompiles a masked 16-bit select for this CPU gets the instructions it
+        # misuses taken away (gcc 12 with AVX-512BW read 128 bytes off: a setitem on int16 wrote wrong rows)
+        probe_key = repr((version, cc, _cpu_flags(), self.flags, "vectorizer_v1"))
+        extra = diskcache_get("cpu_vectorizer_v1", probe_key)
+        if extra is None:
+            extra = diskcache_put("cpu_vectorizer_v1", probe_key, self._vectorizer_workaround())
+        self.flags += extra
         key = hashlib.sha256(repr((version, self.flags)).encode()).hexdigest()[:16]
         super().__init__(f"compile_cpu_{key}")
 
@@ -93,6 +100,28 @@ class ClangCompiler(Compiler):
                 raise CompileError(f"{self.cc} failed to compile a kernel:\n{proc.stderr}\n--- source ---\n{src}")
             with open(out, "rb") as f:
                 return f.read()
+
+    def _vectorizer_workaround(self) -> list[str]:
+        """The flags (none, fewest first) under which the probe kernel, a masked select over int16 that gcc 12.2
+        vectorizes wrongly with AVX-512BW, gives the right answer."""
+        n = 462
+        src = (
+            "void lg_probe(short* restrict out, const short* restrict in) {\n"
+            f"  for (int i = 0; i < {n // 2}; i++) {{\n"
+            "    _Bool m = (32 < i) & (i < 55); short v = m ? (short)5 : (short)0;\n"
+            "    out[2*i] = m ? v : in[2*i]; out[2*i+1] = m ? v : in[2*i+1];\n  }\n}\n"
+        )
+        want = [5 if 66 <= i < 110 else i for i in range(n)]
+        for extra in ([], ["-mno-avx512bw"], ["-fno-tree-vectorize"]):
+            try:
+                prg = CPUProgram("lg_probe", self._run(src, [*self.flags, *extra]), 2, 0)
+            except (CompileError, OSError):
+                continue  # a flag this compiler or CPU does not know
+            inp, out = (ctypes.c_short * n)(*range(n)), (ctypes.c_short * n)()
+            prg(ctypes.addressof(out), ctypes.addressof(inp))
+            if list(out) == want:
+                return extra
+        return ["-fno-tree-vectorize"]
 
     def _links_openmp(self) -> bool:
         """THREAD axes need OpenMP; clang often ships without libomp, and then kernels stay on one core."""
@@ -137,6 +166,15 @@ class CPUProgram:
             return time.perf_counter() - st
         self.fxn(*args)
         return None
+
+
+def _cpu_flags() -> str:
+    """The instruction sets -march=native builds for (a probe's result holds for this CPU only)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next((line for line in f if line.startswith("flags")), "")
+    except OSError:
+        return ""
 
 
 def simd_registers() -> tuple[int, int]:

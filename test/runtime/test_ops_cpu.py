@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 
-from lazygrad import Context, Device
+from lazygrad import Context, Device, Tensor
 from lazygrad.device import Buffer, CompileError, DeviceUnavailable
 from lazygrad.dtype import dtypes
 from lazygrad.runtime.ops_cpu import ClangCompiler, CPUProgram, find_c_compiler
@@ -108,3 +108,17 @@ def test_threaded_kernel_runs_on_all_cores_and_matches():
 
     np.testing.assert_allclose((Tensor(x) * 2 + 1).exp2().numpy(), np.exp2(x * 2 + 1), rtol=2e-6)
     np.testing.assert_allclose(Tensor(x).sum(1).numpy(), x.sum(1), rtol=1e-4, atol=1e-4)
+
+
+def test_compiler_flags_pass_the_vectorizer_probe():
+    # gcc 12.2 with AVX-512BW vectorizes a masked int16 select reading 128 bytes off (a setitem on an int16 tensor
+    # wrote wrong rows): the compiler's flags are those under which the probe kernel is right
+    compiler = Device["CPU"].compiler
+    extra = compiler._vectorizer_workaround()
+    assert all(flag in compiler.flags for flag in extra)
+    base = np.arange(462, dtype=np.int16).reshape(7, 33, 2)
+    x = Tensor(base).permute(1, 0, 2).reshape(21, 22).contiguous()
+    x[3:5] = 5
+    ref = base.transpose(1, 0, 2).reshape(21, 22).copy()
+    ref[3:5] = 5
+    np.testing.assert_array_equal(x.numpy(), ref)
