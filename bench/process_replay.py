@@ -65,6 +65,22 @@ WORKLOADS: dict[str, Callable[[], list[Tensor]]] = {
     "conv": lambda: [_r(2, 3, 16, 16).conv2d(_r(8, 3, 3, 3), padding=1).relu().max_pool2d()],
     "indexing": lambda: [_r(10, 4)[Tensor([1, 3, 3, 0])], _r(5, 6).gather(1, Tensor(np.zeros((5, 2), np.int32)))],
     "cumsum": lambda: [_r(100).cumsum(0), _r(7, 9).cumsum(1)],
+    "alu": lambda: [
+        _r(9).cast(dtypes.int32) // (_r(9, seed=1).cast(dtypes.int32) + 2),
+        _r(9).cast(dtypes.uint8) % (_r(9, seed=1).cast(dtypes.uint8) + 1),
+        _r(9) % 0.7,
+        _r(9).abs() ** _r(9, seed=1),
+        _r(9).cast(dtypes.int32) ** 3,
+        -_r(9).cast(dtypes.int8),
+        ~(_r(9) > 0),
+        (_r(9) > 0).where(_r(9).reciprocal(), _r(9).sqrt().trunc()),
+        _r(9, dtype=dtypes.half).cast(dtypes.bool).cast(dtypes.half) * 2,
+        _r(9).cast(dtypes.int64).maximum(_r(9, seed=1).cast(dtypes.int64)),
+        _r(9).cast(dtypes.int32) << _r(9, seed=1).cast(dtypes.int32),
+        _r(9).cast(dtypes.uint16) >> 3,
+        _r(9, dtype=dtypes.half).bitcast(dtypes.int16),
+        _r(9, dtype=dtypes.float64).exp() - _r(9, dtype=dtypes.bfloat16).log(),
+    ],
     "digits_step": _digits_step,
     "attention": lambda: [
         _r(1, 2, 16, 8).scaled_dot_product_attention(_r(1, 2, 16, 8), _r(1, 2, 16, 8), is_causal=True)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Callable
 
 from lazygrad.dtype import DType, PtrDType, dtypes
 from lazygrad.renderer import Renderer
-from lazygrad.uop.ops import GroupOp, Ops, UOp, _exact_bounds
+from lazygrad.uop.ops import GroupOp, Ops, PatternMatcher, UOp, UPat, _exact_bounds
 
 # GNU statement expressions: each operand evaluated once, NaN propagated by max like torch.maximum,
 # integer division and remainder by zero give 0 instead of trapping the process, and so does INT_MIN % -1, while
@@ -146,16 +147,24 @@ class CStyleLanguage(Renderer):
             return f"{name}f({x})"
         return f"(({self.render_dtype(dt)}){name}f((float){x}))"
 
+    # ALU ops are spelled by rule lists (below the class): `alu_rules` carry torch's semantics (integer wrapping,
+    # shifts, bfloat16 rounding) over `plain_alu_rules`, the spelling of each op in this dialect. A dialect puts its
+    # own rules in front of its parent's.
+    alu_rules: PatternMatcher
+    plain_alu_rules: PatternMatcher
+
     def render_alu(self, u: UOp, a: list[str]) -> str:
-        dt = u.dtype
-        if dt.count == 1 and dtypes.is_int(dt) and u.op in (Ops.SHL, Ops.SHR):
-            return self.render_shift(u, a)
-        if dt.count == 1 and (dtypes.is_int(dt) or dtypes.is_bool(dt)) and u.op in WRAPPING_OPS and not _int_fits(u):
-            return self.render_wrapping(u, a)
-        if dt.count == 1 and self.bf16_in_float(dt) and u.op not in EXACT_FLOAT_OPS:
-            # torch rounds every bfloat16 op's result: computed in float here, so each one is rounded back
-            return f"lg_round_bf16({self.render_plain_alu(u, a)})"
-        return self.render_plain_alu(u, a)
+        return self._rewrite(self.alu_rules, u, a)
+
+    def render_plain_alu(self, u: UOp, a: list[str]) -> str:
+        """`u` spelled with operands `a`, nothing added (the semantic rules call this with operands of their own)."""
+        return self._rewrite(self.plain_alu_rules, u, a)
+
+    def _rewrite(self, rules: PatternMatcher, u: UOp, a: list[str]) -> str:
+        out = rules.rewrite(u, AluCtx(self, a))
+        if out is None:
+            raise NotImplementedError(f"{type(self).__name__} cannot render {u.op}")
+        return out  # type: ignore[return-value]
 
     def bf16_in_float(self, dt: DType) -> bool:
         return dt == dtypes.bfloat16 and self.type_map[dt] == "float"
@@ -199,73 +208,10 @@ class CStyleLanguage(Renderer):
         neg = "0" if dtypes.is_unsigned(u.src[1].dtype) else f"({a[1]})<0"
         return f"(({self.render_dtype(u.dtype)})lg_ipow(({u64})({a[0]}),({u64})({a[1]}),{neg}))"
 
-    def render_plain_alu(self, u: UOp, a: list[str]) -> str:
-        op, dt = u.op, u.dtype
-        src_dt = u.src[0].dtype
-        binops: dict[Ops, Callable[[str, str], str]] = {
-            Ops.ADD: lambda x, y: f"({x}+{y})",
-            Ops.SUB: lambda x, y: f"({x}-{y})",
-            Ops.MUL: lambda x, y: f"({x}*{y})",
-            Ops.FDIV: lambda x, y: f"({x}/{y})",
-            Ops.CMPLT: lambda x, y: f"({x}<{y})",
-            Ops.CMPNE: lambda x, y: f"({x}!={y})",
-            Ops.CMPEQ: lambda x, y: f"({x}=={y})",
-            Ops.AND: lambda x, y: f"({x}&{y})",
-            Ops.OR: lambda x, y: f"({x}|{y})",
-            Ops.XOR: lambda x, y: f"({x}^{y})",
-            Ops.SHL: lambda x, y: f"({x}<<{y})",
-            Ops.SHR: lambda x, y: f"({x}>>{y})",
-            Ops.MAX: lambda x, y: self.render_max(x, y, dt),
-        }
-        if op in binops:
-            return binops[op](*a)
-        if op is Ops.MOD and dtypes.is_float(dt):
-            return self.math_fn("fmod", f"{a[0]},{a[1]}", dt)
-        if op in (Ops.IDIV, Ops.MOD):
-            divisor = u.src[1]
-            safe = divisor.op is Ops.CONST and divisor.arg not in (0, -1)
-            if safe:
-                return f"({a[0]}{'/' if op is Ops.IDIV else '%'}{a[1]})"
-            return self.render_guarded_div(op, a[0], a[1], dt)
-        if op is Ops.NEG:
-            return f"(!{a[0]})" if dt == dtypes.bool else f"(-{a[0]})"
-        if op is Ops.RECIP:
-            return f"(1/{a[0]})"
-        if op is Ops.WHERE:
-            return f"({a[0]}?{a[1]}:{a[2]})"
-        if op is Ops.MULACC:
-            return f"(({a[0]}*{a[1]})+{a[2]})"
-        if op is Ops.POW:
-            if dtypes.is_float(dt):
-                return (
-                    self.math_fn("pow", f"{a[0]},{a[1]}", dt)
-                    if dt == dtypes.float64
-                    else f"(({self.render_dtype(dt)})powf({a[0]},{a[1]}))"
-                )
-            return self.render_ipow(u, a)
-        fns = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.SQRT: "sqrt", Ops.TRUNC: "trunc"}
-        if op in fns:
-            return self.math_fn(fns[op], a[0], dt)
-        if op is Ops.CAST:
-            if dt == dtypes.bfloat16:
-                return f"lg_round_bf16((float){a[0]})"
-            if dt == dtypes.bool:
-                return f"({a[0]}!=0)"
-            return f"(({self.render_dtype(dt)}){a[0]})"
-        if op is Ops.BITCAST:
-            return self.render_bitcast(a[0], src_dt, dt)
-        raise NotImplementedError(f"{type(self).__name__} cannot render {op}")
-
     # *** dialect hooks ***
 
     # ops whose spelling repeats an operand: those operands get a variable of their own instead of being inlined
     dup_operand_ops: frozenset[Ops] = frozenset({Ops.SHL, Ops.SHR, Ops.POW})
-
-    def render_max(self, a: str, b: str, dt: DType) -> str:
-        return f"LG_MAX({a},{b})"
-
-    def render_guarded_div(self, op: Ops, a: str, b: str, dt: DType) -> str:
-        return f"LG_{'IDIV' if op is Ops.IDIV else 'MOD'}({a},{b})"
 
     def render_buffer_param(self, u: UOp, name: str, written: bool) -> str:
         qual = "" if written else "const "
@@ -418,6 +364,104 @@ class CStyleLanguage(Renderer):
         return self.render_kernel(name, [p for _, p in sorted(params, key=lambda x: x[0])], body, uops)
 
 
+@dataclass(frozen=True)
+class AluCtx:
+    """What an ALU rule reads besides the op: the renderer (dtype spelling, math functions) and the operands' text."""
+
+    r: CStyleLanguage
+    a: list[str]
+
+
+def _binop(sym: str) -> Callable[..., str]:
+    return lambda ctx, x: f"({ctx.a[0]}{sym}{ctx.a[1]})"
+
+
+BINOP_SYMBOLS = {
+    Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*", Ops.FDIV: "/", Ops.CMPLT: "<", Ops.CMPNE: "!=", Ops.CMPEQ: "==",
+    Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^", Ops.SHL: "<<", Ops.SHR: ">>",
+}  # fmt: skip
+
+
+def _safe_divisor(x: UOp) -> bool:
+    """A constant divisor other than 0 and -1: C's / and % give torch's result, no guard needed."""
+    return x.src[1].op is Ops.CONST and x.src[1].arg not in (0, -1)
+
+
+def _c_pow(ctx: AluCtx, x: UOp) -> str:
+    a, dt = ctx.a, x.dtype
+    if not dtypes.is_float(dt):
+        return ctx.r.render_ipow(x, a)
+    if dt == dtypes.float64:
+        return ctx.r.math_fn("pow", f"{a[0]},{a[1]}", dt)
+    return f"(({ctx.r.render_dtype(dt)})powf({a[0]},{a[1]}))"
+
+
+def _c_cast(ctx: AluCtx, x: UOp) -> str:
+    if x.dtype == dtypes.bfloat16:
+        return f"lg_round_bf16((float){ctx.a[0]})"
+    if x.dtype == dtypes.bool:
+        return f"({ctx.a[0]}!=0)"
+    return f"(({ctx.r.render_dtype(x.dtype)}){ctx.a[0]})"
+
+
+MATH_FNS = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.SQRT: "sqrt", Ops.TRUNC: "trunc"}
+
+# the spelling of each ALU op in C, every dialect's fallback
+C_PLAIN_ALU = PatternMatcher(
+    [(UPat(op, name="x"), _binop(sym)) for op, sym in BINOP_SYMBOLS.items()]
+    + [
+        (UPat(Ops.MAX, name="x"), lambda ctx, x: f"LG_MAX({ctx.a[0]},{ctx.a[1]})"),
+        (
+            UPat(Ops.MOD, name="x"),
+            lambda ctx, x: (
+                ctx.r.math_fn("fmod", f"{ctx.a[0]},{ctx.a[1]}", x.dtype) if dtypes.is_float(x.dtype) else None
+            ),
+        ),
+        (
+            UPat((Ops.IDIV, Ops.MOD), name="x"),
+            lambda ctx, x: f"({ctx.a[0]}{'/' if x.op is Ops.IDIV else '%'}{ctx.a[1]})" if _safe_divisor(x) else None,
+        ),
+        # C_PRELUDE's guarded macros: by 0 gives 0, a signed division by -1 wraps
+        (UPat((Ops.IDIV, Ops.MOD), name="x"), lambda ctx, x: f"LG_{x.op.name}({ctx.a[0]},{ctx.a[1]})"),
+        (UPat(Ops.NEG, name="x"), lambda ctx, x: f"(!{ctx.a[0]})" if x.dtype == dtypes.bool else f"(-{ctx.a[0]})"),
+        (UPat(Ops.RECIP, name="x"), lambda ctx, x: f"(1/{ctx.a[0]})"),
+        (UPat(Ops.WHERE, name="x"), lambda ctx, x: f"({ctx.a[0]}?{ctx.a[1]}:{ctx.a[2]})"),
+        (UPat(Ops.MULACC, name="x"), lambda ctx, x: f"(({ctx.a[0]}*{ctx.a[1]})+{ctx.a[2]})"),
+        (UPat(Ops.POW, name="x"), _c_pow),
+        (UPat(tuple(MATH_FNS), name="x"), lambda ctx, x: ctx.r.math_fn(MATH_FNS[x.op], ctx.a[0], x.dtype)),
+        (UPat(Ops.CAST, name="x"), _c_cast),
+        (UPat(Ops.BITCAST, name="x"), lambda ctx, x: ctx.r.render_bitcast(ctx.a[0], x.src[0].dtype, x.dtype)),
+    ]
+)
+
+
+def _wraps(x: UOp) -> bool:
+    return x.dtype.count == 1 and (dtypes.is_int(x.dtype) or dtypes.is_bool(x.dtype)) and not _int_fits(x)
+
+
+# torch's semantics over the spelling, for every dialect
+C_ALU = PatternMatcher(
+    [
+        (
+            UPat((Ops.SHL, Ops.SHR), name="x"),
+            lambda ctx, x: ctx.r.render_shift(x, ctx.a) if x.dtype.count == 1 and dtypes.is_int(x.dtype) else None,
+        ),
+        (UPat(tuple(WRAPPING_OPS), name="x"), lambda ctx, x: ctx.r.render_wrapping(x, ctx.a) if _wraps(x) else None),
+        # torch rounds every bfloat16 op's result: computed in float here, so each one is rounded back
+        (
+            UPat(name="x"),
+            lambda ctx, x: (
+                f"lg_round_bf16({ctx.r.render_plain_alu(x, ctx.a)})"
+                if x.dtype.count == 1 and ctx.r.bf16_in_float(x.dtype) and x.op not in EXACT_FLOAT_OPS
+                else None
+            ),
+        ),
+        (UPat(name="x"), lambda ctx, x: ctx.r.render_plain_alu(x, ctx.a)),
+    ]
+)
+CStyleLanguage.alu_rules, CStyleLanguage.plain_alu_rules = C_ALU, C_PLAIN_ALU
+
+
 # vector helpers: a lane-wise select through integer masks (C has no `?:` on vectors), NaN-propagating max
 C_VECTOR_PRELUDE = """#ifndef LG_VSEL
 #define LG_VSEL(m, a, b) ({ __typeof__(m) _m = (m); (__typeof__(a))((_m & (__typeof__(_m))(a)) | (~_m & (__typeof__(_m))(b))); })
@@ -483,6 +527,27 @@ class ClangRenderer(CStyleLanguage):
 
     # *** what the lowerer may turn into vector code ***
 
+    # vectors: gcc's lane-wise conversion and a NaN-propagating max of its own (C_VECTOR_PRELUDE)
+    plain_alu_rules = (
+        PatternMatcher(
+            [
+                (
+                    UPat(Ops.CAST, name="x"),
+                    lambda ctx, x: (
+                        f"__builtin_convertvector({ctx.a[0]},{ctx.r.render_dtype(x.dtype)})"
+                        if x.dtype.count > 1
+                        else None
+                    ),
+                ),
+                (
+                    UPat(Ops.MAX, name="x"),
+                    lambda ctx, x: f"LG_VMAX({ctx.a[0]},{ctx.a[1]})" if x.dtype.count > 1 else None,
+                ),
+            ]
+        )
+        + C_PLAIN_ALU
+    )
+
     def vector_dtype_ok(self, dt: DType) -> bool:
         return dt.scalar in VECTOR_DTYPES
 
@@ -505,19 +570,11 @@ class ClangRenderer(CStyleLanguage):
             return self.render_vectorize(dt, [super().render_const(x, dt.scalar)] * dt.count)
         return super().render_const(x, dt)
 
-    def render_max(self, a: str, b: str, dt: DType) -> str:
-        return f"LG_VMAX({a},{b})" if dt.count > 1 else super().render_max(a, b, dt)
-
     def math_fn(self, name: str, x: str, dt: DType) -> str:
         if dt.count > 1:
             assert name == "exp2", f"no vector {name}"
             return f"lg_exp2_{self.render_dtype(dt)}({x})"
         return super().math_fn(name, x, dt)
-
-    def render_alu(self, u: UOp, a: list[str]) -> str:
-        if u.dtype.count > 1 and u.op is Ops.CAST:
-            return f"__builtin_convertvector({a[0]},{self.render_dtype(u.dtype)})"
-        return super().render_alu(u, a)
 
     def render_load(self, u: UOp, addr: str) -> str:
         if u.dtype.count > 1:

@@ -13,9 +13,9 @@ from __future__ import annotations
 import math
 
 from lazygrad.dtype import DType, dtypes
-from lazygrad.renderer.cstyle import IPOW_HELPER, CStyleLanguage
+from lazygrad.renderer.cstyle import C_PLAIN_ALU, IPOW_HELPER, AluCtx, CStyleLanguage, _safe_divisor
 from lazygrad.renderer.tensor_cores import CUDA_TENSOR_CORES, TensorCore
-from lazygrad.uop.ops import Ops, UOp
+from lazygrad.uop.ops import Ops, PatternMatcher, UOp, UPat
 
 
 def _balanced(expr: str) -> bool:
@@ -26,6 +26,54 @@ def _balanced(expr: str) -> bool:
         if depth < 0:
             return False
     return depth == 0
+
+
+def _gpu_pow(ctx: AluCtx, x: UOp) -> str | None:
+    if not dtypes.is_float(x.dtype):
+        return None  # integers: C's lg_ipow
+    a, dt = ctx.a, x.dtype
+    if dt in (dtypes.float32, dtypes.float64):
+        return f"pow({a[0]},{a[1]})"
+    return f"(({ctx.r.render_dtype(dt)})pow((float){a[0]},(float){a[1]}))"
+
+
+def _gpu_max(ctx: AluCtx, x: UOp) -> str:
+    a, b = ctx.a
+    return f"(({a}!={a}||{a}>{b})?{a}:{b})" if dtypes.is_float(x.dtype) else f"(({a}>{b})?{a}:{b})"
+
+
+def _gpu_guarded_div(ctx: AluCtx, x: UOp) -> str | None:
+    """As C_PRELUDE's LG_IDIV / LG_MOD, without GNU statement expressions: by 0 gives 0, and a signed division by -1
+    wraps (INT_MIN / -1 traps on x86)."""
+    if _safe_divisor(x):
+        return None
+    (a, b), dt = ctx.a, x.dtype
+    t, u64 = ctx.r.render_dtype(dt), ctx.r.render_dtype(dtypes.uint64)
+    if dtypes.is_float(dt) and x.op is Ops.MOD:
+        return None  # fmod
+    if dtypes.is_unsigned(dt):
+        return f"(({b})==0?({t})0:({t})({a}{'/' if x.op is Ops.IDIV else '%'}{b}))"
+    if x.op is Ops.MOD:
+        return f"((({b})==0||({b})==-1)?({t})0:({t})({a}%{b}))"
+    neg = f"({t})(({u64})0-({u64})({a}))"
+    return f"(({b})==0?({t})0:({b})==-1?{neg}:({t})({a}/{b}))"
+
+
+def _gpu_cast(ctx: AluCtx, x: UOp) -> str | None:
+    if not ctx.r.half_in_float(x.dtype):  # type: ignore[attr-defined]
+        return None
+    return f"lg_half_to_f(lg_f_to_half((float){ctx.a[0]}))"  # half computed in float: rounded through 16 bits
+
+
+# what the GPU dialects spell differently from C: no GNU statement expressions, overloaded pow, half in float
+GPU_PLAIN_ALU = PatternMatcher(
+    [
+        (UPat(Ops.POW, name="x"), _gpu_pow),
+        (UPat(Ops.MAX, name="x"), _gpu_max),
+        (UPat((Ops.IDIV, Ops.MOD), name="x"), _gpu_guarded_div),
+        (UPat(Ops.CAST, name="x"), _gpu_cast),
+    ]
+)
 
 
 class GPUDialect(CStyleLanguage):
@@ -43,6 +91,8 @@ class GPUDialect(CStyleLanguage):
     half_bits = "unsigned short"  # the 16-bit storage of a half computed in float (see half_prelude)
     half_prelude = ""  # defines lg_half_to_f / lg_f_to_half: half bits <-> float, rounding to nearest even
     bf16_prelude = ""  # defines lg_bf16_to_f / lg_f_to_bf16 / lg_round_bf16 where the dialect's prelude does not
+
+    plain_alu_rules = GPU_PLAIN_ALU + C_PLAIN_ALU
 
     def __init__(self, **limits: object):
         """Limits a device reports (local_max, max_workgroup, shared_max, has_half, ...) override the defaults."""
@@ -115,31 +165,6 @@ class GPUDialect(CStyleLanguage):
         ipow = any(u.op is Ops.POW and not dtypes.is_float(u.dtype) for u in uops)
         helpers = IPOW_HELPER.format(qual=self.ipow_qualifier, u64=self.render_dtype(dtypes.uint64)) if ipow else ""
         return half + (self.bf16_prelude if dtypes.bfloat16 in dts else "") + helpers
-
-    def render_plain_alu(self, u: UOp, a: list[str]) -> str:
-        if u.op is Ops.POW and dtypes.is_float(u.dtype):
-            return self.render_pow(a[0], a[1], u.dtype)
-        if u.op is Ops.CAST and self.half_in_float(u.dtype):
-            return f"lg_half_to_f(lg_f_to_half((float){a[0]}))"
-        return super().render_plain_alu(u, a)
-
-    def render_pow(self, a: str, b: str, dt: DType) -> str:
-        if dt in (dtypes.float32, dtypes.float64):
-            return f"pow({a},{b})"
-        return f"(({self.render_dtype(dt)})pow((float){a},(float){b}))"
-
-    def render_max(self, a: str, b: str, dt: DType) -> str:
-        return f"(({a}!={a}||{a}>{b})?{a}:{b})" if dtypes.is_float(dt) else f"(({a}>{b})?{a}:{b})"
-
-    def render_guarded_div(self, op: Ops, a: str, b: str, dt: DType) -> str:
-        # as C_PRELUDE's LG_IDIV / LG_MOD: by 0 gives 0, and a signed division by -1 wraps (INT_MIN / -1 traps on x86)
-        t = self.render_dtype(dt)
-        if dtypes.is_unsigned(dt):
-            return f"(({b})==0?({t})0:({t})({a}{'/' if op is Ops.IDIV else '%'}{b}))"
-        if op is Ops.MOD:
-            return f"((({b})==0||({b})==-1)?({t})0:({t})({a}%{b}))"
-        neg = f"({t})(({self.render_dtype(dtypes.uint64)})0-({self.render_dtype(dtypes.uint64)})({a}))"
-        return f"(({b})==0?({t})0:({b})==-1?{neg}:({t})({a}/{b}))"
 
     def math_fn(self, name: str, x: str, dt: DType) -> str:
         if dt in (dtypes.float32, dtypes.float64):
