@@ -46,9 +46,12 @@ class RealizedNodes:
         self._weak: weakref.WeakKeyDictionary[UOp, weakref.ref[UOp]] = weakref.WeakKeyDictionary()
 
     def get(self, node: UOp, default: UOp | None = None) -> UOp | None:
-        if (view := self._strong.get(node)) is not None:
+        # asked of every node a graph walk meets: the dictionaries' own tables are read directly (a weak reference
+        # without a callback finds the entry of its referent), not through WeakKeyDictionary's Python methods
+        key = weakref.ref(node)
+        if (view := self._strong.data.get(key)) is not None:
             return view
-        if self._weak and (ref := self._weak.get(node)) is not None and (view := ref()) is not None:
+        if self._weak.data and (ref := self._weak.data.get(key)) is not None and (view := ref()) is not None:
             return view
         return default
 
@@ -247,7 +250,8 @@ class Tensor(metaclass=_TensorType):
         requires_grad: bool | None = None,
     ):
         dtype = to_dtype(dtype) if dtype is not None else None
-        device = Device.canonicalize(device)
+        # every op's result is made from a UOp: that path names no device, and looks none up
+        device = Device.canonicalize(device) if device is not None or type(data) is not UOp else None
         self.grad: Tensor | None = None
         self._requires_grad: bool | None = None
         self._view_of: tuple[Tensor, UOp] | None = None
@@ -256,7 +260,7 @@ class Tensor(metaclass=_TensorType):
             self.uop = (
                 data
                 if data.op is not Ops.BIND or data.device
-                else data.replace(src=(*data.src, UOp(Ops.DEVICE, arg=device)))
+                else data.replace(src=(*data.src, UOp(Ops.DEVICE, arg=Device.canonicalize(device))))
             )
         elif isinstance(data, Tensor):
             self.uop = data.uop
