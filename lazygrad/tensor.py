@@ -12,6 +12,7 @@ import struct
 import threading
 import warnings
 import weakref
+from _weakref import _remove_dead_weakref
 from typing import Any, Callable, Sequence
 
 from lazygrad.device import Buffer, Device
@@ -314,7 +315,7 @@ class Tensor(metaclass=_TensorType):
             self.uop = UOp(Ops.DETACH, self.uop.dtype, (self.uop,))
             self._requires_grad = False
         elif dtypes.is_float(self.dtype):
-            _unset_grad[id(self)] = self
+            _note_unset(self)
 
     # *** autograd ***
 
@@ -387,7 +388,7 @@ class Tensor(metaclass=_TensorType):
         elif self._requires_grad is False:
             self._requires_grad = None
             if dtypes.is_float(self.dtype):
-                _unset_grad[id(self)] = self
+                _note_unset(self)
 
     def is_param_(self, value: bool = True) -> Tensor:
         self.is_param = value
@@ -432,7 +433,8 @@ class Tensor(metaclass=_TensorType):
             )
         seed = self._seed_gradient(gradient)
         root = _with_lazy_origins(self.uop)
-        pairs = self._nodes_in_graph([*_grad_leaves.values(), *_unset_grad.values()], root)
+        unset = [t for ref in _unset_grad.copy().values() if (t := ref()) is not None]
+        pairs = self._nodes_in_graph([*_grad_leaves.values(), *unset], root)
         reached = grad_reachable(root, {n for _, n in pairs})
         # the root itself gets no .grad (torch leaves a non-leaf's empty; it would only be ones), nor do the unset
         # tensors it is a view of (the (1,) sum that sum() reshapes to (), kept alive by the view)
@@ -581,8 +583,8 @@ class Tensor(metaclass=_TensorType):
         graph = pretty_print(self.uop, max_lines=12).replace("\n", "\n  ")
         return f"<Tensor shape={self.shape} dtype={self.dtype} device={self.device} {state}\n  {graph}>"
 
-    def __hash__(self) -> int:
-        return id(self)
+    # by identity (__eq__ is elementwise): object's own, a C call, where a Python one costs on every weak set insert
+    __hash__ = object.__hash__
 
     def __bool__(self) -> bool:
         if self.numel() != 1:
@@ -2043,6 +2045,26 @@ class Tensor(metaclass=_TensorType):
 
     def _broadcasted(self, y: Any, reverse: bool = False) -> tuple[Tensor, Tensor]:
         """Both operands in their common dtype and broadcast shape; `reverse` swaps them (for y - x)."""
+        # the two common cases (most ops of a model or an optimizer) without the general path's temporary tensors:
+        # a tensor of the same dtype, shape and device is used as it is; a Python scalar of the tensor's dtype is a
+        # constant node reshaped and expanded to the tensor's shape, the same nodes the general path builds
+        su = self.uop
+        if isinstance(y, Tensor):
+            yu = y.uop
+            if yu.dtype == su.dtype and yu.shape == su.shape and yu.device == su.device:
+                return (y, self) if reverse else (self, y)
+        elif (
+            type(y) in (int, float, bool)
+            and _scalar_dtype(su.dtype, y) == su.dtype
+            and not isinstance(su.device, tuple)
+        ):
+            c = Tensor._const_uop(y, su.dtype, su.device)
+            if shape := su.shape:
+                ones = (1,) * len(shape)
+                c = UOp(Ops.RESHAPE, su.dtype, (c,), ones)
+                if shape != ones:
+                    c = UOp(Ops.EXPAND, su.dtype, (c,), shape)
+            return (Tensor(c), self) if reverse else (self, Tensor(c))
         yt = self._to_tensor(y)
         if self.device != yt.device:
             raise ArgumentError(f"tensors are on different devices: {self.device} and {yt.device}")
@@ -3345,8 +3367,22 @@ class Tensor(metaclass=_TensorType):
 # id -> tensor with requires_grad=True; keyed by id because Tensor.__eq__ is elementwise, not identity
 _grad_leaves: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
 _grad_leaves_lock = threading.Lock()
-# id -> floating point tensor whose requires_grad was never set: a backward through it fills its .grad (tinygrad's rule)
-_unset_grad: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
+# id -> weak reference to a floating point tensor whose requires_grad was never set: a backward through it fills its
+# .grad (tinygrad's rule). Every float tensor an op makes is entered here: a plain dict, not a WeakValueDictionary,
+# whose insert is several Python calls. Keyed by id, so no lookup ever compares tensors (Tensor.__eq__ is
+# elementwise). Iterate a copy(): copying runs no Python code, so no removal can change the dict midway
+_unset_grad: dict[int, weakref.ref] = {}
+
+
+def _note_unset(t: Tensor) -> None:
+    _unset_grad[id(t)] = weakref.ref(t, functools.partial(_drop_unset, id(t)))
+
+
+def _drop_unset(key: int, ref: weakref.ref) -> None:
+    # only if still dead: the id may already name a newer tensor
+    _remove_dead_weakref(_unset_grad, key)
+
+
 # id -> tensor whose requires_grad was set False
 _no_grad_leaves: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
 
