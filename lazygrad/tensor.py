@@ -3539,35 +3539,45 @@ def _reads_shifted(value: UOp, buffer: UOp) -> bool:
     return buffer in _shifted_bases(value)
 
 
-# node -> the nodes it reads through a view other than a reshape. A graph never changes below a node, so this is
-# computed once per node: each optimizer state's update walks only what is new since the last (the backward graph
-# is shared). A node realized after its entry was made keeps the larger, older set: an extra copy, never a race.
-_shifted_memo: weakref.WeakKeyDictionary[UOp, frozenset[UOp]] = weakref.WeakKeyDictionary()
+# node -> the nodes it reads through a view other than a reshape, kept in the node's own __dict__ (as its shape): a
+# graph never changes below a node, so this is computed once per node, and each optimizer state's update walks only
+# what is new since the last (the backward graph is shared). A node realized after its entry was made keeps the larger,
+# older set: an extra copy, never a race.
+_SHIFTED = "shifted_bases"
+_EMPTY: frozenset[UOp] = frozenset()
 
 
 def _shifted_bases(root: UOp) -> frozenset[UOp]:
+    if (known := root.__dict__.get(_SHIFTED)) is not None:
+        return known
     stack: list[tuple[UOp, bool]] = [(root, False)]
     while stack:
         x, expanded = stack.pop()
-        if x in _shifted_memo:
+        memo = x.__dict__
+        if _SHIFTED in memo:
             continue
         done = _realized.get(x)  # computed earlier: what it reads now is its buffer, not its graph
         below = (done,) if done is not None else x.src if x.op not in (Ops.ASSIGN, Ops.CONTIGUOUS) else ()
         if not expanded:
             stack.append((x, True))
-            stack.extend((s, False) for s in below if s not in _shifted_memo)
+            stack.extend((s, False) for s in below if _SHIFTED not in s.__dict__)
             continue
-        own: set[UOp] = set()
+        own = False
         if done is None and x.op in GroupOp.Movement:
             node = x
             while node.op in GroupOp.Movement:
                 if node.op is not Ops.RESHAPE:
-                    own.add(x.base)
+                    own = True
                     break
                 node = node.src[0]
-        sets = [_shifted_memo[s] for s in below]
-        _shifted_memo[x] = frozenset(own.union(*sets)) if own or len(sets) != 1 else sets[0]
-    return _shifted_memo[root]
+        sets = [s.__dict__[_SHIFTED] for s in below]
+        if not own and len(sets) == 1:
+            memo[_SHIFTED] = sets[0]
+        elif not own and all(not t for t in sets):
+            memo[_SHIFTED] = _EMPTY
+        else:
+            memo[_SHIFTED] = frozenset({x.base} if own else ()).union(*sets)
+    return root.__dict__[_SHIFTED]
 
 
 class _GradMode(contextlib.ContextDecorator):
