@@ -65,7 +65,8 @@ class RealizedNodes:
         return view
 
     def __setitem__(self, node: UOp, view: UOp) -> None:
-        self._weak.pop(node, None)
+        if self._weak.data:
+            self._weak.pop(node, None)
         self._strong[node] = view
 
     def __delitem__(self, node: UOp) -> None:
