@@ -28,6 +28,17 @@ class DType:
     def __hash__(self) -> int:
         return self._hash  # type: ignore[attr-defined]
 
+    def __eq__(self, other: object) -> bool:
+        # dtypes are nearly always the same objects (dtypes.float32): identity first, the fields only otherwise
+        if self is other:
+            return True
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._fields() == other._fields()  # type: ignore[attr-defined]
+
+    def _fields(self) -> tuple:
+        return (self.priority, self.itemsize, self.name, self.fmt, self.count, self._scalar)
+
     def __repr__(self) -> str:
         return f"dtypes.{self.name}" + (f".vec({self.count})" if self.count > 1 else "")
 

@@ -251,12 +251,16 @@ class Tensor(metaclass=_TensorType):
         dtype: DType | str | None = None,
         requires_grad: bool | None = None,
     ):
-        dtype = to_dtype(dtype) if dtype is not None else None
-        # every op's result is made from a UOp: that path names no device, and looks none up
-        device = Device.canonicalize(device) if device is not None or type(data) is not UOp else None
         self.grad: Tensor | None = None
         self._requires_grad: bool | None = None
         self._view_of: tuple[Tensor, UOp] | None = None
+        if type(data) is UOp and device is None and dtype is None and requires_grad is None and data.op is not Ops.BIND:
+            # an op's result, the tensor made most often by far: none of the conversions below apply
+            self.uop = data
+            self._init_grad_state()
+            return
+        dtype = to_dtype(dtype) if dtype is not None else None
+        device = Device.canonicalize(device)
         if isinstance(data, UOp):
             # a bound variable becomes a 0-d tensor on a device: its value is passed to kernels at launch
             self.uop = (
@@ -311,11 +315,18 @@ class Tensor(metaclass=_TensorType):
             _check_dtype("making a tensor", self.dtype, self.device)
         if requires_grad is not None:
             self.requires_grad = requires_grad
-        elif Tensor._grad_disabled and isinstance(data, UOp) and data.op not in (Ops.BUFFER, Ops.DETACH):
+        elif isinstance(data, UOp):
+            self._init_grad_state()
+        elif dtypes.is_float(self.dtype):
+            _note_unset(self)
+
+    def _init_grad_state(self) -> None:
+        """The gradient state of a tensor made from a node, with requires_grad not given."""
+        if Tensor._grad_disabled and self.uop.op is not Ops.BUFFER and self.uop.op is not Ops.DETACH:
             # computed under no_grad: as in torch, no gradient flows back through it and it gets none itself
             self.uop = UOp(Ops.DETACH, self.uop.dtype, (self.uop,))
             self._requires_grad = False
-        elif dtypes.is_float(self.dtype):
+        elif dtypes.is_float(self.uop.dtype):
             _note_unset(self)
 
     # *** autograd ***

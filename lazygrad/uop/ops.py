@@ -359,9 +359,13 @@ class UOp(metaclass=UOpMetaClass):
 
     # *** tensor-graph properties ***
 
+    # read on every op a tensor builds: a cached value costs one dict lookup, no call
     @property
     def shape(self) -> tuple[sint, ...]:
-        return _from_sources(self, "shape", _shape)
+        try:
+            return self.__dict__["shape"]
+        except KeyError:
+            return _from_sources(self, "shape", _shape)
 
     @property
     def size(self) -> int:
@@ -369,7 +373,10 @@ class UOp(metaclass=UOpMetaClass):
 
     @property
     def device(self) -> str:
-        return _from_sources(self, "device", _device)
+        try:
+            return self.__dict__["device"]
+        except KeyError:
+            return _from_sources(self, "device", _device)
 
     @property
     def base(self) -> UOp:
@@ -487,14 +494,21 @@ def _from_sources(u: UOp, name: str, fn: Callable[[UOp], Any]) -> Any:
     return cache[name]
 
 
+# _device and _shape run once per node, after every source has its own value cached (see _from_sources): they read
+# the sources' caches directly
+
+
 def _device(u: UOp) -> str | None:
     if u.op is Ops.DEVICE or u.op is Ops.COPY:
         return u.arg
     if u.op is Ops.BUFFER:
         return u.arg.device
     if u.op is Ops.MULTI:
-        return tuple(s.device for s in u.src)
-    return next((d for s in u.src if (d := s.device) is not None), None)
+        return tuple(s.__dict__["device"] for s in u.src)
+    for s in u.src:
+        if (d := s.__dict__["device"]) is not None:
+            return d
+    return None
 
 
 def _shape(u: UOp) -> tuple[sint, ...]:
@@ -512,7 +526,7 @@ def _shape(u: UOp) -> tuple[sint, ...]:
         if u.arg is not None:
             shape[u.arg] = sum(s.shape[u.arg] for s in u.src)
         return tuple(shape)
-    src_shape = u.src[0].shape
+    src_shape = u.src[0].__dict__["shape"]
     if op is Ops.PERMUTE:
         return tuple(src_shape[i] for i in u.arg)
     if op is Ops.PAD:
@@ -522,7 +536,7 @@ def _shape(u: UOp) -> tuple[sint, ...]:
     if op is Ops.REDUCE_AXIS:
         return tuple(1 if i in u.arg[1] else s for i, s in enumerate(src_shape))
     if op is Ops.WHERE:
-        return u.src[1].shape
+        return u.src[1].__dict__["shape"]
     return src_shape
 
 
