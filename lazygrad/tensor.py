@@ -460,12 +460,14 @@ class Tensor(metaclass=_TensorType):
             for t, n in pairs
             if n in reached and n is not root and not (t._requires_grad is None and id(t) in viewed)
         ]
-        leaves = _drop_unset_over_no_grad_inputs(root, leaves)
         if any(t._requires_grad for t, _ in leaves):
             # torch's rule where the graph has a tensor set True (torch code; or an optimizer's parameters, which it
             # sets True): an unset tensor (an input, an intermediate) gets no .grad. Else a persistent input's .grad
-            # would grow by one lazy add per step that nothing ever realizes
+            # would grow by one lazy add per step that nothing ever realizes. (Before the walk below, which only
+            # ever drops unset tensors: this rule drops them all, and a training step skips that walk.)
             leaves = [(t, n) for t, n in leaves if t._requires_grad]
+        else:
+            leaves = _drop_unset_over_no_grad_inputs(root, leaves)
         if not leaves:
             raise RuntimeError(
                 "backward: the tensor depends on no floating point tensor whose requires_grad is True or unset "
