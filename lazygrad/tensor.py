@@ -616,7 +616,8 @@ class Tensor(metaclass=_TensorType):
         for t in tensors:
             if t.uop.base is not t.uop or t.uop.op is Ops.BUFFER:
                 continue
-            earlier = _buffer_owner.get(_realized[t.uop]) if t.uop in _realized else None
+            view = _realized.get(t.uop)
+            earlier = _buffer_owner.get(view) if view is not None else None
             holder = earlier() if earlier is not None else None
             if firsts.setdefault(t.uop, t) is not t or (holder is not None and holder is not t):
                 # another tensor built the same graph (one hash-consed node) and holds its memory: a copy of its
@@ -3532,7 +3533,10 @@ def _stored_as(u: UOp, becomes: dict[UOp, UOp]) -> UOp | None:
     if u.op is Ops.MULTI:
         parts = [_stored_as(p, becomes) or p for p in u.src]
         return u.replace(src=parts)
-    view = becomes.get(u.base, _realized.get(u.base))
+    base = u.base
+    view = becomes.get(base)
+    if view is None:
+        view = _realized.get(base)
     return None if view is None else u.rebase(view)
 
 
