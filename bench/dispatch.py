@@ -3,9 +3,10 @@
     python bench/dispatch.py
 
 Four measurements, one table each:
-  1. a 16-element add (the kernel is nothing: this is the per-call cost of the framework);
+  1. a 16-element add (the kernel is nothing: this is the per-call cost of the framework), through the JIT and eager
+     (`(a + b).realize()`: building, scheduling and running a graph seen before);
   2. a function of 20 small kernels against one kernel's call (the CPU graph makes a replay one ctypes call);
-  3. a 1M-element add through the JIT against the same compiled C kernel called directly from ctypes;
+  3. a 1M-element add through the JIT and eager against the same compiled C kernel called directly from ctypes;
   4. an MLP training step (forward, backward, Adam) with and without the JIT.
 tinygrad's TinyJit is measured when tinygrad is installed (`pip install tinygrad`, DEV=CPU, needs clang).
 """
@@ -87,6 +88,7 @@ def small_add() -> None:
         "lazygrad TinyJit, same inputs": bench(lambda: add(a, b)),
         "lazygrad TinyJit, alternating inputs": bench(lambda: add(*next(pairs))),
         "lazygrad kernel via ctypes (no framework)": bench(bare_kernel(a, b)),
+        "lazygrad eager (a + b).realize()": bench(lambda: (a + b).realize()),
     }
     results["numpy a + b"] = bench(lambda: an + bn)
     try:
@@ -128,7 +130,18 @@ def big_add() -> None:
     add = TinyJit(lambda x, y: (x + y).realize())
     for _ in range(3):
         add(a, b)
-    fns = {"bare C kernel via ctypes": bare_kernel(a, b), "lazygrad TinyJit": lambda: add(a, b)}
+    fns = {
+        "bare C kernel via ctypes": bare_kernel(a, b),
+        "lazygrad TinyJit": lambda: add(a, b),
+        "lazygrad eager (a + b).realize()": lambda: (a + b).realize(),
+    }
+    try:
+        import torch
+
+        at, bt = torch.from_numpy(a.numpy()), torch.from_numpy(b.numpy())
+        fns["torch eager a + b"] = lambda: at + bt
+    except ImportError:
+        pass
     results = bench_pair(fns, reps=50)
     table("1M-element add (target: JIT within 10% of the bare kernel)", results, "bare C kernel via ctypes", 3 * 4 * n)
 

@@ -20,6 +20,25 @@ class DType:
     count: int = 1
     _scalar: DType | None = None
 
+    def __post_init__(self) -> None:
+        # every hash-cons key of a UOp hashes its dtype: once per dtype here, not a tuple of all fields per lookup
+        # (ints only: the same value in every process, so a pickled dtype keeps a valid one)
+        object.__setattr__(self, "_hash", hash((self.priority, self.itemsize, self.count)))
+
+    def __hash__(self) -> int:
+        return self._hash  # type: ignore[attr-defined]
+
+    def __eq__(self, other: object) -> bool:
+        # dtypes are nearly always the same objects (dtypes.float32): identity first, the fields only otherwise
+        if self is other:
+            return True
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._fields() == other._fields()  # type: ignore[attr-defined]
+
+    def _fields(self) -> tuple:
+        return (self.priority, self.itemsize, self.name, self.fmt, self.count, self._scalar)
+
     def __repr__(self) -> str:
         return f"dtypes.{self.name}" + (f".vec({self.count})" if self.count > 1 else "")
 

@@ -12,6 +12,7 @@ import struct
 import threading
 import warnings
 import weakref
+from _weakref import _remove_dead_weakref
 from typing import Any, Callable, Sequence
 
 from lazygrad.device import Buffer, Device
@@ -46,9 +47,12 @@ class RealizedNodes:
         self._weak: weakref.WeakKeyDictionary[UOp, weakref.ref[UOp]] = weakref.WeakKeyDictionary()
 
     def get(self, node: UOp, default: UOp | None = None) -> UOp | None:
-        if (view := self._strong.get(node)) is not None:
+        # asked of every node a graph walk meets: the dictionaries' own tables are read directly (a weak reference
+        # without a callback finds the entry of its referent), not through WeakKeyDictionary's Python methods
+        key = weakref.ref(node)
+        if (view := self._strong.data.get(key)) is not None:
             return view
-        if self._weak and (ref := self._weak.get(node)) is not None and (view := ref()) is not None:
+        if self._weak.data and (ref := self._weak.data.get(key)) is not None and (view := ref()) is not None:
             return view
         return default
 
@@ -61,7 +65,8 @@ class RealizedNodes:
         return view
 
     def __setitem__(self, node: UOp, view: UOp) -> None:
-        self._weak.pop(node, None)
+        if self._weak.data:
+            self._weak.pop(node, None)
         self._strong[node] = view
 
     def __delitem__(self, node: UOp) -> None:
@@ -246,17 +251,22 @@ class Tensor(metaclass=_TensorType):
         dtype: DType | str | None = None,
         requires_grad: bool | None = None,
     ):
-        dtype = to_dtype(dtype) if dtype is not None else None
-        device = Device.canonicalize(device)
         self.grad: Tensor | None = None
         self._requires_grad: bool | None = None
         self._view_of: tuple[Tensor, UOp] | None = None
+        if type(data) is UOp and device is None and dtype is None and requires_grad is None and data.op is not Ops.BIND:
+            # an op's result, the tensor made most often by far: none of the conversions below apply
+            self.uop = data
+            self._init_grad_state()
+            return
+        dtype = to_dtype(dtype) if dtype is not None else None
+        device = Device.canonicalize(device)
         if isinstance(data, UOp):
             # a bound variable becomes a 0-d tensor on a device: its value is passed to kernels at launch
             self.uop = (
                 data
                 if data.op is not Ops.BIND or data.device
-                else data.replace(src=(*data.src, UOp(Ops.DEVICE, arg=device)))
+                else data.replace(src=(*data.src, UOp(Ops.DEVICE, arg=Device.canonicalize(device))))
             )
         elif isinstance(data, Tensor):
             self.uop = data.uop
@@ -305,12 +315,19 @@ class Tensor(metaclass=_TensorType):
             _check_dtype("making a tensor", self.dtype, self.device)
         if requires_grad is not None:
             self.requires_grad = requires_grad
-        elif Tensor._grad_disabled and isinstance(data, UOp) and data.op not in (Ops.BUFFER, Ops.DETACH):
+        elif isinstance(data, UOp):
+            self._init_grad_state()
+        elif dtypes.is_float(self.dtype):
+            _note_unset(self)
+
+    def _init_grad_state(self) -> None:
+        """The gradient state of a tensor made from a node, with requires_grad not given."""
+        if Tensor._grad_disabled and self.uop.op is not Ops.BUFFER and self.uop.op is not Ops.DETACH:
             # computed under no_grad: as in torch, no gradient flows back through it and it gets none itself
             self.uop = UOp(Ops.DETACH, self.uop.dtype, (self.uop,))
             self._requires_grad = False
-        elif dtypes.is_float(self.dtype):
-            _unset_grad[id(self)] = self
+        elif dtypes.is_float(self.uop.dtype):
+            _note_unset(self)
 
     # *** autograd ***
 
@@ -383,7 +400,7 @@ class Tensor(metaclass=_TensorType):
         elif self._requires_grad is False:
             self._requires_grad = None
             if dtypes.is_float(self.dtype):
-                _unset_grad[id(self)] = self
+                _note_unset(self)
 
     def is_param_(self, value: bool = True) -> Tensor:
         self.is_param = value
@@ -428,7 +445,8 @@ class Tensor(metaclass=_TensorType):
             )
         seed = self._seed_gradient(gradient)
         root = _with_lazy_origins(self.uop)
-        pairs = self._nodes_in_graph([*_grad_leaves.values(), *_unset_grad.values()], root)
+        unset = [t for ref in _unset_grad.copy().values() if (t := ref()) is not None]
+        pairs = self._nodes_in_graph([*_grad_leaves.values(), *unset], root)
         reached = grad_reachable(root, {n for _, n in pairs})
         # the root itself gets no .grad (torch leaves a non-leaf's empty; it would only be ones), nor do the unset
         # tensors it is a view of (the (1,) sum that sum() reshapes to (), kept alive by the view)
@@ -442,12 +460,14 @@ class Tensor(metaclass=_TensorType):
             for t, n in pairs
             if n in reached and n is not root and not (t._requires_grad is None and id(t) in viewed)
         ]
-        leaves = _drop_unset_over_no_grad_inputs(root, leaves)
         if any(t._requires_grad for t, _ in leaves):
             # torch's rule where the graph has a tensor set True (torch code; or an optimizer's parameters, which it
             # sets True): an unset tensor (an input, an intermediate) gets no .grad. Else a persistent input's .grad
-            # would grow by one lazy add per step that nothing ever realizes
+            # would grow by one lazy add per step that nothing ever realizes. (Before the walk below, which only
+            # ever drops unset tensors: this rule drops them all, and a training step skips that walk.)
             leaves = [(t, n) for t, n in leaves if t._requires_grad]
+        else:
+            leaves = _drop_unset_over_no_grad_inputs(root, leaves)
         if not leaves:
             raise RuntimeError(
                 "backward: the tensor depends on no floating point tensor whose requires_grad is True or unset "
@@ -602,8 +622,8 @@ class Tensor(metaclass=_TensorType):
         graph = pretty_print(self.uop, max_lines=12).replace("\n", "\n  ")
         return f"<Tensor shape={self.shape} dtype={self.dtype} device={self.device} {state}\n  {graph}>"
 
-    def __hash__(self) -> int:
-        return id(self)
+    # by identity (__eq__ is elementwise): object's own, a C call, where a Python one costs on every weak set insert
+    __hash__ = object.__hash__
 
     def __bool__(self) -> bool:
         if self.numel() != 1:
@@ -621,7 +641,8 @@ class Tensor(metaclass=_TensorType):
         for t in tensors:
             if t.uop.base is not t.uop or t.uop.op is Ops.BUFFER:
                 continue
-            earlier = _buffer_owner.get(_realized[t.uop]) if t.uop in _realized else None
+            view = _realized.get(t.uop)
+            earlier = _buffer_owner.get(view) if view is not None else None
             holder = earlier() if earlier is not None else None
             if firsts.setdefault(t.uop, t) is not t or (holder is not None and holder is not t):
                 # another tensor built the same graph (one hash-consed node) and holds its memory: a copy of its
@@ -2068,6 +2089,26 @@ class Tensor(metaclass=_TensorType):
 
     def _broadcasted(self, y: Any, reverse: bool = False) -> tuple[Tensor, Tensor]:
         """Both operands in their common dtype and broadcast shape; `reverse` swaps them (for y - x)."""
+        # the two common cases (most ops of a model or an optimizer) without the general path's temporary tensors:
+        # a tensor of the same dtype, shape and device is used as it is; a Python scalar of the tensor's dtype is a
+        # constant node reshaped and expanded to the tensor's shape, the same nodes the general path builds
+        su = self.uop
+        if isinstance(y, Tensor):
+            yu = y.uop
+            if yu.dtype == su.dtype and yu.shape == su.shape and yu.device == su.device:
+                return (y, self) if reverse else (self, y)
+        elif (
+            type(y) in (int, float, bool)
+            and _scalar_dtype(su.dtype, y) == su.dtype
+            and not isinstance(su.device, tuple)
+        ):
+            c = Tensor._const_uop(y, su.dtype, su.device)
+            if shape := su.shape:
+                ones = (1,) * len(shape)
+                c = UOp(Ops.RESHAPE, su.dtype, (c,), ones)
+                if shape != ones:
+                    c = UOp(Ops.EXPAND, su.dtype, (c,), shape)
+            return (Tensor(c), self) if reverse else (self, Tensor(c))
         yt = self._to_tensor(y)
         if self.device != yt.device:
             raise ArgumentError(f"tensors are on different devices: {self.device} and {yt.device}")
@@ -3370,8 +3411,22 @@ class Tensor(metaclass=_TensorType):
 # id -> tensor with requires_grad=True; keyed by id because Tensor.__eq__ is elementwise, not identity
 _grad_leaves: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
 _grad_leaves_lock = threading.Lock()
-# id -> floating point tensor whose requires_grad was never set: a backward through it fills its .grad (tinygrad's rule)
-_unset_grad: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
+# id -> weak reference to a floating point tensor whose requires_grad was never set: a backward through it fills its
+# .grad (tinygrad's rule). Every float tensor an op makes is entered here: a plain dict, not a WeakValueDictionary,
+# whose insert is several Python calls. Keyed by id, so no lookup ever compares tensors (Tensor.__eq__ is
+# elementwise). Iterate a copy(): copying runs no Python code, so no removal can change the dict midway
+_unset_grad: dict[int, weakref.ref] = {}
+
+
+def _note_unset(t: Tensor) -> None:
+    _unset_grad[id(t)] = weakref.ref(t, functools.partial(_drop_unset, id(t)))
+
+
+def _drop_unset(key: int, ref: weakref.ref) -> None:
+    # only if still dead: the id may already name a newer tensor
+    _remove_dead_weakref(_unset_grad, key)
+
+
 # id -> tensor whose requires_grad was set False
 _no_grad_leaves: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
 
@@ -3507,7 +3562,10 @@ def _stored_as(u: UOp, becomes: dict[UOp, UOp]) -> UOp | None:
     if u.op is Ops.MULTI:
         parts = [_stored_as(p, becomes) or p for p in u.src]
         return u.replace(src=parts)
-    view = becomes.get(u.base, _realized.get(u.base))
+    base = u.base
+    view = becomes.get(base)
+    if view is None:
+        view = _realized.get(base)
     return None if view is None else u.rebase(view)
 
 
@@ -3528,35 +3586,45 @@ def _reads_shifted(value: UOp, buffer: UOp) -> bool:
     return buffer in _shifted_bases(value)
 
 
-# node -> the nodes it reads through a view other than a reshape. A graph never changes below a node, so this is
-# computed once per node: each optimizer state's update walks only what is new since the last (the backward graph
-# is shared). A node realized after its entry was made keeps the larger, older set: an extra copy, never a race.
-_shifted_memo: weakref.WeakKeyDictionary[UOp, frozenset[UOp]] = weakref.WeakKeyDictionary()
+# node -> the nodes it reads through a view other than a reshape, kept in the node's own __dict__ (as its shape): a
+# graph never changes below a node, so this is computed once per node, and each optimizer state's update walks only
+# what is new since the last (the backward graph is shared). A node realized after its entry was made keeps the larger,
+# older set: an extra copy, never a race.
+_SHIFTED = "shifted_bases"
+_EMPTY: frozenset[UOp] = frozenset()
 
 
 def _shifted_bases(root: UOp) -> frozenset[UOp]:
+    if (known := root.__dict__.get(_SHIFTED)) is not None:
+        return known
     stack: list[tuple[UOp, bool]] = [(root, False)]
     while stack:
         x, expanded = stack.pop()
-        if x in _shifted_memo:
+        memo = x.__dict__
+        if _SHIFTED in memo:
             continue
         done = _realized.get(x)  # computed earlier: what it reads now is its buffer, not its graph
         below = (done,) if done is not None else x.src if x.op not in (Ops.ASSIGN, Ops.CONTIGUOUS) else ()
         if not expanded:
             stack.append((x, True))
-            stack.extend((s, False) for s in below if s not in _shifted_memo)
+            stack.extend((s, False) for s in below if _SHIFTED not in s.__dict__)
             continue
-        own: set[UOp] = set()
+        own = False
         if done is None and x.op in GroupOp.Movement:
             node = x
             while node.op in GroupOp.Movement:
                 if node.op is not Ops.RESHAPE:
-                    own.add(x.base)
+                    own = True
                     break
                 node = node.src[0]
-        sets = [_shifted_memo[s] for s in below]
-        _shifted_memo[x] = frozenset(own.union(*sets)) if own or len(sets) != 1 else sets[0]
-    return _shifted_memo[root]
+        sets = [s.__dict__[_SHIFTED] for s in below]
+        if not own and len(sets) == 1:
+            memo[_SHIFTED] = sets[0]
+        elif not own and all(not t for t in sets):
+            memo[_SHIFTED] = _EMPTY
+        else:
+            memo[_SHIFTED] = frozenset({x.base} if own else ()).union(*sets)
+    return root.__dict__[_SHIFTED]
 
 
 class _GradMode(contextlib.ContextDecorator):

@@ -89,6 +89,8 @@ def _mb(nbytes: int) -> str:
 
 def memory_planner(schedule: list[Any]) -> list[Any]:
     """The schedule with intermediate buffers sharing memory where their lifetimes allow (see plan_memory)."""
+    if len(schedule) < 2:  # a block is reused only by a later kernel than the one that last read it
+        return schedule
     items = [(si.bufs, range(len(si.outputs))) for si in schedule]
     mapping = plan_memory(items)
     del items

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-from lazygrad.dtype import dtypes
+from lazygrad.dtype import DType, dtypes
 from lazygrad.gradient import take_backward_roots
 from lazygrad.nn import _own_buffer
 from lazygrad.tensor import Tensor
@@ -112,10 +112,20 @@ class Adam(Optimizer):
         self.b1, self.b2, self.eps, self.weight_decay, self.decoupled = b1, b2, eps, weight_decay, decoupled
         self.m, self.v = self._state(), self._state()
         self.b1_t, self.b2_t = self._scalar(1.0), self._scalar(1.0)  # beta ** step
+        self._bias: dict[DType, tuple[Tensor, Tensor]] = {}  # this step's bias corrections, see _bias_terms
         Tensor.realize(*self.params, *self.m, *self.v, self.lr, self.b1_t, self.b2_t)
 
     def _begin_step(self) -> list[Tensor]:
+        self._bias = {}
         return [self.b1_t.assign(self.b1_t * self.b1), self.b2_t.assign(self.b2_t * self.b2)]
+
+    def _bias_terms(self, dtype: DType) -> tuple[Tensor, Tensor]:
+        """This step's lr / (1 - b1^t) and sqrt(1 - b2^t) in `dtype`: built once per step and dtype, not once per
+        parameter (the same nodes either way; the tensor ops building them are what costs)."""
+        if dtype not in self._bias:
+            step_size = (self.lr / (1 - self.b1_t)).cast(dtype)
+            self._bias[dtype] = (step_size, (1 - self.b2_t).sqrt().cast(dtype))
+        return self._bias[dtype]
 
     def _update(self, i: int, p: Tensor, g: Tensor) -> list[Tensor]:
         m, v, w = self.m[i], self.v[i], p.detach()
@@ -125,8 +135,8 @@ class Adam(Optimizer):
             g = g + w * self.weight_decay
         m.assign(_lerp(m, g, 1 - self.b1))
         v.assign(v * self.b2 + g * (1 - self.b2) * g)
-        step_size = (self.lr / (1 - self.b1_t)).cast(p.dtype)
-        denom = v.sqrt() / (1 - self.b2_t).sqrt().cast(p.dtype) + self.eps
+        step_size, bias2 = self._bias_terms(p.dtype)
+        denom = v.sqrt() / bias2 + self.eps
         return [m, v, p.assign(w - step_size * m / denom)]
 
 

@@ -15,6 +15,7 @@ Movement ops never make kernels: they compose into the ShapeTracker of each load
 
 from __future__ import annotations
 
+import functools
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -39,13 +40,19 @@ class ScheduleItem:
     bufs: tuple[Buffer, ...]  # outputs first, then inputs, in DEFINE_GLOBAL order
     metadata: tuple[str, ...] = field(default_factory=tuple)
 
+    # a count, not the tuples, is cached (a frozen dataclass still has a __dict__): the memory planner reads from
+    # reference counts that the kernel list is all that holds an intermediate buffer
+    @functools.cached_property
+    def n_outputs(self) -> int:
+        return len(self.ast.src) if self.ast.op is Ops.SINK else 1
+
     @property
     def outputs(self) -> tuple[Buffer, ...]:
-        return self.bufs[: len(self.ast.src) if self.ast.op is Ops.SINK else 1]
+        return self.bufs[: self.n_outputs]
 
     @property
     def inputs(self) -> tuple[Buffer, ...]:
-        return self.bufs[len(self.outputs) :]
+        return self.bufs[self.n_outputs :]
 
 
 def _is_stored_leaf(u: UOp, realized: dict[UOp, UOp]) -> bool:
@@ -537,31 +544,20 @@ class _Walk:
                 self.slots.append(buf)
             return slot_of[id(buf)]
 
+        # (node, False): first visit, (node, True): its sources are numbered. A node is looked up in `realized` once,
+        # on its first visit (this walk runs on every realize, over every node a step computes)
+        get = realized.get
         stack: list[tuple[UOp, bool]] = [(o, False) for o in reversed(outs)]
         while stack:
             node, expanded = stack.pop()
             if node in pos:
                 continue
-            view = realized.get(node)
-            leaf = view is not None or node.op in (Ops.BUFFER, Ops.BIND)
-            if not expanded and not leaf:
-                stack.append((node, True))
-                stack.extend((s, False) for s in reversed(node.src) if s not in pos)
-                continue
-            if view is not None:
+            if expanded:
+                part: tuple = (node.op, node.dtype, node.arg, tuple([pos[x] for x in node.src]))
+            elif (view := get(node)) is not None:
                 # the planner still reads a realized node's own op, arg and source shapes (a reduce's loop)
                 srcs = tuple(x.shape for x in node.src) if node.op is Ops.REDUCE_AXIS else ()
-                part: tuple = (
-                    "R",
-                    node.op,
-                    node.dtype,
-                    node.arg,
-                    node.shape,
-                    srcs,
-                    view.op,
-                    view.arg,
-                    slot(view.base.arg),
-                )
+                part = ("R", node.op, node.dtype, node.arg, node.shape, srcs, view.op, view.arg, slot(view.base.arg))
             elif node.op is Ops.BUFFER:
                 part = ("B", node.dtype, node.arg.size, node.arg.device, slot(node.arg))
             elif node.op is Ops.BIND:
@@ -569,7 +565,9 @@ class _Walk:
                 self.binds.append(node)
                 part = ("V", var, node.dtype, tuple((x.op, x.arg) for x in node.src[2:]))
             else:
-                part = (node.op, node.dtype, node.arg, tuple(pos[x] for x in node.src))
+                stack.append((node, True))
+                stack.extend([(x, False) for x in reversed(node.src) if x not in pos])
+                continue
             pos[node] = len(self.nodes)
             self.nodes.append(node)
             parts.append(part)
@@ -650,22 +648,30 @@ def create_schedule(
     """Kernels that compute `outs` in execution order, what each computed node becomes (a buffer view),
     and the values of the variables the kernels take as arguments. A graph of the same structure as one scheduled
     before (over other buffers and bound values) reuses that schedule."""
+    if not profile.enabled():  # the span's context manager alone costs a few microseconds, on every realize
+        return _cached_schedule(outs, realized, {})
     with profile.span("schedule", "schedule") as args:
-        walk = _Walk(outs, realized)
-        if (tpl := _templates.get(walk.key)) is not None:
-            items, becomes, var_vals = tpl.instantiate(walk)
-            args["kernels"], args["cached"] = len(items), True
-            if DEBUG >= 1 and items:
-                print(f"scheduled {len(items)} kernels for {len(becomes)} stored nodes (cached)")
-            return items, becomes, var_vals
-        items, becomes, var_vals = _create_schedule(outs, realized)
-        args["kernels"], args["cached"] = len(items), False
-        if (tpl := _template(walk, items, becomes)) is not None:
-            with _templates_lock:
-                if len(_templates) >= SCHEDULE_CACHE_SIZE:
-                    del _templates[next(iter(_templates))]
-                _templates[walk.key] = tpl
+        return _cached_schedule(outs, realized, args)
+
+
+def _cached_schedule(
+    outs: list[UOp], realized: dict[UOp, UOp], args: dict[str, Any]
+) -> tuple[list[ScheduleItem], dict[UOp, UOp], dict[UOp, int]]:
+    walk = _Walk(outs, realized)
+    if (tpl := _templates.get(walk.key)) is not None:
+        items, becomes, var_vals = tpl.instantiate(walk)
+        args["kernels"], args["cached"] = len(items), True
+        if DEBUG >= 1 and items:
+            print(f"scheduled {len(items)} kernels for {len(becomes)} stored nodes (cached)")
         return items, becomes, var_vals
+    items, becomes, var_vals = _create_schedule(outs, realized)
+    args["kernels"], args["cached"] = len(items), False
+    if (tpl := _template(walk, items, becomes)) is not None:
+        with _templates_lock:
+            if len(_templates) >= SCHEDULE_CACHE_SIZE:
+                del _templates[next(iter(_templates))]
+            _templates[walk.key] = tpl
+    return items, becomes, var_vals
 
 
 def _create_schedule(

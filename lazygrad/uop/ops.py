@@ -7,6 +7,7 @@ import inspect
 import itertools
 import threading
 import weakref
+from _weakref import _remove_dead_weakref
 from enum import Enum, auto
 from typing import Any, Callable, Iterator, Sequence
 
@@ -94,6 +95,11 @@ class Ops(Enum):
         return f"Ops.{self.name}"
 
 
+# members are singletons: identity hashing is C-level, where Enum's own __hash__ is a Python call (hashing the name),
+# and every `op in GroupOp...` test and every hash-cons key hashes an Ops
+Ops.__hash__ = object.__hash__  # type: ignore[method-assign]
+
+
 class GroupOp:
     Unary = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIP, Ops.NEG, Ops.TRUNC})
     Binary = frozenset(
@@ -117,20 +123,28 @@ class GroupOp:
 class UOpMetaClass(type):
     """Hash-consing: UOp(op, dtype, src, arg) built twice returns the same object."""
 
-    ucache: weakref.WeakValueDictionary[tuple, UOp] = weakref.WeakValueDictionary()
+    # key -> weak reference to the node; a plain dict of weakrefs, not a WeakValueDictionary, whose get and set are
+    # Python calls on the hottest path of graph building (every op of every step builds its nodes here)
+    ucache: dict[tuple, weakref.ref] = {}
     # taken on a miss only: two threads building the same node must get one object, or equality by identity breaks
     lock = threading.Lock()
 
     def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None) -> UOp:
         # -0.0 == 0.0 and both hash alike, but a constant -0.0 is another value (1/x, signbit): keyed apart
         key = (op, dtype, src, arg) if type(arg) is not float or arg != 0.0 else (op, dtype, src, arg, repr(arg))
-        if (ret := UOpMetaClass.ucache.get(key)) is not None:
+        if (ref := UOpMetaClass.ucache.get(key)) is not None and (ret := ref()) is not None:
             return ret
         with UOpMetaClass.lock:
-            if (ret := UOpMetaClass.ucache.get(key)) is None:
+            if (ref := UOpMetaClass.ucache.get(key)) is None or (ret := ref()) is None:
                 ret = super().__call__(op, dtype, src, arg)
-                UOpMetaClass.ucache[key] = ret
+                UOpMetaClass.ucache[key] = weakref.ref(ret, functools.partial(_drop_dead, key))
         return ret
+
+
+def _drop_dead(key: tuple, ref: weakref.ref) -> None:
+    """A node died: its cache entry goes, unless a new node of the same key has already taken the entry's place (one
+    atomic C call, as WeakValueDictionary's own removal: a check then a del could drop another thread's new entry)."""
+    _remove_dead_weakref(UOpMetaClass.ucache, key)
 
 
 sint = int  # a size that may be symbolic: int or int-typed UOp (typing alias kept simple on purpose)
@@ -345,9 +359,13 @@ class UOp(metaclass=UOpMetaClass):
 
     # *** tensor-graph properties ***
 
+    # read on every op a tensor builds: a cached value costs one dict lookup, no call
     @property
     def shape(self) -> tuple[sint, ...]:
-        return _from_sources(self, "shape", _shape)
+        try:
+            return self.__dict__["shape"]
+        except KeyError:
+            return _from_sources(self, "shape", _shape)
 
     @property
     def size(self) -> int:
@@ -355,7 +373,10 @@ class UOp(metaclass=UOpMetaClass):
 
     @property
     def device(self) -> str:
-        return _from_sources(self, "device", _device)
+        try:
+            return self.__dict__["device"]
+        except KeyError:
+            return _from_sources(self, "device", _device)
 
     @property
     def base(self) -> UOp:
@@ -451,6 +472,12 @@ def _from_sources(u: UOp, name: str, fn: Callable[[UOp], Any]) -> Any:
     cache = u.__dict__
     if name in cache:
         return cache[name]
+    for s in u.src:
+        if name not in s.__dict__:
+            break
+    else:  # the common case while building a graph: the sources are known, u is computed without a walk
+        cache[name] = value = fn(u)
+        return value
     order: dict[UOp, None] = {}
     stack: list[tuple[UOp, bool]] = [(u, False)]
     while stack:
@@ -467,14 +494,21 @@ def _from_sources(u: UOp, name: str, fn: Callable[[UOp], Any]) -> Any:
     return cache[name]
 
 
+# _device and _shape run once per node, after every source has its own value cached (see _from_sources): they read
+# the sources' caches directly
+
+
 def _device(u: UOp) -> str | None:
     if u.op is Ops.DEVICE or u.op is Ops.COPY:
         return u.arg
     if u.op is Ops.BUFFER:
         return u.arg.device
     if u.op is Ops.MULTI:
-        return tuple(s.device for s in u.src)
-    return next((d for s in u.src if (d := s.device) is not None), None)
+        return tuple(s.__dict__["device"] for s in u.src)
+    for s in u.src:
+        if (d := s.__dict__["device"]) is not None:
+            return d
+    return None
 
 
 def _shape(u: UOp) -> tuple[sint, ...]:
@@ -492,7 +526,7 @@ def _shape(u: UOp) -> tuple[sint, ...]:
         if u.arg is not None:
             shape[u.arg] = sum(s.shape[u.arg] for s in u.src)
         return tuple(shape)
-    src_shape = u.src[0].shape
+    src_shape = u.src[0].__dict__["shape"]
     if op is Ops.PERMUTE:
         return tuple(src_shape[i] for i in u.arg)
     if op is Ops.PAD:
@@ -502,7 +536,7 @@ def _shape(u: UOp) -> tuple[sint, ...]:
     if op is Ops.REDUCE_AXIS:
         return tuple(1 if i in u.arg[1] else s for i, s in enumerate(src_shape))
     if op is Ops.WHERE:
-        return u.src[1].shape
+        return u.src[1].__dict__["shape"]
     return src_shape
 
 

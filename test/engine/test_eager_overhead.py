@@ -1,0 +1,132 @@
+"""The Python cost of eager (non-JIT) steps, counted rather than timed: a repeated step schedules, compiles and plans
+nothing new, builds shared per-step tensors once, and leaves no bookkeeping behind; its values stay those of a step
+computed from scratch."""
+
+import gc
+
+import numpy as np
+
+from lazygrad import Tensor
+from lazygrad.engine import memory, realize
+from lazygrad.nn import Linear
+from lazygrad.nn.optim import Adam
+from lazygrad.nn.state import get_parameters
+from lazygrad.schedule import kernelize
+from lazygrad.uop.ops import Ops, UOp, UOpMetaClass
+
+
+def _counting(monkeypatch, module, name: str) -> list[int]:
+    calls = [0]
+    original = getattr(module, name)
+
+    def counted(*args, **kwargs):
+        calls[0] += 1
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, counted)
+    return calls
+
+
+def _mlp_steps(n_steps: int, fresh_schedules: bool, seed: int = 0) -> tuple[list[float], list[np.ndarray]]:
+    rng = np.random.default_rng(seed)
+    l1, l2 = Linear(8, 16), Linear(16, 4)
+    for layer in (l1, l2):
+        layer.weight.assign(Tensor(rng.standard_normal(layer.weight.shape).astype(np.float32) * 0.3))
+        layer.bias.assign(Tensor(rng.standard_normal(layer.bias.shape).astype(np.float32) * 0.1))
+    opt = Adam(get_parameters([l1, l2]), lr=1e-2)
+    losses = []
+    with Tensor.train():
+        for _ in range(n_steps):
+            if fresh_schedules:
+                kernelize._templates.clear()
+            x = Tensor(rng.standard_normal((5, 8)).astype(np.float32))
+            y = Tensor(rng.integers(0, 4, 5).astype(np.int32))
+            opt.zero_grad()
+            loss = l2(l1(x).relu()).sparse_categorical_crossentropy(y).backward()
+            opt.step()
+            losses.append(loss.item())
+    return losses, [p.numpy() for p in opt.params]
+
+
+def test_repeated_eager_step_schedules_and_compiles_nothing_new(monkeypatch):
+    _mlp_steps(3, fresh_schedules=False, seed=1)  # every kernel of this step's structure compiled and cached
+    scheduled = _counting(monkeypatch, kernelize, "_create_schedule")
+    compiled = _counting(monkeypatch, realize, "get_program")
+    losses, params = _mlp_steps(4, fresh_schedules=False)
+    # the model's construction schedules its own small graphs once; the training steps hit the cache
+    assert compiled[0] == 0
+    constructed = scheduled[0]
+    _mlp_steps(4, fresh_schedules=False, seed=2)
+    assert scheduled[0] == constructed, "a step of a structure seen before was scheduled again"
+    # the cached schedules compute what scheduling every step from scratch computes
+    ref_losses, ref_params = _mlp_steps(4, fresh_schedules=True)
+    np.testing.assert_allclose(losses, ref_losses, rtol=1e-6)
+    for p, r in zip(params, ref_params):
+        np.testing.assert_allclose(p, r, rtol=1e-6, atol=1e-7)
+
+
+def test_adam_builds_its_bias_corrections_once_per_step(monkeypatch):
+    l1, l2 = Linear(8, 16), Linear(16, 4)
+    opt = Adam(get_parameters([l1, l2]), lr=1e-3)
+    sqrts = _counting(monkeypatch, Tensor, "sqrt")
+    with Tensor.train():
+        x = Tensor(np.ones((2, 8), np.float32))
+        l2(l1(x)).sum().backward()
+        opt.schedule_step()
+    # one v.sqrt() per parameter, one sqrt(1 - b2^t) for the step (not one per parameter)
+    assert sqrts[0] == len(opt.params) + 1
+
+
+def test_cached_schedule_keeps_random_values_fresh_and_in_place_updates():
+    a = Tensor.rand(64).realize().numpy()
+    b = Tensor.rand(64).realize().numpy()  # the same structure: a cached schedule, a new counter value
+    assert not np.array_equal(a, b)
+    acc = Tensor.zeros(4).contiguous().realize()
+    for i in range(1, 5):
+        acc.assign(acc + i).realize()
+        np.testing.assert_array_equal(acc.numpy(), np.full(4, sum(range(1, i + 1)), np.float32))
+
+
+def test_single_kernel_schedule_skips_the_memory_planner(monkeypatch):
+    x = Tensor(np.arange(4, dtype=np.float32)).realize()
+    planned = _counting(monkeypatch, memory, "plan_memory")
+    sched = (x + 1).schedule()
+    assert memory.memory_planner(sched) is sched and planned[0] == 0
+    realize.run_schedule(sched)
+
+
+def test_dead_tensors_and_nodes_leave_no_bookkeeping():
+    from lazygrad import tensor as tensor_module
+
+    x = Tensor(np.ones(8, np.float32)).realize()
+    gc.collect()
+    tracked, cached = len(tensor_module._unset_grad), len(UOpMetaClass.ucache)
+    for i in range(200):
+        (x * (i + 0.5) + 1.25).exp()
+    gc.collect()
+    assert len(tensor_module._unset_grad) <= tracked
+    assert len(UOpMetaClass.ucache) <= cached
+
+
+def test_hash_consing_survives_a_dead_node():
+    x = Tensor(np.ones(3, np.float32)).realize()
+    key = (Ops.MUL, x.dtype, (x.uop, x.uop), None)
+    a = UOp(*key)
+    assert UOp(*key) is a
+    del a
+    gc.collect()
+    assert key not in UOpMetaClass.ucache  # the dead node's entry went with it
+    b = UOp(*key)  # rebuilt: a fresh entry, found again while b lives
+    assert UOp(*key) is b and UOpMetaClass.ucache[key]() is b
+
+
+def test_broadcast_fast_paths_build_the_general_paths_nodes():
+    x = Tensor(np.ones((3, 4), np.float32)).realize()
+    y = Tensor(np.ones((3, 4), np.float32)).realize()
+    const = Tensor(2.5).reshape(1, 1).expand(3, 4)  # what the general path makes of a scalar
+    assert (x * 2.5).uop is x._alu(Ops.MUL, const).uop
+    assert (2.5 - x).uop is const._alu(Ops.SUB, x).uop
+    assert (x + y).uop is x._alu(Ops.ADD, y).uop
+    # a scalar of a higher kind still takes the general path: int tensor * float -> float
+    i = Tensor(np.arange(4, dtype=np.int32))
+    np.testing.assert_allclose((i * 1.5).numpy(), np.arange(4) * 1.5)
