@@ -460,12 +460,15 @@ class Tensor(metaclass=_TensorType):
             for t, n in pairs
             if n in reached and n is not root and not (t._requires_grad is None and id(t) in viewed)
         ]
+        replace: set[int] = set()
         if any(t._requires_grad for t, _ in leaves):
-            # torch's rule where the graph has a tensor set True (torch code; or an optimizer's parameters, which it
-            # sets True): an unset tensor (an input, an intermediate) gets no .grad. Else a persistent input's .grad
-            # would grow by one lazy add per step that nothing ever realizes. (Before the walk below, which only
-            # ever drops unset tensors: this rule drops them all, and a training step skips that walk.)
-            leaves = [(t, n) for t, n in leaves if t._requires_grad]
+            # where the graph has a tensor set True (torch code; or an optimizer's parameters, which it sets True),
+            # requires_grad flows as in tinygrad: an unset tensor computed from one set True gets a .grad, an unset
+            # one that is not (an input) gets none, else a persistent input's .grad would grow by one lazy add per
+            # step that nothing ever realizes. For the same reason an unset tensor's .grad is replaced, not summed.
+            wanted = {n for t, n in leaves if t._requires_grad}
+            leaves = [(t, n) for t, n in leaves if t._requires_grad or any(x in wanted for x in n.toposort)]
+            replace = {id(t) for t, _ in leaves if not t._requires_grad}
         else:
             leaves = _drop_unset_over_no_grad_inputs(root, leaves)
         if not leaves:
@@ -476,7 +479,7 @@ class Tensor(metaclass=_TensorType):
         grads = compute_gradient(root, seed, {n for _, n in leaves})
         for t, n in leaves:
             if (g := grads.get(n)) is not None:
-                t.grad = g if t.grad is None else t.grad + g
+                t.grad = g if t.grad is None or id(t) in replace else t.grad + g
                 t.grad.requires_grad = False  # as in torch: a gradient is data, it keeps no graph when realized
         if not retain_graph:
             Tensor._graph_freed[id(self)] = self
