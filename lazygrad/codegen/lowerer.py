@@ -84,6 +84,7 @@ class Lowerer:
         self.out_combos = list(itertools.product(*[range(shape[a]) for a in self.upcast_axes]))
         self.unroll_combos = list(itertools.product(*[range(shape[a]) for a in self.unroll_axes]))
         self.memo: dict[tuple[UOp, Combo], UOp] = {}
+        self.index_memo: dict[tuple, tuple[UOp, UOp]] = {}  # (view, loop indices) -> (address, validity)
         self.reduce_results: dict[tuple[UOp, Combo], UOp] = {}
 
     def _thread_ids(self) -> list[UOp]:
@@ -291,8 +292,13 @@ class Lowerer:
         return UOp(Ops.VECTORIZE, u.dtype.vec(self.width), tuple(scalars))
 
     def index(self, view: UOp, combo: Combo) -> tuple[UOp, UOp]:
-        idx, valid = view.arg.to_index(self.idxs(combo))
-        return simplify(idx), simplify(valid)
+        # memoized: a view read at several places of a kernel (a LOAD and its VALID, a shared input of several
+        # reduces) or an unrolled axis it does not move along asks for the same index again (a third of the calls)
+        key = (view, tuple(self.idxs(combo)))
+        if (hit := self.index_memo.get(key)) is None:
+            idx, valid = view.arg.to_index(list(key[1]))
+            hit = self.index_memo[key] = (simplify(idx), simplify(valid))
+        return hit
 
     def ev(self, u: UOp, combo: Combo) -> UOp:
         return self._lowered(u, combo, False)

@@ -11,7 +11,7 @@ import tempfile
 import time
 
 from lazygrad.device import Allocator, Compiled, CompileError, Compiler, DeviceUnavailable
-from lazygrad.helpers import diskcache_get, diskcache_put, getenv
+from lazygrad.helpers import cpu_cores, diskcache_get, diskcache_put, getenv
 from lazygrad.renderer.cstyle import ClangRenderer
 
 _libc = ctypes.CDLL(None)
@@ -152,8 +152,7 @@ def simd_registers() -> tuple[int, int]:
 
 class CPUDevice(Compiled):
     def __init__(self, name: str):
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-        self.threads = getenv("THREADS", cores)
+        self.threads = getenv("THREADS", cpu_cores())
         compiler = ClangCompiler(find_c_compiler())
         renderer = ClangRenderer(self.threads, *simd_registers())
         renderer.has_threads = compiler.openmp and self.threads > 1

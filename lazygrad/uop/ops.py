@@ -93,6 +93,10 @@ class Ops(Enum):
     def __repr__(self) -> str:
         return f"Ops.{self.name}"
 
+    # identity hash in C: Enum's own hashes the member's name in Python, and every UOp built or looked up hashes its op
+    # (a third of codegen's hash calls). Members are singletons, so identity is equality; no cache key uses hash()
+    __hash__ = object.__hash__
+
 
 class GroupOp:
     Unary = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIP, Ops.NEG, Ops.TRUNC})
@@ -124,7 +128,9 @@ class UOpMetaClass(type):
     def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None) -> UOp:
         # -0.0 == 0.0 and both hash alike, but a constant -0.0 is another value (1/x, signbit): keyed apart
         key = (op, dtype, src, arg) if type(arg) is not float or arg != 0.0 else (op, dtype, src, arg, repr(arg))
-        if (ret := UOpMetaClass.ucache.get(key)) is not None:
+        # the hit path reads the weak dictionary's underlying dict of references: WeakValueDictionary.get is Python
+        # code, and this lookup runs for every node any pass builds
+        if (ref := UOpMetaClass.ucache.data.get(key)) is not None and (ret := ref()) is not None:
             return ret
         with UOpMetaClass.lock:
             if (ret := UOpMetaClass.ucache.get(key)) is None:
@@ -182,6 +188,8 @@ class UOp(metaclass=UOpMetaClass):
     def const(dtype: DType, value: Any) -> UOp:
         if isinstance(value, UOp):
             return value
+        if type(value) is int and (dtype is dtypes.int32 or dtype is dtypes.int64) and -(1 << 31) <= value < 1 << 31:
+            return UOp(Ops.CONST, dtype, arg=value)  # index math's constants: already what as_const returns
         return UOp(Ops.CONST, dtype, arg=dtypes.as_const(value, dtype))
 
     def const_like(self, value: Any) -> UOp:
@@ -216,7 +224,7 @@ class UOp(metaclass=UOpMetaClass):
     def alu(self, op: Ops, *srcs: UOp) -> UOp:
         operands = (self, *srcs)
         out_dtype = dtypes.bool if op in GroupOp.Comparison else operands[-1].dtype
-        if all(s.op is Ops.CONST for s in operands) and not isinstance(operands[0].arg, tuple):
+        if self.op is Ops.CONST and all(s.op is Ops.CONST for s in srcs) and not isinstance(self.arg, tuple):
             from lazygrad.uop.alu import exec_alu  # alu.py is keyed by Ops: imported where first needed
 
             # fold constants as they are built: keeps index expressions small from the start
