@@ -770,6 +770,8 @@ def graph_rewrite(
     if VIZ.value and name is not None:  # VIZ: record the pass and each rule that fires (lazygrad/viz/record.py)
         return track_rewrite(graph_rewrite, root, pm, name, ctx)
     done: dict[UOp, UOp] = {} if memo is None else memo
+    if root in done:  # a shared memo often holds the whole expression already (the lanes of an upcast kernel)
+        return done[root]
     stack: list[tuple[UOp, int, UOp | None]] = [(root, 0, None)]
     while stack:
         node, stage, result = stack.pop()
