@@ -85,7 +85,11 @@ def compile_schedule(schedule: list[ScheduleItem]) -> None:
             todo[key] = (dev.compiler.cachekey or key[0], type(dev.renderer), repr(vars(dev.renderer)), key[1:])
     if not todo:
         return
-    batches = _Batches(min(cpu_cores(), len(todo)))
+    cores = cpu_cores()
+    # auto: a batch per core, so the first one compiles while the rest is generated; 4 at least, as each compiler
+    # start costs about what compiling 2 small kernels does
+    batch_size = COMPILE_BATCH.value if COMPILE_BATCH.value > 0 else max(4, -(-len(todo) // cores))
+    batches = _Batches(min(cores, len(todo)), batch_size)
     try:
         for key, shared in todo.items():
             batches.add(key, shared)
@@ -98,7 +102,8 @@ def compile_schedule(schedule: list[ScheduleItem]) -> None:
 class _Batches:
     """The programs of one schedule, grouped per compiler into batches compiled on a thread pool."""
 
-    def __init__(self, workers: int):
+    def __init__(self, workers: int, batch_size: int):
+        self.batch_size = batch_size
         self.workers, self.pool = workers, ThreadPoolExecutor(workers)
         self.programs: dict[tuple, ProgramSpec] = {}  # shared key -> its program (renamed to be unique in a binary)
         self.keys_of: dict[tuple, list[tuple]] = {}  # shared key -> the runner keys (devices) that run it
@@ -121,8 +126,7 @@ class _Batches:
             self.programs[shared] = spec
             batch = self.open.setdefault(cachekey, [])
             batch.append(shared)
-            batch_size = max(1, COMPILE_BATCH.value) if hasattr(dev.compiler, "compile_many") else 1
-            if len(batch) >= batch_size:
+            if len(batch) >= (self.batch_size if hasattr(dev.compiler, "compile_many") else 1):
                 self._submit(cachekey, key[0])
         self.keys_of.setdefault(shared, []).append(key)
 
