@@ -156,7 +156,7 @@ def main() -> None:
         rows.append(("tinygrad", "cnn", None))
     names = {"cnn": "digits CNN first train step", "llm": "SmolLM2 first prompt"}
     print(f"cold first run (CACHELEVEL=0, fresh process, best of {args.reps} by wall time)")
-    print(f"{'':44s} {'wall s':>8s} {'kernels':>8s} {'ms/kernel':>10s} {'codegen s':>10s} {'cc s':>8s}")
+    print(f"{'':48s} {'wall s':>8s} {'kernels':>8s} {'ms/kernel':>10s} {'codegen s':>10s} {'cc s':>8s}")
     results: dict[tuple, dict] = {}
     runs: dict[tuple, list[dict]] = {row: [] for row in rows}
     for _ in range(args.reps):  # rounds, each row once a round: a busy spell of the machine hits every row alike
@@ -172,7 +172,7 @@ def main() -> None:
         per = best["wall"] / max(best["kernels"], 1) * 1e3
         cg = f"{best['codegen']:10.3f}" if best["codegen"] is not None else f"{'-':>10s}"
         cc = f"{best['cc']:8.3f}" if best["cc"] is not None else f"{'-':>8s}"
-        print(f"{name:44s} {best['wall']:8.3f} {best['kernels']:8d} {per:10.2f} {cg} {cc}")
+        print(f"{name:48s} {best['wall']:8.3f} {best['kernels']:8d} {per:10.2f} {cg} {cc}")
     if not tinygrad:
         print("tinygrad: not installed (pip install tinygrad==0.14.0), no peer column")
     elif ("lazygrad", "cnn", None) in results and ("tinygrad", "cnn", None) in results:

@@ -16,6 +16,7 @@ from lazygrad.dtype import DType, dtypes
 from lazygrad.helpers import ceildiv, prod
 from lazygrad.uop.ops import GroupOp, Ops, UOp, _exact_bounds
 from lazygrad.uop.symbolic import simplify
+from lazygrad.uop.view import ShapeTracker
 
 # a GPU kernel without workgroup axes gets workgroups of up to PADDED_THREADS along an axis of PADDED_MIN or more
 PADDED_THREADS, PADDED_MIN = 128, 32
@@ -38,6 +39,14 @@ def reduce_identity(op: Ops, dtype) -> UOp:  # noqa: ANN001
 
 def reduce_combine(op: Ops, a: UOp, b: UOp) -> UOp:
     return UOp(op, a.dtype, (a, b))
+
+
+def _broadcast_axes(st: ShapeTracker, axes: list[int]) -> frozenset[int]:
+    """The axes among `axes` whose index a view's address and validity do not read: stride 0 and unmasked."""
+    if len(st.views) != 1:
+        return frozenset()  # an inner view re-splits the flat address: every index may matter
+    v = st.views[0]
+    return frozenset(a for a in axes if v.strides[a] == 0 and (v.mask is None or v.mask[a] == (0, v.shape[a])))
 
 
 class Lowerer:
@@ -85,6 +94,7 @@ class Lowerer:
         self.unroll_combos = list(itertools.product(*[range(shape[a]) for a in self.unroll_axes]))
         self.memo: dict[tuple[UOp, Combo], UOp] = {}
         self.index_memo: dict[tuple, tuple[UOp, UOp]] = {}  # (view, loop indices) -> (address, validity)
+        self.broadcast_axes: dict[UOp, frozenset[int]] = {}
         self.reduce_results: dict[tuple[UOp, Combo], UOp] = {}
 
     def _thread_ids(self) -> list[UOp]:
@@ -293,10 +303,14 @@ class Lowerer:
 
     def index(self, view: UOp, combo: Combo) -> tuple[UOp, UOp]:
         # memoized: a view read at several places of a kernel (a LOAD and its VALID, a shared input of several
-        # reduces) or an unrolled axis it does not move along asks for the same index again (a third of the calls)
-        key = (view, tuple(self.idxs(combo)))
+        # reduces) asks for the same index again, and so does every value of an expanded axis the view broadcasts
+        # along (stride 0, no mask there: the index does not depend on it). Half the calls of a CNN step or LLM prompt
+        idxs = self.idxs(combo)
+        if (broadcast := self.broadcast_axes.get(view)) is None:
+            broadcast = self.broadcast_axes[view] = _broadcast_axes(view.arg, self.expanded_axes)
+        key = (view, tuple(None if a in broadcast else i for a, i in enumerate(idxs)))
         if (hit := self.index_memo.get(key)) is None:
-            idx, valid = view.arg.to_index(list(key[1]))
+            idx, valid = view.arg.to_index(idxs)
             hit = self.index_memo[key] = (simplify(idx), simplify(valid))
         return hit
 

@@ -109,7 +109,8 @@ class _Batches:
         self.keys_of: dict[tuple, list[tuple]] = {}  # shared key -> the runner keys (devices) that run it
         self.names: dict[str, dict[str, int]] = {}  # compiler -> kernel name -> programs of that name so far
         self.open: dict[str, list[tuple]] = {}  # compiler -> shared keys of the batch being filled
-        self.submitted: list[tuple[str, list[tuple], Future[bytes]]] = []
+        self.full: list[tuple[str, str, list[tuple]]] = []  # (compiler, a device, shared keys): batches to submit
+        self.submitted: list[tuple[list[tuple], Future[bytes]]] = []  # (shared keys, its binary) in schedule order
         self.st = time.perf_counter()
 
     def add(self, key: tuple, shared: tuple) -> None:
@@ -127,24 +128,30 @@ class _Batches:
             batch = self.open.setdefault(cachekey, [])
             batch.append(shared)
             if len(batch) >= (self.batch_size if hasattr(dev.compiler, "compile_many") else 1):
-                self._submit(cachekey, key[0])
+                self.full.append((cachekey, key[0], batch))
+                self.open[cachekey] = []
+                if not BEAM:  # BEAM times kernels inside get_program: a compiler running beside would skew its timings
+                    self._submit_full()
         self.keys_of.setdefault(shared, []).append(key)
 
     def flush(self) -> None:
-        for cachekey, batch in list(self.open.items()):
+        for cachekey, batch in self.open.items():
             if batch:
-                self._submit(cachekey, self.keys_of[batch[0]][0][0])
+                self.full.append((cachekey, self.keys_of[batch[0]][0][0], batch))
+        self.open.clear()
+        self._submit_full()
 
-    def _submit(self, cachekey: str, device: str) -> None:
-        batch, self.open[cachekey] = self.open[cachekey], []
-        compiler = Device[device].compiler
-        srcs = [self.programs[shared].src for shared in batch]
-        names = [self.programs[shared].name for shared in batch]
-        self.submitted.append((cachekey, batch, self.pool.submit(_compile, compiler, srcs, names, device)))
+    def _submit_full(self) -> None:
+        for _, device, batch in self.full:
+            srcs = [self.programs[shared].src for shared in batch]
+            names = [self.programs[shared].name for shared in batch]
+            future = self.pool.submit(_compile, Device[device].compiler, srcs, names, device)
+            self.submitted.append((batch, future))
+        self.full.clear()
 
     def finish(self) -> None:
         """The runners of every batch, in order; the first batch that failed raises its compiler's error."""
-        for _, batch, future in self.submitted:
+        for batch, future in self.submitted:
             lib = future.result()
             for shared in batch:
                 for key in self.keys_of[shared]:
