@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from typing import Callable
 
 from lazygrad.dtype import DType, PtrDType, dtypes
 from lazygrad.renderer import Renderer
@@ -45,6 +44,22 @@ IPOW_HELPER = """#ifndef LG_IPOW
 #endif
 """
 
+
+# binary ALU ops that are one C operator (a table built once: a kernel renders thousands of ops)
+C_INFIX = {
+    Ops.ADD: "+",
+    Ops.SUB: "-",
+    Ops.MUL: "*",
+    Ops.FDIV: "/",
+    Ops.CMPLT: "<",
+    Ops.CMPNE: "!=",
+    Ops.CMPEQ: "==",
+    Ops.AND: "&",
+    Ops.OR: "|",
+    Ops.XOR: "^",
+    Ops.SHL: "<<",
+    Ops.SHR: ">>",
+}
 
 # integer ops whose exact result can leave the dtype's range; _exact_bounds models the first four
 WRAPPING_OPS = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.NEG, Ops.MULACC})
@@ -202,23 +217,10 @@ class CStyleLanguage(Renderer):
     def render_plain_alu(self, u: UOp, a: list[str]) -> str:
         op, dt = u.op, u.dtype
         src_dt = u.src[0].dtype
-        binops: dict[Ops, Callable[[str, str], str]] = {
-            Ops.ADD: lambda x, y: f"({x}+{y})",
-            Ops.SUB: lambda x, y: f"({x}-{y})",
-            Ops.MUL: lambda x, y: f"({x}*{y})",
-            Ops.FDIV: lambda x, y: f"({x}/{y})",
-            Ops.CMPLT: lambda x, y: f"({x}<{y})",
-            Ops.CMPNE: lambda x, y: f"({x}!={y})",
-            Ops.CMPEQ: lambda x, y: f"({x}=={y})",
-            Ops.AND: lambda x, y: f"({x}&{y})",
-            Ops.OR: lambda x, y: f"({x}|{y})",
-            Ops.XOR: lambda x, y: f"({x}^{y})",
-            Ops.SHL: lambda x, y: f"({x}<<{y})",
-            Ops.SHR: lambda x, y: f"({x}>>{y})",
-            Ops.MAX: lambda x, y: self.render_max(x, y, dt),
-        }
-        if op in binops:
-            return binops[op](*a)
+        if (infix := C_INFIX.get(op)) is not None:
+            return f"({a[0]}{infix}{a[1]})"
+        if op is Ops.MAX:
+            return self.render_max(a[0], a[1], dt)
         if op is Ops.MOD and dtypes.is_float(dt):
             return self.math_fn("fmod", f"{a[0]},{a[1]}", dt)
         if op in (Ops.IDIV, Ops.MOD):
