@@ -93,3 +93,24 @@ def test_a_compile_error_in_one_batch_is_the_compilers_error(monkeypatch: pytest
         run_schedule(schedule)  # nothing of the failed batch was kept: compiled again, now correct
     for out, ref in zip(outs, refs):
         np.testing.assert_allclose(out.numpy(), ref, rtol=1e-5)
+
+
+def test_under_beam_no_compiler_runs_while_kernels_are_built(monkeypatch: pytest.MonkeyPatch) -> None:
+    """BEAM times candidate kernels inside get_program: a batch compiling beside them would skew the timings."""
+    schedule, _, _ = fresh_schedule(6)
+    events: list[str] = []
+    real_program, real_compile = realize.get_program, realize._compile
+
+    def get_program(ast, renderer):  # noqa: ANN001, ANN202
+        events.append("build")
+        with Context(BEAM=0):  # the order of events is what is tested, not the search itself
+            return real_program(ast, renderer)
+
+    monkeypatch.setattr(realize, "get_program", get_program)
+    monkeypatch.setattr(realize, "_compile", lambda *args: events.append("compile") or real_compile(*args))
+    with Context(BEAM=1):
+        beam_keys = [realize._runner_key(si.outputs[0].device, si.ast) for si in schedule]
+    with Context(COMPILE_BATCH=2, CACHELEVEL=0, BEAM=1):
+        realize.compile_schedule(schedule)
+    assert events == ["build"] * 6 + ["compile"] * 3
+    assert all(key in realize._runners for key in beam_keys)
