@@ -49,6 +49,15 @@ def _broadcast_axes(st: ShapeTracker, axes: list[int]) -> frozenset[int]:
     return frozenset(a for a in axes if v.strides[a] == 0 and (v.mask is None or v.mask[a] == (0, v.shape[a])))
 
 
+def _split_const(x: UOp) -> tuple[UOp | None, int]:
+    """x as (base, constant): `base + c` -> (base, c), a constant -> (None, c), anything else -> (x, 0)."""
+    if x.op is Ops.CONST:
+        return None, x.arg
+    if x.op is Ops.ADD and x.src[1].op is Ops.CONST:
+        return x.src[0], x.src[1].arg
+    return x, 0
+
+
 class Lowerer:
     def __init__(self, k: Kernel, idx_dtype: DType = dtypes.int32):
         self.k = k
@@ -249,7 +258,10 @@ class Lowerer:
 
     @staticmethod
     def _consecutive(idxs: list[UOp]) -> bool:
+        base, offset = _split_const(idxs[0])
         for i, x in enumerate(idxs[1:], 1):
+            if (split := _split_const(x))[0] is base and split[1] - offset == i:
+                continue  # `base + c`, as the simplifier writes a lane's index: no simplify call needed
             if x is not simplify(idxs[0] + i):
                 step = simplify(x - idxs[0])
                 if step.op is not Ops.CONST or step.arg != i:
