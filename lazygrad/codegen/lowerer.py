@@ -322,8 +322,17 @@ class Lowerer:
             broadcast = self.broadcast_axes[view] = _broadcast_axes(view.arg, self.expanded_axes)
         key = (view, tuple(None if a in broadcast else i for a, i in enumerate(idxs)))
         if (hit := self.index_memo.get(key)) is None:
-            idx, valid = view.arg.to_index(idxs)
-            hit = self.index_memo[key] = (simplify(idx), simplify(valid))
+            st = view.arg
+            lane = [c for c in combo if not isinstance(c, UOp)]
+            if len(st.views) == 1 and st.views[0].mask is None and len(lane) == len(combo) and any(combo):
+                # an unmasked view at constant lane values: the index at lane 0 plus the lane's constant offset
+                base, valid = self.index(view, (0,) * len(combo))
+                offset = sum(c * st.views[0].strides[a] for a, c in zip(self.expanded_axes, combo))
+                hit = (simplify(base + offset) if offset else base, valid)
+            else:
+                idx, valid = st.to_index(idxs)
+                hit = (simplify(idx), simplify(valid))
+            self.index_memo[key] = hit
         return hit
 
     def ev(self, u: UOp, combo: Combo) -> UOp:
