@@ -316,16 +316,18 @@ class Lowerer:
     def index(self, view: UOp, combo: Combo) -> tuple[UOp, UOp]:
         # memoized: a view read at several places of a kernel (a LOAD and its VALID, a shared input of several
         # reduces) asks for the same index again, and so does every value of an expanded axis the view broadcasts
-        # along (stride 0, no mask there: the index does not depend on it). Half the calls of a CNN step or LLM prompt
+        # along (stride 0, no mask there: the index does not depend on it). Half the calls of a CNN step or LLM prompt.
+        # An unmasked view's index is linear in the lane: lane 0's simplified index plus a constant, so each further
+        # lane costs one small simplify instead of the whole expression's (the simplifier writes both alike: the
+        # sources of the CNN step, the SmolLM2 prompt and an op mix on CPU, CL and NOOPT are unchanged)
         idxs = self.idxs(combo)
         if (broadcast := self.broadcast_axes.get(view)) is None:
             broadcast = self.broadcast_axes[view] = _broadcast_axes(view.arg, self.expanded_axes)
         key = (view, tuple(None if a in broadcast else i for a, i in enumerate(idxs)))
         if (hit := self.index_memo.get(key)) is None:
             st = view.arg
-            lane = [c for c in combo if not isinstance(c, UOp)]
-            if len(st.views) == 1 and st.views[0].mask is None and len(lane) == len(combo) and any(combo):
-                # an unmasked view at constant lane values: the index at lane 0 plus the lane's constant offset
+            constant_lane = any(combo) and not any(isinstance(c, UOp) for c in combo)  # tensor-core lanes are UOps
+            if len(st.views) == 1 and st.views[0].mask is None and constant_lane:
                 base, valid = self.index(view, (0,) * len(combo))
                 offset = sum(c * st.views[0].strides[a] for a, c in zip(self.expanded_axes, combo))
                 hit = (simplify(base + offset) if offset else base, valid)
