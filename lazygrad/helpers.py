@@ -102,7 +102,7 @@ KERNEL_OPS = ContextVar("KERNEL_OPS", 256)
 TRAINING = ContextVar("TRAINING", 0)
 IGNORE_BEAM_CACHE = ContextVar("IGNORE_BEAM_CACHE", 0)  # 1: BEAM searches again instead of reading its disk cache
 # programs per compiler call when a schedule's kernels are compiled: one call per batch, the batches on worker threads
-# beside the code generation of the next ones; 0: one batch per core (see engine/realize.compile_schedule)
+# beside the code generation of the next ones; 0: two batches per core (see engine/realize.compile_schedule)
 COMPILE_BATCH = ContextVar("COMPILE_BATCH", 0)
 # tinygrad knobs that lazygrad has no use for: `Context(...)` accepts them (a tinygrad program sets them) and they
 # change nothing; a name that is neither this nor a knob above is a KeyError, as in tinygrad
