@@ -11,6 +11,7 @@ from lazygrad import Context, Device, Tensor
 from lazygrad.device import CompileError
 from lazygrad.engine import realize
 from lazygrad.engine.realize import run_schedule
+from lazygrad.helpers import cpu_cores
 
 COMPILER = type(Device["CPU"].compiler)
 pytestmark = pytest.mark.skipif(not hasattr(COMPILER, "compile_many"), reason="the CPU compiler builds one by one")
@@ -32,7 +33,7 @@ def count_calls(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
     return calls
 
 
-@pytest.mark.parametrize("batch", [1, 3, 4, 100])
+@pytest.mark.parametrize("batch", [1, 3, 4, 100, 0])
 def test_n_kernels_take_ceil_n_over_batch_compiler_calls(monkeypatch: pytest.MonkeyPatch, batch: int) -> None:
     schedule, outs, refs = fresh_schedule(10)
     calls = count_calls(monkeypatch)
@@ -40,6 +41,8 @@ def test_n_kernels_take_ceil_n_over_batch_compiler_calls(monkeypatch: pytest.Mon
         run_schedule(schedule)
     n = len(schedule)
     assert n == 10
+    if batch == 0:  # the default: two batches per core, 4 kernels at least
+        batch = max(4, math.ceil(n / (2 * cpu_cores())))
     assert len(calls) == math.ceil(n / batch)
     assert sorted(len(srcs) for srcs in calls)[-1] == min(batch, n)
     assert sum(len(srcs) for srcs in calls) == n  # every kernel compiled once
