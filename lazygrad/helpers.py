@@ -27,6 +27,11 @@ def getenv(key: str, default: Any = 0) -> Any:
     return type(default)(os.getenv(key, default))
 
 
+def cpu_cores() -> int:
+    """The cores this process may run on (its affinity mask, which a container or taskset narrows)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 class ContextVar:
     """A knob read from the environment once, overridable in-process with `Context(...)`."""
 
@@ -96,6 +101,9 @@ KERNEL_OPS = ContextVar("KERNEL_OPS", 256)
 # `Tensor.train()` flips, and what `Tensor.training` reads
 TRAINING = ContextVar("TRAINING", 0)
 IGNORE_BEAM_CACHE = ContextVar("IGNORE_BEAM_CACHE", 0)  # 1: BEAM searches again instead of reading its disk cache
+# programs per compiler call when a schedule's kernels are compiled: one call per batch, the batches on worker threads
+# beside the code generation of the next ones; 0: two batches per core (see engine/realize.compile_schedule)
+COMPILE_BATCH = ContextVar("COMPILE_BATCH", 0)
 # tinygrad knobs that lazygrad has no use for: `Context(...)` accepts them (a tinygrad program sets them) and they
 # change nothing; a name that is neither this nor a knob above is a KeyError, as in tinygrad
 _TINYGRAD_ONLY_KNOBS = {

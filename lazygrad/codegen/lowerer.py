@@ -16,6 +16,7 @@ from lazygrad.dtype import DType, dtypes
 from lazygrad.helpers import ceildiv, prod
 from lazygrad.uop.ops import GroupOp, Ops, UOp, _exact_bounds
 from lazygrad.uop.symbolic import simplify
+from lazygrad.uop.view import ShapeTracker
 
 # a GPU kernel without workgroup axes gets workgroups of up to PADDED_THREADS along an axis of PADDED_MIN or more
 PADDED_THREADS, PADDED_MIN = 128, 32
@@ -38,6 +39,23 @@ def reduce_identity(op: Ops, dtype) -> UOp:  # noqa: ANN001
 
 def reduce_combine(op: Ops, a: UOp, b: UOp) -> UOp:
     return UOp(op, a.dtype, (a, b))
+
+
+def _broadcast_axes(st: ShapeTracker, axes: list[int]) -> frozenset[int]:
+    """The axes among `axes` whose index a view's address and validity do not read: stride 0 and unmasked."""
+    if len(st.views) != 1:
+        return frozenset()  # an inner view re-splits the flat address: every index may matter
+    v = st.views[0]
+    return frozenset(a for a in axes if v.strides[a] == 0 and (v.mask is None or v.mask[a] == (0, v.shape[a])))
+
+
+def _split_const(x: UOp) -> tuple[UOp | None, int]:
+    """x as (base, constant): `base + c` -> (base, c), a constant -> (None, c), anything else -> (x, 0)."""
+    if x.op is Ops.CONST:
+        return None, x.arg
+    if x.op is Ops.ADD and x.src[1].op is Ops.CONST:
+        return x.src[0], x.src[1].arg
+    return x, 0
 
 
 class Lowerer:
@@ -84,6 +102,8 @@ class Lowerer:
         self.out_combos = list(itertools.product(*[range(shape[a]) for a in self.upcast_axes]))
         self.unroll_combos = list(itertools.product(*[range(shape[a]) for a in self.unroll_axes]))
         self.memo: dict[tuple[UOp, Combo], UOp] = {}
+        self.index_memo: dict[tuple, tuple[UOp, UOp]] = {}  # (view, loop indices) -> (address, validity)
+        self.broadcast_axes: dict[UOp, frozenset[int]] = {}
         self.reduce_results: dict[tuple[UOp, Combo], UOp] = {}
 
     def _thread_ids(self) -> list[UOp]:
@@ -238,7 +258,10 @@ class Lowerer:
 
     @staticmethod
     def _consecutive(idxs: list[UOp]) -> bool:
+        base, offset = _split_const(idxs[0])
         for i, x in enumerate(idxs[1:], 1):
+            if (split := _split_const(x))[0] is base and split[1] - offset == i:
+                continue  # `base + c`, as the simplifier writes a lane's index: no simplify call needed
             if x is not simplify(idxs[0] + i):
                 step = simplify(x - idxs[0])
                 if step.op is not Ops.CONST or step.arg != i:
@@ -291,8 +314,28 @@ class Lowerer:
         return UOp(Ops.VECTORIZE, u.dtype.vec(self.width), tuple(scalars))
 
     def index(self, view: UOp, combo: Combo) -> tuple[UOp, UOp]:
-        idx, valid = view.arg.to_index(self.idxs(combo))
-        return simplify(idx), simplify(valid)
+        # memoized: a view read at several places of a kernel (a LOAD and its VALID, a shared input of several
+        # reduces) asks for the same index again, and so does every value of an expanded axis the view broadcasts
+        # along (stride 0, no mask there: the index does not depend on it). Half the calls of a CNN step or LLM prompt.
+        # An unmasked view's index is linear in the lane: lane 0's simplified index plus a constant, so each further
+        # lane costs one small simplify instead of the whole expression's (the simplifier writes both alike: the
+        # sources of the CNN step, the SmolLM2 prompt and an op mix on CPU, CL and NOOPT are unchanged)
+        idxs = self.idxs(combo)
+        if (broadcast := self.broadcast_axes.get(view)) is None:
+            broadcast = self.broadcast_axes[view] = _broadcast_axes(view.arg, self.expanded_axes)
+        key = (view, tuple(None if a in broadcast else i for a, i in enumerate(idxs)))
+        if (hit := self.index_memo.get(key)) is None:
+            st = view.arg
+            constant_lane = any(combo) and not any(isinstance(c, UOp) for c in combo)  # tensor-core lanes are UOps
+            if len(st.views) == 1 and st.views[0].mask is None and constant_lane:
+                base, valid = self.index(view, (0,) * len(combo))
+                offset = sum(c * st.views[0].strides[a] for a, c in zip(self.expanded_axes, combo))
+                hit = (simplify(base + offset) if offset else base, valid)
+            else:
+                idx, valid = st.to_index(idxs)
+                hit = (simplify(idx), simplify(valid))
+            self.index_memo[key] = hit
+        return hit
 
     def ev(self, u: UOp, combo: Combo) -> UOp:
         return self._lowered(u, combo, False)

@@ -6,13 +6,14 @@ import contextlib
 import dataclasses
 import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Iterator
 
 from lazygrad.codegen import get_program
-from lazygrad.device import Buffer, Device
+from lazygrad.device import Buffer, Compiler, Device
 from lazygrad.engine.memory import memory_planner
-from lazygrad.helpers import BEAM, DEBUG, NOOPT, GlobalCounters, ansilen, colored
+from lazygrad.helpers import BEAM, COMPILE_BATCH, DEBUG, NOOPT, GlobalCounters, ansilen, colored, cpu_cores
 from lazygrad.renderer import ProgramSpec
 from lazygrad.schedule.kernelize import ScheduleItem
 from lazygrad.uop.ops import Ops, UOp
@@ -69,50 +70,105 @@ def _runner_key(device: str, ast: UOp) -> tuple:
 
 
 def compile_schedule(schedule: list[ScheduleItem]) -> None:
-    """Every kernel of a schedule not compiled yet, in ONE compiler call per compiler where it can build several
-    kernels into one binary (the CPU's C compiler: one process start instead of one per kernel). Devices with the same
-    compiler and renderer (CPU, CPU:1, ... of a sharded tensor) share that call, and a kernel they all run is built
-    once."""
-    new: dict[tuple, ProgramSpec] = {}
-    built: dict[tuple, ProgramSpec] = {}  # (compiler, renderer, kernel) -> its program, across devices
+    """Every kernel of a schedule not compiled yet. A compiler that builds several kernels into one binary (CPU's C
+    compiler, NVRTC, OpenCL) gets them COMPILE_BATCH at a time: one compiler start per batch instead of one per
+    kernel, and each full batch compiles on a worker thread while the next batch's code is generated (a compiler
+    process or a ctypes call releases the GIL), on every core. Devices with the same compiler and renderer (CPU,
+    CPU:1, ... of a sharded tensor) share the batches, and a kernel they all run is built once."""
+    todo: dict[tuple, tuple] = {}  # runner key -> (compiler, renderer, kernel): what devices can share
     for si in schedule:
         if si.ast.op is Ops.COPY or si.outputs[0].size == 0:
             continue
         key = _runner_key(si.outputs[0].device, si.ast)
-        if key not in _runners and key not in new:
+        if key not in _runners and key not in todo:
             dev = Device[key[0]]
-            shared = (dev.compiler.cachekey or key[0], type(dev.renderer), repr(vars(dev.renderer)), key[1:])
-            if shared not in built:
-                built[shared] = get_program(si.ast, dev.renderer)
-            new[key] = built[shared]
-    for cachekey in {Device[key[0]].compiler.cachekey or key[0] for key in new}:
-        group = {key: spec for key, spec in new.items() if (Device[key[0]].compiler.cachekey or key[0]) == cachekey}
-        compiler = Device[next(iter(group))[0]].compiler
-        if len(group) < 2 or not hasattr(compiler, "compile_many"):
-            continue  # compiled one by one in get_runner
-        seen: dict[str, int] = {}
-        renamed: dict[int, ProgramSpec] = {}  # a program several devices share keeps one name
-        for key, spec in group.items():  # kernels of the same shape share a name: one binary needs distinct ones
-            if id(spec) not in renamed:
-                if (n := seen.get(spec.name, 0)) > 0:
-                    name = f"{spec.name}n{n}"
-                    renamed[id(spec)] = dataclasses.replace(
-                        spec, name=name, src=spec.src.replace(f" {spec.name}(", f" {name}(", 1)
-                    )
-                else:
-                    renamed[id(spec)] = spec
-                seen[spec.name] = n + 1
-            group[key] = renamed[id(spec)]
-        st = time.perf_counter()
-        devices = sorted({key[0] for key in group})
-        with profile.span("compile", "compile", kernels=[spec.name for spec in group.values()], device=devices[0]):
-            lib = compiler.compile_many(sorted({spec.src for spec in group.values()}))
-        elapsed = time.perf_counter() - st
-        for key, spec in group.items():
-            _runners[key] = CompiledRunner(key[0], spec, lib)
+            todo[key] = (dev.compiler.cachekey or key[0], type(dev.renderer), repr(vars(dev.renderer)), key[1:])
+    if not todo:
+        return
+    cores = cpu_cores()
+    # auto: two batches per core, so compiling starts early beside code generation and the batch left to compile
+    # when it ends is small (the CNN step on 2 cores: 0.79-0.86 s; one batch per core 0.87-0.94 s); 4 kernels at
+    # least, as each compiler start costs about what compiling 2 small kernels does
+    batch_size = COMPILE_BATCH.value if COMPILE_BATCH.value > 0 else max(4, -(-len(todo) // (2 * cores)))
+    batches = _Batches(min(cores, len(todo)), batch_size)
+    try:
+        for key, shared in todo.items():
+            batches.add(key, shared)
+        batches.flush()
+        batches.finish()
+    finally:
+        batches.pool.shutdown(wait=True, cancel_futures=True)
+
+
+class _Batches:
+    """The programs of one schedule, grouped per compiler into batches compiled on a thread pool."""
+
+    def __init__(self, workers: int, batch_size: int):
+        self.batch_size = batch_size
+        self.workers, self.pool = workers, ThreadPoolExecutor(workers)
+        self.programs: dict[tuple, ProgramSpec] = {}  # shared key -> its program (renamed to be unique in a binary)
+        self.keys_of: dict[tuple, list[tuple]] = {}  # shared key -> the runner keys (devices) that run it
+        self.names: dict[str, dict[str, int]] = {}  # compiler -> kernel name -> programs of that name so far
+        self.open: dict[str, list[tuple]] = {}  # compiler -> shared keys of the batch being filled
+        self.full: list[tuple[str, str, list[tuple]]] = []  # (compiler, a device, shared keys): batches to submit
+        self.submitted: list[tuple[list[tuple], Future[bytes]]] = []  # (shared keys, its binary) in schedule order
+        self.st = time.perf_counter()
+
+    def add(self, key: tuple, shared: tuple) -> None:
+        if shared not in self.programs:
+            dev = Device[key[0]]
+            cachekey = shared[0]
+            spec = get_program(key[1], dev.renderer)
+            seen, name = self.names.setdefault(cachekey, {}), spec.name
+            if (n := seen.get(name, 0)) > 0:  # kernels of the same shape share a name: a binary needs distinct ones
+                spec = dataclasses.replace(
+                    spec, name=f"{name}n{n}", src=spec.src.replace(f" {name}(", f" {name}n{n}(", 1)
+                )
+            seen[name] = n + 1
+            self.programs[shared] = spec
+            batch = self.open.setdefault(cachekey, [])
+            batch.append(shared)
+            if len(batch) >= (self.batch_size if hasattr(dev.compiler, "compile_many") else 1):
+                self.full.append((cachekey, key[0], batch))
+                self.open[cachekey] = []
+                if not BEAM:  # BEAM times kernels inside get_program: a compiler running beside would skew its timings
+                    self._submit_full()
+        self.keys_of.setdefault(shared, []).append(key)
+
+    def flush(self) -> None:
+        for cachekey, batch in self.open.items():
+            if batch:
+                self.full.append((cachekey, self.keys_of[batch[0]][0][0], batch))
+        self.open.clear()
+        self._submit_full()
+
+    def _submit_full(self) -> None:
+        for _, device, batch in self.full:
+            srcs = [self.programs[shared].src for shared in batch]
+            names = [self.programs[shared].name for shared in batch]
+            future = self.pool.submit(_compile, Device[device].compiler, srcs, names, device)
+            self.submitted.append((batch, future))
+        self.full.clear()
+
+    def finish(self) -> None:
+        """The runners of every batch, in order; the first batch that failed raises its compiler's error."""
+        for batch, future in self.submitted:
+            lib = future.result()
+            for shared in batch:
+                for key in self.keys_of[shared]:
+                    _runners[key] = CompiledRunner(key[0], self.programs[shared], lib)
         if DEBUG >= 1:
-            n_progs = len({spec.src for spec in group.values()})
-            print(f"compiled {n_progs} kernels for {', '.join(devices)} in one compiler call: {elapsed * 1e3:.1f} ms")
+            devices = sorted({key[0] for keys in self.keys_of.values() for key in keys})
+            elapsed = (time.perf_counter() - self.st) * 1e3
+            print(
+                f"built {len(self.programs)} kernels for {', '.join(devices)} in {len(self.submitted)} compiler calls "
+                f"on {self.workers} threads: {elapsed:.1f} ms"
+            )
+
+
+def _compile(compiler: Compiler, srcs: list[str], names: list[str], device: str) -> bytes:
+    with profile.span("compile", "compile", kernels=names, device=device):
+        return compiler.compile_many(srcs) if hasattr(compiler, "compile_many") else compiler.compile_cached(srcs[0])
 
 
 def get_runner(device: str, ast: UOp) -> CompiledRunner:

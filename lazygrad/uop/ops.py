@@ -196,6 +196,8 @@ class UOp(metaclass=UOpMetaClass):
     def const(dtype: DType, value: Any) -> UOp:
         if isinstance(value, UOp):
             return value
+        if type(value) is int and (dtype is dtypes.int32 or dtype is dtypes.int64) and -(1 << 31) <= value < 1 << 31:
+            return UOp(Ops.CONST, dtype, arg=value)  # index math's constants: already what as_const returns
         return UOp(Ops.CONST, dtype, arg=dtypes.as_const(value, dtype))
 
     def const_like(self, value: Any) -> UOp:
@@ -230,7 +232,7 @@ class UOp(metaclass=UOpMetaClass):
     def alu(self, op: Ops, *srcs: UOp) -> UOp:
         operands = (self, *srcs)
         out_dtype = dtypes.bool if op in GroupOp.Comparison else operands[-1].dtype
-        if all(s.op is Ops.CONST for s in operands) and not isinstance(operands[0].arg, tuple):
+        if self.op is Ops.CONST and all(s.op is Ops.CONST for s in srcs) and not isinstance(self.arg, tuple):
             from lazygrad.uop.alu import exec_alu  # alu.py is keyed by Ops: imported where first needed
 
             # fold constants as they are built: keeps index expressions small from the start
@@ -796,6 +798,8 @@ def graph_rewrite(
     if VIZ.value and name is not None:  # VIZ: record the pass and each rule that fires (lazygrad/viz/record.py)
         return track_rewrite(graph_rewrite, root, pm, name, ctx)
     done: dict[UOp, UOp] = {} if memo is None else memo
+    if root in done:  # a shared memo often holds the whole expression already (the lanes of an upcast kernel)
+        return done[root]
     stack: list[tuple[UOp, int, UOp | None]] = [(root, 0, None)]
     while stack:
         node, stage, result = stack.pop()

@@ -179,18 +179,23 @@ class View:
     def to_index(self, idxs: list[UOp]) -> tuple[UOp, UOp]:
         """(address, validity) of the element at `idxs`, as unsimplified UOps."""
         dt = idxs[0].dtype if idxs else dtypes.int32  # the lowerer's index dtype (int64 for huge buffers)
-        idx = UOp.const(dt, self.offset)
-        for i, st in zip(idxs, self.strides):
-            if st != 0:
-                idx = idx + i * st
-        valid = UOp.const(dtypes.bool, True)
+        # no `0 +`, `* 1` or `True &` terms: the simplifier would only fold them away again (most of a kernel's
+        # index math is built here, once per load and expanded lane)
+        terms = [i if st == 1 else i * st for i, st in zip(idxs, self.strides) if st != 0]
+        idx = UOp.const(dt, self.offset) if self.offset != 0 or not terms else None
+        for term in terms:
+            idx = term if idx is None else idx + term
+        conds = []
         if self.mask is not None:
             for i, (lo, hi), s in zip(idxs, self.mask, self.shape):
                 if lo > 0:
-                    valid = valid & (UOp.const(dt, lo - 1) < i)
+                    conds.append(UOp.const(dt, lo - 1) < i)
                 if hi < s:
-                    valid = valid & (i < hi)
-        return idx, valid
+                    conds.append(i < hi)
+        valid = conds[0] if conds else UOp.const(dtypes.bool, True)
+        for cond in conds[1:]:
+            valid = valid & cond
+        return idx, valid  # type: ignore[return-value]
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,119 @@
+"""compile_schedule: a schedule's kernels are built once each and compiled COMPILE_BATCH to a compiler call, the
+batches side by side on worker threads, with the same programs, results and errors as one call for all."""
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+
+from lazygrad import Context, Device, Tensor
+from lazygrad.device import CompileError
+from lazygrad.engine import realize
+from lazygrad.engine.realize import run_schedule
+from lazygrad.helpers import cpu_cores
+
+COMPILER = type(Device["CPU"].compiler)
+pytestmark = pytest.mark.skipif(not hasattr(COMPILER, "compile_many"), reason="the CPU compiler builds one by one")
+
+
+def fresh_schedule(n: int) -> tuple[list, list[Tensor], list[np.ndarray]]:
+    """n reduce kernels of distinct shapes, with a constant no kernel compiled so far holds (so none is cached)."""
+    c = 1 + float(np.random.default_rng().integers(1, 1 << 20)) / (1 << 20)
+    arrays = [np.random.default_rng(i).random(8 + i, dtype=np.float32) for i in range(n)]
+    inputs = [Tensor(a).realize() for a in arrays]
+    outs = [(x * c).exp().sum() for x in inputs]
+    return Tensor.schedule(*outs), outs, [np.exp(a * np.float32(c)).sum() for a in arrays]
+
+
+def count_calls(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    calls: list[list[str]] = []
+    real = COMPILER.compile_many
+    monkeypatch.setattr(COMPILER, "compile_many", lambda self, srcs: calls.append(srcs) or real(self, srcs))
+    return calls
+
+
+@pytest.mark.parametrize("batch", [1, 3, 4, 100, 0])
+def test_n_kernels_take_ceil_n_over_batch_compiler_calls(monkeypatch: pytest.MonkeyPatch, batch: int) -> None:
+    schedule, outs, refs = fresh_schedule(10)
+    calls = count_calls(monkeypatch)
+    with Context(COMPILE_BATCH=batch, CACHELEVEL=0):
+        run_schedule(schedule)
+    n = len(schedule)
+    assert n == 10
+    if batch == 0:  # the default: two batches per core, 4 kernels at least
+        batch = max(4, math.ceil(n / (2 * cpu_cores())))
+    assert len(calls) == math.ceil(n / batch)
+    assert sorted(len(srcs) for srcs in calls)[-1] == min(batch, n)
+    assert sum(len(srcs) for srcs in calls) == n  # every kernel compiled once
+    for out, ref in zip(outs, refs):
+        np.testing.assert_allclose(out.numpy(), ref, rtol=1e-5)
+
+
+def test_batches_build_the_programs_and_results_of_one_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    schedule, outs, _ = fresh_schedule(7)
+    calls = count_calls(monkeypatch)
+    sources, results = [], []
+    for batch in (100, 2):
+        for si in schedule:
+            realize._runners.pop(realize._runner_key(si.outputs[0].device, si.ast), None)
+        calls.clear()
+        with Context(COMPILE_BATCH=batch, CACHELEVEL=0):
+            run_schedule(schedule)
+        sources.append(sorted(src for srcs in calls for src in srcs))
+        results.append([o.numpy() for o in outs])
+    assert len(calls) == 4 and sources[0] == sources[1]
+    np.testing.assert_equal(results[0], results[1])
+
+
+def test_each_kernel_is_built_once_without_a_disk_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    built = []
+    real = realize.get_program
+    monkeypatch.setattr(realize, "get_program", lambda ast, renderer: built.append(ast) or real(ast, renderer))
+    for n in (1, 5):  # one kernel alone was built twice: once to compile the schedule, once more to run it
+        schedule, outs, refs = fresh_schedule(n)
+        built.clear()
+        with Context(CACHELEVEL=0):
+            run_schedule(schedule)
+        assert len(built) == len(set(built)) == n
+        np.testing.assert_allclose(outs[-1].numpy(), refs[-1], rtol=1e-5)
+
+
+def test_a_compile_error_in_one_batch_is_the_compilers_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    schedule, outs, refs = fresh_schedule(6)
+    broken = schedule[4].ast
+    real = realize.get_program
+
+    def get_program(ast, renderer):  # noqa: ANN001, ANN202
+        spec = real(ast, renderer)
+        return spec if ast is not broken else dataclasses.replace(spec, src=spec.src + "#error broken kernel\n")
+
+    monkeypatch.setattr(realize, "get_program", get_program)
+    with Context(COMPILE_BATCH=2, CACHELEVEL=0), pytest.raises(CompileError, match="(?s)failed to compile.*broken"):
+        run_schedule(schedule)
+    monkeypatch.setattr(realize, "get_program", real)
+    with Context(COMPILE_BATCH=2, CACHELEVEL=0):
+        run_schedule(schedule)  # nothing of the failed batch was kept: compiled again, now correct
+    for out, ref in zip(outs, refs):
+        np.testing.assert_allclose(out.numpy(), ref, rtol=1e-5)
+
+
+def test_under_beam_no_compiler_runs_while_kernels_are_built(monkeypatch: pytest.MonkeyPatch) -> None:
+    """BEAM times candidate kernels inside get_program: a batch compiling beside them would skew the timings."""
+    schedule, _, _ = fresh_schedule(6)
+    events: list[str] = []
+    real_program, real_compile = realize.get_program, realize._compile
+
+    def get_program(ast, renderer):  # noqa: ANN001, ANN202
+        events.append("build")
+        with Context(BEAM=0):  # the order of events is what is tested, not the search itself
+            return real_program(ast, renderer)
+
+    monkeypatch.setattr(realize, "get_program", get_program)
+    monkeypatch.setattr(realize, "_compile", lambda *args: events.append("compile") or real_compile(*args))
+    with Context(BEAM=1):
+        beam_keys = [realize._runner_key(si.outputs[0].device, si.ast) for si in schedule]
+    with Context(COMPILE_BATCH=2, CACHELEVEL=0, BEAM=1):
+        realize.compile_schedule(schedule)
+    assert events == ["build"] * 6 + ["compile"] * 3
+    assert all(key in realize._runners for key in beam_keys)
