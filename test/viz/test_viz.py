@@ -60,9 +60,10 @@ def test_viz_off_records_nothing() -> None:
 def test_viz_records_kernels_with_ast_opts_source_and_launches() -> None:
     c = fresh_constant()
     a = np.arange(88, dtype=np.float32).reshape(8, 11)
-    with Context(VIZ=1):
-        out = ((Tensor(a) @ Tensor(a).T) + c).sum(1).numpy()
-    np.testing.assert_allclose(out, (a @ a.T + c).sum(1), rtol=1e-5)
+    with Context(VIZ=1):  # every kernel reads the fresh constant: none can come from another test's cache
+        x = Tensor(a) * c
+        out = ((x @ x.T) + c).sum(1).numpy()
+    np.testing.assert_allclose(out, ((a * c) @ (a * c).T + c).sum(1), rtol=1e-5)
     d = record.dump()
     kernels = [k for k in d["kernels"] if "duplicate_of" not in k]
     assert kernels, "no kernel recorded"
