@@ -73,8 +73,10 @@ def test_viz_records_kernels_with_ast_opts_source_and_launches() -> None:
         assert d["nodes"][k["stages"]["lowered"]["graph"]][0] == "SINK"
         assert "DEFINE_GLOBAL" in k["stages"]["linearized"]["text"]
     assert any(k["opts"] for k in kernels), "the sum over the fresh constant is unrolled by default"
-    # every launch in the timeline links to the kernel it ran, and every kernel built here ran
-    launches = [e for e in d["trace"]["traceEvents"] if e.get("cat") == "kernel"]
+    # every launch of a kernel built here links to it, and every kernel built here ran (a launch of a kernel built
+    # before VIZ was on, found in the process's cache of runners, has no record to link to: the .numpy() copy of
+    # 8 floats may come from another test in the same process)
+    launches = [e for e in d["trace"]["traceEvents"] if e.get("cat") == "kernel" and "viz_kernel" in e["args"]]
     assert launches and all(d["kernels"][e["args"]["viz_kernel"]]["name"] == e["name"] for e in launches)
     assert {e["args"]["viz_kernel"] for e in launches} == {d["kernels"].index(k) for k in kernels}
     # index simplification ran inside codegen: those passes belong to their kernel, and say which rule fired
