@@ -223,9 +223,12 @@ class _Planner:
             # the epilogue may reshape (e.g. drop the kept size-1 axis); the kernel then runs in the reduce's shape
             if c.op not in GroupOp.Elementwise and c.op is not Ops.RESHAPE or prod(c.shape) != prod(r.shape):
                 return False
-            # another reduce the epilogue reads, directly or through a reshape, must share this one's loop
+            # another reduce the epilogue reads, directly or through a reshape, must share this one's loop; so must one
+            # fused deeper in an inlined source (a gradient sums several reduces, each behind its own multiply)
             if any(
-                s.base.op is Ops.REDUCE_AXIS and (s.base.arg, s.base.src[0].shape) != (r.arg, r.src[0].shape)
+                s.base.op is Ops.REDUCE_AXIS
+                and (s.base.arg, s.base.src[0].shape) != (r.arg, r.src[0].shape)
+                or self._inlined_reduce_differs(s, r)
                 for s in c.src
             ):
                 return False
@@ -234,6 +237,22 @@ class _Planner:
             else:
                 stack.extend(self.consumers[c])
         return len(roots) == 1
+
+    def _inlined_reduce_differs(self, x: UOp, r: UOp) -> bool:
+        """Whether the expression x, inlined up to stored nodes and leaves, holds a reduce whose loop is not r's."""
+        stack, seen = [x], set()
+        while stack:
+            y = stack.pop()
+            if y in seen or y is r or self.leaf(y) or y in self.stored:
+                continue  # a stored node is a load in this kernel (a reduce not decided yet counts as stored: when
+                # it is decided, this one is seen from its side)
+            seen.add(y)
+            if y.op is Ops.REDUCE_AXIS:
+                if (y.arg, y.src[0].shape) != (r.arg, r.src[0].shape):
+                    return True
+                continue  # a reduce of the same loop: its own inputs are its business
+            stack.extend(y.src)
+        return False
 
     def _store_is_cheaper(self, n: UOp, reach: set[UOp]) -> bool:
         """Storing n costs reading its inputs once, writing it, and reading it in each kernel that uses it; inlining

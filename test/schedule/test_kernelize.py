@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+import torch
 
 from lazygrad import GlobalCounters, Tensor
 from lazygrad.uop.ops import Ops
@@ -209,7 +210,12 @@ def test_epilogue_reading_a_reshaped_reduce_of_another_loop():
     # through a reshape; they cannot share a kernel
     import torch
 
-    (x, xn), (w1, w1n), (w3, w3n), (w2, w2n) = realized(4, 8), realized(8, 16, seed=1), realized(8, 16, seed=2), realized(16, 8, seed=3)
+    (x, xn), (w1, w1n), (w3, w3n), (w2, w2n) = (
+        realized(4, 8),
+        realized(8, 16, seed=1),
+        realized(8, 16, seed=2),
+        realized(16, 8, seed=3),
+    )
     w1.requires_grad = True
     (g,) = (((x @ w1).silu() * (x @ w3)) @ w2).sum().gradient(w1)
     tw1 = torch.tensor(w1n, requires_grad=True)
@@ -290,3 +296,24 @@ def test_cached_schedule_with_in_place_updates():
         wn = wn - mn * 0.1
         np.testing.assert_allclose(w.numpy(), wn, rtol=1e-5)
         np.testing.assert_allclose(m.numpy(), mn, rtol=1e-5)
+
+
+def test_reduces_of_different_loops_behind_an_epilogue_are_not_fused_together():
+    # the gradient of realized outputs sums reduces of several shapes, each behind its own multiply: two of them were
+    # fused into one kernel (an assertion in the kernel builder); each reduce must keep its own loop
+    xn = np.random.default_rng(0).standard_normal((1, 1)).astype(np.float32)
+    x, xt = Tensor(xn, requires_grad=True), torch.tensor(xn, requires_grad=True)
+    outs = [x.stack(x, dim=-1), x.repeat(2, 1), x.repeat_interleave(2, -1), x.masked_fill(x > 0, 1.5)]
+    touts = [torch.stack([xt, xt], -1), xt.repeat(2, 1), xt.repeat_interleave(2, -1), xt.masked_fill(xt > 0, 1.5)]
+    for o in outs:
+        o.realize()
+    rng = np.random.default_rng(0)
+    loss, tloss = None, None
+    for o, t in zip(outs, touts):
+        w = rng.uniform(-1, 1, size=o.shape).astype(np.float32)
+        lo, lt = (o * Tensor(w)).sum(), (t * torch.from_numpy(w)).sum()
+        loss, tloss = (lo, lt) if loss is None else (loss + lo, tloss + lt)
+    (g,) = loss.gradient(x)
+    g.realize()  # the gradient itself as the kernel's root (.numpy() alone would add a copy as the root)
+    tloss.backward()
+    np.testing.assert_allclose(g.numpy(), xt.grad.numpy(), rtol=1e-5, atol=1e-6)
