@@ -701,6 +701,13 @@ class Tensor(metaclass=_TensorType):
             # sharded: every part computed (pending writes too), then read on the first device
             self.realize()
             return Tensor(self.uop.src[0] if self.uop.arg is None else self.to(self.device[0]).uop)._contiguous_buffer()
+        u = self.uop
+        while u.op is Ops.RESHAPE:
+            u = u.src[0]
+        if u.op not in GroupOp.Movement and u.op is not Ops.BUFFER and u.op is not Ops.MULTI:
+            # a computed result (not a view of one): stored whole it is readable as it is, with no copy kernel after
+            # it; a view (x[:, -1]) still goes through contiguous(), which computes only what the view shows
+            self.realize()
         t = self if self._plain_buffer() is not None else self.contiguous()
         t.realize()
         buf = t._plain_buffer()

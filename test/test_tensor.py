@@ -498,3 +498,13 @@ def test_from_blob_reads_and_writes_the_callers_memory():
     assert a[0] == 0 and a[11] == 11
     with pytest.raises(ValueError, match="memory address"):
         Tensor.from_blob(0, (2,))
+
+
+def test_numpy_of_a_lazy_result_runs_no_copy_kernel():
+    a = np.arange(88, dtype=np.float32).reshape(8, 11)
+    GlobalCounters.reset()
+    out = (Tensor(a) * 2).sum(1).numpy()  # one kernel: the sum is stored whole and read as it is
+    assert GlobalCounters.kernel_count == 1
+    np.testing.assert_allclose(out, (a * 2).sum(1))
+    col = ((Tensor(a) + 1) @ Tensor(a).T)[:, -1].numpy()  # a view of a result still reads through contiguous()
+    np.testing.assert_allclose(col, ((a + 1) @ a.T)[:, -1], rtol=1e-6)
