@@ -189,3 +189,23 @@ def test_devices_from_one_thread_only_stay_in_order(monkeypatch: pytest.MonkeyPa
     seen = _threads_per_device(monkeypatch)
     x.exp().sum().realize()
     assert {t for ts in seen.values() for t in ts} == {threading.get_ident()}
+
+
+def test_debug_lines_and_profile_spans_from_every_stream(capsys: pytest.CaptureFixture[str]) -> None:
+    from lazygrad.viz import profile
+
+    x = Tensor(_rand(16, 16)).shard(D2, axis=0).realize()
+    (x * 3).exp().sum().realize()  # compiled
+    capsys.readouterr()
+    profile.clear()
+    with Context(DEBUG=2, PROFILE=1):
+        before = GlobalCounters.kernel_count
+        (x * 3).exp().sum().realize()
+        ran = GlobalCounters.kernel_count - before
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.lstrip().startswith(("***", "\x1b"))]
+    spans = [e for e in profile.events() if e.get("ph") == "X" and e["cat"] in ("kernel", "copy")]
+    profile.clear()
+    assert len(lines) == len(spans) == ran > 0
+    numbers = sorted(int(line.split()[2]) for line in lines)  # "*** CPU:1   12 E_4 ...": one number per launch
+    assert numbers == list(range(numbers[0], numbers[0] + ran))
+    assert {e["args"]["device"] for e in spans} == set(D2)
