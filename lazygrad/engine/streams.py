@@ -12,10 +12,13 @@ item it follows, not its completion: a device with asynchronous launches (CL) is
 its result (BufferCopy waits for its source), and a device's own kernels are ordered by its queue.
 
 The first error of any stream stops every stream (each checks before its next item) and is raised in the caller.
+The threads are kept, one per device, for the next schedule.
 """
 
 from __future__ import annotations
 
+import functools
+import queue
 import threading
 from dataclasses import dataclass
 from typing import Callable, Sequence
@@ -71,6 +74,24 @@ def dependencies(items: Sequence[StreamItem]) -> list[dict[str, int]]:
     return out
 
 
+class _Worker:
+    """A device's thread, kept between schedules: a thread started per schedule cost a thread start, and a new
+    OpenMP team for its kernels, at every realize (2 CPU devices, CNN step: 0.080 s vs 0.054 s in order)."""
+
+    def __init__(self, device: str):
+        self.jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        threading.Thread(target=self._serve, name=f"lazygrad {device}", daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            self.jobs.get()()
+
+
+_workers: dict[str, _Worker] = {}
+# one schedule on the workers at a time: two interleaved on two workers could each wait for the other's next item
+_run_lock = threading.Lock()
+
+
 def run_streams(items: Sequence[StreamItem]) -> None:
     """Run the items, one thread per device (the caller's thread serves the first device); returns when every stream
     has finished, and raises the first error any stream raised."""
@@ -80,6 +101,7 @@ def run_streams(items: Sequence[StreamItem]) -> None:
     streams: dict[str, list[int]] = {}
     for i, item in enumerate(items):
         streams.setdefault(item.device, []).append(i)
+    finished = threading.Semaphore(0)
 
     def stream(order: list[int]) -> None:
         try:
@@ -95,14 +117,20 @@ def run_streams(items: Sequence[StreamItem]) -> None:
             for ev in done:  # wakes every stream waiting on an item that will never run
                 ev.set()
 
+    def job(order: list[int]) -> None:
+        try:
+            stream(order)
+        finally:
+            finished.release()
+
     (_, first), *rest = streams.items()
-    threads = [
-        threading.Thread(target=stream, args=(order,), name=f"lazygrad {dev}", daemon=True) for dev, order in rest
-    ]
-    for t in threads:
-        t.start()
-    stream(first)
-    for t in threads:
-        t.join()
+    with _run_lock:
+        for dev, order in rest:
+            if (worker := _workers.get(dev)) is None:
+                worker = _workers[dev] = _Worker(dev)
+            worker.jobs.put(functools.partial(job, order))
+        stream(first)
+        for _ in rest:
+            finished.acquire()
     if errors:
         raise errors[0]
