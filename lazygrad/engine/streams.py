@@ -75,8 +75,9 @@ def dependencies(items: Sequence[StreamItem]) -> list[dict[str, int]]:
 
 
 class _Worker:
-    """A device's thread, kept between schedules: a thread started per schedule cost a thread start, and a new
-    OpenMP team for its kernels, at every realize (2 CPU devices, CNN step: 0.080 s vs 0.054 s in order)."""
+    """A device's thread, kept between schedules: a thread started per schedule would pay a thread start, and a new
+    OpenMP team for its kernels (libgomp keeps one per calling thread), at every realize. Handing a schedule of two
+    tiny kernels to the workers costs about 33 us over running it in order (47 vs 14 us)."""
 
     def __init__(self, device: str):
         self.jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
