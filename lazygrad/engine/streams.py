@@ -18,6 +18,7 @@ The threads are kept, one per device, for the next schedule.
 from __future__ import annotations
 
 import functools
+import os
 import queue
 import threading
 from dataclasses import dataclass
@@ -91,6 +92,15 @@ class _Worker:
 _workers: dict[str, _Worker] = {}
 # one schedule on the workers at a time: two interleaved on two workers could each wait for the other's next item
 _run_lock = threading.Lock()
+
+
+def _forget_workers() -> None:
+    global _run_lock
+    _workers.clear()  # a forked child has none of its parent's threads: it starts its own
+    _run_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_workers)
 
 
 def run_streams(items: Sequence[StreamItem]) -> None:

@@ -5,6 +5,7 @@ caller's thread."""
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any, Callable
 
 import numpy as np
@@ -97,6 +98,9 @@ def test_two_devices_run_on_two_threads(monkeypatch: pytest.MonkeyPatch) -> None
     assert seen["CPU"] != seen["CPU:1"]
     assert threading.get_ident() in seen["CPU"] | seen["CPU:1"]  # the caller serves one device itself
     np.testing.assert_allclose(out.numpy(), (np.exp(a) * 2).sum(1), rtol=1e-5)
+    started = threading.active_count()
+    (x.exp() * 4).sum(1).realize()
+    assert threading.active_count() == started  # the device threads are kept for the next schedule
     seen.clear()
     with Context(DEVICE_THREADS=0):
         (x.exp() * 3).sum(1).realize()
@@ -209,3 +213,24 @@ def test_debug_lines_and_profile_spans_from_every_stream(capsys: pytest.CaptureF
     numbers = sorted(int(line.split()[2]) for line in lines)  # "*** CPU:1   12 E_4 ...": one number per launch
     assert numbers == list(range(numbers[0], numbers[0] + ran))
     assert {e["args"]["device"] for e in spans} == set(D2)
+
+
+def test_forked_child_starts_its_own_device_threads() -> None:
+    import os
+
+    x = Tensor(_rand(8, 4)).shard(D2, axis=0).realize()
+    (x + 1).sum(1).realize()  # the parent's device threads exist now
+    pid = os.fork()
+    if pid == 0:  # the child: its schedules must not wait on threads it does not have
+        ok = np.allclose((x * 3).sum(1).numpy(), x.numpy().sum(1) * 3, rtol=1e-5)
+        os._exit(0 if ok else 1)
+    for _ in range(600):  # 60 s: a child waiting on its parent's threads never ends
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        pytest.fail("the forked child hung on its parent's device threads")
+    assert os.WEXITSTATUS(status) == 0
