@@ -1,5 +1,6 @@
 """Data parallelism across processes: training steps/s of 1 rank x 2 threads vs 2 ranks x 1 thread (and 1 x 1, and one
-process with the batch sharded over 2 CPU devices: Tensor.shard, all-reduce by copies between the devices), and
+process with the batch sharded over 2 CPU devices: Tensor.shard, all-reduce by copies between the devices; the devices
+compute at once on a thread each, against DEVICE_THREADS=0, one after another, and against THREADS=1 per device), and
 all-reduce bandwidth of lazygrad.distributed vs mpi4py's own Allreduce on numpy arrays (the MPI library's figure).
 
     python bench/distributed.py [--steps 30] [--ranks 2]
@@ -108,8 +109,9 @@ def worker_allreduce(reps: int) -> None:
         print(json.dumps(out))
 
 
-def launch(ranks: int, threads: int, *args: str) -> dict:
-    env = dict(os.environ, THREADS=str(threads), PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+def launch(ranks: int, threads: int, *args: str, device_threads: int = 1) -> dict:
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, THREADS=str(threads), DEVICE_THREADS=str(device_threads), PYTHONPATH=root)
     mpirun = shutil.which("mpirun")
     if mpirun is None:
         sys.exit("mpirun not found: apt-get install openmpi-bin libopenmpi-dev; pip install mpi4py")
@@ -139,20 +141,25 @@ def main() -> None:
     R = args.ranks
     print(f"training: global batch split over the ranks; median step time of {args.steps} steps (Adam)")
     print(f"{'model':<12}{'batch':>6}{'1r x 1t':>11}{'1r x ' + str(R) + 't':>11}{str(R) + 'r x 1t':>11}"
-          f"{'ranks/threads':>15}{'efficiency':>12}{'1r x ' + str(R) + 'dev':>12}{'dev/threads':>13}")  # fmt: skip
+          f"{'ranks/threads':>15}{'efficiency':>12}{str(R) + 'dev in order':>15}{str(R) + 'dev x ' + str(R) + 't':>12}"
+          f"{str(R) + 'dev x 1t':>12}{'dev/in order':>14}{'dev/threads':>13}")  # fmt: skip
+    # (ranks, THREADS, devices, DEVICE_THREADS)
+    configs = ((1, 1, 1, 1), (1, R, 1, 1), (R, 1, 1, 1), (1, R, R, 0), (1, R, R, 1), (1, 1, R, 1))
     for name, batch in (("digits CNN", 128), ("MLP 512", 512)):
         key = "cnn" if name.startswith("digits") else "mlp"
-        rate = {
-            cfg: batch
-            / launch(cfg[0], cfg[1], "train", key, str(batch), str(cfg[2]), "--steps", str(args.steps))["step_s"]
-            for cfg in ((1, 1, 1), (1, R, 1), (R, 1, 1), (1, R, R))
-        }
-        eff = rate[(R, 1, 1)] / (R * rate[(1, 1, 1)])
-        print(f"{name:<12}{batch:>6}{rate[(1, 1, 1)]:>9.0f}/s{rate[(1, R, 1)]:>9.0f}/s{rate[(R, 1, 1)]:>9.0f}/s"
-              f"{rate[(R, 1, 1)] / rate[(1, R, 1)]:>14.2f}x{eff:>11.0%}"
-              f"{rate[(1, R, R)]:>10.0f}/s{rate[(1, R, R)] / rate[(1, R, 1)]:>12.2f}x")  # fmt: skip
+        rate = {}
+        for cfg in configs:
+            argv = ("train", key, str(batch), str(cfg[2]), "--steps", str(args.steps))
+            rate[cfg] = batch / launch(cfg[0], cfg[1], *argv, device_threads=cfg[3])["step_s"]
+        one, threads, ranks = rate[(1, 1, 1, 1)], rate[(1, R, 1, 1)], rate[(R, 1, 1, 1)]
+        in_order, devs, devs_1t = rate[(1, R, R, 0)], rate[(1, R, R, 1)], rate[(1, 1, R, 1)]
+        print(f"{name:<12}{batch:>6}{one:>9.0f}/s{threads:>9.0f}/s{ranks:>9.0f}/s"
+              f"{ranks / threads:>14.2f}x{ranks / (R * one):>11.0%}"
+              f"{in_order:>13.0f}/s{devs:>10.0f}/s{devs_1t:>10.0f}/s"
+              f"{devs / in_order:>13.2f}x{devs / threads:>12.2f}x")  # fmt: skip
     print("(samples/s; efficiency = R ranks' throughput / (R x one rank with one thread); Rdev: one process, the batch")
-    print(" sharded over R CPU devices, each kernel on all threads; the devices run one after another)\n")
+    print(" sharded over R CPU devices that compute at once, one thread each, each kernel on THREADS cores; in order:")
+    print(" DEVICE_THREADS=0, the devices one after another, THREADS=R; dev/in order, dev/threads: of Rdev x Rt)\n")
 
     res = launch(R, 1, "allreduce", "--reps", str(args.reps))
     print(f"all_reduce (sum, float32) over {R} ranks: best of {args.reps}; bus bandwidth = 2(R-1)/R x size / time")

@@ -270,6 +270,10 @@ class Compiler:
 class Compiled:
     """A device: its allocator, compiler, program loader and renderer (which codegen asks for capabilities)."""
 
+    # whether its kernels and copies may be launched from any thread (a schedule spanning several devices runs one
+    # thread per device, see engine/streams.py)
+    any_thread = True
+
     def __init__(self, name: str, allocator: Allocator, renderer: Any, compiler: Compiler, runtime: Callable[..., Any]):
         self.name, self.allocator, self.renderer, self.compiler, self.runtime = (
             name,

@@ -104,6 +104,8 @@ IGNORE_BEAM_CACHE = ContextVar("IGNORE_BEAM_CACHE", 0)  # 1: BEAM searches again
 # programs per compiler call when a schedule's kernels are compiled: one call per batch, the batches on worker threads
 # beside the code generation of the next ones; 0: two batches per core (see engine/realize.compile_schedule)
 COMPILE_BATCH = ContextVar("COMPILE_BATCH", 0)
+# 1: a schedule spanning several devices runs one thread per device, so they compute at once (engine/streams.py)
+DEVICE_THREADS = ContextVar("DEVICE_THREADS", 1)
 # tinygrad knobs that lazygrad has no use for: `Context(...)` accepts them (a tinygrad program sets them) and they
 # change nothing; a name that is neither this nor a knob above is a KeyError, as in tinygrad
 _TINYGRAD_ONLY_KNOBS = {

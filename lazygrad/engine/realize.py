@@ -8,12 +8,23 @@ import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Callable, Iterator
 
 from lazygrad.codegen import get_program
 from lazygrad.device import Buffer, Compiler, Device
 from lazygrad.engine.memory import memory_planner
-from lazygrad.helpers import BEAM, COMPILE_BATCH, DEBUG, NOOPT, GlobalCounters, ansilen, colored, cpu_cores
+from lazygrad.engine.streams import StreamItem, run_streams
+from lazygrad.helpers import (
+    BEAM,
+    COMPILE_BATCH,
+    DEBUG,
+    DEVICE_THREADS,
+    NOOPT,
+    GlobalCounters,
+    ansilen,
+    colored,
+    cpu_cores,
+)
 from lazygrad.renderer import ProgramSpec
 from lazygrad.schedule.kernelize import ScheduleItem
 from lazygrad.uop.ops import Ops, UOp
@@ -196,14 +207,18 @@ class ExecItem:
         if profile.enabled():
             name = spec.display_name if spec.name == "copy" else spec.name
             profile.kernel(name, self.runner.device, st, et or 0.0, spec.ops, spec.mem, jit, spec.src)
-        GlobalCounters.kernel_count += 1
-        GlobalCounters.global_ops += spec.ops
-        GlobalCounters.global_mem += spec.mem
-        if et is not None:
-            GlobalCounters.time_sum_s += et
-        if DEBUG >= 2:
-            _print_kernel_line(self.runner.device, spec, et or 0.0, len(self.bufs), jit)
+        with _counters_lock:  # the devices of one schedule run on threads of their own (engine/streams.py)
+            GlobalCounters.kernel_count += 1
+            GlobalCounters.global_ops += spec.ops
+            GlobalCounters.global_mem += spec.mem
+            if et is not None:
+                GlobalCounters.time_sum_s += et
+            if DEBUG >= 2:
+                _print_kernel_line(self.runner.device, spec, et or 0.0, len(self.bufs), jit)
         return et
+
+
+_counters_lock = threading.Lock()
 
 
 class JitError(RuntimeError):
@@ -278,6 +293,27 @@ NEVER_RAN = (
 def run_schedule(schedule: list[ScheduleItem], var_vals: dict[UOp, int] | None = None) -> None:
     compile_schedule(schedule)
     st, n = time.perf_counter(), 0
+    if _on_streams(schedule):
+        n = _run_on_streams(schedule, var_vals)
+    else:
+        n = _run_in_order(schedule, var_vals)
+    if DEBUG >= 1 and n:
+        print(f"ran {n} kernels in {(time.perf_counter() - st) * 1e3:.2f} ms")
+
+
+def _on_streams(schedule: list[ScheduleItem]) -> bool:
+    """Whether the schedule runs one thread per device: it writes on 2+ devices, each launchable from any thread, and
+    no TinyJit capture is recording (a capture records the items its own thread runs)."""
+    if not DEVICE_THREADS or is_capturing():
+        return False
+    streams = {si.outputs[0].device for si in schedule}
+    if len(streams) < 2:
+        return False
+    return all(Device[b.device].any_thread for si in schedule for b in si.bufs)
+
+
+def _run_in_order(schedule: list[ScheduleItem], var_vals: dict[UOp, int] | None) -> int:
+    n = 0
     for original, si in zip(schedule, memory_planner(schedule)):
         if any(buf.pending_write for buf in original.inputs):
             raise RuntimeError(NEVER_RAN)
@@ -286,5 +322,35 @@ def run_schedule(schedule: list[ScheduleItem], var_vals: dict[UOp, int] | None =
             n += 1
         for buf in original.outputs:
             buf.pending_write = False
-    if DEBUG >= 1 and n:
-        print(f"ran {n} kernels in {(time.perf_counter() - st) * 1e3:.2f} ms")
+    return n
+
+
+def _run_on_streams(schedule: list[ScheduleItem], var_vals: dict[UOp, int] | None) -> int:
+    """The schedule on one thread per device (see engine/streams.py). Everything that is not a launch happens here,
+    before any stream starts: the check that inputs were computed, lowering, and allocation (GlobalCounters.mem_used
+    stays a single thread's)."""
+    items: list[StreamItem] = []
+    written: set[Buffer] = set()
+    n = 0
+    for original, si in zip(schedule, memory_planner(schedule)):
+        if any(buf.pending_write and buf not in written for buf in original.inputs):
+            raise RuntimeError(NEVER_RAN)
+        written.update(original.outputs)
+        ei = lower_schedule_item(si)
+        if ei is not None:
+            n += 1
+            for b in ei.bufs:
+                b.ensure_allocated()
+        items.append(StreamItem(si.outputs[0].device, _launcher(ei, original, var_vals), si.inputs, si.outputs))
+    run_streams(items)
+    return n
+
+
+def _launcher(ei: ExecItem | None, original: ScheduleItem, var_vals: dict[UOp, int] | None) -> Callable[[], None]:
+    def launch() -> None:
+        if ei is not None:
+            ei.run(var_vals)
+        for buf in original.outputs:
+            buf.pending_write = False
+
+    return launch

@@ -206,6 +206,12 @@ def simd_registers() -> tuple[int, int]:
 
 class CPUDevice(Compiled):
     def __init__(self, name: str):
+        # every CPU device (CPU, CPU:1, ...) gets all THREADS, even where a schedule runs several of them at once
+        # (engine/streams.py): the count is compiled into the kernels, which the devices share (one compiler call
+        # builds them all, see compile_schedule), and not every item of a sharded schedule has a twin running beside
+        # it. On 2 busy shared cores, 2 devices at once with THREADS=2 vs THREADS=1 each (bench/distributed.py, two
+        # runs): MLP 9908, 9928 vs 17862, 9151 samples/s; CNN 1900, 3541 vs 1306, 4012. No split won everywhere, so
+        # THREADS=cores/devices is the user's call (README)
         self.threads = getenv("THREADS", cpu_cores())
         compiler = ClangCompiler(find_c_compiler())
         renderer = ClangRenderer(self.threads, *simd_registers())

@@ -240,6 +240,8 @@ class CUDAProgram:
 class CUDADevice(Compiled):
     """`CUDA` is GPU 0, `CUDA:n` GPU n. The renderer gets the GPU's limits; the compiler targets its architecture."""
 
+    any_thread = False  # its context is made current on the thread that opened it only
+
     def __init__(self, name: str):
         self.cu = load_cuda()
         status = self.cu.cuInit(0)
