@@ -51,8 +51,12 @@ BlockView = Callable[[DType], Tensor]
 
 
 def _nibbles(qs: Tensor) -> list[Tensor]:
-    """16 bytes -> the low nibbles (values 0..15 of the block) and the high nibbles (values 16..31)."""
-    return [(qs & 15).cast(dtypes.float32), (qs >> 4).cast(dtypes.float32)]
+    """16 bytes -> the low nibbles (values 0..15 of the block) and the high nibbles (values 16..31). In float32
+    arithmetic, exact for bytes, rather than & 15 and >> 4: the C renderer has vector casts and multiplies, not vector
+    shifts, and a byte split into lanes of scalar ops is slower than the whole float path."""
+    q = qs.cast(dtypes.float32)
+    hi = (q * (1 / 16)).cast(dtypes.int32).cast(dtypes.float32)
+    return [q - hi * 16, hi]
 
 
 def _parts_q8_0(view: BlockView) -> QuantParts:  # block: f16 scale, 32 int8
@@ -302,16 +306,13 @@ class QuantizedMatrix:
         d, m, codes = self.gt.parts(self.view)
         n = len(codes)
         xb = x.reshape(*x.shape[:-1], 1, self.shape[1] // self.gt.block_elems, n, self.gt.block_elems // n)
-        xs = [xb[..., i, :] for i in range(n)]
-        acc = xs[0] * codes[0]
-        for xi, c in zip(xs[1:], codes[1:]):
-            acc = acc + xi * c
-        acc = acc * d
-        if m is not None:  # sum_i x_i * (q_i * d + m) = d * sum_i x_i * q_i + m * sum_i x_i
-            xsum = xs[0]
-            for xi in xs[1:]:
-                xsum = xsum + xi
-            acc = acc + m * xsum
+        # each piece dequantized in registers and multiplied by its half of x: as many ops per value as factoring the
+        # scale out of the block's sum, and no sum of x of its own (the scheduler would store that in a kernel first)
+        acc = None
+        for i, c in enumerate(codes):
+            term = xb[..., i, :] * (c * d if m is None else c * d + m)
+            acc = term if acc is None else acc + term
+        assert acc is not None
         return acc.sum((-2, -1))
 
     @staticmethod
