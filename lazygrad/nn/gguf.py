@@ -63,10 +63,8 @@ def _parts_q8_0(view: BlockView) -> QuantParts:  # block: f16 scale, 32 int8
     return view(dtypes.float16)[..., :1].float(), None, [view(dtypes.int8)[..., 2:].cast(dtypes.float32)]
 
 
-def _parts_q4_0(view: BlockView) -> QuantParts:  # block: f16 scale, 16 bytes of nibbles, (q - 8) * scale
-    # (q - 8) * d == q * d + (-8 * d) exactly: both products are exact in float32 and so is their sum
-    d = view(dtypes.float16)[..., :1].float()
-    return d, d * -8, _nibbles(view(dtypes.uint8)[..., 2:])
+def _parts_q4_0(view: BlockView) -> QuantParts:  # block: f16 scale, 16 bytes of nibbles, value = (q - 8) * scale
+    return view(dtypes.float16)[..., :1].float(), None, [q - 8 for q in _nibbles(view(dtypes.uint8)[..., 2:])]
 
 
 def _parts_q4_1(view: BlockView) -> QuantParts:  # block: f16 scale, f16 min, 16 bytes of nibbles
