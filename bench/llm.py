@@ -61,16 +61,19 @@ def timed(fn, reps: int = 3) -> float:
 
 
 def greedy_decode_tok_s(model, prompt: list[int]) -> float:
-    """Tokens/s of DECODE_TOKENS - 3 greedy steps after the prompt and three steps that capture the JIT."""
+    """Tokens/s of the median of DECODE_TOKENS - 3 greedy steps after the prompt and three steps that capture the JIT
+    (the median: on a CPU shared with other processes a step now and then waits a scheduler time slice)."""
     from lazygrad.models.llama import argmax_token
 
     token = argmax_token(model(prompt, 0))
     for i in range(3):
         token = argmax_token(model([token], PROMPT_TOKENS + i))
-    st = time.perf_counter()
+    steps = []
     for i in range(3, DECODE_TOKENS):
+        st = time.perf_counter()
         token = argmax_token(model([token], PROMPT_TOKENS + i))
-    return (DECODE_TOKENS - 3) / (time.perf_counter() - st)
+        steps.append(time.perf_counter() - st)
+    return 1 / statistics.median(steps)
 
 
 def llama_cpp_decode_tok_s(path: str, prompt: list[int], ctx: int) -> float | None:
@@ -80,16 +83,15 @@ def llama_cpp_decode_tok_s(path: str, prompt: list[int], ctx: int) -> float | No
     except ImportError:
         return None
     llm = Llama(model_path=path, n_ctx=ctx, n_batch=PROMPT_TOKENS, n_threads=os.cpu_count() or 1, verbose=False)
-    best = 0.0
-    for _ in range(2):
-        gen = llm.generate(prompt, temp=0.0, top_k=1, reset=True)
-        for _ in range(3):
-            next(gen)
+    gen = llm.generate(prompt, temp=0.0, top_k=1, reset=True)
+    for _ in range(3):
+        next(gen)
+    steps = []
+    for _ in range(3, DECODE_TOKENS):
         st = time.perf_counter()
-        for _ in range(3, DECODE_TOKENS):
-            next(gen)
-        best = max(best, (DECODE_TOKENS - 3) / (time.perf_counter() - st))
-    return best
+        next(gen)
+        steps.append(time.perf_counter() - st)
+    return 1 / statistics.median(steps)
 
 
 def read_bandwidth_gb_s() -> float:
@@ -102,7 +104,7 @@ def read_bandwidth_gb_s() -> float:
     for _ in range(3):
         total(big)
     best = min(timed_once(lambda: total(big)) for _ in range(5))
-    return big.nbytes() / best / 1e9
+    return big.nbytes / best / 1e9
 
 
 def timed_once(fn) -> float:

@@ -5,9 +5,9 @@ key/values (a key is a uint64-length-prefixed UTF-8 string, a value a uint32 typ
 element type, uint64 count, elements); one info per tensor (name, uint32 n_dims, uint64 dims fastest-first, uint32
 ggml type, uint64 offset); padding to `general.alignment` (default 32); the tensor data, each at its offset.
 
-Quantized tensors are stored as blocks of 32 values. Their dequantization is a lazy graph over the raw block bytes
-(a uint8 tensor pointing into a memory map of the file), so a matmul that consumes it fuses the dequantization into
-its kernel and the weights stay quantized in memory.
+Quantized tensors are stored as blocks of 32 values. A QuantizedMatrix keeps them packed (views of the raw block bytes,
+on the CPU pointing into a memory map of the file): its dequantization is a lazy graph over those bytes, and its
+`linear(x)` a matmul that decodes the blocks inside its reduce loop, one kernel that reads the packed bytes once.
 """
 
 from __future__ import annotations
@@ -279,16 +279,15 @@ class QuantizedMatrix:
         assert gt.parts is not None and shape and shape[-1] % gt.block_elems == 0
         self.gt, self.shape, self.device = gt, shape, device
         self.data, self.offset, self.nbytes = data, offset, prod(shape) // gt.block_elems * gt.block_bytes
-        blocks = (prod(shape[:-1]), shape[-1] // gt.block_elems)
-        flat = _raw_views(data, offset, self.nbytes, device)
+        self._blocks = (prod(shape[:-1]), shape[-1] // gt.block_elems)
+        self._flat = _raw_views(data, offset, self.nbytes, device)
         self._views: dict[DType, Tensor] = {}
 
-        def view(dt: DType) -> Tensor:
-            if dt not in self._views:  # one Buffer per dtype: the same graph node each time it is asked for
-                self._views[dt] = flat(dt).reshape(*blocks, gt.block_bytes // dt.itemsize)
-            return self._views[dt]
-
-        self.view = view
+    def view(self, dt: DType) -> Tensor:
+        """The blocks seen as `dt`: (rows, blocks per row, block bytes / itemsize)."""
+        if dt not in self._views:  # one Buffer per dtype: the same graph node each time it is asked for
+            self._views[dt] = self._flat(dt).reshape(*self._blocks, self.gt.block_bytes // dt.itemsize)
+        return self._views[dt]
 
     def dequantize(self) -> Tensor:
         assert self.gt.parts is not None
