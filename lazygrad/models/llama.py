@@ -16,7 +16,7 @@ from typing import Any
 
 from lazygrad.engine.jit import TinyJit
 from lazygrad.models import take_rows
-from lazygrad.nn.gguf import GGUFTensorInfo, gguf_read_header, gguf_tensor
+from lazygrad.nn.gguf import GGUFTensorInfo, QuantizedMatrix, gguf_quantized, gguf_read_header, gguf_tensor
 from lazygrad.tensor import Tensor
 from lazygrad.uop.ops import UOp
 
@@ -75,21 +75,33 @@ def rotate_pairs(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     return (x0 * cos - x1 * sin).stack(x0 * sin + x1 * cos, dim=-1).reshape(b, t, h, d)
 
 
-def _stacked(ws: list[Tensor], quantized: bool) -> Tensor:
-    """Weights that read the same input stacked into one matrix: one matmul kernel instead of several. Kept lazy over
-    quantized weights (each row still dequantizes from its own file bytes); otherwise one float32 buffer."""
-    if quantized:
-        return ws[0].cat(*ws[1:])
+Weight = Tensor | QuantizedMatrix  # float32, or packed blocks that a matmul decodes in its loop (quantized=True)
+
+
+def _plain(w: Weight) -> Weight:
+    """A float32 weight in a buffer of its own (not dequantized again by each step); a quantized one as it is."""
+    return w if isinstance(w, QuantizedMatrix) else w.contiguous()
+
+
+def linear(x: Tensor, w: Weight) -> Tensor:
+    return w.linear(x) if isinstance(w, QuantizedMatrix) else x.linear(w)
+
+
+def _stacked(ws: list[Weight]) -> Weight:
+    """Weights that read the same input stacked into one matrix: one matmul kernel instead of several. Quantized ones
+    stay packed (their blocks copied into one buffer); float32 ones become one float32 buffer."""
+    if all(isinstance(w, QuantizedMatrix) for w in ws):
+        return QuantizedMatrix.stack(ws)  # type: ignore[arg-type]
     # dequantized into buffers of their own first: a kernel that dequantizes three tensors behind a cat's padding has
     # index math that is slow to generate, and the copy after it is cheap
-    ws = [w.contiguous() for w in ws]
-    return ws[0].cat(*ws[1:]).contiguous()
+    ts = [(w.dequantize() if isinstance(w, QuantizedMatrix) else w).contiguous() for w in ws]
+    return ts[0].cat(*ts[1:]).contiguous()
 
 
 class Attention:
-    def __init__(self, cfg: LlamaConfig, w: dict[str, Tensor], max_context: int, quantized: bool):
-        self.cfg, self.wo = cfg, w["attn_output"] if quantized else w["attn_output"].contiguous()
-        self.wqkv = _stacked([w["attn_q"], w["attn_k"], w["attn_v"]], quantized)
+    def __init__(self, cfg: LlamaConfig, w: dict[str, Any], max_context: int):
+        self.cfg, self.wo = cfg, _plain(w["attn_output"])
+        self.wqkv = _stacked([w["attn_q"], w["attn_k"], w["attn_v"]])
         shape = (1, cfg.n_kv_heads, max_context, cfg.head_dim)
         self.cache_k = Tensor.zeros(*shape).contiguous().realize()
         self.cache_v = Tensor.zeros(*shape).contiguous().realize()
@@ -97,7 +109,7 @@ class Attention:
     def __call__(self, x: Tensor, onehot: Tensor, written: Tensor, mask: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
         cfg = self.cfg
         b, t, _ = x.shape
-        qkv = x.linear(self.wqkv)
+        qkv = linear(x, self.wqkv)
         kv_dim = cfg.n_kv_heads * cfg.head_dim
         q = qkv[..., : cfg.dim].reshape(b, t, cfg.n_heads, cfg.head_dim)
         k = qkv[..., cfg.dim : cfg.dim + kv_dim].reshape(b, t, cfg.n_kv_heads, cfg.head_dim)
@@ -122,31 +134,29 @@ class Attention:
         keys = keys.reshape(1, cfg.n_heads, ctx, cfg.head_dim)
         values = values.reshape(1, cfg.n_heads, ctx, cfg.head_dim)
         out = q.transpose(1, 2).scaled_dot_product_attention(keys, values, attn_mask=mask)
-        return out.transpose(1, 2).reshape(b, t, cfg.dim).linear(self.wo)
+        return linear(out.transpose(1, 2).reshape(b, t, cfg.dim), self.wo)
 
 
 class Block:
-    def __init__(self, cfg: LlamaConfig, w: dict[str, Tensor], max_context: int, quantized: bool):
-        self.cfg, self.attention = cfg, Attention(cfg, w, max_context, quantized)
+    def __init__(self, cfg: LlamaConfig, w: dict[str, Any], max_context: int):
+        self.cfg, self.attention = cfg, Attention(cfg, w, max_context)
         self.attn_norm, self.ffn_norm = w["attn_norm"], w["ffn_norm"]
-        self.gate_up = _stacked([w["ffn_gate"], w["ffn_up"]], quantized)
-        self.down = w["ffn_down"] if quantized else w["ffn_down"].contiguous()
+        self.gate_up = _stacked([w["ffn_gate"], w["ffn_up"]])
+        self.down = _plain(w["ffn_down"])
 
     def __call__(self, x: Tensor, onehot: Tensor, written: Tensor, mask: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
         h = x + self.attention(rms_norm(x, self.attn_norm, self.cfg.norm_eps), onehot, written, mask, cos, sin)
         n = rms_norm(h, self.ffn_norm, self.cfg.norm_eps)
-        gate_up = n.linear(self.gate_up)
+        gate_up = linear(n, self.gate_up)
         hidden = self.cfg.hidden_dim
-        return h + (gate_up[..., :hidden].silu() * gate_up[..., hidden:]).linear(self.down)
+        return h + linear(gate_up[..., :hidden].silu() * gate_up[..., hidden:], self.down)
 
 
 class Llama:
     """`model(tokens, start_pos)` -> logits (vocab,) of the last token, or (T, vocab) with all_logits=True."""
 
-    def __init__(
-        self, cfg: LlamaConfig, weights: dict[str, Tensor], embed_rows: Any, max_context: int, quantized: bool = False
-    ):
-        """weights: float32 tensors by GGUF name (lazy; realized here unless quantized, see load_llama)."""
+    def __init__(self, cfg: LlamaConfig, weights: dict[str, Any], embed_rows: Any, max_context: int):
+        """weights by GGUF name: float32 tensors (lazy; realized here) or QuantizedMatrix (kept packed)."""
         if not 0 < max_context <= cfg.context_length:
             raise ValueError(f"max_context {max_context} must be in 1..{cfg.context_length}")
         self.cfg, self.max_context, self.embed_rows = cfg, max_context, embed_rows
@@ -155,19 +165,17 @@ class Llama:
                 cfg,
                 {k.split(".")[2]: v for k, v in weights.items() if k.startswith(f"blk.{i}.")},
                 max_context,
-                quantized,
             )
             for i in range(cfg.n_layers)
         ]
         self.norm = weights["output_norm.weight"]
-        self.output = weights.get("output.weight", weights["token_embd.weight"])
-        if not quantized:
-            self.output = self.output.contiguous()
-            # one realize per layer: in one realize, the same-shaped weights of all layers would become one
-            # multi-output kernel per shape, slow to generate
-            self.output.realize()
-            for b in self.layers:
-                Tensor.realize(b.attention.wqkv, b.attention.wo, b.gate_up, b.down)
+        self.output = _plain(weights.get("output.weight", weights["token_embd.weight"]))
+        # one realize per layer: in one realize, the same-shaped weights of all layers would become one multi-output
+        # kernel per shape, slow to generate
+        for ws in [[self.output]] + [[b.attention.wqkv, b.attention.wo, b.gate_up, b.down] for b in self.layers]:
+            floats = [w for w in ws if isinstance(w, Tensor)]
+            if floats:
+                Tensor.realize(*floats)
         half = cfg.head_dim // 2
         inv_freq = Tensor(cfg.rope_theta).pow(Tensor.arange(half) * (-2 / cfg.head_dim))
         if "rope_freqs.weight" in weights:  # Llama 3.1+ long-context scaling: per-frequency divisors, as llama.cpp
@@ -206,7 +214,7 @@ class Llama:
             x = layer(x, onehot, written, mask, cos, sin)
             Tensor.realize(x, layer.attention.cache_k, layer.attention.cache_v)
         x = x[0] if all_logits else x[0, -1:]
-        logits = rms_norm(x, self.norm, self.cfg.norm_eps).linear(self.output)
+        logits = linear(rms_norm(x, self.norm, self.cfg.norm_eps), self.output)
         return logits if all_logits else logits[0]
 
 
@@ -229,7 +237,7 @@ def load_llama(
     path: str | os.PathLike, max_context: int = 1024, quantized: bool = False
 ) -> tuple[Llama, dict[str, Any]]:
     """The model and the file's metadata. Weights are dequantized once into float32 buffers, or with quantized=True
-    left as their dequantization graphs over the memory-mapped file, fused into each matmul."""
+    left packed (QuantizedMatrix, over the memory-mapped file) and decoded inside each matmul's loop."""
     meta, infos, mm = gguf_read_header(path)
     cfg = LlamaConfig.from_gguf_metadata(meta, os.fspath(path))
     by_name = {i.name: i for i in infos}
@@ -254,9 +262,12 @@ def load_llama(
             f"{os.fspath(path)}: not a complete llama model, missing tensors {', '.join(missing[:5])}"
             f"{' ...' if len(missing) > 5 else ''}"
         )
-    weights = {info.name: gguf_tensor(mm, info) for info in infos}
+    weights: dict[str, Any] = {}
+    for info in infos:
+        packed = gguf_quantized(mm, info) if quantized and len(info.shape) == 2 else None
+        weights[info.name] = packed if packed is not None else gguf_tensor(mm, info)
     embed = GGUFEmbedding(mm, by_name["token_embd.weight"])
-    model = Llama(cfg, weights, embed, min(max_context, cfg.context_length), quantized)
+    model = Llama(cfg, weights, embed, min(max_context, cfg.context_length))
     return model, meta
 
 

@@ -5,9 +5,9 @@ key/values (a key is a uint64-length-prefixed UTF-8 string, a value a uint32 typ
 element type, uint64 count, elements); one info per tensor (name, uint32 n_dims, uint64 dims fastest-first, uint32
 ggml type, uint64 offset); padding to `general.alignment` (default 32); the tensor data, each at its offset.
 
-Quantized tensors are stored as blocks of 32 values. Their dequantization is a lazy graph over the raw block bytes
-(a uint8 tensor pointing into a memory map of the file), so a matmul that consumes it fuses the dequantization into
-its kernel and the weights stay quantized in memory.
+Quantized tensors are stored as blocks of 32 values. A QuantizedMatrix keeps them packed (views of the raw block bytes,
+on the CPU pointing into a memory map of the file): its dequantization is a lazy graph over those bytes, and its
+`linear(x)` a matmul that decodes the blocks inside its reduce loop, one kernel that reads the packed bytes once.
 """
 
 from __future__ import annotations
@@ -38,29 +38,38 @@ _MAX_DIMS = 4  # GGML_MAX_DIMS
 _MIN_KV_BYTES, _MIN_INFO_BYTES = 8 + 4, 8 + 4 + 4 + 8
 
 
-# *** dequantization: raw block bytes (uint8, shape (blocks, block bytes)) -> float32 (blocks, 32) ***
+# *** quantized blocks: a block of 32 values is codes (small integers) with a float16 scale d and an offset m ***
+# value = code * d + m. A type's `parts` reads a block's fields through `view(dtype)`, the block bytes seen as that
+# dtype, (..., blocks, block bytes / itemsize), and returns d, m (None: 0), each (..., blocks, 1), and the codes as
+# float32 pieces (..., blocks, n) that cover the block's values in order. Fields are read through a view of their own
+# dtype rather than bitcast from bytes: a load of int8 or half is one instruction, and the C compiler vectorizes it.
+# The 4-bit types keep the low and the high nibbles as two pieces instead of concatenating them: a concatenation is
+# padding, and a matmul over padded codes loads every byte behind a mask; two pieces pair with the two halves of x.
+
+QuantParts = tuple[Tensor, "Tensor | None", list[Tensor]]
+BlockView = Callable[[DType], Tensor]
 
 
-def _f16(lo: Tensor, hi: Tensor) -> Tensor:
-    """Two little-endian bytes holding an IEEE half -> float32."""
-    return (lo.cast(dtypes.uint16) | (hi.cast(dtypes.uint16) << 8)).bitcast(dtypes.float16).cast(dtypes.float32)
+def _nibbles(qs: Tensor) -> list[Tensor]:
+    """16 bytes -> the low nibbles (values 0..15 of the block) and the high nibbles (values 16..31). In float32
+    arithmetic, exact for bytes, rather than & 15 and >> 4: the C renderer has vector casts and multiplies, not vector
+    shifts, and a byte split into lanes of scalar ops is slower than the whole float path."""
+    q = qs.cast(dtypes.float32)
+    hi = (q * (1 / 16)).cast(dtypes.int32).cast(dtypes.float32)
+    return [q - hi * 16, hi]
 
 
-def _nibbles(qs: Tensor) -> Tensor:
-    """16 bytes -> 32 4-bit values: the low nibbles are values 0..15, the high nibbles values 16..31."""
-    return (qs & 15).cat(qs >> 4, dim=1).cast(dtypes.float32)
+def _parts_q8_0(view: BlockView) -> QuantParts:  # block: f16 scale, 32 int8
+    return view(dtypes.float16)[..., :1].float(), None, [view(dtypes.int8)[..., 2:].cast(dtypes.float32)]
 
 
-def _dequant_q8_0(b: Tensor) -> Tensor:  # block: f16 scale, 32 int8
-    return b[:, 2:].bitcast(dtypes.int8).cast(dtypes.float32) * _f16(b[:, 0], b[:, 1]).unsqueeze(1)
+def _parts_q4_0(view: BlockView) -> QuantParts:  # block: f16 scale, 16 bytes of nibbles, value = (q - 8) * scale
+    return view(dtypes.float16)[..., :1].float(), None, [q - 8 for q in _nibbles(view(dtypes.uint8)[..., 2:])]
 
 
-def _dequant_q4_0(b: Tensor) -> Tensor:  # block: f16 scale, 16 bytes of nibbles, value = (q - 8) * scale
-    return (_nibbles(b[:, 2:]) - 8) * _f16(b[:, 0], b[:, 1]).unsqueeze(1)
-
-
-def _dequant_q4_1(b: Tensor) -> Tensor:  # block: f16 scale, f16 min, 16 bytes of nibbles, value = q * scale + min
-    return _nibbles(b[:, 4:]) * _f16(b[:, 0], b[:, 1]).unsqueeze(1) + _f16(b[:, 2], b[:, 3]).unsqueeze(1)
+def _parts_q4_1(view: BlockView) -> QuantParts:  # block: f16 scale, f16 min, 16 bytes of nibbles
+    f16 = view(dtypes.float16)
+    return f16[..., :1].float(), f16[..., 1:2].float(), _nibbles(view(dtypes.uint8)[..., 4:])
 
 
 @dataclass(frozen=True)
@@ -68,16 +77,16 @@ class GGMLType:
     name: str
     block_elems: int
     block_bytes: int
-    dequant: Callable[[Tensor], Tensor] | None  # None: stored as a plain dtype
+    parts: Callable[[BlockView], QuantParts] | None  # None: stored as a plain dtype
     dtype: DType | None = None
 
 
 GGML_TYPES: dict[int, GGMLType] = {
     0: GGMLType("F32", 1, 4, None, dtypes.float32),
     1: GGMLType("F16", 1, 2, None, dtypes.float16),
-    2: GGMLType("Q4_0", 32, 18, _dequant_q4_0),
-    3: GGMLType("Q4_1", 32, 20, _dequant_q4_1),
-    8: GGMLType("Q8_0", 32, 34, _dequant_q8_0),
+    2: GGMLType("Q4_0", 32, 18, _parts_q4_0),
+    3: GGMLType("Q4_1", 32, 20, _parts_q4_1),
+    8: GGMLType("Q8_0", 32, 34, _parts_q8_0),
     30: GGMLType("BF16", 1, 2, None, dtypes.bfloat16),
 }
 # types the spec defines that this reader cannot dequantize, named in the error
@@ -244,15 +253,91 @@ def _raw_tensor(mm: mmap.mmap | bytes, offset: int, count: int, dtype: DType, de
     return Tensor(UOp.buffer_view(buf, (count,)))
 
 
+def _raw_views(data: mmap.mmap | bytes, offset: int, nbytes: int, device: str) -> Callable[[DType], Tensor]:
+    """The bytes at `offset` seen as any dtype, flat. On the CPU every view shares one memory (the file's map, or one
+    buffer the bytes are copied into): a kernel reading codes and scales touches each cache line once."""
+    if device != "CPU":
+        return lambda dt: _raw_tensor(data, offset, nbytes // dt.itemsize, dt, device)
+    if isinstance(data, mmap.mmap) and offset % 8 == 0:
+        owner: Any = data
+        ptr = ctypes.addressof(ctypes.c_char.from_buffer(data)) + offset
+    else:
+        owner = Buffer("CPU", nbytes, dtypes.uint8).copyin(memoryview(data)[offset : offset + nbytes])
+        ptr = owner.ptr
+    n = nbytes
+    return lambda dt: Tensor(
+        UOp.buffer_view(Buffer("CPU", n // dt.itemsize, dt, external=owner, external_ptr=ptr), (n // dt.itemsize,))
+    )
+
+
+class QuantizedMatrix:
+    """A tensor (..., cols) stored as ggml blocks of 32 along its rows. `dequantize()` is the float32 tensor as a lazy
+    graph; `linear(x)` is x @ matrix.T as one reduce over the packed blocks: codes, scales and offsets are decoded
+    inside the matmul's loop, so a matrix-vector product reads the packed bytes once and writes no float32 weights."""
+
+    def __init__(self, gt: GGMLType, data: mmap.mmap | bytes, offset: int, shape: tuple[int, ...], device: str):
+        assert gt.parts is not None and shape and shape[-1] % gt.block_elems == 0
+        self.gt, self.shape, self.device = gt, shape, device
+        self.data, self.offset, self.nbytes = data, offset, prod(shape) // gt.block_elems * gt.block_bytes
+        self._blocks = (prod(shape[:-1]), shape[-1] // gt.block_elems)
+        self._flat = _raw_views(data, offset, self.nbytes, device)
+        self._views: dict[DType, Tensor] = {}
+
+    def view(self, dt: DType) -> Tensor:
+        """The blocks seen as `dt`: (rows, blocks per row, block bytes / itemsize)."""
+        if dt not in self._views:  # one Buffer per dtype: the same graph node each time it is asked for
+            self._views[dt] = self._flat(dt).reshape(*self._blocks, self.gt.block_bytes // dt.itemsize)
+        return self._views[dt]
+
+    def dequantize(self) -> Tensor:
+        assert self.gt.parts is not None
+        d, m, codes = self.gt.parts(self.view)
+        w = codes[0].cat(*codes[1:], dim=-1) * d
+        return (w if m is None else w + m).reshape(self.shape)
+
+    def linear(self, x: Tensor) -> Tensor:
+        """x (..., cols) @ self.T -> (..., rows), self 2-D: one kernel, the products summed per block in float32."""
+        if len(self.shape) != 2 or x.shape[-1] != self.shape[1]:
+            raise ValueError(f"linear: input shape {x.shape} does not match quantized weight shape {self.shape}")
+        assert self.gt.parts is not None
+        d, m, codes = self.gt.parts(self.view)
+        n = len(codes)
+        xb = x.reshape(*x.shape[:-1], 1, self.shape[1] // self.gt.block_elems, n, self.gt.block_elems // n)
+        # each piece dequantized in registers and multiplied by its half of x: as many ops per value as factoring the
+        # scale out of the block's sum, and no sum of x of its own (the scheduler would store that in a kernel first)
+        acc = None
+        for i, c in enumerate(codes):
+            term = xb[..., i, :] * (c * d if m is None else c * d + m)
+            acc = term if acc is None else acc + term
+        assert acc is not None
+        return acc.sum((-2, -1))
+
+    @staticmethod
+    def stack(mats: list[QuantizedMatrix]) -> QuantizedMatrix:
+        """The rows of 2-D matrices of one type and width, one below the other, in one buffer of packed blocks."""
+        first = mats[0]
+        if any(m.gt != first.gt or len(m.shape) != 2 or m.shape[1] != first.shape[1] for m in mats):
+            raise ValueError(f"cannot stack quantized matrices {[(m.gt.name, m.shape) for m in mats]}")
+        raw = b"".join(memoryview(m.data)[m.offset : m.offset + m.nbytes] for m in mats)
+        return QuantizedMatrix(first.gt, raw, 0, (sum(m.shape[0] for m in mats), first.shape[1]), first.device)
+
+
+def gguf_quantized(mm: mmap.mmap | bytes, info: GGUFTensorInfo, device: str | None = None) -> QuantizedMatrix | None:
+    """A quantized tensor's packed blocks (None for a tensor stored as a plain dtype)."""
+    if info.ggml_type.parts is None:
+        return None
+    return QuantizedMatrix(info.ggml_type, mm, info.offset, info.shape, Device.canonicalize(device))
+
+
 def gguf_tensor(mm: mmap.mmap | bytes, info: GGUFTensorInfo, device: str | None = None) -> Tensor:
     """The tensor as float32 (lazy: a quantized tensor is its dequantization graph over the raw block bytes)."""
     device = Device.canonicalize(device)
     gt = info.ggml_type
-    if gt.dequant is None:
-        assert gt.dtype is not None
-        return _raw_tensor(mm, info.offset, prod(info.shape), gt.dtype, device).cast(dtypes.float32).reshape(info.shape)
-    blocks = _raw_tensor(mm, info.offset, info.nbytes, dtypes.uint8, device).reshape(-1, gt.block_bytes)
-    return gt.dequant(blocks).reshape(info.shape)
+    q = gguf_quantized(mm, info, device)
+    if q is not None:
+        return q.dequantize()
+    assert gt.dtype is not None
+    return _raw_tensor(mm, info.offset, prod(info.shape), gt.dtype, device).cast(dtypes.float32).reshape(info.shape)
 
 
 def gguf_load(path: str | os.PathLike, device: str | None = None) -> tuple[dict[str, Any], dict[str, Tensor]]:

@@ -7,7 +7,8 @@ import struct
 import numpy as np
 import pytest
 
-from lazygrad.nn.gguf import GGUFError, gguf_load, gguf_read_header
+from lazygrad import GlobalCounters, Tensor
+from lazygrad.nn.gguf import GGUFError, QuantizedMatrix, gguf_load, gguf_quantized, gguf_read_header
 
 # metadata value type tags of the spec
 U8, I8, U16, I16, U32, I32, F32, BOOL, STR, ARR, U64, I64, F64 = range(13)
@@ -116,6 +117,55 @@ def test_dequantize_matches_numpy(tmp_path, kind):
     got = tensors["w"].numpy()
     assert got.shape == shape and got.dtype == np.float32
     np.testing.assert_array_equal(got, np_dequant(kind, raw, 6 * 64).reshape(shape))
+
+
+def _quantized(tmp_path, kind: str, shape: tuple[int, int], seed: int = 0) -> tuple[QuantizedMatrix, np.ndarray]:
+    raw = random_data(kind, shape[0] * shape[1], np.random.default_rng(seed))
+    path = tmp_path / f"{kind}_{seed}.gguf"
+    write_gguf(path, [], [("w", shape, kind, raw)])
+    _, infos, mm = gguf_read_header(path)
+    q = gguf_quantized(mm, infos[0])
+    assert q is not None
+    return q, np_dequant(kind, raw, shape[0] * shape[1]).reshape(shape)
+
+
+@pytest.mark.parametrize("kind", ["Q4_0", "Q4_1", "Q8_0"])
+@pytest.mark.parametrize("rows,cols,batch", [(7, 96, 1), (33, 64, 3), (96, 576, 1), (5, 32, 2), (1, 32, 1)])
+def test_quantized_linear_one_kernel_over_the_packed_bytes(tmp_path, kind, rows, cols, batch):
+    q, w = _quantized(tmp_path, kind, (rows, cols))
+    x_np = np.random.default_rng(1).standard_normal((batch, cols)).astype(np.float32)
+    x = Tensor(x_np).realize()
+    GlobalCounters.reset()
+    out = q.linear(x).realize()
+    if batch == 1:  # (a batch reads each weight several times: the scheduler may store it dequantized first)
+        # the codes are decoded inside the matmul's loop: no kernel dequantizes into a float32 matrix first
+        assert GlobalCounters.kernel_count == 1
+        # the kernel's buffers: the packed bytes (seen as two dtypes, each view counted at the full size), x and the
+        # output; a float32 weight alone would be 4 * rows * cols bytes, 6-7x the packed size of the 4-bit types
+        packed = rows * cols // 32 * GGML[kind][2]
+        assert GlobalCounters.global_mem <= 2 * packed + 4 * (cols + rows)
+    np.testing.assert_allclose(out.numpy(), x_np @ w.T, rtol=1e-5, atol=1e-4 * np.abs(w).max() * np.sqrt(cols))
+    np.testing.assert_array_equal(q.dequantize().numpy(), w)
+
+
+@pytest.mark.parametrize("kind", ["Q4_1", "Q8_0"])
+def test_quantized_stack_is_the_rows_one_below_the_other(tmp_path, kind):
+    parts = [_quantized(tmp_path, kind, (rows, 64), seed) for seed, rows in enumerate((6, 2, 3))]
+    stacked = QuantizedMatrix.stack([q for q, _ in parts])
+    w = np.concatenate([w for _, w in parts])
+    assert stacked.shape == (11, 64)
+    np.testing.assert_array_equal(stacked.dequantize().numpy(), w)
+    x_np = np.random.default_rng(2).standard_normal((1, 64)).astype(np.float32)
+    np.testing.assert_allclose(stacked.linear(Tensor(x_np)).numpy(), x_np @ w.T, rtol=1e-5, atol=1e-4)
+
+
+def test_quantized_linear_shape_errors(tmp_path):
+    q, _ = _quantized(tmp_path, "Q4_1", (4, 64))
+    with pytest.raises(ValueError, match="does not match quantized weight shape"):
+        q.linear(Tensor.ones(1, 32))
+    other, _ = _quantized(tmp_path, "Q8_0", (4, 64))
+    with pytest.raises(ValueError, match="cannot stack"):
+        QuantizedMatrix.stack([q, other])
 
 
 def test_dequantize_matches_gguf_package(tmp_path):
