@@ -24,10 +24,24 @@ from lazygrad.device import Buffer, Device
 from lazygrad.dtype import dtypes
 from lazygrad.helpers import DEBUG, KERNEL_OPS, prod
 from lazygrad.uop.ops import GroupOp, Ops, UOp, substitute
-from lazygrad.uop.view import ShapeTracker
+from lazygrad.uop.view import ShapeTracker, View
 from lazygrad.viz import profile
 
 Chain = tuple[tuple[Ops, Any], ...]  # movement ops applied to a node's shape, innermost first
+# in a chain: the pads outside it are already applied as a WHERE by a node above (see _KernelBuilder._guards)
+GUARD: tuple[Any, Any] = (None, None)
+
+
+def _unguarded_pad(chain: Chain) -> bool:
+    """Whether a pad in the chain still has to be applied below (no node above guards it)."""
+    for op, _ in chain:
+        if op is None:
+            return False
+        if op is Ops.PAD:
+            return True
+    return False
+
+
 _SOURCES = (Ops.DEVICE, Ops.CONST, Ops.IOTA, Ops.BIND)  # computed from nothing: never stored, always inlined
 # buffers one kernel reads, whatever its device takes: gcc's time grows as the cube of the guarded loads in one loop
 # (a cat of 150 tensors as one kernel: 0.55 s to compile, of 400: 13 s, of 1000: 350 s)
@@ -318,6 +332,7 @@ class _KernelBuilder:
         self.reads: set[UOp] = set()  # stored nodes and buffers this kernel loads (which value of a buffer it needs)
         self.bufs: list[Buffer] = [out_bufs[root]]
         self.memo: dict[tuple[UOp, Chain], UOp] = {}
+        self.unsafe: dict[UOp, bool] = {}  # _pad_unsafe per node
 
     def global_for(self, buf: Buffer, ptr_dtype: Any) -> UOp:
         for i, b in enumerate(self.bufs):
@@ -355,12 +370,27 @@ class _KernelBuilder:
             return [(u.src[0], ())]
         if u.op in (Ops.CONTIGUOUS, Ops.DETACH):
             return [(u.src[0], chain)]
+        if u.op in GroupOp.Elementwise and self._guards(u, chain):
+            return [(s, (GUARD,) + chain) for s in u.src]
         return [(s, chain) for s in u.src]
+
+    def _guards(self, u: UOp, chain: Chain) -> bool:
+        """Whether u's value is masked by a WHERE for the pads in its chain (then nothing below needs masking for
+        them but its loads, which must not read outside their buffer: a constant under a pad stays a constant)."""
+        if not _unguarded_pad(chain) or not self._view(u.shape, chain).has_mask:
+            return False
+        if (guard := self.unsafe.get(u)) is None:
+            # an op that is not 0 for 0 inputs must be masked; an expression with many constants is cheaper masked
+            # once than with each constant masked (threefry's shift amounts: gcc took 0.4 s on one such kernel)
+            unsafe, consts = _pad_unsafe(u, self.stored, self.realized), _inlined_consts(u, self.stored, self.realized)
+            guard = self.unsafe[u] = unsafe or consts >= MASKED_CONSTS
+        return guard
 
     def _view(self, shape: tuple[int, ...], chain: Chain) -> ShapeTracker:
         st = ShapeTracker.from_shape(shape)
         for op, arg in chain:
-            st = st.apply(op, arg)
+            if op is not None:  # a GUARD
+                st = st.apply(op, arg)
         return st
 
     def _load(self, buf: Buffer, shape: tuple[int, ...], chain: Chain, dtype: Any) -> UOp:
@@ -380,8 +410,13 @@ class _KernelBuilder:
             self.reads.add(u)
             return self._load(self.out_bufs[u], u.shape, chain, u.dtype)
         if u.op in (Ops.CONST, Ops.IOTA):
-            # consts carry their view: it gives the kernel its shape and masks the const where padded
-            return UOp(u.op, u.dtype, (UOp(Ops.VIEW, arg=self._view(u.shape, chain)),), u.arg)
+            # consts carry their view: it gives the kernel its shape and masks the const where padded, unless a node
+            # above masks the whole value (a masked const in a long chain, like threefry's shift amounts, kept gcc
+            # busy for seconds and the kernel from vectorizing)
+            st = self._view(u.shape, chain)
+            if u.op is Ops.CONST and st.has_mask and not _unguarded_pad(chain):
+                st = ShapeTracker(tuple(View.create(v.shape, v.strides, v.offset, None) for v in st.views))
+            return UOp(u.op, u.dtype, (UOp(Ops.VIEW, arg=st),), u.arg)
         if u.op is Ops.BIND:
             # the kernel takes the variable as an argument: one compiled kernel serves every value
             var, val = u.unbind()
@@ -402,11 +437,9 @@ class _KernelBuilder:
 
     def _masked(self, value: UOp, shape: tuple[int, ...], chain: Chain, u: UOp) -> UOp:
         """Padding a computed value: outside the pad's mask the result is 0, whatever the op gives for 0 inputs."""
-        if not any(op is Ops.PAD for op, _ in chain):
+        if not self._guards(u, chain):
             return value
         st = self._view(shape, chain)
-        if not st.has_mask or not _pad_unsafe(u, self.stored, self.realized):
-            return value
         valid = UOp(Ops.VALID, dtypes.bool, (UOp(Ops.VIEW, arg=st),))
         return valid.alu(Ops.WHERE, value, UOp.const(value.dtype, 0))
 
@@ -436,6 +469,24 @@ class _KernelBuilder:
                 return x.shape
             stack.extend(x.src)
         return None
+
+
+MASKED_CONSTS = 4  # from this many constants under a pad, the expression is masked once instead of each constant
+
+
+def _inlined_consts(u: UOp, stored: set[UOp], realized: dict[UOp, UOp]) -> int:
+    """The constants u's kernel expression holds (up to stored nodes and buffers)."""
+    stack, seen, n = [u], set(), 0
+    while stack:
+        x = stack.pop()
+        if x in seen:
+            continue
+        seen.add(x)
+        n += x.op is Ops.CONST
+        if x is not u and (x in stored or x in realized or x.op is Ops.BUFFER):
+            continue
+        stack.extend(x.src)
+    return n
 
 
 def _pad_unsafe(u: UOp, stored: set[UOp], realized: dict[UOp, UOp]) -> bool:
