@@ -76,7 +76,8 @@ def _parts_q4_1(view: BlockView) -> QuantParts:  # block: f16 scale, f16 min, 16
 # *** K-quant super-blocks: 256 values in sub-blocks of 16 or 32, each with its own integer scale (and min) ***
 # A type's `decode` reads a super-block's fields through `view(dtype)` as above and returns its float32 values
 # (..., blocks, 256) in order. Products are formed as (d * scale) * q - (dmin * min), as ggml does: d * scale and
-# d * scale * q are exact in float32 (11 + 8 + 6 bits at most), so the one rounding is that of the subtraction.
+# d * scale * q are exact in float32 (at most 11 + 7 + 5 significant bits), so the one rounding is that of the
+# subtraction, the same whether or not the compiler fuses it into a multiply-add.
 
 
 def _scales_mins_k4(sc: Tensor) -> tuple[Tensor, Tensor]:
