@@ -142,7 +142,7 @@ def np_dequant(kind: str, raw: bytes, n: int) -> np.ndarray:
     return (q * d + m).reshape(-1)
 
 
-def random_data(kind: str, n: int, rng: np.random.Generator) -> bytes:
+def random_data(kind: str, n: int, rng: np.random.Generator, d_std: float = 0.1) -> bytes:
     if kind == "F32":
         return rng.standard_normal(n).astype(np.float32).tobytes()
     if kind == "F16":
@@ -153,7 +153,7 @@ def random_data(kind: str, n: int, rng: np.random.Generator) -> bytes:
     blocks = rng.integers(0, 256, (n // elems, size), dtype=np.uint8)
     field = F16_FIELDS.get(kind, slice(0, 4))
     n_halves = (field.stop - field.start) // 2
-    blocks[:, field] = (rng.standard_normal((n // elems, n_halves)) * 0.1).astype(np.float16).view(np.uint8)
+    blocks[:, field] = (rng.standard_normal((n // elems, n_halves)) * d_std).astype(np.float16).view(np.uint8)
     return blocks.tobytes()
 
 
@@ -294,6 +294,54 @@ def test_k_quant_rows_not_whole_super_blocks(tmp_path, kind, shape):
     write_gguf(path, [], [("blk.0.ffn_down.weight", shape, kind, bytes(GGML[kind][2] * 4))])
     with pytest.raises(GGUFError, match=rf"odd\.gguf: tensor 'blk\.0\.ffn_down\.weight' .*{kind} blocks of 256"):
         gguf_load(path)
+
+
+def test_llama_of_mixed_k_quants_loads_both_ways(tmp_path):
+    # a Q4_K_M-style file (Q4_K, Q5_K and Q6_K matrices, one Q8_0): quantized=True keeps the Q8_0 packed and loads the
+    # K-quants as float32; both loads give the same logits, and the embedding rows are the Q6_K table's rows
+    from lazygrad.models.llama import load_llama
+
+    rng = np.random.default_rng(7)
+    dim, kv, vocab = 256, 128, 16
+    kvs = [("general.architecture", STR, "llama", None)] + [
+        (f"llama.{k}", U32, v, None)
+        for k, v in [
+            ("embedding_length", dim),
+            ("block_count", 1),
+            ("attention.head_count", 4),
+            ("attention.head_count_kv", 2),
+            ("feed_forward_length", dim),
+            ("vocab_size", vocab),
+            ("context_length", 32),
+        ]
+    ]
+    kvs.append(("llama.attention.layer_norm_rms_epsilon", F32, 1e-5, None))
+    mats = {
+        "token_embd": ((vocab, dim), "Q6_K"),
+        "output": ((vocab, dim), "Q6_K"),
+        "blk.0.attn_q": ((dim, dim), "Q4_K"),
+        "blk.0.attn_k": ((kv, dim), "Q4_K"),
+        "blk.0.attn_v": ((kv, dim), "Q6_K"),
+        "blk.0.attn_output": ((dim, dim), "Q4_K"),
+        "blk.0.ffn_gate": ((dim, dim), "Q4_K"),
+        "blk.0.ffn_up": ((dim, dim), "Q5_K"),
+        "blk.0.ffn_down": ((dim, dim), "Q8_0"),
+    }
+    tensors = [
+        (f"{n}.weight", shape, kind, random_data(kind, prod(shape), rng, 0.001)) for n, (shape, kind) in mats.items()
+    ]
+    for n in ("output_norm", "blk.0.attn_norm", "blk.0.ffn_norm"):
+        tensors.append((f"{n}.weight", (dim,), "F32", np.ones(dim, np.float32).tobytes()))
+    path = tmp_path / "tiny-q4_k_m.gguf"
+    write_gguf(path, kvs, tensors)
+    logits = []
+    for quantized in (False, True):
+        model, _ = load_llama(path, max_context=16, quantized=quantized)
+        logits.append(model([1, 2, 3], 0, all_logits=True).numpy())
+    assert logits[0].shape == (3, vocab) and np.isfinite(logits[0]).all() and logits[0].std() > 1e-3, logits[0]
+    np.testing.assert_allclose(logits[1], logits[0], rtol=1e-4, atol=1e-4 * np.abs(logits[0]).max())
+    embd = np_dequant("Q6_K", tensors[0][3], vocab * dim).reshape(vocab, dim)
+    np.testing.assert_array_equal(model.embed_rows([3, 0]).numpy(), embd[[3, 0]])
 
 
 def test_k_quant_has_no_packed_linear():
