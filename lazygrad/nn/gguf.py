@@ -5,9 +5,10 @@ key/values (a key is a uint64-length-prefixed UTF-8 string, a value a uint32 typ
 element type, uint64 count, elements); one info per tensor (name, uint32 n_dims, uint64 dims fastest-first, uint32
 ggml type, uint64 offset); padding to `general.alignment` (default 32); the tensor data, each at its offset.
 
-Quantized tensors are stored as blocks of 32 values. A QuantizedMatrix keeps them packed (views of the raw block bytes,
-on the CPU pointing into a memory map of the file): its dequantization is a lazy graph over those bytes, and its
-`linear(x)` a matmul that decodes the blocks inside its reduce loop, one kernel that reads the packed bytes once.
+Quantized tensors are stored as blocks of 32 values, or (the K-quants) super-blocks of 256. A QuantizedMatrix keeps
+them packed (views of the raw block bytes, on the CPU pointing into a memory map of the file): its dequantization is a
+lazy graph over those bytes, and, for the 32-value types, its `linear(x)` a matmul that decodes the blocks inside its
+reduce loop, one kernel that reads the packed bytes once. The K-quants load as float32 (their dequantization graph).
 """
 
 from __future__ import annotations
@@ -72,13 +73,69 @@ def _parts_q4_1(view: BlockView) -> QuantParts:  # block: f16 scale, f16 min, 16
     return f16[..., :1].float(), f16[..., 1:2].float(), _nibbles(view(dtypes.uint8)[..., 4:])
 
 
+# *** K-quant super-blocks: 256 values in sub-blocks of 16 or 32, each with its own integer scale (and min) ***
+# A type's `decode` reads a super-block's fields through `view(dtype)` as above and returns its float32 values
+# (..., blocks, 256) in order. Products are formed as (d * scale) * q - (dmin * min), as ggml does: d * scale and
+# d * scale * q are exact in float32 (at most 11 + 7 + 5 significant bits), so the one rounding is that of the
+# subtraction, the same whether or not the compiler fuses it into a multiply-add.
+
+
+def _scales_mins_k4(sc: Tensor) -> tuple[Tensor, Tensor]:
+    """12 bytes -> the 6-bit scales and mins of 8 sub-blocks, each (..., 8, 1). Bytes 0..3 hold scales 0..3 in their low
+    6 bits, bytes 4..7 mins 0..3; sub-blocks 4..7 take their low 4 bits from the nibbles of bytes 8..11 (scale low, min
+    high) and their top 2 bits from the top bits of bytes 0..3 (scale) and 4..7 (min)."""
+    lo, mid, hi = sc[..., 0:4], sc[..., 4:8], sc[..., 8:12]
+    scales = (lo & 63).cat((hi & 15) | ((lo >> 6) << 4), dim=-1)
+    mins = (mid & 63).cat((hi >> 4) | ((mid >> 6) << 4), dim=-1)
+    return scales.cast(dtypes.float32).unsqueeze(-1), mins.cast(dtypes.float32).unsqueeze(-1)
+
+
+def _nibbles_k(qs: Tensor) -> Tensor:
+    """128 bytes -> (..., 8, 32) 4-bit codes: chunk c of 32 bytes holds sub-block 2c in its low nibbles, 2c+1 in its
+    high ones."""
+    qs = qs.unflatten(-1, (4, 32))
+    return (qs & 15).stack(qs >> 4, dim=-2).flatten(-3, -2)
+
+
+def _decode_k(view: BlockView, codes: Tensor) -> Tensor:  # Q4_K, Q5_K: f16 d, f16 dmin, 12 bytes scales, codes
+    f16 = view(dtypes.float16)
+    d, dmin = f16[..., 0:1].float().unsqueeze(-1), f16[..., 1:2].float().unsqueeze(-1)
+    scales, mins = _scales_mins_k4(view(dtypes.uint8)[..., 4:16].cast(dtypes.int32))
+    return ((d * scales) * codes.cast(dtypes.float32) - dmin * mins).flatten(-2)
+
+
+def _decode_q4_k(view: BlockView) -> Tensor:  # 144 bytes: d, dmin, scales, 128 bytes of nibbles
+    return _decode_k(view, _nibbles_k(view(dtypes.uint8)[..., 16:144]))
+
+
+def _decode_q5_k(view: BlockView) -> Tensor:  # 176 bytes: d, dmin, scales, 32 bytes of high bits, 128 of nibbles
+    u8 = view(dtypes.uint8)
+    qh = u8[..., 16:48]
+    high = Tensor.stack(*[(qh >> j) & 1 for j in range(8)], dim=-2)  # bit j of byte i: value 32j + i
+    return _decode_k(view, _nibbles_k(u8[..., 48:176]) | (high << 4))
+
+
+def _decode_q6_k(view: BlockView) -> Tensor:  # 210 bytes: 128 of low nibbles, 64 of 2-bit highs, 16 int8 scales, f16 d
+    u8 = view(dtypes.uint8)
+    ql, qh = u8[..., 0:128].unflatten(-1, (2, 2, 32)), u8[..., 128:192].unflatten(-1, (2, 32))
+    # quarter k (32 values) of each half: the low nibbles of the half's ql bytes 0..31 (k=0), 32..63 (k=1), their
+    # high nibbles (k=2, 3); the top 2 bits are bits 2k, 2k+1 of the half's qh bytes
+    low = (ql & 15).stack(ql >> 4, dim=-3).flatten(-3, -2)  # (..., half, quarter, 32)
+    high = Tensor.stack(*[(qh >> (2 * k)) & 3 for k in range(4)], dim=-2)
+    q = ((low | (high << 4)).cast(dtypes.int32) - 32).cast(dtypes.float32).flatten(-3).unflatten(-1, (16, 16))
+    d = view(dtypes.float16)[..., 104:105].float().unsqueeze(-1)
+    scales = view(dtypes.int8)[..., 192:208].cast(dtypes.float32).unsqueeze(-1)
+    return ((d * scales) * q).flatten(-2)
+
+
 @dataclass(frozen=True)
 class GGMLType:
     name: str
     block_elems: int
     block_bytes: int
-    parts: Callable[[BlockView], QuantParts] | None  # None: stored as a plain dtype
-    dtype: DType | None = None
+    parts: Callable[[BlockView], QuantParts] | None  # 32-value blocks, which a matmul decodes in its loop
+    dtype: DType | None = None  # a plain dtype
+    decode: Callable[[BlockView], Tensor] | None = None  # K-quant super-blocks, dequantized to float32
 
 
 GGML_TYPES: dict[int, GGMLType] = {
@@ -87,6 +144,9 @@ GGML_TYPES: dict[int, GGMLType] = {
     2: GGMLType("Q4_0", 32, 18, _parts_q4_0),
     3: GGMLType("Q4_1", 32, 20, _parts_q4_1),
     8: GGMLType("Q8_0", 32, 34, _parts_q8_0),
+    12: GGMLType("Q4_K", 256, 144, None, decode=_decode_q4_k),
+    13: GGMLType("Q5_K", 256, 176, None, decode=_decode_q5_k),
+    14: GGMLType("Q6_K", 256, 210, None, decode=_decode_q6_k),
     30: GGMLType("BF16", 1, 2, None, dtypes.bfloat16),
 }
 # types the spec defines that this reader cannot dequantize, named in the error
@@ -96,9 +156,6 @@ _UNSUPPORTED_NAMES = {
     9: "Q8_1",
     10: "Q2_K",
     11: "Q3_K",
-    12: "Q4_K",
-    13: "Q5_K",
-    14: "Q6_K",
     15: "Q8_K",
     24: "I8",
     25: "I16",
@@ -227,9 +284,10 @@ def gguf_read_header(path: str | os.PathLike) -> tuple[dict[str, Any], list[GGUF
                 f"(supported: {', '.join(t.name for t in GGML_TYPES.values())})"
             )
         gt = GGML_TYPES[tag]
-        if shape and shape[-1] % gt.block_elems:
+        if gt.block_elems > 1 and (not shape or shape[-1] % gt.block_elems):
             raise GGUFError(
-                f"{path}: tensor {name!r} rows of {shape[-1]} do not split into {gt.name} blocks of {gt.block_elems}"
+                f"{path}: tensor {name!r} of shape {shape} has rows of {shape[-1] if shape else 1} values, which do "
+                f"not split into {gt.name} blocks of {gt.block_elems}"
             )
         nbytes = prod(shape) // gt.block_elems * gt.block_bytes
         if start + offset + nbytes > size:
@@ -271,12 +329,13 @@ def _raw_views(data: mmap.mmap | bytes, offset: int, nbytes: int, device: str) -
 
 
 class QuantizedMatrix:
-    """A tensor (..., cols) stored as ggml blocks of 32 along its rows. `dequantize()` is the float32 tensor as a lazy
-    graph; `linear(x)` is x @ matrix.T as one reduce over the packed blocks: codes, scales and offsets are decoded
-    inside the matmul's loop, so a matrix-vector product reads the packed bytes once and writes no float32 weights."""
+    """A tensor (..., cols) stored as ggml blocks along its rows. `dequantize()` is the float32 tensor as a lazy graph;
+    `linear(x)` (blocks of 32 only) is x @ matrix.T as one reduce over the packed blocks: codes, scales and offsets are
+    decoded inside the matmul's loop, so a matrix-vector product reads the packed bytes once and writes no float32
+    weights."""
 
     def __init__(self, gt: GGMLType, data: mmap.mmap | bytes, offset: int, shape: tuple[int, ...], device: str):
-        assert gt.parts is not None and shape and shape[-1] % gt.block_elems == 0
+        assert gt.dtype is None and shape and shape[-1] % gt.block_elems == 0
         self.gt, self.shape, self.device = gt, shape, device
         self.data, self.offset, self.nbytes = data, offset, prod(shape) // gt.block_elems * gt.block_bytes
         self._blocks = (prod(shape[:-1]), shape[-1] // gt.block_elems)
@@ -290,6 +349,8 @@ class QuantizedMatrix:
         return self._views[dt]
 
     def dequantize(self) -> Tensor:
+        if self.gt.decode is not None:
+            return self.gt.decode(self.view).reshape(self.shape)
         assert self.gt.parts is not None
         d, m, codes = self.gt.parts(self.view)
         w = codes[0].cat(*codes[1:], dim=-1) * d
@@ -299,7 +360,8 @@ class QuantizedMatrix:
         """x (..., cols) @ self.T -> (..., rows), self 2-D: one kernel, the products summed per block in float32."""
         if len(self.shape) != 2 or x.shape[-1] != self.shape[1]:
             raise ValueError(f"linear: input shape {x.shape} does not match quantized weight shape {self.shape}")
-        assert self.gt.parts is not None
+        if self.gt.parts is None:
+            raise ValueError(f"linear: {self.gt.name} blocks have no packed matmul; use dequantize()")
         d, m, codes = self.gt.parts(self.view)
         n = len(codes)
         xb = x.reshape(*x.shape[:-1], 1, self.shape[1] // self.gt.block_elems, n, self.gt.block_elems // n)
@@ -323,7 +385,8 @@ class QuantizedMatrix:
 
 
 def gguf_quantized(mm: mmap.mmap | bytes, info: GGUFTensorInfo, device: str | None = None) -> QuantizedMatrix | None:
-    """A quantized tensor's packed blocks (None for a tensor stored as a plain dtype)."""
+    """A quantized tensor's packed blocks, for a matmul that decodes them in its loop (None for a tensor stored as a
+    plain dtype or as K-quant super-blocks, which load as float32)."""
     if info.ggml_type.parts is None:
         return None
     return QuantizedMatrix(info.ggml_type, mm, info.offset, info.shape, Device.canonicalize(device))
@@ -333,10 +396,8 @@ def gguf_tensor(mm: mmap.mmap | bytes, info: GGUFTensorInfo, device: str | None 
     """The tensor as float32 (lazy: a quantized tensor is its dequantization graph over the raw block bytes)."""
     device = Device.canonicalize(device)
     gt = info.ggml_type
-    q = gguf_quantized(mm, info, device)
-    if q is not None:
-        return q.dequantize()
-    assert gt.dtype is not None
+    if gt.dtype is None:
+        return QuantizedMatrix(gt, mm, info.offset, info.shape, device).dequantize()
     return _raw_tensor(mm, info.offset, prod(info.shape), gt.dtype, device).cast(dtypes.float32).reshape(info.shape)
 
 

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from lazygrad import GlobalCounters, Tensor
-from lazygrad.nn.gguf import GGUFError, QuantizedMatrix, gguf_load, gguf_quantized, gguf_read_header
+from lazygrad.helpers import prod
+from lazygrad.nn.gguf import GGML_TYPES, GGUFError, QuantizedMatrix, gguf_load, gguf_quantized, gguf_read_header
 
 # metadata value type tags of the spec
 U8, I8, U16, I16, U32, I32, F32, BOOL, STR, ARR, U64, I64, F64 = range(13)
@@ -21,7 +22,13 @@ GGML = {
     "Q4_1": (3, 32, 20),
     "Q8_0": (8, 32, 34),
     "BF16": (30, 1, 2),
+    "Q4_K": (12, 256, 144),
+    "Q5_K": (13, 256, 176),
+    "Q6_K": (14, 256, 210),
 }
+K_QUANTS = ["Q4_K", "Q5_K", "Q6_K"]
+# where a block's float16 scales (and mins) lie: random bytes there could be NaN/inf halves
+F16_FIELDS = {"Q6_K": slice(208, 210)}
 
 
 def _str(s: str) -> bytes:
@@ -68,6 +75,51 @@ def write_gguf(
 # *** independent numpy dequantization, written from the block layouts ***
 
 
+def _np_scales_mins_k4(sc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(blocks, 12) bytes -> the 6-bit scale and min of each of the 8 sub-blocks, one sub-block at a time."""
+    sc = sc.astype(np.int64)
+    scales, mins = np.zeros((len(sc), 8), np.int64), np.zeros((len(sc), 8), np.int64)
+    for j in range(8):
+        if j < 4:
+            scales[:, j], mins[:, j] = sc[:, j] & 63, sc[:, j + 4] & 63
+        else:
+            scales[:, j] = (sc[:, j + 4] & 0xF) | ((sc[:, j - 4] >> 6) << 4)
+            mins[:, j] = (sc[:, j + 4] >> 4) | ((sc[:, j] >> 6) << 4)
+    return scales, mins
+
+
+def np_dequant_k(kind: str, blocks: np.ndarray) -> np.ndarray:
+    """K-quant super-blocks (blocks, bytes) -> (blocks, 256), value by value as the layouts describe them."""
+    out = np.zeros((len(blocks), 256), np.float32)
+    if kind == "Q6_K":
+        ql, qh, sc = blocks[:, :128].astype(np.int64), blocks[:, 128:192].astype(np.int64), blocks[:, 192:208]
+        d = blocks[:, 208:210].copy().view(np.float16).astype(np.float32)[:, 0]
+        sc = sc.view(np.int8).astype(np.float32)
+        for n in range(2):
+            for i in range(32):
+                l, h = ql[:, 64 * n + i], ql[:, 64 * n + i + 32]
+                hb = qh[:, 32 * n + i]
+                codes = [l & 0xF, h & 0xF, l >> 4, h >> 4]
+                for k, low in enumerate(codes):
+                    q = (low | (((hb >> (2 * k)) & 3) << 4)) - 32
+                    out[:, 128 * n + 32 * k + i] = (d * sc[:, 8 * n + i // 16 + 2 * k]) * q.astype(np.float32)
+        return out
+    d = blocks[:, 0:2].copy().view(np.float16).astype(np.float32)[:, 0]
+    dmin = blocks[:, 2:4].copy().view(np.float16).astype(np.float32)[:, 0]
+    scales, mins = _np_scales_mins_k4(blocks[:, 4:16])
+    qh = blocks[:, 16:48].astype(np.int64) if kind == "Q5_K" else np.zeros((len(blocks), 32), np.int64)
+    qs = blocks[:, -128:].astype(np.int64)
+    for c in range(4):
+        for i in range(32):
+            for half, low in enumerate((qs[:, 32 * c + i] & 0xF, qs[:, 32 * c + i] >> 4)):
+                j = 2 * c + half
+                q = (low + 16 * ((qh[:, i] >> j) & 1)).astype(np.float32)
+                out[:, 64 * c + 32 * half + i] = (d * scales[:, j].astype(np.float32)) * q - dmin * mins[:, j].astype(
+                    np.float32
+                )
+    return out
+
+
 def np_dequant(kind: str, raw: bytes, n: int) -> np.ndarray:
     if kind == "F32":
         return np.frombuffer(raw, np.float32).copy()
@@ -77,6 +129,8 @@ def np_dequant(kind: str, raw: bytes, n: int) -> np.ndarray:
         return (np.frombuffer(raw, np.uint16).astype(np.uint32) << 16).view(np.float32)
     _, _, size = GGML[kind]
     blocks = np.frombuffer(raw, np.uint8).reshape(-1, size)
+    if kind in K_QUANTS:
+        return np_dequant_k(kind, blocks).reshape(-1)
     d = blocks[:, 0:2].copy().view(np.float16).astype(np.float32)
     if kind == "Q8_0":
         return (blocks[:, 2:].view(np.int8).astype(np.float32) * d).reshape(-1)
@@ -88,7 +142,7 @@ def np_dequant(kind: str, raw: bytes, n: int) -> np.ndarray:
     return (q * d + m).reshape(-1)
 
 
-def random_data(kind: str, n: int, rng: np.random.Generator) -> bytes:
+def random_data(kind: str, n: int, rng: np.random.Generator, d_std: float = 0.1) -> bytes:
     if kind == "F32":
         return rng.standard_normal(n).astype(np.float32).tobytes()
     if kind == "F16":
@@ -97,16 +151,21 @@ def random_data(kind: str, n: int, rng: np.random.Generator) -> bytes:
         return (rng.standard_normal(n).astype(np.float32).view(np.uint32) >> 16).astype(np.uint16).tobytes()
     _, elems, size = GGML[kind]
     blocks = rng.integers(0, 256, (n // elems, size), dtype=np.uint8)
-    scales = (rng.standard_normal((n // elems, 2)) * 0.1).astype(np.float16).view(np.uint8)
-    blocks[:, 0:4] = scales  # finite scales (and mins): random bytes could be NaN/inf halves
+    field = F16_FIELDS.get(kind, slice(0, 4))
+    n_halves = (field.stop - field.start) // 2
+    blocks[:, field] = (rng.standard_normal((n // elems, n_halves)) * d_std).astype(np.float16).view(np.uint8)
     return blocks.tobytes()
+
+
+def _cols(kind: str) -> int:
+    return max(64, 2 * GGML[kind][1])  # two blocks a row
 
 
 @pytest.mark.parametrize("kind", list(GGML))
 def test_dequantize_matches_numpy(tmp_path, kind):
     rng = np.random.default_rng(0)
-    shape = (6, 64)
-    raw = random_data(kind, 6 * 64, rng)
+    shape = (6, _cols(kind))
+    raw = random_data(kind, prod(shape), rng)
     path = tmp_path / "t.gguf"
     write_gguf(
         path,
@@ -116,7 +175,7 @@ def test_dequantize_matches_numpy(tmp_path, kind):
     _, tensors = gguf_load(path)
     got = tensors["w"].numpy()
     assert got.shape == shape and got.dtype == np.float32
-    np.testing.assert_array_equal(got, np_dequant(kind, raw, 6 * 64).reshape(shape))
+    np.testing.assert_array_equal(got, np_dequant(kind, raw, prod(shape)).reshape(shape))
 
 
 def _quantized(tmp_path, kind: str, shape: tuple[int, int], seed: int = 0) -> tuple[QuantizedMatrix, np.ndarray]:
@@ -171,14 +230,125 @@ def test_quantized_linear_shape_errors(tmp_path):
 def test_dequantize_matches_gguf_package(tmp_path):
     gguf = pytest.importorskip("gguf")
     rng = np.random.default_rng(1)
-    kinds = ["Q4_0", "Q4_1", "Q8_0", "F16", "BF16"]
-    data = {k: random_data(k, 4 * 96, rng) for k in kinds}
+    kinds = ["Q4_0", "Q4_1", "Q8_0", "F16", "BF16", *K_QUANTS]
+    data = {k: random_data(k, 4 * 512, rng) for k in kinds}
     path = tmp_path / "t.gguf"
-    write_gguf(path, [], [(k, (4, 96), k, data[k]) for k in kinds])
+    write_gguf(path, [], [(k, (4, 512), k, data[k]) for k in kinds])
     _, tensors = gguf_load(path)
     for t in gguf.GGUFReader(str(path)).tensors:
-        ref = gguf.quants.dequantize(t.data, t.tensor_type).reshape(4, 96)
+        ref = gguf.quants.dequantize(t.data, t.tensor_type).reshape(4, 512)
         np.testing.assert_array_equal(tensors[t.name].numpy(), ref.astype(np.float32))
+
+
+@pytest.mark.parametrize("kind", K_QUANTS)
+def test_k_quant_random_blocks_match_gguf_package(kind):
+    # every bit pattern of the codes and the packed scales, against the reference's own dequantization; the
+    # float16 fields random too, except NaN/inf (and as 16 rows of 3 blocks: shape (16, 768))
+    gguf = pytest.importorskip("gguf")
+    rng = np.random.default_rng(5)
+    blocks = rng.integers(0, 256, (48, GGML[kind][2]), dtype=np.uint8)
+    field = F16_FIELDS.get(kind, slice(0, 4))
+    halves = blocks[:, field].copy().view(np.float16)
+    halves[~np.isfinite(halves)] = 0.5
+    blocks[:, field] = halves.view(np.uint8)
+    q = QuantizedMatrix(GGML_TYPES[GGML[kind][0]], blocks.tobytes(), 0, (16, 768), "CPU")
+    ref = gguf.quants.dequantize(blocks, gguf.GGMLQuantizationType[kind]).reshape(16, 768)
+    got = q.dequantize().numpy()
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got, ref.astype(np.float32))
+    np.testing.assert_array_equal(got.reshape(-1, 256), np_dequant_k(kind, blocks))
+
+
+@pytest.mark.parametrize("kind", K_QUANTS)
+def test_k_quant_file_written_by_gguf_package(tmp_path, kind):
+    # a file from the reference writer, read through the public loader: a 3-D tensor of the K-quant beside an F32 one;
+    # the packed path has no K-quant matmul, so gguf_quantized leaves it to load as float32
+    gguf = pytest.importorskip("gguf")
+    rng = np.random.default_rng(6)
+    shape = (2, 3, 512)
+    raw = np.frombuffer(random_data(kind, prod(shape), rng), np.uint8).reshape(2, 3, 2 * GGML[kind][2])
+    bias = rng.standard_normal(7).astype(np.float32)
+    path = tmp_path / "k.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_tensor("w", raw, raw_dtype=gguf.GGMLQuantizationType[kind])  # the shape in bytes: 2 blocks a row
+    writer.add_tensor("b", bias)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    meta, tensors = gguf_load(path)
+    assert meta["general.architecture"] == "llama"
+    got = tensors["w"].numpy()
+    assert got.shape == shape and got.dtype == np.float32
+    np.testing.assert_array_equal(got, np_dequant_k(kind, raw.reshape(-1, GGML[kind][2])).reshape(shape))
+    np.testing.assert_array_equal(tensors["b"].numpy(), bias)
+    _, infos, mm = gguf_read_header(path)
+    assert [i.ggml_type.name for i in infos] == [kind, "F32"]
+    assert gguf_quantized(mm, infos[0]) is None
+
+
+@pytest.mark.parametrize("kind", K_QUANTS)
+@pytest.mark.parametrize("shape", [(2, 128), (300,), (4, 2, 384)])
+def test_k_quant_rows_not_whole_super_blocks(tmp_path, kind, shape):
+    path = tmp_path / "odd.gguf"
+    write_gguf(path, [], [("blk.0.ffn_down.weight", shape, kind, bytes(GGML[kind][2] * 4))])
+    with pytest.raises(GGUFError, match=rf"odd\.gguf: tensor 'blk\.0\.ffn_down\.weight' .*{kind} blocks of 256"):
+        gguf_load(path)
+
+
+def test_llama_of_mixed_k_quants_loads_both_ways(tmp_path):
+    # a Q4_K_M-style file (Q4_K, Q5_K and Q6_K matrices, one Q8_0): quantized=True keeps the Q8_0 packed and loads the
+    # K-quants as float32; both loads give the same logits, and the embedding rows are the Q6_K table's rows
+    from lazygrad.models.llama import load_llama
+
+    rng = np.random.default_rng(7)
+    dim, kv, vocab = 256, 128, 16
+    kvs = [("general.architecture", STR, "llama", None)] + [
+        (f"llama.{k}", U32, v, None)
+        for k, v in [
+            ("embedding_length", dim),
+            ("block_count", 1),
+            ("attention.head_count", 4),
+            ("attention.head_count_kv", 2),
+            ("feed_forward_length", dim),
+            ("vocab_size", vocab),
+            ("context_length", 32),
+        ]
+    ]
+    kvs.append(("llama.attention.layer_norm_rms_epsilon", F32, 1e-5, None))
+    mats = {
+        "token_embd": ((vocab, dim), "Q6_K"),
+        "output": ((vocab, dim), "Q6_K"),
+        "blk.0.attn_q": ((dim, dim), "Q4_K"),
+        "blk.0.attn_k": ((kv, dim), "Q4_K"),
+        "blk.0.attn_v": ((kv, dim), "Q6_K"),
+        "blk.0.attn_output": ((dim, dim), "Q4_K"),
+        "blk.0.ffn_gate": ((dim, dim), "Q4_K"),
+        "blk.0.ffn_up": ((dim, dim), "Q5_K"),
+        "blk.0.ffn_down": ((dim, dim), "Q8_0"),
+    }
+    tensors = [
+        (f"{n}.weight", shape, kind, random_data(kind, prod(shape), rng, 0.001)) for n, (shape, kind) in mats.items()
+    ]
+    for n in ("output_norm", "blk.0.attn_norm", "blk.0.ffn_norm"):
+        tensors.append((f"{n}.weight", (dim,), "F32", np.ones(dim, np.float32).tobytes()))
+    path = tmp_path / "tiny-q4_k_m.gguf"
+    write_gguf(path, kvs, tensors)
+    logits = []
+    for quantized in (False, True):
+        model, _ = load_llama(path, max_context=16, quantized=quantized)
+        logits.append(model([1, 2, 3], 0, all_logits=True).numpy())
+    assert logits[0].shape == (3, vocab) and np.isfinite(logits[0]).all() and logits[0].std() > 1e-3, logits[0]
+    np.testing.assert_allclose(logits[1], logits[0], rtol=1e-4, atol=1e-4 * np.abs(logits[0]).max())
+    embd = np_dequant("Q6_K", tensors[0][3], vocab * dim).reshape(vocab, dim)
+    np.testing.assert_array_equal(model.embed_rows([3, 0]).numpy(), embd[[3, 0]])
+
+
+def test_k_quant_has_no_packed_linear():
+    q = QuantizedMatrix(GGML_TYPES[12], bytes(144 * 2), 0, (2, 256), "CPU")
+    with pytest.raises(ValueError, match="Q4_K blocks have no packed matmul"):
+        q.linear(Tensor.ones(1, 256))
+    np.testing.assert_array_equal(q.dequantize().numpy(), np.zeros((2, 256), np.float32))
 
 
 def test_metadata_all_types_and_alignment(tmp_path):
@@ -248,9 +418,9 @@ def test_unknown_quant_type(tmp_path):
     path = tmp_path / "q.gguf"
     raw = bytearray(_good_file(path))
     type_at = raw.index(b"w", 24) + 1 + 4 + 16  # after the name: n_dims (4 bytes), two dims (16 bytes)
-    raw[type_at : type_at + 4] = struct.pack("<I", 12)  # Q4_K
+    raw[type_at : type_at + 4] = struct.pack("<I", 10)  # Q2_K
     path.write_bytes(bytes(raw))
-    with pytest.raises(GGUFError, match=r"q\.gguf.*'w'.*Q4_K"):
+    with pytest.raises(GGUFError, match=r"q\.gguf.*'w'.*Q2_K"):
         gguf_load(path)
     raw[type_at : type_at + 4] = struct.pack("<I", 99)
     path.write_bytes(bytes(raw))
