@@ -93,7 +93,7 @@ def compile_schedule(schedule: list[ScheduleItem]) -> None:
         key = _runner_key(si.outputs[0].device, si.ast)
         if key not in _runners and key not in todo:
             dev = Device[key[0]]
-            todo[key] = (dev.compiler.cachekey or key[0], type(dev.renderer), repr(vars(dev.renderer)), key[1:])
+            todo[key] = (dev.compiler.cachekey or key[0], type(dev.renderer), _renderer_settings(dev.renderer), key[1:])
     if not todo:
         return
     cores = cpu_cores()
@@ -109,6 +109,13 @@ def compile_schedule(schedule: list[ScheduleItem]) -> None:
         batches.finish()
     finally:
         batches.pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _renderer_settings(renderer: object) -> str:
+    """What makes a renderer write other code than another of its class: its attributes that differ from the class's
+    (an attribute set to the class's own value, as a test's monkeypatch leaves behind, changes nothing)."""
+    cls, missing = type(renderer), object()
+    return repr(sorted((k, repr(v)) for k, v in vars(renderer).items() if getattr(cls, k, missing) != v))
 
 
 class _Batches:
