@@ -89,7 +89,7 @@ class _Function(Generic[R]):
             tuple((name, t.shape, t.dtype, t.device, position[id(t)]) for name, t in named),
             _skeleton((args, kwargs)),
             TRAINING.value,
-            Tensor._grad_disabled > 0,
+            not Tensor.is_grad_enabled(),
         )
         if key not in self.traces:
             self.traces[key] = None if self.allow_implicit else self._trace(inputs, args, kwargs)
@@ -103,7 +103,7 @@ class _Function(Generic[R]):
         """Run the function on placeholders; None if what it did cannot be replayed (see the module docstring)."""
         real = [t.uop for t in inputs]
         placeholders = [UOp(Ops.BUFFER, t.dtype, (), Buffer(t.device, t.numel(), t.dtype)) for t in inputs]
-        first_new_buffer, rng = Buffer.made, (Tensor._seed, Tensor._rng_counter)
+        first_new_buffer, rng = Buffer.made, Tensor.rng_state()
         try:
             for t, p in zip(inputs, placeholders):
                 t.uop = p if t.ndim == 1 else UOp(Ops.RESHAPE, t.dtype, (p,), t.shape)
@@ -114,7 +114,7 @@ class _Function(Generic[R]):
         finally:
             for t, u in zip(inputs, real):
                 t.uop = u
-        if wrote_input or rng != (Tensor._seed, Tensor._rng_counter):
+        if wrote_input or rng != Tensor.rng_state():
             return None
         trace = _Trace(placeholders, tuple(t.uop for t in outs), as_tuple=not isinstance(ret, Tensor))
         known = set(placeholders)

@@ -13,7 +13,7 @@ import threading
 import warnings
 import weakref
 from _weakref import _remove_dead_weakref
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from lazygrad.device import Buffer, Device
 from lazygrad.dtype import (  # noqa: F401  (_to_np_dtype: tinygrad programs import it from here)
@@ -105,6 +105,32 @@ class RealizedNodes:
 
 
 _realized = RealizedNodes()
+
+
+# *** what the engine (TinyJit, @function) asks of the frontend's state, instead of reading its registries ***
+
+
+def forget_values_read_from(buffers: set[Any]) -> None:
+    """Something other than a schedule wrote `buffers` (a TinyJit replay): values computed from them are stale."""
+    if len(_realized):
+        _realized.forget_reads_of(buffers)
+
+
+@contextlib.contextmanager
+def realized_values_hidden(drop: Callable[[UOp], bool]) -> Iterator[None]:
+    """Inside: the scheduler does not reuse the realized values of the graphs `drop` picks (they are recomputed)."""
+    with _realize_lock:  # no other thread's schedule may add entries while the cache is listed
+        hidden = {k: v for k, v in _realized.items() if drop(k)}
+        for k in hidden:
+            del _realized[k]
+    try:
+        yield
+    finally:
+        with _realize_lock:
+            for k, v in hidden.items():
+                _realized.setdefault(k, v)
+
+
 # realized tensor's buffer node -> the graph that computed it, for tensors that needed a gradient path (see backward)
 _lazy_origin: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
 # realized buffer node -> the tensor that holds it as its own memory (see schedule_with_vars)
@@ -485,6 +511,16 @@ class Tensor(metaclass=_TensorType):
             Tensor._graph_freed[id(self)] = self
         note_backward_root(self)
         return self
+
+    @staticmethod
+    def is_grad_enabled() -> bool:
+        """False inside Tensor.no_grad() (torch.is_grad_enabled)."""
+        return Tensor._grad_disabled == 0
+
+    @staticmethod
+    def rng_state() -> tuple[int, int]:
+        """(seed, random tensors made since it was set): changes whenever a random tensor is made."""
+        return Tensor._seed, Tensor._rng_counter
 
     @staticmethod
     def no_grad(fn: Callable | None = None) -> Any:

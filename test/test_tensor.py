@@ -508,3 +508,14 @@ def test_numpy_of_a_lazy_result_runs_no_copy_kernel():
     np.testing.assert_allclose(out, (a * 2).sum(1))
     col = ((Tensor(a) + 1) @ Tensor(a).T)[:, -1].numpy()  # a view of a result still reads through contiguous()
     np.testing.assert_allclose(col, ((a + 1) @ a.T)[:, -1], rtol=1e-6)
+
+
+def test_frontend_state_api():
+    assert Tensor.is_grad_enabled()
+    with Tensor.no_grad():
+        assert not Tensor.is_grad_enabled()
+    assert Tensor.is_grad_enabled()
+    Tensor.manual_seed(5)
+    before = Tensor.rng_state()
+    Tensor.rand(3)
+    assert Tensor.rng_state() != before and Tensor.rng_state()[0] == 5

@@ -23,16 +23,15 @@ DEBUG>=2 (or inside another JIT's capture) the kernels run one by one and print 
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import warnings
-from typing import Any, Callable, Generic, Iterator, TypeVar
+from typing import Any, Callable, Generic, TypeVar
 
 from lazygrad.device import Buffer, Device
 from lazygrad.engine.memory import plan_memory
 from lazygrad.engine.realize import CompiledRunner, ExecItem, JitError, capture, is_capturing
 from lazygrad.helpers import DEBUG, JIT, GlobalCounters
-from lazygrad.tensor import Tensor, _realize_lock, _realized
+from lazygrad.tensor import Tensor, forget_values_read_from, realized_values_hidden
 from lazygrad.uop.ops import Ops, UOp
 from lazygrad.viz import profile
 
@@ -89,21 +88,11 @@ def _same(a: Any, b: Any) -> bool:
         return False  # == without a truth value (arrays): only the very same object is the same argument
 
 
-@contextlib.contextmanager
-def _hide_bound_results() -> Iterator[None]:
+def _hide_bound_results() -> Any:
     """A value computed before the capture from a bound variable is stale on the next replay (other value), so the
-    scheduler must not reuse it during the capture: hide those entries of the realized-node cache meanwhile.
-    (Values computed from the inputs need no hiding: the capture reads its inputs through fresh buffer aliases.)"""
-    with _realize_lock:  # no other thread's schedule may add entries while the cache is listed
-        hidden = {k: v for k, v in list(_realized.items()) if any(x.op is Ops.BIND for x in k.toposort)}
-        for k in hidden:
-            del _realized[k]
-    try:
-        yield
-    finally:
-        with _realize_lock:
-            for k, v in hidden.items():
-                _realized.setdefault(k, v)
+    scheduler must not reuse it during the capture. (Values computed from the inputs need no hiding: the capture
+    reads its inputs through fresh buffer aliases.)"""
+    return realized_values_hidden(lambda node: any(x.op is Ops.BIND for x in node.toposort))
 
 
 _TENSOR, _VAR, _CONST = "tensor", "var", "const"
@@ -217,8 +206,8 @@ class CapturedJit:
             args = self._merge_kwargs(args, kwargs)
         if len(args) != self.n_args:
             raise JitError(f"called with {len(args)} arguments, captured with {self.n_args}")
-        if Tensor.training is not self.training or (Tensor._grad_disabled > 0) is not self.no_grad:
-            now = f"Tensor.training={Tensor.training} and no_grad={Tensor._grad_disabled > 0}"
+        if Tensor.training is not self.training or Tensor.is_grad_enabled() is self.no_grad:
+            now = f"Tensor.training={Tensor.training} and no_grad={not Tensor.is_grad_enabled()}"
             raise JitError(
                 f"captured with Tensor.training={self.training} and no_grad={self.no_grad}, called with {now}: "
                 "the captured kernels follow the capture's mode"
@@ -244,8 +233,7 @@ class CapturedJit:
             elif a is not spec.value and not _same(a, spec.value):
                 self._const_mismatch(spec, a)
         graph.call()
-        if len(_realized):  # values computed earlier from what this replay overwrote are stale now
-            _realized.forget_reads_of(self.written)
+        forget_values_read_from(self.written)  # values computed earlier from what this replay overwrote are stale
         GlobalCounters.kernel_count += self.kernel_count
         GlobalCounters.global_ops += self.ops
         GlobalCounters.global_mem += self.mem
@@ -270,8 +258,7 @@ class CapturedJit:
         for runner, bslots, vslots in self.items:
             var_vals = {v: self.var_vals[s] for v, s in zip(runner.spec.vars, vslots)}
             ExecItem(runner, [table[s] for s in bslots]).run(var_vals, jit=True)
-        if len(_realized):
-            _realized.forget_reads_of(self.written)
+        forget_values_read_from(self.written)
         swap = {node: UOp.buffer_view(inputs[i], (inputs[i].size,)) for node, i in self.input_nodes.items()}
         return _rebuild(self.ret, lambda t: _wrap(t.uop.substitute(swap) if swap else t.uop))
 
@@ -404,14 +391,14 @@ class TinyJit(Generic[R]):
                 specs.append(_Arg(_CONST, value=a))
                 call_values.append(a)
         n_pos = len(args)
-        rng_counter, mode = Tensor._rng_counter, (Tensor.training, Tensor._grad_disabled > 0)
+        rng, mode = Tensor.rng_state(), (Tensor.training, not Tensor.is_grad_enabled())
         with capture() as recorded, _hide_bound_results():
             ret = self.fxn(*call_values[:n_pos], **dict(zip(kw_names, call_values[n_pos:])))
             if outs := _tensors_in(ret):
                 Tensor.realize(*outs)
             _realize_writes(call_values)
         del outs, call_values
-        if Tensor._rng_counter != rng_counter:
+        if Tensor.rng_state() != rng:
             warnings.warn(
                 "random numbers drawn inside a TinyJit function are frozen at capture: every replay gives "
                 "the same ones (draw them outside and pass them in)",
