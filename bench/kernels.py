@@ -19,13 +19,18 @@ import tempfile
 import time
 from typing import Callable
 
-import numpy as np
+# the environment caps OpenBLAS at its AVX2 (Haswell) kernels and a small L2: numpy is compared at its best here, so
+# both are unset before numpy loads OpenBLAS (in this process only; the tests keep the environment's settings)
+for _var in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):
+    os.environ.pop(_var, None)
+
+import numpy as np  # noqa: E402
 
 os.environ.setdefault("DEV", "CPU")  # tinygrad's CPU backend (C via clang), the one the issue compares with
 
-from lazygrad import Tensor
-from lazygrad.engine.realize import ExecItem, lower_schedule_item
-from lazygrad.runtime.ops_cpu import find_c_compiler
+from lazygrad import Tensor  # noqa: E402
+from lazygrad.engine.realize import ExecItem, lower_schedule_item  # noqa: E402
+from lazygrad.runtime.ops_cpu import find_c_compiler  # noqa: E402
 
 TRIAD_SRC = """
 #include <omp.h>
@@ -103,7 +108,18 @@ def try_tinygrad():  # noqa: ANN201
         return None
 
 
+def blas_kernel() -> str:
+    """Which OpenBLAS build and kernel numpy runs (threadpoolctl), so the matmul peer is named."""
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return "unknown (pip install threadpoolctl)"
+    blas = [i for i in threadpool_info() if i.get("user_api") == "blas"]
+    return ", ".join(f"{i.get('internal_api')} {i.get('version')} {i.get('architecture')}" for i in blas) or "none"
+
+
 def main(only: str = "") -> None:
+    print(f"numpy BLAS: {blas_kernel()}")
     torch, tinygrad = try_torch(), try_tinygrad()
     rng = np.random.default_rng(0)
     table = Table()
