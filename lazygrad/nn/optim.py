@@ -95,7 +95,28 @@ class SGD(Optimizer):
         return out + [p.assign(p.detach() - g * self.lr.cast(p.dtype))]
 
 
-class Adam(Optimizer):
+class _Moments(Optimizer):
+    """The state Adam and LAMB share: first and second moments per parameter and beta1^t, beta2^t."""
+
+    def __init__(self, params: Sequence[Tensor], lr: float, b1: float, b2: float, eps: float, weight_decay: float):
+        super().__init__(params, lr)
+        self.b1, self.b2, self.eps, self.weight_decay = b1, b2, eps, weight_decay
+        self.m, self.v = self._state(), self._state()
+        self.b1_t, self.b2_t = self._scalar(1.0), self._scalar(1.0)  # beta ** step
+        Tensor.realize(*self.params, *self.m, *self.v, self.lr, self.b1_t, self.b2_t)
+
+    def _begin_step(self) -> list[Tensor]:
+        return [self.b1_t.assign(self.b1_t * self.b1), self.b2_t.assign(self.b2_t * self.b2)]
+
+    def _moments(self, i: int, g: Tensor) -> tuple[Tensor, Tensor]:
+        """Parameter i's moments updated with gradient g (assigned, not yet realized)."""
+        m, v = self.m[i], self.v[i]
+        m.assign(_lerp(m, g, 1 - self.b1))
+        v.assign(v * self.b2 + g * (1 - self.b2) * g)
+        return m, v
+
+
+class Adam(_Moments):
     """Adam (torch.optim.Adam); with decoupled=True, AdamW's weight decay (the parameter shrinks before the update)."""
 
     def __init__(
@@ -108,16 +129,13 @@ class Adam(Optimizer):
         weight_decay: float = 0.0,
         decoupled: bool = False,
     ):
-        super().__init__(params, lr)
-        self.b1, self.b2, self.eps, self.weight_decay, self.decoupled = b1, b2, eps, weight_decay, decoupled
-        self.m, self.v = self._state(), self._state()
-        self.b1_t, self.b2_t = self._scalar(1.0), self._scalar(1.0)  # beta ** step
+        super().__init__(params, lr, b1, b2, eps, weight_decay)
+        self.decoupled = decoupled
         self._bias: dict[DType, tuple[Tensor, Tensor]] = {}  # this step's bias corrections, see _bias_terms
-        Tensor.realize(*self.params, *self.m, *self.v, self.lr, self.b1_t, self.b2_t)
 
     def _begin_step(self) -> list[Tensor]:
         self._bias = {}
-        return [self.b1_t.assign(self.b1_t * self.b1), self.b2_t.assign(self.b2_t * self.b2)]
+        return super()._begin_step()
 
     def _bias_terms(self, dtype: DType) -> tuple[Tensor, Tensor]:
         """This step's lr / (1 - b1^t) and sqrt(1 - b2^t) in `dtype`: built once per step and dtype, not once per
@@ -128,13 +146,12 @@ class Adam(Optimizer):
         return self._bias[dtype]
 
     def _update(self, i: int, p: Tensor, g: Tensor) -> list[Tensor]:
-        m, v, w = self.m[i], self.v[i], p.detach()
+        w = p.detach()
         if self.weight_decay and self.decoupled:
             w = w * (1 - self.lr * self.weight_decay).cast(p.dtype)
         elif self.weight_decay:
             g = g + w * self.weight_decay
-        m.assign(_lerp(m, g, 1 - self.b1))
-        v.assign(v * self.b2 + g * (1 - self.b2) * g)
+        m, v = self._moments(i, g)
         step_size, bias2 = self._bias_terms(p.dtype)
         denom = v.sqrt() / bias2 + self.eps
         return [m, v, p.assign(w - step_size * m / denom)]
@@ -153,7 +170,7 @@ class AdamW(Adam):
         super().__init__(params, lr, b1, b2, eps, weight_decay, decoupled=True)
 
 
-class LAMB(Optimizer):
+class LAMB(_Moments):
     """LAMB (You et al. 2019): Adam's bias-corrected update plus decoupled weight decay, scaled per parameter by the
     trust ratio ||w|| / ||update|| (1 where either norm is 0). With adam=True the ratio is 1: Adam with decoupled
     weight decay added to the update."""
@@ -168,21 +185,13 @@ class LAMB(Optimizer):
         weight_decay: float = 0.0,
         adam: bool = False,
     ):
-        super().__init__(params, lr)
-        self.b1, self.b2, self.eps, self.weight_decay, self.adam = b1, b2, eps, weight_decay, adam
-        self.m, self.v = self._state(), self._state()
-        self.b1_t, self.b2_t = self._scalar(1.0), self._scalar(1.0)
-        Tensor.realize(*self.params, *self.m, *self.v, self.lr, self.b1_t, self.b2_t)
-
-    def _begin_step(self) -> list[Tensor]:
-        return [self.b1_t.assign(self.b1_t * self.b1), self.b2_t.assign(self.b2_t * self.b2)]
+        super().__init__(params, lr, b1, b2, eps, weight_decay)
+        self.adam = adam
 
     def _update(self, i: int, p: Tensor, g: Tensor) -> list[Tensor]:
         # the state may live on another device than the parameter (offloaded): compute there, bring the update back
-        m, v, w = self.m[i], self.v[i], p.detach()
-        g = g.to(m.device)
-        m.assign(_lerp(m, g, 1 - self.b1))
-        v.assign(v * self.b2 + g * (1 - self.b2) * g)
+        w = p.detach()
+        m, v = self._moments(i, g.to(self.m[i].device))
         m_hat = m / (1 - self.b1_t.to(m.device)).cast(p.dtype)
         v_hat = v / (1 - self.b2_t.to(m.device)).cast(p.dtype)
         up = (m_hat / (v_hat.sqrt() + self.eps)).to(p.device) + w * self.weight_decay
