@@ -332,7 +332,7 @@ class _KernelBuilder:
         self.reads: set[UOp] = set()  # stored nodes and buffers this kernel loads (which value of a buffer it needs)
         self.bufs: list[Buffer] = [out_bufs[root]]
         self.memo: dict[tuple[UOp, Chain], UOp] = {}
-        self.unsafe: dict[UOp, bool] = {}  # _pad_unsafe per node
+        self.unsafe: dict[UOp, bool] = {}  # per node: whether a pad above it is applied as a WHERE (_guards)
 
     def global_for(self, buf: Buffer, ptr_dtype: Any) -> UOp:
         for i, b in enumerate(self.bufs):
@@ -382,8 +382,9 @@ class _KernelBuilder:
         if (guard := self.unsafe.get(u)) is None:
             # an op that is not 0 for 0 inputs must be masked; an expression with many constants is cheaper masked
             # once than with each constant masked (threefry's shift amounts: gcc took 0.4 s on one such kernel)
-            unsafe, consts = _pad_unsafe(u, self.stored, self.realized), _inlined_consts(u, self.stored, self.realized)
-            guard = self.unsafe[u] = unsafe or consts >= MASKED_CONSTS
+            body = _kernel_body(u, self.stored, self.realized)
+            unsafe = any(x.op in GroupOp.UnsafePad for x in body)
+            guard = self.unsafe[u] = unsafe or sum(x.op is Ops.CONST for x in body) >= MASKED_CONSTS
         return guard
 
     def _view(self, shape: tuple[int, ...], chain: Chain) -> ShapeTracker:
@@ -474,34 +475,18 @@ class _KernelBuilder:
 MASKED_CONSTS = 4  # from this many constants under a pad, the expression is masked once instead of each constant
 
 
-def _inlined_consts(u: UOp, stored: set[UOp], realized: dict[UOp, UOp]) -> int:
-    """The constants u's kernel expression holds (up to stored nodes and buffers)."""
-    stack, seen, n = [u], set(), 0
+def _kernel_body(u: UOp, stored: set[UOp], realized: dict[UOp, UOp]) -> list[UOp]:
+    """u and what its kernel expression inlines, with the stored nodes and buffers it stops at."""
+    stack, seen = [u], {}
     while stack:
         x = stack.pop()
         if x in seen:
             continue
-        seen.add(x)
-        n += x.op is Ops.CONST
+        seen[x] = None
         if x is not u and (x in stored or x in realized or x.op is Ops.BUFFER):
             continue
         stack.extend(x.src)
-    return n
-
-
-def _pad_unsafe(u: UOp, stored: set[UOp], realized: dict[UOp, UOp]) -> bool:
-    stack, seen = [u], set()
-    while stack:
-        x = stack.pop()
-        if x in seen:
-            continue
-        seen.add(x)
-        if x.op in GroupOp.UnsafePad:
-            return True
-        if x is not u and (x in stored or x in realized or x.op is Ops.BUFFER):
-            continue
-        stack.extend(x.src)
-    return False
+    return list(seen)
 
 
 def _copy_source(u: UOp, realized: dict[UOp, UOp], out_bufs: dict[UOp, Buffer]) -> tuple[UOp, Buffer]:
