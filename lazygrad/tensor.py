@@ -737,9 +737,7 @@ class Tensor(metaclass=_TensorType):
             # sharded: every part computed (pending writes too), then read on the first device
             self.realize()
             return Tensor(self.uop.src[0] if self.uop.arg is None else self.to(self.device[0]).uop)._contiguous_buffer()
-        u = self.uop
-        while u.op is Ops.RESHAPE:
-            u = u.src[0]
+        u = self._under_reshapes()
         if u.op not in GroupOp.Movement and u.op is not Ops.BUFFER and u.op is not Ops.MULTI:
             # a computed result (not a view of one): stored whole it is readable as it is, with no copy kernel after
             # it; a view (x[:, -1]) still goes through contiguous(), which computes only what the view shows
@@ -760,10 +758,15 @@ class Tensor(metaclass=_TensorType):
     def _on_disk(self) -> bool:
         return isinstance(self.device, str) and self.device.startswith("DISK")  # a sharded tensor's device is a tuple
 
-    def _plain_buffer(self) -> Buffer | None:
+    def _under_reshapes(self) -> UOp:
+        """The node this tensor reshapes (itself if it is no reshape): reshapes keep the row-major order."""
         u = self.uop
-        while u.op is Ops.RESHAPE:  # reshapes of a whole buffer keep its row-major order
+        while u.op is Ops.RESHAPE:
             u = u.src[0]
+        return u
+
+    def _plain_buffer(self) -> Buffer | None:
+        u = self._under_reshapes()
         return u.arg if u.op is Ops.BUFFER else None
 
     def data(self) -> memoryview:
