@@ -787,6 +787,17 @@ class PatternMatcher:
                     return ret
         return None
 
+    def translate(self, u: UOp, ctx: Any = None) -> Any:
+        """The first rule's result that is not None, `u` itself included; None when no rule applies. For rule lists
+        that map each node once into another form (lowering an AST node, spelling a linear UOp in C) rather than
+        rewrite it to a fixed point."""
+        for pat, fn, wants_ctx in self.by_op[u.op]:
+            for store in pat.match(u, {}):
+                ret = fn(ctx=ctx, **store) if wants_ctx else fn(**store)
+                if ret is not None:
+                    return ret
+        return None
+
 
 def graph_rewrite(
     root: UOp, pm: PatternMatcher, ctx: Any = None, memo: dict[UOp, UOp] | None = None, name: str | None = "rewrite"
