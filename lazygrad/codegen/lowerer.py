@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import functools
 import itertools
-from typing import Callable
+from typing import Callable, NamedTuple
 
 from lazygrad.codegen.kernel import AxisType, Kernel, KernelOptError, mul_operands
 from lazygrad.dtype import DType, dtypes
 from lazygrad.helpers import ceildiv, prod
-from lazygrad.uop.ops import GroupOp, Ops, UOp, _exact_bounds
+from lazygrad.uop.ops import GroupOp, Ops, PatternMatcher, UOp, UPat, _exact_bounds
 from lazygrad.uop.symbolic import simplify
 from lazygrad.uop.view import ShapeTracker
 
@@ -273,12 +273,13 @@ class Lowerer:
         return self._lowered(u, combo, self.width > 1)
 
     def _lowered(self, u: UOp, combo: Combo, vec: bool) -> UOp:
-        """Memoized _vec_ev (vec) or _ev of u at combo, with the elementwise sources below lowered first in a loop:
-        a kernel's expression may be a chain hundreds of ops deep."""
+        """u lowered at combo by LOWER_VEC_OP (vec) or LOWER_OP, memoized, with the elementwise sources below lowered
+        first in a loop: a kernel's expression may be a chain hundreds of ops deep."""
 
         def key(x: UOp) -> tuple[UOp, Combo]:
             return (x, combo + (-1,)) if vec else (x, combo)
 
+        rules, at = (LOWER_VEC_OP if vec else LOWER_OP), At(self, combo)
         stack = [u]
         while stack:
             x = stack[-1]
@@ -289,29 +290,11 @@ class Lowerer:
             if todo:
                 stack.extend(todo)
                 continue
-            self.memo[key(x)] = self._vec_ev(x, combo) if vec else self._ev(x, combo)
+            if (lowered := rules.translate(x, at)) is None:
+                raise NotImplementedError(f"cannot lower {x.op}")
+            self.memo[key(x)] = lowered
             stack.pop()
         return self.memo[key(u)]
-
-    def _vec_ev(self, u: UOp, combo: Combo) -> UOp:
-        renderer = self.k.renderer
-        if u.op in GroupOp.Elementwise:
-            srcs = [self.val(s, combo) for s in u.src]
-            # a vector op pays off unless every source is one value broadcast (then one scalar op does the work)
-            real = any(s.op is not Ops.VECTORIZE or len(set(s.src)) > 1 for s in srcs)
-            if real and renderer.vector_op_ok(u.op, u.dtype, [s.dtype.scalar for s in srcs]):  # type: ignore[attr-defined]
-                return UOp(u.op, u.dtype.vec(self.width), tuple(srcs), u.arg)
-            per_lane = zip(*[self.lanes(s) for s in srcs])
-            return UOp(Ops.VECTORIZE, u.dtype.vec(self.width), tuple(UOp(u.op, u.dtype, ls, u.arg) for ls in per_lane))
-        if u.op is Ops.REDUCE_AXIS:
-            return self.reduce_results[(u, combo[: len(self.upcast_axes)])]
-        scalars = [self.ev(u, combo + (lane,)) for lane in range(self.width)]
-        if u.op is Ops.LOAD and renderer.vector_dtype_ok(u.dtype) and all(x.op is Ops.LOAD for x in scalars):  # type: ignore[attr-defined]
-            idxs = [x.src[0].src[1] for x in scalars]
-            same_valid = all(x.src[1:] == scalars[0].src[1:] for x in scalars)
-            if same_valid and len(set(idxs)) > 1 and self._consecutive(idxs):
-                return UOp(Ops.LOAD, u.dtype.vec(self.width), scalars[0].src)
-        return UOp(Ops.VECTORIZE, u.dtype.vec(self.width), tuple(scalars))
 
     def index(self, view: UOp, combo: Combo) -> tuple[UOp, UOp]:
         # memoized: a view read at several places of a kernel (a LOAD and its VALID, a shared input of several
@@ -339,41 +322,6 @@ class Lowerer:
 
     def ev(self, u: UOp, combo: Combo) -> UOp:
         return self._lowered(u, combo, False)
-
-    def _ev(self, u: UOp, combo: Combo) -> UOp:
-        if u.op is Ops.LOAD:
-            buf, view = u.src
-            idx, valid = self.index(view, combo)
-            if valid.op is Ops.CONST and not valid.arg:
-                return UOp.const(u.dtype, 0)
-            addr = UOp(Ops.INDEX, buf.dtype, (buf, idx))
-            return UOp(Ops.LOAD, u.dtype, (addr,) if valid.op is Ops.CONST else (addr, valid))
-        if u.op is Ops.CONST:
-            value = UOp.const(u.dtype, u.arg)
-            if not u.src or not u.src[0].arg.has_mask:
-                return value
-            _, valid = self.index(u.src[0], combo)
-            return (
-                valid.alu(Ops.WHERE, value, UOp.const(u.dtype, 0))
-                if valid.op is not Ops.CONST
-                else (value if valid.arg else UOp.const(u.dtype, 0))
-            )
-        if u.op is Ops.IOTA:
-            idx, valid = self.index(u.src[0], combo)
-            value = idx.cast(u.dtype)
-            return value if valid.op is Ops.CONST and valid.arg else valid.alu(Ops.WHERE, value, UOp.const(u.dtype, 0))
-        if u.op is Ops.VALID:
-            return self.index(u.src[0], combo)[1]
-        if u.op is Ops.REDUCE_AXIS:
-            res = self.reduce_results[(u, combo[: len(self.upcast_axes)])]
-            if self.tc is not None:  # the lane's accumulator entry at these tile coordinates
-                return UOp(Ops.GEP, res.dtype.scalar, (res,), self.tc_tails["c"].index(combo[-3:]))
-            return self.lanes(res)[combo[-1]] if self.width > 1 else res
-        if u.op is Ops.DEFINE_VAR:
-            return u
-        if u.op in GroupOp.Elementwise:
-            return UOp(u.op, u.dtype, tuple(self.ev(s, combo) for s in u.src), u.arg)
-        raise NotImplementedError(f"cannot lower {u.op}")
 
     def lower_reduces(self) -> None:
         """All reduces of a kernel share one loop nest: build every accumulator update, then close the loops once."""
@@ -567,6 +515,114 @@ class Lowerer:
         for rng in reversed(self.global_ranges[:-1]):
             end = UOp(Ops.ENDRANGE, dtypes.void, (rng, end))
         return UOp(Ops.SINK, dtypes.void, (*params, end))
+
+
+# *** the lowering of each AST op, at one point of the expanded axes ***
+
+
+class At(NamedTuple):
+    """Where an AST node is lowered: the kernel's Lowerer and one value per expanded axis (vector axis left out for
+    LOWER_VEC_OP). The rules may assume every elementwise source is lowered already (in the Lowerer's memo)."""
+
+    lw: Lowerer
+    combo: Combo
+
+
+def _masked(valid: UOp, value: UOp) -> UOp:
+    """value where the view is valid, 0 where it reads padding."""
+    if valid.op is Ops.CONST:
+        return value if valid.arg else UOp.const(value.dtype, 0)
+    return valid.alu(Ops.WHERE, value, UOp.const(value.dtype, 0))
+
+
+def _lower_load(ctx: At, x: UOp, buf: UOp, view: UOp) -> UOp:
+    idx, valid = ctx.lw.index(view, ctx.combo)
+    if valid.op is Ops.CONST and not valid.arg:
+        return UOp.const(x.dtype, 0)  # reads only padding: no load at all
+    addr = UOp(Ops.INDEX, buf.dtype, (buf, idx))
+    return UOp(Ops.LOAD, x.dtype, (addr,) if valid.op is Ops.CONST else (addr, valid))
+
+
+def _lower_iota(ctx: At, x: UOp, view: UOp) -> UOp:
+    idx, valid = ctx.lw.index(view, ctx.combo)
+    value = idx.cast(x.dtype)
+    return value if valid.op is Ops.CONST and valid.arg else valid.alu(Ops.WHERE, value, UOp.const(x.dtype, 0))
+
+
+def _lower_reduce(ctx: At, x: UOp) -> UOp:
+    lw, combo = ctx.lw, ctx.combo
+    res = lw.reduce_results[(x, combo[: len(lw.upcast_axes)])]
+    if lw.tc is not None:  # the lane's accumulator entry at these tile coordinates
+        return UOp(Ops.GEP, res.dtype.scalar, (res,), lw.tc_tails["c"].index(combo[-3:]))
+    return lw.lanes(res)[combo[-1]] if lw.width > 1 else res
+
+
+# one scalar value per combo: loads become INDEX + LOAD (gated where the view is padded), a view's constants and
+# indices are masked by its validity, a reduce reads its accumulator (lowered before, by lower_reduces)
+LOWER_OP = PatternMatcher(
+    [
+        (UPat(Ops.LOAD, src=(UPat(Ops.DEFINE_GLOBAL, name="buf"), UPat(Ops.VIEW, name="view")), name="x"), _lower_load),
+        (
+            UPat(Ops.CONST, src=(UPat(Ops.VIEW, name="view"),), name="x"),
+            lambda ctx, x, view: (
+                _masked(ctx.lw.index(view, ctx.combo)[1], UOp.const(x.dtype, x.arg)) if view.arg.has_mask else None
+            ),
+        ),
+        (UPat(Ops.CONST, name="x"), lambda x: UOp.const(x.dtype, x.arg)),
+        (UPat(Ops.IOTA, src=(UPat(Ops.VIEW, name="view"),), name="x"), _lower_iota),
+        (UPat(Ops.VALID, src=(UPat(Ops.VIEW, name="view"),)), lambda ctx, view: ctx.lw.index(view, ctx.combo)[1]),
+        (UPat(Ops.REDUCE_AXIS, name="x"), _lower_reduce),
+        (UPat(Ops.DEFINE_VAR, name="x"), lambda x: x),  # a kernel argument
+        (
+            UPat(GroupOp.Elementwise, name="x"),
+            lambda ctx, x: UOp(x.op, x.dtype, tuple(ctx.lw.ev(s, ctx.combo) for s in x.src), x.arg),
+        ),
+    ]
+)
+
+
+def _vec_alu(ctx: At, x: UOp) -> UOp:
+    lw = ctx.lw
+    srcs = [lw.val(s, ctx.combo) for s in x.src]
+    # a vector op pays off unless every source is one value broadcast (then one scalar op does the work)
+    real = any(s.op is not Ops.VECTORIZE or len(set(s.src)) > 1 for s in srcs)
+    if real and lw.k.renderer.vector_op_ok(x.op, x.dtype, [s.dtype.scalar for s in srcs]):  # type: ignore[attr-defined]
+        return UOp(x.op, x.dtype.vec(lw.width), tuple(srcs), x.arg)
+    per_lane = zip(*[lw.lanes(s) for s in srcs])
+    return UOp(Ops.VECTORIZE, x.dtype.vec(lw.width), tuple(UOp(x.op, x.dtype, ls, x.arg) for ls in per_lane))
+
+
+def _lane_values(ctx: At, x: UOp) -> list[UOp]:
+    return [ctx.lw.ev(x, ctx.combo + (lane,)) for lane in range(ctx.lw.width)]
+
+
+def _vec_load(ctx: At, x: UOp) -> UOp | None:
+    """One vector load where the lanes' scalar loads read consecutive elements under the same gate."""
+    if not ctx.lw.k.renderer.vector_dtype_ok(x.dtype):  # type: ignore[attr-defined]
+        return None
+    scalars = _lane_values(ctx, x)
+    if not all(s.op is Ops.LOAD for s in scalars):
+        return None
+    idxs = [s.src[0].src[1] for s in scalars]
+    same_valid = all(s.src[1:] == scalars[0].src[1:] for s in scalars)
+    if same_valid and len(set(idxs)) > 1 and ctx.lw._consecutive(idxs):
+        return UOp(Ops.LOAD, x.dtype.vec(ctx.lw.width), scalars[0].src)
+    return None
+
+
+# one vector value per combo, its lanes the values of the vector axis: vector ALU ops where the renderer has them,
+# else one scalar op per lane; vector loads where contiguous; anything else is its lanes' scalars, gathered
+LOWER_VEC_OP = PatternMatcher(
+    [
+        (UPat(GroupOp.Elementwise, name="x"), _vec_alu),
+        (
+            UPat(Ops.REDUCE_AXIS, name="x"),
+            lambda ctx, x: ctx.lw.reduce_results[(x, ctx.combo[: len(ctx.lw.upcast_axes)])],
+        ),
+        (UPat(Ops.LOAD, name="x"), _vec_load),
+        (UPat(name="x"), lambda ctx, x: UOp(Ops.VECTORIZE, x.dtype.vec(ctx.lw.width), tuple(_lane_values(ctx, x)))),
+    ]
+)
 
 
 INT32_MAX = 2**31 - 1
