@@ -24,6 +24,8 @@ from lazygrad.device import Buffer, Device
 from lazygrad.dtype import dtypes
 from lazygrad.helpers import DEBUG, KERNEL_OPS, prod
 from lazygrad.uop.ops import GroupOp, Ops, UOp, substitute
+from lazygrad.uop.passes import PassRun, step
+from lazygrad.uop.spec import verify_kernel
 from lazygrad.uop.view import ShapeTracker, View
 from lazygrad.viz import profile
 
@@ -729,51 +731,123 @@ def _cached_schedule(
     return items, becomes, var_vals
 
 
-def _create_schedule(
-    outs: list[UOp], realized: dict[UOp, UOp]
-) -> tuple[list[ScheduleItem], dict[UOp, UOp], dict[UOp, int]]:
-    planner = _Planner(outs, realized)
-    planner.decide()
-    planner.cap_kernel_size(KERNEL_OPS.value)
-    planner.fit_buffer_limits(lambda device: min(Device[device].renderer.max_buffers or MAX_BUFFERS, MAX_BUFFERS))
-    stored = [n for n in planner.order if n in planner.stored]
-    out_bufs: dict[UOp, Buffer] = {}
-    becomes: dict[UOp, UOp] = {}
-    for n in stored:
+# *** the scheduler's passes, in order (uop/passes.py checks the order and runs the verifier after each) ***
+
+
+@dataclass
+class _Schedule:
+    """What the scheduler's passes read and fill in: the planner's decisions, then buffers, then kernels."""
+
+    planner: _Planner
+    realized: dict[UOp, UOp]
+    stored: list[UOp] = field(default_factory=list)  # in graph order (sources first)
+    out_bufs: dict[UOp, Buffer] = field(default_factory=dict)
+    becomes: dict[UOp, UOp] = field(default_factory=dict)
+    var_vals: dict[UOp, int] = field(default_factory=dict)
+    kernels: list[tuple[UOp, list[Buffer]]] = field(default_factory=list)
+    reads: list[set[UOp]] = field(default_factory=list)  # per kernel: the stored nodes and buffers it loads
+    items: list[ScheduleItem] = field(default_factory=list)
+
+
+def _device_max_buffers(device: str) -> int:
+    return min(Device[device].renderer.max_buffers or MAX_BUFFERS, MAX_BUFFERS)
+
+
+@step("store decisions", category="schedule")
+def _store_decisions(s: _Schedule, ctx: None) -> _Schedule:
+    s.planner.decide()  # decisions 1 to 4 of the module docstring
+    return s
+
+
+@step("cap kernel depth", after=("store decisions",), category="schedule")
+def _cap_kernel_depth(s: _Schedule, ctx: None) -> _Schedule:
+    s.planner.cap_kernel_size(KERNEL_OPS.value)
+    return s
+
+
+# last of the decisions: a store added by an earlier pass is a buffer this one counts
+@step("fit buffer limits", after=("cap kernel depth",), category="schedule")
+def _fit_buffer_limits(s: _Schedule, ctx: None) -> _Schedule:
+    s.planner.fit_buffer_limits(_device_max_buffers)
+    return s
+
+
+@step("allocate buffers", after=("fit buffer limits",), category="schedule")
+def _allocate_buffers(s: _Schedule, ctx: None) -> _Schedule:
+    s.stored = [n for n in s.planner.order if n in s.planner.stored]
+    for n in s.stored:
         if n.op is Ops.ASSIGN:
             # written in place; later graphs see the new value through a fresh alias of the same memory
             target = n.src[0].base.arg
-            out_bufs[n] = target
-            becomes[n] = UOp.buffer_view(target.alias(), n.shape)
+            s.out_bufs[n] = target
+            s.becomes[n] = UOp.buffer_view(target.alias(), n.shape)
         else:
-            out_bufs[n] = Buffer(n.device, prod(n.shape), n.dtype, shape=n.shape)
-            becomes[n] = UOp.buffer_view(out_bufs[n], n.shape)
-    kernels: list[tuple[UOp, list[Buffer]]] = []
-    reads: list[set[UOp]] = []
-    var_vals: dict[UOp, int] = {}
-    for n in stored:
+            s.out_bufs[n] = Buffer(n.device, prod(n.shape), n.dtype, shape=n.shape)
+            s.becomes[n] = UOp.buffer_view(s.out_bufs[n], n.shape)
+    return s
+
+
+def _verify_built(s: _Schedule, where: str) -> None:
+    for ast, _ in s.kernels:
+        verify_kernel(ast, where)
+
+
+@step("build kernels", after=("allocate buffers",), verify=_verify_built, category="schedule")
+def _build_kernels(s: _Schedule, ctx: None) -> _Schedule:
+    for n in s.stored:
         if n.op is Ops.COPY:
-            src, src_buf = _copy_source(n.src[0], realized, out_bufs)
-            kernels.append((UOp(Ops.COPY, n.dtype, (), n.device), [out_bufs[n], src_buf]))
-            reads.append({src})
+            src, src_buf = _copy_source(n.src[0], s.realized, s.out_bufs)
+            s.kernels.append((UOp(Ops.COPY, n.dtype, (), n.device), [s.out_bufs[n], src_buf]))
+            s.reads.append({src})
             continue
-        kb = _KernelBuilder(n, planner.stored, realized, out_bufs, var_vals)
-        kernels.append((kb.kernel(), kb.bufs))
-        reads.append(kb.reads)
-    level = _levels(stored, reads)
+        kb = _KernelBuilder(n, s.planner.stored, s.realized, s.out_bufs, s.var_vals)
+        s.kernels.append((kb.kernel(), kb.bufs))
+        s.reads.append(kb.reads)
+    return s
+
+
+def _verify_merged(s: _Schedule, where: str) -> None:
+    for si in s.items:
+        verify_kernel(si.ast, where)
+
+
+@step("merge kernels", after=("build kernels",), verify=_verify_merged, category="schedule")
+def _merge_kernels(s: _Schedule, ctx: None) -> _Schedule:
+    """Decision 7: independent kernels of one iteration space, on one dependency level, become one."""
+    level = _levels(s.stored, s.reads)
     groups: dict[tuple, list[int]] = {}
-    for i, (ast, bufs) in enumerate(kernels):
+    for i, (ast, bufs) in enumerate(s.kernels):
         # kernels merge only on one device (the parts of a sharded tensor have the same shapes on every device)
         groups.setdefault(
             (level[i], bufs[0].device, ("copy", i) if ast.op is Ops.COPY else _signature(ast)), []
         ).append(i)
     schedule: list[tuple[int, ScheduleItem]] = []
     for (lvl, _, _), members in groups.items():
-        limit = min(Device[kernels[members[0]][1][0].device].renderer.max_buffers or MAX_BUFFERS, MAX_BUFFERS)
-        for part in _within_limit([kernels[i] for i in members], limit):
+        limit = _device_max_buffers(s.kernels[members[0]][1][0].device)
+        for part in _within_limit([s.kernels[i] for i in members], limit):
             ast, bufs = _merge(part) if len(part) > 1 else part[0]
             schedule.append((lvl, ScheduleItem(ast, tuple(bufs))))
     schedule.sort(key=lambda x: x[0])
-    if DEBUG >= 1 and schedule:
-        print(f"scheduled {len(schedule)} kernels for {len(stored)} stored nodes")
-    return [si for _, si in schedule], becomes, var_vals
+    s.items = [si for _, si in schedule]
+    return s
+
+
+SCHEDULE_PASSES = (
+    _store_decisions,
+    _cap_kernel_depth,
+    _fit_buffer_limits,
+    _allocate_buffers,
+    _build_kernels,
+    _merge_kernels,
+)
+
+
+def _create_schedule(
+    outs: list[UOp], realized: dict[UOp, UOp]
+) -> tuple[list[ScheduleItem], dict[UOp, UOp], dict[UOp, int]]:
+    s, run = _Schedule(_Planner(outs, realized), realized), PassRun()
+    for p in SCHEDULE_PASSES:
+        s = run(p, s)
+    if DEBUG >= 1 and s.items:
+        print(f"scheduled {len(s.items)} kernels for {len(s.stored)} stored nodes")
+    return s.items, s.becomes, s.var_vals
