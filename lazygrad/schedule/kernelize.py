@@ -1,16 +1,20 @@
 """The scheduler: which nodes of a tensor graph are written to memory, and the kernel AST that computes each.
 
-Everything that is not stored is inlined into the kernels that use it. The decisions, in order:
+Everything that is not stored is inlined into the kernels that use it. The decisions, in order (the named pass
+that makes each in brackets; SCHEDULE_PASSES runs them, uop/passes.py checks their declared order):
+  1-4 [store decisions], 5 [cap kernel depth], 6 [fit buffer limits], 7 [merge kernels]:
   1. outputs the user asked for, CONTIGUOUS and COPY nodes are stored;
   2. a reduce is stored unless its only use is an elementwise chain of the same shape ending in a stored node
      (then it is that kernel's reduce, and the chain its epilogue);
   3. a node used by several kernels is stored only if that moves fewer bytes than recomputing it in each;
   4. an ALU subtree read through an expand by a kernel that reduces is stored (recomputing it per reduce step
      multiplies its arithmetic by the expand factor);
-  5. a kernel reading more buffers than its device takes as arguments has inlined subtrees stored until it fits;
-  6. a kernel whose longest chain of ALU ops would pass KERNEL_OPS has its deepest inlined inputs stored;
+  5. a kernel whose longest chain of ALU ops would pass KERNEL_OPS has its deepest inlined inputs stored;
+  6. a kernel reading more buffers than its device takes as arguments has inlined subtrees stored until it fits;
   7. kernels with no dependency between them and the same iteration space merge into one multi-output kernel.
-Movement ops never make kernels: they compose into the ShapeTracker of each load.
+Between the decisions and the merge, [allocate buffers] gives each stored node its buffer and [build kernels] its
+kernel AST, one KERNEL_OP rule per op. Movement ops never make kernels: they compose into the ShapeTracker of each
+load.
 """
 
 from __future__ import annotations
@@ -18,12 +22,12 @@ from __future__ import annotations
 import functools
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 from lazygrad.device import Buffer, Device
 from lazygrad.dtype import dtypes
 from lazygrad.helpers import DEBUG, KERNEL_OPS, prod
-from lazygrad.uop.ops import GroupOp, Ops, UOp, substitute
+from lazygrad.uop.ops import GroupOp, Ops, PatternMatcher, UOp, UPat, substitute
 from lazygrad.uop.passes import PassRun, step
 from lazygrad.uop.spec import verify_kernel
 from lazygrad.uop.view import ShapeTracker, View
@@ -396,53 +400,30 @@ class _KernelBuilder:
                 st = st.apply(op, arg)
         return st
 
-    def _load(self, buf: Buffer, shape: tuple[int, ...], chain: Chain, dtype: Any) -> UOp:
-        st = self._view(shape, chain)
-        g = self.global_for(buf, dtype.ptr(buf.size))
-        return UOp(Ops.LOAD, dtype, (g, UOp(Ops.VIEW, arg=st)))
+    def load(self, u: UOp, buf: Buffer, chain: Chain) -> UOp:
+        """u read from its buffer through `chain`."""
+        self.reads.add(u)
+        st = self._view(u.shape, chain)
+        g = self.global_for(buf, u.dtype.ptr(buf.size))
+        return UOp(Ops.LOAD, u.dtype, (g, UOp(Ops.VIEW, arg=st)))
 
     def _build(self, u: UOp, chain: Chain) -> UOp:
-        """u's expression from its inputs' (already in the memo)."""
+        """u's expression from its inputs' (already in the memo): a node computed by an earlier kernel is a load,
+        any other node is built by the KERNEL_OP rule of its op."""
         built = [self.memo[k] for k in self._inputs(u, chain)]
-        if u in self.realized or u.op in GroupOp.Movement:
-            return built[0]
-        if u.op is Ops.BUFFER:
-            self.reads.add(u)
-            return self._load(u.arg, u.shape, chain, u.dtype)
+        if u in self.realized:
+            return built[0]  # its buffer, read through the chain
         if u is not self.root and u in self.stored:
-            self.reads.add(u)
-            return self._load(self.out_bufs[u], u.shape, chain, u.dtype)
-        if u.op in (Ops.CONST, Ops.IOTA):
-            # consts carry their view: it gives the kernel its shape and masks the const where padded, unless a node
-            # above masks the whole value (a masked const in a long chain, like threefry's shift amounts, kept gcc
-            # busy for seconds and the kernel from vectorizing)
-            st = self._view(u.shape, chain)
-            if u.op is Ops.CONST and st.has_mask and not _unguarded_pad(chain):
-                st = ShapeTracker(tuple(View.create(v.shape, v.strides, v.offset, None) for v in st.views))
-            return UOp(u.op, u.dtype, (UOp(Ops.VIEW, arg=st),), u.arg)
-        if u.op is Ops.BIND:
-            # the kernel takes the variable as an argument: one compiled kernel serves every value
-            var, val = u.unbind()
-            if self.var_vals.setdefault(var, val) != val:
-                raise ValueError(
-                    f"variable {var.arg[0]} is bound to both {self.var_vals[var]} and {val} in one schedule"
-                )
-            return var
-        if u.op is Ops.REDUCE_AXIS:
-            st = self._view(u.shape, chain)
-            assert st.contiguous and st.shape == u.shape, "a fused reduce is only read at its own shape"
-            return UOp(Ops.REDUCE_AXIS, u.dtype, tuple(built), u.arg)
-        if u.op in (Ops.CONTIGUOUS, Ops.DETACH):
-            return built[0]
-        if u.op in GroupOp.Elementwise:
-            return self._masked(UOp(u.op, u.dtype, tuple(built), u.arg), u.shape, chain, u)
-        raise NotImplementedError(f"scheduler cannot build a kernel for {u.op}")
+            return self.load(u, self.out_bufs[u], chain)
+        if (out := KERNEL_OP.translate(u, _Here(self, chain, built))) is None:
+            raise NotImplementedError(f"scheduler cannot build a kernel for {u.op}")
+        return out
 
-    def _masked(self, value: UOp, shape: tuple[int, ...], chain: Chain, u: UOp) -> UOp:
+    def masked(self, value: UOp, u: UOp, chain: Chain) -> UOp:
         """Padding a computed value: outside the pad's mask the result is 0, whatever the op gives for 0 inputs."""
         if not self._guards(u, chain):
             return value
-        st = self._view(shape, chain)
+        st = self._view(u.shape, chain)
         valid = UOp(Ops.VALID, dtypes.bool, (UOp(Ops.VIEW, arg=st),))
         return valid.alu(Ops.WHERE, value, UOp.const(value.dtype, 0))
 
@@ -472,6 +453,58 @@ class _KernelBuilder:
                 return x.shape
             stack.extend(x.src)
         return None
+
+
+# *** how each tensor-graph op becomes kernel AST, read through a chain of movement ops ***
+
+
+class _Here(NamedTuple):
+    """Where a tensor-graph node is built into a kernel: the builder, the movement ops it is read through, and the
+    kernel expressions of its inputs (_KernelBuilder._inputs, built already)."""
+
+    kb: _KernelBuilder
+    chain: Chain
+    built: list[UOp]
+
+
+def _build_source(ctx: _Here, u: UOp) -> UOp:
+    # consts carry their view: it gives the kernel its shape and masks the const where padded, unless a node above
+    # masks the whole value (a masked const in a long chain, like threefry's shift amounts, kept gcc busy for seconds
+    # and the kernel from vectorizing)
+    st = ctx.kb._view(u.shape, ctx.chain)
+    if u.op is Ops.CONST and st.has_mask and not _unguarded_pad(ctx.chain):
+        st = ShapeTracker(tuple(View.create(v.shape, v.strides, v.offset, None) for v in st.views))
+    return UOp(u.op, u.dtype, (UOp(Ops.VIEW, arg=st),), u.arg)
+
+
+def _build_bind(ctx: _Here, u: UOp) -> UOp:
+    # the kernel takes the variable as an argument: one compiled kernel serves every value
+    var, val = u.unbind()
+    if ctx.kb.var_vals.setdefault(var, val) != val:
+        raise ValueError(f"variable {var.arg[0]} is bound to both {ctx.kb.var_vals[var]} and {val} in one schedule")
+    return var
+
+
+def _build_reduce(ctx: _Here, u: UOp) -> UOp:
+    st = ctx.kb._view(u.shape, ctx.chain)
+    assert st.contiguous and st.shape == u.shape, "a fused reduce is only read at its own shape"
+    return UOp(Ops.REDUCE_AXIS, u.dtype, tuple(ctx.built), u.arg)
+
+
+KERNEL_OP = PatternMatcher(
+    [
+        # a movement op only adds itself to the chain its source is read through; CONTIGUOUS and DETACH are no-ops
+        (UPat(GroupOp.Movement | {Ops.CONTIGUOUS, Ops.DETACH}), lambda ctx: ctx.built[0]),
+        (UPat(Ops.BUFFER, name="u"), lambda ctx, u: ctx.kb.load(u, u.arg, ctx.chain)),
+        (UPat((Ops.CONST, Ops.IOTA), name="u"), _build_source),
+        (UPat(Ops.BIND, name="u"), _build_bind),
+        (UPat(Ops.REDUCE_AXIS, name="u"), _build_reduce),
+        (
+            UPat(GroupOp.Elementwise, name="u"),
+            lambda ctx, u: ctx.kb.masked(UOp(u.op, u.dtype, tuple(ctx.built), u.arg), u, ctx.chain),
+        ),
+    ]
+)
 
 
 MASKED_CONSTS = 4  # from this many constants under a pad, the expression is masked once instead of each constant
@@ -761,14 +794,14 @@ def _store_decisions(s: _Schedule, ctx: None) -> _Schedule:
 
 @step("cap kernel depth", after=("store decisions",), category="schedule")
 def _cap_kernel_depth(s: _Schedule, ctx: None) -> _Schedule:
-    s.planner.cap_kernel_size(KERNEL_OPS.value)
+    s.planner.cap_kernel_size(KERNEL_OPS.value)  # decision 5
     return s
 
 
 # last of the decisions: a store added by an earlier pass is a buffer this one counts
 @step("fit buffer limits", after=("cap kernel depth",), category="schedule")
 def _fit_buffer_limits(s: _Schedule, ctx: None) -> _Schedule:
-    s.planner.fit_buffer_limits(_device_max_buffers)
+    s.planner.fit_buffer_limits(_device_max_buffers)  # decision 6
     return s
 
 
