@@ -760,11 +760,14 @@ class PatternMatcher:
 
     def __init__(self, rules: Sequence[tuple[UPat, Callable[..., UOp | None]]]):
         self.rules = list(rules)
-        self.by_op: dict[Ops, list[tuple[UPat, Callable[..., Any], bool]]] = {}
-        self.any_op: list[tuple[UPat, Callable[..., Any], bool]] = []
+        # per rule: the pattern, the function, whether it takes ctx, and for a pattern that tests the op alone (which
+        # the index by op has done) the name it binds ("" for none), so matching it is skipped
+        self.by_op: dict[Ops, list[tuple[UPat, Callable[..., Any], bool, str | None]]] = {}
+        self.any_op: list[tuple[UPat, Callable[..., Any], bool, str | None]] = []
         for pat, fn in self.rules:
             wants_ctx = "ctx" in inspect.signature(fn).parameters
-            entry = (pat, fn, wants_ctx)
+            op_only = pat.dtype is None and pat.arg is None and pat.src is None
+            entry = (pat, fn, wants_ctx, (pat.name or "") if op_only else None)
             if pat.op is None:
                 self.any_op.append(entry)
             else:
@@ -780,8 +783,10 @@ class PatternMatcher:
         return PatternMatcher(self.rules + other.rules)
 
     def rewrite(self, u: UOp, ctx: Any = None) -> UOp | None:
-        for pat, fn, wants_ctx in self.by_op[u.op]:
-            for store in pat.match(u, {}):
+        for pat, fn, wants_ctx, op_only in self.by_op[u.op]:
+            # a pattern that tests the op alone matches once, binding u to its name
+            stores: Any = pat.match(u, {}) if op_only is None else ({op_only: u} if op_only else {},)
+            for store in stores:
                 ret = fn(ctx=ctx, **store) if wants_ctx else fn(**store)
                 if ret is not None and ret is not u:
                     return ret
@@ -791,8 +796,9 @@ class PatternMatcher:
         """The first rule's result that is not None, `u` itself included; None when no rule applies. For rule lists
         that map each node once into another form (lowering an AST node, spelling a linear UOp in C) rather than
         rewrite it to a fixed point."""
-        for pat, fn, wants_ctx in self.by_op[u.op]:
-            for store in pat.match(u, {}):
+        for pat, fn, wants_ctx, op_only in self.by_op[u.op]:
+            stores: Any = pat.match(u, {}) if op_only is None else ({op_only: u} if op_only else {},)
+            for store in stores:
                 ret = fn(ctx=ctx, **store) if wants_ctx else fn(**store)
                 if ret is not None:
                     return ret
