@@ -279,7 +279,7 @@ class Lowerer:
         def key(x: UOp) -> tuple[UOp, Combo]:
             return (x, combo + (-1,)) if vec else (x, combo)
 
-        rules, at = (LOWER_VEC_OP if vec else LOWER_OP), At(self, combo)
+        rules, at = (LOWER_VEC_OP if vec else LOWER_OP), At(self, combo, vec)
         stack = [u]
         while stack:
             x = stack[-1]
@@ -526,6 +526,11 @@ class At(NamedTuple):
 
     lw: Lowerer
     combo: Combo
+    vec: bool = False
+
+    def src(self, s: UOp) -> UOp:
+        """The elementwise source `s` lowered at this combo: read from the memo, where Lowerer._lowered put it."""
+        return self.lw.memo[(s, self.combo + (-1,)) if self.vec else (s, self.combo)]
 
 
 def _masked(valid: UOp, value: UOp) -> UOp:
@@ -535,7 +540,8 @@ def _masked(valid: UOp, value: UOp) -> UOp:
     return valid.alu(Ops.WHERE, value, UOp.const(value.dtype, 0))
 
 
-def _lower_load(ctx: At, x: UOp, buf: UOp, view: UOp) -> UOp:
+def _lower_load(ctx: At, x: UOp) -> UOp:
+    buf, view = x.src  # LOAD(DEFINE_GLOBAL, VIEW), as uop/spec.py checks
     idx, valid = ctx.lw.index(view, ctx.combo)
     if valid.op is Ops.CONST and not valid.arg:
         return UOp.const(x.dtype, 0)  # reads only padding: no load at all
@@ -543,8 +549,15 @@ def _lower_load(ctx: At, x: UOp, buf: UOp, view: UOp) -> UOp:
     return UOp(Ops.LOAD, x.dtype, (addr,) if valid.op is Ops.CONST else (addr, valid))
 
 
-def _lower_iota(ctx: At, x: UOp, view: UOp) -> UOp:
-    idx, valid = ctx.lw.index(view, ctx.combo)
+def _lower_const(ctx: At, x: UOp) -> UOp:
+    value = UOp.const(x.dtype, x.arg)
+    if not x.src or not x.src[0].arg.has_mask:
+        return value
+    return _masked(ctx.lw.index(x.src[0], ctx.combo)[1], value)
+
+
+def _lower_iota(ctx: At, x: UOp) -> UOp:
+    idx, valid = ctx.lw.index(x.src[0], ctx.combo)
     value = idx.cast(x.dtype)
     return value if valid.op is Ops.CONST and valid.arg else valid.alu(Ops.WHERE, value, UOp.const(x.dtype, 0))
 
@@ -561,21 +574,15 @@ def _lower_reduce(ctx: At, x: UOp) -> UOp:
 # indices are masked by its validity, a reduce reads its accumulator (lowered before, by lower_reduces)
 LOWER_OP = PatternMatcher(
     [
-        (UPat(Ops.LOAD, src=(UPat(Ops.DEFINE_GLOBAL, name="buf"), UPat(Ops.VIEW, name="view")), name="x"), _lower_load),
-        (
-            UPat(Ops.CONST, src=(UPat(Ops.VIEW, name="view"),), name="x"),
-            lambda ctx, x, view: (
-                _masked(ctx.lw.index(view, ctx.combo)[1], UOp.const(x.dtype, x.arg)) if view.arg.has_mask else None
-            ),
-        ),
-        (UPat(Ops.CONST, name="x"), lambda x: UOp.const(x.dtype, x.arg)),
-        (UPat(Ops.IOTA, src=(UPat(Ops.VIEW, name="view"),), name="x"), _lower_iota),
-        (UPat(Ops.VALID, src=(UPat(Ops.VIEW, name="view"),)), lambda ctx, view: ctx.lw.index(view, ctx.combo)[1]),
+        (UPat(Ops.LOAD, name="x"), _lower_load),
+        (UPat(Ops.CONST, name="x"), _lower_const),  # a view's constant carries the view's mask
+        (UPat(Ops.IOTA, name="x"), _lower_iota),
+        (UPat(Ops.VALID, name="x"), lambda ctx, x: ctx.lw.index(x.src[0], ctx.combo)[1]),
         (UPat(Ops.REDUCE_AXIS, name="x"), _lower_reduce),
         (UPat(Ops.DEFINE_VAR, name="x"), lambda x: x),  # a kernel argument
         (
             UPat(GroupOp.Elementwise, name="x"),
-            lambda ctx, x: UOp(x.op, x.dtype, tuple(ctx.lw.ev(s, ctx.combo) for s in x.src), x.arg),
+            lambda ctx, x: UOp(x.op, x.dtype, tuple([ctx.src(s) for s in x.src]), x.arg),
         ),
     ]
 )
@@ -583,7 +590,7 @@ LOWER_OP = PatternMatcher(
 
 def _vec_alu(ctx: At, x: UOp) -> UOp:
     lw = ctx.lw
-    srcs = [lw.val(s, ctx.combo) for s in x.src]
+    srcs = [ctx.src(s) for s in x.src]
     # a vector op pays off unless every source is one value broadcast (then one scalar op does the work)
     real = any(s.op is not Ops.VECTORIZE or len(set(s.src)) > 1 for s in srcs)
     if real and lw.k.renderer.vector_op_ok(x.op, x.dtype, [s.dtype.scalar for s in srcs]):  # type: ignore[attr-defined]
