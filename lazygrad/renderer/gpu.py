@@ -13,7 +13,17 @@ from __future__ import annotations
 import math
 
 from lazygrad.dtype import DType, dtypes
-from lazygrad.renderer.cstyle import C_PLAIN_ALU, IPOW_HELPER, AluCtx, CStyleLanguage, _safe_divisor
+from lazygrad.renderer.cstyle import (
+    C_PLAIN_ALU,
+    C_RENDER,
+    IPOW_HELPER,
+    AluCtx,
+    CStyleLanguage,
+    _safe_divisor,
+    gep,
+    local_buffer,
+    thread_id,
+)
 from lazygrad.renderer.tensor_cores import CUDA_TENSOR_CORES, TensorCore
 from lazygrad.uop.ops import Ops, PatternMatcher, UOp, UPat
 
@@ -173,6 +183,20 @@ class GPUDialect(CStyleLanguage):
 
 
 class OpenCLRenderer(GPUDialect):
+    render_rules = (
+        PatternMatcher(
+            [
+                (
+                    UPat(Ops.SPECIAL, name="u"),
+                    thread_id(lambda kind, dim: f"get_{'group' if kind == 'g' else 'local'}_id({dim})"),
+                ),
+                (UPat(Ops.DEFINE_LOCAL, name="u"), local_buffer("__local ")),
+                (UPat(Ops.BARRIER), lambda ctx: ctx.line("barrier(CLK_LOCAL_MEM_FENCE);") or ""),
+                (UPat(Ops.GEP, name="u"), gep(lambda v, i: f"{v}.s{i:x}")),
+            ]
+        )
+        + C_RENDER
+    )
     device = "CL"
     kernel_prefix = "__kernel void "
     buffer_prefix = "__global "
@@ -217,9 +241,6 @@ class OpenCLRenderer(GPUDialect):
     def vector_op_ok(self, op: Ops, dt: DType, src_dtypes: list[DType]) -> bool:
         return op in (Ops.ADD, Ops.SUB, Ops.MUL) and all(d.scalar == dtypes.float32 for d in (dt, *src_dtypes))
 
-    def render_gep(self, vec: str, lane: int) -> str:
-        return f"{vec}.s{lane:x}"
-
     def render_vectorize(self, dt: DType, items: list[str]) -> str:
         return f"(({self.render_dtype(dt)})({','.join(items)}))"
 
@@ -231,16 +252,6 @@ class OpenCLRenderer(GPUDialect):
 
     def render_buffer_param(self, u: UOp, name: str, written: bool) -> str:
         return f"{'' if written else 'const '}__global {self.render_dtype(u.dtype)} restrict {name}"
-
-    def render_special(self, u: UOp) -> str:
-        _, _, kind, dim = u.arg
-        return f"get_{'group' if kind == 'g' else 'local'}_id({dim})"
-
-    def render_local(self, name: str, dt: DType, size: int) -> str:
-        return f"__local {self.render_dtype(dt, storage=True)} {name}[{size}]"
-
-    def render_barrier(self) -> str:
-        return "barrier(CLK_LOCAL_MEM_FENCE)"
 
     def render_const(self, x: object, dt: DType) -> str:
         if dt == dtypes.float16 and self.has_half and isinstance(x, float) and math.isfinite(x):
@@ -277,6 +288,21 @@ class OpenCLRenderer(GPUDialect):
 
 
 class CUDARenderer(GPUDialect):
+    render_rules = (
+        PatternMatcher(
+            [
+                (
+                    UPat(Ops.SPECIAL, name="u"),
+                    thread_id(lambda kind, dim: f"{'blockIdx' if kind == 'g' else 'threadIdx'}.{'xyz'[dim]}"),
+                ),
+                (UPat(Ops.DEFINE_LOCAL, name="u"), local_buffer("__shared__ ")),
+                (UPat(Ops.BARRIER), lambda ctx: ctx.line("__syncthreads();") or ""),
+                (UPat(Ops.GEP, name="u"), gep(lambda v, i: f"{v}.{'xyzw'[i]}")),
+                (UPat(Ops.WMMA, name="u"), lambda ctx, u: ctx.expr(u, f"lg_{u.arg}({', '.join(ctx.srcs(u))})")),
+            ]
+        )
+        + C_RENDER
+    )
     device = "CUDA"
     ipow_qualifier = "__device__ __forceinline__ "
     max_buffers = 4096 // 8 - 16  # 4 KB of kernel parameters, room kept for the int arguments
@@ -333,12 +359,6 @@ class CUDARenderer(GPUDialect):
             items = [f"lg_pack_{kind}x2({items[i]},{items[i + 1]})" for i in range(0, len(items), 2)]
         return f"make_{self.render_dtype(dt)}({','.join(items)})"
 
-    def render_gep(self, vec: str, lane: int) -> str:
-        return f"{vec}.{'xyzw'[lane]}"
-
-    def render_wmma(self, u: UOp, srcs: list[str]) -> str:
-        return f"lg_{u.arg}({', '.join(srcs)})"
-
     @staticmethod
     def wmma_helper(tc: TensorCore) -> str:
         """D = A @ B + C for one warp: `mma.sync` with each operand's fragment in registers (A 4, B 2, C 4)."""
@@ -355,16 +375,6 @@ class CUDARenderer(GPUDialect):
 
     def render_buffer_param(self, u: UOp, name: str, written: bool) -> str:
         return f"{'' if written else 'const '}{self.render_dtype(u.dtype)} __restrict__ {name}"
-
-    def render_special(self, u: UOp) -> str:
-        _, _, kind, dim = u.arg
-        return f"{'blockIdx' if kind == 'g' else 'threadIdx'}.{'xyz'[dim]}"
-
-    def render_local(self, name: str, dt: DType, size: int) -> str:
-        return f"__shared__ {self.render_dtype(dt, storage=True)} {name}[{size}]"
-
-    def render_barrier(self) -> str:
-        return "__syncthreads()"
 
     def render_const(self, x: object, dt: DType) -> str:
         if isinstance(x, float) and not math.isfinite(x) and dtypes.is_float(dt):
@@ -393,6 +403,19 @@ class CUDARenderer(GPUDialect):
 
 
 class MetalRenderer(GPUDialect):
+    render_rules = (
+        PatternMatcher(
+            [
+                (
+                    UPat(Ops.SPECIAL, name="u"),
+                    thread_id(lambda kind, dim: f"{'gid' if kind == 'g' else 'lid'}.{'xyz'[dim]}"),
+                ),
+                (UPat(Ops.DEFINE_LOCAL, name="u"), local_buffer("threadgroup ")),
+                (UPat(Ops.BARRIER), lambda ctx: ctx.line("threadgroup_barrier(mem_flags::mem_threadgroup);") or ""),
+            ]
+        )
+        + C_RENDER
+    )
     device = "METAL"
     has_double = False  # the Metal shading language has no double
     max_buffers = 31  # Metal's buffer argument table
@@ -415,16 +438,6 @@ class MetalRenderer(GPUDialect):
 
     def render_buffer_param(self, u: UOp, name: str, written: bool) -> str:
         return f"{'device' if written else 'const device'} {self.render_dtype(u.dtype)} {name} [[buffer({u.arg})]]"
-
-    def render_special(self, u: UOp) -> str:
-        _, _, kind, dim = u.arg
-        return f"{'gid' if kind == 'g' else 'lid'}.{'xyz'[dim]}"
-
-    def render_local(self, name: str, dt: DType, size: int) -> str:
-        return f"threadgroup {self.render_dtype(dt, storage=True)} {name}[{size}]"
-
-    def render_barrier(self) -> str:
-        return "threadgroup_barrier(mem_flags::mem_threadgroup)"
 
     def render_plain_bitcast(self, x: str, src: DType, dst: DType) -> str:
         return f"as_type<{self.render_dtype(dst)}>({x})"
