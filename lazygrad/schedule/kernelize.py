@@ -786,26 +786,26 @@ def _device_max_buffers(device: str) -> int:
     return min(Device[device].renderer.max_buffers or MAX_BUFFERS, MAX_BUFFERS)
 
 
-@step("store decisions", category="schedule")
+@step("store decisions", category="schedule pass")
 def _store_decisions(s: _Schedule, ctx: None) -> _Schedule:
     s.planner.decide()  # decisions 1 to 4 of the module docstring
     return s
 
 
-@step("cap kernel depth", after=("store decisions",), category="schedule")
+@step("cap kernel depth", after=("store decisions",), category="schedule pass")
 def _cap_kernel_depth(s: _Schedule, ctx: None) -> _Schedule:
     s.planner.cap_kernel_size(KERNEL_OPS.value)  # decision 5
     return s
 
 
 # last of the decisions: a store added by an earlier pass is a buffer this one counts
-@step("fit buffer limits", after=("cap kernel depth",), category="schedule")
+@step("fit buffer limits", after=("cap kernel depth",), category="schedule pass")
 def _fit_buffer_limits(s: _Schedule, ctx: None) -> _Schedule:
     s.planner.fit_buffer_limits(_device_max_buffers)  # decision 6
     return s
 
 
-@step("allocate buffers", after=("fit buffer limits",), category="schedule")
+@step("allocate buffers", after=("fit buffer limits",), category="schedule pass")
 def _allocate_buffers(s: _Schedule, ctx: None) -> _Schedule:
     s.stored = [n for n in s.planner.order if n in s.planner.stored]
     for n in s.stored:
@@ -825,7 +825,7 @@ def _verify_built(s: _Schedule, where: str) -> None:
         verify_kernel(ast, where)
 
 
-@step("build kernels", after=("allocate buffers",), verify=_verify_built, category="schedule")
+@step("build kernels", after=("allocate buffers",), verify=_verify_built, category="schedule pass")
 def _build_kernels(s: _Schedule, ctx: None) -> _Schedule:
     for n in s.stored:
         if n.op is Ops.COPY:
@@ -844,7 +844,7 @@ def _verify_merged(s: _Schedule, where: str) -> None:
         verify_kernel(si.ast, where)
 
 
-@step("merge kernels", after=("build kernels",), verify=_verify_merged, category="schedule")
+@step("merge kernels", after=("build kernels",), verify=_verify_merged, category="schedule pass")
 def _merge_kernels(s: _Schedule, ctx: None) -> _Schedule:
     """Decision 7: independent kernels of one iteration space, on one dependency level, become one."""
     level = _levels(s.stored, s.reads)

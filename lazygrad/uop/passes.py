@@ -1,10 +1,10 @@
 """Named compiler passes: what each one needs to have run before it, and the verifier between them.
 
-A pass turns one IR value into the next (a graph, a list of kernels, source text). It is either a rewrite, a named
-rule list applied by `graph_rewrite` (VIZ records every rule that fires), or a step over the whole graph that
-decides something no local rule can (the scheduler's cost model, the linearizer's order). Either way it has a
-name, the passes that must have run before it on the same value (`after`), and optionally the verifier of its
-output (`verify(out, pass_name)`, uop/spec.py), run when SPEC is on.
+A pass turns one IR value into the next (a tensor graph into kernel ASTs, an AST into a lowered graph, that into
+linear UOps, those into source). How a pass treats each op is a rule list where the op decides (KERNEL_OP in the
+scheduler, LOWER_OP in the lowerer, C_RENDER and C_ALU in the renderer, the symbolic simplifier's graph_rewrite);
+the pass itself has a name, the passes that must have run before it on the same value (`after`), and optionally the
+verifier of its output (`verify(out, pass_name)`, uop/spec.py), run when SPEC is on.
 
 Passes are registered once, at import, predecessors first: an `after` naming a pass not registered yet is an error
 then, so the declared order has no cycles and no typos. A `PassRun` runs passes on one value and refuses a pass
@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from lazygrad.helpers import SPEC
-from lazygrad.uop.ops import PatternMatcher, graph_rewrite
 from lazygrad.viz import profile
 
 
@@ -31,7 +30,7 @@ class Pass:
     run: Callable[[Any, Any], Any]  # (value, ctx) -> the next value
     after: tuple[str, ...] = ()
     verify: Callable[[Any, str], None] | None = None
-    category: str = "pass"  # the PROFILE span's category ("schedule", "codegen")
+    category: str = "pass"  # the PROFILE span's category ("schedule pass", "codegen")
 
 
 PASSES: dict[str, Pass] = {}
@@ -53,17 +52,6 @@ def step(name: str, after: tuple[str, ...] = (), verify: Callable | None = None,
         return register(Pass(name, fn, after, verify, category))
 
     return deco
-
-
-def rewrite_pass(
-    name: str,
-    rules: PatternMatcher,
-    after: tuple[str, ...] = (),
-    verify: Callable | None = None,
-    category: str = "pass",
-) -> Pass:
-    """Register `graph_rewrite(value, rules, ctx, name=name)` as a pass."""
-    return register(Pass(name, lambda x, ctx: graph_rewrite(x, rules, ctx, name=name), after, verify, category))
 
 
 class PassRun:
