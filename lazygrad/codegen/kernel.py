@@ -12,7 +12,7 @@ import functools
 from dataclasses import dataclass
 
 from lazygrad.dtype import dtypes
-from lazygrad.helpers import DEBUG, colored, prod, to_function_name
+from lazygrad.helpers import colored, prod, to_function_name
 from lazygrad.renderer import Renderer
 from lazygrad.renderer.tensor_cores import TensorCore
 from lazygrad.uop.ops import Ops, UOp, substitute
@@ -346,7 +346,3 @@ class Kernel:
         """The AST with every VIEW replaced by its optimized ShapeTracker."""
         mapping = {v: UOp(Ops.VIEW, arg=st) for v, st in zip(self.views, self.sts)}
         return substitute(self.ast, mapping)
-
-    def print_opts(self) -> None:
-        if DEBUG >= 3:
-            print(f"{self.name}: opts {self.applied_opts}")

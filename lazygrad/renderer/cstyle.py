@@ -595,7 +595,6 @@ class ClangRenderer(CStyleLanguage):
     device = "CPU"
     has_threads = True
     prelude = C_PRELUDE
-    max_upcast = 16
     vector_widths = (2, 4, 8, 16)  # gcc/clang vector extensions; 16 float32 is one AVX-512 register
     # the hard limit is ctypes, which calls a kernel with at most 1024 arguments (CPython's CTYPES_MAX_ARGCOUNT);
     # well below it, gcc's time grows faster than the square of a cat's masked loads (a stack of 256 tensors: 2 s,

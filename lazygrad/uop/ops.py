@@ -9,7 +9,7 @@ import threading
 import weakref
 from _weakref import _remove_dead_weakref
 from enum import Enum, auto
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Sequence
 
 from lazygrad.dtype import DType, dtypes
 from lazygrad.helpers import VIZ, prod
@@ -89,7 +89,6 @@ class Ops(Enum):
     VECTORIZE = auto()
     GEP = auto()
     WMMA = auto()
-    NOOP = auto()
 
     def __repr__(self) -> str:
         return f"Ops.{self.name}"
@@ -111,7 +110,6 @@ class GroupOp:
     Elementwise = ALU | {Ops.CAST, Ops.BITCAST}
     Movement = frozenset({Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP})
     Commutative = frozenset({Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPNE, Ops.CMPEQ, Ops.AND, Ops.OR, Ops.XOR})
-    Associative = frozenset({Ops.ADD, Ops.MUL, Ops.AND, Ops.OR, Ops.MAX})
     Comparison = frozenset({Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ})
     # f(0, ..., 0) != 0: a padded (masked) view of these must mask their result, not only their loads
     UnsafePad = frozenset({Ops.EXP2, Ops.LOG2, Ops.RECIP, Ops.FDIV, Ops.IDIV, Ops.POW, Ops.CMPEQ, Ops.WHERE})
@@ -858,10 +856,6 @@ def substitute(root: UOp, mapping: dict[UOp, UOp]) -> UOp:
     return new[root]
 
 
-def pyrender_arg(x: Any) -> str:
-    return repr(x)
-
-
 def smax(*xs: Any) -> Any:
     return functools.reduce(
         lambda a, b: a.maximum(b) if isinstance(a, UOp) else b.maximum(a) if isinstance(b, UOp) else max(a, b), xs
@@ -906,7 +900,3 @@ def exec_tree(u: UOp, var_vals: dict[UOp, int]) -> Any:
         else:
             raise ValueError(f"cannot evaluate {node.op} in Python")
     return vals[u]
-
-
-def iter_ops(root: UOp, ops: frozenset[Ops] | set[Ops]) -> Iterator[UOp]:
-    return (x for x in root.toposort if x.op in ops)
