@@ -17,6 +17,7 @@ from lazygrad.helpers import ceildiv, prod
 from lazygrad.uop.ops import GroupOp, Ops, PatternMatcher, UOp, UPat, _exact_bounds
 from lazygrad.uop.symbolic import simplify
 from lazygrad.uop.view import ShapeTracker
+from lazygrad.viz import record
 
 # a GPU kernel without workgroup axes gets workgroups of up to PADDED_THREADS along an axis of PADDED_MIN or more
 PADDED_THREADS, PADDED_MIN = 128, 32
@@ -105,6 +106,9 @@ class Lowerer:
         self.index_memo: dict[tuple, tuple[UOp, UOp]] = {}  # (view, loop indices) -> (address, validity)
         self.broadcast_axes: dict[UOp, frozenset[int]] = {}
         self.reduce_results: dict[tuple[UOp, Combo], UOp] = {}
+        # the rule lists, logged for VIZ when it records this kernel (record.translated)
+        self.viz_steps: list[tuple] = []
+        self.rules = (record.translated(LOWER_OP, self.viz_steps), record.translated(LOWER_VEC_OP, self.viz_steps))
 
     def _thread_ids(self) -> list[UOp]:
         """Replace the GLOBAL loops by workgroup ids and the LOCAL and GROUP axes by thread ids within a workgroup,
@@ -279,7 +283,7 @@ class Lowerer:
         def key(x: UOp) -> tuple[UOp, Combo]:
             return (x, combo + (-1,)) if vec else (x, combo)
 
-        rules, at = (LOWER_VEC_OP if vec else LOWER_OP), At(self, combo, vec)
+        rules, at = self.rules[vec], At(self, combo, vec)
         stack = [u]
         while stack:
             x = stack[-1]
@@ -658,8 +662,10 @@ def lower(k: Kernel) -> UOp:
     """Address math in int32 where every extent, buffer size and address fits it, else in int64: a tensor of 2**31
     elements or more needs 64-bit loop counters and addresses (an int counter would wrap and never enter the loop)."""
     extents = [s.vmax if isinstance(s, UOp) else s for s in k.full_shape]
-    if prod(extents) <= INT32_MAX:
-        sink = Lowerer(k, dtypes.int32).lower()
-        if _index_fits_int32(sink):
-            return sink
-    return Lowerer(k, dtypes.int64).lower()
+    lw = Lowerer(k, dtypes.int32 if prod(extents) <= INT32_MAX else dtypes.int64)
+    sink = lw.lower()
+    if lw.idx_dtype == dtypes.int32 and not _index_fits_int32(sink):
+        lw = Lowerer(k, dtypes.int64)
+        sink = lw.lower()
+    record.translate_pass("lower", lw.ast, sink, lw.viz_steps)  # VIZ
+    return sink

@@ -82,7 +82,12 @@ def test_viz_records_kernels_with_ast_opts_source_and_launches() -> None:
     # index simplification ran inside codegen: those passes belong to their kernel, and say which rule fired
     owned = [p for k in kernels for p in k["passes"]]
     assert owned and all(d["passes"][p]["kernel"] is not None for p in owned)
-    assert all(s["rule"].startswith("symbolic.py:") for p in owned for s in d["passes"][p]["steps"])
+    assert all(s["rule"].startswith(("symbolic.py:", "lowerer.py:")) for p in owned for s in d["passes"][p]["steps"])
+    lowering = [d["passes"][p] for p in owned if d["passes"][p]["name"] == "lower"]
+    assert len(lowering) == len(kernels) and all(
+        s["rule"].startswith("lowerer.py:") for p in lowering for s in p["steps"]
+    )
+    assert {d["nodes"][s["before"]][0] for p in lowering for s in p["steps"]} >= {"LOAD", "REDUCE_AXIS"}
 
 
 def test_beam_candidates_and_explicit_opts_are_not_recorded() -> None:
