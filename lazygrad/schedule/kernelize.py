@@ -31,7 +31,7 @@ from lazygrad.uop.ops import GroupOp, Ops, PatternMatcher, UOp, UPat, substitute
 from lazygrad.uop.passes import PassRun, step
 from lazygrad.uop.spec import verify_kernel
 from lazygrad.uop.view import ShapeTracker, View
-from lazygrad.viz import profile
+from lazygrad.viz import profile, record
 
 Chain = tuple[tuple[Ops, Any], ...]  # movement ops applied to a node's shape, innermost first
 # in a chain: the pads outside it are already applied as a WHERE by a node above (see _KernelBuilder._guards)
@@ -339,6 +339,8 @@ class _KernelBuilder:
         self.bufs: list[Buffer] = [out_bufs[root]]
         self.memo: dict[tuple[UOp, Chain], UOp] = {}
         self.unsafe: dict[UOp, bool] = {}  # per node: whether a pad above it is applied as a WHERE (_guards)
+        self.viz_steps: list[tuple] = []
+        self.rules = record.translated(KERNEL_OP, self.viz_steps, in_codegen=False)  # logged for VIZ when it is on
 
     def global_for(self, buf: Buffer, ptr_dtype: Any) -> UOp:
         for i, b in enumerate(self.bufs):
@@ -415,7 +417,7 @@ class _KernelBuilder:
             return built[0]  # its buffer, read through the chain
         if u is not self.root and u in self.stored:
             return self.load(u, self.out_bufs[u], chain)
-        if (out := KERNEL_OP.translate(u, _Here(self, chain, built))) is None:
+        if (out := self.rules.translate(u, _Here(self, chain, built))) is None:
             raise NotImplementedError(f"scheduler cannot build a kernel for {u.op}")
         return out
 
@@ -438,7 +440,9 @@ class _KernelBuilder:
         )
         g = UOp(Ops.DEFINE_GLOBAL, root.dtype.ptr(prod(root.shape)), arg=0)
         st = self._view(root.shape, chain)
-        return UOp(Ops.SINK, src=(UOp(Ops.STORE, dtypes.void, (g, UOp(Ops.VIEW, arg=st), value)),))
+        ast = UOp(Ops.SINK, src=(UOp(Ops.STORE, dtypes.void, (g, UOp(Ops.VIEW, arg=st), value)),))
+        record.translate_pass("build kernel", root, ast, self.viz_steps)  # VIZ
+        return ast
 
     def _fused_reduce_shape(self) -> tuple[int, ...] | None:
         stack, seen = [self.root], set()

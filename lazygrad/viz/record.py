@@ -5,7 +5,8 @@ What is recorded while VIZ is on (VIZ=1, VIZ=-1 or `Context(VIZ=1)`):
   (`codegen` scope; the disk cache of programs is bypassed so that every kernel is built and seen);
 - every `graph_rewrite` pass that changed something: its name, the graph before and after, and each rewrite in
   order with the rule that fired (file:line and its source line), attributed to the kernel being built if any;
-  likewise a kernel's lowering (`lower`: each AST node, the LOWER_OP rule that lowered it, what it became);
+  likewise a kernel's lowering (`lower`: each AST node, the LOWER_OP rule that lowered it, what it became) and
+  the scheduler's building of each kernel AST (`build kernel`: each tensor-graph node and its KERNEL_OP rule);
 - the PROFILE timeline (profile.py records while VIZ is on), whose kernel spans carry the index of their kernel.
 
 Graphs are stored once in a node table shared by the whole run (`[op, dtype, arg, [source ids]]`, a node's id is
@@ -179,9 +180,10 @@ class TranslateTracker:
         return ret
 
 
-def translated(pm: Any, steps: list[tuple[Any, Any, Any]]) -> Any:
-    """`pm`, or with VIZ on inside a recorded kernel build, a TranslateTracker of it logging into `steps`."""
-    if not enabled() or getattr(_local, "kernel", None) is None or getattr(_local, "hidden", False):
+def translated(pm: Any, steps: list[tuple[Any, Any, Any]], in_codegen: bool = True) -> Any:
+    """`pm`, or with VIZ on, a TranslateTracker of it logging into `steps`; `in_codegen`: only inside a recorded
+    kernel build (not a BEAM candidate's)."""
+    if not enabled() or getattr(_local, "hidden", False) or in_codegen and getattr(_local, "kernel", None) is None:
         return pm
     return TranslateTracker(pm, steps)
 

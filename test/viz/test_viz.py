@@ -279,3 +279,16 @@ def test_viz_minus_one_only_writes_and_cli_summary(tmp_path) -> None:
         timeout=60,
     )
     assert res.returncode == 0 and "kernel" in res.stdout and str(path) in res.stdout, res.stderr
+
+
+def test_scheduler_kernel_builds_recorded_rule_by_rule() -> None:
+    a = Tensor(np.arange(6, dtype=np.float32)).realize()
+    with Context(VIZ=1):
+        (a.exp2().pad((1, 1)) * fresh_constant()).schedule()
+    d = record.dump()
+    (p,) = [p for p in d["passes"] if p["name"] == "build kernel"]
+    assert p["kernel"] is None and d["nodes"][p["output"]][0] == "SINK"
+    rules = {d["nodes"][s["before"]][0]: s["rule"] for s in p["steps"]}
+    assert {"BUFFER", "PAD", "EXP2", "MUL"} <= set(rules) and all(r.startswith("kernelize.py:") for r in rules.values())
+    exp2 = next(s for s in p["steps"] if d["nodes"][s["before"]][0] == "EXP2")
+    assert d["nodes"][exp2["after"]][0] == "WHERE"  # exp2(0) != 0: the padded value is masked as a whole
