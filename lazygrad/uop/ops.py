@@ -753,19 +753,30 @@ class UPat:
         return f"UPat(op={ops}, arg={self.arg!r}, name={self.name!r}, src={self.src!r})"
 
 
+def _direct_call(pat: UPat, params: Any) -> int | None:
+    """How to call a rule whose pattern tests the op alone (which the index by op has done, so nothing is left to
+    match) without building its keyword arguments: 0 fn(), 1 fn(node), 2 fn(ctx), 3 fn(ctx, node); None: match and
+    pass keywords. Half the calls of the lowering and the renderer's ALU rules, each a node of every kernel."""
+    if pat.dtype is not None or pat.arg is not None or pat.src is not None:
+        return None
+    if any(p.kind is not inspect.Parameter.POSITIONAL_OR_KEYWORD for p in params.values()):
+        return None
+    names = list(params)
+    candidates = {(): 0, ("ctx",): 2} if pat.name is None else {(pat.name,): 1, ("ctx", pat.name): 3}
+    return candidates.get(tuple(names))
+
+
 class PatternMatcher:
     """A named list of (pattern, rewrite) rules, indexed by op so a node only tries rules that can match it."""
 
     def __init__(self, rules: Sequence[tuple[UPat, Callable[..., UOp | None]]]):
         self.rules = list(rules)
-        # per rule: the pattern, the function, whether it takes ctx, and for a pattern that tests the op alone (which
-        # the index by op has done) the name it binds ("" for none), so matching it is skipped
-        self.by_op: dict[Ops, list[tuple[UPat, Callable[..., Any], bool, str | None]]] = {}
-        self.any_op: list[tuple[UPat, Callable[..., Any], bool, str | None]] = []
+        # per rule: the pattern, the function, whether it takes ctx, and its direct call (see _direct_call) or None
+        self.by_op: dict[Ops, list[tuple[UPat, Callable[..., Any], bool, int | None]]] = {}
+        self.any_op: list[tuple[UPat, Callable[..., Any], bool, int | None]] = []
         for pat, fn in self.rules:
-            wants_ctx = "ctx" in inspect.signature(fn).parameters
-            op_only = pat.dtype is None and pat.arg is None and pat.src is None
-            entry = (pat, fn, wants_ctx, (pat.name or "") if op_only else None)
+            params = inspect.signature(fn).parameters
+            entry = (pat, fn, "ctx" in params, _direct_call(pat, params))
             if pat.op is None:
                 self.any_op.append(entry)
             else:
@@ -781,10 +792,13 @@ class PatternMatcher:
         return PatternMatcher(self.rules + other.rules)
 
     def rewrite(self, u: UOp, ctx: Any = None) -> UOp | None:
-        for pat, fn, wants_ctx, op_only in self.by_op[u.op]:
-            # a pattern that tests the op alone matches once, binding u to its name
-            stores: Any = pat.match(u, {}) if op_only is None else ({op_only: u} if op_only else {},)
-            for store in stores:
+        for pat, fn, wants_ctx, direct in self.by_op[u.op]:
+            if direct is not None:
+                ret = fn() if direct == 0 else fn(u) if direct == 1 else fn(ctx) if direct == 2 else fn(ctx, u)
+                if ret is not None and ret is not u:
+                    return ret
+                continue
+            for store in pat.match(u, {}):
                 ret = fn(ctx=ctx, **store) if wants_ctx else fn(**store)
                 if ret is not None and ret is not u:
                     return ret
@@ -794,9 +808,13 @@ class PatternMatcher:
         """The first rule's result that is not None, `u` itself included; None when no rule applies. For rule lists
         that map each node once into another form (lowering an AST node, spelling a linear UOp in C) rather than
         rewrite it to a fixed point."""
-        for pat, fn, wants_ctx, op_only in self.by_op[u.op]:
-            stores: Any = pat.match(u, {}) if op_only is None else ({op_only: u} if op_only else {},)
-            for store in stores:
+        for pat, fn, wants_ctx, direct in self.by_op[u.op]:
+            if direct is not None:
+                ret = fn() if direct == 0 else fn(u) if direct == 1 else fn(ctx) if direct == 2 else fn(ctx, u)
+                if ret is not None:
+                    return ret
+                continue
+            for store in pat.match(u, {}):
                 ret = fn(ctx=ctx, **store) if wants_ctx else fn(**store)
                 if ret is not None:
                     return ret

@@ -114,9 +114,9 @@ _fired = _Fired()
 def _logged(pat: Any, fn: Callable) -> Callable:
     """fn, noting its rule as the one that fired whenever it returns a replacement."""
 
-    @functools.wraps(fn)  # keeps the signature, so PatternMatcher still sees whether fn takes ctx
-    def wrapper(**kwargs: Any) -> Any:
-        ret = fn(**kwargs)
+    @functools.wraps(fn)  # keeps the signature, so PatternMatcher still sees how to call fn
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        ret = fn(*args, **kwargs)
         if ret is not None:
             _fired.rule = (pat, fn)
         return ret

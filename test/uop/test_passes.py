@@ -83,3 +83,21 @@ def test_each_codegen_pass_is_a_profile_span() -> None:
         codegen._build_program(ast, Device["CPU"].renderer, None)
         names = [e["name"] for e in profile.events() if e.get("cat") == "codegen"]
     assert names[:4] == ["optimize", "lower", "linearize", "render"], names
+
+
+def test_rules_testing_the_op_alone_are_called_directly_with_the_same_results() -> None:
+    from lazygrad.uop.ops import PatternMatcher, UPat
+
+    seen = []
+    pm = PatternMatcher(
+        [
+            (UPat(Ops.CONST, name="x"), lambda ctx, x: seen.append(("ctx, x", ctx, x)) or None),
+            (UPat(Ops.CONST, name="x"), lambda x: seen.append(("x", x)) or None),
+            (UPat(Ops.CONST), lambda ctx: seen.append(("ctx", ctx)) or None),
+            (UPat(Ops.CONST, arg=7, name="x"), lambda x, ctx: seen.append(("matched", x)) or None),  # keywords
+            (UPat(Ops.CONST), lambda: "last"),
+        ]
+    )
+    seven = UOp.const(dtypes.int32, 7)
+    assert pm.translate(seven, "c") == "last"
+    assert seen[:4] == [("ctx, x", "c", seven), ("x", seven), ("ctx", "c"), ("matched", seven)]
