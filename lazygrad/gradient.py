@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Callable
 from lazygrad.dtype import dtypes
 from lazygrad.helpers import argsort
 from lazygrad.uop.ops import GroupOp, Ops, UOp
+from lazygrad.uop.program import GraphProgram
 
 if TYPE_CHECKING:
     from lazygrad.tensor import Tensor
@@ -178,7 +179,24 @@ def define_gradient(node: UOp, source: UOp, rule: Callable[[Tensor], Tensor]) ->
 
 
 def compute_gradient(root: UOp, root_grad: Tensor, targets: set[UOp]) -> dict[UOp, Tensor]:
-    """d(root)/d(target) for each target reachable from root, as lazy Tensors (weighted by root_grad)."""
+    """d(root)/d(target) for each target reachable from root, as lazy Tensors (weighted by root_grad). A graph of the
+    structure of one differentiated before (a training step's, over new buffers) replays that one's gradient program
+    instead of running the rules again."""
+    from lazygrad.tensor import Tensor
+
+    shape = _Structure(root, root_grad.uop, targets, Tensor._grad_disabled > 0)
+    if shape.key is not None and (program := _programs.get(shape.key)) is not None:
+        return program.run(shape.nodes)
+    grads = _apply_rules(root, root_grad, targets)
+    if shape.key is not None and (program := _GradProgram.record(shape.nodes, grads)) is not None:
+        with _programs_lock:
+            if len(_programs) >= GRAD_PROGRAMS:
+                del _programs[next(iter(_programs))]
+            _programs[shape.key] = program
+    return grads
+
+
+def _apply_rules(root: UOp, root_grad: Tensor, targets: set[UOp]) -> dict[UOp, Tensor]:
     from lazygrad.tensor import Tensor
 
     # only nodes on a path to a target carry gradient
@@ -209,3 +227,68 @@ def compute_gradient(root: UOp, root_grad: Tensor, targets: set[UOp]) -> dict[UO
                 raise AssertionError(f"gradient of {node.op} has shape {sg.shape}, expected {s.shape}")
             grads[s] = grads[s] + sg if s in grads else sg
     return {t: grads[t] for t in targets if t in grads}
+
+
+# *** gradient programs: a training step differentiates a graph of one structure on every call, over new buffers ***
+
+
+class _Structure:
+    """The graph of root and its seed gradient in a canonical order (the toposort, children first) and as a hashable
+    key that leaves out which buffers it reads: graphs with equal keys have equal gradients, node for node. The key is
+    None where the graph has a node with a derivative of its own (define_gradient): its rule is code, not structure."""
+
+    def __init__(self, root: UOp, seed: UOp, targets: set[UOp], no_grad: bool):
+        nodes = list(root.toposort)
+        index = {n: i for i, n in enumerate(nodes)}
+        nodes += [n for n in seed.toposort if n not in index]
+        self.nodes = nodes
+        self.key: tuple | None = None
+        shortcuts = _shortcuts.data
+        parts: list[tuple] = []
+        for i, n in enumerate(nodes):
+            index[n] = i
+            if shortcuts and weakref.ref(n) in shortcuts:
+                return
+            arg = n.arg
+            if n.op is Ops.BUFFER:
+                arg = (arg.size, arg.device)  # which buffer it is: a position in the walk, not part of the key
+            elif type(arg) is float:
+                arg = repr(arg)  # -0.0 == 0.0, but a gradient through the one is another graph than through the other
+            parts.append((n.op, n.dtype, arg, tuple([index[s] for s in n.src])))
+        where = sorted(index[t] for t in targets if t in index)
+        self.key = (tuple(parts), index[seed], tuple(where), len(targets) - len(where), no_grad)
+
+
+class _GradProgram:
+    """The gradient graph of a structure as a GraphProgram over its walk, with what each gradient reads through a
+    shifted view (assign's race check asks it of every optimizer update): known here, it is noted on the replayed
+    nodes instead of walking the gradient graph again on every step."""
+
+    def __init__(self, program: GraphProgram, targets: list[int], shifted: list[tuple[int, ...] | None]):
+        self.program, self.targets, self.shifted = program, targets, shifted
+
+    @staticmethod
+    def record(nodes: list[UOp], grads: dict[UOp, Tensor]) -> _GradProgram | None:
+        from lazygrad.tensor import lazy_shifted_bases
+
+        recorded = GraphProgram.record(nodes, [g.uop for g in grads.values()])
+        if recorded is None:
+            return None
+        program, at = recorded
+        shifted = [lazy_shifted_bases(g.uop, nodes) for g in grads.values()]
+        refs = [None if s is None or any(x not in at for x in s) else tuple(at[x] for x in s) for s in shifted]
+        return _GradProgram(program, [at[t] for t in grads], refs)
+
+    def run(self, nodes: list[UOp]) -> dict[UOp, Tensor]:
+        from lazygrad.tensor import Tensor, note_shifted_bases
+
+        vals = self.program.run(nodes)
+        for g, shifted in zip(self.program.outs, self.shifted):
+            if shifted is not None:
+                note_shifted_bases(vals[g], [vals[i] for i in shifted])
+        return {vals[t]: Tensor(vals[g]) for t, g in zip(self.targets, self.program.outs)}
+
+
+_programs: dict[tuple, _GradProgram] = {}
+GRAD_PROGRAMS = 64  # programs kept (a graph whose shapes change every call would otherwise grow it forever)
+_programs_lock = threading.Lock()

@@ -3676,6 +3676,19 @@ def _shifted_bases(root: UOp) -> frozenset[UOp]:
     return root.__dict__[_SHIFTED]
 
 
+def lazy_shifted_bases(root: UOp, inputs: list[UOp]) -> frozenset[UOp] | None:
+    """_shifted_bases(root) for a root built over `inputs`, where none of them is realized: then the set depends on
+    the structure alone, and a graph of the same structure has the same set; else None."""
+    if any(_realized.get(n) is not None for n in inputs):
+        return None
+    return _shifted_bases(root)
+
+
+def note_shifted_bases(node: UOp, bases: list[UOp]) -> None:
+    """Set what _shifted_bases(node) finds, known from a graph of the same structure (see gradient.py)."""
+    node.__dict__.setdefault(_SHIFTED, frozenset(bases) if bases else _EMPTY)
+
+
 class _GradMode(contextlib.ContextDecorator):
     def __enter__(self) -> None:
         Tensor._grad_disabled += 1
