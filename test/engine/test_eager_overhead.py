@@ -6,9 +6,9 @@ import gc
 
 import numpy as np
 
-from lazygrad import Tensor
+from lazygrad import Tensor, gradient
 from lazygrad.engine import memory, realize
-from lazygrad.nn import Linear
+from lazygrad.nn import Linear, optim
 from lazygrad.nn.optim import Adam
 from lazygrad.nn.state import get_parameters
 from lazygrad.schedule import kernelize
@@ -25,6 +25,11 @@ def _counting(monkeypatch, module, name: str) -> list[int]:
 
     monkeypatch.setattr(module, name, counted)
     return calls
+
+
+class _Forgetful(dict):
+    def __setitem__(self, key, value) -> None:
+        pass
 
 
 def _mlp_steps(n_steps: int, fresh_schedules: bool, seed: int = 0) -> tuple[list[float], list[np.ndarray]]:
@@ -66,6 +71,7 @@ def test_repeated_eager_step_schedules_and_compiles_nothing_new(monkeypatch):
 
 
 def test_adam_builds_its_bias_corrections_once_per_step(monkeypatch):
+    monkeypatch.setattr(optim, "_step_programs", {})  # the update code runs (not a replay of an earlier test's step)
     l1, l2 = Linear(8, 16), Linear(16, 4)
     opt = Adam(get_parameters([l1, l2]), lr=1e-3)
     sqrts = _counting(monkeypatch, Tensor, "sqrt")
@@ -130,3 +136,48 @@ def test_broadcast_fast_paths_build_the_general_paths_nodes():
     # a scalar of a higher kind still takes the general path: int tensor * float -> float
     i = Tensor(np.arange(4, dtype=np.int32))
     np.testing.assert_allclose((i * 1.5).numpy(), np.arange(4) * 1.5)
+
+
+def test_repeated_step_replays_its_gradient_and_update_graphs(monkeypatch):
+    """A step of a structure seen before runs no derivative rule and no optimizer tensor op: both graphs are rebuilt
+    from programs (node for node what the code builds), and train exactly as running the code every step does."""
+    _mlp_steps(2, fresh_schedules=False, seed=3)
+    rules = _counting(monkeypatch, gradient, "_apply_rules")
+    sqrts = _counting(monkeypatch, Tensor, "sqrt")
+    losses, params = _mlp_steps(4, fresh_schedules=False)
+    assert rules[0] == 0 and sqrts[0] == 0
+    monkeypatch.setattr(gradient, "_programs", _Forgetful())  # the code runs every step
+    monkeypatch.setattr(optim, "_step_programs", _Forgetful())
+    ref_losses, ref_params = _mlp_steps(4, fresh_schedules=False)
+    assert rules[0] == 4 and sqrts[0] == 4 * (4 + 1)
+    np.testing.assert_array_equal(losses, ref_losses)
+    for p, r in zip(params, ref_params):
+        np.testing.assert_array_equal(p, r)
+
+
+def test_replayed_graphs_are_the_graphs_the_code_builds(monkeypatch):
+    """Replayed gradient and update nodes are the very (hash-consed) nodes the rules and the optimizer's code build
+    over the new step's nodes."""
+    x = Tensor(np.random.rand(3, 8).astype(np.float32)).realize()
+    layers = [Linear(8, 4), Linear(8, 4)]  # one structure, other buffers
+    opts = [Adam(get_parameters([lin]), lr=1e-3) for lin in layers]
+    with Tensor.train():
+        for lin, opt in zip(layers, opts):
+            loss = lin(x).relu().sum()
+            targets = {lin.weight.uop, lin.bias.uop}
+            seed = Tensor.ones(loss.shape)
+            got = gradient.compute_gradient(loss.uop, seed, targets)  # the second layer's: a replay
+            ruled = gradient._apply_rules(loss.uop, seed, targets)
+            assert {t: g.uop for t, g in got.items()} == {t: g.uop for t, g in ruled.items()}
+            for p, t in zip(opt.params, (lin.weight.uop, lin.bias.uop)):
+                p.grad = got[t]
+            tensors = opt._step_tensors()
+            before = [t.uop for t in tensors]
+            opt._updates()
+            replayed = [t.uop for t in tensors]
+            for t, u in zip(tensors, before):
+                t.uop = u
+            with monkeypatch.context() as m:
+                m.setattr(optim, "_step_programs", {})
+                opt._updates()
+            assert [t.uop for t in tensors] == replayed
