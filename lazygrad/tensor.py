@@ -30,6 +30,7 @@ from lazygrad.dtype import (  # noqa: F401  (_to_np_dtype: tinygrad programs imp
 from lazygrad.helpers import TRAINING, argfix, argsort, ceildiv, flatten, make_tuple, prod
 from lazygrad.schedule.multi import has_multi, lower_multi, multi, split_bounds, stored_multis, whole_buffer
 from lazygrad.uop.ops import GroupOp, Ops, UOp, pretty_print, substitute
+from lazygrad.uop.program import GraphProgram
 from lazygrad.uop.view import ShapeTracker, strides_for_shape
 
 
@@ -250,6 +251,66 @@ class _TensorType(type):
     @training.setter
     def training(cls, mode: bool) -> None:
         TRAINING.value = int(mode)
+
+
+# composites replayed per key at most (a model whose shapes change every call would otherwise grow them forever)
+COMPOSITE_PROGRAMS = 32
+
+
+def _replayed(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
+    """A composite op (a loss, a linear layer) built once per kind of arguments and replayed from a GraphProgram
+    after: its graph is a function of its tensors' nodes, known by their op, dtype, shape, device and whether they
+    are a plain buffer (what composites branch on), and of its other arguments and the modes that change graphs
+    (no_grad, training, default dtypes). A call that draws random numbers, gives a node a derivative of its own
+    (define_gradient) or returns a view (torch's view semantics) is not replayed: its code runs every time."""
+    programs: dict[tuple, GraphProgram] = {}
+
+    @functools.wraps(fn)
+    def composite(self: Tensor, *args: Any, **kwargs: Any) -> Tensor:
+        tensors = [
+            self,
+            *(a for a in args if isinstance(a, Tensor)),
+            *(a for a in kwargs.values() if isinstance(a, Tensor)),
+        ]
+        key = (
+            tuple(_replay_kind(t.uop, t) for t in tensors),
+            tuple(_replay_arg(a) for a in args),
+            tuple((k, _replay_arg(a)) for k, a in kwargs.items()),
+            Tensor._grad_disabled > 0,
+            TRAINING.value,
+            dtypes.default_float,
+            dtypes.default_int,
+        )
+        try:
+            program = programs.get(key)
+        except TypeError:  # an argument that is not hashable (a list): no key
+            return fn(self, *args, **kwargs)
+        if program is not None:
+            return Tensor(program.run([t.uop for t in tensors])[program.outs[0]])
+        from lazygrad.gradient import _shortcuts
+
+        rng, derivatives = Tensor._rng_counter, len(_shortcuts)
+        out = fn(self, *args, **kwargs)
+        if (
+            len(programs) < COMPOSITE_PROGRAMS
+            and out._view_of is None
+            and Tensor._rng_counter == rng
+            and len(_shortcuts) == derivatives
+            and (recorded := GraphProgram.record([t.uop for t in tensors], [out.uop])) is not None
+        ):
+            programs[key] = recorded[0]
+        return out
+
+    return composite
+
+
+def _replay_kind(u: UOp, t: Tensor) -> tuple:
+    return (u.op, u.dtype, u.shape, u.device, u.arg if u.op is Ops.CONST else None, t._plain_buffer() is not None)
+
+
+def _replay_arg(a: Any) -> Any:
+    # -0.0 == 0.0, but they are other constants; a tensor argument is in the key by its kind
+    return None if isinstance(a, Tensor) else (float, repr(a)) if type(a) is float else a
 
 
 class Tensor(metaclass=_TensorType):
@@ -2900,6 +2961,7 @@ class Tensor(metaclass=_TensorType):
     def matmul(self, w: Tensor) -> Tensor:
         return self.dot(w)
 
+    @_replayed
     def linear(self, weight: Tensor, bias: Tensor | None = None) -> Tensor:
         """x @ weight.T + bias, with weight (out_features, in_features) as in torch."""
         if weight.ndim not in (1, 2) or self.ndim == 0 or self.shape[-1] != weight.shape[-1]:
@@ -3414,6 +3476,7 @@ class Tensor(metaclass=_TensorType):
         Y = (1 - label_smoothing) * Y + label_smoothing / self.shape[cdim]
         return -(self.log_softmax(cdim) * Y).sum(cdim)._reduction(reduction)
 
+    @_replayed
     def sparse_categorical_crossentropy(
         self, Y: Tensor, ignore_index: int = -1, label_smoothing: float = 0.0, reduction: str = "mean"
     ) -> Tensor:

@@ -181,3 +181,48 @@ def test_replayed_graphs_are_the_graphs_the_code_builds(monkeypatch):
                 m.setattr(optim, "_step_programs", {})
                 opt._updates()
             assert [t.uop for t in tensors] == replayed
+
+
+def test_repeated_composite_replays_its_graph(monkeypatch):
+    """A loss or linear layer called again on tensors of the same kind rebuilds its nodes from a program (the tensor
+    ops inside run once): the nodes are the ones the code builds, values and gradients match torch."""
+    import torch
+
+    rng = np.random.default_rng(5)
+    w, b = rng.standard_normal((4, 6)).astype(np.float32), rng.standard_normal(4).astype(np.float32)
+    xs = [rng.standard_normal((3, 6)).astype(np.float32) for _ in range(3)]
+    ys = [rng.integers(0, 4, 3).astype(np.int32) for _ in range(3)]
+    softmaxes = _counting(monkeypatch, Tensor, "log_softmax")
+    for i, (xn, yn) in enumerate(zip(xs, ys)):
+        wt, bt = Tensor(w, requires_grad=True), Tensor(b, requires_grad=True)
+        x, y = Tensor(xn), Tensor(yn)
+        out = x.linear(wt, bt)
+        loss = out.sparse_categorical_crossentropy(y)
+        code = Tensor.sparse_categorical_crossentropy.__wrapped__(Tensor.linear.__wrapped__(x, wt, bt), y)
+        assert loss.uop is code.uop
+        loss.backward()
+        tw, tb = torch.tensor(w, requires_grad=True), torch.tensor(b, requires_grad=True)
+        tl = torch.nn.functional.cross_entropy(torch.tensor(xn) @ tw.T + tb, torch.tensor(yn).long())
+        tl.backward()
+        np.testing.assert_allclose(loss.item(), tl.item(), rtol=1e-5)
+        np.testing.assert_allclose(wt.grad.numpy(), tw.grad.numpy(), rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(bt.grad.numpy(), tb.grad.numpy(), rtol=1e-4, atol=1e-6)
+    # once by the first loss, once per call of the undecorated code: never by a replay
+    assert softmaxes[0] == 1 + 3
+
+
+def test_composite_replay_keys_on_what_changes_the_graph():
+    from lazygrad import tensor as tensor_module
+
+    draws = tensor_module._replayed(lambda self: self + Tensor.rand(*self.shape))
+    x = Tensor(np.zeros(8, np.float32))
+    assert not np.array_equal(draws(x).numpy(), draws(x).numpy())  # random: never replayed
+    view = tensor_module._replayed(lambda self: self.reshape(2, 4))
+    assert view(x)._view_of is not None and view(x)._view_of is not None  # a view keeps torch's view semantics
+    double = tensor_module._replayed(lambda self, k: self * k)
+    assert double(x + 1, 2.0).tolist() == [2.0] * 8 and double(x + 1, 3.0).tolist() == [3.0] * 8
+    assert double(x.int() + 1, 2).tolist() == [2] * 8  # another dtype: another program
+    w = Tensor(np.ones(8, np.float32), requires_grad=True)
+    with Tensor.no_grad():
+        assert not double(w, 2.0).requires_grad
+    assert double(w, 2.0).requires_grad
