@@ -37,25 +37,26 @@ from lazygrad.uop.view import ShapeTracker, strides_for_shape
 class RealizedNodes:
     """Computed nodes that have been realized -> the buffer view that holds their value; consulted by the scheduler.
 
-    Keys are held weakly: an entry lives while its graph does. Values are held strongly, except those of graphs kept as
-    a tensor's gradient path (`hold_weakly`): `_lazy_origin` maps that tensor's buffer view back to the graph, so a
-    strong value here would be the key of an entry whose value is this entry's key, a cycle no weak reference breaks
-    (every realized tensor with a gradient path leaked its graph and buffer). Such a value lives as long as the
-    tensor's own node, which holds it."""
+    An entry is kept on its node (in the node's __dict__), so it lives exactly as long as the node, and finding it
+    is one dictionary lookup on every node a graph walk meets (a weak-keyed dictionary made a weak reference per
+    lookup). The view is held strongly, except for graphs kept as a tensor's gradient path (`hold_weakly`):
+    `_lazy_origin` maps that tensor's buffer view back to the graph, so a strong value here would be the key of an
+    entry whose value is this entry's key, a cycle no weak reference breaks (every realized tensor with a gradient
+    path leaked its graph and buffer). Such a value lives as long as the tensor's own node, which holds it."""
+
+    _ENTRY = "realized_as"
 
     def __init__(self) -> None:
-        self._strong: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
-        self._weak: weakref.WeakKeyDictionary[UOp, weakref.ref[UOp]] = weakref.WeakKeyDictionary()
+        self._nodes: weakref.WeakSet[UOp] = weakref.WeakSet()  # the keys, to list and count the entries
 
     def get(self, node: UOp, default: UOp | None = None) -> UOp | None:
-        # asked of every node a graph walk meets: the dictionaries' own tables are read directly (a weak reference
-        # without a callback finds the entry of its referent), not through WeakKeyDictionary's Python methods
-        key = weakref.ref(node)
-        if (view := self._strong.data.get(key)) is not None:
-            return view
-        if self._weak.data and (ref := self._weak.data.get(key)) is not None and (view := ref()) is not None:
-            return view
-        return default
+        view = node.__dict__.get(RealizedNodes._ENTRY)
+        if view is None:
+            return default
+        if type(view) is weakref.ref:
+            view = view()
+            return default if view is None else view
+        return view
 
     def __contains__(self, node: UOp) -> bool:
         return self.get(node) is not None
@@ -66,25 +67,24 @@ class RealizedNodes:
         return view
 
     def __setitem__(self, node: UOp, view: UOp) -> None:
-        if self._weak.data:
-            self._weak.pop(node, None)
-        self._strong[node] = view
+        node.__dict__[RealizedNodes._ENTRY] = view
+        self._nodes.add(node)
 
     def __delitem__(self, node: UOp) -> None:
-        found = [d.pop(node, None) for d in (self._strong, self._weak)]
-        if found == [None, None]:
+        if node.__dict__.pop(RealizedNodes._ENTRY, None) is None:
             raise KeyError(node)
+        self._nodes.discard(node)
 
     def __len__(self) -> int:
-        return len(self._strong) + len(self._weak)
+        return len(self._nodes)
 
     def hold_weakly(self, node: UOp) -> None:
-        if (view := self._strong.pop(node, None)) is not None:
-            self._weak[node] = weakref.ref(view)
+        view = node.__dict__.get(RealizedNodes._ENTRY)
+        if view is not None and type(view) is not weakref.ref:
+            node.__dict__[RealizedNodes._ENTRY] = weakref.ref(view)
 
     def items(self) -> list[tuple[UOp, UOp]]:
-        out = list(self._strong.items())
-        return out + [(k, v) for k, ref in list(self._weak.items()) if (v := ref()) is not None]
+        return [(k, v) for k in list(self._nodes) if (v := self.get(k)) is not None]
 
     def update(self, other: dict[UOp, UOp]) -> None:
         for node, view in other.items():
@@ -99,10 +99,10 @@ class RealizedNodes:
     def forget_reads_of(self, buffers: set[Any]) -> None:
         """Drop the entries whose graph reads one of `buffers` (Buffer objects): their value is stale once something
         other than the scheduler writes those buffers (a TinyJit replay)."""
-        for d in (self._strong, self._weak):
-            stale = [k for k in list(d.keys()) if any(x.op is Ops.BUFFER and x.arg in buffers for x in k.toposort)]
-            for node in stale:
-                d.pop(node, None)
+        for node in list(self._nodes):
+            if any(x.op is Ops.BUFFER and x.arg in buffers for x in node.toposort):
+                node.__dict__.pop(RealizedNodes._ENTRY, None)
+                self._nodes.discard(node)
 
 
 _realized = RealizedNodes()
