@@ -175,7 +175,16 @@ def define_gradient(node: UOp, source: UOp, rule: Callable[[Tensor], Tensor]) ->
     """Differentiate `node` with respect to `source` by `rule`. For a sliding window (conv, pooling) the chain
     rule through its repeat/reshape/shrink ops gives a reduce over every repeated copy with div/mod index math; the
     rule gives the same sum as a few shifted pads of the window gradient."""
+    global _definitions
     _shortcuts[node] = (source, rule)
+    _definitions += 1
+
+
+_definitions = 0  # define_gradient calls so far: a composite that makes one is not replayed (see tensor._replayed)
+
+
+def definitions_made() -> int:
+    return _definitions
 
 
 def compute_gradient(root: UOp, root_grad: Tensor, targets: set[UOp]) -> dict[UOp, Tensor]:

@@ -261,8 +261,8 @@ def _replayed(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
     """A composite op (a loss, a linear layer) built once per kind of arguments and replayed from a GraphProgram
     after: its graph is a function of its tensors' nodes, known by their op, dtype, shape, device and whether they
     are a plain buffer (what composites branch on), and of its other arguments and the modes that change graphs
-    (no_grad, training, default dtypes). A call that draws random numbers, gives a node a derivative of its own
-    (define_gradient) or returns a view (torch's view semantics) is not replayed: its code runs every time."""
+    (no_grad, training, default dtypes and device). A call that draws random numbers, gives a node a derivative of
+    its own (define_gradient) or returns a view (torch's view semantics) is not replayed: its code runs every time."""
     programs: dict[tuple, GraphProgram] = {}
 
     @functools.wraps(fn)
@@ -280,6 +280,7 @@ def _replayed(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
             TRAINING.value,
             dtypes.default_float,
             dtypes.default_int,
+            Device.DEFAULT,
         )
         try:
             program = programs.get(key)
@@ -287,15 +288,15 @@ def _replayed(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
             return fn(self, *args, **kwargs)
         if program is not None:
             return Tensor(program.run([t.uop for t in tensors])[program.outs[0]])
-        from lazygrad.gradient import _shortcuts
+        from lazygrad.gradient import definitions_made
 
-        rng, derivatives = Tensor._rng_counter, len(_shortcuts)
+        rng, derivatives = Tensor._rng_counter, definitions_made()
         out = fn(self, *args, **kwargs)
         if (
             len(programs) < COMPOSITE_PROGRAMS
             and out._view_of is None
             and Tensor._rng_counter == rng
-            and len(_shortcuts) == derivatives
+            and definitions_made() == derivatives
             and (recorded := GraphProgram.record([t.uop for t in tensors], [out.uop])) is not None
         ):
             programs[key] = recorded[0]
@@ -3204,6 +3205,7 @@ class Tensor(metaclass=_TensorType):
 
     # *** normalization, activation-like composites ***
 
+    @_replayed
     def softmax(self, axis: int = -1) -> Tensor:
         if self.ndim == 0:
             _axes(axis, 0)
@@ -3215,6 +3217,7 @@ class Tensor(metaclass=_TensorType):
         e = m.exp()
         return e / e.sum(axis, keepdim=True)
 
+    @_replayed
     def log_softmax(self, axis: int = -1) -> Tensor:
         if self.ndim == 0:
             _axes(axis, 0)
@@ -3242,6 +3245,7 @@ class Tensor(metaclass=_TensorType):
         # log(sigmoid(x)) = min(x, 0) - log(1 + exp(-|x|)), finite for every finite x
         return self.minimum(0) - (1 + (-self.abs()).exp()).log()
 
+    @_replayed
     def layernorm(self, axis: int | Sequence[int] = -1, eps: float = 1e-5) -> Tensor:
         y = self - self.mean(axis, keepdim=True)
         return y * (y * y).mean(axis, keepdim=True).add(eps).rsqrt()
@@ -3282,6 +3286,7 @@ class Tensor(metaclass=_TensorType):
         classes = Tensor.arange(num_classes, device=self.device).reshape((num_classes,) + (1,) * (self.ndim - d - 1))
         return self == classes
 
+    @_replayed
     def scaled_dot_product_attention(
         self,
         key: Tensor,
@@ -3461,6 +3466,7 @@ class Tensor(metaclass=_TensorType):
         pos = Y * self.logsigmoid() if pos_weight is None else pos_weight * Y * self.logsigmoid()
         return -(pos + (1 - Y) * (-self).logsigmoid())._reduction(reduction)
 
+    @_replayed
     def cross_entropy(self, Y: Tensor, reduction: str = "mean", label_smoothing: float = 0.0) -> Tensor:
         """Logits (N, C, ...) or (C,); Y class indices (N, ...) or probabilities shaped like the logits, as in torch."""
         if not 0.0 <= label_smoothing <= 1.0:
