@@ -7,10 +7,11 @@ broadcasting, dtypes and shapes stay right without repeating that logic here.
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 import weakref
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from lazygrad.dtype import dtypes
 from lazygrad.helpers import argsort
@@ -243,8 +244,9 @@ def _apply_rules(root: UOp, root_grad: Tensor, targets: set[UOp]) -> dict[UOp, T
 
 class _Structure:
     """The graph of root and its seed gradient in a canonical order (the toposort, children first) and as a hashable
-    key that leaves out which buffers it reads: graphs with equal keys have equal gradients, node for node. The key is
-    None where the graph has a node with a derivative of its own (define_gradient): its rule is code, not structure."""
+    key that leaves out which buffers it reads: graphs with equal keys have equal gradients, node for node. A node
+    with a derivative of its own (define_gradient) is keyed with its rule where the rule is structure (see _rule_key);
+    where it is a closure, the key is None (the rules run every time)."""
 
     def __init__(self, root: UOp, seed: UOp, targets: set[UOp], no_grad: bool):
         nodes = list(root.toposort)
@@ -256,16 +258,36 @@ class _Structure:
         parts: list[tuple] = []
         for i, n in enumerate(nodes):
             index[n] = i
-            if shortcuts and weakref.ref(n) in shortcuts:
-                return
             arg = n.arg
             if n.op is Ops.BUFFER:
                 arg = (arg.size, arg.device)  # which buffer it is: a position in the walk, not part of the key
             elif type(arg) is float:
                 arg = repr(arg)  # -0.0 == 0.0, but a gradient through the one is another graph than through the other
-            parts.append((n.op, n.dtype, arg, tuple([index[s] for s in n.src])))
+            part: tuple = (n.op, n.dtype, arg, tuple([index[s] for s in n.src]))
+            if shortcuts and (shortcut := shortcuts.get(weakref.ref(n))) is not None:
+                if (rule := _rule_key(shortcut[1])) is None or shortcut[0] not in index:
+                    return
+                part = (*part, index[shortcut[0]], rule)
+            parts.append(part)
         where = sorted(index[t] for t in targets if t in index)
         self.key = (tuple(parts), index[seed], tuple(where), len(targets) - len(where), no_grad)
+
+
+def _rule_key(rule: Callable) -> tuple | None:
+    """A derivative rule as structure: a module function with fixed arguments (a sliding window's sizes) is one;
+    a closure is code that may hold anything, so None."""
+    if type(rule) is not functools.partial:
+        return None
+    key = (rule.func, _frozen(rule.args), tuple((k, _frozen(v)) for k, v in sorted(rule.keywords.items())))
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+def _frozen(x: Any) -> Any:
+    return tuple(_frozen(v) for v in x) if isinstance(x, (list, tuple)) else x
 
 
 class _GradProgram:

@@ -226,3 +226,24 @@ def test_composite_replay_keys_on_what_changes_the_graph():
     with Tensor.no_grad():
         assert not double(w, 2.0).requires_grad
     assert double(w, 2.0).requires_grad
+
+
+def test_conv_gradient_replays_with_its_window_rule(monkeypatch):
+    """A conv's window has a derivative rule of its own (a function with fixed sizes: structure, so its gradient is
+    replayed and is the rules' graph); a closure rule (asin's) is code, so that graph's rules run every time."""
+    from lazygrad.nn import Conv2d
+
+    x = Tensor(np.random.rand(2, 3, 6, 6).astype(np.float32)).realize()
+    for conv in (Conv2d(3, 4, 3, padding=1), Conv2d(3, 4, 3, padding=1)):  # one structure, other buffers
+        loss = conv(x).relu().sum()
+        targets = {conv.weight.uop, conv.bias.uop}
+        seed = Tensor.ones(loss.shape)
+        got = gradient.compute_gradient(loss.uop, seed, targets)
+        ruled = gradient._apply_rules(loss.uop, seed, targets)
+        assert {t: g.uop for t, g in got.items()} == {t: g.uop for t, g in ruled.items()}
+    rules = _counting(monkeypatch, gradient, "_apply_rules")
+    for _ in range(2):
+        w = Tensor(np.full(4, 0.25, np.float32), requires_grad=True)
+        w.asin().sum().backward()
+        np.testing.assert_allclose(w.grad.numpy(), 1 / np.sqrt(1 - 0.25**2), rtol=1e-6)
+    assert rules[0] == 2
