@@ -1,13 +1,14 @@
 """Dispatch overhead: what a TinyJit replay costs on top of its kernels, against torch eager, numpy and tinygrad.
 
-    python bench/dispatch.py [small_add twenty_kernels big_add train_step]
+    python bench/dispatch.py [small_add twenty_kernels big_add train_step cnn_step]
 
-Four measurements, one table each:
+Five measurements, one table each:
   1. a 16-element add (the kernel is nothing: this is the per-call cost of the framework), through the JIT and eager
      (`(a + b).realize()`: building, scheduling and running a graph seen before);
   2. a function of 20 small kernels against one kernel's call (the CPU graph makes a replay one ctypes call);
   3. a 1M-element add through the JIT and eager against the same compiled C kernel called directly from ctypes;
-  4. an MLP training step (forward, backward, Adam) with and without the JIT.
+  4. an MLP training step (forward, backward, Adam) with and without the JIT;
+  5. the digits CNN's training step without the JIT, against torch eager.
 tinygrad's TinyJit is measured when tinygrad is installed (`pip install tinygrad`, DEV=CPU, needs clang).
 """
 
@@ -213,8 +214,44 @@ def train_step() -> None:
     table(f"MLP 64-128-10 Adam step, batch 128 ({kernels} kernels; target: JIT >= 2x)", results, "lazygrad, no JIT")
 
 
+def cnn_step() -> None:
+    """The digits CNN (lazygrad/examples/digits.py) training step without the JIT, against the same model in torch."""
+    from lazygrad import nn
+    from lazygrad.examples.digits import DigitsCNN, make_step
+    from lazygrad.nn.state import get_parameters
+
+    rng = np.random.default_rng(0)
+    xn, yn = rng.standard_normal((64, 1, 8, 8)).astype(np.float32), rng.integers(0, 10, 64).astype(np.int32)
+    x, y = Tensor(xn).realize(), Tensor(yn).realize()
+    model = DigitsCNN()
+    step = make_step(model, nn.optim.Adam(get_parameters(model), lr=3e-3), jit=False)
+    fns: dict[str, Callable[[], object]] = {"lazygrad, no JIT": lambda: step(x, y)}
+    try:
+        import torch
+
+        torch.set_num_threads(1)
+        tnn = torch.nn
+        tmodel = tnn.Sequential(
+            tnn.Conv2d(1, 16, 3, padding=1), tnn.BatchNorm2d(16), tnn.ReLU(), tnn.Conv2d(16, 32, 3, padding=1),
+            tnn.ReLU(), tnn.MaxPool2d(2), tnn.Flatten(), tnn.Linear(32 * 4 * 4, 10),
+        )  # fmt: skip
+        topt = torch.optim.Adam(tmodel.parameters(), lr=3e-3)
+        tx, ty = torch.from_numpy(xn), torch.from_numpy(yn).long()
+
+        def torch_step() -> None:
+            topt.zero_grad()
+            torch.nn.functional.cross_entropy(tmodel(tx), ty).backward()
+            topt.step()
+
+        fns["torch eager"] = torch_step
+    except ImportError:
+        pass
+    results = bench_pair(fns, reps=5, rounds=5)
+    table("digits CNN Adam step, batch 64, without JIT (target: within 1.5x of torch eager)", results, "torch eager")
+
+
 if __name__ == "__main__":
     # sections by name (`python bench/dispatch.py train_step`), all by default
-    sections = {f.__name__: f for f in (small_add, twenty_kernels, big_add, train_step)}
+    sections = {f.__name__: f for f in (small_add, twenty_kernels, big_add, train_step, cnn_step)}
     for name in sys.argv[1:] or sections:
         sections[name]()
