@@ -7,11 +7,12 @@ broadcasting, dtypes and shapes stay right without repeating that logic here.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import threading
 import weakref
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from lazygrad.dtype import dtypes
 from lazygrad.helpers import argsort
@@ -176,16 +177,26 @@ def define_gradient(node: UOp, source: UOp, rule: Callable[[Tensor], Tensor]) ->
     """Differentiate `node` with respect to `source` by `rule`. For a sliding window (conv, pooling) the chain
     rule through its repeat/reshape/shrink ops gives a reduce over every repeated copy with div/mod index math; the
     rule gives the same sum as a few shifted pads of the window gradient."""
-    global _definitions
     _shortcuts[node] = (source, rule)
-    _definitions += 1
+    for made in getattr(_recorders, "stack", ()):
+        made.append((node, source, rule))
 
 
-_definitions = 0  # define_gradient calls so far: a composite that makes one is not replayed (see tensor._replayed)
+_recorders = threading.local()  # this thread's open recording_definitions blocks
 
 
-def definitions_made() -> int:
-    return _definitions
+@contextlib.contextmanager
+def recording_definitions() -> Iterator[list[tuple[UOp, UOp, Callable[[Tensor], Tensor]]]]:
+    """Every define_gradient call this thread makes inside the block (a composite replayed from a program makes
+    them again over its new nodes)."""
+    if not hasattr(_recorders, "stack"):
+        _recorders.stack = []
+    made: list[tuple[UOp, UOp, Callable[[Tensor], Tensor]]] = []
+    _recorders.stack.append(made)
+    try:
+        yield made
+    finally:
+        _recorders.stack.pop()
 
 
 def compute_gradient(root: UOp, root_grad: Tensor, targets: set[UOp]) -> dict[UOp, Tensor]:
@@ -245,7 +256,7 @@ def _apply_rules(root: UOp, root_grad: Tensor, targets: set[UOp]) -> dict[UOp, T
 class _Structure:
     """The graph of root and its seed gradient in a canonical order (the toposort, children first) and as a hashable
     key that leaves out which buffers it reads: graphs with equal keys have equal gradients, node for node. A node
-    with a derivative of its own (define_gradient) is keyed with its rule where the rule is structure (see _rule_key);
+    with a derivative of its own (define_gradient) is keyed with its rule where the rule is structure (see rule_key);
     where it is a closure, the key is None (the rules run every time)."""
 
     def __init__(self, root: UOp, seed: UOp, targets: set[UOp], no_grad: bool):
@@ -265,7 +276,7 @@ class _Structure:
                 arg = repr(arg)  # -0.0 == 0.0, but a gradient through the one is another graph than through the other
             part: tuple = (n.op, n.dtype, arg, tuple([index[s] for s in n.src]))
             if shortcuts and (shortcut := shortcuts.get(weakref.ref(n))) is not None:
-                if (rule := _rule_key(shortcut[1])) is None or shortcut[0] not in index:
+                if (rule := rule_key(shortcut[1])) is None or shortcut[0] not in index:
                     return
                 part = (*part, index[shortcut[0]], rule)
             parts.append(part)
@@ -273,7 +284,7 @@ class _Structure:
         self.key = (tuple(parts), index[seed], tuple(where), len(targets) - len(where), no_grad)
 
 
-def _rule_key(rule: Callable) -> tuple | None:
+def rule_key(rule: Callable) -> tuple | None:
     """A derivative rule as structure: a module function with fixed arguments (a sliding window's sizes) is one;
     a closure is code that may hold anything, so None."""
     if type(rule) is not functools.partial:

@@ -258,15 +258,20 @@ COMPOSITE_PROGRAMS = 32
 
 
 def _replayed(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
-    """A composite op (a loss, a linear layer) built once per kind of arguments and replayed from a GraphProgram
-    after: its graph is a function of its tensors' nodes, known by their op, dtype, shape, device and whether they
-    are a plain buffer (what composites branch on), and of its other arguments and the modes that change graphs
-    (no_grad, training, default dtypes and device). A call that draws random numbers, gives a node a derivative of
-    its own (define_gradient) or returns a view (torch's view semantics) is not replayed: its code runs every time."""
-    programs: dict[tuple, GraphProgram] = {}
+    """A composite op (a loss, a linear layer, a conv) built once per kind of arguments and replayed from a
+    GraphProgram after: its graph is a function of its tensors' nodes, known by their op, dtype, shape, device and
+    whether they are a plain buffer (what composites branch on), and of its other arguments and the modes that change
+    graphs (no_grad, training, default dtypes and device). The derivative rules it gives nodes (define_gradient: a
+    conv's window) are given again to the replayed nodes. A call that draws random numbers, gives a node a rule that
+    is a closure (code, not structure) or returns a view of an argument (torch's view semantics: a write into it
+    writes into the argument) is not replayed: its code runs every time. (A view of a tensor the composite made
+    itself is replayed as a tensor of its own: nothing else can see that tensor's memory.)"""
+    programs: dict[tuple, tuple[GraphProgram, list[tuple[int, int, Callable]]]] = {}
 
     @functools.wraps(fn)
     def composite(self: Tensor, *args: Any, **kwargs: Any) -> Tensor:
+        from lazygrad.gradient import define_gradient, recording_definitions, rule_key
+
         tensors = [
             self,
             *(a for a in args if isinstance(a, Tensor)),
@@ -283,23 +288,30 @@ def _replayed(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
             Device.DEFAULT,
         )
         try:
-            program = programs.get(key)
+            found = programs.get(key)
         except TypeError:  # an argument that is not hashable (a list): no key
             return fn(self, *args, **kwargs)
-        if program is not None:
-            return Tensor(program.run([t.uop for t in tensors])[program.outs[0]])
-        from lazygrad.gradient import definitions_made
-
-        rng, derivatives = Tensor._rng_counter, definitions_made()
-        out = fn(self, *args, **kwargs)
+        if found is not None:
+            program, rules = found
+            vals = program.run([t.uop for t in tensors])
+            for node, source, rule in rules:
+                define_gradient(vals[node], vals[source], rule)
+            return Tensor(vals[program.outs[0]])
+        rng = Tensor._rng_counter
+        with recording_definitions() as made:
+            out = fn(self, *args, **kwargs)
         if (
-            len(programs) < COMPOSITE_PROGRAMS
-            and out._view_of is None
-            and Tensor._rng_counter == rng
-            and definitions_made() == derivatives
-            and (recorded := GraphProgram.record([t.uop for t in tensors], [out.uop])) is not None
+            len(programs) >= COMPOSITE_PROGRAMS
+            or not isinstance(out, Tensor)
+            or (out._view_of is not None and any(out._view_of[0] is t for t in tensors))
+            or Tensor._rng_counter != rng
+            or any(rule_key(rule) is None for _, _, rule in made)
+            or (recorded := GraphProgram.record([t.uop for t in tensors], [out.uop])) is None
         ):
-            programs[key] = recorded[0]
+            return out
+        program, at = recorded
+        if all(node in at and source in at for node, source, _ in made):
+            programs[key] = (program, [(at[node], at[source], rule) for node, source, rule in made])
         return out
 
     return composite
@@ -3035,6 +3047,7 @@ class Tensor(metaclass=_TensorType):
     def _spatial_pad(self, pads: Sequence[tuple[int, int]], value: float = 0.0) -> Tensor:
         return self.pad([None] * (self.ndim - len(pads)) + list(pads), value=value)
 
+    @_replayed
     def conv2d(
         self,
         weight: Tensor,
@@ -3163,6 +3176,7 @@ class Tensor(metaclass=_TensorType):
             pads = self._ceil_pads(pads, k_, s_, d_)
         return k_, s_, d_, reg, pads
 
+    @_replayed
     def max_pool2d(
         self,
         kernel_size: int | Sequence[int] = (2, 2),
@@ -3180,6 +3194,7 @@ class Tensor(metaclass=_TensorType):
         windows = self._spatial_pad(pads, value=fill)._pool(k_, s_, d_)
         return windows.max(tuple(range(-len(k_), 0)))
 
+    @_replayed
     def avg_pool2d(
         self,
         kernel_size: int | Sequence[int] = (2, 2),

@@ -247,3 +247,31 @@ def test_conv_gradient_replays_with_its_window_rule(monkeypatch):
         w.asin().sum().backward()
         np.testing.assert_allclose(w.grad.numpy(), 1 / np.sqrt(1 - 0.25**2), rtol=1e-6)
     assert rules[0] == 2
+
+
+def test_replayed_conv_gives_its_window_rule_again(monkeypatch):
+    """A conv replayed from its program gives the new window node the derivative rule the code gives it: gradients
+    match torch's, and a replay builds the nodes the code builds."""
+    import torch
+
+    from lazygrad.nn import Conv2d
+
+    pads = _counting(monkeypatch, Tensor, "_spatial_pad")
+    first = 0
+    for seed in range(3):
+        rng = np.random.default_rng(seed)
+        xn = rng.standard_normal((2, 3, 6, 6)).astype(np.float32)
+        conv = Conv2d(3, 4, 3, padding=1)
+        x = Tensor(xn, requires_grad=True)
+        out = conv(x)
+        code = Tensor.conv2d.__wrapped__(x, conv.weight, conv.bias, stride=1, padding=1, dilation=1, groups=1)
+        assert out.uop is code.uop
+        out.max_pool2d(2).relu().sum().backward()
+        tx = torch.tensor(xn, requires_grad=True)
+        tw = torch.tensor(conv.weight.numpy(), requires_grad=True)
+        tb = torch.tensor(conv.bias.numpy(), requires_grad=True)
+        torch.nn.functional.max_pool2d(torch.nn.functional.conv2d(tx, tw, tb, padding=1), 2).relu().sum().backward()
+        for t, r in ((x, tx), (conv.weight, tw), (conv.bias, tb)):
+            np.testing.assert_allclose(t.grad.numpy(), r.grad.numpy(), rtol=1e-4, atol=1e-5)
+        first = first or pads[0]
+    assert pads[0] == first + 2  # after the first step only the undecorated code pads: conv and pool are replays
