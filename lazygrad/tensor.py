@@ -2899,6 +2899,7 @@ class Tensor(metaclass=_TensorType):
     def std(self, axis: int | Sequence[int] | None = None, keepdim: bool = False, correction: int = 1) -> Tensor:
         return _root(self.var(axis, keepdim, correction), 2)
 
+    @_replayed
     def _arg_extreme(self, axis: int | None, keepdim: bool, largest: bool) -> Tensor:
         x = (
             self
