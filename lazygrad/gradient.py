@@ -265,6 +265,8 @@ class _Structure:
         nodes += [n for n in seed.toposort if n not in index]
         self.nodes = nodes
         self.key: tuple | None = None
+        if len(nodes) > GRAD_PROGRAM_NODES:
+            return
         shortcuts = _shortcuts.data
         parts: list[tuple] = []
         for i, n in enumerate(nodes):
@@ -333,4 +335,7 @@ class _GradProgram:
 
 _programs: dict[tuple, _GradProgram] = {}
 GRAD_PROGRAMS = 64  # programs kept (a graph whose shapes change every call would otherwise grow it forever)
+# larger graphs are differentiated by the rules every time: a key and a program are as large as the graph, and a
+# graph that deep is rarely one step of a loop (100,000 chained ops: a key of 100,000 parts kept per program)
+GRAD_PROGRAM_NODES = 20_000
 _programs_lock = threading.Lock()
