@@ -189,7 +189,11 @@ def _reaches_grad(root: UOp) -> bool:
         n = stack.pop()
         if n in seen or _blocks(n):
             continue
-        if n in leaves or n in _lazy_origin or _realized.get(n) in leaves:
+        if n in leaves or _realized.get(n) in leaves:
+            return True
+        # a realized tensor's node (a buffer, views of one, or the parts of a sharded one) is all _lazy_origin holds:
+        # the weak-keyed lookup is asked of those only
+        if (n.op is Ops.BUFFER or n.op is Ops.MULTI or n.op in GroupOp.Movement) and n in _lazy_origin:
             return True
         seen.add(n)
         stack.extend(n.src)
