@@ -111,11 +111,11 @@ def matmul_row(n: int, dt: DType) -> list[str]:
 
 
 def tc_opts(
-    ast: object, renderer: object, up: tuple[int, int], local: tuple[int, int], unroll: int, stage: bool = True
+    ast: object, renderer: object, up: tuple[int, int], local: tuple[int, int], unroll: int, stage: int | None = 0
 ) -> list | None:
     """The opts of a tensor-core matmul kernel: TC, then per operand ("a", "b") an upcast and a local factor of its
-    outer axis, then an unroll of the reduce, then (`stage`) both inputs staged in shared memory; None where one
-    does not fit."""
+    outer axis, then an unroll of the reduce, then both inputs staged in shared memory with STAGE amount `stage`
+    (None: not staged); None where one does not fit."""
     from lazygrad.codegen.kernel import AxisType, Kernel, KernelOptError, Opt, OptOps
 
     k = Kernel(ast, renderer)  # type: ignore[arg-type]
@@ -131,12 +131,14 @@ def tc_opts(
                     k.apply_opt(Opt(op, k.axes_of(AxisType.GLOBAL).index(axis), amount))
         if unroll > 1:
             k.apply_opt(Opt(OptOps.UNROLL, 0, unroll))
-        if stage:
-            for i in range(len(k.stage_candidates)):
-                k.apply_opt(Opt(OptOps.STAGE, i, 0))
+        for i in range(len(k.stage_candidates) if stage is not None else 0):
+            k.apply_opt(Opt(OptOps.STAGE, i, stage))
     except KernelOptError:
         return None
     return list(k.applied_opts)
+
+
+STAGE_MODES = {None: "", 0: " staged"}
 
 
 def _sweep(n: int, dt: DType, candidates: list[tuple[str, Callable[[object, object], list | None]]], budget_s: float):
@@ -178,52 +180,56 @@ def _sweep(n: int, dt: DType, candidates: list[tuple[str, Callable[[object, obje
 
 
 def tc_sweep(n: int, dt: DType, budget_s: float = 90.0) -> None:
-    """SWEEP=1: the fp16/bf16 tensor-core matmul under workgroup shapes around the default, with and without the
-    inputs staged in shared memory, fastest first."""
+    """SWEEP=1: the fp16/bf16 tensor-core matmul under workgroup shapes around the default, staged in shared memory
+    or not, fastest first."""
     import itertools
 
-    shapes = itertools.product([(4, 8), (2, 8), (4, 4), (2, 16), (8, 4)], [(2, 2), (4, 2), (2, 4), (4, 1)], [2, 4])
+    shapes = [((4, 8), (2, 2), 4), ((4, 8), (4, 1), 4), ((8, 4), (2, 2), 4), ((4, 8), (2, 4), 4)]
+    shapes += [((2, 16), (4, 1), 4), ((4, 8), (2, 2), 2), ((4, 4), (2, 4), 4)]
     candidates = []
-    for (up, local, unroll), stage in itertools.product(shapes, (True, False)):
-        name = f"up {up} local {local} unroll {unroll}{' staged' if stage else ''}"
+    for (up, local, unroll), stage in itertools.product(shapes, (0, None)):
+        name = f"up {up} local {local} unroll {unroll}{STAGE_MODES[stage]}"
         candidates.append((name, functools.partial(tc_opts, up=up, local=local, unroll=unroll, stage=stage)))
     _sweep(n, dt, candidates, budget_s)
 
 
 def float_sweep(n: int, budget_s: float = 60.0) -> None:
-    """SWEEP=1: the float32 matmul under the default opts and register tiles around them, each with and without
-    its inputs staged in shared memory, fastest first."""
+    """SWEEP=1: the float32 matmul under the default opts and register tiles around them, staged in shared memory
+    or not, fastest first."""
     import itertools
 
     from lazygrad.codegen.kernel import Kernel, KernelOptError, Opt, OptOps
     from lazygrad.codegen.workgroups import default_optimizations
 
-    def make(ast: object, renderer: object, opts: list | None, stage: bool) -> list | None:
+    def make(ast: object, renderer: object, opts: list, stage: int | None) -> list | None:
         k = Kernel(ast, renderer)  # type: ignore[arg-type]
         k.merge_axes()
         try:
-            if opts is None:
-                default_optimizations(k)
-            else:
-                k.apply_opts(opts)
-            if stage:
-                for i in range(len(k.stage_candidates)):
-                    k.apply_opt(Opt(OptOps.STAGE, i, 0))
+            k.apply_opts([o for o in opts if o.op is not OptOps.STAGE])
+            for i in range(len(k.stage_candidates) if stage is not None else 0):
+                k.apply_opt(Opt(OptOps.STAGE, i, stage))
         except KernelOptError:
             return None
         return list(k.applied_opts)
 
+    rng = np.random.default_rng(1)
+    a = Tensor(rng.standard_normal((n, n), dtype=np.float32), device=DEVICE)
+    k = Kernel([s for s in (a @ a).schedule() if s.ast.op.name == "SINK"][-1].ast, Device[DEVICE].renderer)
+    k.merge_axes()
     U, L, R = OptOps.UPCAST, OptOps.LOCAL, OptOps.UNROLL
-    shapes: list[tuple[str, list | None]] = [("default", None)]
-    for (un, um), (ln, lm), r in itertools.product(
-        [(8, 4), (4, 4), (8, 8), (4, 8)], [(32, 4), (16, 8), (16, 16)], [4, 8]
-    ):
+    shapes: list[tuple[str, list]] = [("default", list(default_optimizations(k).applied_opts))]
+    for (un, um), (ln, lm), r in [
+        ((8, 8), (16, 8), 8),
+        ((8, 8), (32, 4), 8),
+        ((8, 8), (16, 8), 16),
+        ((4, 8), (32, 4), 8),
+    ]:
         # locals first: neighbouring threads take neighbouring columns (coalesced, no bank conflicts)
         opts = [Opt(L, 1, ln), Opt(L, 0, lm), Opt(U, 1, un), Opt(U, 0, um), Opt(R, 0, r)]
         shapes.append((f"local ({ln}, {lm}) up ({un}, {um}) unroll {r}", opts))
     candidates = []
-    for (name, opts), stage in itertools.product(shapes, (True, False)):
-        candidates.append((name + (" staged" if stage else ""), functools.partial(make, opts=opts, stage=stage)))
+    for (name, opts), stage in itertools.product(shapes, (0, None)):
+        candidates.append((name + STAGE_MODES[stage], functools.partial(make, opts=opts, stage=stage)))
     _sweep(n, dtypes.float32, candidates, budget_s)
 
 

@@ -372,7 +372,9 @@ class Kernel:
     def _stage(self, opt: Opt) -> None:
         """STAGE: each step of the reduce loop, the workgroup copies the tile of input `axis` it reads (every
         LOCAL, UPCAST, UNROLL and TC position) from global to shared memory together, in wide coalesced loads, and
-        each thread then reads its values from there. Whether the tile fits shared memory is found when lowering."""
+        each thread then reads its values from there. (Loading the next step's tile into registers during this
+        step, the copy at the next step's top only storing them, measured no gain on an H200 at 4096^3: 244 against
+        250 TFLOPS in half, 29.9 against 30.6 in float32; it is not done.)"""
         check(self.renderer.has_shared and self.renderer.has_local, "renderer has no shared memory")
         check(0 <= opt.axis < len(self.stage_candidates), f"{opt}: no such input of the reduce")
         check(opt.amount == 0, f"{opt}: amount must be 0")
