@@ -399,18 +399,24 @@ class Kernel:
             for a, (s, t) in enumerate(zip(self.full_shape, self.axis_types))
         ]
         idx0, valid0 = (simplify(x) for x in st.to_index(at))
-        strides = {}
+        strides: dict[int, int | None] = {}  # None: the address is not affine in the axis
         for a in axes:
             step = simplify(st.to_index(at[:a] + [UOp.const(dtypes.int32, 1)] + at[a + 1 :])[0] - idx0)
-            strides[a] = step.arg if step.op is Ops.CONST else 2**62
-        order = tuple(sorted(axes, key=lambda a: -strides[a]))  # stable: equal strides keep the kernel's order
+            strides[a] = step.arg if step.op is Ops.CONST else None
+        order = tuple(sorted(axes, key=lambda a: -(strides[a] or 2**62)))  # stable: equal strides keep kernel order
         run, n_run = 1, 0
         for a in reversed(order):
             if strides[a] != run:
                 break
             run, n_run = run * self.full_shape[a], n_run + 1
-        width = self.renderer.wide_load(load.dtype) if valid0.op is Ops.CONST and n_run else 1
-        while width > 1 and (run % width or not _is_zero(simplify(idx0 % width))):
+        affine = valid0.op is Ops.CONST and all(strides[a] is not None for a in order)
+        width = self.renderer.wide_load(load.dtype) if affine and n_run else 1
+
+        def aligned(w: int) -> bool:  # every wide load starts at a multiple of w: the run, each step along the rest
+            outer = [strides[a] for a in order[: len(order) - n_run]]
+            return run % w == 0 and all(s % w == 0 for s in outer) and _is_zero(simplify(idx0 % w))  # type: ignore[operator]
+
+        while width > 1 and not aligned(width):
             width //= 2
         pitch, size = {}, 1
         for j, a in enumerate(reversed(order)):

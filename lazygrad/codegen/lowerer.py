@@ -657,12 +657,10 @@ def _paired_loads(vals: list[UOp]) -> tuple[UOp, ...]:
         if x.op is not Ops.LOAD or y.op is not Ops.LOAD or len(x.src) != 1 or len(y.src) != 1:
             continue
         (ix,), (iy,) = x.src, y.src
-        if ix.src[0] is not iy.src[0]:
+        step, parity = simplify(iy.src[1] - ix.src[1]), simplify(ix.src[1] % 2)
+        if ix.src[0] is not iy.src[0] or step.op is not Ops.CONST or step.arg != 1:
             continue
-        step = simplify(iy.src[1] - ix.src[1])
-        if step.op is not Ops.CONST or step.arg != 1 or simplify(ix.src[1] % 2).op is not Ops.CONST:
-            continue
-        if simplify(ix.src[1] % 2).arg != 0:
+        if parity.op is not Ops.CONST or parity.arg != 0:
             continue
         pair = UOp(Ops.LOAD, x.dtype.vec(2), (ix,))
         out[i], out[i + 1] = UOp(Ops.GEP, x.dtype, (pair,), 0), UOp(Ops.GEP, x.dtype, (pair,), 1)

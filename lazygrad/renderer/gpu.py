@@ -397,7 +397,8 @@ class CUDARenderer(GPUDialect):
         return f"{'blockIdx' if kind == 'g' else 'threadIdx'}.{'xyz'[dim]}"
 
     def render_local(self, name: str, dt: DType, size: int) -> str:
-        return f"__shared__ {self.render_dtype(dt, storage=True)} {name}[{size}]"
+        # 16-byte aligned: a staged tile (STAGE) is stored and read in uint4 / float4 (a 2-byte type alone is 2)
+        return f"__shared__ {self.render_dtype(dt, storage=True)} {name}[{size}] __attribute__((aligned(16)))"
 
     def render_barrier(self) -> str:
         return "__syncthreads()"

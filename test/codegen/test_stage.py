@@ -56,6 +56,8 @@ CASES = {
         False,
         [Opt(L, 0, 3), Opt(L, 1, 4), Opt(R, 0, 4), Opt(S, 0, 0), Opt(S, 1, 0)],
     ),
+    # rows 98 floats apart: copied 2 floats per load (8-byte aligned), not 4
+    "odd_rows": ([(16, 98), (98, 32)], False, [Opt(L, 0, 4), Opt(L, 1, 4), Opt(R, 0, 2), Opt(S, 0, 0), Opt(S, 1, 0)]),
     "x_wT": ([(16, 48), (32, 48)], True, [Opt(L, 0, 4), Opt(L, 1, 8), Opt(R, 0, 4), Opt(S, 0, 0), Opt(S, 1, 0)]),
 }
 
@@ -116,6 +118,19 @@ def test_cpu_has_no_stage():
     k = Kernel(si.ast, Device["CPU"].renderer)
     with pytest.raises(KernelOptError, match="no shared memory"):
         k.apply_opt(Opt(S, 0, 0))
+
+
+@pytest.mark.parametrize("pitch, width", [(100, 4), (102, 2), (101, 1)])
+def test_wide_loads_only_where_every_load_is_aligned(pitch, width):
+    """A's rows (100 floats of a wider array) lie `pitch` floats apart: a 16-byte load (4 floats) is aligned in
+    every row only where 4 divides the pitch, an 8-byte one where 2 does."""
+    (a, ta), (b, tb) = rand("PYTHON", 32, pitch, seed=7), rand("PYTHON", 100, 32, seed=8)
+    opts = [Opt(L, 0, 4), Opt(L, 1, 4), Opt(R, 0, 4), Opt(S, 0, 0), Opt(S, 1, 0)]
+    kern = _kernel(ta[:, :100] @ tb)
+    kern.apply_opts(opts)
+    assert min(kern.stage_layout(i).width for i in kern.staged) == width
+    got, _ = run(ta[:, :100] @ tb, opts)
+    np.testing.assert_allclose(got, a[:, :100] @ b, rtol=1e-4, atol=1e-4)
 
 
 def _words(k: Kernel, i: int, operand: str, entry: int) -> list[int]:

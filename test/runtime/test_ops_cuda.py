@@ -252,6 +252,22 @@ def test_tensor_core_matmul_on_gpu(gpu: str, dtype, shapes) -> None:  # noqa: AN
     np.testing.assert_allclose(got, a_np @ b_np, atol=0.1, rtol=2e-2)
 
 
+@pytest.mark.parametrize("transposed", [False, True], ids=["a_b", "x_wT"])
+def test_staged_float_matmul_on_gpu(gpu: str, transposed: bool) -> None:
+    """Big enough for the default staged 64 x 128 tiles (2M outputs), with a bias and relu after it."""
+    rng = np.random.default_rng(2)
+    a_np, b_np, c_np = (rng.standard_normal(s).astype(np.float32) for s in ((2048, 256), (1024, 256), (1024,)))
+    a, b, c = _on(gpu, a_np, b_np, c_np)
+
+    def out() -> Tensor:
+        return (a @ (b.T if transposed else b.reshape(256, 1024)) + c).relu()
+
+    (si,) = [s for s in out().schedule() if s.ast.op is Ops.SINK]
+    assert "__syncthreads" in get_program(si.ast, Device[gpu].renderer).src
+    expected = np.maximum(a_np @ (b_np.T if transposed else b_np.reshape(256, 1024)) + c_np, 0)
+    np.testing.assert_allclose(out().numpy(), expected, rtol=1e-4, atol=1e-3)
+
+
 def test_beam_search_on_gpu(gpu: str) -> None:
     from lazygrad import Context
 
