@@ -349,11 +349,16 @@ def _load(ctx: RenderCtx, u: UOp) -> str:
     return ctx.declare(u, "val", val)
 
 
+def store_statement(ctx: RenderCtx, u: UOp, value: str) -> str:
+    """STORE `u`'s statement, `value` already in storage form; gated where the store has a gate."""
+    gate = f"if ({ctx.names[u.src[2]]}) " if len(u.src) > 2 else ""
+    ctx.line(f"{gate}{ctx.r.render_store(ctx.names[u.src[0]], value, u)};")
+    return ""
+
+
 def _store(ctx: RenderCtx, u: UOp) -> str:
     dt = u.src[0].src[0].dtype.base  # type: ignore[attr-defined]
-    gate = f"if ({ctx.names[u.src[2]]}) " if len(u.src) > 2 else ""
-    ctx.line(f"{gate}{ctx.r.render_store(ctx.names[u.src[0]], ctx.r.render_store_value(dt, ctx.names[u.src[1]]), u)};")
-    return ""
+    return store_statement(ctx, u, ctx.r.render_store_value(dt, ctx.names[u.src[1]]))
 
 
 def _statement(text: Callable[[RenderCtx, UOp], str]) -> Callable[[RenderCtx, UOp], str]:
@@ -377,12 +382,13 @@ def thread_id(spelling: Callable[[str, int], str]) -> Callable[[RenderCtx, UOp],
     return rule
 
 
-def local_buffer(qualifier: str, storage: bool = True) -> Callable[[RenderCtx, UOp], str]:
-    """A dialect's DEFINE_LOCAL rule: an array in the workgroup's shared memory, declared with `qualifier`."""
+def local_buffer(qualifier: str, storage: bool = True, suffix: str = "") -> Callable[[RenderCtx, UOp], str]:
+    """A dialect's DEFINE_LOCAL rule: an array in the workgroup's shared memory, declared with `qualifier` (and
+    `suffix` after the array, an attribute)."""
 
     def rule(ctx: RenderCtx, u: UOp) -> str:
         ptr = u.dtype
-        ctx.line(f"{qualifier}{ctx.r.render_dtype(ptr.base, storage=storage)} {u.arg}[{ptr.size}];")  # type: ignore[attr-defined]
+        ctx.line(f"{qualifier}{ctx.r.render_dtype(ptr.base, storage=storage)} {u.arg}[{ptr.size}]{suffix};")  # type: ignore[attr-defined]
         return u.arg
 
     return rule

@@ -19,9 +19,11 @@ from lazygrad.renderer.cstyle import (
     IPOW_HELPER,
     AluCtx,
     CStyleLanguage,
+    RenderCtx,
     _safe_divisor,
     gep,
     local_buffer,
+    store_statement,
     thread_id,
 )
 from lazygrad.renderer.tensor_cores import CUDA_TENSOR_CORES, TensorCore
@@ -287,6 +289,35 @@ class OpenCLRenderer(GPUDialect):
         return f"{ext}{attr}{self.kernel_prefix}{name}({', '.join(params)}) {{\n{body}\n}}\n"
 
 
+_PACKED = (dtypes.float16, dtypes.bfloat16)  # CUDA holds a vector of these packed, two to a 32-bit register
+
+
+def _cuda_packed_vectorize(ctx: RenderCtx, u: UOp) -> str | None:
+    """Packed 16-bit floats from loads take the bits as stored: the two lanes of a 2-wide load are its register, two
+    scalar loads are joined by shifts, instead of converting to float and back (None: render_vectorize packs)."""
+    if u.dtype.scalar not in _PACKED:
+        return None
+    words = []
+    for lo, hi in zip(u.src[::2], u.src[1::2]):
+        pair = lo.src[0] if lo.op is Ops.GEP else None
+        if pair is not None and hi.op is Ops.GEP and hi.src[0] is pair and (lo.arg, hi.arg) == (0, 1):
+            words.append(ctx.names[pair])
+        elif all(x.op is Ops.LOAD and len(x.src) == 1 and x.dtype.count == 1 for x in (lo, hi)):
+            words.append(f"((unsigned int){ctx.names[lo.src[0]]}|((unsigned int){ctx.names[hi.src[0]]}<<16))")
+        else:
+            return None
+    return ctx.expr(u, words[0] if len(words) == 1 else f"make_{ctx.r.render_dtype(u.dtype)}({','.join(words)})")
+
+
+def _cuda_packed_gep(ctx: RenderCtx, u: UOp) -> str | None:
+    """A lane of a packed register of two 16-bit floats, as a float."""
+    src = u.src[0].dtype
+    if src.count != 2 or src.scalar not in _PACKED:
+        return None
+    kind = "half" if src.scalar == dtypes.float16 else "bf16"
+    return ctx.expr(u, f"lg_{kind}_to_f((unsigned short)({ctx.names[u.src[0]]}>>{16 * u.arg}))")
+
+
 class CUDARenderer(GPUDialect):
     render_rules = (
         PatternMatcher(
@@ -295,8 +326,16 @@ class CUDARenderer(GPUDialect):
                     UPat(Ops.SPECIAL, name="u"),
                     thread_id(lambda kind, dim: f"{'blockIdx' if kind == 'g' else 'threadIdx'}.{'xyz'[dim]}"),
                 ),
-                (UPat(Ops.DEFINE_LOCAL, name="u"), local_buffer("__shared__ ")),
+                # 16-byte aligned: a staged tile (STAGE) is stored and read in uint4 / float4 (a 2-byte type alone is 2)
+                (UPat(Ops.DEFINE_LOCAL, name="u"), local_buffer("__shared__ ", suffix=" __attribute__((aligned(16)))")),
                 (UPat(Ops.BARRIER), lambda ctx: ctx.line("__syncthreads();") or ""),
+                # vectors are only ever loaded and stored whole (STAGE, a tensor core's pair), as their bits
+                (
+                    UPat(Ops.STORE, name="u"),
+                    lambda ctx, u: store_statement(ctx, u, ctx.names[u.src[1]]) if u.src[1].dtype.count > 1 else None,
+                ),
+                (UPat(Ops.VECTORIZE, name="u"), _cuda_packed_vectorize),
+                (UPat(Ops.GEP, name="u"), _cuda_packed_gep),
                 (UPat(Ops.GEP, name="u"), gep(lambda v, i: f"{v}.{'xyzw'[i]}")),
                 (UPat(Ops.WMMA, name="u"), lambda ctx, u: ctx.expr(u, f"lg_{u.arg}({', '.join(ctx.srcs(u))})")),
             ]
@@ -345,18 +384,29 @@ class CUDARenderer(GPUDialect):
 
     # sm_80 and later; a device with an older GPU passes tensor_cores=()
     tensor_cores: tuple[TensorCore, ...] = CUDA_TENSOR_CORES
+    wide_load_bytes = 16  # ld.global.v4 / st.shared.v4: a uint4 or float4 per thread when copying a tile
 
     # *** tensor cores: fragments of 16-bit floats travel packed two to a 32-bit register ***
 
     def render_dtype(self, dt: DType, storage: bool = False) -> str:
         if dt.count > 1 and dt.scalar in (dtypes.float16, dtypes.bfloat16):
-            return f"uint{dt.count // 2}"
+            return "unsigned int" if dt.count == 2 else f"uint{dt.count // 2}"
         return super().render_dtype(dt, storage)
+
+    def render_load(self, u: UOp, addr: str) -> str:
+        if u.dtype.count > 1:  # a wide load (STAGE, a tensor core's pair): the bits as stored
+            return f"*((const {self.render_dtype(u.dtype)}*)&{addr})"
+        return super().render_load(u, addr)
+
+    def render_store_target(self, addr: str, dt: DType) -> str:
+        return f"*(({self.render_dtype(dt)}*)&{addr})" if dt.count > 1 else addr
 
     def render_vectorize(self, dt: DType, items: list[str]) -> str:
         if dt.scalar in (dtypes.float16, dtypes.bfloat16):  # computed in float here: converted while packing
             kind = "f16" if dt.scalar == dtypes.float16 else "bf16"
             items = [f"lg_pack_{kind}x2({items[i]},{items[i + 1]})" for i in range(0, len(items), 2)]
+            if dt.count == 2:
+                return items[0]
         return f"make_{self.render_dtype(dt)}({','.join(items)})"
 
     @staticmethod

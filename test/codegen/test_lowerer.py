@@ -114,3 +114,28 @@ def test_vector_rules() -> None:
     bcast = lw.ast.src[0].src[2]
     got = LOWER_VEC_OP.translate(bcast, At(lw, ()))
     assert got.op is Ops.VECTORIZE and len(set(got.src)) == 1
+
+
+def test_a_staged_load_reads_its_tile_in_shared_memory() -> None:
+    """STAGE: once lower_reduces has set up the tiles, a staged load reads shared memory, and its lanes stay scalar
+    reads (a tile's rows are padded: a vector read may not be aligned) where the global load was one vector load."""
+    from lazygrad import Tensor
+    from lazygrad.renderer.gpu import OpenCLRenderer
+
+    (si,) = [s for s in (Tensor.empty(32, 64) @ Tensor.empty(64, 32)).schedule() if s.ast.op is Ops.SINK]
+    opts = [Opt(OptOps.LOCAL, 0, 4), Opt(OptOps.LOCAL, 1, 4), Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.UNROLL, 0, 4)]
+    got = {}
+    for staged in (False, True):
+        k = Kernel(si.ast, OpenCLRenderer())
+        k.apply_opts(opts + ([Opt(OptOps.STAGE, 0, 0), Opt(OptOps.STAGE, 1, 0)] if staged else []))
+        lw = Lowerer(k)
+        lw.lower_reduces()
+        combo = (0,) * (len(lw.expanded_axes) - 1)
+        # the input read along the vector axis (the unrolled reduce axis, last) contiguously
+        b = next(u for u in lw.ast.toposort if u.op is Ops.LOAD and u.src[1].arg.views[-1].strides[-1] == 1)
+        got[staged] = LOWER_OP.translate(b, At(lw, combo + (0,))), LOWER_VEC_OP.translate(b, At(lw, combo, True))
+    assert got[False][0].src[0].src[0].op is Ops.DEFINE_GLOBAL and got[False][1].op is Ops.LOAD
+    scalar, vec = got[True]
+    assert scalar.op is Ops.LOAD and scalar.src[0].src[0].op is Ops.AFTER
+    assert scalar.src[0].src[0].src[0].op is Ops.DEFINE_LOCAL
+    assert vec.op is Ops.VECTORIZE and vec.dtype == F32.vec(4)

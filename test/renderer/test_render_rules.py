@@ -62,7 +62,13 @@ def test_a_value_used_twice_gets_a_variable() -> None:
     "renderer, thread, local, barrier, lane",
     [
         (OpenCLRenderer(), "get_group_id(0)", "__local float temp0[16];", "barrier(CLK_LOCAL_MEM_FENCE);", "v.s1"),
-        (CUDARenderer(), "blockIdx.x", "__shared__ float temp0[16];", "__syncthreads();", "v.y"),
+        (
+            CUDARenderer(),
+            "blockIdx.x",
+            "__shared__ float temp0[16] __attribute__((aligned(16)));",  # a staged tile is read 16 bytes at a time
+            "__syncthreads();",
+            "v.y",
+        ),
         (
             MetalRenderer(),
             "gid.x",
@@ -92,3 +98,25 @@ def test_c_has_no_thread_ids_barriers_or_tensor_cores() -> None:
         assert renderer.render_rules.translate(u, RenderCtx(renderer, [u])) is None
         with pytest.raises(NotImplementedError, match=f"cannot render {u.op}"):
             renderer.render("k", [u])
+
+
+def test_cuda_packed_halves_travel_as_their_bits() -> None:
+    """CUDA's rules for 2-wide half vectors (STAGE tiles, tensor-core pairs): a wide store stores the register as it
+    is, a pair of scalar loads is joined by shifts, a lane of a 2-wide load is converted from its half of the word."""
+    r, H = CUDARenderer(), dtypes.float16
+    buf, out = UOp(Ops.DEFINE_GLOBAL, H.ptr(8), arg=1), UOp(Ops.DEFINE_LOCAL, H.ptr(8, local=True), arg="stage0")
+    i0, i1 = UOp(Ops.INDEX, buf.dtype, (buf, c(0))), UOp(Ops.INDEX, buf.dtype, (buf, c(1)))
+    l0, l1 = UOp(Ops.LOAD, H, (i0,)), UOp(Ops.LOAD, H, (i1,))
+    joined = UOp(Ops.VECTORIZE, H.vec(2), (l0, l1))
+    wide = UOp(Ops.LOAD, H.vec(2), (i0,))
+    lane = UOp(Ops.GEP, H, (wide,), 1)
+    dst = UOp(Ops.INDEX, out.dtype, (out, c(0)))
+    store = UOp(Ops.STORE, dtypes.void, (dst, wide))
+    uops = [buf, out, c(0), c(1), i0, i1, l0, l1, joined, wide, lane, dst, store]
+    ctx, names = printed(r, uops)
+    assert names[8] == "((unsigned int)data1[0]|((unsigned int)data1[1]<<16))"
+    assert names[10] == "lg_half_to_f((unsigned short)(val2>>16))"
+    assert ctx.lines[-1] == "  *((unsigned int*)&stage0[0]) = val2;"
+    # float vectors keep the C rules
+    f = UOp(Ops.VECTORIZE, F32.vec(2), (c(1.0, F32), c(2.0, F32)))
+    assert printed(r, [f.src[0], f.src[1], f])[1][2] == "make_float2(1.0f,2.0f)"
