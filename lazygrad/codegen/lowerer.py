@@ -76,7 +76,8 @@ class Lowerer:
             elif s == 1:
                 self.base_idxs.append(UOp.const(self.idx_dtype, 0))
             else:
-                r = UOp(Ops.RANGE, self.idx_dtype, (UOp.const(self.idx_dtype, s),), (i, RANGE_KIND.get(t, "r")))
+                end = s.cast(self.idx_dtype) if isinstance(s, UOp) else UOp.const(self.idx_dtype, s)
+                r = UOp(Ops.RANGE, self.idx_dtype, (end,), (i, RANGE_KIND.get(t, "r")))
                 (self.reduce_ranges if t.is_reduce else self.global_ranges).append(r)
                 self.base_idxs.append(r)
         self.bounds_gate: UOp | None = None  # threads past the end of an axis the launch does not divide
@@ -119,7 +120,8 @@ class Lowerer:
         if padded is not None:
             shape[padded[0]] = ceildiv(shape[padded[0]], padded[1])  # the grid counts workgroups along that axis
         for kind, types in (("g", (AxisType.GLOBAL,)), ("l", (AxisType.LOCAL, AxisType.GROUP))):
-            axes = [a for a in self.k.axes_of(*types) if shape[a] != 1]
+            # a symbolic axis stays a loop in each thread: the launch grid is then the same for every bound value
+            axes = [a for a in self.k.axes_of(*types) if shape[a] != 1 and not isinstance(shape[a], UOp)]
             first_dim = 1 if kind == "l" and self.lane is not None else 0
             n_dims = 3 - first_dim
             if len(axes) > n_dims:  # the outermost axes share the last dimension
@@ -165,7 +167,8 @@ class Lowerer:
         split into workgroups of a power-of-two size, the last one partly out of range (and bounds-checked)."""
         if self.k.axes_of(AxisType.LOCAL, AxisType.GROUP) or self.tc is not None:
             return None
-        axes = [a for a in self.k.axes_of(AxisType.GLOBAL) if self.k.full_shape[a] != 1]
+        shape = self.k.full_shape
+        axes = [a for a in self.k.axes_of(AxisType.GLOBAL) if shape[a] != 1 and not isinstance(shape[a], UOp)]
         if not axes or self.k.full_shape[axes[-1]] < PADDED_MIN:
             return None
         renderer = self.k.renderer
