@@ -909,14 +909,16 @@ class Tensor(metaclass=_TensorType):
 
     @staticmethod
     def _symbolic_arange(start: Any, stop: Any, step: Any, dtype: DType | str | None, device: str | None) -> Tensor:
-        """arange with a bound Variable in start or stop: a symbolic length, integer steps of 1 only."""
-        if step != 1 or isinstance(start, float) or isinstance(stop, float):
-            raise NotImplementedError("arange with a Variable takes integer start and stop and a step of 1")
-        n = ssimplify(stop - start)
-        if (known := sym_known(n)) is not None and known < 0:
-            raise ArgumentError(f"arange: stop is below start ({known} elements)")
+        """arange with a bound Variable in start or stop: a symbolic length; integers and a constant step only."""
+        if not all(isinstance(x, (int, UOp)) for x in (start, stop)) or type(step) is not int or step == 0:
+            raise NotImplementedError("arange with a Variable takes integer start and stop and a nonzero int step")
+        span = ssimplify(stop - start) if step > 0 else ssimplify(start - stop)
+        n = ssimplify((span + abs(step) - 1) // abs(step)) if abs(step) != 1 else span
+        if (known := sym_known(span)) is not None and known < 0:
+            raise ArgumentError(f"arange: the range from {start!r} to {stop!r} by {step} is empty or reversed")
         idx = Tensor._iota(n, device)
-        out = idx if isinstance(start, int) and start == 0 else idx + start
+        out = idx if step == 1 else idx * step
+        out = out if isinstance(start, int) and start == 0 else out + start
         return out.cast(to_dtype(dtype) if dtype is not None else dtypes.default_int)
 
     @staticmethod

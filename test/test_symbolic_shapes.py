@@ -277,3 +277,68 @@ def test_jit_symbolic_tensor_inputs():
     assert f.captured is not None and g.captured is not None
     with pytest.raises(JitError, match="shape"):
         f(a[:2, : _var(3, "i")], b[:2, : _var(3, "i")])
+
+
+def test_view_reshape_keeps_one_view():
+    """Reshapes that keep a symbolic dim whole stay one view (no // and % by a symbolic size in the index math)."""
+    from lazygrad.uop.view import ShapeTracker
+
+    n = Variable("n", 1, MAXLEN)
+    st = ShapeTracker.from_shape((3, MAXLEN, 4)).shrink(((0, 3), (0, n), (0, 4)))
+    assert len(st.reshape((3, n, 2, 2)).views) == 1
+    assert len(st.reshape((1, 3, 1, n, 4)).views) == 1
+    assert len(st.permute((1, 0, 2)).reshape((n, 3, 2, 2)).views) == 1
+    assert len(st.reshape((3, n * 4)).views) == 2  # merging into the symbolic dim needs a second view
+
+
+@pytest.mark.parametrize("n", VALUES)
+def test_repeat_kv_attention(n: int):
+    """tinygrad's llama attention: a cache sliced to start_pos+1, heads repeated by expand+reshape, sdpa."""
+    B, KV, REP, D = 1, 2, 2, 4
+    cn, qn = _rand(B, MAXLEN, KV, D), _rand(B, 1, KV * REP, D, seed=1)
+    v = _var(n, "start_pos")
+    keys = Tensor(cn)[:, 0:v]
+    keys = keys[:, :, :, None, :].expand(B, v, KV, REP, D).reshape(B, v, KV * REP, D)
+    out = Tensor(qn).transpose(1, 2).scaled_dot_product_attention(keys.transpose(1, 2), keys.transpose(1, 2))
+    kr = np.repeat(cn[:, :n], REP, axis=2).transpose(0, 2, 1, 3)
+    np.testing.assert_allclose(out.numpy(), _attention_ref(qn.transpose(0, 2, 1, 3), kr, kr), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("n", VALUES)
+def test_more_ops(n: int):
+    xn = _rand(MAXLEN, 3)
+    x, v = Tensor(xn), _var(n)
+    np.testing.assert_equal(x[:v].argmax(0).numpy(), xn[:n].argmax(0))
+    np.testing.assert_allclose(x[:v].exp().log().numpy(), xn[:n], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        x[:v].layernorm(-1).numpy(),
+        (xn[:n] - xn[:n].mean(-1, keepdims=True)) / np.sqrt(xn[:n].var(-1, keepdims=True) + 1e-5),
+        rtol=1e-4,
+        atol=1e-4,
+    )
+
+
+@pytest.mark.parametrize("n", (1, 7))
+def test_gradient_through_symbolic_slice(n: int):
+    xn = _rand(MAXLEN, 4)
+    x = Tensor(xn, requires_grad=True)
+    (x[: _var(n)] * 3).sum().backward()
+    want = np.zeros_like(xn)
+    want[:n] = 3
+    np.testing.assert_equal(x.grad.numpy(), want)
+
+
+@pytest.mark.parametrize("n", VALUES)
+def test_arange_steps(n: int):
+    v = _var(n)
+    np.testing.assert_equal(Tensor.arange(v, 0, -1).numpy(), np.arange(n, 0, -1))
+    np.testing.assert_equal(Tensor.arange(0, v, 3).numpy(), np.arange(0, n, 3))
+    np.testing.assert_equal(Tensor.arange(v + 1, 1, -2).numpy(), np.arange(n + 1, 1, -2))
+
+
+def test_symbolic_int_on_the_left():
+    xn = _rand(MAXLEN, 2)
+    x, v = Tensor(xn), _var(4)
+    np.testing.assert_allclose((v - x[:v]).numpy(), 4 - xn[:4], rtol=1e-6)
+    np.testing.assert_allclose((v * x[:v] + v).numpy(), 4 * xn[:4] + 4, rtol=1e-6)
+    np.testing.assert_allclose((x[:v] / v).numpy(), xn[:4] / 4, rtol=1e-6)

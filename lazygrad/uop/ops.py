@@ -150,6 +150,11 @@ def _drop_dead(key: tuple, ref: weakref.ref) -> None:
 sint = int  # a size that may be symbolic: int or int-typed UOp (typing alias kept simple on purpose)
 
 
+def _foreign(x: Any) -> bool:
+    """An operand a UOp leaves to the other side's operator: a Tensor (`n - t` with a symbolic size n is t's rsub)."""
+    return not isinstance(x, (int, float)) and hasattr(x, "uop")
+
+
 class UOp(metaclass=UOpMetaClass):
     __slots__ = ("op", "dtype", "src", "arg", "__weakref__", "__dict__")
 
@@ -253,30 +258,48 @@ class UOp(metaclass=UOpMetaClass):
     # *** Python operators build ALU nodes (used by index math and the symbolic simplifier) ***
 
     def __add__(self, x: Any) -> UOp:
+        if x.__class__ is not UOp and _foreign(x):
+            return NotImplemented
         return self.alu(Ops.ADD, self.ufix(x))
 
     def __radd__(self, x: Any) -> UOp:
+        if x.__class__ is not UOp and _foreign(x):
+            return NotImplemented
         return self.ufix(x).alu(Ops.ADD, self)
 
     def __sub__(self, x: Any) -> UOp:
+        if x.__class__ is not UOp and _foreign(x):
+            return NotImplemented
         return self.alu(Ops.SUB, self.ufix(x))
 
     def __rsub__(self, x: Any) -> UOp:
+        if x.__class__ is not UOp and _foreign(x):
+            return NotImplemented
         return self.ufix(x).alu(Ops.SUB, self)
 
     def __mul__(self, x: Any) -> UOp:
+        if x.__class__ is not UOp and _foreign(x):
+            return NotImplemented
         return self.alu(Ops.MUL, self.ufix(x))
 
     def __rmul__(self, x: Any) -> UOp:
+        if x.__class__ is not UOp and _foreign(x):
+            return NotImplemented
         return self.ufix(x).alu(Ops.MUL, self)
 
     def __floordiv__(self, x: Any) -> UOp:
+        if x.__class__ is not UOp and _foreign(x):
+            return NotImplemented
         return self.alu(Ops.IDIV, self.ufix(x))
 
     def __mod__(self, x: Any) -> UOp:
+        if x.__class__ is not UOp and _foreign(x):
+            return NotImplemented
         return self.alu(Ops.MOD, self.ufix(x))
 
     def __truediv__(self, x: Any) -> UOp:
+        if x.__class__ is not UOp and _foreign(x):
+            return NotImplemented
         return self.alu(Ops.FDIV, self.ufix(x))
 
     def __neg__(self) -> UOp:

@@ -148,8 +148,6 @@ class View:
             # a 0-d view has no dimension to carry the empty mask: keep this view under a new one
             return View.create(new_shape, mask=((0, 0),) * len(new_shape)) if new_shape else None
         mask = self.mask if self.mask is not None else tuple((0, s) for s in self.shape)
-        if any(isinstance(s, UOp) for s in (*self.shape, *new_shape)):
-            return self._reshape_ones(new_shape, mask)
         old = [(s, st, m) for s, st, m in zip(self.shape, self.strides, mask) if s != 1]
         new_strides = [0] * len(new_shape)
         new_mask = [(0, s) for s in new_shape]
@@ -162,17 +160,24 @@ class View:
             gi, gj = i, j
             po, pn = old[i][0], new_shape[j]
             i, j = i + 1, j + 1
+            if isinstance(po, UOp) or isinstance(pn, UOp):
+                if po is not pn:
+                    return None  # a symbolic dim only maps to itself (no product of symbolic sizes is compared)
             while po != pn:
+                if isinstance(old[i][0] if po < pn else new_shape[j], UOp):
+                    return None
                 if po < pn:
                     po, i = po * old[i][0], i + 1
                 else:
                     pn, j = pn * new_shape[j], j + 1
             group_old, group_new = old[gi:i], [d for d in range(gj, j) if new_shape[d] != 1]
-            if any(a[1] != b[1] * b[0] for a, b in zip(group_old, group_old[1:])):
+            if any(a[1] != smul(b[1], b[0]) for a, b in zip(group_old, group_old[1:])):
                 return None  # old dims in this group are not laid out contiguously relative to each other
             masked = [k for k, (s, _, m) in enumerate(group_old) if m != (0, s)]
             if masked:
-                if len(group_old) == 1:
+                if len(group_old) == 1 and len(group_new) == 1:
+                    new_mask[group_new[0]] = group_old[0][2]  # one dim kept as it is (it may be symbolic)
+                elif len(group_old) == 1:
                     # one masked dim split into several: the mask must align with the outermost new dim
                     lo, hi = group_old[0][2]
                     inner = prod(new_shape[d] for d in group_new[1:])
@@ -189,20 +194,9 @@ class View:
             st = group_old[-1][1]
             for d in reversed(group_new):
                 new_strides[d] = st
-                st *= new_shape[d]
+                st = smul(st, new_shape[d])
         any_mask = any(m != (0, s) for m, s in zip(new_mask, new_shape))
         return View.create(new_shape, tuple(new_strides), self.offset, tuple(new_mask) if any_mask else None)
-
-    def _reshape_ones(self, new_shape: tuple[int, ...], mask: Mask) -> View | None:
-        """A reshape that only adds or drops size-1 dims (what a symbolic shape allows without a second view)."""
-        old = [(s, st, m) for s, st, m in zip(self.shape, self.strides, mask) if s != 1]
-        if [s for s in new_shape if s != 1] != [s for s, _, _ in old]:
-            return None
-        it = iter(old)
-        picked = [next(it) if s != 1 else (1, 0, (0, 1)) for s in new_shape]
-        new_mask = tuple(m for _, _, m in picked)
-        any_mask = any(m != (0, s) for m, s in zip(new_mask, new_shape))
-        return View.create(new_shape, tuple(st for _, st, _ in picked), self.offset, new_mask if any_mask else None)
 
     # *** indexing ***
 
