@@ -29,7 +29,7 @@ from lazygrad.dtype import (  # noqa: F401  (_to_np_dtype: tinygrad programs imp
 )
 from lazygrad.helpers import TRAINING, argfix, argsort, ceildiv, flatten, make_tuple, prod
 from lazygrad.schedule.multi import has_multi, lower_multi, multi, split_bounds, stored_multis, whole_buffer
-from lazygrad.uop.ops import GroupOp, Ops, UOp, pretty_print, ssimplify, substitute, sym_known, sym_value
+from lazygrad.uop.ops import GroupOp, Ops, UOp, pretty_print, ssimplify, ssmax, substitute, sym_known, sym_value
 from lazygrad.uop.view import ShapeTracker, strides_for_shape
 
 
@@ -659,7 +659,8 @@ class Tensor(metaclass=_TensorType):
     def __repr__(self) -> str:
         state = "realized" if self.uop.is_realized else "lazy"
         graph = pretty_print(self.uop, max_lines=12).replace("\n", "\n  ")
-        return f"<Tensor shape={self.shape} dtype={self.dtype} device={self.device} {state}\n  {graph}>"
+        shape = tuple(_SymRepr(s) if isinstance(s, UOp) else s for s in self.shape)
+        return f"<Tensor shape={shape} dtype={self.dtype} device={self.device} {state}\n  {graph}>"
 
     # by identity (__eq__ is elementwise): object's own, a C call, where a Python one costs on every weak set insert
     __hash__ = object.__hash__
@@ -2893,12 +2894,13 @@ class Tensor(metaclass=_TensorType):
         n = prod(self.shape[a] for a in axes)
         x = self.cast(least_upper_float(self.dtype))
         sq = (x - x.mean(axis, keepdim=True)).square().sum(axis, keepdim)
-        if n - correction <= 0:
+        dof = ssimplify(n - correction)  # symbolic where a reduced size is a Variable
+        if (known := sym_known(dof)) is not None and known <= 0:
             warnings.warn(
                 f"var(): degrees of freedom is <= 0 ({n} elements, correction {correction}): the result is inf or NaN",
                 stacklevel=2,
             )
-        return sq / max(0, n - correction)
+        return sq / ssmax(0, dof)
 
     def std(self, axis: int | Sequence[int] | None = None, keepdim: bool = False, correction: int = 1) -> Tensor:
         return _root(self.var(axis, keepdim, correction), 2)
@@ -3957,6 +3959,17 @@ def _pad_pairs(t: Tensor, padding: Sequence[Any]) -> list[tuple[int, int]]:
     if len(padding) != t.ndim:
         raise ArgumentError(f"padding {tuple(padding)} needs one entry per dimension of shape {t.shape}")
     return [(0, 0) if p is None else (_size_arg(p[0]), _size_arg(p[1])) for p in padding]
+
+
+class _SymRepr:
+    """A symbolic size in a Tensor's repr: its expression and, where bound, its value (`start_pos+1=6`)."""
+
+    def __init__(self, s: UOp):
+        self.s = s
+
+    def __repr__(self) -> str:
+        known = sym_known(self.s)
+        return self.s.render() + ("" if known is None else f"={known}")
 
 
 def _size_arg(x: Any) -> Any:

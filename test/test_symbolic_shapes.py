@@ -342,3 +342,29 @@ def test_symbolic_int_on_the_left():
     np.testing.assert_allclose((v - x[:v]).numpy(), 4 - xn[:4], rtol=1e-6)
     np.testing.assert_allclose((v * x[:v] + v).numpy(), 4 * xn[:4] + 4, rtol=1e-6)
     np.testing.assert_allclose((x[:v] / v).numpy(), xn[:4] / 4, rtol=1e-6)
+
+
+@pytest.mark.parametrize("n", (2, 7, MAXLEN))
+def test_var_std_two_variables_and_writes(n: int):
+    xn = _rand(MAXLEN, 8)
+    x, v, w = Tensor(xn), _var(n), _var(3, "m", hi=8)
+    np.testing.assert_allclose(x[:v].var(0).numpy(), xn[:n].var(0, ddof=1), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(x[:v].std(1).numpy(), xn[:n].std(1, ddof=1), rtol=1e-4, atol=1e-5)
+    np.testing.assert_equal(x[:v, :w].numpy(), xn[:n, :3])
+    y = Tensor(xn).contiguous().realize()
+    y[:v] = 7.0
+    y[v:] = y[v:] * 2
+    want = xn.copy()
+    want[:n], want[n:] = 7.0, xn[n:] * 2
+    np.testing.assert_equal(y.numpy(), want)
+    assert Tensor.rand(v, 2).numpy().shape == (n, 2)
+
+
+def test_one_variable_two_values_in_one_schedule():
+    x = Tensor(_rand(MAXLEN, 2))
+    with pytest.raises(ValueError, match="bound to both 2 and 3"):
+        (x[: _var(2)].sum() + x[: _var(3)].sum()).numpy()
+
+
+def test_repr_shows_expression_and_value():
+    assert "shape=((n+1)=6, 2)" in repr(Tensor(_rand(MAXLEN, 2))[: _var(5) + 1])
