@@ -368,3 +368,32 @@ def test_one_variable_two_values_in_one_schedule():
 
 def test_repr_shows_expression_and_value():
     assert "shape=((n+1)=6, 2)" in repr(Tensor(_rand(MAXLEN, 2))[: _var(5) + 1])
+
+
+def test_bind_takes_ints():
+    with pytest.raises(TypeError, match="takes an int"):
+        Variable("n", 1, 10).bind(2.5)
+    with pytest.raises(TypeError, match="takes an int"):
+        Variable("n", 1, 10).bind(True)
+    assert Variable("n", 1, 10).bind(np.int64(4)).src[1].arg == 4
+
+
+def _kernels(t: Tensor) -> int:
+    return len(t.schedule())
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda x, e: (x[:e] * 2).softmax(0),
+        lambda x, e: (x[:e] * 2).softmax(1),
+        lambda x, e: x[:e].var(0),
+        lambda x, e: x[:e].T @ x[:e],
+        lambda x, e: (x[:e] @ x[:e].T).softmax(-1) @ x[:e],
+    ],
+)
+def test_fuses_like_a_concrete_shape(build):  # noqa: ANN001
+    """The scheduler makes the same kernels for a symbolic size as for a concrete one (its cost model reads a symbolic
+    size at its largest, and compares symbolic sizes as canonical nodes)."""
+    x = Tensor(_rand(MAXLEN, 4)).realize()
+    assert _kernels(build(x, _var(5))) == _kernels(build(x, 5))

@@ -249,7 +249,7 @@ class _Planner:
                 continue
             seen.add(c)
             # the epilogue may reshape (e.g. drop the kept size-1 axis); the kernel then runs in the reduce's shape
-            if c.op not in GroupOp.Elementwise and c.op is not Ops.RESHAPE or prod(c.shape) != prod(r.shape):
+            if c.op not in GroupOp.Elementwise and c.op is not Ops.RESHAPE or c.size != r.size:
                 return False
             # another reduce the epilogue reads, directly or through a reshape, must share this one's loop; so must one
             # fused deeper in an inlined source (a gradient sums several reduces, each behind its own multiply)
@@ -288,15 +288,16 @@ class _Planner:
         recomputed for free where the relu's own input is loaded)."""
         inner = self._inlined(n)
         leaves = self._reads(n, inner)
-        in_bytes = sum(n.size * x.dtype.itemsize for x in leaves)
-        out_bytes = n.size * n.dtype.itemsize
+        size = alloc_size(n.shape)  # a symbolic size costs as its largest
+        in_bytes = sum(size * x.dtype.itemsize for x in leaves)
+        out_bytes = size * n.dtype.itemsize
         store = in_bytes + (len(reach) + 1) * out_bytes
         if len(inner) > 64:  # finding what a consumer reads anyway costs a walk of its kernel: only for small n
             return store < len(reach) * in_bytes
         inline = 0
         for root in reach:
             other = self._loads_avoiding(root, n)
-            inline += sum(n.size * x.dtype.itemsize for x in leaves if x not in other)
+            inline += sum(size * x.dtype.itemsize for x in leaves if x not in other)
         return store < inline
 
     def _loads_avoiding(self, root: UOp, n: UOp) -> set[UOp]:

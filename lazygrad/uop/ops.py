@@ -217,6 +217,9 @@ class UOp(metaclass=UOpMetaClass):
     def bind(self, value: int) -> UOp:
         assert self.op is Ops.DEFINE_VAR, f"only a variable can be bound, not {self.op}"
         name, lo, hi = self.arg
+        if isinstance(value, bool) or not hasattr(value, "__index__"):
+            raise TypeError(f"cannot bind {name} to {value!r}: a variable takes an int")
+        value = value.__index__()  # numpy integers too
         if not lo <= value <= hi:
             raise ValueError(f"cannot bind {name}={value}: outside its range [{lo}, {hi}]")
         return UOp(Ops.BIND, self.dtype, (self, self.const_like(value)))
@@ -394,7 +397,8 @@ class UOp(metaclass=UOpMetaClass):
 
     @property
     def size(self) -> int:
-        return prod(self.shape)
+        n = prod(self.shape)
+        return n if type(n) is int else ssimplify(n)  # symbolic: one canonical node, compared by identity
 
     @property
     def device(self) -> str:
