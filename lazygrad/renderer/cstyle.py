@@ -305,7 +305,7 @@ class CStyleLanguage(Renderer):
             elif op is Ops.RANGE:
                 axis, kind = u.arg
                 v = f"{'ridx' if kind == 'r' else 'gidx'}{axis}"
-                # a loop beside thread ids (a symbolic axis on a GPU stays a loop) must not take a thread id's name
+                # a loop beside thread ids (a symbolic axis whose largest size is 1) must not take a thread id's name
                 names[u] = v = f"loop{axis}" if v in special_names else v
                 if kind in ("t", "tr"):  # a THREAD axis: the loop's iterations are shared out among the CPU cores
                     lines.append(f"{pad}{self.parallel_for}")

@@ -487,7 +487,8 @@ class _KernelBuilder:
             root.src[1] if root.op is Ops.ASSIGN else root.src[0] if root.op in (Ops.CONTIGUOUS, Ops.DETACH) else root,
             chain,
         )
-        g = UOp(Ops.DEFINE_GLOBAL, root.dtype.ptr(self.out_bufs[root].size), arg=0)
+        n = prod(root.shape)
+        g = UOp(Ops.DEFINE_GLOBAL, root.dtype.ptr(n if type(n) is int else self.out_bufs[root].size), arg=0)
         st = self._view(root.shape, chain)
         return UOp(Ops.SINK, src=(UOp(Ops.STORE, dtypes.void, (g, UOp(Ops.VIEW, arg=st), value)),))
 
