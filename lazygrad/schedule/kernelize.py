@@ -16,6 +16,7 @@ Movement ops never make kernels: they compose into the ShapeTracker of each load
 from __future__ import annotations
 
 import functools
+import itertools
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -643,13 +644,18 @@ class _Walk:
             if node in pos:
                 continue
             if expanded:
-                arg = self._unbind(node.arg) if node.op in _SIZED else node.arg
+                arg = self._unbind(node.arg) if node.op in _SIZED and _sized_symbolic(node.op, node.arg) else node.arg
                 part: tuple = (node.op, node.dtype, arg, tuple([pos[x] for x in node.src]))
             elif (view := get(node)) is not None:
                 # the planner still reads a realized node's own op, arg and source shapes (a reduce's loop)
                 srcs = tuple(x.shape for x in node.src) if node.op is Ops.REDUCE_AXIS else ()
                 part = ("R", node.op, node.dtype, node.arg, node.shape, srcs, view.op, view.arg, slot(view.base.arg))
-                part = self._unbind(part) if _symbolic(node.shape) or _symbolic(view.arg) else part
+                if (
+                    _sized_symbolic(Ops.RESHAPE, node.shape)
+                    or view.op is Ops.RESHAPE
+                    and _sized_symbolic(view.op, view.arg)
+                ):
+                    part = self._unbind(part)
             elif node.op is Ops.BUFFER:
                 part = ("B", node.dtype, node.arg.size, node.arg.device, slot(node.arg))
             elif node.op is Ops.BIND:
@@ -670,17 +676,21 @@ class _Walk:
         """A symbolic arg keyed by its variables, not their values; its bound variables join the walk's binds."""
         if not _symbolic(arg):
             return arg
-        self.binds.extend(b for x in _uops_in(arg) for b in x.toposort if b.op is Ops.BIND)
+        self.binds.extend(b for x in arg_uops(arg) for b in x.toposort if b.op is Ops.BIND)
         return sym_unbind(arg)[0]
 
 
-_SIZED = GroupOp.Movement | {Ops.IOTA}  # ops whose arg holds sizes, which may be symbolic
+_SIZED = frozenset({Ops.RESHAPE, Ops.EXPAND, Ops.SHRINK, Ops.PAD, Ops.IOTA})  # args holding sizes (maybe symbolic)
 
 
-def _uops_in(x: Any) -> list[UOp]:
-    if isinstance(x, tuple):
-        return [u for y in x for u in _uops_in(y)]
-    return [x] if isinstance(x, UOp) else []
+def _sized_symbolic(op: Ops, arg: Any) -> bool:
+    """_symbolic for the arg of a _SIZED op, at C speed (this runs for every movement node of every realize): a sum
+    of ints is an int, a UOp anywhere makes the sum a UOp."""
+    if op is Ops.IOTA:
+        return isinstance(arg, UOp)
+    if op is Ops.SHRINK or op is Ops.PAD:
+        return UOp in set(map(type, itertools.chain.from_iterable(arg)))
+    return type(sum(arg)) is not int
 
 
 @dataclass
