@@ -397,3 +397,33 @@ def test_fuses_like_a_concrete_shape(build):  # noqa: ANN001
     size at its largest, and compares symbolic sizes as canonical nodes)."""
     x = Tensor(_rand(MAXLEN, 4)).realize()
     assert _kernels(build(x, _var(5))) == _kernels(build(x, 5))
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_reshape_concrete_to_variable(jit: bool):
+    """tinygrad's symbolic-ops pattern: a concrete (3, i) tensor reshaped to (3, Variable bound to i), computed on (also
+    under TinyJit, one capture for every i), and reshaped back to (3, i)."""
+
+    def wrap(f):  # noqa: ANN001, ANN202
+        return TinyJit(f) if jit else f
+
+    plus1 = wrap(lambda a: (a + 1).realize())
+    matmul = wrap(lambda a, b: (a @ b + 1).realize())
+    cat0 = wrap(lambda a, b: a.cat(b, dim=0).realize())
+    cat1 = wrap(lambda a, b: a.cat(b, dim=1).realize())
+    attn = wrap(lambda q, k, v: q.scaled_dot_product_attention(k, v).realize())
+    for i in (1, 2, 4, 3, 10):
+        vi = _var(i, "i", hi=10)
+        an, bn, cn = _rand(3, i), _rand(i, 5, seed=1), _rand(2, 3, seed=2)
+        np.testing.assert_allclose(plus1(Tensor(an).reshape(3, vi)).reshape(3, i).numpy(), an + 1, rtol=1e-6)
+        got = matmul(Tensor(an).reshape(3, vi), Tensor(bn).reshape(vi, 5)).numpy()
+        np.testing.assert_allclose(got, an @ bn + 1, rtol=1e-5, atol=1e-5)
+        got = cat0(Tensor(an.T.copy()).reshape(vi, 3), Tensor(cn)).reshape(i + 2, 3).numpy()
+        np.testing.assert_equal(got, np.concatenate([an.T, cn]))
+        got = cat1(Tensor(an).reshape(3, vi), Tensor(cn.T.copy())).reshape(3, i + 2).numpy()
+        np.testing.assert_equal(got, np.concatenate([an, cn.T], 1))
+        qn, kn, vn = _rand(2, 4, 1, 8, seed=3), _rand(2, 4, i, 8, seed=4), _rand(2, 4, i, 8, seed=5)
+        got = attn(Tensor(qn), Tensor(kn).reshape(2, 4, vi, 8), Tensor(vn).reshape(2, 4, vi, 8)).numpy()
+        np.testing.assert_allclose(got, _attention_ref(qn, kn, vn), rtol=1e-4, atol=1e-5)
+    if jit:
+        assert plus1.captured is not None and attn.captured is not None

@@ -157,6 +157,8 @@ class View:
                 j += 1
                 continue
             # grow a group of old dims and new dims with equal products
+            if i >= len(old):
+                return None  # a symbolic size where the old shape has none left (equal only at the bound value)
             gi, gj = i, j
             po, pn = old[i][0], new_shape[j]
             i, j = i + 1, j + 1
@@ -164,7 +166,9 @@ class View:
                 if po is not pn:
                     return None  # a symbolic dim only maps to itself (no product of symbolic sizes is compared)
             while po != pn:
-                if isinstance(old[i][0] if po < pn else new_shape[j], UOp):
+                if (i >= len(old) if po < pn else j >= len(new_shape)) or isinstance(
+                    old[i][0] if po < pn else new_shape[j], UOp
+                ):
                     return None
                 if po < pn:
                     po, i = po * old[i][0], i + 1
@@ -195,6 +199,8 @@ class View:
             for d in reversed(group_new):
                 new_strides[d] = st
                 st = smul(st, new_shape[d])
+        if i != len(old):
+            return None  # a symbolic size left over (the shapes agree only at the bound value)
         any_mask = any(m != (0, s) for m, s in zip(new_mask, new_shape))
         return View.create(new_shape, tuple(new_strides), self.offset, tuple(new_mask) if any_mask else None)
 
