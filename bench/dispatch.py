@@ -1,13 +1,14 @@
 """Dispatch overhead: what a TinyJit replay costs on top of its kernels, against torch eager, numpy and tinygrad.
 
-    python bench/dispatch.py
+    python bench/dispatch.py [small_add twenty_kernels big_add train_step cnn_step]
 
-Four measurements, one table each:
+Five measurements, one table each:
   1. a 16-element add (the kernel is nothing: this is the per-call cost of the framework), through the JIT and eager
      (`(a + b).realize()`: building, scheduling and running a graph seen before);
   2. a function of 20 small kernels against one kernel's call (the CPU graph makes a replay one ctypes call);
   3. a 1M-element add through the JIT and eager against the same compiled C kernel called directly from ctypes;
-  4. an MLP training step (forward, backward, Adam) with and without the JIT.
+  4. an MLP training step (forward, backward, Adam) with and without the JIT;
+  5. the digits CNN's training step without the JIT, against torch eager.
 tinygrad's TinyJit is measured when tinygrad is installed (`pip install tinygrad`, DEV=CPU, needs clang).
 """
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import sys
 import time
 from typing import Callable
 
@@ -24,35 +26,55 @@ from lazygrad import Tensor, TinyJit
 from lazygrad.engine.realize import lower_schedule_item
 
 
-def bench(fn: Callable[[], object], reps: int = 2000, warmup: int = 50, rounds: int = 5) -> float:
+class Seconds(float):
+    """Wall-clock seconds per call, with the process's CPU seconds per call beside them (`cpu`): on a shared machine
+    the wall clock also counts the time the neighbours held the cores."""
+
+    cpu: float
+
+    @staticmethod
+    def of(wall: float, cpu: float) -> Seconds:
+        out = Seconds(wall)
+        out.cpu = cpu
+        return out
+
+
+def bench(fn: Callable[[], object], reps: int = 2000, warmup: int = 50, rounds: int = 5) -> Seconds:
     """Seconds per call: the best over rounds of the mean of `reps` back-to-back calls (on a shared machine the
-    other rounds measure the neighbours)."""
+    other rounds measure the neighbours), wall and CPU each."""
     for _ in range(warmup):
         fn()
-    means = []
+    walls, cpus = [], []
     for _ in range(rounds):
-        st = time.perf_counter()
+        st, ct = time.perf_counter(), time.process_time()
         for _ in range(reps):
             fn()
-        means.append((time.perf_counter() - st) / reps)
-    return min(means)
+        walls.append((time.perf_counter() - st) / reps)
+        cpus.append((time.process_time() - ct) / reps)
+    return Seconds.of(min(walls), min(cpus))
 
 
-def bench_pair(fns: dict[str, Callable[[], object]], reps: int, rounds: int = 7) -> dict[str, float]:
+def bench_pair(fns: dict[str, Callable[[], object]], reps: int, rounds: int = 7) -> dict[str, Seconds]:
     """bench() of several functions with their rounds interleaved, so drift in the machine's speed hits all alike."""
-    best = {name: float("inf") for name in fns}
+    best = {name: Seconds.of(float("inf"), float("inf")) for name in fns}
     for _ in range(rounds):
         for name, fn in fns.items():
-            best[name] = min(best[name], bench(fn, reps=reps, warmup=2, rounds=1))
+            t = bench(fn, reps=reps, warmup=2, rounds=1)
+            best[name] = Seconds.of(min(best[name], t), min(best[name].cpu, t.cpu))
     return best
 
 
-def table(title: str, results: dict[str, float], base: str, nbytes: int = 0) -> None:
-    """One table: time per call, the ratio to `base`, and GB/s when the bytes a call moves are given."""
-    print(f"\n{title}\n{'':44s} {'us/call':>11s} {'vs ' + base:>28s}" + (f" {'GB/s':>7s}" if nbytes else ""))
+def table(title: str, results: dict[str, Seconds], base: str, nbytes: int = 0) -> None:
+    """One table: time per call (wall and CPU), the ratio to `base` (of each), and GB/s when the bytes a call moves
+    are given."""
+    print(
+        f"\n{title}\n{'':44s} {'us/call':>11s} {'cpu us/call':>11s} {'vs ' + base:>28s} {'(cpu)':>7s}"
+        + (f" {'GB/s':>7s}" if nbytes else "")
+    )
     for name, t in results.items():
         gbs = f" {nbytes / t / 1e9:7.2f}" if nbytes else ""
-        print(f"{name:44s} {t * 1e6:11.2f} {t / results[base]:27.2f}x{gbs}")
+        ratio, cpu_ratio = t / results[base], t.cpu / results[base].cpu if results[base].cpu else float("nan")
+        print(f"{name:44s} {t * 1e6:11.2f} {t.cpu * 1e6:11.2f} {ratio:27.2f}x {cpu_ratio:6.2f}x{gbs}")
 
 
 def bare_kernel(a: Tensor, b: Tensor) -> Callable[[], object]:
@@ -167,13 +189,11 @@ def train_step() -> None:
     x = Tensor(rng.standard_normal((128, 64)).astype(np.float32)).realize()
     y = Tensor(rng.integers(0, 10, 128).astype(np.int32)).realize()
     plain, jitted = make(), TinyJit(make())
-    results: dict[str, float] = {}
-    with Tensor.train():
-        results["lazygrad, no JIT"] = bench(lambda: plain(x, y), reps=10, warmup=3, rounds=3)
-        results["lazygrad TinyJit"] = bench(lambda: jitted(x, y), reps=100, warmup=3, rounds=3)
+    fns: dict[str, Callable[[], object]] = {"lazygrad, no JIT": lambda: plain(x, y)}
     try:
         import torch
 
+        torch.set_num_threads(1)  # as THREADS=1 does for lazygrad: the step's CPU time is one core's
         model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
         topt = torch.optim.Adam(model.parameters(), lr=1e-3)
         tx, ty = torch.from_numpy(x.numpy()), torch.from_numpy(y.numpy()).long()
@@ -183,15 +203,55 @@ def train_step() -> None:
             torch.nn.functional.cross_entropy(model(tx), ty).backward()
             topt.step()
 
-        results["torch eager"] = bench(torch_step, reps=100, warmup=3, rounds=3)
+        fns["torch eager"] = torch_step
     except ImportError:
         pass
+    with Tensor.train():
+        # eager steps interleaved with torch's, round by round (the load on a shared machine changes by the second)
+        results = bench_pair(fns, reps=20, rounds=5)
+        results["lazygrad TinyJit"] = bench(lambda: jitted(x, y), reps=100, warmup=3, rounds=3)
     kernels = jitted.captured.kernel_count if jitted.captured is not None else 0
     table(f"MLP 64-128-10 Adam step, batch 128 ({kernels} kernels; target: JIT >= 2x)", results, "lazygrad, no JIT")
 
 
+def cnn_step() -> None:
+    """The digits CNN (lazygrad/examples/digits.py) training step without the JIT, against the same model in torch."""
+    from lazygrad import nn
+    from lazygrad.examples.digits import DigitsCNN, make_step
+    from lazygrad.nn.state import get_parameters
+
+    rng = np.random.default_rng(0)
+    xn, yn = rng.standard_normal((64, 1, 8, 8)).astype(np.float32), rng.integers(0, 10, 64).astype(np.int32)
+    x, y = Tensor(xn).realize(), Tensor(yn).realize()
+    model = DigitsCNN()
+    step = make_step(model, nn.optim.Adam(get_parameters(model), lr=3e-3), jit=False)
+    fns: dict[str, Callable[[], object]] = {"lazygrad, no JIT": lambda: step(x, y)}
+    try:
+        import torch
+
+        torch.set_num_threads(1)
+        tnn = torch.nn
+        tmodel = tnn.Sequential(
+            tnn.Conv2d(1, 16, 3, padding=1), tnn.BatchNorm2d(16), tnn.ReLU(), tnn.Conv2d(16, 32, 3, padding=1),
+            tnn.ReLU(), tnn.MaxPool2d(2), tnn.Flatten(), tnn.Linear(32 * 4 * 4, 10),
+        )  # fmt: skip
+        topt = torch.optim.Adam(tmodel.parameters(), lr=3e-3)
+        tx, ty = torch.from_numpy(xn), torch.from_numpy(yn).long()
+
+        def torch_step() -> None:
+            topt.zero_grad()
+            torch.nn.functional.cross_entropy(tmodel(tx), ty).backward()
+            topt.step()
+
+        fns["torch eager"] = torch_step
+    except ImportError:
+        pass
+    results = bench_pair(fns, reps=5, rounds=5)
+    table("digits CNN Adam step, batch 64, without JIT (target: within 1.5x of torch eager)", results, "torch eager")
+
+
 if __name__ == "__main__":
-    small_add()
-    twenty_kernels()
-    big_add()
-    train_step()
+    # sections by name (`python bench/dispatch.py train_step`), all by default
+    sections = {f.__name__: f for f in (small_add, twenty_kernels, big_add, train_step, cnn_step)}
+    for name in sys.argv[1:] or sections:
+        sections[name]()

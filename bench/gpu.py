@@ -11,6 +11,7 @@ copy bandwidth (default 3000 GB/s, an H100's HBM3; on other devices set it, or r
 
 from __future__ import annotations
 
+import functools
 import os
 import statistics
 import time
@@ -109,9 +110,12 @@ def matmul_row(n: int, dt: DType) -> list[str]:
     return [f"matmul {n}x{n} {dt.name}", f"{t * 1e6:10.1f} us", f"{flops:8.2f} TFLOPS", "", peer]
 
 
-def tc_opts(ast: object, renderer: object, up: tuple[int, int], local: tuple[int, int], unroll: int) -> list | None:
+def tc_opts(
+    ast: object, renderer: object, up: tuple[int, int], local: tuple[int, int], unroll: int, stage: int | None = 0
+) -> list | None:
     """The opts of a tensor-core matmul kernel: TC, then per operand ("a", "b") an upcast and a local factor of its
-    outer axis, then an unroll of the reduce; None where one does not fit."""
+    outer axis, then an unroll of the reduce, then both inputs staged in shared memory with STAGE amount `stage`
+    (None: not staged); None where one does not fit."""
     from lazygrad.codegen.kernel import AxisType, Kernel, KernelOptError, Opt, OptOps
 
     k = Kernel(ast, renderer)  # type: ignore[arg-type]
@@ -127,15 +131,18 @@ def tc_opts(ast: object, renderer: object, up: tuple[int, int], local: tuple[int
                     k.apply_opt(Opt(op, k.axes_of(AxisType.GLOBAL).index(axis), amount))
         if unroll > 1:
             k.apply_opt(Opt(OptOps.UNROLL, 0, unroll))
+        for i in range(len(k.stage_candidates) if stage is not None else 0):
+            k.apply_opt(Opt(OptOps.STAGE, i, stage))
     except KernelOptError:
         return None
     return list(k.applied_opts)
 
 
-def tc_sweep(n: int, dt: DType, budget_s: float = 90.0) -> None:
-    """SWEEP=1: the fp16/bf16 tensor-core matmul under workgroup shapes around the default, fastest first."""
-    import itertools
+STAGE_MODES = {None: "", 0: " staged"}
 
+
+def _sweep(n: int, dt: DType, candidates: list[tuple[str, Callable[[object, object], list | None]]], budget_s: float):
+    """Time the matmul kernel under each candidate's opts (a function of the AST and renderer), fastest first."""
     from lazygrad.codegen import get_program
     from lazygrad.engine.realize import CompiledRunner
 
@@ -145,12 +152,11 @@ def tc_sweep(n: int, dt: DType, budget_s: float = 90.0) -> None:
     si = [s for s in (a @ b).schedule() if s.ast.op.name == "SINK"][-1]  # the matmul (the last kernel)
     ref = (a.float().numpy()[:64] @ b.float().numpy()).astype(np.float32)
     renderer, results, t0 = Device[DEVICE].renderer, [], time.perf_counter()
-    for up, local, unroll in itertools.product(
-        [(2, 8), (4, 8), (2, 16), (1, 8), (4, 4), (1, 16), (2, 4)], [(4, 2), (2, 2), (8, 1), (2, 4), (1, 1)], [2, 4]
-    ):
+    for name, make in candidates:
         if time.perf_counter() - t0 > budget_s:
+            print(f"{dt.name} sweep: budget spent")
             break
-        opts = tc_opts(si.ast, renderer, up, local, unroll)
+        opts = make(si.ast, renderer)
         if opts is None:
             continue
         try:
@@ -158,22 +164,79 @@ def tc_sweep(n: int, dt: DType, budget_s: float = 90.0) -> None:
             ei = ExecItem(CompiledRunner(DEVICE, spec), list(si.bufs))
             t = kernel_time([ei], reps=3)
         except Exception as e:  # noqa: BLE001 -- a shape the device refuses (registers, shared memory): skip it
-            print(f"up {up} local {local} unroll {unroll}: {type(e).__name__}: {str(e)[:80]}")
+            print(f"{name}: {type(e).__name__}: {str(e)[:80]}")
             continue
-        out = np.frombuffer(si.bufs[0].as_bytes(), dtype=np.float16 if dt == dtypes.float16 else np.uint16)
-        got = out[: 64 * n].reshape(64, n)
-        got = got.astype(np.float32) if dt == dtypes.float16 else (got.astype(np.uint32) << 16).view(np.float32)
-        ok = np.allclose(got, ref, atol=0.5, rtol=0.05)
-        results.append((t, up, local, unroll, ok))
-    for t, up, local, unroll, ok in sorted(results)[:12]:
-        flops = f"{2 * n**3 / t / 1e12:7.2f} TFLOPS"
-        print(f"{dt.name} up {up} local {local} unroll {unroll}: {flops} {'' if ok else 'WRONG'}")
+        raw = np.frombuffer(si.bufs[0].as_bytes(), dtype={2: np.uint16, 4: np.float32}[dt.itemsize])[: 64 * n]
+        if dt == dtypes.float16:
+            got = raw.view(np.float16).astype(np.float32)
+        elif dt == dtypes.bfloat16:
+            got = (raw.astype(np.uint32) << 16).view(np.float32)
+        else:
+            got = raw
+        ok = np.allclose(got.reshape(64, n), ref, atol=0.5, rtol=0.05)
+        results.append((t, name, ok))
+    for t, name, ok in sorted(results)[:16]:
+        print(f"{dt.name} {name}: {2 * n**3 / t / 1e12:7.2f} TFLOPS {'' if ok else 'WRONG'}")
+
+
+def tc_sweep(n: int, dt: DType, budget_s: float = 90.0) -> None:
+    """SWEEP=1: the fp16/bf16 tensor-core matmul under workgroup shapes around the default, staged in shared memory
+    or not, fastest first."""
+    import itertools
+
+    shapes = [((4, 8), (2, 2), 4), ((4, 8), (4, 1), 4), ((8, 4), (2, 2), 4), ((4, 8), (2, 4), 4)]
+    shapes += [((2, 16), (4, 1), 4), ((4, 8), (2, 2), 2), ((4, 4), (2, 4), 4)]
+    candidates = []
+    for (up, local, unroll), stage in itertools.product(shapes, (0, None)):
+        name = f"up {up} local {local} unroll {unroll}{STAGE_MODES[stage]}"
+        candidates.append((name, functools.partial(tc_opts, up=up, local=local, unroll=unroll, stage=stage)))
+    _sweep(n, dt, candidates, budget_s)
+
+
+def float_sweep(n: int, budget_s: float = 60.0) -> None:
+    """SWEEP=1: the float32 matmul under the default opts and register tiles around them, staged in shared memory
+    or not, fastest first."""
+    import itertools
+
+    from lazygrad.codegen.kernel import Kernel, KernelOptError, Opt, OptOps
+    from lazygrad.codegen.workgroups import default_optimizations
+
+    def make(ast: object, renderer: object, opts: list, stage: int | None) -> list | None:
+        k = Kernel(ast, renderer)  # type: ignore[arg-type]
+        k.merge_axes()
+        try:
+            k.apply_opts([o for o in opts if o.op is not OptOps.STAGE])
+            for i in range(len(k.stage_candidates) if stage is not None else 0):
+                k.apply_opt(Opt(OptOps.STAGE, i, stage))
+        except KernelOptError:
+            return None
+        return list(k.applied_opts)
+
+    rng = np.random.default_rng(1)
+    a = Tensor(rng.standard_normal((n, n), dtype=np.float32), device=DEVICE)
+    k = Kernel([s for s in (a @ a).schedule() if s.ast.op.name == "SINK"][-1].ast, Device[DEVICE].renderer)
+    k.merge_axes()
+    U, L, R = OptOps.UPCAST, OptOps.LOCAL, OptOps.UNROLL
+    shapes: list[tuple[str, list]] = [("default", list(default_optimizations(k).applied_opts))]
+    for (un, um), (ln, lm), r in [
+        ((8, 8), (16, 8), 8),
+        ((8, 8), (32, 4), 8),
+        ((8, 8), (16, 8), 16),
+        ((4, 8), (32, 4), 8),
+    ]:
+        # locals first: neighbouring threads take neighbouring columns (coalesced, no bank conflicts)
+        opts = [Opt(L, 1, ln), Opt(L, 0, lm), Opt(U, 1, un), Opt(U, 0, um), Opt(R, 0, r)]
+        shapes.append((f"local ({ln}, {lm}) up ({un}, {um}) unroll {r}", opts))
+    candidates = []
+    for (name, opts), stage in itertools.product(shapes, (0, None)):
+        candidates.append((name + STAGE_MODES[stage], functools.partial(make, opts=opts, stage=stage)))
+    _sweep(n, dtypes.float32, candidates, budget_s)
 
 
 def main() -> None:
     if os.getenv("SWEEP"):
-        for dt in (dtypes.float16, dtypes.bfloat16):
-            tc_sweep(MATMUL_N, dt, 60.0 if dt == dtypes.float16 else 30.0)
+        tc_sweep(MATMUL_N, dtypes.float16, 60.0)
+        float_sweep(MATMUL_N, 45.0)
         return
     print(f"device {DEVICE}: {Device[DEVICE].describe()}")
     rows = [add_row(n) for n in SIZES]

@@ -7,14 +7,17 @@ broadcasting, dtypes and shapes stay right without repeating that logic here.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import math
 import threading
 import weakref
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from lazygrad.dtype import dtypes
 from lazygrad.helpers import argsort
 from lazygrad.uop.ops import GroupOp, Ops, UOp
+from lazygrad.uop.program import GraphProgram
 
 if TYPE_CHECKING:
     from lazygrad.tensor import Tensor
@@ -175,10 +178,46 @@ def define_gradient(node: UOp, source: UOp, rule: Callable[[Tensor], Tensor]) ->
     rule through its repeat/reshape/shrink ops gives a reduce over every repeated copy with div/mod index math; the
     rule gives the same sum as a few shifted pads of the window gradient."""
     _shortcuts[node] = (source, rule)
+    for made in getattr(_recorders, "stack", ()):
+        made.append((node, source, rule))
+
+
+_recorders = threading.local()  # this thread's open recording_definitions blocks
+
+
+@contextlib.contextmanager
+def recording_definitions() -> Iterator[list[tuple[UOp, UOp, Callable[[Tensor], Tensor]]]]:
+    """Every define_gradient call this thread makes inside the block (a composite replayed from a program makes
+    them again over its new nodes)."""
+    if not hasattr(_recorders, "stack"):
+        _recorders.stack = []
+    made: list[tuple[UOp, UOp, Callable[[Tensor], Tensor]]] = []
+    _recorders.stack.append(made)
+    try:
+        yield made
+    finally:
+        _recorders.stack.pop()
 
 
 def compute_gradient(root: UOp, root_grad: Tensor, targets: set[UOp]) -> dict[UOp, Tensor]:
-    """d(root)/d(target) for each target reachable from root, as lazy Tensors (weighted by root_grad)."""
+    """d(root)/d(target) for each target reachable from root, as lazy Tensors (weighted by root_grad). A graph of the
+    structure of one differentiated before (a training step's, over new buffers) replays that one's gradient program
+    instead of running the rules again."""
+    from lazygrad.tensor import Tensor
+
+    shape = _Structure(root, root_grad.uop, targets, Tensor._grad_disabled > 0)
+    if shape.key is not None and (program := _programs.get(shape.key)) is not None:
+        return program.run(shape.nodes)
+    grads = _apply_rules(root, root_grad, targets)
+    if shape.key is not None and (program := _GradProgram.record(shape.nodes, grads)) is not None:
+        with _programs_lock:
+            if len(_programs) >= GRAD_PROGRAMS:
+                del _programs[next(iter(_programs))]
+            _programs[shape.key] = program
+    return grads
+
+
+def _apply_rules(root: UOp, root_grad: Tensor, targets: set[UOp]) -> dict[UOp, Tensor]:
     from lazygrad.tensor import Tensor
 
     # only nodes on a path to a target carry gradient
@@ -209,3 +248,94 @@ def compute_gradient(root: UOp, root_grad: Tensor, targets: set[UOp]) -> dict[UO
                 raise AssertionError(f"gradient of {node.op} has shape {sg.shape}, expected {s.shape}")
             grads[s] = grads[s] + sg if s in grads else sg
     return {t: grads[t] for t in targets if t in grads}
+
+
+# *** gradient programs: a training step differentiates a graph of one structure on every call, over new buffers ***
+
+
+class _Structure:
+    """The graph of root and its seed gradient in a canonical order (the toposort, children first) and as a hashable
+    key that leaves out which buffers it reads: graphs with equal keys have equal gradients, node for node. A node
+    with a derivative of its own (define_gradient) is keyed with its rule where the rule is structure (see rule_key);
+    where it is a closure, the key is None (the rules run every time)."""
+
+    def __init__(self, root: UOp, seed: UOp, targets: set[UOp], no_grad: bool):
+        nodes = list(root.toposort)
+        index = {n: i for i, n in enumerate(nodes)}
+        nodes += [n for n in seed.toposort if n not in index]
+        self.nodes = nodes
+        self.key: tuple | None = None
+        if len(nodes) > GRAD_PROGRAM_NODES:
+            return
+        shortcuts = _shortcuts.data
+        parts: list[tuple] = []
+        for i, n in enumerate(nodes):
+            index[n] = i
+            arg = n.arg
+            if n.op is Ops.BUFFER:
+                arg = (arg.size, arg.device)  # which buffer it is: a position in the walk, not part of the key
+            elif type(arg) is float:
+                arg = repr(arg)  # -0.0 == 0.0, but a gradient through the one is another graph than through the other
+            part: tuple = (n.op, n.dtype, arg, tuple([index[s] for s in n.src]))
+            if shortcuts and (shortcut := shortcuts.get(weakref.ref(n))) is not None:
+                if (rule := rule_key(shortcut[1])) is None or shortcut[0] not in index:
+                    return
+                part = (*part, index[shortcut[0]], rule)
+            parts.append(part)
+        where = sorted(index[t] for t in targets if t in index)
+        self.key = (tuple(parts), index[seed], tuple(where), len(targets) - len(where), no_grad)
+
+
+def rule_key(rule: Callable) -> tuple | None:
+    """A derivative rule as structure: a module function with fixed arguments (a sliding window's sizes) is one;
+    a closure is code that may hold anything, so None."""
+    if type(rule) is not functools.partial:
+        return None
+    key = (rule.func, _frozen(rule.args), tuple((k, _frozen(v)) for k, v in sorted(rule.keywords.items())))
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+def _frozen(x: Any) -> Any:
+    return tuple(_frozen(v) for v in x) if isinstance(x, (list, tuple)) else x
+
+
+class _GradProgram:
+    """The gradient graph of a structure as a GraphProgram over its walk, with what each gradient reads through a
+    shifted view (assign's race check asks it of every optimizer update): known here, it is noted on the replayed
+    nodes instead of walking the gradient graph again on every step."""
+
+    def __init__(self, program: GraphProgram, targets: list[int], shifted: list[tuple[int, ...] | None]):
+        self.program, self.targets, self.shifted = program, targets, shifted
+
+    @staticmethod
+    def record(nodes: list[UOp], grads: dict[UOp, Tensor]) -> _GradProgram | None:
+        from lazygrad.tensor import lazy_shifted_bases
+
+        recorded = GraphProgram.record(nodes, [g.uop for g in grads.values()])
+        if recorded is None:
+            return None
+        program, at = recorded
+        shifted = [lazy_shifted_bases(g.uop, nodes) for g in grads.values()]
+        refs = [None if s is None or any(x not in at for x in s) else tuple(at[x] for x in s) for s in shifted]
+        return _GradProgram(program, [at[t] for t in grads], refs)
+
+    def run(self, nodes: list[UOp]) -> dict[UOp, Tensor]:
+        from lazygrad.tensor import Tensor, note_shifted_bases
+
+        vals = self.program.run(nodes)
+        for g, shifted in zip(self.program.outs, self.shifted):
+            if shifted is not None:
+                note_shifted_bases(vals[g], [vals[i] for i in shifted])
+        return {vals[t]: Tensor(vals[g]) for t, g in zip(self.targets, self.program.outs)}
+
+
+_programs: dict[tuple, _GradProgram] = {}
+GRAD_PROGRAMS = 64  # programs kept (a graph whose shapes change every call would otherwise grow it forever)
+# larger graphs are differentiated by the rules every time: a key and a program are as large as the graph, and a
+# graph that deep is rarely one step of a loop (100,000 chained ops: a key of 100,000 parts kept per program)
+GRAD_PROGRAM_NODES = 20_000
+_programs_lock = threading.Lock()

@@ -30,31 +30,33 @@ from lazygrad.dtype import (  # noqa: F401  (_to_np_dtype: tinygrad programs imp
 from lazygrad.helpers import TRAINING, argfix, argsort, ceildiv, flatten, make_tuple, prod
 from lazygrad.schedule.multi import has_multi, lower_multi, multi, split_bounds, stored_multis, whole_buffer
 from lazygrad.uop.ops import GroupOp, Ops, UOp, pretty_print, ssimplify, ssmax, substitute, sym_known, sym_value
+from lazygrad.uop.program import GraphProgram
 from lazygrad.uop.view import ShapeTracker, strides_for_shape
 
 
 class RealizedNodes:
     """Computed nodes that have been realized -> the buffer view that holds their value; consulted by the scheduler.
 
-    Keys are held weakly: an entry lives while its graph does. Values are held strongly, except those of graphs kept as
-    a tensor's gradient path (`hold_weakly`): `_lazy_origin` maps that tensor's buffer view back to the graph, so a
-    strong value here would be the key of an entry whose value is this entry's key, a cycle no weak reference breaks
-    (every realized tensor with a gradient path leaked its graph and buffer). Such a value lives as long as the
-    tensor's own node, which holds it."""
+    An entry is kept on its node (in the node's __dict__), so it lives exactly as long as the node, and finding it
+    is one dictionary lookup on every node a graph walk meets (a weak-keyed dictionary made a weak reference per
+    lookup). The view is held strongly, except for graphs kept as a tensor's gradient path (`hold_weakly`):
+    `_lazy_origin` maps that tensor's buffer view back to the graph, so a strong value here would be the key of an
+    entry whose value is this entry's key, a cycle no weak reference breaks (every realized tensor with a gradient
+    path leaked its graph and buffer). Such a value lives as long as the tensor's own node, which holds it."""
+
+    _ENTRY = "realized_as"
 
     def __init__(self) -> None:
-        self._strong: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
-        self._weak: weakref.WeakKeyDictionary[UOp, weakref.ref[UOp]] = weakref.WeakKeyDictionary()
+        self._nodes: weakref.WeakSet[UOp] = weakref.WeakSet()  # the keys, to list and count the entries
 
     def get(self, node: UOp, default: UOp | None = None) -> UOp | None:
-        # asked of every node a graph walk meets: the dictionaries' own tables are read directly (a weak reference
-        # without a callback finds the entry of its referent), not through WeakKeyDictionary's Python methods
-        key = weakref.ref(node)
-        if (view := self._strong.data.get(key)) is not None:
-            return view
-        if self._weak.data and (ref := self._weak.data.get(key)) is not None and (view := ref()) is not None:
-            return view
-        return default
+        view = node.__dict__.get(RealizedNodes._ENTRY)
+        if view is None:
+            return default
+        if type(view) is weakref.ref:
+            view = view()
+            return default if view is None else view
+        return view
 
     def __contains__(self, node: UOp) -> bool:
         return self.get(node) is not None
@@ -65,25 +67,24 @@ class RealizedNodes:
         return view
 
     def __setitem__(self, node: UOp, view: UOp) -> None:
-        if self._weak.data:
-            self._weak.pop(node, None)
-        self._strong[node] = view
+        node.__dict__[RealizedNodes._ENTRY] = view
+        self._nodes.add(node)
 
     def __delitem__(self, node: UOp) -> None:
-        found = [d.pop(node, None) for d in (self._strong, self._weak)]
-        if found == [None, None]:
+        if node.__dict__.pop(RealizedNodes._ENTRY, None) is None:
             raise KeyError(node)
+        self._nodes.discard(node)
 
     def __len__(self) -> int:
-        return len(self._strong) + len(self._weak)
+        return len(self._nodes)
 
     def hold_weakly(self, node: UOp) -> None:
-        if (view := self._strong.pop(node, None)) is not None:
-            self._weak[node] = weakref.ref(view)
+        view = node.__dict__.get(RealizedNodes._ENTRY)
+        if view is not None and type(view) is not weakref.ref:
+            node.__dict__[RealizedNodes._ENTRY] = weakref.ref(view)
 
     def items(self) -> list[tuple[UOp, UOp]]:
-        out = list(self._strong.items())
-        return out + [(k, v) for k, ref in list(self._weak.items()) if (v := ref()) is not None]
+        return [(k, v) for k in list(self._nodes) if (v := self.get(k)) is not None]
 
     def update(self, other: dict[UOp, UOp]) -> None:
         for node, view in other.items():
@@ -98,10 +99,10 @@ class RealizedNodes:
     def forget_reads_of(self, buffers: set[Any]) -> None:
         """Drop the entries whose graph reads one of `buffers` (Buffer objects): their value is stale once something
         other than the scheduler writes those buffers (a TinyJit replay)."""
-        for d in (self._strong, self._weak):
-            stale = [k for k in list(d.keys()) if any(x.op is Ops.BUFFER and x.arg in buffers for x in k.toposort)]
-            for node in stale:
-                d.pop(node, None)
+        for node in list(self._nodes):
+            if any(x.op is Ops.BUFFER and x.arg in buffers for x in node.toposort):
+                node.__dict__.pop(RealizedNodes._ENTRY, None)
+                self._nodes.discard(node)
 
 
 _realized = RealizedNodes()
@@ -188,7 +189,11 @@ def _reaches_grad(root: UOp) -> bool:
         n = stack.pop()
         if n in seen or _blocks(n):
             continue
-        if n in leaves or n in _lazy_origin or _realized.get(n) in leaves:
+        if n in leaves or _realized.get(n) in leaves:
+            return True
+        # a realized tensor's node (a buffer, views of one, or the parts of a sharded one) is all _lazy_origin holds:
+        # the weak-keyed lookup is asked of those only
+        if (n.op is Ops.BUFFER or n.op is Ops.MULTI or n.op in GroupOp.Movement) and n in _lazy_origin:
             return True
         seen.add(n)
         stack.extend(n.src)
@@ -250,6 +255,79 @@ class _TensorType(type):
     @training.setter
     def training(cls, mode: bool) -> None:
         TRAINING.value = int(mode)
+
+
+# composites replayed per key at most (a model whose shapes change every call would otherwise grow them forever)
+COMPOSITE_PROGRAMS = 32
+
+
+def _replayed(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
+    """A composite op (a loss, a linear layer, a conv) built once per kind of arguments and replayed from a
+    GraphProgram after: its graph is a function of its tensors' nodes, known by their op, dtype, shape, device and
+    whether they are a plain buffer (what composites branch on), and of its other arguments and the modes that change
+    graphs (no_grad, training, default dtypes and device). The derivative rules it gives nodes (define_gradient: a
+    conv's window) are given again to the replayed nodes. A call that draws random numbers, gives a node a rule that
+    is a closure (code, not structure) or returns a view of an argument (torch's view semantics: a write into it
+    writes into the argument) is not replayed: its code runs every time. (A view of a tensor the composite made
+    itself is replayed as a tensor of its own: nothing else can see that tensor's memory.)"""
+    programs: dict[tuple, tuple[GraphProgram, list[tuple[int, int, Callable]]]] = {}
+
+    @functools.wraps(fn)
+    def composite(self: Tensor, *args: Any, **kwargs: Any) -> Tensor:
+        from lazygrad.gradient import define_gradient, recording_definitions, rule_key
+
+        tensors = [
+            self,
+            *(a for a in args if isinstance(a, Tensor)),
+            *(a for a in kwargs.values() if isinstance(a, Tensor)),
+        ]
+        key = (
+            tuple(_replay_kind(t.uop, t) for t in tensors),
+            tuple(_replay_arg(a) for a in args),
+            tuple((k, _replay_arg(a)) for k, a in kwargs.items()),
+            Tensor._grad_disabled > 0,
+            TRAINING.value,
+            dtypes.default_float,
+            dtypes.default_int,
+            Device.DEFAULT,
+        )
+        try:
+            found = programs.get(key)
+        except TypeError:  # an argument that is not hashable (a list): no key
+            return fn(self, *args, **kwargs)
+        if found is not None:
+            program, rules = found
+            vals = program.run([t.uop for t in tensors])
+            for node, source, rule in rules:
+                define_gradient(vals[node], vals[source], rule)
+            return Tensor(vals[program.outs[0]])
+        rng = Tensor._rng_counter
+        with recording_definitions() as made:
+            out = fn(self, *args, **kwargs)
+        if (
+            len(programs) >= COMPOSITE_PROGRAMS
+            or not isinstance(out, Tensor)
+            or (out._view_of is not None and any(out._view_of[0] is t for t in tensors))
+            or Tensor._rng_counter != rng
+            or any(rule_key(rule) is None for _, _, rule in made)
+            or (recorded := GraphProgram.record([t.uop for t in tensors], [out.uop])) is None
+        ):
+            return out
+        program, at = recorded
+        if all(node in at and source in at for node, source, _ in made):
+            programs[key] = (program, [(at[node], at[source], rule) for node, source, rule in made])
+        return out
+
+    return composite
+
+
+def _replay_kind(u: UOp, t: Tensor) -> tuple:
+    return (u.op, u.dtype, u.shape, u.device, u.arg if u.op is Ops.CONST else None, t._plain_buffer() is not None)
+
+
+def _replay_arg(a: Any) -> Any:
+    # -0.0 == 0.0, but they are other constants; a tensor argument is in the key by its kind
+    return None if isinstance(a, Tensor) else (float, repr(a)) if type(a) is float else a
 
 
 class Tensor(metaclass=_TensorType):
@@ -2905,6 +2983,7 @@ class Tensor(metaclass=_TensorType):
     def std(self, axis: int | Sequence[int] | None = None, keepdim: bool = False, correction: int = 1) -> Tensor:
         return _root(self.var(axis, keepdim, correction), 2)
 
+    @_replayed
     def _arg_extreme(self, axis: int | None, keepdim: bool, largest: bool) -> Tensor:
         x = (
             self
@@ -2980,6 +3059,7 @@ class Tensor(metaclass=_TensorType):
     def matmul(self, w: Tensor) -> Tensor:
         return self.dot(w)
 
+    @_replayed
     def linear(self, weight: Tensor, bias: Tensor | None = None) -> Tensor:
         """x @ weight.T + bias, with weight (out_features, in_features) as in torch."""
         if weight.ndim not in (1, 2) or self.ndim == 0 or self.shape[-1] != weight.shape[-1]:
@@ -3052,6 +3132,7 @@ class Tensor(metaclass=_TensorType):
     def _spatial_pad(self, pads: Sequence[tuple[int, int]], value: float = 0.0) -> Tensor:
         return self.pad([None] * (self.ndim - len(pads)) + list(pads), value=value)
 
+    @_replayed
     def conv2d(
         self,
         weight: Tensor,
@@ -3180,6 +3261,7 @@ class Tensor(metaclass=_TensorType):
             pads = self._ceil_pads(pads, k_, s_, d_)
         return k_, s_, d_, reg, pads
 
+    @_replayed
     def max_pool2d(
         self,
         kernel_size: int | Sequence[int] = (2, 2),
@@ -3197,6 +3279,7 @@ class Tensor(metaclass=_TensorType):
         windows = self._spatial_pad(pads, value=fill)._pool(k_, s_, d_)
         return windows.max(tuple(range(-len(k_), 0)))
 
+    @_replayed
     def avg_pool2d(
         self,
         kernel_size: int | Sequence[int] = (2, 2),
@@ -3222,6 +3305,7 @@ class Tensor(metaclass=_TensorType):
 
     # *** normalization, activation-like composites ***
 
+    @_replayed
     def softmax(self, axis: int = -1) -> Tensor:
         if self.ndim == 0:
             _axes(axis, 0)
@@ -3233,6 +3317,7 @@ class Tensor(metaclass=_TensorType):
         e = m.exp()
         return e / e.sum(axis, keepdim=True)
 
+    @_replayed
     def log_softmax(self, axis: int = -1) -> Tensor:
         if self.ndim == 0:
             _axes(axis, 0)
@@ -3260,6 +3345,7 @@ class Tensor(metaclass=_TensorType):
         # log(sigmoid(x)) = min(x, 0) - log(1 + exp(-|x|)), finite for every finite x
         return self.minimum(0) - (1 + (-self.abs()).exp()).log()
 
+    @_replayed
     def layernorm(self, axis: int | Sequence[int] = -1, eps: float = 1e-5) -> Tensor:
         y = self - self.mean(axis, keepdim=True)
         return y * (y * y).mean(axis, keepdim=True).add(eps).rsqrt()
@@ -3300,6 +3386,7 @@ class Tensor(metaclass=_TensorType):
         classes = Tensor.arange(num_classes, device=self.device).reshape((num_classes,) + (1,) * (self.ndim - d - 1))
         return self == classes
 
+    @_replayed
     def scaled_dot_product_attention(
         self,
         key: Tensor,
@@ -3479,6 +3566,7 @@ class Tensor(metaclass=_TensorType):
         pos = Y * self.logsigmoid() if pos_weight is None else pos_weight * Y * self.logsigmoid()
         return -(pos + (1 - Y) * (-self).logsigmoid())._reduction(reduction)
 
+    @_replayed
     def cross_entropy(self, Y: Tensor, reduction: str = "mean", label_smoothing: float = 0.0) -> Tensor:
         """Logits (N, C, ...) or (C,); Y class indices (N, ...) or probabilities shaped like the logits, as in torch."""
         if not 0.0 <= label_smoothing <= 1.0:
@@ -3494,6 +3582,7 @@ class Tensor(metaclass=_TensorType):
         Y = (1 - label_smoothing) * Y + label_smoothing / self.shape[cdim]
         return -(self.log_softmax(cdim) * Y).sum(cdim)._reduction(reduction)
 
+    @_replayed
     def sparse_categorical_crossentropy(
         self, Y: Tensor, ignore_index: int = -1, label_smoothing: float = 0.0, reduction: str = "mean"
     ) -> Tensor:
@@ -3754,6 +3843,19 @@ def _shifted_bases(root: UOp) -> frozenset[UOp]:
         else:
             memo[_SHIFTED] = frozenset({x.base} if own else ()).union(*sets)
     return root.__dict__[_SHIFTED]
+
+
+def lazy_shifted_bases(root: UOp, inputs: list[UOp]) -> frozenset[UOp] | None:
+    """_shifted_bases(root) for a root built over `inputs`, where none of them is realized: then the set depends on
+    the structure alone, and a graph of the same structure has the same set; else None."""
+    if any(_realized.get(n) is not None for n in inputs):
+        return None
+    return _shifted_bases(root)
+
+
+def note_shifted_bases(node: UOp, bases: list[UOp]) -> None:
+    """Set what _shifted_bases(node) finds, known from a graph of the same structure (see gradient.py)."""
+    node.__dict__.setdefault(_SHIFTED, frozenset(bases) if bases else _EMPTY)
 
 
 class _GradMode(contextlib.ContextDecorator):

@@ -11,7 +11,7 @@ import functools
 import itertools
 from typing import Callable
 
-from lazygrad.codegen.kernel import AxisType, Kernel, KernelOptError, mul_operands
+from lazygrad.codegen.kernel import AxisType, Kernel, KernelOptError, StageLayout, mul_operands
 from lazygrad.dtype import DType, dtypes
 from lazygrad.helpers import ceildiv, prod
 from lazygrad.uop.ops import GroupOp, Ops, UOp, _exact_bounds
@@ -110,6 +110,7 @@ class Lowerer:
         self.index_memo: dict[tuple, tuple[UOp, UOp]] = {}  # (view, loop indices) -> (address, validity)
         self.broadcast_axes: dict[UOp, frozenset[int]] = {}
         self.reduce_results: dict[tuple[UOp, Combo], UOp] = {}
+        self.staged: dict[UOp, _Tile] = {}  # a staged load (STAGE) -> its tile in shared memory, set by lower_reduces
 
     def _thread_ids(self) -> list[UOp]:
         """Replace the GLOBAL loops by workgroup ids and the LOCAL and GROUP axes by thread ids within a workgroup,
@@ -221,7 +222,7 @@ class Lowerer:
                     UOp(
                         Ops.VECTORIZE,
                         tc.dtype_in.vec(n),
-                        tuple(self.ev(node, oc + uc + tail) for tail in self.tc_tails[name]),
+                        _paired_loads([self.ev(node, oc + uc + tail) for tail in self.tc_tails[name]]),
                     )
                     for node, name, n in ((a, "a", tc.elements[0]), (b, "b", tc.elements[1]))
                 ]
@@ -321,7 +322,9 @@ class Lowerer:
         if u.op is Ops.REDUCE_AXIS:
             return self.reduce_results[(u, combo[: len(self.upcast_axes)])]
         scalars = [self.ev(u, combo + (lane,)) for lane in range(self.width)]
-        if u.op is Ops.LOAD and renderer.vector_dtype_ok(u.dtype) and all(x.op is Ops.LOAD for x in scalars):  # type: ignore[attr-defined]
+        # a staged tile's rows are padded: a vector read from it may not be aligned
+        wide = u.op is Ops.LOAD and u not in self.staged and renderer.vector_dtype_ok(u.dtype)  # type: ignore[attr-defined]
+        if wide and all(x.op is Ops.LOAD for x in scalars):
             idxs = [x.src[0].src[1] for x in scalars]
             same_valid = all(x.src[1:] == scalars[0].src[1:] for x in scalars)
             if same_valid and len(set(idxs)) > 1 and self._consecutive(idxs):
@@ -356,6 +359,8 @@ class Lowerer:
         return self._lowered(u, combo, False)
 
     def _ev(self, u: UOp, combo: Combo) -> UOp:
+        if u.op is Ops.LOAD and u in self.staged:
+            return self.staged[u].read(self.idxs(combo))
         if u.op is Ops.LOAD:
             buf, view = u.src
             idx, valid = self.index(view, combo)
@@ -392,6 +397,8 @@ class Lowerer:
 
     def lower_reduces(self) -> None:
         """All reduces of a kernel share one loop nest: build every accumulator update, then close the loops once."""
+        if self.k.staged:
+            self._stage_tiles()
         keys: dict[tuple[UOp, Combo], tuple] = {}
         # what one iteration of the reduce loop does to an accumulator (None: there is no loop); equal reduce inputs
         # share one accumulator
@@ -447,6 +454,28 @@ class Lowerer:
             # lanes of an unrolled reduce axis are more inputs of the same reduce: fold them once, after the loop
             results = {key: self._fold_lanes(key[0], res) for key, res in results.items()}
         self.reduce_results = {rk: results[key] for rk, key in keys.items()}
+
+    def _stage_tiles(self) -> None:
+        """STAGE: at the top of each reduce step a barrier (the step before has read its tiles), then every thread
+        of the workgroup copies its share of each staged tile to shared memory, then a barrier; the staged loads
+        then read shared memory (`_Tile.read`)."""
+        assert self.reduce_ranges and self.thread_idxs, "Kernel._stage_refusal lets no such kernel through"
+        lids = sorted((u for u in self.thread_idxs if u.arg[2] == "l"), key=lambda u: u.arg[3])
+        threads, tid = 1, UOp.const(self.idx_dtype, 0)
+        for u in lids:
+            tid, threads = tid + u * threads, threads * u.arg[1]
+        tiles, copies = {}, []
+        for n, i in enumerate(sorted(self.k.staged)):
+            load = self.k.optimized_ast(self.k.stage_candidates[i])
+            tiles[load] = _Tile(self, load, self.k.stage_layout(i), n)
+            copies += [(tiles[load], *c) for c in tiles[load].copy(tid, threads)]
+        # the loads of global memory are issued before the first barrier: their latency overlaps the wait there
+        top = UOp(Ops.BARRIER, dtypes.void, (*self.reduce_ranges, *(value for _, _, value, _ in copies)))
+        stores = [tile.store(pos, value, gate, top) for tile, pos, value, gate in copies]
+        copied = UOp(Ops.BARRIER, dtypes.void, tuple(stores))
+        for tile in tiles.values():
+            tile.copied = copied
+        self.staged = tiles
 
     @staticmethod
     def _combine(op: Ops, partial: UOp, acc: UOp | None) -> UOp:
@@ -584,13 +613,85 @@ class Lowerer:
         return UOp(Ops.SINK, dtypes.void, (*params, end))
 
 
+class _Tile:
+    """One staged input in shared memory (layout: Kernel.stage_layout): the copy into it, the reads from it."""
+
+    def __init__(self, lw: Lowerer, load: UOp, layout: StageLayout, n: int):
+        self.lw, self.load, self.layout = lw, load, layout
+        self.buf = UOp(Ops.DEFINE_LOCAL, load.dtype.ptr(layout.size, local=True), (), f"stage{n}")
+        self.copied: UOp | None = None  # the barrier after every tile's copy
+
+    def copy(self, tid: UOp, threads: int) -> list[tuple[UOp, UOp, UOp | None]]:
+        """This thread's share of the tile, (position in the tile, value loaded, gate) for each of its loads: load v
+        of the copy is thread v % threads's."""
+        lw, st, lay = self.lw, self.load.src[1].arg, self.layout
+        total = prod(lay.sizes) // lay.width
+        copies: list[tuple[UOp, UOp, UOp | None]] = []
+        for j in range(ceildiv(total, threads)):
+            v = tid + j * threads
+            gate = None
+            if (j + 1) * threads > total:  # the last round: threads past the end copy the last vector again, unstored
+                gate = v.alu(Ops.CMPLT, UOp.const(lw.idx_dtype, total))
+                v = gate.alu(Ops.WHERE, v, UOp.const(lw.idx_dtype, total - 1))
+            e, coords, inner = v * lay.width, {}, prod(lay.sizes)
+            for a, size in zip(lay.axes, lay.sizes):
+                inner //= size
+                coords[a] = simplify((e // inner) % size if a != lay.axes[0] else e // inner)
+            at = [
+                coords.get(a, UOp.const(lw.idx_dtype, 0) if base is None or t is AxisType.LOCAL else base)
+                for a, (base, t) in enumerate(zip(lw.base_idxs, lw.k.axis_types))
+            ]
+            idx, valid = (simplify(x) for x in st.to_index(at))
+            dt = self.load.dtype.vec(lay.width) if lay.width > 1 else self.load.dtype
+            addr = UOp(Ops.INDEX, self.load.src[0].dtype, (self.load.src[0], idx))
+            value = UOp(Ops.LOAD, dt, (addr,) if valid.op is Ops.CONST and valid.arg else (addr, valid))
+            copies.append((self._pos(coords), value, gate))
+        return copies
+
+    def store(self, pos: UOp, value: UOp, gate: UOp | None, after: UOp) -> UOp:
+        target = UOp(Ops.INDEX, self.buf.dtype, (UOp(Ops.AFTER, self.buf.dtype, (self.buf, after)), pos))
+        return UOp(Ops.STORE, dtypes.void, (target, value) + (() if gate is None else (gate,)))
+
+    def _pos(self, coords: dict[int, UOp]) -> UOp:
+        zero = UOp.const(self.lw.idx_dtype, 0)
+        return simplify(sum((coords[a] * p for a, p in zip(self.layout.axes, self.layout.pitch)), zero))
+
+    def read(self, idxs: list[UOp]) -> UOp:
+        assert self.copied is not None
+        done = UOp(Ops.AFTER, self.buf.dtype, (self.buf, self.copied))
+        pos = self._pos({a: idxs[a] for a in self.layout.axes})
+        return UOp(Ops.LOAD, self.load.dtype, (UOp(Ops.INDEX, self.buf.dtype, (done, pos)),))
+
+
+def _paired_loads(vals: list[UOp]) -> tuple[UOp, ...]:
+    """Fragment entries (2i, 2i+1) that are loads of neighbouring elements, the first at an even index, become the
+    two lanes of one 2-wide load (a tensor core's register holds such a pair)."""
+    out = list(vals)
+    for i in range(0, len(out) - 1, 2):
+        x, y = out[i], out[i + 1]
+        if x.op is not Ops.LOAD or y.op is not Ops.LOAD or len(x.src) != 1 or len(y.src) != 1:
+            continue
+        (ix,), (iy,) = x.src, y.src
+        step, parity = simplify(iy.src[1] - ix.src[1]), simplify(ix.src[1] % 2)
+        if ix.src[0] is not iy.src[0] or step.op is not Ops.CONST or step.arg != 1:
+            continue
+        if parity.op is not Ops.CONST or parity.arg != 0:
+            continue
+        pair = UOp(Ops.LOAD, x.dtype.vec(2), (ix,))
+        out[i], out[i + 1] = UOp(Ops.GEP, x.dtype, (pair,), 0), UOp(Ops.GEP, x.dtype, (pair,), 1)
+    return tuple(out)
+
+
 INT32_MAX = 2**31 - 1
 
 
-def _index_fits_int32(sink: UOp) -> bool:
-    """Whether every buffer size and every step of address math in `sink` stays within int32's range, as the bounds
-    of each node say (a loaded value's range is its data's: the subtree of a LOAD inside an address is not judged)."""
+def _index_fits_int32(sink: UOp, every_int: bool = False) -> bool:
+    """Whether every buffer size and every step of address math in `sink` (with `every_int`, every integer value)
+    stays within int32's range, as the bounds of each node say (a loaded value's range is its data's: the subtree
+    of a LOAD inside an address is not judged)."""
     todo = [u.src[1] for u in sink.toposort if u.op is Ops.INDEX]
+    if every_int:
+        todo += [u for u in sink.toposort if dtypes.is_int(u.dtype) and u.op is not Ops.LOAD]
     if any(u.op is Ops.DEFINE_GLOBAL and u.dtype.size > INT32_MAX for u in sink.toposort):  # type: ignore[attr-defined]
         return False
     seen: set[UOp] = set()
@@ -608,10 +709,13 @@ def _index_fits_int32(sink: UOp) -> bool:
 
 def lower(k: Kernel) -> UOp:
     """Address math in int32 where every extent, buffer size and address fits it, else in int64: a tensor of 2**31
-    elements or more needs 64-bit loop counters and addresses (an int counter would wrap and never enter the loop)."""
+    elements or more needs 64-bit loop counters and addresses (an int counter would wrap and never enter the loop).
+    A GPU does 64-bit integer math in two instructions: there a kernel whose iteration space is larger (a 4096^3
+    matmul) still gets int32 when every integer it computes is proven to fit; a CPU addresses in 64 bits anyway."""
     extents = [s.vmax if isinstance(s, UOp) else s for s in k.full_shape]
-    if prod(extents) <= INT32_MAX:
+    small = prod(extents) <= INT32_MAX
+    if small or k.renderer.has_local:
         sink = Lowerer(k, dtypes.int32).lower()
-        if _index_fits_int32(sink):
+        if _index_fits_int32(sink, every_int=not small):
             return sink
     return Lowerer(k, dtypes.int64).lower()

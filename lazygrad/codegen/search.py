@@ -51,6 +51,8 @@ def actions(k: Kernel) -> list[Opt]:
         if k.renderer.has_shared:
             out += [Opt(op, i, a) for op in (OptOps.GROUP, OptOps.GROUPTOP) for a in (8, 16, 32, 64)]
         threads = k.renderer.threads
+        if k.renderer.has_shared and k.renderer.has_local and i == 0:
+            out += [Opt(OptOps.STAGE, j, 0) for j in range(len(k.stage_candidates))]
         if k.renderer.has_threads and threads > 1:
             out.append(Opt(OptOps.THREAD, n_glob + i, threads))
     return out

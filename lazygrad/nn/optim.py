@@ -14,7 +14,9 @@ from typing import Sequence
 from lazygrad.dtype import DType, dtypes
 from lazygrad.gradient import take_backward_roots
 from lazygrad.nn import _own_buffer
-from lazygrad.tensor import Tensor
+from lazygrad.tensor import Tensor, _reads_shifted
+from lazygrad.uop.ops import GroupOp, Ops, UOp
+from lazygrad.uop.program import GraphProgram
 
 
 class Optimizer:
@@ -52,11 +54,52 @@ class Optimizer:
         # the loss that backward() ran on and the gradients are stored by the same schedule, before the parameters
         # they read change: read after the step, they hold the values they had (as in torch), at no extra kernels
         grads = [p.grad for p in self.params if p.grad is not None]
-        out = take_backward_roots() + grads + self._begin_step()
+        return take_backward_roots() + grads + self._updates() + self.buffers
+
+    def _updates(self) -> list[Tensor]:
+        """The state and parameter updates of one step, assigned. A step over inputs shaped as an earlier step's
+        replays that one's update graph (a GraphProgram) instead of running the update code's tensor ops again."""
+        tensors = self._step_tensors()
+        key = self._step_key(tensors)
+        if key is not None and (program := _step_programs.get(key)) is not None:
+            done = program.replay(tensors)
+            if done is not None:
+                return done
+        before = [t.uop for t in tensors]
+        updated = self._begin_step()
         for i, p in enumerate(self.params):
             if p.grad is not None:  # as torch: a parameter without a gradient is left alone
-                out += self._update(i, p, p.grad.detach())
-        return out + self.buffers
+                updated += self._update(i, p, p.grad.detach())
+        if key is not None and (program := _StepProgram.record(tensors, before, updated)) is not None:
+            if len(_step_programs) >= STEP_PROGRAMS:
+                del _step_programs[next(iter(_step_programs))]
+            _step_programs[key] = program
+        return updated
+
+    def _step_tensors(self) -> list[Tensor]:
+        """Every tensor an update reads or assigns: the optimizer's state, then each parameter with a gradient and
+        its gradient."""
+        state: list[Tensor] = []
+        for v in vars(self).values():
+            if isinstance(v, Tensor):
+                state.append(v)
+            elif isinstance(v, list) and v is not self.params and v is not self.buffers:
+                state += [t for t in v if isinstance(t, Tensor)]
+        return state + [t for p in self.params if p.grad is not None for t in (p, p.grad)]
+
+    def _step_key(self, tensors: list[Tensor]) -> tuple | None:
+        """What an update's graph depends on besides the nodes it reads: the optimizer's settings, and each tensor's
+        kind of node, dtype, shape and device, and whether assign writes it in place. None for an optimizer class
+        defined elsewhere (its update code may keep Python state of its own)."""
+        if type(self).__module__ != __name__:
+            return None
+        settings = tuple((k, v) for k, v in vars(self).items() if type(v) in (int, float, bool, str, tuple))
+        parts = tuple(
+            (u.op, u.dtype, u.shape, u.device, u.arg if u.op is Ops.CONST else None, t._view_of is None, t._is_stored())
+            for t in tensors
+            for u in (t.uop,)
+        )
+        return (type(self), settings, parts, Tensor._grad_disabled > 0, dtypes.default_float)
 
     def _begin_step(self) -> list[Tensor]:
         """Updates of state shared by all parameters."""
@@ -234,6 +277,78 @@ class Muon(Optimizer):
         w = p.detach() * (1 - self.lr * self.weight_decay).cast(p.dtype)
         lr = (self.lr * math.sqrt(max(1.0, p.shape[0] / p.shape[1]))).cast(p.dtype)
         return [b, p.assign(w - update * lr)]
+
+
+class _StepProgram:
+    """One step's updates as a GraphProgram over the nodes of the optimizer's tensors: which tensors were assigned
+    (their new nodes are the program's outputs) and which the step returned. For assign's race check on a replay,
+    each assigned value's inputs: those whose own shifted reads it inherits, and those a movement op of the program
+    itself views (see replay)."""
+
+    def __init__(self, program: GraphProgram, assigned: list[int], returned: list[int], reads: list[tuple]):
+        self.program, self.assigned, self.returned, self.reads = program, assigned, returned, reads
+
+    @staticmethod
+    def record(tensors: list[Tensor], before: list[UOp], updated: list[Tensor]) -> _StepProgram | None:
+        """None unless every update was a plain in-place write (an ASSIGN over the tensor's own buffer, with no copy
+        of the value first)."""
+        at = {id(t): j for j, t in enumerate(tensors)}
+        if any(id(t) not in at for t in updated):
+            return None
+        assigned = [j for j, t in enumerate(tensors) if t.uop is not before[j]]
+        for j in assigned:
+            u = tensors[j].uop
+            if u.op is not Ops.ASSIGN or u.src[0] is not before[j] or u.src[1].op is Ops.CONTIGUOUS:
+                return None
+        recorded = GraphProgram.record(before, [tensors[j].uop for j in assigned])
+        if recorded is None:
+            return None
+        program, pos = recorded
+        reads = _program_reads(program, len(before))
+        values = [pos[tensors[j].uop.src[1]] for j in assigned]
+        return _StepProgram(program, assigned, [at[id(t)] for t in updated], [reads[v] for v in values])
+
+    def replay(self, tensors: list[Tensor]) -> list[Tensor] | None:
+        """The step's writes over the tensors' current nodes; None (nothing changed) where assign might write one
+        differently now (its value may read the target's memory shifted: a copy first), so the update code runs.
+        The rest of what assign checks (shapes, dtypes, devices, a buffer to write into) is the program's key.
+        The check is assign's, over-approximated without walking the program's nodes: a value reads its target
+        shifted only through an input that does (its own shifted reads), or through a movement op of the program
+        over an input (then the target would be that input's base)."""
+        vals = self.program.run([t.uop for t in tensors])
+        for j, (inherited, viewed) in zip(self.assigned, self.reads):
+            target = vals[j].base
+            if any(vals[k].base is target for k in viewed) or any(_reads_shifted(vals[k], target) for k in inherited):
+                return None
+        for j, out in zip(self.assigned, self.program.outs):
+            tensors[j].uop = vals[out]
+        return [tensors[j] for j in self.returned]
+
+
+def _program_reads(program: GraphProgram, n_in: int) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+    """For each position of the program: the inputs it reaches (without passing an ASSIGN or CONTIGUOUS, where
+    assign's check stops), and the inputs a movement op on the way views directly (through movement ops only)."""
+    reads: list[tuple[frozenset[int], frozenset[int]]] = [(frozenset({k}), frozenset()) for k in range(n_in)]
+    for q, (op, _, src, _) in enumerate(program.steps):
+        reached: set[int] = set()
+        viewed: set[int] = set()
+        for s in src:
+            if s >= n_in and program.steps[s - n_in][0] in (Ops.ASSIGN, Ops.CONTIGUOUS):
+                continue
+            reached |= reads[s][0]
+            viewed |= reads[s][1]
+        if op in GroupOp.Movement:
+            x = n_in + q
+            while x >= n_in and program.steps[x - n_in][0] in GroupOp.Movement:
+                x = program.steps[x - n_in][2][0]
+            if x < n_in:
+                viewed.add(x)
+        reads.append((frozenset(reached), frozenset(viewed)))
+    return [(tuple(sorted(r)), tuple(sorted(v))) for r, v in reads]
+
+
+_step_programs: dict[tuple, _StepProgram] = {}
+STEP_PROGRAMS = 16  # programs kept (an optimizer whose parameters change shape every step would otherwise grow it)
 
 
 def _lerp(start: Tensor, end: Tensor, weight: float) -> Tensor:

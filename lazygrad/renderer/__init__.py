@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from lazygrad.dtype import DType
+from lazygrad.dtype import DType, dtypes
 from lazygrad.uop.ops import UOp
 
 
@@ -41,11 +41,19 @@ class Renderer:
     max_upcast: int = 16
     max_buffers: int | None = None  # buffer arguments one kernel may take (None: no limit worth splitting for)
     tensor_cores: tuple = ()
+    wide_load_bytes: int = 0  # bytes one thread moves in one load when a workgroup copies a tile (STAGE); 0: an element
     computes: bool = True  # False: a storage-only device (DISK), whose tensors are copied, never computed on
 
     def dtype_unsupported(self, dtype: DType) -> str | None:
         """Why this target cannot compute with `dtype`, or None when it can."""
         return None
+
+    def wide_load(self, dtype: DType) -> int:
+        """Elements of `dtype` one load may move when a tile is copied to shared memory (STAGE): 1, or a power of
+        two whose vector of `dtype` the target can load, store and hold without computing on it."""
+        if self.wide_load_bytes and dtype in (dtypes.float16, dtypes.bfloat16, dtypes.float32):
+            return self.wide_load_bytes // dtype.itemsize
+        return 1
 
     def matmul_panel(self, m: int, n: int, k: int, itemsize: int) -> int:
         """Columns per panel when the right-hand side (k, n) of an (m, k) @ (k, n) product, stored row-major, is worth

@@ -243,6 +243,16 @@ class CStyleLanguage(Renderer):
     def render_gep(self, vec: str, lane: int) -> str:
         return f"{vec}[{lane}]"
 
+    raw_vector_stores = False  # a vector value is stored as it is held (16-bit floats packed, not computed in float)
+
+    def render_vectorize_of(self, u: UOp, names: dict[UOp, str]) -> str | None:
+        """A dialect's spelling of VECTORIZE `u` that needs to see its sources (None: render_vectorize's)."""
+        return None
+
+    def render_gep_of(self, u: UOp, vec: str) -> str | None:
+        """A dialect's spelling of GEP `u` that needs to see its source's dtype (None: render_gep's)."""
+        return None
+
     def render_vectorize(self, dt: DType, items: list[str]) -> str:
         return f"(({self.render_dtype(dt)}){{{','.join(items)}}})"
 
@@ -334,9 +344,9 @@ class CStyleLanguage(Renderer):
             elif op is Ops.STORE:
                 dt = u.src[0].src[0].dtype.base  # type: ignore[attr-defined]
                 gate = f"if ({names[u.src[2]]}) " if len(u.src) > 2 else ""
-                lines.append(
-                    f"{pad}{gate}{self.render_store(names[u.src[0]], self.render_store_value(dt, names[u.src[1]]), u)};"
-                )
+                value = names[u.src[1]] if u.src[1].dtype.count > 1 and self.raw_vector_stores else None
+                value = self.render_store_value(dt, names[u.src[1]]) if value is None else value
+                lines.append(f"{pad}{gate}{self.render_store(names[u.src[0]], value, u)};")
             elif op is Ops.DEFINE_LOCAL:
                 names[u] = u.arg
                 lines.append(f"{pad}{self.render_local(u.arg, u.dtype.base, u.dtype.size)};")  # type: ignore[attr-defined]
@@ -345,9 +355,9 @@ class CStyleLanguage(Renderer):
             elif op in GroupOp.Elementwise or op in (Ops.VECTORIZE, Ops.GEP, Ops.WMMA):
                 srcs = [names[s] for s in u.src]
                 if op is Ops.VECTORIZE:
-                    expr = self.render_vectorize(u.dtype, srcs)
+                    expr = self.render_vectorize_of(u, names) or self.render_vectorize(u.dtype, srcs)
                 elif op is Ops.GEP:
-                    expr = self.render_gep(srcs[0], u.arg)
+                    expr = self.render_gep_of(u, srcs[0]) or self.render_gep(srcs[0], u.arg)
                 elif op is Ops.WMMA:
                     expr = self.render_wmma(u, srcs)
                 elif op is Ops.BITCAST and u.src[0] in raw_bits:  # the bits as stored, not as computed with

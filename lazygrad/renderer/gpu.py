@@ -319,19 +319,55 @@ class CUDARenderer(GPUDialect):
 
     # sm_80 and later; a device with an older GPU passes tensor_cores=()
     tensor_cores: tuple[TensorCore, ...] = CUDA_TENSOR_CORES
+    wide_load_bytes = 16  # ld.global.v4 / st.shared.v4: a uint4 or float4 per thread when copying a tile
 
     # *** tensor cores: fragments of 16-bit floats travel packed two to a 32-bit register ***
 
+    raw_vector_stores = True  # vectors are only ever loaded and stored whole (STAGE), as their bits
+
     def render_dtype(self, dt: DType, storage: bool = False) -> str:
         if dt.count > 1 and dt.scalar in (dtypes.float16, dtypes.bfloat16):
-            return f"uint{dt.count // 2}"
+            return "unsigned int" if dt.count == 2 else f"uint{dt.count // 2}"
         return super().render_dtype(dt, storage)
+
+    def render_load(self, u: UOp, addr: str) -> str:
+        if u.dtype.count > 1:  # a wide load (STAGE, a tensor core's pair): the bits as stored
+            return f"*((const {self.render_dtype(u.dtype)}*)&{addr})"
+        return super().render_load(u, addr)
+
+    def render_store_target(self, addr: str, dt: DType) -> str:
+        return f"*(({self.render_dtype(dt)}*)&{addr})" if dt.count > 1 else addr
 
     def render_vectorize(self, dt: DType, items: list[str]) -> str:
         if dt.scalar in (dtypes.float16, dtypes.bfloat16):  # computed in float here: converted while packing
             kind = "f16" if dt.scalar == dtypes.float16 else "bf16"
             items = [f"lg_pack_{kind}x2({items[i]},{items[i + 1]})" for i in range(0, len(items), 2)]
+            if dt.count == 2:
+                return items[0]
         return f"make_{self.render_dtype(dt)}({','.join(items)})"
+
+    def render_vectorize_of(self, u: UOp, names: dict[UOp, str]) -> str | None:
+        """Packed 16-bit floats from loads take the bits as stored: the two lanes of a 2-wide load are its register,
+        two scalar loads are joined by shifts, instead of converting to float and back."""
+        if u.dtype.scalar not in (dtypes.float16, dtypes.bfloat16):
+            return None
+        words = []
+        for lo, hi in zip(u.src[::2], u.src[1::2]):
+            pair = lo.src[0] if lo.op is Ops.GEP else None
+            if pair is not None and hi.op is Ops.GEP and hi.src[0] is pair and (lo.arg, hi.arg) == (0, 1):
+                words.append(names[pair])
+            elif all(x.op is Ops.LOAD and len(x.src) == 1 and x.dtype.count == 1 for x in (lo, hi)):
+                words.append(f"((unsigned int){names[lo.src[0]]}|((unsigned int){names[hi.src[0]]}<<16))")
+            else:
+                return None
+        return words[0] if len(words) == 1 else f"make_{self.render_dtype(u.dtype)}({','.join(words)})"
+
+    def render_gep_of(self, u: UOp, vec: str) -> str | None:
+        src = u.src[0].dtype
+        if src.count == 2 and src.scalar in (dtypes.float16, dtypes.bfloat16):  # a lane of a packed register
+            kind = "half" if src.scalar == dtypes.float16 else "bf16"
+            return f"lg_{kind}_to_f((unsigned short)({vec}>>{16 * u.arg}))"
+        return None
 
     def render_gep(self, vec: str, lane: int) -> str:
         return f"{vec}.{'xyzw'[lane]}"
@@ -361,7 +397,8 @@ class CUDARenderer(GPUDialect):
         return f"{'blockIdx' if kind == 'g' else 'threadIdx'}.{'xyz'[dim]}"
 
     def render_local(self, name: str, dt: DType, size: int) -> str:
-        return f"__shared__ {self.render_dtype(dt, storage=True)} {name}[{size}]"
+        # 16-byte aligned: a staged tile (STAGE) is stored and read in uint4 / float4 (a 2-byte type alone is 2)
+        return f"__shared__ {self.render_dtype(dt, storage=True)} {name}[{size}] __attribute__((aligned(16)))"
 
     def render_barrier(self) -> str:
         return "__syncthreads()"

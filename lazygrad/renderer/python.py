@@ -81,6 +81,7 @@ class PythonRenderer(Renderer):
     max_workgroup = 1024
     shared_max = 48 * 1024
     tensor_cores = CUDA_TENSOR_CORES
+    wide_load_bytes = 16  # as CUDA's, so tiles staged in shared memory are copied as they are there
     max_buffers = 4096 // 8 - 16  # the CUDA limit it models: the scheduler's splitting runs on every machine
 
     def render(self, name: str, uops: list[UOp]) -> str:

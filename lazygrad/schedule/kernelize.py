@@ -698,20 +698,22 @@ class _Template:
     """A schedule with its buffers as references: ("out", i) the i-th stored node's new buffer, ("slot", j) the
     walk's j-th buffer. Stored nodes are walk positions; an in-place write (ASSIGN) stores into a slot."""
 
-    stored: list[tuple[int, tuple[int, ...], int | None]]  # (position, shape, target slot of an ASSIGN or None)
+    # (position, shape, device, target slot of an ASSIGN or None); the device is kept, not asked of the node: a node
+    # rebuilt from a program (gradient.py, optimizers) has not computed it, and that is a walk down its graph
+    stored: list[tuple[int, tuple[int, ...], str, int | None]]
     items: list[tuple[UOp, tuple[tuple[str, int], ...]]]
 
     def instantiate(self, walk: _Walk) -> tuple[list[ScheduleItem], dict[UOp, UOp], dict[UOp, int]]:
         outs: list[Buffer] = []
         becomes: dict[UOp, UOp] = {}
-        for p, shape, target in self.stored:
+        for p, shape, device, target in self.stored:
             n = walk.nodes[p]
             if target is not None:
                 buf = walk.slots[target]
                 becomes[n] = UOp.buffer_view(buf.alias(), n.shape if _symbolic(shape) else shape)
             else:
                 shape = n.shape if _symbolic(shape) else shape  # the sizes at this walk's bound values
-                buf = Buffer(n.device, alloc_size(shape), n.dtype, shape=shape)
+                buf = Buffer(device, alloc_size(shape), n.dtype, shape=shape)
                 becomes[n] = UOp.buffer_view(buf, shape)
             outs.append(buf)
         items = [
@@ -733,7 +735,7 @@ def _bound_values(binds: list[UOp]) -> dict[UOp, int]:
 def _template(walk: _Walk, items: list[ScheduleItem], becomes: dict[UOp, UOp]) -> _Template | None:
     """The schedule as a template of `walk`, or None when it holds a buffer the walk cannot name."""
     slot_of = {id(b): j for j, b in enumerate(walk.slots)}
-    stored: list[tuple[int, tuple[int, ...], int | None]] = []
+    stored: list[tuple[int, tuple[int, ...], str, int | None]] = []
     ref_of: dict[int, tuple[str, int]] = {}
     for n, view in becomes.items():
         if n not in walk.pos:
@@ -741,7 +743,8 @@ def _template(walk: _Walk, items: list[ScheduleItem], becomes: dict[UOp, UOp]) -
         target = n.src[0].base.arg if n.op is Ops.ASSIGN else None
         if target is not None and id(target) not in slot_of:
             return None
-        stored.append((walk.pos[n], tuple(view.shape), slot_of[id(target)] if target is not None else None))
+        target_slot = slot_of[id(target)] if target is not None else None
+        stored.append((walk.pos[n], tuple(view.shape), view.base.arg.device, target_slot))
         if target is None:
             ref_of[id(view.base.arg)] = ("out", len(stored) - 1)
     refs_items = []

@@ -12,6 +12,7 @@ from lazygrad.codegen import get_program
 from lazygrad.codegen.kernel import Kernel, KernelOptError, Opt, OptOps
 from lazygrad.device import Buffer
 from lazygrad.engine.realize import CompiledRunner, ExecItem
+from lazygrad.renderer import ProgramSpec
 from lazygrad.renderer.gpu import CUDARenderer
 from lazygrad.renderer.tensor_cores import MMA_F16
 
@@ -28,12 +29,16 @@ def inputs(*shapes: tuple[int, ...], dtype=dtypes.half, seed: int = 0) -> list[t
 
 def run(t: Tensor, opts: list[Opt] | None) -> np.ndarray:
     """Compute `t` (one kernel) on PYTHON with `opts` (None: the default opts) into a fresh buffer."""
+    return run_spec(t, opts)[0]
+
+
+def run_spec(t: Tensor, opts: list[Opt] | None) -> tuple[np.ndarray, ProgramSpec]:
     (si,) = t.schedule()
     spec = get_program(si.ast, Device["PYTHON"].renderer, opts)
     out = Buffer("PYTHON", si.bufs[0].size, si.bufs[0].dtype)
     ExecItem(CompiledRunner("PYTHON", spec), [out, *si.bufs[1:]]).run()
     assert ("WMMA" in spec.src) == (opts is None or any(o.op is OptOps.TC for o in opts)), spec.applied_opts
-    return _read(out, t)
+    return _read(out, t), spec
 
 
 def _read(buf: Buffer, t: Tensor) -> np.ndarray:
@@ -79,12 +84,32 @@ def test_default_opts_use_tensor_cores_and_match_numpy(name, dtype):
         [Opt(OptOps.TC, 0, 0), Opt(OptOps.UPCAST, 0, 2), Opt(OptOps.UPCAST, 1, 2)],
         [Opt(OptOps.TC, 0, 0), Opt(OptOps.LOCAL, 0, 2), Opt(OptOps.LOCAL, 1, 2)],  # 4 warps per workgroup
         [Opt(OptOps.TC, 0, 0), Opt(OptOps.UPCAST, 1, 2), Opt(OptOps.LOCAL, 0, 2), Opt(OptOps.UNROLL, 0, 2)],
+        # both inputs staged in shared memory: fragments read from there (A's in 2-wide loads)
+        [
+            Opt(OptOps.TC, 0, 0),
+            Opt(OptOps.LOCAL, 0, 2),
+            Opt(OptOps.LOCAL, 1, 2),
+            Opt(OptOps.STAGE, 0, 0),
+            Opt(OptOps.STAGE, 1, 0),
+        ],
+        [Opt(OptOps.TC, 1, 0), Opt(OptOps.UPCAST, 0, 2), Opt(OptOps.UNROLL, 0, 2), Opt(OptOps.STAGE, 1, 0)],
     ],
     ids=lambda opts: "+".join(f"{o.op.name}{o.axis}_{o.amount}" for o in opts),
 )
 def test_opts_around_a_tensor_core(opts):
     (a, ta), (b, tb) = inputs((64, 64), (64, 32), seed=1)
     np.testing.assert_allclose(run(ta @ tb, opts), a @ b, atol=0.05, rtol=1e-2)
+
+
+@pytest.mark.parametrize("dtype", [dtypes.half, dtypes.bfloat16], ids=str)
+def test_default_opts_stage_both_inputs(dtype):
+    """A matmul with a reduce loop left after the default opts stages both inputs; x @ w.T too (B's rows are then
+    contiguous along K, the other way round from a @ b)."""
+    (a, ta), (b, tb), (w, tw) = inputs((64, 128), (128, 64), (32, 128), dtype=dtype, seed=6)
+    for t, expected in ((ta @ tb, a @ b), (ta @ tw.T, a @ w.T)):
+        out, spec = run_spec(t, None)
+        assert [o.op for o in spec.applied_opts].count(OptOps.STAGE) == 2, spec.applied_opts
+        np.testing.assert_allclose(out, expected, atol=0.05, rtol=1e-2 if dtype == dtypes.half else 2e-2)
 
 
 def test_kernel_choices_and_refusals():

@@ -6,9 +6,9 @@ import gc
 
 import numpy as np
 
-from lazygrad import Tensor
+from lazygrad import Tensor, gradient
 from lazygrad.engine import memory, realize
-from lazygrad.nn import Linear
+from lazygrad.nn import Linear, optim
 from lazygrad.nn.optim import Adam
 from lazygrad.nn.state import get_parameters
 from lazygrad.schedule import kernelize
@@ -25,6 +25,11 @@ def _counting(monkeypatch, module, name: str) -> list[int]:
 
     monkeypatch.setattr(module, name, counted)
     return calls
+
+
+class _Forgetful(dict):
+    def __setitem__(self, key, value) -> None:
+        pass
 
 
 def _mlp_steps(n_steps: int, fresh_schedules: bool, seed: int = 0) -> tuple[list[float], list[np.ndarray]]:
@@ -66,6 +71,7 @@ def test_repeated_eager_step_schedules_and_compiles_nothing_new(monkeypatch):
 
 
 def test_adam_builds_its_bias_corrections_once_per_step(monkeypatch):
+    monkeypatch.setattr(optim, "_step_programs", {})  # the update code runs (not a replay of an earlier test's step)
     l1, l2 = Linear(8, 16), Linear(16, 4)
     opt = Adam(get_parameters([l1, l2]), lr=1e-3)
     sqrts = _counting(monkeypatch, Tensor, "sqrt")
@@ -130,3 +136,142 @@ def test_broadcast_fast_paths_build_the_general_paths_nodes():
     # a scalar of a higher kind still takes the general path: int tensor * float -> float
     i = Tensor(np.arange(4, dtype=np.int32))
     np.testing.assert_allclose((i * 1.5).numpy(), np.arange(4) * 1.5)
+
+
+def test_repeated_step_replays_its_gradient_and_update_graphs(monkeypatch):
+    """A step of a structure seen before runs no derivative rule and no optimizer tensor op: both graphs are rebuilt
+    from programs (node for node what the code builds), and train exactly as running the code every step does."""
+    _mlp_steps(2, fresh_schedules=False, seed=3)
+    rules = _counting(monkeypatch, gradient, "_apply_rules")
+    sqrts = _counting(monkeypatch, Tensor, "sqrt")
+    losses, params = _mlp_steps(4, fresh_schedules=False)
+    assert rules[0] == 0 and sqrts[0] == 0
+    monkeypatch.setattr(gradient, "_programs", _Forgetful())  # the code runs every step
+    monkeypatch.setattr(optim, "_step_programs", _Forgetful())
+    ref_losses, ref_params = _mlp_steps(4, fresh_schedules=False)
+    assert rules[0] == 4 and sqrts[0] == 4 * (4 + 1)
+    np.testing.assert_array_equal(losses, ref_losses)
+    for p, r in zip(params, ref_params):
+        np.testing.assert_array_equal(p, r)
+
+
+def test_replayed_graphs_are_the_graphs_the_code_builds(monkeypatch):
+    """Replayed gradient and update nodes are the very (hash-consed) nodes the rules and the optimizer's code build
+    over the new step's nodes."""
+    x = Tensor(np.random.rand(3, 8).astype(np.float32)).realize()
+    layers = [Linear(8, 4), Linear(8, 4)]  # one structure, other buffers
+    opts = [Adam(get_parameters([lin]), lr=1e-3) for lin in layers]
+    with Tensor.train():
+        for lin, opt in zip(layers, opts):
+            loss = lin(x).relu().sum()
+            targets = {lin.weight.uop, lin.bias.uop}
+            seed = Tensor.ones(loss.shape)
+            got = gradient.compute_gradient(loss.uop, seed, targets)  # the second layer's: a replay
+            ruled = gradient._apply_rules(loss.uop, seed, targets)
+            assert {t: g.uop for t, g in got.items()} == {t: g.uop for t, g in ruled.items()}
+            for p, t in zip(opt.params, (lin.weight.uop, lin.bias.uop)):
+                p.grad = got[t]
+            tensors = opt._step_tensors()
+            before = [t.uop for t in tensors]
+            opt._updates()
+            replayed = [t.uop for t in tensors]
+            for t, u in zip(tensors, before):
+                t.uop = u
+            with monkeypatch.context() as m:
+                m.setattr(optim, "_step_programs", {})
+                opt._updates()
+            assert [t.uop for t in tensors] == replayed
+
+
+def test_repeated_composite_replays_its_graph(monkeypatch):
+    """A loss or linear layer called again on tensors of the same kind rebuilds its nodes from a program (the tensor
+    ops inside run once): the nodes are the ones the code builds, values and gradients match torch."""
+    import torch
+
+    rng = np.random.default_rng(5)
+    w, b = rng.standard_normal((4, 6)).astype(np.float32), rng.standard_normal(4).astype(np.float32)
+    xs = [rng.standard_normal((3, 6)).astype(np.float32) for _ in range(3)]
+    ys = [rng.integers(0, 4, 3).astype(np.int32) for _ in range(3)]
+    softmaxes = _counting(monkeypatch, Tensor, "log_softmax")
+    for i, (xn, yn) in enumerate(zip(xs, ys)):
+        wt, bt = Tensor(w, requires_grad=True), Tensor(b, requires_grad=True)
+        x, y = Tensor(xn), Tensor(yn)
+        out = x.linear(wt, bt)
+        loss = out.sparse_categorical_crossentropy(y)
+        code = Tensor.sparse_categorical_crossentropy.__wrapped__(Tensor.linear.__wrapped__(x, wt, bt), y)
+        assert loss.uop is code.uop
+        loss.backward()
+        tw, tb = torch.tensor(w, requires_grad=True), torch.tensor(b, requires_grad=True)
+        tl = torch.nn.functional.cross_entropy(torch.tensor(xn) @ tw.T + tb, torch.tensor(yn).long())
+        tl.backward()
+        np.testing.assert_allclose(loss.item(), tl.item(), rtol=1e-5)
+        np.testing.assert_allclose(wt.grad.numpy(), tw.grad.numpy(), rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(bt.grad.numpy(), tb.grad.numpy(), rtol=1e-4, atol=1e-6)
+    # once by the first loss, once per call of the undecorated code: never by a replay
+    assert softmaxes[0] == 1 + 3
+
+
+def test_composite_replay_keys_on_what_changes_the_graph():
+    from lazygrad import tensor as tensor_module
+
+    draws = tensor_module._replayed(lambda self: self + Tensor.rand(*self.shape))
+    x = Tensor(np.zeros(8, np.float32))
+    assert not np.array_equal(draws(x).numpy(), draws(x).numpy())  # random: never replayed
+    view = tensor_module._replayed(lambda self: self.reshape(2, 4))
+    assert view(x)._view_of is not None and view(x)._view_of is not None  # a view keeps torch's view semantics
+    double = tensor_module._replayed(lambda self, k: self * k)
+    assert double(x + 1, 2.0).tolist() == [2.0] * 8 and double(x + 1, 3.0).tolist() == [3.0] * 8
+    assert double(x.int() + 1, 2).tolist() == [2] * 8  # another dtype: another program
+    w = Tensor(np.ones(8, np.float32), requires_grad=True)
+    with Tensor.no_grad():
+        assert not double(w, 2.0).requires_grad
+    assert double(w, 2.0).requires_grad
+
+
+def test_conv_gradient_replays_with_its_window_rule(monkeypatch):
+    """A conv's window has a derivative rule of its own (a function with fixed sizes: structure, so its gradient is
+    replayed and is the rules' graph); a closure rule (asin's) is code, so that graph's rules run every time."""
+    from lazygrad.nn import Conv2d
+
+    x = Tensor(np.random.rand(2, 3, 6, 6).astype(np.float32)).realize()
+    for conv in (Conv2d(3, 4, 3, padding=1), Conv2d(3, 4, 3, padding=1)):  # one structure, other buffers
+        loss = conv(x).relu().sum()
+        targets = {conv.weight.uop, conv.bias.uop}
+        seed = Tensor.ones(loss.shape)
+        got = gradient.compute_gradient(loss.uop, seed, targets)
+        ruled = gradient._apply_rules(loss.uop, seed, targets)
+        assert {t: g.uop for t, g in got.items()} == {t: g.uop for t, g in ruled.items()}
+    rules = _counting(monkeypatch, gradient, "_apply_rules")
+    for _ in range(2):
+        w = Tensor(np.full(4, 0.25, np.float32), requires_grad=True)
+        w.asin().sum().backward()
+        np.testing.assert_allclose(w.grad.numpy(), 1 / np.sqrt(1 - 0.25**2), rtol=1e-6)
+    assert rules[0] == 2
+
+
+def test_replayed_conv_gives_its_window_rule_again(monkeypatch):
+    """A conv replayed from its program gives the new window node the derivative rule the code gives it: gradients
+    match torch's, and a replay builds the nodes the code builds."""
+    import torch
+
+    from lazygrad.nn import Conv2d
+
+    pads = _counting(monkeypatch, Tensor, "_spatial_pad")
+    first = 0
+    for seed in range(3):
+        rng = np.random.default_rng(seed)
+        xn = rng.standard_normal((2, 3, 6, 6)).astype(np.float32)
+        conv = Conv2d(3, 4, 3, padding=1)
+        x = Tensor(xn, requires_grad=True)
+        out = conv(x)
+        code = Tensor.conv2d.__wrapped__(x, conv.weight, conv.bias, stride=1, padding=1, dilation=1, groups=1)
+        assert out.uop is code.uop
+        out.max_pool2d(2).relu().sum().backward()
+        tx = torch.tensor(xn, requires_grad=True)
+        tw = torch.tensor(conv.weight.numpy(), requires_grad=True)
+        tb = torch.tensor(conv.bias.numpy(), requires_grad=True)
+        torch.nn.functional.max_pool2d(torch.nn.functional.conv2d(tx, tw, tb, padding=1), 2).relu().sum().backward()
+        for t, r in ((x, tx), (conv.weight, tw), (conv.bias, tb)):
+            np.testing.assert_allclose(t.grad.numpy(), r.grad.numpy(), rtol=1e-4, atol=1e-5)
+        first = first or pads[0]
+    assert pads[0] == first + 2  # after the first step only the undecorated code pads: conv and pool are replays

@@ -78,7 +78,7 @@ def test_opencl_half_without_fp16_is_stored_as_bits():
 def test_cuda_structure():
     src = get_program(kernel(rand(8, 256).sum(1)), CUDARenderer(), GROUPED).src
     assert 'extern "C" __global__ void __launch_bounds__(64)' in src
-    assert "__shared__ float temp0[64];" in src and "__syncthreads();" in src
+    assert "__shared__ float temp0[64] __attribute__((aligned(16)));" in src and "__syncthreads();" in src
     assert "blockIdx.x" in src and "threadIdx.y" in src and "__restrict__" in src
 
 

@@ -115,6 +115,34 @@ def test_tensor_core_with_unroll_and_locals_compiles():
     assert src.count("lg_mma_m16n8k16_f16_f32(") == 1 + 4 * 4, "one helper, then a WMMA per unrolled K and N tile"
 
 
+@pytest.mark.parametrize("dtype", [dtypes.half, dtypes.float32], ids=str)
+def test_staged_matmul_compiles(dtype):
+    """STAGE: each thread copies 16 bytes per load (uint4 of 16-bit floats, float4) to shared memory between two
+    barriers; a half matmul's default opts stage both inputs and read A's fragments two halves at a time."""
+    a, b = rand(128, 256, dtype=dtype), rand(256, 128, dtype=dtype)
+    (ast,) = kernels(a @ b)
+    opts = None
+    if dtype == dtypes.float32:
+        opts = [Opt(OptOps.LOCAL, 1, 32), Opt(OptOps.LOCAL, 0, 4), Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.UPCAST, 0, 4)]
+        opts += [Opt(OptOps.UNROLL, 0, 8), Opt(OptOps.STAGE, 0, 0), Opt(OptOps.STAGE, 1, 0)]
+    (src,) = compile_all([ast], opts)
+    vector = "uint4" if dtype == dtypes.half else "float4"
+    assert src.count("__syncthreads();") == 2 and "__shared__" in src
+    assert f"*((const {vector}*)&data" in src and f"*(({vector}*)&stage" in src
+    if dtype == dtypes.half:
+        assert "*((const unsigned int*)&stage" in src, "A's fragment registers are read whole"
+        assert "lg_pack_f16x2" not in src.split("void ", 1)[1], "no conversion of fragments through float"
+
+
+def test_big_matmul_indexes_in_32_bits():
+    """4096^3 iterations, every address below 2**31: int32 address math on a GPU (64-bit integer math is two
+    instructions there)."""
+    a = Tensor.empty(4096, 4096, dtype=dtypes.half, device="PYTHON")
+    (ast,) = kernels(a @ Tensor.empty(4096, 4096, dtype=dtypes.half, device="PYTHON"))
+    src = get_program(ast, RENDERER).src
+    assert "long long" not in src and "int gidx0" in src
+
+
 def test_no_tensor_core_for_float32_or_partial_tiles():
     for out in (rand(64, 64) @ rand(64, 64), rand(40, 64, dtype=dtypes.half) @ rand(64, 36, dtype=dtypes.half)):
         (ast,) = kernels(out)
@@ -222,6 +250,22 @@ def test_tensor_core_matmul_on_gpu(gpu: str, dtype, shapes) -> None:  # noqa: AN
         assert "mma.sync" in spec.src, spec.applied_opts
     got = (a @ b).float().numpy()
     np.testing.assert_allclose(got, a_np @ b_np, atol=0.1, rtol=2e-2)
+
+
+@pytest.mark.parametrize("transposed", [False, True], ids=["a_b", "x_wT"])
+def test_staged_float_matmul_on_gpu(gpu: str, transposed: bool) -> None:
+    """Big enough for the default staged 64 x 128 tiles (2M outputs), with a bias and relu after it."""
+    rng = np.random.default_rng(2)
+    a_np, b_np, c_np = (rng.standard_normal(s).astype(np.float32) for s in ((2048, 256), (1024, 256), (1024,)))
+    a, b, c = _on(gpu, a_np, b_np, c_np)
+
+    def out() -> Tensor:
+        return (a @ (b.T if transposed else b.reshape(256, 1024)) + c).relu()
+
+    (si,) = [s for s in out().schedule() if s.ast.op is Ops.SINK]
+    assert "__syncthreads" in get_program(si.ast, Device[gpu].renderer).src
+    expected = np.maximum(a_np @ (b_np.T if transposed else b_np.reshape(256, 1024)) + c_np, 0)
+    np.testing.assert_allclose(out().numpy(), expected, rtol=1e-4, atol=1e-3)
 
 
 def test_beam_search_on_gpu(gpu: str) -> None:

@@ -1,0 +1,62 @@
+"""Graph programs: the nodes some code added on top of a graph, recorded once and rebuilt over other inputs.
+
+A training step runs the same frontend code (the gradient rules, an optimizer's update) over a graph of the same
+structure on every call, only over new buffers. The code's Python (tensor ops, broadcasting, dtype rules) costs far
+more than the nodes it builds; a program rebuilds just the nodes, hash-consed as the code would have built them.
+"""
+
+from __future__ import annotations
+
+from lazygrad.uop.ops import Ops, UOp
+
+
+class GraphProgram:
+    """(op, dtype, source positions, arg) per added node, over positions: the inputs first, then each added node in
+    the order it was built. Holds no node of the recorded graph, so no buffer stays alive through it."""
+
+    __slots__ = ("steps", "outs", "known")
+
+    def __init__(self, steps: list[tuple], outs: list[int], known: list[dict]):
+        self.steps, self.outs = steps, outs
+        # each output's shape and device: the same over inputs of the same shapes and devices, so a replay notes them
+        # (as the code's tensor ops computed them) instead of leaving them to a walk over every node it built
+        self.known = known
+
+    @staticmethod
+    def record(inputs: list[UOp], outputs: list[UOp]) -> tuple[GraphProgram, dict[UOp, int]] | None:
+        """The program that builds `outputs` from `inputs`, and the position of every node it names; None where an
+        output reaches a buffer other than through the inputs (a replay would share that buffer, not make a new one)."""
+        at = {n: i for i, n in enumerate(inputs)}
+        n_in = len(at)
+        if n_in != len(inputs):
+            return None  # an input repeated: a position would not name one node
+        steps: list[tuple] = []
+        for root in outputs:
+            stack = [root]
+            while stack:
+                n = stack[-1]
+                if n in at:
+                    stack.pop()
+                    continue
+                todo = [s for s in n.src if s not in at]
+                if todo:
+                    stack.extend(todo)
+                    continue
+                stack.pop()
+                if n.op is Ops.BUFFER:
+                    return None
+                at[n] = n_in + len(steps)
+                steps.append((n.op, n.dtype, tuple([at[s] for s in n.src]), n.arg))
+        known = [{"shape": o.shape, "device": o.device} for o in outputs]
+        return GraphProgram(steps, [at[o] for o in outputs], known), at
+
+    def run(self, inputs: list[UOp]) -> list[UOp]:
+        """Every node of the program over `inputs`, by position (the outputs are at `self.outs`)."""
+        vals = list(inputs)
+        for op, dtype, src, arg in self.steps:
+            vals.append(UOp(op, dtype, tuple([vals[i] for i in src]), arg))
+        for out, known in zip(self.outs, self.known):
+            cache = vals[out].__dict__
+            for name, value in known.items():
+                cache.setdefault(name, value)
+        return vals
