@@ -427,3 +427,22 @@ def test_reshape_concrete_to_variable(jit: bool):
         np.testing.assert_allclose(got, _attention_ref(qn, kn, vn), rtol=1e-4, atol=1e-5)
     if jit:
         assert plus1.captured is not None and attn.captured is not None
+
+
+def test_training_steps_at_changing_values():
+    """Steps of the same code at changing bound values (graphs replayed by the eager path's programs and schedule
+    cache): each gradient is the one of its own value."""
+    from lazygrad import nn
+
+    xn = _rand(MAXLEN, 4)
+    x = Tensor(xn, requires_grad=True)
+    opt = nn.optim.SGD([x], lr=0.0)
+    for n in (3, 3, 3, 5, 5, 2, MAXLEN, 1, 1, 4):
+        v = _var(n)
+        opt.zero_grad()
+        ((x[:v] * x[:v]).sum() + x[v - 1].sum()).backward()
+        want = np.zeros_like(xn)
+        want[:n] = 2 * xn[:n]
+        want[n - 1] += 1
+        np.testing.assert_allclose(x.grad.numpy(), want, rtol=1e-6, atol=1e-6)
+        opt.step()
