@@ -28,7 +28,7 @@ def estimate_ops(uops: list[UOp]) -> int:
     ops, trips = 0, [1]
     for u in uops:
         if u.op is Ops.RANGE:
-            trips.append(trips[-1] * u.src[0].arg)
+            trips.append(trips[-1] * u.src[0].vmax)  # a symbolic loop counts at its largest
         elif u.op is Ops.ENDRANGE:
             trips.pop()
         elif u.op in GroupOp.ALU and u not in address:
@@ -118,6 +118,10 @@ def _build_program_steps(ast: UOp, renderer: Renderer, opts: list[Opt] | None) -
 def _optimize(k: Kernel, ast: UOp, renderer: Renderer, opts: list[Opt] | None) -> None:
     if opts is not None:
         k.apply_opts(opts)
+    elif any(isinstance(s, UOp) for s in k.full_shape):
+        # a symbolic axis (a size that is a Variable) is a plain loop: the heuristic and BEAM reason about sizes they
+        # can compare and time, and an opt on such an axis (a split by a constant) would need a remainder loop
+        return
     elif BEAM >= 1:
         from lazygrad.codegen.search import beam_search  # imports the device layer: only when searching
 

@@ -294,6 +294,7 @@ class CStyleLanguage(Renderer):
             counters[prefix] = counters.get(prefix, 0) + 1
             return f"{prefix}{counters[prefix] - 1}"
 
+        special_names = {u.arg[0] for u in uops if u.op is Ops.SPECIAL}
         raw_bits: dict[UOp, str] = {}  # loads of 16-bit floats computed in a wider type: their bits as stored
         for u in uops:
             op = u.op
@@ -313,7 +314,9 @@ class CStyleLanguage(Renderer):
                 )
             elif op is Ops.RANGE:
                 axis, kind = u.arg
-                names[u] = v = f"{'ridx' if kind == 'r' else 'gidx'}{axis}"
+                v = f"{'ridx' if kind == 'r' else 'gidx'}{axis}"
+                # a loop beside thread ids (a symbolic axis whose largest size is 1) must not take a thread id's name
+                names[u] = v = f"loop{axis}" if v in special_names else v
                 if kind in ("t", "tr"):  # a THREAD axis: the loop's iterations are shared out among the CPU cores
                     lines.append(f"{pad}{self.parallel_for}")
                 lines.append(f"{pad}for ({self.render_dtype(u.dtype)} {v} = 0; {v} < {names[u.src[0]]}; {v}++) {{")
