@@ -29,7 +29,7 @@ from lazygrad.dtype import (  # noqa: F401  (_to_np_dtype: tinygrad programs imp
 )
 from lazygrad.helpers import TRAINING, argfix, argsort, ceildiv, flatten, make_tuple, prod
 from lazygrad.schedule.multi import has_multi, lower_multi, multi, split_bounds, stored_multis, whole_buffer
-from lazygrad.uop.ops import GroupOp, Ops, UOp, pretty_print, substitute
+from lazygrad.uop.ops import GroupOp, Ops, UOp, pretty_print, ssimplify, ssmax, substitute, sym_known, sym_value
 from lazygrad.uop.program import GraphProgram
 from lazygrad.uop.view import ShapeTracker, strides_for_shape
 
@@ -717,7 +717,7 @@ class Tensor(metaclass=_TensorType):
         return len(self.shape)
 
     def numel(self) -> int:
-        return prod(self.shape)
+        return ssimplify(prod(self.shape))
 
     def size(self, dim: int | None = None) -> int | tuple[int, ...]:
         return self.shape if dim is None else self.shape[_axes(dim, self.ndim)[0]]
@@ -737,7 +737,8 @@ class Tensor(metaclass=_TensorType):
     def __repr__(self) -> str:
         state = "realized" if self.uop.is_realized else "lazy"
         graph = pretty_print(self.uop, max_lines=12).replace("\n", "\n  ")
-        return f"<Tensor shape={self.shape} dtype={self.dtype} device={self.device} {state}\n  {graph}>"
+        shape = tuple(_SymRepr(s) if isinstance(s, UOp) else s for s in self.shape)
+        return f"<Tensor shape={shape} dtype={self.dtype} device={self.device} {state}\n  {graph}>"
 
     # by identity (__eq__ is elementwise): object's own, a C call, where a Python one costs on every weak set insert
     __hash__ = object.__hash__
@@ -861,11 +862,17 @@ class Tensor(metaclass=_TensorType):
 
     def _python_values(self) -> list[Any]:
         t = self.cast(dtypes.float32) if self.dtype == dtypes.bfloat16 else self
+        n = prod(t._bound_shape())
         raw = t.data()
-        if t.numel() == 0:
+        if n == 0:
             return []
         # struct, not memoryview.cast: cast has no float16 ("e") format
-        return list(struct.unpack(f"{t.numel()}{t.dtype.fmt}", raw))
+        return list(struct.unpack(f"{n}{t.dtype.fmt}", raw[: n * t.dtype.itemsize]))
+
+    def _bound_shape(self) -> tuple[int, ...]:
+        """The shape with every variable at its bound value: a symbolic result's buffer holds that many elements
+        first (it is sized for the variables' maximum)."""
+        return tuple(sym_value(s) for s in self.shape)
 
     def tolist(self) -> Any:
         values = self._python_values()
@@ -880,10 +887,10 @@ class Tensor(metaclass=_TensorType):
             step = prod(shape[1:])
             return [nest(vals[i * step : (i + 1) * step], shape[1:]) for i in range(shape[0])]
 
-        return nest(values, self.shape)
+        return nest(values, self._bound_shape())
 
     def item(self) -> Any:
-        if self.numel() != 1:
+        if prod(self._bound_shape()) != 1:
             raise ArgumentError(f"item() needs a tensor with one element, this one has shape {self.shape}")
         return self._python_values()[0]
 
@@ -893,9 +900,10 @@ class Tensor(metaclass=_TensorType):
         if self.dtype == dtypes.bfloat16:
             return self.float().numpy()
         np_dtype = _to_np_dtype(self.dtype)
-        if self.numel() == 0:
-            return np.zeros(self.shape, dtype=np_dtype)
-        return np.frombuffer(self.data(), dtype=np_dtype).reshape(self.shape).copy()
+        shape = self._bound_shape()
+        if prod(shape) == 0:
+            return np.zeros(shape, dtype=np_dtype)
+        return np.frombuffer(self.data(), dtype=np_dtype, count=prod(shape)).reshape(shape).copy()
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> Any:
         arr = self.numpy()
@@ -907,6 +915,8 @@ class Tensor(metaclass=_TensorType):
     def _shape_arg(shape: tuple[Any, ...]) -> tuple[int, ...]:
         out = argfix(*shape)
         for s in out:
+            if isinstance(s, UOp) and dtypes.is_int(s.dtype):
+                continue  # a symbolic size (an expression of bound Variables)
             if not isinstance(s, int) or isinstance(s, bool):
                 raise TypeError(f"shape entries must be ints, got {out}")
             if s < 0:
@@ -924,7 +934,7 @@ class Tensor(metaclass=_TensorType):
 
     @staticmethod
     def full(shape: Any, fill_value: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
-        shape_ = Tensor._shape_arg((shape,) if isinstance(shape, int) else tuple(shape))
+        shape_ = Tensor._shape_arg((shape,) if isinstance(shape, (int, UOp)) else tuple(shape))
         dt = to_dtype(dtype) if dtype is not None else dtypes.from_py(fill_value)
         _check_fits([fill_value], dt, "full")
         c = Tensor(Tensor._const_uop(fill_value, dt, Device.canonicalize(device)))
@@ -964,6 +974,8 @@ class Tensor(metaclass=_TensorType):
     ) -> Tensor:
         if stop is None:
             start, stop = 0, start
+        if isinstance(start, UOp) or isinstance(stop, UOp) or isinstance(step, UOp):
+            return Tensor._symbolic_arange(start, stop, step, dtype, device)
         if step == 0:
             raise ArgumentError("arange: step must not be zero")
         n = max(0, math.ceil((stop - start) / step))
@@ -973,6 +985,20 @@ class Tensor(metaclass=_TensorType):
             return idx.cast(dt)
         compute = dt if dtypes.is_float(dt) else dtypes.int64 if dt == dtypes.int64 else dtypes.int32
         return (idx.cast(compute) * step + start).cast(dt)
+
+    @staticmethod
+    def _symbolic_arange(start: Any, stop: Any, step: Any, dtype: DType | str | None, device: str | None) -> Tensor:
+        """arange with a bound Variable in start or stop: a symbolic length; integers and a constant step only."""
+        if not all(isinstance(x, (int, UOp)) for x in (start, stop)) or type(step) is not int or step == 0:
+            raise NotImplementedError("arange with a Variable takes integer start and stop and a nonzero int step")
+        span = ssimplify(stop - start) if step > 0 else ssimplify(start - stop)
+        n = ssimplify((span + abs(step) - 1) // abs(step)) if abs(step) != 1 else span
+        if (known := sym_known(span)) is not None and known < 0:
+            raise ArgumentError(f"arange: the range from {start!r} to {stop!r} by {step} is empty or reversed")
+        idx = Tensor._iota(n, device)
+        out = idx if step == 1 else idx * step
+        out = out if isinstance(start, int) and start == 0 else out + start
+        return out.cast(to_dtype(dtype) if dtype is not None else dtypes.default_int)
 
     @staticmethod
     def linspace(
@@ -1161,8 +1187,10 @@ class Tensor(metaclass=_TensorType):
         if new.count(-1) > 1:
             raise ArgumentError(f"reshape {tuple(new)}: only one dimension can be -1")
         for s in new:
-            if not isinstance(s, int) or s < -1:
+            if not (isinstance(s, UOp) and dtypes.is_int(s.dtype)) and (not isinstance(s, int) or s < -1):
                 raise ArgumentError(f"reshape {tuple(new)}: dimensions must be non-negative ints or one -1")
+        if any(isinstance(s, UOp) for s in (*new, *self.shape)):
+            return self._symbolic_reshape(new)
         if -1 in new:
             known = prod(s for s in new if s != -1)
             if known == 0 or self.numel() % known:
@@ -1173,6 +1201,35 @@ class Tensor(metaclass=_TensorType):
             raise ArgumentError(
                 f"cannot reshape tensor of shape {self.shape} ({self.numel()} elements) "
                 f"to {shape_} ({prod(shape_)} elements)"
+            )
+        return self if shape_ == self.shape else self._movement(Ops.RESHAPE, shape_)
+
+    def _symbolic_reshape(self, new: list[Any]) -> Tensor:
+        """reshape where a size is symbolic: a -1 is what is left of the old sizes once the sizes the new shape
+        names are taken out of them (the same symbolic size cancels), and the sizes must agree at the bound values."""
+        if any(type(s) is int and s == -1 for s in new):
+            rest = [s for s in self.shape]
+            named = []
+            for s in new:
+                if type(s) is int and s == -1:
+                    continue
+                if any(r is s for r in rest):
+                    rest.pop(next(i for i, r in enumerate(rest) if r is s))
+                else:
+                    named.append(s)
+            left, right = ssimplify(prod(rest)), ssimplify(prod(named))
+            if type(left) is int and type(right) is int:
+                if right == 0 or left % right:
+                    raise ArgumentError(f"cannot reshape tensor of shape {self.shape} to {tuple(new)}")
+                fill = left // right
+            else:
+                fill = ssimplify(left // right)
+            new[next(i for i, s in enumerate(new) if type(s) is int and s == -1)] = fill
+        shape_ = tuple(new)
+        before, after = sym_known(prod(self.shape)), sym_known(prod(shape_))
+        if before is not None and after is not None and before != after:
+            raise ArgumentError(
+                f"cannot reshape tensor of shape {self.shape} ({before} elements) to {shape_} ({after} elements)"
             )
         return self if shape_ == self.shape else self._movement(Ops.RESHAPE, shape_)
 
@@ -1208,8 +1265,13 @@ class Tensor(metaclass=_TensorType):
     def shrink(self, arg: Sequence[tuple[int, int] | None]) -> Tensor:
         if len(arg) != self.ndim:
             raise ArgumentError(f"shrink needs one (start, end) per dimension of shape {self.shape}, got {arg}")
-        bounds = tuple((0, s) if a is None else (int(a[0]), int(a[1])) for a, s in zip(arg, self.shape))
+        bounds = tuple((0, s) if a is None else (_size_arg(a[0]), _size_arg(a[1])) for a, s in zip(arg, self.shape))
         for (lo, hi), s in zip(bounds, self.shape):
+            if any(isinstance(x, UOp) for x in (lo, hi, s)):
+                # symbolic: checked at the bound values (an unbound variable is only known by its range)
+                lo, hi, s = sym_known(lo), sym_known(hi), sym_known(s)
+                if None in (lo, hi, s):
+                    continue
             if not 0 <= lo <= hi <= s:
                 raise ArgumentError(f"shrink {bounds} is out of bounds for shape {self.shape}")
         return self if all(b == (0, s) for b, s in zip(bounds, self.shape)) else self._movement(Ops.SHRINK, bounds)
@@ -1222,6 +1284,8 @@ class Tensor(metaclass=_TensorType):
             raise _UnknownPadModeError(
                 f"pad mode must be 'constant', 'reflect', 'replicate' or 'circular', not {mode!r}"
             )
+        if any(isinstance(p, UOp) for pair in per_dim for p in pair):
+            return self._symbolic_pad(per_dim, mode, value)
         if mode == "circular" and any(lo < 0 or hi < 0 for lo, hi in per_dim):
             # torch's result there reads memory outside the tensor: no answer to match
             raise NotImplementedError(f"pad mode 'circular' does not take negative padding, got {padding}")
@@ -1242,6 +1306,18 @@ class Tensor(metaclass=_TensorType):
         if value == 0:
             return padded
         inside = Tensor.ones(x.shape, dtype=dtypes.bool, device=x.device)._movement(Ops.PAD, tuple(per_dim))
+        return inside.where(padded, value)
+
+    def _symbolic_pad(self, per_dim: list[tuple[Any, Any]], mode: str, value: float) -> Tensor:
+        """Constant padding by symbolic amounts (bound Variables), which must not be negative."""
+        if mode != "constant":
+            raise NotImplementedError(f"pad mode {mode!r} takes int amounts; a Variable pads in 'constant' mode")
+        if any((k := sym_known(p)) is not None and k < 0 for pair in per_dim for p in pair):
+            raise ArgumentError(f"symbolic padding {per_dim} must not be negative")
+        padded = self._movement(Ops.PAD, tuple(per_dim))
+        if value == 0:
+            return padded
+        inside = Tensor.ones(self.shape, dtype=dtypes.bool, device=self.device)._movement(Ops.PAD, tuple(per_dim))
         return inside.where(padded, value)
 
     def flip(self, axis: int | Sequence[int]) -> Tensor:
@@ -2209,6 +2285,9 @@ class Tensor(metaclass=_TensorType):
     def _to_tensor(self, x: Any, dtype: DType | None = None) -> Tensor:
         if isinstance(x, Tensor):
             return x
+        if isinstance(x, UOp) and dtypes.is_int(x.dtype) and not isinstance(self.device, tuple):
+            # a symbolic int (a size of a symbolic shape): its value is computed in the kernel from the variables
+            return Tensor(_sym_uop(x, self.device)).cast(dtype or _scalar_dtype(self.dtype, 1))
         if not isinstance(x, (bool, int, float)):
             raise TypeError(f"cannot combine a Tensor with {type(x).__name__} ({x!r})")
         dt = dtype or _scalar_dtype(self.dtype, x)
@@ -2893,12 +2972,13 @@ class Tensor(metaclass=_TensorType):
         n = prod(self.shape[a] for a in axes)
         x = self.cast(least_upper_float(self.dtype))
         sq = (x - x.mean(axis, keepdim=True)).square().sum(axis, keepdim)
-        if n - correction <= 0:
+        dof = ssimplify(n - correction)  # symbolic where a reduced size is a Variable
+        if (known := sym_known(dof)) is not None and known <= 0:
             warnings.warn(
                 f"var(): degrees of freedom is <= 0 ({n} elements, correction {correction}): the result is inf or NaN",
                 stacklevel=2,
             )
-        return sq / max(0, n - correction)
+        return sq / ssmax(0, dof)
 
     def std(self, axis: int | Sequence[int] | None = None, keepdim: bool = False, correction: int = 1) -> Tensor:
         return _root(self.var(axis, keepdim, correction), 2)
@@ -3972,7 +4052,7 @@ def _threefry2x32(x0: Tensor, x1: Tensor, k0: int, k1: int | Tensor) -> tuple[Te
 
 def _pad_pairs(t: Tensor, padding: Sequence[Any]) -> list[tuple[int, int]]:
     """(before, after) per dim from ((lo, hi) or None, ...) or torch's flat (last_lo, last_hi, prev_lo, ...)."""
-    if all(isinstance(p, int) for p in padding):
+    if all(isinstance(p, (int, UOp)) for p in padding):
         flat = list(padding)
         if len(flat) % 2 or len(flat) // 2 > t.ndim:
             raise ArgumentError(f"flat padding {tuple(flat)} needs an even number of entries, at most 2*{t.ndim}")
@@ -3980,7 +4060,35 @@ def _pad_pairs(t: Tensor, padding: Sequence[Any]) -> list[tuple[int, int]]:
         return [(0, 0)] * (t.ndim - len(pairs)) + pairs
     if len(padding) != t.ndim:
         raise ArgumentError(f"padding {tuple(padding)} needs one entry per dimension of shape {t.shape}")
-    return [(0, 0) if p is None else (int(p[0]), int(p[1])) for p in padding]
+    return [(0, 0) if p is None else (_size_arg(p[0]), _size_arg(p[1])) for p in padding]
+
+
+class _SymRepr:
+    """A symbolic size in a Tensor's repr: its expression and, where bound, its value (`start_pos+1=6`)."""
+
+    def __init__(self, s: UOp):
+        self.s = s
+
+    def __repr__(self) -> str:
+        known = sym_known(self.s)
+        return self.s.render() + ("" if known is None else f"={known}")
+
+
+def _size_arg(x: Any) -> Any:
+    """An int argument of a movement op, or a symbolic one (an int UOp of bound Variables) kept as it is."""
+    return x if isinstance(x, UOp) and dtypes.is_int(x.dtype) else int(x)
+
+
+def _sym_uop(x: UOp, device: str) -> UOp:
+    """A symbolic int as a 0-d tensor-graph node on `device`: its variables and constants placed there."""
+    dev = UOp(Ops.DEVICE, arg=device)
+    mapping = {}
+    for n in x.toposort:
+        if n.op is Ops.BIND and len(n.src) == 2:
+            mapping[n] = n.replace(src=(*n.src, dev))
+        elif n.op is Ops.CONST and not n.src:
+            mapping[n] = UOp(Ops.CONST, n.dtype, (dev,), n.arg)
+    return substitute(x, mapping)
 
 
 def _sorts_before(a: Tensor, b: Tensor) -> Tensor:
@@ -4037,7 +4145,7 @@ def _split_index(t: Tensor, index: Any) -> tuple[list[Any], list[tuple[int, Tens
     for i in raw:
         if isinstance(i, bool):
             raise NotImplementedError(f"indexing with a Python bool ({i}) is not supported; use None or a bool tensor")
-        if i is None or i is Ellipsis or isinstance(i, (int, slice)):
+        if i is None or i is Ellipsis or isinstance(i, (int, slice)) or _is_sym_int(i):
             items.append(i)
         elif type(i).__module__ == "numpy" and getattr(i, "ndim", 1) == 0 and "int" in type(i).__name__:
             items.append(int(i))  # a numpy integer scalar
@@ -4065,7 +4173,7 @@ def _split_index(t: Tensor, index: Any) -> tuple[list[Any], list[tuple[int, Tens
             basic.append(i)
             rdim += 1
             tdim += 0 if i is None else 1
-        elif isinstance(i, int):
+        elif isinstance(i, int) or _is_sym_int(i):
             basic.append(i)
             tdim += 1
         elif i[1].dtype == dtypes.bool:
@@ -4099,7 +4207,12 @@ def _basic_plan(t: Tensor, basic: list[Any]) -> tuple[list[tuple[int, int, bool,
             out_shape.append(1)
             continue
         size = t.shape[dim]
-        if isinstance(i, int):
+        if _is_sym_int(i) or isinstance(i, slice) and any(_is_sym_int(x) for x in (i.start, i.stop, i.step, size)):
+            lo, hi = _symbolic_window(i, size, dim)
+            plan.append((lo, hi, False, 1, 1 if _is_sym_int(i) else ssimplify(hi - lo)))
+            if not _is_sym_int(i):
+                out_shape.append(plan[-1][4])
+        elif isinstance(i, int):
             if not -size <= i < size:
                 raise IndexError(f"index {i} is out of bounds for dimension {dim} with size {size}")
             plan.append((i % size, i % size + 1, False, 1, 1))
@@ -4114,6 +4227,31 @@ def _basic_plan(t: Tensor, basic: list[Any]) -> tuple[list[tuple[int, int, bool,
             out_shape.append(n)
         dim += 1
     return plan, tuple(out_shape)
+
+
+def _is_sym_int(x: Any) -> bool:
+    return isinstance(x, UOp) and dtypes.is_int(x.dtype)
+
+
+def _symbolic_window(i: Any, size: Any, dim: int) -> tuple[Any, Any]:
+    """[lo, hi) of an index or a step-1 slice where the index, a bound or the size is symbolic. Checked, not clamped,
+    at the bound values: a symbolic bound past the end is an error rather than a size that changes meaning."""
+    if _is_sym_int(i):
+        lo, hi = i, ssimplify(i + 1)
+    else:
+        if i.step not in (None, 1):
+            raise NotImplementedError(f"a slice with a Variable takes a step of 1, not {i.step}")
+        lo = 0 if i.start is None else i.start
+        hi = size if i.stop is None else i.stop
+        # a negative int counts from the end, as in any slice
+        lo = ssimplify(size + lo) if type(lo) is int and lo < 0 else lo
+        hi = ssimplify(size + hi) if type(hi) is int and hi < 0 else hi
+        if type(hi) is int and type(size) is int:
+            hi = min(hi, size)
+    a, b, n = sym_known(lo), sym_known(hi), sym_known(size)
+    if None not in (a, b, n) and not 0 <= a <= b <= n:
+        raise IndexError(f"index {i!r} is out of bounds for dimension {dim} with size {n} (at the bound values)")
+    return lo, hi
 
 
 def _basic_getitem(t: Tensor, basic: list[Any]) -> Tensor:

@@ -30,7 +30,7 @@ def estimate_ops(uops: list[UOp]) -> int:
     ops, trips = 0, [1]
     for u in uops:
         if u.op is Ops.RANGE:
-            trips.append(trips[-1] * u.src[0].arg)
+            trips.append(trips[-1] * u.src[0].vmax)  # a symbolic loop counts at its largest
         elif u.op is Ops.ENDRANGE:
             trips.pop()
         elif u.op in GroupOp.ALU and u not in address:
@@ -108,6 +108,10 @@ def _optimize(k: Kernel, ctx: Build) -> Kernel:
     k.merge_axes()
     if ctx.opts is not None:
         k.apply_opts(ctx.opts)
+    elif any(isinstance(s, UOp) for s in k.full_shape):
+        # a symbolic axis (a size that is a Variable) is a plain loop: the heuristic and BEAM reason about sizes they
+        # can compare and time, and an opt on such an axis (a split by a constant) would need a remainder loop
+        pass
     elif BEAM >= 1:
         from lazygrad.codegen.search import beam_search  # imports the device layer: only when searching
 

@@ -15,9 +15,9 @@ from lazygrad.dtype import dtypes
 from lazygrad.helpers import colored, prod, to_function_name
 from lazygrad.renderer import Renderer
 from lazygrad.renderer.tensor_cores import TensorCore
-from lazygrad.uop.ops import Ops, UOp, substitute
+from lazygrad.uop.ops import Ops, UOp, smul, substitute
 from lazygrad.uop.symbolic import simplify
-from lazygrad.uop.view import ShapeTracker
+from lazygrad.uop.view import ShapeTracker, full_shape
 
 
 class AxisType(enum.Enum):
@@ -123,7 +123,7 @@ class Kernel:
         self.views: list[UOp] = [x for x in ast.toposort if x.op is Ops.VIEW]
         self.sts: list[ShapeTracker] = [v.arg for v in self.views]
         shapes = [st.shape for st in self.sts]
-        self.full_shape: tuple[int, ...] = tuple(max(dims) for dims in zip(*shapes)) if shapes else ()
+        self.full_shape: tuple[int, ...] = full_shape(shapes)
         reduce_axes = {a for x in ast.toposort if x.op is Ops.REDUCE_AXIS for a in x.arg[1]}
         self.axis_types: list[AxisType] = [
             AxisType.REDUCE if i in reduce_axes else AxisType.GLOBAL for i in range(len(self.full_shape))
@@ -142,7 +142,7 @@ class Kernel:
     def _reshape_all(self, new_shape_of: list[tuple[int, ...]], types: list[AxisType]) -> None:
         self.sts = [st.reshape(ns) for st, ns in zip(self.sts, new_shape_of)]
         self.axis_types = types
-        self.full_shape = tuple(max(dims) for dims in zip(*[st.shape for st in self.sts])) if self.sts else ()
+        self.full_shape = full_shape([st.shape for st in self.sts])
 
     def _permute_all(self, order: list[int]) -> None:
         self.sts = [st.permute(tuple(order)) for st in self.sts]
@@ -161,7 +161,9 @@ class Kernel:
         i = 0
         while i + 1 < len(self.full_shape):
             if self.axis_types[i] == self.axis_types[i + 1] and all(self._mergeable(st, i) for st in self.sts):
-                new_shapes = [st.shape[:i] + (st.shape[i] * st.shape[i + 1],) + st.shape[i + 2 :] for st in self.sts]
+                new_shapes = [
+                    st.shape[:i] + (smul(st.shape[i], st.shape[i + 1]),) + st.shape[i + 2 :] for st in self.sts
+                ]
                 self._reshape_all(new_shapes, self.axis_types[: i + 1] + self.axis_types[i + 2 :])
             else:
                 i += 1
@@ -170,7 +172,7 @@ class Kernel:
     def _mergeable(st: ShapeTracker, i: int) -> bool:
         # only when the last view can merge them itself; stacking another view would make indexing costlier
         v = st.views[-1]
-        return v.reshape(v.shape[:i] + (v.shape[i] * v.shape[i + 1],) + v.shape[i + 2 :]) is not None
+        return v.reshape(v.shape[:i] + (smul(v.shape[i], v.shape[i + 1]),) + v.shape[i + 2 :]) is not None
 
     def shift_to(self, axis: int, amount: int, new_type: AxisType, top: bool = False) -> None:
         """Split `axis` into (size/amount, amount) and move the `amount` part to the end with kind `new_type`."""
@@ -461,7 +463,9 @@ class Kernel:
         return "r" if self.reduceops else "E"
 
     def _name(self, color: bool) -> str:
-        parts = [colored(str(s), t.value) if color else str(s) for s, t in zip(self.full_shape, self.axis_types)]
+        # a symbolic size shows as its expression: `r_4_start_pos`
+        sizes = [s.render() if isinstance(s, UOp) else str(s) for s in self.full_shape]
+        parts = [colored(s, t.value) if color else s for s, t in zip(sizes, self.axis_types)]
         return f"{self._kind}_" + "_".join(parts) if parts else f"{self._kind}_1"
 
     @property

@@ -59,6 +59,10 @@ def _split_const(x: UOp) -> tuple[UOp | None, int]:
     return x, 0
 
 
+def _launch_size(s: int | UOp) -> int:
+    return s.vmax if isinstance(s, UOp) else s
+
+
 class Lowerer:
     def __init__(self, k: Kernel, idx_dtype: DType = dtypes.int32):
         self.k = k
@@ -77,7 +81,8 @@ class Lowerer:
             elif s == 1:
                 self.base_idxs.append(UOp.const(self.idx_dtype, 0))
             else:
-                r = UOp(Ops.RANGE, self.idx_dtype, (UOp.const(self.idx_dtype, s),), (i, RANGE_KIND.get(t, "r")))
+                end = s.cast(self.idx_dtype) if isinstance(s, UOp) else UOp.const(self.idx_dtype, s)
+                r = UOp(Ops.RANGE, self.idx_dtype, (end,), (i, RANGE_KIND.get(t, "r")))
                 (self.reduce_ranges if t.is_reduce else self.global_ranges).append(r)
                 self.base_idxs.append(r)
         self.bounds_gate: UOp | None = None  # threads past the end of an axis the launch does not divide
@@ -116,7 +121,9 @@ class Lowerer:
         at most 3 of each kind (the launch grid). The innermost axis gets dimension 0, the one whose neighbouring
         threads run together. A grid dimension over the device's limit folds every global axis into dimension 0."""
         specials: list[UOp] = []
-        shape = list(self.k.full_shape)
+        # a symbolic axis launches threads for its largest size (one grid for every bound value, as a JIT replay
+        # needs); the threads past the bound value store nothing
+        shape = [_launch_size(s) for s in self.k.full_shape]
         if self.tc is not None:  # the warp's lanes are local dimension 0; LOCAL axes (more warps) take the others
             self.lane = UOp(Ops.SPECIAL, self.idx_dtype, (), ("lidx0", self.tc.threads, "l", 0))
             specials.append(self.lane)
@@ -155,12 +162,19 @@ class Lowerer:
             specials.append(lid)
             # with one workgroup along the axis there is no grid id for it
             group = self.base_idxs[axis] if shape[axis] != 1 else UOp.const(self.idx_dtype, 0)
-            idx, size = group * threads + lid, self.k.full_shape[axis]
+            idx, size = group * threads + lid, _launch_size(self.k.full_shape[axis])
             if size % threads:
                 # the launch overshoots the axis: the extra threads compute a copy of the last element, unstored
                 self.bounds_gate = idx.alu(Ops.CMPLT, UOp.const(self.idx_dtype, size))
                 idx = self.bounds_gate.alu(Ops.WHERE, idx, UOp.const(self.idx_dtype, size - 1))
             self.base_idxs[axis] = idx
+        for a, s in enumerate(self.k.full_shape):
+            if isinstance(s, UOp) and self.base_idxs[a] is not None and self.base_idxs[a].op is not Ops.RANGE:
+                # past the bound value: read element 0 (in every buffer, sized for the largest value), store nothing
+                idx = self.base_idxs[a]
+                gate = simplify(idx.alu(Ops.CMPLT, s.cast(self.idx_dtype)))
+                self.bounds_gate = gate if self.bounds_gate is None else self.bounds_gate.alu(Ops.AND, gate)
+                self.base_idxs[a] = gate.alu(Ops.WHERE, idx, UOp.const(self.idx_dtype, 0))
         self.global_ranges = [r for r in self.global_ranges if self.base_idxs[r.arg[0]] is r]
         self.reduce_ranges = [r for r in self.reduce_ranges if self.base_idxs[r.arg[0]] is r]
         return specials
@@ -170,13 +184,14 @@ class Lowerer:
         split into workgroups of a power-of-two size, the last one partly out of range (and bounds-checked)."""
         if self.k.axes_of(AxisType.LOCAL, AxisType.GROUP) or self.tc is not None:
             return None
-        axes = [a for a in self.k.axes_of(AxisType.GLOBAL) if self.k.full_shape[a] != 1]
-        if not axes or self.k.full_shape[axes[-1]] < PADDED_MIN:
+        shape = [_launch_size(s) for s in self.k.full_shape]
+        axes = [a for a in self.k.axes_of(AxisType.GLOBAL) if shape[a] != 1]
+        if not axes or shape[axes[-1]] < PADDED_MIN:
             return None
         renderer = self.k.renderer
         local_max = renderer.local_max or (PADDED_THREADS,)
         threads = min(PADDED_THREADS, (renderer.max_workgroup or PADDED_THREADS), local_max[0])
-        while threads > self.k.full_shape[axes[-1]]:
+        while threads > shape[axes[-1]]:
             threads //= 2
         return axes[-1], threads
 

@@ -6,8 +6,9 @@ What a replay does and does not do (the pitfalls, each tested in test/engine/tes
   * Tensor arguments are inputs: replays read the buffers of the tensors passed in that call. Their shape, dtype
     and device must match the capture, else JitError. Every other argument must equal (==) its captured value,
     else JitError; pass a changing integer as a bound Variable (`Variable("pos", 0, 100).bind(n)`) and the
-    kernels take it as an argument, so every value replays the same capture. (Shapes are not symbolic: a Variable
-    is a value inside kernels, e.g. a KV-cache position used in a mask, not a slice length.)
+    kernels take it as an argument, so every value replays the same capture. A Variable may also be a size
+    (`cache[:, :, 0:pos+1]`, a Tensor argument sliced to it): sizes are compared without their values, the
+    kernels loop to the bound value, and returned tensors of a symbolic shape get each call's value.
   * Output buffers are owned by the JIT and reused: a replay returns new Tensor objects over the same memory, so
     the tensors returned by the previous call change when the function is called again. Keep a copy
     (`.numpy()`, `.clone().realize()`) of what must survive the next call.
@@ -32,7 +33,7 @@ from lazygrad.engine.memory import plan_memory
 from lazygrad.engine.realize import CompiledRunner, ExecItem, JitError, capture, is_capturing
 from lazygrad.helpers import DEBUG, JIT, GlobalCounters
 from lazygrad.tensor import Tensor, forget_values_read_from, realized_values_hidden
-from lazygrad.uop.ops import Ops, UOp
+from lazygrad.uop.ops import Ops, UOp, bound_in, rebind, sym_unbind
 from lazygrad.viz import profile
 
 __all__ = ["TinyJit", "JitError"]
@@ -92,7 +93,9 @@ def _hide_bound_results() -> Any:
     """A value computed before the capture from a bound variable is stale on the next replay (other value), so the
     scheduler must not reuse it during the capture. (Values computed from the inputs need no hiding: the capture
     reads its inputs through fresh buffer aliases.)"""
-    return realized_values_hidden(lambda node: any(x.op is Ops.BIND for x in node.toposort))
+    # a bound variable in sources or in symbolic sizes; a write done in place (ASSIGN) before the capture is state,
+    # not a value to compute again (a KV cache written at an earlier position)
+    return realized_values_hidden(lambda node: node.op is not Ops.ASSIGN and bool(bound_in(node)))
 
 
 _TENSOR, _VAR, _CONST = "tensor", "var", "const"
@@ -112,13 +115,15 @@ def _sharded_stored(a: Tensor) -> UOp:
 class _Arg:
     """What the capture saw in one argument position, and how a replay checks and uses that position."""
 
-    __slots__ = ("kind", "slot", "shape", "dtype", "device", "value", "last")
+    __slots__ = ("kind", "slot", "shape", "dtype", "device", "value", "last", "shape_vars")
 
     def __init__(
         self, kind: str, slot: int = -1, shape: Any = None, dtype: Any = None, device: Any = None, value: Any = None
     ):
         self.kind, self.slot, self.shape, self.dtype, self.device, self.value = kind, slot, shape, dtype, device, value
         self.last: UOp | None = None  # the input UOp whose buffer pointer the graph holds (holds that buffer alive)
+        # a Tensor of a symbolic shape: its shape without values, and the variable slot each of its variables fills
+        self.shape_vars: tuple[tuple[UOp, int], ...] = ()
 
 
 class CapturedJit:
@@ -146,7 +151,8 @@ class CapturedJit:
         table: list[Buffer] = list(inputs)
         slot_of: dict[Buffer, int] = {b: i for i, b in enumerate(inputs)}
         var_slot: dict[UOp, int] = {a.value: a.slot for a in args if a.kind is _VAR}
-        self.var_vals: list[int] = [0] * len(var_slot)
+        var_slot.update((v, slot) for a in args for v, slot in a.shape_vars)
+        self.var_vals: list[int] = [0] * (max(var_slot.values(), default=-1) + 1)
         self.items: list[tuple[CompiledRunner, tuple[int, ...], tuple[int, ...]]] = []
         for ei, vals in recorded:
             bslots = []
@@ -178,7 +184,11 @@ class CapturedJit:
             for x in u.toposort:
                 if x.op is Ops.BUFFER and slot_of.get(x.arg, len(inputs)) < len(inputs):
                     self.input_nodes[x] = slot_of[x.arg]
-        self.single_out = out_uops[0] if isinstance(ret, Tensor) and not self.input_nodes else None
+        # outputs of a symbolic shape: each replay rebinds their sizes to its own values of the argument variables
+        arg_vars = dict(var_slot)
+        self.out_binds = {b: arg_vars[b.src[0]] for u in out_uops for b in bound_in(u) if b.src[0] in arg_vars}
+        plain = not self.input_nodes and not self.out_binds
+        self.single_out = out_uops[0] if isinstance(ret, Tensor) and plain else None
         self.graph = self._make_graph()
         if DEBUG >= 1:
             how = "one CPU graph call" if self.graph is not None else "kernel by kernel"
@@ -228,8 +238,10 @@ class CapturedJit:
                 buf, own = self._input(spec, a)
                 graph.bufs[spec.slot] = buf._ptr or buf.ptr
                 spec.last = a.uop if own else None  # never cache a copy: it goes stale
+                for slot, val in self._shape_values(spec, a):
+                    graph.vars[slot] = self.var_vals[slot] = val
             elif kind is _VAR:
-                graph.vars[spec.slot] = self._var_value(spec, a)
+                graph.vars[spec.slot] = self.var_vals[spec.slot] = self._var_value(spec, a)
             elif a is not spec.value and not _same(a, spec.value):
                 self._const_mismatch(spec, a)
         graph.call()
@@ -239,7 +251,7 @@ class CapturedJit:
         GlobalCounters.global_mem += self.mem
         if self.single_out is not None:
             return _wrap(self.single_out)
-        return _rebuild(self.ret, lambda t: _wrap(t.uop))
+        return self._outputs({})
 
     def _replay_kernels(self, args: tuple) -> Any:
         """Kernel by kernel: for DEBUG>=2 lines, inside another capture (which records them), on devices without a
@@ -250,6 +262,8 @@ class CapturedJit:
                 inputs.extend(self._sharded_input(spec, a))
             elif spec.kind is _TENSOR:
                 inputs.append(self._input(spec, a)[0])
+                for slot, val in self._shape_values(spec, a):
+                    self.var_vals[slot] = val
             elif spec.kind is _VAR:
                 self.var_vals[spec.slot] = self._var_value(spec, a)
             elif a is not spec.value and not _same(a, spec.value):
@@ -260,7 +274,13 @@ class CapturedJit:
             ExecItem(runner, [table[s] for s in bslots]).run(var_vals, jit=True)
         forget_values_read_from(self.written)
         swap = {node: UOp.buffer_view(inputs[i], (inputs[i].size,)) for node, i in self.input_nodes.items()}
-        return _rebuild(self.ret, lambda t: _wrap(t.uop.substitute(swap) if swap else t.uop))
+        return self._outputs(swap)
+
+    def _outputs(self, swap: dict[UOp, UOp]) -> Any:
+        """The returned structure, its outputs rebuilt around this call's inputs (`swap`) and bound values."""
+        for b, slot in self.out_binds.items():
+            swap[b] = b.replace(src=(b.src[0], b.src[1].const_like(self.var_vals[slot]), *b.src[2:]))
+        return _rebuild(self.ret, lambda t: _wrap(rebind(t.uop, swap) if swap else t.uop))
 
     def _merge_kwargs(self, args: tuple, kwargs: dict[str, Any]) -> tuple:
         if tuple(sorted(kwargs)) != self.kw_names:
@@ -282,7 +302,8 @@ class CapturedJit:
         if not isinstance(a, Tensor):
             raise JitError(f"argument {self._name(spec)} was a Tensor at capture, now {type(a).__name__}")
         u = a.uop
-        if u.shape != spec.shape or (u.dtype is not spec.dtype and u.dtype != spec.dtype) or u.device != spec.device:
+        shape = sym_unbind(u.shape)[0] if spec.shape_vars else u.shape
+        if shape != spec.shape or (u.dtype is not spec.dtype and u.dtype != spec.dtype) or u.device != spec.device:
             raise JitError(
                 f"argument {self._name(spec)}: captured with shape {spec.shape} {spec.dtype} on {spec.device}, "
                 f"called with shape {u.shape} {u.dtype} on {u.device}"
@@ -296,6 +317,14 @@ class CapturedJit:
             raise JitError(f"argument {self._name(spec)}: split otherwise than at capture")
         bufs = [p.base.arg for p in m.src]
         return [_copy_of(b) if b in self.written else b for b in bufs]
+
+    @staticmethod
+    def _shape_values(spec: _Arg, a: Tensor) -> list[tuple[int, int]]:
+        """(variable slot, value) for the variables of a symbolic-shaped Tensor argument, at this call's values."""
+        if not spec.shape_vars:
+            return []
+        vals = sym_unbind(a.shape)[1]
+        return [(slot, vals[v]) for v, slot in spec.shape_vars]
 
     def _var_value(self, spec: _Arg, a: Any) -> int:
         if not (isinstance(a, UOp) and a.op is Ops.BIND and a.src[0] is spec.value):
@@ -375,7 +404,9 @@ class TinyJit(Generic[R]):
                 alias = (a._plain_buffer() or a._contiguous_buffer()).alias()
                 t = _wrap(UOp.buffer_view(alias, a.shape))
                 t._requires_grad = a._requires_grad
-                specs.append(_Arg(_TENSOR, len(inputs), a.shape, a.dtype, a.device))
+                shape, vals = sym_unbind(a.shape)
+                specs.append(_Arg(_TENSOR, len(inputs), shape, a.dtype, a.device))
+                specs[-1].shape_vars = tuple((v, -1) for v in vals)  # slots numbered after the Variable arguments
                 inputs.append(alias)
                 call_values.append(t)
             elif isinstance(a, UOp) and a.op is Ops.BIND:
@@ -390,6 +421,13 @@ class TinyJit(Generic[R]):
             else:
                 specs.append(_Arg(_CONST, value=a))
                 call_values.append(a)
+        # a variable of a symbolic input shape fills the slot of the same Variable passed as an argument, or its own
+        slot_of = {spec.value: spec.slot for spec in specs if spec.kind is _VAR}
+        for spec in specs:
+            for v, _ in spec.shape_vars:
+                if v not in slot_of:
+                    slot_of[v], n_vars = n_vars, n_vars + 1
+            spec.shape_vars = tuple((v, slot_of[v]) for v, _ in spec.shape_vars)
         n_pos = len(args)
         rng, mode = Tensor.rng_state(), (Tensor.training, not Tensor.is_grad_enabled())
         with capture() as recorded, _hide_bound_results():

@@ -286,6 +286,7 @@ class RenderCtx:
         self.depth = 1
         self.counters: dict[str, int] = {}
         self.raw_bits: dict[UOp, str] = {}  # loads of 16-bit floats computed in a wider type: their bits as stored
+        self.special_names = {u.arg[0] for u in uops if u.op is Ops.SPECIAL}
 
     def fresh(self, prefix: str) -> str:
         self.counters[prefix] = self.counters.get(prefix, 0) + 1
@@ -325,6 +326,8 @@ def _define_var(ctx: RenderCtx, u: UOp) -> str:
 def _range(ctx: RenderCtx, u: UOp) -> str:
     axis, kind = u.arg
     v = f"{'ridx' if kind == 'r' else 'gidx'}{axis}"
+    # a loop beside thread ids (a symbolic axis whose largest size is 1) must not take a thread id's name
+    v = f"loop{axis}" if v in ctx.special_names else v
     if kind in ("t", "tr"):  # a THREAD axis: the loop's iterations are shared out among the CPU cores
         ctx.line(ctx.r.parallel_for)
     ctx.line(f"for ({ctx.r.render_dtype(u.dtype)} {v} = 0; {v} < {ctx.names[u.src[0]]}; {v}++) {{")

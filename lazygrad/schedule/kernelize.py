@@ -20,6 +20,7 @@ load.
 from __future__ import annotations
 
 import functools
+import itertools
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, NamedTuple
@@ -27,10 +28,10 @@ from typing import Any, Callable, NamedTuple
 from lazygrad.device import Buffer, Device
 from lazygrad.dtype import dtypes
 from lazygrad.helpers import DEBUG, KERNEL_OPS, prod
-from lazygrad.uop.ops import GroupOp, Ops, PatternMatcher, UOp, UPat, substitute
+from lazygrad.uop.ops import GroupOp, Ops, PatternMatcher, UOp, UPat, arg_uops, ssimplify, substitute, sym_unbind
 from lazygrad.uop.passes import PassRun, step
 from lazygrad.uop.spec import verify_kernel
-from lazygrad.uop.view import ShapeTracker, View
+from lazygrad.uop.view import ShapeTracker, View, full_shape
 from lazygrad.viz import profile, record
 
 Chain = tuple[tuple[Ops, Any], ...]  # movement ops applied to a node's shape, innermost first
@@ -46,6 +47,20 @@ def _unguarded_pad(chain: Chain) -> bool:
         if op is Ops.PAD:
             return True
     return False
+
+
+def _symbolic(x: Any) -> bool:
+    """Whether a size, a shape or a movement op's arg mentions a symbolic int (a UOp)."""
+    if isinstance(x, tuple):
+        return any(_symbolic(y) for y in x)
+    return isinstance(x, UOp)
+
+
+def alloc_size(shape: tuple[Any, ...]) -> int:
+    """Elements to allocate for a shape: a symbolic one gets its largest size over its variables' ranges (one buffer
+    serves every bound value; the elements at the bound value come first)."""
+    n = ssimplify(prod(shape))
+    return n.vmax if isinstance(n, UOp) else n
 
 
 _SOURCES = (Ops.DEVICE, Ops.CONST, Ops.IOTA, Ops.BIND)  # computed from nothing: never stored, always inlined
@@ -241,7 +256,7 @@ class _Planner:
                 continue
             seen.add(c)
             # the epilogue may reshape (e.g. drop the kept size-1 axis); the kernel then runs in the reduce's shape
-            if c.op not in GroupOp.Elementwise and c.op is not Ops.RESHAPE or prod(c.shape) != prod(r.shape):
+            if c.op not in GroupOp.Elementwise and c.op is not Ops.RESHAPE or c.size != r.size:
                 return False
             # another reduce the epilogue reads, directly or through a reshape, must share this one's loop; so must one
             # fused deeper in an inlined source (a gradient sums several reduces, each behind its own multiply)
@@ -280,15 +295,16 @@ class _Planner:
         recomputed for free where the relu's own input is loaded)."""
         inner = self._inlined(n)
         leaves = self._reads(n, inner)
-        in_bytes = sum(n.size * x.dtype.itemsize for x in leaves)
-        out_bytes = n.size * n.dtype.itemsize
+        size = alloc_size(n.shape)  # a symbolic size costs as its largest
+        in_bytes = sum(size * x.dtype.itemsize for x in leaves)
+        out_bytes = size * n.dtype.itemsize
         store = in_bytes + (len(reach) + 1) * out_bytes
         if len(inner) > 64:  # finding what a consumer reads anyway costs a walk of its kernel: only for small n
             return store < len(reach) * in_bytes
         inline = 0
         for root in reach:
             other = self._loads_avoiding(root, n)
-            inline += sum(n.size * x.dtype.itemsize for x in leaves if x not in other)
+            inline += sum(size * x.dtype.itemsize for x in leaves if x not in other)
         return store < inline
 
     def _loads_avoiding(self, root: UOp, n: UOp) -> set[UOp]:
@@ -396,11 +412,30 @@ class _KernelBuilder:
         return guard
 
     def _view(self, shape: tuple[int, ...], chain: Chain) -> ShapeTracker:
-        st = ShapeTracker.from_shape(shape)
+        st = ShapeTracker.from_shape(self._unbind(shape))
         for op, arg in chain:
             if op is not None:  # a GUARD
-                st = st.apply(op, arg)
+                st = st.apply(op, self._unbind(arg))
         return st
+
+    def _unbind(self, x: Any) -> Any:
+        """A symbolic size's bound variables become the kernel's variables (arguments), their values recorded."""
+        if not _symbolic(x):
+            return x
+        x, vals = sym_unbind(x)
+        for u in arg_uops(x):
+            for var in u.vars():
+                if var not in vals and var not in self.var_vals:
+                    raise ValueError(
+                        f"variable {var.arg[0]} has no value: a size that uses it needs it bound, e.g. "
+                        f"Variable(...).bind(n)"
+                    )
+        for var, val in vals.items():
+            if self.var_vals.setdefault(var, val) != val:
+                raise ValueError(
+                    f"variable {var.arg[0]} is bound to both {self.var_vals[var]} and {val} in one schedule"
+                )
+        return x
 
     def load(self, u: UOp, buf: Buffer, chain: Chain) -> UOp:
         """u read from its buffer through `chain`."""
@@ -438,7 +473,8 @@ class _KernelBuilder:
             root.src[1] if root.op is Ops.ASSIGN else root.src[0] if root.op in (Ops.CONTIGUOUS, Ops.DETACH) else root,
             chain,
         )
-        g = UOp(Ops.DEFINE_GLOBAL, root.dtype.ptr(prod(root.shape)), arg=0)
+        n = prod(root.shape)
+        g = UOp(Ops.DEFINE_GLOBAL, root.dtype.ptr(n if type(n) is int else self.out_bufs[root].size), arg=0)
         st = self._view(root.shape, chain)
         ast = UOp(Ops.SINK, src=(UOp(Ops.STORE, dtypes.void, (g, UOp(Ops.VIEW, arg=st), value)),))
         record.translate_pass("build kernel", root, ast, self.viz_steps)  # VIZ
@@ -491,7 +527,7 @@ def _build_bind(ctx: _Here, u: UOp) -> UOp:
 
 def _build_reduce(ctx: _Here, u: UOp) -> UOp:
     st = ctx.kb._view(u.shape, ctx.chain)
-    assert st.contiguous and st.shape == u.shape, "a fused reduce is only read at its own shape"
+    assert st.contiguous and st.shape == ctx.kb._unbind(u.shape), "a fused reduce is only read at its own shape"
     return UOp(Ops.REDUCE_AXIS, u.dtype, tuple(ctx.built), u.arg)
 
 
@@ -542,8 +578,8 @@ def _copy_source(u: UOp, realized: dict[UOp, UOp], out_bufs: dict[UOp, Buffer]) 
 def _signature(ast: UOp) -> tuple:
     """Kernels with equal signatures share an iteration space (full shape, reduce axes) and may be merged."""
     shapes = [x.arg.shape for x in ast.toposort if x.op is Ops.VIEW]
-    full_shape = tuple(max(dims) for dims in zip(*shapes))
-    return (full_shape, tuple(sorted({x.arg[1] for x in ast.toposort if x.op is Ops.REDUCE_AXIS})))
+    full = full_shape(shapes)
+    return (full, tuple(sorted({x.arg[1] for x in ast.toposort if x.op is Ops.REDUCE_AXIS})))
 
 
 def _merge(items: list[tuple[UOp, list[Buffer]]]) -> tuple[UOp, list[Buffer]]:
@@ -647,11 +683,18 @@ class _Walk:
             if node in pos:
                 continue
             if expanded:
-                part: tuple = (node.op, node.dtype, node.arg, tuple([pos[x] for x in node.src]))
+                arg = self._unbind(node.arg) if node.op in _SIZED and _sized_symbolic(node.op, node.arg) else node.arg
+                part: tuple = (node.op, node.dtype, arg, tuple([pos[x] for x in node.src]))
             elif (view := get(node)) is not None:
                 # the planner still reads a realized node's own op, arg and source shapes (a reduce's loop)
                 srcs = tuple(x.shape for x in node.src) if node.op is Ops.REDUCE_AXIS else ()
                 part = ("R", node.op, node.dtype, node.arg, node.shape, srcs, view.op, view.arg, slot(view.base.arg))
+                if (
+                    _sized_symbolic(Ops.RESHAPE, node.shape)
+                    or view.op is Ops.RESHAPE
+                    and _sized_symbolic(view.op, view.arg)
+                ):
+                    part = self._unbind(part)
             elif node.op is Ops.BUFFER:
                 part = ("B", node.dtype, node.arg.size, node.arg.device, slot(node.arg))
             elif node.op is Ops.BIND:
@@ -667,6 +710,26 @@ class _Walk:
             parts.append(part)
         self.key = tuple(parts)
         self.pos = pos
+
+    def _unbind(self, arg: Any) -> Any:
+        """A symbolic arg keyed by its variables, not their values; its bound variables join the walk's binds."""
+        if not _symbolic(arg):
+            return arg
+        self.binds.extend(b for x in arg_uops(arg) for b in x.toposort if b.op is Ops.BIND)
+        return sym_unbind(arg)[0]
+
+
+_SIZED = frozenset({Ops.RESHAPE, Ops.EXPAND, Ops.SHRINK, Ops.PAD, Ops.IOTA})  # args holding sizes (maybe symbolic)
+
+
+def _sized_symbolic(op: Ops, arg: Any) -> bool:
+    """_symbolic for the arg of a _SIZED op, at C speed (this runs for every movement node of every realize): a sum
+    of ints is an int, a UOp anywhere makes the sum a UOp."""
+    if op is Ops.IOTA:
+        return isinstance(arg, UOp)
+    if op is Ops.SHRINK or op is Ops.PAD:
+        return UOp in set(map(type, itertools.chain.from_iterable(arg)))
+    return type(sum(arg)) is not int
 
 
 @dataclass
@@ -686,9 +749,10 @@ class _Template:
             n = walk.nodes[p]
             if target is not None:
                 buf = walk.slots[target]
-                becomes[n] = UOp.buffer_view(buf.alias(), shape)
+                becomes[n] = UOp.buffer_view(buf.alias(), n.shape if _symbolic(shape) else shape)
             else:
-                buf = Buffer(device, prod(shape), n.dtype, shape=shape)
+                shape = n.shape if _symbolic(shape) else shape  # the sizes at this walk's bound values
+                buf = Buffer(device, alloc_size(shape), n.dtype, shape=shape)
                 becomes[n] = UOp.buffer_view(buf, shape)
             outs.append(buf)
         items = [
@@ -822,7 +886,7 @@ def _allocate_buffers(s: _Schedule, ctx: None) -> _Schedule:
             s.out_bufs[n] = target
             s.becomes[n] = UOp.buffer_view(target.alias(), n.shape)
         else:
-            s.out_bufs[n] = Buffer(n.device, prod(n.shape), n.dtype, shape=n.shape)
+            s.out_bufs[n] = Buffer(n.device, alloc_size(n.shape), n.dtype, shape=n.shape)
             s.becomes[n] = UOp.buffer_view(s.out_bufs[n], n.shape)
     return s
 

@@ -148,6 +148,11 @@ def _drop_dead(key: tuple, ref: weakref.ref) -> None:
 sint = int  # a size that may be symbolic: int or int-typed UOp (typing alias kept simple on purpose)
 
 
+def _foreign(x: Any) -> bool:
+    """An operand a UOp leaves to the other side's operator: a Tensor (`n - t` with a symbolic size n is t's rsub)."""
+    return not isinstance(x, (int, float)) and hasattr(x, "uop")
+
+
 class UOp(metaclass=UOpMetaClass):
     __slots__ = ("op", "dtype", "src", "arg", "__weakref__", "__dict__")
 
@@ -210,6 +215,9 @@ class UOp(metaclass=UOpMetaClass):
     def bind(self, value: int) -> UOp:
         assert self.op is Ops.DEFINE_VAR, f"only a variable can be bound, not {self.op}"
         name, lo, hi = self.arg
+        if isinstance(value, bool) or not hasattr(value, "__index__"):
+            raise TypeError(f"cannot bind {name} to {value!r}: a variable takes an int")
+        value = value.__index__()  # numpy integers too
         if not lo <= value <= hi:
             raise ValueError(f"cannot bind {name}={value}: outside its range [{lo}, {hi}]")
         return UOp(Ops.BIND, self.dtype, (self, self.const_like(value)))
@@ -251,30 +259,48 @@ class UOp(metaclass=UOpMetaClass):
     # *** Python operators build ALU nodes (used by index math and the symbolic simplifier) ***
 
     def __add__(self, x: Any) -> UOp:
+        if x.__class__ is not UOp and _foreign(x):
+            return NotImplemented
         return self.alu(Ops.ADD, self.ufix(x))
 
     def __radd__(self, x: Any) -> UOp:
+        if x.__class__ is not UOp and _foreign(x):
+            return NotImplemented
         return self.ufix(x).alu(Ops.ADD, self)
 
     def __sub__(self, x: Any) -> UOp:
+        if x.__class__ is not UOp and _foreign(x):
+            return NotImplemented
         return self.alu(Ops.SUB, self.ufix(x))
 
     def __rsub__(self, x: Any) -> UOp:
+        if x.__class__ is not UOp and _foreign(x):
+            return NotImplemented
         return self.ufix(x).alu(Ops.SUB, self)
 
     def __mul__(self, x: Any) -> UOp:
+        if x.__class__ is not UOp and _foreign(x):
+            return NotImplemented
         return self.alu(Ops.MUL, self.ufix(x))
 
     def __rmul__(self, x: Any) -> UOp:
+        if x.__class__ is not UOp and _foreign(x):
+            return NotImplemented
         return self.ufix(x).alu(Ops.MUL, self)
 
     def __floordiv__(self, x: Any) -> UOp:
+        if x.__class__ is not UOp and _foreign(x):
+            return NotImplemented
         return self.alu(Ops.IDIV, self.ufix(x))
 
     def __mod__(self, x: Any) -> UOp:
+        if x.__class__ is not UOp and _foreign(x):
+            return NotImplemented
         return self.alu(Ops.MOD, self.ufix(x))
 
     def __truediv__(self, x: Any) -> UOp:
+        if x.__class__ is not UOp and _foreign(x):
+            return NotImplemented
         return self.alu(Ops.FDIV, self.ufix(x))
 
     def __neg__(self) -> UOp:
@@ -369,7 +395,8 @@ class UOp(metaclass=UOpMetaClass):
 
     @property
     def size(self) -> int:
-        return prod(self.shape)
+        n = prod(self.shape)
+        return n if type(n) is int else ssimplify(n)  # symbolic: one canonical node, compared by identity
 
     @property
     def device(self) -> str:
@@ -530,9 +557,9 @@ def _shape(u: UOp) -> tuple[sint, ...]:
     if op is Ops.PERMUTE:
         return tuple(src_shape[i] for i in u.arg)
     if op is Ops.PAD:
-        return tuple(s + lo + hi for s, (lo, hi) in zip(src_shape, u.arg))
+        return tuple(sadd(sadd(s, lo), hi) for s, (lo, hi) in zip(src_shape, u.arg))
     if op is Ops.SHRINK:
-        return tuple(hi - lo for lo, hi in u.arg)
+        return tuple(ssub(hi, lo) for lo, hi in u.arg)
     if op is Ops.REDUCE_AXIS:
         return tuple(1 if i in u.arg[1] else s for i, s in enumerate(src_shape))
     if op is Ops.WHERE:
@@ -890,7 +917,116 @@ def resolve(x: Any, default: bool = True) -> bool:
 
 
 def ssimplify(x: Any) -> Any:
-    return x.simplify() if isinstance(x, UOp) else x
+    """A maybe-symbolic int simplified: a UOp that folds to a constant becomes a Python int."""
+    if not isinstance(x, UOp):
+        return x
+    x = x.simplify()
+    return x.arg if x.op is Ops.CONST else x
+
+
+# *** symbolic sizes: a shape entry is an int or an int UOp over bound variables (BIND) ***
+
+
+# plain ints stay on the int path (no kernel of a non-symbolic program changes); anything symbolic is simplified,
+# so equal symbolic sizes are one node and compare equal by identity
+
+
+def sadd(a: Any, b: Any) -> Any:
+    return a + b if type(a) is int and type(b) is int else ssimplify(a + b)
+
+
+def ssub(a: Any, b: Any) -> Any:
+    return a - b if type(a) is int and type(b) is int else ssimplify(a - b)
+
+
+def smul(a: Any, b: Any) -> Any:
+    return a * b if type(a) is int and type(b) is int else ssimplify(a * b)
+
+
+def sym_value(x: Any) -> int:
+    """A maybe-symbolic int at the values its variables are bound to; ValueError when one is not bound."""
+    if not isinstance(x, UOp):
+        return x
+    unbound = sorted(v.arg[0] for v in x.vars() if v.op is Ops.DEFINE_VAR)
+    if unbound:
+        raise ValueError(f"variable {', '.join(unbound)} has no value: bind it first, e.g. Variable(...).bind(n)")
+    return int(exec_tree(x, {b.src[0]: b.src[1].arg for b in x.toposort if b.op is Ops.BIND}))
+
+
+def sym_known(x: Any) -> int | None:
+    """sym_value(x), or None when a variable in x is not bound (then only its bounds are known)."""
+    try:
+        return sym_value(x)
+    except ValueError:
+        return None
+
+
+def smin(a: Any, b: Any) -> Any:
+    if not isinstance(a, UOp) and not isinstance(b, UOp):
+        return min(a, b)
+    a, b = (x if isinstance(x, UOp) else UOp.const(dtypes.int32, x) for x in (a, b))
+    return ssimplify(a.minimum(b))
+
+
+def ssmax(a: Any, b: Any) -> Any:
+    if not isinstance(a, UOp) and not isinstance(b, UOp):
+        return max(a, b)
+    a, b = (x if isinstance(x, UOp) else UOp.const(dtypes.int32, x) for x in (a, b))
+    return ssimplify(a.maximum(b))
+
+
+def arg_uops(arg: Any) -> list[UOp]:
+    """The UOps inside an arg (a movement op's sizes, which may be symbolic)."""
+    if isinstance(arg, tuple):
+        return [u for a in arg for u in arg_uops(a)]
+    return [arg] if isinstance(arg, UOp) else []
+
+
+def bound_in(root: UOp) -> set[UOp]:
+    """The BIND nodes of a graph, also those inside the sizes of its movement ops."""
+    out = set()
+    for x in root.toposort:
+        if x.op is Ops.BIND:
+            out.add(x)
+        for a in arg_uops(x.arg) if type(x.arg) is tuple or isinstance(x.arg, UOp) else ():
+            out.update(b for b in a.toposort if b.op is Ops.BIND)
+    return out
+
+
+def rebind(root: UOp, mapping: dict[UOp, UOp]) -> UOp:
+    """root with BIND nodes replaced per `mapping`, in sources and inside sizes (symbolic shapes)."""
+
+    def arg_of(a: Any) -> Any:
+        if isinstance(a, tuple):
+            return tuple(arg_of(y) for y in a)
+        return substitute(a, mapping) if isinstance(a, UOp) else a
+
+    new: dict[UOp, UOp] = {}
+    for node in root.toposort:
+        if node in mapping:
+            new[node] = mapping[node]
+            continue
+        src = tuple(new[s] for s in node.src)
+        arg = arg_of(node.arg) if arg_uops(node.arg) else node.arg
+        new[node] = node if src == node.src and arg is node.arg else UOp(node.op, node.dtype, src, arg)
+    return new[root]
+
+
+def sym_unbind(x: Any) -> tuple[Any, dict[UOp, int]]:
+    """x (an int, a UOp, or nested tuples of them) with every BIND replaced by its variable, and the bound values."""
+    vals: dict[UOp, int] = {}
+
+    def go(y: Any) -> Any:
+        if isinstance(y, tuple):
+            return tuple(go(z) for z in y)
+        if not isinstance(y, UOp):
+            return y
+        binds = {b: b.src[0] for b in y.toposort if b.op is Ops.BIND}
+        for b, v in binds.items():
+            vals[v] = b.src[1].arg
+        return substitute(y, binds) if binds else y
+
+    return go(x), vals
 
 
 def sym_infer(x: Any, var_vals: dict[UOp, int]) -> int:

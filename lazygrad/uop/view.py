@@ -16,9 +16,19 @@ from typing import Any
 
 from lazygrad.dtype import dtypes
 from lazygrad.helpers import prod
-from lazygrad.uop.ops import Ops, UOp
+from lazygrad.uop.ops import Ops, UOp, sadd, smin, smul, ssimplify, ssmax, ssub
 
 Mask = tuple[tuple[int, int], ...]
+
+# Sizes, strides, offsets and masks are ints, or int UOps over variables (symbolic shapes): see sadd / ssub / smul.
+
+
+def _empty(lo: Any, hi: Any) -> bool:
+    """Whether [lo, hi) is surely empty (a symbolic window is empty only if its bounds prove it)."""
+    if type(lo) is int and type(hi) is int:
+        return lo >= hi
+    n = ssimplify(hi - lo)
+    return (n if type(n) is int else n.vmax) <= 0
 
 
 def strides_for_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -26,7 +36,7 @@ def strides_for_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
     out, acc = [], 1
     for s in reversed(shape):
         out.append(acc if s != 1 else 0)
-        acc *= s
+        acc = smul(acc, s)
     return tuple(reversed(out))
 
 
@@ -35,7 +45,7 @@ def _merge_masks(a: Mask | None, b: Mask | None) -> Mask | None:
         return b
     if b is None:
         return a
-    return tuple((max(x0, y0), min(x1, y1)) for (x0, x1), (y0, y1) in zip(a, b))
+    return tuple((ssmax(x0, y0), smin(x1, y1)) for (x0, x1), (y0, y1) in zip(a, b))
 
 
 @dataclass(frozen=True)
@@ -55,7 +65,7 @@ class View:
             strides_for_shape(shape) if strides is None else tuple(0 if s == 1 else st for s, st in zip(shape, strides))
         )
         if mask is not None:
-            if any(lo >= hi for lo, hi in mask):
+            if any(_empty(lo, hi) for lo, hi in mask):
                 # nothing is valid: every element reads 0, no address is ever touched
                 return View(shape, (0,) * len(shape), 0, ((0, 0),) * len(shape), False)
             if all(m == (0, s) for m, s in zip(mask, shape)):
@@ -68,7 +78,7 @@ class View:
         return prod(self.shape)
 
     def is_empty(self) -> bool:
-        return self.mask is not None and any(lo >= hi for lo, hi in self.mask)
+        return self.mask is not None and any(_empty(lo, hi) for lo, hi in self.mask)
 
     # *** movement ***
 
@@ -94,14 +104,16 @@ class View:
 
     def _resize(self, bounds: tuple[tuple[int, int], ...], mask: Mask | None = None) -> View:
         """Window [lo, hi) per dim; lo may be negative and hi past the end when padding (then masked)."""
-        offset = self.offset + sum(st * lo for st, (lo, _) in zip(self.strides, bounds))
+        offset = self.offset
+        for st, (lo, _) in zip(self.strides, bounds):
+            offset = sadd(offset, smul(st, lo))
         if self.mask is not None:
             shifted = tuple(
-                (max(0, min(m0 - lo, hi - lo)), max(0, min(m1 - lo, hi - lo)))
+                (ssmax(0, smin(ssub(m0, lo), ssub(hi, lo))), ssmax(0, smin(ssub(m1, lo), ssub(hi, lo))))
                 for (m0, m1), (lo, hi) in zip(self.mask, bounds)
             )
             mask = _merge_masks(shifted, mask)
-        return View.create(tuple(hi - lo for lo, hi in bounds), self.strides, offset, mask)
+        return View.create(tuple(ssub(hi, lo) for lo, hi in bounds), self.strides, offset, mask)
 
     def shrink(self, arg: tuple[tuple[int, int], ...]) -> View:
         return self._resize(arg)
@@ -109,16 +121,21 @@ class View:
     def pad(self, arg: tuple[tuple[int, int], ...]) -> View:
         if all(lo == 0 and hi == 0 for lo, hi in arg):
             return self
-        bounds = tuple((-lo, s + hi) for s, (lo, hi) in zip(self.shape, arg))
-        mask = tuple((lo, s + lo) for s, (lo, _) in zip(self.shape, arg))
+        bounds = tuple((ssub(0, lo), sadd(s, hi)) for s, (lo, hi) in zip(self.shape, arg))
+        mask = tuple((lo, sadd(s, lo)) for s, (lo, _) in zip(self.shape, arg))
         return self._resize(bounds, mask)
 
     def flip(self, axes: tuple[bool, ...]) -> View:
-        offset = self.offset + sum((s - 1) * st for s, st, f in zip(self.shape, self.strides, axes) if f)
-        strides = tuple(-st if f else st for st, f in zip(self.strides, axes))
+        offset = self.offset
+        for s, st, f in zip(self.shape, self.strides, axes):
+            if f:
+                offset = sadd(offset, smul(ssub(s, 1), st))
+        strides = tuple(smul(st, -1) if f else st for st, f in zip(self.strides, axes))
         mask = None
         if self.mask is not None:
-            mask = tuple((s - hi, s - lo) if f else (lo, hi) for (lo, hi), s, f in zip(self.mask, self.shape, axes))
+            mask = tuple(
+                (ssub(s, hi), ssub(s, lo)) if f else (lo, hi) for (lo, hi), s, f in zip(self.mask, self.shape, axes)
+            )
         return View.create(self.shape, strides, offset, mask)
 
     def reshape(self, new_shape: tuple[int, ...]) -> View | None:
@@ -140,20 +157,31 @@ class View:
                 j += 1
                 continue
             # grow a group of old dims and new dims with equal products
+            if i >= len(old):
+                return None  # a symbolic size where the old shape has none left (equal only at the bound value)
             gi, gj = i, j
             po, pn = old[i][0], new_shape[j]
             i, j = i + 1, j + 1
+            if isinstance(po, UOp) or isinstance(pn, UOp):
+                if po is not pn:
+                    return None  # a symbolic dim only maps to itself (no product of symbolic sizes is compared)
             while po != pn:
+                if (i >= len(old) if po < pn else j >= len(new_shape)) or isinstance(
+                    old[i][0] if po < pn else new_shape[j], UOp
+                ):
+                    return None
                 if po < pn:
                     po, i = po * old[i][0], i + 1
                 else:
                     pn, j = pn * new_shape[j], j + 1
             group_old, group_new = old[gi:i], [d for d in range(gj, j) if new_shape[d] != 1]
-            if any(a[1] != b[1] * b[0] for a, b in zip(group_old, group_old[1:])):
+            if any(a[1] != smul(b[1], b[0]) for a, b in zip(group_old, group_old[1:])):
                 return None  # old dims in this group are not laid out contiguously relative to each other
             masked = [k for k, (s, _, m) in enumerate(group_old) if m != (0, s)]
             if masked:
-                if len(group_old) == 1:
+                if len(group_old) == 1 and len(group_new) == 1:
+                    new_mask[group_new[0]] = group_old[0][2]  # one dim kept as it is (it may be symbolic)
+                elif len(group_old) == 1:
                     # one masked dim split into several: the mask must align with the outermost new dim
                     lo, hi = group_old[0][2]
                     inner = prod(new_shape[d] for d in group_new[1:])
@@ -170,7 +198,9 @@ class View:
             st = group_old[-1][1]
             for d in reversed(group_new):
                 new_strides[d] = st
-                st *= new_shape[d]
+                st = smul(st, new_shape[d])
+        if i != len(old):
+            return None  # a symbolic size left over (the shapes agree only at the bound value)
         any_mask = any(m != (0, s) for m, s in zip(new_mask, new_shape))
         return View.create(new_shape, tuple(new_strides), self.offset, tuple(new_mask) if any_mask else None)
 
@@ -181,21 +211,36 @@ class View:
         dt = idxs[0].dtype if idxs else dtypes.int32  # the lowerer's index dtype (int64 for huge buffers)
         # no `0 +`, `* 1` or `True &` terms: the simplifier would only fold them away again (most of a kernel's
         # index math is built here, once per load and expanded lane)
-        terms = [i if st == 1 else i * st for i, st in zip(idxs, self.strides) if st != 0]
-        idx = UOp.const(dt, self.offset) if self.offset != 0 or not terms else None
+        terms = [i if st == 1 else i * _idx(st, dt) for i, st in zip(idxs, self.strides) if st != 0]
+        idx = _idx(self.offset, dt) if self.offset != 0 or not terms else None
         for term in terms:
             idx = term if idx is None else idx + term
         conds = []
         if self.mask is not None:
             for i, (lo, hi), s in zip(idxs, self.mask, self.shape):
-                if lo > 0:
-                    conds.append(UOp.const(dt, lo - 1) < i)
-                if hi < s:
-                    conds.append(i < hi)
+                if type(lo) is not int or lo > 0:
+                    conds.append(_idx(ssub(lo, 1), dt) < i)
+                if hi < s if type(hi) is int and type(s) is int else hi is not s:
+                    conds.append(i < _idx(hi, dt))
         valid = conds[0] if conds else UOp.const(dtypes.bool, True)
         for cond in conds[1:]:
             valid = valid & cond
         return idx, valid  # type: ignore[return-value]
+
+
+def full_shape(shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
+    """The iteration space of views of one kernel: per axis the size that is not 1 (a view is 1 where it does not
+    move along the axis; a symbolic size is a UOp, never compared by value)."""
+    out = []
+    for dims in zip(*shapes):
+        sym = [d for d in dims if isinstance(d, UOp)]
+        out.append(sym[0] if sym else max(dims))
+    return tuple(out)
+
+
+def _idx(x: Any, dt: Any) -> UOp:
+    """A size or offset as index math of dtype dt (a symbolic one is cast: index math may be int64)."""
+    return x.cast(dt) if isinstance(x, UOp) else UOp.const(dt, x)
 
 
 @dataclass(frozen=True)

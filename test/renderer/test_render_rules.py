@@ -120,3 +120,12 @@ def test_cuda_packed_halves_travel_as_their_bits() -> None:
     # float vectors keep the C rules
     f = UOp(Ops.VECTORIZE, F32.vec(2), (c(1.0, F32), c(2.0, F32)))
     assert printed(r, [f.src[0], f.src[1], f])[1][2] == "make_float2(1.0f,2.0f)"
+
+
+def test_a_loop_beside_a_thread_id_of_its_name_is_renamed() -> None:
+    """A symbolic axis whose largest size is 1 stays a loop beside the thread ids: it must not take gidx0's name."""
+    sid = UOp(Ops.SPECIAL, I32, (), ("gidx0", 32, "g", 0))
+    n = UOp(Ops.DEFINE_VAR, I32, arg=("n", 0, 1))
+    rng = UOp(Ops.RANGE, I32, (n,), (0, "g"))
+    ctx, names = printed(CUDARenderer(), [sid, n, rng])
+    assert names == ["gidx0", "n", "loop0"] and ctx.lines[-1] == "  for (int loop0 = 0; loop0 < n; loop0++) {"
