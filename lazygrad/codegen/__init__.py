@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+from dataclasses import dataclass
 from pathlib import Path
 
 from lazygrad.codegen.kernel import Kernel, Opt
@@ -13,6 +14,7 @@ from lazygrad.codegen.workgroups import default_optimizations
 from lazygrad.helpers import BEAM, DEBUG, NOOPT, SPEC, VIZ, diskcache_get, diskcache_put
 from lazygrad.renderer import ProgramSpec, Renderer
 from lazygrad.uop.ops import GroupOp, Ops, UOp, serialize
+from lazygrad.uop.passes import PassRun, step
 from lazygrad.uop.spec import verify_kernel, verify_program
 from lazygrad.viz import profile, record
 
@@ -90,44 +92,66 @@ def _build_program(ast: UOp, renderer: Renderer, opts: list[Opt] | None) -> Prog
     return spec
 
 
-def _build_program_steps(ast: UOp, renderer: Renderer, opts: list[Opt] | None) -> ProgramSpec:
-    if SPEC:
-        verify_kernel(ast, "schedule")
-    k = Kernel(ast, renderer)
+# *** the passes from a kernel AST to source, in order (uop/passes.py checks the order and runs the verifier) ***
+
+
+@dataclass(frozen=True)
+class Build:
+    """What every codegen pass of one kernel reads: its AST, the target, and explicit opts (None: heuristic/BEAM)."""
+
+    ast: UOp
+    renderer: Renderer
+    opts: list[Opt] | None = None
+
+
+def _optimize(k: Kernel, ctx: Build) -> Kernel:
     k.merge_axes()
-    with profile.span("optimize", "codegen"):
-        _optimize(k, ast, renderer, opts)
-    if DEBUG >= 3:
-        print(ast)
-        print(f"{k.name}: applied {k.applied_opts}")
-    with profile.span("lower", "codegen"):
-        lowered = lower(k)
-    record.stage("lowered", lowered)  # VIZ
-    with profile.span("linearize", "codegen"):
-        uops = linearize(lowered)
-    record.stage("linearized", uops)  # VIZ
-    if SPEC:
-        verify_program(uops, "lower and linearize")
-    with profile.span("render", "codegen"):
-        src = renderer.render(k.function_name, uops)
-    if DEBUG >= 4:
-        print(src)
-    return _program_spec(k, ast, uops, src)
-
-
-def _optimize(k: Kernel, ast: UOp, renderer: Renderer, opts: list[Opt] | None) -> None:
-    if opts is not None:
-        k.apply_opts(opts)
+    if ctx.opts is not None:
+        k.apply_opts(ctx.opts)
     elif any(isinstance(s, UOp) for s in k.full_shape):
         # a symbolic axis (a size that is a Variable) is a plain loop: the heuristic and BEAM reason about sizes they
         # can compare and time, and an opt on such an axis (a split by a constant) would need a remainder loop
-        return
+        pass
     elif BEAM >= 1:
         from lazygrad.codegen.search import beam_search  # imports the device layer: only when searching
 
-        k.apply_opts(beam_search(ast, renderer, BEAM.value))
+        k.apply_opts(beam_search(ctx.ast, ctx.renderer, BEAM.value))
     elif not NOOPT:
         default_optimizations(k)
+    if DEBUG >= 3:
+        print(ctx.ast)
+        print(f"{k.name}: applied {k.applied_opts}")
+    return k
+
+
+OPTIMIZE = step("optimize", category="codegen")(_optimize)
+LOWER = step("lower", after=("optimize",), category="codegen")(lambda k, ctx: lower(k))
+LINEARIZE = step("linearize", after=("lower",), verify=verify_program, category="codegen")(
+    lambda sink, ctx: linearize(sink)
+)
+
+
+def _render(uops: list[UOp], ctx: tuple[Renderer, str]) -> str:
+    renderer, name = ctx
+    return renderer.render(name, uops)
+
+
+RENDER = step("render", after=("linearize",), category="codegen")(_render)
+
+
+def _build_program_steps(ast: UOp, renderer: Renderer, opts: list[Opt] | None) -> ProgramSpec:
+    if SPEC:
+        verify_kernel(ast, "schedule")
+    build, run = Build(ast, renderer, opts), PassRun()
+    k = run(OPTIMIZE, Kernel(ast, renderer), build)
+    lowered = run(LOWER, k, build)
+    record.stage("lowered", lowered)  # VIZ
+    uops = run(LINEARIZE, lowered, build)
+    record.stage("linearized", uops)  # VIZ
+    src = run(RENDER, uops, (renderer, k.function_name))
+    if DEBUG >= 4:
+        print(src)
+    return _program_spec(k, ast, uops, src)
 
 
 def _program_spec(k: Kernel, ast: UOp, uops: list[UOp], src: str) -> ProgramSpec:

@@ -12,7 +12,7 @@ import functools
 from dataclasses import dataclass
 
 from lazygrad.dtype import dtypes
-from lazygrad.helpers import DEBUG, colored, prod, to_function_name
+from lazygrad.helpers import colored, prod, to_function_name
 from lazygrad.renderer import Renderer
 from lazygrad.renderer.tensor_cores import TensorCore
 from lazygrad.uop.ops import Ops, UOp, smul, substitute
@@ -485,7 +485,3 @@ class Kernel:
         """The AST (or its subtree `x`) with every VIEW replaced by its optimized ShapeTracker."""
         mapping = {v: UOp(Ops.VIEW, arg=st) for v, st in zip(self.views, self.sts)}
         return substitute(self.ast if x is None else x, mapping)
-
-    def print_opts(self) -> None:
-        if DEBUG >= 3:
-            print(f"{self.name}: opts {self.applied_opts}")

@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import functools
 import itertools
-from typing import Callable
+from typing import Callable, NamedTuple
 
 from lazygrad.codegen.kernel import AxisType, Kernel, KernelOptError, StageLayout, mul_operands
 from lazygrad.dtype import DType, dtypes
 from lazygrad.helpers import ceildiv, prod
-from lazygrad.uop.ops import GroupOp, Ops, UOp, _exact_bounds
+from lazygrad.uop.ops import GroupOp, Ops, PatternMatcher, UOp, UPat, _exact_bounds
 from lazygrad.uop.symbolic import simplify
 from lazygrad.uop.view import ShapeTracker
+from lazygrad.viz import record
 
 # a GPU kernel without workgroup axes gets workgroups of up to PADDED_THREADS along an axis of PADDED_MIN or more
 PADDED_THREADS, PADDED_MIN = 128, 32
@@ -110,6 +111,9 @@ class Lowerer:
         self.index_memo: dict[tuple, tuple[UOp, UOp]] = {}  # (view, loop indices) -> (address, validity)
         self.broadcast_axes: dict[UOp, frozenset[int]] = {}
         self.reduce_results: dict[tuple[UOp, Combo], UOp] = {}
+        # the rule lists, logged for VIZ when it records this kernel (record.translated)
+        self.viz_steps: list[tuple] = []
+        self.rules = (record.translated(LOWER_OP, self.viz_steps), record.translated(LOWER_VEC_OP, self.viz_steps))
         self.staged: dict[UOp, _Tile] = {}  # a staged load (STAGE) -> its tile in shared memory, set by lower_reduces
 
     def _thread_ids(self) -> list[UOp]:
@@ -289,12 +293,13 @@ class Lowerer:
         return self._lowered(u, combo, self.width > 1)
 
     def _lowered(self, u: UOp, combo: Combo, vec: bool) -> UOp:
-        """Memoized _vec_ev (vec) or _ev of u at combo, with the elementwise sources below lowered first in a loop:
-        a kernel's expression may be a chain hundreds of ops deep."""
+        """u lowered at combo by LOWER_VEC_OP (vec) or LOWER_OP, memoized, with the elementwise sources below lowered
+        first in a loop: a kernel's expression may be a chain hundreds of ops deep."""
 
         def key(x: UOp) -> tuple[UOp, Combo]:
             return (x, combo + (-1,)) if vec else (x, combo)
 
+        rules, at = self.rules[vec], At(self, combo, vec)
         stack = [u]
         while stack:
             x = stack[-1]
@@ -305,31 +310,11 @@ class Lowerer:
             if todo:
                 stack.extend(todo)
                 continue
-            self.memo[key(x)] = self._vec_ev(x, combo) if vec else self._ev(x, combo)
+            if (lowered := rules.translate(x, at)) is None:
+                raise NotImplementedError(f"cannot lower {x.op}")
+            self.memo[key(x)] = lowered
             stack.pop()
         return self.memo[key(u)]
-
-    def _vec_ev(self, u: UOp, combo: Combo) -> UOp:
-        renderer = self.k.renderer
-        if u.op in GroupOp.Elementwise:
-            srcs = [self.val(s, combo) for s in u.src]
-            # a vector op pays off unless every source is one value broadcast (then one scalar op does the work)
-            real = any(s.op is not Ops.VECTORIZE or len(set(s.src)) > 1 for s in srcs)
-            if real and renderer.vector_op_ok(u.op, u.dtype, [s.dtype.scalar for s in srcs]):  # type: ignore[attr-defined]
-                return UOp(u.op, u.dtype.vec(self.width), tuple(srcs), u.arg)
-            per_lane = zip(*[self.lanes(s) for s in srcs])
-            return UOp(Ops.VECTORIZE, u.dtype.vec(self.width), tuple(UOp(u.op, u.dtype, ls, u.arg) for ls in per_lane))
-        if u.op is Ops.REDUCE_AXIS:
-            return self.reduce_results[(u, combo[: len(self.upcast_axes)])]
-        scalars = [self.ev(u, combo + (lane,)) for lane in range(self.width)]
-        # a staged tile's rows are padded: a vector read from it may not be aligned
-        wide = u.op is Ops.LOAD and u not in self.staged and renderer.vector_dtype_ok(u.dtype)  # type: ignore[attr-defined]
-        if wide and all(x.op is Ops.LOAD for x in scalars):
-            idxs = [x.src[0].src[1] for x in scalars]
-            same_valid = all(x.src[1:] == scalars[0].src[1:] for x in scalars)
-            if same_valid and len(set(idxs)) > 1 and self._consecutive(idxs):
-                return UOp(Ops.LOAD, u.dtype.vec(self.width), scalars[0].src)
-        return UOp(Ops.VECTORIZE, u.dtype.vec(self.width), tuple(scalars))
 
     def index(self, view: UOp, combo: Combo) -> tuple[UOp, UOp]:
         # memoized: a view read at several places of a kernel (a LOAD and its VALID, a shared input of several
@@ -357,43 +342,6 @@ class Lowerer:
 
     def ev(self, u: UOp, combo: Combo) -> UOp:
         return self._lowered(u, combo, False)
-
-    def _ev(self, u: UOp, combo: Combo) -> UOp:
-        if u.op is Ops.LOAD and u in self.staged:
-            return self.staged[u].read(self.idxs(combo))
-        if u.op is Ops.LOAD:
-            buf, view = u.src
-            idx, valid = self.index(view, combo)
-            if valid.op is Ops.CONST and not valid.arg:
-                return UOp.const(u.dtype, 0)
-            addr = UOp(Ops.INDEX, buf.dtype, (buf, idx))
-            return UOp(Ops.LOAD, u.dtype, (addr,) if valid.op is Ops.CONST else (addr, valid))
-        if u.op is Ops.CONST:
-            value = UOp.const(u.dtype, u.arg)
-            if not u.src or not u.src[0].arg.has_mask:
-                return value
-            _, valid = self.index(u.src[0], combo)
-            return (
-                valid.alu(Ops.WHERE, value, UOp.const(u.dtype, 0))
-                if valid.op is not Ops.CONST
-                else (value if valid.arg else UOp.const(u.dtype, 0))
-            )
-        if u.op is Ops.IOTA:
-            idx, valid = self.index(u.src[0], combo)
-            value = idx.cast(u.dtype)
-            return value if valid.op is Ops.CONST and valid.arg else valid.alu(Ops.WHERE, value, UOp.const(u.dtype, 0))
-        if u.op is Ops.VALID:
-            return self.index(u.src[0], combo)[1]
-        if u.op is Ops.REDUCE_AXIS:
-            res = self.reduce_results[(u, combo[: len(self.upcast_axes)])]
-            if self.tc is not None:  # the lane's accumulator entry at these tile coordinates
-                return UOp(Ops.GEP, res.dtype.scalar, (res,), self.tc_tails["c"].index(combo[-3:]))
-            return self.lanes(res)[combo[-1]] if self.width > 1 else res
-        if u.op is Ops.DEFINE_VAR:
-            return u
-        if u.op in GroupOp.Elementwise:
-            return UOp(u.op, u.dtype, tuple(self.ev(s, combo) for s in u.src), u.arg)
-        raise NotImplementedError(f"cannot lower {u.op}")
 
     def lower_reduces(self) -> None:
         """All reduces of a kernel share one loop nest: build every accumulator update, then close the loops once."""
@@ -682,6 +630,129 @@ def _paired_loads(vals: list[UOp]) -> tuple[UOp, ...]:
     return tuple(out)
 
 
+# *** the lowering of each AST op, at one point of the expanded axes ***
+
+
+class At(NamedTuple):
+    """Where an AST node is lowered: the kernel's Lowerer and one value per expanded axis (vector axis left out for
+    LOWER_VEC_OP). The rules may assume every elementwise source is lowered already (in the Lowerer's memo)."""
+
+    lw: Lowerer
+    combo: Combo
+    vec: bool = False
+
+    def src(self, s: UOp) -> UOp:
+        """The elementwise source `s` lowered at this combo: read from the memo, where Lowerer._lowered put it."""
+        return self.lw.memo[(s, self.combo + (-1,)) if self.vec else (s, self.combo)]
+
+
+def _masked(valid: UOp, value: UOp) -> UOp:
+    """value where the view is valid, 0 where it reads padding."""
+    if valid.op is Ops.CONST:
+        return value if valid.arg else UOp.const(value.dtype, 0)
+    return valid.alu(Ops.WHERE, value, UOp.const(value.dtype, 0))
+
+
+def _lower_staged(ctx: At, x: UOp) -> UOp | None:
+    """A staged load (STAGE) reads its tile in shared memory, copied there by Lowerer._stage_tiles."""
+    tile = ctx.lw.staged.get(x)
+    return None if tile is None else tile.read(ctx.lw.idxs(ctx.combo))
+
+
+def _lower_load(ctx: At, x: UOp) -> UOp:
+    buf, view = x.src  # LOAD(DEFINE_GLOBAL, VIEW), as uop/spec.py checks
+    idx, valid = ctx.lw.index(view, ctx.combo)
+    if valid.op is Ops.CONST and not valid.arg:
+        return UOp.const(x.dtype, 0)  # reads only padding: no load at all
+    addr = UOp(Ops.INDEX, buf.dtype, (buf, idx))
+    return UOp(Ops.LOAD, x.dtype, (addr,) if valid.op is Ops.CONST else (addr, valid))
+
+
+def _lower_const(ctx: At, x: UOp) -> UOp:
+    value = UOp.const(x.dtype, x.arg)
+    if not x.src or not x.src[0].arg.has_mask:
+        return value
+    return _masked(ctx.lw.index(x.src[0], ctx.combo)[1], value)
+
+
+def _lower_iota(ctx: At, x: UOp) -> UOp:
+    idx, valid = ctx.lw.index(x.src[0], ctx.combo)
+    value = idx.cast(x.dtype)
+    return value if valid.op is Ops.CONST and valid.arg else valid.alu(Ops.WHERE, value, UOp.const(x.dtype, 0))
+
+
+def _lower_reduce(ctx: At, x: UOp) -> UOp:
+    lw, combo = ctx.lw, ctx.combo
+    res = lw.reduce_results[(x, combo[: len(lw.upcast_axes)])]
+    if lw.tc is not None:  # the lane's accumulator entry at these tile coordinates
+        return UOp(Ops.GEP, res.dtype.scalar, (res,), lw.tc_tails["c"].index(combo[-3:]))
+    return lw.lanes(res)[combo[-1]] if lw.width > 1 else res
+
+
+# one scalar value per combo: loads become INDEX + LOAD (gated where the view is padded), a view's constants and
+# indices are masked by its validity, a reduce reads its accumulator (lowered before, by lower_reduces)
+LOWER_OP = PatternMatcher(
+    [
+        (UPat(Ops.LOAD, name="x"), _lower_staged),
+        (UPat(Ops.LOAD, name="x"), _lower_load),
+        (UPat(Ops.CONST, name="x"), _lower_const),  # a view's constant carries the view's mask
+        (UPat(Ops.IOTA, name="x"), _lower_iota),
+        (UPat(Ops.VALID, name="x"), lambda ctx, x: ctx.lw.index(x.src[0], ctx.combo)[1]),
+        (UPat(Ops.REDUCE_AXIS, name="x"), _lower_reduce),
+        (UPat(Ops.DEFINE_VAR, name="x"), lambda x: x),  # a kernel argument
+        (
+            UPat(GroupOp.Elementwise, name="x"),
+            lambda ctx, x: UOp(x.op, x.dtype, tuple([ctx.src(s) for s in x.src]), x.arg),
+        ),
+    ]
+)
+
+
+def _vec_alu(ctx: At, x: UOp) -> UOp:
+    lw = ctx.lw
+    srcs = [ctx.src(s) for s in x.src]
+    # a vector op pays off unless every source is one value broadcast (then one scalar op does the work)
+    real = any(s.op is not Ops.VECTORIZE or len(set(s.src)) > 1 for s in srcs)
+    if real and lw.k.renderer.vector_op_ok(x.op, x.dtype, [s.dtype.scalar for s in srcs]):  # type: ignore[attr-defined]
+        return UOp(x.op, x.dtype.vec(lw.width), tuple(srcs), x.arg)
+    per_lane = zip(*[lw.lanes(s) for s in srcs])
+    return UOp(Ops.VECTORIZE, x.dtype.vec(lw.width), tuple(UOp(x.op, x.dtype, ls, x.arg) for ls in per_lane))
+
+
+def _lane_values(ctx: At, x: UOp) -> list[UOp]:
+    return [ctx.lw.ev(x, ctx.combo + (lane,)) for lane in range(ctx.lw.width)]
+
+
+def _vec_load(ctx: At, x: UOp) -> UOp | None:
+    """One vector load where the lanes' scalar loads read consecutive elements under the same gate (not from a staged
+    tile: its rows are padded, a vector read from it may not be aligned)."""
+    if x in ctx.lw.staged or not ctx.lw.k.renderer.vector_dtype_ok(x.dtype):  # type: ignore[attr-defined]
+        return None
+    scalars = _lane_values(ctx, x)
+    if not all(s.op is Ops.LOAD for s in scalars):
+        return None
+    idxs = [s.src[0].src[1] for s in scalars]
+    same_valid = all(s.src[1:] == scalars[0].src[1:] for s in scalars)
+    if same_valid and len(set(idxs)) > 1 and ctx.lw._consecutive(idxs):
+        return UOp(Ops.LOAD, x.dtype.vec(ctx.lw.width), scalars[0].src)
+    return None
+
+
+# one vector value per combo, its lanes the values of the vector axis: vector ALU ops where the renderer has them,
+# else one scalar op per lane; vector loads where contiguous; anything else is its lanes' scalars, gathered
+LOWER_VEC_OP = PatternMatcher(
+    [
+        (UPat(GroupOp.Elementwise, name="x"), _vec_alu),
+        (
+            UPat(Ops.REDUCE_AXIS, name="x"),
+            lambda ctx, x: ctx.lw.reduce_results[(x, ctx.combo[: len(ctx.lw.upcast_axes)])],
+        ),
+        (UPat(Ops.LOAD, name="x"), _vec_load),
+        (UPat(name="x"), lambda ctx, x: UOp(Ops.VECTORIZE, x.dtype.vec(ctx.lw.width), tuple(_lane_values(ctx, x)))),
+    ]
+)
+
+
 INT32_MAX = 2**31 - 1
 
 
@@ -714,8 +785,10 @@ def lower(k: Kernel) -> UOp:
     matmul) still gets int32 when every integer it computes is proven to fit; a CPU addresses in 64 bits anyway."""
     extents = [s.vmax if isinstance(s, UOp) else s for s in k.full_shape]
     small = prod(extents) <= INT32_MAX
-    if small or k.renderer.has_local:
-        sink = Lowerer(k, dtypes.int32).lower()
-        if _index_fits_int32(sink, every_int=not small):
-            return sink
-    return Lowerer(k, dtypes.int64).lower()
+    lw = Lowerer(k, dtypes.int32 if small or k.renderer.has_local else dtypes.int64)
+    sink = lw.lower()
+    if lw.idx_dtype == dtypes.int32 and not _index_fits_int32(sink, every_int=not small):
+        lw = Lowerer(k, dtypes.int64)
+        sink = lw.lower()
+    record.translate_pass("lower", lw.ast, sink, lw.viz_steps)  # VIZ
+    return sink

@@ -38,7 +38,6 @@ class Renderer:
     vector_widths: tuple[int, ...] = ()  # lanes of the vector types loads, stores and ALU ops may use (): none
     vector_bytes: int = 16  # bytes in one vector register
     vector_registers: int = 16  # vector registers (a register tile is sized to fit)
-    max_upcast: int = 16
     max_buffers: int | None = None  # buffer arguments one kernel may take (None: no limit worth splitting for)
     tensor_cores: tuple = ()
     wide_load_bytes: int = 0  # bytes one thread moves in one load when a workgroup copies a tile (STAGE); 0: an element

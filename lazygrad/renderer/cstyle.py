@@ -1,4 +1,5 @@
-"""One C-style renderer with dialect hooks. C for the CPU lives here; OpenCL, CUDA and Metal subclass it."""
+"""One C-style renderer: how each linear UOp is printed is a rule list (C_RENDER, C_ALU), a dialect puts its own rules
+in front. C for the CPU lives here; OpenCL, CUDA and Metal subclass it."""
 
 from __future__ import annotations
 
@@ -222,15 +223,6 @@ class CStyleLanguage(Renderer):
         bit cast of the loaded value keeps a NaN's payload (the round trip through float would not)."""
         return None
 
-    def render_special(self, u: UOp) -> str:
-        raise NotImplementedError(f"{type(self).__name__} has no thread ids")
-
-    def render_local(self, name: str, dt: DType, size: int) -> str:
-        raise NotImplementedError(f"{type(self).__name__} has no shared memory")
-
-    def render_barrier(self) -> str:
-        raise NotImplementedError(f"{type(self).__name__} has no workgroup barrier")
-
     parallel_for = ""  # the line before a loop whose iterations run on all cores (has_threads)
 
     def render_store_target(self, addr: str, dt: DType) -> str:
@@ -240,24 +232,8 @@ class CStyleLanguage(Renderer):
         """The statement storing `val` (already in storage form) at `addr` (an element of a buffer)."""
         return f"{self.render_store_target(addr, u.src[1].dtype)} = {val}"
 
-    def render_gep(self, vec: str, lane: int) -> str:
-        return f"{vec}[{lane}]"
-
-    raw_vector_stores = False  # a vector value is stored as it is held (16-bit floats packed, not computed in float)
-
-    def render_vectorize_of(self, u: UOp, names: dict[UOp, str]) -> str | None:
-        """A dialect's spelling of VECTORIZE `u` that needs to see its sources (None: render_vectorize's)."""
-        return None
-
-    def render_gep_of(self, u: UOp, vec: str) -> str | None:
-        """A dialect's spelling of GEP `u` that needs to see its source's dtype (None: render_gep's)."""
-        return None
-
     def render_vectorize(self, dt: DType, items: list[str]) -> str:
         return f"(({self.render_dtype(dt)}){{{','.join(items)}}})"
-
-    def render_wmma(self, u: UOp, srcs: list[str]) -> str:
-        raise NotImplementedError(f"{type(self).__name__} has no tensor cores")
 
     def render_kernel(self, name: str, params: list[str], body: str, uops: list[UOp]) -> str:
         return f"{self.prelude}{self.kernel_prefix}{name}({', '.join(params)}) {{\n{body}\n}}\n"
@@ -278,103 +254,185 @@ class CStyleLanguage(Renderer):
 
     # *** the kernel ***
 
+    # how each linear UOp is printed (below the class): the base rules, with a dialect's own rules in front (thread
+    # ids, shared memory, barriers, vector lanes, tensor cores)
+    render_rules: PatternMatcher
+
     def render(self, name: str, uops: list[UOp]) -> str:
-        uses: dict[UOp, int] = {}
+        ctx = RenderCtx(self, uops)
+        for u in uops:
+            if (text := self.render_rules.translate(u, ctx)) is None:
+                raise NotImplementedError(f"{type(self).__name__} cannot render {u.op}")
+            if text:
+                ctx.names[u] = text
+        params = [p for _, p in sorted(ctx.params, key=lambda x: x[0])]
+        return self.render_kernel(name, params, "\n".join(ctx.lines), uops)
+
+
+class RenderCtx:
+    """One kernel being printed: the name (or inlined expression) of each UOp so far, its parameters, its lines.
+    A render rule gets this and its UOp, may add lines, and returns the UOp's name ("" when it has no value)."""
+
+    def __init__(self, r: CStyleLanguage, uops: list[UOp]):
+        self.r = r
+        self.uses: dict[UOp, int] = {}
         for u in uops:
             for s in u.src:
-                uses[s] = uses.get(s, 0) + (2 if u.op in self.dup_operand_ops else 1)
-        names: dict[UOp, str] = {}
-        params: list[tuple[tuple, str]] = []  # buffers by index, then variables by name
-        written = {u.src[0].src[0] for u in uops if u.op is Ops.STORE}
-        lines: list[str] = []
-        depth = 1
-        counters: dict[str, int] = {}
+                self.uses[s] = self.uses.get(s, 0) + (2 if u.op in r.dup_operand_ops else 1)
+        self.names: dict[UOp, str] = {}
+        self.params: list[tuple[tuple, str]] = []  # buffers by index, then variables by name
+        self.written = {u.src[0].src[0] for u in uops if u.op is Ops.STORE}
+        self.lines: list[str] = []
+        self.depth = 1
+        self.counters: dict[str, int] = {}
+        self.raw_bits: dict[UOp, str] = {}  # loads of 16-bit floats computed in a wider type: their bits as stored
+        self.special_names = {u.arg[0] for u in uops if u.op is Ops.SPECIAL}
 
-        def fresh(prefix: str) -> str:
-            counters[prefix] = counters.get(prefix, 0) + 1
-            return f"{prefix}{counters[prefix] - 1}"
+    def fresh(self, prefix: str) -> str:
+        self.counters[prefix] = self.counters.get(prefix, 0) + 1
+        return f"{prefix}{self.counters[prefix] - 1}"
 
-        special_names = {u.arg[0] for u in uops if u.op is Ops.SPECIAL}
-        raw_bits: dict[UOp, str] = {}  # loads of 16-bit floats computed in a wider type: their bits as stored
-        for u in uops:
-            op = u.op
-            pad = "  " * depth
-            if op is Ops.DEFINE_GLOBAL:
-                names[u] = f"data{u.arg}"
-                params.append(((0, u.arg), self.render_buffer_param(u, names[u], u in written)))
-            elif op is Ops.DEFINE_VAR:
-                names[u] = u.arg[0]
-                params.append(((1, u.arg[0]), f"{self.arg_int_prefix} {u.arg[0]}"))
-            elif op is Ops.CONST:
-                names[u] = self.render_const(u.arg, u.dtype)
-            elif op is Ops.SPECIAL:
-                names[u] = u.arg[0]
-                lines.append(
-                    f"{pad}{self.render_dtype(u.dtype)} {u.arg[0]} = {self.render_special(u)}; /* {u.arg[1]} */"
-                )
-            elif op is Ops.RANGE:
-                axis, kind = u.arg
-                v = f"{'ridx' if kind == 'r' else 'gidx'}{axis}"
-                # a loop beside thread ids (a symbolic axis whose largest size is 1) must not take a thread id's name
-                names[u] = v = f"loop{axis}" if v in special_names else v
-                if kind in ("t", "tr"):  # a THREAD axis: the loop's iterations are shared out among the CPU cores
-                    lines.append(f"{pad}{self.parallel_for}")
-                lines.append(f"{pad}for ({self.render_dtype(u.dtype)} {v} = 0; {v} < {names[u.src[0]]}; {v}++) {{")
-                depth += 1
-            elif op is Ops.ENDRANGE:
-                depth -= 1
-                lines.append("  " * depth + "}")
-            elif op is Ops.DEFINE_ACC:
-                names[u] = v = fresh("acc")
-                lines.append(f"{pad}{self.render_dtype(u.dtype)} {v} = {names[u.src[0]]};")
-            elif op is Ops.ASSIGN:
-                lines.append(f"{pad}{names[u.src[0]]} = {names[u.src[1]]};")
-            elif op is Ops.AFTER:
-                names[u] = names[u.src[0]]
-            elif op is Ops.INDEX:
-                names[u] = f"{names[u.src[0]]}[{names[u.src[1]]}]"
-            elif op is Ops.LOAD:
-                if len(u.src) == 1 and (bits := self.raw_load_bits(u, names[u.src[0]])) is not None:
-                    raw_bits[u] = bits
-                val = self.render_load(u, names[u.src[0]])
-                if len(u.src) > 1:
-                    val = f"({names[u.src[1]]}?{val}:{self.render_const(0.0 if dtypes.is_float(u.dtype) else 0, u.dtype)})"
-                names[u] = v = fresh("val")
-                lines.append(f"{pad}{self.render_dtype(u.dtype)} {v} = {val};")
-            elif op is Ops.STORE:
-                dt = u.src[0].src[0].dtype.base  # type: ignore[attr-defined]
-                gate = f"if ({names[u.src[2]]}) " if len(u.src) > 2 else ""
-                value = names[u.src[1]] if u.src[1].dtype.count > 1 and self.raw_vector_stores else None
-                value = self.render_store_value(dt, names[u.src[1]]) if value is None else value
-                lines.append(f"{pad}{gate}{self.render_store(names[u.src[0]], value, u)};")
-            elif op is Ops.DEFINE_LOCAL:
-                names[u] = u.arg
-                lines.append(f"{pad}{self.render_local(u.arg, u.dtype.base, u.dtype.size)};")  # type: ignore[attr-defined]
-            elif op is Ops.BARRIER:
-                lines.append(f"{pad}{self.render_barrier()};")
-            elif op in GroupOp.Elementwise or op in (Ops.VECTORIZE, Ops.GEP, Ops.WMMA):
-                srcs = [names[s] for s in u.src]
-                if op is Ops.VECTORIZE:
-                    expr = self.render_vectorize_of(u, names) or self.render_vectorize(u.dtype, srcs)
-                elif op is Ops.GEP:
-                    expr = self.render_gep_of(u, srcs[0]) or self.render_gep(srcs[0], u.arg)
-                elif op is Ops.WMMA:
-                    expr = self.render_wmma(u, srcs)
-                elif op is Ops.BITCAST and u.src[0] in raw_bits:  # the bits as stored, not as computed with
-                    expr = self.render_bitcast(raw_bits[u.src[0]], dtypes.uint16, u.dtype)
-                else:
-                    expr = self.render_alu(u, srcs)
-                if uses.get(u, 0) <= 1:
-                    names[u] = expr
-                else:
-                    names[u] = v = fresh("alu")
-                    lines.append(f"{pad}{self.render_dtype(u.dtype)} {v} = {expr};")
-            elif op is Ops.SINK:
-                pass
-            else:
-                raise NotImplementedError(f"{type(self).__name__} cannot render {op}")
-        body = "\n".join(lines)
-        return self.render_kernel(name, [p for _, p in sorted(params, key=lambda x: x[0])], body, uops)
+    def line(self, text: str) -> None:
+        self.lines.append("  " * self.depth + text)
+
+    def srcs(self, u: UOp) -> list[str]:
+        return [self.names[s] for s in u.src]
+
+    def expr(self, u: UOp, text: str) -> str:
+        """A value: inlined where it is used once, else computed once into a variable."""
+        if self.uses.get(u, 0) <= 1:
+            return text
+        v = self.fresh("alu")
+        self.line(f"{self.r.render_dtype(u.dtype)} {v} = {text};")
+        return v
+
+    def declare(self, u: UOp, prefix: str, value: str) -> str:
+        v = self.fresh(prefix)
+        self.line(f"{self.r.render_dtype(u.dtype)} {v} = {value};")
+        return v
+
+
+def _define_global(ctx: RenderCtx, u: UOp) -> str:
+    name = f"data{u.arg}"
+    ctx.params.append(((0, u.arg), ctx.r.render_buffer_param(u, name, u in ctx.written)))
+    return name
+
+
+def _define_var(ctx: RenderCtx, u: UOp) -> str:
+    ctx.params.append(((1, u.arg[0]), f"{ctx.r.arg_int_prefix} {u.arg[0]}"))
+    return u.arg[0]
+
+
+def _range(ctx: RenderCtx, u: UOp) -> str:
+    axis, kind = u.arg
+    v = f"{'ridx' if kind == 'r' else 'gidx'}{axis}"
+    # a loop beside thread ids (a symbolic axis whose largest size is 1) must not take a thread id's name
+    v = f"loop{axis}" if v in ctx.special_names else v
+    if kind in ("t", "tr"):  # a THREAD axis: the loop's iterations are shared out among the CPU cores
+        ctx.line(ctx.r.parallel_for)
+    ctx.line(f"for ({ctx.r.render_dtype(u.dtype)} {v} = 0; {v} < {ctx.names[u.src[0]]}; {v}++) {{")
+    ctx.depth += 1
+    return v
+
+
+def _endrange(ctx: RenderCtx) -> str:
+    ctx.depth -= 1
+    ctx.line("}")
+    return ""
+
+
+def _load(ctx: RenderCtx, u: UOp) -> str:
+    addr = ctx.names[u.src[0]]
+    if len(u.src) == 1 and (bits := ctx.r.raw_load_bits(u, addr)) is not None:
+        ctx.raw_bits[u] = bits
+    val = ctx.r.render_load(u, addr)
+    if len(u.src) > 1:  # gated: the padding reads as 0
+        zero = ctx.r.render_const(0.0 if dtypes.is_float(u.dtype) else 0, u.dtype)
+        val = f"({ctx.names[u.src[1]]}?{val}:{zero})"
+    return ctx.declare(u, "val", val)
+
+
+def store_statement(ctx: RenderCtx, u: UOp, value: str) -> str:
+    """STORE `u`'s statement, `value` already in storage form; gated where the store has a gate."""
+    gate = f"if ({ctx.names[u.src[2]]}) " if len(u.src) > 2 else ""
+    ctx.line(f"{gate}{ctx.r.render_store(ctx.names[u.src[0]], value, u)};")
+    return ""
+
+
+def _store(ctx: RenderCtx, u: UOp) -> str:
+    dt = u.src[0].src[0].dtype.base  # type: ignore[attr-defined]
+    return store_statement(ctx, u, ctx.r.render_store_value(dt, ctx.names[u.src[1]]))
+
+
+def _statement(text: Callable[[RenderCtx, UOp], str]) -> Callable[[RenderCtx, UOp], str]:
+    """A rule for a UOp with no value: its one line."""
+
+    def rule(ctx: RenderCtx, u: UOp) -> str:
+        ctx.line(text(ctx, u))
+        return ""
+
+    return rule
+
+
+def thread_id(spelling: Callable[[str, int], str]) -> Callable[[RenderCtx, UOp], str]:
+    """A dialect's SPECIAL rule from the spelling of a ("g" workgroup or "l" local, dimension) id."""
+
+    def rule(ctx: RenderCtx, u: UOp) -> str:
+        name, size, kind, dim = u.arg
+        ctx.line(f"{ctx.r.render_dtype(u.dtype)} {name} = {spelling(kind, dim)}; /* {size} */")
+        return name
+
+    return rule
+
+
+def local_buffer(qualifier: str, storage: bool = True, suffix: str = "") -> Callable[[RenderCtx, UOp], str]:
+    """A dialect's DEFINE_LOCAL rule: an array in the workgroup's shared memory, declared with `qualifier` (and
+    `suffix` after the array, an attribute)."""
+
+    def rule(ctx: RenderCtx, u: UOp) -> str:
+        ptr = u.dtype
+        ctx.line(f"{qualifier}{ctx.r.render_dtype(ptr.base, storage=storage)} {u.arg}[{ptr.size}]{suffix};")  # type: ignore[attr-defined]
+        return u.arg
+
+    return rule
+
+
+def gep(spelling: Callable[[str, int], str]) -> Callable[[RenderCtx, UOp], str]:
+    """A dialect's GEP rule from the spelling of lane `i` of vector `v`."""
+    return lambda ctx, u: ctx.expr(u, spelling(ctx.names[u.src[0]], u.arg))
+
+
+# how each linear UOp is printed in C: definitions become parameters and names, loops `for` blocks, loads and stores
+# statements through INDEX's `buf[idx]`, values (ALU ops, vectors) expressions inlined where used once
+C_RENDER = PatternMatcher(
+    [
+        (UPat(Ops.DEFINE_GLOBAL, name="u"), _define_global),
+        (UPat(Ops.DEFINE_VAR, name="u"), _define_var),
+        (UPat(Ops.CONST, name="u"), lambda ctx, u: ctx.r.render_const(u.arg, u.dtype)),
+        (UPat(Ops.RANGE, name="u"), _range),
+        (UPat(Ops.ENDRANGE), _endrange),
+        (UPat(Ops.DEFINE_ACC, name="u"), lambda ctx, u: ctx.declare(u, "acc", ctx.names[u.src[0]])),
+        (UPat(Ops.ASSIGN, name="u"), _statement(lambda ctx, u: f"{ctx.names[u.src[0]]} = {ctx.names[u.src[1]]};")),
+        (UPat(Ops.AFTER, name="u"), lambda ctx, u: ctx.names[u.src[0]]),  # the accumulator, once its loop ran
+        (UPat(Ops.INDEX, name="u"), lambda ctx, u: f"{ctx.names[u.src[0]]}[{ctx.names[u.src[1]]}]"),
+        (UPat(Ops.LOAD, name="u"), _load),
+        (UPat(Ops.STORE, name="u"), _store),
+        (UPat(Ops.VECTORIZE, name="u"), lambda ctx, u: ctx.expr(u, ctx.r.render_vectorize(u.dtype, ctx.srcs(u)))),
+        (UPat(Ops.GEP, name="u"), gep(lambda v, i: f"{v}[{i}]")),
+        # a bit cast of a 16-bit float computed in float: the bits as stored, not as computed with
+        (
+            UPat(Ops.BITCAST, name="u"),
+            lambda ctx, u: (
+                ctx.expr(u, ctx.r.render_bitcast(ctx.raw_bits[u.src[0]], dtypes.uint16, u.dtype))
+                if u.src[0] in ctx.raw_bits
+                else None
+            ),
+        ),
+        (UPat(GroupOp.Elementwise, name="u"), lambda ctx, u: ctx.expr(u, ctx.r.render_alu(u, ctx.srcs(u)))),
+        (UPat(Ops.SINK), lambda: ""),
+    ]
+)
+CStyleLanguage.render_rules = C_RENDER
 
 
 @dataclass(frozen=True)
@@ -546,7 +604,6 @@ class ClangRenderer(CStyleLanguage):
     device = "CPU"
     has_threads = True
     prelude = C_PRELUDE
-    max_upcast = 16
     vector_widths = (2, 4, 8, 16)  # gcc/clang vector extensions; 16 float32 is one AVX-512 register
     # the hard limit is ctypes, which calls a kernel with at most 1024 arguments (CPython's CTYPES_MAX_ARGCOUNT);
     # well below it, gcc's time grows faster than the square of a cat's masked loads (a stack of 256 tensors: 2 s,
@@ -620,8 +677,8 @@ class ClangRenderer(CStyleLanguage):
     def render_store_target(self, addr: str, dt: DType) -> str:
         return f"*({self.render_dtype(dt)}_u*)&{addr}" if dt.count > 1 else addr
 
-    def render_local(self, name: str, dt: DType, size: int) -> str:
-        return f"{self.render_dtype(dt)} {name}[{size}]"  # per-thread partials of a split reduce, on the stack
+    # per-thread partials of a split reduce: an array on the stack of the thread that combines them
+    render_rules = PatternMatcher([(UPat(Ops.DEFINE_LOCAL, name="u"), local_buffer("", storage=False))]) + C_RENDER
 
     def render_kernel(self, name: str, params: list[str], body: str, uops: list[UOp]) -> str:
         decls = []

@@ -13,7 +13,19 @@ from __future__ import annotations
 import math
 
 from lazygrad.dtype import DType, dtypes
-from lazygrad.renderer.cstyle import C_PLAIN_ALU, IPOW_HELPER, AluCtx, CStyleLanguage, _safe_divisor
+from lazygrad.renderer.cstyle import (
+    C_PLAIN_ALU,
+    C_RENDER,
+    IPOW_HELPER,
+    AluCtx,
+    CStyleLanguage,
+    RenderCtx,
+    _safe_divisor,
+    gep,
+    local_buffer,
+    store_statement,
+    thread_id,
+)
 from lazygrad.renderer.tensor_cores import CUDA_TENSOR_CORES, TensorCore
 from lazygrad.uop.ops import Ops, PatternMatcher, UOp, UPat
 
@@ -173,6 +185,20 @@ class GPUDialect(CStyleLanguage):
 
 
 class OpenCLRenderer(GPUDialect):
+    render_rules = (
+        PatternMatcher(
+            [
+                (
+                    UPat(Ops.SPECIAL, name="u"),
+                    thread_id(lambda kind, dim: f"get_{'group' if kind == 'g' else 'local'}_id({dim})"),
+                ),
+                (UPat(Ops.DEFINE_LOCAL, name="u"), local_buffer("__local ")),
+                (UPat(Ops.BARRIER), lambda ctx: ctx.line("barrier(CLK_LOCAL_MEM_FENCE);") or ""),
+                (UPat(Ops.GEP, name="u"), gep(lambda v, i: f"{v}.s{i:x}")),
+            ]
+        )
+        + C_RENDER
+    )
     device = "CL"
     kernel_prefix = "__kernel void "
     buffer_prefix = "__global "
@@ -217,9 +243,6 @@ class OpenCLRenderer(GPUDialect):
     def vector_op_ok(self, op: Ops, dt: DType, src_dtypes: list[DType]) -> bool:
         return op in (Ops.ADD, Ops.SUB, Ops.MUL) and all(d.scalar == dtypes.float32 for d in (dt, *src_dtypes))
 
-    def render_gep(self, vec: str, lane: int) -> str:
-        return f"{vec}.s{lane:x}"
-
     def render_vectorize(self, dt: DType, items: list[str]) -> str:
         return f"(({self.render_dtype(dt)})({','.join(items)}))"
 
@@ -231,16 +254,6 @@ class OpenCLRenderer(GPUDialect):
 
     def render_buffer_param(self, u: UOp, name: str, written: bool) -> str:
         return f"{'' if written else 'const '}__global {self.render_dtype(u.dtype)} restrict {name}"
-
-    def render_special(self, u: UOp) -> str:
-        _, _, kind, dim = u.arg
-        return f"get_{'group' if kind == 'g' else 'local'}_id({dim})"
-
-    def render_local(self, name: str, dt: DType, size: int) -> str:
-        return f"__local {self.render_dtype(dt, storage=True)} {name}[{size}]"
-
-    def render_barrier(self) -> str:
-        return "barrier(CLK_LOCAL_MEM_FENCE)"
 
     def render_const(self, x: object, dt: DType) -> str:
         if dt == dtypes.float16 and self.has_half and isinstance(x, float) and math.isfinite(x):
@@ -276,7 +289,59 @@ class OpenCLRenderer(GPUDialect):
         return f"{ext}{attr}{self.kernel_prefix}{name}({', '.join(params)}) {{\n{body}\n}}\n"
 
 
+_PACKED = (dtypes.float16, dtypes.bfloat16)  # CUDA holds a vector of these packed, two to a 32-bit register
+
+
+def _cuda_packed_vectorize(ctx: RenderCtx, u: UOp) -> str | None:
+    """Packed 16-bit floats from loads take the bits as stored: the two lanes of a 2-wide load are its register, two
+    scalar loads are joined by shifts, instead of converting to float and back (None: render_vectorize packs)."""
+    if u.dtype.scalar not in _PACKED:
+        return None
+    words = []
+    for lo, hi in zip(u.src[::2], u.src[1::2]):
+        pair = lo.src[0] if lo.op is Ops.GEP else None
+        if pair is not None and hi.op is Ops.GEP and hi.src[0] is pair and (lo.arg, hi.arg) == (0, 1):
+            words.append(ctx.names[pair])
+        elif all(x.op is Ops.LOAD and len(x.src) == 1 and x.dtype.count == 1 for x in (lo, hi)):
+            words.append(f"((unsigned int){ctx.names[lo.src[0]]}|((unsigned int){ctx.names[hi.src[0]]}<<16))")
+        else:
+            return None
+    return ctx.expr(u, words[0] if len(words) == 1 else f"make_{ctx.r.render_dtype(u.dtype)}({','.join(words)})")
+
+
+def _cuda_packed_gep(ctx: RenderCtx, u: UOp) -> str | None:
+    """A lane of a packed register of two 16-bit floats, as a float."""
+    src = u.src[0].dtype
+    if src.count != 2 or src.scalar not in _PACKED:
+        return None
+    kind = "half" if src.scalar == dtypes.float16 else "bf16"
+    return ctx.expr(u, f"lg_{kind}_to_f((unsigned short)({ctx.names[u.src[0]]}>>{16 * u.arg}))")
+
+
 class CUDARenderer(GPUDialect):
+    render_rules = (
+        PatternMatcher(
+            [
+                (
+                    UPat(Ops.SPECIAL, name="u"),
+                    thread_id(lambda kind, dim: f"{'blockIdx' if kind == 'g' else 'threadIdx'}.{'xyz'[dim]}"),
+                ),
+                # 16-byte aligned: a staged tile (STAGE) is stored and read in uint4 / float4 (a 2-byte type alone is 2)
+                (UPat(Ops.DEFINE_LOCAL, name="u"), local_buffer("__shared__ ", suffix=" __attribute__((aligned(16)))")),
+                (UPat(Ops.BARRIER), lambda ctx: ctx.line("__syncthreads();") or ""),
+                # vectors are only ever loaded and stored whole (STAGE, a tensor core's pair), as their bits
+                (
+                    UPat(Ops.STORE, name="u"),
+                    lambda ctx, u: store_statement(ctx, u, ctx.names[u.src[1]]) if u.src[1].dtype.count > 1 else None,
+                ),
+                (UPat(Ops.VECTORIZE, name="u"), _cuda_packed_vectorize),
+                (UPat(Ops.GEP, name="u"), _cuda_packed_gep),
+                (UPat(Ops.GEP, name="u"), gep(lambda v, i: f"{v}.{'xyzw'[i]}")),
+                (UPat(Ops.WMMA, name="u"), lambda ctx, u: ctx.expr(u, f"lg_{u.arg}({', '.join(ctx.srcs(u))})")),
+            ]
+        )
+        + C_RENDER
+    )
     device = "CUDA"
     ipow_qualifier = "__device__ __forceinline__ "
     max_buffers = 4096 // 8 - 16  # 4 KB of kernel parameters, room kept for the int arguments
@@ -323,8 +388,6 @@ class CUDARenderer(GPUDialect):
 
     # *** tensor cores: fragments of 16-bit floats travel packed two to a 32-bit register ***
 
-    raw_vector_stores = True  # vectors are only ever loaded and stored whole (STAGE), as their bits
-
     def render_dtype(self, dt: DType, storage: bool = False) -> str:
         if dt.count > 1 and dt.scalar in (dtypes.float16, dtypes.bfloat16):
             return "unsigned int" if dt.count == 2 else f"uint{dt.count // 2}"
@@ -346,35 +409,6 @@ class CUDARenderer(GPUDialect):
                 return items[0]
         return f"make_{self.render_dtype(dt)}({','.join(items)})"
 
-    def render_vectorize_of(self, u: UOp, names: dict[UOp, str]) -> str | None:
-        """Packed 16-bit floats from loads take the bits as stored: the two lanes of a 2-wide load are its register,
-        two scalar loads are joined by shifts, instead of converting to float and back."""
-        if u.dtype.scalar not in (dtypes.float16, dtypes.bfloat16):
-            return None
-        words = []
-        for lo, hi in zip(u.src[::2], u.src[1::2]):
-            pair = lo.src[0] if lo.op is Ops.GEP else None
-            if pair is not None and hi.op is Ops.GEP and hi.src[0] is pair and (lo.arg, hi.arg) == (0, 1):
-                words.append(names[pair])
-            elif all(x.op is Ops.LOAD and len(x.src) == 1 and x.dtype.count == 1 for x in (lo, hi)):
-                words.append(f"((unsigned int){names[lo.src[0]]}|((unsigned int){names[hi.src[0]]}<<16))")
-            else:
-                return None
-        return words[0] if len(words) == 1 else f"make_{self.render_dtype(u.dtype)}({','.join(words)})"
-
-    def render_gep_of(self, u: UOp, vec: str) -> str | None:
-        src = u.src[0].dtype
-        if src.count == 2 and src.scalar in (dtypes.float16, dtypes.bfloat16):  # a lane of a packed register
-            kind = "half" if src.scalar == dtypes.float16 else "bf16"
-            return f"lg_{kind}_to_f((unsigned short)({vec}>>{16 * u.arg}))"
-        return None
-
-    def render_gep(self, vec: str, lane: int) -> str:
-        return f"{vec}.{'xyzw'[lane]}"
-
-    def render_wmma(self, u: UOp, srcs: list[str]) -> str:
-        return f"lg_{u.arg}({', '.join(srcs)})"
-
     @staticmethod
     def wmma_helper(tc: TensorCore) -> str:
         """D = A @ B + C for one warp: `mma.sync` with each operand's fragment in registers (A 4, B 2, C 4)."""
@@ -391,17 +425,6 @@ class CUDARenderer(GPUDialect):
 
     def render_buffer_param(self, u: UOp, name: str, written: bool) -> str:
         return f"{'' if written else 'const '}{self.render_dtype(u.dtype)} __restrict__ {name}"
-
-    def render_special(self, u: UOp) -> str:
-        _, _, kind, dim = u.arg
-        return f"{'blockIdx' if kind == 'g' else 'threadIdx'}.{'xyz'[dim]}"
-
-    def render_local(self, name: str, dt: DType, size: int) -> str:
-        # 16-byte aligned: a staged tile (STAGE) is stored and read in uint4 / float4 (a 2-byte type alone is 2)
-        return f"__shared__ {self.render_dtype(dt, storage=True)} {name}[{size}] __attribute__((aligned(16)))"
-
-    def render_barrier(self) -> str:
-        return "__syncthreads()"
 
     def render_const(self, x: object, dt: DType) -> str:
         if isinstance(x, float) and not math.isfinite(x) and dtypes.is_float(dt):
@@ -430,6 +453,19 @@ class CUDARenderer(GPUDialect):
 
 
 class MetalRenderer(GPUDialect):
+    render_rules = (
+        PatternMatcher(
+            [
+                (
+                    UPat(Ops.SPECIAL, name="u"),
+                    thread_id(lambda kind, dim: f"{'gid' if kind == 'g' else 'lid'}.{'xyz'[dim]}"),
+                ),
+                (UPat(Ops.DEFINE_LOCAL, name="u"), local_buffer("threadgroup ")),
+                (UPat(Ops.BARRIER), lambda ctx: ctx.line("threadgroup_barrier(mem_flags::mem_threadgroup);") or ""),
+            ]
+        )
+        + C_RENDER
+    )
     device = "METAL"
     has_double = False  # the Metal shading language has no double
     max_buffers = 31  # Metal's buffer argument table
@@ -452,16 +488,6 @@ class MetalRenderer(GPUDialect):
 
     def render_buffer_param(self, u: UOp, name: str, written: bool) -> str:
         return f"{'device' if written else 'const device'} {self.render_dtype(u.dtype)} {name} [[buffer({u.arg})]]"
-
-    def render_special(self, u: UOp) -> str:
-        _, _, kind, dim = u.arg
-        return f"{'gid' if kind == 'g' else 'lid'}.{'xyz'[dim]}"
-
-    def render_local(self, name: str, dt: DType, size: int) -> str:
-        return f"threadgroup {self.render_dtype(dt, storage=True)} {name}[{size}]"
-
-    def render_barrier(self) -> str:
-        return "threadgroup_barrier(mem_flags::mem_threadgroup)"
 
     def render_plain_bitcast(self, x: str, src: DType, dst: DType) -> str:
         return f"as_type<{self.render_dtype(dst)}>({x})"

@@ -1,16 +1,20 @@
 """The scheduler: which nodes of a tensor graph are written to memory, and the kernel AST that computes each.
 
-Everything that is not stored is inlined into the kernels that use it. The decisions, in order:
+Everything that is not stored is inlined into the kernels that use it. The decisions, in order (the named pass
+that makes each in brackets; SCHEDULE_PASSES runs them, uop/passes.py checks their declared order):
+  1-4 [store decisions], 5 [cap kernel depth], 6 [fit buffer limits], 7 [merge kernels]:
   1. outputs the user asked for, CONTIGUOUS and COPY nodes are stored;
   2. a reduce is stored unless its only use is an elementwise chain of the same shape ending in a stored node
      (then it is that kernel's reduce, and the chain its epilogue);
   3. a node used by several kernels is stored only if that moves fewer bytes than recomputing it in each;
   4. an ALU subtree read through an expand by a kernel that reduces is stored (recomputing it per reduce step
      multiplies its arithmetic by the expand factor);
-  5. a kernel reading more buffers than its device takes as arguments has inlined subtrees stored until it fits;
-  6. a kernel whose longest chain of ALU ops would pass KERNEL_OPS has its deepest inlined inputs stored;
+  5. a kernel whose longest chain of ALU ops would pass KERNEL_OPS has its deepest inlined inputs stored;
+  6. a kernel reading more buffers than its device takes as arguments has inlined subtrees stored until it fits;
   7. kernels with no dependency between them and the same iteration space merge into one multi-output kernel.
-Movement ops never make kernels: they compose into the ShapeTracker of each load.
+Between the decisions and the merge, [allocate buffers] gives each stored node its buffer and [build kernels] its
+kernel AST, one KERNEL_OP rule per op. Movement ops never make kernels: they compose into the ShapeTracker of each
+load.
 """
 
 from __future__ import annotations
@@ -19,14 +23,16 @@ import functools
 import itertools
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 from lazygrad.device import Buffer, Device
 from lazygrad.dtype import dtypes
 from lazygrad.helpers import DEBUG, KERNEL_OPS, prod
-from lazygrad.uop.ops import GroupOp, Ops, UOp, arg_uops, ssimplify, substitute, sym_unbind
+from lazygrad.uop.ops import GroupOp, Ops, PatternMatcher, UOp, UPat, arg_uops, ssimplify, substitute, sym_unbind
+from lazygrad.uop.passes import PassRun, step
+from lazygrad.uop.spec import verify_kernel
 from lazygrad.uop.view import ShapeTracker, View, full_shape
-from lazygrad.viz import profile
+from lazygrad.viz import profile, record
 
 Chain = tuple[tuple[Ops, Any], ...]  # movement ops applied to a node's shape, innermost first
 # in a chain: the pads outside it are already applied as a WHERE by a node above (see _KernelBuilder._guards)
@@ -349,6 +355,8 @@ class _KernelBuilder:
         self.bufs: list[Buffer] = [out_bufs[root]]
         self.memo: dict[tuple[UOp, Chain], UOp] = {}
         self.unsafe: dict[UOp, bool] = {}  # per node: whether a pad above it is applied as a WHERE (_guards)
+        self.viz_steps: list[tuple] = []
+        self.rules = record.translated(KERNEL_OP, self.viz_steps, in_codegen=False)  # logged for VIZ when it is on
 
     def global_for(self, buf: Buffer, ptr_dtype: Any) -> UOp:
         for i, b in enumerate(self.bufs):
@@ -429,53 +437,30 @@ class _KernelBuilder:
                 )
         return x
 
-    def _load(self, buf: Buffer, shape: tuple[int, ...], chain: Chain, dtype: Any) -> UOp:
-        st = self._view(shape, chain)
-        g = self.global_for(buf, dtype.ptr(buf.size))
-        return UOp(Ops.LOAD, dtype, (g, UOp(Ops.VIEW, arg=st)))
+    def load(self, u: UOp, buf: Buffer, chain: Chain) -> UOp:
+        """u read from its buffer through `chain`."""
+        self.reads.add(u)
+        st = self._view(u.shape, chain)
+        g = self.global_for(buf, u.dtype.ptr(buf.size))
+        return UOp(Ops.LOAD, u.dtype, (g, UOp(Ops.VIEW, arg=st)))
 
     def _build(self, u: UOp, chain: Chain) -> UOp:
-        """u's expression from its inputs' (already in the memo)."""
+        """u's expression from its inputs' (already in the memo): a node computed by an earlier kernel is a load,
+        any other node is built by the KERNEL_OP rule of its op."""
         built = [self.memo[k] for k in self._inputs(u, chain)]
-        if u in self.realized or u.op in GroupOp.Movement:
-            return built[0]
-        if u.op is Ops.BUFFER:
-            self.reads.add(u)
-            return self._load(u.arg, u.shape, chain, u.dtype)
+        if u in self.realized:
+            return built[0]  # its buffer, read through the chain
         if u is not self.root and u in self.stored:
-            self.reads.add(u)
-            return self._load(self.out_bufs[u], u.shape, chain, u.dtype)
-        if u.op in (Ops.CONST, Ops.IOTA):
-            # consts carry their view: it gives the kernel its shape and masks the const where padded, unless a node
-            # above masks the whole value (a masked const in a long chain, like threefry's shift amounts, kept gcc
-            # busy for seconds and the kernel from vectorizing)
-            st = self._view(u.shape, chain)
-            if u.op is Ops.CONST and st.has_mask and not _unguarded_pad(chain):
-                st = ShapeTracker(tuple(View.create(v.shape, v.strides, v.offset, None) for v in st.views))
-            return UOp(u.op, u.dtype, (UOp(Ops.VIEW, arg=st),), u.arg)
-        if u.op is Ops.BIND:
-            # the kernel takes the variable as an argument: one compiled kernel serves every value
-            var, val = u.unbind()
-            if self.var_vals.setdefault(var, val) != val:
-                raise ValueError(
-                    f"variable {var.arg[0]} is bound to both {self.var_vals[var]} and {val} in one schedule"
-                )
-            return var
-        if u.op is Ops.REDUCE_AXIS:
-            st = self._view(u.shape, chain)
-            assert st.contiguous and st.shape == self._unbind(u.shape), "a fused reduce is only read at its own shape"
-            return UOp(Ops.REDUCE_AXIS, u.dtype, tuple(built), u.arg)
-        if u.op in (Ops.CONTIGUOUS, Ops.DETACH):
-            return built[0]
-        if u.op in GroupOp.Elementwise:
-            return self._masked(UOp(u.op, u.dtype, tuple(built), u.arg), u.shape, chain, u)
-        raise NotImplementedError(f"scheduler cannot build a kernel for {u.op}")
+            return self.load(u, self.out_bufs[u], chain)
+        if (out := self.rules.translate(u, _Here(self, chain, built))) is None:
+            raise NotImplementedError(f"scheduler cannot build a kernel for {u.op}")
+        return out
 
-    def _masked(self, value: UOp, shape: tuple[int, ...], chain: Chain, u: UOp) -> UOp:
+    def masked(self, value: UOp, u: UOp, chain: Chain) -> UOp:
         """Padding a computed value: outside the pad's mask the result is 0, whatever the op gives for 0 inputs."""
         if not self._guards(u, chain):
             return value
-        st = self._view(shape, chain)
+        st = self._view(u.shape, chain)
         valid = UOp(Ops.VALID, dtypes.bool, (UOp(Ops.VIEW, arg=st),))
         return valid.alu(Ops.WHERE, value, UOp.const(value.dtype, 0))
 
@@ -491,7 +476,9 @@ class _KernelBuilder:
         n = prod(root.shape)
         g = UOp(Ops.DEFINE_GLOBAL, root.dtype.ptr(n if type(n) is int else self.out_bufs[root].size), arg=0)
         st = self._view(root.shape, chain)
-        return UOp(Ops.SINK, src=(UOp(Ops.STORE, dtypes.void, (g, UOp(Ops.VIEW, arg=st), value)),))
+        ast = UOp(Ops.SINK, src=(UOp(Ops.STORE, dtypes.void, (g, UOp(Ops.VIEW, arg=st), value)),))
+        record.translate_pass("build kernel", root, ast, self.viz_steps)  # VIZ
+        return ast
 
     def _fused_reduce_shape(self) -> tuple[int, ...] | None:
         stack, seen = [self.root], set()
@@ -506,6 +493,58 @@ class _KernelBuilder:
                 return x.shape
             stack.extend(x.src)
         return None
+
+
+# *** how each tensor-graph op becomes kernel AST, read through a chain of movement ops ***
+
+
+class _Here(NamedTuple):
+    """Where a tensor-graph node is built into a kernel: the builder, the movement ops it is read through, and the
+    kernel expressions of its inputs (_KernelBuilder._inputs, built already)."""
+
+    kb: _KernelBuilder
+    chain: Chain
+    built: list[UOp]
+
+
+def _build_source(ctx: _Here, u: UOp) -> UOp:
+    # consts carry their view: it gives the kernel its shape and masks the const where padded, unless a node above
+    # masks the whole value (a masked const in a long chain, like threefry's shift amounts, kept gcc busy for seconds
+    # and the kernel from vectorizing)
+    st = ctx.kb._view(u.shape, ctx.chain)
+    if u.op is Ops.CONST and st.has_mask and not _unguarded_pad(ctx.chain):
+        st = ShapeTracker(tuple(View.create(v.shape, v.strides, v.offset, None) for v in st.views))
+    return UOp(u.op, u.dtype, (UOp(Ops.VIEW, arg=st),), u.arg)
+
+
+def _build_bind(ctx: _Here, u: UOp) -> UOp:
+    # the kernel takes the variable as an argument: one compiled kernel serves every value
+    var, val = u.unbind()
+    if ctx.kb.var_vals.setdefault(var, val) != val:
+        raise ValueError(f"variable {var.arg[0]} is bound to both {ctx.kb.var_vals[var]} and {val} in one schedule")
+    return var
+
+
+def _build_reduce(ctx: _Here, u: UOp) -> UOp:
+    st = ctx.kb._view(u.shape, ctx.chain)
+    assert st.contiguous and st.shape == ctx.kb._unbind(u.shape), "a fused reduce is only read at its own shape"
+    return UOp(Ops.REDUCE_AXIS, u.dtype, tuple(ctx.built), u.arg)
+
+
+KERNEL_OP = PatternMatcher(
+    [
+        # a movement op only adds itself to the chain its source is read through; CONTIGUOUS and DETACH are no-ops
+        (UPat(GroupOp.Movement | {Ops.CONTIGUOUS, Ops.DETACH}), lambda ctx: ctx.built[0]),
+        (UPat(Ops.BUFFER, name="u"), lambda ctx, u: ctx.kb.load(u, u.arg, ctx.chain)),
+        (UPat((Ops.CONST, Ops.IOTA), name="u"), _build_source),
+        (UPat(Ops.BIND, name="u"), _build_bind),
+        (UPat(Ops.REDUCE_AXIS, name="u"), _build_reduce),
+        (
+            UPat(GroupOp.Elementwise, name="u"),
+            lambda ctx, u: ctx.kb.masked(UOp(u.op, u.dtype, tuple(ctx.built), u.arg), u, ctx.chain),
+        ),
+    ]
+)
 
 
 MASKED_CONSTS = 4  # from this many constants under a pad, the expression is masked once instead of each constant
@@ -796,51 +835,123 @@ def _cached_schedule(
     return items, becomes, var_vals
 
 
-def _create_schedule(
-    outs: list[UOp], realized: dict[UOp, UOp]
-) -> tuple[list[ScheduleItem], dict[UOp, UOp], dict[UOp, int]]:
-    planner = _Planner(outs, realized)
-    planner.decide()
-    planner.cap_kernel_size(KERNEL_OPS.value)
-    planner.fit_buffer_limits(lambda device: min(Device[device].renderer.max_buffers or MAX_BUFFERS, MAX_BUFFERS))
-    stored = [n for n in planner.order if n in planner.stored]
-    out_bufs: dict[UOp, Buffer] = {}
-    becomes: dict[UOp, UOp] = {}
-    for n in stored:
+# *** the scheduler's passes, in order (uop/passes.py checks the order and runs the verifier after each) ***
+
+
+@dataclass
+class _Schedule:
+    """What the scheduler's passes read and fill in: the planner's decisions, then buffers, then kernels."""
+
+    planner: _Planner
+    realized: dict[UOp, UOp]
+    stored: list[UOp] = field(default_factory=list)  # in graph order (sources first)
+    out_bufs: dict[UOp, Buffer] = field(default_factory=dict)
+    becomes: dict[UOp, UOp] = field(default_factory=dict)
+    var_vals: dict[UOp, int] = field(default_factory=dict)
+    kernels: list[tuple[UOp, list[Buffer]]] = field(default_factory=list)
+    reads: list[set[UOp]] = field(default_factory=list)  # per kernel: the stored nodes and buffers it loads
+    items: list[ScheduleItem] = field(default_factory=list)
+
+
+def _device_max_buffers(device: str) -> int:
+    return min(Device[device].renderer.max_buffers or MAX_BUFFERS, MAX_BUFFERS)
+
+
+@step("store decisions", category="schedule pass")
+def _store_decisions(s: _Schedule, ctx: None) -> _Schedule:
+    s.planner.decide()  # decisions 1 to 4 of the module docstring
+    return s
+
+
+@step("cap kernel depth", after=("store decisions",), category="schedule pass")
+def _cap_kernel_depth(s: _Schedule, ctx: None) -> _Schedule:
+    s.planner.cap_kernel_size(KERNEL_OPS.value)  # decision 5
+    return s
+
+
+# last of the decisions: a store added by an earlier pass is a buffer this one counts
+@step("fit buffer limits", after=("cap kernel depth",), category="schedule pass")
+def _fit_buffer_limits(s: _Schedule, ctx: None) -> _Schedule:
+    s.planner.fit_buffer_limits(_device_max_buffers)  # decision 6
+    return s
+
+
+@step("allocate buffers", after=("fit buffer limits",), category="schedule pass")
+def _allocate_buffers(s: _Schedule, ctx: None) -> _Schedule:
+    s.stored = [n for n in s.planner.order if n in s.planner.stored]
+    for n in s.stored:
         if n.op is Ops.ASSIGN:
             # written in place; later graphs see the new value through a fresh alias of the same memory
             target = n.src[0].base.arg
-            out_bufs[n] = target
-            becomes[n] = UOp.buffer_view(target.alias(), n.shape)
+            s.out_bufs[n] = target
+            s.becomes[n] = UOp.buffer_view(target.alias(), n.shape)
         else:
-            out_bufs[n] = Buffer(n.device, alloc_size(n.shape), n.dtype, shape=n.shape)
-            becomes[n] = UOp.buffer_view(out_bufs[n], n.shape)
-    kernels: list[tuple[UOp, list[Buffer]]] = []
-    reads: list[set[UOp]] = []
-    var_vals: dict[UOp, int] = {}
-    for n in stored:
+            s.out_bufs[n] = Buffer(n.device, alloc_size(n.shape), n.dtype, shape=n.shape)
+            s.becomes[n] = UOp.buffer_view(s.out_bufs[n], n.shape)
+    return s
+
+
+def _verify_built(s: _Schedule, where: str) -> None:
+    for ast, _ in s.kernels:
+        verify_kernel(ast, where)
+
+
+@step("build kernels", after=("allocate buffers",), verify=_verify_built, category="schedule pass")
+def _build_kernels(s: _Schedule, ctx: None) -> _Schedule:
+    for n in s.stored:
         if n.op is Ops.COPY:
-            src, src_buf = _copy_source(n.src[0], realized, out_bufs)
-            kernels.append((UOp(Ops.COPY, n.dtype, (), n.device), [out_bufs[n], src_buf]))
-            reads.append({src})
+            src, src_buf = _copy_source(n.src[0], s.realized, s.out_bufs)
+            s.kernels.append((UOp(Ops.COPY, n.dtype, (), n.device), [s.out_bufs[n], src_buf]))
+            s.reads.append({src})
             continue
-        kb = _KernelBuilder(n, planner.stored, realized, out_bufs, var_vals)
-        kernels.append((kb.kernel(), kb.bufs))
-        reads.append(kb.reads)
-    level = _levels(stored, reads)
+        kb = _KernelBuilder(n, s.planner.stored, s.realized, s.out_bufs, s.var_vals)
+        s.kernels.append((kb.kernel(), kb.bufs))
+        s.reads.append(kb.reads)
+    return s
+
+
+def _verify_merged(s: _Schedule, where: str) -> None:
+    for si in s.items:
+        verify_kernel(si.ast, where)
+
+
+@step("merge kernels", after=("build kernels",), verify=_verify_merged, category="schedule pass")
+def _merge_kernels(s: _Schedule, ctx: None) -> _Schedule:
+    """Decision 7: independent kernels of one iteration space, on one dependency level, become one."""
+    level = _levels(s.stored, s.reads)
     groups: dict[tuple, list[int]] = {}
-    for i, (ast, bufs) in enumerate(kernels):
+    for i, (ast, bufs) in enumerate(s.kernels):
         # kernels merge only on one device (the parts of a sharded tensor have the same shapes on every device)
         groups.setdefault(
             (level[i], bufs[0].device, ("copy", i) if ast.op is Ops.COPY else _signature(ast)), []
         ).append(i)
     schedule: list[tuple[int, ScheduleItem]] = []
     for (lvl, _, _), members in groups.items():
-        limit = min(Device[kernels[members[0]][1][0].device].renderer.max_buffers or MAX_BUFFERS, MAX_BUFFERS)
-        for part in _within_limit([kernels[i] for i in members], limit):
+        limit = _device_max_buffers(s.kernels[members[0]][1][0].device)
+        for part in _within_limit([s.kernels[i] for i in members], limit):
             ast, bufs = _merge(part) if len(part) > 1 else part[0]
             schedule.append((lvl, ScheduleItem(ast, tuple(bufs))))
     schedule.sort(key=lambda x: x[0])
-    if DEBUG >= 1 and schedule:
-        print(f"scheduled {len(schedule)} kernels for {len(stored)} stored nodes")
-    return [si for _, si in schedule], becomes, var_vals
+    s.items = [si for _, si in schedule]
+    return s
+
+
+SCHEDULE_PASSES = (
+    _store_decisions,
+    _cap_kernel_depth,
+    _fit_buffer_limits,
+    _allocate_buffers,
+    _build_kernels,
+    _merge_kernels,
+)
+
+
+def _create_schedule(
+    outs: list[UOp], realized: dict[UOp, UOp]
+) -> tuple[list[ScheduleItem], dict[UOp, UOp], dict[UOp, int]]:
+    s, run = _Schedule(_Planner(outs, realized), realized), PassRun()
+    for p in SCHEDULE_PASSES:
+        s = run(p, s)
+    if DEBUG >= 1 and s.items:
+        print(f"scheduled {len(s.items)} kernels for {len(s.stored)} stored nodes")
+    return s.items, s.becomes, s.var_vals

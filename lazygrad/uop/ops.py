@@ -9,7 +9,7 @@ import threading
 import weakref
 from _weakref import _remove_dead_weakref
 from enum import Enum, auto
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Sequence
 
 from lazygrad.dtype import DType, dtypes
 from lazygrad.helpers import VIZ, prod
@@ -89,7 +89,6 @@ class Ops(Enum):
     VECTORIZE = auto()
     GEP = auto()
     WMMA = auto()
-    NOOP = auto()
 
     def __repr__(self) -> str:
         return f"Ops.{self.name}"
@@ -111,7 +110,6 @@ class GroupOp:
     Elementwise = ALU | {Ops.CAST, Ops.BITCAST}
     Movement = frozenset({Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP})
     Commutative = frozenset({Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPNE, Ops.CMPEQ, Ops.AND, Ops.OR, Ops.XOR})
-    Associative = frozenset({Ops.ADD, Ops.MUL, Ops.AND, Ops.OR, Ops.MAX})
     Comparison = frozenset({Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ})
     # f(0, ..., 0) != 0: a padded (masked) view of these must mask their result, not only their loads
     UnsafePad = frozenset({Ops.EXP2, Ops.LOG2, Ops.RECIP, Ops.FDIV, Ops.IDIV, Ops.POW, Ops.CMPEQ, Ops.WHERE})
@@ -782,16 +780,30 @@ class UPat:
         return f"UPat(op={ops}, arg={self.arg!r}, name={self.name!r}, src={self.src!r})"
 
 
+def _direct_call(pat: UPat, params: Any) -> int | None:
+    """How to call a rule whose pattern tests the op alone (which the index by op has done, so nothing is left to
+    match) without building its keyword arguments: 0 fn(), 1 fn(node), 2 fn(ctx), 3 fn(ctx, node); None: match and
+    pass keywords. Half the calls of the lowering and the renderer's ALU rules, each a node of every kernel."""
+    if pat.dtype is not None or pat.arg is not None or pat.src is not None:
+        return None
+    if any(p.kind is not inspect.Parameter.POSITIONAL_OR_KEYWORD for p in params.values()):
+        return None
+    names = list(params)
+    candidates = {(): 0, ("ctx",): 2} if pat.name is None else {(pat.name,): 1, ("ctx", pat.name): 3}
+    return candidates.get(tuple(names))
+
+
 class PatternMatcher:
     """A named list of (pattern, rewrite) rules, indexed by op so a node only tries rules that can match it."""
 
     def __init__(self, rules: Sequence[tuple[UPat, Callable[..., UOp | None]]]):
         self.rules = list(rules)
-        self.by_op: dict[Ops, list[tuple[UPat, Callable[..., Any], bool]]] = {}
-        self.any_op: list[tuple[UPat, Callable[..., Any], bool]] = []
+        # per rule: the pattern, the function, whether it takes ctx, and its direct call (see _direct_call) or None
+        self.by_op: dict[Ops, list[tuple[UPat, Callable[..., Any], bool, int | None]]] = {}
+        self.any_op: list[tuple[UPat, Callable[..., Any], bool, int | None]] = []
         for pat, fn in self.rules:
-            wants_ctx = "ctx" in inspect.signature(fn).parameters
-            entry = (pat, fn, wants_ctx)
+            params = inspect.signature(fn).parameters
+            entry = (pat, fn, "ctx" in params, _direct_call(pat, params))
             if pat.op is None:
                 self.any_op.append(entry)
             else:
@@ -807,10 +819,31 @@ class PatternMatcher:
         return PatternMatcher(self.rules + other.rules)
 
     def rewrite(self, u: UOp, ctx: Any = None) -> UOp | None:
-        for pat, fn, wants_ctx in self.by_op[u.op]:
+        for pat, fn, wants_ctx, direct in self.by_op[u.op]:
+            if direct is not None:
+                ret = fn() if direct == 0 else fn(u) if direct == 1 else fn(ctx) if direct == 2 else fn(ctx, u)
+                if ret is not None and ret is not u:
+                    return ret
+                continue
             for store in pat.match(u, {}):
                 ret = fn(ctx=ctx, **store) if wants_ctx else fn(**store)
                 if ret is not None and ret is not u:
+                    return ret
+        return None
+
+    def translate(self, u: UOp, ctx: Any = None) -> Any:
+        """The first rule's result that is not None, `u` itself included; None when no rule applies. For rule lists
+        that map each node once into another form (lowering an AST node, spelling a linear UOp in C) rather than
+        rewrite it to a fixed point."""
+        for pat, fn, wants_ctx, direct in self.by_op[u.op]:
+            if direct is not None:
+                ret = fn() if direct == 0 else fn(u) if direct == 1 else fn(ctx) if direct == 2 else fn(ctx, u)
+                if ret is not None:
+                    return ret
+                continue
+            for store in pat.match(u, {}):
+                ret = fn(ctx=ctx, **store) if wants_ctx else fn(**store)
+                if ret is not None:
                     return ret
         return None
 
@@ -866,10 +899,6 @@ def substitute(root: UOp, mapping: dict[UOp, UOp]) -> UOp:
             src = tuple(new[s] for s in node.src)
             new[node] = node if src == node.src else UOp(node.op, node.dtype, src, node.arg)
     return new[root]
-
-
-def pyrender_arg(x: Any) -> str:
-    return repr(x)
 
 
 def smax(*xs: Any) -> Any:
@@ -1025,7 +1054,3 @@ def exec_tree(u: UOp, var_vals: dict[UOp, int]) -> Any:
         else:
             raise ValueError(f"cannot evaluate {node.op} in Python")
     return vals[u]
-
-
-def iter_ops(root: UOp, ops: frozenset[Ops] | set[Ops]) -> Iterator[UOp]:
-    return (x for x in root.toposort if x.op in ops)

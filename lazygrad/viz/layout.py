@@ -15,7 +15,7 @@ SWEEPS = 4
 
 # fill colour by op family, so a graph reads at a glance
 _COLORS = [
-    ({"SINK", "NOOP"}, "#e0e0e0"),
+    ({"SINK"}, "#e0e0e0"),
     ({"DEFINE_GLOBAL", "DEFINE_LOCAL", "DEFINE_ACC", "DEFINE_VAR", "BUFFER", "DEVICE"}, "#ffd6a5"),
     ({"LOAD", "STORE", "INDEX", "COPY", "ASSIGN", "AFTER"}, "#ffadad"),
     ({"CONST", "IOTA", "VCONST", "BIND"}, "#e8e8ff"),

@@ -5,6 +5,8 @@ What is recorded while VIZ is on (VIZ=1, VIZ=-1 or `Context(VIZ=1)`):
   (`codegen` scope; the disk cache of programs is bypassed so that every kernel is built and seen);
 - every `graph_rewrite` pass that changed something: its name, the graph before and after, and each rewrite in
   order with the rule that fired (file:line and its source line), attributed to the kernel being built if any;
+  likewise a kernel's lowering (`lower`: each AST node, the LOWER_OP rule that lowered it, what it became) and
+  the scheduler's building of each kernel AST (`build kernel`: each tensor-graph node and its KERNEL_OP rule);
 - the PROFILE timeline (profile.py records while VIZ is on), whose kernel spans carry the index of their kernel.
 
 Graphs are stored once in a node table shared by the whole run (`[op, dtype, arg, [source ids]]`, a node's id is
@@ -112,9 +114,9 @@ _fired = _Fired()
 def _logged(pat: Any, fn: Callable) -> Callable:
     """fn, noting its rule as the one that fired whenever it returns a replacement."""
 
-    @functools.wraps(fn)  # keeps the signature, so PatternMatcher still sees whether fn takes ctx
-    def wrapper(**kwargs: Any) -> Any:
-        ret = fn(**kwargs)
+    @functools.wraps(fn)  # keeps the signature, so PatternMatcher still sees how to call fn
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        ret = fn(*args, **kwargs)
         if ret is not None:
             _fired.rule = (pat, fn)
         return ret
@@ -125,13 +127,17 @@ def _logged(pat: Any, fn: Callable) -> Callable:
 _logged_matchers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
+def _logged_matcher(pm: Any) -> Any:
+    if (logged := _logged_matchers.get(pm)) is None:
+        logged = _logged_matchers[pm] = type(pm)([(pat, _logged(pat, fn)) for pat, fn in pm.rules])
+    return logged
+
+
 class RewriteTracker:
     """Stands in for a PatternMatcher inside graph_rewrite: the same rewrites, each logged with the rule that fired."""
 
     def __init__(self, pm: Any, name: str):
-        if (logged := _logged_matchers.get(pm)) is None:
-            logged = _logged_matchers[pm] = type(pm)([(pat, _logged(pat, fn)) for pat, fn in pm.rules])
-        self.pm, self.name, self.steps = logged, name, []
+        self.pm, self.name, self.steps = _logged_matcher(pm), name, []
 
     def rewrite(self, u: Any, ctx: Any = None) -> Any:
         _fired.rule = None
@@ -157,6 +163,35 @@ def track_rewrite(rewrite: Callable[..., Any], root: Any, pm: Any, name: str, ct
     if tracker.steps:
         _add_pass(name, root, out, tracker.steps)
     return out
+
+
+class TranslateTracker:
+    """Stands in for a rule list a pass applies node by node (PatternMatcher.translate, e.g. the lowerer's LOWER_OP):
+    the same results, each logged in `steps` with the rule that gave it. Trackers of one pass may share `steps`."""
+
+    def __init__(self, pm: Any, steps: list[tuple[Any, Any, Any]]):
+        self.pm, self.steps = _logged_matcher(pm), steps
+
+    def translate(self, u: Any, ctx: Any = None) -> Any:
+        _fired.rule = None
+        ret = self.pm.translate(u, ctx)
+        if ret is not None and len(self.steps) < MAX_STEPS:
+            self.steps.append((_fired.rule, u, ret))
+        return ret
+
+
+def translated(pm: Any, steps: list[tuple[Any, Any, Any]], in_codegen: bool = True) -> Any:
+    """`pm`, or with VIZ on, a TranslateTracker of it logging into `steps`; `in_codegen`: only inside a recorded
+    kernel build (not a BEAM candidate's)."""
+    if not enabled() or getattr(_local, "hidden", False) or in_codegen and getattr(_local, "kernel", None) is None:
+        return pm
+    return TranslateTracker(pm, steps)
+
+
+def translate_pass(name: str, root: Any, out: Any, steps: list[tuple[Any, Any, Any]]) -> None:
+    """Record a pass made of rule lists applied node by node (see `translated`): `root` in, `out` out."""
+    if steps:
+        _add_pass(name, root, out, steps)
 
 
 def _add_pass(name: str, root: Any, out: Any, steps: list[tuple[Any, Any, Any]]) -> None:

@@ -82,7 +82,12 @@ def test_viz_records_kernels_with_ast_opts_source_and_launches() -> None:
     # index simplification ran inside codegen: those passes belong to their kernel, and say which rule fired
     owned = [p for k in kernels for p in k["passes"]]
     assert owned and all(d["passes"][p]["kernel"] is not None for p in owned)
-    assert all(s["rule"].startswith("symbolic.py:") for p in owned for s in d["passes"][p]["steps"])
+    assert all(s["rule"].startswith(("symbolic.py:", "lowerer.py:")) for p in owned for s in d["passes"][p]["steps"])
+    lowering = [d["passes"][p] for p in owned if d["passes"][p]["name"] == "lower"]
+    assert len(lowering) == len(kernels) and all(
+        s["rule"].startswith("lowerer.py:") for p in lowering for s in p["steps"]
+    )
+    assert {d["nodes"][s["before"]][0] for p in lowering for s in p["steps"]} >= {"LOAD", "REDUCE_AXIS"}
 
 
 def test_beam_candidates_and_explicit_opts_are_not_recorded() -> None:
@@ -274,3 +279,16 @@ def test_viz_minus_one_only_writes_and_cli_summary(tmp_path) -> None:
         timeout=60,
     )
     assert res.returncode == 0 and "kernel" in res.stdout and str(path) in res.stdout, res.stderr
+
+
+def test_scheduler_kernel_builds_recorded_rule_by_rule() -> None:
+    a = Tensor(np.arange(6, dtype=np.float32)).realize()
+    with Context(VIZ=1):
+        (a.exp2().pad((1, 1)) * fresh_constant()).schedule()
+    d = record.dump()
+    (p,) = [p for p in d["passes"] if p["name"] == "build kernel"]
+    assert p["kernel"] is None and d["nodes"][p["output"]][0] == "SINK"
+    rules = {d["nodes"][s["before"]][0]: s["rule"] for s in p["steps"]}
+    assert {"BUFFER", "PAD", "EXP2", "MUL"} <= set(rules) and all(r.startswith("kernelize.py:") for r in rules.values())
+    exp2 = next(s for s in p["steps"] if d["nodes"][s["before"]][0] == "EXP2")
+    assert d["nodes"][exp2["after"]][0] == "WHERE"  # exp2(0) != 0: the padded value is masked as a whole

@@ -1,0 +1,141 @@
+"""Each rule of the lowering (codegen/lowerer.py: LOWER_OP, LOWER_VEC_OP) on hand-built kernel ASTs."""
+
+from __future__ import annotations
+
+import pytest
+
+from lazygrad import dtypes
+from lazygrad.codegen.kernel import Kernel, Opt, OptOps
+from lazygrad.codegen.lowerer import LOWER_OP, LOWER_VEC_OP, At, Lowerer
+from lazygrad.device import Device
+from lazygrad.uop.ops import Ops, UOp
+from lazygrad.uop.view import ShapeTracker
+
+F32, I32 = dtypes.float32, dtypes.int32
+
+
+def glob(i: int, dt=F32, n: int = 16) -> UOp:
+    return UOp(Ops.DEFINE_GLOBAL, dt.ptr(n), arg=i)
+
+
+def view(st: ShapeTracker) -> UOp:
+    return UOp(Ops.VIEW, arg=st)
+
+
+def lowerer(value: UOp, shape: tuple[int, ...] = (16,), opts: tuple[Opt, ...] = ()) -> Lowerer:
+    """The Lowerer of a kernel storing `value` into a buffer of `shape` (with opts, its views are reshaped: the
+    nodes to lower are then those of `lw.ast`)."""
+    out = UOp(Ops.STORE, dtypes.void, (glob(0, value.dtype.scalar), view(ShapeTracker.from_shape(shape)), value))
+    k = Kernel(UOp(Ops.SINK, dtypes.void, (out,)), Device["CPU"].renderer)
+    k.apply_opts(list(opts))
+    return Lowerer(k)
+
+
+def load(st: ShapeTracker, i: int = 1) -> UOp:
+    return UOp(Ops.LOAD, F32, (glob(i), view(st)))
+
+
+def test_load_becomes_index_and_load() -> None:
+    x = load(ShapeTracker.from_shape((16,)))
+    lw = lowerer(x)
+    (rng,) = lw.global_ranges
+    assert LOWER_OP.translate(x, At(lw, ())) is UOp(Ops.LOAD, F32, (UOp(Ops.INDEX, glob(1).dtype, (glob(1), rng)),))
+
+
+def test_padded_load_is_gated_by_its_validity() -> None:
+    x = load(ShapeTracker.from_shape((12,)).pad(((2, 2),)))
+    got = LOWER_OP.translate(x, At(lowerer(x), ()))
+    assert got.op is Ops.LOAD and len(got.src) == 2 and got.src[1].dtype == dtypes.bool
+    assert got.src[0].src[1].render() == "(ridx0-2)"  # the index shifted by the pad
+
+
+def test_load_of_padding_only_is_a_zero() -> None:
+    st = ShapeTracker.from_shape((4,)).pad(((0, 16),)).shrink(((8, 16),))
+    x = load(st)
+    assert LOWER_OP.translate(x, At(lowerer(x, (8,)), ())) is UOp.const(F32, 0.0)
+
+
+def test_const_is_masked_only_where_its_view_is_padded() -> None:
+    plain = UOp(Ops.CONST, F32, (view(ShapeTracker.from_shape((16,))),), 2.0)
+    assert LOWER_OP.translate(plain, At(lowerer(plain), ())) is UOp.const(F32, 2.0)
+    padded = UOp(Ops.CONST, F32, (view(ShapeTracker.from_shape((12,)).pad(((2, 2),))),), 2.0)
+    got = LOWER_OP.translate(padded, At(lowerer(padded), ()))
+    assert got.op is Ops.WHERE and got.src[1:] == (UOp.const(F32, 2.0), UOp.const(F32, 0.0))
+
+
+def test_iota_valid_and_variables() -> None:
+    iota = UOp(Ops.IOTA, F32, (view(ShapeTracker.from_shape((16,))),), 16)
+    lw = lowerer(iota)
+    (rng,) = lw.global_ranges
+    assert LOWER_OP.translate(iota, At(lw, ())) is rng.cast(F32)
+    valid = UOp(Ops.VALID, dtypes.bool, (view(ShapeTracker.from_shape((12,)).pad(((2, 2),))),))
+    assert LOWER_OP.translate(valid, At(lw, ())).dtype == dtypes.bool
+    n = UOp.variable("n", 1, 10)
+    assert LOWER_OP.translate(n, At(lw, ())) is n
+
+
+def test_elementwise_ops_take_their_lowered_sources() -> None:
+    a, b = load(ShapeTracker.from_shape((16,))), load(ShapeTracker.from_shape((16,)), 2)
+    x = UOp(Ops.MUL, F32, (a, b))
+    lw = lowerer(x)
+    srcs = (lw.ev(a, ()), lw.ev(b, ()))  # the rules run after the sources are lowered (Lowerer._lowered)
+    got = LOWER_OP.translate(x, At(lw, ()))
+    assert got.op is Ops.MUL and got.src == srcs
+
+
+def test_an_op_with_no_rule_is_refused() -> None:
+    lw = lowerer(load(ShapeTracker.from_shape((16,))))
+    odd = UOp(Ops.COPY, F32, (), "CPU")
+    assert LOWER_OP.translate(odd, At(lw, ())) is None
+    with pytest.raises(NotImplementedError, match="cannot lower Ops.COPY"):
+        lw.ev(odd, ())
+
+
+def test_reduce_reads_its_accumulator_after_the_loop() -> None:
+    src = load(ShapeTracker.from_shape((4, 16)))
+    r = UOp(Ops.REDUCE_AXIS, F32, (src,), (Ops.ADD, (1,)))
+    lw = lowerer(r, (4, 1))
+    lw.lower_reduces()
+    got = LOWER_OP.translate(r, At(lw, ()))
+    assert got.op is Ops.AFTER and got.src[0].op is Ops.DEFINE_ACC and got.src[1].op is Ops.ENDRANGE
+
+
+def test_vector_rules() -> None:
+    renderer = Device["CPU"].renderer
+    if 4 not in renderer.vector_widths:
+        pytest.skip("the CPU renderer has no 4-wide vectors")
+    lw = lowerer(load(ShapeTracker.from_shape((16,))), opts=(Opt(OptOps.UPCAST, 0, 4),))
+    assert lw.width == 4
+    a = lw.ast.src[0].src[2]
+    vec_load = LOWER_VEC_OP.translate(a, At(lw, ()))
+    assert vec_load.op is Ops.LOAD and vec_load.dtype == F32.vec(4)  # contiguous lanes: one vector load
+    # a broadcast value (stride 0 along the lanes) is its lanes' one scalar, gathered
+    lw = lowerer(load(ShapeTracker.from_shape((4, 1)).expand((4, 4))), (4, 4), opts=(Opt(OptOps.UPCAST, 1, 4),))
+    bcast = lw.ast.src[0].src[2]
+    got = LOWER_VEC_OP.translate(bcast, At(lw, ()))
+    assert got.op is Ops.VECTORIZE and len(set(got.src)) == 1
+
+
+def test_a_staged_load_reads_its_tile_in_shared_memory() -> None:
+    """STAGE: once lower_reduces has set up the tiles, a staged load reads shared memory, and its lanes stay scalar
+    reads (a tile's rows are padded: a vector read may not be aligned) where the global load was one vector load."""
+    from lazygrad import Tensor
+    from lazygrad.renderer.gpu import OpenCLRenderer
+
+    (si,) = [s for s in (Tensor.empty(32, 64) @ Tensor.empty(64, 32)).schedule() if s.ast.op is Ops.SINK]
+    opts = [Opt(OptOps.LOCAL, 0, 4), Opt(OptOps.LOCAL, 1, 4), Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.UNROLL, 0, 4)]
+    got = {}
+    for staged in (False, True):
+        k = Kernel(si.ast, OpenCLRenderer())
+        k.apply_opts(opts + ([Opt(OptOps.STAGE, 0, 0), Opt(OptOps.STAGE, 1, 0)] if staged else []))
+        lw = Lowerer(k)
+        lw.lower_reduces()
+        combo = (0,) * (len(lw.expanded_axes) - 1)
+        # the input read along the vector axis (the unrolled reduce axis, last) contiguously
+        b = next(u for u in lw.ast.toposort if u.op is Ops.LOAD and u.src[1].arg.views[-1].strides[-1] == 1)
+        got[staged] = LOWER_OP.translate(b, At(lw, combo + (0,))), LOWER_VEC_OP.translate(b, At(lw, combo, True))
+    assert got[False][0].src[0].src[0].op is Ops.DEFINE_GLOBAL and got[False][1].op is Ops.LOAD
+    scalar, vec = got[True]
+    assert scalar.op is Ops.LOAD and scalar.src[0].src[0].op is Ops.AFTER
+    assert scalar.src[0].src[0].src[0].op is Ops.DEFINE_LOCAL
+    assert vec.op is Ops.VECTORIZE and vec.dtype == F32.vec(4)
