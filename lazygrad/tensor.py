@@ -4167,6 +4167,7 @@ def _split_index(t: Tensor, index: Any) -> tuple[list[Any], list[tuple[int, Tens
         items += [slice(None)] * (t.ndim - sum(consumed))
     basic: list[Any] = []
     adv: list[tuple[int, Tensor]] = []
+    checks: list[tuple[Any, Tensor, int, int]] = []
     tdim = rdim = 0
     for i in items:
         if i is None or isinstance(i, slice):
@@ -4191,11 +4192,28 @@ def _split_index(t: Tensor, index: Any) -> tuple[list[Any], list[tuple[int, Tens
                 adv.append((rdim, coords[:, j]))
                 rdim, tdim = rdim + 1, tdim + 1
         else:
-            _check_host_index(i[0], i[1], t.shape[tdim], tdim)
+            checks.append((i[0], i[1], t.shape[tdim], tdim))
             basic.append(slice(None))
             adv.append((rdim, i[1]))
             rdim, tdim = rdim + 1, tdim + 1
+    # as torch: an index whose result is empty (a slice of length 0 beside it) reads nothing, so it is not range-checked
+    if not _empty_slice(t, basic):
+        for check in checks:
+            _check_host_index(*check)
     return basic, adv
+
+
+def _empty_slice(t: Tensor, basic: list[Any]) -> bool:
+    """Whether a concrete slice among the basic index items selects no element of its dim."""
+    dim = 0
+    for i in basic:
+        if i is None:
+            continue
+        if isinstance(i, slice) and isinstance(t.shape[dim], int) and not _is_sym_int(i.start) and not _is_sym_int(i.stop):
+            if len(range(*i.indices(t.shape[dim]))) == 0:
+                return True
+        dim += 1
+    return False
 
 
 def _basic_plan(t: Tensor, basic: list[Any]) -> tuple[list[tuple[int, int, bool, int, int]], tuple[int, ...]]:

@@ -444,3 +444,12 @@ def test_gather_scatter_random(data):
     ref = tx.scatter_reduce(dim, ti, torch.from_numpy(src), "sum")
     out = Tensor(x).scatter_reduce(dim, Tensor(idx), Tensor(src), "sum")
     np.testing.assert_allclose(out.numpy(), ref.numpy(), atol=1e-6)
+
+
+def test_out_of_range_list_index_beside_an_empty_slice_reads_nothing_as_torch():
+    a = np.arange(2, dtype=np.float32).reshape(1, 2, 1)
+    want = torch.from_numpy(a)[None, [1], 0:0]
+    got = Tensor(a)[None, [1], 0:0]
+    assert got.shape == tuple(want.shape) and got.numpy().size == 0
+    with pytest.raises(IndexError, match="out of bounds"):
+        Tensor(a)[None, [1], 0:1]
