@@ -7,8 +7,10 @@ ggml type, uint64 offset); padding to `general.alignment` (default 32); the tens
 
 Quantized tensors are stored as blocks of 32 values, or (the K-quants) super-blocks of 256. A QuantizedMatrix keeps
 them packed (views of the raw block bytes, on the CPU pointing into a memory map of the file): its dequantization is a
-lazy graph over those bytes, and, for the 32-value types, its `linear(x)` a matmul that decodes the blocks inside its
-reduce loop, one kernel that reads the packed bytes once. The K-quants load as float32 (their dequantization graph).
+lazy graph over those bytes, and, for the 32-value types, its `linear(x)` a matmul that reads the packed bytes once:
+for one row of x (a decode step) as llama.cpp computes it, x quantized to int8 per block and integer dot products;
+for more rows decoding the blocks in float32 inside its reduce loop. The K-quants load as float32 (their
+dequantization graph).
 """
 
 from __future__ import annotations
@@ -71,6 +73,41 @@ def _parts_q4_0(view: BlockView) -> QuantParts:  # block: f16 scale, 16 bytes of
 def _parts_q4_1(view: BlockView) -> QuantParts:  # block: f16 scale, f16 min, 16 bytes of nibbles
     f16 = view(dtypes.float16)
     return f16[..., :1].float(), f16[..., 1:2].float(), _nibbles(view(dtypes.uint8)[..., 4:])
+
+
+# For a matrix-vector product (decode) the blocks are also read as 8-bit integer codes: `icodes` gives them as
+# (..., blocks, 32), or for the 4-bit types (..., blocks, 2, 16) (low nibbles, high ones), with value = (code -
+# code_offset) * d + m. x is quantized to int8 per block of 32 too, and each block's dot product is an integer sum of
+# 8-bit products, the form the C compiler's vectorizer turns into vpdpbusd (unsigned x signed bytes) or vpmaddwd.
+
+
+def _icodes_q8_0(view: BlockView) -> Tensor:
+    return view(dtypes.int8)[..., 2:]
+
+
+def _nibble_codes(view: BlockView, start: int) -> Tensor:
+    qs = view(dtypes.uint8)[..., start:].cast(dtypes.int32)
+    # low nibbles, then high ones; shifted in int32: gcc 12 does not vectorize a byte shifted by a byte variable
+    # into vpdpbusd
+    shift = Tensor.arange(2, dtype=dtypes.int32, device=qs.device).reshape(2, 1) * 4
+    return (qs.unsqueeze(-2) >> shift) & 15
+
+
+def _icodes_q4(start: int) -> Callable[[BlockView], Tensor]:
+    # the codes unsigned (Q4_0's - 8 goes with the offsets): gcc 12 vectorizes a signed nibble (code - 8) times a
+    # signed byte into vpdpbusd as if the nibble were unsigned, a wrong result
+    return lambda view: _nibble_codes(view, start)
+
+
+def quantize_blocks(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """x (..., cols) in blocks of 32 -> int8 codes (..., blocks, 32) with x ~ codes * amax / 127 (rounded half up),
+    the block's largest magnitude amax (..., blocks, 1) and its sum (..., blocks, 1), both reduces of one kernel."""
+    xb = x.reshape(*x.shape[:-1], x.shape[-1] // 32, 32)
+    amax, xsum = xb.abs().max(-1, keepdim=True), xb.sum(-1, keepdim=True)
+    inv = (amax > 0).where(127 / amax, 0)  # an all-zero block: codes 0
+    # + 128.5 then truncation: the cast to int truncates toward zero, and the value is positive
+    xq = ((xb * inv + 128.5).cast(dtypes.int32) - 128).cast(dtypes.int8)
+    return xq.contiguous(), amax, xsum
 
 
 # *** K-quant super-blocks: 256 values in sub-blocks of 16 or 32, each with its own integer scale (and min) ***
@@ -136,14 +173,16 @@ class GGMLType:
     parts: Callable[[BlockView], QuantParts] | None  # 32-value blocks, which a matmul decodes in its loop
     dtype: DType | None = None  # a plain dtype
     decode: Callable[[BlockView], Tensor] | None = None  # K-quant super-blocks, dequantized to float32
+    icodes: Callable[[BlockView], Tensor] | None = None  # 32-value blocks as 8-bit codes, for integer dot products
+    code_offset: int = 0  # value = (icode - code_offset) * d + m
 
 
 GGML_TYPES: dict[int, GGMLType] = {
     0: GGMLType("F32", 1, 4, None, dtypes.float32),
     1: GGMLType("F16", 1, 2, None, dtypes.float16),
-    2: GGMLType("Q4_0", 32, 18, _parts_q4_0),
-    3: GGMLType("Q4_1", 32, 20, _parts_q4_1),
-    8: GGMLType("Q8_0", 32, 34, _parts_q8_0),
+    2: GGMLType("Q4_0", 32, 18, _parts_q4_0, icodes=_icodes_q4(2), code_offset=8),
+    3: GGMLType("Q4_1", 32, 20, _parts_q4_1, icodes=_icodes_q4(4)),
+    8: GGMLType("Q8_0", 32, 34, _parts_q8_0, icodes=_icodes_q8_0),
     12: GGMLType("Q4_K", 256, 144, None, decode=_decode_q4_k),
     13: GGMLType("Q5_K", 256, 176, None, decode=_decode_q5_k),
     14: GGMLType("Q6_K", 256, 210, None, decode=_decode_q6_k),
@@ -357,11 +396,24 @@ class QuantizedMatrix:
         return (w if m is None else w + m).reshape(self.shape)
 
     def linear(self, x: Tensor) -> Tensor:
-        """x (..., cols) @ self.T -> (..., rows), self 2-D: one kernel, the products summed per block in float32."""
+        """x (..., cols) @ self.T -> (..., rows), self 2-D. One row of x (decode) as llama.cpp computes it, with x
+        quantized to int8 per block and integer dot products (`linear_int8`); more rows as `linear_f32`."""
+        self._check_linear(x)
+        if prod(x.shape[:-1]) == 1:
+            return self.linear_int8(x)
+        return self.linear_f32(x)
+
+    def _check_linear(self, x: Tensor) -> None:
         if len(self.shape) != 2 or x.shape[-1] != self.shape[1]:
             raise ValueError(f"linear: input shape {x.shape} does not match quantized weight shape {self.shape}")
         if self.gt.parts is None:
             raise ValueError(f"linear: {self.gt.name} blocks have no packed matmul; use dequantize()")
+
+    def linear_f32(self, x: Tensor) -> Tensor:
+        """x @ self.T in float32, exact to float rounding: one kernel, the blocks decoded in its loop and the products
+        summed per block (more rows of x: the scheduler may store the dequantized weight first)."""
+        self._check_linear(x)
+        assert self.gt.parts is not None
         d, m, codes = self.gt.parts(self.view)
         n = len(codes)
         xb = x.reshape(*x.shape[:-1], 1, self.shape[1] // self.gt.block_elems, n, self.gt.block_elems // n)
@@ -373,6 +425,31 @@ class QuantizedMatrix:
             acc = term if acc is None else acc + term
         assert acc is not None
         return acc.sum((-2, -1))
+
+    def linear_int8(self, x: Tensor) -> Tensor:
+        """x @ self.T as llama.cpp computes it: x quantized to int8 per block of 32 (`quantize_blocks`), each block's
+        dot product summed exactly in int32, then scaled. Two kernels after x's: the scaled dot product of every
+        block (its sum a plain loop over bytes, which gcc vectorizes into vpdpbusd), then each row's sum of those."""
+        self._check_linear(x)
+        assert self.gt.parts is not None and self.gt.icodes is not None
+        d, m, _ = self.gt.parts(self.view)
+        codes = self.gt.icodes(self.view)  # (rows, blocks, *value axes)
+        xq, amax, xsum = quantize_blocks(x.reshape(-1, x.shape[-1]))
+        if xq.shape[0] != 1:
+            raise ValueError(f"linear_int8: x must be one row (a decode step), got shape {x.shape}")
+        value_axes = tuple(range(2 - codes.ndim, 0))
+        xq = xq.reshape(1, *codes.shape[1:]).cast(dtypes.int32)
+        dot = (codes.cast(dtypes.int32) * xq).sum(value_axes, dtype=dtypes.int32)  # (rows, blocks)
+        d = d.reshape(dot.shape)
+        blocks = dot.cast(dtypes.float32) * (d * amax.reshape(1, -1)) * (1 / 127)
+        # offsets times x's exact block sum: (code - o) * d * x sums to d * (code . x) - o * d * sum(x)
+        if self.gt.code_offset:
+            m = -self.gt.code_offset * d if m is None else m - self.gt.code_offset * d
+        if m is not None:
+            blocks = blocks + m.reshape(dot.shape) * xsum.reshape(1, -1)
+        # stored: the sum over blocks would otherwise take the scales into its own kernel, and reading one half per
+        # block touches every cache line of the weights a second time
+        return blocks.contiguous().sum(-1).reshape(*x.shape[:-1], self.shape[0])
 
     @staticmethod
     def stack(mats: list[QuantizedMatrix]) -> QuantizedMatrix:

@@ -195,7 +195,7 @@ def test_quantized_linear_one_kernel_over_the_packed_bytes(tmp_path, kind, rows,
     x_np = np.random.default_rng(1).standard_normal((batch, cols)).astype(np.float32)
     x = Tensor(x_np).realize()
     GlobalCounters.reset()
-    out = q.linear(x).realize()
+    out = q.linear_f32(x).realize()
     if batch == 1:  # (a batch reads each weight several times: the scheduler may store it dequantized first)
         # the codes are decoded inside the matmul's loop: no kernel dequantizes into a float32 matrix first
         assert GlobalCounters.kernel_count == 1
@@ -207,6 +207,61 @@ def test_quantized_linear_one_kernel_over_the_packed_bytes(tmp_path, kind, rows,
     np.testing.assert_array_equal(q.dequantize().numpy(), w)
 
 
+def np_linear_int8(kind: str, raw: bytes, shape: tuple[int, int], x: np.ndarray) -> np.ndarray:
+    """llama.cpp's matrix-vector product, in numpy: x (cols,) quantized to int8 per block of 32 (largest magnitude to
+    127, rounded half up), each block's integer dot product with the codes, scaled by d * amax / 127, plus the offset
+    times the sum of x's block."""
+    rows, cols = shape
+    xb = x.reshape(-1, 32)
+    amax = np.abs(xb).max(1, keepdims=True)
+    inv = np.where(amax > 0, np.float32(127) / np.where(amax > 0, amax, 1), np.float32(0)).astype(np.float32)
+    xq = np.trunc(xb * inv + np.float32(128.5)).astype(np.int64) - 128
+    blocks = np.frombuffer(raw, np.uint8).reshape(rows, cols // 32, -1)
+    d = blocks[..., 0:2].copy().view(np.float16).astype(np.float32)[..., 0]
+    if kind == "Q8_0":
+        codes = blocks[..., 2:].view(np.int8).astype(np.int64)
+    else:
+        qs = blocks[..., -16:].astype(np.int64)
+        codes = np.concatenate([qs & 15, qs >> 4], axis=-1)
+    dot = (codes * xq).sum(-1)  # exact
+    out = dot.astype(np.float32) * (d * amax[:, 0]) * np.float32(1 / 127)
+    # Q4_0's codes less 8 and Q4_1's minimum: times x's block sum in float32
+    if kind == "Q4_0":
+        out = out - 8 * d * xb.sum(1)
+    if kind == "Q4_1":
+        out = out + blocks[..., 2:4].copy().view(np.float16).astype(np.float32)[..., 0] * xb.sum(1)
+    return out.sum(1)
+
+
+@pytest.mark.parametrize("kind", ["Q4_0", "Q4_1", "Q8_0"])
+@pytest.mark.parametrize("rows,cols", [(7, 96), (96, 576), (1, 32), (33, 64)])
+def test_quantized_linear_int8_is_llama_cpp_arithmetic(tmp_path, kind, rows, cols):
+    # one row of x (a decode step): x quantized to int8, integer dot products per block
+    raw = random_data(kind, rows * cols, np.random.default_rng(0))
+    path = tmp_path / "w.gguf"
+    write_gguf(path, [], [("w", (rows, cols), kind, raw)])
+    _, infos, mm = gguf_read_header(path)
+    q = gguf_quantized(mm, infos[0])
+    assert q is not None
+    w = np_dequant(kind, raw, rows * cols).reshape(rows, cols)
+    x_np = np.random.default_rng(1).standard_normal(cols).astype(np.float32)
+    x_np[:32] = 0  # an all-zero block: codes 0, no division by zero
+    x = Tensor(x_np).realize()
+    GlobalCounters.reset()
+    out = q.linear(x.reshape(1, cols)).realize()
+    # x's block maxima and sums, x's codes, the scaled dot product of every block, each row's sum (x of one block:
+    # its maximum and sum may take a kernel each); no float32 weight
+    assert GlobalCounters.kernel_count == 4 or cols == 32 and GlobalCounters.kernel_count == 5
+    packed = rows * cols // 32 * GGML[kind][2]
+    assert GlobalCounters.global_mem <= 2 * packed + rows * cols // 4 + 16 * cols + 8 * rows
+    ref = np_linear_int8(kind, raw, (rows, cols), x_np)
+    scale = np.abs(w).max() * np.abs(x_np).max() * np.sqrt(cols)
+    np.testing.assert_allclose(out.numpy()[0], ref, rtol=1e-5, atol=1e-6 * scale)
+    # within int8 rounding of the float32 product: each code of x is off by at most half of amax / 127
+    np.testing.assert_allclose(out.numpy()[0], w @ x_np, atol=0.5 / 127 * np.abs(x_np).max() * np.abs(w).sum(1).max())
+    assert q.linear(x).shape == (rows,)
+
+
 @pytest.mark.parametrize("kind", ["Q4_1", "Q8_0"])
 def test_quantized_stack_is_the_rows_one_below_the_other(tmp_path, kind):
     parts = [_quantized(tmp_path, kind, (rows, 64), seed) for seed, rows in enumerate((6, 2, 3))]
@@ -215,13 +270,15 @@ def test_quantized_stack_is_the_rows_one_below_the_other(tmp_path, kind):
     assert stacked.shape == (11, 64)
     np.testing.assert_array_equal(stacked.dequantize().numpy(), w)
     x_np = np.random.default_rng(2).standard_normal((1, 64)).astype(np.float32)
-    np.testing.assert_allclose(stacked.linear(Tensor(x_np)).numpy(), x_np @ w.T, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(stacked.linear_f32(Tensor(x_np)).numpy(), x_np @ w.T, rtol=1e-5, atol=1e-4)
 
 
 def test_quantized_linear_shape_errors(tmp_path):
     q, _ = _quantized(tmp_path, "Q4_1", (4, 64))
     with pytest.raises(ValueError, match="does not match quantized weight shape"):
         q.linear(Tensor.ones(1, 32))
+    with pytest.raises(ValueError, match="one row"):
+        q.linear_int8(Tensor.ones(2, 64))
     other, _ = _quantized(tmp_path, "Q8_0", (4, 64))
     with pytest.raises(ValueError, match="cannot stack"):
         QuantizedMatrix.stack([q, other])
