@@ -75,41 +75,6 @@ def _parts_q4_1(view: BlockView) -> QuantParts:  # block: f16 scale, f16 min, 16
     return f16[..., :1].float(), f16[..., 1:2].float(), _nibbles(view(dtypes.uint8)[..., 4:])
 
 
-# For a matrix-vector product (decode) the blocks are also read as 8-bit integer codes: `icodes` gives them as
-# (..., blocks, 32), or for the 4-bit types (..., blocks, 2, 16) (low nibbles, high ones), with value = (code -
-# code_offset) * d + m. x is quantized to int8 per block of 32 too, and each block's dot product is an integer sum of
-# 8-bit products, the form the C compiler's vectorizer turns into vpdpbusd (unsigned x signed bytes) or vpmaddwd.
-
-
-def _icodes_q8_0(view: BlockView) -> Tensor:
-    return view(dtypes.int8)[..., 2:]
-
-
-def _nibble_codes(view: BlockView, start: int) -> Tensor:
-    qs = view(dtypes.uint8)[..., start:].cast(dtypes.int32)
-    # low nibbles, then high ones; shifted in int32: gcc 12 does not vectorize a byte shifted by a byte variable
-    # into vpdpbusd
-    shift = Tensor.arange(2, dtype=dtypes.int32, device=qs.device).reshape(2, 1) * 4
-    return (qs.unsqueeze(-2) >> shift) & 15
-
-
-def _icodes_q4(start: int) -> Callable[[BlockView], Tensor]:
-    # the codes unsigned (Q4_0's - 8 goes with the offsets): gcc 12 vectorizes a signed nibble (code - 8) times a
-    # signed byte into vpdpbusd as if the nibble were unsigned, a wrong result
-    return lambda view: _nibble_codes(view, start)
-
-
-def quantize_blocks(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """x (..., cols) in blocks of 32 -> int8 codes (..., blocks, 32) with x ~ codes * amax / 127 (rounded half up),
-    the block's largest magnitude amax (..., blocks, 1) and its sum (..., blocks, 1), both reduces of one kernel."""
-    xb = x.reshape(*x.shape[:-1], x.shape[-1] // 32, 32)
-    amax, xsum = xb.abs().max(-1, keepdim=True), xb.sum(-1, keepdim=True)
-    inv = (amax > 0).where(127 / amax, 0)  # an all-zero block: codes 0
-    # + 128.5 then truncation: the cast to int truncates toward zero, and the value is positive
-    xq = ((xb * inv + 128.5).cast(dtypes.int32) - 128).cast(dtypes.int8)
-    return xq.contiguous(), amax, xsum
-
-
 # *** K-quant super-blocks: 256 values in sub-blocks of 16 or 32, each with its own integer scale (and min) ***
 # A type's `decode` reads a super-block's fields through `view(dtype)` as above and returns its float32 values
 # (..., blocks, 256) in order. Products are formed as (d * scale) * q - (dmin * min), as ggml does: d * scale and
@@ -165,6 +130,62 @@ def _decode_q6_k(view: BlockView) -> Tensor:  # 210 bytes: 128 of low nibbles, 6
     return ((d * scales) * q).flatten(-2)
 
 
+# *** integer dot products: a decode step's matrix-vector product as llama.cpp computes it ***
+# x is quantized to int8 per block of 32 (`quantize_blocks`), and each block's dot product with the weight's codes is
+# an integer sum of 8-bit products, the form the C compiler's vectorizer turns into vpdpbusd (unsigned x signed bytes).
+# A type's `int_parts` reads its blocks (through `view(dtype)` as above) as codes (..., *B, *V): B the blocks of 32
+# values along a row (in x's order, prod(B) = cols / 32), V the 32 values of one (32, or (2, 16): a byte's two
+# nibbles); and per block of 32 a scale and an offset (..., *B) (offset None: 0), with value = code * scale + offset.
+# Codes are unsigned where a type's are biased (Q4_0's code - 8 goes with the offset): gcc 12 vectorizes a signed
+# nibble times a signed byte into vpdpbusd as if the nibble were unsigned, a wrong result.
+
+IntParts = tuple[Tensor, Tensor, "Tensor | None"]
+
+
+def _nibble_pairs(qs: Tensor) -> Tensor:
+    """bytes (..., n) -> (..., 2, n) their low nibbles, then their high ones."""
+    qs = qs.cast(dtypes.int32)
+    # shifted in int32 by an index: gcc 12 does not vectorize a byte shifted by a byte variable into vpdpbusd
+    shift = Tensor.arange(2, dtype=dtypes.int32, device=qs.device).reshape(2, 1) * 4
+    return (qs.unsqueeze(-2) >> shift) & 15
+
+
+def _int_parts_q8_0(view: BlockView) -> IntParts:
+    return view(dtypes.int8)[..., 2:], view(dtypes.float16)[..., 0].float(), None
+
+
+def _int_parts_q4_0(view: BlockView) -> IntParts:
+    d = view(dtypes.float16)[..., 0].float()
+    return _nibble_pairs(view(dtypes.uint8)[..., 2:]), d, d * -8
+
+
+def _int_parts_q4_1(view: BlockView) -> IntParts:
+    f16 = view(dtypes.float16)
+    return _nibble_pairs(view(dtypes.uint8)[..., 4:]), f16[..., 0].float(), f16[..., 1].float()
+
+
+def _int_parts_q4_k(view: BlockView) -> IntParts:
+    """Super-blocks of 8 sub-blocks of 32: chunk c of the 128 code bytes holds sub-block 2c in its low nibbles and
+    2c + 1 in its high ones, so B is (super-blocks, 4 chunks, 2 halves); value = d * scale * q - dmin * min."""
+    f16 = view(dtypes.float16)
+    d, dmin = f16[..., 0:1].float().unsqueeze(-1), f16[..., 1:2].float().unsqueeze(-1)
+    scales, mins = _scales_mins_k4(view(dtypes.uint8)[..., 4:16].cast(dtypes.int32))
+    shape = (*scales.shape[:-2], 4, 2)
+    codes = _nibble_pairs(view(dtypes.uint8)[..., 16:144].unflatten(-1, (4, 32)))
+    return codes, (d * scales.reshape(shape)), -(dmin * mins.reshape(shape))
+
+
+def quantize_blocks(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """x (..., cols) in blocks of 32 -> int8 codes (..., blocks, 32) with x ~ codes * amax / 127 (rounded half up),
+    the block's largest magnitude amax (..., blocks, 1) and its sum (..., blocks, 1), both reduces of one kernel."""
+    xb = x.reshape(*x.shape[:-1], x.shape[-1] // 32, 32)
+    amax, xsum = xb.abs().max(-1, keepdim=True), xb.sum(-1, keepdim=True)
+    inv = (amax > 0).where(127 / amax, 0)  # an all-zero block: codes 0
+    # + 128.5 then truncation: the cast to int truncates toward zero, and the value is positive
+    xq = ((xb * inv + 128.5).cast(dtypes.int32) - 128).cast(dtypes.int8)
+    return xq.contiguous(), amax, xsum
+
+
 @dataclass(frozen=True)
 class GGMLType:
     name: str
@@ -173,17 +194,16 @@ class GGMLType:
     parts: Callable[[BlockView], QuantParts] | None  # 32-value blocks, which a matmul decodes in its loop
     dtype: DType | None = None  # a plain dtype
     decode: Callable[[BlockView], Tensor] | None = None  # K-quant super-blocks, dequantized to float32
-    icodes: Callable[[BlockView], Tensor] | None = None  # 32-value blocks as 8-bit codes, for integer dot products
-    code_offset: int = 0  # value = (icode - code_offset) * d + m
+    int_parts: Callable[[BlockView], IntParts] | None = None  # codes and scales for integer dot products
 
 
 GGML_TYPES: dict[int, GGMLType] = {
     0: GGMLType("F32", 1, 4, None, dtypes.float32),
     1: GGMLType("F16", 1, 2, None, dtypes.float16),
-    2: GGMLType("Q4_0", 32, 18, _parts_q4_0, icodes=_icodes_q4(2), code_offset=8),
-    3: GGMLType("Q4_1", 32, 20, _parts_q4_1, icodes=_icodes_q4(4)),
-    8: GGMLType("Q8_0", 32, 34, _parts_q8_0, icodes=_icodes_q8_0),
-    12: GGMLType("Q4_K", 256, 144, None, decode=_decode_q4_k),
+    2: GGMLType("Q4_0", 32, 18, _parts_q4_0, int_parts=_int_parts_q4_0),
+    3: GGMLType("Q4_1", 32, 20, _parts_q4_1, int_parts=_int_parts_q4_1),
+    8: GGMLType("Q8_0", 32, 34, _parts_q8_0, int_parts=_int_parts_q8_0),
+    12: GGMLType("Q4_K", 256, 144, None, decode=_decode_q4_k, int_parts=_int_parts_q4_k),
     13: GGMLType("Q5_K", 256, 176, None, decode=_decode_q5_k),
     14: GGMLType("Q6_K", 256, 210, None, decode=_decode_q6_k),
     30: GGMLType("BF16", 1, 2, None, dtypes.bfloat16),
@@ -398,22 +418,22 @@ class QuantizedMatrix:
     def linear(self, x: Tensor) -> Tensor:
         """x (..., cols) @ self.T -> (..., rows), self 2-D. One row of x (decode) as llama.cpp computes it, with x
         quantized to int8 per block and integer dot products (`linear_int8`); more rows as `linear_f32`."""
-        self._check_linear(x)
-        if prod(x.shape[:-1]) == 1:
+        if prod(x.shape[:-1]) == 1 and self.gt.int_parts is not None:
             return self.linear_int8(x)
         return self.linear_f32(x)
 
-    def _check_linear(self, x: Tensor) -> None:
+    def _check_linear(self, x: Tensor, kind: str, supported: bool) -> None:
         if len(self.shape) != 2 or x.shape[-1] != self.shape[1]:
-            raise ValueError(f"linear: input shape {x.shape} does not match quantized weight shape {self.shape}")
-        if self.gt.parts is None:
-            raise ValueError(f"linear: {self.gt.name} blocks have no packed matmul; use dequantize()")
+            raise ValueError(f"{kind}: input shape {x.shape} does not match quantized weight shape {self.shape}")
+        if not supported:
+            raise ValueError(f"{kind}: {self.gt.name} blocks have no packed matmul of this kind; use dequantize()")
 
     def linear_f32(self, x: Tensor) -> Tensor:
-        """x @ self.T in float32, exact to float rounding: one kernel, the blocks decoded in its loop and the products
-        summed per block (more rows of x: the scheduler may store the dequantized weight first)."""
-        self._check_linear(x)
-        assert self.gt.parts is not None
+        """x @ self.T in float32, exact to float rounding: for blocks of 32 one kernel, the blocks decoded in its loop
+        and the products summed per block (more rows of x: the scheduler may store the dequantized weight first)."""
+        self._check_linear(x, "linear", True)
+        if self.gt.parts is None:  # super-blocks: x times the dequantized weight
+            return x @ self.dequantize().T
         d, m, codes = self.gt.parts(self.view)
         n = len(codes)
         xb = x.reshape(*x.shape[:-1], 1, self.shape[1] // self.gt.block_elems, n, self.gt.block_elems // n)
@@ -430,26 +450,24 @@ class QuantizedMatrix:
         """x @ self.T as llama.cpp computes it: x quantized to int8 per block of 32 (`quantize_blocks`), each block's
         dot product summed exactly in int32, then scaled. Two kernels after x's: the scaled dot product of every
         block (its sum a plain loop over bytes, which gcc vectorizes into vpdpbusd), then each row's sum of those."""
-        self._check_linear(x)
-        assert self.gt.parts is not None and self.gt.icodes is not None
-        d, m, _ = self.gt.parts(self.view)
-        codes = self.gt.icodes(self.view)  # (rows, blocks, *value axes)
+        self._check_linear(x, "linear_int8", self.gt.int_parts is not None)
+        assert self.gt.int_parts is not None
+        codes, scale, offset = self.gt.int_parts(self.view)  # (rows, *B, *V), (rows, *B)
         xq, amax, xsum = quantize_blocks(x.reshape(-1, x.shape[-1]))
         if xq.shape[0] != 1:
             raise ValueError(f"linear_int8: x must be one row (a decode step), got shape {x.shape}")
-        value_axes = tuple(range(2 - codes.ndim, 0))
-        xq = xq.reshape(1, *codes.shape[1:]).cast(dtypes.int32)
-        dot = (codes.cast(dtypes.int32) * xq).sum(value_axes, dtype=dtypes.int32)  # (rows, blocks)
-        d = d.reshape(dot.shape)
-        blocks = dot.cast(dtypes.float32) * (d * amax.reshape(1, -1)) * (1 / 127)
-        # offsets times x's exact block sum: (code - o) * d * x sums to d * (code . x) - o * d * sum(x)
-        if self.gt.code_offset:
-            m = -self.gt.code_offset * d if m is None else m - self.gt.code_offset * d
-        if m is not None:
-            blocks = blocks + m.reshape(dot.shape) * xsum.reshape(1, -1)
+        blocks_shape = (1, *scale.shape[1:])
+        value_axes = tuple(range(scale.ndim, codes.ndim))
+        dot = (codes.cast(dtypes.int32) * xq.reshape(1, *codes.shape[1:]).cast(dtypes.int32)).sum(
+            value_axes, dtype=dtypes.int32
+        )
+        blocks = dot.cast(dtypes.float32) * (scale * amax.reshape(blocks_shape)) * (1 / 127)
+        if offset is not None:  # the offset times x's exact block sum
+            blocks = blocks + offset * xsum.reshape(blocks_shape)
         # stored: the sum over blocks would otherwise take the scales into its own kernel, and reading one half per
         # block touches every cache line of the weights a second time
-        return blocks.contiguous().sum(-1).reshape(*x.shape[:-1], self.shape[0])
+        rows = blocks.contiguous().reshape(self.shape[0], -1).sum(-1)
+        return rows.reshape(*x.shape[:-1], self.shape[0])
 
     @staticmethod
     def stack(mats: list[QuantizedMatrix]) -> QuantizedMatrix:
@@ -463,8 +481,8 @@ class QuantizedMatrix:
 
 def gguf_quantized(mm: mmap.mmap | bytes, info: GGUFTensorInfo, device: str | None = None) -> QuantizedMatrix | None:
     """A quantized tensor's packed blocks, for a matmul that decodes them in its loop (None for a tensor stored as a
-    plain dtype or as K-quant super-blocks, which load as float32)."""
-    if info.ggml_type.parts is None:
+    plain dtype or as super-blocks with no packed matmul, which load as float32)."""
+    if info.ggml_type.parts is None and info.ggml_type.int_parts is None:
         return None
     return QuantizedMatrix(info.ggml_type, mm, info.offset, info.shape, Device.canonicalize(device))
 
