@@ -92,11 +92,14 @@ def hand_coded_optimizations(k: Kernel) -> Kernel:
 
 
 def _byte_dot(k: Kernel) -> bool:
-    """Whether the kernel's reduce is an integer sum of products of values in 8 bits (an int8 dot product)."""
+    """Whether the kernel's reduces are integer sums of products of values in 8 bits (int8 dot products)."""
     reduces = [x for x in k.ast.toposort if x.op is Ops.REDUCE_AXIS]
-    if len(reduces) != 1 or not dtypes.is_int(reduces[0].dtype) or reduces[0].src[0].op is not Ops.MUL:
-        return False
-    return all(-128 <= s.vmin and s.vmax <= 255 for s in reduces[0].src[0].src)
+    return bool(reduces) and all(
+        dtypes.is_int(r.dtype)
+        and r.src[0].op is Ops.MUL
+        and all(-128 <= s.vmin and s.vmax <= 255 for s in r.src[0].src)
+        for r in reduces
+    )
 
 
 def _accesses(k: Kernel) -> tuple[list[tuple[int, bool]], list[int]]:

@@ -133,46 +133,46 @@ def _decode_q6_k(view: BlockView) -> Tensor:  # 210 bytes: 128 of low nibbles, 6
 # *** integer dot products: a decode step's matrix-vector product as llama.cpp computes it ***
 # x is quantized to int8 per block of 32 (`quantize_blocks`), and each block's dot product with the weight's codes is
 # an integer sum of 8-bit products, the form the C compiler's vectorizer turns into vpdpbusd (unsigned x signed bytes).
-# A type's `int_parts` reads its blocks (through `view(dtype)` as above) as codes (..., *B, *V): B the blocks of 32
-# values along a row (in x's order, prod(B) = cols / 32), V the 32 values of one (32, or (2, 16): a byte's two
-# nibbles); and per block of 32 a scale and an offset (..., *B) (offset None: 0), with value = code * scale + offset.
-# Codes are unsigned where a type's are biased (Q4_0's code - 8 goes with the offset): gcc 12 vectorizes a signed
-# nibble times a signed byte into vpdpbusd as if the nibble were unsigned, a wrong result.
+# A type's `int_parts` reads its blocks (through `view(dtype)` as above) as pieces of codes, each (..., *B, V), which
+# pair with x's values in order: piece p of B-index b with x's piece (b, p) of V values (x seen as (*B, pieces, V));
+# and a scale and an offset (None: 0) (..., *B, n): n = 1, one for all pieces (they then make one block of 32 of x),
+# or one per piece (each a block of 32 of x); value = code * scale + offset. A byte's two nibbles are two pieces, so
+# one loop over the bytes keeps two accumulators (two vpdpbusd a vector of bytes, no byte shuffling). Codes are
+# unsigned where a type's are biased (Q4_0's code - 8 goes with the offset): gcc 12 vectorizes a signed nibble times
+# a signed byte into vpdpbusd as if the nibble were unsigned, a wrong result.
 
-IntParts = tuple[Tensor, Tensor, "Tensor | None"]
+IntParts = tuple[list[Tensor], Tensor, "Tensor | None"]
 
 
-def _nibble_pairs(qs: Tensor) -> Tensor:
-    """bytes (..., n) -> (..., 2, n) their low nibbles, then their high ones."""
-    qs = qs.cast(dtypes.int32)
-    # shifted in int32 by an index: gcc 12 does not vectorize a byte shifted by a byte variable into vpdpbusd
-    shift = Tensor.arange(2, dtype=dtypes.int32, device=qs.device).reshape(2, 1) * 4
-    return (qs.unsqueeze(-2) >> shift) & 15
+def _nibble_pieces(qs: Tensor) -> list[Tensor]:
+    # in uint8: gcc recognises (int)(u8 >> 4) * (int)s8 as a dot product, not the same shift of a widened byte
+    return [qs & 15, qs >> 4]
 
 
 def _int_parts_q8_0(view: BlockView) -> IntParts:
-    return view(dtypes.int8)[..., 2:], view(dtypes.float16)[..., 0].float(), None
+    return [view(dtypes.int8)[..., 2:]], view(dtypes.float16)[..., :1].float(), None
 
 
 def _int_parts_q4_0(view: BlockView) -> IntParts:
-    d = view(dtypes.float16)[..., 0].float()
-    return _nibble_pairs(view(dtypes.uint8)[..., 2:]), d, d * -8
+    d = view(dtypes.float16)[..., :1].float()
+    return _nibble_pieces(view(dtypes.uint8)[..., 2:]), d, d * -8
 
 
 def _int_parts_q4_1(view: BlockView) -> IntParts:
     f16 = view(dtypes.float16)
-    return _nibble_pairs(view(dtypes.uint8)[..., 4:]), f16[..., 0].float(), f16[..., 1].float()
+    return _nibble_pieces(view(dtypes.uint8)[..., 4:]), f16[..., :1].float(), f16[..., 1:2].float()
 
 
 def _int_parts_q4_k(view: BlockView) -> IntParts:
     """Super-blocks of 8 sub-blocks of 32: chunk c of the 128 code bytes holds sub-block 2c in its low nibbles and
-    2c + 1 in its high ones, so B is (super-blocks, 4 chunks, 2 halves); value = d * scale * q - dmin * min."""
+    2c + 1 in its high ones, so B is (super-blocks, 4 chunks) with a piece per nibble; value = d * scale * q - dmin *
+    min."""
     f16 = view(dtypes.float16)
     d, dmin = f16[..., 0:1].float().unsqueeze(-1), f16[..., 1:2].float().unsqueeze(-1)
     scales, mins = _scales_mins_k4(view(dtypes.uint8)[..., 4:16].cast(dtypes.int32))
     shape = (*scales.shape[:-2], 4, 2)
-    codes = _nibble_pairs(view(dtypes.uint8)[..., 16:144].unflatten(-1, (4, 32)))
-    return codes, (d * scales.reshape(shape)), -(dmin * mins.reshape(shape))
+    pieces = _nibble_pieces(view(dtypes.uint8)[..., 16:144].unflatten(-1, (4, 32)))
+    return pieces, d * scales.reshape(shape), -(dmin * mins.reshape(shape))
 
 
 def quantize_blocks(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -452,18 +452,24 @@ class QuantizedMatrix:
         block (its sum a plain loop over bytes, which gcc vectorizes into vpdpbusd), then each row's sum of those."""
         self._check_linear(x, "linear_int8", self.gt.int_parts is not None)
         assert self.gt.int_parts is not None
-        codes, scale, offset = self.gt.int_parts(self.view)  # (rows, *B, *V), (rows, *B)
+        pieces, scale, offset = self.gt.int_parts(self.view)  # [(rows, *B, V)], (rows, *B, n)
         xq, amax, xsum = quantize_blocks(x.reshape(-1, x.shape[-1]))
         if xq.shape[0] != 1:
             raise ValueError(f"linear_int8: x must be one row (a decode step), got shape {x.shape}")
-        blocks_shape = (1, *scale.shape[1:])
-        value_axes = tuple(range(scale.ndim, codes.ndim))
-        dot = (codes.cast(dtypes.int32) * xq.reshape(1, *codes.shape[1:]).cast(dtypes.int32)).sum(
-            value_axes, dtype=dtypes.int32
-        )
-        blocks = dot.cast(dtypes.float32) * (scale * amax.reshape(blocks_shape)) * (1 / 127)
-        if offset is not None:  # the offset times x's exact block sum
-            blocks = blocks + offset * xsum.reshape(blocks_shape)
+        shape_b = pieces[0].shape[1:-1]
+        xq = xq.reshape(1, *shape_b, len(pieces), pieces[0].shape[-1]).cast(dtypes.int32)
+        amax, xsum = amax.reshape(1, *shape_b, scale.shape[-1]), xsum.reshape(1, *shape_b, scale.shape[-1])
+        # one loop over the codes with an accumulator per piece
+        dots = [(c.cast(dtypes.int32) * xq[..., i, :]).sum(-1, dtype=dtypes.int32) for i, c in enumerate(pieces)]
+        if scale.shape[-1] == 1:  # the pieces make one block of x: one integer sum
+            dots = [sum(dots[1:], dots[0])]
+        blocks = None
+        for i, dot in enumerate(dots):
+            term = dot.cast(dtypes.float32) * (scale[..., i] * amax[..., i]) * (1 / 127)
+            if offset is not None:  # the offset times x's exact block sum
+                term = term + offset[..., i] * xsum[..., i]
+            blocks = term if blocks is None else blocks + term
+        assert blocks is not None
         # stored: the sum over blocks would otherwise take the scales into its own kernel, and reading one half per
         # block touches every cache line of the weights a second time
         rows = blocks.contiguous().reshape(self.shape[0], -1).sum(-1)
