@@ -7,7 +7,8 @@ tokens/s; all-MiniLM-L6-v2: sentences/s for a batch of 64; first-token latency o
 kernel compiles included) with the kernel disk cache off (cold) and filled (warm).
 
 Then decode from the same GGUF file with its weights kept quantized (Q4_1, the tied embedding Q8_0): lazygrad with
-float32 weights, lazygrad with quantized=True and llama.cpp (when `llama_cpp` imports: pip install llama-cpp-python,
+float32 weights, lazygrad with quantized=True (a decode step quantizes x to int8 per block and sums integer dot
+products, as llama.cpp does) and llama.cpp (when `llama_cpp` imports: pip install llama-cpp-python,
 the `bench-llamacpp` extra), each as tokens/s and as a fraction of the memory-bandwidth limit: a decode step reads
 every weight once, so the limit is the bandwidth a lazygrad sum over a 256 MB buffer reaches divided by the packed
 bytes of the weights.

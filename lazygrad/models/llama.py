@@ -271,5 +271,17 @@ def load_llama(
     return model, meta
 
 
+# one capture per shape of logits: replayed, the argmax's two kernels run without being scheduled again each step
+_ARGMAX_JITS: dict[tuple[Any, ...], TinyJit] = {}
+
+
+def _argmax(logits: Tensor) -> Tensor:
+    return logits.argmax().realize()
+
+
 def argmax_token(logits: Tensor) -> int:
-    return int(logits.argmax().item())
+    """The index of the largest logit (a greedy decode's next token). Through a TinyJit: scheduled eagerly at every
+    step it cost ~280 us of Python a token, 5% of a decode step of SmolLM2-135M here."""
+    logits = logits.contiguous().realize()
+    jit = _ARGMAX_JITS.setdefault((logits.shape, logits.dtype, logits.device), TinyJit(_argmax))
+    return int(jit(logits).item())

@@ -7,8 +7,10 @@ ggml type, uint64 offset); padding to `general.alignment` (default 32); the tens
 
 Quantized tensors are stored as blocks of 32 values, or (the K-quants) super-blocks of 256. A QuantizedMatrix keeps
 them packed (views of the raw block bytes, on the CPU pointing into a memory map of the file): its dequantization is a
-lazy graph over those bytes, and, for the 32-value types, its `linear(x)` a matmul that decodes the blocks inside its
-reduce loop, one kernel that reads the packed bytes once. The K-quants load as float32 (their dequantization graph).
+lazy graph over those bytes, and, for the 32-value types, its `linear(x)` a matmul that reads the packed bytes once:
+for one row of x (a decode step) as llama.cpp computes it, x quantized to int8 per block and integer dot products;
+for more rows decoding the blocks in float32 inside its reduce loop. The K-quants load as float32 (their
+dequantization graph).
 """
 
 from __future__ import annotations
@@ -128,6 +130,62 @@ def _decode_q6_k(view: BlockView) -> Tensor:  # 210 bytes: 128 of low nibbles, 6
     return ((d * scales) * q).flatten(-2)
 
 
+# *** integer dot products: a decode step's matrix-vector product as llama.cpp computes it ***
+# x is quantized to int8 per block of 32 (`quantize_blocks`), and each block's dot product with the weight's codes is
+# an integer sum of 8-bit products, the form the C compiler's vectorizer turns into vpdpbusd (unsigned x signed bytes).
+# A type's `int_parts` reads its blocks (through `view(dtype)` as above) as pieces of codes, each (..., *B, V), which
+# pair with x's values in order: piece p of B-index b with x's piece (b, p) of V values (x seen as (*B, pieces, V));
+# and a scale and an offset (None: 0) (..., *B, n): n = 1, one for all pieces (they then make one block of 32 of x),
+# or one per piece (each a block of 32 of x); value = code * scale + offset. A byte's two nibbles are two pieces, so
+# one loop over the bytes keeps two accumulators (two vpdpbusd a vector of bytes, no byte shuffling). Codes are
+# unsigned where a type's are biased (Q4_0's code - 8 goes with the offset): gcc 12 vectorizes a signed nibble times
+# a signed byte into vpdpbusd as if the nibble were unsigned, a wrong result.
+
+IntParts = tuple[list[Tensor], Tensor, "Tensor | None"]
+
+
+def _nibble_pieces(qs: Tensor) -> list[Tensor]:
+    # in uint8: gcc recognises (int)(u8 >> 4) * (int)s8 as a dot product, not the same shift of a widened byte
+    return [qs & 15, qs >> 4]
+
+
+def _int_parts_q8_0(view: BlockView) -> IntParts:
+    return [view(dtypes.int8)[..., 2:]], view(dtypes.float16)[..., :1].float(), None
+
+
+def _int_parts_q4_0(view: BlockView) -> IntParts:
+    d = view(dtypes.float16)[..., :1].float()
+    return _nibble_pieces(view(dtypes.uint8)[..., 2:]), d, d * -8
+
+
+def _int_parts_q4_1(view: BlockView) -> IntParts:
+    f16 = view(dtypes.float16)
+    return _nibble_pieces(view(dtypes.uint8)[..., 4:]), f16[..., :1].float(), f16[..., 1:2].float()
+
+
+def _int_parts_q4_k(view: BlockView) -> IntParts:
+    """Super-blocks of 8 sub-blocks of 32: chunk c of the 128 code bytes holds sub-block 2c in its low nibbles and
+    2c + 1 in its high ones, so B is (super-blocks, 4 chunks) with a piece per nibble; value = d * scale * q - dmin *
+    min."""
+    f16 = view(dtypes.float16)
+    d, dmin = f16[..., 0:1].float().unsqueeze(-1), f16[..., 1:2].float().unsqueeze(-1)
+    scales, mins = _scales_mins_k4(view(dtypes.uint8)[..., 4:16].cast(dtypes.int32))
+    shape = (*scales.shape[:-2], 4, 2)
+    pieces = _nibble_pieces(view(dtypes.uint8)[..., 16:144].unflatten(-1, (4, 32)))
+    return pieces, d * scales.reshape(shape), -(dmin * mins.reshape(shape))
+
+
+def quantize_blocks(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """x (..., cols) in blocks of 32 -> int8 codes (..., blocks, 32) with x ~ codes * amax / 127 (rounded half up),
+    the block's largest magnitude amax (..., blocks, 1) and its sum (..., blocks, 1), both reduces of one kernel."""
+    xb = x.reshape(*x.shape[:-1], x.shape[-1] // 32, 32)
+    amax, xsum = xb.abs().max(-1, keepdim=True), xb.sum(-1, keepdim=True)
+    inv = (amax > 0).where(127 / amax, 0)  # an all-zero block: codes 0
+    # + 128.5 then truncation: the cast to int truncates toward zero, and the value is positive
+    xq = ((xb * inv + 128.5).cast(dtypes.int32) - 128).cast(dtypes.int8)
+    return xq.contiguous(), amax, xsum
+
+
 @dataclass(frozen=True)
 class GGMLType:
     name: str
@@ -136,15 +194,16 @@ class GGMLType:
     parts: Callable[[BlockView], QuantParts] | None  # 32-value blocks, which a matmul decodes in its loop
     dtype: DType | None = None  # a plain dtype
     decode: Callable[[BlockView], Tensor] | None = None  # K-quant super-blocks, dequantized to float32
+    int_parts: Callable[[BlockView], IntParts] | None = None  # codes and scales for integer dot products
 
 
 GGML_TYPES: dict[int, GGMLType] = {
     0: GGMLType("F32", 1, 4, None, dtypes.float32),
     1: GGMLType("F16", 1, 2, None, dtypes.float16),
-    2: GGMLType("Q4_0", 32, 18, _parts_q4_0),
-    3: GGMLType("Q4_1", 32, 20, _parts_q4_1),
-    8: GGMLType("Q8_0", 32, 34, _parts_q8_0),
-    12: GGMLType("Q4_K", 256, 144, None, decode=_decode_q4_k),
+    2: GGMLType("Q4_0", 32, 18, _parts_q4_0, int_parts=_int_parts_q4_0),
+    3: GGMLType("Q4_1", 32, 20, _parts_q4_1, int_parts=_int_parts_q4_1),
+    8: GGMLType("Q8_0", 32, 34, _parts_q8_0, int_parts=_int_parts_q8_0),
+    12: GGMLType("Q4_K", 256, 144, None, decode=_decode_q4_k, int_parts=_int_parts_q4_k),
     13: GGMLType("Q5_K", 256, 176, None, decode=_decode_q5_k),
     14: GGMLType("Q6_K", 256, 210, None, decode=_decode_q6_k),
     30: GGMLType("BF16", 1, 2, None, dtypes.bfloat16),
@@ -357,11 +416,24 @@ class QuantizedMatrix:
         return (w if m is None else w + m).reshape(self.shape)
 
     def linear(self, x: Tensor) -> Tensor:
-        """x (..., cols) @ self.T -> (..., rows), self 2-D: one kernel, the products summed per block in float32."""
+        """x (..., cols) @ self.T -> (..., rows), self 2-D. One row of x (decode) as llama.cpp computes it, with x
+        quantized to int8 per block and integer dot products (`linear_int8`); more rows as `linear_f32`."""
+        if prod(x.shape[:-1]) == 1 and self.gt.int_parts is not None:
+            return self.linear_int8(x)
+        return self.linear_f32(x)
+
+    def _check_linear(self, x: Tensor, kind: str, supported: bool) -> None:
         if len(self.shape) != 2 or x.shape[-1] != self.shape[1]:
-            raise ValueError(f"linear: input shape {x.shape} does not match quantized weight shape {self.shape}")
-        if self.gt.parts is None:
-            raise ValueError(f"linear: {self.gt.name} blocks have no packed matmul; use dequantize()")
+            raise ValueError(f"{kind}: input shape {x.shape} does not match quantized weight shape {self.shape}")
+        if not supported:
+            raise ValueError(f"{kind}: {self.gt.name} blocks have no packed matmul of this kind; use dequantize()")
+
+    def linear_f32(self, x: Tensor) -> Tensor:
+        """x @ self.T in float32, exact to float rounding: for blocks of 32 one kernel, the blocks decoded in its loop
+        and the products summed per block (more rows of x: the scheduler may store the dequantized weight first)."""
+        self._check_linear(x, "linear", True)
+        if self.gt.parts is None:  # super-blocks: x times the dequantized weight
+            return x @ self.dequantize().T
         d, m, codes = self.gt.parts(self.view)
         n = len(codes)
         xb = x.reshape(*x.shape[:-1], 1, self.shape[1] // self.gt.block_elems, n, self.gt.block_elems // n)
@@ -373,6 +445,35 @@ class QuantizedMatrix:
             acc = term if acc is None else acc + term
         assert acc is not None
         return acc.sum((-2, -1))
+
+    def linear_int8(self, x: Tensor) -> Tensor:
+        """x @ self.T as llama.cpp computes it: x quantized to int8 per block of 32 (`quantize_blocks`), each block's
+        dot product summed exactly in int32, then scaled. Two kernels after x's: the scaled dot product of every
+        block (its sum a plain loop over bytes, which gcc vectorizes into vpdpbusd), then each row's sum of those."""
+        self._check_linear(x, "linear_int8", self.gt.int_parts is not None)
+        assert self.gt.int_parts is not None
+        pieces, scale, offset = self.gt.int_parts(self.view)  # [(rows, *B, V)], (rows, *B, n)
+        xq, amax, xsum = quantize_blocks(x.reshape(-1, x.shape[-1]))
+        if xq.shape[0] != 1:
+            raise ValueError(f"linear_int8: x must be one row (a decode step), got shape {x.shape}")
+        shape_b = pieces[0].shape[1:-1]
+        xq = xq.reshape(1, *shape_b, len(pieces), pieces[0].shape[-1]).cast(dtypes.int32)
+        amax, xsum = amax.reshape(1, *shape_b, scale.shape[-1]), xsum.reshape(1, *shape_b, scale.shape[-1])
+        # one loop over the codes with an accumulator per piece
+        dots = [(c.cast(dtypes.int32) * xq[..., i, :]).sum(-1, dtype=dtypes.int32) for i, c in enumerate(pieces)]
+        if scale.shape[-1] == 1:  # the pieces make one block of x: one integer sum
+            dots = [sum(dots[1:], dots[0])]
+        blocks = None
+        for i, dot in enumerate(dots):
+            term = dot.cast(dtypes.float32) * (scale[..., i] * amax[..., i]) * (1 / 127)
+            if offset is not None:  # the offset times x's exact block sum
+                term = term + offset[..., i] * xsum[..., i]
+            blocks = term if blocks is None else blocks + term
+        assert blocks is not None
+        # stored: the sum over blocks would otherwise take the scales into its own kernel, and reading one half per
+        # block touches every cache line of the weights a second time
+        rows = blocks.contiguous().reshape(self.shape[0], -1).sum(-1)
+        return rows.reshape(*x.shape[:-1], self.shape[0])
 
     @staticmethod
     def stack(mats: list[QuantizedMatrix]) -> QuantizedMatrix:
@@ -386,8 +487,8 @@ class QuantizedMatrix:
 
 def gguf_quantized(mm: mmap.mmap | bytes, info: GGUFTensorInfo, device: str | None = None) -> QuantizedMatrix | None:
     """A quantized tensor's packed blocks, for a matmul that decodes them in its loop (None for a tensor stored as a
-    plain dtype or as K-quant super-blocks, which load as float32)."""
-    if info.ggml_type.parts is None:
+    plain dtype or as super-blocks with no packed matmul, which load as float32)."""
+    if info.ggml_type.parts is None and info.ggml_type.int_parts is None:
         return None
     return QuantizedMatrix(info.ggml_type, mm, info.offset, info.shape, Device.canonicalize(device))
 

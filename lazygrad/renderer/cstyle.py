@@ -62,8 +62,24 @@ def _int_fits(u: UOp) -> bool:
         return True  # C's unsigned int and long long arithmetic already wraps
     if u.op not in BOUNDED_OPS:
         return False
-    lo, hi = _exact_bounds(u)
+    lo, hi = _accumulation_bounds(u) or _exact_bounds(u)
     return dtypes.min(dt) <= lo and hi <= dtypes.max(dt)
+
+
+def _accumulation_bounds(u: UOp) -> tuple[int, int] | None:
+    """Bounds of an accumulator's update `acc + partial` inside its reduce loops: after n iterations of partials in
+    [lo, hi] the sum lies in [init + n * min(lo, 0), init + n * max(hi, 0)]. Spelled plainly, an int8 dot product's
+    `acc += (int)a * (int)b` is what gcc vectorizes into vpdpbusd; through unsigned int it is not recognised."""
+    if u.op is not Ops.ADD or u.src[0].op is not Ops.AFTER:
+        return None
+    acc, ranges = u.src[0].src[0], u.src[0].src[1:]
+    if acc.op is not Ops.DEFINE_ACC or acc.src[0].op is not Ops.CONST or not ranges:
+        return None
+    if any(r.op is not Ops.RANGE for r in ranges):
+        return None
+    n = math.prod(int(r.src[0].vmax) for r in ranges)
+    init, partial = acc.src[0].arg, u.src[1]
+    return init + n * min(partial.vmin, 0), init + n * max(partial.vmax, 0)
 
 
 def _paren_neg(s: str) -> str:

@@ -226,14 +226,29 @@ class _Planner:
             stack, seen = [(r.src[0], False)], set()
             while stack:
                 x, through_expand = stack.pop()
-                if (x, through_expand) in seen or self.leaf(x) or x.op is Ops.REDUCE_AXIS:
+                # a stored node is a load of this kernel (a reduce may still be fused: its inputs are its own)
+                if (x, through_expand) in seen or self.leaf(x) or x.op is Ops.REDUCE_AXIS or x in self.stored:
                     continue
                 seen.add((x, through_expand))
                 if through_expand and x.op in GroupOp.ALU:
-                    out.add(x)
+                    if not self._from_indices(x):  # (a function of the loop indices alone costs no more inlined)
+                        out.add(x)
                     continue
                 stack.extend((s, through_expand or x.op is Ops.EXPAND) for s in x.src)
         return out
+
+    def _from_indices(self, x: UOp) -> bool:
+        """Whether x is computed from constants and index ranges (IOTA) alone, reading no buffer."""
+        stack, seen = [x], set()
+        while stack:
+            y = stack.pop()
+            if y in seen or y.op in _SOURCES:
+                continue
+            seen.add(y)
+            if self.leaf(y) or y.op is Ops.REDUCE_AXIS:
+                return False
+            stack.extend(y.src)
+        return True
 
     def _base_consumers(self, n: UOp) -> list[UOp]:
         """Consumers of n seen through movement ops (a reshape of n is used where the reshape is used)."""
@@ -255,8 +270,10 @@ class _Planner:
             if c in seen:
                 continue
             seen.add(c)
-            # the epilogue may reshape (e.g. drop the kept size-1 axis); the kernel then runs in the reduce's shape
-            if c.op not in GroupOp.Elementwise and c.op is not Ops.RESHAPE or c.size != r.size:
+            # the epilogue may reshape (e.g. drop the kept size-1 axis); the kernel then runs in the reduce's shape.
+            # It may end in a CONTIGUOUS, a stored copy of itself: `(a @ b).contiguous()` is one kernel, not two
+            ok = c.op in GroupOp.Elementwise or c.op is Ops.RESHAPE or c.op is Ops.CONTIGUOUS and c in self.stored
+            if not ok or c.size != r.size:
                 return False
             # another reduce the epilogue reads, directly or through a reshape, must share this one's loop; so must one
             # fused deeper in an inlined source (a gradient sums several reduces, each behind its own multiply)

@@ -600,6 +600,8 @@ def _exact_bounds(u: UOp) -> tuple[Any, Any]:
         return (0, s[0].vmax - 1)
     if op is Ops.SPECIAL:
         return (0, u.arg[1] - 1)
+    if op is Ops.IOTA and isinstance(u.arg, int):  # 0..n-1, or 0 where a view pads it
+        return (0, max(u.arg - 1, 0))
     if not (dtypes.is_int(u.dtype) or dtypes.is_bool(u.dtype)):
         return (dtypes.min(u.dtype), dtypes.max(u.dtype))
     if op is Ops.ADD:
@@ -637,6 +639,8 @@ def _exact_bounds(u: UOp) -> tuple[Any, Any]:
         return (s[0].vmin and s[1].vmin, s[0].vmax and s[1].vmax)
     if dtypes.is_bool(u.dtype) and op is Ops.OR:
         return (s[0].vmin or s[1].vmin, s[0].vmax or s[1].vmax)
+    if op is Ops.SHR and s[0].vmin >= 0 and s[1].vmin >= 0:
+        return (s[0].vmin >> s[1].vmax, s[0].vmax >> s[1].vmin)
     if op is Ops.AND and s[1].vmin >= 0 and s[1].vmin == s[1].vmax and s[0].vmin >= 0:
         return (0, min(s[0].vmax, s[1].vmax))
     if op is Ops.CAST and (dtypes.is_int(s[0].dtype) or dtypes.is_bool(s[0].dtype)):

@@ -195,7 +195,7 @@ def test_quantized_linear_one_kernel_over_the_packed_bytes(tmp_path, kind, rows,
     x_np = np.random.default_rng(1).standard_normal((batch, cols)).astype(np.float32)
     x = Tensor(x_np).realize()
     GlobalCounters.reset()
-    out = q.linear(x).realize()
+    out = q.linear_f32(x).realize()
     if batch == 1:  # (a batch reads each weight several times: the scheduler may store it dequantized first)
         # the codes are decoded inside the matmul's loop: no kernel dequantizes into a float32 matrix first
         assert GlobalCounters.kernel_count == 1
@@ -207,6 +207,73 @@ def test_quantized_linear_one_kernel_over_the_packed_bytes(tmp_path, kind, rows,
     np.testing.assert_array_equal(q.dequantize().numpy(), w)
 
 
+def _np_int_parts(kind: str, raw: bytes, rows: int, cols: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Codes (rows, cols // 32, 32) in x's order, and per block of 32 the scale and offset: value = code * scale +
+    offset."""
+    f16 = lambda b: b.copy().view(np.float16).astype(np.float32)[..., 0]  # noqa: E731
+    if kind == "Q4_K":
+        sb = np.frombuffer(raw, np.uint8).reshape(rows * cols // 256, 144)
+        scales, mins = _np_scales_mins_k4(sb[:, 4:16])
+        qs = sb[:, 16:].astype(np.int64).reshape(-1, 4, 32)
+        codes = np.stack([qs & 15, qs >> 4], axis=2)  # chunk c: sub-block 2c low nibbles, 2c + 1 high ones
+        scale = f16(sb[:, 0:2])[:, None] * scales.astype(np.float32)
+        offset = -f16(sb[:, 2:4])[:, None] * mins.astype(np.float32)
+        return codes.reshape(rows, -1, 32), scale.reshape(rows, -1), offset.reshape(rows, -1)
+    blocks = np.frombuffer(raw, np.uint8).reshape(rows, cols // 32, -1)
+    d = f16(blocks[..., 0:2])
+    if kind == "Q8_0":
+        return blocks[..., 2:].view(np.int8).astype(np.int64), d, np.zeros_like(d)
+    qs = blocks[..., -16:].astype(np.int64)
+    codes = np.concatenate([qs & 15, qs >> 4], axis=-1)
+    return codes, d, -8 * d if kind == "Q4_0" else f16(blocks[..., 2:4])
+
+
+def np_linear_int8(kind: str, raw: bytes, shape: tuple[int, int], x: np.ndarray) -> np.ndarray:
+    """llama.cpp's matrix-vector product, in numpy: x (cols,) quantized to int8 per block of 32 (largest magnitude to
+    127, rounded half up), each block's integer dot product with the codes, scaled by scale * amax / 127, plus the
+    offset times the sum of x's block."""
+    rows, cols = shape
+    xb = x.reshape(-1, 32)
+    amax = np.abs(xb).max(1, keepdims=True)
+    inv = np.where(amax > 0, np.float32(127) / np.where(amax > 0, amax, 1), np.float32(0)).astype(np.float32)
+    xq = np.trunc(xb * inv + np.float32(128.5)).astype(np.int64) - 128
+    codes, scale, offset = _np_int_parts(kind, raw, rows, cols)
+    dot = (codes * xq).sum(-1)  # exact
+    out = dot.astype(np.float32) * (scale * amax[:, 0]) * np.float32(1 / 127) + offset * xb.sum(1)
+    return out.sum(1)
+
+
+@pytest.mark.parametrize("kind", ["Q4_0", "Q4_1", "Q8_0", "Q4_K"])
+@pytest.mark.parametrize("rows,cols", [(7, 96), (96, 576), (1, 32), (33, 64)])
+def test_quantized_linear_int8_is_llama_cpp_arithmetic(tmp_path, kind, rows, cols):
+    # one row of x (a decode step): x quantized to int8, integer dot products per block
+    cols = cols * 8 if kind == "Q4_K" else cols  # whole super-blocks of 256
+    raw = random_data(kind, rows * cols, np.random.default_rng(0))
+    path = tmp_path / "w.gguf"
+    write_gguf(path, [], [("w", (rows, cols), kind, raw)])
+    _, infos, mm = gguf_read_header(path)
+    q = gguf_quantized(mm, infos[0])
+    assert q is not None
+    w = np_dequant(kind, raw, rows * cols).reshape(rows, cols)
+    x_np = np.random.default_rng(1).standard_normal(cols).astype(np.float32)
+    x_np[:32] = 0  # an all-zero block: codes 0, no division by zero
+    x = Tensor(x_np).realize()
+    GlobalCounters.reset()
+    out = q.linear(x.reshape(1, cols)).realize()
+    # x's block maxima and sums, x's codes, the scaled dot product of every block, each row's sum (a matrix of one
+    # (super-)block: x's maxima and sums may take a kernel each); no float32 weight
+    one_block = rows * cols == GGML[kind][1]
+    assert GlobalCounters.kernel_count == 4 or one_block and GlobalCounters.kernel_count == 5
+    packed = rows * cols // GGML[kind][1] * GGML[kind][2]
+    assert GlobalCounters.global_mem <= 2 * packed + rows * cols // 4 + 16 * cols + 8 * rows
+    ref = np_linear_int8(kind, raw, (rows, cols), x_np)
+    scale = np.abs(w).max() * np.abs(x_np).max() * np.sqrt(cols)
+    np.testing.assert_allclose(out.numpy()[0], ref, rtol=1e-5, atol=1e-6 * scale)
+    # within int8 rounding of the float32 product: each code of x is off by at most half of amax / 127
+    np.testing.assert_allclose(out.numpy()[0], w @ x_np, atol=0.5 / 127 * np.abs(x_np).max() * np.abs(w).sum(1).max())
+    assert q.linear(x).shape == (rows,)
+
+
 @pytest.mark.parametrize("kind", ["Q4_1", "Q8_0"])
 def test_quantized_stack_is_the_rows_one_below_the_other(tmp_path, kind):
     parts = [_quantized(tmp_path, kind, (rows, 64), seed) for seed, rows in enumerate((6, 2, 3))]
@@ -215,13 +282,15 @@ def test_quantized_stack_is_the_rows_one_below_the_other(tmp_path, kind):
     assert stacked.shape == (11, 64)
     np.testing.assert_array_equal(stacked.dequantize().numpy(), w)
     x_np = np.random.default_rng(2).standard_normal((1, 64)).astype(np.float32)
-    np.testing.assert_allclose(stacked.linear(Tensor(x_np)).numpy(), x_np @ w.T, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(stacked.linear_f32(Tensor(x_np)).numpy(), x_np @ w.T, rtol=1e-5, atol=1e-4)
 
 
 def test_quantized_linear_shape_errors(tmp_path):
     q, _ = _quantized(tmp_path, "Q4_1", (4, 64))
     with pytest.raises(ValueError, match="does not match quantized weight shape"):
         q.linear(Tensor.ones(1, 32))
+    with pytest.raises(ValueError, match="one row"):
+        q.linear_int8(Tensor.ones(2, 64))
     other, _ = _quantized(tmp_path, "Q8_0", (4, 64))
     with pytest.raises(ValueError, match="cannot stack"):
         QuantizedMatrix.stack([q, other])
@@ -262,7 +331,7 @@ def test_k_quant_random_blocks_match_gguf_package(kind):
 @pytest.mark.parametrize("kind", K_QUANTS)
 def test_k_quant_file_written_by_gguf_package(tmp_path, kind):
     # a file from the reference writer, read through the public loader: a 3-D tensor of the K-quant beside an F32 one;
-    # the packed path has no K-quant matmul, so gguf_quantized leaves it to load as float32
+    # the packed path has a matmul for Q4_K only: gguf_quantized leaves the others to load as float32
     gguf = pytest.importorskip("gguf")
     rng = np.random.default_rng(6)
     shape = (2, 3, 512)
@@ -284,7 +353,7 @@ def test_k_quant_file_written_by_gguf_package(tmp_path, kind):
     np.testing.assert_array_equal(tensors["b"].numpy(), bias)
     _, infos, mm = gguf_read_header(path)
     assert [i.ggml_type.name for i in infos] == [kind, "F32"]
-    assert gguf_quantized(mm, infos[0]) is None
+    assert (gguf_quantized(mm, infos[0]) is None) == (kind != "Q4_K")
 
 
 @pytest.mark.parametrize("kind", K_QUANTS)
@@ -344,11 +413,16 @@ def test_llama_of_mixed_k_quants_loads_both_ways(tmp_path):
     np.testing.assert_array_equal(model.embed_rows([3, 0]).numpy(), embd[[3, 0]])
 
 
-def test_k_quant_has_no_packed_linear():
-    q = QuantizedMatrix(GGML_TYPES[12], bytes(144 * 2), 0, (2, 256), "CPU")
-    with pytest.raises(ValueError, match="Q4_K blocks have no packed matmul"):
-        q.linear(Tensor.ones(1, 256))
-    np.testing.assert_array_equal(q.dequantize().numpy(), np.zeros((2, 256), np.float32))
+@pytest.mark.parametrize("kind", K_QUANTS)
+def test_k_quant_linear_of_several_rows_multiplies_the_dequantized_weight(kind):
+    blocks = np.frombuffer(random_data(kind, 3 * 512, np.random.default_rng(3)), np.uint8)
+    q = QuantizedMatrix(GGML_TYPES[GGML[kind][0]], blocks.tobytes(), 0, (3, 512), "CPU")
+    w = np_dequant_k(kind, blocks.reshape(-1, GGML[kind][2])).reshape(3, 512)
+    x = np.random.default_rng(4).standard_normal((5, 512)).astype(np.float32)
+    np.testing.assert_allclose(q.linear(Tensor(x)).numpy(), x @ w.T, rtol=1e-5, atol=1e-4 * np.abs(x @ w.T).max())
+    if kind != "Q4_K":
+        with pytest.raises(ValueError, match=f"{kind} blocks have no packed matmul"):
+            q.linear_int8(Tensor(x[:1]))
 
 
 def test_metadata_all_types_and_alignment(tmp_path):

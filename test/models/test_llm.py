@@ -46,3 +46,17 @@ def test_cli_names_a_corrupt_model_file(tmp_path):
     bad.write_bytes(b"not a gguf file at all, just some bytes")
     with pytest.raises(SystemExit, match=r"corrupt\.gguf.*not a GGUF file"):
         main(["--model", str(bad), "--prompt", "hi"])
+
+
+def test_argmax_token_replays_with_each_calls_logits():
+    import numpy as np
+
+    from lazygrad.models.llama import argmax_token
+
+    rng = np.random.default_rng(0)
+    for _ in range(5):  # the capture on the second call, replays after it: each reads the logits it is given
+        logits = rng.standard_normal(1000).astype(np.float32)
+        assert argmax_token(Tensor(logits)) == int(logits.argmax())
+    batch = rng.standard_normal((3, 1000)).astype(np.float32)
+    assert argmax_token(Tensor(batch)[1]) == int(batch[1].argmax())  # a view of a bigger buffer
+    assert argmax_token(Tensor(batch[:, :7])) == int(batch[:, :7].argmax())  # another shape: its own capture

@@ -331,3 +331,35 @@ def test_a_long_expression_under_a_pad_is_masked_once_not_each_constant():
     b = Tensor.rand(9, 16).contiguous().numpy()
     np.testing.assert_array_equal(a, b)
     assert 0 <= a.min() and a.max() < 1 and 0.4 < a.mean() < 0.6
+
+
+def test_reduce_with_epilogue_ending_in_contiguous_is_one_kernel():
+    (a, an), (b, bn) = realized(8, 16), realized(16, 4, seed=1)
+    assert kernels_for((a @ b).contiguous()) == 1
+    out = (a @ b).relu().contiguous()
+    assert kernels_for(out) == 1
+    np.testing.assert_allclose(out.numpy(), np.maximum(an @ bn, 0), rtol=1e-5, atol=1e-5)
+    total = (a @ b).relu().contiguous().sum()  # the contiguous is still stored: the sum is a kernel of its own
+    assert kernels_for(total) == 2
+    np.testing.assert_allclose(total.numpy(), np.maximum(an @ bn, 0).sum(), rtol=1e-4)
+
+
+def test_function_of_indices_under_an_expand_is_inlined_into_a_reduce():
+    # a per-index shift read by a reduce through an expand: computed from the loop index, not stored and loaded
+    x = Tensor(np.arange(16 * 3, dtype=np.int32).reshape(3, 16)).realize()
+    shift = Tensor.arange(2).reshape(2, 1, 1) * 4
+    out = ((x.unsqueeze(0) >> shift) & 15).sum(-1)
+    assert kernels_for(out) == 1
+    xn = np.arange(16 * 3).reshape(3, 16)
+    np.testing.assert_array_equal(out.numpy(), np.stack([(xn >> s) & 15 for s in (0, 4)]).sum(-1))
+
+
+def test_expanded_input_of_a_second_reduce_behind_a_stored_node_is_not_stored_again():
+    # the block sums of a matrix-vector product scaled by x's per-block terms, stored, then summed per row: the
+    # per-block term (an ALU op on x's sums) belongs to the first kernel, not to a kernel of its own
+    (w, wn), (x, xn) = realized(6, 4, 8), realized(4, 8, seed=1)
+    xs = x.sum(-1)
+    blocks = ((w * x).sum(-1) - xs * 3).contiguous()
+    out = blocks.sum(-1)
+    assert kernels_for(out) == 3  # x's sums, the blocks, the rows
+    np.testing.assert_allclose(out.numpy(), ((wn * xn).sum(-1) - xn.sum(-1) * 3).sum(-1), rtol=1e-5, atol=1e-5)

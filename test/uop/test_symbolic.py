@@ -250,6 +250,24 @@ class TestBoolAndWhere:
         assert simp(x.maximum(y)) == "max(x, y)"
 
 
+class TestBounds:
+    def test_shift_right_of_non_negative_values(self):
+        e = UOp(Ops.SHR, dtypes.int32, (UOp.variable("q", 3, 255), UOp.variable("s", 0, 4)))
+        assert (e.vmin, e.vmax) == (0, 255)
+        nibble = UOp(Ops.AND, dtypes.int32, (e, UOp.const(dtypes.int32, 15)))
+        assert (nibble.vmin, nibble.vmax) == (0, 15)
+        for q, sh in itertools.product((3, 17, 255), range(5)):
+            assert e.vmin <= exec_tree(e, {e.src[0]: q, e.src[1]: sh}) <= e.vmax
+
+    def test_shift_right_of_a_possibly_negative_value_is_unbounded(self):
+        e = UOp(Ops.SHR, dtypes.int32, (z, UOp.const(dtypes.int32, 1)))
+        assert (e.vmin, e.vmax) == (dtypes.min(dtypes.int32), dtypes.max(dtypes.int32))
+
+    def test_iota_counts_up_from_zero(self):
+        iota = UOp(Ops.IOTA, dtypes.int32, (), 6)
+        assert (iota.vmin, iota.vmax) == (0, 5)
+
+
 class TestUnsigned:
     def test_bounds_of_wrapping_math_are_the_dtype_range(self):
         u = UOp.variable("u", 0, 10, dtypes.uint32)

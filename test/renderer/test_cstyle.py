@@ -1,0 +1,80 @@
+"""The C dialect's integer arithmetic: an int8 dot product is spelled so gcc vectorizes it, and still wraps like torch
+where its sum could leave int32."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from lazygrad import Device, Tensor, dtypes
+from lazygrad.codegen import get_program
+from lazygrad.codegen.kernel import OptOps
+
+
+def byte_dot(a: np.ndarray, b: np.ndarray) -> Tensor:
+    """(rows, k) uint8 times (k,) int8 summed in int32."""
+    return (Tensor(a).cast(dtypes.int32) * Tensor(b).cast(dtypes.int32)).sum(-1, dtype=dtypes.int32)
+
+
+def program(t: Tensor):
+    (si,) = t.schedule()
+    return get_program(si.ast, Device["CPU"].renderer)
+
+
+def accumulate_lines(src: str) -> list[str]:
+    return [line for line in src.splitlines() if line.strip().startswith("acc0 = ")]
+
+
+def test_byte_dot_accumulates_in_plain_int_and_stays_a_loop():
+    rng = np.random.default_rng(0)
+    a, b = rng.integers(0, 256, (33, 96), dtype=np.uint8), rng.integers(-128, 128, 96, dtype=np.int8)
+    a[0], b[:] = 255, -128  # the extremes: 96 * 255 * -128 fits int32
+    prg = program(byte_dot(a, b))
+    # the sum of 96 products of bytes cannot overflow: `acc += (int)a * (int)b` plainly, which gcc turns into
+    # vpdpbusd; spelled through unsigned int (for C's undefined signed overflow) it stays scalar multiplies
+    (line,) = accumulate_lines(prg.src)
+    assert "unsigned" not in line, prg.src
+    # a loop the compiler vectorizes, not explicit vector types widened lane by lane
+    assert all(o.op is OptOps.THREAD for o in prg.applied_opts), prg.applied_opts
+    np.testing.assert_array_equal(byte_dot(a, b).numpy(), a.astype(np.int64) @ b.astype(np.int64))
+
+
+def test_int_sum_that_could_overflow_still_wraps():
+    # 70000 products of 255 * 127 pass 2**31: the bound of the accumulator says so, and the sum wraps as torch's
+    n = 70000
+    a, b = np.full((1, n), 255, np.uint8), np.full(n, 127, np.int8)
+    (line,) = accumulate_lines(program(byte_dot(a, b)).src)
+    assert "unsigned" in line
+    want = (a.astype(np.int64) @ b.astype(np.int64) + 2**31) % 2**32 - 2**31
+    np.testing.assert_array_equal(byte_dot(a, b).numpy(), want.astype(np.int32))
+
+
+def test_int32_sum_of_unbounded_values_wraps():
+    x = np.array([2**31 - 1, 1, 5], dtype=np.int32)
+    out = Tensor(x).sum(dtype=dtypes.int32)
+    assert out.item() == -(2**31) + 5
+
+
+def _cpu_has(flag: str) -> bool:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return any(line.startswith("flags") and flag in line.split() for line in f)
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not shutil.which("objdump"), reason="objdump disassembles the compiled kernel")
+@pytest.mark.skipif(not (_cpu_has("avx512_vnni") or _cpu_has("avx_vnni")), reason="the CPU has no VNNI dot products")
+def test_byte_dot_compiles_to_vnni_dot_products(tmp_path):
+    if "gcc" not in os.path.basename(Device["CPU"].compiler.cc):
+        pytest.skip("the vectorizer checked is gcc's")
+    rng = np.random.default_rng(0)
+    a, b = rng.integers(0, 256, (64, 128), dtype=np.uint8), rng.integers(-128, 128, 128, dtype=np.int8)
+    lib = tmp_path / "k.so"
+    lib.write_bytes(Device["CPU"].compiler.compile(program(byte_dot(a, b)).src))
+    asm = subprocess.run(["objdump", "-d", str(lib)], capture_output=True, text=True, check=True).stdout
+    assert "vpdpbusd" in asm
