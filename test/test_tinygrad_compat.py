@@ -40,6 +40,19 @@ def test_context_takes_tinygrad_knobs() -> None:
     with pytest.raises(KeyError):  # as tinygrad: a knob nobody defines is a mistake
         with Context(NOT_A_KNOB=1):
             pass
+    # knobs tinygrad 0.14 programs and tests set around a block; lazygrad accepts them and they change nothing
+    with Context(CHECK_OOB=0, TRACK_MATCH_STATS=0, DEVECTORIZE=0, TC=0, NOLOCALS=1, PCONTIG=0):
+        assert (Tensor([1.0, 2.0]) * 2).tolist() == [2.0, 4.0]
+
+
+def test_renderer_supported_dtypes() -> None:
+    """tinygrad's `Device[d].renderer.supported_dtypes()`: the dtypes `is_dtype_supported` says yes to."""
+    from lazygrad import Device, dtypes
+    from lazygrad.device import is_dtype_supported
+
+    supported = Device[Device.DEFAULT].renderer.supported_dtypes()
+    assert dtypes.float32 in supported and dtypes.int32 in supported and dtypes.bool in supported
+    assert all(is_dtype_supported(dt) for dt in supported)
 
 
 def _torch_grads(xs: list[np.ndarray], fn) -> list[np.ndarray]:

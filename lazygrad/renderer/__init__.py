@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from lazygrad.dtype import DType
+from lazygrad.dtype import DType, dtypes
 from lazygrad.uop.ops import UOp
 
 
@@ -46,6 +46,10 @@ class Renderer:
     def dtype_unsupported(self, dtype: DType) -> str | None:
         """Why this target cannot compute with `dtype`, or None when it can."""
         return None
+
+    def supported_dtypes(self) -> list[DType]:
+        """The dtypes this target computes with (tinygrad's name for the question `dtype_unsupported` answers)."""
+        return [dt for dt in dtypes.all if self.dtype_unsupported(dt) is None]
 
     def matmul_panel(self, m: int, n: int, k: int, itemsize: int) -> int:
         """Columns per panel when the right-hand side (k, n) of an (m, k) @ (k, n) product, stored row-major, is worth
