@@ -246,6 +246,10 @@ class CStyleLanguage(Renderer):
     def render_vectorize(self, dt: DType, items: list[str]) -> str:
         return f"(({self.render_dtype(dt)}){{{','.join(items)}}})"
 
+    def render_lanes(self, u: UOp, names: dict[UOp, str]) -> str:
+        """A VECTORIZE: the vector of its lanes' values."""
+        return self.render_vectorize(u.dtype, [names[s] for s in u.src])
+
     def render_wmma(self, u: UOp, srcs: list[str]) -> str:
         raise NotImplementedError(f"{type(self).__name__} has no tensor cores")
 
@@ -342,7 +346,7 @@ class CStyleLanguage(Renderer):
             elif op in GroupOp.Elementwise or op in (Ops.VECTORIZE, Ops.GEP, Ops.WMMA):
                 srcs = [names[s] for s in u.src]
                 if op is Ops.VECTORIZE:
-                    expr = self.render_vectorize(u.dtype, srcs)
+                    expr = self.render_lanes(u, names)
                 elif op is Ops.GEP:
                     expr = self.render_gep(srcs[0], u.arg)
                 elif op is Ops.WMMA:
@@ -582,6 +586,16 @@ class ClangRenderer(CStyleLanguage):
         return op in VECTOR_ALU or (op in VECTOR_FLOAT_ALU and dtypes.is_float(dt))
 
     # *** vector spelling ***
+
+    def render_lanes(self, u: UOp, names: dict[UOp, str]) -> str:
+        # lanes that all select under one scalar condition are one select of two vectors: gcc 12.2 with AVX-512
+        # compiles the lane-wise form `{c?a0:b0, c?a1:b1, ...}` wrongly (only lane 0 right; pow's gradient, whose
+        # zero-exponent guard is such a select, gave zeros), and compiles `c ? {a0,a1,..} : {b0,b1,..}` right
+        conds = {s.src[0] for s in u.src if s.op is Ops.WHERE}
+        if len(conds) == 1 and all(s.op is Ops.WHERE for s in u.src) and (c := conds.pop()).dtype.count == 1:
+            picked = [self.render_vectorize(u.dtype, [names[s.src[i]] for s in u.src]) for i in (1, 2)]
+            return f"({names[c]}?{picked[0]}:{picked[1]})"
+        return super().render_lanes(u, names)
 
     def render_dtype(self, dt: DType, storage: bool = False) -> str:
         if dt.count > 1 and not isinstance(dt, PtrDType):
