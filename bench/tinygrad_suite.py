@@ -72,8 +72,20 @@ MODULES = {
 # plain CPU run; none of them is an API a program computes with
 SHIM_NAMES: dict[str, dict[str, Any]] = {
     "tinygrad.helpers": {
-        "CPU_LLVM": 0, "AMD_LLVM": 0, "EMULATE": "", "DEVECTORIZE": 1, "CPU_LVP": 0, "MOCKGPU": 0, "OSX": False,
-        "WIN": False, "THREEFRY": 0, "TRANSCENDENTAL": 1, "IMAGE": 0, "NOOPT": 0, "DEBUG": 0, "CI": True,
+        "CPU_LLVM": 0,
+        "AMD_LLVM": 0,
+        "EMULATE": "",
+        "DEVECTORIZE": 1,
+        "CPU_LVP": 0,
+        "MOCKGPU": 0,
+        "OSX": False,
+        "WIN": False,
+        "THREEFRY": 0,
+        "TRANSCENDENTAL": 1,
+        "IMAGE": 0,
+        "NOOPT": 0,
+        "DEBUG": 0,
+        "CI": True,
         "Target": None,
     },
 }
@@ -140,7 +152,7 @@ class _ShimFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
         name = spec.name
-        lazy = MODULES.get(name, "lazygrad" + name[len("tinygrad"):])
+        lazy = MODULES.get(name, "lazygrad" + name[len("tinygrad") :])
         try:
             target = importlib.import_module(lazy)
         except ImportError:
@@ -231,7 +243,8 @@ def main() -> None:
             continue
         with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as tmp:
             out = tmp.name
-        cmd = [sys.executable, os.path.abspath(__file__), root, "--child", rel, out] + (["-k", args.k] if args.k else [])
+        cmd = [sys.executable, os.path.abspath(__file__), root, "--child", rel, out]
+        cmd += ["-k", args.k] if args.k else []
         start = time.perf_counter()
         try:
             subprocess.run(cmd + rest, timeout=args.timeout, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -253,7 +266,8 @@ def main() -> None:
 
 
 def _print_table(rows: list[tuple[str, dict | None, float]], verbose: bool) -> None:
-    head = f"{'file':40s} {'pass':>5s} {'fail':>5s} {'skip':>5s} {'shim-skip':>9s} {'pass/run':>9s} {'pass/all':>9s} {'s':>6s}"
+    cols = ("pass", 5), ("fail", 5), ("skip", 5), ("shim-skip", 9), ("pass/run", 9), ("pass/all", 9), ("s", 6)
+    head = f"{'file':40s} " + " ".join(f"{c:>{w}s}" for c, w in cols)
     print(head)
     print("-" * len(head))
     for rel, data, secs in rows:
@@ -266,7 +280,8 @@ def _print_table(rows: list[tuple[str, dict | None, float]], verbose: bool) -> N
         allc = run + n["shim-skip"]
         pr = f"{100 * n['pass'] / run:.1f}%" if run else "-"
         pa = f"{100 * n['pass'] / allc:.1f}%" if allc else "-"
-        print(f"{rel:40s} {n['pass']:5d} {n['fail']:5d} {n['skip']:5d} {n['shim-skip']:9d} {pr:>9s} {pa:>9s} {secs:6.0f}")
+        counts = f"{n['pass']:5d} {n['fail']:5d} {n['skip']:5d} {n['shim-skip']:9d}"
+        print(f"{rel:40s} {counts} {pr:>9s} {pa:>9s} {secs:6.0f}")
     for rel, data, _ in rows:
         if data is None:
             continue

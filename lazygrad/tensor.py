@@ -1024,16 +1024,18 @@ class Tensor(metaclass=_TensorType):
         return Tensor.normal(*shape_, mean=0.0, std=Tensor._kaiming_std(shape_, a), dtype=dtype, device=device)
 
     @staticmethod
-    def randperm(n: int, dtype: DType | str = dtypes.int64, device: str | None = None) -> Tensor:
+    def randperm(n: int, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
         """A random permutation of 0..n-1: the stable argsort of n uniforms (O(n^2) compares, as sort)."""
         if n < 0:
             raise ValueError(f"randperm: n must be non-negative, got {n}")
-        return Tensor.rand(n, device=device).argsort().cast(to_dtype(dtype))
+        perm = Tensor.rand(n, device=device).argsort()
+        return perm if dtype is None else perm.cast(to_dtype(dtype))
 
     def multinomial(self, num_samples: int = 1, replacement: bool = False) -> Tensor:
         """Indices drawn from the categories of the last dim with probability proportional to self's weights, as
-        torch.multinomial (int64). With replacement: the inverse of the cumulative distribution at uniforms; without:
-        the top num_samples of log(weight) + Gumbel noise, which draws one after another without putting back."""
+        torch.multinomial (in the default int, as every index-returning op). With replacement: the inverse of the
+        cumulative distribution at uniforms; without: the top num_samples of log(weight) + Gumbel noise, which draws
+        one after another without putting back."""
         if self.ndim not in (1, 2):
             raise ArgumentError(f"multinomial needs a 1-D or 2-D tensor of weights, got shape {self.shape}")
         if num_samples <= 0:
@@ -1053,7 +1055,7 @@ class Tensor(metaclass=_TensorType):
             gumbel = -(-(Tensor.rand(rows, n, device=self.device).clamp(min_=1e-12)).log()).log()
             keys = (w > 0).where(w.log() + gumbel, -math.inf)
             idx = keys.topk(num_samples, dim=1)[1]
-        idx = idx.cast(dtypes.int64)
+        idx = idx.cast(dtypes.default_int)
         return idx if self.ndim == 2 else idx.squeeze(0)
 
     def rand_like(self, dtype: DType | str | None = None) -> Tensor:
@@ -1520,19 +1522,19 @@ class Tensor(metaclass=_TensorType):
     def nonzero(
         self, size: int | None = None, fill_value: Any = 0, *, as_tuple: bool = False
     ) -> Tensor | tuple[Tensor, ...]:
-        """Coordinates of the nonzero elements, (count, ndim) int64 in row-major order, or one tensor per dim. With
-        `size`, (size, ndim): the first `size` nonzeros, then rows of `fill_value` (no device read; tinygrad's)."""
+        """Coordinates of the nonzero elements, (count, ndim) default ints in row-major order, or one tensor per dim.
+        With `size`, (size, ndim): the first `size` nonzeros, then rows of `fill_value` (no device read; tinygrad's)."""
         flat = (self != 0).flatten()
         pos = Tensor.arange(flat.numel(), device=self.device).reshape(1, -1)
         where = _pick(pos, flat._select_rows(size), (1,))
         strides = [prod(self.shape[d + 1 :]) for d in range(self.ndim)]
-        coords = [(where // st % s).cast(dtypes.int64) for st, s in zip(strides, self.shape)]
+        coords = [(where // st % s).cast(dtypes.default_int) for st, s in zip(strides, self.shape)]
         if size is not None:
             coords = [flat._fill_beyond_count(c, fill_value) for c in coords]
         if as_tuple:
             return tuple(coords)
         if not coords:
-            return Tensor.zeros(where.shape[0], 0, dtype=dtypes.int64, device=self.device)
+            return Tensor.zeros(where.shape[0], 0, dtype=dtypes.default_int, device=self.device)
         return Tensor.stack(*coords, dim=1)
 
     def _triangle(self, diagonal: int, upper: bool) -> Tensor:
@@ -1875,7 +1877,7 @@ class Tensor(metaclass=_TensorType):
         # the running max is reached anew (or tied) exactly where x == max so far: the index is a running max too
         hit = (self == values) | self.isnan() if dtypes.is_float(self.dtype) else self == values
         pos = Tensor.arange(n, device=self.device).reshape((n,) + (1,) * (self.ndim - d - 1)) if self.ndim else 0
-        indices = hit.where(pos, -1)._cumulative(axis, "max").cast(dtypes.int64)
+        indices = hit.where(pos, -1)._cumulative(axis, "max").cast(dtypes.default_int)
         if self.ndim and self.requires_grad:
             # torch's gradient goes to the element the index names, not shared among ties as a max's would be
             values = self.gather(d, indices)
@@ -1891,8 +1893,8 @@ class Tensor(metaclass=_TensorType):
         return self.cast(least_upper_float(self.dtype))._cumulative(axis, "logsumexp")
 
     def sort(self, dim: int = -1, descending: bool = False, *, stable: bool = True) -> tuple[Tensor, Tensor]:
-        """Sorted values and int64 indices. Each element's place is the count of elements that go before it (ties in
-        index order: always stable); NaN sorts as the largest value, as in torch."""
+        """Sorted values and their indices (default int). Each element's place is the count of elements that go
+        before it (ties in index order: always stable); NaN sorts as the largest value, as in torch."""
         d = _axes(dim, self.ndim)[0] if self.ndim else 0
         x = (self.reshape(1) if self.ndim == 0 else self).transpose(d, -1)
         n = x.shape[-1]
@@ -1905,7 +1907,7 @@ class Tensor(metaclass=_TensorType):
         rank = (first | (_sorts_equal(a, b) & earlier)).sum(-1, dtype=dtypes.int32)
         place = rank.unsqueeze(-1) == i  # (..., i, r)
         values = _pick(x.unsqueeze(-1), place, (-2,))
-        indices = _pick(i.reshape(n, 1), place, (-2,)).cast(dtypes.int64)
+        indices = _pick(i.reshape(n, 1), place, (-2,)).cast(dtypes.default_int)
         values, indices = values.transpose(d, -1), indices.transpose(d, -1)
         return (values.reshape(()), indices.reshape(())) if self.ndim == 0 else (values, indices)
 
@@ -2081,7 +2083,8 @@ class Tensor(metaclass=_TensorType):
         dilation: int | Sequence[int] = 1,
         ceil_mode: bool = False,
     ) -> tuple[Tensor, Tensor]:
-        """max_pool2d and, as torch, the int64 flat index (within each input plane) of each window's first maximum."""
+        """max_pool2d and, as torch, the flat index (default int, within each input plane) of each window's first
+        maximum."""
         k_, s_, d_, _, pads = self._pool_setup(kernel_size, stride, padding, dilation, ceil_mode)
         nk, kn = len(k_), prod(k_)
         values = self.max_pool2d(kernel_size, stride, padding, dilation, ceil_mode)
@@ -2094,7 +2097,7 @@ class Tensor(metaclass=_TensorType):
         hit = windows == values.unsqueeze(-1)
         first = kn - hit.where(Tensor.arange(kn, 0, -1, device=self.device), 0).max(-1, keepdim=True)
         picked = _pick(pos._broadcast_to(windows.shape), Tensor.arange(kn, device=self.device) == first, (-1,))
-        return values, picked.cast(dtypes.int64)
+        return values, picked.cast(dtypes.default_int)
 
     def max_unpool2d(
         self,
@@ -2843,7 +2846,8 @@ class Tensor(metaclass=_TensorType):
         # the first maximal index wins: score n - i for maxima, 0 elsewhere
         rev = (Tensor.arange(n, 0, -1, device=self.device)).reshape((n,) + (1,) * (self.ndim - d - 1))
         score = is_max.where(rev, 0).max(d, keepdim=keepdim)
-        return (n - score).cast(dtypes.int64)  # every index-returning op gives int64, as torch
+        # every index-returning op gives the default int (int32), as tinygrad; torch gives int64
+        return (n - score).cast(dtypes.default_int)
 
     def argmax(self, axis: int | None = None, keepdim: bool = False) -> Tensor:
         return self._arg_extreme(axis, keepdim, True)
@@ -3109,7 +3113,7 @@ class Tensor(metaclass=_TensorType):
         ceil_mode: bool = False,
         return_indices: bool = False,
     ) -> Any:
-        """With return_indices, also the int64 flat index of each maximum within its input plane (as torch)."""
+        """With return_indices, also the flat index (default int) of each maximum within its input plane."""
         if return_indices:
             return self.max_pool2d_with_indices(kernel_size, stride, padding, dilation, ceil_mode)
         k_, s_, d_, _, pads = self._pool_setup(kernel_size, stride, padding, dilation, ceil_mode)

@@ -257,7 +257,8 @@ def test_sort_argsort_topk(shape, dim):
         k = min(2, x.shape[dim])
         tk = x.topk(k, dim)
         tks = x.topk(k, dim, largest=False)
-        return s, i, sd, idd, x.argsort(dim), tk[0], tk[1], tks[0], tks[1]
+        # torch's indices are int64, lazygrad's the default int (int32, as tinygrad)
+        return s, i.int(), sd, idd.int(), x.argsort(dim).int(), tk[0], tk[1].int(), tks[0], tks[1].int()
 
     check(fn, fn, [randn(*shape)])
 
@@ -271,7 +272,11 @@ def test_sort_kernel_count():
 
 def test_sort_ties_nan_and_ints():
     a = np.array([2.0, np.nan, 1.0, 2.0, -0.0, 0.0, np.nan, 1.0], dtype=np.float32)
-    fn = lambda x: (*x.sort(stable=True), *x.sort(descending=True, stable=True))  # noqa: E731
+
+    def fn(x):
+        (s, i), (sd, idd) = x.sort(stable=True), x.sort(descending=True, stable=True)
+        return s, i.int(), sd, idd.int()  # torch's indices are int64, lazygrad's int32
+
     check(fn, fn, [a], grad=False)
     for dt in ("int32", "int8", "float16", "uint8"):
         check(fn, fn, [np.array([[5, 1, 5, 3, 1], [0, 7, 7, 2, 9]], dtype=dt)], grad=False)
@@ -492,7 +497,7 @@ def test_max_pool2d_with_indices_roundtrip(cfg):
         args = (cfg["kernel_size"], cfg.get("stride"), cfg.get("padding", 0), x.shape[-2:])
         if is_torch(x):
             v, i = F.max_pool2d(x, return_indices=True, **cfg)
-            return v, i, F.max_unpool2d(v, i, *args)
+            return v, i.int(), F.max_unpool2d(v, i, *args)
         v, i = x.max_pool2d_with_indices(**cfg)
         return v, i, v.max_unpool2d(i, *args)
 

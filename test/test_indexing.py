@@ -337,7 +337,7 @@ def test_masked_fill_select_nonzero():
     for a in (np.array([[0, 3, 0], [1, 0, 7]]), np.zeros((2, 0)), np.array(5), np.array([0.0, -0.0, np.nan, 1e-30])):
         t, r = Tensor(a), torch.from_numpy(a)
         np.testing.assert_array_equal(t.nonzero().numpy(), r.nonzero().numpy())
-        assert t.nonzero().dtype == dtypes.int64
+        assert t.nonzero().dtype == dtypes.default_int
     rows, cols = Tensor([[0, 1], [1, 0]]).nonzero(as_tuple=True)
     assert rows.tolist() == [0, 1] and cols.tolist() == [1, 0]
 
