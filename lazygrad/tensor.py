@@ -2056,24 +2056,33 @@ class Tensor(metaclass=_TensorType):
         if len(outs) != nsp:
             raise ArgumentError(f"interpolate: size {size} needs {nsp} entries for input shape {self.shape}")
         x = self.cast(least_upper_float(self.dtype)) if mode in linear else self
-        for k, (i, o, s) in enumerate(zip(ins, outs, scales)):
+        # an integer image blends one dim at a time from the last, in fixed point, rounding after each (torch's uint8
+        # resampling, bit for bit)
+        rounded = mode in linear and not dtypes.is_float(self.dtype)
+        for k, (i, o, s) in reversed(list(enumerate(zip(ins, outs, scales)))):
             dim = 2 + k
             dst = Tensor.arange(o, device=self.device).cast(dtypes.float32)
-            if mode in linear:
+            pre, shape = (slice(None),) * dim, (o,) + (1,) * (x.ndim - dim - 1)
+            if rounded:
+                lo_, hi_, w0, w1, p = _fixed_point_taps(i, o, s, align_corners)
+                lo, hi = (Tensor(v, dtype=dtypes.int32, device=self.device) for v in (lo_, hi_))
+                w0t, w1t = (Tensor(v, dtype=x.dtype, device=self.device).reshape(shape) for v in (w0, w1))
+                x = ((x[pre + (lo,)] * w0t + x[pre + (hi,)] * w1t + (1 << p >> 1)) / (1 << p)).floor()
+                x = x.clip(dtypes.min(self.dtype), dtypes.max(self.dtype))
+            elif mode in linear:
                 if align_corners:
                     src = dst * ((i - 1) / (o - 1) if o > 1 else 0.0)
                 else:
                     src = ((dst + 0.5) * s - 0.5).maximum(0.0)
                 lo = src.floor().cast(dtypes.int32).minimum(i - 1)
                 hi = (lo + 1).minimum(i - 1)
-                w = (src - lo.cast(dtypes.float32)).cast(x.dtype).reshape((o,) + (1,) * (x.ndim - dim - 1))
-                pre = (slice(None),) * dim
+                w = (src - lo.cast(dtypes.float32)).cast(x.dtype).reshape(shape)
                 x = x[pre + (lo,)] * (1 - w) + x[pre + (hi,)] * w
             else:
                 src = (dst + 0.5) * s if mode == "nearest-exact" else dst * s
                 idx = src.floor().cast(dtypes.int32).minimum(i - 1)
                 x = x[(slice(None),) * dim + (idx,)]
-        return x
+        return x if x.dtype == self.dtype else x.cast(self.dtype)
 
     def max_pool2d_with_indices(
         self,
@@ -2680,7 +2689,9 @@ class Tensor(metaclass=_TensorType):
     def erf(self) -> Tensor:
         return self._in_float32(_erf)
 
-    def gelu(self, approximate: str = "none") -> Tensor:
+    def gelu(self, approximate: str = "tanh") -> Tensor:
+        """GELU. The tanh approximation by default, as tinygrad's Tensor.gelu; approximate="none" is the exact
+        x * Phi(x) (torch.nn.functional.gelu's default)."""
         if approximate == "tanh":
             return self._in_float32(
                 lambda x: 0.5 * x * (1 + (math.sqrt(2 / math.pi) * (x + 0.044715 * x * x * x)).tanh())
@@ -4063,6 +4074,25 @@ def _index_mask(
         mask = m if mask is None else mask & m
     assert mask is not None
     return mask
+
+
+def _fixed_point_taps(
+    i: int, o: int, s: float, align_corners: bool
+) -> tuple[list[int], list[int], list[int], list[int], int]:
+    """Linear resampling of a dim of size i to o as torch resamples uint8 images: each output's two input taps (lo,
+    hi) and their weights as integers scaled by 2**p, p the finest precision at which the largest weight still fits
+    an int16. Sizes alone decide them, so they are computed here and enter the graph as constants."""
+    taps = []
+    for j in range(o):
+        src = j * ((i - 1) / (o - 1) if o > 1 else 0.0) if align_corners else max((j + 0.5) * s - 0.5, 0.0)
+        lo = min(int(math.floor(src)), i - 1)
+        hi = min(lo + 1, i - 1)
+        taps.append((lo, hi, 1.0 - (src - lo), src - lo) if hi != lo else (lo, lo, 1.0, 0.0))
+    biggest, p = max(max(t[2], t[3]) for t in taps), 0
+    while p < 15 and int(0.5 + biggest * (1 << (p + 1))) < (1 << 15):
+        p += 1
+    lo_, hi_, w0, w1 = zip(*taps)
+    return list(lo_), list(hi_), [int(w * (1 << p) + 0.5) for w in w0], [int(w * (1 << p) + 0.5) for w in w1], p
 
 
 def _pick(x: Tensor, mask: Tensor, axes: tuple[int, ...]) -> Tensor:

@@ -325,8 +325,8 @@ ACTIVATIONS = {
     "elu": (lambda x: x.elu(0.7), lambda x: F.elu(x, 0.7)),
     "celu": (lambda x: x.celu(1.3), lambda x: F.celu(x, 1.3)),
     "selu": (lambda x: x.selu(), F.selu),
-    "gelu": (lambda x: x.gelu(), F.gelu),
-    "gelu_tanh": (lambda x: x.gelu("tanh"), lambda x: F.gelu(x, approximate="tanh")),
+    "gelu": (lambda x: x.gelu("none"), F.gelu),
+    "gelu_tanh": (lambda x: x.gelu(), lambda x: F.gelu(x, approximate="tanh")),  # tinygrad's default: tanh
     "quick_gelu": (lambda x: x.quick_gelu(), lambda x: x * torch.sigmoid(1.702 * x)),
     "silu": (lambda x: x.silu(), F.silu),
     "mish": (lambda x: x.mish(), F.mish),
@@ -473,6 +473,20 @@ def test_interpolate_linear_trilinear():
     check(fn, fn, [randn(2, 3, 4), randn(1, 1, 2, 3, 4, seed=1)], atol=1e-5)
     with pytest.raises(ValueError, match="exactly one of size and scale_factor"):
         Tensor(randn(1, 1, 4)).interpolate()
+
+
+@pytest.mark.parametrize("shape,size", [((2, 3, 64, 64), (10, 10)), ((1, 2, 7, 9), (13, 5)), ((1, 1, 5, 5), (3, 8))])
+@pytest.mark.parametrize("align", [False, True])
+def test_interpolate_uint8_bilinear(shape, size, align):
+    """uint8 images resample to uint8, bit for bit as torch (fixed-point weights, rounding after each dim)."""
+    x = np.random.default_rng(0).integers(0, 256, shape).astype(np.uint8)
+    out = Tensor(x).interpolate(size=size, mode="bilinear", align_corners=align)
+    ref = F.interpolate(torch.from_numpy(x), size=size, mode="bilinear", align_corners=align)
+    assert out.dtype == dtypes.uint8
+    np.testing.assert_array_equal(out.numpy(), ref.numpy())
+    small = (np.arange(np.prod(shape)) % 21).reshape(shape).astype(np.uint8)  # the values tinygrad's test uses
+    ref = F.interpolate(torch.from_numpy(small), size=size, mode="nearest")
+    np.testing.assert_array_equal(Tensor(small).interpolate(size=size, mode="nearest").numpy(), ref.numpy())
 
 
 def test_max_unpool2d():

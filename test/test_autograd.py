@@ -28,7 +28,7 @@ UNARY: dict[str, tuple[Any, Any, tuple[float, float]]] = {
     "tanh": (Tensor.tanh, torch.tanh, (-3, 3)),
     "sigmoid": (Tensor.sigmoid, torch.sigmoid, (-4, 4)),
     "relu": (Tensor.relu, torch.relu, (-2, 2)),
-    "gelu": (Tensor.gelu, torch.nn.functional.gelu, (-3, 3)),
+    "gelu": (lambda x: x.gelu("none"), torch.nn.functional.gelu, (-3, 3)),
     "silu": (Tensor.silu, torch.nn.functional.silu, (-3, 3)),
     "softplus": (Tensor.softplus, torch.nn.functional.softplus, (-3, 3)),
     "abs": (Tensor.abs, torch.abs, (-2, 2)),
