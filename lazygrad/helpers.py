@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import functools
 import hashlib
 import math
@@ -340,8 +341,14 @@ def _cache_key(key: Any) -> str:
     return key if isinstance(key, str) else hashlib.sha256(repr(key).encode()).hexdigest()
 
 
-def temp_path(name: str) -> str:
-    return os.path.join(tempfile.gettempdir(), name)
+def temp(name: str, append_user: bool = False) -> str:
+    """A path named `name` in the system's temporary directory (tinygrad's helper; append_user keeps users apart)."""
+    return os.path.join(tempfile.gettempdir(), f"{name}.{os.getuid()}" if append_user else name)
+
+
+def mv_address(mv: memoryview) -> int:
+    """The address of a writable memoryview's first byte (for Tensor.from_blob), as tinygrad's helper."""
+    return ctypes.addressof(ctypes.c_char.from_buffer(mv))
 
 
 @contextlib.contextmanager

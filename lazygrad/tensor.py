@@ -133,6 +133,7 @@ def realized_values_hidden(drop: Callable[[UOp], bool]) -> Iterator[None]:
 
 # realized tensor's buffer node -> the graph that computed it, for tensors that needed a gradient path (see backward)
 _lazy_origin: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
+_CLONE_IDS = itertools.count(1)  # Tensor.clone's node numbers
 # realized buffer node -> the tensor that holds it as its own memory (see schedule_with_vars)
 _buffer_owner: weakref.WeakKeyDictionary[UOp, weakref.ref] = weakref.WeakKeyDictionary()
 # one schedule is made and run at a time: a thread realizing a graph another thread has scheduled but not run yet
@@ -487,7 +488,8 @@ class Tensor(metaclass=_TensorType):
             if n in reached and n is not root and not (t._requires_grad is None and id(t) in viewed)
         ]
         replace: set[int] = set()
-        if any(t._requires_grad for t, _ in leaves):
+        torch_style = any(t._requires_grad for t, _ in leaves)
+        if torch_style:
             # where the graph has a tensor set True (torch code; or an optimizer's parameters, which it sets True),
             # requires_grad flows as in tinygrad: an unset tensor computed from one set True gets a .grad, an unset
             # one that is not (an input) gets none, else a persistent input's .grad would grow by one lazy add per
@@ -507,7 +509,9 @@ class Tensor(metaclass=_TensorType):
             if (g := grads.get(n)) is not None:
                 t.grad = g if t.grad is None or id(t) in replace else t.grad + g
                 t.grad.requires_grad = False  # as in torch: a gradient is data, it keeps no graph when realized
-        if not retain_graph:
+        if not retain_graph and torch_style:
+            # torch frees the graph (a second backward is an error); tinygrad keeps it (gradients accumulate), and
+            # code that sets no requires_grad is tinygrad code
             Tensor._graph_freed[id(self)] = self
         note_backward_root(self)
         return self
@@ -1552,8 +1556,15 @@ class Tensor(metaclass=_TensorType):
     def triu(self, diagonal: int = 0) -> Tensor:
         return self._triangle(diagonal, True)
 
-    def clone(self) -> Tensor:
-        return Tensor(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
+    def clone(self, device: str | tuple[str, ...] | None = None) -> Tensor:
+        """A copy in memory of its own (on `device` if given), with `.grad` cloned along, as tinygrad's clone. Each
+        clone is a node of its own (numbered in the arg), so two clones of one value are two tensors with a gradient
+        each, as torch's (the hash-consed graph would otherwise make them one)."""
+        src = self if device is None else self.to(device)
+        out = Tensor(UOp(Ops.CONTIGUOUS, src.dtype, (src.uop,), next(_CLONE_IDS)))
+        if self.grad is not None:
+            out.grad = self.grad.clone(device)
+        return out
 
     # *** shape ops built from views ***
 

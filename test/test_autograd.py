@@ -267,6 +267,20 @@ def test_backward_errors() -> None:
         Tensor([1.0], requires_grad=False).sum().backward()
 
 
+def test_second_backward_of_tinygrad_code_accumulates() -> None:
+    """Nothing set requires_grad: tinygrad code, whose graph is kept; each backward adds its gradients again."""
+    x, w = Tensor([[1.0, -2.0]]), Tensor([[0.5], [3.0]])
+    loss = (x @ w).relu().sum() + (w * w).sum()
+    loss.backward()
+    once = w.grad.numpy()
+    loss.backward()
+    loss.backward()
+    tx, tw = torch.tensor([[1.0, -2.0]]), torch.tensor([[0.5], [3.0]], requires_grad=True)
+    ((tx @ tw).relu().sum() + (tw * tw).sum()).backward()
+    np.testing.assert_allclose(once, tw.grad.numpy())
+    np.testing.assert_allclose(w.grad.numpy(), 3 * tw.grad.numpy())
+
+
 def test_non_scalar_backward_with_gradient() -> None:
     x = Tensor([1.0, 2.0, 3.0], requires_grad=True)
     (x * x).backward(Tensor([1.0, 0.0, 2.0]))

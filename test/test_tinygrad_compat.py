@@ -240,3 +240,36 @@ def test_function_rejects_other_returns() -> None:
 
     with pytest.raises(RuntimeError, match="must return a Tensor"):
         f(Tensor([1.0]))
+
+
+def test_clone_is_a_tensor_of_its_own() -> None:
+    """Two clones of one value are two leaves (torch: each gets its own gradient), clone carries .grad (tinygrad) and
+    takes a device; writes into a clone leave the source alone."""
+    w1, w2 = Tensor(3.5).clone(), Tensor(3.5).clone()
+    (w1 * 2 + w2).backward()
+    t1, t2 = torch.tensor(3.5, requires_grad=True), torch.tensor(3.5, requires_grad=True)
+    (t1 * 2 + t2).backward()
+    assert (w1.grad.item(), w2.grad.item()) == (t1.grad.item(), t2.grad.item()) == (2.0, 1.0)
+    a = Tensor([[1.0, 2.0], [3.0, 4.0]])
+    (a * a).sum().backward()
+    b = a.clone(device="CPU")
+    assert b.device == "CPU" and b.grad is not None and b.grad.tolist() == a.grad.tolist() == [[2.0, 4.0], [6.0, 8.0]]
+    x = Tensor([1.0, 2.0, 3.0]).realize()
+    y, z = x.clone(), x.clone()
+    y.assign(Tensor([9.0, 9.0, 9.0]))
+    assert (x.tolist(), y.tolist(), z.tolist()) == ([1.0, 2.0, 3.0], [9.0, 9.0, 9.0], [1.0, 2.0, 3.0])
+
+
+def test_tinygrad_helpers_temp_and_mv_address() -> None:
+    import array
+    import os
+    import tempfile
+
+    from lazygrad import dtypes
+    from lazygrad.helpers import mv_address, temp
+
+    assert temp("x") == os.path.join(tempfile.gettempdir(), "x") and temp("x", append_user=True) != temp("x")
+    mem = memoryview(bytearray(16)).cast("I")
+    t = Tensor.from_blob(mv_address(mem), (4,), dtype=dtypes.uint32, device="CPU")
+    mem[:] = array.array("I", [5, 6, 7, 8])
+    assert (t + 1).tolist() == [6, 7, 8, 9]
