@@ -556,10 +556,13 @@ class Tensor(metaclass=_TensorType):
                 if scalar
                 else Tensor(x, dtype=self.dtype, device=self.device)
             )
-        if x.shape != self.shape or x.dtype != self.dtype or x.device != self.device:
+        if x.dtype != self.dtype:  # no silent cast: it could lose precision (tinygrad's rule; RuntimeError as torch's)
+            raise ArgumentError(f"assign dtype mismatch: target {self.dtype}, value {x.dtype}; cast the value first")
+        if x.shape != self.shape and x.device == self.device and _broadcasts_to(x.shape, self.shape):
+            x = x.expand(self.shape)  # a value of fewer or size-1 dims fills every row, as tinygrad's assign
+        if x.shape != self.shape or x.device != self.device:
             raise ArgumentError(
-                f"assign needs the same shape, dtype and device: target {self.shape} {self.dtype} {self.device}, "
-                f"value {x.shape} {x.dtype} {x.device}"
+                f"assign needs the same shape and device: target {self.shape} {self.device}, value {x.shape} {x.device}"
             )
         if self._view_of is not None:
             return self._write_through(None, x)
@@ -863,6 +866,10 @@ class Tensor(metaclass=_TensorType):
     @staticmethod
     def ones(*shape: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
         return Tensor.full(argfix(*shape), 1.0, dtype=dtype or dtypes.default_float, device=device)
+
+    def const_like(self, value: Any) -> Tensor:
+        """`value` in this tensor's shape, dtype and device (tinygrad's name; full_like without a dtype to pick)."""
+        return self.full_like(value)
 
     def full_like(self, fill_value: Any, dtype: DType | str | None = None) -> Tensor:
         return Tensor.full(self.shape, fill_value, dtype=dtype or self.dtype, device=self.device)
@@ -4085,6 +4092,11 @@ def _index_mask(
         mask = m if mask is None else mask & m
     assert mask is not None
     return mask
+
+
+def _broadcasts_to(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
+    """Whether `shape` expands to `target` by numpy's rules (align on the right; a dim of 1 stretches)."""
+    return len(shape) <= len(target) and all(s in (1, t) for s, t in zip(reversed(shape), reversed(target)))
 
 
 def _fixed_point_taps(

@@ -273,3 +273,19 @@ def test_tinygrad_helpers_temp_and_mv_address() -> None:
     t = Tensor.from_blob(mv_address(mem), (4,), dtype=dtypes.uint32, device="CPU")
     mem[:] = array.array("I", [5, 6, 7, 8])
     assert (t + 1).tolist() == [6, 7, 8, 9]
+
+
+def test_assign_broadcasts_and_refuses_a_dtype_change() -> None:
+    """tinygrad's assign: a value of fewer or size-1 dims fills every row; a value of another dtype is an error (a
+    RuntimeError, as torch's errors) rather than a silent cast."""
+    a = Tensor.zeros(3, 5).contiguous().realize()
+    a.assign(Tensor([1.0, 2.0, 3.0, 4.0, 5.0]))
+    np.testing.assert_array_equal(a.numpy(), np.broadcast_to(np.arange(1, 6, dtype=np.float32), (3, 5)))
+    a.assign(Tensor([[9.0], [8.0], [7.0]]))
+    np.testing.assert_array_equal(a.numpy()[:, 0], [9.0, 8.0, 7.0])
+    with pytest.raises(RuntimeError, match="assign dtype mismatch"):
+        a.assign(Tensor([1, 2, 3, 4, 5]))
+    with pytest.raises(RuntimeError, match="same shape"):
+        a.assign(Tensor.ones(2, 5))
+    c = Tensor.ones(2, 3, dtype="int8").const_like(7)
+    assert c.dtype.name == "int8" and c.tolist() == [[7] * 3] * 2
