@@ -2771,7 +2771,9 @@ class Tensor(metaclass=_TensorType):
         if dt == self.dtype:
             return self
         _check_dtype("bitcast", dt, self.device)
-        return Tensor(UOp(Ops.BITCAST, dt, (self.uop,)))
+        out = Tensor(UOp(Ops.BITCAST, dt, (self.uop,)))
+        out._view_of = self._view_of or (self, self.uop)  # the same memory read as other bits (torch's view(dtype))
+        return out
 
     def float(self) -> Tensor:
         return self.cast(dtypes.float32)
@@ -4186,10 +4188,10 @@ def _getitem(t: Tensor, index: Any) -> Tensor:
 
 
 def _view_chain(u: UOp, at: UOp) -> list[UOp]:
-    """The movement ops (and detaches) that make view node u from its base's node `at`, base first."""
+    """The movement ops (and detaches, bitcasts) that make view node u from its base's node `at`, base first."""
     chain, done = [], _realized.get(at)
     while u is not at and u is not done:
-        if u.op not in GroupOp.Movement and u.op is not Ops.DETACH:
+        if u.op not in GroupOp.Movement and u.op not in (Ops.DETACH, Ops.BITCAST):
             raise NotImplementedError("this view no longer leads to the memory of the tensor it was taken from")
         chain.append(u)
         u = u.src[0]
@@ -4202,6 +4204,8 @@ def _unview(u: UOp, t: Tensor | None) -> Tensor | None:
     src = u.src[0].shape
     if u.op is Ops.DETACH:
         return t if t is None or t.dtype == dtypes.bool else t.detach()
+    if u.op is Ops.BITCAST:  # values written in the view's dtype are the source's bits; a bool mask stays as it is
+        return t if t is None or t.dtype != u.dtype else t.bitcast(u.src[0].dtype)
     if u.op is Ops.EXPAND and u.shape != src:
         if t is None:
             raise RuntimeError(
