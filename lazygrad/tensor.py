@@ -1385,6 +1385,9 @@ class Tensor(metaclass=_TensorType):
         else:
             self.assign(hit.where(vals, self) if hit is not None else vals)
 
+    def __delitem__(self, index: Any) -> None:
+        raise TypeError("Tensor does not support deleting items")  # torch's error (without this: an AttributeError)
+
     def _write_through(self, hit: Tensor | None, vals: Tensor) -> Tensor:
         """Write vals where hit (None: everywhere) into the memory this view shows, as torch does: the tensor it is a
         view of gets the write (in place if realized, else in its lazy graph), and this view reads the result."""
@@ -3590,6 +3593,11 @@ class ArgumentError(ValueError, RuntimeError):
     RuntimeError for these, and lazygrad raised ValueError before: it is both."""
 
 
+class IndexTypeError(IndexError, TypeError):
+    """An index of a type that cannot index (a float, a string): torch raises IndexError, lazygrad raised TypeError
+    before: it is both."""
+
+
 class DTypeError(TypeError, RuntimeError):
     """A dtype an op cannot take (gradients of integers): TypeError, and RuntimeError as torch raises."""
 
@@ -3965,6 +3973,10 @@ def _dims_consumed(item: Any) -> int:
 def _split_index(t: Tensor, index: Any) -> tuple[list[Any], list[tuple[int, Tensor]]]:
     """The basic part of an index (ints, slices, None; a full slice where a tensor indexes) and the advanced part:
     (dim of the basic view, integer index tensor) per indexed dim, a bool mask counting as one per masked dim."""
+    if isinstance(index, list) and not all(isinstance(e, int) for e in index):
+        # tinygrad's rule (and torch's before 2.9): a list of anything but ints is the tuple of its parts, so
+        # x[[rows, cols]] is x[rows, cols] and x[[slice(None), [1, 3]]] x[:, [1, 3]] (numpy reads an index array)
+        index = tuple(index)
     raw = list(index) if isinstance(index, tuple) else [index]
     items: list[Any] = []
     for i in raw:
@@ -3979,7 +3991,9 @@ def _split_index(t: Tensor, index: Any) -> tuple[list[Any], list[tuple[int, Tens
             x = _index_tensor(t, i)
             items.append((i, x))
         else:
-            raise TypeError(f"invalid index {i!r} of type {type(i).__name__}")
+            raise IndexTypeError(
+                f"invalid index {i!r} of type {type(i).__name__}: use ints, slices, None, ... or tensors"
+            )
     if sum(i is Ellipsis for i in items) > 1:
         raise IndexError("an index can only have a single ellipsis (...)")
     consumed = [0 if i is None or i is Ellipsis else _dims_consumed(i) for i in items]
