@@ -3,11 +3,12 @@
 Usage:
     python3 bench/tinygrad_suite.py DIR [FILE ...] [-k EXPR] [--timeout S] [-v]
 
-DIR is a directory laid out like a tinygrad checkout's `test/` parent (it holds `test/__init__.py`,
-`test/helpers.py`, `test/backend/test_ops.py`, `test/unit/test_indexing.py`, ...). FILE names a test file relative to
-DIR (default: the frontend set in FRONTEND below). Every file runs in its own pytest process; the table gives per
-file: passed, failed (errors included), skipped by the file itself, skipped by this shim (with a stated reason,
-counted apart), and pass rates.
+DIR is a directory laid out like a tinygrad checkout's `test/` parent (it holds `test/__init__.py`, `test/helpers.py`,
+`test/backend/test_ops.py`, `test/unit/test_indexing.py`, ...). FILE names a test file relative to DIR (default: the
+frontend set in FRONTEND below). Every file runs in its own pytest process, slow-marked tests included (RUN_SLOW=1
+unless set); the table gives per file: passed, failed (errors included), skipped by the file itself, skipped by this
+shim (with a stated reason, counted apart), and pass rates (pass/run leaves the shim's skips out, pass/all counts them
+as not passed). -v lists every failing test; --json writes every outcome.
 
 Getting the test files (they are tinygrad's code: keep them outside this repository, never commit them):
     git clone https://github.com/tinygrad/tinygrad /tmp/tinygrad && git -C /tmp/tinygrad checkout v0.14.0
@@ -302,6 +303,8 @@ def main() -> None:
         _run_one(args.root, args.child[0], args.child[1], (["-k", args.k] if args.k else []) + rest)
         return
     root = os.path.abspath(args.root)
+    # tinygrad marks whole classes (TestNN, TestOptim, TestAdvancedIndexing) slow; they are what is measured here
+    os.environ.setdefault("RUN_SLOW", "1")
     rows, everything = [], {}
     for rel in args.files or FRONTEND:
         if not os.path.exists(os.path.join(root, rel)):
