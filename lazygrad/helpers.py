@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import functools
 import hashlib
 import math
@@ -122,6 +123,33 @@ _TINYGRAD_ONLY_KNOBS = {
     "LRU": 1,
     "RING": 1,
     "IGNORE_OOB": 0,  # tinygrad's switch off of its index bounds prover; lazygrad has none to switch off
+    "CHECK_OOB": 0,
+    "TRACK_MATCH_STATS": 0,
+    "DEVECTORIZE": 1,
+    "OPENPILOT_HACKS": 0,
+    "JIT_BATCH_SIZE": 32,
+    "NO_COLOR": 0,
+    "TC": 1,
+    "TC_SELECT": -1,
+    "TC_OPT": 0,
+    "NOLOCALS": 0,
+    "ALL2ALL": 0,
+    "ALLREDUCE_CAST": 1,
+    "VALIDATE_WITH_CPU": 0,
+    "DISABLE_FAST_IDIV": 1,
+    "MAX_BUFFER_SIZE": 0,
+    "MAX_KERNEL_BUFFERS": 0,
+    "EMULATED_DTYPES": "",
+    "CAPTURE_PROCESS_REPLAY": 0,
+    "NULL_ALLOW_COPYOUT": 0,
+    "PCONTIG": 0,
+    "DEBUG_RANGEIFY": 0,
+    "TUPLE_ORDER": 1,
+    "CCACHE": 1,
+    "ALLOW_TF32": 0,
+    "SCACHE": 1,
+    "USE_ATOMICS": 0,
+    "DISALLOW_BROADCAST": 0,
 }
 for _name, _default in _TINYGRAD_ONLY_KNOBS.items():
     ContextVar(_name, _default)
@@ -313,8 +341,14 @@ def _cache_key(key: Any) -> str:
     return key if isinstance(key, str) else hashlib.sha256(repr(key).encode()).hexdigest()
 
 
-def temp_path(name: str) -> str:
-    return os.path.join(tempfile.gettempdir(), name)
+def temp(name: str, append_user: bool = False) -> str:
+    """A path named `name` in the system's temporary directory (tinygrad's helper; append_user keeps users apart)."""
+    return os.path.join(tempfile.gettempdir(), f"{name}.{os.getuid()}" if append_user else name)
+
+
+def mv_address(mv: memoryview) -> int:
+    """The address of a writable memoryview's first byte (for Tensor.from_blob), as tinygrad's helper."""
+    return ctypes.addressof(ctypes.c_char.from_buffer(mv))
 
 
 @contextlib.contextmanager

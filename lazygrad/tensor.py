@@ -134,6 +134,7 @@ def realized_values_hidden(drop: Callable[[UOp], bool]) -> Iterator[None]:
 
 # realized tensor's buffer node -> the graph that computed it, for tensors that needed a gradient path (see backward)
 _lazy_origin: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
+_CLONE_IDS = itertools.count(1)  # Tensor.clone's node numbers
 # realized buffer node -> the tensor that holds it as its own memory (see schedule_with_vars)
 _buffer_owner: weakref.WeakKeyDictionary[UOp, weakref.ref] = weakref.WeakKeyDictionary()
 # one schedule is made and run at a time: a thread realizing a graph another thread has scheduled but not run yet
@@ -565,7 +566,8 @@ class Tensor(metaclass=_TensorType):
             if n in reached and n is not root and not (t._requires_grad is None and id(t) in viewed)
         ]
         replace: set[int] = set()
-        if any(t._requires_grad for t, _ in leaves):
+        torch_style = any(t._requires_grad for t, _ in leaves)
+        if torch_style:
             # where the graph has a tensor set True (torch code; or an optimizer's parameters, which it sets True),
             # requires_grad flows as in tinygrad: an unset tensor computed from one set True gets a .grad, an unset
             # one that is not (an input) gets none, else a persistent input's .grad would grow by one lazy add per
@@ -585,7 +587,9 @@ class Tensor(metaclass=_TensorType):
             if (g := grads.get(n)) is not None:
                 t.grad = g if t.grad is None or id(t) in replace else t.grad + g
                 t.grad.requires_grad = False  # as in torch: a gradient is data, it keeps no graph when realized
-        if not retain_graph:
+        if not retain_graph and torch_style:
+            # torch frees the graph (a second backward is an error); tinygrad keeps it (gradients accumulate), and
+            # code that sets no requires_grad is tinygrad code
             Tensor._graph_freed[id(self)] = self
         note_backward_root(self)
         return self
@@ -630,10 +634,13 @@ class Tensor(metaclass=_TensorType):
                 if scalar
                 else Tensor(x, dtype=self.dtype, device=self.device)
             )
-        if x.shape != self.shape or x.dtype != self.dtype or x.device != self.device:
+        if x.dtype != self.dtype:  # no silent cast: it could lose precision (tinygrad's rule; RuntimeError as torch's)
+            raise ArgumentError(f"assign dtype mismatch: target {self.dtype}, value {x.dtype}; cast the value first")
+        if x.shape != self.shape and x.device == self.device and _broadcasts_to(x.shape, self.shape):
+            x = x.expand(self.shape)  # a value of fewer or size-1 dims fills every row, as tinygrad's assign
+        if x.shape != self.shape or x.device != self.device:
             raise ArgumentError(
-                f"assign needs the same shape, dtype and device: target {self.shape} {self.dtype} {self.device}, "
-                f"value {x.shape} {x.dtype} {x.device}"
+                f"assign needs the same shape and device: target {self.shape} {self.device}, value {x.shape} {x.device}"
             )
         if self._view_of is not None:
             return self._write_through(None, x)
@@ -948,6 +955,10 @@ class Tensor(metaclass=_TensorType):
     def ones(*shape: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
         return Tensor.full(argfix(*shape), 1.0, dtype=dtype or dtypes.default_float, device=device)
 
+    def const_like(self, value: Any) -> Tensor:
+        """`value` in this tensor's shape, dtype and device (tinygrad's name; full_like without a dtype to pick)."""
+        return self.full_like(value)
+
     def full_like(self, fill_value: Any, dtype: DType | str | None = None) -> Tensor:
         return Tensor.full(self.shape, fill_value, dtype=dtype or self.dtype, device=self.device)
 
@@ -1128,16 +1139,18 @@ class Tensor(metaclass=_TensorType):
         return Tensor.normal(*shape_, mean=0.0, std=Tensor._kaiming_std(shape_, a), dtype=dtype, device=device)
 
     @staticmethod
-    def randperm(n: int, dtype: DType | str = dtypes.int64, device: str | None = None) -> Tensor:
+    def randperm(n: int, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
         """A random permutation of 0..n-1: the stable argsort of n uniforms (O(n^2) compares, as sort)."""
         if n < 0:
             raise ValueError(f"randperm: n must be non-negative, got {n}")
-        return Tensor.rand(n, device=device).argsort().cast(to_dtype(dtype))
+        perm = Tensor.rand(n, device=device).argsort()
+        return perm if dtype is None else perm.cast(to_dtype(dtype))
 
     def multinomial(self, num_samples: int = 1, replacement: bool = False) -> Tensor:
         """Indices drawn from the categories of the last dim with probability proportional to self's weights, as
-        torch.multinomial (int64). With replacement: the inverse of the cumulative distribution at uniforms; without:
-        the top num_samples of log(weight) + Gumbel noise, which draws one after another without putting back."""
+        torch.multinomial (in the default int, as every index-returning op). With replacement: the inverse of the
+        cumulative distribution at uniforms; without: the top num_samples of log(weight) + Gumbel noise, which draws
+        one after another without putting back."""
         if self.ndim not in (1, 2):
             raise ArgumentError(f"multinomial needs a 1-D or 2-D tensor of weights, got shape {self.shape}")
         if num_samples <= 0:
@@ -1157,7 +1170,7 @@ class Tensor(metaclass=_TensorType):
             gumbel = -(-(Tensor.rand(rows, n, device=self.device).clamp(min_=1e-12)).log()).log()
             keys = (w > 0).where(w.log() + gumbel, -math.inf)
             idx = keys.topk(num_samples, dim=1)[1]
-        idx = idx.cast(dtypes.int64)
+        idx = idx.cast(dtypes.default_int)
         return idx if self.ndim == 2 else idx.squeeze(0)
 
     def rand_like(self, dtype: DType | str | None = None) -> Tensor:
@@ -1526,6 +1539,9 @@ class Tensor(metaclass=_TensorType):
         else:
             self.assign(hit.where(vals, self) if hit is not None else vals)
 
+    def __delitem__(self, index: Any) -> None:
+        raise TypeError("Tensor does not support deleting items")  # torch's error (without this: an AttributeError)
+
     def _write_through(self, hit: Tensor | None, vals: Tensor) -> Tensor:
         """Write vals where hit (None: everywhere) into the memory this view shows, as torch does: the tensor it is a
         view of gets the write (in place if realized, else in its lazy graph), and this view reads the result."""
@@ -1674,19 +1690,19 @@ class Tensor(metaclass=_TensorType):
     def nonzero(
         self, size: int | None = None, fill_value: Any = 0, *, as_tuple: bool = False
     ) -> Tensor | tuple[Tensor, ...]:
-        """Coordinates of the nonzero elements, (count, ndim) int64 in row-major order, or one tensor per dim. With
-        `size`, (size, ndim): the first `size` nonzeros, then rows of `fill_value` (no device read; tinygrad's)."""
+        """Coordinates of the nonzero elements, (count, ndim) default ints in row-major order, or one tensor per dim.
+        With `size`, (size, ndim): the first `size` nonzeros, then rows of `fill_value` (no device read; tinygrad's)."""
         flat = (self != 0).flatten()
         pos = Tensor.arange(flat.numel(), device=self.device).reshape(1, -1)
         where = _pick(pos, flat._select_rows(size), (1,))
         strides = [prod(self.shape[d + 1 :]) for d in range(self.ndim)]
-        coords = [(where // st % s).cast(dtypes.int64) for st, s in zip(strides, self.shape)]
+        coords = [(where // st % s).cast(dtypes.default_int) for st, s in zip(strides, self.shape)]
         if size is not None:
             coords = [flat._fill_beyond_count(c, fill_value) for c in coords]
         if as_tuple:
             return tuple(coords)
         if not coords:
-            return Tensor.zeros(where.shape[0], 0, dtype=dtypes.int64, device=self.device)
+            return Tensor.zeros(where.shape[0], 0, dtype=dtypes.default_int, device=self.device)
         return Tensor.stack(*coords, dim=1)
 
     def _triangle(self, diagonal: int, upper: bool) -> Tensor:
@@ -1704,8 +1720,15 @@ class Tensor(metaclass=_TensorType):
     def triu(self, diagonal: int = 0) -> Tensor:
         return self._triangle(diagonal, True)
 
-    def clone(self) -> Tensor:
-        return Tensor(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
+    def clone(self, device: str | tuple[str, ...] | None = None) -> Tensor:
+        """A copy in memory of its own (on `device` if given), with `.grad` cloned along, as tinygrad's clone. Each
+        clone is a node of its own (numbered in the arg), so two clones of one value are two tensors with a gradient
+        each, as torch's (the hash-consed graph would otherwise make them one)."""
+        src = self if device is None else self.to(device)
+        out = Tensor(UOp(Ops.CONTIGUOUS, src.dtype, (src.uop,), next(_CLONE_IDS)))
+        if self.grad is not None:
+            out.grad = self.grad.clone(device)
+        return out
 
     # *** shape ops built from views ***
 
@@ -2029,7 +2052,7 @@ class Tensor(metaclass=_TensorType):
         # the running max is reached anew (or tied) exactly where x == max so far: the index is a running max too
         hit = (self == values) | self.isnan() if dtypes.is_float(self.dtype) else self == values
         pos = Tensor.arange(n, device=self.device).reshape((n,) + (1,) * (self.ndim - d - 1)) if self.ndim else 0
-        indices = hit.where(pos, -1)._cumulative(axis, "max").cast(dtypes.int64)
+        indices = hit.where(pos, -1)._cumulative(axis, "max").cast(dtypes.default_int)
         if self.ndim and self.requires_grad:
             # torch's gradient goes to the element the index names, not shared among ties as a max's would be
             values = self.gather(d, indices)
@@ -2045,8 +2068,8 @@ class Tensor(metaclass=_TensorType):
         return self.cast(least_upper_float(self.dtype))._cumulative(axis, "logsumexp")
 
     def sort(self, dim: int = -1, descending: bool = False, *, stable: bool = True) -> tuple[Tensor, Tensor]:
-        """Sorted values and int64 indices. Each element's place is the count of elements that go before it (ties in
-        index order: always stable); NaN sorts as the largest value, as in torch."""
+        """Sorted values and their indices (default int). Each element's place is the count of elements that go
+        before it (ties in index order: always stable); NaN sorts as the largest value, as in torch."""
         d = _axes(dim, self.ndim)[0] if self.ndim else 0
         x = (self.reshape(1) if self.ndim == 0 else self).transpose(d, -1)
         n = x.shape[-1]
@@ -2059,7 +2082,7 @@ class Tensor(metaclass=_TensorType):
         rank = (first | (_sorts_equal(a, b) & earlier)).sum(-1, dtype=dtypes.int32)
         place = rank.unsqueeze(-1) == i  # (..., i, r)
         values = _pick(x.unsqueeze(-1), place, (-2,))
-        indices = _pick(i.reshape(n, 1), place, (-2,)).cast(dtypes.int64)
+        indices = _pick(i.reshape(n, 1), place, (-2,)).cast(dtypes.default_int)
         values, indices = values.transpose(d, -1), indices.transpose(d, -1)
         return (values.reshape(()), indices.reshape(())) if self.ndim == 0 else (values, indices)
 
@@ -2208,24 +2231,33 @@ class Tensor(metaclass=_TensorType):
         if len(outs) != nsp:
             raise ArgumentError(f"interpolate: size {size} needs {nsp} entries for input shape {self.shape}")
         x = self.cast(least_upper_float(self.dtype)) if mode in linear else self
-        for k, (i, o, s) in enumerate(zip(ins, outs, scales)):
+        # an integer image blends one dim at a time from the last, in fixed point, rounding after each (torch's uint8
+        # resampling, bit for bit)
+        rounded = mode in linear and not dtypes.is_float(self.dtype)
+        for k, (i, o, s) in reversed(list(enumerate(zip(ins, outs, scales)))):
             dim = 2 + k
             dst = Tensor.arange(o, device=self.device).cast(dtypes.float32)
-            if mode in linear:
+            pre, shape = (slice(None),) * dim, (o,) + (1,) * (x.ndim - dim - 1)
+            if rounded:
+                lo_, hi_, w0, w1, p = _fixed_point_taps(i, o, s, align_corners)
+                lo, hi = (Tensor(v, dtype=dtypes.int32, device=self.device) for v in (lo_, hi_))
+                w0t, w1t = (Tensor(v, dtype=x.dtype, device=self.device).reshape(shape) for v in (w0, w1))
+                x = ((x[pre + (lo,)] * w0t + x[pre + (hi,)] * w1t + (1 << p >> 1)) / (1 << p)).floor()
+                x = x.clip(dtypes.min(self.dtype), dtypes.max(self.dtype))
+            elif mode in linear:
                 if align_corners:
                     src = dst * ((i - 1) / (o - 1) if o > 1 else 0.0)
                 else:
                     src = ((dst + 0.5) * s - 0.5).maximum(0.0)
                 lo = src.floor().cast(dtypes.int32).minimum(i - 1)
                 hi = (lo + 1).minimum(i - 1)
-                w = (src - lo.cast(dtypes.float32)).cast(x.dtype).reshape((o,) + (1,) * (x.ndim - dim - 1))
-                pre = (slice(None),) * dim
+                w = (src - lo.cast(dtypes.float32)).cast(x.dtype).reshape(shape)
                 x = x[pre + (lo,)] * (1 - w) + x[pre + (hi,)] * w
             else:
                 src = (dst + 0.5) * s if mode == "nearest-exact" else dst * s
                 idx = src.floor().cast(dtypes.int32).minimum(i - 1)
                 x = x[(slice(None),) * dim + (idx,)]
-        return x
+        return x if x.dtype == self.dtype else x.cast(self.dtype)
 
     def max_pool2d_with_indices(
         self,
@@ -2235,7 +2267,8 @@ class Tensor(metaclass=_TensorType):
         dilation: int | Sequence[int] = 1,
         ceil_mode: bool = False,
     ) -> tuple[Tensor, Tensor]:
-        """max_pool2d and, as torch, the int64 flat index (within each input plane) of each window's first maximum."""
+        """max_pool2d and, as torch, the flat index (default int, within each input plane) of each window's first
+        maximum."""
         k_, s_, d_, _, pads = self._pool_setup(kernel_size, stride, padding, dilation, ceil_mode)
         nk, kn = len(k_), prod(k_)
         values = self.max_pool2d(kernel_size, stride, padding, dilation, ceil_mode)
@@ -2248,7 +2281,7 @@ class Tensor(metaclass=_TensorType):
         hit = windows == values.unsqueeze(-1)
         first = kn - hit.where(Tensor.arange(kn, 0, -1, device=self.device), 0).max(-1, keepdim=True)
         picked = _pick(pos._broadcast_to(windows.shape), Tensor.arange(kn, device=self.device) == first, (-1,))
-        return values, picked.cast(dtypes.int64)
+        return values, picked.cast(dtypes.default_int)
 
     def max_unpool2d(
         self,
@@ -2834,7 +2867,9 @@ class Tensor(metaclass=_TensorType):
     def erf(self) -> Tensor:
         return self._in_float32(_erf)
 
-    def gelu(self, approximate: str = "none") -> Tensor:
+    def gelu(self, approximate: str = "tanh") -> Tensor:
+        """GELU. The tanh approximation by default, as tinygrad's Tensor.gelu; approximate="none" is the exact
+        x * Phi(x) (torch.nn.functional.gelu's default)."""
         if approximate == "tanh":
             return self._in_float32(
                 lambda x: 0.5 * x * (1 + (math.sqrt(2 / math.pi) * (x + 0.044715 * x * x * x)).tanh())
@@ -2896,7 +2931,9 @@ class Tensor(metaclass=_TensorType):
         if dt == self.dtype:
             return self
         _check_dtype("bitcast", dt, self.device)
-        return Tensor(UOp(Ops.BITCAST, dt, (self.uop,)))
+        out = Tensor(UOp(Ops.BITCAST, dt, (self.uop,)))
+        out._view_of = self._view_of or (self, self.uop)  # the same memory read as other bits (torch's view(dtype))
+        return out
 
     def float(self) -> Tensor:
         return self.cast(dtypes.float32)
@@ -3002,7 +3039,8 @@ class Tensor(metaclass=_TensorType):
         # the first maximal index wins: score n - i for maxima, 0 elsewhere
         rev = (Tensor.arange(n, 0, -1, device=self.device)).reshape((n,) + (1,) * (self.ndim - d - 1))
         score = is_max.where(rev, 0).max(d, keepdim=keepdim)
-        return (n - score).cast(dtypes.int64)  # every index-returning op gives int64, as torch
+        # every index-returning op gives the default int (int32), as tinygrad; torch gives int64
+        return (n - score).cast(dtypes.default_int)
 
     def argmax(self, axis: int | None = None, keepdim: bool = False) -> Tensor:
         return self._arg_extreme(axis, keepdim, True)
@@ -3271,7 +3309,7 @@ class Tensor(metaclass=_TensorType):
         ceil_mode: bool = False,
         return_indices: bool = False,
     ) -> Any:
-        """With return_indices, also the int64 flat index of each maximum within its input plane (as torch)."""
+        """With return_indices, also the flat index (default int) of each maximum within its input plane."""
         if return_indices:
             return self.max_pool2d_with_indices(kernel_size, stride, padding, dilation, ceil_mode)
         k_, s_, d_, _, pads = self._pool_setup(kernel_size, stride, padding, dilation, ceil_mode)
@@ -3724,6 +3762,11 @@ class ArgumentError(ValueError, RuntimeError):
     RuntimeError for these, and lazygrad raised ValueError before: it is both."""
 
 
+class IndexTypeError(IndexError, TypeError):
+    """An index of a type that cannot index (a float, a string): torch raises IndexError, lazygrad raised TypeError
+    before: it is both."""
+
+
 class DTypeError(TypeError, RuntimeError):
     """A dtype an op cannot take (gradients of integers): TypeError, and RuntimeError as torch raises."""
 
@@ -4140,6 +4183,10 @@ def _dims_consumed(item: Any) -> int:
 def _split_index(t: Tensor, index: Any) -> tuple[list[Any], list[tuple[int, Tensor]]]:
     """The basic part of an index (ints, slices, None; a full slice where a tensor indexes) and the advanced part:
     (dim of the basic view, integer index tensor) per indexed dim, a bool mask counting as one per masked dim."""
+    if isinstance(index, list) and not all(isinstance(e, int) for e in index):
+        # tinygrad's rule (and torch's before 2.9): a list of anything but ints is the tuple of its parts, so
+        # x[[rows, cols]] is x[rows, cols] and x[[slice(None), [1, 3]]] x[:, [1, 3]] (numpy reads an index array)
+        index = tuple(index)
     raw = list(index) if isinstance(index, tuple) else [index]
     items: list[Any] = []
     for i in raw:
@@ -4154,7 +4201,9 @@ def _split_index(t: Tensor, index: Any) -> tuple[list[Any], list[tuple[int, Tens
             x = _index_tensor(t, i)
             items.append((i, x))
         else:
-            raise TypeError(f"invalid index {i!r} of type {type(i).__name__}")
+            raise IndexTypeError(
+                f"invalid index {i!r} of type {type(i).__name__}: use ints, slices, None, ... or tensors"
+            )
     if sum(i is Ellipsis for i in items) > 1:
         raise IndexError("an index can only have a single ellipsis (...)")
     consumed = [0 if i is None or i is Ellipsis else _dims_consumed(i) for i in items]
@@ -4319,6 +4368,30 @@ def _index_mask(
     return mask
 
 
+def _broadcasts_to(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
+    """Whether `shape` expands to `target` by numpy's rules (align on the right; a dim of 1 stretches)."""
+    return len(shape) <= len(target) and all(s in (1, t) for s, t in zip(reversed(shape), reversed(target)))
+
+
+def _fixed_point_taps(
+    i: int, o: int, s: float, align_corners: bool
+) -> tuple[list[int], list[int], list[int], list[int], int]:
+    """Linear resampling of a dim of size i to o as torch resamples uint8 images: each output's two input taps (lo,
+    hi) and their weights as integers scaled by 2**p, p the finest precision at which the largest weight still fits
+    an int16. Sizes alone decide them, so they are computed here and enter the graph as constants."""
+    taps = []
+    for j in range(o):
+        src = j * ((i - 1) / (o - 1) if o > 1 else 0.0) if align_corners else max((j + 0.5) * s - 0.5, 0.0)
+        lo = min(int(math.floor(src)), i - 1)
+        hi = min(lo + 1, i - 1)
+        taps.append((lo, hi, 1.0 - (src - lo), src - lo) if hi != lo else (lo, lo, 1.0, 0.0))
+    biggest, p = max(max(t[2], t[3]) for t in taps), 0
+    while p < 15 and int(0.5 + biggest * (1 << (p + 1))) < (1 << 15):
+        p += 1
+    lo_, hi_, w0, w1 = zip(*taps)
+    return list(lo_), list(hi_), [int(w * (1 << p) + 0.5) for w in w0], [int(w * (1 << p) + 0.5) for w in w1], p
+
+
 def _pick(x: Tensor, mask: Tensor, axes: tuple[int, ...]) -> Tensor:
     """Sum of x where mask over axes, in x's dtype: with one true entry per output it selects that entry."""
     if x.dtype == dtypes.bool:
@@ -4387,10 +4460,10 @@ def _getitem(t: Tensor, index: Any) -> Tensor:
 
 
 def _view_chain(u: UOp, at: UOp) -> list[UOp]:
-    """The movement ops (and detaches) that make view node u from its base's node `at`, base first."""
+    """The movement ops (and detaches, bitcasts) that make view node u from its base's node `at`, base first."""
     chain, done = [], _realized.get(at)
     while u is not at and u is not done:
-        if u.op not in GroupOp.Movement and u.op is not Ops.DETACH:
+        if u.op not in GroupOp.Movement and u.op not in (Ops.DETACH, Ops.BITCAST):
             raise NotImplementedError("this view no longer leads to the memory of the tensor it was taken from")
         chain.append(u)
         u = u.src[0]
@@ -4403,6 +4476,8 @@ def _unview(u: UOp, t: Tensor | None) -> Tensor | None:
     src = u.src[0].shape
     if u.op is Ops.DETACH:
         return t if t is None or t.dtype == dtypes.bool else t.detach()
+    if u.op is Ops.BITCAST:  # values written in the view's dtype are the source's bits; a bool mask stays as it is
+        return t if t is None or t.dtype != u.dtype else t.bitcast(u.src[0].dtype)
     if u.op is Ops.EXPAND and u.shape != src:
         if t is None:
             raise RuntimeError(

@@ -210,12 +210,12 @@ def test_reductions_scans_edge_sizes(shape):
         return (
             x.cumsum(-1),
             x.cumprod(0),
-            *x.cummax(-1),
-            *x.cummin(0),
+            *_int_indices(x.cummax(-1)),
+            *_int_indices(x.cummin(0)),
             x.logcumsumexp(-1),
-            *x.sort(-1),
-            x.argsort(0, descending=True),
-            *x.topk(k, -1),
+            *_int_indices(x.sort(-1)),
+            x.argsort(0, descending=True).int(),
+            *_int_indices(x.topk(k, -1)),
             x.logsumexp(-1),
             lse,
             *norms,
@@ -228,11 +228,17 @@ def test_reductions_scans_edge_sizes(shape):
 # *** scans and sorts ***
 
 
+def _int_indices(pair):
+    """(values, indices) with the indices as int32: torch's are int64, lazygrad's the default int (tinygrad's)."""
+    values, indices = pair
+    return values, indices.int()
+
+
 @pytest.mark.parametrize("shape,axis", [((3, 7), 1), ((5, 2), 0), ((1,), 0), ((0, 3), 0), ((2, 131), -1)])
 def test_scans(shape, axis):
     def fn(x):
-        cm = x.cummax(axis)
-        return x.cumsum(axis), x.cumprod(axis), cm[0], cm[1], x.logcumsumexp(axis), *x.cummin(axis)
+        cm = _int_indices(x.cummax(axis))
+        return x.cumsum(axis), x.cumprod(axis), cm[0], cm[1], x.logcumsumexp(axis), *_int_indices(x.cummin(axis))
 
     x = randn(*shape)
     # cumprod over 131 values near 1 in size: keep the products in range
@@ -246,7 +252,8 @@ def test_scans_int_and_stable():
     check(lambda x: x.logcumsumexp(0), lambda x: x.logcumsumexp(0), [big])
     # tied running maxima: the gradient goes to the element the index names, as torch's does
     ties = np.array([[1, 3, 3, 2, 3], [0, 0, 0, 0, 0]], dtype=np.float32)
-    check(lambda x: (*x.cummax(1), *x.cummin(1)), lambda x: (*x.cummax(1), *x.cummin(1)), [ties])
+    scans = lambda x: (*_int_indices(x.cummax(1)), *_int_indices(x.cummin(1)))  # noqa: E731
+    check(scans, scans, [ties])
 
 
 @pytest.mark.parametrize("shape,dim", [((3, 7), -1), ((5, 2), 0), ((1,), 0), ((4, 0), 0), ((2, 3, 4), 1)])
@@ -257,7 +264,8 @@ def test_sort_argsort_topk(shape, dim):
         k = min(2, x.shape[dim])
         tk = x.topk(k, dim)
         tks = x.topk(k, dim, largest=False)
-        return s, i, sd, idd, x.argsort(dim), tk[0], tk[1], tks[0], tks[1]
+        # torch's indices are int64, lazygrad's the default int (int32, as tinygrad)
+        return s, i.int(), sd, idd.int(), x.argsort(dim).int(), tk[0], tk[1].int(), tks[0], tks[1].int()
 
     check(fn, fn, [randn(*shape)])
 
@@ -271,7 +279,11 @@ def test_sort_kernel_count():
 
 def test_sort_ties_nan_and_ints():
     a = np.array([2.0, np.nan, 1.0, 2.0, -0.0, 0.0, np.nan, 1.0], dtype=np.float32)
-    fn = lambda x: (*x.sort(stable=True), *x.sort(descending=True, stable=True))  # noqa: E731
+
+    def fn(x):
+        (s, i), (sd, idd) = x.sort(stable=True), x.sort(descending=True, stable=True)
+        return s, i.int(), sd, idd.int()  # torch's indices are int64, lazygrad's int32
+
     check(fn, fn, [a], grad=False)
     for dt in ("int32", "int8", "float16", "uint8"):
         check(fn, fn, [np.array([[5, 1, 5, 3, 1], [0, 7, 7, 2, 9]], dtype=dt)], grad=False)
@@ -320,8 +332,8 @@ ACTIVATIONS = {
     "elu": (lambda x: x.elu(0.7), lambda x: F.elu(x, 0.7)),
     "celu": (lambda x: x.celu(1.3), lambda x: F.celu(x, 1.3)),
     "selu": (lambda x: x.selu(), F.selu),
-    "gelu": (lambda x: x.gelu(), F.gelu),
-    "gelu_tanh": (lambda x: x.gelu("tanh"), lambda x: F.gelu(x, approximate="tanh")),
+    "gelu": (lambda x: x.gelu("none"), F.gelu),
+    "gelu_tanh": (lambda x: x.gelu(), lambda x: F.gelu(x, approximate="tanh")),  # tinygrad's default: tanh
     "quick_gelu": (lambda x: x.quick_gelu(), lambda x: x * torch.sigmoid(1.702 * x)),
     "silu": (lambda x: x.silu(), F.silu),
     "mish": (lambda x: x.mish(), F.mish),
@@ -470,6 +482,20 @@ def test_interpolate_linear_trilinear():
         Tensor(randn(1, 1, 4)).interpolate()
 
 
+@pytest.mark.parametrize("shape,size", [((2, 3, 64, 64), (10, 10)), ((1, 2, 7, 9), (13, 5)), ((1, 1, 5, 5), (3, 8))])
+@pytest.mark.parametrize("align", [False, True])
+def test_interpolate_uint8_bilinear(shape, size, align):
+    """uint8 images resample to uint8, bit for bit as torch (fixed-point weights, rounding after each dim)."""
+    x = np.random.default_rng(0).integers(0, 256, shape).astype(np.uint8)
+    out = Tensor(x).interpolate(size=size, mode="bilinear", align_corners=align)
+    ref = F.interpolate(torch.from_numpy(x), size=size, mode="bilinear", align_corners=align)
+    assert out.dtype == dtypes.uint8
+    np.testing.assert_array_equal(out.numpy(), ref.numpy())
+    small = (np.arange(np.prod(shape)) % 21).reshape(shape).astype(np.uint8)  # the values tinygrad's test uses
+    ref = F.interpolate(torch.from_numpy(small), size=size, mode="nearest")
+    np.testing.assert_array_equal(Tensor(small).interpolate(size=size, mode="nearest").numpy(), ref.numpy())
+
+
 def test_max_unpool2d():
     x = torch.from_numpy(randn(2, 3, 4, 6))
     pooled, idx = F.max_pool2d(x, 2, return_indices=True)
@@ -492,7 +518,7 @@ def test_max_pool2d_with_indices_roundtrip(cfg):
         args = (cfg["kernel_size"], cfg.get("stride"), cfg.get("padding", 0), x.shape[-2:])
         if is_torch(x):
             v, i = F.max_pool2d(x, return_indices=True, **cfg)
-            return v, i, F.max_unpool2d(v, i, *args)
+            return v, i.int(), F.max_unpool2d(v, i, *args)
         v, i = x.max_pool2d_with_indices(**cfg)
         return v, i, v.max_unpool2d(i, *args)
 

@@ -62,8 +62,16 @@ def test_getitem_index_tensor_forms():
     x = Tensor(X)
     idx_np = np.array([[3, 0], [1, 1]])
     ref = torch.from_numpy(X)[torch.from_numpy(idx_np)]
-    for index in (idx_np, Tensor(idx_np), Tensor(idx_np.astype(np.int8)), idx_np.tolist()):
+    for index in (idx_np, Tensor(idx_np), Tensor(idx_np.astype(np.int8))):
         np.testing.assert_array_equal(x[index].numpy(), ref.numpy())
+    # a list of lists is a tuple of index lists, as tinygrad reads it (and torch before 2.9; numpy: one array)
+    np.testing.assert_array_equal(x[idx_np.tolist()].numpy(), X[tuple(idx_np.tolist())])
+    np.testing.assert_array_equal(x[[slice(None), [1, 3]]].numpy(), X[:, [1, 3]])
+    np.testing.assert_array_equal(x[[Tensor([0, 2]), 1]].numpy(), X[[0, 2], 1])
+    with pytest.raises(IndexError):  # torch's class for a float index (TypeError too, as before)
+        x[0.0]
+    with pytest.raises(TypeError, match="deleting"):
+        del x[0]
     assert x[np.int64(2), np.int32(1)].shape == (6,)
     np.testing.assert_array_equal(x[range(1, 4, 2)].numpy(), X[1:4:2])
     assert x[[]].shape == (0, 5, 6)
@@ -337,7 +345,7 @@ def test_masked_fill_select_nonzero():
     for a in (np.array([[0, 3, 0], [1, 0, 7]]), np.zeros((2, 0)), np.array(5), np.array([0.0, -0.0, np.nan, 1e-30])):
         t, r = Tensor(a), torch.from_numpy(a)
         np.testing.assert_array_equal(t.nonzero().numpy(), r.nonzero().numpy())
-        assert t.nonzero().dtype == dtypes.int64
+        assert t.nonzero().dtype == dtypes.default_int
     rows, cols = Tensor([[0, 1], [1, 0]]).nonzero(as_tuple=True)
     assert rows.tolist() == [0, 1] and cols.tolist() == [1, 0]
 

@@ -260,7 +260,7 @@ UNARY = {
     "sigmoid": (Tensor.sigmoid, torch.sigmoid, (-8, 8), True),
     "tanh": (Tensor.tanh, torch.tanh, (-5, 5), True),
     "erf": (Tensor.erf, torch.erf, (-3, 3), True),
-    "gelu": (Tensor.gelu, F.gelu, (-4, 4), True),
+    "gelu": (lambda x: x.gelu(approximate="none"), F.gelu, (-4, 4), True),
     "gelu_tanh": (lambda x: x.gelu(approximate="tanh"), lambda x: F.gelu(x, approximate="tanh"), (-4, 4), True),
     "silu": (Tensor.silu, F.silu, (-6, 6), True),
     "softplus": (Tensor.softplus, F.softplus, (-25, 25), True),

@@ -108,9 +108,9 @@ def test_kaiming_normal_and_errors() -> None:
 @pytest.mark.parametrize("n", [0, 1, 2, 13, 200])
 def test_randperm(n: int) -> None:
     p = Tensor.randperm(n).numpy()
-    assert p.dtype == np.int64 and sorted(p.tolist()) == list(range(n))
-    assert Tensor.randperm(n).dtype.name == "int64"  # torch's default
-    assert Tensor.randperm(n, dtype="int32").dtype.name == "int32"
+    assert p.dtype == np.int32 and sorted(p.tolist()) == list(range(n))
+    assert Tensor.randperm(n).dtype.name == "int32"  # tinygrad's default (torch's is int64)
+    assert Tensor.randperm(n, dtype="int64").dtype.name == "int64"
     if n >= 13:
         assert p.tolist() != list(range(n))
 
@@ -141,11 +141,11 @@ def test_max_pool2d_return_indices_and_unpool(shape: tuple, kw: dict) -> None:
     def th(x):
         v, i = torch.nn.functional.max_pool2d(x, return_indices=True, **kw)
         if "dilation" in kw:
-            return v, i
+            return v, i.int()  # torch's indices are int64, lazygrad's the default int32
         size = kw.get("kernel_size")
         out = torch.nn.functional.max_unpool2d(v, i, kernel_size=size, stride=kw.get("stride"),
                                                padding=kw.get("padding", 0), output_size=x.shape[-2:])
-        return v, i, out
+        return v, i.int(), out
 
     x = np.random.default_rng(2).permutation(int(np.prod(shape))).reshape(shape).astype(np.float32)
     check(lg, th, [x])

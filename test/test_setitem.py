@@ -325,3 +325,20 @@ def test_jit_writes_into_arguments_without_realize():
         n[2:4, 3:5] = i
         n.T[0, 1:] = 4 * i
         np.testing.assert_array_equal(t.numpy(), n)
+
+
+def test_write_through_a_bitcast_view() -> None:
+    """bitcast is torch's view(dtype): the same memory read as other bits, so a write into it writes the source."""
+    bits = [0x40800000, 0x40400000, 0x40000000, 0x3F800000]  # 4.0, 3.0, 2.0, 1.0
+    t, r = Tensor([1.0, 2.0, 3.0, 4.0]).realize(), torch.tensor([1.0, 2.0, 3.0, 4.0])
+    t.bitcast(dtypes.int32).assign(Tensor(bits, dtype=dtypes.int32))
+    r.view(torch.int32)[:] = torch.tensor(bits, dtype=torch.int32)
+    assert t.tolist() == r.tolist() == [4.0, 3.0, 2.0, 1.0]
+    t, r = Tensor([1.0, 2.0, 3.0, 4.0]).realize(), torch.tensor([1.0, 2.0, 3.0, 4.0])
+    v, rv = t[1:3].bitcast(dtypes.int32), r[1:3].view(torch.int32)
+    v[0] = 0x3F800000
+    rv[0] = 0x3F800000
+    assert t.tolist() == r.tolist() and v.tolist() == rv.tolist()
+    t = Tensor([1.0, 2.0]).realize()
+    t.bitcast(dtypes.uint32).bitcast(dtypes.int32)[1] = 0x40A00000  # through two bitcasts
+    assert t.tolist() == [1.0, 5.0]

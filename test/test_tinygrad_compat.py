@@ -40,6 +40,19 @@ def test_context_takes_tinygrad_knobs() -> None:
     with pytest.raises(KeyError):  # as tinygrad: a knob nobody defines is a mistake
         with Context(NOT_A_KNOB=1):
             pass
+    # knobs tinygrad 0.14 programs and tests set around a block; lazygrad accepts them and they change nothing
+    with Context(CHECK_OOB=0, TRACK_MATCH_STATS=0, DEVECTORIZE=0, TC=0, NOLOCALS=1, PCONTIG=0):
+        assert (Tensor([1.0, 2.0]) * 2).tolist() == [2.0, 4.0]
+
+
+def test_renderer_supported_dtypes() -> None:
+    """tinygrad's `Device[d].renderer.supported_dtypes()`: the dtypes `is_dtype_supported` says yes to."""
+    from lazygrad import Device, dtypes
+    from lazygrad.device import is_dtype_supported
+
+    supported = Device[Device.DEFAULT].renderer.supported_dtypes()
+    assert dtypes.float32 in supported and dtypes.int32 in supported and dtypes.bool in supported
+    assert all(is_dtype_supported(dt) for dt in supported)
 
 
 def _torch_grads(xs: list[np.ndarray], fn) -> list[np.ndarray]:
@@ -227,3 +240,52 @@ def test_function_rejects_other_returns() -> None:
 
     with pytest.raises(RuntimeError, match="must return a Tensor"):
         f(Tensor([1.0]))
+
+
+def test_clone_is_a_tensor_of_its_own() -> None:
+    """Two clones of one value are two leaves (torch: each gets its own gradient), clone carries .grad (tinygrad) and
+    takes a device; writes into a clone leave the source alone."""
+    w1, w2 = Tensor(3.5).clone(), Tensor(3.5).clone()
+    (w1 * 2 + w2).backward()
+    t1, t2 = torch.tensor(3.5, requires_grad=True), torch.tensor(3.5, requires_grad=True)
+    (t1 * 2 + t2).backward()
+    assert (w1.grad.item(), w2.grad.item()) == (t1.grad.item(), t2.grad.item()) == (2.0, 1.0)
+    a = Tensor([[1.0, 2.0], [3.0, 4.0]])
+    (a * a).sum().backward()
+    b = a.clone(device="CPU")
+    assert b.device == "CPU" and b.grad is not None and b.grad.tolist() == a.grad.tolist() == [[2.0, 4.0], [6.0, 8.0]]
+    x = Tensor([1.0, 2.0, 3.0]).realize()
+    y, z = x.clone(), x.clone()
+    y.assign(Tensor([9.0, 9.0, 9.0]))
+    assert (x.tolist(), y.tolist(), z.tolist()) == ([1.0, 2.0, 3.0], [9.0, 9.0, 9.0], [1.0, 2.0, 3.0])
+
+
+def test_tinygrad_helpers_temp_and_mv_address() -> None:
+    import array
+    import os
+    import tempfile
+
+    from lazygrad import dtypes
+    from lazygrad.helpers import mv_address, temp
+
+    assert temp("x") == os.path.join(tempfile.gettempdir(), "x") and temp("x", append_user=True) != temp("x")
+    mem = memoryview(bytearray(16)).cast("I")
+    t = Tensor.from_blob(mv_address(mem), (4,), dtype=dtypes.uint32, device="CPU")
+    mem[:] = array.array("I", [5, 6, 7, 8])
+    assert (t + 1).tolist() == [6, 7, 8, 9]
+
+
+def test_assign_broadcasts_and_refuses_a_dtype_change() -> None:
+    """tinygrad's assign: a value of fewer or size-1 dims fills every row; a value of another dtype is an error (a
+    RuntimeError, as torch's errors) rather than a silent cast."""
+    a = Tensor.zeros(3, 5).contiguous().realize()
+    a.assign(Tensor([1.0, 2.0, 3.0, 4.0, 5.0]))
+    np.testing.assert_array_equal(a.numpy(), np.broadcast_to(np.arange(1, 6, dtype=np.float32), (3, 5)))
+    a.assign(Tensor([[9.0], [8.0], [7.0]]))
+    np.testing.assert_array_equal(a.numpy()[:, 0], [9.0, 8.0, 7.0])
+    with pytest.raises(RuntimeError, match="assign dtype mismatch"):
+        a.assign(Tensor([1, 2, 3, 4, 5]))
+    with pytest.raises(RuntimeError, match="same shape"):
+        a.assign(Tensor.ones(2, 5))
+    c = Tensor.ones(2, 3, dtype="int8").const_like(7)
+    assert c.dtype.name == "int8" and c.tolist() == [[7] * 3] * 2

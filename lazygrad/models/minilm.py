@@ -90,7 +90,7 @@ class MiniLM:
                 w[p + "attention.output.LayerNorm.bias"],
                 self.eps,
             )
-            h = dense(dense(x, "intermediate.dense").gelu(), "output.dense")
+            h = dense(dense(x, "intermediate.dense").gelu("none"), "output.dense")
             x = _layer_norm(h + x, w[p + "output.LayerNorm.weight"], w[p + "output.LayerNorm.bias"], self.eps)
             x = x.realize()
         pooled = (x * keep.unsqueeze(-1)).sum(1) / keep.sum(1, keepdim=True)

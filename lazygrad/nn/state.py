@@ -77,16 +77,26 @@ def get_parameters(obj: Any) -> list[Tensor]:
     return list({id(t): t for t in get_state_dict(obj).values()}.values())
 
 
-def load_state_dict(model: Any, state_dict: dict[str, Tensor], strict: bool = True) -> None:
-    """Copy state_dict into the model's tensors (in place, realized together). Missing, unexpected (strict only) or
-    mis-shaped keys are one error naming all of them."""
+def load_state_dict(
+    model: Any,
+    state_dict: dict[str, Tensor],
+    strict: bool = True,
+    verbose: bool = False,
+    consume: bool = False,
+    realize: bool = True,
+) -> list[Tensor]:
+    """Copy state_dict into the model's tensors (in place, realized together unless realize=False) and return them.
+    Missing, unexpected (strict only) or mis-shaped keys are one error naming all of them; a shape () and a shape (1,)
+    fit each other, and torch's `num_batches_tracked` counters are skipped where the model keeps none (a BatchNorm
+    without running statistics), as tinygrad's. consume=True deletes each key from state_dict once copied (tinygrad's:
+    the source's memory can go while a big model loads). verbose is accepted for tinygrad's signature."""
     own = get_state_dict(model)
     missing = sorted(k for k in own if k not in state_dict)
-    unexpected = sorted(k for k in state_dict if k not in own)
+    unexpected = sorted(k for k in state_dict if k not in own and not k.endswith("num_batches_tracked"))
     shapes = [
-        f"{k}: model {own[k].shape}, state dict {state_dict[k].shape}"
+        f"Shape mismatch in layer `{k}`: Expected shape {own[k].shape}, but found {state_dict[k].shape} in state dict."
         for k in own
-        if k in state_dict and own[k].shape != state_dict[k].shape
+        if k in state_dict and own[k].shape != state_dict[k].shape and {own[k].shape, state_dict[k].shape} != {(), (1,)}
     ]
     problems = []
     if strict and missing:
@@ -94,23 +104,25 @@ def load_state_dict(model: Any, state_dict: dict[str, Tensor], strict: bool = Tr
     if strict and unexpected:
         problems.append(f"unexpected keys: {', '.join(unexpected)}")
     if shapes:
-        problems.append(f"shape mismatches: {'; '.join(shapes)}")
+        problems.append(" ".join(shapes))
     if problems:
         raise ValueError(f"load_state_dict into {type(model).__name__}: " + " | ".join(problems))
     targets = []
     for k, t in own.items():
         if k not in state_dict:
             continue
-        v = state_dict[k]
+        v = state_dict.pop(k) if consume else state_dict[k]
         if v.device != t.device:
             v = Tensor(v.data(), dtype=v.dtype, device=t.device).reshape(v.shape)
         v = v.cast(t.dtype) if v.dtype != t.dtype else v
+        v = v.reshape(t.shape) if v.shape != t.shape else v
         # a copy, as torch's: a tensor not yet in memory gets a buffer of its own rather than sharing the source's
         if not t.uop.is_realized:
             v = Tensor.empty(t.shape, dtype=t.dtype, device=t.device).assign(v)
         targets.append(t.assign(v))
-    if targets:
+    if targets and realize:
         Tensor.realize(*targets)
+    return targets
 
 
 # *** safetensors ***

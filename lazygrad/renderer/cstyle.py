@@ -616,6 +616,18 @@ VECTOR_ALU = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.NEG, Ops.MAX, Ops.MULACC,
 VECTOR_FLOAT_ALU = frozenset({Ops.FDIV, Ops.RECIP})
 
 
+def _one_select_of_vectors(ctx: RenderCtx, u: UOp) -> str | None:
+    """Lanes that all select under one scalar condition, as one select of two vectors (None: another form).
+    gcc 12.2 with AVX-512 compiles the lane-wise form `{c?a0:b0, c?a1:b1, ...}` wrongly (only lane 0 right; pow's
+    gradient, whose zero-exponent guard is such a select, gave zeros) and `c ? {a0,a1,..} : {b0,b1,..}` right."""
+    if not all(s.op is Ops.WHERE for s in u.src) or len(conds := {s.src[0] for s in u.src}) != 1:
+        return None
+    if (c := conds.pop()).dtype.count != 1:
+        return None
+    picked = [ctx.r.render_vectorize(u.dtype, [ctx.names[s.src[i]] for s in u.src]) for i in (1, 2)]
+    return ctx.expr(u, f"({ctx.names[c]}?{picked[0]}:{picked[1]})")
+
+
 class ClangRenderer(CStyleLanguage):
     device = "CPU"
     has_threads = True
@@ -669,6 +681,16 @@ class ClangRenderer(CStyleLanguage):
 
     # *** vector spelling ***
 
+    def render_lanes(self, u: UOp, names: dict[UOp, str]) -> str:
+        # lanes that all select under one scalar condition are one select of two vectors: gcc 12.2 with AVX-512
+        # compiles the lane-wise form `{c?a0:b0, c?a1:b1, ...}` wrongly (only lane 0 right; pow's gradient, whose
+        # zero-exponent guard is such a select, gave zeros), and compiles `c ? {a0,a1,..} : {b0,b1,..}` right
+        conds = {s.src[0] for s in u.src if s.op is Ops.WHERE}
+        if len(conds) == 1 and all(s.op is Ops.WHERE for s in u.src) and (c := conds.pop()).dtype.count == 1:
+            picked = [self.render_vectorize(u.dtype, [names[s.src[i]] for s in u.src]) for i in (1, 2)]
+            return f"({names[c]}?{picked[0]}:{picked[1]})"
+        return super().render_lanes(u, names)
+
     def render_dtype(self, dt: DType, storage: bool = False) -> str:
         if dt.count > 1 and not isinstance(dt, PtrDType):
             return f"lg_{dt.scalar.name}x{dt.count}"
@@ -694,7 +716,15 @@ class ClangRenderer(CStyleLanguage):
         return f"*({self.render_dtype(dt)}_u*)&{addr}" if dt.count > 1 else addr
 
     # per-thread partials of a split reduce: an array on the stack of the thread that combines them
-    render_rules = PatternMatcher([(UPat(Ops.DEFINE_LOCAL, name="u"), local_buffer("", storage=False))]) + C_RENDER
+    render_rules = (
+        PatternMatcher(
+            [
+                (UPat(Ops.DEFINE_LOCAL, name="u"), local_buffer("", storage=False)),
+                (UPat(Ops.VECTORIZE, name="u"), lambda ctx, u: _one_select_of_vectors(ctx, u)),
+            ]
+        )
+        + C_RENDER
+    )
 
     def render_kernel(self, name: str, params: list[str], body: str, uops: list[UOp]) -> str:
         decls = []

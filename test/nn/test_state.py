@@ -278,3 +278,20 @@ def test_model_round_trip_identical_outputs(tmp_path: Path) -> None:
     x = Tensor.rand(3, 1, 8, 8).realize()
     np.testing.assert_array_equal(fresh(x).numpy(), net(x).numpy())
     assert fresh.bn.num_batches_tracked.item() == 1
+
+
+def test_load_state_dict_tinygrad_options() -> None:
+    """tinygrad's load_state_dict: returns the loaded tensors, realize=False leaves them lazy, consume=True empties
+    the source, () and (1,) fit each other, torch's num_batches_tracked is skipped where the model keeps none."""
+    lin = nn.Linear(3, 2, bias=False)
+    src = Tensor.full((2, 3), 2, dtype=dtypes.uint8).contiguous().realize()
+    sd = {"weight": src.float() * 0.5}
+    loaded = load_state_dict(lin, sd, realize=False, consume=True)
+    assert sd == {} and len(loaded) == 1 and not lin.weight.uop.is_realized
+    assert lin.weight.tolist() == [[1.0] * 3] * 2
+    bn = nn.BatchNorm(1, track_running_stats=False)
+    load_state_dict(bn, {"weight": Tensor([2.0]), "bias": Tensor(3.0), "num_batches_tracked": Tensor.ones(1)})
+    assert bn.weight.tolist() == [2.0] and bn.bias.tolist() == [3.0]
+    shape_error = r"Shape mismatch in layer `weight`: Expected shape \(2, 3\), but found \(3, 3\)"
+    with pytest.raises(ValueError, match=shape_error):
+        load_state_dict(lin, {"weight": Tensor.ones(3, 3)})

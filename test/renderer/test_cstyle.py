@@ -1,5 +1,5 @@
-"""The C dialect's integer arithmetic: an int8 dot product is spelled so gcc vectorizes it, and still wraps like torch
-where its sum could leave int32."""
+"""The C dialect: an int8 dot product is spelled so gcc vectorizes it and still wraps like torch where its sum could
+leave int32; vector selects are spelled the way gcc 12.2 compiles right (checked against torch)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import subprocess
 
 import numpy as np
 import pytest
+import torch
 
 from lazygrad import Device, Tensor, dtypes
 from lazygrad.codegen import get_program
@@ -78,3 +79,22 @@ def test_byte_dot_compiles_to_vnni_dot_products(tmp_path):
     lib.write_bytes(Device["CPU"].compiler.compile(program(byte_dot(a, b)).src))
     asm = subprocess.run(["objdump", "-d", str(lib)], capture_output=True, text=True, check=True).stdout
     assert "vpdpbusd" in asm
+
+
+@pytest.mark.parametrize("shape", [(1, 8, 16, 16), (1, 32, 8, 8), (1, 4, 32, 32), (5, 13, 24, 16, 2)])
+def test_select_under_a_broadcast_condition(shape: tuple[int, ...]) -> None:
+    """Lanes selecting under one per-row condition (pow's gradient guards a zero exponent so): gcc 12.2 with AVX-512
+    compiled the lane-wise spelling of that vector wrongly (every lane but the first came out 0)."""
+    rng = np.random.default_rng(0)
+    small = (*shape[:-2], 1, 1)
+    a = rng.uniform(0.5, 3, shape).astype(np.float32)
+    b = rng.uniform(0, 3, small).astype(np.float32)
+    b.flat[0] = 0.0  # one row takes the other branch
+    x, y = Tensor(a), Tensor(b)
+    gx, gy = (x**y).sum().gradient(x, y)
+    tx, ty = torch.tensor(a, requires_grad=True), torch.tensor(b, requires_grad=True)
+    (tx**ty).sum().backward()
+    np.testing.assert_allclose(gx.numpy(), tx.grad.numpy(), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(gy.numpy(), ty.grad.numpy(), rtol=1e-3, atol=1e-3)
+    sel = (y == 0).where(0.0, x * y)
+    np.testing.assert_allclose(sel.numpy(), np.where(b == 0, 0.0, a * b), rtol=1e-6)
