@@ -64,6 +64,38 @@ def find_c_compiler() -> str:
     raise DeviceUnavailable("CPU: no C compiler found; install gcc or clang, or name one with CC=...")
 
 
+def _dot_probe_want() -> list[int]:
+    u8, s8 = range(256), range(-128, 128)
+    return [sum(((u8[r * 32 + i] & 15) - 8) * s8[i] for i in range(32)) for r in range(8)]
+
+
+# (C source of `lg_probe(out, inputs...)`, argument count, the right output, flag sets to try, fewest first): code
+# gcc 12.2 was seen to vectorize wrongly on AVX-512 CPUs, each found through a wrong tensor result
+VECTORIZER_PROBES: list[tuple[str, int, list[int], list[list[str]]]] = [
+    # a masked int16 select read 128 bytes off with AVX-512BW (a setitem on an int16 tensor wrote wrong rows)
+    (
+        "void lg_probe(short* restrict out, const short* restrict in) {\n"
+        "  for (int i = 0; i < 231; i++) {\n"
+        "    _Bool m = (32 < i) & (i < 55); short v = m ? (short)5 : (short)0;\n"
+        "    out[2*i] = m ? v : in[2*i]; out[2*i+1] = m ? v : in[2*i+1];\n  }\n}\n",
+        2,
+        [5 if 66 <= i < 110 else i for i in range(462)],
+        [["-mno-avx512bw"]],
+    ),
+    # a sum of ((int)(u8 & 15) - 8) * (int)s8: the narrowed signed nibble went into vpdpbusd as if it were unsigned
+    # (an int8 dot product of offset nibbles summed wrongly); only taking VNNI away fixes it
+    (
+        "void lg_probe(int* restrict out, const unsigned char* restrict q, const signed char* restrict x) {\n"
+        "  for (int r = 0; r < 8; r++) {\n    int acc = 0;\n"
+        "    for (int i = 0; i < 32; i++) acc = acc + (((int)(q[r*32+i] & (unsigned char)15)) - 8) * (int)x[i];\n"
+        "    out[r] = acc;\n  }\n}\n",
+        3,
+        _dot_probe_want(),
+        [["-mno-avx512vnni", "-mno-avxvnni"]],
+    ),
+]
+
+
 class ClangCompiler(Compiler):
     """Compiles C to a shared object. No -ffast-math: NaN and inf must behave as IEEE says."""
 
@@ -82,10 +114,10 @@ class ClangCompiler(Compiler):
             self.flags.append("-fopenmp")
         # a compiler whose auto-vectorizer miscompiles a masked 16-bit select for this CPU gets the instructions it
         # misuses taken away (gcc 12 with AVX-512BW read 128 bytes off: a setitem on int16 wrote wrong rows)
-        probe_key = repr((version, cc, _cpu_flags(), self.flags, "vectorizer_v1"))
-        extra = diskcache_get("cpu_vectorizer_v1", probe_key)
+        probe_key = repr((version, cc, _cpu_flags(), self.flags, "vectorizer_v3"))
+        extra = diskcache_get("cpu_vectorizer_v3", probe_key)
         if extra is None:
-            extra = diskcache_put("cpu_vectorizer_v1", probe_key, self._vectorizer_workaround())
+            extra = diskcache_put("cpu_vectorizer_v3", probe_key, self._vectorizer_workaround())
         self.flags += extra
         key = hashlib.sha256(repr((version, self.flags)).encode()).hexdigest()[:16]
         super().__init__(f"compile_cpu_{key}")
@@ -102,26 +134,32 @@ class ClangCompiler(Compiler):
                 return f.read()
 
     def _vectorizer_workaround(self) -> list[str]:
-        """The flags (none, fewest first) under which the probe kernel, a masked select over int16 that gcc 12.2
-        vectorizes wrongly with AVX-512BW, gives the right answer."""
-        n = 462
-        src = (
-            "void lg_probe(short* restrict out, const short* restrict in) {\n"
-            f"  for (int i = 0; i < {n // 2}; i++) {{\n"
-            "    _Bool m = (32 < i) & (i < 55); short v = m ? (short)5 : (short)0;\n"
-            "    out[2*i] = m ? v : in[2*i]; out[2*i+1] = m ? v : in[2*i+1];\n  }\n}\n"
-        )
-        want = [5 if 66 <= i < 110 else i for i in range(n)]
-        for extra in ([], ["-mno-avx512bw"], ["-fno-tree-vectorize"]):
-            try:
-                prg = CPUProgram("lg_probe", self._run(src, [*self.flags, *extra]), 2, 0)
-            except (CompileError, OSError):
-                continue  # a flag this compiler or CPU does not know
-            inp, out = (ctypes.c_short * n)(*range(n)), (ctypes.c_short * n)()
-            prg(ctypes.addressof(out), ctypes.addressof(inp))
-            if list(out) == want:
-                return extra
-        return ["-fno-tree-vectorize"]
+        """The flags (none, fewest first) under which every vectorizer probe kernel (VECTORIZER_PROBES: code gcc 12.2
+        has been seen to compile wrongly for this kind of CPU) gives the right answer."""
+        extra: list[str] = []
+        for src, nargs, want, candidates in VECTORIZER_PROBES:
+            for flags in ([], *candidates):
+                if self._probe_right(src, nargs, want, [*extra, *flags]):
+                    extra += [f for f in flags if f not in extra]
+                    break
+            else:
+                return ["-fno-tree-vectorize"]
+        return extra
+
+    def _probe_right(self, src: str, nargs: int, want: list[int], extra: list[str]) -> bool:
+        """Whether the probe kernel `lg_probe`, built with `extra`, computes `want` (its inputs: 0, 1, 2, ... of its
+        own type for one input; unsigned bytes 0..255 and signed bytes -128..127 for two)."""
+        try:
+            prg = CPUProgram("lg_probe", self._run(src, [*self.flags, *extra]), nargs, 0)
+        except (CompileError, OSError):
+            return False  # a flag this compiler or CPU does not know
+        n = len(want)
+        if nargs == 2:
+            out, ins = (ctypes.c_short * n)(), [(ctypes.c_short * n)(*range(n))]
+        else:
+            out, ins = (ctypes.c_int * n)(), [(ctypes.c_ubyte * 256)(*range(256)), (ctypes.c_byte * 256)(*range(-128, 128))]
+        prg(ctypes.addressof(out), *(ctypes.addressof(x) for x in ins))
+        return list(out) == want
 
     def _links_openmp(self) -> bool:
         """THREAD axes need OpenMP; clang often ships without libomp, and then kernels stay on one core."""

@@ -73,6 +73,8 @@ def _cpu_has(flag: str) -> bool:
 def test_byte_dot_compiles_to_vnni_dot_products(tmp_path):
     if "gcc" not in os.path.basename(Device["CPU"].compiler.cc):
         pytest.skip("the vectorizer checked is gcc's")
+    if "-mno-avxvnni" in Device["CPU"].compiler.flags:
+        pytest.skip("this gcc sums offset nibbles wrongly with VNNI (runtime/ops_cpu.py VECTORIZER_PROBES): it is off")
     rng = np.random.default_rng(0)
     a, b = rng.integers(0, 256, (64, 128), dtype=np.uint8), rng.integers(-128, 128, 128, dtype=np.int8)
     lib = tmp_path / "k.so"

@@ -122,3 +122,17 @@ def test_compiler_flags_pass_the_vectorizer_probe():
     ref = base.transpose(1, 0, 2).reshape(21, 22).copy()
     ref[3:5] = 5
     np.testing.assert_array_equal(x.numpy(), ref)
+
+
+def test_int8_dot_of_offset_nibbles_is_right():
+    # gcc 12.2 turned sum(((int)(u8 & 15) - 8) * (int)s8) into vpdpbusd as if the signed nibble were unsigned: the
+    # compiler's flags are those under which VECTORIZER_PROBES' kernels are right, and the tensor program agrees
+    rng = np.random.default_rng(0)
+    for n in (32, 64, 1024):
+        q, x = rng.integers(0, 256, (16, n), dtype=np.uint8), rng.integers(-128, 128, n, dtype=np.int8)
+        tq, tx = Tensor(q), Tensor(x)
+        for shift in (0, 4):
+            nib = ((tq >> shift) & 15).cast(dtypes.int32) - 8
+            got = (nib * tx.cast(dtypes.int32)).sum(1, dtype=dtypes.int32).numpy()
+            ref = ((((q.astype(np.int32) >> shift) & 15) - 8) * x.astype(np.int32)).sum(1)
+            np.testing.assert_array_equal(got, ref)
