@@ -628,6 +628,38 @@ def _one_select_of_vectors(ctx: RenderCtx, u: UOp) -> str | None:
     return ctx.expr(u, f"({ctx.names[c]}?{picked[0]}:{picked[1]})")
 
 
+def _byte_products_only(uops: list[UOp]) -> bool:
+    """Whether the kernel multiplies integers read from memory, and each such product's operands are bytes loaded,
+    masked or shifted and widened, nothing else (no offset: gcc 12.2 sums ((int)(u8 & 15) - 8) * (int)s8 wrongly
+    through vpdpbusd, and a plain byte product rightly)."""
+
+    def reads_memory(x: UOp) -> bool:
+        stack, seen = [x], set()
+        while stack:
+            if (y := stack.pop()).op is Ops.LOAD:
+                return True
+            if y not in seen:
+                seen.add(y)
+                stack.extend(y.src)
+        return False
+
+    def plain_bytes(x: UOp) -> bool:
+        stack = [x]
+        while stack:
+            y = stack.pop()
+            if y.op is Ops.LOAD and y.dtype.scalar.itemsize == 1 or y.op is Ops.CONST:
+                continue
+            if y.op not in (Ops.CAST, Ops.AND, Ops.SHR, Ops.GEP, Ops.VECTORIZE):
+                return False
+            stack.extend(y.src)
+        return True
+
+    if not any(u.op is Ops.LOAD and u.dtype.scalar.itemsize == 1 for u in uops):
+        return False
+    products = [u for u in uops if u.op is Ops.MUL and dtypes.is_int(u.dtype) and reads_memory(u)]
+    return bool(products) and all(plain_bytes(s) for u in products for s in u.src)
+
+
 class ClangRenderer(CStyleLanguage):
     device = "CPU"
     has_threads = True
@@ -637,6 +669,9 @@ class ClangRenderer(CStyleLanguage):
     # well below it, gcc's time grows faster than the square of a cat's masked loads (a stack of 256 tensors: 2 s,
     # 512: 20 s, 800: 57 s), so kernels are split at 256 buffers (a stack of 1500 then runs in 9 s)
     max_buffers = 256
+    # a gcc target attribute ("avxvnni,avx512vnni") for kernels whose integer products all multiply plain bytes, set
+    # by the CPU device where its compiler had to build without VNNI (runtime/ops_cpu.py VECTORIZER_PROBES)
+    byte_dot_target = ""
 
     def __init__(self, threads: int = 1, vector_bytes: int = 16, vector_registers: int = 16):
         self.threads = threads  # cores a THREAD axis is shared out among
@@ -749,4 +784,6 @@ class ClangRenderer(CStyleLanguage):
         vec = (C_VECTOR_PRELUDE + "".join(decls)) if decls else ""
         if any(u.op is Ops.POW and not dtypes.is_float(u.dtype) for u in uops):
             vec += IPOW_HELPER.format(qual="static inline ", u64="unsigned long long")
-        return f"{self.prelude}{vec}{self.kernel_prefix}{name}({', '.join(params)}) {{\n{body}\n}}\n"
+        target = f'__attribute__((target("{self.byte_dot_target}"))) ' if self.byte_dot_target else ""
+        target = target if target and _byte_products_only(uops) else ""
+        return f"{self.prelude}{vec}{target}{self.kernel_prefix}{name}({', '.join(params)}) {{\n{body}\n}}\n"

@@ -103,9 +103,10 @@ class ClangCompiler(Compiler):
         self.cc = cc
         # -fvect-cost-model=dynamic: loops the heuristic could not upcast (a size no vector width divides) are still
         # vectorized by the compiler, with a scalar tail; -O2 alone only vectorizes loops that need no tail
-        self.flags = ["-shared", "-fPIC", "-O2", "-march=native", "-fno-math-errno", "-ffp-contract=fast"]
-        self.flags += ["-fvect-cost-model=dynamic", "-std=gnu11"]
         version = subprocess.run([cc, "--version"], capture_output=True, text=True).stdout.splitlines()[:1]
+        self.flags = ["-shared", "-fPIC", "-O2", "-march=native", "-fno-math-errno", "-ffp-contract=fast"]
+        self.flags += [] if "clang" in "".join(version) else ["-fvect-cost-model=dynamic"]  # a gcc flag only
+        self.flags += ["-std=gnu11"]
         probe_key = repr((version, cc, "openmp"))
         self.openmp = diskcache_get("cpu_openmp_v1", probe_key)
         if self.openmp is None:
@@ -119,6 +120,11 @@ class ClangCompiler(Compiler):
         if extra is None:
             extra = diskcache_put("cpu_vectorizer_v3", probe_key, self._vectorizer_workaround())
         self.flags += extra
+        # where VNNI had to go, kernels whose integer products are all of plain bytes get it back through a target
+        # attribute (the renderer's byte_dot_target): the probe's bug needs a signed nibble made from unsigned bytes
+        cpu = _cpu_flags().split()
+        vnni = [t for f, t in (("avx_vnni", "avxvnni"), ("avx512_vnni", "avx512vnni")) if f in cpu]
+        self.byte_dot_target = ",".join(vnni) if "-mno-avxvnni" in extra else ""
         key = hashlib.sha256(repr((version, self.flags)).encode()).hexdigest()[:16]
         super().__init__(f"compile_cpu_{key}")
 
@@ -254,6 +260,7 @@ class CPUDevice(Compiled):
         compiler = ClangCompiler(find_c_compiler())
         renderer = ClangRenderer(self.threads, *simd_registers())
         renderer.has_threads = compiler.openmp and self.threads > 1
+        renderer.byte_dot_target = compiler.byte_dot_target
         super().__init__(name, CPUAllocator(), renderer, compiler, CPUProgram)
 
     @property

@@ -100,3 +100,31 @@ def test_select_under_a_broadcast_condition(shape: tuple[int, ...]) -> None:
     np.testing.assert_allclose(gy.numpy(), ty.grad.numpy(), rtol=1e-3, atol=1e-3)
     sel = (y == 0).where(0.0, x * y)
     np.testing.assert_allclose(sel.numpy(), np.where(b == 0, 0.0, a * b), rtol=1e-6)
+
+
+def test_byte_dot_target_only_on_kernels_of_plain_byte_products():
+    """Where the CPU device had to build without VNNI (gcc 12.2 sums offset nibbles wrongly with it), kernels whose
+    integer products multiply plain bytes get it back through a target attribute; an offset nibble's kernel does not."""
+    from lazygrad.renderer.cstyle import ClangRenderer
+
+    rng = np.random.default_rng(0)
+    a, b = rng.integers(0, 256, (16, 64), dtype=np.uint8), rng.integers(-128, 128, 64, dtype=np.int8)
+    ta, tb = Tensor(a), Tensor(b)
+    renderer = ClangRenderer()
+    renderer.byte_dot_target = "avxvnni"
+
+    asts: dict[int, object] = {}
+
+    def src(t: Tensor, r: ClangRenderer = renderer) -> str:
+        if id(t) not in asts:  # (a tensor is scheduled once)
+            (si,) = t.schedule()
+            asts[id(t)] = si.ast
+        return get_program(asts[id(t)], r).src
+
+    plain = ((ta >> 4).cast(dtypes.int32) * tb.cast(dtypes.int32)).sum(-1, dtype=dtypes.int32)
+    offset = (((ta & 15).cast(dtypes.int32) - 8) * tb.cast(dtypes.int32)).sum(-1, dtype=dtypes.int32)
+    floats = (Tensor(a.astype(np.float32)) * 2).sum(-1)
+    assert "__attribute__((target" not in src(plain, ClangRenderer())  # (VNNI left on: no attribute needed)
+    assert '__attribute__((target("avxvnni")))' in src(plain)
+    assert "__attribute__((target" not in src(offset)
+    assert "__attribute__((target" not in src(floats)

@@ -136,3 +136,18 @@ def test_int8_dot_of_offset_nibbles_is_right():
             got = (nib * tx.cast(dtypes.int32)).sum(1, dtype=dtypes.int32).numpy()
             ref = ((((q.astype(np.int32) >> shift) & 15) - 8) * x.astype(np.int32)).sum(1)
             np.testing.assert_array_equal(got, ref)
+
+
+def test_clang_gets_no_gcc_only_flags():
+    # -fvect-cost-model is gcc's: with CC=clang every kernel failed to build ("unknown argument")
+    import shutil
+
+    if not shutil.which("clang"):
+        pytest.skip("no clang")
+    compiler = ClangCompiler("clang")
+    assert not any(f.startswith("-fvect-cost-model") for f in compiler.flags)
+    src = "void k(float* restrict out, const float* restrict a) { for (int i = 0; i < 37; i++) out[i] = a[i] * 2.0f; }"
+    prg = CPUProgram("k", compiler.compile(src), 2, 0)
+    out, a = np.zeros(37, np.float32), np.arange(37, dtype=np.float32)
+    prg(out.ctypes.data, a.ctypes.data)
+    np.testing.assert_array_equal(out, a * 2)
