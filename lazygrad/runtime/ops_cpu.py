@@ -163,7 +163,8 @@ class ClangCompiler(Compiler):
         if nargs == 2:
             out, ins = (ctypes.c_short * n)(), [(ctypes.c_short * n)(*range(n))]
         else:
-            out, ins = (ctypes.c_int * n)(), [(ctypes.c_ubyte * 256)(*range(256)), (ctypes.c_byte * 256)(*range(-128, 128))]
+            out = (ctypes.c_int * n)()
+            ins = [(ctypes.c_ubyte * 256)(*range(256)), (ctypes.c_byte * 256)(*range(-128, 128))]
         prg(ctypes.addressof(out), *(ctypes.addressof(x) for x in ins))
         return list(out) == want
 
