@@ -85,8 +85,8 @@ def serve_until_interrupted(data: dict[str, Any]) -> None:
         server = serve(data, getenv("VIZ_PORT", 8000))
     except OSError:
         server = serve(data, 0)
-    print(f"VIZ: serving {server.url} (Ctrl-C to stop)", flush=True)
-    try:
+    try:  # (the announcement inside: a Ctrl-C right after it still stops the server cleanly)
+        print(f"VIZ: serving {server.url} (Ctrl-C to stop)", flush=True)
         threading.Event().wait()
     except KeyboardInterrupt:
         pass

@@ -166,13 +166,13 @@ def test_server_serves_page_data_and_graphs_then_stops() -> None:
     data = record.dump()
     server = serve(data)
     try:
-        page = urllib.request.urlopen(server.url, timeout=10).read().decode()
+        page = urllib.request.urlopen(server.url, timeout=60).read().decode()
         assert 'id="kernel-list"' in page and "<script src" not in page and "<link" not in page
         # nothing is fetched from the network: the one address in the page is SVG's namespace name
         assert set(re.findall(r"https?://[^\"' )]+", page)) == {"http://www.w3.org/2000/svg"}
-        got = json.loads(urllib.request.urlopen(server.url + "data.json", timeout=10).read())
+        got = json.loads(urllib.request.urlopen(server.url + "data.json", timeout=60).read())
         assert got["kernels"] == json.loads(json.dumps(data["kernels"])) and "nodes" not in got
-        g = json.loads(urllib.request.urlopen(f"{server.url}graph/{data['kernels'][0]['ast']}", timeout=10).read())
+        g = json.loads(urllib.request.urlopen(f"{server.url}graph/{data['kernels'][0]['ast']}", timeout=60).read())
         assert g["nodes"] and g["nodes"][-1]["op"] == "SINK"
         with pytest.raises(urllib.error.HTTPError, match="404"):
             urllib.request.urlopen(f"{server.url}graph/{len(data['nodes'])}", timeout=10)
@@ -235,7 +235,7 @@ def test_viz_env_writes_the_run_and_serves_it_at_exit(tmp_path) -> None:
         assert next_line().strip() == "135"
         line = next_line()
         assert line.startswith("VIZ: serving http://127.0.0.1:"), line + err.read_text()
-        assert json.loads(urllib.request.urlopen(line.split()[2] + "data.json", timeout=10).read())["kernels"]
+        assert json.loads(urllib.request.urlopen(line.split()[2] + "data.json", timeout=60).read())["kernels"]
     finally:
         rc = _interrupt(proc)
     assert rc == 0, err.read_text()
@@ -250,7 +250,7 @@ def test_cli_opens_a_saved_trace_in_the_page(tmp_path) -> None:
     try:
         line = next_line()
         assert line.startswith("VIZ: serving http://127.0.0.1:"), line + err.read_text()
-        got = json.loads(urllib.request.urlopen(line.split()[2] + "data.json", timeout=10).read())
+        got = json.loads(urllib.request.urlopen(line.split()[2] + "data.json", timeout=60).read())
         assert got["kernels"] == [] and got["trace"]["traceEvents"][0]["name"] == "E_4"
     finally:
         rc = _interrupt(proc)
