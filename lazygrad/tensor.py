@@ -282,6 +282,9 @@ def _replayed(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
             *(a for a in args if isinstance(a, Tensor)),
             *(a for a in kwargs.values() if isinstance(a, Tensor)),
         ]
+        for t in tensors:
+            if t._view_of is not None:
+                _follow_base(t)
         key = (
             tuple(_replay_kind(t.uop, t) for t in tensors),
             tuple(_replay_arg(a) for a in args),
@@ -764,6 +767,8 @@ class Tensor(metaclass=_TensorType):
         tensors = (self, *lst)
         firsts: dict[UOp, Tensor] = {}
         for t in tensors:
+            if t._view_of is not None:
+                _follow_base(t)
             if t.uop.base is not t.uop or t.uop.op is Ops.BUFFER:
                 continue
             view = _realized.get(t.uop)
@@ -819,6 +824,8 @@ class Tensor(metaclass=_TensorType):
         return self
 
     def _contiguous_buffer(self) -> Buffer:
+        if self._view_of is not None:
+            _follow_base(self)
         if isinstance(self.device, tuple):
             # sharded: every part computed (pending writes too), then read on the first device
             self.realize()
@@ -1187,6 +1194,8 @@ class Tensor(metaclass=_TensorType):
         return self
 
     def _movement(self, op: Ops, arg: Any) -> Tensor:
+        if self._view_of is not None:
+            _follow_base(self)
         out = Tensor(UOp(op, self.dtype, (self.uop,), arg))
         if op not in (Ops.PAD, Ops.FLIP):
             # torch's flip and pad copy: their results own their (lazy) values
@@ -1421,6 +1430,8 @@ class Tensor(metaclass=_TensorType):
         return self.unsqueeze(d).cat(*[t.unsqueeze(d) for t in others], dim=d)
 
     def contiguous(self) -> Tensor:
+        if self._view_of is not None:
+            _follow_base(self)
         if self._is_stored():
             return self
         return Tensor(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
@@ -1533,6 +1544,8 @@ class Tensor(metaclass=_TensorType):
             self[index].assign(value)
             return
         v = value if isinstance(value, Tensor) else Tensor(value, dtype=self.dtype, device=self.device)
+        if v._view_of is not None:
+            _follow_base(v)
         hit, vals = _setitem_parts(self, index, v.cast(self.dtype))
         if self._view_of is not None:
             self._write_through(hit, vals)
@@ -2311,6 +2324,9 @@ class Tensor(metaclass=_TensorType):
     # *** elementwise ***
 
     def _alu(self, op: Ops, *others: Tensor, dtype: DType | None = None) -> Tensor:
+        for t in (self, *others):
+            if t._view_of is not None:
+                _follow_base(t)
         srcs = (self.uop, *(o.uop for o in others))
         out = dtype or (dtypes.bool if op in GroupOp.Comparison else srcs[-1].dtype)
         return Tensor(UOp(op, out, srcs))
@@ -2331,8 +2347,12 @@ class Tensor(metaclass=_TensorType):
         # the two common cases (most ops of a model or an optimizer) without the general path's temporary tensors:
         # a tensor of the same dtype, shape and device is used as it is; a Python scalar of the tensor's dtype is a
         # constant node reshaped and expanded to the tensor's shape, the same nodes the general path builds
+        if self._view_of is not None:
+            _follow_base(self)
         su = self.uop
         if isinstance(y, Tensor):
+            if y._view_of is not None:
+                _follow_base(y)
             yu = y.uop
             if yu.dtype == su.dtype and yu.shape == su.shape and yu.device == su.device:
                 return (y, self) if reverse else (self, y)
@@ -2920,6 +2940,8 @@ class Tensor(metaclass=_TensorType):
         if dt == self.dtype:
             return self
         _check_dtype("cast", dt, self.device)
+        if self._view_of is not None:
+            _follow_base(self)
         return Tensor(UOp(Ops.CAST, dt, (self.uop,)))
 
     def bitcast(self, dtype: DType | str) -> Tensor:
@@ -2956,6 +2978,8 @@ class Tensor(metaclass=_TensorType):
     # *** reductions ***
 
     def _reduce(self, op: Ops, axis: int | Sequence[int] | None, keepdim: bool) -> Tensor:
+        if self._view_of is not None:
+            _follow_base(self)
         axes = _axes(axis, self.ndim)
         if op is Ops.MAX and any(self.shape[a] == 0 for a in axes):
             raise _EmptyReductionError(f"max/min over a zero-size dimension of shape {self.shape} has no identity")
@@ -4457,6 +4481,24 @@ def _getitem(t: Tensor, index: Any) -> Tensor:
     basic, adv = _split_index(t, index)
     x = _basic_getitem(t, basic)
     return _advanced_getitem(x, adv) if adv else x
+
+
+def _follow_base(t: Tensor) -> Tensor:
+    """A view whose base got a write since the view was taken (a pending assign: `tmp = t[0]; t[0] = t[1]`) reads
+    through that write from now on, as torch's views share memory: its node is rebuilt over the base's new node.
+    A tensor computed from the view before the write keeps the old values (torch computed it then)."""
+    base, at = t._view_of  # type: ignore[misc]
+    if base.uop is at or base.uop.op is not Ops.ASSIGN:
+        return t
+    try:
+        chain = _view_chain(t.uop, at)
+    except NotImplementedError:
+        return t
+    node = base.uop
+    for u in chain:
+        node = UOp(u.op, u.dtype, (node,), u.arg)
+    t.uop, t._view_of = node, (base, base.uop)
+    return t
 
 
 def _view_chain(u: UOp, at: UOp) -> list[UOp]:
