@@ -4282,7 +4282,11 @@ def _empty_slice(t: Tensor, basic: list[Any]) -> bool:
     for i in basic:
         if i is None:
             continue
-        if isinstance(i, slice) and isinstance(t.shape[dim], int) and not _is_sym_int(i.start) and not _is_sym_int(i.stop):
+        if (
+            isinstance(i, slice)
+            and isinstance(t.shape[dim], int)
+            and not any(_is_sym_int(x) for x in (i.start, i.stop))
+        ):
             if len(range(*i.indices(t.shape[dim]))) == 0:
                 return True
         dim += 1
