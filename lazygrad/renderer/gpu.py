@@ -11,6 +11,7 @@ cuda_fp16.h) half is a storage type only.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from lazygrad.dtype import DType, dtypes
 from lazygrad.renderer.cstyle import (
@@ -184,20 +185,28 @@ class GPUDialect(CStyleLanguage):
         return f"(({self.render_dtype(dt)}){name}((float){x}))"
 
 
-class OpenCLRenderer(GPUDialect):
-    render_rules = (
+def _dialect_rules(thread: Callable[[str, int], str], local: Callable, barrier: str, *more: tuple) -> PatternMatcher:
+    """A GPU dialect's render rules: its spelling of thread ids (kind "g"/"l", dim), its shared-memory declaration and
+    barrier statement, then its own further rules, in front of the C rules."""
+    return (
         PatternMatcher(
             [
-                (
-                    UPat(Ops.SPECIAL, name="u"),
-                    thread_id(lambda kind, dim: f"get_{'group' if kind == 'g' else 'local'}_id({dim})"),
-                ),
-                (UPat(Ops.DEFINE_LOCAL, name="u"), local_buffer("__local ")),
-                (UPat(Ops.BARRIER), lambda ctx: ctx.line("barrier(CLK_LOCAL_MEM_FENCE);") or ""),
-                (UPat(Ops.GEP, name="u"), gep(lambda v, i: f"{v}.s{i:x}")),
+                (UPat(Ops.SPECIAL, name="u"), thread_id(thread)),
+                (UPat(Ops.DEFINE_LOCAL, name="u"), local),
+                (UPat(Ops.BARRIER), lambda ctx: ctx.line(barrier) or ""),
+                *more,
             ]
         )
         + C_RENDER
+    )
+
+
+class OpenCLRenderer(GPUDialect):
+    render_rules = _dialect_rules(
+        lambda kind, dim: f"get_{'group' if kind == 'g' else 'local'}_id({dim})",
+        local_buffer("__local "),
+        "barrier(CLK_LOCAL_MEM_FENCE);",
+        (UPat(Ops.GEP, name="u"), gep(lambda v, i: f"{v}.s{i:x}")),
     )
     device = "CL"
     kernel_prefix = "__kernel void "
@@ -319,28 +328,20 @@ def _cuda_packed_gep(ctx: RenderCtx, u: UOp) -> str | None:
 
 
 class CUDARenderer(GPUDialect):
-    render_rules = (
-        PatternMatcher(
-            [
-                (
-                    UPat(Ops.SPECIAL, name="u"),
-                    thread_id(lambda kind, dim: f"{'blockIdx' if kind == 'g' else 'threadIdx'}.{'xyz'[dim]}"),
-                ),
-                # 16-byte aligned: a staged tile (STAGE) is stored and read in uint4 / float4 (a 2-byte type alone is 2)
-                (UPat(Ops.DEFINE_LOCAL, name="u"), local_buffer("__shared__ ", suffix=" __attribute__((aligned(16)))")),
-                (UPat(Ops.BARRIER), lambda ctx: ctx.line("__syncthreads();") or ""),
-                # vectors are only ever loaded and stored whole (STAGE, a tensor core's pair), as their bits
-                (
-                    UPat(Ops.STORE, name="u"),
-                    lambda ctx, u: store_statement(ctx, u, ctx.names[u.src[1]]) if u.src[1].dtype.count > 1 else None,
-                ),
-                (UPat(Ops.VECTORIZE, name="u"), _cuda_packed_vectorize),
-                (UPat(Ops.GEP, name="u"), _cuda_packed_gep),
-                (UPat(Ops.GEP, name="u"), gep(lambda v, i: f"{v}.{'xyzw'[i]}")),
-                (UPat(Ops.WMMA, name="u"), lambda ctx, u: ctx.expr(u, f"lg_{u.arg}({', '.join(ctx.srcs(u))})")),
-            ]
-        )
-        + C_RENDER
+    render_rules = _dialect_rules(
+        lambda kind, dim: f"{'blockIdx' if kind == 'g' else 'threadIdx'}.{'xyz'[dim]}",
+        # 16-byte aligned: a staged tile (STAGE) is stored and read in uint4 / float4 (a 2-byte type alone is 2)
+        local_buffer("__shared__ ", suffix=" __attribute__((aligned(16)))"),
+        "__syncthreads();",
+        # vectors are only ever loaded and stored whole (STAGE, a tensor core's pair), as their bits
+        (
+            UPat(Ops.STORE, name="u"),
+            lambda ctx, u: store_statement(ctx, u, ctx.names[u.src[1]]) if u.src[1].dtype.count > 1 else None,
+        ),
+        (UPat(Ops.VECTORIZE, name="u"), _cuda_packed_vectorize),
+        (UPat(Ops.GEP, name="u"), _cuda_packed_gep),
+        (UPat(Ops.GEP, name="u"), gep(lambda v, i: f"{v}.{'xyzw'[i]}")),
+        (UPat(Ops.WMMA, name="u"), lambda ctx, u: ctx.expr(u, f"lg_{u.arg}({', '.join(ctx.srcs(u))})")),
     )
     device = "CUDA"
     ipow_qualifier = "__device__ __forceinline__ "
@@ -453,18 +454,10 @@ class CUDARenderer(GPUDialect):
 
 
 class MetalRenderer(GPUDialect):
-    render_rules = (
-        PatternMatcher(
-            [
-                (
-                    UPat(Ops.SPECIAL, name="u"),
-                    thread_id(lambda kind, dim: f"{'gid' if kind == 'g' else 'lid'}.{'xyz'[dim]}"),
-                ),
-                (UPat(Ops.DEFINE_LOCAL, name="u"), local_buffer("threadgroup ")),
-                (UPat(Ops.BARRIER), lambda ctx: ctx.line("threadgroup_barrier(mem_flags::mem_threadgroup);") or ""),
-            ]
-        )
-        + C_RENDER
+    render_rules = _dialect_rules(
+        lambda kind, dim: f"{'gid' if kind == 'g' else 'lid'}.{'xyz'[dim]}",
+        local_buffer("threadgroup "),
+        "threadgroup_barrier(mem_flags::mem_threadgroup);",
     )
     device = "METAL"
     has_double = False  # the Metal shading language has no double
