@@ -69,16 +69,18 @@ def _dot_probe_want() -> list[int]:
     return [sum(((u8[r * 32 + i] & 15) - 8) * s8[i] for i in range(32)) for r in range(8)]
 
 
-# (C source of `lg_probe(out, inputs...)`, argument count, the right output, flag sets to try, fewest first): code
-# gcc 12.2 was seen to vectorize wrongly on AVX-512 CPUs, each found through a wrong tensor result
-VECTORIZER_PROBES: list[tuple[str, int, list[int], list[list[str]]]] = [
+# (C source of `lg_probe(out, inputs...)`, the output's C type, each input's C type and values, the right output, flag
+# sets to try, fewest first): code gcc 12.2 was seen to vectorize wrongly on AVX-512 CPUs, each found through a wrong
+# tensor result
+VECTORIZER_PROBES: list[tuple[str, Any, list[tuple[Any, range]], list[int], list[list[str]]]] = [
     # a masked int16 select read 128 bytes off with AVX-512BW (a setitem on an int16 tensor wrote wrong rows)
     (
         "void lg_probe(short* restrict out, const short* restrict in) {\n"
         "  for (int i = 0; i < 231; i++) {\n"
         "    _Bool m = (32 < i) & (i < 55); short v = m ? (short)5 : (short)0;\n"
         "    out[2*i] = m ? v : in[2*i]; out[2*i+1] = m ? v : in[2*i+1];\n  }\n}\n",
-        2,
+        ctypes.c_short,
+        [(ctypes.c_short, range(462))],
         [5 if 66 <= i < 110 else i for i in range(462)],
         [["-mno-avx512bw"]],
     ),
@@ -89,7 +91,8 @@ VECTORIZER_PROBES: list[tuple[str, int, list[int], list[list[str]]]] = [
         "  for (int r = 0; r < 8; r++) {\n    int acc = 0;\n"
         "    for (int i = 0; i < 32; i++) acc = acc + (((int)(q[r*32+i] & (unsigned char)15)) - 8) * (int)x[i];\n"
         "    out[r] = acc;\n  }\n}\n",
-        3,
+        ctypes.c_int,
+        [(ctypes.c_ubyte, range(256)), (ctypes.c_byte, range(-128, 128))],
         _dot_probe_want(),
         [["-mno-avx512vnni", "-mno-avxvnni"]],
     ),
@@ -113,17 +116,17 @@ class ClangCompiler(Compiler):
             self.openmp = diskcache_put("cpu_openmp_v1", probe_key, self._links_openmp())
         if self.openmp:
             self.flags.append("-fopenmp")
-        # a compiler whose auto-vectorizer miscompiles a masked 16-bit select for this CPU gets the instructions it
-        # misuses taken away (gcc 12 with AVX-512BW read 128 bytes off: a setitem on int16 wrote wrong rows)
-        probe_key = repr((version, cc, _cpu_flags(), self.flags, "vectorizer_v3"))
+        # a compiler whose auto-vectorizer miscompiles a probe kernel for this CPU (VECTORIZER_PROBES) gets the
+        # instructions it misuses taken away
+        cpu = _cpu_flags()
+        probe_key = repr((version, cc, cpu, self.flags, "vectorizer_v3"))
         extra = diskcache_get("cpu_vectorizer_v3", probe_key)
         if extra is None:
             extra = diskcache_put("cpu_vectorizer_v3", probe_key, self._vectorizer_workaround())
         self.flags += extra
         # where VNNI had to go, kernels whose integer products are all of plain bytes get it back through a target
         # attribute (the renderer's byte_dot_target): the probe's bug needs a signed nibble made from unsigned bytes
-        cpu = _cpu_flags().split()
-        vnni = [t for f, t in (("avx_vnni", "avxvnni"), ("avx512_vnni", "avx512vnni")) if f in cpu]
+        vnni = [t for f, t in (("avx_vnni", "avxvnni"), ("avx512_vnni", "avx512vnni")) if f in cpu.split()]
         self.byte_dot_target = ",".join(vnni) if "-mno-avxvnni" in extra else ""
         key = hashlib.sha256(repr((version, self.flags)).encode()).hexdigest()[:16]
         super().__init__(f"compile_cpu_{key}")
@@ -143,28 +146,25 @@ class ClangCompiler(Compiler):
         """The flags (none, fewest first) under which every vectorizer probe kernel (VECTORIZER_PROBES: code gcc 12.2
         has been seen to compile wrongly for this kind of CPU) gives the right answer."""
         extra: list[str] = []
-        for src, nargs, want, candidates in VECTORIZER_PROBES:
+        for src, out_type, inputs, want, candidates in VECTORIZER_PROBES:
             for flags in ([], *candidates):
-                if self._probe_right(src, nargs, want, [*extra, *flags]):
-                    extra += [f for f in flags if f not in extra]
+                if self._probe_right(src, out_type, inputs, want, [*extra, *flags]):
+                    extra += flags
                     break
             else:
                 return ["-fno-tree-vectorize"]
         return extra
 
-    def _probe_right(self, src: str, nargs: int, want: list[int], extra: list[str]) -> bool:
-        """Whether the probe kernel `lg_probe`, built with `extra`, computes `want` (its inputs: 0, 1, 2, ... of its
-        own type for one input; unsigned bytes 0..255 and signed bytes -128..127 for two)."""
+    def _probe_right(
+        self, src: str, out_type: Any, inputs: list[tuple[Any, range]], want: list[int], extra: list[str]
+    ) -> bool:
+        """Whether the probe kernel `lg_probe`, built with `extra`, computes `want` from `inputs`."""
         try:
-            prg = CPUProgram("lg_probe", self._run(src, [*self.flags, *extra]), nargs, 0)
+            prg = CPUProgram("lg_probe", self._run(src, [*self.flags, *extra]), 1 + len(inputs), 0)
         except (CompileError, OSError):
             return False  # a flag this compiler or CPU does not know
-        n = len(want)
-        if nargs == 2:
-            out, ins = (ctypes.c_short * n)(), [(ctypes.c_short * n)(*range(n))]
-        else:
-            out = (ctypes.c_int * n)()
-            ins = [(ctypes.c_ubyte * 256)(*range(256)), (ctypes.c_byte * 256)(*range(-128, 128))]
+        out = (out_type * len(want))()
+        ins = [(ctype * len(values))(*values) for ctype, values in inputs]
         prg(ctypes.addressof(out), *(ctypes.addressof(x) for x in ins))
         return list(out) == want
 
