@@ -18,7 +18,7 @@ import itertools
 import os
 import sys
 import time
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -195,15 +195,8 @@ def train_step() -> None:
 
         torch.set_num_threads(1)  # as THREADS=1 does for lazygrad: the step's CPU time is one core's
         model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
-        topt = torch.optim.Adam(model.parameters(), lr=1e-3)
         tx, ty = torch.from_numpy(x.numpy()), torch.from_numpy(y.numpy()).long()
-
-        def torch_step() -> None:
-            topt.zero_grad()
-            torch.nn.functional.cross_entropy(model(tx), ty).backward()
-            topt.step()
-
-        fns["torch eager"] = torch_step
+        fns["torch eager"] = torch_adam_step(model, 1e-3, tx, ty)
     except ImportError:
         pass
     with Tensor.train():
@@ -212,6 +205,20 @@ def train_step() -> None:
         results["lazygrad TinyJit"] = bench(lambda: jitted(x, y), reps=100, warmup=3, rounds=3)
     kernels = jitted.captured.kernel_count if jitted.captured is not None else 0
     table(f"MLP 64-128-10 Adam step, batch 128 ({kernels} kernels; target: JIT >= 2x)", results, "lazygrad, no JIT")
+
+
+def torch_adam_step(model: Any, lr: float, tx: Any, ty: Any) -> Callable[[], None]:
+    """One torch eager training step of `model` (cross entropy, Adam) on (tx, ty), the peer of lazygrad's."""
+    import torch
+
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+
+    def step() -> None:
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(tx), ty).backward()
+        opt.step()
+
+    return step
 
 
 def cnn_step() -> None:
@@ -235,15 +242,7 @@ def cnn_step() -> None:
             tnn.Conv2d(1, 16, 3, padding=1), tnn.BatchNorm2d(16), tnn.ReLU(), tnn.Conv2d(16, 32, 3, padding=1),
             tnn.ReLU(), tnn.MaxPool2d(2), tnn.Flatten(), tnn.Linear(32 * 4 * 4, 10),
         )  # fmt: skip
-        topt = torch.optim.Adam(tmodel.parameters(), lr=3e-3)
-        tx, ty = torch.from_numpy(xn), torch.from_numpy(yn).long()
-
-        def torch_step() -> None:
-            topt.zero_grad()
-            torch.nn.functional.cross_entropy(tmodel(tx), ty).backward()
-            topt.step()
-
-        fns["torch eager"] = torch_step
+        fns["torch eager"] = torch_adam_step(tmodel, 3e-3, torch.from_numpy(xn), torch.from_numpy(yn).long())
     except ImportError:
         pass
     results = bench_pair(fns, reps=5, rounds=5)
