@@ -632,32 +632,19 @@ def _byte_products_only(uops: list[UOp]) -> bool:
     """Whether the kernel multiplies integers read from memory, and each such product's operands are bytes loaded,
     masked or shifted and widened, nothing else (no offset: gcc 12.2 sums ((int)(u8 & 15) - 8) * (int)s8 wrongly
     through vpdpbusd, and a plain byte product rightly)."""
-
-    def reads_memory(x: UOp) -> bool:
-        stack, seen = [x], set()
-        while stack:
-            if (y := stack.pop()).op is Ops.LOAD:
-                return True
-            if y not in seen:
-                seen.add(y)
-                stack.extend(y.src)
-        return False
-
-    def plain_bytes(x: UOp) -> bool:
-        stack = [x]
-        while stack:
-            y = stack.pop()
-            if y.op is Ops.LOAD and y.dtype.scalar.itemsize == 1 or y.op is Ops.CONST:
-                continue
-            if y.op not in (Ops.CAST, Ops.AND, Ops.SHR, Ops.GEP, Ops.VECTORIZE):
-                return False
-            stack.extend(y.src)
-        return True
-
     if not any(u.op is Ops.LOAD and u.dtype.scalar.itemsize == 1 for u in uops):
         return False
-    products = [u for u in uops if u.op is Ops.MUL and dtypes.is_int(u.dtype) and reads_memory(u)]
-    return bool(products) and all(plain_bytes(s) for u in products for s in u.src)
+    # one pass in the kernel's order (sources first): whether each value reads memory, and whether it is plain bytes
+    # (loaded, masked or shifted, widened); a source not listed counts as the worse case for both
+    reads: dict[UOp, bool] = {}
+    plain: dict[UOp, bool] = {}
+    for u in uops:
+        reads[u] = u.op is Ops.LOAD or any(reads.get(s, True) for s in u.src)
+        plain[u] = (u.op is Ops.LOAD and u.dtype.scalar.itemsize == 1 or u.op is Ops.CONST) or (
+            u.op in (Ops.CAST, Ops.AND, Ops.SHR, Ops.GEP, Ops.VECTORIZE) and all(plain.get(s, False) for s in u.src)
+        )
+    products = [u for u in uops if u.op is Ops.MUL and dtypes.is_int(u.dtype) and reads[u]]
+    return bool(products) and all(plain[s] for u in products for s in u.src)
 
 
 class ClangRenderer(CStyleLanguage):
