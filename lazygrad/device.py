@@ -143,12 +143,17 @@ class Buffer:
     def ptr(self) -> int:
         return self.ensure_allocated()._ptr  # type: ignore[return-value]
 
+    @property
+    def memory(self) -> Buffer:
+        """The Buffer that owns this one's memory: itself, or for an alias the buffer it aliases. Two buffers with
+        the same `memory` are the same bytes: a write through one changes what the other reads."""
+        return self._external if isinstance(self._external, Buffer) else self
+
     def alias(self) -> Buffer:
         """Another Buffer object for the same memory (a new identity for the graph, no copy). It keeps the owner of
         the memory alive, not self: every assign().realize() aliases the last alias, and a chain of them would keep
         one Buffer per step alive."""
-        owner = self._external if isinstance(self._external, Buffer) else self
-        return Buffer(self.device, self.size, self.dtype, external=owner, external_ptr=self.ptr, shape=self.shape)
+        return Buffer(self.device, self.size, self.dtype, external=self.memory, external_ptr=self.ptr, shape=self.shape)
 
     def copyin(self, src: memoryview) -> Buffer:
         if src.nbytes != self.nbytes:

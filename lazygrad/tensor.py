@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import itertools
@@ -106,6 +107,205 @@ class RealizedNodes:
 
 
 _realized = RealizedNodes()
+
+# Every Tensor made is queued here (weakly; deque.append is atomic, so threads making tensors need no lock). A look
+# for lazy tensors (an in-place write looks for those that read the memory it overwrites) moves the queue's live lazy
+# tensors into _lazy_seen, each with a serial number: a TinyJit capture tells the tensors made inside it by those. A
+# tensor that becomes lazy again (assign, replace) enters _lazy_seen directly (_note_lazy).
+_new_tensors: collections.deque[weakref.ref] = collections.deque()
+_lazy_seen: dict[int, tuple[int, weakref.ref]] = {}  # id -> (serial number, tensor)
+_lazy_serials = itertools.count()
+_lazy_limit = [256]
+
+
+def _note_new(t: Tensor) -> None:
+    _new_tensors.append(weakref.ref(t))
+    if len(_new_tensors) > 1024:  # nothing looked for a while: most are dead, the queue must not grow without end
+        _lazy_tensors()
+
+
+def _note_lazy(t: Tensor) -> None:
+    """t got a lazy node again (a pending write, a replaced value): the next look for lazy tensors sees it, with a
+    new serial number (for a TinyJit capture it is made lazy when this happens)."""
+    _lazy_seen[id(t)] = (next(_lazy_serials), weakref.ref(t))
+
+
+def tensors_made() -> int:
+    """A serial number above every tensor made so far (and below those made from now on)."""
+    _lazy_tensors()
+    return next(_lazy_serials)
+
+
+def _view_source(u: UOp) -> UOp:
+    while u.op in GroupOp.Movement or u.op is Ops.DETACH or u.op is Ops.BITCAST:
+        u = u.src[0]
+    return u
+
+
+def _lazy_tensors() -> list[tuple[int, Tensor]]:
+    """The live tensors that may compute something when realized, with their serial numbers: not a stored buffer or a
+    view of one. (One realized as part of another's schedule stays here: its stored value can be forgotten.)"""
+    while _new_tensors:
+        try:
+            ref = _new_tensors.popleft()
+        except IndexError:  # another thread took the last one
+            break
+        t = ref()
+        if t is not None and _view_source(t.uop).op not in (Ops.BUFFER, Ops.MULTI):
+            _lazy_seen.setdefault(id(t), (next(_lazy_serials), ref))
+    out = []
+    for key, (serial, ref) in list(_lazy_seen.items()):
+        t = ref()
+        if t is None or _view_source(t.uop).op in (Ops.BUFFER, Ops.MULTI):
+            _lazy_seen.pop(key, None)
+        else:
+            out.append((serial, t))
+    return out
+
+
+def _readers(
+    mems: set[Buffer] | frozenset[Buffer], written: set[UOp], skip: set[int]
+) -> list[tuple[int, Tensor, bool]]:
+    """The live lazy tensors (ids not in `skip`) whose value reads memory in `mems` (Buffer.memory objects) as it is
+    now, through anything but the write nodes `written`, each with its serial number and whether it also reads one
+    of those writes' results. A view of the memory is not one (it shows the memory as it is, as torch's views do); a
+    tensor computed from it is, and so is one reading another pending write into it (run later, that write would land
+    after these). A tensor whose node is a pending write is one when the value it writes reads the memory."""
+    memo: dict[UOp, tuple[bool, bool]] = {}  # node -> (reads the memory as it is now, reads a node of `written`)
+    for n in written:
+        # the result of a write that a later one of `written` overwrites is read before that one: a reader of it too
+        mem = n.src[0].base.arg.memory if n.src[0].base.op is Ops.BUFFER else None
+        overwritten = any(
+            m is not n and m.src[0].base.op is Ops.BUFFER and m.src[0].base.arg.memory is mem and n in m.toposort
+            for m in written
+        )
+        memo[n] = (overwritten, True)
+
+    def reads(root: UOp) -> tuple[bool, bool]:
+        stack = [root]
+        while stack:
+            n = stack[-1]
+            if n in memo:
+                stack.pop()
+                continue
+            if n.op is Ops.BUFFER or (view := _realized.get(n)) is not None:
+                parts = (
+                    [n] if n.op is Ops.BUFFER else [p.base for p in view.src] if view.op is Ops.MULTI else [view.base]
+                )
+                memo[n] = (any(p.op is Ops.BUFFER and p.arg.memory in mems for p in parts), False)
+            else:
+                todo = [x for x in n.src if x not in memo]
+                if todo:
+                    stack.extend(todo)
+                    continue
+                old = any(memo[x][0] for x in n.src)
+                if n.op is Ops.ASSIGN and n.src[0].base.op is Ops.BUFFER and n.src[0].base.arg.memory in mems:
+                    old = True  # another write into the memory, not run yet
+                memo[n] = (old, any(memo[x][1] for x in n.src))
+            stack.pop()
+        return memo[root]
+
+    out, seen = [], set(skip)
+    for serial, t in _lazy_tensors():
+        if id(t) in seen:
+            continue
+        seen.add(id(t))
+        u = _view_source(t.uop)
+        if u in _realized or u in written:
+            continue  # its value is stored (or is one of the writes)
+        if u.op is Ops.ASSIGN:
+            if u.src[0].base.op is Ops.BUFFER and u.src[0].base.arg.memory in mems:
+                continue  # a pending write into the memory: not a value computed from it
+            old, new = reads(u.src[1])
+        elif u is t.uop:
+            old, new = reads(u)
+        else:
+            continue  # a view of something stored or lazy: it reads through (its base is looked at on its own)
+        if old:
+            out.append((serial, t, new))
+    return out
+
+
+def realize_readers_of(memories: frozenset[Buffer]) -> None:
+    """Something other than a schedule is about to write these memories (Buffer.memory) in place (a TinyJit
+    replay): lazy tensors computed from their contents get their values first."""
+    if not _lazy_seen and not _new_tensors:
+        return  # nothing lazy, nothing made since the last look
+    with _realize_lock:
+        found = _readers(memories, set(), set())
+        if found:
+            _realize_readers([(serial, t) for serial, t, _ in found])
+
+
+def _realize_readers(readers: list[tuple[int, Tensor]]) -> None:
+    """Compute lazy tensors before a write overwrites what they read. Inside a TinyJit capture, those made before it
+    began are computed once, unrecorded: a replay must not recompute them from the memory the capture overwrites."""
+    from lazygrad.engine.realize import capture_began, capture_paused, run_schedule
+
+    began = capture_began()
+    before = [t for serial, t in readers if began is not None and serial < began]
+    inside = [t for serial, t in readers if began is None or serial >= began]
+    if before:
+        with capture_paused():
+            run_schedule(*Tensor.schedule_with_vars(*before))
+    if inside:
+        run_schedule(*Tensor.schedule_with_vars(*inside))
+
+
+def _own_memory(tensors: tuple[Tensor, ...], firsts: dict[UOp, Tensor]) -> tuple[Tensor, ...]:
+    """Prepare tensors to be realized: a view reads through a pending write to its base, and a tensor whose graph
+    another tensor built too (one hash-consed node), or whose value another tensor already holds, gets a copy of its
+    own: torch's tensors never share memory unless one is a view of the other, so a write into one leaves the other
+    alone."""
+    for t in tensors:
+        if t._view_of is not None:
+            _follow_base(t)
+        if t.uop.base is not t.uop or t.uop.op is Ops.BUFFER:
+            continue
+        view = _realized.get(t.uop)
+        earlier = _buffer_owner.get(view) if view is not None else None
+        holder = earlier() if earlier is not None else None
+        if firsts.setdefault(t.uop, t) is not t or (holder is not None and holder is not t):
+            t.uop = UOp(Ops.CONTIGUOUS, t.dtype, (t.uop,))
+    return tensors
+
+
+def _readers_of_overwritten(
+    becomes: dict[UOp, UOp], outputs: tuple[Tensor, ...], lowered: dict[UOp, UOp] | None
+) -> tuple[list[tuple[int, Tensor]], list[Tensor]]:
+    """The lazy tensors reading memory a schedule's in-place writes (the ASSIGN nodes it stores) overwrite (_readers),
+    other than `outputs`, in two lists: those computed first, in a schedule of their own (with their serial
+    numbers), and those that join this schedule (which stores them and orders their reads of the old contents before
+    the writes): a tensor reading one of its writes' results, or one whose node the schedule computes anyway (the
+    keepdim sum under a gradient's reshape). Inside a TinyJit capture a tensor made before the capture never joins:
+    a replay would compute it again from the new contents."""
+    from lazygrad.engine.realize import capture_began
+
+    writes = [n for n in becomes if n.op is Ops.ASSIGN]
+    if not writes:
+        return [], []
+    mems = {n.src[0].base.arg.memory for n in writes}
+    written = set(writes)
+    if lowered is not None:  # sharded: the tensors' graphs hold the writes as they were before lowering per device
+        written |= {
+            n
+            for n, m in lowered.items()
+            if n.op is Ops.ASSIGN and (m in becomes or m.op is Ops.MULTI and all(p.base in becomes for p in m.src))
+        }
+    first: list[tuple[int, Tensor]] = []
+    joining: list[Tensor] = []
+    began = capture_began()
+    in_graph: set[UOp] | None = None
+    for serial, t, new in _readers(mems, written, {id(t) for t in outputs}):
+        if _view_source(t.uop) in becomes:
+            continue  # this schedule stores its value anyway, before the writes that overwrite what it reads
+        if began is not None and serial < began:
+            first.append((serial, t))
+            continue
+        if in_graph is None:
+            in_graph = set().union(*(o.uop.toposort for o in outputs))
+        (joining.append(t) if new or t.uop in in_graph else first.append((serial, t)))
+    return first, joining
 
 
 # *** what the engine (TinyJit, @function) asks of the frontend's state, instead of reading its registries ***
@@ -365,6 +565,7 @@ class Tensor(metaclass=_TensorType):
         if type(data) is UOp and device is None and dtype is None and requires_grad is None and data.op is not Ops.BIND:
             # an op's result, the tensor made most often by far: none of the conversions below apply
             self.uop = data
+            _note_new(self)
             self._init_grad_state()
             return
         dtype = to_dtype(dtype) if dtype is not None else None
@@ -421,6 +622,7 @@ class Tensor(metaclass=_TensorType):
             self.uop = self.cast(dtype).uop
         if not isinstance(data, UOp):  # made by an op: its dtype met the device where the graph began
             _check_dtype("making a tensor", self.dtype, self.device)
+        _note_new(self)
         if requires_grad is not None:
             self.requires_grad = requires_grad
         elif isinstance(data, UOp):
@@ -624,6 +826,7 @@ class Tensor(metaclass=_TensorType):
         if x.shape != self.shape:
             raise ArgumentError(f"replace needs the same shape: tensor {self.shape}, value {x.shape}")
         self.uop = x.uop
+        _note_lazy(self)
         return self
 
     def assign(self, x: Any) -> Tensor:
@@ -659,6 +862,7 @@ class Tensor(metaclass=_TensorType):
             if _reads_shifted(x.uop, self.uop.base):
                 x = x.contiguous()  # the value reads this memory at other positions: compute it elsewhere first
             self.uop = UOp(Ops.ASSIGN, self.dtype, (self.uop, x.uop))
+        _note_lazy(self)
         return self
 
     @staticmethod
@@ -764,29 +968,28 @@ class Tensor(metaclass=_TensorType):
         """The kernels that compute this tensor (and `lst`), and the variable values they run with."""
         from lazygrad.schedule.kernelize import create_schedule
 
-        tensors = (self, *lst)
+        tensors: tuple[Tensor, ...] = (self, *lst)
         firsts: dict[UOp, Tensor] = {}
-        for t in tensors:
-            if t._view_of is not None:
-                _follow_base(t)
-            if t.uop.base is not t.uop or t.uop.op is Ops.BUFFER:
-                continue
-            view = _realized.get(t.uop)
-            earlier = _buffer_owner.get(view) if view is not None else None
-            holder = earlier() if earlier is not None else None
-            if firsts.setdefault(t.uop, t) is not t or (holder is not None and holder is not t):
-                # another tensor built the same graph (one hash-consed node) and holds its memory: a copy of its
-                # own, as torch's tensors never share memory unless one is a view of the other, so that a write
-                # into one leaves the other alone
-                t.uop = UOp(Ops.CONTIGUOUS, t.dtype, (t.uop,))
+        _own_memory(tensors, firsts)
         with _realize_lock:
-            outs = [t.uop for t in tensors]
-            lowered = None
-            if Device.multi_seen and any(has_multi(u) for u in outs):
-                # sharded tensors (lazygrad/schedule/multi.py): scheduled as one graph per device
-                lowered, memo = lower_multi(outs, _realized)
-                outs = [p for u in lowered for p in (u.src if u.op is Ops.MULTI else (u,))]
-            schedule, becomes, var_vals = create_schedule(outs, _realized)
+            while True:
+                outs = [t.uop for t in tensors]
+                lowered = None
+                if Device.multi_seen and any(has_multi(u) for u in outs):
+                    # sharded tensors (lazygrad/schedule/multi.py): scheduled as one graph per device
+                    lowered, memo = lower_multi(outs, _realized)
+                    outs = [p for u in lowered for p in (u.src if u.op is Ops.MULTI else (u,))]
+                schedule, becomes, var_vals = create_schedule(outs, _realized)
+                # the schedule writes memory in place: a lazy tensor computed from that memory's old contents gets its
+                # value first, in a schedule of its own (torch computed it when it was made; its variable bindings
+                # may differ from these outputs'), or in this one where it reads a write of this one too. Nothing of
+                # this schedule has run: it is made again
+                first, joining = _readers_of_overwritten(becomes, tensors, None if lowered is None else memo)
+                if not first and not joining:
+                    break
+                if first:
+                    _realize_readers(first)
+                tensors = (*tensors, *_own_memory(tuple(joining), firsts))
             if lowered is not None:
                 _realized.update(stored_multis(memo, becomes))
             for si in schedule:
@@ -1475,11 +1678,13 @@ class Tensor(metaclass=_TensorType):
     def shard_(self, devices: Sequence[str], axis: int | None = None) -> Tensor:
         """shard in place: this tensor object becomes the sharded one (parameters keep their identity)."""
         self.uop = self.shard(devices, axis).uop
+        _note_lazy(self)
         return self
 
     def to_(self, device: str | None) -> Tensor:
         """Move this tensor to `device` in place (tinygrad's): it becomes its copy there."""
         self.uop = self.to(device).uop
+        _note_lazy(self)
         return self
 
     # *** DISK tensors (runtime/ops_disk.py): copies in and out, no compute ***
@@ -3908,8 +4113,40 @@ def _shifted_bases(root: UOp) -> frozenset[UOp]:
         elif not own and all(not t for t in sets):
             memo[_SHIFTED] = _EMPTY
         else:
-            memo[_SHIFTED] = frozenset({x.base} if own else ()).union(*sets)
+            # a view that moves elements reads every buffer its source computes from at moved positions too: the
+            # flip of (x + 1) reads x out of place as much as the flip of x does
+            moved = _buffers_read(x.base) | {x.base} if own else _EMPTY
+            memo[_SHIFTED] = moved.union(*sets)
     return root.__dict__[_SHIFTED]
+
+
+_READS = "buffers_read"
+
+
+def _buffers_read(root: UOp) -> frozenset[UOp]:
+    """The buffer nodes root's value is computed from, through anything but ASSIGN, CONTIGUOUS and realized nodes
+    (the scheduler stores those first). Kept in each node's __dict__, as _SHIFTED."""
+    if (known := root.__dict__.get(_READS)) is not None:
+        return known
+    stack: list[tuple[UOp, bool]] = [(root, False)]
+    while stack:
+        x, expanded = stack.pop()
+        if _READS in x.__dict__:
+            continue
+        done = _realized.get(x)
+        below = (done,) if done is not None else x.src if x.op not in (Ops.ASSIGN, Ops.CONTIGUOUS) else ()
+        if not expanded:
+            stack.append((x, True))
+            stack.extend((s, False) for s in below if _READS not in s.__dict__)
+            continue
+        sets = [s.__dict__[_READS] for s in below]
+        if x.op is Ops.BUFFER:
+            x.__dict__[_READS] = frozenset((x,))
+        elif len(sets) == 1:
+            x.__dict__[_READS] = sets[0]
+        else:
+            x.__dict__[_READS] = _EMPTY.union(*sets)
+    return root.__dict__[_READS]
 
 
 def lazy_shifted_bases(root: UOp, inputs: list[UOp]) -> frozenset[UOp] | None:
@@ -4492,7 +4729,7 @@ def _follow_base(t: Tensor) -> Tensor:
     through that write from now on, as torch's views share memory: its node is rebuilt over the base's new node.
     A tensor computed from the view before the write keeps the old values (torch computed it then)."""
     base, at = t._view_of  # type: ignore[misc]
-    if base.uop is at or base.uop.op is not Ops.ASSIGN:
+    if base.uop is at or base.uop.op is not Ops.ASSIGN and not _rewritten(base.uop, at):
         return t
     try:
         chain = _view_chain(t.uop, at)
@@ -4503,6 +4740,17 @@ def _follow_base(t: Tensor) -> Tensor:
         node = UOp(u.op, u.dtype, (node,), u.arg)
     t.uop, t._view_of = node, (base, base.uop)
     return t
+
+
+def _rewritten(now: UOp, at: UOp) -> bool:
+    """Whether a base whose node was `at` when a view was taken, a write pending into its memory, now is that memory
+    after the write ran (the view must read it, not run the old pending write)."""
+    return (
+        at.op is Ops.ASSIGN
+        and now.base.op is Ops.BUFFER
+        and at.src[0].base.op is Ops.BUFFER
+        and now.base.arg.memory is at.src[0].base.arg.memory
+    )
 
 
 def _view_chain(u: UOp, at: UOp) -> list[UOp]:

@@ -356,9 +356,10 @@ def test_assign_from_numpy_and_lists_and_replace() -> None:
         p.replace(Tensor.ones(4))
 
 
-def test_assign_read_cycle_says_cycle() -> None:
+def test_assign_read_before_the_write_in_one_schedule() -> None:
+    # tinygrad 0.14 raises a cycle error here; lazygrad orders the read before the write, as torch computes it
     a = Tensor.ones(4).contiguous().realize()
     times_a = a * 3
     a.assign(Tensor.full((4,), 2.0).contiguous())
-    with pytest.raises(RuntimeError, match="cycle"):
-        (a + (times_a - 1)).numpy()
+    np.testing.assert_allclose((a + (times_a - 1)).numpy(), np.full(4, 4.0))
+    np.testing.assert_allclose(times_a.numpy(), np.full(4, 3.0))

@@ -25,7 +25,7 @@ from typing import Any, Iterable, Sequence
 from lazygrad.device import Buffer, DeviceUnavailable
 from lazygrad.distributed.backend import Backend, CollectiveTimeout, MPIBackend, install_abort_hook
 from lazygrad.dtype import dtypes
-from lazygrad.tensor import Tensor
+from lazygrad.tensor import Tensor, _note_lazy
 from lazygrad.uop.ops import UOp
 
 __all__ = [
@@ -160,6 +160,7 @@ def all_reduce(t: Tensor, op: str = "sum", timeout: float | None = None) -> Tens
         work = work * (1.0 / world.size)
     (out,) = _all_reduce_flat([work], "sum" if op == "mean" else op, timeout)
     t.uop = out.cast(t.dtype).uop
+    _note_lazy(t)
     return t
 
 

@@ -32,7 +32,7 @@ from lazygrad.device import Buffer, Device
 from lazygrad.engine.memory import plan_memory
 from lazygrad.engine.realize import CompiledRunner, ExecItem, JitError, capture, is_capturing
 from lazygrad.helpers import DEBUG, JIT, GlobalCounters
-from lazygrad.tensor import Tensor, forget_values_read_from, realized_values_hidden
+from lazygrad.tensor import Tensor, forget_values_read_from, realize_readers_of, realized_values_hidden, tensors_made
 from lazygrad.uop.ops import Ops, UOp, bound_in, rebind, sym_unbind
 from lazygrad.viz import profile
 
@@ -175,6 +175,7 @@ class CapturedJit:
             b.ensure_allocated()
         # what a replay writes: an input in one of these (an output fed back) could change while a kernel reads it
         self.written = {table[bslots[j]] for r, bslots, _ in self.items for j in r.spec.outs} - set(inputs)
+        self.written_memory = frozenset(b.memory for b in self.written)
         self.kernel_count = len(self.items)
         self.ops = sum(r.spec.ops for r, _, _ in self.items)
         self.mem = sum(r.spec.mem for r, _, _ in self.items)
@@ -244,6 +245,7 @@ class CapturedJit:
                 graph.vars[spec.slot] = self.var_vals[spec.slot] = self._var_value(spec, a)
             elif a is not spec.value and not _same(a, spec.value):
                 self._const_mismatch(spec, a)
+        realize_readers_of(self.written_memory)  # lazy values computed from what this replay overwrites, computed first
         graph.call()
         forget_values_read_from(self.written)  # values computed earlier from what this replay overwrote are stale
         GlobalCounters.kernel_count += self.kernel_count
@@ -269,6 +271,7 @@ class CapturedJit:
             elif a is not spec.value and not _same(a, spec.value):
                 self._const_mismatch(spec, a)
         table = inputs + self.buffers
+        realize_readers_of(self.written_memory)
         for runner, bslots, vslots in self.items:
             var_vals = {v: self.var_vals[s] for v, s in zip(runner.spec.vars, vslots)}
             ExecItem(runner, [table[s] for s in bslots]).run(var_vals, jit=True)
@@ -430,7 +433,7 @@ class TinyJit(Generic[R]):
             spec.shape_vars = tuple((v, slot_of[v]) for v, _ in spec.shape_vars)
         n_pos = len(args)
         rng, mode = Tensor.rng_state(), (Tensor.training, not Tensor.is_grad_enabled())
-        with capture() as recorded, _hide_bound_results():
+        with capture(tensors_made()) as recorded, _hide_bound_results():
             ret = self.fxn(*call_values[:n_pos], **dict(zip(kw_names, call_values[n_pos:])))
             if outs := _tensors_in(ret):
                 Tensor.realize(*outs)

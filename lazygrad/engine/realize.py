@@ -245,14 +245,36 @@ def _captures() -> list[list[tuple[ExecItem, dict[UOp, int]]]]:
 
 
 @contextlib.contextmanager
-def capture() -> Iterator[list[tuple[ExecItem, dict[UOp, int]]]]:
-    """Record every ExecItem run inside the block (into every active capture, nested ones included)."""
+def capture(began: int = 0) -> Iterator[list[tuple[ExecItem, dict[UOp, int]]]]:
+    """Record every ExecItem run inside the block (into every active capture, nested ones included). `began`: the
+    serial number of the first tensor made inside (tensors made before are the caller's, see capture_began)."""
     items: list[tuple[ExecItem, dict[UOp, int]]] = []
     _captures().append(items)
+    if not hasattr(_capturing, "began"):
+        _capturing.began = []
+    _capturing.began.append(began)
     try:
         yield items
     finally:
         _captures().pop()
+        _capturing.began.pop()
+
+
+def capture_began() -> int | None:
+    """The serial number of the first tensor made inside the outermost active capture; None when none is active."""
+    began = getattr(_capturing, "began", None)
+    return began[0] if began and _captures() else None
+
+
+@contextlib.contextmanager
+def capture_paused() -> Iterator[None]:
+    """Inside, nothing is recorded by the active captures: work a replay must not repeat (values of tensors made
+    before the capture began, computed once because the captured code overwrites what they read)."""
+    stack, _capturing.stack = _captures(), []
+    try:
+        yield
+    finally:
+        _capturing.stack = stack
 
 
 def is_capturing() -> bool:

@@ -14,7 +14,7 @@ from typing import Sequence
 from lazygrad.dtype import DType, dtypes
 from lazygrad.gradient import take_backward_roots
 from lazygrad.nn import _own_buffer
-from lazygrad.tensor import Tensor, _reads_shifted
+from lazygrad.tensor import Tensor, _note_lazy, _reads_shifted
 from lazygrad.uop.ops import GroupOp, Ops, UOp
 from lazygrad.uop.program import GraphProgram
 
@@ -322,6 +322,7 @@ class _StepProgram:
                 return None
         for j, out in zip(self.assigned, self.program.outs):
             tensors[j].uop = vals[out]
+            _note_lazy(tensors[j])
         return [tensors[j] for j in self.returned]
 
 

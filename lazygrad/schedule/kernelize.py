@@ -3,7 +3,8 @@
 Everything that is not stored is inlined into the kernels that use it. The decisions, in order (the named pass
 that makes each in brackets; SCHEDULE_PASSES runs them, uop/passes.py checks their declared order):
   1-4 [store decisions], 5 [cap kernel depth], 6 [fit buffer limits], 7 [merge kernels]:
-  1. outputs the user asked for, CONTIGUOUS and COPY nodes are stored;
+  1. outputs the user asked for, CONTIGUOUS and COPY nodes are stored; beside an in-place write (ASSIGN), a value
+     computed from the memory's old contents that a kernel after the write reads is stored before it (1b);
   2. a reduce is stored unless its only use is an elementwise chain of the same shape ending in a stored node
      (then it is that kernel's reduce, and the chain its epilogue);
   3. a node used by several kernels is stored only if that moves fewer bytes than recomputing it in each;
@@ -94,6 +95,18 @@ def _is_stored_leaf(u: UOp, realized: dict[UOp, UOp]) -> bool:
     return u.op is Ops.BUFFER or u in realized
 
 
+def _written_memory(assign: UOp) -> Buffer:
+    """The memory an ASSIGN writes (its target buffer's owner: every alias of a buffer is the same memory)."""
+    return assign.src[0].base.arg.memory
+
+
+def _leaf_memory(u: UOp, realized: dict[UOp, UOp]) -> Buffer | None:
+    """The memory a stored leaf (a buffer, or a node realized earlier) is read from; None for other sources."""
+    if u.op is not Ops.BUFFER:
+        u = realized[u].base if u in realized else u
+    return u.arg.memory if u.op is Ops.BUFFER else None
+
+
 def _consumers(nodes: list[UOp]) -> dict[UOp, list[UOp]]:
     out: dict[UOp, list[UOp]] = {n: [] for n in nodes}
     for n in nodes:
@@ -151,6 +164,35 @@ class _Planner:
                 continue
             if len(reach) > 1 and self._store_is_cheaper(n, reach) or n in expanded_by_reduce:
                 self.stored.add(n)
+        if any(n.op is Ops.ASSIGN for n in self.stored):
+            self.store_old_reads()
+
+    def store_old_reads(self) -> None:
+        """Decision 1b: a kernel that runs after an in-place write (it reads the ASSIGN's result) never reads the old
+        contents of the written memory inline. The value computed from the old contents (`y = x * 2`, taken before
+        `x.assign(x + 1)` and used in `y + x`) is stored by a kernel of its own, which runs before the write."""
+        targets = {_written_memory(n) for n in self.order if n.op is Ops.ASSIGN and not self.leaf(n)}
+        for mem in targets:
+            after: dict[UOp, bool] = {}  # the node's value depends on a write to mem in this schedule
+            old: dict[UOp, bool] = {}  # a kernel inlining the node reads mem's contents from before the writes
+            for n in self.order:
+                if self.leaf(n) or n.op in _SOURCES:
+                    after[n], old[n] = False, _leaf_memory(n, self.realized) is mem
+                    continue
+                srcs = n.src[1:] if n.op is Ops.ASSIGN else n.src  # an ASSIGN's target is where it writes
+                if any(after[s] for s in srcs):
+                    for s in srcs:
+                        if old[s] and not after[s]:
+                            if self.leaf(s.base):
+                                raise RuntimeError(
+                                    "a kernel reads both the old and the new contents of a buffer written in place: "
+                                    "realize the old value (.contiguous().realize()) before the write"
+                                )
+                            self.stored.add(s.base)
+                            old[s] = old[s.base] = False
+                is_write = n.op is Ops.ASSIGN and _written_memory(n) is mem
+                after[n] = is_write or any(after[s] for s in srcs)
+                old[n] = not is_write and n not in self.stored and any(old[s] for s in srcs)
 
     def cap_kernel_size(self, cap: int) -> None:
         """Keep the longest chain of ALU ops inside any kernel under `cap`: sources first, a node that would go over
@@ -640,12 +682,31 @@ def _levels(stored: list[UOp], reads: list[set[UOp]]) -> list[int]:
     kernel that reads the old contents of its buffer. Kernels on the same level are independent of each other."""
     kernel_of = {n: i for i, n in enumerate(stored)}
     deps: list[set[int]] = [{kernel_of[x] for x in r if x in kernel_of} for r in reads]
-    for i, n in enumerate(stored):
-        if n.op is Ops.ASSIGN:
-            target = n.src[0].base.arg
-            deps[i] |= {
-                j for j, r in enumerate(reads) if j != i and any(x.op is Ops.BUFFER and x.arg is target for x in r)
-            }
+    writes = [i for i, n in enumerate(stored) if n.op is Ops.ASSIGN]
+    if writes:
+        users: list[list[int]] = [[] for _ in stored]
+        for j, d in enumerate(deps):
+            for i in d:
+                users[i].append(j)
+    for i in writes:
+        # the kernels reading the memory as it is before this write: through any alias of it, or through the result
+        # of another write to it, except the kernels that run after this write anyway (they read its result)
+        after, stack = {i}, [i]
+        while stack:
+            for j in users[stack.pop()]:
+                if j not in after:
+                    after.add(j)
+                    stack.append(j)
+        mem = _written_memory(stored[i])
+        deps[i] |= {
+            j
+            for j, r in enumerate(reads)
+            if j not in after
+            and any(
+                x.arg.memory is mem if x.op is Ops.BUFFER else x.op is Ops.ASSIGN and _written_memory(x) is mem
+                for x in r
+            )
+        }
     level: dict[int, int] = {}
     on_path: set[int] = set()  # kernels whose level waits on their dependencies' (a cycle revisits one)
     for start in range(len(stored)):
@@ -725,6 +786,8 @@ class _Walk:
             pos[node] = len(self.nodes)
             self.nodes.append(node)
             parts.append(part)
+        # which nodes are outputs: realize(a, b) with b inside a's graph stores b, a.realize() alone may inline it
+        parts.append(tuple([pos[o] for o in outs]))
         self.key = tuple(parts)
         self.pos = pos
 
