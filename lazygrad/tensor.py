@@ -97,13 +97,19 @@ class RealizedNodes:
         self[node] = view
         return view
 
-    def forget_reads_of(self, buffers: set[Any]) -> None:
-        """Drop the entries whose graph reads one of `buffers` (Buffer objects): their value is stale once something
-        other than the scheduler writes those buffers (a TinyJit replay)."""
-        for node in list(self._nodes):
-            if any(x.op is Ops.BUFFER and x.arg in buffers for x in node.toposort):
-                node.__dict__.pop(RealizedNodes._ENTRY, None)
-                self._nodes.discard(node)
+    def reading(self, memories: frozenset[Any]) -> dict[UOp, UOp]:
+        """The entries whose graph reads one of `memories` (Buffer.memory objects, any alias of them counts)."""
+        return {
+            k: v for k, v in self.items() if any(x.op is Ops.BUFFER and x.arg.memory in memories for x in k.toposort)
+        }
+
+    def forget_reads_of(self, memories: frozenset[Any]) -> None:
+        """Drop the entries whose graph reads one of `memories`: a graph built later over the same nodes (one
+        hash-consed node) must compute anew once something other than the scheduler wrote that memory (a TinyJit
+        replay)."""
+        for node in self.reading(memories):
+            node.__dict__.pop(RealizedNodes._ENTRY, None)
+            self._nodes.discard(node)
 
 
 _realized = RealizedNodes()
@@ -228,10 +234,19 @@ def _readers(
 
 def realize_readers_of(memories: frozenset[Buffer]) -> None:
     """Something other than a schedule is about to write these memories (Buffer.memory) in place (a TinyJit
-    replay): lazy tensors computed from their contents get their values first."""
+    replay): lazy tensors computed from their contents get their values first. A lazy tensor whose graph holds a
+    node realized from them keeps that node's stored value (forget_values_read_from drops the entry after the write:
+    the node is swapped for its buffer in the tensor's graph)."""
     if not _lazy_seen and not _new_tensors:
         return  # nothing lazy, nothing made since the last look
     with _realize_lock:
+        lazy = _lazy_tensors()
+        if not lazy:
+            return
+        if len(_realized) and (stored := _realized.reading(memories)):
+            for _, t in lazy:
+                if t.uop in stored or any(n in stored for n in t.uop.toposort):
+                    t.uop = substitute(t.uop, stored)
         found = _readers(memories, set(), set())
         if found:
             _realize_readers([(serial, t) for serial, t, _ in found])
@@ -311,10 +326,11 @@ def _readers_of_overwritten(
 # *** what the engine (TinyJit, @function) asks of the frontend's state, instead of reading its registries ***
 
 
-def forget_values_read_from(buffers: set[Any]) -> None:
-    """Something other than a schedule wrote `buffers` (a TinyJit replay): values computed from them are stale."""
+def forget_values_read_from(memories: frozenset[Any]) -> None:
+    """Something other than a schedule wrote these memories (Buffer.memory; a TinyJit replay): a graph built from
+    now on over nodes realized from them computes anew."""
     if len(_realized):
-        _realized.forget_reads_of(buffers)
+        _realized.forget_reads_of(memories)
 
 
 @contextlib.contextmanager

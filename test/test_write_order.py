@@ -237,3 +237,25 @@ def test_realizing_an_inner_node_beside_its_user_stores_it_whatever_was_schedule
     Tensor.realize(a2, b2)
     assert b2.uop.base.op.name == "BUFFER"  # stored by that schedule, not recomputed later
     np.testing.assert_allclose(b2.numpy(), [15.0, 18.0])
+
+
+def test_values_read_outside_a_jit_that_writes_state_see_each_replay() -> None:
+    # the JIT writes `cache` in place: a sum taken between calls reads it as it is then, not a value stored earlier
+    # (the stored sum's node was read through an alias of the captured buffer), and values taken before a call
+    # keep theirs: a sum stored as an inner node of another realize, and a lazy tensor over it
+    cache = Tensor.zeros(4).contiguous().realize()
+
+    @TinyJit
+    def bump(v: Tensor) -> Tensor:
+        cache.assign(cache + v).realize()
+        return cache * 1
+
+    got = []
+    for _ in range(5):
+        s = cache.sum()
+        z = s * cache
+        z.realize()  # s's sum is stored by this schedule as an inner node: s itself stays lazy
+        w = s + 1
+        bump(Tensor.full((4,), 1.0))
+        got.append((s.item(), w.item(), float(z.numpy()[0])))
+    assert got == [(4.0 * i, 4.0 * i + 1, 4.0 * i * i) for i in range(5)]

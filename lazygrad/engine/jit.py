@@ -247,7 +247,9 @@ class CapturedJit:
                 self._const_mismatch(spec, a)
         realize_readers_of(self.written_memory)  # lazy values computed from what this replay overwrites, computed first
         graph.call()
-        forget_values_read_from(self.written)  # values computed earlier from what this replay overwrote are stale
+        forget_values_read_from(
+            self.written_memory
+        )  # values computed earlier from what this replay overwrote are stale
         GlobalCounters.kernel_count += self.kernel_count
         GlobalCounters.global_ops += self.ops
         GlobalCounters.global_mem += self.mem
@@ -275,7 +277,7 @@ class CapturedJit:
         for runner, bslots, vslots in self.items:
             var_vals = {v: self.var_vals[s] for v, s in zip(runner.spec.vars, vslots)}
             ExecItem(runner, [table[s] for s in bslots]).run(var_vals, jit=True)
-        forget_values_read_from(self.written)
+        forget_values_read_from(self.written_memory)
         swap = {node: UOp.buffer_view(inputs[i], (inputs[i].size,)) for node, i in self.input_nodes.items()}
         return self._outputs(swap)
 
