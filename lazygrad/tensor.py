@@ -158,7 +158,9 @@ def _lazy_tensors() -> list[tuple[int, Tensor]]:
             break
         t = ref()
         if t is not None and _view_source(t.uop).op not in (Ops.BUFFER, Ops.MULTI):
-            _lazy_seen.setdefault(id(t), (next(_lazy_serials), ref))
+            known = _lazy_seen.get(id(t))
+            if known is None or known[1]() is not t:  # (an entry under this id may be a dead tensor's)
+                _lazy_seen[id(t)] = (next(_lazy_serials), ref)
     out = []
     for key, (serial, ref) in list(_lazy_seen.items()):
         t = ref()

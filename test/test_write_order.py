@@ -6,6 +6,8 @@ writes and realizes (hypothesis) replayed on torch."""
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -188,7 +190,7 @@ WRITES = [
 ]
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=int(os.getenv("WRITE_ORDER_EXAMPLES", "60")), deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(["read", "write", "realize", "use"]), st.integers(0, 3)), max_size=14))
 def test_random_programs_of_reads_and_writes_match_torch(program) -> None:
     x, rx = both([0.5, 1.5, 2.5])

@@ -141,6 +141,7 @@ class _Planner:
         return _is_stored_leaf(u, self.realized) or u.op in _SOURCES
 
     def decide(self) -> None:
+        outputs = {o.base for o in self.outs}  # stored whatever fuses around them: a tensor asked for holds its value
         for o in self.outs:
             if not self.leaf(o.base):
                 self.stored.add(o.base)
@@ -157,7 +158,7 @@ class _Planner:
             for c in self._base_consumers(n):
                 reach |= {c} if c in self.stored else roots.get(c, set())
             roots[n] = reach
-            if n.op is Ops.REDUCE_AXIS and self._fusable_reduce(n):
+            if n.op is Ops.REDUCE_AXIS and n not in outputs and self._fusable_reduce(n):
                 self.stored.discard(n)
                 roots[n] = reach
             if n in self.stored:

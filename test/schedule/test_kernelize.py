@@ -344,6 +344,16 @@ def test_reduce_with_epilogue_ending_in_contiguous_is_one_kernel():
     np.testing.assert_allclose(total.numpy(), np.maximum(an @ bn, 0).sum(), rtol=1e-4)
 
 
+def test_a_reduce_asked_for_beside_its_contiguous_copy_is_stored_too():
+    # Tensor.realize(b, b.contiguous()): the reduce fuses into its copy's kernel, yet b is an output and holds a buffer
+    (a, an), (b, bn) = realized(8, 16), realized(16, 4, seed=1)
+    m = a @ b
+    c = m.contiguous()
+    Tensor.realize(m, c)
+    assert m.uop.base.op is Ops.BUFFER and c.uop.base.op is Ops.BUFFER
+    np.testing.assert_allclose(m.numpy(), an @ bn, rtol=1e-5, atol=1e-5)
+
+
 def test_function_of_indices_under_an_expand_is_inlined_into_a_reduce():
     # a per-index shift read by a reduce through an expand: computed from the loop index, not stored and loaded
     x = Tensor(np.arange(16 * 3, dtype=np.int32).reshape(3, 16)).realize()
