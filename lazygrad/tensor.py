@@ -126,8 +126,14 @@ _lazy_limit = [256]
 
 def _note_new(t: Tensor) -> None:
     _new_tensors.append(weakref.ref(t))
-    if len(_new_tensors) > 1024:  # nothing looked for a while: most are dead, the queue must not grow without end
-        _lazy_tensors()
+    # nothing looked for a while: most are dead, and the queue must not grow without end. Only under the realize lock
+    # (a look running in another thread must not miss one this thread took off the queue); if it is busy, its holder
+    # looks anyway
+    if len(_new_tensors) > 1024 and _realize_lock.acquire(blocking=False):
+        try:
+            _lazy_tensors()
+        finally:
+            _realize_lock.release()
 
 
 def _note_lazy(t: Tensor) -> None:
@@ -138,8 +144,9 @@ def _note_lazy(t: Tensor) -> None:
 
 def tensors_made() -> int:
     """A serial number above every tensor made so far (and below those made from now on)."""
-    _lazy_tensors()
-    return next(_lazy_serials)
+    with _realize_lock:
+        _lazy_tensors()
+        return next(_lazy_serials)
 
 
 def _view_source(u: UOp) -> UOp:
