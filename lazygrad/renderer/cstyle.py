@@ -628,6 +628,17 @@ def _one_select_of_vectors(ctx: RenderCtx, u: UOp) -> str | None:
     return ctx.expr(u, f"({ctx.names[c]}?{picked[0]}:{picked[1]})")
 
 
+def _lanes_selected(uops: list[UOp]) -> bool:
+    """Whether the kernel builds a vector lane by lane from selects ({c0?a0:b0, c1?a1:b1, ...}; one scalar condition
+    for every lane is rendered as one select of two vectors instead, see _one_select_of_vectors)."""
+    for u in uops:
+        if u.op is Ops.VECTORIZE and any(s.op is Ops.WHERE for s in u.src):
+            conds = {s.src[0] for s in u.src if s.op is Ops.WHERE}
+            if not (len(conds) == 1 and all(s.op is Ops.WHERE for s in u.src) and conds.pop().dtype.count == 1):
+                return True
+    return False
+
+
 def _byte_products_only(uops: list[UOp]) -> bool:
     """Whether the kernel multiplies integers read from memory, and each such product's operands are bytes loaded,
     masked or shifted and widened, nothing else (no offset: gcc 12.2 sums ((int)(u8 & 15) - 8) * (int)s8 wrongly
@@ -659,6 +670,9 @@ class ClangRenderer(CStyleLanguage):
     # a gcc target attribute ("avxvnni,avx512vnni") for kernels whose integer products all multiply plain bytes, set
     # by the CPU device where its compiler had to build without VNNI (runtime/ops_cpu.py VECTORIZER_PROBES)
     byte_dot_target = ""
+    # a gcc target attribute ("no-avx512vl") for kernels that build vectors lane by lane from selects, set where the
+    # compiler gets those wrong (runtime/ops_cpu.py LANE_SELECT_PROBE)
+    lane_select_target = ""
 
     def __init__(self, threads: int = 1, vector_bytes: int = 16, vector_registers: int = 16):
         self.threads = threads  # cores a THREAD axis is shared out among
@@ -702,16 +716,6 @@ class ClangRenderer(CStyleLanguage):
         return op in VECTOR_ALU or (op in VECTOR_FLOAT_ALU and dtypes.is_float(dt))
 
     # *** vector spelling ***
-
-    def render_lanes(self, u: UOp, names: dict[UOp, str]) -> str:
-        # lanes that all select under one scalar condition are one select of two vectors: gcc 12.2 with AVX-512
-        # compiles the lane-wise form `{c?a0:b0, c?a1:b1, ...}` wrongly (only lane 0 right; pow's gradient, whose
-        # zero-exponent guard is such a select, gave zeros), and compiles `c ? {a0,a1,..} : {b0,b1,..}` right
-        conds = {s.src[0] for s in u.src if s.op is Ops.WHERE}
-        if len(conds) == 1 and all(s.op is Ops.WHERE for s in u.src) and (c := conds.pop()).dtype.count == 1:
-            picked = [self.render_vectorize(u.dtype, [names[s.src[i]] for s in u.src]) for i in (1, 2)]
-            return f"({names[c]}?{picked[0]}:{picked[1]})"
-        return super().render_lanes(u, names)
 
     def render_dtype(self, dt: DType, storage: bool = False) -> str:
         if dt.count > 1 and not isinstance(dt, PtrDType):
@@ -771,6 +775,7 @@ class ClangRenderer(CStyleLanguage):
         vec = (C_VECTOR_PRELUDE + "".join(decls)) if decls else ""
         if any(u.op is Ops.POW and not dtypes.is_float(u.dtype) for u in uops):
             vec += IPOW_HELPER.format(qual="static inline ", u64="unsigned long long")
-        target = f'__attribute__((target("{self.byte_dot_target}"))) ' if self.byte_dot_target else ""
-        target = target if target and _byte_products_only(uops) else ""
+        targets = [self.byte_dot_target] if self.byte_dot_target and _byte_products_only(uops) else []
+        targets += [self.lane_select_target] if self.lane_select_target and _lanes_selected(uops) else []
+        target = f'__attribute__((target("{",".join(targets)}"))) ' if targets else ""
         return f"{self.prelude}{vec}{target}{self.kernel_prefix}{name}({', '.join(params)}) {{\n{body}\n}}\n"

@@ -72,7 +72,7 @@ def _dot_probe_want() -> list[int]:
 # (C source of `lg_probe(out, inputs...)`, the output's C type, each input's C type and values, the right output, flag
 # sets to try, fewest first): code gcc 12.2 was seen to vectorize wrongly on AVX-512 CPUs, each found through a wrong
 # tensor result
-VECTORIZER_PROBES: list[tuple[str, Any, list[tuple[Any, range]], list[int], list[list[str]]]] = [
+VECTORIZER_PROBES: list[tuple[str, Any, list[tuple[Any, Any]], list[int], list[list[str]]]] = [
     # a masked int16 select read 128 bytes off with AVX-512BW (a setitem on an int16 tensor wrote wrong rows)
     (
         "void lg_probe(short* restrict out, const short* restrict in) {\n"
@@ -97,6 +97,28 @@ VECTORIZER_PROBES: list[tuple[str, Any, list[tuple[Any, range]], list[int], list
         [["-mno-avx512vnni", "-mno-avxvnni"]],
     ),
 ]
+
+# lanes selected one by one ({y0==0?0:y0, ...}) feeding a vector picked whole under a scalar condition: gcc 12.2 with
+# AVX-512VL got only lane 0 right (a gather (x / (a.abs() + 1))[idx] read zeros past its first column). Taking VL
+# away from every kernel cost softmax 50%, so only kernels with such lanes get it taken away, by a target attribute
+# (the renderer's lane_select_target)
+LANE_SELECT_PROBE = (
+    "typedef float f8 __attribute__((vector_size(32)));\n"
+    "typedef float f8u __attribute__((vector_size(32), aligned(4)));\n"
+    "ATTR void lg_probe(float* restrict out, const float* restrict a, const float* restrict b,"
+    " const float* restrict c) {\n"
+    "  f8 acc = {0,0,0,0,0,0,0,0}; int v = (int)c[0];\n"
+    "  for (int r = 0; r < 4; r++) {\n"
+    "    _Bool m = v == r; f8 x = *(f8u*)&a[r*8]; f8 y = *(f8u*)&b[r*8];\n"
+    "    f8 s = (f8){y[0]==0.0f?0.0f:y[0], y[1]==0.0f?0.0f:y[1], y[2]==0.0f?0.0f:y[2], y[3]==0.0f?0.0f:y[3],"
+    " y[4]==0.0f?0.0f:y[4], y[5]==0.0f?0.0f:y[5], y[6]==0.0f?0.0f:y[6], y[7]==0.0f?0.0f:y[7]};\n"
+    "    f8 q = x / (s + (f8){1,1,1,1,1,1,1,1});\n"
+    "    acc = acc + (m ? (f8){q[0],q[1],q[2],q[3],q[4],q[5],q[6],q[7]} : (f8){0,0,0,0,0,0,0,0});\n"
+    "  }\n  *(f8u*)&out[0] = acc;\n}\n",
+    ctypes.c_float,
+    [(ctypes.c_float, range(0, 64, 2)), (ctypes.c_float, [1] * 32), (ctypes.c_float, [2])],
+    list(range(16, 24)),
+)
 
 
 class ClangCompiler(Compiler):
@@ -128,6 +150,12 @@ class ClangCompiler(Compiler):
         # attribute (the renderer's byte_dot_target): the probe's bug needs a signed nibble made from unsigned bytes
         vnni = [t for f, t in (("avx_vnni", "avxvnni"), ("avx512_vnni", "avx512vnni")) if f in cpu.split()]
         self.byte_dot_target = ",".join(vnni) if "-mno-avxvnni" in extra else ""
+        probe_key = repr((version, cc, cpu, self.flags, "lane_select_v2"))
+        lanes = diskcache_get("cpu_lane_select_v2", probe_key)
+        if lanes is None:
+            lanes = diskcache_put("cpu_lane_select_v2", probe_key, self._lane_select_workaround())
+        self.lane_select_target, more_flags = lanes
+        self.flags += more_flags
         key = hashlib.sha256(repr((version, self.flags)).encode()).hexdigest()[:16]
         super().__init__(f"compile_cpu_{key}")
 
@@ -155,8 +183,18 @@ class ClangCompiler(Compiler):
                 return ["-fno-tree-vectorize"]
         return extra
 
+    def _lane_select_workaround(self) -> tuple[str, list[str]]:
+        """The target attribute under which LANE_SELECT_PROBE's kernel is right ("" if it is right as it is), and
+        the flags every kernel then needs: none, or no vectorizer at all where no attribute helps."""
+        src, out_type, inputs, want = LANE_SELECT_PROBE
+        for target in ("", "no-avx512vl"):
+            attr = f'__attribute__((target("{target}")))' if target else ""
+            if self._probe_right(src.replace("ATTR", attr), out_type, inputs, want, []):
+                return target, []
+        return "", ["-fno-tree-vectorize"]
+
     def _probe_right(
-        self, src: str, out_type: Any, inputs: list[tuple[Any, range]], want: list[int], extra: list[str]
+        self, src: str, out_type: Any, inputs: list[tuple[Any, Any]], want: list[int], extra: list[str]
     ) -> bool:
         """Whether the probe kernel `lg_probe`, built with `extra`, computes `want` from `inputs`."""
         try:
@@ -262,6 +300,7 @@ class CPUDevice(Compiled):
         renderer = ClangRenderer(self.threads, *simd_registers())
         renderer.has_threads = compiler.openmp and self.threads > 1
         renderer.byte_dot_target = compiler.byte_dot_target
+        renderer.lane_select_target = compiler.lane_select_target
         super().__init__(name, CPUAllocator(), renderer, compiler, CPUProgram)
 
     @property

@@ -10,7 +10,7 @@ import pytest
 from lazygrad import Context, Device, Tensor
 from lazygrad.device import Buffer, CompileError, DeviceUnavailable
 from lazygrad.dtype import dtypes
-from lazygrad.runtime.ops_cpu import ClangCompiler, CPUProgram, find_c_compiler
+from lazygrad.runtime.ops_cpu import LANE_SELECT_PROBE, ClangCompiler, CPUProgram, find_c_compiler
 
 SRC = "void add1(float* restrict out, const float* restrict a) { for (int i = 0; i < 4; i++) out[i] = a[i] + 1.0f; }\n"
 
@@ -46,8 +46,12 @@ def test_disk_cache_hit_compiles_nothing(tmp_path):
         "print((Tensor([1.0, 2.0, 3.0]) * 7 + 0.5).tolist(), len(calls))\n"
     )
     env = {**os.environ, "CACHEDB": str(tmp_path / "cache.db")}
-    first = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout.split()
-    second = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout.split()
+    first = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    ).stdout.split()
+    second = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    ).stdout.split()
     assert first[-1] != "0" and second[-1] == "0"
     assert first[:-1] == second[:-1]
 
@@ -95,8 +99,12 @@ def test_schedule_compiles_in_one_call_and_second_process_compiles_nothing(tmp_p
         "print(round(x.softmax(-1).sum().item(), 5), len(calls))\n"
     )
     env = {**os.environ, "CACHEDB": str(tmp_path / "cache.db")}
-    first = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout.split()
-    second = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout.split()
+    first = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    ).stdout.split()
+    second = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    ).stdout.split()
     assert first == ["2.0", "1"] and second == ["2.0", "0"]
 
 
@@ -151,3 +159,24 @@ def test_clang_gets_no_gcc_only_flags():
     out, a = np.zeros(37, np.float32), np.arange(37, dtype=np.float32)
     prg(out.ctypes.data, a.ctypes.data)
     np.testing.assert_array_equal(out, a * 2)
+
+
+def test_lanes_selected_one_by_one_beside_a_gather_are_right():
+    # gcc 12.2 with AVX-512VL built {y0==0?0:y0, ...} lanes feeding a vector picked under a scalar condition with
+    # only lane 0 right: (x / (a.abs() + 1))[idx] read zeros past its first column. Kernels with such lanes get VL
+    # taken away by a target attribute where the probe fails (runtime/ops_cpu.py LANE_SELECT_PROBE)
+    compiler = Device["CPU"].compiler
+    src, out_type, inputs, want = LANE_SELECT_PROBE
+    target = compiler.lane_select_target
+    attr = f'__attribute__((target("{target}")))' if target else ""
+    assert compiler._probe_right(src.replace("ATTR", attr), out_type, inputs, want, [])
+    rng = np.random.default_rng(0)
+    for rows, cols in ((13, 8), (5, 16), (7, 3)):
+        x, a = (
+            rng.standard_normal((rows, cols)).astype(np.float32),
+            rng.standard_normal((rows, cols)).astype(np.float32),
+        )
+        a[0, 0] = a[-1, -1] = 0.0
+        idx = np.array([rows - 2, 0, rows - 2])
+        got = (Tensor(x) / (Tensor(a).abs() + 1))[Tensor(idx)].numpy()
+        np.testing.assert_allclose(got, (x / (np.abs(a) + 1))[idx], rtol=1e-6)
