@@ -3327,9 +3327,9 @@ class Tensor(metaclass=_TensorType):
         wt = w.reshape(*w.shape[:-2], *(1,) * min(self.ndim - 1, 1), *w.shape[-min(w.ndim, 2) :]).transpose(
             -1, -min(w.ndim, 2)
         )
-        return (x * wt).sum(
-            -1, dtype=least_upper_dtype(self.dtype, w.dtype) if not dtypes.is_float(self.dtype) else None
-        )
+        if dtypes.is_float(self.dtype):
+            return _product_sum(x, wt, -1)
+        return (x * wt).sum(-1, dtype=least_upper_dtype(self.dtype, w.dtype))
 
     def _matmul_panel(self, w: Tensor) -> int:
         """The device's panel width for `self @ w` (see Renderer.matmul_panel), for a 2-d float `w` stored row-major
@@ -3345,7 +3345,7 @@ class Tensor(metaclass=_TensorType):
         k, n = w.shape
         packed = w.reshape(k, n // panel, panel).permute(1, 0, 2).contiguous()  # (n/panel, k, panel)
         x = self.reshape(*self.shape[:-1], 1, k, 1)
-        out = (x * packed).sum(-2)  # (..., n/panel, panel)
+        out = _product_sum(x, packed, -2)  # (..., n/panel, panel)
         return out.reshape(*self.shape[:-1], n)
 
     def matmul(self, w: Tensor) -> Tensor:
@@ -3474,7 +3474,7 @@ class Tensor(metaclass=_TensorType):
         x = x.reshape(bs, groups, cin, 1, *out, *kernel).expand(bs, groups, cin, rcout, *out, *kernel)
         x = x.permute(0, 1, 3, *[4 + i for i in range(nk)], 2, *[4 + nk + i for i in range(nk)])
         w = weight.reshape(1, groups, rcout, *[1] * nk, cin, *kernel)
-        ret = (x * w).sum([-1 - i for i in range(1 + nk)]).reshape(bs, cout, *out)
+        ret = _product_sum(x, w, [-1 - i for i in range(1 + nk)]).reshape(bs, cout, *out)
         return ret if bias is None else ret + bias.reshape(1, cout, *[1] * nk)
 
     def conv_transpose2d(
@@ -4747,6 +4747,15 @@ def _getitem(t: Tensor, index: Any) -> Tensor:
     basic, adv = _split_index(t, index)
     x = _basic_getitem(t, basic)
     return _advanced_getitem(x, adv) if adv else x
+
+
+def _product_sum(a: Tensor, b: Tensor, axis: int | list[int]) -> Tensor:
+    """sum(a * b) over `axis` for matmul and conv: 16-bit floats multiply in float32 (the products are exact) and
+    accumulate there, as torch's matmul and convolution do and as a tensor core does (an elementwise a * b in
+    float16 rounds each product to float16 first, as torch's does)."""
+    if a.dtype in (dtypes.float16, dtypes.bfloat16) and b.dtype == a.dtype:
+        return (a.cast(dtypes.float32) * b.cast(dtypes.float32)).sum(axis).cast(a.dtype)
+    return (a * b).sum(axis)
 
 
 def _follow_base(t: Tensor) -> Tensor:

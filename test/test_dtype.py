@@ -230,3 +230,21 @@ def test_to_dtype():
 def test_unsupported_numpy_dtype():
     with pytest.raises(TypeError, match="complex"):
         Tensor(np.zeros(3, dtype=np.complex64))
+
+
+def test_float16_ops_round_every_result_as_torch():
+    # gcc computes _Float16 arithmetic in float and kept the excess precision through a cast to float: (h / 3).float()
+    # was not a float16 value. Matmul and conv multiply 16-bit floats in float32 and accumulate there, as torch's do
+    import torch
+
+    rng = np.random.default_rng(0)
+    h = rng.standard_normal(37).astype(np.float16)
+    g = rng.standard_normal(37).astype(np.float16)
+    for f in (lambda a, b: (a / 3.0).float(), lambda a, b: (a * b).float(), lambda a, b: (a * b + a).float()):
+        got = f(Tensor(h), Tensor(g)).numpy()
+        ref = f(torch.tensor(h), torch.tensor(g)).numpy()
+        np.testing.assert_array_equal(got, ref)
+    a, b = rng.standard_normal((16, 300)).astype(np.float16), rng.standard_normal((300, 8)).astype(np.float16)
+    got = (Tensor(a) @ Tensor(b)).numpy().astype(np.float64)
+    ref = (torch.tensor(a) @ torch.tensor(b)).numpy().astype(np.float64)
+    np.testing.assert_allclose(got, ref, rtol=2e-3, atol=2e-3)  # one float16 rounding of the float32 sum apart

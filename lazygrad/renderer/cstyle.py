@@ -691,6 +691,24 @@ class ClangRenderer(CStyleLanguage):
 
     # *** what the lowerer may turn into vector code ***
 
+    # torch rounds every float16 op's result to float16. gcc (12) computes _Float16 arithmetic in float and keeps the
+    # excess precision through a cast to float ((float)(h / 3) was not a float16 value): the cast back rounds it
+    alu_rules = (
+        PatternMatcher(
+            [
+                (
+                    UPat(name="x"),
+                    lambda ctx, x: (
+                        f"((_Float16)({ctx.r.render_plain_alu(x, ctx.a)}))"
+                        if x.dtype == dtypes.float16 and x.op not in EXACT_FLOAT_OPS
+                        else None
+                    ),
+                )
+            ]
+        )
+        + C_ALU
+    )
+
     # vectors: gcc's lane-wise conversion and a NaN-propagating max of its own (C_VECTOR_PRELUDE)
     plain_alu_rules = (
         PatternMatcher(
