@@ -90,6 +90,17 @@ class ScheduleItem:
         return self.bufs[self.n_outputs :]
 
 
+class Schedule(list):
+    """ScheduleItems in execution order. One instantiated from a cached template names that template: every instance
+    of it runs the same kernels over buffers in the same places, which the engine works out once per template."""
+
+    __slots__ = ("template",)
+
+    def __init__(self, items: list[ScheduleItem], template: _Template | None = None):
+        super().__init__(items)
+        self.template = template
+
+
 def _is_stored_leaf(u: UOp, realized: dict[UOp, UOp]) -> bool:
     return u.op is Ops.BUFFER or u in realized
 
@@ -749,7 +760,7 @@ def _sized_symbolic(op: Ops, arg: Any) -> bool:
     return type(sum(arg)) is not int
 
 
-@dataclass
+@dataclass(eq=False)  # by identity: the engine keys its launch plans on the template
 class _Template:
     """A schedule with its buffers as references: ("out", i) the i-th stored node's new buffer, ("slot", j) the
     walk's j-th buffer. Stored nodes are walk positions; an in-place write (ASSIGN) stores into a slot."""
@@ -759,7 +770,7 @@ class _Template:
     stored: list[tuple[int, tuple[int, ...], str, int | None]]
     items: list[tuple[UOp, tuple[tuple[str, int], ...]]]
 
-    def instantiate(self, walk: _Walk) -> tuple[list[ScheduleItem], dict[UOp, UOp], dict[UOp, int]]:
+    def instantiate(self, walk: _Walk) -> tuple[Schedule, dict[UOp, UOp], dict[UOp, int]]:
         outs: list[Buffer] = []
         becomes: dict[UOp, UOp] = {}
         for p, shape, device, target in self.stored:
@@ -776,7 +787,7 @@ class _Template:
             ScheduleItem(ast, tuple(outs[i] if kind == "out" else walk.slots[i] for kind, i in refs))
             for ast, refs in self.items
         ]
-        return items, becomes, _bound_values(walk.binds)
+        return Schedule(items, self), becomes, _bound_values(walk.binds)
 
 
 def _bound_values(binds: list[UOp]) -> dict[UOp, int]:
