@@ -762,31 +762,34 @@ def _sized_symbolic(op: Ops, arg: Any) -> bool:
 
 @dataclass(eq=False)  # by identity: the engine keys its launch plans on the template
 class _Template:
-    """A schedule with its buffers as references: ("out", i) the i-th stored node's new buffer, ("slot", j) the
-    walk's j-th buffer. Stored nodes are walk positions; an in-place write (ASSIGN) stores into a slot."""
+    """A schedule with its buffers as references into `outs + slots`: below len(stored), the i-th stored node's
+    buffer; from there on, the walk's slots (buffers read, or written in place). Stored nodes are walk positions; an
+    in-place write (ASSIGN) stores into a slot."""
 
-    # (position, shape, device, target slot of an ASSIGN or None); the device is kept, not asked of the node: a node
+    # (position, shape, elements to allocate, device, target slot of an ASSIGN or None); the shape and size are None
+    # where symbolic (the node's own at this walk's bound values). The device is kept, not asked of the node: a node
     # rebuilt from a program (gradient.py, optimizers) has not computed it, and that is a walk down its graph
-    stored: list[tuple[int, tuple[int, ...], str, int | None]]
-    items: list[tuple[UOp, tuple[tuple[str, int], ...]]]
+    stored: list[tuple[int, tuple[int, ...] | None, int | None, str, int | None]]
+    items: list[tuple[UOp, tuple[int, ...]]]
 
     def instantiate(self, walk: _Walk) -> tuple[Schedule, dict[UOp, UOp], dict[UOp, int]]:
-        outs: list[Buffer] = []
+        bufs: list[Buffer] = []
         becomes: dict[UOp, UOp] = {}
-        for p, shape, device, target in self.stored:
-            n = walk.nodes[p]
+        nodes, slots = walk.nodes, walk.slots
+        for p, shape, size, device, target in self.stored:
+            n = nodes[p]
+            if shape is None:
+                shape = n.shape
+                size = alloc_size(shape)
             if target is not None:
-                buf = walk.slots[target]
-                becomes[n] = UOp.buffer_view(buf.alias(), n.shape if _symbolic(shape) else shape)
+                buf = slots[target]
+                becomes[n] = UOp.buffer_view(buf.alias(), shape)
             else:
-                shape = n.shape if _symbolic(shape) else shape  # the sizes at this walk's bound values
-                buf = Buffer(device, alloc_size(shape), n.dtype, shape=shape)
+                buf = Buffer(device, size, n.dtype, shape=shape)
                 becomes[n] = UOp.buffer_view(buf, shape)
-            outs.append(buf)
-        items = [
-            ScheduleItem(ast, tuple(outs[i] if kind == "out" else walk.slots[i] for kind, i in refs))
-            for ast, refs in self.items
-        ]
+            bufs.append(buf)
+        bufs.extend(slots)
+        items = [ScheduleItem(ast, tuple([bufs[i] for i in refs])) for ast, refs in self.items]
         return Schedule(items, self), becomes, _bound_values(walk.binds)
 
 
@@ -801,24 +804,26 @@ def _bound_values(binds: list[UOp]) -> dict[UOp, int]:
 
 def _template(walk: _Walk, items: list[ScheduleItem], becomes: dict[UOp, UOp]) -> _Template | None:
     """The schedule as a template of `walk`, or None when it holds a buffer the walk cannot name."""
-    slot_of = {id(b): j for j, b in enumerate(walk.slots)}
-    stored: list[tuple[int, tuple[int, ...], str, int | None]] = []
-    ref_of: dict[int, tuple[str, int]] = {}
+    slot_of = {id(b): len(becomes) + j for j, b in enumerate(walk.slots)}
+    stored: list[tuple[int, tuple[int, ...] | None, int | None, str, int | None]] = []
+    ref_of: dict[int, int] = {}
     for n, view in becomes.items():
         if n not in walk.pos:
             return None
         target = n.src[0].base.arg if n.op is Ops.ASSIGN else None
         if target is not None and id(target) not in slot_of:
             return None
-        target_slot = slot_of[id(target)] if target is not None else None
-        stored.append((walk.pos[n], tuple(view.shape), view.base.arg.device, target_slot))
+        target_slot = slot_of[id(target)] - len(becomes) if target is not None else None
+        shape = tuple(view.shape)
+        size = None if _symbolic(shape) else alloc_size(shape)
+        stored.append((walk.pos[n], None if size is None else shape, size, view.base.arg.device, target_slot))
         if target is None:
-            ref_of[id(view.base.arg)] = ("out", len(stored) - 1)
+            ref_of[id(view.base.arg)] = len(stored) - 1
     refs_items = []
     for si in items:
         refs = []
         for b in si.bufs:
-            ref = ref_of.get(id(b)) or (("slot", slot_of[id(b)]) if id(b) in slot_of else None)
+            ref = ref_of.get(id(b), slot_of.get(id(b)))
             if ref is None:
                 return None
             refs.append(ref)
