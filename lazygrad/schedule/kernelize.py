@@ -702,40 +702,58 @@ class _Walk:
                 self.slots.append(buf)
             return slot_of[id(buf)]
 
-        # (node, False): first visit, (node, True): its sources are numbered. A node is looked up in `realized` once,
-        # on its first visit (this walk runs on every realize, over every node a step computes)
-        get = realized.get
-        stack: list[tuple[UOp, bool]] = [(o, False) for o in reversed(outs)]
-        while stack:
-            node, expanded = stack.pop()
-            if node in pos:
+        # depth first, each node on the stack with an iterator over its sources; a node is numbered once its sources
+        # are. Leaves (realized nodes, buffers, bound variables) are looked up in `realized` once, when first met
+        # (this walk runs on every realize, over every node a step computes)
+        get, nodes, sized, reduce_axis = realized.get, self.nodes, _SIZED, Ops.REDUCE_AXIS
+        for root in outs:
+            if root in pos:
                 continue
-            if expanded:
-                arg = self._unbind(node.arg) if node.op in _SIZED and _sized_symbolic(node.op, node.arg) else node.arg
-                part: tuple = (node.op, node.dtype, arg, tuple([pos[x] for x in node.src]))
-            elif (view := get(node)) is not None:
-                # the planner still reads a realized node's own op, arg and source shapes (a reduce's loop)
-                srcs = tuple(x.shape for x in node.src) if node.op is Ops.REDUCE_AXIS else ()
-                part = ("R", node.op, node.dtype, node.arg, node.shape, srcs, view.op, view.arg, slot(view.base.arg))
-                if (
-                    _sized_symbolic(Ops.RESHAPE, node.shape)
-                    or view.op is Ops.RESHAPE
-                    and _sized_symbolic(view.op, view.arg)
-                ):
-                    part = self._unbind(part)
-            elif node.op is Ops.BUFFER:
-                part = ("B", node.dtype, node.arg.size, node.arg.device, slot(node.arg))
-            elif node.op is Ops.BIND:
-                var, _ = node.unbind()
-                self.binds.append(node)
-                part = ("V", var, node.dtype, tuple((x.op, x.arg) for x in node.src[2:]))
-            else:
-                stack.append((node, True))
-                stack.extend([(x, False) for x in reversed(node.src) if x not in pos])
-                continue
-            pos[node] = len(self.nodes)
-            self.nodes.append(node)
-            parts.append(part)
+            stack: list[tuple[UOp, Any]] = [(root, None)]
+            while stack:
+                node, srcs = stack[-1]
+                if srcs is None:  # first met: a leaf is numbered now, an inner node's sources come first
+                    if (view := get(node)) is not None:
+                        # the planner still reads a realized node's own op, arg and source shapes (a reduce's loop)
+                        shapes = tuple(x.shape for x in node.src) if node.op is reduce_axis else ()
+                        part: tuple = (
+                            "R", node.op, node.dtype, node.arg, node.shape, shapes, view.op, view.arg,
+                            slot(view.base.arg),
+                        )  # fmt: skip
+                        if (
+                            _sized_symbolic(Ops.RESHAPE, node.shape)
+                            or view.op is Ops.RESHAPE
+                            and _sized_symbolic(view.op, view.arg)
+                        ):
+                            part = self._unbind(part)
+                    elif node.op is Ops.BUFFER:
+                        part = ("B", node.dtype, node.arg.size, node.arg.device, slot(node.arg))
+                    elif node.op is Ops.BIND:
+                        var, _ = node.unbind()
+                        self.binds.append(node)
+                        part = ("V", var, node.dtype, tuple((x.op, x.arg) for x in node.src[2:]))
+                    else:
+                        srcs = iter(node.src)
+                        stack[-1] = (node, srcs)
+                        part = ()
+                    if srcs is None:
+                        stack.pop()
+                        pos[node] = len(nodes)
+                        nodes.append(node)
+                        parts.append(part)
+                        continue
+                for x in srcs:
+                    if x not in pos:
+                        stack.append((x, None))
+                        break
+                else:  # every source numbered
+                    stack.pop()
+                    arg = node.arg
+                    if node.op in sized and _sized_symbolic(node.op, arg):
+                        arg = self._unbind(arg)
+                    pos[node] = len(nodes)
+                    nodes.append(node)
+                    parts.append((node.op, node.dtype, arg, tuple([pos[x] for x in node.src])))
         self.key = tuple(parts)
         self.pos = pos
 
