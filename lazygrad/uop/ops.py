@@ -134,7 +134,9 @@ class UOpMetaClass(type):
             return ret
         with UOpMetaClass.lock:
             if (ref := UOpMetaClass.ucache.get(key)) is None or (ret := ref()) is None:
-                ret = super().__call__(op, dtype, src, arg)
+                # UOp.__init__'s work inline: a Python frame less on every node a graph builds
+                ret = cls.__new__(cls)
+                ret.op, ret.dtype, ret.src, ret.arg = op, dtype, src, arg
                 UOpMetaClass.ucache[key] = weakref.ref(ret, functools.partial(_drop_dead, key))
         return ret
 
@@ -155,9 +157,11 @@ def _foreign(x: Any) -> bool:
 
 class UOp(metaclass=UOpMetaClass):
     __slots__ = ("op", "dtype", "src", "arg", "__weakref__", "__dict__")
-
-    def __init__(self, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None):
-        self.op, self.dtype, self.src, self.arg = op, dtype, src, arg
+    # set by UOpMetaClass.__call__, the one constructor
+    op: Ops
+    dtype: DType
+    src: tuple[UOp, ...]
+    arg: Any
 
     def __reduce__(self) -> tuple:
         return UOp, (self.op, self.dtype, self.src, self.arg)
