@@ -124,20 +124,28 @@ class UOpMetaClass(type):
     # key -> weak reference to the node; a plain dict of weakrefs, not a WeakValueDictionary, whose get and set are
     # Python calls on the hottest path of graph building (every op of every step builds its nodes here)
     ucache: dict[tuple, weakref.ref] = {}
-    # taken on a miss only: two threads building the same node must get one object, or equality by identity breaks
+    # taken where a miss finds an entry (dead, or another thread's): two threads building the same node must get one
+    # object, or equality by identity breaks
     lock = threading.Lock()
 
     def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None) -> UOp:
         # -0.0 == 0.0 and both hash alike, but a constant -0.0 is another value (1/x, signbit): keyed apart
         key = (op, dtype, src, arg) if type(arg) is not float or arg != 0.0 else (op, dtype, src, arg, repr(arg))
-        if (ref := UOpMetaClass.ucache.get(key)) is not None and (ret := ref()) is not None:
+        cache = UOpMetaClass.ucache
+        if (ref := cache.get(key)) is not None and (ret := ref()) is not None:
+            return ret
+        # UOp.__init__'s work inline: a Python frame less on every node a graph builds
+        ret = cls.__new__(cls)
+        ret.op, ret.dtype, ret.src, ret.arg = op, dtype, src, arg
+        new = weakref.ref(ret, functools.partial(_drop_dead, key))
+        # no entry: one atomic C call puts the new node in unless another thread's got there first (no lock: a miss
+        # is the common case, every node of every step's new graph is one)
+        if ref is None and cache.setdefault(key, new) is new:
             return ret
         with UOpMetaClass.lock:
-            if (ref := UOpMetaClass.ucache.get(key)) is None or (ret := ref()) is None:
-                # UOp.__init__'s work inline: a Python frame less on every node a graph builds
-                ret = cls.__new__(cls)
-                ret.op, ret.dtype, ret.src, ret.arg = op, dtype, src, arg
-                UOpMetaClass.ucache[key] = weakref.ref(ret, functools.partial(_drop_dead, key))
+            if (ref := cache.get(key)) is not None and (other := ref()) is not None:
+                return other  # another thread's node (ours dies unseen; its entry is not ours to drop)
+            cache[key] = new  # in place of a dead node's entry
         return ret
 
 
