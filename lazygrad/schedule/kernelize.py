@@ -706,6 +706,7 @@ class _Walk:
         # are. Leaves (realized nodes, buffers, bound variables) are looked up in `realized` once, when first met
         # (this walk runs on every realize, over every node a step computes)
         get, nodes, sized, reduce_axis = realized.get, self.nodes, _SIZED, Ops.REDUCE_AXIS
+        at = pos.__getitem__  # mapped over a node's sources at C speed (a comprehension is a call per node)
         for root in outs:
             if root in pos:
                 continue
@@ -753,7 +754,7 @@ class _Walk:
                         arg = self._unbind(arg)
                     pos[node] = len(nodes)
                     nodes.append(node)
-                    parts.append((node.op, node.dtype, arg, tuple([pos[x] for x in node.src])))
+                    parts.append((node.op, node.dtype, arg, tuple(map(at, node.src))))
         self.key = tuple(parts)
         self.pos = pos
 
