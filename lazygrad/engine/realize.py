@@ -299,6 +299,8 @@ NEVER_RAN = (
 
 
 def run_schedule(schedule: list[ScheduleItem], var_vals: dict[UOp, int] | None = None) -> None:
+    if not schedule:  # reading a realized tensor realizes it again: nothing to run
+        return
     if (plan := _launch_plan(schedule)) is not None:
         plan.run(schedule, var_vals or {})
         return
@@ -345,24 +347,25 @@ class _LaunchPlan:
 
     def _buffers(self, schedule: list[ScheduleItem]) -> list[list[Buffer]] | None:
         """Each item's buffers with planned memory swapped in (None where no buffer is planned)."""
-        if len(schedule) < 2:
+        if len(schedule) < 2:  # a block is reused only by a later kernel than the one that last read it
             return None
         internal = held_only_by([si.bufs for si in schedule])
-        if not internal:
+        key = tuple(k for k, (i, j) in enumerate(self.places) if schedule[i].bufs[j] in internal)
+        del internal  # plan_memory counts references: none of ours may be among them
+        if not key:
             return None
-        bufs = [schedule[i].bufs[j] for i, j in self.places]
-        key = tuple(k for k, b in enumerate(bufs) if b in internal)
         if (pairs := self.memory.get(key)) is None:
-            at = {b: k for k, b in enumerate(bufs)}
             mapping = plan_memory([(si.bufs, range(n)) for si, n in zip(schedule, self.n_outs)])
-            pairs = [(at[b], at[blk]) for b, blk in mapping.items()]
+            at = {id(schedule[i].bufs[j]): k for k, (i, j) in enumerate(self.places)}
+            pairs = [(at[id(b)], at[id(blk)]) for b, blk in mapping.items()]
+            del mapping
             if len(self.memory) >= self.MEMORY_PLANS:
                 del self.memory[next(iter(self.memory))]
             self.memory[key] = pairs
         if not pairs:
             return None
+        bufs = [schedule[i].bufs[j] for i, j in self.places]
         swap = {bufs[a]: bufs[b] for a, b in pairs}
-        del bufs  # not a reference of its own to any buffer past this point (held_only_by counts them next run)
         return [[swap.get(b, b) for b in si.bufs] for si in schedule]
 
     def run(self, schedule: list[ScheduleItem], var_vals: dict[UOp, int]) -> None:
