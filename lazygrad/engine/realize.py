@@ -6,7 +6,6 @@ import contextlib
 import dataclasses
 import threading
 import time
-import weakref
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable, Iterator
@@ -385,7 +384,10 @@ class _LaunchPlan:
             GlobalCounters.global_mem += self.mem
 
 
-_plans: weakref.WeakKeyDictionary[object, _LaunchPlan | None] = weakref.WeakKeyDictionary()
+# template -> its plan (None: a template the general path runs); a plain dict, looked up on every realize, bounded
+# as the scheduler's own cache of templates is
+_plans: dict[object, _LaunchPlan | None] = {}
+LAUNCH_PLANS = 256
 
 
 def _launch_plan(schedule: list[ScheduleItem]) -> _LaunchPlan | None:
@@ -393,10 +395,12 @@ def _launch_plan(schedule: list[ScheduleItem]) -> _LaunchPlan | None:
     work: no capture recording items, no DEBUG lines or profile spans, one device (no streams)."""
     if type(schedule) is not Schedule or schedule.template is None:
         return None
-    if DEBUG or profile.enabled() or is_capturing():
+    if DEBUG.value or profile.enabled() or is_capturing():
         return None
     if (plan := _plans.get(schedule.template, False)) is False:
         one_device = len({si.outputs[0].device for si in schedule}) == 1
+        if len(_plans) >= LAUNCH_PLANS:
+            del _plans[next(iter(_plans))]
         plan = _plans[schedule.template] = _LaunchPlan(schedule) if one_device else None
     if plan is not None and plan.knobs != (NOOPT.value, BEAM.value):
         plan = _plans[schedule.template] = _LaunchPlan(schedule)  # another kernel for each item
