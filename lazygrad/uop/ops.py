@@ -123,7 +123,7 @@ class UOpMetaClass(type):
 
     # key -> weak reference to the node; a plain dict of weakrefs, not a WeakValueDictionary, whose get and set are
     # Python calls on the hottest path of graph building (every op of every step builds its nodes here)
-    ucache: dict[tuple, weakref.ref] = {}
+    ucache: dict[tuple, _Entry] = {}
     # taken where a miss finds an entry (dead, or another thread's): two threads building the same node must get one
     # object, or equality by identity breaks
     lock = threading.Lock()
@@ -137,7 +137,8 @@ class UOpMetaClass(type):
         # UOp.__init__'s work inline: a Python frame less on every node a graph builds
         ret = cls.__new__(cls)
         ret.op, ret.dtype, ret.src, ret.arg = op, dtype, src, arg
-        new = weakref.ref(ret, functools.partial(_drop_dead, key))
+        new = _Entry(ret, _drop_dead)
+        new.key = key
         # no entry: one atomic C call puts the new node in unless another thread's got there first (no lock: a miss
         # is the common case, every node of every step's new graph is one)
         if ref is None and cache.setdefault(key, new) is new:
@@ -149,10 +150,19 @@ class UOpMetaClass(type):
         return ret
 
 
-def _drop_dead(key: tuple, ref: weakref.ref) -> None:
+class _Entry(weakref.ref):
+    """A hash-cons cache entry: the weak reference to a node, carrying its key for the callback that drops it. One
+    object per node, where a plain reference with a partial of the key as callback was three (reference, partial, its
+    argument tuple), all tracked by the garbage collector: a training step builds hundreds of nodes, and each
+    generation-0 collection they trigger scans every young object."""
+
+    __slots__ = ("key",)
+
+
+def _drop_dead(ref: _Entry) -> None:
     """A node died: its cache entry goes, unless a new node of the same key has already taken the entry's place (one
     atomic C call, as WeakValueDictionary's own removal: a check then a del could drop another thread's new entry)."""
-    _remove_dead_weakref(UOpMetaClass.ucache, key)
+    _remove_dead_weakref(UOpMetaClass.ucache, ref.key)
 
 
 sint = int  # a size that may be symbolic: int or int-typed UOp (typing alias kept simple on purpose)
