@@ -388,6 +388,7 @@ class _LaunchPlan:
 # as the scheduler's own cache of templates is
 _plans: dict[object, _LaunchPlan | None] = {}
 LAUNCH_PLANS = 256
+_plans_lock = threading.Lock()  # threads running schedules at once: an eviction must not meet another's insert
 
 
 def _launch_plan(schedule: list[ScheduleItem]) -> _LaunchPlan | None:
@@ -397,13 +398,15 @@ def _launch_plan(schedule: list[ScheduleItem]) -> _LaunchPlan | None:
         return None
     if DEBUG.value or profile.enabled() or is_capturing():
         return None
-    if (plan := _plans.get(schedule.template, False)) is False:
+    plan = _plans.get(schedule.template, False)
+    if plan is False or plan is not None and plan.knobs != (NOOPT.value, BEAM.value):
+        # first met, or the knobs that pick each item's kernel changed since its plan was made
         one_device = len({si.outputs[0].device for si in schedule}) == 1
-        if len(_plans) >= LAUNCH_PLANS:
-            del _plans[next(iter(_plans))]
-        plan = _plans[schedule.template] = _LaunchPlan(schedule) if one_device else None
-    if plan is not None and plan.knobs != (NOOPT.value, BEAM.value):
-        plan = _plans[schedule.template] = _LaunchPlan(schedule)  # another kernel for each item
+        plan = _LaunchPlan(schedule) if one_device else None
+        with _plans_lock:
+            if len(_plans) >= LAUNCH_PLANS:
+                del _plans[next(iter(_plans))]
+            _plans[schedule.template] = plan
     return plan
 
 

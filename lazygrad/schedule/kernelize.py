@@ -713,7 +713,7 @@ class _Walk:
             stack: list[tuple[UOp, Any]] = [(root, None)]
             while stack:
                 node, srcs = stack[-1]
-                if srcs is None:  # first met: a leaf is numbered now, an inner node's sources come first
+                if srcs is None:  # first met: a leaf is numbered at once, an inner node once its sources are
                     if (view := get(node)) is not None:
                         # the planner still reads a realized node's own op, arg and source shapes (a reduce's loop)
                         shapes = tuple(x.shape for x in node.src) if node.op is reduce_axis else ()
@@ -734,27 +734,25 @@ class _Walk:
                         self.binds.append(node)
                         part = ("V", var, node.dtype, tuple((x.op, x.arg) for x in node.src[2:]))
                     else:
-                        srcs = iter(node.src)
-                        stack[-1] = (node, srcs)
-                        part = ()
-                    if srcs is None:
-                        stack.pop()
-                        pos[node] = len(nodes)
-                        nodes.append(node)
-                        parts.append(part)
+                        stack[-1] = (node, iter(node.src))
                         continue
-                for x in srcs:
-                    if x not in pos:
+                else:
+                    for x in srcs:
+                        if x not in pos:
+                            break
+                    else:
+                        x = None
+                    if x is not None:  # a source to number first (this node's iterator resumes after it)
                         stack.append((x, None))
-                        break
-                else:  # every source numbered
-                    stack.pop()
+                        continue
                     arg = node.arg
                     if node.op in sized and _sized_symbolic(node.op, arg):
                         arg = self._unbind(arg)
-                    pos[node] = len(nodes)
-                    nodes.append(node)
-                    parts.append((node.op, node.dtype, arg, tuple(map(at, node.src))))
+                    part = (node.op, node.dtype, arg, tuple(map(at, node.src)))
+                stack.pop()
+                pos[node] = len(nodes)
+                nodes.append(node)
+                parts.append(part)
         self.key = tuple(parts)
         self.pos = pos
 
