@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import inspect
 import itertools
-import threading
 import weakref
 from _weakref import _remove_dead_weakref
 from enum import Enum, auto
@@ -124,9 +123,6 @@ class UOpMetaClass(type):
     # key -> weak reference to the node; a plain dict of weakrefs, not a WeakValueDictionary, whose get and set are
     # Python calls on the hottest path of graph building (every op of every step builds its nodes here)
     ucache: dict[tuple, _Entry] = {}
-    # taken where a miss finds an entry (dead, or another thread's): two threads building the same node must get one
-    # object, or equality by identity breaks
-    lock = threading.Lock()
 
     def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None) -> UOp:
         # -0.0 == 0.0 and both hash alike, but a constant -0.0 is another value (1/x, signbit): keyed apart
@@ -139,14 +135,13 @@ class UOpMetaClass(type):
         ret.op, ret.dtype, ret.src, ret.arg = op, dtype, src, arg
         new = _Entry(ret, _drop_dead)
         new.key = key
-        # no entry: one atomic C call puts the new node in unless another thread's got there first (no lock: a miss
-        # is the common case, every node of every step's new graph is one)
-        if ref is None and cache.setdefault(key, new) is new:
-            return ret
-        with UOpMetaClass.lock:
-            if (ref := cache.get(key)) is not None and (other := ref()) is not None:
-                return other  # another thread's node (ours dies unseen; its entry is not ours to drop)
-            cache[key] = new  # in place of a dead node's entry
+        # two threads building the same node must get one object, or equality by identity breaks: an entry goes in
+        # only by setdefault (one atomic C call, never over another's), and a dead node's entry, whose callback has not
+        # run yet, is dropped only while dead. No lock: a miss is the common case (every node of a step's new graph)
+        while (entry := cache.setdefault(key, new)) is not new:
+            if (other := entry()) is not None:
+                return other  # another thread's node (ours dies unseen; the entry is not ours to drop)
+            _remove_dead_weakref(cache, key)
         return ret
 
 

@@ -292,9 +292,8 @@ def test_repeated_realize_launches_from_its_plan(monkeypatch):
     a, b = Tensor(an).realize(), Tensor(bn).realize()
     for _ in range(2):
         (a + b).realize()
-    counted = {
-        name: _counting(monkeypatch, realize, name) for name in ("compile_schedule", "lower_schedule_item", "get_runner")
-    }
+    names = ("compile_schedule", "lower_schedule_item", "get_runner")
+    counted = {name: _counting(monkeypatch, realize, name) for name in names}
     executed = _counting(monkeypatch, realize.ExecItem, "run")
     planned = _counting(monkeypatch, memory, "plan_memory")
     kernels = GlobalCounters.kernel_count
