@@ -94,7 +94,7 @@ class Schedule(list):
     """ScheduleItems in execution order. One instantiated from a cached template names that template: every instance
     of it runs the same kernels over buffers in the same places, which the engine works out once per template."""
 
-    __slots__ = ("template",)
+    template: _Template | None = None  # (a class default: a copy made without __init__ names none)
 
     def __init__(self, items: list[ScheduleItem], template: _Template | None = None):
         super().__init__(items)
