@@ -12,7 +12,7 @@ from typing import Callable, Iterator
 
 from lazygrad.codegen import get_program
 from lazygrad.device import Buffer, Compiler, Device
-from lazygrad.engine.memory import memory_planner
+from lazygrad.engine.memory import held_only_by, memory_planner, plan_memory
 from lazygrad.engine.streams import StreamItem, run_streams
 from lazygrad.helpers import (
     BEAM,
@@ -26,7 +26,7 @@ from lazygrad.helpers import (
     cpu_cores,
 )
 from lazygrad.renderer import ProgramSpec
-from lazygrad.schedule.kernelize import ScheduleItem
+from lazygrad.schedule.kernelize import Schedule, ScheduleItem
 from lazygrad.uop.ops import Ops, UOp
 from lazygrad.viz import profile
 
@@ -320,6 +320,11 @@ NEVER_RAN = (
 
 
 def run_schedule(schedule: list[ScheduleItem], var_vals: dict[UOp, int] | None = None) -> None:
+    if not schedule:  # reading a realized tensor realizes it again: nothing to run
+        return
+    if (plan := _launch_plan(schedule)) is not None:
+        plan.run(schedule, var_vals or {})
+        return
     compile_schedule(schedule)
     st, n = time.perf_counter(), 0
     if _on_streams(schedule):
@@ -328,6 +333,103 @@ def run_schedule(schedule: list[ScheduleItem], var_vals: dict[UOp, int] | None =
         n = _run_in_order(schedule, var_vals)
     if DEBUG >= 1 and n:
         print(f"ran {n} kernels in {(time.perf_counter() - st) * 1e3:.2f} ms")
+
+
+# *** launch plans: what run_schedule works out about a schedule, once per schedule template ***
+
+
+class _LaunchPlan:
+    """Every instance of a cached schedule template (kernelize.Schedule) runs the same kernels over buffers in the
+    same places. A plan holds what the general path works out again on every call: each item's compiled runner, the
+    counters' sums, and the memory plan for each set of internal buffers met so far (which buffers are internal
+    depends on what the caller still holds, so it is checked every run; the plan of a set is not)."""
+
+    MEMORY_PLANS = 8  # sets of internal buffers remembered per template (a training loop meets one)
+
+    def __init__(self, schedule: list[ScheduleItem]):
+        self.knobs = (NOOPT.value, BEAM.value)
+        compile_schedule(schedule)
+        lowered = [lower_schedule_item(si) for si in schedule]
+        self.runners = [ei.runner if ei is not None else None for ei in lowered]
+        self.n_outs = [si.n_outputs for si in schedule]
+        specs = [r.spec for r in self.runners if r is not None]
+        self.kernels, self.ops, self.mem = len(specs), sum(s.ops for s in specs), sum(s.mem for s in specs)
+        # each distinct buffer by the place it first appears in: (item, position). Where a buffer is is the
+        # template's, so the same places hold one buffer in every instance
+        self.places: list[tuple[int, int]] = []
+        seen: set[int] = set()
+        for i, si in enumerate(schedule):
+            for j, b in enumerate(si.bufs):
+                if id(b) not in seen:
+                    seen.add(id(b))
+                    self.places.append((i, j))
+        # places of the internal buffers -> (place of a planned buffer, place of the buffer lending it memory)
+        self.memory: dict[tuple[int, ...], list[tuple[int, int]]] = {}
+
+    def _buffers(self, schedule: list[ScheduleItem]) -> list[list[Buffer]] | None:
+        """Each item's buffers with planned memory swapped in (None where no buffer is planned)."""
+        if len(schedule) < 2:  # a block is reused only by a later kernel than the one that last read it
+            return None
+        internal = held_only_by([si.bufs for si in schedule])
+        key = tuple(k for k, (i, j) in enumerate(self.places) if schedule[i].bufs[j] in internal)
+        del internal  # plan_memory counts references: none of ours may be among them
+        if not key:
+            return None
+        if (pairs := self.memory.get(key)) is None:
+            mapping = plan_memory([(si.bufs, range(n)) for si, n in zip(schedule, self.n_outs)])
+            at = {id(schedule[i].bufs[j]): k for k, (i, j) in enumerate(self.places)}
+            pairs = [(at[id(b)], at[id(blk)]) for b, blk in mapping.items()]
+            del mapping
+            if len(self.memory) >= self.MEMORY_PLANS:
+                del self.memory[next(iter(self.memory))]
+            self.memory[key] = pairs
+        if not pairs:
+            return None
+        bufs = [schedule[i].bufs[j] for i, j in self.places]
+        swap = {bufs[a]: bufs[b] for a, b in pairs}
+        return [[swap.get(b, b) for b in si.bufs] for si in schedule]
+
+    def run(self, schedule: list[ScheduleItem], var_vals: dict[UOp, int]) -> None:
+        planned = self._buffers(schedule)
+        for i, si in enumerate(schedule):
+            n_out = self.n_outs[i]
+            for b in si.bufs[n_out:]:
+                if b.pending_write:
+                    raise RuntimeError(NEVER_RAN)
+            if (runner := self.runners[i]) is not None:
+                runner(planned[i] if planned is not None else si.bufs, var_vals)
+            for b in si.bufs[:n_out]:
+                b.pending_write = False
+        with _counters_lock:
+            GlobalCounters.kernel_count += self.kernels
+            GlobalCounters.global_ops += self.ops
+            GlobalCounters.global_mem += self.mem
+
+
+# template -> its plan (None: a template the general path runs); a plain dict, looked up on every realize, bounded
+# as the scheduler's own cache of templates is
+_plans: dict[object, _LaunchPlan | None] = {}
+LAUNCH_PLANS = 256
+_plans_lock = threading.Lock()  # threads running schedules at once: an eviction must not meet another's insert
+
+
+def _launch_plan(schedule: list[ScheduleItem]) -> _LaunchPlan | None:
+    """The plan of a schedule instantiated from a template, where nothing needs the general path's per-kernel
+    work: no capture recording items, no DEBUG lines or profile spans, one device (no streams)."""
+    if type(schedule) is not Schedule or schedule.template is None:
+        return None
+    if DEBUG.value or profile.enabled() or is_capturing():
+        return None
+    plan = _plans.get(schedule.template, False)
+    if plan is False or plan is not None and plan.knobs != (NOOPT.value, BEAM.value):
+        # first met, or the knobs that pick each item's kernel changed since its plan was made
+        one_device = len({si.outputs[0].device for si in schedule}) == 1
+        plan = _LaunchPlan(schedule) if one_device else None
+        with _plans_lock:
+            if len(_plans) >= LAUNCH_PLANS:
+                del _plans[next(iter(_plans))]
+            _plans[schedule.template] = plan
+    return plan
 
 
 def _on_streams(schedule: list[ScheduleItem]) -> bool:

@@ -91,6 +91,17 @@ class ScheduleItem:
         return self.bufs[self.n_outputs :]
 
 
+class Schedule(list):
+    """ScheduleItems in execution order. One instantiated from a cached template names that template: every instance
+    of it runs the same kernels over buffers in the same places, which the engine works out once per template."""
+
+    template: _Template | None = None  # (a class default: a copy made without __init__ names none)
+
+    def __init__(self, items: list[ScheduleItem], template: _Template | None = None):
+        super().__init__(items)
+        self.template = template
+
+
 def _is_stored_leaf(u: UOp, realized: dict[UOp, UOp]) -> bool:
     return u.op is Ops.BUFFER or u in realized
 
@@ -753,42 +764,59 @@ class _Walk:
                 self.slots.append(buf)
             return slot_of[id(buf)]
 
-        # (node, False): first visit, (node, True): its sources are numbered. A node is looked up in `realized` once,
-        # on its first visit (this walk runs on every realize, over every node a step computes)
-        get = realized.get
-        stack: list[tuple[UOp, bool]] = [(o, False) for o in reversed(outs)]
-        while stack:
-            node, expanded = stack.pop()
-            if node in pos:
+        # depth first, each node on the stack with an iterator over its sources; a node is numbered once its sources
+        # are. Leaves (realized nodes, buffers, bound variables) are looked up in `realized` once, when first met
+        # (this walk runs on every realize, over every node a step computes)
+        get, nodes, sized, reduce_axis = realized.get, self.nodes, _SIZED, Ops.REDUCE_AXIS
+        at = pos.__getitem__  # mapped over a node's sources at C speed (a comprehension is a call per node)
+        for root in outs:
+            if root in pos:
                 continue
-            if expanded:
-                arg = self._unbind(node.arg) if node.op in _SIZED and _sized_symbolic(node.op, node.arg) else node.arg
-                part: tuple = (node.op, node.dtype, arg, tuple([pos[x] for x in node.src]))
-            elif (view := get(node)) is not None:
-                # the planner still reads a realized node's own op, arg and source shapes (a reduce's loop)
-                srcs = tuple(x.shape for x in node.src) if node.op is Ops.REDUCE_AXIS else ()
-                part = ("R", node.op, node.dtype, node.arg, node.shape, srcs, view.op, view.arg, slot(view.base.arg))
-                if (
-                    _sized_symbolic(Ops.RESHAPE, node.shape)
-                    or view.op is Ops.RESHAPE
-                    and _sized_symbolic(view.op, view.arg)
-                ):
-                    part = self._unbind(part)
-            elif node.op is Ops.BUFFER:
-                part = ("B", node.dtype, node.arg.size, node.arg.device, slot(node.arg))
-            elif node.op is Ops.BIND:
-                var, _ = node.unbind()
-                self.binds.append(node)
-                part = ("V", var, node.dtype, tuple((x.op, x.arg) for x in node.src[2:]))
-            else:
-                stack.append((node, True))
-                stack.extend([(x, False) for x in reversed(node.src) if x not in pos])
-                continue
-            pos[node] = len(self.nodes)
-            self.nodes.append(node)
-            parts.append(part)
+            stack: list[tuple[UOp, Any]] = [(root, None)]
+            while stack:
+                node, srcs = stack[-1]
+                if srcs is None:  # first met: a leaf is numbered at once, an inner node once its sources are
+                    if (view := get(node)) is not None:
+                        # the planner still reads a realized node's own op, arg and source shapes (a reduce's loop)
+                        shapes = tuple(x.shape for x in node.src) if node.op is reduce_axis else ()
+                        part: tuple = (
+                            "R", node.op, node.dtype, node.arg, node.shape, shapes, view.op, view.arg,
+                            slot(view.base.arg),
+                        )  # fmt: skip
+                        if (
+                            _sized_symbolic(Ops.RESHAPE, node.shape)
+                            or view.op is Ops.RESHAPE
+                            and _sized_symbolic(view.op, view.arg)
+                        ):
+                            part = self._unbind(part)
+                    elif node.op is Ops.BUFFER:
+                        part = ("B", node.dtype, node.arg.size, node.arg.device, slot(node.arg))
+                    elif node.op is Ops.BIND:
+                        var, _ = node.unbind()
+                        self.binds.append(node)
+                        part = ("V", var, node.dtype, tuple((x.op, x.arg) for x in node.src[2:]))
+                    else:
+                        stack[-1] = (node, iter(node.src))
+                        continue
+                else:
+                    for x in srcs:
+                        if x not in pos:
+                            break
+                    else:
+                        x = None
+                    if x is not None:  # a source to number first (this node's iterator resumes after it)
+                        stack.append((x, None))
+                        continue
+                    arg = node.arg
+                    if node.op in sized and _sized_symbolic(node.op, arg):
+                        arg = self._unbind(arg)
+                    part = (node.op, node.dtype, arg, tuple(map(at, node.src)))
+                stack.pop()
+                pos[node] = len(nodes)
+                nodes.append(node)
+                parts.append(part)
         # which nodes are outputs: realize(a, b) with b inside a's graph stores b, a.realize() alone may inline it
-        parts.append(tuple([pos[o] for o in outs]))
+        parts.append(tuple(map(at, outs)))
         self.key = tuple(parts)
         self.pos = pos
 
@@ -813,34 +841,37 @@ def _sized_symbolic(op: Ops, arg: Any) -> bool:
     return type(sum(arg)) is not int
 
 
-@dataclass
+@dataclass(eq=False)  # by identity: the engine keys its launch plans on the template
 class _Template:
-    """A schedule with its buffers as references: ("out", i) the i-th stored node's new buffer, ("slot", j) the
-    walk's j-th buffer. Stored nodes are walk positions; an in-place write (ASSIGN) stores into a slot."""
+    """A schedule with its buffers as references into `outs + slots`: below len(stored), the i-th stored node's
+    buffer; from there on, the walk's slots (buffers read, or written in place). Stored nodes are walk positions; an
+    in-place write (ASSIGN) stores into a slot."""
 
-    # (position, shape, device, target slot of an ASSIGN or None); the device is kept, not asked of the node: a node
+    # (position, shape, elements to allocate, device, target slot of an ASSIGN or None); the shape and size are None
+    # where symbolic (the node's own at this walk's bound values). The device is kept, not asked of the node: a node
     # rebuilt from a program (gradient.py, optimizers) has not computed it, and that is a walk down its graph
-    stored: list[tuple[int, tuple[int, ...], str, int | None]]
-    items: list[tuple[UOp, tuple[tuple[str, int], ...]]]
+    stored: list[tuple[int, tuple[int, ...] | None, int | None, str, int | None]]
+    items: list[tuple[UOp, tuple[int, ...]]]
 
-    def instantiate(self, walk: _Walk) -> tuple[list[ScheduleItem], dict[UOp, UOp], dict[UOp, int]]:
-        outs: list[Buffer] = []
+    def instantiate(self, walk: _Walk) -> tuple[Schedule, dict[UOp, UOp], dict[UOp, int]]:
+        bufs: list[Buffer] = []
         becomes: dict[UOp, UOp] = {}
-        for p, shape, device, target in self.stored:
-            n = walk.nodes[p]
+        nodes, slots = walk.nodes, walk.slots
+        for p, shape, size, device, target in self.stored:
+            n = nodes[p]
+            if shape is None:
+                shape = n.shape
+                size = alloc_size(shape)
             if target is not None:
-                buf = walk.slots[target]
-                becomes[n] = UOp.buffer_view(buf.alias(), n.shape if _symbolic(shape) else shape)
+                buf = slots[target]
+                becomes[n] = UOp.buffer_view(buf.alias(), shape)
             else:
-                shape = n.shape if _symbolic(shape) else shape  # the sizes at this walk's bound values
-                buf = Buffer(device, alloc_size(shape), n.dtype, shape=shape)
+                buf = Buffer(device, size, n.dtype, shape=shape)
                 becomes[n] = UOp.buffer_view(buf, shape)
-            outs.append(buf)
-        items = [
-            ScheduleItem(ast, tuple(outs[i] if kind == "out" else walk.slots[i] for kind, i in refs))
-            for ast, refs in self.items
-        ]
-        return items, becomes, _bound_values(walk.binds)
+            bufs.append(buf)
+        bufs.extend(slots)
+        items = [ScheduleItem(ast, tuple([bufs[i] for i in refs])) for ast, refs in self.items]
+        return Schedule(items, self), becomes, _bound_values(walk.binds)
 
 
 def _bound_values(binds: list[UOp]) -> dict[UOp, int]:
@@ -854,24 +885,26 @@ def _bound_values(binds: list[UOp]) -> dict[UOp, int]:
 
 def _template(walk: _Walk, items: list[ScheduleItem], becomes: dict[UOp, UOp]) -> _Template | None:
     """The schedule as a template of `walk`, or None when it holds a buffer the walk cannot name."""
-    slot_of = {id(b): j for j, b in enumerate(walk.slots)}
-    stored: list[tuple[int, tuple[int, ...], str, int | None]] = []
-    ref_of: dict[int, tuple[str, int]] = {}
+    slot_of = {id(b): len(becomes) + j for j, b in enumerate(walk.slots)}
+    stored: list[tuple[int, tuple[int, ...] | None, int | None, str, int | None]] = []
+    ref_of: dict[int, int] = {}
     for n, view in becomes.items():
         if n not in walk.pos:
             return None
         target = n.src[0].base.arg if n.op is Ops.ASSIGN else None
         if target is not None and id(target) not in slot_of:
             return None
-        target_slot = slot_of[id(target)] if target is not None else None
-        stored.append((walk.pos[n], tuple(view.shape), view.base.arg.device, target_slot))
+        target_slot = slot_of[id(target)] - len(becomes) if target is not None else None
+        shape = tuple(view.shape)
+        size = None if _symbolic(shape) else alloc_size(shape)
+        stored.append((walk.pos[n], None if size is None else shape, size, view.base.arg.device, target_slot))
         if target is None:
-            ref_of[id(view.base.arg)] = ("out", len(stored) - 1)
+            ref_of[id(view.base.arg)] = len(stored) - 1
     refs_items = []
     for si in items:
         refs = []
         for b in si.bufs:
-            ref = ref_of.get(id(b)) or (("slot", slot_of[id(b)]) if id(b) in slot_of else None)
+            ref = ref_of.get(id(b), slot_of.get(id(b)))
             if ref is None:
                 return None
             refs.append(ref)

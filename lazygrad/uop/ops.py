@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import inspect
 import itertools
-import threading
 import weakref
 from _weakref import _remove_dead_weakref
 from enum import Enum, auto
@@ -123,26 +122,42 @@ class UOpMetaClass(type):
 
     # key -> weak reference to the node; a plain dict of weakrefs, not a WeakValueDictionary, whose get and set are
     # Python calls on the hottest path of graph building (every op of every step builds its nodes here)
-    ucache: dict[tuple, weakref.ref] = {}
-    # taken on a miss only: two threads building the same node must get one object, or equality by identity breaks
-    lock = threading.Lock()
+    ucache: dict[tuple, _Entry] = {}
 
     def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None) -> UOp:
         # -0.0 == 0.0 and both hash alike, but a constant -0.0 is another value (1/x, signbit): keyed apart
         key = (op, dtype, src, arg) if type(arg) is not float or arg != 0.0 else (op, dtype, src, arg, repr(arg))
-        if (ref := UOpMetaClass.ucache.get(key)) is not None and (ret := ref()) is not None:
+        cache = UOpMetaClass.ucache
+        if (ref := cache.get(key)) is not None and (ret := ref()) is not None:
             return ret
-        with UOpMetaClass.lock:
-            if (ref := UOpMetaClass.ucache.get(key)) is None or (ret := ref()) is None:
-                ret = super().__call__(op, dtype, src, arg)
-                UOpMetaClass.ucache[key] = weakref.ref(ret, functools.partial(_drop_dead, key))
+        # UOp.__init__'s work inline: a Python frame less on every node a graph builds
+        ret = cls.__new__(cls)
+        ret.op, ret.dtype, ret.src, ret.arg = op, dtype, src, arg
+        new = _Entry(ret, _drop_dead)
+        new.key = key
+        # two threads building the same node must get one object, or equality by identity breaks: an entry goes in
+        # only by setdefault (one atomic C call, never over another's), and a dead node's entry, whose callback has not
+        # run yet, is dropped only while dead. No lock: a miss is the common case (every node of a step's new graph)
+        while (entry := cache.setdefault(key, new)) is not new:
+            if (other := entry()) is not None:
+                return other  # another thread's node (ours dies unseen; the entry is not ours to drop)
+            _remove_dead_weakref(cache, key)
         return ret
 
 
-def _drop_dead(key: tuple, ref: weakref.ref) -> None:
+class _Entry(weakref.ref):
+    """A hash-cons cache entry: the weak reference to a node, carrying its key for the callback that drops it. One
+    object per node, where a plain reference with a partial of the key as callback was three (reference, partial, its
+    argument tuple), all tracked by the garbage collector: a training step builds hundreds of nodes, and each
+    generation-0 collection they trigger scans every young object."""
+
+    __slots__ = ("key",)
+
+
+def _drop_dead(ref: _Entry) -> None:
     """A node died: its cache entry goes, unless a new node of the same key has already taken the entry's place (one
     atomic C call, as WeakValueDictionary's own removal: a check then a del could drop another thread's new entry)."""
-    _remove_dead_weakref(UOpMetaClass.ucache, key)
+    _remove_dead_weakref(UOpMetaClass.ucache, ref.key)
 
 
 sint = int  # a size that may be symbolic: int or int-typed UOp (typing alias kept simple on purpose)
@@ -155,9 +170,11 @@ def _foreign(x: Any) -> bool:
 
 class UOp(metaclass=UOpMetaClass):
     __slots__ = ("op", "dtype", "src", "arg", "__weakref__", "__dict__")
-
-    def __init__(self, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None):
-        self.op, self.dtype, self.src, self.arg = op, dtype, src, arg
+    # set by UOpMetaClass.__call__, the one constructor
+    op: Ops
+    dtype: DType
+    src: tuple[UOp, ...]
+    arg: Any
 
     def __reduce__(self) -> tuple:
         return UOp, (self.op, self.dtype, self.src, self.arg)

@@ -7,6 +7,8 @@ more than the nodes it builds; a program rebuilds just the nodes, hash-consed as
 
 from __future__ import annotations
 
+from operator import itemgetter
+
 from lazygrad.uop.ops import Ops, UOp
 
 
@@ -14,10 +16,13 @@ class GraphProgram:
     """(op, dtype, source positions, arg) per added node, over positions: the inputs first, then each added node in
     the order it was built. Holds no node of the recorded graph, so no buffer stays alive through it."""
 
-    __slots__ = ("steps", "outs", "known")
+    __slots__ = ("steps", "outs", "known", "picks")
 
     def __init__(self, steps: list[tuple], outs: list[int], known: list[dict]):
         self.steps, self.outs = steps, outs
+        # per step of two sources or more, a C-level getter of their tuple (a comprehension per node built cost
+        # about as much again as the node's hash-consing)
+        self.picks = [itemgetter(*src) if len(src) > 1 else None for _, _, src, _ in steps]
         # each output's shape and device: the same over inputs of the same shapes and devices, so a replay notes them
         # (as the code's tensor ops computed them) instead of leaving them to a walk over every node it built
         self.known = known
@@ -53,8 +58,12 @@ class GraphProgram:
     def run(self, inputs: list[UOp]) -> list[UOp]:
         """Every node of the program over `inputs`, by position (the outputs are at `self.outs`)."""
         vals = list(inputs)
-        for op, dtype, src, arg in self.steps:
-            vals.append(UOp(op, dtype, tuple([vals[i] for i in src]), arg))
+        append = vals.append
+        for (op, dtype, src, arg), pick in zip(self.steps, self.picks):
+            if pick is not None:
+                append(UOp(op, dtype, pick(vals), arg))
+            else:
+                append(UOp(op, dtype, (vals[src[0]],) if src else (), arg))
         for out, known in zip(self.outs, self.known):
             cache = vals[out].__dict__
             for name, value in known.items():

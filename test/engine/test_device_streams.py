@@ -23,13 +23,14 @@ from test.test_multidevice import D2, D4, _rand, _train_mlp
 def _threads_per_device(monkeypatch: pytest.MonkeyPatch) -> dict[str, set[int]]:
     """device -> the threads its items ran on, from now on."""
     seen: dict[str, set[int]] = {}
-    real = realize.ExecItem.run
+    # the launches themselves: a schedule of a template seen before runs its runners without ExecItems
+    for cls in (realize.CompiledRunner, realize.BufferCopy):
 
-    def run(self: realize.ExecItem, *args: Any, **kwargs: Any) -> Any:
-        seen.setdefault(self.runner.device, set()).add(threading.get_ident())
-        return real(self, *args, **kwargs)
+        def launch(self: Any, *args: Any, real: Callable = cls.__call__, **kwargs: Any) -> Any:
+            seen.setdefault(self.device, set()).add(threading.get_ident())
+            return real(self, *args, **kwargs)
 
-    monkeypatch.setattr(realize.ExecItem, "run", run)
+        monkeypatch.setattr(cls, "__call__", launch)
     return seen
 
 

@@ -275,3 +275,91 @@ def test_replayed_conv_gives_its_window_rule_again(monkeypatch):
             np.testing.assert_allclose(t.grad.numpy(), r.grad.numpy(), rtol=1e-4, atol=1e-5)
         first = first or pads[0]
     assert pads[0] == first + 2  # after the first step only the undecorated code pads: conv and pool are replays
+
+
+def _allocations(monkeypatch) -> list[int]:
+    from lazygrad.device import Device
+
+    return _counting(monkeypatch, Device["CPU"].allocator, "alloc")
+
+
+def test_repeated_realize_launches_from_its_plan(monkeypatch):
+    """A realize of a schedule template seen before neither compiles, lowers nor plans memory: its plan launches the
+    runners; it still counts its kernels and computes what the general path computes."""
+    from lazygrad import GlobalCounters
+
+    an, bn = np.random.rand(16).astype(np.float32), np.random.rand(16).astype(np.float32)
+    a, b = Tensor(an).realize(), Tensor(bn).realize()
+    for _ in range(2):
+        (a + b).realize()
+    names = ("compile_schedule", "lower_schedule_item", "get_runner")
+    counted = {name: _counting(monkeypatch, realize, name) for name in names}
+    executed = _counting(monkeypatch, realize.ExecItem, "run")
+    planned = _counting(monkeypatch, memory, "plan_memory")
+    kernels = GlobalCounters.kernel_count
+    for _ in range(5):
+        np.testing.assert_array_equal((a + b).realize().numpy(), an + bn)
+    assert {name: c[0] for name, c in counted.items()} == dict.fromkeys(counted, 0)
+    assert executed[0] == 0 and planned[0] == 0
+    assert GlobalCounters.kernel_count == kernels + 5
+
+
+def test_launch_plan_trains_and_shares_memory_as_the_general_path(monkeypatch):
+    """MLP steps launched from plans: bit for bit the general path's values, the same buffers allocated per step
+    (the memory plan of the step's internal buffers is reused, not left out), and no memory planning after the first
+    plan of a step."""
+    _mlp_steps(3, fresh_schedules=False, seed=4)
+    allocs = _allocations(monkeypatch)
+    planned = _counting(monkeypatch, memory, "plan_memory")
+    losses, params = _mlp_steps(4, fresh_schedules=False)
+    with_plans, plans_made = allocs[0], planned[0]
+    monkeypatch.setattr(realize, "_launch_plan", lambda schedule: None)
+    allocs[0] = 0
+    ref_losses, ref_params = _mlp_steps(4, fresh_schedules=False)
+    assert with_plans == allocs[0]
+    assert plans_made <= 2  # the model's own small schedules (its construction), not one per step
+    np.testing.assert_array_equal(losses, ref_losses)
+    for p, r in zip(params, ref_params):
+        np.testing.assert_array_equal(p, r)
+
+
+def test_launch_plan_keeps_the_general_paths_checks():
+    """Through a plan too: reading a buffer whose kernels never ran raises; a TinyJit capture still records the
+    kernels of a schedule planned eagerly before (its replays compute over other inputs)."""
+    import pytest
+
+    from lazygrad import TinyJit
+
+    x = Tensor(np.arange(8, dtype=np.float32)).realize()
+    for _ in range(2):
+        ((x + 1) * 2).realize()  # the template of "(a realized buffer) * 2" and its plan
+    pending = x + 1
+    pending.schedule()  # its kernel never runs
+    with pytest.raises(RuntimeError, match="never ran"):
+        (pending * 2).realize()
+    add = TinyJit(lambda u, v: (u * 2 + v).realize())
+    for i in range(2):
+        (x * 2 + x).realize()
+    for i in range(4):
+        u, v = Tensor(np.full(8, i, np.float32)).realize(), Tensor(np.ones(8, np.float32)).realize()
+        np.testing.assert_array_equal(add(u, v).numpy(), np.full(8, 2 * i + 1, np.float32))
+    assert add.captured is not None and add.captured.kernel_count == 1
+
+
+def test_launch_plan_follows_the_kernel_knobs(capsys):
+    """DEBUG lines still print for a planned template (the general path runs), and another NOOPT builds the other
+    kernel rather than launching the plan's."""
+    from lazygrad import Context
+
+    x = Tensor(np.arange(8, dtype=np.float32)).realize()
+    for _ in range(2):
+        (x * 3).realize()
+    capsys.readouterr()
+    with Context(DEBUG=2):
+        (x * 3).realize()
+    assert "***" in capsys.readouterr().out
+    with Context(NOOPT=1):
+        for _ in range(2):
+            np.testing.assert_array_equal((x * 3).realize().numpy(), np.arange(8) * 3)
+    keys = [k for k in realize._runners if k[2] == 1]
+    assert keys, "NOOPT=1 launched the plan's kernels"
