@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import numpy as np
@@ -205,6 +206,36 @@ def test_python_value_dtypes():
     assert Tensor([True, False]).dtype == dtypes.bool and Tensor([True, 2]).dtype == dtypes.int32
     assert Tensor([]).dtype == dtypes.float32 and Tensor([]).shape == (0,)
     assert Tensor([[1.0], [2.0]]).dtype == dtypes.float32
+
+
+@pytest.mark.parametrize("name", ["float16", "float64"])
+def test_default_float_follows_the_knob(name):
+    """Context(DEFAULT_FLOAT=...) (tinygrad) and assigning dtypes.default_float set what torch.set_default_dtype
+    sets: the dtype of Python floats and of float tensors made without one."""
+    from lazygrad import Context
+
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(getattr(torch, name))
+    try:
+        refs = [torch.tensor([1.5]), torch.ones(2), torch.rand(2), torch.tensor([1, 2]) * 0.5, torch.arange(3) / 2]
+    finally:
+        torch.set_default_dtype(old)
+    for setting in ("context", "assign"):
+        with Context(DEFAULT_FLOAT=lg_dtype(name)) if setting == "context" else contextlib.nullcontext():
+            if setting == "assign":
+                dtypes.default_float = name
+            try:
+                outs = [Tensor([1.5]), Tensor.ones(2), Tensor.rand(2), Tensor([1, 2]) * 0.5, Tensor.arange(3) / 2]
+                np.testing.assert_array_equal(outs[3].numpy(), refs[3].numpy())
+            finally:
+                dtypes.default_float = dtypes.float32
+        assert [t.dtype.name for t in outs] == [str(r.dtype).removeprefix("torch.") for r in refs]
+    assert Tensor([1.5]).dtype == dtypes.float32
+    with pytest.raises(TypeError, match="default float"):
+        dtypes.default_float = dtypes.int8
+    with Context(DEFAULT_INT="int64"):
+        assert Tensor([1, 2]).dtype == Tensor.arange(2).dtype == dtypes.int64
+    assert dtypes.default_float == dtypes.float32 and dtypes.default_int == dtypes.int32
 
 
 @pytest.mark.parametrize("dtype", ["bool", "int8", "uint8", "int16", "int32", "int64", "float16", "float32", "float64"])
