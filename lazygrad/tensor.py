@@ -2945,17 +2945,42 @@ class Tensor(metaclass=_TensorType):
         return Tensor(UOp(Ops.CAST, dt, (self.uop,)))
 
     def bitcast(self, dtype: DType | str) -> Tensor:
+        """The same bytes read as `dtype` (torch's view(dtype)). To a dtype of another size the last dim scales by the
+        ratio of the sizes: float32 (..., n) -> float16 (..., 2n), uint8 (..., 4n) -> float32 (..., n)."""
         dt = to_dtype(dtype)
-        if dt.itemsize != self.dtype.itemsize:
-            raise TypeError(
-                f"bitcast from {self.dtype} ({self.dtype.itemsize} bytes) to {dt} ({dt.itemsize} bytes): sizes differ"
-            )
         if dt == self.dtype:
             return self
         _check_dtype("bitcast", dt, self.device)
-        out = Tensor(UOp(Ops.BITCAST, dt, (self.uop,)))
-        out._view_of = self._view_of or (self, self.uop)  # the same memory read as other bits (torch's view(dtype))
+        if dt.itemsize != self.dtype.itemsize:
+            out = self._bitcast_resized(dt)
+        else:
+            out = Tensor(UOp(Ops.BITCAST, dt, (self.uop,)))
+        # the same memory read as other bits (torch's view(dtype)); a write into a resized one is refused (its
+        # node is no chain of views back to this memory)
+        out._view_of = self._view_of or (self, self.uop)
         return out
+
+    def _bitcast_resized(self, dt: DType) -> Tensor:
+        """A bitcast between sizes as integer ops on unsigned words (little-endian, as every lazygrad device): the
+        wide word's low bytes are the first narrow one. One fused kernel; no copy of the bytes beforehand."""
+        src, ratio = self.dtype, max(dt.itemsize, self.dtype.itemsize) // min(dt.itemsize, self.dtype.itemsize)
+        what = f"bitcast from {src} ({src.itemsize} bytes) to {dt} ({dt.itemsize} bytes)"
+        if dtypes.bool in (src, dt):
+            raise TypeError(f"{what}: bool takes a bitcast from or to a 1-byte dtype only")
+        if self.ndim == 0:
+            raise ArgumentError(f"{what}: a 0-d tensor cannot change its element size")
+        if dt.itemsize > src.itemsize and self.shape[-1] % ratio != 0:
+            raise ArgumentError(f"{what}: the last dim ({self.shape[-1]}) must be divisible by {ratio}")
+        uint = {1: dtypes.uint8, 2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}
+        narrow, wide = uint[min(src.itemsize, dt.itemsize)], uint[max(src.itemsize, dt.itemsize)]
+        shifts = Tensor.arange(ratio, device=self.device).cast(wide) * (8 * narrow.itemsize)
+        if dt.itemsize < src.itemsize:
+            words = self.bitcast(wide).unsqueeze(-1)
+            parts = (words >> shifts).cast(narrow)  # the cast keeps the low bits
+            return parts.flatten(-2).bitcast(dt)
+        parts = self.bitcast(narrow).reshape(*self.shape[:-1], self.shape[-1] // ratio, ratio).cast(wide)
+        # the shifted parts cover disjoint bits: their sum is their bitwise or
+        return (parts << shifts).sum(-1, dtype=wide).bitcast(dt)
 
     def float(self) -> Tensor:
         return self.cast(dtypes.float32)

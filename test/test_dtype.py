@@ -167,6 +167,44 @@ def test_bitcast_of_computed_and_strided_values():
     np.testing.assert_array_equal(back.numpy(), x * 3)
 
 
+RESIZED_BITCASTS = [
+    ("float32", "float16"),
+    ("float32", "uint8"),
+    ("float64", "int16"),
+    ("int64", "float32"),
+    ("uint8", "float32"),
+    ("int8", "int64"),
+    ("float16", "float64"),
+    ("uint16", "int32"),
+    ("bfloat16", "uint8"),
+]
+
+
+@pytest.mark.parametrize("src,dst", RESIZED_BITCASTS)
+def test_bitcast_to_another_size(src, dst):
+    """torch's view(dtype) between sizes: the last dim scales by the ratio, bytes in memory order."""
+    raw = rand_np((3, 32), "uint8", 5, 0, 255)  # any bits, NaN patterns included: compared as bytes
+    r = torch.from_numpy(raw).view(getattr(torch, src))
+    x = Tensor(raw).bitcast(src)
+    out, ref = x.bitcast(dst), r.view(getattr(torch, dst))
+    assert out.dtype == lg_dtype(dst) and out.shape == tuple(ref.shape)
+    np.testing.assert_array_equal(out.bitcast("uint8").numpy(), ref.view(torch.uint8).numpy())
+
+
+def test_bitcast_to_another_size_of_computed_views_is_one_kernel():
+    from lazygrad import GlobalCounters
+
+    x = rand_np((3, 4), "float32", 6)
+    t = Tensor(x).realize()
+    GlobalCounters.reset()
+    out = (t * 2)[:, ::-1].bitcast(dtypes.float16).realize()
+    assert GlobalCounters.kernel_count == 1
+    ref = torch.from_numpy(np.ascontiguousarray((x * 2)[:, ::-1])).view(torch.float16)
+    np.testing.assert_array_equal(out.numpy(), ref.numpy())
+    back = Tensor(ref.view(torch.uint8).numpy()).bitcast(dtypes.float32)
+    np.testing.assert_array_equal(back.numpy(), ref.view(torch.float32).numpy())
+
+
 # *** type promotion (no kernels: only the result dtype) ***
 
 TORCH_PROMO = ["bool", "int8", "uint8", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64"]
