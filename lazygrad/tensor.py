@@ -152,6 +152,27 @@ def _with_lazy_origins(root: UOp) -> UOp:
     return substitute(root, mapping) if mapping else root
 
 
+# the entries of _lazy_origin that a read made (see _keep_read_grad_path): they give backward a path, but do not make
+# what is computed from them require grad, as the tensors they stand for did not
+_read_kept: weakref.WeakSet[UOp] = weakref.WeakSet()
+
+
+def _keep_read_grad_path(t: Tensor, lazy: UOp) -> None:
+    """A read (numpy, tolist, item) that realized `t` from graph `lazy` keeps that graph as t's gradient path, where t
+    is a float tensor with requires_grad unset: tinygrad reads a tensor through a copy and leaves its graph alone, so
+    `out.numpy()` between the forward and `backward()` does not cut the gradient off (its gradcheck does that). The
+    graph is kept with the graphs of earlier such reads inside it resolved, so that a loop reading its state every
+    step keeps nodes, not the buffer of every step."""
+    if t.uop is lazy or t._requires_grad is not None or Tensor._grad_disabled or not dtypes.is_float(t.dtype):
+        return
+    if lazy.base.op is Ops.ASSIGN or t.uop in _lazy_origin:
+        return
+    inner = {m: _resolved_origin(m) for m in lazy.toposort if m in _lazy_origin} if _lazy_origin else {}
+    _lazy_origin[t.uop] = substitute(lazy, inner) if inner else lazy
+    _read_kept.add(t.uop)
+    _realized.hold_weakly(lazy.base)
+
+
 # a realized buffer node with a lazy origin -> that origin with its own realized inputs resolved in turn (an origin
 # never changes, so neither does this: a loop realizing its state each step resolves one new step per realize, not all)
 _resolved: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
@@ -195,7 +216,9 @@ def _reaches_grad(root: UOp) -> bool:
         # a realized tensor's node (a buffer, views of one, or the parts of a sharded one) is all _lazy_origin holds:
         # the weak-keyed lookup is asked of those only
         if (n.op is Ops.BUFFER or n.op is Ops.MULTI or n.op in GroupOp.Movement) and n in _lazy_origin:
-            return True
+            if n not in _read_kept:
+                return True
+            continue
         seen.add(n)
         stack.extend(n.src)
     return False
@@ -869,9 +892,11 @@ class Tensor(metaclass=_TensorType):
         check_not_capturing("reading a tensor's data (.numpy(), .item(), .tolist(), .data(), bool())")
         if self._on_disk:
             return self.to(Device.DEFAULT).data()
+        lazy = self.uop
         buf = self._contiguous_buffer()
         if buf.pending_write:
             raise RuntimeError(NEVER_RAN)
+        _keep_read_grad_path(self, lazy)
         return buf.as_bytes()
 
     def _python_values(self) -> list[Any]:
