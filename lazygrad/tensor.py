@@ -13,7 +13,7 @@ import threading
 import warnings
 import weakref
 from _weakref import _remove_dead_weakref
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from lazygrad.device import Buffer, Device
 from lazygrad.dtype import (  # noqa: F401  (_to_np_dtype: tinygrad programs import it from here)
@@ -115,6 +115,23 @@ def forget_values_read_from(buffers: set[Any]) -> None:
     """Something other than a schedule wrote `buffers` (a TinyJit replay): values computed from them are stale."""
     if len(_realized):
         _realized.forget_reads_of(buffers)
+
+
+# the buffer holding the counter of each random call (its key, see Tensor._random_bits) -> that counter
+_rng_counter_buffers: weakref.WeakKeyDictionary[Buffer, int] = weakref.WeakKeyDictionary()
+
+
+def random_counter_buffers(buffers: Iterable[Buffer]) -> dict[Buffer, int]:
+    """Of `buffers`, those that hold the counter of a random call, with that counter: a TinyJit whose capture drew
+    random numbers writes fresh counters into them before each replay, so that every call draws new numbers."""
+    return {b: c for b in buffers if (c := _rng_counter_buffers.get(b)) is not None}
+
+
+def take_random_counters(n: int) -> int:
+    """Advance the random stream by n calls, as n calls of Tensor.rand would; the first counter taken."""
+    first = Tensor._rng_counter + 1
+    Tensor._rng_counter += n
+    return first
 
 
 @contextlib.contextmanager
@@ -1079,8 +1096,11 @@ class Tensor(metaclass=_TensorType):
         half = (n + 1) // 2
         counter = Tensor._iota(half, device).cast(dtypes.uint32)
         k0 = dtypes.as_const(Tensor._seed, dtypes.uint32)
-        # the counter is read from a buffer of its own, not baked into the source: every call reuses the kernels
-        k1 = Tensor([Tensor._rng_counter], dtype=dtypes.uint32, device=device).reshape(())
+        # the counter is read from a buffer of its own, not baked into the source: every call reuses the kernels,
+        # and a TinyJit replay writes its own counter there (see random_counter_buffers)
+        k1 = Tensor([Tensor._rng_counter], dtype=dtypes.uint32, device=device)
+        _rng_counter_buffers[k1.uop.arg] = Tensor._rng_counter
+        k1 = k1.reshape(())
         y0, y1 = _threefry2x32(counter, counter.full_like(0), k0, k1)
         return y0.cat(y1)[:n]
 
