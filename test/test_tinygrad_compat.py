@@ -337,3 +337,14 @@ def test_a_read_does_not_make_results_require_grad() -> None:
     assert p.requires_grad and not y.requires_grad and not z.requires_grad
     (z * p).sum().backward()
     assert p.grad.tolist() == [7.0, 9.0]
+
+
+def test_tinygrad_digits_example_reaches_its_accuracy() -> None:
+    """examples/tinygrad_digits.py, a tinygrad program but for its import (Context(TRAINING=1), @function, TinyJit
+    with Tensor.randint batches drawn inside it, schedule_step), trains to its accuracy on the digits."""
+    import runpy
+    from pathlib import Path
+
+    pytest.importorskip("sklearn")
+    example = runpy.run_path(str(Path(__file__).parent.parent / "examples" / "tinygrad_digits.py"))
+    assert example["train"](steps=150, bs=128, log=False) >= 95.0
