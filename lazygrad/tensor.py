@@ -2067,6 +2067,12 @@ class Tensor(metaclass=_TensorType):
         n, block = self.shape[-1], 64
         lowest = -math.inf if dtypes.is_float(self.dtype) else dtypes.min(self.dtype)
         identity = {"sum": 0, "prod": 1, "max": lowest, "logsumexp": -math.inf}[kind]
+        if not isinstance(n, int):
+            # a Variable length: the scan of the longest one, the identity past the end (no prefix reaches it), cut
+            # back to the length; one set of kernels serves every value
+            lead = [None] * (self.ndim - 1)
+            longest = self.pad(lead + [(0, n.vmax - n)], value=identity)
+            return longest._scan_last(kind).shrink(lead + [(0, n)])
         if n <= block:
             if n == 0:
                 return self

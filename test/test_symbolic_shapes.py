@@ -318,6 +318,27 @@ def test_more_ops(n: int):
     )
 
 
+@pytest.mark.parametrize("n", (*VALUES, 70))
+def test_scans_over_a_symbolic_axis(n: int):
+    """cumsum / cumprod / cummax / logcumsumexp along a Variable length (up to 100: past one block of 64) against
+    torch, the gradient of cumsum too."""
+    import torch
+
+    xn = (np.abs(_rand(2, 100)) + 0.5) / 2
+    x, v = Tensor(xn, requires_grad=True), _var(n, hi=100)
+    t, r = x[:, :v], torch.tensor(xn[:, :n])
+    np.testing.assert_allclose(t.cumsum(1).numpy(), r.cumsum(1).numpy(), rtol=1e-5)
+    np.testing.assert_allclose(t.cumprod(1).numpy(), r.cumprod(1).numpy(), rtol=1e-4)
+    values, idx = t.cummax(1)
+    np.testing.assert_equal(values.numpy(), r.cummax(1).values.numpy())
+    np.testing.assert_equal(idx.numpy(), r.cummax(1).indices.numpy())
+    np.testing.assert_allclose(t.logcumsumexp(1).numpy(), r.logcumsumexp(1).numpy(), rtol=1e-5)
+    (t.cumsum(1) * t).sum().backward()
+    rg = torch.tensor(xn, requires_grad=True)
+    (rg[:, :n].cumsum(1) * rg[:, :n]).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), rg.grad.numpy(), rtol=1e-5)
+
+
 @pytest.mark.parametrize("n", (1, 7))
 def test_gradient_through_symbolic_slice(n: int):
     xn = _rand(MAXLEN, 4)
