@@ -4380,7 +4380,9 @@ def _basic_plan(t: Tensor, basic: list[Any]) -> tuple[list[tuple[int, int, bool,
         size = t.shape[dim]
         if _is_sym_int(i) or isinstance(i, slice) and any(_is_sym_int(x) for x in (i.start, i.stop, i.step, size)):
             lo, hi = _symbolic_window(i, size, dim)
-            plan.append((lo, hi, False, 1, 1 if _is_sym_int(i) else ssimplify(hi - lo)))
+            step = 1 if _is_sym_int(i) or i.step is None else i.step
+            count = 1 if _is_sym_int(i) else ssimplify((hi - lo + step - 1) // step)
+            plan.append((lo, hi, False, step, count))
             if not _is_sym_int(i):
                 out_shape.append(plan[-1][4])
         elif isinstance(i, int):
@@ -4405,13 +4407,13 @@ def _is_sym_int(x: Any) -> bool:
 
 
 def _symbolic_window(i: Any, size: Any, dim: int) -> tuple[Any, Any]:
-    """[lo, hi) of an index or a step-1 slice where the index, a bound or the size is symbolic. Checked, not clamped,
+    """[lo, hi) of an index or a slice where the index, a bound or the size is symbolic. Checked, not clamped,
     at the bound values: a symbolic bound past the end is an error rather than a size that changes meaning."""
     if _is_sym_int(i):
         lo, hi = i, ssimplify(i + 1)
     else:
-        if i.step not in (None, 1):
-            raise NotImplementedError(f"a slice with a Variable takes a step of 1, not {i.step}")
+        if i.step is not None and (_is_sym_int(i.step) or i.step < 1):
+            raise NotImplementedError(f"a slice with a Variable takes a positive int step, not {i.step}")
         lo = 0 if i.start is None else i.start
         hi = size if i.stop is None else i.stop
         # a negative int counts from the end, as in any slice

@@ -339,6 +339,26 @@ def test_scans_over_a_symbolic_axis(n: int):
     np.testing.assert_allclose(x.grad.numpy(), rg.grad.numpy(), rtol=1e-5)
 
 
+@pytest.mark.parametrize("n", VALUES)
+def test_slices_with_steps(n: int):
+    """Steps other than 1 beside a Variable bound or a Variable size: reads, a write and the gradient, against numpy."""
+    xn = _rand(MAXLEN, 3)
+    x, v = Tensor(xn, requires_grad=True), _var(n)
+    np.testing.assert_equal(x[:v:2].numpy(), xn[:n:2])
+    np.testing.assert_equal(x[:v][1::3].numpy(), xn[:n][1::3])
+    np.testing.assert_equal(x[v - 1 :: 4].numpy(), xn[n - 1 :: 4])
+    (x[:v:3] * 2).sum().backward()
+    want = np.zeros_like(xn)
+    want[:n:3] = 2
+    np.testing.assert_equal(x.grad.numpy(), want)
+    t, ref = Tensor.zeros(MAXLEN, 3).contiguous(), np.zeros((MAXLEN, 3), np.float32)
+    t[:v:2] = 1.0
+    ref[:n:2] = 1.0
+    np.testing.assert_equal(t.numpy(), ref)
+    with pytest.raises(NotImplementedError, match="positive int step"):
+        x[v::-1]
+
+
 @pytest.mark.parametrize("n", (1, 7))
 def test_gradient_through_symbolic_slice(n: int):
     xn = _rand(MAXLEN, 4)
