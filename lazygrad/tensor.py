@@ -1929,10 +1929,11 @@ class Tensor(metaclass=_TensorType):
             if lo == 0 and hi == 0:
                 continue
             n = x.shape[d]
-            if (mode == "reflect" and max(lo, hi) >= n) or (mode == "circular" and max(lo, hi) > n) or n == 0:
-                raise ArgumentError(
-                    f"pad mode {mode!r}: padding {(lo, hi)} is too large for dim {d} of size {n} in shape {self.shape}"
-                )
+            least = n if isinstance(n, int) else n.vmin  # a Variable size: the padding must fit its every value
+            widest = max(lo, hi)
+            if (mode == "reflect" and widest >= least) or (mode == "circular" and widest > least) or not least:
+                size = f"{n} in shape {self.shape}" if isinstance(n, int) else f"a Variable as small as {least}"
+                raise ArgumentError(f"pad mode {mode!r}: padding {(lo, hi)} is too large for dim {d} of size {size}")
 
             def part(a: int, b: int, rev: bool = False) -> Tensor:
                 p = x.shrink([(a, b) if i == d else None for i in range(x.ndim)])

@@ -359,6 +359,19 @@ def test_slices_with_steps(n: int):
         x[v::-1]
 
 
+@pytest.mark.parametrize("n", (3, 7, MAXLEN))
+def test_pad_modes_along_a_symbolic_size(n: int):
+    import torch
+
+    xn = _rand(1, 3, MAXLEN)
+    x, v = Tensor(xn), _var(n, lo=3)
+    for mode in ("reflect", "replicate", "circular"):
+        ref = torch.nn.functional.pad(torch.tensor(xn[:, :, :n]), (2, 1), mode=mode)
+        np.testing.assert_equal(x[:, :, :v].pad((2, 1), mode=mode).numpy(), ref.numpy())
+    with pytest.raises(RuntimeError, match="as small as 1"):  # reflect needs every value of the size past 2
+        x[:, :, : _var(n)].pad((2, 1), mode="reflect")
+
+
 @pytest.mark.parametrize("n", (1, 7))
 def test_gradient_through_symbolic_slice(n: int):
     xn = _rand(MAXLEN, 4)
