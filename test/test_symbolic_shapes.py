@@ -177,6 +177,30 @@ def test_kv_cache_attention_one_kernel_set(compiles: _Compiles):
     assert first > 0 and compiles.n == first  # no kernel compiled for a new position
 
 
+def test_symbolic_kernels_get_opts_on_their_constant_axes():
+    """On the CPU a kernel with a Variable size is optimized along its constant axes (the heads and head dim of a
+    decode step's attention, vector lanes and threads), the Variable axis stays a plain loop: right at every value."""
+    from lazygrad.codegen import get_program
+    from lazygrad.device import Device
+    from lazygrad.engine.realize import run_schedule
+
+    if Device.DEFAULT != "CPU":
+        pytest.skip("the CPU's rule (GPU targets keep symbolic kernels plain)")
+    B, H, D, n_max = 1, 8, 64, 100
+    kn, vn = _rand(B, H, n_max, D, seed=1), _rand(B, H, n_max, D, seed=2)
+    kc, vc = Tensor(kn).realize(), Tensor(vn).realize()
+    for pos in (1, 3, 37, n_max):
+        qn = _rand(B, H, 1, D, seed=pos)
+        out = _attend(Tensor(qn), kc, vc, _var(pos, "start_pos", hi=n_max))
+        if pos == 1:
+            sched, var_vals = out.schedule_with_vars()
+            opts = [get_program(si.ast, Device["CPU"].renderer).applied_opts for si in sched]
+            assert sum(1 for o in opts if o) > len(sched) // 2, opts  # all were plain loops before
+            run_schedule(sched, var_vals)
+        ref = _attention_ref(qn, kn[:, :, :pos], vn[:, :, :pos])
+        np.testing.assert_allclose(out.numpy(), ref, rtol=1e-4, atol=1e-5)
+
+
 def test_symbolic_loop_bound_in_source():
     from lazygrad.codegen import get_program
     from lazygrad.device import Device
