@@ -159,14 +159,15 @@ _buffer_owner: weakref.WeakKeyDictionary[UOp, weakref.ref] = weakref.WeakKeyDict
 _realize_lock = threading.RLock()
 
 
-def _with_lazy_origins(root: UOp) -> UOp:
+def _with_lazy_origins(root: UOp, renamed: dict[UOp, UOp] | None = None) -> UOp:
     """`root` with the buffer of each realized tensor that had a gradient path swapped back for the graph that computed
     it: `h.realize()` (or reading `h`) between the forward and `backward()` does not cut the gradient off. The kernels
-    of the backward pass still read the stored buffer (the scheduler knows the graph was realized)."""
+    of the backward pass still read the stored buffer (the scheduler knows the graph was realized). `renamed`
+    receives the new graph's nodes that stand for other nodes of root's (see substitute)."""
     if not _lazy_origin:
         return root
     mapping = {n: _resolved_origin(n) for n in root.toposort if n in _lazy_origin}
-    return substitute(root, mapping) if mapping else root
+    return substitute(root, mapping, renamed) if mapping else root
 
 
 # the entries of _lazy_origin that a read made (see _keep_read_grad_path): they give backward a path, but do not make
@@ -493,20 +494,31 @@ class Tensor(metaclass=_TensorType):
         with the node of this graph that stands for it."""
         from lazygrad.gradient import grad_reachable
 
-        root = _with_lazy_origins(self.uop)
+        renamed: dict[UOp, UOp] = {}
+        root = _with_lazy_origins(self.uop, renamed)
         with _grad_leaves_lock:  # another thread may add a leaf while this one lists them
             leaves = list(_grad_leaves.values())
-        pairs = self._nodes_in_graph(leaves, root)
+        pairs = self._nodes_in_graph(leaves, root, renamed)
         reached = grad_reachable(root, {n for _, n in pairs})
         return [(t, n) for t, n in pairs if n in reached]
 
-    def _nodes_in_graph(self, tensors: Sequence[Tensor], root: UOp) -> list[tuple[Tensor, UOp]]:
-        """(tensor, node) for every node of `root` that stands for one of `tensors`: the tensor's node, or the lazy
-        node it was before a realize swapped in its buffer (a graph built before the realize still holds that one)."""
+    def _nodes_in_graph(
+        self, tensors: Sequence[Tensor], root: UOp, renamed: dict[UOp, UOp] | None = None
+    ) -> list[tuple[Tensor, UOp]]:
+        """(tensor, node) for every node of `root` that stands for one of `tensors`: the tensor's node, the lazy node
+        it was before a realize swapped in its buffer (a graph built before the realize still holds that one), or
+        the node `renamed` says it became when realized tensors' graphs were swapped back in below it."""
         by_uop: dict[UOp, list[Tensor]] = {}
         for t in tensors:
             by_uop.setdefault(t.uop, []).append(t)
-        return [(t, n) for n in root.toposort for key in (n, _realized.get(n)) for t in by_uop.get(key, ())]
+        renamed = renamed or {}
+        pairs = []
+        for n in root.toposort:
+            was, old = _realized.get(n), renamed.get(n)
+            # a swapped-in graph's root was realized into the buffer it stands for: one key, not two
+            for key in (n, was, None if old is was else old):
+                pairs.extend((t, n) for t in by_uop.get(key, ()) if key is not None)
+        return pairs
 
     @requires_grad.setter
     def requires_grad(self, value: bool) -> None:
@@ -559,8 +571,9 @@ class Tensor(metaclass=_TensorType):
         from lazygrad.gradient import compute_gradient
 
         seed = self._seed_gradient(gradient)
-        root = _with_lazy_origins(self.uop)
-        pairs = self._nodes_in_graph(targets, root)
+        renamed: dict[UOp, UOp] = {}
+        root = _with_lazy_origins(self.uop, renamed)
+        pairs = self._nodes_in_graph(targets, root, renamed)
         grads = compute_gradient(root, seed, {n for _, n in pairs})
         out: dict[int, Tensor] = {}
         for t, n in pairs:
@@ -592,9 +605,10 @@ class Tensor(metaclass=_TensorType):
                 "pass retain_graph=True to the first backward() to allow it"
             )
         seed = self._seed_gradient(gradient)
-        root = _with_lazy_origins(self.uop)
+        renamed: dict[UOp, UOp] = {}
+        root = _with_lazy_origins(self.uop, renamed)
         unset = [t for ref in _unset_grad.copy().values() if (t := ref()) is not None]
-        pairs = self._nodes_in_graph([*_grad_leaves.values(), *unset], root)
+        pairs = self._nodes_in_graph([*_grad_leaves.values(), *unset], root, renamed)
         reached = grad_reachable(root, {n for _, n in pairs})
         # the root itself gets no .grad (torch leaves a non-leaf's empty; it would only be ones), nor do the unset
         # tensors it is a view of (the (1,) sum that sum() reshapes to (), kept alive by the view)

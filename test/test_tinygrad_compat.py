@@ -348,3 +348,29 @@ def test_tinygrad_digits_example_reaches_its_accuracy() -> None:
     pytest.importorskip("sklearn")
     example = runpy.run_path(str(Path(__file__).parent.parent / "examples" / "tinygrad_digits.py"))
     assert example["train"](steps=150, bs=128, log=False) >= 95.0
+
+
+def test_leaves_above_a_read_tensor_keep_their_gradients() -> None:
+    """Tensors whose graph holds a read (kept) tensor are still found by backward: a detached copy set
+    requires_grad (torch's leaf), a leaf computed from a read tensor, and an intermediate (tinygrad fills it)."""
+    x = Tensor([[1.0, 2.0], [3.0, 4.0]]) * 1.5
+    x.numpy()
+    d = x.detach()
+    d.requires_grad = True
+    d[[0, 1], [1, 0]].sum().backward()
+    assert d.grad.tolist() == [[0.0, 1.0], [1.0, 0.0]]
+    y = (x * 2).requires_grad_()
+    (y * y).sum().backward()
+    ty = torch.tensor([[1.0, 2.0], [3.0, 4.0]]) * 3.0
+    assert y.grad.tolist() == (2 * ty).tolist()
+    a = Tensor([0.5, -1.0])
+    h = a.exp()
+    h.numpy()
+    g = h * 3
+    (g * g).sum().backward()
+    ta = torch.tensor([0.5, -1.0], requires_grad=True)
+    tg = ta.exp() * 3
+    tg.retain_grad()
+    (tg * tg).sum().backward()
+    np.testing.assert_allclose(a.grad.numpy(), ta.grad.numpy(), rtol=1e-6)
+    np.testing.assert_allclose(g.grad.numpy(), tg.grad.numpy(), rtol=1e-6)
