@@ -182,10 +182,10 @@ class CapturedJit:
         # the capture's inputs are dropped here (every replay brings its own); the rest is the JIT's to keep
         self.n_inputs, self.buffers = len(inputs), table[len(inputs) :]
         # random calls of the capture (counter before it, calls): the buffers of their counters, each with its offset
-        # from the first counter the capture took
+        # from the first counter the capture took (a random tensor drawn before the capture is a constant of it)
         first, self.n_draws = draws[0] + 1, draws[1]
         counters = random_counter_buffers(self.buffers) if self.n_draws else {}
-        self.counter_slots = [(b, c - first) for b, c in counters.items()]
+        self.counter_slots = [(b, c - first) for b, c in counters.items() if 0 <= c - first < self.n_draws]
         for b in self.buffers:
             b.ensure_allocated()
         # what a replay writes: an input in one of these (an output fed back) could change while a kernel reads it

@@ -493,3 +493,16 @@ def test_random_numbers_are_new_on_every_replay() -> None:
         np.testing.assert_array_equal(g, w)
     assert len({g.tobytes() for g in got}) == 5  # five different draws
     assert jitted.captured is not None and jitted.captured.n_draws == 3
+
+
+def test_a_random_tensor_drawn_before_the_capture_stays_a_constant() -> None:
+    noise = Tensor.rand(4)  # drawn (lazily) outside: the function reads one fixed tensor, as without the JIT
+
+    @TinyJit
+    def f(x: Tensor) -> tuple[Tensor, Tensor]:
+        return (x + noise).realize(), Tensor.rand(4).realize()
+
+    outs = [[t.numpy().copy() for t in f(Tensor.zeros(4).contiguous())] for _ in range(4)]
+    for a, _ in outs:
+        np.testing.assert_array_equal(a, noise.numpy())
+    assert len({b.tobytes() for _, b in outs}) == 4
