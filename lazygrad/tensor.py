@@ -1113,7 +1113,9 @@ class Tensor(metaclass=_TensorType):
         # the counter is read from a buffer of its own, not baked into the source: every call reuses the kernels,
         # and a TinyJit replay writes its own counter there (see random_counter_buffers)
         k1 = Tensor([Tensor._rng_counter], dtype=dtypes.uint32, device=device)
-        _rng_counter_buffers[k1.uop.arg] = Tensor._rng_counter
+        for u in k1.uop.toposort:  # one buffer; on several devices, the first one's, copied to the others
+            if u.op is Ops.BUFFER:
+                _rng_counter_buffers[u.arg] = Tensor._rng_counter
         k1 = k1.reshape(())
         y0, y1 = _threefry2x32(counter, counter.full_like(0), k0, k1)
         return y0.cat(y1)[:n]

@@ -506,3 +506,19 @@ def test_a_random_tensor_drawn_before_the_capture_stays_a_constant() -> None:
     for a, _ in outs:
         np.testing.assert_array_equal(a, noise.numpy())
     assert len({b.tobytes() for _, b in outs}) == 4
+
+
+def test_random_numbers_on_several_devices_are_new_on_every_replay() -> None:
+    devices = ("CPU", "CPU:1")
+
+    @TinyJit
+    def f() -> Tensor:
+        return (Tensor.rand(4, device=devices) * 1).realize()
+
+    Tensor.manual_seed(0)
+    got = [f().numpy().copy() for _ in range(4)]
+    Tensor.manual_seed(0)
+    want = [(Tensor.rand(4, device=devices) * 1).numpy() for _ in range(4)]
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+    assert len({g.tobytes() for g in got}) == 4
