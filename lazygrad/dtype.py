@@ -8,6 +8,8 @@ import struct
 from dataclasses import dataclass
 from typing import Any, Final
 
+from lazygrad.helpers import DEFAULT_FLOAT, DEFAULT_INT, ContextVar
+
 
 @dataclass(frozen=True, eq=True)
 class DType:
@@ -92,7 +94,36 @@ class PtrDType(DType):
         return f"{self.base!r}.ptr({self.size}{', local=True' if self.local else ''})"
 
 
-class dtypes:
+def _default_dtype(v: DType | str, knob: ContextVar, kind: str) -> DType:
+    dt = v if isinstance(v, DType) else to_dtype(v.lower())
+    if (dtypes.is_float(dt) if kind == "float" else dtypes.is_int(dt)) and dt.count == 1:
+        return dt
+    raise TypeError(f"{knob.key}={v!r}: the default {kind} dtype must be a {kind} dtype")
+
+
+class _DTypesMeta(type):
+    """`dtypes.default_float` / `dtypes.default_int` are the DEFAULT_FLOAT / DEFAULT_INT knobs, so that
+    `Context(DEFAULT_FLOAT=dtypes.half)` changes them for a block; assigning one (`dtypes.default_float = dtypes.half`)
+    sets its knob."""
+
+    @property
+    def default_float(cls) -> DType:
+        return _default_dtype(DEFAULT_FLOAT.value, DEFAULT_FLOAT, "float")
+
+    @default_float.setter
+    def default_float(cls, dt: DType | str) -> None:
+        DEFAULT_FLOAT.value = _default_dtype(dt, DEFAULT_FLOAT, "float")
+
+    @property
+    def default_int(cls) -> DType:
+        return _default_dtype(DEFAULT_INT.value, DEFAULT_INT, "int")
+
+    @default_int.setter
+    def default_int(cls, dt: DType | str) -> None:
+        DEFAULT_INT.value = _default_dtype(dt, DEFAULT_INT, "int")
+
+
+class dtypes(metaclass=_DTypesMeta):
     bool: Final[DType] = DType(0, 1, "bool", "?")
     int8: Final[DType] = DType(1, 1, "int8", "b")
     uint8: Final[DType] = DType(2, 1, "uint8", "B")
@@ -120,9 +151,6 @@ class dtypes:
     uint = uint32
     long = int64
     ulong = uint64
-
-    default_float: DType = float32
-    default_int: DType = int32
 
     # groupings tinygrad code reads
     floats = (float16, bfloat16, float32, float64)

@@ -38,7 +38,7 @@ class ContextVar:
 
     _registry: dict[str, ContextVar] = {}
 
-    def __init__(self, key: str, default: int):
+    def __init__(self, key: str, default: Any):
         self.key, self.value = key, getenv(key, default)
         ContextVar._registry[key] = self
 
@@ -70,7 +70,7 @@ class ContextVar:
 class Context(contextlib.ContextDecorator):
     """`with Context(DEBUG=2, NOOPT=1): ...` sets knobs for the duration of the block."""
 
-    def __init__(self, **kwargs: int):
+    def __init__(self, **kwargs: Any):
         self.kwargs = kwargs
 
     def __enter__(self) -> None:
@@ -101,6 +101,9 @@ KERNEL_OPS = ContextVar("KERNEL_OPS", 256)
 # 1 while training (dropout active, batchnorm updates its statistics, optimizers may step): the switch that
 # `Tensor.train()` flips, and what `Tensor.training` reads
 TRAINING = ContextVar("TRAINING", 0)
+# the dtype a Python float (and a float tensor made without a dtype) gets, and a Python int's: a dtype or its name,
+# read through `dtypes.default_float` / `dtypes.default_int` (tinygrad's `Context(DEFAULT_FLOAT=dtypes.half)`)
+DEFAULT_FLOAT, DEFAULT_INT = ContextVar("DEFAULT_FLOAT", "float32"), ContextVar("DEFAULT_INT", "int32")
 IGNORE_BEAM_CACHE = ContextVar("IGNORE_BEAM_CACHE", 0)  # 1: BEAM searches again instead of reading its disk cache
 # programs per compiler call when a schedule's kernels are compiled: one call per batch, the batches on worker threads
 # beside the code generation of the next ones; 0: two batches per core (see engine/realize.compile_schedule)

@@ -14,7 +14,7 @@ import threading
 import warnings
 import weakref
 from _weakref import _remove_dead_weakref
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from lazygrad.device import Buffer, Device
 from lazygrad.dtype import (  # noqa: F401  (_to_np_dtype: tinygrad programs import it from here)
@@ -342,6 +342,23 @@ def forget_values_read_from(memories: frozenset[Any]) -> None:
         _realized.forget_reads_of(memories)
 
 
+# the buffer holding the counter of each random call (its key, see Tensor._random_bits) -> that counter
+_rng_counter_buffers: weakref.WeakKeyDictionary[Buffer, int] = weakref.WeakKeyDictionary()
+
+
+def random_counter_buffers(buffers: Iterable[Buffer]) -> dict[Buffer, int]:
+    """Of `buffers`, those that hold the counter of a random call, with that counter: a TinyJit whose capture drew
+    random numbers writes fresh counters into them before each replay, so that every call draws new numbers."""
+    return {b: c for b in buffers if (c := _rng_counter_buffers.get(b)) is not None}
+
+
+def take_random_counters(n: int) -> int:
+    """Advance the random stream by n calls, as n calls of Tensor.rand would; the first counter taken."""
+    first = Tensor._rng_counter + 1
+    Tensor._rng_counter += n
+    return first
+
+
 @contextlib.contextmanager
 def realized_values_hidden(drop: Callable[[UOp], bool]) -> Iterator[None]:
     """Inside: the scheduler does not reuse the realized values of the graphs `drop` picks (they are recomputed)."""
@@ -367,14 +384,36 @@ _buffer_owner: weakref.WeakKeyDictionary[UOp, weakref.ref] = weakref.WeakKeyDict
 _realize_lock = threading.RLock()
 
 
-def _with_lazy_origins(root: UOp) -> UOp:
+def _with_lazy_origins(root: UOp, renamed: dict[UOp, UOp] | None = None) -> UOp:
     """`root` with the buffer of each realized tensor that had a gradient path swapped back for the graph that computed
     it: `h.realize()` (or reading `h`) between the forward and `backward()` does not cut the gradient off. The kernels
-    of the backward pass still read the stored buffer (the scheduler knows the graph was realized)."""
+    of the backward pass still read the stored buffer (the scheduler knows the graph was realized). `renamed`
+    receives the new graph's nodes that stand for other nodes of root's (see substitute)."""
     if not _lazy_origin:
         return root
     mapping = {n: _resolved_origin(n) for n in root.toposort if n in _lazy_origin}
-    return substitute(root, mapping) if mapping else root
+    return substitute(root, mapping, renamed) if mapping else root
+
+
+# the entries of _lazy_origin that a read made (see _keep_read_grad_path): they give backward a path, but do not make
+# what is computed from them require grad, as the tensors they stand for did not
+_read_kept: weakref.WeakSet[UOp] = weakref.WeakSet()
+
+
+def _keep_read_grad_path(t: Tensor, lazy: UOp) -> None:
+    """A read (numpy, tolist, item) that realized `t` from graph `lazy` keeps that graph as t's gradient path, where t
+    is a float tensor with requires_grad unset: tinygrad reads a tensor through a copy and leaves its graph alone, so
+    `out.numpy()` between the forward and `backward()` does not cut the gradient off (its gradcheck does that). The
+    graph is kept with the graphs of earlier such reads inside it resolved, so that a loop reading its state every
+    step keeps nodes, not the buffer of every step."""
+    if t.uop is lazy or t._requires_grad is not None or Tensor._grad_disabled or not dtypes.is_float(t.dtype):
+        return
+    if lazy.base.op is Ops.ASSIGN or t.uop in _lazy_origin:
+        return
+    inner = {m: _resolved_origin(m) for m in lazy.toposort if m in _lazy_origin} if _lazy_origin else {}
+    _lazy_origin[t.uop] = substitute(lazy, inner) if inner else lazy
+    _read_kept.add(t.uop)
+    _realized.hold_weakly(lazy.base)
 
 
 # a realized buffer node with a lazy origin -> that origin with its own realized inputs resolved in turn (an origin
@@ -420,7 +459,9 @@ def _reaches_grad(root: UOp) -> bool:
         # a realized tensor's node (a buffer, views of one, or the parts of a sharded one) is all _lazy_origin holds:
         # the weak-keyed lookup is asked of those only
         if (n.op is Ops.BUFFER or n.op is Ops.MULTI or n.op in GroupOp.Movement) and n in _lazy_origin:
-            return True
+            if n not in _read_kept:
+                return True
+            continue
         seen.add(n)
         stack.extend(n.src)
     return False
@@ -680,20 +721,31 @@ class Tensor(metaclass=_TensorType):
         with the node of this graph that stands for it."""
         from lazygrad.gradient import grad_reachable
 
-        root = _with_lazy_origins(self.uop)
+        renamed: dict[UOp, UOp] = {}
+        root = _with_lazy_origins(self.uop, renamed)
         with _grad_leaves_lock:  # another thread may add a leaf while this one lists them
             leaves = list(_grad_leaves.values())
-        pairs = self._nodes_in_graph(leaves, root)
+        pairs = self._nodes_in_graph(leaves, root, renamed)
         reached = grad_reachable(root, {n for _, n in pairs})
         return [(t, n) for t, n in pairs if n in reached]
 
-    def _nodes_in_graph(self, tensors: Sequence[Tensor], root: UOp) -> list[tuple[Tensor, UOp]]:
-        """(tensor, node) for every node of `root` that stands for one of `tensors`: the tensor's node, or the lazy
-        node it was before a realize swapped in its buffer (a graph built before the realize still holds that one)."""
+    def _nodes_in_graph(
+        self, tensors: Sequence[Tensor], root: UOp, renamed: dict[UOp, UOp] | None = None
+    ) -> list[tuple[Tensor, UOp]]:
+        """(tensor, node) for every node of `root` that stands for one of `tensors`: the tensor's node, the lazy node
+        it was before a realize swapped in its buffer (a graph built before the realize still holds that one), or
+        the node `renamed` says it became when realized tensors' graphs were swapped back in below it."""
         by_uop: dict[UOp, list[Tensor]] = {}
         for t in tensors:
             by_uop.setdefault(t.uop, []).append(t)
-        return [(t, n) for n in root.toposort for key in (n, _realized.get(n)) for t in by_uop.get(key, ())]
+        renamed = renamed or {}
+        pairs = []
+        for n in root.toposort:
+            was, old = _realized.get(n), renamed.get(n)
+            # a swapped-in graph's root was realized into the buffer it stands for: one key, not two
+            for key in (n, was, None if old is was else old):
+                pairs.extend((t, n) for t in by_uop.get(key, ()) if key is not None)
+        return pairs
 
     @requires_grad.setter
     def requires_grad(self, value: bool) -> None:
@@ -746,8 +798,9 @@ class Tensor(metaclass=_TensorType):
         from lazygrad.gradient import compute_gradient
 
         seed = self._seed_gradient(gradient)
-        root = _with_lazy_origins(self.uop)
-        pairs = self._nodes_in_graph(targets, root)
+        renamed: dict[UOp, UOp] = {}
+        root = _with_lazy_origins(self.uop, renamed)
+        pairs = self._nodes_in_graph(targets, root, renamed)
         grads = compute_gradient(root, seed, {n for _, n in pairs})
         out: dict[int, Tensor] = {}
         for t, n in pairs:
@@ -779,9 +832,10 @@ class Tensor(metaclass=_TensorType):
                 "pass retain_graph=True to the first backward() to allow it"
             )
         seed = self._seed_gradient(gradient)
-        root = _with_lazy_origins(self.uop)
+        renamed: dict[UOp, UOp] = {}
+        root = _with_lazy_origins(self.uop, renamed)
         unset = [t for ref in _unset_grad.copy().values() if (t := ref()) is not None]
-        pairs = self._nodes_in_graph([*_grad_leaves.values(), *unset], root)
+        pairs = self._nodes_in_graph([*_grad_leaves.values(), *unset], root, renamed)
         reached = grad_reachable(root, {n for _, n in pairs})
         # the root itself gets no .grad (torch leaves a non-leaf's empty; it would only be ones), nor do the unset
         # tensors it is a view of (the (1,) sum that sum() reshapes to (), kept alive by the view)
@@ -1097,9 +1151,11 @@ class Tensor(metaclass=_TensorType):
         check_not_capturing("reading a tensor's data (.numpy(), .item(), .tolist(), .data(), bool())")
         if self._on_disk:
             return self.to(Device.DEFAULT).data()
+        lazy = self.uop
         buf = self._contiguous_buffer()
         if buf.pending_write:
             raise RuntimeError(NEVER_RAN)
+        _keep_read_grad_path(self, lazy)
         return buf.as_bytes()
 
     def _python_values(self) -> list[Any]:
@@ -1282,8 +1338,13 @@ class Tensor(metaclass=_TensorType):
         half = (n + 1) // 2
         counter = Tensor._iota(half, device).cast(dtypes.uint32)
         k0 = dtypes.as_const(Tensor._seed, dtypes.uint32)
-        # the counter is read from a buffer of its own, not baked into the source: every call reuses the kernels
-        k1 = Tensor([Tensor._rng_counter], dtype=dtypes.uint32, device=device).reshape(())
+        # the counter is read from a buffer of its own, not baked into the source: every call reuses the kernels,
+        # and a TinyJit replay writes its own counter there (see random_counter_buffers)
+        k1 = Tensor([Tensor._rng_counter], dtype=dtypes.uint32, device=device)
+        for u in k1.uop.toposort:  # one buffer; on several devices, the first one's, copied to the others
+            if u.op is Ops.BUFFER:
+                _rng_counter_buffers[u.arg] = Tensor._rng_counter
+        k1 = k1.reshape(())
         y0, y1 = _threefry2x32(counter, counter.full_like(0), k0, k1)
         return y0.cat(y1)[:n]
 
@@ -2114,10 +2175,11 @@ class Tensor(metaclass=_TensorType):
             if lo == 0 and hi == 0:
                 continue
             n = x.shape[d]
-            if (mode == "reflect" and max(lo, hi) >= n) or (mode == "circular" and max(lo, hi) > n) or n == 0:
-                raise ArgumentError(
-                    f"pad mode {mode!r}: padding {(lo, hi)} is too large for dim {d} of size {n} in shape {self.shape}"
-                )
+            least = n if isinstance(n, int) else n.vmin  # a Variable size: the padding must fit its every value
+            widest = max(lo, hi)
+            if (mode == "reflect" and widest >= least) or (mode == "circular" and widest > least) or not least:
+                size = f"{n} in shape {self.shape}" if isinstance(n, int) else f"a Variable as small as {least}"
+                raise ArgumentError(f"pad mode {mode!r}: padding {(lo, hi)} is too large for dim {d} of size {size}")
 
             def part(a: int, b: int, rev: bool = False) -> Tensor:
                 p = x.shrink([(a, b) if i == d else None for i in range(x.ndim)])
@@ -2252,6 +2314,12 @@ class Tensor(metaclass=_TensorType):
         n, block = self.shape[-1], 64
         lowest = -math.inf if dtypes.is_float(self.dtype) else dtypes.min(self.dtype)
         identity = {"sum": 0, "prod": 1, "max": lowest, "logsumexp": -math.inf}[kind]
+        if not isinstance(n, int):
+            # a Variable length: the scan of the longest one, the identity past the end (no prefix reaches it), cut
+            # back to the length; one set of kernels serves every value
+            lead = [None] * (self.ndim - 1)
+            longest = self.pad(lead + [(0, n.vmax - n)], value=identity)
+            return longest._scan_last(kind).shrink(lead + [(0, n)])
         if n <= block:
             if n == 0:
                 return self
@@ -3175,17 +3243,42 @@ class Tensor(metaclass=_TensorType):
         return Tensor(UOp(Ops.CAST, dt, (self.uop,)))
 
     def bitcast(self, dtype: DType | str) -> Tensor:
+        """The same bytes read as `dtype` (torch's view(dtype)). To a dtype of another size the last dim scales by the
+        ratio of the sizes: float32 (..., n) -> float16 (..., 2n), uint8 (..., 4n) -> float32 (..., n)."""
         dt = to_dtype(dtype)
-        if dt.itemsize != self.dtype.itemsize:
-            raise TypeError(
-                f"bitcast from {self.dtype} ({self.dtype.itemsize} bytes) to {dt} ({dt.itemsize} bytes): sizes differ"
-            )
         if dt == self.dtype:
             return self
         _check_dtype("bitcast", dt, self.device)
-        out = Tensor(UOp(Ops.BITCAST, dt, (self.uop,)))
-        out._view_of = self._view_of or (self, self.uop)  # the same memory read as other bits (torch's view(dtype))
+        if dt.itemsize != self.dtype.itemsize:
+            out = self._bitcast_resized(dt)
+        else:
+            out = Tensor(UOp(Ops.BITCAST, dt, (self.uop,)))
+        # the same memory read as other bits (torch's view(dtype)); a write into a resized one is refused (its
+        # node is no chain of views back to this memory)
+        out._view_of = self._view_of or (self, self.uop)
         return out
+
+    def _bitcast_resized(self, dt: DType) -> Tensor:
+        """A bitcast between sizes as integer ops on unsigned words (little-endian, as every lazygrad device): the
+        wide word's low bytes are the first narrow one. One fused kernel; no copy of the bytes beforehand."""
+        src, ratio = self.dtype, max(dt.itemsize, self.dtype.itemsize) // min(dt.itemsize, self.dtype.itemsize)
+        what = f"bitcast from {src} ({src.itemsize} bytes) to {dt} ({dt.itemsize} bytes)"
+        if dtypes.bool in (src, dt):
+            raise TypeError(f"{what}: bool takes a bitcast from or to a 1-byte dtype only")
+        if self.ndim == 0:
+            raise ArgumentError(f"{what}: a 0-d tensor cannot change its element size")
+        if dt.itemsize > src.itemsize and self.shape[-1] % ratio != 0:
+            raise ArgumentError(f"{what}: the last dim ({self.shape[-1]}) must be divisible by {ratio}")
+        uint = {1: dtypes.uint8, 2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}
+        narrow, wide = uint[min(src.itemsize, dt.itemsize)], uint[max(src.itemsize, dt.itemsize)]
+        shifts = Tensor.arange(ratio, device=self.device).cast(wide) * (8 * narrow.itemsize)
+        if dt.itemsize < src.itemsize:
+            words = self.bitcast(wide).unsqueeze(-1)
+            parts = (words >> shifts).cast(narrow)  # the cast keeps the low bits
+            return parts.flatten(-2).bitcast(dt)
+        parts = self.bitcast(narrow).reshape(*self.shape[:-1], self.shape[-1] // ratio, ratio).cast(wide)
+        # the shifted parts cover disjoint bits: their sum is their bitwise or
+        return (parts << shifts).sum(-1, dtype=wide).bitcast(dt)
 
     def float(self) -> Tensor:
         return self.cast(dtypes.float32)
@@ -4566,7 +4659,9 @@ def _basic_plan(t: Tensor, basic: list[Any]) -> tuple[list[tuple[int, int, bool,
         size = t.shape[dim]
         if _is_sym_int(i) or isinstance(i, slice) and any(_is_sym_int(x) for x in (i.start, i.stop, i.step, size)):
             lo, hi = _symbolic_window(i, size, dim)
-            plan.append((lo, hi, False, 1, 1 if _is_sym_int(i) else ssimplify(hi - lo)))
+            step = 1 if _is_sym_int(i) or i.step is None else i.step
+            count = 1 if _is_sym_int(i) else ssimplify((hi - lo + step - 1) // step)
+            plan.append((lo, hi, False, step, count))
             if not _is_sym_int(i):
                 out_shape.append(plan[-1][4])
         elif isinstance(i, int):
@@ -4591,13 +4686,13 @@ def _is_sym_int(x: Any) -> bool:
 
 
 def _symbolic_window(i: Any, size: Any, dim: int) -> tuple[Any, Any]:
-    """[lo, hi) of an index or a step-1 slice where the index, a bound or the size is symbolic. Checked, not clamped,
+    """[lo, hi) of an index or a slice where the index, a bound or the size is symbolic. Checked, not clamped,
     at the bound values: a symbolic bound past the end is an error rather than a size that changes meaning."""
     if _is_sym_int(i):
         lo, hi = i, ssimplify(i + 1)
     else:
-        if i.step not in (None, 1):
-            raise NotImplementedError(f"a slice with a Variable takes a step of 1, not {i.step}")
+        if i.step is not None and (_is_sym_int(i.step) or i.step < 1):
+            raise NotImplementedError(f"a slice with a Variable takes a positive int step, not {i.step}")
         lo = 0 if i.start is None else i.start
         hi = size if i.stop is None else i.stop
         # a negative int counts from the end, as in any slice

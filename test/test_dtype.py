@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import numpy as np
@@ -166,6 +167,44 @@ def test_bitcast_of_computed_and_strided_values():
     np.testing.assert_array_equal(back.numpy(), x * 3)
 
 
+RESIZED_BITCASTS = [
+    ("float32", "float16"),
+    ("float32", "uint8"),
+    ("float64", "int16"),
+    ("int64", "float32"),
+    ("uint8", "float32"),
+    ("int8", "int64"),
+    ("float16", "float64"),
+    ("uint16", "int32"),
+    ("bfloat16", "uint8"),
+]
+
+
+@pytest.mark.parametrize("src,dst", RESIZED_BITCASTS)
+def test_bitcast_to_another_size(src, dst):
+    """torch's view(dtype) between sizes: the last dim scales by the ratio, bytes in memory order."""
+    raw = rand_np((3, 32), "uint8", 5, 0, 255)  # any bits, NaN patterns included: compared as bytes
+    r = torch.from_numpy(raw).view(getattr(torch, src))
+    x = Tensor(raw).bitcast(src)
+    out, ref = x.bitcast(dst), r.view(getattr(torch, dst))
+    assert out.dtype == lg_dtype(dst) and out.shape == tuple(ref.shape)
+    np.testing.assert_array_equal(out.bitcast("uint8").numpy(), ref.view(torch.uint8).numpy())
+
+
+def test_bitcast_to_another_size_of_computed_views_is_one_kernel():
+    from lazygrad import GlobalCounters
+
+    x = rand_np((3, 4), "float32", 6)
+    t = Tensor(x).realize()
+    GlobalCounters.reset()
+    out = (t * 2)[:, ::-1].bitcast(dtypes.float16).realize()
+    assert GlobalCounters.kernel_count == 1
+    ref = torch.from_numpy(np.ascontiguousarray((x * 2)[:, ::-1])).view(torch.float16)
+    np.testing.assert_array_equal(out.numpy(), ref.numpy())
+    back = Tensor(ref.view(torch.uint8).numpy()).bitcast(dtypes.float32)
+    np.testing.assert_array_equal(back.numpy(), ref.view(torch.float32).numpy())
+
+
 # *** type promotion (no kernels: only the result dtype) ***
 
 TORCH_PROMO = ["bool", "int8", "uint8", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64"]
@@ -205,6 +244,36 @@ def test_python_value_dtypes():
     assert Tensor([True, False]).dtype == dtypes.bool and Tensor([True, 2]).dtype == dtypes.int32
     assert Tensor([]).dtype == dtypes.float32 and Tensor([]).shape == (0,)
     assert Tensor([[1.0], [2.0]]).dtype == dtypes.float32
+
+
+@pytest.mark.parametrize("name", ["float16", "float64"])
+def test_default_float_follows_the_knob(name):
+    """Context(DEFAULT_FLOAT=...) (tinygrad) and assigning dtypes.default_float set what torch.set_default_dtype
+    sets: the dtype of Python floats and of float tensors made without one."""
+    from lazygrad import Context
+
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(getattr(torch, name))
+    try:
+        refs = [torch.tensor([1.5]), torch.ones(2), torch.rand(2), torch.tensor([1, 2]) * 0.5, torch.arange(3) / 2]
+    finally:
+        torch.set_default_dtype(old)
+    for setting in ("context", "assign"):
+        with Context(DEFAULT_FLOAT=lg_dtype(name)) if setting == "context" else contextlib.nullcontext():
+            if setting == "assign":
+                dtypes.default_float = name
+            try:
+                outs = [Tensor([1.5]), Tensor.ones(2), Tensor.rand(2), Tensor([1, 2]) * 0.5, Tensor.arange(3) / 2]
+                np.testing.assert_array_equal(outs[3].numpy(), refs[3].numpy())
+            finally:
+                dtypes.default_float = dtypes.float32
+        assert [t.dtype.name for t in outs] == [str(r.dtype).removeprefix("torch.") for r in refs]
+    assert Tensor([1.5]).dtype == dtypes.float32
+    with pytest.raises(TypeError, match="default float"):
+        dtypes.default_float = dtypes.int8
+    with Context(DEFAULT_INT="int64"):
+        assert Tensor([1, 2]).dtype == Tensor.arange(2).dtype == dtypes.int64
+    assert dtypes.default_float == dtypes.float32 and dtypes.default_int == dtypes.int32
 
 
 @pytest.mark.parametrize("dtype", ["bool", "int8", "uint8", "int16", "int32", "int64", "float16", "float32", "float64"])

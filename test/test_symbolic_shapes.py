@@ -177,6 +177,30 @@ def test_kv_cache_attention_one_kernel_set(compiles: _Compiles):
     assert first > 0 and compiles.n == first  # no kernel compiled for a new position
 
 
+def test_symbolic_kernels_get_opts_on_their_constant_axes():
+    """On the CPU a kernel with a Variable size is optimized along its constant axes (the heads and head dim of a
+    decode step's attention, vector lanes and threads), the Variable axis stays a plain loop: right at every value."""
+    from lazygrad.codegen import get_program
+    from lazygrad.device import Device
+    from lazygrad.engine.realize import run_schedule
+
+    if Device.DEFAULT != "CPU":
+        pytest.skip("the CPU's rule (GPU targets keep symbolic kernels plain)")
+    B, H, D, n_max = 1, 8, 64, 100
+    kn, vn = _rand(B, H, n_max, D, seed=1), _rand(B, H, n_max, D, seed=2)
+    kc, vc = Tensor(kn).realize(), Tensor(vn).realize()
+    for pos in (1, 3, 37, n_max):
+        qn = _rand(B, H, 1, D, seed=pos)
+        out = _attend(Tensor(qn), kc, vc, _var(pos, "start_pos", hi=n_max))
+        if pos == 1:
+            sched, var_vals = out.schedule_with_vars()
+            opts = [get_program(si.ast, Device["CPU"].renderer).applied_opts for si in sched]
+            assert sum(1 for o in opts if o) > len(sched) // 2, opts  # all were plain loops before
+            run_schedule(sched, var_vals)
+        ref = _attention_ref(qn, kn[:, :, :pos], vn[:, :, :pos])
+        np.testing.assert_allclose(out.numpy(), ref, rtol=1e-4, atol=1e-5)
+
+
 def test_symbolic_loop_bound_in_source():
     from lazygrad.codegen import get_program
     from lazygrad.device import Device
@@ -316,6 +340,60 @@ def test_more_ops(n: int):
         rtol=1e-4,
         atol=1e-4,
     )
+
+
+@pytest.mark.parametrize("n", (*VALUES, 70))
+def test_scans_over_a_symbolic_axis(n: int):
+    """cumsum / cumprod / cummax / logcumsumexp along a Variable length (up to 100: past one block of 64) against
+    torch, the gradient of cumsum too."""
+    import torch
+
+    xn = (np.abs(_rand(2, 100)) + 0.5) / 2
+    x, v = Tensor(xn, requires_grad=True), _var(n, hi=100)
+    t, r = x[:, :v], torch.tensor(xn[:, :n])
+    np.testing.assert_allclose(t.cumsum(1).numpy(), r.cumsum(1).numpy(), rtol=1e-5)
+    np.testing.assert_allclose(t.cumprod(1).numpy(), r.cumprod(1).numpy(), rtol=1e-4)
+    values, idx = t.cummax(1)
+    np.testing.assert_equal(values.numpy(), r.cummax(1).values.numpy())
+    np.testing.assert_equal(idx.numpy(), r.cummax(1).indices.numpy())
+    np.testing.assert_allclose(t.logcumsumexp(1).numpy(), r.logcumsumexp(1).numpy(), rtol=1e-5)
+    (t.cumsum(1) * t).sum().backward()
+    rg = torch.tensor(xn, requires_grad=True)
+    (rg[:, :n].cumsum(1) * rg[:, :n]).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), rg.grad.numpy(), rtol=1e-5)
+
+
+@pytest.mark.parametrize("n", VALUES)
+def test_slices_with_steps(n: int):
+    """Steps other than 1 beside a Variable bound or a Variable size: reads, a write and the gradient, against numpy."""
+    xn = _rand(MAXLEN, 3)
+    x, v = Tensor(xn, requires_grad=True), _var(n)
+    np.testing.assert_equal(x[:v:2].numpy(), xn[:n:2])
+    np.testing.assert_equal(x[:v][1::3].numpy(), xn[:n][1::3])
+    np.testing.assert_equal(x[v - 1 :: 4].numpy(), xn[n - 1 :: 4])
+    (x[:v:3] * 2).sum().backward()
+    want = np.zeros_like(xn)
+    want[:n:3] = 2
+    np.testing.assert_equal(x.grad.numpy(), want)
+    t, ref = Tensor.zeros(MAXLEN, 3).contiguous(), np.zeros((MAXLEN, 3), np.float32)
+    t[:v:2] = 1.0
+    ref[:n:2] = 1.0
+    np.testing.assert_equal(t.numpy(), ref)
+    with pytest.raises(NotImplementedError, match="positive int step"):
+        x[v::-1]
+
+
+@pytest.mark.parametrize("n", (3, 7, MAXLEN))
+def test_pad_modes_along_a_symbolic_size(n: int):
+    import torch
+
+    xn = _rand(1, 3, MAXLEN)
+    x, v = Tensor(xn), _var(n, lo=3)
+    for mode in ("reflect", "replicate", "circular"):
+        ref = torch.nn.functional.pad(torch.tensor(xn[:, :, :n]), (2, 1), mode=mode)
+        np.testing.assert_equal(x[:, :, :v].pad((2, 1), mode=mode).numpy(), ref.numpy())
+    with pytest.raises(RuntimeError, match="as small as 1"):  # reflect needs every value of the size past 2
+        x[:, :, : _var(n)].pad((2, 1), mode="reflect")
 
 
 @pytest.mark.parametrize("n", (1, 7))

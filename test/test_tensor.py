@@ -354,10 +354,13 @@ def test_bad_expand():
 
 
 def test_bad_bitcast():
-    with raises_eagerly(TypeError, "float32", "int8", "4 bytes", "1 bytes"):
-        Tensor.ones(3).bitcast(dtypes.int8)
-    with raises_eagerly(TypeError, "float16", "float32"):
+    """A bitcast to a wider dtype needs a last dim the ratio divides, and a dim to scale (torch: RuntimeError)."""
+    with raises_eagerly(RuntimeError, "float16", "float32", "divisible by 2"):
         Tensor.ones(3, dtype=dtypes.float16).bitcast("float32")
+    with raises_eagerly(RuntimeError, "0-d"):
+        Tensor(1.0).bitcast(dtypes.int8)
+    with raises_eagerly(TypeError, "bool"):
+        Tensor.ones(2).bitcast(dtypes.bool)
 
 
 def test_index_out_of_range():

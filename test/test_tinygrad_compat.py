@@ -289,3 +289,88 @@ def test_assign_broadcasts_and_refuses_a_dtype_change() -> None:
         a.assign(Tensor.ones(2, 5))
     c = Tensor.ones(2, 3, dtype="int8").const_like(7)
     assert c.dtype.name == "int8" and c.tolist() == [[7] * 3] * 2
+
+
+def test_a_read_keeps_the_gradient_path() -> None:
+    """tinygrad reads a tensor through a copy and keeps its graph: `out.numpy()` between the forward and backward()
+    does not cut the gradient off (tinygrad's jacobian and gradcheck read the output first)."""
+    rng = np.random.default_rng(3)
+    x, w = rng.random((1, 10)).astype(np.float32), rng.random((10, 5)).astype(np.float32)
+    mask = np.zeros((1, 5), np.float32)
+    mask[0, 2] = 1.0
+    tx, tw = Tensor(x), Tensor(w)
+    out = (tx @ tw).relu().log_softmax()
+    out.numpy()
+    (Tensor(mask) * out).sum().backward()
+    gx, gw = _torch_grads([x, w], lambda a, b: (torch.tensor(mask) * (a @ b).relu().log_softmax(1)).sum())
+    np.testing.assert_allclose(tx.grad.numpy(), gx, atol=1e-6)
+    np.testing.assert_allclose(tw.grad.numpy(), gw, atol=1e-6)
+
+
+def test_reads_every_step_keep_nodes_not_buffers() -> None:
+    """A loop that reads its state every step can still differentiate through every step, and holds no buffer per
+    step (the graphs of earlier reads are kept resolved: nodes, not each step's memory)."""
+    import gc
+
+    w0 = np.full((64, 64), 0.05, np.float32)
+    x, w = Tensor.ones(64, 64).contiguous().realize(), Tensor(w0).realize()
+    before = GlobalCounters.mem_used
+    for _ in range(12):
+        x = (x * 0.9 + w).tanh()
+        x.numpy()
+    gc.collect()
+    assert GlobalCounters.mem_used - before <= 64 * 64 * 4  # the last step's buffer only
+    x.sum().backward()
+    tx, tw = torch.ones(64, 64), torch.tensor(w0, requires_grad=True)
+    for _ in range(12):
+        tx = (tx * 0.9 + tw).tanh()
+    tx.sum().backward()
+    np.testing.assert_allclose(w.grad.numpy(), tw.grad.numpy(), rtol=1e-5)
+
+
+def test_a_read_does_not_make_results_require_grad() -> None:
+    """torch-style code (a leaf set True somewhere): a tensor computed from a read one requires no grad, as torch's."""
+    p = Tensor([1.0, 2.0], requires_grad=True)
+    y = Tensor([3.0, 4.0]) * 2
+    y.numpy()
+    z = y + 1
+    assert p.requires_grad and not y.requires_grad and not z.requires_grad
+    (z * p).sum().backward()
+    assert p.grad.tolist() == [7.0, 9.0]
+
+
+def test_tinygrad_digits_example_reaches_its_accuracy() -> None:
+    """examples/tinygrad_digits.py, a tinygrad program but for its import (Context(TRAINING=1), @function, TinyJit
+    with Tensor.randint batches drawn inside it, schedule_step), trains to its accuracy on the digits."""
+    import runpy
+    from pathlib import Path
+
+    pytest.importorskip("sklearn")
+    example = runpy.run_path(str(Path(__file__).parent.parent / "examples" / "tinygrad_digits.py"))
+    assert example["train"](steps=150, bs=128, log=False) >= 95.0
+
+
+def test_leaves_above_a_read_tensor_keep_their_gradients() -> None:
+    """Tensors whose graph holds a read (kept) tensor are still found by backward: a detached copy set
+    requires_grad (torch's leaf), a leaf computed from a read tensor, and an intermediate (tinygrad fills it)."""
+    x = Tensor([[1.0, 2.0], [3.0, 4.0]]) * 1.5
+    x.numpy()
+    d = x.detach()
+    d.requires_grad = True
+    d[[0, 1], [1, 0]].sum().backward()
+    assert d.grad.tolist() == [[0.0, 1.0], [1.0, 0.0]]
+    y = (x * 2).requires_grad_()
+    (y * y).sum().backward()
+    ty = torch.tensor([[1.0, 2.0], [3.0, 4.0]]) * 3.0
+    assert y.grad.tolist() == (2 * ty).tolist()
+    a = Tensor([0.5, -1.0])
+    h = a.exp()
+    h.numpy()
+    g = h * 3
+    (g * g).sum().backward()
+    ta = torch.tensor([0.5, -1.0], requires_grad=True)
+    tg = ta.exp() * 3
+    tg.retain_grad()
+    (tg * tg).sum().backward()
+    np.testing.assert_allclose(a.grad.numpy(), ta.grad.numpy(), rtol=1e-6)
+    np.testing.assert_allclose(g.grad.numpy(), tg.grad.numpy(), rtol=1e-6)

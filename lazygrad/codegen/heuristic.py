@@ -4,6 +4,9 @@ The rules, in order: a kernel whose reduce input is reused along an output axis 
 tile (upcast two output axes, unroll the reduce); a reduce over a unit-stride axis is unrolled by the vector width
 (vector accumulators); otherwise the unit-stride output axis is upcast by the vector width. Kernels with enough
 work are then shared out among the CPU cores along their outermost output axis.
+
+A size that is a Variable (a symbolic axis) stays a plain loop: every opt here splits a constant axis only (a split
+of a Variable size by a constant would need a remainder loop); the constant axes beside it get their opts as usual.
 """
 
 from __future__ import annotations
@@ -22,8 +25,13 @@ THREAD_MIN_WORK = getenv("THREAD_MIN_WORK", 1 << 17)
 VECTOR_BYTES = getenv("VECTOR_BYTES", 0)  # 0: one of the machine's vector registers (the renderer knows)
 
 
+def _size(s: int | UOp) -> int:
+    """A size to weigh work by: a Variable one at its largest."""
+    return s if isinstance(s, int) else s.vmax
+
+
 def hand_coded_optimizations(k: Kernel) -> Kernel:
-    if prod(k.full_shape) < TINY:
+    if prod(_size(s) for s in k.full_shape) < TINY:
         return k
     loads, stores = _accesses(k)
     if not k.renderer.has_local and _byte_dot(k):
@@ -52,7 +60,7 @@ def hand_coded_optimizations(k: Kernel) -> Kernel:
         # the output channels reuse each input pixel (the batch would only reuse the weight again)
         shared = {i for i in in_reduce if first is not None and step[i][first] == 0}
         gain = {a: sum(1 for i in in_reduce if i not in shared and step[i][a] == 0) for a in others}
-        ranked = sorted(others, key=lambda a: (gain[a], k.full_shape[a]), reverse=True)
+        ranked = sorted(others, key=lambda a: (gain[a], _size(k.full_shape[a])), reverse=True)
         second = ranked[0] if ranked else None
         # with the lanes along the reduce, a third axis makes the tile two-dimensional: each loaded vector of one
         # input meets several of the other (2 x 8 of x @ w.T: 114 GFLOPS here, 1 x 8: 65)
@@ -131,7 +139,8 @@ def _vector_axis(k: Kernel, reuse: list[int], out_unit: list[int], reduce_steps:
     3x3 window, but its inputs run along the output pixels)."""
 
     def splits(a: int) -> bool:
-        return any(k.full_shape[a] % w == 0 for w in (vec, 8, 4, 2) if w > 1)
+        size = k.full_shape[a]
+        return isinstance(size, int) and any(size % w == 0 for w in (vec, 8, 4, 2) if w > 1)
 
     lanes = [
         a
@@ -168,6 +177,8 @@ def _upcast(k: Kernel, axis: int, amounts: tuple[int, ...]) -> bool:
         return False
     index = k.axes_of(AxisType.GLOBAL).index(axis)
     size = k.full_shape[axis]
+    if not isinstance(size, int):
+        return False
     return any(k.try_opt(Opt(OptOps.UPCAST, index, a)) for a in amounts if a > 1 and size % a == 0 and size >= a)
 
 
@@ -176,6 +187,8 @@ def _unroll(k: Kernel, amounts: tuple[int, ...]) -> bool:
     if not reduce_axes:
         return False
     size = k.full_shape[reduce_axes[-1]]
+    if not isinstance(size, int):
+        return False
     last = len(reduce_axes) - 1
     return any(k.try_opt(Opt(OptOps.UNROLL, last, a)) for a in amounts if a > 1 and size % a == 0 and size >= a)
 
@@ -183,15 +196,15 @@ def _unroll(k: Kernel, amounts: tuple[int, ...]) -> bool:
 def _thread(k: Kernel, n_loads: int) -> bool:
     threads = k.renderer.threads
     # an iteration that gathers many inputs (a col2im sums 9 window gradients) is worth several plain ones
-    work = prod(k.full_shape) * max(1, n_loads // 2)
+    work = prod(_size(s) for s in k.full_shape) * max(1, n_loads // 2)
     if not k.renderer.has_threads or threads < 2 or work < THREAD_MIN_WORK:
         return False
     glob = k.axes_of(AxisType.GLOBAL)
     for i, a in enumerate(glob):
-        if k.full_shape[a] >= threads:
+        if isinstance(k.full_shape[a], int) and k.full_shape[a] >= threads:
             return k.try_opt(Opt(OptOps.THREAD, i, 0))
     # too few outputs to go round: each core reduces a slice into a partial result (sum of a whole tensor)
     for i, a in enumerate(k.axes_of(AxisType.REDUCE)):
-        if k.full_shape[a] % threads == 0:
+        if isinstance(k.full_shape[a], int) and k.full_shape[a] % threads == 0:
             return k.try_opt(Opt(OptOps.THREAD, len(glob) + i, threads))
     return False

@@ -14,8 +14,10 @@ What a replay does and does not do (the pitfalls, each tested in test/engine/tes
     (`.numpy()`, `.clone().realize()`) of what must survive the next call.
   * Reading data (`.numpy()`, `.item()`, `.tolist()`, `bool(t)`) inside the function raises JitError at capture.
   * `Tensor.training` and `no_grad` at the call must be what they were at the capture, else JitError.
-  * Random numbers (`Tensor.rand`, dropout) are frozen too, with a warning at capture: their counter is a Python
-    number.
+  * Random numbers (`Tensor.rand`, `randint`, dropout) are drawn anew on every replay, as tinygrad's: each random
+    call's kernels read its counter from a buffer, and a replay writes the next counters of the stream there, so
+    a replay draws what the same call would without the JIT. The seed is the capture's: `manual_seed` with another
+    seed between replays restarts the counters, not the seed (a warning at capture if the function reseeds).
   * Gradients reach the parameters the function uses, not its Tensor arguments (return those gradients).
   * A sharded Tensor argument is one input per part; a replay checks that it is split as at the capture.
 On the CPU a replay is one call of a compiled driver that calls every kernel (see runtime/graph_cpu.py); with
@@ -25,6 +27,7 @@ DEBUG>=2 (or inside another JIT's capture) the kernels run one by one and print 
 from __future__ import annotations
 
 import functools
+import struct
 import warnings
 from typing import Any, Callable, Generic, TypeVar
 
@@ -32,7 +35,15 @@ from lazygrad.device import Buffer, Device
 from lazygrad.engine.memory import plan_memory
 from lazygrad.engine.realize import CompiledRunner, ExecItem, JitError, capture, is_capturing
 from lazygrad.helpers import DEBUG, JIT, GlobalCounters
-from lazygrad.tensor import Tensor, forget_values_read_from, realize_readers_of, realized_values_hidden, tensors_made
+from lazygrad.tensor import (
+    Tensor,
+    forget_values_read_from,
+    random_counter_buffers,
+    realize_readers_of,
+    realized_values_hidden,
+    take_random_counters,
+    tensors_made,
+)
 from lazygrad.uop.ops import Ops, UOp, bound_in, rebind, sym_unbind
 from lazygrad.viz import profile
 
@@ -137,6 +148,7 @@ class CapturedJit:
         inputs: list[Buffer],
         ret: Any,
         mode: tuple[bool, bool],
+        draws: tuple[int, int] = (0, 0),
     ):
         self.args, self.kw_names, self.n_args = args, kw_names, len(args)
         self.training, self.no_grad = mode  # Tensor.training and no_grad shape the graph: frozen like the rest
@@ -171,6 +183,11 @@ class CapturedJit:
             self.items.append((ei.runner, tuple(bslots), tuple(vslots)))
         # the capture's inputs are dropped here (every replay brings its own); the rest is the JIT's to keep
         self.n_inputs, self.buffers = len(inputs), table[len(inputs) :]
+        # random calls of the capture (counter before it, calls): the buffers of their counters, each with its offset
+        # from the first counter the capture took (a random tensor drawn before the capture is a constant of it)
+        first, self.n_draws = draws[0] + 1, draws[1]
+        counters = random_counter_buffers(self.buffers) if self.n_draws else {}
+        self.counter_slots = [(b, c - first) for b, c in counters.items() if 0 <= c - first < self.n_draws]
         for b in self.buffers:
             b.ensure_allocated()
         # what a replay writes: an input in one of these (an output fed back) could change while a kernel reads it
@@ -223,6 +240,8 @@ class CapturedJit:
                 f"captured with Tensor.training={self.training} and no_grad={self.no_grad}, called with {now}: "
                 "the captured kernels follow the capture's mode"
             )
+        if self.n_draws:
+            self._next_random_counters()
         graph = self.graph
         if graph is None or self.input_nodes or is_capturing() or DEBUG.value >= 2 or profile.enabled():
             return self._replay_kernels(args)
@@ -256,6 +275,13 @@ class CapturedJit:
         if self.single_out is not None:
             return _wrap(self.single_out)
         return self._outputs({})
+
+    def _next_random_counters(self) -> None:
+        """Take as many counters of the random stream as the capture's random calls did, and write them where those
+        calls' kernels read theirs: every replay draws new numbers."""
+        first = take_random_counters(self.n_draws)
+        for buf, offset in self.counter_slots:
+            buf.copyin(memoryview(struct.pack("<I", (first + offset) & 0xFFFFFFFF)))
 
     def _replay_kernels(self, args: tuple) -> Any:
         """Kernel by kernel: for DEBUG>=2 lines, inside another capture (which records them), on devices without a
@@ -441,11 +467,11 @@ class TinyJit(Generic[R]):
                 Tensor.realize(*outs)
             _realize_writes(call_values)
         del outs, call_values
-        if Tensor.rng_state() != rng:
+        seed, counter = Tensor.rng_state()
+        if seed != rng[0]:
             warnings.warn(
-                "random numbers drawn inside a TinyJit function are frozen at capture: every replay gives "
-                "the same ones (draw them outside and pass them in)",
+                "a TinyJit function that calls manual_seed draws with the capture's seed on every replay",
                 stacklevel=3,
             )
-        self.captured = CapturedJit(recorded, specs, kw_names, inputs, ret, mode)
+        self.captured = CapturedJit(recorded, specs, kw_names, inputs, ret, mode, (rng[1], counter - rng[1]))
         return ret

@@ -910,8 +910,9 @@ def graph_rewrite(
     return done[root]
 
 
-def substitute(root: UOp, mapping: dict[UOp, UOp]) -> UOp:
-    """Replace nodes by identity, once (a replacement is not itself looked up again, so swaps are safe)."""
+def substitute(root: UOp, mapping: dict[UOp, UOp], renamed: dict[UOp, UOp] | None = None) -> UOp:
+    """Replace nodes by identity, once (a replacement is not itself looked up again, so swaps are safe). `renamed`,
+    if given, receives each node of the result that differs from the node of root it stands for -> that node."""
     new: dict[UOp, UOp] = {}
     for node in root.toposort:
         if node in mapping:
@@ -919,6 +920,8 @@ def substitute(root: UOp, mapping: dict[UOp, UOp]) -> UOp:
         else:
             src = tuple(new[s] for s in node.src)
             new[node] = node if src == node.src else UOp(node.op, node.dtype, src, node.arg)
+    if renamed is not None:
+        renamed.update((v, k) for k, v in new.items() if v is not k)
     return new[root]
 
 

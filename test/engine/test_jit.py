@@ -1,5 +1,7 @@
 """TinyJit: capture on the 2nd call, replay after; validation of replays; the pitfalls; the CPU graph."""
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -417,13 +419,16 @@ def test_replay_kernel_by_kernel_on_a_device_without_graph():
     assert to_cpu.captured.kernel_count == 2
 
 
-def test_random_numbers_in_a_capture_warn():
-    f = TinyJit(lambda x: x + Tensor.rand(4))
+def test_a_capture_that_reseeds_warns():
+    def reseeded(x: Tensor) -> Tensor:
+        Tensor.manual_seed(3)
+        return x + Tensor.rand(4)
+
+    f = TinyJit(reseeded)
     f(Tensor(rand(4)))
-    with pytest.warns(UserWarning, match="random numbers"):
+    Tensor.manual_seed(0)
+    with pytest.warns(UserWarning, match="manual_seed"):
         f(Tensor(rand(4)))
-    a, b = f(Tensor(np.zeros(4, np.float32))).numpy(), f(Tensor(np.zeros(4, np.float32))).numpy()
-    np.testing.assert_array_equal(a, b)  # the documented pitfall: frozen
 
 
 def test_changed_training_or_no_grad_mode_raises():
@@ -464,3 +469,56 @@ def test_replay_invalidates_values_computed_from_its_outputs():
         s = out.sum()
         held.append(out.sum())  # a lazy twin of s's graph keeps the cached result of s reachable
         assert s.item() == 32 * i
+
+
+def test_random_numbers_are_new_on_every_replay() -> None:
+    """As tinygrad's: rand, randint and dropout inside a TinyJit draw new numbers on each replay, the very numbers the
+    same calls draw without the JIT (the replay writes the stream's next counters where the kernels read theirs)."""
+
+    def step(x: Tensor) -> Tensor:
+        noise = Tensor.rand(3, 5) + Tensor.randint(3, 5, high=100)
+        with Tensor.train():
+            kept = x.dropout(0.5)
+        return (noise + kept).realize()
+
+    jitted = TinyJit(step)
+    xn = np.ones((3, 5), np.float32)
+    Tensor.manual_seed(7)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no warning about frozen numbers
+        got = [jitted(Tensor(xn)).numpy().copy() for _ in range(5)]
+    Tensor.manual_seed(7)
+    want = [step(Tensor(xn)).numpy() for _ in range(5)]
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+    assert len({g.tobytes() for g in got}) == 5  # five different draws
+    assert jitted.captured is not None and jitted.captured.n_draws == 3
+
+
+def test_a_random_tensor_drawn_before_the_capture_stays_a_constant() -> None:
+    noise = Tensor.rand(4)  # drawn (lazily) outside: the function reads one fixed tensor, as without the JIT
+
+    @TinyJit
+    def f(x: Tensor) -> tuple[Tensor, Tensor]:
+        return (x + noise).realize(), Tensor.rand(4).realize()
+
+    outs = [[t.numpy().copy() for t in f(Tensor.zeros(4).contiguous())] for _ in range(4)]
+    for a, _ in outs:
+        np.testing.assert_array_equal(a, noise.numpy())
+    assert len({b.tobytes() for _, b in outs}) == 4
+
+
+def test_random_numbers_on_several_devices_are_new_on_every_replay() -> None:
+    devices = ("CPU", "CPU:1")
+
+    @TinyJit
+    def f() -> Tensor:
+        return (Tensor.rand(4, device=devices) * 1).realize()
+
+    Tensor.manual_seed(0)
+    got = [f().numpy().copy() for _ in range(4)]
+    Tensor.manual_seed(0)
+    want = [(Tensor.rand(4, device=devices) * 1).numpy() for _ in range(4)]
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+    assert len({g.tobytes() for g in got}) == 4
