@@ -128,6 +128,12 @@ class ClangCompiler(Compiler):
         # attribute (the renderer's byte_dot_target): the probe's bug needs a signed nibble made from unsigned bytes
         vnni = [t for f, t in (("avx_vnni", "avxvnni"), ("avx512_vnni", "avx512vnni")) if f in cpu.split()]
         self.byte_dot_target = ",".join(vnni) if "-mno-avxvnni" in extra else ""
+        # Ops.DP4A on int32 vectors as one vpdpbusd (VNNI): the compiler's builtin per lane count
+        widths = (4, 8, 16) if "avx512vnni" in vnni else (4, 8) if vnni else ()
+        clang = "clang" in "".join(version)
+        self.dp4a_builtins = {
+            n: f"__builtin_ia32_vpdpbusd{32 * n}" if clang else f"__builtin_ia32_vpdpbusd_v{n}si" for n in widths
+        }
         key = hashlib.sha256(repr((version, self.flags)).encode()).hexdigest()[:16]
         super().__init__(f"compile_cpu_{key}")
 
@@ -262,6 +268,7 @@ class CPUDevice(Compiled):
         renderer = ClangRenderer(self.threads, *simd_registers())
         renderer.has_threads = compiler.openmp and self.threads > 1
         renderer.byte_dot_target = compiler.byte_dot_target
+        renderer.dp4a_builtins = compiler.dp4a_builtins
         super().__init__(name, CPUAllocator(), renderer, compiler, CPUProgram)
 
     @property
