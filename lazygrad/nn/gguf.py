@@ -445,13 +445,21 @@ class QuantizedMatrix:
             self._views[dt] = self._flat(dt).reshape(*self._blocks, self.gt.block_bytes // dt.itemsize)
         return self._views[dt]
 
-    def dequantize(self) -> Tensor:
+    def dequantize(self, rows: tuple[Any, int] | None = None) -> Tensor:
+        """The float32 tensor; rows=(start, n): rows start..start + n - 1 of a matrix only, where start may be a bound
+        Variable (one compiled kernel then serves every row: an embedding lookup inside a TinyJit)."""
+        view: BlockView = self.view
+        shape = self.shape
+        if rows is not None:
+            start, n = rows
+            view = lambda dt: self.view(dt).shrink(((start, start + n), None, None))  # noqa: E731
+            shape = (n, *self.shape[1:])
         if self.gt.decode is not None:
-            return self.gt.decode(self.view).reshape(self.shape)
+            return self.gt.decode(view).reshape(shape)
         assert self.gt.parts is not None
-        d, m, codes = self.gt.parts(self.view)
+        d, m, codes = self.gt.parts(view)
         w = codes[0].cat(*codes[1:], dim=-1) * d
-        return (w if m is None else w + m).reshape(self.shape)
+        return (w if m is None else w + m).reshape(shape)
 
     def linear(self, x: Tensor) -> Tensor:
         """x (..., cols) @ self.T -> (..., rows), self 2-D. One row of x (decode) as llama.cpp computes it, with x

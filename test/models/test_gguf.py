@@ -426,6 +426,11 @@ def test_llama_of_mixed_k_quants_loads_both_ways(tmp_path):
     np.testing.assert_allclose(logits[1], logits[0], rtol=1e-4, atol=1e-4 * np.abs(logits[0]).max())
     embd = np_dequant("Q6_K", tensors[0][3], vocab * dim).reshape(vocab, dim)
     np.testing.assert_array_equal(model.embed_rows([3, 0]).numpy(), embd[[3, 0]])
+    # a decode step reads its row in place, at a bound variable's offset
+    for i in (3, 0, vocab - 1):
+        np.testing.assert_array_equal(model.embed_rows.row(model.token_var.bind(i)).numpy(), embd[[i]])
+    with pytest.raises(IndexError, match="outside the vocabulary"):
+        model([vocab], 3)
 
 
 @pytest.mark.parametrize("kind", K_QUANTS)
