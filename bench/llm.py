@@ -13,7 +13,8 @@ measured in alternating rounds (the best round of each): the 128-token prompt in
 tokens/s and as a fraction of the memory-bandwidth limit: a decode step reads every weight once, so the limit is the
 bandwidth a lazygrad sum over a 256 MB buffer reaches divided by the packed bytes of the weights. Last, each
 quantized matrix-vector product of a decode step alone (x's int8 quantization included): time, GB/s of its packed
-weight and the fraction of that bandwidth.
+weight and the fraction of that bandwidth (replayed alone, a weight that fits the last-level cache is read from there:
+the fraction may pass 1; in a decode step every weight comes from memory).
 
     python bench/llm.py --quantized    # the quantized tables only
 """
