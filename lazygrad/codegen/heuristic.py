@@ -40,6 +40,13 @@ def hand_coded_optimizations(k: Kernel) -> Kernel:
         # 850 us as a loop, 2.2 ms upcast
         _thread(k, len(loads))
         return k
+    if k.axes_of(AxisType.REDUCE) and any(u.op is Ops.DP4A for u in k.ast.toposort):
+        # int8 dot products as vpdpbusd: the reduce's innermost axis (a block's words) becomes the lanes of one
+        # instruction, the loop over blocks keeps float vector accumulators (one horizontal sum per output, not per
+        # block); each lane is four byte products, so a quarter of the usual iterations is worth a thread
+        _unroll(k, (4,))
+        _thread(k, 4 * len(loads))
+        return k
     vec = _vector_width(k, stores)
     reduce_axes = k.axes_of(AxisType.REDUCE)
     in_reduce = [i for i, inside in loads if inside]

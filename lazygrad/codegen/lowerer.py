@@ -713,8 +713,10 @@ def _vec_alu(ctx: At, x: UOp) -> UOp:
     srcs = [ctx.src(s) for s in x.src]
     # a vector op pays off unless every source is one value broadcast (then one scalar op does the work)
     real = any(s.op is not Ops.VECTORIZE or len(set(s.src)) > 1 for s in srcs)
-    if real and lw.k.renderer.vector_op_ok(x.op, x.dtype, [s.dtype.scalar for s in srcs]):  # type: ignore[attr-defined]
-        return UOp(x.op, x.dtype.vec(lw.width), tuple(srcs), x.arg)
+    # asked with the vector dtype: an op may be one instruction at some widths only (DP4A)
+    vec = x.dtype.vec(lw.width)
+    if real and lw.k.renderer.vector_op_ok(x.op, vec, [s.dtype.scalar for s in srcs]):  # type: ignore[attr-defined]
+        return UOp(x.op, vec, tuple(srcs), x.arg)
     per_lane = zip(*[lw.lanes(s) for s in srcs])
     return UOp(Ops.VECTORIZE, x.dtype.vec(lw.width), tuple(UOp(x.op, x.dtype, ls, x.arg) for ls in per_lane))
 

@@ -42,6 +42,9 @@ class Renderer:
     tensor_cores: tuple = ()
     wide_load_bytes: int = 0  # bytes one thread moves in one load when a workgroup copies a tile (STAGE); 0: an element
     computes: bool = True  # False: a storage-only device (DISK), whose tensors are copied, never computed on
+    # Ops.DP4A on int32 vectors of these lane counts is one instruction (lane count -> how the renderer spells it);
+    # elsewhere it is computed lane by lane, four scalar products each
+    dp4a_builtins: dict[int, str] = {}
 
     def dtype_unsupported(self, dtype: DType) -> str | None:
         """Why this target cannot compute with `dtype`, or None when it can."""

@@ -491,6 +491,15 @@ def _c_cast(ctx: AluCtx, x: UOp) -> str:
     return f"(({ctx.r.render_dtype(x.dtype)}){ctx.a[0]})"
 
 
+def _c_dp4a(ctx: AluCtx, x: UOp) -> str:
+    """Byte k of a (unsigned) times byte k of b (sign-extended by shifting it to the top), summed in unsigned
+    arithmetic so that the add to c wraps as the IR says."""
+    u32, i32 = ctx.r.render_dtype(dtypes.uint32), ctx.r.render_dtype(dtypes.int32)
+    a, b, c = (f"(({u32}){v})" for v in ctx.a)
+    terms = [f"(({i32})(({a}>>{8 * k})&255u))*((({i32})({b}<<{24 - 8 * k}))>>24)" for k in range(4)]
+    return f"(({i32})({c}+({u32})({'+'.join(terms)})))"
+
+
 MATH_FNS = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.SQRT: "sqrt", Ops.TRUNC: "trunc"}
 
 # the spelling of each ALU op in C, every dialect's fallback
@@ -514,6 +523,7 @@ C_PLAIN_ALU = PatternMatcher(
         (UPat(Ops.RECIP, name="x"), lambda ctx, x: f"(1/{ctx.a[0]})"),
         (UPat(Ops.WHERE, name="x"), lambda ctx, x: f"({ctx.a[0]}?{ctx.a[1]}:{ctx.a[2]})"),
         (UPat(Ops.MULACC, name="x"), lambda ctx, x: f"(({ctx.a[0]}*{ctx.a[1]})+{ctx.a[2]})"),
+        (UPat(Ops.DP4A, name="x"), _c_dp4a),
         (UPat(Ops.POW, name="x"), _c_pow),
         (UPat(tuple(MATH_FNS), name="x"), lambda ctx, x: ctx.r.math_fn(MATH_FNS[x.op], ctx.a[0], x.dtype)),
         (UPat(Ops.CAST, name="x"), _c_cast),
@@ -614,6 +624,7 @@ def _vector_cast(ctx: AluCtx, x: UOp) -> str | None:
 
 VECTOR_ALU = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.NEG, Ops.MAX, Ops.MULACC, Ops.CAST})
 VECTOR_FLOAT_ALU = frozenset({Ops.FDIV, Ops.RECIP})
+BITWISE = frozenset({Ops.AND, Ops.OR, Ops.XOR})  # lane-wise as C spells them, on integer vectors
 
 
 def _one_select_of_vectors(ctx: RenderCtx, u: UOp) -> str | None:
@@ -718,6 +729,15 @@ class ClangRenderer(CStyleLanguage):
                     UPat(Ops.MAX, name="x"),
                     lambda ctx, x: f"LG_VMAX({ctx.a[0]},{ctx.a[1]})" if x.dtype.count > 1 else None,
                 ),
+                # the accumulator first, then the unsigned bytes, then the signed ones
+                (
+                    UPat(Ops.DP4A, name="x"),
+                    lambda ctx, x: (
+                        f"{ctx.r.dp4a_builtins[x.dtype.count]}({ctx.a[2]},{ctx.a[0]},{ctx.a[1]})"
+                        if x.dtype.count > 1
+                        else None
+                    ),
+                ),
             ]
         )
         + C_PLAIN_ALU
@@ -731,7 +751,13 @@ class ClangRenderer(CStyleLanguage):
             return False
         if op is Ops.EXP2:
             return dt.scalar == dtypes.float32
-        return op in VECTOR_ALU or (op in VECTOR_FLOAT_ALU and dtypes.is_float(dt))
+        if op is Ops.DP4A:
+            return dt.count in self.dp4a_builtins
+        return (
+            op in VECTOR_ALU
+            or (op in VECTOR_FLOAT_ALU and dtypes.is_float(dt))
+            or (op in BITWISE and dtypes.is_int(dt))
+        )
 
     # *** vector spelling ***
 
@@ -793,7 +819,8 @@ class ClangRenderer(CStyleLanguage):
         vec = (C_VECTOR_PRELUDE + "".join(decls)) if decls else ""
         if any(u.op is Ops.POW and not dtypes.is_float(u.dtype) for u in uops):
             vec += IPOW_HELPER.format(qual="static inline ", u64="unsigned long long")
-        targets = [self.byte_dot_target] if self.byte_dot_target and _byte_products_only(uops) else []
+        vnni = _byte_products_only(uops) or any(u.op is Ops.DP4A and u.dtype.count > 1 for u in uops)
+        targets = [self.byte_dot_target] if self.byte_dot_target and vnni else []
         targets += [self.lane_select_target] if self.lane_select_target and _lanes_selected(uops) else []
         target = f'__attribute__((target("{",".join(targets)}"))) ' if targets else ""
         return f"{self.prelude}{vec}{target}{self.kernel_prefix}{name}({', '.join(params)}) {{\n{body}\n}}\n"

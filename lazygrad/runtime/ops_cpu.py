@@ -156,6 +156,12 @@ class ClangCompiler(Compiler):
             lanes = diskcache_put("cpu_lane_select_v2", probe_key, self._lane_select_workaround())
         self.lane_select_target, more_flags = lanes
         self.flags += more_flags
+        # Ops.DP4A on int32 vectors as one vpdpbusd (VNNI): the compiler's builtin per lane count
+        widths = (4, 8, 16) if "avx512vnni" in vnni else (4, 8) if vnni else ()
+        clang = "clang" in "".join(version)
+        self.dp4a_builtins = {
+            n: f"__builtin_ia32_vpdpbusd{32 * n}" if clang else f"__builtin_ia32_vpdpbusd_v{n}si" for n in widths
+        }
         key = hashlib.sha256(repr((version, self.flags)).encode()).hexdigest()[:16]
         super().__init__(f"compile_cpu_{key}")
 
@@ -301,6 +307,7 @@ class CPUDevice(Compiled):
         renderer.has_threads = compiler.openmp and self.threads > 1
         renderer.byte_dot_target = compiler.byte_dot_target
         renderer.lane_select_target = compiler.lane_select_target
+        renderer.dp4a_builtins = compiler.dp4a_builtins
         super().__init__(name, CPUAllocator(), renderer, compiler, CPUProgram)
 
     @property

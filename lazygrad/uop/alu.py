@@ -83,6 +83,8 @@ FLOAT_ALU = {
     Ops.POW: "powf(a, b)",
     Ops.MULACC: "a * b + c",
 }
+# a's bytes unsigned, b's signed (x ^ 128) - 128
+_DP4A = "c + " + " + ".join(f"(a >> {8 * k} & 255) * (((b >> {8 * k} & 255) ^ 128) - 128)" for k in range(4))
 # before wrapping to the dtype (`bits` is the dtype's width)
 INT_ALU = {
     Ops.NEG: "-a",
@@ -101,6 +103,7 @@ INT_ALU = {
     Ops.SHR: "a >> b if 0 <= b < {bits} else -(a < 0)",
     Ops.POW: "ipow(a, b, {bits})",
     Ops.MULACC: "a * b + c",
+    Ops.DP4A: _DP4A,
 }
 BOOL_ALU = {
     Ops.NEG: "not a",

@@ -66,6 +66,9 @@ class Ops(Enum):
     # ternary ALU
     WHERE = auto()
     MULACC = auto()
+    # c + the dot product of a's four bytes (unsigned) with b's (signed), all int32: x86's vpdpbusd lane, an int8
+    # matmul's step (four products per lane, exact in int32)
+    DP4A = auto()
     # kernel AST
     SINK = auto()
     VIEW = auto()
@@ -104,7 +107,7 @@ class GroupOp:
         {Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.IDIV, Ops.MOD, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ}
         | {Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR, Ops.POW}
     )
-    Ternary = frozenset({Ops.WHERE, Ops.MULACC})
+    Ternary = frozenset({Ops.WHERE, Ops.MULACC, Ops.DP4A})
     ALU = Unary | Binary | Ternary
     Elementwise = ALU | {Ops.CAST, Ops.BITCAST}
     Movement = frozenset({Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP})

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from lazygrad import GlobalCounters, Tensor
+from lazygrad.device import Device
 from lazygrad.helpers import prod
 from lazygrad.nn.gguf import GGML_TYPES, GGUFError, QuantizedMatrix, gguf_load, gguf_quantized, gguf_read_header
 
@@ -243,9 +244,21 @@ def np_linear_int8(kind: str, raw: bytes, shape: tuple[int, int], x: np.ndarray)
     return out.sum(1)
 
 
+@pytest.fixture(params=["dp4a", "bytes"])
+def int8_path(request, monkeypatch):
+    """Both forms of the int8 matvec where this CPU has DP4A: with it, and with the renderer's builtins taken away
+    (the byte loop other CPUs get)."""
+    renderer = Device[Device.DEFAULT].renderer
+    if request.param == "bytes":
+        monkeypatch.setattr(renderer, "dp4a_builtins", {})
+    elif not renderer.dp4a_builtins:
+        pytest.skip("this device has no DP4A vector instruction")
+    return request.param
+
+
 @pytest.mark.parametrize("kind", ["Q4_0", "Q4_1", "Q8_0", "Q4_K"])
 @pytest.mark.parametrize("rows,cols", [(7, 96), (96, 576), (1, 32), (33, 64)])
-def test_quantized_linear_int8_is_llama_cpp_arithmetic(tmp_path, kind, rows, cols):
+def test_quantized_linear_int8_is_llama_cpp_arithmetic(tmp_path, kind, rows, cols, int8_path):
     # one row of x (a decode step): x quantized to int8, integer dot products per block
     cols = cols * 8 if kind == "Q4_K" else cols  # whole super-blocks of 256
     raw = random_data(kind, rows * cols, np.random.default_rng(0))
@@ -261,9 +274,11 @@ def test_quantized_linear_int8_is_llama_cpp_arithmetic(tmp_path, kind, rows, col
     GlobalCounters.reset()
     out = q.linear(x.reshape(1, cols)).realize()
     # x's block maxima and sums, x's codes, the scaled dot product of every block, each row's sum (a matrix of one
-    # (super-)block: x's maxima and sums may take a kernel each); no float32 weight
+    # (super-)block: x's maxima and sums may take a kernel each); no float32 weight. Through DP4A words the dot
+    # products and the row sums are one kernel
     one_block = rows * cols == GGML[kind][1]
-    assert GlobalCounters.kernel_count == 4 or one_block and GlobalCounters.kernel_count == 5
+    kernels = 3 if int8_path == "dp4a" and q.gt.word_parts is not None else 4
+    assert GlobalCounters.kernel_count == kernels or one_block and GlobalCounters.kernel_count == kernels + 1
     packed = rows * cols // GGML[kind][1] * GGML[kind][2]
     assert GlobalCounters.global_mem <= 2 * packed + rows * cols // 4 + 16 * cols + 8 * rows
     ref = np_linear_int8(kind, raw, (rows, cols), x_np)
@@ -411,6 +426,11 @@ def test_llama_of_mixed_k_quants_loads_both_ways(tmp_path):
     np.testing.assert_allclose(logits[1], logits[0], rtol=1e-4, atol=1e-4 * np.abs(logits[0]).max())
     embd = np_dequant("Q6_K", tensors[0][3], vocab * dim).reshape(vocab, dim)
     np.testing.assert_array_equal(model.embed_rows([3, 0]).numpy(), embd[[3, 0]])
+    # a decode step reads its row in place, at a bound variable's offset
+    for i in (3, 0, vocab - 1):
+        np.testing.assert_array_equal(model.embed_rows.row(model.token_var.bind(i)).numpy(), embd[[i]])
+    with pytest.raises(IndexError, match="outside the vocabulary"):
+        model([vocab], 3)
 
 
 @pytest.mark.parametrize("kind", K_QUANTS)

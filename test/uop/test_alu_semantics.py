@@ -208,3 +208,25 @@ def test_float_to_int_cast_in_range() -> None:
         assert ref == torch.tensor(vals).to(getattr(torch, dt.name)).tolist()
         for device in DEVICES:
             assert Tensor(np.array(vals, np.float32), device=device).realize().cast(dt).numpy().tolist() == ref
+
+
+def _dp4a_reference(a: list[int], b: list[int], c: list[int]) -> list[int]:
+    """torch: a's bytes unsigned, b's signed, the products summed into c, wrapped to int32."""
+    bytes_of = lambda v, dt: torch.tensor(v, dtype=torch.int32).view(torch.uint8).view(dt).reshape(-1, 4).long()
+    dot = (bytes_of(a, torch.uint8) * bytes_of(b, torch.int8)).sum(-1)
+    return ((dot + torch.tensor(c).long() + 2**31) % 2**32 - 2**31).tolist()
+
+
+@pytest.mark.parametrize("n", [1, 7, 64])
+def test_dp4a_semantics(n: int) -> None:
+    # DP4A on int32 only: c + the dot product of a's four bytes (unsigned) and b's (signed); n elements, so that
+    # the CPU computes whole vectors (vpdpbusd where the CPU has VNNI) and a scalar tail
+    lo, hi = dtypes.min(dtypes.int32), dtypes.max(dtypes.int32)
+    special = [0, 1, -1, lo, hi, 0x7F7F7F7F, -0x7F7F7F80, 0x01FF80FF, 0x0F0F0F0F, -0x0F0F0F10]
+    rng = np.random.default_rng(n)
+    a, b, c = ([int(v) for v in rng.choice(special + list(rng.integers(lo, hi, 8)), n)] for _ in range(3))
+    c[0] = hi  # the sum wraps
+    want = _dp4a_reference(a, b, c)
+    assert by_folding(Ops.DP4A, dtypes.int32, [a, b, c]) == want
+    for device in DEVICES:
+        assert on_device(Ops.DP4A, dtypes.int32, [a, b, c], device) == want, device
