@@ -1,0 +1,55 @@
+"""The default opts' register tile on a CPU with 32 AVX-512-sized registers: its shape, and the kernel it makes
+computing what torch does."""
+
+import numpy as np
+import pytest
+import torch
+
+from lazygrad import Device, Tensor
+from lazygrad.codegen import get_program
+from lazygrad.codegen.heuristic import hand_coded_optimizations
+from lazygrad.codegen.kernel import AxisType, Kernel
+from lazygrad.device import Buffer
+from lazygrad.engine.realize import CompiledRunner, ExecItem
+from lazygrad.renderer.cstyle import ClangRenderer
+
+
+def _tile(t: Tensor) -> tuple[Kernel, np.ndarray]:
+    """The heuristic's kernel for the one kernel computing `t` on a 64-byte, 32-register CPU, and its result when
+    compiled with those opts and run here."""
+    (si,) = t.schedule()
+    k = Kernel(si.ast, ClangRenderer(threads=1, vector_bytes=64, vector_registers=32))
+    k.merge_axes()
+    hand_coded_optimizations(k)
+    out = Buffer("CPU", si.bufs[0].size, si.bufs[0].dtype)
+    spec = get_program(si.ast, Device["CPU"].renderer, list(k.applied_opts))
+    ExecItem(CompiledRunner("CPU", spec), [out, *si.bufs[1:]]).run()
+    return k, np.frombuffer(out.as_bytes(), dtype=np.float32).reshape(t.shape)
+
+
+def _upcasts(k: Kernel) -> list[int]:
+    return [s for s, t in zip(k.full_shape, k.axis_types) if t is AxisType.UPCAST]
+
+
+def _rand(*shape: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal(shape, dtype=np.float32)
+
+
+def test_matmul_tile_is_rows_of_two_vectors():
+    """Plain vector loads: 8 rows, each meeting 2 vectors of the right-hand side (16 accumulators)."""
+    a, b = _rand(64, 96), _rand(96, 64, seed=1)
+    k, got = _tile(Tensor(a).realize() @ Tensor(b).realize())
+    assert sorted(_upcasts(k)) == [2, 8, 16]
+    np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("size", [16, 32])
+def test_padded_conv_tile_is_one_gathered_vector_for_16_rows(size: int):
+    """The shifted window's lanes are gathered one by one at the padding: one vector of them serves 16 output
+    channels, and the window's row is unrolled (its three shifted vectors share their loads)."""
+    x, w = _rand(2, 8, size, size), _rand(32, 8, 3, 3, seed=1)
+    k, got = _tile(Tensor(x).realize().conv2d(Tensor(w).realize(), padding=1))
+    assert sorted(_upcasts(k)) == [16, 16]
+    assert [s for s, t in zip(k.full_shape, k.axis_types) if t is AxisType.UNROLL] == [3]
+    ref = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w), padding=1).numpy()
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
