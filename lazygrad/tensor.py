@@ -232,6 +232,13 @@ def _np_to_dtype(np_dtype: Any) -> DType:
         raise TypeError(f"numpy dtype {np_dtype} has no lazygrad equivalent") from None
 
 
+def _under_reshapes(u: UOp) -> UOp:
+    """The node `u` reshapes (`u` itself if it is no reshape): reshapes keep the row-major order."""
+    while u.op is Ops.RESHAPE:
+        u = u.src[0]
+    return u
+
+
 def _axes(axis: int | Sequence[int] | None, ndim: int) -> tuple[int, ...]:
     if axis is None:
         return tuple(range(ndim))
@@ -853,10 +860,7 @@ class Tensor(metaclass=_TensorType):
 
     def _under_reshapes(self) -> UOp:
         """The node this tensor reshapes (itself if it is no reshape): reshapes keep the row-major order."""
-        u = self.uop
-        while u.op is Ops.RESHAPE:
-            u = u.src[0]
-        return u
+        return _under_reshapes(self.uop)
 
     def _plain_buffer(self) -> Buffer | None:
         u = self._under_reshapes()
@@ -3102,14 +3106,17 @@ class Tensor(metaclass=_TensorType):
         )
 
     def _matmul_panel(self, w: Tensor) -> int:
-        """The device's panel width for `self @ w` (see Renderer.matmul_panel), for a 2-d float `w` stored row-major
-        in a buffer of its own (a view, such as a transposed weight, already has its own layout)."""
-        if w.ndim != 2 or self.ndim < 2 or not dtypes.is_float(w.dtype) or w._plain_buffer() is None:
+        """The device's panel width for `self @ w` (see Renderer.matmul_panel), for a 2-d float `w` stored in a
+        buffer of its own, row-major or transposed (`x @ weight.T`, a linear layer); other views keep their layout."""
+        if w.ndim != 2 or self.ndim < 2 or not dtypes.is_float(w.dtype):
             return 0
         if self.device != w.device or self.dtype != w.dtype:
             return 0
+        transposed = w.uop.op is Ops.PERMUTE and _under_reshapes(w.uop.src[0]).op is Ops.BUFFER
+        if not transposed and w._plain_buffer() is None:
+            return 0
         m, (k, n) = prod(self.shape[:-1]), w.shape
-        return Device[w.device].renderer.matmul_panel(m, n, k, w.dtype.itemsize)
+        return Device[w.device].renderer.matmul_panel(m, n, k, w.dtype.itemsize, transposed)
 
     def _panel_dot(self, w: Tensor, panel: int) -> Tensor:
         k, n = w.shape
