@@ -249,6 +249,14 @@ def simd_registers() -> tuple[int, int]:
     return (32, 16) if "avx2" in flags or "avx" in flags else (16, 16)
 
 
+def masked_load_lanes() -> tuple[int, ...]:
+    """float32 lanes of the vectors -march=native code may load under a mask of lanes (ClangRenderer.masked_load)."""
+    flags = set(_cpu_flags().split())
+    if "avx512f" not in flags:
+        return ()
+    return (16, 8) if "avx512vl" in flags else (16,)
+
+
 class CPUDevice(Compiled):
     def __init__(self, name: str):
         # every CPU device (CPU, CPU:1, ...) gets all THREADS, even where a schedule runs several of them at once
@@ -262,6 +270,7 @@ class CPUDevice(Compiled):
         renderer = ClangRenderer(self.threads, *simd_registers())
         renderer.has_threads = compiler.openmp and self.threads > 1
         renderer.byte_dot_target = compiler.byte_dot_target
+        renderer.masked_load_lanes = masked_load_lanes()
         super().__init__(name, CPUAllocator(), renderer, compiler, CPUProgram)
 
     @property

@@ -10,7 +10,7 @@ from lazygrad.codegen import get_program
 from lazygrad.codegen.heuristic import hand_coded_optimizations
 from lazygrad.codegen.kernel import AxisType, Kernel
 from lazygrad.device import Buffer
-from lazygrad.engine.realize import CompiledRunner, ExecItem
+from lazygrad.engine.realize import CompiledRunner, ExecItem, run_schedule
 from lazygrad.renderer.cstyle import ClangRenderer
 
 
@@ -53,3 +53,19 @@ def test_padded_conv_tile_is_one_gathered_vector_for_16_rows(size: int):
     assert [s for s, t in zip(k.full_shape, k.axis_types) if t is AxisType.UNROLL] == [3]
     ref = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w), padding=1).numpy()
     np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("size,stride", [(16, 1), (17, 1), (8, 1), (16, 2)])
+def test_padded_window_loads_its_edge_lanes_under_a_mask(size: int, stride: int):
+    """Where the CPU loads under a mask of lanes (AVX-512), the lanes of a shifted window that fall in the padding are
+    masked off instead of gathered one by one: at the first and last element of the input too, where the vector's
+    address lies outside the buffer. The result is torch's either way."""
+    x, w = _rand(1, 2, size, size), _rand(16, 2, 3, 3, seed=1)
+    out = Tensor(x).realize().conv2d(Tensor(w).realize(), padding=1, stride=stride)
+    (si,) = sched = out.schedule()
+    src = get_program(si.ast, Device["CPU"].renderer).src
+    run_schedule(sched)
+    lanes = Device["CPU"].renderer.masked_load_lanes
+    assert ("_mask((const void*)" in src) == (stride == 1 and size in lanes)
+    ref = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w), padding=1, stride=stride).numpy()
+    np.testing.assert_allclose(out.numpy(), ref, rtol=1e-4, atol=1e-4)
