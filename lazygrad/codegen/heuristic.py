@@ -64,16 +64,18 @@ def hand_coded_optimizations(k: Kernel) -> Kernel:
         # matrix whose stride is a multiple of 4 KB land in one L1 set (16 rows of a 1024-wide matmul ran at 85
         # GFLOPS here, 8 rows at 193). Another quarter holds a second vector per row where an axis reuses each
         # broadcast value: the fewest loads per multiply-add (2048^2 matmul on one core: 8 rows x 2 vectors 240
-        # GFLOPS, 8 x 1 105-150). Lanes that are gathered one by one (a padded conv's shifted window) cost a load
-        # each instead: then one gathered vector serves twice the rows (conv 64->64 3x3 on one core: 16 x 1 192
-        # GFLOPS, 8 x 2 173, 8 x 1 150)
+        # GFLOPS, 8 x 1 105-150). Lanes that are gathered one by one (a padded conv's shifted window, without masked
+        # loads) cost a load each instead: then one gathered vector serves twice the rows (conv 64->64 3x3 on one
+        # core: 16 x 1 192 GFLOPS, 8 x 2 173, 8 x 1 150; with masked loads 8 x 2 images 216, 16 x 1 175)
         rows = max(2, k.renderer.vector_registers // 4) if vec > 1 else 4
-        cols_axis, body = None, TILE_EXPANDED
+        cols_axis, own = None, [i for i in in_reduce if i not in shared]
+        # the taps of a padded window, unrolled, share most of their loads: worth a bigger loop body
+        body = 2 * TILE_EXPANDED if reduce_axes and _gathered(k, own, reduce_axes[-1], 1) else TILE_EXPANDED
         # (measured on a CPU only: a GPU thread's tile stays as it was)
         cpu_tile = first is not None and not k.renderer.has_local
-        gathered = cpu_tile and _gathered(k, [i for i in in_reduce if i not in shared], first)
+        gathered = cpu_tile and vec > 1 and _gathered(k, own, first, vec)
         if gathered:
-            rows, body = rows * 2, 2 * TILE_EXPANDED
+            rows = rows * 2
         elif cpu_tile:
             cols_axis = next((a for a in ranked[1:] if all(step[i][a] == 0 for i in shared)), None)
         if first is not None:
@@ -144,11 +146,15 @@ def _step(k: Kernel, view: int, axis: int) -> int | None:
     return step.arg if step.op is Ops.CONST else None
 
 
-def _gathered(k: Kernel, views: list[int], axis: int) -> bool:
-    """Whether some of `views` has a mask that changes along `axis`: its lanes along it are loaded one by one."""
+def _gathered(k: Kernel, views: list[int], axis: int, lanes: int) -> bool:
+    """Whether some of `views` has a mask that changes along `axis`, so that a vector of `lanes` along it is loaded
+    lane by lane: where the renderer has no masked load for it (with lanes=1: whether the mask changes at all)."""
+    dtype_of = {x.src[1]: x.dtype for x in k.ast.toposort if x.op is Ops.LOAD}
     for v in views:
         st = k.sts[v]
         if st.shape[axis] == 1 or not any(view.mask is not None for view in st.views):
+            continue
+        if lanes > 1 and k.renderer.masked_load(dtype_of[k.views[v]].vec(lanes)):
             continue
         # every axis anywhere in its range: at one fixed point the window may lie in the padding altogether
         at = [UOp.variable(f"probe_{a}", 0, s - 1) for a, s in enumerate(st.shape)]

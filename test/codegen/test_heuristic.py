@@ -14,11 +14,13 @@ from lazygrad.engine.realize import CompiledRunner, ExecItem, run_schedule
 from lazygrad.renderer.cstyle import ClangRenderer
 
 
-def _tile(t: Tensor) -> tuple[Kernel, np.ndarray]:
+def _tile(t: Tensor, masked_load_lanes: tuple[int, ...] = ()) -> tuple[Kernel, np.ndarray]:
     """The heuristic's kernel for the one kernel computing `t` on a 64-byte, 32-register CPU, and its result when
     compiled with those opts and run here."""
     (si,) = t.schedule()
-    k = Kernel(si.ast, ClangRenderer(threads=1, vector_bytes=64, vector_registers=32))
+    renderer = ClangRenderer(threads=1, vector_bytes=64, vector_registers=32)
+    renderer.masked_load_lanes = masked_load_lanes
+    k = Kernel(si.ast, renderer)
     k.merge_axes()
     hand_coded_optimizations(k)
     out = Buffer("CPU", si.bufs[0].size, si.bufs[0].dtype)
@@ -44,12 +46,14 @@ def test_matmul_tile_is_rows_of_two_vectors():
 
 
 @pytest.mark.parametrize("size", [16, 32])
-def test_padded_conv_tile_is_one_gathered_vector_for_16_rows(size: int):
-    """The shifted window's lanes are gathered one by one at the padding: one vector of them serves 16 output
-    channels, and the window's row is unrolled (its three shifted vectors share their loads)."""
+@pytest.mark.parametrize("masked", [False, True])
+def test_padded_conv_tile(size: int, masked: bool):
+    """Without masked loads the shifted window's lanes are gathered one by one at the padding: one vector of them
+    serves 16 output channels. With them, 8 output channels meet the vectors of 2 images. Either way the window's
+    row is unrolled (its three shifted vectors share their loads)."""
     x, w = _rand(2, 8, size, size), _rand(32, 8, 3, 3, seed=1)
-    k, got = _tile(Tensor(x).realize().conv2d(Tensor(w).realize(), padding=1))
-    assert sorted(_upcasts(k)) == [16, 16]
+    k, got = _tile(Tensor(x).realize().conv2d(Tensor(w).realize(), padding=1), (16,) if masked else ())
+    assert sorted(_upcasts(k)) == ([2, 8, 16] if masked else [16, 16])
     assert [s for s, t in zip(k.full_shape, k.axis_types) if t is AxisType.UNROLL] == [3]
     ref = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w), padding=1).numpy()
     np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
