@@ -22,6 +22,8 @@ THREAD_MIN_WORK = getenv("THREAD_MIN_WORK", 1 << 17)
 # expanded values of a register tile with its unrolled reduce, lanes of a vector counted each (512: 32 AVX-512
 # vectors); a gathered conv window gets twice, its unrolled taps share their loads
 TILE_EXPANDED = 512
+# expanded values times the loads inside the reduce: past this an unrolled register tile's body only grows
+BODY_LOADS = 2048
 VECTOR_BYTES = getenv("VECTOR_BYTES", 0)  # 0: one of the machine's vector registers (the renderer knows)
 
 
@@ -91,9 +93,11 @@ def hand_coded_optimizations(k: Kernel) -> Kernel:
             _upcast(k, second, tuple(r for r in (rows, rows // 2, 4, 2) if r >= 2))
             if third is not None:
                 _upcast(k, _renumbered(k, third, second, n_axes), (2,))
-        # 3: a conv's window row; its three shifted input vectors share most of their loads
+        # 3: a conv's window row; its three shifted input vectors share most of their loads. A body that loads many
+        # inputs already is long enough (a conv's input gradient with its 9 taps inside the channel sum: 8 x 2
+        # vectors of 8 alone 347 us, unrolled by 4 632 us)
         if not (reduce_lanes and _unroll(k, (vec, 8, 4))):
-            _unroll(k, (4, 3, 2), body)
+            _unroll(k, (4, 3, 2), min(body, BODY_LOADS // max(1, len(in_reduce))))
     elif reduce_axes:
         last = reduce_axes[-1]
         if vec > 1 and any(step[i][last] == 1 for i in in_reduce) and _unroll(k, (vec,)):
