@@ -3155,6 +3155,8 @@ class Tensor(metaclass=_TensorType):
         dims zero-padded (before, after) first, whose gradient then only computes the unpadded positions."""
         if pads is not None and any(p != (0, 0) for p in pads):
             windows = self._spatial_pad(pads)._pool(kernel, stride, dilation)
+            if any(lo < 0 or hi < 0 for lo, hi in pads):  # a negative pad crops: the padded input's gradient pads
+                return windows
             if prod(kernel) <= _WINDOW_GRAD_TERMS:
                 from lazygrad.gradient import define_gradient
 
@@ -3790,6 +3792,11 @@ def _window_grad(
     input before it was padded)."""
     factors = _summed_products(g)
     nk = len(k_)
+    if factors is not None:
+        # the product is masked by the shifted factor's zeros: one factor at least is shifted (both are the same at
+        # every window position where the output gradient is a broadcast constant, as of a sum's backward)
+        moves = [_moves(f, nk) for f in factors]
+        moving = list(zip(factors, (moves[0] or not moves[1], moves[1])))
     total: Tensor | None = None
     for ks in itertools.product(*[range(k) for k in k_]):
         if factors is None:
@@ -3800,9 +3807,7 @@ def _window_grad(
             # shifted), and the taps are summed inside that one reduce: one kernel, not g stored at k_ times the
             # input's size and shifted copies of it summed (digits CNN training step, batch 64: 18.6 -> 13.1 MB
             # moved, 56 -> 52 kernels, their time as before; a shifted product was masked lane by lane, 2x slower)
-            x, y = (
-                _tap(f, ks, i_, o_, s_, d_, crop) if _moves(f, nk) else _tap_broadcast(f, ks, i_, crop) for f in factors
-            )
+            x, y = (_tap(f, ks, i_, o_, s_, d_, crop) if m else _tap_broadcast(f, ks, i_, crop) for f, m in moving)
             t = x * y
         total = t if total is None else total + t
     assert total is not None

@@ -135,6 +135,28 @@ def test_conv2d(cfg: dict, bias: bool) -> None:
     check(lambda *a: a[0].conv2d(*a[1:], **kw), lambda *a: F.conv2d(*a, **kw), specs, atol=1e-4)
 
 
+@pytest.mark.parametrize("padding", [1, 2, (1, 0)])
+def test_conv2d_gradient_of_a_sum(padding) -> None:
+    # a sum's backward is a broadcast constant: then both factors of the window gradient (output gradient and weight)
+    # are the same at every window position, and the input's edges still get fewer taps
+    check(
+        lambda x, w: x.conv2d(w, padding=padding).sum(),
+        lambda x, w: F.conv2d(x, w, padding=padding).sum(),
+        [(2, 3, 6, 7), (4, 3, 3, 3)],
+        atol=1e-4,
+    )
+
+
+def test_conv2d_negative_padding_crops() -> None:
+    # torch takes no negative padding: compared with a conv of the cropped input
+    check(
+        lambda x, w: x.conv2d(w, padding=(-1, 0, -1, 0)),
+        lambda x, w: F.conv2d(x[:, :, 1:, 1:], w, padding=(0, 0)),
+        [(1, 2, 8, 9), (3, 2, 3, 3)],
+        atol=1e-4,
+    )
+
+
 def test_zero_size_batches() -> None:
     check(lambda x, w: x.conv2d(w), lambda x, w: F.conv2d(x, w), [(0, 3, 5, 5), (4, 3, 3, 3)])
     check(lambda x, w, b: x.linear(w, b), F.linear, [(0, 5), (3, 5), (3,)])
@@ -159,8 +181,12 @@ def test_conv2d_input_gradient_is_one_reduce_over_the_shifted_taps() -> None:
 
 
 def test_conv2d_prime_sizes() -> None:
-    check(lambda x, w: x.conv2d(w, padding=2), lambda x, w: F.conv2d(x, w, padding=2), [(1, 2, 13, 11), (5, 2, 7, 5)],
-          atol=1e-4)
+    check(
+        lambda x, w: x.conv2d(w, padding=2),
+        lambda x, w: F.conv2d(x, w, padding=2),
+        [(1, 2, 13, 11), (5, 2, 7, 5)],
+        atol=1e-4,
+    )
 
 
 def test_conv2d_non_contiguous_input() -> None:
