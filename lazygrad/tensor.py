@@ -3816,6 +3816,8 @@ def _window_grad(
 
 def _moves(g: Tensor, nk: int) -> bool:
     """Whether g (..., *o_, *k_) may differ between window positions: not a broadcast along them (a conv's weight)."""
+    if not all(isinstance(s, int) for s in g.shape):
+        return True  # a symbolic size: shifting is right either way
     chain, u = [], g.uop
     while u.op in GroupOp.Movement:
         chain.append(u)
