@@ -1,9 +1,10 @@
 """Hand-written default optimizations: cheap rules that are right for most kernels (BEAM searches the rest).
 
 The rules, in order: a kernel whose reduce input is reused along an output axis (matmul, conv) gets a register
-tile (upcast two output axes, unroll the reduce); a reduce over a unit-stride axis is unrolled by the vector width
-(vector accumulators); otherwise the unit-stride output axis is upcast by the vector width. Kernels with enough
-work are then shared out among the CPU cores along their outermost output axis.
+tile (upcast two output axes, vector lanes and rows, on a CPU a third for a second vector per row; unroll the
+reduce); a reduce over a unit-stride axis is unrolled by the vector width (vector accumulators); otherwise the
+unit-stride output axis is upcast by the vector width. Kernels with enough work are then shared out among the CPU
+cores along their outermost output axis.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ TINY = 64
 # kernels under this many iterations finish in about that time on one core
 THREAD_MIN_WORK = getenv("THREAD_MIN_WORK", 1 << 17)
 # expanded values of a register tile with its unrolled reduce, lanes of a vector counted each (512: 32 AVX-512
-# vectors); a gathered conv window gets twice, its unrolled taps share their loads
+# vectors); the taps of a padded window get twice, unrolled they share their loads
 TILE_EXPANDED = 512
 # expanded values times the loads inside the reduce: past this an unrolled register tile's body only grows
 BODY_LOADS = 2048
