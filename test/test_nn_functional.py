@@ -118,6 +118,7 @@ CONV2D = [
     dict(x=(2, 3, 7, 6), w=(4, 3, 3, 3), padding=1),
     dict(x=(1, 2, 9, 9), w=(3, 2, 3, 3), padding=(2, 1), stride=(2, 3)),
     dict(x=(1, 2, 11, 10), w=(2, 2, 3, 3), dilation=2),
+    dict(x=(2, 3, 12, 11), w=(4, 3, 3, 2), padding=(2, 1), stride=2, dilation=2),
     dict(x=(2, 4, 7, 7), w=(6, 2, 3, 3), groups=2, padding=1),
     dict(x=(1, 6, 5, 5), w=(6, 1, 3, 3), groups=6, stride=2, padding=1),
     dict(x=(1, 3, 6, 6), w=(2, 3, 3, 3), padding="same"),
@@ -134,6 +135,28 @@ def test_conv2d(cfg: dict, bias: bool) -> None:
     check(lambda *a: a[0].conv2d(*a[1:], **kw), lambda *a: F.conv2d(*a, **kw), specs, atol=1e-4)
 
 
+@pytest.mark.parametrize("padding", [1, 2, (1, 0)])
+def test_conv2d_gradient_of_a_sum(padding) -> None:
+    # a sum's backward is a broadcast constant: then both factors of the window gradient (output gradient and weight)
+    # are the same at every window position, and the input's edges still get fewer taps
+    check(
+        lambda x, w: x.conv2d(w, padding=padding).sum(),
+        lambda x, w: F.conv2d(x, w, padding=padding).sum(),
+        [(2, 3, 6, 7), (4, 3, 3, 3)],
+        atol=1e-4,
+    )
+
+
+def test_conv2d_negative_padding_crops() -> None:
+    # torch takes no negative padding: compared with a conv of the cropped input
+    check(
+        lambda x, w: x.conv2d(w, padding=(-1, 0, -1, 0)),
+        lambda x, w: F.conv2d(x[:, :, 1:, 1:], w, padding=(0, 0)),
+        [(1, 2, 8, 9), (3, 2, 3, 3)],
+        atol=1e-4,
+    )
+
+
 def test_zero_size_batches() -> None:
     check(lambda x, w: x.conv2d(w), lambda x, w: F.conv2d(x, w), [(0, 3, 5, 5), (4, 3, 3, 3)])
     check(lambda x, w, b: x.linear(w, b), F.linear, [(0, 5), (3, 5), (3,)])
@@ -141,26 +164,29 @@ def test_zero_size_batches() -> None:
     check(lambda x: x.max_pool2d(2), lambda x: F.max_pool2d(x, 2), [(0, 2, 4, 4)])
 
 
-def test_conv2d_input_gradient_is_one_reduce_and_one_gather() -> None:
-    # the window's gradient is stated directly (gradient.define_gradient): the sum over output channels (a reduce;
-    # the other is the forward conv, which square's derivative reads), then col2im as one elementwise kernel of 9
-    # shifted loads, not a reduce over the repeated input's copies
+def test_conv2d_input_gradient_is_one_reduce_over_the_shifted_taps() -> None:
+    # the window's gradient is stated directly (gradient.define_gradient): col2im's 9 shifted taps are summed inside
+    # the sum over output channels, one reduce kernel of 9 shifted loads of the output gradient and 9 of the weight
+    # (the other kernel is the forward conv, which square's derivative reads); no window gradient 9 times the
+    # input's size is stored, nor a reduce over the repeated input's copies
     from lazygrad.uop.ops import Ops
 
     x = Tensor(np.random.default_rng(0).standard_normal((4, 3, 9, 9)).astype(np.float32), requires_grad=True)
     w = Tensor(np.random.default_rng(1).standard_normal((5, 3, 3, 3)).astype(np.float32))
     x.conv2d(w, padding=1).square().sum().backward()
     sched = [si for si in x.grad.schedule() if si.ast.op is Ops.SINK]
-    reduces = [si for si in sched if any(u.op is Ops.REDUCE_AXIS for u in si.ast.toposort)]
-    assert len(reduces) == 2, [si.ast for si in reduces]
-    last = sched[-1].ast
-    assert not any(u.op is Ops.REDUCE_AXIS for u in last.toposort)
-    assert sum(u.op is Ops.LOAD for u in last.toposort) == 9
+    assert len(sched) == 2 and all(sum(u.op is Ops.REDUCE_AXIS for u in si.ast.toposort) == 1 for si in sched)
+    assert max(b.size for si in sched for b in si.bufs) == 4 * 5 * 9 * 9  # the forward conv's output
+    assert sum(u.op is Ops.LOAD for u in sched[-1].ast.toposort) == 18
 
 
 def test_conv2d_prime_sizes() -> None:
-    check(lambda x, w: x.conv2d(w, padding=2), lambda x, w: F.conv2d(x, w, padding=2), [(1, 2, 13, 11), (5, 2, 7, 5)],
-          atol=1e-4)
+    check(
+        lambda x, w: x.conv2d(w, padding=2),
+        lambda x, w: F.conv2d(x, w, padding=2),
+        [(1, 2, 13, 11), (5, 2, 7, 5)],
+        atol=1e-4,
+    )
 
 
 def test_conv2d_non_contiguous_input() -> None:

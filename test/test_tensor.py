@@ -473,6 +473,31 @@ def test_matmul_with_a_4kb_row_stride_reads_the_weight_in_panels():
     np.testing.assert_allclose(a.grad.numpy(), ta.grad.numpy(), rtol=1e-4, atol=1e-2)
 
 
+@pytest.mark.parametrize("m,n", [(256, 64), (300, 48), (255, 64), (256, 40)])
+def test_linear_reads_its_transposed_weight_in_panels(m: int, n: int):
+    """On the CPU `x @ weight.T` with enough rows copies the (out, in) weight into panels first (one extra kernel);
+    too few rows, or an output size no panel divides, read it as it is. The product and its gradients are unchanged
+    either way."""
+    from lazygrad import Device
+
+    rng = np.random.default_rng(0)
+    k = 96
+    x_np, w_np, b_np = (rng.standard_normal(s, dtype=np.float32) for s in ((m, k), (n, k), (n,)))
+    panel, lanes = Device["CPU"].renderer.matmul_panel(m, n, k, 4, True), Device["CPU"].renderer.vector_bytes // 4
+    assert (panel > 0) == (m >= 256 and n % lanes == 0)
+    x, w = Tensor(x_np, requires_grad=True), Tensor(w_np, requires_grad=True).realize()
+    b = Tensor(b_np, requires_grad=True).realize()
+    assert len(x.linear(w, b).schedule()) == (2 if panel else 1)
+    out = x.linear(w, b)
+    tx, tw, tb = (torch.tensor(a, requires_grad=True) for a in (x_np, w_np, b_np))
+    ref = torch.nn.functional.linear(tx, tw, tb)
+    np.testing.assert_allclose(out.numpy(), ref.detach().numpy(), rtol=1e-4, atol=1e-3)
+    (out * out).sum().backward()
+    (ref * ref).sum().backward()
+    for got, want in ((x, tx), (w, tw), (b, tb)):
+        np.testing.assert_allclose(got.grad.numpy(), want.grad.numpy(), rtol=1e-4, atol=1e-2)
+
+
 def test_tensor_from_numpy_copies_and_from_numpy_shares():
     a = np.ones(4, np.float32)
     t = Tensor(a)

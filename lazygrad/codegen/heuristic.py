@@ -1,9 +1,10 @@
 """Hand-written default optimizations: cheap rules that are right for most kernels (BEAM searches the rest).
 
 The rules, in order: a kernel whose reduce input is reused along an output axis (matmul, conv) gets a register
-tile (upcast two output axes, unroll the reduce); a reduce over a unit-stride axis is unrolled by the vector width
-(vector accumulators); otherwise the unit-stride output axis is upcast by the vector width. Kernels with enough
-work are then shared out among the CPU cores along their outermost output axis.
+tile (upcast two output axes, vector lanes and rows, on a CPU a third for a second vector per row; unroll the
+reduce); a reduce over a unit-stride axis is unrolled by the vector width (vector accumulators); otherwise the
+unit-stride output axis is upcast by the vector width. Kernels with enough work are then shared out among the CPU
+cores along their outermost output axis.
 
 A size that is a Variable (a symbolic axis) stays a plain loop: every opt here splits a constant axis only (a split
 of a Variable size by a constant would need a remainder loop); the constant axes beside it get their opts as usual.
@@ -22,6 +23,11 @@ TINY = 64
 # a parallel region costs ~1-6 us to start (measured with libgomp's default spin-then-sleep wait on 2 cores);
 # kernels under this many iterations finish in about that time on one core
 THREAD_MIN_WORK = getenv("THREAD_MIN_WORK", 1 << 17)
+# expanded values of a register tile with its unrolled reduce, lanes of a vector counted each (512: 32 AVX-512
+# vectors); the taps of a padded window get twice, unrolled they share their loads
+TILE_EXPANDED = 512
+# expanded values times the loads inside the reduce: past this an unrolled register tile's body only grows
+BODY_LOADS = 2048
 VECTOR_BYTES = getenv("VECTOR_BYTES", 0)  # 0: one of the machine's vector registers (the renderer knows)
 
 
@@ -72,22 +78,42 @@ def hand_coded_optimizations(k: Kernel) -> Kernel:
         # with the lanes along the reduce, a third axis makes the tile two-dimensional: each loaded vector of one
         # input meets several of the other (2 x 8 of x @ w.T: 114 GFLOPS here, 1 x 8: 65)
         third = ranked[1] if reduce_lanes and len(ranked) > 1 else None
+        # a quarter of the vector registers hold accumulators as rows of the tile: more rows spill, and rows of a
+        # matrix whose stride is a multiple of 4 KB land in one L1 set (16 rows of a 1024-wide matmul ran at 85
+        # GFLOPS here, 8 rows at 193). Another quarter holds a second vector per row where an axis reuses each
+        # broadcast value: the fewest loads per multiply-add (2048^2 matmul on one core: 8 rows x 2 vectors 240
+        # GFLOPS, 8 x 1 105-150). Lanes that are gathered one by one (a padded conv's shifted window, without masked
+        # loads) cost a load each instead: then one gathered vector serves twice the rows (conv 64->64 3x3 on one
+        # core: 16 x 1 192 GFLOPS, 8 x 2 173, 8 x 1 150; with masked loads 8 x 2 images 216, 16 x 1 175)
+        rows = max(2, k.renderer.vector_registers // 4) if vec > 1 else 4
+        cols_axis, own = None, [i for i in in_reduce if i not in shared]
+        # the taps of a padded window, unrolled, share most of their loads: worth a bigger loop body
+        body = 2 * TILE_EXPANDED if reduce_axes and _gathered(k, own, reduce_axes[-1], 1) else TILE_EXPANDED
+        # (measured on a CPU only: a GPU thread's tile stays as it was)
+        cpu_tile = first is not None and not k.renderer.has_local
+        gathered = cpu_tile and vec > 1 and _gathered(k, own, first, vec)
+        if gathered:
+            rows = rows * 2
+        elif cpu_tile:
+            cols_axis = next((a for a in ranked[1:] if all(step[i][a] == 0 for i in shared)), None)
         if first is not None:
             n_axes = len(k.full_shape)
             _upcast(k, first, (vec, 8, 4, 2))
             second = _renumbered(k, second, first, n_axes)
+            if cols_axis is not None:
+                third = _renumbered(k, cols_axis, first, n_axes)
+            elif cpu_tile and not gathered and len(k.full_shape) > n_axes:
+                third = first  # what is left of the vector axis: the next vector along it
         if second is not None:
-            # a quarter of the vector registers hold accumulators: more rows spill, and rows of a matrix whose
-            # stride is a multiple of 4 KB land in one L1 set (16 rows of a 1024-wide matmul ran at 85 GFLOPS here,
-            # 8 rows at 193)
-            rows = max(2, k.renderer.vector_registers // 4) if vec > 1 else 4
             n_axes = len(k.full_shape)
             _upcast(k, second, tuple(r for r in (rows, rows // 2, 4, 2) if r >= 2))
             if third is not None:
                 _upcast(k, _renumbered(k, third, second, n_axes), (2,))
-        # 3: a conv's window row; its three shifted input vectors share most of their loads
+        # 3: a conv's window row; its three shifted input vectors share most of their loads. A body that loads many
+        # inputs already is long enough (a conv's input gradient with its 9 taps inside the channel sum: 8 x 2
+        # vectors of 8 alone 347 us, unrolled by 4 632 us)
         if not (reduce_lanes and _unroll(k, (vec, 8, 4))):
-            _unroll(k, (4, 3, 2))
+            _unroll(k, (4, 3, 2), min(body, BODY_LOADS // max(1, len(in_reduce))))
     elif reduce_axes:
         last = reduce_axes[-1]
         if vec > 1 and any(step[i][last] == 1 for i in in_reduce) and _unroll(k, (vec,)):
@@ -140,6 +166,23 @@ def _step(k: Kernel, view: int, axis: int) -> int | None:
     return step.arg if step.op is Ops.CONST else None
 
 
+def _gathered(k: Kernel, views: list[int], axis: int, lanes: int) -> bool:
+    """Whether some of `views` has a mask that changes along `axis`, so that a vector of `lanes` along it is loaded
+    lane by lane: where the renderer has no masked load for it (with lanes=1: whether the mask changes at all)."""
+    dtype_of = {x.src[1]: x.dtype for x in k.ast.toposort if x.op is Ops.LOAD}
+    for v in views:
+        st = k.sts[v]
+        if st.shape[axis] == 1 or not any(view.mask is not None for view in st.views):
+            continue
+        if lanes > 1 and k.renderer.masked_load(dtype_of[k.views[v]].vec(lanes)):
+            continue
+        # every axis anywhere in its range: at one fixed point the window may lie in the padding altogether
+        at = [UOp.variable(f"probe_{a}", 0, s - 1) for a, s in enumerate(st.shape)]
+        if at[axis] in simplify(st.to_index(at)[1]).toposort:
+            return True
+    return False
+
+
 def _vector_axis(k: Kernel, reuse: list[int], out_unit: list[int], reduce_steps: list[list], vec: int) -> int | None:
     """The output axis of a register tile that becomes vector lanes: one along which every reduce input is
     contiguous or broadcast, the store's unit-stride axis if it is one (a conv's input gradient stores along its
@@ -164,7 +207,7 @@ def _vector_axis(k: Kernel, reuse: list[int], out_unit: list[int], reduce_steps:
 def _renumbered(k: Kernel, axis: int | None, upcast: int, n_axes: int) -> int | None:
     """`axis` after an upcast of axis `upcast` in a kernel that had `n_axes` axes: an upcast by the whole size
     removes that axis, and the axes after it move down one."""
-    return axis - 1 if axis is not None and len(k.full_shape) < n_axes and upcast < axis else axis
+    return axis - 1 if axis is not None and len(k.full_shape) == n_axes and upcast < axis else axis
 
 
 def _vector_width(k: Kernel, stores: list[int]) -> int:
@@ -186,10 +229,13 @@ def _upcast(k: Kernel, axis: int, amounts: tuple[int, ...]) -> bool:
     size = k.full_shape[axis]
     if not isinstance(size, int):
         return False
-    return any(k.try_opt(Opt(OptOps.UPCAST, index, a)) for a in amounts if a > 1 and size % a == 0 and size >= a)
+    fits = [a for a in amounts if a > 1 and size % a == 0 and size >= a and k.upcast_size * a <= TILE_EXPANDED]
+    return any(k.try_opt(Opt(OptOps.UPCAST, index, a)) for a in fits)
 
 
-def _unroll(k: Kernel, amounts: tuple[int, ...]) -> bool:
+def _unroll(k: Kernel, amounts: tuple[int, ...], body: int = TILE_EXPANDED) -> bool:
+    """Unroll the innermost reduce axis by the first of `amounts` that divides it and keeps at most `body` expanded
+    values."""
     reduce_axes = k.axes_of(AxisType.REDUCE)
     if not reduce_axes:
         return False
@@ -197,7 +243,8 @@ def _unroll(k: Kernel, amounts: tuple[int, ...]) -> bool:
     if not isinstance(size, int):
         return False
     last = len(reduce_axes) - 1
-    return any(k.try_opt(Opt(OptOps.UNROLL, last, a)) for a in amounts if a > 1 and size % a == 0 and size >= a)
+    fits = [a for a in amounts if a > 1 and size % a == 0 and size >= a and k.upcast_size * a <= body]
+    return any(k.try_opt(Opt(OptOps.UNROLL, last, a)) for a in fits)
 
 
 def _thread(k: Kernel, n_loads: int) -> bool:

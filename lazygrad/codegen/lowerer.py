@@ -727,17 +727,44 @@ def _lane_values(ctx: At, x: UOp) -> list[UOp]:
 
 def _vec_load(ctx: At, x: UOp) -> UOp | None:
     """One vector load where the lanes' scalar loads read consecutive elements under the same gate (not from a staged
-    tile: its rows are padded, a vector read from it may not be aligned)."""
+    tile: its rows are padded, a vector read from it may not be aligned); under gates of their own, one masked load
+    where the renderer has those."""
     if x in ctx.lw.staged or not ctx.lw.k.renderer.vector_dtype_ok(x.dtype):  # type: ignore[attr-defined]
         return None
     scalars = _lane_values(ctx, x)
     if not all(s.op is Ops.LOAD for s in scalars):
-        return None
+        return _masked_vec_load(ctx, x, scalars)
     idxs = [s.src[0].src[1] for s in scalars]
     same_valid = all(s.src[1:] == scalars[0].src[1:] for s in scalars)
     if same_valid and len(set(idxs)) > 1 and ctx.lw._consecutive(idxs):
         return UOp(Ops.LOAD, x.dtype.vec(ctx.lw.width), scalars[0].src)
-    return None
+    return _masked_vec_load(ctx, x, scalars)
+
+
+def _masked_vec_load(ctx: At, x: UOp, scalars: list[UOp]) -> UOp | None:
+    """Lanes reading consecutive elements, each under its own gate or in the padding altogether (a padded conv's
+    shifted window at an edge): one load of the vector under a mask of lanes, a bit per lane, lane 0 lowest. The
+    mask is built per distinct gate (the lanes of a window share a few), not per lane."""
+    dt = x.dtype.vec(ctx.lw.width)
+    if not ctx.lw.k.renderer.masked_load(dt) or not all(s.op in (Ops.LOAD, Ops.CONST) for s in scalars):
+        return None
+    loads = [(i, s) for i, s in enumerate(scalars) if s.op is Ops.LOAD]
+    if len(loads) < 2 or any(s.op is Ops.CONST and s.arg != 0 for s in scalars):
+        return None
+    first, load0 = loads[0]
+    base = simplify(load0.src[0].src[1] - first) if first else load0.src[0].src[1]
+    for i, s in loads:
+        step = simplify(s.src[0].src[1] - base)
+        if s.src[0].src[0] is not load0.src[0].src[0] or step.op is not Ops.CONST or step.arg != i:
+            return None
+    bits: dict[UOp, int] = {}
+    for i, s in loads:
+        gate = s.src[1] if len(s.src) > 1 else UOp.const(dtypes.bool, True)
+        bits[gate] = bits.get(gate, 0) | 1 << i
+    zero = UOp.const(dtypes.uint32, 0)
+    terms = [g.alu(Ops.WHERE, UOp.const(dtypes.uint32, b), zero) for g, b in bits.items()]
+    mask = functools.reduce(lambda a, b: a.alu(Ops.OR, b), terms)
+    return UOp(Ops.LOAD, dt, (UOp(Ops.INDEX, load0.src[0].dtype, (load0.src[0].src[0], base)), mask))
 
 
 # one vector value per combo, its lanes the values of the vector axis: vector ALU ops where the renderer has them,

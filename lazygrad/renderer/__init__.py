@@ -61,9 +61,15 @@ class Renderer:
         """The dtypes this target computes with (tinygrad's name for the question `dtype_unsupported` answers)."""
         return [dt for dt in dtypes.all if self.dtype_unsupported(dt) is None]
 
-    def matmul_panel(self, m: int, n: int, k: int, itemsize: int) -> int:
-        """Columns per panel when the right-hand side (k, n) of an (m, k) @ (k, n) product, stored row-major, is worth
-        copying into panels (n/panel, k, panel) first, so the kernel reads it contiguously; 0: read it as it is."""
+    def masked_load(self, dtype: DType) -> bool:
+        """Whether a vector of `dtype` loads under a mask of lanes (an unsigned int, a bit per lane, lane 0 lowest):
+        LOAD(INDEX, mask). A lane whose bit is clear reads 0 and touches no memory."""
+        return False
+
+    def matmul_panel(self, m: int, n: int, k: int, itemsize: int, transposed: bool = False) -> int:
+        """Columns per panel when the right-hand side (k, n) of an (m, k) @ (k, n) product, stored row-major (or
+        `transposed`: as (n, k), a linear layer's weight), is worth copying into panels (n/panel, k, panel) first,
+        so the kernel reads it contiguously; 0: read it as it is."""
         return 0
 
     def render(self, name: str, uops: list[UOp]) -> str:

@@ -293,6 +293,14 @@ def simd_registers() -> tuple[int, int]:
     return (32, 16) if "avx2" in flags or "avx" in flags else (16, 16)
 
 
+def masked_load_lanes() -> tuple[int, ...]:
+    """float32 lanes of the vectors -march=native code may load under a mask of lanes (ClangRenderer.masked_load)."""
+    flags = set(_cpu_flags().split())
+    if "avx512f" not in flags:
+        return ()
+    return (16, 8) if "avx512vl" in flags else (16,)
+
+
 class CPUDevice(Compiled):
     def __init__(self, name: str):
         # every CPU device (CPU, CPU:1, ...) gets all THREADS, even where a schedule runs several of them at once
@@ -308,6 +316,9 @@ class CPUDevice(Compiled):
         renderer.byte_dot_target = compiler.byte_dot_target
         renderer.lane_select_target = compiler.lane_select_target
         renderer.dp4a_builtins = compiler.dp4a_builtins
+        # 8-lane masked loads need AVX-512VL, which kernels with lanes built from selects may have taken away
+        lanes = masked_load_lanes()
+        renderer.masked_load_lanes = tuple(n for n in lanes if n == 16) if compiler.lane_select_target else lanes
         super().__init__(name, CPUAllocator(), renderer, compiler, CPUProgram)
 
     @property

@@ -1,0 +1,75 @@
+"""The default opts' register tile on a CPU with 32 AVX-512-sized registers: its shape, and the kernel it makes
+computing what torch does."""
+
+import numpy as np
+import pytest
+import torch
+
+from lazygrad import Device, Tensor
+from lazygrad.codegen import get_program
+from lazygrad.codegen.heuristic import hand_coded_optimizations
+from lazygrad.codegen.kernel import AxisType, Kernel
+from lazygrad.device import Buffer
+from lazygrad.engine.realize import CompiledRunner, ExecItem, run_schedule
+from lazygrad.renderer.cstyle import ClangRenderer
+
+
+def _tile(t: Tensor, masked_load_lanes: tuple[int, ...] = ()) -> tuple[Kernel, np.ndarray]:
+    """The heuristic's kernel for the one kernel computing `t` on a 64-byte, 32-register CPU, and its result when
+    compiled with those opts and run here."""
+    (si,) = t.schedule()
+    renderer = ClangRenderer(threads=1, vector_bytes=64, vector_registers=32)
+    renderer.masked_load_lanes = masked_load_lanes
+    k = Kernel(si.ast, renderer)
+    k.merge_axes()
+    hand_coded_optimizations(k)
+    out = Buffer("CPU", si.bufs[0].size, si.bufs[0].dtype)
+    spec = get_program(si.ast, Device["CPU"].renderer, list(k.applied_opts))
+    ExecItem(CompiledRunner("CPU", spec), [out, *si.bufs[1:]]).run()
+    return k, np.frombuffer(out.as_bytes(), dtype=np.float32).reshape(t.shape)
+
+
+def _upcasts(k: Kernel) -> list[int]:
+    return [s for s, t in zip(k.full_shape, k.axis_types) if t is AxisType.UPCAST]
+
+
+def _rand(*shape: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal(shape, dtype=np.float32)
+
+
+def test_matmul_tile_is_rows_of_two_vectors():
+    """Plain vector loads: 8 rows, each meeting 2 vectors of the right-hand side (16 accumulators)."""
+    a, b = _rand(64, 96), _rand(96, 64, seed=1)
+    k, got = _tile(Tensor(a).realize() @ Tensor(b).realize())
+    assert sorted(_upcasts(k)) == [2, 8, 16]
+    np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("size", [16, 32])
+@pytest.mark.parametrize("masked", [False, True])
+def test_padded_conv_tile(size: int, masked: bool):
+    """Without masked loads the shifted window's lanes are gathered one by one at the padding: one vector of them
+    serves 16 output channels. With them, 8 output channels meet the vectors of 2 images. Either way the window's
+    row is unrolled (its three shifted vectors share their loads)."""
+    x, w = _rand(2, 8, size, size), _rand(32, 8, 3, 3, seed=1)
+    k, got = _tile(Tensor(x).realize().conv2d(Tensor(w).realize(), padding=1), (16,) if masked else ())
+    assert sorted(_upcasts(k)) == ([2, 8, 16] if masked else [16, 16])
+    assert [s for s, t in zip(k.full_shape, k.axis_types) if t is AxisType.UNROLL] == [3]
+    ref = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w), padding=1).numpy()
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("size,stride", [(16, 1), (17, 1), (8, 1), (16, 2)])
+def test_padded_window_loads_its_edge_lanes_under_a_mask(size: int, stride: int):
+    """Where the CPU loads under a mask of lanes (AVX-512), the lanes of a shifted window that fall in the padding are
+    masked off instead of gathered one by one: at the first and last element of the input too, where the vector's
+    address lies outside the buffer. The result is torch's either way."""
+    x, w = _rand(1, 2, size, size), _rand(16, 2, 3, 3, seed=1)
+    out = Tensor(x).realize().conv2d(Tensor(w).realize(), padding=1, stride=stride)
+    (si,) = sched = out.schedule()
+    src = get_program(si.ast, Device["CPU"].renderer).src
+    run_schedule(sched)
+    lanes = Device["CPU"].renderer.masked_load_lanes
+    assert ("_mask((const void*)" in src) == (stride == 1 and size in lanes)
+    ref = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w), padding=1, stride=stride).numpy()
+    np.testing.assert_allclose(out.numpy(), ref, rtol=1e-4, atol=1e-4)
