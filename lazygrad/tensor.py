@@ -29,6 +29,7 @@ from lazygrad.dtype import (  # noqa: F401  (_to_np_dtype: tinygrad programs imp
     to_dtype,
 )
 from lazygrad.helpers import TRAINING, argfix, argsort, ceildiv, flatten, make_tuple, prod
+from lazygrad.schedule.kernelize import ordered_write, write_order
 from lazygrad.schedule.multi import has_multi, lower_multi, multi, split_bounds, stored_multis, whole_buffer
 from lazygrad.uop.ops import GroupOp, Ops, UOp, pretty_print, ssimplify, ssmax, substitute, sym_known, sym_value
 from lazygrad.uop.program import GraphProgram
@@ -187,6 +188,11 @@ def _readers(
     tensor computed from it is, and so is one reading another pending write into it (run later, that write would land
     after these). A tensor whose node is a pending write is one when the value it writes reads the memory."""
     memo: dict[UOp, tuple[bool, bool]] = {}  # node -> (reads the memory as it is now, reads a node of `written`)
+    latest: dict[Buffer, int] = {}  # memory -> the newest of `written` into it
+    for n in written:
+        if n.src[0].base.op is Ops.BUFFER:
+            mem = n.src[0].base.arg.memory
+            latest[mem] = max(latest.get(mem, -1), write_order(n))
     for n in written:
         # the result of a write that a later one of `written` overwrites is read before that one: a reader of it too
         mem = n.src[0].base.arg.memory if n.src[0].base.op is Ops.BUFFER else None
@@ -213,9 +219,13 @@ def _readers(
                 if todo:
                     stack.extend(todo)
                     continue
-                old = any(memo[x][0] for x in n.src)
                 if n.op is Ops.ASSIGN and n.src[0].base.op is Ops.BUFFER and n.src[0].base.arg.memory in mems:
-                    old = True  # another write into the memory, not run yet
+                    # another write into the memory, not run yet: older than these writes, it must land before them
+                    # (what reads it is computed first); newer, it lands after them, and what it writes is read then
+                    newer = write_order(n) > latest.get(n.src[0].base.arg.memory, -1)
+                    old = any(memo[x][0] for x in n.src[1:]) if newer else True
+                else:
+                    old = any(memo[x][0] for x in n.src)
                 memo[n] = (old, any(memo[x][1] for x in n.src))
             stack.pop()
         return memo[root]
@@ -940,14 +950,14 @@ class Tensor(metaclass=_TensorType):
             # a write is already pending: this one goes into the same memory after it (a[0] = 1; a[1] = 2)
             if _reads_shifted(x.uop, self.uop) or _reads_shifted(x.uop, self.uop.base.src[0].base):
                 x = x.contiguous()
-            self.uop = UOp(Ops.ASSIGN, self.dtype, (self.uop.src[0], x.uop))
+            self.uop = ordered_write(UOp(Ops.ASSIGN, self.dtype, (self.uop.src[0], x.uop)))
         elif not self._is_stored():
             # nothing stored yet, or a copy not made yet (flip, pad, expand of another tensor): the tensor becomes x
             self.uop = x.uop
         else:
             if _reads_shifted(x.uop, self.uop.base):
                 x = x.contiguous()  # the value reads this memory at other positions: compute it elsewhere first
-            self.uop = UOp(Ops.ASSIGN, self.dtype, (self.uop, x.uop))
+            self.uop = ordered_write(UOp(Ops.ASSIGN, self.dtype, (self.uop, x.uop)))
         _note_lazy(self)
         return self
 

@@ -261,3 +261,48 @@ def test_values_read_outside_a_jit_that_writes_state_see_each_replay() -> None:
         bump(Tensor.full((4,), 1.0))
         got.append((s.item(), w.item(), float(z.numpy()[0])))
     assert got == [(4.0 * i, 4.0 * i + 1, 4.0 * i * i) for i in range(5)]
+
+
+def test_reads_between_writes_realized_newest_first() -> None:
+    # a write, a lazy read, a second write (not reading the first), a read: realizing the newest read first ran the
+    # older read's write after the newer one, or recursed without end between the two
+    buf, rbuf = Tensor.zeros(4).contiguous().realize(), torch.zeros(4)
+    buf.assign(Tensor.ones(4) * 3)
+    rbuf.copy_(torch.ones(4) * 3)
+    mid, rmid = buf.sum(), rbuf.sum()
+    buf.assign(Tensor.ones(4) * 5)
+    rbuf.copy_(torch.ones(4) * 5)
+    final, rfinal = buf.sum(), rbuf.sum()
+    assert final.item() == rfinal.item() == 20
+    assert mid.item() == rmid.item() == 12
+    same(buf, rbuf)
+    # both reads in one schedule
+    buf.assign(Tensor.ones(4) * 7)
+    a = buf * 1
+    buf.assign(Tensor.ones(4) * 9)
+    b = buf * 1
+    Tensor.realize(b, a)
+    np.testing.assert_array_equal(a.numpy(), np.full(4, 7.0))
+    np.testing.assert_array_equal(b.numpy(), np.full(4, 9.0))
+    np.testing.assert_array_equal(buf.numpy(), np.full(4, 9.0))
+
+
+def test_a_read_of_an_overwritten_write_inside_one_kernel() -> None:
+    # inside @function the read of the first write's result is an inner node, not a tensor: the scheduler stores it
+    # before the second write overwrites that memory (the kernel reading both versions gave 9, torch 7)
+    from lazygrad import function
+
+    @function
+    def inner(x: Tensor) -> Tensor:
+        x.assign(x + 1)
+        return x * 2
+
+    @function
+    def outer(x: Tensor) -> Tensor:
+        y = inner(x)
+        x.assign(x + 1)
+        return y + x
+
+    a = Tensor([1.0]).realize()
+    assert outer(a).item() == 7.0
+    assert a.item() == 3.0

@@ -106,6 +106,21 @@ def _is_stored_leaf(u: UOp, realized: dict[UOp, UOp]) -> bool:
     return u.op is Ops.BUFFER or u in realized
 
 
+_write_serials = itertools.count()
+_WRITE_ORDER = "write_order"  # kept in an ASSIGN node's __dict__: when Tensor.assign made it
+
+
+def ordered_write(node: UOp) -> UOp:
+    """An ASSIGN the frontend just made, numbered: two pending writes into one memory land in the order made."""
+    node.__dict__.setdefault(_WRITE_ORDER, next(_write_serials))
+    return node
+
+
+def write_order(node: UOp) -> int:
+    """When an ASSIGN was made (ordered_write); -1 where unknown (one a graph replay rebuilt counts as oldest)."""
+    return node.__dict__.get(_WRITE_ORDER, -1)
+
+
 def _written_memory(assign: UOp) -> Buffer:
     """The memory an ASSIGN writes (its target buffer's owner: every alias of a buffer is the same memory)."""
     return assign.src[0].base.arg.memory
@@ -180,31 +195,41 @@ class _Planner:
             self.store_old_reads()
 
     def store_old_reads(self) -> None:
-        """Decision 1b: a kernel that runs after an in-place write (it reads the ASSIGN's result) never reads the old
-        contents of the written memory inline. The value computed from the old contents (`y = x * 2`, taken before
-        `x.assign(x + 1)` and used in `y + x`) is stored by a kernel of its own, which runs before the write."""
-        targets = {_written_memory(n) for n in self.order if n.op is Ops.ASSIGN and not self.leaf(n)}
-        for mem in targets:
-            after: dict[UOp, bool] = {}  # the node's value depends on a write to mem in this schedule
-            old: dict[UOp, bool] = {}  # a kernel inlining the node reads mem's contents from before the writes
+        """Decision 1b: a kernel that runs after an in-place write (it reads the ASSIGN's result) never reads an
+        older version of the written memory inline: its contents before the write (`y = x * 2`, taken before
+        `x.assign(x + 1)` and used in `y + x`), or the result of an earlier write that this one overwrites. The value
+        computed from the older version is stored by a kernel of its own, which runs before the write."""
+        writes = [n for n in self.order if n.op is Ops.ASSIGN and not self.leaf(n)]
+        for mem in {_written_memory(n) for n in writes}:
+            # versions of mem: 0 before this schedule's writes, then one per write into it, in the order made
+            mine = sorted((n for n in writes if _written_memory(n) is mem), key=write_order)
+            version = {n: i + 1 for i, n in enumerate(mine)}
+            after: dict[UOp, int] = {}  # the latest version the node's value depends on
+            reads: dict[UOp, int | None] = {}  # the oldest version a kernel inlining the node reads (None: none)
             for n in self.order:
                 if self.leaf(n) or n.op in _SOURCES:
-                    after[n], old[n] = False, _leaf_memory(n, self.realized) is mem
+                    after[n], reads[n] = 0, 0 if _leaf_memory(n, self.realized) is mem else None
                     continue
                 srcs = n.src[1:] if n.op is Ops.ASSIGN else n.src  # an ASSIGN's target is where it writes
-                if any(after[s] for s in srcs):
-                    for s in srcs:
-                        if old[s] and not after[s]:
-                            if self.leaf(s.base):
-                                raise RuntimeError(
-                                    "a kernel reads both the old and the new contents of a buffer written in place: "
-                                    "realize the old value (.contiguous().realize()) before the write"
-                                )
-                            self.stored.add(s.base)
-                            old[s] = old[s.base] = False
-                is_write = n.op is Ops.ASSIGN and _written_memory(n) is mem
-                after[n] = is_write or any(after[s] for s in srcs)
-                old[n] = not is_write and n not in self.stored and any(old[s] for s in srcs)
+                latest = max(after[s] for s in srcs)
+                for s in srcs:
+                    if (v := reads[s]) is not None and v < latest and after[s] < latest:
+                        if self.leaf(s.base):
+                            raise RuntimeError(
+                                "a kernel reads both the old and the new contents of a buffer written in place: "
+                                "realize the old value (.contiguous().realize()) before the write"
+                            )
+                        self.stored.add(s.base)
+                        reads[s] = reads[s.base] = None
+                own = version.get(n, 0)
+                after[n] = max(latest, own)
+                if own:  # what reads this write's result reads mem at its version
+                    reads[n] = own
+                elif n in self.stored:
+                    reads[n] = None
+                else:
+                    inner = [v for s in srcs if (v := reads[s]) is not None]
+                    reads[n] = min(inner) if inner else None
 
     def cap_kernel_size(self, cap: int) -> None:
         """Keep the longest chain of ALU ops inside any kernel under `cap`: sources first, a node that would go over
@@ -709,15 +734,21 @@ def _levels(stored: list[UOp], reads: list[set[UOp]]) -> list[int]:
                 if j not in after:
                     after.add(j)
                     stack.append(j)
-        mem = _written_memory(stored[i])
+        mem, order = _written_memory(stored[i]), write_order(stored[i])
         deps[i] |= {
             j
             for j, r in enumerate(reads)
             if j not in after
             and any(
-                x.arg.memory is mem if x.op is Ops.BUFFER else x.op is Ops.ASSIGN and _written_memory(x) is mem
+                x.arg.memory is mem
+                if x.op is Ops.BUFFER
+                else x.op is Ops.ASSIGN and _written_memory(x) is mem and write_order(x) <= order
                 for x in r
             )
+        }
+        # an older write into the same memory lands first (two writes of one schedule that do not read each other)
+        deps[i] |= {
+            j for j in writes if j not in after and _written_memory(stored[j]) is mem and write_order(stored[j]) < order
         }
     level: dict[int, int] = {}
     on_path: set[int] = set()  # kernels whose level waits on their dependencies' (a cycle revisits one)
