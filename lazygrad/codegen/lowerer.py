@@ -59,6 +59,10 @@ def _split_const(x: UOp) -> tuple[UOp | None, int]:
     return x, 0
 
 
+def _is_one(stride: int | UOp) -> bool:
+    return type(stride) is int and stride == 1  # a symbolic stride is not known to be 1
+
+
 def _launch_size(s: int | UOp) -> int:
     return s.vmax if isinstance(s, UOp) else s
 
@@ -267,7 +271,7 @@ class Lowerer:
         if len(st.views) == 1 and (st.views[0].mask is None or st.views[0].mask[axis] == (0, st.shape[axis])):
             # one view the axis is not masked in: its stride says it, no index math to build and simplify (which was
             # a sixth of the CNN step's codegen)
-            return type(stride := st.views[0].strides[axis]) is int and stride == 1
+            return _is_one(st.views[0].strides[axis])
         at = [UOp.const(self.idx_dtype, 0) if i is None else i for i in self.base_idxs]
         idx0, valid0 = view.arg.to_index(at)
         at[axis] = UOp.const(self.idx_dtype, 1)
@@ -736,6 +740,12 @@ def _vec_load(ctx: At, x: UOp) -> UOp | None:
     where the renderer has those."""
     if x in ctx.lw.staged or not ctx.lw.k.renderer.vector_dtype_ok(x.dtype):  # type: ignore[attr-defined]
         return None
+    st = x.src[1].arg
+    if len(st.views) == 1 and st.views[0].mask is None and _is_one(st.views[0].strides[ctx.lw.vec_axis]):
+        # an unmasked view of stride 1 along the lanes: lane 0's load is the vector's, the other lanes' scalar loads
+        # need not be built to find that out (half the cold CNN step's lowering went to them)
+        lane0 = ctx.lw.ev(x, ctx.combo + (0,))
+        return UOp(Ops.LOAD, x.dtype.vec(ctx.lw.width), lane0.src) if lane0.op is Ops.LOAD else None
     scalars = _lane_values(ctx, x)
     if not all(s.op is Ops.LOAD for s in scalars):
         return _masked_vec_load(ctx, x, scalars)
