@@ -740,12 +740,16 @@ def _vec_load(ctx: At, x: UOp) -> UOp | None:
     where the renderer has those."""
     if x in ctx.lw.staged or not ctx.lw.k.renderer.vector_dtype_ok(x.dtype):  # type: ignore[attr-defined]
         return None
-    st = x.src[1].arg
-    if len(st.views) == 1 and st.views[0].mask is None and _is_one(st.views[0].strides[ctx.lw.vec_axis]):
-        # an unmasked view of stride 1 along the lanes: lane 0's load is the vector's, the other lanes' scalar loads
-        # need not be built to find that out (half the cold CNN step's lowering went to them)
-        lane0 = ctx.lw.ev(x, ctx.combo + (0,))
-        return UOp(Ops.LOAD, x.dtype.vec(ctx.lw.width), lane0.src) if lane0.op is Ops.LOAD else None
+    st, lw = x.src[1].arg, ctx.lw
+    view = st.views[0]
+    if len(st.views) == 1 and (view.mask is None or view.mask[lw.vec_axis] == (0, st.shape[lw.vec_axis])):
+        # one view, not masked along the lanes: its stride there says what the lanes read, found without building
+        # every lane's scalar load (half the cold CNN step's lowering went to them)
+        stride, lane0 = view.strides[lw.vec_axis], lw.ev(x, ctx.combo + (0,))
+        if type(stride) is int and stride == 0:  # every lane reads lane 0's element
+            return UOp(Ops.VECTORIZE, x.dtype.vec(lw.width), (lane0,) * lw.width)
+        if _is_one(stride) and view.mask is None and lane0.op is Ops.LOAD:
+            return UOp(Ops.LOAD, x.dtype.vec(lw.width), lane0.src)
     scalars = _lane_values(ctx, x)
     if not all(s.op is Ops.LOAD for s in scalars):
         return _masked_vec_load(ctx, x, scalars)
