@@ -99,9 +99,12 @@ def compile_schedule(schedule: list[ScheduleItem]) -> None:
     cores = cpu_cores()
     # auto: two batches per core, so compiling starts early beside code generation and the batch left to compile
     # when it ends is small (the CNN step on 2 cores: 0.79-0.86 s; one batch per core 0.87-0.94 s); 4 kernels at
-    # least, as each compiler start costs about what compiling 2 small kernels does
+    # least, as each compiler start costs about what compiling 2 small kernels does; the last batch is split among
+    # the workers (_Batches.flush)
     batch_size = COMPILE_BATCH.value if COMPILE_BATCH.value > 0 else max(4, -(-len(todo) // (2 * cores)))
     batches = _Batches(min(cores, len(todo)), batch_size)
+    if COMPILE_BATCH.value <= 0:
+        batches.split_last = len(set(todo.values()))
     try:
         for key, shared in todo.items():
             batches.add(key, shared)
@@ -123,6 +126,8 @@ class _Batches:
 
     def __init__(self, workers: int, batch_size: int):
         self.batch_size = batch_size
+        # the number of programs to come, where the last batch is split among the workers (see flush); 0: it is not
+        self.split_last = 0
         self.workers, self.pool = workers, ThreadPoolExecutor(workers)
         self.programs: dict[tuple, ProgramSpec] = {}  # shared key -> its program (renamed to be unique in a binary)
         self.keys_of: dict[tuple, list[tuple]] = {}  # shared key -> the runner keys (devices) that run it
@@ -146,7 +151,8 @@ class _Batches:
             self.programs[shared] = spec
             batch = self.open.setdefault(cachekey, [])
             batch.append(shared)
-            if len(batch) >= (self.batch_size if hasattr(dev.compiler, "compile_many") else 1):
+            last = len(self.programs) == self.split_last  # left to flush, which splits it
+            if len(batch) >= (self.batch_size if hasattr(dev.compiler, "compile_many") else 1) and not last:
                 self.full.append((cachekey, key[0], batch))
                 self.open[cachekey] = []
                 if not BEAM:  # BEAM times kernels inside get_program: a compiler running beside would skew its timings
@@ -155,8 +161,13 @@ class _Batches:
 
     def flush(self) -> None:
         for cachekey, batch in self.open.items():
-            if batch:
-                self.full.append((cachekey, self.keys_of[batch[0]][0][0], batch))
+            # split_last: the batch left when code generation ends is compiled in one part per worker (2 kernels at
+            # least each, as a compiler start costs about one kernel's compile), so no core waits while a single
+            # compiler builds the whole rest
+            parts = max(1, min(self.workers, len(batch) // 2)) if self.split_last else 1
+            for i in range(parts if batch else 0):
+                part = batch[i * len(batch) // parts : (i + 1) * len(batch) // parts]
+                self.full.append((cachekey, self.keys_of[part[0]][0][0], part))
         self.open.clear()
         self._submit_full()
 

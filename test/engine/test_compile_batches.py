@@ -41,11 +41,26 @@ def test_n_kernels_take_ceil_n_over_batch_compiler_calls(monkeypatch: pytest.Mon
         run_schedule(schedule)
     n = len(schedule)
     assert n == 10
-    if batch == 0:  # the default: two batches per core, 4 kernels at least
+    n_calls = math.ceil(n / batch) if batch else 0
+    if batch == 0:  # the default: two batches per core, 4 kernels at least, the last one split among the workers
         batch = max(4, math.ceil(n / (2 * cpu_cores())))
-    assert len(calls) == math.ceil(n / batch)
+        full = (n - 1) // batch
+        n_calls = full + max(1, min(cpu_cores(), (n - full * batch) // 2))
+    assert len(calls) == n_calls
     assert sorted(len(srcs) for srcs in calls)[-1] == min(batch, n)
     assert sum(len(srcs) for srcs in calls) == n  # every kernel compiled once
+    for out, ref in zip(outs, refs):
+        np.testing.assert_allclose(out.numpy(), ref, rtol=1e-5)
+
+
+def test_the_last_batch_is_split_among_the_workers(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the batch left when code generation ends compiles in one part per core, not in one compiler while a core waits
+    monkeypatch.setattr(realize, "cpu_cores", lambda: 2)
+    schedule, outs, refs = fresh_schedule(8)
+    calls = count_calls(monkeypatch)
+    with Context(COMPILE_BATCH=0, CACHELEVEL=0):
+        run_schedule(schedule)
+    assert sorted(len(srcs) for srcs in calls) == [2, 2, 4]
     for out, ref in zip(outs, refs):
         np.testing.assert_allclose(out.numpy(), ref, rtol=1e-5)
 
