@@ -105,8 +105,11 @@ def compile_schedule(schedule: list[ScheduleItem]) -> None:
     batches = _Batches(min(cores, len(todo)), batch_size)
     if COMPILE_BATCH.value <= 0:
         batches.split_last = len(set(todo.values()))
+    # kernels with a reduce first: their code (register tiles, unrolled reduce loops) keeps the compiler busiest, so
+    # it compiles beside the code generation of the rest, and the batches left at the end are the quick ones
+    order = sorted(todo.items(), key=lambda kv: not any(u.op is Ops.REDUCE_AXIS for u in kv[0][1].toposort))
     try:
-        for key, shared in todo.items():
+        for key, shared in order:
             batches.add(key, shared)
         batches.flush()
         batches.finish()
