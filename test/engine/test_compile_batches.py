@@ -12,6 +12,7 @@ from lazygrad.device import CompileError
 from lazygrad.engine import realize
 from lazygrad.engine.realize import run_schedule
 from lazygrad.helpers import cpu_cores
+from lazygrad.uop.ops import Ops
 
 COMPILER = type(Device["CPU"].compiler)
 pytestmark = pytest.mark.skipif(not hasattr(COMPILER, "compile_many"), reason="the CPU compiler builds one by one")
@@ -63,6 +64,27 @@ def test_the_last_batch_is_split_among_the_workers(monkeypatch: pytest.MonkeyPat
     assert sorted(len(srcs) for srcs in calls) == [2, 2, 4]
     for out, ref in zip(outs, refs):
         np.testing.assert_allclose(out.numpy(), ref, rtol=1e-5)
+
+
+def test_kernels_with_a_reduce_are_built_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    # their code keeps the compiler busiest: compiled beside the code generation of the rest, not left for the end
+    c = 1 + float(np.random.default_rng().integers(1, 1 << 20)) / (1 << 20)
+    xs = [Tensor(np.random.default_rng(i).random(9 + i, dtype=np.float32)).realize() for i in range(4)]
+    outs = [(x * c).exp() if i % 2 else (x * c).sum() for i, x in enumerate(xs)]
+    schedule = Tensor.schedule(*outs)
+    built: list[bool] = []
+    real = realize.get_program
+    monkeypatch.setattr(
+        realize,
+        "get_program",
+        lambda ast, r: built.append(any(u.op is Ops.REDUCE_AXIS for u in ast.toposort)) or real(ast, r),
+    )
+    with Context(CACHELEVEL=0):
+        run_schedule(schedule)
+    assert built == [True, True, False, False]
+    for i, (x, out) in enumerate(zip(xs, outs)):
+        ref = np.exp(x.numpy() * np.float32(c))
+        np.testing.assert_allclose(out.numpy(), ref if i % 2 else (x.numpy() * np.float32(c)).sum(), rtol=1e-5)
 
 
 def test_batches_build_the_programs_and_results_of_one_call(monkeypatch: pytest.MonkeyPatch) -> None:
