@@ -11,7 +11,6 @@ from lazygrad import Context, Device, Tensor
 from lazygrad.device import CompileError
 from lazygrad.engine import realize
 from lazygrad.engine.realize import run_schedule
-from lazygrad.helpers import cpu_cores
 from lazygrad.uop.ops import Ops
 
 COMPILER = type(Device["CPU"].compiler)
@@ -34,7 +33,7 @@ def count_calls(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
     return calls
 
 
-@pytest.mark.parametrize("batch", [1, 3, 4, 100, 0])
+@pytest.mark.parametrize("batch", [1, 3, 4, 100])
 def test_n_kernels_take_ceil_n_over_batch_compiler_calls(monkeypatch: pytest.MonkeyPatch, batch: int) -> None:
     schedule, outs, refs = fresh_schedule(10)
     calls = count_calls(monkeypatch)
@@ -42,26 +41,23 @@ def test_n_kernels_take_ceil_n_over_batch_compiler_calls(monkeypatch: pytest.Mon
         run_schedule(schedule)
     n = len(schedule)
     assert n == 10
-    n_calls = math.ceil(n / batch) if batch else 0
-    if batch == 0:  # the default: two batches per core, 4 kernels at least, the last one split among the workers
-        batch = max(4, math.ceil(n / (2 * cpu_cores())))
-        full = (n - 1) // batch
-        n_calls = full + max(1, min(cpu_cores(), (n - full * batch) // 2))
-    assert len(calls) == n_calls
+    assert len(calls) == math.ceil(n / batch)
     assert sorted(len(srcs) for srcs in calls)[-1] == min(batch, n)
     assert sum(len(srcs) for srcs in calls) == n  # every kernel compiled once
     for out, ref in zip(outs, refs):
         np.testing.assert_allclose(out.numpy(), ref, rtol=1e-5)
 
 
-def test_the_last_batch_is_split_among_the_workers(monkeypatch: pytest.MonkeyPatch) -> None:
-    # the batch left when code generation ends compiles in one part per core, not in one compiler while a core waits
+def test_default_batches_start_small_and_the_last_is_split_among_the_workers(monkeypatch: pytest.MonkeyPatch) -> None:
+    # two batches per core, 4 kernels at least; the first is a quarter of that (2 at least), so a core starts
+    # compiling early, and the batch left when code generation ends compiles in one part per core (2 kernels at
+    # least each), not in one compiler while a core waits: 10 kernels on 2 cores are 2, 4, then 4 split in 2 + 2
     monkeypatch.setattr(realize, "cpu_cores", lambda: 2)
-    schedule, outs, refs = fresh_schedule(8)
+    schedule, outs, refs = fresh_schedule(10)
     calls = count_calls(monkeypatch)
     with Context(COMPILE_BATCH=0, CACHELEVEL=0):
         run_schedule(schedule)
-    assert sorted(len(srcs) for srcs in calls) == [2, 2, 4]
+    assert sorted(len(srcs) for srcs in calls) == [2, 2, 2, 4]
     for out, ref in zip(outs, refs):
         np.testing.assert_allclose(out.numpy(), ref, rtol=1e-5)
 
