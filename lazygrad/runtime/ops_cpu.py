@@ -190,7 +190,8 @@ class ClangCompiler(Compiler):
     def _call(self, cmd: list[str], src: str, src_on_stdin: bool) -> None:
         proc = subprocess.run(cmd, input=src if src_on_stdin else None, capture_output=True, text=True)
         if proc.returncode != 0:
-            raise CompileError(f"{cmd[0]} failed to compile a kernel:\n{proc.stderr}\n--- source ---\n{src}")
+            step = "compile" if src_on_stdin else "link"
+            raise CompileError(f"{cmd[0]} failed to {step} a kernel:\n{proc.stderr}\n--- source ---\n{src}")
 
     def _direct_link(self) -> list[str]:
         """`ld -shared` with the libraries the compiler driver would give a kernel (libm, libgcc's helpers, libgomp
