@@ -126,9 +126,9 @@ class _Batches:
     """The programs of one schedule, grouped per compiler into batches compiled on a thread pool."""
 
     def __init__(self, workers: int, batch_size: int, auto: int = 0):
-        # auto (the number of programs to come; 0: fixed batches): the first batch is smaller, so a core starts
-        # compiling while the first full batch would still be generated, and the batch holding the last program is
-        # left to flush, which splits it among the workers
+        # auto (the number of programs to come; 0: fixed batches): the first of several batches is smaller, so a core
+        # starts compiling while the first full batch would still be generated, and the batch holding the last
+        # program is left to flush, which splits it among the workers
         self.batch_size, self.auto = batch_size, auto
         self.workers, self.pool = workers, ThreadPoolExecutor(workers)
         self.programs: dict[tuple, ProgramSpec] = {}  # shared key -> its program (renamed to be unique in a binary)
@@ -153,7 +153,8 @@ class _Batches:
             self.programs[shared] = spec
             batch = self.open.setdefault(cachekey, [])
             batch.append(shared)
-            size = self.batch_size if self.submitted or self.full or not self.auto else max(2, self.batch_size // 4)
+            first = not (self.submitted or self.full) and self.auto > self.batch_size
+            size = max(2, self.batch_size // 4) if first else self.batch_size
             last = len(self.programs) == self.auto
             if len(batch) >= (size if hasattr(dev.compiler, "compile_many") else 1) and not last:
                 self.full.append((cachekey, key[0], batch))
