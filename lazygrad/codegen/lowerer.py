@@ -59,6 +59,10 @@ def _split_const(x: UOp) -> tuple[UOp | None, int]:
     return x, 0
 
 
+def _is_one(stride: int | UOp) -> bool:
+    return type(stride) is int and stride == 1  # a symbolic stride is not known to be 1
+
+
 def _launch_size(s: int | UOp) -> int:
     return s.vmax if isinstance(s, UOp) else s
 
@@ -263,6 +267,11 @@ class Lowerer:
         return best
 
     def _unit_stride(self, view: UOp, axis: int) -> bool:
+        st = view.arg
+        if len(st.views) == 1 and (st.views[0].mask is None or st.views[0].mask[axis] == (0, st.shape[axis])):
+            # one view the axis is not masked in: its stride says it, no index math to build and simplify (which was
+            # a sixth of the CNN step's codegen)
+            return _is_one(st.views[0].strides[axis])
         at = [UOp.const(self.idx_dtype, 0) if i is None else i for i in self.base_idxs]
         idx0, valid0 = view.arg.to_index(at)
         at[axis] = UOp.const(self.idx_dtype, 1)
@@ -731,6 +740,16 @@ def _vec_load(ctx: At, x: UOp) -> UOp | None:
     where the renderer has those."""
     if x in ctx.lw.staged or not ctx.lw.k.renderer.vector_dtype_ok(x.dtype):  # type: ignore[attr-defined]
         return None
+    st, lw = x.src[1].arg, ctx.lw
+    view = st.views[0]
+    if len(st.views) == 1 and (view.mask is None or view.mask[lw.vec_axis] == (0, st.shape[lw.vec_axis])):
+        # one view, not masked along the lanes: its stride there says what the lanes read, found without building
+        # every lane's scalar load (half the cold CNN step's lowering went to them)
+        stride, lane0 = view.strides[lw.vec_axis], lw.ev(x, ctx.combo + (0,))
+        if type(stride) is int and stride == 0:  # every lane reads lane 0's element
+            return UOp(Ops.VECTORIZE, x.dtype.vec(lw.width), (lane0,) * lw.width)
+        if _is_one(stride) and view.mask is None and lane0.op is Ops.LOAD:
+            return UOp(Ops.LOAD, x.dtype.vec(lw.width), lane0.src)
     scalars = _lane_values(ctx, x)
     if not all(s.op is Ops.LOAD for s in scalars):
         return _masked_vec_load(ctx, x, scalars)

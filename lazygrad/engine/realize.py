@@ -99,11 +99,15 @@ def compile_schedule(schedule: list[ScheduleItem]) -> None:
     cores = cpu_cores()
     # auto: two batches per core, so compiling starts early beside code generation and the batch left to compile
     # when it ends is small (the CNN step on 2 cores: 0.79-0.86 s; one batch per core 0.87-0.94 s); 4 kernels at
-    # least, as each compiler start costs about what compiling 2 small kernels does
+    # least, as each compiler start costs about what compiling 2 small kernels does; the first batch is a quarter of
+    # that and the last one is split among the workers (_Batches)
     batch_size = COMPILE_BATCH.value if COMPILE_BATCH.value > 0 else max(4, -(-len(todo) // (2 * cores)))
-    batches = _Batches(min(cores, len(todo)), batch_size)
+    batches = _Batches(min(cores, len(todo)), batch_size, len(set(todo.values())) if COMPILE_BATCH.value <= 0 else 0)
+    # kernels with a reduce first: their code (register tiles, unrolled reduce loops) keeps the compiler busiest, so
+    # it compiles beside the code generation of the rest, and the batches left at the end are the quick ones
+    order = sorted(todo.items(), key=lambda kv: not any(u.op is Ops.REDUCE_AXIS for u in kv[0][1].toposort))
     try:
-        for key, shared in todo.items():
+        for key, shared in order:
             batches.add(key, shared)
         batches.flush()
         batches.finish()
@@ -121,8 +125,11 @@ def _renderer_settings(renderer: object) -> str:
 class _Batches:
     """The programs of one schedule, grouped per compiler into batches compiled on a thread pool."""
 
-    def __init__(self, workers: int, batch_size: int):
-        self.batch_size = batch_size
+    def __init__(self, workers: int, batch_size: int, auto: int = 0):
+        # auto (the number of programs to come; 0: fixed batches): the first of several batches is smaller, so a core
+        # starts compiling while the first full batch would still be generated, and the batch holding the last
+        # program is left to flush, which splits it among the workers
+        self.batch_size, self.auto = batch_size, auto
         self.workers, self.pool = workers, ThreadPoolExecutor(workers)
         self.programs: dict[tuple, ProgramSpec] = {}  # shared key -> its program (renamed to be unique in a binary)
         self.keys_of: dict[tuple, list[tuple]] = {}  # shared key -> the runner keys (devices) that run it
@@ -146,7 +153,10 @@ class _Batches:
             self.programs[shared] = spec
             batch = self.open.setdefault(cachekey, [])
             batch.append(shared)
-            if len(batch) >= (self.batch_size if hasattr(dev.compiler, "compile_many") else 1):
+            first = not (self.submitted or self.full) and self.auto > self.batch_size
+            size = max(2, self.batch_size // 4) if first else self.batch_size
+            last = len(self.programs) == self.auto
+            if len(batch) >= (size if hasattr(dev.compiler, "compile_many") else 1) and not last:
                 self.full.append((cachekey, key[0], batch))
                 self.open[cachekey] = []
                 if not BEAM:  # BEAM times kernels inside get_program: a compiler running beside would skew its timings
@@ -155,8 +165,13 @@ class _Batches:
 
     def flush(self) -> None:
         for cachekey, batch in self.open.items():
-            if batch:
-                self.full.append((cachekey, self.keys_of[batch[0]][0][0], batch))
+            # auto: the batch left when code generation ends is compiled in one part per worker (2 kernels at least
+            # each, as a compiler start costs about one kernel's compile), so no core waits while a single compiler
+            # builds the whole rest
+            parts = max(1, min(self.workers, len(batch) // 2)) if self.auto else 1
+            for i in range(parts if batch else 0):
+                part = batch[i * len(batch) // parts : (i + 1) * len(batch) // parts]
+                self.full.append((cachekey, self.keys_of[part[0]][0][0], part))
         self.open.clear()
         self._submit_full()
 

@@ -15,9 +15,17 @@ from lazygrad.uop.ops import GroupOp, Ops, PatternMatcher, UOp, UPat, _exact_bou
 # integer division and remainder by zero give 0 instead of trapping the process, and so does INT_MIN % -1, while
 # INT_MIN / -1 wraps to INT_MIN as in torch (x86 traps on both). __auto_type, not __typeof__(a):
 # __typeof__ repeats the operand's text, so an unrolled chain of nested LG_MAX grew exponentially in the compiler.
+# The libm functions kernels call are declared, not taken from <math.h>: the header cost each compiler call 5-10 ms
+# of its ~25 ms start (C11 7.1.4 allows declaring a library function without its header; gcc still knows them as
+# builtins, so sqrtf and truncf inline as before).
 C_PRELUDE = """#ifndef LG_PRELUDE
 #define LG_PRELUDE
-#include <math.h>
+#define NAN __builtin_nanf("")
+#define INFINITY __builtin_inff()
+float exp2f(float); float log2f(float); float sinf(float); float sqrtf(float); float truncf(float);
+float powf(float, float); float fmodf(float, float);
+double exp2(double); double log2(double); double sin(double); double sqrt(double); double trunc(double);
+double pow(double, double); double fmod(double, double);
 #define LG_MAX(a, b) ({ __auto_type _a = (a); __auto_type _b = (b); (_a != _a || _a > _b) ? _a : _b; })
 #define LG_IDIV(a, b) ({ __auto_type _a = (a); __auto_type _b = (b); \
   _b == 0 ? (__typeof__(_a))0 : LG_SIGNED_M1(_b) ? (__typeof__(_a))(0ULL - (unsigned long long)_a) : (__typeof__(_a))(_a / _b); })

@@ -132,6 +132,7 @@ class ClangCompiler(Compiler):
         self.flags = ["-shared", "-fPIC", "-O2", "-march=native", "-fno-math-errno", "-ffp-contract=fast"]
         self.flags += [] if "clang" in "".join(version) else ["-fvect-cost-model=dynamic"]  # a gcc flag only
         self.flags += ["-std=gnu11"]
+        self.link: list[str] = []  # the linker and the libraries it gives a kernel; [] links through the driver
         probe_key = repr((version, cc, "openmp"))
         self.openmp = diskcache_get("cpu_openmp_v1", probe_key)
         if self.openmp is None:
@@ -162,19 +163,56 @@ class ClangCompiler(Compiler):
         self.dp4a_builtins = {
             n: f"__builtin_ia32_vpdpbusd{32 * n}" if clang else f"__builtin_ia32_vpdpbusd_v{n}si" for n in widths
         }
+        # the compiler driver's link (collect2, the LTO plugin, start files, libgcc_s) took ~10 ms of each call; the
+        # linker itself given the few libraries kernels use takes ~4
+        probe_key = repr((version, cc, self.flags, "direct_link_v1"))
+        link = diskcache_get("cpu_link_v1", probe_key)
+        self.link = diskcache_put("cpu_link_v1", probe_key, self._direct_link()) if link is None else link
         key = hashlib.sha256(repr((version, self.flags)).encode()).hexdigest()[:16]
         super().__init__(f"compile_cpu_{key}")
 
     def _run(self, src: str, flags: list[str]) -> bytes:
-        with tempfile.TemporaryDirectory(prefix="lazygrad_") as tmp:
+        return self._build(src, flags, self.link)
+
+    def _build(self, src: str, flags: list[str], link: list[str]) -> bytes:
+        with tempfile.TemporaryDirectory(prefix="lazygrad_", dir=_so_dirs[0]) as tmp:
             out = os.path.join(tmp, "kernel.so")
-            proc = subprocess.run(
-                [self.cc, *flags, "-x", "c", "-", "-o", out, "-lm"], input=src, capture_output=True, text=True
-            )
-            if proc.returncode != 0:
-                raise CompileError(f"{self.cc} failed to compile a kernel:\n{proc.stderr}\n--- source ---\n{src}")
+            if link:
+                obj = os.path.join(tmp, "kernel.o")
+                compile_only = [f for f in flags if f != "-shared"]
+                self._call([self.cc, *compile_only, "-c", "-x", "c", "-", "-o", obj], src, True)
+                self._call([link[0], "-shared", "--as-needed", "-o", out, obj, *link[1:]], src, False)
+            else:
+                self._call([self.cc, *flags, "-x", "c", "-", "-o", out, "-lm"], src, True)
             with open(out, "rb") as f:
                 return f.read()
+
+    def _call(self, cmd: list[str], src: str, src_on_stdin: bool) -> None:
+        proc = subprocess.run(cmd, input=src if src_on_stdin else None, capture_output=True, text=True)
+        if proc.returncode != 0:
+            step = "compile" if src_on_stdin else "link"
+            raise CompileError(f"{cmd[0]} failed to {step} a kernel:\n{proc.stderr}\n--- source ---\n{src}")
+
+    def _direct_link(self) -> list[str]:
+        """`ld -shared` with the libraries the compiler driver would give a kernel (libm, libgcc's helpers, libgomp
+        for THREAD axes), or [] where one is not found or a probe kernel linked so gives a wrong answer."""
+
+        def ask(flag: str) -> str:
+            return subprocess.run([self.cc, flag], capture_output=True, text=True).stdout.strip()
+
+        ld = shutil.which(ask("-print-prog-name=ld") or "ld")
+        libs = [ask("-print-file-name=libm.so"), ask("-print-libgcc-file-name")]
+        libs += [ask("-print-file-name=libgomp.so")] if self.openmp else []
+        if ld is None or not all(os.path.isabs(lib) and os.path.exists(lib) for lib in libs):
+            return []
+        # libm and libgomp called from a kernel, on every core where OpenMP is there
+        src = (
+            "float exp2f(float);\nvoid lg_probe(int* restrict out) {\n"
+            + ("  #pragma omp parallel for\n" if self.openmp else "")
+            + "  for (int i = 0; i < 64; i++) out[i] = (int)exp2f((float)(i % 8));\n}\n"
+        )
+        link = [ld, *libs]
+        return link if self._probe_right(src, ctypes.c_int, [], [2 ** (i % 8) for i in range(64)], [], link) else []
 
     def _vectorizer_workaround(self) -> list[str]:
         """The flags (none, fewest first) under which every vectorizer probe kernel (VECTORIZER_PROBES: code gcc 12.2
@@ -200,11 +238,19 @@ class ClangCompiler(Compiler):
         return "", ["-fno-tree-vectorize"]
 
     def _probe_right(
-        self, src: str, out_type: Any, inputs: list[tuple[Any, Any]], want: list[int], extra: list[str]
+        self,
+        src: str,
+        out_type: Any,
+        inputs: list[tuple[Any, Any]],
+        want: list[int],
+        extra: list[str],
+        link: list[str] | None = None,
     ) -> bool:
-        """Whether the probe kernel `lg_probe`, built with `extra`, computes `want` from `inputs`."""
+        """Whether the probe kernel `lg_probe`, built with `extra` (and linked by `link`), computes `want` from
+        `inputs`."""
         try:
-            prg = CPUProgram("lg_probe", self._run(src, [*self.flags, *extra]), 1 + len(inputs), 0)
+            lib = self._build(src, [*self.flags, *extra], self.link if link is None else link)
+            prg = CPUProgram("lg_probe", lib, 1 + len(inputs), 0)
         except (CompileError, OSError):
             return False  # a flag this compiler or CPU does not know
         out = (out_type * len(want))()

@@ -11,7 +11,7 @@ from lazygrad import Context, Device, Tensor
 from lazygrad.device import CompileError
 from lazygrad.engine import realize
 from lazygrad.engine.realize import run_schedule
-from lazygrad.helpers import cpu_cores
+from lazygrad.uop.ops import Ops
 
 COMPILER = type(Device["CPU"].compiler)
 pytestmark = pytest.mark.skipif(not hasattr(COMPILER, "compile_many"), reason="the CPU compiler builds one by one")
@@ -33,7 +33,7 @@ def count_calls(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
     return calls
 
 
-@pytest.mark.parametrize("batch", [1, 3, 4, 100, 0])
+@pytest.mark.parametrize("batch", [1, 3, 4, 100])
 def test_n_kernels_take_ceil_n_over_batch_compiler_calls(monkeypatch: pytest.MonkeyPatch, batch: int) -> None:
     schedule, outs, refs = fresh_schedule(10)
     calls = count_calls(monkeypatch)
@@ -41,13 +41,46 @@ def test_n_kernels_take_ceil_n_over_batch_compiler_calls(monkeypatch: pytest.Mon
         run_schedule(schedule)
     n = len(schedule)
     assert n == 10
-    if batch == 0:  # the default: two batches per core, 4 kernels at least
-        batch = max(4, math.ceil(n / (2 * cpu_cores())))
     assert len(calls) == math.ceil(n / batch)
     assert sorted(len(srcs) for srcs in calls)[-1] == min(batch, n)
     assert sum(len(srcs) for srcs in calls) == n  # every kernel compiled once
     for out, ref in zip(outs, refs):
         np.testing.assert_allclose(out.numpy(), ref, rtol=1e-5)
+
+
+def test_default_batches_start_small_and_the_last_is_split_among_the_workers(monkeypatch: pytest.MonkeyPatch) -> None:
+    # two batches per core, 4 kernels at least; the first is a quarter of that (2 at least), so a core starts
+    # compiling early, and the batch left when code generation ends compiles in one part per core (2 kernels at
+    # least each), not in one compiler while a core waits: 10 kernels on 2 cores are 2, 4, then 4 split in 2 + 2
+    monkeypatch.setattr(realize, "cpu_cores", lambda: 2)
+    schedule, outs, refs = fresh_schedule(10)
+    calls = count_calls(monkeypatch)
+    with Context(COMPILE_BATCH=0, CACHELEVEL=0):
+        run_schedule(schedule)
+    assert sorted(len(srcs) for srcs in calls) == [2, 2, 2, 4]
+    for out, ref in zip(outs, refs):
+        np.testing.assert_allclose(out.numpy(), ref, rtol=1e-5)
+
+
+def test_kernels_with_a_reduce_are_built_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    # their code keeps the compiler busiest: compiled beside the code generation of the rest, not left for the end
+    c = 1 + float(np.random.default_rng().integers(1, 1 << 20)) / (1 << 20)
+    xs = [Tensor(np.random.default_rng(i).random(9 + i, dtype=np.float32)).realize() for i in range(4)]
+    outs = [(x * c).exp() if i % 2 else (x * c).sum() for i, x in enumerate(xs)]
+    schedule = Tensor.schedule(*outs)
+    built: list[bool] = []
+    real = realize.get_program
+    monkeypatch.setattr(
+        realize,
+        "get_program",
+        lambda ast, r: built.append(any(u.op is Ops.REDUCE_AXIS for u in ast.toposort)) or real(ast, r),
+    )
+    with Context(CACHELEVEL=0):
+        run_schedule(schedule)
+    assert built == [True, True, False, False]
+    for i, (x, out) in enumerate(zip(xs, outs)):
+        ref = np.exp(x.numpy() * np.float32(c))
+        np.testing.assert_allclose(out.numpy(), ref if i % 2 else (x.numpy() * np.float32(c)).sum(), rtol=1e-5)
 
 
 def test_batches_build_the_programs_and_results_of_one_call(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -180,3 +180,35 @@ def test_lanes_selected_one_by_one_beside_a_gather_are_right():
         idx = np.array([rows - 2, 0, rows - 2])
         got = (Tensor(x) / (Tensor(a).abs() + 1))[Tensor(idx)].numpy()
         np.testing.assert_allclose(got, (x / (np.abs(a) + 1))[idx], rtol=1e-6)
+
+
+LIBM_OMP_SRC = (
+    "float exp2f(float); float sinf(float);\n"
+    "void k(float* restrict out, const float* restrict a) {\n"
+    "  #pragma omp parallel for\n"
+    "  for (int i = 0; i < 1000; i++) out[i] = exp2f(a[i]) + sinf(a[i]);\n}\n"
+)
+
+
+def test_linked_without_the_driver_as_with_it():
+    # kernels are linked by the linker itself (the compiler driver's link took ~10 ms a call): libm and libgomp are
+    # found as the driver finds them, and a kernel built either way computes the same
+    compiler = Device["CPU"].compiler
+    if not compiler.link:
+        pytest.skip("this compiler links through its driver")
+    a = np.linspace(-4, 4, 1000, dtype=np.float32)
+    outs = []
+    for link in (compiler.link, []):
+        prg = CPUProgram("k", compiler._build(LIBM_OMP_SRC, compiler.flags, link), 2, 0)
+        outs.append(np.zeros(1000, np.float32))
+        prg(outs[-1].ctypes.data, a.ctypes.data)
+    np.testing.assert_array_equal(outs[0], outs[1])
+    np.testing.assert_allclose(outs[0], np.exp2(a) + np.sin(a), rtol=1e-5, atol=1e-6)
+
+
+def test_no_linker_links_through_the_driver(monkeypatch):
+    import lazygrad.runtime.ops_cpu as ops_cpu
+
+    compiler = Device["CPU"].compiler
+    monkeypatch.setattr(ops_cpu.shutil, "which", lambda name: None)
+    assert compiler._direct_link() == []
