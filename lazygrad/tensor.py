@@ -187,20 +187,21 @@ def _readers(
     of those writes' results. A view of the memory is not one (it shows the memory as it is, as torch's views do); a
     tensor computed from it is, and so is one reading another pending write into it (run later, that write would land
     after these). A tensor whose node is a pending write is one when the value it writes reads the memory."""
-    memo: dict[UOp, tuple[bool, bool]] = {}  # node -> (reads the memory as it is now, reads a node of `written`)
+    memo: dict[UOp, tuple[bool, bool]] = {}  # node -> (reads the memory as it is now, binds a variable)
     latest: dict[Buffer, int] = {}  # memory -> the newest of `written` into it
     for n in written:
         if n.src[0].base.op is Ops.BUFFER:
             mem = n.src[0].base.arg.memory
             latest[mem] = max(latest.get(mem, -1), write_order(n))
+    per_memory: dict[Buffer, list[UOp]] = {}
     for n in written:
-        # the result of a write that a later one of `written` overwrites is read before that one: a reader of it too
-        mem = n.src[0].base.arg.memory if n.src[0].base.op is Ops.BUFFER else None
-        overwritten = any(
-            m is not n and m.src[0].base.op is Ops.BUFFER and m.src[0].base.arg.memory is mem and n in m.toposort
-            for m in written
-        )
-        memo[n] = (overwritten, True)
+        if n.src[0].base.op is Ops.BUFFER:
+            per_memory.setdefault(n.src[0].base.arg.memory, []).append(n)
+    for ns in per_memory.values():
+        for n in ns:
+            # the result of a write that a later one into the same memory overwrites is read before that one: what
+            # reads it is a reader too
+            memo[n] = (len(ns) > 1 and any(m is not n and _written_after(m, n) for m in ns), False)
 
     def reads(root: UOp) -> tuple[bool, bool]:
         stack = [root]
@@ -226,7 +227,7 @@ def _readers(
                     old = any(memo[x][0] for x in n.src[1:]) if newer else True
                 else:
                     old = any(memo[x][0] for x in n.src)
-                memo[n] = (old, any(memo[x][1] for x in n.src))
+                memo[n] = (old, n.op is Ops.BIND or any(memo[x][1] for x in n.src))
             stack.pop()
         return memo[root]
 
@@ -249,6 +250,12 @@ def _readers(
         if old:
             out.append((serial, t, new))
     return out
+
+
+def _written_after(m: UOp, n: UOp) -> bool:
+    """Whether write m into a memory lands after write n into it: made later, or (order unknown) reading n's result."""
+    om, on = write_order(m), write_order(n)
+    return om > on if om >= 0 and on >= 0 else n in m.toposort
 
 
 def realize_readers_of(memories: frozenset[Buffer]) -> None:
@@ -305,17 +312,16 @@ def _own_memory(tensors: tuple[Tensor, ...], firsts: dict[UOp, Tensor]) -> tuple
 
 
 def _readers_of_overwritten(
-    becomes: dict[UOp, UOp], outputs: tuple[Tensor, ...], lowered: dict[UOp, UOp] | None
+    writes: list[UOp], outputs: tuple[Tensor, ...], becomes: dict[UOp, UOp], lowered: dict[UOp, UOp] | None
 ) -> tuple[list[tuple[int, Tensor]], list[Tensor]]:
-    """The lazy tensors reading memory a schedule's in-place writes (the ASSIGN nodes it stores) overwrite (_readers),
-    other than `outputs`, in two lists: those computed first, in a schedule of their own (with their serial
-    numbers), and those that join this schedule (which stores them and orders their reads of the old contents before
-    the writes): a tensor reading one of its writes' results, or one whose node the schedule computes anyway (the
-    keepdim sum under a gradient's reshape). Inside a TinyJit capture a tensor made before the capture never joins:
-    a replay would compute it again from the new contents."""
+    """The lazy tensors reading memory the in-place writes `writes` (ASSIGN nodes a schedule stores) overwrite
+    (_readers), other than `outputs`, in two lists: those computed first, in a schedule of their own (with their
+    serial numbers), and those that join this schedule (which stores them and orders their reads of the old contents
+    before the writes). Computed first: inside a TinyJit capture a tensor made before it (a replay would compute it
+    again from the new contents), and a tensor whose graph binds variables (its bindings may differ from these
+    outputs')."""
     from lazygrad.engine.realize import capture_began
 
-    writes = [n for n in becomes if n.op is Ops.ASSIGN]
     if not writes:
         return [], []
     mems = {n.src[0].base.arg.memory for n in writes}
@@ -329,16 +335,13 @@ def _readers_of_overwritten(
     first: list[tuple[int, Tensor]] = []
     joining: list[Tensor] = []
     began = capture_began()
-    in_graph: set[UOp] | None = None
-    for serial, t, new in _readers(mems, written, {id(t) for t in outputs}):
+    for serial, t, binds in _readers(mems, written, {id(t) for t in outputs}):
         if _view_source(t.uop) in becomes:
             continue  # this schedule stores its value anyway, before the writes that overwrite what it reads
-        if began is not None and serial < began:
+        if began is not None and serial < began or binds:
             first.append((serial, t))
-            continue
-        if in_graph is None:
-            in_graph = set().union(*(o.uop.toposort for o in outputs))
-        (joining.append(t) if new or t.uop in in_graph else first.append((serial, t)))
+        else:
+            joining.append(t)
     return first, joining
 
 
@@ -1068,6 +1071,7 @@ class Tensor(metaclass=_TensorType):
         firsts: dict[UOp, Tensor] = {}
         _own_memory(tensors, firsts)
         with _realize_lock:
+            scanned = False
             while True:
                 outs = [t.uop for t in tensors]
                 lowered = None
@@ -1075,12 +1079,21 @@ class Tensor(metaclass=_TensorType):
                     # sharded tensors (lazygrad/schedule/multi.py): scheduled as one graph per device
                     lowered, memo = lower_multi(outs, _realized)
                     outs = [p for u in lowered for p in (u.src if u.op is Ops.MULTI else (u,))]
+                # the schedule writes memory in place: a lazy tensor computed from that memory's old contents joins
+                # it as an output (the planner computes it before the write, as torch computed it when it was made),
+                # or gets its value first in a schedule of its own. Writes that are outputs are known before
+                # scheduling; one met inside the graph is known after, and then the schedule (not run) is made again
+                if not scanned and (roots := [u for u in outs if u.op is Ops.ASSIGN]):
+                    scanned = True
+                    first, joining = _readers_of_overwritten(roots, tensors, {}, None)
+                    if first or joining:
+                        if first:
+                            _realize_readers(first)
+                        tensors = (*tensors, *_own_memory(tuple(joining), firsts))
+                        continue
                 schedule, becomes, var_vals = create_schedule(outs, _realized)
-                # the schedule writes memory in place: a lazy tensor computed from that memory's old contents gets its
-                # value first, in a schedule of its own (torch computed it when it was made; its variable bindings
-                # may differ from these outputs'), or in this one where it reads a write of this one too. Nothing of
-                # this schedule has run: it is made again
-                first, joining = _readers_of_overwritten(becomes, tensors, None if lowered is None else memo)
+                writes = [n for n in becomes if n.op is Ops.ASSIGN]
+                first, joining = _readers_of_overwritten(writes, tensors, becomes, None if lowered is None else memo)
                 if not first and not joining:
                     break
                 if first:

@@ -102,6 +102,10 @@ class Schedule(list):
         self.template = template
 
 
+class BindingConflict(ValueError, RuntimeError):
+    """One schedule met a variable bound to two values (a ValueError, and the RuntimeError tinygrad raises)."""
+
+
 def _is_stored_leaf(u: UOp, realized: dict[UOp, UOp]) -> bool:
     return u.op is Ops.BUFFER or u in realized
 
@@ -528,7 +532,7 @@ class _KernelBuilder:
                     )
         for var, val in vals.items():
             if self.var_vals.setdefault(var, val) != val:
-                raise ValueError(
+                raise BindingConflict(
                     f"variable {var.arg[0]} is bound to both {self.var_vals[var]} and {val} in one schedule"
                 )
         return x
@@ -617,7 +621,7 @@ def _build_bind(ctx: _Here, u: UOp) -> UOp:
     # the kernel takes the variable as an argument: one compiled kernel serves every value
     var, val = u.unbind()
     if ctx.kb.var_vals.setdefault(var, val) != val:
-        raise ValueError(f"variable {var.arg[0]} is bound to both {ctx.kb.var_vals[var]} and {val} in one schedule")
+        raise BindingConflict(f"variable {var.arg[0]} is bound to both {ctx.kb.var_vals[var]} and {val} in one schedule")
     return var
 
 
@@ -910,7 +914,7 @@ def _bound_values(binds: list[UOp]) -> dict[UOp, int]:
     for b in binds:
         var, val = b.unbind()
         if var_vals.setdefault(var, val) != val:
-            raise ValueError(f"variable {var.arg[0]} is bound to both {var_vals[var]} and {val} in one schedule")
+            raise BindingConflict(f"variable {var.arg[0]} is bound to both {var_vals[var]} and {val} in one schedule")
     return var_vals
 
 
