@@ -183,20 +183,16 @@ def _readers(
     mems: set[Buffer] | frozenset[Buffer], written: set[UOp], skip: set[int]
 ) -> list[tuple[int, Tensor, bool]]:
     """The live lazy tensors (ids not in `skip`) whose value reads memory in `mems` (Buffer.memory objects) as it is
-    now, through anything but the write nodes `written`, each with its serial number and whether it also reads one
-    of those writes' results. A view of the memory is not one (it shows the memory as it is, as torch's views do); a
+    now, through anything but the write nodes `written`, each with its serial number and whether its graph binds a
+    variable. A view of the memory is not one (it shows the memory as it is, as torch's views do); a
     tensor computed from it is, and so is one reading another pending write into it (run later, that write would land
     after these). A tensor whose node is a pending write is one when the value it writes reads the memory."""
     memo: dict[UOp, tuple[bool, bool]] = {}  # node -> (reads the memory as it is now, binds a variable)
-    latest: dict[Buffer, int] = {}  # memory -> the newest of `written` into it
-    for n in written:
-        if n.src[0].base.op is Ops.BUFFER:
-            mem = n.src[0].base.arg.memory
-            latest[mem] = max(latest.get(mem, -1), write_order(n))
     per_memory: dict[Buffer, list[UOp]] = {}
     for n in written:
         if n.src[0].base.op is Ops.BUFFER:
             per_memory.setdefault(n.src[0].base.arg.memory, []).append(n)
+    latest = {mem: max(write_order(n) for n in ns) for mem, ns in per_memory.items()}  # the newest write into each
     for ns in per_memory.values():
         for n in ns:
             # the result of a write that a later one into the same memory overwrites is read before that one: what
@@ -1083,19 +1079,18 @@ class Tensor(metaclass=_TensorType):
                 # it as an output (the planner computes it before the write, as torch computed it when it was made),
                 # or gets its value first in a schedule of its own. Writes that are outputs are known before
                 # scheduling; one met inside the graph is known after, and then the schedule (not run) is made again
+                first, joining = [], []
                 if not scanned and (roots := [u for u in outs if u.op is Ops.ASSIGN]):
                     scanned = True
                     first, joining = _readers_of_overwritten(roots, tensors, {}, None)
-                    if first or joining:
-                        if first:
-                            _realize_readers(first)
-                        tensors = (*tensors, *_own_memory(tuple(joining), firsts))
-                        continue
-                schedule, becomes, var_vals = create_schedule(outs, _realized)
-                writes = [n for n in becomes if n.op is Ops.ASSIGN]
-                first, joining = _readers_of_overwritten(writes, tensors, becomes, None if lowered is None else memo)
                 if not first and not joining:
-                    break
+                    schedule, becomes, var_vals = create_schedule(outs, _realized)
+                    writes = [n for n in becomes if n.op is Ops.ASSIGN]
+                    first, joining = _readers_of_overwritten(
+                        writes, tensors, becomes, None if lowered is None else memo
+                    )
+                    if not first and not joining:
+                        break
                 if first:
                     _realize_readers(first)
                 tensors = (*tensors, *_own_memory(tuple(joining), firsts))

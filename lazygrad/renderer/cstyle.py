@@ -635,13 +635,18 @@ VECTOR_FLOAT_ALU = frozenset({Ops.FDIV, Ops.RECIP})
 BITWISE = frozenset({Ops.AND, Ops.OR, Ops.XOR})  # lane-wise as C spells them, on integer vectors
 
 
+def _lane_condition(u: UOp) -> UOp | None:
+    """The one scalar condition every lane of VECTORIZE u selects under (`{c?a0:b0, c?a1:b1, ...}`), else None."""
+    if not all(s.op is Ops.WHERE for s in u.src) or len(conds := {s.src[0] for s in u.src}) != 1:
+        return None
+    return c if (c := conds.pop()).dtype.count == 1 else None
+
+
 def _one_select_of_vectors(ctx: RenderCtx, u: UOp) -> str | None:
     """Lanes that all select under one scalar condition, as one select of two vectors (None: another form).
     gcc 12.2 with AVX-512 compiles the lane-wise form `{c?a0:b0, c?a1:b1, ...}` wrongly (only lane 0 right; pow's
     gradient, whose zero-exponent guard is such a select, gave zeros) and `c ? {a0,a1,..} : {b0,b1,..}` right."""
-    if not all(s.op is Ops.WHERE for s in u.src) or len(conds := {s.src[0] for s in u.src}) != 1:
-        return None
-    if (c := conds.pop()).dtype.count != 1:
+    if (c := _lane_condition(u)) is None:
         return None
     picked = [ctx.r.render_vectorize(u.dtype, [ctx.names[s.src[i]] for s in u.src]) for i in (1, 2)]
     return ctx.expr(u, f"({ctx.names[c]}?{picked[0]}:{picked[1]})")
@@ -650,12 +655,9 @@ def _one_select_of_vectors(ctx: RenderCtx, u: UOp) -> str | None:
 def _lanes_selected(uops: list[UOp]) -> bool:
     """Whether the kernel builds a vector lane by lane from selects ({c0?a0:b0, c1?a1:b1, ...}; one scalar condition
     for every lane is rendered as one select of two vectors instead, see _one_select_of_vectors)."""
-    for u in uops:
-        if u.op is Ops.VECTORIZE and any(s.op is Ops.WHERE for s in u.src):
-            conds = {s.src[0] for s in u.src if s.op is Ops.WHERE}
-            if not (len(conds) == 1 and all(s.op is Ops.WHERE for s in u.src) and conds.pop().dtype.count == 1):
-                return True
-    return False
+    return any(
+        u.op is Ops.VECTORIZE and any(s.op is Ops.WHERE for s in u.src) and _lane_condition(u) is None for u in uops
+    )
 
 
 def _masked_vector_load(ctx: RenderCtx, u: UOp) -> str | None:

@@ -35,6 +35,14 @@ def test_missing_compiler_is_a_clear_error(monkeypatch):
         find_c_compiler()
 
 
+def _two_processes(code: str, tmp_path) -> tuple[list[str], list[str]]:
+    """What `code` prints, split into words, in two fresh processes one after the other sharing a cache database."""
+    env = {**os.environ, "CACHEDB": str(tmp_path / "cache.db")}
+    run = [sys.executable, "-c", code]
+    outs = [subprocess.run(run, env=env, capture_output=True, text=True, check=True).stdout.split() for _ in range(2)]
+    return outs[0], outs[1]
+
+
 def test_disk_cache_hit_compiles_nothing(tmp_path):
     # a second process with the same cache database compiles nothing for kernels it has seen
     code = (
@@ -45,13 +53,7 @@ def test_disk_cache_hit_compiles_nothing(tmp_path):
         "from lazygrad import Tensor\n"
         "print((Tensor([1.0, 2.0, 3.0]) * 7 + 0.5).tolist(), len(calls))\n"
     )
-    env = {**os.environ, "CACHEDB": str(tmp_path / "cache.db")}
-    first = subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
-    ).stdout.split()
-    second = subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
-    ).stdout.split()
+    first, second = _two_processes(code, tmp_path)
     assert first[-1] != "0" and second[-1] == "0"
     assert first[:-1] == second[:-1]
 
@@ -98,13 +100,7 @@ def test_schedule_compiles_in_one_call_and_second_process_compiles_nothing(tmp_p
         "x = Tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 7.0]])\n"
         "print(round(x.softmax(-1).sum().item(), 5), len(calls))\n"
     )
-    env = {**os.environ, "CACHEDB": str(tmp_path / "cache.db")}
-    first = subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
-    ).stdout.split()
-    second = subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
-    ).stdout.split()
+    first, second = _two_processes(code, tmp_path)
     assert first == ["2.0", "1"] and second == ["2.0", "0"]
 
 
