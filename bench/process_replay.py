@@ -85,6 +85,8 @@ WORKLOADS: dict[str, Callable[[], list[Tensor]]] = {
     "attention": lambda: [
         _r(1, 2, 16, 8).scaled_dot_product_attention(_r(1, 2, 16, 8), _r(1, 2, 16, 8), is_causal=True)
     ],
+    "long_reduce": lambda: [_r(1024, 1024).sum(), _r(4, 65536).mean(1), _r(20000, 3).sum(0)],
+    "transcendental": lambda: [_r(100).tanh(), _r(100).erf(), _r(100).cos(), _r(50).gelu(), _r(30).expm1()],
 }
 
 RENDERERS = {

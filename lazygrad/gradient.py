@@ -78,6 +78,7 @@ grad_rules: dict[Ops, Callable[..., Grads]] = {
     Ops.EXP2: lambda g, n, a, out: (g * out * LN2,),
     Ops.LOG2: lambda g, n, a: (g / (a * LN2),),
     Ops.SIN: lambda g, n, a: (g * a.cos(),),
+    Ops.COS: lambda g, n, a: (-(g * a.sin()),),
     Ops.TRUNC: lambda g, n, a: (g.zeros_like(),),
     Ops.MOD: lambda g, n, a, b: (g, -g * a.div(b, rounding_mode="trunc")),  # float fmod; integer MOD never carries grad
     Ops.MAX: _max_grad,

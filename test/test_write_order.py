@@ -94,6 +94,44 @@ def test_views_show_the_memory_after_the_write() -> None:
     same(r, rr)
 
 
+@pytest.mark.parametrize("make", ["clone", "mul", "add"])
+@pytest.mark.parametrize("write", ["iadd", "setitem", "assign", "two_writes_and_realize"])
+def test_views_of_a_lazy_tensor_show_writes_into_it(make, write) -> None:
+    # nothing stored yet: the write replaces the tensor's node, and a view taken before must follow it
+    t, rt = both([[1.0, 2.0], [3.0, 4.0]])
+    x, rx = {"clone": (t.clone(), rt.clone()), "mul": (t * 1, rt * 1), "add": (t + 0, rt + 0)}[make]
+    row, rrow = x[1], rx[1]
+    col, rcol = row[0:1], rrow[0:1]  # a view of a view
+    before, rbefore = row * 2, rrow * 2  # computed before the write: keeps the old values
+    if write == "iadd":
+        x += 10
+        rx += 10
+    elif write == "setitem":
+        x[1] = 5.0
+        rx[1] = 5.0
+    elif write == "assign":
+        x.assign(x * 3)
+        rx.copy_(rx * 3)
+    else:
+        x += 10
+        x += 1
+        x.realize()
+        rx += 11
+    same(row, rrow)
+    same(col, rcol)
+    same(before, rbefore)
+    same(x, rx)
+
+
+def test_views_keep_the_old_value_through_replace() -> None:
+    # tinygrad's replace swaps what the tensor stands for, as torch's `.data =`: views taken before keep the old value
+    x = Tensor([[1.0, 2.0], [3.0, 4.0]]) * 1
+    row = x[1]
+    x.replace(x + 10)
+    np.testing.assert_array_equal(row.numpy(), [3.0, 4.0])
+    np.testing.assert_array_equal(x.numpy(), [[11.0, 12.0], [13.0, 14.0]])
+
+
 def test_a_view_of_a_pending_write_overwritten_before_it_ran() -> None:
     x, rx = both([2.0, 3.0])
     x.assign(Tensor([5.0, 5.0]))

@@ -13,8 +13,8 @@ import heapq
 from lazygrad.uop.ops import Ops, UOp
 
 # loop kinds from outermost to innermost: CPU-thread loops over outputs, output loops, a reduce split across
-# CPU threads, reduce loops
-RANGE_ORDER = {"t": 0, "g": 1, "tr": 2, "r": 3}
+# CPU threads, the outer loops of a blocked reduce, reduce loops
+RANGE_ORDER = {"t": 0, "g": 1, "tr": 2, "rb": 3, "r": 4}
 
 
 def linearize(sink: UOp) -> list[UOp]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 from typing import Callable, NamedTuple
 
 from lazygrad.codegen.kernel import AxisType, Kernel, KernelOptError, StageLayout, mul_operands
@@ -22,8 +23,12 @@ from lazygrad.viz import record
 # a GPU kernel without workgroup axes gets workgroups of up to PADDED_THREADS along an axis of PADDED_MIN or more
 PADDED_THREADS, PADDED_MIN = 128, 32
 Combo = tuple[int, ...]  # a value for each expanded axis (upcasts, then unrolls)
-# loop kinds: output, reduce, output across CPU threads, reduce split across CPU threads (see linearize.RANGE_ORDER)
+# loop kinds: output, reduce, output across CPU threads, reduce split across CPU threads (see linearize.RANGE_ORDER);
+# "rb" is the outer loop of a blocked reduce (Lowerer._block_reduce_loops)
 RANGE_KIND = {AxisType.GLOBAL: "g", AxisType.THREAD: "t", AxisType.THREAD_REDUCE: "tr"}
+# float sums over this many loop iterations or more are summed in blocks, if the kernel has at most BLOCK_MAX_ACCS
+# accumulators
+BLOCK_MIN_TRIPS, BLOCK_MAX_ACCS = 1024, 4
 
 
 def reduce_identity(op: Ops, dtype) -> UOp:  # noqa: ANN001
@@ -119,6 +124,49 @@ class Lowerer:
         self.viz_steps: list[tuple] = []
         self.rules = (record.translated(LOWER_OP, self.viz_steps), record.translated(LOWER_VEC_OP, self.viz_steps))
         self.staged: dict[UOp, _Tile] = {}  # a staged load (STAGE) -> its tile in shared memory, set by lower_reduces
+        # outer loops of a blocked reduce (see _block_reduce_loops): each iteration sums a block into a fresh
+        # accumulator, then adds it to the total
+        self.block_ranges: list[UOp] = []
+        if not k.renderer.has_local and self.tc is None:
+            self._block_reduce_loops()
+
+    def _block_reduce_loops(self) -> None:
+        """A float sum rounds every add against the whole running total, so its error grows with the trip count:
+        2e-6 relative for a sum of 1e7 floats, where torch's cascade sum gives 1e-7. A reduce loop nest of
+        BLOCK_MIN_TRIPS or more iterations is cut into outer loops over blocks of about sqrt(trips) iterations (at
+        a loop boundary, or by splitting one loop in two), each block summed into a fresh accumulator and then
+        added to the total: about sqrt(trips) roundings on each path instead of trips. Kernels holding many
+        accumulators (register tiles of matmuls and convs) are left alone: a second set would not fit in registers.
+        So is a single loop of prime length: there is no divisor to cut it at (blocks with a bounds check would
+        cost a select per iteration)."""
+        sizes = [r.src[0].arg if r.src[0].op is Ops.CONST else 0 for r in self.reduce_ranges]
+        trips = prod(sizes)
+        if not sizes or 0 in sizes or trips < BLOCK_MIN_TRIPS:
+            return
+        sums = [r for r in self.ast.toposort if r.op is Ops.REDUCE_AXIS and r.arg[0] is Ops.ADD]
+        if not any(dtypes.is_float(r.dtype) for r in sums) or len(sums) * len(self.out_combos) > BLOCK_MAX_ACCS:
+            return
+        target = math.sqrt(trips)
+        # candidates (position, block split or None, inner trips): a cut before loop j, or loop m split into
+        # (size / b, b) with b one of its divisors
+        cands = [(j, None, prod(sizes[j:])) for j in range(1, len(sizes))]
+        for m, n in enumerate(sizes):
+            for d in range(2, math.isqrt(n) + 1):
+                if n % d == 0:
+                    cands += [(m, b, b * prod(sizes[m + 1 :])) for b in {d, n // d} if b < n]
+        pos, split, inner = min(cands, key=lambda c: abs(math.log(c[2] / target)), default=(0, None, trips))
+        if inner < 16 or trips // inner < 16:
+            return
+        if split is None:
+            self.block_ranges, self.reduce_ranges = self.reduce_ranges[:pos], self.reduce_ranges[pos:]
+            return
+        r = self.reduce_ranges[pos]
+        axis = r.arg[0]
+        outer = UOp(Ops.RANGE, self.idx_dtype, (UOp.const(self.idx_dtype, sizes[pos] // split),), (axis, "rb"))
+        within = UOp(Ops.RANGE, self.idx_dtype, (UOp.const(self.idx_dtype, split),), (axis, "r"))
+        self.base_idxs[axis] = outer * UOp.const(self.idx_dtype, split) + within
+        self.block_ranges = self.reduce_ranges[:pos] + [outer]
+        self.reduce_ranges = [within] + self.reduce_ranges[pos + 1 :]
 
     def _thread_ids(self) -> list[UOp]:
         """Replace the GLOBAL loops by workgroup ids and the LOCAL and GROUP axes by thread ids within a workgroup,
@@ -383,7 +431,13 @@ class Lowerer:
                 key: UOp(
                     Ops.DEFINE_ACC,
                     key[1],
-                    (reduce_identity(key[0], key[1]), *self.thread_idxs, *self.global_ranges, *self.split_ranges),
+                    (
+                        reduce_identity(key[0], key[1]),
+                        *self.thread_idxs,
+                        *self.global_ranges,
+                        *self.split_ranges,
+                        *self.block_ranges,  # a block's accumulator starts afresh in each block
+                    ),
                     i,
                 )
                 for i, key in enumerate(updates_of)
@@ -403,6 +457,8 @@ class Lowerer:
             for rng in reversed(self.reduce_ranges[:-1]):
                 end = UOp(Ops.ENDRANGE, dtypes.void, (rng, end))
             results = {key: UOp(Ops.AFTER, acc.dtype, (acc, end)) for key, acc in accs.items()}
+            if self.block_ranges:
+                results = self._add_blocks(results)
         if self.k.axes_of(AxisType.GROUP):
             results = self._group_reduce(results)
         if self.split_ranges:
@@ -411,6 +467,34 @@ class Lowerer:
             # lanes of an unrolled reduce axis are more inputs of the same reduce: fold them once, after the loop
             results = {key: self._fold_lanes(key[0], res) for key, res in results.items()}
         self.reduce_results = {rk: results[key] for rk, key in keys.items()}
+
+    def _add_blocks(self, blocks: dict[tuple, UOp]) -> dict[tuple, UOp]:
+        """The totals of a blocked reduce: each block's result added to an accumulator outside the block loops."""
+        totals = {
+            key: UOp(
+                Ops.DEFINE_ACC,
+                v.dtype,
+                (reduce_identity(key[0], v.dtype), *self.thread_idxs, *self.global_ranges, *self.split_ranges),
+                len(blocks) + i,
+            )
+            for i, (key, v) in enumerate(blocks.items())
+        }
+        updates = [
+            UOp(
+                Ops.ASSIGN,
+                acc.dtype,
+                (
+                    acc,
+                    reduce_combine(key[0], UOp(Ops.AFTER, acc.dtype, (acc, *self.block_ranges)), blocks[key]),
+                    *self.block_ranges,
+                ),
+            )
+            for key, acc in totals.items()
+        ]
+        end = UOp(Ops.ENDRANGE, dtypes.void, (self.block_ranges[-1], *updates))
+        for rng in reversed(self.block_ranges[:-1]):
+            end = UOp(Ops.ENDRANGE, dtypes.void, (rng, end))
+        return {key: UOp(Ops.AFTER, acc.dtype, (acc, end)) for key, acc in totals.items()}
 
     def _stage_tiles(self) -> None:
         """STAGE: at the top of each reduce step a barrier (the step before has read its tiles), then every thread

@@ -14,6 +14,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from lazygrad.dtype import dtypes
 from lazygrad.engine.jit import TinyJit
 from lazygrad.models import take_rows
 from lazygrad.nn.gguf import GGUFTensorInfo, QuantizedMatrix, gguf_quantized, gguf_read_header, gguf_tensor
@@ -176,11 +177,16 @@ class Llama:
             floats = [w for w in ws if isinstance(w, Tensor)]
             if floats:
                 Tensor.realize(*floats)
-        half = cfg.head_dim // 2
-        inv_freq = Tensor(cfg.rope_theta).pow(Tensor.arange(half) * (-2 / cfg.head_dim))
+        # the rotation angles as llama.cpp computes them: position * scale^i by one float32 product per pair i, each
+        # rounded (the same cos/sin of the same angles, so greedy decoding picks llama.cpp's tokens where its two
+        # best logits are close)
+        scale = Tensor(cfg.rope_theta, dtype=dtypes.float32).pow(-2 / cfg.head_dim)
+        cols = [Tensor.arange(max_context).float()]
+        for _ in range(1, cfg.head_dim // 2):
+            cols.append(cols[-1] * scale)
+        angles = Tensor.stack(*cols, dim=1)
         if "rope_freqs.weight" in weights:  # Llama 3.1+ long-context scaling: per-frequency divisors, as llama.cpp
-            inv_freq = inv_freq / weights["rope_freqs.weight"]
-        angles = Tensor.arange(max_context).reshape(-1, 1).float() * inv_freq.reshape(1, -1)
+            angles = angles / weights["rope_freqs.weight"].reshape(1, -1)
         self.cos, self.sin = angles.cos().contiguous().realize(), angles.sin().contiguous().realize()
         self.pos_var = UOp.variable("start_pos", 0, max_context - 1)
         self.token_var = UOp.variable("token", 0, embed_rows.n_rows - 1)

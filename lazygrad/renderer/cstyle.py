@@ -22,10 +22,10 @@ C_PRELUDE = """#ifndef LG_PRELUDE
 #define LG_PRELUDE
 #define NAN __builtin_nanf("")
 #define INFINITY __builtin_inff()
-float exp2f(float); float log2f(float); float sinf(float); float sqrtf(float); float truncf(float);
+float exp2f(float); float log2f(float); float sinf(float); float cosf(float); float sqrtf(float); float truncf(float);
 float powf(float, float); float fmodf(float, float);
-double exp2(double); double log2(double); double sin(double); double sqrt(double); double trunc(double);
-double pow(double, double); double fmod(double, double);
+double exp2(double); double log2(double); double sin(double); double cos(double); double sqrt(double);
+double trunc(double); double pow(double, double); double fmod(double, double);
 #define LG_MAX(a, b) ({ __auto_type _a = (a); __auto_type _b = (b); (_a != _a || _a > _b) ? _a : _b; })
 #define LG_IDIV(a, b) ({ __auto_type _a = (a); __auto_type _b = (b); \
   _b == 0 ? (__typeof__(_a))0 : LG_SIGNED_M1(_b) ? (__typeof__(_a))(0ULL - (unsigned long long)_a) : (__typeof__(_a))(_a / _b); })
@@ -349,7 +349,7 @@ def _define_var(ctx: RenderCtx, u: UOp) -> str:
 
 def _range(ctx: RenderCtx, u: UOp) -> str:
     axis, kind = u.arg
-    v = f"{'ridx' if kind == 'r' else 'gidx'}{axis}"
+    v = f"{ {'r': 'ridx', 'rb': 'rblk'}.get(kind, 'gidx') }{axis}"
     # a loop beside thread ids (a symbolic axis whose largest size is 1) must not take a thread id's name
     v = f"loop{axis}" if v in ctx.special_names else v
     if kind in ("t", "tr"):  # a THREAD axis: the loop's iterations are shared out among the CPU cores
@@ -508,7 +508,7 @@ def _c_dp4a(ctx: AluCtx, x: UOp) -> str:
     return f"(({i32})({c}+({u32})({'+'.join(terms)})))"
 
 
-MATH_FNS = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.SQRT: "sqrt", Ops.TRUNC: "trunc"}
+MATH_FNS = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.COS: "cos", Ops.SQRT: "sqrt", Ops.TRUNC: "trunc"}
 
 # the spelling of each ALU op in C, every dialect's fallback
 C_PLAIN_ALU = PatternMatcher(

@@ -15,7 +15,7 @@ The rules, where C, Python and IEEE leave a choice:
   behaviour nor x86's masking of the amount); SHR is arithmetic on signed dtypes.
 - Integer POW is repeated wrapping multiplication; a negative exponent gives 0 except for bases 1 and -1 (torch).
 - Float math gives IEEE's inf and NaN where Python raises: EXP2 overflows to inf, LOG2 of 0 is -inf and of a negative
-  NaN, SQRT of a negative NaN, RECIP of +-0 is +-inf, SIN of +-inf NaN, POW as C's pow. MAX propagates NaN.
+  NaN, SQRT of a negative NaN, RECIP of +-0 is +-inf, SIN and COS of +-inf NaN, POW as C's pow. MAX propagates NaN.
 - Bool arithmetic is logical: ADD and MAX are OR, MUL is AND, NEG is NOT.
 - Undefined by design (no test pins them, the device may give anything): a float -> int cast whose truncated value
   does not fit the integer dtype (NaN and inf included), and the sign of a zero that MAX returns for (-0.0, 0.0).
@@ -70,6 +70,7 @@ FLOAT_ALU = {
     Ops.EXP2: "inf if a >= 1024.0 else 2.0 ** a",
     Ops.LOG2: "log2(a) if a > 0.0 else -inf if a == 0.0 else nan",
     Ops.SIN: "sin(a) if -inf < a < inf else nan",
+    Ops.COS: "cos(a) if -inf < a < inf else nan",
     Ops.SQRT: "sqrt(a) if a >= 0.0 else nan",
     Ops.RECIP: "1.0 / a if a else fdiv(1.0, a)",
     Ops.NEG: "-a",
@@ -125,6 +126,7 @@ NAMESPACE: dict[str, Any] = {
     "nan": math.nan,
     "log2": math.log2,
     "sin": math.sin,
+    "cos": math.cos,
     "sqrt": math.sqrt,
     "trunc": math.trunc,
     "copysign": math.copysign,

@@ -40,6 +40,7 @@ class Ops(Enum):
     EXP2 = auto()
     LOG2 = auto()
     SIN = auto()
+    COS = auto()
     SQRT = auto()
     RECIP = auto()
     NEG = auto()
@@ -102,7 +103,7 @@ Ops.__hash__ = object.__hash__  # type: ignore[method-assign]
 
 
 class GroupOp:
-    Unary = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIP, Ops.NEG, Ops.TRUNC})
+    Unary = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.COS, Ops.SQRT, Ops.RECIP, Ops.NEG, Ops.TRUNC})
     Binary = frozenset(
         {Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.IDIV, Ops.MOD, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ}
         | {Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR, Ops.POW}
