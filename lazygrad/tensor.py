@@ -4068,10 +4068,11 @@ class Tensor(metaclass=_TensorType):
     def nelement(self) -> int:
         return self.numel()
 
-    def _strided_view(self) -> Any:
-        """The one view (strides, offset) that shows this tensor in the memory it is a view of, or None where it owns
-        its memory or no single stride per dim shows it (a flip or a reshape of a transpose: torch copies those)."""
-        if self._view_of is None:
+    def _strided_view(self) -> tuple[tuple[int, ...], int] | None:
+        """(strides, offset) that show this tensor in the memory it is a view of, or None where it owns its memory or
+        no one stride per dim shows it (a flip, a reshape of a transpose: torch copies those). Read off the addresses
+        of the origin and of one step along each dim, and checked at the far corner."""
+        if self._view_of is None or self.numel() == 0 or not all(isinstance(s, int) for s in self.shape):
             return None
         base, at = self._view_of
         try:
@@ -4082,21 +4083,28 @@ class Tensor(metaclass=_TensorType):
         for u in chain:
             if u.op in GroupOp.Movement:
                 st = st.apply(u.op, u.arg)
-        v = st.views[-1]
-        if len(st.views) != 1 or v.mask is not None or any(not isinstance(s, int) or s < 0 for s in v.strides):
+        if any(not isinstance(x, int) for v in st.views for x in (*v.strides, v.offset)):
             return None
-        return v
+        origin = _address(st, (0,) * self.ndim)
+        steps = [
+            _address(st, tuple(int(k == d) for k in range(self.ndim))) - origin if s > 1 else 0
+            for d, s in enumerate(self.shape)
+        ]
+        corner = tuple(s - 1 for s in self.shape)
+        if any(x < 0 for x in steps) or _address(st, corner) != origin + sum(c * x for c, x in zip(corner, steps)):
+            return None
+        return tuple(steps), origin
 
     def stride(self, dim: int | None = None) -> int | tuple[int, ...]:
         """Elements to step in memory per index of each dim, as torch's (a size-1 dim gets its contiguous stride)."""
         plain = _contiguous_strides(self.shape)
         v = self._strided_view()
-        strides = plain if v is None else tuple(p if s == 1 else st for p, s, st in zip(plain, self.shape, v.strides))
+        strides = plain if v is None else tuple(p if s == 1 else st for p, s, st in zip(plain, self.shape, v[0]))
         return strides if dim is None else strides[_axes(dim, self.ndim)[0]]
 
     def storage_offset(self) -> int:
         v = self._strided_view()
-        return 0 if v is None else v.offset
+        return 0 if v is None else v[1]
 
     def is_contiguous(self, memory_format: Any = None) -> bool:
         strides = self.stride()
@@ -4125,6 +4133,8 @@ class Tensor(metaclass=_TensorType):
         return tuple(self[(slice(None),) * d + (i,)] for i in range(self.shape[d]))
 
     def movedim(self, source: int | Sequence[int], destination: int | Sequence[int]) -> Tensor:
+        if isinstance(source, int) != isinstance(destination, int):
+            raise TypeError(f"movedim takes two ints or two sequences of ints, got {source!r} and {destination!r}")
         src = [source] if isinstance(source, int) else list(source)
         dst = [destination] if isinstance(destination, int) else list(destination)
         if len(src) != len(dst):
@@ -4133,6 +4143,8 @@ class Tensor(metaclass=_TensorType):
         dst = [_axes(a, self.ndim)[0] if self.ndim else 0 for a in dst]
         if len(set(src)) != len(src) or len(set(dst)) != len(dst):
             raise ArgumentError(f"movedim: repeated dim in source {source} or destination {destination}")
+        if self.ndim == 0:
+            return self
         order: list[int | None] = [None] * self.ndim
         for s, d in zip(src, dst):
             order[d] = s
@@ -4325,6 +4337,8 @@ class Tensor(metaclass=_TensorType):
         if n < 0:
             raise ArgumentError(f"diff: order n must be non-negative, got {n}")
         d = _axes(dim, self.ndim)[0]
+        if n == 0:
+            return self
         parts = []
         for extra in (prepend, self, append):
             if extra is None:
@@ -4510,7 +4524,7 @@ class Tensor(metaclass=_TensorType):
             qs = Tensor(q, dtype=self.dtype, device=self.device)
         out_shape = qs.shape + _reduced_shape(self.shape, dim, keepdim)
         if self.numel() == 0:
-            return Tensor.full(out_shape, math.nan, dtype=self.dtype, device=self.device)
+            raise ArgumentError(f"{name}: the input tensor must be non-empty")
         values, _, d = self._sorted_along(dim, name)
         n, kept = values.shape[d], values._kept(d)
         qb = qs.reshape(qs.shape + (1,) * values.ndim)
@@ -4620,8 +4634,10 @@ class Tensor(metaclass=_TensorType):
     def bincount(self, weights: Tensor | None = None, minlength: int = 0) -> Tensor:
         """Occurrences of each value 0..max (or the summed weights there). The length depends on the largest value,
         read from the device, as torch does."""
-        if self.ndim != 1 or not dtypes.is_int(self.dtype):
-            raise ArgumentError(f"bincount needs a 1-d tensor of non-negative ints, got {self.dtype} {self.shape}")
+        if not dtypes.is_int(self.dtype):
+            raise _unsupported("bincount", self, "it counts integers")
+        if self.ndim != 1:
+            raise ArgumentError(f"bincount needs a 1-d tensor of non-negative ints, got shape {self.shape}")
         if minlength < 0:
             raise ArgumentError(f"bincount: minlength must be non-negative, got {minlength}")
         if weights is not None and weights.shape != self.shape:
@@ -4642,7 +4658,7 @@ class Tensor(metaclass=_TensorType):
         """Counts of the values in `bins` equal-width bins over [min, max] (over the data's range when both are
         equal); values outside are not counted."""
         if not dtypes.is_float(self.dtype):
-            raise DTypeError(f"histc needs a floating point tensor, got {self.dtype}")
+            raise _unsupported("histc", self, "cast to a floating point dtype first")
         if bins <= 0:
             raise ArgumentError(f"histc: bins must be positive, got {bins}")
         if min > max:
@@ -4671,11 +4687,11 @@ class Tensor(metaclass=_TensorType):
         w: Tensor | None = None
         if fweights is not None:
             if not dtypes.is_int(fweights.dtype):
-                raise TypeError(f"cov: fweights must be integers, got {fweights.dtype}")
+                raise DTypeError(f"cov: fweights must be integers, got {fweights.dtype}")
             w = fweights
         if aweights is not None:
             if not dtypes.is_float(aweights.dtype):
-                raise TypeError(f"cov: aweights must be floating point, got {aweights.dtype}")
+                raise DTypeError(f"cov: aweights must be floating point, got {aweights.dtype}")
             w = aweights if w is None else w * aweights
         for name, t in (("fweights", fweights), ("aweights", aweights)):
             if t is not None and t.shape != (n,):
@@ -4703,7 +4719,7 @@ class Tensor(metaclass=_TensorType):
 
     def take(self, index: Tensor) -> Tensor:
         if not isinstance(index, Tensor) or not dtypes.is_int(index.dtype):
-            raise TypeError(f"take: index must be an integer tensor, got {getattr(index, 'dtype', type(index))}")
+            raise DTypeError(f"take: index must be an integer tensor, got {getattr(index, 'dtype', type(index))}")
         return self.flatten()[index]
 
     def take_along_dim(self, indices: Tensor, dim: int | None = None) -> Tensor:
@@ -4712,22 +4728,29 @@ class Tensor(metaclass=_TensorType):
         d = _axes(dim, self.ndim)[0]
         if indices.ndim != self.ndim:
             raise ArgumentError(f"take_along_dim: indices of shape {indices.shape} need {self.ndim} dims")
-        shape = list(_broadcast_shape(self.shape, indices.shape))
-        x = self._broadcast_to(tuple(shape[:d] + [self.shape[d]] + shape[d + 1 :]))
-        return x.gather(d, indices._broadcast_to(tuple(shape[:d] + [indices.shape[d]] + shape[d + 1 :])))
+
+        def at_d(shape: tuple[int, ...], n: int) -> tuple[int, ...]:
+            return shape[:d] + (n,) + shape[d + 1 :]
+
+        shape = _broadcast_shape(at_d(self.shape, 1), at_d(indices.shape, 1))  # broadcast everywhere but along d
+        return self._broadcast_to(at_d(shape, self.shape[d])).gather(
+            d, indices._broadcast_to(at_d(shape, indices.shape[d]))
+        )
 
     def _index_along(
         self, dim: int, index: Tensor, source_shape: tuple[int, ...] | None, name: str
     ) -> tuple[int, Tensor]:
         """(dim, index) of the index_* ops: a 1-d index, expanded to the source's shape along dim when given."""
         d = _axes(dim, self.ndim)[0] if self.ndim else 0
-        if not isinstance(index, Tensor) or not dtypes.is_int(index.dtype) or index.ndim > 1:
-            raise TypeError(f"{name}: index must be a 0-d or 1-d integer tensor, got {index!r}")
+        if not isinstance(index, Tensor) or not dtypes.is_int(index.dtype):
+            raise DTypeError(f"{name}: index must be an integer tensor, got {getattr(index, 'dtype', type(index))}")
+        if index.ndim > 1:
+            raise IndexShapeError(f"{name}: index must be a 0-d or 1-d tensor, got shape {index.shape}")
         idx = index.reshape(-1)
         if source_shape is not None:
             want = self.shape[:d] + (idx.shape[0],) + self.shape[d + 1 :] if self.ndim else (idx.shape[0],)
             if source_shape != want and not (self.ndim == 0 and source_shape == ()):
-                raise ArgumentError(f"{name}: source of shape {source_shape} must have shape {want}")
+                raise IndexShapeError(f"{name}: source of shape {source_shape} must have shape {want}")
         return d, idx
 
     def _spread(self, d: int, idx: Tensor) -> Tensor:
@@ -4784,7 +4807,7 @@ class Tensor(metaclass=_TensorType):
     def masked_scatter(self, mask: Tensor, source: Tensor) -> Tensor:
         """self with the true positions of mask filled by source's elements in order."""
         if mask.dtype != dtypes.bool:
-            raise TypeError(f"masked_scatter: mask must be a bool tensor, got {mask.dtype}")
+            raise DTypeError(f"masked_scatter: mask must be a bool tensor, got {mask.dtype}")
         if source.dtype != self.dtype:
             raise ArgumentError(f"masked_scatter: source dtype {source.dtype} must match the tensor's {self.dtype}")
         if not _broadcasts_to(mask.shape, self.shape):
@@ -4827,7 +4850,7 @@ class Tensor(metaclass=_TensorType):
 
     def _random_fill(self, values: Tensor, name: str, ints_too: bool = False) -> Tensor:
         if not ints_too and not dtypes.is_float(self.dtype):
-            raise DTypeError(f"{name} fills floating point tensors, not {self.dtype}")
+            raise _unsupported(name, self, "it fills floating point tensors")
         _check_inplace_allowed(self)
         return self.assign(values.cast(self.dtype))
 
@@ -5005,7 +5028,7 @@ class Tensor(metaclass=_TensorType):
         hooks = _grad_hooks.setdefault(id(self), [])
         hooks.append(hook)
         weakref.finalize(self, _grad_hooks.pop, id(self), None)
-        if not self.is_leaf:
+        if not self.is_leaf and len(hooks) == 1:  # the first hook: later ones join the same list
             from lazygrad.gradient import define_gradient
 
             # a node that reads as self (x * 1 keeps -0.0 and NaN), with the hooks as its derivative rule
@@ -5034,6 +5057,8 @@ class Tensor(metaclass=_TensorType):
 
     def nan_to_num(self, nan: float = 0.0, posinf: float | None = None, neginf: float | None = None) -> Tensor:
         """NaN, +inf and -inf replaced (the infinities by the dtype's largest / lowest finite value by default)."""
+        if any(isinstance(v, Tensor) for v in (nan, posinf, neginf)):
+            raise TypeError("nan_to_num: nan, posinf and neginf must be numbers, not tensors")
         if not dtypes.is_float(self.dtype):
             return self
         e, m = dtypes.finfo(self.dtype)
@@ -5053,7 +5078,7 @@ class Tensor(metaclass=_TensorType):
         consecutive Fibonacci numbers), all in one fused kernel."""
         a, b = self._broadcasted(other)
         if not dtypes.is_int(a.dtype):
-            raise DTypeError(f"gcd needs integer tensors, got {a.dtype}")
+            raise _unsupported("gcd", a, "it takes integer tensors")
         a, b = a.abs(), b.abs()
         # Euclid on values below 2**bits takes fewer than bits * log(2) / log(golden ratio) + 2 steps
         for _ in range(int(8 * a.dtype.itemsize * 1.4405) + 2):
@@ -5070,6 +5095,20 @@ class Tensor(metaclass=_TensorType):
 def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     """torch's strides of a contiguous tensor (a size-1 dim strides by what follows it)."""
     return tuple(prod(shape[i + 1 :]) for i in range(len(shape)))
+
+
+def _address(st: ShapeTracker, point: tuple[int, ...]) -> int:
+    """The element of memory that index `point` of st reads (masks aside): each view's flat index is an element
+    index into the view below it."""
+    v = st.views[-1]
+    idx = v.offset + sum(i * s for i, s in zip(point, v.strides))
+    for v in reversed(st.views[:-1]):
+        coords = []
+        for s in reversed(v.shape):
+            idx, c = divmod(idx, s)
+            coords.append(c)
+        idx = v.offset + sum(c * s for c, s in zip(reversed(coords), v.strides))
+    return idx
 
 
 # id -> computed tensor whose .grad a backward fills (retain_grad); id -> hooks on a tensor's gradient (register_hook)
@@ -5299,6 +5338,11 @@ class IndexTypeError(IndexError, TypeError):
 
 class DTypeError(TypeError, RuntimeError):
     """A dtype an op cannot take (gradients of integers): TypeError, and RuntimeError as torch raises."""
+
+
+class IndexShapeError(ArgumentError, IndexError):
+    """An index tensor of the wrong shape for an index_* op (torch raises IndexError for some, RuntimeError for
+    others: it is both)."""
 
 
 class _UnknownPadModeError(ArgumentError, NotImplementedError):
