@@ -5091,6 +5091,182 @@ class Tensor(metaclass=_TensorType):
         g = a.gcd(b)
         return (g == 0).where(0, (a.idiv((g == 0).where(1, g)) * b).abs())
 
+    # more of torch's: matrix views and predicates, k-th values, scatters into slices, Cholesky
+
+    @property
+    def mT(self) -> Tensor:  # noqa: N802 (torch's name)
+        if self.ndim < 2:
+            raise ArgumentError(f"mT needs a tensor with at least 2 dims, got shape {self.shape}")
+        return self.transpose(-2, -1)
+
+    mH = mT  # real dtypes only: the conjugate is the tensor itself
+
+    @property
+    def H(self) -> Tensor:  # noqa: N802
+        if self.ndim not in (0, 2):
+            raise ArgumentError(f"H is only supported on matrices (2-d tensors), got shape {self.shape}")
+        return self.transpose(0, 1) if self.ndim == 2 else self
+
+    def adjoint(self) -> Tensor:
+        return self.mT
+
+    def conj(self) -> Tensor:
+        return self
+
+    resolve_conj = resolve_neg = conj
+
+    def is_floating_point(self) -> bool:
+        return dtypes.is_float(self.dtype)
+
+    def is_signed(self) -> bool:
+        return dtypes.is_float(self.dtype) or (dtypes.is_int(self.dtype) and not dtypes.is_unsigned(self.dtype))
+
+    def is_complex(self) -> bool:
+        return False
+
+    def is_nonzero(self) -> bool:
+        if self.numel() != 1:
+            raise ArgumentError(f"is_nonzero: a tensor of {self.numel()} values has no single truth value")
+        return bool(self.item())
+
+    def is_same_size(self, other: Tensor) -> bool:
+        return self.shape == other.shape
+
+    @property
+    def is_cpu(self) -> bool:
+        return isinstance(self.device, str) and self.device.split(":")[0] == "CPU"
+
+    @property
+    def itemsize(self) -> int:
+        return self.element_size()
+
+    def equal(self, other: Tensor) -> bool:
+        """Same shape and the same values everywhere (read from the device); NaN equals nothing."""
+        return self.shape == other.shape and bool((self == other).all().item())
+
+    def ravel(self) -> Tensor:
+        return self.flatten()
+
+    def broadcast_to(self, *size: Any) -> Tensor:
+        return self.expand(*size)
+
+    def argwhere(self) -> Tensor:
+        return self.nonzero()  # type: ignore[return-value]
+
+    def select(self, dim: int, index: int) -> Tensor:
+        if self.ndim == 0:
+            raise IndexError("select() cannot be applied to a 0-d tensor")
+        d = _axes(dim, self.ndim)[0]
+        if not -self.shape[d] <= index < self.shape[d]:
+            raise IndexError(f"select: index {index} is out of range for dimension {d} of size {self.shape[d]}")
+        return self[(slice(None),) * d + (index,)]
+
+    def narrow_copy(self, dim: int, start: int, length: int) -> Tensor:
+        return self.narrow(dim, start, length).clone()
+
+    def split_with_sizes(self, split_sizes: Sequence[int], dim: int = 0) -> tuple[Tensor, ...]:
+        return self.split(list(split_sizes), dim)
+
+    def sum_to_size(self, *size: Any) -> Tensor:
+        """The sum over the dims that `size` broadcasts along to self's shape."""
+        shape = argfix(*size)
+        if not _broadcasts_to(shape, self.shape):
+            raise ArgumentError(f"sum_to_size: size {shape} does not broadcast to the tensor's shape {self.shape}")
+        lead = self.ndim - len(shape)
+        axes = tuple(range(lead)) + tuple(lead + i for i, s in enumerate(shape) if s == 1 and self.shape[lead + i] != 1)
+        return self.sum(axes, keepdim=True).reshape(shape) if axes else self
+
+    def diagflat(self, offset: int = 0) -> Tensor:
+        return self.flatten().diag_embed(offset)
+
+    def kthvalue(self, k: int, dim: int = -1, keepdim: bool = False) -> tuple[Tensor, Tensor]:
+        """The k-th smallest value along dim (k from 1) and its index."""
+        d = _axes(dim, self.ndim)[0] if self.ndim else 0
+        n = self.shape[d] if self.ndim else 1
+        if not 1 <= k <= n:
+            raise ArgumentError(f"kthvalue: k ({k}) is out of range for dimension {d} of size {n}")
+        values, idx, d = self._sorted_along(dim, "kthvalue")
+        at = [(k - 1, k) if i == d else None for i in range(values.ndim)]
+        shape = _reduced_shape(self.shape, dim if self.ndim else None, keepdim)
+        return values.shrink(at).reshape(shape), idx.shrink(at).reshape(shape)
+
+    def _scatter_view(self, index: Any, src: Tensor, name: str) -> Tensor:
+        """self with src written where self[index] reads (index: ints and slices), as a new tensor."""
+        want = self[index].shape
+        if src.shape != want:
+            raise ArgumentError(f"{name}: src of shape {src.shape} must have the shape {want} of the slice it fills")
+        hit, vals = _setitem_parts(self, index, src.cast(self.dtype))
+        return vals if hit is None else hit.where(vals, self)
+
+    def select_scatter(self, src: Tensor, dim: int, index: int) -> Tensor:
+        self.select(dim, index)  # its errors
+        return self._scatter_view((slice(None),) * _axes(dim, self.ndim)[0] + (index,), src, "select_scatter")
+
+    def slice_scatter(
+        self, src: Tensor, dim: int = 0, start: int | None = None, end: int | None = None, step: int = 1
+    ) -> Tensor:
+        d = _axes(dim, self.ndim)[0]
+        return self._scatter_view((slice(None),) * d + (slice(start, end, step),), src, "slice_scatter")
+
+    def diagonal_scatter(self, src: Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:
+        want = self.diagonal(offset, dim1, dim2).shape
+        if src.shape != want:
+            raise ArgumentError(f"diagonal_scatter: src of shape {src.shape} must have the diagonal's shape {want}")
+        d1, d2 = _axes(dim1, self.ndim)[0], _axes(dim2, self.ndim)[0]
+        x = self.movedim((d1, d2), (-2, -1))
+        m, n = x.shape[-2:]
+        rows = Tensor.arange(m, device=self.device).reshape(m, 1)
+        cols = Tensor.arange(n, device=self.device).reshape(1, n)
+        size = m if offset >= 0 else n
+        vals = src.cast(self.dtype).pad([None] * (src.ndim - 1) + [(0, size - src.shape[-1])])
+        out = (cols - rows == offset).where(vals.unsqueeze(-1) if offset >= 0 else vals.unsqueeze(-2), x)
+        return out.movedim((-2, -1), (d1, d2))
+
+    def index_reduce(
+        self, dim: int, index: Tensor, source: Tensor, reduce: str, *, include_self: bool = True
+    ) -> Tensor:
+        if reduce not in ("prod", "mean", "amax", "amin"):
+            raise ArgumentError(f"index_reduce: reduce must be 'prod', 'mean', 'amax' or 'amin', not {reduce!r}")
+        d, idx = self._index_along(dim, index, source.shape, "index_reduce")
+        x = self.reshape(1) if self.ndim == 0 else self
+        spread = self._spread(d, idx)
+        out = x.scatter_reduce(d, spread, source.reshape(spread.shape), reduce, include_self=include_self)
+        return out.reshape(self.shape)
+
+    def fill_diagonal_(self, fill_value: Any, wrap: bool = False) -> Tensor:
+        """Write fill_value on the main diagonal (every dim equal past 2-d); wrap: a tall matrix's diagonal starts
+        again every (columns + 1) rows, as torch."""
+        if self.ndim < 2 or (self.ndim > 2 and len(set(self.shape)) != 1):
+            raise ArgumentError(f"fill_diagonal_ needs a matrix or a tensor with all dims equal, got {self.shape}")
+        step = sum(_contiguous_strides(self.shape))
+        pos = Tensor.arange(self.numel(), device=self.device)
+        on = pos % step == 0
+        if not (wrap and self.ndim == 2):
+            on = on & (pos < min(self.shape) * step)
+        return self._inplace(on.reshape(self.shape).where(fill_value, self))
+
+    def cholesky(self, upper: bool = False) -> Tensor:
+        """L (lower triangular) with L @ L^T == self for symmetric positive definite matrices over the last two
+        dims, one column per step (Cholesky-Banachiewicz); upper gives L^T. A matrix that is not positive definite
+        gives NaN (torch raises; that needs a device read)."""
+        self._check_square("cholesky")
+        n = self.shape[-1]
+        a = self.cast(least_upper_float(self.dtype))
+        rows = Tensor.arange(n, device=self.device)
+        cols: list[Tensor] = []  # columns of L, (..., n) each
+        for j in range(n):
+            col = a[..., :, j]
+            if cols:
+                done = Tensor.stack(*cols, dim=-1)  # (..., n, j)
+                col = col - (done @ done[..., j, :].unsqueeze(-1)).squeeze(-1)
+            pivot = col[..., j : j + 1].sqrt()
+            cols.append((rows >= j).where(col / pivot, 0.0))
+        low = Tensor.stack(*cols, dim=-1) if cols else a
+        return low.transpose(-2, -1) if upper else low
+
+    def pinverse(self, rcond: float = 1e-15) -> Tensor:
+        return self.pinv(rcond)
+
 
 def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     """torch's strides of a contiguous tensor (a size-1 dim strides by what follows it)."""
@@ -5137,7 +5313,8 @@ def _inplace_twin(name: str) -> Callable[..., Tensor]:
 for _name in (
     "abs acos acosh addbmm addcdiv addcmul addmm addmv addr asin asinh atan atanh baddbmm bitwise_and bitwise_not "
     "bitwise_or bitwise_xor ceil clamp clamp_max clamp_min clip copysign cos cosh cumprod cumsum div elu eq erf exp "
-    "exp2 floor fmod gcd ge gt hardtanh heaviside index_add index_copy index_fill index_put lcm le leaky_relu lerp log "
+    "exp2 floor fmod gcd ge gt hardtanh heaviside index_add index_copy index_fill index_put index_reduce lcm le "
+    "leaky_relu lerp log "
     "log10 log2 logical_and logical_not logical_or logical_xor lt masked_fill masked_scatter mul nan_to_num ne neg pow "
     "reciprocal relu renorm round rsqrt scatter scatter_add scatter_reduce sigmoid sign sin sinh sqrt square tan tanh "
     "tril triu trunc"

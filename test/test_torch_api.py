@@ -848,3 +848,118 @@ def test_inplace_twins_exist():
     x = Tensor([1, 2, 3])
     with pytest.raises(RuntimeError):
         x.div_(2)  # a float result does not go into an int tensor, as torch
+
+
+# *** matrix views, predicates, k-th values, scatters into slices, Cholesky ***
+
+
+def test_matrix_views_and_predicates():
+    def fn(x):
+        return (
+            x.mT,
+            x.mH,
+            x[0].H,
+            x.adjoint(),
+            x.conj(),
+            x.ravel(),
+            x[0].broadcast_to(2, 3, 4),
+            x.broadcast_to(-1, 3, 4),
+        )
+
+    check(fn, fn, [randn(2, 3, 4)])
+    for data in (randn(3), np.array([1, 2], dtype=np.uint8), np.array([1, -2], dtype=np.int16), np.array([True])):
+        lt, tt = Tensor(data), torch.tensor(data)
+        assert (lt.is_floating_point(), lt.is_signed(), lt.is_complex(), lt.itemsize, lt.is_cpu) == (
+            tt.is_floating_point(),
+            tt.is_signed(),
+            tt.is_complex(),
+            tt.itemsize,
+            tt.is_cpu,
+        )
+    a, b = randn(2, 3), randn(2, 3, seed=1)
+    assert Tensor(a).equal(Tensor(a)) and not Tensor(a).equal(Tensor(b)) and not Tensor(a).equal(Tensor(a[0]))
+    assert Tensor(a).is_same_size(Tensor(b)) and not Tensor(a).is_same_size(Tensor(a.T))
+    assert Tensor([2.0]).is_nonzero() and not Tensor(0).is_nonzero()
+    raises_like_torch(lambda x: x.is_nonzero(), randn(2))
+    raises_like_torch(lambda x: x.mT, randn(3))
+    raises_like_torch(lambda x: x.H, randn(2, 2, 2))
+    out, ref = both(lambda x: x.argwhere(), np.array([[0, 1, 0], [2, 0, 3]], dtype=np.int32))
+    assert_same(out, ref, check_dtype=False)
+
+
+@pytest.mark.parametrize("dim,index", [(0, 1), (-1, -2), (1, 0)])
+def test_select_and_scatters(dim, index):
+    def fn(x, s):
+        return (
+            x.select(dim, index),
+            x.select_scatter(s.select(dim, 0), dim, index),
+            x.slice_scatter(s.narrow(dim, 0, 1), dim, index % x.shape[dim], index % x.shape[dim] + 1),
+            x.slice_scatter(s.narrow(1, 0, 2), 1, 0, None, 2),
+            x.diagonal_scatter(s[:, :3].diagonal()),
+            x.diagonal_scatter(s.diagonal(1), 1),
+            x.diagonal_scatter(s.diagonal(-1, 1, 0), -1, 1, 0),
+        )
+
+    check(fn, fn, [randn(3, 4), randn(3, 4, seed=1)])
+    raises_like_torch(lambda x: x.select(0, 3), randn(3, 4))
+    raises_like_torch(lambda x: x.select_scatter(x, 0, 0), randn(3, 4))
+    raises_like_torch(lambda x: x.diagonal_scatter(x[0]), randn(3, 4))
+
+
+def test_split_sum_to_size_narrow_copy_diagflat():
+    def fn(x):
+        return (
+            *x.split_with_sizes([1, 3], 1),
+            x.sum_to_size(1, 4),
+            x.sum_to_size(3, 1),
+            x.sum_to_size(4),
+            x.sum_to_size((3, 4)),
+            x.narrow_copy(0, 1, 2),
+            x[0].diagflat(),
+            x.diagflat(-1),
+        )
+
+    check(fn, fn, [randn(3, 4)])
+    raises_like_torch(lambda x: x.sum_to_size(2, 4), randn(3, 4))
+
+
+@pytest.mark.parametrize("k,dim,keepdim", [(1, -1, False), (3, 1, True), (2, 0, False), (4, -1, False)])
+def test_kthvalue(k, dim, keepdim):
+    x = np.random.default_rng(0).permutation(20).reshape(4, 5).astype(np.float32)
+    check(lambda t: t.kthvalue(k, dim, keepdim), lambda t: t.kthvalue(k, dim, keepdim), [x], check_dtype=False)
+    raises_like_torch(lambda t: t.kthvalue(6), x)
+
+
+@pytest.mark.parametrize("reduce", ["prod", "mean", "amax", "amin"])
+@pytest.mark.parametrize("include_self", [True, False])
+def test_index_reduce(reduce, include_self):
+    def fn(x, s):
+        idx = like(x, [0, 2, 0])
+        return x.index_reduce(1, idx, s, reduce, include_self=include_self)
+
+    check(fn, fn, [randn(2, 4), randn(2, 3, seed=1)])
+
+
+@pytest.mark.parametrize(
+    "shape,wrap", [((3, 3), False), ((5, 3), False), ((7, 3), True), ((3, 5), True), ((2, 2, 2), False)]
+)
+def test_fill_diagonal(shape, wrap):
+    out, ref = both(lambda x: x.clone().fill_diagonal_(-1.5, wrap), randn(*shape))
+    assert_same(out, ref)
+    raises_like_torch(lambda x: x.fill_diagonal_(0), randn(2, 3, 4))
+
+
+@pytest.mark.parametrize("n,batch", [(1, ()), (4, ()), (3, (2,)), (0, ())])
+@pytest.mark.parametrize("upper", [False, True])
+def test_cholesky(n, batch, upper):
+    a = randn(*batch, n, n)
+    spd = (a @ np.swapaxes(a, -1, -2) + n * np.eye(n, dtype=np.float32)).astype(np.float32)
+    # the input's gradient through a symmetric matrix: compare through its lower triangle, as torch reads only that
+    check(
+        lambda x: (x.tril() + x.tril(-1).mT).cholesky(upper),
+        lambda x: (x.tril() + x.tril(-1).mT).cholesky(upper),
+        [spd],
+        atol=1e-4,
+        grad_atol=1e-3,
+    )
+    check(lambda x: x.pinverse(), lambda x: x.pinverse(), [randn(3, 2)], atol=1e-4, grad=False)
