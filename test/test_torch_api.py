@@ -963,3 +963,54 @@ def test_cholesky(n, batch, upper):
         grad_atol=1e-3,
     )
     check(lambda x: x.pinverse(), lambda x: x.pinverse(), [randn(3, 2)], atol=1e-4, grad=False)
+
+
+# *** kernels: what fuses ***
+
+
+@pytest.mark.parametrize(
+    "name,fn",
+    [
+        ("fill_", lambda x, i, s: x.fill_(2.0)),
+        ("uniform_", lambda x, i, s: x.uniform_()),
+        ("index_add", lambda x, i, s: x.index_add(1, i, s)),
+        ("nan_to_num", lambda x, i, s: x.log().nan_to_num()),
+        ("cross", lambda x, i, s: x[:, :3].cross(x[:, 3:6], 1)),
+        ("diag_embed", lambda x, i, s: x.diag_embed()),
+        ("addcmul", lambda x, i, s: x.addcmul(x, x, value=0.5)),
+    ],
+)
+def test_one_kernel(name, fn):
+    from lazygrad.helpers import GlobalCounters
+
+    x, i, s = Tensor(randn(16, 8)).realize(), Tensor([3, 5, 3]).realize(), Tensor(randn(16, 3)).realize()
+    GlobalCounters.reset()
+    fn(x, i, s).realize()
+    assert GlobalCounters.kernel_count == 1, name
+
+
+# *** statistics of integer data with repeats, against torch ***
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.lists(st.integers(-3, 5), min_size=1, max_size=12))
+def test_statistics_of_repeats(values):
+    x = np.array(values, dtype=np.int64)
+
+    def fn(t):
+        f = t.float()
+        return (
+            *t.unique(return_inverse=True, return_counts=True),
+            *t.unique_consecutive(return_inverse=True, return_counts=True),
+            t.mode()[0],
+            t.median(),
+            f.quantile(0.3),
+            f.quantile(0.5, interpolation="nearest"),
+            (t + 3).bincount(),
+            t.count_nonzero(),
+            f.histc(4),
+            t.msort(),
+        )
+
+    out, ref = both(fn, x)
+    assert_same(out, ref)
