@@ -5018,16 +5018,18 @@ class Tensor(metaclass=_TensorType):
     def retains_grad(self) -> bool:
         return id(self) in _retaining and not self.is_leaf
 
-    def register_hook(self, hook: Callable[[Tensor], Tensor | None]) -> Callable[[], None]:
+    def register_hook(self, hook: Callable[[Tensor], Tensor | None]) -> _HookHandle:
         """hook(grad) runs on the gradient with respect to this tensor when one is computed; what it returns (if not
         None) replaces that gradient. On a leaf it changes what .grad receives; on a computed tensor the gradient
         flowing back through it (from tensors computed from it after this call). Returns a remover, as torch's
         handle.remove."""
         if not self.requires_grad:
             raise ArgumentError("cannot register a hook on a tensor that does not require grad")
-        hooks = _grad_hooks.setdefault(id(self), [])
+        if id(self) not in _grad_hooks:
+            _grad_hooks[id(self)] = []
+            weakref.finalize(self, _grad_hooks.pop, id(self), None)
+        hooks = _grad_hooks[id(self)]
         hooks.append(hook)
-        weakref.finalize(self, _grad_hooks.pop, id(self), None)
         if not self.is_leaf and len(hooks) == 1:  # the first hook: later ones join the same list
             from lazygrad.gradient import define_gradient
 
@@ -5035,14 +5037,7 @@ class Tensor(metaclass=_TensorType):
             src = self.uop
             self.uop = (self * 1).uop
             define_gradient(self.uop, src, lambda g: _run_hooks(hooks, g))
-
-        class _Handle:
-            @staticmethod
-            def remove() -> None:
-                if hook in hooks:
-                    hooks.remove(hook)
-
-        return _Handle()
+        return _HookHandle(hooks, hook)
 
     # elementwise
 
@@ -5290,6 +5285,17 @@ def _address(st: ShapeTracker, point: tuple[int, ...]) -> int:
 # id -> computed tensor whose .grad a backward fills (retain_grad); id -> hooks on a tensor's gradient (register_hook)
 _retaining: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
 _grad_hooks: dict[int, list[Callable[[Tensor], Tensor | None]]] = {}
+
+
+class _HookHandle:
+    """What register_hook returns: remove() takes the hook off, as torch's handle."""
+
+    def __init__(self, hooks: list[Callable[[Tensor], Tensor | None]], hook: Callable[[Tensor], Tensor | None]):
+        self.hooks, self.hook = hooks, hook
+
+    def remove(self) -> None:
+        if self.hook in self.hooks:
+            self.hooks.remove(self.hook)
 
 
 def _run_hooks(hooks: list[Callable[[Tensor], Tensor | None]], g: Tensor) -> Tensor:

@@ -760,6 +760,10 @@ def test_register_hook():
     np.testing.assert_allclose(grads["lazygrad"][1], grads["torch"][1], rtol=1e-6)
     with pytest.raises(RuntimeError):
         Tensor(randn(3)).register_hook(lambda g: g)
+    x = Tensor(randn(3), requires_grad=True)
+    x.register_hook(lambda g: g * 10).remove()
+    (x * 2).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), [2, 2, 2])
 
 
 # *** elementwise ***
