@@ -4961,7 +4961,7 @@ class Tensor(metaclass=_TensorType):
         self, data: Any, *, dtype: DType | str | None = None, device: str | None = None, requires_grad: bool = False
     ) -> Tensor:
         """A new leaf holding a copy of data (a tensor's values are copied, its graph is not)."""
-        dt = to_dtype(dtype) if dtype is not None else data.dtype if isinstance(data, Tensor) else self.dtype
+        dt = to_dtype(dtype) if dtype is not None else self.dtype
         if isinstance(data, Tensor):
             out = data.detach().to(device or self.device).cast(dt).clone()
         else:

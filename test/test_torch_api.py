@@ -705,6 +705,7 @@ def test_new_and_conversions():
             x.new_full([1, 2], 3, dtype=torch.int32 if is_torch(x) else dtypes.int32),
             x.new_tensor([[1, 2], [3, 4]]),
             i.new_tensor([1.5, 2.5]),
+            x.new_tensor(i[0].detach()),
             x.new_empty(3, 2).zero_(),
             i.type_as(x),
             x.type_as(i),
