@@ -4383,7 +4383,7 @@ class Tensor(metaclass=_TensorType):
         d = _axes(dim, self.ndim)[0] if self.ndim else 0
         norms = self.norm(p, tuple(i for i in range(self.ndim) if i != d), keepdim=True)
         # torch's 1e-7 keeps the scaled norm just under maxnorm
-        return self * (norms > maxnorm).where(maxnorm / (norms + 1e-7), 1.0).detach().cast(self.dtype)
+        return self * (norms > maxnorm).where(maxnorm / (norms + 1e-7), 1.0).cast(self.dtype)
 
     def _check_square(self, name: str) -> None:
         if self.ndim < 2 or self.shape[-1] != self.shape[-2]:
