@@ -16,6 +16,14 @@ from lazygrad import Tensor, dtypes
 from test.helpers import assert_close
 from test.opcheck import check, randn
 
+# torch's own deprecation and beta notices for the reference calls
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:Using torch.cross without specifying the dim"),
+    pytest.mark.filterwarnings("ignore:torch.cholesky is deprecated"),
+    pytest.mark.filterwarnings("ignore:To copy construct from a tensor"),
+    pytest.mark.filterwarnings("ignore:index_reduce\\(\\) is in beta"),
+]
+
 
 def is_torch(x) -> bool:
     return isinstance(x, torch.Tensor)
