@@ -885,6 +885,8 @@ class Tensor(metaclass=_TensorType):
         grads = compute_gradient(root, seed, {n for _, n in leaves})
         for t, n in leaves:
             if (g := grads.get(n)) is not None:
+                if t._requires_grad and (hooks := _grad_hooks.get(id(t))):  # a computed tensor's run in the graph
+                    g = _run_hooks(hooks, g)
                 t.grad = g if t.grad is None or id(t) in replace else t.grad + g
                 t.grad.requires_grad = False  # as in torch: a gradient is data, it keeps no graph when realized
         if not retain_graph and torch_style:
@@ -3387,9 +3389,10 @@ class Tensor(metaclass=_TensorType):
         s = (self > 0).where(one, (self < 0).where(-one if not dtypes.is_unsigned(self.dtype) else zero, zero))
         return self.isnan().where(self, s) if dtypes.is_float(self.dtype) else s  # NaN stays NaN, like numpy
 
-    def clip(self, min_: Any = None, max_: Any = None) -> Tensor:
+    def clip(self, min_: Any = None, max_: Any = None, *, min: Any = None, max: Any = None) -> Tensor:  # noqa: A002
         """torch.clamp: NaN stays NaN, and a value equal to a bound keeps its gradient (a where, not maximum /
-        minimum, which would split it with the bound)."""
+        minimum, which would split it with the bound). Bounds by tinygrad's names (min_, max_) or torch's."""
+        min_, max_ = min if min_ is None else min_, max if max_ is None else max_
         if min_ is None and max_ is None:
             raise ArgumentError("clip needs at least one of min and max")
         x = self
@@ -4264,6 +4267,1277 @@ class Tensor(metaclass=_TensorType):
         loss = -picked.sum(cdim)
         return loss.sum() / w.sum() if reduction == "mean" else loss._reduction(reduction)
 
+    # *** torch.Tensor methods: structure, linear algebra, statistics, indexing, in-place and random fills. Each one
+    # is composed of the ops above (nothing runs here); their in-place twins (op_) are made after the class ***
+
+    def dim(self) -> int:
+        return self.ndim
+
+    ndimension = dim
+
+    def nelement(self) -> int:
+        return self.numel()
+
+    def _strided_view(self) -> tuple[tuple[int, ...], int] | None:
+        """(strides, offset) that show this tensor in the memory it is a view of, or None where it owns its memory or
+        no one stride per dim shows it (a flip, a reshape of a transpose: torch copies those). Read off the addresses
+        of the origin and of one step along each dim, and checked at the far corner."""
+        if self._view_of is None or self.numel() == 0 or not all(isinstance(s, int) for s in self.shape):
+            return None
+        base, at = self._view_of
+        try:
+            chain = _view_chain(self.uop, at)
+        except NotImplementedError:
+            return None
+        st = ShapeTracker.from_shape(base.shape)
+        for u in chain:
+            if u.op in GroupOp.Movement:
+                st = st.apply(u.op, u.arg)
+        if any(not isinstance(x, int) for v in st.views for x in (*v.strides, v.offset)):
+            return None
+        origin = _address(st, (0,) * self.ndim)
+        steps = [
+            _address(st, tuple(int(k == d) for k in range(self.ndim))) - origin if s > 1 else 0
+            for d, s in enumerate(self.shape)
+        ]
+        corner = tuple(s - 1 for s in self.shape)
+        if any(x < 0 for x in steps) or _address(st, corner) != origin + sum(c * x for c, x in zip(corner, steps)):
+            return None
+        return tuple(steps), origin
+
+    def stride(self, dim: int | None = None) -> int | tuple[int, ...]:
+        """Elements to step in memory per index of each dim, as torch's (a size-1 dim gets its contiguous stride)."""
+        plain = _contiguous_strides(self.shape)
+        v = self._strided_view()
+        strides = plain if v is None else tuple(p if s == 1 else st for p, s, st in zip(plain, self.shape, v[0]))
+        return strides if dim is None else strides[_axes(dim, self.ndim)[0]]
+
+    def storage_offset(self) -> int:
+        v = self._strided_view()
+        return 0 if v is None else v[1]
+
+    def is_contiguous(self, memory_format: Any = None) -> bool:
+        strides = self.stride()
+        return all(s == 1 or st == p for s, st, p in zip(self.shape, strides, _contiguous_strides(self.shape)))
+
+    def t(self) -> Tensor:
+        if self.ndim > 2:
+            raise ArgumentError(f"t() expects a tensor with <= 2 dimensions, but self is {self.ndim}-d")
+        return self.transpose(0, 1) if self.ndim == 2 else self
+
+    def narrow(self, dim: int, start: int | Tensor, length: int) -> Tensor:
+        d = _axes(dim, self.ndim)[0]
+        n = self.shape[d]
+        start = int(start.item()) if isinstance(start, Tensor) else start
+        if not -n <= start <= n:
+            raise IndexError(f"narrow: start ({start}) is out of range for dimension {d} of size {n}")
+        start = start % n if start < 0 else start
+        if length < 0 or start + length > n:
+            raise ArgumentError(f"narrow: start ({start}) + length ({length}) exceeds dimension {d} of size {n}")
+        return self.shrink([(start, start + length) if i == d else None for i in range(self.ndim)])
+
+    def unbind(self, dim: int = 0) -> tuple[Tensor, ...]:
+        d = _axes(dim, self.ndim)[0]
+        if self.ndim == 0:
+            raise IndexError("unbind: a 0-d tensor has no dimension to unbind")
+        return tuple(self[(slice(None),) * d + (i,)] for i in range(self.shape[d]))
+
+    def movedim(self, source: int | Sequence[int], destination: int | Sequence[int]) -> Tensor:
+        if isinstance(source, int) != isinstance(destination, int):
+            raise TypeError(f"movedim takes two ints or two sequences of ints, got {source!r} and {destination!r}")
+        src = [source] if isinstance(source, int) else list(source)
+        dst = [destination] if isinstance(destination, int) else list(destination)
+        if len(src) != len(dst):
+            raise ArgumentError(f"movedim: source {source} and destination {destination} name different counts of dims")
+        src = [_axes(a, self.ndim)[0] if self.ndim else 0 for a in src]
+        dst = [_axes(a, self.ndim)[0] if self.ndim else 0 for a in dst]
+        if len(set(src)) != len(src) or len(set(dst)) != len(dst):
+            raise ArgumentError(f"movedim: repeated dim in source {source} or destination {destination}")
+        if self.ndim == 0:
+            return self
+        order: list[int | None] = [None] * self.ndim
+        for s, d in zip(src, dst):
+            order[d] = s
+        rest = iter(i for i in range(self.ndim) if i not in src)
+        return self.permute([o if o is not None else next(rest) for o in order])
+
+    moveaxis = movedim
+
+    def swapaxes(self, axis0: int, axis1: int) -> Tensor:
+        return self.transpose(axis0, axis1)
+
+    def swapdims(self, dim0: int, dim1: int) -> Tensor:
+        return self.transpose(dim0, dim1)
+
+    def tile(self, dims: int | Sequence[int], *more: int) -> Tensor:
+        reps = argfix(dims, *more)
+        return self.repeat((1,) * (self.ndim - len(reps)) + tuple(reps))
+
+    def tensor_split(self, indices_or_sections: int | Sequence[int] | Tensor, dim: int = 0) -> tuple[Tensor, ...]:
+        """Sections of near-equal size (the first n % sections one longer), or the pieces between split indices."""
+        if self.ndim == 0:
+            raise ArgumentError("tensor_split expects at least a 1-d tensor")
+        d = _axes(dim, self.ndim)[0]
+        spec = indices_or_sections
+        if isinstance(spec, Tensor):
+            if not dtypes.is_int(spec.dtype) or spec.ndim > 1:
+                raise TypeError(f"tensor_split: a tensor of indices must be a 0-d or 1-d integer tensor, got {spec}")
+            spec = spec.tolist()
+        if isinstance(spec, int):
+            if spec <= 0:
+                raise ArgumentError(f"tensor_split: the number of sections must be larger than 0, got {spec}")
+            n = self.shape[d]
+            sizes = [n // spec + (1 if i < n % spec else 0) for i in range(spec)]
+            bounds = list(itertools.accumulate(sizes, initial=0))
+            pairs = list(zip(bounds[:-1], bounds[1:]))
+        else:
+            cuts = [0, *spec]
+            pairs = [(a, b) for a, b in zip(cuts, [*spec, None])]
+        return tuple(self[(slice(None),) * d + (slice(a, b),)] for a, b in pairs)
+
+    def _split_even(self, sections: int | Sequence[int], dim: int, name: str, min_ndim: int) -> tuple[Tensor, ...]:
+        if self.ndim < min_ndim:
+            raise ArgumentError(f"{name} needs a tensor with at least {min_ndim} dims, got shape {self.shape}")
+        if isinstance(sections, int) and (sections == 0 or self.shape[dim] % sections):
+            raise ArgumentError(
+                f"{name}: dimension {dim} of size {self.shape[dim]} does not divide into {sections} equal parts"
+            )
+        return self.tensor_split(sections, dim)
+
+    def hsplit(self, sections: int | Sequence[int]) -> tuple[Tensor, ...]:
+        return self._split_even(sections, 1 if self.ndim > 1 else 0, "hsplit", 1)
+
+    def vsplit(self, sections: int | Sequence[int]) -> tuple[Tensor, ...]:
+        return self._split_even(sections, 0, "vsplit", 2)
+
+    def dsplit(self, sections: int | Sequence[int]) -> tuple[Tensor, ...]:
+        return self._split_even(sections, 2, "dsplit", 3)
+
+    def fliplr(self) -> Tensor:
+        if self.ndim < 2:
+            raise ArgumentError(f"fliplr needs a tensor with at least 2 dims, got shape {self.shape}")
+        return self.flip(1)
+
+    def flipud(self) -> Tensor:
+        if self.ndim < 1:
+            raise ArgumentError("flipud needs a tensor with at least 1 dim, got a 0-d tensor")
+        return self.flip(0)
+
+    def rot90(self, k: int = 1, dims: Sequence[int] = (0, 1)) -> Tensor:
+        if len(dims) != 2:
+            raise ArgumentError(f"rot90 rotates in the plane of 2 dims, got dims={tuple(dims)}")
+        if self.ndim < 2:
+            raise ArgumentError(f"rot90 needs a tensor with at least 2 dims, got shape {self.shape}")
+        d0, d1 = _axes(dims[0], self.ndim)[0], _axes(dims[1], self.ndim)[0]
+        if d0 == d1:
+            raise ArgumentError(f"rot90: the rotation dims must differ, got dims={tuple(dims)}")
+        k %= 4
+        if k == 1:
+            return self.flip(d1).transpose(d0, d1)
+        if k == 2:
+            return self.flip((d0, d1))
+        return self.flip(d0).transpose(d0, d1) if k == 3 else self
+
+    def mm(self, mat2: Tensor) -> Tensor:
+        if self.ndim != 2 or mat2.ndim != 2:
+            raise ArgumentError(f"mm needs two matrices, got shapes {self.shape} and {mat2.shape}")
+        return self.matmul(mat2)
+
+    def bmm(self, mat2: Tensor) -> Tensor:
+        if self.ndim != 3 or mat2.ndim != 3:
+            raise ArgumentError(f"bmm needs two 3-d tensors, got shapes {self.shape} and {mat2.shape}")
+        if self.shape[0] != mat2.shape[0]:
+            raise ArgumentError(f"bmm: batch sizes differ: {self.shape} and {mat2.shape}")
+        return self.matmul(mat2)
+
+    def mv(self, vec: Tensor) -> Tensor:
+        if self.ndim != 2 or vec.ndim != 1:
+            raise ArgumentError(f"mv needs a matrix and a vector, got shapes {self.shape} and {vec.shape}")
+        return self.matmul(vec)
+
+    def inner(self, other: Tensor) -> Tensor:
+        """Sum of products over the last dim of both: shape self.shape[:-1] + other.shape[:-1]."""
+        if self.ndim == 0 or other.ndim == 0:
+            return self * other
+        k = self.shape[-1]
+        if other.shape[-1] != k:
+            raise ArgumentError(f"inner: the last dims differ: {self.shape} and {other.shape}")
+        flat = self.reshape(-1, k).matmul(other.reshape(-1, k).transpose(0, 1))
+        return flat.reshape(self.shape[:-1] + other.shape[:-1])
+
+    def outer(self, vec2: Tensor) -> Tensor:
+        if self.ndim != 1 or vec2.ndim != 1:
+            raise ArgumentError(f"outer needs two 1-d tensors, got shapes {self.shape} and {vec2.shape}")
+        return self.unsqueeze(1) * vec2.unsqueeze(0)
+
+    ger = outer
+
+    def kron(self, other: Tensor) -> Tensor:
+        nd = max(self.ndim, other.ndim)
+        a = self.reshape((1,) * (nd - self.ndim) + self.shape)
+        b = other.reshape((1,) * (nd - other.ndim) + other.shape)
+        pa = a.reshape(tuple(x for s in a.shape for x in (s, 1)))
+        pb = b.reshape(tuple(x for s in b.shape for x in (1, s)))
+        return (pa * pb).reshape(tuple(x * y for x, y in zip(a.shape, b.shape)))
+
+    def trace(self) -> Tensor:
+        if self.ndim != 2:
+            raise ArgumentError(f"trace needs a matrix, got shape {self.shape}")
+        return self.diagonal().sum()
+
+    def vdot(self, other: Tensor) -> Tensor:
+        if self.ndim != 1 or other.ndim != 1:
+            raise ArgumentError(f"vdot needs two 1-d tensors, got shapes {self.shape} and {other.shape}")
+        if self.shape != other.shape:
+            raise ArgumentError(f"vdot: the vectors differ in size: {self.shape[0]} and {other.shape[0]}")
+        if self.dtype != other.dtype:
+            raise ArgumentError(f"vdot needs both vectors of one dtype, got {self.dtype} and {other.dtype}")
+        return self.matmul(other)
+
+    def _scaled_add(self, product: Tensor, beta: Any, alpha: Any, name: str) -> Tensor:
+        """beta * self + alpha * product; beta == 0 ignores self entirely (its NaNs too), as torch."""
+        if not _broadcasts_to(self.shape, product.shape):
+            raise ArgumentError(f"{name}: self of shape {self.shape} does not broadcast to {product.shape}")
+        out = product if alpha == 1 else product * alpha
+        if beta == 0:
+            return out
+        return (self if beta == 1 else self * beta) + out
+
+    def addmm(self, mat1: Tensor, mat2: Tensor, *, beta: Any = 1, alpha: Any = 1) -> Tensor:
+        return self._scaled_add(mat1.mm(mat2), beta, alpha, "addmm")
+
+    def addmv(self, mat: Tensor, vec: Tensor, *, beta: Any = 1, alpha: Any = 1) -> Tensor:
+        return self._scaled_add(mat.mv(vec), beta, alpha, "addmv")
+
+    def addr(self, vec1: Tensor, vec2: Tensor, *, beta: Any = 1, alpha: Any = 1) -> Tensor:
+        return self._scaled_add(vec1.outer(vec2), beta, alpha, "addr")
+
+    def baddbmm(self, batch1: Tensor, batch2: Tensor, *, beta: Any = 1, alpha: Any = 1) -> Tensor:
+        return self._scaled_add(batch1.bmm(batch2), beta, alpha, "baddbmm")
+
+    def addbmm(self, batch1: Tensor, batch2: Tensor, *, beta: Any = 1, alpha: Any = 1) -> Tensor:
+        return self._scaled_add(batch1.bmm(batch2).sum(0), beta, alpha, "addbmm")
+
+    def addcmul(self, tensor1: Tensor, tensor2: Tensor, *, value: Any = 1) -> Tensor:
+        return self + value * (tensor1 * tensor2)
+
+    def addcdiv(self, tensor1: Tensor, tensor2: Tensor, *, value: Any = 1) -> Tensor:
+        if not any(dtypes.is_float(t.dtype) for t in (tensor1, tensor2) if isinstance(t, Tensor)):
+            raise DTypeError("addcdiv: integer division is not supported; use addcmul with a reciprocal or cast")
+        return self + value * (tensor1 / tensor2)
+
+    def cross(self, other: Tensor, dim: int | None = None) -> Tensor:
+        """The cross product of 3-vectors along dim (the first dim of size 3 when None, as torch.cross)."""
+        shape = _broadcast_shape(self.shape, other.shape)
+        a, b = self._broadcast_to(shape), other._broadcast_to(shape)
+        if dim is None:
+            if 3 not in shape:
+                raise ArgumentError(f"cross: no dimension of size 3 in shape {shape}")
+            d = shape.index(3)
+        else:
+            d = _axes(dim, len(shape))[0]
+            if shape[d] != 3:
+                raise ArgumentError(f"cross: dimension {d} must have size 3, got shape {shape}")
+        return a.roll(-1, d) * b.roll(-2, d) - a.roll(-2, d) * b.roll(-1, d)
+
+    def diff(self, n: int = 1, dim: int = -1, prepend: Any = None, append: Any = None) -> Tensor:
+        """The n-th forward difference along dim (bool: whether neighbours differ)."""
+        if self.ndim == 0:
+            raise ArgumentError("diff expects a tensor with at least 1 dim, got a 0-d tensor")
+        if n < 0:
+            raise ArgumentError(f"diff: order n must be non-negative, got {n}")
+        d = _axes(dim, self.ndim)[0]
+        if n == 0:
+            return self
+        parts = []
+        for extra in (prepend, self, append):
+            if extra is None:
+                continue
+            e = extra if isinstance(extra, Tensor) else Tensor(extra, dtype=self.dtype, device=self.device)
+            if e.ndim == 0:
+                e = e.reshape((1,) * self.ndim).expand(*self.shape[:d], 1, *self.shape[d + 1 :])
+            parts.append(e)
+        x = parts[0].cat(*parts[1:], dim=d) if len(parts) > 1 else self
+        for _ in range(n):
+            m = x.shape[d]
+            hi = x.shrink([(min(1, m), m) if i == d else None for i in range(x.ndim)])
+            lo = x.shrink([(0, max(m - 1, 0)) if i == d else None for i in range(x.ndim)])
+            x = hi != lo if x.dtype == dtypes.bool else hi - lo
+        return x
+
+    def diag_embed(self, offset: int = 0, dim1: int = -2, dim2: int = -1) -> Tensor:
+        """Matrices (in dims dim1, dim2 of the result) whose offset diagonal holds the last dim of self."""
+        nd = self.ndim + 1
+        d1, d2 = _axes(dim1, nd)[0], _axes(dim2, nd)[0]
+        if d1 == d2:
+            raise ArgumentError(f"diag_embed: dim1 and dim2 must differ, both are {d1}")
+        m = self.shape[-1] if self.ndim else 1
+        x = self.reshape(1) if self.ndim == 0 else self
+        n = m + abs(offset)
+        vals = x.pad([None] * (x.ndim - 1) + [(0, n - m)])
+        rows = Tensor.arange(n, device=self.device).reshape(n, 1)
+        cols = Tensor.arange(n, device=self.device).reshape(1, n)
+        on = cols - rows == offset
+        out = on.where(vals.unsqueeze(-1) if offset >= 0 else vals.unsqueeze(-2), 0).cast(self.dtype)
+        return out.movedim((nd - 2, nd - 1), (d1, d2)) if (d1, d2) != (nd - 2, nd - 1) else out
+
+    def dist(self, other: Tensor, p: float = 2) -> Tensor:
+        return (self - other).norm(p)
+
+    def renorm(self, p: float, dim: int, maxnorm: float) -> Tensor:
+        """Each slice along dim with a p-norm above maxnorm scaled down to norm maxnorm."""
+        if p <= 0:
+            raise ArgumentError(f"renorm: p must be positive, got {p}")
+        if maxnorm < 0:
+            raise ArgumentError(f"renorm: maxnorm must be non-negative, got {maxnorm}")
+        d = _axes(dim, self.ndim)[0] if self.ndim else 0
+        norms = self.norm(p, tuple(i for i in range(self.ndim) if i != d), keepdim=True)
+        # torch's 1e-7 keeps the scaled norm just under maxnorm
+        return self * (norms > maxnorm).where(maxnorm / (norms + 1e-7), 1.0).cast(self.dtype)
+
+    def _check_square(self, name: str) -> None:
+        if self.ndim < 2 or self.shape[-1] != self.shape[-2]:
+            raise ArgumentError(f"{name} needs square matrices (or a batch of them), got shape {self.shape}")
+
+    def inverse(self) -> Tensor:
+        """The inverse of square matrices over the last two dims: R^-1 Q^T from a Householder QR, R^-1 by back
+        substitution one row at a time. A singular matrix gives inf / NaN (torch raises; that needs a device read)."""
+        self._check_square("inverse")
+        n = self.shape[-1]
+        q, r, _ = self._householder()
+        if n == 0:
+            return r
+        eye = Tensor.eye(n, dtype=r.dtype, device=self.device)
+        rows: list[Tensor] = []  # rows of R^-1 from the last up
+        for i in reversed(range(n)):
+            row = eye[i]
+            if rows:
+                below = Tensor.stack(*reversed(rows), dim=-2)  # (..., n - i - 1, n)
+                row = row - (r[..., i : i + 1, i + 1 :] @ below).squeeze(-2)
+            rows.append(row / r[..., i, i : i + 1])
+        return Tensor.stack(*reversed(rows), dim=-2) @ q.transpose(-2, -1)
+
+    def slogdet(self) -> tuple[Tensor, Tensor]:
+        """(sign, log|det|) of square matrices over the last two dims, from the diagonal of a Householder R."""
+        self._check_square("slogdet")
+        _, r, sign = self._householder()
+        diag = r.diagonal(0, -2, -1)
+        return sign * diag.sign().prod(-1), diag.abs().log().sum(-1)
+
+    def logdet(self) -> Tensor:
+        sign, logabs = self.slogdet()
+        return (sign < 0).where(math.nan, logabs)
+
+    def matrix_power(self, n: int) -> Tensor:
+        self._check_square("matrix_power")
+        if n < 0:
+            return self.inverse().matrix_power(-n)
+        out: Tensor | None = None
+        sq = self
+        while n:
+            if n & 1:
+                out = sq if out is None else out @ sq
+            n >>= 1
+            if n:
+                sq = sq @ sq
+        if out is None:
+            eye = Tensor.eye(self.shape[-1], dtype=self.dtype, device=self.device)
+            return eye.expand(self.shape).contiguous()
+        return out
+
+    # reductions and statistics (indices in the default int, as argmax and sort; counts in int64, as torch)
+
+    def amax(self, dim: int | Sequence[int] = (), keepdim: bool = False) -> Tensor:
+        return self.max(None if isinstance(dim, (tuple, list)) and not dim else dim, keepdim)
+
+    def amin(self, dim: int | Sequence[int] = (), keepdim: bool = False) -> Tensor:
+        return self.min(None if isinstance(dim, (tuple, list)) and not dim else dim, keepdim)
+
+    def aminmax(self, *, dim: int | None = None, keepdim: bool = False) -> tuple[Tensor, Tensor]:
+        return self.min(dim, keepdim), self.max(dim, keepdim)
+
+    def count_nonzero(self, dim: int | Sequence[int] | None = None) -> Tensor:
+        return (self != 0).sum(dim, dtype=dtypes.int64)
+
+    def nansum(
+        self, dim: int | Sequence[int] | None = None, keepdim: bool = False, *, dtype: DType | str | None = None
+    ) -> Tensor:
+        x = self.isnan().where(0, self) if dtypes.is_float(self.dtype) else self
+        return x.sum(dim, keepdim, dtype=dtype)
+
+    def nanmean(
+        self, dim: int | Sequence[int] | None = None, keepdim: bool = False, *, dtype: DType | str | None = None
+    ) -> Tensor:
+        if not dtypes.is_float(self.dtype):
+            raise DTypeError(f"nanmean needs a floating point tensor, got {self.dtype}")
+        x = self if dtype is None else self.cast(dtype)
+        kept = x.isnan().logical_not()
+        return x.nansum(dim, keepdim) / kept.sum(dim, keepdim).cast(x.dtype)
+
+    def _sorted_along(self, dim: int | None, name: str) -> tuple[Tensor, Tensor, int]:
+        """(sorted values, their indices, dim) of self (flattened when dim is None) along one non-empty dim."""
+        x = self.flatten() if dim is None else self.reshape(1) if self.ndim == 0 else self
+        d = 0 if dim is None else _axes(dim, self.ndim)[0] if self.ndim else 0
+        if x.shape[d] == 0:
+            raise _EmptyReductionError(f"{name}: reduction dim {d} of shape {self.shape} has size 0")
+        values, idx = x.sort(d)
+        return values, idx, d
+
+    def _kept(self, d: int) -> Tensor:
+        """How many values along d are not NaN (keepdim, int32)."""
+        if not dtypes.is_float(self.dtype):
+            return Tensor.full(_reduced_shape(self.shape, d, True), self.shape[d], dtype=dtypes.int32)
+        return self.isnan().logical_not().sum(d, keepdim=True, dtype=dtypes.int32)
+
+    def _median(self, dim: int | None, keepdim: bool, ignore_nan: bool, name: str) -> Any:
+        if dim is None and self.numel() == 0:
+            return Tensor.full((), math.nan, dtype=self.dtype, device=self.device)
+        values, idx, d = self._sorted_along(dim, name)
+        n, kept = values.shape[d], values._kept(d)
+        if ignore_nan:
+            pos = ((kept - 1) // 2).maximum(0)
+        else:  # a NaN anywhere is the median: NaNs sort last, so the first one is at position kept
+            pos = (kept < n).where(kept, (n - 1) // 2)
+        out_v, out_i = values.gather(d, pos), idx.gather(d, pos)
+        if dim is None:
+            return out_v.reshape(())
+        shape = _reduced_shape(self.shape, dim, keepdim)
+        return out_v.reshape(shape), out_i.reshape(shape)
+
+    def median(self, dim: int | None = None, keepdim: bool = False) -> Any:
+        """The lower median (of an even count the smaller middle value); a NaN makes it NaN. With dim: (values,
+        indices)."""
+        return self._median(dim, keepdim, False, "median")
+
+    def nanmedian(self, dim: int | None = None, keepdim: bool = False) -> Any:
+        """median of the values that are not NaN (NaN where all are)."""
+        return self._median(dim, keepdim, True, "nanmedian")
+
+    def _quantile(
+        self, q: Any, dim: int | None, keepdim: bool, interpolation: str, ignore_nan: bool, name: str
+    ) -> Tensor:
+        if not dtypes.is_float(self.dtype):
+            raise DTypeError(f"{name} needs a floating point tensor, got {self.dtype}")
+        if interpolation not in ("linear", "lower", "higher", "midpoint", "nearest"):
+            raise ArgumentError(
+                f"{name}: interpolation must be linear, lower, higher, midpoint or nearest, not {interpolation!r}"
+            )
+        if isinstance(q, Tensor):  # its values are not checked: that would read them from the device
+            if q.ndim > 1:
+                raise ArgumentError(f"{name}: q must be a scalar or a 1-d tensor, got shape {q.shape}")
+            if q.dtype != self.dtype:
+                raise ArgumentError(f"{name}: q's dtype {q.dtype} differs from the input's {self.dtype}")
+            qs = q
+        else:
+            if any(not 0 <= v <= 1 for v in (q if isinstance(q, (list, tuple)) else [q])):
+                raise ArgumentError(f"{name}: q must be in the range [0, 1], got {q}")
+            qs = Tensor(q, dtype=self.dtype, device=self.device)
+        out_shape = qs.shape + _reduced_shape(self.shape, dim, keepdim)
+        if self.numel() == 0:
+            raise ArgumentError(f"{name}: the input tensor must be non-empty")
+        values, _, d = self._sorted_along(dim, name)
+        n, kept = values.shape[d], values._kept(d)
+        qb = qs.reshape(qs.shape + (1,) * values.ndim)
+        if ignore_nan:
+            ranks = (qb * (kept - 1).cast(self.dtype)).maximum(0)
+        else:  # a row with a NaN reads its last value: a NaN
+            ranks = (kept < n).where(n - 1, qb * (n - 1)).cast(self.dtype)
+        if interpolation in ("lower", "higher", "nearest"):
+            ranks = {"lower": ranks.floor, "higher": ranks.ceil, "nearest": ranks.round}[interpolation]()
+        vb = values.expand(*qs.shape, *values.shape) if qs.ndim else values
+        dd = d + qs.ndim
+        lo = vb.gather(dd, ranks.floor().cast(dtypes.int32))
+        if interpolation in ("lower", "higher", "nearest"):
+            out = lo
+        else:
+            hi = vb.gather(dd, ranks.ceil().cast(dtypes.int32))
+            w = ranks - ranks.floor() if interpolation == "linear" else ranks.full_like(0.5)
+            # torch's lerp: from the nearer end, so that w == 1 gives hi exactly
+            out = (w < 0.5).where(lo + w * (hi - lo), hi - (hi - lo) * (1 - w))
+        return out.reshape(out_shape)
+
+    def quantile(
+        self, q: Any, dim: int | None = None, keepdim: bool = False, *, interpolation: str = "linear"
+    ) -> Tensor:
+        """The q-th quantiles along dim (all values when None); q a number or a 1-d tensor (its dim goes first)."""
+        return self._quantile(q, dim, keepdim, interpolation, False, "quantile")
+
+    def nanquantile(
+        self, q: Any, dim: int | None = None, keepdim: bool = False, *, interpolation: str = "linear"
+    ) -> Tensor:
+        return self._quantile(q, dim, keepdim, interpolation, True, "nanquantile")
+
+    def mode(self, dim: int = -1, keepdim: bool = False) -> tuple[Tensor, Tensor]:
+        """The most frequent value along dim (the smallest of those equally frequent) and the index of its last
+        occurrence, as torch. Each value's count is a compare with every other (n^2, as sort)."""
+        x = self.reshape(1) if self.ndim == 0 else self
+        d = _axes(dim, self.ndim)[0] if self.ndim else 0
+        n = x.shape[d]
+        if n == 0:
+            raise _EmptyReductionError(f"mode: reduction dim {d} of shape {self.shape} has size 0")
+        xl = x.transpose(d, -1)
+        pair = (*xl.shape, n)
+        counts = _sorts_equal(xl.unsqueeze(-1).expand(pair), xl.unsqueeze(-2).expand(pair)).sum(-1, dtype=dtypes.int32)
+        frequent = counts == counts.max(-1, keepdim=True)
+        value = frequent.where(xl, math.inf if dtypes.is_float(xl.dtype) else dtypes.max(xl.dtype)).min(-1, True)
+        i = Tensor.arange(n, device=self.device)
+        idx = (_sorts_equal(xl, value) & frequent).where(i, -1).max(-1, keepdim=True)
+        vals = xl.gather(-1, idx).transpose(d, -1)
+        idx = idx.transpose(d, -1).cast(dtypes.default_int)
+        shape = _reduced_shape(self.shape, dim if self.ndim else None, keepdim)
+        return vals.reshape(shape), idx.reshape(shape)
+
+    def msort(self) -> Tensor:
+        return self.sort(0)[0]
+
+    def _unique_rows(
+        self, dim: int | None, consecutive: bool, return_inverse: bool, return_counts: bool
+    ) -> Tensor | tuple[Tensor, ...]:
+        """unique / unique_consecutive: rows are the elements (dim None) or the slices along dim, compared whole.
+        Sorting them is a lexicographic rank (each row against every other, n^2 as sort); how many distinct rows
+        there are is read from the device, as torch does."""
+        x = self.flatten().unsqueeze(-1) if dim is None else self.movedim(dim, 0)
+        d = None if dim is None else _axes(dim, self.ndim)[0]
+        n = x.shape[0]
+        rows = x.reshape(n, -1) if n else x.reshape(0, max(1, prod(x.shape[1:])))
+        i = Tensor.arange(n, device=self.device)
+        if consecutive:
+            perm, srt = i, rows
+        else:
+            pair = (n, n, rows.shape[1])
+            a, b = rows.unsqueeze(1).expand(pair), rows.unsqueeze(0).expand(pair)  # row i, row j
+            same = _sorts_equal(a, b)
+            # all earlier columns equal: an exclusive running product of `same` along the columns
+            prefix = same.cast(dtypes.int32).pad([None, None, (1, 0)], value=1)[..., :-1].cumprod(-1) > 0
+            before = (_sorts_before(b, a) & prefix).any(-1) | (same.all(-1) & (i.reshape(1, n) < i.reshape(n, 1)))
+            place = before.sum(-1, dtype=dtypes.int32).unsqueeze(-1) == i  # (row, its place)
+            srt = _pick(rows.unsqueeze(1), place.unsqueeze(-1), (0,))
+            perm = _pick(i.reshape(n, 1), place, (0,))
+        differs = (srt[1:] != srt[:-1]).any(-1)
+        first = Tensor.ones(min(n, 1), dtype=dtypes.bool, device=self.device).cat(differs)
+        u = int(first.sum().item()) if n else 0
+        out = _pick(srt.unsqueeze(0), first._select_rows(u).unsqueeze(-1), (1,)) if n else srt[:0]
+        out = out.reshape(u, *x.shape[1:])
+        out = out.reshape(-1) if dim is None else out.movedim(0, d)
+        group = first.cast(dtypes.int32).cumsum() - 1  # each sorted row's group
+        extra: list[Tensor] = []
+        if return_inverse:
+            inv = group if consecutive else _pick(group.reshape(n, 1), perm.reshape(n, 1) == i, (0,))
+            extra.append(inv.cast(dtypes.int64).reshape(self.shape if dim is None else (n,)))
+        if return_counts:
+            extra.append(
+                (group.reshape(1, n) == Tensor.arange(u, device=self.device).reshape(u, 1)).sum(1, dtype=dtypes.int64)
+            )
+        return (out, *extra) if extra else out
+
+    def unique(
+        self, sorted: bool = True, return_inverse: bool = False, return_counts: bool = False, dim: int | None = None
+    ) -> Tensor | tuple[Tensor, ...]:
+        """The distinct values (or slices along dim), always sorted (torch allows that for sorted=False)."""
+        return self._unique_rows(dim, False, return_inverse, return_counts)
+
+    def unique_consecutive(
+        self, return_inverse: bool = False, return_counts: bool = False, dim: int | None = None
+    ) -> Tensor | tuple[Tensor, ...]:
+        return self._unique_rows(dim, True, return_inverse, return_counts)
+
+    def bincount(self, weights: Tensor | None = None, minlength: int = 0) -> Tensor:
+        """Occurrences of each value 0..max (or the summed weights there). The length depends on the largest value,
+        read from the device, as torch does."""
+        if not dtypes.is_int(self.dtype):
+            raise _unsupported("bincount", self, "it counts integers")
+        if self.ndim != 1:
+            raise ArgumentError(f"bincount needs a 1-d tensor of non-negative ints, got shape {self.shape}")
+        if minlength < 0:
+            raise ArgumentError(f"bincount: minlength must be non-negative, got {minlength}")
+        if weights is not None and weights.shape != self.shape:
+            raise ArgumentError(f"bincount: weights of shape {weights.shape} must match the input's {self.shape}")
+        size = minlength
+        if self.numel():
+            lo, hi = Tensor.stack(self.min(), self.max()).tolist()
+            if lo < 0:
+                raise ArgumentError(f"bincount needs non-negative values, got {lo}")
+            size = max(size, hi + 1)
+        hits = self.unsqueeze(1) == Tensor.arange(size, device=self.device)
+        if weights is None:
+            return hits.sum(0, dtype=dtypes.int64)
+        w = weights if dtypes.is_float(weights.dtype) else weights.cast(dtypes.float64)
+        return _pick(w.unsqueeze(1), hits, (0,))
+
+    def histc(self, bins: int = 100, min: float = 0, max: float = 0) -> Tensor:  # noqa: A002 (torch's names)
+        """Counts of the values in `bins` equal-width bins over [min, max] (over the data's range when both are
+        equal); values outside are not counted."""
+        if not dtypes.is_float(self.dtype):
+            raise _unsupported("histc", self, "cast to a floating point dtype first")
+        if bins <= 0:
+            raise ArgumentError(f"histc: bins must be positive, got {bins}")
+        if min > max:
+            raise ArgumentError(f"histc: max ({max}) must be larger than min ({min})")
+        x = self.flatten()
+        if x.numel() == 0:
+            return Tensor.zeros(bins, dtype=self.dtype, device=self.device)
+        lo: Any = min
+        hi: Any = max
+        if min == max:
+            lo, hi = x.min(), x.max()
+            same = lo == hi
+            lo, hi = same.where(lo - 1, lo), same.where(hi + 1, hi)
+        pos = ((x - lo) / (hi - lo) * bins).floor().cast(dtypes.int32)
+        pos = (x == hi).where(bins - 1, pos)
+        inside = (x >= lo) & (x <= hi)
+        hits = inside.unsqueeze(1) & (pos.unsqueeze(1) == Tensor.arange(bins, device=self.device))
+        return hits.sum(0).cast(self.dtype)
+
+    def cov(self, *, correction: int = 1, fweights: Tensor | None = None, aweights: Tensor | None = None) -> Tensor:
+        """The covariance of the variables in the rows (observations in the columns), as torch.cov."""
+        if self.ndim > 2:
+            raise ArgumentError(f"cov expects a tensor with at most 2 dims, got shape {self.shape}")
+        x = (self if self.ndim == 2 else self.reshape(1, -1)).cast(least_upper_float(self.dtype))
+        n = x.shape[1]
+        w: Tensor | None = None
+        if fweights is not None:
+            if not dtypes.is_int(fweights.dtype):
+                raise DTypeError(f"cov: fweights must be integers, got {fweights.dtype}")
+            w = fweights
+        if aweights is not None:
+            if not dtypes.is_float(aweights.dtype):
+                raise DTypeError(f"cov: aweights must be floating point, got {aweights.dtype}")
+            w = aweights if w is None else w * aweights
+        for name, t in (("fweights", fweights), ("aweights", aweights)):
+            if t is not None and t.shape != (n,):
+                raise ArgumentError(f"cov: {name} must be 1-d with one weight per observation ({n}), got {t.shape}")
+        if w is None:
+            avg, fact = x.mean(1, keepdim=True), Tensor(float(n - correction), dtype=x.dtype, device=self.device)
+            xw = x - avg
+        else:
+            w = w.cast(x.dtype)
+            wsum = w.sum()
+            avg = (x * w).sum(1, keepdim=True) / wsum
+            fact = wsum - correction if aweights is None else wsum - correction * (w * aweights).sum() / wsum
+            xw = (x - avg) * w
+        c = (xw @ (x - avg).transpose(0, 1)) / fact.maximum(0)
+        return c.reshape(()) if self.ndim < 2 else c
+
+    def corrcoef(self) -> Tensor:
+        c = self.cov()
+        if c.ndim == 0:
+            return c / c
+        sd = c.diagonal().sqrt()
+        return (c / sd.reshape(-1, 1) / sd.reshape(1, -1)).clip(-1, 1)
+
+    # indexing
+
+    def take(self, index: Tensor) -> Tensor:
+        if not isinstance(index, Tensor) or not dtypes.is_int(index.dtype):
+            raise DTypeError(f"take: index must be an integer tensor, got {getattr(index, 'dtype', type(index))}")
+        return self.flatten()[index]
+
+    def take_along_dim(self, indices: Tensor, dim: int | None = None) -> Tensor:
+        if dim is None:
+            return self.flatten().gather(0, indices.flatten())
+        d = _axes(dim, self.ndim)[0]
+        if indices.ndim != self.ndim:
+            raise ArgumentError(f"take_along_dim: indices of shape {indices.shape} need {self.ndim} dims")
+
+        def at_d(shape: tuple[int, ...], n: int) -> tuple[int, ...]:
+            return shape[:d] + (n,) + shape[d + 1 :]
+
+        shape = _broadcast_shape(at_d(self.shape, 1), at_d(indices.shape, 1))  # broadcast everywhere but along d
+        return self._broadcast_to(at_d(shape, self.shape[d])).gather(
+            d, indices._broadcast_to(at_d(shape, indices.shape[d]))
+        )
+
+    def _index_along(
+        self, dim: int, index: Tensor, source_shape: tuple[int, ...] | None, name: str
+    ) -> tuple[int, Tensor]:
+        """(dim, index) of the index_* ops: a 1-d index, expanded to the source's shape along dim when given."""
+        d = _axes(dim, self.ndim)[0] if self.ndim else 0
+        if not isinstance(index, Tensor) or not dtypes.is_int(index.dtype):
+            raise DTypeError(f"{name}: index must be an integer tensor, got {getattr(index, 'dtype', type(index))}")
+        if index.ndim > 1:
+            raise IndexShapeError(f"{name}: index must be a 0-d or 1-d tensor, got shape {index.shape}")
+        idx = index.reshape(-1)
+        if source_shape is not None:
+            want = self.shape[:d] + (idx.shape[0],) + self.shape[d + 1 :] if self.ndim else (idx.shape[0],)
+            if source_shape != want and not (self.ndim == 0 and source_shape == ()):
+                raise IndexShapeError(f"{name}: source of shape {source_shape} must have shape {want}")
+        return d, idx
+
+    def _spread(self, d: int, idx: Tensor) -> Tensor:
+        """The 1-d index idx spread over self's shape with len(idx) at dim d (the index tensor of scatter)."""
+        x = self.reshape(1) if self.ndim == 0 else self
+        shape = x.shape[:d] + (idx.shape[0],) + x.shape[d + 1 :]
+        return idx.reshape((1,) * d + (-1,) + (1,) * (x.ndim - d - 1)).expand(shape)
+
+    def index_add(self, dim: int, index: Tensor, source: Tensor, *, alpha: Any = 1) -> Tensor:
+        d, idx = self._index_along(dim, index, source.shape, "index_add")
+        src = source if alpha == 1 else source * alpha
+        x = self.reshape(1) if self.ndim == 0 else self
+        return x.scatter_add(d, self._spread(d, idx), src.reshape(self._spread(d, idx).shape)).reshape(self.shape)
+
+    def index_copy(self, dim: int, index: Tensor, source: Tensor) -> Tensor:
+        d, idx = self._index_along(dim, index, source.shape, "index_copy")
+        x = self.reshape(1) if self.ndim == 0 else self
+        return x.scatter(d, self._spread(d, idx), source.reshape(self._spread(d, idx).shape)).reshape(self.shape)
+
+    def index_fill(self, dim: int, index: Tensor, value: Any) -> Tensor:
+        d, idx = self._index_along(dim, index, None, "index_fill")
+        if isinstance(value, Tensor) and value.ndim != 0:
+            raise ArgumentError(f"index_fill: value must be a number or a 0-d tensor, got shape {value.shape}")
+        x = self.reshape(1) if self.ndim == 0 else self
+        hit = x._hits(d, idx.reshape((1,) * d + (-1,) + (1,) * (x.ndim - d - 1))).any(d)
+        return hit.where(value, x).cast(self.dtype).reshape(self.shape)
+
+    def index_put(self, indices: Sequence[Tensor | None], values: Any, accumulate: bool = False) -> Tensor:
+        """self with values put at self[indices]; accumulate sums repeated positions instead of keeping one."""
+        indices = tuple(indices)
+        v = values if isinstance(values, Tensor) else Tensor(values, dtype=self.dtype, device=self.device)
+        if v.dtype != self.dtype:
+            raise ArgumentError(f"index_put: values of dtype {v.dtype} must match the tensor's {self.dtype}")
+        if not accumulate:
+            hit, vals = _setitem_parts(self, indices, v)
+            return vals if hit is None else hit.where(vals, self)
+        if any(i is None or not isinstance(i, Tensor) for i in indices):
+            raise TypeError("index_put with accumulate=True takes a sequence of index tensors")
+        if len(indices) == 1 and indices[0].dtype == dtypes.bool:
+            indices = indices[0].nonzero(as_tuple=True)  # type: ignore[assignment]
+        k = len(indices)
+        if k > self.ndim:
+            raise IndexError(f"index_put: {k} index tensors for a tensor of {self.ndim} dims")
+        lead, rest = self.shape[:k], self.shape[k:]
+        shape = functools.reduce(_broadcast_shape, (i.shape for i in indices), ())
+        lin: Tensor | int = 0
+        for i, (t, s) in enumerate(zip(indices, lead)):
+            t = t.cast(dtypes.int64)
+            lin = lin + (t < 0).where(t + s, t)._broadcast_to(shape) * prod(lead[i + 1 :])
+        flat_idx = (lin if isinstance(lin, Tensor) else Tensor(lin)).reshape(-1)
+        src = v._broadcast_to(shape + rest).reshape(flat_idx.shape[0], *rest)
+        return self.reshape(prod(lead), *rest).index_add(0, flat_idx, src).reshape(self.shape)
+
+    def masked_scatter(self, mask: Tensor, source: Tensor) -> Tensor:
+        """self with the true positions of mask filled by source's elements in order."""
+        if mask.dtype != dtypes.bool:
+            raise DTypeError(f"masked_scatter: mask must be a bool tensor, got {mask.dtype}")
+        if source.dtype != self.dtype:
+            raise ArgumentError(f"masked_scatter: source dtype {source.dtype} must match the tensor's {self.dtype}")
+        if not _broadcasts_to(mask.shape, self.shape):
+            raise ArgumentError(f"masked_scatter: mask of shape {mask.shape} does not broadcast to {self.shape}")
+        m = mask._broadcast_to(self.shape).flatten()
+        src = source.flatten()
+        if src.numel() == 0:
+            return self
+        rank = (m.cast(dtypes.int32).cumsum() - 1).maximum(0).minimum(src.numel() - 1)
+        return m.where(src[rank], self.flatten()).reshape(self.shape)
+
+    # in place (through assign: the write order of the assign path holds) and construction
+
+    def fill_(self, value: Any) -> Tensor:
+        if isinstance(value, Tensor) and value.ndim != 0:
+            raise ArgumentError(f"fill_ takes a number or a 0-d tensor, got shape {value.shape}")
+        v = value.cast(self.dtype).to(self.device) if isinstance(value, Tensor) else value
+        _check_inplace_allowed(self)
+        return self.assign(
+            v._broadcast_to(self.shape)
+            if isinstance(v, Tensor)
+            else Tensor.full(self.shape, v, dtype=self.dtype, device=self.device)
+        )
+
+    def zero_(self) -> Tensor:
+        return self.fill_(0)
+
+    def copy_(self, src: Any, non_blocking: bool = False) -> Tensor:
+        s = src if isinstance(src, Tensor) else Tensor(src, device=self.device)
+        if not _broadcasts_to(s.shape, self.shape):
+            raise ArgumentError(f"copy_: source of shape {s.shape} does not broadcast to {self.shape}")
+        _check_inplace_allowed(self)
+        return self.assign(s.to(self.device).cast(self.dtype)._broadcast_to(self.shape))
+
+    def add_(self, other: Any, *, alpha: Any = 1) -> Tensor:
+        return self._inplace(self + (other if alpha == 1 else other * alpha))
+
+    def sub_(self, other: Any, *, alpha: Any = 1) -> Tensor:
+        return self._inplace(self - (other if alpha == 1 else other * alpha))
+
+    def _random_fill(self, values: Tensor, name: str, ints_too: bool = False) -> Tensor:
+        if not ints_too and not dtypes.is_float(self.dtype):
+            raise _unsupported(name, self, "it fills floating point tensors")
+        _check_inplace_allowed(self)
+        return self.assign(values.cast(self.dtype))
+
+    def _unit(self) -> Tensor:
+        """Fresh uniforms in [0, 1) of self's shape (the next RNG counter: no two calls share values)."""
+        return Tensor.rand(*self.shape, dtype=dtypes.float32, device=self.device)
+
+    def uniform_(self, a: float = 0.0, b: float = 1.0, **bounds: float) -> Tensor:
+        """Uniform in [from, to) (torch's keywords `from` and `to`; positionally a and b)."""
+        lo, hi = bounds.pop("from", a), bounds.pop("to", b)
+        if bounds:
+            raise TypeError(f"uniform_ got unexpected keywords {sorted(bounds)}")
+        if lo > hi:
+            raise ArgumentError(f"uniform_ expects from <= to, got from={lo} to={hi}")
+        return self._random_fill(self._unit() * (hi - lo) + lo, "uniform_")
+
+    def normal_(self, mean: float = 0.0, std: float = 1.0) -> Tensor:
+        if std < 0:
+            raise ArgumentError(f"normal_ expects std >= 0, got {std}")
+        return self._random_fill(Tensor.randn(*self.shape, device=self.device) * std + mean, "normal_")
+
+    def log_normal_(self, mean: float = 1.0, std: float = 2.0) -> Tensor:
+        if std <= 0:
+            raise ArgumentError(f"log_normal_ expects std > 0, got {std}")
+        return self._random_fill((Tensor.randn(*self.shape, device=self.device) * std + mean).exp(), "log_normal_")
+
+    def exponential_(self, lambd: float = 1.0) -> Tensor:
+        if lambd <= 0:
+            raise ArgumentError(f"exponential_ expects lambd > 0, got {lambd}")
+        return self._random_fill(-(1 - self._unit()).log() / lambd, "exponential_")
+
+    def cauchy_(self, median: float = 0.0, sigma: float = 1.0) -> Tensor:
+        if sigma <= 0:
+            raise ArgumentError(f"cauchy_ expects sigma > 0, got {sigma}")
+        return self._random_fill(median + sigma * ((self._unit() - 0.5) * math.pi).tan(), "cauchy_")
+
+    def geometric_(self, p: float) -> Tensor:
+        """The count of Bernoulli(p) trials up to the first success (1, 2, ...)."""
+        if not 0 < p < 1:
+            raise ArgumentError(f"geometric_ expects p in (0, 1), got {p}")
+        trials = ((1 - self._unit()).log() / math.log1p(-p)).ceil().maximum(1)
+        return self._random_fill(trials, "geometric_", ints_too=True)
+
+    def random_(self, a: int | None = None, b: int | None = None, **bounds: int | None) -> Tensor:
+        """Integers uniform in [from, to - 1]; random_(to) is [0, to); random_() is [0, 2**mantissa] for floats and
+        [0, max] for ints (torch's keywords `from` and `to`)."""
+        lo, hi = bounds.pop("from", None), bounds.pop("to", None)
+        if bounds:
+            raise TypeError(f"random_ got unexpected keywords {sorted(bounds)}")
+        if a is not None and b is None and lo is None:
+            lo, hi = 0, a  # random_(to)
+        elif a is not None:
+            lo, hi = a, b
+        lo = lo or 0
+        if hi is None:
+            if self.dtype == dtypes.bool:
+                hi = 2
+            else:
+                hi = (
+                    (2 ** dtypes.finfo(self.dtype)[1] + 1)
+                    if dtypes.is_float(self.dtype)
+                    else dtypes.max(self.dtype) + 1
+                )
+        if lo >= hi:
+            raise ArgumentError(f"random_ expects from < to, got from={lo} to={hi}")
+        bits = Tensor._random_bits(2 * self.numel(), self.device).cast(dtypes.uint64)
+        words = (bits[: self.numel()] << 32) | bits[self.numel() :]
+        values = (words % (hi - lo)).cast(dtypes.int64) + lo
+        return self._random_fill(values.reshape(self.shape), "random_", ints_too=True)
+
+    def bernoulli(self, p: Any = None) -> Tensor:
+        """0 / 1 in self's dtype, 1 with probability p (by default: self's values, as torch.bernoulli(input))."""
+        prob = self if p is None else p
+        return (self._unit() < prob).cast(self.dtype)
+
+    def bernoulli_(self, p: Any = 0.5) -> Tensor:
+        return self._random_fill(self.bernoulli(p), "bernoulli_", ints_too=True)
+
+    def new_full(
+        self,
+        size: Any,
+        fill_value: Any,
+        *,
+        dtype: DType | str | None = None,
+        device: str | None = None,
+        requires_grad: bool = False,
+    ) -> Tensor:
+        out = Tensor.full(argfix(size), fill_value, dtype=dtype or self.dtype, device=device or self.device)
+        return out.requires_grad_(True) if requires_grad else out
+
+    def new_zeros(
+        self, *size: Any, dtype: DType | str | None = None, device: str | None = None, requires_grad: bool = False
+    ) -> Tensor:
+        return self.new_full(argfix(*size), 0, dtype=dtype, device=device, requires_grad=requires_grad)
+
+    def new_ones(
+        self, *size: Any, dtype: DType | str | None = None, device: str | None = None, requires_grad: bool = False
+    ) -> Tensor:
+        return self.new_full(argfix(*size), 1, dtype=dtype, device=device, requires_grad=requires_grad)
+
+    def new_empty(
+        self, *size: Any, dtype: DType | str | None = None, device: str | None = None, requires_grad: bool = False
+    ) -> Tensor:
+        out = Tensor.empty(argfix(*size), dtype=dtype or self.dtype, device=device or self.device)
+        return out.requires_grad_(True) if requires_grad else out
+
+    def new_tensor(
+        self, data: Any, *, dtype: DType | str | None = None, device: str | None = None, requires_grad: bool = False
+    ) -> Tensor:
+        """A new leaf holding a copy of data (a tensor's values are copied, its graph is not)."""
+        dt = to_dtype(dtype) if dtype is not None else self.dtype
+        if isinstance(data, Tensor):
+            out = data.detach().to(device or self.device).cast(dt).clone()
+        else:
+            out = Tensor(data, dtype=dt, device=device or self.device)
+        return out.requires_grad_(True) if requires_grad else out
+
+    def type_as(self, other: Tensor) -> Tensor:
+        return self.cast(other.dtype)
+
+    def view_as(self, other: Tensor) -> Tensor:
+        return self.view(other.shape)
+
+    def reshape_as(self, other: Tensor) -> Tensor:
+        return self.reshape(other.shape)
+
+    def cpu(self) -> Tensor:
+        return self.to("CPU")
+
+    def byte(self) -> Tensor:
+        return self.cast(dtypes.uint8)
+
+    def char(self) -> Tensor:
+        return self.cast(dtypes.int8)
+
+    def short(self) -> Tensor:
+        return self.cast(dtypes.int16)
+
+    def bfloat16(self) -> Tensor:
+        return self.cast(dtypes.bfloat16)
+
+    def clamp_min(self, min: Any) -> Tensor:  # noqa: A002
+        return self.clip(min, None)
+
+    def clamp_max(self, max: Any) -> Tensor:  # noqa: A002
+        return self.clip(None, max)
+
+    # autograd
+
+    @property
+    def is_leaf(self) -> bool:
+        """As torch: a tensor not computed from one that requires grad (or a leaf set to require it)."""
+        return bool(self._requires_grad) or not self.requires_grad
+
+    def retain_grad(self) -> None:
+        """backward() fills .grad of a computed tensor too (see the class docstring): this makes sure it is one
+        backward looks for."""
+        if not self.requires_grad:
+            raise ArgumentError("retain_grad() on a tensor that does not require grad")
+        if self._requires_grad is None:
+            _note_unset(self)
+        _retaining[id(self)] = self
+
+    @property
+    def retains_grad(self) -> bool:
+        return id(self) in _retaining and not self.is_leaf
+
+    def register_hook(self, hook: Callable[[Tensor], Tensor | None]) -> _HookHandle:
+        """hook(grad) runs on the gradient with respect to this tensor when one is computed; what it returns (if not
+        None) replaces that gradient. On a leaf it changes what .grad receives; on a computed tensor the gradient
+        flowing back through it (from tensors computed from it after this call). Returns a remover, as torch's
+        handle.remove."""
+        if not self.requires_grad:
+            raise ArgumentError("cannot register a hook on a tensor that does not require grad")
+        if id(self) not in _grad_hooks:
+            _grad_hooks[id(self)] = []
+            weakref.finalize(self, _grad_hooks.pop, id(self), None)
+        hooks = _grad_hooks[id(self)]
+        hooks.append(hook)
+        if not self.is_leaf and len(hooks) == 1:  # the first hook: later ones join the same list
+            from lazygrad.gradient import define_gradient
+
+            # a node that reads as self (x * 1 keeps -0.0 and NaN), with the hooks as its derivative rule
+            src = self.uop
+            self.uop = (self * 1).uop
+            define_gradient(self.uop, src, lambda g: _run_hooks(hooks, g))
+        return _HookHandle(hooks, hook)
+
+    # elementwise
+
+    def isposinf(self) -> Tensor:
+        return self == math.inf if dtypes.is_float(self.dtype) else self.zeros_like(dtypes.bool)
+
+    def isneginf(self) -> Tensor:
+        return self == -math.inf if dtypes.is_float(self.dtype) else self.zeros_like(dtypes.bool)
+
+    def isreal(self) -> Tensor:
+        return self.ones_like(dtypes.bool)
+
+    def nan_to_num(self, nan: float = 0.0, posinf: float | None = None, neginf: float | None = None) -> Tensor:
+        """NaN, +inf and -inf replaced (the infinities by the dtype's largest / lowest finite value by default)."""
+        if any(isinstance(v, Tensor) for v in (nan, posinf, neginf)):
+            raise TypeError("nan_to_num: nan, posinf and neginf must be numbers, not tensors")
+        if not dtypes.is_float(self.dtype):
+            return self
+        e, m = dtypes.finfo(self.dtype)
+        big = (2 - 2.0**-m) * 2.0 ** (2 ** (e - 1) - 1)
+        hi, lo = big if posinf is None else posinf, -big if neginf is None else neginf
+        x = self.isnan().where(nan, self)
+        return (self == math.inf).where(hi, (self == -math.inf).where(lo, x)).cast(self.dtype)
+
+    def heaviside(self, values: Tensor) -> Tensor:
+        if isinstance(values, Tensor) and values.dtype != self.dtype:
+            raise ArgumentError(f"heaviside: values of dtype {values.dtype} must match the input's {self.dtype}")
+        step = (self > 0).cast(self.dtype)
+        return (self == 0).where(values, step).cast(self.dtype)
+
+    def gcd(self, other: Any) -> Tensor:
+        """Greatest common divisor (non-negative) by Euclid's steps, as many as the dtype's worst case needs (two
+        consecutive Fibonacci numbers), all in one fused kernel."""
+        a, b = self._broadcasted(other)
+        if not dtypes.is_int(a.dtype):
+            raise _unsupported("gcd", a, "it takes integer tensors")
+        a, b = a.abs(), b.abs()
+        # Euclid on values below 2**bits takes fewer than bits * log(2) / log(golden ratio) + 2 steps
+        for _ in range(int(8 * a.dtype.itemsize * 1.4405) + 2):
+            nz = b != 0
+            a, b = nz.where(b, a), nz.where(a.mod(nz.where(b, 1)), 0)
+        return a
+
+    def lcm(self, other: Any) -> Tensor:
+        a, b = self._broadcasted(other)
+        g = a.gcd(b)
+        return (g == 0).where(0, (a.idiv((g == 0).where(1, g)) * b).abs())
+
+    # more of torch's: matrix views and predicates, k-th values, scatters into slices, Cholesky
+
+    @property
+    def mT(self) -> Tensor:  # noqa: N802 (torch's name)
+        if self.ndim < 2:
+            raise ArgumentError(f"mT needs a tensor with at least 2 dims, got shape {self.shape}")
+        return self.transpose(-2, -1)
+
+    mH = mT  # real dtypes only: the conjugate is the tensor itself
+
+    @property
+    def H(self) -> Tensor:  # noqa: N802
+        if self.ndim not in (0, 2):
+            raise ArgumentError(f"H is only supported on matrices (2-d tensors), got shape {self.shape}")
+        return self.transpose(0, 1) if self.ndim == 2 else self
+
+    def adjoint(self) -> Tensor:
+        return self.mT
+
+    def conj(self) -> Tensor:
+        return self
+
+    resolve_conj = resolve_neg = conj
+
+    def is_floating_point(self) -> bool:
+        return dtypes.is_float(self.dtype)
+
+    def is_signed(self) -> bool:
+        return dtypes.is_float(self.dtype) or (dtypes.is_int(self.dtype) and not dtypes.is_unsigned(self.dtype))
+
+    def is_complex(self) -> bool:
+        return False
+
+    def is_nonzero(self) -> bool:
+        if self.numel() != 1:
+            raise ArgumentError(f"is_nonzero: a tensor of {self.numel()} values has no single truth value")
+        return bool(self.item())
+
+    def is_same_size(self, other: Tensor) -> bool:
+        return self.shape == other.shape
+
+    @property
+    def is_cpu(self) -> bool:
+        return isinstance(self.device, str) and self.device.split(":")[0] == "CPU"
+
+    @property
+    def itemsize(self) -> int:
+        return self.element_size()
+
+    def equal(self, other: Tensor) -> bool:
+        """Same shape and the same values everywhere (read from the device); NaN equals nothing."""
+        return self.shape == other.shape and bool((self == other).all().item())
+
+    def ravel(self) -> Tensor:
+        return self.flatten()
+
+    def broadcast_to(self, *size: Any) -> Tensor:
+        return self.expand(*size)
+
+    def argwhere(self) -> Tensor:
+        return self.nonzero()  # type: ignore[return-value]
+
+    def select(self, dim: int, index: int) -> Tensor:
+        if self.ndim == 0:
+            raise IndexError("select() cannot be applied to a 0-d tensor")
+        d = _axes(dim, self.ndim)[0]
+        if not -self.shape[d] <= index < self.shape[d]:
+            raise IndexError(f"select: index {index} is out of range for dimension {d} of size {self.shape[d]}")
+        return self[(slice(None),) * d + (index,)]
+
+    def narrow_copy(self, dim: int, start: int, length: int) -> Tensor:
+        return self.narrow(dim, start, length).clone()
+
+    def split_with_sizes(self, split_sizes: Sequence[int], dim: int = 0) -> tuple[Tensor, ...]:
+        return self.split(list(split_sizes), dim)
+
+    def sum_to_size(self, *size: Any) -> Tensor:
+        """The sum over the dims that `size` broadcasts along to self's shape."""
+        shape = argfix(*size)
+        if not _broadcasts_to(shape, self.shape):
+            raise ArgumentError(f"sum_to_size: size {shape} does not broadcast to the tensor's shape {self.shape}")
+        lead = self.ndim - len(shape)
+        axes = tuple(range(lead)) + tuple(lead + i for i, s in enumerate(shape) if s == 1 and self.shape[lead + i] != 1)
+        return self.sum(axes, keepdim=True).reshape(shape) if axes else self
+
+    def diagflat(self, offset: int = 0) -> Tensor:
+        return self.flatten().diag_embed(offset)
+
+    def kthvalue(self, k: int, dim: int = -1, keepdim: bool = False) -> tuple[Tensor, Tensor]:
+        """The k-th smallest value along dim (k from 1) and its index."""
+        d = _axes(dim, self.ndim)[0] if self.ndim else 0
+        n = self.shape[d] if self.ndim else 1
+        if not 1 <= k <= n:
+            raise ArgumentError(f"kthvalue: k ({k}) is out of range for dimension {d} of size {n}")
+        values, idx, d = self._sorted_along(dim, "kthvalue")
+        at = [(k - 1, k) if i == d else None for i in range(values.ndim)]
+        shape = _reduced_shape(self.shape, dim if self.ndim else None, keepdim)
+        return values.shrink(at).reshape(shape), idx.shrink(at).reshape(shape)
+
+    def _scatter_view(self, index: Any, src: Tensor, name: str) -> Tensor:
+        """self with src written where self[index] reads (index: ints and slices), as a new tensor."""
+        want = self[index].shape
+        if src.shape != want:
+            raise ArgumentError(f"{name}: src of shape {src.shape} must have the shape {want} of the slice it fills")
+        hit, vals = _setitem_parts(self, index, src.cast(self.dtype))
+        return vals if hit is None else hit.where(vals, self)
+
+    def select_scatter(self, src: Tensor, dim: int, index: int) -> Tensor:
+        self.select(dim, index)  # its errors
+        return self._scatter_view((slice(None),) * _axes(dim, self.ndim)[0] + (index,), src, "select_scatter")
+
+    def slice_scatter(
+        self, src: Tensor, dim: int = 0, start: int | None = None, end: int | None = None, step: int = 1
+    ) -> Tensor:
+        d = _axes(dim, self.ndim)[0]
+        return self._scatter_view((slice(None),) * d + (slice(start, end, step),), src, "slice_scatter")
+
+    def diagonal_scatter(self, src: Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:
+        want = self.diagonal(offset, dim1, dim2).shape
+        if src.shape != want:
+            raise ArgumentError(f"diagonal_scatter: src of shape {src.shape} must have the diagonal's shape {want}")
+        d1, d2 = _axes(dim1, self.ndim)[0], _axes(dim2, self.ndim)[0]
+        x = self.movedim((d1, d2), (-2, -1))
+        m, n = x.shape[-2:]
+        rows = Tensor.arange(m, device=self.device).reshape(m, 1)
+        cols = Tensor.arange(n, device=self.device).reshape(1, n)
+        size = m if offset >= 0 else n
+        vals = src.cast(self.dtype).pad([None] * (src.ndim - 1) + [(0, size - src.shape[-1])])
+        out = (cols - rows == offset).where(vals.unsqueeze(-1) if offset >= 0 else vals.unsqueeze(-2), x)
+        return out.movedim((-2, -1), (d1, d2))
+
+    def index_reduce(
+        self, dim: int, index: Tensor, source: Tensor, reduce: str, *, include_self: bool = True
+    ) -> Tensor:
+        if reduce not in ("prod", "mean", "amax", "amin"):
+            raise ArgumentError(f"index_reduce: reduce must be 'prod', 'mean', 'amax' or 'amin', not {reduce!r}")
+        d, idx = self._index_along(dim, index, source.shape, "index_reduce")
+        x = self.reshape(1) if self.ndim == 0 else self
+        spread = self._spread(d, idx)
+        out = x.scatter_reduce(d, spread, source.reshape(spread.shape), reduce, include_self=include_self)
+        return out.reshape(self.shape)
+
+    def fill_diagonal_(self, fill_value: Any, wrap: bool = False) -> Tensor:
+        """Write fill_value on the main diagonal (every dim equal past 2-d); wrap: a tall matrix's diagonal starts
+        again every (columns + 1) rows, as torch."""
+        if self.ndim < 2 or (self.ndim > 2 and len(set(self.shape)) != 1):
+            raise ArgumentError(f"fill_diagonal_ needs a matrix or a tensor with all dims equal, got {self.shape}")
+        step = sum(_contiguous_strides(self.shape))
+        pos = Tensor.arange(self.numel(), device=self.device)
+        on = pos % step == 0
+        if not (wrap and self.ndim == 2):
+            on = on & (pos < min(self.shape) * step)
+        return self._inplace(on.reshape(self.shape).where(fill_value, self))
+
+    def cholesky(self, upper: bool = False) -> Tensor:
+        """L (lower triangular) with L @ L^T == self for symmetric positive definite matrices over the last two
+        dims, one column per step (Cholesky-Banachiewicz); upper gives L^T. A matrix that is not positive definite
+        gives NaN (torch raises; that needs a device read)."""
+        self._check_square("cholesky")
+        n = self.shape[-1]
+        a = self.cast(least_upper_float(self.dtype))
+        rows = Tensor.arange(n, device=self.device)
+        cols: list[Tensor] = []  # columns of L, (..., n) each
+        for j in range(n):
+            col = a[..., :, j]
+            if cols:
+                done = Tensor.stack(*cols, dim=-1)  # (..., n, j)
+                col = col - (done @ done[..., j, :].unsqueeze(-1)).squeeze(-1)
+            pivot = col[..., j : j + 1].sqrt()
+            cols.append((rows >= j).where(col / pivot, 0.0))
+        low = Tensor.stack(*cols, dim=-1) if cols else a
+        return low.transpose(-2, -1) if upper else low
+
+    def pinverse(self, rcond: float = 1e-15) -> Tensor:
+        return self.pinv(rcond)
+
+
+def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """torch's strides of a contiguous tensor (a size-1 dim strides by what follows it)."""
+    return tuple(prod(shape[i + 1 :]) for i in range(len(shape)))
+
+
+def _address(st: ShapeTracker, point: tuple[int, ...]) -> int:
+    """The element of memory that index `point` of st reads (masks aside): each view's flat index is an element
+    index into the view below it."""
+    v = st.views[-1]
+    idx = v.offset + sum(i * s for i, s in zip(point, v.strides))
+    for v in reversed(st.views[:-1]):
+        coords = []
+        for s in reversed(v.shape):
+            idx, c = divmod(idx, s)
+            coords.append(c)
+        idx = v.offset + sum(c * s for c, s in zip(reversed(coords), v.strides))
+    return idx
+
+
+# id -> computed tensor whose .grad a backward fills (retain_grad); id -> hooks on a tensor's gradient (register_hook)
+_retaining: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
+_grad_hooks: dict[int, list[Callable[[Tensor], Tensor | None]]] = {}
+
+
+class _HookHandle:
+    """What register_hook returns: remove() takes the hook off, as torch's handle."""
+
+    def __init__(self, hooks: list[Callable[[Tensor], Tensor | None]], hook: Callable[[Tensor], Tensor | None]):
+        self.hooks, self.hook = hooks, hook
+
+    def remove(self) -> None:
+        if self.hook in self.hooks:
+            self.hooks.remove(self.hook)
+
+
+def _run_hooks(hooks: list[Callable[[Tensor], Tensor | None]], g: Tensor) -> Tensor:
+    for hook in list(hooks):
+        if (out := hook(g)) is not None:
+            g = out
+    return g
+
+
+def _inplace_twin(name: str) -> Callable[..., Tensor]:
+    def op_(self: Tensor, *args: Any, **kwargs: Any) -> Tensor:
+        return self._inplace(getattr(self, name)(*args, **kwargs))
+
+    op_.__name__ = op_.__qualname__ = f"{name}_"
+    op_.__doc__ = f"{name}, written into this tensor's memory (torch's in-place {name}_)."
+    return op_
+
+
+# torch's in-place twins (op_) of the ops whose result has self's shape, through _inplace (assign: writes land in
+# the order made)
+for _name in (
+    "abs acos acosh addbmm addcdiv addcmul addmm addmv addr asin asinh atan atanh baddbmm bitwise_and bitwise_not "
+    "bitwise_or bitwise_xor ceil clamp clamp_max clamp_min clip copysign cos cosh cumprod cumsum div elu eq erf exp "
+    "exp2 floor fmod gcd ge gt hardtanh heaviside index_add index_copy index_fill index_put index_reduce lcm le "
+    "leaky_relu lerp log "
+    "log10 log2 logical_and logical_not logical_or logical_xor lt masked_fill masked_scatter mul nan_to_num ne neg pow "
+    "reciprocal relu renorm round rsqrt scatter scatter_add scatter_reduce sigmoid sign sin sinh sqrt square tan tanh "
+    "tril triu trunc"
+).split():
+    if not hasattr(Tensor, f"{_name}_"):
+        setattr(Tensor, f"{_name}_", _inplace_twin(_name))
+
 
 # id -> tensor with requires_grad=True; keyed by id because Tensor.__eq__ is elementwise, not identity
 _grad_leaves: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
@@ -4457,6 +5731,11 @@ class IndexTypeError(IndexError, TypeError):
 
 class DTypeError(TypeError, RuntimeError):
     """A dtype an op cannot take (gradients of integers): TypeError, and RuntimeError as torch raises."""
+
+
+class IndexShapeError(ArgumentError, IndexError):
+    """An index tensor of the wrong shape for an index_* op (torch raises IndexError for some, RuntimeError for
+    others: it is both)."""
 
 
 class _UnknownPadModeError(ArgumentError, NotImplementedError):
