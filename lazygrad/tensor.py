@@ -457,13 +457,15 @@ def _reaches_grad(root: UOp) -> bool:
     from lazygrad.gradient import _blocks
 
     leaves = {t.uop for t in _grad_leaves.values()}
+    entry = RealizedNodes._ENTRY
     seen: set[UOp] = set()
     stack = [root]
     while stack:
         n = stack.pop()
         if n in seen or _blocks(n):
             continue
-        if n in leaves or _realized.get(n) in leaves:
+        # (the realized lookup only where the node holds an entry: this runs for every output of a training step)
+        if n in leaves or entry in n.__dict__ and _realized.get(n) in leaves:
             return True
         # a realized tensor's node (a buffer, views of one, or the parts of a sharded one) is all _lazy_origin holds:
         # the weak-keyed lookup is asked of those only
@@ -755,12 +757,18 @@ class Tensor(metaclass=_TensorType):
         for t in tensors:
             by_uop.setdefault(t.uop, []).append(t)
         renamed = renamed or {}
+        entry = RealizedNodes._ENTRY
         pairs = []
+        # every node of a step's graph passes here: the realized lookup is asked only of nodes that hold an entry
         for n in root.toposort:
-            was, old = _realized.get(n), renamed.get(n)
+            if (ts := by_uop.get(n)) is not None:
+                pairs.extend((t, n) for t in ts)
+            was = _realized.get(n) if entry in n.__dict__ else None
+            if was is not None and (ts := by_uop.get(was)) is not None:
+                pairs.extend((t, n) for t in ts)
             # a swapped-in graph's root was realized into the buffer it stands for: one key, not two
-            for key in (n, was, None if old is was else old):
-                pairs.extend((t, n) for t in by_uop.get(key, ()) if key is not None)
+            if renamed and (old := renamed.get(n)) is not None and old is not was and (ts := by_uop.get(old)):
+                pairs.extend((t, n) for t in ts)
         return pairs
 
     @requires_grad.setter
@@ -1080,12 +1088,15 @@ class Tensor(metaclass=_TensorType):
                 # or gets its value first in a schedule of its own. Writes that are outputs are known before
                 # scheduling; one met inside the graph is known after, and then the schedule (not run) is made again
                 first, joining = [], []
-                if not scanned and (roots := [u for u in outs if u.op is Ops.ASSIGN]):
+                roots: set[UOp] | None = None
+                if not scanned and (roots := {u for u in outs if u.op is Ops.ASSIGN}):
                     scanned = True
-                    first, joining = _readers_of_overwritten(roots, tensors, {}, None)
+                    first, joining = _readers_of_overwritten(list(roots), tensors, {}, None)
                 if not first and not joining:
                     schedule, becomes, var_vals = create_schedule(outs, _realized)
                     writes = [n for n in becomes if n.op is Ops.ASSIGN]
+                    if lowered is None and roots is not None and len(writes) == len(roots) and roots.issuperset(writes):
+                        break  # the writes are the outputs scanned above (an optimizer step): the same look again
                     first, joining = _readers_of_overwritten(
                         writes, tensors, becomes, None if lowered is None else memo
                     )

@@ -20,7 +20,6 @@ load.
 
 from __future__ import annotations
 
-import functools
 import itertools
 import threading
 from dataclasses import dataclass, field
@@ -76,9 +75,10 @@ class ScheduleItem:
     bufs: tuple[Buffer, ...]  # outputs first, then inputs, in DEFINE_GLOBAL order
     metadata: tuple[str, ...] = field(default_factory=tuple)
 
-    # a count, not the tuples, is cached (a frozen dataclass still has a __dict__): the memory planner reads from
-    # reference counts that the kernel list is all that holds an intermediate buffer
-    @functools.cached_property
+    # computed, not cached: the memory planner reads from reference counts that the kernel list is all that holds an
+    # intermediate buffer (so no tuple of buffers may be cached), and functools.cached_property takes a lock on every
+    # first access (Python 3.11), once per item of every realize
+    @property
     def n_outputs(self) -> int:
         return len(self.ast.src) if self.ast.op is Ops.SINK else 1
 

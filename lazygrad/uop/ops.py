@@ -193,8 +193,17 @@ class UOp(metaclass=UOpMetaClass):
         """Every node reachable from self, children before parents (iterative: graphs can be deep)."""
         return {**self._descendants, self: None}
 
-    @functools.cached_property
+    @property
     def _descendants(self) -> dict[UOp, None]:
+        # cached in the node's __dict__ by hand: functools.cached_property takes a lock on every first access (Python
+        # 3.11), and a step's backward asks this of every node it builds
+        try:
+            return self.__dict__["_descendants"]
+        except KeyError:
+            out = self.__dict__["_descendants"] = self._walk_descendants()
+            return out
+
+    def _walk_descendants(self) -> dict[UOp, None]:
         # the cache leaves self out: a node holding itself is a reference cycle, which would keep dead graphs
         # (and the buffers they reach) alive until the cyclic GC runs, hiding dead buffers from the memory planner
         out: dict[UOp, None] = {}
