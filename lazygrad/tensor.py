@@ -300,7 +300,7 @@ def _own_memory(tensors: tuple[Tensor, ...], firsts: dict[UOp, Tensor]) -> tuple
         if t.uop.base is not t.uop or t.uop.op is Ops.BUFFER:
             continue
         view = _realized.get(t.uop)
-        earlier = _buffer_owner.get(view) if view is not None else None
+        earlier = view.__dict__.get(_OWNER) if view is not None else None
         holder = earlier() if earlier is not None else None
         if firsts.setdefault(t.uop, t) is not t or (holder is not None and holder is not t):
             t.uop = UOp(Ops.CONTIGUOUS, t.dtype, (t.uop,))
@@ -386,8 +386,9 @@ def realized_values_hidden(drop: Callable[[UOp], bool]) -> Iterator[None]:
 # realized tensor's buffer node -> the graph that computed it, for tensors that needed a gradient path (see backward)
 _lazy_origin: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
 _CLONE_IDS = itertools.count(1)  # Tensor.clone's node numbers
-# realized buffer node -> the tensor that holds it as its own memory (see schedule_with_vars)
-_buffer_owner: weakref.WeakKeyDictionary[UOp, weakref.ref] = weakref.WeakKeyDictionary()
+# a realized buffer node's entry (in its __dict__, living as long as the node; a weak-keyed dictionary cost two Python
+# calls on every realize): a weak reference to the tensor that holds it as its own memory (see schedule_with_vars)
+_OWNER = "buffer_owner"
 # one schedule is made and run at a time: a thread realizing a graph another thread has scheduled but not run yet
 # would find its nodes in `_realized` and read buffers their kernels have not written. Building graphs stays parallel.
 _realize_lock = threading.RLock()
@@ -1121,9 +1122,9 @@ class Tensor(metaclass=_TensorType):
                     keep = t._requires_grad is None and t.uop.base.op is not Ops.ASSIGN and t.requires_grad
                     lazy, t.uop = t.uop, new
                     # the first tensor stored as a whole buffer owns it (an equal graph realized later gets a copy)
-                    owner = _buffer_owner.get(new)
+                    owner = new.__dict__.get(_OWNER)
                     if new is becomes.get(lazy.base, _realized.get(lazy.base)) and (owner is None or owner() is None):
-                        _buffer_owner[new] = weakref.ref(t)
+                        new.__dict__[_OWNER] = weakref.ref(t)
                     if keep and t.uop is not lazy:
                         _lazy_origin[t.uop] = lazy
                         _realized.hold_weakly(lazy.base)
