@@ -1077,6 +1077,9 @@ class Tensor(metaclass=_TensorType):
         _own_memory(tensors, firsts)
         with _realize_lock:
             scanned = False
+            # the writes looked for before scheduling, where every reader found then joined this schedule (as its
+            # outputs now, they are not found again): a schedule writing just these needs no second look
+            looked: set[UOp] | None = None
             while True:
                 outs = [t.uop for t in tensors]
                 lowered = None
@@ -1089,15 +1092,20 @@ class Tensor(metaclass=_TensorType):
                 # or gets its value first in a schedule of its own. Writes that are outputs are known before
                 # scheduling; one met inside the graph is known after, and then the schedule (not run) is made again
                 first, joining = [], []
-                roots: set[UOp] | None = None
                 if not scanned and (roots := {u for u in outs if u.op is Ops.ASSIGN}):
                     scanned = True
                     first, joining = _readers_of_overwritten(list(roots), tensors, {}, None)
+                    looked = roots if not first and lowered is None else None
                 if not first and not joining:
                     schedule, becomes, var_vals = create_schedule(outs, _realized)
                     writes = [n for n in becomes if n.op is Ops.ASSIGN]
-                    if lowered is None and roots is not None and len(writes) == len(roots) and roots.issuperset(writes):
-                        break  # the writes are the outputs scanned above (an optimizer step): the same look again
+                    if (
+                        lowered is None
+                        and looked is not None
+                        and len(writes) == len(looked)
+                        and looked.issuperset(writes)
+                    ):
+                        break  # the writes are the outputs looked for above (an optimizer step): nothing new to find
                     first, joining = _readers_of_overwritten(
                         writes, tensors, becomes, None if lowered is None else memo
                     )

@@ -113,11 +113,14 @@ def test_optimizer_step_looks_for_readers_of_what_it_overwrites_once(monkeypatch
     with Tensor.train():
         for step in range(4):
             opt.zero_grad()
-            l2(l1(x).relu()).sparse_categorical_crossentropy(y).backward()
+            ref = l2(l1(x).relu()).numpy()
+            logits = l2(l1(x).relu())  # lazy, reads the parameters: it joins the step's schedule, before the writes
+            logits.sparse_categorical_crossentropy(y).backward()
             before = looks[0]
             opt.step()
             if step > 0:  # (the first step also lands the parameters' initial writes)
                 assert looks[0] - before == 1
+            np.testing.assert_array_equal(logits.numpy(), ref)
     # a value read before an update keeps its old contents (the look found it, the schedule computed it first)
     w = l1.bias
     old = w * 2
