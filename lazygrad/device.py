@@ -141,7 +141,9 @@ class Buffer:
 
     @property
     def ptr(self) -> int:
-        return self.ensure_allocated()._ptr  # type: ignore[return-value]
+        # read for every argument of every launch: an allocated buffer answers without a call
+        ptr = self._ptr
+        return ptr if ptr is not None else self.ensure_allocated()._ptr  # type: ignore[return-value]
 
     @property
     def memory(self) -> Buffer:

@@ -300,7 +300,7 @@ def _own_memory(tensors: tuple[Tensor, ...], firsts: dict[UOp, Tensor]) -> tuple
         if t.uop.base is not t.uop or t.uop.op is Ops.BUFFER:
             continue
         view = _realized.get(t.uop)
-        earlier = _buffer_owner.get(view) if view is not None else None
+        earlier = view.__dict__.get(_OWNER) if view is not None else None
         holder = earlier() if earlier is not None else None
         if firsts.setdefault(t.uop, t) is not t or (holder is not None and holder is not t):
             t.uop = UOp(Ops.CONTIGUOUS, t.dtype, (t.uop,))
@@ -386,8 +386,9 @@ def realized_values_hidden(drop: Callable[[UOp], bool]) -> Iterator[None]:
 # realized tensor's buffer node -> the graph that computed it, for tensors that needed a gradient path (see backward)
 _lazy_origin: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
 _CLONE_IDS = itertools.count(1)  # Tensor.clone's node numbers
-# realized buffer node -> the tensor that holds it as its own memory (see schedule_with_vars)
-_buffer_owner: weakref.WeakKeyDictionary[UOp, weakref.ref] = weakref.WeakKeyDictionary()
+# a realized buffer node's entry (in its __dict__, living as long as the node; a weak-keyed dictionary cost two Python
+# calls on every realize): a weak reference to the tensor that holds it as its own memory (see schedule_with_vars)
+_OWNER = "buffer_owner"
 # one schedule is made and run at a time: a thread realizing a graph another thread has scheduled but not run yet
 # would find its nodes in `_realized` and read buffers their kernels have not written. Building graphs stays parallel.
 _realize_lock = threading.RLock()
@@ -457,13 +458,15 @@ def _reaches_grad(root: UOp) -> bool:
     from lazygrad.gradient import _blocks
 
     leaves = {t.uop for t in _grad_leaves.values()}
+    entry = RealizedNodes._ENTRY
     seen: set[UOp] = set()
     stack = [root]
     while stack:
         n = stack.pop()
         if n in seen or _blocks(n):
             continue
-        if n in leaves or _realized.get(n) in leaves:
+        # (the realized lookup only where the node holds an entry: this runs for every output of a training step)
+        if n in leaves or entry in n.__dict__ and _realized.get(n) in leaves:
             return True
         # a realized tensor's node (a buffer, views of one, or the parts of a sharded one) is all _lazy_origin holds:
         # the weak-keyed lookup is asked of those only
@@ -755,12 +758,18 @@ class Tensor(metaclass=_TensorType):
         for t in tensors:
             by_uop.setdefault(t.uop, []).append(t)
         renamed = renamed or {}
+        entry = RealizedNodes._ENTRY
         pairs = []
+        # every node of a step's graph passes here: the realized lookup is asked only of nodes that hold an entry
         for n in root.toposort:
-            was, old = _realized.get(n), renamed.get(n)
+            if (ts := by_uop.get(n)) is not None:
+                pairs.extend((t, n) for t in ts)
+            was = _realized.get(n) if entry in n.__dict__ else None
+            if was is not None and (ts := by_uop.get(was)) is not None:
+                pairs.extend((t, n) for t in ts)
             # a swapped-in graph's root was realized into the buffer it stands for: one key, not two
-            for key in (n, was, None if old is was else old):
-                pairs.extend((t, n) for t in by_uop.get(key, ()) if key is not None)
+            if renamed and (old := renamed.get(n)) is not None and old is not was and (ts := by_uop.get(old)):
+                pairs.extend((t, n) for t in ts)
         return pairs
 
     @requires_grad.setter
@@ -1072,6 +1081,9 @@ class Tensor(metaclass=_TensorType):
         _own_memory(tensors, firsts)
         with _realize_lock:
             scanned = False
+            # the writes looked for before scheduling, where every reader found then joined this schedule (as its
+            # outputs now, they are not found again): a schedule writing just these needs no second look
+            looked: set[UOp] | None = None
             while True:
                 outs = [t.uop for t in tensors]
                 lowered = None
@@ -1084,12 +1096,20 @@ class Tensor(metaclass=_TensorType):
                 # or gets its value first in a schedule of its own. Writes that are outputs are known before
                 # scheduling; one met inside the graph is known after, and then the schedule (not run) is made again
                 first, joining = [], []
-                if not scanned and (roots := [u for u in outs if u.op is Ops.ASSIGN]):
+                if not scanned and (roots := {u for u in outs if u.op is Ops.ASSIGN}):
                     scanned = True
-                    first, joining = _readers_of_overwritten(roots, tensors, {}, None)
+                    first, joining = _readers_of_overwritten(list(roots), tensors, {}, None)
+                    looked = roots if not first and lowered is None else None
                 if not first and not joining:
                     schedule, becomes, var_vals = create_schedule(outs, _realized)
                     writes = [n for n in becomes if n.op is Ops.ASSIGN]
+                    if (
+                        lowered is None
+                        and looked is not None
+                        and len(writes) == len(looked)
+                        and looked.issuperset(writes)
+                    ):
+                        break  # the writes are the outputs looked for above (an optimizer step): nothing new to find
                     first, joining = _readers_of_overwritten(
                         writes, tensors, becomes, None if lowered is None else memo
                     )
@@ -1114,9 +1134,9 @@ class Tensor(metaclass=_TensorType):
                     keep = t._requires_grad is None and t.uop.base.op is not Ops.ASSIGN and t.requires_grad
                     lazy, t.uop = t.uop, new
                     # the first tensor stored as a whole buffer owns it (an equal graph realized later gets a copy)
-                    owner = _buffer_owner.get(new)
+                    owner = new.__dict__.get(_OWNER)
                     if new is becomes.get(lazy.base, _realized.get(lazy.base)) and (owner is None or owner() is None):
-                        _buffer_owner[new] = weakref.ref(t)
+                        new.__dict__[_OWNER] = weakref.ref(t)
                     if keep and t.uop is not lazy:
                         _lazy_origin[t.uop] = lazy
                         _realized.hold_weakly(lazy.base)

@@ -45,9 +45,13 @@ class CompiledRunner:
         self.prg = dev.runtime(spec.name, lib, spec.n_bufs, len(spec.vars))
 
     def __call__(self, bufs: list[Buffer], var_vals: dict[UOp, int], wait: bool = False) -> float | None:
-        args = [b.ptr for b in bufs] + [var_vals[v] for v in self.spec.vars]
-        if self.spec.global_size is not None:  # GPU-style kernels launch as a grid of workgroups
-            return self.prg(*args, global_size=self.spec.global_size, local_size=self.spec.local_size, wait=wait)
+        # once per kernel of every eager realize: one list, and no spec lookups for a kernel without variables
+        args = [b.ptr for b in bufs]
+        spec = self.spec
+        if spec.vars:
+            args += [var_vals[v] for v in spec.vars]
+        if spec.global_size is not None:  # GPU-style kernels launch as a grid of workgroups
+            return self.prg(*args, global_size=spec.global_size, local_size=spec.local_size, wait=wait)
         return self.prg(*args, wait=wait)
 
 

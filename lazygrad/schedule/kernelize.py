@@ -20,7 +20,6 @@ load.
 
 from __future__ import annotations
 
-import functools
 import itertools
 import threading
 from dataclasses import dataclass, field
@@ -76,9 +75,10 @@ class ScheduleItem:
     bufs: tuple[Buffer, ...]  # outputs first, then inputs, in DEFINE_GLOBAL order
     metadata: tuple[str, ...] = field(default_factory=tuple)
 
-    # a count, not the tuples, is cached (a frozen dataclass still has a __dict__): the memory planner reads from
-    # reference counts that the kernel list is all that holds an intermediate buffer
-    @functools.cached_property
+    # computed, not cached: the memory planner reads from reference counts that the kernel list is all that holds an
+    # intermediate buffer (so no tuple of buffers may be cached), and functools.cached_property takes a lock on every
+    # first access (Python 3.11), once per item of every realize
+    @property
     def n_outputs(self) -> int:
         return len(self.ast.src) if self.ast.op is Ops.SINK else 1
 
@@ -803,6 +803,7 @@ class _Walk:
         # are. Leaves (realized nodes, buffers, bound variables) are looked up in `realized` once, when first met
         # (this walk runs on every realize, over every node a step computes)
         get, nodes, sized, reduce_axis = realized.get, self.nodes, _SIZED, Ops.REDUCE_AXIS
+        reshape, expand = Ops.RESHAPE, Ops.EXPAND
         at = pos.__getitem__  # mapped over a node's sources at C speed (a comprehension is a call per node)
         for root in outs:
             if root in pos:
@@ -842,10 +843,13 @@ class _Walk:
                     if x is not None:  # a source to number first (this node's iterator resumes after it)
                         stack.append((x, None))
                         continue
-                    arg = node.arg
-                    if node.op in sized and _sized_symbolic(node.op, arg):
+                    arg, op = node.arg, node.op
+                    # (a reshape's or expand's sizes summed inline: _sized_symbolic's test without its call)
+                    if op in sized and (
+                        type(sum(arg)) is not int if op is reshape or op is expand else _sized_symbolic(op, arg)
+                    ):
                         arg = self._unbind(arg)
-                    part = (node.op, node.dtype, arg, tuple(map(at, node.src)))
+                    part = (op, node.dtype, arg, tuple(map(at, node.src)))
                 stack.pop()
                 pos[node] = len(nodes)
                 nodes.append(node)

@@ -194,8 +194,17 @@ class UOp(metaclass=UOpMetaClass):
         """Every node reachable from self, children before parents (iterative: graphs can be deep)."""
         return {**self._descendants, self: None}
 
-    @functools.cached_property
+    @property
     def _descendants(self) -> dict[UOp, None]:
+        # cached in the node's __dict__ by hand: functools.cached_property takes a lock on every first access (Python
+        # 3.11), and a step's backward asks this of every node it builds
+        try:
+            return self.__dict__["_descendants"]
+        except KeyError:
+            out = self.__dict__["_descendants"] = self._walk_descendants()
+            return out
+
+    def _walk_descendants(self) -> dict[UOp, None]:
         # the cache leaves self out: a node holding itself is a reference cycle, which would keep dead graphs
         # (and the buffers they reach) alive until the cyclic GC runs, hiding dead buffers from the memory planner
         out: dict[UOp, None] = {}
@@ -208,7 +217,9 @@ class UOp(metaclass=UOpMetaClass):
                 out[node] = None
             else:
                 stack.append((node, True))
-                stack.extend((s, False) for s in reversed(node.src) if s not in out)
+                for s in reversed(node.src):  # (a loop, not a generator: a call less per node)
+                    if s not in out:
+                        stack.append((s, False))
         return out
 
     def substitute(self, mapping: dict[UOp, UOp]) -> UOp:

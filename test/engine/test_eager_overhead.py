@@ -101,6 +101,59 @@ def test_single_kernel_schedule_skips_the_memory_planner(monkeypatch):
     realize.run_schedule(sched)
 
 
+def test_optimizer_step_looks_for_readers_of_what_it_overwrites_once(monkeypatch):
+    """The writes of an optimizer step are its outputs: the lazy tensors reading the memory they overwrite are looked
+    for before scheduling, and not again once the schedule names the same writes."""
+    from lazygrad import tensor as tensor_module
+
+    l1, l2 = Linear(8, 16), Linear(16, 4)
+    opt = Adam(get_parameters([l1, l2]), lr=1e-2)
+    x, y = Tensor(np.ones((5, 8), np.float32)).realize(), Tensor(np.arange(5, dtype=np.int32) % 4).realize()
+    looks = _counting(monkeypatch, tensor_module, "_readers")
+    with Tensor.train():
+        for step in range(4):
+            opt.zero_grad()
+            ref = l2(l1(x).relu()).numpy()
+            logits = l2(l1(x).relu())  # lazy, reads the parameters: it joins the step's schedule, before the writes
+            logits.sparse_categorical_crossentropy(y).backward()
+            before = looks[0]
+            opt.step()
+            if step > 0:  # (the first step also lands the parameters' initial writes)
+                assert looks[0] - before == 1
+            np.testing.assert_array_equal(logits.numpy(), ref)
+    # a value read before an update keeps its old contents (the look found it, the schedule computed it first)
+    w = l1.bias
+    old = w * 2
+    expected = w.numpy() * 2
+    opt.zero_grad()
+    with Tensor.train():
+        l2(l1(x).relu()).sparse_categorical_crossentropy(y).backward()
+        opt.step()
+    np.testing.assert_array_equal(old.numpy(), expected)
+    assert not np.array_equal(w.numpy() * 2, expected)
+
+
+def test_backward_asks_the_realized_registry_of_realized_nodes_only(monkeypatch):
+    """backward() matches the graph's nodes to the tensors wanting gradients with one dictionary lookup a node; the
+    registry of realized values (a Python call) is asked only of the nodes that hold a value, however large the
+    graph."""
+    from lazygrad import tensor as tensor_module
+
+    w = Tensor(np.ones((4, 4), np.float32), requires_grad=True)
+    h = w * 2 + 1
+    inner = h.uop
+    h.realize()  # h's node now holds a value: a graph built over it reads h's buffer
+    out = Tensor(inner)
+    for i in range(30):
+        out = (out * 1.01 + i).relu()
+    asked = _counting(monkeypatch, tensor_module._realized, "get")
+    pairs = out._nodes_in_graph([w, h], out.uop)
+    assert asked[0] == 1 < len(out.uop.toposort)
+    assert {id(t) for t, _ in pairs} == {id(w), id(h)}  # h found through its realized node
+    out.sum().backward()
+    np.testing.assert_allclose(w.grad.numpy(), np.full((4, 4), 2 * 1.01**30), rtol=1e-5)
+
+
 def test_dead_tensors_and_nodes_leave_no_bookkeeping():
     from lazygrad import tensor as tensor_module
 
