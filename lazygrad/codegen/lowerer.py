@@ -365,7 +365,7 @@ class Lowerer:
         """The index of a masked or multi-view view at constant values of the expanded axes: its simplified form with
         each expanded axis a placeholder in that axis's range (built once per view), the values then substituted and
         simplified again. Most of the division and modulo of a view of a view (a conv's windows over its padded input)
-        is resolved once instead of once per combo: a third of the cold CNN step's lowering, 40% of the SmolLM2
+        is resolved once instead of once per combo: a third of the cold CNN step's lowering, half of the SmolLM2
         prompt's. Sound for every value in range, and the same nodes as simplifying each combo's index directly on the
         CNN step's and SmolLM2 prompt's kernels."""
         if (form := self.lane_forms.get(view)) is None:
