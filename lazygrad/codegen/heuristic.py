@@ -158,6 +158,8 @@ def _step(k: Kernel, view: int, axis: int) -> int | None:
     st = k.sts[view]
     if st.shape[axis] == 1:
         return 0
+    if len(st.views) == 1 and type(stride := st.views[0].strides[axis]) is int:
+        return stride  # one view's address is linear in each index (its mask gates, it does not move the address)
     at = [UOp.const(dtypes.int32, 0)] * len(st.shape)
     idx0, _ = st.to_index(list(at))
     at[axis] = UOp.const(dtypes.int32, 1)

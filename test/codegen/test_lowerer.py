@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from lazygrad import dtypes
@@ -9,6 +11,7 @@ from lazygrad.codegen.kernel import Kernel, Opt, OptOps
 from lazygrad.codegen.lowerer import LOWER_OP, LOWER_VEC_OP, At, Lowerer
 from lazygrad.device import Device
 from lazygrad.uop.ops import Ops, UOp
+from lazygrad.uop.symbolic import simplify
 from lazygrad.uop.view import ShapeTracker
 
 F32, I32 = dtypes.float32, dtypes.int32
@@ -139,3 +142,20 @@ def test_a_staged_load_reads_its_tile_in_shared_memory() -> None:
     assert scalar.op is Ops.LOAD and scalar.src[0].src[0].op is Ops.AFTER
     assert scalar.src[0].src[0].src[0].op is Ops.DEFINE_LOCAL
     assert vec.op is Ops.VECTORIZE and vec.dtype == F32.vec(4)
+
+
+def test_view_of_a_view_at_constant_lanes_is_its_direct_simplification() -> None:
+    # a padded 4x4 image flattened and re-split 4 x 9: the padding's mask cannot follow the reshape, so the kernel
+    # reads a view of a view; each upcast combo's index comes from one simplified form with placeholder lanes
+    st = ShapeTracker.from_shape((4, 4)).pad(((1, 1), (1, 1))).reshape((36,)).reshape((4, 9))
+    assert len(st.views) == 2
+    x = load(st)
+    lw = lowerer(x, (4, 9), (Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UPCAST, 0, 3)))
+    (v,) = [u for u in lw.ast.toposort if u.op is Ops.VIEW and len(u.arg.views) == 2]
+    sizes = [lw.k.full_shape[a] for a in lw.expanded_axes]
+    for combo in itertools.product(*[range(n) for n in sizes]):
+        idx, valid = v.arg.to_index(lw.idxs(combo))
+        got = lw.index(v, combo)
+        assert got == (simplify(idx), simplify(valid))
+        assert not any(u.op is Ops.RANGE and u.arg[1] == "lane" for g in got for u in g.toposort)
+    assert v in lw.lane_forms  # the placeholder form was built and used

@@ -10,7 +10,7 @@ import pytest
 from lazygrad import Context, Device, Tensor
 from lazygrad.device import Buffer, CompileError, DeviceUnavailable
 from lazygrad.dtype import dtypes
-from lazygrad.runtime.ops_cpu import LANE_SELECT_PROBE, ClangCompiler, CPUProgram, find_c_compiler
+from lazygrad.runtime.ops_cpu import LANE_SELECT_PROBE, ClangCompiler, CPUProgram, _libraries_needed, find_c_compiler
 
 SRC = "void add1(float* restrict out, const float* restrict a) { for (int i = 0; i < 4; i++) out[i] = a[i] + 1.0f; }\n"
 
@@ -200,6 +200,40 @@ def test_linked_without_the_driver_as_with_it():
         prg(outs[-1].ctypes.data, a.ctypes.data)
     np.testing.assert_array_equal(outs[0], outs[1])
     np.testing.assert_allclose(outs[0], np.exp2(a) + np.sin(a), rtol=1e-5, atol=1e-6)
+
+
+OMP_SRC = (
+    "void k(float* restrict out, const float* restrict a) {\n"
+    "  #pragma omp parallel for\n"
+    "  for (int i = 0; i < 1000; i++) out[i] = a[i] * 2.0f;\n}\n"
+)
+PLAIN_SRC = (
+    "void k(float* restrict out, const float* restrict a) { for (int i = 0; i < 1000; i++) out[i] = a[i] + 1; }\n"
+)
+
+
+def test_kernel_links_only_the_libraries_it_calls(tmp_path):
+    # reading libm and libgomp was half of each link: a kernel gets the ones its object calls into, and runs alike
+    compiler = Device["CPU"].compiler
+    if not compiler.link:
+        pytest.skip("this compiler links through its driver")
+    libs = compiler.link[1:]
+    gomp = [lib for lib in libs if "libgomp" in os.path.basename(lib)]
+    a = np.linspace(-4, 4, 1000, dtype=np.float32)
+    cases = [
+        (PLAIN_SRC, [], a + 1),
+        (OMP_SRC, gomp if compiler.openmp else [], a * 2),
+        (LIBM_OMP_SRC, libs, np.exp2(a) + np.sin(a)),
+    ]
+    for src, want_libs, want in cases:
+        obj = tmp_path / "k.o"
+        flags = [f for f in compiler.flags if f != "-shared"]
+        subprocess.run([compiler.cc, *flags, "-c", "-x", "c", "-", "-o", str(obj)], input=src, text=True, check=True)
+        assert _libraries_needed(obj.read_bytes(), libs) == want_libs
+        out = np.zeros(1000, np.float32)
+        CPUProgram("k", compiler._build(src, compiler.flags, compiler.link), 2, 0)(out.ctypes.data, a.ctypes.data)
+        np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-6)
+    assert _libraries_needed(b"not an object", libs) == libs  # unreadable: every library, as before
 
 
 def test_no_linker_links_through_the_driver(monkeypatch):
