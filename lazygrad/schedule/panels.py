@@ -73,7 +73,7 @@ def _buffer_view(u: UOp, realized: dict[UOp, UOp]) -> tuple[UOp, Any, Any, Shape
 
 def _plan(r: UOp, realized: dict[UOp, UOp]) -> Plan | None:
     """For a reduce r that is a matmul whose right-hand side the device wants in panels, how to read it."""
-    if r.arg[0] is not Ops.ADD or r.arg[1] != (len(r.shape) - 1,) or r.src[0].op is not Ops.MUL:
+    if len(r.shape) < 3 or r.arg[0] is not Ops.ADD or r.arg[1] != (len(r.shape) - 1,) or r.src[0].op is not Ops.MUL:
         return None
     mul = r.src[0]
     *batch, n, k = mul.shape

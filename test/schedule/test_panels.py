@@ -140,3 +140,10 @@ def test_write_after_a_packed_read_lands_after_the_copy():
     Tensor.realize(y, w)
     np.testing.assert_allclose(y.numpy(), x_np @ w_np.T, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(w.numpy(), w_np * 2)
+
+
+def test_sums_of_products_without_a_batch_are_left_alone():
+    a, b = Tensor.empty(300), Tensor.empty(300)
+    assert len((a * b).sum().schedule()) == 1
+    x, y = Tensor.empty(300, 64), Tensor.empty(300, 64)
+    assert len((x * y).sum(1).schedule()) == 1
