@@ -373,3 +373,38 @@ def test_expanded_input_of_a_second_reduce_behind_a_stored_node_is_not_stored_ag
     out = blocks.sum(-1)
     assert kernels_for(out) == 3  # x's sums, the blocks, the rows
     np.testing.assert_allclose(out.numpy(), ((wn * xn).sum(-1) - xn.sum(-1) * 3).sum(-1), rtol=1e-5, atol=1e-5)
+
+
+def test_input_minus_a_broadcast_statistic_is_recomputed_in_each_reader():
+    """(x - mean) * scale read by several kernels (a batch norm's forward and backward): inlined, each reads x (the
+    statistics are a few bytes, read once per kernel); storing it would write and re-read a copy of x. A broadcast
+    input costs its own bytes in the decision, not those of the shape it is broadcast to."""
+    (x, xn), (m, mn), (s, sn) = realized(64, 16, 8, 8), realized(1, 16, 1, 1, seed=1), realized(1, 16, 1, 1, seed=2)
+    c = (x - m) * s
+    outs = [c.square().sum((0, 2, 3)), (c * 3).relu(), c.max((0, 2, 3))]
+    GlobalCounters.reset()
+    Tensor.realize(*outs)
+    size = 64 * 16 * 8 * 8 * 4
+    assert GlobalCounters.global_mem < 4.1 * size  # x read by the 3 readers, the relu written
+    cn = (xn - mn) * sn
+    np.testing.assert_allclose(outs[0].numpy(), (cn**2).sum((0, 2, 3)), rtol=1e-4)
+    np.testing.assert_allclose(outs[1].numpy(), np.maximum(cn * 3, 0), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(outs[2].numpy(), cn.max((0, 2, 3)), rtol=1e-5, atol=1e-6)
+
+
+def test_digits_cnn_training_step_bytes():
+    """Bytes the kernels of one digits-CNN training step move (batch 64, Adam; each buffer counted once per
+    kernel): 13.15 MB when a broadcast statistic counted at full size made x - mean and its products stored."""
+    from lazygrad import nn
+    from lazygrad.examples.digits import DigitsCNN, make_step
+
+    rng = np.random.default_rng(0)
+    x = Tensor(rng.standard_normal((64, 1, 8, 8)).astype(np.float32)).realize()
+    y = Tensor(rng.integers(0, 10, 64).astype(np.int32)).realize()
+    model = DigitsCNN()
+    step = make_step(model, nn.optim.Adam(nn.state.get_parameters(model), lr=3e-3), jit=False)
+    step(x, y)[0].item()
+    GlobalCounters.reset()
+    step(x, y)[0].item()
+    assert GlobalCounters.global_mem <= 10.6e6, GlobalCounters.global_mem
+    assert GlobalCounters.kernel_count <= 50
