@@ -6,7 +6,9 @@ The decisions, in order (the named pass that makes each in brackets; SCHEDULE_PA
 checks their declared order):
   1-4 [store decisions], 5 [cap kernel depth], 6 [fit buffer limits], 7 [merge kernels]:
   1. outputs the user asked for, CONTIGUOUS and COPY nodes are stored; beside an in-place write (ASSIGN), a value
-     computed from the memory's old contents that a kernel after the write reads is stored before it (1b);
+     computed from the memory's old contents that a kernel after the write reads is stored before it (1b); a
+     CONTIGUOUS value only an in-place write reads is computed straight into the written memory when that kernel
+     reads the memory at no other position (1c);
   2. a reduce is stored unless its only use is an elementwise chain of the same shape ending in a stored node
      (then it is that kernel's reduce, and the chain its epilogue);
   3. a node used by several kernels is stored only if that moves fewer bytes than recomputing it in each;
@@ -199,7 +201,42 @@ class _Planner:
             if len(reach) > 1 and self._store_is_cheaper(n, reach) or n in expanded_by_reduce:
                 self.stored.add(n)
         if any(n.op is Ops.ASSIGN for n in self.stored):
+            self.write_in_place(outputs)
             self.store_old_reads()
+
+    def write_in_place(self, outputs: set[UOp]) -> None:
+        """Decision 1c: an in-place write of a CONTIGUOUS value that nothing else reads computes the value straight
+        into the written memory, unless that kernel would read the memory at other positions than the one it writes
+        (through a movement op other than a reshape, or inside a fused reduce). The frontend makes the value
+        contiguous wherever the graph of an assign reads the memory at other positions (an SGD step's gradient reads
+        the weight transposed), not knowing that the kernel that reads it is another (the forward product): an
+        extra buffer, its write and a copy per update."""
+        for n in self.order:
+            if n.op is not Ops.ASSIGN or n not in self.stored or (c := n.src[1]).op is not Ops.CONTIGUOUS:
+                continue
+            if c not in self.stored or c in outputs or self.consumers[c] != [n]:
+                continue
+            if not self._reads_shifted(c.src[0], _written_memory(n)):
+                self.stored.discard(c)
+
+    def _reads_shifted(self, root: UOp, mem: Buffer) -> bool:
+        """Whether the kernel expression `root` (inlined up to stored nodes) reads `mem` at other positions than the
+        one it computes."""
+        stack, seen = [(root, False)], set()
+        while stack:
+            x, shifted = stack.pop()
+            if (x, shifted) in seen:
+                continue
+            seen.add((x, shifted))
+            if self.leaf(x) or x in self.stored:
+                # a pending write into the same memory (an earlier ASSIGN) is read from that memory too
+                at = _written_memory(x) if x.op is Ops.ASSIGN else _leaf_memory(x, self.realized)
+                if shifted and at is mem:
+                    return True
+                continue
+            moved = x.op in GroupOp.Movement and x.op is not Ops.RESHAPE or x.op is Ops.REDUCE_AXIS
+            stack.extend((s, shifted or moved) for s in x.src)
+        return False
 
     def store_old_reads(self) -> None:
         """Decision 1b: a kernel that runs after an in-place write (it reads the ASSIGN's result) never reads an
