@@ -40,6 +40,16 @@ def _digits_step() -> list[Tensor]:
         return opt.schedule_step()  # the updated weights and optimizer state, not yet realized
 
 
+def _linear_step() -> list[Tensor]:
+    """A linear layer with enough rows that its weight is read from panels on the CPU, trained one SGD step."""
+    layer = nn.Linear(96, 64)
+    opt = nn.optim.SGD(nn.state.get_parameters(layer), lr=1e-2)
+    with Tensor.train():
+        opt.zero_grad()
+        layer(_r(256, 96)).relu().sum().backward()
+        return opt.schedule_step()
+
+
 WORKLOADS: dict[str, Callable[[], list[Tensor]]] = {
     "elementwise": lambda: [(_r(13, 17) * 2 + _r(17)).exp2().sqrt().maximum(0.5), _r(1000).sin() / _r(1000).log2()],
     "ints": lambda: [
@@ -62,6 +72,13 @@ WORKLOADS: dict[str, Callable[[], list[Tensor]]] = {
     "layernorm": lambda: [_r(16, 384).layernorm() * _r(384) + _r(384)],
     "matmul": lambda: [_r(64, 96) @ _r(96, 48), _r(3, 17, 31) @ _r(31, 5), _r(128, 256) @ _r(64, 256).T],
     "matmul_half": lambda: [_r(64, 128, dtype=dtypes.half) @ _r(128, 32, dtype=dtypes.half)],
+    # big enough that the CPU reads the right-hand side from panels: a 4 KB row stride, a linear layer's weight
+    "matmul_panels": lambda: [
+        _r(256, 512) @ _r(512, 1024),
+        (_r(2, 160, 96) @ _r(48, 96).T).relu(),
+        _r(256, 64, dtype=dtypes.half) @ _r(32, 64, dtype=dtypes.half).T,
+    ],
+    "linear_step": _linear_step,
     "conv": lambda: [_r(2, 3, 16, 16).conv2d(_r(8, 3, 3, 3), padding=1).relu().max_pool2d()],
     "indexing": lambda: [_r(10, 4)[Tensor([1, 3, 3, 0])], _r(5, 6).gather(1, Tensor(np.zeros((5, 2), np.int32)))],
     "cumsum": lambda: [_r(100).cumsum(0), _r(7, 9).cumsum(1)],

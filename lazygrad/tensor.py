@@ -3669,8 +3669,6 @@ class Tensor(metaclass=_TensorType):
         kw = w.shape[-2] if w.ndim > 1 else w.shape[0]
         if k != kw:
             raise ArgumentError(f"matmul shape mismatch: {self.shape} @ {w.shape} ({k} != {kw})")
-        if (panel := self._matmul_panel(w)) > 0:
-            return self._panel_dot(w, panel)
         x = self.reshape(*self.shape[:-1], *(1,) * min(w.ndim - 1, 1), k)
         wt = w.reshape(*w.shape[:-2], *(1,) * min(self.ndim - 1, 1), *w.shape[-min(w.ndim, 2) :]).transpose(
             -1, -min(w.ndim, 2)
@@ -3678,26 +3676,6 @@ class Tensor(metaclass=_TensorType):
         if dtypes.is_float(self.dtype):
             return _product_sum(x, wt, -1)
         return (x * wt).sum(-1, dtype=least_upper_dtype(self.dtype, w.dtype))
-
-    def _matmul_panel(self, w: Tensor) -> int:
-        """The device's panel width for `self @ w` (see Renderer.matmul_panel), for a 2-d float `w` stored in a
-        buffer of its own, row-major or transposed (`x @ weight.T`, a linear layer); other views keep their layout."""
-        if w.ndim != 2 or self.ndim < 2 or not dtypes.is_float(w.dtype):
-            return 0
-        if self.device != w.device or self.dtype != w.dtype:
-            return 0
-        transposed = w.uop.op is Ops.PERMUTE and _under_reshapes(w.uop.src[0]).op is Ops.BUFFER
-        if not transposed and w._plain_buffer() is None:
-            return 0
-        m, (k, n) = prod(self.shape[:-1]), w.shape
-        return Device[w.device].renderer.matmul_panel(m, n, k, w.dtype.itemsize, transposed)
-
-    def _panel_dot(self, w: Tensor, panel: int) -> Tensor:
-        k, n = w.shape
-        packed = w.reshape(k, n // panel, panel).permute(1, 0, 2).contiguous()  # (n/panel, k, panel)
-        x = self.reshape(*self.shape[:-1], 1, k, 1)
-        out = _product_sum(x, packed, -2)  # (..., n/panel, panel)
-        return out.reshape(*self.shape[:-1], n)
 
     def matmul(self, w: Tensor) -> Tensor:
         return self.dot(w)

@@ -373,3 +373,92 @@ def test_expanded_input_of_a_second_reduce_behind_a_stored_node_is_not_stored_ag
     out = blocks.sum(-1)
     assert kernels_for(out) == 3  # x's sums, the blocks, the rows
     np.testing.assert_allclose(out.numpy(), ((wn * xn).sum(-1) - xn.sum(-1) * 3).sum(-1), rtol=1e-5, atol=1e-5)
+
+
+def test_input_minus_a_broadcast_statistic_is_recomputed_in_each_reader():
+    """(x - mean) * scale read by several kernels (a batch norm's forward and backward): inlined, each reads x (the
+    statistics are a few bytes, read once per kernel); storing it would write and re-read a copy of x. A broadcast
+    input costs its own bytes in the decision, not those of the shape it is broadcast to."""
+    (x, xn), (m, mn), (s, sn) = realized(64, 16, 8, 8), realized(1, 16, 1, 1, seed=1), realized(1, 16, 1, 1, seed=2)
+    c = (x - m) * s
+    outs = [c.square().sum((0, 2, 3)), (c * 3).relu(), c.max((0, 2, 3))]
+    GlobalCounters.reset()
+    Tensor.realize(*outs)
+    size = 64 * 16 * 8 * 8 * 4
+    assert GlobalCounters.global_mem < 4.1 * size  # x read by the 3 readers, the relu written
+    cn = (xn - mn) * sn
+    np.testing.assert_allclose(outs[0].numpy(), (cn**2).sum((0, 2, 3)), rtol=1e-4)
+    np.testing.assert_allclose(outs[1].numpy(), np.maximum(cn * 3, 0), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(outs[2].numpy(), cn.max((0, 2, 3)), rtol=1e-5, atol=1e-6)
+
+
+def test_sgd_update_writes_the_weight_in_place():
+    """Decision 1c: an SGD step's update of a weight the forward read transposed is computed straight into the
+    weight (the frontend made the value contiguous, not knowing the transposed read is another kernel's)."""
+    from lazygrad import nn
+
+    rng = np.random.default_rng(0)
+    xn, wn, bn = rng.standard_normal((16, 96), np.float32), rng.standard_normal((64, 96), np.float32), np.zeros(64)
+    layer = nn.Linear(96, 64)
+    layer.weight.assign(Tensor(wn)).realize()
+    layer.bias.assign(Tensor(bn.astype(np.float32))).realize()
+    opt = nn.optim.SGD(nn.state.get_parameters(layer), lr=0.1)
+    with Tensor.train():
+        opt.zero_grad()
+        layer(Tensor(xn)).relu().sum().backward()
+        sched = Tensor.schedule(*opt.schedule_step())
+    # forward, weight gradient, bias gradient, the two updates: no copy kernel
+    assert len(sched) == 5
+    assert not [si for si in sched if si.ast.op is Ops.SINK and all(st.src[2].op is Ops.LOAD for st in si.ast.src)]
+    from lazygrad.engine.realize import run_schedule
+
+    run_schedule(sched)
+    tx, tw = torch.tensor(xn), torch.tensor(wn, requires_grad=True)
+    tb = torch.zeros(64, requires_grad=True)
+    torch.nn.functional.linear(tx, tw, tb).relu().sum().backward()
+    np.testing.assert_allclose(layer.weight.numpy(), (tw - 0.1 * tw.grad).detach().numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(layer.bias.numpy(), (tb - 0.1 * tb.grad).detach().numpy(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "update",
+    [
+        lambda w: w.T + 1,  # read transposed inline: the write would race with the read
+        lambda w: w.flip(0) * 2,
+        lambda w: w - w.sum(0, keepdim=True),  # a fused reduce over the written memory
+    ],
+)
+def test_assign_reading_its_memory_elsewhere_keeps_its_copy(update):
+    wn = np.random.default_rng(0).standard_normal((8, 8)).astype(np.float32)
+    w = Tensor(wn).realize()
+    ref = update(torch.tensor(wn)).numpy()
+    w.assign(update(w)).realize()
+    np.testing.assert_allclose(w.numpy(), ref, rtol=1e-5, atol=1e-6)
+
+
+def test_digits_cnn_training_step_bytes():
+    """Bytes the kernels of one digits-CNN training step move (batch 64, Adam; each buffer counted once per
+    kernel): 13.15 MB when a broadcast statistic counted at full size made x - mean and its products stored."""
+    from lazygrad import nn
+    from lazygrad.examples.digits import DigitsCNN, make_step
+
+    rng = np.random.default_rng(0)
+    x = Tensor(rng.standard_normal((64, 1, 8, 8)).astype(np.float32)).realize()
+    y = Tensor(rng.integers(0, 10, 64).astype(np.int32)).realize()
+    model = DigitsCNN()
+    step = make_step(model, nn.optim.Adam(nn.state.get_parameters(model), lr=3e-3), jit=False)
+    step(x, y)[0].item()
+    GlobalCounters.reset()
+    step(x, y)[0].item()
+    assert GlobalCounters.global_mem <= 10.6e6, GlobalCounters.global_mem
+    assert GlobalCounters.kernel_count <= 50
+
+
+def test_second_write_reading_the_first_shifted_keeps_its_copy():
+    """x += 1, then x[1:] = x[:2]: the second value reads the first write's result at other positions."""
+    x, rx = Tensor([0.5, 1.5, 2.5]).contiguous().realize(), torch.tensor([0.5, 1.5, 2.5])
+    x.assign(x + 1)
+    x[1:] = x[:2] + 0
+    rx += 1
+    rx[1:] = rx[:2].clone()
+    np.testing.assert_allclose(x.numpy(), rx.numpy())
