@@ -870,7 +870,10 @@ class ClangRenderer(CStyleLanguage):
 
     def vector_op_ok(self, op: Ops, dt: DType, src_dtypes: list[DType]) -> bool:
         if dtypes.bool in (dt.scalar, *src_dtypes):  # on lane masks (_mask_alu); a mask's signed -1 is not a bool's <
-            if not all(self.vector_dtype_ok(d) for d in (dt, *src_dtypes) if d.scalar != dtypes.bool):
+            # at most one register wide: gcc 12 compares a vector of two registers (16 int64) one lane at a time (a
+            # one-hot of 2048 x 1024 int64 labels 500 us lane by lane, 1155 us so)
+            numbers = [d for d in (dt.scalar, *src_dtypes) if d != dtypes.bool]
+            if not all(self.vector_dtype_ok(d) and d.itemsize * dt.count <= self.vector_bytes for d in numbers):
                 return False
             return op in MASK_OPS or (op is Ops.CMPLT and dtypes.bool not in src_dtypes)
         if not all(self.vector_dtype_ok(d) for d in (dt, *src_dtypes)):
@@ -933,9 +936,15 @@ class ClangRenderer(CStyleLanguage):
     def render_kernel(self, name: str, params: list[str], body: str, uops: list[UOp]) -> str:
         decls = []
         vector_dtypes = {u.dtype for u in uops if u.dtype.count > 1 and not isinstance(u.dtype, PtrDType)}
-        # bool vectors are lane masks of any width (_mask_alu)
+        # bool vectors are lane masks as wide as the numbers they are compared with or select (4 bytes where built
+        # from bools), and every width between, passed through in 2x steps (_mask_as)
         masks = {dt for dt in vector_dtypes if dt.scalar == dtypes.bool}
-        vector_dtypes = (vector_dtypes - masks) | {m.vec(dt.count) for dt in masks for m in MASK_INTS.values()}
+        vector_dtypes -= masks
+        for m in masks:
+            widths = {4} | {
+                d.scalar.itemsize for d in vector_dtypes if d.count == m.count and d.scalar in VECTOR_DTYPES
+            }
+            vector_dtypes |= {t.vec(m.count) for w, t in MASK_INTS.items() if min(widths) <= w <= max(widths)}
         vector_dtypes |= {
             step.vec(u.dtype.count)
             for u in uops

@@ -132,7 +132,7 @@ def test_byte_dot_target_only_on_kernels_of_plain_byte_products():
 
 
 # dtype pairs (compared, selected): masks of one width and masks converted between widths (int8 lanes compared, float32
-# or int64 selected, float64 compared and int8 selected)
+# or int64 selected, int32 compared and int8 selected)
 MASK_CASES = [
     (np.float32, np.float32),
     (np.float64, np.float64),
@@ -140,7 +140,7 @@ MASK_CASES = [
     (np.int64, np.int64),
     (np.int8, np.float32),
     (np.uint8, np.int64),
-    (np.float64, np.int8),
+    (np.int32, np.int8),
     (np.float32, np.uint8),
 ]
 
