@@ -691,6 +691,8 @@ def _mask_alu(ctx: RenderCtx, u: UOp) -> str | None:
     if u.op in GroupOp.Comparison and not _is_mask(u.src[0]):  # numbers compared: a mask as wide as they are
         sym = BINOP_SYMBOLS[u.op]
         return _mask_value(ctx, u, f"({ctx.names[u.src[0]]}{sym}{ctx.names[u.src[1]]})", u.src[0].dtype.scalar.itemsize)
+    if u.op is Ops.CAST and _is_mask(u.src[0]):  # bool to bool
+        return _mask_value(ctx, u, ctx.names[u.src[0]], ctx.mask_bytes.get(u.src[0], 4))
     if u.op is Ops.CAST:  # numbers to bool: nonzero (NaN included) is true
         return _mask_value(ctx, u, f"({ctx.names[u.src[0]]}!=0)", u.src[0].dtype.scalar.itemsize)
     # masks joined lane by lane, at the width of the first
@@ -699,7 +701,7 @@ def _mask_alu(ctx: RenderCtx, u: UOp) -> str | None:
     if u.op is Ops.NEG:
         return _mask_value(ctx, u, f"(~{a[0]})", nbytes)
     if u.op is Ops.WHERE:
-        return _mask_value(ctx, u, f"LG_VSEL({_mask_as(ctx, u.src[0], nbytes)},{a[1]},{a[2]})", nbytes)
+        return _mask_value(ctx, u, f"LG_VSEL({a[0]},{a[1]},{a[2]})", nbytes)
     if u.op is Ops.CMPEQ:  # equal masks: all bits of the xor clear
         return _mask_value(ctx, u, f"(~({a[0]}^{a[1]}))", nbytes)
     sym = "^" if u.op is Ops.CMPNE else BINOP_SYMBOLS[u.op]

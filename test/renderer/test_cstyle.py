@@ -192,3 +192,13 @@ def test_bool_results_of_vector_compares_store_as_zero_and_one() -> None:
         ((t < 1) & (t != 0)).cast(dtypes.int32).numpy(), ((a < 1) & (a != 0)).astype(np.int32)
     )
     np.testing.assert_array_equal((~(t < 1)).cast(dtypes.float32).numpy(), (~(a < 1)).astype(np.float32))
+
+
+def test_vector_selects_of_bools() -> None:
+    """bool lanes selected under a compare, then compared and cast: masks as values of a select."""
+    rng = np.random.default_rng(1)
+    a, b = (rng.standard_normal(64).astype(np.float32) for _ in range(2))
+    ta, tb, pa, pb = Tensor(a), Tensor(b), torch.from_numpy(a), torch.from_numpy(b)
+    got = ((ta < tb).where(ta < 0, tb > 0.5) != (ta > 1)).cast(dtypes.float32) * ta
+    want = (torch.where(pa < pb, pa < 0, pb > 0.5) != (pa > 1)).float() * pa
+    np.testing.assert_array_equal(got.numpy(), want.numpy())
