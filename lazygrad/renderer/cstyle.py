@@ -872,10 +872,11 @@ class ClangRenderer(CStyleLanguage):
 
     def vector_op_ok(self, op: Ops, dt: DType, src_dtypes: list[DType]) -> bool:
         if dtypes.bool in (dt.scalar, *src_dtypes):  # on lane masks (_mask_alu); a mask's signed -1 is not a bool's <
-            # at most one register wide: gcc 12 compares a vector of two registers (16 int64) one lane at a time (a
-            # one-hot of 2048 x 1024 int64 labels 500 us lane by lane, 1155 us so)
-            numbers = [d for d in (dt.scalar, *src_dtypes) if d != dtypes.bool]
-            if not all(self.vector_dtype_ok(d) and d.itemsize * dt.count <= self.vector_bytes for d in numbers):
+            # one register wide at most and an SSE register at least: gcc 12 compares a vector of two registers (16
+            # int64) one lane at a time (a one-hot of 2048 x 1024 int64 labels 500 us lane by lane, 1155 us so), and
+            # a mask of 2 float32 lanes stored as bools took a maxpool's argmax kernel from 170 to 400 us on 2 cores
+            numbers = [d for d in (dt.scalar, *src_dtypes) if d != dtypes.bool] or [MASK_INTS[4]]
+            if not all(self.vector_dtype_ok(d) and 16 <= d.itemsize * dt.count <= self.vector_bytes for d in numbers):
                 return False
             return op in MASK_OPS or (op is Ops.CMPLT and dtypes.bool not in src_dtypes)
         if not all(self.vector_dtype_ok(d) for d in (dt, *src_dtypes)):

@@ -131,15 +131,16 @@ def test_byte_dot_target_only_on_kernels_of_plain_byte_products():
     assert "__attribute__((target" not in src(floats)
 
 
-# dtype pairs (compared, selected): masks of one width and masks converted between widths (int8 lanes compared, float32
-# or int64 selected, int32 compared and int8 selected)
+# dtype pairs (compared, selected): masks of one width and masks converted between widths (int8 lanes compared and
+# float32 selected, int32 compared and int8 or int64 selected); unsigned lanes compared
 MASK_CASES = [
     (np.float32, np.float32),
     (np.float64, np.float64),
     (np.int32, np.int32),
     (np.int64, np.int64),
     (np.int8, np.float32),
-    (np.uint8, np.int64),
+    (np.uint8, np.uint8),
+    (np.int32, np.int64),
     (np.int32, np.int8),
     (np.float32, np.uint8),
 ]
