@@ -198,6 +198,11 @@ def main(only: str = "") -> None:
         a, b = Tensor(an).realize(), Tensor(bn).realize()
         t_lg = bench(compiled(a @ b))
         table.row(f"matmul {n} lazygrad", t_lg, flops=flops, ratio=f"{t_np / t_lg:.0%} of numpy GFLOPS")
+        if n >= 1024:  # a linear layer's x @ w.T: the weight read along its rows
+            t_npt = bench(lambda: an @ bn.T)
+            table.row(f"matmul {n} x@w.T numpy", t_npt, flops=flops)
+            t_lgt = bench(compiled(a @ b.T))
+            table.row(f"matmul {n} x@w.T lazygrad", t_lgt, flops=flops, ratio=f"{t_npt / t_lgt:.0%} of numpy GFLOPS")
         if tinygrad is not None and n <= 1024:
             table.row(
                 f"matmul {n} tinygrad",

@@ -310,6 +310,8 @@ class RenderCtx:
         self.depth = 1
         self.counters: dict[str, int] = {}
         self.raw_bits: dict[UOp, str] = {}  # loads of 16-bit floats computed in a wider type: their bits as stored
+        # bool vectors a dialect keeps as lane masks (all bits of a lane set or clear): each one's lane width in bytes
+        self.mask_bytes: dict[UOp, int] = {}
         self.special_names = {u.arg[0] for u in uops if u.op is Ops.SPECIAL}
 
     def fresh(self, prefix: str) -> str:
@@ -635,6 +637,91 @@ VECTOR_FLOAT_ALU = frozenset({Ops.FDIV, Ops.RECIP})
 BITWISE = frozenset({Ops.AND, Ops.OR, Ops.XOR})  # lane-wise as C spells them, on integer vectors
 
 
+# *** bool vectors as lane masks ***
+# A vector compare in GNU C gives a signed integer vector as wide per lane as its operands, each lane all ones or all
+# zeros; gcc keeps such a mask in an AVX-512 mask register and turns LG_VSEL on it into one masked move or blend
+# (where(a < b, a, b) on 16 lanes: vcmpps + vpblendmd, where lane by lane it depended on the SLP vectorizer finding
+# the pattern again). A bool vector here is such a mask, as wide per lane as the compare that made it; an op joining
+# masks of other widths converts them, and a mask leaves as 0/1 through a select. bool vectors are never loaded or
+# stored whole: their lanes are the `_Bool` scalars of memory (GEP reads a lane as 0 or 1).
+MASK_INTS = {1: dtypes.int8, 2: dtypes.int16, 4: dtypes.int32, 8: dtypes.int64}
+MASK_OPS = frozenset({Ops.AND, Ops.OR, Ops.XOR, Ops.NEG, Ops.WHERE, Ops.CMPNE, Ops.CMPEQ, Ops.CAST})
+
+
+def _is_mask(u: UOp) -> bool:
+    return u.dtype.count > 1 and u.dtype.scalar == dtypes.bool and not isinstance(u.dtype, PtrDType)
+
+
+def _mask_type(r: CStyleLanguage, nbytes: int, lanes: int) -> str:
+    return r.render_dtype(MASK_INTS[nbytes].vec(lanes))
+
+
+def _mask_as(ctx: RenderCtx, u: UOp, nbytes: int) -> str:
+    """Mask `u` with lanes `nbytes` wide, converted in steps of 2x (gcc 12 turns a 4x step into one insert per lane)."""
+    text, have = ctx.names[u], ctx.mask_bytes.get(u, 4)
+    while have != nbytes:
+        have = have * 2 if have < nbytes else have // 2
+        text = f"__builtin_convertvector({text},{_mask_type(ctx.r, have, u.dtype.count)})"
+    return text
+
+
+def _mask_value(ctx: RenderCtx, u: UOp, text: str, nbytes: int) -> str:
+    """A mask's expression, inlined where used once, else computed once into a variable of its integer type."""
+    ctx.mask_bytes[u] = nbytes
+    if ctx.uses.get(u, 0) <= 1:
+        return text
+    v = ctx.fresh("alu")
+    ctx.line(f"{_mask_type(ctx.r, nbytes, u.dtype.count)} {v} = {text};")
+    return v
+
+
+def _mask_alu(ctx: RenderCtx, u: UOp) -> str | None:
+    """An elementwise op on bool vectors (or making one), spelled on lane masks; None where no mask is involved."""
+    if not _is_mask(u) and not any(_is_mask(s) for s in u.src):
+        return None
+    r = ctx.r
+    if u.op is Ops.WHERE and not _is_mask(u):
+        if (c := _broadcast(u.src[0])) is not None:  # one condition for every lane: one select of whole vectors
+            return ctx.expr(u, f"({ctx.names[c]}?{ctx.names[u.src[1]]}:{ctx.names[u.src[2]]})")
+        m = _mask_as(ctx, u.src[0], u.dtype.scalar.itemsize)
+        return ctx.expr(u, f"LG_VSEL({m},{ctx.names[u.src[1]]},{ctx.names[u.src[2]]})")
+    if u.op is Ops.CAST and not _is_mask(u):  # a mask to 0/1 (or 0.0/1.0) of the wanted type
+        one, zero = (r.render_const(v, u.dtype) for v in ((1.0, 0.0) if dtypes.is_float(u.dtype) else (1, 0)))
+        return ctx.expr(u, f"LG_VSEL({_mask_as(ctx, u.src[0], u.dtype.scalar.itemsize)},{one},{zero})")
+    if u.op in GroupOp.Comparison and not _is_mask(u.src[0]):  # numbers compared: a mask as wide as they are
+        sym = BINOP_SYMBOLS[u.op]
+        return _mask_value(ctx, u, f"({ctx.names[u.src[0]]}{sym}{ctx.names[u.src[1]]})", u.src[0].dtype.scalar.itemsize)
+    if u.op is Ops.CAST and _is_mask(u.src[0]):  # bool to bool
+        return _mask_value(ctx, u, ctx.names[u.src[0]], ctx.mask_bytes.get(u.src[0], 4))
+    if u.op is Ops.CAST:  # numbers to bool: nonzero (NaN included) is true
+        return _mask_value(ctx, u, f"({ctx.names[u.src[0]]}!=0)", u.src[0].dtype.scalar.itemsize)
+    # masks joined lane by lane, at the width of the first
+    nbytes = ctx.mask_bytes.get(u.src[0], 4) if u.op is not Ops.WHERE else ctx.mask_bytes.get(u.src[1], 4)
+    a = [_mask_as(ctx, s, nbytes) for s in u.src]
+    if u.op is Ops.NEG:
+        return _mask_value(ctx, u, f"(~{a[0]})", nbytes)
+    if u.op is Ops.WHERE:
+        return _mask_value(ctx, u, f"LG_VSEL({a[0]},{a[1]},{a[2]})", nbytes)
+    if u.op is Ops.CMPEQ:  # equal masks: all bits of the xor clear
+        return _mask_value(ctx, u, f"(~({a[0]}^{a[1]}))", nbytes)
+    sym = "^" if u.op is Ops.CMPNE else BINOP_SYMBOLS[u.op]
+    return _mask_value(ctx, u, f"({a[0]}{sym}{a[1]})", nbytes)
+
+
+def _broadcast(u: UOp) -> UOp | None:
+    """The one scalar every lane of VECTORIZE u is, else None."""
+    return u.src[0] if u.op is Ops.VECTORIZE and len(set(u.src)) == 1 and u.src[0].dtype.count == 1 else None
+
+
+def _mask_of_bools(ctx: RenderCtx, u: UOp, items: list[str]) -> str:
+    """bool scalars (0 or 1) as a mask with 4-byte lanes: negated, 1 becomes all ones."""
+    return f"(-{ctx.r.render_vectorize(MASK_INTS[4].vec(u.dtype.count), items)})"
+
+
+def _mask_vectorize(ctx: RenderCtx, u: UOp) -> str | None:
+    return _mask_value(ctx, u, _mask_of_bools(ctx, u, ctx.srcs(u)), 4) if _is_mask(u) else None
+
+
 def _lane_condition(u: UOp) -> UOp | None:
     """The one scalar condition every lane of VECTORIZE u selects under (`{c?a0:b0, c?a1:b1, ...}`), else None."""
     if not all(s.op is Ops.WHERE for s in u.src) or len(conds := {s.src[0] for s in u.src}) != 1:
@@ -648,6 +735,9 @@ def _one_select_of_vectors(ctx: RenderCtx, u: UOp) -> str | None:
     gradient, whose zero-exponent guard is such a select, gave zeros) and `c ? {a0,a1,..} : {b0,b1,..}` right."""
     if (c := _lane_condition(u)) is None:
         return None
+    if _is_mask(u):
+        picked = [_mask_of_bools(ctx, u, [ctx.names[s.src[i]] for s in u.src]) for i in (1, 2)]
+        return _mask_value(ctx, u, f"({ctx.names[c]}?{picked[0]}:{picked[1]})", 4)
     picked = [ctx.r.render_vectorize(u.dtype, [ctx.names[s.src[i]] for s in u.src]) for i in (1, 2)]
     return ctx.expr(u, f"({ctx.names[c]}?{picked[0]}:{picked[1]})")
 
@@ -781,6 +871,14 @@ class ClangRenderer(CStyleLanguage):
         return dt.scalar in VECTOR_DTYPES
 
     def vector_op_ok(self, op: Ops, dt: DType, src_dtypes: list[DType]) -> bool:
+        if dtypes.bool in (dt.scalar, *src_dtypes):  # on lane masks (_mask_alu); a mask's signed -1 is not a bool's <
+            # one register wide at most and an SSE register at least: gcc 12 compares a vector of two registers (16
+            # int64) one lane at a time (a one-hot of 2048 x 1024 int64 labels 500 us lane by lane, 1155 us so), and
+            # a mask of 2 float32 lanes stored as bools took a maxpool's argmax kernel from 170 to 400 us on 2 cores
+            numbers = [d for d in (dt.scalar, *src_dtypes) if d != dtypes.bool] or [MASK_INTS[4]]
+            if not all(self.vector_dtype_ok(d) and 16 <= d.itemsize * dt.count <= self.vector_bytes for d in numbers):
+                return False
+            return op in MASK_OPS or (op is Ops.CMPLT and dtypes.bool not in src_dtypes)
         if not all(self.vector_dtype_ok(d) for d in (dt, *src_dtypes)):
             return False
         if op is Ops.EXP2:
@@ -825,6 +923,13 @@ class ClangRenderer(CStyleLanguage):
             [
                 (UPat(Ops.DEFINE_LOCAL, name="u"), local_buffer("", storage=False)),
                 (UPat(Ops.VECTORIZE, name="u"), lambda ctx, u: _one_select_of_vectors(ctx, u)),
+                (UPat(Ops.VECTORIZE, name="u"), _mask_vectorize),
+                (UPat(GroupOp.Elementwise, name="u"), _mask_alu),
+                # a lane of a mask as the 0 or 1 of a _Bool
+                (
+                    UPat(Ops.GEP, name="u"),
+                    lambda ctx, u: ctx.expr(u, f"({ctx.names[u.src[0]]}[{u.arg}]!=0)") if _is_mask(u.src[0]) else None,
+                ),
                 (UPat(Ops.LOAD, name="u"), _masked_vector_load),
             ]
         )
@@ -834,6 +939,15 @@ class ClangRenderer(CStyleLanguage):
     def render_kernel(self, name: str, params: list[str], body: str, uops: list[UOp]) -> str:
         decls = []
         vector_dtypes = {u.dtype for u in uops if u.dtype.count > 1 and not isinstance(u.dtype, PtrDType)}
+        # bool vectors are lane masks as wide as the numbers they are compared with or select (4 bytes where built
+        # from bools), and every width between, passed through in 2x steps (_mask_as)
+        masks = {dt for dt in vector_dtypes if dt.scalar == dtypes.bool}
+        vector_dtypes -= masks
+        for m in masks:
+            widths = {4} | {
+                d.scalar.itemsize for d in vector_dtypes if d.count == m.count and d.scalar in VECTOR_DTYPES
+            }
+            vector_dtypes |= {t.vec(m.count) for w, t in MASK_INTS.items() if min(widths) <= w <= max(widths)}
         vector_dtypes |= {
             step.vec(u.dtype.count)
             for u in uops

@@ -14,6 +14,7 @@ import torch
 from lazygrad import Device, Tensor, dtypes
 from lazygrad.codegen import get_program
 from lazygrad.codegen.kernel import OptOps
+from lazygrad.engine.realize import run_schedule
 
 
 def byte_dot(a: np.ndarray, b: np.ndarray) -> Tensor:
@@ -128,3 +129,77 @@ def test_byte_dot_target_only_on_kernels_of_plain_byte_products():
     assert '__attribute__((target("avxvnni")))' in src(plain)
     assert "__attribute__((target" not in src(offset)
     assert "__attribute__((target" not in src(floats)
+
+
+# dtype pairs (compared, selected): masks of one width and masks converted between widths (int8 lanes compared and
+# float32 selected, int32 compared and int8 or int64 selected); unsigned lanes compared
+MASK_CASES = [
+    (np.float32, np.float32),
+    (np.float64, np.float64),
+    (np.int32, np.int32),
+    (np.int64, np.int64),
+    (np.int8, np.float32),
+    (np.uint8, np.uint8),
+    (np.int32, np.int64),
+    (np.int32, np.int8),
+    (np.float32, np.uint8),
+]
+
+
+def _values(dt: type, rng: np.random.Generator, n: int) -> np.ndarray:
+    if np.issubdtype(dt, np.floating):
+        v = rng.standard_normal(n).astype(dt)
+        v[::7] = np.nan  # NaN compares false, except !=
+        v[3::11] = 0.0
+        return v
+    info = np.iinfo(dt)
+    return rng.integers(max(info.min, -100), min(info.max, 100), n, endpoint=True).astype(dt)
+
+
+@pytest.mark.parametrize("cmp_dt, sel_dt", MASK_CASES)
+def test_vector_compares_and_selects_are_lane_masks(cmp_dt: type, sel_dt: type) -> None:
+    """Compares, their logic and selects on vectors are spelled as vector ops on lane masks (no select per lane), with
+    torch's results: NaN, unsigned lanes, bools cast to numbers and numbers to bools, masks of different widths."""
+    rng = np.random.default_rng(0)
+    n = 64
+    a, b = _values(cmp_dt, rng, n), _values(cmp_dt, rng, n)
+    x, y = (rng.integers(-50, 50, n).astype(sel_dt) for _ in range(2))
+    ta, tb, tx, ty = (Tensor(v) for v in (a, b, x, y))
+    pa, pb, px, py = (torch.from_numpy(v) for v in (a, b, x, y))
+    cases = [
+        ((ta < tb).where(tx, ty), torch.where(pa < pb, px, py)),
+        (((ta != tb) & (ta < 1)).where(tx, ty), torch.where((pa != pb) & (pa < 1), px, py)),
+        (((ta == tb) | ~(tb < ta)).where(tx, 3), torch.where((pa == pb) | ~(pb < pa), px, 3).to(px.dtype)),
+        ((ta < tb).cast(tx.dtype) + tx, (pa < pb).to(px.dtype) + px),
+        (ta.cast(dtypes.bool).where(tx, ty), torch.where(pa.to(torch.bool), px, py)),
+        (((ta < tb) ^ (tb < 0)).where(tx, ty), torch.where((pa < pb) ^ (pb < 0), px, py)),
+        (((ta < tb) == (tb < 1)).where(tx, ty), torch.where((pa < pb) == (pb < 1), px, py)),
+        ((tx < ty).where(ta < tb, tb < ta).where(tx, ty), torch.where(torch.where(px < py, pa < pb, pb < pa), px, py)),
+    ]
+    for i, (got, want) in enumerate(cases):
+        (si,) = sched = got.schedule()
+        # the kernel, after the prelude's and the vector types' definitions: no select lane by lane
+        kernel = get_program(si.ast, Device["CPU"].renderer).src.rsplit("#endif", 1)[1]
+        assert "LG_VSEL" in kernel and "?" not in kernel, (i, kernel)
+        run_schedule(sched)
+        np.testing.assert_array_equal(got.numpy(), want.numpy(), err_msg=f"case {i}")
+
+
+def test_bool_results_of_vector_compares_store_as_zero_and_one() -> None:
+    a = np.array([np.nan, 1, -1, 0, 2, 5, -3, 0.5] * 8, np.float32)
+    t = Tensor(a)
+    np.testing.assert_array_equal((t < 1).numpy(), a < 1)
+    np.testing.assert_array_equal(
+        ((t < 1) & (t != 0)).cast(dtypes.int32).numpy(), ((a < 1) & (a != 0)).astype(np.int32)
+    )
+    np.testing.assert_array_equal((~(t < 1)).cast(dtypes.float32).numpy(), (~(a < 1)).astype(np.float32))
+
+
+def test_vector_selects_of_bools() -> None:
+    """bool lanes selected under a compare, then compared and cast: masks as values of a select."""
+    rng = np.random.default_rng(1)
+    a, b = (rng.standard_normal(64).astype(np.float32) for _ in range(2))
+    ta, tb, pa, pb = Tensor(a), Tensor(b), torch.from_numpy(a), torch.from_numpy(b)
+    got = ((ta < tb).where(ta < 0, tb > 0.5) != (ta > 1)).cast(dtypes.float32) * ta
+    want = (torch.where(pa < pb, pa < 0, pb > 0.5) != (pa > 1)).float() * pa
+    np.testing.assert_array_equal(got.numpy(), want.numpy())
