@@ -17,6 +17,7 @@ from typing import Any
 from lazygrad.engine.jit import TinyJit
 from lazygrad.models import take_rows
 from lazygrad.nn.gguf import GGUFTensorInfo, QuantizedMatrix, gguf_quantized, gguf_read_header, gguf_tensor
+from lazygrad.nn.packed import PanelMatrix
 from lazygrad.tensor import Tensor
 from lazygrad.uop.ops import UOp
 
@@ -75,27 +76,29 @@ def rotate_pairs(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     return (x0 * cos - x1 * sin).stack(x0 * sin + x1 * cos, dim=-1).reshape(b, t, h, d)
 
 
-Weight = Tensor | QuantizedMatrix  # float32, or packed blocks that a matmul decodes in its loop (quantized=True)
+# float32 (in panels where the device multiplies those faster), or packed blocks (quantized=True)
+Weight = PanelMatrix | QuantizedMatrix
 
 
-def _plain(w: Weight) -> Weight:
-    """A float32 weight in a buffer of its own (not dequantized again by each step); a quantized one as it is."""
-    return w if isinstance(w, QuantizedMatrix) else w.contiguous()
+def _plain(w: Tensor | QuantizedMatrix) -> Weight:
+    """A float32 weight in a buffer of its own, in panels where the device has them (neither dequantized nor copied
+    into panels again by each step); a quantized one as it is."""
+    return w if isinstance(w, QuantizedMatrix) else PanelMatrix.pack(w)
 
 
 def linear(x: Tensor, w: Weight) -> Tensor:
-    return w.linear(x) if isinstance(w, QuantizedMatrix) else x.linear(w)
+    return w.linear(x)
 
 
-def _stacked(ws: list[Weight]) -> Weight:
+def _stacked(ws: list[Tensor | QuantizedMatrix]) -> Weight:
     """Weights that read the same input stacked into one matrix: one matmul kernel instead of several. Quantized ones
-    stay packed (their blocks copied into one buffer); float32 ones become one float32 buffer."""
+    stay packed (their blocks copied into one buffer); float32 ones become one float32 matrix (PanelMatrix)."""
     if all(isinstance(w, QuantizedMatrix) for w in ws):
         return QuantizedMatrix.stack(ws)  # type: ignore[arg-type]
     # dequantized into buffers of their own first: a kernel that dequantizes three tensors behind a cat's padding has
     # index math that is slow to generate, and the copy after it is cheap
     ts = [(w.dequantize() if isinstance(w, QuantizedMatrix) else w).contiguous() for w in ws]
-    return ts[0].cat(*ts[1:]).contiguous()
+    return PanelMatrix.pack(ts[0].cat(*ts[1:]).contiguous())
 
 
 class Attention:
@@ -173,7 +176,7 @@ class Llama:
         # one realize per layer: in one realize, the same-shaped weights of all layers would become one multi-output
         # kernel per shape, slow to generate
         for ws in [[self.output]] + [[b.attention.wqkv, b.attention.wo, b.gate_up, b.down] for b in self.layers]:
-            floats = [w for w in ws if isinstance(w, Tensor)]
+            floats = [w.packed for w in ws if isinstance(w, PanelMatrix)]
             if floats:
                 Tensor.realize(*floats)
         half = cfg.head_dim // 2

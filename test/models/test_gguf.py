@@ -289,6 +289,19 @@ def test_quantized_linear_int8_is_llama_cpp_arithmetic(tmp_path, kind, rows, col
     assert q.linear(x).shape == (rows,)
 
 
+@pytest.mark.parametrize("kind", ["Q4_0", "Q4_1", "Q8_0", "Q4_K"])
+@pytest.mark.parametrize("batch", [(32,), (2, 20)])
+def test_quantized_linear_of_a_prompt_multiplies_the_dequantized_weight(tmp_path, kind, batch):
+    # from 32 rows of x the weight is dequantized (and packed into panels where the device has them) once, then
+    # multiplied as a float32 matrix: exact to float rounding
+    q, w = _quantized(tmp_path, kind, (48, 512))
+    x_np = np.random.default_rng(1).standard_normal((*batch, 512)).astype(np.float32)
+    GlobalCounters.reset()
+    out = q.linear(Tensor(x_np)).realize()
+    assert GlobalCounters.kernel_count <= 3  # dequantize, pack, multiply
+    np.testing.assert_allclose(out.numpy(), x_np @ w.T, rtol=1e-5, atol=1e-4 * np.abs(w).max() * np.sqrt(512))
+
+
 @pytest.mark.parametrize("kind", ["Q4_1", "Q8_0"])
 def test_quantized_stack_is_the_rows_one_below_the_other(tmp_path, kind):
     parts = [_quantized(tmp_path, kind, (rows, 64), seed) for seed, rows in enumerate((6, 2, 3))]
