@@ -92,8 +92,8 @@ def linear(x: Tensor, w: Weight) -> Tensor:
 
 def _stacked(ws: list[Tensor | QuantizedMatrix]) -> Weight:
     """Weights that read the same input stacked into one matrix: one matmul kernel instead of several. Quantized ones
-    stay packed (their blocks copied into one buffer); float32 ones become one float32 matrix (PanelMatrix)."""
-    if all(isinstance(w, QuantizedMatrix) for w in ws):
+    of one type stay packed (their blocks copied into one buffer); others become one float32 matrix (PanelMatrix)."""
+    if all(isinstance(w, QuantizedMatrix) and w.gt == ws[0].gt for w in ws):  # (a K-quant file mixes types)
         return QuantizedMatrix.stack(ws)  # type: ignore[arg-type]
     # dequantized into buffers of their own first: a kernel that dequantizes three tensors behind a cat's padding has
     # index math that is slow to generate, and the copy after it is cheap

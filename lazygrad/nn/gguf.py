@@ -137,10 +137,10 @@ def _decode_q6_k(view: BlockView) -> Tensor:  # 210 bytes: 128 of low nibbles, 6
 # A type's `int_parts` reads its blocks (through `view(dtype)` as above) as pieces of codes, each (..., *B, V), which
 # pair with x's values in order: piece p of B-index b with x's piece (b, p) of V values (x seen as (*B, pieces, V));
 # and a scale and an offset (None: 0) (..., *B, n): n = 1, one for all pieces (they then make one block of 32 of x),
-# or one per piece (each a block of 32 of x); value = code * scale + offset. A byte's two nibbles are two pieces, so
-# one loop over the bytes keeps two accumulators (two vpdpbusd a vector of bytes, no byte shuffling). Codes are
-# unsigned where a type's are biased (Q4_0's code - 8 goes with the offset): gcc 12 vectorizes a signed nibble times
-# a signed byte into vpdpbusd as if the nibble were unsigned, a wrong result.
+# or one per piece (each a block of 32 of x, or of 16, half a block: Q6_K); value = code * scale + offset. A byte's
+# two nibbles are two pieces, so one loop over the bytes keeps two accumulators (two vpdpbusd a vector of bytes, no
+# byte shuffling). Codes are unsigned where a type's are biased (Q4_0's code - 8 goes with the offset): gcc 12
+# vectorizes a signed nibble times a signed byte into vpdpbusd as if the nibble were unsigned, a wrong result.
 
 IntParts = tuple[list[Tensor], Tensor, "Tensor | None"]
 
@@ -174,6 +174,39 @@ def _int_parts_q4_k(view: BlockView) -> IntParts:
     shape = (*scales.shape[:-2], 4, 2)
     pieces = _nibble_pieces(view(dtypes.uint8)[..., 16:144].unflatten(-1, (4, 32)))
     return pieces, d * scales.reshape(shape), -(dmin * mins.reshape(shape))
+
+
+def _int_parts_q5_k(view: BlockView) -> IntParts:
+    """As Q4_K, with a fifth bit per code: a piece per sub-block j of 32 (B is the super-blocks), its codes the
+    nibbles of chunk j // 2 (low or high) with bit j of the 32 high-bit bytes on top."""
+    f16, u8 = view(dtypes.float16), view(dtypes.uint8)
+    d, dmin = f16[..., 0:1].float(), f16[..., 1:2].float()
+    scales, mins = _scales_mins_k4(u8[..., 4:16].cast(dtypes.int32))
+    qh, qs = u8[..., 16:48], u8[..., 48:176]
+    pieces = []
+    for j in range(8):
+        chunk = qs[..., 32 * (j // 2) : 32 * (j // 2) + 32]
+        low = chunk & 15 if j % 2 == 0 else chunk >> 4
+        pieces.append(low | (((qh >> j) & 1) << 4))
+    return pieces, d * scales[..., 0], -(dmin * mins[..., 0])
+
+
+def _int_parts_q6_k(view: BlockView) -> IntParts:
+    """A piece per sub-block of 16 (B is the super-blocks), each its own int8 scale: codes 0..63 (the low 4 bits
+    from ql, the top 2 from qh, as `_decode_q6_k` reads them), value = d * scale * (code - 32)."""
+    u8 = view(dtypes.uint8)
+    ql, qh = u8[..., 0:128], u8[..., 128:192]
+    d = view(dtypes.float16)[..., 104:105].float()
+    # the int8 scales read as bytes and sign-extended: a third view of the blocks would be a third kernel argument
+    scale = d * ((u8[..., 192:208].cast(dtypes.int32) ^ 128) - 128).cast(dtypes.float32)
+    pieces = []
+    for n in range(2):  # half of 128 values
+        for k in range(4):  # quarter of a half: 32 values, two sub-blocks
+            for h in range(2):
+                lo = ql[..., 64 * n + 32 * (k % 2) + 16 * h :][..., :16]
+                hi = qh[..., 32 * n + 16 * h :][..., :16]
+                pieces.append((lo & 15 if k < 2 else lo >> 4) | (((hi >> (2 * k)) & 3) << 4))
+    return pieces, scale, scale * -32
 
 
 def quantize_blocks(x: Tensor, words: bool = False) -> tuple[Tensor, Tensor, Tensor]:
@@ -243,8 +276,8 @@ GGML_TYPES: dict[int, GGMLType] = {
     3: GGMLType("Q4_1", 32, 20, _parts_q4_1, int_parts=_int_parts_q4_1, word_parts=_word_parts_q4_1),
     8: GGMLType("Q8_0", 32, 34, _parts_q8_0, int_parts=_int_parts_q8_0),
     12: GGMLType("Q4_K", 256, 144, None, decode=_decode_q4_k, int_parts=_int_parts_q4_k),
-    13: GGMLType("Q5_K", 256, 176, None, decode=_decode_q5_k),
-    14: GGMLType("Q6_K", 256, 210, None, decode=_decode_q6_k),
+    13: GGMLType("Q5_K", 256, 176, None, decode=_decode_q5_k, int_parts=_int_parts_q5_k),
+    14: GGMLType("Q6_K", 256, 210, None, decode=_decode_q6_k, int_parts=_int_parts_q6_k),
     30: GGMLType("BF16", 1, 2, None, dtypes.bfloat16),
 }
 # types the spec defines that this reader cannot dequantize, named in the error
@@ -516,9 +549,12 @@ class QuantizedMatrix:
         xq, amax, xsum = quantize_blocks(x.reshape(-1, x.shape[-1]))
         if xq.shape[0] != 1:
             raise ValueError(f"linear_int8: x must be one row (a decode step), got shape {x.shape}")
-        shape_b = pieces[0].shape[1:-1]
-        xq = xq.reshape(1, *shape_b, len(pieces), pieces[0].shape[-1]).cast(dtypes.int32)
-        amax, xsum = amax.reshape(1, *shape_b, scale.shape[-1]), xsum.reshape(1, *shape_b, scale.shape[-1])
+        shape_b, v, n = pieces[0].shape[1:-1], pieces[0].shape[-1], scale.shape[-1]
+        xq = xq.reshape(1, *shape_b, len(pieces), v).cast(dtypes.int32)
+        if n > 1 and v < 32:  # a scale per piece shorter than x's blocks (Q6_K's 16): x's amax spread over them
+            amax = amax.reshape(1, *shape_b, n * v // 32, 1).expand(1, *shape_b, n * v // 32, 32 // v)
+            xsum = x.reshape(1, *shape_b, n, v).sum(-1)
+        amax, xsum = amax.reshape(1, *shape_b, n), xsum.reshape(1, *shape_b, n)
         # one loop over the codes with an accumulator per piece
         dots = [(c.cast(dtypes.int32) * xq[..., i, :]).sum(-1, dtype=dtypes.int32) for i, c in enumerate(pieces)]
         if scale.shape[-1] == 1:  # the pieces make one block of x: one integer sum
