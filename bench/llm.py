@@ -231,7 +231,7 @@ def synthetic_matrix(name: str, shape: tuple[int, int]):
     scales = slice(208, 210) if name == "Q6_K" else slice(0, 4 if name in ("Q4_1", "Q4_K", "Q5_K") else 2)
     halves = (scales.stop - scales.start) // 2
     blocks[:, scales] = (rng.standard_normal((n, halves)) * 0.01).astype(np.float16).view(np.uint8)
-    return QuantizedMatrix(gt, blocks.tobytes(), 0, shape, "CPU")
+    return QuantizedMatrix.load(gt, blocks.tobytes(), 0, shape, "CPU")
 
 
 def format_table(bandwidth: float) -> None:

@@ -202,7 +202,7 @@ def test_quantized_linear_one_kernel_over_the_packed_bytes(tmp_path, kind, rows,
         assert GlobalCounters.kernel_count == 1
         # the kernel's buffers: the packed bytes (seen as two dtypes, each view counted at the full size), x and the
         # output; a float32 weight alone would be 4 * rows * cols bytes, 6-7x the packed size of the 4-bit types
-        packed = rows * cols // 32 * GGML[kind][2]
+        packed = q.nbytes  # (Q4_0's blocks padded to 20 bytes where the device has DP4A)
         assert GlobalCounters.global_mem <= 2 * packed + 4 * (cols + rows)
     np.testing.assert_allclose(out.numpy(), x_np @ w.T, rtol=1e-5, atol=1e-4 * np.abs(w).max() * np.sqrt(cols))
     np.testing.assert_array_equal(q.dequantize().numpy(), w)
@@ -298,7 +298,7 @@ def test_quantized_linear_int8_is_llama_cpp_arithmetic(tmp_path, kind, rows, col
     kernels = 3 if int8_path == "dp4a" and q.gt.word_parts is not None else 4
     kernels += kind == "Q6_K"  # x's sums per sub-block of 16, a reduce of their own
     assert GlobalCounters.kernel_count == kernels or one_block and GlobalCounters.kernel_count == kernels + 1
-    packed = rows * cols // GGML[kind][1] * GGML[kind][2]
+    packed = q.nbytes
     x_sums = 8 * cols if kind == "Q6_K" else 0  # that reduce reads x and writes its sums
     assert GlobalCounters.global_mem <= 2 * packed + rows * cols // 4 + 16 * cols + 8 * rows + x_sums
     ref = np_linear_int8(kind, raw, (rows, cols), x_np)
@@ -307,6 +307,14 @@ def test_quantized_linear_int8_is_llama_cpp_arithmetic(tmp_path, kind, rows, col
     # within int8 rounding of the float32 product: each code of x is off by at most half of amax / 127
     np.testing.assert_allclose(out.numpy()[0], w @ x_np, atol=0.5 / 127 * np.abs(x_np).max() * np.abs(w).sum(1).max())
     assert q.linear(x).shape == (rows,)
+
+
+def test_q4_0_blocks_padded_for_dp4a_hold_the_same_values(tmp_path, int8_path):
+    # where the device has DP4A, Q4_0's 18-byte blocks are copied into 20-byte ones (codes 4-byte aligned)
+    q, w = _quantized(tmp_path, "Q4_0", (5, 64))
+    assert q.gt.block_bytes == (20 if int8_path == "dp4a" else 18) and q.nbytes == 5 * 2 * q.gt.block_bytes
+    np.testing.assert_array_equal(q.dequantize().numpy(), w)
+    np.testing.assert_array_equal(QuantizedMatrix.stack([q, q]).dequantize().numpy(), np.concatenate([w, w]))
 
 
 @pytest.mark.parametrize("kind", ["Q4_0", "Q4_1", "Q8_0", *K_QUANTS])
