@@ -129,7 +129,9 @@ class Attention:
         values = self.cache_v.assign(written.where(new_v, self.cache_v))
         # grouped-query attention: query head h reads kv head h // (n_heads / n_kv_heads)
         group = cfg.n_heads // cfg.n_kv_heads
-        ctx = keys.shape[2]
+        ctx = mask.shape[-1]  # the slots the mask covers: those up to the last new position, or the whole cache
+        if ctx < keys.shape[2]:
+            keys, values = keys[:, :, :ctx], values[:, :, :ctx]
         keys = keys.reshape(1, cfg.n_kv_heads, 1, ctx, cfg.head_dim).expand(1, cfg.n_kv_heads, group, ctx, cfg.head_dim)
         values = values.reshape(1, cfg.n_kv_heads, 1, ctx, cfg.head_dim).expand(
             1, cfg.n_kv_heads, group, ctx, cfg.head_dim
@@ -208,7 +210,10 @@ class Llama:
         positions = (Tensor.arange(t) + start_pos).reshape(t, 1)
         slots = Tensor.arange(self.max_context).reshape(1, -1)
         onehot = (positions == slots).float()
-        mask = slots <= positions
+        # a prompt at a known position attends to the slots up to its last position only (a 128-token prompt into a
+        # cache of 1024: an eighth of the scores); a decode step at a Variable's position to the whole cache, masked
+        end = start_pos + t if isinstance(start_pos, int) else self.max_context
+        mask = slots[:, :end] <= positions
         cos, sin = onehot @ self.cos, onehot @ self.sin
         written = onehot.sum(0).reshape(1, 1, -1, 1) > 0
         # shared by every layer: computed once here rather than again inside each layer's kernels
