@@ -93,8 +93,9 @@ def linear(x: Tensor, w: Weight) -> Tensor:
 def _stacked(ws: list[Tensor | QuantizedMatrix]) -> Weight:
     """Weights that read the same input stacked into one matrix: one matmul kernel instead of several. Quantized ones
     of one type stay packed (their blocks copied into one buffer); others become one float32 matrix (PanelMatrix)."""
-    if all(isinstance(w, QuantizedMatrix) and w.gt == ws[0].gt for w in ws):  # (a K-quant file mixes types)
-        return QuantizedMatrix.stack(ws)  # type: ignore[arg-type]
+    quantized = [w for w in ws if isinstance(w, QuantizedMatrix)]
+    if len(quantized) == len(ws) and all(w.gt == quantized[0].gt for w in quantized):  # (a K-quant file mixes types)
+        return QuantizedMatrix.stack(quantized)
     # dequantized into buffers of their own first: a kernel that dequantizes three tensors behind a cat's padding has
     # index math that is slow to generate, and the copy after it is cheap
     ts = [(w.dequantize() if isinstance(w, QuantizedMatrix) else w).contiguous() for w in ws]
