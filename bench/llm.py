@@ -14,7 +14,8 @@ tokens/s and as a fraction of the memory-bandwidth limit: a decode step reads ev
 bandwidth a lazygrad sum over a 256 MB buffer reaches divided by the packed bytes of the weights. Last, each
 quantized matrix-vector product of a decode step alone (x's int8 quantization included): time, GB/s of its packed
 weight and the fraction of that bandwidth (replayed alone, a weight that fits the last-level cache is read from there:
-the fraction may pass 1; in a decode step every weight comes from memory).
+the fraction may pass 1; in a decode step every weight comes from memory); and the same product for each quantized
+type (Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K) on synthetic weights of one shape larger than the last-level cache.
 
     python bench/llm.py --quantized    # the quantized tables only
 """
@@ -179,6 +180,7 @@ def quantized_tables(path: str, prompt: list[int], ctx: int, f32_model) -> None:
     if llm is None:
         print("llama.cpp column absent: llama_cpp does not import (pip install llama-cpp-python)")
     matvec_table(quantized, bandwidth)
+    format_table(bandwidth)
 
 
 def matvec_table(model, bandwidth: float) -> None:
@@ -211,6 +213,48 @@ def matvec_table(model, bandwidth: float) -> None:
         gb_s = w.nbytes / t / 1e9
         shape = f"{w.shape[0]}x{w.shape[1]}"
         print(f"{name:40s} {w.gt.name:>5s} {shape:>12s} {t * 1e6:8.1f} {gb_s:7.1f} {gb_s / bandwidth:6.2f}")
+
+
+FORMAT_SHAPE = (16384, 4096)  # 38-71 MB of packed blocks: more than the last-level cache, read from memory
+
+
+def synthetic_matrix(name: str, shape: tuple[int, int]):
+    """A QuantizedMatrix of random blocks of a ggml type (name), its float16 scales small and finite."""
+    import numpy as np
+
+    from lazygrad.nn.gguf import GGML_TYPES, QuantizedMatrix
+
+    gt = next(t for t in GGML_TYPES.values() if t.name == name)
+    n = shape[0] * shape[1] // gt.block_elems
+    rng = np.random.default_rng(0)
+    blocks = rng.integers(0, 256, (n, gt.block_bytes), dtype=np.uint8)
+    scales = slice(208, 210) if name == "Q6_K" else slice(0, 4 if name in ("Q4_1", "Q4_K", "Q5_K") else 2)
+    halves = (scales.stop - scales.start) // 2
+    blocks[:, scales] = (rng.standard_normal((n, halves)) * 0.01).astype(np.float16).view(np.uint8)
+    return QuantizedMatrix.load(gt, blocks.tobytes(), 0, shape, "CPU")
+
+
+def format_table(bandwidth: float) -> None:
+    """A decode step's matrix-vector product (x's int8 quantization included) for each quantized type, synthetic weights
+    of one shape, replayed through a TinyJit (best of 20): GB/s of the packed weight and the fraction of bandwidth."""
+    from lazygrad.engine.jit import TinyJit
+    from lazygrad.tensor import Tensor
+
+    rows, cols = FORMAT_SHAPE
+    head = f"{'type':>5s} {'shape':>12s} {'MB':>6s} {'us':>8s} {'GB/s':>7s} {'of bw':>6s}"
+    print(f"\n{'decode matvec per type, synthetic weights':40s} {head}")
+    for name in ("Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K"):
+        w = synthetic_matrix(name, FORMAT_SHAPE)
+        x = Tensor.randn(1, cols).realize()
+        step = TinyJit(lambda x, w=w: w.linear(x).realize())
+        for _ in range(3):
+            step(x)
+        t = min(timed_once(lambda: step(x)) for _ in range(20))
+        gb_s = w.nbytes / t / 1e9
+        print(
+            f"{'':40s} {name:>5s} {f'{rows}x{cols}':>12s} {w.nbytes / 1e6:6.1f} {t * 1e6:8.1f} {gb_s:7.1f}"
+            f" {gb_s / bandwidth:6.2f}"
+        )
 
 
 def bench_prompt(tok) -> list[int]:

@@ -18,6 +18,7 @@ from lazygrad.dtype import dtypes
 from lazygrad.engine.jit import TinyJit
 from lazygrad.models import take_rows
 from lazygrad.nn.gguf import GGUFTensorInfo, QuantizedMatrix, gguf_quantized, gguf_read_header, gguf_tensor
+from lazygrad.nn.packed import PanelMatrix
 from lazygrad.tensor import Tensor
 from lazygrad.uop.ops import UOp
 
@@ -76,27 +77,30 @@ def rotate_pairs(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     return (x0 * cos - x1 * sin).stack(x0 * sin + x1 * cos, dim=-1).reshape(b, t, h, d)
 
 
-Weight = Tensor | QuantizedMatrix  # float32, or packed blocks that a matmul decodes in its loop (quantized=True)
+# float32 (in panels where the device multiplies those faster), or packed blocks (quantized=True)
+Weight = PanelMatrix | QuantizedMatrix
 
 
-def _plain(w: Weight) -> Weight:
-    """A float32 weight in a buffer of its own (not dequantized again by each step); a quantized one as it is."""
-    return w if isinstance(w, QuantizedMatrix) else w.contiguous()
+def _plain(w: Tensor | QuantizedMatrix) -> Weight:
+    """A float32 weight in a buffer of its own, in panels where the device has them (neither dequantized nor copied
+    into panels again by each step); a quantized one as it is."""
+    return w if isinstance(w, QuantizedMatrix) else PanelMatrix.pack(w)
 
 
 def linear(x: Tensor, w: Weight) -> Tensor:
-    return w.linear(x) if isinstance(w, QuantizedMatrix) else x.linear(w)
+    return w.linear(x)
 
 
-def _stacked(ws: list[Weight]) -> Weight:
+def _stacked(ws: list[Tensor | QuantizedMatrix]) -> Weight:
     """Weights that read the same input stacked into one matrix: one matmul kernel instead of several. Quantized ones
-    stay packed (their blocks copied into one buffer); float32 ones become one float32 buffer."""
-    if all(isinstance(w, QuantizedMatrix) for w in ws):
-        return QuantizedMatrix.stack(ws)  # type: ignore[arg-type]
+    of one type stay packed (their blocks copied into one buffer); others become one float32 matrix (PanelMatrix)."""
+    quantized = [w for w in ws if isinstance(w, QuantizedMatrix)]
+    if len(quantized) == len(ws) and all(w.gt == quantized[0].gt for w in quantized):  # (a K-quant file mixes types)
+        return QuantizedMatrix.stack(quantized)
     # dequantized into buffers of their own first: a kernel that dequantizes three tensors behind a cat's padding has
     # index math that is slow to generate, and the copy after it is cheap
     ts = [(w.dequantize() if isinstance(w, QuantizedMatrix) else w).contiguous() for w in ws]
-    return ts[0].cat(*ts[1:]).contiguous()
+    return PanelMatrix.pack(ts[0].cat(*ts[1:]).contiguous())
 
 
 class Attention:
@@ -127,7 +131,9 @@ class Attention:
         values = self.cache_v.assign(written.where(new_v, self.cache_v))
         # grouped-query attention: query head h reads kv head h // (n_heads / n_kv_heads)
         group = cfg.n_heads // cfg.n_kv_heads
-        ctx = keys.shape[2]
+        ctx = mask.shape[-1]  # the slots the mask covers: those up to the last new position, or the whole cache
+        if ctx < keys.shape[2]:
+            keys, values = keys[:, :, :ctx], values[:, :, :ctx]
         keys = keys.reshape(1, cfg.n_kv_heads, 1, ctx, cfg.head_dim).expand(1, cfg.n_kv_heads, group, ctx, cfg.head_dim)
         values = values.reshape(1, cfg.n_kv_heads, 1, ctx, cfg.head_dim).expand(
             1, cfg.n_kv_heads, group, ctx, cfg.head_dim
@@ -174,7 +180,7 @@ class Llama:
         # one realize per layer: in one realize, the same-shaped weights of all layers would become one multi-output
         # kernel per shape, slow to generate
         for ws in [[self.output]] + [[b.attention.wqkv, b.attention.wo, b.gate_up, b.down] for b in self.layers]:
-            floats = [w for w in ws if isinstance(w, Tensor)]
+            floats = [w.packed for w in ws if isinstance(w, PanelMatrix)]
             if floats:
                 Tensor.realize(*floats)
         # the rotation angles as llama.cpp computes them: position * scale^i by one float32 product per pair i, each
@@ -211,7 +217,10 @@ class Llama:
         positions = (Tensor.arange(t) + start_pos).reshape(t, 1)
         slots = Tensor.arange(self.max_context).reshape(1, -1)
         onehot = (positions == slots).float()
-        mask = slots <= positions
+        # a prompt at a known position attends to the slots up to its last position only (a 128-token prompt into a
+        # cache of 1024: an eighth of the scores); a decode step at a Variable's position to the whole cache, masked
+        end = start_pos + t if isinstance(start_pos, int) else self.max_context
+        mask = slots[:, :end] <= positions
         cos, sin = onehot @ self.cos, onehot @ self.sin
         written = onehot.sum(0).reshape(1, 1, -1, 1) > 0
         # shared by every layer: computed once here rather than again inside each layer's kernels

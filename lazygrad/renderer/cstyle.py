@@ -772,8 +772,11 @@ def _byte_products_only(uops: list[UOp]) -> bool:
     plain: dict[UOp, bool] = {}
     for u in uops:
         reads[u] = u.op is Ops.LOAD or any(reads.get(s, True) for s in u.src)
+        # bits of unsigned bytes put together (Q5_K's and Q6_K's high bits on their low ones) stay unsigned bytes
+        combined = u.op in (Ops.OR, Ops.SHL) and u.dtype.scalar == dtypes.uint8
         plain[u] = (u.op is Ops.LOAD and u.dtype.scalar.itemsize == 1 or u.op is Ops.CONST) or (
-            u.op in (Ops.CAST, Ops.AND, Ops.SHR, Ops.GEP, Ops.VECTORIZE) and all(plain.get(s, False) for s in u.src)
+            (u.op in (Ops.CAST, Ops.AND, Ops.SHR, Ops.GEP, Ops.VECTORIZE) or combined)
+            and all(plain.get(s, False) for s in u.src)
         )
     products = [u for u in uops if u.op is Ops.MUL and dtypes.is_int(u.dtype) and reads[u]]
     return bool(products) and all(plain[s] for u in products for s in u.src)

@@ -202,7 +202,7 @@ def test_quantized_linear_one_kernel_over_the_packed_bytes(tmp_path, kind, rows,
         assert GlobalCounters.kernel_count == 1
         # the kernel's buffers: the packed bytes (seen as two dtypes, each view counted at the full size), x and the
         # output; a float32 weight alone would be 4 * rows * cols bytes, 6-7x the packed size of the 4-bit types
-        packed = rows * cols // 32 * GGML[kind][2]
+        packed = q.nbytes  # (Q4_0's blocks padded to 20 bytes where the device has DP4A)
         assert GlobalCounters.global_mem <= 2 * packed + 4 * (cols + rows)
     np.testing.assert_allclose(out.numpy(), x_np @ w.T, rtol=1e-5, atol=1e-4 * np.abs(w).max() * np.sqrt(cols))
     np.testing.assert_array_equal(q.dequantize().numpy(), w)
@@ -212,6 +212,21 @@ def _np_int_parts(kind: str, raw: bytes, rows: int, cols: int) -> tuple[np.ndarr
     """Codes (rows, cols // 32, 32) in x's order, and per block of 32 the scale and offset: value = code * scale +
     offset."""
     f16 = lambda b: b.copy().view(np.float16).astype(np.float32)[..., 0]  # noqa: E731
+    if kind == "Q6_K":  # pieces of 16: codes 0..63, value = d * scale * (code - 32); the codes from np_dequant_k's
+        sb = np.frombuffer(raw, np.uint8).reshape(rows * cols // 256, 210)
+        scale = f16(sb[:, 208:210])[:, None] * sb[:, 192:208].view(np.int8).astype(np.float32)
+        w = np_dequant_k(kind, sb).reshape(-1, 16, 16)
+        codes = np.round(w / np.where(scale == 0, 1, scale)[..., None]).astype(np.int64) + 32
+        return codes.reshape(rows, -1, 16), scale.reshape(rows, -1), -32 * scale.reshape(rows, -1)
+    if kind == "Q5_K":
+        sb = np.frombuffer(raw, np.uint8).reshape(rows * cols // 256, 176)
+        scales, mins = _np_scales_mins_k4(sb[:, 4:16])
+        qh, qs = sb[:, 16:48].astype(np.int64), sb[:, 48:].astype(np.int64).reshape(-1, 4, 32)
+        low = np.stack([qs & 15, qs >> 4], axis=2).reshape(-1, 8, 32)
+        codes = low + 16 * ((qh[:, None, :] >> np.arange(8)[None, :, None]) & 1)
+        scale = f16(sb[:, 0:2])[:, None] * scales.astype(np.float32)
+        offset = -f16(sb[:, 2:4])[:, None] * mins.astype(np.float32)
+        return codes.reshape(rows, -1, 32), scale.reshape(rows, -1), offset.reshape(rows, -1)
     if kind == "Q4_K":
         sb = np.frombuffer(raw, np.uint8).reshape(rows * cols // 256, 144)
         scales, mins = _np_scales_mins_k4(sb[:, 4:16])
@@ -239,8 +254,11 @@ def np_linear_int8(kind: str, raw: bytes, shape: tuple[int, int], x: np.ndarray)
     inv = np.where(amax > 0, np.float32(127) / np.where(amax > 0, amax, 1), np.float32(0)).astype(np.float32)
     xq = np.trunc(xb * inv + np.float32(128.5)).astype(np.int64) - 128
     codes, scale, offset = _np_int_parts(kind, raw, rows, cols)
+    v = codes.shape[-1]  # values per piece: 32, or 16 (Q6_K's sub-blocks, half a block of x each)
+    xq, xp = xq.reshape(-1, v), x.reshape(-1, v)
+    amax = np.repeat(amax[:, 0], 32 // v)
     dot = (codes * xq).sum(-1)  # exact
-    out = dot.astype(np.float32) * (scale * amax[:, 0]) * np.float32(1 / 127) + offset * xb.sum(1)
+    out = dot.astype(np.float32) * (scale * amax) * np.float32(1 / 127) + offset * xp.sum(1)
     return out.sum(1)
 
 
@@ -256,11 +274,11 @@ def int8_path(request, monkeypatch):
     return request.param
 
 
-@pytest.mark.parametrize("kind", ["Q4_0", "Q4_1", "Q8_0", "Q4_K"])
+@pytest.mark.parametrize("kind", ["Q4_0", "Q4_1", "Q8_0", *K_QUANTS])
 @pytest.mark.parametrize("rows,cols", [(7, 96), (96, 576), (1, 32), (33, 64)])
 def test_quantized_linear_int8_is_llama_cpp_arithmetic(tmp_path, kind, rows, cols, int8_path):
     # one row of x (a decode step): x quantized to int8, integer dot products per block
-    cols = cols * 8 if kind == "Q4_K" else cols  # whole super-blocks of 256
+    cols = cols * 8 if kind in K_QUANTS else cols  # whole super-blocks of 256
     raw = random_data(kind, rows * cols, np.random.default_rng(0))
     path = tmp_path / "w.gguf"
     write_gguf(path, [], [("w", (rows, cols), kind, raw)])
@@ -278,15 +296,38 @@ def test_quantized_linear_int8_is_llama_cpp_arithmetic(tmp_path, kind, rows, col
     # products and the row sums are one kernel
     one_block = rows * cols == GGML[kind][1]
     kernels = 3 if int8_path == "dp4a" and q.gt.word_parts is not None else 4
+    kernels += kind == "Q6_K"  # x's sums per sub-block of 16, a reduce of their own
     assert GlobalCounters.kernel_count == kernels or one_block and GlobalCounters.kernel_count == kernels + 1
-    packed = rows * cols // GGML[kind][1] * GGML[kind][2]
-    assert GlobalCounters.global_mem <= 2 * packed + rows * cols // 4 + 16 * cols + 8 * rows
+    packed = q.nbytes
+    x_sums = 8 * cols if kind == "Q6_K" else 0  # that reduce reads x and writes its sums
+    assert GlobalCounters.global_mem <= 2 * packed + rows * cols // 4 + 16 * cols + 8 * rows + x_sums
     ref = np_linear_int8(kind, raw, (rows, cols), x_np)
     scale = np.abs(w).max() * np.abs(x_np).max() * np.sqrt(cols)
     np.testing.assert_allclose(out.numpy()[0], ref, rtol=1e-5, atol=1e-6 * scale)
     # within int8 rounding of the float32 product: each code of x is off by at most half of amax / 127
     np.testing.assert_allclose(out.numpy()[0], w @ x_np, atol=0.5 / 127 * np.abs(x_np).max() * np.abs(w).sum(1).max())
     assert q.linear(x).shape == (rows,)
+
+
+def test_q4_0_blocks_padded_for_dp4a_hold_the_same_values(tmp_path, int8_path):
+    # where the device has DP4A, Q4_0's 18-byte blocks are copied into 20-byte ones (codes 4-byte aligned)
+    q, w = _quantized(tmp_path, "Q4_0", (5, 64))
+    assert q.gt.block_bytes == (20 if int8_path == "dp4a" else 18) and q.nbytes == 5 * 2 * q.gt.block_bytes
+    np.testing.assert_array_equal(q.dequantize().numpy(), w)
+    np.testing.assert_array_equal(QuantizedMatrix.stack([q, q]).dequantize().numpy(), np.concatenate([w, w]))
+
+
+@pytest.mark.parametrize("kind", ["Q4_0", "Q4_1", "Q8_0", *K_QUANTS])
+@pytest.mark.parametrize("batch", [(32,), (2, 20)])
+def test_quantized_linear_of_a_prompt_multiplies_the_dequantized_weight(tmp_path, kind, batch):
+    # from 32 rows of x the weight is dequantized (and packed into panels where the device has them) once, then
+    # multiplied as a float32 matrix: exact to float rounding
+    q, w = _quantized(tmp_path, kind, (48, 512))
+    x_np = np.random.default_rng(1).standard_normal((*batch, 512)).astype(np.float32)
+    GlobalCounters.reset()
+    out = q.linear(Tensor(x_np)).realize()
+    assert GlobalCounters.kernel_count <= 3  # dequantize, pack, multiply
+    np.testing.assert_allclose(out.numpy(), x_np @ w.T, rtol=1e-5, atol=1e-4 * np.abs(w).max() * np.sqrt(512))
 
 
 @pytest.mark.parametrize("kind", ["Q4_1", "Q8_0"])
@@ -346,7 +387,7 @@ def test_k_quant_random_blocks_match_gguf_package(kind):
 @pytest.mark.parametrize("kind", K_QUANTS)
 def test_k_quant_file_written_by_gguf_package(tmp_path, kind):
     # a file from the reference writer, read through the public loader: a 3-D tensor of the K-quant beside an F32 one;
-    # the packed path has a matmul for Q4_K only: gguf_quantized leaves the others to load as float32
+    # every K-quant has a packed matmul: gguf_quantized keeps the blocks packed
     gguf = pytest.importorskip("gguf")
     rng = np.random.default_rng(6)
     shape = (2, 3, 512)
@@ -368,7 +409,7 @@ def test_k_quant_file_written_by_gguf_package(tmp_path, kind):
     np.testing.assert_array_equal(tensors["b"].numpy(), bias)
     _, infos, mm = gguf_read_header(path)
     assert [i.ggml_type.name for i in infos] == [kind, "F32"]
-    assert (gguf_quantized(mm, infos[0]) is None) == (kind != "Q4_K")
+    assert gguf_quantized(mm, infos[0]) is not None
 
 
 @pytest.mark.parametrize("kind", K_QUANTS)
@@ -381,8 +422,9 @@ def test_k_quant_rows_not_whole_super_blocks(tmp_path, kind, shape):
 
 
 def test_llama_of_mixed_k_quants_loads_both_ways(tmp_path):
-    # a Q4_K_M-style file (Q4_K, Q5_K and Q6_K matrices, one Q8_0): quantized=True keeps the Q8_0 packed and loads the
-    # K-quants as float32; both loads give the same logits, and the embedding rows are the Q6_K table's rows
+    # a Q4_K_M-style file (Q4_K, Q5_K and Q6_K matrices, one Q8_0): quantized=True keeps them packed, but for q, k and
+    # v of two types, which stack as float32; both loads give the same logits, and the embedding rows are the Q6_K
+    # table's rows
     from lazygrad.models.llama import load_llama
 
     rng = np.random.default_rng(7)
@@ -440,9 +482,6 @@ def test_k_quant_linear_of_several_rows_multiplies_the_dequantized_weight(kind):
     w = np_dequant_k(kind, blocks.reshape(-1, GGML[kind][2])).reshape(3, 512)
     x = np.random.default_rng(4).standard_normal((5, 512)).astype(np.float32)
     np.testing.assert_allclose(q.linear(Tensor(x)).numpy(), x @ w.T, rtol=1e-5, atol=1e-4 * np.abs(x @ w.T).max())
-    if kind != "Q4_K":
-        with pytest.raises(ValueError, match=f"{kind} blocks have no packed matmul"):
-            q.linear_int8(Tensor(x[:1]))
 
 
 def test_metadata_all_types_and_alignment(tmp_path):
