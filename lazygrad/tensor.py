@@ -927,6 +927,14 @@ class Tensor(metaclass=_TensorType):
         batchnorm statistics)."""
         return _TrainMode(True)(mode) if callable(mode) else _TrainMode(mode)
 
+    @staticmethod
+    def from_uop(uop: UOp) -> Tensor:
+        """A tensor over a node, made without __init__'s argument parsing and not queued as a new lazy value: for the
+        JIT's replay path, whose outputs are stored buffers."""
+        t = Tensor.__new__(Tensor)
+        t.uop, t.grad, t._requires_grad, t._view_of = uop, None, None, None
+        return t
+
     def replace(self, x: Tensor) -> Tensor:
         """Make this tensor stand for x's value (tinygrad's): no copy and no write into memory, unlike assign."""
         if x.shape != self.shape:

@@ -52,13 +52,6 @@ __all__ = ["TinyJit", "JitError"]
 R = TypeVar("R")
 
 
-def _wrap(uop: UOp) -> Tensor:
-    """A Tensor over `uop` without Tensor.__init__'s argument parsing (the replay path is hot)."""
-    t = Tensor.__new__(Tensor)
-    t.uop, t.grad, t._requires_grad, t._view_of = uop, None, None, None
-    return t
-
-
 def _realize_writes(args: list[Any]) -> None:
     """Run the writes the function made into its Tensor arguments (t[i] = v, t.assign(v)), so the capture records
     them and every call leaves its arguments written, whether or not the function realized them."""
@@ -153,7 +146,7 @@ class CapturedJit:
         self.args, self.kw_names, self.n_args = args, kw_names, len(args)
         self.training, self.no_grad = mode  # Tensor.training and no_grad shape the graph: frozen like the rest
         # the returned structure over the JIT's own Tensor objects: the caller may reassign the ones it got
-        self.ret = _rebuild(ret, lambda t: _wrap(t.uop))
+        self.ret = _rebuild(ret, lambda t: Tensor.from_uop(t.uop))
         out_uops = [t.uop for t in _tensors_in(self.ret)]
         out_bufs = {b for u in out_uops for b in (x.arg for x in u.toposort if x.op is Ops.BUFFER)}
         # share memory between intermediates; inputs and outputs are the user's and never share
@@ -273,7 +266,7 @@ class CapturedJit:
         GlobalCounters.global_ops += self.ops
         GlobalCounters.global_mem += self.mem
         if self.single_out is not None:
-            return _wrap(self.single_out)
+            return Tensor.from_uop(self.single_out)
         return self._outputs({})
 
     def _next_random_counters(self) -> None:
@@ -311,7 +304,7 @@ class CapturedJit:
         """The returned structure, its outputs rebuilt around this call's inputs (`swap`) and bound values."""
         for b, slot in self.out_binds.items():
             swap[b] = b.replace(src=(b.src[0], b.src[1].const_like(self.var_vals[slot]), *b.src[2:]))
-        return _rebuild(self.ret, lambda t: _wrap(rebind(t.uop, swap) if swap else t.uop))
+        return _rebuild(self.ret, lambda t: Tensor.from_uop(rebind(t.uop, swap) if swap else t.uop))
 
     def _merge_kwargs(self, args: tuple, kwargs: dict[str, Any]) -> tuple:
         if tuple(sorted(kwargs)) != self.kw_names:
@@ -423,7 +416,7 @@ class TinyJit(Generic[R]):
                 m = _sharded_stored(a)
                 aliases = [p.base.arg.alias() for p in m.src]
                 parts = tuple(p.rebase(UOp.buffer_view(b, (b.size,))) for p, b in zip(m.src, aliases))
-                t = _wrap(m.replace(src=parts))
+                t = Tensor.from_uop(m.replace(src=parts))
                 t._requires_grad = a._requires_grad
                 value = (m.arg, tuple(p.shape for p in m.src))
                 specs.append(_Arg(_TENSOR, len(inputs), a.shape, a.dtype, a.device, value=value))
@@ -433,7 +426,7 @@ class TinyJit(Generic[R]):
                 # each input gets a fresh alias of its memory: every node built on it is new to the scheduler, so no
                 # value computed from this call's input before the capture can be reused (and be stale on replay)
                 alias = (a._plain_buffer() or a._contiguous_buffer()).alias()
-                t = _wrap(UOp.buffer_view(alias, a.shape))
+                t = Tensor.from_uop(UOp.buffer_view(alias, a.shape))
                 t._requires_grad = a._requires_grad
                 shape, vals = sym_unbind(a.shape)
                 specs.append(_Arg(_TENSOR, len(inputs), shape, a.dtype, a.device))
