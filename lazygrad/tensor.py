@@ -1905,8 +1905,12 @@ class Tensor(metaclass=_TensorType):
         view of gets the write (in place if realized, else in its lazy graph), and this view reads the result."""
         base, at = self._view_of  # type: ignore[misc]
         chain = _view_chain(self.uop, at)
-        if hit is not None and any(u.op is Ops.EXPAND for u in chain):
-            vals = hit.where(vals, 0)  # an expand is undone by a sum over its copies: only the written one counts
+        if any(u.op is Ops.EXPAND and u.shape != u.src[0].shape for u in chain):
+            _refuse_overlapping_write(
+                hit if hit is not None else Tensor.full(self.shape, True, device=self.device), chain
+            )
+            if hit is not None:
+                vals = hit.where(vals, 0)  # an expand is undone by a sum over its copies: only the written one counts
         for u in reversed(chain):
             hit, vals = _unview(u, hit), _unview(u, vals)
         assert hit is None or hit.shape == base.shape, "a view's chain leads back to its base's shape"
@@ -6674,6 +6678,22 @@ def _view_chain(u: UOp, at: UOp) -> list[UOp]:
         chain.append(u)
         u = u.src[0]
     return chain[::-1]
+
+
+def _refuse_overlapping_write(hit: Tensor, chain: list[UOp]) -> None:
+    """torch's error for a write of several elements of an expanded view into one memory location (c = t.expand(2, 2);
+    c[0] = ...): the written positions are counted per element of the base (a small kernel, only for expanded views).
+    Summed, the copies would land as their total."""
+    if any(u.op is Ops.BITCAST for u in chain):
+        return
+    counts: Tensor | None = hit.cast(dtypes.int32)
+    for u in reversed(chain):
+        counts = _unview(u, counts)
+    if counts is not None and counts.max().item() > 1:
+        raise RuntimeError(
+            "unsupported operation: more than one element of the written-to tensor refers to a single memory location "
+            "(an expanded view); clone() it before writing"
+        )
 
 
 def _unview(u: UOp, t: Tensor | None) -> Tensor | None:
