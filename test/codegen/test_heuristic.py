@@ -14,11 +14,11 @@ from lazygrad.engine.realize import CompiledRunner, ExecItem, run_schedule
 from lazygrad.renderer.cstyle import ClangRenderer
 
 
-def _tile(t: Tensor, masked_load_lanes: tuple[int, ...] = ()) -> tuple[Kernel, np.ndarray]:
-    """The heuristic's kernel for the one kernel computing `t` on a 64-byte, 32-register CPU, and its result when
-    compiled with those opts and run here."""
+def _tile(t: Tensor, masked_load_lanes: tuple[int, ...] = (), threads: int = 1) -> tuple[Kernel, np.ndarray]:
+    """The heuristic's kernel for the one kernel computing `t` on a 64-byte, 32-register CPU with `threads` cores,
+    and its result when compiled with those opts and run here."""
     (si,) = t.schedule()
-    renderer = ClangRenderer(threads=1, vector_bytes=64, vector_registers=32)
+    renderer = ClangRenderer(threads=threads, vector_bytes=64, vector_registers=32)
     renderer.masked_load_lanes = masked_load_lanes
     k = Kernel(si.ast, renderer)
     k.merge_axes()
@@ -43,6 +43,23 @@ def test_matmul_tile_is_rows_of_two_vectors():
     k, got = _tile(Tensor(a).realize() @ Tensor(b).realize())
     assert sorted(_upcasts(k)) == [2, 8, 16]
     np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("n", [128, 96])
+def test_panel_matmul_shares_out_its_columns(n: int):
+    """A matmul over B in panels of 16 columns: the cores share out the column pairs, each keeping its panels in its
+    own cache while the rows stream, where the pairs go round evenly (4 of them); 3 pairs share out the rows."""
+    rows, k_ = 64, 96
+    a, b = _rand(rows, k_), _rand(k_, n, seed=1)
+    panels = Tensor(b).reshape(k_, n // 16, 16).permute(1, 0, 2).contiguous().realize()
+    # the rows outermost, as the scheduler builds a matmul over panels (schedule/panels.py)
+    out = (Tensor(a).realize().reshape(rows, 1, k_, 1) * panels.reshape(1, n // 16, k_, 16)).sum(-2)
+    k, got = _tile(out, threads=2)
+    assert sorted(_upcasts(k)) == [2, 8, 16]
+    threaded = [s for s, t in zip(k.full_shape, k.axis_types) if t is AxisType.THREAD]
+    assert threaded == ([n // 32] if n == 128 else [rows // 8])
+    ref = (a @ b).reshape(rows, n // 16, 16)
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("size", [16, 32])
