@@ -3134,6 +3134,14 @@ class Tensor(metaclass=_TensorType):
     def rshift(self, x: int) -> Tensor:
         return self._bitwise(Ops.SHR, x)
 
+    def bitwise_left_shift(self, other: Any) -> Tensor:
+        """torch's name for <<: shifts of the dtype's width or more give 0, as torch's."""
+        return self._bitwise(Ops.SHL, other)
+
+    def bitwise_right_shift(self, other: Any) -> Tensor:
+        """torch's name for >>: shifts of the dtype's width or more give 0, or -1 for a negative value."""
+        return self._bitwise(Ops.SHR, other)
+
     def __and__(self, x: Any) -> Tensor:
         return self.bitwise_and(x)
 

@@ -226,3 +226,14 @@ def test_special_function_gradients(name):
     getattr(a, name)().sum().backward()
     getattr(torch, name)(b).sum().backward()
     np.testing.assert_allclose(a.grad.numpy(), b.grad.numpy(), rtol=2e-6)
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint8", "int16", "int32", "int64"])
+def test_shifts_by_tensors_as_torch(dtype):
+    bits = np.dtype(dtype).itemsize * 8
+    a = np.array([1, -8, 5, 7, 100, -1], dtype=np.int64).astype(dtype)
+    s = np.array([0, 1, 3, bits - 1, bits, bits + 3], dtype=np.int64).astype(dtype)
+    for name in ("bitwise_left_shift", "bitwise_right_shift"):
+        got = getattr(Tensor(a), name)(Tensor(s)).numpy()
+        want = getattr(torch, name)(torch.tensor(a), torch.tensor(s)).numpy()
+        np.testing.assert_array_equal(got, want, err_msg=name)
