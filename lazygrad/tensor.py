@@ -5312,7 +5312,8 @@ class Tensor(metaclass=_TensorType):
     def lcm(self, other: Any) -> Tensor:
         a, b = self._broadcasted(other)
         g = a.gcd(b)
-        return (g == 0).where(0, (a.idiv((g == 0).where(1, g)) * b).abs())
+        # |a| / g * |b|, wrapping as torch's where the product overflows the dtype
+        return (g == 0).where(0, a.abs().idiv((g == 0).where(1, g)) * b.abs())
 
     # more of torch's: matrix views and predicates, k-th values, scatters into slices, Cholesky
 

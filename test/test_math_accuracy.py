@@ -237,3 +237,12 @@ def test_shifts_by_tensors_as_torch(dtype):
         got = getattr(Tensor(a), name)(Tensor(s)).numpy()
         want = getattr(torch, name)(torch.tensor(a), torch.tensor(s)).numpy()
         np.testing.assert_array_equal(got, want, err_msg=name)
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint8", "int16", "int32"])
+def test_lcm_wraps_as_torch(dtype):
+    # |a| / gcd * |b| past the dtype's range wraps as torch's (lcm(-100, 9) in int8 is -124)
+    a = np.array([-100, 9, 6, -4, 0, 7, 100, 127], dtype=np.int64).astype(dtype)
+    b = np.array([9, -100, 4, 6, 5, 0, 3, 3], dtype=np.int64).astype(dtype)
+    got = Tensor(a).lcm(Tensor(b)).numpy()
+    np.testing.assert_array_equal(got, torch.lcm(torch.tensor(a), torch.tensor(b)).numpy())
