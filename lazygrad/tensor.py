@@ -3314,6 +3314,8 @@ class Tensor(metaclass=_TensorType):
         return self._float_unary(Ops.LOG2)
 
     def exp(self) -> Tensor:
+        if self.dtype == dtypes.float64:
+            return self._with_derivative(_exp_float64(self), lambda x: x.exp())
         return self._in_float32(lambda x: x.mul(1 / math.log(2)).exp2())
 
     def expm1(self) -> Tensor:
@@ -5972,6 +5974,20 @@ def _tanh(x: Tensor) -> Tensor:
         return small.where(series, 1 - 2 / ((small.where(1.0, a) * 2).exp() + 1))
 
     return _odd(x, positive)
+
+
+def _exp_float64(x: Tensor) -> Tensor:
+    """exp in float64 to ~2 ulps: exp2(x log2 e) rounds the product, whose error grows with |x| (2e-14 relative near
+    700, 40 ulps typical). Cody-Waite: x = k ln2 + r with k an integer and r exact from a two-part ln2 (k * LN2_HI is
+    exact: LN2_HI has 32 bits, |k| < 2^11); then exp2(r log2 e + 1) * 2^(k - 1), the halves so 2^k never overflows
+    before the product does. (float32 keeps one exp2: a second would cost softmax; its error is ~5 ulps at |x| ~ 10.)"""
+    ln2_hi, ln2_lo = 6.93147180369123816490e-01, 1.90821492927058770002e-10
+    special = (x.abs() == math.inf) | (x != x)
+    xs = special.where(0.0, x).clip(-750.0, 710.0)  # past these exp is 0 or inf anyway; k stays small and exact
+    k = (xs * (1 / math.log(2))).round()
+    r = (xs - k * ln2_hi) - k * ln2_lo
+    out = (r * (1 / math.log(2)) + 1).exp2() * (k - 1).exp2()
+    return special.where((x == -math.inf).where(0.0, x), out)
 
 
 def _expm1(x: Tensor) -> Tensor:
