@@ -2626,9 +2626,6 @@ class Tensor(metaclass=_TensorType):
         """x - trunc(x), with x's sign (torch.frac)."""
         return self - self.trunc()
 
-    def sgn(self) -> Tensor:
-        return self.sign()
-
     def signbit(self) -> Tensor:
         """True where the sign bit is set, -0.0 included (torch.signbit)."""
         return self._signbit()
@@ -2676,66 +2673,12 @@ class Tensor(metaclass=_TensorType):
         node = weakref.ref(out.uop)
         return self._with_derivative(out, lambda y: _from_node(node, y.dtype).square().exp() * (math.sqrt(math.pi) / 2))
 
-    # torch's other names
-    def arctan2(self, other: Any) -> Tensor:
-        return self.atan2(other)
-
-    def remainder(self, other: Any) -> Tensor:
-        return self.mod(other)
-
-    def floor_divide(self, other: Any) -> Tensor:
-        return self.floordiv(other)
-
-    def true_divide(self, other: Any) -> Tensor:
-        return self.div(other)
-
+    # torch's other names with other arguments (the plain aliases are at the end of the class)
     def divide(self, other: Any, rounding_mode: str | None = None) -> Tensor:
         return self.div(other, rounding_mode=rounding_mode)
 
-    def multiply(self, other: Any) -> Tensor:
-        return self.mul(other)
-
     def subtract(self, other: Any, alpha: Any = 1) -> Tensor:
         return self.sub(other * alpha if alpha != 1 else other)
-
-    def negative(self) -> Tensor:
-        return self.neg()
-
-    def absolute(self) -> Tensor:
-        return self.abs()
-
-    def arcsin(self) -> Tensor:
-        return self.asin()
-
-    def arccos(self) -> Tensor:
-        return self.acos()
-
-    def arctan(self) -> Tensor:
-        return self.atan()
-
-    def arcsinh(self) -> Tensor:
-        return self.asinh()
-
-    def arccosh(self) -> Tensor:
-        return self.acosh()
-
-    def arctanh(self) -> Tensor:
-        return self.atanh()
-
-    def greater(self, other: Any) -> Tensor:
-        return self.gt(other)
-
-    def greater_equal(self, other: Any) -> Tensor:
-        return self.ge(other)
-
-    def less(self, other: Any) -> Tensor:
-        return self.lt(other)
-
-    def less_equal(self, other: Any) -> Tensor:
-        return self.le(other)
-
-    def not_equal(self, other: Any) -> Tensor:
-        return self.ne(other)
 
     def _logical(self, op: Ops, x: Any) -> Tensor:
         other = x.cast(dtypes.bool) if isinstance(x, Tensor) else bool(x)
@@ -5492,6 +5435,11 @@ class Tensor(metaclass=_TensorType):
 
     def pinverse(self, rcond: float = 1e-15) -> Tensor:
         return self.pinv(rcond)
+
+    # torch's other names of the same ops
+    arctan2, arcsin, arccos, arctan, arcsinh, arccosh, arctanh = atan2, asin, acos, atan, asinh, acosh, atanh
+    remainder, floor_divide, true_divide, multiply, negative, absolute = mod, floordiv, div, mul, neg, abs
+    greater, greater_equal, less, less_equal, not_equal, sgn = gt, ge, lt, le, ne, sign
 
 
 def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
