@@ -2632,19 +2632,14 @@ class Tensor(metaclass=_TensorType):
 
     def erfc(self) -> Tensor:
         """1 - erf(x) without the cancellation: exact to float32's last digits also where erfc is tiny (erfc(9) is
-        4e-37). In float64 1 - erf below 1.8 and a continued fraction above (_erfc_pos); float32 and the
-        16-bit types compute in float64 where the device has it, else as 1 - erf."""
-        if self.dtype != dtypes.float64 and (fdt := least_upper_float(self.dtype)) != dtypes.float64:
-            from lazygrad.device import Device
+        4e-37). 1 - erf below 1.8 and a continued fraction above (_erfc_pos), in float64 where the device has it."""
 
-            if Device[self.device].renderer.dtype_unsupported(dtypes.float64) is None:
-                return self.cast(dtypes.float64).erfc().cast(fdt)
-            return 1 - self.erf()
-        x = self.cast(dtypes.float64)
-        neg = x < 0
-        pos = _erfc_pos(neg.where(-x, x))
-        out = neg.where(2 - pos, pos)
-        return self._with_derivative(out, lambda v: (-v * v).exp() * (-2 / math.sqrt(math.pi)))
+        def fn(x: Tensor) -> Tensor:
+            neg = x < 0
+            pos = _erfc_pos(neg.where(-x, x))
+            return neg.where(2 - pos, pos)
+
+        return self._with_derivative(self._in_float64(fn), lambda v: (-v * v).exp() * (-2 / math.sqrt(math.pi)))
 
     def _in_float64(self, fn: Callable[[Tensor], Tensor]) -> Tensor:
         """fn computed in float64 where the device has it (special functions whose float32 forms would need tables
@@ -6129,8 +6124,8 @@ def _erfinv(y: Tensor) -> Tensor:
 
 
 def _erfc_fraction(b: Tensor) -> Tensor:
-    """erfc(b) for b >= 1.8 in float64: exp(-b^2) / sqrt(pi) / (b + (1/2) / (b + 1 / (b + (3/2) / ...))), 60
-    levels (1e-15 relative from 1.8)."""
+    """erfc(b) for b >= 1.8: exp(-b^2) / sqrt(pi) / (b + (1/2) / (b + 1 / (b + (3/2) / ...))), 60 levels (1e-15
+    relative from 1.8)."""
     d = b
     for k in range(60, 0, -1):
         d = b + (k / 2) / d
@@ -6138,8 +6133,8 @@ def _erfc_fraction(b: Tensor) -> Tensor:
 
 
 def _erfc_pos(a: Tensor) -> Tensor:
-    """erfc(a) for a >= 0 in float64: 1 - erf below 1.8 (erfc > 0.01 there, so erf's 1e-16 stays ~1e-14
-    relative), the continued fraction above."""
+    """erfc(a) for a >= 0: 1 - erf below 1.8 (erfc > 0.01 there, so in float64 erf's 1e-16 stays ~1e-14 relative),
+    the continued fraction above."""
     small = a < 1.8
     return small.where(1 - _erf(small.where(a, 0.0)), _erfc_fraction(small.where(1.8, a)))
 
