@@ -31,6 +31,11 @@ RANGE_KIND = {AxisType.GLOBAL: "g", AxisType.THREAD: "t", AxisType.THREAD_REDUCE
 BLOCK_MIN_TRIPS, BLOCK_MAX_ACCS = 1024, 4
 
 
+def _add_to(op: Ops, block: UOp, total: UOp) -> UOp:
+    """A blocked reduce's update of its total by one block's result."""
+    return reduce_combine(op, total, block)
+
+
 def reduce_identity(op: Ops, dtype) -> UOp:  # noqa: ANN001
     if dtype.count > 1:
         return UOp(Ops.VECTORIZE, dtype, (reduce_identity(op, dtype.scalar),) * dtype.count)
@@ -469,38 +474,12 @@ class Lowerer:
         if not self.reduce_ranges:  # every reduce axis unrolled: no loop, no accumulator
             results = {key: update(None) for key, update in updates_of.items()}
         else:
-            accs = {
-                key: UOp(
-                    Ops.DEFINE_ACC,
-                    key[1],
-                    (
-                        reduce_identity(key[0], key[1]),
-                        *self.thread_idxs,
-                        *self.global_ranges,
-                        *self.split_ranges,
-                        *self.block_ranges,  # a block's accumulator starts afresh in each block
-                    ),
-                    i,
-                )
-                for i, key in enumerate(updates_of)
-            }
-            # the reduce ranges are sources of the update and of the accumulator's read, so an update whose value is
-            # loop-invariant (a reduce over an expanded axis) still runs once per iteration instead of being hoisted
-            # before the loop
-            updates = [
-                UOp(
-                    Ops.ASSIGN,
-                    acc.dtype,
-                    (acc, updates_of[key](UOp(Ops.AFTER, acc.dtype, (acc, *self.reduce_ranges))), *self.reduce_ranges),
-                )
-                for key, acc in accs.items()
-            ]
-            end = UOp(Ops.ENDRANGE, dtypes.void, (self.reduce_ranges[-1], *updates))
-            for rng in reversed(self.reduce_ranges[:-1]):
-                end = UOp(Ops.ENDRANGE, dtypes.void, (rng, end))
-            results = {key: UOp(Ops.AFTER, acc.dtype, (acc, end)) for key, acc in accs.items()}
+            outside = (*self.thread_idxs, *self.global_ranges, *self.split_ranges)
+            # a block's accumulator starts afresh in each block; the blocks' results are added to totals outside them
+            results = self._accumulate(updates_of, self.reduce_ranges, (*outside, *self.block_ranges))
             if self.block_ranges:
-                results = self._add_blocks(results)
+                adds = {key: functools.partial(_add_to, key[0], res) for key, res in results.items()}
+                results = self._accumulate(adds, self.block_ranges, outside, first=len(results))
         if self.k.axes_of(AxisType.GROUP):
             results = self._group_reduce(results)
         if self.split_ranges:
@@ -510,33 +489,26 @@ class Lowerer:
             results = {key: self._fold_lanes(key[0], res) for key, res in results.items()}
         self.reduce_results = {rk: results[key] for rk, key in keys.items()}
 
-    def _add_blocks(self, blocks: dict[tuple, UOp]) -> dict[tuple, UOp]:
-        """The totals of a blocked reduce: each block's result added to an accumulator outside the block loops."""
-        totals = {
-            key: UOp(
-                Ops.DEFINE_ACC,
-                v.dtype,
-                (reduce_identity(key[0], v.dtype), *self.thread_idxs, *self.global_ranges, *self.split_ranges),
-                len(blocks) + i,
-            )
-            for i, (key, v) in enumerate(blocks.items())
+    @staticmethod
+    def _accumulate(
+        updates: dict[tuple, Callable[[UOp], UOp]], loops: list[UOp], outside: tuple[UOp, ...], first: int = 0
+    ) -> dict[tuple, UOp]:
+        """An accumulator per key (op, dtype, ...), defined inside the `outside` loops and updated in every iteration
+        of `loops` by its function of the accumulator's value; read after those loops close. The loops are sources
+        of the update and of the read, so an update whose value is loop-invariant (a reduce over an expanded axis)
+        still runs once per iteration instead of being hoisted before the loop."""
+        accs = {
+            key: UOp(Ops.DEFINE_ACC, key[1], (reduce_identity(key[0], key[1]), *outside), first + i)
+            for i, key in enumerate(updates)
         }
-        updates = [
-            UOp(
-                Ops.ASSIGN,
-                acc.dtype,
-                (
-                    acc,
-                    reduce_combine(key[0], UOp(Ops.AFTER, acc.dtype, (acc, *self.block_ranges)), blocks[key]),
-                    *self.block_ranges,
-                ),
-            )
-            for key, acc in totals.items()
+        assigns = [
+            UOp(Ops.ASSIGN, acc.dtype, (acc, updates[key](UOp(Ops.AFTER, acc.dtype, (acc, *loops))), *loops))
+            for key, acc in accs.items()
         ]
-        end = UOp(Ops.ENDRANGE, dtypes.void, (self.block_ranges[-1], *updates))
-        for rng in reversed(self.block_ranges[:-1]):
+        end = UOp(Ops.ENDRANGE, dtypes.void, (loops[-1], *assigns))
+        for rng in reversed(loops[:-1]):
             end = UOp(Ops.ENDRANGE, dtypes.void, (rng, end))
-        return {key: UOp(Ops.AFTER, acc.dtype, (acc, end)) for key, acc in totals.items()}
+        return {key: UOp(Ops.AFTER, acc.dtype, (acc, end)) for key, acc in accs.items()}
 
     def _stage_tiles(self) -> None:
         """STAGE: at the top of each reduce step a barrier (the step before has read its tiles), then every thread
