@@ -35,6 +35,10 @@ from lazygrad.uop.ops import GroupOp, Ops, UOp, pretty_print, ssimplify, ssmax, 
 from lazygrad.uop.program import GraphProgram
 from lazygrad.uop.view import ShapeTracker, strides_for_shape
 
+# reductions and composites of these accumulate in float32 and round once at the end, as torch's do (a sum rounded
+# to half before the division of a mean, or each running total of a cumsum, costs an ulp or more)
+HALF_FLOATS = (dtypes.float16, dtypes.bfloat16)
+
 
 class RealizedNodes:
     """Computed nodes that have been realized -> the buffer view that holds their value; consulted by the scheduler.
@@ -2394,9 +2398,13 @@ class Tensor(metaclass=_TensorType):
         return combine(inner, before).reshape(*self.shape[:-1], a * block).shrink(lead + [(0, n)])
 
     def cumsum(self, axis: int = 0) -> Tensor:
+        if self.dtype in HALF_FLOATS:
+            return self.float().cumsum(axis).cast(self.dtype)
         return self.cast(sum_acc_dtype(self.dtype))._cumulative(axis, "sum")
 
     def cumprod(self, axis: int = 0) -> Tensor:
+        if self.dtype in HALF_FLOATS:
+            return self.float().cumprod(axis).cast(self.dtype)
         x = self.cast(sum_acc_dtype(self.dtype))
         out = x._cumulative(axis, "prod")
         if not x.requires_grad:
@@ -3217,7 +3225,7 @@ class Tensor(metaclass=_TensorType):
     def _in_float32(self, fn: Any) -> Tensor:
         """Composite math on float16/bfloat16 runs in float32 and rounds once, as torch does; each rounding to half
         inside a composite (x * log2(e) before exp2, pi/2 - x before sin) would cost several ulps of the result."""
-        if self.dtype in (dtypes.float16, dtypes.bfloat16):
+        if self.dtype in HALF_FLOATS:
             return fn(self.float()).cast(self.dtype)
         return fn(self.cast(least_upper_float(self.dtype)))
 
@@ -3538,15 +3546,15 @@ class Tensor(metaclass=_TensorType):
         self, axis: int | Sequence[int] | None = None, keepdim: bool = False, dtype: DType | str | None = None
     ) -> Tensor:
         out_dt = to_dtype(dtype) if dtype is not None else sum_acc_dtype(self.dtype)
-        # half precision accumulates in float32, like torch
-        acc_dt = dtypes.float32 if out_dt in (dtypes.float16, dtypes.bfloat16) else out_dt
+        acc_dt = dtypes.float32 if out_dt in HALF_FLOATS else out_dt
         return self.cast(acc_dt)._reduce(Ops.ADD, axis, keepdim).cast(out_dt)
 
     def prod(
         self, axis: int | Sequence[int] | None = None, keepdim: bool = False, dtype: DType | str | None = None
     ) -> Tensor:
         out_dt = to_dtype(dtype) if dtype is not None else sum_acc_dtype(self.dtype)
-        return self.cast(out_dt)._reduce(Ops.MUL, axis, keepdim)
+        acc_dt = dtypes.float32 if out_dt in HALF_FLOATS else out_dt
+        return self.cast(acc_dt)._reduce(Ops.MUL, axis, keepdim).cast(out_dt)
 
     def max(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
         return self._reduce(Ops.MAX, axis, keepdim)
@@ -3560,6 +3568,8 @@ class Tensor(metaclass=_TensorType):
         return ~((~self).max(axis, keepdim))
 
     def mean(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
+        if self.dtype in HALF_FLOATS:
+            return self.float().mean(axis, keepdim).cast(self.dtype)  # summed and divided before one rounding
         axes = _axes(axis, self.ndim)
         n = prod(self.shape[a] for a in axes)
         fdt = least_upper_float(self.dtype)
@@ -3567,6 +3577,8 @@ class Tensor(metaclass=_TensorType):
         return total / n if n else total * math.nan
 
     def var(self, axis: int | Sequence[int] | None = None, keepdim: bool = False, correction: int = 1) -> Tensor:
+        if self.dtype in HALF_FLOATS:
+            return self.float().var(axis, keepdim, correction).cast(self.dtype)
         axes = _axes(axis, self.ndim)
         n = prod(self.shape[a] for a in axes)
         x = self.cast(least_upper_float(self.dtype))
@@ -3580,6 +3592,8 @@ class Tensor(metaclass=_TensorType):
         return sq / ssmax(0, dof)
 
     def std(self, axis: int | Sequence[int] | None = None, keepdim: bool = False, correction: int = 1) -> Tensor:
+        if self.dtype in HALF_FLOATS:
+            return self.float().std(axis, keepdim, correction).cast(self.dtype)
         return _root(self.var(axis, keepdim, correction), 2)
 
     @_replayed
@@ -3907,6 +3921,8 @@ class Tensor(metaclass=_TensorType):
 
     @_replayed
     def softmax(self, axis: int = -1) -> Tensor:
+        if self.dtype in HALF_FLOATS:
+            return self.float().softmax(axis).cast(self.dtype)
         if self.ndim == 0:
             _axes(axis, 0)
             return self.reshape(1).softmax(0).reshape(())
@@ -3919,6 +3935,8 @@ class Tensor(metaclass=_TensorType):
 
     @_replayed
     def log_softmax(self, axis: int = -1) -> Tensor:
+        if self.dtype in HALF_FLOATS:
+            return self.float().log_softmax(axis).cast(self.dtype)
         if self.ndim == 0:
             _axes(axis, 0)
             return self.reshape(1).log_softmax(0).reshape(())
@@ -3931,6 +3949,8 @@ class Tensor(metaclass=_TensorType):
         return (-self).softmax(axis)
 
     def logsumexp(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
+        if self.dtype in HALF_FLOATS:
+            return self.float().logsumexp(axis, keepdim).cast(self.dtype)
         if any(self.shape[a] == 0 for a in _axes(axis, self.ndim)):
             # an empty sum: log(0) = -inf, as torch; there is no max to shift by
             m = self.zeros_like().sum(axis, keepdim=True)

@@ -105,3 +105,34 @@ def test_integer_edges_follow_torch():
         torch.tensor([1, 2]) ** -1
     np.testing.assert_array_equal((Tensor([1, 2, -1]) ** Tensor(-1)).numpy(), [1, 0, -1])  # a tensor exponent: ok
     np.testing.assert_array_equal((Tensor([1, 2, -1]) ** 3).numpy(), [1, 8, -1])
+
+
+HALF_REDUCTIONS = {
+    "sum": lambda t: t.sum(1),
+    "mean": lambda t: t.mean(1),
+    "var": lambda t: t.var(1),
+    "std": lambda t: t.std(1),
+    "prod": lambda t: (t[:, :40] + 0.5).prod(1),
+    "cumsum": lambda t: t.cumsum(1),
+    "softmax": lambda t: t.softmax(1),
+    "log_softmax": lambda t: t.log_softmax(1),
+    "logsumexp": lambda t: t.logsumexp(1),
+}
+
+
+@pytest.mark.parametrize("name", HALF_REDUCTIONS)
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_half_reductions_round_once(name, dtype):
+    """Reductions of float16/bfloat16 accumulate in float32 and round once, as torch's: a mean whose sum was rounded
+    to half before the division, or a cumsum whose running totals were half, was an ulp or more off in many places.
+    Compared with the exact result (float64 from the same half inputs) rounded to the dtype."""
+    fn = HALF_REDUCTIONS[name]
+    tdt = getattr(torch, dtype)
+    x = torch.from_numpy(np.random.default_rng(0).random((4, 3000)) * 2 - 0.3).to(tdt)
+    if name == "prod":
+        exact = (x[:, :40] + 0.5).double().prod(1).to(tdt)  # the + 0.5 rounds to half on both sides
+    else:
+        exact = fn(x.double()).to(tdt)
+    got = torch.from_numpy(fn(Tensor(x.float().numpy()).cast(getattr(dtypes, dtype))).float().numpy())
+    off = (got != exact.float()).float().mean().item()
+    assert off <= 0.005, f"{off:.1%} of {name} outputs differ from the correctly rounded result"
