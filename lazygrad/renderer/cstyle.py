@@ -26,6 +26,8 @@ float exp2f(float); float log2f(float); float sinf(float); float cosf(float); fl
 float powf(float, float); float fmodf(float, float);
 double exp2(double); double log2(double); double sin(double); double cos(double); double sqrt(double);
 double trunc(double); double pow(double, double); double fmod(double, double);
+int lg_team(int) __attribute__((weak));
+#define LG_TEAM(n) (lg_team ? lg_team(n) : (n))
 #define LG_MAX(a, b) ({ __auto_type _a = (a); __auto_type _b = (b); (_a != _a || _a > _b) ? _a : _b; })
 #define LG_IDIV(a, b) ({ __auto_type _a = (a); __auto_type _b = (b); \
   _b == 0 ? (__typeof__(_a))0 : LG_SIGNED_M1(_b) ? (__typeof__(_a))(0ULL - (unsigned long long)_a) : (__typeof__(_a))(_a / _b); })
@@ -805,7 +807,8 @@ class ClangRenderer(CStyleLanguage):
         self.threads = threads  # cores a THREAD axis is shared out among
         # the machine's SIMD registers: the heuristic's vector width and register tile follow them
         self.vector_bytes, self.vector_registers = vector_bytes, vector_registers
-        self.parallel_for = f"#pragma omp parallel for schedule(guided) num_threads({threads})"
+        # the team is asked for at each launch: one thread while other processes hold the cores (runtime/threads_cpu.py)
+        self.parallel_for = f"#pragma omp parallel for schedule(guided) num_threads(LG_TEAM({threads}))"
 
     def masked_load(self, dtype: DType) -> bool:
         # AVX-512's masked load (vmovups zmm{k}{z}, a builtin of gcc and clang): a padded conv's shifted window at an
