@@ -26,8 +26,6 @@ float exp2f(float); float log2f(float); float sinf(float); float cosf(float); fl
 float powf(float, float); float fmodf(float, float);
 double exp2(double); double log2(double); double sin(double); double cos(double); double sqrt(double);
 double trunc(double); double pow(double, double); double fmod(double, double);
-int lg_team(int) __attribute__((weak));
-#define LG_TEAM(n) (lg_team ? lg_team(n) : (n))
 #define LG_MAX(a, b) ({ __auto_type _a = (a); __auto_type _b = (b); (_a != _a || _a > _b) ? _a : _b; })
 #define LG_IDIV(a, b) ({ __auto_type _a = (a); __auto_type _b = (b); \
   _b == 0 ? (__typeof__(_a))0 : LG_SIGNED_M1(_b) ? (__typeof__(_a))(0ULL - (unsigned long long)_a) : (__typeof__(_a))(_a / _b); })
@@ -571,6 +569,14 @@ C_ALU = PatternMatcher(
 CStyleLanguage.alu_rules, CStyleLanguage.plain_alu_rules = C_ALU, C_PLAIN_ALU
 
 
+# the team a parallel loop gets at launch (runtime/threads_cpu.py); weak, so a kernel loaded where the team library
+# is not runs on every thread
+TEAM_DECL = """#ifndef LG_TEAM
+int lg_team(int) __attribute__((weak));
+#define LG_TEAM(n) (lg_team ? lg_team(n) : (n))
+#endif
+"""
+
 # vector helpers: a lane-wise select through integer masks (C has no `?:` on vectors), NaN-propagating max
 C_VECTOR_PRELUDE = """#ifndef LG_VSEL
 #define LG_VSEL(m, a, b) ({ __typeof__(m) _m = (m); (__typeof__(a))((_m & (__typeof__(_m))(a)) | (~_m & (__typeof__(_m))(b))); })
@@ -978,4 +984,5 @@ class ClangRenderer(CStyleLanguage):
         targets = [self.byte_dot_target] if self.byte_dot_target and vnni else []
         targets += [self.lane_select_target] if self.lane_select_target and _lanes_selected(uops) else []
         target = f'__attribute__((target("{",".join(targets)}"))) ' if targets else ""
-        return f"{self.prelude}{vec}{target}{self.kernel_prefix}{name}({', '.join(params)}) {{\n{body}\n}}\n"
+        team = TEAM_DECL if any(u.op is Ops.RANGE and u.arg[1] in ("t", "tr") for u in uops) else ""
+        return f"{self.prelude}{vec}{team}{target}{self.kernel_prefix}{name}({', '.join(params)}) {{\n{body}\n}}\n"
