@@ -3,7 +3,8 @@
 A THREAD axis renders as an OpenMP loop whose team size comes from `lg_team(threads)`, a C function of a small library
 loaded once per process (RTLD_GLOBAL, so every kernel finds it). OpenMP ends each parallel loop with a barrier: when
 other processes hold the cores, a worker thread waits its turn at the scheduler (milliseconds) and the kernel waits
-with it. On 2 cores with two busy neighbours, the JIT MLP step took 38.9 ms with 2 threads, 0.07 ms with 1.
+with it. On 2 shared cores beside two busy processes (bench/dispatch.py loaded, best / median ms), the JIT MLP step
+took 7.1 / 10.5 with 2 threads, 0.49 / 0.71 with 1, 0.44 / 0.50 with the team chosen here.
 
 The sign of that is the launching thread's own wait for a core: the kernel's run delay (second field of
 /proc/thread-self/schedstat) grows while it is runnable and not running. Per window of wall time:
@@ -55,7 +56,8 @@ int lg_team_step(lg_team_state *s, long long now, long long delay, int threads) 
   return s->team;
 }
 
-static long long run_delay(void) {
+/* the calling thread's total wait for a core, ns (< 0: unknown) */
+long long lg_team_run_delay(void) {
   char buf[96];
   int fd = open("/proc/thread-self/schedstat", O_RDONLY);
   if (fd < 0) return -1;
@@ -78,7 +80,7 @@ int lg_team(int threads) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     long long now = ts.tv_sec * 1000000000LL + ts.tv_nsec;
-    team = now >= lg_state.next ? lg_team_step(&lg_state, now, run_delay(), threads) : lg_state.team;
+    team = now >= lg_state.next ? lg_team_step(&lg_state, now, lg_team_run_delay(), threads) : lg_state.team;
   }
   lg_team_launches[team > 1]++;
   return team;
@@ -105,6 +107,7 @@ def load_team(load: Callable[[str], ctypes.CDLL]) -> ctypes.CDLL:
         step = lib.lg_team_step
         step.argtypes = [ctypes.POINTER(TeamState), ctypes.c_longlong, ctypes.c_longlong, ctypes.c_int]
         step.restype = ctypes.c_int
+        lib.lg_team_run_delay.restype = ctypes.c_longlong
         _team = lib
     return _team
 

@@ -69,6 +69,19 @@ def test_unknown_run_delay_keeps_every_thread(team):
     assert team.lg_team_step(ctypes.byref(state), 1010 * MS, -1, 2) == 2
 
 
+def test_run_delay_is_read_from_the_kernel(team):
+    if not os.path.exists("/proc/thread-self/schedstat"):
+        pytest.skip("no /proc/thread-self/schedstat")
+
+    def python_delay() -> int:
+        with open("/proc/thread-self/schedstat") as f:
+            return int(f.read().split()[1])
+
+    first = python_delay()
+    got = team.lg_team_run_delay()
+    assert first <= got <= python_delay()
+
+
 def _threaded_kernel():
     x = Tensor(np.arange(600 * 1000, dtype=np.float32).reshape(600, 1000)).realize()
     (item,) = (x * 2 + 1).schedule()
