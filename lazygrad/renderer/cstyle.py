@@ -349,12 +349,15 @@ def _define_var(ctx: RenderCtx, u: UOp) -> str:
     return u.arg[0]
 
 
+THREAD_KINDS = ("t", "tr")  # loop kinds (codegen/lowerer.py RANGE_KIND) whose iterations the CPU cores share
+
+
 def _range(ctx: RenderCtx, u: UOp) -> str:
     axis, kind = u.arg
     v = f"{ {'r': 'ridx', 'rb': 'rblk'}.get(kind, 'gidx') }{axis}"
     # a loop beside thread ids (a symbolic axis whose largest size is 1) must not take a thread id's name
     v = f"loop{axis}" if v in ctx.special_names else v
-    if kind in ("t", "tr"):  # a THREAD axis: the loop's iterations are shared out among the CPU cores
+    if kind in THREAD_KINDS:  # a THREAD axis: the loop's iterations are shared out among the CPU cores
         ctx.line(ctx.r.parallel_for)
     ctx.line(f"for ({ctx.r.render_dtype(u.dtype)} {v} = 0; {v} < {ctx.names[u.src[0]]}; {v}++) {{")
     ctx.depth += 1
@@ -984,5 +987,5 @@ class ClangRenderer(CStyleLanguage):
         targets = [self.byte_dot_target] if self.byte_dot_target and vnni else []
         targets += [self.lane_select_target] if self.lane_select_target and _lanes_selected(uops) else []
         target = f'__attribute__((target("{",".join(targets)}"))) ' if targets else ""
-        team = TEAM_DECL if any(u.op is Ops.RANGE and u.arg[1] in ("t", "tr") for u in uops) else ""
+        team = TEAM_DECL if any(u.op is Ops.RANGE and u.arg[1] in THREAD_KINDS for u in uops) else ""
         return f"{self.prelude}{vec}{team}{target}{self.kernel_prefix}{name}({', '.join(params)}) {{\n{body}\n}}\n"
