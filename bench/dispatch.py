@@ -1,14 +1,16 @@
 """Dispatch overhead: what a TinyJit replay costs on top of its kernels, against torch eager, numpy and tinygrad.
 
-    python bench/dispatch.py [small_add twenty_kernels big_add train_step cnn_step]
+    python bench/dispatch.py [small_add twenty_kernels big_add train_step cnn_step loaded]
 
-Five measurements, one table each:
+Six measurements, one table each:
   1. a 16-element add (the kernel is nothing: this is the per-call cost of the framework), through the JIT and eager
      (`(a + b).realize()`: building, scheduling and running a graph seen before);
   2. a function of 20 small kernels against one kernel's call (the CPU graph makes a replay one ctypes call);
   3. a 1M-element add through the JIT and eager against the same compiled C kernel called directly from ctypes;
   4. an MLP training step (forward, backward, Adam) with and without the JIT;
-  5. the digits CNN's training step without the JIT, against torch eager.
+  5. the digits CNN's training step without the JIT, against torch eager;
+  6. JIT steps (MLP, digits CNN) and a 1024^2 matmul with the machine idle and beside two busy processes (started
+     here), the thread team adapting to the load against always all threads (as before) and always one.
 tinygrad's TinyJit is measured when tinygrad is installed (`pip install tinygrad`, DEV=CPU, needs clang).
 """
 
@@ -249,8 +251,84 @@ def cnn_step() -> None:
     table("digits CNN Adam step, batch 64, without JIT (target: within 1.5x of torch eager)", results, "torch eager")
 
 
+def loaded() -> None:
+    """Threaded kernels on a busy machine: every workload under each team policy, interleaved round by round, idle
+    and then beside two processes that spin on the cores (ms per call: the best round and the median round)."""
+    import subprocess
+
+    from lazygrad import nn
+    from lazygrad.device import Device
+    from lazygrad.examples.digits import DigitsCNN, make_step
+    from lazygrad.nn import Linear
+    from lazygrad.nn.optim import Adam
+    from lazygrad.nn.state import get_parameters
+    from lazygrad.runtime.threads_cpu import set_fixed_team, team_launches
+
+    rng = np.random.default_rng(0)
+    l1, l2 = Linear(64, 128), Linear(128, 10)
+    opt = Adam(get_parameters([l1, l2]), lr=1e-3)
+
+    @TinyJit
+    def mlp(x: Tensor, y: Tensor) -> Tensor:
+        opt.zero_grad()
+        loss = l2(l1(x).relu()).sparse_categorical_crossentropy(y).backward()
+        opt.step()
+        return loss
+
+    x = Tensor(rng.standard_normal((128, 64)).astype(np.float32)).realize()
+    y = Tensor(rng.integers(0, 10, 128).astype(np.int32)).realize()
+    model = DigitsCNN()
+    cnn = make_step(model, nn.optim.Adam(get_parameters(model), lr=3e-3), jit=True)
+    cx = Tensor(rng.standard_normal((64, 1, 8, 8)).astype(np.float32)).realize()
+    cy = Tensor(rng.integers(0, 10, 64).astype(np.int32)).realize()
+    a, b = Tensor.rand(1024, 1024).realize(), Tensor.rand(1024, 1024).realize()
+    matmul = TinyJit(lambda p, q: (p @ q).realize())
+    work: dict[str, tuple[Callable[[], object], int]] = {
+        "JIT MLP step": (lambda: Tensor.train()(mlp)(x, y), 200),
+        "JIT digits CNN step": (lambda: cnn(cx, cy), 20),
+        "JIT matmul 1024^2": (lambda: matmul(a, b), 3),
+    }
+    threads = Device["CPU"].threads
+    teams = {"adaptive": 0, f"always {threads}": threads, "always 1": 1}
+    for fn, _ in work.values():
+        for _ in range(3):
+            fn()
+
+    def measure(rounds: int) -> dict[tuple[str, str], list[float]]:
+        times: dict[tuple[str, str], list[float]] = {(w, t): [] for w in work for t in teams}
+        for _ in range(rounds):
+            for w, (fn, reps) in work.items():
+                for t, team in teams.items():
+                    set_fixed_team(team)
+                    st = time.perf_counter()
+                    for _ in range(reps):
+                        fn()
+                    times[w, t].append((time.perf_counter() - st) / reps)
+        set_fixed_team(0)
+        return times
+
+    before = team_launches()
+    results = {"idle": measure(5)}
+    hogs = [subprocess.Popen(["sh", "-c", "while :; do :; done"]) for _ in range(2)]
+    try:
+        time.sleep(0.5)  # the shells running before the first round
+        results["2 busy neighbours"] = measure(5)
+    finally:
+        for p in hogs:
+            p.kill()
+            p.wait()
+    single, several = (n - m for n, m in zip(team_launches(), before))
+    print(f"\nThreaded kernels on {threads} cores, idle and loaded (ms per call, best / median of 5 rounds;")
+    print(f"parallel loops launched: {single} on one thread, {several} on {threads})")
+    print(f"{'':22s} {'':20s}" + "".join(f" {t:>17s}" for t in teams))
+    for cond, times in results.items():
+        for w in work:
+            row = "".join(f" {min(times[w, t]) * 1e3:8.3f}/{sorted(times[w, t])[2] * 1e3:8.3f}" for t in teams)
+            print(f"{cond:22s} {w:20s}{row}")
+
+
 if __name__ == "__main__":
     # sections by name (`python bench/dispatch.py train_step`), all by default
-    sections = {f.__name__: f for f in (small_add, twenty_kernels, big_add, train_step, cnn_step)}
+    sections = {f.__name__: f for f in (small_add, twenty_kernels, big_add, train_step, cnn_step, loaded)}
     for name in sys.argv[1:] or sections:
         sections[name]()

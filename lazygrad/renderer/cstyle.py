@@ -349,12 +349,15 @@ def _define_var(ctx: RenderCtx, u: UOp) -> str:
     return u.arg[0]
 
 
+THREAD_KINDS = ("t", "tr")  # loop kinds (codegen/lowerer.py RANGE_KIND) whose iterations the CPU cores share
+
+
 def _range(ctx: RenderCtx, u: UOp) -> str:
     axis, kind = u.arg
     v = f"{ {'r': 'ridx', 'rb': 'rblk'}.get(kind, 'gidx') }{axis}"
     # a loop beside thread ids (a symbolic axis whose largest size is 1) must not take a thread id's name
     v = f"loop{axis}" if v in ctx.special_names else v
-    if kind in ("t", "tr"):  # a THREAD axis: the loop's iterations are shared out among the CPU cores
+    if kind in THREAD_KINDS:  # a THREAD axis: the loop's iterations are shared out among the CPU cores
         ctx.line(ctx.r.parallel_for)
     ctx.line(f"for ({ctx.r.render_dtype(u.dtype)} {v} = 0; {v} < {ctx.names[u.src[0]]}; {v}++) {{")
     ctx.depth += 1
@@ -568,6 +571,14 @@ C_ALU = PatternMatcher(
 )
 CStyleLanguage.alu_rules, CStyleLanguage.plain_alu_rules = C_ALU, C_PLAIN_ALU
 
+
+# the team a parallel loop gets at launch (runtime/threads_cpu.py); weak, so a kernel loaded where the team library
+# is not runs on every thread
+TEAM_DECL = """#ifndef LG_TEAM
+int lg_team(int) __attribute__((weak));
+#define LG_TEAM(n) (lg_team ? lg_team(n) : (n))
+#endif
+"""
 
 # vector helpers: a lane-wise select through integer masks (C has no `?:` on vectors), NaN-propagating max
 C_VECTOR_PRELUDE = """#ifndef LG_VSEL
@@ -805,7 +816,8 @@ class ClangRenderer(CStyleLanguage):
         self.threads = threads  # cores a THREAD axis is shared out among
         # the machine's SIMD registers: the heuristic's vector width and register tile follow them
         self.vector_bytes, self.vector_registers = vector_bytes, vector_registers
-        self.parallel_for = f"#pragma omp parallel for schedule(guided) num_threads({threads})"
+        # the team is asked for at each launch: one thread while other processes hold the cores (runtime/threads_cpu.py)
+        self.parallel_for = f"#pragma omp parallel for schedule(guided) num_threads(LG_TEAM({threads}))"
 
     def masked_load(self, dtype: DType) -> bool:
         # AVX-512's masked load (vmovups zmm{k}{z}, a builtin of gcc and clang): a padded conv's shifted window at an
@@ -975,4 +987,5 @@ class ClangRenderer(CStyleLanguage):
         targets = [self.byte_dot_target] if self.byte_dot_target and vnni else []
         targets += [self.lane_select_target] if self.lane_select_target and _lanes_selected(uops) else []
         target = f'__attribute__((target("{",".join(targets)}"))) ' if targets else ""
-        return f"{self.prelude}{vec}{target}{self.kernel_prefix}{name}({', '.join(params)}) {{\n{body}\n}}\n"
+        team = TEAM_DECL if any(u.op is Ops.RANGE and u.arg[1] in THREAD_KINDS for u in uops) else ""
+        return f"{self.prelude}{vec}{team}{target}{self.kernel_prefix}{name}({', '.join(params)}) {{\n{body}\n}}\n"

@@ -15,6 +15,7 @@ from typing import Any
 from lazygrad.device import Allocator, Compiled, CompileError, Compiler, DeviceUnavailable
 from lazygrad.helpers import cpu_cores, diskcache_get, diskcache_put, getenv
 from lazygrad.renderer.cstyle import ClangRenderer
+from lazygrad.runtime.threads_cpu import load_team
 
 _libc = ctypes.CDLL(None)
 _libc.posix_memalign.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t, ctypes.c_size_t]
@@ -308,6 +309,7 @@ def _libraries_needed(obj: bytes, libs: list[str]) -> list[str]:
     if undefined is None:
         return libs
     undefined.discard("_GLOBAL_OFFSET_TABLE_")  # made by the linker itself
+    undefined.discard("lg_team")  # the thread team library (runtime/threads_cpu.py), loaded by the process
     if not undefined:
         return []
     if all(name.startswith(("GOMP_", "omp_")) for name in undefined):
@@ -320,7 +322,7 @@ def _libraries_needed(obj: bytes, libs: list[str]) -> list[str]:
 _so_dirs = [d for d in ("/dev/shm",) if os.access(d, os.W_OK)] + [None]
 
 
-def _load_copy(lib: bytes) -> ctypes.CDLL:
+def _load_copy(lib: bytes, mode: int = ctypes.DEFAULT_MODE) -> ctypes.CDLL:
     """A private copy of a shared object (every file is its own copy): a library may hold mutable globals (a CPU
     graph's tables)."""
     while True:
@@ -328,7 +330,7 @@ def _load_copy(lib: bytes) -> ctypes.CDLL:
             f.write(lib)
             path = f.name
         try:
-            return ctypes.CDLL(path)
+            return ctypes.CDLL(path, mode)
         except OSError:
             if _so_dirs[0] is None:
                 raise
@@ -398,6 +400,8 @@ class CPUDevice(Compiled):
         compiler = ClangCompiler(find_c_compiler())
         renderer = ClangRenderer(self.threads, *simd_registers())
         renderer.has_threads = compiler.openmp and self.threads > 1
+        if renderer.has_threads:
+            load_team(lambda src: _load_copy(compiler.compile_cached(src), ctypes.RTLD_GLOBAL))
         renderer.byte_dot_target = compiler.byte_dot_target
         renderer.lane_select_target = compiler.lane_select_target
         renderer.dp4a_builtins = compiler.dp4a_builtins
