@@ -7,7 +7,7 @@ exactly for integers and bools, to the dtype's precision for floats.
 
 CI runs a fixed seed and a bounded number of cases; a longer hunt is a script:
 
-    python test/test_fuzz.py --cases 5000 --seed 7 [--device CL]
+    python test/test_fuzz.py --cases 5000 --seed 7 [--device CL] [--big]
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ INTS = [np.int8, np.uint8, np.int16, np.int32, np.int64]
 FLOATS = [np.float32, np.float16]
 DTYPES = [np.bool_, *INTS, *FLOATS]
 SIZES = [0, 1, 1, 2, 3, 5, 7, 8, 13]
+# --big: sizes past vector widths, register tiles and thread splits (chains of up to 400k elements)
+BIG_SIZES = [0, 1, 3, 16, 17, 33, 64, 127, 257, 1031]
 TOL = {np.float32: (1e-4, 1e-4), np.float16: (2e-2, 2e-2)}
 
 
@@ -271,9 +273,13 @@ def lg_dtype_of(dt: Any) -> Any:
     return dtypes.bool if dt == np.bool_ else getattr(dtypes, np.dtype(dt).name)
 
 
-def gen_case(seed: int, n_steps: int = 6) -> tuple[np.ndarray, list[Step]]:
+def gen_case(seed: int, n_steps: int = 6, big: bool = False) -> tuple[np.ndarray, list[Step]]:
     rng = random.Random(seed)
-    shape = tuple(rng.choice(SIZES) for _ in range(rng.randint(1, 3)))
+    limit = 400_000 if big else 4096
+    while True:
+        shape = tuple(rng.choice(BIG_SIZES if big else SIZES) for _ in range(rng.randint(1, 3)))
+        if int(np.prod(shape)) <= limit // 2:
+            break
     x0 = random_array(rng, shape, rng.choice(DTYPES))
     probe = torch.from_numpy(x0.copy())  # each step's result shape and dtype, as torch gives them
     steps: list[Step] = []
@@ -285,7 +291,7 @@ def gen_case(seed: int, n_steps: int = 6) -> tuple[np.ndarray, list[Step]]:
             out = step.fn(probe, Lib(True))
         except (RuntimeError, TypeError):  # an op torch refuses for this dtype (e.g. max of bool): pick another
             continue
-        if out.numel() > 4096 or out.ndim > 4:
+        if out.numel() > limit or out.ndim > 4:
             continue
         steps.append(step)
         probe = out
@@ -349,10 +355,11 @@ if __name__ == "__main__":
     ap.add_argument("--cases", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=10_000)
     ap.add_argument("--device", default="CPU")
+    ap.add_argument("--big", action="store_true", help="sizes up to 1031 a dimension (BIG_SIZES)")
     args = ap.parse_args()
     bad = 0
     for seed in range(args.seed, args.seed + args.cases):
-        x0, steps = gen_case(seed)
+        x0, steps = gen_case(seed, big=args.big)
         try:
             err = run_case(x0, steps, args.device)
         except Exception as e:  # a crash is a finding too
