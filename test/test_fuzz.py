@@ -278,7 +278,7 @@ def gen_case(seed: int, n_steps: int = 6, big: bool = False) -> tuple[np.ndarray
     limit = 400_000 if big else 4096
     while True:
         shape = tuple(rng.choice(BIG_SIZES if big else SIZES) for _ in range(rng.randint(1, 3)))
-        if int(np.prod(shape)) <= limit // 2:
+        if not big or int(np.prod(shape)) <= limit // 2:
             break
     x0 = random_array(rng, shape, rng.choice(DTYPES))
     probe = torch.from_numpy(x0.copy())  # each step's result shape and dtype, as torch gives them
