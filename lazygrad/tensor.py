@@ -28,8 +28,9 @@ from lazygrad.dtype import (  # noqa: F401  (_to_np_dtype: tinygrad programs imp
     sum_acc_dtype,
     to_dtype,
 )
+from lazygrad.engine.realize import capture_began, capture_paused, run_schedule
 from lazygrad.helpers import TRAINING, argfix, argsort, ceildiv, flatten, make_tuple, prod
-from lazygrad.schedule.kernelize import ordered_write, write_order
+from lazygrad.schedule.kernelize import REALIZED_ENTRY, create_schedule, ordered_write, write_order
 from lazygrad.schedule.multi import has_multi, lower_multi, multi, split_bounds, stored_multis, whole_buffer
 from lazygrad.uop.ops import GroupOp, Ops, UOp, pretty_print, ssimplify, ssmax, substitute, sym_known, sym_value
 from lazygrad.uop.program import GraphProgram
@@ -46,10 +47,13 @@ class RealizedNodes:
     entry whose value is this entry's key, a cycle no weak reference breaks (every realized tensor with a gradient
     path leaked its graph and buffer). Such a value lives as long as the tensor's own node, which holds it."""
 
-    _ENTRY = "realized_as"
+    _ENTRY = REALIZED_ENTRY
 
     def __init__(self) -> None:
-        self._nodes: weakref.WeakSet[UOp] = weakref.WeakSet()  # the keys, to list and count the entries
+        # a weak reference per key, to list and count the entries, dropped by its own callback when the key dies (a
+        # WeakSet's add is a Python call, on every node a realize stores)
+        self._refs: set[weakref.ref] = set()
+        self._drop = self._refs.discard
 
     def get(self, node: UOp, default: UOp | None = None) -> UOp | None:
         view = node.__dict__.get(RealizedNodes._ENTRY)
@@ -70,15 +74,16 @@ class RealizedNodes:
 
     def __setitem__(self, node: UOp, view: UOp) -> None:
         node.__dict__[RealizedNodes._ENTRY] = view
-        self._nodes.add(node)
+        # (a key already held: the new reference equals the one in the set, which keeps its place)
+        self._refs.add(weakref.ref(node, self._drop))
 
     def __delitem__(self, node: UOp) -> None:
         if node.__dict__.pop(RealizedNodes._ENTRY, None) is None:
             raise KeyError(node)
-        self._nodes.discard(node)
+        self._refs.discard(weakref.ref(node))  # a live node's references are equal: this finds the one held
 
     def __len__(self) -> int:
-        return len(self._nodes)
+        return len(self._refs)
 
     def hold_weakly(self, node: UOp) -> None:
         view = node.__dict__.get(RealizedNodes._ENTRY)
@@ -86,7 +91,7 @@ class RealizedNodes:
             node.__dict__[RealizedNodes._ENTRY] = weakref.ref(view)
 
     def items(self) -> list[tuple[UOp, UOp]]:
-        return [(k, v) for k in list(self._nodes) if (v := self.get(k)) is not None]
+        return [(k, v) for r in self._refs.copy() if (k := r()) is not None and (v := self.get(k)) is not None]
 
     def update(self, other: dict[UOp, UOp]) -> None:
         for node, view in other.items():
@@ -110,7 +115,7 @@ class RealizedNodes:
         replay)."""
         for node in self.reading(memories):
             node.__dict__.pop(RealizedNodes._ENTRY, None)
-            self._nodes.discard(node)
+            self._refs.discard(weakref.ref(node))
 
 
 _realized = RealizedNodes()
@@ -277,8 +282,6 @@ def realize_readers_of(memories: frozenset[Buffer]) -> None:
 def _realize_readers(readers: list[tuple[int, Tensor]]) -> None:
     """Compute lazy tensors before a write overwrites what they read. Inside a TinyJit capture, those made before it
     began are computed once, unrecorded: a replay must not recompute them from the memory the capture overwrites."""
-    from lazygrad.engine.realize import capture_began, capture_paused, run_schedule
-
     began = capture_began()
     before = [t for serial, t in readers if began is not None and serial < began]
     inside = [t for serial, t in readers if began is None or serial >= began]
@@ -316,8 +319,6 @@ def _readers_of_overwritten(
     before the writes). Computed first: inside a TinyJit capture a tensor made before it (a replay would compute it
     again from the new contents), and a tensor whose graph binds variables (its bindings may differ from these
     outputs')."""
-    from lazygrad.engine.realize import capture_began
-
     if not writes:
         return [], []
     mems = {n.src[0].base.arg.memory for n in writes}
@@ -1082,8 +1083,6 @@ class Tensor(metaclass=_TensorType):
 
     def schedule_with_vars(self, *lst: Tensor) -> tuple[list, dict[UOp, int]]:
         """The kernels that compute this tensor (and `lst`), and the variable values they run with."""
-        from lazygrad.schedule.kernelize import create_schedule
-
         tensors: tuple[Tensor, ...] = (self, *lst)
         firsts: dict[UOp, Tensor] = {}
         _own_memory(tensors, firsts)
@@ -1156,8 +1155,6 @@ class Tensor(metaclass=_TensorType):
     def realize(self, *lst: Tensor) -> Tensor:
         """Compute this tensor (and those in `lst`, in the same schedule) into memory.
         `Tensor.realize(a, b)` works too."""
-        from lazygrad.engine.realize import run_schedule
-
         with _realize_lock:
             run_schedule(*self.schedule_with_vars(*lst))
         return self
