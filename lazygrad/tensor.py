@@ -1110,6 +1110,8 @@ class Tensor(metaclass=_TensorType):
                 if not first and not joining:
                     schedule, becomes, var_vals = create_schedule(outs, _realized)
                     writes = [n for n in becomes if n.op is Ops.ASSIGN]
+                    if not writes:
+                        break  # nothing overwritten: no reader to look for
                     if (
                         lowered is None
                         and looked is not None
@@ -1128,9 +1130,10 @@ class Tensor(metaclass=_TensorType):
             if lowered is not None:
                 _realized.update(stored_multis(memo, becomes))
             for si in schedule:
-                for buf in si.outputs:
+                for buf in si.bufs[: si.n_outputs]:
                     # a new buffer holds nothing until its kernel runs (an in-place target still holds its old value)
-                    buf.pending_write = buf.pending_write or not buf.is_allocated
+                    if not buf.is_allocated:
+                        buf.pending_write = True
             for node, view in becomes.items():
                 _realized[node] = view
             for i, t in enumerate(tensors):
@@ -1142,7 +1145,9 @@ class Tensor(metaclass=_TensorType):
                     lazy, t.uop = t.uop, new
                     # the first tensor stored as a whole buffer owns it (an equal graph realized later gets a copy)
                     owner = new.__dict__.get(_OWNER)
-                    if new is becomes.get(lazy.base, _realized.get(lazy.base)) and (owner is None or owner() is None):
+                    if (owner is None or owner() is None) and new is (
+                        becomes.get(lazy.base) or _realized.get(lazy.base)
+                    ):
                         new.__dict__[_OWNER] = weakref.ref(t)
                     if keep and t.uop is not lazy:
                         _lazy_origin[t.uop] = lazy

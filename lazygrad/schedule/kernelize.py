@@ -78,7 +78,7 @@ MAX_BUFFERS = 32
 class ScheduleItem:
     ast: UOp  # SINK of STOREs (a kernel) or COPY
     bufs: tuple[Buffer, ...]  # outputs first, then inputs, in DEFINE_GLOBAL order
-    metadata: tuple[str, ...] = field(default_factory=tuple)
+    metadata: tuple[str, ...] = ()
 
     # computed, not cached: the memory planner reads from reference counts that the kernel list is all that holds an
     # intermediate buffer (so no tuple of buffers may be cached), and functools.cached_property takes a lock on every
@@ -948,9 +948,11 @@ class _Template:
                 becomes[n] = UOp.buffer_view(buf, shape)
             bufs.append(buf)
         bufs.extend(slots)
-        bufs.extend(Buffer(device, size, dtype, shape=shape) for device, size, dtype, shape in self.internal)
-        items = [ScheduleItem(ast, tuple([bufs[i] for i in refs])) for ast, refs in self.items]
-        return Schedule(items, self), becomes, _bound_values(walk.binds)
+        if self.internal:
+            bufs.extend(Buffer(device, size, dtype, shape=shape) for device, size, dtype, shape in self.internal)
+        at = bufs.__getitem__
+        items = [ScheduleItem(ast, tuple(map(at, refs))) for ast, refs in self.items]
+        return Schedule(items, self), becomes, _bound_values(walk.binds) if walk.binds else {}
 
 
 def _bound_values(binds: list[UOp]) -> dict[UOp, int]:
