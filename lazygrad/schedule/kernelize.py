@@ -931,6 +931,9 @@ class _Template:
     # after the slots: buffers of nodes no tensor asked for (device, size, dtype, shape; never symbolic)
     internal: list[tuple[str, int, Any, tuple[int, ...]]] = field(default_factory=list)
 
+    def __post_init__(self) -> None:
+        self.writes_in_place = any(target is not None for *_, target in self.stored)
+
     def instantiate(self, walk: _Walk) -> tuple[Schedule, dict[UOp, UOp], dict[UOp, int]]:
         bufs: list[Buffer] = []
         becomes: dict[UOp, UOp] = {}
@@ -1013,6 +1016,17 @@ def create_schedule(
     with profile.span("schedule", "schedule") as args:
         return _cached_schedule(outs, realized, args)
 
+
+def instantiate_cached(
+    outs: list[UOp], realized: dict[UOp, UOp]
+) -> tuple[list[ScheduleItem], dict[UOp, UOp], dict[UOp, int]] | None:
+    """create_schedule's answer for a graph whose structure was scheduled before and that writes no memory in place;
+    None for any other graph (the frontend then takes the general path)."""
+    walk = _Walk(outs, realized)
+    tpl = _templates.get(walk.key)
+    if tpl is None or tpl.writes_in_place:
+        return None
+    return tpl.instantiate(walk)
 
 def _cached_schedule(
     outs: list[UOp], realized: dict[UOp, UOp], args: dict[str, Any]
