@@ -169,14 +169,15 @@ def test_dead_tensors_and_nodes_leave_no_bookkeeping():
 
 def test_hash_consing_survives_a_dead_node():
     x = Tensor(np.ones(3, np.float32)).realize()
-    key = (Ops.MUL, x.dtype, (x.uop, x.uop), None)
-    a = UOp(*key)
-    assert UOp(*key) is a
+    args = (Ops.MUL, x.dtype, (x.uop, x.uop), None)
+    key = (Ops.MUL, x.dtype.key, (x.uop, x.uop), None)  # the cache keys a dtype by its number
+    a = UOp(*args)
+    assert UOp(*args) is a and UOpMetaClass.ucache[key]() is a
     del a
     gc.collect()
     assert key not in UOpMetaClass.ucache  # the dead node's entry went with it
-    b = UOp(*key)  # rebuilt: a fresh entry, found again while b lives
-    assert UOp(*key) is b and UOpMetaClass.ucache[key]() is b
+    b = UOp(*args)  # rebuilt: a fresh entry, found again while b lives
+    assert UOp(*args) is b and UOpMetaClass.ucache[key]() is b
 
 
 def test_broadcast_fast_paths_build_the_general_paths_nodes():
