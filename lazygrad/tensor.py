@@ -5819,6 +5819,14 @@ _EMPTY: frozenset[UOp] = frozenset()
 def _shifted_bases(root: UOp) -> frozenset[UOp]:
     if (known := root.__dict__.get(_SHIFTED)) is not None:
         return known
+    # a buffer seen through reshapes (a parameter or optimizer state, new nodes after every step's write) reads
+    # nothing shifted: answered without the walk's bookkeeping
+    x = root
+    while x.op is Ops.RESHAPE and REALIZED_ENTRY not in x.__dict__:
+        x = x.src[0]
+    if x.op is Ops.BUFFER:
+        root.__dict__[_SHIFTED] = _EMPTY
+        return _EMPTY
     stack: list[tuple[UOp, bool]] = [(root, False)]
     while stack:
         x, expanded = stack.pop()
