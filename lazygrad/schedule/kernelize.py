@@ -839,8 +839,9 @@ class _Walk:
         parts: list[tuple] = []
         # post-order, depth first: a node is pushed, then a marker, then its sources, so it is numbered when the
         # marker comes back up (its sources are numbered by then). Leaves (realized nodes, buffers, bound variables)
-        # are numbered when first met. The realized lookup (a Python call) is asked only of nodes holding an entry
-        # (this walk runs on every realize, over every node a step computes)
+        # are numbered when first met. The realized lookup (a Python call) is asked only of nodes holding an entry, and
+        # dtypes are keyed by their numbers (a C-level hash; this walk runs on every realize, over every node a step
+        # computes)
         get, entry, nodes, sized = realized.get, REALIZED_ENTRY, self.nodes, _SIZED
         reduce_axis, reshape, expand, buffer, bind = Ops.REDUCE_AXIS, Ops.RESHAPE, Ops.EXPAND, Ops.BUFFER, Ops.BIND
         at = pos.__getitem__  # mapped over a node's sources at C speed (a comprehension is a call per node)
@@ -856,7 +857,7 @@ class _Walk:
                     type(sum(arg)) is not int if op is reshape or op is expand else _sized_symbolic(op, arg)
                 ):
                     arg = self._unbind(arg)
-                part: tuple = (op, node.dtype, arg, tuple(map(at, node.src)))
+                part: tuple = (op, node.dtype.key, arg, tuple(map(at, node.src)))
             elif node in pos:
                 continue
             elif entry in node.__dict__ and (view := get(node)) is not None:
@@ -866,7 +867,7 @@ class _Walk:
                 if (k := slot_of.get(id(buf))) is None:
                     k = slot_of[id(buf)] = len(self.slots)
                     self.slots.append(buf)
-                part = ("R", node.op, node.dtype, node.arg, node.shape, shapes, view.op, view.arg, k)
+                part = ("R", node.op, node.dtype.key, node.arg, node.shape, shapes, view.op, view.arg, k)
                 if _sized_symbolic(reshape, node.shape) or view.op is reshape and _sized_symbolic(reshape, view.arg):
                     part = self._unbind(part)
             elif node.op is buffer:
@@ -874,11 +875,11 @@ class _Walk:
                 if (k := slot_of.get(id(buf))) is None:
                     k = slot_of[id(buf)] = len(self.slots)
                     self.slots.append(buf)
-                part = ("B", node.dtype, buf.size, buf.device, k)
+                part = ("B", node.dtype.key, buf.size, buf.device, k)
             elif node.op is bind:
                 var, _ = node.unbind()
                 self.binds.append(node)
-                part = ("V", var, node.dtype, tuple((x.op, x.arg) for x in node.src[2:]))
+                part = ("V", var, node.dtype.key, tuple((x.op, x.arg) for x in node.src[2:]))
             else:
                 stack.append(node)
                 stack.append(done)
