@@ -453,10 +453,15 @@ def _resolved_origin(node: UOp) -> UOp:
     return _resolved[node]
 
 
+_REACHES_GRAD = "reaches_grad"  # in a node's __dict__: a backward() from it reached a leaf set requires_grad=True
+
+
 def _reaches_grad(root: UOp) -> bool:
     """Whether root depends differentiably on a leaf that requires grad, or on a realized tensor kept for its gradient
     path (which did, when it was realized). The walk stops at realized buffers: it costs the unrealized part of the
     graph only, not the history behind every realize."""
+    if _REACHES_GRAD in root.__dict__:
+        return True
     from lazygrad.gradient import _blocks
 
     leaves = {t.uop for t in _grad_leaves.values()}
@@ -879,6 +884,9 @@ class Tensor(metaclass=_TensorType):
         replace: set[int] = set()
         torch_style = any(t._requires_grad for t, _ in leaves)
         if torch_style:
+            # the root reaches a leaf set True: noted on its node, so that realizing it (the loss, with the step)
+            # does not walk its graph again to find that out (_reaches_grad); as in torch, it stays so
+            self.uop.__dict__[_REACHES_GRAD] = True
             # where the graph has a tensor set True (torch code; or an optimizer's parameters, which it sets True),
             # requires_grad flows as in tinygrad: an unset tensor computed from one set True gets a .grad, an unset
             # one that is not (an input) gets none, else a persistent input's .grad would grow by one lazy add per
