@@ -420,7 +420,8 @@ def test_launch_plan_follows_the_kernel_knobs(capsys):
 
 
 def _python_calls(fn) -> int:
-    """Python function calls fn makes (C calls not counted), through sys.setprofile."""
+    """Python function calls fn makes (C calls not counted), through sys.setprofile. Earlier tests' garbage is
+    collected first and the collector kept off: finalizers it would run inside fn are not fn's calls."""
     import sys
 
     calls = [0]
@@ -429,11 +430,14 @@ def _python_calls(fn) -> int:
         if event == "call":
             calls[0] += 1
 
+    gc.collect()
+    gc.disable()
     sys.setprofile(count)
     try:
         fn()
     finally:
         sys.setprofile(None)
+        gc.enable()
     return calls[0]
 
 
