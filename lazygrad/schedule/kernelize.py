@@ -1029,6 +1029,7 @@ def instantiate_cached(
         return None
     return tpl.instantiate(walk)
 
+
 def _cached_schedule(
     outs: list[UOp], realized: dict[UOp, UOp], args: dict[str, Any]
 ) -> tuple[list[ScheduleItem], dict[UOp, UOp], dict[UOp, int]]:
