@@ -95,8 +95,11 @@ class RealizedNodes:
         return [(k, v) for r in self._refs.copy() if (k := r()) is not None and (v := self.get(k)) is not None]
 
     def update(self, other: dict[UOp, UOp]) -> None:
+        # __setitem__'s body inline: every node a schedule stores passes here
+        entry, refs, drop, ref = RealizedNodes._ENTRY, self._refs, self._drop, weakref.ref
         for node, view in other.items():
-            self[node] = view
+            node.__dict__[entry] = view
+            refs.add(ref(node, drop))
 
     def setdefault(self, node: UOp, view: UOp) -> UOp:
         if (old := self.get(node)) is not None:
@@ -5748,8 +5751,7 @@ def _note_stored(
             # a new buffer holds nothing until its kernel runs (an in-place target still holds its old value)
             if not buf.is_allocated:
                 buf.pending_write = True
-    for node, view in becomes.items():
-        _realized[node] = view
+    _realized.update(becomes)
     for i, t in enumerate(tensors):
         new = _stored_as(t.uop if lowered is None else lowered[i], becomes)
         if new is not None:
