@@ -836,7 +836,12 @@ class _Walk:
         self.binds: list[UOp] = []
         pos: dict[UOp, int] = {}
         slot_of: dict[int, int] = {}
-        parts: list[tuple] = []
+        # the key, flat: per node its record (an op's: op, dtype, arg, number of sources, their positions; a leaf's: a
+        # tag and fixed fields), each record's length known from its start, so equal keys are equal graphs. Flat, not
+        # a tuple per node: a step's walk made two tuples per node that lived to its end, about one collection of the
+        # garbage collector's youngest generation per step
+        key: list[Any] = []
+        record = key.extend
         # post-order, depth first: a node is pushed, then a marker, then its sources, so it is numbered when the
         # marker comes back up (its sources are numbered by then). Leaves (realized nodes, buffers, bound variables)
         # are numbered when first met. The realized lookup (a Python call) is asked only of nodes holding an entry, and
@@ -857,7 +862,11 @@ class _Walk:
                     type(sum(arg)) is not int if op is reshape or op is expand else _sized_symbolic(op, arg)
                 ):
                     arg = self._unbind(arg)
-                part: tuple = (op, node.dtype.key, arg, tuple(map(at, node.src)))
+                record((op, node.dtype.key, arg, len(node.src)))
+                record(map(at, node.src))
+                pos[node] = len(nodes)
+                nodes.append(node)
+                continue
             elif node in pos:
                 continue
             elif entry in node.__dict__ and (view := get(node)) is not None:
@@ -867,7 +876,7 @@ class _Walk:
                 if (k := slot_of.get(id(buf))) is None:
                     k = slot_of[id(buf)] = len(self.slots)
                     self.slots.append(buf)
-                part = ("R", node.op, node.dtype.key, node.arg, node.shape, shapes, view.op, view.arg, k)
+                part: tuple = ("R", node.op, node.dtype.key, node.arg, node.shape, shapes, view.op, view.arg, k)
                 if _sized_symbolic(reshape, node.shape) or view.op is reshape and _sized_symbolic(reshape, view.arg):
                     part = self._unbind(part)
             elif node.op is buffer:
@@ -885,12 +894,13 @@ class _Walk:
                 stack.append(done)
                 stack.extend(reversed(node.src))
                 continue
+            record(part)
             pos[node] = len(nodes)
             nodes.append(node)
-            parts.append(part)
         # which nodes are outputs: realize(a, b) with b inside a's graph stores b, a.realize() alone may inline it
-        parts.append(tuple(map(at, outs)))
-        self.key = tuple(parts)
+        record((len(outs),))
+        record(map(at, outs))
+        self.key = tuple(key)
         self.pos = pos
 
     def _unbind(self, arg: Any) -> Any:
