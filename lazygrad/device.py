@@ -131,12 +131,14 @@ class Buffer:
 
     def ensure_allocated(self) -> Buffer:
         if self._ptr is None:
+            nbytes = self.size * self.dtype.itemsize
             try:
-                self._ptr = self.allocator.alloc(self.nbytes)
+                self._ptr = Device[self.device].allocator.alloc(nbytes)
             except MemoryError as e:
                 raise self._out_of_memory(f"on {self.device}", e) from e
-            GlobalCounters.mem_used += self.nbytes
-            GlobalCounters.mem_peak = max(GlobalCounters.mem_peak, GlobalCounters.mem_used)
+            GlobalCounters.mem_used += nbytes
+            if GlobalCounters.mem_used > GlobalCounters.mem_peak:
+                GlobalCounters.mem_peak = GlobalCounters.mem_used
         return self
 
     @property
@@ -191,8 +193,9 @@ class Buffer:
     def __del__(self) -> None:
         if self._ptr is not None and self._external is None:
             try:
-                self.allocator.free(self._ptr, self.nbytes)
-                GlobalCounters.mem_used -= self.nbytes
+                nbytes = self.size * self.dtype.itemsize
+                Device[self.device].allocator.free(self._ptr, nbytes)
+                GlobalCounters.mem_used -= nbytes
             except Exception:
                 pass  # interpreter shutdown
 

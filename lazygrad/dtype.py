@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import itertools
 import math
 import struct
 from dataclasses import dataclass
 from typing import Any, Final
 
 from lazygrad.helpers import DEFAULT_FLOAT, DEFAULT_INT, ContextVar
+
+_dtype_keys: dict[tuple, int] = {}  # a dtype's class and fields -> its number (DType.key)
+_dtype_numbers = itertools.count()  # (next() is atomic: two threads making dtypes never share a number)
 
 
 @dataclass(frozen=True, eq=True)
@@ -23,9 +28,18 @@ class DType:
     _scalar: DType | None = None
 
     def __post_init__(self) -> None:
-        # every hash-cons key of a UOp hashes its dtype: once per dtype here, not a tuple of all fields per lookup
-        # (ints only: the same value in every process, so a pickled dtype keeps a valid one)
+        # ints only: the same value in every process, so a pickled dtype keeps a valid one
         object.__setattr__(self, "_hash", hash((self.priority, self.itemsize, self.count)))
+        # a number per distinct dtype (equal dtypes share it), for keys hashed at C speed: every hash-cons key of a
+        # UOp holds its dtype's, where the dtype itself is a Python __hash__ call per lookup (three per node made)
+        fields = (type(self), *(getattr(self, f.name) for f in dataclasses.fields(self)))
+        object.__setattr__(self, "key", _dtype_keys.setdefault(fields, next(_dtype_numbers)))
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # unpickled (another process's numbers): the fields, then this process's number for them
+        for k, v in state.items():
+            object.__setattr__(self, k, v)
+        self.__post_init__()
 
     def __hash__(self) -> int:
         return self._hash  # type: ignore[attr-defined]

@@ -278,7 +278,7 @@ class _Structure:
                 arg = (arg.size, arg.device)  # which buffer it is: a position in the walk, not part of the key
             elif type(arg) is float:
                 arg = repr(arg)  # -0.0 == 0.0, but a gradient through the one is another graph than through the other
-            part: tuple = (n.op, n.dtype, arg, tuple(map(at, n.src)))
+            part: tuple = (n.op, n.dtype.key, arg, tuple(map(at, n.src)))  # (a dtype by its number: C-level hash)
             if shortcuts and (shortcut := shortcuts.get(weakref.ref(n))) is not None:
                 if (rule := rule_key(shortcut[1])) is None or shortcut[0] not in index:
                     return

@@ -28,12 +28,14 @@ from lazygrad.dtype import (  # noqa: F401  (_to_np_dtype: tinygrad programs imp
     sum_acc_dtype,
     to_dtype,
 )
-from lazygrad.helpers import TRAINING, argfix, argsort, ceildiv, flatten, make_tuple, prod
-from lazygrad.schedule.kernelize import ordered_write, write_order
+from lazygrad.engine.realize import capture_began, capture_paused, run_schedule
+from lazygrad.helpers import DEBUG, TRAINING, argfix, argsort, ceildiv, flatten, make_tuple, prod
+from lazygrad.schedule.kernelize import REALIZED_ENTRY, create_schedule, instantiate_cached, ordered_write, write_order
 from lazygrad.schedule.multi import has_multi, lower_multi, multi, split_bounds, stored_multis, whole_buffer
 from lazygrad.uop.ops import GroupOp, Ops, UOp, pretty_print, ssimplify, ssmax, substitute, sym_known, sym_value
 from lazygrad.uop.program import GraphProgram
 from lazygrad.uop.view import ShapeTracker, strides_for_shape
+from lazygrad.viz import profile
 
 # reductions and composites of these accumulate in float32 and round once at the end, as torch's do (a sum rounded
 # to half before the division of a mean, or each running total of a cumsum, costs an ulp or more)
@@ -50,10 +52,13 @@ class RealizedNodes:
     entry whose value is this entry's key, a cycle no weak reference breaks (every realized tensor with a gradient
     path leaked its graph and buffer). Such a value lives as long as the tensor's own node, which holds it."""
 
-    _ENTRY = "realized_as"
+    _ENTRY = REALIZED_ENTRY
 
     def __init__(self) -> None:
-        self._nodes: weakref.WeakSet[UOp] = weakref.WeakSet()  # the keys, to list and count the entries
+        # a weak reference per key, to list and count the entries, dropped by its own callback when the key dies (a
+        # WeakSet's add is a Python call, on every node a realize stores)
+        self._refs: set[weakref.ref] = set()
+        self._drop = self._refs.discard
 
     def get(self, node: UOp, default: UOp | None = None) -> UOp | None:
         view = node.__dict__.get(RealizedNodes._ENTRY)
@@ -74,15 +79,16 @@ class RealizedNodes:
 
     def __setitem__(self, node: UOp, view: UOp) -> None:
         node.__dict__[RealizedNodes._ENTRY] = view
-        self._nodes.add(node)
+        # (a key already held: the new reference equals the one in the set, which keeps its place)
+        self._refs.add(weakref.ref(node, self._drop))
 
     def __delitem__(self, node: UOp) -> None:
         if node.__dict__.pop(RealizedNodes._ENTRY, None) is None:
             raise KeyError(node)
-        self._nodes.discard(node)
+        self._refs.discard(weakref.ref(node))  # a live node's references are equal: this finds the one held
 
     def __len__(self) -> int:
-        return len(self._nodes)
+        return len(self._refs)
 
     def hold_weakly(self, node: UOp) -> None:
         view = node.__dict__.get(RealizedNodes._ENTRY)
@@ -90,11 +96,14 @@ class RealizedNodes:
             node.__dict__[RealizedNodes._ENTRY] = weakref.ref(view)
 
     def items(self) -> list[tuple[UOp, UOp]]:
-        return [(k, v) for k in list(self._nodes) if (v := self.get(k)) is not None]
+        return [(k, v) for r in self._refs.copy() if (k := r()) is not None and (v := self.get(k)) is not None]
 
     def update(self, other: dict[UOp, UOp]) -> None:
+        # __setitem__'s body inline: every node a schedule stores passes here
+        entry, refs, drop, ref = RealizedNodes._ENTRY, self._refs, self._drop, weakref.ref
         for node, view in other.items():
-            self[node] = view
+            node.__dict__[entry] = view
+            refs.add(ref(node, drop))
 
     def setdefault(self, node: UOp, view: UOp) -> UOp:
         if (old := self.get(node)) is not None:
@@ -114,7 +123,7 @@ class RealizedNodes:
         replay)."""
         for node in self.reading(memories):
             node.__dict__.pop(RealizedNodes._ENTRY, None)
-            self._nodes.discard(node)
+            self._refs.discard(weakref.ref(node))
 
 
 _realized = RealizedNodes()
@@ -281,8 +290,6 @@ def realize_readers_of(memories: frozenset[Buffer]) -> None:
 def _realize_readers(readers: list[tuple[int, Tensor]]) -> None:
     """Compute lazy tensors before a write overwrites what they read. Inside a TinyJit capture, those made before it
     began are computed once, unrecorded: a replay must not recompute them from the memory the capture overwrites."""
-    from lazygrad.engine.realize import capture_began, capture_paused, run_schedule
-
     began = capture_began()
     before = [t for serial, t in readers if began is not None and serial < began]
     inside = [t for serial, t in readers if began is None or serial >= began]
@@ -320,8 +327,6 @@ def _readers_of_overwritten(
     before the writes). Computed first: inside a TinyJit capture a tensor made before it (a replay would compute it
     again from the new contents), and a tensor whose graph binds variables (its bindings may differ from these
     outputs')."""
-    from lazygrad.engine.realize import capture_began
-
     if not writes:
         return [], []
     mems = {n.src[0].base.arg.memory for n in writes}
@@ -455,10 +460,15 @@ def _resolved_origin(node: UOp) -> UOp:
     return _resolved[node]
 
 
+_REACHES_GRAD = "reaches_grad"  # in a node's __dict__: a backward() from it reached a leaf set requires_grad=True
+
+
 def _reaches_grad(root: UOp) -> bool:
     """Whether root depends differentiably on a leaf that requires grad, or on a realized tensor kept for its gradient
     path (which did, when it was realized). The walk stops at realized buffers: it costs the unrealized part of the
     graph only, not the history behind every realize."""
+    if _REACHES_GRAD in root.__dict__:
+        return True
     from lazygrad.gradient import _blocks
 
     leaves = {t.uop for t in _grad_leaves.values()}
@@ -881,6 +891,9 @@ class Tensor(metaclass=_TensorType):
         replace: set[int] = set()
         torch_style = any(t._requires_grad for t, _ in leaves)
         if torch_style:
+            # the root reaches a leaf set True: noted on its node, so that realizing it (the loss, with the step)
+            # does not walk its graph again to find that out (_reaches_grad); as in torch, it stays so
+            self.uop.__dict__[_REACHES_GRAD] = True
             # where the graph has a tensor set True (torch code; or an optimizer's parameters, which it sets True),
             # requires_grad flows as in tinygrad: an unset tensor computed from one set True gets a .grad, an unset
             # one that is not (an input) gets none, else a persistent input's .grad would grow by one lazy add per
@@ -1086,8 +1099,6 @@ class Tensor(metaclass=_TensorType):
 
     def schedule_with_vars(self, *lst: Tensor) -> tuple[list, dict[UOp, int]]:
         """The kernels that compute this tensor (and `lst`), and the variable values they run with."""
-        from lazygrad.schedule.kernelize import create_schedule
-
         tensors: tuple[Tensor, ...] = (self, *lst)
         firsts: dict[UOp, Tensor] = {}
         _own_memory(tensors, firsts)
@@ -1115,6 +1126,8 @@ class Tensor(metaclass=_TensorType):
                 if not first and not joining:
                     schedule, becomes, var_vals = create_schedule(outs, _realized)
                     writes = [n for n in becomes if n.op is Ops.ASSIGN]
+                    if not writes:
+                        break  # nothing overwritten: no reader to look for
                     if (
                         lowered is None
                         and looked is not None
@@ -1132,26 +1145,7 @@ class Tensor(metaclass=_TensorType):
                 tensors = (*tensors, *_own_memory(tuple(joining), firsts))
             if lowered is not None:
                 _realized.update(stored_multis(memo, becomes))
-            for si in schedule:
-                for buf in si.outputs:
-                    # a new buffer holds nothing until its kernel runs (an in-place target still holds its old value)
-                    buf.pending_write = buf.pending_write or not buf.is_allocated
-            for node, view in becomes.items():
-                _realized[node] = view
-            for i, t in enumerate(tensors):
-                new = _stored_as(t.uop if lowered is None else lowered[i], becomes)
-                if new is not None:
-                    # a computed tensor on a path to a parameter keeps its graph, so gradients still flow through it
-                    # (not an in-place update: optimizer state and parameters are written, not differentiated)
-                    keep = t._requires_grad is None and t.uop.base.op is not Ops.ASSIGN and t.requires_grad
-                    lazy, t.uop = t.uop, new
-                    # the first tensor stored as a whole buffer owns it (an equal graph realized later gets a copy)
-                    owner = new.__dict__.get(_OWNER)
-                    if new is becomes.get(lazy.base, _realized.get(lazy.base)) and (owner is None or owner() is None):
-                        new.__dict__[_OWNER] = weakref.ref(t)
-                    if keep and t.uop is not lazy:
-                        _lazy_origin[t.uop] = lazy
-                        _realized.hold_weakly(lazy.base)
+            _note_stored(tensors, schedule, becomes, lowered)
             return schedule, var_vals
 
     def schedule(self, *lst: Tensor) -> list:
@@ -1160,10 +1154,9 @@ class Tensor(metaclass=_TensorType):
     def realize(self, *lst: Tensor) -> Tensor:
         """Compute this tensor (and those in `lst`, in the same schedule) into memory.
         `Tensor.realize(a, b)` works too."""
-        from lazygrad.engine.realize import run_schedule
-
         with _realize_lock:
-            run_schedule(*self.schedule_with_vars(*lst))
+            if lst or not _realize_cached(self):
+                run_schedule(*self.schedule_with_vars(*lst))
         return self
 
     def _contiguous_buffer(self) -> Buffer:
@@ -5768,6 +5761,59 @@ def _unsupported(op: str, t: Tensor, hint: str) -> UnsupportedOpError:
     return UnsupportedOpError(f"{op} is not supported for {t.dtype.name} tensors on {t.device}; {hint}")
 
 
+def _note_stored(
+    tensors: tuple[Tensor, ...], schedule: list, becomes: dict[UOp, UOp], lowered: list[UOp] | None
+) -> None:
+    """After scheduling `tensors`: their new buffers are pending until their kernels run, the stored nodes are noted
+    as realized, and each tensor stands for its stored buffer (`lowered`: the sharded tensors' graphs per device)."""
+    for si in schedule:
+        for buf in si.bufs[: si.n_outputs]:
+            # a new buffer holds nothing until its kernel runs (an in-place target still holds its old value)
+            if not buf.is_allocated:
+                buf.pending_write = True
+    _realized.update(becomes)
+    for i, t in enumerate(tensors):
+        new = _stored_as(t.uop if lowered is None else lowered[i], becomes)
+        if new is not None:
+            # a computed tensor on a path to a parameter keeps its graph, so gradients still flow through it
+            # (not an in-place update: optimizer state and parameters are written, not differentiated)
+            keep = t._requires_grad is None and t.uop.base.op is not Ops.ASSIGN and t.requires_grad
+            lazy, t.uop = t.uop, new
+            # the first tensor stored as a whole buffer owns it (an equal graph realized later gets a copy)
+            owner = new.__dict__.get(_OWNER)
+            if (owner is None or owner() is None) and new is (becomes.get(lazy.base) or _realized.get(lazy.base)):
+                new.__dict__[_OWNER] = weakref.ref(t)
+            if keep and t.uop is not lazy:
+                _lazy_origin[t.uop] = lazy
+                _realized.hold_weakly(lazy.base)
+
+
+def _realize_cached(t: Tensor) -> bool:
+    """Realize t alone through the schedule cache where nothing of schedule_with_vars' general work applies, and say
+    whether it did: t computes a value (not a view, a buffer, a write, or a sharded graph), no other tensor holds
+    that value (it is not realized yet), and its graph's structure was scheduled before with no in-place write (no
+    readers of overwritten memory to look for). A repeated `(a + b).realize()` costs the walk, the buffers and the
+    launch (16 floats: 22 -> 19 us). DEBUG lines and profile spans come from the general path. A tensor stored whole
+    (a buffer, or reshapes of one) has nothing to compute: done at once (`.numpy()` and `.item()` realize it again;
+    the general path scheduled nothing in 9 us)."""
+    if t._view_of is not None:
+        _follow_base(t)  # (as _own_memory: a view reads through a write into its base)
+    u = t.uop
+    if u.op is Ops.BUFFER or u.op is Ops.RESHAPE and _under_reshapes(u).op is Ops.BUFFER:
+        return True
+    if t._view_of is not None or u.op is Ops.ASSIGN or u.op in GroupOp.Movement:
+        return False
+    if REALIZED_ENTRY in u.__dict__ or DEBUG.value or profile.enabled() or Device.multi_seen and has_multi(u):
+        return False
+    got = instantiate_cached([u], _realized)
+    if got is None:
+        return False
+    schedule, becomes, var_vals = got
+    _note_stored((t,), schedule, becomes, None)
+    run_schedule(schedule, var_vals)
+    return True
+
+
 def _stored_as(u: UOp, becomes: dict[UOp, UOp]) -> UOp | None:
     """u over the buffer its base was stored in (by this schedule or an earlier one), part by part for a sharded u;
     None where nothing was stored."""
@@ -5809,6 +5855,14 @@ _EMPTY: frozenset[UOp] = frozenset()
 def _shifted_bases(root: UOp) -> frozenset[UOp]:
     if (known := root.__dict__.get(_SHIFTED)) is not None:
         return known
+    # a buffer seen through reshapes (a parameter or optimizer state, new nodes after every step's write) reads
+    # nothing shifted: answered without the walk's bookkeeping
+    x = root
+    while x.op is Ops.RESHAPE and REALIZED_ENTRY not in x.__dict__:
+        x = x.src[0]
+    if x.op is Ops.BUFFER:
+        root.__dict__[_SHIFTED] = _EMPTY
+        return _EMPTY
     stack: list[tuple[UOp, bool]] = [(root, False)]
     while stack:
         x, expanded = stack.pop()

@@ -78,7 +78,7 @@ MAX_BUFFERS = 32
 class ScheduleItem:
     ast: UOp  # SINK of STOREs (a kernel) or COPY
     bufs: tuple[Buffer, ...]  # outputs first, then inputs, in DEFINE_GLOBAL order
-    metadata: tuple[str, ...] = field(default_factory=tuple)
+    metadata: tuple[str, ...] = ()
 
     # computed, not cached: the memory planner reads from reference counts that the kernel list is all that holds an
     # intermediate buffer (so no tuple of buffers may be cached), and functools.cached_property takes a lock on every
@@ -836,72 +836,71 @@ class _Walk:
         self.binds: list[UOp] = []
         pos: dict[UOp, int] = {}
         slot_of: dict[int, int] = {}
-        parts: list[tuple] = []
-
-        def slot(buf: Buffer) -> int:
-            if id(buf) not in slot_of:
-                slot_of[id(buf)] = len(self.slots)
-                self.slots.append(buf)
-            return slot_of[id(buf)]
-
-        # depth first, each node on the stack with an iterator over its sources; a node is numbered once its sources
-        # are. Leaves (realized nodes, buffers, bound variables) are looked up in `realized` once, when first met
-        # (this walk runs on every realize, over every node a step computes)
-        get, nodes, sized, reduce_axis = realized.get, self.nodes, _SIZED, Ops.REDUCE_AXIS
-        reshape, expand = Ops.RESHAPE, Ops.EXPAND
+        # the key, flat: per node its record (an op's: op, dtype, arg, number of sources, their positions; a leaf's: a
+        # tag and fixed fields), each record's length known from its start, so equal keys are equal graphs. Flat, not
+        # a tuple per node: a step's walk made two tuples per node that lived to its end, about one collection of the
+        # garbage collector's youngest generation per step
+        key: list[Any] = []
+        record = key.extend
+        # post-order, depth first: a node is pushed, then a marker, then its sources, so it is numbered when the
+        # marker comes back up (its sources are numbered by then). Leaves (realized nodes, buffers, bound variables)
+        # are numbered when first met. The realized lookup (a Python call) is asked only of nodes holding an entry, and
+        # dtypes are keyed by their numbers (a C-level hash; this walk runs on every realize, over every node a step
+        # computes)
+        get, entry, nodes, sized = realized.get, REALIZED_ENTRY, self.nodes, _SIZED
+        reduce_axis, reshape, expand, buffer, bind = Ops.REDUCE_AXIS, Ops.RESHAPE, Ops.EXPAND, Ops.BUFFER, Ops.BIND
         at = pos.__getitem__  # mapped over a node's sources at C speed (a comprehension is a call per node)
-        for root in outs:
-            if root in pos:
-                continue
-            stack: list[tuple[UOp, Any]] = [(root, None)]
-            while stack:
-                node, srcs = stack[-1]
-                if srcs is None:  # first met: a leaf is numbered at once, an inner node once its sources are
-                    if (view := get(node)) is not None:
-                        # the planner still reads a realized node's own op, arg and source shapes (a reduce's loop)
-                        shapes = tuple(x.shape for x in node.src) if node.op is reduce_axis else ()
-                        part: tuple = (
-                            "R", node.op, node.dtype, node.arg, node.shape, shapes, view.op, view.arg,
-                            slot(view.base.arg),
-                        )  # fmt: skip
-                        if (
-                            _sized_symbolic(Ops.RESHAPE, node.shape)
-                            or view.op is Ops.RESHAPE
-                            and _sized_symbolic(view.op, view.arg)
-                        ):
-                            part = self._unbind(part)
-                    elif node.op is Ops.BUFFER:
-                        part = ("B", node.dtype, node.arg.size, node.arg.device, slot(node.arg))
-                    elif node.op is Ops.BIND:
-                        var, _ = node.unbind()
-                        self.binds.append(node)
-                        part = ("V", var, node.dtype, tuple((x.op, x.arg) for x in node.src[2:]))
-                    else:
-                        stack[-1] = (node, iter(node.src))
-                        continue
-                else:
-                    for x in srcs:
-                        if x not in pos:
-                            break
-                    else:
-                        x = None
-                    if x is not None:  # a source to number first (this node's iterator resumes after it)
-                        stack.append((x, None))
-                        continue
-                    arg, op = node.arg, node.op
-                    # (a reshape's or expand's sizes summed inline: _sized_symbolic's test without its call)
-                    if op in sized and (
-                        type(sum(arg)) is not int if op is reshape or op is expand else _sized_symbolic(op, arg)
-                    ):
-                        arg = self._unbind(arg)
-                    part = (op, node.dtype, arg, tuple(map(at, node.src)))
-                stack.pop()
+        done = _DONE
+        stack: list[Any] = list(reversed(outs))
+        while stack:
+            node = stack.pop()
+            if node is done:
+                node = stack.pop()
+                arg, op = node.arg, node.op
+                # (a reshape's or expand's sizes summed inline: _sized_symbolic's test without its call)
+                if op in sized and (
+                    type(sum(arg)) is not int if op is reshape or op is expand else _sized_symbolic(op, arg)
+                ):
+                    arg = self._unbind(arg)
+                record((op, node.dtype.key, arg, len(node.src)))
+                record(map(at, node.src))
                 pos[node] = len(nodes)
                 nodes.append(node)
-                parts.append(part)
+                continue
+            elif node in pos:
+                continue
+            elif entry in node.__dict__ and (view := get(node)) is not None:
+                # the planner still reads a realized node's own op, arg and source shapes (a reduce's loop)
+                shapes = tuple(x.shape for x in node.src) if node.op is reduce_axis else ()
+                buf = view.base.arg
+                if (k := slot_of.get(id(buf))) is None:
+                    k = slot_of[id(buf)] = len(self.slots)
+                    self.slots.append(buf)
+                part: tuple = ("R", node.op, node.dtype.key, node.arg, node.shape, shapes, view.op, view.arg, k)
+                if _sized_symbolic(reshape, node.shape) or view.op is reshape and _sized_symbolic(reshape, view.arg):
+                    part = self._unbind(part)
+            elif node.op is buffer:
+                buf = node.arg
+                if (k := slot_of.get(id(buf))) is None:
+                    k = slot_of[id(buf)] = len(self.slots)
+                    self.slots.append(buf)
+                part = ("B", node.dtype.key, buf.size, buf.device, k)
+            elif node.op is bind:
+                var, _ = node.unbind()
+                self.binds.append(node)
+                part = ("V", var, node.dtype.key, tuple((x.op, x.arg) for x in node.src[2:]))
+            else:
+                stack.append(node)
+                stack.append(done)
+                stack.extend(reversed(node.src))
+                continue
+            record(part)
+            pos[node] = len(nodes)
+            nodes.append(node)
         # which nodes are outputs: realize(a, b) with b inside a's graph stores b, a.realize() alone may inline it
-        parts.append(tuple(map(at, outs)))
-        self.key = tuple(parts)
+        record((len(outs),))
+        record(map(at, outs))
+        self.key = tuple(key)
         self.pos = pos
 
     def _unbind(self, arg: Any) -> Any:
@@ -912,6 +911,10 @@ class _Walk:
         return sym_unbind(arg)[0]
 
 
+_DONE = object()  # _Walk's stack marker: the node below it has its sources numbered
+# where the frontend keeps a realized node's value, in the node's __dict__ (tensor.RealizedNodes): the walk tests for it
+# before asking the mapping, a C-level test on every node
+REALIZED_ENTRY = "realized_as"
 _SIZED = frozenset({Ops.RESHAPE, Ops.EXPAND, Ops.SHRINK, Ops.PAD, Ops.IOTA})  # args holding sizes (maybe symbolic)
 
 
@@ -939,6 +942,9 @@ class _Template:
     # after the slots: buffers of nodes no tensor asked for (device, size, dtype, shape; never symbolic)
     internal: list[tuple[str, int, Any, tuple[int, ...]]] = field(default_factory=list)
 
+    def __post_init__(self) -> None:
+        self.writes_in_place = any(target is not None for *_, target in self.stored)
+
     def instantiate(self, walk: _Walk) -> tuple[Schedule, dict[UOp, UOp], dict[UOp, int]]:
         bufs: list[Buffer] = []
         becomes: dict[UOp, UOp] = {}
@@ -956,9 +962,11 @@ class _Template:
                 becomes[n] = UOp.buffer_view(buf, shape)
             bufs.append(buf)
         bufs.extend(slots)
-        bufs.extend(Buffer(device, size, dtype, shape=shape) for device, size, dtype, shape in self.internal)
-        items = [ScheduleItem(ast, tuple([bufs[i] for i in refs])) for ast, refs in self.items]
-        return Schedule(items, self), becomes, _bound_values(walk.binds)
+        if self.internal:
+            bufs.extend(Buffer(device, size, dtype, shape=shape) for device, size, dtype, shape in self.internal)
+        at = bufs.__getitem__
+        items = [ScheduleItem(ast, tuple(map(at, refs))) for ast, refs in self.items]
+        return Schedule(items, self), becomes, _bound_values(walk.binds) if walk.binds else {}
 
 
 def _bound_values(binds: list[UOp]) -> dict[UOp, int]:
@@ -1018,6 +1026,18 @@ def create_schedule(
         return _cached_schedule(outs, realized, {})
     with profile.span("schedule", "schedule") as args:
         return _cached_schedule(outs, realized, args)
+
+
+def instantiate_cached(
+    outs: list[UOp], realized: dict[UOp, UOp]
+) -> tuple[list[ScheduleItem], dict[UOp, UOp], dict[UOp, int]] | None:
+    """create_schedule's answer for a graph whose structure was scheduled before and that writes no memory in place;
+    None for any other graph (the frontend then takes the general path)."""
+    walk = _Walk(outs, realized)
+    tpl = _templates.get(walk.key)
+    if tpl is None or tpl.writes_in_place:
+        return None
+    return tpl.instantiate(walk)
 
 
 def _cached_schedule(

@@ -129,8 +129,10 @@ class UOpMetaClass(type):
     ucache: dict[tuple, _Entry] = {}
 
     def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None) -> UOp:
-        # -0.0 == 0.0 and both hash alike, but a constant -0.0 is another value (1/x, signbit): keyed apart
-        key = (op, dtype, src, arg) if type(arg) is not float or arg != 0.0 else (op, dtype, src, arg, repr(arg))
+        # -0.0 == 0.0 and both hash alike, but a constant -0.0 is another value (1/x, signbit): keyed apart. The
+        # dtype by its number (DType.key): the key then hashes at C speed
+        dt = dtype.key
+        key = (op, dt, src, arg) if type(arg) is not float or arg != 0.0 else (op, dt, src, arg, repr(arg))
         cache = UOpMetaClass.ucache
         if (ref := cache.get(key)) is not None and (ret := ref()) is not None:
             return ret
