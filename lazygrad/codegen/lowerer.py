@@ -648,6 +648,18 @@ class Lowerer:
 
         if self.width == 1:
             return [store(self.index(view, combo)[0], value)]
+        st = view.arg
+        if (
+            len(st.views) == 1
+            and st.views[0].mask is None
+            and type(lane_step := st.views[0].strides[self.vec_axis]) is int
+        ):
+            # one unmasked view: its stride along the lanes says where they go, without each lane's index (a fifth of
+            # the CNN step's lowering went to building and comparing those)
+            if lane_step == 0:
+                return [store(self.index(view, combo + (0,))[0], self.lanes(value)[0])]
+            if lane_step == 1 and self.k.renderer.vector_dtype_ok(buf.dtype.base):  # type: ignore[attr-defined]
+                return [store(self.index(view, combo + (0,))[0], value)]
         idxs = [self.index(view, combo + (lane,))[0] for lane in range(self.width)]
         if len(set(idxs)) == 1:  # the vector axis does not move this output (an unrolled reduce axis)
             return [store(idxs[0], self.lanes(value)[0])]
