@@ -60,6 +60,12 @@ def hand_coded_optimizations(k: Kernel) -> Kernel:
     step = {v: [_step(k, v, a) for a in range(len(k.full_shape))] for v in {*in_reduce, *stores}}
     glob = k.axes_of(AxisType.GLOBAL)
     reuse = [a for a in glob if any(step[i][a] == 0 for i in in_reduce)] if reduce_axes else []
+    # on a CPU a tile pays where an input the reduce loop reads anew in each iteration is shared by outputs; one it
+    # does not move through (a bias added before a max-pool) is loaded once per output anyway (the CNN's max-pools
+    # of relu(conv + bias), forward and backward: 8 x 2 tiles 35 and 42 us, 85 ms of gcc each; plain 28 and 14 us)
+    moving = [i for i in in_reduce if any(step[i][r] != 0 for r in reduce_axes)]
+    if not k.renderer.has_local and not any(step[i][a] == 0 for i in moving for a in reuse):
+        reuse = []
     out_unit = [a for a in glob if stores and all(step[i][a] == 1 for i in stores)]
     spread = None  # the output axis the cores share out, where the register tile prefers one
     if reuse:

@@ -45,6 +45,8 @@ class Renderer:
     # Ops.DP4A on int32 vectors of these lane counts is one instruction (lane count -> how the renderer spells it);
     # elsewhere it is computed lane by lane, four scalar products each
     dp4a_builtins: dict[int, str] = {}
+    # a GEP whose arg is a tuple of lanes (a vector of those lanes of its source) renders as one shuffle
+    lane_shuffle: bool = False
 
     def dtype_unsupported(self, dtype: DType) -> str | None:
         """Why this target cannot compute with `dtype`, or None when it can."""

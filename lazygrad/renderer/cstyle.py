@@ -431,6 +431,11 @@ def gep(spelling: Callable[[str, int], str]) -> Callable[[RenderCtx, UOp], str]:
     return lambda ctx, u: ctx.expr(u, spelling(ctx.names[u.src[0]], u.arg))
 
 
+def _c_lanes(v: str, i: int | tuple[int, ...]) -> str:
+    """Lane i of vector v, or a vector of lanes i (a shuffle: Renderer.lane_shuffle)."""
+    return f"__builtin_shufflevector({v},{v},{','.join(map(str, i))})" if type(i) is tuple else f"{v}[{i}]"
+
+
 # how each linear UOp is printed in C: definitions become parameters and names, loops `for` blocks, loads and stores
 # statements through INDEX's `buf[idx]`, values (ALU ops, vectors) expressions inlined where used once
 C_RENDER = PatternMatcher(
@@ -447,7 +452,7 @@ C_RENDER = PatternMatcher(
         (UPat(Ops.LOAD, name="u"), _load),
         (UPat(Ops.STORE, name="u"), _store),
         (UPat(Ops.VECTORIZE, name="u"), lambda ctx, u: ctx.expr(u, ctx.r.render_vectorize(u.dtype, ctx.srcs(u)))),
-        (UPat(Ops.GEP, name="u"), gep(lambda v, i: f"{v}[{i}]")),
+        (UPat(Ops.GEP, name="u"), gep(_c_lanes)),
         # a bit cast of a 16-bit float computed in float: the bits as stored, not as computed with
         (
             UPat(Ops.BITCAST, name="u"),

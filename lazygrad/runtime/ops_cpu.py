@@ -165,6 +165,9 @@ class ClangCompiler(Compiler):
         self.dp4a_builtins = {
             n: f"__builtin_ia32_vpdpbusd{32 * n}" if clang else f"__builtin_ia32_vpdpbusd_v{n}si" for n in widths
         }
+        # __builtin_shufflevector: clang's, and gcc's since 12
+        major = subprocess.run([cc, "-dumpversion"], capture_output=True, text=True).stdout.strip().split(".")[0]
+        self.lane_shuffle = clang or (major.isdigit() and int(major) >= 12)
         # the compiler driver's link (collect2, the LTO plugin, start files, libgcc_s) took ~10 ms of each call; the
         # linker itself given the few libraries kernels use takes ~4
         probe_key = repr((version, cc, self.flags, "direct_link_v1"))
@@ -405,6 +408,7 @@ class CPUDevice(Compiled):
         renderer.byte_dot_target = compiler.byte_dot_target
         renderer.lane_select_target = compiler.lane_select_target
         renderer.dp4a_builtins = compiler.dp4a_builtins
+        renderer.lane_shuffle = compiler.lane_shuffle
         # 8-lane masked loads need AVX-512VL, which kernels with lanes built from selects may have taken away
         lanes = masked_load_lanes()
         renderer.masked_load_lanes = tuple(n for n in lanes if n == 16) if compiler.lane_select_target else lanes

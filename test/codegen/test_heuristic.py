@@ -90,3 +90,14 @@ def test_padded_window_loads_its_edge_lanes_under_a_mask(size: int, stride: int)
     assert ("_mask((const void*)" in src) == (stride == 1 and size in lanes)
     ref = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w), padding=1, stride=stride).numpy()
     np.testing.assert_allclose(out.numpy(), ref, rtol=1e-4, atol=1e-4)
+
+
+def test_max_pool_of_biased_input_gets_no_tile():
+    """relu(x + bias) max-pooled: the bias is the only input shared along an output axis, and the pooling loop does
+    not move through it, so a register tile would only grow the code; the plain kernel upcasts one axis at most."""
+    x, bias = _rand(4, 16, 8, 8), _rand(16, 1, 1, seed=1)
+    out = (Tensor(x).realize() + Tensor(bias).realize()).relu().max_pool2d(2)
+    k, got = _tile(out)
+    assert len(_upcasts(k)) <= 1
+    ref = torch.nn.functional.max_pool2d(torch.relu(torch.from_numpy(x) + torch.from_numpy(bias)), 2).numpy()
+    np.testing.assert_allclose(got, ref)

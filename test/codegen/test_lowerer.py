@@ -159,3 +159,33 @@ def test_view_of_a_view_at_constant_lanes_is_its_direct_simplification() -> None
         assert got == (simplify(idx), simplify(valid))
         assert not any(u.op is Ops.RANGE and u.arg[1] == "lane" for g in got for u in g.toposort)
     assert v in lw.lane_forms  # the placeholder form was built and used
+
+
+@pytest.mark.parametrize("op", ["sum", "max"])
+def test_lane_fold_by_shuffles_is_the_scalar_tree_bit_for_bit(op: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reduce whose vector lanes run along the reduce axis folds them after the loop: with lane shuffles the
+    pairwise tree is built of whole-vector ops, which must round exactly as the tree of scalar lanes does."""
+    import numpy as np
+
+    from lazygrad import Tensor
+    from lazygrad.codegen import get_program
+    from lazygrad.device import Buffer
+    from lazygrad.engine.realize import CompiledRunner, ExecItem
+
+    rng = np.random.default_rng(0)
+    x = (rng.standard_normal((64, 256)) * 10.0 ** rng.integers(-6, 7, (64, 256))).astype(np.float32)
+    x[3, 17], x[5, :] = np.nan, np.inf
+    t = Tensor(x).realize()
+    (si,) = (t.sum(-1) if op == "sum" else t.max(-1)).schedule()
+    renderer = Device["CPU"].renderer
+    outs = []
+    for shuffle in (False, True):
+        monkeypatch.setattr(renderer, "lane_shuffle", shuffle)
+        spec = get_program(si.ast, renderer)
+        assert ("__builtin_shufflevector" in spec.src) == shuffle
+        out = Buffer("CPU", si.bufs[0].size, si.bufs[0].dtype)
+        ExecItem(CompiledRunner("CPU", spec), [out, *si.bufs[1:]]).run()
+        outs.append(np.frombuffer(out.as_bytes(), dtype=np.float32))
+    np.testing.assert_array_equal(outs[0].view(np.uint32), outs[1].view(np.uint32))
+    ref = x.astype(np.float64).sum(-1) if op == "sum" else x.max(-1)
+    np.testing.assert_allclose(outs[1], ref, rtol=1e-5, atol=1e-3)
