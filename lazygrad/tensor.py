@@ -240,6 +240,15 @@ def _readers(
             stack.pop()
         return memo[root]
 
+    # A graph reads the memory through a buffer of it below, or through a node stored in it. A stored write (an
+    # ASSIGN, the common case: an optimizer's step counter) is stored in the buffer below it; only a node stored in
+    # memory its own graph does not reach hides the memory from the graph's buffers. Where none does, the buffers of
+    # a graph (cached on its nodes) rule out most tensors without a walk.
+    hidden = any(
+        p.op is Ops.BUFFER and p.arg.memory in mems and p.arg.memory not in _memories_below(node)
+        for node, view in _realized.items()
+        for p in ([q.base for q in view.src] if view.op is Ops.MULTI else [view.base])
+    )
     out, seen = [], set(skip)
     for serial, t in _lazy_tensors():
         if id(t) in seen:
@@ -251,14 +260,43 @@ def _readers(
         if u.op is Ops.ASSIGN:
             if u.src[0].base.op is Ops.BUFFER and u.src[0].base.arg.memory in mems:
                 continue  # a pending write into the memory: not a value computed from it
-            old, new = reads(u.src[1])
+            root = u.src[1]
         elif u is t.uop:
-            old, new = reads(u)
+            root = u
         else:
             continue  # a view of something stored or lazy: it reads through (its base is looked at on its own)
+        if not hidden and _memories_below(root).isdisjoint(mems):
+            continue
+        old, new = reads(root)
         if old:
             out.append((serial, t, new))
     return out
+
+
+_MEMORIES = "memories_below"
+
+
+def _memories_below(root: UOp) -> frozenset:
+    """The memories (Buffer.memory) of every buffer in root's graph, cached on each node it walks (a graph never
+    changes). A node with one source shares its source's set, so a chain of elementwise ops holds one."""
+    stack = [root]
+    while stack:
+        n = stack[-1]
+        if _MEMORIES in n.__dict__:
+            stack.pop()
+            continue
+        todo = [x for x in n.src if _MEMORIES not in x.__dict__]
+        if todo:
+            stack.extend(todo)
+            continue
+        stack.pop()
+        if n.op is Ops.BUFFER:
+            n.__dict__[_MEMORIES] = frozenset((n.arg.memory,))
+        elif len(n.src) == 1:
+            n.__dict__[_MEMORIES] = n.src[0].__dict__[_MEMORIES]
+        else:
+            n.__dict__[_MEMORIES] = frozenset().union(*(x.__dict__[_MEMORIES] for x in n.src))
+    return root.__dict__[_MEMORIES]
 
 
 def _written_after(m: UOp, n: UOp) -> bool:

@@ -377,3 +377,46 @@ def test_writes_into_an_expanded_view_as_torch(write, lazy) -> None:
         return
     write(c)
     assert c.tolist() == rc.tolist()
+
+
+def test_a_reader_through_a_node_stored_in_memory_its_graph_does_not_reach() -> None:
+    """y is stored into fresh memory as part of z's schedule (z owns it); a lazy w reads y's node, so it reads that
+    memory though no buffer of it is in w's graph. A write into z's memory must leave w its old value."""
+    x, rx = both([1.0, 2.0])
+    z = x * 3
+    w = (x * 3) + 1  # the same hash-consed node as z's, then one op more
+    z.realize()
+    z.assign(z * 10).realize()
+    np.testing.assert_allclose(w.numpy(), (rx * 3 + 1).numpy())
+    np.testing.assert_allclose(z.numpy(), (rx * 30).numpy())
+
+
+def test_unrelated_lazy_tensors_are_not_walked_at_each_write() -> None:
+    """Lazy tensors that read none of the written memory (here 300 constants kept in a list) are ruled out by the
+    buffers below them, cached on their nodes: an optimizer step walks none of their graphs (it walked every one of
+    them at every step, so a training loop slowed with each lazy tensor alive)."""
+    import sys
+
+    layer = nn.Linear(8, 4)
+    opt = nn.optim.Adam(nn.state.get_parameters(layer), lr=1e-2)
+    x = Tensor.ones(2, 8).contiguous().realize()
+    keep = [Tensor.ones(4) * i for i in range(300)]
+
+    def step() -> None:
+        opt.zero_grad()
+        layer(x).sum().backward()
+        opt.step()
+
+    with Tensor.train():
+        for _ in range(3):
+            step()
+        walks = []
+        sys.setprofile(
+            lambda frame, event, arg: walks.append(1) if event == "call" and frame.f_code.co_name == "reads" else None
+        )
+        try:
+            step()
+        finally:
+            sys.setprofile(None)
+    assert len(walks) < 30, f"{len(walks)} graph walks for one step beside {len(keep)} unrelated lazy tensors"
+    np.testing.assert_allclose(keep[7].numpy(), [7.0] * 4)
