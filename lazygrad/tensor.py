@@ -671,6 +671,16 @@ def _replay_arg(a: Any) -> Any:
     return None if isinstance(a, Tensor) else (float, repr(a)) if type(a) is float else a
 
 
+def _scan_levels(n: Any, block: int = 64) -> int:
+    """How many levels of blocks _scan_last nests for a length n (1 up to `block`; 0 for a Variable length)."""
+    if not isinstance(n, int):
+        return 0
+    levels = 1
+    while n > block:
+        n, levels = ceildiv(n, block), levels + 1
+    return levels
+
+
 class Tensor(metaclass=_TensorType):
     """A lazy n-dimensional array on a device, with PyTorch/tinygrad names.
 
@@ -2398,6 +2408,30 @@ class Tensor(metaclass=_TensorType):
         d = _axes(axis, self.ndim)[0] if self.ndim else (_axes(axis, 0), 0)[1]
         x = self.reshape(1) if self.ndim == 0 else self
         out = x.transpose(d, -1)._scan_last(kind).transpose(d, -1)
+        if kind == "sum" and self.ndim and dtypes.is_float(self.dtype) and _scan_levels(self.shape[d]) > 1:
+            # The chain rule through the blocked scan adds 64 shifted windows per level, fused into one kernel:
+            # 64^levels terms (65536 elements: a kernel gcc did not finish in minutes, pocl crashed). The gradient
+            # of a prefix sum is the suffix sum of the gradient: one more scan.
+            from lazygrad.gradient import define_gradient
+
+            define_gradient(out.uop, self.uop, lambda g: g.flip(d)._cumulative(d, "sum").flip(d))
+        elif kind == "logsumexp" and self.ndim and _scan_levels(self.shape[d]) > 1:
+            from lazygrad.gradient import define_gradient
+
+            node, src = weakref.ref(out.uop), self.uop
+
+            def suffix_logsumexp(t: Tensor) -> Tensor:
+                return t.flip(d)._cumulative(d, "logsumexp").flip(d)
+
+            def rule(g: Tensor) -> Tensor:
+                # d out_i / d x_k = exp(x_k - out_i) for k <= i: the gradient is exp(x_k) times a suffix sum of
+                # g_i exp(-out_i), summed in log space apart for g's positive and negative parts (as torch's)
+                x, lg = Tensor(src), g.abs().log() - _from_node(node, g.dtype)
+                pos = suffix_logsumexp((g > 0).where(lg, -math.inf))
+                neg = suffix_logsumexp((g < 0).where(lg, -math.inf))
+                return (x + pos).exp() - (x + neg).exp()
+
+            define_gradient(out.uop, self.uop, rule)
         return out.reshape(()) if self.ndim == 0 else out
 
     def _scan_last(self, kind: str) -> Tensor:

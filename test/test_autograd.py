@@ -333,3 +333,26 @@ def test_unset_tensors_get_grad_only_where_nothing_is_set_true() -> None:
     for _ in range(3):
         (x * w).sum().backward()
     assert x.grad is None and w.grad.tolist() == [3.0, 6.0]
+
+
+@pytest.mark.parametrize("op", ["cumsum", "logcumsumexp", "cumprod"])
+def test_long_scan_gradients_are_scans(op):
+    """A scan past 64 elements nests blocks of 64; the chain rule through them added 64 shifted windows per level,
+    fused into one kernel (65536 elements: a kernel of 200k nodes that gcc did not finish in minutes and pocl crashed
+    on). The gradients of cumsum and logcumsumexp are suffix scans of their own: every kernel stays small, and the
+    values match torch's."""
+    n = 65536
+    rng = np.random.default_rng(0)
+    a = (rng.random((n, 3)) * 0.002 + 0.999 if op == "cumprod" else rng.standard_normal((n, 3))).astype(np.float32)
+    g = rng.standard_normal((n, 3)).astype(np.float32)
+    x = Tensor(a, requires_grad=True)
+    (getattr(x, op)(0) * Tensor(g)).sum().backward()
+    from lazygrad.engine.realize import run_schedule
+
+    schedule, var_vals = x.grad.schedule_with_vars()
+    assert max(len(si.ast.toposort) for si in schedule) < 1000
+    run_schedule(schedule, var_vals)
+    tx = torch.from_numpy(a).double().requires_grad_()
+    (getattr(tx, op)(0) * torch.from_numpy(g).double()).sum().backward()
+    ref = tx.grad.numpy()
+    np.testing.assert_allclose(x.grad.numpy(), ref, atol=2e-4 * np.abs(ref).max())
