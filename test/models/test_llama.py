@@ -87,12 +87,24 @@ def test_quantized_weights_decode_like_torch(setup):
 
 
 def test_quantized_decode_is_llama_cpps(setup):
-    # the same file, the same arithmetic: llama.cpp's greedy tokens (its prompt quantizes x too)
+    # the same file, the same decode arithmetic (x quantized to int8 per block in each step): llama.cpp's greedy
+    # tokens. Each step runs on llama.cpp's tokens so far. Where llama.cpp's two best logits lie within 0.25 of each
+    # other, a choice between them turns on roundings the two programs do differently (llama.cpp keeps its KV cache in
+    # float16 and quantizes x in the prompt too; step 4 here is one: 0.14 apart, ours 0.02), and our logit of its
+    # token need only be that close to our best
     llama_cpp = pytest.importorskip("llama_cpp", reason="llama.cpp (pip install llama-cpp-python) is the reference")
     _, tok, prompt, _ = setup
-    model, _ = load_llama(MODEL, max_context=128, quantized=True)
-    ours, _ = _quantized_greedy(model, prompt, 16)
-    llm = llama_cpp.Llama(model_path=MODEL, n_ctx=128, n_threads=2, verbose=False)
+    llm = llama_cpp.Llama(model_path=MODEL, n_ctx=128, n_threads=2, verbose=False, logits_all=True)
     gen = llm.generate(prompt, temp=0.0, top_k=1, reset=True)
     theirs = [next(gen) for _ in range(16)]
-    assert ours == theirs, f"lazygrad:  {tok.decode(ours)!r}\nllama.cpp: {tok.decode(theirs)!r}"
+    llm.reset()
+    llm.eval(prompt + theirs)
+    their_logits = np.array(llm.scores[len(prompt) - 1 : len(prompt) + 15])
+    model, _ = load_llama(MODEL, max_context=128, quantized=True)
+    ours = [model(prompt, 0).numpy()] + [model([t], len(prompt) + i).numpy() for i, t in enumerate(theirs[:-1])]
+    for i, (got, want, token) in enumerate(zip(ours, their_logits, theirs)):
+        best = np.sort(want)[-2:]
+        if best[1] - best[0] >= 0.25:
+            assert int(got.argmax()) == token, f"step {i}: {tok.decode(theirs[: i + 1])!r}"
+        else:
+            assert got.max() - got[token] < 0.25, f"step {i}: {tok.decode(theirs[: i + 1])!r}"
