@@ -42,6 +42,18 @@ from lazygrad.viz import profile
 HALF_FLOATS = (dtypes.float16, dtypes.bfloat16)
 
 
+def _rounds_once(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
+    """A reduction or scan that runs on float16/bfloat16 in float32 and rounds its result to the dtype once."""
+
+    @functools.wraps(fn)
+    def wrapper(self: Tensor, *args: Any, **kwargs: Any) -> Tensor:
+        if self.dtype in HALF_FLOATS:
+            return fn(self.float(), *args, **kwargs).cast(self.dtype)
+        return fn(self, *args, **kwargs)
+
+    return wrapper
+
+
 class RealizedNodes:
     """Computed nodes that have been realized -> the buffer view that holds their value; consulted by the scheduler.
 
@@ -669,6 +681,26 @@ def _replay_kind(u: UOp, t: Tensor) -> tuple:
 def _replay_arg(a: Any) -> Any:
     # -0.0 == 0.0, but they are other constants; a tensor argument is in the key by its kind
     return None if isinstance(a, Tensor) else (float, repr(a)) if type(a) is float else a
+
+
+def _suffix_scan_rule(kind: str, d: int, node: weakref.ref[UOp], src: UOp) -> Callable[[Tensor], Tensor]:
+    """The gradient of a prefix sum or log-sum-exp along d (node, of src) as suffix scans of the same kind."""
+
+    def suffix(t: Tensor) -> Tensor:
+        return t.flip(d)._cumulative(d, kind).flip(d)
+
+    if kind == "sum":
+        return suffix
+
+    def rule(g: Tensor) -> Tensor:
+        # d out_i / d x_k = exp(x_k - out_i) for k <= i: the gradient is exp(x_k) times a suffix sum of g_i exp(-out_i),
+        # summed in log space apart for g's positive and negative parts (as torch's)
+        x, lg = Tensor(src), g.abs().log() - _from_node(node, g.dtype)
+        pos = suffix((g > 0).where(lg, -math.inf))
+        neg = suffix((g < 0).where(lg, -math.inf))
+        return (x + pos).exp() - (x + neg).exp()
+
+    return rule
 
 
 def _scan_levels(n: Any, block: int = 64) -> int:
@@ -2408,30 +2440,18 @@ class Tensor(metaclass=_TensorType):
         d = _axes(axis, self.ndim)[0] if self.ndim else (_axes(axis, 0), 0)[1]
         x = self.reshape(1) if self.ndim == 0 else self
         out = x.transpose(d, -1)._scan_last(kind).transpose(d, -1)
-        if kind == "sum" and self.ndim and dtypes.is_float(self.dtype) and _scan_levels(self.shape[d]) > 1:
+        if (
+            kind in ("sum", "logsumexp")
+            and self.ndim
+            and dtypes.is_float(self.dtype)
+            and _scan_levels(self.shape[d]) > 1
+        ):
             # The chain rule through the blocked scan adds 64 shifted windows per level, fused into one kernel:
             # 64^levels terms (65536 elements: a kernel gcc did not finish in minutes, pocl crashed). The gradient
-            # of a prefix sum is the suffix sum of the gradient: one more scan.
+            # of a prefix scan is a suffix scan of its own.
             from lazygrad.gradient import define_gradient
 
-            define_gradient(out.uop, self.uop, lambda g: g.flip(d)._cumulative(d, "sum").flip(d))
-        elif kind == "logsumexp" and self.ndim and _scan_levels(self.shape[d]) > 1:
-            from lazygrad.gradient import define_gradient
-
-            node, src = weakref.ref(out.uop), self.uop
-
-            def suffix_logsumexp(t: Tensor) -> Tensor:
-                return t.flip(d)._cumulative(d, "logsumexp").flip(d)
-
-            def rule(g: Tensor) -> Tensor:
-                # d out_i / d x_k = exp(x_k - out_i) for k <= i: the gradient is exp(x_k) times a suffix sum of
-                # g_i exp(-out_i), summed in log space apart for g's positive and negative parts (as torch's)
-                x, lg = Tensor(src), g.abs().log() - _from_node(node, g.dtype)
-                pos = suffix_logsumexp((g > 0).where(lg, -math.inf))
-                neg = suffix_logsumexp((g < 0).where(lg, -math.inf))
-                return (x + pos).exp() - (x + neg).exp()
-
-            define_gradient(out.uop, self.uop, rule)
+            define_gradient(out.uop, self.uop, _suffix_scan_rule(kind, d, weakref.ref(out.uop), self.uop))
         return out.reshape(()) if self.ndim == 0 else out
 
     def _scan_last(self, kind: str) -> Tensor:
@@ -2462,14 +2482,12 @@ class Tensor(metaclass=_TensorType):
         combine = {"sum": Tensor.add, "prod": Tensor.mul, "max": Tensor.maximum, "logsumexp": Tensor.logaddexp}[kind]
         return combine(inner, before).reshape(*self.shape[:-1], a * block).shrink(lead + [(0, n)])
 
+    @_rounds_once
     def cumsum(self, axis: int = 0) -> Tensor:
-        if self.dtype in HALF_FLOATS:
-            return self.float().cumsum(axis).cast(self.dtype)
         return self.cast(sum_acc_dtype(self.dtype))._cumulative(axis, "sum")
 
+    @_rounds_once
     def cumprod(self, axis: int = 0) -> Tensor:
-        if self.dtype in HALF_FLOATS:
-            return self.float().cumprod(axis).cast(self.dtype)
         x = self.cast(sum_acc_dtype(self.dtype))
         out = x._cumulative(axis, "prod")
         if not x.requires_grad:
@@ -3632,18 +3650,16 @@ class Tensor(metaclass=_TensorType):
         # ~x reverses the order of every integer type without overflow
         return ~((~self).max(axis, keepdim))
 
+    @_rounds_once
     def mean(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
-        if self.dtype in HALF_FLOATS:
-            return self.float().mean(axis, keepdim).cast(self.dtype)  # summed and divided before one rounding
         axes = _axes(axis, self.ndim)
         n = prod(self.shape[a] for a in axes)
         fdt = least_upper_float(self.dtype)
         total = self.cast(fdt).sum(axis, keepdim)
         return total / n if n else total * math.nan
 
+    @_rounds_once
     def var(self, axis: int | Sequence[int] | None = None, keepdim: bool = False, correction: int = 1) -> Tensor:
-        if self.dtype in HALF_FLOATS:
-            return self.float().var(axis, keepdim, correction).cast(self.dtype)
         axes = _axes(axis, self.ndim)
         n = prod(self.shape[a] for a in axes)
         x = self.cast(least_upper_float(self.dtype))
@@ -3656,9 +3672,8 @@ class Tensor(metaclass=_TensorType):
             )
         return sq / ssmax(0, dof)
 
+    @_rounds_once
     def std(self, axis: int | Sequence[int] | None = None, keepdim: bool = False, correction: int = 1) -> Tensor:
-        if self.dtype in HALF_FLOATS:
-            return self.float().std(axis, keepdim, correction).cast(self.dtype)
         return _root(self.var(axis, keepdim, correction), 2)
 
     @_replayed
@@ -3985,9 +4000,8 @@ class Tensor(metaclass=_TensorType):
     # *** normalization, activation-like composites ***
 
     @_replayed
+    @_rounds_once
     def softmax(self, axis: int = -1) -> Tensor:
-        if self.dtype in HALF_FLOATS:
-            return self.float().softmax(axis).cast(self.dtype)
         if self.ndim == 0:
             _axes(axis, 0)
             return self.reshape(1).softmax(0).reshape(())
@@ -3999,9 +4013,8 @@ class Tensor(metaclass=_TensorType):
         return e / e.sum(axis, keepdim=True)
 
     @_replayed
+    @_rounds_once
     def log_softmax(self, axis: int = -1) -> Tensor:
-        if self.dtype in HALF_FLOATS:
-            return self.float().log_softmax(axis).cast(self.dtype)
         if self.ndim == 0:
             _axes(axis, 0)
             return self.reshape(1).log_softmax(0).reshape(())
@@ -4013,9 +4026,8 @@ class Tensor(metaclass=_TensorType):
     def softmin(self, axis: int = -1) -> Tensor:
         return (-self).softmax(axis)
 
+    @_rounds_once
     def logsumexp(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
-        if self.dtype in HALF_FLOATS:
-            return self.float().logsumexp(axis, keepdim).cast(self.dtype)
         if any(self.shape[a] == 0 for a in _axes(axis, self.ndim)):
             # an empty sum: log(0) = -inf, as torch; there is no max to shift by
             m = self.zeros_like().sum(axis, keepdim=True)
