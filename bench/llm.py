@@ -30,6 +30,8 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+from timing import call_times  # noqa: E402  (bench/timing.py, beside this file)
+
 PROMPT_TOKENS, DECODE_TOKENS = 128, 32
 TEXT = (
     "Tensors are the central data structure of deep learning frameworks. A tensor is a multi-dimensional array of "
@@ -58,13 +60,7 @@ def first_token_latency(cold: bool) -> float:
 
 def timed(fn, reps: int = 3) -> float:
     """Median seconds of fn() after one warm-up call (compiles excluded)."""
-    fn()
-    times = []
-    for _ in range(reps):
-        st = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - st)
-    return statistics.median(times)
+    return statistics.median(call_times(fn, reps))
 
 
 def greedy_decode_tok_s(model, prompt: list[int]) -> float:

@@ -10,11 +10,11 @@ torch row beside it the closest aten op. Backward rows schedule the gradient onl
 from __future__ import annotations
 
 import sys
-import time
 from typing import Callable
 
 import numpy as np
 from kernels import Table, compiled, try_torch
+from timing import call_times
 
 from lazygrad import Tensor
 
@@ -22,13 +22,7 @@ from lazygrad import Tensor
 def bench(fn: Callable[[], object], reps: int = 40) -> float:
     """The fastest of `reps` calls after a warm-up: on cores shared with other work, the slower calls measure the
     neighbours (these kernels take well under the scheduler's 4 ms slice)."""
-    fn()
-    times = []
-    for _ in range(reps):
-        st = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - st)
-    return min(times)
+    return min(call_times(fn, reps))
 
 
 def _grad(x: Tensor, fwd: Callable[[Tensor], Tensor], g: Tensor) -> Tensor:

@@ -9,10 +9,10 @@ whole lazy path per call (build the graph, schedule, look up the compiled kernel
 from __future__ import annotations
 
 import statistics
-import time
 from typing import Callable
 
 import numpy as np
+from timing import call_times
 
 from lazygrad import Tensor
 from lazygrad.engine.realize import lower_schedule_item
@@ -23,14 +23,7 @@ BYTES = 3 * 4 * N  # two reads and one write of float32
 
 def bench(fn: Callable[[], object], reps: int = 200, warmup: int = 10) -> float:
     """Median seconds per call."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(reps):
-        st = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - st)
-    return statistics.median(times)
+    return statistics.median(call_times(fn, reps, warmup))
 
 
 def main() -> None:
