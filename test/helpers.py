@@ -85,3 +85,26 @@ def compare(
     out = lg_fn(*[Tensor(x) for x in inputs])
     ref = torch_fn(*[torch.from_numpy(np.array(x)) for x in inputs])
     assert_close(out, ref, atol, rtol)
+
+
+def fuzz_failures(seeds: range, check: Callable[[int], tuple[str, str | None]], hunt: bool = False) -> list[str]:
+    """check(seed) -> (what the case is, what differs or None) over `seeds`; the failures, each as that description and
+    error. A fuzzer's test asserts there are none. As a script (hunt=True) an exception is a finding too (a crash),
+    each failure is printed as it is found, with a progress line every 50 cases and a total at the end."""
+    failures = []
+    for i, seed in enumerate(seeds, 1):
+        try:
+            what, err = check(seed)
+        except Exception as e:
+            if not hunt:
+                raise
+            what, err = f"seed {seed}", f"raised {type(e).__name__}: {e}"
+        if err is not None:
+            failures.append(f"{what}\n    {err}")
+            if hunt:
+                print(failures[-1], flush=True)
+        if hunt and i % 50 == 0:
+            print(f"{i} cases, {len(failures)} failed", flush=True)
+    if hunt:
+        print(f"{len(seeds) - len(failures)} passed, {len(failures)} failed")
+    return failures

@@ -22,7 +22,7 @@ import pytest
 import torch
 
 from lazygrad import Tensor, dtypes
-from test.helpers import device_available
+from test.helpers import device_available, fuzz_failures
 
 INTS = [np.int8, np.uint8, np.int16, np.int32, np.int64]
 FLOATS = [np.float32, np.float16]
@@ -332,6 +332,11 @@ def describe(seed: int, x0: np.ndarray, steps: list[Step]) -> str:
     return f"seed {seed}: x0 {x0.shape} {x0.dtype} -> " + " -> ".join(s.name for s in steps)
 
 
+def check(seed: int, device: str, big: bool = False) -> tuple[str, str | None]:
+    x0, steps = gen_case(seed, big=big)
+    return describe(seed, x0, steps), run_case(x0, steps, device)
+
+
 CI_CASES = 300
 
 
@@ -341,12 +346,7 @@ def test_fuzz_op_chains(device: str, chunk: int) -> None:
     if not device_available(device):
         pytest.skip(f"{device} is not available here")
     per = CI_CASES // 6
-    failures = []
-    for seed in range(chunk * per, (chunk + 1) * per):
-        x0, steps = gen_case(seed)
-        err = run_case(x0, steps, device)
-        if err is not None:
-            failures.append(f"{describe(seed, x0, steps)}\n    {err}")
+    failures = fuzz_failures(range(chunk * per, (chunk + 1) * per), lambda seed: check(seed, device))
     assert not failures, f"{len(failures)} of {per} chains disagree with torch:\n" + "\n".join(failures[:10])
 
 
@@ -357,14 +357,5 @@ if __name__ == "__main__":
     ap.add_argument("--device", default="CPU")
     ap.add_argument("--big", action="store_true", help="sizes up to 1031 a dimension (BIG_SIZES)")
     args = ap.parse_args()
-    bad = 0
-    for seed in range(args.seed, args.seed + args.cases):
-        x0, steps = gen_case(seed, big=args.big)
-        try:
-            err = run_case(x0, steps, args.device)
-        except Exception as e:  # a crash is a finding too
-            err = f"raised {type(e).__name__}: {e}"
-        if err is not None:
-            bad += 1
-            print(f"{describe(seed, x0, steps)}\n    {err}")
-    print(f"{args.cases - bad} passed, {bad} failed")
+    seeds = range(args.seed, args.seed + args.cases)
+    fuzz_failures(seeds, lambda seed: check(seed, args.device, args.big), hunt=True)

@@ -24,6 +24,7 @@ import pytest
 import torch
 
 from lazygrad import Tensor, dtypes
+from test.helpers import fuzz_failures
 
 # around vector widths (4/8/16 lanes), register tiles, thread splits and the 1024-trip reduce blocking
 DIMS = [1, 2, 3, 7, 8, 15, 16, 17, 31, 32, 33, 63, 64, 65, 97, 127, 128, 129, 255, 256, 257]
@@ -252,18 +253,18 @@ def run_case(case: Case) -> str | None:
     return None
 
 
+def check(seed: int) -> tuple[str, str | None]:
+    case = gen_case(seed)
+    return f"seed {seed}: {case.name}", run_case(case)
+
+
 CI_CASES, CI_CHUNKS = 60, 4
 
 
 @pytest.mark.parametrize("chunk", range(CI_CHUNKS))
 def test_fuzz_kernels(chunk: int) -> None:
     per = CI_CASES // CI_CHUNKS
-    failures = []
-    for seed in range(chunk * per, (chunk + 1) * per):
-        case = gen_case(seed)
-        err = run_case(case)
-        if err is not None:
-            failures.append(f"seed {seed}: {case.name}\n    {err}")
+    failures = fuzz_failures(range(chunk * per, (chunk + 1) * per), check)
     assert not failures, f"{len(failures)} of {per} kernels disagree with torch:\n" + "\n".join(failures[:10])
 
 
@@ -272,16 +273,4 @@ if __name__ == "__main__":
     ap.add_argument("--cases", type=int, default=300)
     ap.add_argument("--seed", type=int, default=10_000)
     args = ap.parse_args()
-    bad = 0
-    for seed in range(args.seed, args.seed + args.cases):
-        case = gen_case(seed)
-        try:
-            err = run_case(case)
-        except Exception as e:  # a crash is a finding too
-            err = f"raised {type(e).__name__}: {e}"
-        if err is not None:
-            bad += 1
-            print(f"seed {seed}: {case.name}\n    {err}", flush=True)
-        if (seed - args.seed + 1) % 50 == 0:
-            print(f"{seed - args.seed + 1} cases, {bad} failed", flush=True)
-    print(f"{args.cases - bad} passed, {bad} failed")
+    fuzz_failures(range(args.seed, args.seed + args.cases), check, hunt=True)
