@@ -15,8 +15,10 @@ from collections.abc import Callable
 
 from lazygrad.dtype import DType, dtypes
 from lazygrad.renderer.cstyle import (
+    C_ALU,
     C_PLAIN_ALU,
     C_RENDER,
+    EXACT_FLOAT_OPS,
     IPOW_HELPER,
     AluCtx,
     CStyleLanguage,
@@ -39,6 +41,15 @@ def _balanced(expr: str) -> bool:
         if depth < 0:
             return False
     return depth == 0
+
+
+def _stored_bits(val: str, kind: str) -> str | None:
+    """The 16 bits a half (kind "half") or bfloat16 ("bf16") computed in float was read from, when `val` is that read
+    itself: storing or bit casting those bits as they are keeps a NaN's payload, which the round trip through float
+    would quiet."""
+    head = f"lg_{kind}_to_f("
+    inner = val[len(head) : -1]
+    return inner if val.startswith(head) and _balanced(inner) else None
 
 
 def _gpu_pow(ctx: AluCtx, x: UOp) -> str | None:
@@ -78,6 +89,26 @@ def _gpu_cast(ctx: AluCtx, x: UOp) -> str | None:
     return f"lg_half_to_f(lg_f_to_half((float){ctx.a[0]}))"  # half computed in float: rounded through 16 bits
 
 
+# torch rounds every float16 op's result to float16. A dialect without half arithmetic computes it in float, so each
+# inexact op's result is rounded through the 16 bits (as bfloat16's are in C_ALU); a kernel of several half ops
+# otherwise kept float precision between them ((a * b + a).float() was not torch's)
+GPU_ALU = (
+    PatternMatcher(
+        [
+            (
+                UPat(name="x"),
+                lambda ctx, x: (
+                    f"lg_half_to_f(lg_f_to_half({ctx.r.render_plain_alu(x, ctx.a)}))"
+                    if x.dtype.count == 1 and ctx.r.half_in_float(x.dtype) and x.op not in EXACT_FLOAT_OPS
+                    else None
+                ),
+            )
+        ]
+    )
+    + C_ALU
+)
+
+
 # what the GPU dialects spell differently from C: no GNU statement expressions, overloaded pow, half in float
 GPU_PLAIN_ALU = PatternMatcher(
     [
@@ -105,6 +136,7 @@ class GPUDialect(CStyleLanguage):
     half_prelude = ""  # defines lg_half_to_f / lg_f_to_half: half bits <-> float, rounding to nearest even
     bf16_prelude = ""  # defines lg_bf16_to_f / lg_f_to_bf16 / lg_round_bf16 where the dialect's prelude does not
 
+    alu_rules = GPU_ALU
     plain_alu_rules = GPU_PLAIN_ALU + C_PLAIN_ALU
 
     def __init__(self, **limits: object):
@@ -146,17 +178,13 @@ class GPUDialect(CStyleLanguage):
     def render_store_value(self, dt: DType, val: str) -> str:
         if not self.half_in_float(dt):
             return super().render_store_value(dt, val)
-        # half bits stored as they were read (a bit cast, a copy): no round trip through float, which would quiet
-        # a signaling NaN
-        inner = val[len("lg_half_to_f(") : -1]
-        if val.startswith("lg_half_to_f(") and _balanced(inner):
-            return inner
-        return f"lg_f_to_half({val})"
+        return _stored_bits(val, "half") or f"lg_f_to_half({val})"  # a copy stores the bits it read
 
     def render_bitcast(self, x: str, src: DType, dst: DType) -> str:
         # 16-bit floats computed in float are bit cast through their 16-bit storage
         if self.in_float(src):
-            x, src = f"lg_f_to_{'bf16' if src == dtypes.bfloat16 else 'half'}({x})", dtypes.uint16
+            kind = "bf16" if src == dtypes.bfloat16 else "half"
+            x, src = _stored_bits(x, kind) or f"lg_f_to_{kind}({x})", dtypes.uint16
         if self.in_float(dst):
             bits = self.render_bitcast(x, src, dtypes.uint16)
             return f"lg_{'bf16' if dst == dtypes.bfloat16 else 'half'}_to_f({bits})"

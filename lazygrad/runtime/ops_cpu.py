@@ -123,6 +123,18 @@ LANE_SELECT_PROBE = (
 )
 
 
+# a vectorized float16 relu: gcc 13 with -march=native on an AVX512-FP16 CPU (Sapphire Rapids) emitted masked vmovsh,
+# which the system's older assembler refused ("unsupported masking for `vmovsh'"), so a float16 kernel did not build
+HALF_VECTOR_PROBE = (
+    "void lg_probe(_Float16* restrict out, const _Float16* restrict in) {\n"
+    "  for (int i = 0; i < 7; i++) { _Float16 v = in[i]; out[i] = ((v < (_Float16)0.0f) | (v == (_Float16)0.0f))"
+    " ? (_Float16)0.0f : v; }\n}\n",
+    ctypes.c_ushort,
+    [(ctypes.c_ushort, [0xC000, 0x0000, 0x3C00, 0x4200, 0xB800, 0x4100, 0xBC00])],  # float16 bits: -2 0 1 3 -.5 2.5 -1
+    [0, 0, 0x3C00, 0x4200, 0, 0x4100, 0],
+)
+
+
 class ClangCompiler(Compiler):
     """Compiles C to a shared object. No -ffast-math: NaN and inf must behave as IEEE says."""
 
@@ -159,6 +171,11 @@ class ClangCompiler(Compiler):
             lanes = diskcache_put("cpu_lane_select_v2", probe_key, self._lane_select_workaround())
         self.lane_select_target, more_flags = lanes
         self.flags += more_flags
+        probe_key = repr((version, cc, cpu, self.flags, "half_vector_v1"))
+        half = diskcache_get("cpu_half_vector_v1", probe_key)
+        self.flags += (
+            diskcache_put("cpu_half_vector_v1", probe_key, self._half_vector_workaround()) if half is None else half
+        )
         # Ops.DP4A on int32 vectors as one vpdpbusd (VNNI): the compiler's builtin per lane count
         widths = (4, 8, 16) if "avx512vnni" in vnni else (4, 8) if vnni else ()
         clang = "clang" in "".join(version)
@@ -243,6 +260,14 @@ class ClangCompiler(Compiler):
             if self._probe_right(src.replace("ATTR", attr), out_type, inputs, want, []):
                 return target, []
         return "", ["-fno-tree-vectorize"]
+
+    def _half_vector_workaround(self) -> list[str]:
+        """-mno-avx512fp16 where HALF_VECTOR_PROBE's kernel does not build or is wrong with AVX512-FP16 and is right
+        without it; otherwise nothing (a compiler with no _Float16 at all fails both ways, and is not helped)."""
+        src, out_type, inputs, want = HALF_VECTOR_PROBE
+        if "avx512_fp16" not in _cpu_flags().split() or self._probe_right(src, out_type, inputs, want, []):
+            return []
+        return ["-mno-avx512fp16"] if self._probe_right(src, out_type, inputs, want, ["-mno-avx512fp16"]) else []
 
     def _probe_right(
         self,

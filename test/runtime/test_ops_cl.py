@@ -126,6 +126,17 @@ def test_half_is_computed_in_float_without_fp16():
     assert (Tensor(np.float32([70000.0]), device="CL").cast(dtypes.float16)).numpy()[0] == np.inf
 
 
+def test_half_ops_round_every_result_as_torch_without_fp16(on_cl):
+    """Half computed in float is rounded to half after every op, as torch rounds each op's result: a fused a * b + a
+    kept float precision between the two ops (found on an H100, whose CUDA renderer computes half the same way)."""
+    test_dtype.test_float16_ops_round_every_result_as_torch()
+
+
+@pytest.mark.parametrize("src,dst", test_dtype.RESIZED_BITCASTS)
+def test_bitcasts_keep_nan_payloads(on_cl, src, dst):
+    test_dtype.test_bitcast_to_another_size(src, dst)
+
+
 # *** GPU-style opts applied explicitly, checked against numpy ***
 
 

@@ -10,7 +10,14 @@ import pytest
 from lazygrad import Context, Device, Tensor
 from lazygrad.device import Buffer, CompileError, DeviceUnavailable
 from lazygrad.dtype import dtypes
-from lazygrad.runtime.ops_cpu import LANE_SELECT_PROBE, ClangCompiler, CPUProgram, _libraries_needed, find_c_compiler
+from lazygrad.runtime.ops_cpu import (
+    HALF_VECTOR_PROBE,
+    LANE_SELECT_PROBE,
+    ClangCompiler,
+    CPUProgram,
+    _libraries_needed,
+    find_c_compiler,
+)
 
 SRC = "void add1(float* restrict out, const float* restrict a) { for (int i = 0; i < 4; i++) out[i] = a[i] + 1.0f; }\n"
 
@@ -243,3 +250,21 @@ def test_no_linker_links_through_the_driver(monkeypatch):
     compiler = Device["CPU"].compiler
     monkeypatch.setattr(ops_cpu.shutil, "which", lambda name: None)
     assert compiler._direct_link() == []
+
+
+def test_float16_kernels_build_where_the_assembler_lacks_avx512fp16(monkeypatch):
+    # gcc 13 on an AVX512-FP16 CPU emitted masked vmovsh for a float16 relu that the system assembler refused: the
+    # compiler's flags are those under which HALF_VECTOR_PROBE's kernel builds and is right
+    compiler = Device["CPU"].compiler
+    src, out_type, inputs, want = HALF_VECTOR_PROBE
+    assert compiler._probe_right(src, out_type, inputs, want, [])
+    x = np.array([-2, 0, 1, 3, -0.5, 2.5, -1], dtype=np.float16)
+    np.testing.assert_array_equal(Tensor(x).relu().numpy(), np.maximum(x, 0))
+    # where the CPU has AVX512-FP16 and the probe fails as it is, the flag goes
+    import lazygrad.runtime.ops_cpu as ops_cpu
+
+    monkeypatch.setattr(ops_cpu, "_cpu_flags", lambda: "flags : avx512f avx512_fp16")  # /proc/cpuinfo spells it so
+    monkeypatch.setattr(type(compiler), "_probe_right", lambda self, src, o, i, w, extra, link=None: bool(extra))
+    assert compiler._half_vector_workaround() == ["-mno-avx512fp16"]
+    monkeypatch.setattr(type(compiler), "_probe_right", lambda self, src, o, i, w, extra, link=None: True)
+    assert compiler._half_vector_workaround() == []
