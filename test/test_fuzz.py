@@ -7,7 +7,7 @@ exactly for integers and bools, to the dtype's precision for floats.
 
 CI runs a fixed seed and a bounded number of cases; a longer hunt is a script:
 
-    python test/test_fuzz.py --cases 5000 --seed 7 [--device CL] [--big]
+    python test/test_fuzz.py --cases 5000 --seed 7 [--device CL] [--big]    # DEV=CL ... does the same
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 import torch
 
-from lazygrad import Tensor, dtypes
+from lazygrad import Device, Tensor, dtypes
 from test.helpers import device_available, fuzz_failures
 
 INTS = [np.int8, np.uint8, np.int16, np.int32, np.int64]
@@ -354,7 +354,7 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cases", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=10_000)
-    ap.add_argument("--device", default="CPU")
+    ap.add_argument("--device", default=Device.DEFAULT, help="the device under test (default: DEV's, else CPU)")
     ap.add_argument("--big", action="store_true", help="sizes up to 1031 a dimension (BIG_SIZES)")
     args = ap.parse_args()
     seeds = range(args.seed, args.seed + args.cases)
