@@ -32,6 +32,8 @@ CL_ERRORS = {
 
 CL_DEVICE_TYPE_ALL = 0xFFFFFFFF
 CL_DEVICE_MAX_COMPUTE_UNITS = 0x1002
+CL_DEVICE_SINGLE_FP_CONFIG = 0x101B
+CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT = 1 << 7
 CL_DEVICE_MAX_WORK_GROUP_SIZE = 0x1004
 CL_DEVICE_MAX_WORK_ITEM_SIZES = 0x1005
 CL_DEVICE_MAX_PARAMETER_SIZE = 0x1017
@@ -180,6 +182,11 @@ class CLCompiler(Compiler):
     def __init__(self, dev: CLDevice):
         self.dev = dev
         self.options = b"-cl-std=CL1.2 -w"  # -w: warnings about generated code are noise to a user (PoCL prints them)
+        # float32 / and sqrt correctly rounded, as torch's (OpenCL otherwise allows 2.5 and 3 ulps), where the device
+        # can (the option is only defined where it says so)
+        fp_config = _info_bytes(dev.cl.clGetDeviceInfo, dev.device, CL_DEVICE_SINGLE_FP_CONFIG)
+        if int.from_bytes(fp_config[:8], "little") & CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT:
+            self.options += b" -cl-fp32-correctly-rounded-divide-sqrt"
         key = hashlib.sha256(repr((dev.device_name, dev.driver_version, self.options)).encode()).hexdigest()[:16]
         super().__init__(f"compile_cl_{key}")
 

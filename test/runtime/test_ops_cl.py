@@ -14,6 +14,7 @@ from lazygrad.codegen import get_program
 from lazygrad.codegen.kernel import KernelOptError, Opt, OptOps
 from lazygrad.device import Buffer, CompileError, DeviceUnavailable
 from lazygrad.engine.realize import CompiledRunner
+from lazygrad.runtime import ops_cl
 from test import test_dtype, test_ops
 
 try:
@@ -124,6 +125,22 @@ def test_half_is_computed_in_float_without_fp16():
     out = (Tensor(x, device="CL") * 1.0 + 1.0).numpy()
     np.testing.assert_array_equal(out, (x.astype(np.float32) + 1.0).astype(np.float16))
     assert (Tensor(np.float32([70000.0]), device="CL").cast(dtypes.float16)).numpy()[0] == np.inf
+
+
+def test_float_division_and_sqrt_are_correctly_rounded():
+    """OpenCL allows float32 / to be 2.5 ulps off and sqrt 3: kernels are built correctly rounded where the device can,
+    so CL's quotients and roots are torch's bit for bit."""
+    fp_config = int.from_bytes(
+        ops_cl._info_bytes(CL.cl.clGetDeviceInfo, CL.device, ops_cl.CL_DEVICE_SINGLE_FP_CONFIG)[:8], "little"
+    )
+    if not fp_config & ops_cl.CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT:
+        pytest.skip("this OpenCL device cannot round float32 division and sqrt correctly")
+    assert b"-cl-fp32-correctly-rounded-divide-sqrt" in CL.compiler.options
+    rng = np.random.default_rng(0)
+    a, b = (rng.standard_normal(4099).astype(np.float32) * 100 for _ in range(2))
+    ta, tb = Tensor(a, device="CL"), Tensor(b, device="CL")
+    np.testing.assert_array_equal((ta / tb).numpy(), a / b)
+    np.testing.assert_array_equal(ta.abs().sqrt().numpy(), np.sqrt(np.abs(a)))
 
 
 def test_half_ops_round_every_result_as_torch_without_fp16(on_cl):
