@@ -3475,6 +3475,7 @@ class Tensor(metaclass=_TensorType):
 
     clamp = clip
 
+    @_replayed
     def relu(self) -> Tensor:
         # a where, not maximum(0): torch's gradient at 0 is 0 (maximum would split it), and NaN stays NaN. The mask
         # is recomputed inside the backward kernel, which loads the relu's input anyway (no extra kernel)

@@ -557,3 +557,24 @@ def test_realizing_a_stored_tensor_schedules_nothing(monkeypatch):
     x.assign(x + 1)
     np.testing.assert_array_equal(v.realize().numpy(), np.arange(1, 7, dtype=np.float32).reshape(2, 3))
     assert general[0] >= 1
+
+
+def test_repeated_relu_replays_its_graph(monkeypatch):
+    """relu is a composite (a compare, an or, a where): called again on a tensor of the same kind it is rebuilt from
+    its program, node for node what its code builds, and its gradient matches torch's (0 at 0, as torch's)."""
+    import torch
+
+    xn = np.array([-1.5, 0.0, 2.0, -0.0, 3.5], np.float32)
+    Tensor(xn).relu()  # the program of this kind
+    compares = _counting(monkeypatch, Tensor, "__le__")
+    for _ in range(3):
+        x = Tensor(xn, requires_grad=True)
+        out = x.relu()
+        assert out.uop is Tensor.relu.__wrapped__(x).uop
+        (out * 2).sum().backward()
+        tx = torch.tensor(xn, requires_grad=True)
+        (tx.relu() * 2).sum().backward()
+        np.testing.assert_array_equal(out.numpy(), tx.relu().detach().numpy())
+        np.testing.assert_array_equal(x.grad.numpy(), tx.grad.numpy())
+    assert compares[0] == 3  # the undecorated code's only: never a replay's
+
