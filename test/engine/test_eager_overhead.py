@@ -578,3 +578,18 @@ def test_repeated_relu_replays_its_graph(monkeypatch):
         np.testing.assert_array_equal(x.grad.numpy(), tx.grad.numpy())
     assert compares[0] == 3  # the undecorated code's only: never a replay's
 
+
+def test_backward_seeds_from_one_node_per_kind(monkeypatch):
+    """The seed gradient of a scalar's backward() is the node Tensor.ones builds, built once per shape, dtype and
+    device: later backwards make no factory call; under no_grad the factory still runs (its node is detached)."""
+    w = Tensor(np.arange(4, dtype=np.float32), requires_grad=True)
+    (w * 3).sum().backward()
+    made = _counting(monkeypatch, Tensor, "full")
+    for _ in range(3):
+        w.grad = None
+        loss = (w * w).sum()
+        loss.backward()
+        np.testing.assert_array_equal(w.grad.numpy(), 2 * np.arange(4, dtype=np.float32))
+    assert made[0] == 0
+    assert loss._seed_gradient(None).uop is Tensor.ones((), dtype=loss.dtype, device=loss.device).uop
+
