@@ -593,3 +593,21 @@ def test_backward_seeds_from_one_node_per_kind(monkeypatch):
     assert made[0] == 0
     assert loss._seed_gradient(None).uop is Tensor.ones((), dtype=loss.dtype, device=loss.device).uop
 
+
+def test_window_rule_keys_are_built_once(monkeypatch):
+    """A conv's window derivative rule is keyed (as structure) once per rule object: a replayed conv hands its new
+    nodes the rule it recorded, and a backward over them does not key it again."""
+    from lazygrad.nn import Conv2d
+
+    x = Tensor(np.random.rand(2, 3, 6, 6).astype(np.float32)).realize()
+    conv = Conv2d(3, 4, 3, padding=1)
+    for _ in range(2):
+        conv(x).relu().sum().backward()
+    frozen = _counting(monkeypatch, gradient, "_frozen")
+    grads = []
+    for _ in range(2):
+        conv.weight.grad = None
+        conv(x).relu().sum().backward()
+        grads.append(conv.weight.grad.numpy())
+    assert frozen[0] == 0
+    np.testing.assert_array_equal(grads[0], grads[1])
