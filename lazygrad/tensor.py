@@ -237,18 +237,25 @@ def _readers(
                 )
                 memo[n] = (any(p.op is Ops.BUFFER and p.arg.memory in mems for p in parts), False)
             else:
-                todo = [x for x in n.src if x not in memo]
-                if todo:
-                    stack.extend(todo)
+                # loops, not comprehensions: this runs for every node of every lazy tensor over the written memory
+                # (a comprehension is a call per node)
+                pushed = False
+                for x in n.src:
+                    if x not in memo:
+                        stack.append(x)
+                        pushed = True
+                if pushed:
                     continue
+                old, binds = False, n.op is Ops.BIND
+                for x in n.src:
+                    x_old, x_binds = memo[x]
+                    old, binds = old or x_old, binds or x_binds
                 if n.op is Ops.ASSIGN and n.src[0].base.op is Ops.BUFFER and n.src[0].base.arg.memory in mems:
                     # another write into the memory, not run yet: older than these writes, it must land before them
                     # (what reads it is computed first); newer, it lands after them, and what it writes is read then
                     newer = write_order(n) > latest.get(n.src[0].base.arg.memory, -1)
                     old = any(memo[x][0] for x in n.src[1:]) if newer else True
-                else:
-                    old = any(memo[x][0] for x in n.src)
-                memo[n] = (old, n.op is Ops.BIND or any(memo[x][1] for x in n.src))
+                memo[n] = (old, binds)
             stack.pop()
         return memo[root]
 
@@ -297,9 +304,12 @@ def _memories_below(root: UOp) -> frozenset:
         if _MEMORIES in n.__dict__:
             stack.pop()
             continue
-        todo = [x for x in n.src if _MEMORIES not in x.__dict__]
-        if todo:
-            stack.extend(todo)
+        pushed = False
+        for x in n.src:  # (a loop: a comprehension is a call per node)
+            if _MEMORIES not in x.__dict__:
+                stack.append(x)
+                pushed = True
+        if pushed:
             continue
         stack.pop()
         if n.op is Ops.BUFFER:
