@@ -826,8 +826,14 @@ class Tensor(metaclass=_TensorType):
             # computed under no_grad: as in torch, no gradient flows back through it and it gets none itself
             self.uop = UOp(Ops.DETACH, self.uop.dtype, (self.uop,))
             self._requires_grad = False
-        elif dtypes.is_float(self.uop.dtype):
-            _note_unset(self)
+        else:
+            # whether the dtype is a float, by its number: dtypes.is_float is three Python calls (a DType hashes in
+            # Python), on every tensor an op makes
+            dt = self.uop.dtype
+            if (is_float := _FLOAT_KEYS.get(dt.key)) is None:
+                is_float = _FLOAT_KEYS[dt.key] = dtypes.is_float(dt)
+            if is_float:
+                _note_unset(self)
 
     # *** autograd ***
 
@@ -2951,7 +2957,8 @@ class Tensor(metaclass=_TensorType):
         for t in (self, *others):
             if t._view_of is not None:
                 _follow_base(t)
-        srcs = (self.uop, *(o.uop for o in others))
+        # (a binary op's sources without a generator: two Python calls less on most ops a model builds)
+        srcs = (self.uop, others[0].uop) if len(others) == 1 else (self.uop, *[o.uop for o in others])
         out = dtype or (dtypes.bool if op in GroupOp.Comparison else srcs[-1].dtype)
         return Tensor(UOp(op, out, srcs))
 
@@ -2978,7 +2985,7 @@ class Tensor(metaclass=_TensorType):
             if y._view_of is not None:
                 _follow_base(y)
             yu = y.uop
-            if yu.dtype == su.dtype and yu.shape == su.shape and yu.device == su.device:
+            if (yu.dtype is su.dtype or yu.dtype == su.dtype) and yu.shape == su.shape and yu.device == su.device:
                 return (y, self) if reverse else (self, y)
         elif (
             type(y) in (int, float, bool)
@@ -5650,6 +5657,7 @@ _grad_leaves_lock = threading.Lock()
 # whose insert is several Python calls. Keyed by id, so no lookup ever compares tensors (Tensor.__eq__ is
 # elementwise). Iterate a copy(): copying runs no Python code, so no removal can change the dict midway
 _unset_grad: dict[int, weakref.ref] = {}
+_FLOAT_KEYS: dict[int, bool] = {}  # DType.key -> dtypes.is_float of that dtype
 _DEREF = weakref.ref.__call__  # C-level helpers for backward's look at every live tensor (map over them)
 _UOP_OF = operator.attrgetter("uop")
 
