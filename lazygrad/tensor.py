@@ -651,8 +651,8 @@ def _replayed(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
             tuple((k, _replay_arg(a)) for k, a in kwargs.items()),
             Tensor._grad_disabled > 0,
             TRAINING.value,
-            dtypes.default_float,
-            dtypes.default_int,
+            dtypes.default_float.key,
+            dtypes.default_int.key,
             Device.DEFAULT,
         )
         try:
@@ -686,7 +686,8 @@ def _replayed(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
 
 
 def _replay_kind(u: UOp, t: Tensor) -> tuple:
-    return (u.op, u.dtype, u.shape, u.device, u.arg if u.op is Ops.CONST else None, t._plain_buffer() is not None)
+    # a dtype by its number: a DType hashes and compares in Python, on every lookup of every composite call
+    return (u.op, u.dtype.key, u.shape, u.device, u.arg if u.op is Ops.CONST else None, t._plain_buffer() is not None)
 
 
 def _replay_arg(a: Any) -> Any:
