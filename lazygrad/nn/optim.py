@@ -323,8 +323,13 @@ class _StepProgram:
         vals = self.program.run([t.uop for t in tensors])
         for j, (inherited, viewed) in zip(self.assigned, self.reads):
             target = vals[j].base
-            if any(vals[k].base is target for k in viewed) or any(_reads_shifted(vals[k], target) for k in inherited):
-                return None
+            # (loops, not generators: two calls less per parameter and state tensor, on every step)
+            for k in viewed:
+                if vals[k].base is target:
+                    return None
+            for k in inherited:
+                if _reads_shifted(vals[k], target):
+                    return None
         for j, out in zip(self.assigned, self.program.outs):
             tensors[j].uop = vals[out]
             _note_lazy(tensors[j])
