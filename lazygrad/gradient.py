@@ -293,12 +293,23 @@ def rule_key(rule: Callable) -> tuple | None:
     a closure is code that may hold anything, so None."""
     if type(rule) is not functools.partial:
         return None
-    key = (rule.func, _frozen(rule.args), tuple((k, _frozen(v)) for k, v in sorted(rule.keywords.items())))
+    # kept on the rule: a replayed composite gives its new nodes the rule objects it recorded, so every backward
+    # over them asks again (a digits CNN step rebuilt the keys of its window rules on every backward)
+    cached = rule.__dict__.get(_RULE_KEY, _UNKEYED)
+    if cached is not _UNKEYED:
+        return cached
+    keywords = tuple((k, _frozen(v)) for k, v in sorted(rule.keywords.items()))
+    key: tuple | None = (rule.func, _frozen(rule.args), keywords)
     try:
         hash(key)
     except TypeError:
-        return None
+        key = None
+    rule.__dict__[_RULE_KEY] = key
     return key
+
+
+_RULE_KEY = "lazygrad_rule_key"  # in a derivative rule's (a functools.partial's) __dict__: its rule_key
+_UNKEYED = object()
 
 
 def _frozen(x: Any) -> Any:

@@ -7,6 +7,7 @@ import contextlib
 import functools
 import itertools
 import math
+import operator
 import os
 import re
 import struct
@@ -237,18 +238,25 @@ def _readers(
                 )
                 memo[n] = (any(p.op is Ops.BUFFER and p.arg.memory in mems for p in parts), False)
             else:
-                todo = [x for x in n.src if x not in memo]
-                if todo:
-                    stack.extend(todo)
+                # loops, not comprehensions: this runs for every node of every lazy tensor over the written memory
+                # (a comprehension is a call per node)
+                pushed = False
+                for x in n.src:
+                    if x not in memo:
+                        stack.append(x)
+                        pushed = True
+                if pushed:
                     continue
+                old, binds = False, n.op is Ops.BIND
+                for x in n.src:
+                    x_old, x_binds = memo[x]
+                    old, binds = old or x_old, binds or x_binds
                 if n.op is Ops.ASSIGN and n.src[0].base.op is Ops.BUFFER and n.src[0].base.arg.memory in mems:
                     # another write into the memory, not run yet: older than these writes, it must land before them
                     # (what reads it is computed first); newer, it lands after them, and what it writes is read then
                     newer = write_order(n) > latest.get(n.src[0].base.arg.memory, -1)
                     old = any(memo[x][0] for x in n.src[1:]) if newer else True
-                else:
-                    old = any(memo[x][0] for x in n.src)
-                memo[n] = (old, n.op is Ops.BIND or any(memo[x][1] for x in n.src))
+                memo[n] = (old, binds)
             stack.pop()
         return memo[root]
 
@@ -297,9 +305,12 @@ def _memories_below(root: UOp) -> frozenset:
         if _MEMORIES in n.__dict__:
             stack.pop()
             continue
-        todo = [x for x in n.src if _MEMORIES not in x.__dict__]
-        if todo:
-            stack.extend(todo)
+        pushed = False
+        for x in n.src:  # (a loop: a comprehension is a call per node)
+            if _MEMORIES not in x.__dict__:
+                stack.append(x)
+                pushed = True
+        if pushed:
             continue
         stack.pop()
         if n.op is Ops.BUFFER:
@@ -640,8 +651,8 @@ def _replayed(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
             tuple((k, _replay_arg(a)) for k, a in kwargs.items()),
             Tensor._grad_disabled > 0,
             TRAINING.value,
-            dtypes.default_float,
-            dtypes.default_int,
+            dtypes.default_float.key,
+            dtypes.default_int.key,
             Device.DEFAULT,
         )
         try:
@@ -675,7 +686,8 @@ def _replayed(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
 
 
 def _replay_kind(u: UOp, t: Tensor) -> tuple:
-    return (u.op, u.dtype, u.shape, u.device, u.arg if u.op is Ops.CONST else None, t._plain_buffer() is not None)
+    # a dtype by its number: a DType hashes and compares in Python, on every lookup of every composite call
+    return (u.op, u.dtype.key, u.shape, u.device, u.arg if u.op is Ops.CONST else None, t._plain_buffer() is not None)
 
 
 def _replay_arg(a: Any) -> Any:
@@ -815,8 +827,14 @@ class Tensor(metaclass=_TensorType):
             # computed under no_grad: as in torch, no gradient flows back through it and it gets none itself
             self.uop = UOp(Ops.DETACH, self.uop.dtype, (self.uop,))
             self._requires_grad = False
-        elif dtypes.is_float(self.uop.dtype):
-            _note_unset(self)
+        else:
+            # whether the dtype is a float, by its number: dtypes.is_float is three Python calls (a DType hashes in
+            # Python), on every tensor an op makes
+            dt = self.uop.dtype
+            if (is_float := _FLOAT_KEYS.get(dt.key)) is None:
+                is_float = _FLOAT_KEYS[dt.key] = dtypes.is_float(dt)
+            if is_float:
+                _note_unset(self)
 
     # *** autograd ***
 
@@ -848,17 +866,36 @@ class Tensor(metaclass=_TensorType):
         """(tensor, node) for every node of `root` that stands for one of `tensors`: the tensor's node, the lazy node
         it was before a realize swapped in its buffer (a graph built before the realize still holds that one), or
         the node `renamed` says it became when realized tensors' graphs were swapped back in below it."""
-        by_uop: dict[UOp, list[Tensor]] = {}
-        for t in tensors:
-            by_uop.setdefault(t.uop, []).append(t)
         renamed = renamed or {}
         entry = RealizedNodes._ENTRY
+        topo = root.toposort
+        # the nodes a tensor standing for a node of the graph holds, besides the graph's own: the buffer views its
+        # realized nodes were stored into, and the nodes renamed ones stood for
+        stored_as: dict[UOp, UOp] = {}
+        for n in topo:
+            if entry in n.__dict__ and (was := _realized.get(n)) is not None:
+                stored_as[n] = was
+        held = set(stored_as.values())
+        if renamed:
+            held.update(old for n in topo if (old := renamed.get(n)) is not None)
+        # backward() asks this of every live tensor that may want a gradient: those holding none of these nodes are
+        # dropped at C speed (map, compress), where a dictionary entry per tensor cost 0.6 us each (10,000 live
+        # float tensors: 6 ms a backward)
+        tensors = list(tensors)
+        uops = list(map(_UOP_OF, tensors))
+        wanted = list(itertools.compress(tensors, map(topo.__contains__, uops)))
+        held.difference_update(topo)  # (a tensor holding a node of the graph is in `wanted` once)
+        if held:
+            wanted += itertools.compress(tensors, map(held.__contains__, uops))
+        by_uop: dict[UOp, list[Tensor]] = {}
+        for t in wanted:
+            by_uop.setdefault(t.uop, []).append(t)
         pairs = []
         # every node of a step's graph passes here: the realized lookup is asked only of nodes that hold an entry
-        for n in root.toposort:
+        for n in topo:
             if (ts := by_uop.get(n)) is not None:
                 pairs.extend((t, n) for t in ts)
-            was = _realized.get(n) if entry in n.__dict__ else None
+            was = stored_as.get(n)
             if was is not None and (ts := by_uop.get(was)) is not None:
                 pairs.extend((t, n) for t in ts)
             # a swapped-in graph's root was realized into the buffer it stands for: one key, not two
@@ -935,7 +972,16 @@ class Tensor(metaclass=_TensorType):
                 raise ArgumentError(
                     f"backward of a non-scalar (shape {self.shape}) needs an explicit gradient of that shape"
                 )
-            return Tensor.ones(self.shape, dtype=self.dtype, device=self.device)
+            if Tensor._grad_disabled:
+                return Tensor.ones(self.shape, dtype=self.dtype, device=self.device)
+            # the node Tensor.ones builds, kept per kind of root: every backward of a step seeds alike (an MLP step's
+            # backward made 64 of its 361 Python calls building these three nodes)
+            key = (self.shape, self.dtype, self.device)
+            if (seed := _SEEDS.get(key)) is None:
+                if len(_SEEDS) >= 64:
+                    _SEEDS.clear()
+                seed = _SEEDS[key] = Tensor.ones(self.shape, dtype=self.dtype, device=self.device).uop
+            return Tensor(seed)
         if gradient.shape != self.shape:
             raise ArgumentError(f"gradient shape {gradient.shape} does not match the tensor's shape {self.shape}")
         return gradient
@@ -953,7 +999,9 @@ class Tensor(metaclass=_TensorType):
         seed = self._seed_gradient(gradient)
         renamed: dict[UOp, UOp] = {}
         root = _with_lazy_origins(self.uop, renamed)
-        unset = [t for ref in _unset_grad.copy().values() if (t := ref()) is not None]
+        # (the unset tensors are listed at C speed: a backward meets every live one, see _nodes_in_graph)
+        alive = list(map(_DEREF, _unset_grad.copy().values()))
+        unset = list(itertools.compress(alive, map(operator.is_not, alive, itertools.repeat(None))))
         pairs = self._nodes_in_graph([*_grad_leaves.values(), *unset], root, renamed)
         reached = grad_reachable(root, {n for _, n in pairs})
         # the root itself gets no .grad (torch leaves a non-leaf's empty; it would only be ones), nor do the unset
@@ -2910,7 +2958,8 @@ class Tensor(metaclass=_TensorType):
         for t in (self, *others):
             if t._view_of is not None:
                 _follow_base(t)
-        srcs = (self.uop, *(o.uop for o in others))
+        # (a binary op's sources without a generator: two Python calls less on most ops a model builds)
+        srcs = (self.uop, others[0].uop) if len(others) == 1 else (self.uop, *[o.uop for o in others])
         out = dtype or (dtypes.bool if op in GroupOp.Comparison else srcs[-1].dtype)
         return Tensor(UOp(op, out, srcs))
 
@@ -2937,7 +2986,7 @@ class Tensor(metaclass=_TensorType):
             if y._view_of is not None:
                 _follow_base(y)
             yu = y.uop
-            if yu.dtype == su.dtype and yu.shape == su.shape and yu.device == su.device:
+            if (yu.dtype is su.dtype or yu.dtype == su.dtype) and yu.shape == su.shape and yu.device == su.device:
                 return (y, self) if reverse else (self, y)
         elif (
             type(y) in (int, float, bool)
@@ -3475,6 +3524,7 @@ class Tensor(metaclass=_TensorType):
 
     clamp = clip
 
+    @_replayed
     def relu(self) -> Tensor:
         # a where, not maximum(0): torch's gradient at 0 is 0 (maximum would split it), and NaN stays NaN. The mask
         # is recomputed inside the backward kernel, which loads the relu's input anyway (no extra kernel)
@@ -5608,6 +5658,12 @@ _grad_leaves_lock = threading.Lock()
 # whose insert is several Python calls. Keyed by id, so no lookup ever compares tensors (Tensor.__eq__ is
 # elementwise). Iterate a copy(): copying runs no Python code, so no removal can change the dict midway
 _unset_grad: dict[int, weakref.ref] = {}
+_FLOAT_KEYS: dict[int, bool] = {}  # DType.key -> dtypes.is_float of that dtype
+_DEREF = weakref.ref.__call__  # C-level helpers for backward's look at every live tensor (map over them)
+_UOP_OF = operator.attrgetter("uop")
+
+# (shape, dtype, device) of a scalar backward() was called on -> the node of its seed gradient (ones)
+_SEEDS: dict[tuple, UOp] = {}
 
 
 def _note_unset(t: Tensor) -> None:
