@@ -55,6 +55,15 @@ def _rounds_once(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
     return wrapper
 
 
+_STORED_HERE = "_nodes_stored_here"  # in a Buffer's __dict__: weak references to the realized nodes stored in it
+
+
+def _view_memories(view: UOp) -> list[Buffer]:
+    """The memories (Buffer.memory) a realized node's buffer view holds its value in (one per shard)."""
+    parts = [q.base for q in view.src] if view.op is Ops.MULTI else [view.base]
+    return [p.arg.memory for p in parts if p.op is Ops.BUFFER]
+
+
 class RealizedNodes:
     """Computed nodes that have been realized -> the buffer view that holds their value; consulted by the scheduler.
 
@@ -72,6 +81,8 @@ class RealizedNodes:
         # WeakSet's add is a Python call, on every node a realize stores)
         self._refs: set[weakref.ref] = set()
         self._drop = self._refs.discard
+        # the references stored since the last look by memory (stored_in), filed on their memories at the next one
+        self._unfiled: list[weakref.ref] = []
 
     def get(self, node: UOp, default: UOp | None = None) -> UOp | None:
         view = node.__dict__.get(RealizedNodes._ENTRY)
@@ -93,7 +104,9 @@ class RealizedNodes:
     def __setitem__(self, node: UOp, view: UOp) -> None:
         node.__dict__[RealizedNodes._ENTRY] = view
         # (a key already held: the new reference equals the one in the set, which keeps its place)
-        self._refs.add(weakref.ref(node, self._drop))
+        ref = weakref.ref(node, self._drop)
+        self._refs.add(ref)
+        self._unfiled.append(ref)
 
     def __delitem__(self, node: UOp) -> None:
         if node.__dict__.pop(RealizedNodes._ENTRY, None) is None:
@@ -113,10 +126,37 @@ class RealizedNodes:
 
     def update(self, other: dict[UOp, UOp]) -> None:
         # __setitem__'s body inline: every node a schedule stores passes here
-        entry, refs, drop, ref = RealizedNodes._ENTRY, self._refs, self._drop, weakref.ref
+        entry, refs, drop, ref, unfiled = RealizedNodes._ENTRY, self._refs, self._drop, weakref.ref, self._unfiled
         for node, view in other.items():
             node.__dict__[entry] = view
-            refs.add(ref(node, drop))
+            r = ref(node, drop)
+            refs.add(r)
+            unfiled.append(r)
+        if len(unfiled) > 4096:  # nothing looked by memory for a while: file them (dead ones go), the list stays short
+            self._file()
+
+    def _file(self) -> None:
+        unfiled, self._unfiled = self._unfiled, []
+        for r in unfiled:
+            if (node := r()) is not None and (view := self.get(node)) is not None:
+                for memory in _view_memories(view):
+                    memory.__dict__.setdefault(_STORED_HERE, []).append(r)
+
+    def stored_in(self, memory: Buffer) -> list[UOp]:
+        """The live nodes whose value is stored in `memory` (a Buffer.memory). Each memory lists the nodes stored in
+        it (weakly, on the Buffer itself, dying with it), so this costs the nodes stored there, not every realized
+        node: a training loop that keeps each step's loss keeps every loss's node here."""
+        self._file()
+        refs = memory.__dict__.get(_STORED_HERE)
+        if not refs:
+            return []
+        out, kept = [], []
+        for r in refs:
+            if (node := r()) is not None and (view := self.get(node)) is not None and memory in _view_memories(view):
+                out.append(node)
+                kept.append(r)
+        memory.__dict__[_STORED_HERE] = kept
+        return out
 
     def setdefault(self, node: UOp, view: UOp) -> UOp:
         if (old := self.get(node)) is not None:
@@ -264,11 +304,7 @@ def _readers(
     # ASSIGN, the common case: an optimizer's step counter) is stored in the buffer below it; only a node stored in
     # memory its own graph does not reach hides the memory from the graph's buffers. Where none does, the buffers of
     # a graph (cached on its nodes) rule out most tensors without a walk.
-    hidden = any(
-        p.op is Ops.BUFFER and p.arg.memory in mems and p.arg.memory not in _memories_below(node)
-        for node, view in _realized.items()
-        for p in ([q.base for q in view.src] if view.op is Ops.MULTI else [view.base])
-    )
+    hidden = any(memory not in _memories_below(node) for memory in mems for node in _realized.stored_in(memory))
     out, seen = [], set(skip)
     for serial, t in _lazy_tensors():
         if id(t) in seen:

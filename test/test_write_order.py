@@ -420,3 +420,34 @@ def test_unrelated_lazy_tensors_are_not_walked_at_each_write() -> None:
             sys.setprofile(None)
     assert len(walks) < 30, f"{len(walks)} graph walks for one step beside {len(keep)} unrelated lazy tensors"
     np.testing.assert_allclose(keep[7].numpy(), [7.0] * 4)
+
+
+def test_kept_losses_do_not_slow_each_step() -> None:
+    """A training loop that keeps every step's loss (losses.append(loss)) keeps each loss's realized node alive. Each
+    in-place write of a step looked at every realized node for one stored in the written memory: 1000 kept losses
+    made an MLP step 38 ms (1.5 ms alone), 4000 made it 210. Now each memory lists the nodes stored in it, so a step
+    runs the same lines of Python whether 10 or 300 losses are kept."""
+    from test.engine.test_eager_overhead import _python_lines
+
+    layer = nn.Linear(8, 4)
+    opt = nn.optim.Adam(nn.state.get_parameters(layer), lr=1e-2)
+    x = Tensor.ones(2, 8).contiguous().realize()
+    losses = []
+
+    def step() -> None:
+        opt.zero_grad()
+        loss = layer(x).relu().sum()
+        loss.backward()
+        opt.step()
+        losses.append(loss)
+
+    with Tensor.train():
+        for _ in range(10):
+            step()
+        few = _python_lines(step)
+        for _ in range(290):
+            step()
+        many = _python_lines(step)
+    # backward() still looks at every live tensor that may want a gradient, at C speed (no Python line each)
+    assert many < few + 200, f"{few} lines of Python a step beside 10 kept losses, {many} beside 300"
+    assert np.isfinite(losses[-1].numpy()) and losses[0].numpy() != losses[-1].numpy()
