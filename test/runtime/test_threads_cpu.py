@@ -27,22 +27,28 @@ def team():
     set_fixed_team(0)
 
 
-def _steps(lib, state: TeamState, windows: list[tuple[float, float]], threads: int = 2) -> list[int]:
-    """The team after each window of (ms of wall time, ms of them the launching thread waited for a core)."""
-    now, delay, out = state.wall, state.delay, []
+def _steps(lib, state: TeamState, windows: list[tuple], threads: int = 2) -> list[int]:
+    """The load mode (the team of a small kernel) after each window of (ms of wall time, ms of them the launching
+    thread waited for a core[, times it got a core: 10 unless given])."""
     if not state.wall:  # a first check: every thread
-        now, delay = 1000 * MS, 0
-        lib.lg_team_step(ctypes.byref(state), now, delay, threads)
-    for wall, waited in windows:
-        now, delay = now + int(wall * MS), delay + int(waited * MS)
-        out.append(lib.lg_team_step(ctypes.byref(state), now, delay, threads))
+        lib.lg_team_step(ctypes.byref(state), 1000 * MS, 0, 0, threads)
+    now, delay, slices, out = state.wall, state.delay, state.slices, []
+    for wall, waited, *got in windows:
+        now, delay, slices = now + int(wall * MS), delay + int(waited * MS), slices + (got[0] if got else 10)
+        lib.lg_team_step(ctypes.byref(state), now, delay, slices, threads)
+        out.append(state.team)
     return out
+
+
+def _pick(lib, state: TeamState, ops: int, nbytes: int = 0, threads: int = 2) -> int:
+    return lib.lg_team_pick(ctypes.byref(state), threads, ops, nbytes)
 
 
 def test_idle_machine_keeps_every_thread(team):
     state = TeamState()
     assert _steps(team, state, [(10, 0), (10, 0.2), (10, 0.4)]) == [2, 2, 2]
     assert state.hold == 0 and state.next == state.wall + 10 * MS
+    assert _pick(team, state, 1) == _pick(team, state, 1 << 40) == 2  # every kernel, however small
 
 
 def test_waiting_for_a_core_gives_one_thread_for_a_hold_that_doubles(team):
@@ -65,21 +71,51 @@ def test_hold_stops_at_one_second(team):
 
 def test_unknown_run_delay_keeps_every_thread(team):
     state = TeamState()
-    team.lg_team_step(ctypes.byref(state), 1000 * MS, -1, 2)
-    assert team.lg_team_step(ctypes.byref(state), 1010 * MS, -1, 2) == 2
+    team.lg_team_step(ctypes.byref(state), 1000 * MS, -1, 0, 2)
+    team.lg_team_step(ctypes.byref(state), 1010 * MS, -1, 0, 2)
+    assert state.team == 2 and _pick(team, state, 1) == 2
+
+
+WORK_PER_NS = 128  # ops + bytes one core gets through per ns (threads_cpu.py); threads for 4 waits' work
+
+
+@pytest.mark.parametrize(
+    "waited, got, kernel_us, want",
+    [
+        (2, 20, 300, 1),  # 0.1 ms a wait: a kernel of 0.3 ms (a conv of the digits CNN) on one thread
+        (2, 20, 500, 2),  # one of 0.5 ms keeps its threads
+        (8, 4, 1000, 1),  # 2 ms a wait (heavy load): 1 ms on one thread
+        (8, 4, 16000, 2),  # a 1024^2 matmul (16 ms) keeps its threads
+    ],
+)
+def test_under_load_a_kernel_keeps_threads_when_it_outlasts_the_waits(team, waited, got, kernel_us, want):
+    state = TeamState()
+    assert _steps(team, state, [(10, waited, got)]) == [1]
+    assert state.wait == waited * MS // got
+    work = kernel_us * 1000 * WORK_PER_NS
+    assert _pick(team, state, work // 2, work - work // 2) == want  # ops and bytes count alike
+
+
+def test_calm_again_gives_small_kernels_their_threads_back(team):
+    state = TeamState()
+    assert _steps(team, state, [(10, 2, 20)]) == [1] and _pick(team, state, 1000) == 1
+    assert _steps(team, state, [(20, 0, 30)]) == [2] and state.wait == 0 and _pick(team, state, 1000) == 2
 
 
 def test_run_delay_is_read_from_the_kernel(team):
     if not os.path.exists("/proc/thread-self/schedstat"):
         pytest.skip("no /proc/thread-self/schedstat")
 
-    def python_delay() -> int:
+    def python_sched() -> tuple[int, int]:
         with open("/proc/thread-self/schedstat") as f:
-            return int(f.read().split()[1])
+            fields = f.read().split()
+        return int(fields[1]), int(fields[2])
 
-    first = python_delay()
-    got = team.lg_team_run_delay()
-    assert first <= got <= python_delay()
+    first = python_sched()
+    delay, slices = ctypes.c_longlong(), ctypes.c_longlong()
+    assert team.lg_team_sched(ctypes.byref(delay), ctypes.byref(slices)) == 0
+    last = python_sched()
+    assert first[0] <= delay.value <= last[0] and first[1] <= slices.value <= last[1]
 
 
 def _threaded_kernel():
@@ -88,6 +124,51 @@ def _threaded_kernel():
     ei = lower_schedule_item(item)
     assert ei is not None and "LG_TEAM" in ei.runner.spec.src
     return ei, np.arange(600 * 1000, dtype=np.float32).reshape(600, 1000) * 2 + 1
+
+
+def test_each_launch_tells_the_team_its_work(team):
+    ei, _ = _threaded_kernel()
+    spec = ei.runner.spec
+    assert spec.ops == 2 * 600 * 1000 and spec.mem == 2 * 4 * 600 * 1000
+    assert f"LG_TEAM({Device['CPU'].threads}, {spec.ops}LL, {spec.mem}LL)" in spec.src
+
+
+def _threaded_items(*tensors: Tensor) -> list:
+    items = [ei for si in Tensor.schedule(*tensors) if (ei := lower_schedule_item(si)) is not None]
+    assert any("LG_TEAM" in ei.runner.spec.src for ei in items)
+    return items
+
+
+@pytest.mark.parametrize("case", ["sum", "matmul", "conv"])
+def test_results_are_bit_identical_whatever_the_team(team, case):
+    # a reduce split across threads (THREAD_REDUCE) is split into as many partials as the kernel was compiled for and
+    # combined in a fixed order: the team that runs them does not change one bit
+    rng = np.random.default_rng(0)
+    x = Tensor(rng.standard_normal((1 << 20,)).astype(np.float32)).realize()
+    a = Tensor(rng.standard_normal((256, 512)).astype(np.float32)).realize()
+    b = Tensor(rng.standard_normal((512, 192)).astype(np.float32)).realize()
+    img = Tensor(rng.standard_normal((16, 8, 32, 32)).astype(np.float32)).realize()
+    w = Tensor(rng.standard_normal((16, 8, 3, 3)).astype(np.float32)).realize()
+    out = {"sum": lambda: x.sum(), "matmul": lambda: a @ b, "conv": lambda: img.conv2d(w, padding=1)}[case]()
+    items = _threaded_items(out)
+    got = []
+    for fixed in (1, 2, 3):
+        set_fixed_team(fixed)
+        for ei in items:
+            ei.run()
+        got.append(bytes(items[-1].bufs[0].host_view()))
+    assert got[0] == got[1] == got[2]
+    torch = pytest.importorskip("torch")
+    want = {
+        "sum": lambda: torch.from_numpy(x.numpy()).sum(),
+        "matmul": lambda: torch.from_numpy(a.numpy()) @ torch.from_numpy(b.numpy()),
+        "conv": lambda: torch.nn.functional.conv2d(
+            torch.from_numpy(img.numpy()), torch.from_numpy(w.numpy()), padding=1
+        ),
+    }[case]()
+    n = int(np.prod(out.shape))
+    got0 = np.frombuffer(got[0], np.float32)[:n].reshape(out.shape)
+    np.testing.assert_allclose(got0, want.numpy(), rtol=1e-4, atol=1e-3)
 
 
 def _out(ei) -> np.ndarray:
@@ -149,3 +230,4 @@ def test_threaded_kernel_links_only_libgomp(team, tmp_path):
     libs = compiler.link[1:]
     gomp = [lib for lib in libs if "libgomp" in os.path.basename(lib)]
     assert _libraries_needed(obj.read_bytes(), libs) == gomp, _undefined_symbols(obj.read_bytes())
+
