@@ -24,7 +24,25 @@ halves. The check costs a clock read per launch and a file read per window. With
 from __future__ import annotations
 
 import ctypes
+import os
 from typing import Callable
+
+# libgomp's workers spin this many pause instructions for the next parallel loop before they sleep. Its default,
+# 300000, is 12 ms here (a pause takes 40 ns on this AMD EPYC under KVM, as on Intel since Skylake): each threaded
+# kernel left a worker burning a core for 12 ms, which on a shared machine its own launching thread and the
+# neighbours had to wait for. A 1M add end to end (two 4 MB copies in, the kernel, 2 threads) used 2.8-6.3 ms of CPU
+# per 0.3-1 ms call, median 1-16 ms under load, 0.5 with 1 thread. 5000 spins (0.2 ms) still carry a worker from
+# one kernel of a JIT step to the next (idle, best ms: MLP step 0.043, CNN step 0.80, as with the default); no spin at
+# all made each parallel loop wake a sleeping worker (MLP step 0.20-0.27 ms)
+GOMP_SPINCOUNT = 5000
+
+
+def bound_openmp_spin() -> None:
+    """Cap libgomp's idle spin (GOMP_SPINCOUNT) unless the user set it or OMP_WAIT_POLICY: read once, when libgomp
+    loads, so this runs before the first kernel or compiler probe loads it (a child process inherits it)."""
+    if "GOMP_SPINCOUNT" not in os.environ and "OMP_WAIT_POLICY" not in os.environ:
+        os.environ["GOMP_SPINCOUNT"] = str(GOMP_SPINCOUNT)
+
 
 TEAM_SRC = r"""
 #include <fcntl.h>

@@ -3,6 +3,7 @@
 import ctypes
 import os
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -11,7 +12,7 @@ from lazygrad import Tensor
 from lazygrad.device import Device
 from lazygrad.engine.realize import lower_schedule_item
 from lazygrad.runtime.ops_cpu import _libraries_needed, _undefined_symbols
-from lazygrad.runtime.threads_cpu import TeamState, set_fixed_team, team_launches
+from lazygrad.runtime.threads_cpu import GOMP_SPINCOUNT, TeamState, set_fixed_team, team_launches
 
 MS = 1_000_000  # ns
 
@@ -231,3 +232,21 @@ def test_threaded_kernel_links_only_libgomp(team, tmp_path):
     gomp = [lib for lib in libs if "libgomp" in os.path.basename(lib)]
     assert _libraries_needed(obj.read_bytes(), libs) == gomp, _undefined_symbols(obj.read_bytes())
 
+
+@pytest.mark.parametrize("user", [{}, {"GOMP_SPINCOUNT": "77"}, {"OMP_WAIT_POLICY": "passive"}])
+def test_openmp_idle_spin_is_capped_unless_the_user_set_it(user):
+    if not os.path.exists("/proc/self/maps"):
+        pytest.skip("no /proc/self/maps to tell whether libgomp is loaded")
+    # libgomp reads GOMP_SPINCOUNT once, when it loads: the CPU device sets it before anything loads libgomp
+    env = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")} | user
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env["PYTHONPATH"] = os.pathsep.join([root, env.get("PYTHONPATH", "")])
+    code = (
+        "import os\nfrom lazygrad.device import Device\n"
+        "assert 'libgomp' not in open('/proc/self/maps').read()\n"
+        "Device['CPU']\nprint(os.environ.get('GOMP_SPINCOUNT'))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=root, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    want = user.get("GOMP_SPINCOUNT") if user else str(GOMP_SPINCOUNT)
+    assert out.stdout.strip() == str(want)
