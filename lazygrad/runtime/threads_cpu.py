@@ -23,9 +23,10 @@ halves. The check costs a clock read per launch and a file read per window. With
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
-from typing import Callable
+from typing import Callable, Iterator
 
 # libgomp's workers spin this many pause instructions for the next parallel loop before they sleep. Its default,
 # 300000, is 12 ms here (a pause takes 40 ns on this AMD EPYC under KVM, as on Intel since Skylake): each threaded
@@ -37,11 +38,28 @@ from typing import Callable
 GOMP_SPINCOUNT = 5000
 
 
-def bound_openmp_spin() -> None:
-    """Cap libgomp's idle spin (GOMP_SPINCOUNT) unless the user set it or OMP_WAIT_POLICY: read once, when libgomp
-    loads, so this runs before the first kernel or compiler probe loads it (a child process inherits it)."""
-    if "GOMP_SPINCOUNT" not in os.environ and "OMP_WAIT_POLICY" not in os.environ:
-        os.environ["GOMP_SPINCOUNT"] = str(GOMP_SPINCOUNT)
+@contextlib.contextmanager
+def openmp_spin_capped() -> Iterator[None]:
+    """GOMP_SPINCOUNT capped while the CPU device starts, unless the user set it or OMP_WAIT_POLICY: libgomp reads it
+    once, when it loads (a compiler probe, or load_openmp), and afterwards the environment is as it was, so a child
+    process or another library's OpenMP (torch ships its own libgomp) keeps its default."""
+    if "GOMP_SPINCOUNT" in os.environ or "OMP_WAIT_POLICY" in os.environ:
+        yield
+        return
+    os.environ["GOMP_SPINCOUNT"] = str(GOMP_SPINCOUNT)
+    try:
+        yield
+    finally:
+        del os.environ["GOMP_SPINCOUNT"]
+
+
+def load_openmp() -> None:
+    """Load gcc's OpenMP runtime now (kernels with THREAD axes link it by this name and share the loaded copy);
+    a runtime by another name (clang's libomp) loads with the first kernel, on its own settings."""
+    try:
+        ctypes.CDLL("libgomp.so.1", ctypes.RTLD_GLOBAL)
+    except OSError:
+        pass
 
 
 TEAM_SRC = r"""
