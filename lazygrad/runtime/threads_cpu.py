@@ -14,10 +14,12 @@ The sign of that is the launching thread's own wait for a core: the run delay (s
     1 s), since with one neighbour the wait vanishes once our own worker thread is gone;
   - busy after the hold: try threads again for one window, unless the lone thread itself kept waiting (two or more
     neighbours), then hold again.
-While busy, a kernel gets its threads only if its estimated time on one core is WAITS_PER_KERNEL times the window's
-average wait for a core (run delay over the times it got one, third field): a worker that starts that late costs a
-small kernel more than it saves, while a big one (a 1024^2 matmul: 16 ms on one core, waits of 0.1-1 ms) still
-halves. The check costs a clock read per launch and a file read per window. Without /proc the team is always
+While busy, a kernel gets its threads only if its estimated time on one core, stretched to the share of a core the
+launching thread gets (first field: time on a core, over the window), is WAITS_PER_KERNEL times the window's mean
+wait for a core (run delay over the times it got one, third field): a worker that starts that late costs a small
+kernel more than it saves, while a big one still nearly halves. Beside two busy processes (and 6 more of other
+users), a 1024^2 matmul (16 ms on one core) waited ~8 ms a time at a quarter of a core: 2 threads 23-36 ms, 1 thread
+30-50. The check costs a clock read per launch and a file read per window. Without /proc the team is always
 `threads`.
 """
 
@@ -73,18 +75,19 @@ TEAM_SRC = r"""
 /* ops + bytes one core gets through per ns: a 1M add (12 MB) took 0.11 ms, a 1024^2 matmul (2.1 G ops) 16 ms */
 #define WORK_PER_NS 128
 #define WAITS_PER_KERNEL 4
-typedef struct { long long wall, delay, slices, next, hold, wait; int team; } lg_team_state;
+typedef struct { long long wall, ran, delay, slices, next, hold, wait; int team; } lg_team_state;
 /* per launching thread: run delays of different threads do not subtract */
 static __thread lg_team_state lg_state;
 int lg_team_fixed = 0;          /* > 0: every parallel loop gets this many threads (no adaptation) */
 long long lg_team_launches[2];  /* launches on one thread, on several (racy counts, for tests and benches) */
 
-/* the load, given the time, the launching thread's total run delay (< 0: unknown) and the times it got a core */
-void lg_team_step(lg_team_state *s, long long now, long long delay, long long slices, int threads) {
+/* the load, given the time and the launching thread's totals: time on a core, wait for one (< 0: unknown), times it
+   got one */
+void lg_team_step(lg_team_state *s, long long now, long long ran, long long delay, long long slices, int threads) {
   if (s->wall == 0 || delay < 0 || s->delay < 0) {
     s->team = threads, s->wait = 0;
   } else {
-    long long window = now - s->wall, waited = delay - s->delay, got = slices - s->slices;
+    long long window = now - s->wall, waited = delay - s->delay, got = slices - s->slices, run = ran - s->ran;
     int busy = waited * 1000 > window * BUSY_PERMILLE;
     if (s->team > 1 && busy) {
       s->hold = s->hold ? (s->hold * 2 < HOLD_MAX_NS ? s->hold * 2 : HOLD_MAX_NS) : HOLD_MIN_NS;
@@ -94,22 +97,25 @@ void lg_team_step(lg_team_state *s, long long now, long long delay, long long sl
     } else {
       s->team = busy ? 1 : threads;
     }
-    s->wait = busy ? waited / (got > 0 ? got : 1) : 0;
+    /* the mean wait for a core, times the share of one this thread gets: a kernel of T ns on one core takes T / share
+       of wall time, which is what a late worker's wait is weighed against */
+    double share = window > 0 && run < window ? (double)run / window : 1.0;
+    s->wait = busy ? (long long)((double)waited / (got > 0 ? got : 1) * share) : 0;
   }
-  s->wall = now, s->delay = delay, s->slices = slices;
+  s->wall = now, s->ran = ran, s->delay = delay, s->slices = slices;
   s->next = now + (s->team > 1 ? WINDOW_NS : s->hold);
 }
 
 /* the team of one kernel of `ops` operations over `bytes` of memory: every thread on a calm machine; under load
-   one, unless the kernel takes WAITS_PER_KERNEL times the wait for a core on one thread (WORK_PER_NS: ops + bytes
-   one core gets through per ns) */
+   one, unless the kernel takes WAITS_PER_KERNEL waits for a core on one (WORK_PER_NS: ops + bytes a core gets
+   through per ns) */
 int lg_team_pick(const lg_team_state *s, int threads, long long ops, long long bytes) {
   if (s->team > 1) return threads;
   return (ops + bytes) / WORK_PER_NS >= WAITS_PER_KERNEL * s->wait ? threads : 1;
 }
 
-/* the calling thread's total wait for a core (ns) and the times it got one; -1 where unknown */
-int lg_team_sched(long long *delay, long long *slices) {
+/* the calling thread's total time on a core and wait for one (ns), and the times it got one; -1 where unknown */
+int lg_team_sched(long long *ran, long long *delay, long long *slices) {
   char buf[96];
   int fd = open("/proc/thread-self/schedstat", O_RDONLY);
   if (fd < 0) return -1;
@@ -124,7 +130,7 @@ int lg_team_sched(long long *delay, long long *slices) {
     if (*p < '0' || *p > '9') return -1;
     for (; *p >= '0' && *p <= '9'; p++) v[i] = v[i] * 10 + (*p - '0');
   }
-  *delay = v[1], *slices = v[2];
+  *ran = v[0], *delay = v[1], *slices = v[2];
   return 0;
 }
 
@@ -137,9 +143,9 @@ int lg_team(int threads, long long ops, long long bytes) {
     clock_gettime(CLOCK_MONOTONIC, &ts);
     long long now = ts.tv_sec * 1000000000LL + ts.tv_nsec;
     if (now >= lg_state.next) {
-      long long delay = -1, slices = 0;
-      lg_team_sched(&delay, &slices);
-      lg_team_step(&lg_state, now, delay, slices, threads);
+      long long ran = 0, delay = -1, slices = 0;
+      lg_team_sched(&ran, &delay, &slices);
+      lg_team_step(&lg_state, now, ran, delay, slices, threads);
     }
     team = lg_team_pick(&lg_state, threads, ops, bytes);
   }
@@ -152,7 +158,7 @@ int lg_team(int threads, long long ops, long long bytes) {
 class TeamState(ctypes.Structure):
     """lg_team_state, for tests of the policy (lg_team_step) on made-up clocks."""
 
-    _fields_ = [(name, ctypes.c_longlong) for name in ("wall", "delay", "slices", "next", "hold", "wait")]
+    _fields_ = [(name, ctypes.c_longlong) for name in ("wall", "ran", "delay", "slices", "next", "hold", "wait")]
     _fields_ += [("team", ctypes.c_int)]
 
 
@@ -167,9 +173,9 @@ def load_team(load: Callable[[str], ctypes.CDLL]) -> ctypes.CDLL:
         lib = load(TEAM_SRC)
         i64, state = ctypes.c_longlong, ctypes.POINTER(TeamState)
         lib.lg_team.argtypes, lib.lg_team.restype = [ctypes.c_int, i64, i64], ctypes.c_int
-        lib.lg_team_step.argtypes, lib.lg_team_step.restype = [state, i64, i64, i64, ctypes.c_int], None
+        lib.lg_team_step.argtypes, lib.lg_team_step.restype = [state, i64, i64, i64, i64, ctypes.c_int], None
         lib.lg_team_pick.argtypes, lib.lg_team_pick.restype = [state, ctypes.c_int, i64, i64], ctypes.c_int
-        lib.lg_team_sched.argtypes = [ctypes.POINTER(i64), ctypes.POINTER(i64)]
+        lib.lg_team_sched.argtypes = [ctypes.POINTER(i64)] * 3
         lib.lg_team_sched.restype = ctypes.c_int
         _team = lib
     return _team

@@ -30,13 +30,14 @@ def team():
 
 def _steps(lib, state: TeamState, windows: list[tuple], threads: int = 2) -> list[int]:
     """The load mode (the team of a small kernel) after each window of (ms of wall time, ms of them the launching
-    thread waited for a core[, times it got a core: 10 unless given])."""
+    thread waited for a core[, times it got a core: 10 unless given][, ms it ran: all it did not wait unless given])."""
     if not state.wall:  # a first check: every thread
-        lib.lg_team_step(ctypes.byref(state), 1000 * MS, 0, 0, threads)
-    now, delay, slices, out = state.wall, state.delay, state.slices, []
-    for wall, waited, *got in windows:
-        now, delay, slices = now + int(wall * MS), delay + int(waited * MS), slices + (got[0] if got else 10)
-        lib.lg_team_step(ctypes.byref(state), now, delay, slices, threads)
+        lib.lg_team_step(ctypes.byref(state), 1000 * MS, 0, 0, 0, threads)
+    now, ran, delay, slices, out = state.wall, state.ran, state.delay, state.slices, []
+    for wall, waited, *more in windows:
+        got, run = (more + [10, wall - waited][len(more) :])[:2]
+        now, ran, delay, slices = now + int(wall * MS), ran + int(run * MS), delay + int(waited * MS), slices + got
+        lib.lg_team_step(ctypes.byref(state), now, ran, delay, slices, threads)
         out.append(state.team)
     return out
 
@@ -72,8 +73,8 @@ def test_hold_stops_at_one_second(team):
 
 def test_unknown_run_delay_keeps_every_thread(team):
     state = TeamState()
-    team.lg_team_step(ctypes.byref(state), 1000 * MS, -1, 0, 2)
-    team.lg_team_step(ctypes.byref(state), 1010 * MS, -1, 0, 2)
+    team.lg_team_step(ctypes.byref(state), 1000 * MS, 0, -1, 0, 2)
+    team.lg_team_step(ctypes.byref(state), 1010 * MS, 0, -1, 0, 2)
     assert state.team == 2 and _pick(team, state, 1) == 2
 
 
@@ -81,18 +82,19 @@ WORK_PER_NS = 128  # ops + bytes one core gets through per ns (threads_cpu.py); 
 
 
 @pytest.mark.parametrize(
-    "waited, got, kernel_us, want",
+    "waited, got, ran, kernel_us, want",
     [
-        (2, 20, 300, 1),  # 0.1 ms a wait: a kernel of 0.3 ms (a conv of the digits CNN) on one thread
-        (2, 20, 500, 2),  # one of 0.5 ms keeps its threads
-        (8, 4, 1000, 1),  # 2 ms a wait (heavy load): 1 ms on one thread
-        (8, 4, 16000, 2),  # a 1024^2 matmul (16 ms) keeps its threads
+        (2, 20, 8, 300, 1),  # 0.1 ms a wait at 0.8 of a core: a kernel of 0.3 ms (a conv of the digits CNN) on one
+        (2, 20, 8, 500, 2),  # one of 0.5 ms keeps its threads
+        (2, 20, 2, 300, 2),  # the same waits at 0.2 of a core (the thread sleeps too): 0.3 ms is 1.5 ms of wall time
+        (8, 4, 2, 1000, 1),  # 2 ms a wait at 0.2 of a core (heavy load): 1 ms on one
+        (8, 1, 2, 16000, 2),  # 8 ms a wait: a 1024^2 matmul (16 ms) keeps its threads
     ],
 )
-def test_under_load_a_kernel_keeps_threads_when_it_outlasts_the_waits(team, waited, got, kernel_us, want):
+def test_under_load_a_kernel_keeps_threads_when_it_outlasts_the_waits(team, waited, got, ran, kernel_us, want):
     state = TeamState()
-    assert _steps(team, state, [(10, waited, got)]) == [1]
-    assert state.wait == waited * MS // got
+    assert _steps(team, state, [(10, waited, got, ran)]) == [1]
+    assert state.wait == waited * MS // got * ran // 10
     work = kernel_us * 1000 * WORK_PER_NS
     assert _pick(team, state, work // 2, work - work // 2) == want  # ops and bytes count alike
 
@@ -107,16 +109,15 @@ def test_run_delay_is_read_from_the_kernel(team):
     if not os.path.exists("/proc/thread-self/schedstat"):
         pytest.skip("no /proc/thread-self/schedstat")
 
-    def python_sched() -> tuple[int, int]:
+    def python_sched() -> list[int]:
         with open("/proc/thread-self/schedstat") as f:
-            fields = f.read().split()
-        return int(fields[1]), int(fields[2])
+            return [int(v) for v in f.read().split()[:3]]
 
     first = python_sched()
-    delay, slices = ctypes.c_longlong(), ctypes.c_longlong()
-    assert team.lg_team_sched(ctypes.byref(delay), ctypes.byref(slices)) == 0
+    got = [ctypes.c_longlong() for _ in range(3)]
+    assert team.lg_team_sched(*(ctypes.byref(v) for v in got)) == 0
     last = python_sched()
-    assert first[0] <= delay.value <= last[0] and first[1] <= slices.value <= last[1]
+    assert all(a <= v.value <= b for a, v, b in zip(first, got, last))
 
 
 def _threaded_kernel():
