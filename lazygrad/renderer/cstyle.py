@@ -825,11 +825,13 @@ class ClangRenderer(CStyleLanguage):
         # the machine's SIMD registers: the heuristic's vector width and register tile follow them
         self.vector_bytes, self.vector_registers = vector_bytes, vector_registers
 
+    def team_size(self, uops: list[UOp]) -> str:
+        """The threads of the kernel `uops`'s parallel loop, asked for at each launch given its work: one for a
+        kernel shorter than the wait for a core while other processes hold them (runtime/threads_cpu.py)."""
+        return f"LG_TEAM({self.threads}, {estimate_ops(uops)}LL, {estimate_mem(uops)}LL)"
+
     def parallel_for(self, uops: list[UOp]) -> str:
-        # the team is asked for at each launch, given the kernel's work: one thread for a kernel shorter than the
-        # wait for a core while other processes hold them (runtime/threads_cpu.py)
-        team = f"LG_TEAM({self.threads}, {estimate_ops(uops)}LL, {estimate_mem(uops)}LL)"
-        return f"#pragma omp parallel for schedule(guided) num_threads({team})"
+        return f"#pragma omp parallel for schedule(guided) num_threads({self.team_size(uops)})"
 
     def masked_load(self, dtype: DType) -> bool:
         # AVX-512's masked load (vmovups zmm{k}{z}, a builtin of gcc and clang): a padded conv's shifted window at an
