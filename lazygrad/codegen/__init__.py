@@ -13,30 +13,11 @@ from lazygrad.codegen.linearize import linearize
 from lazygrad.codegen.lowerer import lower
 from lazygrad.codegen.workgroups import default_optimizations
 from lazygrad.helpers import BEAM, DEBUG, NOOPT, SPEC, VIZ, diskcache_get, diskcache_put
-from lazygrad.renderer import ProgramSpec, Renderer
-from lazygrad.uop.ops import GroupOp, Ops, UOp, serialize
+from lazygrad.renderer import ProgramSpec, Renderer, estimate_mem, estimate_ops
+from lazygrad.uop.ops import Ops, UOp, serialize
 from lazygrad.uop.passes import PassRun, step
 from lazygrad.uop.spec import verify_kernel, verify_program
 from lazygrad.viz import profile, record
-
-
-def estimate_ops(uops: list[UOp]) -> int:
-    """FLOPs of one run: ALU ops outside address math, times the trip count of the loops around them."""
-    address: set[UOp] = set()
-    for u in uops:
-        if u.op is Ops.INDEX:
-            address.update(u.src[1].toposort)
-        elif u.op is Ops.LOAD and len(u.src) > 1:
-            address.update(u.src[1].toposort)
-    ops, trips = 0, [1]
-    for u in uops:
-        if u.op is Ops.RANGE:
-            trips.append(trips[-1] * u.src[0].vmax)  # a symbolic loop counts at its largest
-        elif u.op is Ops.ENDRANGE:
-            trips.pop()
-        elif u.op in GroupOp.ALU and u not in address:
-            ops += trips[-1] * (2 if u.op is Ops.MULACC else 1) * u.dtype.count  # a vector op does count lanes
-    return ops
 
 
 def launch_dims(uops: list[UOp]) -> tuple[tuple[int, ...], tuple[int, ...]] | tuple[None, None]:
@@ -163,7 +144,6 @@ def _program_spec(k: Kernel, ast: UOp, uops: list[UOp], src: str) -> ProgramSpec
     globals_ = [u for u in uops if u.op is Ops.DEFINE_GLOBAL]
     variables = tuple(sorted((u for u in uops if u.op is Ops.DEFINE_VAR), key=lambda v: v.arg[0]))
     global_size, local_size = launch_dims(uops)
-    mem = sum(g.dtype.size * g.dtype.base.itemsize for g in globals_)  # type: ignore[attr-defined]
     return ProgramSpec(
         name=k.function_name,
         display_name=k.name,
@@ -174,6 +154,6 @@ def _program_spec(k: Kernel, ast: UOp, uops: list[UOp], src: str) -> ProgramSpec
         global_size=global_size,
         local_size=local_size,
         ops=estimate_ops(uops),
-        mem=mem,
+        mem=estimate_mem(uops),
         applied_opts=tuple(k.applied_opts),
     )

@@ -5,7 +5,31 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from lazygrad.dtype import DType, dtypes
-from lazygrad.uop.ops import UOp
+from lazygrad.uop.ops import GroupOp, Ops, UOp
+
+
+def estimate_ops(uops: list[UOp]) -> int:
+    """FLOPs of one run: ALU ops outside address math, times the trip count of the loops around them."""
+    address: set[UOp] = set()
+    for u in uops:
+        if u.op is Ops.INDEX:
+            address.update(u.src[1].toposort)
+        elif u.op is Ops.LOAD and len(u.src) > 1:
+            address.update(u.src[1].toposort)
+    ops, trips = 0, [1]
+    for u in uops:
+        if u.op is Ops.RANGE:
+            trips.append(trips[-1] * u.src[0].vmax)  # a symbolic loop counts at its largest
+        elif u.op is Ops.ENDRANGE:
+            trips.pop()
+        elif u.op in GroupOp.ALU and u not in address:
+            ops += trips[-1] * (2 if u.op is Ops.MULACC else 1) * u.dtype.count  # a vector op does count lanes
+    return ops
+
+
+def estimate_mem(uops: list[UOp]) -> int:
+    """Bytes of the buffers one run reads and writes."""
+    return sum(u.dtype.size * u.dtype.base.itemsize for u in uops if u.op is Ops.DEFINE_GLOBAL)  # type: ignore[attr-defined]
 
 
 @dataclass(frozen=True)

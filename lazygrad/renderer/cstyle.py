@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from lazygrad.dtype import DType, PtrDType, dtypes
-from lazygrad.renderer import Renderer
+from lazygrad.renderer import Renderer, estimate_mem, estimate_ops
 from lazygrad.uop.ops import GroupOp, Ops, PatternMatcher, UOp, UPat, _exact_bounds
 
 # GNU statement expressions: each operand evaluated once, NaN propagated by max like torch.maximum,
@@ -247,7 +247,9 @@ class CStyleLanguage(Renderer):
         bit cast of the loaded value keeps a NaN's payload (the round trip through float would not)."""
         return None
 
-    parallel_for = ""  # the line before a loop whose iterations run on all cores (has_threads)
+    def parallel_for(self, uops: list[UOp]) -> str:
+        """The line before a loop of the kernel `uops` whose iterations run on all cores (has_threads)."""
+        return ""
 
     def render_store_target(self, addr: str, dt: DType) -> str:
         return addr
@@ -313,6 +315,7 @@ class RenderCtx:
         # bool vectors a dialect keeps as lane masks (all bits of a lane set or clear): each one's lane width in bytes
         self.mask_bytes: dict[UOp, int] = {}
         self.special_names = {u.arg[0] for u in uops if u.op is Ops.SPECIAL}
+        self.uops = uops
 
     def fresh(self, prefix: str) -> str:
         self.counters[prefix] = self.counters.get(prefix, 0) + 1
@@ -358,7 +361,7 @@ def _range(ctx: RenderCtx, u: UOp) -> str:
     # a loop beside thread ids (a symbolic axis whose largest size is 1) must not take a thread id's name
     v = f"loop{axis}" if v in ctx.special_names else v
     if kind in THREAD_KINDS:  # a THREAD axis: the loop's iterations are shared out among the CPU cores
-        ctx.line(ctx.r.parallel_for)
+        ctx.line(ctx.r.parallel_for(ctx.uops))
     ctx.line(f"for ({ctx.r.render_dtype(u.dtype)} {v} = 0; {v} < {ctx.names[u.src[0]]}; {v}++) {{")
     ctx.depth += 1
     return v
@@ -580,8 +583,8 @@ CStyleLanguage.alu_rules, CStyleLanguage.plain_alu_rules = C_ALU, C_PLAIN_ALU
 # the team a parallel loop gets at launch (runtime/threads_cpu.py); weak, so a kernel loaded where the team library
 # is not runs on every thread
 TEAM_DECL = """#ifndef LG_TEAM
-int lg_team(int) __attribute__((weak));
-#define LG_TEAM(n) (lg_team ? lg_team(n) : (n))
+int lg_team(int, long long, long long) __attribute__((weak));
+#define LG_TEAM(n, ops, bytes) (lg_team ? lg_team(n, ops, bytes) : (n))
 #endif
 """
 
@@ -821,8 +824,14 @@ class ClangRenderer(CStyleLanguage):
         self.threads = threads  # cores a THREAD axis is shared out among
         # the machine's SIMD registers: the heuristic's vector width and register tile follow them
         self.vector_bytes, self.vector_registers = vector_bytes, vector_registers
-        # the team is asked for at each launch: one thread while other processes hold the cores (runtime/threads_cpu.py)
-        self.parallel_for = f"#pragma omp parallel for schedule(guided) num_threads(LG_TEAM({threads}))"
+
+    def team_size(self, uops: list[UOp]) -> str:
+        """The threads of the kernel `uops`'s parallel loop, asked for at each launch given its work: one for a
+        kernel shorter than the wait for a core while other processes hold them (runtime/threads_cpu.py)."""
+        return f"LG_TEAM({self.threads}, {estimate_ops(uops)}LL, {estimate_mem(uops)}LL)"
+
+    def parallel_for(self, uops: list[UOp]) -> str:
+        return f"#pragma omp parallel for schedule(guided) num_threads({self.team_size(uops)})"
 
     def masked_load(self, dtype: DType) -> bool:
         # AVX-512's masked load (vmovups zmm{k}{z}, a builtin of gcc and clang): a padded conv's shifted window at an

@@ -15,7 +15,7 @@ from typing import Any
 from lazygrad.device import Allocator, Compiled, CompileError, Compiler, DeviceUnavailable
 from lazygrad.helpers import cpu_cores, diskcache_get, diskcache_put, getenv
 from lazygrad.renderer.cstyle import ClangRenderer
-from lazygrad.runtime.threads_cpu import load_team
+from lazygrad.runtime.threads_cpu import load_openmp, load_team, openmp_spin_capped
 
 _libc = ctypes.CDLL(None)
 _libc.posix_memalign.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t, ctypes.c_size_t]
@@ -425,11 +425,13 @@ class CPUDevice(Compiled):
         # runs): MLP 9908, 9928 vs 17862, 9151 samples/s; CNN 1900, 3541 vs 1306, 4012. No split won everywhere, so
         # THREADS=cores/devices is the user's call (README)
         self.threads = getenv("THREADS", cpu_cores())
-        compiler = ClangCompiler(find_c_compiler())
-        renderer = ClangRenderer(self.threads, *simd_registers())
-        renderer.has_threads = compiler.openmp and self.threads > 1
-        if renderer.has_threads:
-            load_team(lambda src: _load_copy(compiler.compile_cached(src), ctypes.RTLD_GLOBAL))
+        with openmp_spin_capped():  # the compiler's probes may load libgomp
+            compiler = ClangCompiler(find_c_compiler())
+            renderer = ClangRenderer(self.threads, *simd_registers())
+            renderer.has_threads = compiler.openmp and self.threads > 1
+            if renderer.has_threads:
+                load_openmp()
+                load_team(lambda src: _load_copy(compiler.compile_cached(src), ctypes.RTLD_GLOBAL))
         renderer.byte_dot_target = compiler.byte_dot_target
         renderer.lane_select_target = compiler.lane_select_target
         renderer.dp4a_builtins = compiler.dp4a_builtins
