@@ -309,25 +309,29 @@ def _int_parts_q8_0_padded(view: BlockView) -> IntParts:
 # *** Q8_0 and the K-quants through DP4A: integer sums per block of the type, one float scaling ***
 # x is quantized per block of the type, as llama.cpp quantizes it for each (Q8_0: blocks of 32; the K-quants: one
 # amax per super-block of 256, its Q8_K). A type's `word_terms(view, xw, xsums)` gets x's words (1, B, blocks of 32 per
-# block of the type, 8) and each word's sum of its four codes, xsums (the same shape), and returns its terms, each a
-# sub-block's pieces and its integer scale (rows, B, W) or None (1): a piece is codes as unsigned bytes in int32 words
-# (rows, B, W) with the factor they carry and x's words that pair with them (1, B, W), or (codes None) x's code sums
-# that pair with the codes' bias, an exact integer addend (value = (code + bias) * scale: Q8_0's code - 128, Q6_K's
-# code - 32, as llama.cpp sums them); then the float scale of the block (rows, B, W); the mins, None or a coefficient
-# and one per sub-block, each times x's exact sum of that block of 32 (the K-quants' dmin * min); and the bias. A
-# block's sub-block sums times their integer scales add up in int32 (each product at most 2^27 here): one conversion
-# and one float multiply per block, as llama.cpp's own kernels. Scales are computed in the lanes, their fields
-# broadcast before any arithmetic (`_lanes`): a reduce reading arithmetic through a broadcast has it stored by a kernel
-# of its own (the scheduler's rule), here a number per sub-block written and read again; equal in every lane, the
-# lowerer keeps them scalar. Codes are read in place where a shift would be needed (the C renderer has no vector
-# shifts): a high nibble is its code times 16, a high bit its weight times a power of two, each piece's factor saying
-# which; all pieces' integer sums meet at the largest factor, the others multiplied up (a factor counts sixteenths of
-# a code where bits below a code's fifth are read in place: the float scale then times 16).
+# block of the type, 8) and each word's sum of its four codes, xsums (the same shape), and returns its terms, one per
+# block of 32 of x, each its pieces and its integer scale (rows, B, 8) or None (1): a piece is codes as unsigned bytes
+# in int32 words (rows, B, 8: a lane per word, one AVX vpdpbusd) with the factor they carry and x's words that pair
+# with them (1, B, 8), or (codes None) x's code sums that pair with the codes' bias, an exact integer addend (value =
+# (code + bias) * scale: Q8_0's code - 128, Q6_K's code - 32, as llama.cpp sums them); then the float scale of the
+# block (rows, B, 8); the mins, None or a coefficient and one per sub-block, each times x's exact sum of that block of
+# 32 (the K-quants' dmin * min); and the bias. A block's sub-block sums times their integer scales add up in int32
+# (each product below 2^25, their sum below 2^28): one conversion and one float multiply per block, as llama.cpp's own
+# kernels. Scales are computed in the lanes, their fields broadcast before any arithmetic (`_lanes`): a reduce reading
+# arithmetic through a broadcast has it stored by a kernel of its own (the scheduler's rule), here a number per
+# sub-block written and read again; equal in every lane, the lowerer keeps them scalar. Codes are read in place where
+# a shift would be needed (the C renderer has no vector shifts): a high nibble is its code times 16, a high bit its
+# weight times a power of two, each piece's factor saying which; all pieces' integer sums meet at the largest factor,
+# the others multiplied up (a factor counts sixteenths of a code where bits below a code's fifth are read in place:
+# the float scale then times 16). 16384 x 4096 on 2 cores (loaded), Q4_K: 4.1 ms through the byte loop, 4.4 with a
+# float scaling per sub-block of 32 (a chain of dependent adds), 2.9 summed as a tree, 2.4 with integer scales and
+# one float scaling per super-block, 1.9 with 8 lanes instead of 4 (Q6_K: 3.3 -> 2.4 ms, its two sub-blocks of 16 per
+# block of x in one term).
 
 WordPiece = tuple["Tensor | None", int, Tensor]
 WordTerm = tuple[list[WordPiece], "Tensor | None"]
 WordTerms = tuple[list[WordTerm], Tensor, "tuple[Tensor, list[Tensor]] | None", int]
-LANES = 4  # int32 lanes of a piece: one SSE vpdpbusd
+LANES = 8  # int32 lanes of a piece: a block of 32 of x, one AVX vpdpbusd
 
 
 def _byte_mask(bits: int) -> int:
@@ -347,14 +351,14 @@ def _byte(w: Tensor, i: int) -> Tensor:
     return (_lanes(w[..., i // 4 : i // 4 + 1]) >> (8 * (i % 4))) & 255
 
 
-def _halves(words: Tensor, f: int, xw: Tensor, j: int) -> list[WordPiece]:
-    """Eight words of codes that pair with x's block j, as two pieces of four."""
-    return [(words[..., :4], f, xw[..., j, :4]), (words[..., 4:8], f, xw[..., j, 4:8])]
+def _sub(words: Tensor, f: int, xw: Tensor, j: int) -> WordPiece:
+    """Eight words of codes that pair with x's block j."""
+    return (words, f, xw[..., j, :])
 
 
 def _word_terms_q8_0_padded(view: BlockView, xw: Tensor, xsums: Tensor) -> WordTerms:
     codes = view(dtypes.int32)[..., 1:] ^ _byte_mask(0x80)  # signed bytes + 128: unsigned
-    pieces = [(None, 1, xsums[..., 0, :4]), (None, 1, xsums[..., 0, 4:]), *_halves(codes, 1, xw, 0)]
+    pieces = [(None, 1, xsums[..., 0, :]), _sub(codes, 1, xw, 0)]
     return [(pieces, None)], _lanes(view(dtypes.float16)[..., :1]).float(), None, -128
 
 
@@ -376,7 +380,7 @@ def _word_terms_q4_k(view: BlockView, xw: Tensor, xsums: Tensor) -> WordTerms:
 
     def pieces(j: int) -> list[WordPiece]:
         chunk = w[..., 4 + 8 * (j // 2) : 12 + 8 * (j // 2)]
-        return _halves(chunk & _byte_mask(0xF0 if j % 2 else 0x0F), 16 if j % 2 else 1, xw, j)
+        return [_sub(chunk & _byte_mask(0xF0 if j % 2 else 0x0F), 16 if j % 2 else 1, xw, j)]
 
     return _word_terms_k4(view, pieces, 1)
 
@@ -388,31 +392,31 @@ def _word_terms_q5_k(view: BlockView, xw: Tensor, xsums: Tensor) -> WordTerms:
 
     def pieces(j: int) -> list[WordPiece]:
         chunk = w[..., 12 + 8 * (j // 2) : 20 + 8 * (j // 2)]
-        nib = _halves(chunk & _byte_mask(0xF0 if j % 2 else 0x0F), 256 if j % 2 else 16, xw, j)
-        return sorted(nib + _halves(w[..., 4:12] & _byte_mask(1 << j), 1 << j, xw, j), key=lambda p: p[1])
+        nib = _sub(chunk & _byte_mask(0xF0 if j % 2 else 0x0F), 256 if j % 2 else 16, xw, j)
+        return sorted([nib, _sub(w[..., 4:12] & _byte_mask(1 << j), 1 << j, xw, j)], key=lambda p: p[1])
 
     return _word_terms_k4(view, pieces, 16)
 
 
 def _word_terms_q6_k(view: BlockView, xw: Tensor, xsums: Tensor) -> WordTerms:
-    """Sub-block s of 16 (four words, half of x's block s // 2): its low 4 bits the nibbles of ql (low for quarters
-    0, 1 of a half, high for 2, 3), its top 2 bits 2k, 2k + 1 of qh (k the quarter), as `_int_parts_q6_k` reads
-    them; value = d * scale_s * (code - 32). Factors in sixteenths, as Q5_K's."""
+    """A term per quarter (n, k) of 32 values, x's block 4n + k: lanes 0..3 sub-block 8n + 2k, lanes 4..7 the next
+    (sub-blocks of 16, each its int8 scale: the term's integer scale differs between the two halves of its lanes).
+    A code's low 4 bits are the nibbles of ql (low for quarters 0, 1 of a half, high for 2, 3), its top 2 bits 2k,
+    2k + 1 of qh, as `_int_parts_q6_k` reads them; value = d * scale_s * (code - 32). Factors in sixteenths, as
+    Q5_K's."""
     w = view(dtypes.int32)
+    second = Tensor.arange(LANES) >= LANES // 2  # the lanes of the pair's second sub-block
     terms = []
     for n in range(2):  # half of 128 values
         for k in range(4):  # quarter: 32 values, two sub-blocks of 16
-            for h in range(2):
-                s = 8 * n + 2 * k + h  # sub-block
-                xb, lanes = xw[..., s // 2, 4 * h : 4 * h + 4], slice(4 * h, 4 * h + 4)
-                lo = w[..., 16 * n + 8 * (k % 2) + 4 * h :][..., :4] & _byte_mask(0xF0 if k >= 2 else 0x0F)
-                hi = w[..., 32 + 8 * n + 4 * h :][..., :4] & _byte_mask(3 << (2 * k))
-                pieces = [
-                    (None, 16, xsums[..., s // 2, lanes]),
-                    (lo, 256 if k >= 2 else 16, xb),
-                    (hi, 1 << (2 * k), xb),
-                ]
-                terms.append((sorted(pieces, key=lambda p: p[1]), (_byte(w, 192 + s) ^ 128) - 128))
+            q = 4 * n + k
+            lo = w[..., 16 * n + 8 * (k % 2) :][..., :8] & _byte_mask(0xF0 if k >= 2 else 0x0F)
+            hi = w[..., 32 + 8 * n :][..., :8] & _byte_mask(3 << (2 * k))
+            xb = xw[..., q, :]
+            pieces = [(None, 16, xsums[..., q, :]), (lo, 256 if k >= 2 else 16, xb), (hi, 1 << (2 * k), xb)]
+            # the pair's two int8 scales (bytes 192 + 2q, 193 + 2q), each sign-extended in scalars, then one select
+            sc0, sc1 = [(_byte(w, 192 + 2 * q + i) ^ 128) - 128 for i in range(2)]
+            terms.append((sorted(pieces, key=lambda p: p[1]), second.where(sc1, sc0)))
     return terms, _lanes(view(dtypes.float16)[..., 104:105]).float() * 16, None, -32
 
 
@@ -423,11 +427,12 @@ def _tree_sum(ts: list[Tensor]) -> Tensor:
     return ts[0]
 
 
-def dp4a(a: Tensor, b: Tensor, acc: Tensor) -> Tensor:
-    """acc + the dot product of each int32 of a's four bytes (unsigned) with b's (signed), broadcast."""
+def dp4a(a: Tensor, b: Tensor, acc: Tensor, lanes: int | None = None) -> Tensor:
+    """acc + the dot product of each int32 of a's four bytes (unsigned) with b's (signed), broadcast. lanes: how many
+    of its words lie contiguous in a's memory, the vector width the kernel's heuristic gives the op (None: 4)."""
     shape = tuple(max(s) for s in zip(a.shape, b.shape, acc.shape))
     srcs = tuple(t.cast(dtypes.int32).expand(shape).uop for t in (a, b, acc))
-    return Tensor(UOp(Ops.DP4A, dtypes.int32, srcs))
+    return Tensor(UOp(Ops.DP4A, dtypes.int32, srcs, lanes))
 
 
 @dataclass(frozen=True)
@@ -812,8 +817,8 @@ class QuantizedMatrix:
             raise ValueError(f"linear_int8: x must be one row (a decode step), got shape {x.shape}")
         per = block // 32  # blocks of 32 of x per block of the type
         xw, xsums, xsum = xw.reshape(1, -1, per, 8), xsums.reshape(1, -1, per, 8), xsum.reshape(1, -1, per)
-        shape = (self.shape[0], self._blocks[1], LANES)
         terms, scale, mins, bias = self.gt.word_terms(self.view, xw, xsums)
+        shape = (self.shape[0], self._blocks[1], scale.shape[-1])
         top = max(f for pieces, _ in terms for _, f, _ in pieces)  # the factor every term's sum is brought to
         sums = []
         for pieces, iscale in terms:
@@ -825,7 +830,7 @@ class QuantizedMatrix:
                     acc = xp.expand(shape) * bias if acc is None else acc + xp.expand(shape) * bias
                 else:
                     zero = Tensor.zeros(*shape, dtype=dtypes.int32)
-                    acc = dp4a(words, xp, zero if acc is None else acc)
+                    acc = dp4a(words, xp, zero if acc is None else acc, LANES)
                 factor = f
             assert acc is not None
             up = top // factor
@@ -835,13 +840,12 @@ class QuantizedMatrix:
                 acc = acc * up
             sums.append(acc)
         # summed as a tree: a chain of dependent vector adds per super-block is a K-quant kernel's bound otherwise
-        # (Q4_K 16384 x 4096 on 2 cores: 4.4 -> 2.9 ms for a float term per sub-block)
         factors = scale * amax.reshape(1, -1, 1).expand(shape) * (1 / (127 * top))  # equal in every lane: scalar
         lanes = _tree_sum(sums).cast(dtypes.float32) * factors
         if mins is not None:  # each min times x's exact block sum, a share in each lane
             coef, ms = mins
             lanes = lanes + coef * _tree_sum([m * xsum[..., j : j + 1].expand(shape) for j, m in enumerate(ms)]) * (
-                1 / LANES
+                1 / shape[-1]
             )
         rows = lanes.reshape(self.shape[0], -1).sum(-1)
         return rows.reshape(*x.shape[:-1], self.shape[0])
