@@ -87,10 +87,14 @@ def _scales_mins_k4(sc: Tensor) -> tuple[Tensor, Tensor]:
     """12 bytes -> the 6-bit scales and mins of 8 sub-blocks, each (..., 8, 1). Bytes 0..3 hold scales 0..3 in their low
     6 bits, bytes 4..7 mins 0..3; sub-blocks 4..7 take their low 4 bits from the nibbles of bytes 8..11 (scale low, min
     high) and their top 2 bits from the top bits of bytes 0..3 (scale) and 4..7 (min)."""
-    lo, mid, hi = sc[..., 0:4], sc[..., 4:8], sc[..., 8:12]
-    scales = (lo & 63).cat((hi & 15) | ((lo >> 6) << 4), dim=-1)
-    mins = (mid & 63).cat((hi >> 4) | ((mid >> 6) << 4), dim=-1)
+    (s_lo, m_lo), (s_hi, m_hi) = _scale_min_k4(sc[..., 0:4], sc[..., 4:8], sc[..., 8:12])
+    scales, mins = s_lo.cat(s_hi, dim=-1), m_lo.cat(m_hi, dim=-1)
     return scales.cast(dtypes.float32).unsqueeze(-1), mins.cast(dtypes.float32).unsqueeze(-1)
+
+
+def _scale_min_k4(lo: Tensor, mid: Tensor, hi: Tensor) -> tuple[tuple[Tensor, Tensor], tuple[Tensor, Tensor]]:
+    """(scale, min) of sub-block j and of sub-block j + 4 from bytes j (lo), 4 + j (mid) and 8 + j (hi) of the 12."""
+    return (lo & 63, mid & 63), ((hi & 15) | ((lo >> 6) << 4), (hi >> 4) | ((mid >> 6) << 4))
 
 
 def _nibbles_k(qs: Tensor) -> Tensor:
@@ -364,12 +368,12 @@ def _word_terms_q8_0_padded(view: BlockView, xw: Tensor, xsums: Tensor) -> WordT
 
 def _word_terms_k4(view: BlockView, pieces: Callable[[int], list[WordPiece]], unit: int) -> WordTerms:
     """Q4_K and Q5_K: sub-block j's pieces from `pieces(j)`, value = d * scale_j * code - dmin * min_j, the 6-bit
-    scales and mins read as `_scales_mins_k4` reads them, a sub-block's from its own bytes (no concatenation)."""
+    scales and mins a sub-block's from its own bytes (no concatenation in the loop)."""
     f16 = view(dtypes.float16)
     d, dmin = _lanes(f16[..., 0:1]).float(), _lanes(f16[..., 1:2]).float()
     b = [_byte(view(dtypes.int32), 4 + i) for i in range(12)]
-    scales_mins = [(b[j] & 63, b[4 + j] & 63) for j in range(4)]
-    scales_mins += [((b[8 + j] & 15) | ((b[j] >> 6) << 4), (b[8 + j] >> 4) | ((b[4 + j] >> 6) << 4)) for j in range(4)]
+    pairs = [_scale_min_k4(b[j], b[4 + j], b[8 + j]) for j in range(4)]
+    scales_mins = [low for low, _ in pairs] + [high for _, high in pairs]
     terms = [(pieces(j), sc) for j, (sc, _) in enumerate(scales_mins)]
     return terms, d if unit == 1 else d * unit, (-dmin, [mn.cast(dtypes.float32) for _, mn in scales_mins]), 0
 
