@@ -290,8 +290,11 @@ def test_quantized_linear_int8_is_llama_cpp_arithmetic(tmp_path, kind, rows, col
     q = gguf_quantized(mm, infos[0])
     assert q is not None
     w = np_dequant(kind, raw, rows * cols).reshape(rows, cols)
+    words = int8_path == "dp4a" and (q.gt.word_parts is not None or q.gt.word_terms is not None)
+    # through DP4A words x is quantized as llama.cpp quantizes it for the type: the K-quants per super-block
+    block = 256 if words and kind in K_QUANTS else 32
     x_np = np.random.default_rng(1).standard_normal(cols).astype(np.float32)
-    x_np[:32] = 0  # an all-zero block: codes 0, no division by zero
+    x_np[:block] = 0  # an all-zero block of x: codes 0, no division by zero
     x = Tensor(x_np).realize()
     GlobalCounters.reset()
     out = q.linear(x.reshape(1, cols)).realize()
@@ -299,7 +302,6 @@ def test_quantized_linear_int8_is_llama_cpp_arithmetic(tmp_path, kind, rows, col
     # (super-)block: x's maxima and sums may take a kernel each); no float32 weight. Through DP4A words the dot
     # products and the row sums are one kernel (the K-quants: x's maxima per super-block a reduce of their own)
     one_block = rows * cols == GGML[kind][1]
-    words = int8_path == "dp4a" and (q.gt.word_parts is not None or q.gt.word_terms is not None)
     kernels = 3 if words else 4
     kernels += kind == "Q6_K" and not words  # x's sums per sub-block of 16, a reduce of their own
     # (words: the K-quants' x maxima per super-block, beside x's sums per block of 32, may take a kernel too)
@@ -308,8 +310,6 @@ def test_quantized_linear_int8_is_llama_cpp_arithmetic(tmp_path, kind, rows, col
     packed = q.nbytes
     x_sums = 8 * cols if kind == "Q6_K" or words else 0  # that reduce reads x and writes its sums (words: code sums)
     assert GlobalCounters.global_mem <= 2 * packed + rows * cols // 4 + 16 * cols + 8 * rows + x_sums
-    # through DP4A words x is quantized as llama.cpp quantizes it for the type: the K-quants per super-block
-    block = 256 if words and kind in K_QUANTS else 32
     ref = np_linear_int8(kind, raw, (rows, cols), x_np, block)
     scale = np.abs(w).max() * np.abs(x_np).max() * np.sqrt(cols)
     np.testing.assert_allclose(out.numpy()[0], ref, rtol=1e-5, atol=1e-6 * scale)
