@@ -409,7 +409,7 @@ def _word_terms_q6_k(view: BlockView, xw: Tensor, xsums: Tensor) -> WordTerms:
     2k + 1 of qh, as `_int_parts_q6_k` reads them; value = d * scale_s * (code - 32). Factors in sixteenths, as
     Q5_K's."""
     w = view(dtypes.int32)
-    second = Tensor.arange(LANES) >= LANES // 2  # the lanes of the pair's second sub-block
+    second = Tensor.arange(LANES, device=w.device) >= LANES // 2  # the lanes of the pair's second sub-block
     terms = []
     for n in range(2):  # half of 128 values
         for k in range(4):  # quarter: 32 values, two sub-blocks of 16
@@ -833,7 +833,7 @@ class QuantizedMatrix:
                 if words is None:  # x's code sums times the bias, multiplied after the broadcast
                     acc = xp.expand(shape) * bias if acc is None else acc + xp.expand(shape) * bias
                 else:
-                    zero = Tensor.zeros(*shape, dtype=dtypes.int32)
+                    zero = Tensor.zeros(*shape, dtype=dtypes.int32, device=x.device)
                     acc = dp4a(words, xp, zero if acc is None else acc, LANES)
                 factor = f
             assert acc is not None
