@@ -15,7 +15,9 @@ bandwidth a lazygrad sum over a 256 MB buffer reaches divided by the packed byte
 quantized matrix-vector product of a decode step alone (x's int8 quantization included): time, GB/s of its packed
 weight and the fraction of that bandwidth (replayed alone, a weight that fits the last-level cache is read from there:
 the fraction may pass 1; in a decode step every weight comes from memory); and the same product for each quantized
-type (Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K) on synthetic weights of one shape larger than the last-level cache.
+type (Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K) on synthetic weights of one shape larger than the last-level cache; and
+with llama.cpp, greedy decode of the model requantized by llama.cpp into Q8_0 and Q6_K (its 576-wide matrices in Q8_0,
+the MLP down projections in Q6_K), lazygrad quantized=True against llama.cpp on each file.
 
     python bench/llm.py --quantized    # the quantized tables only
 """
@@ -177,6 +179,7 @@ def quantized_tables(path: str, prompt: list[int], ctx: int, f32_model) -> None:
         print("llama.cpp column absent: llama_cpp does not import (pip install llama-cpp-python)")
     matvec_table(quantized, bandwidth)
     format_table(bandwidth)
+    requantized_table(path, prompt, ctx, bandwidth)
 
 
 def matvec_table(model, bandwidth: float) -> None:
@@ -251,6 +254,60 @@ def format_table(bandwidth: float) -> None:
             f"{'':40s} {name:>5s} {f'{rows}x{cols}':>12s} {w.nbytes / 1e6:6.1f} {t * 1e6:8.1f} {gb_s:7.1f}"
             f" {gb_s / bandwidth:6.2f}"
         )
+
+
+# types llama.cpp requantizes SmolLM2 into that lazygrad reads: its 576-wide matrices are no whole super-blocks, and
+# llama.cpp stores them in a K-quant's fallback type (Q6_K: Q8_0; Q4_K, Q5_K: Q5_0, Q5_1, which lazygrad does not read)
+REQUANTIZED = ("Q8_0", "Q6_K")
+_QUANTIZE = """
+import ctypes, sys, llama_cpp
+p = llama_cpp.llama_model_quantize_default_params()
+p.ftype, p.allow_requantize, p.pure = getattr(llama_cpp, "LLAMA_FTYPE_MOSTLY_" + sys.argv[3]), True, True
+sys.exit(llama_cpp.llama_model_quantize(sys.argv[1].encode(), sys.argv[2].encode(), ctypes.byref(p)))
+"""
+
+
+def requantized_table(path: str, prompt: list[int], ctx: int, bandwidth: float) -> None:
+    """The same model requantized by llama.cpp into each of REQUANTIZED (every matrix of that type or its fallback,
+    from the Q4_1 file's values): greedy decode tokens/s of lazygrad quantized=True and llama.cpp, best of ROUNDS
+    alternating rounds, and the fraction of the bandwidth limit."""
+    import tempfile
+    from collections import Counter
+
+    from lazygrad.models.llama import load_llama
+    from lazygrad.nn.gguf import gguf_read_header
+
+    if llama_cpp_model(path, ctx) is None:
+        return
+    print(
+        f"\n{'SmolLM2 requantized by llama.cpp':40s} {'types':>28s} {'MB':>6s} {'lazygrad':>9s} {'llama.cpp':>10s}"
+        f" {'ratio':>6s} {'of limit':>9s}"
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in REQUANTIZED:
+            out = os.path.join(tmp, f"{name}.gguf")
+            # a process of its own: llama.cpp logs every tensor it converts
+            if subprocess.run([sys.executable, "-c", _QUANTIZE, path, out, name], capture_output=True).returncode:
+                print(f"{name}: llama.cpp's quantize failed")
+                continue
+            _, infos, _ = gguf_read_header(out)
+            mix = Counter(i.ggml_type.name for i in infos if len(i.shape) == 2)
+            nbytes = sum(i.nbytes for i in infos)
+            model, _ = load_llama(out, max_context=ctx, quantized=True)
+            llm = llama_cpp_model(out, ctx)
+            best = [0.0, 0.0]
+            for _ in range(ROUNDS):
+                best = [
+                    max(best[0], greedy_decode_tok_s(model, prompt)),
+                    max(best[1], llama_cpp_decode_tok_s(llm, prompt)),
+                ]
+            types = " ".join(f"{n} {c}" for n, c in mix.most_common())
+            limit = bandwidth * 1e9 / nbytes
+            print(
+                f"{'':40s} {types:>28s} {nbytes / 1e6:6.1f} {best[0]:9.1f} {best[1]:10.1f} {best[0] / best[1]:6.2f}"
+                f" {best[0] / limit:9.2f}"
+            )
+            del model, llm
 
 
 def bench_prompt(tok) -> list[int]:

@@ -46,11 +46,14 @@ def hand_coded_optimizations(k: Kernel) -> Kernel:
         # 850 us as a loop, 2.2 ms upcast
         _thread(k, len(loads))
         return k
-    if k.axes_of(AxisType.REDUCE) and any(u.op is Ops.DP4A for u in k.ast.toposort):
+    dp4a_lanes = [u.arg or 4 for u in k.ast.toposort if u.op is Ops.DP4A]
+    if k.axes_of(AxisType.REDUCE) and dp4a_lanes:
         # int8 dot products as vpdpbusd: the reduce's innermost axis (a block's words) becomes the lanes of one
         # instruction, the loop over blocks keeps float vector accumulators (one horizontal sum per output, not per
-        # block); each lane is four byte products, so a quarter of the usual iterations is worth a thread
-        _unroll(k, (4,))
+        # block); each lane is four byte products, so a quarter of the usual iterations is worth a thread. As many
+        # lanes as the op's arg asks where it does: the words of a block of 32 contiguous (gguf's word_terms, 8: Q4_K
+        # 16384 x 4096 on 2 cores 2.4 -> 1.9 ms against 4), else 4
+        _unroll(k, (max(dp4a_lanes), 4))
         _thread(k, 4 * len(loads))
         return k
     vec = _vector_width(k, stores)

@@ -14,6 +14,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from lazygrad.device import Device
 from lazygrad.dtype import dtypes
 from lazygrad.engine.jit import TinyJit
 from lazygrad.models import take_rows
@@ -241,10 +242,13 @@ class GGUFEmbedding:
     offset given by a bound Variable: a decode step's lookup inside its TinyJit (scheduled outside it, a lookup cost
     ~165 us of Python a token, 3% of a SmolLM2 decode step here)."""
 
-    def __init__(self, mm: Any, info: GGUFTensorInfo):
+    def __init__(self, mm: Any, info: GGUFTensorInfo, packed: QuantizedMatrix | None = None):
+        """packed: the table's blocks where the model loaded them already (a tied output projection); else they are
+        read as the file stores them (a lookup dequantizes rows: no layout for products, no copy of the file's)."""
         self.mm, self.info = mm, info
         self.n_rows = info.shape[0]
-        packed = gguf_quantized(mm, info)
+        if packed is None and info.ggml_type.dtype is None:
+            packed = QuantizedMatrix(info.ggml_type, mm, info.offset, info.shape, Device.canonicalize(None))
         self.table = packed if packed is not None else gguf_tensor(mm, info)
 
     def check(self, ids: list[int]) -> None:
@@ -297,7 +301,8 @@ def load_llama(
     for info in infos:
         packed = gguf_quantized(mm, info) if quantized and len(info.shape) == 2 else None
         weights[info.name] = packed if packed is not None else gguf_tensor(mm, info)
-    embed = GGUFEmbedding(mm, by_name["token_embd.weight"])
+    table = weights["token_embd.weight"]
+    embed = GGUFEmbedding(mm, by_name["token_embd.weight"], table if isinstance(table, QuantizedMatrix) else None)
     model = Llama(cfg, weights, embed, min(max_context, cfg.context_length))
     return model, meta
 

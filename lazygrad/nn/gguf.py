@@ -8,9 +8,9 @@ ggml type, uint64 offset); padding to `general.alignment` (default 32); the tens
 Quantized tensors are stored as blocks of 32 values, or (the K-quants) super-blocks of 256. A QuantizedMatrix keeps
 them packed (views of the raw block bytes, on the CPU pointing into a memory map of the file): its dequantization is a
 lazy graph over those bytes, and, for the 32-value types, its `linear(x)` a matmul that reads the packed bytes once:
-for one row of x (a decode step) as llama.cpp computes it, x quantized to int8 per block and integer dot products;
-for more rows decoding the blocks in float32 inside its reduce loop. The K-quants load as float32 (their
-dequantization graph).
+for one row of x (a decode step) as llama.cpp computes it, x quantized to int8 per block (the K-quants: per
+super-block) and integer dot products; for more rows decoding the blocks in float32 inside its reduce loop (the
+K-quants: x times their dequantization).
 """
 
 from __future__ import annotations
@@ -87,10 +87,14 @@ def _scales_mins_k4(sc: Tensor) -> tuple[Tensor, Tensor]:
     """12 bytes -> the 6-bit scales and mins of 8 sub-blocks, each (..., 8, 1). Bytes 0..3 hold scales 0..3 in their low
     6 bits, bytes 4..7 mins 0..3; sub-blocks 4..7 take their low 4 bits from the nibbles of bytes 8..11 (scale low, min
     high) and their top 2 bits from the top bits of bytes 0..3 (scale) and 4..7 (min)."""
-    lo, mid, hi = sc[..., 0:4], sc[..., 4:8], sc[..., 8:12]
-    scales = (lo & 63).cat((hi & 15) | ((lo >> 6) << 4), dim=-1)
-    mins = (mid & 63).cat((hi >> 4) | ((mid >> 6) << 4), dim=-1)
+    (s_lo, m_lo), (s_hi, m_hi) = _scale_min_k4(sc[..., 0:4], sc[..., 4:8], sc[..., 8:12])
+    scales, mins = s_lo.cat(s_hi, dim=-1), m_lo.cat(m_hi, dim=-1)
     return scales.cast(dtypes.float32).unsqueeze(-1), mins.cast(dtypes.float32).unsqueeze(-1)
+
+
+def _scale_min_k4(lo: Tensor, mid: Tensor, hi: Tensor) -> tuple[tuple[Tensor, Tensor], tuple[Tensor, Tensor]]:
+    """(scale, min) of sub-block j and of sub-block j + 4 from bytes j (lo), 4 + j (mid) and 8 + j (hi) of the 12."""
+    return (lo & 63, mid & 63), ((hi & 15) | ((lo >> 6) << 4), (hi >> 4) | ((mid >> 6) << 4))
 
 
 def _nibbles_k(qs: Tensor) -> Tensor:
@@ -213,15 +217,35 @@ def quantize_blocks(x: Tensor, words: bool = False) -> tuple[Tensor, Tensor, Ten
     """x (..., cols) in blocks of 32 -> int8 codes (..., blocks, 32) with x ~ codes * amax / 127 (rounded half up),
     the block's largest magnitude amax (..., blocks, 1) and its sum (..., blocks, 1), both reduces of one kernel.
     words=True: the codes packed four to an int32 word, first code in the low byte (..., blocks, 8), for DP4A."""
-    xb = x.reshape(*x.shape[:-1], x.shape[-1] // 32, 32)
-    amax, xsum = xb.abs().max(-1, keepdim=True), xb.sum(-1, keepdim=True)
+    codes, amax, xsum = _x_codes(x)
+    if words:
+        return _words(codes).contiguous(), amax, xsum
+    return codes.cast(dtypes.int8).contiguous(), amax, xsum
+
+
+def _x_codes(x: Tensor, block: int = 32) -> tuple[Tensor, Tensor, Tensor]:
+    """x's int8 codes (..., cols / 32, 32) with one amax per `block` values (..., cols / block, 1), and its exact sums
+    per 32 (..., cols / 32, 1)."""
+    xb = x.reshape(*x.shape[:-1], x.shape[-1] // block, block)
+    amax, xsum = xb.abs().max(-1, keepdim=True), x.reshape(*x.shape[:-1], x.shape[-1] // 32, 32).sum(-1, keepdim=True)
     inv = (amax > 0).where(127 / amax, 0)  # an all-zero block: codes 0
     # + 128.5 then truncation: the cast to int truncates toward zero, and the value is positive
     codes = (xb * inv + 128.5).cast(dtypes.int32) - 128
-    if words:
-        b = (codes & 255).unflatten(-1, (8, 4))
-        return (b[..., 0] | (b[..., 1] << 8) | (b[..., 2] << 16) | (b[..., 3] << 24)).contiguous(), amax, xsum
-    return codes.cast(dtypes.int8).contiguous(), amax, xsum
+    return (codes if block == 32 else codes.reshape(*x.shape[:-1], x.shape[-1] // 32, 32)), amax, xsum
+
+
+def _words(codes: Tensor) -> Tensor:
+    b = (codes & 255).unflatten(-1, (8, 4))
+    return b[..., 0] | (b[..., 1] << 8) | (b[..., 2] << 16) | (b[..., 3] << 24)
+
+
+def quantize_words(x: Tensor, block: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """x (..., cols) as `quantize_blocks(x, words=True)` with one amax per `block` values: its words (..., cols / 32,
+    8), each word's sum of its four codes (the same shape, stored by the same kernel), the amax (..., cols / block, 1)
+    and x's exact sums per 32 (..., cols / 32, 1)."""
+    codes, amax, xsum = _x_codes(x, block)
+    b = codes.unflatten(-1, (8, 4))
+    return _words(codes).contiguous(), (b[..., 0] + b[..., 1] + b[..., 2] + b[..., 3]).contiguous(), amax, xsum
 
 
 # *** the same dot products four bytes at a time: Ops.DP4A, x86's vpdpbusd ***
@@ -231,8 +255,8 @@ def quantize_blocks(x: Tensor, words: bool = False) -> tuple[Tensor, Tensor, Ten
 # other lanes through the loop over blocks (a float vector accumulator, scaled per block), so a row costs one
 # horizontal sum instead of one per block: a Q4_1 3072 x 576 matvec 56 -> 37 us with the row sum inside (measured in
 # C on this machine before it was written here; 39 us as lazygrad renders it, against 58 for the byte loop and its
-# row sum). Q4_K done so, its 6-bit scales unpacked per sub-block inside the loop, ran 118 us for 3072 x 768 against
-# the byte loop's 73, and stays on it, as do Q4_0 and Q8_0 (18- and 34-byte blocks: codes not 4-byte aligned).
+# row sum). Q4_0's and Q8_0's blocks (18 and 34 bytes: codes not 4-byte aligned) are padded for it; Q8_0 and the
+# K-quants, a scale per sub-block, go through `word_terms` further below.
 # A type's `word_parts(view, xw)` gets x's words (1, blocks of 32, 8) and returns the pieces, each its codes as words
 # (rows, *B, W), the factor they carry and x's words that pair with them (1, *B, W); and the scale and the offset
 # (None: 0; a float: that multiple of the scale) of the block the pieces make (rows, *B, 1), with x's block. value =
@@ -273,11 +297,146 @@ def _word_parts_q4_0_padded(view: BlockView, xw: Tensor) -> WordParts:
     return _nibble_words(view, xw), view(dtypes.float16)[..., :1].float(), -8.0
 
 
-def dp4a(a: Tensor, b: Tensor, acc: Tensor) -> Tensor:
-    """acc + the dot product of each int32 of a's four bytes (unsigned) with b's (signed), broadcast."""
+# Q8_0 blocks padded to 36 bytes as Q4_0's (the codes 4-byte aligned), and Q6_K's 210-byte super-blocks to 212 (two
+# zero bytes at the end: every field keeps its offset), both for `word_terms` below; a decode step reads 6% and 1%
+# more bytes.
+
+
+def _parts_q8_0_padded(view: BlockView) -> QuantParts:
+    return view(dtypes.float16)[..., :1].float(), None, [view(dtypes.int8)[..., 4:].cast(dtypes.float32)]
+
+
+def _int_parts_q8_0_padded(view: BlockView) -> IntParts:
+    return [view(dtypes.int8)[..., 4:]], view(dtypes.float16)[..., :1].float(), None
+
+
+# *** Q8_0 and the K-quants through DP4A: integer sums per block of the type, one float scaling ***
+# x is quantized per block of the type, as llama.cpp quantizes it for each (Q8_0: blocks of 32; the K-quants: one
+# amax per super-block of 256, its Q8_K). A type's `word_terms(view, xw, xsums)` gets x's words (1, B, blocks of 32 per
+# block of the type, 8) and each word's sum of its four codes, xsums (the same shape), and returns its terms, one per
+# block of 32 of x, each its pieces and its integer scale (rows, B, 8) or None (1): a piece is codes as unsigned bytes
+# in int32 words (rows, B, 8: a lane per word, one AVX vpdpbusd) with the factor they carry and x's words that pair
+# with them (1, B, 8), or (codes None) x's code sums that pair with the codes' bias, an exact integer addend (value =
+# (code + bias) * scale: Q8_0's code - 128, Q6_K's code - 32, as llama.cpp sums them); then the float scale of the
+# block (rows, B, 8); the mins, None or a coefficient and one per sub-block, each times x's exact sum of that block of
+# 32 (the K-quants' dmin * min); and the bias. A block's sub-block sums times their integer scales add up in int32
+# (each product below 2^25, their sum below 2^28): one conversion and one float multiply per block, as llama.cpp's own
+# kernels. Scales are computed in the lanes, their fields broadcast before any arithmetic (`_lanes`): a reduce reading
+# arithmetic through a broadcast has it stored by a kernel of its own (the scheduler's rule), here a number per
+# sub-block written and read again; equal in every lane, the lowerer keeps them scalar. Codes are read in place where
+# a shift would be needed (the C renderer has no vector shifts): a high nibble is its code times 16, a high bit its
+# weight times a power of two, each piece's factor saying which; all pieces' integer sums meet at the largest factor,
+# the others multiplied up (a factor counts sixteenths of a code where bits below a code's fifth are read in place:
+# the float scale then times 16). 16384 x 4096 on 2 cores (loaded), Q4_K: 4.1 ms through the byte loop, 4.4 with a
+# float scaling per sub-block of 32 (a chain of dependent adds), 2.9 summed as a tree, 2.4 with integer scales and
+# one float scaling per super-block, 1.9 with 8 lanes instead of 4 (Q6_K: 3.3 -> 2.4 ms, its two sub-blocks of 16 per
+# block of x in one term).
+
+WordPiece = tuple["Tensor | None", int, Tensor]
+WordTerm = tuple[list[WordPiece], "Tensor | None"]
+WordTerms = tuple[list[WordTerm], Tensor, "tuple[Tensor, list[Tensor]] | None", int]
+LANES = 8  # int32 lanes of a piece: a block of 32 of x, one AVX vpdpbusd
+
+
+def _byte_mask(bits: int) -> int:
+    """`bits` in each byte of an int32 word, as a signed int32 constant."""
+    m = sum(bits << (8 * i) for i in range(4))
+    return m - (1 << 32) if m >= 1 << 31 else m
+
+
+def _lanes(field: Tensor) -> Tensor:
+    """A field of each block (..., 1) broadcast to the lanes of its terms."""
+    return field.expand(*field.shape[:-1], LANES)
+
+
+def _byte(w: Tensor, i: int) -> Tensor:
+    """Byte i of each block (int32 words w), in the lanes: read from the words the codes come from, a third view of
+    the blocks (uint8) would be a third kernel argument over the same memory."""
+    return (_lanes(w[..., i // 4 : i // 4 + 1]) >> (8 * (i % 4))) & 255
+
+
+def _sub(words: Tensor, f: int, xw: Tensor, j: int) -> WordPiece:
+    """Eight words of codes that pair with x's block j."""
+    return (words, f, xw[..., j, :])
+
+
+def _word_terms_q8_0_padded(view: BlockView, xw: Tensor, xsums: Tensor) -> WordTerms:
+    codes = view(dtypes.int32)[..., 1:] ^ _byte_mask(0x80)  # signed bytes + 128: unsigned
+    pieces = [(None, 1, xsums[..., 0, :]), _sub(codes, 1, xw, 0)]
+    return [(pieces, None)], _lanes(view(dtypes.float16)[..., :1]).float(), None, -128
+
+
+def _word_terms_k4(view: BlockView, pieces: Callable[[int], list[WordPiece]], unit: int) -> WordTerms:
+    """Q4_K and Q5_K: sub-block j's pieces from `pieces(j)`, value = d * scale_j * code - dmin * min_j, the 6-bit
+    scales and mins a sub-block's from its own bytes (no concatenation in the loop)."""
+    f16 = view(dtypes.float16)
+    d, dmin = _lanes(f16[..., 0:1]).float(), _lanes(f16[..., 1:2]).float()
+    b = [_byte(view(dtypes.int32), 4 + i) for i in range(12)]
+    pairs = [_scale_min_k4(b[j], b[4 + j], b[8 + j]) for j in range(4)]
+    scales_mins = [low for low, _ in pairs] + [high for _, high in pairs]
+    terms = [(pieces(j), sc) for j, (sc, _) in enumerate(scales_mins)]
+    return terms, d if unit == 1 else d * unit, (-dmin, [mn.cast(dtypes.float32) for _, mn in scales_mins]), 0
+
+
+def _word_terms_q4_k(view: BlockView, xw: Tensor, xsums: Tensor) -> WordTerms:
+    # chunk j // 2 of 8 words: sub-block j in its low nibbles (j even) or its high ones, in place (codes times 16)
+    w = view(dtypes.int32)
+
+    def pieces(j: int) -> list[WordPiece]:
+        chunk = w[..., 4 + 8 * (j // 2) : 12 + 8 * (j // 2)]
+        return [_sub(chunk & _byte_mask(0xF0 if j % 2 else 0x0F), 16 if j % 2 else 1, xw, j)]
+
+    return _word_terms_k4(view, pieces, 1)
+
+
+def _word_terms_q5_k(view: BlockView, xw: Tensor, xsums: Tensor) -> WordTerms:
+    # as Q4_K, the fifth bit of sub-block j's code i bit j of high-bit byte i (words 4..11): a piece of its own, in
+    # place (2^j sixteenths of its weight 16)
+    w = view(dtypes.int32)
+
+    def pieces(j: int) -> list[WordPiece]:
+        chunk = w[..., 12 + 8 * (j // 2) : 20 + 8 * (j // 2)]
+        nib = _sub(chunk & _byte_mask(0xF0 if j % 2 else 0x0F), 256 if j % 2 else 16, xw, j)
+        return sorted([nib, _sub(w[..., 4:12] & _byte_mask(1 << j), 1 << j, xw, j)], key=lambda p: p[1])
+
+    return _word_terms_k4(view, pieces, 16)
+
+
+def _word_terms_q6_k(view: BlockView, xw: Tensor, xsums: Tensor) -> WordTerms:
+    """A term per quarter (n, k) of 32 values, x's block 4n + k: lanes 0..3 sub-block 8n + 2k, lanes 4..7 the next
+    (sub-blocks of 16, each its int8 scale: the term's integer scale differs between the two halves of its lanes).
+    A code's low 4 bits are the nibbles of ql (low for quarters 0, 1 of a half, high for 2, 3), its top 2 bits 2k,
+    2k + 1 of qh, as `_int_parts_q6_k` reads them; value = d * scale_s * (code - 32). Factors in sixteenths, as
+    Q5_K's."""
+    w = view(dtypes.int32)
+    second = Tensor.arange(LANES, device=w.device) >= LANES // 2  # the lanes of the pair's second sub-block
+    terms = []
+    for n in range(2):  # half of 128 values
+        for k in range(4):  # quarter: 32 values, two sub-blocks of 16
+            q = 4 * n + k
+            lo = w[..., 16 * n + 8 * (k % 2) :][..., :8] & _byte_mask(0xF0 if k >= 2 else 0x0F)
+            hi = w[..., 32 + 8 * n :][..., :8] & _byte_mask(3 << (2 * k))
+            xb = xw[..., q, :]
+            pieces = [(None, 16, xsums[..., q, :]), (lo, 256 if k >= 2 else 16, xb), (hi, 1 << (2 * k), xb)]
+            # the pair's two int8 scales (bytes 192 + 2q, 193 + 2q), each sign-extended in scalars, then one select
+            sc0, sc1 = [(_byte(w, 192 + 2 * q + i) ^ 128) - 128 for i in range(2)]
+            terms.append((sorted(pieces, key=lambda p: p[1]), second.where(sc1, sc0)))
+    return terms, _lanes(view(dtypes.float16)[..., 104:105]).float() * 16, None, -32
+
+
+def _tree_sum(ts: list[Tensor]) -> Tensor:
+    """The sum of tensors as a balanced tree of adds (a chain's latency is the number of terms)."""
+    while len(ts) > 1:
+        ts = [ts[i] + ts[i + 1] if i + 1 < len(ts) else ts[i] for i in range(0, len(ts), 2)]
+    return ts[0]
+
+
+def dp4a(a: Tensor, b: Tensor, acc: Tensor, lanes: int | None = None) -> Tensor:
+    """acc + the dot product of each int32 of a's four bytes (unsigned) with b's (signed), broadcast. lanes: how many
+    of its words lie contiguous in a's memory, the vector width the kernel's heuristic gives the op (None: 4)."""
     shape = tuple(max(s) for s in zip(a.shape, b.shape, acc.shape))
     srcs = tuple(t.cast(dtypes.int32).expand(shape).uop for t in (a, b, acc))
-    return Tensor(UOp(Ops.DP4A, dtypes.int32, srcs))
+    return Tensor(UOp(Ops.DP4A, dtypes.int32, srcs, lanes))
 
 
 @dataclass(frozen=True)
@@ -290,7 +449,9 @@ class GGMLType:
     decode: Callable[[BlockView], Tensor] | None = None  # K-quant super-blocks, dequantized to float32
     int_parts: Callable[[BlockView], IntParts] | None = None  # codes and scales for integer dot products
     word_parts: Callable[[BlockView, Tensor], WordParts] | None = None  # int32 words, for DP4A
+    word_terms: Callable[[BlockView, Tensor, Tensor], WordTerms] | None = None  # DP4A, integer sub-block scales
     padded: GGMLType | None = None  # the blocks copied into a layout with word_parts, where the device has DP4A
+    gap_at: int = 2  # where a padded layout inserts its zero bytes
 
 
 GGML_TYPES: dict[int, GGMLType] = {
@@ -307,10 +468,30 @@ GGML_TYPES: dict[int, GGMLType] = {
         ),
     ),
     3: GGMLType("Q4_1", 32, 20, _parts_q4_1, int_parts=_int_parts_q4_1, word_parts=_word_parts_q4_1),
-    8: GGMLType("Q8_0", 32, 34, _parts_q8_0, int_parts=_int_parts_q8_0),
-    12: GGMLType("Q4_K", 256, 144, None, decode=_decode_q4_k, int_parts=_int_parts_q4_k),
-    13: GGMLType("Q5_K", 256, 176, None, decode=_decode_q5_k, int_parts=_int_parts_q5_k),
-    14: GGMLType("Q6_K", 256, 210, None, decode=_decode_q6_k, int_parts=_int_parts_q6_k),
+    8: GGMLType(
+        "Q8_0",
+        32,
+        34,
+        _parts_q8_0,
+        int_parts=_int_parts_q8_0,
+        padded=GGMLType(
+            "Q8_0", 32, 36, _parts_q8_0_padded, int_parts=_int_parts_q8_0_padded, word_terms=_word_terms_q8_0_padded
+        ),
+    ),
+    12: GGMLType("Q4_K", 256, 144, None, decode=_decode_q4_k, int_parts=_int_parts_q4_k, word_terms=_word_terms_q4_k),
+    13: GGMLType("Q5_K", 256, 176, None, decode=_decode_q5_k, int_parts=_int_parts_q5_k, word_terms=_word_terms_q5_k),
+    14: GGMLType(
+        "Q6_K",
+        256,
+        210,
+        None,
+        decode=_decode_q6_k,
+        int_parts=_int_parts_q6_k,
+        padded=GGMLType(
+            "Q6_K", 256, 212, None, decode=_decode_q6_k, int_parts=_int_parts_q6_k, word_terms=_word_terms_q6_k
+        ),
+        gap_at=210,
+    ),
     30: GGMLType("BF16", 1, 2, None, dtypes.bfloat16),
 }
 # types the spec defines that this reader cannot dequantize, named in the error
@@ -578,6 +759,8 @@ class QuantizedMatrix:
         assert self.gt.int_parts is not None
         if self.gt.word_parts is not None and Device[self.device].renderer.dp4a_builtins:
             return self._linear_dp4a(x)
+        if self.gt.word_terms is not None and Device[self.device].renderer.dp4a_builtins:
+            return self._linear_dp4a_terms(x)
         pieces, scale, offset = self.gt.int_parts(self.view)  # [(rows, *B, V)], (rows, *B, n)
         xq, amax, xsum = quantize_blocks(x.reshape(-1, x.shape[-1]))
         if xq.shape[0] != 1:
@@ -628,18 +811,63 @@ class QuantizedMatrix:
         rows = lanes.reshape(self.shape[0], -1).sum(-1)
         return rows.reshape(*x.shape[:-1], self.shape[0])
 
+    def _linear_dp4a_terms(self, x: Tensor) -> Tensor:
+        """`linear_int8` through DP4A words and integer sub-block scales (`word_terms`): one kernel after x's, the
+        scaled lanes of every block summed per row."""
+        assert self.gt.word_terms is not None
+        block = self.gt.block_elems
+        xw, xsums, amax, xsum = quantize_words(x.reshape(-1, x.shape[-1]), block)
+        if xw.shape[0] != 1:
+            raise ValueError(f"linear_int8: x must be one row (a decode step), got shape {x.shape}")
+        per = block // 32  # blocks of 32 of x per block of the type
+        xw, xsums, xsum = xw.reshape(1, -1, per, 8), xsums.reshape(1, -1, per, 8), xsum.reshape(1, -1, per)
+        terms, scale, mins, bias = self.gt.word_terms(self.view, xw, xsums)
+        shape = (self.shape[0], self._blocks[1], scale.shape[-1])
+        top = max(f for pieces, _ in terms for _, f, _ in pieces)  # the factor every term's sum is brought to
+        sums = []
+        for pieces, iscale in terms:
+            acc, factor = None, 0
+            for words, f, xp in pieces:
+                if acc is not None and f != factor:
+                    acc = acc * (f // factor)
+                if words is None:  # x's code sums times the bias, multiplied after the broadcast
+                    acc = xp.expand(shape) * bias if acc is None else acc + xp.expand(shape) * bias
+                else:
+                    zero = Tensor.zeros(*shape, dtype=dtypes.int32, device=x.device)
+                    acc = dp4a(words, xp, zero if acc is None else acc, LANES)
+                factor = f
+            assert acc is not None
+            up = top // factor
+            if iscale is not None:  # (the scalar product first: one vector multiply)
+                acc = acc * (iscale * up if up != 1 else iscale)
+            elif up != 1:
+                acc = acc * up
+            sums.append(acc)
+        # summed as a tree: a chain of dependent vector adds per super-block is a K-quant kernel's bound otherwise
+        factors = scale * amax.reshape(1, -1, 1).expand(shape) * (1 / (127 * top))  # equal in every lane: scalar
+        lanes = _tree_sum(sums).cast(dtypes.float32) * factors
+        if mins is not None:  # each min times x's exact block sum, a share in each lane
+            coef, ms = mins
+            lanes = lanes + coef * _tree_sum([m * xsum[..., j : j + 1].expand(shape) for j, m in enumerate(ms)]) * (
+                1 / shape[-1]
+            )
+        rows = lanes.reshape(self.shape[0], -1).sum(-1)
+        return rows.reshape(*x.shape[:-1], self.shape[0])
+
     @staticmethod
     def load(
         gt: GGMLType, data: mmap.mmap | bytes, offset: int, shape: tuple[int, ...], device: str
     ) -> QuantizedMatrix:
         """The blocks at `offset` of data as they are, or where the device has DP4A and the type a padded layout for
-        it, copied into that layout (zeros inserted after each block's 2-byte scale)."""
+        it, copied into that layout (zeros inserted at the type's gap_at: after Q4_0's and Q8_0's 2-byte scale, at the
+        end of Q6_K's super-block)."""
         if gt.padded is None or not Device[device].renderer.dp4a_builtins:
             return QuantizedMatrix(gt, data, offset, shape, device)
         nbytes = prod(shape) // gt.block_elems * gt.block_bytes
         blocks = _raw_tensor(data, offset, nbytes, dtypes.uint8, "CPU").reshape(-1, gt.block_bytes)
         gap = Tensor.zeros(blocks.shape[0], gt.padded.block_bytes - gt.block_bytes, dtype=dtypes.uint8)
-        padded = blocks[:, :2].cat(gap, blocks[:, 2:], dim=1).numpy().tobytes()
+        at = gt.gap_at
+        padded = blocks[:, :at].cat(gap, *([blocks[:, at:]] if at < gt.block_bytes else []), dim=1).numpy().tobytes()
         return QuantizedMatrix(gt.padded, padded, 0, shape, device)
 
     @staticmethod

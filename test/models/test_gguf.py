@@ -244,16 +244,20 @@ def _np_int_parts(kind: str, raw: bytes, rows: int, cols: int) -> tuple[np.ndarr
     return codes, d, -8 * d if kind == "Q4_0" else f16(blocks[..., 2:4])
 
 
-def np_linear_int8(kind: str, raw: bytes, shape: tuple[int, int], x: np.ndarray) -> np.ndarray:
-    """llama.cpp's matrix-vector product, in numpy: x (cols,) quantized to int8 per block of 32 (largest magnitude to
-    127, rounded half up), each block's integer dot product with the codes, scaled by scale * amax / 127, plus the
-    offset times the sum of x's block."""
+def np_linear_int8(kind: str, raw: bytes, shape: tuple[int, int], x: np.ndarray, block: int = 32) -> np.ndarray:
+    """llama.cpp's matrix-vector product, in numpy: x (cols,) quantized to int8 per `block` values (largest magnitude
+    to 127, rounded half up; llama.cpp's Q8_K for the K-quants: 256), each block of 32's integer dot product with the
+    codes, scaled by scale * amax / 127, plus the offset times the sum of x's block of 32 (with x's Q8_K, Q6_K's
+    offset -32 is summed with the codes as llama.cpp sums it, exact)."""
     rows, cols = shape
-    xb = x.reshape(-1, 32)
+    xb = x.reshape(-1, block)
     amax = np.abs(xb).max(1, keepdims=True)
     inv = np.where(amax > 0, np.float32(127) / np.where(amax > 0, amax, 1), np.float32(0)).astype(np.float32)
     xq = np.trunc(xb * inv + np.float32(128.5)).astype(np.int64) - 128
+    xq, amax = xq.reshape(-1, 32), np.repeat(amax[:, 0], block // 32)[:, None]
     codes, scale, offset = _np_int_parts(kind, raw, rows, cols)
+    if kind == "Q6_K" and block == 256:  # llama.cpp's own form: code - 32 inside the integer sum
+        codes, offset = codes - 32, np.zeros_like(offset)
     v = codes.shape[-1]  # values per piece: 32, or 16 (Q6_K's sub-blocks, half a block of x each)
     xq, xp = xq.reshape(-1, v), x.reshape(-1, v)
     amax = np.repeat(amax[:, 0], 32 // v)
@@ -286,27 +290,49 @@ def test_quantized_linear_int8_is_llama_cpp_arithmetic(tmp_path, kind, rows, col
     q = gguf_quantized(mm, infos[0])
     assert q is not None
     w = np_dequant(kind, raw, rows * cols).reshape(rows, cols)
+    words = int8_path == "dp4a" and (q.gt.word_parts is not None or q.gt.word_terms is not None)
+    # through DP4A words x is quantized as llama.cpp quantizes it for the type: the K-quants per super-block
+    block = 256 if words and kind in K_QUANTS else 32
     x_np = np.random.default_rng(1).standard_normal(cols).astype(np.float32)
-    x_np[:32] = 0  # an all-zero block: codes 0, no division by zero
+    x_np[:block] = 0  # an all-zero block of x: codes 0, no division by zero
     x = Tensor(x_np).realize()
     GlobalCounters.reset()
     out = q.linear(x.reshape(1, cols)).realize()
     # x's block maxima and sums, x's codes, the scaled dot product of every block, each row's sum (a matrix of one
     # (super-)block: x's maxima and sums may take a kernel each); no float32 weight. Through DP4A words the dot
-    # products and the row sums are one kernel
+    # products and the row sums are one kernel (the K-quants: x's maxima per super-block a reduce of their own)
     one_block = rows * cols == GGML[kind][1]
-    kernels = 3 if int8_path == "dp4a" and q.gt.word_parts is not None else 4
-    kernels += kind == "Q6_K"  # x's sums per sub-block of 16, a reduce of their own
-    assert GlobalCounters.kernel_count == kernels or one_block and GlobalCounters.kernel_count == kernels + 1
+    kernels = 3 if words else 4
+    kernels += kind == "Q6_K" and not words  # x's sums per sub-block of 16, a reduce of their own
+    # (words: the K-quants' x maxima per super-block, beside x's sums per block of 32, may take a kernel too)
+    extra = one_block or words and kind in K_QUANTS
+    assert GlobalCounters.kernel_count == kernels or extra and GlobalCounters.kernel_count == kernels + 1
     packed = q.nbytes
-    x_sums = 8 * cols if kind == "Q6_K" else 0  # that reduce reads x and writes its sums
+    x_sums = 8 * cols if kind == "Q6_K" or words else 0  # that reduce reads x and writes its sums (words: code sums)
     assert GlobalCounters.global_mem <= 2 * packed + rows * cols // 4 + 16 * cols + 8 * rows + x_sums
-    ref = np_linear_int8(kind, raw, (rows, cols), x_np)
+    ref = np_linear_int8(kind, raw, (rows, cols), x_np, block)
     scale = np.abs(w).max() * np.abs(x_np).max() * np.sqrt(cols)
     np.testing.assert_allclose(out.numpy()[0], ref, rtol=1e-5, atol=1e-6 * scale)
-    # within int8 rounding of the float32 product: each code of x is off by at most half of amax / 127
-    np.testing.assert_allclose(out.numpy()[0], w @ x_np, atol=0.5 / 127 * np.abs(x_np).max() * np.abs(w).sum(1).max())
+    # within int8 rounding of the float32 product: each code of x is off by at most half of its block's amax / 127
+    amax = np.repeat(np.abs(x_np.reshape(-1, block)).max(1), block)
+    np.testing.assert_allclose(
+        out.numpy()[0], w @ x_np, atol=0.5 / 127 * (np.abs(w) * amax).sum(1).max() + 1e-6 * scale
+    )
     assert q.linear(x).shape == (rows,)
+
+
+@pytest.mark.parametrize("kind,padded", [("Q8_0", 36), ("Q6_K", 212)])
+def test_blocks_padded_for_dp4a_hold_the_same_values(tmp_path, kind, padded, int8_path):
+    # where the device has DP4A, Q8_0's 34-byte blocks are copied into 36-byte ones (codes 4-byte aligned, as Q4_0's),
+    # Q6_K's 210-byte super-blocks into 212 (zeros at the end)
+    shape = (5, 512)
+    q, w = _quantized(tmp_path, kind, shape)
+    size = padded if int8_path == "dp4a" else GGML[kind][2]
+    assert q.gt.block_bytes == size and q.nbytes == shape[0] * shape[1] // GGML[kind][1] * size
+    np.testing.assert_array_equal(q.dequantize().numpy(), w)
+    np.testing.assert_array_equal(QuantizedMatrix.stack([q, q]).dequantize().numpy(), np.concatenate([w, w]))
+    x = np.random.default_rng(2).standard_normal((3, 512)).astype(np.float32)
+    np.testing.assert_allclose(q.linear(Tensor(x)).numpy(), x @ w.T, rtol=1e-5, atol=1e-4 * np.abs(x @ w.T).max())
 
 
 def test_q4_0_blocks_padded_for_dp4a_hold_the_same_values(tmp_path, int8_path):
