@@ -91,9 +91,10 @@ def _accumulation_bounds(u: UOp) -> tuple[int, int] | None:
 
 
 def _outlinable(ctx: RenderCtx, uops: list[UOp]) -> bool:
-    """Whether a kernel's outermost THREAD loop can become a function of the loop index: the loop encloses every
-    line after it, and the lines before it are values only (the outlined body computes them again, per index)."""
-    if ctx.thread_loop is None or ctx.lines[-1] != "  }":
+    """Whether a kernel's outermost THREAD loop can become a function of the loop index: its trip count is a number
+    (a THREAD axis splits a constant one), the loop encloses every line after it, and the lines before it are values
+    only (the outlined body computes them again, per index)."""
+    if ctx.thread_loop is None or not ctx.thread_loop[2].isdigit() or ctx.lines[-1] != "  }":
         return False
     start = ctx.thread_loop[0]
     if not all(line.startswith("    ") for line in ctx.lines[start + 2 : -1]):
@@ -1033,7 +1034,6 @@ class ClangRenderer(CStyleLanguage):
             "  GOMP_loop_end_nowait();",
             "}",
             f"{self.kernel_prefix}{name}({', '.join(params)}) {{",
-            *(pre if not bound.isdigit() else []),  # a trip count computed before the loop
             f"  struct {args} lg_a = {{ {', '.join(names)} }};",
             f"  GOMP_parallel_loop_nonmonotonic_guided({par}, &lg_a, {team}, 0, {bound}, 1, 1, 0);",
             "}",
