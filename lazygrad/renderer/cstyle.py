@@ -859,6 +859,9 @@ class ClangRenderer(CStyleLanguage):
     # a THREAD loop as functions of its own calling libgomp (GOMP_DECL) instead of `#pragma omp parallel for`, set by
     # the CPU device where its compiler's libgomp runs such a loop (runtime/ops_cpu.py)
     outline_threads = False
+    # work (estimate_ops + estimate_mem: ~128 a ns on a core) per index of an outlined THREAD loop from which its body
+    # is a function of one index rather than a loop over a chunk of them (ClangRenderer.render)
+    outline_index_work = 1 << 19
 
     def __init__(self, threads: int = 1, vector_bytes: int = 16, vector_registers: int = 16):
         self.threads = threads  # cores a THREAD axis is shared out among
@@ -1010,18 +1013,25 @@ class ClangRenderer(CStyleLanguage):
         if not self.outline_threads or not _outlinable(ctx, uops):
             return self.render_kernel(name, ctx.param_list(), "\n".join(ctx.lines), uops)
         # the THREAD loop by hand, as gcc lowers its pragma: the team runs `{name}_lg_par`, which takes chunks of
-        # iterations and calls the loop's body, a function of the kernel's parameters and the loop index. gcc's own
-        # lowering (omplower, ompexp) cost ~8 ms of each threaded kernel's compile, this 3-4 (gcc on the CNN step's
-        # sources: 849 -> 762 ms of CPU); the body takes no chunk bounds, as a loop over them compiled 6% slower than
-        # one call per index. It is noinline: inlined into the chunk loop it would be that loop again
+        # iterations and calls the loop's body on each. gcc's own lowering (omplower, ompexp) cost ~8 ms of each
+        # threaded kernel's compile, this 3-4 (gcc on the CNN step's sources: 849 -> 762 ms of CPU). Where an index
+        # carries enough work the body is a function of one index: a loop over the chunk's bounds compiled 6% slower;
+        # elsewhere the body loops over the chunk, as a call per index cost ~50 ns (the sum of each row of a
+        # 4096 x 4096 matrix: 1.13 ms looping, 1.25 ms calling). noinline: inlined it would be the loop again
         start, decl, bound = ctx.thread_loop  # type: ignore[misc]
         params, names = ctx.param_list(), ctx.param_list(names=True)
         head, target = self.kernel_head(uops)
         pre, loop = ctx.lines[:start], ctx.lines[start + 2 : -1]  # the loop's lines without its `for` and `}`
         body, par, args = f"{name}_lg_body", f"{name}_lg_par", f"{name}_lg_args"
         team, fields = self.team_size(uops), ", ".join(f"lg_a->{n}" for n in names)
+        if estimate_ops(uops) + estimate_mem(uops) >= self.outline_index_work * int(bound):
+            signature, call = decl, f"    for (long lg_i = lg_lo; lg_i < lg_hi; lg_i++) {body}({fields}, lg_i);"
+        else:
+            v = decl.rsplit(" ", 1)[1]
+            signature, call = "long lg_lo, long lg_hi", f"    {body}({fields}, lg_lo, lg_hi);"
+            loop = [f"  for ({decl} = lg_lo; {v} < lg_hi; {v}++) {{", *loop, "  }"]
         lines = [
-            f"static __attribute__((noinline)) {target}void {body}({', '.join([*params, decl])}) {{",
+            f"static __attribute__((noinline)) {target}void {body}({', '.join([*params, signature])}) {{",
             *pre,
             *loop,
             "}",
@@ -1030,7 +1040,7 @@ class ClangRenderer(CStyleLanguage):
             f"  struct {args} *lg_a = lg_p;",
             "  long lg_lo, lg_hi;",
             "  while (GOMP_loop_nonmonotonic_guided_next(&lg_lo, &lg_hi))",
-            f"    for (long lg_i = lg_lo; lg_i < lg_hi; lg_i++) {body}({fields}, lg_i);",
+            call,
             "  GOMP_loop_end_nowait();",
             "}",
             f"{self.kernel_prefix}{name}({', '.join(params)}) {{",

@@ -231,19 +231,24 @@ needs_outlining = pytest.mark.skipif(
 
 
 @needs_outlining
+@pytest.mark.parametrize("per_index", [True, False])
 @pytest.mark.parametrize("shape", [(96, 2048), (7, 50000), (333, 1025)])
-def test_outlined_thread_loop_computes_what_the_pragma_does(shape: tuple[int, int]) -> None:
-    """A THREAD loop as its own functions calling libgomp (no `#pragma omp`): the same threads (one team launch a
-    run) and the same results, bit for bit, as the OpenMP loop gcc lowers itself, and as torch within rounding."""
+def test_outlined_thread_loop_computes_what_the_pragma_does(shape: tuple[int, int], per_index: bool) -> None:
+    """A THREAD loop as its own functions calling libgomp (no `#pragma omp`), its body a function of one index or
+    of a chunk of them: the same threads (one team launch a run) and the same results, bit for bit, as the OpenMP
+    loop gcc lowers itself, and as torch within rounding."""
     a = np.random.default_rng(2).standard_normal(shape).astype(np.float32)
 
     def graph() -> Tensor:
         x = Tensor(a).realize()
         return ((x * 1.5 + 0.25).relu() * x).sum(axis=1)
 
+    renderer = copy.copy(Device["CPU"].renderer)
+    renderer.outline_index_work = 0 if per_index else 1 << 62
     before = team_launches()
-    src, got = _run_kernel(graph(), Device["CPU"].renderer)
+    src, got = _run_kernel(graph(), renderer)
     assert "#pragma omp" not in src and "_lg_par(void *lg_p)" in src, src
+    assert ("long lg_lo, long lg_hi) {" in src) != per_index, src
     assert sum(team_launches()) == sum(before) + 1
     pragma_src, want = _run_kernel(graph(), _pragma_renderer())
     assert "#pragma omp parallel for" in pragma_src
