@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -150,9 +149,7 @@ class _Batches:
             spec = get_program(key[1], dev.renderer)
             seen, name = self.names.setdefault(cachekey, {}), spec.name
             if (n := seen.get(name, 0)) > 0:  # kernels of the same shape share a name: a binary needs distinct ones
-                spec = dataclasses.replace(
-                    spec, name=f"{name}n{n}", src=spec.src.replace(f" {name}(", f" {name}n{n}(", 1)
-                )
+                spec = spec.renamed(f"{name}n{n}")
             seen[name] = n + 1
             self.programs[shared] = spec
             batch = self.open.setdefault(cachekey, [])

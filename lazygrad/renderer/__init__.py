@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from dataclasses import dataclass, field
 
 from lazygrad.dtype import DType, dtypes
@@ -47,6 +49,16 @@ class ProgramSpec:
     ops: int = 0  # estimated FLOPs of one run
     mem: int = 0  # estimated bytes moved by one run
     applied_opts: tuple = field(default_factory=tuple)
+
+    def renamed(self, name: str) -> ProgramSpec:
+        """The same kernel under another name (kernels built into one binary need distinct ones)."""
+        return dataclasses.replace(self, name=name, src=rename_kernel(self.src, self.name, name))
+
+
+def rename_kernel(src: str, old: str, new: str) -> str:
+    """`src` with kernel `old` called `new`: its function and the helpers named after it (`{old}_lg_...`, an outlined
+    THREAD loop's functions on the CPU)."""
+    return re.sub(rf"\b{re.escape(old)}(?=\(|_lg_)", new, src)
 
 
 class Renderer:

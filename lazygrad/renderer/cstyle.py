@@ -90,6 +90,20 @@ def _accumulation_bounds(u: UOp) -> tuple[int, int] | None:
     return init + n * min(partial.vmin, 0), init + n * max(partial.vmax, 0)
 
 
+def _outlinable(ctx: RenderCtx, uops: list[UOp]) -> bool:
+    """Whether a kernel's outermost THREAD loop can become a function of the loop index: its trip count is a number
+    (a THREAD axis splits a constant one), the loop encloses every line after it, and the lines before it are values
+    only (the outlined body computes them again, per index)."""
+    if ctx.thread_loop is None or not ctx.thread_loop[2].isdigit() or ctx.lines[-1] != "  }":
+        return False
+    start = ctx.thread_loop[0]
+    if not all(line.startswith("    ") for line in ctx.lines[start + 2 : -1]):
+        return False
+    first = next(i for i, u in enumerate(uops) if u.op is Ops.RANGE)
+    effects = (Ops.STORE, Ops.DEFINE_LOCAL, Ops.DEFINE_ACC, Ops.ASSIGN, Ops.BARRIER)
+    return all(u.op not in effects for u in uops[:first])
+
+
 def _paren_neg(s: str) -> str:
     # a bare negative literal after a binary minus or a negation would read as `--`
     return f"({s})" if s.startswith("-") else s
@@ -285,14 +299,18 @@ class CStyleLanguage(Renderer):
     render_rules: PatternMatcher
 
     def render(self, name: str, uops: list[UOp]) -> str:
+        ctx = self.render_lines(uops)
+        return self.render_kernel(name, ctx.param_list(), "\n".join(ctx.lines), uops)
+
+    def render_lines(self, uops: list[UOp]) -> RenderCtx:
+        """The kernel's parameters and the lines of its body, every UOp printed in order."""
         ctx = RenderCtx(self, uops)
         for u in uops:
             if (text := self.render_rules.translate(u, ctx)) is None:
                 raise NotImplementedError(f"{type(self).__name__} cannot render {u.op}")
             if text:
                 ctx.names[u] = text
-        params = [p for _, p in sorted(ctx.params, key=lambda x: x[0])]
-        return self.render_kernel(name, params, "\n".join(ctx.lines), uops)
+        return ctx
 
 
 class RenderCtx:
@@ -306,7 +324,7 @@ class RenderCtx:
             for s in u.src:
                 self.uses[s] = self.uses.get(s, 0) + (2 if u.op in r.dup_operand_ops else 1)
         self.names: dict[UOp, str] = {}
-        self.params: list[tuple[tuple, str]] = []  # buffers by index, then variables by name
+        self.params: list[tuple[tuple, str, str]] = []  # (order: buffers by index, then variables), text, name
         self.written = {u.src[0].src[0] for u in uops if u.op is Ops.STORE}
         self.lines: list[str] = []
         self.depth = 1
@@ -316,6 +334,12 @@ class RenderCtx:
         self.mask_bytes: dict[UOp, int] = {}
         self.special_names = {u.arg[0] for u in uops if u.op is Ops.SPECIAL}
         self.uops = uops
+        # an outermost THREAD loop: (index of its pragma line, its variable's declaration, its trip count)
+        self.thread_loop: tuple[int, str, str] | None = None
+
+    def param_list(self, names: bool = False) -> list[str]:
+        """The parameters in order (or their names)."""
+        return [name if names else text for _, text, name in sorted(self.params, key=lambda x: x[0])]
 
     def fresh(self, prefix: str) -> str:
         self.counters[prefix] = self.counters.get(prefix, 0) + 1
@@ -343,12 +367,12 @@ class RenderCtx:
 
 def _define_global(ctx: RenderCtx, u: UOp) -> str:
     name = f"data{u.arg}"
-    ctx.params.append(((0, u.arg), ctx.r.render_buffer_param(u, name, u in ctx.written)))
+    ctx.params.append(((0, u.arg), ctx.r.render_buffer_param(u, name, u in ctx.written), name))
     return name
 
 
 def _define_var(ctx: RenderCtx, u: UOp) -> str:
-    ctx.params.append(((1, u.arg[0]), f"{ctx.r.arg_int_prefix} {u.arg[0]}"))
+    ctx.params.append(((1, u.arg[0]), f"{ctx.r.arg_int_prefix} {u.arg[0]}", u.arg[0]))
     return u.arg[0]
 
 
@@ -360,9 +384,12 @@ def _range(ctx: RenderCtx, u: UOp) -> str:
     v = f"{ {'r': 'ridx', 'rb': 'rblk'}.get(kind, 'gidx') }{axis}"
     # a loop beside thread ids (a symbolic axis whose largest size is 1) must not take a thread id's name
     v = f"loop{axis}" if v in ctx.special_names else v
+    decl, bound = f"{ctx.r.render_dtype(u.dtype)} {v}", ctx.names[u.src[0]]
     if kind in THREAD_KINDS:  # a THREAD axis: the loop's iterations are shared out among the CPU cores
+        if kind == "t" and ctx.depth == 1:
+            ctx.thread_loop = (len(ctx.lines), decl, bound)
         ctx.line(ctx.r.parallel_for(ctx.uops))
-    ctx.line(f"for ({ctx.r.render_dtype(u.dtype)} {v} = 0; {v} < {ctx.names[u.src[0]]}; {v}++) {{")
+    ctx.line(f"for ({decl} = 0; {v} < {bound}; {v}++) {{")
     ctx.depth += 1
     return v
 
@@ -585,6 +612,16 @@ CStyleLanguage.alu_rules, CStyleLanguage.plain_alu_rules = C_ALU, C_PLAIN_ALU
 TEAM_DECL = """#ifndef LG_TEAM
 int lg_team(int, long long, long long) __attribute__((weak));
 #define LG_TEAM(n, ops, bytes) (lg_team ? lg_team(n, ops, bytes) : (n))
+#endif
+"""
+
+# libgomp's entry points for `#pragma omp parallel for schedule(guided)` (what gcc 12 lowers the pragma to), called
+# by an outlined THREAD loop (ClangRenderer.render)
+GOMP_DECL = """#ifndef LG_GOMP
+#define LG_GOMP
+void GOMP_parallel_loop_nonmonotonic_guided(void (*)(void *), void *, unsigned, long, long, long, long, unsigned);
+_Bool GOMP_loop_nonmonotonic_guided_next(long *, long *);
+void GOMP_loop_end_nowait(void);
 #endif
 """
 
@@ -819,6 +856,12 @@ class ClangRenderer(CStyleLanguage):
     # float32 lanes of the vectors the CPU loads under a mask of lanes (AVX-512F: 16, with AVX-512VL also 8), set by
     # the CPU device from its instruction sets
     masked_load_lanes: tuple[int, ...] = ()
+    # a THREAD loop as functions of its own calling libgomp (GOMP_DECL) instead of `#pragma omp parallel for`, set by
+    # the CPU device where its compiler's libgomp runs such a loop (runtime/ops_cpu.py)
+    outline_threads = False
+    # work (estimate_ops + estimate_mem: ~128 a ns on a core) per index of an outlined THREAD loop from which its body
+    # is a function of one index rather than a loop over a chunk of them (ClangRenderer.render)
+    outline_index_work = 1 << 19
 
     def __init__(self, threads: int = 1, vector_bytes: int = 16, vector_registers: int = 16):
         self.threads = threads  # cores a THREAD axis is shared out among
@@ -965,7 +1008,55 @@ class ClangRenderer(CStyleLanguage):
         + C_RENDER
     )
 
+    def render(self, name: str, uops: list[UOp]) -> str:
+        ctx = self.render_lines(uops)
+        if not self.outline_threads or not _outlinable(ctx, uops):
+            return self.render_kernel(name, ctx.param_list(), "\n".join(ctx.lines), uops)
+        # the THREAD loop by hand, as gcc lowers its pragma: the team runs `{name}_lg_par`, which takes chunks of
+        # iterations and calls the loop's body on each. gcc's own lowering (omplower, ompexp) cost ~8 ms of each
+        # threaded kernel's compile, this 3-4 (gcc on the CNN step's sources: 849 -> 762 ms of CPU). Where an index
+        # carries enough work the body is a function of one index: a loop over the chunk's bounds compiled 6% slower;
+        # elsewhere the body loops over the chunk, as a call per index cost ~50 ns (the sum of each row of a
+        # 4096 x 4096 matrix: 1.13 ms looping, 1.25 ms calling). noinline: inlined it would be the loop again
+        start, decl, bound = ctx.thread_loop  # type: ignore[misc]
+        params, names = ctx.param_list(), ctx.param_list(names=True)
+        head, target = self.kernel_head(uops)
+        pre, loop = ctx.lines[:start], ctx.lines[start + 2 : -1]  # the loop's lines without its `for` and `}`
+        body, par, args = f"{name}_lg_body", f"{name}_lg_par", f"{name}_lg_args"
+        team, fields = self.team_size(uops), ", ".join(f"lg_a->{n}" for n in names)
+        if estimate_ops(uops) + estimate_mem(uops) >= self.outline_index_work * int(bound):
+            signature, call = decl, f"    for (long lg_i = lg_lo; lg_i < lg_hi; lg_i++) {body}({fields}, lg_i);"
+        else:
+            v = decl.rsplit(" ", 1)[1]
+            signature, call = "long lg_lo, long lg_hi", f"    {body}({fields}, lg_lo, lg_hi);"
+            loop = [f"  for ({decl} = lg_lo; {v} < lg_hi; {v}++) {{", *loop, "  }"]
+        lines = [
+            f"static __attribute__((noinline)) {target}void {body}({', '.join([*params, signature])}) {{",
+            *pre,
+            *loop,
+            "}",
+            f"struct {args} {{ {' '.join(p + ';' for p in params)} }};",
+            f"static void {par}(void *lg_p) {{",
+            f"  struct {args} *lg_a = lg_p;",
+            "  long lg_lo, lg_hi;",
+            "  while (GOMP_loop_nonmonotonic_guided_next(&lg_lo, &lg_hi))",
+            call,
+            "  GOMP_loop_end_nowait();",
+            "}",
+            f"{self.kernel_prefix}{name}({', '.join(params)}) {{",
+            f"  struct {args} lg_a = {{ {', '.join(names)} }};",
+            f"  GOMP_parallel_loop_nonmonotonic_guided({par}, &lg_a, {team}, 0, {bound}, 1, 1, 0);",
+            "}",
+        ]
+        return head + GOMP_DECL + "\n".join(lines) + "\n"
+
     def render_kernel(self, name: str, params: list[str], body: str, uops: list[UOp]) -> str:
+        head, target = self.kernel_head(uops)
+        return f"{head}{target}{self.kernel_prefix}{name}({', '.join(params)}) {{\n{body}\n}}\n"
+
+    def kernel_head(self, uops: list[UOp]) -> tuple[str, str]:
+        """What goes before a kernel's function (prelude, vector types and helpers, the team's declaration) and the
+        target attribute its function needs."""
         decls = []
         vector_dtypes = {u.dtype for u in uops if u.dtype.count > 1 and not isinstance(u.dtype, PtrDType)}
         # bool vectors are lane masks as wide as the numbers they are compared with or select (4 bytes where built
@@ -1002,4 +1093,4 @@ class ClangRenderer(CStyleLanguage):
         targets += [self.lane_select_target] if self.lane_select_target and _lanes_selected(uops) else []
         target = f'__attribute__((target("{",".join(targets)}"))) ' if targets else ""
         team = TEAM_DECL if any(u.op is Ops.RANGE and u.arg[1] in THREAD_KINDS for u in uops) else ""
-        return f"{self.prelude}{vec}{team}{target}{self.kernel_prefix}{name}({', '.join(params)}) {{\n{body}\n}}\n"
+        return f"{self.prelude}{vec}{team}", target

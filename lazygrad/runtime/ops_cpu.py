@@ -14,7 +14,7 @@ from typing import Any
 
 from lazygrad.device import Allocator, Compiled, CompileError, Compiler, DeviceUnavailable
 from lazygrad.helpers import cpu_cores, diskcache_get, diskcache_put, getenv
-from lazygrad.renderer.cstyle import ClangRenderer
+from lazygrad.renderer.cstyle import GOMP_DECL, ClangRenderer
 from lazygrad.runtime.threads_cpu import load_openmp, load_team, openmp_spin_capped
 
 _libc = ctypes.CDLL(None)
@@ -190,6 +190,10 @@ class ClangCompiler(Compiler):
         probe_key = repr((version, cc, self.flags, "direct_link_v1"))
         link = diskcache_get("cpu_link_v1", probe_key)
         self.link = diskcache_put("cpu_link_v1", probe_key, self._direct_link()) if link is None else link
+        # THREAD loops outlined by hand (ClangRenderer.outline_threads) where this libgomp runs one right
+        probe_key = repr((version, cc, self.flags, self.link, "gomp_loop_v1"))
+        gomp = diskcache_get("cpu_gomp_loop_v1", probe_key)
+        self.gomp_loop = diskcache_put("cpu_gomp_loop_v1", probe_key, self._gomp_loop()) if gomp is None else gomp
         key = hashlib.sha256(repr((version, self.flags)).encode()).hexdigest()[:16]
         super().__init__(f"compile_cpu_{key}")
 
@@ -198,21 +202,24 @@ class ClangCompiler(Compiler):
 
     def _build(self, src: str, flags: list[str], link: list[str]) -> bytes:
         with tempfile.TemporaryDirectory(prefix="lazygrad_", dir=_so_dirs[0]) as tmp:
+            # the compiler driver's own temporary files (the assembly between cc1 and as) go there too: in /tmp, on
+            # disk here, creating and removing them cost ~4 ms of each call's ~25 ms
+            env = {**os.environ, "TMPDIR": tmp}
             out = os.path.join(tmp, "kernel.so")
             if link:
                 obj = os.path.join(tmp, "kernel.o")
                 compile_only = [f for f in flags if f != "-shared"]
-                self._call([self.cc, *compile_only, "-c", "-x", "c", "-", "-o", obj], src, True)
+                self._call([self.cc, *compile_only, "-c", "-x", "c", "-", "-o", obj], src, True, env)
                 with open(obj, "rb") as f:
                     libs = _libraries_needed(f.read(), link[1:])
-                self._call([link[0], "-shared", "--as-needed", "-o", out, obj, *libs], src, False)
+                self._call([link[0], "-shared", "--as-needed", "-o", out, obj, *libs], src, False, env)
             else:
-                self._call([self.cc, *flags, "-x", "c", "-", "-o", out, "-lm"], src, True)
+                self._call([self.cc, *flags, "-x", "c", "-", "-o", out, "-lm"], src, True, env)
             with open(out, "rb") as f:
                 return f.read()
 
-    def _call(self, cmd: list[str], src: str, src_on_stdin: bool) -> None:
-        proc = subprocess.run(cmd, input=src if src_on_stdin else None, capture_output=True, text=True)
+    def _call(self, cmd: list[str], src: str, src_on_stdin: bool, env: dict[str, str]) -> None:
+        proc = subprocess.run(cmd, input=src if src_on_stdin else None, capture_output=True, text=True, env=env)
         if proc.returncode != 0:
             step = "compile" if src_on_stdin else "link"
             raise CompileError(f"{cmd[0]} failed to {step} a kernel:\n{proc.stderr}\n--- source ---\n{src}")
@@ -237,6 +244,21 @@ class ClangCompiler(Compiler):
         )
         link = [ld, *libs]
         return link if self._probe_right(src, ctypes.c_int, [], [2 ** (i % 8) for i in range(64)], [], link) else []
+
+    def _gomp_loop(self) -> bool:
+        """Whether a parallel loop that calls libgomp's guided-schedule entry points itself (as an outlined THREAD
+        loop does) builds, links and computes every index."""
+        if not self.openmp:
+            return False
+        src = (
+            f"{GOMP_DECL}static void lg_probe_par(void *p) {{\n  int *out = p;\n  long lo, hi;\n"
+            "  while (GOMP_loop_nonmonotonic_guided_next(&lo, &hi))\n"
+            "    for (long i = lo; i < hi; i++) out[i] = 3 * i;\n"
+            "  GOMP_loop_end_nowait();\n}\n"
+            "void lg_probe(int* restrict out) {\n"
+            "  GOMP_parallel_loop_nonmonotonic_guided(lg_probe_par, out, 2, 0, 100, 1, 1, 0);\n}\n"
+        )
+        return self._probe_right(src, ctypes.c_int, [], [3 * i for i in range(100)], [])
 
     def _vectorizer_workaround(self) -> list[str]:
         """The flags (none, fewest first) under which every vectorizer probe kernel (VECTORIZER_PROBES: code gcc 12.2
@@ -436,6 +458,7 @@ class CPUDevice(Compiled):
         renderer.lane_select_target = compiler.lane_select_target
         renderer.dp4a_builtins = compiler.dp4a_builtins
         renderer.lane_shuffle = compiler.lane_shuffle
+        renderer.outline_threads = renderer.has_threads and compiler.gomp_loop
         # 8-lane masked loads need AVX-512VL, which kernels with lanes built from selects may have taken away
         lanes = masked_load_lanes()
         renderer.masked_load_lanes = tuple(n for n in lanes if n == 16) if compiler.lane_select_target else lanes

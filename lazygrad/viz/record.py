@@ -217,7 +217,9 @@ def _add_pass(name: str, root: Any, out: Any, steps: list[tuple[Any, Any, Any]])
 
 def _source_key(name: str, src: str) -> str:
     # kernels compiled into one binary are renamed (E_4_4 -> E_4_4n1): the key leaves the name out of the source
-    return src.replace(f" {name}(", " (", 1)
+    from lazygrad.renderer import rename_kernel  # the renderer imports the IR, which imports this module
+
+    return rename_kernel(src, name, "")
 
 
 @contextlib.contextmanager

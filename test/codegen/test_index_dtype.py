@@ -36,7 +36,8 @@ def test_huge_kernel_uses_64_bit_indices(device: str) -> None:
         assert re.search(r"= (RANGE|SPECIAL) int64", src), src
         assert not re.search(r"= (RANGE|SPECIAL) int32", src), src
     else:
-        assert re.search(rf"(for \({index_int} \w+ = 0|{index_int} gidx0 =)", src), src
+        # a loop, a thread id, or an outlined THREAD loop's index parameter or chunk loop (ClangRenderer.render)
+        assert re.search(rf"(for \({index_int} \w+ = (0|lg_lo)|{index_int} gidx0 =|{index_int} gidx0\))", src), src
         assert not re.search(r"for \(int |\bint (gidx|lidx)", src), src
     assert str(HUGE) in src
 

@@ -3,6 +3,7 @@ leave int32; vector selects are spelled the way gcc 12.2 compiles right (checked
 
 from __future__ import annotations
 
+import copy
 import os
 import shutil
 import subprocess
@@ -15,6 +16,8 @@ from lazygrad import Device, Tensor, dtypes
 from lazygrad.codegen import get_program
 from lazygrad.codegen.kernel import OptOps
 from lazygrad.engine.realize import run_schedule
+from lazygrad.runtime.ops_cpu import CPUProgram
+from lazygrad.runtime.threads_cpu import team_launches
 
 
 def byte_dot(a: np.ndarray, b: np.ndarray) -> Tensor:
@@ -203,3 +206,84 @@ def test_vector_selects_of_bools() -> None:
     got = ((ta < tb).where(ta < 0, tb > 0.5) != (ta > 1)).cast(dtypes.float32) * ta
     want = (torch.where(pa < pb, pa < 0, pb > 0.5) != (pa > 1)).float() * pa
     np.testing.assert_array_equal(got.numpy(), want.numpy())
+
+
+def _run_kernel(t: Tensor, renderer) -> tuple[str, np.ndarray]:
+    """`t`'s one kernel rendered by `renderer`, compiled and run on its buffers: its source and its output."""
+    (si,) = t.schedule()
+    spec = get_program(si.ast, renderer)
+    prg = CPUProgram(spec.name, Device["CPU"].compiler.compile(spec.src), spec.n_bufs, len(spec.vars))
+    bufs = [b.ensure_allocated() for b in si.bufs]
+    prg(*[b.ptr for b in bufs])
+    out = np.frombuffer(bytes(bufs[0].as_bytes()), dtype=np.float32).copy()
+    return spec.src, out
+
+
+def _pragma_renderer():
+    renderer = copy.copy(Device["CPU"].renderer)
+    renderer.outline_threads = False
+    return renderer
+
+
+needs_outlining = pytest.mark.skipif(
+    not Device["CPU"].renderer.outline_threads, reason="THREAD loops are outlined with more than one thread and libgomp"
+)
+
+
+@needs_outlining
+@pytest.mark.parametrize("per_index", [True, False])
+@pytest.mark.parametrize("shape", [(96, 2048), (7, 50000), (333, 1025)])
+def test_outlined_thread_loop_computes_what_the_pragma_does(shape: tuple[int, int], per_index: bool) -> None:
+    """A THREAD loop as its own functions calling libgomp (no `#pragma omp`), its body a function of one index or
+    of a chunk of them: the same threads (one team launch a run) and the same results, bit for bit, as the OpenMP
+    loop gcc lowers itself, and as torch within rounding."""
+    a = np.random.default_rng(2).standard_normal(shape).astype(np.float32)
+
+    def graph() -> Tensor:
+        x = Tensor(a).realize()
+        return ((x * 1.5 + 0.25).relu() * x).sum(axis=1)
+
+    renderer = copy.copy(Device["CPU"].renderer)
+    renderer.outline_index_work = 0 if per_index else 1 << 62
+    before = team_launches()
+    src, got = _run_kernel(graph(), renderer)
+    assert "#pragma omp" not in src and "_lg_par(void *lg_p)" in src, src
+    assert ("long lg_lo, long lg_hi) {" in src) != per_index, src
+    assert sum(team_launches()) == sum(before) + 1
+    pragma_src, want = _run_kernel(graph(), _pragma_renderer())
+    assert "#pragma omp parallel for" in pragma_src
+    np.testing.assert_array_equal(got, want)
+    x = torch.from_numpy(a)
+    np.testing.assert_allclose(got, ((x * 1.5 + 0.25).relu() * x).sum(1).numpy(), rtol=1e-5, atol=1e-4)
+
+
+@needs_outlining
+def test_thread_split_reduce_keeps_the_pragma() -> None:
+    """A reduce split among the cores (THREAD_REDUCE) runs inside the serial code that combines the partial sums: that
+    loop stays an OpenMP one."""
+    a = np.random.default_rng(3).standard_normal(1 << 20).astype(np.float32)
+    t = Tensor(a).realize().sum()
+    (si,) = sched = t.schedule()
+    spec = get_program(si.ast, Device["CPU"].renderer)
+    if not any(o.op is OptOps.THREAD for o in spec.applied_opts):
+        pytest.skip(f"the heuristic did not thread this reduce: {spec.applied_opts}")
+    assert "#pragma omp parallel for" in spec.src and "_lg_par" not in spec.src
+    run_schedule(sched)
+    np.testing.assert_allclose(t.numpy(), a.astype(np.float64).sum(), rtol=1e-4)
+
+
+@needs_outlining
+def test_renamed_outlined_kernels_build_into_one_binary() -> None:
+    """Kernels of one name built together are renamed (E_4 -> E_4n1): the outlined loop's functions with them."""
+    a = np.random.default_rng(4).standard_normal((64, 4096)).astype(np.float32)
+    x = Tensor(a).realize()
+    specs = []
+    for t in ((x * 2).sum(axis=1), (x + 3).sum(axis=1)):
+        (si,) = t.schedule()
+        specs.append(get_program(si.ast, Device["CPU"].renderer))
+    assert specs[0].name == specs[1].name and "_lg_par" in specs[0].src
+    second = specs[1].renamed(specs[1].name + "n1")
+    assert f"{specs[1].name}_lg_" not in second.src and f"{second.name}_lg_par" in second.src
+    lib = Device["CPU"].compiler.compile_many([specs[0].src, second.src])
+    for spec in (specs[0], second):
+        CPUProgram(spec.name, lib, spec.n_bufs, 0)

@@ -47,7 +47,7 @@ def test_loads_and_stores_through_index() -> None:
     ctx, names = printed(Device["CPU"].renderer, uops)
     assert names[:2] == ["data0", "data1"] and names[7] == "data1[3]"
     assert ctx.lines == ["  float val0 = ((1<2)?data1[3]:0.0f);", "  data0[0] = val0;"]
-    assert [p for _, p in sorted(ctx.params)] == ["float* restrict data0", "const float* restrict data1"]
+    assert ctx.param_list() == ["float* restrict data0", "const float* restrict data1"]
 
 
 def test_a_value_used_twice_gets_a_variable() -> None:
