@@ -3528,7 +3528,8 @@ class Tensor(metaclass=_TensorType):
         f = self.floor()
         diff = self - f
         even = (f * 0.5).trunc() * 2 == f
-        return (diff > 0.5).where(f + 1, (diff < 0.5).where(f, even.where(f, f + 1)))
+        out = (diff > 0.5).where(f + 1, (diff < 0.5).where(f, even.where(f, f + 1)))
+        return (out == 0).where(self * 0, out)  # a zero keeps x's sign: round(-0.4) is -0.0, as torch's
 
     def abs(self) -> Tensor:
         if dtypes.is_unsigned(self.dtype) or self.dtype == dtypes.bool:
