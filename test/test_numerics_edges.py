@@ -141,7 +141,7 @@ def test_half_reductions_round_once(name, dtype):
 @pytest.mark.parametrize("op", ["floor", "ceil", "trunc", "round", "frac"])
 @pytest.mark.parametrize("dtype", ["float32", "float16", "float64"])
 def test_rounding_keeps_the_sign_of_zero(op, dtype):
-    """torch's rounding ops give -0.0 for a negative value rounded to zero (1 / round(-0.4) is -inf); round gave +0.0."""
+    """torch gives -0.0 for a negative value rounded to zero (1 / round(-0.4) is -inf); round gave +0.0."""
     vals = [-0.0, 0.0, -0.4, -0.5, -1.0, -2.5, 0.4, 0.5, 2.5, -1e-30, 3.5, float("inf"), -float("inf"), float("nan")]
     ref = getattr(torch, op)(torch.tensor(vals, dtype=getattr(torch, dtype))).numpy()
     got = getattr(Tensor(np.array(vals, dtype=dtype)), op)().numpy()
