@@ -187,7 +187,7 @@ class CStyleLanguage(Renderer):
         return f"(({self.render_dtype(dt)}){name}f((float){x}))"
 
     # ALU ops are spelled by rule lists (below the class): `alu_rules` carry torch's semantics (integer wrapping,
-    # shifts, bfloat16 rounding) over `plain_alu_rules`, the spelling of each op in this dialect. A dialect puts its
+    # shifts, 16-bit float rounding) over `plain_alu_rules`, the spelling of each op in this dialect. A dialect puts its
     # own rules in front of its parent's.
     alu_rules: PatternMatcher
     plain_alu_rules: PatternMatcher
@@ -205,8 +205,10 @@ class CStyleLanguage(Renderer):
             raise NotImplementedError(f"{type(self).__name__} cannot render {u.op}")
         return out  # type: ignore[return-value]
 
-    def bf16_in_float(self, dt: DType) -> bool:
-        return dt == dtypes.bfloat16 and self.type_map[dt] == "float"
+    def float_rounding(self, dt: DType) -> str | None:
+        """How an op's result of dtype `dt` is rounded to it ("{}" the result) where this dialect computes that 16-bit
+        float in float: torch rounds every op's result. None where the dialect computes in the dtype itself."""
+        return "lg_round_bf16({})" if dt == dtypes.bfloat16 and self.type_map[dt] == "float" else None
 
     def render_wrapping(self, u: UOp, a: list[str]) -> str:
         """An integer op whose exact result may not fit its dtype, computed modulo 2**bits as torch does.
@@ -592,12 +594,12 @@ C_ALU = PatternMatcher(
             lambda ctx, x: ctx.r.render_shift(x, ctx.a) if x.dtype.count == 1 and dtypes.is_int(x.dtype) else None,
         ),
         (UPat(tuple(WRAPPING_OPS), name="x"), lambda ctx, x: ctx.r.render_wrapping(x, ctx.a) if _wraps(x) else None),
-        # torch rounds every bfloat16 op's result: computed in float here, so each one is rounded back
+        # torch rounds every 16-bit float op's result: where one is computed in float, each result is rounded back
         (
             UPat(name="x"),
             lambda ctx, x: (
-                f"lg_round_bf16({ctx.r.render_plain_alu(x, ctx.a)})"
-                if x.dtype.count == 1 and ctx.r.bf16_in_float(x.dtype) and x.op not in EXACT_FLOAT_OPS
+                fmt.format(ctx.r.render_plain_alu(x, ctx.a))
+                if x.dtype.count == 1 and x.op not in EXACT_FLOAT_OPS and (fmt := ctx.r.float_rounding(x.dtype))
                 else None
             ),
         ),

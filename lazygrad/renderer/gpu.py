@@ -15,10 +15,8 @@ from collections.abc import Callable
 
 from lazygrad.dtype import DType, dtypes
 from lazygrad.renderer.cstyle import (
-    C_ALU,
     C_PLAIN_ALU,
     C_RENDER,
-    EXACT_FLOAT_OPS,
     IPOW_HELPER,
     AluCtx,
     CStyleLanguage,
@@ -89,26 +87,6 @@ def _gpu_cast(ctx: AluCtx, x: UOp) -> str | None:
     return f"lg_half_to_f(lg_f_to_half((float){ctx.a[0]}))"  # half computed in float: rounded through 16 bits
 
 
-# torch rounds every float16 op's result to float16. A dialect without half arithmetic computes it in float, so each
-# inexact op's result is rounded through the 16 bits (as bfloat16's are in C_ALU); a kernel of several half ops
-# otherwise kept float precision between them ((a * b + a).float() was not torch's)
-GPU_ALU = (
-    PatternMatcher(
-        [
-            (
-                UPat(name="x"),
-                lambda ctx, x: (
-                    f"lg_half_to_f(lg_f_to_half({ctx.r.render_plain_alu(x, ctx.a)}))"
-                    if x.dtype.count == 1 and ctx.r.half_in_float(x.dtype) and x.op not in EXACT_FLOAT_OPS
-                    else None
-                ),
-            )
-        ]
-    )
-    + C_ALU
-)
-
-
 # what the GPU dialects spell differently from C: no GNU statement expressions, overloaded pow, half in float
 GPU_PLAIN_ALU = PatternMatcher(
     [
@@ -136,7 +114,6 @@ class GPUDialect(CStyleLanguage):
     half_prelude = ""  # defines lg_half_to_f / lg_f_to_half: half bits <-> float, rounding to nearest even
     bf16_prelude = ""  # defines lg_bf16_to_f / lg_f_to_bf16 / lg_round_bf16 where the dialect's prelude does not
 
-    alu_rules = GPU_ALU
     plain_alu_rules = GPU_PLAIN_ALU + C_PLAIN_ALU
 
     def __init__(self, **limits: object):
@@ -158,6 +135,11 @@ class GPUDialect(CStyleLanguage):
 
     def half_in_float(self, dt: DType) -> bool:
         return dt == dtypes.float16 and not self.has_half
+
+    def float_rounding(self, dt: DType) -> str | None:
+        # half computed in float is rounded through its 16 bits after every op, as bfloat16 is: a kernel of several
+        # half ops otherwise kept float precision between them ((a * b + a).float() was not torch's)
+        return "lg_half_to_f(lg_f_to_half({}))" if self.half_in_float(dt) else super().float_rounding(dt)
 
     def in_float(self, dt: DType) -> bool:
         """A 16-bit float this dialect computes in float (and keeps as 16 bits in memory)."""
