@@ -102,11 +102,7 @@ class RealizedNodes:
         return view
 
     def __setitem__(self, node: UOp, view: UOp) -> None:
-        node.__dict__[RealizedNodes._ENTRY] = view
-        # (a key already held: the new reference equals the one in the set, which keeps its place)
-        ref = weakref.ref(node, self._drop)
-        self._refs.add(ref)
-        self._unfiled.append(ref)
+        self.update({node: view})
 
     def __delitem__(self, node: UOp) -> None:
         if node.__dict__.pop(RealizedNodes._ENTRY, None) is None:
@@ -125,7 +121,7 @@ class RealizedNodes:
         return [(k, v) for r in self._refs.copy() if (k := r()) is not None and (v := self.get(k)) is not None]
 
     def update(self, other: dict[UOp, UOp]) -> None:
-        # __setitem__'s body inline: every node a schedule stores passes here
+        # (a key already held: the new reference equals the one in the set, which keeps its place)
         entry, refs, drop, ref, unfiled = RealizedNodes._ENTRY, self._refs, self._drop, weakref.ref, self._unfiled
         for node, view in other.items():
             node.__dict__[entry] = view
@@ -166,9 +162,7 @@ class RealizedNodes:
 
     def reading(self, memories: frozenset[Any]) -> dict[UOp, UOp]:
         """The entries whose graph reads one of `memories` (Buffer.memory objects, any alias of them counts)."""
-        return {
-            k: v for k, v in self.items() if any(x.op is Ops.BUFFER and x.arg.memory in memories for x in k.toposort)
-        }
+        return {k: v for k, v in self.items() if not _memories_below(k).isdisjoint(memories)}
 
     def forget_reads_of(self, memories: frozenset[Any]) -> None:
         """Drop the entries whose graph reads one of `memories`: a graph built later over the same nodes (one
@@ -273,10 +267,8 @@ def _readers(
                 stack.pop()
                 continue
             if n.op is Ops.BUFFER or (view := _realized.get(n)) is not None:
-                parts = (
-                    [n] if n.op is Ops.BUFFER else [p.base for p in view.src] if view.op is Ops.MULTI else [view.base]
-                )
-                memo[n] = (any(p.op is Ops.BUFFER and p.arg.memory in mems for p in parts), False)
+                held = [n.arg.memory] if n.op is Ops.BUFFER else _view_memories(view)
+                memo[n] = (any(m in mems for m in held), False)
             else:
                 # loops, not comprehensions: this runs for every node of every lazy tensor over the written memory
                 # (a comprehension is a call per node)
