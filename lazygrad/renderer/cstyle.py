@@ -3,6 +3,7 @@ in front. C for the CPU lives here; OpenCL, CUDA and Metal subclass it."""
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Callable
@@ -263,8 +264,8 @@ class CStyleLanguage(Renderer):
         bit cast of the loaded value keeps a NaN's payload (the round trip through float would not)."""
         return None
 
-    def parallel_for(self, uops: list[UOp]) -> str:
-        """The line before a loop of the kernel `uops` whose iterations run on all cores (has_threads)."""
+    def parallel_for(self, ctx: RenderCtx) -> str:
+        """The line before a loop of the kernel being rendered whose iterations run on all cores (has_threads)."""
         return ""
 
     def render_store_target(self, addr: str, dt: DType) -> str:
@@ -339,6 +340,11 @@ class RenderCtx:
         # an outermost THREAD loop: (index of its pragma line, its variable's declaration, its trip count)
         self.thread_loop: tuple[int, str, str] | None = None
 
+    @functools.cached_property
+    def work(self) -> tuple[int, int]:
+        """(FLOPs, bytes) of one run of the kernel (estimate_ops, estimate_mem), worked out once per render."""
+        return estimate_ops(self.uops), estimate_mem(self.uops)
+
     def param_list(self, names: bool = False) -> list[str]:
         """The parameters in order (or their names)."""
         return [name if names else text for _, text, name in sorted(self.params, key=lambda x: x[0])]
@@ -390,7 +396,7 @@ def _range(ctx: RenderCtx, u: UOp) -> str:
     if kind in THREAD_KINDS:  # a THREAD axis: the loop's iterations are shared out among the CPU cores
         if kind == "t" and ctx.depth == 1:
             ctx.thread_loop = (len(ctx.lines), decl, bound)
-        ctx.line(ctx.r.parallel_for(ctx.uops))
+        ctx.line(ctx.r.parallel_for(ctx))
     ctx.line(f"for ({decl} = 0; {v} < {bound}; {v}++) {{")
     ctx.depth += 1
     return v
@@ -870,13 +876,14 @@ class ClangRenderer(CStyleLanguage):
         # the machine's SIMD registers: the heuristic's vector width and register tile follow them
         self.vector_bytes, self.vector_registers = vector_bytes, vector_registers
 
-    def team_size(self, uops: list[UOp]) -> str:
-        """The threads of the kernel `uops`'s parallel loop, asked for at each launch given its work: one for a
+    def team_size(self, ctx: RenderCtx) -> str:
+        """The threads of the rendered kernel's parallel loop, asked for at each launch given its work: one for a
         kernel shorter than the wait for a core while other processes hold them (runtime/threads_cpu.py)."""
-        return f"LG_TEAM({self.threads}, {estimate_ops(uops)}LL, {estimate_mem(uops)}LL)"
+        ops, mem = ctx.work
+        return f"LG_TEAM({self.threads}, {ops}LL, {mem}LL)"
 
-    def parallel_for(self, uops: list[UOp]) -> str:
-        return f"#pragma omp parallel for schedule(guided) num_threads({self.team_size(uops)})"
+    def parallel_for(self, ctx: RenderCtx) -> str:
+        return f"#pragma omp parallel for schedule(guided) num_threads({self.team_size(ctx)})"
 
     def masked_load(self, dtype: DType) -> bool:
         # AVX-512's masked load (vmovups zmm{k}{z}, a builtin of gcc and clang): a padded conv's shifted window at an
@@ -1025,8 +1032,8 @@ class ClangRenderer(CStyleLanguage):
         head, target = self.kernel_head(uops)
         pre, loop = ctx.lines[:start], ctx.lines[start + 2 : -1]  # the loop's lines without its `for` and `}`
         body, par, args = f"{name}_lg_body", f"{name}_lg_par", f"{name}_lg_args"
-        team, fields = self.team_size(uops), ", ".join(f"lg_a->{n}" for n in names)
-        if estimate_ops(uops) + estimate_mem(uops) >= self.outline_index_work * int(bound):
+        team, fields = self.team_size(ctx), ", ".join(f"lg_a->{n}" for n in names)
+        if sum(ctx.work) >= self.outline_index_work * int(bound):
             signature, call = decl, f"    for (long lg_i = lg_lo; lg_i < lg_hi; lg_i++) {body}({fields}, lg_i);"
         else:
             v = decl.rsplit(" ", 1)[1]
