@@ -514,7 +514,7 @@ def _keep_read_grad_path(t: Tensor, lazy: UOp) -> None:
     `out.numpy()` between the forward and `backward()` does not cut the gradient off (its gradcheck does that). The
     graph is kept with the graphs of earlier such reads inside it resolved, so that a loop reading its state every
     step keeps nodes, not the buffer of every step."""
-    if t.uop is lazy or t._requires_grad is not None or Tensor._grad_disabled or not dtypes.is_float(t.dtype):
+    if t.uop is lazy or t._requires_grad is not None or _modes.grad_disabled or not dtypes.is_float(t.dtype):
         return
     if lazy.base.op is Ops.ASSIGN or t.uop in _lazy_origin:
         return
@@ -634,11 +634,21 @@ def _axes(axis: int | Sequence[int] | None, ndim: int) -> tuple[int, ...]:
     return tuple(sorted(out)) if ndim else ()
 
 
+class _ThreadModes(threading.local):
+    """no_grad() is per thread, as torch's grad mode: a thread serving inference under no_grad() must not turn off
+    the gradients of a thread that trains. A new thread starts with gradients on."""
+
+    grad_disabled: int = 0  # depth of this thread's nested no_grad blocks
+
+
+_modes = _ThreadModes()
+
+
 class _TensorType(type):
     @property
     def training(cls) -> bool:
-        """tinygrad's TRAINING knob: `Context(TRAINING=1)`, `Tensor.train()` and assigning `Tensor.training` are one
-        switch (dropout, batchnorm statistics)."""
+        """tinygrad's TRAINING knob (dropout, batchnorm statistics): `Context(TRAINING=1)`, `Tensor.train()` and
+        assigning `Tensor.training` are one switch, which a `with Tensor.train(mode)` block sets for its own thread."""
         return bool(TRAINING.value)
 
     @training.setter
@@ -677,7 +687,7 @@ def _replayed(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
             tuple(_replay_kind(t.uop, t) for t in tensors),
             tuple(_replay_arg(a) for a in args),
             tuple((k, _replay_arg(a)) for k, a in kwargs.items()),
-            Tensor._grad_disabled > 0,
+            _modes.grad_disabled > 0,
             TRAINING.value,
             dtypes.default_float.key,
             dtypes.default_int.key,
@@ -761,7 +771,6 @@ class Tensor(metaclass=_TensorType):
     point tensor in it that is unset (tinygrad has no requires_grad: everything gets a gradient), never of one set
     False. A computed tensor's `requires_grad` reads as torch's (whether it depends on a tensor set True)."""
 
-    _grad_disabled: int = 0  # depth of nested no_grad blocks
     _seed: int = 0
     _rng_counter: int = 0
     # id -> tensor whose graph a backward() has consumed (weak values: ids of dead tensors drop out)
@@ -851,7 +860,7 @@ class Tensor(metaclass=_TensorType):
 
     def _init_grad_state(self) -> None:
         """The gradient state of a tensor made from a node, with requires_grad not given."""
-        if Tensor._grad_disabled and self.uop.op is not Ops.BUFFER and self.uop.op is not Ops.DETACH:
+        if _modes.grad_disabled and self.uop.op is not Ops.BUFFER and self.uop.op is not Ops.DETACH:
             # computed under no_grad: as in torch, no gradient flows back through it and it gets none itself
             self.uop = UOp(Ops.DETACH, self.uop.dtype, (self.uop,))
             self._requires_grad = False
@@ -871,7 +880,7 @@ class Tensor(metaclass=_TensorType):
         """As in torch: set on leaves (parameters); a computed tensor requires grad if a leaf it depends on does."""
         if self._requires_grad is not None:
             return self._requires_grad
-        if Tensor._grad_disabled or not _grad_leaves:
+        if _modes.grad_disabled or not _grad_leaves:
             return False
         return _reaches_grad(self.uop)
 
@@ -1000,7 +1009,7 @@ class Tensor(metaclass=_TensorType):
                 raise ArgumentError(
                     f"backward of a non-scalar (shape {self.shape}) needs an explicit gradient of that shape"
                 )
-            if Tensor._grad_disabled:
+            if _modes.grad_disabled:
                 return Tensor.ones(self.shape, dtype=self.dtype, device=self.device)
             # the node Tensor.ones builds, kept per kind of root: every backward of a step seeds alike (an MLP step's
             # backward made 64 of its 361 Python calls building these three nodes)
@@ -1081,7 +1090,7 @@ class Tensor(metaclass=_TensorType):
     @staticmethod
     def is_grad_enabled() -> bool:
         """False inside Tensor.no_grad() (torch.is_grad_enabled)."""
-        return Tensor._grad_disabled == 0
+        return _modes.grad_disabled == 0
 
     @staticmethod
     def rng_state() -> tuple[int, int]:
@@ -5894,7 +5903,7 @@ class InPlaceOnLeafError(NotImplementedError):
 
 
 def _check_inplace_allowed(t: Tensor) -> None:
-    if t._requires_grad and not Tensor._grad_disabled:
+    if t._requires_grad and not _modes.grad_disabled:
         raise InPlaceOnLeafError(
             "a leaf tensor that requires grad is used in an in-place operation; wrap it in Tensor.no_grad()"
         )
@@ -6109,10 +6118,10 @@ def note_shifted_bases(node: UOp, bases: list[UOp]) -> None:
 
 class _GradMode(contextlib.ContextDecorator):
     def __enter__(self) -> None:
-        Tensor._grad_disabled += 1
+        _modes.grad_disabled += 1
 
     def __exit__(self, *exc: Any) -> None:
-        Tensor._grad_disabled -= 1
+        _modes.grad_disabled -= 1
 
 
 class _TrainMode(contextlib.ContextDecorator):
@@ -6120,10 +6129,10 @@ class _TrainMode(contextlib.ContextDecorator):
         self.mode = mode
 
     def __enter__(self) -> None:
-        self.prev, Tensor.training = Tensor.training, self.mode
+        TRAINING.enter_scope(int(self.mode))
 
     def __exit__(self, *exc: Any) -> None:
-        Tensor.training = self.prev
+        TRAINING.exit_scope()
 
 
 def _root(s: Tensor, p: float) -> Tensor:
