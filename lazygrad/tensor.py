@@ -459,10 +459,15 @@ def random_counter_buffers(buffers: Iterable[Buffer]) -> dict[Buffer, int]:
     return {b: c for b in buffers if (c := _rng_counter_buffers.get(b)) is not None}
 
 
+_rng_lock = threading.Lock()
+
+
 def take_random_counters(n: int) -> int:
-    """Advance the random stream by n calls, as n calls of Tensor.rand would; the first counter taken."""
-    first = Tensor._rng_counter + 1
-    Tensor._rng_counter += n
+    """Advance the random stream by n calls, as n calls of Tensor.rand would; the first counter taken. Under a lock:
+    two threads drawing at once must never take the same counter (they would get the same numbers)."""
+    with _rng_lock:
+        first = Tensor._rng_counter + 1
+        Tensor._rng_counter += n
     return first
 
 
@@ -1550,16 +1555,16 @@ class Tensor(metaclass=_TensorType):
     @staticmethod
     def _random_bits(n: int, device: str | None) -> Tensor:
         """n uniformly random uint32s. Each call takes the next counter, so results never depend on realize order."""
-        Tensor._rng_counter += 1
+        seed, call = Tensor._seed, take_random_counters(1)
         half = (n + 1) // 2
         counter = Tensor._iota(half, device).cast(dtypes.uint32)
-        k0 = dtypes.as_const(Tensor._seed, dtypes.uint32)
+        k0 = dtypes.as_const(seed, dtypes.uint32)
         # the counter is read from a buffer of its own, not baked into the source: every call reuses the kernels,
         # and a TinyJit replay writes its own counter there (see random_counter_buffers)
-        k1 = Tensor([Tensor._rng_counter], dtype=dtypes.uint32, device=device)
+        k1 = Tensor([call], dtype=dtypes.uint32, device=device)
         for u in k1.uop.toposort:  # one buffer; on several devices, the first one's, copied to the others
             if u.op is Ops.BUFFER:
-                _rng_counter_buffers[u.arg] = Tensor._rng_counter
+                _rng_counter_buffers[u.arg] = call
         k1 = k1.reshape(())
         y0, y1 = _threefry2x32(counter, counter.full_like(0), k0, k1)
         return y0.cat(y1)[:n]
