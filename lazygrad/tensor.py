@@ -2104,7 +2104,7 @@ class Tensor(metaclass=_TensorType):
         d = _axes(dim, self.ndim)[0] if self.ndim else 0
         if not isinstance(index, Tensor) or not dtypes.is_int(index.dtype):
             got = getattr(index, "dtype", type(index).__name__)
-            raise TypeError(f"{name}: index must be an integer tensor, got {got}")
+            raise DTypeError(f"{name}: index must be an integer tensor, got {got}")
         if index.ndim != self.ndim:
             raise ArgumentError(
                 f"{name}: index shape {index.shape} needs as many dims as the tensor's shape {self.shape}"
