@@ -90,7 +90,11 @@ def is_dtype_supported(dtype: DType, device: str | None = None) -> bool:
 
 class Buffer:
     """`size` elements of `dtype` on `device`. Memory is allocated on first use and freed with the object.
-    `shape`, the shape of the tensor it was made for, only serves error messages."""
+    `shape`, the shape of the tensor it was made for, only serves error messages.
+
+    A buffer may show memory another Buffer owns (`alias`, `view`): `memory` is that owner and `offset` the byte at
+    which this one starts in it, as torch's storage offset. Kernels take such a buffer as any other (its own start
+    address), so a slice of a realized tensor at any offset runs the same compiled programs."""
 
     made = 0  # Buffers made so far: `serial` orders them (a trace tells the buffers it made from those it found)
 
@@ -111,6 +115,8 @@ class Buffer:
         # set by Tensor.schedule for the buffers its kernels write, cleared by run_schedule once they ran: reading a
         # buffer whose kernels never ran is an error, not uninitialised memory
         self.pending_write = False
+        self.offset = 0  # bytes into `memory` where this buffer starts (set by `view`)
+        self.part = False  # whether it shows only part of `memory` (a view at an offset, or shorter)
         if external_ptr is not None:
             self._ptr = external_ptr
 
@@ -157,7 +163,26 @@ class Buffer:
         """Another Buffer object for the same memory (a new identity for the graph, no copy). It keeps the owner of
         the memory alive, not self: every assign().realize() aliases the last alias, and a chain of them would keep
         one Buffer per step alive."""
-        return Buffer(self.device, self.size, self.dtype, external=self.memory, external_ptr=self.ptr, shape=self.shape)
+        if self.offset:
+            out = self.memory.view(self.offset // self.dtype.itemsize, self.size, self.shape)
+            assert out is not None, "a view's device addressed its offset once: it does again"
+            return out
+        out = Buffer(self.device, self.size, self.dtype, external=self.memory, external_ptr=self.ptr, shape=self.shape)
+        out.part = self.part
+        return out
+
+    def view(self, start: int, size: int, shape: tuple[int, ...] | None = None) -> Buffer | None:
+        """`size` elements from element `start` of this buffer on, as a Buffer of its own over the same memory (no
+        copy: a write through either shows in both), or None where the device cannot address memory at that offset
+        (an OpenCL sub-buffer needs the device's base address alignment; DISK and PYTHON take no offsets)."""
+        mem = self.memory
+        offset = self.offset + start * self.dtype.itemsize
+        ptr = mem.allocator.offset(mem.ptr, offset, size * self.dtype.itemsize) if offset else mem.ptr
+        if ptr is None:
+            return None
+        out = Buffer(self.device, size, self.dtype, external=mem, external_ptr=ptr, shape=shape)
+        out.offset, out.part = offset, offset != 0 or out.nbytes != mem.nbytes
+        return out
 
     def copyin(self, src: memoryview) -> Buffer:
         if src.nbytes != self.nbytes:
@@ -198,6 +223,11 @@ class Buffer:
                 GlobalCounters.mem_used -= nbytes
             except Exception:
                 pass  # interpreter shutdown
+        elif self.offset:
+            try:
+                Device[self.device].allocator.free_offset(self._ptr)  # type: ignore[arg-type]
+            except Exception:
+                pass
 
 
 class Allocator:
@@ -252,6 +282,15 @@ class Allocator:
     def host_view(self, ptr: int, nbytes: int) -> memoryview | None:
         """`nbytes` at `ptr` as a writable memoryview, for devices whose memory the host addresses directly."""
         return None
+
+    def offset(self, ptr: int, offset: int, nbytes: int) -> int | None:
+        """What kernels and copies take as the address of the `nbytes` at byte `offset` (> 0) of the memory at `ptr`;
+        None where this device has no such address (the caller then reads the memory at an offset in its kernels).
+        A device that makes an object for it releases it in free_offset."""
+        return None
+
+    def free_offset(self, ptr: int) -> None:
+        pass
 
 
 # *** compilers: source -> binary, cached on disk by (compiler key, source) ***

@@ -200,6 +200,11 @@ def recording_definitions() -> Iterator[list[tuple[UOp, UOp, Callable[[Tensor], 
         _recorders.stack.pop()
 
 
+def recording() -> bool:
+    """Whether this thread is inside a recording_definitions block (a composite being recorded as a program)."""
+    return bool(getattr(_recorders, "stack", None))
+
+
 def compute_gradient(root: UOp, root_grad: Tensor, targets: set[UOp]) -> dict[UOp, Tensor]:
     """d(root)/d(target) for each target reachable from root, as lazy Tensors (weighted by root_grad). A graph of the
     structure of one differentiated before (a training step's, over new buffers) replays that one's gradient program

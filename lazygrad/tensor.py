@@ -29,7 +29,7 @@ from lazygrad.dtype import (  # noqa: F401  (_to_np_dtype: tinygrad programs imp
     sum_acc_dtype,
     to_dtype,
 )
-from lazygrad.engine.realize import capture_began, capture_paused, run_schedule
+from lazygrad.engine.realize import capture_began, capture_paused, is_capturing, run_schedule
 from lazygrad.helpers import DEBUG, TRAINING, argfix, argsort, ceildiv, flatten, make_tuple, prod
 from lazygrad.schedule.kernelize import REALIZED_ENTRY, create_schedule, instantiate_cached, ordered_write, write_order
 from lazygrad.schedule.multi import has_multi, lower_multi, multi, split_bounds, stored_multis, whole_buffer
@@ -997,7 +997,7 @@ class Tensor(metaclass=_TensorType):
 
         seed = self._seed_gradient(gradient)
         renamed: dict[UOp, UOp] = {}
-        root = _with_lazy_origins(self.uop, renamed)
+        root = _through_blocks(_with_lazy_origins(self.uop, renamed), targets, renamed)
         pairs = self._nodes_in_graph(targets, root, renamed)
         grads = compute_gradient(root, seed, {n for _, n in pairs})
         out: dict[int, Tensor] = {}
@@ -1039,13 +1039,10 @@ class Tensor(metaclass=_TensorType):
                 "pass retain_graph=True to the first backward() to allow it"
             )
         seed = self._seed_gradient(gradient)
-        renamed: dict[UOp, UOp] = {}
-        root = _with_lazy_origins(self.uop, renamed)
         # (the unset tensors are listed at C speed: a backward meets every live one, see _nodes_in_graph)
         alive = list(map(_DEREF, _unset_grad.copy().values()))
         unset = list(itertools.compress(alive, map(operator.is_not, alive, itertools.repeat(None))))
-        pairs = self._nodes_in_graph([*_grad_leaves.values(), *unset], root, renamed)
-        reached = grad_reachable(root, {n for _, n in pairs})
+        candidates = [*_grad_leaves.values(), *unset]
         # the root itself gets no .grad (torch leaves a non-leaf's empty; it would only be ones), nor do the unset
         # tensors it is a view of (the (1,) sum that sum() reshapes to (), kept alive by the view)
         viewed: set[int] = set()
@@ -1053,13 +1050,26 @@ class Tensor(metaclass=_TensorType):
         while v._view_of is not None:
             v = v._view_of[0]
             viewed.add(id(v))
-        leaves = [
-            (t, n)
-            for t, n in pairs
-            if n in reached and n is not root and not (t._requires_grad is None and id(t) in viewed)
-        ]
+
+        def leaves_in(root: UOp, renamed: dict[UOp, UOp]) -> list[tuple[Tensor, UOp]]:
+            pairs = self._nodes_in_graph(candidates, root, renamed)
+            reached = grad_reachable(root, {n for _, n in pairs})
+            return [
+                (t, n)
+                for t, n in pairs
+                if n in reached and n is not root and not (t._requires_grad is None and id(t) in viewed)
+            ]
+
+        renamed: dict[UOp, UOp] = {}
+        root = _with_lazy_origins(self.uop, renamed)
+        leaves = leaves_in(root, renamed)
         replace: set[int] = set()
         torch_style = any(t._requires_grad for t, _ in leaves)
+        if not torch_style and (cut := _through_blocks(root, candidates, renamed)) is not root:
+            # an unset tensor a slice was cut from as a buffer of its own gets its gradient through the slice (with a
+            # tensor set True in the graph it would get none: a block is only cut from a tensor needing no gradient)
+            root = cut
+            leaves = leaves_in(root, renamed)
         if torch_style:
             # the root reaches a leaf set True: noted on its node, so that realizing it (the loss, with the step)
             # does not walk its graph again to find that out (_reaches_grad); as in torch, it stays so
@@ -6021,10 +6031,17 @@ def _check_dtype(op: str, dtype: DType, device: str | tuple[str, ...]) -> None:
 
 
 def _reads_shifted(value: UOp, buffer: UOp) -> bool:
-    """True if `value` reads `buffer` through a view other than a reshape (then an in-place write would race).
+    """True if `value` reads `buffer` through a view other than a reshape (then an in-place write would race), or
+    reads its memory through a block cut from it (_block_as_buffer: X[1:] is X's memory one row on).
     Reads behind an ASSIGN or CONTIGUOUS do not count: the scheduler always stores those in kernels of their own,
     which run before the in-place write (an optimizer's update reads its state, whose gradients read the weights)."""
-    return buffer in _shifted_bases(value)
+    shifted = _shifted_bases(value)
+    if buffer in shifted:
+        return True
+    for b in shifted:  # (a loop: this runs for every parameter of every optimizer step)
+        if b.op is Ops.BUFFER and b.arg.part and buffer.op is Ops.BUFFER and b.arg.memory is buffer.arg.memory:
+            return True
+    return False
 
 
 # node -> the nodes it reads through a view other than a reshape, kept in the node's own __dict__ (as its shape): a
@@ -6044,8 +6061,10 @@ def _shifted_bases(root: UOp) -> frozenset[UOp]:
     while x.op is Ops.RESHAPE and REALIZED_ENTRY not in x.__dict__:
         x = x.src[0]
     if x.op is Ops.BUFFER:
-        root.__dict__[_SHIFTED] = _EMPTY
-        return _EMPTY
+        # (a buffer showing part of its memory, a block cut from a tensor, reads that memory at other positions)
+        known = frozenset((x,)) if x.arg.part else _EMPTY
+        root.__dict__[_SHIFTED] = known
+        return known
     stack: list[tuple[UOp, bool]] = [(root, False)]
     while stack:
         x, expanded = stack.pop()
@@ -6057,6 +6076,9 @@ def _shifted_bases(root: UOp) -> frozenset[UOp]:
         if not expanded:
             stack.append((x, True))
             stack.extend((s, False) for s in below if _SHIFTED not in s.__dict__)
+            continue
+        if x.op is Ops.BUFFER:
+            memo[_SHIFTED] = frozenset((x,)) if x.arg.part else _EMPTY  # (as above)
             continue
         own = False
         if done is None and x.op in GroupOp.Movement:
@@ -6842,8 +6864,126 @@ def _advanced_scatter(shape: tuple[int, ...], adv: list[tuple[int, Tensor]], v: 
 
 def _getitem(t: Tensor, index: Any) -> Tensor:
     basic, adv = _split_index(t, index)
-    x = _basic_getitem(t, basic)
+    x = _block_as_buffer(t, _basic_getitem(t, basic))
     return _advanced_getitem(x, adv) if adv else x
+
+
+# in the BUFFER node of a block cut as a buffer of its own (_block_as_buffer): the view of the tensor it stands for
+_BLOCK_OF = "block_of"
+# in a memory's Buffer: the buffers cut from it that are alive. A kernel takes each as an argument of its own (views of
+# one tensor are one argument), and a device takes a bounded number (CPU 32): a graph reading more rows of one tensor
+# at once (its rows unbound, or summed in a loop) reads the rest as views. A minibatch loop holds one or two.
+_CUTS = "live_cuts"
+MAX_LIVE_CUTS = 4
+
+
+def _block_as_buffer(t: Tensor, x: Tensor) -> Tensor:
+    """x, the view basic indexing took of t, as a buffer of its own where it shows whole rows of realized t that lie
+    in one contiguous block of memory (X[j:j+32], X[j], X[j:k, :], a row block of a 3-d tensor): a Buffer over t's
+    memory at the block's offset (Buffer.view, torch's storage offset). The graph then holds an ordinary realized
+    input of x's shape, the same for every offset: a loop over minibatches X[j:j+32] schedules one graph structure (a
+    schedule cache hit) and runs the same compiled kernels for every j, where the offset in the graph (a shrink) made
+    each j a new schedule, new gradient and composite programs and about 4 new kernels (an MLP Adam step: 60 ms, the
+    same step on a fixed batch 1.2 ms).
+
+    What a view promises stays: x._view_of still names t, so a write through the slice lands in t, and a write into t
+    pending when the slice is used is read through (_view_chain steps from the buffer to the view it stands for);
+    Buffer.memory is t's memory, so the write-order bookkeeping counts every read of the slice as a read of t's memory
+    and an in-place write reading it as a shifted read (_shifted_bases). The buffer keeps t's memory alive. A gradient
+    reaches t through the slice where a backward wants one for it (_through_blocks).
+
+    x stays a view: inside a TinyJit capture (a replay swaps the capture's input buffers under its kernels; a buffer
+    cut from one would keep pointing into the capture's); inside a composite being recorded (_replayed: its program
+    replays the nodes it built over new inputs, and a buffer cut from this call's input is none of them); where t
+    needs a gradient path (it requires grad, or keeps a graph for one); where the device cannot address the offset
+    (Allocator.offset: DISK, PYTHON, an OpenCL sub-buffer off its alignment); for part of a row (a record's fields, a
+    GGUF block's scales and codes, which one kernel reads apart: each cut is an argument of its own, where views of one
+    tensor are one); and past MAX_LIVE_CUTS live cuts of one memory."""
+    from lazygrad.gradient import recording
+
+    if x is t or not isinstance(t.device, str) or t._on_disk:
+        return x
+    base = _under_reshapes(t.uop)
+    # (an unallocated buffer holds no value yet: @function's placeholders, an empty tensor)
+    if base.op is not Ops.BUFFER or base.arg.pending_write or not base.arg.is_allocated:
+        return x
+    if is_capturing() or recording():
+        return x
+    if t._requires_grad or _grad_leaves and t.requires_grad:
+        return x
+    if _lazy_origin and (t.uop in _lazy_origin or base in _lazy_origin):
+        return x
+    chain = []
+    u = x.uop
+    while u is not base:
+        if u.op in GroupOp.Movement:
+            chain.append(u)
+        elif u.op is not Ops.DETACH:  # (no_grad detaches each view)
+            return x
+        u = u.src[0]
+    st = ShapeTracker.from_shape((base.arg.size,))
+    for m in reversed(chain):
+        st = st.apply(m.op, m.arg)
+    if len(st.views) != 1:
+        return x
+    v = st.views[0]
+    if v.mask is not None or type(v.offset) is not int or not all(type(s) is int for s in v.shape):
+        return x
+    size, row = prod(v.shape), t.shape[-1] if t.ndim > 1 else 1
+    if size == 0 or size == base.arg.size or v.strides != strides_for_shape(v.shape):
+        return x  # nothing, all of t (x reshapes it), or not one block in row-major order
+    if v.offset % row or size % row:
+        return x  # part of a row
+    memory = base.arg.memory
+    if len(cuts := memory.__dict__.setdefault(_CUTS, weakref.WeakSet())) >= MAX_LIVE_CUTS:
+        return x
+    buf = base.arg.view(v.offset, size, x.shape)
+    if buf is None:
+        return x
+    cuts.add(buf)
+    node = UOp.buffer_view(buf, x.shape)
+    node.base.__dict__[_BLOCK_OF] = x.uop
+    out = Tensor.from_uop(node)  # (no DETACH under no_grad: a buffer has no graph to cut)
+    out._requires_grad, out._view_of = x._requires_grad, x._view_of
+    if out._requires_grad is None and dtypes.is_float(out.dtype):
+        _note_unset(out)
+    return out
+
+
+def _block_origin(u: UOp) -> UOp | None:
+    """For the BUFFER node of a block cut as a buffer of its own: the view it stands for, in the buffer's shape."""
+    view = u.__dict__.get(_BLOCK_OF)
+    if view is None or view.shape == u.shape:
+        return view
+    return UOp(Ops.RESHAPE, view.dtype, (view,), u.shape)
+
+
+def _through_blocks(root: UOp, tensors: Sequence[Tensor], renamed: dict[UOp, UOp]) -> UOp:
+    """root with each block cut as a buffer of its own swapped back for the view it stands for, where that view's
+    graph (through blocks cut from blocks too) holds the node of one of `tensors`: a gradient reaches them through
+    the slice. `renamed` as substitute's, kept pointing at the nodes of the graph it was made for."""
+    wanted: set[UOp] = set()
+    reaches: dict[UOp, bool] = {}
+
+    def reaches_wanted(origin: UOp) -> bool:
+        if origin not in reaches:
+            reaches[origin] = any(
+                n in wanted or (o := _block_origin(n)) is not None and reaches_wanted(o) for n in origin.toposort
+            )
+        return reaches[origin]
+
+    while True:
+        blocks = {n: o for n in root.toposort if n.op is Ops.BUFFER and (o := _block_origin(n)) is not None}
+        if not blocks:
+            return root
+        wanted = wanted or {t.uop for t in tensors}
+        mapping = {n: o for n, o in blocks.items() if reaches_wanted(o)}
+        if not mapping:
+            return root
+        now: dict[UOp, UOp] = {}
+        root = substitute(root, mapping, now)
+        for new, old in now.items():
+            renamed[new] = renamed.get(old, old)
 
 
 def _product_sum(a: Tensor, b: Tensor, axis: int | list[int]) -> Tensor:
@@ -6898,6 +7038,9 @@ def _view_chain(u: UOp, at: UOp) -> list[UOp]:
     """The movement ops (and detaches, bitcasts) that make view node u from its base's node `at`, base first."""
     chain, done = [], _realized.get(at)
     while u is not at and u is not done:
+        if u.op is Ops.BUFFER and (origin := _block_origin(u)) is not None:
+            u = origin  # a block cut as a buffer of its own (_block_as_buffer): the view it stands for leads on
+            continue
         if u.op not in GroupOp.Movement and u.op not in (Ops.DETACH, Ops.BITCAST):
             raise NotImplementedError("this view no longer leads to the memory of the tensor it was taken from")
         chain.append(u)

@@ -317,8 +317,9 @@ class CapturedJit:
         self._input_check(spec, a)
         if (buf := a._plain_buffer()) is None:
             return a._contiguous_buffer(), False  # a lazy input is computed, a view (slice, transpose) copied
-        if buf in self.written:
-            # the previous call's output fed back in: a kernel may overwrite it while another still reads it
+        if buf.memory in self.written_memory:
+            # the previous call's output fed back in (or a slice of it): a kernel may overwrite it while another
+            # still reads it
             return _copy_of(buf), False
         return buf, True
 
@@ -340,7 +341,7 @@ class CapturedJit:
         if (m.arg, tuple(p.shape for p in m.src)) != spec.value:
             raise JitError(f"argument {self._name(spec)}: split otherwise than at capture")
         bufs = [p.base.arg for p in m.src]
-        return [_copy_of(b) if b in self.written else b for b in bufs]
+        return [_copy_of(b) if b.memory in self.written_memory else b for b in bufs]
 
     @staticmethod
     def _shape_values(spec: _Arg, a: Tensor) -> list[tuple[int, int]]:

@@ -17,7 +17,8 @@ CL_ERRORS = {
     -1: "CL_DEVICE_NOT_FOUND", -2: "CL_DEVICE_NOT_AVAILABLE", -3: "CL_COMPILER_NOT_AVAILABLE",
     -4: "CL_MEM_OBJECT_ALLOCATION_FAILURE", -5: "CL_OUT_OF_RESOURCES", -6: "CL_OUT_OF_HOST_MEMORY",
     -7: "CL_PROFILING_INFO_NOT_AVAILABLE", -8: "CL_MEM_COPY_OVERLAP", -11: "CL_BUILD_PROGRAM_FAILURE",
-    -12: "CL_MAP_FAILURE", -14: "CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST", -30: "CL_INVALID_VALUE",
+    -12: "CL_MAP_FAILURE", -13: "CL_MISALIGNED_SUB_BUFFER_OFFSET",
+    -14: "CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST", -30: "CL_INVALID_VALUE",
     -31: "CL_INVALID_DEVICE_TYPE", -32: "CL_INVALID_PLATFORM", -33: "CL_INVALID_DEVICE", -34: "CL_INVALID_CONTEXT",
     -35: "CL_INVALID_QUEUE_PROPERTIES", -36: "CL_INVALID_COMMAND_QUEUE", -37: "CL_INVALID_HOST_PTR",
     -38: "CL_INVALID_MEM_OBJECT", -42: "CL_INVALID_BINARY", -43: "CL_INVALID_BUILD_OPTIONS",
@@ -37,6 +38,7 @@ CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT = 1 << 7
 CL_DEVICE_MAX_WORK_GROUP_SIZE = 0x1004
 CL_DEVICE_MAX_WORK_ITEM_SIZES = 0x1005
 CL_DEVICE_MAX_PARAMETER_SIZE = 0x1017
+CL_DEVICE_MEM_BASE_ADDR_ALIGN = 0x1019
 CL_DEVICE_LOCAL_MEM_SIZE = 0x1023
 CL_DEVICE_NAME = 0x102B
 CL_DRIVER_VERSION = 0x102D
@@ -45,6 +47,7 @@ CL_DEVICE_EXTENSIONS = 0x1030
 CL_PLATFORM_NAME = 0x0902
 CL_QUEUE_PROFILING_ENABLE = 1 << 1
 CL_MEM_READ_WRITE = 1
+CL_BUFFER_CREATE_TYPE_REGION = 0x1220
 CL_PROGRAM_BINARY_SIZES = 0x1165
 CL_PROGRAM_BINARIES = 0x1166
 CL_PROGRAM_BUILD_LOG = 0x1183
@@ -63,6 +66,7 @@ _SIGNATURES = {
     "clCreateContext": (_vp, [_vp, _u32, _P(_vp), _vp, _vp, _P(_i32)]),
     "clCreateCommandQueue": (_vp, [_vp, _vp, ctypes.c_uint64, _P(_i32)]),
     "clCreateBuffer": (_vp, [_vp, ctypes.c_uint64, _sz, _vp, _P(_i32)]),
+    "clCreateSubBuffer": (_vp, [_vp, ctypes.c_uint64, _u32, _vp, _P(_i32)]),
     "clReleaseMemObject": (_i32, [_vp]),
     "clEnqueueWriteBuffer": (_i32, [_vp, _vp, _u32, _sz, _sz, _vp, _u32, _vp, _vp]),
     "clEnqueueReadBuffer": (_i32, [_vp, _vp, _u32, _sz, _sz, _vp, _u32, _vp, _vp]),
@@ -149,6 +153,9 @@ class CLAllocator(Allocator):
     def __init__(self, dev: CLDevice):
         super().__init__()
         self.dev = dev
+        # a sub-buffer must start at a multiple of this many bytes (the device reports bits)
+        raw = _info_bytes(dev.cl.clGetDeviceInfo, dev.device, CL_DEVICE_MEM_BASE_ADDR_ALIGN)
+        self.sub_align = max(int.from_bytes(raw[:4], "little") // 8, 1)
 
     def _alloc(self, nbytes: int) -> int:
         err = _i32()
@@ -162,6 +169,22 @@ class CLAllocator(Allocator):
     def _free(self, ptr: int, nbytes: int) -> None:
         if not _exiting:
             self.dev.cl.clReleaseMemObject(ptr)
+
+    def offset(self, ptr: int, offset: int, nbytes: int) -> int | None:
+        """A sub-buffer (kernels take a cl_mem, not an address): only at the device's base address alignment."""
+        if offset % self.sub_align or nbytes == 0:
+            return None
+        region, err = (_sz * 2)(offset, nbytes), _i32()
+        mem = self.dev.cl.clCreateSubBuffer(
+            ptr, CL_MEM_READ_WRITE, CL_BUFFER_CREATE_TYPE_REGION, ctypes.byref(region), ctypes.byref(err)
+        )
+        if err.value in (-13, -30):  # CL_MISALIGNED_SUB_BUFFER_OFFSET, CL_INVALID_VALUE: read at an offset instead
+            return None
+        check(err.value, f"making a sub-buffer of {nbytes} bytes at byte {offset}")
+        return mem
+
+    def free_offset(self, ptr: int) -> None:
+        self._free(ptr, 0)
 
     def copyin(self, dst: int, src: memoryview) -> None:
         if src.nbytes:

@@ -50,6 +50,10 @@ class CPUAllocator(Allocator):
         if dst.nbytes:
             ctypes.memmove((ctypes.c_char * dst.nbytes).from_buffer(dst), src, dst.nbytes)
 
+    def offset(self, ptr: int, offset: int, nbytes: int) -> int:
+        # any element boundary: vector loads and stores of kernels take element-aligned addresses (the _u types)
+        return ptr + offset
+
     def host_view(self, ptr: int, nbytes: int) -> memoryview:
         # a plain "B" memoryview over the memory itself (a ctypes array's view has format "<c", which cast() refuses)
         return _memview_from_memory(ptr, nbytes, _PyBUF_WRITE)

@@ -184,6 +184,11 @@ class CUDAAllocator(Allocator):
     def _free(self, ptr: int, nbytes: int) -> None:
         self.dev.cu.cuMemFree_v2(ptr)
 
+    def offset(self, ptr: int, offset: int, nbytes: int) -> int | None:
+        # kernels load a staged tile 16 bytes at a time (uint4) where the element index allows, trusting the buffer's
+        # start to be 16-byte aligned as cuMemAlloc's are
+        return ptr + offset if offset % 16 == 0 else None
+
     def copyin(self, dst: int, src: memoryview) -> None:
         if src.nbytes:
             host = bytes(src) if src.readonly else (ctypes.c_char * src.nbytes).from_buffer(src)

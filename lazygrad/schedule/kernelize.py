@@ -135,11 +135,17 @@ def _written_memory(assign: UOp) -> Buffer:
     return assign.src[0].base.arg.memory
 
 
-def _leaf_memory(u: UOp, realized: dict[UOp, UOp]) -> Buffer | None:
-    """The memory a stored leaf (a buffer, or a node realized earlier) is read from; None for other sources."""
+def _leaf_buffer(u: UOp, realized: dict[UOp, UOp]) -> Buffer | None:
+    """The buffer a stored leaf (a buffer, or a node realized earlier) is read from; None for other sources."""
     if u.op is not Ops.BUFFER:
         u = realized[u].base if u in realized else u
-    return u.arg.memory if u.op is Ops.BUFFER else None
+    return u.arg if u.op is Ops.BUFFER else None
+
+
+def _leaf_memory(u: UOp, realized: dict[UOp, UOp]) -> Buffer | None:
+    """The memory a stored leaf (a buffer, or a node realized earlier) is read from; None for other sources."""
+    buf = _leaf_buffer(u, realized)
+    return None if buf is None else buf.memory
 
 
 def _consumers(nodes: list[UOp]) -> dict[UOp, list[UOp]]:
@@ -229,9 +235,14 @@ class _Planner:
                 continue
             seen.add((x, shifted))
             if self.leaf(x) or x in self.stored:
-                # a pending write into the same memory (an earlier ASSIGN) is read from that memory too
-                at = _written_memory(x) if x.op is Ops.ASSIGN else _leaf_memory(x, self.realized)
-                if shifted and at is mem:
+                # a pending write into the same memory (an earlier ASSIGN) is read from that memory too; a buffer
+                # showing part of the memory (a block cut from a tensor, Buffer.view) reads it at other positions
+                if x.op is Ops.ASSIGN:
+                    at, part = _written_memory(x), False
+                else:
+                    buf = _leaf_buffer(x, self.realized)
+                    at, part = (buf.memory, buf.part) if buf is not None else (None, False)
+                if (shifted or part) and at is mem:
                     return True
                 continue
             moved = x.op in GroupOp.Movement and x.op is not Ops.RESHAPE or x.op is Ops.REDUCE_AXIS
