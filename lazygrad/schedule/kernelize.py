@@ -903,6 +903,9 @@ class _Walk:
         self.key = tuple(key)
         self.pos = pos
 
+    def var_vals(self) -> dict[UOp, int]:
+        return _bound_values(self.binds) if self.binds else {}
+
     def _unbind(self, arg: Any) -> Any:
         """A symbolic arg keyed by its variables, not their values; its bound variables join the walk's binds."""
         if not _symbolic(arg):
@@ -945,7 +948,9 @@ class _Template:
     def __post_init__(self) -> None:
         self.writes_in_place = any(target is not None for *_, target in self.stored)
 
-    def instantiate(self, walk: _Walk) -> tuple[Schedule, dict[UOp, UOp], dict[UOp, int]]:
+    def buffers(self, walk: _Walk) -> tuple[list[Buffer], dict[UOp, UOp]]:
+        """The buffers the items name by reference (new ones for the stored nodes and internal buffers, the walk's
+        slots), and what each stored node becomes."""
         bufs: list[Buffer] = []
         becomes: dict[UOp, UOp] = {}
         nodes, slots = walk.nodes, walk.slots
@@ -964,9 +969,15 @@ class _Template:
         bufs.extend(slots)
         if self.internal:
             bufs.extend(Buffer(device, size, dtype, shape=shape) for device, size, dtype, shape in self.internal)
+        return bufs, becomes
+
+    def schedule(self, bufs: list[Buffer]) -> Schedule:
         at = bufs.__getitem__
-        items = [ScheduleItem(ast, tuple(map(at, refs))) for ast, refs in self.items]
-        return Schedule(items, self), becomes, _bound_values(walk.binds) if walk.binds else {}
+        return Schedule([ScheduleItem(ast, tuple(map(at, refs))) for ast, refs in self.items], self)
+
+    def instantiate(self, walk: _Walk) -> tuple[Schedule, dict[UOp, UOp], dict[UOp, int]]:
+        bufs, becomes = self.buffers(walk)
+        return self.schedule(bufs), becomes, walk.var_vals()
 
 
 def _bound_values(binds: list[UOp]) -> dict[UOp, int]:
@@ -1028,16 +1039,14 @@ def create_schedule(
         return _cached_schedule(outs, realized, args)
 
 
-def instantiate_cached(
-    outs: list[UOp], realized: dict[UOp, UOp]
-) -> tuple[list[ScheduleItem], dict[UOp, UOp], dict[UOp, int]] | None:
-    """create_schedule's answer for a graph whose structure was scheduled before and that writes no memory in place;
-    None for any other graph (the frontend then takes the general path)."""
+def cached_template(outs: list[UOp], realized: dict[UOp, UOp]) -> tuple[_Template, _Walk] | None:
+    """The template of a graph whose structure was scheduled before and that writes no memory in place, with the
+    walk that instantiates it; None for any other graph (the frontend then takes the general path)."""
     walk = _Walk(outs, realized)
     tpl = _templates.get(walk.key)
     if tpl is None or tpl.writes_in_place:
         return None
-    return tpl.instantiate(walk)
+    return tpl, walk
 
 
 def _cached_schedule(

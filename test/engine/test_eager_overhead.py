@@ -466,20 +466,21 @@ def _python_lines(fn) -> int:
 
 def test_repeated_realize_of_a_graph_seen_before_takes_the_cached_path(monkeypatch):
     """`(a + b).realize()` of a structure scheduled before: no pass of schedule_with_vars runs (no readers looked for,
-    nothing scheduled), a bounded number of Python calls (118 before the cached path, 82 with it), and each result is
-    its own new buffer holding the sum."""
+    nothing scheduled), a bounded number of Python calls (118 before the cached path, 82 with it, 45 launched from the
+    template's buffers), and each result is its own new buffer holding the sum."""
     from lazygrad import tensor as tensor_module
 
     an, bn = np.random.rand(16).astype(np.float32), np.random.rand(16).astype(np.float32)
     a, b = Tensor(an).realize(), Tensor(bn).realize()
     for _ in range(3):
         (a + b).realize()
-    assert _python_calls(lambda: (a + b).realize()) <= 95
+    assert _python_calls(lambda: (a + b).realize()) <= 60  # (45 in a fresh process)
     looks = _counting(monkeypatch, tensor_module, "_readers")
+    items = _counting(monkeypatch, kernelize._Template, "schedule")  # no ScheduleItem made: launched from the buffers
     general = _counting(monkeypatch, Tensor, "schedule_with_vars")
     scheduled = _counting(monkeypatch, kernelize, "_create_schedule")
     outs = [(a + b).realize() for _ in range(4)]
-    assert looks[0] == general[0] == scheduled[0] == 0
+    assert looks[0] == general[0] == scheduled[0] == items[0] == 0
     assert len({id(o.uop.base.arg) for o in outs}) == 4
     for o in outs:
         np.testing.assert_array_equal(o.numpy(), an + bn)
