@@ -1011,7 +1011,7 @@ class Tensor(metaclass=_TensorType):
         """As in torch: set on leaves (parameters); a computed tensor requires grad if a leaf it depends on does."""
         if self._requires_grad is not None:
             return self._requires_grad
-        if Tensor._grad_disabled or not _grad_leaves:
+        if Tensor._grad_disabled or not _grad_leaves.data:  # (its dict: len() of the WeakValueDictionary is a call)
             return False
         return _reaches_grad(self.uop)
 
@@ -6116,8 +6116,9 @@ def _realize_cached(t: Tensor) -> bool:
     that value (it is not realized yet), and its graph's structure was scheduled before with no in-place write (no
     readers of overwritten memory to look for). A repeated `(a + b).realize()` costs the walk, the buffers and the
     launch (16 floats: 22 -> 19 us); a template of one kernel whose plan is made launches from the template's buffer
-    list with no ScheduleItem made (59 -> 45 Python calls, 17.5 -> 13.3 us). DEBUG lines and profile spans come from
-    the general path. A tensor stored whole
+    list with no ScheduleItem made (59 -> 45 Python calls, 17.5 -> 13.3 us), and an op over stored buffers is known
+    from its sources with no walk (kernelize._over_buffers: 43 calls, 11.6 us). DEBUG lines and profile spans come
+    from the general path. A tensor stored whole
     (a buffer, or reshapes of one) has nothing to compute: done at once (`.numpy()` and `.item()` realize it again;
     the general path scheduled nothing in 9 us)."""
     if t._view_of is not None:

@@ -463,12 +463,13 @@ def _launch_plan(schedule: list[ScheduleItem]) -> _LaunchPlan | None:
 def launch_template(template: object, bufs: list[Buffer], var_vals: dict[UOp, int]) -> bool:
     """Run an instance of a one-kernel schedule template (kernelize._Template) from its buffers in the template's
     reference order, with no ScheduleItem made: a lone realize of a graph seen before. False where run_schedule must
-    run it instead: no plan made for the template yet (the general path makes it), other knobs, a capture, DEBUG
-    lines or profile spans, or an input whose kernel never ran (the general path raises)."""
+    run it instead: no plan made for the template yet (the general path makes it), other knobs, a capture, or an
+    input whose kernel never ran (the general path raises). The caller takes the general path for DEBUG lines and
+    profile spans (as _launch_plan does)."""
     plan = _plans.get(template)
     if plan is None or (lone := plan.lone) is None or plan.knobs != (NOOPT.value, BEAM.value):
         return False
-    if DEBUG.value or is_capturing() or profile.enabled():
+    if getattr(_capturing, "stack", None):  # (is_capturing inline: asked on every realize)
         return False
     runner, refs, n_out, direct = lone
     args = list(map(bufs.__getitem__, refs))
