@@ -5836,13 +5836,22 @@ _UOP_OF = operator.attrgetter("uop")
 _SEEDS: dict[tuple, UOp] = {}
 
 
+class _UnsetRef(weakref.ref):
+    """A weak reference to a tensor with requires_grad unset, carrying its id for the callback that drops its entry:
+    one object per float tensor made, where a reference with a partial of the id as its callback was two."""
+
+    __slots__ = ("key",)
+
+
 def _note_unset(t: Tensor) -> None:
-    _unset_grad[id(t)] = weakref.ref(t, functools.partial(_drop_unset, id(t)))
+    ref = _UnsetRef(t, _drop_unset)
+    ref.key = id(t)
+    _unset_grad[ref.key] = ref
 
 
-def _drop_unset(key: int, ref: weakref.ref) -> None:
+def _drop_unset(ref: _UnsetRef) -> None:
     # only if still dead: the id may already name a newer tensor
-    _remove_dead_weakref(_unset_grad, key)
+    _remove_dead_weakref(_unset_grad, ref.key)
 
 
 # id -> tensor whose requires_grad was set False

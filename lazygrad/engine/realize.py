@@ -386,13 +386,7 @@ class _LaunchPlan:
         # pointers alone: no variables, no grid)
         self.lone: tuple[CompiledRunner | BufferCopy, tuple[int, ...], int, Callable | None] | None = None
         if len(schedule) == 1 and (runner := self.runners[0]) is not None:
-            spec = runner.spec
-            direct = (
-                runner.prg
-                if isinstance(runner, CompiledRunner) and not spec.vars and spec.global_size is None
-                else None
-            )
-            self.lone = (runner, schedule.template.items[0][1], self.n_outs[0], direct)
+            self.lone = (runner, schedule.template.items[0][1], self.n_outs[0], _direct(runner))
 
     def _buffers(self, schedule: list[ScheduleItem]) -> list[list[Buffer]] | None:
         """Each item's buffers with planned memory swapped in (None where no buffer is planned)."""
@@ -432,6 +426,13 @@ class _LaunchPlan:
             GlobalCounters.kernel_count += self.kernels
             GlobalCounters.global_ops += self.ops
             GlobalCounters.global_mem += self.mem
+
+
+def _direct(runner: CompiledRunner | BufferCopy | None) -> Callable | None:
+    """The program of a compiled kernel that takes its buffers' pointers alone (no variables, no grid); else None."""
+    if not isinstance(runner, CompiledRunner) or runner.spec.vars or runner.spec.global_size is not None:
+        return None
+    return runner.prg
 
 
 # template -> its plan (None: a template the general path runs); a plain dict, looked up on every realize, bounded
