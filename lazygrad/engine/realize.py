@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import operator
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -428,6 +429,9 @@ class _LaunchPlan:
             GlobalCounters.global_mem += self.mem
 
 
+_PTR = operator.attrgetter("ptr")
+
+
 def _direct(runner: CompiledRunner | BufferCopy | None) -> Callable | None:
     """The program of a compiled kernel that takes its buffers' pointers alone (no variables, no grid); else None."""
     if not isinstance(runner, CompiledRunner) or runner.spec.vars or runner.spec.global_size is not None:
@@ -478,7 +482,7 @@ def launch_template(template: object, bufs: list[Buffer], var_vals: dict[UOp, in
         if b.pending_write:
             return False
     if direct is not None:
-        direct(*[b.ptr for b in args])
+        direct(*map(_PTR, args))
     else:
         runner(args, var_vals)
     with _counters_lock:

@@ -1059,6 +1059,7 @@ def cached_template(outs: list[UOp], realized: dict[UOp, UOp]) -> tuple[_Templat
 
 # in a node's __dict__: the walks of the roots whose first source it is, by the root's op, dtype, arg and sources
 _ROOTS_OVER = "roots_over"
+_DEREF = weakref.ref.__call__
 
 
 @dataclass(eq=False)
@@ -1071,7 +1072,7 @@ class _OverBuffers:
 
     others: tuple[weakref.ref, ...]
     tpl: _Template
-    firsts: tuple[int, ...]  # the sources whose buffer is a slot: the first to read each buffer
+    slots: tuple[weakref.ref, ...]  # the walk's slots: the sources' buffers, alive while the sources are the same
     n_nodes: int
 
 
@@ -1102,7 +1103,7 @@ def _over_buffers(root: UOp) -> tuple[_Template, _Walk] | None:
             return None
     walk = _Walk.__new__(_Walk)
     walk.nodes = [root] * known.n_nodes  # (the template reads the stored root, the last node; the others are leaves)
-    walk.slots = [s.arg if s.op is Ops.BUFFER else s.src[0].arg for s in map(src.__getitem__, known.firsts)]
+    walk.slots = list(map(_DEREF, known.slots))
     walk.binds = []
     return known.tpl, walk
 
@@ -1121,7 +1122,9 @@ def _remember_over_buffers(root: UOp, walk: _Walk, tpl: _Template) -> None:
     if len(memo) >= 8:  # roots met over one buffer (a few ops on a tensor, each in a loop), not every one ever built
         memo.clear()
     key = (root.op, root.dtype.key, root.arg, *map(id, src))
-    memo[key] = _OverBuffers(tuple(weakref.ref(s) for s in src[1:]), tpl, firsts, len(walk.nodes))
+    memo[key] = _OverBuffers(
+        tuple(weakref.ref(s) for s in src[1:]), tpl, tuple(weakref.ref(b) for b in walk.slots), len(walk.nodes)
+    )
 
 
 def _cached_schedule(
