@@ -25,7 +25,6 @@ import functools
 from typing import Any, Callable, Generic, TypeVar
 
 from lazygrad.device import Buffer
-from lazygrad.helpers import TRAINING
 from lazygrad.tensor import Tensor
 from lazygrad.uop.ops import Ops, UOp, substitute
 
@@ -88,7 +87,7 @@ class _Function(Generic[R]):
         key = (
             tuple((name, t.shape, t.dtype, t.device, position[id(t)]) for name, t in named),
             _skeleton((args, kwargs)),
-            TRAINING.value,
+            Tensor.training,
             not Tensor.is_grad_enabled(),
         )
         if key not in self.traces:

@@ -206,7 +206,7 @@ def compute_gradient(root: UOp, root_grad: Tensor, targets: set[UOp]) -> dict[UO
     instead of running the rules again."""
     from lazygrad.tensor import Tensor
 
-    shape = _Structure(root, root_grad.uop, targets, Tensor._grad_disabled > 0)
+    shape = _Structure(root, root_grad.uop, targets, not Tensor.is_grad_enabled())
     if shape.key is not None and (program := _programs.get(shape.key)) is not None:
         return program.run(shape.nodes)
     grads = _apply_rules(root, root_grad, targets)

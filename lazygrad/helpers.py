@@ -98,9 +98,43 @@ VIZ = ContextVar("VIZ", 0)
 SPEC = ContextVar("SPEC", 0)  # check every kernel against the IR rules of uop/spec.py (the test suite sets it)
 # the longest chain of ALU ops one fused kernel computes (see _Planner.cap_kernel_size)
 KERNEL_OPS = ContextVar("KERNEL_OPS", 256)
-# 1 while training (dropout active, batchnorm updates its statistics, optimizers may step): the switch that
-# `Tensor.train()` flips, and what `Tensor.training` reads
-TRAINING = ContextVar("TRAINING", 0)
+
+
+class ThreadScopedVar(ContextVar):
+    """A knob a `with` block may set for its own thread only (enter_scope / exit_scope). Outside such blocks every
+    thread reads and writes the process-wide value; inside one, reads and writes (Context(...) included) go to the
+    block's value."""
+
+    def __init__(self, key: str, default: Any):
+        self._local = threading.local()
+        super().__init__(key, default)
+
+    @property  # type: ignore[override]
+    def value(self) -> Any:
+        scoped = getattr(self._local, "value", None)
+        return self._process_value if scoped is None else scoped
+
+    @value.setter
+    def value(self, v: Any) -> None:
+        if getattr(self._local, "value", None) is None:
+            self._process_value = v
+        else:
+            self._local.value = v
+
+    def enter_scope(self, v: Any) -> None:
+        """Set this thread's value until the matching exit_scope (a stack per thread: blocks nest, and one decorator
+        object may be entered by several threads at once)."""
+        self._local.__dict__.setdefault("outer", []).append(getattr(self._local, "value", None))
+        self._local.value = v
+
+    def exit_scope(self) -> None:
+        self._local.value = self._local.outer.pop()
+
+
+# 1 while training (dropout active, batchnorm updates its statistics, optimizers may step): what `Tensor.training`
+# reads. `Tensor.train()` sets it for its thread only, as torch's grad mode is per thread: a thread serving inference
+# in eval mode must not turn off the dropout of a thread that trains, nor the other way round.
+TRAINING = ThreadScopedVar("TRAINING", 0)
 # the dtype a Python float (and a float tensor made without a dtype) gets, and a Python int's: a dtype or its name,
 # read through `dtypes.default_float` / `dtypes.default_int` (tinygrad's `Context(DEFAULT_FLOAT=dtypes.half)`)
 DEFAULT_FLOAT, DEFAULT_INT = ContextVar("DEFAULT_FLOAT", "float32"), ContextVar("DEFAULT_INT", "int32")

@@ -599,10 +599,15 @@ def random_counter_buffers(buffers: Iterable[Buffer]) -> dict[Buffer, int]:
     return {b: c for b in buffers if (c := _rng_counter_buffers.get(b)) is not None}
 
 
+_rng_lock = threading.Lock()
+
+
 def take_random_counters(n: int) -> int:
-    """Advance the random stream by n calls, as n calls of Tensor.rand would; the first counter taken."""
-    first = Tensor._rng_counter + 1
-    Tensor._rng_counter += n
+    """Advance the random stream by n calls, as n calls of Tensor.rand would; the first counter taken. Under a lock:
+    two threads drawing at once must never take the same counter (they would get the same numbers)."""
+    with _rng_lock:
+        first = Tensor._rng_counter + 1
+        Tensor._rng_counter += n
     return first
 
 
@@ -654,7 +659,7 @@ def _keep_read_grad_path(t: Tensor, lazy: UOp) -> None:
     `out.numpy()` between the forward and `backward()` does not cut the gradient off (its gradcheck does that). The
     graph is kept with the graphs of earlier such reads inside it resolved, so that a loop reading its state every
     step keeps nodes, not the buffer of every step."""
-    if t.uop is lazy or t._requires_grad is not None or Tensor._grad_disabled or not dtypes.is_float(t.dtype):
+    if t.uop is lazy or t._requires_grad is not None or _modes.grad_disabled or not dtypes.is_float(t.dtype):
         return
     if lazy.base.op is Ops.ASSIGN or t.uop in _lazy_origin:
         return
@@ -774,11 +779,21 @@ def _axes(axis: int | Sequence[int] | None, ndim: int) -> tuple[int, ...]:
     return tuple(sorted(out)) if ndim else ()
 
 
+class _ThreadModes(threading.local):
+    """no_grad() is per thread, as torch's grad mode: a thread serving inference under no_grad() must not turn off
+    the gradients of a thread that trains. A new thread starts with gradients on."""
+
+    grad_disabled: int = 0  # depth of this thread's nested no_grad blocks
+
+
+_modes = _ThreadModes()
+
+
 class _TensorType(type):
     @property
     def training(cls) -> bool:
-        """tinygrad's TRAINING knob: `Context(TRAINING=1)`, `Tensor.train()` and assigning `Tensor.training` are one
-        switch (dropout, batchnorm statistics)."""
+        """tinygrad's TRAINING knob (dropout, batchnorm statistics): `Context(TRAINING=1)`, `Tensor.train()` and
+        assigning `Tensor.training` are one switch, which a `with Tensor.train(mode)` block sets for its own thread."""
         return bool(TRAINING.value)
 
     @training.setter
@@ -817,7 +832,7 @@ def _replayed(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
             tuple(_replay_kind(t.uop, t) for t in tensors),
             tuple(_replay_arg(a) for a in args),
             tuple((k, _replay_arg(a)) for k, a in kwargs.items()),
-            Tensor._grad_disabled > 0,
+            _modes.grad_disabled > 0,
             TRAINING.value,
             dtypes.default_float.key,
             dtypes.default_int.key,
@@ -901,7 +916,6 @@ class Tensor(metaclass=_TensorType):
     point tensor in it that is unset (tinygrad has no requires_grad: everything gets a gradient), never of one set
     False. A computed tensor's `requires_grad` reads as torch's (whether it depends on a tensor set True)."""
 
-    _grad_disabled: int = 0  # depth of nested no_grad blocks
     _seed: int = 0
     _rng_counter: int = 0
     # id -> tensor whose graph a backward() has consumed (weak values: ids of dead tensors drop out)
@@ -991,7 +1005,7 @@ class Tensor(metaclass=_TensorType):
 
     def _init_grad_state(self) -> None:
         """The gradient state of a tensor made from a node, with requires_grad not given."""
-        if Tensor._grad_disabled and self.uop.op is not Ops.BUFFER and self.uop.op is not Ops.DETACH:
+        if _modes.grad_disabled and self.uop.op is not Ops.BUFFER and self.uop.op is not Ops.DETACH:
             # computed under no_grad: as in torch, no gradient flows back through it and it gets none itself
             self.uop = UOp(Ops.DETACH, self.uop.dtype, (self.uop,))
             self._requires_grad = False
@@ -1011,7 +1025,7 @@ class Tensor(metaclass=_TensorType):
         """As in torch: set on leaves (parameters); a computed tensor requires grad if a leaf it depends on does."""
         if self._requires_grad is not None:
             return self._requires_grad
-        if Tensor._grad_disabled or not _grad_leaves.data:  # (its dict: len() of the WeakValueDictionary is a call)
+        if _modes.grad_disabled or not _grad_leaves.data:  # (its dict: len() of the WeakValueDictionary is a call)
             return False
         return _reaches_grad(self.uop)
 
@@ -1140,7 +1154,7 @@ class Tensor(metaclass=_TensorType):
                 raise ArgumentError(
                     f"backward of a non-scalar (shape {self.shape}) needs an explicit gradient of that shape"
                 )
-            if Tensor._grad_disabled:
+            if _modes.grad_disabled:
                 return Tensor.ones(self.shape, dtype=self.dtype, device=self.device)
             # the node Tensor.ones builds, kept per kind of root: every backward of a step seeds alike (an MLP step's
             # backward made 64 of its 361 Python calls building these three nodes)
@@ -1221,7 +1235,7 @@ class Tensor(metaclass=_TensorType):
     @staticmethod
     def is_grad_enabled() -> bool:
         """False inside Tensor.no_grad() (torch.is_grad_enabled)."""
-        return Tensor._grad_disabled == 0
+        return _modes.grad_disabled == 0
 
     @staticmethod
     def rng_state() -> tuple[int, int]:
@@ -1682,16 +1696,16 @@ class Tensor(metaclass=_TensorType):
     @staticmethod
     def _random_bits(n: int, device: str | None) -> Tensor:
         """n uniformly random uint32s. Each call takes the next counter, so results never depend on realize order."""
-        Tensor._rng_counter += 1
+        seed, call = Tensor._seed, take_random_counters(1)
         half = (n + 1) // 2
         counter = Tensor._iota(half, device).cast(dtypes.uint32)
-        k0 = dtypes.as_const(Tensor._seed, dtypes.uint32)
+        k0 = dtypes.as_const(seed, dtypes.uint32)
         # the counter is read from a buffer of its own, not baked into the source: every call reuses the kernels,
         # and a TinyJit replay writes its own counter there (see random_counter_buffers)
-        k1 = Tensor([Tensor._rng_counter], dtype=dtypes.uint32, device=device)
+        k1 = Tensor([call], dtype=dtypes.uint32, device=device)
         for u in k1.uop.toposort:  # one buffer; on several devices, the first one's, copied to the others
             if u.op is Ops.BUFFER:
-                _rng_counter_buffers[u.arg] = Tensor._rng_counter
+                _rng_counter_buffers[u.arg] = call
         k1 = k1.reshape(())
         y0, y1 = _threefry2x32(counter, counter.full_like(0), k0, k1)
         return y0.cat(y1)[:n]
@@ -2231,7 +2245,7 @@ class Tensor(metaclass=_TensorType):
         d = _axes(dim, self.ndim)[0] if self.ndim else 0
         if not isinstance(index, Tensor) or not dtypes.is_int(index.dtype):
             got = getattr(index, "dtype", type(index).__name__)
-            raise TypeError(f"{name}: index must be an integer tensor, got {got}")
+            raise DTypeError(f"{name}: index must be an integer tensor, got {got}")
         if index.ndim != self.ndim:
             raise ArgumentError(
                 f"{name}: index shape {index.shape} needs as many dims as the tensor's shape {self.shape}"
@@ -6041,7 +6055,7 @@ class InPlaceOnLeafError(NotImplementedError):
 
 
 def _check_inplace_allowed(t: Tensor) -> None:
-    if t._requires_grad and not Tensor._grad_disabled:
+    if t._requires_grad and not _modes.grad_disabled:
         raise InPlaceOnLeafError(
             "a leaf tensor that requires grad is used in an in-place operation; wrap it in Tensor.no_grad()"
         )
@@ -6278,10 +6292,10 @@ def note_shifted_bases(node: UOp, bases: list[UOp]) -> None:
 
 class _GradMode(contextlib.ContextDecorator):
     def __enter__(self) -> None:
-        Tensor._grad_disabled += 1
+        _modes.grad_disabled += 1
 
     def __exit__(self, *exc: Any) -> None:
-        Tensor._grad_disabled -= 1
+        _modes.grad_disabled -= 1
 
 
 class _TrainMode(contextlib.ContextDecorator):
@@ -6289,10 +6303,10 @@ class _TrainMode(contextlib.ContextDecorator):
         self.mode = mode
 
     def __enter__(self) -> None:
-        self.prev, Tensor.training = Tensor.training, self.mode
+        TRAINING.enter_scope(int(self.mode))
 
     def __exit__(self, *exc: Any) -> None:
-        Tensor.training = self.prev
+        TRAINING.exit_scope()
 
 
 def _root(s: Tensor, p: float) -> Tensor:

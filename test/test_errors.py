@@ -45,6 +45,11 @@ MISTAKES: dict[str, tuple[Callable[[], Any], Callable[[], Any]]] = {
     "softmax_dim": (lambda: L(2, 3).softmax(2), lambda: T(2, 3).softmax(2)),
     "gather_dims": (lambda: L(2, 3).gather(0, Tensor([1, 0])), lambda: T(2, 3).gather(0, torch.tensor([1, 0]))),
     "gather_dim": (lambda: L(2, 3).gather(3, Tensor([[1]])), lambda: T(2, 3).gather(3, torch.tensor([[1]]))),
+    "gather_float_index": (lambda: L(3, 3).gather(1, L(3, 3)), lambda: T(3, 3).gather(1, T(3, 3))),
+    "scatter_float_index": (
+        lambda: L(3, 3).scatter(1, L(3, 3), L(3, 3)),
+        lambda: T(3, 3).scatter(1, T(3, 3), T(3, 3)),
+    ),
     "bitwise_float": (lambda: L(2) & L(2), lambda: T(2) & T(2)),
     "bitwise_not_float": (lambda: ~L(2), lambda: ~T(2)),
     "xor_float": (lambda: L(2) ^ L(2), lambda: T(2) ^ T(2)),

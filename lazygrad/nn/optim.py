@@ -104,7 +104,7 @@ class Optimizer:
             parts.append(
                 (u.op, u.dtype.key, u.shape, u.device, u.arg if u.op is Ops.CONST else None, t._view_of is None, stored)
             )
-        return (type(self), settings, tuple(parts), Tensor._grad_disabled > 0, dtypes.default_float.key)
+        return (type(self), settings, tuple(parts), not Tensor.is_grad_enabled(), dtypes.default_float.key)
 
     def _begin_step(self) -> list[Tensor]:
         """Updates of state shared by all parameters."""
