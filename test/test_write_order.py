@@ -422,6 +422,41 @@ def test_unrelated_lazy_tensors_are_not_walked_at_each_write() -> None:
     np.testing.assert_allclose(keep[7].numpy(), [7.0] * 4)
 
 
+def test_live_lazy_tensors_do_not_slow_each_step() -> None:
+    """Each in-place write looked at every live lazy tensor for those reading the written memory: 2000 live lazy
+    tensors made an MLP step 5.1 ms (1.2 ms beside 10). Lazy tensors are filed under the memories they read, so a step
+    makes the same Python calls beside 10 or 2000 lazy tensors that read other memory; one that reads a parameter is
+    still found, and keeps the value from before the step."""
+    from test.engine.test_eager_overhead import _python_calls
+
+    layer = nn.Linear(8, 4)
+    opt = nn.optim.Adam(nn.state.get_parameters(layer), lr=1e-2)
+    x = Tensor.ones(2, 8).contiguous().realize()
+    other = Tensor(np.arange(16, dtype=np.float32)).realize()
+
+    def step() -> None:
+        opt.zero_grad()
+        layer(x).relu().sum().backward()
+        opt.step()
+
+    calls = {}
+    with Tensor.train():
+        for n in (10, 2000):
+            kept = [other * i + x.sum() for i in range(n)]  # lazy, reading memory no step writes
+            for _ in range(3):
+                step()
+            calls[n] = _python_calls(step)
+        before = layer.weight.numpy()
+        reader = layer.weight * 2 + kept[5].sum()
+        step()
+    assert calls[2000] <= calls[10] + 10, (
+        f"{calls[10]} Python calls a step beside 10 lazy tensors, {calls[2000]} beside 2000"
+    )
+    np.testing.assert_allclose(reader.numpy(), before * 2 + (np.arange(16) * 5 + 16).sum(), rtol=1e-6)
+    assert not np.array_equal(layer.weight.numpy(), before)
+    np.testing.assert_array_equal(kept[1999].numpy(), np.arange(16) * 1999 + 16)
+
+
 def test_kept_losses_do_not_slow_each_step() -> None:
     """A training loop that keeps every step's loss (losses.append(loss)) keeps each loss's realized node alive. Each
     in-place write of a step looked at every realized node for one stored in the written memory: 1000 kept losses

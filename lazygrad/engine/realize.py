@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import operator
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -294,7 +295,7 @@ def capture_paused() -> Iterator[None]:
 
 
 def is_capturing() -> bool:
-    return bool(_captures())
+    return bool(getattr(_capturing, "stack", None))  # (asked on every realize: no call to _captures)
 
 
 def check_not_capturing(what: str) -> None:
@@ -381,6 +382,12 @@ class _LaunchPlan:
                     self.places.append((i, j))
         # places of the internal buffers -> (place of a planned buffer, place of the buffer lending it memory)
         self.memory: dict[tuple[int, ...], list[tuple[int, int]]] = {}
+        # one kernel (no memory to share between items): launched straight from the template's buffer list
+        # (launch_template), as (runner, references into that list, outputs, the program where it takes the buffers'
+        # pointers alone: no variables, no grid)
+        self.lone: tuple[CompiledRunner | BufferCopy, tuple[int, ...], int, Callable | None] | None = None
+        if len(schedule) == 1 and (runner := self.runners[0]) is not None:
+            self.lone = (runner, schedule.template.items[0][1], self.n_outs[0], _direct(runner))
 
     def _buffers(self, schedule: list[ScheduleItem]) -> list[list[Buffer]] | None:
         """Each item's buffers with planned memory swapped in (None where no buffer is planned)."""
@@ -422,6 +429,16 @@ class _LaunchPlan:
             GlobalCounters.global_mem += self.mem
 
 
+_PTR = operator.attrgetter("ptr")
+
+
+def _direct(runner: CompiledRunner | BufferCopy | None) -> Callable | None:
+    """The program of a compiled kernel that takes its buffers' pointers alone (no variables, no grid); else None."""
+    if not isinstance(runner, CompiledRunner) or runner.spec.vars or runner.spec.global_size is not None:
+        return None
+    return runner.prg
+
+
 # template -> its plan (None: a template the general path runs); a plain dict, looked up on every realize, bounded
 # as the scheduler's own cache of templates is
 _plans: dict[object, _LaunchPlan | None] = {}
@@ -446,6 +463,33 @@ def _launch_plan(schedule: list[ScheduleItem]) -> _LaunchPlan | None:
                 del _plans[next(iter(_plans))]
             _plans[schedule.template] = plan
     return plan
+
+
+def launch_template(template: object, bufs: list[Buffer], var_vals: dict[UOp, int]) -> bool:
+    """Run an instance of a one-kernel schedule template (kernelize._Template) from its buffers in the template's
+    reference order, with no ScheduleItem made: a lone realize of a graph seen before. False where run_schedule must
+    run it instead: no plan made for the template yet (the general path makes it), other knobs, a capture, or an
+    input whose kernel never ran (the general path raises). The caller takes the general path for DEBUG lines and
+    profile spans (as _launch_plan does)."""
+    plan = _plans.get(template)
+    if plan is None or (lone := plan.lone) is None or plan.knobs != (NOOPT.value, BEAM.value):
+        return False
+    if getattr(_capturing, "stack", None):  # (is_capturing inline: asked on every realize)
+        return False
+    runner, refs, n_out, direct = lone
+    args = list(map(bufs.__getitem__, refs))
+    for b in args[n_out:]:
+        if b.pending_write:
+            return False
+    if direct is not None:
+        direct(*map(_PTR, args))
+    else:
+        runner(args, var_vals)
+    with _counters_lock:
+        GlobalCounters.kernel_count += 1
+        GlobalCounters.global_ops += plan.ops
+        GlobalCounters.global_mem += plan.mem
+    return True
 
 
 def _on_streams(schedule: list[ScheduleItem]) -> bool:

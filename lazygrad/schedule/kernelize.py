@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, NamedTuple
 
@@ -914,6 +915,9 @@ class _Walk:
         self.key = tuple(key)
         self.pos = pos
 
+    def var_vals(self) -> dict[UOp, int]:
+        return _bound_values(self.binds) if self.binds else {}
+
     def _unbind(self, arg: Any) -> Any:
         """A symbolic arg keyed by its variables, not their values; its bound variables join the walk's binds."""
         if not _symbolic(arg):
@@ -956,7 +960,9 @@ class _Template:
     def __post_init__(self) -> None:
         self.writes_in_place = any(target is not None for *_, target in self.stored)
 
-    def instantiate(self, walk: _Walk) -> tuple[Schedule, dict[UOp, UOp], dict[UOp, int]]:
+    def buffers(self, walk: _Walk) -> tuple[list[Buffer], dict[UOp, UOp]]:
+        """The buffers the items name by reference (new ones for the stored nodes and internal buffers, the walk's
+        slots), and what each stored node becomes."""
         bufs: list[Buffer] = []
         becomes: dict[UOp, UOp] = {}
         nodes, slots = walk.nodes, walk.slots
@@ -975,9 +981,15 @@ class _Template:
         bufs.extend(slots)
         if self.internal:
             bufs.extend(Buffer(device, size, dtype, shape=shape) for device, size, dtype, shape in self.internal)
+        return bufs, becomes
+
+    def schedule(self, bufs: list[Buffer]) -> Schedule:
         at = bufs.__getitem__
-        items = [ScheduleItem(ast, tuple(map(at, refs))) for ast, refs in self.items]
-        return Schedule(items, self), becomes, _bound_values(walk.binds) if walk.binds else {}
+        return Schedule([ScheduleItem(ast, tuple(map(at, refs))) for ast, refs in self.items], self)
+
+    def instantiate(self, walk: _Walk) -> tuple[Schedule, dict[UOp, UOp], dict[UOp, int]]:
+        bufs, becomes = self.buffers(walk)
+        return self.schedule(bufs), becomes, walk.var_vals()
 
 
 def _bound_values(binds: list[UOp]) -> dict[UOp, int]:
@@ -1039,16 +1051,91 @@ def create_schedule(
         return _cached_schedule(outs, realized, args)
 
 
-def instantiate_cached(
-    outs: list[UOp], realized: dict[UOp, UOp]
-) -> tuple[list[ScheduleItem], dict[UOp, UOp], dict[UOp, int]] | None:
-    """create_schedule's answer for a graph whose structure was scheduled before and that writes no memory in place;
-    None for any other graph (the frontend then takes the general path)."""
+def cached_template(outs: list[UOp], realized: dict[UOp, UOp]) -> tuple[_Template, _Walk] | None:
+    """The template of a graph whose structure was scheduled before and that writes no memory in place, with the
+    walk that instantiates it; None for any other graph (the frontend then takes the general path). A lone root over
+    stored buffers alone is known from the root (_over_buffers), with no walk."""
+    if len(outs) == 1 and (known := _over_buffers(outs[0])) is not None:
+        return known
     walk = _Walk(outs, realized)
     tpl = _templates.get(walk.key)
     if tpl is None or tpl.writes_in_place:
         return None
-    return tpl.instantiate(walk)
+    if len(outs) == 1:
+        _remember_over_buffers(outs[0], walk, tpl)
+    return tpl, walk
+
+
+# *** a root whose sources are all stored buffers: its walk from the root alone ***
+
+# in a node's __dict__: the walks of the roots whose first source it is, by the root's op, dtype, arg and sources
+_ROOTS_OVER = "roots_over"
+_DEREF = weakref.ref.__call__
+
+
+@dataclass(eq=False)
+class _OverBuffers:
+    """What the walk of a root over stored buffers gives, where each source is a BUFFER node or one reshape of one,
+    neither realized: a function of the root's op, dtype, arg and source nodes alone (a buffer node's record never
+    changes). `(a + b).realize()` in a loop builds such a root again and again; kept on its first source (dying with
+    it), it finds its template and slots at the cost of a dictionary lookup. Weak references to the other sources
+    tell one that died and left its id to another node."""
+
+    others: tuple[weakref.ref, ...]
+    tpl: _Template
+    slots: tuple[weakref.ref, ...]  # the walk's slots: the sources' buffers, alive while the sources are the same
+    n_nodes: int
+
+
+def _buffer_source(s: UOp) -> Buffer | None:
+    """The buffer a source reads when it is a BUFFER node or one reshape of one, with no realized entry on either."""
+    if REALIZED_ENTRY in s.__dict__:
+        return None
+    if s.op is Ops.RESHAPE:
+        s = s.src[0]
+        if REALIZED_ENTRY in s.__dict__:
+            return None
+    return s.arg if s.op is Ops.BUFFER else None
+
+
+def _over_buffers(root: UOp) -> tuple[_Template, _Walk] | None:
+    src = root.src
+    if not src or (memo := src[0].__dict__.get(_ROOTS_OVER)) is None or REALIZED_ENTRY in root.__dict__:
+        return None
+    known = memo.get((root.op, root.dtype.key, root.arg, *map(id, src)))
+    if known is None:
+        return None
+    for ref, s in zip(known.others, src[1:]):
+        if ref() is not s:
+            return None
+    # (_buffer_source inline, for what can change: a realized entry)
+    for s in src:
+        if REALIZED_ENTRY in s.__dict__ or s.op is Ops.RESHAPE and REALIZED_ENTRY in s.src[0].__dict__:
+            return None
+    walk = _Walk.__new__(_Walk)
+    walk.nodes = [root] * known.n_nodes  # (the template reads the stored root, the last node; the others are leaves)
+    walk.slots = list(map(_DEREF, known.slots))
+    walk.binds = []
+    return known.tpl, walk
+
+
+def _remember_over_buffers(root: UOp, walk: _Walk, tpl: _Template) -> None:
+    src = root.src
+    if not src or walk.binds or tpl.internal or [p for p, *_ in tpl.stored] != [len(walk.nodes) - 1]:
+        return
+    bufs = list(map(_buffer_source, src))
+    if None in bufs or any(shape is None for _, shape, *_ in tpl.stored):
+        return
+    firsts = tuple(i for i, b in enumerate(bufs) if not any(b is c for c in bufs[:i]))
+    if len(firsts) != len(walk.slots) or any(bufs[i] is not b for i, b in zip(firsts, walk.slots)):
+        return  # (the walk numbers the sources' buffers in this order: never met)
+    memo = src[0].__dict__.setdefault(_ROOTS_OVER, {})
+    if len(memo) >= 8:  # roots met over one buffer (a few ops on a tensor, each in a loop), not every one ever built
+        memo.clear()
+    key = (root.op, root.dtype.key, root.arg, *map(id, src))
+    memo[key] = _OverBuffers(
+        tuple(weakref.ref(s) for s in src[1:]), tpl, tuple(weakref.ref(b) for b in walk.slots), len(walk.nodes)
+    )
 
 
 def _cached_schedule(
