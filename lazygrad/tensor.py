@@ -1419,6 +1419,10 @@ class Tensor(metaclass=_TensorType):
 
     def schedule_with_vars(self, *lst: Tensor) -> tuple[list, dict[UOp, int]]:
         """The kernels that compute this tensor (and `lst`), and the variable values they run with."""
+        return self._schedule_noted(*lst)[0]
+
+    def _schedule_noted(self, *lst: Tensor) -> tuple[tuple[list, dict[UOp, int]], _Noted]:
+        """schedule_with_vars, and what it noted as stored (for _run_noted to take back if no kernel runs)."""
         tensors: tuple[Tensor, ...] = (self, *lst)
         firsts: dict[UOp, Tensor] = {}
         _own_memory(tensors, firsts)
@@ -1464,10 +1468,10 @@ class Tensor(metaclass=_TensorType):
                     _realize_readers(first)
                 tensors = (*tensors, *_own_memory(tuple(joining), firsts))
             if lowered is not None:
-                _realized.update(stored_multis(memo, becomes))
+                becomes = {**becomes, **stored_multis(memo, becomes)}
             _mark_pending(schedule)
-            _note_stored(tensors, becomes, lowered)
-            return schedule, var_vals
+            replaced = _note_stored(tensors, becomes, lowered)
+            return (schedule, var_vals), [replaced, [*becomes]]
 
     def schedule(self, *lst: Tensor) -> list:
         return self.schedule_with_vars(*lst)[0]
@@ -1477,7 +1481,8 @@ class Tensor(metaclass=_TensorType):
         `Tensor.realize(a, b)` works too."""
         with _realize_lock:
             if lst or not _realize_cached(self):
-                run_schedule(*self.schedule_with_vars(*lst))
+                scheduled, noted = self._schedule_noted(*lst)
+                _run_noted(*scheduled, noted)
         return self
 
     def _contiguous_buffer(self) -> Buffer:
@@ -6109,10 +6114,17 @@ def _mark_pending(schedule: list) -> None:
                 buf.pending_write = True
 
 
-def _note_stored(tensors: tuple[Tensor, ...], becomes: dict[UOp, UOp], lowered: list[UOp] | None) -> None:
+# what a schedule noted: [each tensor it made stand for a buffer, with the node it had; the nodes noted as stored]
+_Noted = list
+
+
+def _note_stored(
+    tensors: tuple[Tensor, ...], becomes: dict[UOp, UOp], lowered: list[UOp] | None
+) -> list[tuple[Tensor, UOp]]:
     """After scheduling `tensors`: the stored nodes are noted as realized, and each tensor stands for its stored
-    buffer (`lowered`: the sharded tensors' graphs per device)."""
+    buffer (`lowered`: the sharded tensors' graphs per device). Returns each tensor given a buffer, with its node."""
     _realized.update(becomes)
+    replaced: list[tuple[Tensor, UOp]] = []
     for i, t in enumerate(tensors):
         lazy = t.uop
         if lowered is None and lazy.op is not Ops.MULTI and lazy.op not in GroupOp.Movement:
@@ -6128,6 +6140,7 @@ def _note_stored(tensors: tuple[Tensor, ...], becomes: dict[UOp, UOp], lowered: 
         # (not an in-place update: optimizer state and parameters are written, not differentiated)
         keep = t._requires_grad is None and base.op is not Ops.ASSIGN and t.requires_grad
         t.uop = new
+        replaced.append((t, lazy))
         # the first tensor stored as a whole buffer owns it (an equal graph realized later gets a copy)
         owner = new.__dict__.get(_OWNER)
         if owner is None or owner() is None:
@@ -6138,6 +6151,28 @@ def _note_stored(tensors: tuple[Tensor, ...], becomes: dict[UOp, UOp], lowered: 
         if keep and new is not lazy:
             _lazy_origin[new] = lazy
             _realized.hold_weakly(base)
+    return replaced
+
+
+def _run_noted(schedule: list, var_vals: dict[UOp, int], noted: _Noted) -> None:
+    """run_schedule; where it raises before any kernel ran (a compile error, Ctrl-C during a long first compile),
+    what scheduling noted is taken back: the tensors are lazy again, as before the realize, and the next realize
+    (or .numpy()) computes them, where they would otherwise stand for buffers that never got their values. `noted`
+    is emptied once the kernels are built: its nodes (whose entries name the stored buffers) must not be held while
+    the memory planner counts who holds the schedule's buffers."""
+    try:
+        run_schedule(schedule, var_vals, built=noted.clear)
+    except BaseException:
+        if noted:
+            replaced, stored = noted
+            for node in stored:
+                if _realized.get(node) is not None:
+                    del _realized[node]
+            for t, lazy in replaced:
+                if t.uop is not lazy:
+                    t.uop = lazy
+                    _note_lazy(t)
+        raise
 
 
 def _realize_cached(t: Tensor) -> bool:
@@ -6171,8 +6206,7 @@ def _realize_cached(t: Tensor) -> bool:
         return True
     schedule = tpl.schedule(bufs)
     _mark_pending(schedule)
-    _note_stored((t,), becomes, None)
-    run_schedule(schedule, var_vals)
+    _run_noted(schedule, var_vals, [_note_stored((t,), becomes, None), [*becomes]])
     return True
 
 

@@ -336,13 +336,20 @@ NEVER_RAN = (
 )
 
 
-def run_schedule(schedule: list[ScheduleItem], var_vals: dict[UOp, int] | None = None) -> None:
+def run_schedule(
+    schedule: list[ScheduleItem], var_vals: dict[UOp, int] | None = None, built: Callable[[], None] | None = None
+) -> None:
+    """Build the schedule's kernels, call `built` (before any kernel runs: what raised before it ran no kernel), and
+    run them."""
     if not schedule:  # reading a realized tensor realizes it again: nothing to run
         return
-    if (plan := _launch_plan(schedule)) is not None:
+    if (plan := _launch_plan(schedule)) is None:
+        compile_schedule(schedule)
+    if built is not None:
+        built()
+    if plan is not None:
         plan.run(schedule, var_vals or {})
         return
-    compile_schedule(schedule)
     st, n = time.perf_counter(), 0
     if _on_streams(schedule):
         n = _run_on_streams(schedule, var_vals)

@@ -477,7 +477,7 @@ def test_repeated_realize_of_a_graph_seen_before_takes_the_cached_path(monkeypat
     assert _python_calls(lambda: (a + b).realize()) <= 60  # (45 in a fresh process)
     looks = _counting(monkeypatch, tensor_module, "_readers")
     items = _counting(monkeypatch, kernelize._Template, "schedule")  # no ScheduleItem made: launched from the buffers
-    general = _counting(monkeypatch, Tensor, "schedule_with_vars")
+    general = _counting(monkeypatch, Tensor, "_schedule_noted")
     scheduled = _counting(monkeypatch, kernelize, "_create_schedule")
     outs = [(a + b).realize() for _ in range(4)]
     assert looks[0] == general[0] == scheduled[0] == items[0] == 0
@@ -602,7 +602,7 @@ def test_realizing_a_stored_tensor_schedules_nothing(monkeypatch):
     """A tensor already stored whole (`.numpy()` and `.item()` realize it again) computes nothing and takes no pass
     of schedule_with_vars; a view of a pending write still goes through it and reads the write."""
     x = Tensor(np.arange(6, dtype=np.float32)).realize()
-    general = _counting(monkeypatch, Tensor, "schedule_with_vars")
+    general = _counting(monkeypatch, Tensor, "_schedule_noted")
     assert x.realize() is x and x.reshape(2, 3).realize().numpy().tolist() == [[0, 1, 2], [3, 4, 5]]
     assert general[0] == 0
     v = x.reshape(2, 3)
