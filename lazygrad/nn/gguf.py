@@ -213,13 +213,10 @@ def _int_parts_q6_k(view: BlockView) -> IntParts:
     return pieces, scale, scale * -32
 
 
-def quantize_blocks(x: Tensor, words: bool = False) -> tuple[Tensor, Tensor, Tensor]:
+def quantize_blocks(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """x (..., cols) in blocks of 32 -> int8 codes (..., blocks, 32) with x ~ codes * amax / 127 (rounded half up),
-    the block's largest magnitude amax (..., blocks, 1) and its sum (..., blocks, 1), both reduces of one kernel.
-    words=True: the codes packed four to an int32 word, first code in the low byte (..., blocks, 8), for DP4A."""
+    the block's largest magnitude amax (..., blocks, 1) and its sum (..., blocks, 1), both reduces of one kernel."""
     codes, amax, xsum = _x_codes(x)
-    if words:
-        return _words(codes).contiguous(), amax, xsum
     return codes.cast(dtypes.int8).contiguous(), amax, xsum
 
 
@@ -240,48 +237,29 @@ def _words(codes: Tensor) -> Tensor:
 
 
 def quantize_words(x: Tensor, block: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """x (..., cols) as `quantize_blocks(x, words=True)` with one amax per `block` values: its words (..., cols / 32,
-    8), each word's sum of its four codes (the same shape, stored by the same kernel), the amax (..., cols / block, 1)
-    and x's exact sums per 32 (..., cols / 32, 1)."""
+    """x (..., cols) quantized as `quantize_blocks` with one amax per `block` values: its codes packed four to an
+    int32 word, first code in the low byte (..., cols / 32, 8), for DP4A; each word's sum of its four codes (the same
+    shape, stored by the same kernel), the amax (..., cols / block, 1) and x's exact sums per 32 (..., cols / 32, 1)."""
     codes, amax, xsum = _x_codes(x, block)
     b = codes.unflatten(-1, (8, 4))
     return _words(codes).contiguous(), (b[..., 0] + b[..., 1] + b[..., 2] + b[..., 3]).contiguous(), amax, xsum
 
 
 # *** the same dot products four bytes at a time: Ops.DP4A, x86's vpdpbusd ***
-# Where a type's codes lie 4-byte aligned in its block (Q4_1), `word_parts` reads them as int32 words: a nibble
-# piece is the word masked, the high nibbles left in place (codes times 16, a factor the scale divides out again), and
-# pairs with x's codes packed into words (`quantize_blocks(words=True)`). A lane's four products stay apart from the
-# other lanes through the loop over blocks (a float vector accumulator, scaled per block), so a row costs one
-# horizontal sum instead of one per block: a Q4_1 3072 x 576 matvec 56 -> 37 us with the row sum inside (measured in
-# C on this machine before it was written here; 39 us as lazygrad renders it, against 58 for the byte loop and its
-# row sum). Q4_0's and Q8_0's blocks (18 and 34 bytes: codes not 4-byte aligned) are padded for it; Q8_0 and the
-# K-quants, a scale per sub-block, go through `word_terms` further below.
-# A type's `word_parts(view, xw)` gets x's words (1, blocks of 32, 8) and returns the pieces, each its codes as words
-# (rows, *B, W), the factor they carry and x's words that pair with them (1, *B, W); and the scale and the offset
-# (None: 0; a float: that multiple of the scale) of the block the pieces make (rows, *B, 1), with x's block. value =
-# code * scale + offset.
-
-WordParts = tuple[list[tuple[Tensor, int, Tensor]], Tensor, "Tensor | float | None"]
+# Where a type's codes lie 4-byte aligned in its block, they are read as int32 words: a nibble piece is the word
+# masked, the high nibbles left in place (codes times 16, a factor the scale divides out again), paired with x's codes
+# packed into words (`quantize_words`). A lane's four products stay apart from the other lanes through the loop over
+# blocks (a float vector accumulator, scaled per block), so a row costs one horizontal sum instead of one per block.
+# Q4_0's and Q8_0's blocks (18 and 34 bytes: codes not 4-byte aligned) are padded for it. Every type goes through
+# `word_terms` below; the 32-value types, where a matrix's rows come in groups of 8, through `group_terms` further
+# below instead (a vector over rows).
 
 _LOW_NIBBLES, _HIGH_NIBBLES = 0x0F0F0F0F, 0xF0F0F0F0 - (1 << 32)  # the masks as int32
 
 
-def _nibble_words(view: BlockView, xw: Tensor) -> list[tuple[Tensor, int, Tensor]]:
-    """The 16 bytes of nibbles after a 4-byte header as words: the low nibbles are values 0..15 of the block, the high
-    ones 16..31."""
-    q = view(dtypes.int32)[..., 1:]
-    return [(q & _LOW_NIBBLES, 1, xw[..., :4]), (q & _HIGH_NIBBLES, 16, xw[..., 4:])]
-
-
-def _word_parts_q4_1(view: BlockView, xw: Tensor) -> WordParts:
-    f16 = view(dtypes.float16)
-    return _nibble_words(view, xw), f16[..., :1].float(), f16[..., 1:2].float()
-
-
-# Q4_0 blocks padded to 20 bytes where the device has DP4A (`gguf_quantized` copies them so): the scale, 2 bytes of
-# zeros, the nibbles, now 4-byte aligned. One core, 16384 x 4096: 3.6 ms through the byte loop, 2.6 padded (Q4_1's
-# kernel); a decode step reads 11% more bytes.
+# Q4_0 blocks padded to 20 bytes where the device has DP4A and the rows do not come in groups of 8 (`gguf_quantized`
+# copies them so): the scale, 2 bytes of zeros, the nibbles, now 4-byte aligned. One core, 16384 x 4096: 3.6 ms
+# through the byte loop, 2.6 padded (Q4_1's kernel); a decode step reads 11% more bytes.
 
 
 def _parts_q4_0_padded(view: BlockView) -> QuantParts:
@@ -291,10 +269,6 @@ def _parts_q4_0_padded(view: BlockView) -> QuantParts:
 def _int_parts_q4_0_padded(view: BlockView) -> IntParts:
     d = view(dtypes.float16)[..., :1].float()
     return _nibble_pieces(view(dtypes.uint8)[..., 4:]), d, d * -8
-
-
-def _word_parts_q4_0_padded(view: BlockView, xw: Tensor) -> WordParts:
-    return _nibble_words(view, xw), view(dtypes.float16)[..., :1].float(), -8.0
 
 
 # Q8_0 blocks padded to 36 bytes as Q4_0's (the codes 4-byte aligned), and Q6_K's 210-byte super-blocks to 212 (two
@@ -364,6 +338,28 @@ def _word_terms_q8_0_padded(view: BlockView, xw: Tensor, xsums: Tensor) -> WordT
     codes = view(dtypes.int32)[..., 1:] ^ _byte_mask(0x80)  # signed bytes + 128: unsigned
     pieces = [(None, 1, xsums[..., 0, :]), _sub(codes, 1, xw, 0)]
     return [(pieces, None)], _lanes(view(dtypes.float16)[..., :1]).float(), None, -128
+
+
+def _nibble_terms(view: BlockView, xw: Tensor, d: Tensor, offset: Tensor, times: float) -> WordTerms:
+    """Q4_0 and Q4_1 (a 4-byte header, then 16 bytes of nibbles): a block's four words in eight lanes, the low nibbles
+    in lanes 0..3 (values 0..15, x's words 0..3) and the high ones in place in lanes 4..7 (values 16..31, times 16),
+    one vpdpbusd per block, the lanes' factors (1, 1/16) a constant vector in the float scale; the offset a field of
+    the block (`times` it) times x's block sum. 16384 x 4096 on 2 cores (loaded), Q4_1: 1.34 ms with 4 lanes, 1.19."""
+    high = Tensor.arange(LANES, device=xw.device) >= LANES // 2
+    q = view(dtypes.int32)[..., 1:5]
+    words = q.unsqueeze(-2).expand(*q.shape[:-1], 2, 4).flatten(-2) & high.where(_HIGH_NIBBLES, _LOW_NIBBLES)
+    scale = _lanes(d) * high.where(1 / 16, 1.0)
+    return [([_sub(words, 1, xw, 0)], None)], scale, (_lanes(offset), [times]), 0
+
+
+def _word_terms_q4_1(view: BlockView, xw: Tensor, xsums: Tensor) -> WordTerms:
+    f16 = view(dtypes.float16)
+    return _nibble_terms(view, xw, f16[..., :1].float(), f16[..., 1:2].float(), 1.0)
+
+
+def _word_terms_q4_0_padded(view: BlockView, xw: Tensor, xsums: Tensor) -> WordTerms:
+    d = view(dtypes.float16)[..., :1].float()
+    return _nibble_terms(view, xw, d, d, -8.0)
 
 
 def _word_terms_k4(view: BlockView, pieces: Callable[[int], list[WordPiece]], unit: int) -> WordTerms:
@@ -439,6 +435,124 @@ def dp4a(a: Tensor, b: Tensor, acc: Tensor, lanes: int | None = None) -> Tensor:
     return Tensor(UOp(Ops.DP4A, dtypes.int32, srcs, lanes))
 
 
+# *** rows in groups of 8: a decode step's matvec with a vector over rows ***
+# Where the device has DP4A and a matrix's rows come in groups of 8, the 32-value types are copied at load into blocks
+# of 8 rows interleaved: per group and block, each field of the 8 rows together, the scales (and Q4_1's mins) as
+# float32 (8 each), then the code words word by word (Q4_0, Q4_1: 4 words of nibbles; Q8_0: 8 words of codes + 128,
+# unsigned as vpdpbusd multiplies them), each 8 rows' words contiguous. A vpdpbusd then takes one word of 8 rows and
+# one word of x broadcast, a block's integer sums stay in the lanes (one per row), and the scaling is one vector of
+# 8 rows' scales: no per-block scalar work, no horizontal sums (llama.cpp's repacked x8 layouts rest on the same
+# idea). 16384 x 4096 on 2 cores (loaded), Q4_1: 1.34 ms with 4 lanes over a block's words, 1.19 with 8, 0.64 with 8
+# rows' float16 scales (read lane by lane: no half vectors in C), 0.51 with float32 ones (a Q4_1 block 24 bytes,
+# 20 in the file). Other paths read the same blocks through permuting views (`_grouped_bytes`, `_grouped_scale`).
+
+GROUP = 8  # rows per group: the lanes of one AVX vpdpbusd
+GroupTerms = Callable[[BlockView, Tensor, Tensor, Tensor, Tensor], Tensor]
+
+
+def _chunks(view: BlockView, dt: DType) -> Tensor:
+    """The blocks seen as `dt`, a group's block together: (groups, blocks, 8 * block bytes / itemsize)."""
+    v = view(dt)
+    return v.reshape(v.shape[0] // GROUP, v.shape[1], GROUP * v.shape[2])
+
+
+def _rows_first(t: Tensor) -> Tensor:
+    """(groups, blocks, 8 rows, ...) -> (rows, blocks, ...)."""
+    return t.transpose(1, 2).reshape(t.shape[0] * GROUP, t.shape[1], *t.shape[3:])
+
+
+def _row_scale(view: BlockView, i: int) -> Tensor:
+    """Float32 field i of each row's block (rows, blocks, 1)."""
+    return _rows_first(_chunks(view, dtypes.float32)[..., GROUP * i : GROUP * (i + 1)].unsqueeze(-1))
+
+
+def _grouped_words(view: BlockView, scales: int) -> Tensor:
+    """The code words after `scales` float32 fields: (groups, blocks, words, 8 rows)."""
+    w = _chunks(view, dtypes.int32)[..., GROUP * scales :]
+    return w.reshape(*w.shape[:2], -1, GROUP)
+
+
+def _grouped_bytes(view: BlockView, scales: int) -> Tensor:
+    """Each row's code bytes in the file's order (rows, blocks, 4 * words) as uint8."""
+    b = _chunks(view, dtypes.uint8)[..., 4 * GROUP * scales :]
+    b = b.reshape(*b.shape[:2], -1, GROUP, 4).transpose(2, 3)  # (groups, blocks, 8 rows, words, 4)
+    return _rows_first(b).flatten(-2)
+
+
+def _grouped_parts_q4_0(view: BlockView) -> QuantParts:
+    return _row_scale(view, 0), None, [q - 8 for q in _nibbles(_grouped_bytes(view, 1))]
+
+
+def _grouped_parts_q4_1(view: BlockView) -> QuantParts:
+    return _row_scale(view, 0), _row_scale(view, 1), _nibbles(_grouped_bytes(view, 2))
+
+
+def _grouped_parts_q8_0(view: BlockView) -> QuantParts:  # codes stored + 128
+    return _row_scale(view, 0), None, [_grouped_bytes(view, 1).cast(dtypes.float32) - 128]
+
+
+# A grouped type's `group_terms(view, xw, xsums, amax, xsum)` gets x quantized per block of 32 (`quantize_words`:
+# words (1, blocks, 8), each word's code sum (the same shape); amax and exact sums broadcast to (groups, blocks, 8))
+# and returns each block's product with each row (groups, blocks, 8 rows). x's numbers are broadcast to the rows
+# before any arithmetic: a reduce reading arithmetic through a broadcast has it stored by a kernel of its own.
+
+
+def _nibble_dots(view: BlockView, scales: int, xw: Tensor) -> Tensor:
+    """A block's integer dot products with x times 16 (groups, blocks, 8): the low nibbles (values 0..15, x's words
+    0..3) summed first and times 16, then the high ones in place (16 times their codes, x's words 4..7)."""
+    q = _grouped_words(view, scales)
+    acc = Tensor.zeros(*q.shape[:2], GROUP, dtype=dtypes.int32, device=q.device)
+    for w in range(4):
+        acc = dp4a(q[..., w, :] & _LOW_NIBBLES, xw[..., w : w + 1], acc, GROUP)
+    acc = acc * 16
+    for w in range(4):
+        acc = dp4a(q[..., w, :] & _HIGH_NIBBLES, xw[..., 4 + w : 5 + w], acc, GROUP)
+    return acc.cast(dtypes.float32)
+
+
+def _group_scales(view: BlockView, n: int) -> list[Tensor]:
+    """The float32 fields of 8 rows' blocks, each (groups, blocks, 8)."""
+    f = _chunks(view, dtypes.float32)
+    return [f[..., GROUP * i : GROUP * (i + 1)] for i in range(n)]
+
+
+def _group_terms_q4_0(view: BlockView, xw: Tensor, xsums: Tensor, amax: Tensor, xsum: Tensor) -> Tensor:
+    (d,) = _group_scales(view, 1)
+    return d * (_nibble_dots(view, 1, xw) * (amax * (1 / (127 * 16))) + xsum * -8)
+
+
+def _group_terms_q4_1(view: BlockView, xw: Tensor, xsums: Tensor, amax: Tensor, xsum: Tensor) -> Tensor:
+    d, m = _group_scales(view, 2)
+    return _nibble_dots(view, 2, xw) * (amax * (1 / (127 * 16))) * d + m * xsum
+
+
+def _group_terms_q8_0(view: BlockView, xw: Tensor, xsums: Tensor, amax: Tensor, xsum: Tensor) -> Tensor:
+    # codes + 128 times x's codes: the dot product plus 128 times the sum of x's codes, taken off first (exact)
+    q = _grouped_words(view, 1)
+    shape = (*q.shape[:2], GROUP)
+    acc = _tree_sum([xsums[..., i : i + 1].expand(shape) for i in range(8)]) * -128
+    for w in range(8):
+        acc = dp4a(q[..., w, :], xw[..., w : w + 1], acc, GROUP)
+    (d,) = _group_scales(view, 1)
+    return acc.cast(dtypes.float32) * (amax * (1 / 127)) * d
+
+
+def _group_rows(gt: GGMLType, plain: QuantizedMatrix) -> bytes:
+    """The blocks of a matrix (rows a multiple of 8) in the grouped layout of gt.grouped: the float16 fields as
+    float32, then the code words, each field of a group's 8 rows together."""
+    assert gt.fields is not None
+    halves, code_at, code_bytes, flip = gt.fields
+    rows, blocks = plain._blocks
+    f16 = plain.view(dtypes.float16)
+    scales = f16[..., :halves].float().reshape(rows // GROUP, GROUP, blocks, halves).permute(0, 2, 3, 1)
+    codes = plain.view(dtypes.uint8)[..., code_at : code_at + code_bytes]
+    if flip:  # signed codes + 128
+        codes = codes ^ 128
+    codes = codes.reshape(rows // GROUP, GROUP, blocks, code_bytes // 4, 4).permute(0, 2, 3, 1, 4)
+    chunk = scales.flatten(-2).bitcast(dtypes.uint8).cat(codes.flatten(-3), dim=-1)
+    return chunk.numpy().tobytes()
+
+
 @dataclass(frozen=True)
 class GGMLType:
     name: str
@@ -448,10 +562,13 @@ class GGMLType:
     dtype: DType | None = None  # a plain dtype
     decode: Callable[[BlockView], Tensor] | None = None  # K-quant super-blocks, dequantized to float32
     int_parts: Callable[[BlockView], IntParts] | None = None  # codes and scales for integer dot products
-    word_parts: Callable[[BlockView, Tensor], WordParts] | None = None  # int32 words, for DP4A
     word_terms: Callable[[BlockView, Tensor, Tensor], WordTerms] | None = None  # DP4A, integer sub-block scales
-    padded: GGMLType | None = None  # the blocks copied into a layout with word_parts, where the device has DP4A
+    padded: GGMLType | None = None  # the blocks copied into a layout with word_terms, where the device has DP4A
     gap_at: int = 2  # where a padded layout inserts its zero bytes
+    group_terms: GroupTerms | None = None  # the grouped layout's decode matvec
+    grouped: GGMLType | None = None  # the blocks copied into rows in groups of 8, where the device has DP4A
+    # where the grouped layout takes a block's fields from: float16 fields, code offset and bytes, signed codes
+    fields: tuple[int, int, int, bool] | None = None
 
 
 GGML_TYPES: dict[int, GGMLType] = {
@@ -464,10 +581,21 @@ GGML_TYPES: dict[int, GGMLType] = {
         _parts_q4_0,
         int_parts=_int_parts_q4_0,
         padded=GGMLType(
-            "Q4_0", 32, 20, _parts_q4_0_padded, int_parts=_int_parts_q4_0_padded, word_parts=_word_parts_q4_0_padded
+            "Q4_0", 32, 20, _parts_q4_0_padded, int_parts=_int_parts_q4_0_padded, word_terms=_word_terms_q4_0_padded
         ),
+        grouped=GGMLType("Q4_0", 32, 20, _grouped_parts_q4_0, group_terms=_group_terms_q4_0),
+        fields=(1, 2, 16, False),
     ),
-    3: GGMLType("Q4_1", 32, 20, _parts_q4_1, int_parts=_int_parts_q4_1, word_parts=_word_parts_q4_1),
+    3: GGMLType(
+        "Q4_1",
+        32,
+        20,
+        _parts_q4_1,
+        int_parts=_int_parts_q4_1,
+        word_terms=_word_terms_q4_1,
+        grouped=GGMLType("Q4_1", 32, 24, _grouped_parts_q4_1, group_terms=_group_terms_q4_1),
+        fields=(2, 4, 16, False),
+    ),
     8: GGMLType(
         "Q8_0",
         32,
@@ -477,6 +605,8 @@ GGML_TYPES: dict[int, GGMLType] = {
         padded=GGMLType(
             "Q8_0", 32, 36, _parts_q8_0_padded, int_parts=_int_parts_q8_0_padded, word_terms=_word_terms_q8_0_padded
         ),
+        grouped=GGMLType("Q8_0", 32, 36, _grouped_parts_q8_0, group_terms=_group_terms_q8_0),
+        fields=(1, 2, 32, True),
     ),
     12: GGMLType("Q4_K", 256, 144, None, decode=_decode_q4_k, int_parts=_int_parts_q4_k, word_terms=_word_terms_q4_k),
     13: GGMLType("Q5_K", 256, 176, None, decode=_decode_q5_k, int_parts=_int_parts_q5_k, word_terms=_word_terms_q5_k),
@@ -704,6 +834,9 @@ class QuantizedMatrix:
         Variable (one compiled kernel then serves every row: an embedding lookup inside a TinyJit)."""
         view: BlockView = self.view
         shape = self.shape
+        if rows is not None and self.gt.group_terms is not None:  # a group's rows interleave: taken after the decode
+            start, n = rows
+            return self.dequantize().shrink(((start, start + n), None))
         if rows is not None:
             start, n = rows
             view = lambda dt: self.view(dt).shrink(((start, start + n), None, None))  # noqa: E731
@@ -720,7 +853,7 @@ class QuantizedMatrix:
         quantized to int8 per block and integer dot products (`linear_int8`); a few more as `linear_f32`; from
         _DEQUANTIZE_ROWS rows (a prompt) the weight dequantized and packed into panels first, then multiplied."""
         rows = prod(x.shape[:-1])
-        if rows == 1 and self.gt.int_parts is not None:
+        if rows == 1 and (self.gt.int_parts is not None or self.gt.group_terms is not None):
             return self.linear_int8(x)
         if rows >= _DEQUANTIZE_ROWS:
             self._check_linear(x, "linear", True)
@@ -755,10 +888,10 @@ class QuantizedMatrix:
         """x @ self.T as llama.cpp computes it: x quantized to int8 per block of 32 (`quantize_blocks`), each block's
         dot product summed exactly in int32, then scaled. Two kernels after x's: the scaled dot product of every
         block (its sum a plain loop over bytes, which gcc vectorizes into vpdpbusd), then each row's sum of those."""
-        self._check_linear(x, "linear_int8", self.gt.int_parts is not None)
+        self._check_linear(x, "linear_int8", self.gt.int_parts is not None or self.gt.group_terms is not None)
+        if self.gt.group_terms is not None:
+            return self._linear_grouped(x)
         assert self.gt.int_parts is not None
-        if self.gt.word_parts is not None and Device[self.device].renderer.dp4a_builtins:
-            return self._linear_dp4a(x)
         if self.gt.word_terms is not None and Device[self.device].renderer.dp4a_builtins:
             return self._linear_dp4a_terms(x)
         pieces, scale, offset = self.gt.int_parts(self.view)  # [(rows, *B, V)], (rows, *B, n)
@@ -787,28 +920,15 @@ class QuantizedMatrix:
         rows = blocks.contiguous().reshape(self.shape[0], -1).sum(-1)
         return rows.reshape(*x.shape[:-1], self.shape[0])
 
-    def _linear_dp4a(self, x: Tensor) -> Tensor:
-        """`linear_int8` through DP4A words: one kernel after x's, the scaled lanes of every block summed per row."""
-        assert self.gt.word_parts is not None
-        xw, amax, xsum = quantize_blocks(x.reshape(-1, x.shape[-1]), words=True)
+    def _linear_grouped(self, x: Tensor) -> Tensor:
+        """`linear_int8` over rows in groups of 8: one kernel after x's, each block's products with 8 rows a vector."""
+        assert self.gt.group_terms is not None
+        xw, xsums, amax, xsum = quantize_words(x.reshape(-1, x.shape[-1]), 32)
         if xw.shape[0] != 1:
             raise ValueError(f"linear_int8: x must be one row (a decode step), got shape {x.shape}")
-        pieces, scale, offset = self.gt.word_parts(self.view, xw)
-        shape = pieces[0][0].shape
-        # the pieces sum in int32, each earlier sum times the ratio of the factors (a lane's high-nibble products are
-        # at most 4 * 240 * 127, the low ones times 16 as much: no overflow)
-        acc, factor = Tensor.zeros(*shape, dtype=dtypes.int32, device=x.device), 0
-        for words, f, xp in pieces:
-            acc, factor = dp4a(words, xp, acc * (f // factor) if factor else acc), f
-        # every factor broadcast to the lanes before it is multiplied: a product of per-block factors broadcast
-        # afterwards would be stored by a kernel of its own (the scheduler's rule for arithmetic a reduce reads
-        # through a broadcast)
-        lanes = acc.cast(dtypes.float32) * scale.expand(shape) * amax.expand(shape) * (1 / (127 * factor))
-        if offset is not None:  # the offset times x's exact block sum, a share in each lane
-            # a multiple of the scale multiplied after the broadcast, as the factors above
-            off = scale.expand(shape) * offset if isinstance(offset, float) else offset.expand(shape)
-            lanes = lanes + off * xsum.expand(shape) * (1 / shape[-1])
-        rows = lanes.reshape(self.shape[0], -1).sum(-1)
+        shape = (self.shape[0] // GROUP, self._blocks[1], GROUP)
+        terms = self.gt.group_terms(self.view, xw, xsums, amax.expand(shape), xsum.expand(shape))
+        rows = terms.sum(1).reshape(self.shape[0])
         return rows.reshape(*x.shape[:-1], self.shape[0])
 
     def _linear_dp4a_terms(self, x: Tensor) -> Tensor:
@@ -858,10 +978,15 @@ class QuantizedMatrix:
     def load(
         gt: GGMLType, data: mmap.mmap | bytes, offset: int, shape: tuple[int, ...], device: str
     ) -> QuantizedMatrix:
-        """The blocks at `offset` of data as they are, or where the device has DP4A and the type a padded layout for
-        it, copied into that layout (zeros inserted at the type's gap_at: after Q4_0's and Q8_0's 2-byte scale, at the
-        end of Q6_K's super-block)."""
-        if gt.padded is None or not Device[device].renderer.dp4a_builtins:
+        """The blocks at `offset` of data as they are, or where the device has DP4A, copied into the type's layout for
+        it: a 2-D matrix of rows in groups of 8 of a 32-value type into rows in groups (`_group_rows`), else a padded
+        layout (zeros inserted at the type's gap_at: after Q4_0's and Q8_0's 2-byte scale, at the end of Q6_K's
+        super-block)."""
+        dp4a_device = bool(Device[device].renderer.dp4a_builtins)
+        if gt.grouped is not None and dp4a_device and len(shape) == 2 and shape[0] % GROUP == 0:
+            plain = QuantizedMatrix(gt, data, offset, shape, "CPU")
+            return QuantizedMatrix(gt.grouped, _group_rows(gt, plain), 0, shape, device)
+        if gt.padded is None or not dp4a_device:
             return QuantizedMatrix(gt, data, offset, shape, device)
         nbytes = prod(shape) // gt.block_elems * gt.block_bytes
         blocks = _raw_tensor(data, offset, nbytes, dtypes.uint8, "CPU").reshape(-1, gt.block_bytes)
