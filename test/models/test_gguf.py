@@ -347,14 +347,15 @@ def test_q4_0_blocks_padded_for_dp4a_hold_the_same_values(tmp_path, int8_path):
 @pytest.mark.parametrize("kind", ["Q4_0", "Q4_1", "Q8_0"])
 def test_rows_in_groups_of_8_hold_the_same_values(tmp_path, kind, int8_path):
     # where the device has DP4A, a matrix whose rows come in groups of 8 is copied into blocks of 8 rows interleaved
-    # (float32 scales): every path reads the file's values from it (dequantization, a row at a bound variable,
-    # stacking, products of a few rows and of a prompt)
+    # (float32 scales) for a decode step's product; every path gives the file's values (dequantization, a row at a
+    # bound variable, stacking, products of one row, a few rows and a prompt)
     shape = (24, 96)
     q, w = _quantized(tmp_path, kind, shape)
     grouped = int8_path == "dp4a"
     assert (q.gt.group_terms is not None) == grouped
-    if grouped:
+    if grouped:  # and every path but a decode step's product reads the file's blocks
         assert q.gt.block_bytes == {"Q4_0": 20, "Q4_1": 24, "Q8_0": 36}[kind]
+        assert q.plain is not None and q.plain.gt.block_bytes == GGML[kind][2]
     np.testing.assert_array_equal(q.dequantize().numpy(), w)
     token = UOp.variable("token", 0, shape[0] - 1)
     for i in (0, 5, 8, 23):
@@ -366,6 +367,11 @@ def test_rows_in_groups_of_8_hold_the_same_values(tmp_path, kind, int8_path):
         x = np.random.default_rng(rows).standard_normal((rows, shape[1])).astype(np.float32)
         ref = x @ w.T
         np.testing.assert_allclose(q.linear(Tensor(x)).numpy(), ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
+    x = np.random.default_rng(1).standard_normal((1, shape[1])).astype(np.float32)
+    ref = np_linear_int8(kind, random_data(kind, prod(shape), np.random.default_rng(0)), shape, x[0])
+    for m in (q, stacked):
+        out = m.linear(Tensor(x)).numpy()[0]
+        np.testing.assert_allclose(out, np.tile(ref, len(out) // len(ref)), rtol=1e-5, atol=1e-5 * np.abs(ref).max())
 
 
 def test_a_matrix_of_rows_not_in_groups_of_8_keeps_the_blocks(tmp_path, int8_path):
