@@ -438,15 +438,16 @@ def dp4a(a: Tensor, b: Tensor, acc: Tensor, lanes: int | None = None) -> Tensor:
 
 
 # *** rows in groups of 8: a decode step's matvec with a vector over rows ***
-# Where the device has DP4A and a matrix's rows come in groups of 8, the 32-value types are copied at load into blocks
-# of 8 rows interleaved: per group and block, each field of the 8 rows together, the scales (and Q4_1's mins) as
-# float32 (8 each), then the code words word by word (Q4_0, Q4_1: 4 words of nibbles; Q8_0: 8 words of codes + 128,
-# unsigned as vpdpbusd multiplies them), each 8 rows' words contiguous. A vpdpbusd then takes one word of 8 rows and
-# one word of x broadcast, a block's integer sums stay in the lanes (one per row), and the scaling is one vector of
-# 8 rows' scales: no per-block scalar work, no horizontal sums (llama.cpp's repacked x8 layouts rest on the same
-# idea). 16384 x 4096 on 2 cores (loaded), Q4_1: 1.34 ms with 4 lanes over a block's words, 1.19 with 8, 0.64 with 8
-# rows' float16 scales (read lane by lane: no half vectors in C), 0.51 with float32 ones (a Q4_1 block 24 bytes,
-# 20 in the file). Every other product, the dequantization and a row's lookup read the file's blocks as they are
+# Where the device has DP4A and a matrix's rows come in groups of 8, Q4_0, Q4_1, Q8_0 and Q4_K are copied at load into
+# blocks of 8 rows interleaved: per group and block, each field of the 8 rows together, the float16 scales (and mins)
+# as float32 (8 each), Q4_K's 6-bit sub-block scales and mins as bytes (8 each), then the code words word by word
+# (Q4_0, Q4_1: 4 words of nibbles; Q8_0: 8 words of codes + 128, unsigned as vpdpbusd multiplies them; Q4_K: 32),
+# each 8 rows' words contiguous. A vpdpbusd then takes one word of 8 rows and one word of x broadcast, a block's
+# integer sums stay in the lanes (one per row), and the scaling is one vector of 8 rows' scales: no per-block scalar
+# work, no horizontal sums (llama.cpp's repacked x8 layouts rest on the same idea). 16384 x 4096 on 2 cores
+# (loaded), Q4_1: 1.34 ms with 4 lanes over a block's words, 1.19 with 8, 0.64 with 8 rows' float16 scales (read
+# lane by lane: no half vectors in C), 0.51 with float32 ones (a Q4_1 block 24 bytes, 20 in the file); Q4_K: 1.93 ms with 8 lanes over a block's words, 1.17 in groups (152 bytes a super-block, 144 in
+# the file). Every other product, the dequantization and a row's lookup read the file's blocks as they are
 # (`QuantizedMatrix.plain`): from the grouped copy a dequantization's kernel gathers each row's bytes from 8 rows'
 # words, 3072 x 576 in 0.42 ms against 0.21.
 
@@ -460,74 +461,129 @@ def _chunks(view: BlockView, dt: DType) -> Tensor:
     return v.reshape(v.shape[0] // GROUP, v.shape[1], GROUP * v.shape[2])
 
 
-def _grouped_words(view: BlockView, scales: int) -> Tensor:
-    """The code words after `scales` float32 fields: (groups, blocks, words, 8 rows)."""
-    w = _chunks(view, dtypes.int32)[..., GROUP * scales :]
+def _grouped_words(view: BlockView, at: int) -> Tensor:
+    """The code words from word `at` of a group's block on: (groups, blocks, words, 8 rows)."""
+    w = _chunks(view, dtypes.int32)[..., GROUP * at :]
     return w.reshape(*w.shape[:2], -1, GROUP)
 
 
-# A grouped type's `group_terms(view, xw, xsums, amax, xsum)` gets x quantized per block of 32 (`quantize_words`:
-# words (1, blocks, 8), each word's code sum (the same shape); amax and exact sums broadcast to (groups, blocks, 8))
-# and returns each block's product with each row (groups, blocks, 8 rows). x's numbers are broadcast to the rows
-# before any arithmetic: a reduce reading arithmetic through a broadcast has it stored by a kernel of its own.
-
-
-def _nibble_dots(view: BlockView, scales: int, xw: Tensor) -> Tensor:
-    """A block's integer dot products with x times 16 (groups, blocks, 8): the low nibbles (values 0..15, x's words
-    0..3) summed first and times 16, then the high ones in place (16 times their codes, x's words 4..7)."""
-    q = _grouped_words(view, scales)
-    acc = Tensor.zeros(*q.shape[:2], GROUP, dtype=dtypes.int32, device=q.device)
-    for w in range(4):
-        acc = dp4a(q[..., w, :] & _LOW_NIBBLES, xw[..., w : w + 1], acc, GROUP)
-    acc = acc * 16
-    for w in range(4):
-        acc = dp4a(q[..., w, :] & _HIGH_NIBBLES, xw[..., 4 + w : 5 + w], acc, GROUP)
-    return acc.cast(dtypes.float32)
-
-
 def _group_scales(view: BlockView, n: int) -> list[Tensor]:
-    """The float32 fields of 8 rows' blocks, each (groups, blocks, 8)."""
+    """The first n float32 fields of 8 rows' blocks, each (groups, blocks, 8)."""
     f = _chunks(view, dtypes.float32)
     return [f[..., GROUP * i : GROUP * (i + 1)] for i in range(n)]
 
 
+def _group_bytes(view: BlockView, at: int, n: int) -> list[Tensor]:
+    """n byte fields of 8 rows' blocks from byte `at` of a row's block on, each (groups, blocks, 8) in int32."""
+    b = _chunks(view, dtypes.uint8)
+    return [b[..., GROUP * (at + i) : GROUP * (at + i + 1)].cast(dtypes.int32) for i in range(n)]
+
+
+# A grouped type's `group_terms(view, xw, xsums, amax, xsum)` gets x quantized per block of the type (`quantize_words`:
+# words (1, blocks, 8 per 32 values), each word's code sum (the same shape), amax (1, blocks, 1), exact sums per 32
+# (1, blocks, values / 32)) and returns each block's product with each row (groups, blocks, 8 rows). x's numbers are
+# broadcast to the rows (`_to_rows`) before any arithmetic: a reduce reading arithmetic through a broadcast has it
+# stored by a kernel of its own.
+
+
+def _to_rows(t: Tensor, i: int, like: Tensor) -> Tensor:
+    """Field i of x's per-block numbers (1, blocks, n) broadcast to the rows of `like` (groups, blocks, 8)."""
+    return t[..., i : i + 1].expand(like.shape)
+
+
+def _nibble_dots(q: Tensor, xw: Tensor, low: list[int], high: list[int]) -> Tensor:
+    """Integer dot products times 16 (groups, blocks, 8) of x's words `low` with the low nibbles of q's words (groups,
+    blocks, words, 8) and x's words `high` with their high nibbles, in place (16 times their codes): the low ones
+    summed first and times 16."""
+    acc = Tensor.zeros(*q.shape[:2], GROUP, dtype=dtypes.int32, device=q.device)
+    for w, i in enumerate(low):
+        acc = dp4a(q[..., w, :] & _LOW_NIBBLES, xw[..., i : i + 1], acc, GROUP)
+    acc = acc * 16
+    for w, i in enumerate(high):
+        acc = dp4a(q[..., w, :] & _HIGH_NIBBLES, xw[..., i : i + 1], acc, GROUP)
+    return acc
+
+
 def _group_terms_q4_0(view: BlockView, xw: Tensor, xsums: Tensor, amax: Tensor, xsum: Tensor) -> Tensor:
     (d,) = _group_scales(view, 1)
-    return d * (_nibble_dots(view, 1, xw) * (amax * (1 / (127 * 16))) + xsum * -8)
+    dots = _nibble_dots(_grouped_words(view, 1), xw, [0, 1, 2, 3], [4, 5, 6, 7]).cast(dtypes.float32)
+    return d * (dots * (_to_rows(amax, 0, d) * (1 / (127 * 16))) + _to_rows(xsum, 0, d) * -8)
 
 
 def _group_terms_q4_1(view: BlockView, xw: Tensor, xsums: Tensor, amax: Tensor, xsum: Tensor) -> Tensor:
     d, m = _group_scales(view, 2)
-    return _nibble_dots(view, 2, xw) * (amax * (1 / (127 * 16))) * d + m * xsum
+    dots = _nibble_dots(_grouped_words(view, 2), xw, [0, 1, 2, 3], [4, 5, 6, 7]).cast(dtypes.float32)
+    return dots * (_to_rows(amax, 0, d) * (1 / (127 * 16))) * d + m * _to_rows(xsum, 0, d)
 
 
 def _group_terms_q8_0(view: BlockView, xw: Tensor, xsums: Tensor, amax: Tensor, xsum: Tensor) -> Tensor:
     # codes + 128 times x's codes: the dot product plus 128 times the sum of x's codes, taken off first (exact)
+    (d,) = _group_scales(view, 1)
     q = _grouped_words(view, 1)
-    shape = (*q.shape[:2], GROUP)
-    acc = _tree_sum([xsums[..., i : i + 1].expand(shape) for i in range(8)]) * -128
+    acc = _tree_sum([_to_rows(xsums, i, d) for i in range(8)]) * -128
     for w in range(8):
         acc = dp4a(q[..., w, :], xw[..., w : w + 1], acc, GROUP)
-    (d,) = _group_scales(view, 1)
-    return acc.cast(dtypes.float32) * (amax * (1 / 127)) * d
+    return acc.cast(dtypes.float32) * (_to_rows(amax, 0, d) * (1 / 127)) * d
+
+
+def _group_terms_q4_k(view: BlockView, xw: Tensor, xsums: Tensor, amax: Tensor, xsum: Tensor) -> Tensor:
+    """Sub-block j's integer sum (chunk j // 2 of 8 words, its low nibbles for j even, else its high ones) times its
+    6-bit scale, summed in int32 over the super-block (below 2^29), one float scaling; minus dmin times each 6-bit min
+    times x's exact sum of that sub-block."""
+    d, dmin = _group_scales(view, 2)
+    scales, mins = _group_bytes(view, 8, 8), _group_bytes(view, 16, 8)
+    q = _grouped_words(view, 2 + 4)
+    sums = []
+    for c in range(4):
+        chunk = q[..., 8 * c : 8 * c + 8, :]
+        lo = _dp4a_words(chunk, _LOW_NIBBLES, xw, 64 * c // 4)
+        hi = _dp4a_words(chunk, _HIGH_NIBBLES, xw, 64 * c // 4 + 8)
+        sums += [lo * (scales[2 * c] * 16), hi * scales[2 * c + 1]]
+    dots = _tree_sum(sums).cast(dtypes.float32) * (_to_rows(amax, 0, d) * (1 / (127 * 16))) * d
+    offs = _tree_sum([mins[j].cast(dtypes.float32) * _to_rows(xsum, j, d) for j in range(8)])
+    return dots - dmin * offs
+
+
+def _dp4a_words(q: Tensor, mask: int, xw: Tensor, at: int) -> Tensor:
+    """The dot product (groups, blocks, 8) of x's words at..at + 7 with q's 8 words (groups, blocks, 8, 8) masked."""
+    acc = Tensor.zeros(*q.shape[:2], GROUP, dtype=dtypes.int32, device=q.device)
+    for w in range(8):
+        acc = dp4a(q[..., w, :] & mask, xw[..., at + w : at + w + 1], acc, GROUP)
+    return acc
+
+
+def _group_fields_32(halves: int, code_at: int, code_bytes: int, flip: bool) -> GroupFields:
+    def fields(plain: QuantizedMatrix) -> tuple[Tensor, Tensor | None, Tensor]:
+        codes = plain.view(dtypes.uint8)[..., code_at : code_at + code_bytes]
+        return plain.view(dtypes.float16)[..., :halves].float(), None, codes ^ 128 if flip else codes  # signed + 128
+
+    return fields
+
+
+def _group_fields_q4_k(plain: QuantizedMatrix) -> tuple[Tensor, Tensor | None, Tensor]:
+    u8 = plain.view(dtypes.uint8)
+    scales, mins = _scales_mins_k4(u8[..., 4:16].cast(dtypes.int32))
+    small = scales.cat(mins, dim=-2)[..., 0].cast(dtypes.uint8)  # (rows, blocks, 16): 8 scales, 8 mins
+    return plain.view(dtypes.float16)[..., :2].float(), small, u8[..., 16:144]
+
+
+GroupFields = Callable[["QuantizedMatrix"], tuple[Tensor, "Tensor | None", Tensor]]
 
 
 def _group_rows(gt: GGMLType, plain: QuantizedMatrix) -> bytes:
-    """The blocks of a matrix (rows a multiple of 8) in the grouped layout of gt.grouped: the float16 fields as
-    float32, then the code words, each field of a group's 8 rows together."""
-    assert gt.fields is not None
-    halves, code_at, code_bytes, flip = gt.fields
+    """The blocks of a matrix (rows a multiple of 8) in the grouped layout of gt.grouped, from the type's fields
+    (`group_fields`: float32 fields, byte fields or None, code bytes), each field of a group's 8 rows together."""
+    assert gt.group_fields is not None
     rows, blocks = plain._blocks
-    f16 = plain.view(dtypes.float16)
-    scales = f16[..., :halves].float().reshape(rows // GROUP, GROUP, blocks, halves).permute(0, 2, 3, 1)
-    codes = plain.view(dtypes.uint8)[..., code_at : code_at + code_bytes]
-    if flip:  # signed codes + 128
-        codes = codes ^ 128
-    codes = codes.reshape(rows // GROUP, GROUP, blocks, code_bytes // 4, 4).permute(0, 2, 3, 1, 4)
-    # two kernels that permute, the fields side by side in numpy: one kernel writing both behind a concatenation's
+    floats, small, codes = gt.group_fields(plain)
+    by_rows = (rows // GROUP, GROUP, blocks)
+    # kernels that permute, the fields side by side in numpy: one kernel writing them behind a concatenation's
     # padding took SmolLM2's load from 0.8 to 1.6 s
-    fields = [scales.flatten(-2).contiguous().numpy().view(np.uint8), codes.flatten(-3).numpy()]
-    return np.concatenate(fields, axis=-1).tobytes()
+    parts = [floats.reshape(*by_rows, -1).permute(0, 2, 3, 1).contiguous().numpy().view(np.uint8)]
+    if small is not None:
+        parts.append(small.reshape(*by_rows, -1).permute(0, 2, 3, 1).contiguous().numpy())
+    parts.append(codes.reshape(*by_rows, -1, 4).permute(0, 2, 3, 1, 4).contiguous().numpy())
+    return np.concatenate([p.reshape(*p.shape[:2], -1) for p in parts], axis=-1).tobytes()
 
 
 @dataclass(frozen=True)
@@ -544,8 +600,7 @@ class GGMLType:
     gap_at: int = 2  # where a padded layout inserts its zero bytes
     group_terms: GroupTerms | None = None  # the grouped layout's decode matvec
     grouped: GGMLType | None = None  # the blocks copied into rows in groups of 8, where the device has DP4A
-    # where the grouped layout takes a block's fields from: float16 fields, code offset and bytes, signed codes
-    fields: tuple[int, int, int, bool] | None = None
+    group_fields: GroupFields | None = None  # a block's fields for the grouped layout
 
 
 GGML_TYPES: dict[int, GGMLType] = {
@@ -561,7 +616,7 @@ GGML_TYPES: dict[int, GGMLType] = {
             "Q4_0", 32, 20, _parts_q4_0_padded, int_parts=_int_parts_q4_0_padded, word_terms=_word_terms_q4_0_padded
         ),
         grouped=GGMLType("Q4_0", 32, 20, None, group_terms=_group_terms_q4_0),
-        fields=(1, 2, 16, False),
+        group_fields=_group_fields_32(1, 2, 16, False),
     ),
     3: GGMLType(
         "Q4_1",
@@ -571,7 +626,7 @@ GGML_TYPES: dict[int, GGMLType] = {
         int_parts=_int_parts_q4_1,
         word_terms=_word_terms_q4_1,
         grouped=GGMLType("Q4_1", 32, 24, None, group_terms=_group_terms_q4_1),
-        fields=(2, 4, 16, False),
+        group_fields=_group_fields_32(2, 4, 16, False),
     ),
     8: GGMLType(
         "Q8_0",
@@ -583,9 +638,19 @@ GGML_TYPES: dict[int, GGMLType] = {
             "Q8_0", 32, 36, _parts_q8_0_padded, int_parts=_int_parts_q8_0_padded, word_terms=_word_terms_q8_0_padded
         ),
         grouped=GGMLType("Q8_0", 32, 36, None, group_terms=_group_terms_q8_0),
-        fields=(1, 2, 32, True),
+        group_fields=_group_fields_32(1, 2, 32, True),
     ),
-    12: GGMLType("Q4_K", 256, 144, None, decode=_decode_q4_k, int_parts=_int_parts_q4_k, word_terms=_word_terms_q4_k),
+    12: GGMLType(
+        "Q4_K",
+        256,
+        144,
+        None,
+        decode=_decode_q4_k,
+        int_parts=_int_parts_q4_k,
+        word_terms=_word_terms_q4_k,
+        grouped=GGMLType("Q4_K", 256, 152, None, group_terms=_group_terms_q4_k),
+        group_fields=_group_fields_q4_k,
+    ),
     13: GGMLType("Q5_K", 256, 176, None, decode=_decode_q5_k, int_parts=_int_parts_q5_k, word_terms=_word_terms_q5_k),
     14: GGMLType(
         "Q6_K",
@@ -913,11 +978,12 @@ class QuantizedMatrix:
     def _linear_grouped(self, x: Tensor) -> Tensor:
         """`linear_int8` over rows in groups of 8: one kernel after x's, each block's products with 8 rows a vector."""
         assert self.gt.group_terms is not None
-        xw, xsums, amax, xsum = quantize_words(x.reshape(-1, x.shape[-1]), 32)
+        block = self.gt.block_elems
+        xw, xsums, amax, xsum = quantize_words(x.reshape(-1, x.shape[-1]), block)
         if xw.shape[0] != 1:
             raise ValueError(f"linear_int8: x must be one row (a decode step), got shape {x.shape}")
-        shape = (self.shape[0] // GROUP, self._blocks[1], GROUP)
-        terms = self.gt.group_terms(self.view, xw, xsums, amax.expand(shape), xsum.expand(shape))
+        blocks = (1, self._blocks[1], -1)
+        terms = self.gt.group_terms(self.view, xw.reshape(blocks), xsums.reshape(blocks), amax, xsum.reshape(blocks))
         rows = terms.sum(1).reshape(self.shape[0])
         return rows.reshape(*x.shape[:-1], self.shape[0])
 
