@@ -438,18 +438,20 @@ def dp4a(a: Tensor, b: Tensor, acc: Tensor, lanes: int | None = None) -> Tensor:
 
 
 # *** rows in groups of 8: a decode step's matvec with a vector over rows ***
-# Where the device has DP4A and a matrix's rows come in groups of 8, Q4_0, Q4_1, Q8_0 and Q4_K are copied at load into
-# blocks of 8 rows interleaved: per group and block, each field of the 8 rows together, the float16 scales (and mins)
-# as float32 (8 each), Q4_K's 6-bit sub-block scales and mins as bytes (8 each), then the code words word by word
-# (Q4_0, Q4_1: 4 words of nibbles; Q8_0: 8 words of codes + 128, unsigned as vpdpbusd multiplies them; Q4_K: 32),
-# each 8 rows' words contiguous. A vpdpbusd then takes one word of 8 rows and one word of x broadcast, a block's
+# Where the device has DP4A and a matrix's rows come in groups of 8, Q4_0, Q4_1, Q8_0 and Q4_K are copied at load
+# into blocks of 8 rows interleaved: per group and block, each field of the 8 rows together, the float16 scales (and
+# mins) as float32 (8 each), Q4_K's 6-bit sub-block scales and mins as bytes (8 each), then the code words word by
+# word (Q4_0, Q4_1: 4 words of nibbles; Q8_0: 8 words of codes + 128, unsigned as vpdpbusd multiplies them; Q4_K:
+# 32), each 8 rows' words contiguous. A vpdpbusd then takes one word of 8 rows and one word of x broadcast, a block's
 # integer sums stay in the lanes (one per row), and the scaling is one vector of 8 rows' scales: no per-block scalar
 # work, no horizontal sums (llama.cpp's repacked x8 layouts rest on the same idea). 16384 x 4096 on 2 cores
 # (loaded), Q4_1: 1.34 ms with 4 lanes over a block's words, 1.19 with 8, 0.64 with 8 rows' float16 scales (read
-# lane by lane: no half vectors in C), 0.51 with float32 ones (a Q4_1 block 24 bytes, 20 in the file); Q4_K: 1.93 ms with 8 lanes over a block's words, 1.17 in groups (152 bytes a super-block, 144 in
-# the file). Every other product, the dequantization and a row's lookup read the file's blocks as they are
-# (`QuantizedMatrix.plain`): from the grouped copy a dequantization's kernel gathers each row's bytes from 8 rows'
-# words, 3072 x 576 in 0.42 ms against 0.21.
+# lane by lane: no half vectors in C), 0.51 with float32 ones (a Q4_1 block 24 bytes, 20 in the file); one core,
+# Q4_K: 1.93 ms with 8 lanes over a block's words, 1.17 in groups (152 bytes a super-block, 144 in the file). Q6_K
+# so (its codes' bias summed per sub-block of 16 of x, 16 integer scales) was slower than its 8 lanes over a block's
+# words: 2.79 against 2.56 ms. Every other product, the dequantization and a row's lookup read the file's blocks as
+# they are (`QuantizedMatrix.plain`): from the grouped copy a dequantization's kernel gathers each row's bytes from
+# 8 rows' words, 3072 x 576 in 0.42 ms against 0.21.
 
 GROUP = 8  # rows per group: the lanes of one AVX vpdpbusd
 GroupTerms = Callable[[BlockView, Tensor, Tensor, Tensor, Tensor], Tensor]
