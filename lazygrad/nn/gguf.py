@@ -438,20 +438,20 @@ def dp4a(a: Tensor, b: Tensor, acc: Tensor, lanes: int | None = None) -> Tensor:
 
 
 # *** rows in groups of 8: a decode step's matvec with a vector over rows ***
-# Where the device has DP4A and a matrix's rows come in groups of 8, Q4_0, Q4_1, Q8_0 and Q4_K are copied at load
+# Where the device has DP4A and a matrix's rows come in groups of 8, Q4_0, Q4_1, Q8_0, Q4_K and Q5_K are copied at load
 # into blocks of 8 rows interleaved: per group and block, each field of the 8 rows together, the float16 scales (and
-# mins) as float32 (8 each), Q4_K's 6-bit sub-block scales and mins as bytes (8 each), then the code words word by
-# word (Q4_0, Q4_1: 4 words of nibbles; Q8_0: 8 words of codes + 128, unsigned as vpdpbusd multiplies them; Q4_K:
-# 32), each 8 rows' words contiguous. A vpdpbusd then takes one word of 8 rows and one word of x broadcast, a block's
-# integer sums stay in the lanes (one per row), and the scaling is one vector of 8 rows' scales: no per-block scalar
-# work, no horizontal sums (llama.cpp's repacked x8 layouts rest on the same idea). 16384 x 4096 on 2 cores
-# (loaded), Q4_1: 1.34 ms with 4 lanes over a block's words, 1.19 with 8, 0.64 with 8 rows' float16 scales (read
-# lane by lane: no half vectors in C), 0.51 with float32 ones (a Q4_1 block 24 bytes, 20 in the file); one core,
-# Q4_K: 1.93 ms with 8 lanes over a block's words, 1.17 in groups (152 bytes a super-block, 144 in the file). Q6_K
-# so (its codes' bias summed per sub-block of 16 of x, 16 integer scales) was slower than its 8 lanes over a block's
-# words: 2.79 against 2.56 ms. Every other product, the dequantization and a row's lookup read the file's blocks as
-# they are (`QuantizedMatrix.plain`): from the grouped copy a dequantization's kernel gathers each row's bytes from
-# 8 rows' words, 3072 x 576 in 0.42 ms against 0.21.
+# mins) as float32 (8 each), the K-quants' 6-bit sub-block scales and mins as bytes (8 each), then the code words word
+# by word (Q4_0, Q4_1: 4 words of nibbles; Q8_0: 8 words of codes + 128, unsigned as vpdpbusd multiplies them; Q4_K: 32;
+# Q5_K: 8 of high bits, 32), each 8 rows' words contiguous. A vpdpbusd then takes one word of 8 rows and one word of x
+# broadcast, a block's integer sums stay in the lanes (one per row), and the scaling is one vector of 8 rows' scales: no
+# per-block scalar work, no horizontal sums (llama.cpp's repacked x8 layouts rest on the same idea). 16384 x 4096 on 2
+# cores (loaded), Q4_1: 1.34 ms with 4 lanes over a block's words, 1.19 with 8, 0.64 with 8 rows' float16 scales (read
+# lane by lane: no half vectors in C), 0.51 with float32 ones (a Q4_1 block 24 bytes, 20 in the file); one core, Q4_K:
+# 1.93 ms with 8 lanes over a block's words, 1.17 in groups (152 bytes a super-block, 144 in the file), Q5_K 2.42 and
+# 2.04 (184 and 176). Q6_K so (its codes' bias summed per sub-block of 16 of x, 16 integer scales) was slower than its 8
+# lanes over a block's words: 2.79 against 2.56 ms. Every other product, the dequantization and a row's lookup read the
+# file's blocks as they are (`QuantizedMatrix.plain`): from the grouped copy a dequantization's kernel gathers each
+# row's bytes from 8 rows' words, 3072 x 576 in 0.42 ms against 0.21.
 
 GROUP = 8  # rows per group: the lanes of one AVX vpdpbusd
 GroupTerms = Callable[[BlockView, Tensor, Tensor, Tensor, Tensor], Tensor]
@@ -528,22 +528,40 @@ def _group_terms_q8_0(view: BlockView, xw: Tensor, xsums: Tensor, amax: Tensor, 
     return acc.cast(dtypes.float32) * (_to_rows(amax, 0, d) * (1 / 127)) * d
 
 
-def _group_terms_q4_k(view: BlockView, xw: Tensor, xsums: Tensor, amax: Tensor, xsum: Tensor) -> Tensor:
-    """Sub-block j's integer sum (chunk j // 2 of 8 words, its low nibbles for j even, else its high ones) times its
-    6-bit scale, summed in int32 over the super-block (below 2^29), one float scaling; minus dmin times each 6-bit min
-    times x's exact sum of that sub-block."""
+def _group_k4(view: BlockView, amax: Tensor, xsum: Tensor, at: int, sub: Callable[[Tensor, int], Tensor]) -> Tensor:
+    """Q4_K and Q5_K: sub-block j's integer sum of 8 rows, sixteen times its codes times x's (`sub(words, j)`, the code
+    words from word `at` on), times its 6-bit scale, summed in int32 over the super-block (below 2^30), one float
+    scaling; minus dmin times each 6-bit min times x's exact sum of that sub-block."""
     d, dmin = _group_scales(view, 2)
     scales, mins = _group_bytes(view, 8, 8), _group_bytes(view, 16, 8)
-    q = _grouped_words(view, 2 + 4)
-    sums = []
-    for c in range(4):
-        chunk = q[..., 8 * c : 8 * c + 8, :]
-        lo = _dp4a_words(chunk, _LOW_NIBBLES, xw, 64 * c // 4)
-        hi = _dp4a_words(chunk, _HIGH_NIBBLES, xw, 64 * c // 4 + 8)
-        sums += [lo * (scales[2 * c] * 16), hi * scales[2 * c + 1]]
-    dots = _tree_sum(sums).cast(dtypes.float32) * (_to_rows(amax, 0, d) * (1 / (127 * 16))) * d
+    q = _grouped_words(view, at)
+    dots = _tree_sum([sub(q, j) * scales[j] for j in range(8)]).cast(dtypes.float32)
     offs = _tree_sum([mins[j].cast(dtypes.float32) * _to_rows(xsum, j, d) for j in range(8)])
-    return dots - dmin * offs
+    return dots * (_to_rows(amax, 0, d) * (1 / (127 * 16))) * d - dmin * offs
+
+
+def _nibbles_of(q: Tensor, j: int, xw: Tensor) -> Tensor:
+    """Sub-block j's 4-bit codes times x's, times 16: chunk j // 2 of 8 words, its low nibbles (j even) or high ones
+    (in place)."""
+    chunk = q[..., 8 * (j // 2) : 8 * (j // 2) + 8, :]
+    return (
+        _dp4a_words(chunk, _LOW_NIBBLES, xw, 8 * j) * 16 if j % 2 == 0 else _dp4a_words(chunk, _HIGH_NIBBLES, xw, 8 * j)
+    )
+
+
+def _group_terms_q4_k(view: BlockView, xw: Tensor, xsums: Tensor, amax: Tensor, xsum: Tensor) -> Tensor:
+    return _group_k4(view, amax, xsum, 2 + 4, lambda q, j: _nibbles_of(q, j, xw))
+
+
+def _group_terms_q5_k(view: BlockView, xw: Tensor, xsums: Tensor, amax: Tensor, xsum: Tensor) -> Tensor:
+    # the fifth bit of sub-block j's code i is bit j of high-bit byte i (words 0..7, the nibbles' after them), in
+    # place: 2^j where its weight 16 is, 256 in sixteenths
+    def sub(q: Tensor, j: int) -> Tensor:
+        return _nibbles_of(q[..., 8:, :], j, xw) + _dp4a_words(q[..., :8, :], _byte_mask(1 << j), xw, 8 * j) * (
+            1 << (8 - j)
+        )
+
+    return _group_k4(view, amax, xsum, 2 + 4, sub)
 
 
 def _dp4a_words(q: Tensor, mask: int, xw: Tensor, at: int) -> Tensor:
@@ -562,11 +580,17 @@ def _group_fields_32(halves: int, code_at: int, code_bytes: int, flip: bool) -> 
     return fields
 
 
-def _group_fields_q4_k(plain: QuantizedMatrix) -> tuple[Tensor, Tensor | None, Tensor]:
-    u8 = plain.view(dtypes.uint8)
-    scales, mins = _scales_mins_k4(u8[..., 4:16].cast(dtypes.int32))
-    small = scales.cat(mins, dim=-2)[..., 0].cast(dtypes.uint8)  # (rows, blocks, 16): 8 scales, 8 mins
-    return plain.view(dtypes.float16)[..., :2].float(), small, u8[..., 16:144]
+def _group_fields_k4(codes_end: int) -> GroupFields:
+    """Q4_K and Q5_K: d and dmin, the 8 scales and 8 mins unpacked to bytes, the bytes after them (Q5_K: high bits,
+    then nibbles)."""
+
+    def fields(plain: QuantizedMatrix) -> tuple[Tensor, Tensor | None, Tensor]:
+        u8 = plain.view(dtypes.uint8)
+        scales, mins = _scales_mins_k4(u8[..., 4:16].cast(dtypes.int32))
+        small = scales.cat(mins, dim=-2)[..., 0].cast(dtypes.uint8)  # (rows, blocks, 16)
+        return plain.view(dtypes.float16)[..., :2].float(), small, u8[..., 16:codes_end]
+
+    return fields
 
 
 GroupFields = Callable[["QuantizedMatrix"], tuple[Tensor, "Tensor | None", Tensor]]
@@ -651,9 +675,19 @@ GGML_TYPES: dict[int, GGMLType] = {
         int_parts=_int_parts_q4_k,
         word_terms=_word_terms_q4_k,
         grouped=GGMLType("Q4_K", 256, 152, None, group_terms=_group_terms_q4_k),
-        group_fields=_group_fields_q4_k,
+        group_fields=_group_fields_k4(144),
     ),
-    13: GGMLType("Q5_K", 256, 176, None, decode=_decode_q5_k, int_parts=_int_parts_q5_k, word_terms=_word_terms_q5_k),
+    13: GGMLType(
+        "Q5_K",
+        256,
+        176,
+        None,
+        decode=_decode_q5_k,
+        int_parts=_int_parts_q5_k,
+        word_terms=_word_terms_q5_k,
+        grouped=GGMLType("Q5_K", 256, 184, None, group_terms=_group_terms_q5_k),
+        group_fields=_group_fields_k4(176),
+    ),
     14: GGMLType(
         "Q6_K",
         256,

@@ -310,8 +310,8 @@ def test_quantized_linear_int8_is_llama_cpp_arithmetic(tmp_path, kind, rows, col
     assert GlobalCounters.kernel_count == kernels or extra and GlobalCounters.kernel_count == kernels + 1
     packed = q.nbytes
     x_sums = 8 * cols if kind == "Q6_K" or words else 0  # that reduce reads x and writes its sums (words: code sums)
-    # a kernel's memory counts each view of the blocks in full (scales, codes; Q4_K's rows in groups: and its bytes)
-    views = 3 if q.gt.group_terms is not None and kind == "Q4_K" else 2
+    # a kernel's memory counts each view of the blocks in full (scales, codes; K-quant rows in groups: and bytes)
+    views = 3 if q.gt.group_terms is not None and kind in K_QUANTS else 2
     assert GlobalCounters.global_mem <= views * packed + rows * cols // 4 + 16 * cols + 8 * rows + x_sums
     ref = np_linear_int8(kind, raw, (rows, cols), x_np, block)
     scale = np.abs(w).max() * np.abs(x_np).max() * np.sqrt(cols)
@@ -346,7 +346,7 @@ def test_q4_0_blocks_padded_for_dp4a_hold_the_same_values(tmp_path, int8_path):
     np.testing.assert_array_equal(QuantizedMatrix.stack([q, q]).dequantize().numpy(), np.concatenate([w, w]))
 
 
-@pytest.mark.parametrize("kind", ["Q4_0", "Q4_1", "Q8_0", "Q4_K"])
+@pytest.mark.parametrize("kind", ["Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q5_K"])
 def test_rows_in_groups_of_8_hold_the_same_values(tmp_path, kind, int8_path):
     # where the device has DP4A, a matrix whose rows come in groups of 8 is copied into blocks of 8 rows interleaved
     # (float32 scales) for a decode step's product; every path gives the file's values (dequantization, a row at a
@@ -356,7 +356,7 @@ def test_rows_in_groups_of_8_hold_the_same_values(tmp_path, kind, int8_path):
     grouped = int8_path == "dp4a"
     assert (q.gt.group_terms is not None) == grouped
     if grouped:  # and every path but a decode step's product reads the file's blocks
-        assert q.gt.block_bytes == {"Q4_0": 20, "Q4_1": 24, "Q8_0": 36, "Q4_K": 152}[kind]
+        assert q.gt.block_bytes == {"Q4_0": 20, "Q4_1": 24, "Q8_0": 36, "Q4_K": 152, "Q5_K": 184}[kind]
         assert q.plain is not None and q.plain.gt.block_bytes == GGML[kind][2]
     np.testing.assert_array_equal(q.dequantize().numpy(), w)
     token = UOp.variable("token", 0, shape[0] - 1)
