@@ -12,8 +12,9 @@ llama.cpp does) and llama.cpp (when `llama_cpp` imports: pip install llama-cpp-p
 measured in alternating rounds (the best round of each): the 128-token prompt in tokens/s, and greedy decode in
 tokens/s and as a fraction of the memory-bandwidth limit: a decode step reads every weight once, so the limit is the
 bandwidth a lazygrad sum over a 256 MB buffer reaches divided by the packed bytes of the weights. Last, each
-quantized matrix-vector product of a decode step alone (x's int8 quantization included): time, GB/s of its packed
-weight and the fraction of that bandwidth (replayed alone, a weight that fits the last-level cache is read from there:
+quantized matrix-vector product of a decode step alone (x's int8 quantization included): time, GB/s of its blocks as
+the file stores them (the copy a device reads may be larger: padded, or rows in groups with float32 scales) and the
+fraction of that bandwidth (replayed alone, a weight that fits the last-level cache is read from there:
 the fraction may pass 1; in a decode step every weight comes from memory); and the same product for each quantized
 type (Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K) on synthetic weights of one shape larger than the last-level cache; and
 with llama.cpp, greedy decode of the model requantized by llama.cpp into Q8_0 and Q6_K (its 576-wide matrices in Q8_0,
@@ -209,9 +210,18 @@ def matvec_table(model, bandwidth: float) -> None:
         for _ in range(3):
             step(x)
         t = min(timed_once(lambda: step(x)) for _ in range(50))
-        gb_s = w.nbytes / t / 1e9
+        gb_s = file_nbytes(w) / t / 1e9
         shape = f"{w.shape[0]}x{w.shape[1]}"
         print(f"{name:40s} {w.gt.name:>5s} {shape:>12s} {t * 1e6:8.1f} {gb_s:7.1f} {gb_s / bandwidth:6.2f}")
+
+
+def file_nbytes(w) -> int:
+    """Bytes of a QuantizedMatrix's blocks as a GGUF file stores them."""
+    from lazygrad.helpers import prod
+    from lazygrad.nn.gguf import GGML_TYPES
+
+    stored = next(t for t in GGML_TYPES.values() if t.name == w.gt.name)
+    return prod(w.shape) // stored.block_elems * stored.block_bytes
 
 
 FORMAT_SHAPE = (16384, 4096)  # 38-71 MB of packed blocks: more than the last-level cache, read from memory
@@ -235,7 +245,7 @@ def synthetic_matrix(name: str, shape: tuple[int, int]):
 
 def format_table(bandwidth: float) -> None:
     """A decode step's matrix-vector product (x's int8 quantization included) for each quantized type, synthetic weights
-    of one shape, replayed through a TinyJit (best of 20): GB/s of the packed weight and the fraction of bandwidth."""
+    of one shape, replayed through a TinyJit (best of 20): GB/s of the file's blocks and the fraction of bandwidth."""
     from lazygrad.engine.jit import TinyJit
     from lazygrad.tensor import Tensor
 
@@ -249,9 +259,9 @@ def format_table(bandwidth: float) -> None:
         for _ in range(3):
             step(x)
         t = min(timed_once(lambda: step(x)) for _ in range(20))
-        gb_s = w.nbytes / t / 1e9
+        gb_s = file_nbytes(w) / t / 1e9
         print(
-            f"{'':40s} {name:>5s} {f'{rows}x{cols}':>12s} {w.nbytes / 1e6:6.1f} {t * 1e6:8.1f} {gb_s:7.1f}"
+            f"{'':40s} {name:>5s} {f'{rows}x{cols}':>12s} {file_nbytes(w) / 1e6:6.1f} {t * 1e6:8.1f} {gb_s:7.1f}"
             f" {gb_s / bandwidth:6.2f}"
         )
 

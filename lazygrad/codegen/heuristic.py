@@ -52,8 +52,12 @@ def hand_coded_optimizations(k: Kernel) -> Kernel:
         # instruction, the loop over blocks keeps float vector accumulators (one horizontal sum per output, not per
         # block); each lane is four byte products, so a quarter of the usual iterations is worth a thread. As many
         # lanes as the op's arg asks where it does: the words of a block of 32 contiguous (gguf's word_terms, 8: Q4_K
-        # 16384 x 4096 on 2 cores 2.4 -> 1.9 ms against 4), else 4
-        _unroll(k, (max(dp4a_lanes), 4))
+        # 16384 x 4096 on 2 cores 2.4 -> 1.9 ms against 4), else 4. Where the words of as many rows lie contiguous
+        # (gguf's rows in groups of 8) the lanes are those rows instead: one vector of outputs, no horizontal sums
+        lanes = max(dp4a_lanes)
+        rows = _unit_output_axis(k, [i for i, inside in loads if inside], lanes)
+        if rows is None or not k.try_opt(Opt(OptOps.UPCAST, k.axes_of(AxisType.GLOBAL).index(rows), lanes)):
+            _unroll(k, (lanes, 4))
         _thread(k, 4 * len(loads))
         return k
     vec = _vector_width(k, stores)
@@ -252,6 +256,16 @@ def _upcast(k: Kernel, axis: int, amounts: tuple[int, ...]) -> bool:
         return False
     fits = [a for a in amounts if a > 1 and size % a == 0 and size >= a and k.upcast_size * a <= TILE_EXPANDED]
     return any(k.try_opt(Opt(OptOps.UPCAST, index, a)) for a in fits)
+
+
+def _unit_output_axis(k: Kernel, in_reduce: list[int], lanes: int) -> int | None:
+    """An output axis of `lanes` along which every load of the reduce is contiguous or the same, at least one
+    contiguous."""
+    for a in k.axes_of(AxisType.GLOBAL):
+        steps = [_step(k, v, a) for v in in_reduce]
+        if k.full_shape[a] == lanes and all(s in (0, 1) for s in steps) and 1 in steps:
+            return a
+    return None
 
 
 def _unroll(k: Kernel, amounts: tuple[int, ...], body: int = TILE_EXPANDED) -> bool:

@@ -22,6 +22,8 @@ import struct
 from dataclasses import dataclass
 from typing import Any, Callable
 
+import numpy as np
+
 from lazygrad.device import Buffer, Device
 from lazygrad.dtype import DType, dtypes
 from lazygrad.helpers import prod
@@ -213,13 +215,10 @@ def _int_parts_q6_k(view: BlockView) -> IntParts:
     return pieces, scale, scale * -32
 
 
-def quantize_blocks(x: Tensor, words: bool = False) -> tuple[Tensor, Tensor, Tensor]:
+def quantize_blocks(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """x (..., cols) in blocks of 32 -> int8 codes (..., blocks, 32) with x ~ codes * amax / 127 (rounded half up),
-    the block's largest magnitude amax (..., blocks, 1) and its sum (..., blocks, 1), both reduces of one kernel.
-    words=True: the codes packed four to an int32 word, first code in the low byte (..., blocks, 8), for DP4A."""
+    the block's largest magnitude amax (..., blocks, 1) and its sum (..., blocks, 1), both reduces of one kernel."""
     codes, amax, xsum = _x_codes(x)
-    if words:
-        return _words(codes).contiguous(), amax, xsum
     return codes.cast(dtypes.int8).contiguous(), amax, xsum
 
 
@@ -240,48 +239,29 @@ def _words(codes: Tensor) -> Tensor:
 
 
 def quantize_words(x: Tensor, block: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """x (..., cols) as `quantize_blocks(x, words=True)` with one amax per `block` values: its words (..., cols / 32,
-    8), each word's sum of its four codes (the same shape, stored by the same kernel), the amax (..., cols / block, 1)
-    and x's exact sums per 32 (..., cols / 32, 1)."""
+    """x (..., cols) quantized as `quantize_blocks` with one amax per `block` values: its codes packed four to an
+    int32 word, first code in the low byte (..., cols / 32, 8), for DP4A; each word's sum of its four codes (the same
+    shape, stored by the same kernel), the amax (..., cols / block, 1) and x's exact sums per 32 (..., cols / 32, 1)."""
     codes, amax, xsum = _x_codes(x, block)
     b = codes.unflatten(-1, (8, 4))
     return _words(codes).contiguous(), (b[..., 0] + b[..., 1] + b[..., 2] + b[..., 3]).contiguous(), amax, xsum
 
 
 # *** the same dot products four bytes at a time: Ops.DP4A, x86's vpdpbusd ***
-# Where a type's codes lie 4-byte aligned in its block (Q4_1), `word_parts` reads them as int32 words: a nibble
-# piece is the word masked, the high nibbles left in place (codes times 16, a factor the scale divides out again), and
-# pairs with x's codes packed into words (`quantize_blocks(words=True)`). A lane's four products stay apart from the
-# other lanes through the loop over blocks (a float vector accumulator, scaled per block), so a row costs one
-# horizontal sum instead of one per block: a Q4_1 3072 x 576 matvec 56 -> 37 us with the row sum inside (measured in
-# C on this machine before it was written here; 39 us as lazygrad renders it, against 58 for the byte loop and its
-# row sum). Q4_0's and Q8_0's blocks (18 and 34 bytes: codes not 4-byte aligned) are padded for it; Q8_0 and the
-# K-quants, a scale per sub-block, go through `word_terms` further below.
-# A type's `word_parts(view, xw)` gets x's words (1, blocks of 32, 8) and returns the pieces, each its codes as words
-# (rows, *B, W), the factor they carry and x's words that pair with them (1, *B, W); and the scale and the offset
-# (None: 0; a float: that multiple of the scale) of the block the pieces make (rows, *B, 1), with x's block. value =
-# code * scale + offset.
-
-WordParts = tuple[list[tuple[Tensor, int, Tensor]], Tensor, "Tensor | float | None"]
+# Where a type's codes lie 4-byte aligned in its block, they are read as int32 words: a nibble piece is the word
+# masked, the high nibbles left in place (codes times 16, a factor the scale divides out again), paired with x's codes
+# packed into words (`quantize_words`). A lane's four products stay apart from the other lanes through the loop over
+# blocks (a float vector accumulator, scaled per block), so a row costs one horizontal sum instead of one per block.
+# Q4_0's and Q8_0's blocks (18 and 34 bytes: codes not 4-byte aligned) are padded for it. Every type goes through
+# `word_terms` below; the 32-value types, where a matrix's rows come in groups of 8, through `group_terms` further
+# below instead (a vector over rows).
 
 _LOW_NIBBLES, _HIGH_NIBBLES = 0x0F0F0F0F, 0xF0F0F0F0 - (1 << 32)  # the masks as int32
 
 
-def _nibble_words(view: BlockView, xw: Tensor) -> list[tuple[Tensor, int, Tensor]]:
-    """The 16 bytes of nibbles after a 4-byte header as words: the low nibbles are values 0..15 of the block, the high
-    ones 16..31."""
-    q = view(dtypes.int32)[..., 1:]
-    return [(q & _LOW_NIBBLES, 1, xw[..., :4]), (q & _HIGH_NIBBLES, 16, xw[..., 4:])]
-
-
-def _word_parts_q4_1(view: BlockView, xw: Tensor) -> WordParts:
-    f16 = view(dtypes.float16)
-    return _nibble_words(view, xw), f16[..., :1].float(), f16[..., 1:2].float()
-
-
-# Q4_0 blocks padded to 20 bytes where the device has DP4A (`gguf_quantized` copies them so): the scale, 2 bytes of
-# zeros, the nibbles, now 4-byte aligned. One core, 16384 x 4096: 3.6 ms through the byte loop, 2.6 padded (Q4_1's
-# kernel); a decode step reads 11% more bytes.
+# Q4_0 blocks padded to 20 bytes where the device has DP4A and the rows do not come in groups of 8 (`gguf_quantized`
+# copies them so): the scale, 2 bytes of zeros, the nibbles, now 4-byte aligned. One core, 16384 x 4096: 3.6 ms
+# through the byte loop, 2.6 padded (Q4_1's kernel); a decode step reads 11% more bytes.
 
 
 def _parts_q4_0_padded(view: BlockView) -> QuantParts:
@@ -291,10 +271,6 @@ def _parts_q4_0_padded(view: BlockView) -> QuantParts:
 def _int_parts_q4_0_padded(view: BlockView) -> IntParts:
     d = view(dtypes.float16)[..., :1].float()
     return _nibble_pieces(view(dtypes.uint8)[..., 4:]), d, d * -8
-
-
-def _word_parts_q4_0_padded(view: BlockView, xw: Tensor) -> WordParts:
-    return _nibble_words(view, xw), view(dtypes.float16)[..., :1].float(), -8.0
 
 
 # Q8_0 blocks padded to 36 bytes as Q4_0's (the codes 4-byte aligned), and Q6_K's 210-byte super-blocks to 212 (two
@@ -364,6 +340,28 @@ def _word_terms_q8_0_padded(view: BlockView, xw: Tensor, xsums: Tensor) -> WordT
     codes = view(dtypes.int32)[..., 1:] ^ _byte_mask(0x80)  # signed bytes + 128: unsigned
     pieces = [(None, 1, xsums[..., 0, :]), _sub(codes, 1, xw, 0)]
     return [(pieces, None)], _lanes(view(dtypes.float16)[..., :1]).float(), None, -128
+
+
+def _nibble_terms(view: BlockView, xw: Tensor, d: Tensor, offset: Tensor, times: float) -> WordTerms:
+    """Q4_0 and Q4_1 (a 4-byte header, then 16 bytes of nibbles): a block's four words in eight lanes, the low nibbles
+    in lanes 0..3 (values 0..15, x's words 0..3) and the high ones in place in lanes 4..7 (values 16..31, times 16),
+    one vpdpbusd per block, the lanes' factors (1, 1/16) a constant vector in the float scale; the offset a field of
+    the block (`times` it) times x's block sum. 16384 x 4096 on 2 cores (loaded), Q4_1: 1.34 ms with 4 lanes, 1.19."""
+    high = Tensor.arange(LANES, device=xw.device) >= LANES // 2
+    q = view(dtypes.int32)[..., 1:5]
+    words = q.unsqueeze(-2).expand(*q.shape[:-1], 2, 4).flatten(-2) & high.where(_HIGH_NIBBLES, _LOW_NIBBLES)
+    scale = _lanes(d) * high.where(1 / 16, 1.0)
+    return [([_sub(words, 1, xw, 0)], None)], scale, (_lanes(offset), [times]), 0
+
+
+def _word_terms_q4_1(view: BlockView, xw: Tensor, xsums: Tensor) -> WordTerms:
+    f16 = view(dtypes.float16)
+    return _nibble_terms(view, xw, f16[..., :1].float(), f16[..., 1:2].float(), 1.0)
+
+
+def _word_terms_q4_0_padded(view: BlockView, xw: Tensor, xsums: Tensor) -> WordTerms:
+    d = view(dtypes.float16)[..., :1].float()
+    return _nibble_terms(view, xw, d, d, -8.0)
 
 
 def _word_terms_k4(view: BlockView, pieces: Callable[[int], list[WordPiece]], unit: int) -> WordTerms:
@@ -439,6 +437,181 @@ def dp4a(a: Tensor, b: Tensor, acc: Tensor, lanes: int | None = None) -> Tensor:
     return Tensor(UOp(Ops.DP4A, dtypes.int32, srcs, lanes))
 
 
+# *** rows in groups of 8: a decode step's matvec with a vector over rows ***
+# Where the device has DP4A and a matrix's rows come in groups of 8, Q4_0, Q4_1, Q8_0, Q4_K and Q5_K are copied at load
+# into blocks of 8 rows interleaved: per group and block, each field of the 8 rows together, the float16 scales (and
+# mins) as float32 (8 each), the K-quants' 6-bit sub-block scales and mins as bytes (8 each), then the code words word
+# by word (Q4_0, Q4_1: 4 words of nibbles; Q8_0: 8 words of codes + 128, unsigned as vpdpbusd multiplies them; Q4_K: 32;
+# Q5_K: 8 of high bits, 32), each 8 rows' words contiguous. A vpdpbusd then takes one word of 8 rows and one word of x
+# broadcast, a block's integer sums stay in the lanes (one per row), and the scaling is one vector of 8 rows' scales: no
+# per-block scalar work, no horizontal sums (llama.cpp's repacked x8 layouts rest on the same idea). 16384 x 4096 on 2
+# cores (loaded), Q4_1: 1.34 ms with 4 lanes over a block's words, 1.19 with 8, 0.64 with 8 rows' float16 scales (read
+# lane by lane: no half vectors in C), 0.51 with float32 ones (a Q4_1 block 24 bytes, 20 in the file); one core, Q4_K:
+# 1.93 ms with 8 lanes over a block's words, 1.17 in groups (152 bytes a super-block, 144 in the file), Q5_K 2.42 and
+# 2.04 (184 and 176). Q6_K so (its codes' bias summed per sub-block of 16 of x, 16 integer scales) was slower than its 8
+# lanes over a block's words: 2.79 against 2.56 ms. Every other product, the dequantization and a row's lookup read the
+# file's blocks as they are (`QuantizedMatrix.plain`): from the grouped copy a dequantization's kernel gathers each
+# row's bytes from 8 rows' words, 3072 x 576 in 0.42 ms against 0.21.
+
+GROUP = 8  # rows per group: the lanes of one AVX vpdpbusd
+GroupTerms = Callable[[BlockView, Tensor, Tensor, Tensor, Tensor], Tensor]
+
+
+def _chunks(view: BlockView, dt: DType) -> Tensor:
+    """The blocks seen as `dt`, a group's block together: (groups, blocks, 8 * block bytes / itemsize)."""
+    v = view(dt)
+    return v.reshape(v.shape[0] // GROUP, v.shape[1], GROUP * v.shape[2])
+
+
+def _grouped_words(view: BlockView, at: int) -> Tensor:
+    """The code words from word `at` of a group's block on: (groups, blocks, words, 8 rows)."""
+    w = _chunks(view, dtypes.int32)[..., GROUP * at :]
+    return w.reshape(*w.shape[:2], -1, GROUP)
+
+
+def _group_scales(view: BlockView, n: int) -> list[Tensor]:
+    """The first n float32 fields of 8 rows' blocks, each (groups, blocks, 8)."""
+    f = _chunks(view, dtypes.float32)
+    return [f[..., GROUP * i : GROUP * (i + 1)] for i in range(n)]
+
+
+def _group_bytes(view: BlockView, at: int, n: int) -> list[Tensor]:
+    """n byte fields of 8 rows' blocks from byte `at` of a row's block on, each (groups, blocks, 8) in int32."""
+    b = _chunks(view, dtypes.uint8)
+    return [b[..., GROUP * (at + i) : GROUP * (at + i + 1)].cast(dtypes.int32) for i in range(n)]
+
+
+# A grouped type's `group_terms(view, xw, xsums, amax, xsum)` gets x quantized per block of the type (`quantize_words`:
+# words (1, blocks, 8 per 32 values), each word's code sum (the same shape), amax (1, blocks, 1), exact sums per 32
+# (1, blocks, values / 32)) and returns each block's product with each row (groups, blocks, 8 rows). x's numbers are
+# broadcast to the rows (`_to_rows`) before any arithmetic: a reduce reading arithmetic through a broadcast has it
+# stored by a kernel of its own.
+
+
+def _to_rows(t: Tensor, i: int, like: Tensor) -> Tensor:
+    """Field i of x's per-block numbers (1, blocks, n) broadcast to the rows of `like` (groups, blocks, 8)."""
+    return t[..., i : i + 1].expand(like.shape)
+
+
+def _nibble_dots(q: Tensor, xw: Tensor, low: list[int], high: list[int]) -> Tensor:
+    """Integer dot products times 16 (groups, blocks, 8) of x's words `low` with the low nibbles of q's words (groups,
+    blocks, words, 8) and x's words `high` with their high nibbles, in place (16 times their codes): the low ones
+    summed first and times 16."""
+    acc = Tensor.zeros(*q.shape[:2], GROUP, dtype=dtypes.int32, device=q.device)
+    for w, i in enumerate(low):
+        acc = dp4a(q[..., w, :] & _LOW_NIBBLES, xw[..., i : i + 1], acc, GROUP)
+    acc = acc * 16
+    for w, i in enumerate(high):
+        acc = dp4a(q[..., w, :] & _HIGH_NIBBLES, xw[..., i : i + 1], acc, GROUP)
+    return acc
+
+
+def _group_terms_q4_0(view: BlockView, xw: Tensor, xsums: Tensor, amax: Tensor, xsum: Tensor) -> Tensor:
+    (d,) = _group_scales(view, 1)
+    dots = _nibble_dots(_grouped_words(view, 1), xw, [0, 1, 2, 3], [4, 5, 6, 7]).cast(dtypes.float32)
+    return d * (dots * (_to_rows(amax, 0, d) * (1 / (127 * 16))) + _to_rows(xsum, 0, d) * -8)
+
+
+def _group_terms_q4_1(view: BlockView, xw: Tensor, xsums: Tensor, amax: Tensor, xsum: Tensor) -> Tensor:
+    d, m = _group_scales(view, 2)
+    dots = _nibble_dots(_grouped_words(view, 2), xw, [0, 1, 2, 3], [4, 5, 6, 7]).cast(dtypes.float32)
+    return dots * (_to_rows(amax, 0, d) * (1 / (127 * 16))) * d + m * _to_rows(xsum, 0, d)
+
+
+def _group_terms_q8_0(view: BlockView, xw: Tensor, xsums: Tensor, amax: Tensor, xsum: Tensor) -> Tensor:
+    # codes + 128 times x's codes: the dot product plus 128 times the sum of x's codes, taken off first (exact)
+    (d,) = _group_scales(view, 1)
+    q = _grouped_words(view, 1)
+    acc = _tree_sum([_to_rows(xsums, i, d) for i in range(8)]) * -128
+    for w in range(8):
+        acc = dp4a(q[..., w, :], xw[..., w : w + 1], acc, GROUP)
+    return acc.cast(dtypes.float32) * (_to_rows(amax, 0, d) * (1 / 127)) * d
+
+
+def _group_k4(view: BlockView, amax: Tensor, xsum: Tensor, at: int, sub: Callable[[Tensor, int], Tensor]) -> Tensor:
+    """Q4_K and Q5_K: sub-block j's integer sum of 8 rows, sixteen times its codes times x's (`sub(words, j)`, the code
+    words from word `at` on), times its 6-bit scale, summed in int32 over the super-block (below 2^30), one float
+    scaling; minus dmin times each 6-bit min times x's exact sum of that sub-block."""
+    d, dmin = _group_scales(view, 2)
+    scales, mins = _group_bytes(view, 8, 8), _group_bytes(view, 16, 8)
+    q = _grouped_words(view, at)
+    dots = _tree_sum([sub(q, j) * scales[j] for j in range(8)]).cast(dtypes.float32)
+    offs = _tree_sum([mins[j].cast(dtypes.float32) * _to_rows(xsum, j, d) for j in range(8)])
+    return dots * (_to_rows(amax, 0, d) * (1 / (127 * 16))) * d - dmin * offs
+
+
+def _nibbles_of(q: Tensor, j: int, xw: Tensor) -> Tensor:
+    """Sub-block j's 4-bit codes times x's, times 16: chunk j // 2 of 8 words, its low nibbles (j even) or high ones
+    (in place)."""
+    chunk = q[..., 8 * (j // 2) : 8 * (j // 2) + 8, :]
+    return (
+        _dp4a_words(chunk, _LOW_NIBBLES, xw, 8 * j) * 16 if j % 2 == 0 else _dp4a_words(chunk, _HIGH_NIBBLES, xw, 8 * j)
+    )
+
+
+def _group_terms_q4_k(view: BlockView, xw: Tensor, xsums: Tensor, amax: Tensor, xsum: Tensor) -> Tensor:
+    return _group_k4(view, amax, xsum, 2 + 4, lambda q, j: _nibbles_of(q, j, xw))
+
+
+def _group_terms_q5_k(view: BlockView, xw: Tensor, xsums: Tensor, amax: Tensor, xsum: Tensor) -> Tensor:
+    # the fifth bit of sub-block j's code i is bit j of high-bit byte i (words 0..7, the nibbles' after them), in
+    # place: 2^j where its weight 16 is, 256 in sixteenths
+    def sub(q: Tensor, j: int) -> Tensor:
+        return _nibbles_of(q[..., 8:, :], j, xw) + _dp4a_words(q[..., :8, :], _byte_mask(1 << j), xw, 8 * j) * (
+            1 << (8 - j)
+        )
+
+    return _group_k4(view, amax, xsum, 2 + 4, sub)
+
+
+def _dp4a_words(q: Tensor, mask: int, xw: Tensor, at: int) -> Tensor:
+    """The dot product (groups, blocks, 8) of x's words at..at + 7 with q's 8 words (groups, blocks, 8, 8) masked."""
+    acc = Tensor.zeros(*q.shape[:2], GROUP, dtype=dtypes.int32, device=q.device)
+    for w in range(8):
+        acc = dp4a(q[..., w, :] & mask, xw[..., at + w : at + w + 1], acc, GROUP)
+    return acc
+
+
+def _group_fields_32(halves: int, code_at: int, code_bytes: int, flip: bool) -> GroupFields:
+    def fields(plain: QuantizedMatrix) -> tuple[Tensor, Tensor | None, Tensor]:
+        codes = plain.view(dtypes.uint8)[..., code_at : code_at + code_bytes]
+        return plain.view(dtypes.float16)[..., :halves].float(), None, codes ^ 128 if flip else codes  # signed + 128
+
+    return fields
+
+
+def _group_fields_k4(codes_end: int) -> GroupFields:
+    """Q4_K and Q5_K: d and dmin, the 8 scales and 8 mins unpacked to bytes, the bytes after them (Q5_K: high bits,
+    then nibbles)."""
+
+    def fields(plain: QuantizedMatrix) -> tuple[Tensor, Tensor | None, Tensor]:
+        u8 = plain.view(dtypes.uint8)
+        scales, mins = _scales_mins_k4(u8[..., 4:16].cast(dtypes.int32))
+        small = scales.cat(mins, dim=-2)[..., 0].cast(dtypes.uint8)  # (rows, blocks, 16)
+        return plain.view(dtypes.float16)[..., :2].float(), small, u8[..., 16:codes_end]
+
+    return fields
+
+
+GroupFields = Callable[["QuantizedMatrix"], tuple[Tensor, "Tensor | None", Tensor]]
+
+
+def _group_rows(gt: GGMLType, plain: QuantizedMatrix) -> bytes:
+    """The blocks of a matrix (rows a multiple of 8) in the grouped layout of gt.grouped, from the type's fields
+    (`group_fields`: float32 fields, byte fields or None, code bytes), each field of a group's 8 rows together."""
+    assert gt.group_fields is not None
+    rows, blocks = plain._blocks
+    floats, small, codes = gt.group_fields(plain)
+    by_rows = (rows // GROUP, GROUP, blocks)
+    # kernels that permute, the fields side by side in numpy: one kernel writing them behind a concatenation's
+    # padding took SmolLM2's load from 0.8 to 1.6 s
+    parts = [floats.reshape(*by_rows, -1).permute(0, 2, 3, 1).contiguous().numpy().view(np.uint8)]
+    if small is not None:
+        parts.append(small.reshape(*by_rows, -1).permute(0, 2, 3, 1).contiguous().numpy())
+    parts.append(codes.reshape(*by_rows, -1, 4).permute(0, 2, 3, 1, 4).contiguous().numpy())
+    return np.concatenate([p.reshape(*p.shape[:2], -1) for p in parts], axis=-1).tobytes()
+
+
 @dataclass(frozen=True)
 class GGMLType:
     name: str
@@ -448,10 +621,12 @@ class GGMLType:
     dtype: DType | None = None  # a plain dtype
     decode: Callable[[BlockView], Tensor] | None = None  # K-quant super-blocks, dequantized to float32
     int_parts: Callable[[BlockView], IntParts] | None = None  # codes and scales for integer dot products
-    word_parts: Callable[[BlockView, Tensor], WordParts] | None = None  # int32 words, for DP4A
     word_terms: Callable[[BlockView, Tensor, Tensor], WordTerms] | None = None  # DP4A, integer sub-block scales
-    padded: GGMLType | None = None  # the blocks copied into a layout with word_parts, where the device has DP4A
+    padded: GGMLType | None = None  # the blocks copied into a layout with word_terms, where the device has DP4A
     gap_at: int = 2  # where a padded layout inserts its zero bytes
+    group_terms: GroupTerms | None = None  # the grouped layout's decode matvec
+    grouped: GGMLType | None = None  # the blocks copied into rows in groups of 8, where the device has DP4A
+    group_fields: GroupFields | None = None  # a block's fields for the grouped layout
 
 
 GGML_TYPES: dict[int, GGMLType] = {
@@ -464,10 +639,21 @@ GGML_TYPES: dict[int, GGMLType] = {
         _parts_q4_0,
         int_parts=_int_parts_q4_0,
         padded=GGMLType(
-            "Q4_0", 32, 20, _parts_q4_0_padded, int_parts=_int_parts_q4_0_padded, word_parts=_word_parts_q4_0_padded
+            "Q4_0", 32, 20, _parts_q4_0_padded, int_parts=_int_parts_q4_0_padded, word_terms=_word_terms_q4_0_padded
         ),
+        grouped=GGMLType("Q4_0", 32, 20, None, group_terms=_group_terms_q4_0),
+        group_fields=_group_fields_32(1, 2, 16, False),
     ),
-    3: GGMLType("Q4_1", 32, 20, _parts_q4_1, int_parts=_int_parts_q4_1, word_parts=_word_parts_q4_1),
+    3: GGMLType(
+        "Q4_1",
+        32,
+        20,
+        _parts_q4_1,
+        int_parts=_int_parts_q4_1,
+        word_terms=_word_terms_q4_1,
+        grouped=GGMLType("Q4_1", 32, 24, None, group_terms=_group_terms_q4_1),
+        group_fields=_group_fields_32(2, 4, 16, False),
+    ),
     8: GGMLType(
         "Q8_0",
         32,
@@ -477,9 +663,31 @@ GGML_TYPES: dict[int, GGMLType] = {
         padded=GGMLType(
             "Q8_0", 32, 36, _parts_q8_0_padded, int_parts=_int_parts_q8_0_padded, word_terms=_word_terms_q8_0_padded
         ),
+        grouped=GGMLType("Q8_0", 32, 36, None, group_terms=_group_terms_q8_0),
+        group_fields=_group_fields_32(1, 2, 32, True),
     ),
-    12: GGMLType("Q4_K", 256, 144, None, decode=_decode_q4_k, int_parts=_int_parts_q4_k, word_terms=_word_terms_q4_k),
-    13: GGMLType("Q5_K", 256, 176, None, decode=_decode_q5_k, int_parts=_int_parts_q5_k, word_terms=_word_terms_q5_k),
+    12: GGMLType(
+        "Q4_K",
+        256,
+        144,
+        None,
+        decode=_decode_q4_k,
+        int_parts=_int_parts_q4_k,
+        word_terms=_word_terms_q4_k,
+        grouped=GGMLType("Q4_K", 256, 152, None, group_terms=_group_terms_q4_k),
+        group_fields=_group_fields_k4(144),
+    ),
+    13: GGMLType(
+        "Q5_K",
+        256,
+        176,
+        None,
+        decode=_decode_q5_k,
+        int_parts=_int_parts_q5_k,
+        word_terms=_word_terms_q5_k,
+        grouped=GGMLType("Q5_K", 256, 184, None, group_terms=_group_terms_q5_k),
+        group_fields=_group_fields_k4(176),
+    ),
     14: GGMLType(
         "Q6_K",
         256,
@@ -685,9 +893,19 @@ class QuantizedMatrix:
     decoded inside the matmul's loop, so a matrix-vector product reads the packed bytes once and writes no float32
     weights."""
 
-    def __init__(self, gt: GGMLType, data: mmap.mmap | bytes, offset: int, shape: tuple[int, ...], device: str):
+    def __init__(
+        self,
+        gt: GGMLType,
+        data: mmap.mmap | bytes,
+        offset: int,
+        shape: tuple[int, ...],
+        device: str,
+        plain: QuantizedMatrix | None = None,
+    ):
+        """plain: the same matrix as the file stores it, where these blocks are a copy only a decode step's product
+        reads (rows in groups); every other path reads that."""
         assert gt.dtype is None and shape and shape[-1] % gt.block_elems == 0
-        self.gt, self.shape, self.device = gt, shape, device
+        self.gt, self.shape, self.device, self.plain = gt, shape, device, plain
         self.data, self.offset, self.nbytes = data, offset, prod(shape) // gt.block_elems * gt.block_bytes
         self._blocks = (prod(shape[:-1]), shape[-1] // gt.block_elems)
         self._flat = _raw_views(data, offset, self.nbytes, device)
@@ -702,6 +920,8 @@ class QuantizedMatrix:
     def dequantize(self, rows: tuple[Any, int] | None = None) -> Tensor:
         """The float32 tensor; rows=(start, n): rows start..start + n - 1 of a matrix only, where start may be a bound
         Variable (one compiled kernel then serves every row: an embedding lookup inside a TinyJit)."""
+        if self.plain is not None:
+            return self.plain.dequantize(rows)
         view: BlockView = self.view
         shape = self.shape
         if rows is not None:
@@ -720,8 +940,10 @@ class QuantizedMatrix:
         quantized to int8 per block and integer dot products (`linear_int8`); a few more as `linear_f32`; from
         _DEQUANTIZE_ROWS rows (a prompt) the weight dequantized and packed into panels first, then multiplied."""
         rows = prod(x.shape[:-1])
-        if rows == 1 and self.gt.int_parts is not None:
+        if rows == 1 and (self.gt.int_parts is not None or self.gt.group_terms is not None):
             return self.linear_int8(x)
+        if self.plain is not None:
+            return self.plain.linear(x)
         if rows >= _DEQUANTIZE_ROWS:
             self._check_linear(x, "linear", True)
             return PanelMatrix.pack(self.dequantize().contiguous()).linear(x)
@@ -736,6 +958,8 @@ class QuantizedMatrix:
     def linear_f32(self, x: Tensor) -> Tensor:
         """x @ self.T in float32, exact to float rounding: for blocks of 32 one kernel, the blocks decoded in its loop
         and the products summed per block (more rows of x: the scheduler may store the dequantized weight first)."""
+        if self.plain is not None:
+            return self.plain.linear_f32(x)
         self._check_linear(x, "linear", True)
         if self.gt.parts is None:  # super-blocks: x times the dequantized weight
             return PanelMatrix.pack(self.dequantize().contiguous()).linear(x)
@@ -755,10 +979,10 @@ class QuantizedMatrix:
         """x @ self.T as llama.cpp computes it: x quantized to int8 per block of 32 (`quantize_blocks`), each block's
         dot product summed exactly in int32, then scaled. Two kernels after x's: the scaled dot product of every
         block (its sum a plain loop over bytes, which gcc vectorizes into vpdpbusd), then each row's sum of those."""
-        self._check_linear(x, "linear_int8", self.gt.int_parts is not None)
+        self._check_linear(x, "linear_int8", self.gt.int_parts is not None or self.gt.group_terms is not None)
+        if self.gt.group_terms is not None:
+            return self._linear_grouped(x)
         assert self.gt.int_parts is not None
-        if self.gt.word_parts is not None and Device[self.device].renderer.dp4a_builtins:
-            return self._linear_dp4a(x)
         if self.gt.word_terms is not None and Device[self.device].renderer.dp4a_builtins:
             return self._linear_dp4a_terms(x)
         pieces, scale, offset = self.gt.int_parts(self.view)  # [(rows, *B, V)], (rows, *B, n)
@@ -787,28 +1011,16 @@ class QuantizedMatrix:
         rows = blocks.contiguous().reshape(self.shape[0], -1).sum(-1)
         return rows.reshape(*x.shape[:-1], self.shape[0])
 
-    def _linear_dp4a(self, x: Tensor) -> Tensor:
-        """`linear_int8` through DP4A words: one kernel after x's, the scaled lanes of every block summed per row."""
-        assert self.gt.word_parts is not None
-        xw, amax, xsum = quantize_blocks(x.reshape(-1, x.shape[-1]), words=True)
+    def _linear_grouped(self, x: Tensor) -> Tensor:
+        """`linear_int8` over rows in groups of 8: one kernel after x's, each block's products with 8 rows a vector."""
+        assert self.gt.group_terms is not None
+        block = self.gt.block_elems
+        xw, xsums, amax, xsum = quantize_words(x.reshape(-1, x.shape[-1]), block)
         if xw.shape[0] != 1:
             raise ValueError(f"linear_int8: x must be one row (a decode step), got shape {x.shape}")
-        pieces, scale, offset = self.gt.word_parts(self.view, xw)
-        shape = pieces[0][0].shape
-        # the pieces sum in int32, each earlier sum times the ratio of the factors (a lane's high-nibble products are
-        # at most 4 * 240 * 127, the low ones times 16 as much: no overflow)
-        acc, factor = Tensor.zeros(*shape, dtype=dtypes.int32, device=x.device), 0
-        for words, f, xp in pieces:
-            acc, factor = dp4a(words, xp, acc * (f // factor) if factor else acc), f
-        # every factor broadcast to the lanes before it is multiplied: a product of per-block factors broadcast
-        # afterwards would be stored by a kernel of its own (the scheduler's rule for arithmetic a reduce reads
-        # through a broadcast)
-        lanes = acc.cast(dtypes.float32) * scale.expand(shape) * amax.expand(shape) * (1 / (127 * factor))
-        if offset is not None:  # the offset times x's exact block sum, a share in each lane
-            # a multiple of the scale multiplied after the broadcast, as the factors above
-            off = scale.expand(shape) * offset if isinstance(offset, float) else offset.expand(shape)
-            lanes = lanes + off * xsum.expand(shape) * (1 / shape[-1])
-        rows = lanes.reshape(self.shape[0], -1).sum(-1)
+        blocks = (1, self._blocks[1], -1)
+        terms = self.gt.group_terms(self.view, xw.reshape(blocks), xsums.reshape(blocks), amax, xsum.reshape(blocks))
+        rows = terms.sum(1).reshape(self.shape[0])
         return rows.reshape(*x.shape[:-1], self.shape[0])
 
     def _linear_dp4a_terms(self, x: Tensor) -> Tensor:
@@ -858,10 +1070,15 @@ class QuantizedMatrix:
     def load(
         gt: GGMLType, data: mmap.mmap | bytes, offset: int, shape: tuple[int, ...], device: str
     ) -> QuantizedMatrix:
-        """The blocks at `offset` of data as they are, or where the device has DP4A and the type a padded layout for
-        it, copied into that layout (zeros inserted at the type's gap_at: after Q4_0's and Q8_0's 2-byte scale, at the
-        end of Q6_K's super-block)."""
-        if gt.padded is None or not Device[device].renderer.dp4a_builtins:
+        """The blocks at `offset` of data as they are, or where the device has DP4A, copied into the type's layout for
+        it: a 2-D matrix of rows in groups of 8 of a 32-value type into rows in groups (`_group_rows`), else a padded
+        layout (zeros inserted at the type's gap_at: after Q4_0's and Q8_0's 2-byte scale, at the end of Q6_K's
+        super-block)."""
+        dp4a_device = bool(Device[device].renderer.dp4a_builtins)
+        if gt.grouped is not None and dp4a_device and len(shape) == 2 and shape[0] % GROUP == 0:
+            plain = QuantizedMatrix(gt, data, offset, shape, device)
+            return QuantizedMatrix(gt.grouped, _group_rows(gt, plain), 0, shape, device, plain)
+        if gt.padded is None or not dp4a_device:
             return QuantizedMatrix(gt, data, offset, shape, device)
         nbytes = prod(shape) // gt.block_elems * gt.block_bytes
         blocks = _raw_tensor(data, offset, nbytes, dtypes.uint8, "CPU").reshape(-1, gt.block_bytes)
@@ -877,7 +1094,9 @@ class QuantizedMatrix:
         if any(m.gt != first.gt or len(m.shape) != 2 or m.shape[1] != first.shape[1] for m in mats):
             raise ValueError(f"cannot stack quantized matrices {[(m.gt.name, m.shape) for m in mats]}")
         raw = b"".join(memoryview(m.data)[m.offset : m.offset + m.nbytes] for m in mats)
-        return QuantizedMatrix(first.gt, raw, 0, (sum(m.shape[0] for m in mats), first.shape[1]), first.device)
+        plain = QuantizedMatrix.stack([m.plain for m in mats if m.plain is not None]) if first.plain else None
+        shape = (sum(m.shape[0] for m in mats), first.shape[1])
+        return QuantizedMatrix(first.gt, raw, 0, shape, first.device, plain)
 
 
 def gguf_quantized(mm: mmap.mmap | bytes, info: GGUFTensorInfo, device: str | None = None) -> QuantizedMatrix | None:

@@ -11,6 +11,7 @@ from lazygrad import GlobalCounters, Tensor
 from lazygrad.device import Device
 from lazygrad.helpers import prod
 from lazygrad.nn.gguf import GGML_TYPES, GGUFError, QuantizedMatrix, gguf_load, gguf_quantized, gguf_read_header
+from lazygrad.uop.ops import UOp
 
 # metadata value type tags of the spec
 U8, I8, U16, I16, U32, I32, F32, BOOL, STR, ARR, U64, I64, F64 = range(13)
@@ -290,7 +291,7 @@ def test_quantized_linear_int8_is_llama_cpp_arithmetic(tmp_path, kind, rows, col
     q = gguf_quantized(mm, infos[0])
     assert q is not None
     w = np_dequant(kind, raw, rows * cols).reshape(rows, cols)
-    words = int8_path == "dp4a" and (q.gt.word_parts is not None or q.gt.word_terms is not None)
+    words = int8_path == "dp4a" and (q.gt.word_terms is not None or q.gt.group_terms is not None)
     # through DP4A words x is quantized as llama.cpp quantizes it for the type: the K-quants per super-block
     block = 256 if words and kind in K_QUANTS else 32
     x_np = np.random.default_rng(1).standard_normal(cols).astype(np.float32)
@@ -309,7 +310,9 @@ def test_quantized_linear_int8_is_llama_cpp_arithmetic(tmp_path, kind, rows, col
     assert GlobalCounters.kernel_count == kernels or extra and GlobalCounters.kernel_count == kernels + 1
     packed = q.nbytes
     x_sums = 8 * cols if kind == "Q6_K" or words else 0  # that reduce reads x and writes its sums (words: code sums)
-    assert GlobalCounters.global_mem <= 2 * packed + rows * cols // 4 + 16 * cols + 8 * rows + x_sums
+    # a kernel's memory counts each view of the blocks in full (scales, codes; K-quant rows in groups: and bytes)
+    views = 3 if q.gt.group_terms is not None and kind in K_QUANTS else 2
+    assert GlobalCounters.global_mem <= views * packed + rows * cols // 4 + 16 * cols + 8 * rows + x_sums
     ref = np_linear_int8(kind, raw, (rows, cols), x_np, block)
     scale = np.abs(w).max() * np.abs(x_np).max() * np.sqrt(cols)
     np.testing.assert_allclose(out.numpy()[0], ref, rtol=1e-5, atol=1e-6 * scale)
@@ -341,6 +344,42 @@ def test_q4_0_blocks_padded_for_dp4a_hold_the_same_values(tmp_path, int8_path):
     assert q.gt.block_bytes == (20 if int8_path == "dp4a" else 18) and q.nbytes == 5 * 2 * q.gt.block_bytes
     np.testing.assert_array_equal(q.dequantize().numpy(), w)
     np.testing.assert_array_equal(QuantizedMatrix.stack([q, q]).dequantize().numpy(), np.concatenate([w, w]))
+
+
+@pytest.mark.parametrize("kind", ["Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q5_K"])
+def test_rows_in_groups_of_8_hold_the_same_values(tmp_path, kind, int8_path):
+    # where the device has DP4A, a matrix whose rows come in groups of 8 is copied into blocks of 8 rows interleaved
+    # (float32 scales) for a decode step's product; every path gives the file's values (dequantization, a row at a
+    # bound variable, stacking, products of one row, a few rows and a prompt)
+    shape = (24, 512 if kind in K_QUANTS else 96)
+    q, w = _quantized(tmp_path, kind, shape)
+    grouped = int8_path == "dp4a"
+    assert (q.gt.group_terms is not None) == grouped
+    if grouped:  # and every path but a decode step's product reads the file's blocks
+        assert q.gt.block_bytes == {"Q4_0": 20, "Q4_1": 24, "Q8_0": 36, "Q4_K": 152, "Q5_K": 184}[kind]
+        assert q.plain is not None and q.plain.gt.block_bytes == GGML[kind][2]
+    np.testing.assert_array_equal(q.dequantize().numpy(), w)
+    token = UOp.variable("token", 0, shape[0] - 1)
+    for i in (0, 5, 8, 23):
+        np.testing.assert_array_equal(q.dequantize((token.bind(i), 1)).numpy(), w[[i]])
+    stacked = QuantizedMatrix.stack([q, q])
+    assert stacked.gt == q.gt
+    np.testing.assert_array_equal(stacked.dequantize().numpy(), np.concatenate([w, w]))
+    for rows in (3, 32):
+        x = np.random.default_rng(rows).standard_normal((rows, shape[1])).astype(np.float32)
+        ref = x @ w.T
+        np.testing.assert_allclose(q.linear(Tensor(x)).numpy(), ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
+    x = np.random.default_rng(1).standard_normal((1, shape[1])).astype(np.float32)
+    block = 256 if kind in K_QUANTS and grouped else 32  # x quantized per super-block for the K-quants' DP4A
+    ref = np_linear_int8(kind, random_data(kind, prod(shape), np.random.default_rng(0)), shape, x[0], block)
+    for m in (q, stacked):
+        out = m.linear(Tensor(x)).numpy()[0]
+        np.testing.assert_allclose(out, np.tile(ref, len(out) // len(ref)), rtol=1e-5, atol=1e-5 * np.abs(ref).max())
+
+
+def test_a_matrix_of_rows_not_in_groups_of_8_keeps_the_blocks(tmp_path, int8_path):
+    q, _ = _quantized(tmp_path, "Q4_1", (12, 64))
+    assert q.gt.group_terms is None and q.gt.block_bytes == 20
 
 
 @pytest.mark.parametrize("kind", ["Q4_0", "Q4_1", "Q8_0", *K_QUANTS])
