@@ -22,8 +22,6 @@ import struct
 from dataclasses import dataclass
 from typing import Any, Callable
 
-import numpy as np
-
 from lazygrad.device import Buffer, Device
 from lazygrad.dtype import DType, dtypes
 from lazygrad.helpers import prod
@@ -603,13 +601,15 @@ def _group_rows(gt: GGMLType, plain: QuantizedMatrix) -> bytes:
     rows, blocks = plain._blocks
     floats, small, codes = gt.group_fields(plain)
     by_rows = (rows // GROUP, GROUP, blocks)
-    # kernels that permute, the fields side by side in numpy: one kernel writing them behind a concatenation's
-    # padding took SmolLM2's load from 0.8 to 1.6 s
-    parts = [floats.reshape(*by_rows, -1).permute(0, 2, 3, 1).contiguous().numpy().view(np.uint8)]
+    parts = [floats.reshape(*by_rows, -1).permute(0, 2, 3, 1).contiguous().bitcast(dtypes.uint8)]
     if small is not None:
-        parts.append(small.reshape(*by_rows, -1).permute(0, 2, 3, 1).contiguous().numpy())
-    parts.append(codes.reshape(*by_rows, -1, 4).permute(0, 2, 3, 1, 4).contiguous().numpy())
-    return np.concatenate([p.reshape(*p.shape[:2], -1) for p in parts], axis=-1).tobytes()
+        parts.append(small.reshape(*by_rows, -1).permute(0, 2, 3, 1))
+    parts.append(codes.reshape(*by_rows, -1, 4).permute(0, 2, 3, 1, 4))
+    # each field permuted by a kernel of its own, then one copy side by side (one kernel permuting all of them behind
+    # a concatenation's padding took SmolLM2's load from 0.8 to 1.6 s)
+    fields = [p.reshape(*by_rows[::2], -1).contiguous() for p in parts]
+    Tensor.realize(*fields)
+    return fields[0].cat(*fields[1:], dim=-1).data().tobytes()
 
 
 @dataclass(frozen=True)
@@ -1084,7 +1084,7 @@ class QuantizedMatrix:
         blocks = _raw_tensor(data, offset, nbytes, dtypes.uint8, "CPU").reshape(-1, gt.block_bytes)
         gap = Tensor.zeros(blocks.shape[0], gt.padded.block_bytes - gt.block_bytes, dtype=dtypes.uint8)
         at = gt.gap_at
-        padded = blocks[:, :at].cat(gap, *([blocks[:, at:]] if at < gt.block_bytes else []), dim=1).numpy().tobytes()
+        padded = blocks[:, :at].cat(gap, *([blocks[:, at:]] if at < gt.block_bytes else []), dim=1).data().tobytes()
         return QuantizedMatrix(gt.padded, padded, 0, shape, device)
 
     @staticmethod
