@@ -739,6 +739,23 @@ def _mask_value(ctx: RenderCtx, u: UOp, text: str, nbytes: int) -> str:
     return v
 
 
+def _select_whole(ctx: RenderCtx, dtype: DType, cond: str, a: str, b: str) -> str:
+    """`cond ? a : b` of whole vectors under one scalar condition, as a lane select on the condition broadcast to a
+    mask. gcc 12.2 with AVX-512 compiles the `?:` form, in a small loop whose iterations it vectorizes together, into
+    a masked blend whose mask register holds the bool itself (1: lane 0 takes `a`, the other lanes `b`); seen in a
+    kernel selecting a byte's low or high nibble by row parity."""
+    nbytes = dtype.scalar.itemsize
+    mask, lane = _mask_type(ctx.r, nbytes, dtype.count), ctx.r.render_dtype(MASK_INTS[nbytes])
+    return f"LG_VSEL((({mask}){{}}-({lane})({cond})),{a},{b})"
+
+
+def _scalar_condition_select(ctx: RenderCtx, u: UOp) -> str | None:
+    """A WHERE of vectors under a scalar bool (see _select_whole); None for any other WHERE."""
+    if u.dtype.count == 1 or u.src[0].dtype.count != 1 or _is_mask(u):
+        return None
+    return ctx.expr(u, _select_whole(ctx, u.dtype, ctx.names[u.src[0]], ctx.names[u.src[1]], ctx.names[u.src[2]]))
+
+
 def _mask_alu(ctx: RenderCtx, u: UOp) -> str | None:
     """An elementwise op on bool vectors (or making one), spelled on lane masks; None where no mask is involved."""
     if not _is_mask(u) and not any(_is_mask(s) for s in u.src):
@@ -746,7 +763,7 @@ def _mask_alu(ctx: RenderCtx, u: UOp) -> str | None:
     r = ctx.r
     if u.op is Ops.WHERE and not _is_mask(u):
         if (c := _broadcast(u.src[0])) is not None:  # one condition for every lane: one select of whole vectors
-            return ctx.expr(u, f"({ctx.names[c]}?{ctx.names[u.src[1]]}:{ctx.names[u.src[2]]})")
+            return ctx.expr(u, _select_whole(ctx, u.dtype, ctx.names[c], ctx.names[u.src[1]], ctx.names[u.src[2]]))
         m = _mask_as(ctx, u.src[0], u.dtype.scalar.itemsize)
         return ctx.expr(u, f"LG_VSEL({m},{ctx.names[u.src[1]]},{ctx.names[u.src[2]]})")
     if u.op is Ops.CAST and not _is_mask(u):  # a mask to 0/1 (or 0.0/1.0) of the wanted type
@@ -796,14 +813,15 @@ def _lane_condition(u: UOp) -> UOp | None:
 def _one_select_of_vectors(ctx: RenderCtx, u: UOp) -> str | None:
     """Lanes that all select under one scalar condition, as one select of two vectors (None: another form).
     gcc 12.2 with AVX-512 compiles the lane-wise form `{c?a0:b0, c?a1:b1, ...}` wrongly (only lane 0 right; pow's
-    gradient, whose zero-exponent guard is such a select, gave zeros) and `c ? {a0,a1,..} : {b0,b1,..}` right."""
+    gradient, whose zero-exponent guard is such a select, gave zeros), and a `c ? {a0,..} : {b0,..}` in some loops
+    too: the select is a lane select on c broadcast (_select_whole)."""
     if (c := _lane_condition(u)) is None:
         return None
     if _is_mask(u):
         picked = [_mask_of_bools(ctx, u, [ctx.names[s.src[i]] for s in u.src]) for i in (1, 2)]
-        return _mask_value(ctx, u, f"({ctx.names[c]}?{picked[0]}:{picked[1]})", 4)
+        return _mask_value(ctx, u, _select_whole(ctx, dtypes.int32.vec(u.dtype.count), ctx.names[c], *picked), 4)
     picked = [ctx.r.render_vectorize(u.dtype, [ctx.names[s.src[i]] for s in u.src]) for i in (1, 2)]
-    return ctx.expr(u, f"({ctx.names[c]}?{picked[0]}:{picked[1]})")
+    return ctx.expr(u, _select_whole(ctx, u.dtype, ctx.names[c], *picked))
 
 
 def _lanes_selected(uops: list[UOp]) -> bool:
@@ -1005,6 +1023,7 @@ class ClangRenderer(CStyleLanguage):
                 (UPat(Ops.DEFINE_LOCAL, name="u"), local_buffer("", storage=False)),
                 (UPat(Ops.VECTORIZE, name="u"), lambda ctx, u: _one_select_of_vectors(ctx, u)),
                 (UPat(Ops.VECTORIZE, name="u"), _mask_vectorize),
+                (UPat(Ops.WHERE, name="u"), _scalar_condition_select),
                 (UPat(GroupOp.Elementwise, name="u"), _mask_alu),
                 # a lane of a mask as the 0 or 1 of a _Bool
                 (

@@ -1,5 +1,6 @@
 """The CPU runtime: compiler discovery, the disk cache of compiled kernels, and the allocator."""
 
+import ctypes
 import os
 import subprocess
 import sys
@@ -270,3 +271,53 @@ def test_float16_kernels_build_where_the_assembler_lacks_avx512fp16(monkeypatch)
     assert compiler._half_vector_workaround() == ["-mno-avx512fp16"]
     monkeypatch.setattr(type(compiler), "_probe_right", lambda self, src, o, i, w, extra, link=None: True)
     assert compiler._half_vector_workaround() == []
+
+
+# A kernel of the quantized GGUF path (16 gathered bytes, each row's low or high nibbles by the row's parity): gcc
+# 12.2 with AVX-512 compiled its `even ? low : high` of whole vectors into a blend whose mask register held the bool
+# (lane 0 took `low`, lanes 1.. `high`). The renderer spells such a select as a lane select on the bool broadcast.
+NIBBLE_SELECT_KERNEL = """
+typedef float f32x16 __attribute__((vector_size(64)));
+typedef float f32x16_u __attribute__((vector_size(64), aligned(4)));
+typedef unsigned char u8x16 __attribute__((vector_size(16)));
+typedef unsigned short u16x16 __attribute__((vector_size(32)));
+typedef unsigned int u32x16 __attribute__((vector_size(64)));
+typedef int lg_int32x16 __attribute__((vector_size(64)));
+void lg_probe(float* restrict out, const unsigned char* restrict b) {
+  for (int g = 0; g < 4; g++) {
+    int row = g + 36;
+    _Bool even = (row % 2) == 0;
+    int at = (row / 2) * 192 - 3004;
+    u8x16 v = {b[at], b[at+1], b[at+2], b[at+3], b[at+32], b[at+33], b[at+34], b[at+35],
+               b[at+64], b[at+65], b[at+66], b[at+67], b[at+96], b[at+97], b[at+98], b[at+99]};
+    f32x16 x = __builtin_convertvector(__builtin_convertvector(__builtin_convertvector(v, u16x16), u32x16), f32x16);
+    f32x16 high = __builtin_convertvector(__builtin_convertvector(x * 0.0625f, lg_int32x16), f32x16);
+    f32x16 low = x - high * 16.0f;
+    *(f32x16_u*)&out[g * 16] = SELECT;
+  }
+}
+"""
+
+
+def test_whole_vector_select_under_a_scalar_bool_is_right():
+    from types import SimpleNamespace
+
+    from lazygrad.renderer.cstyle import C_VECTOR_PRELUDE, _select_whole
+
+    compiler = Device["CPU"].compiler
+    spelled = _select_whole(SimpleNamespace(r=Device["CPU"].renderer), dtypes.float32.vec(16), "even", "low", "high")
+    src = C_VECTOR_PRELUDE + NIBBLE_SELECT_KERNEL.replace("SELECT", spelled)
+    data = np.random.default_rng(0).integers(0, 256, 1024, dtype=np.uint8)
+    want = []
+    for g in range(4):
+        at = ((g + 36) // 2) * 192 - 3004
+        v = data[[at + 32 * i + j for i in range(4) for j in range(4)]].astype(np.int64)
+        want += list((v & 15) if (g + 36) % 2 == 0 else (v >> 4))
+    assert compiler._probe_right(src, ctypes.c_float, [(ctypes.c_uint8, data.tolist())], want, [])
+    # and through the renderer: a select under each row's parity over vectors of bytes
+    d = np.random.default_rng(1).integers(0, 256, (40, 128), dtype=np.uint8)
+    x = Tensor(d)[36:, ::8].cast(dtypes.float32)
+    high = (x * 0.0625).cast(dtypes.int32).cast(dtypes.float32)
+    got = ((Tensor.arange(4) % 2) == 0).reshape(4, 1).where(x - high * 16, high).numpy()
+    v = d[36:, ::8].astype(np.float32)
+    np.testing.assert_array_equal(got, np.where((np.arange(4) % 2 == 0)[:, None], v % 16, v // 16))
