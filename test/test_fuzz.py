@@ -350,6 +350,18 @@ def test_fuzz_op_chains(device: str, chunk: int) -> None:
     assert not failures, f"{len(failures)} of {per} chains disagree with torch:\n" + "\n".join(failures[:10])
 
 
+# seeds that once failed in a hunt, run in CI as they are: what broke, and where
+FOUND_IN_HUNTS = {
+    60134: "a select of uint8 vectors under one bool: its lane mask's vector type was never declared (C compile error)",
+}
+
+
+@pytest.mark.parametrize("seed", list(FOUND_IN_HUNTS))
+def test_fuzz_cases_found_in_hunts(seed: int) -> None:
+    what, failure = check(seed, "CPU")
+    assert failure is None, f"{what}: {failure} ({FOUND_IN_HUNTS[seed]})"
+
+
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cases", type=int, default=1000)

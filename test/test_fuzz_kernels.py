@@ -273,6 +273,18 @@ def test_fuzz_kernels(chunk: int) -> None:
     assert not failures, f"{len(failures)} of {per} kernels disagree with torch:\n" + "\n".join(failures[:10])
 
 
+# seeds that once failed in a hunt, run in CI as they are: what broke, and where
+FOUND_IN_HUNTS = {
+    61022: "a select of float32x4 vectors under one bool: its lane mask's vector type was never declared",
+}
+
+
+@pytest.mark.parametrize("seed", list(FOUND_IN_HUNTS))
+def test_fuzz_kernel_cases_found_in_hunts(seed: int) -> None:
+    what, failure = check(seed)
+    assert failure is None, f"{what}: {failure} ({FOUND_IN_HUNTS[seed]})"
+
+
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cases", type=int, default=300)

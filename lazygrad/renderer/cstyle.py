@@ -1102,6 +1102,15 @@ class ClangRenderer(CStyleLanguage):
             if u.op is Ops.CAST and u.dtype.count > 1
             for step in _widening_steps(u.src[0].dtype.scalar, u.dtype.scalar)
         }
+        # a select of whole vectors under one scalar condition is a lane select on a mask as wide as its lanes
+        vector_dtypes |= {
+            MASK_INTS[u.dtype.scalar.itemsize].vec(u.dtype.count)
+            for u in uops
+            if u.dtype.count > 1
+            and u.dtype.scalar != dtypes.bool
+            and (u.op is Ops.WHERE or u.op is Ops.VECTORIZE and any(s.op is Ops.WHERE for s in u.src))
+            and not isinstance(u.dtype, PtrDType)
+        }
         for dt in sorted(vector_dtypes, key=lambda d: (d.name, d.count)):
             t, scalar, nbytes = self.render_dtype(dt), self.type_map[dt.scalar], dt.itemsize
             # the _u type may sit at any element-aligned address: views with offsets make no alignment promise
