@@ -349,9 +349,13 @@ class Lowerer:
         return [UOp(Ops.GEP, x.dtype.scalar, (x,), i) for i in range(self.width)]
 
     @staticmethod
-    def _consecutive(idxs: list[UOp]) -> bool:
+    def _consecutive(idxs: list[UOp], lanes: list[int] | None = None) -> bool:
+        """Whether each index is the first one plus its lane's distance from the first lane (lanes 0, 1, 2, ... by
+        default)."""
+        lanes = list(range(len(idxs))) if lanes is None else lanes
         base, offset = _split_const(idxs[0])
-        for i, x in enumerate(idxs[1:], 1):
+        for lane, x in zip(lanes[1:], idxs[1:]):
+            i = lane - lanes[0]
             if (split := _split_const(x))[0] is base and split[1] - offset == i:
                 continue  # `base + c`, as the simplifier writes a lane's index: no simplify call needed
             if x is not simplify(idxs[0] + i):
@@ -896,11 +900,13 @@ def _masked_vec_load(ctx: At, x: UOp, scalars: list[UOp]) -> UOp | None:
     if len(loads) < 2 or any(s.op is Ops.CONST and s.arg != 0 for s in scalars):
         return None
     first, load0 = loads[0]
+    if any(s.src[0].src[0] is not load0.src[0].src[0] for _, s in loads):
+        return None
+    # each lane's index `base + c` as the simplifier writes it: the steps read off without a simplify per lane (a
+    # sixth of the cold CNN step's lowering went to those)
+    if not Lowerer._consecutive([s.src[0].src[1] for _, s in loads], [i for i, _ in loads]):
+        return None
     base = simplify(load0.src[0].src[1] - first) if first else load0.src[0].src[1]
-    for i, s in loads:
-        step = simplify(s.src[0].src[1] - base)
-        if s.src[0].src[0] is not load0.src[0].src[0] or step.op is not Ops.CONST or step.arg != i:
-            return None
     bits: dict[UOp, int] = {}
     for i, s in loads:
         gate = s.src[1] if len(s.src) > 1 else UOp.const(dtypes.bool, True)
