@@ -111,6 +111,13 @@ class Lowerer:
         self.global_ranges.sort(key=lambda r: r.arg[1] != "t")
         self.split_ranges = [r for r in self.reduce_ranges if r.arg[1] == "tr"]
         self.reduce_ranges = [r for r in self.reduce_ranges if r.arg[1] != "tr"]
+        self.memo: dict[tuple[UOp, Combo], UOp] = {}
+        self.consts: dict[int, UOp] = {}
+        self.index_memo: dict[tuple, tuple[UOp, UOp]] = {}  # (view, loop indices) -> (address, validity)
+        self.broadcast_axes: dict[UOp, frozenset[int]] = {}
+        # view -> (address, validity) with each expanded axis a placeholder, the placeholders by axis, and the nodes
+        # that depend on them in topological order (see `_at_lanes`)
+        self.lane_forms: dict[UOp, tuple[UOp, UOp, dict[int, UOp], list[UOp]]] = {}
         # one expanded axis may become the lanes of vector values; the others are expanded into straight-line code
         self.vec_axis = self._pick_vector_axis() if self.tc is None else None
         self.width = shape[self.vec_axis] if self.vec_axis is not None else 1
@@ -121,13 +128,6 @@ class Lowerer:
         self.expanded_axes += self.tc_axes
         self.out_combos = list(itertools.product(*[range(shape[a]) for a in self.upcast_axes]))
         self.unroll_combos = list(itertools.product(*[range(shape[a]) for a in self.unroll_axes]))
-        self.memo: dict[tuple[UOp, Combo], UOp] = {}
-        self.consts: dict[int, UOp] = {}
-        self.index_memo: dict[tuple, tuple[UOp, UOp]] = {}  # (view, loop indices) -> (address, validity)
-        self.broadcast_axes: dict[UOp, frozenset[int]] = {}
-        # view -> (address, validity) with each expanded axis a placeholder, the placeholders, and the nodes that
-        # depend on them in topological order (see `_lane_index`)
-        self.lane_forms: dict[UOp, tuple[UOp, UOp, list[UOp], list[UOp]]] = {}
         self.reduce_results: dict[tuple[UOp, Combo], UOp] = {}
         # the rule lists, logged for VIZ when it records this kernel (record.translated)
         self.viz_steps: list[tuple] = []
@@ -335,13 +335,12 @@ class Lowerer:
             # one view the axis is not masked in: its stride says it, no index math to build and simplify (which was
             # a sixth of the CNN step's codegen)
             return _is_one(st.views[0].strides[axis])
-        at = [UOp.const(self.idx_dtype, 0) if i is None else i for i in self.base_idxs]
-        idx0, valid0 = view.arg.to_index(at)
-        at[axis] = UOp.const(self.idx_dtype, 1)
-        idx1, valid1 = view.arg.to_index(at)
+        # from the view's index with the expanded axes as placeholders (built once per view, and used again by
+        # _lane_index): only the nodes above them are rebuilt for each axis asked about
+        idx0, valid0 = self._at_lanes(view, {})
+        idx1, valid1 = self._at_lanes(view, {axis: 1})
         step = simplify(idx1 - idx0)
-        same_mask = simplify(valid0) is simplify(valid1)
-        return step.op is Ops.CONST and step.arg == 1 and same_mask
+        return step.op is Ops.CONST and step.arg == 1 and valid0 is valid1
 
     def lanes(self, x: UOp) -> list[UOp]:
         if x.op is Ops.VECTORIZE:
@@ -349,9 +348,13 @@ class Lowerer:
         return [UOp(Ops.GEP, x.dtype.scalar, (x,), i) for i in range(self.width)]
 
     @staticmethod
-    def _consecutive(idxs: list[UOp]) -> bool:
+    def _consecutive(idxs: list[UOp], lanes: list[int] | None = None) -> bool:
+        """Whether each index is the first one plus its lane's distance from the first lane (lanes 0, 1, 2, ... by
+        default)."""
+        lanes = list(range(len(idxs))) if lanes is None else lanes
         base, offset = _split_const(idxs[0])
-        for i, x in enumerate(idxs[1:], 1):
+        for lane, x in zip(lanes[1:], idxs[1:]):
+            i = lane - lanes[0]
             if (split := _split_const(x))[0] is base and split[1] - offset == i:
                 continue  # `base + c`, as the simplifier writes a lane's index: no simplify call needed
             if x is not simplify(idxs[0] + i):
@@ -415,23 +418,26 @@ class Lowerer:
         return hit
 
     def _lane_index(self, view: UOp, combo: Combo) -> tuple[UOp, UOp]:
-        """The index of a masked or multi-view view at constant values of the expanded axes: its simplified form with
-        each expanded axis a placeholder in that axis's range (built once per view), the values then substituted and
-        simplified again. Most of the division and modulo of a view of a view (a conv's windows over its padded input)
-        is resolved once instead of once per combo: a third of the cold CNN step's lowering, half of the SmolLM2
-        prompt's. Sound for every value in range, and the same nodes as simplifying each combo's index directly on the
-        CNN step's and SmolLM2 prompt's kernels."""
+        """The index of a masked or multi-view view at constant values of the expanded axes (see _at_lanes)."""
+        return self._at_lanes(view, dict(zip(self.expanded_axes, combo)))
+
+    def _at_lanes(self, view: UOp, values: dict[int, int]) -> tuple[UOp, UOp]:
+        """The view's (index, validity) at constant values of the expanded axes (those not in `values` at 0): its
+        simplified form with each expanded axis a placeholder in that axis's range (built once per view), the values
+        then substituted and simplified again. Most of the division and modulo of a view of a view (a conv's windows
+        over its padded input) is resolved once instead of once per combo: a third of the cold CNN step's lowering,
+        half of the SmolLM2 prompt's. Sound for every value in range, and the same nodes as simplifying each combo's
+        index directly on the CNN step's and SmolLM2 prompt's kernels."""
         if (form := self.lane_forms.get(view)) is None:
-            at, lanes = list(self.base_idxs), []
-            for a in self.expanded_axes:
+            at, lanes = list(self.base_idxs), {}
+            for a in (*self.k.axes_of(AxisType.UPCAST, AxisType.UNROLL), *self.tc_axes):
                 # a RANGE no loop has (kind "lane"): an opaque value in [0, size) to the simplifier, replaced below
                 size = UOp.const(self.idx_dtype, self.k.full_shape[a])
-                at[a] = UOp(Ops.RANGE, self.idx_dtype, (size,), (a, "lane"))
-                lanes.append(at[a])
+                at[a] = lanes[a] = UOp(Ops.RANGE, self.idx_dtype, (size,), (a, "lane"))
             idx, valid = view.arg.to_index(at)
             idx, valid = simplify(idx), simplify(valid)
             # only the nodes above a placeholder change from combo to combo: rebuilt alone, not the whole expression
-            above: set[UOp] = set(lanes)
+            above: set[UOp] = set(lanes.values())
             moving = []
             for u in {**idx.toposort, **valid.toposort}:
                 if u not in above and any(s in above for s in u.src):
@@ -439,7 +445,7 @@ class Lowerer:
                     moving.append(u)
             form = self.lane_forms[view] = (idx, valid, lanes, moving)
         idx, valid, lanes, moving = form
-        new = {lane: self.const(c) for lane, c in zip(lanes, combo)}
+        new = {lane: self.const(values.get(a, 0)) for a, lane in lanes.items()}
         for u in moving:
             new[u] = UOp(u.op, u.dtype, tuple([new.get(s, s) for s in u.src]), u.arg)
         return simplify(new.get(idx, idx)), simplify(new.get(valid, valid))
@@ -896,11 +902,13 @@ def _masked_vec_load(ctx: At, x: UOp, scalars: list[UOp]) -> UOp | None:
     if len(loads) < 2 or any(s.op is Ops.CONST and s.arg != 0 for s in scalars):
         return None
     first, load0 = loads[0]
+    if any(s.src[0].src[0] is not load0.src[0].src[0] for _, s in loads):
+        return None
+    # each lane's index `base + c` as the simplifier writes it: the steps read off without a simplify per lane (a
+    # sixth of the cold CNN step's lowering went to those)
+    if not Lowerer._consecutive([s.src[0].src[1] for _, s in loads], [i for i, _ in loads]):
+        return None
     base = simplify(load0.src[0].src[1] - first) if first else load0.src[0].src[1]
-    for i, s in loads:
-        step = simplify(s.src[0].src[1] - base)
-        if s.src[0].src[0] is not load0.src[0].src[0] or step.op is not Ops.CONST or step.arg != i:
-            return None
     bits: dict[UOp, int] = {}
     for i, s in loads:
         gate = s.src[1] if len(s.src) > 1 else UOp.const(dtypes.bool, True)

@@ -836,9 +836,14 @@ def _masked_vector_load(ctx: RenderCtx, u: UOp) -> str | None:
     """A vector load under a mask of lanes (Renderer.masked_load): its gate is an unsigned int, not a bool."""
     if len(u.src) < 2 or u.src[1].dtype == dtypes.bool:
         return None
+    addr, mask = f"(const void*)&{ctx.names[u.src[0]]}", ctx.names[u.src[1]]
+    if u.dtype.count < 16 and ctx.r.masked_load_16:  # type: ignore[attr-defined]
+        # the low lanes of a 16-lane load, the others masked off (AVX-512F alone: no fault, no VL)
+        wide, low = "(float __attribute__((vector_size(64)))){0}", ", ".join(map(str, range(u.dtype.count)))
+        load = f"__builtin_ia32_loadups512_mask({addr}, {wide}, {mask})"
+        return ctx.declare(u, "val", f"__builtin_shufflevector({load}, {wide}, {low})")
     zero = f"({ctx.r.render_dtype(u.dtype)}){{0}}"
-    bits = u.dtype.itemsize * 8
-    load = f"__builtin_ia32_loadups{bits}_mask((const void*)&{ctx.names[u.src[0]]}, {zero}, {ctx.names[u.src[1]]})"
+    load = f"__builtin_ia32_loadups{u.dtype.itemsize * 8}_mask({addr}, {zero}, {mask})"
     return ctx.declare(u, "val", load)
 
 
@@ -879,9 +884,11 @@ class ClangRenderer(CStyleLanguage):
     # a gcc target attribute ("no-avx512vl") for kernels that build vectors lane by lane from selects, set where the
     # compiler gets those wrong (runtime/ops_cpu.py LANE_SELECT_PROBE)
     lane_select_target = ""
-    # float32 lanes of the vectors the CPU loads under a mask of lanes (AVX-512F: 16, with AVX-512VL also 8), set by
-    # the CPU device from its instruction sets
+    # float32 lanes of the vectors the CPU loads under a mask of lanes (AVX-512F: 16 and 8), set by the CPU device
+    # from its instruction sets; masked_load_16: 8 lanes as the low half of a 16-lane load, where AVX-512VL is missing
+    # or taken away from some kernels (lane_select_target)
     masked_load_lanes: tuple[int, ...] = ()
+    masked_load_16 = False
     # a THREAD loop as functions of its own calling libgomp (GOMP_DECL) instead of `#pragma omp parallel for`, set by
     # the CPU device where its compiler's libgomp runs such a loop (runtime/ops_cpu.py)
     outline_threads = False

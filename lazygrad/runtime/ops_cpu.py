@@ -435,11 +435,9 @@ def simd_registers() -> tuple[int, int]:
 
 
 def masked_load_lanes() -> tuple[int, ...]:
-    """float32 lanes of the vectors -march=native code may load under a mask of lanes (ClangRenderer.masked_load)."""
-    flags = set(_cpu_flags().split())
-    if "avx512f" not in flags:
-        return ()
-    return (16, 8) if "avx512vl" in flags else (16,)
+    """float32 lanes of the vectors -march=native code may load under a mask of lanes (ClangRenderer.masked_load):
+    8 lanes with AVX-512VL, or as the low half of a 16-lane load (ClangRenderer.masked_load_16)."""
+    return (16, 8) if "avx512f" in _cpu_flags().split() else ()
 
 
 class CPUDevice(Compiled):
@@ -463,9 +461,11 @@ class CPUDevice(Compiled):
         renderer.dp4a_builtins = compiler.dp4a_builtins
         renderer.lane_shuffle = compiler.lane_shuffle
         renderer.outline_threads = renderer.has_threads and compiler.gomp_loop
-        # 8-lane masked loads need AVX-512VL, which kernels with lanes built from selects may have taken away
+        # an 8-lane masked load needs AVX-512VL, which kernels with lanes built from selects may have taken away: there
+        # (and without VL) it is the low half of a 16-lane one, where the compiler has __builtin_shufflevector
         lanes = masked_load_lanes()
-        renderer.masked_load_lanes = tuple(n for n in lanes if n == 16) if compiler.lane_select_target else lanes
+        renderer.masked_load_16 = bool(compiler.lane_select_target) or "avx512vl" not in _cpu_flags().split()
+        renderer.masked_load_lanes = (16,) if renderer.masked_load_16 and not compiler.lane_shuffle else lanes
         super().__init__(name, CPUAllocator(), renderer, compiler, CPUProgram)
 
     @property

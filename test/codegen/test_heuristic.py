@@ -101,3 +101,25 @@ def test_max_pool_of_biased_input_gets_no_tile():
     assert len(_upcasts(k)) <= 1
     ref = torch.nn.functional.max_pool2d(torch.relu(torch.from_numpy(x) + torch.from_numpy(bias)), 2).numpy()
     np.testing.assert_allclose(got, ref)
+
+
+@pytest.mark.parametrize("wide", [False, True])
+def test_eight_lane_masked_load_as_half_of_a_sixteen_lane_one(wide: bool, monkeypatch: pytest.MonkeyPatch):
+    """An 8-lane masked load is spelled as the low half of a 16-lane one where AVX-512VL is missing or taken away
+    from some kernels (masked_load_16): the window of a padded 8x8 conv at the first and last element of its input,
+    where the 16 lanes' addresses run 8 past the buffer's end (masked off, so no fault), computes what torch does."""
+    from lazygrad.runtime.ops_cpu import _cpu_flags
+
+    renderer = Device["CPU"].renderer
+    if 8 not in renderer.masked_load_lanes or (not wide and "avx512vl" not in _cpu_flags().split()):
+        pytest.skip("no 8-lane masked load of this spelling on this CPU")
+    monkeypatch.setattr(renderer, "lane_select_target", "")  # this conv builds no lanes from selects: VL stays
+    monkeypatch.setattr(renderer, "masked_load_16", wide)
+    x, w = _rand(1, 2, 8, 8), _rand(16, 2, 3, 3, seed=1)
+    (si,) = Tensor(x).realize().conv2d(Tensor(w).realize(), padding=1).schedule()
+    spec = get_program(si.ast, renderer)
+    assert ("loadups512_mask" in spec.src) == wide and ("loadups256_mask" in spec.src) == (not wide)
+    out = Buffer("CPU", si.bufs[0].size, si.bufs[0].dtype)
+    ExecItem(CompiledRunner("CPU", spec), [out, *si.bufs[1:]]).run()
+    ref = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w), padding=1).numpy()
+    np.testing.assert_allclose(np.frombuffer(out.as_bytes(), np.float32).reshape(ref.shape), ref, rtol=1e-4, atol=1e-4)

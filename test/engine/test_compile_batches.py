@@ -150,3 +150,34 @@ def test_under_beam_no_compiler_runs_while_kernels_are_built(monkeypatch: pytest
         realize.compile_schedule(schedule)
     assert events == ["build"] * 6 + ["compile"] * 3
     assert all(key in realize._runners for key in beam_keys)
+
+
+@pytest.mark.parametrize("was_enabled", [True, False])
+@pytest.mark.parametrize("fails", [False, True])
+def test_cycle_collector_is_held_off_while_building_and_restored(
+    monkeypatch: pytest.MonkeyPatch, was_enabled: bool, fails: bool
+) -> None:
+    """Kernels are generated with Python's cycle collector off; afterwards it is as the program left it, also when a
+    kernel fails to compile."""
+    import gc
+
+    schedule, outs, refs = fresh_schedule(3)
+    seen: list[bool] = []
+    real_program = realize.get_program
+    monkeypatch.setattr(realize, "get_program", lambda *a: seen.append(gc.isenabled()) or real_program(*a))
+    if fails:
+        monkeypatch.setattr(COMPILER, "compile_many", lambda self, srcs: (_ for _ in ()).throw(CompileError("no")))
+    (gc.enable if was_enabled else gc.disable)()
+    try:
+        with Context(CACHELEVEL=0):
+            if fails:
+                with pytest.raises(CompileError):
+                    realize.compile_schedule(schedule)
+            else:
+                run_schedule(schedule)
+        assert gc.isenabled() == was_enabled
+    finally:
+        gc.enable()
+    assert seen == [False] * 3
+    if not fails:
+        np.testing.assert_allclose([o.item() for o in outs], refs, rtol=1e-5)
