@@ -165,6 +165,11 @@ class _Batches:
         if shared not in self.programs:
             dev = Device[key[0]]
             cachekey = shared[0]
+            if not self.open.get(cachekey) and not BEAM and hasattr(dev.compiler, "prestart"):
+                # a batch opens: compiler processes start now, beside the generation of its code, one per worker
+                # (the batch left at the end is split among them): saves each call's start (~12 ms) where the
+                # schedule waits for the compiler (SmolLM2's small schedules, the CNN step's last batches)
+                dev.compiler.prestart(self.workers)
             spec = get_program(key[1], dev.renderer)
             seen, name = self.names.setdefault(cachekey, {}), spec.name
             if (n := seen.get(name, 0)) > 0:  # kernels of the same shape share a name: a binary needs distinct ones

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import ctypes
 import hashlib
 import os
@@ -9,6 +11,7 @@ import shutil
 import struct
 import subprocess
 import tempfile
+import threading
 import time
 from typing import Any
 
@@ -144,6 +147,9 @@ class ClangCompiler(Compiler):
 
     def __init__(self, cc: str):
         self.cc = cc
+        self._started: list[_Build] = []  # compiler processes waiting for their source (prestart)
+        self._started_lock = threading.Lock()
+        self.compiled = False  # whether a kernel missed the disk cache and was compiled (prestart starts none before)
         # -fvect-cost-model=dynamic: loops the heuristic could not upcast (a size no vector width divides) are still
         # vectorized by the compiler, with a scalar tail; -O2 alone only vectorizes loops that need no tail
         version = subprocess.run([cc, "--version"], capture_output=True, text=True).stdout.splitlines()[:1]
@@ -205,28 +211,28 @@ class ClangCompiler(Compiler):
         return self._build(src, flags, self.link)
 
     def _build(self, src: str, flags: list[str], link: list[str]) -> bytes:
-        with tempfile.TemporaryDirectory(prefix="lazygrad_", dir=_so_dirs[0]) as tmp:
-            # the compiler driver's own temporary files (the assembly between cc1 and as) go there too: in /tmp, on
-            # disk here, creating and removing them cost ~4 ms of each call's ~25 ms
-            env = {**os.environ, "TMPDIR": tmp}
-            out = os.path.join(tmp, "kernel.so")
-            if link:
-                obj = os.path.join(tmp, "kernel.o")
-                compile_only = [f for f in flags if f != "-shared"]
-                self._call([self.cc, *compile_only, "-c", "-x", "c", "-", "-o", obj], src, True, env)
-                with open(obj, "rb") as f:
-                    libs = _libraries_needed(f.read(), link[1:])
-                self._call([link[0], "-shared", "--as-needed", "-o", out, obj, *libs], src, False, env)
-            else:
-                self._call([self.cc, *flags, "-x", "c", "-", "-o", out, "-lm"], src, True, env)
-            with open(out, "rb") as f:
-                return f.read()
+        job = self._take_started(flags, link) or _Build(self.cc, flags, link)
+        return job.finish(src)
 
-    def _call(self, cmd: list[str], src: str, src_on_stdin: bool, env: dict[str, str]) -> None:
-        proc = subprocess.run(cmd, input=src if src_on_stdin else None, capture_output=True, text=True, env=env)
-        if proc.returncode != 0:
-            step = "compile" if src_on_stdin else "link"
-            raise CompileError(f"{cmd[0]} failed to {step} a kernel:\n{proc.stderr}\n--- source ---\n{src}")
+    def prestart(self, n: int) -> None:
+        """Compiler processes started ahead of their sources, up to `n` waiting (see _Build): a process's start (~12 ms
+        of the ~20 a call costs at least) then overlaps the generation of the kernels it will build. Only after a
+        build this process compiled for real: where every binary comes from the disk cache none is started."""
+        with self._started_lock:
+            if not self.compiled:
+                return
+            while len(self._started) < n:
+                self._started.append(_Build(self.cc, self.flags, self.link))
+
+    def _take_started(self, flags: list[str], link: list[str]) -> _Build | None:
+        with self._started_lock:
+            if flags is not self.flags or link is not self.link:
+                return None
+            while self._started:
+                if (job := self._started.pop(0)).usable():
+                    return job
+                job.cancel()
+        return None
 
     def _direct_link(self) -> list[str]:
         """`ld -shared` with the libraries the compiler driver would give a kernel (libm, libgcc's helpers, libgomp
@@ -326,12 +332,89 @@ class ClangCompiler(Compiler):
             return False
 
     def compile(self, src: str) -> bytes:
+        self.compiled = True
         return self._run(src, self.flags)
 
     def compile_many(self, srcs: list[str]) -> bytes:
         """Kernels with distinct function names into ONE shared object: one compiler start (~50 ms) instead of one
         per kernel. Cached on disk like single kernels, keyed by all the sources."""
         return self.compile_cached("\n".join(srcs))
+
+
+class _Build:
+    """One compiler call building a shared object in a directory of its own (in /dev/shm, with the compiler driver's
+    own temporary files: in /tmp, on disk here, creating and removing them cost ~4 ms of each call's ~25): the
+    compiler starts at once, reading the source from its stdin, which finish() writes."""
+
+    def __init__(self, cc: str, flags: list[str], link: list[str]):
+        self.link, self.owner = link, os.getpid()
+        self.tmp = tempfile.mkdtemp(prefix="lazygrad_", dir=_so_dirs[0])
+        self.env = {**os.environ, "TMPDIR": self.tmp}
+        self.out, self.obj = os.path.join(self.tmp, "kernel.so"), os.path.join(self.tmp, "kernel.o")
+        if link:
+            compile_only = [f for f in flags if f != "-shared"]
+            cmd = [cc, *compile_only, "-c", "-x", "c", "-", "-o", self.obj]
+        else:
+            cmd = [cc, *flags, "-x", "c", "-", "-o", self.out, "-lm"]
+        self.err = open(os.path.join(self.tmp, "messages"), "w+b")  # a file: no pipe the compiler could fill
+        try:
+            self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=self.err, stderr=self.err, env=self.env)
+        except BaseException:
+            self._remove()
+            raise
+        _builds.add(self)
+
+    def usable(self) -> bool:
+        """Started by this process (not a fork's parent) and still waiting for its source."""
+        return self.owner == os.getpid() and self.proc.poll() is None
+
+    def finish(self, src: str) -> bytes:
+        try:
+            try:
+                self.proc.stdin.write(src.encode())  # type: ignore[union-attr]
+            except BrokenPipeError:
+                pass  # the compiler died: its status and messages say why
+            finally:
+                with contextlib.suppress(BrokenPipeError):
+                    self.proc.stdin.close()  # type: ignore[union-attr]
+            self._check(self.proc.wait(), self.proc.args[0], "compile", src)  # type: ignore[index]
+            if self.link:
+                with open(self.obj, "rb") as f:
+                    libs = _libraries_needed(f.read(), self.link[1:])
+                cmd = [self.link[0], "-shared", "--as-needed", "-o", self.out, self.obj, *libs]
+                self._check(subprocess.call(cmd, stdout=self.err, stderr=self.err, env=self.env), cmd[0], "link", src)
+            with open(self.out, "rb") as f:
+                return f.read()
+        finally:
+            self._remove()
+
+    def _check(self, returncode: int, tool: str, step: str, src: str) -> None:
+        if returncode != 0:
+            self.err.seek(0)
+            msg = self.err.read().decode(errors="replace")
+            raise CompileError(f"{tool} failed to {step} a kernel:\n{msg}\n--- source ---\n{src}")
+
+    def cancel(self) -> None:
+        if self.owner == os.getpid():
+            self.proc.kill()
+            self.proc.wait()
+            self._remove()
+
+    def _remove(self) -> None:
+        _builds.discard(self)
+        self.err.close()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+# compiler processes started and not finished: those still waiting for a source are ended at exit, with their
+# directories (a fork's copies are left to the process that started them)
+_builds: set[_Build] = set()
+
+
+@atexit.register
+def _cancel_started_builds() -> None:
+    for job in list(_builds):
+        job.cancel()
 
 
 def _undefined_symbols(obj: bytes) -> set[str] | None:

@@ -321,3 +321,46 @@ def test_whole_vector_select_under_a_scalar_bool_is_right():
     got = ((Tensor.arange(4) % 2) == 0).reshape(4, 1).where(x - high * 16, high).numpy()
     v = d[36:, ::8].astype(np.float32)
     np.testing.assert_array_equal(got, np.where((np.arange(4) % 2 == 0)[:, None], v % 16, v // 16))
+
+
+def test_prestarted_compiler_builds_the_same_and_reports_errors():
+    """A compiler process started before its source (prestart) builds the kernel the source says, takes one source
+    each, and reports a source it cannot compile as a call started with it does."""
+    compiler = ClangCompiler(find_c_compiler())
+    compiler.prestart(2)
+    assert not compiler._started  # nothing compiled for real yet: nothing started ahead
+    compiler.compiled = True
+    compiler.prestart(2)
+    started = list(compiler._started)
+    assert len(started) == 2 and all(job.usable() for job in started)
+    prg = CPUProgram("add1", compiler.compile(SRC), 2, 0)
+    assert compiler._started == started[1:]
+    a = Buffer("CPU", 4, dtypes.float32).copyin(memoryview(np.arange(4, dtype=np.float32).tobytes()))
+    out = Buffer("CPU", 4, dtypes.float32)
+    prg(out.ptr, a.ptr)
+    assert list(out.as_bytes().cast("f")) == [1.0, 2.0, 3.0, 4.0]
+    with pytest.raises(CompileError, match="failed to compile a kernel:\n.*error"):
+        compiler.compile("this is not C")
+    assert not compiler._started and not any(os.path.exists(job.tmp) for job in started)
+
+
+def test_prestarted_compilers_end_with_the_process(tmp_path):
+    """Compiler processes still waiting for a source when the program ends are ended, their directories removed."""
+    code = (
+        "from lazygrad.runtime.ops_cpu import ClangCompiler, find_c_compiler\n"
+        "c = ClangCompiler(find_c_compiler())\n"
+        "c.compiled = True\n"
+        "c.prestart(2)\n"
+        "print(*(job.tmp for job in c._started))\n"
+    )
+    env = {**os.environ, "CACHEDB": str(tmp_path / "cache.db")}
+    dirs = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    dirs = dirs.split()
+    assert len(dirs) == 2 and not any(os.path.exists(d) for d in dirs)
+    for pid in (p for p in os.listdir("/proc") if p.isdigit()):  # no process left writing into them
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmdline = f.read().decode(errors="replace")
+        except OSError:
+            continue  # ended meanwhile
+        assert not any(d in cmdline for d in dirs)
