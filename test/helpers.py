@@ -12,7 +12,20 @@ from lazygrad.device import DeviceUnavailable
 from lazygrad.dtype import DType
 
 # every lazygrad dtype that numpy and torch both have, by name (bfloat16 has no numpy twin)
-NP_DTYPES = ["bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64", "float16", "float32", "float64"]
+NP_DTYPES = [
+    "bool",
+    "int8",
+    "uint8",
+    "int16",
+    "uint16",
+    "int32",
+    "uint32",
+    "int64",
+    "uint64",
+    "float16",
+    "float32",
+    "float64",
+]
 
 # (atol, rtol) for ops exact up to one rounding, and for transcendental ops
 EXACT_TOL = {"float16": (1e-3, 1e-3), "float32": (1e-6, 1e-5), "float64": (1e-12, 1e-12)}
@@ -52,7 +65,9 @@ def to_numpy(ref: Any) -> np.ndarray:
     return np.asarray(ref)
 
 
-def assert_close(out: Tensor, ref: Any, atol: float | None = None, rtol: float | None = None, check_dtype: bool = True) -> None:
+def assert_close(
+    out: Tensor, ref: Any, atol: float | None = None, rtol: float | None = None, check_dtype: bool = True
+) -> None:
     """`out` has the shape, dtype (by name) and values of `ref` (a torch tensor or numpy array). NaNs must match NaNs."""
     expected = to_numpy(ref)
     assert isinstance(out, Tensor), f"expected a Tensor, got {type(out).__name__}"
@@ -108,3 +123,25 @@ def fuzz_failures(seeds: range, check: Callable[[int], tuple[str, str | None]], 
     if hunt:
         print(f"{len(seeds) - len(failures)} passed, {len(failures)} failed")
     return failures
+
+
+def compiles_for(target: str, *tensors: Any) -> str | None:
+    """Schedule `tensors` here (never run) and build every kernel with `target`'s renderer and compiler (CUDA through
+    NVRTC needs no GPU): None when all build, else the first failure. What a fuzzer's `--compile-only CUDA` checks on
+    a machine without the device."""
+    from lazygrad.codegen import get_program
+    from lazygrad.uop.ops import Ops
+
+    if target != "CUDA":
+        raise ValueError(f"--compile-only knows CUDA, not {target}")
+    from lazygrad.renderer.gpu import CUDARenderer
+    from lazygrad.runtime.ops_cuda import CUDACompiler
+
+    renderer, compiler = CUDARenderer(), CUDACompiler("sm_90")
+    for si in Tensor.schedule(*tensors):
+        if si.ast.op is Ops.SINK and si.outputs[0].size > 0:  # (empty outputs launch nothing)
+            try:
+                compiler.compile(get_program(si.ast, renderer).src)
+            except Exception as e:  # noqa: BLE001 -- the finding
+                return f"{type(e).__name__}: {str(e)[:2000]}"
+    return None

@@ -8,6 +8,7 @@ exactly for integers and bools, to the dtype's precision for floats.
 CI runs a fixed seed and a bounded number of cases; a longer hunt is a script:
 
     python test/test_fuzz.py --cases 5000 --seed 7 [--device CL] [--big]    # DEV=CL ... does the same
+    python test/test_fuzz.py --cases 300 --seed 7 --compile-only CUDA       # no GPU: build the kernels with NVRTC
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import pytest
 import torch
 
 from lazygrad import Device, Tensor, dtypes
-from test.helpers import device_available, fuzz_failures
+from test.helpers import compiles_for, device_available, fuzz_failures
 
 INTS = [np.int8, np.uint8, np.int16, np.int32, np.int64]
 FLOATS = [np.float32, np.float16]
@@ -337,6 +338,15 @@ def check(seed: int, device: str, big: bool = False) -> tuple[str, str | None]:
     return describe(seed, x0, steps), run_case(x0, steps, device)
 
 
+def compile_check(seed: int, target: str, big: bool = False) -> tuple[str, str | None]:
+    """The chain built lazily here, its kernels built for `target` (see helpers.compiles_for)."""
+    x0, steps = gen_case(seed, big=big)
+    t, lib = Tensor(x0), Lib(False)
+    for s in steps:
+        t = s.fn(t, lib)
+    return describe(seed, x0, steps), compiles_for(target, t)
+
+
 CI_CASES = 300
 
 
@@ -368,6 +378,10 @@ if __name__ == "__main__":
     ap.add_argument("--seed", type=int, default=10_000)
     ap.add_argument("--device", default=Device.DEFAULT, help="the device under test (default: DEV's, else CPU)")
     ap.add_argument("--big", action="store_true", help="sizes up to 1031 a dimension (BIG_SIZES)")
+    ap.add_argument("--compile-only", metavar="CUDA", help="only build each chain's kernels for a device absent here")
     args = ap.parse_args()
     seeds = range(args.seed, args.seed + args.cases)
-    fuzz_failures(seeds, lambda seed: check(seed, args.device, args.big), hunt=True)
+    if args.compile_only:
+        fuzz_failures(seeds, lambda seed: compile_check(seed, args.compile_only, args.big), hunt=True)
+    else:
+        fuzz_failures(seeds, lambda seed: check(seed, args.device, args.big), hunt=True)

@@ -9,6 +9,7 @@ and 1. Floats compare to torch's float64 result with a tolerance grown with the 
 CI runs a fixed seed and a bounded number of cases; a longer hunt is a script:
 
     python test/test_fuzz_kernels.py --cases 300 --seed 7
+    python test/test_fuzz_kernels.py --cases 150 --seed 7 --compile-only CUDA    # no GPU: build kernels with NVRTC
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import pytest
 import torch
 
 from lazygrad import Tensor, dtypes
-from test.helpers import fuzz_failures
+from test.helpers import compiles_for, fuzz_failures
 
 # around vector widths (4/8/16 lanes), register tiles, thread splits and the 1024-trip reduce blocking
 DIMS = [1, 2, 3, 7, 8, 15, 16, 17, 31, 32, 33, 63, 64, 65, 97, 127, 128, 129, 255, 256, 257]
@@ -263,6 +264,19 @@ def check(seed: int) -> tuple[str, str | None]:
     return f"seed {seed}: {case.name}", run_case(case)
 
 
+def compile_check(seed: int, target: str) -> tuple[str, str | None]:
+    """The case's outputs and gradients built lazily here, their kernels built for `target` (helpers.compiles_for)."""
+    case = gen_case(seed)
+    is_float = case.inputs[0].dtype.kind == "f"
+    ins = [Tensor(a, requires_grad=is_float) for a in case.inputs]
+    outs = case.run(Tensor, ins)
+    live = [o for o in outs if o.numel()]
+    if is_float and live and all(dtypes.is_float(o.dtype) for o in live):
+        sum(o.sum() for o in live).backward()
+        outs = [*outs, *(t.grad for t in ins if t.grad is not None)]
+    return f"seed {seed}: {case.name}", compiles_for(target, *outs)
+
+
 CI_CASES, CI_CHUNKS = 60, 4
 
 
@@ -289,5 +303,9 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cases", type=int, default=300)
     ap.add_argument("--seed", type=int, default=10_000)
+    ap.add_argument("--compile-only", metavar="CUDA", help="only build each case's kernels for a device absent here")
     args = ap.parse_args()
-    fuzz_failures(range(args.seed, args.seed + args.cases), check, hunt=True)
+    seeds = range(args.seed, args.seed + args.cases)
+    fuzz_failures(
+        seeds, (lambda seed: compile_check(seed, args.compile_only)) if args.compile_only else check, hunt=True
+    )
