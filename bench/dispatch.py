@@ -190,8 +190,20 @@ def train_step() -> None:
     rng = np.random.default_rng(0)
     x = Tensor(rng.standard_normal((128, 64)).astype(np.float32)).realize()
     y = Tensor(rng.integers(0, 10, 128).astype(np.int32)).realize()
-    plain, jitted = make(), TinyJit(make())
-    fns: dict[str, Callable[[], object]] = {"lazygrad, no JIT": lambda: plain(x, y)}
+    plain, jitted, sliced = make(), TinyJit(make()), make()
+    # a tutorial's loop: minibatches sliced from a realized dataset, a new offset every step (128 offsets)
+    data_x = Tensor(rng.standard_normal((16384, 64)).astype(np.float32)).realize()
+    data_y = Tensor(rng.integers(0, 10, 16384).astype(np.int32)).realize()
+    offsets = itertools.cycle(range(0, 16384, 128))
+
+    def sliced_step() -> Tensor:
+        j = next(offsets)
+        return sliced(data_x[j : j + 128], data_y[j : j + 128])
+
+    fns: dict[str, Callable[[], object]] = {
+        "lazygrad, no JIT": lambda: plain(x, y),
+        "lazygrad, no JIT, X[j:j+128]": sliced_step,
+    }
     try:
         import torch
 
