@@ -145,3 +145,17 @@ def compiles_for(target: str, *tensors: Any) -> str | None:
             except Exception as e:  # noqa: BLE001 -- the finding
                 return f"{type(e).__name__}: {str(e)[:2000]}"
     return None
+
+
+def counting_calls(monkeypatch: Any, owner: Any, name: str) -> list[int]:
+    """Replace owner.name (a module's function or a class's method) for the test by one that counts its calls: the
+    list's one number is the count so far."""
+    calls = [0]
+    original = getattr(owner, name)
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls[0] += 1
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, counted)
+    return calls

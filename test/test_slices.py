@@ -18,19 +18,7 @@ from lazygrad.nn.optim import Adam
 from lazygrad.nn.state import get_parameters
 from lazygrad.schedule import kernelize
 from lazygrad.uop.ops import Ops
-from test.helpers import device_available
-
-
-def _counting(monkeypatch, module, name: str) -> list[int]:
-    calls = [0]
-    original = getattr(module, name)
-
-    def counted(*args, **kwargs):
-        calls[0] += 1
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(module, name, counted)
-    return calls
+from test.helpers import counting_calls, device_available
 
 
 def _cut(t: Tensor) -> Buffer | None:
@@ -293,8 +281,8 @@ def test_a_loop_over_offsets_schedules_and_compiles_nothing_new(monkeypatch):
     xn = rng.standard_normal((n, 8)).astype(np.float32)
     yn = rng.integers(0, 3, n).astype(np.int32)
     _mlp_losses(xn, yn, [0, 1], batch, sliced=True)
-    scheduled = _counting(monkeypatch, kernelize, "_create_schedule")
-    compiled = _counting(monkeypatch, realize, "get_program")
+    scheduled = counting_calls(monkeypatch, kernelize, "_create_schedule")
+    compiled = counting_calls(monkeypatch, realize, "get_program")
     offsets = [0, 1, 2, 31, 61, n - batch, 17]
     losses, params, x = _mlp_losses(xn, yn, offsets, batch, sliced=True)
     setup = scheduled[0]  # (the model's construction schedules its own small graphs)

@@ -13,18 +13,7 @@ from lazygrad.nn.optim import Adam
 from lazygrad.nn.state import get_parameters
 from lazygrad.schedule import kernelize
 from lazygrad.uop.ops import Ops, UOp, UOpMetaClass
-
-
-def _counting(monkeypatch, module, name: str) -> list[int]:
-    calls = [0]
-    original = getattr(module, name)
-
-    def counted(*args, **kwargs):
-        calls[0] += 1
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(module, name, counted)
-    return calls
+from test.helpers import counting_calls
 
 
 class _Forgetful(dict):
@@ -55,8 +44,8 @@ def _mlp_steps(n_steps: int, fresh_schedules: bool, seed: int = 0) -> tuple[list
 
 def test_repeated_eager_step_schedules_and_compiles_nothing_new(monkeypatch):
     _mlp_steps(3, fresh_schedules=False, seed=1)  # every kernel of this step's structure compiled and cached
-    scheduled = _counting(monkeypatch, kernelize, "_create_schedule")
-    compiled = _counting(monkeypatch, realize, "get_program")
+    scheduled = counting_calls(monkeypatch, kernelize, "_create_schedule")
+    compiled = counting_calls(monkeypatch, realize, "get_program")
     losses, params = _mlp_steps(4, fresh_schedules=False)
     # the model's construction schedules its own small graphs once; the training steps hit the cache
     assert compiled[0] == 0
@@ -74,7 +63,7 @@ def test_adam_builds_its_bias_corrections_once_per_step(monkeypatch):
     monkeypatch.setattr(optim, "_step_programs", {})  # the update code runs (not a replay of an earlier test's step)
     l1, l2 = Linear(8, 16), Linear(16, 4)
     opt = Adam(get_parameters([l1, l2]), lr=1e-3)
-    sqrts = _counting(monkeypatch, Tensor, "sqrt")
+    sqrts = counting_calls(monkeypatch, Tensor, "sqrt")
     with Tensor.train():
         x = Tensor(np.ones((2, 8), np.float32))
         l2(l1(x)).sum().backward()
@@ -95,7 +84,7 @@ def test_cached_schedule_keeps_random_values_fresh_and_in_place_updates():
 
 def test_single_kernel_schedule_skips_the_memory_planner(monkeypatch):
     x = Tensor(np.arange(4, dtype=np.float32)).realize()
-    planned = _counting(monkeypatch, memory, "plan_memory")
+    planned = counting_calls(monkeypatch, memory, "plan_memory")
     sched = (x + 1).schedule()
     assert memory.memory_planner(sched) is sched and planned[0] == 0
     realize.run_schedule(sched)
@@ -109,7 +98,7 @@ def test_optimizer_step_looks_for_readers_of_what_it_overwrites_once(monkeypatch
     l1, l2 = Linear(8, 16), Linear(16, 4)
     opt = Adam(get_parameters([l1, l2]), lr=1e-2)
     x, y = Tensor(np.ones((5, 8), np.float32)).realize(), Tensor(np.arange(5, dtype=np.int32) % 4).realize()
-    looks = _counting(monkeypatch, tensor_module, "_readers")
+    looks = counting_calls(monkeypatch, tensor_module, "_readers")
     with Tensor.train():
         for step in range(4):
             opt.zero_grad()
@@ -146,7 +135,7 @@ def test_backward_asks_the_realized_registry_of_realized_nodes_only(monkeypatch)
     out = Tensor(inner)
     for i in range(30):
         out = (out * 1.01 + i).relu()
-    asked = _counting(monkeypatch, tensor_module._realized, "get")
+    asked = counting_calls(monkeypatch, tensor_module._realized, "get")
     pairs = out._nodes_in_graph([w, h], out.uop)
     assert asked[0] == 1 < len(out.uop.toposort)
     assert {id(t) for t, _ in pairs} == {id(w), id(h)}  # h found through its realized node
@@ -196,8 +185,8 @@ def test_repeated_step_replays_its_gradient_and_update_graphs(monkeypatch):
     """A step of a structure seen before runs no derivative rule and no optimizer tensor op: both graphs are rebuilt
     from programs (node for node what the code builds), and train exactly as running the code every step does."""
     _mlp_steps(2, fresh_schedules=False, seed=3)
-    rules = _counting(monkeypatch, gradient, "_apply_rules")
-    sqrts = _counting(monkeypatch, Tensor, "sqrt")
+    rules = counting_calls(monkeypatch, gradient, "_apply_rules")
+    sqrts = counting_calls(monkeypatch, Tensor, "sqrt")
     losses, params = _mlp_steps(4, fresh_schedules=False)
     assert rules[0] == 0 and sqrts[0] == 0
     monkeypatch.setattr(gradient, "_programs", _Forgetful())  # the code runs every step
@@ -246,7 +235,7 @@ def test_repeated_composite_replays_its_graph(monkeypatch):
     w, b = rng.standard_normal((4, 6)).astype(np.float32), rng.standard_normal(4).astype(np.float32)
     xs = [rng.standard_normal((3, 6)).astype(np.float32) for _ in range(3)]
     ys = [rng.integers(0, 4, 3).astype(np.int32) for _ in range(3)]
-    softmaxes = _counting(monkeypatch, Tensor, "log_softmax")
+    softmaxes = counting_calls(monkeypatch, Tensor, "log_softmax")
     for i, (xn, yn) in enumerate(zip(xs, ys)):
         wt, bt = Tensor(w, requires_grad=True), Tensor(b, requires_grad=True)
         x, y = Tensor(xn), Tensor(yn)
@@ -295,7 +284,7 @@ def test_conv_gradient_replays_with_its_window_rule(monkeypatch):
         got = gradient.compute_gradient(loss.uop, seed, targets)
         ruled = gradient._apply_rules(loss.uop, seed, targets)
         assert {t: g.uop for t, g in got.items()} == {t: g.uop for t, g in ruled.items()}
-    rules = _counting(monkeypatch, gradient, "_apply_rules")
+    rules = counting_calls(monkeypatch, gradient, "_apply_rules")
     for _ in range(2):
         w = Tensor(np.full(4, 0.25, np.float32), requires_grad=True)
         w.asin().sum().backward()
@@ -310,7 +299,7 @@ def test_replayed_conv_gives_its_window_rule_again(monkeypatch):
 
     from lazygrad.nn import Conv2d
 
-    pads = _counting(monkeypatch, Tensor, "_spatial_pad")
+    pads = counting_calls(monkeypatch, Tensor, "_spatial_pad")
     first = 0
     for seed in range(3):
         rng = np.random.default_rng(seed)
@@ -334,7 +323,7 @@ def test_replayed_conv_gives_its_window_rule_again(monkeypatch):
 def _allocations(monkeypatch) -> list[int]:
     from lazygrad.device import Device
 
-    return _counting(monkeypatch, Device["CPU"].allocator, "alloc")
+    return counting_calls(monkeypatch, Device["CPU"].allocator, "alloc")
 
 
 def test_repeated_realize_launches_from_its_plan(monkeypatch):
@@ -347,9 +336,9 @@ def test_repeated_realize_launches_from_its_plan(monkeypatch):
     for _ in range(2):
         (a + b).realize()
     names = ("compile_schedule", "lower_schedule_item", "get_runner")
-    counted = {name: _counting(monkeypatch, realize, name) for name in names}
-    executed = _counting(monkeypatch, realize.ExecItem, "run")
-    planned = _counting(monkeypatch, memory, "plan_memory")
+    counted = {name: counting_calls(monkeypatch, realize, name) for name in names}
+    executed = counting_calls(monkeypatch, realize.ExecItem, "run")
+    planned = counting_calls(monkeypatch, memory, "plan_memory")
     kernels = GlobalCounters.kernel_count
     for _ in range(5):
         np.testing.assert_array_equal((a + b).realize().numpy(), an + bn)
@@ -364,7 +353,7 @@ def test_launch_plan_trains_and_shares_memory_as_the_general_path(monkeypatch):
     plan of a step."""
     _mlp_steps(3, fresh_schedules=False, seed=4)
     allocs = _allocations(monkeypatch)
-    planned = _counting(monkeypatch, memory, "plan_memory")
+    planned = counting_calls(monkeypatch, memory, "plan_memory")
     losses, params = _mlp_steps(4, fresh_schedules=False)
     with_plans, plans_made = allocs[0], planned[0]
     monkeypatch.setattr(realize, "_launch_plan", lambda schedule: None)
@@ -475,10 +464,12 @@ def test_repeated_realize_of_a_graph_seen_before_takes_the_cached_path(monkeypat
     for _ in range(3):
         (a + b).realize()
     assert _python_calls(lambda: (a + b).realize()) <= 60  # (45 in a fresh process)
-    looks = _counting(monkeypatch, tensor_module, "_readers")
-    items = _counting(monkeypatch, kernelize._Template, "schedule")  # no ScheduleItem made: launched from the buffers
-    general = _counting(monkeypatch, Tensor, "_schedule_noted")
-    scheduled = _counting(monkeypatch, kernelize, "_create_schedule")
+    looks = counting_calls(monkeypatch, tensor_module, "_readers")
+    items = counting_calls(
+        monkeypatch, kernelize._Template, "schedule"
+    )  # no ScheduleItem made: launched from the buffers
+    general = counting_calls(monkeypatch, Tensor, "_schedule_noted")
+    scheduled = counting_calls(monkeypatch, kernelize, "_create_schedule")
     outs = [(a + b).realize() for _ in range(4)]
     assert looks[0] == general[0] == scheduled[0] == items[0] == 0
     assert len({id(o.uop.base.arg) for o in outs}) == 4
@@ -496,7 +487,7 @@ def test_root_over_stored_buffers_is_known_without_a_walk(monkeypatch):
     v = Tensor(an[0]).realize()
     for _ in range(3):
         (a * b).realize(), (a * a).realize(), (v - v.exp()).realize(), (v + 1).realize()
-    walks = _counting(monkeypatch, kernelize._Walk, "__init__")
+    walks = counting_calls(monkeypatch, kernelize._Walk, "__init__")
     for _ in range(3):
         np.testing.assert_array_equal((a * b).realize().numpy(), an * bn)
         np.testing.assert_array_equal((a * a).realize().numpy(), an * an)
@@ -602,7 +593,7 @@ def test_realizing_a_stored_tensor_schedules_nothing(monkeypatch):
     """A tensor already stored whole (`.numpy()` and `.item()` realize it again) computes nothing and takes no pass
     of schedule_with_vars; a view of a pending write still goes through it and reads the write."""
     x = Tensor(np.arange(6, dtype=np.float32)).realize()
-    general = _counting(monkeypatch, Tensor, "_schedule_noted")
+    general = counting_calls(monkeypatch, Tensor, "_schedule_noted")
     assert x.realize() is x and x.reshape(2, 3).realize().numpy().tolist() == [[0, 1, 2], [3, 4, 5]]
     assert general[0] == 0
     v = x.reshape(2, 3)
@@ -618,7 +609,7 @@ def test_repeated_relu_replays_its_graph(monkeypatch):
 
     xn = np.array([-1.5, 0.0, 2.0, -0.0, 3.5], np.float32)
     Tensor(xn).relu()  # the program of this kind
-    compares = _counting(monkeypatch, Tensor, "__le__")
+    compares = counting_calls(monkeypatch, Tensor, "__le__")
     for _ in range(3):
         x = Tensor(xn, requires_grad=True)
         out = x.relu()
@@ -636,7 +627,7 @@ def test_backward_seeds_from_one_node_per_kind(monkeypatch):
     device: later backwards make no factory call; under no_grad the factory still runs (its node is detached)."""
     w = Tensor(np.arange(4, dtype=np.float32), requires_grad=True)
     (w * 3).sum().backward()
-    made = _counting(monkeypatch, Tensor, "full")
+    made = counting_calls(monkeypatch, Tensor, "full")
     for _ in range(3):
         w.grad = None
         loss = (w * w).sum()
@@ -655,7 +646,7 @@ def test_window_rule_keys_are_built_once(monkeypatch):
     conv = Conv2d(3, 4, 3, padding=1)
     for _ in range(2):
         conv(x).relu().sum().backward()
-    frozen = _counting(monkeypatch, gradient, "_frozen")
+    frozen = counting_calls(monkeypatch, gradient, "_frozen")
     grads = []
     for _ in range(2):
         conv.weight.grad = None
