@@ -487,3 +487,41 @@ def test_kept_losses_do_not_slow_each_step() -> None:
     # backward() still looks at every live tensor that may want a gradient, at C speed (no Python line each)
     assert many < few + 200, f"{few} lines of Python a step beside 10 kept losses, {many} beside 300"
     assert np.isfinite(losses[-1].numpy()) and losses[0].numpy() != losses[-1].numpy()
+
+
+# the same over row blocks of a realized matrix: a slice showing whole rows is a buffer over the matrix's memory
+# (tensor.py _block_as_buffer), which must behave as torch's view: a raw slice sees every later write into the matrix,
+# a value computed from one keeps what the rows held when it was made, a write through one lands in the matrix
+ROW_READS = [
+    lambda a: a[1:3],  # a raw view
+    lambda a: a[2],  # a row, a raw view
+    lambda a: a[1:3] * 2,
+    lambda a: a[0:2].sum(0),
+    lambda a: a[3:] + a[:1],
+]
+ROW_WRITES = [
+    lambda a: a.__setitem__(slice(1, 3), 7.0),
+    lambda a: a[2].__iadd__(1) if isinstance(a, torch.Tensor) else a[2].assign(a[2] + 1),
+    lambda a: a.mul_(0.5) if isinstance(a, torch.Tensor) else a.assign(a * 0.5),
+    lambda a: a.__setitem__(slice(1, None), a[:-1].clone() if isinstance(a, torch.Tensor) else a[:-1] + 0),
+    lambda a: a[0:2].add_(a[2:4]) if isinstance(a, torch.Tensor) else a[0:2].assign(a[0:2] + a[2:4]),
+]
+
+
+@settings(max_examples=int(os.getenv("WRITE_ORDER_EXAMPLES", "60")), deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["read", "write", "realize"]), st.integers(0, 4)), max_size=14))
+def test_random_programs_over_row_slices_match_torch_views(program) -> None:
+    base = np.arange(12, dtype=np.float32).reshape(4, 3)
+    x, rx = Tensor(base).realize(), torch.from_numpy(base.copy())
+    reads: list[tuple[Tensor, torch.Tensor]] = []
+    for what, k in program:
+        if what == "read":
+            reads.append((ROW_READS[k](x), ROW_READS[k](rx)))
+        elif what == "write":
+            ROW_WRITES[k](x)
+            ROW_WRITES[k](rx)
+        elif reads:
+            reads[k % len(reads)][0].realize()
+    for r, rr in reads[::-1]:
+        np.testing.assert_allclose(r.numpy(), rr.numpy(), rtol=1e-6)
+    same(x, rx)
