@@ -119,7 +119,7 @@ def _sharded_stored(a: Tensor) -> UOp:
 class _Arg:
     """What the capture saw in one argument position, and how a replay checks and uses that position."""
 
-    __slots__ = ("kind", "slot", "shape", "dtype", "device", "value", "last", "shape_vars")
+    __slots__ = ("kind", "slot", "shape", "dtype", "device", "value", "last", "shape_vars", "writes")
 
     def __init__(
         self, kind: str, slot: int = -1, shape: Any = None, dtype: Any = None, device: Any = None, value: Any = None
@@ -128,6 +128,19 @@ class _Arg:
         self.last: UOp | None = None  # the input UOp whose buffer pointer the graph holds (holds that buffer alive)
         # a Tensor of a symbolic shape: its shape without values, and the variable slot each of its variables fills
         self.shape_vars: tuple[tuple[UOp, int], ...] = ()
+        self.writes = False  # the captured kernels write into this argument (an in-place op on it)
+
+
+def _write_back(copies: list[tuple[Tensor, Buffer]], replaced: frozenset) -> None:
+    """An argument the function writes into in place, given to the kernels as a copy (a view of another tensor, a
+    lazy value), takes the copy's new contents: as in torch, a write into a view lands in the tensor it views (a
+    pending write, as every in-place op; before, the view's tensor never saw it). Not where the argument is over
+    memory the call itself rewrote (`replaced`: an earlier output fed back, which a replay overwrites with its new
+    output): the pending write would land on that new output."""
+    for a, buf in copies:
+        memories = {x.arg.memory for x in a.uop.toposort if x.op is Ops.BUFFER}
+        if buf.memory not in memories and not memories & replaced:
+            a.assign(Tensor.from_uop(UOp.buffer_view(buf, a.shape)))
 
 
 class CapturedJit:
@@ -185,6 +198,10 @@ class CapturedJit:
             b.ensure_allocated()
         # what a replay writes: an input in one of these (an output fed back) could change while a kernel reads it
         self.written = {table[bslots[j]] for r, bslots, _ in self.items for j in r.spec.outs} - set(inputs)
+        # the arguments an in-place op writes into: a call given a copy of one (a view, a lazy value) writes it back
+        written_slots = {bslots[j] for r, bslots, _ in self.items for j in r.spec.outs}
+        for a in args:
+            a.writes = a.kind is _TENSOR and a.value is None and a.slot in written_slots
         self.written_memory = frozenset(b.memory for b in self.written)
         self.kernel_count = len(self.items)
         self.ops = sum(r.spec.ops for r, _, _ in self.items)
@@ -239,6 +256,7 @@ class CapturedJit:
         if graph is None or self.input_nodes or is_capturing() or DEBUG.value >= 2 or profile.enabled():
             return self._replay_kernels(args)
         # the hot path: write the changed slots of the graph's arrays, one ctypes call, wrap the outputs
+        copies: list[tuple[Tensor, Buffer]] = []
         for spec, a in zip(self.args, args):
             kind = spec.kind
             if kind is _TENSOR:
@@ -251,6 +269,8 @@ class CapturedJit:
                 buf, own = self._input(spec, a)
                 graph.bufs[spec.slot] = buf._ptr or buf.ptr
                 spec.last = a.uop if own else None  # never cache a copy: it goes stale
+                if spec.writes and not own:
+                    copies.append((a, buf))
                 for slot, val in self._shape_values(spec, a):
                     graph.vars[slot] = self.var_vals[slot] = val
             elif kind is _VAR:
@@ -265,6 +285,7 @@ class CapturedJit:
         GlobalCounters.kernel_count += self.kernel_count
         GlobalCounters.global_ops += self.ops
         GlobalCounters.global_mem += self.mem
+        _write_back(copies, self.written_memory)
         if self.single_out is not None:
             return Tensor.from_uop(self.single_out)
         return self._outputs({})
@@ -280,11 +301,15 @@ class CapturedJit:
         """Kernel by kernel: for DEBUG>=2 lines, inside another capture (which records them), on devices without a
         graph, and when an output is an input (rebuilt around this call's input)."""
         inputs: list[Buffer] = []
+        copies: list[tuple[Tensor, Buffer]] = []
         for spec, a in zip(self.args, args):
             if spec.kind is _TENSOR and spec.value is not None:
                 inputs.extend(self._sharded_input(spec, a))
             elif spec.kind is _TENSOR:
-                inputs.append(self._input(spec, a)[0])
+                buf, own = self._input(spec, a)
+                inputs.append(buf)
+                if spec.writes and not own:
+                    copies.append((a, buf))
                 for slot, val in self._shape_values(spec, a):
                     self.var_vals[slot] = val
             elif spec.kind is _VAR:
@@ -297,6 +322,7 @@ class CapturedJit:
             var_vals = {v: self.var_vals[s] for v, s in zip(runner.spec.vars, vslots)}
             ExecItem(runner, [table[s] for s in bslots]).run(var_vals, jit=True)
         forget_values_read_from(self.written_memory)
+        _write_back(copies, self.written_memory)
         swap = {node: UOp.buffer_view(inputs[i], (inputs[i].size,)) for node, i in self.input_nodes.items()}
         return self._outputs(swap)
 
@@ -468,4 +494,6 @@ class TinyJit(Generic[R]):
                 stacklevel=3,
             )
         self.captured = CapturedJit(recorded, specs, kw_names, inputs, ret, mode, (rng[1], counter - rng[1]))
+        copied = [(a, inputs[spec.slot]) for a, spec in zip(values, specs) if spec.writes]
+        _write_back(copied, self.captured.written_memory)
         return ret

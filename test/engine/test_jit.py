@@ -522,3 +522,51 @@ def test_random_numbers_on_several_devices_are_new_on_every_replay() -> None:
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g, w)
     assert len({g.tobytes() for g in got}) == 4
+
+
+def test_in_place_write_into_a_view_argument_lands_in_its_tensor() -> None:
+    """A view argument (a column block, a transpose) reaches the kernels as a copy: the capture and every replay
+    write the copy's new contents back, so the write lands in the viewed tensor as in torch (it did on the first,
+    uncaptured call only, then silently stopped)."""
+
+    @TinyJit
+    def bump(b: Tensor) -> Tensor:
+        b += 10
+        return b.sum().realize()
+
+    for k in range(5):
+        an = np.arange(18, dtype=np.float32).reshape(6, 3) + k
+        a = Tensor(an).realize()
+        assert bump(a[:, 0:2]).item() == (an[:, 0:2] + 10).sum()
+        an[:, 0:2] += 10
+        np.testing.assert_array_equal(a.numpy(), an)
+
+    @TinyJit
+    def scale(b: Tensor) -> Tensor:
+        b *= 2
+        return (b + 1).realize()
+
+    for k in range(4):
+        an = np.arange(6, dtype=np.float32).reshape(2, 3) + k
+        a = Tensor(an).realize()
+        out = scale(a.T)
+        an *= 2
+        np.testing.assert_array_equal(out.numpy(), an.T + 1)
+        np.testing.assert_array_equal(a.numpy(), an)
+
+
+def test_in_place_write_into_an_output_fed_back() -> None:
+    """The previous call's output fed back is copied (a kernel may overwrite it while another reads it), and its
+    in-place write is not written back: that memory is the JIT's output, which this replay rewrites (a write landing
+    after it would corrupt the new output)."""
+
+    @TinyJit
+    def step(x: Tensor) -> Tensor:
+        x += 1
+        return (x * 2).realize()
+
+    x, xn = Tensor.zeros(3).contiguous().realize(), np.zeros(3, np.float32)
+    for _ in range(5):
+        x = step(x)
+        xn = (xn + 1) * 2
+        np.testing.assert_array_equal(x.numpy(), xn)
