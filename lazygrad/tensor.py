@@ -1421,8 +1421,9 @@ class Tensor(metaclass=_TensorType):
         """The kernels that compute this tensor (and `lst`), and the variable values they run with."""
         return self._schedule_noted(*lst)[0]
 
-    def _schedule_noted(self, *lst: Tensor) -> tuple[tuple[list, dict[UOp, int]], _Noted]:
-        """schedule_with_vars, and what it noted as stored (for _run_noted to take back if no kernel runs)."""
+    def _schedule_noted(self, *lst: Tensor) -> tuple[tuple[list, dict[UOp, int]], list]:
+        """schedule_with_vars, and what it noted as stored (for _run_noted to take back if no kernel runs): [each
+        tensor it made stand for a buffer, with the node it had; the nodes noted as stored]."""
         tensors: tuple[Tensor, ...] = (self, *lst)
         firsts: dict[UOp, Tensor] = {}
         _own_memory(tensors, firsts)
@@ -6114,10 +6115,6 @@ def _mark_pending(schedule: list) -> None:
                 buf.pending_write = True
 
 
-# what a schedule noted: [each tensor it made stand for a buffer, with the node it had; the nodes noted as stored]
-_Noted = list
-
-
 def _note_stored(
     tensors: tuple[Tensor, ...], becomes: dict[UOp, UOp], lowered: list[UOp] | None
 ) -> list[tuple[Tensor, UOp]]:
@@ -6154,7 +6151,7 @@ def _note_stored(
     return replaced
 
 
-def _run_noted(schedule: list, var_vals: dict[UOp, int], noted: _Noted) -> None:
+def _run_noted(schedule: list, var_vals: dict[UOp, int], noted: list) -> None:
     """run_schedule; where it raises before any kernel ran (a compile error, Ctrl-C during a long first compile),
     what scheduling noted is taken back: the tensors are lazy again, as before the realize, and the next realize
     (or .numpy()) computes them, where they would otherwise stand for buffers that never got their values. `noted`

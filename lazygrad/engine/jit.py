@@ -285,7 +285,8 @@ class CapturedJit:
         GlobalCounters.kernel_count += self.kernel_count
         GlobalCounters.global_ops += self.ops
         GlobalCounters.global_mem += self.mem
-        _write_back(copies, self.written_memory)
+        if copies:
+            _write_back(copies, self.written_memory)
         if self.single_out is not None:
             return Tensor.from_uop(self.single_out)
         return self._outputs({})
@@ -322,7 +323,8 @@ class CapturedJit:
             var_vals = {v: self.var_vals[s] for v, s in zip(runner.spec.vars, vslots)}
             ExecItem(runner, [table[s] for s in bslots]).run(var_vals, jit=True)
         forget_values_read_from(self.written_memory)
-        _write_back(copies, self.written_memory)
+        if copies:
+            _write_back(copies, self.written_memory)
         swap = {node: UOp.buffer_view(inputs[i], (inputs[i].size,)) for node, i in self.input_nodes.items()}
         return self._outputs(swap)
 
