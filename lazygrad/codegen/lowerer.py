@@ -174,6 +174,9 @@ class Lowerer:
         outer = UOp(Ops.RANGE, self.idx_dtype, (UOp.const(self.idx_dtype, sizes[pos] // split),), (axis, "rb"))
         within = UOp(Ops.RANGE, self.idx_dtype, (UOp.const(self.idx_dtype, split),), (axis, "r"))
         self.base_idxs[axis] = outer * UOp.const(self.idx_dtype, split) + within
+        # the placeholder forms the vector-axis choice built (_at_lanes) index the unsplit loop: built again over
+        # the split one when asked (kept, the unsplit loop was rendered beside the split one, a wrong kernel)
+        self.lane_forms.clear()
         self.block_ranges = self.reduce_ranges[:pos] + [outer]
         self.reduce_ranges = [within] + self.reduce_ranges[pos + 1 :]
 

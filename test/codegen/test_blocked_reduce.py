@@ -70,3 +70,18 @@ def test_prime_length_stays_one_loop_and_right():
     assert "rblk" not in _source(Tensor.empty(n).sum())
     x = np.random.default_rng(6).random(n, dtype=np.float32)
     assert abs(Tensor(x).sum().item() - x.astype(np.float64).sum()) / x.sum() < 2e-6
+
+
+def test_blocked_window_sum_with_vector_lanes_is_right():
+    """The weight gradient of a conv whose window loads take a vector axis (their index forms are built while the
+    vector axis is chosen, before the long reduce is cut into blocks): the forms were kept over the unsplit loop, so
+    the kernel rendered the unsplit loop beside the split one and gcc refused it (tinygrad's test_large_input_conv2d)."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(5)
+    x, w = rng.standard_normal((4, 16, 64, 64)).astype(np.float32), rng.standard_normal((6, 16, 5, 2)).astype(np.float32)
+    lx, lw = Tensor(x, requires_grad=True), Tensor(w, requires_grad=True)
+    lx.conv2d(lw).sum().backward()
+    tx, tw = torch.tensor(x, requires_grad=True), torch.tensor(w, requires_grad=True)
+    torch.nn.functional.conv2d(tx, tw).sum().backward()
+    np.testing.assert_allclose(lw.grad.numpy(), tw.grad.numpy(), rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(lx.grad.numpy(), tx.grad.numpy(), rtol=1e-4, atol=1e-4)
