@@ -13,8 +13,11 @@ import heapq
 from lazygrad.uop.ops import Ops, UOp
 
 # loop kinds from outermost to innermost: CPU-thread loops over outputs, output loops, a reduce split across
-# CPU threads, the outer loops of a blocked reduce, reduce loops
-RANGE_ORDER = {"t": 0, "g": 1, "tr": 2, "rb": 3, "r": 4}
+# CPU threads, then reduce loops. A blocked reduce's loops ("rb": the outer part of a loop cut in two) rank with the
+# reduce loops by axis, the outer part before the inner part of the same axis: that is their nesting (the reduce
+# loops of lower axes are block loops outside the cut one). Ranked "rb" before every "r", a lower axis's block loop
+# opened inside the cut loop's outer part, and each closed in the other's place (the IR check refused the kernel)
+RANGE_ORDER = {"t": 0, "g": 1, "tr": 2, "rb": 3, "r": 3}
 
 
 def linearize(sink: UOp) -> list[UOp]:
@@ -31,7 +34,7 @@ def linearize(sink: UOp) -> list[UOp]:
     def priority(n: UOp) -> tuple[int, ...]:
         if n.op is Ops.RANGE:
             axis, kind = n.arg
-            return (1, RANGE_ORDER.get(kind, len(RANGE_ORDER)), axis, position[n])
+            return (1, RANGE_ORDER.get(kind, len(RANGE_ORDER)), axis, kind != "rb", position[n])
         return (0, position[n])
 
     ready = [(priority(n), position[n], n) for n in nodes if waiting[n] == 0]

@@ -85,3 +85,15 @@ def test_blocked_window_sum_with_vector_lanes_is_right():
     torch.nn.functional.conv2d(tx, tw).sum().backward()
     np.testing.assert_allclose(lw.grad.numpy(), tw.grad.numpy(), rtol=1e-4, atol=1e-3)
     np.testing.assert_allclose(lx.grad.numpy(), tx.grad.numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_block_loops_nest_as_they_close():
+    """Sum over (5, 225) whose 225-loop is cut (blocks of 45): the 5-loop is a block loop outside the cut loop's outer
+    part. Ranked by loop kind, the outer part opened first and each closed in the other's place; the values came out
+    right (both closed at one point), but the kernel broke the IR rules (lazygrad/uop/spec.py, on in the tests)."""
+    src = _source(Tensor.empty(5, 16, 225).sum((0, 2)))
+    assert "rblk" in src
+    opened = [line.split("int ")[1].split(" ")[0] for line in src.splitlines() if line.strip().startswith("for (")]
+    assert opened.index("ridx0") < opened.index(next(n for n in opened if n.startswith("rblk")))
+    x = np.random.default_rng(6).random((5, 16, 225), dtype=np.float32)
+    np.testing.assert_allclose(Tensor(x).sum((0, 2)).numpy(), x.astype(np.float64).sum((0, 2)), rtol=2.5e-7)
