@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any, Callable
 
 import numpy as np
@@ -10,6 +11,7 @@ import torch
 from lazygrad import Device, Tensor, dtypes
 from lazygrad.device import DeviceUnavailable
 from lazygrad.dtype import DType
+from lazygrad.helpers import SPEC, Context
 
 # every lazygrad dtype that numpy and torch both have, by name (bfloat16 has no numpy twin)
 NP_DTYPES = [
@@ -105,11 +107,14 @@ def compare(
 def fuzz_failures(seeds: range, check: Callable[[int], tuple[str, str | None]], hunt: bool = False) -> list[str]:
     """check(seed) -> (what the case is, what differs or None) over `seeds`; the failures, each as that description and
     error. A fuzzer's test asserts there are none. As a script (hunt=True) an exception is a finding too (a crash),
-    each failure is printed as it is found, with a progress line every 50 cases and a total at the end."""
+    each failure is printed as it is found, with a progress line every 50 cases and a total at the end. A hunt checks
+    every kernel against the IR rules (SPEC=1, as the test suite does) unless SPEC is set: a hunt without them passed
+    kernels whose loops nested against the rules, which then failed in CI."""
     failures = []
     for i, seed in enumerate(seeds, 1):
         try:
-            what, err = check(seed)
+            with Context(SPEC=int(os.environ.get("SPEC", "1")) if hunt else SPEC.value):
+                what, err = check(seed)
         except Exception as e:
             if not hunt:
                 raise
