@@ -770,12 +770,13 @@ def _mask_alu(ctx: RenderCtx, u: UOp) -> str | None:
         one, zero = (r.render_const(v, u.dtype) for v in ((1.0, 0.0) if dtypes.is_float(u.dtype) else (1, 0)))
         return ctx.expr(u, f"LG_VSEL({_mask_as(ctx, u.src[0], u.dtype.scalar.itemsize)},{one},{zero})")
     if u.op in GroupOp.Comparison and not _is_mask(u.src[0]):  # numbers compared: a mask as wide as they are
-        sym = BINOP_SYMBOLS[u.op]
-        return _mask_value(ctx, u, f"({ctx.names[u.src[0]]}{sym}{ctx.names[u.src[1]]})", u.src[0].dtype.scalar.itemsize)
+        text, nbytes = f"{ctx.names[u.src[0]]}{BINOP_SYMBOLS[u.op]}{ctx.names[u.src[1]]}", u.src[0].dtype.scalar.itemsize
+        return _mask_value(ctx, u, _compared(ctx, text, nbytes, u), nbytes)
     if u.op is Ops.CAST and _is_mask(u.src[0]):  # bool to bool
         return _mask_value(ctx, u, ctx.names[u.src[0]], ctx.mask_bytes.get(u.src[0], 4))
     if u.op is Ops.CAST:  # numbers to bool: nonzero (NaN included) is true
-        return _mask_value(ctx, u, f"({ctx.names[u.src[0]]}!=0)", u.src[0].dtype.scalar.itemsize)
+        nbytes = u.src[0].dtype.scalar.itemsize
+        return _mask_value(ctx, u, _compared(ctx, f"{ctx.names[u.src[0]]}!=0", nbytes, u), nbytes)
     # masks joined lane by lane, at the width of the first
     nbytes = ctx.mask_bytes.get(u.src[0], 4) if u.op is not Ops.WHERE else ctx.mask_bytes.get(u.src[1], 4)
     a = [_mask_as(ctx, s, nbytes) for s in u.src]
@@ -787,6 +788,13 @@ def _mask_alu(ctx: RenderCtx, u: UOp) -> str | None:
         return _mask_value(ctx, u, f"(~({a[0]}^{a[1]}))", nbytes)
     sym = "^" if u.op is Ops.CMPNE else BINOP_SYMBOLS[u.op]
     return _mask_value(ctx, u, f"({a[0]}{sym}{a[1]})", nbytes)
+
+
+def _compared(ctx: RenderCtx, text: str, nbytes: int, u: UOp) -> str:
+    """A vector compare as a mask of our mask type. With 8-byte lanes gcc types the compare's result as a vector of
+    `long`, which C does not convert to our 8-byte mask type (`long long` lanes) where it meets one (a select of two
+    int64 compares assigned to a mask variable failed to compile): the cast reinterprets the same bits."""
+    return f"(({_mask_type(ctx.r, 8, u.dtype.count)})({text}))" if nbytes == 8 else f"({text})"
 
 
 def _broadcast(u: UOp) -> UOp | None:

@@ -36,6 +36,7 @@ def kernels():
     a, b = realized(24, 40), realized(24, 40, seed=1)
     c = realized(37, 64, seed=2)
     m1, m2 = realized(24, 32, seed=3), realized(32, 48, seed=4)
+    i1, i2 = ((realized(24, 40, seed=s) * 3).cast(dtypes.int64).realize() for s in (6, 7))
     return {
         "ew_broadcast_transpose": (a * b + a.T.T.exp2()) - realized(40, seed=5),
         "ew_pad_masked": a.pad(((1, 3), (2, 2))) * 2 + 1,
@@ -46,6 +47,8 @@ def kernels():
         "matmul": (m1.reshape(24, 1, 32) * m2.T.reshape(1, 48, 32)).sum(2),
         "reduce_all": c.sum(),
         "int_cast": (a * 10).cast(dtypes.int32).sum(0) * 3,
+        # bools from int64 compares selected lane by lane (an upcast one failed to compile: an 8-byte compare's type)
+        "int64_compare_select": (a > 0).where((i1.abs() == i2), i1.flip(0).abs() == i2),
     }
 
 
