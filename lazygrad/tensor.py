@@ -7063,6 +7063,10 @@ def _advanced_scatter(shape: tuple[int, ...], adv: list[tuple[int, Tensor]], v: 
 
 
 def _getitem(t: Tensor, index: Any) -> Tensor:
+    if type(index) is slice or type(index) is int:
+        cut = _leading_cut(t, index)
+        if cut is not None:
+            return cut
     basic, adv = _split_index(t, index)
     x = _block_as_buffer(t, _basic_getitem(t, basic))
     return _advanced_getitem(x, adv) if adv else x
@@ -7099,19 +7103,7 @@ def _block_as_buffer(t: Tensor, x: Tensor) -> Tensor:
     (Allocator.offset: DISK, PYTHON, an OpenCL sub-buffer off its alignment); for part of a row (a record's fields, a
     GGUF block's scales and codes, which one kernel reads apart: each cut is an argument of its own, where views of one
     tensor are one); and past MAX_LIVE_CUTS live cuts of one memory."""
-    from lazygrad.gradient import recording
-
-    if x is t or not isinstance(t.device, str) or t._on_disk:
-        return x
-    base = _under_reshapes(t.uop)
-    # (an unallocated buffer holds no value yet: @function's placeholders, an empty tensor)
-    if base.op is not Ops.BUFFER or base.arg.pending_write or not base.arg.is_allocated:
-        return x
-    if is_capturing() or recording():
-        return x
-    if t._requires_grad or _grad_leaves and t.requires_grad:
-        return x
-    if _lazy_origin and (t.uop in _lazy_origin or base in _lazy_origin):
+    if x is t or (base := _cuttable_base(t)) is None:
         return x
     chain = []
     u = x.uop
@@ -7134,20 +7126,94 @@ def _block_as_buffer(t: Tensor, x: Tensor) -> Tensor:
         return x  # nothing, all of t (x reshapes it), or not one block in row-major order
     if v.offset % row or size % row:
         return x  # part of a row
-    memory = base.arg.memory
-    if len(cuts := memory.__dict__.setdefault(_CUTS, weakref.WeakSet())) >= MAX_LIVE_CUTS:
-        return x
-    buf = base.arg.view(v.offset, size, x.shape)
-    if buf is None:
-        return x
-    cuts.add(buf)
-    node = UOp.buffer_view(buf, x.shape)
-    node.base.__dict__[_BLOCK_OF] = x.uop
+    out = _cut(base.arg, v.offset, size, x.shape, x.uop, x._requires_grad, x._view_of)
+    return x if out is None else out
+
+
+def _cuttable_base(t: Tensor) -> UOp | None:
+    """The BUFFER node under t's reshapes where a view of t may be cut as a buffer of its own (_block_as_buffer says
+    when not), else None."""
+    from lazygrad.gradient import recording
+
+    if not isinstance(t.device, str) or t._on_disk:
+        return None
+    base = _under_reshapes(t.uop)
+    # (an unallocated buffer holds no value yet: @function's placeholders, an empty tensor)
+    if base.op is not Ops.BUFFER or base.arg.pending_write or not base.arg.is_allocated:
+        return None
+    if is_capturing() or recording():
+        return None
+    if t._requires_grad or _grad_leaves and t.requires_grad:
+        return None
+    if _lazy_origin and (t.uop in _lazy_origin or base in _lazy_origin):
+        return None
+    return base
+
+
+def _cut(
+    buf: Buffer,
+    offset: int,
+    size: int,
+    shape: tuple[int, ...],
+    view: UOp,
+    requires_grad: bool | None,
+    view_of: tuple[Tensor, UOp] | None,
+) -> Tensor | None:
+    """The tensor of `shape` over `size` elements of buf from `offset` on, standing for `view` (the view node of buf's
+    tensor that shows them, its requires_grad and _view_of); None past MAX_LIVE_CUTS or where the device cannot cut
+    there."""
+    held = buf.memory.__dict__
+    if (cuts := held.get(_CUTS)) is None:
+        cuts = held.setdefault(_CUTS, weakref.WeakSet())
+    if len(cuts) >= MAX_LIVE_CUTS:
+        return None
+    block = buf.view(offset, size, shape)
+    if block is None:
+        return None
+    cuts.add(block)
+    node = UOp.buffer_view(block, shape)
+    node.base.__dict__[_BLOCK_OF] = view
     out = Tensor.from_uop(node)  # (no DETACH under no_grad: a buffer has no graph to cut)
-    out._requires_grad, out._view_of = x._requires_grad, x._view_of
-    if out._requires_grad is None and dtypes.is_float(out.dtype):
+    out._requires_grad, out._view_of = requires_grad, view_of
+    if requires_grad is None and dtypes.is_float(out.dtype):
         _note_unset(out)
     return out
+
+
+def _leading_cut(t: Tensor, index: int | slice) -> Tensor | None:
+    """t[index] for an int or a step-1 slice of ints on the first dim of a realized tensor, cut as a buffer of its
+    own straight from the index (the minibatch loop's X[j:j+32], X[i]): the general plan (_split_index,
+    _basic_getitem, a shape tracker in _block_as_buffer) cost about 35 us of Python per slice. The view node it
+    stands for is built as _basic_getitem builds it. None where the general path decides (its errors included)."""
+    if t._view_of is not None or not t.uop.shape:
+        return None
+    shape = t.shape
+    n = shape[0]
+    if type(index) is int:
+        if not -n <= index < n:
+            return None
+        start, count = index % n, 1
+    else:
+        if index.step not in (None, 1) or not {type(index.start), type(index.stop)} <= _INT_OR_NONE:
+            return None
+        start, stop, _ = index.indices(n)
+        count = stop - start
+    if count <= 0 or count == n or any(type(s) is not int for s in shape) or (base := _cuttable_base(t)) is None:
+        return None
+    grad_off = _modes.grad_disabled
+    view = UOp(Ops.SHRINK, t.dtype, (t.uop,), ((start, start + count), *((0, s) for s in shape[1:])))
+    if grad_off:
+        view = UOp(Ops.DETACH, t.dtype, (view,))
+    if type(index) is int:  # the int's dim dropped, by a reshape (detached again under no_grad, as any new view)
+        view = UOp(Ops.RESHAPE, t.dtype, (view,), shape[1:])
+        if grad_off:
+            view = UOp(Ops.DETACH, t.dtype, (view,))
+    row = prod(shape[1:])
+    out_shape = shape[1:] if type(index) is int else (count, *shape[1:])
+    return _cut(base.arg, start * row, count * row, out_shape, view, False if grad_off else None, (t, t.uop))
+
+
+_INT_OR_NONE = frozenset({int, type(None)})
 
 
 def _block_origin(u: UOp) -> UOp | None:
