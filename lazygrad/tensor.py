@@ -31,7 +31,7 @@ from lazygrad.dtype import (  # noqa: F401  (_to_np_dtype: tinygrad programs imp
 )
 from lazygrad.engine.realize import capture_began, capture_paused, is_capturing, launch_template, run_schedule
 from lazygrad.helpers import DEBUG, TRAINING, argfix, argsort, ceildiv, flatten, make_tuple, prod
-from lazygrad.schedule.kernelize import REALIZED_ENTRY, cached_template, create_schedule, ordered_write, write_order
+from lazygrad.schedule.kernelize import REALIZED_ENTRY, cached_instance, create_schedule, ordered_write, write_order
 from lazygrad.schedule.multi import has_multi, lower_multi, multi, split_bounds, stored_multis, whole_buffer
 from lazygrad.uop.ops import GroupOp, Ops, UOp, pretty_print, ssimplify, ssmax, substitute, sym_known, sym_value
 from lazygrad.uop.program import GraphProgram
@@ -6133,22 +6133,28 @@ def _note_stored(
             new, base = _stored_as(lazy if lowered is None else lowered[i], becomes), lazy.base
         if new is None:
             continue
-        # a computed tensor on a path to a parameter keeps its graph, so gradients still flow through it
-        # (not an in-place update: optimizer state and parameters are written, not differentiated)
-        keep = t._requires_grad is None and base.op is not Ops.ASSIGN and t.requires_grad
-        t.uop = new
+        _stand_for(t, new, base, becomes)
         replaced.append((t, lazy))
-        # the first tensor stored as a whole buffer owns it (an equal graph realized later gets a copy)
-        owner = new.__dict__.get(_OWNER)
-        if owner is None or owner() is None:
-            if (stored := becomes.get(base)) is None:
-                stored = _realized.get(base)
-            if new is stored:
-                new.__dict__[_OWNER] = weakref.ref(t)
-        if keep and new is not lazy:
-            _lazy_origin[new] = lazy
-            _realized.hold_weakly(base)
     return replaced
+
+
+def _stand_for(t: Tensor, new: UOp, base: UOp, becomes: dict[UOp, UOp]) -> None:
+    """t, whose lazy node's base `base` was stored, stands for `new` (that node over the buffer) from now on."""
+    lazy = t.uop
+    # a computed tensor on a path to a parameter keeps its graph, so gradients still flow through it
+    # (not an in-place update: optimizer state and parameters are written, not differentiated)
+    keep = t._requires_grad is None and base.op is not Ops.ASSIGN and t.requires_grad
+    t.uop = new
+    # the first tensor stored as a whole buffer owns it (an equal graph realized later gets a copy)
+    owner = new.__dict__.get(_OWNER)
+    if owner is None or owner() is None:
+        if (stored := becomes.get(base)) is None:
+            stored = _realized.get(base)
+        if new is stored:
+            new.__dict__[_OWNER] = weakref.ref(t)
+    if keep and new is not lazy:
+        _lazy_origin[new] = lazy
+        _realized.hold_weakly(base)
 
 
 def _run_noted(schedule: list, var_vals: dict[UOp, int], noted: list) -> None:
@@ -6179,8 +6185,9 @@ def _realize_cached(t: Tensor) -> bool:
     readers of overwritten memory to look for). A repeated `(a + b).realize()` costs the walk, the buffers and the
     launch (16 floats: 22 -> 19 us); a template of one kernel whose plan is made launches from the template's buffer
     list with no ScheduleItem made (59 -> 45 Python calls, 17.5 -> 13.3 us), and an op over stored buffers is known
-    from its sources with no walk (kernelize._over_buffers: 43 calls, 11.6 us). DEBUG lines and profile spans come
-    from the general path. A tensor stored whole
+    from its sources with no walk (kernelize._over_buffers: 43 calls, 11.6 us), its instance made there and stored
+    with _note_stored's work for one node (39 -> 33 calls of which 16 build the tensor and drop the dead; 11.5 ->
+    10.5 us of CPU, a shared machine). DEBUG lines and profile spans come from the general path. A tensor stored whole
     (a buffer, or reshapes of one) has nothing to compute: done at once (`.numpy()` and `.item()` realize it again;
     the general path scheduled nothing in 9 us)."""
     if t._view_of is not None:
@@ -6192,14 +6199,16 @@ def _realize_cached(t: Tensor) -> bool:
         return False
     if REALIZED_ENTRY in u.__dict__ or DEBUG.value or profile.enabled() or Device.multi_seen and has_multi(u):
         return False
-    found = cached_template([u], _realized)
+    found = cached_instance(u, _realized)
     if found is None:
         return False
-    tpl, walk = found
-    bufs, becomes = tpl.buffers(walk)
-    var_vals = walk.var_vals()
+    tpl, bufs, becomes, var_vals = found
     if launch_template(tpl, bufs, var_vals):  # one kernel, launched already: its output holds the value
-        _note_stored((t,), becomes, None)
+        if len(becomes) == 1 and (new := becomes.get(u)) is not None:
+            _realized.update(becomes)  # (_note_stored's work where the kernel stores t's node alone)
+            _stand_for(t, new, u, becomes)
+        else:
+            _note_stored((t,), becomes, None)
         return True
     schedule = tpl.schedule(bufs)
     _mark_pending(schedule)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import operator
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -459,9 +458,6 @@ class _LaunchPlan:
             GlobalCounters.global_mem += self.mem
 
 
-_PTR = operator.attrgetter("ptr")
-
-
 def _direct(runner: CompiledRunner | BufferCopy | None) -> Callable | None:
     """The program of a compiled kernel that takes its buffers' pointers alone (no variables, no grid); else None."""
     if not isinstance(runner, CompiledRunner) or runner.spec.vars or runner.spec.global_size is not None:
@@ -512,7 +508,11 @@ def launch_template(template: object, bufs: list[Buffer], var_vals: dict[UOp, in
         if b.pending_write:
             return False
     if direct is not None:
-        direct(*map(_PTR, args))
+        # (Buffer.ptr inline: a property is a Python call per argument; only the new outputs allocate)
+        ptrs = []
+        for b in args:
+            ptrs.append(b._ptr if b._ptr is not None else b.ensure_allocated()._ptr)
+        direct(*ptrs)
     else:
         runner(args, var_vals)
     with _counters_lock:

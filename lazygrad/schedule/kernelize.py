@@ -1051,19 +1051,22 @@ def create_schedule(
         return _cached_schedule(outs, realized, args)
 
 
-def cached_template(outs: list[UOp], realized: dict[UOp, UOp]) -> tuple[_Template, _Walk] | None:
-    """The template of a graph whose structure was scheduled before and that writes no memory in place, with the
-    walk that instantiates it; None for any other graph (the frontend then takes the general path). A lone root over
-    stored buffers alone is known from the root (_over_buffers), with no walk."""
-    if len(outs) == 1 and (known := _over_buffers(outs[0])) is not None:
-        return known
-    walk = _Walk(outs, realized)
+def cached_instance(
+    root: UOp, realized: dict[UOp, UOp]
+) -> tuple[_Template, list[Buffer], dict[UOp, UOp], dict[UOp, int]] | None:
+    """For a lone root whose graph's structure was scheduled before and that writes no memory in place: the template
+    with an instance's buffers (in the template's reference order), what the root becomes and the bound values; None
+    for any other graph (the frontend then takes the general path). A root over stored buffers alone is known from the
+    root (_over_buffers), with no walk."""
+    if (known := _over_buffers(root)) is not None:
+        return known.instance(root)
+    walk = _Walk([root], realized)
     tpl = _templates.get(walk.key)
     if tpl is None or tpl.writes_in_place:
         return None
-    if len(outs) == 1:
-        _remember_over_buffers(outs[0], walk, tpl)
-    return tpl, walk
+    _remember_over_buffers(root, walk, tpl)
+    bufs, becomes = tpl.buffers(walk)
+    return tpl, bufs, becomes, walk.var_vals()
 
 
 # *** a root whose sources are all stored buffers: its walk from the root alone ***
@@ -1084,7 +1087,14 @@ class _OverBuffers:
     others: tuple[weakref.ref, ...]
     tpl: _Template
     slots: tuple[weakref.ref, ...]  # the walk's slots: the sources' buffers, alive while the sources are the same
-    n_nodes: int
+    shape: tuple[int, ...]  # the root's stored buffer (the template's one stored node; never symbolic here)
+    size: int
+    device: str
+
+    def instance(self, root: UOp) -> tuple[_Template, list[Buffer], dict[UOp, UOp], dict[UOp, int]]:
+        """_Template.buffers for this root, with no walk: the one stored buffer, then the slots."""
+        buf = Buffer(self.device, self.size, root.dtype, shape=self.shape)
+        return self.tpl, [buf, *map(_DEREF, self.slots)], {root: UOp.buffer_view(buf, self.shape)}, {}
 
 
 def _buffer_source(s: UOp) -> Buffer | None:
@@ -1098,7 +1108,7 @@ def _buffer_source(s: UOp) -> Buffer | None:
     return s.arg if s.op is Ops.BUFFER else None
 
 
-def _over_buffers(root: UOp) -> tuple[_Template, _Walk] | None:
+def _over_buffers(root: UOp) -> _OverBuffers | None:
     src = root.src
     if not src or (memo := src[0].__dict__.get(_ROOTS_OVER)) is None or REALIZED_ENTRY in root.__dict__:
         return None
@@ -1112,11 +1122,7 @@ def _over_buffers(root: UOp) -> tuple[_Template, _Walk] | None:
     for s in src:
         if REALIZED_ENTRY in s.__dict__ or s.op is Ops.RESHAPE and REALIZED_ENTRY in s.src[0].__dict__:
             return None
-    walk = _Walk.__new__(_Walk)
-    walk.nodes = [root] * known.n_nodes  # (the template reads the stored root, the last node; the others are leaves)
-    walk.slots = list(map(_DEREF, known.slots))
-    walk.binds = []
-    return known.tpl, walk
+    return known
 
 
 def _remember_over_buffers(root: UOp, walk: _Walk, tpl: _Template) -> None:
@@ -1133,8 +1139,9 @@ def _remember_over_buffers(root: UOp, walk: _Walk, tpl: _Template) -> None:
     if len(memo) >= 8:  # roots met over one buffer (a few ops on a tensor, each in a loop), not every one ever built
         memo.clear()
     key = (root.op, root.dtype.key, root.arg, *map(id, src))
+    _, shape, size, device, _ = tpl.stored[0]
     memo[key] = _OverBuffers(
-        tuple(weakref.ref(s) for s in src[1:]), tpl, tuple(weakref.ref(b) for b in walk.slots), len(walk.nodes)
+        tuple(weakref.ref(s) for s in src[1:]), tpl, tuple(weakref.ref(b) for b in walk.slots), shape, size, device
     )
 
 
