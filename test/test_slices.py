@@ -125,7 +125,7 @@ def test_a_leading_index_cuts_as_the_general_path_does(monkeypatch, shape, index
     the plan makes for the same index as a tuple: the view node it stands for, its view and gradient state."""
     xn = _data(shape, np.float32)
     x = Tensor(xn).realize()
-    with Tensor.train(), (contextlib.nullcontext() if grad else Tensor.no_grad()):
+    with Tensor.train(), contextlib.nullcontext() if grad else Tensor.no_grad():
         general = x[(index,)]
         planned = counting_calls(monkeypatch, tensor, "_split_index")
         fast = x[index]

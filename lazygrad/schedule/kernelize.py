@@ -862,7 +862,7 @@ class _Walk:
         get, entry, nodes, sized = realized.get, REALIZED_ENTRY, self.nodes, _SIZED
         reduce_axis, reshape, expand, buffer, bind = Ops.REDUCE_AXIS, Ops.RESHAPE, Ops.EXPAND, Ops.BUFFER, Ops.BIND
         at = pos.__getitem__  # mapped over a node's sources at C speed (a comprehension is a call per node)
-        done = _DONE
+        done, broadcast_ops = _DONE, _BROADCAST_OPS
         stack: list[Any] = list(reversed(outs))
         while stack:
             node = stack.pop()
@@ -901,6 +901,10 @@ class _Walk:
                 var, _ = node.unbind()
                 self.binds.append(node)
                 part = ("V", var, node.dtype.key, tuple((x.op, x.arg) for x in node.src[2:]))
+            elif node.op in broadcast_ops and _scalar_broadcast(node):
+                # keyed by the node itself (hash-consed: the same node is the same structure), its subtree unwalked.
+                # The graph programs hold these nodes (uop/program.py), so a step meets the same ones again
+                part = ("K", node)
             else:
                 stack.append(node)
                 stack.append(done)
@@ -931,6 +935,23 @@ _DONE = object()  # _Walk's stack marker: the node below it has its sources numb
 # before asking the mapping, a C-level test on every node
 REALIZED_ENTRY = "realized_as"
 _SIZED = frozenset({Ops.RESHAPE, Ops.EXPAND, Ops.SHRINK, Ops.PAD, Ops.IOTA})  # args holding sizes (maybe symbolic)
+
+
+_BROADCAST_OPS = frozenset({Ops.CONST, Ops.RESHAPE, Ops.EXPAND})
+_SCALAR_BROADCAST = "scalar_broadcast"  # in a node's __dict__: _scalar_broadcast's answer (a node never changes)
+
+
+def _scalar_broadcast(node: UOp) -> bool:
+    """Whether node is a constant (on its device) reshaped and expanded to int sizes: no buffer, bound value or
+    symbolic size below it. (A realized entry on a node inside makes no difference: it holds the constant's value.)"""
+    known = node.__dict__.get(_SCALAR_BROADCAST)
+    if known is None:
+        n = node
+        while (n.op is Ops.RESHAPE or n.op is Ops.EXPAND) and type(sum(n.arg)) is int:
+            n = n.src[0]
+        known = n.op is Ops.CONST and type(n.arg) in (int, float, bool) and all(s.op is Ops.DEVICE for s in n.src)
+        node.__dict__[_SCALAR_BROADCAST] = known
+    return known
 
 
 def _sized_symbolic(op: Ops, arg: Any) -> bool:
