@@ -862,7 +862,7 @@ class _Walk:
         get, entry, nodes, sized = realized.get, REALIZED_ENTRY, self.nodes, _SIZED
         reduce_axis, reshape, expand, buffer, bind = Ops.REDUCE_AXIS, Ops.RESHAPE, Ops.EXPAND, Ops.BUFFER, Ops.BIND
         at = pos.__getitem__  # mapped over a node's sources at C speed (a comprehension is a call per node)
-        done, broadcast_ops = _DONE, _BROADCAST_OPS
+        done, broadcast_ops, const, scalar_key = _DONE, _BROADCAST_OPS, Ops.CONST, _SCALAR_BROADCAST
         stack: list[Any] = list(reversed(outs))
         while stack:
             node = stack.pop()
@@ -901,7 +901,12 @@ class _Walk:
                 var, _ = node.unbind()
                 self.binds.append(node)
                 part = ("V", var, node.dtype.key, tuple((x.op, x.arg) for x in node.src[2:]))
-            elif node.op in broadcast_ops and _scalar_broadcast(node):
+            elif node.op in broadcast_ops and (
+                (known := node.__dict__.get(scalar_key)) is True  # (a held node's answer, or a view of a value's
+                or known is None  # source: both without a call)
+                and (node.op is const or node.src[0].op in broadcast_ops)
+                and _scalar_broadcast(node)
+            ):
                 # keyed by the node itself (hash-consed: the same node is the same structure), its subtree unwalked.
                 # The graph programs hold these nodes (uop/program.py), so a step meets the same ones again
                 part = ("K", node)

@@ -556,8 +556,8 @@ with Tensor.train():
 def test_mlp_step_python_calls_stay_bounded():
     """An eager MLP training step of a structure seen before: a bounded number of Python calls (4982 before the
     schedule cache's walk, dtype keys and cached realize were reworked, about 2570 after; about 2150 with relu
-    replayed, backward's seed kept and the step keys' dtypes as numbers). Counted in a fresh process, where nothing
-    other tests leave alive adds to the step's work."""
+    replayed, backward's seed kept and the step keys' dtypes as numbers; about 2100 with the replays' scalar broadcasts
+    held and not walked). Counted in a fresh process, where nothing other tests leave alive adds to the step's work."""
     import os
     import subprocess
     import sys
@@ -568,7 +568,7 @@ def test_mlp_step_python_calls_stay_bounded():
     out = subprocess.run(
         [sys.executable, "-c", _MLP_STEP_CALLS, here], capture_output=True, text=True, env=env, check=True
     )
-    assert int(out.stdout.split()[-1]) <= 2400
+    assert int(out.stdout.split()[-1]) <= 2250
 
 
 def test_mlp_step_builds_and_walks_a_bounded_number_of_nodes(monkeypatch):
