@@ -138,8 +138,10 @@ class Buffer:
     def ensure_allocated(self) -> Buffer:
         if self._ptr is None:
             nbytes = self.size * self.dtype.itemsize
+            # (the opened device looked up inline: Device[...] is a Python call, on every new buffer of every realize)
+            dev = Device._opened.get(self.device) or Device[self.device]
             try:
-                self._ptr = Device[self.device].allocator.alloc(nbytes)
+                self._ptr = dev.allocator.alloc(nbytes)
             except MemoryError as e:
                 raise self._out_of_memory(f"on {self.device}", e) from e
             GlobalCounters.mem_used += nbytes
@@ -219,7 +221,7 @@ class Buffer:
         if self._ptr is not None and self._external is None:
             try:
                 nbytes = self.size * self.dtype.itemsize
-                Device[self.device].allocator.free(self._ptr, nbytes)
+                (Device._opened.get(self.device) or Device[self.device]).allocator.free(self._ptr, nbytes)
                 GlobalCounters.mem_used -= nbytes
             except Exception:
                 pass  # interpreter shutdown

@@ -274,7 +274,11 @@ class _Structure:
         if len(nodes) > GRAD_PROGRAM_NODES:
             return
         shortcuts = _shortcuts.data
-        parts: list[tuple] = []
+        # flat, as the schedule cache's walk keys a graph: per node (op, dtype, arg, number of sources), then their
+        # positions, then ("S", source, rule) where it has a rule of its own; each record's length is known from its
+        # start, so equal keys are equal graphs (a tuple per node was two objects per node a backward kept to its end)
+        parts: list[Any] = []
+        record = parts.extend
         at = index.__getitem__  # mapped over a node's sources at C speed (a comprehension is a call per node)
         for i, n in enumerate(nodes):
             index[n] = i
@@ -283,12 +287,12 @@ class _Structure:
                 arg = (arg.size, arg.device)  # which buffer it is: a position in the walk, not part of the key
             elif type(arg) is float:
                 arg = repr(arg)  # -0.0 == 0.0, but a gradient through the one is another graph than through the other
-            part: tuple = (n.op, n.dtype.key, arg, tuple(map(at, n.src)))  # (a dtype by its number: C-level hash)
+            record((n.op, n.dtype.key, arg, len(n.src)))  # (a dtype by its number: C-level hash)
+            record(map(at, n.src))
             if shortcuts and (shortcut := shortcuts.get(weakref.ref(n))) is not None:
                 if (rule := rule_key(shortcut[1])) is None or shortcut[0] not in index:
                     return
-                part = (*part, index[shortcut[0]], rule)
-            parts.append(part)
+                record(("S", index[shortcut[0]], rule))
         where = sorted(index[t] for t in targets if t in index)
         self.key = (tuple(parts), index[seed], tuple(where), len(targets) - len(where), no_grad)
 

@@ -31,7 +31,7 @@ from lazygrad.dtype import (  # noqa: F401  (_to_np_dtype: tinygrad programs imp
 )
 from lazygrad.engine.realize import capture_began, capture_paused, is_capturing, launch_template, run_schedule
 from lazygrad.helpers import DEBUG, TRAINING, argfix, argsort, ceildiv, flatten, make_tuple, prod
-from lazygrad.schedule.kernelize import REALIZED_ENTRY, cached_template, create_schedule, ordered_write, write_order
+from lazygrad.schedule.kernelize import REALIZED_ENTRY, cached_instance, create_schedule, ordered_write, write_order
 from lazygrad.schedule.multi import has_multi, lower_multi, multi, split_bounds, stored_multis, whole_buffer
 from lazygrad.uop.ops import GroupOp, Ops, UOp, pretty_print, ssimplify, ssmax, substitute, sym_known, sym_value
 from lazygrad.uop.program import GraphProgram
@@ -193,10 +193,15 @@ _LAZY_HERE = "_lazy_tensors_here"
 
 def _note_new(t: Tensor) -> None:
     _new_tensors.append(weakref.ref(t))
+    if len(_new_tensors) > 1024:
+        _trim_new()
+
+
+def _trim_new() -> None:
     # nothing looked for a while: most are dead, and the queue must not grow without end. Only under the realize lock
     # (a look running in another thread must not miss one this thread took off the queue); if it is busy, its holder
     # looks anyway
-    if len(_new_tensors) > 1024 and _realize_lock.acquire(blocking=False):
+    if _realize_lock.acquire(blocking=False):
         try:
             _take_new()
         finally:
@@ -936,9 +941,12 @@ class Tensor(metaclass=_TensorType):
         self._requires_grad: bool | None = None
         self._view_of: tuple[Tensor, UOp] | None = None
         if type(data) is UOp and device is None and dtype is None and requires_grad is None and data.op is not Ops.BIND:
-            # an op's result, the tensor made most often by far: none of the conversions below apply
+            # an op's result, the tensor made most often by far: none of the conversions below apply (and _note_new
+            # inline: a call less on every op)
             self.uop = data
-            _note_new(self)
+            _new_tensors.append(weakref.ref(self))
+            if len(_new_tensors) > 1024:
+                _trim_new()
             self._init_grad_state()
             return
         dtype = to_dtype(dtype) if dtype is not None else None
@@ -6133,22 +6141,28 @@ def _note_stored(
             new, base = _stored_as(lazy if lowered is None else lowered[i], becomes), lazy.base
         if new is None:
             continue
-        # a computed tensor on a path to a parameter keeps its graph, so gradients still flow through it
-        # (not an in-place update: optimizer state and parameters are written, not differentiated)
-        keep = t._requires_grad is None and base.op is not Ops.ASSIGN and t.requires_grad
-        t.uop = new
+        _stand_for(t, new, base, becomes)
         replaced.append((t, lazy))
-        # the first tensor stored as a whole buffer owns it (an equal graph realized later gets a copy)
-        owner = new.__dict__.get(_OWNER)
-        if owner is None or owner() is None:
-            if (stored := becomes.get(base)) is None:
-                stored = _realized.get(base)
-            if new is stored:
-                new.__dict__[_OWNER] = weakref.ref(t)
-        if keep and new is not lazy:
-            _lazy_origin[new] = lazy
-            _realized.hold_weakly(base)
     return replaced
+
+
+def _stand_for(t: Tensor, new: UOp, base: UOp, becomes: dict[UOp, UOp]) -> None:
+    """t, whose lazy node's base `base` was stored, stands for `new` (that node over the buffer) from now on."""
+    lazy = t.uop
+    # a computed tensor on a path to a parameter keeps its graph, so gradients still flow through it
+    # (not an in-place update: optimizer state and parameters are written, not differentiated)
+    keep = t._requires_grad is None and base.op is not Ops.ASSIGN and t.requires_grad
+    t.uop = new
+    # the first tensor stored as a whole buffer owns it (an equal graph realized later gets a copy)
+    owner = new.__dict__.get(_OWNER)
+    if owner is None or owner() is None:
+        if (stored := becomes.get(base)) is None:
+            stored = _realized.get(base)
+        if new is stored:
+            new.__dict__[_OWNER] = weakref.ref(t)
+    if keep and new is not lazy:
+        _lazy_origin[new] = lazy
+        _realized.hold_weakly(base)
 
 
 def _run_noted(schedule: list, var_vals: dict[UOp, int], noted: list) -> None:
@@ -6179,8 +6193,9 @@ def _realize_cached(t: Tensor) -> bool:
     readers of overwritten memory to look for). A repeated `(a + b).realize()` costs the walk, the buffers and the
     launch (16 floats: 22 -> 19 us); a template of one kernel whose plan is made launches from the template's buffer
     list with no ScheduleItem made (59 -> 45 Python calls, 17.5 -> 13.3 us), and an op over stored buffers is known
-    from its sources with no walk (kernelize._over_buffers: 43 calls, 11.6 us). DEBUG lines and profile spans come
-    from the general path. A tensor stored whole
+    from its sources with no walk (kernelize._over_buffers: 43 calls, 11.6 us), its instance made there and stored
+    with _note_stored's work for one node (39 -> 33 calls of which 16 build the tensor and drop the dead; 11.5 ->
+    10.5 us of CPU, a shared machine). DEBUG lines and profile spans come from the general path. A tensor stored whole
     (a buffer, or reshapes of one) has nothing to compute: done at once (`.numpy()` and `.item()` realize it again;
     the general path scheduled nothing in 9 us)."""
     if t._view_of is not None:
@@ -6192,14 +6207,16 @@ def _realize_cached(t: Tensor) -> bool:
         return False
     if REALIZED_ENTRY in u.__dict__ or DEBUG.value or profile.enabled() or Device.multi_seen and has_multi(u):
         return False
-    found = cached_template([u], _realized)
+    found = cached_instance(u, _realized)
     if found is None:
         return False
-    tpl, walk = found
-    bufs, becomes = tpl.buffers(walk)
-    var_vals = walk.var_vals()
+    tpl, bufs, becomes, var_vals = found
     if launch_template(tpl, bufs, var_vals):  # one kernel, launched already: its output holds the value
-        _note_stored((t,), becomes, None)
+        if len(becomes) == 1 and (new := becomes.get(u)) is not None:
+            _realized.update(becomes)  # (_note_stored's work where the kernel stores t's node alone)
+            _stand_for(t, new, u, becomes)
+        else:
+            _note_stored((t,), becomes, None)
         return True
     schedule = tpl.schedule(bufs)
     _mark_pending(schedule)
@@ -7063,6 +7080,10 @@ def _advanced_scatter(shape: tuple[int, ...], adv: list[tuple[int, Tensor]], v: 
 
 
 def _getitem(t: Tensor, index: Any) -> Tensor:
+    if type(index) is slice or type(index) is int:
+        cut = _leading_cut(t, index)
+        if cut is not None:
+            return cut
     basic, adv = _split_index(t, index)
     x = _block_as_buffer(t, _basic_getitem(t, basic))
     return _advanced_getitem(x, adv) if adv else x
@@ -7099,19 +7120,7 @@ def _block_as_buffer(t: Tensor, x: Tensor) -> Tensor:
     (Allocator.offset: DISK, PYTHON, an OpenCL sub-buffer off its alignment); for part of a row (a record's fields, a
     GGUF block's scales and codes, which one kernel reads apart: each cut is an argument of its own, where views of one
     tensor are one); and past MAX_LIVE_CUTS live cuts of one memory."""
-    from lazygrad.gradient import recording
-
-    if x is t or not isinstance(t.device, str) or t._on_disk:
-        return x
-    base = _under_reshapes(t.uop)
-    # (an unallocated buffer holds no value yet: @function's placeholders, an empty tensor)
-    if base.op is not Ops.BUFFER or base.arg.pending_write or not base.arg.is_allocated:
-        return x
-    if is_capturing() or recording():
-        return x
-    if t._requires_grad or _grad_leaves and t.requires_grad:
-        return x
-    if _lazy_origin and (t.uop in _lazy_origin or base in _lazy_origin):
+    if x is t or (base := _cuttable_base(t)) is None:
         return x
     chain = []
     u = x.uop
@@ -7134,20 +7143,94 @@ def _block_as_buffer(t: Tensor, x: Tensor) -> Tensor:
         return x  # nothing, all of t (x reshapes it), or not one block in row-major order
     if v.offset % row or size % row:
         return x  # part of a row
-    memory = base.arg.memory
-    if len(cuts := memory.__dict__.setdefault(_CUTS, weakref.WeakSet())) >= MAX_LIVE_CUTS:
-        return x
-    buf = base.arg.view(v.offset, size, x.shape)
-    if buf is None:
-        return x
-    cuts.add(buf)
-    node = UOp.buffer_view(buf, x.shape)
-    node.base.__dict__[_BLOCK_OF] = x.uop
+    out = _cut(base.arg, v.offset, size, x.shape, x.uop, x._requires_grad, x._view_of)
+    return x if out is None else out
+
+
+def _cuttable_base(t: Tensor) -> UOp | None:
+    """The BUFFER node under t's reshapes where a view of t may be cut as a buffer of its own (_block_as_buffer says
+    when not), else None."""
+    from lazygrad.gradient import recording
+
+    if not isinstance(t.device, str) or t._on_disk:
+        return None
+    base = _under_reshapes(t.uop)
+    # (an unallocated buffer holds no value yet: @function's placeholders, an empty tensor)
+    if base.op is not Ops.BUFFER or base.arg.pending_write or not base.arg.is_allocated:
+        return None
+    if is_capturing() or recording():
+        return None
+    if t._requires_grad or _grad_leaves and t.requires_grad:
+        return None
+    if _lazy_origin and (t.uop in _lazy_origin or base in _lazy_origin):
+        return None
+    return base
+
+
+def _cut(
+    buf: Buffer,
+    offset: int,
+    size: int,
+    shape: tuple[int, ...],
+    view: UOp,
+    requires_grad: bool | None,
+    view_of: tuple[Tensor, UOp] | None,
+) -> Tensor | None:
+    """The tensor of `shape` over `size` elements of buf from `offset` on, standing for `view` (the view node of buf's
+    tensor that shows them, its requires_grad and _view_of); None past MAX_LIVE_CUTS or where the device cannot cut
+    there."""
+    held = buf.memory.__dict__
+    if (cuts := held.get(_CUTS)) is None:
+        cuts = held.setdefault(_CUTS, weakref.WeakSet())
+    if len(cuts) >= MAX_LIVE_CUTS:
+        return None
+    block = buf.view(offset, size, shape)
+    if block is None:
+        return None
+    cuts.add(block)
+    node = UOp.buffer_view(block, shape)
+    node.base.__dict__[_BLOCK_OF] = view
     out = Tensor.from_uop(node)  # (no DETACH under no_grad: a buffer has no graph to cut)
-    out._requires_grad, out._view_of = x._requires_grad, x._view_of
-    if out._requires_grad is None and dtypes.is_float(out.dtype):
+    out._requires_grad, out._view_of = requires_grad, view_of
+    if requires_grad is None and dtypes.is_float(out.dtype):
         _note_unset(out)
     return out
+
+
+def _leading_cut(t: Tensor, index: int | slice) -> Tensor | None:
+    """t[index] for an int or a step-1 slice of ints on the first dim of a realized tensor, cut as a buffer of its
+    own straight from the index (the minibatch loop's X[j:j+32], X[i]): the general plan (_split_index,
+    _basic_getitem, a shape tracker in _block_as_buffer) cost about 35 us of Python per slice. The view node it
+    stands for is built as _basic_getitem builds it. None where the general path decides (its errors included)."""
+    if t._view_of is not None or not t.uop.shape:
+        return None
+    shape = t.shape
+    n = shape[0]
+    if type(index) is int:
+        if not -n <= index < n:
+            return None
+        start, count = index % n, 1
+    else:
+        if index.step not in (None, 1) or not {type(index.start), type(index.stop)} <= _INT_OR_NONE:
+            return None
+        start, stop, _ = index.indices(n)
+        count = stop - start
+    if count <= 0 or count == n or any(type(s) is not int for s in shape) or (base := _cuttable_base(t)) is None:
+        return None
+    grad_off = _modes.grad_disabled
+    view = UOp(Ops.SHRINK, t.dtype, (t.uop,), ((start, start + count), *((0, s) for s in shape[1:])))
+    if grad_off:
+        view = UOp(Ops.DETACH, t.dtype, (view,))
+    if type(index) is int:  # the int's dim dropped, by a reshape (detached again under no_grad, as any new view)
+        view = UOp(Ops.RESHAPE, t.dtype, (view,), shape[1:])
+        if grad_off:
+            view = UOp(Ops.DETACH, t.dtype, (view,))
+    row = prod(shape[1:])
+    out_shape = shape[1:] if type(index) is int else (count, *shape[1:])
+    return _cut(base.arg, start * row, count * row, out_shape, view, False if grad_off else None, (t, t.uop))
+
+
+_INT_OR_NONE = frozenset({int, type(None)})
 
 
 def _block_origin(u: UOp) -> UOp | None:

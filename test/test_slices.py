@@ -2,6 +2,7 @@
 numpy's, torch's view semantics kept (writes into the tensor and through the slice, gradients), and a loop over
 offsets that schedules and compiles nothing after its first offset."""
 
+import contextlib
 import gc
 import weakref
 
@@ -112,6 +113,45 @@ def test_reading_a_block_runs_no_kernel():
         np.testing.assert_array_equal(x[j : j + 1].numpy(), xn[j : j + 1])
         assert x.reshape(-1)[j * 16 + 3].item() == xn[j, 3]
     assert GlobalCounters.kernel_count == before
+
+
+@cuts_any_offset
+@pytest.mark.parametrize("grad", [True, False])
+@pytest.mark.parametrize(
+    "shape,index", [((37, 5), slice(3, 9)), ((37, 5), 36), ((37, 5), -2), ((41,), 13), ((7, 3, 4), slice(-3, None))]
+)
+def test_a_leading_index_cuts_as_the_general_path_does(monkeypatch, shape, index, grad):
+    """x[a:b] and x[i] go straight to the cut (_leading_cut), not through the general index plan; the cut is the one
+    the plan makes for the same index as a tuple: the view node it stands for, its view and gradient state."""
+    xn = _data(shape, np.float32)
+    x = Tensor(xn).realize()
+    with Tensor.train(), contextlib.nullcontext() if grad else Tensor.no_grad():
+        general = x[(index,)]
+        planned = counting_calls(monkeypatch, tensor, "_split_index")
+        fast = x[index]
+        assert planned[0] == 0, "a leading index went through the general plan"
+    assert _cut(fast) is not None and _cut(general) is not None
+    block_of = [t.uop.base.__dict__[tensor._BLOCK_OF] for t in (fast, general)]
+    assert block_of[0] is block_of[1]  # hash-consed: the same view node
+    assert fast._view_of == general._view_of and fast._requires_grad == general._requires_grad
+    assert fast.shape == general.shape == xn[index].shape
+    np.testing.assert_array_equal(fast.numpy(), xn[index])
+
+
+@pytest.mark.parametrize("index", [slice(2, 1), slice(0, 9), slice(1, 5, 1), slice(None, 3), 9, -10, True])
+def test_leading_index_edges_as_numpy(index):
+    """Empty and whole slices, an explicit step of 1, an open start, ints out of range (torch's IndexError), a bool
+    (refused, as before): the fast path leaves to the general one what it does not cut."""
+    xn = _data((9, 4), np.float32)
+    x = Tensor(xn).realize()
+    if isinstance(index, bool):
+        with pytest.raises(NotImplementedError):
+            x[index]
+    elif isinstance(index, int) and not -9 <= index < 9:
+        with pytest.raises(IndexError):
+            x[index]
+    else:
+        np.testing.assert_array_equal(x[index].numpy(), xn[index])
 
 
 def test_lazy_and_pending_tensors_are_not_cut():

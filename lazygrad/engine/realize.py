@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import operator
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -413,11 +412,12 @@ class _LaunchPlan:
         # places of the internal buffers -> (place of a planned buffer, place of the buffer lending it memory)
         self.memory: dict[tuple[int, ...], list[tuple[int, int]]] = {}
         # one kernel (no memory to share between items): launched straight from the template's buffer list
-        # (launch_template), as (runner, references into that list, outputs, the program where it takes the buffers'
-        # pointers alone: no variables, no grid)
-        self.lone: tuple[CompiledRunner | BufferCopy, tuple[int, ...], int, Callable | None] | None = None
+        # (launch_template), as (runner, references into that list, those of its inputs, the program where it takes
+        # the buffers' pointers alone: no variables, no grid)
+        self.lone: tuple[CompiledRunner | BufferCopy, tuple[int, ...], tuple[int, ...], Callable | None] | None = None
         if len(schedule) == 1 and (runner := self.runners[0]) is not None:
-            self.lone = (runner, schedule.template.items[0][1], self.n_outs[0], _direct(runner))
+            refs = schedule.template.items[0][1]
+            self.lone = (runner, refs, refs[self.n_outs[0] :], _direct(runner))
 
     def _buffers(self, schedule: list[ScheduleItem]) -> list[list[Buffer]] | None:
         """Each item's buffers with planned memory swapped in (None where no buffer is planned)."""
@@ -457,9 +457,6 @@ class _LaunchPlan:
             GlobalCounters.kernel_count += self.kernels
             GlobalCounters.global_ops += self.ops
             GlobalCounters.global_mem += self.mem
-
-
-_PTR = operator.attrgetter("ptr")
 
 
 def _direct(runner: CompiledRunner | BufferCopy | None) -> Callable | None:
@@ -506,15 +503,19 @@ def launch_template(template: object, bufs: list[Buffer], var_vals: dict[UOp, in
         return False
     if getattr(_capturing, "stack", None):  # (is_capturing inline: asked on every realize)
         return False
-    runner, refs, n_out, direct = lone
-    args = list(map(bufs.__getitem__, refs))
-    for b in args[n_out:]:
-        if b.pending_write:
+    runner, refs, ins, direct = lone
+    for i in ins:
+        if bufs[i].pending_write:
             return False
     if direct is not None:
-        direct(*map(_PTR, args))
+        # (Buffer.ptr inline: a property is a Python call per argument; only the new outputs allocate)
+        ptrs = []
+        for i in refs:
+            b = bufs[i]
+            ptrs.append(b._ptr if b._ptr is not None else b.ensure_allocated()._ptr)
+        direct(*ptrs)
     else:
-        runner(args, var_vals)
+        runner(list(map(bufs.__getitem__, refs)), var_vals)
     with _counters_lock:
         GlobalCounters.kernel_count += 1
         GlobalCounters.global_ops += plan.ops

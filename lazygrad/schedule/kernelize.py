@@ -862,7 +862,7 @@ class _Walk:
         get, entry, nodes, sized = realized.get, REALIZED_ENTRY, self.nodes, _SIZED
         reduce_axis, reshape, expand, buffer, bind = Ops.REDUCE_AXIS, Ops.RESHAPE, Ops.EXPAND, Ops.BUFFER, Ops.BIND
         at = pos.__getitem__  # mapped over a node's sources at C speed (a comprehension is a call per node)
-        done = _DONE
+        done, broadcast_ops, const, scalar_key = _DONE, _BROADCAST_OPS, Ops.CONST, _SCALAR_BROADCAST
         stack: list[Any] = list(reversed(outs))
         while stack:
             node = stack.pop()
@@ -901,6 +901,15 @@ class _Walk:
                 var, _ = node.unbind()
                 self.binds.append(node)
                 part = ("V", var, node.dtype.key, tuple((x.op, x.arg) for x in node.src[2:]))
+            elif node.op in broadcast_ops and (
+                (known := node.__dict__.get(scalar_key)) is True  # (a held node's answer, or a view of a value's
+                or known is None  # source: both without a call)
+                and (node.op is const or node.src[0].op in broadcast_ops)
+                and _scalar_broadcast(node)
+            ):
+                # keyed by the node itself (hash-consed: the same node is the same structure), its subtree unwalked.
+                # The graph programs hold these nodes (uop/program.py), so a step meets the same ones again
+                part = ("K", node)
             else:
                 stack.append(node)
                 stack.append(done)
@@ -931,6 +940,23 @@ _DONE = object()  # _Walk's stack marker: the node below it has its sources numb
 # before asking the mapping, a C-level test on every node
 REALIZED_ENTRY = "realized_as"
 _SIZED = frozenset({Ops.RESHAPE, Ops.EXPAND, Ops.SHRINK, Ops.PAD, Ops.IOTA})  # args holding sizes (maybe symbolic)
+
+
+_BROADCAST_OPS = frozenset({Ops.CONST, Ops.RESHAPE, Ops.EXPAND})
+_SCALAR_BROADCAST = "scalar_broadcast"  # in a node's __dict__: _scalar_broadcast's answer (a node never changes)
+
+
+def _scalar_broadcast(node: UOp) -> bool:
+    """Whether node is a constant (on its device) reshaped and expanded to int sizes: no buffer, bound value or
+    symbolic size below it. (A realized entry on a node inside makes no difference: it holds the constant's value.)"""
+    known = node.__dict__.get(_SCALAR_BROADCAST)
+    if known is None:
+        n = node
+        while (n.op is Ops.RESHAPE or n.op is Ops.EXPAND) and type(sum(n.arg)) is int:
+            n = n.src[0]
+        known = n.op is Ops.CONST and type(n.arg) in (int, float, bool) and all(s.op is Ops.DEVICE for s in n.src)
+        node.__dict__[_SCALAR_BROADCAST] = known
+    return known
 
 
 def _sized_symbolic(op: Ops, arg: Any) -> bool:
@@ -1051,19 +1077,22 @@ def create_schedule(
         return _cached_schedule(outs, realized, args)
 
 
-def cached_template(outs: list[UOp], realized: dict[UOp, UOp]) -> tuple[_Template, _Walk] | None:
-    """The template of a graph whose structure was scheduled before and that writes no memory in place, with the
-    walk that instantiates it; None for any other graph (the frontend then takes the general path). A lone root over
-    stored buffers alone is known from the root (_over_buffers), with no walk."""
-    if len(outs) == 1 and (known := _over_buffers(outs[0])) is not None:
-        return known
-    walk = _Walk(outs, realized)
+def cached_instance(
+    root: UOp, realized: dict[UOp, UOp]
+) -> tuple[_Template, list[Buffer], dict[UOp, UOp], dict[UOp, int]] | None:
+    """For a lone root whose graph's structure was scheduled before and that writes no memory in place: the template
+    with an instance's buffers (in the template's reference order), what the root becomes and the bound values; None
+    for any other graph (the frontend then takes the general path). A root over stored buffers alone is known from the
+    root (_over_buffers), with no walk."""
+    if (known := _over_buffers(root)) is not None:
+        return known.instance(root)
+    walk = _Walk([root], realized)
     tpl = _templates.get(walk.key)
     if tpl is None or tpl.writes_in_place:
         return None
-    if len(outs) == 1:
-        _remember_over_buffers(outs[0], walk, tpl)
-    return tpl, walk
+    _remember_over_buffers(root, walk, tpl)
+    bufs, becomes = tpl.buffers(walk)
+    return tpl, bufs, becomes, walk.var_vals()
 
 
 # *** a root whose sources are all stored buffers: its walk from the root alone ***
@@ -1084,7 +1113,14 @@ class _OverBuffers:
     others: tuple[weakref.ref, ...]
     tpl: _Template
     slots: tuple[weakref.ref, ...]  # the walk's slots: the sources' buffers, alive while the sources are the same
-    n_nodes: int
+    shape: tuple[int, ...]  # the root's stored buffer (the template's one stored node; never symbolic here)
+    size: int
+    device: str
+
+    def instance(self, root: UOp) -> tuple[_Template, list[Buffer], dict[UOp, UOp], dict[UOp, int]]:
+        """_Template.buffers for this root, with no walk: the one stored buffer, then the slots."""
+        buf = Buffer(self.device, self.size, root.dtype, shape=self.shape)
+        return self.tpl, [buf, *map(_DEREF, self.slots)], {root: UOp.buffer_view(buf, self.shape)}, {}
 
 
 def _buffer_source(s: UOp) -> Buffer | None:
@@ -1098,7 +1134,7 @@ def _buffer_source(s: UOp) -> Buffer | None:
     return s.arg if s.op is Ops.BUFFER else None
 
 
-def _over_buffers(root: UOp) -> tuple[_Template, _Walk] | None:
+def _over_buffers(root: UOp) -> _OverBuffers | None:
     src = root.src
     if not src or (memo := src[0].__dict__.get(_ROOTS_OVER)) is None or REALIZED_ENTRY in root.__dict__:
         return None
@@ -1112,11 +1148,7 @@ def _over_buffers(root: UOp) -> tuple[_Template, _Walk] | None:
     for s in src:
         if REALIZED_ENTRY in s.__dict__ or s.op is Ops.RESHAPE and REALIZED_ENTRY in s.src[0].__dict__:
             return None
-    walk = _Walk.__new__(_Walk)
-    walk.nodes = [root] * known.n_nodes  # (the template reads the stored root, the last node; the others are leaves)
-    walk.slots = list(map(_DEREF, known.slots))
-    walk.binds = []
-    return known.tpl, walk
+    return known
 
 
 def _remember_over_buffers(root: UOp, walk: _Walk, tpl: _Template) -> None:
@@ -1133,8 +1165,9 @@ def _remember_over_buffers(root: UOp, walk: _Walk, tpl: _Template) -> None:
     if len(memo) >= 8:  # roots met over one buffer (a few ops on a tensor, each in a loop), not every one ever built
         memo.clear()
     key = (root.op, root.dtype.key, root.arg, *map(id, src))
+    _, shape, size, device, _ = tpl.stored[0]
     memo[key] = _OverBuffers(
-        tuple(weakref.ref(s) for s in src[1:]), tpl, tuple(weakref.ref(b) for b in walk.slots), len(walk.nodes)
+        tuple(weakref.ref(s) for s in src[1:]), tpl, tuple(weakref.ref(b) for b in walk.slots), shape, size, device
     )
 
 

@@ -11,15 +11,21 @@ from operator import itemgetter
 
 from lazygrad.uop.ops import Ops, UOp
 
+# a scalar broadcast (a constant on its device, reshaped and expanded to a tensor's shape): a step that reads no input
+# and holds no buffer builds the same node on every replay
+_FIXED = frozenset({Ops.CONST, Ops.DEVICE, Ops.RESHAPE, Ops.EXPAND})
+
 
 class GraphProgram:
     """(op, dtype, source positions, arg) per added node, over positions: the inputs first, then each added node in
-    the order it was built. Holds no node of the recorded graph, so no buffer stays alive through it."""
+    the order it was built. Holds no node of the recorded graph that reads an input, so no buffer stays alive through
+    it; the scalar broadcasts, which read none, it holds (`fixed`): rebuilt on every replay they were about a sixth
+    of an MLP training step's new nodes, each hash-consed, dropped with the step's graph and seen by the collector."""
 
-    __slots__ = ("steps", "outs", "known", "picks")
+    __slots__ = ("steps", "outs", "known", "picks", "fixed")
 
-    def __init__(self, steps: list[tuple], outs: list[int], known: list[dict]):
-        self.steps, self.outs = steps, outs
+    def __init__(self, steps: list[tuple], outs: list[int], known: list[dict], fixed: list[UOp | None]):
+        self.steps, self.outs, self.fixed = steps, outs, fixed
         # per step of two sources or more, a C-level getter of their tuple (a comprehension per node built cost
         # about as much again as the node's hash-consing)
         self.picks = [itemgetter(*src) if len(src) > 1 else None for _, _, src, _ in steps]
@@ -36,6 +42,7 @@ class GraphProgram:
         if n_in != len(inputs):
             return None  # an input repeated: a position would not name one node
         steps: list[tuple] = []
+        fixed: list[UOp | None] = []
         for root in outputs:
             stack = [root]
             while stack:
@@ -50,17 +57,22 @@ class GraphProgram:
                 stack.pop()
                 if n.op is Ops.BUFFER:
                     return None
+                src = tuple([at[s] for s in n.src])
+                held = n.op in _FIXED and all(s >= n_in and fixed[s - n_in] is not None for s in src)
                 at[n] = n_in + len(steps)
-                steps.append((n.op, n.dtype, tuple([at[s] for s in n.src]), n.arg))
+                steps.append((n.op, n.dtype, src, n.arg))
+                fixed.append(n if held else None)
         known = [{"shape": o.shape, "device": o.device} for o in outputs]
-        return GraphProgram(steps, [at[o] for o in outputs], known), at
+        return GraphProgram(steps, [at[o] for o in outputs], known, fixed), at
 
     def run(self, inputs: list[UOp]) -> list[UOp]:
         """Every node of the program over `inputs`, by position (the outputs are at `self.outs`)."""
         vals = list(inputs)
         append = vals.append
-        for (op, dtype, src, arg), pick in zip(self.steps, self.picks):
-            if pick is not None:
+        for (op, dtype, src, arg), pick, node in zip(self.steps, self.picks, self.fixed):
+            if node is not None:
+                append(node)
+            elif pick is not None:
                 append(UOp(op, dtype, pick(vals), arg))
             else:
                 append(UOp(op, dtype, (vals[src[0]],) if src else (), arg))
