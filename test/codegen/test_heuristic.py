@@ -123,3 +123,16 @@ def test_eight_lane_masked_load_as_half_of_a_sixteen_lane_one(wide: bool, monkey
     ExecItem(CompiledRunner("CPU", spec), [out, *si.bufs[1:]]).run()
     ref = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w), padding=1).numpy()
     np.testing.assert_allclose(np.frombuffer(out.as_bytes(), np.float32).reshape(ref.shape), ref, rtol=1e-4, atol=1e-4)
+
+
+def test_ops_split_per_lane_leave_the_loop_to_the_compiler():
+    """An elementwise chain of uint32 shifts (as in Tensor.rand's threefry), which the C renderer spells lane by lane:
+    upcast, each op would be repeated 16 times; plain, the C compiler's vectorizer takes the loop."""
+    x = np.arange(4096, dtype=np.uint32) * np.uint32(2654435761)
+    t, want = Tensor(x).realize(), x.copy()
+    for shift in (13, 15, 26, 6, 17, 29, 16, 24) * 5:
+        t = t + ((t << shift) | (t >> (32 - shift)))
+        want = want + ((want << np.uint32(shift)) | (want >> np.uint32(32 - shift)))
+    k, _ = _tile(t.cast("float32"))
+    assert _upcasts(k) == []
+    np.testing.assert_array_equal(t.numpy(), want)
