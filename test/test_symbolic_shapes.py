@@ -186,7 +186,7 @@ def test_symbolic_kernels_get_opts_on_their_constant_axes():
 
     if Device.DEFAULT != "CPU":
         pytest.skip("the CPU's rule (GPU targets keep symbolic kernels plain)")
-    B, H, D, n_max = 1, 8, 64, 100
+    B, H, D, n_max = 1, 8, 64, 200  # 8 x 200 positions: more than a tiny kernel (heuristic.TINY_CPU)
     kn, vn = _rand(B, H, n_max, D, seed=1), _rand(B, H, n_max, D, seed=2)
     kc, vc = Tensor(kn).realize(), Tensor(vn).realize()
     for pos in (1, 3, 37, n_max):

@@ -15,11 +15,18 @@ from __future__ import annotations
 from lazygrad.codegen.kernel import AxisType, Kernel, Opt, OptOps
 from lazygrad.dtype import dtypes
 from lazygrad.helpers import getenv, prod
-from lazygrad.uop.ops import Ops, UOp
+from lazygrad.uop.ops import GroupOp, Ops, UOp
 from lazygrad.uop.symbolic import simplify
 
 # below this many loop iterations a kernel runs in a few microseconds: nothing to gain, only code to grow
 TINY = 64
+# on a CPU a plain reduce (no register tile) below this many iterations runs in well under a microsecond either
+# way: upcast rows or an unroll only grow the C the compiler works through (the digits CNN step's softmax and loss
+# kernels over 64 x 10: 0.2-0.5 us each as plain loops or upcast by 16 rows; its 8 such kernels 246 -> 178 ms of gcc
+# CPU). Only a reduce of at least LONG_REDUCE vectors' worth keeps its vector accumulators: a decode step's RMSNorm
+# over 576 as a loop is a chain of 576 dependent adds
+TINY_CPU = 1024
+LONG_REDUCE = 16
 # a parallel region costs ~1-6 us to start (measured with libgomp's default spin-then-sleep wait on 2 cores);
 # kernels under this many iterations finish in about that time on one core
 THREAD_MIN_WORK = getenv("THREAD_MIN_WORK", 1 << 17)
@@ -37,8 +44,10 @@ def _size(s: int | UOp) -> int:
 
 
 def hand_coded_optimizations(k: Kernel) -> Kernel:
-    if prod(_size(s) for s in k.full_shape) < TINY:
+    work = prod(_size(s) for s in k.full_shape)
+    if work < TINY:
         return k
+    tiny = not k.renderer.has_local and work < TINY_CPU  # see TINY_CPU: for a plain reduce
     loads, stores = _accesses(k)
     if not k.renderer.has_local and _byte_dot(k):
         # a plain loop: gcc's vectorizer turns `acc += (int)u8 * (int)s8` into vpdpbusd / vpmaddubsw, which
@@ -139,14 +148,15 @@ def hand_coded_optimizations(k: Kernel) -> Kernel:
             _unroll(k, (4, 3, 2), min(body, BODY_LOADS // max(1, len(in_reduce))))
     elif reduce_axes:
         last = reduce_axes[-1]
-        if vec > 1 and any(step[i][last] == 1 for i in in_reduce) and _unroll(k, (vec,)):
+        lanes = vec > 1 and any(step[i][last] == 1 for i in in_reduce)
+        if lanes and (not tiny or _size(k.full_shape[last]) >= LONG_REDUCE * vec) and _unroll(k, (vec,)):
             _unroll(k, (2,))  # two vector loads in flight per iteration
-        elif out_unit:
+        elif out_unit and not tiny:
             _upcast(k, out_unit[-1], (vec, 4, 2))
             _unroll(k, (4, 2))
-        else:
+        elif not tiny:
             _unroll(k, (4, 2))
-    elif out_unit:
+    elif out_unit and _per_lane_ops(k, vec) * vec <= TILE_EXPANDED:
         _upcast(k, out_unit[-1], (vec, 4, 2))
     _thread(k, len(loads), spread)
     return k
@@ -174,6 +184,18 @@ def _accesses(k: Kernel) -> tuple[list[tuple[int, bool]], list[int]]:
     loads = [(pos[x.src[1]], x in in_reduce) for x in global_loads]
     stores = [pos[x.src[1]] for x in k.ast.src if x.op is Ops.STORE]
     return loads, stores
+
+
+def _per_lane_ops(k: Kernel, vec: int) -> int:
+    """The ALU ops of the kernel that the renderer cannot do on vectors of `vec` lanes: an upcast repeats each once per
+    lane. Past a few the plain loop is better left to the C compiler's vectorizer: the threefry of Tensor.rand (76
+    uint32 ops an element, shifts among them) of 512 x 1024 upcast by 16 was 100 KB of C, 187 ms of gcc CPU and
+    2.6 ms on one core; plain, 9 KB, 56 ms and 0.6 ms."""
+    if vec <= 1:
+        return 0
+    alu = [u for u in k.ast.toposort if u.op in GroupOp.ALU]
+    ok = k.renderer.vector_op_ok  # type: ignore[attr-defined]
+    return sum(not ok(u.op, u.dtype.vec(vec), [s.dtype for s in u.src]) for u in alu)
 
 
 def _step(k: Kernel, view: int, axis: int) -> int | None:

@@ -7,6 +7,7 @@ import contextlib
 import ctypes
 import hashlib
 import os
+import shlex
 import shutil
 import struct
 import subprocess
@@ -157,6 +158,7 @@ class ClangCompiler(Compiler):
         self.flags += [] if "clang" in "".join(version) else ["-fvect-cost-model=dynamic"]  # a gcc flag only
         self.flags += ["-std=gnu11"]
         self.link: list[str] = []  # the linker and the libraries it gives a kernel; [] links through the driver
+        self.direct: tuple[list[str], list[str]] | None = None  # (compiler proper, assembler) run without the driver
         probe_key = repr((version, cc, "openmp"))
         self.openmp = diskcache_get("cpu_openmp_v1", probe_key)
         if self.openmp is None:
@@ -204,6 +206,11 @@ class ClangCompiler(Compiler):
         probe_key = repr((version, cc, self.flags, self.link, "gomp_loop_v1"))
         gomp = diskcache_get("cpu_gomp_loop_v1", probe_key)
         self.gomp_loop = diskcache_put("cpu_gomp_loop_v1", probe_key, self._gomp_loop()) if gomp is None else gomp
+        probe_key = repr((version, cc, self.flags, self.link, "direct_compile_v1"))
+        direct = diskcache_get("cpu_direct_compile_v1", probe_key)
+        if direct is None:
+            direct = diskcache_put("cpu_direct_compile_v1", probe_key, self._direct_compile() or ())
+        self.direct = direct or None
         key = hashlib.sha256(repr((version, self.flags)).encode()).hexdigest()[:16]
         super().__init__(f"compile_cpu_{key}")
 
@@ -211,8 +218,11 @@ class ClangCompiler(Compiler):
         return self._build(src, flags, self.link)
 
     def _build(self, src: str, flags: list[str], link: list[str]) -> bytes:
-        job = self._take_started(flags, link) or _Build(self.cc, flags, link)
+        job = self._take_started(flags, link) or _Build(self.cc, flags, link, self._direct_for(flags, link))
         return job.finish(src)
+
+    def _direct_for(self, flags: list[str], link: list[str]) -> tuple[list[str], list[str]] | None:
+        return self.direct if flags is self.flags and link is self.link else None
 
     def prestart(self, n: int) -> None:
         """Compiler processes started ahead of their sources, up to `n` waiting (see _Build): a process's start (~12 ms
@@ -222,7 +232,7 @@ class ClangCompiler(Compiler):
             if not self.compiled:
                 return
             while len(self._started) < n:
-                self._started.append(_Build(self.cc, self.flags, self.link))
+                self._started.append(_Build(self.cc, self.flags, self.link, self.direct))
 
     def _take_started(self, flags: list[str], link: list[str]) -> _Build | None:
         with self._started_lock:
@@ -254,6 +264,37 @@ class ClangCompiler(Compiler):
         )
         link = [ld, *libs]
         return link if self._probe_right(src, ctypes.c_int, [], [2 ** (i % 8) for i in range(64)], [], link) else []
+
+    def _direct_compile(self) -> tuple[list[str], list[str]] | None:
+        """The compiler proper and the assembler as the driver runs them for a kernel (`gcc -###`), to be started
+        without it, the assembler reading the compiler's output through a pipe: the driver's own start (its specs,
+        -march=native's CPU detection) was ~2.7 ms of each call's ~18 ms of CPU. None where the driver runs anything
+        else than those two (clang: one process), a kernel is linked through the driver, or the pair's shared object
+        differs from the driver's byte for byte."""
+        if not self.link:
+            return None
+        compile_only = [f for f in self.flags if f != "-shared"]
+        cmd = [self.cc, *compile_only, "-c", "-x", "c", "-", "-o", "lg_probe.o", "-###"]
+        listing = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "LC_ALL": "C"}).stderr
+        try:
+            commands = [shlex.split(line) for line in listing.splitlines() if line.startswith(" ")]
+        except ValueError:
+            return None
+        if len(commands) != 2 or os.path.basename(commands[0][0]) != "cc1":
+            return None
+        cc1, asm = commands
+        asm_file = asm[-1]
+        if "-o" not in cc1 or cc1[cc1.index("-o") + 1] != asm_file or asm[-3:-1] != ["-o", "lg_probe.o"]:
+            return None
+        at = cc1.index("-o")
+        direct = ([*cc1[:at], "-o", "-", *cc1[at + 2 :]], asm[:-3])
+        src = "float exp2f(float);\nvoid lg_probe(float* restrict out) {\n"
+        src += "  for (int i = 0; i < 64; i++) out[i] = exp2f((float)(i % 8)) * 0.5f + 1.0f;\n}\n"
+        try:
+            by_driver = _Build(self.cc, self.flags, self.link).finish(src)
+            return direct if _Build(self.cc, self.flags, self.link, direct).finish(src) == by_driver else None
+        except (CompileError, OSError):
+            return None
 
     def _gomp_loop(self) -> bool:
         """Whether a parallel loop that calls libgomp's guided-schedule entry points itself (as an outlined THREAD
@@ -344,29 +385,44 @@ class ClangCompiler(Compiler):
 class _Build:
     """One compiler call building a shared object in a directory of its own (in /dev/shm, with the compiler driver's
     own temporary files: in /tmp, on disk here, creating and removing them cost ~4 ms of each call's ~25): the
-    compiler starts at once, reading the source from its stdin, which finish() writes."""
+    compiler starts at once, reading the source from its stdin, which finish() writes. With `direct` (see
+    ClangCompiler._direct_compile) the compiler proper and the assembler start without the driver, piped."""
 
-    def __init__(self, cc: str, flags: list[str], link: list[str]):
+    def __init__(self, cc: str, flags: list[str], link: list[str], direct: tuple[list[str], list[str]] | None = None):
         self.link, self.owner = link, os.getpid()
         self.tmp = tempfile.mkdtemp(prefix="lazygrad_", dir=_so_dirs[0])
         self.env = {**os.environ, "TMPDIR": self.tmp}
         self.out, self.obj = os.path.join(self.tmp, "kernel.so"), os.path.join(self.tmp, "kernel.o")
-        if link:
+        if direct and link:
+            cmds = [direct[0], [*direct[1], "-o", self.obj]]
+        elif link:
             compile_only = [f for f in flags if f != "-shared"]
-            cmd = [cc, *compile_only, "-c", "-x", "c", "-", "-o", self.obj]
+            cmds = [[cc, *compile_only, "-c", "-x", "c", "-", "-o", self.obj]]
         else:
-            cmd = [cc, *flags, "-x", "c", "-", "-o", self.out, "-lm"]
+            cmds = [[cc, *flags, "-x", "c", "-", "-o", self.out, "-lm"]]
         self.err = open(os.path.join(self.tmp, "messages"), "w+b")  # a file: no pipe the compiler could fill
+        self.procs: list[subprocess.Popen] = []
         try:
-            self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=self.err, stderr=self.err, env=self.env)
+            out = subprocess.PIPE if len(cmds) > 1 else self.err
+            self.procs.append(
+                subprocess.Popen(cmds[0], stdin=subprocess.PIPE, stdout=out, stderr=self.err, env=self.env)
+            )
+            if len(cmds) > 1:  # the assembler reads what the compiler writes
+                first = self.procs[0]
+                self.procs.append(subprocess.Popen(cmds[1], stdin=first.stdout, stdout=self.err, stderr=self.err))
+                first.stdout.close()  # type: ignore[union-attr]
         except BaseException:
+            for proc in self.procs:
+                proc.kill()
+                proc.wait()
             self._remove()
             raise
+        self.proc = self.procs[0]
         _builds.add(self)
 
     def usable(self) -> bool:
         """Started by this process (not a fork's parent) and still waiting for its source."""
-        return self.owner == os.getpid() and self.proc.poll() is None
+        return self.owner == os.getpid() and all(proc.poll() is None for proc in self.procs)
 
     def finish(self, src: str) -> bytes:
         try:
@@ -377,7 +433,8 @@ class _Build:
             finally:
                 with contextlib.suppress(BrokenPipeError):
                     self.proc.stdin.close()  # type: ignore[union-attr]
-            self._check(self.proc.wait(), self.proc.args[0], "compile", src)  # type: ignore[index]
+            for proc in self.procs:  # the compiler's error first: the assembler then read nothing
+                self._check(proc.wait(), os.path.basename(proc.args[0]), "compile", src)  # type: ignore[index]
             if self.link:
                 with open(self.obj, "rb") as f:
                     libs = _libraries_needed(f.read(), self.link[1:])
@@ -396,8 +453,9 @@ class _Build:
 
     def cancel(self) -> None:
         if self.owner == os.getpid():
-            self.proc.kill()
-            self.proc.wait()
+            for proc in self.procs:
+                proc.kill()
+                proc.wait()
             self._remove()
 
     def _remove(self) -> None:

@@ -8,7 +8,7 @@ import torch
 from lazygrad import Device, Tensor
 from lazygrad.codegen import get_program
 from lazygrad.codegen.heuristic import hand_coded_optimizations
-from lazygrad.codegen.kernel import AxisType, Kernel
+from lazygrad.codegen.kernel import AxisType, Kernel, OptOps
 from lazygrad.device import Buffer
 from lazygrad.engine.realize import CompiledRunner, ExecItem, run_schedule
 from lazygrad.renderer.cstyle import ClangRenderer
@@ -123,3 +123,33 @@ def test_eight_lane_masked_load_as_half_of_a_sixteen_lane_one(wide: bool, monkey
     ExecItem(CompiledRunner("CPU", spec), [out, *si.bufs[1:]]).run()
     ref = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w), padding=1).numpy()
     np.testing.assert_allclose(np.frombuffer(out.as_bytes(), np.float32).reshape(ref.shape), ref, rtol=1e-4, atol=1e-4)
+
+
+def test_tiny_cpu_kernel_stays_a_plain_loop():
+    """A softmax row max of 64 x 10 (the digits CNN's loss): fewer iterations than an upcast could pay for, so no opts
+    (upcast, it was 16 accumulators of C for a kernel of well under a microsecond)."""
+    a = _rand(64, 10)
+    k, got = _tile(Tensor(a).realize().max(-1))
+    assert k.applied_opts == []
+    np.testing.assert_array_equal(got, a.max(-1))
+
+
+def test_tiny_kernel_with_a_long_reduce_keeps_vector_accumulators():
+    """A decode step's RMSNorm sum of squares over 576: tiny, but a plain loop would be 576 dependent adds."""
+    a = _rand(576)
+    k, got = _tile((Tensor(a).realize() ** 2).sum())
+    assert k.applied_opts and all(o.op is OptOps.UNROLL for o in k.applied_opts)
+    np.testing.assert_allclose(got, (a.astype(np.float64) ** 2).sum(), rtol=1e-5)
+
+
+def test_ops_split_per_lane_leave_the_loop_to_the_compiler():
+    """An elementwise chain of uint32 shifts (as in Tensor.rand's threefry), which the C renderer spells lane by lane:
+    upcast, each op would be repeated 16 times; plain, the C compiler's vectorizer takes the loop."""
+    x = np.arange(4096, dtype=np.uint32) * np.uint32(2654435761)
+    t, want = Tensor(x).realize(), x.copy()
+    for shift in (13, 15, 26, 6, 17, 29, 16, 24) * 5:
+        t = t + ((t << shift) | (t >> (32 - shift)))
+        want = want + ((want << np.uint32(shift)) | (want >> np.uint32(32 - shift)))
+    k, _ = _tile(t.cast("float32"))
+    assert _upcasts(k) == []
+    np.testing.assert_array_equal(t.numpy(), want)

@@ -16,6 +16,7 @@ from lazygrad.runtime.ops_cpu import (
     LANE_SELECT_PROBE,
     ClangCompiler,
     CPUProgram,
+    _Build,
     _libraries_needed,
     _undefined_symbols,
     find_c_compiler,
@@ -343,6 +344,17 @@ def test_prestarted_compiler_builds_the_same_and_reports_errors():
     with pytest.raises(CompileError, match="failed to compile a kernel:\n.*error"):
         compiler.compile("this is not C")
     assert not compiler._started and not any(os.path.exists(job.tmp) for job in started)
+
+
+def test_direct_compile_builds_what_the_driver_builds():
+    """Where the compiler proper and the assembler start without the driver (gcc), a kernel's shared object is the
+    driver's byte for byte, and what the assembler refuses is a CompileError naming it."""
+    compiler = ClangCompiler(find_c_compiler())
+    if compiler.direct is None:
+        pytest.skip("this compiler's driver runs other steps (clang: one process)")
+    assert compiler.compile(SRC) == _Build(compiler.cc, compiler.flags, compiler.link).finish(SRC)
+    with pytest.raises(CompileError, match="(?s)as failed to compile a kernel:\n.*no such instruction"):
+        compiler.compile('__asm__("no_such_instruction %eax");\n' + SRC)
 
 
 def test_prestarted_compilers_end_with_the_process(tmp_path):
