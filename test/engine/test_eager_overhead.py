@@ -404,6 +404,29 @@ def test_repeated_realize_launches_from_its_plan(monkeypatch):
     assert GlobalCounters.kernel_count == kernels + 5
 
 
+def test_launch_plan_calls_cpu_kernels_straight(monkeypatch):
+    """A plan calls each CPU kernel's compiled function itself, not through its runner and program (two Python calls
+    a launch, and ~50 launches a digits CNN step); the values stay the general path's."""
+    from lazygrad import GlobalCounters
+    from lazygrad.runtime.ops_cpu import CPUProgram
+
+    an = np.random.rand(4, 16).astype(np.float32)
+    a = Tensor(an, device="CPU").realize()
+
+    def two_kernels() -> Tensor:
+        return (a.exp().sum(1, keepdim=True) * a).realize()
+
+    for _ in range(2):
+        two_kernels()
+    runners = counting_calls(monkeypatch, realize.CompiledRunner, "__call__")
+    programs = counting_calls(monkeypatch, CPUProgram, "__call__")
+    kernels = GlobalCounters.kernel_count
+    for _ in range(3):
+        np.testing.assert_allclose(two_kernels().numpy(), np.exp(an).sum(1, keepdims=True) * an, rtol=1e-5)
+    assert GlobalCounters.kernel_count - kernels == 6
+    assert runners[0] == 0 and programs[0] == 0
+
+
 def test_launch_plan_trains_and_shares_memory_as_the_general_path(monkeypatch):
     """MLP steps launched from plans: bit for bit the general path's values, the same buffers allocated per step
     (the memory plan of the step's internal buffers is reused, not left out), and no memory planning after the first
