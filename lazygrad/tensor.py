@@ -296,6 +296,8 @@ def _file_lazy(t: Tensor, ref: weakref.ref) -> None:
     if (memories := t.uop.__dict__.get(_MEMORIES)) is None:
         memories = _memories_below(t.uop)
     for memory in memories:
+        if memory is _BINDS:
+            continue
         filed = memory.__dict__.get(_LAZY_HERE)
         if filed is None:
             filed = memory.__dict__[_LAZY_HERE] = _Filed()
@@ -381,7 +383,7 @@ def _readers(
     variable. A view of the memory is not one (it shows the memory as it is, as torch's views do); a
     tensor computed from it is, and so is one reading another pending write into it (run later, that write would land
     after these). A tensor whose node is a pending write is one when the value it writes reads the memory."""
-    memo: dict[UOp, tuple[bool, bool]] = {}  # node -> (reads the memory as it is now, binds a variable)
+    overwritten: dict[UOp, bool] = {}  # each write -> whether a later one of them overwrites what it wrote
     per_memory: dict[Buffer, list[UOp]] = {}
     for n in written:
         if n.src[0].base.op is Ops.BUFFER:
@@ -391,40 +393,60 @@ def _readers(
         for n in ns:
             # the result of a write that a later one into the same memory overwrites is read before that one: what
             # reads it is a reader too
-            memo[n] = (len(ns) > 1 and any(m is not n and _written_after(m, n) for m in ns), False)
+            overwritten[n] = len(ns) > 1 and any(m is not n and _written_after(m, n) for m in ns)
 
-    def reads(root: UOp) -> tuple[bool, bool]:
-        stack = [root]
+    def leaf(n: UOp) -> bool | None:
+        """Whether a node the walks stop at reads the memory as it is now; None for a node they look through."""
+        if (hit := overwritten.get(n)) is not None:
+            return hit
+        if n.op is Ops.BUFFER:
+            return n.arg.memory in mems
+        if (view := _realized.get(n)) is not None:
+            return any(m in mems for m in _view_memories(view))
+        return None
+
+    def reads(root: UOp) -> bool:
+        # stops at the first node found reading the memory (a model's logits find the last layer's bias a few nodes
+        # down, where a full walk met all of their 100-200 nodes every step); graphs found not to read it are
+        # remembered whole, for the next root sharing them
+        stack, seen = [root], set()
         while stack:
-            n = stack[-1]
-            if n in memo:
-                stack.pop()
+            n = stack.pop()
+            if n in seen or n in clean:
                 continue
-            if n.op is Ops.BUFFER or (view := _realized.get(n)) is not None:
-                held = [n.arg.memory] if n.op is Ops.BUFFER else _view_memories(view)
-                memo[n] = (any(m in mems for m in held), False)
+            seen.add(n)
+            if (stop := leaf(n)) is not None:
+                if stop:
+                    return True
+            elif n.op is Ops.ASSIGN and n.src[0].base.op is Ops.BUFFER and n.src[0].base.arg.memory in mems:
+                # another write into the memory, not run yet: older than these writes, it must land before them
+                # (what reads it is computed first); newer, it lands after them, and what it writes is read then
+                if write_order(n) <= latest.get(n.src[0].base.arg.memory, -1):
+                    return True
+                stack.extend(n.src[1:])
             else:
-                # loops, not comprehensions: this runs for every node of every lazy tensor over the written memory
-                # (a comprehension is a call per node)
-                pushed = False
-                for x in n.src:
-                    if x not in memo:
-                        stack.append(x)
-                        pushed = True
-                if pushed:
-                    continue
-                old, binds = False, n.op is Ops.BIND
-                for x in n.src:
-                    x_old, x_binds = memo[x]
-                    old, binds = old or x_old, binds or x_binds
-                if n.op is Ops.ASSIGN and n.src[0].base.op is Ops.BUFFER and n.src[0].base.arg.memory in mems:
-                    # another write into the memory, not run yet: older than these writes, it must land before them
-                    # (what reads it is computed first); newer, it lands after them, and what it writes is read then
-                    newer = write_order(n) > latest.get(n.src[0].base.arg.memory, -1)
-                    old = any(memo[x][0] for x in n.src[1:]) if newer else True
-                memo[n] = (old, binds)
-            stack.pop()
-        return memo[root]
+                stack.extend(n.src)
+        clean.update(seen)
+        return False
+
+    def binds(root: UOp) -> bool:
+        # a variable bound in the graph, other than below the nodes the walks stop at (a structural mark rules out
+        # most graphs without a walk)
+        if _BINDS not in _memories_below(root):
+            return False
+        stack, seen = [root], set()
+        while stack:
+            n = stack.pop()
+            if n in seen:
+                continue
+            seen.add(n)
+            if n.op is Ops.BIND:
+                return True
+            if leaf(n) is None:
+                stack.extend(n.src)
+        return False
+
+    clean: set[UOp] = set()  # nodes whose graph was found not to read the memory
 
     # A graph reads the memory through a buffer of it below, or through a node stored in it. A stored write (an
     # ASSIGN, the common case: an optimizer's step counter) is stored in the buffer below it; only a node stored in
@@ -449,18 +471,20 @@ def _readers(
             continue  # a view of something stored or lazy: it reads through (its base is looked at on its own)
         if not hidden and _memories_below(root).isdisjoint(mems):
             continue
-        old, new = reads(root)
-        if old:
-            out.append((serial, t, new))
+        if reads(root):
+            out.append((serial, t, binds(root)))
     return out
 
 
 _MEMORIES = "memories_below"
+# in the memories of a graph that binds a variable (_memories_below): not a memory, never filed under
+_BINDS = "binds a variable"
 
 
 def _memories_below(root: UOp) -> frozenset:
-    """The memories (Buffer.memory) of every buffer in root's graph, cached on each node it walks (a graph never
-    changes). A node with one source shares its source's set, so a chain of elementwise ops holds one."""
+    """The memories (Buffer.memory) of every buffer in root's graph, and _BINDS where it binds a variable, cached on
+    each node it walks (a graph never changes). A node with one source shares its source's set, so a chain of
+    elementwise ops holds one."""
     stack = [root]
     while stack:
         n = stack[-1]
@@ -477,6 +501,8 @@ def _memories_below(root: UOp) -> frozenset:
         stack.pop()
         if n.op is Ops.BUFFER:
             n.__dict__[_MEMORIES] = frozenset((n.arg.memory,))
+        elif n.op is Ops.BIND:
+            n.__dict__[_MEMORIES] = _BINDS_BELOW
         elif len(n.src) == 1:
             n.__dict__[_MEMORIES] = n.src[0].__dict__[_MEMORIES]
         else:
@@ -492,6 +518,7 @@ def _memories_below(root: UOp) -> frozenset:
 
 
 _NO_MEMORIES: frozenset = frozenset()
+_BINDS_BELOW = frozenset((_BINDS,))
 
 
 def _written_after(m: UOp, n: UOp) -> bool:

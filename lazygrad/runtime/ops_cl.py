@@ -245,6 +245,8 @@ class CLCompiler(Compiler):
 class CLProgram:
     """One kernel of a program binary, launched as a grid of `global_size` workgroups of `local_size` threads."""
 
+    bare = None  # a launch takes a grid: no function to call with the pointers alone
+
     def __init__(self, dev: CLDevice, name: str, lib: bytes, n_bufs: int = -1, n_vars: int = 0):
         self.dev, self.name, self.n_bufs = dev, name, n_bufs
         cl = dev.cl

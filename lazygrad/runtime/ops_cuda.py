@@ -201,6 +201,8 @@ class CUDAAllocator(Allocator):
 
 
 class CUDAProgram:
+    bare = None  # a launch takes a grid: no function to call with the pointers alone
+
     def __init__(self, dev: CUDADevice, name: str, lib: bytes, n_bufs: int = -1, n_vars: int = 0):
         self.dev, self.name, self.n_bufs = dev, name, n_bufs
         self.module, self.fxn = _vp(), _vp()

@@ -513,6 +513,8 @@ class PythonCompiler(Compiler):
 class PythonProgram:
     """A parsed and decoded kernel, launched as a grid of `global_size` workgroups of `local_size` threads."""
 
+    bare = None  # a launch takes a grid: no function to call with the pointers alone
+
     def __init__(self, allocator: PythonAllocator, name: str, lib: bytes, n_bufs: int = -1, n_vars: int = 0):
         self.allocator, self.name = allocator, name
         self.interpreter = Interpreter(name, parse_program(lib.decode()))

@@ -31,6 +31,21 @@ def _threads_per_device(monkeypatch: pytest.MonkeyPatch) -> dict[str, set[int]]:
             return real(self, *args, **kwargs)
 
         monkeypatch.setattr(cls, "__call__", launch)
+    # and the compiled functions a launch plan calls straight: plans made from now on hold them wrapped
+    direct = realize._direct
+
+    def watched(runner: Any) -> Callable | None:
+        if (fn := direct(runner)) is None:
+            return None
+
+        def call(*ptrs: int) -> None:
+            seen.setdefault(runner.device, set()).add(threading.get_ident())
+            fn(*ptrs)
+
+        return call
+
+    monkeypatch.setattr(realize, "_direct", watched)
+    monkeypatch.setattr(realize, "_plans", {})
     return seen
 
 
