@@ -253,7 +253,12 @@ def _apply_rules(root: UOp, root_grad: Tensor, targets: set[UOp]) -> dict[UOp, T
             if sg.shape != s.shape:
                 raise AssertionError(f"gradient of {node.op} has shape {sg.shape}, expected {s.shape}")
             grads[s] = grads[s] + sg if s in grads else sg
-    return {t: grads[t] for t in targets if t in grads}
+    # as a replayed program's gradients (_GradProgram.run): tensors of their own, not views of the rules' temporaries
+    # (a new tensor, not the view itself: it may be the seed gradient the caller passed). A view keeps its base alive,
+    # a lazy tensor reading the weights, which then joined the optimizer step as an output: the first step of a
+    # process (by the rules) fused otherwise than every later one (replayed)
+    out = {t: grads[t] for t in targets if t in grads}
+    return {t: Tensor(g.uop) if g._view_of is not None else g for t, g in out.items()}
 
 
 # *** gradient programs: a training step differentiates a graph of one structure on every call, over new buffers ***

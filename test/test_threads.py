@@ -227,3 +227,81 @@ def test_random_tensors_drawn_in_threads_never_share_values() -> None:
     assert len(drawn) == 600
     repeated = [v for v, n in collections.Counter(drawn).items() if n > 1]
     assert not repeated, f"{len(repeated)} of 600 random tensors drawn in threads share their values"
+
+
+# *** one program scheduled alike however its threads interleave ***
+
+_XS = np.random.default_rng(7).standard_normal((24, 16)).astype(np.float32)
+_YS = np.random.default_rng(8).standard_normal((24, 4)).astype(np.float32)
+
+
+class _MLP:
+    """A two-layer MLP trained by Adam on minibatches of a realized dataset, as each thread of a trainer would."""
+
+    def __init__(self, seed: int):
+        from lazygrad.nn.optim import Adam
+
+        rng = np.random.default_rng(seed)
+        self.w1 = Tensor(rng.standard_normal((16, 32)).astype(np.float32) * 0.3, requires_grad=True)
+        self.w2 = Tensor(rng.standard_normal((32, 4)).astype(np.float32) * 0.3, requires_grad=True)
+        self.x, self.y = Tensor(_XS).realize(), Tensor(_YS).realize()
+        self.opt = Adam([self.w1, self.w2], lr=1e-2)
+
+    def backward(self, j: int) -> tuple[Tensor, Tensor]:
+        """The hidden layer and the loss of minibatch j, its gradients taken (the step is left to the caller, who
+        keeps both past it, as code logging them would)."""
+        hidden = (self.x[j : j + 8] @ self.w1).relu()
+        loss = ((hidden @ self.w2 - self.y[j : j + 8]) ** 2).mean()
+        self.opt.zero_grad()
+        loss.backward()
+        return hidden, loss
+
+    def weights(self) -> list[bytes]:
+        return [self.w1.numpy().tobytes(), self.w2.numpy().tobytes()]
+
+
+class _StepLog:
+    """The kernels (their ASTs) of each schedule run, per label a thread sets (its model's step)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch):
+        import lazygrad.tensor as tensor_module
+
+        self.label = threading.local()
+        self.kernels: dict[str, list[tuple]] = collections.defaultdict(list)
+        run = tensor_module.run_schedule
+
+        def logged(schedule: list, *args: Any, **kwargs: Any) -> Any:
+            if (label := getattr(self.label, "name", None)) is not None:
+                self.kernels[label].append(tuple(si.ast for si in schedule))
+            return run(schedule, *args, **kwargs)
+
+        monkeypatch.setattr(tensor_module, "run_schedule", logged)
+
+    def step(self, name: str, model: _MLP, loss: Tensor) -> list[bytes]:
+        """The optimizer step of `model` after loss.backward(), logged as `name`; the loss and weights after it."""
+        self.label.name = name
+        try:
+            model.opt.step()
+        finally:
+            self.label.name = None
+        return [loss.numpy().tobytes(), *model.weights()]
+
+
+def test_every_step_of_a_loop_schedules_the_same_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Threads interleave which step records the gradient and update programs and which replay them: a step must
+    schedule alike either way. The first backward of a structure (by the rules) gave gradients that were views of the
+    rules' temporaries, and Adam kept a step's bias terms until the next: both were live lazy tensors reading what the
+    next step overwrote, computed by it as extra outputs (the first two steps of a loop each scheduled otherwise)."""
+    import lazygrad.gradient as gradient_module
+    import lazygrad.nn.optim as optim_module
+
+    monkeypatch.setattr(gradient_module, "_programs", {})  # nothing recorded: the first step runs the rules
+    monkeypatch.setattr(optim_module, "_step_programs", {})
+    log = _StepLog(monkeypatch)
+    model = _MLP(3)
+    for j in range(4):
+        _, loss = model.backward(j)
+        log.step(f"step {j}", model, loss)
+    assert log.kernels["step 0"]
+    for j in range(1, 4):
+        assert log.kernels[f"step {j}"] == log.kernels["step 0"], f"step {j} scheduled otherwise than step 0"

@@ -181,9 +181,14 @@ class Adam(_Moments):
         self.decoupled = decoupled
         self._bias: dict[DType, tuple[Tensor, Tensor]] = {}  # this step's bias corrections, see _bias_terms
 
-    def _begin_step(self) -> list[Tensor]:
-        self._bias = {}
-        return super()._begin_step()
+    def _updates(self) -> list[Tensor]:
+        try:
+            return super()._updates()
+        finally:
+            # the bias terms are lazy tensors over b1_t and b2_t: kept, the next step (which overwrites those) computed
+            # them first as live readers of its writes, and only after a step that ran the update code (a replayed
+            # one builds none): that step's kernels differed from every other's
+            self._bias = {}
 
     def _bias_terms(self, dtype: DType) -> tuple[Tensor, Tensor]:
         """This step's lr / (1 - b1^t) and sqrt(1 - b2^t) in `dtype`: built once per step and dtype, not once per
