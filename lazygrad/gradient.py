@@ -118,21 +118,27 @@ _NO_GRAD = GroupOp.Comparison | {Ops.IDIV, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Op
 
 
 # tensors that backward() was called on, until an optimizer step realizes them with the update: a loss read after
-# opt.step() must show the value it had before the parameters changed, as in torch (weak: dropped ones vanish)
-_pending_roots: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
-_pending_roots_lock = threading.Lock()
+# opt.step() must show the value it had before the parameters changed, as in torch (weak: dropped ones vanish). Per
+# thread: a step takes the roots of its own thread's backward calls. Shared, a thread training beside another took
+# the other's loss into its step whenever its step fell between the other's backward and step, and both steps' kernels
+# fused otherwise than in a run alone (the weights then differed by an ulp now and then)
+class _Roots(threading.local):
+    def __init__(self) -> None:
+        self.pending: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
+
+
+_roots = _Roots()
 
 
 def note_backward_root(t: Tensor) -> None:
-    with _pending_roots_lock:
-        _pending_roots[id(t)] = t
+    _roots.pending[id(t)] = t
 
 
 def take_backward_roots() -> list[Tensor]:
-    """The tensors backward() was called on since the last call, that are not in memory yet."""
-    with _pending_roots_lock:
-        out = [t for t in _pending_roots.values() if not t.uop.is_realized]
-        _pending_roots.clear()
+    """The tensors this thread called backward() on since its last call, that are not in memory yet."""
+    pending = _roots.pending
+    out = [t for t in pending.values() if not t.uop.is_realized]
+    pending.clear()
     return out
 
 

@@ -287,6 +287,76 @@ class _StepLog:
         return [loss.numpy().tobytes(), *model.weights()]
 
 
+def _sequential(log: _StepLog) -> dict[str, list[bytes]]:
+    """Two models' steps one after another in this thread: what the threaded runs must reproduce bit for bit. After
+    a step of a third model: every step then replays the gradient and update programs that step recorded."""
+    warm = _MLP(0)
+    warm.backward(0)
+    warm.opt.step()
+    out = {}
+    for name, seed in (("a", 1), ("b", 2)):
+        model = _MLP(seed)
+        for j in range(2):
+            _, loss = model.backward(j)
+            out[f"{name}{j}"] = log.step(f"seq {name}{j}", model, loss)
+    return out
+
+
+def _in_threads(targets: dict[str, Callable[[], None]]) -> None:
+    """Run each target in a thread of that name; raise the first exception one raised."""
+    errors: list[BaseException] = []
+
+    def run(fn: Callable[[], None]) -> None:
+        try:
+            fn()
+        except BaseException as e:  # noqa: BLE001 -- reported by the main thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(fn,), name=name) for name, fn in targets.items()]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not any(t.is_alive() for t in threads), "a thread is stuck"
+    if errors:
+        raise errors[0]
+
+
+def _assert_like_sequential(log: _StepLog, seq: dict[str, list[bytes]], got: dict[str, list[bytes]]) -> None:
+    for step in seq:
+        assert log.kernels[f"thr {step}"] == log.kernels[f"seq {step}"], f"step {step} scheduled otherwise in a thread"
+        assert got[step] == seq[step], f"step {step}: the loss or weights differ from a run alone"
+
+
+def test_a_step_takes_only_its_own_threads_loss(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An optimizer step stores the loss backward() ran on with the update. The losses waiting were one process-wide
+    list: a thread stepping between another's backward() and step took the other's loss into its schedule, and both
+    steps fused otherwise than alone (a 1-ulp difference in the weights now and then)."""
+    log = _StepLog(monkeypatch)
+    seq = _sequential(log)
+    got: dict[str, list[bytes]] = {}
+    a_backward, b_stepped = threading.Event(), threading.Event()
+    a, b = _MLP(1), _MLP(2)
+
+    def thread_a() -> None:
+        for j in range(2):
+            _, loss = a.backward(j)
+            if j == 0:  # b steps between this backward and this step
+                a_backward.set()
+                assert b_stepped.wait(30)
+            got[f"a{j}"] = log.step(f"thr a{j}", a, loss)
+
+    def thread_b() -> None:
+        assert a_backward.wait(30)
+        for j in range(2):
+            _, loss = b.backward(j)
+            got[f"b{j}"] = log.step(f"thr b{j}", b, loss)
+            b_stepped.set()
+
+    _in_threads({"a": thread_a, "b": thread_b})
+    _assert_like_sequential(log, seq, got)
+
+
 def test_every_step_of_a_loop_schedules_the_same_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
     """Threads interleave which step records the gradient and update programs and which replay them: a step must
     schedule alike either way. The first backward of a structure (by the rules) gave gradients that were views of the
