@@ -535,17 +535,22 @@ def realize_readers_of(memories: frozenset[Buffer]) -> None:
     if not _lazy_seen and not _new_tensors:
         return  # nothing lazy, nothing made since the last look
     with _realize_lock:
-        lazy = _lazy_tensors()
-        if not lazy:
-            return
-        if len(_realized) and (stored := _realized.reading(memories)):
-            for _, t in lazy:
-                if t.uop in stored or any(n in stored for n in t.uop.toposort):
-                    t.uop = substitute(t.uop, stored)
-                    _file_lazy(t, weakref.ref(t))  # it reads the stored nodes' memories from now on
-        found = _readers(memories, set(), set())
-        if found:
-            _realize_readers([(serial, t) for serial, t, _ in found])
+        # (in a function of its own: the live tensors it lists are let go before the lock is, see backward)
+        _realize_readers_locked(memories)
+
+
+def _realize_readers_locked(memories: frozenset[Buffer]) -> None:
+    lazy = _lazy_tensors()
+    if not lazy:
+        return
+    if len(_realized) and (stored := _realized.reading(memories)):
+        for _, t in lazy:
+            if t.uop in stored or any(n in stored for n in t.uop.toposort):
+                t.uop = substitute(t.uop, stored)
+                _file_lazy(t, weakref.ref(t))  # it reads the stored nodes' memories from now on
+    found = _readers(memories, set(), set())
+    if found:
+        _realize_readers([(serial, t) for serial, t, _ in found])
 
 
 def _realize_readers(readers: list[tuple[int, Tensor]]) -> None:
@@ -737,7 +742,7 @@ def _reaches_grad(root: UOp) -> bool:
         return True
     from lazygrad.gradient import _blocks
 
-    leaves = {t.uop for t in _grad_leaves.values()}
+    leaves = set(map(_UOP_OF, _live(_grad_leaves.data.copy().values())))
     entry = RealizedNodes._ENTRY
     seen: set[UOp] = set()
     stack = [root]
@@ -1071,8 +1076,7 @@ class Tensor(metaclass=_TensorType):
 
         renamed: dict[UOp, UOp] = {}
         root = _with_lazy_origins(self.uop, renamed)
-        with _grad_leaves_lock:  # another thread may add a leaf while this one lists them
-            leaves = list(_grad_leaves.values())
+        leaves = _live(_grad_leaves.data.copy().values())
         pairs = self._nodes_in_graph(leaves, root, renamed)
         reached = grad_reachable(root, {n for _, n in pairs})
         return [(t, n) for t, n in pairs if n in reached]
@@ -1133,7 +1137,7 @@ class Tensor(metaclass=_TensorType):
         with _grad_leaves_lock:
             if value:
                 if self.uop.base.op is not Ops.BUFFER and any(
-                    t is not self and t.uop is self.uop for t in _grad_leaves.values()
+                    t is not self and t.uop is self.uop for t in _live(_grad_leaves.data.copy().values())
                 ):
                     # two leaves built alike (Tensor(3.5) twice) are one hash-consed node: a node of its own, so
                     # that each gets its own gradient, as torch's
@@ -1203,21 +1207,14 @@ class Tensor(metaclass=_TensorType):
             raise ArgumentError(f"gradient shape {gradient.shape} does not match the tensor's shape {self.shape}")
         return gradient
 
-    def backward(self, gradient: Tensor | None = None, retain_graph: bool = False) -> Tensor:
-        """Accumulate d(self)/d(t) into `.grad` of every tensor t in self's graph with requires_grad True or unset (see
-        the class docstring)."""
-        from lazygrad.gradient import compute_gradient, grad_reachable, note_backward_root
+    def _backward_leaves(self) -> tuple[UOp, list[tuple[Tensor, UOp]], set[int], bool]:
+        """backward's graph (realized tensors' graphs swapped back in), the tensors it fills with the node standing for
+        each, the ids of those whose .grad it replaces rather than adds to, and whether a tensor set requires_grad=True
+        is among them (torch's rules, else tinygrad's)."""
+        from lazygrad.gradient import grad_reachable
 
-        if id(self) in Tensor._graph_freed:
-            raise RuntimeError(
-                "backward through this graph a second time: its gradients were already taken; "
-                "pass retain_graph=True to the first backward() to allow it"
-            )
-        seed = self._seed_gradient(gradient)
         # (the unset tensors are listed at C speed: a backward meets every live one, see _nodes_in_graph)
-        alive = list(map(_DEREF, _unset_grad.copy().values()))
-        unset = list(itertools.compress(alive, map(operator.is_not, alive, itertools.repeat(None))))
-        candidates = [*_grad_leaves.values(), *unset]
+        candidates = [*_live(_grad_leaves.data.copy().values()), *_live(_unset_grad.copy().values())]
         # the root itself gets no .grad (torch leaves a non-leaf's empty; it would only be ones), nor do the unset
         # tensors it is a view of (the (1,) sum that sum() reshapes to (), kept alive by the view)
         viewed: set[int] = set()
@@ -1258,6 +1255,25 @@ class Tensor(metaclass=_TensorType):
             replace = {id(t) for t, _ in leaves if not t._requires_grad}
         else:
             leaves = _drop_unset_over_no_grad_inputs(root, leaves)
+        return root, leaves, replace, torch_style
+
+    def backward(self, gradient: Tensor | None = None, retain_graph: bool = False) -> Tensor:
+        """Accumulate d(self)/d(t) into `.grad` of every tensor t in self's graph with requires_grad True or unset (see
+        the class docstring)."""
+        from lazygrad.gradient import compute_gradient, note_backward_root
+
+        if id(self) in Tensor._graph_freed:
+            raise RuntimeError(
+                "backward through this graph a second time: its gradients were already taken; "
+                "pass retain_graph=True to the first backward() to allow it"
+            )
+        seed = self._seed_gradient(gradient)
+        # listing the tensors that may get a .grad holds every live float tensor of every thread for a moment. Under
+        # the realize lock, and let go before it is released: a schedule looking for live lazy tensors (another
+        # thread's optimizer step, whose writes they would read) must not find those its thread has dropped and this
+        # scan still holds (they joined that step as outputs, and its kernels fused otherwise than in a run alone)
+        with _realize_lock:
+            root, leaves, replace, torch_style = self._backward_leaves()
         if not leaves:
             raise RuntimeError(
                 "backward: the tensor depends on no floating point tensor whose requires_grad is True or unset "
@@ -5894,6 +5910,15 @@ _FLOAT_KEYS: dict[int, bool] = {}  # DType.key -> dtypes.is_float of that dtype
 _DEREF = weakref.ref.__call__  # C-level helpers for backward's look at every live tensor (map over them)
 _UOP_OF = operator.attrgetter("uop")
 
+
+def _live(refs: Iterable[weakref.ref]) -> list[Tensor]:
+    """The live tensors of `refs` (a copy of a registry's weak references: WeakValueDictionary.data.copy().values()),
+    listed at C speed. Never iterate a registry another thread adds to: a WeakValueDictionary's own iteration raises
+    "dictionary changed size during iteration" when a thread makes a parameter meanwhile."""
+    alive = list(map(_DEREF, refs))
+    return list(itertools.compress(alive, map(operator.is_not, alive, itertools.repeat(None))))
+
+
 # (shape, dtype, device) of a scalar backward() was called on -> the node of its seed gradient (ones)
 _SEEDS: dict[tuple, UOp] = {}
 
@@ -5929,7 +5954,7 @@ def _drop_unset_over_no_grad_inputs(root: UOp, leaves: list[tuple[Tensor, UOp]])
     if not any(t._requires_grad is None for t, _ in leaves):
         return leaves
     targets = {n for _, n in leaves}
-    no_grad = {t.uop for t in list(_no_grad_leaves.values())}
+    no_grad = set(map(_UOP_OF, _live(_no_grad_leaves.data.copy().values())))
     below_target: dict[UOp, bool] = {}
     over_no_grad: dict[UOp, bool] = {}
     for n in root.toposort:  # sources before their users

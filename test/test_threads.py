@@ -357,6 +357,48 @@ def test_a_step_takes_only_its_own_threads_loss(monkeypatch: pytest.MonkeyPatch)
     _assert_like_sequential(log, seq, got)
 
 
+def test_a_backward_in_another_thread_keeps_no_dropped_tensor_alive(monkeypatch: pytest.MonkeyPatch) -> None:
+    """backward() lists every live float tensor that may get a .grad, every thread's. A step computes the live lazy
+    tensors that read the weights it overwrites first (their values are those of when they were made, as in torch):
+    it found one its thread had dropped, held by that list in a backward running beside it, and computed it too."""
+    import lazygrad.gradient as gradient_module
+
+    log = _StepLog(monkeypatch)
+    seq = _sequential(log)
+    got: dict[str, list[bytes]] = {}
+    a_built, b_listed, a_stepped = threading.Event(), threading.Event(), threading.Event()
+    a, b = _MLP(1), _MLP(2)
+    compute_gradient = gradient_module.compute_gradient
+
+    def paused(*args: Any, **kwargs: Any) -> Any:
+        if threading.current_thread().name == "b" and not b_listed.is_set():
+            b_listed.set()  # b's backward has listed the live tensors: a drops its probe and steps
+            assert a_stepped.wait(30)
+        return compute_gradient(*args, **kwargs)
+
+    monkeypatch.setattr(gradient_module, "compute_gradient", paused)
+
+    def thread_a() -> None:
+        for j in range(2):
+            if j == 0:
+                probe = (a.w1 * a.w1).sum()  # a lazy tensor reading w1 (a statistic nobody logs), dropped below
+                a_built.set()
+                assert b_listed.wait(30)
+                del probe
+            _, loss = a.backward(j)
+            got[f"a{j}"] = log.step(f"thr a{j}", a, loss)
+            a_stepped.set()
+
+    def thread_b() -> None:
+        assert a_built.wait(30)
+        for j in range(2):
+            _, loss = b.backward(j)
+            got[f"b{j}"] = log.step(f"thr b{j}", b, loss)
+
+    _in_threads({"a": thread_a, "b": thread_b})
+    _assert_like_sequential(log, seq, got)
+
+
 def test_every_step_of_a_loop_schedules_the_same_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
     """Threads interleave which step records the gradient and update programs and which replay them: a step must
     schedule alike either way. The first backward of a structure (by the rules) gave gradients that were views of the
