@@ -1,6 +1,7 @@
 """Threads realizing tensors at once: different graphs, the same graph, TinyJit, with the disk cache on and off."""
 
 import collections
+import contextlib
 import os
 import subprocess
 import sys
@@ -417,3 +418,50 @@ def test_every_step_of_a_loop_schedules_the_same_kernels(monkeypatch: pytest.Mon
     assert log.kernels["step 0"]
     for j in range(1, 4):
         assert log.kernels[f"step {j}"] == log.kernels["step 0"], f"step {j} scheduled otherwise than step 0"
+
+
+class _MeetingDict(dict):
+    """A dict whose deletions wait (up to two seconds) until two threads delete at once: the moment where two threads
+    each took the first key to evict, and neither has evicted it yet."""
+
+    def __init__(self, *args: Any):
+        super().__init__(*args)
+        self.barrier = threading.Barrier(2, timeout=2)
+
+    def __delitem__(self, key: Any) -> None:
+        with contextlib.suppress(threading.BrokenBarrierError):  # alone (the other waits for a lock): go on
+            self.barrier.wait()
+        super().__delitem__(key)
+
+
+def test_optimizers_recording_step_programs_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two threads whose optimizers each record a new update program into a full cache: both evicted its first entry
+    (the second `del` raised KeyError out of opt.step())."""
+    import lazygrad.nn.optim as optim_module
+
+    def model(seed: int) -> _MLP:
+        m = _MLP(seed)
+        m.opt.weight_decay = 0.01 * seed  # a setting of its own: a program of its own
+        return m
+
+    want = []
+    for seed in (4, 5):  # alone, first (their kernels compiled)
+        alone = model(seed)
+        alone.backward(0)
+        alone.opt.step()
+        want.append(alone.weights())
+    monkeypatch.setattr(optim_module, "STEP_PROGRAMS", 1)
+    monkeypatch.setattr(optim_module, "_step_programs", _MeetingDict({("an old key",): None}))
+    models = {"a": model(4), "b": model(5)}
+    ready = threading.Barrier(2, timeout=30)
+
+    def step(m: _MLP) -> Callable[[], None]:
+        def run() -> None:
+            m.backward(0)
+            ready.wait()
+            m.opt.step()
+
+        return run
+
+    _in_threads({name: step(m) for name, m in models.items()})
+    assert [m.weights() for m in models.values()] == want

@@ -9,6 +9,7 @@ a number would be baked into the kernel source and every step would compile new 
 from __future__ import annotations
 
 import math
+import threading
 from typing import Sequence
 
 from lazygrad.dtype import DType, dtypes
@@ -72,9 +73,10 @@ class Optimizer:
             if p.grad is not None:  # as torch: a parameter without a gradient is left alone
                 updated += self._update(i, p, p.grad.detach())
         if key is not None and (program := _StepProgram.record(tensors, before, updated)) is not None:
-            if len(_step_programs) >= STEP_PROGRAMS:
-                del _step_programs[next(iter(_step_programs))]
-            _step_programs[key] = program
+            with _step_programs_lock:
+                if len(_step_programs) >= STEP_PROGRAMS:
+                    del _step_programs[next(iter(_step_programs))]
+                _step_programs[key] = program
         return updated
 
     def _step_tensors(self) -> list[Tensor]:
@@ -365,6 +367,9 @@ def _program_reads(program: GraphProgram, n_in: int) -> list[tuple[tuple[int, ..
 
 _step_programs: dict[tuple, _StepProgram] = {}
 STEP_PROGRAMS = 16  # programs kept (an optimizer whose parameters change shape every step would otherwise grow it)
+# two threads recording at once: both evicted the same first entry (KeyError), or one's insert met the other's
+# iteration for the first key (a dictionary changed size during iteration)
+_step_programs_lock = threading.Lock()
 
 
 def _lerp(start: Tensor, end: Tensor, weight: float) -> Tensor:
