@@ -636,7 +636,8 @@ def random_counter_buffers(buffers: Iterable[Buffer]) -> dict[Buffer, int]:
     return {b: c for b in buffers if (c := _rng_counter_buffers.get(b)) is not None}
 
 
-_rng_lock = threading.Lock()
+# held while the seed and a counter are read together (Tensor._random_bits) and while manual_seed changes both
+_rng_lock = threading.RLock()
 
 
 def take_random_counters(n: int) -> int:
@@ -1301,7 +1302,8 @@ class Tensor(metaclass=_TensorType):
     @staticmethod
     def rng_state() -> tuple[int, int]:
         """(seed, random tensors made since it was set): changes whenever a random tensor is made."""
-        return Tensor._seed, Tensor._rng_counter
+        with _rng_lock:
+            return Tensor._seed, Tensor._rng_counter
 
     @staticmethod
     def no_grad(fn: Callable | None = None) -> Any:
@@ -1758,12 +1760,16 @@ class Tensor(metaclass=_TensorType):
 
     @staticmethod
     def manual_seed(seed: int = 0) -> None:
-        Tensor._seed, Tensor._rng_counter = seed, 0
+        with _rng_lock:
+            Tensor._seed, Tensor._rng_counter = seed, 0
 
     @staticmethod
     def _random_bits(n: int, device: str | None) -> Tensor:
         """n uniformly random uint32s. Each call takes the next counter, so results never depend on realize order."""
-        seed, call = Tensor._seed, take_random_counters(1)
+        # the seed and the counter taken together: a manual_seed in another thread between the two paired the old
+        # seed with a counter from 1 again, the numbers of a call made before
+        with _rng_lock:
+            seed, call = Tensor._seed, take_random_counters(1)
         half = (n + 1) // 2
         counter = Tensor._iota(half, device).cast(dtypes.uint32)
         k0 = dtypes.as_const(seed, dtypes.uint32)

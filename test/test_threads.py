@@ -465,3 +465,33 @@ def test_optimizers_recording_step_programs_at_once(monkeypatch: pytest.MonkeyPa
 
     _in_threads({name: step(m) for name, m in models.items()})
     assert [m.weights() for m in models.values()] == want
+
+
+def test_manual_seed_in_another_thread_never_repeats_a_draw(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A random call reads the seed, then takes its counter. A manual_seed in another thread in between paired the old
+    seed with the counter it resets to: the numbers of the first call after the old seed was set, drawn again."""
+    import lazygrad.tensor as tensor_module
+
+    monkeypatch.setattr(Tensor, "_seed", Tensor._seed)  # (the process's random state is restored afterwards)
+    monkeypatch.setattr(Tensor, "_rng_counter", Tensor._rng_counter)
+    Tensor.manual_seed(11)
+    drawn = [tuple(Tensor.rand(8).tolist()) for _ in range(3)]
+    taking, reseeded = threading.Event(), threading.Event()
+    take = tensor_module.take_random_counters
+
+    def paused(n: int) -> int:
+        if threading.current_thread().name == "a":
+            taking.set()
+            reseeded.wait(2)  # (where the seed and counter are taken under one lock, the reseed waits for this)
+        return take(n)
+
+    monkeypatch.setattr(tensor_module, "take_random_counters", paused)
+    got: list[Tensor] = []
+
+    def reseed() -> None:
+        assert taking.wait(30)
+        Tensor.manual_seed(12)
+        reseeded.set()
+
+    _in_threads({"a": lambda: got.append(Tensor.rand(8)), "b": reseed})
+    assert tuple(got[0].tolist()) not in drawn
