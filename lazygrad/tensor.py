@@ -623,7 +623,8 @@ def forget_values_read_from(memories: frozenset[Any]) -> None:
     """Something other than a schedule wrote these memories (Buffer.memory; a TinyJit replay): a graph built from
     now on over nodes realized from them computes anew."""
     if len(_realized):
-        _realized.forget_reads_of(memories)
+        with _realize_lock:  # not while another thread schedules: its planner and kernels must see one set of entries
+            _realized.forget_reads_of(memories)
 
 
 # the buffer holding the counter of each random call (its key, see Tensor._random_bits) -> that counter
