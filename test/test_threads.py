@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import threading
+import weakref
 from typing import Any, Callable
 
 import numpy as np
@@ -77,6 +78,7 @@ def test_disk_cache_from_many_threads(tmp_path):
     env["PYTHONPATH"] = os.pathsep.join([root, env.get("PYTHONPATH", "")])
     code = """
 import threading
+import weakref
 from typing import Any, Callable
 from lazygrad.helpers import diskcache_get, diskcache_put
 def work(t):
@@ -495,3 +497,38 @@ def test_manual_seed_in_another_thread_never_repeats_a_draw(monkeypatch: pytest.
 
     _in_threads({"a": lambda: got.append(Tensor.rand(8)), "b": reseed})
     assert tuple(got[0].tolist()) not in drawn
+
+
+def test_backward_beside_a_thread_making_parameters(monkeypatch: pytest.MonkeyPatch) -> None:
+    """backward() lists the parameters (a process-wide weak dictionary): a thread making a parameter while another's
+    backward iterated it raised 'dictionary changed size during iteration' out of that backward. The insert is forced
+    into the iteration."""
+    import lazygrad.tensor as tensor_module
+
+    inside, made = threading.Event(), threading.Event()
+
+    class PausingLeaves(weakref.WeakValueDictionary):
+        def values(self) -> Any:
+            for i, t in enumerate(super().values()):
+                if i == 0 and threading.current_thread().name == "trainer":
+                    inside.set()
+                    made.wait(1)  # (where nothing iterates the dictionary itself, no thread comes here)
+                yield t
+
+    monkeypatch.setattr(tensor_module, "_grad_leaves", PausingLeaves(dict(tensor_module._grad_leaves.items())))
+    w_n = np.arange(12, dtype=np.float32).reshape(3, 4) / 10
+    made_here: list[Tensor] = []
+
+    def trainer() -> None:
+        w = Tensor(w_n, requires_grad=True)
+        (w * w).sum().backward()
+        assert w.grad is not None
+        np.testing.assert_allclose(w.grad.numpy(), 2 * w_n, rtol=1e-6)
+
+    def maker() -> None:
+        inside.wait(1)
+        made_here.append(Tensor(np.ones((2, 2), np.float32), requires_grad=True))
+        made.set()
+
+    _in_threads({"trainer": trainer, "maker": maker})
+    assert made_here[0].requires_grad
