@@ -144,7 +144,10 @@ def live_buffers() -> int:
 def test_adam_steps_leave_no_buffers_behind(jit: bool):
     rng = np.random.default_rng(0)
     W = Tensor(rng.standard_normal((8, 4)).astype(np.float32), requires_grad=True)
-    X, Y = Tensor(rng.standard_normal((16, 8)).astype(np.float32)), Tensor(rng.standard_normal((16, 4)).astype(np.float32))
+    X, Y = (
+        Tensor(rng.standard_normal((16, 8)).astype(np.float32)),
+        Tensor(rng.standard_normal((16, 4)).astype(np.float32)),
+    )
     opt = Adam([W], lr=0.01)
 
     def step() -> Tensor:
@@ -179,3 +182,23 @@ def test_assign_realize_leaves_no_buffers_behind(jit: bool):
     assert live_buffers() == before
     np.testing.assert_array_equal(t.numpy(), np.full(4, 205.0))
     GlobalCounters.reset()
+
+
+def test_kernel_cap_applies_to_a_graph_structure_scheduled_before():
+    """The schedule cache knew a graph's structure, not the cap it was cut under: `Context(KERNEL_OPS=)` was ignored
+    for a structure realized before the block, and a structure first realized inside it kept the block's cut after."""
+    from lazygrad.helpers import GlobalCounters
+
+    def kernels_of_chain() -> int:
+        h = Tensor(np.ones(4, np.float32))
+        for _ in range(100):
+            h = h * 0.5 + 1
+        GlobalCounters.kernel_count = 0
+        np.testing.assert_allclose(h.numpy(), np.full(4, 2.0), rtol=1e-6)
+        return GlobalCounters.kernel_count
+
+    alone = kernels_of_chain()
+    with Context(KERNEL_OPS=32):
+        capped = kernels_of_chain()
+    assert capped >= 200 // 32 > alone
+    assert kernels_of_chain() == alone

@@ -521,15 +521,19 @@ def _load_copy(lib: bytes, mode: int = ctypes.DEFAULT_MODE) -> ctypes.CDLL:
     """A private copy of a shared object (every file is its own copy): a library may hold mutable globals (a CPU
     graph's tables)."""
     while True:
-        with tempfile.NamedTemporaryFile(prefix="lazygrad_", suffix=".so", delete=False, dir=_so_dirs[0]) as f:
+        where = _so_dirs[0]
+        with tempfile.NamedTemporaryFile(prefix="lazygrad_", suffix=".so", delete=False, dir=where) as f:
             f.write(lib)
             path = f.name
         try:
             return ctypes.CDLL(path, mode)
         except OSError:
-            if _so_dirs[0] is None:
+            if where is None:
                 raise
-            _so_dirs.pop(0)  # mounted noexec: code cannot be mapped from there
+            # mounted noexec: code cannot be mapped from there. Dropped by name: two threads failing there at once
+            # would each have popped the first entry, the second one the fallback
+            with contextlib.suppress(ValueError):
+                _so_dirs.remove(where)
         finally:
             os.unlink(path)  # the loaded mapping stays valid after unlink
 

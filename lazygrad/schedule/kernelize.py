@@ -678,7 +678,9 @@ def _build_bind(ctx: _Here, u: UOp) -> UOp:
     # the kernel takes the variable as an argument: one compiled kernel serves every value
     var, val = u.unbind()
     if ctx.kb.var_vals.setdefault(var, val) != val:
-        raise BindingConflict(f"variable {var.arg[0]} is bound to both {ctx.kb.var_vals[var]} and {val} in one schedule")
+        raise BindingConflict(
+            f"variable {var.arg[0]} is bound to both {ctx.kb.var_vals[var]} and {val} in one schedule"
+        )
     return var
 
 
@@ -918,8 +920,9 @@ class _Walk:
             record(part)
             pos[node] = len(nodes)
             nodes.append(node)
-        # which nodes are outputs: realize(a, b) with b inside a's graph stores b, a.realize() alone may inline it
-        record((len(outs),))
+        # which nodes are outputs: realize(a, b) with b inside a's graph stores b, a.realize() alone may inline it;
+        # and the kernel size cap the graph is cut under (a Context(KERNEL_OPS=) block schedules otherwise)
+        record((len(outs), KERNEL_OPS.value))
         record(map(at, outs))
         self.key = tuple(key)
         self.pos = pos
