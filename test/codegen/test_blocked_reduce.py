@@ -75,10 +75,12 @@ def test_prime_length_stays_one_loop_and_right():
 def test_blocked_window_sum_with_vector_lanes_is_right():
     """The weight gradient of a conv whose window loads take a vector axis (their index forms are built while the
     vector axis is chosen, before the long reduce is cut into blocks): the forms were kept over the unsplit loop, so
-    the kernel rendered the unsplit loop beside the split one and gcc refused it (tinygrad's test_large_input_conv2d)."""
+    the kernel rendered the unsplit loop beside the split one and gcc refused it (tinygrad's
+    test_large_input_conv2d)."""
     torch = pytest.importorskip("torch")
     rng = np.random.default_rng(5)
-    x, w = rng.standard_normal((4, 16, 64, 64)).astype(np.float32), rng.standard_normal((6, 16, 5, 2)).astype(np.float32)
+    x = rng.standard_normal((4, 16, 64, 64)).astype(np.float32)
+    w = rng.standard_normal((6, 16, 5, 2)).astype(np.float32)
     lx, lw = Tensor(x, requires_grad=True), Tensor(w, requires_grad=True)
     lx.conv2d(lw).sum().backward()
     tx, tw = torch.tensor(x, requires_grad=True), torch.tensor(w, requires_grad=True)
