@@ -30,13 +30,12 @@ from lazygrad.dtype import (  # noqa: F401  (_to_np_dtype: tinygrad programs imp
     to_dtype,
 )
 from lazygrad.engine.realize import capture_began, capture_paused, is_capturing, launch_template, run_schedule
-from lazygrad.helpers import DEBUG, TRAINING, argfix, argsort, ceildiv, flatten, make_tuple, prod
+from lazygrad.helpers import DEBUG, PROFILE, TRAINING, VIZ, argfix, argsort, ceildiv, flatten, make_tuple, prod
 from lazygrad.schedule.kernelize import REALIZED_ENTRY, cached_instance, create_schedule, ordered_write, write_order
 from lazygrad.schedule.multi import has_multi, lower_multi, multi, split_bounds, stored_multis, whole_buffer
 from lazygrad.uop.ops import GroupOp, Ops, UOp, pretty_print, ssimplify, ssmax, substitute, sym_known, sym_value
 from lazygrad.uop.program import GraphProgram
 from lazygrad.uop.view import ShapeTracker, strides_for_shape
-from lazygrad.viz import profile
 
 # reductions and composites of these accumulate in float32 and round once at the end, as torch's do (a sum rounded
 # to half before the division of a mean, or each running total of a cumsum, costs an ulp or more)
@@ -6264,7 +6263,15 @@ def _realize_cached(t: Tensor) -> bool:
         return True
     if t._view_of is not None or u.op is Ops.ASSIGN or u.op in GroupOp.Movement:
         return False
-    if REALIZED_ENTRY in u.__dict__ or DEBUG.value or profile.enabled() or Device.multi_seen and has_multi(u):
+    # (profile.enabled() inline: asked on every realize)
+    if (
+        REALIZED_ENTRY in u.__dict__
+        or DEBUG.value
+        or PROFILE.value >= 1
+        or VIZ.value
+        or Device.multi_seen
+        and has_multi(u)
+    ):
         return False
     found = cached_instance(u, _realized)
     if found is None:
