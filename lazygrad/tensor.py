@@ -743,7 +743,7 @@ def _reaches_grad(root: UOp) -> bool:
         return True
     from lazygrad.gradient import _blocks
 
-    leaves = set(map(_UOP_OF, _live(_grad_leaves.data.copy().values())))
+    leaves = set(map(_UOP_OF, _live_in(_grad_leaves)))
     entry = RealizedNodes._ENTRY
     seen: set[UOp] = set()
     stack = [root]
@@ -1077,7 +1077,7 @@ class Tensor(metaclass=_TensorType):
 
         renamed: dict[UOp, UOp] = {}
         root = _with_lazy_origins(self.uop, renamed)
-        leaves = _live(_grad_leaves.data.copy().values())
+        leaves = _live_in(_grad_leaves)
         pairs = self._nodes_in_graph(leaves, root, renamed)
         reached = grad_reachable(root, {n for _, n in pairs})
         return [(t, n) for t, n in pairs if n in reached]
@@ -1138,7 +1138,7 @@ class Tensor(metaclass=_TensorType):
         with _grad_leaves_lock:
             if value:
                 if self.uop.base.op is not Ops.BUFFER and any(
-                    t is not self and t.uop is self.uop for t in _live(_grad_leaves.data.copy().values())
+                    t is not self and t.uop is self.uop for t in _live_in(_grad_leaves)
                 ):
                     # two leaves built alike (Tensor(3.5) twice) are one hash-consed node: a node of its own, so
                     # that each gets its own gradient, as torch's
@@ -1215,7 +1215,7 @@ class Tensor(metaclass=_TensorType):
         from lazygrad.gradient import grad_reachable
 
         # (the unset tensors are listed at C speed: a backward meets every live one, see _nodes_in_graph)
-        candidates = [*_live(_grad_leaves.data.copy().values()), *_live(_unset_grad.copy().values())]
+        candidates = [*_live_in(_grad_leaves), *_live(_unset_grad.copy().values())]
         # the root itself gets no .grad (torch leaves a non-leaf's empty; it would only be ones), nor do the unset
         # tensors it is a view of (the (1,) sum that sum() reshapes to (), kept alive by the view)
         viewed: set[int] = set()
@@ -5918,11 +5918,16 @@ _UOP_OF = operator.attrgetter("uop")
 
 
 def _live(refs: Iterable[weakref.ref]) -> list[Tensor]:
-    """The live tensors of `refs` (a copy of a registry's weak references: WeakValueDictionary.data.copy().values()),
-    listed at C speed. Never iterate a registry another thread adds to: a WeakValueDictionary's own iteration raises
-    "dictionary changed size during iteration" when a thread makes a parameter meanwhile."""
+    """The live tensors of `refs` (a copy of a registry's weak references), listed at C speed. Never iterate a registry
+    another thread adds to: a WeakValueDictionary's own iteration raises "dictionary changed size during iteration"
+    when a thread makes a parameter meanwhile."""
     alive = list(map(_DEREF, refs))
     return list(itertools.compress(alive, map(operator.is_not, alive, itertools.repeat(None))))
+
+
+def _live_in(registry: weakref.WeakValueDictionary) -> list[Tensor]:
+    """_live over a copy of a WeakValueDictionary's weak references."""
+    return _live(registry.data.copy().values())
 
 
 # (shape, dtype, device) of a scalar backward() was called on -> the node of its seed gradient (ones)
@@ -5960,7 +5965,7 @@ def _drop_unset_over_no_grad_inputs(root: UOp, leaves: list[tuple[Tensor, UOp]])
     if not any(t._requires_grad is None for t, _ in leaves):
         return leaves
     targets = {n for _, n in leaves}
-    no_grad = set(map(_UOP_OF, _live(_no_grad_leaves.data.copy().values())))
+    no_grad = set(map(_UOP_OF, _live_in(_no_grad_leaves)))
     below_target: dict[UOp, bool] = {}
     over_no_grad: dict[UOp, bool] = {}
     for n in root.toposort:  # sources before their users

@@ -418,7 +418,7 @@ class _LaunchPlan:
         self.lone: tuple[CompiledRunner | BufferCopy, tuple[int, ...], tuple[int, ...], Callable | None] | None = None
         if len(schedule) == 1 and (runner := self.runners[0]) is not None:
             refs = schedule.template.items[0][1]
-            self.lone = (runner, refs, refs[self.n_outs[0] :], _direct(runner))
+            self.lone = (runner, refs, refs[self.n_outs[0] :], self.bare[0])
 
     def _buffers(self, schedule: list[ScheduleItem]) -> list[list[Buffer]] | None:
         """Each item's buffers with planned memory swapped in (None where no buffer is planned)."""

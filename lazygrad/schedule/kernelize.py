@@ -36,6 +36,7 @@ from lazygrad.helpers import DEBUG, KERNEL_OPS, prod
 from lazygrad.schedule.panels import over_panels, panel_plans
 from lazygrad.uop.ops import GroupOp, Ops, PatternMatcher, UOp, UPat, arg_uops, ssimplify, substitute, sym_unbind
 from lazygrad.uop.passes import PassRun, step
+from lazygrad.uop.program import SCALAR_BROADCAST, scalar_broadcast
 from lazygrad.uop.spec import verify_kernel
 from lazygrad.uop.view import ShapeTracker, View, full_shape
 from lazygrad.viz import profile, record
@@ -864,7 +865,7 @@ class _Walk:
         get, entry, nodes, sized = realized.get, REALIZED_ENTRY, self.nodes, _SIZED
         reduce_axis, reshape, expand, buffer, bind = Ops.REDUCE_AXIS, Ops.RESHAPE, Ops.EXPAND, Ops.BUFFER, Ops.BIND
         at = pos.__getitem__  # mapped over a node's sources at C speed (a comprehension is a call per node)
-        done, broadcast_ops, const, scalar_key = _DONE, _BROADCAST_OPS, Ops.CONST, _SCALAR_BROADCAST
+        done, broadcast_ops, const, scalar_key = _DONE, _BROADCAST_OPS, Ops.CONST, SCALAR_BROADCAST
         stack: list[Any] = list(reversed(outs))
         while stack:
             node = stack.pop()
@@ -907,7 +908,7 @@ class _Walk:
                 (known := node.__dict__.get(scalar_key)) is True  # (a held node's answer, or a view of a value's
                 or known is None  # source: both without a call)
                 and (node.op is const or node.src[0].op in broadcast_ops)
-                and _scalar_broadcast(node)
+                and scalar_broadcast(node)
             ):
                 # keyed by the node itself (hash-consed: the same node is the same structure), its subtree unwalked.
                 # The graph programs hold these nodes (uop/program.py), so a step meets the same ones again
@@ -946,20 +947,6 @@ _SIZED = frozenset({Ops.RESHAPE, Ops.EXPAND, Ops.SHRINK, Ops.PAD, Ops.IOTA})  # 
 
 
 _BROADCAST_OPS = frozenset({Ops.CONST, Ops.RESHAPE, Ops.EXPAND})
-_SCALAR_BROADCAST = "scalar_broadcast"  # in a node's __dict__: _scalar_broadcast's answer (a node never changes)
-
-
-def _scalar_broadcast(node: UOp) -> bool:
-    """Whether node is a constant (on its device) reshaped and expanded to int sizes: no buffer, bound value or
-    symbolic size below it. (A realized entry on a node inside makes no difference: it holds the constant's value.)"""
-    known = node.__dict__.get(_SCALAR_BROADCAST)
-    if known is None:
-        n = node
-        while (n.op is Ops.RESHAPE or n.op is Ops.EXPAND) and type(sum(n.arg)) is int:
-            n = n.src[0]
-        known = n.op is Ops.CONST and type(n.arg) in (int, float, bool) and all(s.op is Ops.DEVICE for s in n.src)
-        node.__dict__[_SCALAR_BROADCAST] = known
-    return known
 
 
 def _sized_symbolic(op: Ops, arg: Any) -> bool:

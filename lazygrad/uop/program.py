@@ -12,8 +12,23 @@ from operator import itemgetter
 from lazygrad.uop.ops import Ops, UOp
 
 # a scalar broadcast (a constant on its device, reshaped and expanded to a tensor's shape): a step that reads no input
-# and holds no buffer builds the same node on every replay
+# and holds no buffer builds the same node on every replay. The ops such a node and its sources have
 _FIXED = frozenset({Ops.CONST, Ops.DEVICE, Ops.RESHAPE, Ops.EXPAND})
+SCALAR_BROADCAST = "scalar_broadcast"  # in a node's __dict__: scalar_broadcast's answer (a node never changes)
+
+
+def scalar_broadcast(node: UOp) -> bool:
+    """Whether node is a constant (on its device) reshaped and expanded to int sizes: no buffer, bound value or
+    symbolic size below it. (A realized entry on a node inside makes no difference: it holds the constant's value.)
+    The nodes a GraphProgram holds, and those the schedule cache's walk keys whole (schedule/kernelize.py)."""
+    known = node.__dict__.get(SCALAR_BROADCAST)
+    if known is None:
+        n = node
+        while (n.op is Ops.RESHAPE or n.op is Ops.EXPAND) and type(sum(n.arg)) is int:
+            n = n.src[0]
+        known = n.op is Ops.CONST and type(n.arg) in (int, float, bool) and all(s.op is Ops.DEVICE for s in n.src)
+        node.__dict__[SCALAR_BROADCAST] = known
+    return known
 
 
 class GraphProgram:
@@ -58,7 +73,12 @@ class GraphProgram:
                 if n.op is Ops.BUFFER:
                     return None
                 src = tuple([at[s] for s in n.src])
-                held = n.op in _FIXED and all(s >= n_in and fixed[s - n_in] is not None for s in src)
+                # (its sources held steps too, never an input: a replay's inputs differ)
+                held = (
+                    n.op in _FIXED
+                    and all(s >= n_in and fixed[s - n_in] is not None for s in src)
+                    and (n.op is Ops.DEVICE or scalar_broadcast(n))
+                )
                 at[n] = n_in + len(steps)
                 steps.append((n.op, n.dtype, src, n.arg))
                 fixed.append(n if held else None)
