@@ -29,7 +29,14 @@ from lazygrad.dtype import (  # noqa: F401  (_to_np_dtype: tinygrad programs imp
     sum_acc_dtype,
     to_dtype,
 )
-from lazygrad.engine.realize import capture_began, capture_paused, is_capturing, launch_template, run_schedule
+from lazygrad.engine.realize import (
+    CAPTURES_OPEN,
+    capture_began,
+    capture_paused,
+    is_capturing,
+    launch_template,
+    run_schedule,
+)
 from lazygrad.helpers import DEBUG, PROFILE, TRAINING, VIZ, argfix, argsort, ceildiv, flatten, make_tuple, prod
 from lazygrad.schedule.kernelize import REALIZED_ENTRY, cached_instance, create_schedule, ordered_write, write_order
 from lazygrad.schedule.multi import has_multi, lower_multi, multi, split_bounds, stored_multis, whole_buffer
@@ -190,8 +197,30 @@ _lazy_limit = [256]  # _lazy_seen's size at which its dead and stored entries ar
 _LAZY_HERE = "_lazy_tensors_here"
 
 
+class _MadeRef(weakref.ref):
+    """The queue's reference to a tensor made (or made lazy) while a TinyJit capture is open in some thread: it names
+    the thread, because only the capturing thread's tensors are the captured function's (_made_inside)."""
+
+    __slots__ = ("thread",)
+
+    def __init__(self, t: Tensor) -> None:
+        super().__init__(t)
+        self.thread = threading.get_ident()
+
+
+def _made_inside(serial: int, t: Tensor, began: int | None) -> bool:
+    """Whether a lazy tensor with this serial number belongs to this thread's open capture (see capture_began): made
+    after it began by this thread. None: no capture is open here."""
+    if began is None:
+        return True
+    if serial < began:
+        return False
+    known = _lazy_seen.get(id(t))
+    return known is not None and getattr(known[1], "thread", None) == threading.get_ident()
+
+
 def _note_new(t: Tensor) -> None:
-    _new_tensors.append(weakref.ref(t))
+    _new_tensors.append(weakref.ref(t) if not CAPTURES_OPEN[0] else _MadeRef(t))
     if len(_new_tensors) > 1024:
         _trim_new()
 
@@ -210,7 +239,7 @@ def _trim_new() -> None:
 def _note_lazy(t: Tensor) -> None:
     """t got a lazy node again (a pending write, a replaced value): the next look for lazy tensors sees it, with a
     new serial number (for a TinyJit capture it is made lazy when this happens), filed under what its node reads."""
-    ref = weakref.ref(t)
+    ref = weakref.ref(t) if not CAPTURES_OPEN[0] else _MadeRef(t)
     _lazy_seen[id(t)] = (next(_lazy_serials), ref)
     _new_tensors.append(ref)
 
@@ -554,10 +583,11 @@ def _realize_readers_locked(memories: frozenset[Buffer]) -> None:
 
 def _realize_readers(readers: list[tuple[int, Tensor]]) -> None:
     """Compute lazy tensors before a write overwrites what they read. Inside a TinyJit capture, those made before it
-    began are computed once, unrecorded: a replay must not recompute them from the memory the capture overwrites."""
+    began or by another thread are computed once, unrecorded: a replay must not recompute them from the memory the
+    capture overwrites."""
     began = capture_began()
-    before = [t for serial, t in readers if began is not None and serial < began]
-    inside = [t for serial, t in readers if began is None or serial >= began]
+    before = [t for serial, t in readers if not _made_inside(serial, t, began)]
+    inside = [t for serial, t in readers if _made_inside(serial, t, began)]
     if before:
         with capture_paused():
             run_schedule(*Tensor.schedule_with_vars(*before))
@@ -589,9 +619,9 @@ def _readers_of_overwritten(
     """The lazy tensors reading memory the in-place writes `writes` (ASSIGN nodes a schedule stores) overwrite
     (_readers), other than `outputs`, in two lists: those computed first, in a schedule of their own (with their
     serial numbers), and those that join this schedule (which stores them and orders their reads of the old contents
-    before the writes). Computed first: inside a TinyJit capture a tensor made before it (a replay would compute it
-    again from the new contents), and a tensor whose graph binds variables (its bindings may differ from these
-    outputs')."""
+    before the writes). Computed first: inside a TinyJit capture a tensor made before it or by another thread (a replay
+    would compute it again from the new contents), and a tensor whose graph binds variables (its bindings may differ
+    from these outputs')."""
     if not writes:
         return [], []
     mems = {n.src[0].base.arg.memory for n in writes}
@@ -608,7 +638,7 @@ def _readers_of_overwritten(
     for serial, t, binds in _readers(mems, written, {id(t) for t in outputs}):
         if _view_source(t.uop) in becomes:
             continue  # this schedule stores its value anyway, before the writes that overwrite what it reads
-        if began is not None and serial < began or binds:
+        if binds or not _made_inside(serial, t, began):
             first.append((serial, t))
         else:
             joining.append(t)
@@ -977,7 +1007,7 @@ class Tensor(metaclass=_TensorType):
             # an op's result, the tensor made most often by far: none of the conversions below apply (and _note_new
             # inline: a call less on every op)
             self.uop = data
-            _new_tensors.append(weakref.ref(self))
+            _new_tensors.append(weakref.ref(self) if not CAPTURES_OPEN[0] else _MadeRef(self))
             if len(_new_tensors) > 1024:
                 _trim_new()
             self._init_grad_state()

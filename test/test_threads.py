@@ -532,3 +532,40 @@ def test_backward_beside_a_thread_making_parameters(monkeypatch: pytest.MonkeyPa
 
     _in_threads({"trainer": trainer, "maker": maker})
     assert made_here[0].requires_grad
+
+
+def test_a_tensor_made_by_another_thread_during_a_capture_is_not_recorded() -> None:
+    """Thread A captures a TinyJit function that writes into `w`; while it does, thread B builds `seen = w * 2`, which
+    reads w as it was. The write computes `seen` first, but B's tensor is not the captured function's: a replay must
+    not compute it again (it would overwrite B's value with the doubled new contents of w on every call)."""
+    w = Tensor(np.ones(4, np.float32)).realize()
+    inside, made = threading.Event(), threading.Event()
+    calls = [0]
+
+    @TinyJit
+    def step(x: Tensor) -> Tensor:
+        calls[0] += 1
+        if calls[0] == 2:  # the capture: B builds its tensor now
+            inside.set()
+            assert made.wait(10)
+        w.assign(w + x).realize()
+        return (w * 1).realize()
+
+    seen: list[Tensor] = []
+
+    def other() -> None:
+        assert inside.wait(10)
+        seen.append(w * 2)  # lazy, reading w's memory as it is now
+        made.set()
+
+    step(Tensor(np.ones(4, np.float32)))  # w = 2
+    b = threading.Thread(target=other)
+    b.start()
+    step(Tensor(np.ones(4, np.float32)))  # captured: B's tensor reads w = 2 -> 4, then w = 3
+    b.join()
+    want = seen[0].numpy().copy()
+    np.testing.assert_equal(want, np.full(4, 4, np.float32))
+    for _ in range(3):
+        step(Tensor(np.ones(4, np.float32)))
+    np.testing.assert_equal(w.numpy(), np.full(4, 6, np.float32))
+    np.testing.assert_equal(seen[0].numpy(), want)

@@ -275,6 +275,10 @@ class JitError(RuntimeError):
 # capture must see the kernels of an inner JIT's capture too, or its replay would skip them. Kept per thread: a
 # capture records the kernels its own function runs, not those another thread runs meanwhile
 _capturing = threading.local()
+# captures open in all threads: while any is, a tensor's note carries the thread that made it (a tensor another thread
+# makes during a capture is not the captured function's, see capture_began)
+CAPTURES_OPEN = [0]
+_captures_open_lock = threading.Lock()
 
 
 def _captures() -> list[list[tuple[ExecItem, dict[UOp, int]]]]:
@@ -292,15 +296,20 @@ def capture(began: int = 0) -> Iterator[list[tuple[ExecItem, dict[UOp, int]]]]:
     if not hasattr(_capturing, "began"):
         _capturing.began = []
     _capturing.began.append(began)
+    with _captures_open_lock:
+        CAPTURES_OPEN[0] += 1
     try:
         yield items
     finally:
         _captures().pop()
         _capturing.began.pop()
+        with _captures_open_lock:
+            CAPTURES_OPEN[0] -= 1
 
 
 def capture_began() -> int | None:
-    """The serial number of the first tensor made inside the outermost active capture; None when none is active."""
+    """The serial number of the first tensor made inside this thread's outermost active capture; None when none is
+    active. Made inside means a serial number from this one up and made by this thread (tensor.py's _made_inside)."""
     began = getattr(_capturing, "began", None)
     return began[0] if began and _captures() else None
 
