@@ -2974,7 +2974,9 @@ class Tensor(metaclass=_TensorType):
     def logaddexp2(self, other: Any) -> Tensor:
         a, b = self._float_pair(other)
         d = (a == b).where(0.0, a - b)
-        return a.maximum(b) + (-d.abs()).exp2().log1p() * (1 / math.log(2))
+        u = (-d.abs()).exp2()
+        log2_1p = u._in_float32(lambda x: _log1p(x, base2=True))
+        return a.maximum(b) + u._with_derivative(log2_1p, lambda x: ((1 + x) * math.log(2)).reciprocal())
 
     def atan2(self, other: Any) -> Tensor:
         """The angle of the point (other, self) in [-pi, pi], as C's atan2 (and torch.atan2): signed zeros pick the
@@ -6601,13 +6603,15 @@ def _atan(x: Tensor) -> Tensor:
     return _odd(x, positive)
 
 
-def _log1p(u: Tensor) -> Tensor:
-    """log(1 + u) to full precision for small u: log(w) * u / (w - 1) with w = 1 + u rounded cancels w's rounding
-    error (Goldberg); exact u where w rounds to 1, and u where it is infinite."""
+def _log1p(u: Tensor, base2: bool = False) -> Tensor:
+    """log(1 + u) (log2 with `base2`) to full precision for small u: log(w) * u / (w - 1) with w = 1 + u rounded
+    cancels w's rounding error (Goldberg); exact u (u / ln 2) where w rounds to 1, and u where it is infinite. Base 2
+    takes log2 itself rather than log's log2 * ln 2 then / ln 2: log2(1 + 1) is exactly 1 (logaddexp2(a, a) = a + 1)."""
     w = 1 + u
     plain = (w == 1) | (w == math.inf)
     ws = plain.where(2.0, w)
-    return plain.where(u, ws.log() * (plain.where(1.0, u) / (ws - 1)))
+    log = ws.log2() if base2 else ws.log()
+    return plain.where(u * (1 / math.log(2)) if base2 else u, log * (plain.where(1.0, u) / (ws - 1)))
 
 
 def _sinh_cosh_pos(a: Tensor, odd: bool) -> Tensor:
