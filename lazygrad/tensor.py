@@ -1509,8 +1509,8 @@ class Tensor(metaclass=_TensorType):
         tensor it made stand for a buffer, with the node it had; the nodes noted as stored]."""
         tensors: tuple[Tensor, ...] = (self, *lst)
         firsts: dict[UOp, Tensor] = {}
-        _own_memory(tensors, firsts)
-        with _realize_lock:
+        with _realize_lock:  # (_own_memory's look for another holder too: a realize between would share its memory)
+            _own_memory(tensors, firsts)
             scanned = False
             # the writes looked for before scheduling, where every reader found then joined this schedule (as its
             # outputs now, they are not found again): a schedule writing just these needs no second look

@@ -569,3 +569,38 @@ def test_a_tensor_made_by_another_thread_during_a_capture_is_not_recorded() -> N
         step(Tensor(np.ones(4, np.float32)))
     np.testing.assert_equal(w.numpy(), np.full(4, 6, np.float32))
     np.testing.assert_equal(seen[0].numpy(), want)
+
+
+def test_a_schedule_beside_a_realize_of_the_same_graph_gets_memory_of_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two tensors built as `x + 1` are one hash-consed node; each gets memory of its own, as torch's would. schedule()
+    looked for another holder of the node's value before taking the realize lock: a realize of the other tensor in
+    between (forced here) left both on one buffer, and a write into one changed the other."""
+    import lazygrad.tensor as tensor_module
+    from lazygrad.engine.realize import run_schedule
+
+    x = Tensor(np.arange(4, dtype=np.float32)).realize()
+    a, b = x + 1, x + 1
+    looked, realized = threading.Event(), threading.Event()
+    own_memory = tensor_module._own_memory
+
+    def own_memory_then_wait(tensors, firsts):
+        out = own_memory(tensors, firsts)
+        if threading.current_thread().name == "a" and not looked.is_set():
+            looked.set()
+            realized.wait(1)  # (with the lock held, as now, b's realize waits for this schedule instead)
+        return out
+
+    monkeypatch.setattr(tensor_module, "_own_memory", own_memory_then_wait)
+
+    def thread_a() -> None:
+        run_schedule(*a.schedule_with_vars())
+
+    def thread_b() -> None:
+        assert looked.wait(30)
+        b.realize()
+        realized.set()
+
+    _in_threads({"a": thread_a, "b": thread_b})
+    a += 10
+    np.testing.assert_equal(a.numpy(), np.arange(4) + 11)
+    np.testing.assert_equal(b.numpy(), np.arange(4) + 1)
