@@ -70,7 +70,8 @@ def to_numpy(ref: Any) -> np.ndarray:
 def assert_close(
     out: Tensor, ref: Any, atol: float | None = None, rtol: float | None = None, check_dtype: bool = True
 ) -> None:
-    """`out` has the shape, dtype (by name) and values of `ref` (a torch tensor or numpy array). NaNs must match NaNs."""
+    """`out` has the shape, dtype (by name) and values of `ref` (a torch tensor or numpy array). NaNs must match
+    NaNs."""
     expected = to_numpy(ref)
     assert isinstance(out, Tensor), f"expected a Tensor, got {type(out).__name__}"
     assert out.shape == expected.shape, f"shape {out.shape} != expected {expected.shape}"

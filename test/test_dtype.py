@@ -25,7 +25,9 @@ def extremes(dtype: str) -> np.ndarray:
         info = np.iinfo(dtype)
         return np.array([info.min, info.min + 1, 0, 1, 7, info.max - 1, info.max], dtype=dtype)
     info = np.finfo(dtype)
-    return np.array([info.min, -1.5, -0.0, 0.0, info.tiny, 0.1, 3.25, info.max, math.inf, -math.inf, math.nan], dtype=dtype)
+    return np.array(
+        [info.min, -1.5, -0.0, 0.0, info.tiny, 0.1, 3.25, info.max, math.inf, -math.inf, math.nan], dtype=dtype
+    )
 
 
 # *** numpy in, numpy / Python out ***
@@ -65,7 +67,13 @@ def test_numpy_computed_roundtrip(dtype):
 @pytest.mark.parametrize("view", ["transposed", "strided", "negative", "0d", "empty"])
 def test_numpy_non_contiguous_input(dtype, view):
     base = rand_np((4, 6), dtype, 2, -50, 50)
-    x = {"transposed": base.T, "strided": base[::2, 1::3], "negative": base[::-1, ::-2], "0d": base[1, 2], "empty": base[:0]}[view]
+    x = {
+        "transposed": base.T,
+        "strided": base[::2, 1::3],
+        "negative": base[::-1, ::-2],
+        "0d": base[1, 2],
+        "empty": base[:0],
+    }[view]
     t = Tensor(x)
     assert t.shape == np.shape(x)
     np.testing.assert_array_equal(t.numpy(), x)
@@ -122,7 +130,22 @@ def cast_source(src: str, dst: str) -> np.ndarray:
         lo, hi = max(float(info.min), -60000.0), min(float(info.max), 60000.0)
         vals = [lo, -2.75, -1.5, -0.5, 0.0, 0.5, 1.0, 2.75, 100.25, hi]
         return np.array([v for v in vals if lo <= v <= hi], dtype=src)
-    vals = [-70000.0, -2.75, -1e-8, -0.0, 0.0, 1e-5, 0.1, 1.0, 3.140625, 65504.0, 70000.0, math.inf, -math.inf, math.nan]
+    vals = [
+        -70000.0,
+        -2.75,
+        -1e-8,
+        -0.0,
+        0.0,
+        1e-5,
+        0.1,
+        1.0,
+        3.140625,
+        65504.0,
+        70000.0,
+        math.inf,
+        -math.inf,
+        math.nan,
+    ]
     return np.array(vals, dtype=src)
 
 
@@ -147,7 +170,16 @@ def test_cast_by_name_and_shortcuts():
 
 # *** bitcast ***
 
-BITCASTS = [("float32", "int32"), ("int32", "float32"), ("float16", "int16"), ("int16", "float16"), ("float32", "uint32"), ("float64", "int64"), ("uint8", "int8"), ("uint16", "float16")]
+BITCASTS = [
+    ("float32", "int32"),
+    ("int32", "float32"),
+    ("float16", "int16"),
+    ("int16", "float16"),
+    ("float32", "uint32"),
+    ("float64", "int64"),
+    ("uint8", "int8"),
+    ("uint16", "float16"),
+]
 
 
 @pytest.mark.parametrize("src,dst", BITCASTS)
@@ -230,7 +262,12 @@ def test_promotion_tensor_tensor(a, b):
 @pytest.mark.parametrize("a", TORCH_PROMO)
 def test_promotion_tensor_scalar(a, scalar):
     ta, ref = Tensor.ones(2, dtype=a), torch.ones(2, dtype=getattr(torch, a))
-    for lg_out, torch_out in [(ta + scalar, ref + scalar), (scalar * ta, scalar * ref), (ta / scalar, ref / scalar), (ta.maximum(scalar), torch.maximum(ref, torch.tensor(scalar)))]:
+    for lg_out, torch_out in [
+        (ta + scalar, ref + scalar),
+        (scalar * ta, scalar * ref),
+        (ta / scalar, ref / scalar),
+        (ta.maximum(scalar), torch.maximum(ref, torch.tensor(scalar))),
+    ]:
         expected = str(torch_out.dtype).removeprefix("torch.")
         # a Python int is int64 to torch but the default int (int32) to lazygrad
         if expected == "int64" and a != "int64":

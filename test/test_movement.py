@@ -26,7 +26,17 @@ def check(lg_fn, np_fn, shape: tuple[int, ...] = (2, 3, 4), dtype: str = "float3
 
 @pytest.mark.parametrize(
     "shape,new",
-    [((2, 3, 4), (6, 4)), ((2, 3, 4), (24,)), ((2, 3, 4), (4, -1)), ((2, 3, 4), (-1,)), ((2, 3, 4), (1, 2, 1, 12, 1)), ((), (1, 1)), ((1,), ()), ((0, 3), (3, 0, 1)), ((0, 3), (-1, 3))],
+    [
+        ((2, 3, 4), (6, 4)),
+        ((2, 3, 4), (24,)),
+        ((2, 3, 4), (4, -1)),
+        ((2, 3, 4), (-1,)),
+        ((2, 3, 4), (1, 2, 1, 12, 1)),
+        ((), (1, 1)),
+        ((1,), ()),
+        ((0, 3), (3, 0, 1)),
+        ((0, 3), (-1, 3)),
+    ],
 )
 def test_reshape(shape, new):
     check(lambda t: t.reshape(new), lambda x: x.reshape(new), shape)
@@ -96,7 +106,9 @@ def test_pad_dtypes(dtype):
     assert_close(Tensor(x).pad(((1, 0), (2, 1)), value=value), np.pad(x, ((1, 0), (2, 1)), constant_values=value))
 
 
-@pytest.mark.parametrize("arg", [((0, 2), (1, 3), (0, 4)), ((1, 2), None, (3, 4)), ((0, 0), None, None), ((0, 2), (0, 3), (2, 2))])
+@pytest.mark.parametrize(
+    "arg", [((0, 2), (1, 3), (0, 4)), ((1, 2), None, (3, 4)), ((0, 0), None, None), ((0, 2), (0, 3), (2, 2))]
+)
 def test_shrink(arg):
     sl = tuple(slice(None) if a is None else slice(*a) for a in arg)
     check(lambda t: t.shrink(arg), lambda x: x[sl])

@@ -114,7 +114,10 @@ def test_default_opts_match_numpy(n):
 
 
 def test_vector_exp2_special_values():
-    x = np.array([np.inf, -np.inf, np.nan, 128.0, 127.5, -126.0, -149.0, -151.0, 200.0, -200.0, 0.0, 0.5, -0.5, 1e-8, 3.3, -7.7], np.float32)
+    x = np.array(
+        [np.inf, -np.inf, np.nan, 128.0, 127.5, -126.0, -149.0, -151.0, 200.0, -200.0, 0.0, 0.5, -0.5, 1e-8, 3.3, -7.7],
+        np.float32,
+    )
     ast, bufs = one_kernel(Tensor(x).realize().exp2())
     spec = get_program(ast, Device["CPU"].renderer, [Opt(OptOps.UPCAST, 0, 16)])
     assert "lg_exp2_" in spec.src

@@ -1,4 +1,5 @@
-"""BEAM search: the winner computes the right answer, wrong candidates are rejected, winners come from the disk cache."""
+"""BEAM search: the winner computes the right answer, wrong candidates are rejected, winners come from the disk
+cache."""
 
 import numpy as np
 import pytest
