@@ -5,9 +5,11 @@ computed from scratch."""
 import gc
 
 import numpy as np
+import pytest
 
 from lazygrad import Tensor, gradient
 from lazygrad.engine import memory, realize
+from lazygrad.helpers import STEP_LAYOUTS
 from lazygrad.nn import Linear, optim
 from lazygrad.nn.optim import Adam
 from lazygrad.nn.state import get_parameters
@@ -651,12 +653,16 @@ def test_mlp_step_python_calls_stay_bounded():
     assert int(out.stdout.split()[-1]) <= 2250
 
 
-def test_mlp_step_builds_and_walks_a_bounded_number_of_nodes(monkeypatch):
+@pytest.mark.parametrize("layouts", [0, 1])
+def test_mlp_step_builds_and_walks_a_bounded_number_of_nodes(monkeypatch, layouts):
     """The nodes an eager MLP step of a structure seen before builds and walks (the graph's Python costs per node:
     building it, the schedule cache's walk, its death, the collector). The replays hold their scalar broadcasts (a
     constant reshaped and expanded) instead of building them again (335 -> 280 UOp constructions), and the walk keys
-    each one by its node, not its subtree (289 -> 265 nodes)."""
+    each one by its node, not its subtree (289 -> 265 nodes). The step's realize is laid out by its gradient and
+    update programs' runs: no walk at all (STEP_LAYOUTS=0: the walk)."""
     from lazygrad.uop import program
+
+    monkeypatch.setattr(STEP_LAYOUTS, "value", layouts)
 
     rng = np.random.default_rng(0)
     l1, l2 = Linear(64, 128), Linear(128, 10)
@@ -682,7 +688,7 @@ def test_mlp_step_builds_and_walks_a_bounded_number_of_nodes(monkeypatch):
         monkeypatch.setattr(kernelize._Walk, "__init__", counted_walk)
         built = counting_calls(monkeypatch, UOpMetaClass, "__call__")
         step()
-    assert walked and max(walked) <= 270
+    assert (walked and max(walked) <= 270) if not layouts else walked == []
     assert built[0] <= 290
     held = [n for p in optim._step_programs.values() for n in p.program.fixed if n is not None]
     assert held and all(n.op in program._FIXED for n in held)
