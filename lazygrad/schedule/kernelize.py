@@ -37,7 +37,7 @@ from lazygrad.helpers import DEBUG, KERNEL_OPS, STEP_LAYOUTS, prod
 from lazygrad.schedule.panels import over_panels, panel_plans
 from lazygrad.uop.ops import GroupOp, Ops, PatternMatcher, UOp, UPat, arg_uops, ssimplify, substitute, sym_unbind
 from lazygrad.uop.passes import PassRun, step
-from lazygrad.uop.program import SCALAR_BROADCAST, Replay, scalar_broadcast, take_replays
+from lazygrad.uop.program import SCALAR_BROADCAST, Replay, keep_replays, scalar_broadcast, take_replays
 from lazygrad.uop.spec import verify_kernel
 from lazygrad.uop.view import ShapeTracker, View, full_shape
 from lazygrad.viz import profile, record
@@ -846,12 +846,21 @@ class _Walk:
     """The part of a graph a schedule computes, in a canonical order, as a hashable key with its buffers and bound
     values left out: equal keys schedule alike, whatever buffers and values they hold."""
 
-    def __init__(self, outs: list[UOp], realized: dict[UOp, UOp]):
-        self.nodes: list[UOp] = []
+    def __init__(
+        self,
+        outs: list[UOp],
+        realized: dict[UOp, UOp],
+        known: list[UOp] | None = None,
+        at: dict[UOp, int] | None = None,
+    ):
+        """`known`: nodes numbered before the walk (a step's program runs, see _layout; `at`: the number of each),
+        which it does not walk: a node's sources among them are keyed by their number. A realized node's view then
+        names its buffer node too, numbered if not known (the known nodes' buffers have no slot)."""
+        self.nodes: list[UOp] = list(known) if known else []
         self.slots: list[Buffer] = []  # the buffers read (or written in place), numbered by identity
         self.binds: list[UOp] = []
         self.symbolic = False  # an arg was keyed by its variables (_unbind)
-        pos: dict[UOp, int] = {}
+        pos: dict[UOp, int] = at if at is not None else {}
         slot_of: dict[int, int] = {}
         # the key, flat: per node its record (an op's: op, dtype, arg, number of sources, their positions; a leaf's: a
         # tag and fixed fields), each record's length known from its start, so equal keys are equal graphs. Flat, not
@@ -893,7 +902,17 @@ class _Walk:
                 if (k := slot_of.get(id(buf))) is None:
                     k = slot_of[id(buf)] = len(self.slots)
                     self.slots.append(buf)
-                part: tuple = ("R", node.op, node.dtype.key, node.arg, node.shape, shapes, view.op, view.arg, k)
+                # (a view that is a buffer node keyed as a buffer: by its Buffer, no value read mid-step was ever met
+                # again; the slot says which buffer it is)
+                varg = (buf.size, buf.device) if view.op is buffer else view.arg
+                part: tuple = ("R", node.op, node.dtype.key, node.arg, node.shape, shapes, view.op, varg, k)
+                if known:
+                    base = view.base
+                    if (base_at := pos.get(base)) is None:
+                        base_at = pos[base] = len(nodes)
+                        nodes.append(base)
+                        part += (buf.dtype.key, buf.size, buf.device)
+                    part += (base_at,)
                 if _sized_symbolic(reshape, node.shape) or view.op is reshape and _sized_symbolic(reshape, view.arg):
                     part = self._unbind(part)
             elif node.op is buffer:
@@ -1168,9 +1187,13 @@ def _cached_schedule(
     outs: list[UOp], realized: dict[UOp, UOp], args: dict[str, Any]
 ) -> tuple[list[ScheduleItem], dict[UOp, UOp], dict[UOp, int]]:
     replays = take_replays()
-    laid = _layout(outs, replays, realized) if replays and STEP_LAYOUTS.value else None
+    laid = _layout(outs, replays, realized) if replays else None
+    if laid is _NOT_THEIRS:
+        keep_replays(replays)  # (a tensor read between the backward and the step: the step's realize takes them)
+    if laid is _NOT_THEIRS or not STEP_LAYOUTS.value:
+        laid = None
     if laid is not None and (known := _layouts.get(laid[0])) is not None:
-        tpl, walk = known.walk(laid[1])
+        tpl, walk = known.walk(laid[1].nodes)
     else:
         walk = _Walk(outs, realized)
         tpl = _templates.get(walk.key)
@@ -1207,13 +1230,13 @@ def _cached_schedule(
 # makes no layout, and the walk runs.
 
 _DICT_OF = operator.attrgetter("__dict__")
+_NOT_THEIRS: Any = ()  # _layout of a graph with no output among the runs' nodes (they wait for the next schedule)
 
 
-def _layout(
-    outs: list[UOp], replays: list[Replay], realized: dict[UOp, UOp]
-) -> tuple[tuple, list[UOp], dict[UOp, int]] | None:
-    """The key of the graph of `outs` as positions in the runs' nodes, those nodes, and each node's position; None where
-    the runs do not give the walk's key (an out or an input of unknown structure)."""
+def _layout(outs: list[UOp], replays: list[Replay], realized: dict[UOp, UOp]) -> tuple[tuple, _Walk] | None:
+    """The key of the graph of `outs` as positions in the runs' nodes, and the walk of what the runs did not build,
+    whose nodes (the runs' first) number every node of the graph; None where the runs do not give the walk's key (an
+    input of unknown structure, a bound variable); _NOT_THEIRS where no output is a node of theirs."""
     nodes: list[UOp] = []
     relations: list[tuple] = []
     below: list[UOp] = []  # the buffer nodes below inputs that are a reshape of one (after the runs' nodes)
@@ -1248,6 +1271,9 @@ def _layout(
             relations.append((found, tuple(leaves)))
         nodes += r.vals
     nodes += below
+    known = dict(zip(nodes, range(len(nodes))))
+    if not any(map(known.__contains__, outs)):
+        return _NOT_THEIRS
     # the walk stops at a realized node and keys it by the view its value is stored in (a value computed once from
     # what a loop never writes, a node read mid-step): where each sits, its view, and which buffer node the view reads
     realized_at = list(
@@ -1257,26 +1283,27 @@ def _layout(
     )
     views: list[tuple] = []
     if realized_at:
-        known = dict(zip(nodes, range(len(nodes)))).get
         bases: list[UOp] = []
         for p in realized_at:
             view = realized.get(nodes[p])
             if view is None or view.op is Ops.MULTI:
                 return None
             base = view.base
-            at = known(base)
+            at = known.get(base)
             if at is None:
                 if base not in bases:
                     bases.append(base)
-                at = -1 - bases.index(base)
-            views.append((p, view.op, view.arg, at))
-        nodes += bases  # (positioned: the walk's slot of a view's buffer is read off its buffer node)
-    pos = dict(zip(nodes, range(len(nodes))))
-    where = tuple(map(pos.get, outs))
-    if None in where:
+                at = (-1 - bases.index(base), base.dtype.key, base.arg.size, base.arg.device)
+            views.append((p, view.op, (base.arg.size, base.arg.device) if view is base else view.arg, at))
+        # (positioned: the walk's slot of a view's buffer is read off its buffer node)
+        known.update(zip(bases, range(len(nodes), len(nodes) + len(bases))))
+        nodes += bases
+    # what the runs did not build (the step's accuracy count, a norm layer's running statistics): walked, the runs'
+    # nodes numbered as they are; the walk's key then holds the outputs' places too
+    rest = _Walk(outs, realized, nodes, known)
+    if rest.binds or rest.symbolic:
         return None
-    key = (tuple(r.program for r in replays), tuple(relations), tuple(views), where, KERNEL_OPS.value)
-    return key, nodes, pos
+    return (tuple(r.program for r in replays), tuple(relations), tuple(views), rest.key), rest
 
 
 @dataclass(eq=False)
@@ -1302,12 +1329,10 @@ class _Replayed(NamedTuple):
         return {}
 
 
-def _lay_out(
-    laid: tuple[tuple, list[UOp], dict[UOp, int]], walk: _Walk, tpl: _Template, realized: dict[UOp, UOp]
-) -> None:
+def _lay_out(laid: tuple[tuple, _Walk], walk: _Walk, tpl: _Template, realized: dict[UOp, UOp]) -> None:
     """Keep the template for the layout, with the positions of the walk's stored nodes and slots in the runs' nodes
     (none kept for a graph binding variables: its values are read off the walk)."""
-    key, _, pos = laid
+    key, pos = laid[0], laid[1].pos
     if walk.binds or walk.symbolic:
         return
     stored = tuple(pos.get(walk.nodes[p], -1) for p, *_ in tpl.stored)

@@ -133,10 +133,17 @@ def note_replay(program: Any, vals: list[UOp], n_in: int, structured: bool) -> N
 
 
 def take_replays() -> list[Replay]:
-    """This thread's runs since its last schedule, forgotten here (each schedule takes them: a run is the graph of the
-    next realize or of none)."""
+    """This thread's runs since its last schedule that took them, forgotten here (a schedule computing their nodes
+    takes them: a run is the graph of the next such realize or of none)."""
     log = _replays.__dict__.get("log")
     if not log:
         return []
     _replays.log = []
     return log
+
+
+def keep_replays(runs: list[Replay]) -> None:
+    """Give back runs taken by a schedule that computes none of their nodes (a tensor read mid-step)."""
+    log = _replays.__dict__.setdefault("log", [])
+    log[:0] = runs
+    del log[: max(0, len(log) - REPLAYS_KEPT)]

@@ -137,6 +137,34 @@ def _other_optimizers(out: list) -> None:
         out += m.weights()
 
 
+def _digits_cnn(out: list) -> None:
+    """The digits demo's step: convolutions, a batch norm whose running statistics the step writes, and an accuracy
+    count realized with it (outputs no program built: walked beside the runs' layout)."""
+    from lazygrad.examples.digits import DigitsCNN, make_step
+    from lazygrad.nn.state import get_state_dict
+
+    Tensor.manual_seed(0)
+    model = DigitsCNN()
+    opt = Adam(get_parameters(model), lr=3e-3)
+    step = make_step(model, opt, jit=False)
+    rng = np.random.default_rng(3)
+    x = Tensor(rng.standard_normal((16, 1, 8, 8)).astype(np.float32)).realize()
+    y = Tensor(rng.integers(0, 10, 16).astype(np.int32)).realize()
+    for _ in range(3):
+        loss, correct = step(x, y)
+        out += [loss.numpy().tobytes(), correct.numpy().tobytes()]
+    for _ in range(3):
+        # the hits realized first: the count's graph (walked beside the layout) meets a realized node
+        opt.zero_grad()
+        logits = model(x)
+        loss = logits.sparse_categorical_crossentropy(y).backward()
+        out.append((logits.argmax(-1) == y).numpy().tobytes())
+        correct = (logits.argmax(-1) == y).sum()
+        Tensor.realize(loss, correct, *opt.schedule_step())
+        out += [loss.numpy().tobytes(), correct.numpy().tobytes()]
+    out += [t.numpy().tobytes() for t in get_state_dict(model).values()]
+
+
 SCENARIOS = {
     f.__name__.strip("_"): f
     for f in (
@@ -148,6 +176,7 @@ SCENARIOS = {
         _minibatches,
         _lazy_readers_and_accumulation,
         _other_optimizers,
+        _digits_cnn,
     )
 }
 
