@@ -904,7 +904,7 @@ class _Walk:
                     self.slots.append(buf)
                 # (a view that is a buffer node keyed as a buffer: by its Buffer, no value read mid-step was ever met
                 # again; the slot says which buffer it is)
-                varg = (buf.size, buf.device) if view.op is buffer else view.arg
+                varg = (view.dtype.key, buf.size, buf.device) if view.op is buffer else view.arg
                 part: tuple = ("R", node.op, node.dtype.key, node.arg, node.shape, shapes, view.op, varg, k)
                 if known:
                     base = view.base
@@ -1294,7 +1294,7 @@ def _layout(outs: list[UOp], replays: list[Replay], realized: dict[UOp, UOp]) ->
                 if base not in bases:
                     bases.append(base)
                 at = (-1 - bases.index(base), base.dtype.key, base.arg.size, base.arg.device)
-            views.append((p, view.op, (base.arg.size, base.arg.device) if view is base else view.arg, at))
+            views.append((p, view.op, (base.dtype.key, base.arg.size, base.arg.device) if view is base else view.arg, at))
         # (positioned: the walk's slot of a view's buffer is read off its buffer node)
         known.update(zip(bases, range(len(nodes), len(nodes) + len(bases))))
         nodes += bases
