@@ -1294,7 +1294,9 @@ def _layout(outs: list[UOp], replays: list[Replay], realized: dict[UOp, UOp]) ->
                 if base not in bases:
                     bases.append(base)
                 at = (-1 - bases.index(base), base.dtype.key, base.arg.size, base.arg.device)
-            views.append((p, view.op, (base.dtype.key, base.arg.size, base.arg.device) if view is base else view.arg, at))
+            views.append(
+                (p, view.op, (base.dtype.key, base.arg.size, base.arg.device) if view is base else view.arg, at)
+            )
         # (positioned: the walk's slot of a view's buffer is read off its buffer node)
         known.update(zip(bases, range(len(nodes), len(nodes) + len(bases))))
         nodes += bases
