@@ -1238,12 +1238,13 @@ def _layout(outs: list[UOp], replays: list[Replay], realized: dict[UOp, UOp]) ->
     whose nodes (the runs' first) number every node of the graph; None where the runs do not give the walk's key (an
     input of unknown structure, a bound variable); _NOT_THEIRS where no output is a node of theirs."""
     nodes: list[UOp] = []
+    known: dict[UOp, int] = {}  # each node's position (of a node met twice, the later one)
     relations: list[tuple] = []
     below: list[UOp] = []  # the buffer nodes below inputs that are a reshape of one (after the runs' nodes)
     for r in replays:
         inputs = r.vals[: r.n_in]
         # each input: the position of the same node in an earlier run (its structure is that run's), or none
-        earlier = dict(zip(nodes, range(len(nodes)))).get if nodes else None
+        earlier = known.get if nodes else None
         found = tuple(map(earlier, inputs)) if earlier is not None else (None,) * r.n_in
         if r.structured:
             relations.append(found)
@@ -1269,9 +1270,11 @@ def _layout(outs: list[UOp], replays: list[Replay], realized: dict[UOp, UOp]) ->
                     return None
                 leaves.append((n.dtype.key, n.arg.size, n.arg.device))
             relations.append((found, tuple(leaves)))
+        known.update(zip(r.vals, range(len(nodes), len(nodes) + len(r.vals))))
         nodes += r.vals
-    nodes += below
-    known = dict(zip(nodes, range(len(nodes))))
+    if below:
+        known.update(zip(below, range(len(nodes), len(nodes) + len(below))))
+        nodes += below
     if not any(map(known.__contains__, outs)):
         return _NOT_THEIRS
     # the walk stops at a realized node and keys it by the view its value is stored in (a value computed once from
