@@ -13,7 +13,7 @@ import lazygrad.tensor as tensor_module
 from lazygrad import Tensor, dtypes
 from lazygrad.helpers import Context
 from lazygrad.nn import Linear
-from lazygrad.nn.optim import SGD, Adam, AdamW
+from lazygrad.nn.optim import LAMB, SGD, Adam, AdamW
 from lazygrad.nn.state import get_parameters
 from lazygrad.schedule import kernelize
 
@@ -131,7 +131,7 @@ def _lazy_readers_and_accumulation(out: list) -> None:
 
 def _other_optimizers(out: list) -> None:
     x, y = _data()
-    for m in (_Model(10, SGD, momentum=0.9), _Model(11, AdamW), _Model(12, SGD)):
+    for m in (_Model(10, SGD, momentum=0.9), _Model(11, AdamW), _Model(12, SGD), _Model(14, LAMB, weight_decay=0.01)):
         for _ in range(4):
             out.append(m.step(x, y).numpy().tobytes())
         out += m.weights()
