@@ -1187,11 +1187,14 @@ def _cached_schedule(
     outs: list[UOp], realized: dict[UOp, UOp], args: dict[str, Any]
 ) -> tuple[list[ScheduleItem], dict[UOp, UOp], dict[UOp, int]]:
     replays = take_replays()
-    laid = _layout(outs, replays, realized) if replays else None
-    if laid is _NOT_THEIRS:
-        keep_replays(replays)  # (a tensor read between the backward and the step: the step's realize takes them)
-    if laid is _NOT_THEIRS or not STEP_LAYOUTS.value:
-        laid = None
+    laid = None
+    if replays:
+        # (whether the runs are this graph's is asked either way: which schedule takes them is the same with the
+        # layouts off, and so are the nodes they keep alive)
+        laid = _layout(outs, replays, realized) if STEP_LAYOUTS.value else _theirs(outs, replays)
+        if laid is _NOT_THEIRS:
+            keep_replays(replays)  # (a tensor read between the backward and the step: the step's realize takes them)
+            laid = None
     if laid is not None and (known := _layouts.get(laid[0])) is not None:
         tpl, walk = known.walk(laid[1].nodes)
     else:
@@ -1231,6 +1234,12 @@ def _cached_schedule(
 
 _DICT_OF = operator.attrgetter("__dict__")
 _NOT_THEIRS: Any = ()  # _layout of a graph with no output among the runs' nodes (they wait for the next schedule)
+
+
+def _theirs(outs: list[UOp], replays: list[Replay]) -> Any:
+    """_NOT_THEIRS where no output is a node of the runs, else None (no layout)."""
+    made = set(itertools.chain.from_iterable(r.vals for r in replays))
+    return None if any(map(made.__contains__, outs)) else _NOT_THEIRS
 
 
 def _layout(outs: list[UOp], replays: list[Replay], realized: dict[UOp, UOp]) -> tuple[tuple, _Walk] | None:

@@ -282,3 +282,30 @@ def test_layout_keys_how_the_runs_relate() -> None:
     assert key(a, b) != key(a, a)
     assert key(a, b, reshaped=True) == key(c, d, reshaped=True) != key(a, a, reshaped=True)
     assert key(a, b) != key(a, b, reshaped=True)
+
+
+@pytest.mark.parametrize("layouts", [0, 1])
+def test_digits_step_walks_only_what_no_program_built(monkeypatch: pytest.MonkeyPatch, layouts: int) -> None:
+    """The digits demo's step (batch norm, accuracy count): laid out by its runs, the walk numbers only the nodes of
+    the running statistics' updates and the count (about 50 of about 330)."""
+    from lazygrad.examples.digits import DigitsCNN, make_step
+
+    model = DigitsCNN()
+    step = make_step(model, Adam(get_parameters(model), lr=3e-3), jit=False)
+    rng = np.random.default_rng(4)
+    x = Tensor(rng.standard_normal((16, 1, 8, 8)).astype(np.float32)).realize()
+    y = Tensor(rng.integers(0, 10, 16).astype(np.int32)).realize()
+    walked: list[int] = []
+    walk_init = kernelize._Walk.__init__
+
+    def counted(self: kernelize._Walk, outs: list, realized: Any, known: Any = None, at: Any = None) -> None:
+        walk_init(self, outs, realized, known, at)
+        walked.append(len(self.nodes) - len(known or ()))
+
+    with Context(STEP_LAYOUTS=layouts):
+        for _ in range(3):
+            step(x, y)
+        monkeypatch.setattr(kernelize._Walk, "__init__", counted)
+        step(x, y)
+    assert len(walked) == 1
+    assert walked[0] <= 60 if layouts else walked[0] >= 200
