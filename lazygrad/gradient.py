@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 from lazygrad.dtype import dtypes
 from lazygrad.helpers import argsort
 from lazygrad.uop.ops import GroupOp, Ops, UOp
-from lazygrad.uop.program import GraphProgram
+from lazygrad.uop.program import GraphProgram, note_replay
 
 if TYPE_CHECKING:
     from lazygrad.tensor import Tensor
@@ -360,6 +360,7 @@ class _GradProgram:
         from lazygrad.tensor import Tensor, note_shifted_bases
 
         vals = self.program.run(nodes)
+        note_replay(self, vals, len(nodes), True)  # (its inputs: the graph in the order of the program's key)
         for g, shifted in zip(self.program.outs, self.shifted):
             if shifted is not None:
                 note_shifted_bases(vals[g], [vals[i] for i in shifted])

@@ -98,6 +98,9 @@ VIZ = ContextVar("VIZ", 0)
 SPEC = ContextVar("SPEC", 0)  # check every kernel against the IR rules of uop/spec.py (the test suite sets it)
 # the longest chain of ALU ops one fused kernel computes (see _Planner.cap_kernel_size)
 KERNEL_OPS = ContextVar("KERNEL_OPS", 256)
+# 1: a realize of what gradient and optimizer programs just built takes its schedule from the programs' positions,
+# without the schedule cache's walk of its graph (schedule/kernelize.py, _layout); 0: always the walk
+STEP_LAYOUTS = ContextVar("STEP_LAYOUTS", 1)
 
 
 class ThreadScopedVar(ContextVar):

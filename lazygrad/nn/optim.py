@@ -18,7 +18,7 @@ from lazygrad.nn import _own_buffer
 from lazygrad.schedule.multi import whole_buffer
 from lazygrad.tensor import Tensor, _note_lazy, _reads_shifted, _under_reshapes
 from lazygrad.uop.ops import GroupOp, Ops, UOp
-from lazygrad.uop.program import GraphProgram
+from lazygrad.uop.program import GraphProgram, note_replay
 
 
 class Optimizer:
@@ -340,6 +340,7 @@ class _StepProgram:
         for j, out in zip(self.assigned, self.program.outs):
             tensors[j].uop = vals[out]
             _note_lazy(tensors[j])
+        note_replay(self, vals, len(tensors), False)
         return [tensors[j] for j in self.returned]
 
 

@@ -25,6 +25,7 @@ load.
 from __future__ import annotations
 
 import itertools
+import operator
 import threading
 import weakref
 from dataclasses import dataclass, field
@@ -32,11 +33,11 @@ from typing import Any, Callable, NamedTuple
 
 from lazygrad.device import Buffer, Device
 from lazygrad.dtype import dtypes
-from lazygrad.helpers import DEBUG, KERNEL_OPS, prod
+from lazygrad.helpers import DEBUG, KERNEL_OPS, STEP_LAYOUTS, prod
 from lazygrad.schedule.panels import over_panels, panel_plans
 from lazygrad.uop.ops import GroupOp, Ops, PatternMatcher, UOp, UPat, arg_uops, ssimplify, substitute, sym_unbind
 from lazygrad.uop.passes import PassRun, step
-from lazygrad.uop.program import SCALAR_BROADCAST, scalar_broadcast
+from lazygrad.uop.program import SCALAR_BROADCAST, Replay, keep_replays, scalar_broadcast, take_replays
 from lazygrad.uop.spec import verify_kernel
 from lazygrad.uop.view import ShapeTracker, View, full_shape
 from lazygrad.viz import profile, record
@@ -845,11 +846,21 @@ class _Walk:
     """The part of a graph a schedule computes, in a canonical order, as a hashable key with its buffers and bound
     values left out: equal keys schedule alike, whatever buffers and values they hold."""
 
-    def __init__(self, outs: list[UOp], realized: dict[UOp, UOp]):
-        self.nodes: list[UOp] = []
+    def __init__(
+        self,
+        outs: list[UOp],
+        realized: dict[UOp, UOp],
+        known: list[UOp] | None = None,
+        at: dict[UOp, int] | None = None,
+    ):
+        """`known`: nodes numbered before the walk (a step's program runs, see _layout; `at`: the number of each),
+        which it does not walk: a node's sources among them are keyed by their number. A realized node's view then
+        names its buffer node too, numbered if not known (the known nodes' buffers have no slot)."""
+        self.nodes: list[UOp] = list(known) if known else []
         self.slots: list[Buffer] = []  # the buffers read (or written in place), numbered by identity
         self.binds: list[UOp] = []
-        pos: dict[UOp, int] = {}
+        self.symbolic = False  # an arg was keyed by its variables (_unbind)
+        pos: dict[UOp, int] = at if at is not None else {}
         slot_of: dict[int, int] = {}
         # the key, flat: per node its record (an op's: op, dtype, arg, number of sources, their positions; a leaf's: a
         # tag and fixed fields), each record's length known from its start, so equal keys are equal graphs. Flat, not
@@ -891,7 +902,17 @@ class _Walk:
                 if (k := slot_of.get(id(buf))) is None:
                     k = slot_of[id(buf)] = len(self.slots)
                     self.slots.append(buf)
-                part: tuple = ("R", node.op, node.dtype.key, node.arg, node.shape, shapes, view.op, view.arg, k)
+                # (a view that is a buffer node keyed as a buffer: by its Buffer, no value read mid-step was ever met
+                # again; the slot says which buffer it is)
+                varg = (view.dtype.key, buf.size, buf.device) if view.op is buffer else view.arg
+                part: tuple = ("R", node.op, node.dtype.key, node.arg, node.shape, shapes, view.op, varg, k)
+                if known:
+                    base = view.base
+                    if (base_at := pos.get(base)) is None:
+                        base_at = pos[base] = len(nodes)
+                        nodes.append(base)
+                        part += (buf.dtype.key, buf.size, buf.device)
+                    part += (base_at,)
                 if _sized_symbolic(reshape, node.shape) or view.op is reshape and _sized_symbolic(reshape, view.arg):
                     part = self._unbind(part)
             elif node.op is buffer:
@@ -935,6 +956,7 @@ class _Walk:
         """A symbolic arg keyed by its variables, not their values; its bound variables join the walk's binds."""
         if not _symbolic(arg):
             return arg
+        self.symbolic = True
         self.binds.extend(b for x in arg_uops(arg) for b in x.toposort if b.op is Ops.BIND)
         return sym_unbind(arg)[0]
 
@@ -1164,8 +1186,23 @@ def _remember_over_buffers(root: UOp, walk: _Walk, tpl: _Template) -> None:
 def _cached_schedule(
     outs: list[UOp], realized: dict[UOp, UOp], args: dict[str, Any]
 ) -> tuple[list[ScheduleItem], dict[UOp, UOp], dict[UOp, int]]:
-    walk = _Walk(outs, realized)
-    if (tpl := _templates.get(walk.key)) is not None:
+    replays = take_replays()
+    laid = None
+    if replays:
+        # (whether the runs are this graph's is asked either way: which schedule takes them is the same with the
+        # layouts off, and so are the nodes they keep alive)
+        laid = _layout(outs, replays, realized) if STEP_LAYOUTS.value else _theirs(outs, replays)
+        if laid is _NOT_THEIRS:
+            keep_replays(replays)  # (a tensor read between the backward and the step: the step's realize takes them)
+            laid = None
+    if laid is not None and (known := _layouts.get(laid[0])) is not None:
+        tpl, walk = known.walk(laid[1].nodes)
+    else:
+        walk = _Walk(outs, realized)
+        tpl = _templates.get(walk.key)
+        if tpl is not None and laid is not None:
+            _lay_out(laid, walk, tpl, realized)
+    if tpl is not None:
         items, becomes, var_vals = tpl.instantiate(walk)
         args["kernels"], args["cached"] = len(items), True
         if DEBUG >= 1 and items:
@@ -1179,7 +1216,156 @@ def _cached_schedule(
             if len(_templates) >= SCHEDULE_CACHE_SIZE:
                 del _templates[next(iter(_templates))]
             _templates[walk.key] = tpl
+        if laid is not None:
+            _lay_out(laid, walk, tpl, realized)
     return items, becomes, var_vals
+
+
+# *** a training step's realize: its graph is what the gradient and optimizer programs just replayed ***
+#
+# A step's realize (loss, gradients, updates) computes the nodes its backward's gradient program and its optimizer's
+# update program built, over the forward graph whose structure the gradient program's key holds. Its graph is then
+# known from the runs alone: which programs ran, how their inputs relate (the same node, or a buffer of which size),
+# where the outputs sit among the runs' nodes. Equal layouts are graphs the walk keys alike, so the template of the
+# first walk serves, and the stored nodes and buffers are read off the runs' nodes by position: no walk of the
+# 250-node graph (an MLP Adam step's ~200 us of its ~1100). Anything the programs did not build or name (a tensor op
+# between backward and the step, a gradient summed into an old one, a realized node inside: a tensor read mid-step)
+# makes no layout, and the walk runs.
+
+_DICT_OF = operator.attrgetter("__dict__")
+_NOT_THEIRS: Any = ()  # _layout of a graph with no output among the runs' nodes (they wait for the next schedule)
+
+
+def _theirs(outs: list[UOp], replays: list[Replay]) -> Any:
+    """_NOT_THEIRS where no output is a node of the runs, else None (no layout)."""
+    made = set(itertools.chain.from_iterable(r.vals for r in replays))
+    return None if any(map(made.__contains__, outs)) else _NOT_THEIRS
+
+
+def _layout(outs: list[UOp], replays: list[Replay], realized: dict[UOp, UOp]) -> tuple[tuple, _Walk] | None:
+    """The key of the graph of `outs` as positions in the runs' nodes, and the walk of what the runs did not build,
+    whose nodes (the runs' first) number every node of the graph; None where the runs do not give the walk's key (an
+    input of unknown structure, a bound variable); _NOT_THEIRS where no output is a node of theirs."""
+    nodes: list[UOp] = []
+    known: dict[UOp, int] = {}  # each node's position (of a node met twice, the later one)
+    relations: list[tuple] = []
+    below: list[UOp] = []  # the buffer nodes below inputs that are a reshape of one (after the runs' nodes)
+    for r in replays:
+        inputs = r.vals[: r.n_in]
+        # each input: the position of the same node in an earlier run (its structure is that run's), or none
+        earlier = known.get if nodes else None
+        found = tuple(map(earlier, inputs)) if earlier is not None else (None,) * r.n_in
+        if r.structured:
+            relations.append(found)
+        else:
+            if len(set(inputs)) != r.n_in:
+                return None  # (a program's inputs were distinct nodes when it was recorded)
+            leaves: list[tuple] = []
+            for n, p in zip(inputs, found):
+                if p is not None:
+                    continue
+                # a stored tensor's node: a buffer node, or a reshape of one (keyed as the walk keys them)
+                if n.op is Ops.RESHAPE:
+                    leaves.append((n.dtype.key, n.arg))
+                    n = n.src[0]
+                    if n.op is not Ops.BUFFER or n in inputs:
+                        return None  # (a buffer node that is an input of its own: keyed apart, rare)
+                    # the buffer node may be another run's input or another reshape's: the walk numbers it once
+                    at = earlier(n) if earlier is not None else None
+                    leaves.append(at if at is not None else -1 - len(below) if n not in below else -1 - below.index(n))
+                    if at is None and n not in below:
+                        below.append(n)
+                elif n.op is not Ops.BUFFER:
+                    return None
+                leaves.append((n.dtype.key, n.arg.size, n.arg.device))
+            relations.append((found, tuple(leaves)))
+        known.update(zip(r.vals, range(len(nodes), len(nodes) + len(r.vals))))
+        nodes += r.vals
+    if below:
+        known.update(zip(below, range(len(nodes), len(nodes) + len(below))))
+        nodes += below
+    if not any(map(known.__contains__, outs)):
+        return _NOT_THEIRS
+    # the walk stops at a realized node and keys it by the view its value is stored in (a value computed once from
+    # what a loop never writes, a node read mid-step): where each sits, its view, and which buffer node the view reads
+    realized_at = list(
+        itertools.compress(
+            range(len(nodes)), map(operator.contains, map(_DICT_OF, nodes), itertools.repeat(REALIZED_ENTRY))
+        )
+    )
+    views: list[tuple] = []
+    if realized_at:
+        bases: list[UOp] = []
+        for p in realized_at:
+            view = realized.get(nodes[p])
+            if view is None or view.op is Ops.MULTI:
+                return None
+            base = view.base
+            at = known.get(base)
+            if at is None:
+                if base not in bases:
+                    bases.append(base)
+                at = (-1 - bases.index(base), base.dtype.key, base.arg.size, base.arg.device)
+            views.append(
+                (p, view.op, (base.dtype.key, base.arg.size, base.arg.device) if view is base else view.arg, at)
+            )
+        # (positioned: the walk's slot of a view's buffer is read off its buffer node)
+        known.update(zip(bases, range(len(nodes), len(nodes) + len(bases))))
+        nodes += bases
+    # what the runs did not build (the step's accuracy count, a norm layer's running statistics): walked, the runs'
+    # nodes numbered as they are; the walk's key then holds the outputs' places too
+    rest = _Walk(outs, realized, nodes, known)
+    if rest.binds or rest.symbolic:
+        return None
+    return (tuple(r.program for r in replays), tuple(relations), tuple(views), rest.key), rest
+
+
+@dataclass(eq=False)
+class _Laid:
+    """A template with its walk's stored nodes and slots as positions in the runs' nodes."""
+
+    tpl: _Template
+    stored: tuple[int, ...]  # per template stored node (its walk position), the node's position in the runs
+    slots: tuple[int, ...]  # per walk slot, the position of the buffer node that reads it
+
+    def walk(self, nodes: list[UOp]) -> tuple[_Template, _Replayed]:
+        at = {p: nodes[q] for (p, *_), q in zip(self.tpl.stored, self.stored)}
+        return self.tpl, _Replayed(at, [nodes[q].arg for q in self.slots])
+
+
+class _Replayed(NamedTuple):
+    """What _Template.buffers and instantiate read of a walk, for a step laid out by its runs (no bound values)."""
+
+    nodes: dict[int, UOp]
+    slots: list[Buffer]
+
+    def var_vals(self) -> dict[UOp, int]:
+        return {}
+
+
+def _lay_out(laid: tuple[tuple, _Walk], walk: _Walk, tpl: _Template, realized: dict[UOp, UOp]) -> None:
+    """Keep the template for the layout, with the positions of the walk's stored nodes and slots in the runs' nodes
+    (none kept for a graph binding variables: its values are read off the walk)."""
+    key, pos = laid[0], laid[1].pos
+    if walk.binds or walk.symbolic:
+        return
+    stored = tuple(pos.get(walk.nodes[p], -1) for p, *_ in tpl.stored)
+    reading: dict[int, UOp] = {}
+    for n in walk.nodes:
+        if n.op is Ops.BUFFER:
+            reading.setdefault(id(n.arg), n)
+        elif REALIZED_ENTRY in n.__dict__ and (view := realized.get(n)) is not None:
+            reading.setdefault(id(view.base.arg), view.base)
+    slots = tuple(pos.get(reading.get(id(b)), -1) for b in walk.slots)  # type: ignore[arg-type]
+    if -1 in stored or -1 in slots:
+        return
+    with _templates_lock:
+        if len(_layouts) >= SCHEDULE_CACHE_SIZE:
+            del _layouts[next(iter(_layouts))]
+        _layouts[key] = _Laid(tpl, stored, slots)
+
+
+_layouts: dict[tuple, _Laid] = {}
 
 
 # *** the scheduler's passes, in order (uop/passes.py checks the order and runs the verifier after each) ***

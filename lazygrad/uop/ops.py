@@ -264,7 +264,19 @@ class UOp(metaclass=UOpMetaClass):
     def buffer_view(buf: Any, shape: tuple[int, ...]) -> UOp:
         """The tensor-graph node for a whole buffer seen with `shape` (a Buffer is the BUFFER node's arg)."""
         b = UOp(Ops.BUFFER, buf.dtype, (), buf)
-        return b if tuple(shape) == (buf.size,) else UOp(Ops.RESHAPE, buf.dtype, (b,), tuple(shape))
+        shape = tuple(shape)
+        # their shape and device noted as made (_shape's and _device's answers): every stored node of every realize
+        # gets these nodes, and the next step's tensor ops and optimizer key ask both of each
+        known = b.__dict__
+        if "device" not in known:
+            known["shape"], known["device"] = (buf.size,), buf.device
+        if shape == (buf.size,):
+            return b
+        view = UOp(Ops.RESHAPE, buf.dtype, (b,), shape)
+        known = view.__dict__
+        if "device" not in known:
+            known["shape"], known["device"] = shape, buf.device
+        return view
 
     def ufix(self, x: Any) -> UOp:
         return x if isinstance(x, UOp) else self.const_like(x)

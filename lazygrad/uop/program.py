@@ -7,7 +7,9 @@ more than the nodes it builds; a program rebuilds just the nodes, hash-consed as
 
 from __future__ import annotations
 
+import threading
 from operator import itemgetter
+from typing import Any, NamedTuple
 
 from lazygrad.uop.ops import Ops, UOp
 
@@ -101,3 +103,47 @@ class GraphProgram:
             for name, value in known.items():
                 cache.setdefault(name, value)
         return vals
+
+
+# *** the runs a schedule may meet: a training step's realize computes what its programs just built ***
+
+
+class Replay(NamedTuple):
+    """One run of a program (a gradient or optimizer program, replayed): its nodes, the first `n_in` of them its
+    inputs. `structured`: the program was picked by a key holding the structure of its inputs' graph, in the order
+    they are listed (a gradient program's walk of the forward graph); otherwise its key says only what kind of node
+    each input is, and a schedule knows the structure of an input only where it is a buffer node or another run's."""
+
+    program: Any  # the replayed program: equal programs over inputs of one structure build one structure
+    vals: list[UOp]
+    n_in: int
+    structured: bool
+
+
+_replays = threading.local()  # this thread's runs since its last schedule (a step's backward, then its update)
+REPLAYS_KEPT = 8  # a thread replaying without realizing keeps its last few runs, not every one
+
+
+def note_replay(program: Any, vals: list[UOp], n_in: int, structured: bool) -> None:
+    """A run this thread's next schedule may find its graph in (schedule/kernelize.py: the step's layout)."""
+    log = _replays.__dict__.setdefault("log", [])
+    if len(log) >= REPLAYS_KEPT:
+        del log[0]
+    log.append(Replay(program, vals, n_in, structured))
+
+
+def take_replays() -> list[Replay]:
+    """This thread's runs since its last schedule that took them, forgotten here (a schedule computing their nodes
+    takes them: a run is the graph of the next such realize or of none)."""
+    log = _replays.__dict__.get("log")
+    if not log:
+        return []
+    _replays.log = []
+    return log
+
+
+def keep_replays(runs: list[Replay]) -> None:
+    """Give back runs taken by a schedule that computes none of their nodes (a tensor read mid-step)."""
+    log = _replays.__dict__.setdefault("log", [])
+    log[:0] = runs
+    del log[: max(0, len(log) - REPLAYS_KEPT)]
