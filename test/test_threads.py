@@ -580,23 +580,28 @@ def test_a_schedule_beside_a_realize_of_the_same_graph_gets_memory_of_its_own(mo
 
     x = Tensor(np.arange(4, dtype=np.float32)).realize()
     a, b = x + 1, x + 1
-    looked, realized = threading.Event(), threading.Event()
+    looked, realized, ran = threading.Event(), threading.Event(), threading.Event()
     own_memory = tensor_module._own_memory
 
     def own_memory_then_wait(tensors, firsts):
         out = own_memory(tensors, firsts)
         if threading.current_thread().name == "a" and not looked.is_set():
             looked.set()
-            realized.wait(1)  # (with the lock held, as now, b's realize waits for this schedule instead)
+            realized.wait(1)
         return out
 
     monkeypatch.setattr(tensor_module, "_own_memory", own_memory_then_wait)
 
     def thread_a() -> None:
         run_schedule(*a.schedule_with_vars())
+        ran.set()
 
     def thread_b() -> None:
         assert looked.wait(30)
+        if tensor_module._realize_lock.acquire(timeout=0.5):  # a looked without the lock: realize in its window
+            tensor_module._realize_lock.release()
+        else:  # a looks under the lock: b's realize comes after a's schedule ran (its value is then a's to copy)
+            assert ran.wait(30)
         b.realize()
         realized.set()
 
