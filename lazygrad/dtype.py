@@ -50,6 +50,8 @@ class DType:
             return True
         if other.__class__ is not self.__class__:
             return NotImplemented
+        if self.__class__ is DType:  # equal numbers are equal fields (a pointer's compare leaves out its own fields)
+            return self.key == other.key  # type: ignore[attr-defined]
         return self._fields() == other._fields()  # type: ignore[attr-defined]
 
     def _fields(self) -> tuple:
@@ -72,7 +74,12 @@ class DType:
     def vec(self, count: int) -> DType:
         if count == 1 or self.count != 1:
             return self if count == 1 else _bad_vec(self, count)
-        return DType(self.priority, self.itemsize * count, self.name, None, count, self)
+        # one object per vector dtype: codegen asks for them by the thousand, and equal objects compare by identity
+        if (vec := _vecs.get((self.key, count))) is None:  # type: ignore[attr-defined]
+            vec = _vecs.setdefault(
+                (self.key, count), DType(self.priority, self.itemsize * count, self.name, None, count, self)
+            )  # type: ignore[attr-defined]
+        return vec
 
     def ptr(self, size: int = -1, local: bool = False) -> PtrDType:
         return PtrDType(self.priority, self.itemsize, self.name, self.fmt, self.count, self._scalar, self, size, local)
@@ -85,6 +92,9 @@ class DType:
     @property
     def max(self) -> Any:
         return dtypes.max(self.scalar)
+
+
+_vecs: dict[tuple[int, int], DType] = {}  # (scalar dtype's number, count) -> its vector dtype (DType.vec)
 
 
 def _bad_vec(dt: DType, count: int) -> DType:

@@ -193,9 +193,17 @@ def _per_lane_ops(k: Kernel, vec: int) -> int:
     2.6 ms on one core; plain, 9 KB, 56 ms and 0.6 ms."""
     if vec <= 1:
         return 0
-    alu = [u for u in k.ast.toposort if u.op in GroupOp.ALU]
     ok = k.renderer.vector_op_ok  # type: ignore[attr-defined]
-    return sum(not ok(u.op, u.dtype.vec(vec), [s.dtype for s in u.src]) for u in alu)
+    # asked once per distinct (op, dtypes): a kernel's ALU ops repeat a few kinds many times
+    answers: dict[tuple, bool] = {}
+    count = 0
+    for u in k.ast.toposort:
+        if u.op in GroupOp.ALU:
+            key = (u.op, u.dtype, *[s.dtype for s in u.src])
+            if (answer := answers.get(key)) is None:
+                answer = answers[key] = ok(u.op, u.dtype.vec(vec), [s.dtype for s in u.src])
+            count += not answer
+    return count
 
 
 def _step(k: Kernel, view: int, axis: int) -> int | None:
