@@ -50,10 +50,7 @@ class DType:
             return True
         if other.__class__ is not self.__class__:
             return NotImplemented
-        return self._fields() == other._fields()  # type: ignore[attr-defined]
-
-    def _fields(self) -> tuple:
-        return (self.priority, self.itemsize, self.name, self.fmt, self.count, self._scalar)
+        return self.key == other.key  # type: ignore[attr-defined]  (equal numbers: equal class and fields)
 
     def __repr__(self) -> str:
         return f"dtypes.{self.name}" + (f".vec({self.count})" if self.count > 1 else "")
