@@ -3927,7 +3927,9 @@ class Tensor(metaclass=_TensorType):
                 device=self.device,
             )
         out = Tensor(UOp(Ops.REDUCE_AXIS, self.dtype, (self.uop,), (op, axes)))
-        return out if keepdim else out.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
+        # a reduction's result owns its values, as torch's: no view of the temporary it reshapes (a view is realized
+        # by the general path, and would keep that temporary alive)
+        return out if keepdim else out.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))._fresh()
 
     def sum(
         self, axis: int | Sequence[int] | None = None, keepdim: bool = False, dtype: DType | str | None = None
@@ -6264,13 +6266,21 @@ def _realize_cached(t: Tensor) -> bool:
     if t._view_of is not None:
         _follow_base(t)  # (as _own_memory: a view reads through a write into its base)
     u = t.uop
-    if u.op is Ops.BUFFER or u.op is Ops.RESHAPE and _under_reshapes(u).op is Ops.BUFFER:
+    base = u if u.op is not Ops.RESHAPE else _under_reshapes(u)
+    if base.op is Ops.BUFFER:
         return True
-    if t._view_of is not None or u.op is Ops.ASSIGN or u.op in GroupOp.Movement:
+    if t._view_of is not None or base.op is Ops.ASSIGN or base.op in GroupOp.Movement:
         return False
+    # reshapes of a computed value (a.sum() is the reduce reshaped to ()) go as the value does, their chain applied to
+    # its buffer after (the general path's _stored_as), where none of them holds a value of its own
+    x = u
+    while x is not base:
+        if REALIZED_ENTRY in x.__dict__:
+            return False
+        x = x.src[0]
     # (profile.enabled() inline: asked on every realize)
     if (
-        REALIZED_ENTRY in u.__dict__
+        REALIZED_ENTRY in base.__dict__
         or DEBUG.value
         or PROFILE.value >= 1
         or VIZ.value
@@ -6283,9 +6293,9 @@ def _realize_cached(t: Tensor) -> bool:
         return False
     tpl, bufs, becomes, var_vals = found
     if launch_template(tpl, bufs, var_vals):  # one kernel, launched already: its output holds the value
-        if len(becomes) == 1 and (new := becomes.get(u)) is not None:
-            _realized.update(becomes)  # (_note_stored's work where the kernel stores t's node alone)
-            _stand_for(t, new, u, becomes)
+        if len(becomes) == 1 and (new := becomes.get(base)) is not None:
+            _realized.update(becomes)  # (_note_stored's work where the kernel stores t's value alone)
+            _stand_for(t, new if base is u else u.rebase(new), base, becomes)
         else:
             _note_stored((t,), becomes, None)
         return True
