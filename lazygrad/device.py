@@ -266,7 +266,9 @@ class Allocator:
     def free(self, ptr: int, nbytes: int) -> None:
         with self.lock:
             if self.cached_bytes + nbytes <= self.cache_limit:
-                self.cache.setdefault(nbytes, []).append(ptr)
+                if (blocks := self.cache.get(nbytes)) is None:  # (not setdefault: a new list made on every free)
+                    blocks = self.cache[nbytes] = []
+                blocks.append(ptr)
                 self.cached_bytes += nbytes
             else:
                 self._free(ptr, nbytes)
