@@ -99,7 +99,6 @@ def buffers_made() -> int:
     return next(_buffer_serials)
 
 
-
 class Buffer:
     """`size` elements of `dtype` on `device`. Memory is allocated on first use and freed with the object.
     `shape`, the shape of the tensor it was made for, only serves error messages.
