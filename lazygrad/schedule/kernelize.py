@@ -1150,7 +1150,8 @@ def _over_buffers(root: UOp) -> tuple[_Template, list[Buffer], dict[UOp, UOp], d
 
 def _remember_over_buffers(root: UOp, walk: _Walk, tpl: _Template) -> None:
     src = root.src
-    if not src or walk.binds or tpl.internal or [p for p, *_ in tpl.stored] != [len(walk.nodes) - 1]:
+    stored = tpl.stored
+    if not src or walk.binds or tpl.internal or len(stored) != 1 or stored[0][0] != len(walk.nodes) - 1:
         return
     bufs = list(map(_buffer_source, src))
     if None in bufs or any(shape is None for _, shape, *_ in tpl.stored):
