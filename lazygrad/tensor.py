@@ -985,7 +985,11 @@ class Tensor(metaclass=_TensorType):
             _new_tensors.append(weakref.ref(self))
             if len(_new_tensors) > 1024:
                 _trim_new()
-            self._init_grad_state()
+            # (_init_grad_state's common case inline, outside no_grad with a dtype met before: a call less per op)
+            if _modes.grad_disabled or (is_float := _FLOAT_KEYS.get(data.dtype.key)) is None:
+                self._init_grad_state()
+            elif is_float:
+                _note_unset(self)
             return
         dtype = to_dtype(dtype) if dtype is not None else None
         device = Device.canonicalize(device)
@@ -1427,7 +1431,9 @@ class Tensor(metaclass=_TensorType):
 
     @property
     def shape(self) -> tuple[int, ...]:
-        return self.uop.shape
+        # (the node's cached shape read here: UOp.shape is a call more, and composites ask shapes dozens of times)
+        cache = self.uop.__dict__
+        return cache["shape"] if "shape" in cache else self.uop.shape
 
     @property
     def dtype(self) -> DType:
@@ -1439,7 +1445,7 @@ class Tensor(metaclass=_TensorType):
 
     @property
     def ndim(self) -> int:
-        return len(self.shape)
+        return len(self.uop.shape)
 
     def numel(self) -> int:
         return ssimplify(prod(self.shape))
