@@ -6266,15 +6266,15 @@ def _realize_cached(t: Tensor) -> bool:
     """Realize t alone through the schedule cache where nothing of schedule_with_vars' general work applies, and say
     whether it did: t computes a value, or reshapes one (a reduction's result: not a view, a buffer, a write, or a
     sharded graph), no other tensor holds that value (it is not realized yet), and its graph's structure was
-    scheduled before with no in-place write (no readers of overwritten memory to look for). A repeated `(a + b).realize()` costs the walk, the buffers and the
-    launch (16 floats: 22 -> 19 us); a template of one kernel whose plan is made launches from the template's buffer
-    list with no ScheduleItem made (59 -> 45 Python calls, 17.5 -> 13.3 us), and an op over stored buffers is known
-    from its sources with no walk (kernelize._over_buffers: 43 calls, 11.6 us), its instance made there and stored
-    with _note_stored's work for one node (39 -> 33 calls of which 16 build the tensor and drop the dead; 11.5 ->
-    10.5 us of CPU, a shared machine; 29 calls, 8 us with the instance made where the root is recognised and the
-    Enum members read once). DEBUG lines and profile spans come from the general path. A tensor stored whole
-    (a buffer, or reshapes of one) has nothing to compute: done at once (`.numpy()` and `.item()` realize it again;
-    the general path scheduled nothing in 9 us)."""
+    scheduled before with no in-place write (no readers of overwritten memory to look for). A repeated
+    `(a + b).realize()` costs the walk, the buffers and the launch (16 floats: 22 -> 19 us); a template of one kernel
+    whose plan is made launches from the template's buffer list with no ScheduleItem made (59 -> 45 Python calls,
+    17.5 -> 13.3 us), and an op over stored buffers is known from its sources with no walk (kernelize._over_buffers:
+    43 calls, 11.6 us), its instance made there and stored with _note_stored's work for one node (39 -> 33 calls of
+    which 16 build the tensor and drop the dead; 11.5 -> 10.5 us of CPU, a shared machine; 29 calls, 8 us with the
+    instance made where the root is recognised and the Enum members read once). DEBUG lines and profile spans come
+    from the general path. A tensor stored whole (a buffer, or reshapes of one) has nothing to compute: done at once
+    (`.numpy()` and `.item()` realize it again; the general path scheduled nothing in 9 us)."""
     if t._view_of is not None:
         _follow_base(t)  # (as _own_memory: a view reads through a write into its base)
     u = t.uop
