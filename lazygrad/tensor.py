@@ -3938,9 +3938,13 @@ class Tensor(metaclass=_TensorType):
                 device=self.device,
             )
         out = Tensor(UOp(Ops.REDUCE_AXIS, self.dtype, (self.uop,), (op, axes)))
+        if keepdim:
+            return out
+        out = out.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
         # a reduction's result owns its values, as torch's: no view of the temporary it reshapes (a view is realized
-        # by the general path, and would keep that temporary alive)
-        return out if keepdim else out.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))._fresh()
+        # by the general path, and would keep that temporary alive). (_fresh inline: a call less per reduction)
+        out._view_of = None
+        return out
 
     def sum(
         self, axis: int | Sequence[int] | None = None, keepdim: bool = False, dtype: DType | str | None = None

@@ -558,6 +558,8 @@ def _from_sources(u: UOp, name: str, fn: Callable[[UOp], Any]) -> Any:
 
 
 def _device(u: UOp) -> str | None:
+    if u.op is _BUFFER_OP:  # (every buffer a realize stores: without a rule's call)
+        return u.arg.device
     if (rule := _DEVICE_RULES.get(u.op)) is not None:
         return rule(u)
     for s in u.src:
@@ -567,7 +569,15 @@ def _device(u: UOp) -> str | None:
 
 
 def _shape(u: UOp) -> tuple[sint, ...]:
-    if (rule := _SHAPE_RULES.get(u.op)) is not None:
+    op = u.op
+    # (buffers, the most common movement ops and the scalars, without a rule's call)
+    if op is _BUFFER_OP:
+        return (u.arg.size,)
+    if op in _SHAPE_IS_ARG:
+        return u.arg
+    if op in _SHAPE_SCALAR:
+        return ()
+    if (rule := _SHAPE_RULES.get(op)) is not None:
         return rule(u)
     return u.src[0].__dict__["shape"]  # elementwise ops, casts, copies, ...: their first source's
 
@@ -584,17 +594,12 @@ def _multi_shape(u: UOp) -> tuple[sint, ...]:
 _DEVICE_RULES: dict[Ops, Callable[[UOp], Any]] = {
     Ops.DEVICE: lambda u: u.arg,
     Ops.COPY: lambda u: u.arg,
-    Ops.BUFFER: lambda u: u.arg.device,
     Ops.MULTI: lambda u: tuple(s.__dict__["device"] for s in u.src),
 }
+_BUFFER_OP = Ops.BUFFER
+_SHAPE_IS_ARG = frozenset({Ops.RESHAPE, Ops.EXPAND})
+_SHAPE_SCALAR = frozenset({Ops.CONST, Ops.DEFINE_VAR, Ops.BIND, Ops.DEVICE})
 _SHAPE_RULES: dict[Ops, Callable[[UOp], tuple[sint, ...]]] = {
-    Ops.BUFFER: lambda u: (u.arg.size,),
-    Ops.CONST: lambda u: (),
-    Ops.DEFINE_VAR: lambda u: (),
-    Ops.BIND: lambda u: (),
-    Ops.DEVICE: lambda u: (),
-    Ops.RESHAPE: lambda u: u.arg,
-    Ops.EXPAND: lambda u: u.arg,
     Ops.IOTA: lambda u: (u.arg,),
     Ops.MULTI: _multi_shape,
     Ops.PERMUTE: lambda u: tuple(u.src[0].__dict__["shape"][i] for i in u.arg),
