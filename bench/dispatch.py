@@ -2,11 +2,13 @@
 
     python bench/dispatch.py [small_add twenty_kernels big_add train_step cnn_step loaded]
 
-Six measurements, one table each:
+Six measurements, one table each (the first two):
   1. a 16-element add (the kernel is nothing: this is the per-call cost of the framework), through the JIT and eager
-     (`(a + b).realize()`: building, scheduling and running a graph seen before);
+     (`(a + b).realize()`: building, scheduling and running a graph seen before); then eager realizes of other graphs
+     seen before (a chain of 3 ops, a sum, a 64x64 matmul) beside their kernels alone;
   2. a function of 20 small kernels against one kernel's call (the CPU graph makes a replay one ctypes call);
-  3. a 1M-element add through the JIT and eager against the same compiled C kernel called directly from ctypes;
+  3. a 1M-element add through the JIT and eager against the same compiled C kernel called directly from ctypes and
+     torch, every peer on one thread, then every peer on the machine's threads;
   4. an MLP training step (forward, backward, Adam) with and without the JIT;
   5. the digits CNN's training step without the JIT, against torch eager;
   6. JIT steps (MLP, digits CNN) and a 1024^2 matmul with the machine idle and beside two busy processes (started
@@ -81,11 +83,20 @@ def table(title: str, results: dict[str, Seconds], base: str, nbytes: int = 0) -
 
 def bare_kernel(a: Tensor, b: Tensor) -> Callable[[], object]:
     """The compiled C kernel of a + b, called straight through ctypes on preallocated buffers."""
-    (item,) = (a + b).schedule()
-    ei = lower_schedule_item(item)
-    assert ei is not None
-    fxn, ptrs = ei.runner.prg.fxn, [buf.ptr for buf in ei.bufs]
-    return lambda: fxn(*ptrs)
+    return bare_kernels(a + b)
+
+
+def bare_kernels(t: Tensor) -> Callable[[], object]:
+    """The compiled C kernels of lazy tensor t's schedule, called straight through ctypes one after another on
+    preallocated buffers (the kernels' own time, no framework)."""
+    eis = [ei for item in t.schedule() if (ei := lower_schedule_item(item)) is not None]
+    calls = [(ei.runner.prg.fxn, [buf.ptr for buf in ei.bufs]) for ei in eis]
+
+    def run() -> None:
+        for fxn, ptrs in calls:
+            fxn(*ptrs)
+
+    return run
 
 
 def tinygrad_add(n: int) -> Callable[[], object] | None:
@@ -125,6 +136,27 @@ def small_add() -> None:
     if (tg := tinygrad_add(n)) is not None:
         results["tinygrad TinyJit"] = bench(tg, reps=200)
     table("16-element add (target: TinyJit <= 5 us)", results, "numpy a + b")
+    eager_shapes(a, b)
+
+
+def eager_shapes(a: Tensor, b: Tensor) -> None:
+    """A repeated eager realize of graphs seen before, each beside its kernels alone: what is left over is the
+    framework's Python (target: <= 10 us plus the kernels)."""
+    rng = np.random.default_rng(0)
+    x, w = (Tensor(rng.standard_normal((64, 64)).astype(np.float32)).realize() for _ in range(2))
+    graphs: dict[str, Callable[[], Tensor]] = {
+        "(a + b)": lambda: a + b,
+        "((a + b) * a - b)": lambda: (a + b) * a - b,
+        "a.sum()": lambda: a.sum(),
+        "(x @ w), 64x64": lambda: x @ w,
+    }
+    print("\nEager realize of a graph seen before, a and b of 16 floats (target: <= 10 us of Python plus the kernels)")
+    print(f"{'':24s} {'realize us':>11s} {'cpu us':>8s} {'kernels us':>11s} {'Python us (cpu)':>16s}")
+    for name, make in graphs.items():
+        t = bench_pair({"realize": lambda: make().realize(), "kernels": bare_kernels(make())}, reps=2000, rounds=5)
+        real, kern = t["realize"], t["kernels"]
+        python = (real.cpu - kern.cpu) * 1e6
+        print(f"{name:24s} {real * 1e6:11.2f} {real.cpu * 1e6:8.2f} {kern * 1e6:11.2f} {python:16.2f}")
 
 
 def twenty_kernels() -> None:
@@ -148,6 +180,12 @@ def twenty_kernels() -> None:
 
 
 def big_add() -> None:
+    """A 1M-element add beside its bare kernel, torch's allocating `a + b` and its `add(out=)`; one table with every
+    peer on one thread, and one with every peer on the machine's threads (lazygrad's thread team and torch's
+    intra-op threads set alike: THREADS=1 runs show the first alone)."""
+    from lazygrad.device import Device
+    from lazygrad.runtime.threads_cpu import set_fixed_team
+
     n = 1_000_000
     a = Tensor(np.random.rand(n).astype(np.float32)).realize()
     b = Tensor(np.random.rand(n).astype(np.float32)).realize()
@@ -159,15 +197,29 @@ def big_add() -> None:
         "lazygrad TinyJit": lambda: add(a, b),
         "lazygrad eager (a + b).realize()": lambda: (a + b).realize(),
     }
+    torch: Any = None
     try:
         import torch
 
-        at, bt = torch.from_numpy(a.numpy()), torch.from_numpy(b.numpy())
-        fns["torch eager a + b"] = lambda: at + bt
+        at, bt, ct = torch.from_numpy(a.numpy()), torch.from_numpy(b.numpy()), torch.empty(n)
+        fns["torch eager a + b (new memory each call)"] = lambda: at + bt
+        fns["torch.add(a, b, out=c)"] = lambda: torch.add(at, bt, out=ct)
     except ImportError:
         pass
-    results = bench_pair(fns, reps=50)
-    table("1M-element add (target: JIT within 10% of the bare kernel)", results, "bare C kernel via ctypes", 3 * 4 * n)
+    machine = Device["CPU"].threads
+    torch_threads = torch.get_num_threads() if torch is not None else 0
+    try:
+        for threads in sorted({1, machine}):
+            set_fixed_team(threads)
+            if torch is not None:
+                torch.set_num_threads(threads)
+            results = bench_pair(fns, reps=50)
+            title = f"1M-element add, every peer on {threads} thread{'s' if threads > 1 else ''}"
+            table(f"{title} (target: JIT within 10% of the bare kernel)", results, "bare C kernel via ctypes", 12 * n)
+    finally:
+        set_fixed_team(0)
+        if torch is not None:
+            torch.set_num_threads(torch_threads)
 
 
 def train_step() -> None:

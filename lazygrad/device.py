@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import itertools
 import os
 import threading
 from typing import Any, Callable
@@ -87,6 +88,16 @@ def is_dtype_supported(dtype: DType, device: str | None = None) -> bool:
 
 # *** buffers ***
 
+# a Buffer's `serial` orders buffers (a trace tells the buffers it made from those it found). A module-level counter,
+# not a class attribute: assigning to a class attribute invalidates the type's attribute caches, and every attribute
+# read of every Buffer then missed the interpreter's specialisation (next() is also atomic across threads)
+_buffer_serials = itertools.count()
+
+
+def buffers_made() -> int:
+    """A serial number above every Buffer made so far (and below those made from now on)."""
+    return next(_buffer_serials)
+
 
 class Buffer:
     """`size` elements of `dtype` on `device`. Memory is allocated on first use and freed with the object.
@@ -95,8 +106,6 @@ class Buffer:
     A buffer may show memory another Buffer owns (`alias`, `view`): `memory` is that owner and `offset` the byte at
     which this one starts in it, as torch's storage offset. Kernels take such a buffer as any other (its own start
     address), so a slice of a realized tensor at any offset runs the same compiled programs."""
-
-    made = 0  # Buffers made so far: `serial` orders them (a trace tells the buffers it made from those it found)
 
     def __init__(
         self,
@@ -109,7 +118,7 @@ class Buffer:
     ):
         self.device, self.size, self.dtype = device, size, dtype
         self.shape = shape if shape is not None else (size,)
-        self.serial, Buffer.made = Buffer.made, Buffer.made + 1
+        self.serial = next(_buffer_serials)
         self._ptr: int | None = None
         self._external = external  # keeps a borrowed host array (numpy) alive while we point into it
         # set by Tensor.schedule for the buffers its kernels write, cleared by run_schedule once they ran: reading a
@@ -256,7 +265,9 @@ class Allocator:
     def free(self, ptr: int, nbytes: int) -> None:
         with self.lock:
             if self.cached_bytes + nbytes <= self.cache_limit:
-                self.cache.setdefault(nbytes, []).append(ptr)
+                if (blocks := self.cache.get(nbytes)) is None:  # (not setdefault: a new list made on every free)
+                    blocks = self.cache[nbytes] = []
+                blocks.append(ptr)
                 self.cached_bytes += nbytes
             else:
                 self._free(ptr, nbytes)

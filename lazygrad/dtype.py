@@ -45,17 +45,12 @@ class DType:
         return self._hash  # type: ignore[attr-defined]
 
     def __eq__(self, other: object) -> bool:
-        # dtypes are nearly always the same objects (dtypes.float32): identity first, the fields only otherwise
+        # dtypes are nearly always the same objects (dtypes.float32): identity first, the numbers only otherwise
         if self is other:
             return True
         if other.__class__ is not self.__class__:
             return NotImplemented
-        if self.__class__ is DType:  # equal numbers are equal fields (a pointer's compare leaves out its own fields)
-            return self.key == other.key  # type: ignore[attr-defined]
-        return self._fields() == other._fields()  # type: ignore[attr-defined]
-
-    def _fields(self) -> tuple:
-        return (self.priority, self.itemsize, self.name, self.fmt, self.count, self._scalar)
+        return self.key == other.key  # type: ignore[attr-defined]  (equal numbers: equal class and fields)
 
     def __repr__(self) -> str:
         return f"dtypes.{self.name}" + (f".vec({self.count})" if self.count > 1 else "")

@@ -24,7 +24,7 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable, Generic, TypeVar
 
-from lazygrad.device import Buffer
+from lazygrad.device import Buffer, buffers_made
 from lazygrad.tensor import Tensor
 from lazygrad.uop.ops import Ops, UOp, substitute
 
@@ -102,7 +102,7 @@ class _Function(Generic[R]):
         """Run the function on placeholders; None if what it did cannot be replayed (see the module docstring)."""
         real = [t.uop for t in inputs]
         placeholders = [UOp(Ops.BUFFER, t.dtype, (), Buffer(t.device, t.numel(), t.dtype)) for t in inputs]
-        first_new_buffer, rng = Buffer.made, Tensor.rng_state()
+        first_new_buffer, rng = buffers_made(), Tensor.rng_state()
         try:
             for t, p in zip(inputs, placeholders):
                 t.uop = p if t.ndim == 1 else UOp(Ops.RESHAPE, t.dtype, (p,), t.shape)

@@ -48,6 +48,10 @@ from lazygrad.uop.view import ShapeTracker, strides_for_shape
 # to half before the division of a mean, or each running total of a cumsum, costs an ulp or more)
 HALF_FLOATS = (dtypes.float16, dtypes.bfloat16)
 
+# the ops the paths run on every op and realize test for, read once: an Enum member read costs ~50 ns on Python 3.11
+# (its EnumType has a __getattr__ hook, which keeps attribute reads off the fast path)
+_BUFFER, _RESHAPE, _ASSIGN, _BIND = Ops.BUFFER, Ops.RESHAPE, Ops.ASSIGN, Ops.BIND
+
 
 def _rounds_once(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
     """A reduction or scan that runs on float16/bfloat16 in float32 and rounds its result to the dtype once."""
@@ -493,7 +497,8 @@ def _readers(
             if u.src[0].base.op is Ops.BUFFER and u.src[0].base.arg.memory in mems:
                 continue  # a pending write into the memory: not a value computed from it
             root = u.src[1]
-        elif u is t.uop:
+        elif u is t.uop or t._view_of is None:
+            # (the second: a tensor owning its value whose node reshapes a computed one, a reduction's result)
             root = u
         else:
             continue  # a view of something stored or lazy: it reads through (its base is looked at on its own)
@@ -1003,14 +1008,18 @@ class Tensor(metaclass=_TensorType):
         self.grad: Tensor | None = None
         self._requires_grad: bool | None = None
         self._view_of: tuple[Tensor, UOp] | None = None
-        if type(data) is UOp and device is None and dtype is None and requires_grad is None and data.op is not Ops.BIND:
+        if type(data) is UOp and device is None and dtype is None and requires_grad is None and data.op is not _BIND:
             # an op's result, the tensor made most often by far: none of the conversions below apply (and _note_new
             # inline: a call less on every op)
             self.uop = data
             _new_tensors.append(weakref.ref(self) if not CAPTURES_OPEN[0] else _MadeRef(self))
             if len(_new_tensors) > 1024:
                 _trim_new()
-            self._init_grad_state()
+            # (_init_grad_state's common case inline, outside no_grad with a dtype met before: a call less per op)
+            if _modes.grad_disabled or (is_float := _FLOAT_KEYS.get(data.dtype.key)) is None:
+                self._init_grad_state()
+            elif is_float:
+                _note_unset(self)
             return
         dtype = to_dtype(dtype) if dtype is not None else None
         device = Device.canonicalize(device)
@@ -1452,7 +1461,9 @@ class Tensor(metaclass=_TensorType):
 
     @property
     def shape(self) -> tuple[int, ...]:
-        return self.uop.shape
+        # (the node's cached shape read here: UOp.shape is a call more, and composites ask shapes dozens of times)
+        cache = self.uop.__dict__
+        return cache["shape"] if "shape" in cache else self.uop.shape
 
     @property
     def dtype(self) -> DType:
@@ -1464,7 +1475,7 @@ class Tensor(metaclass=_TensorType):
 
     @property
     def ndim(self) -> int:
-        return len(self.shape)
+        return len(self.uop.shape)
 
     def numel(self) -> int:
         return ssimplify(prod(self.shape))
@@ -3959,7 +3970,13 @@ class Tensor(metaclass=_TensorType):
                 device=self.device,
             )
         out = Tensor(UOp(Ops.REDUCE_AXIS, self.dtype, (self.uop,), (op, axes)))
-        return out if keepdim else out.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
+        if keepdim:
+            return out
+        out = out.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
+        # a reduction's result owns its values, as torch's: no view of the temporary it reshapes (a view is realized
+        # by the general path, and would keep that temporary alive). (_fresh inline: a call less per reduction)
+        out._view_of = None
+        return out
 
     def sum(
         self, axis: int | Sequence[int] | None = None, keepdim: bool = False, dtype: DType | str | None = None
@@ -6246,7 +6263,7 @@ def _stand_for(t: Tensor, new: UOp, base: UOp, becomes: dict[UOp, UOp]) -> None:
     lazy = t.uop
     # a computed tensor on a path to a parameter keeps its graph, so gradients still flow through it
     # (not an in-place update: optimizer state and parameters are written, not differentiated)
-    keep = t._requires_grad is None and base.op is not Ops.ASSIGN and t.requires_grad
+    keep = t._requires_grad is None and base.op is not _ASSIGN and t.requires_grad
     t.uop = new
     # the first tensor stored as a whole buffer owns it (an equal graph realized later gets a copy)
     owner = new.__dict__.get(_OWNER)
@@ -6283,26 +6300,35 @@ def _run_noted(schedule: list, var_vals: dict[UOp, int], noted: list) -> None:
 
 def _realize_cached(t: Tensor) -> bool:
     """Realize t alone through the schedule cache where nothing of schedule_with_vars' general work applies, and say
-    whether it did: t computes a value (not a view, a buffer, a write, or a sharded graph), no other tensor holds
-    that value (it is not realized yet), and its graph's structure was scheduled before with no in-place write (no
-    readers of overwritten memory to look for). A repeated `(a + b).realize()` costs the walk, the buffers and the
-    launch (16 floats: 22 -> 19 us); a template of one kernel whose plan is made launches from the template's buffer
-    list with no ScheduleItem made (59 -> 45 Python calls, 17.5 -> 13.3 us), and an op over stored buffers is known
-    from its sources with no walk (kernelize._over_buffers: 43 calls, 11.6 us), its instance made there and stored
-    with _note_stored's work for one node (39 -> 33 calls of which 16 build the tensor and drop the dead; 11.5 ->
-    10.5 us of CPU, a shared machine). DEBUG lines and profile spans come from the general path. A tensor stored whole
-    (a buffer, or reshapes of one) has nothing to compute: done at once (`.numpy()` and `.item()` realize it again;
-    the general path scheduled nothing in 9 us)."""
+    whether it did: t computes a value, or reshapes one (a reduction's result: not a view, a buffer, a write, or a
+    sharded graph), no other tensor holds that value (it is not realized yet), and its graph's structure was
+    scheduled before with no in-place write (no readers of overwritten memory to look for). A repeated
+    `(a + b).realize()` costs the walk, the buffers and the launch (16 floats: 22 -> 19 us); a template of one kernel
+    whose plan is made launches from the template's buffer list with no ScheduleItem made (59 -> 45 Python calls,
+    17.5 -> 13.3 us), and an op over stored buffers is known from its sources with no walk (kernelize._over_buffers:
+    43 calls, 11.6 us), its instance made there and stored with _note_stored's work for one node (39 -> 33 calls of
+    which 16 build the tensor and drop the dead; 11.5 -> 10.5 us of CPU, a shared machine; 29 calls, 8 us with the
+    instance made where the root is recognised and the Enum members read once). DEBUG lines and profile spans come
+    from the general path. A tensor stored whole (a buffer, or reshapes of one) has nothing to compute: done at once
+    (`.numpy()` and `.item()` realize it again; the general path scheduled nothing in 9 us)."""
     if t._view_of is not None:
         _follow_base(t)  # (as _own_memory: a view reads through a write into its base)
     u = t.uop
-    if u.op is Ops.BUFFER or u.op is Ops.RESHAPE and _under_reshapes(u).op is Ops.BUFFER:
+    base = u if u.op is not _RESHAPE else _under_reshapes(u)
+    if base.op is _BUFFER:
         return True
-    if t._view_of is not None or u.op is Ops.ASSIGN or u.op in GroupOp.Movement:
+    if t._view_of is not None or base.op is _ASSIGN or base.op in GroupOp.Movement:
         return False
+    # reshapes of a computed value (a.sum() is the reduce reshaped to ()) go as the value does, their chain applied to
+    # its buffer after (the general path's _stored_as), where none of them holds a value of its own
+    x = u
+    while x is not base:
+        if REALIZED_ENTRY in x.__dict__:
+            return False
+        x = x.src[0]
     # (profile.enabled() inline: asked on every realize)
     if (
-        REALIZED_ENTRY in u.__dict__
+        REALIZED_ENTRY in base.__dict__
         or DEBUG.value
         or PROFILE.value >= 1
         or VIZ.value
@@ -6315,9 +6341,9 @@ def _realize_cached(t: Tensor) -> bool:
         return False
     tpl, bufs, becomes, var_vals = found
     if launch_template(tpl, bufs, var_vals):  # one kernel, launched already: its output holds the value
-        if len(becomes) == 1 and (new := becomes.get(u)) is not None:
-            _realized.update(becomes)  # (_note_stored's work where the kernel stores t's node alone)
-            _stand_for(t, new, u, becomes)
+        if len(becomes) == 1 and (new := becomes.get(base)) is not None:
+            _realized.update(becomes)  # (_note_stored's work where the kernel stores t's value alone)
+            _stand_for(t, new if base is u else u.rebase(new), base, becomes)
         else:
             _note_stored((t,), becomes, None)
         return True

@@ -82,6 +82,20 @@ def test_readers_of_every_kind_keep_their_values(read, write) -> None:
     same(x, rx)
 
 
+def test_results_owning_values_their_nodes_only_wrap_keep_their_values() -> None:
+    """A tensor whose node wraps a computation without being a view of another tensor reads the memory as a computed
+    value does: one made under no_grad (a detach of the product), a reduction's result (a reshape of the reduce)."""
+    x, rx = both([1.0, 2.0, 3.0])
+    with Tensor.no_grad(), torch.no_grad():
+        y, ry = x * 2, rx * 2
+    s, rs = (x * 3).sum(0), (rx * 3).sum(0)
+    x.assign(x * 10).realize()
+    rx.mul_(10)
+    same(y, ry)
+    same(s, rs)
+    same(x, rx)
+
+
 def test_views_show_the_memory_after_the_write() -> None:
     x, rx = both([2.0, 3.0, 4.0])
     v, rv = x[1:], rx[1:]

@@ -1096,8 +1096,8 @@ def cached_instance(
     with an instance's buffers (in the template's reference order), what the root becomes and the bound values; None
     for any other graph (the frontend then takes the general path). A root over stored buffers alone is known from the
     root (_over_buffers), with no walk."""
-    if (known := _over_buffers(root)) is not None:
-        return known.instance(root)
+    if (found := _over_buffers(root)) is not None:
+        return found
     walk = _Walk([root], realized)
     tpl = _templates.get(walk.key)
     if tpl is None or tpl.writes_in_place:
@@ -1112,6 +1112,7 @@ def cached_instance(
 # in a node's __dict__: the walks of the roots whose first source it is, by the root's op, dtype, arg and sources
 _ROOTS_OVER = "roots_over"
 _DEREF = weakref.ref.__call__
+_BUFFER, _RESHAPE = Ops.BUFFER, Ops.RESHAPE  # (an Enum member read is ~50 ns on Python 3.11: read once here)
 
 
 @dataclass(eq=False)
@@ -1129,10 +1130,8 @@ class _OverBuffers:
     size: int
     device: str
 
-    def instance(self, root: UOp) -> tuple[_Template, list[Buffer], dict[UOp, UOp], dict[UOp, int]]:
-        """_Template.buffers for this root, with no walk: the one stored buffer, then the slots."""
-        buf = Buffer(self.device, self.size, root.dtype, shape=self.shape)
-        return self.tpl, [buf, *map(_DEREF, self.slots)], {root: UOp.buffer_view(buf, self.shape)}, {}
+    def __post_init__(self) -> None:
+        self.flat = self.shape == (self.size,)  # the stored node is the BUFFER node itself (UOp.buffer_view)
 
 
 def _buffer_source(s: UOp) -> Buffer | None:
@@ -1146,7 +1145,9 @@ def _buffer_source(s: UOp) -> Buffer | None:
     return s.arg if s.op is Ops.BUFFER else None
 
 
-def _over_buffers(root: UOp) -> _OverBuffers | None:
+def _over_buffers(root: UOp) -> tuple[_Template, list[Buffer], dict[UOp, UOp], dict[UOp, int]] | None:
+    """cached_instance of a root over stored buffers met before (_OverBuffers): _Template.buffers for it, with no
+    walk (the one stored buffer, then the slots); None where it is not known so."""
     src = root.src
     if not src or (memo := src[0].__dict__.get(_ROOTS_OVER)) is None or REALIZED_ENTRY in root.__dict__:
         return None
@@ -1158,14 +1159,21 @@ def _over_buffers(root: UOp) -> _OverBuffers | None:
             return None
     # (_buffer_source inline, for what can change: a realized entry)
     for s in src:
-        if REALIZED_ENTRY in s.__dict__ or s.op is Ops.RESHAPE and REALIZED_ENTRY in s.src[0].__dict__:
+        if REALIZED_ENTRY in s.__dict__ or s.op is _RESHAPE and REALIZED_ENTRY in s.src[0].__dict__:
             return None
-    return known
+    dtype = root.dtype
+    buf = Buffer(known.device, known.size, dtype, shape=known.shape)
+    # (UOp.buffer_view inline: whether it reshapes is known)
+    node = UOp(_BUFFER, dtype, (), buf)
+    if not known.flat:
+        node = UOp(_RESHAPE, dtype, (node,), known.shape)
+    return known.tpl, [buf, *map(_DEREF, known.slots)], {root: node}, {}
 
 
 def _remember_over_buffers(root: UOp, walk: _Walk, tpl: _Template) -> None:
     src = root.src
-    if not src or walk.binds or tpl.internal or [p for p, *_ in tpl.stored] != [len(walk.nodes) - 1]:
+    stored = tpl.stored
+    if not src or walk.binds or tpl.internal or len(stored) != 1 or stored[0][0] != len(walk.nodes) - 1:
         return
     bufs = list(map(_buffer_source, src))
     if None in bufs or any(shape is None for _, shape, *_ in tpl.stored):

@@ -89,6 +89,80 @@ def test_allocator_reuses_freed_blocks():
     assert alloc.cached_bytes >= 0
 
 
+def _memory_of(t: Tensor) -> int:
+    """The address of the memory a realized tensor's buffer lives in (its owner's, for a view)."""
+    return t.uop.base.arg.memory.ptr
+
+
+def _counting_allocations(monkeypatch) -> list[int]:
+    """Calls to the CPU allocator's fresh allocation (the free list's misses)."""
+    alloc = Device["CPU"].allocator
+    calls = [0]
+    fresh = alloc._alloc
+
+    def counted(nbytes: int) -> int:
+        calls[0] += 1
+        return fresh(nbytes)
+
+    monkeypatch.setattr(alloc, "_alloc", counted)
+    return calls
+
+
+def test_repeated_realize_reuses_freed_memory_without_fresh_allocations(monkeypatch):
+    """A result dropped before the next is made gives its memory to the next (no fresh, page-faulting memory per
+    call); the values are right in reused memory."""
+    Device["CPU"].allocator.free_cache()
+    an, bn = np.random.rand(1000).astype(np.float32), np.random.rand(1000).astype(np.float32)
+    a, b = Tensor(an).realize(), Tensor(bn).realize()
+    for _ in range(3):
+        (a + b).realize()
+    fresh = _counting_allocations(monkeypatch)
+    for i in range(20):
+        np.testing.assert_allclose((a + b * i).realize().numpy(), an + bn * i, rtol=1e-6)  # (a fused multiply-add)
+        np.testing.assert_array_equal((a + b).realize().numpy(), an + bn)
+    assert fresh[0] <= 2  # (b * i's first scalar constant buffers aside) not one per call
+
+
+def test_memory_of_a_live_tensor_is_never_handed_out_again():
+    """Results kept alive each hold memory of their own, and keep their values while others are made and dropped in
+    the same sizes; a dropped one's memory comes back only once its last reference (a view of it) is gone."""
+    an = np.arange(64, dtype=np.float32)
+    a = Tensor(an).realize()
+    kept = [(a + i).realize() for i in range(8)]
+    assert len({_memory_of(t) for t in kept}) == len(kept)
+    view = (a * 100).realize()[3:9]  # the product's tensor dies; its memory lives on in the view
+    viewed = _memory_of(view)
+    for i in range(8):
+        tmp = (a - i).realize()
+        assert _memory_of(tmp) not in {_memory_of(t) for t in kept} | {viewed}
+        np.testing.assert_array_equal(tmp.numpy(), an - i)
+        del tmp
+    for i, t in enumerate(kept):
+        np.testing.assert_array_equal(t.numpy(), an + i)
+    np.testing.assert_array_equal(view.numpy(), an[3:9] * 100)
+    del view
+    assert viewed in {_memory_of((a + 1000 + i).realize()) for i in range(4)}  # free again, and reused
+
+
+def test_tinyjit_buffers_are_never_reused_while_the_jit_lives():
+    """The buffers a TinyJit replays into stay its own while eager work of the same sizes allocates and frees
+    around it; its outputs and the eager results stay right."""
+    from lazygrad import TinyJit
+
+    an, bn = np.random.rand(256).astype(np.float32), np.random.rand(256).astype(np.float32)
+    a, b = Tensor(an).realize(), Tensor(bn).realize()
+    step = TinyJit(lambda x, y: ((x + y) * 2).realize())
+    outs = [step(a, b) for _ in range(3)]
+    out = outs[-1]
+    jit_memory = _memory_of(out)
+    for i in range(6):
+        eager = ((a + Tensor(bn + i)) * 2).realize()
+        assert _memory_of(eager) != jit_memory
+        np.testing.assert_allclose(eager.numpy(), (an + bn + i) * 2, rtol=1e-6)
+    np.testing.assert_allclose(out.numpy(), (an + bn) * 2, rtol=1e-6)
+    np.testing.assert_allclose(step(b, a).numpy(), (an + bn) * 2, rtol=1e-6)
+
+
 def test_copy_size_mismatch_is_an_error():
     b = Buffer("CPU", 4, dtypes.float32)
     with pytest.raises(ValueError, match="16 bytes"):
