@@ -608,14 +608,42 @@ def _own_memory(tensors: tuple[Tensor, ...], firsts: dict[UOp, Tensor]) -> tuple
     for t in tensors:
         if t._view_of is not None:
             _follow_base(t)
-        if t.uop.base is not t.uop or t.uop.op is Ops.BUFFER:
-            continue
-        view = _realized.get(t.uop)
+            _own_base(t, firsts)
+        u = t.uop
+        base = u.base
+        if base.op is Ops.BUFFER or base is not u and t._view_of is not None:
+            continue  # stored, or a view (it shares its base tensor's memory)
+        # (a tensor that is not a view but reshapes a computed value, a reduction's result, owns that value)
+        view = _realized.get(base)
         earlier = view.__dict__.get(_OWNER) if view is not None else None
         holder = earlier() if earlier is not None else None
-        if firsts.setdefault(t.uop, t) is not t or (holder is not None and holder is not t):
-            t.uop = UOp(Ops.CONTIGUOUS, t.dtype, (t.uop,))
+        if firsts.setdefault(base, t) is not t or (holder is not None and holder is not t):
+            t.uop = UOp(Ops.CONTIGUOUS, t.dtype, (u,))
     return tensors
+
+
+def _own_base(t: Tensor, firsts: dict[UOp, Tensor]) -> None:
+    """A view of a lazy tensor whose value another tensor computes too (`k = x * 4; m = (x * 4).reshape(6)`, one
+    hash-consed graph): the base tensor gets a copy of its own and the view shows it, so that realizing the view
+    leaves the other tensor's memory apart (as _own_memory does for tensors that are not views)."""
+    bt, at = t._view_of  # type: ignore[misc]
+    value = at.base
+    if bt.uop is not at or value.op is Ops.BUFFER:
+        return
+    chain, x = [], t.uop  # the view's movement ops above its base tensor's node
+    while x is not at:
+        if x.op not in GroupOp.Movement:
+            return
+        chain.append(x)
+        x = x.src[0]
+    view = _realized.get(value)
+    earlier = view.__dict__.get(_OWNER) if view is not None else None
+    holder = earlier() if earlier is not None else None
+    if firsts.setdefault(value, bt) is not bt or (holder is not None and holder is not bt):
+        own = node = UOp(Ops.CONTIGUOUS, at.dtype, (at,))
+        for m in reversed(chain):
+            node = UOp(m.op, m.dtype, (node, *m.src[1:]), m.arg)
+        bt.uop, t.uop, t._view_of = own, node, (bt, own)
 
 
 def _readers_of_overwritten(
@@ -6272,6 +6300,13 @@ def _stand_for(t: Tensor, new: UOp, base: UOp, becomes: dict[UOp, UOp]) -> None:
             stored = _realized.get(base)
         if new is stored:
             new.__dict__[_OWNER] = weakref.ref(t)
+        elif t._view_of is None and stored is not None and new.op is _RESHAPE:
+            # not a view but reshapes of the stored value (a reduction's result): it owns that value as well
+            x = new
+            while x is not stored and x.op is _RESHAPE:
+                x = x.src[0]
+            if x is stored and ((o := stored.__dict__.get(_OWNER)) is None or o() is None):
+                stored.__dict__[_OWNER] = weakref.ref(t)
     if keep and new is not lazy:
         _lazy_origin[new] = lazy
         _realized.hold_weakly(base)

@@ -312,6 +312,35 @@ def test_identical_lazy_graphs_do_not_share_writes():
         np.testing.assert_array_equal(t.numpy(), n)
 
 
+@pytest.mark.parametrize("together", [False, True])
+@pytest.mark.parametrize(
+    "make",
+    [
+        pytest.param(lambda x: (x.sum(1), x.sum(1)), id="two sums"),
+        pytest.param(lambda x: (x.amax(0), x.amax(0)), id="two maxes"),
+        pytest.param(lambda x: (x * 4, (x * 4).reshape(6)), id="value then a reshape of the same graph"),
+        pytest.param(lambda x: ((x * 5).reshape(6), x * 5), id="a reshape then the value"),
+        pytest.param(lambda x: (x.sum(1), x.sum(1).reshape(1, 2)), id="a sum then a reshape of another"),
+    ],
+)
+def test_tensors_of_one_graph_realized_apart_keep_memory_of_their_own(make, together):
+    # torch computes each of them into memory of its own: a write into the first leaves the second as it was (a
+    # reduction's result and a reshape of a value another tensor holds shared it)
+    x = Tensor(np.arange(6, dtype=np.float32).reshape(2, 3)).realize()
+    a, b = make(x)
+    xt = torch.arange(6, dtype=torch.float32).reshape(2, 3)
+    at, bt = make(xt)
+    if together:
+        Tensor.realize(a, b)
+    else:
+        a.realize()
+        b.realize()
+    a += 100
+    at += 100
+    np.testing.assert_array_equal(a.numpy(), at.numpy())
+    np.testing.assert_array_equal(b.numpy(), bt.numpy())
+
+
 def test_jit_writes_into_arguments_without_realize():
     @TinyJit
     def f(t: Tensor, a: Tensor) -> None:
