@@ -804,3 +804,23 @@ def test_backward_looks_at_live_tensors_at_c_speed():
     np.testing.assert_array_equal(w.grad.numpy(), np.repeat(x.numpy().sum(0, keepdims=True).T * 2, 2, axis=1))
     np.testing.assert_array_equal(h.grad.numpy(), np.full((2, 2), 2, np.float32))
     assert all(b.grad is None for b in bystanders)
+
+
+def test_lazy_origins_are_asked_at_c_speed(monkeypatch):
+    """A realized tensor kept with the graph that computed it (its gradient path) is found by backward and by the
+    requires_grad walk through its node, not by a Python-level registry lookup per node of the graph: a deep graph
+    over it asks the registry no more often than a shallow one, and the gradient flows through the kept graph."""
+    from lazygrad import tensor as tensor_module
+
+    w = Tensor(np.full((4,), 0.5, np.float32), requires_grad=True)
+    h = (w * 3).exp()
+    h.realize()  # h stands for its buffer now; its graph is kept as its gradient path
+    assert tensor_module._ORIGIN in h.uop.__dict__ and len(tensor_module._lazy_origin) >= 1
+    asked = counting_calls(monkeypatch, tensor_module.LazyOrigins, "__contains__")
+    out = h
+    for i in range(40):
+        out = out * 1.01 + i
+    assert out.requires_grad
+    out.sum().backward()
+    assert asked[0] <= 2 < len(out.uop.toposort)
+    np.testing.assert_allclose(w.grad.numpy(), np.full(4, 3 * np.exp(1.5) * 1.01**40, np.float32), rtol=1e-5)
