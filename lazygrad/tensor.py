@@ -429,7 +429,7 @@ def _readers(
             return hit
         if n.op is Ops.BUFFER:
             return n.arg.memory in mems
-        if (view := _realized.get(n)) is not None:
+        if REALIZED_ENTRY in n.__dict__ and (view := _realized.get(n)) is not None:
             return any(m in mems for m in _view_memories(view))
         return None
 
@@ -6418,7 +6418,9 @@ def _shifted_bases(root: UOp) -> frozenset[UOp]:
         memo = x.__dict__
         if _SHIFTED in memo:
             continue
-        done = _realized.get(x)  # computed earlier: what it reads now is its buffer, not its graph
+        # computed earlier: what it reads now is its buffer, not its graph (the registry, a Python call, asked only
+        # of a node holding an entry: every optimizer update walks its new nodes here)
+        done = _realized.get(x) if REALIZED_ENTRY in memo else None
         below = (done,) if done is not None else x.src if x.op not in (Ops.ASSIGN, Ops.CONTIGUOUS) else ()
         if not expanded:
             stack.append((x, True))
@@ -6461,7 +6463,7 @@ def _buffers_read(root: UOp) -> frozenset[UOp]:
         x, expanded = stack.pop()
         if _READS in x.__dict__:
             continue
-        done = _realized.get(x)
+        done = _realized.get(x) if REALIZED_ENTRY in x.__dict__ else None  # (as in _shifted_bases)
         below = (done,) if done is not None else x.src if x.op not in (Ops.ASSIGN, Ops.CONTIGUOUS) else ()
         if not expanded:
             stack.append((x, True))
