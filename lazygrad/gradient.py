@@ -147,6 +147,11 @@ def _blocks(n: UOp) -> bool:
     return n.op in _NO_GRAD or (n.op is Ops.CAST and not dtypes.is_float(n.dtype))
 
 
+# the ops of the nodes _blocks may answer True for: the walks over every node of a step's graph (grad_reachable, the
+# requires_grad walk) call it only for these, a set lookup at C speed for the rest
+MAY_BLOCK = _NO_GRAD | {Ops.CAST}
+
+
 def _reaching(root: UOp, targets: set[UOp]) -> tuple[list[UOp], dict[UOp, bool]]:
     """root's graph in topological order, and for each node whether a target is reachable from it through
     differentiable ops (never through detach, comparisons or integer arithmetic)."""
@@ -169,7 +174,7 @@ def grad_reachable(root: UOp, targets: set[UOp]) -> set[UOp]:
         seen.add(n)
         if n in targets:
             found.add(n)
-        if not _blocks(n):
+        if n.op not in MAY_BLOCK or not _blocks(n):
             stack.extend(n.src)
     return found
 

@@ -799,7 +799,7 @@ def _reaches_grad(root: UOp) -> bool:
     graph only, not the history behind every realize."""
     if _REACHES_GRAD in root.__dict__:
         return True
-    from lazygrad.gradient import _blocks
+    from lazygrad.gradient import MAY_BLOCK, _blocks
 
     leaves = set(map(_UOP_OF, _live_in(_grad_leaves)))
     entry = RealizedNodes._ENTRY
@@ -807,7 +807,7 @@ def _reaches_grad(root: UOp) -> bool:
     stack = [root]
     while stack:
         n = stack.pop()
-        if n in seen or _blocks(n):
+        if n in seen or n.op in MAY_BLOCK and _blocks(n):
             continue
         # (the realized lookup only where the node holds an entry: this runs for every output of a training step)
         if n in leaves or entry in n.__dict__ and _realized.get(n) in leaves:
