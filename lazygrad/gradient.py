@@ -147,6 +147,11 @@ def _blocks(n: UOp) -> bool:
     return n.op in _NO_GRAD or (n.op is Ops.CAST and not dtypes.is_float(n.dtype))
 
 
+# the ops of the nodes _blocks may answer True for: the walks over every node of a step's graph (grad_reachable, the
+# requires_grad walk) call it only for these, a set lookup at C speed for the rest
+MAY_BLOCK = _NO_GRAD | {Ops.CAST}
+
+
 def _reaching(root: UOp, targets: set[UOp]) -> tuple[list[UOp], dict[UOp, bool]]:
     """root's graph in topological order, and for each node whether a target is reachable from it through
     differentiable ops (never through detach, comparisons or integer arithmetic)."""
@@ -169,22 +174,23 @@ def grad_reachable(root: UOp, targets: set[UOp]) -> set[UOp]:
         seen.add(n)
         if n in targets:
             found.add(n)
-        if not _blocks(n):
+        if n.op not in MAY_BLOCK or not _blocks(n):
             stack.extend(n.src)
     return found
 
 
-# nodes whose derivative the composite op that built them states directly, instead of the derivatives of the
-# movement ops they are made of: node -> (the source it is a function of, incoming gradient -> that source's).
-# Weak, and keyed by the hash-consed node, so a window built twice shares its rule and a dropped one forgets it.
-_shortcuts: weakref.WeakKeyDictionary[UOp, tuple[UOp, Callable[[Tensor], Tensor]]] = weakref.WeakKeyDictionary()
+# in the __dict__ of a node whose derivative the composite op that built it states directly, instead of the
+# derivatives of the movement ops it is made of: (the source it is a function of, incoming gradient -> that source's).
+# On the hash-consed node, so a window built twice shares its rule and a dropped one forgets it; asked of every node
+# a backward keys (_Structure) at C speed, where a weak-keyed dictionary made a weak reference per node
+_SHORTCUT = "grad_shortcut"
 
 
 def define_gradient(node: UOp, source: UOp, rule: Callable[[Tensor], Tensor]) -> None:
     """Differentiate `node` with respect to `source` by `rule`. For a sliding window (conv, pooling) the chain
     rule through its repeat/reshape/shrink ops gives a reduce over every repeated copy with div/mod index math; the
     rule gives the same sum as a few shifted pads of the window gradient."""
-    _shortcuts[node] = (source, rule)
+    node.__dict__[_SHORTCUT] = (source, rule)
     for made in getattr(_recorders, "stack", ()):
         made.append((node, source, rule))
 
@@ -240,7 +246,7 @@ def _apply_rules(root: UOp, root_grad: Tensor, targets: set[UOp]) -> dict[UOp, T
         # a target whose sources reach no other target (a leaf) passes nothing on
         if g is None or _blocks(node) or not any(reaches[s] for s in node.src):
             continue
-        if (shortcut := _shortcuts.get(node)) is not None and reaches[shortcut[0]]:
+        if (shortcut := node.__dict__.get(_SHORTCUT)) is not None and reaches[shortcut[0]]:
             src, sg = shortcut[0], shortcut[1](g)
             if sg.shape != src.shape:
                 raise AssertionError(f"gradient shortcut of {node.op} has shape {sg.shape}, expected {src.shape}")
@@ -284,7 +290,6 @@ class _Structure:
         self.key: tuple | None = None
         if len(nodes) > GRAD_PROGRAM_NODES:
             return
-        shortcuts = _shortcuts.data
         # flat, as the schedule cache's walk keys a graph: per node (op, dtype, arg, number of sources), then their
         # positions, then ("S", source, rule) where it has a rule of its own; each record's length is known from its
         # start, so equal keys are equal graphs (a tuple per node was two objects per node a backward kept to its end)
@@ -300,7 +305,7 @@ class _Structure:
                 arg = repr(arg)  # -0.0 == 0.0, but a gradient through the one is another graph than through the other
             record((n.op, n.dtype.key, arg, len(n.src)))  # (a dtype by its number: C-level hash)
             record(map(at, n.src))
-            if shortcuts and (shortcut := shortcuts.get(weakref.ref(n))) is not None:
+            if (shortcut := n.__dict__.get(_SHORTCUT)) is not None:
                 if (rule := rule_key(shortcut[1])) is None or shortcut[0] not in index:
                     return
                 record(("S", index[shortcut[0]], rule))

@@ -433,7 +433,7 @@ def _readers(
             return hit
         if n.op is Ops.BUFFER:
             return n.arg.memory in mems
-        if (view := _realized.get(n)) is not None:
+        if REALIZED_ENTRY in n.__dict__ and (view := _realized.get(n)) is not None:
             return any(m in mems for m in _view_memories(view))
         return None
 
@@ -727,8 +727,36 @@ def realized_values_hidden(drop: Callable[[UOp], bool]) -> Iterator[None]:
                 _realized.setdefault(k, v)
 
 
-# realized tensor's buffer node -> the graph that computed it, for tensors that needed a gradient path (see backward)
-_lazy_origin: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
+_ORIGIN = "lazy_origin"  # in a realized tensor's buffer node's __dict__: the graph that computed it (LazyOrigins)
+
+
+class LazyOrigins:
+    """Realized tensor's buffer node -> the graph that computed it, for tensors that needed a gradient path (see
+    backward). The graph is kept on its node (in the node's __dict__, living as long as the node, as a weak-keyed
+    dictionary's entry did), so the walks asking every node of a step's graph whether it has one (backward's
+    _with_lazy_origins, _reaches_grad) ask `_ORIGIN in n.__dict__` at C speed, where the weak-keyed dictionary's
+    membership test was a Python call making a weak reference per node (a digits CNN step asked it of ~260 nodes).
+    A weak reference per key counts them."""
+
+    def __init__(self) -> None:
+        self._refs: set[weakref.ref] = set()
+        self._drop = self._refs.discard
+
+    def __setitem__(self, node: UOp, graph: UOp) -> None:
+        node.__dict__[_ORIGIN] = graph
+        self._refs.add(weakref.ref(node, self._drop))
+
+    def __getitem__(self, node: UOp) -> UOp:
+        return node.__dict__[_ORIGIN]
+
+    def __contains__(self, node: UOp) -> bool:
+        return _ORIGIN in node.__dict__
+
+    def __len__(self) -> int:
+        return len(self._refs)
+
+
+_lazy_origin = LazyOrigins()
 _CLONE_IDS = itertools.count(1)  # Tensor.clone's node numbers
 # a realized buffer node's entry (in its __dict__, living as long as the node; a weak-keyed dictionary cost two Python
 # calls on every realize): a weak reference to the tensor that holds it as its own memory (see schedule_with_vars)
@@ -745,7 +773,7 @@ def _with_lazy_origins(root: UOp, renamed: dict[UOp, UOp] | None = None) -> UOp:
     receives the new graph's nodes that stand for other nodes of root's (see substitute)."""
     if not _lazy_origin:
         return root
-    mapping = {n: _resolved_origin(n) for n in root.toposort if n in _lazy_origin}
+    mapping = {n: _resolved_origin(n) for n in root.toposort if _ORIGIN in n.__dict__}
     return substitute(root, mapping, renamed) if mapping else root
 
 
@@ -764,7 +792,7 @@ def _keep_read_grad_path(t: Tensor, lazy: UOp) -> None:
         return
     if lazy.base.op is Ops.ASSIGN or t.uop in _lazy_origin:
         return
-    inner = {m: _resolved_origin(m) for m in lazy.toposort if m in _lazy_origin} if _lazy_origin else {}
+    inner = {m: _resolved_origin(m) for m in lazy.toposort if _ORIGIN in m.__dict__} if _lazy_origin else {}
     _lazy_origin[t.uop] = substitute(lazy, inner) if inner else lazy
     _read_kept.add(t.uop)
     _realized.hold_weakly(lazy.base)
@@ -784,7 +812,7 @@ def _resolved_origin(node: UOp) -> UOp:
         if n in _resolved:
             stack.pop()
             continue
-        inner = [m for m in _lazy_origin[n].toposort if m in _lazy_origin]
+        inner = [m for m in _lazy_origin[n].toposort if _ORIGIN in m.__dict__]
         todo = [m for m in inner if m not in _resolved]
         if todo:
             stack.extend(todo)
@@ -804,7 +832,7 @@ def _reaches_grad(root: UOp) -> bool:
     graph only, not the history behind every realize."""
     if _REACHES_GRAD in root.__dict__:
         return True
-    from lazygrad.gradient import _blocks
+    from lazygrad.gradient import MAY_BLOCK, _blocks
 
     leaves = set(map(_UOP_OF, _live_in(_grad_leaves)))
     entry = RealizedNodes._ENTRY
@@ -812,14 +840,13 @@ def _reaches_grad(root: UOp) -> bool:
     stack = [root]
     while stack:
         n = stack.pop()
-        if n in seen or _blocks(n):
+        if n in seen or n.op in MAY_BLOCK and _blocks(n):
             continue
         # (the realized lookup only where the node holds an entry: this runs for every output of a training step)
         if n in leaves or entry in n.__dict__ and _realized.get(n) in leaves:
             return True
-        # a realized tensor's node (a buffer, views of one, or the parts of a sharded one) is all _lazy_origin holds:
-        # the weak-keyed lookup is asked of those only
-        if (n.op is Ops.BUFFER or n.op is Ops.MULTI or n.op in GroupOp.Movement) and n in _lazy_origin:
+        # a realized tensor's node kept with the graph that computed it (LazyOrigins)
+        if _ORIGIN in n.__dict__:
             if n not in _read_kept:
                 return True
             continue
@@ -6452,7 +6479,9 @@ def _shifted_bases(root: UOp) -> frozenset[UOp]:
         memo = x.__dict__
         if _SHIFTED in memo:
             continue
-        done = _realized.get(x)  # computed earlier: what it reads now is its buffer, not its graph
+        # computed earlier: what it reads now is its buffer, not its graph (the registry, a Python call, asked only
+        # of a node holding an entry: every optimizer update walks its new nodes here)
+        done = _realized.get(x) if REALIZED_ENTRY in memo else None
         below = (done,) if done is not None else x.src if x.op not in (Ops.ASSIGN, Ops.CONTIGUOUS) else ()
         if not expanded:
             stack.append((x, True))
@@ -6495,7 +6524,7 @@ def _buffers_read(root: UOp) -> frozenset[UOp]:
         x, expanded = stack.pop()
         if _READS in x.__dict__:
             continue
-        done = _realized.get(x)
+        done = _realized.get(x) if REALIZED_ENTRY in x.__dict__ else None  # (as in _shifted_bases)
         below = (done,) if done is not None else x.src if x.op not in (Ops.ASSIGN, Ops.CONTIGUOUS) else ()
         if not expanded:
             stack.append((x, True))

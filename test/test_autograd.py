@@ -356,3 +356,39 @@ def test_long_scan_gradients_are_scans(op):
     (getattr(tx, op)(0) * torch.from_numpy(g).double()).sum().backward()
     ref = tx.grad.numpy()
     np.testing.assert_allclose(x.grad.numpy(), ref, atol=2e-4 * np.abs(ref).max())
+
+
+@pytest.mark.parametrize("outputs_first", [True, False])
+@pytest.mark.parametrize("frozen_leaf", [False, True])
+def test_step_realize_keeps_gradient_paths_whatever_its_order(outputs_first: bool, frozen_leaf: bool):
+    """A training step realized with its loss, an accuracy count and the optimizer's writes in one call: the loss
+    keeps its gradient path (backward reached a parameter), and the logits, which join the schedule as a reader of the
+    parameters it overwrites, keep one only through a leaf the step does not write (a frozen scale set
+    requires_grad=True), in either order of the realize's tensors; the values are those of torch."""
+    from lazygrad.nn import Linear
+    from lazygrad.nn.optim import SGD
+
+    rng = np.random.default_rng(3)
+    xn, yn = rng.standard_normal((6, 5)).astype(np.float32), rng.integers(0, 3, 6).astype(np.int32)
+    layer = Linear(5, 3)
+    w0, b0 = layer.weight.numpy(), layer.bias.numpy()
+    scale = Tensor(np.full((3,), 1.5, np.float32), requires_grad=frozen_leaf)
+    opt = SGD([layer.weight, layer.bias], lr=0.1)
+    x, y = Tensor(xn), Tensor(yn)
+    with Tensor.train():
+        opt.zero_grad()
+        logits = layer(x) * scale
+        loss = logits.sparse_categorical_crossentropy(y).backward()
+        correct = (logits.argmax(-1) == y).sum()
+        tensors = (loss, correct, *opt.schedule_step())
+        Tensor.realize(*(tensors if outputs_first else tensors[::-1]))
+    assert loss.requires_grad and not correct.requires_grad
+    assert logits.requires_grad == frozen_leaf
+    tw, tb = torch.tensor(w0, requires_grad=True), torch.tensor(b0, requires_grad=True)
+    tlogits = (torch.tensor(xn) @ tw.T + tb) * 1.5
+    tloss = torch.nn.functional.cross_entropy(tlogits, torch.tensor(yn).long())
+    tloss.backward()
+    np.testing.assert_allclose(loss.numpy(), tloss.item(), rtol=1e-6)
+    np.testing.assert_allclose(logits.numpy(), tlogits.detach().numpy(), rtol=1e-6)
+    assert correct.item() == int((tlogits.argmax(-1) == torch.tensor(yn).long()).sum())
+    np.testing.assert_allclose(layer.weight.numpy(), w0 - 0.1 * tw.grad.numpy(), rtol=1e-5, atol=1e-7)

@@ -842,3 +842,50 @@ def test_backward_looks_at_live_tensors_at_c_speed():
     np.testing.assert_array_equal(w.grad.numpy(), np.repeat(x.numpy().sum(0, keepdims=True).T * 2, 2, axis=1))
     np.testing.assert_array_equal(h.grad.numpy(), np.full((2, 2), 2, np.float32))
     assert all(b.grad is None for b in bystanders)
+
+
+def test_lazy_origins_are_asked_at_c_speed(monkeypatch):
+    """A realized tensor kept with the graph that computed it (its gradient path) is found by backward and by the
+    requires_grad walk through its node, not by a Python-level registry lookup per node of the graph: a deep graph
+    over it asks the registry no more often than a shallow one, and the gradient flows through the kept graph."""
+    from lazygrad import tensor as tensor_module
+
+    w = Tensor(np.full((4,), 0.5, np.float32), requires_grad=True)
+    h = (w * 3).exp()
+    h.realize()  # h stands for its buffer now; its graph is kept as its gradient path
+    assert tensor_module._ORIGIN in h.uop.__dict__ and len(tensor_module._lazy_origin) >= 1
+    asked = counting_calls(monkeypatch, tensor_module.LazyOrigins, "__contains__")
+    out = h
+    for i in range(40):
+        out = out * 1.01 + i
+    assert out.requires_grad
+    out.sum().backward()
+    assert asked[0] <= 2 < len(out.uop.toposort)
+    np.testing.assert_allclose(w.grad.numpy(), np.full(4, 3 * np.exp(1.5) * 1.01**40, np.float32), rtol=1e-5)
+
+
+def test_shifted_read_look_asks_the_realized_registry_of_realized_nodes_only(monkeypatch):
+    """assign's look for reads of its target at other positions (_shifted_bases, under every optimizer update) asks
+    the registry of realized values (a Python call) only of the nodes holding one: as often over a deep graph as over
+    a shallow one. The write still reads through the realized node's buffer."""
+    from lazygrad import tensor as tensor_module
+
+    w = Tensor(np.arange(8, dtype=np.float32)).realize()
+    h = w + 1
+    inner = h.uop
+    h.realize()  # h's node now holds a value: a graph built over it reads h's buffer
+    asked = counting_calls(monkeypatch, tensor_module._realized, "get")
+    counts = []
+    for depth in (5, 40):
+        value = Tensor(inner)
+        for i in range(depth):
+            value = value * 0.5 + i
+        before = asked[0]
+        tensor_module._shifted_bases(value.flip(0).uop)
+        counts.append(asked[0] - before)
+    assert max(counts) <= 4  # (the shallow graph's nodes, shared, are known to the deep one's walk)
+    w.assign(value.flip(0))
+    expected = np.arange(8, dtype=np.float32) + 1
+    for i in range(40):
+        expected = expected * 0.5 + i
+    np.testing.assert_allclose(w.numpy(), expected[::-1], rtol=1e-6)
