@@ -47,6 +47,7 @@ from lazygrad.uop.view import ShapeTracker, strides_for_shape
 # reductions and composites of these accumulate in float32 and round once at the end, as torch's do (a sum rounded
 # to half before the division of a mean, or each running total of a cumsum, costs an ulp or more)
 HALF_FLOATS = (dtypes.float16, dtypes.bfloat16)
+_HALF_KEYS = frozenset(dt.key for dt in HALF_FLOATS)
 
 # the ops the paths run on every op and realize test for, read once: an Enum member read costs ~50 ns on Python 3.11
 # (its EnumType has a __getattr__ hook, which keeps attribute reads off the fast path)
@@ -4024,18 +4025,19 @@ class Tensor(metaclass=_TensorType):
                 dtype=self.dtype,
                 device=self.device,
             )
-        out = Tensor(UOp(Ops.REDUCE_AXIS, self.dtype, (self.uop,), (op, axes)))
+        out = UOp(Ops.REDUCE_AXIS, self.dtype, (self.uop,), (op, axes))
         if keepdim:
-            return out
-        out = out.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
-        # a reduction's result owns its values, as torch's: no view of the temporary it reshapes (a view is realized
-        # by the general path, and would keep that temporary alive). (_fresh inline: a call less per reduction)
-        out._view_of = None
-        return out
+            return Tensor(out)
+        # the reshape dropping the reduced axes built as its node, not by Tensor.reshape (its checks, a second tensor):
+        # one tensor per reduction, which owns its values as torch's result does (no view of a temporary: a view is
+        # realized by the general path, and would keep that temporary alive)
+        return Tensor(UOp(_RESHAPE, out.dtype, (out,), tuple([s for i, s in enumerate(self.shape) if i not in axes])))
 
     def sum(
         self, axis: int | Sequence[int] | None = None, keepdim: bool = False, dtype: DType | str | None = None
     ) -> Tensor:
+        if dtype is None and _FLOAT_KEYS.get(self.uop.dtype.key) and self.uop.dtype.key not in _HALF_KEYS:
+            return self._reduce(Ops.ADD, axis, keepdim)  # a float sum in its own dtype: no casts to ask for
         out_dt = to_dtype(dtype) if dtype is not None else sum_acc_dtype(self.dtype)
         acc_dt = dtypes.float32 if out_dt in HALF_FLOATS else out_dt
         return self.cast(acc_dt)._reduce(Ops.ADD, axis, keepdim).cast(out_dt)
@@ -4131,6 +4133,13 @@ class Tensor(metaclass=_TensorType):
         kw = w.shape[-2] if w.ndim > 1 else w.shape[0]
         if k != kw:
             raise ArgumentError(f"matmul shape mismatch: {self.shape} @ {w.shape} ({k} != {kw})")
+        node = _matmul_node(self, w)
+        return Tensor(node) if node is not None else self._dot_composed(w)
+
+    def _dot_composed(self, w: Tensor) -> Tensor:
+        """matmul from tensor ops: x as (..., m, 1, k), w as (..., 1, n, k), their product summed over k. What
+        _matmul_node builds directly where it can; the rest (mixed dtypes, symbolic sizes, k = 0, several devices)."""
+        k = self.shape[-1]
         x = self.reshape(*self.shape[:-1], *(1,) * min(w.ndim - 1, 1), k)
         wt = w.reshape(*w.shape[:-2], *(1,) * min(self.ndim - 1, 1), *w.shape[-min(w.ndim, 2) :]).transpose(
             -1, -min(w.ndim, 2)
@@ -7462,6 +7471,73 @@ def _through_blocks(root: UOp, tensors: Sequence[Tensor], renamed: dict[UOp, UOp
         root = substitute(root, mapping, now)
         for new, old in now.items():
             renamed[new] = renamed.get(old, old)
+
+
+def _shaped(op: Ops, dtype: DType, src: tuple[UOp, ...], arg: Any, shape: tuple[int, ...], device: str) -> UOp:
+    """UOp(op, dtype, src, arg) with the shape and device its builder already knows noted on it (no rule's call when
+    they are asked): for builders that checked their arguments once for several nodes."""
+    u = UOp(op, dtype, src, arg)
+    known = u.__dict__
+    known.setdefault("shape", shape)
+    known.setdefault("device", device)
+    return u
+
+
+def _broadcast_node(u: UOp, shape: tuple[int, ...], to: tuple[int, ...], device: str) -> UOp:
+    """u (of `shape`) broadcast to `to` as Tensor._broadcast_to does it: ones in front, then an expand."""
+    if shape == to:
+        return u
+    if len(shape) < len(to):
+        shape = (1,) * (len(to) - len(shape)) + shape
+        u = _shaped(Ops.RESHAPE, u.dtype, (u,), shape, shape, device)
+    return u if shape == to else _shaped(Ops.EXPAND, u.dtype, (u,), to, to, device)
+
+
+def _matmul_node(x: Tensor, w: Tensor) -> UOp | None:
+    """x @ w's node built directly from the operands' nodes: the very (hash-consed) nodes Tensor._dot_composed builds
+    with tensor ops (a reshape of each operand, w's transpose, the 16-bit floats' casts to float32, the broadcasts, the
+    product, its sum over k and the reshape dropping k), without its eight tensors and their argument checks (x @ w of
+    64x64 built in 327 Python calls, 49 here). None where the operands differ in dtype or device or are bools (a bool
+    product is an AND), a size is symbolic, the device is several or k is 0: the composed path's promotions and special
+    cases apply there. (The shapes are checked by Tensor.dot.)"""
+    if x._view_of is not None:
+        _follow_base(x)
+    if w._view_of is not None:
+        _follow_base(w)
+    xu, wu = x.uop, w.uop
+    dt = xu.dtype
+    xs, ws = xu.shape, wu.shape
+    dev = xu.device
+    if (
+        (wu.dtype is not dt and wu.dtype != dt)
+        or dt.key == dtypes.bool.key
+        or type(dev) is not str
+        or wu.device != dev
+        or type(sum(xs)) is not int
+        or type(sum(ws)) is not int
+        or xs[-1] == 0
+    ):
+        return None
+    two_d_w = len(ws) > 1
+    a_shape = xs[:-1] + (1,) + xs[-1:] if two_d_w else xs
+    a = _shaped(_RESHAPE, dt, (xu,), a_shape, a_shape, dev) if a_shape != xs else xu
+    b_shape = ws[:-2] + ((1,) if len(xs) > 1 else ()) + ws[-2:]
+    b = _shaped(_RESHAPE, dt, (wu,), b_shape, b_shape, dev) if b_shape != ws else wu
+    if two_d_w:  # w's last two dimensions swapped
+        n = len(b_shape)
+        b_shape = b_shape[:-2] + (b_shape[-1], b_shape[-2])
+        b = _shaped(Ops.PERMUTE, dt, (b,), (*range(n - 2), n - 1, n - 2), b_shape, dev)
+    half = dt in HALF_FLOATS
+    acc = dtypes.float32 if half else dt
+    if half:  # (as _product_sum: the products exact in float32, accumulated there)
+        a = _shaped(Ops.CAST, acc, (a,), None, a_shape, dev)
+        b = _shaped(Ops.CAST, acc, (b,), None, b_shape, dev)
+    shape = _broadcast_shape(a_shape, b_shape)
+    a, b = _broadcast_node(a, a_shape, shape, dev), _broadcast_node(b, b_shape, shape, dev)
+    out = _shaped(Ops.MUL, acc, (a, b), None, shape, dev)
+    out = _shaped(Ops.REDUCE_AXIS, acc, (out,), (Ops.ADD, (len(shape) - 1,)), shape[:-1] + (1,), dev)
+    out = _shaped(_RESHAPE, acc, (out,), shape[:-1], shape[:-1], dev)
+    return _shaped(Ops.CAST, dt, (out,), None, shape[:-1], dev) if half else out
 
 
 def _product_sum(a: Tensor, b: Tensor, axis: int | list[int]) -> Tensor:

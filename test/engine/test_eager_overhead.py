@@ -889,3 +889,82 @@ def test_shifted_read_look_asks_the_realized_registry_of_realized_nodes_only(mon
     for i in range(40):
         expected = expected * 0.5 + i
     np.testing.assert_allclose(w.numpy(), expected[::-1], rtol=1e-6)
+
+
+_MATMUL_CASES = [
+    ((3, 4), (4, 5)),
+    ((4,), (4, 5)),
+    ((3, 4), (4,)),
+    ((4,), (4,)),
+    ((2, 3, 4), (4, 5)),
+    ((3, 4), (2, 4, 5)),
+    ((2, 1, 3, 4), (5, 4, 6)),
+    ((2, 3, 4), (2, 4, 5)),
+    ((1, 4), (4, 1)),
+    ((0, 4), (4, 3)),
+    ((3, 4), (4, 0)),
+    ((3, 0), (0, 2)),
+]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "float64", "int32", "int8", "uint64", "bool"])
+def test_matmul_builds_the_composed_paths_nodes(dtype):
+    """x @ w built directly (_matmul_node) is the very node the composed tensor ops build (reshapes, a transpose, a
+    broadcast product and its sum), for 1-D, batched, broadcast, transposed and empty operands; the shape and device
+    it notes on its nodes are the ones the shape rules give."""
+    rng = np.random.default_rng(0)
+    for xs, ws in _MATMUL_CASES:
+        x = Tensor(rng.standard_normal(xs).astype(np.float32)).cast(dtype)
+        w = Tensor(rng.standard_normal(ws).astype(np.float32)).cast(dtype)
+        assert (x @ w).uop is x._dot_composed(w).uop, (xs, ws)
+        if len(ws) >= 2:
+            wt = Tensor(rng.standard_normal(ws[:-2] + ws[:-3:-1]).astype(np.float32)).cast(dtype).transpose(-1, -2)
+            assert x.matmul(wt).uop is x._dot_composed(wt).uop, (xs, ws)
+        for n in (x @ w).uop.toposort:
+            known = dict(n.__dict__)
+            n.__dict__.pop("shape", None), n.__dict__.pop("device", None)
+            assert (n.shape, n.device) == (known.get("shape", n.shape), known.get("device", n.device)), n.op
+    # mixed dtypes and other devices take the composed path: the values are torch's
+    import torch
+
+    a, b = rng.standard_normal((3, 4)).astype(np.float32), rng.integers(-3, 3, (4, 2)).astype(np.int32)
+    got = (Tensor(a) @ Tensor(b)).numpy()
+    np.testing.assert_allclose(got, (torch.tensor(a) @ torch.tensor(b).float()).numpy(), rtol=1e-6)
+
+
+def test_matmul_values_and_gradients_match_torch():
+    import torch
+
+    rng = np.random.default_rng(1)
+    for xs, ws in _MATMUL_CASES[:9]:
+        xn, wn = rng.standard_normal(xs).astype(np.float32), rng.standard_normal(ws).astype(np.float32)
+        x, w = Tensor(xn, requires_grad=True), Tensor(wn, requires_grad=True)
+        tx, tw = torch.tensor(xn, requires_grad=True), torch.tensor(wn, requires_grad=True)
+        out, tout = x @ w, tx @ tw
+        np.testing.assert_allclose(out.numpy(), tout.detach().numpy(), rtol=1e-5, atol=1e-5)
+        out.sum().backward()
+        tout.sum().backward()
+        np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(w.grad.numpy(), tw.grad.numpy(), rtol=1e-5, atol=1e-5)
+    h = Tensor(rng.standard_normal((5, 8)).astype(np.float16))
+    hw = Tensor(rng.standard_normal((8, 3)).astype(np.float16))
+    ref = torch.tensor(h.numpy()).float() @ torch.tensor(hw.numpy()).float()
+    np.testing.assert_allclose((h @ hw).numpy(), ref.half().numpy(), rtol=1e-3)
+    v = Tensor(np.arange(12, dtype=np.float32)).reshape(3, 4)  # a view as an operand
+    np.testing.assert_allclose((v @ v.T).numpy(), np.arange(12.0).reshape(3, 4) @ np.arange(12.0).reshape(3, 4).T)
+
+
+def test_op_building_python_calls_stay_bounded():
+    """Building a matmul, a sum and a chain of elementwise ops: a bounded number of Python calls (x @ w of 64x64:
+    327 through the composed tensor ops, 49 built directly; a.sum(): 58 with its casts and a second tensor for its
+    reshape, 19 with one)."""
+    rng = np.random.default_rng(0)
+    x, w = (Tensor(rng.standard_normal((64, 64)).astype(np.float32)).realize() for _ in range(2))
+    a, b = (Tensor(rng.standard_normal(16).astype(np.float32)).realize() for _ in range(2))
+    for _ in range(2):
+        x @ w, a.sum(), (a + b) * a - b
+    assert _python_calls(lambda: x @ w) <= 60
+    assert _python_calls(lambda: a.sum()) <= 25
+    assert _python_calls(lambda: x.sum(1)) <= 25
+    assert _python_calls(lambda: x.max(1)) <= 30
+    assert _python_calls(lambda: (a + b) * a - b) <= 55
