@@ -178,17 +178,19 @@ class dtypes(metaclass=_DTypesMeta):
     ints = uints + sints
     all = floats + ints + (bool,)  # noqa: A003
 
+    # by the scalar's number (DType.key): a set of DTypes hashes and compares them in Python, three calls besides the
+    # scalar property's on every ask, and tensor ops ask on every op they build
     @staticmethod
     def is_float(x: DType) -> bool:
-        return x.scalar in FLOATS
+        return (x if x._scalar is None else x._scalar).key in _FLOAT_KEYS
 
     @staticmethod
     def is_int(x: DType) -> bool:
-        return x.scalar in INTS
+        return (x if x._scalar is None else x._scalar).key in _INT_KEYS
 
     @staticmethod
     def is_unsigned(x: DType) -> bool:
-        return x.scalar in UINTS
+        return (x if x._scalar is None else x._scalar).key in _UINT_KEYS
 
     @staticmethod
     def is_bool(x: DType) -> bool:
@@ -258,6 +260,7 @@ FLOATS = frozenset({dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.floa
 UINTS = frozenset({dtypes.uint8, dtypes.uint16, dtypes.uint32, dtypes.uint64})
 SINTS = frozenset({dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64})
 INTS = UINTS | SINTS
+_FLOAT_KEYS, _INT_KEYS, _UINT_KEYS = (frozenset(d.key for d in group) for group in (FLOATS, INTS, UINTS))
 ALL_DTYPES = (dtypes.bool, *sorted(INTS), *sorted(FLOATS))
 DTYPES_BY_NAME: dict[str, DType] = {
     k: v

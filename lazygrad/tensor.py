@@ -59,7 +59,7 @@ def _rounds_once(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
 
     @functools.wraps(fn)
     def wrapper(self: Tensor, *args: Any, **kwargs: Any) -> Tensor:
-        if self.dtype in HALF_FLOATS:
+        if self.uop.dtype.key in _HALF_KEYS:  # (a DType in a tuple compares in Python, on every reduction)
             return fn(self.float(), *args, **kwargs).cast(self.dtype)
         return fn(self, *args, **kwargs)
 
@@ -2017,13 +2017,17 @@ class Tensor(metaclass=_TensorType):
     def _movement(self, op: Ops, arg: Any) -> Tensor:
         if self._view_of is not None:
             _follow_base(self)
-        out = Tensor(UOp(op, self.dtype, (self.uop,), arg))
+        out = Tensor(UOp(op, self.uop.dtype, (self.uop,), arg))
         if op not in (Ops.PAD, Ops.FLIP):
             # torch's flip and pad copy: their results own their (lazy) values
             out._view_of = self._view_of or (self, self.uop)
         return out
 
     def reshape(self, *shape: Any) -> Tensor:
+        size = self.uop.shape
+        key = _view_key(_RESHAPE, size, shape)
+        if key is not None and (checked := _checked_views.get(key)) is not None:
+            return self if checked == size else self._movement(_RESHAPE, checked)
         new = list(argfix(*shape))
         # None keeps that dim's size, as tinygrad's reshape
         new = [self.shape[i] if s is None and i < self.ndim else s for i, s in enumerate(new)]
@@ -2045,6 +2049,8 @@ class Tensor(metaclass=_TensorType):
                 f"cannot reshape tensor of shape {self.shape} ({self.numel()} elements) "
                 f"to {shape_} ({prod(shape_)} elements)"
             )
+        if key is not None:
+            _check_once(key, shape_)
         return self if shape_ == self.shape else self._movement(Ops.RESHAPE, shape_)
 
     def _symbolic_reshape(self, new: list[Any]) -> Tensor:
@@ -2080,6 +2086,10 @@ class Tensor(metaclass=_TensorType):
         return self.reshape(*shape)
 
     def permute(self, *order: Any) -> Tensor:
+        ndim = len(self.uop.shape)
+        key = _view_key(Ops.PERMUTE, ndim, order)
+        if key is not None and (checked := _checked_views.get(key)) is not None:
+            return self if checked == tuple(range(ndim)) else self._movement(Ops.PERMUTE, checked)
         order_ = argfix(*order)
         if len(order_) != self.ndim:
             raise ArgumentError(f"permute {order_} must name all {self.ndim} dimensions of shape {self.shape}")
@@ -2088,6 +2098,8 @@ class Tensor(metaclass=_TensorType):
         norm = tuple(o % self.ndim if self.ndim else 0 for o in order_)
         if sorted(norm) != list(range(self.ndim)):
             raise ArgumentError(f"permute {order_} is not a permutation of the dimensions of shape {self.shape}")
+        if key is not None:
+            _check_once(key, norm)
         return self if norm == tuple(range(self.ndim)) else self._movement(Ops.PERMUTE, norm)
 
     def expand(self, *shape: Any) -> Tensor:
@@ -3943,6 +3955,8 @@ class Tensor(metaclass=_TensorType):
 
     # dtype conversion
     def cast(self, dtype: DType | str) -> Tensor:
+        if dtype is self.uop.dtype:  # (the no-op cast dtype rules ask for, without to_dtype's and __eq__'s calls)
+            return self
         dt = to_dtype(dtype)
         if dt == self.dtype:
             return self
@@ -7471,6 +7485,30 @@ def _through_blocks(root: UOp, tensors: Sequence[Tensor], renamed: dict[UOp, UOp
         root = substitute(root, mapping, now)
         for new, old in now.items():
             renamed[new] = renamed.get(old, old)
+
+
+# (op, what the arg was checked against, the arguments as given) -> the arg they make: a movement op repeated on a
+# tensor of the same shape (a model's reshapes and transposes, every step) skips argfix and the checks. Bounded, as a
+# model whose shapes change every call would otherwise grow it forever
+_checked_views: dict[tuple, tuple[int, ...]] = {}
+CHECKED_VIEWS = 4096
+
+
+def _view_key(op: Ops, against: Any, args: tuple) -> tuple | None:
+    """The key of a movement op's arguments (given flat, or as one tuple or list) in _checked_views; None unless they
+    are Python ints: a float or a numpy int hashes as the int it equals and must meet the checks, and a symbolic size
+    is another node every step."""
+    flat = args[0] if len(args) == 1 and type(args[0]) in (tuple, list) else args
+    try:
+        return (op, against, tuple(flat)) if type(sum(flat)) is int else None
+    except TypeError:  # a None (a size kept) among them
+        return None
+
+
+def _check_once(key: tuple, arg: tuple[int, ...]) -> None:
+    if len(_checked_views) >= CHECKED_VIEWS:
+        _checked_views.clear()
+    _checked_views[key] = arg
 
 
 def _shaped(op: Ops, dtype: DType, src: tuple[UOp, ...], arg: Any, shape: tuple[int, ...], device: str) -> UOp:
