@@ -4044,8 +4044,12 @@ class Tensor(metaclass=_TensorType):
             return Tensor(out)
         # the reshape dropping the reduced axes built as its node, not by Tensor.reshape (its checks, a second tensor):
         # one tensor per reduction, which owns its values as torch's result does (no view of a temporary: a view is
-        # realized by the general path, and would keep that temporary alive)
-        return Tensor(UOp(_RESHAPE, out.dtype, (out,), tuple([s for i, s in enumerate(self.shape) if i not in axes])))
+        # realized by the general path, and would keep that temporary alive). Under no_grad every tensor detaches its
+        # node: the reduce's tensor is made, so the graph keeps its DETACH as before
+        kept = tuple([s for i, s in enumerate(self.shape) if i not in axes])
+        if _modes.grad_disabled:
+            out = Tensor(out).uop
+        return Tensor(UOp(_RESHAPE, out.dtype, (out,), kept))
 
     def sum(
         self, axis: int | Sequence[int] | None = None, keepdim: bool = False, dtype: DType | str | None = None
@@ -7535,9 +7539,11 @@ def _matmul_node(x: Tensor, w: Tensor) -> UOp | None:
     """x @ w's node built directly from the operands' nodes: the very (hash-consed) nodes Tensor._dot_composed builds
     with tensor ops (a reshape of each operand, w's transpose, the 16-bit floats' casts to float32, the broadcasts, the
     product, its sum over k and the reshape dropping k), without its eight tensors and their argument checks (x @ w of
-    64x64 built in 327 Python calls, 49 here). None where the operands differ in dtype or device or are bools (a bool
-    product is an AND), a size is symbolic, the device is several or k is 0: the composed path's promotions and special
-    cases apply there. (The shapes are checked by Tensor.dot.)"""
+    64x64 built in 327 Python calls, 49 here). None under no_grad, where the operands differ in dtype or device or are
+    bools (a bool product is an AND), a size is symbolic, the device is several or k is 0: the composed path's
+    detaches, promotions and special cases apply there. (The shapes are checked by Tensor.dot.)"""
+    if _modes.grad_disabled:
+        return None  # (under no_grad each of the composed path's tensors detaches its node: a DETACH per step)
     if x._view_of is not None:
         _follow_base(x)
     if w._view_of is not None:

@@ -7,7 +7,7 @@ import gc
 import numpy as np
 import pytest
 
-from lazygrad import Tensor, gradient
+from lazygrad import Tensor, dtypes, gradient
 from lazygrad.engine import memory, realize
 from lazygrad.helpers import STEP_LAYOUTS
 from lazygrad.nn import Linear, optim
@@ -924,6 +924,14 @@ def test_matmul_builds_the_composed_paths_nodes(dtype):
             known = dict(n.__dict__)
             n.__dict__.pop("shape", None), n.__dict__.pop("device", None)
             assert (n.shape, n.device) == (known.get("shape", n.shape), known.get("device", n.device)), n.op
+        with Tensor.no_grad():  # (each tensor of the composed path detaches its node there)
+            assert (x @ w).uop is x._dot_composed(w).uop, (xs, ws)
+    # a reduction under no_grad keeps the DETACH its reduce's tensor gave before the reshape
+    with Tensor.no_grad():
+        x = Tensor(rng.standard_normal((3, 4)).astype(np.float32)).cast(dtype)
+        if x.dtype == dtypes.float32:
+            composed = Tensor(UOp(Ops.REDUCE_AXIS, x.dtype, (x.uop,), (Ops.ADD, (1,)))).reshape(3)
+            assert x.sum(1).uop is composed.uop
     # mixed dtypes and other devices take the composed path: the values are torch's
     import torch
 
