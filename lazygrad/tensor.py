@@ -605,11 +605,15 @@ def _own_memory(tensors: tuple[Tensor, ...], firsts: dict[UOp, Tensor]) -> tuple
     """Prepare tensors to be realized: a view reads through a pending write to its base, and a tensor whose graph
     another tensor built too (one hash-consed node), or whose value another tensor already holds, gets a copy of its
     own: torch's tensors never share memory unless one is a view of the other, so a write into one leaves the other
-    alone."""
+    alone. A view through a detach or bitcast has nothing to compute: its base tensor is realized in its place."""
+    out = []
     for t in tensors:
         if t._view_of is not None:
             _follow_base(t)
             _own_base(t, firsts)
+            if _shows_through_cast(t):
+                t = t._view_of[0]
+        out.append(t)
         u = t.uop
         base = u.base
         if base.op is Ops.BUFFER or base is not u and t._view_of is not None:
@@ -620,7 +624,18 @@ def _own_memory(tensors: tuple[Tensor, ...], firsts: dict[UOp, Tensor]) -> tuple
         holder = earlier() if earlier is not None else None
         if firsts.setdefault(base, t) is not t or (holder is not None and holder is not t):
             t.uop = UOp(Ops.CONTIGUOUS, t.dtype, (u,))
-    return tensors
+    return tuple(out)
+
+
+def _shows_through_cast(t: Tensor) -> bool:
+    """Whether view t reaches its base tensor's node through a DETACH or BITCAST: scheduled, such a node is stored as
+    a copy, and the view (`d = x.detach(); d.realize()`) would stand for the copy, no longer sharing x's memory."""
+    at, x = t._view_of[1], t.uop  # type: ignore[index]
+    while x is not at and x.op in _VIEW_OPS:
+        if x.op is Ops.DETACH or x.op is Ops.BITCAST:
+            return True
+        x = x.src[0]
+    return False
 
 
 def _own_base(t: Tensor, firsts: dict[UOp, Tensor]) -> None:
@@ -762,6 +777,9 @@ _CLONE_IDS = itertools.count(1)  # Tensor.clone's node numbers
 # a realized buffer node's entry (in its __dict__, living as long as the node; a weak-keyed dictionary cost two Python
 # calls on every realize): a weak reference to the tensor that holds it as its own memory (see schedule_with_vars)
 _OWNER = "buffer_owner"
+# in a memory's (Buffer.memory's) __dict__: the lazy node whose value its owner stored there (weakly), so that views
+# taken of the owner before it was realized follow it (_follow_base), through later writes into the memory too
+_STORED_FROM = "stored_from"
 # one schedule is made and run at a time: a thread realizing a graph another thread has scheduled but not run yet
 # would find its nodes in `_realized` and read buffers their kernels have not written. Building graphs stays parallel.
 _realize_lock = threading.RLock()
@@ -1577,7 +1595,7 @@ class Tensor(metaclass=_TensorType):
         tensors: tuple[Tensor, ...] = (self, *lst)
         firsts: dict[UOp, Tensor] = {}
         with _realize_lock:  # (_own_memory's look for another holder too: a realize between would share its memory)
-            _own_memory(tensors, firsts)
+            tensors = _own_memory(tensors, firsts)
             scanned = False
             # the writes looked for before scheduling, where every reader found then joined this schedule (as its
             # outputs now, they are not found again): a schedule writing just these needs no second look
@@ -6354,6 +6372,8 @@ def _stand_for(t: Tensor, new: UOp, base: UOp, becomes: dict[UOp, UOp]) -> None:
             stored = _realized.get(base)
         if new is stored:
             new.__dict__[_OWNER] = weakref.ref(t)
+            if base.op is not _ASSIGN and (b := new.base).op is _BUFFER:
+                b.arg.memory.__dict__[_STORED_FROM] = weakref.ref(lazy)
         elif t._view_of is None and stored is not None and new.op is _RESHAPE:
             # not a view but reshapes of the stored value (a reduction's result): it owns that value as well
             x = new
@@ -6361,6 +6381,8 @@ def _stand_for(t: Tensor, new: UOp, base: UOp, becomes: dict[UOp, UOp]) -> None:
                 x = x.src[0]
             if x is stored and ((o := stored.__dict__.get(_OWNER)) is None or o() is None):
                 stored.__dict__[_OWNER] = weakref.ref(t)
+                if (b := stored.base).op is _BUFFER:
+                    b.arg.memory.__dict__[_STORED_FROM] = weakref.ref(lazy)
     if keep and new is not lazy:
         _lazy_origin[new] = lazy
         _realized.hold_weakly(base)
@@ -7602,7 +7624,12 @@ def _follow_base(t: Tensor) -> Tensor:
     base, at = t._view_of  # type: ignore[misc]
     if base.uop is at:
         return t
-    if base.uop.op is not Ops.ASSIGN and not _rewritten(base.uop, at) and at not in _lazy_overwritten:
+    if (
+        base.uop.op is not Ops.ASSIGN
+        and not _rewritten(base.uop, at)
+        and at not in _lazy_overwritten
+        and not _stored_from(base.uop, at)
+    ):
         return t
     try:
         chain = _view_chain(t.uop, at)
@@ -7624,22 +7651,34 @@ _lazy_overwritten: weakref.WeakSet[UOp] = weakref.WeakSet()
 def _rewritten(now: UOp, at: UOp) -> bool:
     """Whether a base whose node was `at` when a view was taken, a write pending into its memory, now is that memory
     after the write ran (the view must read it, not run the old pending write)."""
-    return (
-        at.op is Ops.ASSIGN
-        and now.base.op is Ops.BUFFER
-        and at.src[0].base.op is Ops.BUFFER
-        and now.base.arg.memory is at.src[0].base.arg.memory
-    )
+    # (or `at` was the memory itself, since written: a node over the old buffer node may have a value stored that
+    # held the old contents, `L.realize(); row = L[1:]; row.numpy(); L += 1`)
+    old = at.src[0].base if at.op is Ops.ASSIGN else at.base
+    return now.base.op is Ops.BUFFER and old.op is Ops.BUFFER and now.base.arg.memory is old.arg.memory
+
+
+def _stored_from(now: UOp, at: UOp) -> bool:
+    """Whether a base whose node was the lazy `at` when a view was taken was realized since into the memory it now
+    shows (its own copy if another tensor held that value: CONTIGUOUS(at)). The view follows: reading through `at`
+    it read that memory only until a write into it (the stored value is then forgotten and `at` computed anew)."""
+    b = now.base
+    if b.op is not Ops.BUFFER or (ref := b.arg.memory.__dict__.get(_STORED_FROM)) is None or (f := ref()) is None:
+        return False
+    return f is at or (f.op is Ops.CONTIGUOUS and f.src[0] is at)
 
 
 def _view_chain(u: UOp, at: UOp) -> list[UOp]:
     """The movement ops (and detaches, bitcasts) that make view node u from its base's node `at`, base first."""
-    chain, done = [], _realized.get(at)
+    chain, done, start = [], _realized.get(at), u
     while u is not at and u is not done:
         if u.op is Ops.BUFFER and (origin := _block_origin(u)) is not None:
             u = origin  # a block cut as a buffer of its own (_block_as_buffer): the view it stands for leads on
             continue
         if u.op not in GroupOp.Movement and u.op not in (Ops.DETACH, Ops.BITCAST):
+            if done is None and at.op in GroupOp.Movement and (done := _stored_as(at, {})) is not None:
+                # `at` reshapes a computed value (a matmul's result) stored since: the view was rebuilt over it
+                chain, u = [], start
+                continue
             raise NotImplementedError("this view no longer leads to the memory of the tensor it was taken from")
         chain.append(u)
         u = u.src[0]

@@ -341,6 +341,66 @@ def test_tensors_of_one_graph_realized_apart_keep_memory_of_their_own(make, toge
     np.testing.assert_array_equal(b.numpy(), bt.numpy())
 
 
+@pytest.mark.parametrize("lazy", [False, True])
+@pytest.mark.parametrize("view", ["detach", "detach_row", "bitcast"])
+def test_a_realized_detach_or_bitcast_still_shares_its_base_memory(view, lazy):
+    # a detach or bitcast realized on its own was stored as a copy and stood for it: writes through it no longer
+    # reached its base, and writes into the base no longer showed in it (torch: both share one memory)
+    def make(x):
+        if view == "detach":
+            return x.detach()
+        if view == "detach_row":
+            return x.detach()[1]
+        return x.bitcast(dtypes.int32) if isinstance(x, Tensor) else x.view(torch.int32)
+
+    x, xt = Tensor([[1.0, 2.0], [3.0, 4.0]]), torch.tensor([[1.0, 2.0], [3.0, 4.0]])
+    x, xt = (x @ x, xt @ xt) if lazy else (x.realize(), xt)
+    d, dt = make(x), make(xt)
+    d.realize()
+    d[0] = 0
+    dt[0] = 0
+    np.testing.assert_array_equal(x.numpy(), xt.numpy())
+    x += 1
+    xt += 1
+    np.testing.assert_array_equal(d.numpy(), dt.numpy())
+    np.testing.assert_array_equal(x.numpy(), xt.numpy())
+
+
+@pytest.mark.parametrize("shape", [(3,), (2, 3)])
+@pytest.mark.parametrize("read_view_first", [False, True])
+def test_a_view_of_a_lazy_tensor_follows_it_once_realized_and_written(shape, read_view_first):
+    # v = L[1:] taken while L was lazy: once L was realized, a write into L's memory left v showing the old values (it
+    # read through L's old node, whose stored value the write forgot, so v computed x * 1 anew, or a value of v read
+    # before the write was kept)
+    base = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
+    x, xt = Tensor(base).realize(), torch.from_numpy(base.copy())
+    L, Lt = x * 1, xt * 1
+    v, vt = L[1:], Lt[1:]
+    L.numpy()
+    if read_view_first:
+        v.numpy()
+    L += 10
+    Lt += 10
+    L.numpy()
+    np.testing.assert_array_equal(v.numpy(), vt.numpy())
+    np.testing.assert_array_equal(L.numpy(), Lt.numpy())
+
+
+@pytest.mark.parametrize("make", [lambda x: x @ x.T, lambda x: x.sum(1, keepdim=True)], ids=["matmul", "sum"])
+def test_a_realized_view_of_a_lazy_reshaped_result_takes_writes(make):
+    # t = (x @ x.T).T realized alone: its base tensor (a matmul's result, a reshape of the reduce) stayed lazy, and a
+    # write through t raised NotImplementedError (the view no longer led to that tensor's node)
+    base = np.arange(6, dtype=np.float32).reshape(2, 3) - 2
+    x, xt = Tensor(base).realize(), torch.from_numpy(base.copy())
+    b, bt = make(x), make(xt)
+    t, tt = b.T, bt.T
+    t.realize()
+    t[0] = 7
+    tt[0] = 7
+    np.testing.assert_array_equal(t.numpy(), tt.numpy())
+    np.testing.assert_array_equal(b.numpy(), bt.numpy())
+
+
 def test_jit_writes_into_arguments_without_realize():
     @TinyJit
     def f(t: Tensor, a: Tensor) -> None:
