@@ -539,3 +539,157 @@ def test_random_programs_over_row_slices_match_torch_views(program) -> None:
     for r, rr in reads[::-1]:
         np.testing.assert_allclose(r.numpy(), rr.numpy(), rtol=1e-6)
     same(x, rx)
+
+
+# *** random programs over tensors of one graph: views, copies, reductions and writes, against torch's memory ***
+# Each step makes a tensor from a live one (computed values, reductions, views of temporaries, copies), makes an earlier
+# tensor again from the same source (hash-consing gives both one node, as `x.sum(1)` twice), realizes some (alone,
+# together or not at all) or writes in place into one, reading everything after the writes. torch decides what is a
+# view (shares memory: a write shows through it) and what owns its memory.
+
+MAKERS = [
+    ("mul4", lambda s: True, lambda a: a * 4),
+    ("add1", lambda s: True, lambda a: a + 1),
+    ("sum", lambda s: len(s) >= 1, lambda a: a.sum(-1)),
+    ("sum_keep", lambda s: len(s) >= 1, lambda a: a.sum(0, keepdim=True)),
+    ("amax", lambda s: len(s) >= 1, lambda a: a.amax(0)),
+    ("max_all", lambda s: True, lambda a: a.max()),
+    ("mean", lambda s: len(s) >= 1, lambda a: a.mean(-1)),
+    ("matmul", lambda s: len(s) == 2, lambda a: a @ a.T),
+    ("clone", lambda s: True, lambda a: a.clone()),
+    ("detach", lambda s: True, lambda a: a.detach()),
+    # view, not reshape: torch's reshape copies what it cannot view (a slice's columns flattened), lazygrad's never does
+    ("flat", lambda s: len(s) >= 1, lambda a: a.view(-1)),
+    ("unsqueeze", lambda s: len(s) <= 2, lambda a: a.view(1, *a.shape)),
+    ("tail", lambda s: len(s) >= 1 and s[0] > 1, lambda a: a[1:]),
+    ("row", lambda s: len(s) >= 2 and s[0] > 0, lambda a: a[0]),
+    ("cols", lambda s: len(s) >= 1 and s[-1] > 1, lambda a: a[..., 1:]),
+    ("T", lambda s: len(s) == 2, lambda a: a.T),
+]
+VIEW_MAKERS = [i for i, m in enumerate(MAKERS) if m[0] in ("detach", "flat", "unsqueeze", "tail", "row", "cols", "T")]
+
+
+def _wrote(kind: int, a, other) -> None:
+    """One in-place write into a, torch's or lazygrad's (other: a live tensor of the same program, read as a scalar)."""
+    if kind == 0:
+        a += 10
+    elif kind == 1:
+        a += other.sum()
+    elif kind == 2:
+        _put(a, a * 2 - 1)
+    elif kind == 3 and a.ndim >= 1 and a.shape[0] > 0:
+        a[0] = 7.0
+    elif kind == 4 and a.ndim >= 1 and a.shape[-1] > 1:
+        a[..., 1:] = other.mean()
+    elif kind == 5:
+        a *= 0.5
+
+
+def _views(make, r: torch.Tensor) -> bool:
+    try:
+        make(r)
+    except RuntimeError:  # torch's view of memory it cannot show with strides
+        return False
+    return True
+
+
+GRAPH_STEPS = st.one_of(
+    st.tuples(st.just("make"), st.integers(0, len(MAKERS) - 1), st.integers(0, 99)),
+    st.tuples(st.just("again"), st.integers(0, 99), st.sampled_from([-1, *VIEW_MAKERS])),
+    st.tuples(st.just("realize"), st.integers(0, 99), st.integers(0, 99)),
+    st.tuples(st.just("realize2"), st.integers(0, 99), st.integers(0, 99)),
+    st.tuples(st.just("write"), st.integers(0, 5), st.integers(0, 99), st.integers(0, 99)),
+    st.tuples(st.just("read"), st.integers(0, 99)),
+)
+
+
+def _run_graph_program(program, read_each: bool, lazy_base: bool) -> None:
+    base = np.arange(6, dtype=np.float32).reshape(2, 3) - 2
+    x, rx = Tensor(base).realize(), torch.from_numpy(base.copy())
+    live: list[tuple[Tensor, torch.Tensor]] = [(x * 1, rx * 1) if lazy_base else (x, rx)]
+    made: list[tuple[int, int]] = []  # (maker, source) of each make step, for "again"
+
+    def check() -> None:
+        for i, (t, r) in enumerate(live):
+            np.testing.assert_allclose(t.numpy(), r.numpy(), rtol=1e-5, atol=1e-5, err_msg=f"tensor {i}")
+
+    for step in program:
+        what = step[0]
+        if what in ("make", "again"):
+            if what == "make":
+                m, k = step[1], step[2] % len(live)
+            elif made:
+                m, k = made[step[1] % len(made)]
+            else:
+                continue
+            if not MAKERS[m][1](live[k][1].shape) or not _views(MAKERS[m][2], live[k][1]):
+                continue
+            t, r = MAKERS[m][2](live[k][0]), MAKERS[m][2](live[k][1])
+            if what == "again" and step[2] >= 0 and MAKERS[step[2]][1](r.shape) and _views(MAKERS[step[2]][2], r):
+                t, r = MAKERS[step[2]][2](t), MAKERS[step[2]][2](r)
+            made.append((m, k))
+            live.append((t, r))
+        elif what == "realize":
+            live[step[1] % len(live)][0].realize()
+        elif what == "realize2":
+            Tensor.realize(live[step[1] % len(live)][0], live[step[2] % len(live)][0])
+        elif what == "read":
+            t, r = live[step[1] % len(live)]
+            np.testing.assert_allclose(t.numpy(), r.numpy(), rtol=1e-5, atol=1e-5)
+        else:
+            (t, r), (o, ro) = live[step[2] % len(live)], live[step[3] % len(live)]
+            _wrote(step[1], t, o)
+            _wrote(step[1], r, ro)
+            if read_each:
+                check()
+    check()
+
+
+@settings(max_examples=int(os.getenv("WRITE_ORDER_EXAMPLES", "60")), deadline=None)
+@given(st.lists(GRAPH_STEPS, max_size=16), st.booleans(), st.booleans())
+def test_random_programs_over_one_graph_keep_torch_memory(program, read_each, lazy_base) -> None:
+    _run_graph_program(program, read_each, lazy_base)
+
+
+# the same under TinyJit: a function writing into state tensors (through views of them too), replayed; between calls
+# views taken once before show each replay's writes, lazy values made before a call keep what they read then
+JIT_WRITES = [
+    lambda s, v: s.__iadd__(v),
+    lambda s, v: s.__setitem__(0, v[1]),
+    lambda s, v: s[:, 1:].__imul__(2),
+    lambda s, v: _put(s.T, s.T * 0.5 + v.T),
+    lambda s, v: s.detach().__isub__(v.sum()),
+    lambda s, v: s.__setitem__((slice(None), 0), v.amax(1)),
+]
+
+
+@settings(max_examples=max(10, int(os.getenv("WRITE_ORDER_EXAMPLES", "60")) // 4), deadline=None)
+@given(
+    st.lists(st.integers(0, len(JIT_WRITES) - 1), min_size=1, max_size=4),
+    st.sets(st.sampled_from(["row", "T", "detach", "lazy", "sum"])),
+    st.booleans(),
+)
+def test_random_jit_writes_replayed_match_torch(writes, keep, read_between) -> None:
+    base = np.arange(6, dtype=np.float32).reshape(2, 3) / 4
+    s, rs = Tensor(base).realize(), torch.from_numpy(base.copy())
+
+    def step(state, v):
+        for w in writes:
+            JIT_WRITES[w](state, v)
+        return state.sum(0) * 1
+
+    jitted = TinyJit(lambda v: step(s, v).realize())
+    views = {
+        "row": (s[1], rs[1]),
+        "T": (s.T, rs.T),
+        "detach": (s.detach(), rs.detach()),
+    }
+    for i in range(4):
+        vals = np.full((2, 3), 0.5 * (i + 1), dtype=np.float32) + base
+        kept = [(s * 3, rs * 3), (s.sum(1), rs.sum(1))] if "lazy" in keep or "sum" in keep else []
+        out, rout = jitted(Tensor(vals).realize()), step(rs, torch.from_numpy(vals))
+        np.testing.assert_allclose(out.numpy(), rout.numpy(), rtol=1e-5, err_msg=f"call {i}")
+        checks = [*kept, *(views[k] for k in keep if k in views)]
+        for t, r in checks if read_between or i == 3 else []:
+            np.testing.assert_allclose(t.numpy(), r.numpy(), rtol=1e-5, err_msg=f"call {i}")
+        np.testing.assert_allclose(s.numpy(), rs.numpy(), rtol=1e-5, err_msg=f"call {i}")
