@@ -627,6 +627,15 @@ def _own_memory(tensors: tuple[Tensor, ...], firsts: dict[UOp, Tensor]) -> tuple
     return tuple(out)
 
 
+def _new_value(t: Tensor) -> Tensor:
+    """t's value as a tensor of its own, for an op that computes nothing new (x ** 1, a 0-d tensor's sum, floor of
+    ints): torch returns new memory there, and returning t itself made a write into either show in the other. A
+    computed value keeps its node (_own_memory gives a tensor realized after another of one node a copy); memory,
+    or a view of it, is copied."""
+    u = t.uop
+    return Tensor(UOp(Ops.CONTIGUOUS, u.dtype, (u,)) if u.base.op is Ops.BUFFER else u)
+
+
 def _shows_through_cast(t: Tensor) -> bool:
     """Whether view t reaches its base tensor's node through a DETACH or BITCAST: scheduled, such a node is stored as
     a copy, and the view (`d = x.detach(); d.realize()`) would stand for the copy, no longer sharing x's memory."""
@@ -2195,7 +2204,7 @@ class Tensor(metaclass=_TensorType):
 
     def flip(self, axis: int | Sequence[int]) -> Tensor:
         axes = _axes(axis, self.ndim)
-        return self._movement(Ops.FLIP, tuple(i in axes for i in range(self.ndim))) if axes else self
+        return self._movement(Ops.FLIP, tuple(i in axes for i in range(self.ndim))) if axes else _new_value(self)
 
     def transpose(self, dim0: int = 1, dim1: int = 0) -> Tensor:
         a, b = _axes(dim0, self.ndim)[0], _axes(dim1, self.ndim)[0]
@@ -3481,7 +3490,7 @@ class Tensor(metaclass=_TensorType):
             if x == 2:
                 return self * self
             if x == 1:
-                return self
+                return _new_value(self)
             if x == 0.5 and dtypes.is_float(self.dtype):
                 return self.sqrt()
             if x == -1 and dtypes.is_float(self.dtype):
@@ -3853,24 +3862,24 @@ class Tensor(metaclass=_TensorType):
         return self._with_derivative(out, lambda x: (1 - x * x).reciprocal())
 
     def trunc(self) -> Tensor:
-        return self._alu(Ops.TRUNC) if dtypes.is_float(self.dtype) else self
+        return self._alu(Ops.TRUNC) if dtypes.is_float(self.dtype) else _new_value(self)
 
     def floor(self) -> Tensor:
         if not dtypes.is_float(self.dtype):
-            return self
+            return _new_value(self)
         t = self.trunc()
         return (self < t).where(t - 1, t)
 
     def ceil(self) -> Tensor:
         if not dtypes.is_float(self.dtype):
-            return self
+            return _new_value(self)
         t = self.trunc()
         return (self > t).where(t + 1, t)
 
     def round(self) -> Tensor:
         """Round half to even, like torch.round and numpy.round."""
         if not dtypes.is_float(self.dtype):
-            return self
+            return _new_value(self)
         f = self.floor()
         diff = self - f
         even = (f * 0.5).trunc() * 2 == f
@@ -3879,7 +3888,7 @@ class Tensor(metaclass=_TensorType):
 
     def abs(self) -> Tensor:
         if dtypes.is_unsigned(self.dtype) or self.dtype == dtypes.bool:
-            return self
+            return _new_value(self)
         if dtypes.is_float(self.dtype):
             # max(0.0, -0.0) may pick either zero; |x| is +0.0 there (1 / |x| = inf), with gradient 0 as in torch
             return (self == 0).where(self.zeros_like(), self.maximum(-self))
@@ -3887,7 +3896,7 @@ class Tensor(metaclass=_TensorType):
 
     def sign(self) -> Tensor:
         if self.dtype == dtypes.bool:
-            return self
+            return _new_value(self)
         one, zero = self.ones_like(), self.zeros_like()
         s = (self > 0).where(one, (self < 0).where(-one if not dtypes.is_unsigned(self.dtype) else zero, zero))
         return self.isnan().where(self, s) if dtypes.is_float(self.dtype) else s  # NaN stays NaN, like numpy
@@ -4048,7 +4057,9 @@ class Tensor(metaclass=_TensorType):
         if op is Ops.MAX and any(self.shape[a] == 0 for a in axes):
             raise _EmptyReductionError(f"max/min over a zero-size dimension of shape {self.shape} has no identity")
         if not axes:
-            return self
+            # nothing to reduce (a 0-d tensor's sum): a new tensor as torch's, not self (a write into one showed in the
+            # other)
+            return _new_value(self)
         if any(self.shape[a] == 0 for a in axes):
             # an empty reduce is its identity; codegen never sees a loop over zero elements
             return Tensor.full(

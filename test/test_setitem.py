@@ -401,6 +401,32 @@ def test_a_realized_view_of_a_lazy_reshaped_result_takes_writes(make):
     np.testing.assert_array_equal(b.numpy(), bt.numpy())
 
 
+@pytest.mark.parametrize("lazy", [False, True])
+@pytest.mark.parametrize(
+    "op,data,dtype",
+    [
+        (lambda a: a**1, [1.0, 2.0], None),
+        (lambda a: a.flip(()) if isinstance(a, Tensor) else a.flip([]), [1.0, 2.0], None),
+        (lambda a: a.max().max(), [1.0, 2.0], None),
+        (lambda a: a[1].sum(), [1.0, 2.0], None),
+        (lambda a: a.floor(), [1, 2], "int32"),
+        (lambda a: a.round(), [1, 2], "int32"),
+        (lambda a: a.abs(), [1, 2], "uint8"),
+    ],
+    ids=["pow 1", "flip no axes", "max of a 0-d max", "sum of a 0-d view", "floor of ints", "round of ints", "abs uint"],
+)
+def test_ops_that_compute_nothing_return_a_tensor_of_its_own(op, data, dtype, lazy):
+    # they returned the tensor itself (or a 0-d max the same tensor): a write into the result landed in the source
+    x = Tensor(data, dtype=getattr(dtypes, dtype) if dtype else None)
+    xt = torch.tensor(data, dtype=getattr(torch, dtype) if dtype else None)
+    x, xt = (x * 1, xt * 1) if lazy else (x.realize(), xt)
+    y, yt = op(x), op(xt)
+    y += 1
+    yt += 1
+    np.testing.assert_array_equal(y.numpy(), yt.numpy())
+    np.testing.assert_array_equal(x.numpy(), xt.numpy())
+
+
 def test_jit_writes_into_arguments_without_realize():
     @TinyJit
     def f(t: Tensor, a: Tensor) -> None:
