@@ -548,23 +548,26 @@ def test_random_programs_over_row_slices_match_torch_views(program) -> None:
 # view (shares memory: a write shows through it) and what owns its memory.
 
 MAKERS = [
-    ("mul4", lambda s: True, lambda a: a * 4),
-    ("add1", lambda s: True, lambda a: a + 1),
-    ("sum", lambda s: len(s) >= 1, lambda a: a.sum(-1)),
-    ("sum_keep", lambda s: len(s) >= 1, lambda a: a.sum(0, keepdim=True)),
-    ("amax", lambda s: len(s) >= 1, lambda a: a.amax(0)),
-    ("max_all", lambda s: True, lambda a: a.max()),
-    ("mean", lambda s: len(s) >= 1, lambda a: a.mean(-1)),
-    ("matmul", lambda s: len(s) == 2, lambda a: a @ a.T),
-    ("clone", lambda s: True, lambda a: a.clone()),
-    ("detach", lambda s: True, lambda a: a.detach()),
+    ("mul4", lambda r: True, lambda a: a * 4),
+    ("add1", lambda r: True, lambda a: a + 1),
+    ("sum", lambda r: r.ndim >= 1, lambda a: a.sum(-1)),
+    ("sum_keep", lambda r: r.ndim >= 1, lambda a: a.sum(0, keepdim=True)),
+    ("amax", lambda r: r.ndim >= 1, lambda a: a.amax(0)),
+    ("max_all", lambda r: True, lambda a: a.max()),
+    ("mean", lambda r: r.ndim >= 1, lambda a: a.mean(-1)),
+    ("matmul", lambda r: r.ndim == 2, lambda a: a @ a.T),
+    ("clone", lambda r: True, lambda a: a.clone()),
+    # torch's contiguous() of a contiguous tensor is the tensor itself; lazygrad's of a lazy one is a copy (tinygrad's
+    # rule, which code making fresh buffers with `Tensor.zeros(n).contiguous()` relies on): drawn where both copy
+    ("contiguous", lambda r: not r.is_contiguous(), lambda a: a.contiguous()),
+    ("detach", lambda r: True, lambda a: a.detach()),
     # view, not reshape: torch's reshape copies what it cannot view (a slice's columns flattened), lazygrad's never does
-    ("flat", lambda s: len(s) >= 1, lambda a: a.view(-1)),
-    ("unsqueeze", lambda s: len(s) <= 2, lambda a: a.view(1, *a.shape)),
-    ("tail", lambda s: len(s) >= 1 and s[0] > 1, lambda a: a[1:]),
-    ("row", lambda s: len(s) >= 2 and s[0] > 0, lambda a: a[0]),
-    ("cols", lambda s: len(s) >= 1 and s[-1] > 1, lambda a: a[..., 1:]),
-    ("T", lambda s: len(s) == 2, lambda a: a.T),
+    ("flat", lambda r: r.ndim >= 1, lambda a: a.view(-1)),
+    ("unsqueeze", lambda r: r.ndim <= 2, lambda a: a.view(1, *a.shape)),
+    ("tail", lambda r: r.ndim >= 1 and r.shape[0] > 1, lambda a: a[1:]),
+    ("row", lambda r: r.ndim >= 2 and r.shape[0] > 0, lambda a: a[0]),
+    ("cols", lambda r: r.ndim >= 1 and r.shape[-1] > 1, lambda a: a[..., 1:]),
+    ("T", lambda r: r.ndim == 2, lambda a: a.T),
 ]
 VIEW_MAKERS = [i for i, m in enumerate(MAKERS) if m[0] in ("detach", "flat", "unsqueeze", "tail", "row", "cols", "T")]
 
@@ -622,10 +625,10 @@ def _run_graph_program(program, read_each: bool, lazy_base: bool) -> None:
                 m, k = made[step[1] % len(made)]
             else:
                 continue
-            if not MAKERS[m][1](live[k][1].shape) or not _views(MAKERS[m][2], live[k][1]):
+            if not MAKERS[m][1](live[k][1]) or not _views(MAKERS[m][2], live[k][1]):
                 continue
             t, r = MAKERS[m][2](live[k][0]), MAKERS[m][2](live[k][1])
-            if what == "again" and step[2] >= 0 and MAKERS[step[2]][1](r.shape) and _views(MAKERS[step[2]][2], r):
+            if what == "again" and step[2] >= 0 and MAKERS[step[2]][1](r) and _views(MAKERS[step[2]][2], r):
                 t, r = MAKERS[step[2]][2](t), MAKERS[step[2]][2](r)
             made.append((m, k))
             live.append((t, r))
