@@ -492,8 +492,15 @@ def _readers(
             continue
         seen.add(id(t))
         u = _view_source(t.uop)
-        if u in _realized or u in written:
-            continue  # its value is stored (or is one of the writes)
+        if u in written:
+            continue
+        stored = _realized.get(u)
+        if stored is None and t._view_of is None and u is not t.uop:
+            stored = _realized.get(t.uop)  # (a value made under no_grad: a DETACH of its graph is what was stored)
+        if stored is not None:
+            if t._view_of is None and _held_by_another(stored, t, mems):
+                out.append((serial, t, False))  # its value is in memory another tensor owns, being overwritten
+            continue  # its value is stored
         if u.op is Ops.ASSIGN:
             if u.src[0].base.op is Ops.BUFFER and u.src[0].base.arg.memory in mems:
                 continue  # a pending write into the memory: not a value computed from it
@@ -508,6 +515,16 @@ def _readers(
         if reads(root):
             out.append((serial, t, binds(root)))
     return out
+
+
+def _held_by_another(stored: UOp, t: Tensor, mems: set[Buffer] | frozenset[Buffer]) -> bool:
+    """Whether lazy t's node has its value `stored` in memory of `mems` that another tensor owns (one hash-consed
+    node: `a, b = x * 4, x * 4; b.realize(); b += 1`): a would read b's write, it is computed (copied) before it. A
+    realized graph kept as a gradient path held its entry weakly, so it was mostly forgotten in time; under no_grad
+    or for ints it was not."""
+    owner = stored.__dict__.get(_OWNER)
+    holder = owner() if owner is not None else None
+    return holder is not None and holder is not t and any(m in mems for m in _view_memories(stored))
 
 
 _MEMORIES = "memories_below"

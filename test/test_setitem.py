@@ -1,6 +1,8 @@
 """t[index] = v against torch: views that write through to the memory they show, chained indexing, advanced indices,
 value broadcasting and casting, gradients through the write, TinyJit, and random index expressions."""
 
+import contextlib
+
 import numpy as np
 import pytest
 import torch
@@ -413,7 +415,15 @@ def test_a_realized_view_of_a_lazy_reshaped_result_takes_writes(make):
         (lambda a: a.round(), [1, 2], "int32"),
         (lambda a: a.abs(), [1, 2], "uint8"),
     ],
-    ids=["pow 1", "flip no axes", "max of a 0-d max", "sum of a 0-d view", "floor of ints", "round of ints", "abs uint"],
+    ids=[
+        "pow 1",
+        "flip no axes",
+        "max of a 0-d max",
+        "sum of a 0-d view",
+        "floor of ints",
+        "round of ints",
+        "abs uint",
+    ],
 )
 def test_ops_that_compute_nothing_return_a_tensor_of_its_own(op, data, dtype, lazy):
     # they returned the tensor itself (or a 0-d max the same tensor): a write into the result landed in the source
@@ -425,6 +435,24 @@ def test_ops_that_compute_nothing_return_a_tensor_of_its_own(op, data, dtype, la
     yt += 1
     np.testing.assert_array_equal(y.numpy(), yt.numpy())
     np.testing.assert_array_equal(x.numpy(), xt.numpy())
+
+
+@pytest.mark.parametrize("case", ["no_grad", "int", "a detach kept"])
+def test_a_lazy_tensor_of_a_graph_another_holds_keeps_its_value_through_a_write_into_that(case):
+    # a, b one hash-consed node; b realized (b owns the memory) then written: a, lazy, read b's memory after the write.
+    # With a gradient path the stored value was held weakly and mostly forgotten in time; under no_grad, for ints, or
+    # while a view of b's old node lived, it was not
+    base = np.arange(6).reshape(2, 3) - 2
+    x = Tensor(base.astype(np.int32) if case == "int" else base.astype(np.float32)).realize()
+    with Tensor.no_grad() if case == "no_grad" else contextlib.nullcontext():
+        a, b = x * 4, x * 4
+        b.realize()
+        keep = b.detach()
+        b += 10
+        b.realize()
+        np.testing.assert_array_equal(a.numpy(), base * 4)
+        np.testing.assert_array_equal(b.numpy(), base * 4 + 10)
+        np.testing.assert_array_equal(keep.numpy(), base * 4 + 10)
 
 
 def test_jit_writes_into_arguments_without_realize():
