@@ -498,8 +498,9 @@ def _readers(
         if stored is None and t._view_of is None and u is not t.uop:
             stored = _realized.get(t.uop)  # (a value made under no_grad: a DETACH of its graph is what was stored)
         if stored is not None:
-            if t._view_of is None and _held_by_another(stored, t, mems):
-                out.append((serial, t, False))  # its value is in memory another tensor owns, being overwritten
+            # its value is in memory another tensor owns, being overwritten (a view: its base tensor's value)
+            if _held_by_another(stored, t if t._view_of is None else t._view_of[0], mems):
+                out.append((serial, t, False))
             continue  # its value is stored
         if u.op is Ops.ASSIGN:
             if u.src[0].base.op is Ops.BUFFER and u.src[0].base.arg.memory in mems:
@@ -672,9 +673,9 @@ def _own_base(t: Tensor, firsts: dict[UOp, Tensor]) -> None:
     value = at.base
     if bt.uop is not at or value.op is Ops.BUFFER:
         return
-    chain, x = [], t.uop  # the view's movement ops above its base tensor's node
+    chain, x = [], t.uop  # the view's movement ops (and detaches, bitcasts) above its base tensor's node
     while x is not at:
-        if x.op not in GroupOp.Movement:
+        if x.op not in _VIEW_OPS:
             return
         chain.append(x)
         x = x.src[0]
@@ -6398,19 +6399,27 @@ def _stand_for(t: Tensor, new: UOp, base: UOp, becomes: dict[UOp, UOp]) -> None:
     if owner is None or owner() is None:
         if (stored := becomes.get(base)) is None:
             stored = _realized.get(base)
+        owned = None
         if new is stored:
+            owned = new if base.op is not _ASSIGN else None
             new.__dict__[_OWNER] = weakref.ref(t)
-            if base.op is not _ASSIGN and (b := new.base).op is _BUFFER:
-                b.arg.memory.__dict__[_STORED_FROM] = weakref.ref(lazy)
         elif t._view_of is None and stored is not None and new.op is _RESHAPE:
             # not a view but reshapes of the stored value (a reduction's result): it owns that value as well
             x = new
             while x is not stored and x.op is _RESHAPE:
                 x = x.src[0]
             if x is stored and ((o := stored.__dict__.get(_OWNER)) is None or o() is None):
+                owned = stored
                 stored.__dict__[_OWNER] = weakref.ref(t)
-                if (b := stored.base).op is _BUFFER:
-                    b.arg.memory.__dict__[_STORED_FROM] = weakref.ref(lazy)
+        if owned is not None:
+            # its memory notes the lazy node stored there, which views taken before follow (_stored_from)
+            # (UOp.base and Buffer.memory inline: a realize's Python calls are counted, test_eager_overhead)
+            while owned.op in GroupOp.Movement:
+                owned = owned.src[0]
+            if owned.op is _BUFFER:
+                buf = owned.arg
+                memory = buf._external if isinstance(buf._external, Buffer) else buf
+                memory.__dict__[_STORED_FROM] = weakref.ref(lazy)
     if keep and new is not lazy:
         _lazy_origin[new] = lazy
         _realized.hold_weakly(base)
@@ -7647,16 +7656,19 @@ def _follow_base(t: Tensor) -> Tensor:
     """A view whose base got a write since the view was taken (a pending assign: `tmp = t[0]; t[0] = t[1]`, or a
     lazy base replaced by the value written: `x = t.clone(); row = x[1]; x += 1`) reads through that write from now
     on, as torch's views share memory: its node is rebuilt over the base's new node. A tensor computed from the view
-    before the write keeps the old values (torch computed it then). Tensor.replace is no write: views keep the old
-    value, as tinygrad's."""
+    before the write keeps the old values (torch computed it then). A base since stored (_stored_from) or given a copy
+    of its own (_own_memory) is followed too: the old node may read memory another tensor owns and writes.
+    Tensor.replace is no write: views keep the old value, as tinygrad's."""
     base, at = t._view_of  # type: ignore[misc]
     if base.uop is at:
         return t
+    now = base.uop
     if (
-        base.uop.op is not Ops.ASSIGN
-        and not _rewritten(base.uop, at)
+        now.op is not Ops.ASSIGN
+        and not _rewritten(now, at)
         and at not in _lazy_overwritten
-        and not _stored_from(base.uop, at)
+        and not _stored_from(now, at)
+        and not (now.op is Ops.CONTIGUOUS and now.arg is None and now.src[0] is at)  # given its own copy
     ):
         return t
     try:

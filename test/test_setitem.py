@@ -455,6 +455,20 @@ def test_a_lazy_tensor_of_a_graph_another_holds_keeps_its_value_through_a_write_
         np.testing.assert_array_equal(keep.numpy(), base * 4 + 10)
 
 
+@pytest.mark.parametrize("view", ["detach", "tail", "T"])
+def test_a_view_of_a_temporary_keeps_its_value_when_an_equal_tensor_is_written(view):
+    # a = x * 4 realized and written; d a view of another x * 4 (one hash-consed node, a temporary): d read a's write
+    base = np.arange(6, dtype=np.float32).reshape(2, 3) - 2
+    make = {"detach": lambda t: t.detach(), "tail": lambda t: t[1:], "T": lambda t: t.T}[view]
+    x = Tensor(base).realize()
+    a = x * 4
+    d = make(x * 4)
+    a.realize()
+    a += 10
+    np.testing.assert_array_equal(a.numpy(), base * 4 + 10)
+    np.testing.assert_array_equal(d.numpy(), make(torch.from_numpy(base * 4)).numpy())
+
+
 def test_jit_writes_into_arguments_without_realize():
     @TinyJit
     def f(t: Tensor, a: Tensor) -> None:
