@@ -285,7 +285,8 @@ class CStyleLanguage(Renderer):
         if src == dtypes.bfloat16:
             x, src = f"lg_f_to_bf16({x})", dtypes.uint16
         out = dtypes.uint16 if dst == dtypes.bfloat16 else dst
-        ret = f"({{ {self.render_dtype(src)} _s = {x}; {self.render_dtype(out)} _d; __builtin_memcpy(&_d, &_s, sizeof(_d)); _d; }})"
+        ret = f"({{ {self.render_dtype(src)} _s = {x}; {self.render_dtype(out)} _d; "
+        ret += "__builtin_memcpy(&_d, &_s, sizeof(_d)); _d; })"
         return f"lg_bf16_to_f({ret})" if dst == dtypes.bfloat16 else ret
 
     def render_load(self, u: UOp, addr: str) -> str:
@@ -770,7 +771,10 @@ def _mask_alu(ctx: RenderCtx, u: UOp) -> str | None:
         one, zero = (r.render_const(v, u.dtype) for v in ((1.0, 0.0) if dtypes.is_float(u.dtype) else (1, 0)))
         return ctx.expr(u, f"LG_VSEL({_mask_as(ctx, u.src[0], u.dtype.scalar.itemsize)},{one},{zero})")
     if u.op in GroupOp.Comparison and not _is_mask(u.src[0]):  # numbers compared: a mask as wide as they are
-        text, nbytes = f"{ctx.names[u.src[0]]}{BINOP_SYMBOLS[u.op]}{ctx.names[u.src[1]]}", u.src[0].dtype.scalar.itemsize
+        text, nbytes = (
+            f"{ctx.names[u.src[0]]}{BINOP_SYMBOLS[u.op]}{ctx.names[u.src[1]]}",
+            u.src[0].dtype.scalar.itemsize,
+        )
         return _mask_value(ctx, u, _compared(ctx, text, nbytes, u), nbytes)
     if u.op is Ops.CAST and _is_mask(u.src[0]):  # bool to bool
         return _mask_value(ctx, u, ctx.names[u.src[0]], ctx.mask_bytes.get(u.src[0], 4))
@@ -1132,7 +1136,8 @@ class ClangRenderer(CStyleLanguage):
             decls.append(
                 f"#ifndef LG_HAVE_{t}\n#define LG_HAVE_{t}\n"
                 f"typedef {scalar} {t} __attribute__((vector_size({nbytes})));\n"
-                f"typedef {scalar} {t}_u __attribute__((vector_size({nbytes}), aligned({dt.scalar.itemsize})));\n#endif\n"
+                f"typedef {scalar} {t}_u __attribute__((vector_size({nbytes}), "
+                f"aligned({dt.scalar.itemsize})));\n#endif\n"
             )
             if any(u.op is Ops.EXP2 and u.dtype == dt for u in uops):
                 exp2 = EXP2_TEMPLATE.format(T=t, B=dt.count * 4)
