@@ -807,6 +807,9 @@ _OWNER = "buffer_owner"
 # in a memory's (Buffer.memory's) __dict__: the lazy node whose value its owner stored there (weakly), so that views
 # taken of the owner before it was realized follow it (_follow_base), through later writes into the memory too
 _STORED_FROM = "stored_from"
+# beside it, where that node was a copy given to the owner (CONTIGUOUS(x), _own_memory): x, weakly. The copy's node
+# dies with the realize; x lives on in the views taken before (their base tensor's node then)
+_COPIED_FROM = "copied_from"
 # one schedule is made and run at a time: a thread realizing a graph another thread has scheduled but not run yet
 # would find its nodes in `_realized` and read buffers their kernels have not written. Building graphs stays parallel.
 _realize_lock = threading.RLock()
@@ -6420,6 +6423,10 @@ def _stand_for(t: Tensor, new: UOp, base: UOp, becomes: dict[UOp, UOp]) -> None:
                 buf = owned.arg
                 memory = buf._external if isinstance(buf._external, Buffer) else buf
                 memory.__dict__[_STORED_FROM] = weakref.ref(lazy)
+                if lazy.op is Ops.CONTIGUOUS and lazy.arg is None:
+                    memory.__dict__[_COPIED_FROM] = weakref.ref(lazy.src[0])
+                else:
+                    memory.__dict__.pop(_COPIED_FROM, None)
     if keep and new is not lazy:
         _lazy_origin[new] = lazy
         _realized.hold_weakly(base)
@@ -7702,9 +7709,13 @@ def _stored_from(now: UOp, at: UOp) -> bool:
     shows (its own copy if another tensor held that value: CONTIGUOUS(at)). The view follows: reading through `at`
     it read that memory only until a write into it (the stored value is then forgotten and `at` computed anew)."""
     b = now.base
-    if b.op is not Ops.BUFFER or (ref := b.arg.memory.__dict__.get(_STORED_FROM)) is None or (f := ref()) is None:
+    if b.op is not Ops.BUFFER:
         return False
-    return f is at or (f.op is Ops.CONTIGUOUS and f.src[0] is at)
+    notes = b.arg.memory.__dict__
+    if (ref := notes.get(_STORED_FROM)) is not None and (f := ref()) is not None:
+        if f is at or (f.op is Ops.CONTIGUOUS and f.src[0] is at):
+            return True
+    return (ref := notes.get(_COPIED_FROM)) is not None and ref() is at
 
 
 def _view_chain(u: UOp, at: UOp) -> list[UOp]:

@@ -469,6 +469,28 @@ def test_a_view_of_a_temporary_keeps_its_value_when_an_equal_tensor_is_written(v
     np.testing.assert_array_equal(d.numpy(), make(torch.from_numpy(base * 4)).numpy())
 
 
+@pytest.mark.parametrize("reads", [("T2", "T3", "r"), ("L", "T2", "T3", "r")])
+def test_a_view_follows_its_base_given_a_copy_of_its_own_after_the_copy_node_died(reads):
+    # T2, T3 = L * 4 twice (one node); r = T3[0]. T2 realized owns the value, so T3's realize stores a copy of its own
+    # (CONTIGUOUS of the node), and r follows T3 into it; the copy's node dies after the realize, and the note r
+    # followed was a weak reference to it: r then read the shared node, not T3's memory, and missed the write below
+    def program(x):
+        L = x * 1
+        ts = {"L": L, "T2": L * 4, "T3": L * 4}
+        ts["r"] = ts["T3"][0]
+        for name in reads:
+            ts[name].numpy()
+        d = ts["r"].detach()
+        d += 100
+        return [ts[n].numpy().copy() for n in ("T2", "T3", "r")]
+
+    base = np.arange(6, dtype=np.float32).reshape(2, 3) - 2
+    got = program(Tensor(base).realize())
+    want = program(torch.from_numpy(base.copy()))
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+
+
 def test_jit_writes_into_arguments_without_realize():
     @TinyJit
     def f(t: Tensor, a: Tensor) -> None:
