@@ -2624,6 +2624,8 @@ class Tensor(metaclass=_TensorType):
         """A copy in memory of its own (on `device` if given), with `.grad` cloned along, as tinygrad's clone. Each
         clone is a node of its own (numbered in the arg), so two clones of one value are two tensors with a gradient
         each, as torch's (the hash-consed graph would otherwise make them one)."""
+        if self._view_of is not None:
+            _follow_base(self)  # a view copies its base as it is now, a pending write into it included
         src = self if device is None else self.to(device)
         out = Tensor(UOp(Ops.CONTIGUOUS, src.dtype, (src.uop,), next(_CLONE_IDS)))
         if self.grad is not None:

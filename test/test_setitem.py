@@ -491,6 +491,26 @@ def test_a_view_follows_its_base_given_a_copy_of_its_own_after_the_copy_node_die
         np.testing.assert_array_equal(g, w)
 
 
+@pytest.mark.parametrize("realized", [False, True])
+@pytest.mark.parametrize("view", ["detach", "tail", "reshape", "T"])
+def test_a_clone_of_a_view_copies_a_pending_write_into_its_base(view, realized):
+    # d = x.detach(); x += 10; d.clone(): the clone read x's memory before the write still pending in x (torch: after)
+    make = {
+        "detach": lambda t: t.detach(),
+        "tail": lambda t: t[1:],
+        "reshape": lambda t: t.reshape(3, 2),
+        "T": lambda t: t.T,
+    }[view]
+    base = np.arange(6, dtype=np.float32).reshape(2, 3) - 2
+    x, xt = Tensor(base).realize(), torch.from_numpy(base.copy())
+    d, dt = make(x), make(xt)
+    x += 10
+    xt += 10
+    if realized:
+        x.realize()
+    np.testing.assert_array_equal(d.clone().numpy(), dt.clone().numpy())
+
+
 def test_jit_writes_into_arguments_without_realize():
     @TinyJit
     def f(t: Tensor, a: Tensor) -> None:
