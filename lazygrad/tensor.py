@@ -641,7 +641,7 @@ def _own_memory(tensors: tuple[Tensor, ...], firsts: dict[UOp, Tensor]) -> tuple
         earlier = view.__dict__.get(_OWNER) if view is not None else None
         holder = earlier() if earlier is not None else None
         if firsts.setdefault(base, t) is not t or (holder is not None and holder is not t):
-            t.uop = UOp(Ops.CONTIGUOUS, t.dtype, (u,))
+            t.uop = _copy_of_own(t, u, firsts)
     return tuple(out)
 
 
@@ -665,6 +665,19 @@ def _shows_through_cast(t: Tensor) -> bool:
     return False
 
 
+def _copy_of_own(t: Tensor, u: UOp, firsts: dict[UOp, Tensor]) -> UOp:
+    """The node of t's copy of the value u: CONTIGUOUS(u), numbered as a clone where that node is another tensor's
+    already (in this schedule or stored and held), since a third tensor of one graph would share the second's copy."""
+    copy = UOp(Ops.CONTIGUOUS, u.dtype, (u,))
+    view = _realized.get(copy)
+    earlier = view.__dict__.get(_OWNER) if view is not None else None
+    holder = earlier() if earlier is not None else None
+    if firsts.setdefault(copy, t) is not t or (holder is not None and holder is not t):
+        copy = UOp(Ops.CONTIGUOUS, u.dtype, (u,), next(_CLONE_IDS))
+        firsts[copy] = t
+    return copy
+
+
 def _own_base(t: Tensor, firsts: dict[UOp, Tensor]) -> None:
     """A view of a lazy tensor whose value another tensor computes too (`k = x * 4; m = (x * 4).reshape(6)`, one
     hash-consed graph): the base tensor gets a copy of its own and the view shows it, so that realizing the view
@@ -683,7 +696,7 @@ def _own_base(t: Tensor, firsts: dict[UOp, Tensor]) -> None:
     earlier = view.__dict__.get(_OWNER) if view is not None else None
     holder = earlier() if earlier is not None else None
     if firsts.setdefault(value, bt) is not bt or (holder is not None and holder is not bt):
-        own = node = UOp(Ops.CONTIGUOUS, at.dtype, (at,))
+        own = node = _copy_of_own(bt, at, firsts)
         for m in reversed(chain):
             node = UOp(m.op, m.dtype, (node, *m.src[1:]), m.arg)
         bt.uop, t.uop, t._view_of = own, node, (bt, own)
@@ -6425,7 +6438,7 @@ def _stand_for(t: Tensor, new: UOp, base: UOp, becomes: dict[UOp, UOp]) -> None:
                 buf = owned.arg
                 memory = buf._external if isinstance(buf._external, Buffer) else buf
                 memory.__dict__[_STORED_FROM] = weakref.ref(lazy)
-                if lazy.op is Ops.CONTIGUOUS and lazy.arg is None:
+                if lazy.op is Ops.CONTIGUOUS:  # (a copy _own_memory gave, numbered or not, or a clone)
                     memory.__dict__[_COPIED_FROM] = weakref.ref(lazy.src[0])
                 else:
                     memory.__dict__.pop(_COPIED_FROM, None)
@@ -7677,7 +7690,7 @@ def _follow_base(t: Tensor) -> Tensor:
         and not _rewritten(now, at)
         and at not in _lazy_overwritten
         and not _stored_from(now, at)
-        and not (now.op is Ops.CONTIGUOUS and now.arg is None and now.src[0] is at)  # given its own copy
+        and not (now.op is Ops.CONTIGUOUS and now.src[0] is at)  # given its own copy
     ):
         return t
     try:

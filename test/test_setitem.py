@@ -511,6 +511,24 @@ def test_a_clone_of_a_view_copies_a_pending_write_into_its_base(view, realized):
     np.testing.assert_array_equal(d.clone().numpy(), dt.clone().numpy())
 
 
+@pytest.mark.parametrize("n", [3, 4])
+@pytest.mark.parametrize("how", ["apart", "before a write they read"])
+def test_three_or_more_tensors_of_one_graph_each_keep_memory_of_their_own(n, how):
+    # the second and third x * 4 each got CONTIGUOUS(x * 4) as their copy: one node, one buffer for both
+    base = np.arange(6, dtype=np.float32).reshape(2, 3) - 2
+    x = Tensor(base).realize()
+    ts = [x * 4 for _ in range(n)]
+    if how == "apart":
+        for t in ts:
+            t.realize()
+    else:
+        x += 10
+        x.realize()
+    ts[1] += 10
+    for i, t in enumerate(ts):
+        np.testing.assert_array_equal(t.numpy(), base * 4 + (10 if i == 1 else 0))
+
+
 def test_jit_writes_into_arguments_without_realize():
     @TinyJit
     def f(t: Tensor, a: Tensor) -> None:
