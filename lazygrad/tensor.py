@@ -6387,6 +6387,13 @@ def _note_stored(
 ) -> list[tuple[Tensor, UOp]]:
     """After scheduling `tensors`: the stored nodes are noted as realized, and each tensor stands for its stored
     buffer (`lowered`: the sharded tensors' graphs per device). Returns each tensor given a buffer, with its node."""
+    for n in becomes:
+        if n.op is _ASSIGN and (b := n.src[0].base).op is _BUFFER:
+            # the memory a write overwrites no longer holds the values stored there before: a graph built later over
+            # those nodes (alive in another graph, one hash-consed node) computes them anew
+            for old in _realized.stored_in(b.arg.memory):
+                if old not in becomes:
+                    del _realized[old]
     _realized.update(becomes)
     replaced: list[tuple[Tensor, UOp]] = []
     for i, t in enumerate(tensors):

@@ -529,6 +529,23 @@ def test_three_or_more_tensors_of_one_graph_each_keep_memory_of_their_own(n, how
         np.testing.assert_array_equal(t.numpy(), base * 4 + (10 if i == 1 else 0))
 
 
+@pytest.mark.parametrize("keep", ["the node", "a view of another x * 4"])
+def test_a_graph_built_after_a_write_computes_what_the_written_memory_held(keep):
+    # a = x * 4 realized, then written; c = x * 4 built after is the node a's memory held before the write: while that
+    # node lived (held by a graph or a view of an equal temporary) c read a's new values
+    base = np.arange(6, dtype=np.float32).reshape(2, 3) - 2
+    x = Tensor(base).realize()
+    a = x * 4
+    held = a.uop if keep == "the node" else (x * 4).detach()
+    a.realize()
+    a += 10
+    a.numpy()
+    c = x * 4
+    np.testing.assert_array_equal(c.numpy(), base * 4)
+    np.testing.assert_array_equal(a.numpy(), base * 4 + 10)
+    assert held is not None
+
+
 def test_jit_writes_into_arguments_without_realize():
     @TinyJit
     def f(t: Tensor, a: Tensor) -> None:
