@@ -6391,8 +6391,11 @@ def _note_stored(
         if n.op is _ASSIGN and (b := n.src[0].base).op is _BUFFER:
             # the memory a write overwrites no longer holds the values stored there before: a graph built later over
             # those nodes (alive in another graph, one hash-consed node) computes them anew
-            for old in _realized.stored_in(b.arg.memory):
-                if old not in becomes:
+            # (values computed from the memory itself, earlier writes into it, stay: computed anew they would read
+            # the new contents)
+            memory = b.arg.memory
+            for old in _realized.stored_in(memory):
+                if old not in becomes and old.op is not _ASSIGN and memory not in _memories_below(old):
                     del _realized[old]
     _realized.update(becomes)
     replaced: list[tuple[Tensor, UOp]] = []
