@@ -610,8 +610,10 @@ def _realize_readers(readers: list[tuple[int, Tensor]]) -> None:
     began or by another thread are computed once, unrecorded: a replay must not recompute them from the memory the
     capture overwrites."""
     began = capture_began()
-    before = [t for serial, t in readers if not _made_inside(serial, t, began)]
-    inside = [t for serial, t in readers if _made_inside(serial, t, began)]
+    before: list[Tensor] = []
+    inside: list[Tensor] = []
+    for serial, t in readers:
+        (inside if _made_inside(serial, t, began) else before).append(t)
     if before:
         with capture_paused():
             run_schedule(*Tensor.schedule_with_vars(*before))
@@ -637,9 +639,7 @@ def _own_memory(tensors: tuple[Tensor, ...], firsts: dict[UOp, Tensor]) -> tuple
         if base.op is Ops.BUFFER or base is not u and t._view_of is not None:
             continue  # stored, or a view (it shares its base tensor's memory)
         # (a tensor that is not a view but reshapes a computed value, a reduction's result, owns that value)
-        view = _realized.get(base)
-        earlier = view.__dict__.get(_OWNER) if view is not None else None
-        holder = earlier() if earlier is not None else None
+        holder = _holder(base)
         if firsts.setdefault(base, t) is not t or (holder is not None and holder is not t):
             t.uop = _copy_of_own(t, u, firsts)
     return tuple(out)
@@ -665,13 +665,18 @@ def _shows_through_cast(t: Tensor) -> bool:
     return False
 
 
+def _holder(node: UOp) -> Tensor | None:
+    """The live tensor owning the stored value of `node` (_stand_for's _OWNER mark), if any."""
+    view = _realized.get(node)
+    owner = view.__dict__.get(_OWNER) if view is not None else None
+    return owner() if owner is not None else None
+
+
 def _copy_of_own(t: Tensor, u: UOp, firsts: dict[UOp, Tensor]) -> UOp:
     """The node of t's copy of the value u: CONTIGUOUS(u), numbered as a clone where that node is another tensor's
     already (in this schedule or stored and held), since a third tensor of one graph would share the second's copy."""
     copy = UOp(Ops.CONTIGUOUS, u.dtype, (u,))
-    view = _realized.get(copy)
-    earlier = view.__dict__.get(_OWNER) if view is not None else None
-    holder = earlier() if earlier is not None else None
+    holder = _holder(copy)
     if firsts.setdefault(copy, t) is not t or (holder is not None and holder is not t):
         copy = UOp(Ops.CONTIGUOUS, u.dtype, (u,), next(_CLONE_IDS))
         firsts[copy] = t
@@ -692,9 +697,7 @@ def _own_base(t: Tensor, firsts: dict[UOp, Tensor]) -> None:
             return
         chain.append(x)
         x = x.src[0]
-    view = _realized.get(value)
-    earlier = view.__dict__.get(_OWNER) if view is not None else None
-    holder = earlier() if earlier is not None else None
+    holder = _holder(value)
     if firsts.setdefault(value, bt) is not bt or (holder is not None and holder is not bt):
         own = node = _copy_of_own(bt, at, firsts)
         for m in reversed(chain):
