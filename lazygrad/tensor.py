@@ -6146,9 +6146,9 @@ def _note_unset(t: Tensor) -> None:
     _unset_grad[ref.key] = ref
 
 
-def _drop_unset(ref: _UnsetRef) -> None:
-    # only if still dead: the id may already name a newer tensor
-    _remove_dead_weakref(_unset_grad, ref.key)
+def _drop_unset(ref: _UnsetRef, remove: Any = _remove_dead_weakref, entries: dict = _unset_grad) -> None:
+    # only if still dead: the id may already name a newer tensor. Bound as defaults: safe at interpreter exit (_drop_dead)
+    remove(entries, ref.key)
 
 
 # id -> tensor whose requires_grad was set False

@@ -547,3 +547,28 @@ def test_frontend_state_api():
     before = Tensor.rng_state()
     Tensor.rand(3)
     assert Tensor.rng_state() != before and Tensor.rng_state()[0] == 5
+
+
+_EXIT_SCRIPT = """
+import gc
+from lazygrad import Tensor
+t = Tensor.rand(3).requires_grad_()
+keep = [t * 2 + 1, t, (t * 3).sum()]
+keep[2].backward()
+everything = gc.get_objects()  # holds module dicts and nodes alike: the nodes die while modules are torn down
+gc.freeze()
+"""
+
+
+def test_interpreter_exit_is_quiet_when_nodes_outlive_the_library_modules():
+    """Nodes and tensors that die at interpreter exit after lazygrad's module globals were cleared (held from a
+    frozen heap or a structure torn down late) drop their cache entries without the globals: before, each printed an
+    ignored AttributeError/TypeError from the weak-reference callbacks."""
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run([sys.executable, "-c", _EXIT_SCRIPT], capture_output=True, text=True, env=env, check=True)
+    assert "Exception ignored" not in out.stderr, out.stderr[-2000:]

@@ -160,10 +160,12 @@ class _Entry(weakref.ref):
     __slots__ = ("key",)
 
 
-def _drop_dead(ref: _Entry) -> None:
+def _drop_dead(ref: _Entry, remove: Any = _remove_dead_weakref, cache: dict = UOpMetaClass.ucache) -> None:
     """A node died: its cache entry goes, unless a new node of the same key has already taken the entry's place (one
-    atomic C call, as WeakValueDictionary's own removal: a check then a del could drop another thread's new entry)."""
-    _remove_dead_weakref(UOpMetaClass.ucache, ref.key)
+    atomic C call, as WeakValueDictionary's own removal: a check then a del could drop another thread's new entry).
+    The function and the cache are bound as defaults: a node dying at interpreter exit after this module's globals
+    were cleared would otherwise print an ignored AttributeError per node."""
+    remove(cache, ref.key)
 
 
 sint = int  # a size that may be symbolic: int or int-typed UOp (typing alias kept simple on purpose)
