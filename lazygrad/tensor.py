@@ -1913,6 +1913,8 @@ class Tensor(metaclass=_TensorType):
     @staticmethod
     def eye(n: int, m: int | None = None, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
         m = n if m is None else m
+        if (isinstance(n, int) and n < 0) or (isinstance(m, int) and m < 0):
+            raise ArgumentError(f"eye: n and m must be non-negative, got n={n}, m={m}")
         rows = Tensor.arange(n, device=device).reshape(n, 1)
         cols = Tensor.arange(m, device=device).reshape(1, m)
         return (rows == cols).cast(to_dtype(dtype) if dtype is not None else dtypes.default_float)
@@ -1981,6 +1983,8 @@ class Tensor(metaclass=_TensorType):
     def normal(
         *shape: Any, mean: float = 0.0, std: float = 1.0, dtype: DType | str | None = None, device: str | None = None
     ) -> Tensor:
+        if isinstance(std, (int, float)) and not std >= 0:
+            raise ArgumentError(f"normal: std must be >= 0, got {std}")
         return Tensor.randn(*shape, dtype=dtype, device=device) * std + mean
 
     @staticmethod
@@ -2257,6 +2261,10 @@ class Tensor(metaclass=_TensorType):
         if self.ndim == 0:
             return self.reshape(1)
         s, e = _axes(start_dim, self.ndim)[0], _axes(end_dim, self.ndim)[0]
+        if s > e:
+            raise ArgumentError(
+                f"flatten: start_dim {start_dim} comes after end_dim {end_dim} for a tensor of shape {self.shape}"
+            )
         return self.reshape(self.shape[:s] + (prod(self.shape[s : e + 1]),) + self.shape[e + 1 :])
 
     def unflatten(self, dim: int, sizes: Sequence[int]) -> Tensor:

@@ -74,6 +74,12 @@ MISTAKES: dict[str, tuple[Callable[[], Any], Callable[[], Any]]] = {
     "repeat_fewer": (lambda: L(2, 3).repeat(2), lambda: T(2, 3).repeat(2)),
     "topk_k": (lambda: L(3).topk(5), lambda: T(3).topk(5)),
     "unflatten": (lambda: L(6).unflatten(0, (4, 2)), lambda: T(6).unflatten(0, (4, 2))),
+    # start after end: made shape (2, 1, 3) before, silently
+    # a negative size made an empty (0, 0) tensor; a negative std flipped the samples
+    "eye_negative": (lambda: Tensor.eye(-1), lambda: torch.eye(-1)),
+    "eye_negative_columns": (lambda: Tensor.eye(2, -3), lambda: torch.eye(2, -3)),
+    "normal_negative_std": (lambda: Tensor.normal(3, std=-1.0), lambda: torch.normal(0.0, -1.0, (3,))),
+    "flatten_start_after_end": (lambda: L(2, 3).flatten(1, 0), lambda: T(2, 3).flatten(1, 0)),
     "requires_grad_int": (lambda: Tensor([1, 2], requires_grad=True), lambda: torch.tensor([1, 2], requires_grad=True)),
     "backward_nonscalar": (
         lambda: (L(3).requires_grad_() * 2).backward(),
