@@ -22,6 +22,7 @@ What a trace freezes, and how it is kept safe:
 from __future__ import annotations
 
 import functools
+import threading
 from typing import Any, Callable, Generic, TypeVar
 
 from lazygrad.device import Buffer, buffers_made
@@ -31,6 +32,14 @@ from lazygrad.uop.ops import Ops, UOp, substitute
 R = TypeVar("R")
 
 __all__ = ["function"]
+
+
+_tracing = threading.local()  # per thread: how many @function traces are running (their inputs are placeholders)
+
+
+def tracing() -> bool:
+    """Whether this thread is inside a @function trace: tensors read there hold placeholder values."""
+    return getattr(_tracing, "depth", 0) > 0
 
 
 def _skeleton(x: Any) -> Any:
@@ -107,7 +116,11 @@ class _Function(Generic[R]):
             for t, p in zip(inputs, placeholders):
                 t.uop = p if t.ndim == 1 else UOp(Ops.RESHAPE, t.dtype, (p,), t.shape)
             traced = [t.uop for t in inputs]
-            ret = self.fxn(*args, **kwargs)
+            _tracing.depth = getattr(_tracing, "depth", 0) + 1
+            try:
+                ret = self.fxn(*args, **kwargs)
+            finally:
+                _tracing.depth -= 1
             outs = _outputs(ret, self.name)
             wrote_input = any(t.uop is not u for t, u in zip(inputs, traced))
         finally:

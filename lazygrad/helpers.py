@@ -101,6 +101,10 @@ KERNEL_OPS = ContextVar("KERNEL_OPS", 256)
 # 1: a realize of what gradient and optimizer programs just built takes its schedule from the programs' positions,
 # without the schedule cache's walk of its graph (schedule/kernelize.py, _layout); 0: always the walk
 STEP_LAYOUTS = ContextVar("STEP_LAYOUTS", 1)
+# 1: the values of index tensors (gather, scatter, tensor indexing, one_hot, Embedding, class targets of the losses)
+# are read and range-checked as torch checks them, an IndexError naming the bad value; each check is a device sync.
+# 0 (default, as tinygrad): never read; an out-of-range index selects nothing (reads 0, an empty one-hot row)
+CHECK_INDEX = ContextVar("CHECK_INDEX", 0)
 
 
 class ThreadScopedVar(ContextVar):

@@ -37,7 +37,19 @@ from lazygrad.engine.realize import (
     launch_template,
     run_schedule,
 )
-from lazygrad.helpers import DEBUG, PROFILE, TRAINING, VIZ, argfix, argsort, ceildiv, flatten, make_tuple, prod
+from lazygrad.helpers import (
+    CHECK_INDEX,
+    DEBUG,
+    PROFILE,
+    TRAINING,
+    VIZ,
+    argfix,
+    argsort,
+    ceildiv,
+    flatten,
+    make_tuple,
+    prod,
+)
 from lazygrad.schedule.kernelize import REALIZED_ENTRY, cached_instance, create_schedule, ordered_write, write_order
 from lazygrad.schedule.multi import has_multi, lower_multi, multi, split_bounds, stored_multis, whole_buffer
 from lazygrad.uop.ops import GroupOp, Ops, UOp, pretty_print, ssimplify, ssmax, substitute, sym_known, sym_value
@@ -2506,6 +2518,8 @@ class Tensor(metaclass=_TensorType):
             )
         if any(i != d and si > sx for i, (si, sx) in enumerate(zip(index.shape, self.shape))):
             raise ArgumentError(f"{name}: index shape {index.shape} is larger than shape {self.shape} outside dim {d}")
+        if self.ndim:
+            _check_index_values(index, 0, self.shape[d], f"{name} along dim {d} of shape {self.shape}")
         return d, index
 
     def gather(self, dim: int, index: Tensor) -> Tensor:
@@ -4586,6 +4600,7 @@ class Tensor(metaclass=_TensorType):
             raise TypeError(f"one_hot needs an integer tensor, got {self.dtype}")
         if num_classes == -1:
             num_classes = int(self.max().item()) + 1
+        _check_index_values(self, 0, num_classes, f"one_hot with {num_classes} classes")
         return self.unsqueeze(-1)._one_hot_along(num_classes, -1).cast(dtypes.default_int)
 
     def _one_hot_along(self, num_classes: int, dim: int) -> Tensor:
@@ -4774,9 +4789,14 @@ class Tensor(metaclass=_TensorType):
         pos = Y * self.logsigmoid() if pos_weight is None else pos_weight * Y * self.logsigmoid()
         return -(pos + (1 - Y) * (-self).logsigmoid())._reduction(reduction)
 
-    @_replayed
     def cross_entropy(self, Y: Tensor, reduction: str = "mean", label_smoothing: float = 0.0) -> Tensor:
         """Logits (N, C, ...) or (C,); Y class indices (N, ...) or probabilities shaped like the logits, as in torch."""
+        if Y.shape != self.shape and dtypes.is_int(Y.dtype):
+            _check_index_values(Y, 0, self.shape[0 if self.ndim == 1 else 1], "cross_entropy target")
+        return self._cross_entropy(Y, reduction, label_smoothing)
+
+    @_replayed
+    def _cross_entropy(self, Y: Tensor, reduction: str, label_smoothing: float) -> Tensor:
         if not 0.0 <= label_smoothing <= 1.0:
             raise ArgumentError(f"label_smoothing must be in [0, 1], got {label_smoothing}")
         cdim = 0 if self.ndim == 1 else 1
@@ -4790,12 +4810,19 @@ class Tensor(metaclass=_TensorType):
         Y = (1 - label_smoothing) * Y + label_smoothing / self.shape[cdim]
         return -(self.log_softmax(cdim) * Y).sum(cdim)._reduction(reduction)
 
-    @_replayed
     def sparse_categorical_crossentropy(
         self, Y: Tensor, ignore_index: int = -1, label_smoothing: float = 0.0, reduction: str = "mean"
     ) -> Tensor:
         """Logits (..., C) and integer targets (...), classes on the last dim (tinygrad's);
         `mean` skips ignored targets."""
+        if self.ndim and dtypes.is_int(Y.dtype):
+            _check_index_values(Y, 0, self.shape[-1], "sparse_categorical_crossentropy target", ignore_index)
+        return self._sparse_categorical_crossentropy(Y, ignore_index, label_smoothing, reduction)
+
+    @_replayed
+    def _sparse_categorical_crossentropy(
+        self, Y: Tensor, ignore_index: int, label_smoothing: float, reduction: str
+    ) -> Tensor:
         if not 0.0 <= label_smoothing <= 1.0:
             raise ArgumentError(f"label_smoothing must be in [0, 1], got {label_smoothing}")
         if Y.shape != self.shape[:-1]:
@@ -4824,6 +4851,7 @@ class Tensor(metaclass=_TensorType):
             )
         if not dtypes.is_int(Y.dtype):
             raise TypeError(f"nll_loss: targets must be integer class indices, got {Y.dtype}")
+        _check_index_values(Y, 0, self.shape[cdim], "nll_loss target", ignore_index)
         hit = Y.unsqueeze(cdim)._one_hot_along(self.shape[cdim], cdim) & (Y != ignore_index).unsqueeze(cdim)
         # select with where, not a multiply: an unpicked -inf log-probability must not turn into nan
         picked, w = hit.where(self, 0.0), hit.cast(self.dtype)
@@ -6155,7 +6183,8 @@ def _note_unset(t: Tensor) -> None:
 
 
 def _drop_unset(ref: _UnsetRef, remove: Any = _remove_dead_weakref, entries: dict = _unset_grad) -> None:
-    # only if still dead: the id may already name a newer tensor. Bound as defaults: safe at interpreter exit (_drop_dead)
+    # only if still dead: the id may already name a newer tensor. The defaults keep it safe at interpreter exit
+    # (see uop/ops.py _drop_dead)
     remove(entries, ref.key)
 
 
@@ -6337,6 +6366,32 @@ class DTypeError(TypeError, RuntimeError):
 class IndexShapeError(ArgumentError, IndexError):
     """An index tensor of the wrong shape for an index_* op (torch raises IndexError for some, RuntimeError for
     others: it is both)."""
+
+
+class IndexRangeError(IndexError, RuntimeError):
+    """An index tensor holding a value out of range, found with CHECK_INDEX=1 (torch raises IndexError for tensor
+    indexing, Embedding and class targets, RuntimeError for gather, scatter and one_hot: it is both)."""
+
+
+def _check_index_values(index: Tensor, low: int, high: int, what: str, ignore: int | None = None) -> None:
+    """With CHECK_INDEX=1, the values of an index tensor must lie in [low, high) (`ignore`, a loss's ignore_index,
+    passes too). Reading them realizes the index (a device sync), so it is off by default: like tinygrad, lazygrad
+    builds graphs without reading index values. Skipped inside a TinyJit capture and a @function trace, where the
+    values are the capture's or a placeholder's."""
+    if not CHECK_INDEX.value or index.numel() == 0:
+        return
+    from lazygrad.engine.realize import _captures
+    from lazygrad.function import tracing
+
+    if _captures() or tracing():
+        return
+    with Tensor.no_grad():
+        vals = index.cast(dtypes.int64)
+        if ignore is not None:
+            vals = (vals == ignore).where(low, vals)
+        lo, hi = Tensor.stack(vals.min(), vals.max()).tolist()
+    if lo < low or hi >= high:
+        raise IndexRangeError(f"{what}: index {lo if lo < low else hi} is out of range [{low}, {high})")
 
 
 class _UnknownPadModeError(ArgumentError, NotImplementedError):
@@ -7110,8 +7165,12 @@ def _index_tensor(t: Tensor, i: Any) -> Tensor:
 
 
 def _check_host_index(i: Any, x: Tensor, size: int, dim: int) -> None:
-    """Index values given as host data (a list or numpy array) are checked for range; tensor indices are not read."""
-    if isinstance(i, Tensor) or x.dtype == dtypes.bool or x.numel() == 0:
+    """Index values given as host data (a list or numpy array) are checked for range; tensor indices are read only
+    with CHECK_INDEX=1."""
+    if x.dtype == dtypes.bool or x.numel() == 0:
+        return
+    if isinstance(i, Tensor):
+        _check_index_values(i, -size, size, f"indexing dimension {dim} with size {size}")
         return
     values, _ = _flatten_list(i.tolist() if hasattr(i, "tolist") else list(i))
     for v in values:

@@ -119,3 +119,122 @@ def test_values_that_fit_still_make_tensors() -> None:
     assert Tensor([0, 255], dtype=dtypes.uint8).tolist() == [0, 255]
     assert Tensor.full((2,), -128, dtype=dtypes.int8).tolist() == [-128, -128]
     assert Tensor([True, 2.5], dtype=dtypes.int32).tolist() == [1, 2]
+
+
+# *** CHECK_INDEX=1: index tensors' values are read and range-checked, as torch's CPU kernels check them ***
+
+# name: (lazygrad with an out-of-range index value, the same in torch, lazygrad with in-range values, torch's twin)
+BAD_INDEX_VALUES: dict[str, tuple[Callable[[], Any], Callable[[], Any], Callable[[], Any], Callable[[], Any]]] = {
+    "getitem": (
+        lambda: L(3)[Tensor([1, 3])],
+        lambda: T(3)[torch.tensor([1, 3])],
+        lambda: Tensor([1.0, 2.0, 3.0])[Tensor([-3, 2])],
+        lambda: torch.tensor([1.0, 2.0, 3.0])[torch.tensor([-3, 2])],
+    ),
+    "getitem_negative": (
+        lambda: L(2, 3)[:, Tensor([-4])],
+        lambda: T(2, 3)[:, torch.tensor([-4])],
+        lambda: Tensor([[1.0, 2.0, 3.0]])[:, Tensor([-1, 0])],
+        lambda: torch.tensor([[1.0, 2.0, 3.0]])[:, torch.tensor([-1, 0])],
+    ),
+    "gather": (
+        lambda: L(2, 3).gather(1, Tensor([[0], [3]])),
+        lambda: T(2, 3).gather(1, torch.tensor([[0], [3]])),
+        lambda: Tensor([[1.0, 2.0, 3.0]]).gather(1, Tensor([[2, 0]])),
+        lambda: torch.tensor([[1.0, 2.0, 3.0]]).gather(1, torch.tensor([[2, 0]])),
+    ),
+    "scatter": (
+        lambda: L(3).scatter(0, Tensor([-1]), 5.0),
+        lambda: T(3).scatter(0, torch.tensor([-1]), 5.0),
+        lambda: L(3).scatter(0, Tensor([2]), 5.0),
+        lambda: T(3).scatter(0, torch.tensor([2]), 5.0),
+    ),
+    "one_hot": (
+        lambda: Tensor([0, 3]).one_hot(3),
+        lambda: F.one_hot(torch.tensor([0, 3]), 3),
+        lambda: Tensor([0, 2]).one_hot(3).cast(dtypes.int64),
+        lambda: F.one_hot(torch.tensor([0, 2]), 3),
+    ),
+    "embedding": (
+        lambda: _embedding(Tensor([1, 4])),
+        lambda: torch.nn.functional.embedding(torch.tensor([1, 4]), torch.ones(4, 2)),
+        lambda: _embedding(Tensor([3, 0])),
+        lambda: torch.nn.functional.embedding(torch.tensor([3, 0]), torch.ones(4, 2)),
+    ),
+    "cross_entropy": (
+        lambda: L(2, 3).cross_entropy(Tensor([0, 3])),
+        lambda: F.cross_entropy(T(2, 3), torch.tensor([0, 3])),
+        lambda: Tensor([[1.0, 2.0, 3.0]]).cross_entropy(Tensor([2])),
+        lambda: F.cross_entropy(torch.tensor([[1.0, 2.0, 3.0]]), torch.tensor([2])),
+    ),
+    "nll_loss": (
+        lambda: L(2, 3).nll_loss(Tensor([-1, 0])),
+        lambda: F.nll_loss(T(2, 3), torch.tensor([-1, 0])),
+        lambda: Tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]).nll_loss(Tensor([-100, 1])),
+        lambda: F.nll_loss(torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]), torch.tensor([-100, 1])),
+    ),
+    "sparse_categorical_crossentropy": (
+        lambda: L(2, 3).sparse_categorical_crossentropy(Tensor([0, 7])),
+        lambda: F.cross_entropy(T(2, 3), torch.tensor([0, 7]), ignore_index=-1),
+        lambda: Tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]).sparse_categorical_crossentropy(Tensor([-1, 1])),
+        lambda: F.cross_entropy(
+            torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]), torch.tensor([-1, 1]), ignore_index=-1
+        ),
+    ),
+}
+
+
+def _embedding(idx: Tensor) -> Tensor:
+    from lazygrad import nn
+
+    e = nn.Embedding(4, 2)
+    e.weight = Tensor.ones(4, 2)
+    return e(idx)
+
+
+@pytest.mark.parametrize("name", BAD_INDEX_VALUES)
+def test_out_of_range_index_values_raise_with_check_index(name: str) -> None:
+    from lazygrad.helpers import Context
+    from lazygrad.tensor import IndexRangeError
+
+    bad, torch_bad, good, torch_good = BAD_INDEX_VALUES[name]
+    with pytest.raises((IndexError, RuntimeError)):
+        torch_bad()
+    with Context(CHECK_INDEX=1):
+        with pytest.raises(IndexRangeError, match="out of range") as info:
+            bad()
+        assert isinstance(info.value, IndexError) and isinstance(info.value, RuntimeError)
+        np.testing.assert_allclose(good().numpy(), torch_good().numpy(), rtol=1e-6)
+
+
+def test_index_values_are_not_read_by_default() -> None:
+    """Off (as tinygrad): building the graph runs no kernel, and an out-of-range value selects nothing."""
+    from lazygrad.helpers import GlobalCounters
+
+    idx = (Tensor([1, 2]) + 1).realize() + 0  # lazy: reading it would run a kernel
+    before = GlobalCounters.kernel_count
+    out = L(3)[idx]
+    assert GlobalCounters.kernel_count == before
+    np.testing.assert_equal(out.numpy(), [1.0, 0.0])
+
+
+def test_check_index_is_skipped_inside_a_capture_and_a_trace() -> None:
+    """A TinyJit capture and a @function trace cannot read values (they would be the capture's or a placeholder's):
+    the check does not run there, and no read error is raised."""
+    from lazygrad import TinyJit
+    from lazygrad.function import function
+    from lazygrad.helpers import Context
+
+    @TinyJit
+    def pick(x: Tensor, i: Tensor) -> Tensor:
+        return x.gather(0, i).realize()
+
+    @function
+    def pick_traced(x: Tensor, i: Tensor) -> Tensor:
+        return x.gather(0, i)
+
+    x = Tensor([1.0, 2.0, 3.0]).realize()
+    with Context(CHECK_INDEX=1):
+        for _ in range(3):
+            np.testing.assert_equal(pick(x, Tensor([2, 0]).realize()).numpy(), [3.0, 1.0])
+        np.testing.assert_equal(pick_traced(x, Tensor([1, 2]).realize()).numpy(), [2.0, 3.0])

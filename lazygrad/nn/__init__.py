@@ -11,7 +11,7 @@ from typing import Sequence
 
 from lazygrad.dtype import dtypes
 from lazygrad.helpers import make_tuple, prod
-from lazygrad.tensor import Tensor
+from lazygrad.tensor import Tensor, _check_index_values
 
 
 def _own_buffer(init: Tensor, requires_grad: bool = False) -> Tensor:
@@ -327,6 +327,7 @@ class Embedding:
     def __call__(self, idx: Tensor) -> Tensor:
         if not dtypes.is_int(idx.dtype):
             raise TypeError(f"Embedding needs integer indices, got {idx.dtype}")
+        _check_index_values(idx, 0, self.num_embeddings, f"Embedding of {self.num_embeddings} rows")
         # a one-hot matmul: a gather the scheduler fuses, with the scatter-add gradient for free
         hit = idx.unsqueeze(-1) == Tensor.arange(self.num_embeddings, device=idx.device)
         return hit.cast(self.weight.dtype) @ self.weight
