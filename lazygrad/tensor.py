@@ -7820,6 +7820,13 @@ def _view_chain(u: UOp, at: UOp) -> list[UOp]:
         if u.op is Ops.BUFFER and (origin := _block_origin(u)) is not None:
             u = origin  # a block cut as a buffer of its own (_block_as_buffer): the view it stands for leads on
             continue
+        if u.op is Ops.BUFFER and done is None and _stored_from(u, at):
+            # the view was stored over the memory `at` was stored in, and `at` is no longer known as that memory's
+            # value (a write into it forgot it): the view leads to `at` through that memory, seen in at's shape
+            # (`v = L.view(-1); v.realize(); L += 10; L.realize(); v += 1`)
+            done = u if u.shape == at.shape else UOp(Ops.RESHAPE, u.dtype, (u,), at.shape)
+            chain, u = [], start
+            continue
         if u.op not in GroupOp.Movement and u.op not in (Ops.DETACH, Ops.BITCAST):
             if done is None and at.op in GroupOp.Movement and (done := _stored_as(at, {})) is not None:
                 # `at` reshapes a computed value (a matmul's result) stored since: the view was rebuilt over it
