@@ -193,3 +193,17 @@ def set_fixed_team(threads: int) -> None:
     """Every parallel loop gets `threads` threads (0: adapt to the machine's load again)."""
     if _team is not None:
         ctypes.c_int.in_dll(_team, "lg_team_fixed").value = threads
+
+
+def _one_thread_in_forked_child() -> None:
+    """A process forked after a kernel ran on several threads runs its own kernels on one. The child inherits
+    libgomp's thread pool without its threads, and its first parallel loop on several threads waited for them
+    forever: a multiprocessing worker (or a DataLoader's) forked after a matmul hung at its first threaded kernel.
+    torch's DataLoader workers run on one thread as well. A parent that never ran a loop on several threads left no
+    pool: its children keep their threads."""
+    if _team is not None and team_launches()[1] > 0:
+        set_fixed_team(1)
+
+
+os.register_at_fork(after_in_child=_one_thread_in_forked_child)
+

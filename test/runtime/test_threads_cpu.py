@@ -262,3 +262,47 @@ def test_openmp_loads_with_its_idle_spin_capped_unless_the_user_set_it(user):
         pytest.skip("no threaded kernels here: libgomp is not loaded")
     spin = user.get("GOMP_SPINCOUNT", None if user else str(GOMP_SPINCOUNT))
     assert out.stdout.split(maxsplit=1)[1].strip() == f"[{spin!r}] True {user.get('GOMP_SPINCOUNT')}"
+
+
+_FORK_SCRIPT = """
+import multiprocessing as mp
+import sys
+from lazygrad import Tensor
+from lazygrad.runtime.threads_cpu import set_fixed_team, team_launches
+
+set_fixed_team(2)  # the parent's loops on two threads, whatever the machine's load
+a = Tensor.rand(512, 512).realize()
+(a @ a).realize()
+assert team_launches()[1] > 0
+
+
+def child(q):
+    b = Tensor.rand(512, 512).realize()
+    r = float((b @ b).sum().item())  # the parent's kernels, on the pool the fork left
+    r += float(((b * 3 + 1).exp().sum(0) / 7).max().item())  # new kernels, compiled in the child
+    q.put((r, team_launches()))
+
+
+ctx = mp.get_context("fork")
+q = ctx.Queue()
+p = ctx.Process(target=child, args=(q,))
+p.start()
+p.join(60)
+if p.is_alive():
+    p.kill()
+    sys.exit("the forked child hung")
+r, (one, several) = q.get(timeout=10)
+assert p.exitcode == 0 and r == r, (p.exitcode, r)
+print(one, several)
+"""
+
+
+def test_a_child_forked_after_a_threaded_kernel_runs_its_kernels(team):
+    """A child forked after the parent ran a parallel loop on several threads inherits libgomp's pool without its
+    threads: its first threaded kernel waited for them forever. It runs its kernels on one thread."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    root = os.path.dirname(os.path.dirname(here))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run([sys.executable, "-c", _FORK_SCRIPT], capture_output=True, text=True, env=env, timeout=240)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert int(out.stdout.split()[0]) > 0  # the child's loops ran on one thread
