@@ -206,4 +206,3 @@ def _one_thread_in_forked_child() -> None:
 
 
 os.register_at_fork(after_in_child=_one_thread_in_forked_child)
-
