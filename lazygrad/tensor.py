@@ -6493,7 +6493,7 @@ def _stand_for(t: Tensor, new: UOp, base: UOp, becomes: dict[UOp, UOp]) -> None:
     if owner is None or owner() is None:
         if (stored := becomes.get(base)) is None:
             stored = _realized.get(base)
-        owned = None
+        owned, lazy_noted = None, lazy
         if new is stored:
             owned = new if base.op is not _ASSIGN else None
             new.__dict__[_OWNER] = weakref.ref(t)
@@ -6505,6 +6505,15 @@ def _stand_for(t: Tensor, new: UOp, base: UOp, becomes: dict[UOp, UOp]) -> None:
             if x is stored and ((o := stored.__dict__.get(_OWNER)) is None or o() is None):
                 owned = stored
                 stored.__dict__[_OWNER] = weakref.ref(t)
+        elif (view_of := t._view_of) is not None and stored is not None and view_of[0].uop is view_of[1]:
+            # a view whose realize stored its lazy base tensor's whole value (a view of a matmul's result read): the
+            # base tensor owns it, as its views share its memory. Unowned, an equal graph realized after took that
+            # memory as its own, and its writes showed in the view (A = x @ x.T; v = (x @ x.T).view(-1); v.numpy();
+            # A.realize(); A += 10)
+            bt, at = view_of
+            if at.base is base and ((o := stored.__dict__.get(_OWNER)) is None or o() is None):
+                owned, lazy_noted = stored, at
+                stored.__dict__[_OWNER] = weakref.ref(bt)
         if owned is not None:
             # its memory notes the lazy node stored there, which views taken before follow (_stored_from)
             # (UOp.base and Buffer.memory inline: a realize's Python calls are counted, test_eager_overhead)
@@ -6513,9 +6522,9 @@ def _stand_for(t: Tensor, new: UOp, base: UOp, becomes: dict[UOp, UOp]) -> None:
             if owned.op is _BUFFER:
                 buf = owned.arg
                 memory = buf._external if isinstance(buf._external, Buffer) else buf
-                memory.__dict__[_STORED_FROM] = weakref.ref(lazy)
-                if lazy.op is Ops.CONTIGUOUS:  # (a copy _own_memory gave, numbered or not, or a clone)
-                    memory.__dict__[_COPIED_FROM] = weakref.ref(lazy.src[0])
+                memory.__dict__[_STORED_FROM] = weakref.ref(lazy_noted)
+                if lazy_noted.op is Ops.CONTIGUOUS:  # (a copy _own_memory gave, numbered or not, or a clone)
+                    memory.__dict__[_COPIED_FROM] = weakref.ref(lazy_noted.src[0])
                 else:
                     memory.__dict__.pop(_COPIED_FROM, None)
     if keep and new is not lazy:
@@ -7820,16 +7829,23 @@ def _view_chain(u: UOp, at: UOp) -> list[UOp]:
         if u.op is Ops.BUFFER and (origin := _block_origin(u)) is not None:
             u = origin  # a block cut as a buffer of its own (_block_as_buffer): the view it stands for leads on
             continue
-        if u.op is Ops.BUFFER and done is None and _stored_from(u, at):
-            # the view was stored over the memory `at` was stored in, and `at` is no longer known as that memory's
-            # value (a write into it forgot it): the view leads to `at` through that memory, seen in at's shape
-            # (`v = L.view(-1); v.realize(); L += 10; L.realize(); v += 1`)
-            done = u if u.shape == at.shape else UOp(Ops.RESHAPE, u.dtype, (u,), at.shape)
-            chain, u = [], start
-            continue
         if u.op not in GroupOp.Movement and u.op not in (Ops.DETACH, Ops.BITCAST):
             if done is None and at.op in GroupOp.Movement and (done := _stored_as(at, {})) is not None:
                 # `at` reshapes a computed value (a matmul's result) stored since: the view was rebuilt over it
+                chain, u = [], start
+                continue
+            if done is None and u.op is Ops.BUFFER and _stored_from(u, at):
+                # the view was stored over the memory `at` was stored in, and `at` is no longer known as that
+                # memory's value (a write into it forgot it): the view leads to `at` through that memory, seen in
+                # at's shape (`v = L.view(-1); v.realize(); L += 10; L.realize(); v += 1`)
+                # (any reshapes of the whole buffer to at's shape are that value: the view's own, or a new one)
+                done = u if u.shape == at.shape else UOp(Ops.RESHAPE, u.dtype, (u,), at.shape)
+                for n in reversed(chain):
+                    if n.op is not Ops.RESHAPE:
+                        break
+                    if n.shape == at.shape:
+                        done = n
+                        break
                 chain, u = [], start
                 continue
             raise NotImplementedError("this view no longer leads to the memory of the tensor it was taken from")

@@ -11,7 +11,7 @@ import os
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from lazygrad import GlobalCounters, Tensor, TinyJit, nn
@@ -650,6 +650,21 @@ def _run_graph_program(program, read_each: bool, lazy_base: bool) -> None:
 
 @settings(max_examples=int(os.getenv("WRITE_ORDER_EXAMPLES", "60")), deadline=None)
 @given(st.lists(GRAPH_STEPS, max_size=16), st.booleans(), st.booleans())
+# found at 3000 examples (hypothesis seeds 8 to 11), each failing before its fix: a view stored before a write into
+# its base's memory (NotImplementedError), and views whose realize stored their base's value owned by no tensor
+@example([("make", 11, 0), ("realize2", 0, 1), ("write", 0, 0, 0), ("realize", 0, 0), ("write", 0, 1, 0)], False, True)
+@example(
+    [("make", 11, 0), ("realize", 1, 0), ("realize", 0, 0), ("write", 0, 0, 0), ("read", 0), ("write", 0, 1, 0)],
+    False,
+    True,
+)
+@example(
+    [("make", 0, 0), ("again", 0, 11), *[("make", 0, 0)] * 3, ("realize", 1, 0), ("realize", 2, 0), ("read", 51)]
+    + [("write", 0, 69, 0)],
+    True,
+    False,
+)
+@example([("make", 7, 0), ("again", 0, 11), ("read", 14), ("realize", 1, 0), ("write", 0, 1, 0)], False, False)
 def test_random_programs_over_one_graph_keep_torch_memory(program, read_each, lazy_base) -> None:
     _run_graph_program(program, read_each, lazy_base)
 
