@@ -11,6 +11,7 @@ import shlex
 import shutil
 import struct
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -26,19 +27,30 @@ _libc.posix_memalign.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_
 _libc.posix_memalign.restype = ctypes.c_int
 _libc.free.argtypes = [ctypes.c_void_p]
 _libc.free.restype = None
+_libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+_libc.madvise.restype = ctypes.c_int
 _memview_from_memory = ctypes.pythonapi.PyMemoryView_FromMemory
 _memview_from_memory.argtypes = [ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int]
 _memview_from_memory.restype = ctypes.py_object
 _PyBUF_WRITE = 0x200
 
 ALIGNMENT = 64  # one cache line; also the widest (AVX-512) vector
+# buffers of HUGE_MIN bytes or more start on a 2 MB boundary and ask Linux for transparent huge pages (numpy does the
+# same for its arrays of 4 MB or more): a 2048^2 matmul streams its 16 MB operands once per column block, and with 4 KB
+# pages each row's stream crosses a page (a TLB miss, the prefetcher starting over) every 1024 floats (same kernels in
+# one process, CPU time of two cores: 2048^2 390-405 -> 418-443 GFLOPS, 1024^2 +1-2%, the conv bench +0-2%)
+HUGE_MIN, HUGE_PAGE, MADV_HUGEPAGE = 4 << 20, 2 << 20, 14
+_HUGE = sys.platform == "linux"
 
 
 class CPUAllocator(Allocator):
     def _alloc(self, nbytes: int) -> int:
         ptr = ctypes.c_void_p()
-        if (err := _libc.posix_memalign(ctypes.byref(ptr), ALIGNMENT, max(nbytes, 1))) != 0:
+        huge = _HUGE and nbytes >= HUGE_MIN
+        if (err := _libc.posix_memalign(ctypes.byref(ptr), HUGE_PAGE if huge else ALIGNMENT, max(nbytes, 1))) != 0:
             raise MemoryError(f"posix_memalign: {os.strerror(err)}")
+        if huge:
+            _libc.madvise(ptr.value, nbytes, MADV_HUGEPAGE)  # advice only: a refusal changes nothing
         return ptr.value  # type: ignore[return-value]
 
     def _free(self, ptr: int, nbytes: int) -> None:

@@ -62,6 +62,20 @@ def test_panel_matmul_shares_out_its_columns(n: int):
     np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
 
 
+def test_panel_matmul_on_one_core_runs_its_columns_outermost():
+    """One core: the column pairs are still the outer loop (a SWAP), so each pair's panels are reused from cache
+    while the rows stream."""
+    rows, k_, n = 64, 96, 128
+    a, b = _rand(rows, k_), _rand(k_, n, seed=1)
+    panels = Tensor(b).reshape(k_, n // 16, 16).permute(1, 0, 2).contiguous().realize()
+    out = (Tensor(a).realize().reshape(rows, 1, k_, 1) * panels.reshape(1, n // 16, k_, 16)).sum(-2)
+    k, got = _tile(out, threads=1)
+    assert any(o.op is OptOps.SWAP for o in k.applied_opts)
+    assert not k.axes_of(AxisType.THREAD)
+    assert k.full_shape[k.axes_of(AxisType.GLOBAL)[0]] == n // 32
+    np.testing.assert_allclose(got, (a @ b).reshape(rows, n // 16, 16), rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("size", [16, 32])
 @pytest.mark.parametrize("masked", [False, True])
 def test_padded_conv_tile(size: int, masked: bool):

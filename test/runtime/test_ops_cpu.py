@@ -13,6 +13,8 @@ from lazygrad.device import Buffer, CompileError, DeviceUnavailable
 from lazygrad.dtype import dtypes
 from lazygrad.runtime.ops_cpu import (
     HALF_VECTOR_PROBE,
+    HUGE_MIN,
+    HUGE_PAGE,
     LANE_SELECT_PROBE,
     ClangCompiler,
     CPUProgram,
@@ -87,6 +89,25 @@ def test_allocator_reuses_freed_blocks():
     c = Buffer("CPU", 1234, dtypes.float32).ensure_allocated()
     assert c.ptr == ptr
     assert alloc.cached_bytes >= 0
+
+
+def test_large_buffers_start_on_a_huge_page_and_compute_right():
+    """Buffers of HUGE_MIN bytes or more are 2 MB aligned (huge-page advice); smaller ones keep the 64-byte alignment.
+    A matmul over such buffers (the B panel copy and the output too) matches numpy."""
+    alloc = Device["CPU"].allocator
+    big = alloc._alloc(HUGE_MIN)
+    small = alloc._alloc(HUGE_MIN - 4)
+    try:
+        if sys.platform == "linux":
+            assert big % HUGE_PAGE == 0
+        assert big % 64 == 0 and small % 64 == 0
+    finally:
+        alloc._free(big, HUGE_MIN)
+        alloc._free(small, HUGE_MIN - 4)
+    rng = np.random.default_rng(0)
+    an, bn = (rng.standard_normal((1024, 1040)).astype(np.float32) for _ in range(2))
+    out = (Tensor(an) @ Tensor(bn).T).numpy()
+    np.testing.assert_allclose(out, an @ bn.T, rtol=1e-4, atol=1e-3)
 
 
 def _memory_of(t: Tensor) -> int:
