@@ -15,7 +15,7 @@ import threading
 import warnings
 import weakref
 from _weakref import _remove_dead_weakref
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 
 from lazygrad.device import Buffer, Device
 from lazygrad.dtype import (  # noqa: F401  (_to_np_dtype: tinygrad programs import it from here)
@@ -43,6 +43,9 @@ from lazygrad.schedule.multi import has_multi, lower_multi, multi, split_bounds,
 from lazygrad.uop.ops import GroupOp, Ops, UOp, pretty_print, ssimplify, ssmax, substitute, sym_known, sym_value
 from lazygrad.uop.program import GraphProgram
 from lazygrad.uop.view import ShapeTracker, strides_for_shape
+
+if TYPE_CHECKING:
+    from lazygrad.gradient import _Structure
 
 # reductions and composites of these accumulate in float32 and round once at the end, as torch's do (a sum rounded
 # to half before the division of a mean, or each running total of a cumsum, costs an ulp or more)
@@ -1367,11 +1370,12 @@ class Tensor(metaclass=_TensorType):
             raise ArgumentError(f"gradient shape {gradient.shape} does not match the tensor's shape {self.shape}")
         return gradient
 
-    def _backward_leaves(self) -> tuple[UOp, list[tuple[Tensor, UOp]], set[int], bool]:
+    def _backward_leaves(self, seed: Tensor) -> tuple[UOp, list[tuple[Tensor, UOp]], set[int], bool, _Structure | None]:
         """backward's graph (realized tensors' graphs swapped back in), the tensors it fills with the node standing for
-        each, the ids of those whose .grad it replaces rather than adds to, and whether a tensor set requires_grad=True
-        is among them (torch's rules, else tinygrad's)."""
-        from lazygrad.gradient import grad_reachable
+        each, the ids of those whose .grad it replaces rather than adds to, whether a tensor set requires_grad=True
+        is among them (torch's rules, else tinygrad's), and the graph's _Structure with `seed` where it is the graph
+        returned."""
+        from lazygrad.gradient import _Structure, grad_reachable
 
         # (the unset tensors are listed at C speed: a backward meets every live one, see _nodes_in_graph)
         candidates = [*_live_in(_grad_leaves), *_live(_unset_grad.copy().values())]
@@ -1384,6 +1388,20 @@ class Tensor(metaclass=_TensorType):
             viewed.add(id(v))
 
         def leaves_in(root: UOp, renamed: dict[UOp, UOp]) -> list[tuple[Tensor, UOp]]:
+            if shape is not None and shape.root is root and shape.graph is not None and not (shape.stored or renamed):
+                # a graph with no realized node and nothing renamed: its tensors are those holding one of its nodes,
+                # found by the structure's positions (sources first, as _nodes_in_graph lists them; the live tensors
+                # at C speed), and which of them a gradient reaches is the structure's, known after its first
+                # backward (no walk)
+                index, n_root, nodes = shape.index, shape.n_root, shape.nodes
+                holding = list(itertools.compress(candidates, map(index.__contains__, map(_UOP_OF, candidates))))
+                found = sorted(zip(map(index.__getitem__, map(_UOP_OF, holding)), holding), key=_first)
+                reached = shape.reached()
+                return [
+                    (t, nodes[p])
+                    for p, t in found
+                    if p in reached and p < n_root - 1 and not (t._requires_grad is None and id(t) in viewed)
+                ]
             pairs = self._nodes_in_graph(candidates, root, renamed)
             reached = grad_reachable(root, {n for _, n in pairs})
             return [
@@ -1394,13 +1412,14 @@ class Tensor(metaclass=_TensorType):
 
         renamed: dict[UOp, UOp] = {}
         root = _with_lazy_origins(self.uop, renamed)
+        shape: _Structure | None = _Structure(root, seed.uop, _modes.grad_disabled > 0)
         leaves = leaves_in(root, renamed)
         replace: set[int] = set()
         torch_style = any(t._requires_grad for t, _ in leaves)
         if not torch_style and (cut := _through_blocks(root, candidates, renamed)) is not root:
             # an unset tensor a slice was cut from as a buffer of its own gets its gradient through the slice (with a
             # tensor set True in the graph it would get none: a block is only cut from a tensor needing no gradient)
-            root = cut
+            root, shape = cut, None
             leaves = leaves_in(root, renamed)
         if torch_style:
             # the root reaches a leaf set True: noted on its node, so that realizing it (the loss, with the step)
@@ -1415,7 +1434,7 @@ class Tensor(metaclass=_TensorType):
             replace = {id(t) for t, _ in leaves if not t._requires_grad}
         else:
             leaves = _drop_unset_over_no_grad_inputs(root, leaves)
-        return root, leaves, replace, torch_style
+        return root, leaves, replace, torch_style, shape
 
     def backward(self, gradient: Tensor | None = None, retain_graph: bool = False) -> Tensor:
         """Accumulate d(self)/d(t) into `.grad` of every tensor t in self's graph with requires_grad True or unset (see
@@ -1433,13 +1452,13 @@ class Tensor(metaclass=_TensorType):
         # thread's optimizer step, whose writes they would read) must not find those its thread has dropped and this
         # scan still holds (they joined that step as outputs, and its kernels fused otherwise than in a run alone)
         with _realize_lock:
-            root, leaves, replace, torch_style = self._backward_leaves()
+            root, leaves, replace, torch_style, shape = self._backward_leaves(seed)
         if not leaves:
             raise RuntimeError(
                 "backward: the tensor depends on no floating point tensor whose requires_grad is True or unset "
                 "(or only through detach() / no_grad())"
             )
-        grads = compute_gradient(root, seed, {n for _, n in leaves})
+        grads = compute_gradient(root, seed, {n for _, n in leaves}, shape)
         for t, n in leaves:
             if (g := grads.get(n)) is not None:
                 if t._requires_grad and (hooks := _grad_hooks.get(id(t))):  # a computed tensor's run in the graph
