@@ -299,10 +299,11 @@ class _Structure:
     def __init__(self, root: UOp, seed: UOp, no_grad: bool):
         from lazygrad.schedule.kernelize import REALIZED_ENTRY
 
-        nodes = list(root.toposort)
-        index = {n: i for i, n in enumerate(nodes)}
+        topo = root.toposort
+        nodes = list(topo)
         self.root, self.n_root, self.no_grad = root, len(nodes), no_grad
-        nodes += [n for n in seed.toposort if n not in index]
+        nodes += [n for n in seed.toposort if n not in topo]
+        index = dict(zip(nodes, range(len(nodes))))
         self.nodes, self.index, self.seed = nodes, index, seed
         self.graph: _Graph | None = None
         self.stored = False
@@ -316,17 +317,16 @@ class _Structure:
         at = index.__getitem__  # mapped over a node's sources at C speed (a comprehension is a call per node)
         stored = False
         for i, n in enumerate(nodes):
-            index[n] = i
             arg = n.arg
-            if n.op is Ops.BUFFER:
+            if n.op is _BUFFER:
                 arg = (arg.size, arg.device)  # which buffer it is: a position in the walk, not part of the key
             elif type(arg) is float:
                 arg = repr(arg)  # -0.0 == 0.0, but a gradient through the one is another graph than through the other
             record((n.op, n.dtype.key, arg, len(n.src)))  # (a dtype by its number: C-level hash)
             record(map(at, n.src))
             memo = n.__dict__
-            if REALIZED_ENTRY in memo and i < self.n_root:
-                stored = True
+            if REALIZED_ENTRY in memo:
+                stored = stored or i < self.n_root
             if (shortcut := memo.get(_SHORTCUT)) is not None:
                 if (rule := rule_key(shortcut[1])) is None or shortcut[0] not in index:
                     return
@@ -427,6 +427,7 @@ class _GradProgram:
         return {vals[t]: Tensor(vals[g]) for t, g in zip(self.targets, self.program.outs)}
 
 
+_BUFFER = Ops.BUFFER  # (an Enum member read is ~50 ns on Python 3.11: read once, not once per node)
 _programs: dict[tuple, _Graph] = {}  # _Structure's key -> its graph
 GRAD_PROGRAMS = 64  # graphs kept, and programs per graph (shapes that change every call would otherwise grow them)
 # larger graphs are differentiated by the rules every time: a key and a program are as large as the graph, and a
