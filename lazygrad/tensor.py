@@ -1296,7 +1296,9 @@ class Tensor(metaclass=_TensorType):
         if value:
             _no_grad_leaves.pop(id(self), None)
         else:
-            _no_grad_leaves[id(self)] = self
+            _note_no_grad(self)
+            if id(self) not in _grad_leaves.data:
+                return  # (backward sets every gradient it makes False: no lock, no Python-level pop for those)
         with _grad_leaves_lock:
             if value:
                 if self.uop.base.op is not Ops.BUFFER and any(
@@ -6153,8 +6155,9 @@ _SEEDS: dict[tuple, UOp] = {}
 
 
 class _UnsetRef(weakref.ref):
-    """A weak reference to a tensor with requires_grad unset, carrying its id for the callback that drops its entry:
-    one object per float tensor made, where a reference with a partial of the id as its callback was two."""
+    """A weak reference to a tensor with requires_grad unset (or set False: _no_grad_leaves), carrying its id for the
+    callback that drops its entry: one object per float tensor made, where a reference with a partial of the id as its
+    callback was two."""
 
     __slots__ = ("key",)
 
@@ -6170,8 +6173,19 @@ def _drop_unset(ref: _UnsetRef) -> None:
     _remove_dead_weakref(_unset_grad, ref.key)
 
 
-# id -> tensor whose requires_grad was set False
-_no_grad_leaves: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
+# id -> weak reference to a tensor whose requires_grad was set False (as _unset_grad: a plain dict, where a
+# WeakValueDictionary's insert was Python calls for every gradient every backward makes)
+_no_grad_leaves: dict[int, weakref.ref] = {}
+
+
+def _note_no_grad(t: Tensor) -> None:
+    ref = _UnsetRef(t, _drop_no_grad)
+    ref.key = id(t)
+    _no_grad_leaves[ref.key] = ref
+
+
+def _drop_no_grad(ref: _UnsetRef) -> None:
+    _remove_dead_weakref(_no_grad_leaves, ref.key)  # (only if still dead, as _drop_unset)
 
 
 def _drop_unset_over_no_grad_inputs(root: UOp, leaves: list[tuple[Tensor, UOp]]) -> list[tuple[Tensor, UOp]]:
@@ -6183,7 +6197,7 @@ def _drop_unset_over_no_grad_inputs(root: UOp, leaves: list[tuple[Tensor, UOp]])
     if not any(t._requires_grad is None for t, _ in leaves):
         return leaves
     targets = {n for _, n in leaves}
-    no_grad = set(map(_UOP_OF, _live_in(_no_grad_leaves)))
+    no_grad = set(map(_UOP_OF, _live(_no_grad_leaves.copy().values())))
     below_target: dict[UOp, bool] = {}
     over_no_grad: dict[UOp, bool] = {}
     for n in root.toposort:  # sources before their users
