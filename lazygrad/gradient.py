@@ -293,8 +293,8 @@ class _Structure:
 
     The key finds the graph's _Graph: what a backward asks of every step's graph that is structure alone (which nodes
     a gradient reaches, the programs by target set) is known there after the first step, where each backward walked
-    the graph for it again. `n_root`: root's nodes come first (then the seed's other nodes); `stored`: whether a node
-    of root's holds a realized entry (backward then finds its tensors by the realized values too)."""
+    the graph for it again. `n_root`: root's nodes come first (then the seed's other nodes); `realized_at`: the
+    positions of root's nodes that hold a realized entry (backward finds tensors by their stored values too)."""
 
     def __init__(self, root: UOp, seed: UOp, no_grad: bool):
         from lazygrad.schedule.kernelize import REALIZED_ENTRY
@@ -306,7 +306,7 @@ class _Structure:
         index = dict(zip(nodes, range(len(nodes))))
         self.nodes, self.index, self.seed = nodes, index, seed
         self.graph: _Graph | None = None
-        self.stored = False
+        self.realized_at: list[int] = []
         if len(nodes) > GRAD_PROGRAM_NODES:
             return
         # flat, as the schedule cache's walk keys a graph: per node (op, dtype, arg, number of sources), then their
@@ -315,7 +315,7 @@ class _Structure:
         parts: list[Any] = []
         record = parts.extend
         at = index.__getitem__  # mapped over a node's sources at C speed (a comprehension is a call per node)
-        stored = False
+        realized_at = self.realized_at
         for i, n in enumerate(nodes):
             arg = n.arg
             if n.op is _BUFFER:
@@ -325,13 +325,12 @@ class _Structure:
             record((n.op, n.dtype.key, arg, len(n.src)))  # (a dtype by its number: C-level hash)
             record(map(at, n.src))
             memo = n.__dict__
-            if REALIZED_ENTRY in memo:
-                stored = stored or i < self.n_root
+            if REALIZED_ENTRY in memo and i < self.n_root:
+                realized_at.append(i)
             if (shortcut := memo.get(_SHORTCUT)) is not None:
                 if (rule := rule_key(shortcut[1])) is None or shortcut[0] not in index:
                     return
                 record(("S", index[shortcut[0]], rule))
-        self.stored = stored
         key = tuple(parts)
         if (graph := _programs.get(key)) is None:
             graph = _Graph()

@@ -1390,14 +1390,23 @@ class Tensor(metaclass=_TensorType):
             viewed.add(id(v))
 
         def leaves_in(root: UOp, renamed: dict[UOp, UOp]) -> list[tuple[Tensor, UOp]]:
-            if shape is not None and shape.root is root and shape.graph is not None and not (shape.stored or renamed):
-                # a graph with no realized node and nothing renamed: its tensors are those holding one of its nodes,
-                # found by the structure's positions (sources first, as _nodes_in_graph lists them; the live tensors
-                # at C speed), and which of them a gradient reaches is the structure's, known after its first
-                # backward (no walk)
+            if shape is not None and shape.root is root and shape.graph is not None and not renamed:
+                # its tensors are those holding one of its nodes or the stored value of one (as _nodes_in_graph lists
+                # them: by position, sources first, and a node's own holders before its value's), found by the
+                # structure's positions with the live tensors looked at C speed; which of them a gradient reaches is
+                # the structure's, known after its first backward (no walk)
                 index, n_root, nodes = shape.index, shape.n_root, shape.nodes
-                holding = list(itertools.compress(candidates, map(index.__contains__, map(_UOP_OF, candidates))))
-                found = sorted(zip(map(index.__getitem__, map(_UOP_OF, holding)), holding), key=_first)
+                uops = list(map(_UOP_OF, candidates))
+                holding = list(itertools.compress(candidates, map(index.__contains__, uops)))
+                found = list(zip(map(index.__getitem__, map(_UOP_OF, holding)), holding))
+                stored_at: dict[UOp, list[int]] = {}
+                for p in shape.realized_at:
+                    if (was := _realized.get(nodes[p])) is not None:
+                        stored_at.setdefault(was, []).append(p)
+                if stored_at:
+                    for t in itertools.compress(candidates, map(stored_at.__contains__, uops)):
+                        found += [(p, t) for p in stored_at[t.uop]]
+                found.sort(key=_first)
                 reached = shape.reached()
                 return [
                     (t, nodes[p])
