@@ -168,6 +168,15 @@ class RealizedNodes:
         memory.__dict__[_STORED_HERE] = kept
         return out
 
+    def stored_in_each(self, memories: Iterable[Buffer]) -> Iterator[tuple[Buffer, UOp]]:
+        """(memory, node) for the live nodes stored_in each of `memories`: filed once, and a memory with none stored
+        passed at C speed (an optimizer step asks it of every parameter's and state's memory)."""
+        self._file()
+        for memory in memories:
+            if memory.__dict__.get(_STORED_HERE):
+                for node in self.stored_in(memory):
+                    yield memory, node
+
     def setdefault(self, node: UOp, view: UOp) -> UOp:
         if (old := self.get(node)) is not None:
             return old
@@ -422,14 +431,19 @@ def _readers(
     overwritten: dict[UOp, bool] = {}  # each write -> whether a later one of them overwrites what it wrote
     per_memory: dict[Buffer, list[UOp]] = {}
     for n in written:
-        if n.src[0].base.op is Ops.BUFFER:
-            per_memory.setdefault(n.src[0].base.arg.memory, []).append(n)
-    latest = {mem: max(write_order(n) for n in ns) for mem, ns in per_memory.items()}  # the newest write into each
-    for ns in per_memory.values():
+        if (target := n.src[0].base).op is _BUFFER:
+            per_memory.setdefault(target.arg.memory, []).append(n)
+    latest: dict[Buffer, int] = {}  # the newest write into each
+    for mem, ns in per_memory.items():
+        if len(ns) == 1:  # (one write a memory, an optimizer step's: nothing of it overwritten by another)
+            overwritten[ns[0]] = False
+            latest[mem] = write_order(ns[0])
+            continue
+        latest[mem] = max(map(write_order, ns))
         for n in ns:
             # the result of a write that a later one into the same memory overwrites is read before that one: what
             # reads it is a reader too
-            overwritten[n] = len(ns) > 1 and any(m is not n and _written_after(m, n) for m in ns)
+            overwritten[n] = any(m is not n and _written_after(m, n) for m in ns)
 
     def leaf(n: UOp) -> bool | None:
         """Whether a node the walks stop at reads the memory as it is now; None for a node they look through."""
@@ -488,7 +502,7 @@ def _readers(
     # ASSIGN, the common case: an optimizer's step counter) is stored in the buffer below it; only a node stored in
     # memory its own graph does not reach hides the memory from the graph's buffers. Where none does, the buffers of
     # a graph (cached on its nodes) rule out most tensors without a walk.
-    hidden = any(memory not in _memories_below(node) for memory in mems for node in _realized.stored_in(memory))
+    hidden = any(memory not in _memories_below(node) for memory, node in _realized.stored_in_each(mems))
     out, seen = [], set(skip)
     for serial, t in _lazy_tensors() if hidden else _lazy_reading(mems, skip):
         if id(t) in seen:
@@ -6432,16 +6446,13 @@ def _note_stored(
 ) -> list[tuple[Tensor, UOp]]:
     """After scheduling `tensors`: the stored nodes are noted as realized, and each tensor stands for its stored
     buffer (`lowered`: the sharded tensors' graphs per device). Returns each tensor given a buffer, with its node."""
-    for n in becomes:
-        if n.op is _ASSIGN and (b := n.src[0].base).op is _BUFFER:
-            # the memory a write overwrites no longer holds the values stored there before: a graph built later over
-            # those nodes (alive in another graph, one hash-consed node) computes them anew
-            # (values computed from the memory itself, earlier writes into it, stay: computed anew they would read
-            # the new contents)
-            memory = b.arg.memory
-            for old in _realized.stored_in(memory):
-                if old not in becomes and old.op is not _ASSIGN and memory not in _memories_below(old):
-                    del _realized[old]
+    # the memory a write overwrites no longer holds the values stored there before: a graph built later over those
+    # nodes (alive in another graph, one hash-consed node) computes them anew (values computed from the memory itself,
+    # earlier writes into it, stay: computed anew they would read the new contents)
+    written = dict.fromkeys(b.arg.memory for n in becomes if n.op is _ASSIGN and (b := n.src[0].base).op is _BUFFER)
+    for memory, old in _realized.stored_in_each(written):
+        if old not in becomes and old.op is not _ASSIGN and memory not in _memories_below(old):
+            del _realized[old]
     _realized.update(becomes)
     replaced: list[tuple[Tensor, UOp]] = []
     for i, t in enumerate(tensors):
