@@ -299,38 +299,56 @@ class _Structure:
     def __init__(self, root: UOp, seed: UOp, no_grad: bool):
         from lazygrad.schedule.kernelize import REALIZED_ENTRY
 
-        topo = root.toposort
-        nodes = list(topo)
-        self.root, self.n_root, self.no_grad = root, len(nodes), no_grad
-        nodes += [n for n in seed.toposort if n not in topo]
-        index = dict(zip(nodes, range(len(nodes))))
-        self.nodes, self.index, self.seed = nodes, index, seed
-        self.graph: _Graph | None = None
-        self.realized_at: list[int] = []
-        if len(nodes) > GRAD_PROGRAM_NODES:
-            return
-        # flat, as the schedule cache's walk keys a graph: per node (op, dtype, arg, number of sources), then their
-        # positions, then ("S", source, rule) where it has a rule of its own; each record's length is known from its
-        # start, so equal keys are equal graphs (a tuple per node was two objects per node a backward kept to its end)
+        # one walk numbers the nodes (in the order of root.toposort, then the seed's other nodes as its toposort
+        # lists them) and keys them, where a toposort and then a pass over it cost a digits CNN backward ~25% more.
+        # The key is flat, as the schedule cache's walk keys a graph: per node (op, dtype, arg, number of sources)
+        # and their positions, then per node with a rule of its own ("S", it, its source, the rule); each record's
+        # length is known from its start, so equal keys are equal graphs (a tuple per node was two objects per node
+        # a backward kept to its end)
+        nodes: list[UOp] = []
+        index: dict[UOp, int] = {}
         parts: list[Any] = []
         record = parts.extend
         at = index.__getitem__  # mapped over a node's sources at C speed (a comprehension is a call per node)
-        realized_at = self.realized_at
-        for i, n in enumerate(nodes):
-            arg = n.arg
-            if n.op is _BUFFER:
-                arg = (arg.size, arg.device)  # which buffer it is: a position in the walk, not part of the key
-            elif type(arg) is float:
-                arg = repr(arg)  # -0.0 == 0.0, but a gradient through the one is another graph than through the other
-            record((n.op, n.dtype.key, arg, len(n.src)))  # (a dtype by its number: C-level hash)
-            record(map(at, n.src))
-            memo = n.__dict__
-            if REALIZED_ENTRY in memo and i < self.n_root:
-                realized_at.append(i)
-            if (shortcut := memo.get(_SHORTCUT)) is not None:
-                if (rule := rule_key(shortcut[1])) is None or shortcut[0] not in index:
-                    return
-                record(("S", index[shortcut[0]], rule))
+        ruled: list[int] = []
+        realized_at: list[int] = []
+        for start in (root, seed):
+            stack: list[Any] = [start]
+            while stack:
+                n = stack.pop()
+                if n is _DONE:
+                    n = stack.pop()
+                    arg = n.arg
+                    if n.op is _BUFFER:
+                        arg = (arg.size, arg.device)  # which buffer it is: a position in the walk, not part of the key
+                    elif type(arg) is float:
+                        arg = repr(arg)  # -0.0 == 0.0, but a gradient through it is another graph than through 0.0
+                    record((n.op, n.dtype.key, arg, len(n.src)))  # (a dtype by its number: C-level hash)
+                    record(map(at, n.src))
+                    memo = n.__dict__
+                    if REALIZED_ENTRY in memo and start is root:
+                        realized_at.append(len(nodes))
+                    if _SHORTCUT in memo:
+                        ruled.append(len(nodes))
+                    index[n] = len(nodes)
+                    nodes.append(n)
+                elif n not in index:
+                    stack.append(n)
+                    stack.append(_DONE)
+                    stack.extend(reversed(n.src))
+            if start is root:
+                self.n_root = len(nodes)
+        self.root, self.no_grad = root, no_grad
+        self.nodes, self.index, self.seed = nodes, index, seed
+        self.realized_at = realized_at
+        self.graph: _Graph | None = None
+        if len(nodes) > GRAD_PROGRAM_NODES:
+            return
+        for i in ruled:
+            source, rule = nodes[i].__dict__[_SHORTCUT]
+            if (keyed := rule_key(rule)) is None or source not in index:
+                return
+            record(("S", i, index[source], keyed))
         key = tuple(parts)
         if (graph := _programs.get(key)) is None:
             graph = _Graph()
@@ -426,6 +444,7 @@ class _GradProgram:
         return {vals[t]: Tensor(vals[g]) for t, g in zip(self.targets, self.program.outs)}
 
 
+_DONE = object()  # _Structure's walk: below it on the stack, a node whose sources are numbered
 _BUFFER = Ops.BUFFER  # (an Enum member read is ~50 ns on Python 3.11: read once, not once per node)
 _programs: dict[tuple, _Graph] = {}  # _Structure's key -> its graph
 GRAD_PROGRAMS = 64  # graphs kept, and programs per graph (shapes that change every call would otherwise grow them)
