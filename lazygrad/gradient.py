@@ -164,19 +164,22 @@ def _reaching(root: UOp, targets: set[UOp]) -> tuple[list[UOp], dict[UOp, bool]]
 
 def grad_reachable(root: UOp, targets: set[UOp]) -> set[UOp]:
     """The targets that root depends on differentiably."""
-    found: set[UOp] = set()
+    return _walk_reachable(root) & targets if targets else set()
+
+
+def _walk_reachable(root: UOp) -> set[UOp]:
+    """root and every node below it on a path that no op blocking gradients cuts (never through detach, comparisons
+    or integer arithmetic)."""
     seen: set[UOp] = set()
-    stack = [root] if targets else []
+    stack = [root]
     while stack:
         n = stack.pop()
         if n in seen:
             continue
         seen.add(n)
-        if n in targets:
-            found.add(n)
         if n.op not in MAY_BLOCK or not _blocks(n):
             stack.extend(n.src)
-    return found
+    return seen
 
 
 # in the __dict__ of a node whose derivative the composite op that built it states directly, instead of the
@@ -217,21 +220,27 @@ def recording() -> bool:
     return bool(getattr(_recorders, "stack", None))
 
 
-def compute_gradient(root: UOp, root_grad: Tensor, targets: set[UOp]) -> dict[UOp, Tensor]:
+def compute_gradient(
+    root: UOp, root_grad: Tensor, targets: set[UOp], shape: _Structure | None = None
+) -> dict[UOp, Tensor]:
     """d(root)/d(target) for each target reachable from root, as lazy Tensors (weighted by root_grad). A graph of the
     structure of one differentiated before (a training step's, over new buffers) replays that one's gradient program
-    instead of running the rules again."""
+    instead of running the rules again. `shape`: root's _Structure with root_grad as its seed, where the caller made it
+    (backward, which finds its leaves with it)."""
     from lazygrad.tensor import Tensor
 
-    shape = _Structure(root, root_grad.uop, targets, not Tensor.is_grad_enabled())
-    if shape.key is not None and (program := _programs.get(shape.key)) is not None:
+    if shape is None:
+        shape = _Structure(root, root_grad.uop, not Tensor.is_grad_enabled())
+    graph = shape.graph
+    key = shape.program_key(targets) if graph is not None else None
+    if key is not None and (program := graph.programs.get(key)) is not None:  # type: ignore[union-attr]
         return program.run(shape.nodes)
     grads = _apply_rules(root, root_grad, targets)
-    if shape.key is not None and (program := _GradProgram.record(shape.nodes, grads)) is not None:
+    if key is not None and (program := _GradProgram.record(shape.nodes, grads)) is not None:
         with _programs_lock:
-            if len(_programs) >= GRAD_PROGRAMS:
-                del _programs[next(iter(_programs))]
-            _programs[shape.key] = program
+            if len(graph.programs) >= GRAD_PROGRAMS:  # type: ignore[union-attr]
+                del graph.programs[next(iter(graph.programs))]  # type: ignore[union-attr]
+            graph.programs[key] = program  # type: ignore[union-attr]
     return grads
 
 
@@ -280,37 +289,100 @@ class _Structure:
     """The graph of root and its seed gradient in a canonical order (the toposort, children first) and as a hashable
     key that leaves out which buffers it reads: graphs with equal keys have equal gradients, node for node. A node
     with a derivative of its own (define_gradient) is keyed with its rule where the rule is structure (see rule_key);
-    where it is a closure, the key is None (the rules run every time)."""
+    where it is a closure, there is no key (the rules run every time).
 
-    def __init__(self, root: UOp, seed: UOp, targets: set[UOp], no_grad: bool):
-        nodes = list(root.toposort)
-        index = {n: i for i, n in enumerate(nodes)}
-        nodes += [n for n in seed.toposort if n not in index]
-        self.nodes = nodes
-        self.key: tuple | None = None
-        if len(nodes) > GRAD_PROGRAM_NODES:
-            return
-        # flat, as the schedule cache's walk keys a graph: per node (op, dtype, arg, number of sources), then their
-        # positions, then ("S", source, rule) where it has a rule of its own; each record's length is known from its
-        # start, so equal keys are equal graphs (a tuple per node was two objects per node a backward kept to its end)
+    The key finds the graph's _Graph: what a backward asks of every step's graph that is structure alone (which nodes
+    a gradient reaches, the programs by target set) is known there after the first step, where each backward walked
+    the graph for it again. `n_root`: root's nodes come first (then the seed's other nodes); `realized_at`: the
+    positions of root's nodes that hold a realized entry (backward finds tensors by their stored values too)."""
+
+    def __init__(self, root: UOp, seed: UOp, no_grad: bool):
+        from lazygrad.schedule.kernelize import REALIZED_ENTRY
+
+        # one walk numbers the nodes (in the order of root.toposort, then the seed's other nodes as its toposort
+        # lists them) and keys them, where a toposort and then a pass over it cost a digits CNN backward ~25% more.
+        # The key is flat, as the schedule cache's walk keys a graph: per node (op, dtype, arg, number of sources)
+        # and their positions, then per node with a rule of its own ("S", it, its source, the rule); each record's
+        # length is known from its start, so equal keys are equal graphs (a tuple per node was two objects per node
+        # a backward kept to its end)
+        nodes: list[UOp] = []
+        index: dict[UOp, int] = {}
         parts: list[Any] = []
         record = parts.extend
         at = index.__getitem__  # mapped over a node's sources at C speed (a comprehension is a call per node)
-        for i, n in enumerate(nodes):
-            index[n] = i
-            arg = n.arg
-            if n.op is Ops.BUFFER:
-                arg = (arg.size, arg.device)  # which buffer it is: a position in the walk, not part of the key
-            elif type(arg) is float:
-                arg = repr(arg)  # -0.0 == 0.0, but a gradient through the one is another graph than through the other
-            record((n.op, n.dtype.key, arg, len(n.src)))  # (a dtype by its number: C-level hash)
-            record(map(at, n.src))
-            if (shortcut := n.__dict__.get(_SHORTCUT)) is not None:
-                if (rule := rule_key(shortcut[1])) is None or shortcut[0] not in index:
-                    return
-                record(("S", index[shortcut[0]], rule))
+        ruled: list[int] = []
+        realized_at: list[int] = []
+        for start in (root, seed):
+            stack: list[Any] = [start]
+            while stack:
+                n = stack.pop()
+                if n is _DONE:
+                    n = stack.pop()
+                    arg = n.arg
+                    if n.op is _BUFFER:
+                        arg = (arg.size, arg.device)  # which buffer it is: a position in the walk, not part of the key
+                    elif type(arg) is float:
+                        arg = repr(arg)  # -0.0 == 0.0, but a gradient through it is another graph than through 0.0
+                    record((n.op, n.dtype.key, arg, len(n.src)))  # (a dtype by its number: C-level hash)
+                    record(map(at, n.src))
+                    memo = n.__dict__
+                    if REALIZED_ENTRY in memo and start is root:
+                        realized_at.append(len(nodes))
+                    if _SHORTCUT in memo:
+                        ruled.append(len(nodes))
+                    index[n] = len(nodes)
+                    nodes.append(n)
+                elif n not in index:
+                    stack.append(n)
+                    stack.append(_DONE)
+                    stack.extend(reversed(n.src))
+            if start is root:
+                self.n_root = len(nodes)
+        self.root, self.no_grad = root, no_grad
+        self.nodes, self.index, self.seed = nodes, index, seed
+        self.realized_at = realized_at
+        self.graph: _Graph | None = None
+        if len(nodes) > GRAD_PROGRAM_NODES:
+            return
+        for i in ruled:
+            source, rule = nodes[i].__dict__[_SHORTCUT]
+            if (keyed := rule_key(rule)) is None or source not in index:
+                return
+            record(("S", i, index[source], keyed))
+        key = tuple(parts)
+        if (graph := _programs.get(key)) is None:
+            graph = _Graph()
+            with _programs_lock:
+                if len(_programs) >= GRAD_PROGRAMS:
+                    del _programs[next(iter(_programs))]
+                _programs[key] = graph
+        self.graph = graph
+
+    def program_key(self, targets: set[UOp]) -> tuple:
+        """What picks a program among the graph's: the seed's place, the targets' places, how many are elsewhere."""
+        index = self.index
         where = sorted(index[t] for t in targets if t in index)
-        self.key = (tuple(parts), index[seed], tuple(where), len(targets) - len(where), no_grad)
+        return (index[self.seed], tuple(where), len(targets) - len(where), self.no_grad)
+
+    def reached(self) -> frozenset[int]:
+        """The positions of the nodes grad_reachable's walk from root meets (those a gradient can reach): the
+        graph's, known after the first backward of its structure."""
+        graph = self.graph
+        assert graph is not None, "a graph with no key has no positions to remember"
+        if graph.reached is None:
+            graph.reached = frozenset(map(self.index.__getitem__, _walk_reachable(self.root)))
+        return graph.reached
+
+
+class _Graph:
+    """What is structure alone in a graph backward differentiates: the positions a gradient reaches, and the gradient
+    programs recorded over graphs of this structure, by program_key."""
+
+    __slots__ = ("reached", "programs")
+
+    def __init__(self) -> None:
+        self.reached: frozenset[int] | None = None
+        self.programs: dict[tuple, _GradProgram] = {}
 
 
 def rule_key(rule: Callable) -> tuple | None:
@@ -372,8 +444,10 @@ class _GradProgram:
         return {vals[t]: Tensor(vals[g]) for t, g in zip(self.targets, self.program.outs)}
 
 
-_programs: dict[tuple, _GradProgram] = {}
-GRAD_PROGRAMS = 64  # programs kept (a graph whose shapes change every call would otherwise grow it forever)
+_DONE = object()  # _Structure's walk: below it on the stack, a node whose sources are numbered
+_BUFFER = Ops.BUFFER  # (an Enum member read is ~50 ns on Python 3.11: read once, not once per node)
+_programs: dict[tuple, _Graph] = {}  # _Structure's key -> its graph
+GRAD_PROGRAMS = 64  # graphs kept, and programs per graph (shapes that change every call would otherwise grow them)
 # larger graphs are differentiated by the rules every time: a key and a program are as large as the graph, and a
 # graph that deep is rarely one step of a loop (100,000 chained ops: a key of 100,000 parts kept per program)
 GRAD_PROGRAM_NODES = 20_000

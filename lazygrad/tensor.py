@@ -15,7 +15,7 @@ import threading
 import warnings
 import weakref
 from _weakref import _remove_dead_weakref
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 
 from lazygrad.device import Buffer, Device
 from lazygrad.dtype import (  # noqa: F401  (_to_np_dtype: tinygrad programs import it from here)
@@ -55,6 +55,9 @@ from lazygrad.schedule.multi import has_multi, lower_multi, multi, split_bounds,
 from lazygrad.uop.ops import GroupOp, Ops, UOp, pretty_print, ssimplify, ssmax, substitute, sym_known, sym_value
 from lazygrad.uop.program import GraphProgram
 from lazygrad.uop.view import ShapeTracker, strides_for_shape
+
+if TYPE_CHECKING:
+    from lazygrad.gradient import _Structure
 
 # reductions and composites of these accumulate in float32 and round once at the end, as torch's do (a sum rounded
 # to half before the division of a mean, or each running total of a cumsum, costs an ulp or more)
@@ -176,6 +179,15 @@ class RealizedNodes:
                 kept.append(r)
         memory.__dict__[_STORED_HERE] = kept
         return out
+
+    def stored_in_each(self, memories: Iterable[Buffer]) -> Iterator[tuple[Buffer, UOp]]:
+        """(memory, node) for the live nodes stored_in each of `memories`: filed once, and a memory with none stored
+        passed at C speed (an optimizer step asks it of every parameter's and state's memory)."""
+        self._file()
+        for memory in memories:
+            if memory.__dict__.get(_STORED_HERE):
+                for node in self.stored_in(memory):
+                    yield memory, node
 
     def setdefault(self, node: UOp, view: UOp) -> UOp:
         if (old := self.get(node)) is not None:
@@ -431,14 +443,19 @@ def _readers(
     overwritten: dict[UOp, bool] = {}  # each write -> whether a later one of them overwrites what it wrote
     per_memory: dict[Buffer, list[UOp]] = {}
     for n in written:
-        if n.src[0].base.op is Ops.BUFFER:
-            per_memory.setdefault(n.src[0].base.arg.memory, []).append(n)
-    latest = {mem: max(write_order(n) for n in ns) for mem, ns in per_memory.items()}  # the newest write into each
-    for ns in per_memory.values():
+        if (target := n.src[0].base).op is _BUFFER:
+            per_memory.setdefault(target.arg.memory, []).append(n)
+    latest: dict[Buffer, int] = {}  # the newest write into each
+    for mem, ns in per_memory.items():
+        if len(ns) == 1:  # (one write a memory, an optimizer step's: nothing of it overwritten by another)
+            overwritten[ns[0]] = False
+            latest[mem] = write_order(ns[0])
+            continue
+        latest[mem] = max(map(write_order, ns))
         for n in ns:
             # the result of a write that a later one into the same memory overwrites is read before that one: what
             # reads it is a reader too
-            overwritten[n] = len(ns) > 1 and any(m is not n and _written_after(m, n) for m in ns)
+            overwritten[n] = any(m is not n and _written_after(m, n) for m in ns)
 
     def leaf(n: UOp) -> bool | None:
         """Whether a node the walks stop at reads the memory as it is now; None for a node they look through."""
@@ -497,7 +514,7 @@ def _readers(
     # ASSIGN, the common case: an optimizer's step counter) is stored in the buffer below it; only a node stored in
     # memory its own graph does not reach hides the memory from the graph's buffers. Where none does, the buffers of
     # a graph (cached on its nodes) rule out most tensors without a walk.
-    hidden = any(memory not in _memories_below(node) for memory in mems for node in _realized.stored_in(memory))
+    hidden = any(memory not in _memories_below(node) for memory, node in _realized.stored_in_each(mems))
     out, seen = [], set(skip)
     for serial, t in _lazy_tensors() if hidden else _lazy_reading(mems, skip):
         if id(t) in seen:
@@ -1305,7 +1322,9 @@ class Tensor(metaclass=_TensorType):
         if value:
             _no_grad_leaves.pop(id(self), None)
         else:
-            _no_grad_leaves[id(self)] = self
+            _note_no_grad(self)
+            if id(self) not in _grad_leaves.data:
+                return  # (backward sets every gradient it makes False: no lock, no Python-level pop for those)
         with _grad_leaves_lock:
             if value:
                 if self.uop.base.op is not Ops.BUFFER and any(
@@ -1379,11 +1398,12 @@ class Tensor(metaclass=_TensorType):
             raise ArgumentError(f"gradient shape {gradient.shape} does not match the tensor's shape {self.shape}")
         return gradient
 
-    def _backward_leaves(self) -> tuple[UOp, list[tuple[Tensor, UOp]], set[int], bool]:
+    def _backward_leaves(self, seed: Tensor) -> tuple[UOp, list[tuple[Tensor, UOp]], set[int], bool, _Structure | None]:
         """backward's graph (realized tensors' graphs swapped back in), the tensors it fills with the node standing for
-        each, the ids of those whose .grad it replaces rather than adds to, and whether a tensor set requires_grad=True
-        is among them (torch's rules, else tinygrad's)."""
-        from lazygrad.gradient import grad_reachable
+        each, the ids of those whose .grad it replaces rather than adds to, whether a tensor set requires_grad=True
+        is among them (torch's rules, else tinygrad's), and the graph's _Structure with `seed` where it is the graph
+        returned."""
+        from lazygrad.gradient import _Structure, grad_reachable
 
         # (the unset tensors are listed at C speed: a backward meets every live one, see _nodes_in_graph)
         candidates = [*_live_in(_grad_leaves), *_live(_unset_grad.copy().values())]
@@ -1396,6 +1416,29 @@ class Tensor(metaclass=_TensorType):
             viewed.add(id(v))
 
         def leaves_in(root: UOp, renamed: dict[UOp, UOp]) -> list[tuple[Tensor, UOp]]:
+            if shape is not None and shape.root is root and shape.graph is not None and not renamed:
+                # its tensors are those holding one of its nodes or the stored value of one (as _nodes_in_graph lists
+                # them: by position, sources first, and a node's own holders before its value's), found by the
+                # structure's positions with the live tensors looked at C speed; which of them a gradient reaches is
+                # the structure's, known after its first backward (no walk)
+                index, n_root, nodes = shape.index, shape.n_root, shape.nodes
+                uops = list(map(_UOP_OF, candidates))
+                holding = list(itertools.compress(candidates, map(index.__contains__, uops)))
+                found = list(zip(map(index.__getitem__, map(_UOP_OF, holding)), holding))
+                stored_at: dict[UOp, list[int]] = {}
+                for p in shape.realized_at:
+                    if (was := _realized.get(nodes[p])) is not None:
+                        stored_at.setdefault(was, []).append(p)
+                if stored_at:
+                    for t in itertools.compress(candidates, map(stored_at.__contains__, uops)):
+                        found += [(p, t) for p in stored_at[t.uop]]
+                found.sort(key=_first)
+                reached = shape.reached()
+                return [
+                    (t, nodes[p])
+                    for p, t in found
+                    if p in reached and p < n_root - 1 and not (t._requires_grad is None and id(t) in viewed)
+                ]
             pairs = self._nodes_in_graph(candidates, root, renamed)
             reached = grad_reachable(root, {n for _, n in pairs})
             return [
@@ -1406,13 +1449,14 @@ class Tensor(metaclass=_TensorType):
 
         renamed: dict[UOp, UOp] = {}
         root = _with_lazy_origins(self.uop, renamed)
+        shape: _Structure | None = _Structure(root, seed.uop, _modes.grad_disabled > 0)
         leaves = leaves_in(root, renamed)
         replace: set[int] = set()
         torch_style = any(t._requires_grad for t, _ in leaves)
         if not torch_style and (cut := _through_blocks(root, candidates, renamed)) is not root:
             # an unset tensor a slice was cut from as a buffer of its own gets its gradient through the slice (with a
             # tensor set True in the graph it would get none: a block is only cut from a tensor needing no gradient)
-            root = cut
+            root, shape = cut, None
             leaves = leaves_in(root, renamed)
         if torch_style:
             # the root reaches a leaf set True: noted on its node, so that realizing it (the loss, with the step)
@@ -1427,7 +1471,7 @@ class Tensor(metaclass=_TensorType):
             replace = {id(t) for t, _ in leaves if not t._requires_grad}
         else:
             leaves = _drop_unset_over_no_grad_inputs(root, leaves)
-        return root, leaves, replace, torch_style
+        return root, leaves, replace, torch_style, shape
 
     def backward(self, gradient: Tensor | None = None, retain_graph: bool = False) -> Tensor:
         """Accumulate d(self)/d(t) into `.grad` of every tensor t in self's graph with requires_grad True or unset (see
@@ -1445,13 +1489,13 @@ class Tensor(metaclass=_TensorType):
         # thread's optimizer step, whose writes they would read) must not find those its thread has dropped and this
         # scan still holds (they joined that step as outputs, and its kernels fused otherwise than in a run alone)
         with _realize_lock:
-            root, leaves, replace, torch_style = self._backward_leaves()
+            root, leaves, replace, torch_style, shape = self._backward_leaves(seed)
         if not leaves:
             raise RuntimeError(
                 "backward: the tensor depends on no floating point tensor whose requires_grad is True or unset "
                 "(or only through detach() / no_grad())"
             )
-        grads = compute_gradient(root, seed, {n for _, n in leaves})
+        grads = compute_gradient(root, seed, {n for _, n in leaves}, shape)
         for t, n in leaves:
             if (g := grads.get(n)) is not None:
                 if t._requires_grad and (hooks := _grad_hooks.get(id(t))):  # a computed tensor's run in the graph
@@ -6170,8 +6214,9 @@ _SEEDS: dict[tuple, UOp] = {}
 
 
 class _UnsetRef(weakref.ref):
-    """A weak reference to a tensor with requires_grad unset, carrying its id for the callback that drops its entry:
-    one object per float tensor made, where a reference with a partial of the id as its callback was two."""
+    """A weak reference to a tensor with requires_grad unset (or set False: _no_grad_leaves), carrying its id for the
+    callback that drops its entry: one object per float tensor made, where a reference with a partial of the id as its
+    callback was two."""
 
     __slots__ = ("key",)
 
@@ -6188,8 +6233,19 @@ def _drop_unset(ref: _UnsetRef, remove: Any = _remove_dead_weakref, entries: dic
     remove(entries, ref.key)
 
 
-# id -> tensor whose requires_grad was set False
-_no_grad_leaves: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
+# id -> weak reference to a tensor whose requires_grad was set False (as _unset_grad: a plain dict, where a
+# WeakValueDictionary's insert was Python calls for every gradient every backward makes)
+_no_grad_leaves: dict[int, weakref.ref] = {}
+
+
+def _note_no_grad(t: Tensor) -> None:
+    ref = _UnsetRef(t, _drop_no_grad)
+    ref.key = id(t)
+    _no_grad_leaves[ref.key] = ref
+
+
+def _drop_no_grad(ref: _UnsetRef) -> None:
+    _remove_dead_weakref(_no_grad_leaves, ref.key)  # (only if still dead, as _drop_unset)
 
 
 def _drop_unset_over_no_grad_inputs(root: UOp, leaves: list[tuple[Tensor, UOp]]) -> list[tuple[Tensor, UOp]]:
@@ -6201,7 +6257,7 @@ def _drop_unset_over_no_grad_inputs(root: UOp, leaves: list[tuple[Tensor, UOp]])
     if not any(t._requires_grad is None for t, _ in leaves):
         return leaves
     targets = {n for _, n in leaves}
-    no_grad = set(map(_UOP_OF, _live_in(_no_grad_leaves)))
+    no_grad = set(map(_UOP_OF, _live(_no_grad_leaves.copy().values())))
     below_target: dict[UOp, bool] = {}
     over_no_grad: dict[UOp, bool] = {}
     for n in root.toposort:  # sources before their users
@@ -6453,16 +6509,13 @@ def _note_stored(
 ) -> list[tuple[Tensor, UOp]]:
     """After scheduling `tensors`: the stored nodes are noted as realized, and each tensor stands for its stored
     buffer (`lowered`: the sharded tensors' graphs per device). Returns each tensor given a buffer, with its node."""
-    for n in becomes:
-        if n.op is _ASSIGN and (b := n.src[0].base).op is _BUFFER:
-            # the memory a write overwrites no longer holds the values stored there before: a graph built later over
-            # those nodes (alive in another graph, one hash-consed node) computes them anew
-            # (values computed from the memory itself, earlier writes into it, stay: computed anew they would read
-            # the new contents)
-            memory = b.arg.memory
-            for old in _realized.stored_in(memory):
-                if old not in becomes and old.op is not _ASSIGN and memory not in _memories_below(old):
-                    del _realized[old]
+    # the memory a write overwrites no longer holds the values stored there before: a graph built later over those
+    # nodes (alive in another graph, one hash-consed node) computes them anew (values computed from the memory itself,
+    # earlier writes into it, stay: computed anew they would read the new contents)
+    written = dict.fromkeys(b.arg.memory for n in becomes if n.op is _ASSIGN and (b := n.src[0].base).op is _BUFFER)
+    for memory, old in _realized.stored_in_each(written):
+        if old not in becomes and old.op is not _ASSIGN and memory not in _memories_below(old):
+            del _realized[old]
     _realized.update(becomes)
     replaced: list[tuple[Tensor, UOp]] = []
     for i, t in enumerate(tensors):

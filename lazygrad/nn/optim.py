@@ -99,13 +99,23 @@ class Optimizer:
         settings = tuple((k, v) for k, v in vars(self).items() if type(v) in (int, float, bool, str, tuple))
         # dtypes by their numbers (a DType hashes and compares in Python: two calls per tensor on every lookup), and
         # Tensor._is_stored's test inline (three calls per tensor): this runs on every step
+        # (a stored tensor's buffer keyed with whether it shows part of its memory: a replay's race check skips the
+        # reads of whole buffers, see _StepProgram.record; shape and device read off the node's cache where it holds
+        # them, as a buffer view does: two property calls per tensor, every step)
         parts = []
+        multi, buffer, const = Ops.MULTI, Ops.BUFFER, Ops.CONST
         for t in tensors:
             u = t.uop
-            stored = all(whole_buffer(p) for p in u.src) if u.op is Ops.MULTI else _under_reshapes(u).op is Ops.BUFFER
-            parts.append(
-                (u.op, u.dtype.key, u.shape, u.device, u.arg if u.op is Ops.CONST else None, t._view_of is None, stored)
-            )
+            op = u.op
+            if op is multi:
+                stored: bool | str = all(whole_buffer(p) for p in u.src)
+            else:
+                b = _under_reshapes(u)
+                stored = b.op is buffer and ("part" if b.arg.part else True)
+            memo = u.__dict__
+            shape = memo["shape"] if "shape" in memo else u.shape
+            device = memo["device"] if "device" in memo else u.device
+            parts.append((op, u.dtype.key, shape, device, u.arg if op is const else None, t._view_of is None, stored))
         return (type(self), settings, tuple(parts), not Tensor.is_grad_enabled(), dtypes.default_float.key)
 
     def _begin_step(self) -> list[Tensor]:
@@ -294,8 +304,8 @@ class Muon(Optimizer):
 class _StepProgram:
     """One step's updates as a GraphProgram over the nodes of the optimizer's tensors: which tensors were assigned
     (their new nodes are the program's outputs) and which the step returned. For assign's race check on a replay,
-    each assigned value's inputs: those whose own shifted reads it inherits, and those a movement op of the program
-    itself views (see replay)."""
+    each assigned value's inputs: those whose own shifted reads it inherits (other than whole buffers, which read
+    nothing shifted), and those a movement op of the program itself views (see replay)."""
 
     def __init__(self, program: GraphProgram, assigned: list[int], returned: list[int], reads: list[tuple]):
         self.program, self.assigned, self.returned, self.reads = program, assigned, returned, reads
@@ -318,7 +328,14 @@ class _StepProgram:
         program, pos = recorded
         reads = _program_reads(program, len(before))
         values = [pos[tensors[j].uop.src[1]] for j in assigned]
-        return _StepProgram(program, assigned, [at[id(t)] for t in updated], [reads[v] for v in values])
+        # an input over a whole buffer (a parameter, a piece of state: what the step's key calls stored and not part)
+        # reads nothing shifted: the replay's check asks only the others (a digits CNN step: 50 -> 16 looks)
+        whole = [_whole_buffer(u) for u in before]
+        checks = [
+            (tuple(k for k in inherited if not whole[k]), viewed)
+            for inherited, viewed in map(reads.__getitem__, values)
+        ]
+        return _StepProgram(program, assigned, [at[id(t)] for t in updated], checks)
 
     def replay(self, tensors: list[Tensor]) -> list[Tensor] | None:
         """The step's writes over the tensors' current nodes; None (nothing changed) where assign might write one
@@ -342,6 +359,12 @@ class _StepProgram:
             _note_lazy(tensors[j])
         note_replay(self, vals, len(tensors), False)
         return [tensors[j] for j in self.returned]
+
+
+def _whole_buffer(u: UOp) -> bool:
+    """Whether u is a whole buffer seen through reshapes: it reads no memory shifted (the step's key holds this)."""
+    b = _under_reshapes(u)
+    return b.op is Ops.BUFFER and not b.arg.part
 
 
 def _program_reads(program: GraphProgram, n_in: int) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
