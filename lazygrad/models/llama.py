@@ -224,8 +224,10 @@ class Llama:
         mask = slots[:, :end] <= positions
         cos, sin = onehot @ self.cos, onehot @ self.sin
         written = onehot.sum(0).reshape(1, 1, -1, 1) > 0
-        # shared by every layer: computed once here rather than again inside each layer's kernels
-        Tensor.realize(onehot, written, mask, cos, sin)
+        # shared by every layer: computed once here rather than again inside each layer's kernels. A prompt's
+        # embedded rows too: fused into the first layer's kernels they made that layer's kernels differ from every
+        # other layer's, compiled on their own (SmolLM2's cold prompt: a schedule of 5 more kernels)
+        Tensor.realize(onehot, written, mask, cos, sin, *([x] if isinstance(start_pos, int) else []))
         for layer in self.layers:
             # one schedule per layer bounds the graph the scheduler walks; realizing the caches with it makes them
             # plain buffers again (no graph of this step's position left behind for the next step)
