@@ -14,10 +14,10 @@ every compiler process): on a machine shared with other work the wall time also 
 the cores, the CPU seconds do not. tinygrad 0.14 (DEV=CPU) runs the same CNN step when it is installed.
 
 --timeline prints where one cold run's time goes instead (one process per tree, best of --reps by wall time): per
-schedule that compiles, when it starts and ends, its kernels' code generation on the main thread, each compiler call
-on the worker threads (from its process's start, which may precede its source, to the shared object), and how long
-the main thread waited for the compilers after generating the last kernel; the schedules that compile nothing (a
-cached schedule run again, as SmolLM2's later layers) are summed between them.
+schedule that compiles (and build ahead, engine/realize.py's compile_ahead), when it starts and ends, its kernels'
+code generation, each compiler call on the worker threads (from its process's start, which may precede its source,
+to the shared object), and how long it waited for the compilers after generating its last kernel; the schedules that
+compile nothing (a cached schedule run again, as SmolLM2's later layers) are summed between them.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import resource
 import subprocess
 import sys
@@ -70,19 +71,20 @@ def cpu_seconds() -> float:
 
 
 class Timeline:
-    """Spans (kind, thread, start, end, detail) of one run: schedules run, kernels generated, compiler calls."""
+    """Spans (kind, thread, start, end, detail) of one run: schedules run, builds ahead, kernels generated, compiler
+    calls."""
 
     def __init__(self) -> None:
-        self.spans: list[tuple[str, int, float, float, str]] = []
-        self.main = threading.main_thread().ident
+        self.spans: list[tuple[str, int, float, float, object]] = []
 
-    def wrap(self, kind: str, fn, detail=lambda *a, **k: ""):
+    def wrap(self, kind: str, fn, detail=lambda out, *a: None):
         def timed(*args, **kwargs):
-            st = time.perf_counter()
+            st, out = time.perf_counter(), None
             try:
-                return fn(*args, **kwargs)
+                out = fn(*args, **kwargs)
+                return out
             finally:
-                self.spans.append((kind, threading.get_ident(), st, time.perf_counter(), detail(*args, **kwargs)))
+                self.spans.append((kind, threading.get_ident(), st, time.perf_counter(), detail(out, *args)))
 
         return timed
 
@@ -92,9 +94,12 @@ class Timeline:
         from lazygrad.engine import realize
         from lazygrad.runtime import ops_cpu
 
-        codegen._build_program = self.wrap("codegen", codegen._build_program)
+        codegen._build_program = self.wrap("codegen", codegen._build_program, lambda spec, *a: spec and spec.name)
         tensor.run_schedule = self.wrap("run", tensor.run_schedule)
-        realize._compile = self.wrap("cc", realize._compile, lambda c, srcs, *a: f"{len(srcs)}k {sum(map(len, srcs))}")
+        if hasattr(realize, "_build_ahead"):  # (before the model's module imports these by name)
+            realize._build_ahead = self.wrap("ahead", realize._build_ahead)
+            realize.run_together = self.wrap("run", realize.run_together)
+        realize._compile = self.wrap("cc", realize._compile, lambda out, c, srcs, names, d: (names, sum(map(len, srcs))))
         build, init = ops_cpu._Build, ops_cpu._Build.__init__
 
         def started(job, *args, **kwargs) -> None:  # a compiler process's start, which may precede its source
@@ -102,35 +107,37 @@ class Timeline:
             init(job, *args, **kwargs)
 
         build.__init__ = started
-        build.finish = self.wrap("build", build.finish, lambda job, src: f"{job.lg_started}")
+        build.finish = self.wrap("build", build.finish, lambda out, job, src: job.lg_started)
 
     def report(self, t0: float) -> list[dict]:
-        """Per schedule run: its span, and for one that compiled its kernels' codegen and compiler calls."""
+        """Per schedule run and per build ahead: its span, and where it compiled, its kernels' code generation (on
+        its own thread) and compiler calls (those building its kernels)."""
         ms = lambda t: round((t - t0) * 1e3, 1)  # noqa: E731
+        spans = sorted(self.spans, key=lambda s: s[2])
+        rows = [s for s in spans if s[0] in ("run", "ahead")]
+        gens = [[s for s in spans if s[0] == "codegen" and s[1] == r[1] and r[2] <= s[2] < r[3]] for r in rows]
+        calls: list[list] = [[] for _ in rows]
         workers: dict[int, str] = {}
-        rows = []
-        for kind, tid, st, et, detail in sorted(self.spans, key=lambda s: s[2]):
-            if kind != "run":
-                continue
-            inside = [s for s in self.spans if st <= s[2] < et and s[0] != "run"]
-            gen = [s for s in inside if s[0] == "codegen"]
-            builds = {s[3]: float(s[4]) for s in inside if s[0] == "build"}
-            calls = []
-            for _, ctid, cst, cet, cdetail in sorted((s for s in inside if s[0] == "cc"), key=lambda s: s[2]):
-                name = workers.setdefault(ctid, f"w{len(workers)}")
-                start = min([cst] + [b for e, b in builds.items() if abs(e - cet) < 2e-3])
-                calls.append((name, ms(start), ms(cst), ms(cet), cdetail))
-            rows.append(
-                {
-                    "start": ms(st),
-                    "end": ms(et),
-                    "kernels": len(gen),
-                    "codegen": round(sum(e - s for _, _, s, e, _ in gen) * 1e3, 1),
-                    "codegen_end": ms(max((e for _, _, _, e, _ in gen), default=st)),
-                    "calls": calls,
-                }
-            )
-        return rows
+        builds = [s for s in spans if s[0] == "build"]
+        for _, tid, st, et, (names, nbytes) in (s for s in spans if s[0] == "cc"):
+            kernels = {re.sub(r"n[0-9]+$", "", n) for n in names}  # (a binary's second kernel of a name is renamed)
+            owner = [i for i, r in enumerate(rows) if r[2] <= st and kernels <= {g[4] for g in gens[i]}]
+            start = min([st] + [b[4] for b in builds if b[1] == tid and abs(b[3] - et) < 2e-3])
+            if owner:
+                name = workers.setdefault(tid, f"w{len(workers)}")
+                calls[owner[-1]].append((name, ms(start), ms(st), ms(et), f"{len(names)}k {nbytes}"))
+        return [
+            {
+                "what": r[0],
+                "start": ms(r[2]),
+                "end": ms(r[3]),
+                "kernels": len(gen),
+                "codegen": round(sum(e - s for _, _, s, e, _ in gen) * 1e3, 1),
+                "codegen_end": ms(max((e for _, _, _, e, _ in gen), default=r[2])),
+                "calls": call,
+            }
+            for r, gen, call in zip(rows, gens, calls)
+        ]
 
 
 def lazygrad_child(workload: str, timeline: Timeline | None = None) -> dict:
@@ -314,8 +321,9 @@ def print_timelines(workload: str, trees: list[str | None], reps: int) -> None:
                 quiet = [0, 0.0]
             waited = row["end"] - row["codegen_end"] if row["kernels"] else 0.0
             calls = "  ".join(f"{w} {a:.0f}/{b:.0f}-{c:.0f} {d}" for w, a, b, c, d in row["calls"])
+            what = "ahead" if row["what"] == "ahead" else ""
             print(f"{row['start']:8.1f} {row['end']:8.1f} {row['kernels']:7d} {row['codegen']:8.1f} {waited:7.1f}  "
-                  f"{calls}")
+                  f"{what + ': ' if what else ''}{calls}")
         if quiet[0]:
             print(f"{'':8s} {'':8s} {'':>7s} {'':>8s} {'':>7s}  ({quiet[0]} schedules compiled nothing: "
                   f"{quiet[1]:.1f} ms)")
