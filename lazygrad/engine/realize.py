@@ -138,18 +138,21 @@ def compile_schedule(schedule: list[ScheduleItem], ahead: bool = False) -> None:
             dev = Device[key[0]]
             todo[key] = (dev.compiler.cachekey or key[0], type(dev.renderer), _renderer_settings(dev.renderer), key[1:])
     if todo:
-        _compile_todo(todo)
+        _compile_todo(todo, ahead)
     for future in waits:
         future.result()
 
 
-def _compile_todo(todo: dict[tuple, tuple]) -> None:
-    cores = cpu_cores()
+def _compile_todo(todo: dict[tuple, tuple], ahead: bool) -> None:
+    # a build ahead runs beside other work (a model's later layers keep a core busy): one compiler call for all its
+    # kernels, on one core, the least CPU (each call's start costs ~12 ms of it)
+    cores = 1 if ahead else cpu_cores()
     # auto: two batches per core, so compiling starts early beside code generation and the batch left to compile
     # when it ends is small (the CNN step on 2 cores: 0.79-0.86 s; one batch per core 0.87-0.94 s); 4 kernels at
     # least, as each compiler start costs about what compiling 2 small kernels does; the first batch is a quarter of
     # that and the last one is split among the workers (_Batches)
     batch_size = COMPILE_BATCH.value if COMPILE_BATCH.value > 0 else max(4, -(-len(todo) // (2 * cores)))
+    batch_size = len(todo) if ahead else batch_size
     batches = _Batches(min(cores, len(todo)), batch_size, len(set(todo.values())) if COMPILE_BATCH.value <= 0 else 0)
     # kernels with a reduce first: their code (register tiles, unrolled reduce loops) keeps the compiler busiest, so
     # it compiles beside the code generation of the rest, and the batches left at the end are the quick ones
@@ -224,12 +227,20 @@ class _Batches:
             first = not (self.submitted or self.full) and self.auto > self.batch_size
             size = max(2, self.batch_size // 4) if first else self.batch_size
             last = len(self.programs) == self.auto
-            if len(batch) >= (size if hasattr(dev.compiler, "compile_many") else 1) and not last:
-                self.full.append((cachekey, key[0], batch))
-                self.open[cachekey] = []
+            # auto: a full batch waits for a free worker (its first `size` kernels go then) rather than queueing
+            # behind the busy ones: what is left when code generation ends is split among the workers (flush), where
+            # a batch queued before had one compiler build it while the other cores waited (SmolLM2's prompt: 7
+            # kernels, ~100 ms alone on one core)
+            size = size if hasattr(dev.compiler, "compile_many") else 1
+            if len(batch) >= size and not last and not (self.auto and not self._worker_free()):
+                self.full.append((cachekey, key[0], batch[:size]))
+                self.open[cachekey] = batch[size:]
                 if not BEAM:  # BEAM times kernels inside get_program: a compiler running beside would skew its timings
                     self._submit_full()
         self.keys_of.setdefault(shared, []).append(key)
+
+    def _worker_free(self) -> bool:
+        return sum(not future.done() for _, future in self.submitted) < self.workers
 
     def flush(self) -> None:
         for cachekey, batch in self.open.items():

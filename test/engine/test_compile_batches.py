@@ -62,6 +62,30 @@ def test_default_batches_start_small_and_the_last_is_split_among_the_workers(mon
         np.testing.assert_allclose(out.numpy(), ref, rtol=1e-5)
 
 
+def test_a_full_batch_waits_for_a_free_worker_and_the_rest_is_split(monkeypatch: pytest.MonkeyPatch) -> None:
+    # compilers slower than code generation: 11 kernels on 2 cores (batches of 4, the first of 2) are 2 and 4 on the
+    # two workers, and the 5 generated while both were busy are not queued as a batch of 4 for one of them (with 1
+    # left) but split between them at the end: 2 + 3
+    import time
+
+    monkeypatch.setattr(realize, "cpu_cores", lambda: 2)
+    schedule, outs, refs = fresh_schedule(11)
+    sizes: list[int] = []
+    real = COMPILER.compile_many
+
+    def slow(self, srcs):  # noqa: ANN001, ANN202
+        sizes.append(len(srcs))
+        time.sleep(0.5)
+        return real(self, srcs)
+
+    monkeypatch.setattr(COMPILER, "compile_many", slow)
+    with Context(COMPILE_BATCH=0, CACHELEVEL=0):
+        run_schedule(schedule)
+    assert sorted(sizes) == [2, 2, 3, 4]
+    for out, ref in zip(outs, refs):
+        np.testing.assert_allclose(out.numpy(), ref, rtol=1e-5)
+
+
 def test_kernels_with_a_reduce_are_built_first(monkeypatch: pytest.MonkeyPatch) -> None:
     # their code keeps the compiler busiest: compiled beside the code generation of the rest, not left for the end
     c = 1 + float(np.random.default_rng().integers(1, 1 << 20)) / (1 << 20)
