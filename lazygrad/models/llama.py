@@ -199,6 +199,7 @@ class Llama:
         self.pos_var = UOp.variable("start_pos", 0, max_context - 1)
         self.token_var = UOp.variable("token", 0, embed_rows.n_rows - 1)
         self.decode_step = TinyJit(self._decode)
+        self._tails_built: set[int] = set()  # prompt lengths whose logits' kernels were built ahead
 
     def __call__(self, tokens: list[int], start_pos: int, all_logits: bool = False) -> Tensor:
         t = len(tokens)
@@ -241,8 +242,9 @@ class Llama:
             x = layer(x, onehot, written, mask, cos, sin)
             if i == 0 and prompt:
                 run_together(first, x.schedule_with_vars(layer.attention.cache_k, layer.attention.cache_v))
-                if not all_logits:
+                if not all_logits and len(self.layers) > 1 and t not in self._tails_built:
                     self._build_tail_ahead(x)
+                    self._tails_built.add(t)
             else:
                 Tensor.realize(x, layer.attention.cache_k, layer.attention.cache_v)
         return self._logits(x, all_logits)
@@ -256,8 +258,9 @@ class Llama:
         """The kernels of what follows the layers, the logits and their greedy pick (argmax_token), compiled while
         the other layers run (their kernels are the first layer's, and they keep one core busy): each had waited for
         its compiler after the layers (SmolLM2's cold prompt: two schedules of 4 and 2 kernels). Built over the first
-        layer's output (a placeholder would not be sliced into rows as a stored tensor is) and a placeholder of the
-        logits; neither schedule runs."""
+        layer's output (a placeholder would not be sliced into rows as a stored tensor is; the logits are computed
+        from another layer's, so none of these lazy nodes is met again) and a placeholder of the logits; neither
+        schedule runs. Once per prompt length: the kernels depend on it."""
         logits = self._logits(x, False)
         pick = Tensor.empty(*logits.shape, dtype=logits.dtype, device=logits.device).argmax()
         compile_ahead(logits.contiguous().schedule() + pick.schedule())
