@@ -99,7 +99,9 @@ class Timeline:
         if hasattr(realize, "_build_ahead"):  # (before the model's module imports these by name)
             realize._build_ahead = self.wrap("ahead", realize._build_ahead)
             realize.run_together = self.wrap("run", realize.run_together)
-        realize._compile = self.wrap("cc", realize._compile, lambda out, c, srcs, names, d: (names, sum(map(len, srcs))))
+        realize._compile = self.wrap(
+            "cc", realize._compile, lambda out, c, srcs, names, d: (names, sum(map(len, srcs)))
+        )
         build, init = ops_cpu._Build, ops_cpu._Build.__init__
 
         def started(job, *args, **kwargs) -> None:  # a compiler process's start, which may precede its source
@@ -306,27 +308,28 @@ def print_timelines(workload: str, trees: list[str | None], reps: int) -> None:
             if r is not None and (tree not in best or r["wall"] < best[tree]["wall"]):
                 best[tree] = r
     for tree, r in best.items():
-        print(f"{workload}: {'baseline ' + tree if tree else 'this tree'}: wall {r['wall'] * 1e3:.1f} ms, CPU "
-              f"{r['cpu'] * 1e3:.0f} ms, {r['kernels']} kernels (ms from the call; compiler calls: worker "
-              f"process start / source given - done, kernels, bytes of C)")
+        print(
+            f"{workload}: {'baseline ' + tree if tree else 'this tree'}: wall {r['wall'] * 1e3:.1f} ms, CPU "
+            f"{r['cpu'] * 1e3:.0f} ms, {r['kernels']} kernels (ms from the call; compiler calls: worker "
+            f"process start / source given - done, kernels, bytes of C)"
+        )
         print(f"{'start':>8s} {'end':>8s} {'kernels':>7s} {'codegen':>8s} {'waited':>7s}  compiler calls")
-        quiet = [0, 0.0]  # schedules that compiled nothing since the last printed row, their summed time
-        for row in r["timeline"]:
-            if not row["kernels"] and not row["calls"]:
-                quiet[0], quiet[1] = quiet[0] + 1, quiet[1] + row["end"] - row["start"]
+        quiet: list[dict] = []  # schedules that compiled nothing since the last row printed
+        for row in [*r["timeline"], None]:
+            if row is not None and not row["kernels"] and not row["calls"]:
+                quiet.append(row)
                 continue
-            if quiet[0]:
-                print(f"{'':8s} {'':8s} {'':>7s} {'':>8s} {'':>7s}  ({quiet[0]} schedules compiled nothing: "
-                      f"{quiet[1]:.1f} ms)")
-                quiet = [0, 0.0]
-            waited = row["end"] - row["codegen_end"] if row["kernels"] else 0.0
-            calls = "  ".join(f"{w} {a:.0f}/{b:.0f}-{c:.0f} {d}" for w, a, b, c, d in row["calls"])
-            what = "ahead" if row["what"] == "ahead" else ""
-            print(f"{row['start']:8.1f} {row['end']:8.1f} {row['kernels']:7d} {row['codegen']:8.1f} {waited:7.1f}  "
-                  f"{what + ': ' if what else ''}{calls}")
-        if quiet[0]:
-            print(f"{'':8s} {'':8s} {'':>7s} {'':>8s} {'':>7s}  ({quiet[0]} schedules compiled nothing: "
-                  f"{quiet[1]:.1f} ms)")
+            if quiet:
+                ms = sum(q["end"] - q["start"] for q in quiet)
+                print(f"{'':44s}({len(quiet)} schedules compiled nothing: {ms:.1f} ms)")
+                quiet = []
+            if row is not None:
+                waited = row["end"] - row["codegen_end"] if row["kernels"] else 0.0
+                calls = "  ".join(f"{w} {a:.0f}/{b:.0f}-{c:.0f} {d}" for w, a, b, c, d in row["calls"])
+                print(
+                    f"{row['start']:8.1f} {row['end']:8.1f} {row['kernels']:7d} {row['codegen']:8.1f} {waited:7.1f}  "
+                    f"{'ahead: ' if row['what'] == 'ahead' else ''}{calls}"
+                )
 
 
 if __name__ == "__main__":
