@@ -230,9 +230,11 @@ class _Batches:
             # auto: a full batch waits for a free worker (its first `size` kernels go then) rather than queueing
             # behind the busy ones: what is left when code generation ends is split among the workers (flush), where
             # a batch queued before had one compiler build it while the other cores waited (SmolLM2's prompt: 7
-            # kernels, ~100 ms alone on one core)
-            size = size if hasattr(dev.compiler, "compile_many") else 1
-            if len(batch) >= size and not last and not (self.auto and not self._worker_free()):
+            # kernels, ~100 ms alone on one core). A compiler of one kernel a call gets each at once
+            many = hasattr(dev.compiler, "compile_many")
+            size = size if many else 1
+            waits = self.auto and many and not self._worker_free()
+            if len(batch) >= size and not last and not waits:
                 self.full.append((cachekey, key[0], batch[:size]))
                 self.open[cachekey] = batch[size:]
                 if not BEAM:  # BEAM times kernels inside get_program: a compiler running beside would skew its timings
