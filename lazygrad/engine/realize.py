@@ -282,7 +282,10 @@ class _Batches:
 
 def _compile(compiler: Compiler, srcs: list[str], names: list[str], device: str) -> bytes:
     with profile.span("compile", "compile", kernels=names, device=device):
-        return compiler.compile_many(srcs) if hasattr(compiler, "compile_many") else compiler.compile_cached(srcs[0])
+        if hasattr(compiler, "compile_many"):
+            return compiler.compile_many(srcs)
+        assert len(srcs) == 1, "a compiler without compile_many builds one kernel a call"
+        return compiler.compile_cached(srcs[0])
 
 
 def get_runner(device: str, ast: UOp) -> CompiledRunner:
