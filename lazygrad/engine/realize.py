@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import os
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -105,6 +106,15 @@ def compile_ahead(schedule: list[ScheduleItem]) -> None:
     future = _ahead_pool[0].submit(_build_ahead, schedule, keys)
     for key in keys:
         _ahead.setdefault(key, future)
+
+
+def _forget_builds_ahead() -> None:
+    # a forked child has no thread building them: its realizes build their kernels themselves
+    _ahead.clear()
+    _ahead_pool.clear()
+
+
+os.register_at_fork(after_in_child=_forget_builds_ahead)
 
 
 def _build_ahead(schedule: list[ScheduleItem], keys: set[tuple]) -> None:

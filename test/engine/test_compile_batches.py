@@ -277,3 +277,31 @@ def test_run_together_builds_every_schedule_before_running_them_in_order(monkeyp
     ya = np.exp(a * np.float32(c))
     np.testing.assert_allclose(y.numpy(), ya, rtol=1e-5)
     np.testing.assert_allclose(z.numpy(), (ya + 1).sum(1), rtol=1e-5)
+
+
+def test_a_forked_child_builds_what_its_parent_was_building_ahead(monkeypatch: pytest.MonkeyPatch) -> None:
+    import multiprocessing
+    import time
+
+    schedule, outs, refs = fresh_schedule(2)
+    real = COMPILER.compile_many
+    monkeypatch.setattr(COMPILER, "compile_many", lambda self, srcs: time.sleep(0.5) or real(self, srcs))
+    with Context(CACHELEVEL=0):
+        realize.compile_ahead(schedule)
+        ctx = multiprocessing.get_context("fork")
+        _FORKED[:] = [schedule, outs]  # (tensors do not pickle: the child reads its copy of this list)
+        with ctx.Pool(1) as pool:  # the child's realize must not wait for a build only its parent runs
+            got = pool.apply_async(_realize_forked_outs).get(timeout=60)
+        _FORKED.clear()
+        run_schedule(schedule)
+    np.testing.assert_allclose(got, refs, rtol=1e-5)
+    np.testing.assert_allclose([o.item() for o in outs], refs, rtol=1e-5)
+
+
+_FORKED: list = []  # [schedule, its tensors]
+
+
+def _realize_forked_outs() -> list[float]:
+    schedule, outs = _FORKED
+    run_schedule(schedule)
+    return [o.item() for o in outs]
