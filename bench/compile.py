@@ -2,6 +2,7 @@
 each in a fresh process, best of --reps. Split into Python codegen (AST -> C source) and C compiler time.
 
     python bench/compile.py [--reps 3] [--baseline PATH]
+    python bench/compile.py --timeline llm|cnn [--baseline PATH]
 
 --baseline PATH adds rows for the lazygrad of another checkout (e.g. `git worktree add /tmp/base main`), run the
 same way in the same run.
@@ -11,6 +12,12 @@ seconds (summed over kernels), compiler seconds (wall time during which at least
 compilers running side by side count once), and the CPU seconds the step took in all (this process's threads and
 every compiler process): on a machine shared with other work the wall time also counts the time the neighbours held
 the cores, the CPU seconds do not. tinygrad 0.14 (DEV=CPU) runs the same CNN step when it is installed.
+
+--timeline prints where one cold run's time goes instead (one process per tree, best of --reps by wall time): per
+schedule that compiles (and build ahead, engine/realize.py's compile_ahead), when it starts and ends, its kernels'
+code generation, each compiler call on the worker threads (from its process's start, which may precede its source,
+to the shared object), and how long it waited for the compilers after generating its last kernel; the schedules that
+compile nothing (a cached schedule run again, as SmolLM2's later layers) are summed between them.
 """
 
 from __future__ import annotations
@@ -18,9 +25,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import resource
 import subprocess
 import sys
+import threading
 import time
 
 REPO = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
@@ -61,12 +70,86 @@ def cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
-def lazygrad_child(workload: str) -> dict:
+class Timeline:
+    """Spans (kind, thread, start, end, detail) of one run: schedules run, builds ahead, kernels generated, compiler
+    calls."""
+
+    def __init__(self) -> None:
+        self.spans: list[tuple[str, int, float, float, object]] = []
+
+    def wrap(self, kind: str, fn, detail=lambda out, *a: None):
+        def timed(*args, **kwargs):
+            st, out = time.perf_counter(), None
+            try:
+                out = fn(*args, **kwargs)
+                return out
+            finally:
+                self.spans.append((kind, threading.get_ident(), st, time.perf_counter(), detail(out, *args)))
+
+        return timed
+
+    def install(self) -> None:
+        import lazygrad.codegen as codegen
+        import lazygrad.tensor as tensor
+        from lazygrad.engine import realize
+        from lazygrad.runtime import ops_cpu
+
+        codegen._build_program = self.wrap("codegen", codegen._build_program, lambda spec, *a: spec and spec.name)
+        tensor.run_schedule = self.wrap("run", tensor.run_schedule)
+        if hasattr(realize, "_build_ahead"):  # (before the model's module imports these by name)
+            realize._build_ahead = self.wrap("ahead", realize._build_ahead)
+            realize.run_together = self.wrap("run", realize.run_together)
+        realize._compile = self.wrap(
+            "cc", realize._compile, lambda out, c, srcs, names, d: (names, sum(map(len, srcs)))
+        )
+        build, init = ops_cpu._Build, ops_cpu._Build.__init__
+
+        def started(job, *args, **kwargs) -> None:  # a compiler process's start, which may precede its source
+            job.lg_started = time.perf_counter()
+            init(job, *args, **kwargs)
+
+        build.__init__ = started
+        build.finish = self.wrap("build", build.finish, lambda out, job, src: job.lg_started)
+
+    def report(self, t0: float) -> list[dict]:
+        """Per schedule run and per build ahead: its span, and where it compiled, its kernels' code generation (on
+        its own thread) and compiler calls (those building its kernels)."""
+        ms = lambda t: round((t - t0) * 1e3, 1)  # noqa: E731
+        spans = sorted(self.spans, key=lambda s: s[2])
+        rows = [s for s in spans if s[0] in ("run", "ahead")]
+        gens = [[s for s in spans if s[0] == "codegen" and s[1] == r[1] and r[2] <= s[2] < r[3]] for r in rows]
+        calls: list[list] = [[] for _ in rows]
+        workers: dict[int, str] = {}
+        builds = [s for s in spans if s[0] == "build"]
+        for _, tid, st, et, (names, nbytes) in (s for s in spans if s[0] == "cc"):
+            kernels = {re.sub(r"n[0-9]+$", "", n) for n in names}  # (a binary's second kernel of a name is renamed)
+            owner = [i for i, r in enumerate(rows) if r[2] <= st and kernels <= {g[4] for g in gens[i]}]
+            start = min([st] + [b[4] for b in builds if b[1] == tid and abs(b[3] - et) < 2e-3])
+            if owner:
+                name = workers.setdefault(tid, f"w{len(workers)}")
+                calls[owner[-1]].append((name, ms(start), ms(st), ms(et), f"{len(names)}k {nbytes}"))
+        return [
+            {
+                "what": r[0],
+                "start": ms(r[2]),
+                "end": ms(r[3]),
+                "kernels": len(gen),
+                "codegen": round(sum(e - s for _, _, s, e, _ in gen) * 1e3, 1),
+                "codegen_end": ms(max((e for _, _, _, e, _ in gen), default=r[2])),
+                "calls": call,
+            }
+            for r, gen, call in zip(rows, gens, calls)
+        ]
+
+
+def lazygrad_child(workload: str, timeline: Timeline | None = None) -> dict:
     import lazygrad.codegen as codegen
     from lazygrad.engine import realize
     from lazygrad.runtime.ops_cpu import ClangCompiler
 
     codegen_clock, cc_clock = IntervalClock(), IntervalClock()
+    if timeline is not None:
+        timeline.install()
     codegen._build_program = codegen_clock.wrap(codegen._build_program)
     ClangCompiler._run = cc_clock.wrap(ClangCompiler._run)
     if workload == "cnn":
@@ -79,6 +162,8 @@ def lazygrad_child(workload: str) -> dict:
         step = make_step(model, nn.optim.Adam(get_parameters(model), lr=1e-3), False)
         x, y = Tensor.rand(64, 1, 8, 8).realize(), Tensor([i % 10 for i in range(64)]).realize()
         n0, cc_clock.spans[:], codegen_clock.spans[:] = len(realize._runners), [], []
+        if timeline is not None:
+            timeline.spans.clear()
         st, cpu0 = time.perf_counter(), cpu_seconds()
         step(x, y)[0].item()
     else:
@@ -90,11 +175,16 @@ def lazygrad_child(workload: str) -> dict:
         tok = BPETokenizer.from_gguf_metadata(meta)
         ids = tok.encode(tok.apply_chat_template([{"role": "user", "content": "What is a tensor?"}]))
         n0, cc_clock.spans[:], codegen_clock.spans[:] = len(realize._runners), [], []
+        if timeline is not None:
+            timeline.spans.clear()
         st, cpu0 = time.perf_counter(), cpu_seconds()
         argmax_token(model(ids, 0))
     wall, cpu = time.perf_counter() - st, cpu_seconds() - cpu0
     kernels = len(realize._runners) - n0
-    return {"wall": wall, "kernels": kernels, "codegen": codegen_clock.total(), "cc": cc_clock.covered(), "cpu": cpu}
+    out = {"wall": wall, "kernels": kernels, "codegen": codegen_clock.total(), "cc": cc_clock.covered(), "cpu": cpu}
+    if timeline is not None:
+        out["timeline"] = timeline.report(st)
+    return out
 
 
 def tinygrad_child(workload: str) -> dict:
@@ -130,11 +220,13 @@ def tinygrad_child(workload: str) -> dict:
 
 def run_child(framework: str, workload: str, tree: str | None = None) -> dict | None:
     env = dict(os.environ, CACHELEVEL="0")
+    if framework == "timeline":
+        framework, workload = "lazygrad", f"{workload} timeline"
     if framework == "tinygrad":
         env["DEV"] = "CPU"
     if tree is not None:
         env["BENCH_LAZYGRAD"] = tree
-    cmd = [sys.executable, os.path.abspath(__file__), "--child", framework, workload]
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", framework, *workload.split()]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         print(f"{framework} {workload} failed:\n{proc.stderr[-2000:]}", file=sys.stderr)
@@ -150,11 +242,18 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--baseline", help="another checkout whose lazygrad is measured beside this one")
-    ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    ap.add_argument("--timeline", choices=["cnn", "llm"], help="where one cold run's time goes, per schedule")
+    ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        fn = lazygrad_child if args.child[0] == "lazygrad" else tinygrad_child
-        print(json.dumps(fn(args.child[1])))
+        if args.child[0] == "lazygrad":
+            timeline = Timeline() if args.child[2:] == ["timeline"] else None
+            print(json.dumps(lazygrad_child(args.child[1], timeline)))
+        else:
+            print(json.dumps(tinygrad_child(args.child[1])))
+        return
+    if args.timeline:
+        print_timelines(args.timeline, [None] + ([args.baseline] if args.baseline else []), args.reps)
         return
 
     rows: list[tuple[str, str, str | None]] = [("lazygrad", "cnn", None), ("lazygrad", "llm", None)]
@@ -199,6 +298,38 @@ def main() -> None:
             print(
                 f"{names[workload]}, baseline / this tree: wall time {base['wall'] / this['wall']:.2f}x, CPU {cpu:.2f}x"
             )
+
+
+def print_timelines(workload: str, trees: list[str | None], reps: int) -> None:
+    best: dict[str | None, dict] = {}
+    for _ in range(reps):  # rounds, as main()'s
+        for tree in trees:
+            r = run_child("timeline", workload, tree)
+            if r is not None and (tree not in best or r["wall"] < best[tree]["wall"]):
+                best[tree] = r
+    for tree, r in best.items():
+        print(
+            f"{workload}: {'baseline ' + tree if tree else 'this tree'}: wall {r['wall'] * 1e3:.1f} ms, CPU "
+            f"{r['cpu'] * 1e3:.0f} ms, {r['kernels']} kernels (ms from the call; compiler calls: worker "
+            f"process start / source given - done, kernels, bytes of C)"
+        )
+        print(f"{'start':>8s} {'end':>8s} {'kernels':>7s} {'codegen':>8s} {'waited':>7s}  compiler calls")
+        quiet: list[dict] = []  # schedules that compiled nothing since the last row printed
+        for row in [*r["timeline"], None]:
+            if row is not None and not row["kernels"] and not row["calls"]:
+                quiet.append(row)
+                continue
+            if quiet:
+                ms = sum(q["end"] - q["start"] for q in quiet)
+                print(f"{'':44s}({len(quiet)} schedules compiled nothing: {ms:.1f} ms)")
+                quiet = []
+            if row is not None:
+                waited = row["end"] - row["codegen_end"] if row["kernels"] else 0.0
+                calls = "  ".join(f"{w} {a:.0f}/{b:.0f}-{c:.0f} {d}" for w, a, b, c, d in row["calls"])
+                print(
+                    f"{row['start']:8.1f} {row['end']:8.1f} {row['kernels']:7d} {row['codegen']:8.1f} {waited:7.1f}  "
+                    f"{'ahead: ' if row['what'] == 'ahead' else ''}{calls}"
+                )
 
 
 if __name__ == "__main__":

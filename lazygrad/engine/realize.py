@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import os
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -84,28 +85,84 @@ def _runner_key(device: str, ast: UOp) -> tuple:
     return (device, ast, NOOPT.value, BEAM.value)  # the knobs that change which kernel is built
 
 
-def compile_schedule(schedule: list[ScheduleItem]) -> None:
+# runner key -> the build of a compile_ahead making it (until its runner is in _runners)
+_ahead: dict[tuple, Future[None]] = {}
+_ahead_pool: list[ThreadPoolExecutor] = []  # made at the first compile_ahead
+
+
+def compile_ahead(schedule: list[ScheduleItem]) -> None:
+    """Build the kernels of a schedule that will run later, on a background thread, and return at once: a realize
+    meeting them waits for that build instead of starting its own. For a caller that knows what comes after a stretch
+    of already compiled work (SmolLM2's prompt: the logits' and the greedy pick's kernels, built while the layers run
+    on one core); the schedule itself is not run. Not under BEAM, whose timings a compiler running beside skews."""
+    if BEAM:
+        return
+    keys = {_runner_key(si.outputs[0].device, si.ast) for si in schedule if _compiled_item(si)}
+    keys = {key for key in keys if key not in _runners and key not in _ahead}
+    if not keys:
+        return
+    if not _ahead_pool:
+        _ahead_pool.append(ThreadPoolExecutor(1, thread_name_prefix="compile_ahead"))
+    future = _ahead_pool[0].submit(_build_ahead, schedule, keys)
+    for key in keys:
+        _ahead.setdefault(key, future)
+
+
+def _forget_builds_ahead() -> None:
+    # a forked child has no thread building them: its realizes build their kernels themselves
+    _ahead.clear()
+    _ahead_pool.clear()
+
+
+os.register_at_fork(after_in_child=_forget_builds_ahead)
+
+
+def _build_ahead(schedule: list[ScheduleItem], keys: set[tuple]) -> None:
+    try:
+        compile_schedule(schedule, ahead=True)
+    finally:
+        for key in keys:  # after their runners are in _runners: a realize that finds no build finds the runner
+            _ahead.pop(key, None)
+
+
+def _compiled_item(si: ScheduleItem) -> bool:
+    return si.ast.op is not Ops.COPY and si.outputs[0].size != 0
+
+
+def compile_schedule(schedule: list[ScheduleItem], ahead: bool = False) -> None:
     """Every kernel of a schedule not compiled yet. A compiler that builds several kernels into one binary (CPU's C
     compiler, NVRTC, OpenCL) gets them COMPILE_BATCH at a time: one compiler start per batch instead of one per
     kernel, and each full batch compiles on a worker thread while the next batch's code is generated (a compiler
     process or a ctypes call releases the GIL), on every core. Devices with the same compiler and renderer (CPU,
-    CPU:1, ... of a sharded tensor) share the batches, and a kernel they all run is built once."""
+    CPU:1, ... of a sharded tensor) share the batches, and a kernel they all run is built once. Kernels a
+    compile_ahead is building are waited for (ahead: this is that build)."""
     todo: dict[tuple, tuple] = {}  # runner key -> (compiler, renderer, kernel): what devices can share
+    waits: list[Future[None]] = []
     for si in schedule:
-        if si.ast.op is Ops.COPY or si.outputs[0].size == 0:
+        if not _compiled_item(si):
             continue
         key = _runner_key(si.outputs[0].device, si.ast)
-        if key not in _runners and key not in todo:
+        if not ahead and (future := _ahead.get(key)) is not None:  # (before _runners: its build adds it, then pops)
+            waits.append(future)
+        elif key not in _runners and key not in todo:
             dev = Device[key[0]]
             todo[key] = (dev.compiler.cachekey or key[0], type(dev.renderer), _renderer_settings(dev.renderer), key[1:])
-    if not todo:
-        return
-    cores = cpu_cores()
+    if todo:
+        _compile_todo(todo, ahead)
+    for future in waits:
+        future.result()
+
+
+def _compile_todo(todo: dict[tuple, tuple], ahead: bool) -> None:
+    # a build ahead runs beside other work (a model's later layers keep a core busy): one compiler call for all its
+    # kernels, on one core, the least CPU (each call's start costs ~12 ms of it)
+    cores = 1 if ahead else cpu_cores()
     # auto: two batches per core, so compiling starts early beside code generation and the batch left to compile
     # when it ends is small (the CNN step on 2 cores: 0.79-0.86 s; one batch per core 0.87-0.94 s); 4 kernels at
     # least, as each compiler start costs about what compiling 2 small kernels does; the first batch is a quarter of
     # that and the last one is split among the workers (_Batches)
     batch_size = COMPILE_BATCH.value if COMPILE_BATCH.value > 0 else max(4, -(-len(todo) // (2 * cores)))
+    batch_size = len(todo) if ahead else batch_size
     batches = _Batches(min(cores, len(todo)), batch_size, len(set(todo.values())) if COMPILE_BATCH.value <= 0 else 0)
     # kernels with a reduce first: their code (register tiles, unrolled reduce loops) keeps the compiler busiest, so
     # it compiles beside the code generation of the rest, and the batches left at the end are the quick ones
@@ -180,12 +237,22 @@ class _Batches:
             first = not (self.submitted or self.full) and self.auto > self.batch_size
             size = max(2, self.batch_size // 4) if first else self.batch_size
             last = len(self.programs) == self.auto
-            if len(batch) >= (size if hasattr(dev.compiler, "compile_many") else 1) and not last:
-                self.full.append((cachekey, key[0], batch))
-                self.open[cachekey] = []
+            # auto: a full batch waits for a free worker (its first `size` kernels go then) rather than queueing
+            # behind the busy ones: what is left when code generation ends is split among the workers (flush), where
+            # a batch queued before had one compiler build it while the other cores waited (SmolLM2's prompt: 7
+            # kernels, ~100 ms alone on one core). A compiler of one kernel a call gets each at once
+            many = hasattr(dev.compiler, "compile_many")
+            size = size if many else 1
+            waits = self.auto and many and not self._worker_free()
+            if len(batch) >= size and not last and not waits:
+                self.full.append((cachekey, key[0], batch[:size]))
+                self.open[cachekey] = batch[size:]
                 if not BEAM:  # BEAM times kernels inside get_program: a compiler running beside would skew its timings
                     self._submit_full()
         self.keys_of.setdefault(shared, []).append(key)
+
+    def _worker_free(self) -> bool:
+        return sum(not future.done() for _, future in self.submitted) < self.workers
 
     def flush(self) -> None:
         for cachekey, batch in self.open.items():
@@ -225,11 +292,16 @@ class _Batches:
 
 def _compile(compiler: Compiler, srcs: list[str], names: list[str], device: str) -> bytes:
     with profile.span("compile", "compile", kernels=names, device=device):
-        return compiler.compile_many(srcs) if hasattr(compiler, "compile_many") else compiler.compile_cached(srcs[0])
+        if hasattr(compiler, "compile_many"):
+            return compiler.compile_many(srcs)
+        assert len(srcs) == 1, "a compiler without compile_many builds one kernel a call"
+        return compiler.compile_cached(srcs[0])
 
 
 def get_runner(device: str, ast: UOp) -> CompiledRunner:
     key = _runner_key(device, ast)
+    if (future := _ahead.get(key)) is not None:
+        future.result()
     if (runner := _runners.get(key)) is None:
         runner = _runners[key] = CompiledRunner(device, get_program(ast, Device[device].renderer))
     return runner
@@ -388,6 +460,16 @@ def run_schedule(
         n = _run_in_order(schedule, var_vals)
     if DEBUG >= 1 and n:
         print(f"ran {n} kernels in {(time.perf_counter() - st) * 1e3:.2f} ms")
+
+
+def run_together(*scheduled: tuple[list[ScheduleItem], dict[UOp, int]]) -> None:
+    """Schedules (with their variables' values) made one after the other before any of them ran, each maybe reading
+    what the ones before it write, run in order; their kernels are built first, all together: one set of compiler
+    batches on every core instead of a wait for the compilers per schedule (SmolLM2's prompt: its shared inputs' and
+    first layer's kernels, 5 and 21)."""
+    compile_schedule([si for schedule, _ in scheduled for si in schedule])
+    for schedule, var_vals in scheduled:
+        run_schedule(schedule, var_vals)
 
 
 # *** launch plans: what run_schedule works out about a schedule, once per schedule template ***

@@ -6,7 +6,7 @@ import heapq
 import random
 from typing import Iterator
 
-from lazygrad.models.llama import Llama
+from lazygrad.models.llama import Llama, argmax_token
 from lazygrad.models.tokenizer import BPETokenizer
 from lazygrad.tensor import Tensor
 
@@ -25,7 +25,7 @@ class Sampler:
 
     def __call__(self, logits: Tensor) -> int:
         if self.temperature == 0:
-            return int(logits.argmax().item())
+            return argmax_token(logits)  # (whose kernels a prompt builds ahead, Llama._build_tail_ahead)
         probs = (logits / self.temperature).softmax().tolist()
         k = self.top_k if self.top_k else len(probs)
         best = heapq.nlargest(k, range(len(probs)), key=probs.__getitem__)

@@ -17,6 +17,7 @@ from typing import Any
 from lazygrad.device import Device
 from lazygrad.dtype import dtypes
 from lazygrad.engine.jit import TinyJit
+from lazygrad.engine.realize import compile_ahead, run_together
 from lazygrad.models import take_rows
 from lazygrad.nn.gguf import GGUFTensorInfo, QuantizedMatrix, gguf_quantized, gguf_read_header, gguf_tensor
 from lazygrad.nn.packed import PanelMatrix
@@ -198,6 +199,7 @@ class Llama:
         self.pos_var = UOp.variable("start_pos", 0, max_context - 1)
         self.token_var = UOp.variable("token", 0, embed_rows.n_rows - 1)
         self.decode_step = TinyJit(self._decode)
+        self._tails_built: set[int] = set()  # prompt lengths whose logits' kernels were built ahead
 
     def __call__(self, tokens: list[int], start_pos: int, all_logits: bool = False) -> Tensor:
         t = len(tokens)
@@ -225,15 +227,43 @@ class Llama:
         cos, sin = onehot @ self.cos, onehot @ self.sin
         written = onehot.sum(0).reshape(1, 1, -1, 1) > 0
         # shared by every layer: computed once here rather than again inside each layer's kernels
-        Tensor.realize(onehot, written, mask, cos, sin)
-        for layer in self.layers:
+        shared = (onehot, written, mask, cos, sin)
+        prompt = isinstance(start_pos, int)
+        if prompt:
+            # a prompt's embedded rows too: fused into the first layer's kernels they made that layer's kernels differ
+            # from every other layer's (SmolLM2's cold prompt: 5 more kernels, in a schedule of their own). Scheduled
+            # now and run with the first layer, whose kernels compile with theirs (run_together)
+            first = Tensor.schedule_with_vars(*shared, x)
+        else:
+            Tensor.realize(*shared)
+        for i, layer in enumerate(self.layers):
             # one schedule per layer bounds the graph the scheduler walks; realizing the caches with it makes them
             # plain buffers again (no graph of this step's position left behind for the next step)
             x = layer(x, onehot, written, mask, cos, sin)
-            Tensor.realize(x, layer.attention.cache_k, layer.attention.cache_v)
+            if i == 0 and prompt:
+                run_together(first, x.schedule_with_vars(layer.attention.cache_k, layer.attention.cache_v))
+                if not all_logits and len(self.layers) > 1 and t not in self._tails_built:
+                    self._build_tail_ahead(x)
+                    self._tails_built.add(t)
+            else:
+                Tensor.realize(x, layer.attention.cache_k, layer.attention.cache_v)
+        return self._logits(x, all_logits)
+
+    def _logits(self, x: Tensor, all_logits: bool) -> Tensor:
         x = x[0] if all_logits else x[0, -1:]
         logits = linear(rms_norm(x, self.norm, self.cfg.norm_eps), self.output)
         return logits if all_logits else logits[0]
+
+    def _build_tail_ahead(self, x: Tensor) -> None:
+        """The kernels of what follows the layers, the logits and their greedy pick (argmax_token), compiled while
+        the other layers run (their kernels are the first layer's, and they keep one core busy): each had waited for
+        its compiler after the layers (SmolLM2's cold prompt: two schedules of 4 and 2 kernels). Built over the first
+        layer's output (a placeholder would not be sliced into rows as a stored tensor is; the logits are computed
+        from another layer's, so none of these lazy nodes is met again) and a placeholder of the logits; neither
+        schedule runs. Once per prompt length: the kernels depend on it."""
+        logits = self._logits(x, False)
+        pick = Tensor.empty(*logits.shape, dtype=logits.dtype, device=logits.device).argmax()
+        compile_ahead(logits.contiguous().schedule() + pick.schedule())
 
 
 class GGUFEmbedding:

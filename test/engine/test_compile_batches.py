@@ -62,6 +62,30 @@ def test_default_batches_start_small_and_the_last_is_split_among_the_workers(mon
         np.testing.assert_allclose(out.numpy(), ref, rtol=1e-5)
 
 
+def test_a_full_batch_waits_for_a_free_worker_and_the_rest_is_split(monkeypatch: pytest.MonkeyPatch) -> None:
+    # compilers slower than code generation: 11 kernels on 2 cores (batches of 4, the first of 2) are 2 and 4 on the
+    # two workers, and the 5 generated while both were busy are not queued as a batch of 4 for one of them (with 1
+    # left) but split between them at the end: 2 + 3
+    import time
+
+    monkeypatch.setattr(realize, "cpu_cores", lambda: 2)
+    schedule, outs, refs = fresh_schedule(11)
+    sizes: list[int] = []
+    real = COMPILER.compile_many
+
+    def slow(self, srcs):  # noqa: ANN001, ANN202
+        sizes.append(len(srcs))
+        time.sleep(0.5)
+        return real(self, srcs)
+
+    monkeypatch.setattr(COMPILER, "compile_many", slow)
+    with Context(COMPILE_BATCH=0, CACHELEVEL=0):
+        run_schedule(schedule)
+    assert sorted(sizes) == [2, 2, 3, 4]
+    for out, ref in zip(outs, refs):
+        np.testing.assert_allclose(out.numpy(), ref, rtol=1e-5)
+
+
 def test_kernels_with_a_reduce_are_built_first(monkeypatch: pytest.MonkeyPatch) -> None:
     # their code keeps the compiler busiest: compiled beside the code generation of the rest, not left for the end
     c = 1 + float(np.random.default_rng().integers(1, 1 << 20)) / (1 << 20)
@@ -181,3 +205,103 @@ def test_cycle_collector_is_held_off_while_building_and_restored(
     assert seen == [False] * 3
     if not fails:
         np.testing.assert_allclose([o.item() for o in outs], refs, rtol=1e-5)
+
+
+def test_compile_ahead_builds_kernels_a_later_run_waits_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    """compile_ahead builds a schedule's kernels on a background thread and returns at once; the schedule run while
+    that build is still compiling waits for it, and no kernel is compiled twice."""
+    import threading
+    import time
+
+    schedule, outs, refs = fresh_schedule(5)
+    calls: list[list[str]] = []
+    threads: list[threading.Thread] = []
+    real = COMPILER.compile_many
+
+    def slow(self, srcs):  # noqa: ANN001, ANN202
+        threads.append(threading.current_thread())
+        time.sleep(0.2)  # still compiling when the run below starts
+        return real(self, srcs)
+
+    monkeypatch.setattr(COMPILER, "compile_many", lambda self, srcs: calls.append(srcs) or slow(self, srcs))
+    with Context(CACHELEVEL=0):
+        st = time.perf_counter()
+        realize.compile_ahead(schedule)
+        assert time.perf_counter() - st < 0.2  # returned before any compiler call ended
+        run_schedule(schedule)
+    assert sum(len(srcs) for srcs in calls) == 5
+    assert threading.main_thread() not in threads
+    assert not realize._ahead
+    for out, ref in zip(outs, refs):
+        np.testing.assert_allclose(out.numpy(), ref, rtol=1e-5)
+
+
+def test_compile_ahead_error_is_raised_by_the_run_that_needs_the_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    schedule, outs, refs = fresh_schedule(3)
+    broken = schedule[1].ast
+    real = realize.get_program
+
+    def get_program(ast, renderer):  # noqa: ANN001, ANN202
+        spec = real(ast, renderer)
+        return spec if ast is not broken else dataclasses.replace(spec, src=spec.src + "#error broken kernel\n")
+
+    monkeypatch.setattr(realize, "get_program", get_program)
+    with Context(CACHELEVEL=0):
+        realize.compile_ahead(schedule)
+        with pytest.raises(CompileError, match="(?s)failed to compile.*broken"):
+            run_schedule(schedule)
+    monkeypatch.setattr(realize, "get_program", real)
+    with Context(CACHELEVEL=0):
+        run_schedule(schedule)  # the failed build left nothing behind: compiled again, now correct
+    for out, ref in zip(outs, refs):
+        np.testing.assert_allclose(out.numpy(), ref, rtol=1e-5)
+
+
+def test_run_together_builds_every_schedule_before_running_them_in_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A second schedule made before the first ran, reading what the first writes: their kernels compile in one set
+    of batches (no compiler call while a kernel runs), then each schedule runs in order."""
+    c = 1 + float(np.random.default_rng().integers(1, 1 << 20)) / (1 << 20)
+    a = np.random.default_rng(0).random((6, 10), dtype=np.float32)
+    x = Tensor(a).realize()
+    y = (x * c).exp()
+    first = y.schedule_with_vars()
+    z = (y + 1).sum(1)
+    second = z.schedule_with_vars()
+    events: list[str] = []
+    real_compile, real_run = realize._compile, realize.ExecItem.run
+    monkeypatch.setattr(realize, "_compile", lambda *args: events.append("compile") or real_compile(*args))
+    monkeypatch.setattr(realize.ExecItem, "run", lambda self, *a, **k: events.append("run") or real_run(self, *a, **k))
+    with Context(CACHELEVEL=0):
+        realize.run_together(first, second)
+    assert events.index("run") > max(i for i, e in enumerate(events) if e == "compile")
+    ya = np.exp(a * np.float32(c))
+    np.testing.assert_allclose(y.numpy(), ya, rtol=1e-5)
+    np.testing.assert_allclose(z.numpy(), (ya + 1).sum(1), rtol=1e-5)
+
+
+def test_a_forked_child_builds_what_its_parent_was_building_ahead(monkeypatch: pytest.MonkeyPatch) -> None:
+    import multiprocessing
+    import time
+
+    schedule, outs, refs = fresh_schedule(2)
+    real = COMPILER.compile_many
+    monkeypatch.setattr(COMPILER, "compile_many", lambda self, srcs: time.sleep(0.5) or real(self, srcs))
+    with Context(CACHELEVEL=0):
+        realize.compile_ahead(schedule)
+        ctx = multiprocessing.get_context("fork")
+        _FORKED[:] = [schedule, outs]  # (tensors do not pickle: the child reads its copy of this list)
+        with ctx.Pool(1) as pool:  # the child's realize must not wait for a build only its parent runs
+            got = pool.apply_async(_realize_forked_outs).get(timeout=60)
+        _FORKED.clear()
+        run_schedule(schedule)
+    np.testing.assert_allclose(got, refs, rtol=1e-5)
+    np.testing.assert_allclose([o.item() for o in outs], refs, rtol=1e-5)
+
+
+_FORKED: list = []  # [schedule, its tensors]
+
+
+def _realize_forked_outs() -> list[float]:
+    schedule, outs = _FORKED
+    run_schedule(schedule)
+    return [o.item() for o in outs]

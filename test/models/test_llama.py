@@ -108,3 +108,33 @@ def test_quantized_decode_is_llama_cpps(setup):
             assert int(got.argmax()) == token, f"step {i}: {tok.decode(theirs[: i + 1])!r}"
         else:
             assert got.max() - got[token] < 0.25, f"step {i}: {tok.decode(theirs[: i + 1])!r}"
+
+
+def test_cold_prompt_builds_its_kernels_in_two_builds(setup, monkeypatch: pytest.MonkeyPatch):
+    """A prompt of a length not run before, with no disk cache: its shared inputs' and first layer's kernels are
+    built as one (the other layers run those), the logits' and greedy pick's on a background thread while the other
+    layers run; nothing is compiled after the layers. The picked token is the one of the logits computed apart."""
+    import threading
+
+    from lazygrad import Context
+    from lazygrad.engine import realize
+
+    model, _, prompt, _ = setup
+    ids = (prompt * 3)[:37]  # a length no other test runs
+    builds: list[tuple[bool, int]] = []
+    real = realize._compile_todo
+
+    def compile_todo(todo, ahead):  # noqa: ANN001, ANN202
+        builds.append((threading.current_thread() is threading.main_thread(), len(todo)))
+        return real(todo, ahead)
+
+    monkeypatch.setattr(realize, "_compile_todo", compile_todo)
+    # no kernel built before, as in a fresh process (the logits' and the argmax's do not depend on the prompt length)
+    monkeypatch.setattr(realize, "_runners", {})
+    monkeypatch.setattr(realize, "_plans", {})
+    with Context(CACHELEVEL=0):
+        token = argmax_token(model(ids, 0))
+    assert [on_main for on_main, _ in builds] == [True, False]
+    assert builds[1][1] == 6  # the logits' 4 kernels and the argmax's 2
+    monkeypatch.setattr(realize, "_compile_todo", real)
+    assert token == int(np.argmax(model(ids, 0).numpy()))
