@@ -732,6 +732,9 @@ def _own_base(t: Tensor, firsts: dict[UOp, Tensor]) -> None:
         for m in reversed(chain):
             node = UOp(m.op, m.dtype, (node, *m.src[1:]), m.arg)
         bt.uop, t.uop, t._view_of = own, node, (bt, own)
+        # the base tensor's node was replaced, as by a lazy write: its other views, taken over `at`, follow it from now
+        # on (they would miss a write into the copy made before it is stored: B += 10 with d = B.detach())
+        _lazy_overwritten.add(at)
 
 
 def _readers_of_overwritten(
@@ -6564,7 +6567,11 @@ def _stand_for(t: Tensor, new: UOp, base: UOp, becomes: dict[UOp, UOp]) -> None:
             # memory as its own, and its writes showed in the view (A = x @ x.T; v = (x @ x.T).view(-1); v.numpy();
             # A.realize(); A += 10)
             bt, at = view_of
-            if at.base is base and ((o := stored.__dict__.get(_OWNER)) is None or o() is None):
+            if (
+                at.base is base
+                and base.op is not _ASSIGN
+                and ((o := stored.__dict__.get(_OWNER)) is None or o() is None)
+            ):
                 owned, lazy_noted = stored, at
                 stored.__dict__[_OWNER] = weakref.ref(bt)
         if owned is not None:

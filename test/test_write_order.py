@@ -665,6 +665,26 @@ def _run_graph_program(program, read_each: bool, lazy_base: bool) -> None:
     False,
 )
 @example([("make", 7, 0), ("again", 0, 11), ("read", 14), ("realize", 1, 0), ("write", 0, 1, 0)], False, False)
+# (and in the reruns after those fixes: a view's store of a write noted as its base's value; a view of a base given a
+# copy of its own, that copy then written lazily)
+@example(
+    [("make", 0, 0), ("make", 11, 1), ("make", 10, 1), ("realize", 1, 0), ("write", 0, 1, 0), ("realize", 2, 0)],
+    False,
+    False,
+)
+@example([("make", 11, 0), ("again", 0, -1), ("read", 0), ("write", 0, 0, 0), ("realize", 1, 0)], False, True)
+@example(
+    [("make", 11, 0), ("again", 0, -1), ("make", 0, 0), ("make", 0, 0), ("read", 52), ("realize", 0, 0)]
+    + [("write", 0, 0, 0), ("read", 1), ("write", 0, 2, 0)],
+    False,
+    True,
+)
+@example(
+    [("make", 0, 0), ("make", 0, 0), ("make", 11, 44), ("realize", 1, 0), ("make", 0, 0), ("make", 10, 2)]
+    + [("realize", 51, 0), ("write", 0, 2, 0)],
+    False,
+    False,
+)
 def test_random_programs_over_one_graph_keep_torch_memory(program, read_each, lazy_base) -> None:
     _run_graph_program(program, read_each, lazy_base)
 
