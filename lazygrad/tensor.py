@@ -46,6 +46,7 @@ from lazygrad.helpers import (
     argfix,
     argsort,
     ceildiv,
+    cycles_held_off,
     flatten,
     make_tuple,
     prod,
@@ -1753,7 +1754,8 @@ class Tensor(metaclass=_TensorType):
     def realize(self, *lst: Tensor) -> Tensor:
         """Compute this tensor (and those in `lst`, in the same schedule) into memory.
         `Tensor.realize(a, b)` works too."""
-        with _realize_lock:
+        # (the collector held off: a step's realize frees the last step's graph, see cycles_held_off)
+        with _realize_lock, cycles_held_off():
             if lst or not _realize_cached(self):
                 scheduled, noted = self._schedule_noted(*lst)
                 _run_noted(*scheduled, noted)

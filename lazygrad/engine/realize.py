@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import gc
 import os
 import threading
 import time
@@ -25,6 +24,7 @@ from lazygrad.helpers import (
     ansilen,
     colored,
     cpu_cores,
+    cycles_held_off,
 )
 from lazygrad.renderer import ProgramSpec
 from lazygrad.schedule.kernelize import Schedule, ScheduleItem
@@ -168,29 +168,14 @@ def _compile_todo(todo: dict[tuple, tuple], ahead: bool) -> None:
     # it compiles beside the code generation of the rest, and the batches left at the end are the quick ones
     order = sorted(todo.items(), key=lambda kv: not any(u.op is Ops.REDUCE_AXIS for u in kv[0][1].toposort))
     try:
-        with _no_cycle_collection():
+        # (the collector held off: codegen's nodes live until their kernel is rendered, see cycles_held_off)
+        with cycles_held_off():
             for key, shared in order:
                 batches.add(key, shared)
             batches.flush()
             batches.finish()
     finally:
         batches.pool.shutdown(wait=True, cancel_futures=True)
-
-
-@contextlib.contextmanager
-def _no_cycle_collection() -> Iterator[None]:
-    """Python's cycle collector held off while kernels are generated: codegen builds tens of thousands of nodes that
-    live until the kernel is rendered, and the collections their allocations triggered scanned them again and again
-    (the cold CNN step: 40 ms of collections, a 30 ms full one among them; main thread 357 -> 332 ms of CPU). Their
-    garbage is freed by reference counts; what cycles it holds wait for the next collection after it. A collector
-    the program turned off stays off."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _renderer_settings(renderer: object) -> str:
