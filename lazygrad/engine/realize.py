@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import operator
 import os
 import threading
 import time
@@ -480,12 +481,20 @@ class _LaunchPlan:
         # each distinct buffer by the place it first appears in: (item, position). Where a buffer is is the
         # template's, so the same places hold one buffer in every instance
         self.places: list[tuple[int, int]] = []
+        # the place of each buffer an item reads before any earlier item wrote it: whether its kernel ran is asked
+        # there, once, before anything launches (a buffer an earlier item writes is computed by then)
+        self.first_reads: list[tuple[int, int]] = []
         seen: set[int] = set()
+        answered: set[int] = set()  # buffers an earlier item writes, or asked about already
         for i, si in enumerate(schedule):
             for j, b in enumerate(si.bufs):
                 if id(b) not in seen:
                     seen.add(id(b))
                     self.places.append((i, j))
+                if j >= self.n_outs[i] and id(b) not in answered:
+                    answered.add(id(b))
+                    self.first_reads.append((i, j))
+            answered.update(map(id, si.bufs[: self.n_outs[i]]))
         # places of the internal buffers -> (place of a planned buffer, place of the buffer lending it memory)
         self.memory: dict[tuple[int, ...], list[tuple[int, int]]] = {}
         # one kernel (no memory to share between items): launched straight from the template's buffer list
@@ -520,20 +529,28 @@ class _LaunchPlan:
         return [[swap.get(b, b) for b in si.bufs] for si in schedule]
 
     def run(self, schedule: list[ScheduleItem], var_vals: dict[UOp, int]) -> None:
+        for i, j in self.first_reads:
+            if schedule[i].bufs[j].pending_write:
+                raise RuntimeError(NEVER_RAN)
         planned = self._buffers(schedule)
+        items = planned if planned is not None else [si.bufs for si in schedule]
+        # every buffer's memory first (the new outputs'), so that each launch reads the addresses at C speed; the peak
+        # is that of allocating at each kernel, as the schedule holds all its buffers to its end
+        for i, j in self.places:
+            if (b := items[i][j])._ptr is None:
+                b.ensure_allocated()
         for i, si in enumerate(schedule):
-            n_out = self.n_outs[i]
-            for b in si.bufs[n_out:]:
-                if b.pending_write:
-                    raise RuntimeError(NEVER_RAN)
             if (bare := self.bare[i]) is not None:
                 # the compiled function called straight, not through the runner and the program (two Python calls
                 # a launch): 20 launches of a 16-element kernel 55 -> 43 us
-                bare(*_pointers(planned[i] if planned is not None else si.bufs))
+                bare(*map(_PTR, items[i]))
             elif (runner := self.runners[i]) is not None:
-                runner(planned[i] if planned is not None else si.bufs, var_vals)
-            for b in si.bufs[:n_out]:
-                b.pending_write = False
+                runner(items[i], var_vals)
+            if (n_out := self.n_outs[i]) == 1:
+                si.bufs[0].pending_write = False
+            else:
+                for b in si.bufs[:n_out]:
+                    b.pending_write = False
         with _counters_lock:
             GlobalCounters.kernel_count += self.kernels
             GlobalCounters.global_ops += self.ops
@@ -546,6 +563,9 @@ def _direct(runner: CompiledRunner | BufferCopy | None) -> Callable | None:
     if not isinstance(runner, CompiledRunner) or runner.spec.vars or runner.spec.global_size is not None:
         return None
     return runner.prg.bare
+
+
+_PTR = operator.attrgetter("_ptr")  # an allocated buffer's address
 
 
 def _pointers(bufs: Iterable[Buffer]) -> list[int]:

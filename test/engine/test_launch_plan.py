@@ -1,0 +1,58 @@
+"""engine/realize.py's launch plans: an instance of a cached schedule template runs from its plan, which asks whether
+the kernels of what it reads ran, allocates its outputs and launches, with the general path's results and errors."""
+
+import numpy as np
+import pytest
+
+from lazygrad import Tensor
+from lazygrad.engine import realize
+from lazygrad.engine.realize import run_schedule
+from lazygrad.helpers import GlobalCounters
+
+
+def _sum_plus(a: Tensor, b: Tensor) -> Tensor:
+    return a.sum() + b  # two kernels: the sum of a, then the add reading it and b
+
+
+def test_plan_refuses_an_input_whose_kernel_never_ran_before_launching_anything(monkeypatch):
+    x = Tensor(np.arange(8, dtype=np.float32)).realize()
+    for _ in range(3):  # the structure's template over stored buffers, then its plan
+        _sum_plus(x, (x * 2).realize()).realize()
+    launched: list[int] = []
+    real_run = realize._LaunchPlan.run
+
+    def run(plan, *args) -> None:
+        bare = plan.bare
+        plan.bare = [f if f is None else lambda *p, f=f: launched.append(1) or f(*p) for f in bare]
+        try:
+            real_run(plan, *args)
+        finally:
+            plan.bare = bare
+
+    monkeypatch.setattr(realize._LaunchPlan, "run", run)
+    b = x * 2
+    b_schedule = b.schedule()  # b's kernel not run: its buffer is pending
+    c = _sum_plus(x, b)
+    c_schedule = c.schedule()
+    with pytest.raises(RuntimeError, match="never ran"):
+        run_schedule(c_schedule)
+    assert launched == []  # the sum, which reads no pending buffer, did not run before the add refused
+    run_schedule(b_schedule)
+    run_schedule(c_schedule)
+    assert len(launched) == 3  # the plan ran b's kernel and c's two
+    ref = np.arange(8, dtype=np.float32)
+    np.testing.assert_allclose(c.numpy(), ref.sum() + ref * 2)
+
+
+def test_plan_allocates_each_new_output_once_and_frees_it_with_the_result():
+    x = Tensor(np.arange(6, dtype=np.float32)).realize()
+    for _ in range(3):
+        _sum_plus(x, x + 1).realize()
+    used = GlobalCounters.mem_used
+    outs = [_sum_plus(x, x + float(k)).realize() for k in range(4)]
+    for k, o in enumerate(outs):
+        ref = np.arange(6, dtype=np.float32)
+        np.testing.assert_allclose(o.numpy(), ref.sum() + ref + k)
+    assert len({o.uop.base.arg.ptr for o in outs}) == 4  # each result its own memory
+    del outs, o
+    assert GlobalCounters.mem_used == used
