@@ -1,6 +1,8 @@
 """engine/realize.py's launch plans: an instance of a cached schedule template runs from its plan, which asks whether
 the kernels of what it reads ran, allocates its outputs and launches, with the general path's results and errors."""
 
+import gc
+
 import numpy as np
 import pytest
 
@@ -48,6 +50,7 @@ def test_plan_allocates_each_new_output_once_and_frees_it_with_the_result():
     x = Tensor(np.arange(6, dtype=np.float32)).realize()
     for _ in range(3):
         _sum_plus(x, x + 1).realize()
+    gc.collect()  # (earlier tests' garbage freed now, not inside the count)
     used = GlobalCounters.mem_used
     outs = [_sum_plus(x, x + float(k)).realize() for k in range(4)]
     for k, o in enumerate(outs):
