@@ -59,3 +59,36 @@ def test_plan_allocates_each_new_output_once_and_frees_it_with_the_result():
     assert len({o.uop.base.arg.ptr for o in outs}) == 4  # each result its own memory
     del outs, o
     assert GlobalCounters.mem_used == used
+
+
+def test_replayed_mlp_step_makes_a_buffer_per_stored_value(monkeypatch):
+    """A replayed eager MLP Adam step's instance of its template makes one Buffer per new stored value and one alias
+    per in-place write (parameters, Adam's moments and step count): 36, no more."""
+    from lazygrad.device import Buffer
+    from lazygrad.nn import Linear
+    from lazygrad.nn.optim import Adam
+    from lazygrad.nn.state import get_parameters
+
+    rng = np.random.default_rng(0)
+    l1, l2 = Linear(64, 128), Linear(128, 10)
+    opt = Adam(get_parameters([l1, l2]), lr=1e-3)
+    x = Tensor(rng.standard_normal((128, 64)).astype(np.float32)).realize()
+    y = Tensor(rng.integers(0, 10, 128).astype(np.int32)).realize()
+
+    def step() -> Tensor:
+        opt.zero_grad()
+        loss = l2(l1(x).relu()).sparse_categorical_crossentropy(y).backward()
+        opt.step()
+        return loss
+
+    with Tensor.train():
+        for _ in range(5):  # (the first steps record the programs and layouts the later ones replay)
+            step()
+        made = [0]
+        init = Buffer.__init__
+        monkeypatch.setattr(
+            Buffer, "__init__", lambda self, *a, **k: made.__setitem__(0, made[0] + 1) or init(self, *a, **k)
+        )
+        step()
+        monkeypatch.undo()
+    assert made[0] <= 36, made[0]
