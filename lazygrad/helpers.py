@@ -234,16 +234,19 @@ class cycles_held_off:
     tuples) and a realize frees the last step's, so the collector's counter of allocations rose past its threshold
     inside nearly every realize: 0.91 young collections a step (~65 us each), one of the middle generation every 12
     steps and a full one every ~150 (~18 ms with the caches cold). Held off over the realize the counter comes back down
-    before the window ends (the old graph's frees count against it): 0.06 a step. Codegen builds tens of thousands of
+    before the window ends (the old graph's frees count against it): 0.06 a step, and the collector's time per step
+    ~217 -> 10 us (the digits CNN's, whose backward alone passes the threshold: 2.75 -> 0.92 young collections a
+    step, ~1090 -> 230 us; a shared machine, each collection's time inflated alike). Codegen builds tens of thousands of
     nodes that live until the kernel is rendered (the cold CNN step: 40 ms of collections, a 30 ms full one among
     them; its main thread 357 -> 332 ms of CPU).
 
     Not `gc.freeze()`: that moves every object the process holds, the user's too, out of the collector's reach for good
-    (a cycle among them is never freed), and is the application's call, not a library's. Nor other thresholds: those
-    are the user's. A window cannot leak: what cycles it makes wait for the next collection after it, and the collector
-    is on again when the window that found it on ends (nested windows, and windows of other threads meanwhile, find
-    it off and leave it so; a collector the program turned off stays off). Held off process-wide, as the
-    collector is one per interpreter: another thread's cycles made meanwhile wait for the window's end too."""
+    (a cycle among them is never freed; tried after an MLP's steps, the frozen nodes outlived the modules at exit and
+    their hash-cons callbacks failed noisily), and is the application's call, not a library's. Nor other thresholds:
+    those are the user's. A window cannot leak: what cycles it makes wait for the next collection after it, and the
+    collector is on again when the window that found it on ends (nested windows, and windows of other threads meanwhile,
+    find it off and leave it so; a collector the program turned off stays off). Held off process-wide, as the collector
+    is one per interpreter: another thread's cycles made meanwhile wait for the window's end too."""
 
     __slots__ = ("was_on",)
 
