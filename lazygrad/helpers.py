@@ -245,7 +245,8 @@ class cycles_held_off:
     their hash-cons callbacks failed noisily), and is the application's call, not a library's. Nor other thresholds:
     those are the user's. A window cannot leak: what cycles it makes wait for the next collection after it, and the
     collector is on again when the window that found it on ends (nested windows, and windows of other threads meanwhile,
-    find it off and leave it so; a collector the program turned off stays off). Held off process-wide, as the collector
+    find it off and leave it so; a collector the program turned off stays off, unless it turned it off while a window of
+    another thread was open: that window's end turns it on, as it found it). Held off process-wide, as the collector
     is one per interpreter: another thread's cycles made meanwhile wait for the window's end too."""
 
     __slots__ = ("was_on",)

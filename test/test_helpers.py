@@ -16,6 +16,12 @@ from lazygrad.nn.state import get_parameters
 
 @pytest.fixture
 def collector_on():
+    # a kernel build ahead left running by an earlier test (engine/realize.py compile_ahead, on its own thread) holds
+    # the collector off in a window of its own, whose end would turn it on under these tests: wait for it first
+    from lazygrad.engine import realize as engine
+
+    for pool in engine._ahead_pool:
+        pool.submit(lambda: None).result()  # one worker: the builds queued before have ended
     was_on = gc.isenabled()
     gc.enable()
     yield
