@@ -681,7 +681,8 @@ def _new_value(t: Tensor) -> Tensor:
     computed value keeps its node (_own_memory gives a tensor realized after another of one node a copy); memory,
     or a view of it, is copied."""
     u = t.uop
-    return Tensor(UOp(Ops.CONTIGUOUS, u.dtype, (u,)) if u.base.op is Ops.BUFFER else u)
+    # (a pending write is memory too: its node stands for the written memory, which the next write changes)
+    return Tensor(UOp(Ops.CONTIGUOUS, u.dtype, (u,)) if u.base.op in (Ops.BUFFER, Ops.ASSIGN) else u)
 
 
 def _shows_through_cast(t: Tensor) -> bool:
@@ -6537,6 +6538,17 @@ def _note_stored(
             continue
         _stand_for(t, new, base, becomes)
         replaced.append((t, lazy))
+        if (view_of := t._view_of) is not None and (bt := view_of[0]).uop is view_of[1] and base.op is not _ASSIGN:
+            # a view whose realize stored its lazy base tensor's whole value (a view of a matmul's result read): the
+            # base tensor stands for it too, as realized itself, and owns it; the view shows its memory. Left lazy, an
+            # equal graph realized after took that memory as its own (its writes showed in the view: A = x @ x.T;
+            # v = (x @ x.T).view(-1); v.numpy(); A.realize(); A += 10), and a write into the base recomputed it
+            # from inputs written since
+            at = bt.uop
+            if at.base is base and (stored := _stored_as(at, becomes)) is not None:
+                _stand_for(bt, stored, base, becomes)
+                replaced.append((bt, at))
+                t._view_of = (bt, bt.uop)
     return replaced
 
 
@@ -6552,7 +6564,7 @@ def _stand_for(t: Tensor, new: UOp, base: UOp, becomes: dict[UOp, UOp]) -> None:
     if owner is None or owner() is None:
         if (stored := becomes.get(base)) is None:
             stored = _realized.get(base)
-        owned, lazy_noted = None, lazy
+        owned = None
         if new is stored:
             owned = new if base.op is not _ASSIGN else None
             new.__dict__[_OWNER] = weakref.ref(t)
@@ -6564,19 +6576,6 @@ def _stand_for(t: Tensor, new: UOp, base: UOp, becomes: dict[UOp, UOp]) -> None:
             if x is stored and ((o := stored.__dict__.get(_OWNER)) is None or o() is None):
                 owned = stored
                 stored.__dict__[_OWNER] = weakref.ref(t)
-        elif (view_of := t._view_of) is not None and stored is not None and view_of[0].uop is view_of[1]:
-            # a view whose realize stored its lazy base tensor's whole value (a view of a matmul's result read): the
-            # base tensor owns it, as its views share its memory. Unowned, an equal graph realized after took that
-            # memory as its own, and its writes showed in the view (A = x @ x.T; v = (x @ x.T).view(-1); v.numpy();
-            # A.realize(); A += 10)
-            bt, at = view_of
-            if (
-                at.base is base
-                and base.op is not _ASSIGN
-                and ((o := stored.__dict__.get(_OWNER)) is None or o() is None)
-            ):
-                owned, lazy_noted = stored, at
-                stored.__dict__[_OWNER] = weakref.ref(bt)
         if owned is not None:
             # its memory notes the lazy node stored there, which views taken before follow (_stored_from)
             # (UOp.base and Buffer.memory inline: a realize's Python calls are counted, test_eager_overhead)
@@ -6585,9 +6584,9 @@ def _stand_for(t: Tensor, new: UOp, base: UOp, becomes: dict[UOp, UOp]) -> None:
             if owned.op is _BUFFER:
                 buf = owned.arg
                 memory = buf._external if isinstance(buf._external, Buffer) else buf
-                memory.__dict__[_STORED_FROM] = weakref.ref(lazy_noted)
-                if lazy_noted.op is Ops.CONTIGUOUS:  # (a copy _own_memory gave, numbered or not, or a clone)
-                    memory.__dict__[_COPIED_FROM] = weakref.ref(lazy_noted.src[0])
+                memory.__dict__[_STORED_FROM] = weakref.ref(lazy)
+                if lazy.op is Ops.CONTIGUOUS:  # (a copy _own_memory gave, numbered or not, or a clone)
+                    memory.__dict__[_COPIED_FROM] = weakref.ref(lazy.src[0])
                 else:
                     memory.__dict__.pop(_COPIED_FROM, None)
     if keep and new is not lazy:
