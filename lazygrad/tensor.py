@@ -2334,7 +2334,7 @@ class Tensor(metaclass=_TensorType):
     def cat(self, *others: Tensor, dim: int = 0) -> Tensor:
         tensors = [self, *others]
         if any(t.ndim == 0 for t in tensors):
-            raise ArgumentError(f"cat: a 0-d tensor cannot be concatenated (shapes {[x.shape for x in tensors]})")
+            raise _NoDimError(f"cat: a 0-d tensor cannot be concatenated (shapes {[x.shape for x in tensors]})")
         d = _axes(dim, self.ndim)[0]
         for t in tensors:
             if t.ndim != self.ndim or any(a != b for i, (a, b) in enumerate(zip(t.shape, self.shape)) if i != d):
@@ -2699,7 +2699,7 @@ class Tensor(metaclass=_TensorType):
 
     def split(self, sizes: int | Sequence[int], dim: int = 0) -> tuple[Tensor, ...]:
         if self.ndim == 0:
-            raise ArgumentError("split expects at least a 1-d tensor, got a 0-d one")
+            raise _NoDimError("split expects at least a 1-d tensor, got a 0-d one")
         d = _axes(dim, self.ndim)[0]
         n = self.shape[d]
         if isinstance(sizes, int):
@@ -2717,7 +2717,7 @@ class Tensor(metaclass=_TensorType):
         if chunks <= 0:
             raise ArgumentError(f"chunk needs a positive number of chunks, got {chunks}")
         if self.ndim == 0:
-            raise ArgumentError("chunk expects at least a 1-d tensor, got a 0-d one")
+            raise _NoDimError("chunk expects at least a 1-d tensor, got a 0-d one")
         d = _axes(dim, self.ndim)[0]
         return self.split(max(1, ceildiv(self.shape[d], chunks)), d)
 
@@ -6495,6 +6495,10 @@ class IntZeroDivisionError(ZeroDivisionError, RuntimeError):
 def _check_int_divisor(a: Tensor, x: Any, reverse: bool, what: str) -> None:
     if not reverse and dtypes.is_int(a.dtype) and isinstance(x, int) and x == 0:
         raise IntZeroDivisionError(f"{what}: integer division by zero")
+
+
+class _NoDimError(ArgumentError, IndexError):
+    """cat / split / chunk of a 0-d tensor: torch raises RuntimeError, tinygrad IndexError (its dim is out of range)."""
 
 
 class _EmptyReductionError(ArgumentError, IndexError):
