@@ -1274,9 +1274,15 @@ if __name__ == "__main__":
     if args.sample:
         cases = random.Random(args.seed).sample(cases, min(args.sample, len(cases)))
     found = run(cases, args.v)
+    kept = found.pop("deliberate", [])
     for kind, msgs in found.items():
         print(f"### {kind}: {len(msgs)}")
         for m in msgs:
             print("  " + m.replace("\n", "\n    "))
-    print(f"{len(cases)} cases, {sum(map(len, found.values()))} differ")
+    print(f"### deliberate (DELIBERATE, by reason): {len(kept)}")
+    for pattern, why in DELIBERATE:
+        n = sum(1 for m in kept if re.search(pattern, m))
+        if n:
+            print(f"  {n:4d}  {why}")
+    print(f"{len(cases)} cases, {sum(map(len, found.values()))} differ, {len(kept)} on purpose")
     sys.exit(1 if found else 0)
