@@ -1006,6 +1006,15 @@ def _axes(axis: int | Sequence[int] | None, ndim: int) -> tuple[int, ...]:
     return tuple(sorted(out)) if ndim else ()
 
 
+def _dim(dim: int, ndim: int) -> int:
+    """One dim in range for `ndim` dims, as an index (a 0-d tensor takes -1 and 0, as torch's ops do, and gets 0)."""
+    if not -max(ndim, 1) <= dim < max(ndim, 1):
+        raise IndexError(
+            f"dim {dim} is out of range [{-max(ndim, 1)}, {max(ndim, 1) - 1}] for a tensor with {ndim} dimensions"
+        )
+    return dim % ndim if ndim else 0
+
+
 class _ThreadModes(threading.local):
     """no_grad() is per thread, as torch's grad mode: a thread serving inference under no_grad() must not turn off
     the gradients of a thread that trains. A new thread starts with gradients on."""
@@ -1961,6 +1970,9 @@ class Tensor(metaclass=_TensorType):
     def linspace(
         start: float, stop: float, steps: int, dtype: DType | str | None = None, device: str | None = None
     ) -> Tensor:
+        if isinstance(steps, bool) or not hasattr(steps, "__index__"):
+            raise TypeError(f"linspace: steps must be an int, got {steps!r}")
+        steps = steps.__index__()
         if steps < 0:
             raise ArgumentError(f"linspace: number of steps must be non-negative, got {steps}")
         dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
@@ -2267,9 +2279,7 @@ class Tensor(metaclass=_TensorType):
         mode: 'constant' (value), 'reflect', 'replicate' or 'circular', as torch's F.pad."""
         per_dim = _pad_pairs(self, padding)
         if mode not in ("constant", "reflect", "replicate", "circular"):
-            raise _UnknownPadModeError(
-                f"pad mode must be 'constant', 'reflect', 'replicate' or 'circular', not {mode!r}"
-            )
+            raise _UnknownModeError(f"pad mode must be 'constant', 'reflect', 'replicate' or 'circular', not {mode!r}")
         if any(isinstance(p, UOp) for pair in per_dim for p in pair):
             return self._symbolic_pad(per_dim, mode, value)
         if mode == "circular" and any(lo < 0 or hi < 0 for lo, hi in per_dim):
@@ -2311,7 +2321,9 @@ class Tensor(metaclass=_TensorType):
         return self._movement(Ops.FLIP, tuple(i in axes for i in range(self.ndim))) if axes else _new_value(self)
 
     def transpose(self, dim0: int = 1, dim1: int = 0) -> Tensor:
-        a, b = _axes(dim0, self.ndim)[0], _axes(dim1, self.ndim)[0]
+        a, b = _dim(dim0, self.ndim), _dim(dim1, self.ndim)
+        if self.ndim == 0:
+            return self
         order = list(range(self.ndim))
         order[a], order[b] = order[b], order[a]
         return self.permute(order)
@@ -2321,9 +2333,9 @@ class Tensor(metaclass=_TensorType):
         return self.permute(tuple(range(self.ndim))[::-1])
 
     def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Tensor:
+        s, e = _dim(start_dim, self.ndim), _dim(end_dim, self.ndim)
         if self.ndim == 0:
             return self.reshape(1)
-        s, e = _axes(start_dim, self.ndim)[0], _axes(end_dim, self.ndim)[0]
         if s > e:
             raise ArgumentError(
                 f"flatten: start_dim {start_dim} comes after end_dim {end_dim} for a tensor of shape {self.shape}"
@@ -2362,6 +2374,8 @@ class Tensor(metaclass=_TensorType):
         reps = argfix(*repeats)
         if len(reps) < self.ndim:
             raise ArgumentError(f"repeat {reps} needs at least one count per dimension of shape {self.shape}")
+        if any(type(r) is int and r < 0 for r in reps):
+            raise ArgumentError(f"repeat {reps}: counts must not be negative")
         x = self.reshape((1,) * (len(reps) - self.ndim) + self.shape)
         inter = [d for s in x.shape for d in (1, s)]
         expanded = [d for r, s in zip(reps, x.shape) for d in (r, s)]
@@ -2370,6 +2384,8 @@ class Tensor(metaclass=_TensorType):
 
     def cat(self, *others: Tensor, dim: int = 0) -> Tensor:
         tensors = [self, *others]
+        if any(t.ndim == 0 for t in tensors):
+            raise _NoDimError(f"cat: a 0-d tensor cannot be concatenated (shapes {[x.shape for x in tensors]})")
         d = _axes(dim, self.ndim)[0]
         for t in tensors:
             if t.ndim != self.ndim or any(a != b for i, (a, b) in enumerate(zip(t.shape, self.shape)) if i != d):
@@ -2394,6 +2410,8 @@ class Tensor(metaclass=_TensorType):
             if not self:
                 raise ArgumentError("stack needs at least one tensor")
             self, others = self[0], tuple(self[1:])
+        if any(t.shape != self.shape for t in others):
+            raise ArgumentError(f"stack needs tensors of one shape, got {[self.shape, *[t.shape for t in others]]}")
         d = _axes(dim, self.ndim + 1)[0]
         return self.unsqueeze(d).cat(*[t.unsqueeze(d) for t in others], dim=d)
 
@@ -2559,7 +2577,7 @@ class Tensor(metaclass=_TensorType):
         return idx == Tensor.arange(n, device=self.device).reshape((n,) + (1,) * (self.ndim - d - 1))
 
     def _dim_index(self, dim: int, index: Tensor, name: str) -> tuple[int, Tensor]:
-        d = _axes(dim, self.ndim)[0] if self.ndim else 0
+        d = _dim(dim, self.ndim)
         if not isinstance(index, Tensor) or not dtypes.is_int(index.dtype):
             got = getattr(index, "dtype", type(index).__name__)
             raise DTypeError(f"{name}: index must be an integer tensor, got {got}")
@@ -2605,6 +2623,8 @@ class Tensor(metaclass=_TensorType):
                 raise ArgumentError(f"scatter: reduce must be None, 'add' or 'multiply', not {reduce!r}")
             return self.scatter_reduce(dim, index, src, "sum" if reduce == "add" else "prod")
         d, hit, src = self._scatter_hits(dim, index, src, "scatter")
+        if index.numel() == 0:
+            return self.clone()  # nothing written
         j = Tensor.arange(hit.shape[d], device=self.device).reshape((-1,) + (1,) * (hit.ndim - d - 1))
         last = hit.where(j, -1).max(d, keepdim=True)
         vals = _last_write(_pick(src, hit & (j == last), (d,)), src, hit, (d,))
@@ -2646,8 +2666,12 @@ class Tensor(metaclass=_TensorType):
 
     def index_select(self, dim: int, index: Tensor) -> Tensor:
         d = _axes(dim, self.ndim)[0]
-        if index.ndim != 1:
-            raise ArgumentError(f"index_select: index must be 1-d, got shape {index.shape}")
+        if index.ndim > 1:
+            raise IndexShapeError(f"index_select: index must be 0-d or 1-d, got shape {index.shape}")
+        if not dtypes.is_int(index.dtype):
+            raise DTypeError(f"index_select: index must be an integer tensor, got {index.dtype}")
+        if index.ndim == 0:
+            return self[(slice(None),) * d + (index.reshape(1),)]
         return self[(slice(None),) * d + (index,)]
 
     def masked_select(self, mask: Tensor, size: int | None = None, fill_value: Any = 0) -> Tensor:
@@ -2684,8 +2708,9 @@ class Tensor(metaclass=_TensorType):
         flat = (self != 0).flatten()
         pos = Tensor.arange(flat.numel(), device=self.device).reshape(1, -1)
         where = _pick(pos, flat._select_rows(size), (1,))
-        strides = [prod(self.shape[d + 1 :]) for d in range(self.ndim)]
-        coords = [(where // st % s).cast(dtypes.default_int) for st, s in zip(strides, self.shape)]
+        # with a zero-size dim there is no coordinate to compute: 1 stands in for 0 (an integer division by 0 raises)
+        strides = [max(prod(self.shape[d + 1 :]), 1) for d in range(self.ndim)]
+        coords = [(where // st % max(s, 1)).cast(dtypes.default_int) for st, s in zip(strides, self.shape)]
         if size is not None:
             coords = [flat._fill_beyond_count(c, fill_value) for c in coords]
         if as_tuple:
@@ -2724,6 +2749,8 @@ class Tensor(metaclass=_TensorType):
     # *** shape ops built from views ***
 
     def split(self, sizes: int | Sequence[int], dim: int = 0) -> tuple[Tensor, ...]:
+        if self.ndim == 0:
+            raise _NoDimError("split expects at least a 1-d tensor, got a 0-d one")
         d = _axes(dim, self.ndim)[0]
         n = self.shape[d]
         if isinstance(sizes, int):
@@ -2740,6 +2767,8 @@ class Tensor(metaclass=_TensorType):
     def chunk(self, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
         if chunks <= 0:
             raise ArgumentError(f"chunk needs a positive number of chunks, got {chunks}")
+        if self.ndim == 0:
+            raise _NoDimError("chunk expects at least a 1-d tensor, got a 0-d one")
         d = _axes(dim, self.ndim)[0]
         return self.split(max(1, ceildiv(self.shape[d], chunks)), d)
 
@@ -2825,7 +2854,7 @@ class Tensor(metaclass=_TensorType):
 
     def unfold(self, dimension: int, size: int, step: int) -> Tensor:
         """Every window of `size` along `dimension`, `step` apart: that dim counts windows, a new last dim holds one."""
-        d = _axes(dimension, self.ndim)[0] if self.ndim else 0
+        d = _dim(dimension, self.ndim)
         if size < 0 or step <= 0:
             raise ArgumentError(f"unfold: size must be non-negative and step positive, got size {size}, step {step}")
         x = self.reshape(1) if self.ndim == 0 else self
@@ -3059,7 +3088,7 @@ class Tensor(metaclass=_TensorType):
     def cummax(self, axis: int = 0) -> tuple[Tensor, Tensor]:
         """Running maximum and, as torch, the index of its last occurrence so far."""
         values = self._cumulative(axis, "max")
-        d = _axes(axis, self.ndim)[0] if self.ndim else 0
+        d = _dim(axis, self.ndim)
         n = self.shape[d] if self.ndim else 1
         # the running max is reached anew (or tied) exactly where x == max so far: the index is a running max too
         hit = (self == values) | self.isnan() if dtypes.is_float(self.dtype) else self == values
@@ -3082,7 +3111,7 @@ class Tensor(metaclass=_TensorType):
     def sort(self, dim: int = -1, descending: bool = False, *, stable: bool = True) -> tuple[Tensor, Tensor]:
         """Sorted values and their indices (default int). Each element's place is the count of elements that go
         before it (ties in index order: always stable); NaN sorts as the largest value, as in torch."""
-        d = _axes(dim, self.ndim)[0] if self.ndim else 0
+        d = _dim(dim, self.ndim)
         x = (self.reshape(1) if self.ndim == 0 else self).transpose(d, -1)
         n = x.shape[-1]
         # element i on dim -2, j on dim -1; expanded before any arithmetic so the compares fuse into the count
@@ -3102,7 +3131,7 @@ class Tensor(metaclass=_TensorType):
         return self.sort(dim, descending)[1]
 
     def topk(self, k: int, dim: int = -1, largest: bool = True, sorted: bool = True) -> tuple[Tensor, Tensor]:
-        d = _axes(dim, self.ndim)[0] if self.ndim else 0
+        d = _dim(dim, self.ndim)
         n = self.shape[d] if self.ndim else 1
         if not 0 <= k <= n:
             raise ArgumentError(f"topk: k={k} is out of range for dimension {d} of size {n}")
@@ -3362,7 +3391,7 @@ class Tensor(metaclass=_TensorType):
         'trilinear' (each dim interpolated in turn)."""
         linear = ("linear", "bilinear", "trilinear")
         if mode not in ("nearest", "nearest-exact", *linear):
-            raise ArgumentError(
+            raise _UnknownModeError(
                 f"interpolate: mode must be nearest, nearest-exact, linear, bilinear or trilinear, not {mode!r}"
             )
         if align_corners is not None and mode not in linear:
@@ -3380,6 +3409,8 @@ class Tensor(metaclass=_TensorType):
             outs, scales = tuple(int(math.floor(i * s)) for i, s in zip(ins, sf)), [1 / s for s in sf]
         if len(outs) != nsp:
             raise ArgumentError(f"interpolate: size {size} needs {nsp} entries for input shape {self.shape}")
+        if any(o <= 0 for o in outs) or any(i <= 0 for i in ins):
+            raise ArgumentError(f"interpolate: input sizes {ins} and output sizes {outs} must be greater than 0")
         x = self.cast(least_upper_float(self.dtype)) if mode in linear else self
         # an integer image blends one dim at a time from the last, in fixed point, rounding after each (torch's uint8
         # resampling, bit for bit)
@@ -3542,6 +3573,8 @@ class Tensor(metaclass=_TensorType):
             # integer dtype first (uint8 / -3 is -2.0, not 6 / 253), so the tensor goes to float before they meet
             return self.cast(least_upper_float(self.dtype)).div(x, reverse)
         a, b = self._broadcasted(x, reverse)
+        if rounding_mode is not None:
+            _check_int_divisor(a, x, reverse, f"div(rounding_mode={rounding_mode!r})")
         if rounding_mode == "trunc":
             return a._alu(Ops.IDIV, b) if dtypes.is_int(a.dtype) else a.div(b).trunc()
         if rounding_mode == "floor":
@@ -3575,11 +3608,13 @@ class Tensor(metaclass=_TensorType):
 
     def floordiv(self, x: Any, reverse: bool = False) -> Tensor:
         a, b = self._broadcasted(x, reverse)
+        _check_int_divisor(a, x, reverse, "floor division")
         return a._floordiv(b)
 
     def mod(self, x: Any, reverse: bool = False) -> Tensor:
         """Remainder with the sign of the divisor, like torch.remainder and Python's %."""
         a, b = self._broadcasted(x, reverse)
+        _check_int_divisor(a, x, reverse, "remainder")
         return a._mod(b)
 
     def _mod(self, b: Tensor) -> Tensor:
@@ -3593,6 +3628,7 @@ class Tensor(metaclass=_TensorType):
     def fmod(self, x: Any) -> Tensor:
         """Remainder with the sign of the dividend (C fmod)."""
         a, b = self._broadcasted(x)
+        _check_int_divisor(a, x, False, "fmod")
         return a._alu(Ops.MOD, b)
 
     def pow(self, x: Any, reverse: bool = False) -> Tensor:
@@ -3686,7 +3722,8 @@ class Tensor(metaclass=_TensorType):
 
     def _bitwise(self, op: Ops, x: Any, reverse: bool = False, name: str | None = None) -> Tensor:
         a, b = self._broadcasted(x, reverse)
-        if dtypes.is_float(a.dtype):
+        # a shift of bools has no bits to move (torch has no kernel for it; the IR verifier refuses SHL / SHR of bool)
+        if dtypes.is_float(a.dtype) or (a.dtype == dtypes.bool and op in (Ops.SHL, Ops.SHR)):
             names = {
                 Ops.AND: "bitwise_and (&)",
                 Ops.OR: "bitwise_or (|)",
@@ -3694,7 +3731,12 @@ class Tensor(metaclass=_TensorType):
                 Ops.SHL: "lshift (<<)",
                 Ops.SHR: "rshift (>>)",
             }
-            raise _unsupported(name or names[op], a, "bitwise ops take integer or bool tensors")
+            hint = (
+                "shifts take integer tensors"
+                if op in (Ops.SHL, Ops.SHR)
+                else "bitwise ops take integer or bool tensors"
+            )
+            raise _unsupported(name or names[op], a, hint)
         return a._alu(op, b)
 
     def bitwise_and(self, x: Any) -> Tensor:
@@ -4254,7 +4296,9 @@ class Tensor(metaclass=_TensorType):
         )
         if axis is None:
             return x.flatten()._arg_extreme(0, False, True).reshape(() if not keepdim else (1,) * self.ndim)
-        d = _axes(axis, self.ndim)[0]
+        d = _dim(axis, self.ndim)
+        if self.ndim == 0:
+            return Tensor.zeros((), dtype=dtypes.default_int, device=self.device)
         n = self.shape[d]
         if n == 0:
             raise _EmptyReductionError(f"argmax/argmin over a zero-size dimension of shape {self.shape}")
@@ -4431,6 +4475,8 @@ class Tensor(metaclass=_TensorType):
             )
         if bias is not None and bias.shape != (cout,):
             raise ArgumentError(f"conv: bias shape {bias.shape} must be ({cout},) for weight shape {weight.shape}")
+        if any(k == 0 for k in kernel):
+            raise ArgumentError(f"conv: kernel sizes must be greater than 0, got weight shape {weight.shape}")
         nk = len(kernel)
         if isinstance(padding, str):
             if padding == "valid":
@@ -4648,7 +4694,7 @@ class Tensor(metaclass=_TensorType):
 
     def one_hot(self, num_classes: int = -1) -> Tensor:
         if not dtypes.is_int(self.dtype):
-            raise TypeError(f"one_hot needs an integer tensor, got {self.dtype}")
+            raise DTypeError(f"one_hot needs an integer tensor, got {self.dtype}")
         if num_classes == -1:
             num_classes = int(self.max().item()) + 1
         _check_index_values(self, 0, num_classes, f"one_hot with {num_classes} classes")
@@ -4830,13 +4876,20 @@ class Tensor(metaclass=_TensorType):
             return self
         raise ArgumentError(f"reduction must be 'mean', 'sum' or 'none', not {reduction!r}")
 
+    def _check_target_shape(self, Y: Any, what: str) -> None:
+        """torch's binary losses take a target of the input's shape only (a broadcast one would mean another loss)."""
+        if isinstance(Y, Tensor) and Y.shape != self.shape:
+            raise ArgumentError(f"{what}: target shape {Y.shape} must be the input shape {self.shape}")
+
     def binary_crossentropy(self, Y: Tensor, reduction: str = "mean") -> Tensor:
+        self._check_target_shape(Y, "binary_crossentropy")
         # logs are clamped at -100 as in torch, so a probability of exactly 0 or 1 gives a finite loss
         return -(Y * self.log().maximum(-100) + (1 - Y) * (1 - self).log().maximum(-100))._reduction(reduction)
 
     def binary_crossentropy_logits(
         self, Y: Tensor, reduction: str = "mean", pos_weight: Tensor | None = None
     ) -> Tensor:
+        self._check_target_shape(Y, "binary_crossentropy_logits")
         pos = Y * self.logsigmoid() if pos_weight is None else pos_weight * Y * self.logsigmoid()
         return -(pos + (1 - Y) * (-self).logsigmoid())._reduction(reduction)
 
@@ -4994,8 +5047,8 @@ class Tensor(metaclass=_TensorType):
         dst = [destination] if isinstance(destination, int) else list(destination)
         if len(src) != len(dst):
             raise ArgumentError(f"movedim: source {source} and destination {destination} name different counts of dims")
-        src = [_axes(a, self.ndim)[0] if self.ndim else 0 for a in src]
-        dst = [_axes(a, self.ndim)[0] if self.ndim else 0 for a in dst]
+        src = [_dim(a, self.ndim) for a in src]
+        dst = [_dim(a, self.ndim) for a in dst]
         if len(set(src)) != len(src) or len(set(dst)) != len(dst):
             raise ArgumentError(f"movedim: repeated dim in source {source} or destination {destination}")
         if self.ndim == 0:
@@ -5016,6 +5069,8 @@ class Tensor(metaclass=_TensorType):
 
     def tile(self, dims: int | Sequence[int], *more: int) -> Tensor:
         reps = argfix(dims, *more)
+        if any(type(r) is int and r < 0 for r in reps):
+            raise ArgumentError(f"tile {reps}: counts must not be negative")
         return self.repeat((1,) * (self.ndim - len(reps)) + tuple(reps))
 
     def tensor_split(self, indices_or_sections: int | Sequence[int] | Tensor, dim: int = 0) -> tuple[Tensor, ...]:
@@ -5235,7 +5290,7 @@ class Tensor(metaclass=_TensorType):
             raise ArgumentError(f"renorm: p must be positive, got {p}")
         if maxnorm < 0:
             raise ArgumentError(f"renorm: maxnorm must be non-negative, got {maxnorm}")
-        d = _axes(dim, self.ndim)[0] if self.ndim else 0
+        d = _dim(dim, self.ndim)
         norms = self.norm(p, tuple(i for i in range(self.ndim) if i != d), keepdim=True)
         # torch's 1e-7 keeps the scaled norm just under maxnorm
         return self * (norms > maxnorm).where(maxnorm / (norms + 1e-7), 1.0).cast(self.dtype)
@@ -5322,7 +5377,7 @@ class Tensor(metaclass=_TensorType):
     def _sorted_along(self, dim: int | None, name: str) -> tuple[Tensor, Tensor, int]:
         """(sorted values, their indices, dim) of self (flattened when dim is None) along one non-empty dim."""
         x = self.flatten() if dim is None else self.reshape(1) if self.ndim == 0 else self
-        d = 0 if dim is None else _axes(dim, self.ndim)[0] if self.ndim else 0
+        d = 0 if dim is None else _dim(dim, self.ndim)
         if x.shape[d] == 0:
             raise _EmptyReductionError(f"{name}: reduction dim {d} of shape {self.shape} has size 0")
         values, idx = x.sort(d)
@@ -5416,7 +5471,7 @@ class Tensor(metaclass=_TensorType):
         """The most frequent value along dim (the smallest of those equally frequent) and the index of its last
         occurrence, as torch. Each value's count is a compare with every other (n^2, as sort)."""
         x = self.reshape(1) if self.ndim == 0 else self
-        d = _axes(dim, self.ndim)[0] if self.ndim else 0
+        d = _dim(dim, self.ndim)
         n = x.shape[d]
         if n == 0:
             raise _EmptyReductionError(f"mode: reduction dim {d} of shape {self.shape} has size 0")
@@ -5596,7 +5651,7 @@ class Tensor(metaclass=_TensorType):
         self, dim: int, index: Tensor, source_shape: tuple[int, ...] | None, name: str
     ) -> tuple[int, Tensor]:
         """(dim, index) of the index_* ops: a 1-d index, expanded to the source's shape along dim when given."""
-        d = _axes(dim, self.ndim)[0] if self.ndim else 0
+        d = _dim(dim, self.ndim)
         if not isinstance(index, Tensor) or not dtypes.is_int(index.dtype):
             raise DTypeError(f"{name}: index must be an integer tensor, got {getattr(index, 'dtype', type(index))}")
         if index.ndim > 1:
@@ -6032,8 +6087,10 @@ class Tensor(metaclass=_TensorType):
 
     def kthvalue(self, k: int, dim: int = -1, keepdim: bool = False) -> tuple[Tensor, Tensor]:
         """The k-th smallest value along dim (k from 1) and its index."""
-        d = _axes(dim, self.ndim)[0] if self.ndim else 0
+        d = _dim(dim, self.ndim)
         n = self.shape[d] if self.ndim else 1
+        if n == 0:
+            raise _EmptyReductionError(f"kthvalue over a zero-size dimension of shape {self.shape}")
         if not 1 <= k <= n:
             raise ArgumentError(f"kthvalue: k ({k}) is out of range for dimension {d} of size {n}")
         values, idx, d = self._sorted_along(dim, "kthvalue")
@@ -6457,8 +6514,9 @@ def _check_index_values(index: Tensor, low: int, high: int, what: str, ignore: i
         raise IndexRangeError(f"{what}: index {lo if lo < low else hi} is out of range [{low}, {high})")
 
 
-class _UnknownPadModeError(ArgumentError, NotImplementedError):
-    """torch raises NotImplementedError for a pad mode it lacks; an ArgumentError (ValueError) as lazygrad's others."""
+class _UnknownModeError(ArgumentError, NotImplementedError):
+    """torch raises NotImplementedError for a pad or interpolate mode it lacks; an ArgumentError (ValueError) as
+    lazygrad's others."""
 
 
 class InPlaceOnLeafError(NotImplementedError):
@@ -6478,16 +6536,32 @@ class IntOverflowError(OverflowError, RuntimeError):
 
 
 def _check_fits(values: Sequence[Any], dtype: DType, what: str) -> None:
-    """Making a tensor from Python ints refuses those outside the dtype's range, as torch and numpy do (a cast of a
-    tensor wraps instead)."""
+    """Making an integer tensor from Python numbers refuses those outside the dtype's range, as torch and numpy do (a
+    cast of a tensor wraps instead). A float must lie in the range itself (torch: -0.5 is no uint8, 255.9 none)."""
     if not dtypes.is_int(dtype):
         return
     lo, hi = dtypes.min(dtype), dtypes.max(dtype)
-    if dtypes.is_unsigned(dtype):
-        lo = -hi  # torch takes a negative int down to -max for an unsigned dtype, and wraps it (-1 is 255 in uint8)
+    # torch takes a negative int down to -max for an unsigned dtype, and wraps it (-1 is 255 in uint8)
+    int_lo = -hi if dtypes.is_unsigned(dtype) else lo
     for v in values:
-        if isinstance(v, int) and not isinstance(v, bool) and not lo <= v <= hi:
+        if isinstance(v, bool):
+            continue
+        if (isinstance(v, int) and not int_lo <= v <= hi) or (isinstance(v, float) and not lo <= v <= hi):
             raise IntOverflowError(f"{what}: {v} does not fit {dtype.name} (range {lo} to {hi})")
+
+
+class IntZeroDivisionError(ZeroDivisionError, RuntimeError):
+    """An integer tensor divided by a Python 0 (//, %, fmod): torch raises a RuntimeError, Python a ZeroDivisionError.
+    A tensor divisor's values are not read: an integer division by a zero element gives 0."""
+
+
+def _check_int_divisor(a: Tensor, x: Any, reverse: bool, what: str) -> None:
+    if not reverse and dtypes.is_int(a.dtype) and isinstance(x, int) and x == 0:
+        raise IntZeroDivisionError(f"{what}: integer division by zero")
+
+
+class _NoDimError(ArgumentError, IndexError):
+    """cat / split / chunk of a 0-d tensor: torch raises RuntimeError, tinygrad IndexError (its dim is out of range)."""
 
 
 class _EmptyReductionError(ArgumentError, IndexError):

@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from lazygrad import Tensor, dtypes
+from lazygrad import Tensor, dtypes, nn
 
 
 def L(*shape: int) -> Tensor:
@@ -93,7 +93,84 @@ MISTAKES: dict[str, tuple[Callable[[], Any], Callable[[], Any]]] = {
         lambda: L(2, 3).masked_fill(Tensor([True, False]), 0),
         lambda: T(2, 3).masked_fill(torch.tensor([True, False]), 0),
     ),
+    # found by test_probe_api.py: these returned a tensor before (negative counts, a dim out of
+    # range of a 0-d tensor, a float count of steps, an output size of 0, a broadcast loss target, a float that
+    # does not fit, an integer division by zero, one value per channel in training)
+    "repeat_negative": (lambda: L().repeat(-1, 1), lambda: T().repeat(-1, 1)),
+    "tile_negative": (lambda: L().tile(-1, 1), lambda: T().tile(-1, 1)),
+    "flatten_0d_dim": (lambda: L().flatten(0, 1), lambda: T().flatten(0, 1)),
+    "movedim_0d_dim": (lambda: L().movedim(0, 1), lambda: T().movedim(0, 1)),
+    "linspace_float_steps": (lambda: Tensor.linspace(0, 1, 2.5), lambda: torch.linspace(0, 1, 2.5)),  # type: ignore
+    "interpolate_size_0": (lambda: L(1, 1, 4, 4).interpolate(size=0), lambda: F.interpolate(T(1, 1, 4, 4), size=0)),
+    "interpolate_negative_scale": (
+        lambda: L(1, 1, 4, 4).interpolate(scale_factor=-1),
+        lambda: F.interpolate(T(1, 1, 4, 4), scale_factor=-1),
+    ),
+    "bce_target_shape": (
+        lambda: L(2, 3).sigmoid().binary_crossentropy(L(3)),
+        lambda: F.binary_cross_entropy(T(2, 3).sigmoid(), T(3)),
+    ),
+    "bce_logits_target_shape": (
+        lambda: L(2, 3).binary_crossentropy_logits(L(3)),
+        lambda: F.binary_cross_entropy_with_logits(T(2, 3), T(3)),
+    ),
+    "uint8_negative_float": (
+        lambda: Tensor([1.7, -2.3], dtype=dtypes.uint8),
+        lambda: torch.tensor([1.7, -2.3], dtype=torch.uint8),
+    ),
+    "full_float_overflow": (
+        lambda: Tensor.full((2,), 255.9, dtype=dtypes.uint8),
+        lambda: torch.full((2,), 255.9, dtype=torch.uint8),
+    ),
+    "int_floordiv_zero": (lambda: Tensor([5, -3]) // 0, lambda: torch.tensor([5, -3]) // 0),
+    "int_remainder_zero": (lambda: Tensor([5, -3]) % 0, lambda: torch.tensor([5, -3]) % 0),
+    "int_fmod_zero": (lambda: Tensor([5, -3]).fmod(0), lambda: torch.tensor([5, -3]).fmod(0)),
+    "int_div_trunc_zero": (
+        lambda: Tensor([5, -3]).div(0, rounding_mode="trunc"),
+        lambda: torch.tensor([5, -3]).div(0, rounding_mode="trunc"),
+    ),
+    "batchnorm_one_value_per_channel": (
+        lambda: _training(lambda: nn.BatchNorm(3)(L(1, 3, 1, 1))),
+        lambda: torch.nn.BatchNorm2d(3)(T(1, 3, 1, 1)),
+    ),
+    "batchnorm_eps_zero": (
+        lambda: _training(lambda: nn.BatchNorm(3, eps=0.0)(L(2, 3, 2, 2))),
+        lambda: torch.nn.BatchNorm2d(3, eps=0.0)(T(2, 3, 2, 2)),
+    ),
+    "rshift_bool": (lambda: Tensor([True]) >> Tensor([True]), lambda: torch.tensor([True]) >> torch.tensor([True])),
+    "sort_0d_dim": (lambda: L().sort(1), lambda: T().sort(1)),
+    "topk_0d_dim": (lambda: L().topk(1, -3), lambda: T().topk(1, -3)),
+    "kthvalue_0d_dim": (lambda: L().kthvalue(1, 1), lambda: T().kthvalue(1, 1)),
+    "mode_0d_dim": (lambda: L().mode(2), lambda: T().mode(2)),
+    # these raised an internal error or another class before
+    "kthvalue_empty": (lambda: L(0).kthvalue(1), lambda: T(0).kthvalue(1)),
+    "split_0d": (lambda: L().split(1), lambda: T().split(1)),
+    "chunk_0d": (lambda: L().chunk(2), lambda: T().chunk(2)),
+    "cat_0d": (lambda: L().cat(L()), lambda: torch.cat([T(), T()])),
+    "stack_shapes_dim": (lambda: L(2, 3).stack(L(3), dim=2), lambda: torch.stack([T(2, 3), T(3)], 2)),
+    "index_select_2d": (
+        lambda: L(2, 3).index_select(0, Tensor([[0]])),
+        lambda: T(2, 3).index_select(0, torch.tensor([[0]])),
+    ),
+    "index_select_float": (lambda: L(2, 3).index_select(1, L(2)), lambda: T(2, 3).index_select(1, T(2))),
+    "one_hot_float": (lambda: L(3).one_hot(3), lambda: F.one_hot(T(3), 3)),  # type: ignore
+    "interpolate_mode": (
+        lambda: L(1, 1, 4, 4).interpolate(size=(8, 8), mode="bogus"),
+        lambda: F.interpolate(T(1, 1, 4, 4), size=(8, 8), mode="bogus"),
+    ),
+    "conv_kernel_0": (lambda: L(1, 2, 5, 5).conv2d(L(4, 2, 0, 3)), lambda: F.conv2d(T(1, 2, 5, 5), T(4, 2, 0, 3))),
+    "conv_module_kernel_0": (
+        lambda: nn.Conv2d(2, 4, 0)(L(1, 2, 5, 5)),
+        lambda: torch.nn.Conv2d(2, 4, 0)(T(1, 2, 5, 5)),
+    ),
+    "layernorm_shape": (lambda: nn.LayerNorm(4)(L(2, 3)), lambda: torch.nn.LayerNorm(4)(T(2, 3))),
+    "linear_negative_features": (lambda: nn.Linear(-1, 4), lambda: torch.nn.Linear(-1, 4)),
 }
+
+
+def _training(fn: Callable[[], Any]) -> Any:
+    with Tensor.train():
+        return fn()
 
 
 @pytest.mark.parametrize("name", list(MISTAKES))

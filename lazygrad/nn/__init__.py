@@ -11,7 +11,7 @@ from typing import Sequence
 
 from lazygrad.dtype import dtypes
 from lazygrad.helpers import make_tuple, prod
-from lazygrad.tensor import Tensor, _check_index_values
+from lazygrad.tensor import ArgumentError, Tensor, _check_index_values
 
 
 def _own_buffer(init: Tensor, requires_grad: bool = False) -> Tensor:
@@ -28,7 +28,12 @@ def _own_buffer(init: Tensor, requires_grad: bool = False) -> Tensor:
 
 def _kaiming_uniform(shape: tuple[int, ...], fan_in: int) -> Tensor:
     # torch's default for Linear/Conv weights: kaiming_uniform_(a=sqrt(5)), i.e. U(-1/sqrt(fan_in), 1/sqrt(fan_in))
-    return _uniform(shape, 1 / math.sqrt(fan_in))
+    return _uniform(shape, _fan_in_bound(fan_in))
+
+
+def _fan_in_bound(fan_in: int) -> float:
+    # no inputs (Linear(0, n)): torch's bias bound is 0 there, and the weight has no elements
+    return 1 / math.sqrt(fan_in) if fan_in > 0 else 0.0
 
 
 def _uniform(shape: tuple[int, ...], bound: float) -> Tensor:
@@ -38,7 +43,7 @@ def _uniform(shape: tuple[int, ...], bound: float) -> Tensor:
 class Linear:
     def __init__(self, in_features: int, out_features: int, bias: bool = True):
         self.weight = _kaiming_uniform((out_features, in_features), in_features)
-        self.bias = _uniform((out_features,), 1 / math.sqrt(in_features)) if bias else None
+        self.bias = _uniform((out_features,), _fan_in_bound(in_features)) if bias else None
 
     def __call__(self, x: Tensor) -> Tensor:
         return x.linear(self.weight, self.bias)
@@ -69,7 +74,7 @@ class Conv2d:
         self.stride, self.padding, self.dilation, self.groups = stride, padding, dilation, groups
         fan_in = in_channels // groups * prod(self.kernel_size)
         self.weight = _kaiming_uniform((out_channels, in_channels // groups, *self.kernel_size), fan_in)
-        self.bias = _uniform((out_channels,), 1 / math.sqrt(fan_in)) if bias else None
+        self.bias = _uniform((out_channels,), _fan_in_bound(fan_in)) if bias else None
 
     def __call__(self, x: Tensor) -> Tensor:
         return x.conv2d(
@@ -115,7 +120,7 @@ class ConvTranspose2d:
         # torch computes fan_in from weight.size(1), which for a transposed conv is out_channels // groups
         fan_in = out_channels // groups * prod(self.kernel_size)
         self.weight = _kaiming_uniform((in_channels, out_channels // groups, *self.kernel_size), fan_in)
-        self.bias = _uniform((out_channels,), 1 / math.sqrt(fan_in)) if bias else None
+        self.bias = _uniform((out_channels,), _fan_in_bound(fan_in)) if bias else None
 
     def __call__(self, x: Tensor) -> Tensor:
         return x.conv_transpose2d(
@@ -182,12 +187,17 @@ class BatchNorm:
         if x.ndim < 2:
             raise ValueError(f"BatchNorm needs an input of shape (N, C, ...), got {x.shape}")
         axes = (0, *range(2, x.ndim))
+        n = prod(x.shape[a] for a in axes)  # values per channel
+        if Tensor.training and n == 1:
+            raise ValueError(f"BatchNorm: expected more than 1 value per channel when training, got input {x.shape}")
+        if Tensor.training and self.eps <= 0:
+            raise ValueError(f"BatchNorm: eps must be positive when training, got {self.eps}")
         if Tensor.training or not self.track_running_stats:
             mean = x.mean(axes)
             shape = (1, -1) + (1,) * (x.ndim - 2)
             var = (x - mean.reshape(shape)).square().mean(axes)  # biased: what torch normalizes with
             if Tensor.training and self.track_running_stats:
-                self._update_running_stats(mean.detach(), var.detach(), x.numel() // x.shape[1])
+                self._update_running_stats(mean.detach(), var.detach(), n)
         else:
             mean, var = self.running_mean, self.running_var
         return x.batchnorm(self.weight, self.bias, mean, (var + self.eps).rsqrt())
@@ -242,8 +252,8 @@ class LayerNorm:
 
     def __call__(self, x: Tensor) -> Tensor:
         n = len(self.normalized_shape)
-        if x.shape[-n:] != self.normalized_shape:
-            raise ValueError(f"LayerNorm over {self.normalized_shape} got an input of shape {x.shape}")
+        if n == 0 or x.shape[-n:] != self.normalized_shape:
+            raise ArgumentError(f"LayerNorm over {self.normalized_shape} got an input of shape {x.shape}")
         x = x.layernorm(axis=tuple(range(-n, 0)), eps=self.eps)
         if self.weight is not None:
             x = x * self.weight
