@@ -7919,6 +7919,7 @@ def _follow_base(t: Tensor) -> Tensor:
         and at not in _lazy_overwritten
         and not _stored_from(now, at)
         and not (now.op is Ops.CONTIGUOUS and now.src[0] is at)  # given its own copy
+        and not _stood_for_then_overwritten(at)
     ):
         return t
     try:
@@ -7936,6 +7937,14 @@ def _follow_base(t: Tensor) -> Tensor:
 # with another tensor; a view of that one then follows its base too once the base's node changes, which reads the
 # same values (a realize) or a write, as it should.
 _lazy_overwritten: weakref.WeakSet[UOp] = weakref.WeakSet()
+
+
+def _stood_for_then_overwritten(at: UOp) -> bool:
+    """Whether the base was realized since the view was taken (it stood for `at`'s stored node) and was then replaced
+    lazily by a write it could not do in place (its node a permuted view of its memory: `v = A.T; v += 10;
+    A.realize(); A += 10` left v showing A before the second write)."""
+    stored = _stored_as(at, {})
+    return stored is not None and stored in _lazy_overwritten
 
 
 def _rewritten(now: UOp, at: UOp) -> bool:
