@@ -15,7 +15,7 @@ import threading
 import warnings
 import weakref
 from _weakref import _remove_dead_weakref
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, NamedTuple, Sequence
 
 from lazygrad.device import Buffer, Device
 from lazygrad.dtype import (  # noqa: F401  (_to_np_dtype: tinygrad programs import it from here)
@@ -2316,7 +2316,11 @@ class Tensor(metaclass=_TensorType):
         inside = Tensor.ones(self.shape, dtype=dtypes.bool, device=self.device)._movement(Ops.PAD, tuple(per_dim))
         return inside.where(padded, value)
 
-    def flip(self, axis: int | Sequence[int]) -> Tensor:
+    def flip(self, axis: int | Sequence[int] | None = None, *, dims: Any = None) -> Tensor:
+        if dims is not None:  # torch's name
+            axis = dims
+        if axis is None:
+            raise TypeError("flip() missing the axes to flip (axis, or torch's dims=)")
         axes = _axes(axis, self.ndim)
         return self._movement(Ops.FLIP, tuple(i in axes for i in range(self.ndim))) if axes else _new_value(self)
 
@@ -3064,11 +3068,15 @@ class Tensor(metaclass=_TensorType):
         return combine(inner, before).reshape(*self.shape[:-1], a * block).shrink(lead + [(0, n)])
 
     @_rounds_once
-    def cumsum(self, axis: int = 0) -> Tensor:
+    def cumsum(self, axis: int = 0, *, dim: Any = None) -> Tensor:
+        if dim is not None:  # torch's name for the axis
+            axis = dim
         return self.cast(sum_acc_dtype(self.dtype))._cumulative(axis, "sum")
 
     @_rounds_once
-    def cumprod(self, axis: int = 0) -> Tensor:
+    def cumprod(self, axis: int = 0, *, dim: Any = None) -> Tensor:
+        if dim is not None:  # torch's name for the axis
+            axis = dim
         x = self.cast(sum_acc_dtype(self.dtype))
         out = x._cumulative(axis, "prod")
         if not x.requires_grad:
@@ -3085,8 +3093,10 @@ class Tensor(metaclass=_TensorType):
         moved = surr - surr.detach()  # zero, or NaN where surr is not finite: then no gradient flows there
         return y + moved.isnan().where(0.0, moved)
 
-    def cummax(self, axis: int = 0) -> tuple[Tensor, Tensor]:
+    def cummax(self, axis: int = 0, *, dim: Any = None) -> tuple[Tensor, Tensor]:
         """Running maximum and, as torch, the index of its last occurrence so far."""
+        if dim is not None:  # torch's name for the axis
+            axis = dim
         values = self._cumulative(axis, "max")
         d = _dim(axis, self.ndim)
         n = self.shape[d] if self.ndim else 1
@@ -3097,15 +3107,19 @@ class Tensor(metaclass=_TensorType):
         if self.ndim and self.requires_grad:
             # torch's gradient goes to the element the index names, not shared among ties as a max's would be
             values = self.gather(d, indices)
-        return values, indices
+        return ValuesIndices(values, indices)
 
-    def cummin(self, axis: int = 0) -> tuple[Tensor, Tensor]:
+    def cummin(self, axis: int = 0, *, dim: Any = None) -> tuple[Tensor, Tensor]:
+        if dim is not None:  # torch's name for the axis
+            axis = dim
         neg = -self if dtypes.is_float(self.dtype) else ~self
         values, idx = neg.cummax(axis)
-        return (-values if dtypes.is_float(self.dtype) else ~values), idx
+        return ValuesIndices(-values if dtypes.is_float(self.dtype) else ~values, idx)
 
-    def logcumsumexp(self, axis: int = 0) -> Tensor:
+    def logcumsumexp(self, axis: int = 0, *, dim: Any = None) -> Tensor:
         # a logsumexp per prefix window, so stable for any spread of values
+        if dim is not None:  # torch's name for the axis
+            axis = dim
         return self.cast(least_upper_float(self.dtype))._cumulative(axis, "logsumexp")
 
     def sort(self, dim: int = -1, descending: bool = False, *, stable: bool = True) -> tuple[Tensor, Tensor]:
@@ -3140,13 +3154,17 @@ class Tensor(metaclass=_TensorType):
         return (values.shrink(keep), indices.shrink(keep)) if self.ndim else (values, indices)
 
     def var_mean(
-        self, axis: int | Sequence[int] | None = None, keepdim: bool = False, correction: int = 1
+        self, axis: int | Sequence[int] | None = None, keepdim: bool = False, correction: int = 1, *, dim: Any = None
     ) -> tuple[Tensor, Tensor]:
+        if dim is not None:  # torch's name for the axis
+            axis = dim
         return self.var(axis, keepdim, correction), self.mean(axis, keepdim)
 
     def std_mean(
-        self, axis: int | Sequence[int] | None = None, keepdim: bool = False, correction: int = 1
+        self, axis: int | Sequence[int] | None = None, keepdim: bool = False, correction: int = 1, *, dim: Any = None
     ) -> tuple[Tensor, Tensor]:
+        if dim is not None:  # torch's name for the axis
+            axis = dim
         return self.std(axis, keepdim, correction), self.mean(axis, keepdim)
 
     def norm(self, p: float | str = "fro", dim: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
@@ -4235,8 +4253,15 @@ class Tensor(metaclass=_TensorType):
         return Tensor(UOp(_RESHAPE, out.dtype, (out,), kept))
 
     def sum(
-        self, axis: int | Sequence[int] | None = None, keepdim: bool = False, dtype: DType | str | None = None
+        self,
+        axis: int | Sequence[int] | None = None,
+        keepdim: bool = False,
+        dtype: DType | str | None = None,
+        *,
+        dim: Any = None,
     ) -> Tensor:
+        if dim is not None:  # torch's name for the axis
+            axis = dim
         if dtype is None and _FLOAT_KEYS.get(self.uop.dtype.key) and self.uop.dtype.key not in _HALF_KEYS:
             return self._reduce(Ops.ADD, axis, keepdim)  # a float sum in its own dtype: no casts to ask for
         out_dt = to_dtype(dtype) if dtype is not None else sum_acc_dtype(self.dtype)
@@ -4244,16 +4269,29 @@ class Tensor(metaclass=_TensorType):
         return self.cast(acc_dt)._reduce(Ops.ADD, axis, keepdim).cast(out_dt)
 
     def prod(
-        self, axis: int | Sequence[int] | None = None, keepdim: bool = False, dtype: DType | str | None = None
+        self,
+        axis: int | Sequence[int] | None = None,
+        keepdim: bool = False,
+        dtype: DType | str | None = None,
+        *,
+        dim: Any = None,
     ) -> Tensor:
+        if dim is not None:  # torch's name for the axis
+            axis = dim
         out_dt = to_dtype(dtype) if dtype is not None else sum_acc_dtype(self.dtype)
         acc_dt = dtypes.float32 if out_dt in HALF_FLOATS else out_dt
         return self.cast(acc_dt)._reduce(Ops.MUL, axis, keepdim).cast(out_dt)
 
-    def max(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
+    def max(self, axis: int | Sequence[int] | None = None, keepdim: bool = False, *, dim: Any = None) -> Any:
+        """The maximum over `axis` (tinygrad's: a tensor). Given torch's `dim=`, torch's (values, indices)."""
+        if dim is not None:
+            return ValuesIndices(self._reduce(Ops.MAX, dim, keepdim), self.argmax(dim, keepdim))
         return self._reduce(Ops.MAX, axis, keepdim)
 
-    def min(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
+    def min(self, axis: int | Sequence[int] | None = None, keepdim: bool = False, *, dim: Any = None) -> Any:
+        """The minimum over `axis` (tinygrad's: a tensor). Given torch's `dim=`, torch's (values, indices)."""
+        if dim is not None:
+            return ValuesIndices(self.min(dim, keepdim), self.argmin(dim, keepdim))
         if dtypes.is_float(self.dtype):
             return -((-self).max(axis, keepdim))
         if self.dtype == dtypes.bool:
@@ -4262,7 +4300,9 @@ class Tensor(metaclass=_TensorType):
         return ~((~self).max(axis, keepdim))
 
     @_rounds_once
-    def mean(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
+    def mean(self, axis: int | Sequence[int] | None = None, keepdim: bool = False, *, dim: Any = None) -> Tensor:
+        if dim is not None:  # torch's name for the axis
+            axis = dim
         axes = _axes(axis, self.ndim)
         n = prod(self.shape[a] for a in axes)
         fdt = least_upper_float(self.dtype)
@@ -4270,7 +4310,11 @@ class Tensor(metaclass=_TensorType):
         return total / n if n else total * math.nan
 
     @_rounds_once
-    def var(self, axis: int | Sequence[int] | None = None, keepdim: bool = False, correction: int = 1) -> Tensor:
+    def var(
+        self, axis: int | Sequence[int] | None = None, keepdim: bool = False, correction: int = 1, *, dim: Any = None
+    ) -> Tensor:
+        if dim is not None:  # torch's name for the axis
+            axis = dim
         axes = _axes(axis, self.ndim)
         n = prod(self.shape[a] for a in axes)
         x = self.cast(least_upper_float(self.dtype))
@@ -4284,7 +4328,11 @@ class Tensor(metaclass=_TensorType):
         return sq / ssmax(0, dof)
 
     @_rounds_once
-    def std(self, axis: int | Sequence[int] | None = None, keepdim: bool = False, correction: int = 1) -> Tensor:
+    def std(
+        self, axis: int | Sequence[int] | None = None, keepdim: bool = False, correction: int = 1, *, dim: Any = None
+    ) -> Tensor:
+        if dim is not None:  # torch's name for the axis
+            axis = dim
         return _root(self.var(axis, keepdim, correction), 2)
 
     @_replayed
@@ -4311,20 +4359,28 @@ class Tensor(metaclass=_TensorType):
         # every index-returning op gives the default int (int32), as tinygrad; torch gives int64
         return (n - score).cast(dtypes.default_int)
 
-    def argmax(self, axis: int | None = None, keepdim: bool = False) -> Tensor:
+    def argmax(self, axis: int | None = None, keepdim: bool = False, *, dim: Any = None) -> Tensor:
+        if dim is not None:  # torch's name for the axis
+            axis = dim
         return self._arg_extreme(axis, keepdim, True)
 
-    def argmin(self, axis: int | None = None, keepdim: bool = False) -> Tensor:
+    def argmin(self, axis: int | None = None, keepdim: bool = False, *, dim: Any = None) -> Tensor:
+        if dim is not None:  # torch's name for the axis
+            axis = dim
         return self._arg_extreme(axis, keepdim, False)
 
-    def any(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
+    def any(self, axis: int | Sequence[int] | None = None, keepdim: bool = False, *, dim: Any = None) -> Tensor:
+        if dim is not None:  # torch's name for the axis
+            axis = dim
         return (
             self.bool()._reduce(Ops.MAX, axis, keepdim)
             if self.numel()
             else Tensor.full(_reduced_shape(self.shape, axis, keepdim), False, device=self.device)
         )
 
-    def all(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
+    def all(self, axis: int | Sequence[int] | None = None, keepdim: bool = False, *, dim: Any = None) -> Tensor:
+        if dim is not None:  # torch's name for the axis
+            axis = dim
         return self.logical_not().any(axis, keepdim).logical_not()
 
     # *** composites built on the primitives above ***
@@ -4623,7 +4679,9 @@ class Tensor(metaclass=_TensorType):
 
     @_replayed
     @_rounds_once
-    def softmax(self, axis: int = -1) -> Tensor:
+    def softmax(self, axis: int = -1, *, dim: Any = None) -> Tensor:
+        if dim is not None:  # torch's name for the axis
+            axis = dim
         if self.ndim == 0:
             _axes(axis, 0)
             return self.reshape(1).softmax(0).reshape(())
@@ -4636,7 +4694,9 @@ class Tensor(metaclass=_TensorType):
 
     @_replayed
     @_rounds_once
-    def log_softmax(self, axis: int = -1) -> Tensor:
+    def log_softmax(self, axis: int = -1, *, dim: Any = None) -> Tensor:
+        if dim is not None:  # torch's name for the axis
+            axis = dim
         if self.ndim == 0:
             _axes(axis, 0)
             return self.reshape(1).log_softmax(0).reshape(())
@@ -4645,11 +4705,15 @@ class Tensor(metaclass=_TensorType):
         m = self - self.max(axis, keepdim=True).detach()
         return m - m.exp().sum(axis, keepdim=True).log()
 
-    def softmin(self, axis: int = -1) -> Tensor:
+    def softmin(self, axis: int = -1, *, dim: Any = None) -> Tensor:
+        if dim is not None:  # torch's name for the axis
+            axis = dim
         return (-self).softmax(axis)
 
     @_rounds_once
-    def logsumexp(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
+    def logsumexp(self, axis: int | Sequence[int] | None = None, keepdim: bool = False, *, dim: Any = None) -> Tensor:
+        if dim is not None:  # torch's name for the axis
+            axis = dim
         if any(self.shape[a] == 0 for a in _axes(axis, self.ndim)):
             # an empty sum: log(0) = -inf, as torch; there is no max to shift by
             m = self.zeros_like().sum(axis, keepdim=True)
@@ -6467,6 +6531,13 @@ def _summed_products(g: Tensor) -> tuple[Tensor, Tensor] | None:
 def _on_axis(ndim: int, axis: int, arg: tuple[int, int]) -> list[tuple[int, int] | None]:
     """A pad/shrink argument that touches one axis."""
     return [arg if a == axis else None for a in range(ndim)]
+
+
+class ValuesIndices(NamedTuple):
+    """torch's (values, indices) of a reduction along a dim given as `dim=` (x.max(dim=1).values, x.min(dim=0)[1])."""
+
+    values: Tensor
+    indices: Tensor
 
 
 class ArgumentError(ValueError, RuntimeError):

@@ -1025,3 +1025,44 @@ def test_statistics_of_repeats(values):
 
     out, ref = both(fn, x)
     assert_same(out, ref)
+
+
+# torch names the reduced axis `dim`: x.sum(dim=1) in a torch program runs unchanged (tinygrad's `axis` stays)
+DIM_KEYWORD = [
+    "sum", "mean", "prod", "std", "var", "any", "all", "argmax", "argmin", "logsumexp", "softmax", "log_softmax",
+    "cumsum", "cumprod", "logcumsumexp",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", DIM_KEYWORD)
+@pytest.mark.parametrize("dim", [0, -1])
+def test_reductions_take_torch_dim_keyword(name, dim):
+    a = np.array([[1.0, 5.0, 3.0], [4.0, 2.0, 6.0]], dtype=np.float32)
+    kw = {"keepdim": True} if name not in ("softmax", "log_softmax") and not name.startswith("cum") else {}
+    kw = {} if name == "logcumsumexp" else kw
+    got = getattr(Tensor(a), name)(dim=dim, **kw)
+    want = getattr(torch.from_numpy(a), name)(dim=dim, **kw)
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5)
+    np.testing.assert_allclose(got.numpy(), getattr(Tensor(a), name)(dim, **kw).numpy(), rtol=1e-6)  # as positional
+
+
+@pytest.mark.parametrize("name", ["max", "min", "cummax", "cummin"])
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_max_min_with_dim_keyword_give_torch_values_and_indices(name, keepdim):
+    # torch's x.max(dim=1) is (values, indices); lazygrad's x.max(1) stays tinygrad's tensor of values
+    a = np.array([[1.0, 5.0, 3.0], [6.0, 2.0, 6.0]], dtype=np.float32)
+    kw = {"keepdim": keepdim} if name in ("max", "min") else {}
+    got = getattr(Tensor(a), name)(dim=1, **kw)
+    want = getattr(torch.from_numpy(a), name)(dim=1, **kw)
+    np.testing.assert_array_equal(got.values.numpy(), want.values.numpy())
+    np.testing.assert_array_equal(got.indices.numpy(), want.indices.numpy())
+    np.testing.assert_array_equal(got[0].numpy(), want[0].numpy())
+    if name == "max":
+        np.testing.assert_array_equal(Tensor(a).max(1).numpy(), a.max(1))
+
+
+def test_flip_takes_torch_dims_keyword():
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    np.testing.assert_array_equal(Tensor(a).flip(dims=(0, 1)).numpy(), torch.from_numpy(a).flip(dims=(0, 1)).numpy())
+    with pytest.raises(TypeError):
+        Tensor(a).flip()
