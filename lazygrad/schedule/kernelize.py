@@ -168,12 +168,20 @@ class _Planner:
         self.outs = outs
         # the part of the graph that still needs computing: stop at buffers and already-realized nodes
         order: dict[UOp, None] = {}
+        # the values of the realized nodes met, held while the schedule is made: an entry held weakly (a tensor's
+        # gradient path, RealizedNodes.hold_weakly) whose tensor died mid-schedule (a collection freeing it) took the
+        # node from the leaves, and a kernel then looked for sources the walk never reached (a KeyError)
+        self.pinned: list[UOp] = []
         stack: list[tuple[UOp, bool]] = [(o, False) for o in reversed(outs)]
         while stack:
             node, expanded = stack.pop()
             if node in order:
                 continue
-            if expanded or _is_stored_leaf(node, realized) or node.op in _SOURCES:
+            if not expanded and node.op is not Ops.BUFFER and (view := realized.get(node)) is not None:
+                self.pinned.append(view)
+                order[node] = None
+                continue
+            if expanded or node.op is Ops.BUFFER or node.op in _SOURCES:
                 order[node] = None
                 continue
             stack.append((node, True))

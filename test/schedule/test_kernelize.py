@@ -1,9 +1,12 @@
 """Fusion decisions, checked by counting kernels and bytes, and results checked against numpy."""
 
+import gc
+
 import numpy as np
 import pytest
 import torch
 
+import lazygrad.tensor as tensor_module
 from lazygrad import GlobalCounters, Tensor
 from lazygrad.uop.ops import Ops
 
@@ -462,3 +465,31 @@ def test_second_write_reading_the_first_shifted_keeps_its_copy():
     rx += 1
     rx[1:] = rx[:2].clone()
     np.testing.assert_allclose(x.numpy(), rx.numpy())
+
+
+def test_a_realized_value_held_weakly_stays_a_leaf_while_a_schedule_is_made(monkeypatch):
+    """t = x * 2 realized keeps its graph as its gradient path, and the scheduler's entry for x * 2 holds t's memory
+    weakly. A schedule reading x * 2 while t died in the middle of it (a collection freeing t) lost the leaf between
+    deciding the kernels and sizing them: a KeyError from cap_kernel_size. The planner holds the values it met."""
+    from lazygrad.schedule import kernelize
+
+    x = Tensor(np.arange(4, dtype=np.float32), requires_grad=True)
+    held = [x * 2]
+    held[0].realize()
+    cap = kernelize._Planner.cap_kernel_size
+
+    node = (x * 2).uop  # the hash-consed node of t's graph, realized: the scheduler's entry for it
+    assert tensor_module._realized.get(node) is not None
+
+    def dies_meanwhile(self, n):
+        died.append(bool(held))
+        held.clear()  # the last holder of t's memory goes mid-schedule
+        gc.collect()
+        still.append(tensor_module._realized.get(node) is not None)  # the planner holds the value it met
+        return cap(self, n)
+
+    died: list[bool] = []
+    still: list[bool] = []
+    monkeypatch.setattr(kernelize._Planner, "cap_kernel_size", dies_meanwhile)
+    np.testing.assert_allclose((x * 2 + 1).exp2().numpy(), np.exp2(np.arange(4) * 2 + 1), rtol=1e-6)
+    assert died == [True] and still == [True]
