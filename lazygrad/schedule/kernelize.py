@@ -936,8 +936,8 @@ class _Walk:
                 self.binds.append(node)
                 part = ("V", var, node.dtype.key, tuple((x.op, x.arg) for x in node.src[2:]))
             elif node.op in broadcast_ops and (
-                (known := node.__dict__.get(scalar_key)) is True  # (a held node's answer, or a view of a value's
-                or known is None  # source: both without a call)
+                (answer := node.__dict__.get(scalar_key)) is True  # (a held node's answer, or a view of a value's
+                or answer is None  # source: both without a call)
                 and (node.op is const or node.src[0].op in broadcast_ops)
                 and scalar_broadcast(node)
             ):
