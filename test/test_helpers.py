@@ -9,9 +9,7 @@ import pytest
 
 from lazygrad import Tensor
 from lazygrad.helpers import cycles_held_off
-from lazygrad.nn import Linear
-from lazygrad.nn.optim import Adam
-from lazygrad.nn.state import get_parameters
+from test.helpers import mlp_adam_step
 
 
 @pytest.fixture
@@ -94,17 +92,7 @@ def test_eager_mlp_step_rarely_triggers_a_collection(collector_on):
     nearly every realize (0.91 collections a step, each scanning every young object and promoting survivors toward a
     full collection). With the realize's window the counter is back down by its end: 0.06 a step in a process of its
     own; here, in the test runner's, 41 -> 9 in 40 steps."""
-    rng = np.random.default_rng(0)
-    l1, l2 = Linear(64, 128), Linear(128, 10)
-    opt = Adam(get_parameters([l1, l2]), lr=1e-3)
-    x = Tensor(rng.standard_normal((128, 64)).astype(np.float32)).realize()
-    y = Tensor(rng.integers(0, 10, 128).astype(np.int32)).realize()
-
-    def step() -> Tensor:
-        opt.zero_grad()
-        loss = l2(l1(x).relu()).sparse_categorical_crossentropy(y).backward()
-        opt.step()
-        return loss
+    step = mlp_adam_step()
 
     young = [0]
 

@@ -10,6 +10,7 @@ from lazygrad import Tensor
 from lazygrad.engine import realize
 from lazygrad.engine.realize import run_schedule
 from lazygrad.helpers import GlobalCounters
+from test.helpers import mlp_adam_step
 
 
 def _sum_plus(a: Tensor, b: Tensor) -> Tensor:
@@ -65,21 +66,8 @@ def test_replayed_mlp_step_makes_a_buffer_per_stored_value(monkeypatch):
     """A replayed eager MLP Adam step's instance of its template makes one Buffer per new stored value and one alias
     per in-place write (parameters, Adam's moments and step count): 36, no more."""
     from lazygrad.device import Buffer
-    from lazygrad.nn import Linear
-    from lazygrad.nn.optim import Adam
-    from lazygrad.nn.state import get_parameters
 
-    rng = np.random.default_rng(0)
-    l1, l2 = Linear(64, 128), Linear(128, 10)
-    opt = Adam(get_parameters([l1, l2]), lr=1e-3)
-    x = Tensor(rng.standard_normal((128, 64)).astype(np.float32)).realize()
-    y = Tensor(rng.integers(0, 10, 128).astype(np.int32)).realize()
-
-    def step() -> Tensor:
-        opt.zero_grad()
-        loss = l2(l1(x).relu()).sparse_categorical_crossentropy(y).backward()
-        opt.step()
-        return loss
+    step = mlp_adam_step()
 
     with Tensor.train():
         for _ in range(5):  # (the first steps record the programs and layouts the later ones replay)
