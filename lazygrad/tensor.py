@@ -1597,7 +1597,6 @@ class Tensor(metaclass=_TensorType):
             if _reads_shifted(x.uop, self.uop.base):
                 x = x.contiguous()  # the value reads this memory at other positions: compute it elsewhere first
             self.uop = ordered_write(UOp(Ops.ASSIGN, self.dtype, (self.uop, x.uop)))
-            _forget_values_in(self.uop.src[0].base)
         _note_lazy(self)
         return self
 
@@ -6655,19 +6654,6 @@ def _mark_pending(schedule: list) -> None:
         for buf in si.bufs[: si.n_outputs]:
             if not buf.is_allocated:
                 buf.pending_write = True
-
-
-def _forget_values_in(target: UOp) -> None:
-    """A write into `target`'s memory was made (pending): the values stored there before, computed from other memory,
-    are no longer known as that memory's (as _note_stored forgets them once the write runs). A graph built meanwhile
-    over one of those nodes computes it anew, rather than reading the memory both before and after the write in one
-    kernel (t1, t3 = x * 4 twice; t3.realize(); t3 += 10; t1 += t3.sum() raised a RuntimeError)."""
-    if target.op is not _BUFFER:
-        return
-    memory = target.arg.memory
-    for old in _realized.stored_in(memory):
-        if old.op is not _ASSIGN and memory not in _memories_below(old):
-            del _realized[old]
 
 
 def _note_stored(
