@@ -2592,7 +2592,7 @@ class Tensor(metaclass=_TensorType):
         if any(i != d and si > sx for i, (si, sx) in enumerate(zip(index.shape, self.shape))):
             raise ArgumentError(f"{name}: index shape {index.shape} is larger than shape {self.shape} outside dim {d}")
         if self.ndim:
-            _check_index_values(index, 0, self.shape[d], f"{name} along dim {d} of shape {self.shape}")
+            _check_index_values(index, 0, self.shape[d], "{} along dim {} of shape {}", name, d, self.shape)
         return d, index
 
     def gather(self, dim: int, index: Tensor) -> Tensor:
@@ -4761,7 +4761,7 @@ class Tensor(metaclass=_TensorType):
             raise DTypeError(f"one_hot needs an integer tensor, got {self.dtype}")
         if num_classes == -1:
             num_classes = int(self.max().item()) + 1
-        _check_index_values(self, 0, num_classes, f"one_hot with {num_classes} classes")
+        _check_index_values(self, 0, num_classes, "one_hot with {} classes", num_classes)
         return self.unsqueeze(-1)._one_hot_along(num_classes, -1).cast(dtypes.default_int)
 
     def _one_hot_along(self, num_classes: int, dim: int) -> Tensor:
@@ -4984,7 +4984,7 @@ class Tensor(metaclass=_TensorType):
         """Logits (..., C) and integer targets (...), classes on the last dim (tinygrad's);
         `mean` skips ignored targets."""
         if self.ndim and dtypes.is_int(Y.dtype):
-            _check_index_values(Y, 0, self.shape[-1], "sparse_categorical_crossentropy target", ignore_index)
+            _check_index_values(Y, 0, self.shape[-1], "sparse_categorical_crossentropy target", ignore=ignore_index)
         return self._sparse_categorical_crossentropy(Y, ignore_index, label_smoothing, reduction)
 
     @_replayed
@@ -5019,7 +5019,7 @@ class Tensor(metaclass=_TensorType):
             )
         if not dtypes.is_int(Y.dtype):
             raise TypeError(f"nll_loss: targets must be integer class indices, got {Y.dtype}")
-        _check_index_values(Y, 0, self.shape[cdim], "nll_loss target", ignore_index)
+        _check_index_values(Y, 0, self.shape[cdim], "nll_loss target", ignore=ignore_index)
         hit = Y.unsqueeze(cdim)._one_hot_along(self.shape[cdim], cdim) & (Y != ignore_index).unsqueeze(cdim)
         # select with where, not a multiply: an unpicked -inf log-probability must not turn into nan
         picked, w = hit.where(self, 0.0), hit.cast(self.dtype)
@@ -6564,7 +6564,7 @@ class IndexRangeError(IndexError, RuntimeError):
     indexing, Embedding and class targets, RuntimeError for gather, scatter and one_hot: it is both)."""
 
 
-def _check_index_values(index: Tensor, low: int, high: int, what: str, ignore: int | None = None) -> None:
+def _check_index_values(index: Tensor, low: int, high: int, what: str, *args: Any, ignore: int | None = None) -> None:
     """With CHECK_INDEX=1, the values of an index tensor must lie in [low, high) (`ignore`, a loss's ignore_index,
     passes too). Reading them realizes the index (a device sync), so it is off by default: like tinygrad, lazygrad
     builds graphs without reading index values. Skipped inside a TinyJit capture and a @function trace, where the
@@ -6582,7 +6582,8 @@ def _check_index_values(index: Tensor, low: int, high: int, what: str, ignore: i
             vals = (vals == ignore).where(low, vals)
         lo, hi = Tensor.stack(vals.min(), vals.max()).tolist()
     if lo < low or hi >= high:
-        raise IndexRangeError(f"{what}: index {lo if lo < low else hi} is out of range [{low}, {high})")
+        # (`what` is formatted with `args` only here: the call sites run on every indexing op, the check rarely)
+        raise IndexRangeError(f"{what.format(*args)}: index {lo if lo < low else hi} is out of range [{low}, {high})")
 
 
 class _UnknownModeError(ArgumentError, NotImplementedError):
@@ -7389,7 +7390,7 @@ def _check_host_index(i: Any, x: Tensor, size: int, dim: int) -> None:
     if x.dtype == dtypes.bool or x.numel() == 0:
         return
     if isinstance(i, Tensor):
-        _check_index_values(i, -size, size, f"indexing dimension {dim} with size {size}")
+        _check_index_values(i, -size, size, "indexing dimension {} with size {}", dim, size)
         return
     values, _ = _flatten_list(i.tolist() if hasattr(i, "tolist") else list(i))
     for v in values:

@@ -337,7 +337,7 @@ class Embedding:
     def __call__(self, idx: Tensor) -> Tensor:
         if not dtypes.is_int(idx.dtype):
             raise TypeError(f"Embedding needs integer indices, got {idx.dtype}")
-        _check_index_values(idx, 0, self.num_embeddings, f"Embedding of {self.num_embeddings} rows")
+        _check_index_values(idx, 0, self.num_embeddings, "Embedding of {} rows", self.num_embeddings)
         # a one-hot matmul: a gather the scheduler fuses, with the scatter-add gradient for free
         hit = idx.unsqueeze(-1) == Tensor.arange(self.num_embeddings, device=idx.device)
         return hit.cast(self.weight.dtype) @ self.weight
