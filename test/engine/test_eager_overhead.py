@@ -15,7 +15,7 @@ from lazygrad.nn.optim import Adam
 from lazygrad.nn.state import get_parameters
 from lazygrad.schedule import kernelize
 from lazygrad.uop.ops import Ops, UOp, UOpMetaClass
-from test.helpers import counting_calls
+from test.helpers import counting_calls, mlp_adam_step
 
 
 class _Forgetful(dict):
@@ -707,17 +707,7 @@ def test_mlp_step_builds_and_walks_a_bounded_number_of_nodes(monkeypatch, layout
 
     monkeypatch.setattr(STEP_LAYOUTS, "value", layouts)
 
-    rng = np.random.default_rng(0)
-    l1, l2 = Linear(64, 128), Linear(128, 10)
-    opt = Adam(get_parameters([l1, l2]), lr=1e-3)
-    x = Tensor(rng.standard_normal((128, 64)).astype(np.float32)).realize()
-    y = Tensor(rng.integers(0, 10, 128).astype(np.int32)).realize()
-
-    def step() -> None:
-        opt.zero_grad()
-        l2(l1(x).relu()).sparse_categorical_crossentropy(y).backward()
-        opt.step()
-
+    step = mlp_adam_step()
     walked: list[int] = []
     walk_init = kernelize._Walk.__init__
 
