@@ -146,4 +146,6 @@ def test_rounding_keeps_the_sign_of_zero(op, dtype):
     ref = getattr(torch, op)(torch.tensor(vals, dtype=getattr(torch, dtype))).numpy()
     got = getattr(Tensor(np.array(vals, dtype=dtype)), op)().numpy()
     np.testing.assert_array_equal(got, ref)
-    np.testing.assert_array_equal(np.signbit(got), np.signbit(ref))
+    # a NaN's sign is the hardware's choice (x86 makes inf - inf a negative NaN, CUDA a positive one): not compared
+    number = ~np.isnan(ref)
+    np.testing.assert_array_equal(np.signbit(got)[number], np.signbit(ref)[number])
