@@ -43,6 +43,41 @@ def test_a_read_and_a_write_in_one_schedule_is_ordered_not_a_cycle() -> None:
     same(x, rx)
 
 
+def _same_node_twice(x):
+    """Two tensors of one graph (the same node): the second realized, so the first reads its memory."""
+    t1, t3 = x * 4, x * 4
+    if isinstance(t3, Tensor):
+        t3.realize()
+    return t1, t3
+
+
+@pytest.mark.parametrize("case", ["whole", "through_views", "two_writes"])
+def test_a_stored_value_read_before_and_after_a_write_into_its_memory_is_copied_first(case) -> None:
+    """One kernel reads a node realized into memory (t1's value lives in t3's memory) and the result of a write into
+    that memory: the old contents are copied by a kernel before the write, not read after it (this raised before)."""
+    x, rx = both([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+    (t1, t3), (r1, r3) = _same_node_twice(x), _same_node_twice(rx)
+    if case == "whole":
+        t3 += 10
+        r3 += 10
+        t1 += t3.sum()
+        r1 += r3.sum()
+        outs, refs = [t1, t3], [r1, r3]
+    elif case == "through_views":
+        t3[0] += 10
+        r3[0] += 10
+        outs, refs = [t1.T + t3.T, t3, t1], [r1.T + r3.T, r3, r1]
+    else:
+        t3 += 10
+        r3 += 10
+        t3 *= 2
+        r3 *= 2
+        outs, refs = [t1 + t3 + t1.sum(), t1, t3], [r1 + r3 + r1.sum(), r1, r3]
+    Tensor.realize(*outs)
+    for t, r in zip(outs, refs):
+        same(t, r)
+
+
 def test_a_reader_dropped_from_python_still_reaches_its_users() -> None:
     x, rx = both([2.0, 3.0])
     z, rz = (x * 2) + 1, (rx * 2) + 1  # the x * 2 tensor is gone, z's graph still reads x
@@ -696,6 +731,9 @@ def _run_graph_program(program, read_each: bool, lazy_base: bool) -> None:
     False,
     False,
 )
+# a node realized into memory that a later write changes, read by one kernel both as it was and after the write
+# (t1, t3 = x * 4 twice; t3 realized; t3 += 10; t1 += t3.sum()): raised a RuntimeError before (seed 29)
+@example([("make", 0, 0), ("make", 0, 0), ("realize", 2, 0), ("write", 0, 2, 0), ("write", 1, 1, 2)], False, False)
 def test_random_programs_over_one_graph_keep_torch_memory(program, read_each, lazy_base) -> None:
     _run_graph_program(program, read_each, lazy_base)
 

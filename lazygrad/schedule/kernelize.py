@@ -6,7 +6,8 @@ The decisions, in order (the named pass that makes each in brackets; SCHEDULE_PA
 checks their declared order):
   1-4 [store decisions], 5 [cap kernel depth], 6 [fit buffer limits], 7 [merge kernels]:
   1. outputs the user asked for, CONTIGUOUS and COPY nodes are stored; beside an in-place write (ASSIGN), a value
-     computed from the memory's old contents that a kernel after the write reads is stored before it (1b); a
+     computed from the memory's old contents that a kernel after the write reads is stored before it, and old
+     contents read as they are (a node realized into that memory) are copied before it (1b); a
      CONTIGUOUS value only an in-place write reads is computed straight into the written memory when that kernel
      reads the memory at no other position (1c);
   2. a reduce is stored unless its only use is an elementwise chain of the same shape ending in a stored node
@@ -190,6 +191,7 @@ class _Planner:
         self.position = {n: i for i, n in enumerate(self.order)}
         self.consumers = _consumers(self.order)
         self.stored: set[UOp] = set()
+        self.copy_first: set[UOp] = set()  # stored leaves read both before and after a write into their memory
 
     def leaf(self, u: UOp) -> bool:
         return _is_stored_leaf(u, self.realized) or u.op in _SOURCES
@@ -282,12 +284,9 @@ class _Planner:
                 latest = max(after[s] for s in srcs)
                 for s in srcs:
                     if (v := reads[s]) is not None and v < latest and after[s] < latest:
-                        if self.leaf(s.base):
-                            raise RuntimeError(
-                                "a kernel reads both the old and the new contents of a buffer written in place: "
-                                "realize the old value (.contiguous().realize()) before the write"
-                            )
-                        self.stored.add(s.base)
+                        # a stored leaf holds the old contents themselves: they are copied before the write
+                        # ([store decisions] rebuilds the graph over the copy and decides again)
+                        (self.copy_first if self.leaf(s.base) else self.stored).add(s.base)
                         reads[s] = reads[s.base] = None
                 own = version.get(n, 0)
                 after[n] = max(latest, own)
@@ -1416,26 +1415,46 @@ def _device_max_buffers(device: str) -> int:
 def _matmul_panels(s: _Schedule, ctx: None) -> _Schedule:
     """A matmul whose right-hand side the device wants read from panels reads it from a copy in panels
     (schedule/panels.py). Before the store decisions: the copy is a CONTIGUOUS node, stored by decision 1."""
-    order = s.planner.order
-    if not (plans := panel_plans(order, s.realized)):
+    if not (plans := panel_plans(s.planner.order, s.realized)):
         return s
+    _rebuild(s, lambda n, x: (over_panels(x, plans[n]), True) if n in plans else (x, False))
+    return s
+
+
+def _rebuild(s: _Schedule, stand_in: Callable[[UOp, UOp], tuple[UOp, bool]]) -> None:
+    """Make the graph to compute again, sources first: `stand_in(node, node over rebuilt sources)` gives each node's
+    replacement and whether it is a view of the node that holds the value. Each new node remembers the node asked for
+    that it stands for, and the planner starts over on the new outputs. A leaf (a realized node among them) keeps its
+    own sources, and an in-place write its target: the memory written is the same."""
     new: dict[UOp, UOp] = {}
-    for n in order:  # sources first; a leaf (a realized node among them) keeps its own sources
-        src = tuple(new.get(x, x) for x in n.src)
+    for n in s.planner.order:
+        src = tuple(x if n.op is Ops.ASSIGN and i == 0 else new.get(x, x) for i, x in enumerate(n.src))
         x = n if src == n.src or s.planner.leaf(n) else UOp(n.op, n.dtype, src, n.arg)
         if x is not n and n.op is Ops.ASSIGN and (made := write_order(n)) >= 0:
             x.__dict__.setdefault(_WRITE_ORDER, made)
-        new[n] = over_panels(x, plans[n]) if n in plans else x
+        new[n], viewed = stand_in(n, x)
         if new[n] is not n:
-            s.stands_for[new[n].base if n in plans else new[n]] = n
-    s.asked = set(order)
-    s.planner = _Planner([new[o] for o in s.planner.outs], s.realized)
-    return s
+            s.stands_for[new[n].base if viewed else new[n]] = s.stands_for.get(n, n)
+    if s.asked is None:
+        s.asked = set(s.planner.order)
+    # an output that is a leaf keeps its memory (a copy of it is for the kernels that read it)
+    s.planner = _Planner([o if s.planner.leaf(o) else new[o] for o in s.planner.outs], s.realized)
 
 
 @step("store decisions", after=("matmul panels",), category="schedule pass")
 def _store_decisions(s: _Schedule, ctx: None) -> _Schedule:
     s.planner.decide()  # decisions 1 to 4 of the module docstring
+    if copies := s.planner.copy_first:
+        # decision 1b for a stored leaf: a kernel after a write reads the memory's old contents as they are (a node
+        # realized into it, t1 = x * 4 with t3 = x * 4 realized and then written). The old contents are copied by a
+        # kernel of their own, which runs before the write, and the graph reads the copy.
+        _rebuild(s, lambda n, x: (UOp(Ops.CONTIGUOUS, n.dtype, (n,)), False) if n in copies else (x, False))
+        s.planner.decide()
+        if s.planner.copy_first:  # the copies are stored: nothing should be left to copy
+            raise RuntimeError(
+                "a kernel reads both the old and the new contents of a buffer written in place: "
+                "realize the old value (.contiguous().realize()) before the write"
+            )
     return s
 
 
