@@ -7,25 +7,48 @@ import re
 from dataclasses import dataclass, field
 
 from lazygrad.dtype import DType, dtypes
+from lazygrad.helpers import prod
 from lazygrad.uop.ops import GroupOp, Ops, UOp
 
 
 def estimate_ops(uops: list[UOp]) -> int:
-    """FLOPs of one run: ALU ops outside address math, times the trip count of the loops around them."""
+    """FLOPs of one run: ALU ops outside address math (a tensor-core instruction's multiply-adds), times the trip
+    count of the loops around them and, on a GPU, the threads that compute different values: a value no thread id
+    reaches (a grouped reduce's merge, which every thread of the group runs alike) counts once per workgroup or
+    launch. Threads past the end of a launch that does not divide count too: it is an estimate."""
     address: set[UOp] = set()
     for u in uops:
         if u.op is Ops.INDEX:
             address.update(u.src[1].toposort)
         elif u.op is Ops.LOAD and len(u.src) > 1:
             address.update(u.src[1].toposort)
+    # on a GPU: the thread ids each value depends on. What is read back from shared memory after a barrier differs
+    # per workgroup only, unless read at a place that depends on more; an accumulator names the threads that hold
+    # one, not what it adds up
+    ids: dict[UOp, frozenset[UOp]] = {}
+    if specials := [u for u in uops if u.op is Ops.SPECIAL]:
+        workgroup = frozenset(u for u in specials if u.arg[2] == "g")
+        for u in uops:
+            if u.op is Ops.SPECIAL:
+                ids[u] = frozenset((u,))
+            elif u.op is Ops.BARRIER:
+                ids[u] = workgroup
+            else:
+                srcs = u.src[:1] if u.op is Ops.DEFINE_ACC else u.src
+                ids[u] = frozenset().union(*(ids.get(s, frozenset()) for s in srcs))
     ops, trips = 0, [1]
     for u in uops:
         if u.op is Ops.RANGE:
             trips.append(trips[-1] * u.src[0].vmax)  # a symbolic loop counts at its largest
         elif u.op is Ops.ENDRANGE:
             trips.pop()
-        elif u.op in GroupOp.ALU and u not in address:
-            ops += trips[-1] * (2 if u.op is Ops.MULACC else 1) * u.dtype.count  # a vector op does count lanes
+        elif (u.op in GroupOp.ALU and u not in address) or u.op is Ops.WMMA:
+            threads = prod(x.arg[1] for x in ids.get(u, ()))
+            if u.op is Ops.WMMA:  # mma_m16n8k16_...: 2*M*N*K over the warp's 32 lanes
+                m, n, k = (int(x) for x in re.match(r"mma_m(\d+)n(\d+)k(\d+)", u.arg).groups())  # type: ignore[union-attr]
+                ops += trips[-1] * threads * 2 * m * n * k // 32
+            else:
+                ops += trips[-1] * threads * (2 if u.op is Ops.MULACC else 1) * u.dtype.count  # vector ops count lanes
     return ops
 
 

@@ -92,6 +92,30 @@ def test_bounds_checks_only_where_the_launch_does_not_divide(renderer):
     assert "<221" in spec.src and "if (" in spec.src.split(" E_")[1]
 
 
+@pytest.mark.parametrize("renderer", [OpenCLRenderer(), CUDARenderer(), MetalRenderer()], ids=lambda r: r.device)
+def test_counted_flops_are_the_whole_launch_not_one_thread(renderer):
+    """GlobalCounters.global_ops and DEBUG's GFLOPS read spec.ops. A GPU kernel's body runs once per thread: it
+    counted one thread's work (a digits training step on CUDA read 0.1 MFLOP instead of 125). A grouped reduce's
+    merge, which every thread of the group runs alike, counts once per workgroup."""
+    a, b = rand(8, 256), rand(8, 256)
+    for opts in (None, GROUPED):
+        spec = get_program(kernel((a * b).sum(1)), renderer, opts)
+        assert 2 * 8 * 256 <= spec.ops <= 2 * 8 * 256 * 1.1, (opts, spec.ops)  # a multiply and an add per element
+        assert spec.mem == (2 * 8 * 256 + 8) * 4
+    # 256 threads launched for 221 elements: the 35 past the end count too (an estimate)
+    assert get_program(kernel(rand(13, 17) * 2), renderer).ops == 2 * 128
+    x, w = rand(128, 96), rand(64, 96)
+    spec = get_program(kernel(x @ w.T), renderer)  # a staged, tiled matmul
+    assert 2 * 128 * 64 * 96 <= spec.ops <= 2 * 128 * 64 * 96 * 1.1, (spec.applied_opts, spec.ops)
+
+
+def test_counted_flops_of_a_tensor_core_matmul():
+    """One mma.m16n8k16 is 2 * 16 * 8 * 16 FLOPs for its warp of 32 lanes."""
+    x, w = rand(128, 96).half().realize(), rand(64, 96).half().realize()
+    spec = get_program(kernel(x @ w.T), CUDARenderer())
+    assert "mma" in spec.src and 2 * 128 * 64 * 96 <= spec.ops <= 2 * 128 * 64 * 96 * 1.1, spec.ops
+
+
 def test_unknown_capability_is_refused():
     with pytest.raises(TypeError, match="no capability"):
         OpenCLRenderer(warp_size=32)
