@@ -30,13 +30,17 @@ def run(ops: int, salt: float) -> tuple[float, float, float, int]:
 def main() -> None:
     sizes = [int(a) for a in sys.argv[1:]] or [1_000, 10_000, 100_000]
     print(f"recursion limit {sys.getrecursionlimit()}")
-    print(f"{'ops':>8} {'kernels':>8} {'build s':>8} {'sched s':>8} {'realize s':>9} {'us/op build':>11} "
-          f"{'us/op sched':>11} {'us/op realize':>13}")
+    print(
+        f"{'ops':>8} {'kernels':>8} {'build s':>8} {'sched s':>8} {'realize s':>9} {'us/op build':>11} "
+        f"{'us/op sched':>11} {'us/op realize':>13}"
+    )
     salt = 1 + random.random()
     for n in sizes:
         build, schedule, realize, kernels = run(n, salt)
-        print(f"{n:8d} {kernels:8d} {build:8.2f} {schedule:8.2f} {realize:9.2f} {build / n * 1e6:11.1f} "
-              f"{schedule / n * 1e6:11.1f} {realize / n * 1e6:13.1f}")
+        print(
+            f"{n:8d} {kernels:8d} {build:8.2f} {schedule:8.2f} {realize:9.2f} {build / n * 1e6:11.1f} "
+            f"{schedule / n * 1e6:11.1f} {realize / n * 1e6:13.1f}"
+        )
 
 
 if __name__ == "__main__":

@@ -26,9 +26,17 @@ def index(x, ix):
     positions = np.arange(x.numel()).reshape(tuple(x.shape))[ix]
     return x.flatten()[torch.from_numpy(positions.copy())]
 
+
 BASIC = [
-    (1,), (-1, 2), (slice(None, None, 2),), (slice(None, None, -1),), (slice(-2, None), slice(None, 1, -2)),
-    (Ellipsis, 3), (None, 0, Ellipsis, None), (slice(1, 1),), (0, slice(4, 0, -3), slice(None, None, 5)),
+    (1,),
+    (-1, 2),
+    (slice(None, None, 2),),
+    (slice(None, None, -1),),
+    (slice(-2, None), slice(None, 1, -2)),
+    (Ellipsis, 3),
+    (None, 0, Ellipsis, None),
+    (slice(1, 1),),
+    (0, slice(4, 0, -3), slice(None, None, 5)),
 ]
 
 
@@ -135,8 +143,13 @@ def test_getitem_random_basic(data):
         if s and data.draw(st.booleans()):
             index.append(data.draw(st.integers(-s, s - 1)))
         else:
-            index.append(slice(data.draw(st.none() | st.integers(-6, 6)), data.draw(st.none() | st.integers(-6, 6)),
-                               data.draw(st.sampled_from([None, 1, 2, 3, -1, -2]))))
+            index.append(
+                slice(
+                    data.draw(st.none() | st.integers(-6, 6)),
+                    data.draw(st.none() | st.integers(-6, 6)),
+                    data.draw(st.sampled_from([None, 1, 2, 3, -1, -2])),
+                )
+            )
     np.testing.assert_array_equal(Tensor(x)[tuple(index)].numpy(), x[tuple(index)])
 
 
@@ -269,6 +282,7 @@ def test_setitem_empty_and_0d():
 
 
 # *** gather, scatter, masks ***
+
 
 def test_gather():
     idx = np.array([[0, 4, 4], [2, 1, -1]])
@@ -414,8 +428,13 @@ def test_setitem_random_basic(data):
         if data.draw(st.booleans()):
             index.append(data.draw(st.integers(-s, s - 1)))
         else:
-            index.append(slice(data.draw(st.none() | st.integers(-6, 6)), data.draw(st.none() | st.integers(-6, 6)),
-                               data.draw(st.sampled_from([None, 2, 3, -1, -2]))))
+            index.append(
+                slice(
+                    data.draw(st.none() | st.integers(-6, 6)),
+                    data.draw(st.none() | st.integers(-6, 6)),
+                    data.draw(st.sampled_from([None, 2, 3, -1, -2])),
+                )
+            )
     ref = x.copy()
     value = -np.arange(ref[tuple(index)].size, dtype=np.int32).reshape(ref[tuple(index)].shape) - 1
     ref[tuple(index)] = value

@@ -52,7 +52,7 @@ def test_pow_gradients_at_the_edges():
     _grads(lambda x: x**0.0, base)
     _grads(lambda x: x**2, base)
     _grads(lambda x: x**3, base)  # negative base with an integer exponent
-    _grads(lambda x: x ** -2, [1.5, -2.0, 0.5])
+    _grads(lambda x: x**-2, [1.5, -2.0, 0.5])
     _grads(lambda x, y: x**y, base, [0.0, 0.0, 2.0, 1.0, 3.0, -1.0])  # 0**0, 0**1, (-2)**3, ...
     _grads(lambda y: torch.zeros(3) ** y if isinstance(y, torch.Tensor) else Tensor.zeros(3) ** y, [0.0, 2.0, -1.0])
 

@@ -134,8 +134,9 @@ def test_max_pool2d_return_indices_and_unpool(shape: tuple, kw: dict) -> None:
         if "dilation" in kw:  # torch's max_unpool2d has no dilation
             return v, i
         size = kw.get("kernel_size")
-        out = Tensor.max_unpool2d(v, i, kernel_size=size, stride=kw.get("stride"), padding=kw.get("padding", 0),
-                                  output_size=x.shape[-2:])
+        out = Tensor.max_unpool2d(
+            v, i, kernel_size=size, stride=kw.get("stride"), padding=kw.get("padding", 0), output_size=x.shape[-2:]
+        )
         return v, i, out
 
     def th(x):
@@ -143,8 +144,9 @@ def test_max_pool2d_return_indices_and_unpool(shape: tuple, kw: dict) -> None:
         if "dilation" in kw:
             return v, i.int()  # torch's indices are int64, lazygrad's the default int32
         size = kw.get("kernel_size")
-        out = torch.nn.functional.max_unpool2d(v, i, kernel_size=size, stride=kw.get("stride"),
-                                               padding=kw.get("padding", 0), output_size=x.shape[-2:])
+        out = torch.nn.functional.max_unpool2d(
+            v, i, kernel_size=size, stride=kw.get("stride"), padding=kw.get("padding", 0), output_size=x.shape[-2:]
+        )
         return v, i.int(), out
 
     x = np.random.default_rng(2).permutation(int(np.prod(shape))).reshape(shape).astype(np.float32)
@@ -178,8 +180,10 @@ def test_masked_select_nonzero_size(size: int) -> None:
     want_nz = np.concatenate([nz, np.full((max(0, size - len(nz)), 2), -1)])[:size]
     np.testing.assert_array_equal(t.nonzero(size=size, fill_value=-1).numpy(), want_nz)
     # torch's fixed-size form
-    np.testing.assert_array_equal(t.nonzero(size=size, fill_value=-1).numpy(),
-                                  torch.nonzero_static(torch.tensor(x), size=size, fill_value=-1).numpy())
+    np.testing.assert_array_equal(
+        t.nonzero(size=size, fill_value=-1).numpy(),
+        torch.nonzero_static(torch.tensor(x), size=size, fill_value=-1).numpy(),
+    )
     rows, cols = t.nonzero(size, 0, as_tuple=True)
     assert rows.shape == cols.shape == (size,)
 
@@ -202,10 +206,18 @@ def test_attention_gqa(heads: int, kv_heads: int) -> None:
     k = rng.standard_normal((2, kv_heads, 7, 8)).astype(np.float32)
     v = rng.standard_normal((2, kv_heads, 7, 3)).astype(np.float32)
     f = torch.nn.functional.scaled_dot_product_attention
-    check(lambda a, b, c: a.scaled_dot_product_attention(b, c, enable_gqa=True),
-          lambda a, b, c: f(a, b, c, enable_gqa=True), [q, k, v], atol=1e-5)
-    check(lambda a, b, c: a.scaled_dot_product_attention(b, c, enable_gqa=True, is_causal=True, scale=0.3),
-          lambda a, b, c: f(a, b, c, enable_gqa=True, is_causal=True, scale=0.3), [q, k, v], atol=1e-5)
+    check(
+        lambda a, b, c: a.scaled_dot_product_attention(b, c, enable_gqa=True),
+        lambda a, b, c: f(a, b, c, enable_gqa=True),
+        [q, k, v],
+        atol=1e-5,
+    )
+    check(
+        lambda a, b, c: a.scaled_dot_product_attention(b, c, enable_gqa=True, is_causal=True, scale=0.3),
+        lambda a, b, c: f(a, b, c, enable_gqa=True, is_causal=True, scale=0.3),
+        [q, k, v],
+        atol=1e-5,
+    )
 
 
 def test_attention_argument_errors() -> None:

@@ -41,7 +41,7 @@ static inline unsigned short lg_f_to_bf16(float f) {
 }
 static inline float lg_round_bf16(float f) { return lg_bf16_to_f(lg_f_to_bf16(f)); }
 #endif
-"""
+"""  # noqa: E501 (C macros: a backslash-split line would change every kernel's source)
 
 # integer power modulo 2**64 by repeated squaring (the caller narrows it to its dtype); a negative exponent gives 0
 # except for bases 1 and -1, as torch's. C has no integer pow, and pow() through double is inexact past 2**53.
@@ -639,7 +639,7 @@ C_VECTOR_PRELUDE = """#ifndef LG_VSEL
 #define LG_VSEL(m, a, b) ({ __typeof__(m) _m = (m); (__typeof__(a))((_m & (__typeof__(_m))(a)) | (~_m & (__typeof__(_m))(b))); })
 #define LG_VMAX(a, b) ({ __auto_type _a = (a); __auto_type _b = (b); LG_VSEL((_a > _b) | (_a != _a), _a, _b); })
 #endif
-"""
+"""  # noqa: E501 (C macros: a backslash-split line would change every kernel's source)
 
 # 2**x for float vectors: x = n + f with |f| <= 0.5, 2**f by its Taylor series to degree 7 (error < 1e-8, under
 # half an ulp), 2**n built in the exponent bits in two halves so results down to the denormals come out right.

@@ -77,8 +77,10 @@ def test_conv_transpose2d(args: tuple, kw: dict, shape: tuple) -> None:
     compare_layer(nn.ConvTranspose2d(*args, **kw), torch.nn.ConvTranspose2d(*args, **kw), shape, atol=1e-4)
 
 
-@pytest.mark.parametrize("shape,ref_cls", [((6, 3), torch.nn.BatchNorm1d), ((4, 3, 5), torch.nn.BatchNorm1d),
-                                           ((2, 3, 4, 4), torch.nn.BatchNorm2d)])
+@pytest.mark.parametrize(
+    "shape,ref_cls",
+    [((6, 3), torch.nn.BatchNorm1d), ((4, 3, 5), torch.nn.BatchNorm1d), ((2, 3, 4, 4), torch.nn.BatchNorm2d)],
+)
 @pytest.mark.parametrize("momentum", [0.1, None])
 def test_batchnorm_train_eval(shape: tuple, ref_cls: Any, momentum: float | None) -> None:
     bn, ref = nn.BatchNorm(3, momentum=momentum), ref_cls(3, momentum=momentum)
@@ -118,8 +120,12 @@ def test_batchnorm_names_aliases_and_errors() -> None:
 
 
 def test_batchnorm_without_running_stats() -> None:
-    compare_layer(nn.BatchNorm(3, track_running_stats=False), torch.nn.BatchNorm2d(3, track_running_stats=False),
-                  (2, 3, 4, 4), atol=1e-4)
+    compare_layer(
+        nn.BatchNorm(3, track_running_stats=False),
+        torch.nn.BatchNorm2d(3, track_running_stats=False),
+        (2, 3, 4, 4),
+        atol=1e-4,
+    )
 
 
 @pytest.mark.parametrize("shape,norm", [((4, 6), 6), ((2, 3, 4), (3, 4))])
@@ -129,8 +135,12 @@ def test_layernorm(shape: tuple, norm: Any) -> None:
         ref.weight.uniform_(0.5, 1.5)
         ref.bias.uniform_(-0.5, 0.5)
     compare_layer(nn.LayerNorm(norm), ref, shape, atol=1e-4)
-    compare_layer(nn.LayerNorm(norm, elementwise_affine=False), torch.nn.LayerNorm(norm, elementwise_affine=False),
-                  shape, atol=1e-4)
+    compare_layer(
+        nn.LayerNorm(norm, elementwise_affine=False),
+        torch.nn.LayerNorm(norm, elementwise_affine=False),
+        shape,
+        atol=1e-4,
+    )
     compare_layer(nn.LayerNorm(norm, bias=False), torch.nn.LayerNorm(norm, bias=False), shape, atol=1e-4)
     with pytest.raises(ValueError, match="LayerNorm"):
         nn.LayerNorm(5)(Tensor.ones(2, 4))
@@ -143,8 +153,12 @@ def test_groupnorm(groups: int, channels: int, shape: tuple) -> None:
         ref.weight.uniform_(0.5, 1.5)
         ref.bias.uniform_(-0.5, 0.5)
     compare_layer(nn.GroupNorm(groups, channels), ref, shape, atol=1e-4)
-    compare_layer(nn.GroupNorm(groups, channels, affine=False), torch.nn.GroupNorm(groups, channels, affine=False),
-                  shape, atol=1e-4)
+    compare_layer(
+        nn.GroupNorm(groups, channels, affine=False),
+        torch.nn.GroupNorm(groups, channels, affine=False),
+        shape,
+        atol=1e-4,
+    )
     with pytest.raises(ValueError, match="divide"):
         nn.GroupNorm(4, 6)
 
@@ -155,8 +169,9 @@ def test_rmsnorm(eps: float | None) -> None:
     with torch.no_grad():
         ref.weight.uniform_(0.5, 1.5)
     compare_layer(nn.RMSNorm(8, eps=eps), ref, (3, 5, 8), atol=1e-5)
-    compare_layer(nn.RMSNorm((2, 4), elementwise_affine=False), torch.nn.RMSNorm((2, 4), elementwise_affine=False),
-                  (3, 2, 4))
+    compare_layer(
+        nn.RMSNorm((2, 4), elementwise_affine=False), torch.nn.RMSNorm((2, 4), elementwise_affine=False), (3, 2, 4)
+    )
 
 
 def test_embedding() -> None:

@@ -109,8 +109,11 @@ def test_batchnorm_tinygrad_arguments() -> None:
 
 
 def test_conv2d_same_padding() -> None:
-    compare_layer(nn.Conv2d(2, 3, (3, 4), padding="same", dilation=(1, 2)),
-                  torch.nn.Conv2d(2, 3, (3, 4), padding="same", dilation=(1, 2)), (1, 2, 6, 7))
+    compare_layer(
+        nn.Conv2d(2, 3, (3, 4), padding="same", dilation=(1, 2)),
+        torch.nn.Conv2d(2, 3, (3, 4), padding="same", dilation=(1, 2)),
+        (1, 2, 6, 7),
+    )
     compare_layer(nn.Conv1d(2, 3, 4, padding="same"), torch.nn.Conv1d(2, 3, 4, padding="same"), (2, 2, 5))
     with pytest.raises(ValueError, match="stride"):
         nn.Conv2d(1, 1, 3, stride=2, padding="same")
