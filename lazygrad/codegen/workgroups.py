@@ -11,7 +11,11 @@ from lazygrad.helpers import getenv, prod
 
 THREADS_PER_GROUP = 128  # a few warps: enough to hide latency, small enough to leave registers per thread
 GROUP_THREADS = 256  # a split reduce has one accumulator per thread: it can afford a larger workgroup
-FEW_OUTPUTS = 2048  # below this many outputs, one thread per output cannot fill a GPU: split the reduce too
+# up to this many outputs, one thread per output cannot fill a GPU (an H100 holds 270k threads at once, 2k per SM):
+# a long reduce is split too. A conv's weight gradient (32 x 16 x 3 x 3 = 4608 outputs, each summing 64 x 8 x 8
+# products, in the digits CNN) ran on 9 SMs of 132 for 360 us
+FEW_OUTPUTS = 16384
+GROUP_MIN_REDUCE = 256  # a reduce this long is worth splitting: each thread still sums a run of its own
 TC = getenv("TC", 1)  # 0: no tensor cores in the default opts (BEAM still tries them)
 TC_STAGE = getenv("TC_STAGE", 1)  # 0: a tensor-core kernel reads its fragments from global memory, not shared
 
@@ -54,14 +58,18 @@ def group_reduce(k: Kernel) -> Kernel:
     reduce_axes = k.axes_of(AxisType.REDUCE)
     if not reduce_axes or prod(k.full_shape[a] for a in k.axes_of(AxisType.GLOBAL)) > FEW_OUTPUTS:
         return k
-    size = k.full_shape[reduce_axes[-1]]
+    if prod(k.full_shape[a] for a in reduce_axes) < GROUP_MIN_REDUCE:
+        return k
     itemsize = max((r.dtype.itemsize for r in k.reduceops), default=4)
     shared_max = k.renderer.shared_max
     for amount in (256, 128, 64, 32, 16):
         fits = amount <= _budget(k, GROUP_THREADS) and amount * itemsize * len(k.reduceops) <= shared_max
-        if fits and size % amount == 0 and size >= 2 * amount:
-            if k.try_opt(Opt(OptOps.GROUP, len(reduce_axes) - 1, amount)):
-                break
+        # the innermost reduce axis first (neighbouring threads read neighbouring elements), then the outer ones (a
+        # conv's batch axis: its spatial axes are too short to split)
+        for i in reversed(range(len(reduce_axes))):
+            size = k.full_shape[reduce_axes[i]]
+            if fits and size % amount == 0 and size >= 2 * amount and k.try_opt(Opt(OptOps.GROUP, i, amount)):
+                return k
     return k
 
 
