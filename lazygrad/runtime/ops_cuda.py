@@ -12,6 +12,7 @@ import functools
 import glob
 import hashlib
 import os
+from typing import Any
 
 from lazygrad.device import Allocator, Compiled, CompileError, Compiler, DeviceUnavailable
 from lazygrad.renderer.gpu import CUDARenderer
@@ -210,15 +211,27 @@ class CUDAProgram:
         cu_check(dev.cu.cuModuleLoadData(ctypes.byref(self.module), self._image), f"loading kernel {name}")
         status = dev.cu.cuModuleGetFunction(ctypes.byref(self.fxn), self.module, name.encode())
         cu_check(status, f"finding kernel {name}")
+        # the launch parameters of the arguments met (a JIT replay launches with the same ones every step): making
+        # the ctypes values took as long as the launch itself
+        self._params: dict[tuple[int, ...], Any] = {}
+
+    def _pack(self, args: tuple[int, ...]) -> Any:
+        """cuLaunchKernel's kernelParams: an array of pointers to each argument's value (held by the array)."""
+        if len(self._params) >= 256:
+            self._params.clear()
+        # buffers are device pointers, variables 32-bit ints (the kernel's `const int` parameters)
+        n_bufs = len(args) if self.n_bufs < 0 else self.n_bufs
+        values = [ctypes.c_uint64(a) if i < n_bufs else ctypes.c_int32(a) for i, a in enumerate(args)]
+        params = (_vp * len(values))(*[ctypes.addressof(v) for v in values])
+        params._values = values  # the values live as long as the array that points to them
+        return params
 
     def __call__(
         self, *args: int, global_size: Dims = (1, 1, 1), local_size: Dims | None = (1, 1, 1), wait: bool = False
     ) -> float | None:
         cu = self.dev.cu
-        # buffers are device pointers, variables 32-bit ints (the kernel's `const int` parameters)
-        n_bufs = len(args) if self.n_bufs < 0 else self.n_bufs
-        values = [ctypes.c_uint64(a) if i < n_bufs else ctypes.c_int32(a) for i, a in enumerate(args)]
-        params = (_vp * len(values))(*[ctypes.addressof(v) for v in values])
+        if (params := self._params.get(args)) is None:
+            params = self._params[args] = self._pack(args)
         local = local_size or (1, 1, 1)
         events = (_vp(), _vp())
         if wait:
