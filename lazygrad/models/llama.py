@@ -74,9 +74,16 @@ def rotate_pairs(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     """Rotary embedding on adjacent pairs (x[2i], x[2i+1]); x (B, T, H, D), cos/sin (T, D/2)."""
     b, t, h, d = x.shape
     pairs = x.reshape(b, t, h, d // 2, 2)
-    x0, x1 = pairs[..., 0], pairs[..., 1]
+    # shrink, not pairs[..., 0]: the same nodes, without the indexing's parsing (a third of a layer's graph building)
+    x0 = pairs.shrink((None, None, None, None, (0, 1))).reshape(b, t, h, d // 2)
+    x1 = pairs.shrink((None, None, None, None, (1, 2))).reshape(b, t, h, d // 2)
     cos, sin = cos.reshape(1, t, 1, d // 2), sin.reshape(1, t, 1, d // 2)
     return (x0 * cos - x1 * sin).stack(x0 * sin + x1 * cos, dim=-1).reshape(b, t, h, d)
+
+
+def _columns(x: Tensor, start: int, end: int) -> Tensor:
+    """x[..., start:end] as a shrink: the same nodes, without the indexing's parsing."""
+    return x.shrink((*[None] * (x.ndim - 1), (start, end)))
 
 
 # float32 (in panels where the device multiplies those faster), or packed blocks (quantized=True)
@@ -122,9 +129,9 @@ class Attention:
         b, t, _ = x.shape
         qkv = linear(x, self.wqkv)
         kv_dim = cfg.n_kv_heads * cfg.head_dim
-        q = qkv[..., : cfg.dim].reshape(b, t, cfg.n_heads, cfg.head_dim)
-        k = qkv[..., cfg.dim : cfg.dim + kv_dim].reshape(b, t, cfg.n_kv_heads, cfg.head_dim)
-        v = qkv[..., cfg.dim + kv_dim :].reshape(b, t, cfg.n_kv_heads, cfg.head_dim)
+        q = _columns(qkv, 0, cfg.dim).reshape(b, t, cfg.n_heads, cfg.head_dim)
+        k = _columns(qkv, cfg.dim, cfg.dim + kv_dim).reshape(b, t, cfg.n_kv_heads, cfg.head_dim)
+        v = _columns(qkv, cfg.dim + kv_dim, qkv.shape[-1]).reshape(b, t, cfg.n_kv_heads, cfg.head_dim)
         q, k = rotate_pairs(q, cos, sin), rotate_pairs(k, cos, sin)
         # the cache write: row j of the cache takes new row i where onehot[i, j]; one new row is a broadcast, rows at
         # a known slot are padded into place (the same values, no arithmetic), others a tiny matmul over the t new
@@ -143,7 +150,8 @@ class Attention:
         group = cfg.n_heads // cfg.n_kv_heads
         ctx = mask.shape[-1]  # the slots the mask covers: those up to the last new position, or the whole cache
         if ctx < keys.shape[2]:
-            keys, values = keys[:, :, :ctx], values[:, :, :ctx]
+            rows = (None, None, (0, ctx), None)
+            keys, values = keys.shrink(rows), values.shrink(rows)
         keys = keys.reshape(1, cfg.n_kv_heads, 1, ctx, cfg.head_dim).expand(1, cfg.n_kv_heads, group, ctx, cfg.head_dim)
         values = values.reshape(1, cfg.n_kv_heads, 1, ctx, cfg.head_dim).expand(
             1, cfg.n_kv_heads, group, ctx, cfg.head_dim
@@ -168,7 +176,7 @@ class Block:
         n = rms_norm(h, self.ffn_norm, self.cfg.norm_eps)
         gate_up = linear(n, self.gate_up)
         hidden = self.cfg.hidden_dim
-        return h + linear(gate_up[..., :hidden].silu() * gate_up[..., hidden:], self.down)
+        return h + linear(_columns(gate_up, 0, hidden).silu() * _columns(gate_up, hidden, 2 * hidden), self.down)
 
 
 class Llama:
