@@ -10,6 +10,7 @@ kernels serves every decode position.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -247,9 +248,11 @@ class Llama:
             # rows at a known position: the rotation tables' rows sliced, the new cache rows padded into place (see
             # Attention), where one-hot products made 4 kernels of the cold prompt's 26, slow to compile
             onehot, cos, sin = start_pos, self.cos[start_pos:end], self.sin[start_pos:end]
+            # left lazy: comparisons of each cache row's index, inside each layer's cache write
             written = ((slots >= start_pos) & (slots < end)).reshape(1, 1, -1, 1)
-            # shared by every layer: computed once here rather than again inside each layer's kernels
-            shared: tuple[Tensor, ...] = (written, mask)
+            # the additive mask, computed once here: attention turned the bool one into it in each layer's kernel
+            mask = mask.where(0.0, -math.inf)
+            shared: tuple[Tensor, ...] = (mask,)
         else:
             onehot = (positions == slots).float()
             cos, sin = onehot @ self.cos, onehot @ self.sin
