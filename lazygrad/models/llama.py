@@ -10,7 +10,6 @@ kernels serves every decode position.
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -246,17 +245,16 @@ class Llama:
         onehot: Tensor | int
         if isinstance(start_pos, int):
             # rows at a known position: the rotation tables' rows sliced, the new cache rows padded into place (see
-            # Attention), where one-hot products made 4 kernels of the cold prompt's 26, slow to compile
+            # Attention), the rows written and the mask left lazy (comparisons of indices inside each layer's
+            # kernels). One-hot products and stored masks were 8 of the cold prompt's 26 kernels, each slow to compile
             onehot, cos, sin = start_pos, self.cos[start_pos:end], self.sin[start_pos:end]
-            # left lazy: comparisons of each cache row's index, inside each layer's cache write
             written = ((slots >= start_pos) & (slots < end)).reshape(1, 1, -1, 1)
-            # the additive mask, computed once here: attention turned the bool one into it in each layer's kernel
-            mask = mask.where(0.0, -math.inf)
-            shared: tuple[Tensor, ...] = (mask,)
+            shared: tuple[Tensor, ...] = ()
         else:
             onehot = (positions == slots).float()
             cos, sin = onehot @ self.cos, onehot @ self.sin
             written = onehot.sum(0).reshape(1, 1, -1, 1) > 0
+            # shared by every layer: computed once here rather than again inside each layer's kernels
             shared = (onehot, written, mask, cos, sin)
         if prompt:
             # a prompt's embedded rows too: fused into the first layer's kernels they made that layer's kernels differ
