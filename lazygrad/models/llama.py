@@ -150,8 +150,8 @@ class Attention:
         group = cfg.n_heads // cfg.n_kv_heads
         ctx = mask.shape[-1]  # the slots the mask covers: those up to the last new position, or the whole cache
         if ctx < keys.shape[2]:
-            rows = (None, None, (0, ctx), None)
-            keys, values = keys.shrink(rows), values.shrink(rows)
+            covered = (None, None, (0, ctx), None)
+            keys, values = keys.shrink(covered), values.shrink(covered)
         keys = keys.reshape(1, cfg.n_kv_heads, 1, ctx, cfg.head_dim).expand(1, cfg.n_kv_heads, group, ctx, cfg.head_dim)
         values = values.reshape(1, cfg.n_kv_heads, 1, ctx, cfg.head_dim).expand(
             1, cfg.n_kv_heads, group, ctx, cfg.head_dim
