@@ -74,9 +74,16 @@ def rotate_pairs(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     """Rotary embedding on adjacent pairs (x[2i], x[2i+1]); x (B, T, H, D), cos/sin (T, D/2)."""
     b, t, h, d = x.shape
     pairs = x.reshape(b, t, h, d // 2, 2)
-    x0, x1 = pairs[..., 0], pairs[..., 1]
+    # shrink, not pairs[..., 0]: the same nodes, without the indexing's parsing (a third of a layer's graph building)
+    x0 = pairs.shrink((None, None, None, None, (0, 1))).reshape(b, t, h, d // 2)
+    x1 = pairs.shrink((None, None, None, None, (1, 2))).reshape(b, t, h, d // 2)
     cos, sin = cos.reshape(1, t, 1, d // 2), sin.reshape(1, t, 1, d // 2)
     return (x0 * cos - x1 * sin).stack(x0 * sin + x1 * cos, dim=-1).reshape(b, t, h, d)
+
+
+def _columns(x: Tensor, start: int, end: int) -> Tensor:
+    """x[..., start:end] as a shrink: the same nodes, without the indexing's parsing."""
+    return x.shrink((*[None] * (x.ndim - 1), (start, end)))
 
 
 # float32 (in panels where the device multiplies those faster), or packed blocks (quantized=True)
@@ -113,29 +120,38 @@ class Attention:
         self.cache_k = Tensor.zeros(*shape).contiguous().realize()
         self.cache_v = Tensor.zeros(*shape).contiguous().realize()
 
-    def __call__(self, x: Tensor, onehot: Tensor, written: Tensor, mask: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    def __call__(
+        self, x: Tensor, onehot: Tensor | int, written: Tensor, mask: Tensor, cos: Tensor, sin: Tensor
+    ) -> Tensor:
+        """onehot: (T, slots) with a 1 at each new row's slot, or the first new row's slot where it is known (a
+        prompt's int position)."""
         cfg = self.cfg
         b, t, _ = x.shape
         qkv = linear(x, self.wqkv)
         kv_dim = cfg.n_kv_heads * cfg.head_dim
-        q = qkv[..., : cfg.dim].reshape(b, t, cfg.n_heads, cfg.head_dim)
-        k = qkv[..., cfg.dim : cfg.dim + kv_dim].reshape(b, t, cfg.n_kv_heads, cfg.head_dim)
-        v = qkv[..., cfg.dim + kv_dim :].reshape(b, t, cfg.n_kv_heads, cfg.head_dim)
+        q = _columns(qkv, 0, cfg.dim).reshape(b, t, cfg.n_heads, cfg.head_dim)
+        k = _columns(qkv, cfg.dim, cfg.dim + kv_dim).reshape(b, t, cfg.n_kv_heads, cfg.head_dim)
+        v = _columns(qkv, cfg.dim + kv_dim, qkv.shape[-1]).reshape(b, t, cfg.n_kv_heads, cfg.head_dim)
         q, k = rotate_pairs(q, cos, sin), rotate_pairs(k, cos, sin)
-        # the cache write: row j of the cache takes new row i where onehot[i, j]; one new row is a broadcast, more are
-        # a tiny matmul over the t new rows
-        if t == 1:
-            new_k, new_v = k.transpose(1, 2), v.transpose(1, 2)
-        else:
+        # the cache write: row j of the cache takes new row i where onehot[i, j]; one new row is a broadcast, rows at
+        # a known slot are padded into place (the same values, no arithmetic), others a tiny matmul over the t new
+        # rows (in SmolLM2's cold prompt those matmuls were 2 kernels of each layer's 22, ~40 ms of gcc's ~300)
+        new_k, new_v = k.transpose(1, 2), v.transpose(1, 2)
+        if t > 1 and isinstance(onehot, int):
+            rows = ((0, 0), (0, 0), (onehot, self.cache_k.shape[2] - onehot - t), (0, 0))
+            new_k, new_v = new_k.pad(rows), new_v.pad(rows)
+        elif t > 1:
+            assert isinstance(onehot, Tensor)
             scatter = onehot.T.reshape(1, 1, -1, t)
-            new_k, new_v = scatter @ k.transpose(1, 2), scatter @ v.transpose(1, 2)
+            new_k, new_v = scatter @ new_k, scatter @ new_v
         keys = self.cache_k.assign(written.where(new_k, self.cache_k))
         values = self.cache_v.assign(written.where(new_v, self.cache_v))
         # grouped-query attention: query head h reads kv head h // (n_heads / n_kv_heads)
         group = cfg.n_heads // cfg.n_kv_heads
         ctx = mask.shape[-1]  # the slots the mask covers: those up to the last new position, or the whole cache
         if ctx < keys.shape[2]:
-            keys, values = keys[:, :, :ctx], values[:, :, :ctx]
+            covered = (None, None, (0, ctx), None)
+            keys, values = keys.shrink(covered), values.shrink(covered)
         keys = keys.reshape(1, cfg.n_kv_heads, 1, ctx, cfg.head_dim).expand(1, cfg.n_kv_heads, group, ctx, cfg.head_dim)
         values = values.reshape(1, cfg.n_kv_heads, 1, ctx, cfg.head_dim).expand(
             1, cfg.n_kv_heads, group, ctx, cfg.head_dim
@@ -153,12 +169,14 @@ class Block:
         self.gate_up = _stacked([w["ffn_gate"], w["ffn_up"]])
         self.down = _plain(w["ffn_down"])
 
-    def __call__(self, x: Tensor, onehot: Tensor, written: Tensor, mask: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    def __call__(
+        self, x: Tensor, onehot: Tensor | int, written: Tensor, mask: Tensor, cos: Tensor, sin: Tensor
+    ) -> Tensor:
         h = x + self.attention(rms_norm(x, self.attn_norm, self.cfg.norm_eps), onehot, written, mask, cos, sin)
         n = rms_norm(h, self.ffn_norm, self.cfg.norm_eps)
         gate_up = linear(n, self.gate_up)
         hidden = self.cfg.hidden_dim
-        return h + linear(gate_up[..., :hidden].silu() * gate_up[..., hidden:], self.down)
+        return h + linear(_columns(gate_up, 0, hidden).silu() * _columns(gate_up, hidden, 2 * hidden), self.down)
 
 
 class Llama:
@@ -217,18 +235,27 @@ class Llama:
 
     def forward(self, x: Tensor, start_pos: int | Tensor, all_logits: bool = False) -> Tensor:
         t = x.shape[1]
+        prompt = isinstance(start_pos, int)
         positions = (Tensor.arange(t) + start_pos).reshape(t, 1)
         slots = Tensor.arange(self.max_context).reshape(1, -1)
-        onehot = (positions == slots).float()
         # a prompt at a known position attends to the slots up to its last position only (a 128-token prompt into a
         # cache of 1024: an eighth of the scores); a decode step at a Variable's position to the whole cache, masked
         end = start_pos + t if isinstance(start_pos, int) else self.max_context
         mask = slots[:, :end] <= positions
-        cos, sin = onehot @ self.cos, onehot @ self.sin
-        written = onehot.sum(0).reshape(1, 1, -1, 1) > 0
-        # shared by every layer: computed once here rather than again inside each layer's kernels
-        shared = (onehot, written, mask, cos, sin)
-        prompt = isinstance(start_pos, int)
+        onehot: Tensor | int
+        if isinstance(start_pos, int):
+            # rows at a known position: the rotation tables' rows sliced, the new cache rows padded into place (see
+            # Attention), the rows written and the mask left lazy (comparisons of indices inside each layer's
+            # kernels). One-hot products and stored masks were 8 of the cold prompt's 26 kernels, each slow to compile
+            onehot, cos, sin = start_pos, self.cos[start_pos:end], self.sin[start_pos:end]
+            written = ((slots >= start_pos) & (slots < end)).reshape(1, 1, -1, 1)
+            shared: tuple[Tensor, ...] = ()
+        else:
+            onehot = (positions == slots).float()
+            cos, sin = onehot @ self.cos, onehot @ self.sin
+            written = onehot.sum(0).reshape(1, 1, -1, 1) > 0
+            # shared by every layer: computed once here rather than again inside each layer's kernels
+            shared = (onehot, written, mask, cos, sin)
         if prompt:
             # a prompt's embedded rows too: fused into the first layer's kernels they made that layer's kernels differ
             # from every other layer's (SmolLM2's cold prompt: 5 more kernels, in a schedule of their own). Scheduled

@@ -48,6 +48,17 @@ def test_greedy_decode_32_tokens_matches_torch(setup):
     assert ours == theirs, f"lazygrad: {tok.decode(ours)!r}\ntorch:    {tok.decode(theirs)!r}"
 
 
+def test_prompt_in_two_parts_matches_torch(setup):
+    """A prompt's second part at a later position writes its rows into the cache at that position (padded into place)
+    and attends to the first part's: its logits are those of the whole prompt in one pass."""
+    model, _, prompt, ref = setup
+    model(prompt[:7], 0)
+    ours = model(prompt[7:], 7, all_logits=True).numpy()
+    with torch.no_grad():
+        theirs = ref.logits(prompt)[7:].numpy()
+    np.testing.assert_allclose(ours, theirs, atol=2e-3, rtol=0)
+
+
 def test_reader_metadata_and_config(setup):
     meta, infos, _ = gguf_read_header(MODEL)
     reader = gguf.GGUFReader(MODEL)
@@ -135,6 +146,9 @@ def test_cold_prompt_builds_its_kernels_in_two_builds(setup, monkeypatch: pytest
     with Context(CACHELEVEL=0):
         token = argmax_token(model(ids, 0))
     assert [on_main for on_main, _ in builds] == [True, False]
+    # the embedded rows' kernel and the first layer's 17: at the prompt's known position the rotation rows and the
+    # cache rows are sliced and padded, the mask and the rows written are comparisons inside the layer's kernels
+    assert builds[0][1] == 18
     assert builds[1][1] == 6  # the logits' 4 kernels and the argmax's 2
     monkeypatch.setattr(realize, "_compile_todo", real)
     assert token == int(np.argmax(model(ids, 0).numpy()))
