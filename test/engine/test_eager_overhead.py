@@ -7,7 +7,7 @@ import gc
 import numpy as np
 import pytest
 
-from lazygrad import Tensor, dtypes, gradient
+from lazygrad import Device, Tensor, dtypes, gradient
 from lazygrad.engine import memory, realize
 from lazygrad.helpers import STEP_LAYOUTS
 from lazygrad.nn import Linear, optim
@@ -707,6 +707,7 @@ def test_mlp_step_builds_and_walks_a_bounded_number_of_nodes(monkeypatch, layout
     from lazygrad.uop import program
 
     monkeypatch.setattr(STEP_LAYOUTS, "value", layouts)
+    monkeypatch.setattr(Device, "multi_seen", False)  # (see test_step_leaves_its_update_unbuilt)
 
     step = mlp_adam_step()
     walked: list[int] = []
@@ -736,6 +737,8 @@ def test_step_leaves_its_update_unbuilt(monkeypatch):
     real nodes (the caller may do anything with them)."""
     from lazygrad.uop import program
 
+    # a sharded tensor made earlier in the process (another test's) turns it off: schedules look for sharded nodes then
+    monkeypatch.setattr(Device, "multi_seen", False)
     step = mlp_adam_step()
     with Tensor.train():
         for _ in range(3):
@@ -773,6 +776,8 @@ def test_failed_step_realize_leaves_its_update_built(monkeypatch):
     """A laid-out step whose realize raises before any kernel runs (Ctrl-C) leaves the tensors it assigns lazy with
     the real nodes of their update: read, they show the update, as a step whose nodes were built does."""
     from lazygrad import tensor as tensor_module
+
+    monkeypatch.setattr(Device, "multi_seen", False)  # (see test_step_leaves_its_update_unbuilt)
 
     def steps(interrupt: bool) -> list[np.ndarray]:
         rng = np.random.default_rng(5)
