@@ -54,7 +54,7 @@ from lazygrad.helpers import (
 from lazygrad.schedule.kernelize import REALIZED_ENTRY, cached_instance, create_schedule, ordered_write, write_order
 from lazygrad.schedule.multi import has_multi, lower_multi, multi, split_bounds, stored_multis, whole_buffer
 from lazygrad.uop.ops import GroupOp, Ops, UOp, pretty_print, ssimplify, ssmax, substitute, sym_known, sym_value
-from lazygrad.uop.program import GraphProgram
+from lazygrad.uop.program import GraphProgram, Unbuilt
 from lazygrad.uop.view import ShapeTracker, strides_for_shape
 
 if TYPE_CHECKING:
@@ -151,6 +151,8 @@ class RealizedNodes:
         # (a key already held: the new reference equals the one in the set, which keeps its place)
         entry, refs, drop, ref, unfiled = RealizedNodes._ENTRY, self._refs, self._drop, weakref.ref, self._unfiled
         for node, view in other.items():
+            if type(node) is Unbuilt:
+                continue  # (an optimizer update's unbuilt write: nothing holds it once its tensor is stored)
             node.__dict__[entry] = view
             r = ref(node, drop)
             refs.add(r)
@@ -673,6 +675,16 @@ def _own_memory(tensors: tuple[Tensor, ...], firsts: dict[UOp, Tensor]) -> tuple
         if firsts.setdefault(base, t) is not t or (holder is not None and holder is not t):
             t.uop = _copy_of_own(t, u, firsts)
     return tuple(out)
+
+
+def _writes_looked(writes: list[UOp], looked: set[Any]) -> bool:
+    """Whether a schedule's writes are the outputs whose readers were looked for before it. An optimizer's unbuilt
+    write that the schedule built (its layout was not known, uop/program.py Unbuilt) is the write it stands for."""
+    if len(writes) != len(looked):
+        return False
+    if looked.issuperset(writes):
+        return True
+    return {n.run.vals[n.at] if type(n) is Unbuilt and n.run.vals is not None else n for n in looked}.issuperset(writes)
 
 
 def _new_value(t: Tensor) -> Tensor:
@@ -1737,12 +1749,7 @@ class Tensor(metaclass=_TensorType):
                     writes = [n for n in becomes if n.op is Ops.ASSIGN]
                     if not writes:
                         break  # nothing overwritten: no reader to look for
-                    if (
-                        lowered is None
-                        and looked is not None
-                        and len(writes) == len(looked)
-                        and looked.issuperset(writes)
-                    ):
+                    if lowered is None and looked is not None and _writes_looked(writes, looked):
                         break  # the writes are the outputs looked for above (an optimizer step): nothing new to find
                     first, joining = _readers_of_overwritten(
                         writes, tensors, becomes, None if lowered is None else memo
@@ -6756,7 +6763,8 @@ def _run_noted(schedule: list, var_vals: dict[UOp, int], noted: list) -> None:
                     del _realized[node]
             for t, lazy in replaced:
                 if t.uop is not lazy:
-                    t.uop = lazy
+                    # (an optimizer's unbuilt update: lazy again as its real node, which anything may read)
+                    t.uop = lazy.built() if type(lazy) is Unbuilt else lazy
                     _note_lazy(t)
         raise
 

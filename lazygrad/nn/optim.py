@@ -8,17 +8,21 @@ a number would be baked into the kernel source and every step would compile new 
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 from typing import Sequence
 
+from lazygrad.device import Device
 from lazygrad.dtype import DType, dtypes
+from lazygrad.engine.realize import CAPTURES_OPEN
 from lazygrad.gradient import take_backward_roots
+from lazygrad.helpers import STEP_LAYOUTS
 from lazygrad.nn import _own_buffer
 from lazygrad.schedule.multi import whole_buffer
-from lazygrad.tensor import Tensor, _note_lazy, _reads_shifted, _under_reshapes
+from lazygrad.tensor import Tensor, _note_lazy, _reads_shifted, _realize_lock, _under_reshapes
 from lazygrad.uop.ops import GroupOp, Ops, UOp
-from lazygrad.uop.program import GraphProgram, note_replay
+from lazygrad.uop.program import GraphProgram, Unbuilt, note_replay
 
 
 class Optimizer:
@@ -47,24 +51,33 @@ class Optimizer:
         for p in self.params:
             p.grad = None
 
-    def step(self) -> None:
-        Tensor.realize(*self.schedule_step())
+    def step(self, also: Sequence[Tensor] = ()) -> None:
+        """Update the parameters. The tensors in `also` (e.g. an accuracy count) are realized in the same schedule as
+        the update, the loss backward() ran on and the gradients (as DistributedOptimizer.step's)."""
+        # the update's nodes are left unbuilt where the realize reads only their places (see _StepProgram.replay):
+        # under the realize lock from the replay on, so that no other thread meets a tensor holding an unbuilt node
+        with _realize_lock:
+            Tensor.realize(*also, *self._schedule_step(unbuilt=True))
 
     def schedule_step(self) -> list[Tensor]:
         """The assigned tensors of one step, unrealized: pass them to one `Tensor.realize` with the loss and
         anything else the step computes, so that it all shares one schedule."""
+        return self._schedule_step(unbuilt=False)
+
+    def _schedule_step(self, unbuilt: bool) -> list[Tensor]:
         # the loss that backward() ran on and the gradients are stored by the same schedule, before the parameters
         # they read change: read after the step, they hold the values they had (as in torch), at no extra kernels
         grads = [p.grad for p in self.params if p.grad is not None]
-        return take_backward_roots() + grads + self._updates() + self.buffers
+        return take_backward_roots() + grads + self._updates(unbuilt) + self.buffers
 
-    def _updates(self) -> list[Tensor]:
+    def _updates(self, unbuilt: bool = False) -> list[Tensor]:
         """The state and parameter updates of one step, assigned. A step over inputs shaped as an earlier step's
-        replays that one's update graph (a GraphProgram) instead of running the update code's tensor ops again."""
+        replays that one's update graph (a GraphProgram) instead of running the update code's tensor ops again;
+        `unbuilt`: its nodes may be left unbuilt (the caller realizes the tensors at once, holding the realize lock)."""
         tensors = self._step_tensors()
         key = self._step_key(tensors)
         if key is not None and (program := _step_programs.get(key)) is not None:
-            done = program.replay(tensors)
+            done = program.replay(tensors, unbuilt)
             if done is not None:
                 return done
         before = [t.uop for t in tensors]
@@ -193,9 +206,9 @@ class Adam(_Moments):
         self.decoupled = decoupled
         self._bias: dict[DType, tuple[Tensor, Tensor]] = {}  # this step's bias corrections, see _bias_terms
 
-    def _updates(self) -> list[Tensor]:
+    def _updates(self, unbuilt: bool = False) -> list[Tensor]:
         try:
-            return super()._updates()
+            return super()._updates(unbuilt)
         finally:
             # the bias terms are lazy tensors over b1_t and b2_t: kept, the next step (which overwrites those) computed
             # them first as live readers of its writes, and only after a step that ran the update code (a replayed
@@ -337,14 +350,23 @@ class _StepProgram:
         ]
         return _StepProgram(program, assigned, [at[id(t)] for t in updated], checks)
 
-    def replay(self, tensors: list[Tensor]) -> list[Tensor] | None:
+    def replay(self, tensors: list[Tensor], unbuilt: bool = False) -> list[Tensor] | None:
         """The step's writes over the tensors' current nodes; None (nothing changed) where assign might write one
         differently now (its value may read the target's memory shifted: a copy first), so the update code runs.
         The rest of what assign checks (shapes, dtypes, devices, a buffer to write into) is the program's key.
         The check is assign's, over-approximated without walking the program's nodes: a value reads its target
         shifted only through an input that does (its own shifted reads), or through a movement op of the program
-        over an input (then the target would be that input's base)."""
-        vals = self.program.run([t.uop for t in tensors])
+        over an input (then the target would be that input's base). Both read inputs alone.
+
+        `unbuilt`: the program's nodes are left unbuilt (uop/program.py Unbuilt) where the caller realizes the
+        tensors at once and nothing but that realize can meet them (no TinyJit capture recording the step's
+        tensors, no sharded tensors, step layouts on): the realize builds them if its layout is not known."""
+        inputs = [t.uop for t in tensors]
+        run = None
+        if unbuilt and STEP_LAYOUTS.value and not CAPTURES_OPEN[0] and not Device.multi_seen:
+            vals, run = self.program.unbuilt(inputs, functools.partial(_rebuilt, tensors, self.assigned, self.program))
+        else:
+            vals = self.program.run(inputs)
         for j, (inherited, viewed) in zip(self.assigned, self.reads):
             target = vals[j].base
             # (loops, not generators: two calls less per parameter and state tensor, on every step)
@@ -357,8 +379,15 @@ class _StepProgram:
         for j, out in zip(self.assigned, self.program.outs):
             tensors[j].uop = vals[out]
             _note_lazy(tensors[j])
-        note_replay(self, vals, len(tensors), False)
+        note_replay(self, vals, len(tensors), False, run)
         return [tensors[j] for j in self.returned]
+
+
+def _rebuilt(tensors: list[Tensor], assigned: list[int], program: GraphProgram, vals: list[UOp]) -> None:
+    """An unbuilt update was built (UnbuiltRun.build): the tensors still holding its unbuilt writes hold the nodes."""
+    for j, out in zip(assigned, program.outs):
+        if type(tensors[j].uop) is Unbuilt:
+            tensors[j].uop = vals[out]
 
 
 def _whole_buffer(u: UOp) -> bool:

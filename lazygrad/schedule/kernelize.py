@@ -25,6 +25,7 @@ load.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import operator
 import threading
@@ -38,7 +39,16 @@ from lazygrad.helpers import DEBUG, KERNEL_OPS, STEP_LAYOUTS, prod
 from lazygrad.schedule.panels import over_panels, panel_plans
 from lazygrad.uop.ops import GroupOp, Ops, PatternMatcher, UOp, UPat, arg_uops, ssimplify, substitute, sym_unbind
 from lazygrad.uop.passes import PassRun, step
-from lazygrad.uop.program import SCALAR_BROADCAST, Replay, keep_replays, scalar_broadcast, take_replays
+from lazygrad.uop.program import (
+    FILLER,
+    SCALAR_BROADCAST,
+    Replay,
+    Unbuilt,
+    built,
+    keep_replays,
+    scalar_broadcast,
+    take_replays,
+)
 from lazygrad.uop.spec import verify_kernel
 from lazygrad.uop.view import ShapeTracker, View, full_shape
 from lazygrad.viz import profile, record
@@ -1211,10 +1221,19 @@ def _cached_schedule(
         laid = _layout(outs, replays, realized) if STEP_LAYOUTS.value else _theirs(outs, replays)
         if laid is _NOT_THEIRS:
             keep_replays(replays)  # (a tensor read between the backward and the step: the step's realize takes them)
-            laid = None
+            laid, replays = None, []
     if laid is not None and (known := _layouts.get(laid[0])) is not None:
         tpl, walk = known.walk(laid[1].nodes)
+        if FILLER in walk.nodes.values():
+            known.fill(walk, replays)
     else:
+        if any(r.unbuilt is not None for r in replays) or any(type(u) is Unbuilt for u in outs):
+            # a walk reads every node: the unbuilt ones are built (and the layout made again over them, to be kept)
+            outs = [u.built() if type(u) is Unbuilt else u for u in outs]
+            replays = built(replays)
+            laid = _layout(outs, replays, realized) if laid is not None else None
+            if laid is _NOT_THEIRS:
+                laid = None
         walk = _Walk(outs, realized)
         tpl = _templates.get(walk.key)
         if tpl is not None and laid is not None:
@@ -1348,6 +1367,15 @@ class _Laid:
     def walk(self, nodes: list[UOp]) -> tuple[_Template, _Replayed]:
         at = {p: nodes[q] for (p, *_), q in zip(self.tpl.stored, self.stored)}
         return self.tpl, _Replayed(at, [nodes[q].arg for q in self.slots])
+
+    def fill(self, walk: _Replayed, replays: list[Replay]) -> None:
+        """A stored node of an unbuilt run that no tensor holds (an optimizer's step size, see uop/program.py
+        FILLER) gets an Unbuilt of its own: its dtype sizes the buffer, and it keys what the node becomes."""
+        starts = list(itertools.accumulate((len(r.vals) for r in replays), initial=0))
+        for (p, *_), q in zip(self.tpl.stored, self.stored):
+            if walk.nodes[p] is FILLER:
+                i = bisect.bisect_right(starts, q) - 1
+                walk.nodes[p] = replays[i].unbuilt.node(q - starts[i])  # type: ignore[union-attr]
 
 
 class _Replayed(NamedTuple):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 from operator import itemgetter
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 from lazygrad.uop.ops import Ops, UOp
 
@@ -39,7 +39,7 @@ class GraphProgram:
     it; the scalar broadcasts, which read none, it holds (`fixed`): rebuilt on every replay they were about a sixth
     of an MLP training step's new nodes, each hash-consed, dropped with the step's graph and seen by the collector."""
 
-    __slots__ = ("steps", "outs", "known", "picks", "fixed")
+    __slots__ = ("steps", "outs", "known", "picks", "fixed", "filled")
 
     def __init__(self, steps: list[tuple], outs: list[int], known: list[dict], fixed: list[UOp | None]):
         self.steps, self.outs, self.fixed = steps, outs, fixed
@@ -49,6 +49,8 @@ class GraphProgram:
         # each output's shape and device: the same over inputs of the same shapes and devices, so a replay notes them
         # (as the code's tensor ops computed them) instead of leaving them to a walk over every node it built
         self.known = known
+        # what unbuilt() puts at the added positions before the outputs: the held nodes, FILLER elsewhere
+        self.filled = [FILLER if node is None else node for node in fixed]
 
     @staticmethod
     def record(inputs: list[UOp], outputs: list[UOp]) -> tuple[GraphProgram, dict[UOp, int]] | None:
@@ -104,6 +106,74 @@ class GraphProgram:
                 cache.setdefault(name, value)
         return vals
 
+    def unbuilt(self, inputs: list[UOp], on_build: Callable[[list[UOp]], None]) -> tuple[list[Any], UnbuiltRun]:
+        """run()'s positions with the added nodes left unbuilt (see Unbuilt): each output an Unbuilt, each held node
+        itself, FILLER elsewhere; and the run that builds them when asked (then calls `on_build` with the nodes)."""
+        run = UnbuiltRun(self, inputs, on_build)
+        vals = [*inputs, *self.filled]
+        n_in = len(inputs)
+        for q in self.outs:
+            src = self.steps[q - n_in][2]
+            vals[q] = run.node(q, vals[src[0]] if src else None)
+        return vals, run
+
+
+class UnbuiltRun:
+    """A program's run over `inputs` whose nodes are not built yet (GraphProgram.unbuilt); build() builds them once."""
+
+    __slots__ = ("program", "inputs", "on_build", "vals")
+
+    def __init__(self, program: GraphProgram, inputs: list[UOp], on_build: Callable[[list[UOp]], None]):
+        self.program, self.inputs, self.on_build = program, inputs, on_build
+        self.vals: list[UOp] | None = None
+
+    def build(self) -> list[UOp]:
+        if self.vals is None:
+            self.vals = self.program.run(self.inputs)
+            self.on_build(self.vals)
+        return self.vals
+
+    def node(self, q: int, target: UOp | None = None) -> Unbuilt:
+        """An Unbuilt for position q; an output's holds its first source (an in-place write's target, the one source
+        the scheduler and the frontend read of it)."""
+        op, dtype, _, arg = self.program.steps[q - len(self.inputs)]
+        u = Unbuilt.__new__(Unbuilt)
+        u.op, u.dtype, u.arg, u.run, u.at = op, dtype, arg, self, q
+        u.src = (target,) if target is not None else ()
+        return u
+
+
+class Unbuilt:
+    """A node of a replayed program that was not built. A training step's realize whose layout is known (the template
+    its runs lay out, schedule/kernelize.py) reads of an optimizer update's new nodes only their positions, of the
+    stored ones their op and dtype, and of an output (an in-place write) its target: an MLP's Adam update built 94
+    nodes a step and dropped them at its end (~50 us of a ~720 us step, 188 of its ~1520 Python calls). An Unbuilt
+    stands for one of them there; the tensor an update assigns holds it until the realize stores it (never longer:
+    the optimizer holds the realize lock meanwhile). Anything else asks for the real node (built())."""
+
+    __slots__ = ("op", "dtype", "src", "arg", "run", "at", "__dict__", "__weakref__")
+
+    op: Any
+    dtype: Any
+    src: tuple
+    arg: Any
+    run: UnbuiltRun | None
+    at: int
+
+    @property
+    def base(self) -> Unbuilt:
+        return self  # (never a movement op)
+
+    def built(self) -> UOp:
+        assert self.run is not None, "FILLER stands for no node"
+        return self.run.build()[self.at]
+
+
+# every added position of an unbuilt run that is no output and no held node: one object, since nothing reads more than
+# its place there (a stored one is given an Unbuilt of its own, see schedule/kernelize.py _Laid.fill)
+FILLER = Unbuilt.__new__(Unbuilt)
+FILLER.op, FILLER.dtype, FILLER.src, FILLER.arg, FILLER.run, FILLER.at = None, None, (), None, None, -1
+
 
 # *** the runs a schedule may meet: a training step's realize computes what its programs just built ***
 
@@ -115,21 +185,27 @@ class Replay(NamedTuple):
     each input is, and a schedule knows the structure of an input only where it is a buffer node or another run's."""
 
     program: Any  # the replayed program: equal programs over inputs of one structure build one structure
-    vals: list[UOp]
+    vals: list[Any]  # (Unbuilt ones where `unbuilt` is the run that builds them)
     n_in: int
     structured: bool
+    unbuilt: UnbuiltRun | None = None
 
 
 _replays = threading.local()  # this thread's runs since its last schedule (a step's backward, then its update)
 REPLAYS_KEPT = 8  # a thread replaying without realizing keeps its last few runs, not every one
 
 
-def note_replay(program: Any, vals: list[UOp], n_in: int, structured: bool) -> None:
+def note_replay(program: Any, vals: list[Any], n_in: int, structured: bool, unbuilt: UnbuiltRun | None = None) -> None:
     """A run this thread's next schedule may find its graph in (schedule/kernelize.py: the step's layout)."""
     log = _replays.__dict__.setdefault("log", [])
     if len(log) >= REPLAYS_KEPT:
         del log[0]
-    log.append(Replay(program, vals, n_in, structured))
+    log.append(Replay(program, vals, n_in, structured, unbuilt))
+
+
+def built(runs: list[Replay]) -> list[Replay]:
+    """The runs with their nodes built (an unbuilt run's, for a schedule that walks them)."""
+    return [r if r.unbuilt is None else r._replace(vals=r.unbuilt.build(), unbuilt=None) for r in runs]
 
 
 def take_replays() -> list[Replay]:
