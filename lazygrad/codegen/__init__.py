@@ -7,6 +7,7 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from lazygrad.codegen import heuristic, workgroups
 from lazygrad.codegen.heuristic import hand_coded_optimizations
 from lazygrad.codegen.kernel import Kernel, Opt
 from lazygrad.codegen.linearize import linearize
@@ -44,9 +45,12 @@ def _codegen_version() -> str:
 
 
 def _program_key(ast: UOp, renderer: Renderer) -> str:
-    # the renderer's attributes are its capabilities (cores, vector widths, workgroup limits): all change the code
+    # the renderer's attributes are its capabilities (cores, vector widths, workgroup limits): all change the code;
+    # so do the knobs of the default opts (read when the module is imported: a process that set one was served the
+    # kernels another process built without it)
     caps = sorted((k, repr(v)) for k, v in vars(renderer).items())
-    return repr((_codegen_version(), type(renderer).__name__, caps, NOOPT.value, BEAM.value, serialize(ast)))
+    knobs = (heuristic.THREAD_MIN_WORK, heuristic.VECTOR_BYTES, workgroups.TC, workgroups.TC_STAGE)
+    return repr((_codegen_version(), type(renderer).__name__, caps, NOOPT.value, BEAM.value, knobs, serialize(ast)))
 
 
 def get_program(ast: UOp, renderer: Renderer, opts: list[Opt] | None = None) -> ProgramSpec:

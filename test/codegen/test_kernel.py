@@ -123,3 +123,19 @@ def test_kernel_name_kinds():
     with Context(NOOPT=1):
         spec = get_program(ast, Device["CPU"].renderer)
     assert spec.name == "r_16_4"
+
+
+@pytest.mark.parametrize(
+    "module, knob, value",
+    [("heuristic", "THREAD_MIN_WORK", 1), ("heuristic", "VECTOR_BYTES", 16), ("workgroups", "TC", 0)],
+)
+def test_the_default_opts_knobs_key_the_disk_cache(monkeypatch, module, knob, value):
+    """A knob of the default opts (set in the environment, read at import) changes the program's disk-cache key: a
+    process that set VECTOR_BYTES=16 was served the kernel another process had built with the default width."""
+    import lazygrad.codegen as codegen
+
+    (si,) = (Tensor(np.ones((64, 64), np.float32)).realize() * 2).schedule()
+    renderer = Device["CPU"].renderer
+    before = codegen._program_key(si.ast, renderer)
+    monkeypatch.setattr(getattr(codegen, module), knob, value)
+    assert codegen._program_key(si.ast, renderer) != before
