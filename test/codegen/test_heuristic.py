@@ -76,6 +76,20 @@ def test_panel_matmul_on_one_core_runs_its_columns_outermost():
     np.testing.assert_allclose(got, (a @ b).reshape(rows, n // 16, 16), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("rows,tile", [(35, 7), (33, 3), (37, 1)])
+def test_panel_matmul_of_odd_rows_tiles_a_divisor(rows: int, tile: int):
+    """An odd row count (a prompt's tokens) gets the largest divisor up to 8 as the tile's rows (a prime: one row),
+    each row meeting 2 vectors of the panels."""
+    k_, n = 96, 128
+    a, b = _rand(rows, k_), _rand(k_, n, seed=1)
+    panels = Tensor(b).reshape(k_, n // 16, 16).permute(1, 0, 2).contiguous().realize()
+    # the panels outermost, as nn.PanelMatrix.linear builds a model's product
+    out = (Tensor(a).realize().reshape(1, rows, k_, 1) * panels.reshape(n // 16, 1, k_, 16)).sum(-2)
+    k, got = _tile(out, threads=2)
+    assert sorted(_upcasts(k)) == sorted([2, 16] + ([tile] if tile > 1 else []))
+    np.testing.assert_allclose(got, (a @ b).reshape(rows, n // 16, 16).transpose(1, 0, 2), rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("size", [16, 32])
 @pytest.mark.parametrize("masked", [False, True])
 def test_padded_conv_tile(size: int, masked: bool):
