@@ -131,13 +131,14 @@ def hand_coded_optimizations(k: Kernel) -> Kernel:
             n_axes = len(k.full_shape)
             amounts = tuple(r for r in (rows, rows // 2, 4, 2) if r >= 2)
             size = k.full_shape[second]
-            if cpu_tile and isinstance(size, int) and size % 2:
+            odd = [d for d in range(rows, 2, -1) if isinstance(size, int) and size % 2 and size % d == 0]
+            if cpu_tile and not gathered and odd:
                 # an odd row count (a prompt's tokens) still gets rows in its tile, as many as divide it: a tile of one
                 # row loads two vectors of the panel per two multiply-adds, from L2 (SmolLM2's 35-token prompt, 35 x
                 # 576 @ 576 x 1536 on 2 cores: 1 x 2 vectors 66-130 GFLOPS, 7 x 2 124-270). Its reduce stays rolled:
                 # unrolled by 2 the 7 x 2 tiles of that prompt's four products ran no faster (~250 GFLOPS alone) and
                 # were 33 KB of C, 124 ms of gcc, instead of 26 KB, 85 ms (one row unrolled by 4: 20 KB, 80 ms)
-                amounts = tuple(d for d in range(rows, 2, -1) if size % d == 0)
+                amounts = tuple(odd)
                 body = min(body, TILE_EXPANDED // 2)
             _upcast(k, second, amounts)
             if third is not None:
