@@ -181,3 +181,18 @@ def test_ops_split_per_lane_leave_the_loop_to_the_compiler():
     k, _ = _tile(t.cast("float32"))
     assert _upcasts(k) == []
     np.testing.assert_array_equal(t.numpy(), want)
+
+
+@pytest.mark.parametrize("rows", [35, 21, 9])
+def test_odd_row_matmul_and_its_gradients_match_torch(rows: int):
+    """A product of an odd number of rows (a tile of 7 or 3 rows), forward and backward, through the default opts."""
+    a, b = _rand(rows, 96), _rand(96, 64, seed=1)
+    x, w = Tensor(a, requires_grad=True), Tensor(b, requires_grad=True)
+    out = x @ w
+    (out * out).sum().backward()
+    tx, tw = torch.tensor(a, requires_grad=True), torch.tensor(b, requires_grad=True)
+    tout = tx @ tw
+    (tout * tout).sum().backward()
+    np.testing.assert_allclose(out.numpy(), tout.detach().numpy(), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(w.grad.numpy(), tw.grad.numpy(), rtol=1e-4, atol=1e-3)

@@ -10,7 +10,7 @@ from lazygrad.device import Device
 from lazygrad.nn.packed import PanelMatrix, panel_width
 
 
-@pytest.mark.parametrize("rows", [(1,), (3,), (2, 5), (40,)])
+@pytest.mark.parametrize("rows", [(1,), (3,), (2, 5), (40,), (35,), (3, 7)])
 @pytest.mark.parametrize("n,k", [(64, 48), (48, 576), (7, 33), (1, 1)])
 def test_panel_linear_matches_numpy(rows, n, k):
     rng = np.random.default_rng(0)
