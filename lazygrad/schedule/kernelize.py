@@ -117,6 +117,9 @@ class Schedule(list):
     of it runs the same kernels over buffers in the same places, which the engine works out once per template."""
 
     template: _Template | None = None  # (a class default: a copy made without __init__ names none)
+    # an instance's buffers in the template's reference order (each item's are picked from it): the engine launches
+    # from this list and counts who holds its buffers here, not item by item
+    bufs: list[Buffer] | None = None
 
     def __init__(self, items: list[ScheduleItem], template: _Template | None = None):
         super().__init__(items)
@@ -1042,7 +1045,9 @@ class _Template:
 
     def schedule(self, bufs: list[Buffer]) -> Schedule:
         at = bufs.__getitem__
-        return Schedule([ScheduleItem(ast, tuple(map(at, refs))) for ast, refs in self.items], self)
+        schedule = Schedule([ScheduleItem(ast, tuple(map(at, refs))) for ast, refs in self.items], self)
+        schedule.bufs = bufs
+        return schedule
 
     def instantiate(self, walk: _Walk) -> tuple[Schedule, dict[UOp, UOp], dict[UOp, int]]:
         bufs, becomes = self.buffers(walk)
