@@ -69,9 +69,9 @@ def plan_memory(
     """items: (buffers, indices of the written ones) per kernel, in run order. Returns buffer -> the buffer whose
     memory it uses instead, for the buffers nothing outside `items` references, that are written before they are
     read, and that are not in `keep` (`internal`: those nothing outside references, where the caller counted them).
-    A freed block serves a later buffer of the same device needing between
-    half and all of its bytes (best fit); a block freed by a kernel is free from the next kernel on, since one
-    kernel may read its inputs at other positions than it writes."""
+    A freed block serves a later buffer of the same device needing between half and all of its bytes (best fit); a
+    block freed by a kernel is free from the next kernel on, since one kernel may read its inputs at other positions
+    than it writes."""
     if internal is None:
         internal = held_only_by([bufs for bufs, _ in items])  # first: the maps below hold references too
     first: dict[Buffer, int] = {}

@@ -1019,6 +1019,9 @@ class _Template:
 
     def __post_init__(self) -> None:
         self.writes_in_place = any(target is not None for *_, target in self.stored)
+        # the references the items write (each once): an instance's new outputs are among them
+        written = (refs[: len(ast.src) if ast.op is Ops.SINK else 1] for ast, refs in self.items)
+        self.written = sorted(set(itertools.chain.from_iterable(written)))
 
     def buffers(self, walk: _Walk) -> tuple[list[Buffer], dict[UOp, UOp]]:
         """The buffers the items name by reference (new ones for the stored nodes and internal buffers, the walk's

@@ -120,3 +120,22 @@ def test_plan_finds_the_buffers_only_its_schedule_holds(monkeypatch):
     assert len(found) == 2
     for counted, referred in found:
         assert counted == referred and len(counted) == 17, (counted, referred)
+
+
+def test_a_template_instance_marks_what_its_items_write_pending():
+    """Scheduled, not run: an instance of a template marks its new outputs pending off the template's written places
+    (the flat list), as the general path marks each item's outputs; what it reads stays as it was."""
+    x = Tensor(np.arange(8, dtype=np.float32)).realize()
+    for _ in range(3):
+        _sum_plus(x, x * 3).realize()
+    c = _sum_plus(x, x * 3)
+    schedule = c.schedule()
+    assert schedule.bufs is not None and len(schedule) >= 2
+    outs = {id(b) for si in schedule for b in si.outputs}
+    for si in schedule:
+        assert all(b.pending_write for b in si.outputs)
+        assert not any(b.pending_write for b in si.inputs if id(b) not in outs)
+    run_schedule(schedule)
+    assert not any(b.pending_write for si in schedule for b in si.bufs)
+    ref = np.arange(8, dtype=np.float32)
+    np.testing.assert_allclose(c.numpy(), ref.sum() + ref * 3)
