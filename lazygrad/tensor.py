@@ -6658,6 +6658,12 @@ def _unsupported(op: str, t: Tensor, hint: str) -> UnsupportedOpError:
 
 def _mark_pending(schedule: list) -> None:
     """A schedule's new buffers are pending until their kernels run (an in-place target still holds its old value)."""
+    if (flat := getattr(schedule, "bufs", None)) is not None:
+        # an instance of a template: what its items write, read off its flat list (no item's outputs asked for)
+        for k in schedule.template.written:  # type: ignore[attr-defined]
+            if (buf := flat[k])._ptr is None:
+                buf.pending_write = True
+        return
     for si in schedule:
         for buf in si.bufs[: si.n_outputs]:
             if not buf.is_allocated:

@@ -13,6 +13,8 @@ this: every node it stores stays readable through `_realized` for as long as som
 from __future__ import annotations
 
 import dataclasses
+import itertools
+import operator
 import sys
 from typing import AbstractSet, Any, Sequence
 
@@ -37,17 +39,41 @@ def held_only_by(buf_lists: Sequence[Sequence[Buffer]]) -> set[Buffer]:
     return {b for b, e in extra.items() if e == extra[_PROBE] and b is not _PROBE}
 
 
+# what sys.getrefcount mapped over a list reads beyond an object's references: the iterator's own
+_MAPPED_EXTRA = next(map(sys.getrefcount, [object()])) - 1
+
+
+def counted(holders: Sequence[int]) -> tuple[int, ...]:
+    """What held_at compares with, for buffers that `holders[k]` references each may have."""
+    return tuple(h + _MAPPED_EXTRA for h in holders)
+
+
+def held_at(flat: list[Buffer], expected: tuple[int, ...]) -> tuple[int, ...]:
+    """The positions k of `flat` whose buffer has no reference but those counted in `expected[k]` (counted()): for a
+    schedule of known layout, the flat list's one and each item's. held_only_by where the count each buffer may have
+    is known, with no dict built per call (a comparison per buffer at C speed)."""
+    counts = map(sys.getrefcount, flat)  # (first, before anything below holds a buffer)
+    return tuple(itertools.compress(range(len(flat)), map(operator.eq, counts, expected)))
+
+
 KernelBufs = tuple[Sequence[Buffer], Sequence[int]]  # a kernel's buffers, and the indices of those it writes
 Plan = dict[Buffer, Buffer]  # a planned buffer -> the buffer whose memory it uses
 
 
-def plan_memory(items: Sequence[KernelBufs], keep: AbstractSet[Buffer] = frozenset(), label: str = "") -> Plan:
+def plan_memory(
+    items: Sequence[KernelBufs],
+    keep: AbstractSet[Buffer] = frozenset(),
+    label: str = "",
+    internal: AbstractSet[Buffer] | None = None,
+) -> Plan:
     """items: (buffers, indices of the written ones) per kernel, in run order. Returns buffer -> the buffer whose
     memory it uses instead, for the buffers nothing outside `items` references, that are written before they are
-    read, and that are not in `keep`. A freed block serves a later buffer of the same device needing between
-    half and all of its bytes (best fit); a block freed by a kernel is free from the next kernel on, since one
-    kernel may read its inputs at other positions than it writes."""
-    internal = held_only_by([bufs for bufs, _ in items])  # first: the maps below hold references too
+    read, and that are not in `keep` (`internal`: those nothing outside references, where the caller counted them).
+    A freed block serves a later buffer of the same device needing between half and all of its bytes (best fit); a
+    block freed by a kernel is free from the next kernel on, since one kernel may read its inputs at other positions
+    than it writes."""
+    if internal is None:
+        internal = held_only_by([bufs for bufs, _ in items])  # first: the maps below hold references too
     first: dict[Buffer, int] = {}
     last: dict[Buffer, int] = {}
     written_first: set[Buffer] = set()

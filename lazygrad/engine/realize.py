@@ -13,7 +13,7 @@ from typing import Callable, Iterable, Iterator
 
 from lazygrad.codegen import get_program
 from lazygrad.device import Buffer, Compiler, Device
-from lazygrad.engine.memory import held_only_by, memory_planner, plan_memory
+from lazygrad.engine.memory import counted, held_at, memory_planner, plan_memory
 from lazygrad.engine.streams import StreamItem, run_streams
 from lazygrad.helpers import (
     BEAM,
@@ -478,79 +478,98 @@ class _LaunchPlan:
         self.n_outs = [si.n_outputs for si in schedule]
         specs = [r.spec for r in self.runners if r is not None]
         self.kernels, self.ops, self.mem = len(specs), sum(s.ops for s in specs), sum(s.mem for s in specs)
-        # each distinct buffer by the place it first appears in: (item, position). Where a buffer is is the
-        # template's, so the same places hold one buffer in every instance
-        self.places: list[tuple[int, int]] = []
-        # the place of each buffer an item reads before any earlier item wrote it: whether its kernel ran is asked
+        # each item's buffers as positions in the instance's flat list (Schedule.bufs), the same in every instance
+        refs = [r for _, r in schedule.template.items]
+        self.refs = refs
+        self.outs = [r[:n] for r, n in zip(refs, self.n_outs)]
+        n_flat = len(schedule.bufs)
+        # the position of each buffer an item reads before any earlier item wrote it: whether its kernel ran is asked
         # there, once, before anything launches (a buffer an earlier item writes is computed by then)
-        self.first_reads: list[tuple[int, int]] = []
-        seen: set[int] = set()
+        self.first_reads: list[int] = []
         answered: set[int] = set()  # buffers an earlier item writes, or asked about already
-        for i, si in enumerate(schedule):
-            for j, b in enumerate(si.bufs):
-                if id(b) not in seen:
-                    seen.add(id(b))
-                    self.places.append((i, j))
-                if j >= self.n_outs[i] and id(b) not in answered:
-                    answered.add(id(b))
-                    self.first_reads.append((i, j))
-            answered.update(map(id, si.bufs[: self.n_outs[i]]))
-        # places of the internal buffers -> (place of a planned buffer, place of the buffer lending it memory)
+        holders = [1] * n_flat  # references a buffer held by the schedule alone has: the flat list's, each item's
+        # an in-place write's stored position holds its target's buffer, which the items name at the target's slot
+        # (a buffer the flat list holds twice: counted at the slot, never planned at the write)
+        written_in_place = []
+        stored = schedule.template.stored
+        for p, (*_, target) in enumerate(stored):
+            if target is not None:
+                holders[len(stored) + target] += 1
+                written_in_place.append(p)
+        for r, n in zip(refs, self.n_outs):
+            for j, k in enumerate(r):
+                holders[k] += 1
+                if j >= n and k not in answered:
+                    answered.add(k)
+                    self.first_reads.append(k)
+            answered.update(r[:n])
+        for p in written_in_place:
+            holders[p] = -1
+        # a position no item names is never planned, nor allocated (only named ones are, as the items list them)
+        self.expected = counted(h if h > 1 else -1 for h in holders)
+        self.unnamed = [k for k, h in enumerate(holders) if h == 1]
+        # positions of the internal buffers -> (position of a planned buffer, position of the buffer lending it memory)
         self.memory: dict[tuple[int, ...], list[tuple[int, int]]] = {}
         # one kernel (no memory to share between items): launched straight from the template's buffer list
         # (launch_template), as (runner, references into that list, those of its inputs, the program where it takes
         # the buffers' pointers alone: no variables, no grid)
         self.lone: tuple[CompiledRunner | BufferCopy, tuple[int, ...], tuple[int, ...], Callable | None] | None = None
         if len(schedule) == 1 and (runner := self.runners[0]) is not None:
-            refs = schedule.template.items[0][1]
-            self.lone = (runner, refs, refs[self.n_outs[0] :], self.bare[0])
+            self.lone = (runner, refs[0], refs[0][self.n_outs[0] :], self.bare[0])
 
-    def _buffers(self, schedule: list[ScheduleItem]) -> list[list[Buffer]] | None:
-        """Each item's buffers with planned memory swapped in (None where no buffer is planned)."""
+    def _buffers(self, schedule: Schedule) -> tuple[list[Buffer], list[list[Buffer]]] | None:
+        """The flat list and each item's buffers with planned memory swapped in (None where no buffer is planned).
+        Which buffers only the schedule holds is counted on its flat list (memory.held_at), whose places never
+        change, not on a dict of every item's buffers."""
         if len(schedule) < 2:  # a block is reused only by a later kernel than the one that last read it
             return None
-        internal = held_only_by([si.bufs for si in schedule])
-        key = tuple(k for k, (i, j) in enumerate(self.places) if schedule[i].bufs[j] in internal)
-        del internal  # plan_memory counts references: none of ours may be among them
+        flat = schedule.bufs
+        key = held_at(flat, self.expected)
         if not key:
             return None
         if (pairs := self.memory.get(key)) is None:
-            mapping = plan_memory([(si.bufs, range(n)) for si, n in zip(schedule, self.n_outs)])
-            at = {id(schedule[i].bufs[j]): k for k, (i, j) in enumerate(self.places)}
+            internal = {flat[k] for k in key}
+            mapping = plan_memory([(si.bufs, range(n)) for si, n in zip(schedule, self.n_outs)], internal=internal)
+            at = {id(b): k for k, b in enumerate(flat)}
             pairs = [(at[id(b)], at[id(blk)]) for b, blk in mapping.items()]
-            del mapping
+            del mapping, internal
             if len(self.memory) >= self.MEMORY_PLANS:
                 del self.memory[next(iter(self.memory))]
             self.memory[key] = pairs
         if not pairs:
             return None
-        bufs = [schedule[i].bufs[j] for i, j in self.places]
-        swap = {bufs[a]: bufs[b] for a, b in pairs}
-        return [[swap.get(b, b) for b in si.bufs] for si in schedule]
+        swapped = list(flat)
+        for a, b in pairs:
+            swapped[a] = flat[b]
+        at = swapped.__getitem__
+        return swapped, [list(map(at, r)) for r in self.refs]
 
-    def run(self, schedule: list[ScheduleItem], var_vals: dict[UOp, int]) -> None:
-        for i, j in self.first_reads:
-            if schedule[i].bufs[j].pending_write:
+    def run(self, schedule: Schedule, var_vals: dict[UOp, int]) -> None:
+        flat = schedule.bufs
+        for k in self.first_reads:
+            if flat[k].pending_write:
                 raise RuntimeError(NEVER_RAN)
         planned = self._buffers(schedule)
-        items = planned if planned is not None else [si.bufs for si in schedule]
+        if planned is None:
+            allocated, items = flat, [si.bufs for si in schedule]
+        else:
+            allocated, items = planned
+        if self.unnamed:
+            allocated = [b for bufs in items for b in bufs]
         # every buffer's memory first (the new outputs'), so that each launch reads the addresses at C speed; the peak
         # is that of allocating at each kernel, as the schedule holds all its buffers to its end
-        for i, j in self.places:
-            if (b := items[i][j])._ptr is None:
+        for b in allocated:
+            if b._ptr is None:
                 b.ensure_allocated()
-        for i, si in enumerate(schedule):
+        for i, bufs in enumerate(items):
             if (bare := self.bare[i]) is not None:
                 # the compiled function called straight, not through the runner and the program (two Python calls
                 # a launch): 20 launches of a 16-element kernel 55 -> 43 us
-                bare(*map(_PTR, items[i]))
+                bare(*map(_PTR, bufs))
             elif (runner := self.runners[i]) is not None:
-                runner(items[i], var_vals)
-            if (n_out := self.n_outs[i]) == 1:
-                si.bufs[0].pending_write = False
-            else:
-                for b in si.bufs[:n_out]:
-                    b.pending_write = False
+                runner(bufs, var_vals)
+            for k in self.outs[i]:
+                flat[k].pending_write = False
         with _counters_lock:
             GlobalCounters.kernel_count += self.kernels
             GlobalCounters.global_ops += self.ops

@@ -117,6 +117,9 @@ class Schedule(list):
     of it runs the same kernels over buffers in the same places, which the engine works out once per template."""
 
     template: _Template | None = None  # (a class default: a copy made without __init__ names none)
+    # an instance's buffers in the template's reference order (each item's are picked from it): the engine launches
+    # from this list and counts who holds its buffers here, not item by item
+    bufs: list[Buffer] | None = None
 
     def __init__(self, items: list[ScheduleItem], template: _Template | None = None):
         super().__init__(items)
@@ -1016,6 +1019,9 @@ class _Template:
 
     def __post_init__(self) -> None:
         self.writes_in_place = any(target is not None for *_, target in self.stored)
+        # the references the items write (each once): an instance's new outputs are among them
+        written = (refs[: len(ast.src) if ast.op is Ops.SINK else 1] for ast, refs in self.items)
+        self.written = sorted(set(itertools.chain.from_iterable(written)))
 
     def buffers(self, walk: _Walk) -> tuple[list[Buffer], dict[UOp, UOp]]:
         """The buffers the items name by reference (new ones for the stored nodes and internal buffers, the walk's
@@ -1042,7 +1048,9 @@ class _Template:
 
     def schedule(self, bufs: list[Buffer]) -> Schedule:
         at = bufs.__getitem__
-        return Schedule([ScheduleItem(ast, tuple(map(at, refs))) for ast, refs in self.items], self)
+        schedule = Schedule([ScheduleItem(ast, tuple(map(at, refs))) for ast, refs in self.items], self)
+        schedule.bufs = bufs
+        return schedule
 
     def instantiate(self, walk: _Walk) -> tuple[Schedule, dict[UOp, UOp], dict[UOp, int]]:
         bufs, becomes = self.buffers(walk)

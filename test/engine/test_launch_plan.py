@@ -80,3 +80,62 @@ def test_replayed_mlp_step_makes_a_buffer_per_stored_value(monkeypatch):
         step()
         monkeypatch.undo()
     assert made[0] <= 36, made[0]
+
+
+def _held_elsewhere(b, mine: list) -> bool:
+    """Whether anything but the lists and tuples in `mine` (and frames) refers to b."""
+    return any(
+        not any(r is m for m in mine) and type(r).__name__ != "frame" for r in gc.get_referrers(b)
+    )  # fmt: skip
+
+
+def test_plan_finds_the_buffers_only_its_schedule_holds(monkeypatch):
+    """A replayed MLP Adam step's plan counts which buffers only the schedule holds on its flat buffer list
+    (memory.held_at): the same buffers a look at every referrer finds (17: the forward's and backward's values no
+    tensor keeps, and the old aliases of the memory the update writes in place), where the flat list holds an in-place
+    write's target twice (at its slot and at the write's stored position)."""
+    step = mlp_adam_step()
+    found: list[tuple[set[int], set[int]]] = []
+    real = realize._LaunchPlan._buffers
+
+    def buffers(plan, schedule):
+        if len(schedule) > 1:
+            flat = schedule.bufs
+            counted = set(realize.held_at(flat, plan.expected))
+            mine = [flat, *(si.bufs for si in schedule)]
+            named = {k for refs in plan.refs for k in refs}  # (an in-place write's stored position: named at its slot)
+            referred = set()
+            for k in sorted(named):  # (no enumerate: its tuple would refer to the buffer too)
+                if not _held_elsewhere(flat[k], mine):
+                    referred.add(k)
+            del mine
+            found.append((counted, referred))
+        return real(plan, schedule)
+
+    for _ in range(3):
+        step()
+    monkeypatch.setattr(realize._LaunchPlan, "_buffers", buffers)
+    for _ in range(2):
+        step()
+    assert len(found) == 2
+    for counted, referred in found:
+        assert counted == referred and len(counted) == 17, (counted, referred)
+
+
+def test_a_template_instance_marks_what_its_items_write_pending():
+    """Scheduled, not run: an instance of a template marks its new outputs pending off the template's written places
+    (the flat list), as the general path marks each item's outputs; what it reads stays as it was."""
+    x = Tensor(np.arange(8, dtype=np.float32)).realize()
+    for _ in range(3):
+        _sum_plus(x, x * 3).realize()
+    c = _sum_plus(x, x * 3)
+    schedule = c.schedule()
+    assert schedule.bufs is not None and len(schedule) >= 2
+    outs = {id(b) for si in schedule for b in si.outputs}
+    for si in schedule:
+        assert all(b.pending_write for b in si.outputs)
+        assert not any(b.pending_write for b in si.inputs if id(b) not in outs)
+    run_schedule(schedule)
+    assert not any(b.pending_write for si in schedule for b in si.bufs)
+    ref = np.arange(8, dtype=np.float32)
+    np.testing.assert_allclose(c.numpy(), ref.sum() + ref * 3)
