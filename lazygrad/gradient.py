@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import math
+import operator
 import threading
 import weakref
 from typing import TYPE_CHECKING, Any, Callable, Iterator
@@ -17,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 from lazygrad.dtype import dtypes
 from lazygrad.helpers import argsort
 from lazygrad.uop.ops import GroupOp, Ops, UOp
-from lazygrad.uop.program import GraphProgram, note_replay
+from lazygrad.uop.program import FORWARD_RUN, GraphProgram, note_replay
 
 if TYPE_CHECKING:
     from lazygrad.tensor import Tensor
@@ -316,7 +318,29 @@ class _Structure:
             stack: list[Any] = [start]
             while stack:
                 n = stack.pop()
-                if n is _DONE:
+                if n is _RUN:
+                    # a replayed composite's output, its inputs numbered: its run's nodes are numbered in the run's
+                    # order at C speed, keyed as the program and its inputs' positions (the program builds the same
+                    # nodes over the same inputs). Nodes numbered before (a constant two runs share) keep their place:
+                    # which those are follows from the key's earlier records, so equal keys still mean equal graphs
+                    n = stack.pop()
+                    program, vals, n_in = n.__dict__[FORWARD_RUN]
+                    record((_RUN_RECORD, program, n_in))
+                    record(map(at, vals[:n_in]))
+                    fresh = list(dict.fromkeys(itertools.filterfalse(index.__contains__, vals[n_in:])))
+                    fresh.append(n)
+                    base = len(nodes)
+                    index.update(zip(fresh, itertools.count(base)))
+                    nodes += fresh
+                    memos = list(map(_DICT_OF, fresh))
+                    if start is root:
+                        realized_at += itertools.compress(
+                            itertools.count(base), map(operator.contains, memos, itertools.repeat(REALIZED_ENTRY))
+                        )
+                    ruled += itertools.compress(
+                        itertools.count(base), map(operator.contains, memos, itertools.repeat(_SHORTCUT))
+                    )
+                elif n is _DONE:
                     n = stack.pop()
                     arg = n.arg
                     if n.op is _BUFFER:
@@ -333,9 +357,14 @@ class _Structure:
                     index[n] = len(nodes)
                     nodes.append(n)
                 elif n not in index:
+                    run = n.__dict__.get(FORWARD_RUN)
                     stack.append(n)
-                    stack.append(_DONE)
-                    stack.extend(reversed(n.src))
+                    if run is None:
+                        stack.append(_DONE)
+                        stack.extend(reversed(n.src))
+                    else:
+                        stack.append(_RUN)
+                        stack.extend(reversed(run[1][: run[2]]))
             if start is root:
                 self.n_root = len(nodes)
         self.root, self.no_grad = root, no_grad
@@ -445,6 +474,9 @@ class _GradProgram:
 
 
 _DONE = object()  # _Structure's walk: below it on the stack, a node whose sources are numbered
+_RUN = object()  # _Structure's walk: below it on the stack, a replayed composite's output whose inputs are numbered
+_RUN_RECORD = "R"  # a run's record in _Structure's key (a node's record starts with its op)
+_DICT_OF = operator.attrgetter("__dict__")
 _BUFFER = Ops.BUFFER  # (an Enum member read is ~50 ns on Python 3.11: read once, not once per node)
 _programs: dict[tuple, _Graph] = {}  # _Structure's key -> its graph
 GRAD_PROGRAMS = 64  # graphs kept, and programs per graph (shapes that change every call would otherwise grow them)

@@ -54,7 +54,7 @@ from lazygrad.helpers import (
 from lazygrad.schedule.kernelize import REALIZED_ENTRY, cached_instance, create_schedule, ordered_write, write_order
 from lazygrad.schedule.multi import has_multi, lower_multi, multi, split_bounds, stored_multis, whole_buffer
 from lazygrad.uop.ops import GroupOp, Ops, UOp, pretty_print, ssimplify, ssmax, substitute, sym_known, sym_value
-from lazygrad.uop.program import GraphProgram, Unbuilt
+from lazygrad.uop.program import FORWARD_RUN, GraphProgram, Unbuilt
 from lazygrad.uop.view import ShapeTracker, strides_for_shape
 
 if TYPE_CHECKING:
@@ -1095,7 +1095,12 @@ def _replayed(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
             vals = program.run([t.uop for t in tensors])
             for node, source, rule in rules:
                 define_gradient(vals[node], vals[source], rule)
-            return Tensor(vals[program.outs[0]])
+            out_node = vals[program.outs[0]]
+            if program.outs[0] == len(vals) - 1:
+                # the run on its output, for a backward to number and key the forward graph by (gradient.py
+                # _Structure); the output left out of its own list: a node holding itself is a reference cycle
+                out_node.__dict__.setdefault(FORWARD_RUN, (program, vals[:-1], len(tensors)))
+            return Tensor(out_node)
         rng = Tensor._rng_counter
         with recording_definitions() as made:
             out = fn(self, *args, **kwargs)

@@ -17,6 +17,8 @@ from lazygrad.uop.ops import Ops, UOp
 # and holds no buffer builds the same node on every replay. The ops such a node and its sources have
 _FIXED = frozenset({Ops.CONST, Ops.DEVICE, Ops.RESHAPE, Ops.EXPAND})
 SCALAR_BROADCAST = "scalar_broadcast"  # in a node's __dict__: scalar_broadcast's answer (a node never changes)
+# in a replayed composite's output node's __dict__: (program, the run's other nodes, number of inputs)
+FORWARD_RUN = "lazygrad_forward_run"
 
 
 def scalar_broadcast(node: UOp) -> bool:
