@@ -307,13 +307,12 @@ class _Structure:
         # and their positions, then per node with a rule of its own ("S", it, its source, the rule); each record's
         # length is known from its start, so equal keys are equal graphs (a tuple per node was two objects per node
         # a backward kept to its end)
-        nodes: list[UOp] = []
+        # a node's position is its place in `index` (numbered in insertion order; the node list is made from it at the
+        # end), and which nodes hold a realized entry or a rule of their own is found at the end in C-level passes
         index: dict[UOp, int] = {}
         parts: list[Any] = []
         record = parts.extend
         at = index.__getitem__  # mapped over a node's sources at C speed (a comprehension is a call per node)
-        ruled: list[int] = []
-        realized_at: list[int] = []
         for start in (root, seed):
             stack: list[Any] = [start]
             while stack:
@@ -321,25 +320,17 @@ class _Structure:
                 if n is _RUN:
                     # a replayed composite's output, its inputs numbered: its run's nodes are numbered in the run's
                     # order at C speed, keyed as the program and its inputs' positions (the program builds the same
-                    # nodes over the same inputs). Nodes numbered before (a constant two runs share) keep their place:
-                    # which those are follows from the key's earlier records, so equal keys still mean equal graphs
+                    # nodes over the same inputs). Nodes numbered before (a constant two runs share, or one a run
+                    # built twice) keep their place, the filter asking the index as it grows: which those are follows
+                    # from the key's earlier records, so equal keys still mean equal graphs
                     n = stack.pop()
                     program, vals, n_in = n.__dict__[FORWARD_RUN]
                     record((_RUN_RECORD, program, n_in))
                     record(map(at, vals[:n_in]))
-                    fresh = list(dict.fromkeys(itertools.filterfalse(index.__contains__, vals[n_in:])))
-                    fresh.append(n)
-                    base = len(nodes)
-                    index.update(zip(fresh, itertools.count(base)))
-                    nodes += fresh
-                    memos = list(map(_DICT_OF, fresh))
-                    if start is root:
-                        realized_at += itertools.compress(
-                            itertools.count(base), map(operator.contains, memos, itertools.repeat(REALIZED_ENTRY))
-                        )
-                    ruled += itertools.compress(
-                        itertools.count(base), map(operator.contains, memos, itertools.repeat(_SHORTCUT))
+                    index.update(
+                        zip(itertools.filterfalse(index.__contains__, vals[n_in:]), itertools.count(len(index)))
                     )
+                    index[n] = len(index)
                 elif n is _DONE:
                     n = stack.pop()
                     arg = n.arg
@@ -349,13 +340,7 @@ class _Structure:
                         arg = repr(arg)  # -0.0 == 0.0, but a gradient through it is another graph than through 0.0
                     record((n.op, n.dtype.key, arg, len(n.src)))  # (a dtype by its number: C-level hash)
                     record(map(at, n.src))
-                    memo = n.__dict__
-                    if REALIZED_ENTRY in memo and start is root:
-                        realized_at.append(len(nodes))
-                    if _SHORTCUT in memo:
-                        ruled.append(len(nodes))
-                    index[n] = len(nodes)
-                    nodes.append(n)
+                    index[n] = len(index)
                 elif n not in index:
                     run = n.__dict__.get(FORWARD_RUN)
                     stack.append(n)
@@ -366,7 +351,12 @@ class _Structure:
                         stack.append(_RUN)
                         stack.extend(reversed(run[1][: run[2]]))
             if start is root:
-                self.n_root = len(nodes)
+                self.n_root = len(index)
+        nodes = list(index)
+        memos = list(map(_DICT_OF, nodes))
+        has = operator.contains
+        realized_at = list(itertools.compress(range(self.n_root), map(has, memos, itertools.repeat(REALIZED_ENTRY))))
+        ruled = itertools.compress(itertools.count(), map(has, memos, itertools.repeat(_SHORTCUT)))
         self.root, self.no_grad = root, no_grad
         self.nodes, self.index, self.seed = nodes, index, seed
         self.realized_at = realized_at
