@@ -1095,12 +1095,8 @@ def _replayed(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
             vals = program.run([t.uop for t in tensors])
             for node, source, rule in rules:
                 define_gradient(vals[node], vals[source], rule)
-            out_node = vals[program.outs[0]]
-            if program.outs[0] == len(vals) - 1:
-                # the run on its output, for a backward to number and key the forward graph by (gradient.py
-                # _Structure); the output left out of its own list: a node holding itself is a reference cycle
-                out_node.__dict__.setdefault(FORWARD_RUN, (program, vals[:-1], len(tensors)))
-            return Tensor(out_node)
+            _note_run(program, vals, len(tensors))
+            return Tensor(vals[program.outs[0]])
         rng = Tensor._rng_counter
         with recording_definitions() as made:
             out = fn(self, *args, **kwargs)
@@ -1116,9 +1112,18 @@ def _replayed(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
         program, at = recorded
         if all(node in at and source in at for node, source, _ in made):
             programs[key] = (program, [(at[node], at[source], rule) for node, source, rule in made])
+        _note_run(program, list(at), len(tensors))  # (`at` numbers the nodes as a replay's run lists them)
         return out
 
     return composite
+
+
+def _note_run(program: GraphProgram, vals: list[UOp], n_in: int) -> None:
+    """A composite's run, kept on its output node for a backward to number and key the forward graph by (gradient.py
+    _Structure). The output is left out of its own list: a node holding itself is a reference cycle. Only an output the
+    run built (not an input returned as it is, whose own graph is not the run's)."""
+    if n_in <= program.outs[0] == len(vals) - 1:
+        vals[-1].__dict__.setdefault(FORWARD_RUN, (program, vals[:-1], n_in))
 
 
 def _replay_kind(u: UOp, t: Tensor) -> tuple:
