@@ -288,10 +288,11 @@ def _apply_rules(root: UOp, root_grad: Tensor, targets: set[UOp]) -> dict[UOp, T
 
 
 class _Structure:
-    """The graph of root and its seed gradient in a canonical order (the toposort, children first) and as a hashable
-    key that leaves out which buffers it reads: graphs with equal keys have equal gradients, node for node. A node
-    with a derivative of its own (define_gradient) is keyed with its rule where the rule is structure (see rule_key);
-    where it is a closure, there is no key (the rules run every time).
+    """The graph of root and its seed gradient in a canonical order (children first: the toposort's, with a replayed
+    composite's nodes in its run's order) and as a hashable key that leaves out which buffers it reads: graphs with
+    equal keys have equal gradients, node for node. A node with a derivative of its own (define_gradient) is keyed with
+    its rule where the rule is structure (see rule_key); where it is a closure, there is no key (the rules run every
+    time).
 
     The key finds the graph's _Graph: what a backward asks of every step's graph that is structure alone (which nodes
     a gradient reaches, the programs by target set) is known there after the first step, where each backward walked
@@ -301,12 +302,12 @@ class _Structure:
     def __init__(self, root: UOp, seed: UOp, no_grad: bool):
         from lazygrad.schedule.kernelize import REALIZED_ENTRY
 
-        # one walk numbers the nodes (in the order of root.toposort, then the seed's other nodes as its toposort
-        # lists them) and keys them, where a toposort and then a pass over it cost a digits CNN backward ~25% more.
+        # one walk numbers the nodes (in the order of root.toposort but for composites' runs, then the seed's other
+        # nodes) and keys them, where a toposort and then a pass over it cost a digits CNN backward ~25% more.
         # The key is flat, as the schedule cache's walk keys a graph: per node (op, dtype, arg, number of sources)
-        # and their positions, then per node with a rule of its own ("S", it, its source, the rule); each record's
-        # length is known from its start, so equal keys are equal graphs (a tuple per node was two objects per node
-        # a backward kept to its end)
+        # and their positions, per composite's run ("R", program, number of inputs) and its inputs' positions, then per
+        # node with a rule of its own ("S", it, its source, the rule); each record's length is known from its start,
+        # so equal keys are equal graphs (a tuple per node was two objects per node a backward kept to its end).
         # a node's position is its place in `index` (numbered in insertion order; the node list is made from it at the
         # end), and which nodes hold a realized entry or a rule of their own is found at the end in C-level passes
         index: dict[UOp, int] = {}
