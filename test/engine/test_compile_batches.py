@@ -3,6 +3,7 @@ batches side by side on worker threads, with the same programs, results and erro
 
 import dataclasses
 import math
+from typing import Callable
 
 import numpy as np
 import pytest
@@ -11,7 +12,7 @@ from lazygrad import Context, Device, Tensor
 from lazygrad.device import CompileError
 from lazygrad.engine import realize
 from lazygrad.engine.realize import run_schedule
-from lazygrad.uop.ops import Ops
+from lazygrad.uop.ops import Ops, UOp
 
 COMPILER = type(Device["CPU"].compiler)
 pytestmark = pytest.mark.skipif(not hasattr(COMPILER, "compile_many"), reason="the CPU compiler builds one by one")
@@ -136,9 +137,9 @@ def test_each_kernel_is_built_once_without_a_disk_cache(monkeypatch: pytest.Monk
         np.testing.assert_allclose(outs[-1].numpy(), refs[-1], rtol=1e-5)
 
 
-def test_a_compile_error_in_one_batch_is_the_compilers_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    schedule, outs, refs = fresh_schedule(6)
-    broken = schedule[4].ast
+def _break_kernel(monkeypatch: pytest.MonkeyPatch, broken: UOp) -> Callable:
+    """The kernel of `broken` gets C source its compiler refuses (an #error naming "broken"); returns the real
+    get_program, to put back."""
     real = realize.get_program
 
     def get_program(ast, renderer):  # noqa: ANN001, ANN202
@@ -146,6 +147,12 @@ def test_a_compile_error_in_one_batch_is_the_compilers_error(monkeypatch: pytest
         return spec if ast is not broken else dataclasses.replace(spec, src=spec.src + "#error broken kernel\n")
 
     monkeypatch.setattr(realize, "get_program", get_program)
+    return real
+
+
+def test_a_compile_error_in_one_batch_is_the_compilers_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    schedule, outs, refs = fresh_schedule(6)
+    real = _break_kernel(monkeypatch, schedule[4].ast)
     with Context(COMPILE_BATCH=2, CACHELEVEL=0), pytest.raises(CompileError, match="(?s)failed to compile.*broken"):
         run_schedule(schedule)
     monkeypatch.setattr(realize, "get_program", real)
@@ -211,23 +218,26 @@ def test_compile_ahead_builds_kernels_a_later_run_waits_for(monkeypatch: pytest.
     """compile_ahead builds a schedule's kernels on a background thread and returns at once; the schedule run while
     that build is still compiling waits for it, and no kernel is compiled twice."""
     import threading
-    import time
 
     schedule, outs, refs = fresh_schedule(5)
     calls: list[list[str]] = []
     threads: list[threading.Thread] = []
+    ended: list[bool] = []
+    release = threading.Event()  # the compiler calls wait for it: still compiling when the run below starts
     real = COMPILER.compile_many
 
-    def slow(self, srcs):  # noqa: ANN001, ANN202
+    def held(self, srcs):  # noqa: ANN001, ANN202
         threads.append(threading.current_thread())
-        time.sleep(0.2)  # still compiling when the run below starts
-        return real(self, srcs)
+        release.wait(timeout=60)
+        out = real(self, srcs)
+        ended.append(True)
+        return out
 
-    monkeypatch.setattr(COMPILER, "compile_many", lambda self, srcs: calls.append(srcs) or slow(self, srcs))
+    monkeypatch.setattr(COMPILER, "compile_many", lambda self, srcs: calls.append(srcs) or held(self, srcs))
     with Context(CACHELEVEL=0):
-        st = time.perf_counter()
         realize.compile_ahead(schedule)
-        assert time.perf_counter() - st < 0.2  # returned before any compiler call ended
+        assert not ended  # returned before any compiler call ended
+        threading.Timer(0.05, release.set).start()  # (an order, not a time measured: the run waits either way)
         run_schedule(schedule)
     assert sum(len(srcs) for srcs in calls) == 5
     assert threading.main_thread() not in threads
@@ -238,14 +248,7 @@ def test_compile_ahead_builds_kernels_a_later_run_waits_for(monkeypatch: pytest.
 
 def test_compile_ahead_error_is_raised_by_the_run_that_needs_the_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
     schedule, outs, refs = fresh_schedule(3)
-    broken = schedule[1].ast
-    real = realize.get_program
-
-    def get_program(ast, renderer):  # noqa: ANN001, ANN202
-        spec = real(ast, renderer)
-        return spec if ast is not broken else dataclasses.replace(spec, src=spec.src + "#error broken kernel\n")
-
-    monkeypatch.setattr(realize, "get_program", get_program)
+    real = _break_kernel(monkeypatch, schedule[1].ast)
     with Context(CACHELEVEL=0):
         realize.compile_ahead(schedule)
         with pytest.raises(CompileError, match="(?s)failed to compile.*broken"):
