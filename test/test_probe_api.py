@@ -674,24 +674,16 @@ def functional() -> list[Case]:
             )
         )
     for red in ["mean", "sum", "none", "bogus"]:
-        out.append(
-            pair(
-                f"cross_entropy(reduction={red})",
-                lambda x, y, red=red: x.cross_entropy(y, reduction=red),
-                lambda x, y, red=red: F.cross_entropy(x, y.long(), reduction=red),
-                arr((2, 3)),
-                np.array([0, 2], np.int32),
+        for loss in ("cross_entropy", "nll_loss"):  # class targets: the same arguments in both libraries
+            out.append(
+                pair(
+                    f"{loss}(reduction={red})",
+                    lambda x, y, red=red, loss=loss: getattr(x, loss)(y, reduction=red),
+                    lambda x, y, red=red, loss=loss: getattr(F, loss)(x, y.long(), reduction=red),
+                    arr((2, 3)),
+                    np.array([0, 2], np.int32),
+                )
             )
-        )
-        out.append(
-            pair(
-                f"nll_loss(reduction={red})",
-                lambda x, y, red=red: x.nll_loss(y, reduction=red),
-                lambda x, y, red=red: F.nll_loss(x, y.long(), reduction=red),
-                arr((2, 3)),
-                np.array([0, 2], np.int32),
-            )
-        )
         out.append(
             pair(
                 f"bce(reduction={red})",
