@@ -4,12 +4,16 @@ the CPU, so the GPU-style path (workgroups, local memory, barriers, vector types
 from __future__ import annotations
 
 import atexit
+import contextlib
 import ctypes
 import ctypes.util
 import functools
 import hashlib
+import os
+import threading
 
 from lazygrad.device import Allocator, Compiled, CompileError, Compiler, DeviceUnavailable
+from lazygrad.helpers import CACHEDB
 from lazygrad.renderer.gpu import OpenCLRenderer
 
 # error codes by name, so a failure reads `CL_OUT_OF_RESOURCES` rather than -5
@@ -199,6 +203,46 @@ class CLAllocator(Allocator):
             check(status, "copying from the device")
 
 
+class _BuildLock:
+    """Held around every program build. PoCL keeps the programs it builds in a cache directory that every process
+    shares (~/.cache/pocl, POCL_CACHE_DIR); two processes building the same program at once read each other's
+    half-written entries and abort (an assertion in pocl_binary.c) or crash reading the binary: seen with two MPI ranks
+    and a third process compiling the same kernels on a cold cache. So builds take turns: the threads of this process
+    on a lock, the processes on an flock of a file beside lazygrad's own cache (without a writable cache directory,
+    or without fcntl, only the threads take turns)."""
+
+    def __init__(self, path: str):
+        self.path, self.threads, self.fd = path, threading.Lock(), None
+
+    def __enter__(self) -> None:
+        self.threads.acquire()
+        try:
+            if self.fd is None:
+                with contextlib.suppress(OSError):
+                    os.makedirs(os.path.dirname(self.path), exist_ok=True)
+                    self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            if self.fd is not None and _fcntl is not None:
+                _fcntl.flock(self.fd, _fcntl.LOCK_EX)
+        except BaseException:
+            self.threads.release()
+            raise
+
+    def __exit__(self, *exc) -> None:
+        try:
+            if self.fd is not None and _fcntl is not None:
+                _fcntl.flock(self.fd, _fcntl.LOCK_UN)
+        finally:
+            self.threads.release()
+
+
+try:
+    import fcntl as _fcntl
+except ImportError:  # not on Windows: threads still take turns
+    _fcntl = None  # type: ignore[assignment]
+
+_build_lock = _BuildLock(os.path.join(os.path.dirname(os.path.abspath(CACHEDB)), "cl_build.lock"))
+
+
 class CLCompiler(Compiler):
     """OpenCL C -> the driver's program binary (cached on disk like every compiler's output)."""
 
@@ -220,22 +264,28 @@ class CLCompiler(Compiler):
         prog = cl.clCreateProgramWithSource(dev.context, 1, ctypes.byref(source), None, ctypes.byref(err))
         check(err.value, "creating a program")
         try:
-            status = cl.clBuildProgram(prog, 1, ctypes.byref(_vp(dev.device)), self.options, None, None)
-            if status != 0:
-                raw_log = _info_bytes(cl.clGetProgramBuildInfo, prog, CL_PROGRAM_BUILD_LOG, (dev.device,))
-                log = raw_log.rstrip(b"\0").decode(errors="replace")
-                what = f"OpenCL ({dev.device_name}) failed to compile a kernel: {CL_ERRORS.get(status, status)}"
-                raise CompileError(f"{what}\n{log}\n--- source ---\n{src}")
-            size = _sz()
-            status = cl.clGetProgramInfo(prog, CL_PROGRAM_BINARY_SIZES, ctypes.sizeof(size), ctypes.byref(size), None)
-            check(status, "reading the program binary")
-            binary = ctypes.create_string_buffer(size.value)
-            ptrs = (_vp * 1)(ctypes.cast(binary, _vp))
-            status = cl.clGetProgramInfo(prog, CL_PROGRAM_BINARIES, ctypes.sizeof(ptrs), ptrs, None)
-            check(status, "reading the program binary")
-            return binary.raw
+            with _build_lock:
+                return self._build(prog, src)
         finally:
             cl.clReleaseProgram(prog)
+
+    def _build(self, prog: int, src: str) -> bytes:
+        """Builds `prog` and reads its binary (under _build_lock)."""
+        cl, dev = self.dev.cl, self.dev
+        status = cl.clBuildProgram(prog, 1, ctypes.byref(_vp(dev.device)), self.options, None, None)
+        if status != 0:
+            raw_log = _info_bytes(cl.clGetProgramBuildInfo, prog, CL_PROGRAM_BUILD_LOG, (dev.device,))
+            log = raw_log.rstrip(b"\0").decode(errors="replace")
+            what = f"OpenCL ({dev.device_name}) failed to compile a kernel: {CL_ERRORS.get(status, status)}"
+            raise CompileError(f"{what}\n{log}\n--- source ---\n{src}")
+        size = _sz()
+        status = cl.clGetProgramInfo(prog, CL_PROGRAM_BINARY_SIZES, ctypes.sizeof(size), ctypes.byref(size), None)
+        check(status, "reading the program binary")
+        binary = ctypes.create_string_buffer(size.value)
+        ptrs = (_vp * 1)(ctypes.cast(binary, _vp))
+        status = cl.clGetProgramInfo(prog, CL_PROGRAM_BINARIES, ctypes.sizeof(ptrs), ptrs, None)
+        check(status, "reading the program binary")
+        return binary.raw
 
     def compile_many(self, srcs: list[str]) -> bytes:
         """Several kernels (distinct names) as one program: one driver compile instead of one per kernel."""
@@ -252,13 +302,14 @@ class CLProgram:
         cl = dev.cl
         err, binary_status = _i32(), _i32()
         binary = ctypes.create_string_buffer(lib, len(lib))
-        self.program = cl.clCreateProgramWithBinary(
-            dev.context, 1, ctypes.byref(_vp(dev.device)), ctypes.byref(_sz(len(lib))),
-            ctypes.byref(_vp(ctypes.addressof(binary))), ctypes.byref(binary_status), ctypes.byref(err),
-        )  # fmt: skip
-        check(err.value or binary_status.value, f"loading the binary of kernel {name}")
-        device = ctypes.byref(_vp(dev.device))
-        check(cl.clBuildProgram(self.program, 1, device, None, None, None), f"linking kernel {name}")
+        with _build_lock:  # loading a binary builds it too: PoCL reads and writes its cache
+            self.program = cl.clCreateProgramWithBinary(
+                dev.context, 1, ctypes.byref(_vp(dev.device)), ctypes.byref(_sz(len(lib))),
+                ctypes.byref(_vp(ctypes.addressof(binary))), ctypes.byref(binary_status), ctypes.byref(err),
+            )  # fmt: skip
+            check(err.value or binary_status.value, f"loading the binary of kernel {name}")
+            device = ctypes.byref(_vp(dev.device))
+            check(cl.clBuildProgram(self.program, 1, device, None, None, None), f"linking kernel {name}")
         self.kernel = cl.clCreateKernel(self.program, name.encode(), ctypes.byref(err))
         check(err.value, f"creating kernel {name}")
 

@@ -94,7 +94,10 @@ def test_quantized_weights_decode_like_torch(setup):
     for i, (got, want) in enumerate(zip(steps, theirs[1:]), 1):
         np.testing.assert_allclose(got, want, atol=3.0, rtol=0)
         assert want.max() - want[ours[i]] < 0.5, f"step {i}: {tok.decode(ours)!r}"
-    assert sum(o == int(t.argmax()) for o, t in zip(ours, theirs)) >= 15
+    # where torch's two best lie within 0.5, which one wins turns on the summation order too: AVX-512's kernels agreed
+    # with torch at 15 of these 16 steps, AVX2's (8-lane sums) at 14 (steps 5 and 11: torch's best two 0.15 and 0.21
+    # apart); the check above already holds each step to torch's best within 0.5
+    assert sum(o == int(t.argmax()) for o, t in zip(ours, theirs)) >= 14
 
 
 def test_quantized_decode_is_llama_cpps(setup):

@@ -335,3 +335,26 @@ def test_dtype_the_device_cannot_compute_is_refused_at_the_api(monkeypatch):
             make()
         assert isinstance(e.value, UnsupportedOpError)
     assert Tensor([1.5], device="CL").cast("float16").dtype == dtypes.float16  # computed in float where needed
+
+
+_BUILDER = """
+from lazygrad import Tensor
+for n in range(1, 15):
+    a = Tensor.arange(n * 7, device="CL").float()
+    assert ((a * 3 + 1).exp2().sum() + n).item() > 0
+"""
+
+
+def test_processes_building_the_same_programs_at_once(tmp_path):
+    """Processes building the same kernels at the same moment into one cold PoCL cache (MPI ranks; a test run beside
+    another): PoCL reads the other process's half-written cache entries unless builds take turns (ops_cl._BuildLock).
+    Before it, about half of such processes aborted (an assertion in pocl_binary.c) or crashed."""
+    env = dict(os.environ, POCL_CACHE_DIR=str(tmp_path / "pocl"), CACHELEVEL="0", PYTHONPATH=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    for _ in range(2):  # twice into the same cache: cold, then warm while a neighbour may still write
+        procs = [
+            subprocess.Popen([sys.executable, "-c", _BUILDER], env=env, stderr=subprocess.PIPE, text=True)
+            for _ in range(4)
+        ]
+        for p in procs:
+            _, err = p.communicate(timeout=600)
+            assert p.returncode == 0, err[-2000:]
