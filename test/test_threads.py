@@ -609,3 +609,34 @@ def test_a_schedule_beside_a_realize_of_the_same_graph_gets_memory_of_its_own(mo
     a += 10
     np.testing.assert_equal(a.numpy(), np.arange(4) + 11)
     np.testing.assert_equal(b.numpy(), np.arange(4) + 1)
+
+
+def test_one_tinyjit_called_from_many_threads() -> None:
+    """A TinyJit shared by threads (a served model's jitted forward): each thread gets its own capture. With one
+    capture, a replay's output buffers were every thread's: a thread's result was overwritten by another's call before
+    it read it, and the CPU graph's table of input pointers was written by two replays at once."""
+    w_n = np.random.default_rng(3).standard_normal((16, 16)).astype(np.float32)
+    w = Tensor(w_n).realize()
+
+    @TinyJit
+    def f(x: Tensor) -> Tensor:
+        return ((x @ w).relu() + 1).sum(1).realize()
+
+    n = 4
+    called, read = threading.Barrier(n, timeout=60), threading.Barrier(n, timeout=60)
+
+    def run(tid: int) -> Callable[[], None]:
+        def calls() -> None:
+            rng = np.random.default_rng(tid)
+            for _ in range(5):
+                x = rng.standard_normal((8, 16)).astype(np.float32)
+                out = f(Tensor(x))
+                called.wait()  # every thread has called before any reads
+                np.testing.assert_allclose(out.numpy(), (np.maximum(x @ w_n, 0) + 1).sum(1), rtol=1e-4, atol=1e-4)
+                read.wait()
+            assert f.captured is not None and f.captured.kernel_count >= 1  # (this thread's capture)
+
+        return calls
+
+    _in_threads({f"t{i}": run(i) for i in range(n)})
+    assert f.captured is None  # this thread never called it

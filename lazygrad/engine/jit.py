@@ -20,6 +20,8 @@ What a replay does and does not do (the pitfalls, each tested in test/engine/tes
     seed between replays restarts the counters, not the seed (a warning at capture if the function reseeds).
   * Gradients reach the parameters the function uses, not its Tensor arguments (return those gradients).
   * A sharded Tensor argument is one input per part; a replay checks that it is split as at the capture.
+  * Each thread calling a TinyJit has a capture of its own (its own first two calls run the function): a replay
+    writes the capture's buffers, and threads sharing one capture read each other's inputs and outputs.
 On the CPU a replay is one call of a compiled driver that calls every kernel (see runtime/graph_cpu.py); with
 DEBUG>=2 (or inside another JIT's capture) the kernels run one by one and print their lines marked "jit replay".
 """
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import functools
 import struct
+import threading
 import warnings
 from typing import Any, Callable, Generic, TypeVar
 
@@ -396,43 +399,63 @@ class CapturedJit:
         return str(i) if i < n_pos else repr(self.kw_names[i - n_pos])
 
 
+class _PerThread(threading.local):
+    """A TinyJit's calls so far and its capture, in one thread. A capture's buffers (its outputs, its internal
+    buffers, the CPU graph's table of input pointers) are written by every replay: one TinyJit called from 4 threads
+    returned another thread's results for ~1 call in 12, and one thread's capture could record while another
+    replayed."""
+
+    cnt = 0
+    captured: CapturedJit | None = None
+
+
 class TinyJit(Generic[R]):
     """`@TinyJit` on a function of Tensors: the 1st call runs it, the 2nd captures its kernels, later calls replay them.
     `JIT=0` turns it off (every call just runs the function). See the module docstring for what replay freezes."""
 
     def __init__(self, fxn: Callable[..., R]):
         self.fxn = fxn
-        self.cnt = 0
-        self.captured: CapturedJit | None = None
+        self._mine = _PerThread()
         functools.update_wrapper(self, fxn)
 
+    @property
+    def cnt(self) -> int:
+        """Calls in this thread so far (up to the capture)."""
+        return self._mine.cnt
+
+    @property
+    def captured(self) -> CapturedJit | None:
+        """This thread's capture (None before its second call)."""
+        return self._mine.captured
+
     def reset(self) -> None:
-        """Forget the capture: the next call runs normally again and the one after captures anew."""
-        self.cnt, self.captured = 0, None
+        """Forget the captures (every thread's): the next call runs normally again and the one after captures anew."""
+        self._mine = _PerThread()
 
     def __get__(self, obj: Any, objtype: Any = None) -> Any:
         # a decorated method: bind the instance, which then is an argument checked like any other
         return self if obj is None else functools.partial(self.__call__, obj)
 
     def __call__(self, *args: Any, **kwargs: Any) -> R:
-        if self.captured is not None and JIT:
+        mine = self._mine
+        if (captured := mine.captured) is not None and JIT:
             if profile.enabled():
                 with profile.span("jit replay", "jit", function=self.fxn.__qualname__):
-                    return self.captured(args, kwargs)
-            return self.captured(args, kwargs)
+                    return captured(args, kwargs)
+            return captured(args, kwargs)
         if not JIT or is_capturing():
             # inside another JIT's capture this one just runs: the outer capture records its kernels on the real
             # buffers, where a capture of its own would hide them behind input aliases
             return self.fxn(*args, **kwargs)
-        self.cnt += 1
-        if self.cnt == 1:
+        mine.cnt += 1
+        if mine.cnt == 1:
             ret = self.fxn(*args, **kwargs)
             _realize_writes([*args, *kwargs.values()])
             return ret
         with profile.span("jit capture", "jit", function=self.fxn.__qualname__):
-            return self._capture(args, kwargs)
+            return self._capture(mine, args, kwargs)
 
-    def _capture(self, args: tuple, kwargs: dict[str, Any]) -> R:
+    def _capture(self, mine: _PerThread, args: tuple, kwargs: dict[str, Any]) -> R:
         kw_names = tuple(sorted(kwargs))
         values = (*args, *(kwargs[k] for k in kw_names))
         specs: list[_Arg] = []
@@ -495,7 +518,7 @@ class TinyJit(Generic[R]):
                 "a TinyJit function that calls manual_seed draws with the capture's seed on every replay",
                 stacklevel=3,
             )
-        self.captured = CapturedJit(recorded, specs, kw_names, inputs, ret, mode, (rng[1], counter - rng[1]))
+        mine.captured = CapturedJit(recorded, specs, kw_names, inputs, ret, mode, (rng[1], counter - rng[1]))
         copied = [(a, inputs[spec.slot]) for a, spec in zip(values, specs) if spec.writes]
-        _write_back(copied, self.captured.written_memory)
+        _write_back(copied, mine.captured.written_memory)
         return ret
