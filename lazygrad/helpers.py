@@ -222,6 +222,20 @@ class _GlobalCounters:
 GlobalCounters = _GlobalCounters()
 
 
+# *** threads ***
+
+LIBRARY_THREAD = "lazygrad"  # the prefix of the names of the library's own threads (compilers, device streams, viz)
+
+
+def alone_with_library_threads() -> bool:
+    """Whether every live thread but this one is the library's own (named LIBRARY_THREAD...), which never read a
+    user's tensors. While it holds, no other thread can start one that does: only this thread could."""
+    if threading.active_count() == 1:
+        return True
+    me = threading.current_thread()
+    return all(t is me or t.name.startswith(LIBRARY_THREAD) for t in threading.enumerate())
+
+
 # *** the cycle collector ***
 
 

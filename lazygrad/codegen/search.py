@@ -22,7 +22,7 @@ from lazygrad.codegen.kernel import AxisType, Kernel, KernelOptError, Opt, OptOp
 from lazygrad.codegen.workgroups import default_optimizations
 from lazygrad.device import Buffer, CompileError, Device
 from lazygrad.dtype import DType, dtypes
-from lazygrad.helpers import DEBUG, IGNORE_BEAM_CACHE, cpu_cores, diskcache_get, diskcache_put, getenv
+from lazygrad.helpers import DEBUG, IGNORE_BEAM_CACHE, LIBRARY_THREAD, cpu_cores, diskcache_get, diskcache_put, getenv
 from lazygrad.renderer import ProgramSpec, Renderer
 from lazygrad.uop.ops import Ops, UOp, serialize
 
@@ -171,7 +171,7 @@ def beam_search(ast: UOp, renderer: Renderer, width: int) -> list[Opt]:
     # seeds far behind the best are not worth extending
     beam = sorted((b for b in beam if b[0] <= 3 * best_time), key=lambda b: b[0])[:width]
     seen: set[str] = set()
-    workers = ThreadPoolExecutor(cpu_cores())
+    workers = ThreadPoolExecutor(cpu_cores(), thread_name_prefix=f"{LIBRARY_THREAD} beam")
     for rnd in range(BEAM_ROUNDS):
         candidates = []
         for _, opts in beam:

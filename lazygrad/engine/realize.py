@@ -20,6 +20,7 @@ from lazygrad.helpers import (
     COMPILE_BATCH,
     DEBUG,
     DEVICE_THREADS,
+    LIBRARY_THREAD,
     NOOPT,
     GlobalCounters,
     ansilen,
@@ -103,7 +104,7 @@ def compile_ahead(schedule: list[ScheduleItem]) -> None:
     if not keys:
         return
     if not _ahead_pool:
-        _ahead_pool.append(ThreadPoolExecutor(1, thread_name_prefix="compile_ahead"))
+        _ahead_pool.append(ThreadPoolExecutor(1, thread_name_prefix=f"{LIBRARY_THREAD} compile_ahead"))
     future = _ahead_pool[0].submit(_build_ahead, schedule, keys)
     for key in keys:
         _ahead.setdefault(key, future)
@@ -194,7 +195,7 @@ class _Batches:
         # starts compiling while the first full batch would still be generated, and the batch holding the last
         # program is left to flush, which splits it among the workers
         self.batch_size, self.auto = batch_size, auto
-        self.workers, self.pool = workers, ThreadPoolExecutor(workers)
+        self.workers, self.pool = workers, ThreadPoolExecutor(workers, thread_name_prefix=f"{LIBRARY_THREAD} compile")
         self.programs: dict[tuple, ProgramSpec] = {}  # shared key -> its program (renamed to be unique in a binary)
         self.keys_of: dict[tuple, list[tuple]] = {}  # shared key -> the runner keys (devices) that run it
         self.names: dict[str, dict[str, int]] = {}  # compiler -> kernel name -> programs of that name so far

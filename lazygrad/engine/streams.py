@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from lazygrad.device import Buffer
+from lazygrad.helpers import LIBRARY_THREAD
 
 
 @dataclass
@@ -82,7 +83,7 @@ class _Worker:
 
     def __init__(self, device: str):
         self.jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
-        threading.Thread(target=self._serve, name=f"lazygrad {device}", daemon=True).start()
+        threading.Thread(target=self._serve, name=f"{LIBRARY_THREAD} {device}", daemon=True).start()
 
     def _serve(self) -> None:
         while True:

@@ -17,7 +17,7 @@ from lazygrad.device import Device
 from lazygrad.dtype import DType, dtypes
 from lazygrad.engine.realize import CAPTURES_OPEN
 from lazygrad.gradient import take_backward_roots
-from lazygrad.helpers import STEP_LAYOUTS
+from lazygrad.helpers import STEP_LAYOUTS, alone_with_library_threads
 from lazygrad.nn import _own_buffer
 from lazygrad.schedule.multi import whole_buffer
 from lazygrad.tensor import Tensor, _note_lazy, _reads_shifted, _realize_lock, _under_reshapes
@@ -360,10 +360,18 @@ class _StepProgram:
 
         `unbuilt`: the program's nodes are left unbuilt (uop/program.py Unbuilt) where the caller realizes the
         tensors at once and nothing but that realize can meet them (no TinyJit capture recording the step's
-        tensors, no sharded tensors, step layouts on): the realize builds them if its layout is not known."""
+        tensors, no sharded tensors, step layouts on, no other thread of the user's alive): the realize builds them if
+        its layout is not known. Another thread reads a tensor's node without the realize lock (`w.shape`, `x @ w`
+        while this one steps): it met an unbuilt node and raised, or built a graph over it."""
         inputs = [t.uop for t in tensors]
         run = None
-        if unbuilt and STEP_LAYOUTS.value and not CAPTURES_OPEN[0] and not Device.multi_seen:
+        if (
+            unbuilt
+            and STEP_LAYOUTS.value
+            and not CAPTURES_OPEN[0]
+            and not Device.multi_seen
+            and alone_with_library_threads()
+        ):
             vals, run = self.program.unbuilt(inputs, functools.partial(_rebuilt, tensors, self.assigned, self.program))
         else:
             vals = self.program.run(inputs)

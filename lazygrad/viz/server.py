@@ -14,7 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from lazygrad.helpers import getenv
+from lazygrad.helpers import LIBRARY_THREAD, getenv
 from lazygrad.viz.layout import layout
 
 PAGE = Path(__file__).with_name("page.html")
@@ -38,7 +38,7 @@ class VizServer(ThreadingHTTPServer):
         return json.dumps(layout(self.data["nodes"], root)).encode()
 
     def start(self) -> VizServer:
-        self.thread = threading.Thread(target=self.serve_forever, name="lazygrad-viz", daemon=True)
+        self.thread = threading.Thread(target=self.serve_forever, name=f"{LIBRARY_THREAD} viz", daemon=True)
         self.thread.start()
         return self
 
