@@ -1832,12 +1832,15 @@ class Tensor(metaclass=_TensorType):
         check_not_capturing("reading a tensor's data (.numpy(), .item(), .tolist(), .data(), bool())")
         if self._on_disk:
             return self.to(Device.DEFAULT).data()
-        lazy = self.uop
-        buf = self._contiguous_buffer()
-        if buf.pending_write:
-            raise RuntimeError(NEVER_RAN)
-        _keep_read_grad_path(self, lazy)
-        return buf.as_bytes()
+        # (under the lock from the realize to the copy: another thread's optimizer step, which holds it, would make a
+        # parameter read here lazy again in between, and write its memory while it is copied)
+        with _realize_lock:
+            lazy = self.uop
+            buf = self._contiguous_buffer()
+            if buf.pending_write:
+                raise RuntimeError(NEVER_RAN)
+            _keep_read_grad_path(self, lazy)
+            return buf.as_bytes()
 
     def _python_values(self) -> list[Any]:
         t = self.cast(dtypes.float32) if self.dtype == dtypes.bfloat16 else self
@@ -6901,19 +6904,21 @@ def _shifted_bases(root: UOp) -> frozenset[UOp]:
         known = frozenset((x,)) if x.arg.part else _EMPTY
         root.__dict__[_SHIFTED] = known
         return known
-    stack: list[tuple[UOp, bool]] = [(root, False)]
+    # (a node's `below` is kept from its first visit to its second: another thread realizing it in between gives it
+    # another one, whose entries the walk never made)
+    stack: list[tuple[UOp, tuple | None, Any]] = [(root, None, None)]
     while stack:
-        x, expanded = stack.pop()
+        x, below, done = stack.pop()
         memo = x.__dict__
         if _SHIFTED in memo:
             continue
-        # computed earlier: what it reads now is its buffer, not its graph (the registry, a Python call, asked only
-        # of a node holding an entry: every optimizer update walks its new nodes here)
-        done = _realized.get(x) if REALIZED_ENTRY in memo else None
-        below = (done,) if done is not None else x.src if x.op not in (Ops.ASSIGN, Ops.CONTIGUOUS) else ()
-        if not expanded:
-            stack.append((x, True))
-            stack.extend((s, False) for s in below if _SHIFTED not in s.__dict__)
+        if below is None:
+            # computed earlier: what it reads now is its buffer, not its graph (the registry, a Python call, asked
+            # only of a node holding an entry: every optimizer update walks its new nodes here)
+            done = _realized.get(x) if REALIZED_ENTRY in memo else None
+            below = (done,) if done is not None else x.src if x.op not in (Ops.ASSIGN, Ops.CONTIGUOUS) else ()
+            stack.append((x, below, done))
+            stack.extend((s, None, None) for s in below if _SHIFTED not in s.__dict__)
             continue
         if x.op is Ops.BUFFER:
             memo[_SHIFTED] = frozenset((x,)) if x.arg.part else _EMPTY  # (as above)
@@ -6947,16 +6952,16 @@ def _buffers_read(root: UOp) -> frozenset[UOp]:
     (the scheduler stores those first). Kept in each node's __dict__, as _SHIFTED."""
     if (known := root.__dict__.get(_READS)) is not None:
         return known
-    stack: list[tuple[UOp, bool]] = [(root, False)]
+    stack: list[tuple[UOp, tuple | None]] = [(root, None)]
     while stack:
-        x, expanded = stack.pop()
+        x, below = stack.pop()
         if _READS in x.__dict__:
             continue
-        done = _realized.get(x) if REALIZED_ENTRY in x.__dict__ else None  # (as in _shifted_bases)
-        below = (done,) if done is not None else x.src if x.op not in (Ops.ASSIGN, Ops.CONTIGUOUS) else ()
-        if not expanded:
-            stack.append((x, True))
-            stack.extend((s, False) for s in below if _READS not in s.__dict__)
+        if below is None:  # (as in _shifted_bases, kept to the second visit)
+            done = _realized.get(x) if REALIZED_ENTRY in x.__dict__ else None
+            below = (done,) if done is not None else x.src if x.op not in (Ops.ASSIGN, Ops.CONTIGUOUS) else ()
+            stack.append((x, below))
+            stack.extend((s, None) for s in below if _READS not in s.__dict__)
             continue
         sets = [s.__dict__[_READS] for s in below]
         if x.op is Ops.BUFFER:

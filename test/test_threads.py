@@ -640,3 +640,83 @@ def test_one_tinyjit_called_from_many_threads() -> None:
 
     _in_threads({f"t{i}": run(i) for i in range(n)})
     assert f.captured is None  # this thread never called it
+
+
+def test_reading_parameters_while_another_thread_steps(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A thread reads a model's parameters (its shape, a graph over it, its values) while another thread's optimizer
+    step is between its update and its realize. The update's nodes were left unbuilt there: the reader met an unbuilt
+    node (AttributeError: no 'shape'), or built its graph over one. Forced here at that moment."""
+    import lazygrad.nn.optim as optim_module
+
+    model = _MLP(6)
+    model.backward(0)
+    model.opt.step()  # the update program recorded: the next steps replay it
+    inside, done = threading.Event(), threading.Event()
+    note_replay = optim_module.note_replay
+
+    def paused(*args: Any, **kwargs: Any) -> Any:
+        if threading.current_thread().name == "trainer" and not inside.is_set():
+            inside.set()
+            assert done.wait(30)
+        return note_replay(*args, **kwargs)
+
+    monkeypatch.setattr(optim_module, "note_replay", paused)
+    seen: list[Tensor] = []
+
+    def trainer() -> None:
+        model.backward(1)
+        model.opt.step()
+
+    def reader() -> None:
+        assert inside.wait(30)
+        try:
+            assert model.w1.shape == (16, 32)
+            seen.append(model.x[:8] @ model.w1)
+        finally:
+            done.set()
+
+    _in_threads({"trainer": trainer, "reader": reader})
+    np.testing.assert_allclose(seen[0].numpy(), _XS[:8] @ model.w1.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_a_reader_beside_a_trainer() -> None:
+    """Threads reading the parameters another thread trains (graphs over them, their values, realizing nodes the
+    trainer's forward shares) raise nothing, and read finite values; the trainer's steps end where a run alone does.
+    Seen before: an unbuilt update node met by a reader, a parameter lazy again between a read's realize and its copy
+    (AssertionError), and the backward's walk of a node another thread realized between its two visits (KeyError)."""
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)
+    try:
+        alone = _MLP(7)
+        for j in range(6):
+            alone.backward(j % 3 * 8)
+            alone.opt.step()
+        model = _MLP(7)
+        stop = threading.Event()
+
+        def trainer() -> None:
+            try:
+                for j in range(6):
+                    model.backward(j % 3 * 8)
+                    model.opt.step()
+            finally:
+                stop.set()
+
+        def reader(k: int) -> Callable[[], None]:
+            def reads() -> None:
+                while not stop.is_set():
+                    if k == 0:
+                        v = (model.x @ model.w1).relu().sum().numpy()
+                    elif k == 1:
+                        v = model.w1.numpy()
+                    else:
+                        v = np.array((model.w1 * 2 + model.w2.sum()).mean().item())
+                    assert np.isfinite(v).all()
+
+            return reads
+
+        _in_threads({"trainer": trainer, **{f"reader{k}": reader(k) for k in range(3)}})
+    finally:
+        sys.setswitchinterval(interval)
+    for got, want in zip(model.weights(), alone.weights()):
+        np.testing.assert_allclose(np.frombuffer(got, np.float32), np.frombuffer(want, np.float32), rtol=1e-5, atol=1e-6)
