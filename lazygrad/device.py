@@ -149,13 +149,18 @@ class Buffer:
             nbytes = self.size * self.dtype.itemsize
             # (the opened device looked up inline: Device[...] is a Python call, on every new buffer of every realize)
             dev = Device._opened.get(self.device) or Device[self.device]
-            try:
-                self._ptr = dev.allocator.alloc(nbytes)
-            except MemoryError as e:
-                raise self._out_of_memory(f"on {self.device}", e) from e
-            GlobalCounters.mem_used += nbytes
-            if GlobalCounters.mem_used > GlobalCounters.mem_peak:
-                GlobalCounters.mem_peak = GlobalCounters.mem_used
+            # under the allocator's lock: two threads allocating one buffer each took a block (one leaked, and what
+            # one thread copied into its block was lost), and the counters' updates from threads were lost
+            with dev.allocator.lock:
+                if self._ptr is not None:
+                    return self
+                try:
+                    self._ptr = dev.allocator.alloc(nbytes)
+                except MemoryError as e:
+                    raise self._out_of_memory(f"on {self.device}", e) from e
+                GlobalCounters.mem_used += nbytes
+                if GlobalCounters.mem_used > GlobalCounters.mem_peak:
+                    GlobalCounters.mem_peak = GlobalCounters.mem_used
         return self
 
     @property
@@ -230,8 +235,10 @@ class Buffer:
         if self._ptr is not None and self._external is None:
             try:
                 nbytes = self.size * self.dtype.itemsize
-                (Device._opened.get(self.device) or Device[self.device]).allocator.free(self._ptr, nbytes)
-                GlobalCounters.mem_used -= nbytes
+                allocator = (Device._opened.get(self.device) or Device[self.device]).allocator
+                with allocator.lock:  # (the counter as in ensure_allocated)
+                    allocator.free(self._ptr, nbytes)
+                    GlobalCounters.mem_used -= nbytes
             except Exception:
                 pass  # interpreter shutdown
         elif self.offset:

@@ -2,6 +2,7 @@
 
 import collections
 import contextlib
+import gc
 import os
 import subprocess
 import sys
@@ -720,3 +721,33 @@ def test_a_reader_beside_a_trainer() -> None:
         sys.setswitchinterval(interval)
     for got, want in zip(model.weights(), alone.weights()):
         np.testing.assert_allclose(np.frombuffer(got, np.float32), np.frombuffer(want, np.float32), rtol=1e-5, atol=1e-6)
+
+
+def test_two_threads_allocating_one_buffer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two threads asking for one buffer's memory at once (a tensor both read first) get one block: each took a block
+    of its own, one leaked, and GlobalCounters.mem_used counted both. Forced: the first waits inside alloc for the
+    second (up to a second; where the check is under the lock, the second waits for the first instead)."""
+    from lazygrad.device import Buffer, Device
+    from lazygrad.dtype import dtypes
+    from lazygrad.helpers import GlobalCounters, cycles_held_off
+
+    allocator = Device["CPU"].allocator
+    alloc = allocator.alloc
+    meet = threading.Barrier(2, timeout=1)
+    calls: list[int] = []
+
+    def meeting_alloc(nbytes: int) -> int:
+        calls.append(nbytes)
+        with contextlib.suppress(threading.BrokenBarrierError):
+            meet.wait()
+        return alloc(nbytes)
+
+    monkeypatch.setattr(allocator, "alloc", meeting_alloc)
+    buf = Buffer("CPU", 1000, dtypes.float32)
+    gc.collect()  # (no earlier test's garbage freed meanwhile: the counter changes by this buffer alone)
+    with cycles_held_off():
+        before = GlobalCounters.mem_used
+        ptrs: list[int] = []
+        _in_threads({f"t{i}": lambda: ptrs.append(buf.ensure_allocated()._ptr) for i in range(2)})
+        assert len(calls) == 1 and ptrs[0] == ptrs[1] == buf._ptr
+        assert GlobalCounters.mem_used - before == 4000
