@@ -751,3 +751,27 @@ def test_two_threads_allocating_one_buffer(monkeypatch: pytest.MonkeyPatch) -> N
         _in_threads({f"t{i}": lambda: ptrs.append(buf.ensure_allocated()._ptr) for i in range(2)})
         assert len(calls) == 1 and ptrs[0] == ptrs[1] == buf._ptr
         assert GlobalCounters.mem_used - before == 4000
+
+
+def test_schedules_of_one_template_run_from_two_threads_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Schedules made first and run with run_schedule outside the realize lock (as tinygrad code does), one template's,
+    in two threads: both missed their set of internal buffers in the plan's cache of memory plans and evicted its first
+    entry at once (the second `del` raised KeyError out of run_schedule)."""
+    from lazygrad.engine import realize as realize_module
+
+    def graph(x: Tensor) -> Tensor:
+        a = ((x + 1).contiguous() * 2).contiguous()
+        return (a.exp2() + a).sum()
+
+    xs = [Tensor(np.arange(64, dtype=np.float32) / 64 + i).realize() for i in range(4)]
+    graph(xs[0]).realize(), graph(xs[1]).realize()  # the template, then its launch plan
+    outs = [graph(x) for x in xs[2:]]
+    scheduled = [t.schedule_with_vars() for t in outs]
+    plan = realize_module._launch_plan(scheduled[0][0])
+    assert plan is not None and plan is realize_module._launch_plan(scheduled[1][0])
+    monkeypatch.setattr(plan, "MEMORY_PLANS", 1)
+    monkeypatch.setattr(plan, "memory", _MeetingDict({("an old key",): []}))
+    _in_threads({f"t{i}": lambda s=s: realize_module.run_schedule(*s) for i, s in enumerate(scheduled)})
+    for x, out in zip(xs[2:], outs):
+        a = (x.numpy() + 1) * 2
+        np.testing.assert_allclose(out.item(), (np.exp2(a) + a).sum(), rtol=1e-5)

@@ -534,9 +534,10 @@ class _LaunchPlan:
             at = {id(b): k for k, b in enumerate(flat)}
             pairs = [(at[id(b)], at[id(blk)]) for b, blk in mapping.items()]
             del mapping, internal
-            if len(self.memory) >= self.MEMORY_PLANS:
-                del self.memory[next(iter(self.memory))]
-            self.memory[key] = pairs
+            with _plans_lock:  # (as _plans': schedules of one template run from two threads, each evicting)
+                if len(self.memory) >= self.MEMORY_PLANS:
+                    del self.memory[next(iter(self.memory))]
+                self.memory[key] = pairs
         if not pairs:
             return None
         swapped = list(flat)
