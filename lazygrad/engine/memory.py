@@ -21,11 +21,11 @@ from typing import AbstractSet, Any, Sequence
 from lazygrad.device import Buffer
 from lazygrad.helpers import DEBUG
 
-_PROBE = object()  # held by this module only: its count measures what the counting itself adds
-
-
 def _uses(buf_lists: Sequence[Sequence[Buffer]]) -> dict[Any, int]:
-    uses: dict[Any, int] = {_PROBE: 1}  # the module global is the probe's one reference
+    # the first key, a probe the dict alone holds: its count measures what the counting itself adds. One per count: a
+    # module-wide probe was held by the dict of every count running at once (threads: a TinyJit's capture plans
+    # without the realize lock), each read one reference too many, and a buffer held once more passed for internal
+    uses: dict[Any, int] = {object(): 0}
     for bufs in buf_lists:
         for b in bufs:
             uses[b] = uses.get(b, 0) + 1
@@ -36,7 +36,8 @@ def held_only_by(buf_lists: Sequence[Sequence[Buffer]]) -> set[Buffer]:
     """The buffers whose every reference is an entry of one of `buf_lists` (no Tensor/UOp/alias can reach them)."""
     uses = _uses(buf_lists)  # counted in another frame: its loop variable must not add a reference
     extra = {b: sys.getrefcount(b) - n for b, n in uses.items()}
-    return {b for b, e in extra.items() if e == extra[_PROBE] and b is not _PROBE}
+    probe = next(iter(uses))  # (named after the counts: the name is a reference)
+    return {b for b, e in extra.items() if e == extra[probe] and b is not probe}
 
 
 # what sys.getrefcount mapped over a list reads beyond an object's references: the iterator's own

@@ -8,6 +8,7 @@ import numpy as np
 from lazygrad import Context, GlobalCounters, Tensor
 from lazygrad.device import Buffer
 from lazygrad.dtype import dtypes
+from lazygrad.engine import memory as memory_module
 from lazygrad.engine.memory import held_only_by, plan_memory
 
 
@@ -42,6 +43,18 @@ def test_buffers_reachable_from_outside_are_never_planned():
     assert not any(h in internal for h in held) and items[1][0][0] in internal
     assert plan_memory(items, keep={x, out}) == {}
     del held
+
+
+def test_a_count_beside_another_threads_count():
+    """held_only_by in two threads at once (a TinyJit capture plans its memory without the realize lock, beside
+    another thread's capture or schedule): each count's dict held one module-wide probe, whose count then read a
+    reference too many, and a buffer one Tensor still held passed for internal (its memory lent to another buffer).
+    The other thread's count is held open here."""
+    listed = bufs(2)
+    held = listed[0]  # something outside the list holds it
+    other = memory_module._uses([bufs(1)])  # another thread's count, between its dict and its reads
+    assert held_only_by([listed]) == {listed[1]}
+    del held, other
 
 
 def test_read_before_written_and_borrowed_memory_are_not_planned():
