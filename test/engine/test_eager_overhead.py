@@ -3,6 +3,7 @@ nothing new, builds shared per-step tensors once, and leaves no bookkeeping behi
 computed from scratch."""
 
 import gc
+import threading
 
 import numpy as np
 import pytest
@@ -770,6 +771,29 @@ def test_step_leaves_its_update_unbuilt(monkeypatch):
         assigned = opt.schedule_step()
         assert all(type(t.uop) is UOp for t in assigned)
         Tensor.realize(*assigned)
+
+
+@pytest.mark.parametrize("daemon", [True, False])
+def test_step_unbuilt_beside_a_daemon_thread_not_beside_a_regular_one(monkeypatch, daemon):
+    """A step leaves its update unbuilt beside the library's threads and daemons (tqdm's monitor outlives every
+    progress bar), never beside a regular thread of the user's, which may read a parameter while this one steps."""
+    from lazygrad.uop import program
+
+    monkeypatch.setattr(Device, "multi_seen", False)  # (see test_step_leaves_its_update_unbuilt)
+    step = mlp_adam_step()
+    done = threading.Event()
+    other = threading.Thread(target=done.wait, daemon=daemon)
+    other.start()
+    try:
+        with Tensor.train():
+            for _ in range(3):
+                step()
+            unbuilt = counting_calls(monkeypatch, program.GraphProgram, "unbuilt")
+            step()
+    finally:
+        done.set()
+        other.join()
+    assert unbuilt[0] == (1 if daemon else 0)
 
 
 def test_failed_step_realize_leaves_its_update_built(monkeypatch):
