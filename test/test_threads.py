@@ -720,7 +720,9 @@ def test_a_reader_beside_a_trainer() -> None:
     finally:
         sys.setswitchinterval(interval)
     for got, want in zip(model.weights(), alone.weights()):
-        np.testing.assert_allclose(np.frombuffer(got, np.float32), np.frombuffer(want, np.float32), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(
+            np.frombuffer(got, np.float32), np.frombuffer(want, np.float32), rtol=1e-5, atol=1e-6
+        )
 
 
 def test_two_threads_allocating_one_buffer(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -21,6 +21,7 @@ from typing import AbstractSet, Any, Sequence
 from lazygrad.device import Buffer
 from lazygrad.helpers import DEBUG
 
+
 def _uses(buf_lists: Sequence[Sequence[Buffer]]) -> dict[Any, int]:
     # the first key, a probe the dict alone holds: its count measures what the counting itself adds. One per count: a
     # module-wide probe was held by the dict of every count running at once (threads: a TinyJit's capture plans

@@ -349,7 +349,12 @@ def test_processes_building_the_same_programs_at_once(tmp_path):
     """Processes building the same kernels at the same moment into one cold PoCL cache (MPI ranks; a test run beside
     another): PoCL reads the other process's half-written cache entries unless builds take turns (ops_cl._BuildLock).
     Before it, about half of such processes aborted (an assertion in pocl_binary.c) or crashed."""
-    env = dict(os.environ, POCL_CACHE_DIR=str(tmp_path / "pocl"), CACHELEVEL="0", PYTHONPATH=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    env = dict(
+        os.environ,
+        POCL_CACHE_DIR=str(tmp_path / "pocl"),
+        CACHELEVEL="0",
+        PYTHONPATH=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+    )
     for _ in range(2):  # twice into the same cache: cold, then warm while a neighbour may still write
         procs = [
             subprocess.Popen([sys.executable, "-c", _BUILDER], env=env, stderr=subprocess.PIPE, text=True)
