@@ -1592,7 +1592,12 @@ class Tensor(metaclass=_TensorType):
             # one that is not (an input) gets none, else a persistent input's .grad would grow by one lazy add per
             # step that nothing ever realizes. For the same reason an unset tensor's .grad is replaced, not summed.
             wanted = {n for t, n in leaves if t._requires_grad}
-            leaves = [(t, n) for t, n in leaves if t._requires_grad or any(x in wanted for x in n.toposort)]
+            if shape is not None and shape.graph is not None and shape.root is root and not renamed:
+                # (by the structure's positions: the leaves are nodes of it)
+                holding, index = shape.holding(wanted), shape.index
+                leaves = [(t, n) for t, n in leaves if t._requires_grad or index[n] in holding]
+            else:
+                leaves = [(t, n) for t, n in leaves if t._requires_grad or any(x in wanted for x in n.toposort)]
             replace = {id(t) for t, _ in leaves if not t._requires_grad}
         else:
             leaves = _drop_unset_over_no_grad_inputs(root, leaves)
