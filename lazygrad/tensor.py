@@ -1190,21 +1190,29 @@ def _writes_replayable(tensors: list[Tensor], vals: list[UOp], writes: list[_Wri
     not reading it shifted (the key says the argument is a buffer, not whether another input reads its memory).
     assign's own check (_reads_shifted) walks the value's graph, new on every step; here it runs only where an input
     other than the target may read the target's memory, or the program moves the target, or a node the program built
-    is stored there (a running statistic's update reads a BatchNorm's input, a convolution's graph)."""
-    for w in writes:
-        if tensors[w.arg]._view_of is not None:
-            return False
-        node = vals[w.at]
-        target = node.src[0].base
-        memory = target.arg.memory
-        # (a block cut from a tensor reads its memory at other positions: assign copies a value reading it)
-        exact = w.moves_target or target.arg.part or any(_may_read_memory(vals[k], memory) for k in w.reads)
-        if not exact and (stored := [n for _, n in _realized.stored_in_each((memory,))]):
-            built = set(vals[len(tensors) :])
-            exact = any(n in built for n in stored)
-        if exact and _reads_shifted(node.src[1], target):
-            return False
-    return True
+    is stored there (a running statistic's update reads a BatchNorm's input, a convolution's graph). The nodes stored
+    in a memory are listed under the realize lock (a schedule files them): where another thread holds it, assign's
+    own check runs instead of waiting."""
+    if any(tensors[w.arg]._view_of is not None for w in writes):
+        return False
+    listed = _realize_lock.acquire(blocking=False)
+    try:
+        for w in writes:
+            node = vals[w.at]
+            target = node.src[0].base
+            memory = target.arg.memory
+            # (a block cut from a tensor reads its memory at other positions: assign copies a value reading it)
+            exact = not listed or w.moves_target or target.arg.part
+            exact = exact or any(_may_read_memory(vals[k], memory) for k in w.reads)
+            if not exact and (stored := [n for _, n in _realized.stored_in_each((memory,))]):
+                built = set(vals[len(tensors) :])
+                exact = any(n in built for n in stored)
+            if exact and _reads_shifted(node.src[1], target):
+                return False
+        return True
+    finally:
+        if listed:
+            _realize_lock.release()
 
 
 def _note_run(program: GraphProgram, vals: list[UOp], n_in: int) -> None:
@@ -6982,7 +6990,8 @@ def _may_read_memory(root: UOp, memory: Buffer) -> bool:
     whose value is stored there (the walks of _shifted_bases read such a node's stored value, not its graph). A node
     whose graph reads a memory root's graph does not read is no node of root's graph (an in-place write's node reads
     its target). False costs _memories_below, cached per node and walked anyway when a realize files the lazy tensors
-    reading the graph, where _shifted_bases walks all of a graph new on every step."""
+    reading the graph, where _shifted_bases walks all of a graph new on every step. Under the realize lock (the
+    stored nodes' listing)."""
     below = _memories_below(root)
     if memory in below:
         return True
