@@ -394,14 +394,37 @@ class _Structure:
         return graph.reached
 
 
-class _Graph:
-    """What is structure alone in a graph backward differentiates: the positions a gradient reaches, and the gradient
-    programs recorded over graphs of this structure, by program_key."""
+    def holding(self, targets: set[UOp]) -> frozenset[int]:
+        """The positions of root's nodes whose graph holds one of `targets` (nodes of root's graph): the graph's, known
+        after the first backward of its structure asking it of targets at the same positions, where backward walked
+        the graph of every tensor computed from a parameter (a model's logits) again on every step."""
+        graph = self.graph
+        assert graph is not None, "a graph with no key has no positions to remember"
+        at = frozenset(map(self.index.__getitem__, targets))
+        found = graph.holding.get(at)
+        if found is None:
+            # children first: a node's sources are numbered before it
+            index, hit = self.index, [False] * self.n_root
+            for i, n in enumerate(self.nodes[: self.n_root]):
+                hit[i] = i in at or any(hit[index[s]] for s in n.src)
+            found = frozenset(itertools.compress(range(self.n_root), hit))
+            with _programs_lock:
+                if len(graph.holding) >= GRAD_PROGRAMS:
+                    graph.holding.clear()
+                graph.holding[at] = found
+        return found
 
-    __slots__ = ("reached", "programs")
+
+class _Graph:
+    """What is structure alone in a graph backward differentiates: the positions a gradient reaches, the positions
+    holding given ones (_Structure.holding), and the gradient programs recorded over graphs of this structure, by
+    program_key."""
+
+    __slots__ = ("reached", "holding", "programs")
 
     def __init__(self) -> None:
         self.reached: frozenset[int] | None = None
+        self.holding: dict[frozenset[int], frozenset[int]] = {}
         self.programs: dict[tuple, _GradProgram] = {}
 
 

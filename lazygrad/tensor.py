@@ -1061,8 +1061,15 @@ def _replayed(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
     conv's window) are given again to the replayed nodes. A call that draws random numbers, gives a node a rule that
     is a closure (code, not structure) or returns a view of an argument (torch's view semantics: a write into it
     writes into the argument) is not replayed: its code runs every time. (A view of a tensor the composite made
-    itself is replayed as a tensor of its own: nothing else can see that tensor's memory.)"""
-    programs: dict[tuple, tuple[GraphProgram, list[tuple[int, int, Callable]]]] = {}
+    itself is replayed as a tensor of its own: nothing else can see that tensor's memory.)
+
+    A composite may assign into tensor arguments that are stored buffers (BatchNorm's running statistics): each such
+    write is replayed as the ASSIGN node assign made, numbered (ordered_write) in the order assign made them, after
+    assign's own race check on the replayed value (_reads_shifted: a value reading its target shifted is copied first,
+    which the code does). A write assign made otherwise (a copy first, a pending write, a view's write through) is
+    not recorded: the code runs every time."""
+    # key -> (program, derivative rules as (node, source, rule) positions, in-place writes)
+    programs: dict[tuple, tuple[GraphProgram, list[tuple[int, int, Callable]], list[_Write]]] = {}
 
     @functools.wraps(fn)
     def composite(self: Tensor, *args: Any, **kwargs: Any) -> Tensor:
@@ -1091,38 +1098,128 @@ def _replayed(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
         except TypeError:  # an argument that is not hashable (a list): no key
             return fn(self, *args, **kwargs)
         if found is not None:
-            program, rules = found
+            program, rules, writes = found
             vals = program.run([t.uop for t in tensors])
-            for node, source, rule in rules:
-                define_gradient(vals[node], vals[source], rule)
-            _note_run(program, vals, len(tensors))
-            return Tensor(vals[program.outs[0]])
+            if not writes or _writes_replayable(tensors, vals, writes):
+                for node, source, rule in rules:
+                    define_gradient(vals[node], vals[source], rule)
+                for w in writes:
+                    tensors[w.arg].uop = ordered_write(vals[w.at])
+                    _note_lazy(tensors[w.arg])
+                _note_run(program, vals, len(tensors))
+                return Tensor(vals[program.outs[-1]])
+            found = None  # (assign would copy a value first: the code runs, and its graph is not recorded)
+        before = [t.uop for t in tensors]
         rng = Tensor._rng_counter
         with recording_definitions() as made:
             out = fn(self, *args, **kwargs)
+        writes = _plain_writes(tensors, before)
         if (
             len(programs) >= COMPOSITE_PROGRAMS
             or not isinstance(out, Tensor)
             or (out._view_of is not None and any(out._view_of[0] is t for t in tensors))
             or Tensor._rng_counter != rng
             or any(rule_key(rule) is None for _, _, rule in made)
-            or (recorded := GraphProgram.record([t.uop for t in tensors], [out.uop])) is None
+            or writes is None
+            or writes and any(out is t for t in tensors)
+            # (the writes first: the output is then the run's last node, where _note_run finds it)
+            or (recorded := GraphProgram.record(before, [*(tensors[j].uop for j in writes), out.uop])) is None
         ):
             return out
         program, at = recorded
         if all(node in at and source in at for node, source, _ in made):
-            programs[key] = (program, [(at[node], at[source], rule) for node, source, rule in made])
+            ruled = [(at[node], at[source], rule) for node, source, rule in made]
+            recorded_writes = _recorded_writes(program, len(tensors), [(j, at[tensors[j].uop]) for j in writes])
+            programs[key] = (program, ruled, recorded_writes)
         _note_run(program, list(at), len(tensors))  # (`at` numbers the nodes as a replay's run lists them)
         return out
 
     return composite
 
 
+def _plain_writes(tensors: list[Tensor], before: list[UOp]) -> list[int] | None:
+    """The arguments a composite's code assigned into (their nodes were `before`), in the order assign made the
+    writes; None unless each is a plain write a replay can make again: an ASSIGN over the stored buffer the argument
+    was, of a value not copied first."""
+    writes = []
+    for j, t in enumerate(tensors):
+        u = t.uop
+        if u is before[j]:
+            continue
+        if u.op is not Ops.ASSIGN or u.src[0] is not before[j] or u.src[1].op is Ops.CONTIGUOUS:
+            return None
+        if t._view_of is not None or _under_reshapes(before[j]).op is not Ops.BUFFER:
+            return None
+        writes.append(j)
+    return sorted(writes, key=lambda j: write_order(tensors[j].uop))
+
+
+class _Write(NamedTuple):
+    """A composite's recorded in-place write: into argument `arg`, the ASSIGN at position `at`; the other inputs its
+    value reaches (not through an ASSIGN or CONTIGUOUS, where assign's race check stops), and whether the program
+    moves (a view other than a reshape) anything reading the target argument itself."""
+
+    arg: int
+    at: int
+    reads: tuple[int, ...]
+    moves_target: bool
+
+
+def _recorded_writes(program: GraphProgram, n_in: int, writes: list[tuple[int, int]]) -> list[_Write]:
+    # per position: the inputs reached, and those reached from below a movement op that is no reshape (what
+    # _shifted_bases calls read shifted: such a view reads every buffer below it at moved positions)
+    reached: list[frozenset[int]] = [frozenset((k,)) for k in range(n_in)]
+    moved: list[frozenset[int]] = [frozenset()] * n_in
+    for op, _, src, _ in program.steps:
+        if op is Ops.ASSIGN or op is Ops.CONTIGUOUS:
+            reached.append(frozenset())
+            moved.append(frozenset())
+            continue
+        r, m = frozenset().union(*(reached[i] for i in src)), frozenset().union(*(moved[i] for i in src))
+        reached.append(r)
+        moved.append(m | r if op in GroupOp.Movement and op is not Ops.RESHAPE else m)
+    out = []
+    for j, q in writes:
+        v = program.steps[q - n_in][2][1]
+        out.append(_Write(j, q, tuple(sorted((reached[v] | moved[v]) - {j})), j in moved[v]))
+    return out
+
+
+def _writes_replayable(tensors: list[Tensor], vals: list[UOp], writes: list[_Write]) -> bool:
+    """Whether assign would write each replayed value as recorded: into a stored buffer that is no view, the value
+    not reading it shifted (the key says the argument is a buffer, not whether another input reads its memory).
+    assign's own check (_reads_shifted) walks the value's graph, new on every step; here it runs only where an input
+    other than the target may read the target's memory, or the program moves the target, or a node the program built
+    is stored there (a running statistic's update reads a BatchNorm's input, a convolution's graph). The nodes stored
+    in a memory are listed under the realize lock (a schedule files them): where another thread holds it, assign's
+    own check runs instead of waiting."""
+    if any(tensors[w.arg]._view_of is not None for w in writes):
+        return False
+    listed = _realize_lock.acquire(blocking=False)
+    try:
+        for w in writes:
+            node = vals[w.at]
+            target = node.src[0].base
+            memory = target.arg.memory
+            # (a block cut from a tensor reads its memory at other positions: assign copies a value reading it)
+            exact = not listed or w.moves_target or target.arg.part
+            exact = exact or any(_may_read_memory(vals[k], memory) for k in w.reads)
+            if not exact and (stored := [n for _, n in _realized.stored_in_each((memory,))]):
+                built = set(vals[len(tensors) :])
+                exact = any(n in built for n in stored)
+            if exact and _reads_shifted(node.src[1], target):
+                return False
+        return True
+    finally:
+        if listed:
+            _realize_lock.release()
+
+
 def _note_run(program: GraphProgram, vals: list[UOp], n_in: int) -> None:
     """A composite's run, kept on its output node for a backward to number and key the forward graph by (gradient.py
     _Structure). The output is left out of its own list: a node holding itself is a reference cycle. Only an output the
     run built (not an input returned as it is, whose own graph is not the run's)."""
-    if n_in <= program.outs[0] == len(vals) - 1:
+    if n_in <= program.outs[-1] == len(vals) - 1:
         vals[-1].__dict__.setdefault(FORWARD_RUN, (program, vals[:-1], n_in))
 
 
@@ -1503,7 +1600,12 @@ class Tensor(metaclass=_TensorType):
             # one that is not (an input) gets none, else a persistent input's .grad would grow by one lazy add per
             # step that nothing ever realizes. For the same reason an unset tensor's .grad is replaced, not summed.
             wanted = {n for t, n in leaves if t._requires_grad}
-            leaves = [(t, n) for t, n in leaves if t._requires_grad or any(x in wanted for x in n.toposort)]
+            if shape is not None and shape.graph is not None and shape.root is root and not renamed:
+                # (by the structure's positions: the leaves are nodes of it)
+                holding, index = shape.holding(wanted), shape.index
+                leaves = [(t, n) for t, n in leaves if t._requires_grad or index[n] in holding]
+            else:
+                leaves = [(t, n) for t, n in leaves if t._requires_grad or any(x in wanted for x in n.toposort)]
             replace = {id(t) for t, _ in leaves if not t._requires_grad}
         else:
             leaves = _drop_unset_over_no_grad_inputs(root, leaves)
@@ -6879,6 +6981,22 @@ def _reads_shifted(value: UOp, buffer: UOp) -> bool:
         return True
     for b in shifted:  # (a loop: this runs for every parameter of every optimizer step)
         if b.op is Ops.BUFFER and b.arg.part and buffer.op is Ops.BUFFER and b.arg.memory is buffer.arg.memory:
+            return True
+    return False
+
+
+def _may_read_memory(root: UOp, memory: Buffer) -> bool:
+    """Whether root's value may read `memory` (a Buffer.memory): its graph holds a buffer of it, or may hold a live node
+    whose value is stored there (the walks of _shifted_bases read such a node's stored value, not its graph). A node
+    whose graph reads a memory root's graph does not read is no node of root's graph (an in-place write's node reads
+    its target). False costs _memories_below, cached per node and walked anyway when a realize files the lazy tensors
+    reading the graph, where _shifted_bases walks all of a graph new on every step. Under the realize lock (the
+    stored nodes' listing)."""
+    below = _memories_below(root)
+    if memory in below:
+        return True
+    for _, node in _realized.stored_in_each((memory,)):
+        if _memories_below(node) <= below:
             return True
     return False
 

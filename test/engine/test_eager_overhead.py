@@ -1316,3 +1316,42 @@ def test_optimizer_replay_checks_only_reads_that_may_shift(monkeypatch):
         l2(l1(x).relu()).sum().backward()
         opt.schedule_step()
     assert asked[0] == 2 * len(opt.params)
+
+
+def test_backward_finds_the_unset_tensors_over_parameters_by_structure(monkeypatch):
+    """A backward whose graph has tensors set requires_grad=True gives a .grad to the unset tensors computed from them
+    (tinygrad's rule): which positions of a structure hold a parameter is found on the structure (and known after its
+    first backward), so no step walks the graph of such a tensor (a digits CNN's logits: ~115 nodes a step). The
+    gradients stay torch's."""
+    import torch
+
+    rng = np.random.default_rng(3)
+    l1, l2 = Linear(6, 11), Linear(11, 3)  # (sizes no other test uses)
+    for p in get_parameters([l1, l2]):
+        p.requires_grad = True
+    xn, yn = rng.standard_normal((4, 6)).astype(np.float32), rng.integers(0, 3, 4)
+    walked: list = []
+    walk = UOp._walk_descendants
+
+    def counting(self):
+        walked.append(self)
+        return walk(self)
+
+    monkeypatch.setattr(UOp, "_walk_descendants", counting)
+    w1, b1, w2, b2 = (torch.from_numpy(p.numpy()).requires_grad_() for p in (l1.weight, l1.bias, l2.weight, l2.bias))
+    for step in range(3):
+        h = l1(Tensor(xn)).relu()
+        logits = l2(h)
+        walked.clear()
+        logits.sparse_categorical_crossentropy(Tensor(yn.astype(np.int32))).backward()
+        assert logits.uop not in walked and h.uop not in walked
+        th = torch.relu(torch.from_numpy(xn) @ w1.T + b1)
+        th.retain_grad()
+        tlogits = th @ w2.T + b2
+        tlogits.retain_grad()
+        torch.nn.functional.cross_entropy(tlogits, torch.from_numpy(yn)).backward()
+        np.testing.assert_allclose(logits.grad.numpy(), tlogits.grad.numpy(), atol=1e-6)
+        np.testing.assert_allclose(h.grad.numpy(), th.grad.numpy(), atol=1e-6)
+        np.testing.assert_allclose(l1.weight.grad.numpy(), w1.grad.numpy(), atol=1e-6)
+        for p in (l1.weight, l1.bias, l2.weight, l2.bias, w1, b1, w2, b2):
+            p.grad = None

@@ -11,6 +11,8 @@ import torch
 
 from lazygrad import Tensor, dtypes, nn
 from lazygrad.nn.state import get_state_dict
+from lazygrad.uop.ops import Ops
+from lazygrad.uop.program import FORWARD_RUN
 
 
 def copy_from_torch(layer: Any, ref: torch.nn.Module) -> None:
@@ -126,6 +128,65 @@ def test_batchnorm_without_running_stats() -> None:
         (2, 3, 4, 4),
         atol=1e-4,
     )
+
+
+@pytest.mark.parametrize("momentum", [0.1, None])
+def test_batchnorm_training_steps_replayed(momentum: float | None) -> None:
+    # a training step per batch (forward, backward, the running statistics realized): the layer is a composite, its
+    # run kept on its output (from the second step replayed from its program, writes included), and every step still
+    # matches torch's
+    bn, ref = nn.BatchNorm(4, momentum=momentum), torch.nn.BatchNorm2d(4, momentum=momentum)
+    conv = nn.Conv2d(2, 4, 3, padding=1)
+    ref_conv = torch.nn.Conv2d(2, 4, 3, padding=1)
+    copy_from_torch(conv, ref_conv)
+    with torch.no_grad():
+        ref.weight.uniform_(0.5, 1.5)
+        ref.bias.uniform_(-0.5, 0.5)
+    copy_from_torch(bn, ref)
+    with Tensor.train():
+        ref.train()
+        for step in range(4):
+            xn = np.random.default_rng(step).uniform(-2, 2, (3, 2, 5, 5)).astype(np.float32)
+            out = bn(conv(Tensor(xn)))
+            ref_out = ref(ref_conv(torch.from_numpy(xn)))
+            assert FORWARD_RUN in out.uop.__dict__
+            out.square().sum().backward()
+            ref_out.square().sum().backward()
+            Tensor.realize(out, bn.weight.grad, conv.weight.grad, *get_state_dict(bn).values())
+            np.testing.assert_allclose(out.numpy(), ref_out.detach().numpy(), atol=1e-4, rtol=1e-4)
+            np.testing.assert_allclose(bn.weight.grad.numpy(), ref.weight.grad.numpy(), atol=1e-3, rtol=1e-4)
+            np.testing.assert_allclose(conv.weight.grad.numpy(), ref_conv.weight.grad.numpy(), atol=1e-3, rtol=1e-4)
+            np.testing.assert_allclose(bn.running_mean.numpy(), ref.running_mean.numpy(), atol=1e-5)
+            np.testing.assert_allclose(bn.running_var.numpy(), ref.running_var.numpy(), atol=1e-5)
+            assert bn.num_batches_tracked.item() == step + 1
+            for p in [*get_state_dict(bn).values(), *get_state_dict(conv).values()]:
+                p.grad = None
+            ref.zero_grad()
+            ref_conv.zero_grad()
+    ref.eval()
+    xn = np.random.default_rng(9).uniform(-2, 2, (3, 4, 5, 5)).astype(np.float32)
+    np.testing.assert_allclose(bn(Tensor(xn)).numpy(), ref(torch.from_numpy(xn)).detach().numpy(), atol=1e-5)
+
+
+def test_batchnorm_replay_copies_a_shifted_read() -> None:
+    # replayed over an input that reads a running statistic at other positions, the write takes assign's copy of the
+    # value first (as the layer's code does), and the statistics come out as computed from the old values
+    bn = nn.BatchNorm(3)
+    noise = np.random.default_rng(0).uniform(-1, 1, (2, 3, 2, 2)).astype(np.float32)
+    with Tensor.train():
+        for _ in range(2):  # recorded, then replayed, over an input that reads no statistic
+            bn(Tensor(noise) + 0)
+            Tensor.realize(*get_state_dict(bn).values())
+        assert bn.running_mean.uop.op is Ops.BUFFER
+        old_mean, old_var = bn.running_mean.numpy(), bn.running_var.numpy()
+        x = Tensor(noise) + bn.running_mean.flip(0).reshape(1, 3, 1, 1)
+        bn(x)
+        assert bn.running_mean.uop.op is Ops.ASSIGN and bn.running_mean.uop.src[1].op is Ops.CONTIGUOUS
+        Tensor.realize(*get_state_dict(bn).values())
+    xn = noise + old_mean[::-1].reshape(1, 3, 1, 1)
+    mean, var = xn.mean((0, 2, 3)), xn.var((0, 2, 3), ddof=1)
+    np.testing.assert_allclose(bn.running_mean.numpy(), 0.9 * old_mean + 0.1 * mean, atol=1e-6)
+    np.testing.assert_allclose(bn.running_var.numpy(), 0.9 * old_var + 0.1 * var, atol=1e-6)
 
 
 @pytest.mark.parametrize("shape,norm", [((4, 6), 6), ((2, 3, 4), (3, 4))])
