@@ -1049,7 +1049,9 @@ class _TensorType(type):
         TRAINING.value = int(mode)
 
 
-# composites replayed per key at most (a model whose shapes change every call would otherwise grow them forever)
+# kinds of arguments a composite keeps programs for (a model whose shapes change every call would otherwise grow them
+# forever); the oldest kind makes room for a new one, so that a process that met many shapes once (a notebook, a test
+# run) still replays the ones it meets now
 COMPOSITE_PROGRAMS = 32
 
 
@@ -1115,8 +1117,7 @@ def _replayed(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
             out = fn(self, *args, **kwargs)
         writes = _plain_writes(tensors, before)
         if (
-            len(programs) >= COMPOSITE_PROGRAMS
-            or not isinstance(out, Tensor)
+            not isinstance(out, Tensor)
             or (out._view_of is not None and any(out._view_of[0] is t for t in tensors))
             or Tensor._rng_counter != rng
             or any(rule_key(rule) is None for _, _, rule in made)
@@ -1130,6 +1131,9 @@ def _replayed(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
         if all(node in at and source in at for node, source, _ in made):
             ruled = [(at[node], at[source], rule) for node, source, rule in made]
             recorded_writes = _recorded_writes(program, len(tensors), [(j, at[tensors[j].uop]) for j in writes])
+            while len(programs) >= COMPOSITE_PROGRAMS:
+                with contextlib.suppress(KeyError, RuntimeError, StopIteration):  # (another thread's change)
+                    del programs[next(iter(programs))]
             programs[key] = (program, ruled, recorded_writes)
         _note_run(program, list(at), len(tensors))  # (`at` numbers the nodes as a replay's run lists them)
         return out

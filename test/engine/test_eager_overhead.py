@@ -356,6 +356,27 @@ def test_conv_gradient_replays_with_its_window_rule(monkeypatch):
     assert rules[0] == 2
 
 
+def test_a_composite_full_of_old_kinds_replays_new_ones():
+    """A composite keeps programs for COMPOSITE_PROGRAMS kinds of arguments; the oldest makes room for a new kind,
+    which is then replayed (it was run as code every call once the composite had met that many kinds)."""
+    from lazygrad import tensor as tensor_module
+
+    calls = []
+
+    def body(self):
+        calls.append(1)
+        return self * 2 + 1
+
+    f = tensor_module._replayed(body)
+    for n in range(1, tensor_module.COMPOSITE_PROGRAMS + 9):
+        f(Tensor.ones(n))
+    calls.clear()
+    for _ in range(3):
+        out = f(Tensor.ones(101))
+    assert len(calls) == 1
+    np.testing.assert_array_equal(out.numpy(), np.full(101, 3.0, np.float32))
+
+
 def test_replayed_conv_gives_its_window_rule_again(monkeypatch):
     """A conv replayed from its program gives the new window node the derivative rule the code gives it: gradients
     match torch's, and a replay builds the nodes the code builds."""
