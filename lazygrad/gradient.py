@@ -393,7 +393,6 @@ class _Structure:
             graph.reached = frozenset(map(self.index.__getitem__, _walk_reachable(self.root)))
         return graph.reached
 
-
     def holding(self, targets: set[UOp]) -> frozenset[int]:
         """The positions of root's nodes whose graph holds one of `targets` (nodes of root's graph): the graph's, known
         after the first backward of its structure asking it of targets at the same positions, where backward walked

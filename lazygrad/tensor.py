@@ -1122,7 +1122,8 @@ def _replayed(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
             or Tensor._rng_counter != rng
             or any(rule_key(rule) is None for _, _, rule in made)
             or writes is None
-            or writes and any(out is t for t in tensors)
+            or writes
+            and any(out is t for t in tensors)
             # (the writes first: the output is then the run's last node, where _note_run finds it)
             or (recorded := GraphProgram.record(before, [*(tensors[j].uop for j in writes), out.uop])) is None
         ):
