@@ -16,6 +16,11 @@ from lazygrad.device import Allocator, Compiled, CompileError, Compiler, DeviceU
 from lazygrad.helpers import CACHEDB
 from lazygrad.renderer.gpu import OpenCLRenderer
 
+try:
+    import fcntl as _fcntl
+except ImportError:  # Windows: only the threads of a process take turns in _BuildLock
+    _fcntl = None  # type: ignore[assignment]
+
 # error codes by name, so a failure reads `CL_OUT_OF_RESOURCES` rather than -5
 CL_ERRORS = {
     -1: "CL_DEVICE_NOT_FOUND", -2: "CL_DEVICE_NOT_AVAILABLE", -3: "CL_COMPILER_NOT_AVAILABLE",
@@ -234,11 +239,6 @@ class _BuildLock:
         finally:
             self.threads.release()
 
-
-try:
-    import fcntl as _fcntl
-except ImportError:  # not on Windows: threads still take turns
-    _fcntl = None  # type: ignore[assignment]
 
 _build_lock = _BuildLock(os.path.join(os.path.dirname(os.path.abspath(CACHEDB)), "cl_build.lock"))
 

@@ -46,6 +46,14 @@ step_actions = st.fixed_dictionaries(
 )
 
 
+def _models(name: str, kw: dict, rng: np.random.Generator) -> tuple:
+    """The MLP's parameters (same values) and the named optimizer over them, ours and torch's."""
+    init = [rng.standard_normal(s).astype(np.float32) * 0.5 for s in [(IN, HIDDEN), (HIDDEN,), (HIDDEN, OUT), (OUT,)]]
+    ours = [Tensor(v.copy(), requires_grad=True) for v in init]
+    theirs = [torch.tensor(v.copy(), requires_grad=True) for v in init]
+    return ours, theirs, OURS[name](ours, **kw), THEIRS[name](theirs, **kw)
+
+
 def _forward(params, x, y, kind, lib):
     w1, b1, w2, b2 = params
     if lib == "ours":
@@ -65,10 +73,7 @@ def _forward(params, x, y, kind, lib):
 def test_random_training_programs_match_torch(opt: int, steps: list[dict], seed: int) -> None:
     name, kw = OPTIMIZERS[opt]
     rng = np.random.default_rng(seed)
-    init = [rng.standard_normal(s).astype(np.float32) * 0.5 for s in [(IN, HIDDEN), (HIDDEN,), (HIDDEN, OUT), (OUT,)]]
-    ours = [Tensor(v.copy(), requires_grad=True) for v in init]
-    theirs = [torch.tensor(v.copy(), requires_grad=True) for v in init]
-    our_opt, their_opt = OURS[name](ours, **kw), THEIRS[name](theirs, **kw)
+    ours, theirs, our_opt, their_opt = _models(name, kw, rng)
     kept: list[tuple[Tensor, torch.Tensor]] = []
     for i, a in enumerate(steps):
         x = rng.standard_normal((a["batch"], IN)).astype(np.float32)
@@ -111,10 +116,7 @@ def test_a_halved_parameter_between_replayed_steps(name: str) -> None:
     """The same step replayed (its update unbuilt) after an in-place write into a parameter reads the new values."""
     kw = dict(OPTIMIZERS[1 if name == "sgd" else 3][1])
     rng = np.random.default_rng(1)
-    init = [rng.standard_normal(s).astype(np.float32) * 0.5 for s in [(IN, HIDDEN), (HIDDEN,), (HIDDEN, OUT), (OUT,)]]
-    ours = [Tensor(v.copy(), requires_grad=True) for v in init]
-    theirs = [torch.tensor(v.copy(), requires_grad=True) for v in init]
-    our_opt, their_opt = OURS[name](ours, **kw), THEIRS[name](theirs, **kw)
+    ours, theirs, our_opt, their_opt = _models(name, kw, rng)
     for i in range(5):
         x = rng.standard_normal((4, IN)).astype(np.float32)
         y = rng.integers(0, OUT, 4)
