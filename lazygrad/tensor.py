@@ -5102,7 +5102,8 @@ class Tensor(metaclass=_TensorType):
                     "or that shape without the class dim (integer class indices)"
                 )
             Y = Y.unsqueeze(cdim)._one_hot_along(self.shape[cdim], cdim).cast(self.dtype)
-        Y = (1 - label_smoothing) * Y + label_smoothing / self.shape[cdim]
+        if label_smoothing:
+            Y = (1 - label_smoothing) * Y + label_smoothing / self.shape[cdim]
         return -(self.log_softmax(cdim) * Y).sum(cdim)._reduction(reduction)
 
     def sparse_categorical_crossentropy(
@@ -5130,8 +5131,12 @@ class Tensor(metaclass=_TensorType):
         log_probs = self.log_softmax()
         keep = Y != ignore_index
         y = Y.unsqueeze(-1)._one_hot_along(self.shape[-1], -1) & keep.unsqueeze(-1)
-        smoothing = label_smoothing * log_probs.mean(-1) * keep
-        loss = -((1 - label_smoothing) * (log_probs * y).sum(-1) + smoothing)
+        picked = (log_probs * y).sum(-1)
+        # without smoothing, no term of it: 0 * mean(log_probs) was a reduce over the classes in the step's kernels and
+        # ~20 nodes of its forward and backward graphs (an MLP step's loss), for a sum that adds zero
+        if label_smoothing:
+            picked = (1 - label_smoothing) * picked + label_smoothing * log_probs.mean(-1) * keep
+        loss = -picked
         return loss.sum() / keep.sum() if reduction == "mean" else loss._reduction(reduction)
 
     def nll_loss(
