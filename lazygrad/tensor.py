@@ -17,6 +17,7 @@ import weakref
 from _weakref import _remove_dead_weakref
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, NamedTuple, Sequence
 
+from lazygrad import gradient as _autograd  # (a module: an import inside a function cost ~1-3 us per call)
 from lazygrad.device import Buffer, Device
 from lazygrad.dtype import (  # noqa: F401  (_to_np_dtype: tinygrad programs import it from here)
     DType,
@@ -1075,8 +1076,6 @@ def _replayed(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
 
     @functools.wraps(fn)
     def composite(self: Tensor, *args: Any, **kwargs: Any) -> Tensor:
-        from lazygrad.gradient import define_gradient, recording_definitions, rule_key
-
         tensors = [
             self,
             *(a for a in args if isinstance(a, Tensor)),
@@ -1104,7 +1103,7 @@ def _replayed(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
             vals = program.run([t.uop for t in tensors])
             if not writes or _writes_replayable(tensors, vals, writes):
                 for node, source, rule in rules:
-                    define_gradient(vals[node], vals[source], rule)
+                    _autograd.define_gradient(vals[node], vals[source], rule)
                 for w in writes:
                     tensors[w.arg].uop = ordered_write(vals[w.at])
                     _note_lazy(tensors[w.arg])
@@ -1113,14 +1112,14 @@ def _replayed(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
             found = None  # (assign would copy a value first: the code runs, and its graph is not recorded)
         before = [t.uop for t in tensors]
         rng = Tensor._rng_counter
-        with recording_definitions() as made:
+        with _autograd.recording_definitions() as made:
             out = fn(self, *args, **kwargs)
         writes = _plain_writes(tensors, before)
         if (
             not isinstance(out, Tensor)
             or (out._view_of is not None and any(out._view_of[0] is t for t in tensors))
             or Tensor._rng_counter != rng
-            or any(rule_key(rule) is None for _, _, rule in made)
+            or any(_autograd.rule_key(rule) is None for _, _, rule in made)
             or writes is None
             or writes
             and any(out is t for t in tensors)
@@ -1541,8 +1540,6 @@ class Tensor(metaclass=_TensorType):
         each, the ids of those whose .grad it replaces rather than adds to, whether a tensor set requires_grad=True
         is among them (torch's rules, else tinygrad's), and the graph's _Structure with `seed` where it is the graph
         returned."""
-        from lazygrad.gradient import _Structure, grad_reachable
-
         # (the unset tensors are listed at C speed: a backward meets every live one, see _nodes_in_graph)
         candidates = [*_live_in(_grad_leaves), *_live(_unset_grad.copy().values())]
         # the root itself gets no .grad (torch leaves a non-leaf's empty; it would only be ones), nor do the unset
@@ -1578,7 +1575,7 @@ class Tensor(metaclass=_TensorType):
                     if p in reached and p < n_root - 1 and not (t._requires_grad is None and id(t) in viewed)
                 ]
             pairs = self._nodes_in_graph(candidates, root, renamed)
-            reached = grad_reachable(root, {n for _, n in pairs})
+            reached = _autograd.grad_reachable(root, {n for _, n in pairs})
             return [
                 (t, n)
                 for t, n in pairs
@@ -1587,7 +1584,7 @@ class Tensor(metaclass=_TensorType):
 
         renamed: dict[UOp, UOp] = {}
         root = _with_lazy_origins(self.uop, renamed)
-        shape: _Structure | None = _Structure(root, seed.uop, _modes.grad_disabled > 0)
+        shape: _Structure | None = _autograd._Structure(root, seed.uop, _modes.grad_disabled > 0)
         leaves = leaves_in(root, renamed)
         replace: set[int] = set()
         torch_style = any(t._requires_grad for t, _ in leaves)
@@ -1619,8 +1616,6 @@ class Tensor(metaclass=_TensorType):
     def backward(self, gradient: Tensor | None = None, retain_graph: bool = False) -> Tensor:
         """Accumulate d(self)/d(t) into `.grad` of every tensor t in self's graph with requires_grad True or unset (see
         the class docstring)."""
-        from lazygrad.gradient import compute_gradient, note_backward_root
-
         if id(self) in Tensor._graph_freed:
             raise RuntimeError(
                 "backward through this graph a second time: its gradients were already taken; "
@@ -1638,7 +1633,7 @@ class Tensor(metaclass=_TensorType):
                 "backward: the tensor depends on no floating point tensor whose requires_grad is True or unset "
                 "(or only through detach() / no_grad())"
             )
-        grads = compute_gradient(root, seed, {n for _, n in leaves}, shape)
+        grads = _autograd.compute_gradient(root, seed, {n for _, n in leaves}, shape)
         for t, n in leaves:
             if (g := grads.get(n)) is not None:
                 if t._requires_grad and (hooks := _grad_hooks.get(id(t))):  # a computed tensor's run in the graph
@@ -1649,7 +1644,7 @@ class Tensor(metaclass=_TensorType):
             # torch frees the graph (a second backward is an error); tinygrad keeps it (gradients accumulate), and
             # code that sets no requires_grad is tinygrad code
             Tensor._graph_freed[id(self)] = self
-        note_backward_root(self)
+        _autograd.note_backward_root(self)
         return self
 
     @staticmethod
@@ -5102,7 +5097,8 @@ class Tensor(metaclass=_TensorType):
                     "or that shape without the class dim (integer class indices)"
                 )
             Y = Y.unsqueeze(cdim)._one_hot_along(self.shape[cdim], cdim).cast(self.dtype)
-        Y = (1 - label_smoothing) * Y + label_smoothing / self.shape[cdim]
+        if label_smoothing:
+            Y = (1 - label_smoothing) * Y + label_smoothing / self.shape[cdim]
         return -(self.log_softmax(cdim) * Y).sum(cdim)._reduction(reduction)
 
     def sparse_categorical_crossentropy(
@@ -5130,8 +5126,12 @@ class Tensor(metaclass=_TensorType):
         log_probs = self.log_softmax()
         keep = Y != ignore_index
         y = Y.unsqueeze(-1)._one_hot_along(self.shape[-1], -1) & keep.unsqueeze(-1)
-        smoothing = label_smoothing * log_probs.mean(-1) * keep
-        loss = -((1 - label_smoothing) * (log_probs * y).sum(-1) + smoothing)
+        picked = (log_probs * y).sum(-1)
+        # without smoothing, no term of it: 0 * mean(log_probs) was a reduce over the classes in the step's kernels and
+        # ~20 nodes of its forward and backward graphs (an MLP step's loss), for a sum that adds zero
+        if label_smoothing:
+            picked = (1 - label_smoothing) * picked + label_smoothing * log_probs.mean(-1) * keep
+        loss = -picked
         return loss.sum() / keep.sum() if reduction == "mean" else loss._reduction(reduction)
 
     def nll_loss(

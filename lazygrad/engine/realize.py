@@ -9,7 +9,7 @@ import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from lazygrad.codegen import get_program
 from lazygrad.device import Buffer, Compiler, Device
@@ -517,6 +517,30 @@ class _LaunchPlan:
         self.lone: tuple[CompiledRunner | BufferCopy, tuple[int, ...], tuple[int, ...], Callable | None] | None = None
         if len(schedule) == 1 and (runner := self.runners[0]) is not None:
             self.lone = (runner, refs[0], refs[0][self.n_outs[0] :], self.bare[0])
+        # a plan run again and again (a training loop's step) launches its kernels through the device's graph: one
+        # call of a compiled driver over a table of the flat list's pointers, where each launch was a ctypes call
+        # converting its pointers (an eager MLP Adam step: 28 launches). Made on the plan's GRAPH_AFTER-th run, so that
+        # a realize met once or twice never compiles a driver; None where not every item is a bare kernel of a device
+        # with a graph
+        self.runs = 0
+        self.graph: Any = None
+        self.graph_lock = threading.Lock()  # (the driver's tables are one per graph: two threads running this plan)
+        self.written = [k for outs in self.outs for k in outs]
+        self.n_flat = n_flat
+
+    def _make_graph(self) -> Any:
+        if len(self.runners) < 2 or any(b is None for b in self.bare):
+            return None
+        kinds = {r.device.split(":")[0] for r in self.runners if r is not None}
+        if len(kinds) != 1 or (graph_class := Device[kinds.pop()].graph) is None:
+            return None
+        programs = [r.prg for r in self.runners if isinstance(r, CompiledRunner)]
+        if len(programs) != len(self.runners) or not graph_class.accepts(programs):
+            return None
+        try:
+            return graph_class(programs, [(r, ()) for r in self.refs], self.n_flat, 0)
+        except Exception:  # noqa: BLE001  (the driver is a shortcut: where it cannot be built, kernel by kernel)
+            return None
 
     def _buffers(self, schedule: Schedule) -> tuple[list[Buffer], list[list[Buffer]]] | None:
         """The flat list and each item's buffers with planned memory swapped in (None where no buffer is planned).
@@ -563,6 +587,20 @@ class _LaunchPlan:
         for b in allocated:
             if b._ptr is None:
                 b.ensure_allocated()
+        if self.runs < GRAPH_AFTER:
+            self.runs += 1
+            if self.runs == GRAPH_AFTER:
+                self.graph = self._make_graph()
+        if (graph := self.graph) is not None:
+            # (a position no item names may hold an unallocated buffer: None, never read)
+            pointers = list(map(_PTR, flat if planned is None else planned[0]))
+            with self.graph_lock:
+                graph.bufs[: self.n_flat] = pointers
+                graph.call()
+            for k in self.written:
+                flat[k].pending_write = False
+            self._count()
+            return
         for i, bufs in enumerate(items):
             if (bare := self.bare[i]) is not None:
                 # the compiled function called straight, not through the runner and the program (two Python calls
@@ -572,6 +610,9 @@ class _LaunchPlan:
                 runner(bufs, var_vals)
             for k in self.outs[i]:
                 flat[k].pending_write = False
+        self._count()
+
+    def _count(self) -> None:
         with _counters_lock:
             GlobalCounters.kernel_count += self.kernels
             GlobalCounters.global_ops += self.ops
@@ -597,6 +638,8 @@ def _pointers(bufs: Iterable[Buffer]) -> list[int]:
         ptrs.append(b._ptr if b._ptr is not None else b.ensure_allocated()._ptr)
     return ptrs
 
+
+GRAPH_AFTER = 3  # the run of a plan that makes its graph (_LaunchPlan)
 
 # template -> its plan (None: a template the general path runs); a plain dict, looked up on every realize, bounded
 # as the scheduler's own cache of templates is

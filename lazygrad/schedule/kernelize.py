@@ -1294,6 +1294,7 @@ def _layout(outs: list[UOp], replays: list[Replay], realized: dict[UOp, UOp]) ->
     known: dict[UOp, int] = {}  # each node's position (of a node met twice, the later one)
     relations: list[tuple] = []
     below: list[UOp] = []  # the buffer nodes below inputs that are a reshape of one (after the runs' nodes)
+    below_at: dict[UOp, int] = {}  # (each one's place in `below`: a list's scans compared ~300 nodes a step)
     for r in replays:
         inputs = r.vals[: r.n_in]
         # each input: the position of the same node in an earlier run (its structure is that run's), or none
@@ -1302,7 +1303,8 @@ def _layout(outs: list[UOp], replays: list[Replay], realized: dict[UOp, UOp]) ->
         if r.structured:
             relations.append(found)
         else:
-            if len(set(inputs)) != r.n_in:
+            distinct = set(inputs)
+            if len(distinct) != r.n_in:
                 return None  # (a program's inputs were distinct nodes when it was recorded)
             leaves: list[tuple] = []
             for n, p in zip(inputs, found):
@@ -1312,13 +1314,16 @@ def _layout(outs: list[UOp], replays: list[Replay], realized: dict[UOp, UOp]) ->
                 if n.op is Ops.RESHAPE:
                     leaves.append((n.dtype.key, n.arg))
                     n = n.src[0]
-                    if n.op is not Ops.BUFFER or n in inputs:
+                    if n.op is not Ops.BUFFER or n in distinct:
                         return None  # (a buffer node that is an input of its own: keyed apart, rare)
                     # the buffer node may be another run's input or another reshape's: the walk numbers it once
                     at = earlier(n) if earlier is not None else None
-                    leaves.append(at if at is not None else -1 - len(below) if n not in below else -1 - below.index(n))
-                    if at is None and n not in below:
-                        below.append(n)
+                    if at is None:
+                        if (b := below_at.get(n)) is None:
+                            b = below_at[n] = len(below)
+                            below.append(n)
+                        at = -1 - b
+                    leaves.append(at)
                 elif n.op is not Ops.BUFFER:
                     return None
                 leaves.append((n.dtype.key, n.arg.size, n.arg.device))

@@ -691,7 +691,7 @@ def step():
     opt.step()
 
 with Tensor.train():
-    for _ in range(3):
+    for _ in range(4):  # (the step's launch plan makes its graph on its third run: the fourth step)
         step()
     print(_python_calls(step))
 """
@@ -746,8 +746,9 @@ def test_mlp_step_builds_and_walks_a_bounded_number_of_nodes(monkeypatch, layout
         built = counting_calls(monkeypatch, UOpMetaClass, "__call__")
         step()
     assert walked and max(walked) <= (0 if layouts else 270)
-    # laid out, the step leaves its Adam update's 94 new nodes unbuilt (see test_step_leaves_its_update_unbuilt)
-    assert built[0] <= (190 if layouts else 290)
+    # laid out, the step leaves its Adam update's 94 new nodes unbuilt (see test_step_leaves_its_update_unbuilt); the
+    # loss without label smoothing builds no smoothing term (186 -> 168)
+    assert built[0] <= (175 if layouts else 275)
     held = [n for p in optim._step_programs.values() for n in p.program.fixed if n is not None]
     assert held and all(n.op in program._FIXED for n in held)
 

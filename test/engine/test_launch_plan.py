@@ -17,7 +17,11 @@ def _sum_plus(a: Tensor, b: Tensor) -> Tensor:
     return a.sum() + b  # two kernels: the sum of a, then the add reading it and b
 
 
-def test_plan_refuses_an_input_whose_kernel_never_ran_before_launching_anything(monkeypatch):
+@pytest.mark.parametrize("graph", [False, True])
+def test_plan_refuses_an_input_whose_kernel_never_ran_before_launching_anything(monkeypatch, graph):
+    # (launches counted kernel by kernel, or as the graph's calls: c's plan makes its graph on its third run)
+    if not graph:
+        monkeypatch.setattr(realize, "GRAPH_AFTER", 10**9)
     x = Tensor(np.arange(8, dtype=np.float32)).realize()
     for _ in range(3):  # the structure's template over stored buffers, then its plan
         _sum_plus(x, (x * 2).realize()).realize()
@@ -25,12 +29,14 @@ def test_plan_refuses_an_input_whose_kernel_never_ran_before_launching_anything(
     real_run = realize._LaunchPlan.run
 
     def run(plan, *args) -> None:
-        bare = plan.bare
+        bare, made = plan.bare, plan.graph
         plan.bare = [f if f is None else lambda *p, f=f: launched.append(1) or f(*p) for f in bare]
+        if made is not None:
+            plan.graph = _CountedGraph(made, plan.kernels, launched)
         try:
             real_run(plan, *args)
         finally:
-            plan.bare = bare
+            plan.bare, plan.graph = bare, made
 
     monkeypatch.setattr(realize._LaunchPlan, "run", run)
     b = x * 2
@@ -45,6 +51,17 @@ def test_plan_refuses_an_input_whose_kernel_never_ran_before_launching_anything(
     assert len(launched) == 3  # the plan ran b's kernel and c's two
     ref = np.arange(8, dtype=np.float32)
     np.testing.assert_allclose(c.numpy(), ref.sum() + ref * 2)
+
+
+class _CountedGraph:
+    """A plan's graph whose call notes the kernels it launches."""
+
+    def __init__(self, graph, kernels: int, launched: list[int]):
+        self.bufs, self.graph, self.kernels, self.launched = graph.bufs, graph, kernels, launched
+
+    def call(self) -> None:
+        self.launched.extend([1] * self.kernels)
+        self.graph.call()
 
 
 def test_plan_allocates_each_new_output_once_and_frees_it_with_the_result():
@@ -91,7 +108,7 @@ def _held_elsewhere(b, mine: list) -> bool:
 
 def test_plan_finds_the_buffers_only_its_schedule_holds(monkeypatch):
     """A replayed MLP Adam step's plan counts which buffers only the schedule holds on its flat buffer list
-    (memory.held_at): the same buffers a look at every referrer finds (17: the forward's and backward's values no
+    (memory.held_at): the same buffers a look at every referrer finds (16: the forward's and backward's values no
     tensor keeps, and the old aliases of the memory the update writes in place), where the flat list holds an in-place
     write's target twice (at its slot and at the write's stored position)."""
     step = mlp_adam_step()
@@ -119,7 +136,7 @@ def test_plan_finds_the_buffers_only_its_schedule_holds(monkeypatch):
         step()
     assert len(found) == 2
     for counted, referred in found:
-        assert counted == referred and len(counted) == 17, (counted, referred)
+        assert counted == referred and len(counted) == 16, (counted, referred)
 
 
 def test_a_template_instance_marks_what_its_items_write_pending():
@@ -139,3 +156,64 @@ def test_a_template_instance_marks_what_its_items_write_pending():
     assert not any(b.pending_write for si in schedule for b in si.bufs)
     ref = np.arange(8, dtype=np.float32)
     np.testing.assert_allclose(c.numpy(), ref.sum() + ref * 3)
+
+
+def test_repeated_plan_launches_its_kernels_as_one_graph_call(monkeypatch):
+    """A plan run again and again launches its CPU kernels through one graph call (made on its GRAPH_AFTER-th run),
+    not a ctypes call per kernel, with the values and counters of the per-kernel launches."""
+    rng = np.random.default_rng(0)
+    an = rng.standard_normal((4, 16)).astype(np.float32)
+    a = Tensor(an, device="CPU").realize()
+
+    def two_kernels() -> Tensor:
+        return (a.exp().sum(1, keepdim=True) * a).realize()
+
+    for _ in range(realize.GRAPH_AFTER + 1):  # (the first realize makes the template, the second its plan)
+        two_kernels()
+    plans = [p for p in realize._plans.values() if p is not None and p.graph is not None and p.kernels == 2]
+    assert plans
+    launched: list[int] = []
+    for plan in plans:
+        plan.bare = [None if f is None else lambda *p: pytest.fail("launched kernel by kernel") for f in plan.bare]
+        monkeypatch.setattr(plan, "graph", _CountedGraph(plan.graph, plan.kernels, launched))
+    kernels = GlobalCounters.kernel_count
+    for _ in range(3):
+        np.testing.assert_allclose(two_kernels().numpy(), np.exp(an).sum(1, keepdims=True) * an, rtol=1e-5)
+    assert GlobalCounters.kernel_count - kernels == 6 and len(launched) == 6
+
+
+def test_plan_graph_runs_from_two_threads_at_once():
+    """Schedules of one template run from two threads at once (run_schedule outside the realize lock): each gets its
+    own values, though the plan's graph has one table of pointers."""
+    import threading
+
+    rng = np.random.default_rng(1)
+    # (kernels long enough that a launch releases the interpreter to the other thread mid-graph: a table shared
+    # without the plan's lock had the other thread's pointers by then)
+    xs = [rng.standard_normal(1 << 16).astype(np.float32) / 64 for _ in range(32)]
+    ts = [Tensor(x).realize() for x in xs]
+
+    def graph(t: Tensor) -> Tensor:
+        return t.exp().sum() * t + 1  # two kernels
+
+    for _ in range(realize.GRAPH_AFTER + 2):
+        graph(ts[0]).realize()
+    outs = [graph(t) for t in ts]
+    schedules = [o.schedule_with_vars() for o in outs]
+    errors: list[BaseException] = []
+
+    def run(part: list) -> None:
+        try:
+            for schedule, var_vals in part:  # (once each: a run into another's buffers is not written over)
+                run_schedule(schedule, var_vals)
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(schedules[i::2],)) for i in range(2)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors
+    for x, o in zip(xs, outs):
+        np.testing.assert_allclose(o.numpy(), np.exp(x).sum() * x + 1, rtol=1e-4, atol=1e-5)
