@@ -10,6 +10,7 @@ from typing import Callable
 
 from lazygrad.dtype import DType, PtrDType, dtypes
 from lazygrad.renderer import Renderer, estimate_mem, estimate_ops
+from lazygrad.uop.alu import exec_alu
 from lazygrad.uop.ops import GroupOp, Ops, PatternMatcher, UOp, UPat, _exact_bounds
 
 # GNU statement expressions: each operand evaluated once, NaN propagated by max like torch.maximum,
@@ -557,6 +558,92 @@ def _c_dp4a(ctx: AluCtx, x: UOp) -> str:
     return f"(({i32})({c}+({u32})({'+'.join(terms)})))"
 
 
+# *** Ops.DP4A on 8 int32 lanes without VNNI (AVX2): vpmaddubsw, then vpmaddwd ***
+# vpmaddubsw multiplies unsigned bytes by signed ones and adds each pair into an int16, saturating: exact where the
+# unsigned bytes are below 128 (|pair| <= 2 * 127 * 128 = 32512), not for any byte (255 * -128 * 2 overflows). So a
+# DP4A renders as one vpmaddubsw only where its unsigned operand is a word masked by a constant whose bytes are below
+# 128, or even and halved first (gguf's nibbles, in place or not, and its high bits); vpmaddwd then adds the int16
+# pairs into int32 and doubles the halved lanes back (an int16 factor per lane). Any other word is split into its low
+# 7 bits and its top bit, two exact products (lg_dp4a_madd below).
+
+DP4A_MADD = "lg_dp4a_madd"  # the dp4a_builtins spelling of this form (ClangCompiler sets it where AVX2 has no VNNI)
+
+DP4A_MADD_PRELUDE = """#ifndef LG_DP4A_MADD
+#define LG_DP4A_MADD
+typedef char lg_dp4a_bytes __attribute__((vector_size(32)));
+typedef short lg_dp4a_pairs __attribute__((vector_size(32)));
+typedef unsigned int lg_dp4a_words __attribute__((vector_size(32)));
+static inline lg_int32x8 lg_dp4a_small(lg_int32x8 c, lg_int32x8 a, lg_int32x8 b, lg_int32x8 f) {
+  lg_dp4a_pairs p = (lg_dp4a_pairs)__builtin_ia32_pmaddubsw256((lg_dp4a_bytes)a, (lg_dp4a_bytes)b);
+  return c + (lg_int32x8)__builtin_ia32_pmaddwd256(p, (lg_dp4a_pairs)f);
+}
+static inline lg_int32x8 lg_dp4a_madd(lg_int32x8 c, lg_int32x8 a, lg_int32x8 b) {
+  lg_int32x8 top = (lg_int32x8)((lg_dp4a_words)a >> 7) & 0x01010101;
+  c = lg_dp4a_small(c, a & 0x7F7F7F7F, b, (lg_int32x8){} + 0x00010001);
+  return lg_dp4a_small(c, top, b, (lg_int32x8){} + 0x00800080);
+}
+#endif
+"""
+
+
+def _mask_lanes(u: UOp, lanes: int, depth: int = 8) -> list | None:
+    """The value of each lane of `u` where it is computed from constants alone (a vector of constants, or a select
+    between two by lane index, as gguf's nibble masks), else None."""
+    if u.op is Ops.CONST:
+        return [u.arg] * lanes
+    if depth == 0:
+        return None
+    if u.op is Ops.VECTORIZE:
+        srcs = [_mask_lanes(s, 1, depth - 1) for s in u.src]
+        return None if any(v is None for v in srcs) else [v[0] for v in srcs]  # type: ignore[index]
+    if u.op in GroupOp.ALU:
+        args = [_mask_lanes(s, lanes, depth - 1) for s in u.src]
+        if any(v is None for v in args):
+            return None
+        return [exec_alu(u.op, u.dtype.scalar, [v[i] for v in args]) for i in range(lanes)]  # type: ignore[index]
+    return None
+
+
+def _byte_shifts(a: UOp) -> list[int] | None:
+    """Where `a` is a word masked by constants that keep each byte below 128, or below 256 and even: per lane, the
+    right shift (0 or 1) after which every byte of `a` is below 128, else None."""
+    if a.op is not Ops.AND:
+        return None
+    for m in a.src:
+        masks = _mask_lanes(m, a.dtype.count)
+        if masks is None:
+            continue
+        shifts = []
+        for v in masks:
+            mask_bytes = [(v >> (8 * i)) & 255 for i in range(4)]
+            if all(b < 128 for b in mask_bytes):
+                shifts.append(0)
+            elif all(b % 2 == 0 for b in mask_bytes):
+                shifts.append(1)
+            else:
+                return None
+        return shifts
+    return None
+
+
+def _dp4a_vector(ctx: AluCtx, x: UOp) -> str:
+    """DP4A on int32 vectors: the accumulator first, then the unsigned bytes, then the signed ones."""
+    spelling = ctx.r.dp4a_builtins[x.dtype.count]
+    a, b, c = ctx.a
+    if spelling != DP4A_MADD:
+        return f"{spelling}({c},{a},{b})"
+    shifts = _byte_shifts(x.src[0])
+    if shifts is None:
+        return f"{DP4A_MADD}({c},{a},{b})"
+    vec = ctx.r.render_dtype(x.dtype)
+    if any(shifts):
+        by = str(shifts[0]) if len(set(shifts)) == 1 else f"(lg_dp4a_words){{{','.join(map(str, shifts))}}}"
+        a = f"(({vec})((lg_dp4a_words){a}>>{by}))"
+    # vpmaddwd's int16 factors: 2**s in both halves of a lane
+    factors = ",".join(str((1 << s) * 0x10001) for s in shifts)
+    return f"lg_dp4a_small({c},{a},{b},({vec}){{{factors}}})"
+
+
 MATH_FNS = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.COS: "cos", Ops.SQRT: "sqrt", Ops.TRUNC: "trunc"}
 
 # the spelling of each ALU op in C, every dialect's fallback
@@ -971,15 +1058,7 @@ class ClangRenderer(CStyleLanguage):
                     UPat(Ops.MAX, name="x"),
                     lambda ctx, x: f"LG_VMAX({ctx.a[0]},{ctx.a[1]})" if x.dtype.count > 1 else None,
                 ),
-                # the accumulator first, then the unsigned bytes, then the signed ones
-                (
-                    UPat(Ops.DP4A, name="x"),
-                    lambda ctx, x: (
-                        f"{ctx.r.dp4a_builtins[x.dtype.count]}({ctx.a[2]},{ctx.a[0]},{ctx.a[1]})"
-                        if x.dtype.count > 1
-                        else None
-                    ),
-                ),
+                (UPat(Ops.DP4A, name="x"), lambda ctx, x: _dp4a_vector(ctx, x) if x.dtype.count > 1 else None),
             ]
         )
         + C_PLAIN_ALU
@@ -1143,6 +1222,8 @@ class ClangRenderer(CStyleLanguage):
                 exp2 = EXP2_TEMPLATE.format(T=t, B=dt.count * 4)
                 decls.append(f"#ifndef LG_HAVE_EXP2_{t}\n#define LG_HAVE_EXP2_{t}\n{exp2}#endif\n")
         vec = (C_VECTOR_PRELUDE + "".join(decls)) if decls else ""
+        if self.dp4a_builtins.get(8) == DP4A_MADD and any(u.op is Ops.DP4A and u.dtype.count == 8 for u in uops):
+            vec += DP4A_MADD_PRELUDE
         if any(u.op is Ops.POW and not dtypes.is_float(u.dtype) for u in uops):
             vec += IPOW_HELPER.format(qual="static inline ", u64="unsigned long long")
         vnni = _byte_products_only(uops) or any(u.op is Ops.DP4A and u.dtype.count > 1 for u in uops)

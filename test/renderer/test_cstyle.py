@@ -213,14 +213,14 @@ def test_vector_selects_of_bools() -> None:
     np.testing.assert_array_equal(got.numpy(), want.numpy())
 
 
-def _run_kernel(t: Tensor, renderer) -> tuple[str, np.ndarray]:
+def _run_kernel(t: Tensor, renderer, dtype: type = np.float32) -> tuple[str, np.ndarray]:
     """`t`'s one kernel rendered by `renderer`, compiled and run on its buffers: its source and its output."""
     (si,) = t.schedule()
     spec = get_program(si.ast, renderer)
     prg = CPUProgram(spec.name, Device["CPU"].compiler.compile(spec.src), spec.n_bufs, len(spec.vars))
     bufs = [b.ensure_allocated() for b in si.bufs]
     prg(*[b.ptr for b in bufs])
-    out = np.frombuffer(bytes(bufs[0].as_bytes()), dtype=np.float32).copy()
+    out = np.frombuffer(bytes(bufs[0].as_bytes()), dtype=dtype).copy()
     return spec.src, out
 
 
@@ -292,3 +292,69 @@ def test_renamed_outlined_kernels_build_into_one_binary() -> None:
     lib = Device["CPU"].compiler.compile_many([specs[0].src, second.src])
     for spec in (specs[0], second):
         CPUProgram(spec.name, lib, spec.n_bufs, 0)
+
+
+# *** Ops.DP4A without VNNI: vpmaddubsw (saturating int16 pairs) where that is exact, two products where not ***
+
+_S32 = lambda v: v - (1 << 32) if v >= 1 << 31 else v  # noqa: E731
+# per lane mask of the unsigned bytes (lanes 0..3, 4..7; None: not masked) -> the form it may render as
+DP4A_MASKS = [
+    ((0x0F0F0F0F, 0x0F0F0F0F), "small"),  # nibbles: bytes below 128
+    ((0x0F0F0F0F, 0xF0F0F0F0), "small"),  # low nibbles and high ones in place (gguf's Q4 lanes): halved first
+    ((0x7F7F7F7F, 0x80808080), "small"),  # the largest bytes below 128; a top bit, halved
+    ((0xFEFEFEFE, 0xFEFEFEFE), "small"),  # 254 halved: 127
+    ((0xFFFFFFFF, 0xFFFFFFFF), "madd"),  # any byte: 255 * -128 twice overflows an int16
+    ((0x81818181, 0x0F0F0F0F), "madd"),  # odd and above 127 in lanes 0..3
+    (None, "madd"),
+]
+
+
+def _dp4a_case(masks: tuple[int, int] | None) -> tuple[Tensor, np.ndarray]:
+    """DP4A over 8 lanes of extreme words (0xFFFFFFFF and 0x80FF7F01 times 0x80808080, 0x7F7F7F7F, mixed), masked
+    per lane, with its value by the Python reference of Ops.DP4A (uop/alu.py) for each element."""
+    from lazygrad.nn.gguf import dp4a
+    from lazygrad.uop.alu import exec_alu
+    from lazygrad.uop.ops import Ops
+
+    words = [0xFFFFFFFF, 0x80FF7F01, 0x80808080, 0x7F7F7F7F, 0x7F80FF00, 0, 0x01010101, 0xFEFEFEFE]
+    rng = np.random.default_rng(len(words))
+    a = np.array([_S32(v) for v in rng.permutation(words * 8)], np.int32).reshape(8, 8)
+    b = np.array([_S32(v) for v in ([0x80808080] * 24 + [0x7F7F7F7F] * 24 + words * 2)], np.int32).reshape(8, 8)
+    c = rng.integers(-(2**31), 2**31, (8, 8)).astype(np.int32)
+    c[0, 0] = 2**31 - 1  # the sum wraps
+    ta = Tensor(a)
+    if masks is not None:
+        ta = ta & (Tensor.arange(8) >= 4).where(_S32(masks[1]), _S32(masks[0]))
+    lane_masks = np.array([0xFFFFFFFF] * 8 if masks is None else [masks[0]] * 4 + [masks[1]] * 4, np.int64)
+    am = (a.astype(np.int64) & lane_masks).astype(np.uint32).view(np.int32)
+    want = np.array(
+        [exec_alu(Ops.DP4A, dtypes.int32, [int(x), int(y), int(z)]) for x, y, z in zip(am.flat, b.flat, c.flat)]
+    ).reshape(8, 8)
+    return dp4a(ta, Tensor(b), Tensor(c), 8), want.astype(np.int32)
+
+
+def _madd_renderer():
+    from lazygrad.renderer.cstyle import DP4A_MADD
+
+    renderer = copy.copy(Device["CPU"].renderer)
+    renderer.dp4a_builtins = {8: DP4A_MADD}
+    renderer.vector_bytes = max(renderer.vector_bytes, 32)
+    return renderer
+
+
+@pytest.mark.parametrize("masks, form", DP4A_MASKS)
+def test_dp4a_renders_saturating_byte_pairs_only_where_exact(masks, form) -> None:
+    """Rendered for AVX2 without VNNI (DP4A_MADD), compiled and run where the CPU has AVX2: the values of the Python
+    reference over extreme bytes (255 and 254 times -128, 127 times -128 twice in a pair); and on this device."""
+    from lazygrad.renderer.cstyle import DP4A_MADD_PRELUDE
+
+    t, want = _dp4a_case(masks)
+    (si,) = t.schedule()
+    src = get_program(si.ast, _madd_renderer()).src
+    body = src[src.index(DP4A_MADD_PRELUDE) + len(DP4A_MADD_PRELUDE) :]
+    other = "madd" if form == "small" else "small"
+    assert f"lg_dp4a_{form}(" in body and f"lg_dp4a_{other}(" not in body, src
+    if _cpu_has("avx2"):
+        _, got = _run_kernel(_dp4a_case(masks)[0], _madd_renderer(), np.int32)
+        np.testing.assert_array_equal(got.reshape(8, 8), want)
+    np.testing.assert_array_equal(_dp4a_case(masks)[0].numpy(), want)
