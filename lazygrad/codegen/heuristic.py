@@ -327,13 +327,13 @@ def _thread(k: Kernel, n_loads: int, prefer: int | None = None) -> bool:
     threads = k.renderer.threads
     # an iteration that gathers many inputs (a col2im sums 9 window gradients) is worth several plain ones
     work = prod(_size(s) for s in k.full_shape) * max(1, n_loads // 2)
-    if not k.renderer.has_threads or work < THREAD_MIN_WORK:
+    if work < THREAD_MIN_WORK:
         return False
     glob = k.axes_of(AxisType.GLOBAL)
-    if threads < 2:
-        # one core still runs the preferred axis outermost (a matmul's column panels): the panel block is then reused
-        # from L2 while the rows stream, not all of B streamed from L3 once per block of rows (2048^2 on one core,
-        # CPU time: 189-199 -> 203-212 GFLOPS)
+    if threads < 2 or not k.renderer.has_threads:
+        # one core (THREADS=1 is a renderer without threads) still runs the preferred axis outermost (a matmul's
+        # column panels): the panel block is then reused from L2 while the rows stream, not all of B streamed from
+        # L3 once per block of rows (2048^2 on one core, CPU time: 189-199 -> 203-212 GFLOPS)
         if prefer is not None and (at := glob.index(prefer)) > 0:
             k.try_opt(Opt(OptOps.SWAP, 0, at))
         return False
