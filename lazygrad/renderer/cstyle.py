@@ -849,6 +849,13 @@ def _masked_vector_load(ctx: RenderCtx, u: UOp) -> str | None:
     if len(u.src) < 2 or u.src[1].dtype == dtypes.bool:
         return None
     addr, mask = f"(const void*)&{ctx.names[u.src[0]]}", ctx.names[u.src[1]]
+    if ctx.r.masked_load_lane_mask:
+        # AVX's vmaskmovps: a lane loads where its int in the mask vector is negative (its bit, spread out)
+        n = u.dtype.count
+        ints = f"(int __attribute__((vector_size({4 * n}))))"
+        lanes = f"(({ints}{{{', '.join(str(1 << i) for i in range(n))}}} & (int){mask}) != 0)"
+        ptr = f"(const {ctx.r.render_dtype(u.dtype)}*){addr}"
+        return ctx.declare(u, "val", f"__builtin_ia32_maskloadps{'256' if n == 8 else ''}({ptr}, {lanes})")
     if u.dtype.count < 16 and ctx.r.masked_load_16:  # type: ignore[attr-defined]
         # the low lanes of a 16-lane load, the others masked off (AVX-512F alone: no fault, no VL)
         wide, low = "(float __attribute__((vector_size(64)))){0}", ", ".join(map(str, range(u.dtype.count)))
@@ -909,9 +916,9 @@ class ClangRenderer(CStyleLanguage):
     # a gcc target attribute ("no-avx512vl") for kernels that build vectors lane by lane from selects, set where the
     # compiler gets those wrong (runtime/ops_cpu.py LANE_SELECT_PROBE)
     lane_select_target = ""
-    # float32 lanes of the vectors the CPU loads under a mask of lanes (AVX-512F: 16 and 8), set by the CPU device
-    # from its instruction sets; masked_load_16: 8 lanes as the low half of a 16-lane load, where AVX-512VL is missing
-    # or taken away from some kernels (lane_select_target)
+    # float32 lanes of the vectors the CPU loads under a mask of lanes (AVX-512F: 16 and 8; AVX without AVX-512: 8
+    # and 4, masked_load_lane_mask), set by the CPU device from its instruction sets; masked_load_16: 8 lanes as the
+    # low half of a 16-lane load, where AVX-512VL is missing or taken away from some kernels (lane_select_target)
     masked_load_lanes: tuple[int, ...] = ()
     masked_load_16 = False
     # a THREAD loop as functions of its own calling libgomp (GOMP_DECL) instead of `#pragma omp parallel for`, set by
@@ -943,7 +950,8 @@ class ClangRenderer(CStyleLanguage):
     def masked_load(self, dtype: DType) -> bool:
         # AVX-512's masked load (vmovups zmm{k}{z}, a builtin of gcc and clang): a padded conv's shifted window at an
         # edge was a scalar load per lane and a vector built from them (3x3 conv on one core, 64 -> 64 channels,
-        # batch 32: 16^2 pixels 197 -> 222 GFLOPS, 32^2 185 -> 197; 16 -> 32 channels of 8^2 114 -> 121)
+        # batch 32: 16^2 pixels 197 -> 222 GFLOPS, 32^2 185 -> 197; 16 -> 32 channels of 8^2 114 -> 121). AVX's
+        # vmaskmovps likewise on a CPU without AVX-512
         return dtype.scalar == dtypes.float32 and dtype.count in self.masked_load_lanes
 
     def matmul_panel(self, m: int, n: int, k: int, itemsize: int, transposed: bool = False) -> int:

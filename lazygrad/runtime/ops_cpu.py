@@ -626,8 +626,10 @@ def simd_registers() -> tuple[int, int]:
 
 def masked_load_lanes() -> tuple[int, ...]:
     """float32 lanes of the vectors -march=native code may load under a mask of lanes (ClangRenderer.masked_load):
-    8 lanes with AVX-512VL, or as the low half of a 16-lane load (ClangRenderer.masked_load_16)."""
-    return (16, 8) if "avx512f" in _cpu_flags().split() else ()
+    8 lanes with AVX-512VL, or as the low half of a 16-lane load (ClangRenderer.masked_load_16); without AVX-512,
+    AVX's vmaskmovps of 8 or 4 lanes (ClangRenderer.masked_load_lane_mask)."""
+    flags = _cpu_flags().split()
+    return (16, 8) if "avx512f" in flags else (8, 4) if "avx" in flags else ()
 
 
 class CPUDevice(Compiled):
@@ -654,8 +656,9 @@ class CPUDevice(Compiled):
         renderer.register_pin = compiler.register_pin
         # an 8-lane masked load needs AVX-512VL, which kernels with lanes built from selects may have taken away: there
         # (and without VL) it is the low half of a 16-lane one, where the compiler has __builtin_shufflevector
-        lanes = masked_load_lanes()
-        renderer.masked_load_16 = bool(compiler.lane_select_target) or "avx512vl" not in _cpu_flags().split()
+        lanes, flags = masked_load_lanes(), _cpu_flags().split()
+        renderer.masked_load_lane_mask = "avx512f" not in flags and bool(lanes)
+        renderer.masked_load_16 = "avx512f" in flags and (bool(compiler.lane_select_target) or "avx512vl" not in flags)
         renderer.masked_load_lanes = (16,) if renderer.masked_load_16 and not compiler.lane_shuffle else lanes
         super().__init__(name, CPUAllocator(), renderer, compiler, CPUProgram)
 
