@@ -35,6 +35,9 @@ THREAD_MIN_WORK = getenv("THREAD_MIN_WORK", 1 << 17)
 TILE_EXPANDED = 512
 # expanded values times the loads inside the reduce: past this an unrolled register tile's body only grows
 BODY_LOADS = 2048
+# vector multiply-adds of an unrolled window's loop body below which its rows are unrolled too (an AVX-512 tile of
+# 8 x 2 vectors has 48 in a row of 3 taps)
+WINDOW_FMAS = 48
 VECTOR_BYTES = getenv("VECTOR_BYTES", 0)  # 0: one of the machine's vector registers (the renderer knows)
 
 
@@ -111,14 +114,19 @@ def hand_coded_optimizations(k: Kernel) -> Kernel:
         rows = max(2, k.renderer.vector_registers // 4) if vec > 1 else 4
         cols_axis, own = None, [i for i in in_reduce if i not in shared]
         # the taps of a padded window, unrolled, share most of their loads: worth a bigger loop body
-        body = 2 * TILE_EXPANDED if reduce_axes and _gathered(k, own, reduce_axes[-1], 1) else TILE_EXPANDED
+        window = bool(reduce_axes) and _gathered(k, own, reduce_axes[-1], 1)
+        body = 2 * TILE_EXPANDED if window else TILE_EXPANDED
         # (measured on a CPU only: a GPU thread's tile stays as it was)
         cpu_tile = first is not None and not k.renderer.has_local
         gathered = cpu_tile and vec > 1 and _gathered(k, own, first, vec)
         if gathered:
             rows = rows * 2
-        elif cpu_tile:
+        elif cpu_tile and not (k.renderer.masked_load_lane_mask and _row_of_vectors(k, own, first, vec)):
             cols_axis = next((a for a in ranked[1:] if all(step[i][a] == 0 for i in shared)), None)
+        # else, with dear masked loads (AVX's) along the lanes, the second vector is the next one along the lanes' axis
+        # (a padded conv's row): of its shifted window only the taps past the row's ends are masked, where another
+        # image's vectors need every mask again (conv 64->64 3x3 on 32^2, one core: 4 x 2 images 63-66 GFLOPS, 4 x 2
+        # along the row 76-78; 6 masked loads a tile instead of 12)
         if first is not None:
             n_axes = len(k.full_shape)
             _upcast(k, first, (vec, 8, 4, 2))
@@ -156,7 +164,17 @@ def hand_coded_optimizations(k: Kernel) -> Kernel:
         # inputs already is long enough (a conv's input gradient with its 9 taps inside the channel sum: 8 x 2
         # vectors of 8 alone 347 us, unrolled by 4 632 us)
         if not (reduce_lanes and _unroll(k, (vec, 8, 4))):
-            _unroll(k, (4, 3, 2), min(body, BODY_LOADS // max(1, len(in_reduce))))
+            limit = min(body, BODY_LOADS // max(1, len(in_reduce)))
+            n_reduce = len(k.axes_of(AxisType.REDUCE))
+            _unroll(k, (4, 3, 2), limit)
+            # a padded window's row of taps unrolled whole is a short body where the tile has few vectors: the
+            # window's next axis (its rows) too, or the row's bounds checks, lane masks and loop cost as much as its
+            # multiply-adds (conv 64->64 3x3 on 32^2, one core, 4 x 2 tile: 3 taps 55 GFLOPS, 9 taps 63-77)
+            rest = k.axes_of(AxisType.REDUCE)
+            if window and rest and len(rest) < n_reduce and k.upcast_size // max(1, vec) < WINDOW_FMAS:
+                size = k.full_shape[rest[-1]]
+                if isinstance(size, int) and size <= 4 and _gathered(k, own, rest[-1], 1):
+                    _unroll(k, (size,), limit)
     elif reduce_axes:
         last = reduce_axes[-1]
         lanes = vec > 1 and any(step[i][last] == 1 for i in in_reduce)
@@ -247,6 +265,12 @@ def _gathered(k: Kernel, views: list[int], axis: int, lanes: int) -> bool:
         if at[axis] in simplify(st.to_index(at)[1]).toposort:
             return True
     return False
+
+
+def _row_of_vectors(k: Kernel, views: list[int], axis: int, vec: int) -> bool:
+    """Whether some of `views` is masked along `axis` (a padded window's row) and the axis holds two vectors or more."""
+    size = k.full_shape[axis]
+    return isinstance(size, int) and size % (2 * vec) == 0 and _gathered(k, views, axis, 1)
 
 
 def _vector_axis(k: Kernel, reuse: list[int], out_unit: list[int], reduce_steps: list[list], vec: int) -> int | None:
