@@ -112,7 +112,7 @@ def hand_coded_optimizations(k: Kernel) -> Kernel:
         # loads) cost a load each instead: then one gathered vector serves twice the rows (conv 64->64 3x3 on one
         # core: 16 x 1 192 GFLOPS, 8 x 2 173, 8 x 1 150; with masked loads 8 x 2 images 216, 16 x 1 175)
         rows = max(2, k.renderer.vector_registers // 4) if vec > 1 else 4
-        cols_axis, own = None, [i for i in in_reduce if i not in shared]
+        cols_axis, own, sliding = None, [i for i in in_reduce if i not in shared], False
         # the taps of a padded window, unrolled, share most of their loads: worth a bigger loop body
         window = bool(reduce_axes) and _gathered(k, own, reduce_axes[-1], 1)
         body = 2 * TILE_EXPANDED if window else TILE_EXPANDED
@@ -121,12 +121,17 @@ def hand_coded_optimizations(k: Kernel) -> Kernel:
         gathered = cpu_tile and vec > 1 and _gathered(k, own, first, vec)
         if gathered:
             rows = rows * 2
-        elif cpu_tile and not (k.renderer.masked_load_lane_mask and _row_of_vectors(k, own, first, vec)):
-            cols_axis = next((a for a in ranked[1:] if all(step[i][a] == 0 for i in shared)), None)
-        # else, with dear masked loads (AVX's) along the lanes, the second vector is the next one along the lanes' axis
-        # (a padded conv's row): of its shifted window only the taps past the row's ends are masked, where another
-        # image's vectors need every mask again (conv 64->64 3x3 on 32^2, one core: 4 x 2 images 63-66 GFLOPS, 4 x 2
-        # along the row 76-78; 6 masked loads a tile instead of 12)
+        elif cpu_tile:
+            cols = [a for a in ranked[1:] if all(step[i][a] == 0 for i in shared)]
+            if k.renderer.masked_load_lane_mask and reduce_axes:
+                # with dear masked loads (AVX's) a padded conv's second vector is the next output row rather than
+                # another image: the two rows' windows share rows of the input, and their masked loads (4 x 2 tile:
+                # 8 a tile, not 12). One core, 64 -> 64 channels 3x3: 32^2 images 63-66 GFLOPS, rows 72-74; 16^2
+                # 75 and 83. The rows stay inside the images' loop (shared out among the cores, outermost, they
+                # were 56-65 on 16^2: each core then streams every image for its rows)
+                cols.sort(key=lambda a: not _slides(step, own, a, reduce_axes))
+                sliding = bool(cols) and _slides(step, own, cols[0], reduce_axes)
+            cols_axis = next(iter(cols), None)
         if first is not None:
             n_axes = len(k.full_shape)
             _upcast(k, first, (vec, 8, 4, 2))
@@ -158,7 +163,7 @@ def hand_coded_optimizations(k: Kernel) -> Kernel:
                 # vectors) from its own L2 while the rows stream from L3, instead of every core streaming all of B
                 # once per block of rows (two cores, panel copy included: 1024^2 430 -> 480 GFLOPS, 2048^2 457 ->
                 # 472, x @ w.T 458 -> 479)
-                if cols_axis is not None and len(k.full_shape) > n_axes:  # not upcast whole
+                if cols_axis is not None and not sliding and len(k.full_shape) > n_axes:  # not upcast whole
                     spread = third
         # 3: a conv's window row; its three shifted input vectors share most of their loads. A body that loads many
         # inputs already is long enough (a conv's input gradient with its 9 taps inside the channel sum: 8 x 2
@@ -267,10 +272,10 @@ def _gathered(k: Kernel, views: list[int], axis: int, lanes: int) -> bool:
     return False
 
 
-def _row_of_vectors(k: Kernel, views: list[int], axis: int, vec: int) -> bool:
-    """Whether some of `views` is masked along `axis` (a padded window's row) and the axis holds two vectors or more."""
-    size = k.full_shape[axis]
-    return isinstance(size, int) and size % (2 * vec) == 0 and _gathered(k, views, axis, 1)
+def _slides(step: dict[int, list], views: list[int], axis: int, reduce_axes: list[int]) -> bool:
+    """Whether some of `views` moves along output `axis` as it does along one of `reduce_axes`: a window that slides
+    (a conv's output rows read the input rows its window rows do), so neighbours along `axis` share loads."""
+    return any(step[i][axis] not in (0, None) and step[i][axis] in (step[i][r] for r in reduce_axes) for i in views)
 
 
 def _vector_axis(k: Kernel, reuse: list[int], out_unit: list[int], reduce_steps: list[list], vec: int) -> int | None:
