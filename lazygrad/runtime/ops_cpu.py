@@ -328,7 +328,7 @@ class ClangCompiler(Compiler):
             return None
 
     def _folded_load(self) -> str:
-        """"v" (an x86 vector register's asm constraint) where this compiler builds FOLDED_LOAD_PROBE with a
+        """The asm constraint "v" (an x86 vector register) where this compiler builds FOLDED_LOAD_PROBE with a
         multiply-add reading memory, else ""."""
         compile_only = [f for f in self.flags if f not in ("-shared", "-fopenmp")]
         cmd = [self.cc, *compile_only, "-S", "-x", "c", "-", "-o", "-"]
