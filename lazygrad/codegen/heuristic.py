@@ -2,9 +2,9 @@
 
 The rules, in order: a kernel whose reduce input is reused along an output axis (matmul, conv) gets a register
 tile (upcast two output axes, vector lanes and rows, on a CPU a third for a second vector per row; unroll the
-reduce); a reduce over a unit-stride axis is unrolled by the vector width (vector accumulators); otherwise the
-unit-stride output axis is upcast by the vector width. Kernels with enough work are then shared out among the CPU
-cores along their outermost output axis.
+reduce, on a CPU a small tile's padded window whole); a reduce over a unit-stride axis is unrolled by the vector
+width (vector accumulators); otherwise the unit-stride output axis is upcast by the vector width. Kernels with
+enough work are then shared out among the CPU cores along their outermost output axis.
 
 A size that is a Variable (a symbolic axis) stays a plain loop: every opt here splits a constant axis only (a split
 of a Variable size by a constant would need a remainder loop); the constant axes beside it get their opts as usual.
@@ -176,7 +176,7 @@ def hand_coded_optimizations(k: Kernel) -> Kernel:
             # window's next axis (its rows) too, or the row's bounds checks, lane masks and loop cost as much as its
             # multiply-adds (conv 64->64 3x3 on 32^2, one core, 4 x 2 tile: 3 taps 55 GFLOPS, 9 taps 63-77)
             rest = k.axes_of(AxisType.REDUCE)
-            if window and rest and len(rest) < n_reduce and k.upcast_size // max(1, vec) < WINDOW_FMAS:
+            if cpu_tile and window and rest and len(rest) < n_reduce and k.upcast_size // max(1, vec) < WINDOW_FMAS:
                 size = k.full_shape[rest[-1]]
                 if isinstance(size, int) and size <= 4 and _gathered(k, own, rest[-1], 1):
                     _unroll(k, (size,), limit)
