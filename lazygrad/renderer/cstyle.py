@@ -870,7 +870,7 @@ def _pinned_vector_load(ctx: RenderCtx, u: UOp) -> str | None:
     """A float vector that several ops use, loaded into a register once (ClangRenderer.register_pin)."""
     r = ctx.r
     pin = r.register_pin  # type: ignore[attr-defined]
-    if not pin or u.dtype.count < 2 or u.dtype.scalar not in (dtypes.float32, dtypes.float64) or ctx.uses[u] < 2:
+    if not pin or u.dtype.count < 2 or u.dtype.scalar not in (dtypes.float32, dtypes.float64) or ctx.uses.get(u, 0) < 2:
         return None
     if u.dtype.itemsize > r.vector_bytes:  # type: ignore[attr-defined]
         return None  # no one register holds it
