@@ -98,7 +98,7 @@ def test_free_cache_beside_frees_run_meanwhile_hands_out_no_freed_block():
     freed left in the cache, for alloc to hand out again: a use after free of system memory."""
     from lazygrad.runtime.ops_cpu import CPUAllocator
 
-    alloc = CPUAllocator()
+    alloc = CPUAllocator(cache_limit=1 << 20)  # (whatever ALLOC_CACHE_MB says)
     returned: set[int] = set()  # addresses given back to the system and not allocated since
     fresh, give_back = alloc._alloc, alloc._free
 
