@@ -269,23 +269,29 @@ class Allocator:
                 self.free_cache()
                 return self._alloc(nbytes)
 
+    # The lock is reentrant, and taken again by the same thread: the collector may run at any allocation of a Python
+    # object (a list here, a ctypes call's argument tuple) and free a Buffer caught in a reference cycle, whose
+    # __del__ calls free() in the middle of these methods.
     def free(self, ptr: int, nbytes: int) -> None:
         with self.lock:
             if self.cached_bytes + nbytes <= self.cache_limit:
-                if (blocks := self.cache.get(nbytes)) is None:  # (not setdefault: a new list made on every free)
-                    blocks = self.cache[nbytes] = []
+                if (blocks := self.cache.get(nbytes)) is None:  # (not setdefault alone: a new list on every free)
+                    # setdefault: a free run by the collector while the list was made may have put one there
+                    blocks = self.cache.setdefault(nbytes, [])
                 blocks.append(ptr)
                 self.cached_bytes += nbytes
             else:
                 self._free(ptr, nbytes)
 
     def free_cache(self) -> None:
+        # the cache taken away before its blocks go: a free run by the collector during the loop (each _free is a
+        # ctypes call) added a size to the dict being walked, the walk stopped with "dictionary changed size", and the
+        # blocks already returned to the system stayed in the cache, handed out again by alloc (a use after free)
         with self.lock:
-            for nbytes, blocks in self.cache.items():
+            cache, self.cache, self.cached_bytes = self.cache, {}, 0
+            for nbytes, blocks in cache.items():
                 for ptr in blocks:
                     self._free(ptr, nbytes)
-            self.cache.clear()
-            self.cached_bytes = 0
 
     def _alloc(self, nbytes: int) -> int:
         raise NotImplementedError

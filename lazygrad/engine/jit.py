@@ -260,6 +260,11 @@ class CapturedJit:
             return self._replay_kernels(args)
         # the hot path: write the changed slots of the graph's arrays, one ctypes call, wrap the outputs
         copies: list[tuple[Tensor, Buffer]] = []
+        # every buffer whose address goes into the table, held to the call: the table holds bare addresses, and a copy
+        # made for this call (a view, a lazy value) was freed as soon as the loop moved on, so the kernels read memory
+        # that the allocator had taken back (an earlier slice input read freed memory: garbage where the allocator's
+        # cache was off, another buffer's values where it handed the block on)
+        held: list[Buffer] = []
         for spec, a in zip(self.args, args):
             kind = spec.kind
             if kind is _TENSOR:
@@ -268,9 +273,11 @@ class CapturedJit:
                 if spec.value is not None:  # sharded: one slot per part
                     for j, buf in enumerate(self._sharded_input(spec, a)):
                         graph.bufs[spec.slot + j] = buf.ptr
+                        held.append(buf)
                     continue
                 buf, own = self._input(spec, a)
                 graph.bufs[spec.slot] = buf._ptr or buf.ptr
+                held.append(buf)
                 spec.last = a.uop if own else None  # never cache a copy: it goes stale
                 if spec.writes and not own:
                     copies.append((a, buf))

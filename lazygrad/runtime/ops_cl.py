@@ -312,21 +312,29 @@ class CLProgram:
             check(cl.clBuildProgram(self.program, 1, device, None, None, None), f"linking kernel {name}")
         self.kernel = cl.clCreateKernel(self.program, name.encode(), ctypes.byref(err))
         check(err.value, f"creating kernel {name}")
+        # a kernel's arguments are state of the cl_kernel object until the launch copies them: two threads launching
+        # one program (TinyJit replays in threads share the compiled kernels) set each other's arguments between the
+        # sets and the enqueue (4 threads x 100 replays: 22-43 results computed from another thread's buffers), and
+        # clSetKernelArg itself is the one OpenCL call the standard does not make thread-safe
+        self.launch_lock = threading.Lock()
 
     def __call__(
         self, *args: int, global_size: Dims = (1, 1, 1), local_size: Dims | None = (1, 1, 1), wait: bool = False
     ) -> float | None:
         cl = self.dev.cl
-        for i, a in enumerate(args):
-            arg = _vp(a) if self.n_bufs < 0 or i < self.n_bufs else _i32(a)
-            status = cl.clSetKernelArg(self.kernel, i, ctypes.sizeof(arg), ctypes.byref(arg))
-            check(status, f"setting argument {i} of kernel {self.name}")
         local = local_size or (1,) * len(global_size)
         gws = (_sz * len(global_size))(*[g * lo for g, lo in zip(global_size, local)])
         lws = (_sz * len(local))(*local) if local_size is not None else None
         event = _vp() if wait else None
         out_event = ctypes.byref(event) if wait else None
-        status = cl.clEnqueueNDRangeKernel(self.dev.queue, self.kernel, len(gws), None, gws, lws, 0, None, out_event)
+        with self.launch_lock:
+            for i, a in enumerate(args):
+                arg = _vp(a) if self.n_bufs < 0 or i < self.n_bufs else _i32(a)
+                status = cl.clSetKernelArg(self.kernel, i, ctypes.sizeof(arg), ctypes.byref(arg))
+                check(status, f"setting argument {i} of kernel {self.name}")
+            status = cl.clEnqueueNDRangeKernel(
+                self.dev.queue, self.kernel, len(gws), None, gws, lws, 0, None, out_event
+            )
         check(status, f"launching kernel {self.name} (global {tuple(gws)}, local {local_size})")
         if not wait:
             return None

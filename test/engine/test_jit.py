@@ -35,6 +35,23 @@ def test_first_runs_second_captures_then_replays():
     assert f.captured.kernel_count >= 1
 
 
+def test_replay_holds_the_copies_of_its_view_inputs_until_the_kernels_ran(monkeypatch):
+    """A slice argument reaches the kernels as a copy made for the call, whose address goes into the CPU graph's
+    table. The replay held only the last one: an earlier slice's copy was freed as the loop went on to the next
+    argument, and the kernels read memory the allocator had taken back (garbage here, where a freed block goes back
+    to the system at once; another buffer's values where the allocator's cache handed the block on)."""
+    from lazygrad import Device
+
+    monkeypatch.setattr(Device["CPU"].allocator, "cache_limit", 0)  # (free() then overwrites a block's first bytes)
+    an, bn = rand(3, 40), rand(3, 40)
+    a, b = Tensor(an).realize(), Tensor(bn).realize()
+    f = TinyJit(lambda x, y: (x * y + 1).sum(1).realize())
+    for n in (30, 30, 30, 30):
+        got = f(a[:, :n], b[:, :n]).numpy()
+        np.testing.assert_allclose(got, (an[:, :n] * bn[:, :n] + 1).sum(1), rtol=1e-5, atol=1e-5)
+    assert f.captured is not None and f.captured.graph is not None  # the replays went through the CPU graph
+
+
 def test_replay_runs_only_the_captured_kernels():
     a, b = Tensor(rand(16)).realize(), Tensor(rand(16)).realize()
     add = TinyJit(lambda x, y: (x + y).realize())

@@ -91,6 +91,39 @@ def test_allocator_reuses_freed_blocks():
     assert alloc.cached_bytes >= 0
 
 
+def test_free_cache_beside_frees_run_meanwhile_hands_out_no_freed_block():
+    """Each block free_cache returns to the system is a ctypes call, at which the collector may run and free a Buffer
+    caught in a reference cycle (Buffer.__del__ -> free, on the same thread: the lock is reentrant). A free of a size
+    the cache had no list for stopped the walk ("dictionary changed size during iteration") with the blocks already
+    freed left in the cache, for alloc to hand out again: a use after free of system memory."""
+    from lazygrad.runtime.ops_cpu import CPUAllocator
+
+    alloc = CPUAllocator(cache_limit=1 << 20)  # (whatever ALLOC_CACHE_MB says)
+    returned: set[int] = set()  # addresses given back to the system and not allocated since
+    fresh, give_back = alloc._alloc, alloc._free
+
+    def allocated(nbytes: int) -> int:
+        ptr = fresh(nbytes)
+        returned.discard(ptr)
+        return ptr
+
+    def freed(ptr: int, nbytes: int) -> None:
+        returned.add(ptr)
+        give_back(ptr, nbytes)
+        if len(returned) % 4 == 0:  # as the collector freeing a garbage Buffer of a new size meanwhile
+            alloc.free(alloc.alloc(1000 + len(returned)), 1000 + len(returned))
+
+    alloc._alloc, alloc._free = allocated, freed
+    blocks = [(alloc.alloc(64 + i), 64 + i) for i in range(40)]
+    for ptr, nbytes in blocks:
+        alloc.free(ptr, nbytes)
+    alloc.free_cache()
+    cached = {ptr for blocks in alloc.cache.values() for ptr in blocks}
+    assert not cached & returned, f"{len(cached & returned)} freed blocks are still handed out by the cache"
+    assert alloc.cached_bytes == sum(nbytes for nbytes, blocks in alloc.cache.items() for _ in blocks)
+    alloc.free_cache()
+
+
 def test_large_buffers_start_on_a_huge_page_and_compute_right():
     """Buffers of HUGE_MIN bytes or more are 2 MB aligned (huge-page advice); smaller ones keep the 64-byte alignment.
     A matmul over such buffers (the B panel copy and the output too) matches numpy."""
