@@ -1062,7 +1062,7 @@ class _Template:
                 size = alloc_size(shape)
             if target is not None:
                 buf = slots[target]
-                becomes[n] = _written_view(n, buf)
+                becomes[n] = UOp.buffer_view(buf.alias(), shape)
             else:
                 buf = Buffer(device, size, n.dtype, shape=shape)
                 becomes[n] = UOp.buffer_view(buf, shape)
@@ -1105,7 +1105,8 @@ def _template(
         if n not in walk.pos:
             return None
         target = n.src[0].base.arg if n.op is Ops.ASSIGN else None
-        if target is not None and id(target) not in slot_of:
+        # (a write into part of its buffer becomes a view the template does not keep)
+        if target is not None and (id(target) not in slot_of or written_part(n) is not None):
             return None
         target_slot = slot_of[id(target)] - len(becomes) if target is not None else None
         shape = tuple(view.shape)
