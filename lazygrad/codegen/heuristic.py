@@ -2,9 +2,9 @@
 
 The rules, in order: a kernel whose reduce input is reused along an output axis (matmul, conv) gets a register
 tile (upcast two output axes, vector lanes and rows, on a CPU a third for a second vector per row; unroll the
-reduce); a reduce over a unit-stride axis is unrolled by the vector width (vector accumulators); otherwise the
-unit-stride output axis is upcast by the vector width. Kernels with enough work are then shared out among the CPU
-cores along their outermost output axis.
+reduce, on a CPU a small tile's padded window whole); a reduce over a unit-stride axis is unrolled by the vector
+width (vector accumulators); otherwise the unit-stride output axis is upcast by the vector width. Kernels with
+enough work are then shared out among the CPU cores along their outermost output axis.
 
 A size that is a Variable (a symbolic axis) stays a plain loop: every opt here splits a constant axis only (a split
 of a Variable size by a constant would need a remainder loop); the constant axes beside it get their opts as usual.
@@ -35,6 +35,9 @@ THREAD_MIN_WORK = getenv("THREAD_MIN_WORK", 1 << 17)
 TILE_EXPANDED = 512
 # expanded values times the loads inside the reduce: past this an unrolled register tile's body only grows
 BODY_LOADS = 2048
+# vector multiply-adds of an unrolled window's loop body below which its rows are unrolled too (an AVX-512 tile of
+# 8 x 2 vectors has 48 in a row of 3 taps)
+WINDOW_FMAS = 48
 VECTOR_BYTES = getenv("VECTOR_BYTES", 0)  # 0: one of the machine's vector registers (the renderer knows)
 
 
@@ -109,16 +112,26 @@ def hand_coded_optimizations(k: Kernel) -> Kernel:
         # loads) cost a load each instead: then one gathered vector serves twice the rows (conv 64->64 3x3 on one
         # core: 16 x 1 192 GFLOPS, 8 x 2 173, 8 x 1 150; with masked loads 8 x 2 images 216, 16 x 1 175)
         rows = max(2, k.renderer.vector_registers // 4) if vec > 1 else 4
-        cols_axis, own = None, [i for i in in_reduce if i not in shared]
+        cols_axis, own, sliding = None, [i for i in in_reduce if i not in shared], False
         # the taps of a padded window, unrolled, share most of their loads: worth a bigger loop body
-        body = 2 * TILE_EXPANDED if reduce_axes and _gathered(k, own, reduce_axes[-1], 1) else TILE_EXPANDED
+        window = bool(reduce_axes) and _gathered(k, own, reduce_axes[-1], 1)
+        body = 2 * TILE_EXPANDED if window else TILE_EXPANDED
         # (measured on a CPU only: a GPU thread's tile stays as it was)
         cpu_tile = first is not None and not k.renderer.has_local
         gathered = cpu_tile and vec > 1 and _gathered(k, own, first, vec)
         if gathered:
             rows = rows * 2
         elif cpu_tile:
-            cols_axis = next((a for a in ranked[1:] if all(step[i][a] == 0 for i in shared)), None)
+            cols = [a for a in ranked[1:] if all(step[i][a] == 0 for i in shared)]
+            if k.renderer.masked_load_lane_mask and reduce_axes:
+                # with dear masked loads (AVX's) a padded conv's second vector is the next output row rather than
+                # another image: the two rows' windows share rows of the input, and their masked loads (4 x 2 tile:
+                # 8 a tile, not 12). One core, 64 -> 64 channels 3x3: 32^2 images 63-66 GFLOPS, rows 72-74; 16^2
+                # 75 and 83. The rows stay inside the images' loop (shared out among the cores, outermost, they
+                # were 56-65 on 16^2: each core then streams every image for its rows)
+                cols.sort(key=lambda a: not _slides(step, own, a, reduce_axes))
+                sliding = bool(cols) and _slides(step, own, cols[0], reduce_axes)
+            cols_axis = next(iter(cols), None)
         if first is not None:
             n_axes = len(k.full_shape)
             _upcast(k, first, (vec, 8, 4, 2))
@@ -150,13 +163,23 @@ def hand_coded_optimizations(k: Kernel) -> Kernel:
                 # vectors) from its own L2 while the rows stream from L3, instead of every core streaming all of B
                 # once per block of rows (two cores, panel copy included: 1024^2 430 -> 480 GFLOPS, 2048^2 457 ->
                 # 472, x @ w.T 458 -> 479)
-                if cols_axis is not None and len(k.full_shape) > n_axes:  # not upcast whole
+                if cols_axis is not None and not sliding and len(k.full_shape) > n_axes:  # not upcast whole
                     spread = third
         # 3: a conv's window row; its three shifted input vectors share most of their loads. A body that loads many
         # inputs already is long enough (a conv's input gradient with its 9 taps inside the channel sum: 8 x 2
         # vectors of 8 alone 347 us, unrolled by 4 632 us)
         if not (reduce_lanes and _unroll(k, (vec, 8, 4))):
-            _unroll(k, (4, 3, 2), min(body, BODY_LOADS // max(1, len(in_reduce))))
+            limit = min(body, BODY_LOADS // max(1, len(in_reduce)))
+            n_reduce = len(k.axes_of(AxisType.REDUCE))
+            _unroll(k, (4, 3, 2), limit)
+            # a padded window's row of taps unrolled whole is a short body where the tile has few vectors: the
+            # window's next axis (its rows) too, or the row's bounds checks, lane masks and loop cost as much as its
+            # multiply-adds (conv 64->64 3x3 on 32^2, one core, 4 x 2 tile: 3 taps 55 GFLOPS, 9 taps 63-77)
+            rest = k.axes_of(AxisType.REDUCE)
+            if cpu_tile and window and rest and len(rest) < n_reduce and k.upcast_size // max(1, vec) < WINDOW_FMAS:
+                size = k.full_shape[rest[-1]]
+                if isinstance(size, int) and size <= 4 and _gathered(k, own, rest[-1], 1):
+                    _unroll(k, (size,), limit)
     elif reduce_axes:
         last = reduce_axes[-1]
         lanes = vec > 1 and any(step[i][last] == 1 for i in in_reduce)
@@ -249,6 +272,12 @@ def _gathered(k: Kernel, views: list[int], axis: int, lanes: int) -> bool:
     return False
 
 
+def _slides(step: dict[int, list], views: list[int], axis: int, reduce_axes: list[int]) -> bool:
+    """Whether some of `views` moves along output `axis` as it does along one of `reduce_axes`: a window that slides
+    (a conv's output rows read the input rows its window rows do), so neighbours along `axis` share loads."""
+    return any(step[i][axis] not in (0, None) and step[i][axis] in (step[i][r] for r in reduce_axes) for i in views)
+
+
 def _vector_axis(k: Kernel, reuse: list[int], out_unit: list[int], reduce_steps: list[list], vec: int) -> int | None:
     """The output axis of a register tile that becomes vector lanes: one along which every reduce input is
     contiguous or broadcast, the store's unit-stride axis if it is one (a conv's input gradient stores along its
@@ -327,13 +356,13 @@ def _thread(k: Kernel, n_loads: int, prefer: int | None = None) -> bool:
     threads = k.renderer.threads
     # an iteration that gathers many inputs (a col2im sums 9 window gradients) is worth several plain ones
     work = prod(_size(s) for s in k.full_shape) * max(1, n_loads // 2)
-    if not k.renderer.has_threads or work < THREAD_MIN_WORK:
+    if work < THREAD_MIN_WORK:
         return False
     glob = k.axes_of(AxisType.GLOBAL)
-    if threads < 2:
-        # one core still runs the preferred axis outermost (a matmul's column panels): the panel block is then reused
-        # from L2 while the rows stream, not all of B streamed from L3 once per block of rows (2048^2 on one core,
-        # CPU time: 189-199 -> 203-212 GFLOPS)
+    if threads < 2 or not k.renderer.has_threads:
+        # one core (THREADS=1 is a renderer without threads) still runs the preferred axis outermost (a matmul's
+        # column panels): the panel block is then reused from L2 while the rows stream, not all of B streamed from
+        # L3 once per block of rows (2048^2 on one core, CPU time: 189-199 -> 203-212 GFLOPS)
         if prefer is not None and (at := glob.index(prefer)) > 0:
             k.try_opt(Opt(OptOps.SWAP, 0, at))
         return False

@@ -29,6 +29,8 @@ RANGE_KIND = {AxisType.GLOBAL: "g", AxisType.THREAD: "t", AxisType.THREAD_REDUCE
 # float sums over this many loop iterations or more are summed in blocks, if the kernel has at most BLOCK_MAX_ACCS
 # accumulators
 BLOCK_MIN_TRIPS, BLOCK_MAX_ACCS = 1024, 4
+# accumulators whose multiply-add chains together hide one multiply-add's latency (4 cycles, 2 units: 8 in flight)
+FMA_CHAINS = 8
 
 
 def _add_to(op: Ops, block: UOp, total: UOp) -> UOp:
@@ -50,6 +52,16 @@ def reduce_identity(op: Ops, dtype) -> UOp:  # noqa: ANN001
 
 def reduce_combine(op: Ops, a: UOp, b: UOp) -> UOp:
     return UOp(op, a.dtype, (a, b))
+
+
+def _chain(value: UOp, acc: UOp, op: Ops) -> list[UOp]:
+    """The steps from `acc` to `value` where `value` is `acc` combined by `op` with one value after another (first
+    step first), else []."""
+    steps = []
+    while value is not acc and value.op is op and len(value.src) == 2:
+        steps.append(value)
+        value = value.src[0]
+    return steps[::-1] if value is acc else []
 
 
 def _broadcast_axes(st: ShapeTracker, axes: list[int]) -> frozenset[int]:
@@ -464,6 +476,7 @@ class Lowerer:
         # what one iteration of the reduce loop does to an accumulator (None: there is no loop); equal reduce inputs
         # share one accumulator
         updates_of: dict[tuple, Callable[[UOp | None], UOp]] = {}
+        terms_of: dict[tuple, list[UOp]] = {}  # the unrolled values of each accumulator's update
         for r in (x for x in self.ast.toposort if x.op is Ops.REDUCE_AXIS):
             op = r.arg[0]
             for oc in self.out_combos:
@@ -473,11 +486,16 @@ class Lowerer:
                     continue
                 vals = [self.val(r.src[0], oc + uc) for uc in self.unroll_combos]
                 key = keys[(r, oc)] = (op, vals[0].dtype, tuple(vals))
-                if key not in updates_of:
-                    partial = vals[0]
-                    for v in vals[1:]:
-                        partial = reduce_combine(op, partial, v)
-                    updates_of[key] = functools.partial(self._combine, op, partial)
+                terms_of.setdefault(key, vals)
+        # products folded into their accumulator one at a time are one multiply-add each; summed first and the sum
+        # added, n products are a multiply, n - 1 multiply-adds and an add (a 4 x 2 register tile unrolled by 4 ran
+        # 40 vector ops where 32 do). The chain is as long as the unroll, which the other accumulators' chains hide
+        # where there are FMA_CHAINS of them; with fewer (a dot product's one vector) the sum keeps the loop short
+        chain = len(terms_of) >= FMA_CHAINS and all(
+            key[0] is Ops.ADD and all(v.op is Ops.MUL for v in vals) for key, vals in terms_of.items()
+        )
+        for key, vals in terms_of.items():
+            updates_of[key] = functools.partial(self._combine, key[0], vals, chain)
         if not updates_of:
             return
         if not self.reduce_ranges:  # every reduce axis unrolled: no loop, no accumulator
@@ -510,11 +528,17 @@ class Lowerer:
             key: UOp(Ops.DEFINE_ACC, key[1], (reduce_identity(key[0], key[1]), *outside), first + i)
             for i, key in enumerate(updates)
         }
-        assigns = [
-            UOp(Ops.ASSIGN, acc.dtype, (acc, updates[key](UOp(Ops.AFTER, acc.dtype, (acc, *loops))), *loops))
-            for key, acc in accs.items()
-        ]
-        end = UOp(Ops.ENDRANGE, dtypes.void, (loops[-1], *assigns))
+        reads = {key: UOp(Ops.AFTER, acc.dtype, (acc, *loops)) for key, acc in accs.items()}
+        values = {key: updates[key](read) for key, read in reads.items()}
+        assigns = [UOp(Ops.ASSIGN, acc.dtype, (acc, values[key], *loops)) for key, acc in accs.items()]
+        # updates that fold values in one at a time are emitted a step at a time across all accumulators (the
+        # linearizer follows ENDRANGE's sources in order): a register tile's row of the unrolled reduce then loads
+        # its vectors once and they die before the next row's, instead of one accumulator's whole chain loading
+        # every row's vectors at once (4 x 2 tile unrolled by 4: 8 + 2 vectors live, not 8 + 8)
+        chains = [_chain(values[key], reads[key], key[0]) for key in accs]
+        steps = [c[i] for i in range(max(map(len, chains))) for c in chains if i < len(c)]
+        hints = steps if any(len(c) > 1 for c in chains) else []
+        end = UOp(Ops.ENDRANGE, dtypes.void, (loops[-1], *hints, *assigns))
         for rng in reversed(loops[:-1]):
             end = UOp(Ops.ENDRANGE, dtypes.void, (rng, end))
         return {key: UOp(Ops.AFTER, acc.dtype, (acc, end)) for key, acc in accs.items()}
@@ -542,7 +566,16 @@ class Lowerer:
         self.staged = tiles
 
     @staticmethod
-    def _combine(op: Ops, partial: UOp, acc: UOp | None) -> UOp:
+    def _combine(op: Ops, vals: list[UOp], chain: bool, acc: UOp | None) -> UOp:
+        """An accumulator's update by its unrolled values: each combined into it in turn (`chain`), or combined
+        with each other first."""
+        if chain and acc is not None:
+            for v in vals:
+                acc = reduce_combine(op, acc, v)
+            return acc
+        partial = vals[0]
+        for v in vals[1:]:
+            partial = reduce_combine(op, partial, v)
         return partial if acc is None else reduce_combine(op, acc, partial)
 
     def _split_reduce(self, partials: dict[tuple, UOp]) -> dict[tuple, UOp]:

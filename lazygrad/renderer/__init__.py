@@ -106,6 +106,9 @@ class Renderer:
     dp4a_builtins: dict[int, str] = {}
     # a GEP whose arg is a tuple of lanes (a vector of those lanes of its source) renders as one shuffle
     lane_shuffle: bool = False
+    # a masked load's mask is a vector of lanes built for it (AVX's vmaskmovps), not a mask register (AVX-512): a
+    # masked load costs several plain ones, so a register tile reads fewer of them where it can (codegen/heuristic.py)
+    masked_load_lane_mask: bool = False
 
     def dtype_unsupported(self, dtype: DType) -> str | None:
         """Why this target cannot compute with `dtype`, or None when it can."""

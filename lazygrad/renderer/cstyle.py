@@ -936,6 +936,13 @@ def _masked_vector_load(ctx: RenderCtx, u: UOp) -> str | None:
     if len(u.src) < 2 or u.src[1].dtype == dtypes.bool:
         return None
     addr, mask = f"(const void*)&{ctx.names[u.src[0]]}", ctx.names[u.src[1]]
+    if ctx.r.masked_load_lane_mask:
+        # AVX's vmaskmovps: a lane loads where its int in the mask vector is negative (its bit, spread out)
+        n = u.dtype.count
+        ints = f"(int __attribute__((vector_size({4 * n}))))"
+        lanes = f"(({ints}{{{', '.join(str(1 << i) for i in range(n))}}} & (int){mask}) != 0)"
+        ptr = f"(const {ctx.r.render_dtype(u.dtype)}*){addr}"
+        return ctx.declare(u, "val", f"__builtin_ia32_maskloadps{'256' if n == 8 else ''}({ptr}, {lanes})")
     if u.dtype.count < 16 and ctx.r.masked_load_16:  # type: ignore[attr-defined]
         # the low lanes of a 16-lane load, the others masked off (AVX-512F alone: no fault, no VL)
         wide, low = "(float __attribute__((vector_size(64)))){0}", ", ".join(map(str, range(u.dtype.count)))
@@ -944,6 +951,19 @@ def _masked_vector_load(ctx: RenderCtx, u: UOp) -> str | None:
     zero = f"({ctx.r.render_dtype(u.dtype)}){{0}}"
     load = f"__builtin_ia32_loadups{u.dtype.itemsize * 8}_mask({addr}, {zero}, {mask})"
     return ctx.declare(u, "val", load)
+
+
+def _pinned_vector_load(ctx: RenderCtx, u: UOp) -> str | None:
+    """A float vector that several ops use, loaded into a register once (ClangRenderer.register_pin)."""
+    r = ctx.r
+    pin = r.register_pin  # type: ignore[attr-defined]
+    if not pin or u.dtype.count < 2 or u.dtype.scalar not in (dtypes.float32, dtypes.float64) or ctx.uses.get(u, 0) < 2:
+        return None
+    if u.dtype.itemsize > r.vector_bytes:  # type: ignore[attr-defined]
+        return None  # no one register holds it
+    v = _load(ctx, u)
+    ctx.line(f'__asm__("" : "+{pin}"({v}));')
+    return v
 
 
 def _byte_products_only(uops: list[UOp]) -> bool:
@@ -983,14 +1003,19 @@ class ClangRenderer(CStyleLanguage):
     # a gcc target attribute ("no-avx512vl") for kernels that build vectors lane by lane from selects, set where the
     # compiler gets those wrong (runtime/ops_cpu.py LANE_SELECT_PROBE)
     lane_select_target = ""
-    # float32 lanes of the vectors the CPU loads under a mask of lanes (AVX-512F: 16 and 8), set by the CPU device
-    # from its instruction sets; masked_load_16: 8 lanes as the low half of a 16-lane load, where AVX-512VL is missing
-    # or taken away from some kernels (lane_select_target)
+    # float32 lanes of the vectors the CPU loads under a mask of lanes (AVX-512F: 16 and 8; AVX without AVX-512: 8
+    # and 4, masked_load_lane_mask), set by the CPU device from its instruction sets; masked_load_16: 8 lanes as the
+    # low half of a 16-lane load, where AVX-512VL is missing or taken away from some kernels (lane_select_target)
     masked_load_lanes: tuple[int, ...] = ()
     masked_load_16 = False
     # a THREAD loop as functions of its own calling libgomp (GOMP_DECL) instead of `#pragma omp parallel for`, set by
     # the CPU device where its compiler's libgomp runs such a loop (runtime/ops_cpu.py)
     outline_threads = False
+    # an asm constraint for one vector register ("v"), set by the CPU device where its compiler (gcc tuned for Zen)
+    # folds a loaded vector into each of its multiply-adds as a memory operand, a load per use: a register tile's
+    # panel vectors are then loaded once per row of the tile, and the loads, not the multiply-adds, bound the loop
+    # (a 4 x 2 tile of 1024^2 on one core: 50-60 GFLOPS, each vector pinned in a register by an empty asm 80-88)
+    register_pin = ""
     # work (estimate_ops + estimate_mem: ~128 a ns on a core) per index of an outlined THREAD loop from which its body
     # is a function of one index rather than a loop over a chunk of them (ClangRenderer.render)
     outline_index_work = 1 << 19
@@ -1012,7 +1037,8 @@ class ClangRenderer(CStyleLanguage):
     def masked_load(self, dtype: DType) -> bool:
         # AVX-512's masked load (vmovups zmm{k}{z}, a builtin of gcc and clang): a padded conv's shifted window at an
         # edge was a scalar load per lane and a vector built from them (3x3 conv on one core, 64 -> 64 channels,
-        # batch 32: 16^2 pixels 197 -> 222 GFLOPS, 32^2 185 -> 197; 16 -> 32 channels of 8^2 114 -> 121)
+        # batch 32: 16^2 pixels 197 -> 222 GFLOPS, 32^2 185 -> 197; 16 -> 32 channels of 8^2 114 -> 121). AVX's
+        # vmaskmovps likewise on a CPU without AVX-512
         return dtype.scalar == dtypes.float32 and dtype.count in self.masked_load_lanes
 
     def matmul_panel(self, m: int, n: int, k: int, itemsize: int, transposed: bool = False) -> int:
@@ -1129,6 +1155,7 @@ class ClangRenderer(CStyleLanguage):
                     lambda ctx, u: ctx.expr(u, f"({ctx.names[u.src[0]]}[{u.arg}]!=0)") if _is_mask(u.src[0]) else None,
                 ),
                 (UPat(Ops.LOAD, name="u"), _masked_vector_load),
+                (UPat(Ops.LOAD, name="u"), _pinned_vector_load),
             ]
         )
         + C_RENDER

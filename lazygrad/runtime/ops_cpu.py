@@ -155,6 +155,22 @@ HALF_VECTOR_PROBE = (
 )
 
 
+# a register tile's inner loop as the lowerer writes it (4 rows x 2 vectors, one step of the reduce): each vector of b
+# meets four broadcast values of a. Built to assembly: a compiler that folds a vector's load into every multiply-add
+# using it (gcc tuned for Zen: vfmadd231ps 32(%rdx), ...) loads it once per use (ClangRenderer.register_pin)
+FOLDED_LOAD_PROBE = (
+    "typedef float v8 __attribute__((vector_size(32)));\n"
+    "void lg_probe(v8* restrict c, const v8* restrict b, const float* restrict a, int n) {\n"
+    "  v8 c0 = c[0], c1 = c[1], c2 = c[2], c3 = c[3], c4 = c[4], c5 = c[5], c6 = c[6], c7 = c[7];\n"
+    "  for (int k = 0; k < n; k++) {\n"
+    "    v8 b0 = b[2 * k], b1 = b[2 * k + 1];\n"
+    "    c0 += a[k] * b0; c1 += a[k] * b1; c2 += a[n + k] * b0; c3 += a[n + k] * b1;\n"
+    "    c4 += a[2 * n + k] * b0; c5 += a[2 * n + k] * b1; c6 += a[3 * n + k] * b0; c7 += a[3 * n + k] * b1;\n"
+    "  }\n"
+    "  c[0] = c0; c[1] = c1; c[2] = c2; c[3] = c3; c[4] = c4; c[5] = c5; c[6] = c6; c[7] = c7;\n}\n"
+)
+
+
 class ClangCompiler(Compiler):
     """Compiles C to a shared object. No -ffast-math: NaN and inf must behave as IEEE says."""
 
@@ -219,6 +235,9 @@ class ClangCompiler(Compiler):
         probe_key = repr((version, cc, self.flags, "direct_link_v1"))
         link = diskcache_get("cpu_link_v1", probe_key)
         self.link = diskcache_put("cpu_link_v1", probe_key, self._direct_link()) if link is None else link
+        probe_key = repr((version, cc, cpu, self.flags, "folded_load_v1"))
+        pin = diskcache_get("cpu_folded_load_v1", probe_key)
+        self.register_pin = diskcache_put("cpu_folded_load_v1", probe_key, self._folded_load()) if pin is None else pin
         # THREAD loops outlined by hand (ClangRenderer.outline_threads) where this libgomp runs one right
         probe_key = repr((version, cc, self.flags, self.link, "gomp_loop_v1"))
         gomp = diskcache_get("cpu_gomp_loop_v1", probe_key)
@@ -312,6 +331,19 @@ class ClangCompiler(Compiler):
             return direct if _Build(self.cc, self.flags, self.link, direct).finish(src) == by_driver else None
         except (CompileError, OSError):
             return None
+
+    def _folded_load(self) -> str:
+        """The asm constraint "v" (an x86 vector register) where this compiler builds FOLDED_LOAD_PROBE with a
+        multiply-add reading memory, else ""."""
+        compile_only = [f for f in self.flags if f not in ("-shared", "-fopenmp")]
+        cmd = [self.cc, *compile_only, "-S", "-x", "c", "-", "-o", "-"]
+        try:
+            out = subprocess.run(cmd, input=FOLDED_LOAD_PROBE, capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.TimeoutExpired):
+            return ""
+        code = [line.split("#")[0].split(None, 1) for line in out.stdout.splitlines()]  # (mnemonic, operands)
+        folded = any(len(c) == 2 and "fmadd" in c[0] and "(" in c[1] for c in code)
+        return "v" if out.returncode == 0 and folded else ""
 
     def _gomp_loop(self) -> bool:
         """Whether a parallel loop that calls libgomp's guided-schedule entry points itself (as an outlined THREAD
@@ -599,8 +631,10 @@ def simd_registers() -> tuple[int, int]:
 
 def masked_load_lanes() -> tuple[int, ...]:
     """float32 lanes of the vectors -march=native code may load under a mask of lanes (ClangRenderer.masked_load):
-    8 lanes with AVX-512VL, or as the low half of a 16-lane load (ClangRenderer.masked_load_16)."""
-    return (16, 8) if "avx512f" in _cpu_flags().split() else ()
+    8 lanes with AVX-512VL, or as the low half of a 16-lane load (ClangRenderer.masked_load_16); without AVX-512,
+    AVX's vmaskmovps of 8 or 4 lanes (ClangRenderer.masked_load_lane_mask)."""
+    flags = _cpu_flags().split()
+    return (16, 8) if "avx512f" in flags else (8, 4) if "avx" in flags else ()
 
 
 class CPUDevice(Compiled):
@@ -624,10 +658,12 @@ class CPUDevice(Compiled):
         renderer.dp4a_builtins = compiler.dp4a_builtins
         renderer.lane_shuffle = compiler.lane_shuffle
         renderer.outline_threads = renderer.has_threads and compiler.gomp_loop
+        renderer.register_pin = compiler.register_pin
         # an 8-lane masked load needs AVX-512VL, which kernels with lanes built from selects may have taken away: there
         # (and without VL) it is the low half of a 16-lane one, where the compiler has __builtin_shufflevector
-        lanes = masked_load_lanes()
-        renderer.masked_load_16 = bool(compiler.lane_select_target) or "avx512vl" not in _cpu_flags().split()
+        lanes, flags = masked_load_lanes(), _cpu_flags().split()
+        renderer.masked_load_lane_mask = "avx512f" not in flags and bool(lanes)
+        renderer.masked_load_16 = "avx512f" in flags and (bool(compiler.lane_select_target) or "avx512vl" not in flags)
         renderer.masked_load_lanes = (16,) if renderer.masked_load_16 and not compiler.lane_shuffle else lanes
         super().__init__(name, CPUAllocator(), renderer, compiler, CPUProgram)
 

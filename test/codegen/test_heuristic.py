@@ -106,16 +106,17 @@ def test_padded_conv_tile(size: int, masked: bool):
 
 @pytest.mark.parametrize("size,stride", [(16, 1), (17, 1), (8, 1), (16, 2)])
 def test_padded_window_loads_its_edge_lanes_under_a_mask(size: int, stride: int):
-    """Where the CPU loads under a mask of lanes (AVX-512), the lanes of a shifted window that fall in the padding are
-    masked off instead of gathered one by one: at the first and last element of the input too, where the vector's
-    address lies outside the buffer. The result is torch's either way."""
+    """Where the CPU loads under a mask of lanes (AVX-512's mask registers, AVX's vmaskmovps), the lanes of a shifted
+    window that fall in the padding are masked off instead of gathered one by one: at the first and last element of
+    the input too, where the vector's address lies outside the buffer. The result is torch's either way."""
     x, w = _rand(1, 2, size, size), _rand(16, 2, 3, 3, seed=1)
     out = Tensor(x).realize().conv2d(Tensor(w).realize(), padding=1, stride=stride)
     (si,) = sched = out.schedule()
     src = get_program(si.ast, Device["CPU"].renderer).src
     run_schedule(sched)
     lanes = Device["CPU"].renderer.masked_load_lanes
-    assert ("_mask((const void*)" in src) == (stride == 1 and size in lanes)
+    masked = "_mask((const void*)" in src or "__builtin_ia32_maskloadps" in src
+    assert masked == (stride == 1 and any(size % n == 0 for n in lanes))
     ref = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w), padding=1, stride=stride).numpy()
     np.testing.assert_allclose(out.numpy(), ref, rtol=1e-4, atol=1e-4)
 
@@ -139,7 +140,9 @@ def test_eight_lane_masked_load_as_half_of_a_sixteen_lane_one(wide: bool, monkey
     from lazygrad.runtime.ops_cpu import _cpu_flags
 
     renderer = Device["CPU"].renderer
-    if 8 not in renderer.masked_load_lanes or (not wide and "avx512vl" not in _cpu_flags().split()):
+    if 8 not in renderer.masked_load_lanes or renderer.masked_load_lane_mask:
+        pytest.skip("no AVX-512 masked load on this CPU")
+    if not wide and "avx512vl" not in _cpu_flags().split():
         pytest.skip("no 8-lane masked load of this spelling on this CPU")
     monkeypatch.setattr(renderer, "lane_select_target", "")  # this conv builds no lanes from selects: VL stays
     monkeypatch.setattr(renderer, "masked_load_16", wide)
@@ -196,3 +199,106 @@ def test_odd_row_matmul_and_its_gradients_match_torch(rows: int):
     np.testing.assert_allclose(out.numpy(), tout.detach().numpy(), rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-4, atol=1e-3)
     np.testing.assert_allclose(w.grad.numpy(), tw.grad.numpy(), rtol=1e-4, atol=1e-3)
+
+
+def _opts_on(make, renderer: ClangRenderer) -> list[list[tuple[str, int, int]]]:
+    """The heuristic's opts for each kernel of the tensor `make()` builds, on `renderer`."""
+    out = []
+    for si in make().schedule():
+        k = Kernel(si.ast, renderer)
+        k.merge_axes()
+        hand_coded_optimizations(k)
+        out.append([(o.op.name, o.axis, o.amount) for o in k.applied_opts])
+    return out
+
+
+def _conv_grad(which: str) -> Tensor:
+    x, w = Tensor.empty(8, 16, 16, 16, requires_grad=True), Tensor.empty(32, 16, 3, 3, requires_grad=True)
+    x.conv2d(w, padding=1).sum().backward()
+    return (x.grad if which == "x" else w.grad).contiguous()  # type: ignore[union-attr]
+
+
+def _conv(n: int, cin: int, size: int, cout: int) -> Tensor:
+    return Tensor.empty(n, cin, size, size).conv2d(Tensor.empty(cout, cin, 3, 3), padding=1)
+
+
+# kernels whose opts an AVX-512 CPU (32 registers of 64 bytes, masked loads of 16 and 8 lanes) must keep, as tuned
+# there: (name, the tensor, its opts on one core)
+AVX512_CHOICES = [
+    ("matmul", lambda: Tensor.empty(128, 1024) @ Tensor.empty(1024, 1024),
+     [[("UPCAST", 1, 16), ("UPCAST", 0, 8), ("UPCAST", 1, 2), ("UNROLL", 0, 2)]]),
+    ("x@w.T", lambda: Tensor.empty(128, 1024) @ Tensor.empty(1024, 1024).T,
+     [[("UPCAST", 1, 8), ("UPCAST", 0, 2), ("UNROLL", 0, 16)]]),
+    ("conv 64->64 on 32^2", lambda: _conv(32, 64, 32, 64),
+     [[("UPCAST", 3, 16), ("UPCAST", 1, 8), ("UPCAST", 0, 2), ("UNROLL", 2, 3)]]),
+    ("conv 16->32 on 64^2", lambda: _conv(4, 16, 64, 32),
+     [[("UPCAST", 3, 16), ("UPCAST", 1, 8), ("UPCAST", 2, 2), ("UNROLL", 2, 3), ("SWAP", 0, 2)]]),
+    ("digits conv2", lambda: _conv(64, 16, 8, 32),
+     [[("UPCAST", 3, 8), ("UPCAST", 1, 8), ("UPCAST", 0, 2), ("UNROLL", 2, 3)]]),
+    ("conv input gradient", lambda: _conv_grad("x"), [[("UPCAST", 2, 8), ("UNROLL", 0, 4)]]),
+    ("conv weight gradient", lambda: _conv_grad("w"), [[("UPCAST", 0, 8), ("UNROLL", 2, 16)]]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("name,make,want", AVX512_CHOICES, ids=[c[0] for c in AVX512_CHOICES])
+def test_avx512_tiles_stay_as_tuned(name: str, make, want: list):
+    """What is tuned for 16 registers of 32 bytes (AVX2) leaves a 32 x 64-byte renderer's choices alone: on one core
+    as listed, on two the same with the cores sharing out an axis (where one core swapped it outermost)."""
+    one = ClangRenderer(threads=1, vector_bytes=64, vector_registers=32)
+    one.masked_load_lanes = (16, 8)
+    assert _opts_on(make, one) == want
+    two = ClangRenderer(threads=2, vector_bytes=64, vector_registers=32)
+    two.masked_load_lanes = (16, 8)
+    threaded = [[o for o in opts if o[0] != "SWAP"] for opts in want]
+    assert [[o for o in opts if o[0] != "THREAD"] for opts in _opts_on(make, two)] == threaded
+
+
+def _avx2(threads: int = 1) -> ClangRenderer:
+    """A CPU renderer with AVX2's 16 registers of 32 bytes and AVX's masked loads (a mask vector per load)."""
+    renderer = ClangRenderer(threads=threads, vector_bytes=32, vector_registers=16)
+    renderer.masked_load_lanes, renderer.masked_load_lane_mask = (8, 4), True
+    return renderer
+
+
+def test_avx2_conv_tile_takes_two_output_rows_and_the_whole_window():
+    """With AVX's masked loads a padded 3x3 conv's 4 x 2 tile is 4 output channels by 2 output rows (their windows
+    share input rows and masked loads), and its loop body is the whole window (9 taps), not one row of it."""
+    (si,) = _conv(2, 64, 32, 64).schedule()
+    k = Kernel(si.ast, _avx2())
+    k.merge_axes()
+    hand_coded_optimizations(k)
+    assert [(o.op, o.axis, o.amount) for o in k.applied_opts if o.op is OptOps.UPCAST] == [
+        (OptOps.UPCAST, 3, 8),  # the output row's pixels as lanes
+        (OptOps.UPCAST, 1, 4),  # output channels
+        (OptOps.UPCAST, 2, 2),  # output rows
+    ]
+    assert [s for s, t in zip(k.full_shape, k.axis_types) if t is AxisType.UNROLL] == [3, 3]
+
+
+def test_avx2_padded_conv_computes_what_torch_does():
+    """The AVX tile of a padded conv (rows of the window sliding, edge lanes masked), run here where the CPU has AVX."""
+    from lazygrad.runtime.ops_cpu import _cpu_flags
+
+    if "avx" not in _cpu_flags().split():
+        pytest.skip("no AVX on this CPU")
+    x, w = _rand(2, 8, 16, 16), _rand(16, 8, 3, 3, seed=1)
+    (si,) = Tensor(x).realize().conv2d(Tensor(w).realize(), padding=1).schedule()
+    k = Kernel(si.ast, _avx2())
+    k.merge_axes()
+    hand_coded_optimizations(k)
+    spec = get_program(si.ast, _avx2(), list(k.applied_opts))
+    assert "__builtin_ia32_maskloadps256" in spec.src
+    out = Buffer("CPU", si.bufs[0].size, si.bufs[0].dtype)
+    ExecItem(CompiledRunner("CPU", spec), [out, *si.bufs[1:]]).run()
+    ref = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w), padding=1).numpy()
+    np.testing.assert_allclose(np.frombuffer(out.as_bytes(), np.float32).reshape(ref.shape), ref, rtol=1e-4, atol=1e-4)
+
+
+def test_one_core_runs_matmul_panels_outermost():
+    """THREADS=1 is a renderer without threads: its matmul over B's panels still runs the panels outermost (each
+    panel's block reused from L2 while the rows stream), as a renderer with threads and one core does."""
+    a, b = Tensor.empty(1024, 1024), Tensor.empty(1024, 1024)
+    renderer = _avx2()
+    renderer.has_threads = False
+    opts = _opts_on(lambda: a @ b, renderer)[-1]
+    assert ("SWAP", 0, 1) in opts and not any(o[0] == "THREAD" for o in opts)

@@ -189,3 +189,44 @@ def test_lane_fold_by_shuffles_is_the_scalar_tree_bit_for_bit(op: str, monkeypat
     np.testing.assert_array_equal(outs[0].view(np.uint32), outs[1].view(np.uint32))
     ref = x.astype(np.float64).sum(-1) if op == "sum" else x.max(-1)
     np.testing.assert_allclose(outs[1], ref, rtol=1e-5, atol=1e-3)
+
+
+def _tile_loop(opts: list[Opt]) -> list[UOp]:
+    """The linear UOps inside the reduce loop of a 64 x 256 @ 256 x 64 matmul under `opts`, for AVX2's registers."""
+    from lazygrad import Tensor
+    from lazygrad.codegen.linearize import linearize
+    from lazygrad.codegen.lowerer import lower
+    from lazygrad.renderer.cstyle import ClangRenderer
+
+    (si,) = (Tensor.empty(64, 256) @ Tensor.empty(256, 64)).schedule()
+    k = Kernel(si.ast, ClangRenderer(1, 32, 16))
+    k.merge_axes()
+    k.apply_opts(opts)
+    uops = linearize(lower(k))
+    start = next(i for i, u in enumerate(uops) if u.op is Ops.RANGE and u.arg[1] == "r")
+    end = next(i for i, u in enumerate(uops) if u.op is Ops.ENDRANGE and u.src[0] is uops[start])
+    return uops[start + 1 : end]
+
+
+# 4 rows x 2 vectors of 8, the reduce unrolled by 4: the register tile of a matmul on AVX2
+TILE_4X2 = [Opt(OptOps.UPCAST, 1, 8), Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UPCAST, 1, 2), Opt(OptOps.UNROLL, 0, 4)]
+
+
+def test_tile_products_fold_into_their_accumulators_one_at_a_time() -> None:
+    """Each unrolled product is added to its accumulator by itself: every add in the loop has one product operand
+    (one multiply-add each), none adds two products (a multiply, then a multiply-add, then an add)."""
+    body = _tile_loop(TILE_4X2)
+    adds = [u for u in body if u.op is Ops.ADD and u.dtype.count == 8]
+    assert len(adds) == 8 * 4
+    assert all(sum(s.op is Ops.MUL for s in u.src) == 1 for u in adds)
+
+
+def test_tile_steps_are_emitted_one_at_a_time() -> None:
+    """The unrolled steps of a register tile come out step by step across all 8 accumulators: at any point in the loop
+    at most the 2 vectors of one step are live, not all 4 steps' 8 (which do not fit AVX2's 16 registers beside the
+    8 accumulators)."""
+    body = _tile_loop(TILE_4X2)
+    last_use = {s: i for i, u in enumerate(body) for s in u.src}
+    vectors = [(i, last_use[u]) for i, u in enumerate(body) if u.op is Ops.LOAD and u.dtype.count == 8]
+    assert len(vectors) == 2 * 4
+    assert max(sum(a <= i <= b for a, b in vectors) for i in range(len(body))) <= 2

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import os
+import platform
 import shutil
 import subprocess
 
@@ -14,8 +15,10 @@ import torch
 
 from lazygrad import Device, Tensor, dtypes
 from lazygrad.codegen import get_program
-from lazygrad.codegen.kernel import OptOps
-from lazygrad.engine.realize import run_schedule
+from lazygrad.codegen.heuristic import hand_coded_optimizations
+from lazygrad.codegen.kernel import Kernel, OptOps
+from lazygrad.device import Buffer
+from lazygrad.engine.realize import CompiledRunner, ExecItem, run_schedule
 from lazygrad.renderer.cstyle import ClangRenderer
 from lazygrad.runtime.ops_cpu import CPUProgram
 from lazygrad.runtime.threads_cpu import team_launches
@@ -358,3 +361,42 @@ def test_dp4a_renders_saturating_byte_pairs_only_where_exact(masks, form) -> Non
         _, got = _run_kernel(_dp4a_case(masks)[0], _madd_renderer(), np.int32)
         np.testing.assert_array_equal(got.reshape(8, 8), want)
     np.testing.assert_array_equal(_dp4a_case(masks)[0].numpy(), want)
+
+
+def test_vector_used_by_several_ops_is_pinned_in_a_register():
+    """Where the compiler would fold a loaded vector into each multiply-add as a memory operand (register_pin set), a
+    matmul tile's panel vectors are loaded into a register once (an empty asm after the load); the scalar loads and
+    a renderer without the pin are left alone. The pinned kernel computes the product."""
+    a, b = np.random.default_rng(0).standard_normal((2, 64, 64), dtype=np.float32)
+    (si,) = (Tensor(a).realize() @ Tensor(b).realize()).schedule()
+    plain, pinned = ClangRenderer(1, 32, 16), ClangRenderer(1, 32, 16)
+    pinned.register_pin = "v"
+    k = Kernel(si.ast, plain)
+    k.merge_axes()
+    hand_coded_optimizations(k)
+    opts = list(k.applied_opts)
+    src = get_program(si.ast, pinned, opts).src
+    vectors = src.count("= *(lg_float32x8_u*)&data")  # the tile's vector loads (the stores assign to them)
+    assert vectors > 0 and src.count('__asm__("" : "+v"(val') == vectors
+    assert "__asm__" not in get_program(si.ast, plain, opts).src
+    if platform.machine() not in ("x86_64", "AMD64"):
+        return  # "v" is an x86 register class
+    out = Buffer("CPU", si.bufs[0].size, si.bufs[0].dtype)
+    ExecItem(CompiledRunner("CPU", get_program(si.ast, pinned, opts)), [out, *si.bufs[1:]]).run()
+    np.testing.assert_allclose(np.frombuffer(out.as_bytes(), np.float32).reshape(64, 64), a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_folded_load_probe_asks_for_the_pin_only_where_loads_are_folded():
+    """gcc tuned for Zen folds a loaded vector into each multiply-add using it: the probe asks for the pin there; gcc
+    tuned for Haswell keeps it in a register and is left alone."""
+    compiler = Device["CPU"].compiler
+    if platform.machine() not in ("x86_64", "AMD64") or "clang" in compiler.cc:  # type: ignore[attr-defined]
+        pytest.skip("the probe's assembly is x86's, and the tunes gcc's")
+    flags = compiler.flags  # type: ignore[attr-defined]
+    try:
+        compiler.flags = [*flags, "-mtune=znver3"]  # type: ignore[attr-defined]
+        assert compiler._folded_load() == "v"  # type: ignore[attr-defined]
+        compiler.flags = [*flags, "-mtune=haswell"]  # type: ignore[attr-defined]
+        assert compiler._folded_load() == ""  # type: ignore[attr-defined]
+    finally:
+        compiler.flags = flags  # type: ignore[attr-defined]
