@@ -3,9 +3,9 @@
 RMSNorm, rotary embeddings on adjacent pairs (GGUF stores Q/K rows permuted for that layout), grouped-query attention
 with a fixed-size KV cache updated in place, SwiGLU MLP, tied embeddings when the file has no `output.weight`.
 
-The position of a step may be an int or a 0-d tensor of a bound Variable: every position-dependent piece (the cache
-write, the causal mask, the rotary angles) is a comparison against `arange(max_context)`, so one set of compiled
-kernels serves every decode position.
+The position of a step may be an int or a 0-d tensor of a bound Variable: the causal mask and the rotary angles are
+comparisons against `arange(max_context)`, and a decode step writes its cache rows into the cache shrunk at the bound
+position (one row stored, not the whole cache rewritten), so one set of compiled kernels serves every decode position.
 """
 
 from __future__ import annotations
