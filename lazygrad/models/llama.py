@@ -3,9 +3,9 @@
 RMSNorm, rotary embeddings on adjacent pairs (GGUF stores Q/K rows permuted for that layout), grouped-query attention
 with a fixed-size KV cache updated in place, SwiGLU MLP, tied embeddings when the file has no `output.weight`.
 
-The position of a step may be an int or a 0-d tensor of a bound Variable: every position-dependent piece (the cache
-write, the causal mask, the rotary angles) is a comparison against `arange(max_context)`, so one set of compiled
-kernels serves every decode position.
+The position of a step may be an int or a 0-d tensor of a bound Variable: the causal mask and the rotary angles are
+comparisons against `arange(max_context)`, and a decode step writes its cache rows into the cache shrunk at the bound
+position (one row stored, not the whole cache rewritten), so one set of compiled kernels serves every decode position.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from lazygrad.models import take_rows
 from lazygrad.nn.gguf import GGUFTensorInfo, QuantizedMatrix, gguf_quantized, gguf_read_header, gguf_tensor
 from lazygrad.nn.packed import PanelMatrix
 from lazygrad.tensor import Tensor
-from lazygrad.uop.ops import UOp
+from lazygrad.uop.ops import Ops, UOp
 
 
 @dataclass(frozen=True)
@@ -112,6 +112,13 @@ def _stacked(ws: list[Tensor | QuantizedMatrix]) -> Weight:
     return PanelMatrix.pack(ts[0].cat(*ts[1:]).contiguous())
 
 
+def _write_part(memory: Tensor, part: tuple[Any, ...], value: Tensor) -> Tensor:
+    """An in-place write of `value` into the part of a stored tensor that the shrink `part` selects, storing that part
+    only (Tensor.assign into a view rewrites the whole base). Realize it before reading `memory` again: the write is
+    not in `memory`'s graph."""
+    return Tensor(UOp(Ops.ASSIGN, memory.dtype, (memory.shrink(part).uop, value.uop)))
+
+
 class Attention:
     def __init__(self, cfg: LlamaConfig, w: dict[str, Any], max_context: int):
         self.cfg, self.wo = cfg, _plain(w["attn_output"])
@@ -121,10 +128,10 @@ class Attention:
         self.cache_v = Tensor.zeros(*shape).contiguous().realize()
 
     def __call__(
-        self, x: Tensor, onehot: Tensor | int, written: Tensor, mask: Tensor, cos: Tensor, sin: Tensor
+        self, x: Tensor, onehot: Tensor | int | UOp, written: Tensor, mask: Tensor, cos: Tensor, sin: Tensor
     ) -> Tensor:
         """onehot: (T, slots) with a 1 at each new row's slot, or the first new row's slot where it is known (a
-        prompt's int position)."""
+        prompt's int position), or a decode step's bound position (then `written` is unused)."""
         cfg = self.cfg
         b, t, _ = x.shape
         qkv = linear(x, self.wqkv)
@@ -137,15 +144,24 @@ class Attention:
         # a known slot are padded into place (the same values, no arithmetic), others a tiny matmul over the t new
         # rows (in SmolLM2's cold prompt those matmuls were 2 kernels of each layer's 22, ~40 ms of gcc's ~300)
         new_k, new_v = k.transpose(1, 2), v.transpose(1, 2)
-        if t > 1 and isinstance(onehot, int):
+        if isinstance(onehot, UOp):
+            # a decode step stores its one row at the bound position, in a schedule of its own before the attention
+            # reads the cache: a where over the whole cache read and rewrote it all (k and v: 2 x 192 KB a layer at
+            # 256 slots, ~45 us of a layer's ~300). q is stored with it (its matmul is the rows' too)
+            row = (None, None, (onehot, onehot + 1), None)
+            q = q.contiguous()
+            Tensor.realize(q, _write_part(self.cache_k, row, new_k), _write_part(self.cache_v, row, new_v))
+            keys, values = self.cache_k, self.cache_v
+        elif t > 1 and isinstance(onehot, int):
             rows = ((0, 0), (0, 0), (onehot, self.cache_k.shape[2] - onehot - t), (0, 0))
             new_k, new_v = new_k.pad(rows), new_v.pad(rows)
         elif t > 1:
             assert isinstance(onehot, Tensor)
             scatter = onehot.T.reshape(1, 1, -1, t)
             new_k, new_v = scatter @ new_k, scatter @ new_v
-        keys = self.cache_k.assign(written.where(new_k, self.cache_k))
-        values = self.cache_v.assign(written.where(new_v, self.cache_v))
+        if not isinstance(onehot, UOp):
+            keys = self.cache_k.assign(written.where(new_k, self.cache_k))
+            values = self.cache_v.assign(written.where(new_v, self.cache_v))
         # grouped-query attention: query head h reads kv head h // (n_heads / n_kv_heads)
         group = cfg.n_heads // cfg.n_kv_heads
         ctx = mask.shape[-1]  # the slots the mask covers: those up to the last new position, or the whole cache
@@ -170,7 +186,7 @@ class Block:
         self.down = _plain(w["ffn_down"])
 
     def __call__(
-        self, x: Tensor, onehot: Tensor | int, written: Tensor, mask: Tensor, cos: Tensor, sin: Tensor
+        self, x: Tensor, onehot: Tensor | int | UOp, written: Tensor, mask: Tensor, cos: Tensor, sin: Tensor
     ) -> Tensor:
         h = x + self.attention(rms_norm(x, self.attn_norm, self.cfg.norm_eps), onehot, written, mask, cos, sin)
         n = rms_norm(h, self.ffn_norm, self.cfg.norm_eps)
@@ -231,9 +247,10 @@ class Llama:
         return self.forward(x, start_pos, all_logits)
 
     def _decode(self, token: UOp, pos: UOp) -> Tensor:
-        return self.forward(self.embed_rows.row(token).reshape(1, 1, self.cfg.dim), Tensor(pos))
+        return self.forward(self.embed_rows.row(token).reshape(1, 1, self.cfg.dim), Tensor(pos), at=pos)
 
-    def forward(self, x: Tensor, start_pos: int | Tensor, all_logits: bool = False) -> Tensor:
+    def forward(self, x: Tensor, start_pos: int | Tensor, all_logits: bool = False, at: UOp | None = None) -> Tensor:
+        """at: a decode step's bound position (start_pos is it as a 0-d tensor): the cache rows are written there."""
         t = x.shape[1]
         prompt = isinstance(start_pos, int)
         positions = (Tensor.arange(t) + start_pos).reshape(t, 1)
@@ -242,7 +259,7 @@ class Llama:
         # cache of 1024: an eighth of the scores); a decode step at a Variable's position to the whole cache, masked
         end = start_pos + t if isinstance(start_pos, int) else self.max_context
         mask = slots[:, :end] <= positions
-        onehot: Tensor | int
+        onehot: Tensor | int | UOp
         if isinstance(start_pos, int):
             # rows at a known position: the rotation tables' rows sliced, the new cache rows padded into place (see
             # Attention), the rows written and the mask left lazy (comparisons of indices inside each layer's
@@ -255,7 +272,9 @@ class Llama:
             cos, sin = onehot @ self.cos, onehot @ self.sin
             written = onehot.sum(0).reshape(1, 1, -1, 1) > 0
             # shared by every layer: computed once here rather than again inside each layer's kernels
-            shared = (onehot, written, mask, cos, sin)
+            shared = (onehot, written, mask, cos, sin) if at is None else (mask, cos, sin)
+            if at is not None:
+                onehot = at
         if prompt:
             # a prompt's embedded rows too: fused into the first layer's kernels they made that layer's kernels differ
             # from every other layer's (SmolLM2's cold prompt: 5 more kernels, in a schedule of their own). Scheduled

@@ -154,6 +154,27 @@ def _written_memory(assign: UOp) -> Buffer:
     return assign.src[0].base.arg.memory
 
 
+def written_part(assign: UOp) -> Chain | None:
+    """The movement ops from an ASSIGN's buffer to the part of it the write covers (innermost first), or None where
+    it covers the whole buffer: a write into a shrunk view (a KV cache's new row at a symbolic position) stores that
+    part only."""
+    ops, u = [], assign.src[0]
+    while u.op in GroupOp.Movement:
+        ops.append((u.op, u.arg))
+        u = u.src[0]
+    if all(op is Ops.RESHAPE for op, _ in ops):
+        return None
+    return tuple(reversed(ops))
+
+
+def _written_view(assign: UOp, buf: Buffer) -> UOp:
+    """What an ASSIGN node becomes once run: its target read from a fresh alias of the written memory (later graphs
+    see the new value)."""
+    if written_part(assign) is None:
+        return UOp.buffer_view(buf.alias(), assign.shape)
+    return assign.src[0].rebase(UOp.buffer_view(buf.alias(), (buf.size,)))
+
+
 def _leaf_buffer(u: UOp, realized: dict[UOp, UOp]) -> Buffer | None:
     """The buffer a stored leaf (a buffer, or a node realized earlier) is read from; None for other sources."""
     if u.op is not Ops.BUFFER:
@@ -655,8 +676,13 @@ class _KernelBuilder:
             chain,
         )
         n = prod(root.shape)
-        g = UOp(Ops.DEFINE_GLOBAL, root.dtype.ptr(n if type(n) is int else self.out_bufs[root].size), arg=0)
-        st = self._view(root.shape, chain)
+        part = written_part(root) if root.op is Ops.ASSIGN else None
+        if part is not None:  # the store goes through the target's view of its buffer
+            g = UOp(Ops.DEFINE_GLOBAL, root.dtype.ptr(self.out_bufs[root].size), arg=0)
+            st = self._view((self.out_bufs[root].size,), part + chain)
+        else:
+            g = UOp(Ops.DEFINE_GLOBAL, root.dtype.ptr(n if type(n) is int else self.out_bufs[root].size), arg=0)
+            st = self._view(root.shape, chain)
         ast = UOp(Ops.SINK, src=(UOp(Ops.STORE, dtypes.void, (g, UOp(Ops.VIEW, arg=st), value)),))
         record.translate_pass("build kernel", root, ast, self.viz_steps)  # VIZ
         return ast
@@ -1079,7 +1105,8 @@ def _template(
         if n not in walk.pos:
             return None
         target = n.src[0].base.arg if n.op is Ops.ASSIGN else None
-        if target is not None and id(target) not in slot_of:
+        # (a write into part of its buffer becomes a view the template does not keep)
+        if target is not None and (id(target) not in slot_of or written_part(n) is not None):
             return None
         target_slot = slot_of[id(target)] - len(becomes) if target is not None else None
         shape = tuple(view.shape)
@@ -1521,7 +1548,7 @@ def _allocate_buffers(s: _Schedule, ctx: None) -> _Schedule:
             # written in place; later graphs see the new value through a fresh alias of the same memory
             target = n.src[0].base.arg
             s.out_bufs[n] = target
-            s.becomes[asked] = UOp.buffer_view(target.alias(), n.shape)
+            s.becomes[asked] = _written_view(n, target)
             continue
         s.out_bufs[n] = Buffer(n.device, alloc_size(n.shape), n.dtype, shape=n.shape)
         if s.asked is not None and asked not in s.asked:

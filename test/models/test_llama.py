@@ -157,3 +157,36 @@ def test_cold_prompt_builds_its_kernels_in_two_builds(setup, monkeypatch: pytest
     assert builds[1][1] == 6  # the logits' 4 kernels and the argmax's 2
     monkeypatch.setattr(realize, "_compile_todo", real)
     assert token == int(np.argmax(model(ids, 0).numpy()))
+
+
+def test_decode_step_writes_one_cache_row(setup, monkeypatch: pytest.MonkeyPatch):
+    """A decode step (its position a bound Variable) stores one new row into each layer's k and v caches, whatever
+    the cache's size: a where over the whole cache read and rewrote every slot. Its logits are still torch's."""
+    import lazygrad.tensor as tensor_module
+    from lazygrad import Context
+    from lazygrad.helpers import prod
+    from lazygrad.uop.ops import Ops
+
+    model, _, prompt, ref = setup
+    attn = [layer.attention for layer in model.layers]
+    caches = {c.uop.base.arg.memory for a in attn for c in (a.cache_k, a.cache_v)}
+    stored: list[int] = []  # elements each store into a cache writes
+    real = tensor_module.create_schedule
+
+    def counting(outs, realized):
+        sched, becomes, var_vals = real(outs, realized)
+        for si in sched:
+            for u in si.ast.toposort:
+                if u.op is Ops.STORE and si.bufs[u.src[0].arg].memory in caches:
+                    stored.append(prod(u.src[1].arg.shape))
+        return sched, becomes, var_vals
+
+    token = argmax_token(model(prompt, 0))
+    monkeypatch.setattr(tensor_module, "create_schedule", counting)
+    with Context(JIT=0):  # every step schedules anew (a replay schedules nothing)
+        logits = model([token], len(prompt)).numpy()
+    cfg = model.cfg
+    assert stored == [cfg.n_kv_heads * cfg.head_dim] * (2 * cfg.n_layers)
+    with torch.no_grad():
+        want = ref.logits(prompt + [token])[-1].numpy()
+    np.testing.assert_allclose(logits, want, atol=2e-3, rtol=0)

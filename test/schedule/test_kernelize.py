@@ -8,7 +8,7 @@ import torch
 
 import lazygrad.tensor as tensor_module
 from lazygrad import GlobalCounters, Tensor
-from lazygrad.uop.ops import Ops
+from lazygrad.uop.ops import Ops, UOp
 
 
 def kernels_for(*ts: Tensor) -> int:
@@ -145,7 +145,6 @@ def test_sum_over_empty_axis_is_zero(shape, axis):
 
 def test_bound_variable_is_a_kernel_argument():
     from lazygrad.engine.realize import get_runner
-    from lazygrad.uop.ops import UOp
 
     x, xn = realized(16)
     v = UOp.variable("step", 0, 100)
@@ -493,3 +492,52 @@ def test_a_realized_value_held_weakly_stays_a_leaf_while_a_schedule_is_made(monk
     monkeypatch.setattr(kernelize._Planner, "cap_kernel_size", dies_meanwhile)
     np.testing.assert_allclose((x * 2 + 1).exp2().numpy(), np.exp2(np.arange(4) * 2 + 1), rtol=1e-6)
     assert died == [True] and still == [True]
+
+
+def _written_part(memory: Tensor, part: tuple, value: Tensor) -> Tensor:
+    """An in-place write into the part of `memory` a shrink selects (as llama's decode step writes its cache rows)."""
+    return Tensor(UOp(Ops.ASSIGN, memory.dtype, (memory.shrink(part).uop, value.uop)))
+
+
+def _run_counting_stores(t: Tensor) -> list[int]:
+    """Runs t's schedule; the elements each of its STOREs writes (the size of the store's view)."""
+    from lazygrad.engine.realize import run_schedule
+    from lazygrad.helpers import prod
+
+    sched, var_vals = t.schedule_with_vars()
+    run_schedule(sched, var_vals)
+    return [prod(u.src[1].arg.shape) for si in sched for u in si.ast.toposort if u.op is Ops.STORE]
+
+
+def test_write_into_a_shrunk_view_stores_that_part_only():
+    # a KV cache's new row at a bound position: one kernel stores the row (the rest of the memory is neither read
+    # nor written), at every position of the same compiled kernel
+    cache, cn = realized(1, 3, 16, 8)
+    pos = UOp.variable("pos", 0, 15)
+    for p in (0, 5, 15):
+        row, rn = realized(1, 3, 1, 8, seed=p + 1)
+        at = pos.bind(p)
+        write = _written_part(cache, (None, None, (at, at + 1), None), row * 2)
+        assert _run_counting_stores(write) == [3 * 8]
+        cn[:, :, p : p + 1] = rn * 2
+        np.testing.assert_array_equal(cache.numpy(), cn)
+
+
+def test_write_into_a_shrunk_view_replays_at_new_positions():
+    from lazygrad.engine.jit import TinyJit
+
+    cache, cn = realized(2, 16, 4)
+    pos = UOp.variable("pos", 0, 14)
+
+    @TinyJit
+    def step(at: UOp, x: Tensor) -> Tensor:
+        Tensor.realize(_written_part(cache, (None, (at, at + 2), None), x + 1))
+        return (cache * 1).sum(1).realize()
+
+    for p in (3, 0, 7, 14, 1):
+        x, xn = realized(2, 2, 4, seed=p)
+        got = step(pos.bind(p), x)
+        cn[:, p : p + 2] = xn + 1
+        np.testing.assert_allclose(got.numpy(), cn.sum(1), rtol=1e-6)
+        np.testing.assert_array_equal(cache.numpy(), cn)
+    assert step.captured is not None
