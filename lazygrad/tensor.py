@@ -1728,7 +1728,10 @@ class Tensor(metaclass=_TensorType):
     def from_numpy(arr: Any) -> Tensor:
         """A CPU tensor over the array's own memory, as torch.from_numpy: no copy, so a write into either shows in
         the other. `Tensor(arr)` copies (as torch.tensor does): a batch array refilled in a loop then leaves the
-        tensors made from it alone. Falls back to a copy where the array is not C-contiguous and aligned."""
+        tensors made from it alone. Falls back to a copy where the array is not C-contiguous and aligned, or not
+        writable: torch shares a read-only array too (with a warning), and an in-place op then writes into memory
+        nobody may write (a read-only file mapping: a segfault; the bytes object under `np.frombuffer`: a changed
+        immutable object)."""
         return Tensor(Tensor._from_numpy(arr, "CPU", None, share=True))
 
     @staticmethod
@@ -1758,7 +1761,7 @@ class Tensor(metaclass=_TensorType):
         dt = _np_to_dtype(arr.dtype)
         shape = tuple(int(s) for s in arr.shape)
         aligned = arr.flags.c_contiguous and arr.size > 0 and arr.ctypes.data % dt.itemsize == 0
-        if share and device == "CPU" and aligned:
+        if share and device == "CPU" and aligned and arr.flags.writeable:
             # zero-copy: the buffer points into the array (kept alive by the buffer)
             buf = Buffer(device, int(arr.size), dt, external=arr, external_ptr=arr.ctypes.data, shape=shape)
         else:

@@ -515,6 +515,26 @@ def test_tensor_from_numpy_copies_and_from_numpy_shares():
     np.testing.assert_array_equal(b, [6, 2, 2, 2])  # as torch.from_numpy: one memory
 
 
+def test_from_numpy_copies_a_read_only_array(tmp_path):
+    """A read-only array is copied: an in-place op wrote into the bytes object under np.frombuffer (an immutable
+    object changed) and into a read-only file mapping (a segfault)."""
+    raw = np.arange(4, dtype=np.float32).tobytes()
+    t = Tensor.from_numpy(np.frombuffer(raw, np.float32))
+    t += 1
+    np.testing.assert_array_equal(t.numpy(), [1, 2, 3, 4])
+    assert raw == np.arange(4, dtype=np.float32).tobytes()
+    path = tmp_path / "w.npy"
+    np.save(path, np.ones(8, np.float32))
+    mapped = np.load(path, mmap_mode="r")
+    m = Tensor.from_numpy(mapped)
+    m[2:4] = 7
+    np.testing.assert_array_equal(m.numpy(), [1, 1, 7, 7, 1, 1, 1, 1])
+    np.testing.assert_array_equal(mapped, np.ones(8))
+    writable = np.ones(2, np.float32)
+    Tensor.from_numpy(writable).add_(1).realize()
+    np.testing.assert_array_equal(writable, [2, 2])  # a writable array is still shared
+
+
 def test_from_blob_reads_and_writes_the_callers_memory():
     a = np.arange(12, dtype=np.float32)
     t = Tensor.from_blob(a.ctypes.data, (3, 4), dtype="float32")
