@@ -77,6 +77,9 @@ class MPIBackend(Backend):
         self.side = comm.Dup()  # the side conversation never matches the user's own messages
         self.seq = 0  # collectives entered so far: identical on every rank of a correct program
         self.waiting_in = ""
+        # collectives given up on: MPI may still read and write their memory (a late peer, no cancel for collectives),
+        # so their requests, host views and Buffers are kept for the life of the process instead of being freed
+        self.abandoned: list[tuple[Any, ...]] = []
 
     # *** host memory: the buffer's own (CPU, PYTHON), else a copy ***
 
@@ -102,7 +105,7 @@ class MPIBackend(Backend):
             if copied:
                 copies.append((dst, recv))
         specs = [spec for spec, _, _ in pending]
-        self._run("all_reduce", self.comm.Iallreduce, self.comm.Allreduce, specs, timeout)
+        self._run("all_reduce", self.comm.Iallreduce, self.comm.Allreduce, specs, timeout, (pairs, pending))
         for dst, host in copies:
             dst.copyin(host)
 
@@ -118,15 +121,17 @@ class MPIBackend(Backend):
             pending.append(spec)
             if copied and self.rank != root:
                 copies.append((buf, view))
-        self._run("broadcast", self.comm.Ibcast, self.comm.Bcast, pending, timeout)
+        self._run("broadcast", self.comm.Ibcast, self.comm.Bcast, pending, timeout, (bufs,))
         for buf, host in copies:
             buf.copyin(host)
 
     # *** deadlines ***
 
-    def _run(self, what: str, start: Any, blocking: Any, specs: list[tuple], timeout: float) -> None:
+    def _run(
+        self, what: str, start: Any, blocking: Any, specs: list[tuple], timeout: float, memory: tuple = ()
+    ) -> None:
         """Start the nonblocking collective `start(*spec)` for every spec and wait for all; timeout <= 0: no
-        deadline, the `blocking` calls (no polling)."""
+        deadline, the `blocking` calls (no polling). `memory`: what must outlive the requests (Buffers, views)."""
         self.seq += 1
         if timeout <= 0:
             for spec in specs:
@@ -142,7 +147,11 @@ class MPIBackend(Backend):
                 self._answer_peers()
                 next_answer = now + ANSWER_EVERY_S
             if now >= deadline:
-                self._timed_out(what, timeout, requests)
+                try:
+                    self._timed_out(what, timeout, requests)
+                except CollectiveTimeout:
+                    self.abandoned.append((requests, specs, memory))
+                    raise
             if now >= spin_until:
                 nap = min(max(nap * 2, 1e-4), MAX_NAP_S)
                 time.sleep(nap)

@@ -164,3 +164,41 @@ def test_nccl_backend_is_checked_on_import_and_says_what_is_missing() -> None:
     assert nccl_version() >= 20000
     uid = NcclUniqueId()
     assert lib.ncclGetUniqueId(ctypes.byref(uid)) == 0 and any(uid.internal)
+
+
+def test_a_collective_given_up_on_keeps_its_memory() -> None:
+    """MPI may still write into an all_reduce's memory after this rank gave up on it (a late peer; collectives cannot
+    be cancelled): the timed-out collective's Buffers and host views stay held, so none goes back to the allocator.
+    A stand-in for mpi4py whose requests never complete (no second process needed)."""
+    import gc
+    import weakref
+    from types import SimpleNamespace
+
+    from lazygrad.distributed.backend import CollectiveTimeout, MPIBackend
+
+    class FakeMPI:  # datatypes and ops by name; requests that never complete
+        Request = SimpleNamespace(Testall=lambda requests: False)
+
+        def __getattr__(self, name: str) -> str:
+            return name
+
+    fake_mpi = FakeMPI()
+    backend = MPIBackend.__new__(MPIBackend)
+    backend.MPI, backend.rank, backend.size, backend.seq, backend.waiting_in, backend.abandoned = (
+        fake_mpi, 0, 2, 0, "", []
+    )  # fmt: skip
+    backend.comm = SimpleNamespace(Iallreduce=lambda send, recv, op: object(), Allreduce=None)
+    backend._answer_peers = lambda: None
+
+    def gives_up(what, timeout, requests):
+        raise CollectiveTimeout(f"{what} gave up")
+
+    backend._timed_out = gives_up
+    src, dst = Tensor.ones(64).contiguous().realize(), Tensor.empty(64).realize()
+    buffers = [weakref.ref(t.uop.buffer) for t in (src, dst)]
+    with pytest.raises(CollectiveTimeout, match="all_reduce gave up"):
+        backend.all_reduce([(src.uop.buffer, dst.uop.buffer)], "sum", timeout=1e-3)
+    del src, dst
+    gc.collect()
+    assert all(ref() is not None for ref in buffers)  # freed before: MPI's late write would land in reused memory
+    assert len(backend.abandoned) == 1
