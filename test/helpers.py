@@ -153,6 +153,34 @@ def compiles_for(target: str, *tensors: Any) -> str | None:
     return None
 
 
+def run_in_threads(work: Callable[[int], None], n: int, switch_interval: float = 1e-6) -> None:
+    """work(0) .. work(n - 1) in n threads at once, switching between them every `switch_interval` seconds (as often
+    as possible by default: where races show); the first exception a thread raised is raised here."""
+    import sys
+    import threading
+
+    errors: list[BaseException] = []
+
+    def run(i: int) -> None:
+        try:
+            work(i)
+        except BaseException as e:  # noqa: BLE001 -- raised by the calling thread
+            errors.append(e)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(switch_interval)
+    try:
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
+    if errors:
+        raise errors[0]
+
+
 def counting_calls(monkeypatch: Any, owner: Any, name: str) -> list[int]:
     """Replace owner.name (a module's function or a class's method) for the test by one that counts its calls: the
     list's one number is the count so far."""

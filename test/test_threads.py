@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from lazygrad import Context, Tensor, TinyJit
+from test.helpers import run_in_threads
 
 N_THREADS = 4
 
@@ -206,28 +207,13 @@ def test_one_train_decorator_in_many_threads() -> None:
 def test_random_tensors_drawn_in_threads_never_share_values() -> None:
     """Each random call takes its own counter under a lock: with the counter read twice around other work, threads
     switching in between drew the same numbers (14 of 1200 tensors were repeats)."""
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)  # switch threads as often as possible, where the race showed
     drawn: list[tuple[float, ...]] = []
-    errors: list[BaseException] = []
-    try:
 
-        def draw() -> None:
-            try:
-                tensors = [Tensor.rand(8) for _ in range(150)]
-                drawn.extend(tuple(t.tolist()) for t in tensors)
-            except BaseException as e:  # noqa: BLE001 -- reported by the main thread
-                errors.append(e)
+    def draw(_: int) -> None:
+        tensors = [Tensor.rand(8) for _ in range(150)]
+        drawn.extend(tuple(t.tolist()) for t in tensors)
 
-        threads = [threading.Thread(target=draw) for _ in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    finally:
-        sys.setswitchinterval(interval)
-    if errors:
-        raise errors[0]
+    run_in_threads(draw, 4)
     assert len(drawn) == 600
     repeated = [v for v, n in collections.Counter(drawn).items() if n > 1]
     assert not repeated, f"{len(repeated)} of 600 random tensors drawn in threads share their values"

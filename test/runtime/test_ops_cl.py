@@ -16,6 +16,7 @@ from lazygrad.device import Buffer, CompileError, DeviceUnavailable
 from lazygrad.engine.realize import CompiledRunner
 from lazygrad.runtime import ops_cl
 from test import test_dtype, test_numerics_edges, test_ops
+from test.helpers import run_in_threads
 
 try:
     CL = Device["CL"]
@@ -315,37 +316,19 @@ def test_jit_replays_in_threads_launch_one_kernel_with_their_own_buffers():
     """Each thread's TinyJit captures the same compiled kernel (one cl_kernel, whose arguments are set one call at a
     time before the launch): threads launching it at once took each other's buffers (4 x 100 replays: 22-43 results
     computed from another thread's input)."""
-    import sys
-    import threading
-
     from lazygrad import TinyJit
 
     wrong: list[int] = []
-    errors: list[BaseException] = []
 
     def work(tid: int) -> None:
-        try:
-            step = TinyJit(lambda x: (x * 3 + 1).relu().realize())
-            rng = np.random.default_rng(tid)
-            for _ in range(100):
-                a = rng.standard_normal(64).astype(np.float32)
-                if not np.allclose(step(Tensor(a, device="CL")).numpy(), np.maximum(a * 3 + 1, 0), atol=1e-5):
-                    wrong.append(tid)
-        except BaseException as e:  # noqa: BLE001 -- reported by the main thread
-            errors.append(e)
+        step = TinyJit(lambda x: (x * 3 + 1).relu().realize())
+        rng = np.random.default_rng(tid)
+        for _ in range(100):
+            a = rng.standard_normal(64).astype(np.float32)
+            if not np.allclose(step(Tensor(a, device="CL")).numpy(), np.maximum(a * 3 + 1, 0), atol=1e-5):
+                wrong.append(tid)
 
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)  # threads switch between the argument calls and the launch
-    try:
-        threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    finally:
-        sys.setswitchinterval(interval)
-    if errors:
-        raise errors[0]
+    run_in_threads(work, 4)  # threads switch between the argument calls and the launch
     assert not wrong, f"{len(wrong)} of 400 replays computed another thread's values"
 
 
