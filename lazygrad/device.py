@@ -10,7 +10,15 @@ import threading
 from typing import Any, Callable
 
 from lazygrad.dtype import DType
-from lazygrad.helpers import DEBUG, GlobalCounters, diskcache_get, diskcache_put, format_bytes, getenv
+from lazygrad.helpers import (
+    DEBUG,
+    GlobalCounters,
+    check_host_allocation,
+    diskcache_get,
+    diskcache_put,
+    format_bytes,
+    getenv,
+)
 
 # the order devices are tried in when none is named
 DEVICE_PREFERENCE = ("CPU",)
@@ -219,6 +227,7 @@ class Buffer:
 
     def as_bytes(self) -> memoryview:
         try:
+            check_host_allocation(self.nbytes)
             out = memoryview(bytearray(self.nbytes))
         except MemoryError as e:
             raise self._out_of_memory(f"in host memory to read it from {self.device}", e) from e

@@ -34,6 +34,30 @@ def cpu_cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
+@functools.cache
+def host_memory_bytes() -> int:
+    """Physical memory plus swap: the most host memory that can ever back an allocation. A larger request is
+    refused up front (`check_host_allocation`): where the kernel overcommits memory without limit it would succeed,
+    and the first write over its pages (zeroing a bytearray, a kernel's store) then has the process killed by the OOM
+    killer instead of raising MemoryError; where it does not overcommit, this is the limit the kernel applies."""
+    try:
+        total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return 1 << 62  # unknown: nothing refused here
+    with contextlib.suppress(OSError, ValueError):
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("SwapTotal:"):
+                    total += int(line.split()[1]) * 1024
+    return total
+
+
+def check_host_allocation(nbytes: int) -> None:
+    """MemoryError for a host allocation larger than the machine's memory and swap together (see host_memory_bytes)."""
+    if nbytes > host_memory_bytes():
+        raise MemoryError(f"more than this machine's memory and swap ({format_bytes(host_memory_bytes())})")
+
+
 class ContextVar:
     """A knob read from the environment once, overridable in-process with `Context(...)`."""
 

@@ -1,5 +1,7 @@
 import os
 
+import pytest
+
 # every kernel the tests build is checked against the IR rules (lazygrad/uop/spec.py) between codegen passes
 os.environ.setdefault("SPEC", "1")
 
@@ -10,3 +12,12 @@ os.environ.setdefault("SPEC", "1")
 if (worker := os.environ.get("PYTEST_XDIST_WORKER")) and "POCL_CACHE_DIR" not in os.environ:
     cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     os.environ["POCL_CACHE_DIR"] = os.path.join(cache, "pocl", f"kcache-{worker}")
+
+
+@pytest.fixture
+def default_device_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tensors made without a device go to CPU whatever DEV says: for tests of the CPU device's own machinery
+    (its compiler, graph driver, panels, file mappings), which test/run_on_gpu.sh also runs with DEV=CUDA."""
+    from lazygrad import Device
+
+    monkeypatch.setattr(Device, "DEFAULT", "CPU")

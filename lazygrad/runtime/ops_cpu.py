@@ -18,7 +18,7 @@ import time
 from typing import Any
 
 from lazygrad.device import Allocator, Compiled, CompileError, Compiler, DeviceUnavailable
-from lazygrad.helpers import cpu_cores, diskcache_get, diskcache_put, getenv
+from lazygrad.helpers import check_host_allocation, cpu_cores, diskcache_get, diskcache_put, getenv
 from lazygrad.renderer.cstyle import DP4A_MADD, GOMP_DECL, ClangRenderer
 from lazygrad.runtime.threads_cpu import load_openmp, load_team, openmp_spin_capped
 
@@ -45,6 +45,7 @@ _HUGE = sys.platform == "linux"
 
 class CPUAllocator(Allocator):
     def _alloc(self, nbytes: int) -> int:
+        check_host_allocation(nbytes)
         ptr = ctypes.c_void_p()
         huge = _HUGE and nbytes >= HUGE_MIN
         if (err := _libc.posix_memalign(ctypes.byref(ptr), HUGE_PAGE if huge else ALIGNMENT, max(nbytes, 1))) != 0:

@@ -12,6 +12,8 @@ import functools
 import glob
 import hashlib
 import os
+import threading
+import weakref
 from typing import Any
 
 from lazygrad.device import Allocator, Compiled, CompileError, Compiler, DeviceUnavailable
@@ -169,6 +171,40 @@ def cu_check(status: int, doing: str) -> None:
         raise CUDAError(f"{(name.value or b'CUDA error').decode()} ({status}) {doing}")
 
 
+class _ForkedDriver:
+    """Stands in for the driver library in a process forked from one that opened a CUDA device: the driver's state
+    (contexts, memory, modules) belongs to the parent, and a call from the child fails or hangs in the driver. Every
+    call raises a clear error instead, except the frees and unloads the child's collector runs on objects it inherited
+    (the parent still owns what they point to)."""
+
+    _release = frozenset({"cuMemFree_v2", "cuModuleUnload", "cuEventDestroy_v2", "cuCtxSetCurrent"})
+
+    def __getattr__(self, name: str) -> Any:
+        if name in self._release:
+            return lambda *args: 0
+
+        def refuse(*args: Any) -> int:
+            raise CUDAError(
+                f"CUDA ({name}): this process was forked from one that had opened a CUDA device, and the driver "
+                "cannot be used after fork; start worker processes with multiprocessing's 'spawn' (or 'forkserver') "
+                "start method"
+            )
+
+        return refuse
+
+
+_current = threading.local()  # .context: the context made current on this thread by CUDADevice.driver
+_opened_devices: weakref.WeakSet[CUDADevice] = weakref.WeakSet()
+
+
+def _refuse_driver_in_forked_child() -> None:
+    for dev in list(_opened_devices):
+        dev.cu = _ForkedDriver()
+
+
+os.register_at_fork(after_in_child=_refuse_driver_in_forked_child)
+
+
 class CUDAAllocator(Allocator):
     def __init__(self, dev: CUDADevice):
         super().__init__()
@@ -176,14 +212,14 @@ class CUDAAllocator(Allocator):
 
     def _alloc(self, nbytes: int) -> int:
         ptr = ctypes.c_uint64()
-        status = self.dev.cu.cuMemAlloc_v2(ctypes.byref(ptr), max(nbytes, 1))
+        status = self.dev.driver().cuMemAlloc_v2(ctypes.byref(ptr), max(nbytes, 1))
         if status == 2:  # CUDA_ERROR_OUT_OF_MEMORY: the cache of freed blocks is dropped and the allocation retried
             raise MemoryError(f"CUDA_ERROR_OUT_OF_MEMORY on {self.dev.device_name}")
         cu_check(status, f"allocating {nbytes} bytes")
         return ptr.value
 
     def _free(self, ptr: int, nbytes: int) -> None:
-        self.dev.cu.cuMemFree_v2(ptr)
+        self.dev.driver().cuMemFree_v2(ptr)
 
     def offset(self, ptr: int, offset: int, nbytes: int) -> int | None:
         # kernels load a staged tile 16 bytes at a time (uint4) where the element index allows, trusting the buffer's
@@ -193,12 +229,12 @@ class CUDAAllocator(Allocator):
     def copyin(self, dst: int, src: memoryview) -> None:
         if src.nbytes:
             host = bytes(src) if src.readonly else (ctypes.c_char * src.nbytes).from_buffer(src)
-            cu_check(self.dev.cu.cuMemcpyHtoD_v2(dst, host, src.nbytes), "copying to the GPU")
+            cu_check(self.dev.driver().cuMemcpyHtoD_v2(dst, host, src.nbytes), "copying to the GPU")
 
     def copyout(self, dst: memoryview, src: int) -> None:
         if dst.nbytes:
             host = (ctypes.c_char * dst.nbytes).from_buffer(dst)
-            cu_check(self.dev.cu.cuMemcpyDtoH_v2(host, src, dst.nbytes), "copying from the GPU")
+            cu_check(self.dev.driver().cuMemcpyDtoH_v2(host, src, dst.nbytes), "copying from the GPU")
 
 
 class CUDAProgram:
@@ -208,8 +244,9 @@ class CUDAProgram:
         self.dev, self.name, self.n_bufs = dev, name, n_bufs
         self.module, self.fxn = _vp(), _vp()
         self._image = ctypes.create_string_buffer(lib, len(lib))
-        cu_check(dev.cu.cuModuleLoadData(ctypes.byref(self.module), self._image), f"loading kernel {name}")
-        status = dev.cu.cuModuleGetFunction(ctypes.byref(self.fxn), self.module, name.encode())
+        cu = dev.driver()
+        cu_check(cu.cuModuleLoadData(ctypes.byref(self.module), self._image), f"loading kernel {name}")
+        status = cu.cuModuleGetFunction(ctypes.byref(self.fxn), self.module, name.encode())
         cu_check(status, f"finding kernel {name}")
         # the launch parameters of the arguments met (a JIT replay launches with the same ones every step): making
         # the ctypes values took as long as the launch itself
@@ -229,7 +266,7 @@ class CUDAProgram:
     def __call__(
         self, *args: int, global_size: Dims = (1, 1, 1), local_size: Dims | None = (1, 1, 1), wait: bool = False
     ) -> float | None:
-        cu = self.dev.cu
+        cu = self.dev.driver()
         if (params := self._params.get(args)) is None:
             params = self._params[args] = self._pack(args)
         local = local_size or (1, 1, 1)
@@ -252,7 +289,7 @@ class CUDAProgram:
 
     def __del__(self) -> None:
         try:
-            self.dev.cu.cuModuleUnload(self.module)
+            self.dev.driver().cuModuleUnload(self.module)
         except Exception:
             pass  # interpreter shutdown
 
@@ -260,7 +297,10 @@ class CUDAProgram:
 class CUDADevice(Compiled):
     """`CUDA` is GPU 0, `CUDA:n` GPU n. The renderer gets the GPU's limits; the compiler targets its architecture."""
 
-    any_thread = False  # its context is made current on the thread that opened it only
+    # any thread may call it (each makes the context current before its first driver call: `driver`), but the engine
+    # keeps its schedule items on the caller's thread: CUDA on the device threads of engine/streams.py has not run on
+    # a GPU yet
+    any_thread = False
 
     def __init__(self, name: str):
         self.cu = load_cuda()
@@ -278,6 +318,7 @@ class CUDADevice(Compiled):
         self.context = _vp()
         cu_check(self.cu.cuDevicePrimaryCtxRetain(ctypes.byref(self.context), self.cu_device), "creating a context")
         cu_check(self.cu.cuCtxSetCurrent(self.context), "making the context current")
+        _current.context = self.context
         raw = ctypes.create_string_buffer(256)
         cu_check(self.cu.cuDeviceGetName(raw, 256, self.cu_device), "reading the GPU's name")
         self.device_name = raw.value.decode()
@@ -291,6 +332,17 @@ class CUDADevice(Compiled):
             tensor_cores=CUDARenderer.tensor_cores if attr["cc_major"] >= 8 else (),  # mma.m16n8k16: sm_80 on
         )
         super().__init__(name, CUDAAllocator(self), renderer, CUDACompiler(arch), functools.partial(CUDAProgram, self))
+        _opened_devices.add(self)
+
+    def driver(self) -> Any:
+        """libcuda, with this device's context current on the calling thread. A thread starts with no current
+        context: a launch, allocation or copy from any thread but the one that opened the device failed with
+        CUDA_ERROR_INVALID_CONTEXT (a user's worker thread, the collector freeing a buffer there, the engine's
+        device threads)."""
+        if getattr(_current, "context", None) is not self.context:
+            cu_check(self.cu.cuCtxSetCurrent(self.context), "making the context current")
+            _current.context = self.context
+        return self.cu
 
     def _attribute(self, attr: int) -> int:
         out = _int()
@@ -304,4 +356,4 @@ class CUDADevice(Compiled):
         return f"CUDA {self.device_name}, compiler NVRTC {major}.{minor} for {arch}"
 
     def synchronize(self) -> None:
-        cu_check(self.cu.cuCtxSynchronize(), "waiting for the GPU")
+        cu_check(self.driver().cuCtxSynchronize(), "waiting for the GPU")

@@ -25,7 +25,7 @@ from typing import Any, Callable, Sequence
 
 from lazygrad.device import Allocator, Compiled, CompileError, Compiler
 from lazygrad.dtype import DType, PtrDType, bf16_to_float, dtypes, float_to_bf16
-from lazygrad.helpers import prod
+from lazygrad.helpers import check_host_allocation, prod
 from lazygrad.renderer.python import PythonRenderer, parse_program
 from lazygrad.renderer.tensor_cores import TensorCore
 from lazygrad.uop.alu import NAMESPACE, alu_expr, result_rounding, round_to, wrap_expr
@@ -479,6 +479,7 @@ class PythonAllocator(Allocator):
         self._handles = itertools.count(1)
 
     def _alloc(self, nbytes: int) -> int:
+        check_host_allocation(nbytes)
         handle = next(self._handles)
         self.mem[handle] = bytearray(nbytes)
         return handle

@@ -15,7 +15,10 @@ from lazygrad.engine.realize import run_schedule
 from lazygrad.uop.ops import Ops, UOp
 
 COMPILER = type(Device["CPU"].compiler)
-pytestmark = pytest.mark.skipif(not hasattr(COMPILER, "compile_many"), reason="the CPU compiler builds one by one")
+pytestmark = [
+    pytest.mark.skipif(not hasattr(COMPILER, "compile_many"), reason="the CPU compiler builds one by one"),
+    pytest.mark.usefixtures("default_device_cpu"),
+]
 
 
 def fresh_schedule(n: int) -> tuple[list, list[Tensor], list[np.ndarray]]:

@@ -19,6 +19,8 @@ from lazygrad.engine.streams import StreamItem, dependencies, memory_of
 from test.helpers import device_available
 from test.test_multidevice import D2, D4, _rand, _train_mlp
 
+pytestmark = pytest.mark.usefixtures("default_device_cpu")  # (the devices named are CPU, CL and PYTHON)
+
 
 def _threads_per_device(monkeypatch: pytest.MonkeyPatch) -> dict[str, set[int]]:
     """device -> the threads its items ran on, from now on."""
@@ -238,8 +240,11 @@ def test_forked_child_starts_its_own_device_threads() -> None:
     (x + 1).sum(1).realize()  # the parent's device threads exist now
     pid = os.fork()
     if pid == 0:  # the child: its schedules must not wait on threads it does not have
-        ok = np.allclose((x * 3).sum(1).numpy(), x.numpy().sum(1) * 3, rtol=1e-5)
-        os._exit(0 if ok else 1)
+        ok = False
+        try:  # (an exception must not return into the test runner: the child would run on as a second worker)
+            ok = np.allclose((x * 3).sum(1).numpy(), x.numpy().sum(1) * 3, rtol=1e-5)
+        finally:
+            os._exit(0 if ok else 1)
     for _ in range(600):  # 60 s: a child waiting on its parent's threads never ends
         done, status = os.waitpid(pid, os.WNOHANG)
         if done:

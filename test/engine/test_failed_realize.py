@@ -13,6 +13,8 @@ import pytest
 from lazygrad import Context, Device, Tensor
 from lazygrad.device import CompileError
 
+pytestmark = pytest.mark.usefixtures("default_device_cpu")  # (the CPU compiler is the one made to fail)
+
 _fresh = itertools.count(1)
 
 

@@ -35,6 +35,7 @@ def test_first_runs_second_captures_then_replays():
     assert f.captured.kernel_count >= 1
 
 
+@pytest.mark.usefixtures("default_device_cpu")  # (the CPU graph's table)
 def test_replay_holds_the_copies_of_its_view_inputs_until_the_kernels_ran(monkeypatch):
     """A slice argument reaches the kernels as a copy made for the call, whose address goes into the CPU graph's
     table. The replay held only the last one: an earlier slice's copy was freed as the loop went on to the next

@@ -17,6 +17,7 @@ def _sum_plus(a: Tensor, b: Tensor) -> Tensor:
     return a.sum() + b  # two kernels: the sum of a, then the add reading it and b
 
 
+@pytest.mark.usefixtures("default_device_cpu")  # (launches counted as the CPU's bare calls or graph calls)
 @pytest.mark.parametrize("graph", [False, True])
 def test_plan_refuses_an_input_whose_kernel_never_ran_before_launching_anything(monkeypatch, graph):
     # (launches counted kernel by kernel, or as the graph's calls: c's plan makes its graph on its third run)

@@ -146,6 +146,7 @@ def test_bfloat16_both_ways(tmp_path: Path) -> None:
     assert torch.equal(y, t * 2)
 
 
+@pytest.mark.usefixtures("default_device_cpu")  # (a CPU tensor maps the file; others copy it in)
 def test_safe_load_is_memory_mapped_and_copy_on_write(tmp_path: Path) -> None:
     path = tmp_path / "m.safetensors"
     safetensors.numpy.save_file({"w": np.arange(16, dtype=np.float32)}, str(path))

@@ -317,3 +317,91 @@ def test_large_reductions_and_copies_on_gpu(gpu: str) -> None:
     np.testing.assert_allclose(m.softmax(1).numpy(), np.exp(m_np) / np.exp(m_np).sum(1, keepdims=True), rtol=1e-4)
     np.testing.assert_allclose(m.T.contiguous().to("CPU").numpy(), m_np.T)
     np.testing.assert_array_equal((Tensor.arange(100_000, device=gpu) * 3 % 7).numpy(), np.arange(100_000) * 3 % 7)
+
+
+def test_forked_child_gets_a_clear_error_not_the_parents_driver() -> None:
+    """CUDA cannot be used after fork (the driver's state is the parent's; calls fail or hang in the driver): a
+    device opened before the fork raises a RuntimeError naming the cause in the child, and the child's collector may
+    still free what it inherited. Checked without a GPU: a device object with a stand-in driver."""
+    import os
+
+    from lazygrad.runtime import ops_cuda
+
+    dev = object.__new__(ops_cuda.CUDADevice)
+    dev.cu, dev.context = "the parent's driver", object()  # (never called: the child replaces it before any call)
+    ops_cuda._opened_devices.add(dev)
+    try:
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                alloc = ops_cuda.CUDAAllocator(dev)
+                alloc._free(1234, 16)  # the collector freeing an inherited buffer: no error
+                try:
+                    alloc._alloc(16)
+                except ops_cuda.CUDAError as e:
+                    code = 0 if "forked" in str(e) and "spawn" in str(e) and isinstance(e, RuntimeError) else 2
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.WEXITSTATUS(status) == 0
+        assert dev.cu == "the parent's driver"  # the parent keeps its driver
+    finally:
+        ops_cuda._opened_devices.discard(dev)
+
+
+class _RecordingDriver:
+    """A stand-in libcuda: records (thread, call) and answers success; no current context on a thread is
+    CUDA_ERROR_INVALID_CONTEXT (201), as the driver answers."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.calls: list[tuple[object, str]] = []  # (the thread object: idents are reused by later threads)
+        self.current = threading.local()
+
+    def __getattr__(self, name: str):  # noqa: ANN204
+        import threading
+
+        def call(*args):  # noqa: ANN002, ANN202
+            self.calls.append((threading.current_thread(), name))
+            if name == "cuCtxSetCurrent":
+                self.current.context = args[0]
+                return 0
+            return 0 if getattr(self.current, "context", None) is not None else 201
+
+        return call
+
+
+def test_every_thread_makes_the_context_current_before_its_first_call() -> None:
+    """A CUDA context is current on the thread that opened the device only: an allocation, copy or launch from
+    another thread (a user's thread, the engine's device threads, the collector freeing a buffer there) failed with
+    CUDA_ERROR_INVALID_CONTEXT on an H200. Each thread now makes it current once, before its first call."""
+    import threading
+
+    from lazygrad.runtime import ops_cuda
+
+    dev = object.__new__(ops_cuda.CUDADevice)
+    dev.cu, dev.context = _RecordingDriver(), ctypes.c_void_p(1)
+    alloc = ops_cuda.CUDAAllocator(dev)
+    errors: list[BaseException] = []
+
+    def use() -> None:
+        try:
+            for _ in range(3):
+                alloc._free(alloc._alloc(64), 64)
+            alloc.copyin(0, memoryview(bytearray(8)))
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=use) for _ in range(3)]
+    use()
+    for th in threads:
+        th.start()
+        th.join()
+    assert not errors
+    for thread in {t for t, _ in dev.cu.calls}:
+        names = [name for t, name in dev.cu.calls if t is thread]
+        assert names[0] == "cuCtxSetCurrent" and names.count("cuCtxSetCurrent") == 1, names
+        assert names.count("cuMemAlloc_v2") == 3
+    assert len({t for t, _ in dev.cu.calls}) == 4
