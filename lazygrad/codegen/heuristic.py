@@ -39,6 +39,11 @@ BODY_LOADS = 2048
 # 8 x 2 vectors has 48 in a row of 3 taps)
 WINDOW_FMAS = 48
 VECTOR_BYTES = getenv("VECTOR_BYTES", 0)  # 0: one of the machine's vector registers (the renderer knows)
+# a register tile whose column blocks run outermost reads the whole broadcast side (a matmul's rows) once per block of
+# columns: where those rows are more than this many bytes they come from memory, not L3, each time. The rows are then
+# cut into chunks of at most this much, the chunk outermost, so that every column block reuses a chunk from L3 (2048^2
+# on one core, CPU time: 86-87 GFLOPS over all rows, 96-97 over chunks of 256 rows, 2 MB; 128 rows 95)
+ROW_CHUNK_BYTES = getenv("ROW_CHUNK_BYTES", 2 << 20)
 
 
 def _size(s: int | UOp) -> int:
@@ -192,7 +197,7 @@ def hand_coded_optimizations(k: Kernel) -> Kernel:
             _unroll(k, (4, 2))
     elif out_unit and _per_lane_ops(k, vec) * vec <= TILE_EXPANDED:
         _upcast(k, out_unit[-1], (vec, 4, 2))
-    _thread(k, len(loads), spread)
+    _thread(k, len(loads), spread, in_reduce)
     return k
 
 
@@ -352,7 +357,32 @@ def _unroll(k: Kernel, amounts: tuple[int, ...], body: int = TILE_EXPANDED) -> b
     return any(k.try_opt(Opt(OptOps.UNROLL, last, a)) for a in fits)
 
 
-def _thread(k: Kernel, n_loads: int, prefer: int | None = None) -> bool:
+def _row_chunks(k: Kernel, cols: int | None, in_reduce: list[int]) -> tuple[int, int] | None:
+    """(output axis, number of chunks) that cuts the rows of a register tile's broadcast side into chunks of at most
+    ROW_CHUNK_BYTES (see there), where the column axis `cols` runs outermost and the rows are larger than that."""
+    if cols is None:
+        return None
+    dtype_of = {x.src[1]: x.dtype for x in k.ast.toposort if x.op is Ops.LOAD}
+    for a in k.axes_of(AxisType.GLOBAL):
+        size = k.full_shape[a]
+        if a == cols or not isinstance(size, int):
+            continue
+        for v in in_reduce:
+            steps = [_step(k, v, x) for x in range(len(k.full_shape))]
+            if steps[a] in (0, None) or steps[cols] != 0 or None in steps:
+                continue
+            # the elements the rows span: every axis they move along (none of them overlap in a matmul's rows)
+            span = prod(s for s, st in zip(k.full_shape, steps) if st != 0)
+            if not isinstance(span, int) or span * dtype_of[k.views[v]].itemsize <= ROW_CHUNK_BYTES:
+                continue
+            per_row = span * dtype_of[k.views[v]].itemsize // size
+            return a, next(d for d in range(2, size + 1) if size % d == 0 and per_row * (size // d) <= ROW_CHUNK_BYTES)
+    return None
+
+
+def _thread(k: Kernel, n_loads: int, prefer: int | None = None, row_views: list[int] | None = None) -> bool:
+    """Share the kernel out among the cores; `prefer`: the column axis of a register tile, whose rows are read by
+    `row_views` (see _row_chunks)."""
     threads = k.renderer.threads
     # an iteration that gathers many inputs (a col2im sums 9 window gradients) is worth several plain ones
     work = prod(_size(s) for s in k.full_shape) * max(1, n_loads // 2)
@@ -362,10 +392,26 @@ def _thread(k: Kernel, n_loads: int, prefer: int | None = None) -> bool:
     if threads < 2 or not k.renderer.has_threads:
         # one core (THREADS=1 is a renderer without threads) still runs the preferred axis outermost (a matmul's
         # column panels): the panel block is then reused from L2 while the rows stream, not all of B streamed from
-        # L3 once per block of rows (2048^2 on one core, CPU time: 189-199 -> 203-212 GFLOPS)
+        # L3 once per block of rows (2048^2 on one core, CPU time: 189-199 -> 203-212 GFLOPS); outside it a chunk
+        # of the rows where they are many (ROW_CHUNK_BYTES)
         if prefer is not None and (at := glob.index(prefer)) > 0:
             k.try_opt(Opt(OptOps.SWAP, 0, at))
+            prefer = k.axes_of(AxisType.GLOBAL)[0]
+        if (chunks := _row_chunks(k, prefer, row_views or [])) is not None:
+            k.try_opt(Opt(OptOps.BLOCK, k.axes_of(AxisType.GLOBAL).index(chunks[0]), chunks[1]))
         return False
+    chunks = _row_chunks(k, prefer, row_views or [])
+    if prefer is not None and chunks is not None and chunks[1] % threads == 0 and chunks[1] < k.full_shape[chunks[0]]:
+        # the cores share out the chunks of rows, each running its chunk's column blocks as on one core: the rows
+        # of a chunk come from memory once for all columns, where the columns shared out read them all per block
+        row, n_chunks = chunks
+        if not k.try_opt(Opt(OptOps.THREAD, glob.index(row), n_chunks)):
+            return False
+        glob = k.axes_of(AxisType.GLOBAL)
+        at_row, at_col = glob.index(row), glob.index(prefer)
+        if at_row < at_col:
+            k.try_opt(Opt(OptOps.SWAP, at_row, at_col))
+        return True
     # the preferred axis only where it shares out evenly (3 panels on 2 cores would leave one idle a third of the time)
     if prefer is not None and not (isinstance(k.full_shape[prefer], int) and k.full_shape[prefer] % threads == 0):
         prefer = None
