@@ -383,9 +383,10 @@ def _unroll(k: Kernel, amounts: tuple[int, ...], body: int = TILE_EXPANDED) -> b
     return any(k.try_opt(Opt(OptOps.UNROLL, last, a)) for a in fits)
 
 
-def _row_chunks(k: Kernel, cols: int | None, in_reduce: list[int]) -> tuple[int, int] | None:
-    """(output axis, number of chunks) that cuts the rows of a register tile's broadcast side into chunks of at most
-    ROW_CHUNK_BYTES (see there), where the column axis `cols` runs outermost and the rows are larger than that."""
+def _row_chunks(k: Kernel, cols: int | None, in_reduce: list[int], least: int = 2) -> tuple[int, int] | None:
+    """(output axis, number of chunks) that cuts the rows of a register tile's broadcast side into at least `least`
+    chunks of at most ROW_CHUNK_BYTES (see there), where the column axis `cols` runs outermost and the rows are larger
+    than that."""
     if cols is None:
         return None
     dtype_of = {x.src[1]: x.dtype for x in k.ast.toposort if x.op is Ops.LOAD}
@@ -402,7 +403,8 @@ def _row_chunks(k: Kernel, cols: int | None, in_reduce: list[int]) -> tuple[int,
             if not isinstance(span, int) or span * dtype_of[k.views[v]].itemsize <= ROW_CHUNK_BYTES:
                 continue
             per_row = span * dtype_of[k.views[v]].itemsize // size
-            return a, next(d for d in range(2, size + 1) if size % d == 0 and per_row * (size // d) <= ROW_CHUNK_BYTES)
+            fits = [d for d in range(2, size + 1) if size % d == 0 and per_row * (size // d) <= ROW_CHUNK_BYTES]
+            return (a, next((d for d in fits if d >= least), fits[-1])) if fits else None
     return None
 
 
@@ -426,7 +428,9 @@ def _thread(k: Kernel, n_loads: int, prefer: int | None = None, row_views: list[
         if (chunks := _row_chunks(k, prefer, row_views or [])) is not None:
             k.try_opt(Opt(OptOps.BLOCK, k.axes_of(AxisType.GLOBAL).index(chunks[0]), chunks[1]))
         return False
-    chunks = _row_chunks(k, prefer, row_views or [])
+    # a few chunks a core: the guided schedule then evens out a core that another process holds up (2048^2: 8 chunks
+    # of 2 MB; 1024^2 would be 2, one a core)
+    chunks = _row_chunks(k, prefer, row_views or [], 4 * threads)
     if prefer is not None and chunks is not None and chunks[1] % threads == 0 and chunks[1] < k.full_shape[chunks[0]]:
         # the cores share out the chunks of rows, each running its chunk's column blocks as on one core: the rows
         # of a chunk come from memory once for all columns, where the columns shared out read them all per block
