@@ -3,8 +3,10 @@
 The rules, in order: a kernel whose reduce input is reused along an output axis (matmul, conv) gets a register
 tile (upcast two output axes, vector lanes and rows, on a CPU a third for a second vector per row; unroll the
 reduce, on a CPU a small tile's padded window whole); a reduce over a unit-stride axis is unrolled by the vector
-width (vector accumulators); otherwise the unit-stride output axis is upcast by the vector width. Kernels with
-enough work are then shared out among the CPU cores along their outermost output axis.
+width (vector accumulators); otherwise the unit-stride output axis is upcast by the vector width (and, for a copy into
+another layout that would read part of a cache line per iteration, along the axis that continues the line). Kernels
+with enough work are then shared out among the CPU cores along their outermost output axis; a register tile whose
+rows are many runs them in chunks outermost (BLOCK on one core, the chunks shared out on several).
 
 A size that is a Variable (a symbolic axis) stays a plain loop: every opt here splits a constant axis only (a split
 of a Variable size by a constant would need a remainder loop); the constant axes beside it get their opts as usual.
@@ -38,7 +40,14 @@ BODY_LOADS = 2048
 # vector multiply-adds of an unrolled window's loop body below which its rows are unrolled too (an AVX-512 tile of
 # 8 x 2 vectors has 48 in a row of 3 taps)
 WINDOW_FMAS = 48
+CACHE_LINE = 64  # bytes
 VECTOR_BYTES = getenv("VECTOR_BYTES", 0)  # 0: one of the machine's vector registers (the renderer knows)
+# a register tile whose column blocks run outermost reads the whole broadcast side (a matmul's rows) once per block of
+# columns: where those rows are more than this many bytes they come from memory, not L3, each time. The rows are then
+# cut into chunks of at most this much, the chunk outermost, so that every column block reuses a chunk from L3 (2048^2
+# on one core, CPU time: 86-87 GFLOPS over all rows, 96-97 over chunks of 256 rows, 2 MB; 128 rows 95. Cachegrind
+# with an 8 MB last level, 256 of its columns: 4.2 M last-level read misses over all rows, 0.3 M in chunks)
+ROW_CHUNK_BYTES = getenv("ROW_CHUNK_BYTES", 2 << 20)
 
 
 def _size(s: int | UOp) -> int:
@@ -192,7 +201,9 @@ def hand_coded_optimizations(k: Kernel) -> Kernel:
             _unroll(k, (4, 2))
     elif out_unit and _per_lane_ops(k, vec) * vec <= TILE_EXPANDED:
         _upcast(k, out_unit[-1], (vec, 4, 2))
-    _thread(k, len(loads), spread)
+        if not k.renderer.has_local:
+            _whole_lines(k, [i for i, _ in loads], stores)
+    _thread(k, len(loads), spread, in_reduce)
     return k
 
 
@@ -328,6 +339,29 @@ def _upcast(k: Kernel, axis: int, amounts: tuple[int, ...]) -> bool:
     return any(k.try_opt(Opt(OptOps.UPCAST, index, a)) for a in fits)
 
 
+def _whole_lines(k: Kernel, loaded: list[int], stores: list[int]) -> None:
+    """A copy into another layout whose vector of outputs reads part of a cache line of an input, the rest of the line
+    being the next vector of another output axis (B copied into panels of 8 columns: 32 bytes of a 64-byte row), is
+    upcast along that axis too: each iteration reads whole lines. Read half a line at a time down the columns, the
+    other half is gone from cache when the next panel comes (2048^2 on one core: 3.2 ms, 1.5 ms whole)."""
+    upcast = k.axes_of(AxisType.UPCAST)
+    if len(upcast) != 1 or not isinstance(run := k.full_shape[upcast[0]], int):
+        return
+    dtype_of = {x.src[1]: x.dtype for x in k.ast.toposort if x.op is Ops.LOAD}
+    for v in loaded:
+        itemsize = dtype_of[k.views[v]].itemsize
+        if _step(k, v, upcast[0]) != 1 or run * itemsize >= CACHE_LINE:
+            continue
+        along = [
+            a
+            for a in k.axes_of(AxisType.GLOBAL)
+            if _step(k, v, a) == run and all(_step(k, s, a) != run for s in stores)
+        ]
+        if along:
+            _upcast(k, along[-1], (CACHE_LINE // (run * itemsize),))
+            return
+
+
 def _unit_output_axis(k: Kernel, in_reduce: list[int], lanes: int) -> int | None:
     """An output axis of `lanes` along which every load of the reduce is contiguous or the same, at least one
     contiguous."""
@@ -352,7 +386,34 @@ def _unroll(k: Kernel, amounts: tuple[int, ...], body: int = TILE_EXPANDED) -> b
     return any(k.try_opt(Opt(OptOps.UNROLL, last, a)) for a in fits)
 
 
-def _thread(k: Kernel, n_loads: int, prefer: int | None = None) -> bool:
+def _row_chunks(k: Kernel, cols: int | None, in_reduce: list[int], least: int = 2) -> tuple[int, int] | None:
+    """(output axis, number of chunks) that cuts the rows of a register tile's broadcast side into at least `least`
+    chunks of at most ROW_CHUNK_BYTES (see there), where the column axis `cols` runs outermost and the rows are larger
+    than that."""
+    if cols is None:
+        return None
+    dtype_of = {x.src[1]: x.dtype for x in k.ast.toposort if x.op is Ops.LOAD}
+    for a in k.axes_of(AxisType.GLOBAL):
+        size = k.full_shape[a]
+        if a == cols or not isinstance(size, int):
+            continue
+        for v in in_reduce:
+            steps = [_step(k, v, x) for x in range(len(k.full_shape))]
+            if steps[a] in (0, None) or steps[cols] != 0 or None in steps:
+                continue
+            # the elements the rows span: every axis they move along (none of them overlap in a matmul's rows)
+            span = prod(s for s, st in zip(k.full_shape, steps) if st != 0)
+            if not isinstance(span, int) or span * dtype_of[k.views[v]].itemsize <= ROW_CHUNK_BYTES:
+                continue
+            per_row = span * dtype_of[k.views[v]].itemsize // size
+            fits = [d for d in range(2, size + 1) if size % d == 0 and per_row * (size // d) <= ROW_CHUNK_BYTES]
+            return (a, next((d for d in fits if d >= least), fits[-1])) if fits else None
+    return None
+
+
+def _thread(k: Kernel, n_loads: int, prefer: int | None = None, row_views: list[int] | None = None) -> bool:
+    """Share the kernel out among the cores; `prefer`: the column axis of a register tile, whose rows are read by
+    `row_views` (see _row_chunks)."""
     threads = k.renderer.threads
     # an iteration that gathers many inputs (a col2im sums 9 window gradients) is worth several plain ones
     work = prod(_size(s) for s in k.full_shape) * max(1, n_loads // 2)
@@ -362,10 +423,27 @@ def _thread(k: Kernel, n_loads: int, prefer: int | None = None) -> bool:
     if threads < 2 or not k.renderer.has_threads:
         # one core (THREADS=1 is a renderer without threads) still runs the preferred axis outermost (a matmul's
         # column panels): the panel block is then reused from L2 while the rows stream, not all of B streamed from
-        # L3 once per block of rows (2048^2 on one core, CPU time: 189-199 -> 203-212 GFLOPS)
-        if prefer is not None and (at := glob.index(prefer)) > 0:
-            k.try_opt(Opt(OptOps.SWAP, 0, at))
+        # L3 once per block of rows (2048^2 on one core, CPU time: 189-199 -> 203-212 GFLOPS); outside it a chunk
+        # of the rows where they are many (ROW_CHUNK_BYTES)
+        if prefer is not None and (at := glob.index(prefer)) > 0 and k.try_opt(Opt(OptOps.SWAP, 0, at)):
+            prefer = k.axes_of(AxisType.GLOBAL)[0]
+        if (chunks := _row_chunks(k, prefer, row_views or [])) is not None:
+            k.try_opt(Opt(OptOps.BLOCK, k.axes_of(AxisType.GLOBAL).index(chunks[0]), chunks[1]))
         return False
+    # a few chunks a core: the guided schedule then evens out a core that another process holds up (2048^2: 8 chunks
+    # of 2 MB; 1024^2 would be 2, one a core)
+    chunks = _row_chunks(k, prefer, row_views or [], 4 * threads)
+    if prefer is not None and chunks is not None and chunks[1] % threads == 0 and chunks[1] < k.full_shape[chunks[0]]:
+        # the cores share out the chunks of rows, each running its chunk's column blocks as on one core: the rows
+        # of a chunk come from memory once for all columns, where the columns shared out read them all per block
+        row, n_chunks = chunks
+        if not k.try_opt(Opt(OptOps.THREAD, glob.index(row), n_chunks)):
+            return False
+        glob = k.axes_of(AxisType.GLOBAL)
+        at_row, at_col = glob.index(row), glob.index(prefer)
+        if at_row < at_col:
+            k.try_opt(Opt(OptOps.SWAP, at_row, at_col))
+        return True
     # the preferred axis only where it shares out evenly (3 panels on 2 cores would leave one idle a third of the time)
     if prefer is not None and not (isinstance(k.full_shape[prefer], int) and k.full_shape[prefer] % threads == 0):
         prefer = None

@@ -51,6 +51,7 @@ class OptOps(enum.Enum):
     SWAP = enum.auto()
     TC = enum.auto()
     STAGE = enum.auto()
+    BLOCK = enum.auto()
 
 
 @dataclass(frozen=True, order=True)
@@ -201,8 +202,9 @@ class Kernel:
 
     def apply_opt(self, opt: Opt) -> None:
         """Apply one Opt. `axis` counts GLOBAL axes for output opts and REDUCE axes for reduce opts; THREAD counts
-        GLOBAL then REDUCE axes; SWAP exchanges GLOBAL axes `axis` and `amount`. An opt that leaves the staged
-        tiles (STAGE) too large for shared memory is refused, and the kernel left as it was."""
+        GLOBAL then REDUCE axes; SWAP exchanges GLOBAL axes `axis` and `amount`; BLOCK cuts GLOBAL axis `axis` into
+        `amount` blocks, the block number becoming the outermost output loop. An opt that leaves the staged tiles
+        (STAGE) too large for shared memory is refused, and the kernel left as it was."""
         before = (self.sts, self.axis_types, self.full_shape, list(self.applied_opts), list(self.staged))
         self._apply_opt(opt)
         if self.staged and (why := self._stage_refusal()) is not None:
@@ -232,7 +234,7 @@ class Kernel:
             self._stage(opt)
             self.applied_opts.append(opt)
             return
-        if opt.op in (OptOps.UPCAST, OptOps.LOCAL):
+        if opt.op in (OptOps.UPCAST, OptOps.LOCAL, OptOps.BLOCK):
             candidates = self.axes_of(AxisType.GLOBAL)
         elif opt.op is OptOps.THREAD:  # GLOBAL axes, then REDUCE axes (a reduce split into per-thread partials)
             candidates = self.axes_of(AxisType.GLOBAL) + self.axes_of(AxisType.REDUCE)
@@ -274,6 +276,10 @@ class Kernel:
                 self.shift_to(axis, amount, AxisType.THREAD_REDUCE, top=True)
             else:
                 self.shift_to(axis, amount, AxisType.THREAD, top=True)
+        elif opt.op is OptOps.BLOCK:
+            self.shift_to(axis, amount, AxisType.GLOBAL, top=True)
+            last = len(self.full_shape) - 1
+            self._permute_all([last, *range(last)])
         elif opt.op is OptOps.LOCAL:
             check(self.renderer.has_local, "renderer has no local (workgroup) axes")
             self.shift_to(axis, amount, AxisType.LOCAL)

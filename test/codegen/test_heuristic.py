@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from lazygrad import Device, Tensor
-from lazygrad.codegen import get_program
+from lazygrad.codegen import get_program, heuristic
 from lazygrad.codegen.heuristic import hand_coded_optimizations
 from lazygrad.codegen.kernel import AxisType, Kernel, OptOps
 from lazygrad.device import Buffer
@@ -74,6 +74,46 @@ def test_panel_matmul_on_one_core_runs_its_columns_outermost():
     assert not k.axes_of(AxisType.THREAD)
     assert k.full_shape[k.axes_of(AxisType.GLOBAL)[0]] == n // 32
     np.testing.assert_allclose(got, (a @ b).reshape(rows, n // 16, 16), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_panel_matmul_runs_many_rows_in_chunks(monkeypatch, threads: int):
+    """Rows of the left-hand side over ROW_CHUNK_BYTES run in chunks, the chunk outermost: every column pair then
+    reuses a chunk from cache instead of streaming all rows. One core: a BLOCK of the rows before the column pairs;
+    two: the cores share out the chunks, each running the column pairs, then the chunk's rows."""
+    monkeypatch.setattr(heuristic, "ROW_CHUNK_BYTES", 8192)
+    rows, k_, n = 128, 96, 128  # 48 KB of rows, 3 KB a tile of 8: 8 chunks of 2 tiles
+    a, b = _rand(rows, k_), _rand(k_, n, seed=1)
+    panels = Tensor(b).reshape(k_, n // 16, 16).permute(1, 0, 2).contiguous().realize()
+    out = (Tensor(a).realize().reshape(rows, 1, k_, 1) * panels.reshape(1, n // 16, k_, 16)).sum(-2)
+    k, got = _tile(out, threads=threads)
+    glob = [k.full_shape[g] for g in k.axes_of(AxisType.GLOBAL)]
+    if threads == 1:
+        assert any(o.op is OptOps.BLOCK for o in k.applied_opts)
+        assert glob == [8, n // 32, 2]
+    else:
+        assert [s for s, t in zip(k.full_shape, k.axis_types) if t is AxisType.THREAD] == [8]
+        assert glob == [n // 32, 2]
+    np.testing.assert_allclose(got, (a @ b).reshape(rows, n // 16, 16), rtol=1e-4, atol=1e-4)
+
+
+def test_panel_copy_reads_whole_cache_lines():
+    """B copied into panels of 8 float32 columns on a 32-byte CPU: a panel's vector is half a 64-byte row of B, the
+    next panel's the other half, so each iteration copies two panels' vectors (whole lines read)."""
+    k_, n = 64, 128
+    b = _rand(k_, n)
+    out = Tensor(b).realize().reshape(k_, n // 8, 8).permute(1, 0, 2).contiguous()
+    (si,) = out.schedule()
+    k = Kernel(si.ast, ClangRenderer(threads=1, vector_bytes=32, vector_registers=16))
+    k.merge_axes()
+    hand_coded_optimizations(k)
+    assert sorted(_upcasts(k)) == [2, 8]
+    got = Buffer("CPU", si.bufs[0].size, si.bufs[0].dtype)
+    ExecItem(
+        CompiledRunner("CPU", get_program(si.ast, Device["CPU"].renderer, list(k.applied_opts))), [got, *si.bufs[1:]]
+    ).run()
+    ref = b.reshape(k_, n // 8, 8).transpose(1, 0, 2)
+    np.testing.assert_array_equal(np.frombuffer(got.as_bytes(), dtype=np.float32).reshape(ref.shape), ref)
 
 
 @pytest.mark.parametrize("rows,tile", [(35, 7), (33, 3), (37, 1)])

@@ -62,6 +62,7 @@ def candidate_opts(k: Kernel) -> list[Opt]:
         out += [Opt(OptOps.UPCAST, i, a) for a in (0, 2, 3, 4, 8, 16)]
         out += [Opt(OptOps.THREAD, i, a) for a in (0, 2, 3)]
         out += [Opt(OptOps.SWAP, i, j) for j in range(i + 1, n_glob)]
+        out += [Opt(OptOps.BLOCK, i, a) for a in (0, 2, 3)]
     for i in range(n_red):
         out += [Opt(OptOps.UNROLL, i, a) for a in (0, 2, 4, 8, 16)]
         out += [Opt(OptOps.THREAD, n_glob + i, a) for a in (2, 3, 4)]
