@@ -22,7 +22,7 @@ from lazygrad.models import take_rows
 from lazygrad.nn.gguf import GGUFTensorInfo, QuantizedMatrix, gguf_quantized, gguf_read_header, gguf_tensor
 from lazygrad.nn.packed import PanelMatrix
 from lazygrad.tensor import Tensor
-from lazygrad.uop.ops import Ops, UOp
+from lazygrad.uop.ops import UOp
 
 
 @dataclass(frozen=True)
@@ -112,13 +112,6 @@ def _stacked(ws: list[Tensor | QuantizedMatrix]) -> Weight:
     return PanelMatrix.pack(ts[0].cat(*ts[1:]).contiguous())
 
 
-def _write_part(memory: Tensor, part: tuple[Any, ...], value: Tensor) -> Tensor:
-    """An in-place write of `value` into the part of a stored tensor that the shrink `part` selects, storing that part
-    only (Tensor.assign into a view rewrites the whole base). Realize it before reading `memory` again: the write is
-    not in `memory`'s graph."""
-    return Tensor(UOp(Ops.ASSIGN, memory.dtype, (memory.shrink(part).uop, value.uop)))
-
-
 class Attention:
     def __init__(self, cfg: LlamaConfig, w: dict[str, Any], max_context: int):
         self.cfg, self.wo = cfg, _plain(w["attn_output"])
@@ -145,12 +138,14 @@ class Attention:
         # rows (in SmolLM2's cold prompt those matmuls were 2 kernels of each layer's 22, ~40 ms of gcc's ~300)
         new_k, new_v = k.transpose(1, 2), v.transpose(1, 2)
         if isinstance(onehot, UOp):
-            # a decode step stores its one row at the bound position, in a schedule of its own before the attention
-            # reads the cache: a where over the whole cache read and rewrote it all (k and v: 2 x 192 KB a layer at
-            # 256 slots, ~45 us of a layer's ~300). q is stored with it (its matmul is the rows' too)
-            row = (None, None, (onehot, onehot + 1), None)
+            # a decode step stores its one row at the bound position (a slice's write stores the slice only), in a
+            # schedule of its own before the attention reads the cache: a where over the whole cache read and rewrote
+            # it all (k and v: 2 x 192 KB a layer at 256 slots, ~45 us of a layer's ~300). q is stored with it (its
+            # matmul is the rows' too)
             q = q.contiguous()
-            Tensor.realize(q, _write_part(self.cache_k, row, new_k), _write_part(self.cache_v, row, new_v))
+            self.cache_k[:, :, onehot : onehot + 1] = new_k
+            self.cache_v[:, :, onehot : onehot + 1] = new_v
+            Tensor.realize(q, self.cache_k, self.cache_v)
             keys, values = self.cache_k, self.cache_v
         elif t > 1 and isinstance(onehot, int):
             rows = ((0, 0), (0, 0), (onehot, self.cache_k.shape[2] - onehot - t), (0, 0))
