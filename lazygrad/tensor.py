@@ -8204,6 +8204,8 @@ def _apart_from(v: Tensor, t: Tensor) -> Tensor:
     the old values, as torch's): the copy is of the written part only, where assign would copy the whole value it
     writes (the part scattered into the base), and the write then stores the part only (kernelize: _written_box)."""
     u = t.uop
+    if u.op is not Ops.ASSIGN and not t._is_stored():
+        return v  # a lazy tensor becomes the value written (assign): no memory is written in place
     shifted = _reads_shifted(v.uop, u) or _reads_shifted(v.uop, u.base)
     if shifted or u.op is Ops.ASSIGN and _reads_shifted(v.uop, u.src[0].base):
         # (a copy even of a block cut as a buffer of its own, t[:-1]: contiguous() would return that block)

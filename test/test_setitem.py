@@ -704,7 +704,10 @@ SLICE_WRITES = {
     "last_row_scalar": (lambda x, v: x.__setitem__(-1, 2.0), 64),
     "broadcast_row": (lambda x, v: x.__setitem__(slice(2, 4), v(64)), 2 * 64),
     "ellipsis": (lambda x, v: x.__setitem__((Ellipsis, slice(60, None)), v(4)), 256 * 4),
-    "assign_into_slice": (lambda x, v: x[1:3].assign(v(2, 64)) if isinstance(x, Tensor) else x[1:3].copy_(v(2, 64)), 128),
+    "assign_into_slice": (
+        lambda x, v: x[1:3].assign(v(2, 64)) if isinstance(x, Tensor) else x[1:3].copy_(v(2, 64)),
+        128,
+    ),
     "assign_into_column_view": (
         lambda x, v: x[:, 7].assign(v(256)) if isinstance(x, Tensor) else x[:, 7].copy_(v(256)),
         256,

@@ -675,10 +675,8 @@ class _KernelBuilder:
         if box is not None:  # only the box changes: its new values are stored through the target's view of it
             value = self.build(root.src[1].src[1], ((Ops.SHRINK, box),))
         else:
-            value = self.build(
-                root.src[1] if root.op is Ops.ASSIGN else root.src[0] if root.op in (Ops.CONTIGUOUS, Ops.DETACH) else root,
-                chain,
-            )
+            src = root.src[0] if root.op in (Ops.CONTIGUOUS, Ops.DETACH) else root
+            value = self.build(root.src[1] if root.op is Ops.ASSIGN else src, chain)
         n = prod(root.shape)
         part = written_part(root) if root.op is Ops.ASSIGN else None
         if box is not None:
@@ -718,8 +716,9 @@ class _KernelBuilder:
         st = self._view(mask.shape, chain)
         if len(st.views) != 1 or st.views[0].mask is None or st.views[0].is_empty():
             return None
-        # the old value is not read, but the write still waits for it as it did when it was (_levels)
-        self.reads.add(old)
+        # the old value is not read, but the write keeps the order it had when it was (_levels): after the earlier
+        # write it reads, and before later writes into the memory
+        self.reads.add(old if old.op is Ops.ASSIGN and old not in self.realized else self.realized.get(old, old).base)
         return st.views[0].mask
 
     def _fused_reduce_shape(self) -> tuple[int, ...] | None:
