@@ -19,8 +19,9 @@ checks their declared order):
   6. a kernel reading more buffers than its device takes as arguments has inlined subtrees stored until it fits;
   7. kernels with no dependency between them and the same iteration space merge into one multi-output kernel.
 Between the decisions and the merge, [allocate buffers] gives each stored node its buffer and [build kernels] its
-kernel AST, one KERNEL_OP rule per op. Movement ops never make kernels: they compose into the ShapeTracker of each
-load.
+kernel AST, one KERNEL_OP rule per op (an in-place write of where(padded True, new, the memory itself), a slice's
+write, stores the box only: _KernelBuilder._written_box). Movement ops never make kernels: they compose into the
+ShapeTracker of each load.
 """
 
 from __future__ import annotations
