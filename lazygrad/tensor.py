@@ -2663,7 +2663,8 @@ class Tensor(metaclass=_TensorType):
         v = value if isinstance(value, Tensor) else Tensor(value, dtype=self.dtype, device=self.device)
         if v._view_of is not None:
             _follow_base(v)
-        hit, vals = _setitem_parts(self, index, v.cast(self.dtype))
+        v = _apart_from(v.cast(self.dtype), self if self._view_of is None else self._view_of[0])
+        hit, vals = _setitem_parts(self, index, v)
         if self._view_of is not None:
             self._write_through(hit, vals)
         else:
@@ -2676,6 +2677,7 @@ class Tensor(metaclass=_TensorType):
         """Write vals where hit (None: everywhere) into the memory this view shows, as torch does: the tensor it is a
         view of gets the write (in place if realized, else in its lazy graph), and this view reads the result."""
         base, at = self._view_of  # type: ignore[misc]
+        vals = _apart_from(vals, base)
         chain = _view_chain(self.uop, at)
         if any(u.op is Ops.EXPAND and u.shape != u.src[0].shape for u in chain):
             _refuse_overlapping_write(
@@ -8195,6 +8197,20 @@ def _stored_from(now: UOp, at: UOp) -> bool:
         if f is at or (f.op is Ops.CONTIGUOUS and f.src[0] is at):
             return True
     return (ref := notes.get(_COPIED_FROM)) is not None and ref() is at
+
+
+def _apart_from(v: Tensor, t: Tensor) -> Tensor:
+    """v computed into memory of its own first where it reads t's memory at other positions (`t[1:] = t[:-1]` reads
+    the old values, as torch's): the copy is of the written part only, where assign would copy the whole value it
+    writes (the part scattered into the base), and the write then stores the part only (kernelize: _written_box)."""
+    u = t.uop
+    if u.op is not Ops.ASSIGN and not t._is_stored():
+        return v  # a lazy tensor becomes the value written (assign): no memory is written in place
+    shifted = _reads_shifted(v.uop, u) or _reads_shifted(v.uop, u.base)
+    if shifted or u.op is Ops.ASSIGN and _reads_shifted(v.uop, u.src[0].base):
+        # (a copy even of a block cut as a buffer of its own, t[:-1]: contiguous() would return that block)
+        return Tensor(UOp(Ops.CONTIGUOUS, v.dtype, (v.uop,)))
+    return v
 
 
 def _view_chain(u: UOp, at: UOp) -> list[UOp]:

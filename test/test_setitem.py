@@ -664,3 +664,180 @@ def test_a_view_reads_through_a_later_pending_write_to_its_base_as_torch():
     want = run(torch, lambda: torch.arange(6).float().reshape(3, 2).clone())
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g, w)
+
+
+# *** a write into a slice of a realized tensor stores the slice only (kernelize: _written_box) ***
+
+
+@contextlib.contextmanager
+def stores_counted():
+    """The elements each STORE of every schedule made inside writes (the size of its view), in a list."""
+    import lazygrad.tensor as tensor_module
+    from lazygrad.helpers import prod
+    from lazygrad.uop.ops import Ops
+
+    real, stored = tensor_module.create_schedule, []
+
+    def counting(outs, realized):
+        sched, becomes, var_vals = real(outs, realized)
+        stored.extend(prod(u.src[1].arg.shape) for si in sched for u in si.ast.toposort if u.op is Ops.STORE)
+        return sched, becomes, var_vals
+
+    tensor_module.create_schedule = counting
+    try:
+        yield stored
+    finally:
+        tensor_module.create_schedule = real
+
+
+def _v(*shape):
+    return np.asarray(-np.arange(1, int(np.prod(shape)) + 1, dtype=np.float32).reshape(shape))
+
+
+# each: (the write, spelled the same on both, x the tensor and v a value maker; the elements it stores)
+SLICE_WRITES = {
+    "row": (lambda x, v: x.__setitem__(5, v(64)), 64),
+    "rows": (lambda x, v: x.__setitem__(slice(3, 7), v(4, 64)), 4 * 64),
+    "cols": (lambda x, v: x.__setitem__((slice(None), slice(2, 9)), v(256, 7)), 256 * 7),
+    "block": (lambda x, v: x.__setitem__((slice(10, 12), slice(8, 16)), v(2, 8)), 16),
+    "element": (lambda x, v: x.__setitem__((4, 9), 1.5), 1),
+    "last_row_scalar": (lambda x, v: x.__setitem__(-1, 2.0), 64),
+    "broadcast_row": (lambda x, v: x.__setitem__(slice(2, 4), v(64)), 2 * 64),
+    "ellipsis": (lambda x, v: x.__setitem__((Ellipsis, slice(60, None)), v(4)), 256 * 4),
+    "assign_into_slice": (
+        lambda x, v: x[1:3].assign(v(2, 64)) if isinstance(x, Tensor) else x[1:3].copy_(v(2, 64)),
+        128,
+    ),
+    "assign_into_column_view": (
+        lambda x, v: x[:, 7].assign(v(256)) if isinstance(x, Tensor) else x[:, 7].copy_(v(256)),
+        256,
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(SLICE_WRITES))
+def test_a_slice_write_stores_the_slice_only(name):
+    # a one-row write into a 256 x 64 tensor stores 64 elements: it was a where over the whole tensor (16384)
+    write, n = SLICE_WRITES[name]
+    t, r = pair((256, 64))
+    with stores_counted() as stored:
+        write(t, lambda *s: Tensor(_v(*s)))
+        t.realize()
+    write(r, lambda *s: torch.from_numpy(_v(*s)))
+    assert stored == [n]
+    check(t, r)
+
+
+def test_slice_writes_in_a_row_each_store_their_slice():
+    t, r = pair((256, 64))
+    with stores_counted() as stored:
+        for x, v in ((t, Tensor(_v(64))), (r, torch.from_numpy(_v(64)))):
+            x[0] = v
+            x[3:5] = 7.0
+            x[:, 1] = -2.0
+        t.realize()
+    assert stored == [64, 128, 256]
+    check(t, r)
+
+
+# each: the write on a lazygrad tensor, and numpy's (which reads an overlapping value before writing: torch refuses a
+# partial overlap in its copy)
+OVERLAPPING = {
+    "down": (lambda x: x.__setitem__(slice(1, None), x[:-1]), lambda a: a.__setitem__(slice(1, None), a[:-1])),
+    "up": (lambda x: x.__setitem__(slice(None, -1), x[1:]), lambda a: a.__setitem__(slice(None, -1), a[1:])),
+    "cols_scaled": (
+        lambda x: x.__setitem__((slice(None), slice(1, None)), x[:, :-1] * 2),
+        lambda a: a.__setitem__((slice(None), slice(1, None)), a[:, :-1] * 2),
+    ),
+    "assign_view": (lambda x: x[2:].assign(x[:-2] + 1), lambda a: a.__setitem__(slice(2, None), a[:-2] + 1)),
+    "row_from_row": (lambda x: x.__setitem__(3, x[0]), lambda a: a.__setitem__(3, a[0])),
+    "in_place": (lambda x: x.__setitem__(slice(1, 3), x[1:3] * 3), lambda a: a.__setitem__(slice(1, 3), a[1:3] * 3)),
+}
+
+
+@pytest.mark.parametrize("name", list(OVERLAPPING))
+def test_an_overlapping_slice_write_reads_the_old_values(name):
+    write, np_write = OVERLAPPING[name]
+    a = np.arange(16 * 8, dtype=np.float32).reshape(16, 8)
+    t = Tensor(a.copy()).realize()
+    with stores_counted() as stored:
+        write(t)
+        t.realize()
+    np_write(a)
+    np.testing.assert_array_equal(t.numpy(), a)
+    assert sum(stored) <= 2 * 15 * 8  # the part copied (where the value overlaps it) and stored, not the whole tensor
+
+
+def test_a_pending_reader_of_a_slice_keeps_the_old_values():
+    t, r = pair((256, 64))
+    old_row, total = t[5] * 2, t.sum()  # lazy, computed from the values before the write
+    with stores_counted() as stored:
+        t[5] = 0.0
+        t.realize()
+    assert 64 in stored and 256 * 64 not in stored
+    np.testing.assert_array_equal(old_row.numpy(), r[5].numpy() * 2)
+    assert total.item() == r.sum().item()
+    r[5] = 0.0
+    check(t, r)
+
+
+def test_a_slice_write_at_a_variable_position_replays_under_jit():
+    from lazygrad.uop.ops import UOp
+
+    cache, ref = pair((2, 16, 4))
+    pos = UOp.variable("pos", 0, 14)
+
+    @TinyJit
+    def step(at, x: Tensor) -> Tensor:
+        cache[:, at : at + 2] = x + 1
+        return (cache * 1).sum(1).realize()
+
+    with stores_counted() as stored:
+        for p in (3, 0, 7, 14, 1):
+            x = np.random.default_rng(p).standard_normal((2, 2, 4)).astype(np.float32)
+            got = step(pos.bind(p), Tensor(x))
+            ref[:, p : p + 2] = torch.from_numpy(x) + 1
+            np.testing.assert_allclose(got.numpy(), ref.sum(1).numpy(), rtol=1e-6)
+            check(cache, ref)
+    assert step.captured is not None
+    assert 2 * 2 * 4 in stored and 2 * 16 * 4 not in stored  # the write stored its two rows, as captured
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.integers(1, 6), min_size=1, max_size=3).flatmap(
+        lambda shape: st.tuples(
+            st.just(tuple(shape)),
+            st.tuples(
+                *[
+                    st.one_of(
+                        st.integers(-s, s - 1),
+                        st.tuples(st.integers(-s - 1, s + 1), st.integers(-s - 1, s + 1)).map(lambda b: slice(*b)),
+                        st.just(slice(None)),
+                    )
+                    for s in shape
+                ]
+            ),
+        )
+    ),
+    st.booleans(),
+    st.booleans(),
+)
+def test_random_slice_writes_store_what_they_write(case, scalar, as_view):
+    # basic slicing (ints, slices with step 1): against torch, and the elements stored are the slice's
+    shape, idx = case
+    a = np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape)
+    r = torch.from_numpy(a.copy())
+    part = r[idx].shape
+    val = 3.5 if scalar else _v(*part)
+    t = Tensor(a.copy()).realize()
+    with stores_counted() as stored:
+        if as_view:
+            t[idx].assign(Tensor(np.full(part, val, np.float32) if scalar else val))
+        else:
+            t[idx] = val if scalar else Tensor(val)
+        t.realize()
+    r[idx] = val if scalar else torch.from_numpy(val)
+    check(t, r)
+    n = int(np.prod(part))
+    assert stored == ([n] if n and n < a.size else stored)  # (a write of all or nothing may take another path)

@@ -4,8 +4,8 @@ RMSNorm, rotary embeddings on adjacent pairs (GGUF stores Q/K rows permuted for 
 with a fixed-size KV cache updated in place, SwiGLU MLP, tied embeddings when the file has no `output.weight`.
 
 The position of a step may be an int or a 0-d tensor of a bound Variable: the causal mask and the rotary angles are
-comparisons against `arange(max_context)`, and a decode step writes its cache rows into the cache shrunk at the bound
-position (one row stored, not the whole cache rewritten), so one set of compiled kernels serves every decode position.
+comparisons against `arange(max_context)`, and a decode step writes its cache row as a slice at the bound position
+(one row stored, not the whole cache rewritten), so one set of compiled kernels serves every decode position.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from lazygrad.models import take_rows
 from lazygrad.nn.gguf import GGUFTensorInfo, QuantizedMatrix, gguf_quantized, gguf_read_header, gguf_tensor
 from lazygrad.nn.packed import PanelMatrix
 from lazygrad.tensor import Tensor
-from lazygrad.uop.ops import Ops, UOp
+from lazygrad.uop.ops import UOp
 
 
 @dataclass(frozen=True)
@@ -112,13 +112,6 @@ def _stacked(ws: list[Tensor | QuantizedMatrix]) -> Weight:
     return PanelMatrix.pack(ts[0].cat(*ts[1:]).contiguous())
 
 
-def _write_part(memory: Tensor, part: tuple[Any, ...], value: Tensor) -> Tensor:
-    """An in-place write of `value` into the part of a stored tensor that the shrink `part` selects, storing that part
-    only (Tensor.assign into a view rewrites the whole base). Realize it before reading `memory` again: the write is
-    not in `memory`'s graph."""
-    return Tensor(UOp(Ops.ASSIGN, memory.dtype, (memory.shrink(part).uop, value.uop)))
-
-
 class Attention:
     def __init__(self, cfg: LlamaConfig, w: dict[str, Any], max_context: int):
         self.cfg, self.wo = cfg, _plain(w["attn_output"])
@@ -128,10 +121,11 @@ class Attention:
         self.cache_v = Tensor.zeros(*shape).contiguous().realize()
 
     def __call__(
-        self, x: Tensor, onehot: Tensor | int | UOp, written: Tensor, mask: Tensor, cos: Tensor, sin: Tensor
+        self, x: Tensor, onehot: Tensor | int | UOp, written: Tensor | None, mask: Tensor, cos: Tensor, sin: Tensor
     ) -> Tensor:
-        """onehot: (T, slots) with a 1 at each new row's slot, or the first new row's slot where it is known (a
-        prompt's int position), or a decode step's bound position (then `written` is unused)."""
+        """onehot: (T, slots) with a 1 at each new row's slot (`written`: the slots it marks), or the first new row's
+        slot where it is known (a prompt's int position), or a decode step's bound position (then `written` is
+        unused)."""
         cfg = self.cfg
         b, t, _ = x.shape
         qkv = linear(x, self.wqkv)
@@ -141,25 +135,30 @@ class Attention:
         v = _columns(qkv, cfg.dim + kv_dim, qkv.shape[-1]).reshape(b, t, cfg.n_kv_heads, cfg.head_dim)
         q, k = rotate_pairs(q, cos, sin), rotate_pairs(k, cos, sin)
         # the cache write: row j of the cache takes new row i where onehot[i, j]; one new row is a broadcast, rows at
-        # a known slot are padded into place (the same values, no arithmetic), others a tiny matmul over the t new
-        # rows (in SmolLM2's cold prompt those matmuls were 2 kernels of each layer's 22, ~40 ms of gcc's ~300)
+        # a known slot are a slice's write (the same values, no arithmetic), others a tiny matmul over the t new rows
+        # (in SmolLM2's cold prompt those matmuls were 2 kernels of each layer's 22, ~40 ms of gcc's ~300)
         new_k, new_v = k.transpose(1, 2), v.transpose(1, 2)
         if isinstance(onehot, UOp):
-            # a decode step stores its one row at the bound position, in a schedule of its own before the attention
-            # reads the cache: a where over the whole cache read and rewrote it all (k and v: 2 x 192 KB a layer at
-            # 256 slots, ~45 us of a layer's ~300). q is stored with it (its matmul is the rows' too)
-            row = (None, None, (onehot, onehot + 1), None)
+            # a decode step stores its one row at the bound position (a slice's write stores the slice only), in a
+            # schedule of its own before the attention reads the cache: a where over the whole cache read and rewrote
+            # it all (k and v: 2 x 192 KB a layer at 256 slots, ~45 us of a layer's ~300). q is stored with it (its
+            # matmul is the rows' too)
             q = q.contiguous()
-            Tensor.realize(q, _write_part(self.cache_k, row, new_k), _write_part(self.cache_v, row, new_v))
+            self.cache_k[:, :, onehot : onehot + 1] = new_k
+            self.cache_v[:, :, onehot : onehot + 1] = new_v
+            Tensor.realize(q, self.cache_k, self.cache_v)
             keys, values = self.cache_k, self.cache_v
-        elif t > 1 and isinstance(onehot, int):
-            rows = ((0, 0), (0, 0), (onehot, self.cache_k.shape[2] - onehot - t), (0, 0))
-            new_k, new_v = new_k.pad(rows), new_v.pad(rows)
-        elif t > 1:
-            assert isinstance(onehot, Tensor)
-            scatter = onehot.T.reshape(1, 1, -1, t)
-            new_k, new_v = scatter @ new_k, scatter @ new_v
-        if not isinstance(onehot, UOp):
+        elif isinstance(onehot, int):
+            # rows at a known slot: a slice's write, which stores those rows only (a where over the whole cache
+            # stored every slot of it: at 1024 slots a 128-token prompt's write stored 8 times its rows)
+            self.cache_k[:, :, onehot : onehot + t] = new_k
+            self.cache_v[:, :, onehot : onehot + t] = new_v
+            keys, values = self.cache_k, self.cache_v
+        else:
+            assert written is not None
+            if t > 1:
+                scatter = onehot.T.reshape(1, 1, -1, t)
+                new_k, new_v = scatter @ new_k, scatter @ new_v
             keys = self.cache_k.assign(written.where(new_k, self.cache_k))
             values = self.cache_v.assign(written.where(new_v, self.cache_v))
         # grouped-query attention: query head h reads kv head h // (n_heads / n_kv_heads)
@@ -186,7 +185,7 @@ class Block:
         self.down = _plain(w["ffn_down"])
 
     def __call__(
-        self, x: Tensor, onehot: Tensor | int | UOp, written: Tensor, mask: Tensor, cos: Tensor, sin: Tensor
+        self, x: Tensor, onehot: Tensor | int | UOp, written: Tensor | None, mask: Tensor, cos: Tensor, sin: Tensor
     ) -> Tensor:
         h = x + self.attention(rms_norm(x, self.attn_norm, self.cfg.norm_eps), onehot, written, mask, cos, sin)
         n = rms_norm(h, self.ffn_norm, self.cfg.norm_eps)
@@ -261,11 +260,11 @@ class Llama:
         mask = slots[:, :end] <= positions
         onehot: Tensor | int | UOp
         if isinstance(start_pos, int):
-            # rows at a known position: the rotation tables' rows sliced, the new cache rows padded into place (see
-            # Attention), the rows written and the mask left lazy (comparisons of indices inside each layer's
-            # kernels). One-hot products and stored masks were 8 of the cold prompt's 26 kernels, each slow to compile
+            # rows at a known position: the rotation tables' rows sliced, the new cache rows written as a slice (see
+            # Attention), the mask left lazy (comparisons of indices inside each layer's kernels). One-hot products and
+            # stored masks were 8 of the cold prompt's 26 kernels, each slow to compile
             onehot, cos, sin = start_pos, self.cos[start_pos:end], self.sin[start_pos:end]
-            written = ((slots >= start_pos) & (slots < end)).reshape(1, 1, -1, 1)
+            written: Tensor | None = None
             shared: tuple[Tensor, ...] = ()
         else:
             onehot = (positions == slots).float()

@@ -19,8 +19,9 @@ checks their declared order):
   6. a kernel reading more buffers than its device takes as arguments has inlined subtrees stored until it fits;
   7. kernels with no dependency between them and the same iteration space merge into one multi-output kernel.
 Between the decisions and the merge, [allocate buffers] gives each stored node its buffer and [build kernels] its
-kernel AST, one KERNEL_OP rule per op. Movement ops never make kernels: they compose into the ShapeTracker of each
-load.
+kernel AST, one KERNEL_OP rule per op (an in-place write of where(padded True, new, the memory itself), a slice's
+write, stores the box only: _KernelBuilder._written_box). Movement ops never make kernels: they compose into the
+ShapeTracker of each load.
 """
 
 from __future__ import annotations
@@ -671,13 +672,18 @@ class _KernelBuilder:
         # a kernel with a fused reduce iterates in the reduce's (keepdim) shape, whatever shape its output has
         space = self._fused_reduce_shape()
         chain: Chain = ((Ops.RESHAPE, space),) if space is not None and space != root.shape else ()
-        value = self.build(
-            root.src[1] if root.op is Ops.ASSIGN else root.src[0] if root.op in (Ops.CONTIGUOUS, Ops.DETACH) else root,
-            chain,
-        )
+        box = self._written_box() if space is None else None
+        if box is not None:  # only the box changes: its new values are stored through the target's view of it
+            value = self.build(root.src[1].src[1], ((Ops.SHRINK, box),))
+        else:
+            src = root.src[0] if root.op in (Ops.CONTIGUOUS, Ops.DETACH) else root
+            value = self.build(root.src[1] if root.op is Ops.ASSIGN else src, chain)
         n = prod(root.shape)
         part = written_part(root) if root.op is Ops.ASSIGN else None
-        if part is not None:  # the store goes through the target's view of its buffer
+        if box is not None:
+            g = UOp(Ops.DEFINE_GLOBAL, root.dtype.ptr(n if type(n) is int else self.out_bufs[root].size), arg=0)
+            st = self._view(root.shape, ((Ops.SHRINK, box),))
+        elif part is not None:  # the store goes through the target's view of its buffer
             g = UOp(Ops.DEFINE_GLOBAL, root.dtype.ptr(self.out_bufs[root].size), arg=0)
             st = self._view((self.out_bufs[root].size,), part + chain)
         else:
@@ -686,6 +692,35 @@ class _KernelBuilder:
         ast = UOp(Ops.SINK, src=(UOp(Ops.STORE, dtypes.void, (g, UOp(Ops.VIEW, arg=st), value)),))
         record.translate_pass("build kernel", root, ast, self.viz_steps)  # VIZ
         return ast
+
+    def _written_box(self) -> tuple[tuple[Any, Any], ...] | None:
+        """The part of its memory a whole-buffer ASSIGN changes, where that is one box: the value is where(mask, new,
+        old), old the memory itself read at the positions written (the target, or an earlier pending write of the
+        same target), mask a padded True (what `t[a:b] = v` and `t[i].assign(v)` make). Outside the box the kernel
+        would copy each element onto itself: a one-row write into a 256 x 64 cache read and wrote 16384 elements
+        for 64. None where the write is not of that form."""
+        root = self.root
+        if root.op is not Ops.ASSIGN or written_part(root) is not None:
+            return None
+        value, target = root.src[1], root.src[0]
+        if value.op is not Ops.WHERE or value in self.stored or value in self.realized:
+            return None
+        mask, _, old = value.src
+        if old is not target and not (old.op is Ops.ASSIGN and old.src[0] is target):
+            return None
+        chain: Chain = ()
+        while mask.op in GroupOp.Movement and mask not in self.realized:
+            chain = ((mask.op, mask.arg),) + chain
+            mask = mask.src[0]
+        if mask.op is not Ops.CONST or mask.dtype != dtypes.bool or not mask.arg:
+            return None
+        st = self._view(mask.shape, chain)
+        if len(st.views) != 1 or st.views[0].mask is None or st.views[0].is_empty():
+            return None
+        # the old value is not read, but the write keeps the order it had when it was (_levels): after the earlier
+        # write it reads, and before later writes into the memory
+        self.reads.add(old if old.op is Ops.ASSIGN and old not in self.realized else self.realized.get(old, old).base)
+        return st.views[0].mask
 
     def _fused_reduce_shape(self) -> tuple[int, ...] | None:
         stack, seen = [self.root], set()

@@ -49,7 +49,7 @@ def test_greedy_decode_32_tokens_matches_torch(setup):
 
 
 def test_prompt_in_two_parts_matches_torch(setup):
-    """A prompt's second part at a later position writes its rows into the cache at that position (padded into place)
+    """A prompt's second part at a later position writes its rows into the cache at that position (a slice's write)
     and attends to the first part's: its logits are those of the whole prompt in one pass."""
     model, _, prompt, ref = setup
     model(prompt[:7], 0)
@@ -151,26 +151,22 @@ def test_cold_prompt_builds_its_kernels_in_two_builds(setup, monkeypatch: pytest
     with Context(CACHELEVEL=0):
         token = argmax_token(model(ids, 0))
     assert [on_main for on_main, _ in builds] == [True, False]
-    # the embedded rows' kernel and the first layer's 17: at the prompt's known position the rotation rows and the
-    # cache rows are sliced and padded, the mask and the rows written are comparisons inside the layer's kernels
+    # the embedded rows' kernel and the first layer's 17: at the prompt's known position the rotation rows are sliced
+    # and the cache rows written as slices, the mask is comparisons inside the layer's kernels
     assert builds[0][1] == 18
     assert builds[1][1] == 6  # the logits' 4 kernels and the argmax's 2
     monkeypatch.setattr(realize, "_compile_todo", real)
     assert token == int(np.argmax(model(ids, 0).numpy()))
 
 
-def test_decode_step_writes_one_cache_row(setup, monkeypatch: pytest.MonkeyPatch):
-    """A decode step (its position a bound Variable) stores one new row into each layer's k and v caches, whatever
-    the cache's size: a where over the whole cache read and rewrote every slot. Its logits are still torch's."""
+def _count_cache_stores(model, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """From now on, the elements each store into a layer's k or v cache writes, in a list."""
     import lazygrad.tensor as tensor_module
-    from lazygrad import Context
     from lazygrad.helpers import prod
     from lazygrad.uop.ops import Ops
 
-    model, _, prompt, ref = setup
-    attn = [layer.attention for layer in model.layers]
-    caches = {c.uop.base.arg.memory for a in attn for c in (a.cache_k, a.cache_v)}
-    stored: list[int] = []  # elements each store into a cache writes
+    caches = {c.uop.base.arg.memory for a in (x.attention for x in model.layers) for c in (a.cache_k, a.cache_v)}
+    stored: list[int] = []
     real = tensor_module.create_schedule
 
     def counting(outs, realized):
@@ -181,8 +177,18 @@ def test_decode_step_writes_one_cache_row(setup, monkeypatch: pytest.MonkeyPatch
                     stored.append(prod(u.src[1].arg.shape))
         return sched, becomes, var_vals
 
-    token = argmax_token(model(prompt, 0))
     monkeypatch.setattr(tensor_module, "create_schedule", counting)
+    return stored
+
+
+def test_decode_step_writes_one_cache_row(setup, monkeypatch: pytest.MonkeyPatch):
+    """A decode step (its position a bound Variable) stores one new row into each layer's k and v caches, whatever
+    the cache's size: a where over the whole cache read and rewrote every slot. Its logits are still torch's."""
+    from lazygrad import Context
+
+    model, _, prompt, ref = setup
+    token = argmax_token(model(prompt, 0))
+    stored = _count_cache_stores(model, monkeypatch)
     with Context(JIT=0):  # every step schedules anew (a replay schedules nothing)
         logits = model([token], len(prompt)).numpy()
     cfg = model.cfg
@@ -190,3 +196,17 @@ def test_decode_step_writes_one_cache_row(setup, monkeypatch: pytest.MonkeyPatch
     with torch.no_grad():
         want = ref.logits(prompt + [token])[-1].numpy()
     np.testing.assert_allclose(logits, want, atol=2e-3, rtol=0)
+
+
+def test_prompt_part_writes_only_its_cache_rows(setup, monkeypatch: pytest.MonkeyPatch):
+    """A prompt's rows at a known position are a slice's write: each layer's k and v caches store those rows, not
+    all 128 slots (a where over the whole cache). Its logits are those of the whole prompt in one pass."""
+    model, _, prompt, ref = setup
+    model(prompt[:7], 0)
+    stored = _count_cache_stores(model, monkeypatch)
+    ours = model(prompt[7:], 7, all_logits=True).numpy()
+    cfg = model.cfg
+    assert stored == [len(prompt[7:]) * cfg.n_kv_heads * cfg.head_dim] * (2 * cfg.n_layers)
+    with torch.no_grad():
+        theirs = ref.logits(prompt)[7:].numpy()
+    np.testing.assert_allclose(ours, theirs, atol=2e-3, rtol=0)

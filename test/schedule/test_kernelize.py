@@ -541,3 +541,24 @@ def test_write_into_a_shrunk_view_replays_at_new_positions():
         np.testing.assert_allclose(got.numpy(), cn.sum(1), rtol=1e-6)
         np.testing.assert_array_equal(cache.numpy(), cn)
     assert step.captured is not None
+
+
+@pytest.mark.parametrize("form", ["box", "other_buffer", "computed_mask", "whole"])
+def test_a_write_of_where_into_its_own_memory_stores_the_box_only_when_the_rest_is_unchanged(form):
+    # where(padded True, new, target) leaves the target as it is outside the box: only the box is stored. Another
+    # else-branch, or a mask that is not one box of True, needs every element written
+    t, tn = realized(8, 16)
+    other, on = realized(8, 16, seed=2)
+    new, nn = realized(2, 16, seed=3)
+    box = Tensor.full((2, 16), True).pad(((3, 3), (0, 0)))
+    boxn = np.zeros((8, 16), bool)
+    boxn[3:5] = True
+    if form == "computed_mask":
+        box, boxn = (Tensor.arange(8).reshape(8, 1) < 2).expand(8, 16), np.arange(8)[:, None] < 2
+    if form == "whole":
+        box, boxn = Tensor.full((8, 16), True), np.ones((8, 16), bool)
+    rest, restn = (other, on) if form == "other_buffer" else (t, tn)
+    t.assign(box.where(new.pad(((3, 3), (0, 0))), rest))
+    want = np.where(boxn, np.pad(nn, ((3, 3), (0, 0))), restn)
+    assert _run_counting_stores(t) == [2 * 16 if form == "box" else 8 * 16]
+    np.testing.assert_array_equal(t.numpy(), want)
