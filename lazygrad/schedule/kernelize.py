@@ -1065,7 +1065,10 @@ class _Template:
                 becomes[n] = UOp.buffer_view(buf.alias(), shape)
             else:
                 buf = Buffer(device, size, n.dtype, shape=shape)
-                becomes[n] = UOp.buffer_view(buf, shape)
+                # a node of an unbuilt run that no tensor holds (_Laid.fill's: an optimizer's step size) is never
+                # looked up, nor kept in the realized registry: its buffer node would be built only to be dropped
+                if type(n) is not Unbuilt:
+                    becomes[n] = UOp.buffer_view(buf, shape)
             bufs.append(buf)
         bufs.extend(slots)
         if self.internal:
