@@ -1325,6 +1325,10 @@ def _layout(outs: list[UOp], replays: list[Replay], realized: dict[UOp, UOp]) ->
     relations: list[tuple] = []
     below: list[UOp] = []  # the buffer nodes below inputs that are a reshape of one (after the runs' nodes)
     below_at: dict[UOp, int] = {}  # (each one's place in `below`: a list's scans compared ~300 nodes a step)
+    # per run, then for the buffer nodes below: where its nodes start, the positions holding nodes of the graph (None:
+    # all), its nodes
+    scanned: list[tuple[int, tuple[int, ...] | None, list[UOp]]] = []
+    has = operator.contains
     for r in replays:
         inputs = r.vals[: r.n_in]
         # each input: the position of the same node in an earlier run (its structure is that run's), or none
@@ -1358,20 +1362,34 @@ def _layout(outs: list[UOp], replays: list[Replay], realized: dict[UOp, UOp]) ->
                     return None
                 leaves.append((n.dtype.key, n.arg.size, n.arg.device))
             relations.append((found, tuple(leaves)))
-        known.update(zip(r.vals, range(len(nodes), len(nodes) + len(r.vals))))
+        start = len(nodes)
+        placed: tuple[int, ...] | None = None
+        if r.unbuilt is None:
+            known.update(zip(r.vals, range(start, start + len(r.vals))))
+        else:
+            # an unbuilt run holds FILLER at every position but its inputs', held nodes' and outputs' (uop/program.py),
+            # which nothing of the graph meets and which holds no entry: those positions are neither numbered nor
+            # looked at (~125 of an MLP Adam step's ~270)
+            placed = r.unbuilt.program.placed(r.n_in)
+            known.update(zip(map(r.vals.__getitem__, placed), map(start.__add__, placed)))
+        scanned.append((start, placed, r.vals))
         nodes += r.vals
     if below:
+        scanned.append((len(nodes), None, below))
         known.update(zip(below, range(len(nodes), len(nodes) + len(below))))
         nodes += below
     if not any(map(known.__contains__, outs)):
         return _NOT_THEIRS
     # the walk stops at a realized node and keys it by the view its value is stored in (a value computed once from
     # what a loop never writes, a node read mid-step): where each sits, its view, and which buffer node the view reads
-    realized_at = list(
-        itertools.compress(
-            range(len(nodes)), map(operator.contains, map(_DICT_OF, nodes), itertools.repeat(REALIZED_ENTRY))
-        )
-    )
+    realized_at: list[int] = []
+    entry = itertools.repeat(REALIZED_ENTRY)
+    for start, placed, vals in scanned:
+        if placed is None:
+            realized_at += itertools.compress(range(start, start + len(vals)), map(has, map(_DICT_OF, vals), entry))
+        else:
+            at = map(start.__add__, placed)
+            realized_at += itertools.compress(at, map(has, map(_DICT_OF, map(vals.__getitem__, placed)), entry))
     views: list[tuple] = []
     if realized_at:
         bases: list[UOp] = []
