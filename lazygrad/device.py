@@ -191,7 +191,10 @@ class Buffer:
             out = self.memory.view(self.offset // self.dtype.itemsize, self.size, self.shape)
             assert out is not None, "a view's device addressed its offset once: it does again"
             return out
-        out = Buffer(self.device, self.size, self.dtype, external=self.memory, external_ptr=self.ptr, shape=self.shape)
+        # (memory and ptr inline: an optimizer step aliases every parameter and state it writes)
+        memory = self._external if isinstance(self._external, Buffer) else self
+        ptr = self._ptr if self._ptr is not None else self.ensure_allocated()._ptr
+        out = Buffer(self.device, self.size, self.dtype, memory, ptr, self.shape)
         out.part = self.part
         return out
 

@@ -69,6 +69,7 @@ _HALF_KEYS = frozenset(dt.key for dt in HALF_FLOATS)
 # the ops the paths run on every op and realize test for, read once: an Enum member read costs ~50 ns on Python 3.11
 # (its EnumType has a __getattr__ hook, which keeps attribute reads off the fast path)
 _BUFFER, _RESHAPE, _ASSIGN, _BIND = Ops.BUFFER, Ops.RESHAPE, Ops.ASSIGN, Ops.BIND
+_MOVEMENT = GroupOp.Movement
 
 
 def _rounds_once(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
@@ -163,10 +164,24 @@ class RealizedNodes:
 
     def _file(self) -> None:
         unfiled, self._unfiled = self._unfiled, []
+        entry = RealizedNodes._ENTRY
         for r in unfiled:
-            if (node := r()) is not None and (view := self.get(node)) is not None:
-                for memory in _view_memories(view):
-                    memory.__dict__.setdefault(_STORED_HERE, []).append(r)
+            if (node := r()) is None or (view := node.__dict__.get(entry)) is None:
+                continue
+            if type(view) is weakref.ref and (view := view()) is None:
+                continue
+            # (a view over one buffer, what every stored node of a realize but a sharded one is, read inline: get,
+            # _view_memories, UOp.base and Buffer.memory were five Python calls per node an MLP step stores)
+            base = view
+            while base.op in _MOVEMENT:
+                base = base.src[0]
+            if base.op is _BUFFER:
+                buf = base.arg
+                memory = buf._external if isinstance(buf._external, Buffer) else buf
+                memory.__dict__.setdefault(_STORED_HERE, []).append(r)
+                continue
+            for memory in _view_memories(view):
+                memory.__dict__.setdefault(_STORED_HERE, []).append(r)
 
     def stored_in(self, memory: Buffer) -> list[UOp]:
         """The live nodes whose value is stored in `memory` (a Buffer.memory). Each memory lists the nodes stored in
@@ -6803,7 +6818,16 @@ def _note_stored(
     # the memory a write overwrites no longer holds the values stored there before: a graph built later over those
     # nodes (alive in another graph, one hash-consed node) computes them anew (values computed from the memory itself,
     # earlier writes into it, stay: computed anew they would read the new contents)
-    written = dict.fromkeys(b.arg.memory for n in becomes if n.op is _ASSIGN and (b := n.src[0].base).op is _BUFFER)
+    # (UOp.base and Buffer.memory inline: an optimizer step writes every parameter and state)
+    written: dict[Buffer, None] = {}
+    for n in becomes:
+        if n.op is _ASSIGN:
+            b = n.src[0]
+            while b.op in _MOVEMENT:
+                b = b.src[0]
+            if b.op is _BUFFER:
+                buf = b.arg
+                written[buf._external if isinstance(buf._external, Buffer) else buf] = None
     for memory, old in _realized.stored_in_each(written):
         if old not in becomes and old.op is not _ASSIGN and memory not in _memories_below(old):
             del _realized[old]
@@ -6989,8 +7013,13 @@ def _reads_shifted(value: UOp, buffer: UOp) -> bool:
     shifted = _shifted_bases(value)
     if buffer in shifted:
         return True
-    for b in shifted:  # (a loop: this runs for every parameter of every optimizer step)
-        if b.op is Ops.BUFFER and b.arg.part and buffer.op is Ops.BUFFER and b.arg.memory is buffer.arg.memory:
+    if buffer.op is not _BUFFER:
+        return False
+    # (a loop: this runs for every parameter of every optimizer step, over the ~20 nodes each gradient of an MLP
+    # reads shifted; the target's memory read once)
+    memory = buffer.arg.memory
+    for b in shifted:
+        if b.op is _BUFFER and b.arg.part and b.arg.memory is memory:
             return True
     return False
 

@@ -1083,6 +1083,9 @@ class _Template:
         # the references the items write (each once): an instance's new outputs are among them
         written = (refs[: len(ast.src) if ast.op is Ops.SINK else 1] for ast, refs in self.items)
         self.written = sorted(set(itertools.chain.from_iterable(written)))
+        # per item, a C-level getter of its buffers' tuple from an instance's flat list (a tuple of a map per item
+        # cost ~0.3 us more, 28 items an MLP Adam step); None for a kernel of one buffer (the getter gives no tuple)
+        self.pickers = [(ast, operator.itemgetter(*refs) if len(refs) > 1 else None, refs) for ast, refs in self.items]
 
     def buffers(self, walk: _Walk) -> tuple[list[Buffer], dict[UOp, UOp]]:
         """The buffers the items name by reference (new ones for the stored nodes and internal buffers, the walk's
@@ -1100,7 +1103,10 @@ class _Template:
                 becomes[n] = UOp.buffer_view(buf.alias(), shape)
             else:
                 buf = Buffer(device, size, n.dtype, shape=shape)
-                becomes[n] = UOp.buffer_view(buf, shape)
+                # a node of an unbuilt run that no tensor holds (_Laid.fill's: an optimizer's step size) is never
+                # looked up, nor kept in the realized registry: its buffer node would be built only to be dropped
+                if type(n) is not Unbuilt:
+                    becomes[n] = UOp.buffer_view(buf, shape)
             bufs.append(buf)
         bufs.extend(slots)
         if self.internal:
@@ -1108,8 +1114,10 @@ class _Template:
         return bufs, becomes
 
     def schedule(self, bufs: list[Buffer]) -> Schedule:
-        at = bufs.__getitem__
-        schedule = Schedule([ScheduleItem(ast, tuple(map(at, refs))) for ast, refs in self.items], self)
+        items = [
+            ScheduleItem(ast, pick(bufs) if pick is not None else (bufs[refs[0]],)) for ast, pick, refs in self.pickers
+        ]
+        schedule = Schedule(items, self)
         schedule.bufs = bufs
         return schedule
 
@@ -1357,6 +1365,10 @@ def _layout(outs: list[UOp], replays: list[Replay], realized: dict[UOp, UOp]) ->
     relations: list[tuple] = []
     below: list[UOp] = []  # the buffer nodes below inputs that are a reshape of one (after the runs' nodes)
     below_at: dict[UOp, int] = {}  # (each one's place in `below`: a list's scans compared ~300 nodes a step)
+    # per run, then for the buffer nodes below: where its nodes start, the positions holding nodes of the graph (None:
+    # all), its nodes
+    scanned: list[tuple[int, tuple[int, ...] | None, list[UOp]]] = []
+    has = operator.contains
     for r in replays:
         inputs = r.vals[: r.n_in]
         # each input: the position of the same node in an earlier run (its structure is that run's), or none
@@ -1390,20 +1402,34 @@ def _layout(outs: list[UOp], replays: list[Replay], realized: dict[UOp, UOp]) ->
                     return None
                 leaves.append((n.dtype.key, n.arg.size, n.arg.device))
             relations.append((found, tuple(leaves)))
-        known.update(zip(r.vals, range(len(nodes), len(nodes) + len(r.vals))))
+        start = len(nodes)
+        placed: tuple[int, ...] | None = None
+        if r.unbuilt is None:
+            known.update(zip(r.vals, range(start, start + len(r.vals))))
+        else:
+            # an unbuilt run holds FILLER at every position but its inputs', held nodes' and outputs' (uop/program.py),
+            # which nothing of the graph meets and which holds no entry: those positions are neither numbered nor
+            # looked at (~125 of an MLP Adam step's ~270)
+            placed = r.unbuilt.program.placed(r.n_in)
+            known.update(zip(map(r.vals.__getitem__, placed), map(start.__add__, placed)))
+        scanned.append((start, placed, r.vals))
         nodes += r.vals
     if below:
+        scanned.append((len(nodes), None, below))
         known.update(zip(below, range(len(nodes), len(nodes) + len(below))))
         nodes += below
     if not any(map(known.__contains__, outs)):
         return _NOT_THEIRS
     # the walk stops at a realized node and keys it by the view its value is stored in (a value computed once from
     # what a loop never writes, a node read mid-step): where each sits, its view, and which buffer node the view reads
-    realized_at = list(
-        itertools.compress(
-            range(len(nodes)), map(operator.contains, map(_DICT_OF, nodes), itertools.repeat(REALIZED_ENTRY))
-        )
-    )
+    realized_at: list[int] = []
+    entry = itertools.repeat(REALIZED_ENTRY)
+    for start, placed, vals in scanned:
+        if placed is None:
+            realized_at += itertools.compress(range(start, start + len(vals)), map(has, map(_DICT_OF, vals), entry))
+        else:
+            at = map(start.__add__, placed)
+            realized_at += itertools.compress(at, map(has, map(_DICT_OF, map(vals.__getitem__, placed)), entry))
     views: list[tuple] = []
     if realized_at:
         bases: list[UOp] = []
@@ -1439,15 +1465,19 @@ class _Laid:
     stored: tuple[int, ...]  # per template stored node (its walk position), the node's position in the runs
     slots: tuple[int, ...]  # per walk slot, the position of the buffer node that reads it
 
+    def __post_init__(self) -> None:
+        self.walk_at = [p for p, *_ in self.tpl.stored]  # per template stored node, its walk position
+
     def walk(self, nodes: list[UOp]) -> tuple[_Template, _Replayed]:
-        at = {p: nodes[q] for (p, *_), q in zip(self.tpl.stored, self.stored)}
+        # (at C speed: a comprehension unpacking each stored node's record cost ~0.3 us a node, 34 an MLP Adam step)
+        at = dict(zip(self.walk_at, map(nodes.__getitem__, self.stored)))
         return self.tpl, _Replayed(at, [nodes[q].arg for q in self.slots])
 
     def fill(self, walk: _Replayed, replays: list[Replay]) -> None:
         """A stored node of an unbuilt run that no tensor holds (an optimizer's step size, see uop/program.py
-        FILLER) gets an Unbuilt of its own: its dtype sizes the buffer, and it keys what the node becomes."""
+        FILLER) gets an Unbuilt of its own: its dtype types the buffer (_Template.buffers makes no node over it)."""
         starts = list(itertools.accumulate((len(r.vals) for r in replays), initial=0))
-        for (p, *_), q in zip(self.tpl.stored, self.stored):
+        for p, q in zip(self.walk_at, self.stored):
             if walk.nodes[p] is FILLER:
                 i = bisect.bisect_right(starts, q) - 1
                 walk.nodes[p] = replays[i].unbuilt.node(q - starts[i])  # type: ignore[union-attr]

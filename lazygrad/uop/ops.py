@@ -270,8 +270,9 @@ class UOp(metaclass=UOpMetaClass):
     @staticmethod
     def buffer_view(buf: Any, shape: tuple[int, ...]) -> UOp:
         """The tensor-graph node for a whole buffer seen with `shape` (a Buffer is the BUFFER node's arg)."""
-        b = UOp(Ops.BUFFER, buf.dtype, (), buf)
-        shape = tuple(shape)
+        b = UOp(_BUFFER_OP, buf.dtype, (), buf)
+        if type(shape) is not tuple:
+            shape = tuple(shape)
         # their shape and device noted as made (_shape's and _device's answers): every stored node of every realize
         # gets these nodes, and the next step's tensor ops and optimizer key ask both of each
         known = b.__dict__
@@ -279,7 +280,7 @@ class UOp(metaclass=UOpMetaClass):
             known["shape"], known["device"] = (buf.size,), buf.device
         if shape == (buf.size,):
             return b
-        view = UOp(Ops.RESHAPE, buf.dtype, (b,), shape)
+        view = UOp(_RESHAPE_OP, buf.dtype, (b,), shape)
         known = view.__dict__
         if "device" not in known:
             known["shape"], known["device"] = shape, buf.device
@@ -615,7 +616,7 @@ _DEVICE_RULES: dict[Ops, Callable[[UOp], Any]] = {
     Ops.COPY: lambda u: u.arg,
     Ops.MULTI: lambda u: tuple(s.__dict__["device"] for s in u.src),
 }
-_BUFFER_OP = Ops.BUFFER
+_BUFFER_OP, _RESHAPE_OP = Ops.BUFFER, Ops.RESHAPE
 _SHAPE_IS_ARG = frozenset({Ops.RESHAPE, Ops.EXPAND})
 _SHAPE_SCALAR = frozenset({Ops.CONST, Ops.DEFINE_VAR, Ops.BIND, Ops.DEVICE})
 _SHAPE_RULES: dict[Ops, Callable[[UOp], tuple[sint, ...]]] = {

@@ -41,7 +41,7 @@ class GraphProgram:
     it; the scalar broadcasts, which read none, it holds (`fixed`): rebuilt on every replay they were about a sixth
     of an MLP training step's new nodes, each hash-consed, dropped with the step's graph and seen by the collector."""
 
-    __slots__ = ("steps", "outs", "known", "picks", "fixed", "filled")
+    __slots__ = ("steps", "outs", "known", "picks", "fixed", "filled", "_placed")
 
     def __init__(self, steps: list[tuple], outs: list[int], known: list[dict], fixed: list[UOp | None]):
         self.steps, self.outs, self.fixed = steps, outs, fixed
@@ -53,6 +53,15 @@ class GraphProgram:
         self.known = known
         # what unbuilt() puts at the added positions before the outputs: the held nodes, FILLER elsewhere
         self.filled = [FILLER if node is None else node for node in fixed]
+        self._placed: tuple[int, ...] | None = None
+
+    def placed(self, n_in: int) -> tuple[int, ...]:
+        """The positions of an unbuilt run over `n_in` inputs (unbuilt()) that hold a node of their own, in order: the
+        inputs, the held nodes and the outputs; FILLER is at every other one."""
+        if self._placed is None:
+            held = (n_in + i for i, node in enumerate(self.fixed) if node is not None)
+            self._placed = tuple(sorted({*range(n_in), *held, *self.outs}))
+        return self._placed
 
     @staticmethod
     def record(inputs: list[UOp], outputs: list[UOp]) -> tuple[GraphProgram, dict[UOp, int]] | None:
