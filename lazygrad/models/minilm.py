@@ -15,6 +15,7 @@ from typing import Any
 from lazygrad.dtype import dtypes
 from lazygrad.models import minilm_dir, take_rows
 from lazygrad.models.tokenizer import WordPieceTokenizer
+from lazygrad.nn.packed import PanelMatrix
 from lazygrad.nn.state import safe_load, safe_load_metadata
 from lazygrad.tensor import Tensor
 
@@ -37,6 +38,29 @@ class MiniLM:
         self.dim, self.eps = config["hidden_size"], config["layer_norm_eps"]
         if config.get("hidden_act", "gelu") != "gelu":
             raise ValueError(f"unsupported activation {config['hidden_act']!r} (only exact gelu)")
+        # each layer's matrices copied once into the panels the device multiplies fastest (a product over the weight
+        # as it is copies it into panels at every call), the query, key and value ones stacked into one matrix: one
+        # matmul kernel with one register tile, where three products of one input merge into a kernel whose three
+        # tiles of accumulators outnumber the vector registers
+        self.layers = []
+        for i in range(self.n_layers):
+            p = f"encoder.layer.{i}."
+            qkv = [f"{p}attention.self.{n}" for n in ("query", "key", "value")]
+            layer = {
+                "qkv": PanelMatrix.pack(Tensor.cat(*[weights[n + ".weight"] for n in qkv]).contiguous()),
+                "qkv_bias": Tensor.cat(*[weights[n + ".bias"] for n in qkv]).contiguous(),
+                **{
+                    name: PanelMatrix.pack(weights[p + key + ".weight"])
+                    for name, key in (
+                        ("o", "attention.output.dense"),
+                        ("up", "intermediate.dense"),
+                        ("down", "output.dense"),
+                    )
+                },
+            }
+            # one realize per layer: the same-shaped matrices of every layer would merge into one kernel per shape
+            Tensor.realize(layer["qkv_bias"], *[m.packed for m in layer.values() if isinstance(m, PanelMatrix)])
+            self.layers.append(layer)
 
     @staticmethod
     def load(path: str | os.PathLike | None = None, max_length: int = 256) -> MiniLM:
@@ -73,24 +97,22 @@ class MiniLM:
         x = _layer_norm(x, w["embeddings.LayerNorm.weight"], w["embeddings.LayerNorm.bias"], self.eps)
         mask = (keep > 0.5).reshape(b, 1, 1, length)
         hd = self.dim // self.n_heads
-        for i in range(self.n_layers):
+        for i, layer in enumerate(self.layers):
             p = f"encoder.layer.{i}."
 
-            def dense(t: Tensor, name: str) -> Tensor:
-                return t.linear(w[p + name + ".weight"], w[p + name + ".bias"])  # noqa: B023 (used inside the loop)
+            def dense(t: Tensor, name: str, bias: str) -> Tensor:
+                return layer[name].linear(t) + w[p + bias + ".bias"]  # noqa: B023 (used inside the loop)
 
-            q, k, v = (
-                dense(x, f"attention.self.{n}").reshape(b, length, self.n_heads, hd).transpose(1, 2)
-                for n in ("query", "key", "value")
-            )
+            qkv = (layer["qkv"].linear(x) + layer["qkv_bias"]).reshape(b, length, 3, self.n_heads, hd)
+            q, k, v = (qkv[:, :, j].transpose(1, 2) for j in range(3))
             a = q.scaled_dot_product_attention(k, v, attn_mask=mask).transpose(1, 2).reshape(b, length, self.dim)
             x = _layer_norm(
-                dense(a, "attention.output.dense") + x,
+                dense(a, "o", "attention.output.dense") + x,
                 w[p + "attention.output.LayerNorm.weight"],
                 w[p + "attention.output.LayerNorm.bias"],
                 self.eps,
             )
-            h = dense(dense(x, "intermediate.dense").gelu("none"), "output.dense")
+            h = dense(dense(x, "up", "intermediate.dense").gelu("none"), "down", "output.dense")
             x = _layer_norm(h + x, w[p + "output.LayerNorm.weight"], w[p + "output.LayerNorm.bias"], self.eps)
             x = x.realize()
         pooled = (x * keep.unsqueeze(-1)).sum(1) / keep.sum(1, keepdim=True)

@@ -42,3 +42,18 @@ def test_embeddings_match_torch_bert():
 def test_embed_rejects_a_bare_string():
     with pytest.raises(TypeError, match="list of sentences"):
         MiniLM.load().embed("one sentence")
+
+
+def test_batch_of_64_runs_17_kernels_a_layer():
+    """The weights are in panels from load (no copy of them at each call) and the query, key and value products are
+    one matmul: 17 kernels a layer (20 when each call copied four matrices into panels and merged three products into
+    one kernel of three register tiles), and the embedding's and the pooling's."""
+    from lazygrad.helpers import GlobalCounters
+
+    model = MiniLM.load()
+    words = " ".join(SENTENCES).split()
+    ids = [model.tokenizer.encode(" ".join(words[i % 5 : i % 5 + 3 + i % 9])) for i in range(64)]
+    model(ids).realize()
+    GlobalCounters.reset()
+    model(ids).realize()
+    assert GlobalCounters.kernel_count == 17 * model.n_layers + 2
