@@ -13,10 +13,14 @@ import os
 from typing import Any
 
 from lazygrad.dtype import dtypes
+from lazygrad.engine.jit import TinyJit
 from lazygrad.models import minilm_dir, take_rows
 from lazygrad.models.tokenizer import WordPieceTokenizer
+from lazygrad.nn.packed import PanelMatrix
 from lazygrad.nn.state import safe_load, safe_load_metadata
 from lazygrad.tensor import Tensor
+
+JIT_SHAPES = 4  # batch shapes whose kernels a model keeps captured
 
 
 def _layer_norm(x: Tensor, w: Tensor, b: Tensor, eps: float) -> Tensor:
@@ -37,6 +41,30 @@ class MiniLM:
         self.dim, self.eps = config["hidden_size"], config["layer_norm_eps"]
         if config.get("hidden_act", "gelu") != "gelu":
             raise ValueError(f"unsupported activation {config['hidden_act']!r} (only exact gelu)")
+        # each layer's matrices copied once into the panels the device multiplies fastest (a product over the weight
+        # as it is copies it into panels at every call), the query, key and value ones stacked into one matrix: one
+        # matmul kernel with one register tile, where three products of one input merge into a kernel whose three
+        # tiles of accumulators outnumber the vector registers
+        self._jits: dict[tuple, TinyJit] = {}  # the latest batch shapes' captures, oldest first
+        self.layers = []
+        for i in range(self.n_layers):
+            p = f"encoder.layer.{i}."
+            qkv = [f"{p}attention.self.{n}" for n in ("query", "key", "value")]
+            layer = {
+                "qkv": PanelMatrix.pack(Tensor.cat(*[weights[n + ".weight"] for n in qkv]).contiguous()),
+                "qkv_bias": Tensor.cat(*[weights[n + ".bias"] for n in qkv]).contiguous(),
+                **{
+                    name: PanelMatrix.pack(weights[p + key + ".weight"])
+                    for name, key in (
+                        ("o", "attention.output.dense"),
+                        ("up", "intermediate.dense"),
+                        ("down", "output.dense"),
+                    )
+                },
+            }
+            # one realize per layer: the same-shaped matrices of every layer would merge into one kernel per shape
+            Tensor.realize(layer["qkv_bias"], *[m.packed for m in layer.values() if isinstance(m, PanelMatrix)])
+            self.layers.append(layer)
 
     @staticmethod
     def load(path: str | os.PathLike | None = None, max_length: int = 256) -> MiniLM:
@@ -67,30 +95,45 @@ class MiniLM:
         b, length = len(ids), max(len(r) for r in ids)
         flat = [i for r in ids for i in r + [self.tokenizer.pad_id] * (length - len(r))]
         keep = Tensor([[1.0] * len(r) + [0.0] * (length - len(r)) for r in ids])  # (B, L): real tokens
-        w = self.w
-        x = self.word_rows(flat).reshape(b, length, self.dim)
-        x = x + w["embeddings.position_embeddings.weight"][:length] + w["embeddings.token_type_embeddings.weight"][0]
+        rows = self.word_rows(flat).reshape(b, length, self.dim)
+        # a batch shape met before replays its kernels (TinyJit): building the graph of the 6 layers cost ~20 ms of
+        # Python a call (batch of 64 x 22 tokens), a tenth of the call on two cores. The few latest shapes keep their
+        # captures (each holds its activations' buffers); the copy of the result survives the next replay
+        key = (b, length, Tensor.training, Tensor.is_grad_enabled())
+        jit = self._jits.pop(key, None) or TinyJit(self._encode)
+        self._jits[key] = jit
+        if len(self._jits) > JIT_SHAPES:
+            del self._jits[next(iter(self._jits))]
+        return jit(rows, keep).clone().realize()
+
+    def _encode(self, rows: Tensor, keep: Tensor) -> Tensor:
+        """Word embeddings (B, L, dim) and the real tokens' mask (B, L) -> normalized mean-pooled embeddings."""
+        (b, length), w = keep.shape, self.w
+        x = rows + w["embeddings.position_embeddings.weight"][:length] + w["embeddings.token_type_embeddings.weight"][0]
         x = _layer_norm(x, w["embeddings.LayerNorm.weight"], w["embeddings.LayerNorm.bias"], self.eps)
-        mask = (keep > 0.5).reshape(b, 1, 1, length)
+        # the keys padded to whole vectors of 8 (masked out): the softmax over a row of 22 keys got vectors of 2 lanes
+        # or gathers (codegen has no PADTO), its two exp kernels 4.2 ms a layer on one core, over 24 keys 1.4 ms
+        keys = -(-length // 8) * 8
+        mask = (keep.pad(((0, 0), (0, keys - length))) > 0.5).reshape(b, 1, 1, keys)
+        pad_keys = ((0, 0), (0, 0), (0, keys - length), (0, 0))
         hd = self.dim // self.n_heads
-        for i in range(self.n_layers):
+        for i, layer in enumerate(self.layers):
             p = f"encoder.layer.{i}."
 
-            def dense(t: Tensor, name: str) -> Tensor:
-                return t.linear(w[p + name + ".weight"], w[p + name + ".bias"])  # noqa: B023 (used inside the loop)
+            def dense(t: Tensor, name: str, bias: str) -> Tensor:
+                return layer[name].linear(t) + w[p + bias + ".bias"]  # noqa: B023 (used inside the loop)
 
-            q, k, v = (
-                dense(x, f"attention.self.{n}").reshape(b, length, self.n_heads, hd).transpose(1, 2)
-                for n in ("query", "key", "value")
-            )
+            qkv = (layer["qkv"].linear(x) + layer["qkv_bias"]).reshape(b, length, 3, self.n_heads, hd)
+            q, k, v = (qkv[:, :, j].transpose(1, 2) for j in range(3))
+            k, v = k.pad(pad_keys), v.pad(pad_keys)
             a = q.scaled_dot_product_attention(k, v, attn_mask=mask).transpose(1, 2).reshape(b, length, self.dim)
             x = _layer_norm(
-                dense(a, "attention.output.dense") + x,
+                dense(a, "o", "attention.output.dense") + x,
                 w[p + "attention.output.LayerNorm.weight"],
                 w[p + "attention.output.LayerNorm.bias"],
                 self.eps,
             )
-            h = dense(dense(x, "intermediate.dense").gelu("none"), "output.dense")
+            h = dense(dense(x, "up", "intermediate.dense").gelu("none"), "down", "output.dense")
             x = _layer_norm(h + x, w[p + "output.LayerNorm.weight"], w[p + "output.LayerNorm.bias"], self.eps)
             x = x.realize()
         pooled = (x * keep.unsqueeze(-1)).sum(1) / keep.sum(1, keepdim=True)

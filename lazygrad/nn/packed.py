@@ -43,8 +43,10 @@ class PanelMatrix:
             raise ValueError(f"linear: input shape {x.shape} does not match weight shape {self.shape}")
         if not self.panel:
             return x.linear(self.packed)
-        # the panels outermost: each panel is read from memory once and reused by every row of x while in cache
-        # (SmolLM2's 6144 x 576 gate and up projections, 128 rows, one core: 12.6 -> 9.4 ms with the rows outermost)
+        # the product schedule/panels.py builds for a matmul the scheduler puts in panels: the rows of x outermost in
+        # the graph, the output row-major, so that a bias or activation after it is the matmul kernel's epilogue (with
+        # the panels outermost and the output permuted back, that was a kernel of its own); the heuristic runs the
+        # panels outermost in the loops (a panel's columns reused from L2 while the rows stream)
         rows = prod(x.shape[:-1])
-        out = (x.reshape(1, rows, k, 1) * self.packed.reshape(n // self.panel, 1, k, self.panel)).sum(-2)
-        return out.permute(1, 0, 2).reshape(*x.shape[:-1], n)
+        out = (x.reshape(rows, 1, k, 1) * self.packed.reshape(1, n // self.panel, k, self.panel)).sum(-2)
+        return out.reshape(*x.shape[:-1], n)

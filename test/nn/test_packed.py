@@ -7,6 +7,7 @@ import pytest
 
 from lazygrad import Tensor
 from lazygrad.device import Device
+from lazygrad.helpers import GlobalCounters
 from lazygrad.nn.packed import PanelMatrix, panel_width
 
 
@@ -45,3 +46,17 @@ def test_panel_linear_shape_error():
     pm = PanelMatrix.pack(Tensor.ones(32, 8))
     with pytest.raises(ValueError, match=r"input shape \(2, 9\) does not match weight shape \(32, 8\)"):
         pm.linear(Tensor.ones(2, 9))
+
+
+def test_panel_linear_bias_and_activation_are_its_epilogue():
+    """The product's output is row-major in the graph: a bias and an activation after it are the matmul kernel's
+    epilogue, not a copy kernel of their own (the panels outermost in the graph left the output permuted)."""
+    rng = np.random.default_rng(0)
+    w, b = rng.standard_normal((64, 48)).astype(np.float32), rng.standard_normal(64).astype(np.float32)
+    x = rng.standard_normal((300, 48)).astype(np.float32)
+    pm, tb, tx = PanelMatrix.pack(Tensor(w)), Tensor(b).realize(), Tensor(x).realize()
+    pm.packed.realize()
+    GlobalCounters.reset()
+    out = (pm.linear(tx) + tb).relu().realize()
+    assert GlobalCounters.kernel_count == 1
+    np.testing.assert_allclose(out.numpy(), np.maximum(x @ w.T + b, 0), rtol=1e-5, atol=1e-4)
