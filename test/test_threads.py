@@ -4,6 +4,7 @@ import collections
 import contextlib
 import gc
 import os
+import struct
 import subprocess
 import sys
 import threading
@@ -208,15 +209,24 @@ def test_random_tensors_drawn_in_threads_never_share_values() -> None:
     """Each random call takes its own counter under a lock: with the counter read twice around other work, threads
     switching in between drew the same numbers (14 of 1200 tensors were repeats)."""
     drawn: list[tuple[float, ...]] = []
+    who: dict[tuple[float, ...], list[tuple[int, int]]] = collections.defaultdict(list)
 
-    def draw(_: int) -> None:
+    def draw(tid: int) -> None:
         tensors = [Tensor.rand(8) for _ in range(150)]
-        drawn.extend(tuple(t.tolist()) for t in tensors)
+        for i, t in enumerate(tensors):
+            v = tuple(t.tolist())
+            drawn.append(v)
+            who[v].append((tid, i))
 
     run_in_threads(draw, 4)
     assert len(drawn) == 600
+    # a value outside [0, 1) is memory no kernel wrote (a fresh or freed block: with MALLOC_PERTURB_ set, bytes 0x5a or
+    # 0xa5), not a repeated counter; the failure names the (thread, draw) pairs and the first value's bits either way
+    bad = [v for v in who if not all(0.0 <= x < 1.0 for x in v)]
     repeated = [v for v, n in collections.Counter(drawn).items() if n > 1]
-    assert not repeated, f"{len(repeated)} of 600 random tensors drawn in threads share their values"
+    show = [(who[v], v[0], struct.pack("<f", v[0]).hex()) for v in (bad or repeated)[:4]]
+    assert not bad, f"random tensors hold values outside [0, 1): {show}"
+    assert not repeated, f"{len(repeated)} of 600 random tensors drawn in threads share their values: {show}"
 
 
 # *** one program scheduled alike however its threads interleave ***
