@@ -81,6 +81,22 @@ def test_a_batch_shape_met_again_replays_its_kernels():
         assert ((t.numpy() * want).sum(1) / np.linalg.norm(want, axis=1)).min() > 0.9999
 
 
+def test_the_model_runs_inside_a_users_tinyjit():
+    """A user's TinyJit around the model (whose calls replay under a TinyJit of its own): the nested capture computes
+    what torch does, call after call."""
+    from lazygrad import Tensor, TinyJit
+
+    model = MiniLM.load()
+    ids = [model.tokenizer.encode(s) for s in SENTENCES]
+    embed = TinyJit(lambda flag: model(ids) * flag)
+    got = [embed(Tensor([1.0])).numpy() for _ in range(3)]
+    with torch.no_grad():
+        want = TorchMiniLM(MODEL_DIR)(ids).numpy()
+    for g in got:
+        assert ((g * want).sum(1) / np.linalg.norm(want, axis=1)).min() > 0.9999
+    assert embed.captured is not None
+
+
 def test_softmax_exps_run_on_whole_vectors():
     """A batch whose longest sentence is not a multiple of 8 tokens: the keys are padded (masked) to whole vectors, so
     no kernel computes its exps two lanes at a time (22 keys did: 3x the time of 24 on one core)."""
