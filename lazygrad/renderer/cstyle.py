@@ -1042,16 +1042,18 @@ class ClangRenderer(CStyleLanguage):
         return dtype.scalar == dtypes.float32 and dtype.count in self.masked_load_lanes
 
     def matmul_panel(self, m: int, n: int, k: int, itemsize: int, transposed: bool = False) -> int:
-        # a row stride that is a multiple of 4 KB puts every row of the right-hand side in the same L1 cache set, so
-        # a kernel walking down its columns misses on each load (2048^2 float32: 66 GFLOPS as it is, 158 from panels
-        # one register tile wide). The copy costs about as much as 2 * k * n multiply-adds: worth it for m >= 256.
+        # A kernel reading the right-hand side as it is walks down its columns at the row stride: a stride with a large
+        # power-of-two factor puts those rows in a few L1 cache sets (4 KB: one set; 2048^2 float32 66 GFLOPS as it
+        # is, 158 from panels one register tile wide), and any stride reads a partial line per row. Panels won at every
+        # stride measured on one AVX2 core pair, the copy included (GFLOPS as it is -> from panels, m x k x n):
+        # 512^3 101 -> 164, 512 x 512 x 384 90 -> 167, x 520 98 -> 122, 1024 x 1024 x 1000 90 -> 125, 1024 x 256 x 1024
+        # 98 -> 170, 1024 x 384 x 768 89 -> 179, 256 x 1024 x 640 89 -> 168; equal at 512 x 512 x 768 and 512 x 128 x
+        # 512. The copy costs about as much as 2 * k * n multiply-adds: worth it for m >= 256.
         # A transposed right-hand side (a linear layer's weight) has no vector along n at all: the kernel sums
         # vectors along k and adds their lanes up at the end (x @ w.T on one core, the copy included: 1152 x 384 x
         # 384 145 -> 248 GFLOPS, 1152 x 384 x 1536 80 -> 232, 256 x 576 x 1536 89 -> 221; OpenBLAS 210-245)
         panel = self.vector_bytes // itemsize
         if m < 256 or panel < 2 or n % panel:
-            return 0
-        if not transposed and ((n * itemsize) % 4096 or k < 512):
             return 0
         return panel
 

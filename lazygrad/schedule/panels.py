@@ -1,6 +1,7 @@
 """Matmul panels: a tensor-graph pass, run before the store decisions, that has a matmul read its right-hand side
-from a copy in panels where the device says reading it as it is would be slow (Renderer.matmul_panel: on the CPU a
-row stride that is a multiple of 4 KB, or a linear layer's (out, in) weight, which has no vector along the output).
+from a copy in panels where the device says reading it as it is would be slow (Renderer.matmul_panel: on the CPU any
+right-hand side of a product with 256 rows or more, whose columns a kernel would walk down at the row stride, and a
+linear layer's (out, in) weight, which has no vector along the output).
 
 A matmul reaches the scheduler as REDUCE_AXIS(ADD, last axis) of MUL(x side, w side), of shape (*batch, n, k): the x
 side is a row of k broadcast along n, the w side a whole 2-d buffer broadcast along the batch, read row-major as
