@@ -17,7 +17,8 @@ checks their declared order):
      multiplies its arithmetic by the expand factor);
   5. a kernel whose longest chain of ALU ops would pass KERNEL_OPS has its deepest inlined inputs stored;
   6. a kernel reading more buffers than its device takes as arguments has inlined subtrees stored until it fits;
-  7. kernels with no dependency between them and the same iteration space merge into one multi-output kernel.
+  7. kernels with no dependency between them and the same iteration space merge into one multi-output kernel,
+     except register-tiled products (matmuls, convs: `_register_tiled`), whose merged tiles overran the registers.
 Between the decisions and the merge, [allocate buffers] gives each stored node its buffer and [build kernels] its
 kernel AST, one KERNEL_OP rule per op (an in-place write of where(padded True, new, the memory itself), a slice's
 write, stores the box only: _KernelBuilder._written_box). Movement ops never make kernels: they compose into the
