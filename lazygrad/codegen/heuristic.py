@@ -347,9 +347,9 @@ def _whole_lines(k: Kernel, loaded: list[int], stores: list[int]) -> None:
     upcast = k.axes_of(AxisType.UPCAST)
     if len(upcast) != 1 or not isinstance(run := k.full_shape[upcast[0]], int):
         return
-    dtype_of = {x.src[1]: x.dtype for x in k.ast.toposort if x.op is Ops.LOAD}
+    itemsize_of = _load_itemsizes(k)
     for v in loaded:
-        itemsize = dtype_of[k.views[v]].itemsize
+        itemsize = itemsize_of[k.views[v]]
         if _step(k, v, upcast[0]) != 1 or run * itemsize >= CACHE_LINE:
             continue
         along = [
@@ -360,6 +360,11 @@ def _whole_lines(k: Kernel, loaded: list[int], stores: list[int]) -> None:
         if along:
             _upcast(k, along[-1], (CACHE_LINE // (run * itemsize),))
             return
+
+
+def _load_itemsizes(k: Kernel) -> dict[UOp, int]:
+    """Each loaded view's element size in bytes (keyed as k.views holds them)."""
+    return {x.src[1]: x.dtype.itemsize for x in k.ast.toposort if x.op is Ops.LOAD}
 
 
 def _unit_output_axis(k: Kernel, in_reduce: list[int], lanes: int) -> int | None:
@@ -392,7 +397,7 @@ def _row_chunks(k: Kernel, cols: int | None, in_reduce: list[int], least: int = 
     than that."""
     if cols is None:
         return None
-    dtype_of = {x.src[1]: x.dtype for x in k.ast.toposort if x.op is Ops.LOAD}
+    itemsize_of = _load_itemsizes(k)
     for a in k.axes_of(AxisType.GLOBAL):
         size = k.full_shape[a]
         if a == cols or not isinstance(size, int):
@@ -403,9 +408,9 @@ def _row_chunks(k: Kernel, cols: int | None, in_reduce: list[int], least: int = 
                 continue
             # the elements the rows span: every axis they move along (none of them overlap in a matmul's rows)
             span = prod(s for s, st in zip(k.full_shape, steps) if st != 0)
-            if not isinstance(span, int) or span * dtype_of[k.views[v]].itemsize <= ROW_CHUNK_BYTES:
+            if not isinstance(span, int) or span * itemsize_of[k.views[v]] <= ROW_CHUNK_BYTES:
                 continue
-            per_row = span * dtype_of[k.views[v]].itemsize // size
+            per_row = span * itemsize_of[k.views[v]] // size
             fits = [d for d in range(2, size + 1) if size % d == 0 and per_row * (size // d) <= ROW_CHUNK_BYTES]
             return (a, next((d for d in fits if d >= least), fits[-1])) if fits else None
     return None

@@ -43,8 +43,7 @@ class MiniLM:
             raise ValueError(f"unsupported activation {config['hidden_act']!r} (only exact gelu)")
         # each layer's matrices copied once into the panels the device multiplies fastest (a product over the weight
         # as it is copies it into panels at every call), the query, key and value ones stacked into one matrix: one
-        # matmul kernel with one register tile, where three products of one input merge into a kernel whose three
-        # tiles of accumulators outnumber the vector registers
+        # matmul kernel that reads x once, where three products would each read it
         self._jits: dict[tuple, TinyJit] = {}  # the latest batch shapes' captures, oldest first
         self.layers = []
         for i in range(self.n_layers):

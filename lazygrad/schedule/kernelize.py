@@ -681,15 +681,12 @@ class _KernelBuilder:
             value = self.build(root.src[1] if root.op is Ops.ASSIGN else src, chain)
         n = prod(root.shape)
         part = written_part(root) if root.op is Ops.ASSIGN else None
-        if box is not None:
-            g = UOp(Ops.DEFINE_GLOBAL, root.dtype.ptr(n if type(n) is int else self.out_bufs[root].size), arg=0)
-            st = self._view(root.shape, ((Ops.SHRINK, box),))
-        elif part is not None:  # the store goes through the target's view of its buffer
+        if part is not None:  # the store goes through the target's view of its buffer
             g = UOp(Ops.DEFINE_GLOBAL, root.dtype.ptr(self.out_bufs[root].size), arg=0)
             st = self._view((self.out_bufs[root].size,), part + chain)
         else:
             g = UOp(Ops.DEFINE_GLOBAL, root.dtype.ptr(n if type(n) is int else self.out_bufs[root].size), arg=0)
-            st = self._view(root.shape, chain)
+            st = self._view(root.shape, ((Ops.SHRINK, box),) if box is not None else chain)
         ast = UOp(Ops.SINK, src=(UOp(Ops.STORE, dtypes.void, (g, UOp(Ops.VIEW, arg=st), value)),))
         record.translate_pass("build kernel", root, ast, self.viz_steps)  # VIZ
         return ast

@@ -53,15 +53,15 @@ class GraphProgram:
         self.known = known
         # what unbuilt() puts at the added positions before the outputs: the held nodes, FILLER elsewhere
         self.filled = [FILLER if node is None else node for node in fixed]
-        self._placed: tuple[int, ...] | None = None
+        self._placed: tuple[int, tuple[int, ...]] | None = None  # (n_in, placed(n_in))
 
     def placed(self, n_in: int) -> tuple[int, ...]:
         """The positions of an unbuilt run over `n_in` inputs (unbuilt()) that hold a node of their own, in order: the
         inputs, the held nodes and the outputs; FILLER is at every other one."""
-        if self._placed is None:
+        if self._placed is None or self._placed[0] != n_in:
             held = (n_in + i for i, node in enumerate(self.fixed) if node is not None)
-            self._placed = tuple(sorted({*range(n_in), *held, *self.outs}))
-        return self._placed
+            self._placed = (n_in, tuple(sorted({*range(n_in), *held, *self.outs})))
+        return self._placed[1]
 
     @staticmethod
     def record(inputs: list[UOp], outputs: list[UOp]) -> tuple[GraphProgram, dict[UOp, int]] | None:
