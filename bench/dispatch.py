@@ -10,7 +10,8 @@ Six measurements, one table each (the first two):
   3. a 1M-element add through the JIT and eager against the same compiled C kernel called directly from ctypes and
      torch, every peer on one thread, then every peer on the machine's threads;
   4. an MLP training step (forward, backward, Adam) with and without the JIT;
-  5. the digits CNN's training step without the JIT, against torch eager;
+  5. the digits CNN's training step without the JIT, against torch eager, and the bytes its kernels move per step
+     beside tinygrad's for the same model (issue goal 5);
   6. JIT steps (MLP, digits CNN) and a 1024^2 matmul with the machine idle and beside two busy processes (started
      here), the thread team adapting to the load against always all threads (as before) and always one.
 tinygrad's TinyJit is measured when tinygrad is installed (`pip install tinygrad`, DEV=CPU, needs clang).
@@ -28,6 +29,7 @@ import numpy as np
 
 from lazygrad import Tensor, TinyJit
 from lazygrad.engine.realize import lower_schedule_item
+from lazygrad.helpers import GlobalCounters
 
 
 class Seconds(float):
@@ -317,6 +319,48 @@ def cnn_step() -> None:
         pass
     results = bench_pair(fns, reps=5, rounds=5)
     table("digits CNN Adam step, batch 64, without JIT (target: within 1.5x of torch eager)", results, "torch eager")
+    GlobalCounters.reset()
+    step(x, y)
+    moved = [("lazygrad", GlobalCounters.global_mem, GlobalCounters.kernel_count)]
+    if (peer := tinygrad_cnn_step_bytes(xn, yn)) is not None:
+        moved.append(("tinygrad", *peer))
+    print(
+        "bytes moved per step (read + written by its kernels, a step after the first): "
+        + "; ".join(f"{name} {nbytes / 1e6:.2f} MB in {kernels} kernels" for name, nbytes, kernels in moved)
+    )
+
+
+def tinygrad_cnn_step_bytes(xn: np.ndarray, yn: np.ndarray) -> tuple[int, int] | None:
+    """(bytes, kernels) of tinygrad's second training step of the same digits CNN, by its own GlobalCounters."""
+    try:
+        os.environ.setdefault("DEV", "CPU")
+        import tinygrad
+        from tinygrad.helpers import Context
+        from tinygrad.helpers import GlobalCounters as TinyCounters
+    except ImportError:
+        return None
+    tnn, T = tinygrad.nn, tinygrad.Tensor
+    conv1, bn1, conv2, fc = (
+        tnn.Conv2d(1, 16, 3, padding=1),
+        tnn.BatchNorm(16),
+        tnn.Conv2d(16, 32, 3, padding=1),
+        tnn.Linear(512, 10),
+    )
+    opt = tnn.optim.Adam(tnn.state.get_parameters([conv1, bn1, conv2, fc]), lr=3e-3)
+    x, y = T(xn).realize(), T(yn).realize()
+    try:
+        with Context(TRAINING=1):
+            T.training = True
+            for _ in range(2):  # the second step: the first also moves the optimizer's state into place
+                TinyCounters.reset()
+                opt.zero_grad()
+                logits = fc(conv2(bn1(conv1(x)).relu()).relu().max_pool2d(2).flatten(1))
+                loss = logits.sparse_categorical_crossentropy(y).backward()
+                T.realize(*opt.schedule_step(), loss, (logits.argmax(-1) == y).sum())
+    except Exception as e:  # noqa: BLE001 -- a peer that cannot run here leaves its column out, not the bench
+        print(f"tinygrad: cannot run the CNN step here ({type(e).__name__}: {str(e)[:80]})")
+        return None
+    return TinyCounters.global_mem, TinyCounters.kernel_count
 
 
 def loaded() -> None:
