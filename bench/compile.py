@@ -289,7 +289,7 @@ def main() -> None:
     elif ("lazygrad", "cnn", None) in results and ("tinygrad", "cnn", None) in results:
         ratio = results[("tinygrad", "cnn", None)]["wall"] / results[("lazygrad", "cnn", None)]["wall"]
         print(f"CNN first step, tinygrad / lazygrad wall time: {ratio:.2f}x")
-    for workload in names:
+    for workload in names if args.baseline else ():  # (without one, the baseline's key is this tree's)
         if ("lazygrad", workload, None) in results and ("lazygrad", workload, args.baseline) in results:
             base, this = results[("lazygrad", workload, args.baseline)], results[("lazygrad", workload, None)]
             cpu = min(r["cpu"] for r in runs[("lazygrad", workload, args.baseline)]) / min(
