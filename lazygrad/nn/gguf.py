@@ -562,10 +562,33 @@ def _group_terms_q5_k(view: BlockView, xw: Tensor, xsums: Tensor, amax: Tensor, 
     return _group_k4(view, amax, xsum, 2 + 4, sub)
 
 
+def _group_terms_q6_k(view: BlockView, xw: Tensor, xsums: Tensor, amax: Tensor, xsum: Tensor) -> Tensor:
+    """Sub-block s = 8n + 2k + h of 16 values (half n, quarter k, h its first or second 16): its low 4 bits the
+    nibbles (low for k < 2, high in place) of ql words 16n + 8(k % 2) + 4h.., its top 2 bits bits 2k, 2k + 1 of qh
+    words 8n + 4h.. (after ql's 32), as `_int_parts_q6_k` reads them; x's words 32n + 8k + 4h... Its integer sum in
+    sixteenths, 16 * (code - 32) times x's codes (the low nibbles times 16, the top bits times 256 / 4^k, the bias
+    times x's code sums), times its int8 scale, summed in int32 over the super-block (at most 16 * 16 * 32 * 127 *
+    128 * 16 < 2^31), one float scaling."""
+    (d,) = _group_scales(view, 1)
+    scales = [(b ^ 128) - 128 for b in _group_bytes(view, 4, 16)]  # signed bytes
+    q = _grouped_words(view, 5)
+    terms = []
+    for n in range(2):
+        for k in range(4):
+            for h in range(2):
+                lo_at, hi_at, x_at = 16 * n + 8 * (k % 2) + 4 * h, 32 + 8 * n + 4 * h, 32 * n + 8 * k + 4 * h
+                lo = _dp4a_words(q[..., lo_at : lo_at + 4, :], _HIGH_NIBBLES if k >= 2 else _LOW_NIBBLES, xw, x_at)
+                hi = _dp4a_words(q[..., hi_at : hi_at + 4, :], _byte_mask(3 << (2 * k)), xw, x_at)
+                bias = _tree_sum([_to_rows(xsums, x_at + i, d) for i in range(4)]) * -512
+                dot = (lo if k >= 2 else lo * 16) + hi * (256 >> (2 * k)) + bias
+                terms.append(dot * scales[8 * n + 2 * k + h])
+    return _tree_sum(terms).cast(dtypes.float32) * (_to_rows(amax, 0, d) * (1 / (127 * 16))) * d
+
+
 def _dp4a_words(q: Tensor, mask: int, xw: Tensor, at: int) -> Tensor:
-    """The dot product (groups, blocks, 8) of x's words at..at + 7 with q's 8 words (groups, blocks, 8, 8) masked."""
+    """The dot product (groups, blocks, 8) of x's words at.. with q's words (groups, blocks, words, 8) masked."""
     acc = Tensor.zeros(*q.shape[:2], GROUP, dtype=dtypes.int32, device=q.device)
-    for w in range(8):
+    for w in range(q.shape[2]):
         acc = dp4a(q[..., w, :] & mask, xw[..., at + w : at + w + 1], acc, GROUP)
     return acc
 
@@ -589,6 +612,12 @@ def _group_fields_k4(codes_end: int) -> GroupFields:
         return plain.view(dtypes.float16)[..., :2].float(), small, u8[..., 16:codes_end]
 
     return fields
+
+
+def _group_fields_q6_k(plain: QuantizedMatrix) -> tuple[Tensor, Tensor | None, Tensor]:
+    """Q6_K: d, the 16 int8 scales as bytes, ql and qh."""
+    u8 = plain.view(dtypes.uint8)
+    return plain.view(dtypes.float16)[..., 104:105].float(), u8[..., 192:208], u8[..., 0:192]
 
 
 GroupFields = Callable[["QuantizedMatrix"], tuple[Tensor, "Tensor | None", Tensor]]
@@ -699,6 +728,8 @@ GGML_TYPES: dict[int, GGMLType] = {
             "Q6_K", 256, 212, None, decode=_decode_q6_k, int_parts=_int_parts_q6_k, word_terms=_word_terms_q6_k
         ),
         gap_at=210,
+        grouped=GGMLType("Q6_K", 256, 212, None, group_terms=_group_terms_q6_k),
+        group_fields=_group_fields_q6_k,
     ),
     30: GGMLType("BF16", 1, 2, None, dtypes.bfloat16),
 }
