@@ -436,20 +436,22 @@ def dp4a(a: Tensor, b: Tensor, acc: Tensor, lanes: int | None = None) -> Tensor:
 
 
 # *** rows in groups of 8: a decode step's matvec with a vector over rows ***
-# Where the device has DP4A and a matrix's rows come in groups of 8, Q4_0, Q4_1, Q8_0, Q4_K and Q5_K are copied at load
-# into blocks of 8 rows interleaved: per group and block, each field of the 8 rows together, the float16 scales (and
-# mins) as float32 (8 each), the K-quants' 6-bit sub-block scales and mins as bytes (8 each), then the code words word
-# by word (Q4_0, Q4_1: 4 words of nibbles; Q8_0: 8 words of codes + 128, unsigned as vpdpbusd multiplies them; Q4_K: 32;
-# Q5_K: 8 of high bits, 32), each 8 rows' words contiguous. A vpdpbusd then takes one word of 8 rows and one word of x
+# Where the device has DP4A and a matrix's rows come in groups of 8, every quantized type is copied at load into blocks
+# of 8 rows interleaved: per group and block, each field of the 8 rows together, the float16 scales (and mins) as
+# float32 (8 each), the K-quants' sub-block scales and mins as bytes (8 each: Q4_K's and Q5_K's 6-bit ones unpacked,
+# Q6_K's 16 int8 ones), then the code words word by word (Q4_0, Q4_1: 4 words of nibbles; Q8_0: 8 words of codes +
+# 128, unsigned as vpdpbusd multiplies them; Q4_K: 32; Q5_K: 8 of high bits, 32; Q6_K: 32 of low bits, 16 of top
+# bits), each 8 rows' words contiguous. A vpdpbusd then takes one word of 8 rows and one word of x
 # broadcast, a block's integer sums stay in the lanes (one per row), and the scaling is one vector of 8 rows' scales: no
 # per-block scalar work, no horizontal sums (llama.cpp's repacked x8 layouts rest on the same idea). 16384 x 4096 on 2
 # cores (loaded), Q4_1: 1.34 ms with 4 lanes over a block's words, 1.19 with 8, 0.64 with 8 rows' float16 scales (read
 # lane by lane: no half vectors in C), 0.51 with float32 ones (a Q4_1 block 24 bytes, 20 in the file); one core, Q4_K:
 # 1.93 ms with 8 lanes over a block's words, 1.17 in groups (152 bytes a super-block, 144 in the file), Q5_K 2.42 and
-# 2.04 (184 and 176). Q6_K so (its codes' bias summed per sub-block of 16 of x, 16 integer scales) was slower than its 8
-# lanes over a block's words: 2.79 against 2.56 ms. Every other product, the dequantization and a row's lookup read the
-# file's blocks as they are (`QuantizedMatrix.plain`): from the grouped copy a dequantization's kernel gathers each
-# row's bytes from 8 rows' words, 3072 x 576 in 0.42 ms against 0.21.
+# 2.04 (184 and 176). Q6_K so was slower than its 8 lanes over a block's words (2.79 against 2.56 ms) until a chain of a
+# sub-block's 4 words added its byte products as int16 (the C renderer's `_dp4a_chain`): 1024 x 4096 in cache on one
+# loaded core, 312 us over a block's words, 186 in groups (212 bytes a super-block either way). Every other product, the
+# dequantization and a row's lookup read the file's blocks as they are (`QuantizedMatrix.plain`): from the grouped copy
+# a dequantization's kernel gathers each row's bytes from 8 rows' words, 3072 x 576 in 0.42 ms against 0.21.
 
 GROUP = 8  # rows per group: the lanes of one AVX vpdpbusd
 GroupTerms = Callable[[BlockView, Tensor, Tensor, Tensor, Tensor], Tensor]
@@ -1102,9 +1104,8 @@ class QuantizedMatrix:
         gt: GGMLType, data: mmap.mmap | bytes, offset: int, shape: tuple[int, ...], device: str
     ) -> QuantizedMatrix:
         """The blocks at `offset` of data as they are, or where the device has DP4A, copied into the type's layout for
-        it: a 2-D matrix of rows in groups of 8 of a 32-value type into rows in groups (`_group_rows`), else a padded
-        layout (zeros inserted at the type's gap_at: after Q4_0's and Q8_0's 2-byte scale, at the end of Q6_K's
-        super-block)."""
+        it: a 2-D matrix of rows in groups of 8 into rows in groups (`_group_rows`), else a padded layout (zeros
+        inserted at the type's gap_at: after Q4_0's and Q8_0's 2-byte scale, at the end of Q6_K's super-block)."""
         dp4a_device = bool(Device[device].renderer.dp4a_builtins)
         if gt.grouped is not None and dp4a_device and len(shape) == 2 and shape[0] % GROUP == 0:
             plain = QuantizedMatrix(gt, data, offset, shape, device)

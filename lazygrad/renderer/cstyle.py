@@ -565,8 +565,8 @@ def _c_dp4a(ctx: AluCtx, x: UOp) -> str:
 # 128 once shifted down past the mask's clear low bits (gguf's nibbles, in place or not, and its high bits); vpmaddwd
 # then adds the int16 pairs into int32 and multiplies the shifted lanes back (an int16 factor per lane). Any other word
 # is split into its low 7 bits and its top bit, two exact products (lg_dp4a_madd below). A chain of such DP4As adds
-# its pairs as int16 first where they cannot pass 32767 (`_dp4a_chain`): one vpmaddwd and one add per chain. 16384 x
-# 4096 in cache (1024 rows, one loaded core), Q4_K 121 -> 109 us, Q5_K 190 -> 168, Q4_1 94 -> 87.
+# its pairs as int16 first where they cannot pass 32767 (`_dp4a_chain`): one vpmaddwd and one add per chain. 1024 x
+# 4096 in cache (one loaded core), Q4_K 121 -> 109 us, Q5_K 190 -> 168, Q4_1 94 -> 87.
 
 DP4A_MADD = "lg_dp4a_madd"  # the dp4a_builtins spelling of this form (ClangCompiler sets it where AVX2 has no VNNI)
 
