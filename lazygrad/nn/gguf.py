@@ -436,20 +436,22 @@ def dp4a(a: Tensor, b: Tensor, acc: Tensor, lanes: int | None = None) -> Tensor:
 
 
 # *** rows in groups of 8: a decode step's matvec with a vector over rows ***
-# Where the device has DP4A and a matrix's rows come in groups of 8, Q4_0, Q4_1, Q8_0, Q4_K and Q5_K are copied at load
-# into blocks of 8 rows interleaved: per group and block, each field of the 8 rows together, the float16 scales (and
-# mins) as float32 (8 each), the K-quants' 6-bit sub-block scales and mins as bytes (8 each), then the code words word
-# by word (Q4_0, Q4_1: 4 words of nibbles; Q8_0: 8 words of codes + 128, unsigned as vpdpbusd multiplies them; Q4_K: 32;
-# Q5_K: 8 of high bits, 32), each 8 rows' words contiguous. A vpdpbusd then takes one word of 8 rows and one word of x
+# Where the device has DP4A and a matrix's rows come in groups of 8, every quantized type is copied at load into blocks
+# of 8 rows interleaved: per group and block, each field of the 8 rows together, the float16 scales (and mins) as
+# float32 (8 each), the K-quants' sub-block scales and mins as bytes (8 each: Q4_K's and Q5_K's 6-bit ones unpacked,
+# Q6_K's 16 int8 ones), then the code words word by word (Q4_0, Q4_1: 4 words of nibbles; Q8_0: 8 words of codes +
+# 128, unsigned as vpdpbusd multiplies them; Q4_K: 32; Q5_K: 8 of high bits, 32; Q6_K: 32 of low bits, 16 of top
+# bits), each 8 rows' words contiguous. A vpdpbusd then takes one word of 8 rows and one word of x
 # broadcast, a block's integer sums stay in the lanes (one per row), and the scaling is one vector of 8 rows' scales: no
 # per-block scalar work, no horizontal sums (llama.cpp's repacked x8 layouts rest on the same idea). 16384 x 4096 on 2
 # cores (loaded), Q4_1: 1.34 ms with 4 lanes over a block's words, 1.19 with 8, 0.64 with 8 rows' float16 scales (read
 # lane by lane: no half vectors in C), 0.51 with float32 ones (a Q4_1 block 24 bytes, 20 in the file); one core, Q4_K:
 # 1.93 ms with 8 lanes over a block's words, 1.17 in groups (152 bytes a super-block, 144 in the file), Q5_K 2.42 and
-# 2.04 (184 and 176). Q6_K so (its codes' bias summed per sub-block of 16 of x, 16 integer scales) was slower than its 8
-# lanes over a block's words: 2.79 against 2.56 ms. Every other product, the dequantization and a row's lookup read the
-# file's blocks as they are (`QuantizedMatrix.plain`): from the grouped copy a dequantization's kernel gathers each
-# row's bytes from 8 rows' words, 3072 x 576 in 0.42 ms against 0.21.
+# 2.04 (184 and 176). Q6_K so was slower than its 8 lanes over a block's words (2.79 against 2.56 ms) until a chain of a
+# sub-block's 4 words added its byte products as int16 (the C renderer's `_dp4a_chain`): 1024 x 4096 in cache on one
+# loaded core, 312 us over a block's words, 186 in groups (212 bytes a super-block either way). Every other product, the
+# dequantization and a row's lookup read the file's blocks as they are (`QuantizedMatrix.plain`): from the grouped copy
+# a dequantization's kernel gathers each row's bytes from 8 rows' words, 3072 x 576 in 0.42 ms against 0.21.
 
 GROUP = 8  # rows per group: the lanes of one AVX vpdpbusd
 GroupTerms = Callable[[BlockView, Tensor, Tensor, Tensor, Tensor], Tensor]
@@ -562,10 +564,33 @@ def _group_terms_q5_k(view: BlockView, xw: Tensor, xsums: Tensor, amax: Tensor, 
     return _group_k4(view, amax, xsum, 2 + 4, sub)
 
 
+def _group_terms_q6_k(view: BlockView, xw: Tensor, xsums: Tensor, amax: Tensor, xsum: Tensor) -> Tensor:
+    """Sub-block s = 8n + 2k + h of 16 values (half n, quarter k, h its first or second 16): its low 4 bits the
+    nibbles (low for k < 2, high in place) of ql words 16n + 8(k % 2) + 4h.., its top 2 bits bits 2k, 2k + 1 of qh
+    words 8n + 4h.. (after ql's 32), as `_int_parts_q6_k` reads them; x's words 32n + 8k + 4h... Its integer sum in
+    sixteenths, 16 * (code - 32) times x's codes (the low nibbles times 16, the top bits times 256 / 4^k, the bias
+    times x's code sums), times its int8 scale, summed in int32 over the super-block (at most 16 * 16 * 32 * 127 *
+    128 * 16 < 2^31), one float scaling."""
+    (d,) = _group_scales(view, 1)
+    scales = [(b ^ 128) - 128 for b in _group_bytes(view, 4, 16)]  # signed bytes
+    q = _grouped_words(view, 5)
+    terms = []
+    for n in range(2):
+        for k in range(4):
+            for h in range(2):
+                lo_at, hi_at, x_at = 16 * n + 8 * (k % 2) + 4 * h, 32 + 8 * n + 4 * h, 32 * n + 8 * k + 4 * h
+                lo = _dp4a_words(q[..., lo_at : lo_at + 4, :], _HIGH_NIBBLES if k >= 2 else _LOW_NIBBLES, xw, x_at)
+                hi = _dp4a_words(q[..., hi_at : hi_at + 4, :], _byte_mask(3 << (2 * k)), xw, x_at)
+                bias = _tree_sum([_to_rows(xsums, x_at + i, d) for i in range(4)]) * -512
+                dot = (lo if k >= 2 else lo * 16) + hi * (256 >> (2 * k)) + bias
+                terms.append(dot * scales[8 * n + 2 * k + h])
+    return _tree_sum(terms).cast(dtypes.float32) * (_to_rows(amax, 0, d) * (1 / (127 * 16))) * d
+
+
 def _dp4a_words(q: Tensor, mask: int, xw: Tensor, at: int) -> Tensor:
-    """The dot product (groups, blocks, 8) of x's words at..at + 7 with q's 8 words (groups, blocks, 8, 8) masked."""
+    """The dot product (groups, blocks, 8) of x's words at.. with q's words (groups, blocks, words, 8) masked."""
     acc = Tensor.zeros(*q.shape[:2], GROUP, dtype=dtypes.int32, device=q.device)
-    for w in range(8):
+    for w in range(q.shape[2]):
         acc = dp4a(q[..., w, :] & mask, xw[..., at + w : at + w + 1], acc, GROUP)
     return acc
 
@@ -589,6 +614,12 @@ def _group_fields_k4(codes_end: int) -> GroupFields:
         return plain.view(dtypes.float16)[..., :2].float(), small, u8[..., 16:codes_end]
 
     return fields
+
+
+def _group_fields_q6_k(plain: QuantizedMatrix) -> tuple[Tensor, Tensor | None, Tensor]:
+    """Q6_K: d, the 16 int8 scales as bytes, ql and qh."""
+    u8 = plain.view(dtypes.uint8)
+    return plain.view(dtypes.float16)[..., 104:105].float(), u8[..., 192:208], u8[..., 0:192]
 
 
 GroupFields = Callable[["QuantizedMatrix"], tuple[Tensor, "Tensor | None", Tensor]]
@@ -699,6 +730,8 @@ GGML_TYPES: dict[int, GGMLType] = {
             "Q6_K", 256, 212, None, decode=_decode_q6_k, int_parts=_int_parts_q6_k, word_terms=_word_terms_q6_k
         ),
         gap_at=210,
+        grouped=GGMLType("Q6_K", 256, 212, None, group_terms=_group_terms_q6_k),
+        group_fields=_group_fields_q6_k,
     ),
     30: GGMLType("BF16", 1, 2, None, dtypes.bfloat16),
 }
@@ -1071,9 +1104,8 @@ class QuantizedMatrix:
         gt: GGMLType, data: mmap.mmap | bytes, offset: int, shape: tuple[int, ...], device: str
     ) -> QuantizedMatrix:
         """The blocks at `offset` of data as they are, or where the device has DP4A, copied into the type's layout for
-        it: a 2-D matrix of rows in groups of 8 of a 32-value type into rows in groups (`_group_rows`), else a padded
-        layout (zeros inserted at the type's gap_at: after Q4_0's and Q8_0's 2-byte scale, at the end of Q6_K's
-        super-block)."""
+        it: a 2-D matrix of rows in groups of 8 into rows in groups (`_group_rows`), else a padded layout (zeros
+        inserted at the type's gap_at: after Q4_0's and Q8_0's 2-byte scale, at the end of Q6_K's super-block)."""
         dp4a_device = bool(Device[device].renderer.dp4a_builtins)
         if gt.grouped is not None and dp4a_device and len(shape) == 2 and shape[0] % GROUP == 0:
             plain = QuantizedMatrix(gt, data, offset, shape, device)

@@ -346,7 +346,7 @@ def test_q4_0_blocks_padded_for_dp4a_hold_the_same_values(tmp_path, int8_path):
     np.testing.assert_array_equal(QuantizedMatrix.stack([q, q]).dequantize().numpy(), np.concatenate([w, w]))
 
 
-@pytest.mark.parametrize("kind", ["Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q5_K"])
+@pytest.mark.parametrize("kind", ["Q4_0", "Q4_1", "Q8_0", *K_QUANTS])
 def test_rows_in_groups_of_8_hold_the_same_values(tmp_path, kind, int8_path):
     # where the device has DP4A, a matrix whose rows come in groups of 8 is copied into blocks of 8 rows interleaved
     # (float32 scales) for a decode step's product; every path gives the file's values (dequantization, a row at a
@@ -356,7 +356,7 @@ def test_rows_in_groups_of_8_hold_the_same_values(tmp_path, kind, int8_path):
     grouped = int8_path == "dp4a"
     assert (q.gt.group_terms is not None) == grouped
     if grouped:  # and every path but a decode step's product reads the file's blocks
-        assert q.gt.block_bytes == {"Q4_0": 20, "Q4_1": 24, "Q8_0": 36, "Q4_K": 152, "Q5_K": 184}[kind]
+        assert q.gt.block_bytes == {"Q4_0": 20, "Q4_1": 24, "Q8_0": 36, "Q4_K": 152, "Q5_K": 184, "Q6_K": 212}[kind]
         assert q.plain is not None and q.plain.gt.block_bytes == GGML[kind][2]
     np.testing.assert_array_equal(q.dequantize().numpy(), w)
     token = UOp.variable("token", 0, shape[0] - 1)

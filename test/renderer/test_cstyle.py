@@ -363,6 +363,56 @@ def test_dp4a_renders_saturating_byte_pairs_only_where_exact(masks, form) -> Non
     np.testing.assert_array_equal(_dp4a_case(masks)[0].numpy(), want)
 
 
+# a chain of DP4As (each the next one's accumulator) over n words of masks -> the chains of int16 pairs it renders as
+DP4A_CHAINS = [
+    (0x0F0F0F0F, 8, [8]),  # nibbles: 8 * 2 * 15 * 128 = 30720 fits an int16
+    (0x0F0F0F0F, 9, [8]),  # the ninth word would pass it: eight words, and one alone (lg_dp4a_small)
+    (0xF0F0F0F0, 8, [8]),  # high nibbles in place, shifted down to nibbles first
+    (0x03030303, 8, [8]),
+    (0x7F7F7F7F, 4, []),  # 2 * 127 * 128 = 32512: a word alone fills the int16
+    (0x3F3F3F3F, 8, [2, 2, 2, 2]),  # 6-bit codes: two words a chain
+]
+
+
+@pytest.mark.parametrize("mask, n, chains", DP4A_CHAINS)
+def test_dp4a_chain_adds_int16_pairs_within_their_bound(mask, n, chains) -> None:
+    """A chain of DP4As rendered for AVX2 without VNNI adds its words' vpmaddubsw pairs as int16 and calls vpmaddwd
+    once a chain, as many words as the int16 bound allows: the values of the Python reference of Ops.DP4A over the
+    extreme bytes (all mask bits set times -128, where a pair is largest in magnitude, and random words)."""
+    from lazygrad.nn.gguf import dp4a
+    from lazygrad.uop.alu import exec_alu
+    from lazygrad.uop.ops import Ops
+
+    rng = np.random.default_rng(n)
+    a = rng.integers(-(2**31), 2**31, (n, 8, 8)).astype(np.int32)
+    a[:, :4] = -1  # every bit of the mask set
+    b = np.full((n, 8, 8), _S32(0x80808080), np.int32)
+    b[:, 6:] = rng.integers(-(2**31), 2**31, (n, 2, 8))
+    want = np.zeros((8, 8), np.int64)
+    am = (a.astype(np.int64) & mask).astype(np.uint32).view(np.int32)
+    for i in range(n):
+        terms = zip(am[i].flat, b[i].flat, want.flat)
+        want = np.array([exec_alu(Ops.DP4A, dtypes.int32, [int(x), int(y), int(z)]) for x, y, z in terms])
+
+    def chain() -> Tensor:
+        ta, tb = Tensor(a), Tensor(b)
+        t = Tensor.zeros(8, 8, dtype=dtypes.int32)
+        for i in range(n):
+            t = dp4a(ta[i] & _S32(mask), tb[i], t, 8)
+        return t
+
+    (si,) = chain().schedule()
+    src = get_program(si.ast, _madd_renderer()).src
+    body = src[src.index("#endif", src.index("LG_DP4A_MADD")) :]
+    calls = [body.count(f"lg_dp4a_{f}(") for f in ("pairsum", "pairs_of", "small", "madd")]
+    assert calls == [len(chains), sum(chains), n - sum(chains), 0], src
+    want = want.reshape(8, 8).astype(np.int32)
+    if _cpu_has("avx2"):
+        _, got = _run_kernel(chain(), _madd_renderer(), np.int32)
+        np.testing.assert_array_equal(got.reshape(8, 8), want)
+    np.testing.assert_array_equal(chain().numpy(), want)
+
+
 def test_vector_used_by_several_ops_is_pinned_in_a_register():
     """Where the compiler would fold a loaded vector into each multiply-add as a memory operand (register_pin set), a
     matmul tile's panel vectors are loaded into a register once (an empty asm after the load); the scalar loads and
