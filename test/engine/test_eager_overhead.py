@@ -568,6 +568,8 @@ def test_repeated_realize_of_a_graph_seen_before_takes_the_cached_path(monkeypat
     holding the sum."""
     from lazygrad import tensor as tensor_module
 
+    # (an earlier test's sharded tensors make every realize ask whether its graph is sharded: more calls)
+    monkeypatch.setattr(Device, "multi_seen", False)
     an, bn = np.random.rand(16).astype(np.float32), np.random.rand(16).astype(np.float32)
     a, b = Tensor(an).realize(), Tensor(bn).realize()
     for _ in range(3):
@@ -652,6 +654,7 @@ def test_reduction_over_stored_buffers_is_known_without_a_walk(monkeypatch):
     """A reduction of a stored tensor realized again (`a.sum()`, `x.max(1)`: the reduce reshaped) finds its template
     from the reduce's sources, as an op over stored buffers does, with no walk; its values are the general path's,
     for a source written in place between calls too."""
+    monkeypatch.setattr(Device, "multi_seen", False)  # (see test_repeated_realize_of_a_graph_seen_before_...)
     rng = np.random.default_rng(8)
     xn = rng.standard_normal((6, 5)).astype(np.float32)
     x = Tensor(xn).realize()
@@ -675,6 +678,9 @@ def test_lone_realize_registers_only_what_outlives_it(monkeypatch):
     written since, and the view follows a write into its base."""
     from lazygrad import tensor as tensor_module
 
+    # (an earlier test's sharded tensors: a realize asking whether a graph is sharded caches its nodes on its root,
+    # which then holds them, and files them)
+    monkeypatch.setattr(Device, "multi_seen", False)
     an, bn = np.arange(6, dtype=np.float32), np.full(6, 2, np.float32)
     a, b = Tensor(an).realize(), Tensor(bn).realize()
     for _ in range(3):
