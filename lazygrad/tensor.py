@@ -15,6 +15,7 @@ import threading
 import warnings
 import weakref
 from _weakref import _remove_dead_weakref
+from sys import getrefcount
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, NamedTuple, Sequence
 
 from lazygrad import gradient as _autograd  # (a module: an import inside a function cost ~1-3 us per call)
@@ -6860,12 +6861,14 @@ def _note_stored(
     return replaced
 
 
-def _stand_for(t: Tensor, new: UOp, base: UOp, becomes: dict[UOp, UOp]) -> None:
-    """t, whose lazy node's base `base` was stored, stands for `new` (that node over the buffer) from now on."""
+def _stand_for(t: Tensor, new: UOp, base: UOp, becomes: dict[UOp, UOp], lazy_dies: bool = False) -> None:
+    """t, whose lazy node's base `base` was stored, stands for `new` (that node over the buffer) from now on.
+    `lazy_dies`: nothing but the caller holds t's lazy node and t keeps no gradient path (_dies_here): its memory
+    notes no node for views to follow."""
     lazy = t.uop
     # a computed tensor on a path to a parameter keeps its graph, so gradients still flow through it
     # (not an in-place update: optimizer state and parameters are written, not differentiated)
-    keep = t._requires_grad is None and base.op is not _ASSIGN and t.requires_grad
+    keep = not lazy_dies and t._requires_grad is None and base.op is not _ASSIGN and t.requires_grad
     t.uop = new
     # the first tensor stored as a whole buffer owns it (an equal graph realized later gets a copy)
     owner = new.__dict__.get(_OWNER)
@@ -6884,7 +6887,7 @@ def _stand_for(t: Tensor, new: UOp, base: UOp, becomes: dict[UOp, UOp]) -> None:
             if x is stored and ((o := stored.__dict__.get(_OWNER)) is None or o() is None):
                 owned = stored
                 stored.__dict__[_OWNER] = weakref.ref(t)
-        if owned is not None:
+        if owned is not None and not lazy_dies:
             # its memory notes the lazy node stored there, which views taken before follow (_stored_from)
             # (UOp.base and Buffer.memory inline: a realize's Python calls are counted, test_eager_overhead)
             while owned.op in GroupOp.Movement:
@@ -6968,8 +6971,11 @@ def _realize_cached(t: Tensor) -> bool:
     tpl, bufs, becomes, var_vals = found
     if launch_template(tpl, bufs, var_vals):  # one kernel, launched already: its output holds the value
         if len(becomes) == 1 and (new := becomes.get(base)) is not None:
-            _realized.update(becomes)  # (_note_stored's work where the kernel stores t's value alone)
-            _stand_for(t, new if base is u else u.rebase(new), base, becomes)
+            stood = new if base is u else u.rebase(new)
+            dies = _dies_here(u, base) and not (t._requires_grad is None and t.requires_grad)
+            if not dies:
+                _realized.update(becomes)  # (_note_stored's work where the kernel stores t's value alone)
+            _stand_for(t, stood, base, becomes, dies)
         else:
             _note_stored((t,), becomes, None)
         return True
@@ -6980,6 +6986,22 @@ def _realize_cached(t: Tensor) -> bool:
     with cycles_held_off():
         _run_noted(schedule, var_vals, [_note_stored((t,), becomes, None), [*becomes]])
     return True
+
+
+def _dies_here(u: UOp, base: UOp) -> bool:
+    """Whether a lone realize's lazy root u (base, or one reshape of base: a reduction's result) is held by nothing but
+    its tensor and _realize_cached's frame: it dies when the realize returns, and an entry in the realized registry or
+    a note on its memory for views to follow (_stored_from) could never be looked up. A node built again later is
+    another object, as it would be had this one died unrealized. Counted with sys.getrefcount: one reference more
+    (another graph's node, a tensor, a view, a registry) keeps the entry; a count here above the truth would drop an
+    entry that is needed, one below it only loses the shortcut (test_eager_overhead counts it taken)."""
+    if base is u:
+        # t.uop, the caller's u, base, x (its loop over the reshapes stops at base) and becomes' key; the parameters
+        # u and base; getrefcount's argument
+        return getrefcount(u) <= 8
+    # u: t.uop, the caller's u, the parameter, the argument; base: u's source, the caller's base and x, becomes' key,
+    # the parameter, the argument
+    return u.src[0] is base and getrefcount(u) <= 4 and getrefcount(base) <= 6
 
 
 def _stored_as(u: UOp, becomes: dict[UOp, UOp]) -> UOp | None:

@@ -1211,20 +1211,32 @@ def cached_instance(
     with an instance's buffers (in the template's reference order), what the root becomes and the bound values; None
     for any other graph (the frontend then takes the general path). A root over stored buffers alone is known from the
     root (_over_buffers), with no walk."""
-    if (found := _over_buffers(root)) is not None:
-        return found
+    # a root over stored buffers, or one reshape of one (a reduction's result: the reduce reshaped), is known by the
+    # node it stores and a key of that node's op, dtype, arg and sources (and the reshape's arg), kept on its first
+    # source (_over_buffers); inline: this runs on every lone realize
+    inner, key = root, None
+    if root.op is _RESHAPE:
+        inner = root.src[0]
+    if inner.src and REALIZED_ENTRY not in inner.__dict__ and REALIZED_ENTRY not in root.__dict__:
+        key = (inner.op, inner.dtype.key, inner.arg, *map(id, inner.src))
+        if inner is not root:
+            key = (_RESHAPE, root.arg, *key)
+        if (found := _over_buffers(inner, key)) is not None:
+            return found
     walk = _Walk([root], realized)
     tpl = _templates.get(walk.key)
     if tpl is None or tpl.writes_in_place:
         return None
-    _remember_over_buffers(root, walk, tpl)
+    if key is not None:
+        _remember_over_buffers(inner, key, walk, tpl)
     bufs, becomes = tpl.buffers(walk)
     return tpl, bufs, becomes, walk.var_vals()
 
 
 # *** a root whose sources are all stored buffers: its walk from the root alone ***
 
-# in a node's __dict__: the walks of the roots whose first source it is, by the root's op, dtype, arg and sources
+# in a node's __dict__: the walks of the roots whose first source it is (or of reshapes of them), by the root's op,
+# dtype, arg and sources (and the reshape's arg)
 _ROOTS_OVER = "roots_over"
 _DEREF = weakref.ref.__call__
 _BUFFER, _RESHAPE = Ops.BUFFER, Ops.RESHAPE  # (an Enum member read is ~50 ns on Python 3.11: read once here)
@@ -1260,15 +1272,13 @@ def _buffer_source(s: UOp) -> Buffer | None:
     return s.arg if s.op is Ops.BUFFER else None
 
 
-def _over_buffers(root: UOp) -> tuple[_Template, list[Buffer], dict[UOp, UOp], dict[UOp, int]] | None:
-    """cached_instance of a root over stored buffers met before (_OverBuffers): _Template.buffers for it, with no
-    walk (the one stored buffer, then the slots); None where it is not known so."""
-    src = root.src
-    if not src or (memo := src[0].__dict__.get(_ROOTS_OVER)) is None or REALIZED_ENTRY in root.__dict__:
+def _over_buffers(inner: UOp, key: tuple) -> tuple[_Template, list[Buffer], dict[UOp, UOp], dict[UOp, int]] | None:
+    """cached_instance of a root over stored buffers met before (_OverBuffers), or of one reshape of such a node (a
+    reduction's result: the reduce reshaped), from the stored node and its key (cached_instance): _Template.buffers for
+    it, with no walk (the one stored buffer, then the slots); None where it is not known so."""
+    if (memo := inner.src[0].__dict__.get(_ROOTS_OVER)) is None or (known := memo.get(key)) is None:
         return None
-    known = memo.get((root.op, root.dtype.key, root.arg, *map(id, src)))
-    if known is None:
-        return None
+    src = inner.src
     for ref, s in zip(known.others, src[1:]):
         if ref() is not s:
             return None
@@ -1276,20 +1286,20 @@ def _over_buffers(root: UOp) -> tuple[_Template, list[Buffer], dict[UOp, UOp], d
     for s in src:
         if REALIZED_ENTRY in s.__dict__ or s.op is _RESHAPE and REALIZED_ENTRY in s.src[0].__dict__:
             return None
-    dtype = root.dtype
+    dtype = inner.dtype
     buf = Buffer(known.device, known.size, dtype, shape=known.shape)
     # (UOp.buffer_view inline: whether it reshapes is known)
     node = UOp(_BUFFER, dtype, (), buf)
     if not known.flat:
         node = UOp(_RESHAPE, dtype, (node,), known.shape)
-    return known.tpl, [buf, *map(_DEREF, known.slots)], {root: node}, {}
+    return known.tpl, [buf, *map(_DEREF, known.slots)], {inner: node}, {}
 
 
-def _remember_over_buffers(root: UOp, walk: _Walk, tpl: _Template) -> None:
-    src = root.src
+def _remember_over_buffers(inner: UOp, key: tuple, walk: _Walk, tpl: _Template) -> None:
     stored = tpl.stored
-    if not src or walk.binds or tpl.internal or len(stored) != 1 or stored[0][0] != len(walk.nodes) - 1:
+    if walk.binds or tpl.internal or len(stored) != 1 or walk.pos.get(inner) != stored[0][0]:
         return
+    src = inner.src
     bufs = list(map(_buffer_source, src))
     if None in bufs or any(shape is None for _, shape, *_ in tpl.stored):
         return
@@ -1299,7 +1309,6 @@ def _remember_over_buffers(root: UOp, walk: _Walk, tpl: _Template) -> None:
     memo = src[0].__dict__.setdefault(_ROOTS_OVER, {})
     if len(memo) >= 8:  # roots met over one buffer (a few ops on a tensor, each in a loop), not every one ever built
         memo.clear()
-    key = (root.op, root.dtype.key, root.arg, *map(id, src))
     _, shape, size, device, _ = tpl.stored[0]
     memo[key] = _OverBuffers(
         tuple(weakref.ref(s) for s in src[1:]), tpl, tuple(weakref.ref(b) for b in walk.slots), shape, size, device
