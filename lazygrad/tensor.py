@@ -15,7 +15,7 @@ import threading
 import warnings
 import weakref
 from _weakref import _remove_dead_weakref
-from sys import getrefcount
+from sys import getrefcount, implementation, version_info
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, NamedTuple, Sequence
 
 from lazygrad import gradient as _autograd  # (a module: an import inside a function cost ~1-3 us per call)
@@ -6988,13 +6988,21 @@ def _realize_cached(t: Tensor) -> bool:
     return True
 
 
+# the CPython versions on which _dies_here's reference counts were checked (3.10 counts more: never taken there; a later
+# version may borrow references its frames held, so a count would read low and drop entries a holder needs)
+_FRAME_REFS_CHECKED = implementation.name == "cpython" and (3, 11) <= version_info[:2] <= (3, 13)
+
+
 def _dies_here(u: UOp, base: UOp) -> bool:
     """Whether a lone realize's lazy root u (base, or one reshape of base: a reduction's result) is held by nothing but
     its tensor and _realize_cached's frame: it dies when the realize returns, and an entry in the realized registry or
     a note on its memory for views to follow (_stored_from) could never be looked up. A node built again later is
     another object, as it would be had this one died unrealized. Counted with sys.getrefcount: one reference more
     (another graph's node, a tensor, a view, a registry) keeps the entry; a count here above the truth would drop an
-    entry that is needed, one below it only loses the shortcut (test_eager_overhead counts it taken)."""
+    entry that is needed, one below it only loses the shortcut (test_eager_overhead counts it taken). Only on the
+    interpreters whose counts were checked (_FRAME_REFS_CHECKED): another one may hold fewer references in a frame."""
+    if not _FRAME_REFS_CHECKED:
+        return False
     if base is u:
         # t.uop, the caller's u, base, x (its loop over the reshapes stops at base) and becomes' key; the parameters
         # u and base; getrefcount's argument
