@@ -2,6 +2,13 @@ import os
 
 import pytest
 
+from test import native_stack
+
+# a test process that faults prints the faulting thread's native stack beside faulthandler's Python stacks (a rare
+# worker segfault has so far shown only Python lines); NATIVE_STACK=0 leaves the handler out
+if os.environ.get("NATIVE_STACK", "1") != "0":
+    native_stack.install()
+
 # every kernel the tests build is checked against the IR rules (lazygrad/uop/spec.py) between codegen passes
 os.environ.setdefault("SPEC", "1")
 
