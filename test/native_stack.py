@@ -24,24 +24,25 @@ HANDLER_SRC = r"""
 #include <unistd.h>
 
 static struct sigaction previous[65];
+static int out_fd = 2;
 
 static void on_fault(int sig, siginfo_t *info, void *ctx) {
   static const char head[] = "\nNative stack of the faulting thread (most recent call first):\n";
   void *frames[128];
   int n = backtrace(frames, 128);
   (void)info, (void)ctx;
-  if (write(2, head, sizeof(head) - 1) < 0) return;
-  backtrace_symbols_fd(frames, n, 2);
+  if (write(out_fd, head, sizeof(head) - 1) >= 0) backtrace_symbols_fd(frames, n, out_fd);
   /* the handler before this one takes the fault when the instruction runs again */
   sigaction(sig, &previous[sig], NULL);
 }
 
-int lg_native_stack_install(void) {
+int lg_native_stack_install(int fd) {
   static const int sigs[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE};
   void *warm[2];
   struct sigaction sa;
   /* the unwinder is loaded now, not first inside a handler running over a heap that may be corrupt */
   backtrace(warm, 2);
+  out_fd = fd;
   memset(&sa, 0, sizeof(sa));
   sa.sa_sigaction = on_fault;
   sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
@@ -77,12 +78,13 @@ def _library() -> str | None:
             os.unlink(tmp)
 
 
-def install() -> bool:
-    """Install the handler in this process; False where it could not be built or installed."""
+def install(fd: int = 2) -> bool:
+    """Install the handler in this process, writing to file descriptor `fd` (pytest captures fd 2 during a test: its
+    own faulthandler writes to a copy of the real one); False where it could not be built or installed."""
     path = _library()
     if path is None:
         return False
     try:
-        return ctypes.CDLL(path).lg_native_stack_install() == 0
+        return ctypes.CDLL(path).lg_native_stack_install(fd) == 0
     except OSError:
         return False
