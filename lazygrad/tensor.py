@@ -4707,7 +4707,7 @@ class Tensor(metaclass=_TensorType):
         (Renderer.conv_blocks), else 0. Only where no gradient flows: a training step's convolutions keep the graph
         their gradients were tuned on."""
         shape = (*self.shape, *weight.shape)
-        if groups != 1 or self.dtype != dtypes.float32 or weight.dtype != dtypes.float32 or self.device != weight.device:
+        if groups != 1 or {self.dtype, weight.dtype} != {dtypes.float32} or self.device != weight.device:
             return 0
         if not all(isinstance(s, int) for s in shape) or any(lo < 0 or hi < 0 for lo, hi in pads):
             return 0
@@ -8170,7 +8170,12 @@ def _matmul_node(x: Tensor, w: Tensor) -> UOp | None:
 
 
 def _blocked_conv(
-    x: Tensor, weight: Tensor, stride: int | Sequence[int], dilation: int | Sequence[int], pads, block: int
+    x: Tensor,
+    weight: Tensor,
+    stride: int | Sequence[int],
+    dilation: int | Sequence[int],
+    pads: Sequence[tuple[int, int]],
+    block: int,
 ) -> Tensor:
     """conv over copies in channel blocks of `block` (Renderer.conv_blocks): the zero-padded input as
     (n, cin/b, *spatial, b), the weight as (cout/b, cin/b, *kernel, b_in, b_out); each output is the sum over
@@ -8185,7 +8190,8 @@ def _blocked_conv(
     xs = windows.reshape(bs, 1, 1, cb, block, *out, *kernel)
     xs = xs.permute(0, 1, 2, *[5 + i for i in range(nk)], 3, *[5 + nk + i for i in range(nk)], 4)
     wp = weight.reshape(ob, block, cb, block, *kernel).permute(0, 2, *[4 + i for i in range(nk)], 3, 1).contiguous()
-    ws = wp.permute(0, 3 + nk, 1, *[2 + i for i in range(nk)], 2 + nk).reshape(1, ob, block, *[1] * nk, cb, *kernel, block)
+    ws = wp.permute(0, 3 + nk, 1, *[2 + i for i in range(nk)], 2 + nk)  # (cout/b, b_out, cb, *kernel, b_in)
+    ws = ws.reshape(1, ob, block, *[1] * nk, cb, *kernel, block)
     return _product_sum(xs, ws, [-1 - i for i in range(2 + nk)]).reshape(bs, cout, *out)
 
 

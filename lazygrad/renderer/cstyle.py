@@ -1062,9 +1062,10 @@ class ClangRenderer(CStyleLanguage):
         # in a few L1 sets, each tile reading them from L2 again; with the lanes along the output pixels a padded
         # window's edge is a masked load. In channel blocks an input pixel's channels are one line, broadcast to a
         # vector of output channels from packed weights (oneDNN's layout). 64 -> 64 channels 3x3 on 32^2, batch 32,
-        # one core, the copies included: 75 -> 80-83 GFLOPS (the conv kernel alone 86; torch/oneDNN 87)
+        # one core, the copies included: 75 -> 79-83 GFLOPS (the conv kernel alone 86; torch/oneDNN 87). Measured with
+        # AVX2's 16 registers of 32 bytes only: AVX-512's masked-load tile of NCHW (216 GFLOPS a core) stays as it is
         block = self.vector_bytes // itemsize
-        if self.has_local or block < 4 or cin % block or cout % block or pixels < 256:
+        if self.has_local or self.vector_bytes != 32 or cin % block or cout % block or pixels < 256:
             return 0
         return block
 
