@@ -4713,9 +4713,8 @@ class Tensor(metaclass=_TensorType):
             return 0
         if self.requires_grad or weight.requires_grad:
             return 0
-        padded = [i + lo + hi for i, (lo, hi) in zip(self.shape[2:], pads)]
-        pixels = self.shape[0] * prod(padded)
-        return Device[self.device].renderer.conv_blocks(pixels, self.shape[1], weight.shape[0], 4)
+        padded = tuple(i + lo + hi for i, (lo, hi) in zip(self.shape[2:], pads))
+        return Device[self.device].renderer.conv_blocks(self.shape[0], padded, self.shape[1], weight.shape[0], 4)
 
     def conv_transpose2d(
         self,

@@ -40,13 +40,13 @@ def _torch(xn: np.ndarray, wn: np.ndarray, bn: np.ndarray | None, **kw) -> np.nd
 
 # (n, cin, cout, h, w, kernel, conv2d keywords)
 BLOCKED = [
-    (2, 16, 24, 9, 11, (3, 3), dict(padding=1)),
+    (2, 16, 24, 9, 17, (3, 3), dict(padding=1)),
     (3, 8, 8, 16, 16, (1, 1), dict()),
-    (2, 16, 16, 15, 13, (3, 3), dict(stride=2, padding=1)),
+    (2, 16, 16, 15, 19, (3, 3), dict(stride=2, padding=1)),
     (2, 8, 16, 17, 17, (3, 3), dict(padding=2, dilation=2)),
     (2, 16, 8, 7, 20, (3, 5), dict(stride=(1, 2), padding=(1, 2))),
-    (2, 24, 16, 12, 12, (2, 2), dict(padding="same")),
-    (3, 8, 8, 10, 10, (3, 3), dict(padding=0)),
+    (2, 24, 16, 12, 20, (2, 2), dict(padding="same")),
+    (3, 8, 8, 10, 18, (3, 3), dict(padding=0)),
 ]
 
 
@@ -61,7 +61,7 @@ def test_blocked_conv_computes_what_torch_does(n, cin, cout, h, w, kernel, kw, b
     np.testing.assert_allclose(got, _torch(xn, wn, bn, **kw), rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("spatial,kernel", [((160,), (3,)), ((6, 7, 8), (3, 2, 3))])
+@pytest.mark.parametrize("spatial,kernel", [((160,), (3,)), ((6, 7, 16), (3, 2, 3))])
 def test_blocked_conv_over_one_and_three_spatial_dims(spatial, kernel):
     xn, wn = _rand(2, 8, *spatial), _rand(16, 8, *kernel, seed=1)
     got, kernels = _conv(xn, wn, None, padding=1)
@@ -71,12 +71,14 @@ def test_blocked_conv_over_one_and_three_spatial_dims(spatial, kernel):
     np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
 
 
-# channels that do not split into blocks of 8 (primes), groups, and too few pixels stay one kernel over NCHW
+# channels that do not split into blocks of 8 (primes), groups, too few pixels and rows of fewer than 16 (the digits
+# CNN's second conv) stay one kernel over NCHW
 PLAIN = [
     (2, 7, 13, 16, 16, (3, 3), dict(padding=1)),
     (2, 16, 13, 16, 16, (3, 3), dict(padding=1)),
     (2, 16, 16, 16, 16, (3, 3), dict(padding=1, groups=2)),
-    (1, 8, 8, 8, 8, (3, 3), dict(padding=1)),
+    (1, 8, 8, 6, 16, (3, 3), dict(padding=1)),
+    (64, 16, 32, 8, 8, (3, 3), dict(padding=1)),
 ]
 
 
