@@ -1065,8 +1065,8 @@ class ClangRenderer(CStyleLanguage):
         # one core, the copies included: 75 -> 79-83 GFLOPS (the conv kernel alone 86; torch/oneDNN 87). Measured with
         # AVX2's 16 registers of 32 bytes only: AVX-512's masked-load tile of NCHW (216 GFLOPS a core) stays as it is.
         # Rows of fewer than 16 pixels stay NCHW: the copies cost more than they save (the digits CNN's 16 -> 32 on
-        # 8^2, batch 64, one core: 404 us as it is, 445 us in blocks; 32 -> 64 on 28^2 5.1 -> 2.5 ms, 64 -> 64 on 16^2
-        # 6.9 -> 6.5 ms)
+        # 8^2, batch 64, one core: 404 us as it is, 445 us in blocks; 32 -> 64 on 28^2 5.0-5.3 -> 2.5 ms, 64 -> 64 on
+        # 16^2 about even, 6.7-7.2 and 6.5-6.8 ms)
         block = self.vector_bytes // itemsize
         if self.has_local or self.vector_bytes != 32 or cin % block or cout % block:
             return 0
