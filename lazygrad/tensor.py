@@ -4711,7 +4711,7 @@ class Tensor(metaclass=_TensorType):
             return 0
         if not all(isinstance(s, int) for s in shape) or any(lo < 0 or hi < 0 for lo, hi in pads):
             return 0
-        if self.requires_grad or weight.requires_grad:
+        if weight.requires_grad or self.requires_grad:  # a parameter answers at once; the input may walk its graph
             return 0
         padded = tuple(i + lo + hi for i, (lo, hi) in zip(self.shape[2:], pads))
         return Device[self.device].renderer.conv_blocks(self.shape[0], padded, self.shape[1], weight.shape[0], 4)
