@@ -4690,6 +4690,9 @@ class Tensor(metaclass=_TensorType):
                 raise ArgumentError(f"conv: padding must be an int, a tuple, 'same' or 'valid', not {padding!r}")
         else:
             pads = self._pool_pads(padding, nk)
+        if (block := self._conv_block(weight, groups, pads)) > 0:
+            ret = _blocked_conv(self, weight, stride, dilation, pads, block)
+            return ret if bias is None else ret + bias.reshape(1, cout, *[1] * nk)
         x = self._pool(kernel, stride, dilation, pads)  # (bs, cin_, *out, *kernel)
         out = x.shape[2 : 2 + nk]
         rcout = cout // groups
@@ -4699,6 +4702,20 @@ class Tensor(metaclass=_TensorType):
         w = weight.reshape(1, groups, rcout, *[1] * nk, cin, *kernel)
         ret = _product_sum(x, w, [-1 - i for i in range(1 + nk)]).reshape(bs, cout, *out)
         return ret if bias is None else ret + bias.reshape(1, cout, *[1] * nk)
+
+    def _conv_block(self, weight: Tensor, groups: int, pads: Sequence[tuple[int, int]]) -> int:
+        """Channels per block where the device computes this convolution faster over copies in channel blocks
+        (Renderer.conv_blocks), else 0. Only where no gradient flows: a training step's convolutions keep the graph
+        their gradients were tuned on."""
+        shape = (*self.shape, *weight.shape)
+        if groups != 1 or {self.dtype, weight.dtype} != {dtypes.float32} or self.device != weight.device:
+            return 0
+        if not all(isinstance(s, int) for s in shape) or any(lo < 0 or hi < 0 for lo, hi in pads):
+            return 0
+        if weight.requires_grad or self.requires_grad:  # a parameter answers at once; the input may walk its graph
+            return 0
+        padded = tuple(i + lo + hi for i, (lo, hi) in zip(self.shape[2:], pads))
+        return Device[self.device].renderer.conv_blocks(self.shape[0], padded, self.shape[1], weight.shape[0], 4)
 
     def conv_transpose2d(
         self,
@@ -8179,6 +8196,32 @@ def _matmul_node(x: Tensor, w: Tensor) -> UOp | None:
     out = _shaped(Ops.REDUCE_AXIS, acc, (out,), (Ops.ADD, (len(shape) - 1,)), shape[:-1] + (1,), dev)
     out = _shaped(_RESHAPE, acc, (out,), shape[:-1], shape[:-1], dev)
     return _shaped(Ops.CAST, dt, (out,), None, shape[:-1], dev) if half else out
+
+
+def _blocked_conv(
+    x: Tensor,
+    weight: Tensor,
+    stride: int | Sequence[int],
+    dilation: int | Sequence[int],
+    pads: Sequence[tuple[int, int]],
+    block: int,
+) -> Tensor:
+    """conv over copies in channel blocks of `block` (Renderer.conv_blocks): the zero-padded input as
+    (n, cin/b, *spatial, b), the weight as (cout/b, cin/b, *kernel, b_in, b_out); each output is the sum over
+    (cin/b, *kernel, b_in) of an input pixel's channel times a vector of b output channels."""
+    (bs, cin), cout, kernel = x.shape[:2], weight.shape[0], weight.shape[2:]
+    nk, cb, ob = len(kernel), cin // block, cout // block
+    spatial = list(range(2, 2 + nk))
+    xp = x._spatial_pad(pads) if any(p != (0, 0) for p in pads) else x
+    xb = xp.reshape(bs, cb, block, *xp.shape[2:]).permute(0, 1, *[a + 1 for a in spatial], 2).contiguous()
+    windows = xb.permute(0, 1, 2 + nk, *spatial)._pool(kernel, stride, dilation)  # (bs, cb, b_in, *out, *kernel)
+    out = windows.shape[3 : 3 + nk]
+    xs = windows.reshape(bs, 1, 1, cb, block, *out, *kernel)
+    xs = xs.permute(0, 1, 2, *[5 + i for i in range(nk)], 3, *[5 + nk + i for i in range(nk)], 4)
+    wp = weight.reshape(ob, block, cb, block, *kernel).permute(0, 2, *[4 + i for i in range(nk)], 3, 1).contiguous()
+    ws = wp.permute(0, 3 + nk, 1, *[2 + i for i in range(nk)], 2 + nk)  # (cout/b, b_out, cb, *kernel, b_in)
+    ws = ws.reshape(1, ob, block, *[1] * nk, cb, *kernel, block)
+    return _product_sum(xs, ws, [-1 - i for i in range(2 + nk)]).reshape(bs, cout, *out)
 
 
 def _product_sum(a: Tensor, b: Tensor, axis: int | list[int]) -> Tensor:

@@ -108,7 +108,10 @@ def hand_coded_optimizations(k: Kernel) -> Kernel:
         # the output channels reuse each input pixel (the batch would only reuse the weight again)
         shared = {i for i in in_reduce if first is not None and step[i][first] == 0}
         gain = {a: sum(1 for i in in_reduce if i not in shared and step[i][a] == 0) for a in others}
-        ranked = sorted(others, key=lambda a: (gain[a], _size(k.full_shape[a])), reverse=True)
+        # among equals, an axis along which the shared input slides as along an inner reduce axis (a conv's output
+        # pixels over its window's taps with the output channels as lanes): neighbouring rows share their loads
+        slide = {a: _slide_rank(step, sorted(shared), a, reduce_axes) for a in others}
+        ranked = sorted(others, key=lambda a: (gain[a], slide[a], _size(k.full_shape[a])), reverse=True)
         second = ranked[0] if ranked else None
         # with the lanes along the reduce, a third axis makes the tile two-dimensional: each loaded vector of one
         # input meets several of the other (2 x 8 of x @ w.T: 114 GFLOPS here, 1 x 8: 65)
@@ -287,6 +290,18 @@ def _slides(step: dict[int, list], views: list[int], axis: int, reduce_axes: lis
     """Whether some of `views` moves along output `axis` as it does along one of `reduce_axes`: a window that slides
     (a conv's output rows read the input rows its window rows do), so neighbours along `axis` share loads."""
     return any(step[i][axis] not in (0, None) and step[i][axis] in (step[i][r] for r in reduce_axes) for i in views)
+
+
+def _slide_rank(step: dict[int, list], views: list[int], axis: int, reduce_axes: list[int]) -> int:
+    """1 + the position in `reduce_axes` of the innermost one along which some of `views` moves as along output
+    `axis` (0: none): a window that slides, innermost first since the inner window axes get unrolled."""
+    ranks = [
+        j + 1
+        for j, r in enumerate(reduce_axes)
+        for i in views
+        if step[i][axis] not in (0, None) and step[i][axis] == step[i][r]
+    ]
+    return max(ranks, default=0)
 
 
 def _vector_axis(k: Kernel, reuse: list[int], out_unit: list[int], reduce_steps: list[list], vec: int) -> int | None:

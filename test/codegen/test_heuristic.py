@@ -14,6 +14,14 @@ from lazygrad.engine.realize import CompiledRunner, ExecItem, run_schedule
 from lazygrad.renderer.cstyle import ClangRenderer
 
 
+@pytest.fixture(autouse=True)
+def _plain_convs(monkeypatch):
+    """The convs here are the kernel a training step runs, over the input and weight as they are: not the copies in
+    channel blocks that a conv without gradients may read on this CPU (Renderer.conv_blocks)."""
+    # on the class: an attribute set on the device's renderer would stay in its vars() (its programs' cache key)
+    monkeypatch.setattr(ClangRenderer, "conv_blocks", lambda self, *args: 0)
+
+
 def _tile(t: Tensor, masked_load_lanes: tuple[int, ...] = (), threads: int = 1) -> tuple[Kernel, np.ndarray]:
     """The heuristic's kernel for the one kernel computing `t` on a 64-byte, 32-register CPU with `threads` cores,
     and its result when compiled with those opts and run here."""
