@@ -10,7 +10,7 @@ import pytest
 from lazygrad import GlobalCounters, Tensor
 from lazygrad.device import Device
 from lazygrad.helpers import prod
-from lazygrad.nn.gguf import GGML_TYPES, GGUFError, QuantizedMatrix, gguf_load, gguf_quantized, gguf_read_header
+from lazygrad.nn.gguf import GGML_TYPES, GROUP, GGUFError, QuantizedMatrix, gguf_load, gguf_quantized, gguf_read_header
 from lazygrad.uop.ops import UOp
 
 # metadata value type tags of the spec
@@ -375,6 +375,33 @@ def test_rows_in_groups_of_8_hold_the_same_values(tmp_path, kind, int8_path):
     for m in (q, stacked):
         out = m.linear(Tensor(x)).numpy()[0]
         np.testing.assert_allclose(out, np.tile(ref, len(out) // len(ref)), rtol=1e-5, atol=1e-5 * np.abs(ref).max())
+
+
+@pytest.mark.parametrize("kind", K_QUANTS)
+def test_grouped_k_quant_decode_prefetches_its_stream(tmp_path, kind):
+    # a decode step's product over rows in groups reads 8 rows' super-blocks a step (1216-1696 bytes), a few hundred
+    # instructions apart: the C kernel prefetches every cache line of a step's window some steps ahead, once each
+    # (from memory on 2 AVX2 cores, Q6_K 16384 x 4096: 20 GB/s without)
+    from lazygrad.engine.realize import lower_schedule_item
+
+    if not Device[Device.DEFAULT].renderer.dp4a_builtins or Device.DEFAULT != "CPU":
+        pytest.skip("rows in groups of 8 are for CPUs with DP4A")
+    q, _ = _quantized(tmp_path, kind, (64, 1024))
+    assert q.gt.group_terms is not None
+    x = Tensor(np.random.default_rng(0).standard_normal((1, 1024)).astype(np.float32))
+    srcs = [ei.runner.spec.src for si in q.linear(x).schedule() if (ei := lower_schedule_item(si)) is not None]
+    (product,) = [src for src in srcs if "lg_dp4a" in src]
+    step = GROUP * q.gt.block_bytes  # bytes of a group's super-block
+    lines = [ln.strip() for ln in product.splitlines() if "__builtin_prefetch" in ln]
+    assert len(lines) == len(set(lines)) == -(-step // 64)
+    offsets = sorted(int(ln.rsplit("+", 1)[1].split("]")[0]) for ln in lines)  # in int32 words from the step's base
+    assert offsets[0] * 4 >= step and offsets[-1] - offsets[0] < step // 4
+    assert not any("__builtin_prefetch" in src for src in srcs if src is not product)
+    # no other kernel prefetches: a float32 matvec reads its weight densely too, but has no DP4A products
+    w = Tensor(np.ones((64, 1024), np.float32)).realize()
+    assert not any(
+        "__builtin_prefetch" in ei.runner.spec.src for si in (x @ w.T).schedule() if (ei := lower_schedule_item(si))
+    )
 
 
 def test_a_matrix_of_rows_not_in_groups_of_8_keeps_the_blocks(tmp_path, int8_path):
