@@ -11,11 +11,12 @@ import operator
 import os
 import re
 import struct
+import sys
 import threading
 import warnings
 import weakref
 from _weakref import _remove_dead_weakref
-from sys import getrefcount, implementation, version_info
+from sys import getrefcount
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, NamedTuple, Sequence
 
 from lazygrad import gradient as _autograd  # (a module: an import inside a function cost ~1-3 us per call)
@@ -4707,15 +4708,17 @@ class Tensor(metaclass=_TensorType):
         """Channels per block where the device computes this convolution faster over copies in channel blocks
         (Renderer.conv_blocks), else 0. Only where no gradient flows: a training step's convolutions keep the graph
         their gradients were tuned on."""
-        shape = (*self.shape, *weight.shape)
         if groups != 1 or {self.dtype, weight.dtype} != {dtypes.float32} or self.device != weight.device:
             return 0
-        if not all(isinstance(s, int) for s in shape) or any(lo < 0 or hi < 0 for lo, hi in pads):
+        if not all(isinstance(s, int) for s in (*self.shape, *weight.shape)):
+            return 0
+        if any(lo < 0 or hi < 0 for lo, hi in pads):
             return 0
         if weight.requires_grad or self.requires_grad:  # a parameter answers at once; the input may walk its graph
             return 0
         padded = tuple(i + lo + hi for i, (lo, hi) in zip(self.shape[2:], pads))
-        return Device[self.device].renderer.conv_blocks(self.shape[0], padded, self.shape[1], weight.shape[0], 4)
+        cin, cout, itemsize = self.shape[1], weight.shape[0], dtypes.float32.itemsize
+        return Device[self.device].renderer.conv_blocks(self.shape[0], padded, cin, cout, itemsize)
 
     def conv_transpose2d(
         self,
@@ -7007,7 +7010,7 @@ def _realize_cached(t: Tensor) -> bool:
 
 # the CPython versions on which _dies_here's reference counts were checked (3.10 counts more: never taken there; a later
 # version may borrow references its frames held, so a count would read low and drop entries a holder needs)
-_FRAME_REFS_CHECKED = implementation.name == "cpython" and (3, 11) <= version_info[:2] <= (3, 13)
+_FRAME_REFS_CHECKED = sys.implementation.name == "cpython" and (3, 11) <= sys.version_info[:2] <= (3, 13)
 
 
 def _dies_here(u: UOp, base: UOp) -> bool:
