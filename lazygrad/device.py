@@ -136,6 +136,9 @@ class Buffer:
         self.part = False  # whether it shows only part of `memory` (a view at an offset, or shorter)
         if external_ptr is not None:
             self._ptr = external_ptr
+        # the instance dict made by the thread that makes the buffer: the frontend files tensors in a memory's
+        # __dict__ from any thread, and two threads making it at once corrupt memory (see UOpMetaClass.__call__)
+        self.__dict__
 
     def __repr__(self) -> str:
         return f"<buf {self.device} {self.dtype} size={self.size}{'' if self.is_allocated else ' unallocated'}>"

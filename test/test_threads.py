@@ -229,6 +229,48 @@ def test_random_tensors_drawn_in_threads_never_share_values() -> None:
     assert not repeated, f"{len(repeated)} of 600 random tensors drawn in threads share their values: {show}"
 
 
+# A node's (or a buffer's) instance dict used first by one thread while the collector, run by the allocation that makes
+# the dict, lets another thread use it too: the callback below stands in for that thread (it runs inside the first
+# use on CPython 3.11/3.12 when the dict is made there). It files a key, as the frontend's caches do, and one that is no
+# string (as a dict outgrowing the shared keys: the split dict becomes a combined one and frees its values). Made
+# twice, the object's dict points at the freed values: with the debug allocator, a segfault.
+_DICT_MADE_ONCE = """
+import gc
+from lazygrad.device import Buffer
+from lazygrad.dtype import dtypes
+from lazygrad.uop.ops import Ops, UOp
+
+held = []
+for obj in (UOp(Ops.CONST, dtypes.int32, (), 424242), Buffer("CPU", 3, dtypes.float32)):
+    def other_thread(phase, info, obj=obj):
+        if phase == "start":
+            d = obj.__dict__
+            d["filed_by_the_other"] = True
+            d[0] = 0
+    gc.collect()
+    gc.disable()
+    gc.callbacks.append(other_thread)
+    held += [dict() for _ in range(200)]  # the dict free list empty: the next dict is allocated, and may collect
+    gc.set_threshold(1)
+    gc.enable()
+    d = obj.__dict__
+    gc.collect()
+    gc.callbacks.remove(other_thread)
+    gc.set_threshold(700)
+    obj.__dict__["mine"] = 1
+    assert obj.__dict__ is d and {"filed_by_the_other", 0, "mine"} <= set(d), (type(obj).__name__, list(d))
+print("ok")
+"""
+
+
+def test_a_shared_objects_dict_is_made_once() -> None:
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    path = os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])
+    env = {**os.environ, "PYTHONMALLOC": "debug", "PYTHONPATH": path}
+    out = subprocess.run([sys.executable, "-c", _DICT_MADE_ONCE], env=env, cwd=root, capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", (out.returncode, out.stdout[-2000:], out.stderr[-3000:])
+
+
 # *** one program scheduled alike however its threads interleave ***
 
 _XS = np.random.default_rng(7).standard_normal((24, 16)).astype(np.float32)
