@@ -230,10 +230,10 @@ def test_random_tensors_drawn_in_threads_never_share_values() -> None:
 
 
 # A node's (or a buffer's) instance dict used first by one thread while the collector, run by the allocation that makes
-# the dict, lets another thread use it too: the callback below stands in for that thread (it runs inside the first
-# use on CPython 3.11/3.12 when the dict is made there). It files a key, as the frontend's caches do, and one that is no
-# string (as a dict outgrowing the shared keys: the split dict becomes a combined one and frees its values). Made
-# twice, the object's dict points at the freed values: with the debug allocator, a segfault.
+# the dict (CPython 3.11: see helpers.DICT_ON_FIRST_USE_RACES), lets another thread use it too: the callback below
+# stands in for that thread. It files a key, as the frontend's caches do, and one that is no string (as a dict
+# outgrowing the shared keys: the split dict becomes a combined one and frees its values). Made twice, the object's
+# dict points at the freed values: with the debug allocator, a segfault.
 _DICT_MADE_ONCE = """
 import gc
 from lazygrad.device import Buffer

@@ -11,7 +11,7 @@ from enum import Enum, auto
 from typing import Any, Callable, Sequence
 
 from lazygrad.dtype import DType, dtypes
-from lazygrad.helpers import VIZ, prod
+from lazygrad.helpers import DICT_ON_FIRST_USE_RACES, VIZ, prod
 from lazygrad.viz.record import track_rewrite
 
 
@@ -140,12 +140,8 @@ class UOpMetaClass(type):
         # UOp.__init__'s work inline: a Python frame less on every node a graph builds
         ret = _object_new(cls)
         ret.op, ret.dtype, ret.src, ret.arg = op, dtype, src, arg
-        # the node's instance dict (its caches) made now, while no other thread can reach the node: CPython 3.11/3.12
-        # make an instance's __dict__ on its first use from the instance's inline values, with an allocation in between
-        # that may run the collector (and its callbacks: another thread's turn). Two threads making a shared node's dict
-        # at once made two dicts over one values array; when one outgrew it and freed it, the node's dict read and wrote
-        # freed memory (the rare segfault of the threaded random draws: allocator pools and node caches overwritten)
-        ret.__dict__
+        if DICT_ON_FIRST_USE_RACES:  # its caches' dict made before any other thread can reach the node
+            ret.__dict__
         new = _Entry(ret, _drop_dead)
         new.key = key
         # two threads building the same node must get one object, or equality by identity breaks: an entry goes in
