@@ -12,6 +12,7 @@ from typing import Any, Callable
 from lazygrad.dtype import DType
 from lazygrad.helpers import (
     DEBUG,
+    DICT_ON_FIRST_USE_RACES,
     GlobalCounters,
     check_host_allocation,
     diskcache_get,
@@ -136,6 +137,8 @@ class Buffer:
         self.part = False  # whether it shows only part of `memory` (a view at an offset, or shorter)
         if external_ptr is not None:
             self._ptr = external_ptr
+        if DICT_ON_FIRST_USE_RACES:  # the frontend files tensors in a memory's __dict__, from any thread
+            self.__dict__
 
     def __repr__(self) -> str:
         return f"<buf {self.device} {self.dtype} size={self.size}{'' if self.is_allocated else ' unallocated'}>"

@@ -250,6 +250,14 @@ GlobalCounters = _GlobalCounters()
 
 LIBRARY_THREAD = "lazygrad"  # the prefix of the names of the library's own threads (compilers, device streams, viz)
 
+# CPython 3.11 keeps a new instance's attributes in inline values and makes its __dict__ from them on first use, with a
+# dict allocation in between that may run the collector, whose callbacks give another thread its turn (3.12 runs the
+# collector at the next bytecode boundary instead). Two threads using a shared object's __dict__ for the first time at
+# once made two dicts over one values array; when one outgrew the class's shared keys it freed the values, and the
+# object's dict went on reading and writing freed memory (a rare segfault of threads building the same graph). Objects
+# that threads share and cache in through __dict__ (hash-consed nodes, buffers) make theirs where they are made.
+DICT_ON_FIRST_USE_RACES = sys.version_info < (3, 12)
+
 
 def alone_with_library_threads() -> bool:
     """Whether every live thread but this one is the library's own (named LIBRARY_THREAD...) or a daemon, which are

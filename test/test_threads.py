@@ -229,6 +229,101 @@ def test_random_tensors_drawn_in_threads_never_share_values() -> None:
     assert not repeated, f"{len(repeated)} of 600 random tensors drawn in threads share their values: {show}"
 
 
+# A node's (or a buffer's) instance dict used first by one thread while the collector, run by the allocation that makes
+# the dict (CPython 3.11: see helpers.DICT_ON_FIRST_USE_RACES), lets another thread use it too: the callback below
+# stands in for that thread. It files a key, as the frontend's caches do, and one that is no string (as a dict
+# outgrowing the shared keys: the split dict becomes a combined one and frees its values). Made twice, the object's
+# dict points at the freed values: with the debug allocator, a segfault.
+_DICT_MADE_ONCE = """
+import gc
+from lazygrad.device import Buffer
+from lazygrad.dtype import dtypes
+from lazygrad.uop.ops import Ops, UOp
+
+held = []
+for obj in (UOp(Ops.CONST, dtypes.int32, (), 424242), Buffer("CPU", 3, dtypes.float32)):
+    def other_thread(phase, info, obj=obj):
+        if phase == "start":
+            d = obj.__dict__
+            d["filed_by_the_other"] = True
+            d[0] = 0
+    gc.collect()
+    gc.disable()
+    gc.callbacks.append(other_thread)
+    held += [dict() for _ in range(200)]  # the dict free list empty: the next dict is allocated, and may collect
+    gc.set_threshold(1)
+    gc.enable()
+    d = obj.__dict__
+    gc.collect()
+    gc.callbacks.remove(other_thread)
+    gc.set_threshold(700)
+    obj.__dict__["mine"] = 1
+    assert obj.__dict__ is d and {"filed_by_the_other", 0, "mine"} <= set(d), (type(obj).__name__, list(d))
+print("ok")
+"""
+
+
+# The same with threads: each round, four threads use a new shared node's dict for the first time at once. The first
+# one's dict allocation collects, and a weakref callback of the garbage it finds sleeps (any callback or finalizer run
+# by the collector lets the other threads in). Made more than once, the node's dict lost the other threads' keys or
+# the process crashed, within 10 rounds on CPython 3.11.
+_DICT_MADE_ONCE_IN_THREADS = """
+import gc, sys, threading, time, weakref
+from lazygrad.dtype import dtypes
+from lazygrad.uop.ops import Ops, UOp
+
+class Pair:
+    pass
+
+refs, node, lost, rounds = [], [None], [], 100
+barrier = threading.Barrier(4)
+
+def garbage():
+    a, b = Pair(), Pair()
+    a.b, b.a = b, a
+    refs.append(weakref.ref(a, lambda r: time.sleep(0.0005)))
+
+def work(tid):
+    for r in range(rounds):
+        if tid == 0:
+            node[0] = UOp(Ops.CONST, dtypes.int32, (), 10**7 + r)
+            refs.clear()
+        barrier.wait()
+        n = node[0]
+        gc.disable()
+        held = [dict() for _ in range(100)]  # the dict free list empty: the next dict is allocated, and collects
+        garbage()
+        gc.enable()
+        d = n.__dict__
+        d[f"k{tid}"] = 1
+        if tid == 1:
+            d[0] = 0
+        barrier.wait()
+        if tid == 0 and set(n.__dict__) != {"k0", "k1", "k2", "k3", 0}:
+            lost.append(r)
+        barrier.wait()
+        del held
+
+gc.set_threshold(1)
+sys.setswitchinterval(1e-6)
+threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+print("ok" if not lost else f"a node's dict lost keys in rounds {lost}")
+"""
+
+
+@pytest.mark.parametrize("script", [_DICT_MADE_ONCE, _DICT_MADE_ONCE_IN_THREADS], ids=["collector", "threads"])
+def test_a_shared_objects_dict_is_made_once(script: str) -> None:
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    path = os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])
+    env = {**os.environ, "PYTHONMALLOC": "debug", "PYTHONPATH": path}
+    out = subprocess.run([sys.executable, "-c", script], env=env, cwd=root, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", (out.returncode, out.stdout[-2000:], out.stderr[-3000:])
+
+
 # *** one program scheduled alike however its threads interleave ***
 
 _XS = np.random.default_rng(7).standard_normal((24, 16)).astype(np.float32)

@@ -11,7 +11,7 @@ from enum import Enum, auto
 from typing import Any, Callable, Sequence
 
 from lazygrad.dtype import DType, dtypes
-from lazygrad.helpers import VIZ, prod
+from lazygrad.helpers import DICT_ON_FIRST_USE_RACES, VIZ, prod
 from lazygrad.viz.record import track_rewrite
 
 
@@ -140,6 +140,8 @@ class UOpMetaClass(type):
         # UOp.__init__'s work inline: a Python frame less on every node a graph builds
         ret = _object_new(cls)
         ret.op, ret.dtype, ret.src, ret.arg = op, dtype, src, arg
+        if DICT_ON_FIRST_USE_RACES:  # its caches' dict made before any other thread can reach the node
+            ret.__dict__
         new = _Entry(ret, _drop_dead)
         new.key = key
         # two threads building the same node must get one object, or equality by identity breaks: an entry goes in
