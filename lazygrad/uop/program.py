@@ -41,7 +41,7 @@ class GraphProgram:
     it; the scalar broadcasts, which read none, it holds (`fixed`): rebuilt on every replay they were about a sixth
     of an MLP training step's new nodes, each hash-consed, dropped with the step's graph and seen by the collector."""
 
-    __slots__ = ("steps", "outs", "known", "picks", "fixed", "filled", "_placed")
+    __slots__ = ("steps", "outs", "known", "picks", "fixed", "filled", "_placed", "_chains")
 
     def __init__(self, steps: list[tuple], outs: list[int], known: list[dict], fixed: list[UOp | None]):
         self.steps, self.outs, self.fixed = steps, outs, fixed
@@ -54,15 +54,22 @@ class GraphProgram:
         # what unbuilt() puts at the added positions before the outputs: the held nodes, FILLER elsewhere
         self.filled = [FILLER if node is None else node for node in fixed]
         self._placed: tuple[int, tuple[int, ...]] | None = None  # (n_in, placed(n_in))
+        self._chains: tuple[int, list[list[int]]] | None = None  # (n_in, each output's chain(), base first)
 
     def placed(self, n_in: int) -> tuple[int, ...]:
         """The positions of an unbuilt run over `n_in` inputs (unbuilt()) that hold a node of their own, in order: the
         inputs, the held nodes, the outputs and the movement ops below them; FILLER is at every other one."""
         if self._placed is None or self._placed[0] != n_in:
             held = (n_in + i for i, node in enumerate(self.fixed) if node is not None)
-            chains = (q for out in self.outs for q in self.chain(out, n_in))
+            chains = (q for chain in self.chains(n_in) for q in chain)
             self._placed = (n_in, tuple(sorted({*range(n_in), *held, *chains})))
         return self._placed[1]
+
+    def chains(self, n_in: int) -> list[list[int]]:
+        """Each output's chain() over `n_in` inputs, base first."""
+        if self._chains is None or self._chains[0] != n_in:
+            self._chains = (n_in, [self.chain(q, n_in)[::-1] for q in self.outs])
+        return self._chains[1]
 
     def chain(self, q: int, n_in: int) -> list[int]:
         """Position q and the added positions below it through movement ops, down to its base (a gradient is mostly
@@ -140,14 +147,13 @@ class GraphProgram:
         run = UnbuiltRun(self, inputs, on_build)
         vals = [*inputs, *self.filled]
         n_in = len(inputs)
-        for q, known in zip(self.outs, self.known):
-            if vals[q] is not FILLER:
-                continue  # (an output that another's chain placed)
+        steps = self.steps
+        for q, chain, known in zip(self.outs, self.chains(n_in), self.known):
             # each output with the movement ops below it, base first: a movement op's Unbuilt holds its source's
-            chain = self.chain(q, n_in)
-            for p in reversed(chain):
-                src = self.steps[p - n_in][2]
-                vals[p] = run.node(p, vals[src[0]] if src else None)
+            for p in chain:
+                if vals[p] is FILLER:  # (not yet placed by another output's chain)
+                    src = steps[p - n_in][2]
+                    vals[p] = run.node(p, vals[src[0]] if src else None)
             if noted:
                 vals[q].__dict__.update(known)
         return vals, run
