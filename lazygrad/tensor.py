@@ -4708,7 +4708,7 @@ class Tensor(metaclass=_TensorType):
                 raise ArgumentError(f"conv: padding must be an int, a tuple, 'same' or 'valid', not {padding!r}")
         else:
             pads = self._pool_pads(padding, nk)
-        if (block := self._conv_block(weight, groups, pads)) > 0:
+        if (block := self._conv_block(weight, groups, pads, stride, dilation)) > 0:
             ret = _blocked_conv(self, weight, stride, dilation, pads, block)
             return ret if bias is None else ret + bias.reshape(1, cout, *[1] * nk)
         x = self._pool(kernel, stride, dilation, pads)  # (bs, cin_, *out, *kernel)
@@ -4721,7 +4721,14 @@ class Tensor(metaclass=_TensorType):
         ret = _product_sum(x, w, [-1 - i for i in range(1 + nk)]).reshape(bs, cout, *out)
         return ret if bias is None else ret + bias.reshape(1, cout, *[1] * nk)
 
-    def _conv_block(self, weight: Tensor, groups: int, pads: Sequence[tuple[int, int]]) -> int:
+    def _conv_block(
+        self,
+        weight: Tensor,
+        groups: int,
+        pads: Sequence[tuple[int, int]],
+        stride: int | Sequence[int],
+        dilation: int | Sequence[int],
+    ) -> int:
         """Channels per block where the device computes this convolution faster over copies in channel blocks
         (Renderer.conv_blocks), else 0. Only where no gradient flows: a training step's convolutions keep the graph
         their gradients were tuned on."""
@@ -4731,11 +4738,15 @@ class Tensor(metaclass=_TensorType):
             return 0
         if any(lo < 0 or hi < 0 for lo, hi in pads):
             return 0
-        if weight.requires_grad or self.requires_grad:  # a parameter answers at once; the input may walk its graph
+        # a parameter answers at once; the input may walk its graph. Under no_grad nothing flows back either way
+        if not _modes.grad_disabled and (weight.requires_grad or self.requires_grad):
             return 0
+        kernel, nk = weight.shape[2:], weight.ndim - 2
         padded = tuple(i + lo + hi for i, (lo, hi) in zip(self.shape[2:], pads))
+        steps = zip(padded, kernel, make_tuple(stride, nk), make_tuple(dilation, nk))
+        out = tuple((p - d * (k - 1) - 1) // s + 1 for p, k, s, d in steps)
         cin, cout, itemsize = self.shape[1], weight.shape[0], dtypes.float32.itemsize
-        return Device[self.device].renderer.conv_blocks(self.shape[0], padded, cin, cout, itemsize)
+        return Device[self.device].renderer.conv_blocks(self.shape[0], padded, out, cin, cout, itemsize)
 
     def conv_transpose2d(
         self,

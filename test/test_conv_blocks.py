@@ -7,9 +7,12 @@ import pytest
 import torch
 
 from lazygrad import GlobalCounters, Tensor
-from lazygrad.codegen import heuristic
+from lazygrad.codegen import get_program, heuristic
 from lazygrad.codegen.heuristic import hand_coded_optimizations
-from lazygrad.codegen.kernel import AxisType, Kernel
+from lazygrad.codegen.kernel import AxisType, Kernel, KernelOptError, Opt, OptOps
+from lazygrad.device import Device
+from lazygrad.engine.realize import CompiledRunner, ExecItem, run_schedule
+from lazygrad.nn.optim import SGD
 from lazygrad.renderer.cstyle import ClangRenderer
 
 AVX2 = ClangRenderer(threads=1, vector_bytes=32, vector_registers=16)
@@ -122,3 +125,82 @@ def test_blocked_conv_tile_is_output_pixels_by_output_channel_vectors():
     upcasts = [a for a, t in enumerate(k.axis_types) if t is AxisType.UPCAST]
     tile = {k.full_shape[a]: heuristic._step(k, store, a) for a in upcasts}
     assert tile == {8: 32 * 32, 4: 1, 2: 8 * 32 * 32}
+
+
+def test_no_grad_evaluation_between_optimizer_steps():
+    """A parameter (requires_grad) evaluated under no_grad takes the blocked path, between the steps of an
+    optimizer: each evaluation sees the weight after the last step, as torch's."""
+    xn, wn = _rand(2, 8, 10, 18), _rand(16, 8, 3, 3, seed=1)
+    x, w = Tensor(xn).realize(), Tensor(wn, requires_grad=True).realize()
+    xt, wt = torch.from_numpy(xn), torch.from_numpy(wn.copy()).requires_grad_()
+    opt, opt_t = SGD([w], lr=0.1), torch.optim.SGD([wt], lr=0.1)
+    for _ in range(3):
+        with torch.no_grad():
+            ref = torch.nn.functional.conv2d(xt, wt, padding=1).numpy()
+        with Tensor.no_grad():
+            for _ in range(2):
+                assert x._conv_block(w, 1, ((1, 1), (1, 1)), 1, 1) > 0  # blocked, requires_grad notwithstanding
+                got = x.conv2d(w, padding=1).numpy()
+                np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+        assert x._conv_block(w, 1, ((1, 1), (1, 1)), 1, 1) == 0  # with gradients: the graph they were tuned on
+        with Tensor.train():
+            opt.zero_grad()
+            x.conv2d(w, padding=1).square().mean().backward()
+            opt.step()
+        opt_t.zero_grad()
+        torch.nn.functional.conv2d(xt, wt, padding=1).square().mean().backward()
+        opt_t.step()
+
+
+@pytest.mark.parametrize("width", [1, 3, 5, 7, 13, 17, 31])
+def test_tile_rows_over_any_output_width(width):
+    """Output rows of any width: the tile's 4 rows of pixels where 4 divides the width, overlapping tiles where it
+    does not (OVERLAP: the last tile ends at the row's end), the whole row where it is shorter; against torch."""
+    xn, wn = _rand(4, 16, 40, width), _rand(16, 16, 3, 3, seed=1)
+    got, kernels = _conv(xn, wn, None, padding=1)
+    assert kernels == 3  # blocked: an output row that is not whole vectors has no vector axis as NCHW
+    np.testing.assert_allclose(got, _torch(xn, wn, None, padding=1), rtol=1e-4, atol=1e-4)
+    *_, si = Tensor.empty(4, 16, 40, width).conv2d(Tensor.empty(16, 16, 3, 3), padding=1).schedule()
+    k = Kernel(si.ast, AVX2)
+    k.merge_axes()
+    hand_coded_optimizations(k)
+    tiled = [(o.op, o.amount) for o in k.applied_opts]
+    if width > 4:
+        assert (OptOps.OVERLAP, 4) in tiled
+    elif width > 1:
+        assert (OptOps.UPCAST, width) in tiled
+
+
+@pytest.mark.parametrize("width,amount", [(6, 4), (9, 4), (17, 5), (31, 3), (10, 7)])
+def test_overlapping_tiles_compute_every_output_once_more_at_most(width, amount):
+    """OVERLAP by an amount that does not divide the output row, in explicit opts (on one core and on several): the
+    values of the plain conv, nothing stored past the row's end."""
+    xn, wn = _rand(2, 8, 6, width), _rand(16, 8, 3, 3, seed=1)
+    x, w = Tensor(xn).realize(), Tensor(wn).realize()
+    *first, si = x.conv2d(w, padding=1).schedule()
+    run_schedule(first)
+    out = si.bufs[0]
+    out.copyin(memoryview(np.full(out.size + 0, 7.0, np.float32)))
+    k = Kernel(si.ast, AVX2)
+    k.merge_axes()
+    pixels = next(a for a in k.axes_of(AxisType.GLOBAL) if k.full_shape[a] == width)
+    opts = [Opt(OptOps.OVERLAP, k.axes_of(AxisType.GLOBAL).index(pixels), amount)]
+    for renderer in (AVX2, Device["CPU"].renderer):
+        spec = get_program(si.ast, renderer, opts)
+        ExecItem(CompiledRunner("CPU", spec), list(si.bufs)).run()
+        got = np.frombuffer(out.as_bytes(), np.float32).reshape(2, 16, 6, width)
+        np.testing.assert_allclose(got, _torch(xn, wn, None, padding=1), rtol=1e-4, atol=1e-4)
+
+
+def test_overlapping_tiles_are_not_split_again():
+    """The axis of overlapping tiles is neither split nor shared out among cores (two would store the same outputs)."""
+    *_, si = Tensor.empty(2, 8, 6, 13).conv2d(Tensor.empty(16, 8, 3, 3), padding=1).schedule()
+    k = Kernel(si.ast, Device["CPU"].renderer)
+    k.merge_axes()
+    glob = k.axes_of(AxisType.GLOBAL)
+    pixels = next(a for a in glob if k.full_shape[a] == 13)
+    k.apply_opt(Opt(OptOps.OVERLAP, glob.index(pixels), 4))
+    starts = k.axes_of(AxisType.GLOBAL).index(next(a for a, t in enumerate(k.tile_steps) if t is not None))
+    for opt in (Opt(OptOps.UPCAST, starts, 2), Opt(OptOps.OVERLAP, starts, 3), Opt(OptOps.THREAD, starts, 0)):
+        with pytest.raises(KernelOptError):
+            k.apply_opt(opt)

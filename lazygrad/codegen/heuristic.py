@@ -113,6 +113,7 @@ def hand_coded_optimizations(k: Kernel) -> Kernel:
         slide = {a: _slide_rank(step, sorted(shared), a, reduce_axes) for a in others}
         ranked = sorted(others, key=lambda a: (gain[a], slide[a], _size(k.full_shape[a])), reverse=True)
         second = ranked[0] if ranked else None
+        slides = second is not None and slide[second] > 0
         # with the lanes along the reduce, a third axis makes the tile two-dimensional: each loaded vector of one
         # input meets several of the other (2 x 8 of x @ w.T: 114 GFLOPS here, 1 x 8: 65)
         third = ranked[1] if reduce_lanes and len(ranked) > 1 else None
@@ -165,7 +166,8 @@ def hand_coded_optimizations(k: Kernel) -> Kernel:
                 # were 33 KB of C, 124 ms of gcc, instead of 26 KB, 85 ms (one row unrolled by 4: 20 KB, 80 ms)
                 amounts = tuple(odd)
                 body = min(body, TILE_EXPANDED // 2)
-            _upcast(k, second, amounts)
+            if not (cpu_tile and not gathered and slides and _tile_rows(k, second, rows)):
+                _upcast(k, second, amounts)
             if third is not None:
                 third = _renumbered(k, third, second, n_axes)
                 n_axes = len(k.full_shape)
@@ -354,6 +356,20 @@ def _upcast(k: Kernel, axis: int, amounts: tuple[int, ...]) -> bool:
     return any(k.try_opt(Opt(OptOps.UPCAST, index, a)) for a in fits)
 
 
+def _tile_rows(k: Kernel, axis: int, rows: int) -> bool:
+    """`rows` rows of a register tile along output `axis` whatever its size: a conv's output pixels, along which its
+    broadcast input slides. A size `rows` does not divide gets overlapping tiles (OVERLAP: the last one ends at the
+    axis's end, its outputs computed twice), a smaller one is upcast whole. One core, 64 -> 64 channels 3x3 on 31^2,
+    batch 32: 1 x 2 vectors (31 has no divisor) 43 GFLOPS, 8 overlapping tiles of 4 x 2 87, of 5 x 2 83 (torch 83)."""
+    size = k.full_shape[axis]
+    if k.axis_types[axis] is not AxisType.GLOBAL or not isinstance(size, int) or size % rows == 0 or size == 1:
+        return False
+    index = k.axes_of(AxisType.GLOBAL).index(axis)
+    if size < rows:
+        return k.try_opt(Opt(OptOps.UPCAST, index, size))
+    return k.try_opt(Opt(OptOps.OVERLAP, index, rows))
+
+
 def _whole_lines(k: Kernel, loaded: list[int], stores: list[int]) -> None:
     """A copy into another layout whose vector of outputs reads part of a cache line of an input, the rest of the line
     being the next vector of another output axis (B copied into panels of 8 columns: 32 bytes of a 64-byte row), is
@@ -468,7 +484,8 @@ def _thread(k: Kernel, n_loads: int, prefer: int | None = None, row_views: list[
     if prefer is not None and not (isinstance(k.full_shape[prefer], int) and k.full_shape[prefer] % threads == 0):
         prefer = None
     for i, a in sorted(enumerate(glob), key=lambda ia: ia[1] != prefer):
-        if isinstance(k.full_shape[a], int) and k.full_shape[a] >= threads:
+        # (not over overlapping tiles: two cores would store the outputs the tiles share)
+        if isinstance(k.full_shape[a], int) and k.full_shape[a] >= threads and k.tile_steps[a] is None:
             return k.try_opt(Opt(OptOps.THREAD, i, 0))
     # too few outputs to go round: each core reduces a slice into a partial result (sum of a whole tensor)
     for i, a in enumerate(k.axes_of(AxisType.REDUCE)):

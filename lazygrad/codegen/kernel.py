@@ -17,7 +17,7 @@ from lazygrad.renderer import Renderer
 from lazygrad.renderer.tensor_cores import TensorCore
 from lazygrad.uop.ops import Ops, UOp, smul, substitute
 from lazygrad.uop.symbolic import simplify
-from lazygrad.uop.view import ShapeTracker, full_shape
+from lazygrad.uop.view import ShapeTracker, View, full_shape
 
 
 class AxisType(enum.Enum):
@@ -52,6 +52,7 @@ class OptOps(enum.Enum):
     TC = enum.auto()
     STAGE = enum.auto()
     BLOCK = enum.auto()
+    OVERLAP = enum.auto()  # UPCAST by an amount that need not divide the axis: tiles that overlap at its end
 
 
 @dataclass(frozen=True, order=True)
@@ -138,26 +139,41 @@ class Kernel:
         self.tc_a_first = True
         # STAGE: the inputs of the reduce (indices into `stage_candidates`) whose tile is copied to shared memory
         self.staged: list[int] = []
+        # per axis: (amount, size) where OVERLAP tiled it (its loop starts a tile every `amount` of `size` outputs, the
+        # last one at size - amount), else None
+        self.tile_steps: list[tuple[int, int] | None] = [None] * len(self.full_shape)
         self._drop_ones()
 
     # *** shape bookkeeping ***
 
-    def _reshape_all(self, new_shape_of: list[tuple[int, ...]], types: list[AxisType]) -> None:
+    def _reshape_all(
+        self,
+        new_shape_of: list[tuple[int, ...]],
+        types: list[AxisType],
+        steps: list[tuple[int, int] | None] | None = None,
+    ) -> None:
+        assert steps is not None or not any(self.tile_steps), "a reshape must say where the overlapping tiles go"
         self.sts = [st.reshape(ns) for st, ns in zip(self.sts, new_shape_of)]
         self.axis_types = types
         self.full_shape = full_shape([st.shape for st in self.sts])
+        self.tile_steps = steps if steps is not None else [None] * len(types)
 
     def _permute_all(self, order: list[int]) -> None:
         self.sts = [st.permute(tuple(order)) for st in self.sts]
         self.axis_types = [self.axis_types[i] for i in order]
         self.full_shape = tuple(self.full_shape[i] for i in order)
+        self.tile_steps = [self.tile_steps[i] for i in order]
 
     def _drop_ones(self) -> None:
         """Size-1 axes never index anything; dropping them keeps loops and names short."""
         keep = [i for i, s in enumerate(self.full_shape) if s != 1]
         if len(keep) == len(self.full_shape):
             return
-        self._reshape_all([tuple(st.shape[i] for i in keep) for st in self.sts], [self.axis_types[i] for i in keep])
+        self._reshape_all(
+            [tuple(st.shape[i] for i in keep) for st in self.sts],
+            [self.axis_types[i] for i in keep],
+            [self.tile_steps[i] for i in keep],
+        )
 
     def merge_axes(self) -> None:
         """Merge neighbouring axes of the same kind that every view can merge: (64, 64, 64) contiguous is one loop."""
@@ -181,6 +197,7 @@ class Kernel:
         """Split `axis` into (size/amount, amount) and move the `amount` part to the end with kind `new_type`."""
         size = self.full_shape[axis]
         check(amount > 1 and size % amount == 0, f"cannot split axis {axis} of size {size} by {amount}")
+        check(self.tile_steps[axis] is None, f"axis {axis} runs over overlapping tiles: it is not split again")
         inner = (amount, size // amount) if top else (size // amount, amount)
         new_shapes = []
         for st in self.sts:
@@ -188,12 +205,54 @@ class Kernel:
             split = inner if s != 1 else (1, 1)
             new_shapes.append(st.shape[:axis] + split + st.shape[axis + 1 :])
         old_type = self.axis_types[axis]
-        self._reshape_all(new_shapes, self.axis_types[:axis] + [old_type, old_type] + self.axis_types[axis + 1 :])
+        steps = self.tile_steps[:axis] + [None, None] + self.tile_steps[axis + 1 :]
+        self._reshape_all(
+            new_shapes, self.axis_types[:axis] + [old_type, old_type] + self.axis_types[axis + 1 :], steps
+        )
+        self._to_end(axis, top, new_type)
+
+    def _to_end(self, axis: int, top: bool, new_type: AxisType) -> None:
+        """After `axis` was split in two: move its inner part (outer with `top`) last, of kind `new_type`."""
         moved = axis if top else axis + 1
         order = [i for i in range(len(self.full_shape)) if i != moved] + [moved]
         self._permute_all(order)
         self.axis_types[-1] = new_type
         self._drop_ones()
+
+    def shift_overlapped(self, axis: int, amount: int) -> None:
+        """OVERLAP: a register tile of `amount` outputs along `axis` (moved last, UPCAST) where `amount` does not divide
+        the axis: a tile starts every `amount` outputs and the last one at size - amount, overlapping the one before.
+        The outputs in both are computed twice, the same way, and stored twice with the same value, by the one thread
+        that runs both tiles; no load or store needs a bounds check. Each view's last view indexes the axis as tile
+        start + lane: (size - amount + 1, amount), both with the axis's stride; the lowerer runs the starts in steps of
+        `amount`."""
+        size = self.full_shape[axis]
+        check(isinstance(size, int) and 1 < amount < size, f"cannot tile axis {axis} of size {size} by {amount}")
+        check(not self.renderer.has_local, "overlapping tiles are for CPU threads, each owning its tiles")
+        check(self.tile_steps[axis] is None, f"axis {axis} runs over overlapping tiles already")
+        starts = size - amount + 1
+        sts = []
+        for st in self.sts:
+            if st.shape[axis] == 1:
+                sts.append(st.reshape(st.shape[:axis] + (1, 1) + st.shape[axis + 1 :]))
+                continue
+            v = st.views[-1]  # the view the loop indices index (a window's views below it take its index as it is)
+            check(v.mask is None or v.mask[axis] == (0, size), f"axis {axis}: masked, tiles past its end would read")
+            check(isinstance(v.strides[axis], int), f"axis {axis}: a symbolic stride")
+            mask = None if v.mask is None else v.mask[:axis] + ((0, starts), (0, amount)) + v.mask[axis + 1 :]
+            view = View.create(
+                v.shape[:axis] + (starts, amount) + v.shape[axis + 1 :],
+                v.strides[:axis] + (v.strides[axis], v.strides[axis]) + v.strides[axis + 1 :],
+                v.offset,
+                mask,
+            )
+            sts.append(ShapeTracker(st.views[:-1] + (view,)))
+        old_type = self.axis_types[axis]
+        self.sts = sts
+        self.axis_types = self.axis_types[:axis] + [old_type, old_type] + self.axis_types[axis + 1 :]
+        self.full_shape = full_shape([st.shape for st in self.sts])
+        self.tile_steps = self.tile_steps[:axis] + [(amount, size), None] + self.tile_steps[axis + 1 :]
+        self._to_end(axis, False, AxisType.UPCAST)
 
     # *** applying opts ***
 
@@ -234,7 +293,7 @@ class Kernel:
             self._stage(opt)
             self.applied_opts.append(opt)
             return
-        if opt.op in (OptOps.UPCAST, OptOps.LOCAL, OptOps.BLOCK):
+        if opt.op in (OptOps.UPCAST, OptOps.OVERLAP, OptOps.LOCAL, OptOps.BLOCK):
             candidates = self.axes_of(AxisType.GLOBAL)
         elif opt.op is OptOps.THREAD:  # GLOBAL axes, then REDUCE axes (a reduce split into per-thread partials)
             candidates = self.axes_of(AxisType.GLOBAL) + self.axes_of(AxisType.REDUCE)
@@ -247,9 +306,9 @@ class Kernel:
         check(not (self.staged and split), f"{opt}: a staged reduce is not split")
         axis = candidates[opt.axis]
         amount = opt.amount if opt.amount != 0 else self.full_shape[axis]
-        limit = {OptOps.UPCAST: 16, OptOps.UNROLL: 32}.get(opt.op)
+        limit = {OptOps.UPCAST: 16, OptOps.OVERLAP: 16, OptOps.UNROLL: 32}.get(opt.op)
         check(limit is None or amount <= limit, f"{opt}: amount over the limit of {limit}")
-        if opt.op in (OptOps.UPCAST, OptOps.UNROLL):
+        if opt.op in (OptOps.UPCAST, OptOps.OVERLAP, OptOps.UNROLL):
             # every expanded combination is a copy of the loop body: past this the compiler takes seconds
             check(self.upcast_size * amount <= MAX_EXPANDED, f"{opt}: more than {MAX_EXPANDED} expanded values")
         if opt.op in (OptOps.LOCAL, OptOps.GROUP, OptOps.GROUPTOP):  # refused here rather than by the GPU driver
@@ -262,6 +321,8 @@ class Kernel:
             )
         if opt.op is OptOps.UPCAST:
             self.shift_to(axis, amount, AxisType.UPCAST)
+        elif opt.op is OptOps.OVERLAP:
+            self.shift_overlapped(axis, amount)
         elif opt.op is OptOps.UNROLL:
             self.shift_to(axis, amount, AxisType.UNROLL)
         elif opt.op is OptOps.THREAD:

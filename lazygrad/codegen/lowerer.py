@@ -106,6 +106,13 @@ class Lowerer:
                 self.base_idxs.append(None)
             elif s == 1:
                 self.base_idxs.append(UOp.const(self.idx_dtype, 0))
+            elif (tile := k.tile_steps[i]) is not None:
+                # overlapping tiles (Kernel.shift_overlapped): a start every `amount`, the last at size - amount
+                amount, size = tile
+                end = UOp.const(self.idx_dtype, ceildiv(size, amount))
+                r = UOp(Ops.RANGE, self.idx_dtype, (end,), (i, RANGE_KIND.get(t, "r")))
+                self.global_ranges.append(r)
+                self.base_idxs.append((r * amount).minimum(size - amount))
             else:
                 end = s.cast(self.idx_dtype) if isinstance(s, UOp) else UOp.const(self.idx_dtype, s)
                 r = UOp(Ops.RANGE, self.idx_dtype, (end,), (i, RANGE_KIND.get(t, "r")))

@@ -136,10 +136,13 @@ class Renderer:
         so the kernel reads it contiguously; 0: read it as it is."""
         return 0
 
-    def conv_blocks(self, batch: int, spatial: tuple[int, ...], cin: int, cout: int, itemsize: int) -> int:
-        """Channels per block when a convolution of `batch` images of `spatial` pixels (padded) from `cin` to `cout`
-        channels is worth computing over copies in channel blocks: the input as (n, cin/b, *spatial, b), the weight as
-        (cout/b, cin/b, *kernel, b, b), so the kernel's output channels are vector lanes; 0: as it is."""
+    def conv_blocks(
+        self, batch: int, spatial: tuple[int, ...], out: tuple[int, ...], cin: int, cout: int, itemsize: int
+    ) -> int:
+        """Channels per block when a convolution of `batch` images of `spatial` pixels (padded) into `out` pixels, from
+        `cin` to `cout` channels, is worth computing over copies in channel blocks: the input as (n, cin/b, *spatial,
+        b), the weight as (cout/b, cin/b, *kernel, b, b), so the kernel's output channels are vector lanes; 0: as it
+        is."""
         return 0
 
     def render(self, name: str, uops: list[UOp]) -> str:

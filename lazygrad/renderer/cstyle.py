@@ -1163,20 +1163,27 @@ class ClangRenderer(CStyleLanguage):
             return 0
         return panel
 
-    def conv_blocks(self, batch: int, spatial: tuple[int, ...], cin: int, cout: int, itemsize: int) -> int:
+    def conv_blocks(
+        self, batch: int, spatial: tuple[int, ...], out: tuple[int, ...], cin: int, cout: int, itemsize: int
+    ) -> int:
         # Read from NCHW as it is, a register tile's window rows of every input channel lie 4 KB apart (a 32^2 image)
         # in a few L1 sets, each tile reading them from L2 again; with the lanes along the output pixels a padded
         # window's edge is a masked load. In channel blocks an input pixel's channels are one line, broadcast to a
         # vector of output channels from packed weights (oneDNN's layout). 64 -> 64 channels 3x3 on 32^2, batch 32,
         # one core, the copies included: 75 -> 79-83 GFLOPS (the conv kernel alone 86; torch/oneDNN 87). Measured with
         # AVX2's 16 registers of 32 bytes only: AVX-512's masked-load tile of NCHW (216 GFLOPS a core) stays as it is.
-        # Rows of fewer than 16 pixels stay NCHW: the copies cost more than they save (the digits CNN's 16 -> 32 on
-        # 8^2, batch 64, one core: 404 us as it is, 445 us in blocks; 32 -> 64 on 28^2 5.0-5.3 -> 2.5 ms, 64 -> 64 on
-        # 16^2 about even, 6.7-7.2 and 6.5-6.8 ms)
+        # Rows of fewer than 16 pixels whose output rows are whole vectors stay NCHW: the copies cost more than they
+        # save (the digits CNN's 16 -> 32 on 8^2, batch 64, one core: 404 us as it is, 445 us in blocks; 32 -> 64 on
+        # 28^2 5.0-5.3 -> 2.5 ms, 64 -> 64 on 16^2 about even, 6.7-7.2 and 6.5-6.8 ms). Output rows that are not (a
+        # prime width, 10 or 12 pixels) have no vector axis as NCHW; in blocks the pixels are a tile's rows whatever
+        # their count (OVERLAP). One core, 3x3 pad 1, the copies included, NCHW -> blocks: 64 -> 64 on 13^2, batch 4,
+        # 5.35 -> 0.86 ms (torch 0.94), 7^2 1.51 -> 0.24 (0.32), 10^2 batch 8 3.08 -> 0.77 (0.78), 12^2 1.93 -> 0.98
+        # (1.19); 32 -> 32 on 6^2, batch 16, 0.54 -> 0.17 (0.21)
         block = self.vector_bytes // itemsize
         if self.has_local or self.vector_bytes != 32 or cin % block or cout % block:
             return 0
-        return block if spatial[-1] >= 16 and batch * math.prod(spatial) >= 256 else 0
+        rows = spatial[-1] >= 16 or out[-1] % block != 0
+        return block if rows and batch * math.prod(spatial) >= 256 else 0
 
     # *** what the lowerer may turn into vector code ***
 
