@@ -734,6 +734,20 @@ def test_cached_realize_keeps_the_general_paths_meaning():
     assert not np.array_equal(draws[0], draws[1]) and not np.array_equal(draws[1], draws[2])
 
 
+def _calls_in_fresh_process(script: str) -> int:
+    """The last number a script run in a fresh Python process prints (its _python_calls count): nothing other tests
+    leave alive adds to the counted work."""
+    import os
+    import subprocess
+    import sys
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    root = os.path.dirname(os.path.dirname(here))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run([sys.executable, "-c", script, here], capture_output=True, text=True, env=env, check=True)
+    return int(out.stdout.split()[-1])
+
+
 _MLP_STEP_CALLS = """
 import sys
 sys.path.insert(0, sys.argv[1])
@@ -772,17 +786,7 @@ def test_mlp_step_python_calls_stay_bounded():
     update's nodes left unbuilt; about 1165 -> 1085 with no buffer node for the update's step sizes, the stored
     nodes filed and the written memories found without UOp.base and Buffer.memory calls). Counted in a fresh process,
     where nothing other tests leave alive adds to the step's work."""
-    import os
-    import subprocess
-    import sys
-
-    here = os.path.dirname(os.path.abspath(__file__))
-    root = os.path.dirname(os.path.dirname(here))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
-    out = subprocess.run(
-        [sys.executable, "-c", _MLP_STEP_CALLS, here], capture_output=True, text=True, env=env, check=True
-    )
-    assert int(out.stdout.split()[-1]) <= 1120
+    assert _calls_in_fresh_process(_MLP_STEP_CALLS) <= 1120
 
 
 _CNN_STEP_CALLS = """
@@ -810,17 +814,7 @@ def test_cnn_step_python_calls_stay_bounded():
     bounded number of Python calls (3259). A change that cuts the MLP step's calls must not add to this step's:
     pending gradients cut the MLP's by 7% and raised these to 3748, building the gradients after all. Counted in a
     fresh process, as the MLP's."""
-    import os
-    import subprocess
-    import sys
-
-    here = os.path.dirname(os.path.abspath(__file__))
-    root = os.path.dirname(os.path.dirname(here))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
-    out = subprocess.run(
-        [sys.executable, "-c", _CNN_STEP_CALLS, here], capture_output=True, text=True, env=env, check=True
-    )
-    assert int(out.stdout.split()[-1]) <= 3400
+    assert _calls_in_fresh_process(_CNN_STEP_CALLS) <= 3400
 
 
 @pytest.mark.parametrize("layouts", [0, 1])
