@@ -4594,15 +4594,8 @@ class Tensor(metaclass=_TensorType):
                 define_gradient(windows.uop, self.uop, rule)
             return windows
         nk = len(kernel)
-        s_, d_ = make_tuple(stride, nk), make_tuple(dilation, nk)
-        if len(s_) != nk or len(d_) != nk:
-            raise ArgumentError(f"kernel {kernel}, stride {s_} and dilation {d_} need one entry per spatial dimension")
-        if any(k < 1 for k in kernel) or any(s < 1 for s in s_) or any(d < 1 for d in d_):
-            raise ArgumentError(f"kernel {kernel}, stride {s_} and dilation {d_} must be positive")
         batch, i_ = self.shape[:-nk], self.shape[-nk:]
-        if any(d * (k - 1) + 1 > i for k, d, i in zip(kernel, d_, i_)):
-            raise ArgumentError(f"kernel {kernel} with dilation {d_} is larger than the (padded) input {i_}")
-        o_ = [ceildiv(i - d * (k - 1), s) for i, d, k, s in zip(i_, d_, kernel, s_)]
+        s_, d_, o_ = _windows(i_, kernel, stride, dilation)
         nb = len(batch)
         keep: list[tuple[int, int] | None] = [None] * nb
         if all(d == 1 and s >= k for d, s, k in zip(d_, s_, kernel)):
@@ -4724,12 +4717,10 @@ class Tensor(metaclass=_TensorType):
         # a parameter answers at once; the input may walk its graph. Under no_grad nothing flows back either way
         if not _modes.grad_disabled and (weight.requires_grad or self.requires_grad):
             return 0
-        kernel, nk = weight.shape[2:], weight.ndim - 2
         padded = tuple(i + lo + hi for i, (lo, hi) in zip(self.shape[2:], pads))
-        steps = zip(padded, kernel, make_tuple(stride, nk), make_tuple(dilation, nk))
-        out = tuple((p - d * (k - 1) - 1) // s + 1 for p, k, s, d in steps)
+        *_, out = _windows(padded, weight.shape[2:], stride, dilation)
         cin, cout, itemsize = self.shape[1], weight.shape[0], dtypes.float32.itemsize
-        return Device[self.device].renderer.conv_blocks(self.shape[0], padded, out, cin, cout, itemsize)
+        return Device[self.device].renderer.conv_blocks(self.shape[0], padded, tuple(out), cin, cout, itemsize)
 
     def conv_transpose2d(
         self,
@@ -8210,6 +8201,22 @@ def _matmul_node(x: Tensor, w: Tensor) -> UOp | None:
     out = _shaped(Ops.REDUCE_AXIS, acc, (out,), (Ops.ADD, (len(shape) - 1,)), shape[:-1] + (1,), dev)
     out = _shaped(_RESHAPE, acc, (out,), shape[:-1], shape[:-1], dev)
     return _shaped(Ops.CAST, dt, (out,), None, shape[:-1], dev) if half else out
+
+
+def _windows(
+    spatial: Sequence[int], kernel: tuple[int, ...], stride: int | Sequence[int], dilation: int | Sequence[int]
+) -> tuple[tuple[int, ...], tuple[int, ...], list[int]]:
+    """(strides, dilations, windows per dim) of a window of `kernel` sliding over `spatial` (padded) pixels; an
+    ArgumentError, in the user's terms, for strides, dilations or a kernel that make no window."""
+    nk = len(kernel)
+    s_, d_ = make_tuple(stride, nk), make_tuple(dilation, nk)
+    if len(s_) != nk or len(d_) != nk:
+        raise ArgumentError(f"kernel {kernel}, stride {s_} and dilation {d_} need one entry per spatial dimension")
+    if any(k < 1 for k in kernel) or any(s < 1 for s in s_) or any(d < 1 for d in d_):
+        raise ArgumentError(f"kernel {kernel}, stride {s_} and dilation {d_} must be positive")
+    if any(d * (k - 1) + 1 > i for k, d, i in zip(kernel, d_, spatial)):
+        raise ArgumentError(f"kernel {kernel} with dilation {d_} is larger than the (padded) input {tuple(spatial)}")
+    return s_, d_, [ceildiv(i - d * (k - 1), s) for i, d, k, s in zip(spatial, d_, kernel, s_)]
 
 
 def _blocked_conv(

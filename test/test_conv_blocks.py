@@ -204,3 +204,14 @@ def test_overlapping_tiles_are_not_split_again():
     for opt in (Opt(OptOps.UPCAST, starts, 2), Opt(OptOps.OVERLAP, starts, 3), Opt(OptOps.THREAD, starts, 0)):
         with pytest.raises(KernelOptError):
             k.apply_opt(opt)
+
+
+@pytest.mark.parametrize("kw", [{"stride": 0}, {"dilation": 0}, {"stride": (1, 1, 1)}])
+def test_bad_window_arguments_raise_as_torch(kw):
+    """A shape the blocked path takes, with a stride or dilation that makes no window: the error torch raises (a
+    RuntimeError), in the user's terms, not a ZeroDivisionError from working out the blocked output's size."""
+    x, w, (name,) = Tensor.empty(2, 8, 20, 20), Tensor.empty(8, 8, 3, 3), kw
+    with pytest.raises(RuntimeError, match=name):
+        torch.nn.functional.conv2d(torch.empty(2, 8, 20, 20), torch.empty(8, 8, 3, 3), **kw)
+    with pytest.raises(RuntimeError, match=name):
+        x.conv2d(w, **kw)
