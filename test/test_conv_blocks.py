@@ -180,7 +180,7 @@ def test_overlapping_tiles_compute_every_output_once_more_at_most(width, amount)
     *first, si = x.conv2d(w, padding=1).schedule()
     run_schedule(first)
     out = si.bufs[0]
-    out.copyin(memoryview(np.full(out.size + 0, 7.0, np.float32)))
+    out.copyin(memoryview(np.full(out.size, 7.0, np.float32)))
     k = Kernel(si.ast, AVX2)
     k.merge_axes()
     pixels = next(a for a in k.axes_of(AxisType.GLOBAL) if k.full_shape[a] == width)
