@@ -1022,6 +1022,12 @@ def _under_reshapes(u: UOp) -> UOp:
     return u
 
 
+def _torch_dims(dim: Any) -> Any:
+    """torch's `dim=` as an axis: an empty dim list reduces every dim in torch's sum/mean/var/std/norm/amax, where
+    tinygrad's `axis=()` reduces none. Only the torch spelling (the `dim` keyword, or a torch-only method) gets this."""
+    return None if isinstance(dim, (tuple, list)) and not dim else dim
+
+
 def _axes(axis: int | Sequence[int] | None, ndim: int) -> tuple[int, ...]:
     if axis is None:
         return tuple(range(ndim))
@@ -3301,18 +3307,19 @@ class Tensor(metaclass=_TensorType):
         self, axis: int | Sequence[int] | None = None, keepdim: bool = False, correction: int = 1, *, dim: Any = None
     ) -> tuple[Tensor, Tensor]:
         if dim is not None:  # torch's name for the axis
-            axis = dim
+            axis = _torch_dims(dim)
         return self.var(axis, keepdim, correction), self.mean(axis, keepdim)
 
     def std_mean(
         self, axis: int | Sequence[int] | None = None, keepdim: bool = False, correction: int = 1, *, dim: Any = None
     ) -> tuple[Tensor, Tensor]:
         if dim is not None:  # torch's name for the axis
-            axis = dim
+            axis = _torch_dims(dim)
         return self.std(axis, keepdim, correction), self.mean(axis, keepdim)
 
     def norm(self, p: float | str = "fro", dim: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
         """Vector p-norm over dim (all dims by default); 'fro' is the 2-norm, inf / -inf the largest / smallest |x|."""
+        dim = _torch_dims(dim)
         x = self.cast(least_upper_float(self.dtype)).abs()
         if p == math.inf:
             return x.max(dim, keepdim)
@@ -4405,7 +4412,7 @@ class Tensor(metaclass=_TensorType):
         dim: Any = None,
     ) -> Tensor:
         if dim is not None:  # torch's name for the axis
-            axis = dim
+            axis = _torch_dims(dim)
         if dtype is None and _FLOAT_KEYS.get(self.uop.dtype.key) and self.uop.dtype.key not in _HALF_KEYS:
             return self._reduce(Ops.ADD, axis, keepdim)  # a float sum in its own dtype: no casts to ask for
         out_dt = to_dtype(dtype) if dtype is not None else sum_acc_dtype(self.dtype)
@@ -4446,7 +4453,7 @@ class Tensor(metaclass=_TensorType):
     @_rounds_once
     def mean(self, axis: int | Sequence[int] | None = None, keepdim: bool = False, *, dim: Any = None) -> Tensor:
         if dim is not None:  # torch's name for the axis
-            axis = dim
+            axis = _torch_dims(dim)
         axes = _axes(axis, self.ndim)
         n = prod(self.shape[a] for a in axes)
         fdt = least_upper_float(self.dtype)
@@ -4458,7 +4465,7 @@ class Tensor(metaclass=_TensorType):
         self, axis: int | Sequence[int] | None = None, keepdim: bool = False, correction: int = 1, *, dim: Any = None
     ) -> Tensor:
         if dim is not None:  # torch's name for the axis
-            axis = dim
+            axis = _torch_dims(dim)
         axes = _axes(axis, self.ndim)
         n = prod(self.shape[a] for a in axes)
         x = self.cast(least_upper_float(self.dtype))
@@ -4476,7 +4483,7 @@ class Tensor(metaclass=_TensorType):
         self, axis: int | Sequence[int] | None = None, keepdim: bool = False, correction: int = 1, *, dim: Any = None
     ) -> Tensor:
         if dim is not None:  # torch's name for the axis
-            axis = dim
+            axis = _torch_dims(dim)
         return _root(self.var(axis, keepdim, correction), 2)
 
     @_replayed
@@ -5582,22 +5589,22 @@ class Tensor(metaclass=_TensorType):
     # reductions and statistics (indices in the default int, as argmax and sort; counts in int64, as torch)
 
     def amax(self, dim: int | Sequence[int] = (), keepdim: bool = False) -> Tensor:
-        return self.max(None if isinstance(dim, (tuple, list)) and not dim else dim, keepdim)
+        return self.max(_torch_dims(dim), keepdim)
 
     def amin(self, dim: int | Sequence[int] = (), keepdim: bool = False) -> Tensor:
-        return self.min(None if isinstance(dim, (tuple, list)) and not dim else dim, keepdim)
+        return self.min(_torch_dims(dim), keepdim)
 
     def aminmax(self, *, dim: int | None = None, keepdim: bool = False) -> tuple[Tensor, Tensor]:
         return self.min(dim, keepdim), self.max(dim, keepdim)
 
     def count_nonzero(self, dim: int | Sequence[int] | None = None) -> Tensor:
-        return (self != 0).sum(dim, dtype=dtypes.int64)
+        return (self != 0).sum(_torch_dims(dim), dtype=dtypes.int64)
 
     def nansum(
         self, dim: int | Sequence[int] | None = None, keepdim: bool = False, *, dtype: DType | str | None = None
     ) -> Tensor:
         x = self.isnan().where(0, self) if dtypes.is_float(self.dtype) else self
-        return x.sum(dim, keepdim, dtype=dtype)
+        return x.sum(_torch_dims(dim), keepdim, dtype=dtype)
 
     def nanmean(
         self, dim: int | Sequence[int] | None = None, keepdim: bool = False, *, dtype: DType | str | None = None
@@ -5605,7 +5612,7 @@ class Tensor(metaclass=_TensorType):
         if not dtypes.is_float(self.dtype):
             raise DTypeError(f"nanmean needs a floating point tensor, got {self.dtype}")
         x = self if dtype is None else self.cast(dtype)
-        kept = x.isnan().logical_not()
+        kept, dim = x.isnan().logical_not(), _torch_dims(dim)
         return x.nansum(dim, keepdim) / kept.sum(dim, keepdim).cast(x.dtype)
 
     def _sorted_along(self, dim: int | None, name: str) -> tuple[Tensor, Tensor, int]:

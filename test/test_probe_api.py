@@ -1144,7 +1144,10 @@ DELIBERATE: list[tuple[str, str]] = [
         "lenient arguments: tuple dims for prod/max/min, scalars for "
         "maximum/atan2/logical_*, no size for zeros(), no dim for logsumexp",
     ),
-    (r"dim=\(\)", "dim=() reduces nothing, as numpy and tinygrad (torch reduces every dim)"),
+    (
+        r"dim=\(\)",
+        "a positional () is tinygrad's axis=() and reduces nothing (torch's dim=() keyword reduces every dim, as here)",
+    ),
     (r"^(mean|std|var|nanmean)\[(bool|int32)\]", "mean / std / var of ints give float"),
     (r"^(median|std|var)\(\)dim=", "0-d median indices / correction of a 0-d tensor: torch's special cases"),
     (r"^where int cond|^masked_fill (float|int) mask", "where / masked_fill take a non-bool condition"),
@@ -1185,7 +1188,6 @@ DELIBERATE: list[tuple[str, str]] = [
     (r"^(prod|max|min)\(.*dim=(\((0,1|0,0|1,-1)\)|\[0\])", "tuple dims for prod / max / min"),
     (r"^BatchNorm\(0\) x\(2, 0\)|^GroupNorm\(0,4\)", "zero channels / groups: torch's own error is internal"),
     (r"^Tensor\(\['a'\]\)", "a string in the data raises TypeError"),
-    (r"^(logsumexp|std|var)\(.*dim=\(\)", "dim=() reduces nothing"),
 ]
 
 

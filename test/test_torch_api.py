@@ -349,6 +349,30 @@ def test_count_nonzero_nansum_nanmean():
     raises_like_torch(lambda t: t.nanmean(), np.array([1, 2], dtype=np.int64))
 
 
+@pytest.mark.parametrize("empty", [(), []])
+def test_an_empty_dim_keyword_reduces_every_dim_as_torch(empty):
+    """torch's `dim=()` reduces every dim (sum, mean, var, std, norm, amax, ...); tinygrad's positional / `axis=()`
+    reduces none, and stays so. Before, the keyword kept tinygrad's meaning: var(dim=()) gave a NaN per element."""
+    x = randn(2, 3)
+
+    def fn(t, dim):
+        lib = torch if is_torch(t) else Tensor  # torch has var_mean / std_mean as functions only
+        out = [getattr(t, m)(dim=dim) for m in ("sum", "mean", "var", "std", "amax", "amin", "norm")]
+        out += [t.sum(dim=dim, keepdim=True), t.var(dim=dim, correction=0)]
+        return (*out, *lib.var_mean(t, dim=dim), *lib.std_mean(t, dim=dim))
+
+    # the torch side reduces every dim by naming them: torch's own var / std backward of dim=() divides by n = 1
+    check(lambda t: fn(t, empty), lambda t: fn(t, (0, 1)), [x])
+    assert_same(fn(Tensor(x), empty), fn(torch.tensor(x), empty))
+    x[1, 2] = np.nan
+    out, ref = both(lambda t: (t.nansum(dim=empty), t.nanmean(dim=empty), t.count_nonzero(dim=empty)), x)
+    assert_same(out, ref)
+    # any / all keep every dim in torch too
+    out, ref = both(lambda t: (t.any(dim=empty), t.all(dim=empty)), np.array([[0, 1, 2], [3, 0, 0]], dtype=np.int32))
+    assert_same(out, ref)
+    assert Tensor(x).sum(axis=empty).shape == Tensor(x).sum(empty).shape == (2, 3)
+
+
 @pytest.mark.parametrize("shape", [(6,), (5,), (3, 4), (2, 5), (1, 1)])
 def test_median(shape):
     x = np.random.default_rng(0).permutation(np.prod(shape)).reshape(shape).astype(np.float32)
