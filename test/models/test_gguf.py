@@ -280,7 +280,9 @@ def int8_path(request, monkeypatch):
 
 
 @pytest.mark.parametrize("kind", ["Q4_0", "Q4_1", "Q8_0", *K_QUANTS])
-@pytest.mark.parametrize("rows,cols", [(7, 96), (96, 576), (1, 32), (33, 64)])
+# rows in groups of 8 (with DP4A): one group of one block, two groups of one block, 5 groups whose products
+# prefetch past the last group's blocks
+@pytest.mark.parametrize("rows,cols", [(7, 96), (96, 576), (1, 32), (33, 64), (8, 32), (16, 32), (40, 512)])
 def test_quantized_linear_int8_is_llama_cpp_arithmetic(tmp_path, kind, rows, cols, int8_path):
     # one row of x (a decode step): x quantized to int8, integer dot products per block
     cols = cols * 8 if kind in K_QUANTS else cols  # whole super-blocks of 256
