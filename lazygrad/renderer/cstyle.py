@@ -1019,17 +1019,21 @@ def _pinned_vector_load(ctx: RenderCtx, u: UOp) -> str | None:
     return v
 
 
-# Streams a reduce loop reads densely at a large stride a step (8 rows' K-quant super-blocks, nn/gguf.py GROUP:
-# 1216 to 1696 bytes a step, a few hundred instructions) are prefetched in software PREFETCH_BYTES ahead: the hardware
-# prefetchers alone kept Q6_K 16384 x 4096 at 20 GB/s from memory on 2 AVX2 cores (one core: 10.4 GB/s, 18.7 in
-# cache). A/B under load, 2 cores: Q4_K 2.6-2.8 -> 1.8 ms, Q5_K 4.1-4.2 -> 2.8, Q6_K 5.2-5.5 -> 3.7; 2 steps ahead of
-# Q6_K beat 1 and 4. The blocks of 32 (160-288 bytes a step) showed no gain; only kernels with DP4A products measured.
-PREFETCH_MIN_STRIDE, PREFETCH_BYTES = 512, 3392
+# Streams a reduce loop reads densely at a large stride a step (8 rows' blocks, nn/gguf.py GROUP: 160 to 288 bytes a
+# step for the blocks of 32, 1216 to 1696 for the K-quant super-blocks) are prefetched in software PREFETCH_BYTES
+# ahead, rounded up to whole steps: the hardware prefetchers alone kept Q6_K 16384 x 4096 at 20 GB/s from memory on 2
+# AVX2 cores (one core: 10.4 GB/s, 18.7 in cache). A/B under load, 2 cores: Q4_K 2.6-2.8 -> 1.8 ms, Q5_K 4.1-4.2 ->
+# 2.8, Q6_K 5.2-5.5 -> 3.7 (3392 bytes ahead; 2 steps of Q6_K beat 1 and 4); Q4_0 2.5-2.7 -> 1.9-2.1 ms, Q4_1 3.0-3.3
+# -> 2.3-2.7, Q8_0 5.4-6.9 -> 3.7-3.9 (best of 80, two rounds). For the blocks of 32, 1600 to 2400 bytes ahead beat
+# 3392 (Q4_1 2.3-2.8 ms against 2.5-3.1); 2048 is 2 steps of every K-quant, as fast as 3 (Q4_K, Q5_K) within noise.
+# Only kernels with DP4A products measured.
+PREFETCH_MIN_STRIDE, PREFETCH_BYTES = 128, 2048
 
 
 def _prefetch_plan(uops: list[UOp]) -> dict[UOp, list[tuple[UOp, UOp, list[int]]]]:
-    """For the first load of each dense stream of a reduce loop with DP4A products: (buffer, base index, element
-    offsets from the base to prefetch), one per cache line of the lines its loads read PREFETCH_BYTES ahead."""
+    """For the first load of each dense stream of a reduce loop with DP4A products that moves with the outputs too:
+    (buffer, base index, element offsets from the base to prefetch), one per cache line of the lines its loads read
+    PREFETCH_BYTES ahead."""
     if not any(u.op is Ops.DP4A for u in uops):
         return {}
     streams: dict[tuple[UOp, UOp], list[tuple[UOp, int, int]]] = {}  # (buffer, base) -> (load, offset, elements)
@@ -1046,7 +1050,8 @@ def _prefetch_plan(uops: list[UOp]) -> dict[UOp, list[tuple[UOp, UOp, list[int]]
     order = {u: i for i, u in enumerate(uops)}
     for (buf, base), loads in streams.items():
         loops = [r for r in base.toposort if r.op is Ops.RANGE and r.arg[1] == "r"]
-        if not loops:
+        # a stream that moves along the reduce only (x's words) is read again for every output: it stays in cache
+        if not loops or all(r.op is not Ops.RANGE or r.arg[1] == "r" for r in base.toposort):
             continue
         r = max(loops, key=order.__getitem__)  # the innermost
         step = (base.substitute({r: r + 1}) - base).simplify()

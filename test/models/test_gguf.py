@@ -280,7 +280,9 @@ def int8_path(request, monkeypatch):
 
 
 @pytest.mark.parametrize("kind", ["Q4_0", "Q4_1", "Q8_0", *K_QUANTS])
-@pytest.mark.parametrize("rows,cols", [(7, 96), (96, 576), (1, 32), (33, 64)])
+# rows in groups of 8 (with DP4A): one group of one block, two groups of one block, 5 groups whose products
+# prefetch past the last group's blocks
+@pytest.mark.parametrize("rows,cols", [(7, 96), (96, 576), (1, 32), (33, 64), (8, 32), (16, 32), (40, 512)])
 def test_quantized_linear_int8_is_llama_cpp_arithmetic(tmp_path, kind, rows, cols, int8_path):
     # one row of x (a decode step): x quantized to int8, integer dot products per block
     cols = cols * 8 if kind in K_QUANTS else cols  # whole super-blocks of 256
@@ -377,11 +379,11 @@ def test_rows_in_groups_of_8_hold_the_same_values(tmp_path, kind, int8_path):
         np.testing.assert_allclose(out, np.tile(ref, len(out) // len(ref)), rtol=1e-5, atol=1e-5 * np.abs(ref).max())
 
 
-@pytest.mark.parametrize("kind", K_QUANTS)
-def test_grouped_k_quant_decode_prefetches_its_stream(tmp_path, kind):
-    # a decode step's product over rows in groups reads 8 rows' super-blocks a step (1216-1696 bytes), a few hundred
-    # instructions apart: the C kernel prefetches every cache line of a step's window some steps ahead, once each
-    # (from memory on 2 AVX2 cores, Q6_K 16384 x 4096: 20 GB/s without)
+@pytest.mark.parametrize("kind", ["Q4_0", "Q4_1", "Q8_0", *K_QUANTS])
+def test_grouped_decode_prefetches_its_stream(tmp_path, kind):
+    # a decode step's product over rows in groups reads 8 rows' blocks a step (160-288 bytes, the K-quants 1216-1696),
+    # a few dozen to a few hundred instructions apart: the C kernel prefetches every cache line of a step's window
+    # some steps ahead, once each (from memory on 2 AVX2 cores, 16384 x 4096: Q6_K 20 GB/s without, Q4_0 14-15)
     from lazygrad.engine.realize import lower_schedule_item
 
     if not Device[Device.DEFAULT].renderer.dp4a_builtins or Device.DEFAULT != "CPU":
