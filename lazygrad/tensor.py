@@ -4685,8 +4685,7 @@ class Tensor(metaclass=_TensorType):
         else:
             pads = self._pool_pads(padding, nk)
         if (block := self._conv_block(weight, groups, pads, stride, dilation)) > 0:
-            ret = _blocked_conv(self, weight, stride, dilation, pads, block)
-            return ret if bias is None else ret + bias.reshape(1, cout, *[1] * nk)
+            return _blocked_conv(self, weight, bias, stride, dilation, pads, block)
         x = self._pool(kernel, stride, dilation, pads)  # (bs, cin_, *out, *kernel)
         out = x.shape[2 : 2 + nk]
         rcout = cout // groups
@@ -8222,6 +8221,7 @@ def _windows(
 def _blocked_conv(
     x: Tensor,
     weight: Tensor,
+    bias: Tensor | None,
     stride: int | Sequence[int],
     dilation: int | Sequence[int],
     pads: Sequence[tuple[int, int]],
@@ -8229,7 +8229,11 @@ def _blocked_conv(
 ) -> Tensor:
     """conv over copies in channel blocks of `block` (Renderer.conv_blocks): the zero-padded input as
     (n, cin/b, *spatial, b), the weight as (cout/b, cin/b, *kernel, b_in, b_out); each output is the sum over
-    (cin/b, *kernel, b_in) of an input pixel's channel times a vector of b output channels."""
+    (cin/b, *kernel, b_in) of an input pixel's channel times a vector of b output channels. The output is stored in
+    blocks too, (n, cout/b, *out, b), and returned as an NCHW view of them: stored as NCHW, a register tile's lanes went
+    to output rows whole images apart (a 32^2 image: 4 KB, one L1 set), each tile's stores missing L1. One core,
+    64 -> 64 3x3 on 32^2, batch 32, the conv kernel alone: 76-79 GFLOPS stored as NCHW, 86-90 in blocks; a consumer
+    reads through the view (a following conv's blocked copy reads the blocks back in order)."""
     (bs, cin), cout, kernel = x.shape[:2], weight.shape[0], weight.shape[2:]
     nk, cb, ob = len(kernel), cin // block, cout // block
     spatial = list(range(2, 2 + nk))
@@ -8237,12 +8241,16 @@ def _blocked_conv(
     xb = xp.reshape(bs, cb, block, *xp.shape[2:]).permute(0, 1, *[a + 1 for a in spatial], 2).contiguous()
     windows = xb.permute(0, 1, 2 + nk, *spatial)._pool(kernel, stride, dilation)  # (bs, cb, b_in, *out, *kernel)
     out = windows.shape[3 : 3 + nk]
-    xs = windows.reshape(bs, 1, 1, cb, block, *out, *kernel)
-    xs = xs.permute(0, 1, 2, *[5 + i for i in range(nk)], 3, *[5 + nk + i for i in range(nk)], 4)
+    xs = windows.reshape(bs, 1, cb, block, *out, *kernel)
+    xs = xs.permute(0, 1, *[4 + i for i in range(nk)], 2, *[4 + nk + i for i in range(nk)], 3)
+    xs = xs.reshape(bs, 1, *out, 1, cb, *kernel, block)  # (bs, 1, *out, 1, cb, *kernel, b_in)
     wp = weight.reshape(ob, block, cb, block, *kernel).permute(0, 2, *[4 + i for i in range(nk)], 3, 1).contiguous()
     ws = wp.permute(0, 3 + nk, 1, *[2 + i for i in range(nk)], 2 + nk)  # (cout/b, b_out, cb, *kernel, b_in)
-    ws = ws.reshape(1, ob, block, *[1] * nk, cb, *kernel, block)
-    return _product_sum(xs, ws, [-1 - i for i in range(2 + nk)]).reshape(bs, cout, *out)
+    ws = ws.reshape(1, ob, *[1] * nk, block, cb, *kernel, block)
+    ret = _product_sum(xs, ws, [-1 - i for i in range(2 + nk)])  # (bs, cout/b, *out, b_out)
+    if bias is not None:
+        ret = ret + bias.reshape(1, ob, *[1] * nk, block)
+    return ret.contiguous().permute(0, 1, 2 + nk, *spatial).reshape(bs, cout, *out)
 
 
 def _product_sum(a: Tensor, b: Tensor, axis: int | list[int]) -> Tensor:

@@ -35,7 +35,8 @@ def _conv(xn: np.ndarray, wn: np.ndarray, bn: np.ndarray | None, **kw) -> tuple[
     b = None if bn is None else Tensor(bn).realize()
     GlobalCounters.reset()
     out = x.conv2d(w, b, **kw).realize()
-    return out.numpy(), GlobalCounters.kernel_count
+    kernels = GlobalCounters.kernel_count  # a blocked conv's output is a view of its blocks: numpy() copies them
+    return out.numpy(), kernels
 
 
 def _torch(xn: np.ndarray, wn: np.ndarray, bn: np.ndarray | None, **kw) -> np.ndarray:
@@ -114,17 +115,18 @@ def test_convs_with_gradients_stay_as_they_are():
 
 def test_blocked_conv_tile_is_output_pixels_by_output_channel_vectors():
     """The conv kernel's register tile on AVX2: the output channels of a block as the 8 lanes, 4 neighbouring output
-    pixels of a row (their windows share input pixels) by 2 vectors of output channels."""
+    pixels of a row (their windows share input pixels) by 2 vectors of output channels, stored as whole vectors into
+    the output's blocks (n, cout/8, h, w, 8)."""
     x, w = Tensor.empty(4, 64, 32, 32), Tensor.empty(64, 64, 3, 3)
     *_, si = x.conv2d(w, padding=1).schedule()
     k = Kernel(si.ast, AVX2)
     k.merge_axes()
     hand_coded_optimizations(k)
     _, (store,) = heuristic._accesses(k)
-    # each upcast's size: its step in the output (NCHW)
+    # each upcast's size: its step in the output's blocks
     upcasts = [a for a, t in enumerate(k.axis_types) if t is AxisType.UPCAST]
     tile = {k.full_shape[a]: heuristic._step(k, store, a) for a in upcasts}
-    assert tile == {8: 32 * 32, 4: 1, 2: 8 * 32 * 32}
+    assert tile == {8: 1, 4: 8, 2: 32 * 32 * 8}
 
 
 def test_no_grad_evaluation_between_optimizer_steps():
@@ -188,7 +190,10 @@ def test_overlapping_tiles_compute_every_output_once_more_at_most(width, amount)
     for renderer in (AVX2, Device["CPU"].renderer):
         spec = get_program(si.ast, renderer, opts)
         ExecItem(CompiledRunner("CPU", spec), list(si.bufs)).run()
-        got = np.frombuffer(out.as_bytes(), np.float32).reshape(2, 16, 6, width)
+        got = np.frombuffer(out.as_bytes(), np.float32)
+        if first:  # blocked (the input's and the weight's copies first): the output in blocks (n, cout/8, h, w, 8)
+            got = got.reshape(2, 2, 6, width, 8).transpose(0, 1, 4, 2, 3)
+        got = got.reshape(2, 16, 6, width)
         np.testing.assert_allclose(got, _torch(xn, wn, None, padding=1), rtol=1e-4, atol=1e-4)
 
 
