@@ -168,9 +168,11 @@ def test_results_are_bit_identical_whatever_the_team(team, case):
             torch.from_numpy(img.numpy()), torch.from_numpy(w.numpy()), padding=1
         ),
     }[case]()
-    n = int(np.prod(out.shape))
-    got0 = np.frombuffer(got[0], np.float32)[:n].reshape(out.shape)
-    np.testing.assert_allclose(got0, want.numpy(), rtol=1e-4, atol=1e-3)
+    # the same result realized as usual, read through the tensor: it may be a view of the kernel's buffer (a blocked
+    # conv's output channels); the kernel's bytes are that buffer's
+    again = {"sum": lambda: x.sum(), "matmul": lambda: a @ b, "conv": lambda: img.conv2d(w, padding=1)}[case]().realize()
+    assert bytes(again.uop.buffer.host_view()) == got[0]
+    np.testing.assert_allclose(again.numpy(), want.numpy(), rtol=1e-4, atol=1e-3)
 
 
 def _out(ei) -> np.ndarray:
