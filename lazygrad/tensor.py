@@ -8229,11 +8229,15 @@ def _blocked_conv(
 ) -> Tensor:
     """conv over copies in channel blocks of `block` (Renderer.conv_blocks): the zero-padded input as
     (n, cin/b, *spatial, b), the weight as (cout/b, cin/b, *kernel, b_in, b_out); each output is the sum over
-    (cin/b, *kernel, b_in) of an input pixel's channel times a vector of b output channels. The output is stored in
-    blocks too, (n, cout/b, *out, b), and returned as an NCHW view of them: stored as NCHW, a register tile's lanes went
-    to output rows whole images apart (a 32^2 image: 4 KB, one L1 set), each tile's stores missing L1. One core,
-    64 -> 64 3x3 on 32^2, batch 32, the conv kernel alone: 76-79 GFLOPS stored as NCHW, 86-90 in blocks; a consumer
-    reads through the view (a following conv's blocked copy reads the blocks back in order)."""
+    (cin/b, *kernel, b_in) of an input pixel's channel times a vector of b output channels.
+    Where an output image is whole vectors of pixels the output is stored in blocks too, (n, cout/b, *out, b), and
+    returned as an NCHW view of them: stored as NCHW, a register tile's lanes went to output rows whole images apart
+    (a 32^2 image: 4 KB, one L1 set), each tile's stores missing L1. A consumer reads through the view (an elementwise
+    op copies it back on vectors; a following conv's blocked copy reads the blocks in order). One core, 64 -> 64 3x3,
+    NCHW -> blocks, ms: 32^2 batch 32 31.2 -> 27.4 (the conv kernel alone 76-79 -> 86-90 GFLOPS), with bias and relu
+    after it 33.4 -> 29.7; 16^2 batch 32 7.1-7.5 -> 6.9-7.1, relu 7.3-7.6 both; 32 -> 64 on 28^2 batch 8 2.6 ->
+    2.4-2.5, relu 2.5-2.6 both. Images of other sizes stay NCHW: their copy back has no vector (relu after 64 -> 64
+    on 31^2 28.2 -> 31.7, 13^2 0.66 -> 0.70, 7^2 0.19 -> 0.21)."""
     (bs, cin), cout, kernel = x.shape[:2], weight.shape[0], weight.shape[2:]
     nk, cb, ob = len(kernel), cin // block, cout // block
     spatial = list(range(2, 2 + nk))
@@ -8241,13 +8245,18 @@ def _blocked_conv(
     xb = xp.reshape(bs, cb, block, *xp.shape[2:]).permute(0, 1, *[a + 1 for a in spatial], 2).contiguous()
     windows = xb.permute(0, 1, 2 + nk, *spatial)._pool(kernel, stride, dilation)  # (bs, cb, b_in, *out, *kernel)
     out = windows.shape[3 : 3 + nk]
-    xs = windows.reshape(bs, 1, cb, block, *out, *kernel)
-    xs = xs.permute(0, 1, *[4 + i for i in range(nk)], 2, *[4 + nk + i for i in range(nk)], 3)
-    xs = xs.reshape(bs, 1, *out, 1, cb, *kernel, block)  # (bs, 1, *out, 1, cb, *kernel, b_in)
+    xs = windows.reshape(bs, 1, 1, cb, block, *out, *kernel)
+    xs = xs.permute(0, 1, 2, *[5 + i for i in range(nk)], 3, *[5 + nk + i for i in range(nk)], 4)
     wp = weight.reshape(ob, block, cb, block, *kernel).permute(0, 2, *[4 + i for i in range(nk)], 3, 1).contiguous()
     ws = wp.permute(0, 3 + nk, 1, *[2 + i for i in range(nk)], 2 + nk)  # (cout/b, b_out, cb, *kernel, b_in)
-    ws = ws.reshape(1, ob, *[1] * nk, block, cb, *kernel, block)
-    ret = _product_sum(xs, ws, [-1 - i for i in range(2 + nk)])  # (bs, cout/b, *out, b_out)
+    ws = ws.reshape(1, ob, block, *[1] * nk, cb, *kernel, block)
+    reduced = [-1 - i for i in range(2 + nk)]
+    if math.prod(out) % block:
+        ret = _product_sum(xs, ws, reduced).reshape(bs, cout, *out)
+        return ret if bias is None else ret + bias.reshape(1, cout, *[1] * nk)
+    # (bs, cout/b, *out, b_out, ...): the sum's output in blocks
+    blocked = [0, 1, *[3 + i for i in range(nk)], 2, *[3 + nk + i for i in range(2 + nk)]]
+    ret = _product_sum(xs.permute(*blocked), ws.permute(*blocked), reduced)
     if bias is not None:
         ret = ret + bias.reshape(1, ob, *[1] * nk, block)
     return ret.contiguous().permute(0, 1, 2 + nk, *spatial).reshape(bs, cout, *out)

@@ -150,6 +150,19 @@ def test_blocked_output_read_through_its_view():
     np.testing.assert_allclose(y.numpy(), yt.numpy(), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("h,w,blocks", [(18, 20, True), (16, 16, True), (13, 13, False), (9, 17, False)])
+def test_output_in_blocks_where_an_image_is_whole_vectors(h, w, blocks):
+    """The output goes to channel blocks where an output image is whole vectors of pixels (its copy back runs on
+    vectors); otherwise the kernel stores NCHW as it is (the copy back of a 31^2 image cost more than it saved)."""
+    xn, wn = _rand(2, 16, h, w), _rand(16, 16, 3, 3, seed=1)
+    y = Tensor(xn).conv2d(Tensor(wn), padding=1).realize()
+    stored = np.frombuffer(y.uop.buffer.as_bytes(), np.float32)
+    got = y.numpy()
+    np.testing.assert_allclose(got, _torch(xn, wn, None, padding=1), rtol=1e-4, atol=1e-4)
+    in_blocks = got.reshape(2, 2, 8, h, w).transpose(0, 1, 3, 4, 2).ravel()
+    assert np.array_equal(stored, in_blocks if blocks else got.ravel())
+
+
 def test_no_grad_evaluation_between_optimizer_steps():
     """A parameter (requires_grad) evaluated under no_grad takes the blocked path, between the steps of an
     optimizer: each evaluation sees the weight after the last step, as torch's."""
@@ -202,6 +215,10 @@ def test_overlapping_tiles_compute_every_output_once_more_at_most(width, amount)
     values of the plain conv, nothing stored past the row's end."""
     xn, wn = _rand(2, 8, 6, width), _rand(16, 8, 3, 3, seed=1)
     x, w = Tensor(xn).realize(), Tensor(wn).realize()
+    # the output's memory as the usual kernel leaves it (NCHW or a blocked conv's channel blocks), checked with torch
+    usual = x.conv2d(w, padding=1).realize()
+    np.testing.assert_allclose(usual.numpy(), _torch(xn, wn, None, padding=1), rtol=1e-4, atol=1e-4)
+    want = np.frombuffer(usual.uop.buffer.as_bytes(), np.float32).copy()
     *first, si = x.conv2d(w, padding=1).schedule()
     run_schedule(first)
     out = si.bufs[0]
@@ -214,10 +231,7 @@ def test_overlapping_tiles_compute_every_output_once_more_at_most(width, amount)
         spec = get_program(si.ast, renderer, opts)
         ExecItem(CompiledRunner("CPU", spec), list(si.bufs)).run()
         got = np.frombuffer(out.as_bytes(), np.float32)
-        if first:  # blocked (the input's and the weight's copies first): the output in blocks (n, cout/8, h, w, 8)
-            got = got.reshape(2, 2, 6, width, 8).transpose(0, 1, 4, 2, 3)
-        got = got.reshape(2, 16, 6, width)
-        np.testing.assert_allclose(got, _torch(xn, wn, None, padding=1), rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
 def test_overlapping_tiles_are_not_split_again():
