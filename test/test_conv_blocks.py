@@ -35,7 +35,8 @@ def _conv(xn: np.ndarray, wn: np.ndarray, bn: np.ndarray | None, **kw) -> tuple[
     b = None if bn is None else Tensor(bn).realize()
     GlobalCounters.reset()
     out = x.conv2d(w, b, **kw).realize()
-    return out.numpy(), GlobalCounters.kernel_count
+    kernels = GlobalCounters.kernel_count  # a blocked conv's output is a view of its blocks: numpy() copies them
+    return out.numpy(), kernels
 
 
 def _torch(xn: np.ndarray, wn: np.ndarray, bn: np.ndarray | None, **kw) -> np.ndarray:
@@ -114,17 +115,52 @@ def test_convs_with_gradients_stay_as_they_are():
 
 def test_blocked_conv_tile_is_output_pixels_by_output_channel_vectors():
     """The conv kernel's register tile on AVX2: the output channels of a block as the 8 lanes, 4 neighbouring output
-    pixels of a row (their windows share input pixels) by 2 vectors of output channels."""
+    pixels of a row (their windows share input pixels) by 2 vectors of output channels, stored as whole vectors into
+    the output's blocks (n, cout/8, h, w, 8)."""
     x, w = Tensor.empty(4, 64, 32, 32), Tensor.empty(64, 64, 3, 3)
     *_, si = x.conv2d(w, padding=1).schedule()
     k = Kernel(si.ast, AVX2)
     k.merge_axes()
     hand_coded_optimizations(k)
     _, (store,) = heuristic._accesses(k)
-    # each upcast's size: its step in the output (NCHW)
+    # each upcast's size: its step in the output's blocks
     upcasts = [a for a, t in enumerate(k.axis_types) if t is AxisType.UPCAST]
     tile = {k.full_shape[a]: heuristic._step(k, store, a) for a in upcasts}
-    assert tile == {8: 32 * 32, 4: 1, 2: 8 * 32 * 32}
+    assert tile == {8: 1, 4: 8, 2: 32 * 32 * 8}
+
+
+def test_blocked_output_read_through_its_view():
+    """The output stays in its channel blocks, an NCHW view of them: a following elementwise op and a second conv
+    read through the view (the second conv's blocked copy reads the blocks), in-place ops and numpy() see NCHW."""
+    xn, wn, w2n, bn = _rand(2, 16, 18, 20), _rand(16, 16, 3, 3, seed=1), _rand(8, 16, 3, 3, seed=2), _rand(16, seed=3)
+    x, w, w2, b = (Tensor(a).realize() for a in (xn, wn, w2n, bn))
+    GlobalCounters.reset()
+    y = x.conv2d(w, b, padding=1).realize()
+    assert GlobalCounters.kernel_count == 3 and y.uop.buffer.size == y.numel()
+    xt, wt, w2t, bt = (torch.from_numpy(a) for a in (xn, wn, w2n, bn))
+    yt = torch.nn.functional.conv2d(xt, wt, bt, padding=1)
+    np.testing.assert_allclose(y.numpy(), yt.numpy(), rtol=1e-4, atol=1e-4)
+    z = y.relu().conv2d(w2, padding=(0, 1), stride=(2, 1))
+    zt = torch.nn.functional.conv2d(yt.relu(), w2t, padding=(0, 1), stride=(2, 1))
+    np.testing.assert_allclose(z.numpy(), zt.numpy(), rtol=1e-4, atol=1e-4)
+    y += 1
+    y[:, 3, 2] = 0.0
+    yt += 1
+    yt[:, 3, 2] = 0.0
+    np.testing.assert_allclose(y.numpy(), yt.numpy(), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("h,w,blocks", [(18, 20, True), (16, 16, True), (13, 13, False), (9, 17, False)])
+def test_output_in_blocks_where_an_image_is_whole_vectors(h, w, blocks):
+    """The output goes to channel blocks where an output image is whole vectors of pixels (its copy back runs on
+    vectors); otherwise the kernel stores NCHW as it is (the copy back of a 31^2 image cost more than it saved)."""
+    xn, wn = _rand(2, 16, h, w), _rand(16, 16, 3, 3, seed=1)
+    y = Tensor(xn).conv2d(Tensor(wn), padding=1).realize()
+    stored = np.frombuffer(y.uop.buffer.as_bytes(), np.float32)
+    got = y.numpy()
+    np.testing.assert_allclose(got, _torch(xn, wn, None, padding=1), rtol=1e-4, atol=1e-4)
+    in_blocks = got.reshape(2, 2, 8, h, w).transpose(0, 1, 3, 4, 2).ravel()
+    assert np.array_equal(stored, in_blocks if blocks else got.ravel())
 
 
 def test_no_grad_evaluation_between_optimizer_steps():
@@ -152,7 +188,7 @@ def test_no_grad_evaluation_between_optimizer_steps():
         opt_t.step()
 
 
-@pytest.mark.parametrize("width", [1, 3, 5, 7, 13, 17, 31])
+@pytest.mark.parametrize("width", [1, 3, 5, 7, 13, 17, 31, 32, 33])
 def test_tile_rows_over_any_output_width(width):
     """Output rows of any width: the tile's 4 rows of pixels where 4 divides the width, overlapping tiles where it
     does not (OVERLAP: the last tile ends at the row's end), the whole row where it is shorter; against torch."""
@@ -165,7 +201,9 @@ def test_tile_rows_over_any_output_width(width):
     k.merge_axes()
     hand_coded_optimizations(k)
     tiled = [(o.op, o.amount) for o in k.applied_opts]
-    if width > 4:
+    if width % 4 == 0:
+        assert (OptOps.UPCAST, 4) in tiled
+    elif width > 4:
         assert (OptOps.OVERLAP, 4) in tiled
     elif width > 1:
         assert (OptOps.UPCAST, width) in tiled
@@ -177,6 +215,10 @@ def test_overlapping_tiles_compute_every_output_once_more_at_most(width, amount)
     values of the plain conv, nothing stored past the row's end."""
     xn, wn = _rand(2, 8, 6, width), _rand(16, 8, 3, 3, seed=1)
     x, w = Tensor(xn).realize(), Tensor(wn).realize()
+    # the output's memory as the usual kernel leaves it (NCHW or a blocked conv's channel blocks), checked with torch
+    usual = x.conv2d(w, padding=1).realize()
+    np.testing.assert_allclose(usual.numpy(), _torch(xn, wn, None, padding=1), rtol=1e-4, atol=1e-4)
+    want = np.frombuffer(usual.uop.buffer.as_bytes(), np.float32).copy()
     *first, si = x.conv2d(w, padding=1).schedule()
     run_schedule(first)
     out = si.bufs[0]
@@ -188,8 +230,8 @@ def test_overlapping_tiles_compute_every_output_once_more_at_most(width, amount)
     for renderer in (AVX2, Device["CPU"].renderer):
         spec = get_program(si.ast, renderer, opts)
         ExecItem(CompiledRunner("CPU", spec), list(si.bufs)).run()
-        got = np.frombuffer(out.as_bytes(), np.float32).reshape(2, 16, 6, width)
-        np.testing.assert_allclose(got, _torch(xn, wn, None, padding=1), rtol=1e-4, atol=1e-4)
+        got = np.frombuffer(out.as_bytes(), np.float32)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
 def test_overlapping_tiles_are_not_split_again():
