@@ -53,7 +53,8 @@ class CPUGraph:
         dev = Device["CPU"]
         self.programs = list(programs)  # the kernels' shared objects must stay loaded while the driver points into them
         lib = dev.compiler.compile_cached(graph_source(calls, n_bufs, n_vars))
-        self.driver = dev.runtime("lg_graph", lib, 0, 0)
+        # a copy of its own: the tables are this graph's, whoever else was given the same bytes
+        self.driver = dev.runtime("lg_graph", lib, 0, 0, private=True)
         self.bufs = (ctypes.c_void_p * max(n_bufs, 1)).in_dll(self.driver.lib, "lg_bufs")
         self.vars = (ctypes.c_int * max(n_vars, 1)).in_dll(self.driver.lib, "lg_vars")
         fns = (ctypes.c_void_p * max(len(calls), 1)).in_dll(self.driver.lib, "lg_fns")

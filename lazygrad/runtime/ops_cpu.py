@@ -588,11 +588,29 @@ def _load_copy(lib: bytes, mode: int = ctypes.DEFAULT_MODE) -> ctypes.CDLL:
             os.unlink(path)  # the loaded mapping stays valid after unlink
 
 
-class CPUProgram:
-    """One function of a compiled shared object, called with buffer pointers then variable values."""
+# the bytes object and the loaded copy of the last shared object loaded for kernels (see CPUProgram)
+_last_loaded: tuple[bytes, ctypes.CDLL] | None = None
 
-    def __init__(self, name: str, lib: bytes, n_bufs: int = -1, n_vars: int = 0):
-        self.lib = _load_copy(lib)
+
+def _load_kernels(lib: bytes) -> ctypes.CDLL:
+    """One loaded copy for the programs made one after another from the same bytes object: the kernels of one compiler
+    call (engine/realize.py's batches). A copy per kernel was 15-40 ms of the cold CNN step (51 kernels in 5 objects).
+    The bytes are held with their copy, so their identity is not reused while compared."""
+    global _last_loaded
+    if (last := _last_loaded) is not None and last[0] is lib:
+        return last[1]
+    loaded = _load_copy(lib)
+    _last_loaded = (lib, loaded)
+    return loaded
+
+
+class CPUProgram:
+    """One function of a compiled shared object, called with buffer pointers then variable values. Kernels hold no
+    mutable globals, so the functions of one object share a loaded copy; `private`: a copy of its own, for a library
+    with tables of its own (a CPU graph's driver)."""
+
+    def __init__(self, name: str, lib: bytes, n_bufs: int = -1, n_vars: int = 0, private: bool = False):
+        self.lib = _load_copy(lib) if private else _load_kernels(lib)
         self.name = name
         self.fxn = getattr(self.lib, name)
         self.fxn.restype = None

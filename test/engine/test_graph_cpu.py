@@ -42,3 +42,21 @@ def test_graph_runs_every_kernel_with_the_current_slots():
 def test_kernel_address_only_for_c_functions():
     assert kernel_address(program("add", ADD, 3, 0)) is not None
     assert kernel_address(object()) is None
+
+
+def test_kernels_of_one_object_load_it_once_a_graph_driver_gets_its_own(monkeypatch):
+    from lazygrad.runtime import ops_cpu
+
+    loads = []
+    load_copy = ops_cpu._load_copy
+    monkeypatch.setattr(ops_cpu, "_load_copy", lambda *a: loads.append(a) or load_copy(*a))
+    lib = Device["CPU"].compiler.compile(SCALE + ADD)  # one compiler call's kernels, as a batch of a schedule
+    scale, add = CPUProgram("scale", lib, 2, 1), CPUProgram("add", lib, 3, 0)
+    assert len(loads) == 1 and scale.lib is add.lib
+    # two graphs given the same bytes object (a cache could): each driver's tables stay its own
+    driver = Device["CPU"].compiler.compile(graph_source([((1, 0), (0,)), ((2, 1, 0), ())], 3, 1))
+    monkeypatch.setattr(Device["CPU"].compiler, "compile_cached", lambda src: driver)
+    one, two = (CPUGraph([scale, add], [((1, 0), (0,)), ((2, 1, 0), ())], 3, 1) for _ in range(2))
+    assert len(loads) == 3
+    one.vars[0], two.vars[0] = 5, 7
+    assert (one.vars[0], two.vars[0]) == (5, 7)
