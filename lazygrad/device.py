@@ -159,14 +159,15 @@ class Buffer:
         if self._ptr is None:
             nbytes = self.size * self.dtype.itemsize
             # (the opened device looked up inline: Device[...] is a Python call, on every new buffer of every realize)
-            dev = Device._opened.get(self.device) or Device[self.device]
+            allocator = (Device._opened.get(self.device) or Device[self.device]).allocator
             # under the allocator's lock: two threads allocating one buffer each took a block (one leaked, and what
-            # one thread copied into its block was lost), and the counters' updates from threads were lost
-            with dev.allocator.lock:
+            # one thread copied into its block was lost), and the counters' updates from threads were lost. The lock
+            # taken once (_take, not alloc): each `with` of an RLock parses its arguments, ~0.3 us, on every new buffer
+            with allocator.lock:
                 if self._ptr is not None:
                     return self
                 try:
-                    self._ptr = dev.allocator.alloc(nbytes)
+                    self._ptr = allocator._take(nbytes)
                 except MemoryError as e:
                     raise self._out_of_memory(f"on {self.device}", e) from e
                 GlobalCounters.mem_used += nbytes
@@ -251,8 +252,8 @@ class Buffer:
             try:
                 nbytes = self.size * self.dtype.itemsize
                 allocator = (Device._opened.get(self.device) or Device[self.device]).allocator
-                with allocator.lock:  # (the counter as in ensure_allocated)
-                    allocator.free(self._ptr, nbytes)
+                with allocator.lock:  # (the counter as in ensure_allocated; _give: the lock taken once)
+                    allocator._give(self._ptr, nbytes)
                     GlobalCounters.mem_used -= nbytes
             except Exception:
                 pass  # interpreter shutdown
@@ -275,28 +276,36 @@ class Allocator:
 
     def alloc(self, nbytes: int) -> int:
         with self.lock:
-            if blocks := self.cache.get(nbytes):
-                self.cached_bytes -= nbytes
-                return blocks.pop()
-            try:
-                return self._alloc(nbytes)
-            except MemoryError:
-                self.free_cache()
-                return self._alloc(nbytes)
+            return self._take(nbytes)
+
+    def _take(self, nbytes: int) -> int:
+        """alloc, with the lock held by the caller."""
+        if blocks := self.cache.get(nbytes):
+            self.cached_bytes -= nbytes
+            return blocks.pop()
+        try:
+            return self._alloc(nbytes)
+        except MemoryError:
+            self.free_cache()
+            return self._alloc(nbytes)
 
     # The lock is reentrant, and taken again by the same thread: the collector may run at any allocation of a Python
     # object (a list here, a ctypes call's argument tuple) and free a Buffer caught in a reference cycle, whose
     # __del__ calls free() in the middle of these methods.
     def free(self, ptr: int, nbytes: int) -> None:
         with self.lock:
-            if self.cached_bytes + nbytes <= self.cache_limit:
-                if (blocks := self.cache.get(nbytes)) is None:  # (not setdefault alone: a new list on every free)
-                    # setdefault: a free run by the collector while the list was made may have put one there
-                    blocks = self.cache.setdefault(nbytes, [])
-                blocks.append(ptr)
-                self.cached_bytes += nbytes
-            else:
-                self._free(ptr, nbytes)
+            self._give(ptr, nbytes)
+
+    def _give(self, ptr: int, nbytes: int) -> None:
+        """free, with the lock held by the caller."""
+        if self.cached_bytes + nbytes <= self.cache_limit:
+            if (blocks := self.cache.get(nbytes)) is None:  # (not setdefault alone: a new list on every free)
+                # setdefault: a free run by the collector while the list was made may have put one there
+                blocks = self.cache.setdefault(nbytes, [])
+            blocks.append(ptr)
+            self.cached_bytes += nbytes
+        else:
+            self._free(ptr, nbytes)
 
     def free_cache(self) -> None:
         # the cache taken away before its blocks go: a free run by the collector during the loop (each _free is a

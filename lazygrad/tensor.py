@@ -7000,7 +7000,9 @@ def _realize_cached(t: Tensor) -> bool:
     if launch_template(tpl, bufs, var_vals):  # one kernel, launched already: its output holds the value
         if len(becomes) == 1 and (new := becomes.get(base)) is not None:
             stood = new if base is u else u.rebase(new)
-            dies = _dies_here(u, base) and not (t._requires_grad is None and t.requires_grad)
+            # (Tensor.requires_grad's first answers inline: no call where no tensor requires grad)
+            grads = t._requires_grad is None and not _modes.grad_disabled and _grad_leaves.data and t.requires_grad
+            dies = _dies_here(u, base) and not grads
             if not dies:
                 _realized.update(becomes)  # (_note_stored's work where the kernel stores t's value alone)
             _stand_for(t, stood, base, becomes, dies)

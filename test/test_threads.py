@@ -818,14 +818,14 @@ def test_a_reader_beside_a_trainer() -> None:
 
 def test_two_threads_allocating_one_buffer(monkeypatch: pytest.MonkeyPatch) -> None:
     """Two threads asking for one buffer's memory at once (a tensor both read first) get one block: each took a block
-    of its own, one leaked, and GlobalCounters.mem_used counted both. Forced: the first waits inside alloc for the
+    of its own, one leaked, and GlobalCounters.mem_used counted both. Forced: the first waits inside the allocation for the
     second (up to a second; where the check is under the lock, the second waits for the first instead)."""
     from lazygrad.device import Buffer, Device
     from lazygrad.dtype import dtypes
     from lazygrad.helpers import GlobalCounters, cycles_held_off
 
     allocator = Device["CPU"].allocator
-    alloc = allocator.alloc
+    alloc = allocator._take  # (what a buffer's allocation calls, under the allocator's lock)
     meet = threading.Barrier(2, timeout=1)
     calls: list[int] = []
 
@@ -835,7 +835,7 @@ def test_two_threads_allocating_one_buffer(monkeypatch: pytest.MonkeyPatch) -> N
             meet.wait()
         return alloc(nbytes)
 
-    monkeypatch.setattr(allocator, "alloc", meeting_alloc)
+    monkeypatch.setattr(allocator, "_take", meeting_alloc)
     buf = Buffer("CPU", 1000, dtypes.float32)
     gc.collect()  # (no earlier test's garbage freed meanwhile: the counter changes by this buffer alone)
     with cycles_held_off():

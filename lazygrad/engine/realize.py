@@ -683,7 +683,12 @@ def launch_template(template: object, bufs: list[Buffer], var_vals: dict[UOp, in
         if bufs[i].pending_write:
             return False
     if direct is not None:
-        direct(*_pointers(map(bufs.__getitem__, refs)))
+        # (_pointers inline: a call less on every lone realize; only the new output allocates)
+        ptrs = []
+        for i in refs:
+            b = bufs[i]
+            ptrs.append(b._ptr if b._ptr is not None else b.ensure_allocated()._ptr)
+        direct(*ptrs)
     else:
         runner(list(map(bufs.__getitem__, refs)), var_vals)
     with _counters_lock:

@@ -408,7 +408,7 @@ def test_replayed_conv_gives_its_window_rule_again(monkeypatch):
 def _allocations(monkeypatch) -> list[int]:
     from lazygrad.device import Device
 
-    return counting_calls(monkeypatch, Device["CPU"].allocator, "alloc")
+    return counting_calls(monkeypatch, Device["CPU"].allocator, "_take")  # (a buffer's allocation)
 
 
 def test_repeated_realize_launches_from_its_plan(monkeypatch):
@@ -1476,3 +1476,26 @@ def test_backward_finds_the_unset_tensors_over_parameters_by_structure(monkeypat
         np.testing.assert_allclose(l1.weight.grad.numpy(), w1.grad.numpy(), atol=1e-6)
         for p in (l1.weight, l1.bias, l2.weight, l2.bias, w1, b1, w2, b2):
             p.grad = None
+
+
+_ADD_REALIZE_CALLS = """
+import sys
+sys.path.insert(0, sys.argv[1])
+from test_eager_overhead import _python_calls
+import numpy as np
+from lazygrad import Tensor
+
+a = Tensor(np.arange(16, dtype=np.float32)).realize()
+b = Tensor(np.ones(16, np.float32)).realize()
+for _ in range(4):
+    (a + b).realize()
+print(_python_calls(lambda: (a + b).realize()))
+"""
+
+
+def test_repeated_add_realize_python_calls_stay_bounded():
+    """A repeated `(a + b).realize()` of 16 floats, building the graph, launching its one kernel and dropping the last
+    result (its buffer freed): a bounded number of Python calls (29; 27 with a buffer's allocation and free taking the
+    allocator's lock once, the launch reading its pointers inline and requires_grad's first answers inline). Counted
+    in a fresh process, as the MLP's step."""
+    assert _calls_in_fresh_process(_ADD_REALIZE_CALLS) <= 27
