@@ -44,8 +44,10 @@ from lazygrad.helpers import (
     CHECK_INDEX,
     DEBUG,
     PROFILE,
+    STEP_LAYOUTS,
     TRAINING,
     VIZ,
+    alone_with_library_threads,
     argfix,
     argsort,
     ceildiv,
@@ -1650,7 +1652,22 @@ class Tensor(metaclass=_TensorType):
                 "backward: the tensor depends on no floating point tensor whose requires_grad is True or unset "
                 "(or only through detach() / no_grad())"
             )
-        grads = _autograd.compute_gradient(root, seed, {n for _, n in leaves}, shape)
+        # a replayed program's gradients are left pending (built when first read) where nothing in backward reads
+        # them (no hook runs, none is added to an earlier gradient, no capture records them) and an optimizer step
+        # could realize them unbuilt (nn/optim.py _StepProgram.replay: beside no thread of the user's)
+        pending = (
+            not _grad_hooks
+            and not _modes.grad_disabled
+            and STEP_LAYOUTS.value
+            and not CAPTURES_OPEN[0]
+            and not Device.multi_seen
+            and alone_with_library_threads()
+        )
+        for t, _ in leaves:  # (a loop, not a generator: a call per leaf less on every step)
+            if t.grad is not None and id(t) not in replace:
+                pending = False
+                break
+        grads = _autograd.compute_gradient(root, seed, {n for _, n in leaves}, shape, pending)
         for t, n in leaves:
             if (g := grads.get(n)) is not None:
                 if t._requires_grad and (hooks := _grad_hooks.get(id(t))):  # a computed tensor's run in the graph
@@ -6437,6 +6454,67 @@ def _address(st: ShapeTracker, point: tuple[int, ...]) -> int:
 # id -> computed tensor whose .grad a backward fills (retain_grad); id -> hooks on a tensor's gradient (register_hook)
 _retaining: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
 _grad_hooks: dict[int, list[Callable[[Tensor], Tensor | None]]] = {}
+
+# *** pending gradients: a replayed gradient program's results, built when first read (gradient.py _GradProgram) ***
+
+node_of = Tensor.__dict__["uop"].__get__  # a tensor's node as held, a pending gradient's unbuilt one too
+_set_node = Tensor.__dict__["uop"].__set__
+
+
+class _PendingGrad(Tensor):
+    """A gradient backward left unbuilt: it holds an Unbuilt node (uop/program.py), and the first read of `uop` (any
+    use of the tensor) builds its run's nodes and makes every tensor of the run a plain Tensor over them
+    (settle_pending). An optimizer step reads the held node instead (node_of) and realizes it at once, unbuilt
+    (nn/optim.py _StepProgram.replay): between backward and the step nothing builds the gradient graph."""
+
+    __slots__ = ()
+
+    @property  # type: ignore[override]
+    def uop(self) -> UOp:
+        u = node_of(self)
+        if type(u) is not Unbuilt:
+            return u
+        node = u.built()
+        settle_pending(self, node)
+        return node
+
+    @uop.setter
+    def uop(self, value: UOp) -> None:
+        _set_node(self, value)
+        self.__class__ = Tensor
+
+
+def pending_tensor(u: Unbuilt) -> Tensor:
+    """A pending gradient over unbuilt node u, noted as Tensor(node) notes a new lazy tensor: a write into memory its
+    value reads finds it (and builds it) before the write lands."""
+    t = _PendingGrad.__new__(_PendingGrad)
+    t.grad, t._requires_grad, t._view_of = None, None, None
+    _set_node(t, u)
+    _new_tensors.append(weakref.ref(t) if not CAPTURES_OPEN[0] else _MadeRef(t))
+    if len(_new_tensors) > 1024:
+        _trim_new()
+    if _modes.grad_disabled or not _FLOAT_KEYS.get(u.dtype.key):
+        t._init_grad_state()  # (reads the node: built)
+    else:
+        _note_unset(t)
+    return t
+
+
+def settle_pending(t: Tensor, node: UOp) -> None:
+    """t's unbuilt node was built as `node`: t holds it, a plain Tensor (one that a realize stored holds its buffer
+    already, and keeps it)."""
+    if type(node_of(t)) is Unbuilt:
+        _set_node(t, node)
+    if type(t) is _PendingGrad:
+        t.__class__ = Tensor
+
+
+def adopt_pending(tensors: list[Tensor]) -> None:
+    """The pending gradients among `tensors` become plain Tensors holding their unbuilt nodes: an optimizer step's
+    realize, which follows at once under the realize lock, stores them (or builds them, see schedule/kernelize.py)."""
+    for t in tensors:
+        if type(t) is _PendingGrad:
+            t.__class__ = Tensor
 
 
 class _HookHandle:
