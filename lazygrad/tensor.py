@@ -1654,19 +1654,17 @@ class Tensor(metaclass=_TensorType):
             )
         # a replayed program's gradients are left pending (built when first read) where nothing in backward reads
         # them (no hook runs, none is added to an earlier gradient, no capture records them) and an optimizer step
-        # could realize them unbuilt (nn/optim.py _StepProgram.replay: beside no thread of the user's)
-        pending = (
-            not _grad_hooks
-            and not _modes.grad_disabled
-            and STEP_LAYOUTS.value
-            and not CAPTURES_OPEN[0]
-            and not Device.multi_seen
-            and alone_with_library_threads()
-        )
+        # could realize them unbuilt (nn/optim.py _StepProgram.replay: beside no thread of the user's). Only where
+        # every tensor getting one is set requires_grad (a parameter): a computed tensor the caller keeps (the digits
+        # CNN's logits) gets a gradient no optimizer stores, which reads the weights the step overwrites, so the
+        # step's realize computes it first and builds the whole run, and the update's run with it (calls per CNN
+        # step 2717 -> 3206, nodes 461 -> 637)
+        pending = not _grad_hooks and not _modes.grad_disabled and not CAPTURES_OPEN[0] and not Device.multi_seen
         for t, _ in leaves:  # (a loop, not a generator: a call per leaf less on every step)
-            if t.grad is not None and id(t) not in replace:
+            if t.grad is not None or not t._requires_grad:
                 pending = False
                 break
+        pending = pending and STEP_LAYOUTS.value and alone_with_library_threads()
         grads = _autograd.compute_gradient(root, seed, {n for _, n in leaves}, shape, pending)
         for t, n in leaves:
             if (g := grads.get(n)) is not None:
@@ -6570,6 +6568,8 @@ _unset_grad: dict[int, weakref.ref] = {}
 _FLOAT_KEYS: dict[int, bool] = {}  # DType.key -> dtypes.is_float of that dtype
 _DEREF = weakref.ref.__call__  # C-level helpers for backward's look at every live tensor (map over them)
 _UOP_OF = operator.attrgetter("uop")
+_OP_OF = operator.attrgetter("op")
+_PART_OF = operator.attrgetter("arg.part")  # (of a BUFFER node: whether its buffer shows part of its memory)
 
 
 def _live(refs: Iterable[weakref.ref]) -> list[Tensor]:
@@ -7145,8 +7145,12 @@ def _reads_shifted(value: UOp, buffer: UOp) -> bool:
         return True
     if buffer.op is not _BUFFER:
         return False
-    # (a loop: this runs for every parameter of every optimizer step, over the ~20 nodes each gradient of an MLP
-    # reads shifted; the target's memory read once)
+    # this runs for every parameter of every optimizer step, over the ~15 nodes each gradient of an MLP reads
+    # shifted, about 6 of them buffers and none a block: whether any is a block is asked at C speed (a loop over the
+    # set was ~35 lines of Python per parameter), the loop runs only where one is
+    buffers = itertools.compress(shifted, map(operator.is_, map(_OP_OF, shifted), itertools.repeat(_BUFFER)))
+    if not any(map(_PART_OF, buffers)):
+        return False
     memory = buffer.arg.memory
     for b in shifted:
         if b.op is _BUFFER and b.arg.part and b.arg.memory is memory:

@@ -252,3 +252,41 @@ def test_no_unbuilt_node_outlives_a_step():
     _train(between)
     gc.collect()
     assert not [o for o in gc.get_objects() if type(o) is program.Unbuilt and o is not program.FILLER]
+
+
+def test_a_kept_computed_tensor_leaves_the_gradients_built(monkeypatch):
+    """A step that keeps a computed tensor alive (the digits CNN's logits, read for the accuracy) gives it a gradient
+    no optimizer stores, which reads the weights the step overwrites: the step's realize would compute it first and
+    build the pending run, and with it the update's. Backward builds the gradients then, as before pending ones, and
+    the update stays unbuilt from the third step on; every value torch's (the kept tensor's gradient as torch's
+    retained one)."""
+    params, ref = _models(2)
+    opt, ropt = optim.Adam(params, lr=0.01), torch.optim.Adam(ref.parameters(), lr=0.01)
+    builds = [0]
+    build = program.UnbuiltRun.build
+
+    def counting(self: program.UnbuiltRun) -> list:
+        builds[0] += self.vals is None
+        return build(self)
+
+    monkeypatch.setattr(program.UnbuiltRun, "build", counting)
+    for i in range(STEPS):
+        x, y = _data(200 + i)
+        if i == 2:
+            builds[0] = 0  # (the first unbuilt update builds once: its step's layout is made over its nodes)
+        opt.zero_grad()
+        w1, b1, w2, b2 = params
+        logits = Tensor(x).linear(w1, b1).relu().linear(w2, b2)
+        logits.sparse_categorical_crossentropy(Tensor(y.astype(np.int32))).backward()
+        ropt.zero_grad()
+        rlogits = ref(torch.from_numpy(x))
+        rlogits.retain_grad()
+        torch.nn.functional.cross_entropy(rlogits, torch.from_numpy(y)).backward()
+        assert all(type(p.grad) is Tensor for p in params)
+        opt.step()
+        ropt.step()
+        _close(logits.grad, rlogits.grad)
+        for p, r in zip(params, ref.parameters()):
+            _close(p.grad, r.grad)
+            _close(p, r)
+    assert builds[0] == 0

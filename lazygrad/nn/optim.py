@@ -398,7 +398,7 @@ class _StepProgram:
             for k in inherited:
                 if _reads_shifted(vals[k], target):
                     return None
-        if run is not None:
+        if run is not None and pending:
             adopt_pending(tensors)
         for j, out in zip(self.assigned, self.program.outs):
             tensors[j].uop = vals[out]

@@ -1320,10 +1320,12 @@ def _cached_schedule(
 ) -> tuple[list[ScheduleItem], dict[UOp, UOp], dict[UOp, int]]:
     replays = take_replays()
     laid = None
-    if replays and any(r.unbuilt is not None and r.unbuilt.vals is not None for r in replays):
-        # a run left unbuilt was built since (a pending gradient read, see gradient.py): its nodes are the graph's
-        replays = built(replays)
-        outs = [u.built() if type(u) is Unbuilt and u.run.vals is not None else u for u in outs]
+    for r in replays:  # (a loop, not any() over a generator: calls less on every step's realize)
+        if r.unbuilt is not None and r.unbuilt.vals is not None:
+            # a run left unbuilt was built since (a pending gradient read, see gradient.py): its nodes are the graph's
+            replays = built(replays)
+            outs = [u.built() if type(u) is Unbuilt and u.run.vals is not None else u for u in outs]
+            break
     if replays:
         # (whether the runs are this graph's is asked either way: which schedule takes them is the same with the
         # layouts off, and so are the nodes they keep alive)

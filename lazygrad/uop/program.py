@@ -148,7 +148,8 @@ class GraphProgram:
         vals = [*inputs, *self.filled]
         n_in = len(inputs)
         steps = self.steps
-        for q, chain, known in zip(self.outs, self.chains(n_in), self.known):
+        chains = self._chains[1] if self._chains is not None and self._chains[0] == n_in else self.chains(n_in)
+        for q, chain, known in zip(self.outs, chains, self.known):
             # each output with the movement ops below it, base first: a movement op's Unbuilt holds its source's
             for p in chain:
                 if vals[p] is FILLER:  # (not yet placed by another output's chain)

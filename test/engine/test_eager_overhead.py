@@ -784,9 +784,10 @@ def test_mlp_step_python_calls_stay_bounded():
     made with their shape and device; about 1470 with backward's graph walked once and its leaves found by position,
     and the optimizer's race check and the readers' look skipping whole buffers; about 1460 -> 1290 with the Adam
     update's nodes left unbuilt; about 1165 -> 1085 with no buffer node for the update's step sizes, the stored
-    nodes filed and the written memories found without UOp.base and Buffer.memory calls). Counted in a fresh process,
-    where nothing other tests leave alive adds to the step's work."""
-    assert _calls_in_fresh_process(_MLP_STEP_CALLS) <= 1120
+    nodes filed and the written memories found without UOp.base and Buffer.memory calls; about 1092 -> 1015 with the
+    gradients left pending, unbuilt, from backward to the step's realize). Counted in a fresh process, where nothing
+    other tests leave alive adds to the step's work."""
+    assert _calls_in_fresh_process(_MLP_STEP_CALLS) <= 1040
 
 
 _CNN_STEP_CALLS = """
@@ -812,9 +813,10 @@ print(_python_calls(lambda: step(x, y)))
 def test_cnn_step_python_calls_stay_bounded():
     """The digits demo's eager training step (conv, batchnorm, maxpool, linear; Adam) of a structure seen before: a
     bounded number of Python calls (3259). A change that cuts the MLP step's calls must not add to this step's:
-    pending gradients cut the MLP's by 7% and raised these to 3748, building the gradients after all. Counted in a
-    fresh process, as the MLP's."""
-    assert _calls_in_fresh_process(_CNN_STEP_CALLS) <= 3400
+    pending gradients cut the MLP's by 7% and raised these to 3748, building the gradients after all (the step keeps
+    its logits, whose gradient the step's realize computes first); they are left built here now, 3259 as before.
+    Counted in a fresh process, as the MLP's."""
+    assert _calls_in_fresh_process(_CNN_STEP_CALLS) <= 3300
 
 
 @pytest.mark.parametrize("layouts", [0, 1])
