@@ -466,8 +466,12 @@ def _readers(
     overwritten: dict[UOp, bool] = {}  # each write -> whether a later one of them overwrites what it wrote
     per_memory: dict[Buffer, list[UOp]] = {}
     for n in written:
-        if (target := n.src[0].base).op is _BUFFER:
-            per_memory.setdefault(target.arg.memory, []).append(n)
+        target = n.src[0]
+        while target.op in _MOVEMENT:  # (UOp.base and Buffer.memory inline, as in _note_stored)
+            target = target.src[0]
+        if target.op is _BUFFER:
+            buf = target.arg
+            per_memory.setdefault(buf._external if isinstance(buf._external, Buffer) else buf, []).append(n)
     latest: dict[Buffer, int] = {}  # the newest write into each
     for mem, ns in per_memory.items():
         if len(ns) == 1:  # (one write a memory, an optimizer step's: nothing of it overwritten by another)
@@ -687,7 +691,9 @@ def _own_memory(tensors: tuple[Tensor, ...], firsts: dict[UOp, Tensor]) -> tuple
                 t = t._view_of[0]
         out.append(t)
         u = t.uop
-        base = u.base
+        base = u
+        while base.op in _MOVEMENT:  # (UOp.base inline: a call per tensor of every realize)
+            base = base.src[0]
         if base.op is Ops.BUFFER or base is not u and t._view_of is not None:
             continue  # stored, or a view (it shares its base tensor's memory)
         # (a tensor that is not a view but reshapes a computed value, a reduction's result, owns that value)
@@ -782,7 +788,14 @@ def _readers_of_overwritten(
     from these outputs')."""
     if not writes:
         return [], []
-    mems = {n.src[0].base.arg.memory for n in writes}
+    # (UOp.base and Buffer.memory inline: an optimizer step writes every parameter and state)
+    mems = set()
+    for n in writes:
+        target = n.src[0]
+        while target.op in _MOVEMENT:
+            target = target.src[0]
+        buf = target.arg
+        mems.add(buf._external if isinstance(buf._external, Buffer) else buf)
     written = set(writes)
     if lowered is not None:  # sharded: the tensors' graphs hold the writes as they were before lowering per device
         written |= {
@@ -1095,18 +1108,19 @@ def _replayed(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
 
     @functools.wraps(fn)
     def composite(self: Tensor, *args: Any, **kwargs: Any) -> Tensor:
+        # (lists, not generators: a generator is a call per element it yields, and every layer of every step is one)
         tensors = [
             self,
-            *(a for a in args if isinstance(a, Tensor)),
-            *(a for a in kwargs.values() if isinstance(a, Tensor)),
+            *[a for a in args if isinstance(a, Tensor)],
+            *[a for a in kwargs.values() if isinstance(a, Tensor)],
         ]
         for t in tensors:
             if t._view_of is not None:
                 _follow_base(t)
         key = (
-            tuple(_replay_kind(t.uop, t) for t in tensors),
-            tuple(_replay_arg(a) for a in args),
-            tuple((k, _replay_arg(a)) for k, a in kwargs.items()),
+            tuple([_replay_kind(t.uop) for t in tensors]),
+            tuple([_replay_arg(a) for a in args]),
+            tuple([(k, _replay_arg(a)) for k, a in kwargs.items()]),
             _modes.grad_disabled > 0,
             TRAINING.value,
             dtypes.default_float.key,
@@ -1246,9 +1260,13 @@ def _note_run(program: GraphProgram, vals: list[UOp], n_in: int) -> None:
         vals[-1].__dict__.setdefault(FORWARD_RUN, (program, vals[:-1], n_in))
 
 
-def _replay_kind(u: UOp, t: Tensor) -> tuple:
-    # a dtype by its number: a DType hashes and compares in Python, on every lookup of every composite call
-    return (u.op, u.dtype.key, u.shape, u.device, u.arg if u.op is Ops.CONST else None, t._plain_buffer() is not None)
+def _replay_kind(u: UOp) -> tuple:
+    # a dtype by its number: a DType hashes and compares in Python, on every lookup of every composite call; whether
+    # it is a plain buffer (Tensor._plain_buffer) asked inline, two calls less per argument
+    b = u
+    while b.op is _RESHAPE:
+        b = b.src[0]
+    return (u.op, u.dtype.key, u.shape, u.device, u.arg if u.op is Ops.CONST else None, b.op is _BUFFER)
 
 
 def _replay_arg(a: Any) -> Any:

@@ -124,14 +124,16 @@ class Optimizer:
         # reads of whole buffers, see _StepProgram.record; shape and device read off the node's cache where it holds
         # them, as a buffer view does: two property calls per tensor, every step)
         parts = []
-        multi, buffer, const = Ops.MULTI, Ops.BUFFER, Ops.CONST
+        multi, buffer, const, reshape = Ops.MULTI, Ops.BUFFER, Ops.CONST, Ops.RESHAPE
         for t in tensors:
             u = node_of(t)  # (a pending gradient's unbuilt node: its op, dtype and noted shape and device are known)
             op = u.op
             if op is multi:
                 stored: bool | str = all(whole_buffer(p) for p in u.src)
             else:
-                b = _under_reshapes(u)
+                b = u
+                while b.op is reshape:  # (_under_reshapes inline: a call per tensor)
+                    b = b.src[0]
                 stored = b.op is buffer and ("part" if b.arg.part else True)
             memo = u.__dict__
             shape = memo["shape"] if "shape" in memo else u.shape
@@ -387,8 +389,11 @@ class _StepProgram:
         else:
             inputs = [u.built() if type(u) is Unbuilt else u for u in inputs]
             vals = self.program.run(inputs)
+        movement = GroupOp.Movement
         for j, (inherited, viewed) in zip(self.assigned, self.reads):
-            target = vals[j].base
+            target = vals[j]
+            while target.op in movement:  # (UOp.base inline: a call per parameter and state tensor)
+                target = target.src[0]
             if pending and target.op is not Ops.BUFFER:
                 return None  # (the update code runs: it builds the gradients)
             # (loops, not generators: two calls less per parameter and state tensor, on every step)
