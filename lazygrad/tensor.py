@@ -6586,8 +6586,6 @@ _unset_grad: dict[int, weakref.ref] = {}
 _FLOAT_KEYS: dict[int, bool] = {}  # DType.key -> dtypes.is_float of that dtype
 _DEREF = weakref.ref.__call__  # C-level helpers for backward's look at every live tensor (map over them)
 _UOP_OF = operator.attrgetter("uop")
-_OP_OF = operator.attrgetter("op")
-_PART_OF = operator.attrgetter("arg.part")  # (of a BUFFER node: whether its buffer shows part of its memory)
 
 
 def _live(refs: Iterable[weakref.ref]) -> list[Tensor]:
@@ -7163,15 +7161,11 @@ def _reads_shifted(value: UOp, buffer: UOp) -> bool:
         return True
     if buffer.op is not _BUFFER:
         return False
-    # this runs for every parameter of every optimizer step, over the ~15 nodes each gradient of an MLP reads
-    # shifted, about 6 of them buffers and none a block: whether any is a block is asked at C speed (a loop over the
-    # set was ~35 lines of Python per parameter), the loop runs only where one is
-    buffers = itertools.compress(shifted, map(operator.is_, map(_OP_OF, shifted), itertools.repeat(_BUFFER)))
-    if not any(map(_PART_OF, buffers)):
-        return False
-    memory = buffer.arg.memory
+    # (a loop: this runs for every parameter of every optimizer step, over the ~15 nodes each gradient of an MLP reads
+    # shifted. A Python loop, not a C-level scan: attrgetter, map and compress over the set took 3x as long, 1.7 against
+    # 0.55 us for 15 nodes. The target's memory is asked only of a block, which is rare: Buffer.memory is a call)
     for b in shifted:
-        if b.op is _BUFFER and b.arg.part and b.arg.memory is memory:
+        if b.op is _BUFFER and b.arg.part and b.arg.memory is buffer.arg.memory:
             return True
     return False
 
