@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 from lazygrad.dtype import dtypes
 from lazygrad.helpers import argsort
 from lazygrad.uop.ops import GroupOp, Ops, UOp
-from lazygrad.uop.program import FORWARD_RUN, GraphProgram, note_replay
+from lazygrad.uop.program import FILLER, FORWARD_RUN, GraphProgram, note_replay
 
 if TYPE_CHECKING:
     from lazygrad.tensor import Tensor
@@ -223,12 +223,13 @@ def recording() -> bool:
 
 
 def compute_gradient(
-    root: UOp, root_grad: Tensor, targets: set[UOp], shape: _Structure | None = None
+    root: UOp, root_grad: Tensor, targets: set[UOp], shape: _Structure | None = None, pending: bool = False
 ) -> dict[UOp, Tensor]:
     """d(root)/d(target) for each target reachable from root, as lazy Tensors (weighted by root_grad). A graph of the
     structure of one differentiated before (a training step's, over new buffers) replays that one's gradient program
     instead of running the rules again. `shape`: root's _Structure with root_grad as its seed, where the caller made it
-    (backward, which finds its leaves with it)."""
+    (backward, which finds its leaves with it). `pending`: a replayed program's gradients may be left unbuilt
+    (_GradProgram.run)."""
     from lazygrad.tensor import Tensor
 
     if shape is None:
@@ -236,7 +237,7 @@ def compute_gradient(
     graph = shape.graph
     key = shape.program_key(targets) if graph is not None else None
     if key is not None and (program := graph.programs.get(key)) is not None:  # type: ignore[union-attr]
-        return program.run(shape.nodes)
+        return program.run(shape.nodes, pending)
     grads = _apply_rules(root, root_grad, targets)
     if key is not None and (program := _GradProgram.record(shape.nodes, grads)) is not None:
         with _programs_lock:
@@ -462,6 +463,11 @@ class _GradProgram:
 
     def __init__(self, program: GraphProgram, targets: list[int], shifted: list[tuple[int, ...] | None]):
         self.program, self.targets, self.shifted = program, targets, shifted
+        # the gradients may be left pending (unbuilt) where what an optimizer's race check asks of them is known: what
+        # each reads shifted. Of that, an unbuilt run notes the nodes it holds (inputs, held nodes): the others are
+        # nodes the program builds, never a buffer (record returns None) nor the memory an optimizer writes (that
+        # check asks a pending gradient of buffer targets only, see nn/optim.py _StepProgram.replay)
+        self.pends = None not in shifted
 
     @staticmethod
     def record(nodes: list[UOp], grads: dict[UOp, Tensor]) -> _GradProgram | None:
@@ -475,15 +481,44 @@ class _GradProgram:
         refs = [None if s is None or any(x not in at for x in s) else tuple(at[x] for x in s) for s in shifted]
         return _GradProgram(program, [at[t] for t in grads], refs)
 
-    def run(self, nodes: list[UOp]) -> dict[UOp, Tensor]:
-        from lazygrad.tensor import Tensor, note_shifted_bases
+    def run(self, nodes: list[UOp], pending: bool = False) -> dict[UOp, Tensor]:
+        """The gradients over the graph `nodes`. `pending`: left unbuilt where the program allows (pends), as tensors
+        that build them when first read (tensor.py pending_tensor): an optimizer step over them next reads only their
+        places (an MLP Adam step built 40 gradient nodes and dropped them at its end, ~40 us of its ~1000)."""
+        from lazygrad.tensor import Tensor, pending_tensor
 
-        vals = self.program.run(nodes)
-        note_replay(self, vals, len(nodes), True)  # (its inputs: the graph in the order of the program's key)
+        if not (pending and self.pends):
+            vals = self.program.run(nodes)
+            note_replay(self, vals, len(nodes), True)  # (its inputs: the graph in the order of the program's key)
+            self._note_shifted(vals)
+            return {vals[t]: Tensor(vals[g]) for t, g in zip(self.targets, self.program.outs)}
+        tensors: list[weakref.ref] = []
+        vals, run = self.program.unbuilt(nodes, functools.partial(self._built, tensors), noted=True)
+        note_replay(self, vals, len(nodes), True, run)
+        self._note_shifted(vals)
+        out = {}
+        for t, g in zip(self.targets, self.program.outs):
+            grad = pending_tensor(vals[g])
+            tensors.append(weakref.ref(grad))
+            out[vals[t]] = grad
+        return out
+
+    def _note_shifted(self, vals: list[Any]) -> None:
+        from lazygrad.tensor import note_shifted_bases
+
         for g, shifted in zip(self.program.outs, self.shifted):
             if shifted is not None:
-                note_shifted_bases(vals[g], [vals[i] for i in shifted])
-        return {vals[t]: Tensor(vals[g]) for t, g in zip(self.targets, self.program.outs)}
+                note_shifted_bases(vals[g], [vals[i] for i in shifted if vals[i] is not FILLER])
+
+    def _built(self, tensors: list[weakref.ref], vals: list[UOp]) -> None:
+        """The pending gradients were built (one was read, or a schedule walks them): each tensor still holding its
+        unbuilt node holds the node."""
+        from lazygrad.tensor import settle_pending
+
+        self._note_shifted(vals)
+        for ref, g in zip(tensors, self.program.outs):
+            if (t := ref()) is not None:
+                settle_pending(t, vals[g])
 
 
 _DONE = object()  # _Structure's walk: below it on the stack, a node whose sources are numbered

@@ -20,7 +20,15 @@ from lazygrad.gradient import take_backward_roots
 from lazygrad.helpers import STEP_LAYOUTS, alone_with_library_threads
 from lazygrad.nn import _own_buffer
 from lazygrad.schedule.multi import whole_buffer
-from lazygrad.tensor import Tensor, _note_lazy, _reads_shifted, _realize_lock, _under_reshapes
+from lazygrad.tensor import (
+    Tensor,
+    _note_lazy,
+    _reads_shifted,
+    _realize_lock,
+    _under_reshapes,
+    adopt_pending,
+    node_of,
+)
 from lazygrad.uop.ops import GroupOp, Ops, UOp
 from lazygrad.uop.program import GraphProgram, Unbuilt, note_replay
 
@@ -116,14 +124,16 @@ class Optimizer:
         # reads of whole buffers, see _StepProgram.record; shape and device read off the node's cache where it holds
         # them, as a buffer view does: two property calls per tensor, every step)
         parts = []
-        multi, buffer, const = Ops.MULTI, Ops.BUFFER, Ops.CONST
+        multi, buffer, const, reshape = Ops.MULTI, Ops.BUFFER, Ops.CONST, Ops.RESHAPE
         for t in tensors:
-            u = t.uop
+            u = node_of(t)  # (a pending gradient's unbuilt node: its op, dtype and noted shape and device are known)
             op = u.op
             if op is multi:
                 stored: bool | str = all(whole_buffer(p) for p in u.src)
             else:
-                b = _under_reshapes(u)
+                b = u
+                while b.op is reshape:  # (_under_reshapes inline: a call per tensor)
+                    b = b.src[0]
                 stored = b.op is buffer and ("part" if b.arg.part else True)
             memo = u.__dict__
             shape = memo["shape"] if "shape" in memo else u.shape
@@ -363,7 +373,10 @@ class _StepProgram:
         tensors, no sharded tensors, step layouts on, no other thread of the user's alive): the realize builds them if
         its layout is not known. Another thread reads a tensor's node without the realize lock (`w.shape`, `x @ w`
         while this one steps): it met an unbuilt node and raised, or built a graph over it."""
-        inputs = [t.uop for t in tensors]
+        inputs = list(map(node_of, tensors))  # (pending gradients unbuilt, see tensor.py _PendingGrad)
+        # (a pending gradient's noted shifted reads leave out the nodes its program builds, none of them a buffer: it
+        # answers for a buffer target only, see gradient.py _GradProgram)
+        pending = Unbuilt in map(type, inputs)
         run = None
         if (
             unbuilt
@@ -374,9 +387,15 @@ class _StepProgram:
         ):
             vals, run = self.program.unbuilt(inputs, functools.partial(_rebuilt, tensors, self.assigned, self.program))
         else:
+            inputs = [u.built() if type(u) is Unbuilt else u for u in inputs]
             vals = self.program.run(inputs)
+        movement = GroupOp.Movement
         for j, (inherited, viewed) in zip(self.assigned, self.reads):
-            target = vals[j].base
+            target = vals[j]
+            while target.op in movement:  # (UOp.base inline: a call per parameter and state tensor)
+                target = target.src[0]
+            if pending and target.op is not Ops.BUFFER:
+                return None  # (the update code runs: it builds the gradients)
             # (loops, not generators: two calls less per parameter and state tensor, on every step)
             for k in viewed:
                 if vals[k].base is target:
@@ -384,6 +403,8 @@ class _StepProgram:
             for k in inherited:
                 if _reads_shifted(vals[k], target):
                     return None
+        if run is not None and pending:
+            adopt_pending(tensors)
         for j, out in zip(self.assigned, self.program.outs):
             tensors[j].uop = vals[out]
             _note_lazy(tensors[j])

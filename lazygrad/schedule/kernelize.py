@@ -1143,7 +1143,7 @@ class _Template:
                 buf = Buffer(device, size, n.dtype, shape=shape)
                 # a node of an unbuilt run that no tensor holds (_Laid.fill's: an optimizer's step size) is never
                 # looked up, nor kept in the realized registry: its buffer node would be built only to be dropped
-                if type(n) is not Unbuilt:
+                if type(n) is not Unbuilt or n.held:
                     becomes[n] = UOp.buffer_view(buf, shape)
             bufs.append(buf)
         bufs.extend(slots)
@@ -1340,6 +1340,12 @@ def _cached_schedule(
 ) -> tuple[list[ScheduleItem], dict[UOp, UOp], dict[UOp, int]]:
     replays = take_replays()
     laid = None
+    for r in replays:  # (a loop, not any() over a generator: calls less on every step's realize)
+        if r.unbuilt is not None and r.unbuilt.vals is not None:
+            # a run left unbuilt was built since (a pending gradient read, see gradient.py): its nodes are the graph's
+            replays = built(replays)
+            outs = [u.built() if type(u) is Unbuilt and u.run.vals is not None else u for u in outs]
+            break
     if replays:
         # (whether the runs are this graph's is asked either way: which schedule takes them is the same with the
         # layouts off, and so are the nodes they keep alive)
@@ -1527,7 +1533,7 @@ class _Laid:
         for p, q in zip(self.walk_at, self.stored):
             if walk.nodes[p] is FILLER:
                 i = bisect.bisect_right(starts, q) - 1
-                walk.nodes[p] = replays[i].unbuilt.node(q - starts[i])  # type: ignore[union-attr]
+                walk.nodes[p] = replays[i].unbuilt.node(q - starts[i], held=False)  # type: ignore[union-attr]
 
 
 class _Replayed(NamedTuple):

@@ -11,7 +11,7 @@ import threading
 from operator import itemgetter
 from typing import Any, Callable, NamedTuple
 
-from lazygrad.uop.ops import Ops, UOp
+from lazygrad.uop.ops import GroupOp, Ops, UOp
 
 # a scalar broadcast (a constant on its device, reshaped and expanded to a tensor's shape): a step that reads no input
 # and holds no buffer builds the same node on every replay. The ops such a node and its sources have
@@ -41,7 +41,7 @@ class GraphProgram:
     it; the scalar broadcasts, which read none, it holds (`fixed`): rebuilt on every replay they were about a sixth
     of an MLP training step's new nodes, each hash-consed, dropped with the step's graph and seen by the collector."""
 
-    __slots__ = ("steps", "outs", "known", "picks", "fixed", "filled", "_placed")
+    __slots__ = ("steps", "outs", "known", "picks", "fixed", "filled", "_placed", "_chains")
 
     def __init__(self, steps: list[tuple], outs: list[int], known: list[dict], fixed: list[UOp | None]):
         self.steps, self.outs, self.fixed = steps, outs, fixed
@@ -54,14 +54,34 @@ class GraphProgram:
         # what unbuilt() puts at the added positions before the outputs: the held nodes, FILLER elsewhere
         self.filled = [FILLER if node is None else node for node in fixed]
         self._placed: tuple[int, tuple[int, ...]] | None = None  # (n_in, placed(n_in))
+        self._chains: tuple[int, list[list[int]]] | None = None  # (n_in, each output's chain(), base first)
 
     def placed(self, n_in: int) -> tuple[int, ...]:
         """The positions of an unbuilt run over `n_in` inputs (unbuilt()) that hold a node of their own, in order: the
-        inputs, the held nodes and the outputs; FILLER is at every other one."""
+        inputs, the held nodes, the outputs and the movement ops below them; FILLER is at every other one."""
         if self._placed is None or self._placed[0] != n_in:
             held = (n_in + i for i, node in enumerate(self.fixed) if node is not None)
-            self._placed = (n_in, tuple(sorted({*range(n_in), *held, *self.outs})))
+            chains = (q for chain in self.chains(n_in) for q in chain)
+            self._placed = (n_in, tuple(sorted({*range(n_in), *held, *chains})))
         return self._placed[1]
+
+    def chains(self, n_in: int) -> list[list[int]]:
+        """Each output's chain() over `n_in` inputs, base first."""
+        if self._chains is None or self._chains[0] != n_in:
+            self._chains = (n_in, [self.chain(q, n_in)[::-1] for q in self.outs])
+        return self._chains[1]
+
+    def chain(self, q: int, n_in: int) -> list[int]:
+        """Position q and the added positions below it through movement ops, down to its base (a gradient is mostly
+        a reshape or permute of what its kernel stores: the schedule stores that base, the tensor views it)."""
+        out = [q]
+        while q >= n_in:
+            op, _, src, _ = self.steps[q - n_in]
+            if op not in GroupOp.Movement or len(src) != 1 or src[0] < n_in:
+                break
+            q = src[0]
+            out.append(q)
+        return out
 
     @staticmethod
     def record(inputs: list[UOp], outputs: list[UOp]) -> tuple[GraphProgram, dict[UOp, int]] | None:
@@ -117,15 +137,26 @@ class GraphProgram:
                 cache.setdefault(name, value)
         return vals
 
-    def unbuilt(self, inputs: list[UOp], on_build: Callable[[list[UOp]], None]) -> tuple[list[Any], UnbuiltRun]:
-        """run()'s positions with the added nodes left unbuilt (see Unbuilt): each output an Unbuilt, each held node
-        itself, FILLER elsewhere; and the run that builds them when asked (then calls `on_build` with the nodes)."""
+    def unbuilt(
+        self, inputs: list[Any], on_build: Callable[[list[UOp]], None], noted: bool = False
+    ) -> tuple[list[Any], UnbuiltRun]:
+        """run()'s positions with the added nodes left unbuilt (see Unbuilt): each output an Unbuilt (a movement op's
+        with Unbuilts of the movement ops below it), each held node itself, FILLER elsewhere; and the run that builds
+        them when asked (then calls `on_build` with the nodes). `noted`: each output notes its shape and device, as
+        run() notes them on the built ones (a gradient's, read by an optimizer's step key)."""
         run = UnbuiltRun(self, inputs, on_build)
         vals = [*inputs, *self.filled]
         n_in = len(inputs)
-        for q in self.outs:
-            src = self.steps[q - n_in][2]
-            vals[q] = run.node(q, vals[src[0]] if src else None)
+        steps = self.steps
+        chains = self._chains[1] if self._chains is not None and self._chains[0] == n_in else self.chains(n_in)
+        for q, chain, known in zip(self.outs, chains, self.known):
+            # each output with the movement ops below it, base first: a movement op's Unbuilt holds its source's
+            for p in chain:
+                if vals[p] is FILLER:  # (not yet placed by another output's chain)
+                    src = steps[p - n_in][2]
+                    vals[p] = run.node(p, vals[src[0]] if src else None)
+            if noted:
+                vals[q].__dict__.update(known)
         return vals, run
 
 
@@ -140,16 +171,19 @@ class UnbuiltRun:
 
     def build(self) -> list[UOp]:
         if self.vals is None:
-            self.vals = self.program.run(self.inputs)
+            # (an input may be another run's unbuilt output: an optimizer's update over pending gradients)
+            inputs = [u.built() if type(u) is Unbuilt else u for u in self.inputs]
+            self.vals = self.program.run(inputs)
             self.on_build(self.vals)
         return self.vals
 
-    def node(self, q: int, target: UOp | None = None) -> Unbuilt:
+    def node(self, q: int, target: Any = None, held: bool = True) -> Unbuilt:
         """An Unbuilt for position q; an output's holds its first source (an in-place write's target, the one source
-        the scheduler and the frontend read of it)."""
+        the scheduler and the frontend read of it; a movement op's source). `held`: a tensor may hold it (or a view
+        of it), so a schedule storing it says what it became."""
         op, dtype, _, arg = self.program.steps[q - len(self.inputs)]
         u = Unbuilt.__new__(Unbuilt)
-        u.op, u.dtype, u.arg, u.run, u.at = op, dtype, arg, self, q
+        u.op, u.dtype, u.arg, u.run, u.at, u.held = op, dtype, arg, self, q, held
         u.src = (target,) if target is not None else ()
         return u
 
@@ -162,7 +196,7 @@ class Unbuilt:
     stands for one of them there; the tensor an update assigns holds it until the realize stores it (never longer:
     the optimizer holds the realize lock meanwhile). Anything else asks for the real node (built())."""
 
-    __slots__ = ("op", "dtype", "src", "arg", "run", "at", "__dict__", "__weakref__")
+    __slots__ = ("op", "dtype", "src", "arg", "run", "at", "held", "__dict__", "__weakref__")
 
     op: Any
     dtype: Any
@@ -170,10 +204,26 @@ class Unbuilt:
     arg: Any
     run: UnbuiltRun | None
     at: int
+    held: bool
 
     @property
-    def base(self) -> Unbuilt:
-        return self  # (never a movement op)
+    def base(self) -> Any:
+        x: Any = self
+        while x.op in GroupOp.Movement:  # (a gradient's view of what its kernel stores, down to a built node maybe)
+            x = x.src[0]
+        return x
+
+    def rebase(self, base: UOp) -> UOp:
+        """As UOp.rebase: this node's movement ops, built over `base` (a gradient's view of the buffer it was stored
+        in)."""
+        chain = []
+        x: Any = self
+        while x.op in GroupOp.Movement:
+            chain.append(x)
+            x = x.src[0]
+        for m in reversed(chain):
+            base = UOp(m.op, m.dtype, (base, *m.src[1:]), m.arg)
+        return base
 
     def built(self) -> UOp:
         assert self.run is not None, "FILLER stands for no node"
@@ -184,6 +234,7 @@ class Unbuilt:
 # its place there (a stored one is given an Unbuilt of its own, see schedule/kernelize.py _Laid.fill)
 FILLER = Unbuilt.__new__(Unbuilt)
 FILLER.op, FILLER.dtype, FILLER.src, FILLER.arg, FILLER.run, FILLER.at = None, None, (), None, None, -1
+FILLER.held = False
 
 
 # *** the runs a schedule may meet: a training step's realize computes what its programs just built ***
