@@ -240,6 +240,16 @@ def main(only: str = "") -> None:
         table.row(
             "conv2d 32x64x32x32 3x3 lazygrad", t_lg, flops=flops, ratio=f"{ref / t_lg:.2f}x torch speed" if ref else ""
         )
+        # as a layer uses it: the output read by the next op (a blocked conv's output is a view its reader copies)
+        bn = rng.standard_normal(64).astype(np.float32)
+        if torch is not None:
+            bt = torch.from_numpy(bn)
+            ref = bench(lambda: torch.nn.functional.conv2d(xt, wt, bt, padding=1).relu())
+            table.row("conv2d + bias + relu torch", ref, flops=flops)
+        t_lg = bench(compiled(x.conv2d(w, Tensor(bn).realize(), padding=1).relu()))
+        table.row(
+            "conv2d + bias + relu lazygrad", t_lg, flops=flops, ratio=f"{ref / t_lg:.2f}x torch speed" if ref else ""
+        )
 
 
 def _tinygrad_time(make: Callable, op: Callable) -> float:
