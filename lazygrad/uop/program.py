@@ -213,17 +213,9 @@ class Unbuilt:
             x = x.src[0]
         return x
 
-    def rebase(self, base: UOp) -> UOp:
-        """As UOp.rebase: this node's movement ops, built over `base` (a gradient's view of the buffer it was stored
-        in)."""
-        chain = []
-        x: Any = self
-        while x.op in GroupOp.Movement:
-            chain.append(x)
-            x = x.src[0]
-        for m in reversed(chain):
-            base = UOp(m.op, m.dtype, (base, *m.src[1:]), m.arg)
-        return base
+    # UOp's own: this node's movement ops, built over `base` (a gradient's view of the buffer it was stored in); it
+    # reads only op, dtype, src and arg, which an unbuilt node has as a node does
+    rebase = UOp.rebase
 
     def built(self) -> UOp:
         assert self.run is not None, "FILLER stands for no node"
