@@ -1049,9 +1049,10 @@ def _prefetch_plan(uops: list[UOp]) -> dict[UOp, list[tuple[UOp, UOp, list[int]]
     plan: dict[UOp, list[tuple[UOp, UOp, list[int]]]] = {}
     order = {u: i for i, u in enumerate(uops)}
     for (buf, base), loads in streams.items():
-        loops = [r for r in base.toposort if r.op is Ops.RANGE and r.arg[1] == "r"]
+        ranges = [r for r in base.toposort if r.op is Ops.RANGE]
+        loops = [r for r in ranges if r.arg[1] == "r"]
         # a stream that moves along the reduce only (x's words) is read again for every output: it stays in cache
-        if not loops or all(r.op is not Ops.RANGE or r.arg[1] == "r" for r in base.toposort):
+        if not loops or len(loops) == len(ranges):
             continue
         r = max(loops, key=order.__getitem__)  # the innermost
         step = (base.substitute({r: r + 1}) - base).simplify()

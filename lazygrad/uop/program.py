@@ -206,15 +206,10 @@ class Unbuilt:
     at: int
     held: bool
 
-    @property
-    def base(self) -> Any:
-        x: Any = self
-        while x.op in GroupOp.Movement:  # (a gradient's view of what its kernel stores, down to a built node maybe)
-            x = x.src[0]
-        return x
-
-    # UOp's own: this node's movement ops, built over `base` (a gradient's view of the buffer it was stored in); it
-    # reads only op, dtype, src and arg, which an unbuilt node has as a node does
+    # UOp's own, as they read only op, dtype, src and arg, which an unbuilt node has as a node does: base (a
+    # gradient's view of what its kernel stores, down to a built node maybe) and rebase (its movement ops, built over
+    # another base: the view of the buffer it was stored in)
+    base = UOp.base
     rebase = UOp.rebase
 
     def built(self) -> UOp:
