@@ -49,7 +49,13 @@ def _program_key(ast: UOp, renderer: Renderer) -> str:
     # so do the knobs of the default opts (read when the module is imported: a process that set one was served the
     # kernels another process built without it)
     caps = sorted((k, repr(v)) for k, v in vars(renderer).items())
-    knobs = (heuristic.THREAD_MIN_WORK, heuristic.VECTOR_BYTES, workgroups.TC, workgroups.TC_STAGE)
+    knobs = (
+        heuristic.THREAD_MIN_WORK,
+        heuristic.VECTOR_BYTES,
+        heuristic.ROW_CHUNK_BYTES,
+        workgroups.TC,
+        workgroups.TC_STAGE,
+    )
     return repr((_codegen_version(), type(renderer).__name__, caps, NOOPT.value, BEAM.value, knobs, serialize(ast)))
 
 

@@ -1,6 +1,8 @@
 """Optimizations change how a kernel runs, never what it computes: each opt list is checked against NOOPT."""
 
 import itertools
+import pathlib
+import re
 
 import numpy as np
 import pytest
@@ -125,11 +127,24 @@ def test_kernel_name_kinds():
     assert spec.name == "r_16_4"
 
 
-@pytest.mark.parametrize(
-    "module, knob, value",
-    [("heuristic", "THREAD_MIN_WORK", 1), ("heuristic", "VECTOR_BYTES", 16), ("workgroups", "TC", 0)],
-)
-def test_the_default_opts_knobs_key_the_disk_cache(monkeypatch, module, knob, value):
+def _default_opts_knobs() -> list[tuple[str, str]]:
+    """Every module-level setting the default opts read from the environment (`NAME = getenv(...)` in heuristic.py
+    and workgroups.py), found in the source so that a knob added later without a place in the key fails here."""
+    import lazygrad.codegen as codegen
+
+    found = []
+    for module in ("heuristic", "workgroups"):
+        text = pathlib.Path(getattr(codegen, module).__file__).read_text()
+        found += [(module, name) for name in re.findall(r"^([A-Z_][A-Z0-9_]*)\s*=\s*getenv\(", text, re.M)]
+    return found
+
+
+def test_the_knob_scan_finds_the_knobs():
+    assert {("heuristic", "ROW_CHUNK_BYTES"), ("workgroups", "TC_STAGE")} <= set(_default_opts_knobs())
+
+
+@pytest.mark.parametrize("module, knob", _default_opts_knobs())
+def test_the_default_opts_knobs_key_the_disk_cache(monkeypatch, module, knob):
     """A knob of the default opts (set in the environment, read at import) changes the program's disk-cache key: a
     process that set VECTOR_BYTES=16 was served the kernel another process had built with the default width."""
     import lazygrad.codegen as codegen
@@ -137,5 +152,5 @@ def test_the_default_opts_knobs_key_the_disk_cache(monkeypatch, module, knob, va
     (si,) = (Tensor(np.ones((64, 64), np.float32)).realize() * 2).schedule()
     renderer = Device["CPU"].renderer
     before = codegen._program_key(si.ast, renderer)
-    monkeypatch.setattr(getattr(codegen, module), knob, value)
+    monkeypatch.setattr(getattr(codegen, module), knob, getattr(getattr(codegen, module), knob) + 1)
     assert codegen._program_key(si.ast, renderer) != before
