@@ -2497,9 +2497,11 @@ class Tensor(metaclass=_TensorType):
         inside = Tensor.ones(self.shape, dtype=dtypes.bool, device=self.device)._movement(Ops.PAD, tuple(per_dim))
         return inside.where(padded, value)
 
-    def flip(self, axis: int | Sequence[int] | None = None, *, dims: Any = None) -> Tensor:
+    def flip(self, axis: int | Sequence[int] | None = None, *more: int, dims: Any = None) -> Tensor:
         if dims is not None:  # torch's name
             axis = dims
+        if more:  # x.flip(0, 1), as tinygrad and torch take the axes one by one too
+            axis = (axis, *more)
         if axis is None:
             raise TypeError("flip() missing the axes to flip (axis, or torch's dims=)")
         axes = _axes(axis, self.ndim)
@@ -3502,6 +3504,14 @@ class Tensor(metaclass=_TensorType):
         """x - trunc(x), with x's sign (torch.frac)."""
         return self - self.trunc()
 
+    def deg2rad(self) -> Tensor:
+        """Degrees to radians (torch.deg2rad); integers give the default float."""
+        return self.cast(least_upper_float(self.dtype)) * (math.pi / 180)
+
+    def rad2deg(self) -> Tensor:
+        """Radians to degrees (torch.rad2deg); integers give the default float."""
+        return self.cast(least_upper_float(self.dtype)) * (180 / math.pi)
+
     def signbit(self) -> Tensor:
         """True where the sign bit is set, -0.0 included (torch.signbit)."""
         return self._signbit()
@@ -3549,7 +3559,7 @@ class Tensor(metaclass=_TensorType):
         return self.div(other, rounding_mode=rounding_mode)
 
     def subtract(self, other: Any, alpha: Any = 1) -> Tensor:
-        return self.sub(other * alpha if alpha != 1 else other)
+        return self.sub(other, alpha=alpha)
 
     def _logical(self, op: Ops, x: Any) -> Tensor:
         other = x.cast(dtypes.bool) if isinstance(x, Tensor) else bool(x)
@@ -3755,11 +3765,15 @@ class Tensor(metaclass=_TensorType):
         x = self.reshape((1,) * (len(shape) - self.ndim) + self.shape) if self.ndim < len(shape) else self
         return x.expand(shape)
 
-    def add(self, x: Any, reverse: bool = False) -> Tensor:
+    def add(self, x: Any, reverse: bool = False, *, alpha: Any = 1) -> Tensor:
+        if alpha != 1:  # torch's x.add(y, alpha=a) is x + a * y
+            x = x * alpha
         a, b = self._broadcasted(x, reverse)
         return a._alu(Ops.ADD, b)
 
-    def sub(self, x: Any, reverse: bool = False) -> Tensor:
+    def sub(self, x: Any, reverse: bool = False, *, alpha: Any = 1) -> Tensor:
+        if alpha != 1:  # torch's x.sub(y, alpha=a) is x - a * y
+            x = x * alpha
         a, b = self._broadcasted(x, reverse)
         if a.dtype == dtypes.bool:
             raise _unsupported("subtraction (-)", a, "use logical_xor or ^")
@@ -3857,6 +3871,11 @@ class Tensor(metaclass=_TensorType):
         return (a < b).where(a, b) if not dtypes.is_float(a.dtype) else -((-a).maximum(-b))
 
     def where(self, x: Any, y: Any) -> Tensor:
+        """tinygrad's `cond.where(x, y)`. torch's method order, `x.where(cond, y)`, is taken where it is the only
+        reading: self is not bool and the first argument is a bool tensor (as a condition, a number tensor means
+        "not zero"; torch requires a bool condition). A bool self is always the condition."""
+        if self.dtype != dtypes.bool and isinstance(x, Tensor) and x.dtype == dtypes.bool:
+            return x.where(self, y)
         cond = self if self.dtype == dtypes.bool else self.cast(dtypes.bool)
         if isinstance(x, Tensor) and isinstance(y, Tensor):
             xb, yb = x._broadcasted(y)
@@ -4495,10 +4514,18 @@ class Tensor(metaclass=_TensorType):
 
     @_rounds_once
     def var(
-        self, axis: int | Sequence[int] | None = None, keepdim: bool = False, correction: int = 1, *, dim: Any = None
+        self,
+        axis: int | Sequence[int] | None = None,
+        keepdim: bool = False,
+        correction: int = 1,
+        *,
+        dim: Any = None,
+        unbiased: bool | None = None,
     ) -> Tensor:
         if dim is not None:  # torch's name for the axis
             axis = _torch_dims(dim)
+        if unbiased is not None:  # torch's older spelling of correction=1 / correction=0
+            correction = int(unbiased)
         axes = _axes(axis, self.ndim)
         n = prod(self.shape[a] for a in axes)
         x = self.cast(least_upper_float(self.dtype))
@@ -4513,10 +4540,18 @@ class Tensor(metaclass=_TensorType):
 
     @_rounds_once
     def std(
-        self, axis: int | Sequence[int] | None = None, keepdim: bool = False, correction: int = 1, *, dim: Any = None
+        self,
+        axis: int | Sequence[int] | None = None,
+        keepdim: bool = False,
+        correction: int = 1,
+        *,
+        dim: Any = None,
+        unbiased: bool | None = None,
     ) -> Tensor:
         if dim is not None:  # torch's name for the axis
             axis = _torch_dims(dim)
+        if unbiased is not None:  # torch's older spelling of correction=1 / correction=0
+            correction = int(unbiased)
         return _root(self.var(axis, keepdim, correction), 2)
 
     @_replayed
@@ -4881,14 +4916,18 @@ class Tensor(metaclass=_TensorType):
 
     # *** normalization, activation-like composites ***
 
-    @_replayed
-    @_rounds_once
-    def softmax(self, axis: int = -1, *, dim: Any = None) -> Tensor:
+    def softmax(self, axis: int = -1, dtype: DType | str | None = None, *, dim: Any = None) -> Tensor:
+        """dtype (tinygrad's and torch's): the input is cast to it first, and the result has it."""
         if dim is not None:  # torch's name for the axis
             axis = dim
+        return (self if dtype is None else self.cast(dtype))._softmax(axis)
+
+    @_replayed
+    @_rounds_once
+    def _softmax(self, axis: int) -> Tensor:
         if self.ndim == 0:
             _axes(axis, 0)
-            return self.reshape(1).softmax(0).reshape(())
+            return self.reshape(1)._softmax(0).reshape(())
         if self.shape[_axes(axis, self.ndim)[0]] == 0:
             return self  # empty along the axis: nothing to normalize (and no max to shift by), as torch
         # the max only shifts for range: it cancels in value and in gradient, so no gradient flows through it
@@ -4896,14 +4935,18 @@ class Tensor(metaclass=_TensorType):
         e = m.exp()
         return e / e.sum(axis, keepdim=True)
 
-    @_replayed
-    @_rounds_once
-    def log_softmax(self, axis: int = -1, *, dim: Any = None) -> Tensor:
+    def log_softmax(self, axis: int = -1, dtype: DType | str | None = None, *, dim: Any = None) -> Tensor:
+        """dtype (tinygrad's and torch's): the input is cast to it first, and the result has it."""
         if dim is not None:  # torch's name for the axis
             axis = dim
+        return (self if dtype is None else self.cast(dtype))._log_softmax(axis)
+
+    @_replayed
+    @_rounds_once
+    def _log_softmax(self, axis: int) -> Tensor:
         if self.ndim == 0:
             _axes(axis, 0)
-            return self.reshape(1).log_softmax(0).reshape(())
+            return self.reshape(1)._log_softmax(0).reshape(())
         if self.shape[_axes(axis, self.ndim)[0]] == 0:
             return self
         m = self - self.max(axis, keepdim=True).detach()

@@ -1090,3 +1090,78 @@ def test_flip_takes_torch_dims_keyword():
     np.testing.assert_array_equal(Tensor(a).flip(dims=(0, 1)).numpy(), torch.from_numpy(a).flip(dims=(0, 1)).numpy())
     with pytest.raises(TypeError):
         Tensor(a).flip()
+
+
+# *** torch's spellings of arguments tinygrad names otherwise ***
+
+
+def test_add_sub_alpha_forward_backward():
+    a, b = np.random.default_rng(3).standard_normal((2, 3, 4)).astype(np.float32)
+    for op in ("add", "sub", "subtract"):
+        x, y = Tensor(a, requires_grad=True), Tensor(b, requires_grad=True)
+        tx, ty = torch.tensor(a, requires_grad=True), torch.tensor(b, requires_grad=True)
+        out, ref = getattr(x, op)(y, alpha=2.5), getattr(tx, op)(ty, alpha=2.5)
+        out.square().sum().backward()
+        ref.square().sum().backward()
+        np.testing.assert_allclose(out.numpy(), ref.detach().numpy(), rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(y.grad.numpy(), ty.grad.numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(Tensor([1, 2]).add(Tensor([3, 4]), alpha=3).numpy(), [10, 14])  # ints stay exact
+
+
+def test_var_std_unbiased_keyword():
+    a = np.random.default_rng(4).standard_normal((5, 7)).astype(np.float32)
+    for name in ("var", "std"):
+        for unbiased in (True, False):
+            for dim in (None, 1, (0, 1)):
+                ref = getattr(torch.tensor(a), name)(dim=dim, unbiased=unbiased, keepdim=True)
+                out = getattr(Tensor(a), name)(dim=dim, unbiased=unbiased, keepdim=True)
+                np.testing.assert_allclose(out.numpy(), ref.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_flip_takes_the_dims_one_by_one():
+    a = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    for dims in ((0,), (0, 2), (2, 1, 0), (-1, 0)):
+        ref = torch.tensor(a).flip(*dims).numpy()
+        np.testing.assert_array_equal(Tensor(a).flip(*dims).numpy(), ref)
+        np.testing.assert_array_equal(Tensor(a).flip(dims).numpy(), ref)
+
+
+def test_where_in_torchs_method_order():
+    """torch's `x.where(cond, y)` (x not bool, cond a bool tensor) picks x where cond holds; before, tinygrad's
+    reading took x as the condition and gave cond's values: silently wrong for a torch program."""
+    rng = np.random.default_rng(5)
+    a, b = rng.standard_normal((2, 3, 4)).astype(np.float32)
+    x, y = Tensor(a, requires_grad=True), Tensor(b, requires_grad=True)
+    tx, ty = torch.tensor(a, requires_grad=True), torch.tensor(b, requires_grad=True)
+    out, ref = x.where(x > 0, y), tx.where(tx > 0, ty)
+    (out * 3).sum().backward()
+    (ref * 3).sum().backward()
+    np.testing.assert_array_equal(out.numpy(), ref.detach().numpy())
+    np.testing.assert_array_equal(x.grad.numpy(), tx.grad.numpy())
+    np.testing.assert_array_equal(y.grad.numpy(), ty.grad.numpy())
+    np.testing.assert_array_equal(
+        Tensor(a).where(Tensor(a) < 0, 0.0).numpy(), torch.tensor(a).where(torch.tensor(a) < 0, 0.0)
+    )
+    # tinygrad's order is unchanged: a bool self is the condition, a number self means "not zero"
+    np.testing.assert_array_equal((Tensor(a) > 0).where(Tensor(a), 0.0).numpy(), np.where(a > 0, a, 0))
+    np.testing.assert_array_equal(Tensor([0.0, 2.0]).where(1, 5).numpy(), [5, 1])
+    cond = Tensor([True, False])
+    np.testing.assert_array_equal(cond.where(Tensor([False, False]), True).numpy(), [False, True])
+
+
+@pytest.mark.parametrize("name", ["softmax", "log_softmax"])
+def test_softmax_dtype_casts_first(name):
+    a = np.random.default_rng(6).standard_normal((3, 5)).astype(np.float16)
+    ref = getattr(torch.tensor(a), name)(1, dtype=torch.float32)
+    out = getattr(Tensor(a), name)(1, dtype=dtypes.float32)
+    assert out.dtype == dtypes.float32
+    np.testing.assert_allclose(out.numpy(), ref.numpy(), rtol=1e-6, atol=1e-6)
+    out = getattr(Tensor(a), name)(dim=-1, dtype="float64")
+    assert out.dtype == dtypes.float64
+    np.testing.assert_allclose(out.numpy(), ref.double().numpy(), rtol=1e-6, atol=1e-6)
+
+
+def test_deg2rad_rad2deg():
+    for a in (np.array([0, 90, -180, 360], np.int32), np.array([0.5, -1.25, 3.0], np.float32)):
+        np.testing.assert_allclose(Tensor(a).deg2rad().numpy(), torch.tensor(a).deg2rad().numpy(), rtol=1e-6)
+        np.testing.assert_allclose(Tensor(a).rad2deg().numpy(), torch.tensor(a).rad2deg().numpy(), rtol=1e-6)
