@@ -76,6 +76,13 @@ _BUFFER, _RESHAPE, _ASSIGN, _BIND = Ops.BUFFER, Ops.RESHAPE, Ops.ASSIGN, Ops.BIN
 _MOVEMENT = GroupOp.Movement
 
 
+class _CallableInt(int):
+    """An int that also answers a call with itself: a value torch reads as a property and tinygrad calls."""
+
+    def __call__(self) -> int:
+        return int(self)
+
+
 def _rounds_once(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
     """A reduction or scan that runs on float16/bfloat16 in float32 and rounds its result to the dtype once."""
 
@@ -1861,7 +1868,8 @@ class Tensor(metaclass=_TensorType):
 
     @property
     def nbytes(self) -> int:
-        return self.numel() * self.dtype.itemsize
+        """torch's property and tinygrad's method both: `t.nbytes` and `t.nbytes()` are the byte count."""
+        return _CallableInt(self.numel() * self.dtype.itemsize)
 
     def __len__(self) -> int:
         if not self.shape:
@@ -4604,7 +4612,11 @@ class Tensor(metaclass=_TensorType):
 
     # *** composites built on the primitives above ***
 
-    def dot(self, w: Tensor) -> Tensor:
+    def dot(self, w: Tensor, dtype: DType | str | None = None) -> Tensor:
+        """dtype (tinygrad's): the product's accumulation and result dtype; the inputs are cast to it, which is
+        the same sum (a product of two halves, or of two int8s, is exact in float32 / int32)."""
+        if dtype is not None:
+            return self.cast(dtype).dot(w.cast(dtype))
         if self.ndim == 0 or w.ndim == 0:
             raise ArgumentError(f"matmul needs at least 1-d tensors, got shapes {self.shape} and {w.shape}")
         k = self.shape[-1]
@@ -4626,8 +4638,8 @@ class Tensor(metaclass=_TensorType):
             return _product_sum(x, wt, -1)
         return (x * wt).sum(-1, dtype=least_upper_dtype(self.dtype, w.dtype))
 
-    def matmul(self, w: Tensor) -> Tensor:
-        return self.dot(w)
+    def matmul(self, w: Tensor, reverse: bool = False, dtype: DType | str | None = None) -> Tensor:
+        return w.dot(self, dtype) if reverse else self.dot(w, dtype)
 
     @_replayed
     def linear(self, weight: Tensor, bias: Tensor | None = None) -> Tensor:

@@ -374,3 +374,19 @@ def test_leaves_above_a_read_tensor_keep_their_gradients() -> None:
     (tg * tg).sum().backward()
     np.testing.assert_allclose(a.grad.numpy(), ta.grad.numpy(), rtol=1e-6)
     np.testing.assert_allclose(g.grad.numpy(), tg.grad.numpy(), rtol=1e-6)
+
+
+def test_matmul_reverse_and_dtype_and_nbytes_call() -> None:
+    """tinygrad's matmul(x, reverse, dtype) / dot(w, dtype) and its nbytes() method (torch's nbytes is a property:
+    both spellings give the byte count)."""
+    rng = np.random.default_rng(7)
+    a, b = rng.standard_normal((3, 4)).astype(np.float16), rng.standard_normal((5, 3)).astype(np.float16)
+    out = Tensor(a).matmul(Tensor(b), reverse=True, dtype="float32")
+    assert out.dtype.name == "float32" and out.shape == (5, 4)
+    ref = torch.tensor(b).float() @ torch.tensor(a).float()
+    np.testing.assert_allclose(out.numpy(), ref.numpy(), rtol=1e-6, atol=1e-6)
+    i8 = Tensor(np.full((2, 64), 127, np.int8))
+    acc = i8.dot(i8.T, dtype="int32")  # 64 * 127^2 overflows int8 and int16, not int32
+    assert acc.tolist() == [[64 * 127 * 127] * 2] * 2
+    t = Tensor.zeros(3, 5, dtype="float16")
+    assert t.nbytes == t.nbytes() == 30 and isinstance(t.nbytes() + 1, int)
