@@ -34,7 +34,11 @@ from lazygrad.uop.program import GraphProgram, Unbuilt, note_replay
 
 
 class Optimizer:
-    def __init__(self, params: Sequence[Tensor], lr: float):
+    """tinygrad's `device=` and `fused=` are taken: the state lives beside each parameter (a device other than the
+    parameters' is refused), and every step's update is fused by the scheduler whatever `fused` says (tinygrad's
+    fused update packs the parameters into one buffer for the same end)."""
+
+    def __init__(self, params: Sequence[Tensor], lr: float, device: str | None = None, fused: bool | None = None):
         params = list({id(t): t for t in params}.values())
         # as in tinygrad, a float tensor whose requires_grad was never set is a parameter; anything else (running
         # statistics, counters) is a buffer, realized with each step so that its pending in-place updates land
@@ -46,6 +50,11 @@ class Optimizer:
         if not self.params:
             raise ValueError("the optimizer got no parameters (tensors with requires_grad=True)")
         self.device = self.params[0].device
+        if device is not None and Device.canonicalize(device) != self.device:
+            raise ValueError(
+                f"the optimizer keeps its state on the parameters' device {self.device}, not on {device} "
+                "(move the parameters there instead)"
+            )
         self.lr = self._scalar(lr)
 
     def _scalar(self, value: float) -> Tensor:
@@ -158,11 +167,17 @@ class SGD(Optimizer):
         momentum: float = 0.0,
         weight_decay: float = 0.0,
         nesterov: bool = False,
+        classic: bool = False,
+        device: str | None = None,
+        fused: bool | None = None,
     ):
-        super().__init__(params, lr)
+        """torch's SGD; `classic` (tinygrad's): the momentum buffer accumulates lr * gradient (the parameter moves by
+        the buffer), where torch's accumulates the gradient (the parameter moves by lr * buffer). The two agree
+        while the learning rate stays the same."""
+        super().__init__(params, lr, device, fused)
         if nesterov and momentum <= 0:
             raise ValueError("nesterov momentum needs momentum > 0")
-        self.momentum, self.weight_decay, self.nesterov = momentum, weight_decay, nesterov
+        self.momentum, self.weight_decay, self.nesterov, self.classic = momentum, weight_decay, nesterov, classic
         # a zero buffer gives torch's first step (buf = grad) exactly: momentum * 0 + grad == grad
         self.b = self._state() if momentum else []
         Tensor.realize(*self.params, *self.b, self.lr)
@@ -170,19 +185,31 @@ class SGD(Optimizer):
     def _update(self, i: int, p: Tensor, g: Tensor) -> list[Tensor]:
         if self.weight_decay:
             g = g + p.detach() * self.weight_decay
+        if self.classic:
+            g = g * self.lr.cast(p.dtype)
         out = []
         if self.momentum:
             b = self.b[i].assign(self.b[i] * self.momentum + g)
             g = g + b * self.momentum if self.nesterov else b
             out.append(b)
-        return out + [p.assign(p.detach() - g * self.lr.cast(p.dtype))]
+        return out + [p.assign(p.detach() - (g if self.classic else g * self.lr.cast(p.dtype)))]
 
 
 class _Moments(Optimizer):
     """The state Adam and LAMB share: first and second moments per parameter and beta1^t, beta2^t."""
 
-    def __init__(self, params: Sequence[Tensor], lr: float, b1: float, b2: float, eps: float, weight_decay: float):
-        super().__init__(params, lr)
+    def __init__(
+        self,
+        params: Sequence[Tensor],
+        lr: float,
+        b1: float,
+        b2: float,
+        eps: float,
+        weight_decay: float,
+        device: str | None = None,
+        fused: bool | None = None,
+    ):
+        super().__init__(params, lr, device, fused)
         self.b1, self.b2, self.eps, self.weight_decay = b1, b2, eps, weight_decay
         self.m, self.v = self._state(), self._state()
         self.b1_t, self.b2_t = self._scalar(1.0), self._scalar(1.0)  # beta ** step
@@ -211,8 +238,10 @@ class Adam(_Moments):
         eps: float = 1e-8,
         weight_decay: float = 0.0,
         decoupled: bool = False,
+        device: str | None = None,
+        fused: bool | None = None,
     ):
-        super().__init__(params, lr, b1, b2, eps, weight_decay)
+        super().__init__(params, lr, b1, b2, eps, weight_decay, device, fused)
         self.decoupled = decoupled
         self._bias: dict[DType, tuple[Tensor, Tensor]] = {}  # this step's bias corrections, see _bias_terms
 
@@ -254,8 +283,10 @@ class AdamW(Adam):
         b2: float = 0.999,
         eps: float = 1e-8,
         weight_decay: float = 0.01,
+        device: str | None = None,
+        fused: bool | None = None,
     ):
-        super().__init__(params, lr, b1, b2, eps, weight_decay, decoupled=True)
+        super().__init__(params, lr, b1, b2, eps, weight_decay, decoupled=True, device=device, fused=fused)
 
 
 class LAMB(_Moments):
@@ -272,8 +303,10 @@ class LAMB(_Moments):
         eps: float = 1e-6,
         weight_decay: float = 0.0,
         adam: bool = False,
+        device: str | None = None,
+        fused: bool | None = None,
     ):
-        super().__init__(params, lr, b1, b2, eps, weight_decay)
+        super().__init__(params, lr, b1, b2, eps, weight_decay, device, fused)
         self.adam = adam
 
     def _update(self, i: int, p: Tensor, g: Tensor) -> list[Tensor]:
@@ -305,8 +338,10 @@ class Muon(Optimizer):
         ns_coefficients: tuple[float, ...] = (3.4445, -4.775, 2.0315),
         eps: float = 1e-7,
         ns_steps: int = 5,
+        device: str | None = None,
+        fused: bool | None = None,
     ):
-        super().__init__(params, lr)
+        super().__init__(params, lr, device, fused)
         for p in self.params:
             if p.ndim != 2:
                 raise ValueError(f"Muon updates 2-D parameters only, got one of shape {p.shape}")
@@ -322,6 +357,90 @@ class Muon(Optimizer):
         w = p.detach() * (1 - self.lr * self.weight_decay).cast(p.dtype)
         lr = (self.lr * math.sqrt(max(1.0, p.shape[0] / p.shape[1]))).cast(p.dtype)
         return [b, p.assign(w - update * lr)]
+
+
+class LARS(Optimizer):
+    """LARS (You et al. 2017, tinygrad's LARS): SGD whose step for each parameter is scaled by the trust ratio
+    tcoef * ||w|| / (||g|| + weight_decay * ||w||) (1 where a norm is 0; tcoef=0: no scaling). pre_wd adds the weight
+    decay to the gradient first, else it is added to the update after the momentum, scaled by lr (Muon's way).
+    `classic`: the momentum buffer accumulates the lr-scaled step (as SGD(classic=True)), else the step is scaled by lr
+    after the momentum. With ns_coefficients, the step is orthogonalized by ns_steps Newton-Schulz steps after the
+    momentum (the parameter is seen as a matrix of its first dim by the rest)."""
+
+    def __init__(
+        self,
+        params: Sequence[Tensor],
+        lr: float = 0.001,
+        momentum: float = 0.9,
+        weight_decay: float = 1e-4,
+        ns_steps: int = 0,
+        ns_coefficients: Sequence[float] | None = None,
+        nesterov: bool = False,
+        classic: bool = True,
+        pre_wd: bool = True,
+        tcoef: float = 0.001,
+        device: str | None = None,
+        fused: bool | None = None,
+    ):
+        if momentum < 0:
+            raise ValueError(f"LARS needs momentum >= 0, got {momentum}")
+        super().__init__(params, lr, device, fused)
+        self.momentum, self.weight_decay, self.nesterov, self.classic = momentum, weight_decay, nesterov, classic
+        self.ns_steps, self.ns_coefficients = ns_steps, tuple(ns_coefficients) if ns_coefficients else ()
+        self.pre_wd, self.tcoef = pre_wd, tcoef
+        self.b = self._state() if momentum else []
+        Tensor.realize(*self.params, *self.b, self.lr)
+
+    def _update(self, i: int, p: Tensor, g: Tensor) -> list[Tensor]:
+        w = p.detach()
+        lr = self.lr.cast(p.dtype)
+        if self.tcoef:
+            r1, r2 = w.square().sum().sqrt(), g.square().sum().sqrt()
+            trust = ((r1 > 0) & (r2 > 0)).where(self.tcoef * r1 / (r2 + self.weight_decay * r1), 1.0)
+            step_lr = lr * trust
+        else:
+            step_lr = lr
+        if self.pre_wd and self.weight_decay:
+            g = g + w * self.weight_decay
+        if self.classic:
+            g = g * step_lr
+        out = []
+        if self.momentum:
+            b = self.b[i].assign(self.b[i] * self.momentum + g)
+            g = g + b * self.momentum if self.nesterov else b
+            out.append(b)
+        if self.ns_coefficients:
+            g = g.reshape(g.shape[0], -1).newton_schulz(self.ns_steps, self.ns_coefficients).reshape(g.shape)
+        if not self.classic:
+            g = g * step_lr
+        if not self.pre_wd and self.weight_decay:
+            g = g + w * (lr * self.weight_decay)
+        return out + [p.assign(w - g.cast(p.dtype))]
+
+
+class OptimizerGroup(Optimizer):
+    """Several optimizers stepped as one (tinygrad's OptimizerGroup): e.g. Muon for the matrices and AdamW for the
+    rest. One step realizes every optimizer's update in one schedule."""
+
+    def __init__(self, *optimizers: Optimizer):  # (no Optimizer.__init__: the parts hold the parameters and state)
+        if not optimizers:
+            raise ValueError("OptimizerGroup needs at least one optimizer")
+        self.optimizers = optimizers
+        self.params = [p for o in optimizers for p in o.params]
+        self.buffers = [b for o in optimizers for b in o.buffers]
+        self.device = optimizers[0].device
+
+    def __getitem__(self, i: int) -> Optimizer:
+        return self.optimizers[i]
+
+    def zero_grad(self) -> None:
+        for o in self.optimizers:
+            o.zero_grad()
+
+    def _schedule_step(self, unbuilt: bool) -> list[Tensor]:
+        grads = [p.grad for p in self.params if p.grad is not None]
+        updates = [t for o in self.optimizers for t in o._updates(unbuilt)]
+        return take_backward_roots() + grads + updates + self.buffers
 
 
 class _StepProgram:

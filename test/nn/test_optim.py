@@ -169,3 +169,128 @@ def test_lamb_matches_reference(adam: bool) -> None:
         r1, r2 = np.linalg.norm(ref), np.linalg.norm(up)
         ref = ref - lr * (1.0 if adam or r1 == 0 or r2 == 0 else r1 / r2) * up
         np.testing.assert_allclose(w.numpy(), ref, rtol=1e-4, atol=1e-5)
+
+
+def _quadratic_steps(opt: optim.Optimizer, w: Tensor, xs: list[np.ndarray], lrs: list[float] | None = None) -> None:
+    for i, x in enumerate(xs):
+        if lrs is not None:
+            opt.lr.assign(Tensor(lrs[i], dtype=opt.lr.dtype)).realize()
+        opt.zero_grad()
+        (Tensor(x) @ w).square().sum().backward()
+        opt.step()
+
+
+@pytest.mark.parametrize("nesterov", [False, True])
+def test_sgd_classic_momentum_matches_reference(nesterov: bool) -> None:
+    """tinygrad's SGD(classic=True): the buffer accumulates lr * g. With a learning rate that changes between steps
+    it differs from torch's rule (which the same test without classic follows)."""
+    rng = np.random.default_rng(8)
+    w0 = rng.standard_normal((3, 4))
+    xs = [rng.standard_normal((2, 3)).astype(np.float32) for _ in range(4)]
+    lrs, mom, wd = [0.05, 0.02, 0.1, 0.03], 0.9, 0.01
+    for classic in (True, False):
+        w = Tensor(w0.astype(np.float32)).requires_grad_()
+        opt = optim.SGD([w], lr=lrs[0], momentum=mom, weight_decay=wd, nesterov=nesterov, classic=classic)
+        _quadratic_steps(opt, w, xs, lrs)
+        ref, b = w0.copy(), np.zeros_like(w0)
+        for x, lr in zip(xs, lrs):
+            x = x.astype(np.float64)
+            g = 2 * x.T @ (x @ ref) + wd * ref
+            g = g * lr if classic else g
+            b = mom * b + g
+            step = g + mom * b if nesterov else b
+            ref = ref - (step if classic else lr * step)
+        np.testing.assert_allclose(w.numpy(), ref, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(),
+        dict(classic=False, nesterov=True),
+        dict(pre_wd=False, weight_decay=0.1, momentum=0.5),
+        dict(tcoef=0.0, momentum=0.0),
+        dict(ns_steps=3, ns_coefficients=(3.4445, -4.775, 2.0315), classic=False, pre_wd=False),
+    ],
+    ids=str,
+)
+def test_lars_matches_reference(kw: dict) -> None:
+    rng = np.random.default_rng(9)
+    w0 = rng.standard_normal((4, 3))
+    xs = [rng.standard_normal((2, 4)).astype(np.float32) for _ in range(3)]
+    lr = 0.05
+    w = Tensor(w0.astype(np.float32)).requires_grad_()
+    opt = optim.LARS([w], lr=lr, **kw)
+    _quadratic_steps(opt, w, xs)
+    s = dict(momentum=0.9, weight_decay=1e-4, ns_steps=0, ns_coefficients=None, nesterov=False, classic=True)
+    s.update(pre_wd=True, tcoef=0.001)
+    s.update(kw)
+    ref, b = w0.copy(), np.zeros_like(w0)
+    for x in xs:
+        x = x.astype(np.float64)
+        g = 2 * x.T @ (x @ ref)
+        r1, r2 = np.linalg.norm(ref), np.linalg.norm(g)
+        r = s["tcoef"] * r1 / (r2 + s["weight_decay"] * r1) if s["tcoef"] and r1 > 0 and r2 > 0 else 1.0
+        if s["pre_wd"]:
+            g = g + s["weight_decay"] * ref
+        if s["classic"]:
+            g = g * r * lr
+        if s["momentum"]:
+            b = s["momentum"] * b + g
+            g = g + s["momentum"] * b if s["nesterov"] else b
+        if s["ns_coefficients"]:
+            a_, b_, c_ = s["ns_coefficients"]
+            X = g / (np.linalg.norm(g) + 1e-7)
+            tr = X.shape[0] > X.shape[1]
+            X = X.T if tr else X
+            for _ in range(s["ns_steps"]):
+                A = X @ X.T
+                X = a_ * X + (b_ * A + c_ * A @ A) @ X
+            g = X.T if tr else X
+        if not s["classic"]:
+            g = g * r * lr
+        if not s["pre_wd"] and s["weight_decay"]:
+            g = g + s["weight_decay"] * lr * ref
+        ref = ref - g
+    np.testing.assert_allclose(w.numpy(), ref, rtol=1e-4, atol=1e-5)
+    assert np.abs(w.numpy() - w0).max() > 1e-5  # it moved
+
+
+def test_optimizer_group_steps_each_part_in_one_schedule() -> None:
+    """tinygrad's OptimizerGroup: Muon for a matrix and AdamW for a vector, stepped together, equal to torch's two
+    optimizers stepped one after the other."""
+    rng = np.random.default_rng(10)
+    w0, b0 = rng.standard_normal((4, 3)).astype(np.float32), rng.standard_normal(3).astype(np.float32)
+    w, b = Tensor(w0.copy()).requires_grad_(), Tensor(b0.copy()).requires_grad_()
+    tw, tb = torch.tensor(w0.copy(), requires_grad=True), torch.tensor(b0.copy(), requires_grad=True)
+    group = optim.OptimizerGroup(optim.SGD([w], lr=0.1, momentum=0.9), optim.AdamW([b], lr=0.01))
+    topts = [torch.optim.SGD([tw], lr=0.1, momentum=0.9), torch.optim.AdamW([tb], lr=0.01)]
+    assert group[1].params[0] is b and group.params == [w, b]
+    for _ in range(3):
+        x = rng.standard_normal((2, 4)).astype(np.float32)
+        group.zero_grad()
+        loss = (Tensor(x) @ w + b).tanh().sum().backward()
+        group.step()
+        for o in topts:
+            o.zero_grad()
+        tloss = (torch.tensor(x) @ tw + tb).tanh().sum()
+        tloss.backward()
+        for o in topts:
+            o.step()
+        np.testing.assert_allclose(loss.item(), tloss.item(), rtol=1e-5)
+        np.testing.assert_allclose(w.numpy(), tw.detach().numpy(), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(b.numpy(), tb.detach().numpy(), rtol=1e-5, atol=1e-6)
+    # schedule_step gives every part's assigned tensors, realized by the caller
+    group.zero_grad()
+    (Tensor(x) @ w + b).sum().backward()
+    assert len(group.schedule_step()) >= 4
+    with pytest.raises(ValueError, match="at least one"):
+        optim.OptimizerGroup()
+
+
+def test_tinygrads_device_and_fused_arguments() -> None:
+    p = Tensor([1.0, 2.0]).requires_grad_()
+    for cls in (optim.SGD, optim.Adam, optim.AdamW, optim.LAMB, optim.LARS):
+        cls([p], lr=0.1, device=p.device, fused=True)  # the parameters' own device: taken
+    with pytest.raises(ValueError, match="device"):
+        optim.Adam([p], device="DISK:/dev/null")
