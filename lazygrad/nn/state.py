@@ -8,13 +8,17 @@ Reading checks every field before any tensor is made. Tensors may be stored in a
 
 from __future__ import annotations
 
+import collections
 import ctypes
 import functools
+import itertools
 import json
 import mmap
 import os
+import pickle
 import struct
-from typing import Any
+import zipfile
+from typing import Any, Callable
 
 from lazygrad.device import Buffer, Device
 from lazygrad.dtype import DType, dtypes
@@ -263,3 +267,208 @@ def _map(path: str | os.PathLike) -> mmap.mmap:
     with open(path, "rb") as f:
         # copy-on-write: writable (so ctypes can take its address) yet an in-place update never reaches the file
         return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+
+
+# *** torch.save files ***
+
+# the storage classes a torch.save pickle names (torch.FloatStorage, ...) and torch's dtype objects (torch.uint16,
+# named by the newer _rebuild_tensor_v3 beside an untyped storage)
+_TORCH_STORAGES: dict[str, DType] = {
+    "FloatStorage": dtypes.float32,
+    "DoubleStorage": dtypes.float64,
+    "HalfStorage": dtypes.float16,
+    "BFloat16Storage": dtypes.bfloat16,
+    "LongStorage": dtypes.int64,
+    "IntStorage": dtypes.int32,
+    "ShortStorage": dtypes.int16,
+    "CharStorage": dtypes.int8,
+    "ByteStorage": dtypes.uint8,
+    "BoolStorage": dtypes.bool,
+}
+_TORCH_DTYPES: dict[str, DType] = {
+    **{n: getattr(dtypes, n) for n in ("float32", "float64", "float16", "bfloat16", "bool")},
+    **{n: getattr(dtypes, n) for n in ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")},
+    "float": dtypes.float32,
+    "double": dtypes.float64,
+    "half": dtypes.float16,
+    "long": dtypes.int64,
+    "int": dtypes.int32,
+    "short": dtypes.int16,
+}
+_LEGACY_MAGIC = 0x1950A86A20F9469CFC6C  # the first pickle of a torch.save file from before torch 1.6
+
+
+class _UntypedStorage:
+    """torch.storage.UntypedStorage as a pickle names it: bytes whose dtype the tensor rebuilt over them gives."""
+
+
+class _Storage:
+    """One storage of the file: where its bytes are (a memory map of the file, or bytes read), its dtype (None for an
+    untyped storage) and the 1-d tensor over it, made once for all the views of it."""
+
+    def __init__(self, name: str, dtype: DType | None, device: str) -> None:
+        self.name, self.dtype, self.device = name, dtype, device
+        self.data: Any = None  # a memoryview of the bytes
+        self.mapped: tuple[mmap.mmap, int] | None = None  # or (memory map, address of the first byte)
+        self.flat: Tensor | None = None
+
+    def as_flat(self, dtype: DType) -> Tensor:
+        if self.flat is None:
+            n = self.nbytes() // dtype.itemsize
+            if self.mapped is not None and self.mapped[1] % dtype.itemsize == 0:
+                buf = Buffer("CPU", n, dtype, external=self.mapped[0], external_ptr=self.mapped[1], shape=(n,))
+            else:
+                buf = Buffer(self.device, n, dtype, shape=(n,))
+                if n:
+                    buf.copyin(self.raw()[: n * dtype.itemsize])
+            self.flat = Tensor(UOp.buffer_view(buf, (n,)))
+        return self.flat
+
+    def nbytes(self) -> int:
+        return len(self.raw())
+
+    def raw(self) -> memoryview:
+        return self.data
+
+
+class _Rebuild:
+    """A tensor of the file not made yet: a legacy file's bytes come after the pickle that names its tensors."""
+
+    def __init__(self, storage: _Storage, offset: int, size: tuple, stride: tuple, rest: tuple) -> None:
+        self.args = (storage, offset, size, stride, *rest)
+
+
+def _rebuild_tensor(storage: _Storage, offset: int, size: tuple, stride: tuple, *rest: Any) -> Tensor:
+    """torch._utils._rebuild_tensor_v2 / v3: the view (offset, size, stride) of the storage. A layout that is a
+    permutation of a packed block (contiguous, transposed, a slice along the first dims; dims of size 1 and repeated
+    dims of stride 0 anywhere) is a view of the storage's tensor; a layout with gaps or overlaps between elements is
+    gathered from the file's bytes first."""
+    dtype = next((a for a in rest if isinstance(a, DType)), None) or storage.dtype
+    if dtype is None:
+        raise LoadError(f"torch file: storage {storage.name} is untyped and its tensor names no dtype")
+    size, stride = tuple(size), tuple(stride)
+    if prod(size) == 0:
+        return Tensor.zeros(size, dtype=dtype, device=storage.device)
+    dims = [d for d in range(len(size)) if size[d] > 1 and stride[d] != 0]
+    order = sorted(dims, key=lambda d: -stride[d])
+    packed, expected = True, 1
+    for d in reversed(order):
+        packed &= stride[d] == expected
+        expected *= size[d]
+    flat = storage.as_flat(dtype)
+    if packed:
+        t = flat[offset : offset + expected].reshape([size[d] for d in order])
+        t = t.permute(sorted(range(len(order)), key=lambda i: order[i]))  # the file's dim order
+        t = t.reshape([size[d] if d in dims else 1 for d in range(len(size))])
+        return t.expand(size).contiguous() if t.shape != size else t
+    item, raw = dtype.itemsize, storage.raw()
+    out = bytearray()
+    for idx in itertools.product(*[range(s) for s in size]):
+        at = (offset + sum(i * s for i, s in zip(idx, stride))) * item
+        out += raw[at : at + item]
+    return Tensor(bytes(out), device=storage.device).bitcast(dtype).reshape(size)
+
+
+def _unpickler(path: str, file: Any, persistent_load: Callable[[tuple], _Storage], rebuild: Callable) -> Any:
+    """A pickle reader of torch.save's data that makes only plain data and tensors (as torch's weights_only=True)."""
+
+    class Unpickler(pickle.Unpickler):
+        def find_class(self, module: str, name: str) -> Any:
+            if module == "collections" and name == "OrderedDict":
+                return collections.OrderedDict
+            if module == "torch._utils" and name in ("_rebuild_tensor_v2", "_rebuild_tensor_v3"):
+                return rebuild
+            if module == "torch._utils" and name == "_rebuild_parameter":
+                return lambda data, requires_grad, hooks, *_: data
+            if module == "torch" and name in _TORCH_STORAGES:
+                return _TORCH_STORAGES[name]
+            if module == "torch" and name in _TORCH_DTYPES:
+                return _TORCH_DTYPES[name]
+            if module == "torch.storage" and name == "UntypedStorage":
+                return _UntypedStorage
+            raise LoadError(f"{path}: the file names {module}.{name}, which torch_load does not unpickle")
+
+        def persistent_load(self, pid: Any) -> Any:
+            return persistent_load(pid)
+
+    return Unpickler(file)
+
+
+def _storage_dtype(path: str, kind: Any) -> DType | None:
+    if isinstance(kind, DType) or kind is _UntypedStorage:
+        return kind if isinstance(kind, DType) else None
+    raise LoadError(f"{path}: unknown storage type {kind!r}")
+
+
+def torch_load(path: str | os.PathLike, device: str | None = None) -> Any:
+    """The object a `torch.save` file holds (usually a state dict: names to tensors), read without torch (tinygrad's
+    torch_load). Reads the zip format (torch >= 1.6) and the legacy one before it; only plain data and tensors are
+    unpickled, as torch's `weights_only=True`: anything else is a LoadError naming it. On the CPU a zip file's
+    tensors point into a memory map of the file (copy-on-write), read only when used."""
+    path = os.fspath(path)
+    device = Device.canonicalize(device)
+    storages: dict[str, _Storage] = {}
+    if zipfile.is_zipfile(path):
+        with zipfile.ZipFile(path) as zf:
+            pkl = [n for n in zf.namelist() if n == "data.pkl" or n.endswith("/data.pkl")]
+            if not pkl:
+                raise LoadError(f"{path}: a zip archive without data.pkl is not a torch.save file")
+            prefix = pkl[0][: -len("data.pkl")]
+            infos = {i.filename: i for i in zf.infolist()}
+            mm = _map(path) if device == "CPU" else None
+            base = ctypes.addressof(ctypes.c_char.from_buffer(mm)) if mm is not None and len(mm) else 0
+
+            def zip_storage(pid: tuple) -> _Storage:
+                _, kind, key = pid[:3]
+                if key not in storages:
+                    if (info := infos.get(f"{prefix}data/{key}")) is None:
+                        raise LoadError(f"{path}: storage {key} is missing from the archive")
+                    st = storages[key] = _Storage(key, _storage_dtype(path, kind), device)
+                    if mm is not None and info.compress_type == zipfile.ZIP_STORED and info.file_size:
+                        # the local header: 30 bytes, then the name and the extra field, whose lengths it gives
+                        name_len, extra_len = struct.unpack(
+                            "<HH", mm[info.header_offset + 26 : info.header_offset + 30]
+                        )
+                        start = info.header_offset + 30 + name_len + extra_len
+                        st.data = memoryview(mm)[start : start + info.file_size]
+                        st.mapped = (mm, base + start)
+                    else:
+                        st.data = memoryview(zf.read(info))
+                return storages[key]
+
+            with zf.open(pkl[0]) as f:
+                return _unpickler(path, f, zip_storage, _rebuild_tensor).load()
+    with open(path, "rb") as f:
+        try:
+            magic = pickle.load(f)
+        except Exception as e:
+            raise LoadError(f"{path}: not a torch.save file ({type(e).__name__}: {e})") from None
+        if magic != _LEGACY_MAGIC:
+            raise LoadError(f"{path}: not a torch.save file (neither a zip archive nor the legacy format)")
+        pickle.load(f), pickle.load(f)  # the protocol version and the system info
+
+        def legacy_storage(pid: tuple) -> _Storage:
+            _, kind, key = pid[:3]
+            if key not in storages:
+                storages[key] = _Storage(key, _storage_dtype(path, kind), device)
+            return storages[key]
+
+        result = _unpickler(path, f, legacy_storage, lambda *a: _Rebuild(a[0], a[1], a[2], a[3], a[4:])).load()
+        for key in pickle.load(f):  # then each storage: its element count, then its bytes
+            (count,) = struct.unpack("<q", f.read(8))
+            st = storages[key]
+            if st.dtype is None:
+                raise LoadError(f"{path}: storage {key} of the legacy file is untyped")
+            st.data = memoryview(f.read(count * st.dtype.itemsize))
+    return _rebuilt(result)
+
+
+def _rebuilt(obj: Any) -> Any:
+    """obj with its _Rebuild placeholders made into tensors (containers rebuilt as their own type)."""
+    if isinstance(obj, _Rebuild):
+        return _rebuild_tensor(*obj.args)
+    if isinstance(obj, dict):
+        return type(obj)((k, _rebuilt(v)) for k, v in obj.items())
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_rebuilt(v) for v in obj)
+    return obj

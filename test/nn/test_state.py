@@ -23,6 +23,7 @@ from lazygrad.nn.state import (
     safe_load,
     safe_load_metadata,
     safe_save,
+    torch_load,
 )
 
 
@@ -296,3 +297,78 @@ def test_load_state_dict_tinygrad_options() -> None:
     shape_error = r"Shape mismatch in layer `weight`: Expected shape \(2, 3\), but found \(3, 3\)"
     with pytest.raises(ValueError, match=shape_error):
         load_state_dict(lin, {"weight": Tensor.ones(3, 3)})
+
+
+def _torch_files_state() -> dict:
+    torch.manual_seed(0)
+    big = torch.randn(6, 4)
+    sd = {
+        "w": torch.randn(3, 4),
+        "ints": torch.arange(5),
+        "half": torch.randn(3).half(),
+        "bf16": torch.randn(3).bfloat16(),
+        "int8": torch.tensor([-3, 4, 127], dtype=torch.int8),
+        "bool": torch.tensor([True, False]),
+        "transposed": torch.randn(3, 5).t(),  # a permuted layout: a view of the storage
+        "rows": big[2:4],  # an offset into a shared storage
+        "cols": big[:, 1:3],  # gaps between rows: gathered
+        "expanded": torch.randn(3, 1).expand(3, 4),  # stride 0
+        "param": torch.nn.Parameter(torch.randn(2)),
+        "scalar": torch.tensor(2.5),
+        "empty": torch.zeros(0, 3),
+        "nested": {"list": [torch.ones(2), 3, "text"], "tuple": (1.5, torch.full((2,), 7))},
+    }
+    sd["row_of_w"] = sd["w"][1]
+    return sd
+
+
+def _same(out, ref) -> None:
+    if isinstance(ref, torch.Tensor):
+        assert isinstance(out, Tensor) and out.shape == tuple(ref.shape)
+        assert out.dtype.name == str(ref.dtype).removeprefix("torch."), (out.dtype, ref.dtype)
+        np.testing.assert_array_equal(out.float().numpy(), ref.detach().float().numpy())
+    elif isinstance(ref, dict):
+        assert set(out) == set(ref)
+        for k in ref:
+            _same(out[k], ref[k])
+    elif isinstance(ref, (list, tuple)):
+        assert type(out) is type(ref) and len(out) == len(ref)
+        for a, b in zip(out, ref):
+            _same(a, b)
+    else:
+        assert out == ref
+
+
+@pytest.mark.parametrize("zip_format", [True, False], ids=["zip", "legacy"])
+def test_torch_load_reads_torch_save_files(tmp_path: Path, zip_format: bool) -> None:
+    """tinygrad's torch_load: a torch.save file (the zip format, and the legacy one before torch 1.6) read without
+    torch, every dtype, view layout and container as torch.load gives it."""
+    path = tmp_path / "m.pt"
+    sd = _torch_files_state()
+    torch.save(sd, path, _use_new_zipfile_serialization=zip_format)
+    _same(torch_load(path), torch.load(path))
+    _same(torch_load(str(path)), sd)
+
+
+def test_torch_load_maps_the_zip_file_and_loads_a_model(tmp_path: Path) -> None:
+    path = tmp_path / "m.pt"
+    ref = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.Tanh(), torch.nn.Linear(7, 3))
+    torch.save(ref.state_dict(), path)
+    sd = torch_load(path)
+    buf = sd["0.weight"]._plain_buffer()
+    assert buf is not None and isinstance(buf._external, mmap.mmap)  # points into the file's pages, no copy
+    x = np.random.default_rng(0).standard_normal((4, 5)).astype(np.float32)
+    out = Tensor(x).linear(sd["0.weight"], sd["0.bias"]).tanh().linear(sd["2.weight"], sd["2.bias"])
+    np.testing.assert_allclose(out.numpy(), ref(torch.tensor(x)).detach().numpy(), rtol=1e-5, atol=1e-6)
+    sd["0.bias"].assign(sd["0.bias"] * 0).realize()  # copy-on-write: the file keeps its values
+    np.testing.assert_array_equal(torch.load(path)["0.bias"].numpy(), ref.state_dict()["0.bias"].numpy())
+
+
+def test_torch_load_refuses_what_is_not_plain_data(tmp_path: Path) -> None:
+    path = tmp_path / "model.pt"
+    torch.save(torch.nn.Linear(2, 2), path)  # a whole module: unpickling it would run its class's code
+    with pytest.raises(LoadError, match="torch.nn.modules.linear.Linear"):
+        torch_load(path)
+    (tmp_path / "junk.pt").write_bytes(b"not a torch file")
+    with pytest.raises(LoadError, match="not a torch.save file"):
+        torch_load(tmp_path / "junk.pt")
