@@ -309,8 +309,17 @@ class RMSNorm:
     """x / sqrt(mean(x^2) + eps) * weight over the trailing `normalized_shape` dims; eps=None is the dtype's epsilon."""
 
     def __init__(
-        self, normalized_shape: int | Sequence[int], eps: float | None = None, elementwise_affine: bool = True
+        self,
+        normalized_shape: int | Sequence[int] | None = None,
+        eps: float | None = None,
+        elementwise_affine: bool = True,
+        *,
+        dim: int | None = None,
     ):
+        """torch's normalized_shape, or tinygrad's dim as a keyword."""
+        normalized_shape = dim if normalized_shape is None else normalized_shape
+        if normalized_shape is None:
+            raise TypeError("RMSNorm needs normalized_shape (tinygrad: dim)")
         self.normalized_shape = make_tuple(normalized_shape, 1)
         self.eps = eps
         self.weight = _own_buffer(Tensor.ones(self.normalized_shape), True) if elementwise_affine else None
@@ -345,7 +354,19 @@ class LSTMCell:
 
 
 class Embedding:
-    def __init__(self, num_embeddings: int, embedding_dim: int):
+    def __init__(
+        self,
+        num_embeddings: int | None = None,
+        embedding_dim: int | None = None,
+        *,
+        vocab_size: int | None = None,
+        embed_size: int | None = None,
+    ):
+        """torch's names, or tinygrad's (vocab_size, embed_size) as keywords."""
+        num_embeddings = vocab_size if num_embeddings is None else num_embeddings
+        embedding_dim = embed_size if embedding_dim is None else embedding_dim
+        if num_embeddings is None or embedding_dim is None:
+            raise TypeError("Embedding needs num_embeddings and embedding_dim (tinygrad: vocab_size and embed_size)")
         self.num_embeddings = num_embeddings
         self.weight = _own_buffer(Tensor.randn(num_embeddings, embedding_dim), requires_grad=True)
 

@@ -52,8 +52,11 @@ class LoadError(ValueError):
 # *** walking objects for tensors ***
 
 
-def get_state_dict(obj: Any, prefix: str = "") -> dict[str, Tensor]:
-    """Every Tensor reachable from obj through attributes, lists, tuples and dicts, by dotted path ("fc.0.weight")."""
+def get_state_dict(obj: Any, prefix: str = "", tensor_type: type = Tensor) -> dict[str, Tensor]:
+    """Every Tensor reachable from obj through attributes, lists, tuples and dicts, by dotted path ("fc.0.weight").
+    tensor_type (tinygrad's) must be Tensor: the walk finds tensors only."""
+    if tensor_type is not Tensor:
+        raise TypeError(f"get_state_dict finds Tensors, not {tensor_type.__name__}")
     out: dict[str, Tensor] = {}
     _walk(obj, prefix, out, set())
     return out

@@ -123,3 +123,19 @@ def test_conv2d_same_padding() -> None:
         nn.Conv2d(1, 1, 3, padding="full")
     with pytest.raises(ValueError):
         torch.nn.Conv2d(1, 1, 3, stride=2, padding="same")
+
+
+def test_tinygrads_keyword_names_for_embedding_and_rmsnorm() -> None:
+    emb = nn.Embedding(vocab_size=7, embed_size=3)
+    assert emb.weight.shape == (7, 3) and nn.Embedding(num_embeddings=7, embedding_dim=3).weight.shape == (7, 3)
+    idx = Tensor([[0, 6], [3, 3]])
+    np.testing.assert_array_equal(emb(idx).numpy(), emb.weight.numpy()[idx.numpy()])
+    norm, ref = nn.RMSNorm(dim=5, eps=1e-6), torch.nn.RMSNorm(5, eps=1e-6)
+    compare_layer(norm, ref, (2, 3, 5), atol=1e-5)
+    with pytest.raises(TypeError):
+        nn.Embedding(vocab_size=7)
+    with pytest.raises(TypeError):
+        nn.RMSNorm()
+    with pytest.raises(TypeError):
+        get_state_dict(emb, tensor_type=dict)
+    assert list(get_state_dict(emb, tensor_type=Tensor)) == ["weight"]
