@@ -1947,9 +1947,9 @@ class Tensor(metaclass=_TensorType):
     def schedule(self, *lst: Tensor) -> list:
         return self.schedule_with_vars(*lst)[0]
 
-    def realize(self, *lst: Tensor) -> Tensor:
+    def realize(self, *lst: Tensor, do_update_stats: bool = True) -> Tensor:
         """Compute this tensor (and those in `lst`, in the same schedule) into memory.
-        `Tensor.realize(a, b)` works too."""
+        `Tensor.realize(a, b)` works too. (do_update_stats: tinygrad's; GlobalCounters always count.)"""
         with _realize_lock:
             if lst or not _realize_cached(self):
                 # (the collector held off: a step's realize frees the last step's graph, see cycles_held_off)
@@ -2103,17 +2103,17 @@ class Tensor(metaclass=_TensorType):
         """`value` in this tensor's shape, dtype and device (tinygrad's name; full_like without a dtype to pick)."""
         return self.full_like(value)
 
-    def full_like(self, fill_value: Any, dtype: DType | str | None = None) -> Tensor:
-        return Tensor.full(self.shape, fill_value, dtype=dtype or self.dtype, device=self.device)
+    def full_like(self, fill_value: Any, dtype: DType | str | None = None, *, device: str | None = None) -> Tensor:
+        return Tensor.full(self.shape, fill_value, dtype=dtype or self.dtype, device=device or self.device)
 
-    def zeros_like(self, dtype: DType | str | None = None) -> Tensor:
-        return self.full_like(0, dtype)
+    def zeros_like(self, dtype: DType | str | None = None, *, device: str | None = None) -> Tensor:
+        return self.full_like(0, dtype, device=device)
 
-    def ones_like(self, dtype: DType | str | None = None) -> Tensor:
-        return self.full_like(1, dtype)
+    def ones_like(self, dtype: DType | str | None = None, *, device: str | None = None) -> Tensor:
+        return self.full_like(1, dtype, device=device)
 
-    def empty_like(self, dtype: DType | str | None = None) -> Tensor:
-        return Tensor.empty(self.shape, dtype=dtype or self.dtype, device=self.device)
+    def empty_like(self, dtype: DType | str | None = None, *, device: str | None = None) -> Tensor:
+        return Tensor.empty(self.shape, dtype=dtype or self.dtype, device=device or self.device)
 
     @staticmethod
     def _iota(n: int, device: str | None = None) -> Tensor:
@@ -2211,8 +2211,10 @@ class Tensor(metaclass=_TensorType):
         return y0.cat(y1)[:n]
 
     @staticmethod
-    def rand(*shape: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
-        """Uniform in [0, 1)."""
+    def rand(
+        *shape: Any, dtype: DType | str | None = None, device: str | None = None, contiguous: bool = True
+    ) -> Tensor:
+        """Uniform in [0, 1). (contiguous: tinygrad's; the values are the same either way.)"""
         shape_ = Tensor._shape_arg(shape)
         dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
         if not dtypes.is_float(dt):
@@ -2333,11 +2335,11 @@ class Tensor(metaclass=_TensorType):
         idx = idx.cast(dtypes.default_int)
         return idx if self.ndim == 2 else idx.squeeze(0)
 
-    def rand_like(self, dtype: DType | str | None = None) -> Tensor:
-        return Tensor.rand(self.shape, dtype=dtype or self.dtype, device=self.device)
+    def rand_like(self, dtype: DType | str | None = None, *, device: str | None = None) -> Tensor:
+        return Tensor.rand(self.shape, dtype=dtype or self.dtype, device=device or self.device)
 
-    def randn_like(self, dtype: DType | str | None = None) -> Tensor:
-        return Tensor.randn(self.shape, dtype=dtype or self.dtype, device=self.device)
+    def randn_like(self, dtype: DType | str | None = None, *, device: str | None = None) -> Tensor:
+        return Tensor.randn(self.shape, dtype=dtype or self.dtype, device=device or self.device)
 
     # *** movement: views, never copies ***
 
@@ -3153,9 +3155,12 @@ class Tensor(metaclass=_TensorType):
         return x.reshape([prod(dims[n] for n in g) for g in rhs])
 
     @staticmethod
-    def einsum(formula: str, *operands: Tensor | Sequence[Tensor]) -> Tensor:
-        """Einstein summation: 'ij,jk->ik', implicit output (letters used once, sorted), '...' and repeated letters."""
+    def einsum(formula: str, *operands: Tensor | Sequence[Tensor], dtype: DType | str | None = None) -> Tensor:
+        """Einstein summation: 'ij,jk->ik', implicit output (letters used once, sorted), '...' and repeated letters.
+        dtype (tinygrad's): computed in that dtype (the operands are cast to it)."""
         ops = list(operands[0]) if len(operands) == 1 and isinstance(operands[0], (list, tuple)) else list(operands)
+        if dtype is not None:
+            ops = [t.cast(dtype) for t in ops]
         formula = formula.replace(" ", "")
         lhs, arrow, rhs = formula.partition("->")
         specs = lhs.split(",")
@@ -3337,7 +3342,10 @@ class Tensor(metaclass=_TensorType):
     def argsort(self, dim: int = -1, descending: bool = False, *, stable: bool = True) -> Tensor:
         return self.sort(dim, descending)[1]
 
-    def topk(self, k: int, dim: int = -1, largest: bool = True, sorted: bool = True) -> tuple[Tensor, Tensor]:
+    def topk(
+        self, k: int, dim: int = -1, largest: bool = True, sorted: bool = True, *, sorted_: bool | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """(values, indices) of the k largest (smallest) along dim; always sorted (`sorted_` is tinygrad's name)."""
         d = _dim(dim, self.ndim)
         n = self.shape[d] if self.ndim else 1
         if not 0 <= k <= n:
@@ -3381,9 +3389,8 @@ class Tensor(metaclass=_TensorType):
     def celu(self, alpha: float = 1.0) -> Tensor:
         return (self / alpha).elu() * alpha
 
-    def selu(self) -> Tensor:
-        alpha, scale = 1.6732632423543772, 1.0507009873554805
-        return scale * self.elu(alpha)
+    def selu(self, alpha: float = 1.6732632423543772, gamma: float = 1.0507009873554805) -> Tensor:
+        return gamma * self.elu(alpha)
 
     def quick_gelu(self) -> Tensor:
         return self * (self * 1.702).sigmoid()
@@ -3391,8 +3398,12 @@ class Tensor(metaclass=_TensorType):
     def mish(self) -> Tensor:
         return self * self.softplus().tanh()
 
-    def hardsigmoid(self) -> Tensor:
-        return (self + 3).relu6() / 6
+    def hardsigmoid(self, alpha: float = 1 / 6, beta: float = 0.5) -> Tensor:
+        """clip(alpha * x + beta, 0, 1); tinygrad's alpha and beta, torch's (1/6, 1/2) by default."""
+        if alpha == 1 / 6 and beta == 0.5:
+            return (self + 3).relu6() / 6
+        y = alpha * self + beta
+        return y.relu() - (y - 1).relu()
 
     def hardswish(self) -> Tensor:
         return self * (self + 3).relu6() / 6
@@ -3672,7 +3683,7 @@ class Tensor(metaclass=_TensorType):
         maximum."""
         k_, s_, d_, _, pads = self._pool_setup(kernel_size, stride, padding, dilation, ceil_mode)
         nk, kn = len(k_), prod(k_)
-        values = self.max_pool2d(kernel_size, stride, padding, dilation, ceil_mode)
+        values = self.max_pool2d(kernel_size, stride, padding=padding, dilation=dilation, ceil_mode=ceil_mode)
         fill = -math.inf if dtypes.is_float(self.dtype) else dtypes.min(self.dtype)
         windows = self._spatial_pad(pads, value=fill)._pool(k_, s_, d_).flatten(-nk)
         plane = self.shape[-nk:]
@@ -3968,14 +3979,14 @@ class Tensor(metaclass=_TensorType):
             raise _unsupported(name or names[op], a, hint)
         return a._alu(op, b)
 
-    def bitwise_and(self, x: Any) -> Tensor:
-        return self._bitwise(Ops.AND, x)
+    def bitwise_and(self, x: Any, reverse: bool = False) -> Tensor:
+        return self._bitwise(Ops.AND, x, reverse)
 
-    def bitwise_or(self, x: Any) -> Tensor:
-        return self._bitwise(Ops.OR, x)
+    def bitwise_or(self, x: Any, reverse: bool = False) -> Tensor:
+        return self._bitwise(Ops.OR, x, reverse)
 
-    def bitwise_xor(self, x: Any) -> Tensor:
-        return self._bitwise(Ops.XOR, x)
+    def bitwise_xor(self, x: Any, reverse: bool = False) -> Tensor:
+        return self._bitwise(Ops.XOR, x, reverse)
 
     def bitwise_not(self) -> Tensor:
         if self.dtype == dtypes.bool:
@@ -3983,11 +3994,11 @@ class Tensor(metaclass=_TensorType):
         ones = -1 if not dtypes.is_unsigned(self.dtype) else dtypes.max(self.dtype)
         return self._bitwise(Ops.XOR, ones, name="bitwise_not (~)")
 
-    def lshift(self, x: int) -> Tensor:
-        return self._bitwise(Ops.SHL, x)
+    def lshift(self, x: int, reverse: bool = False) -> Tensor:
+        return self._bitwise(Ops.SHL, x, reverse)
 
-    def rshift(self, x: int) -> Tensor:
-        return self._bitwise(Ops.SHR, x)
+    def rshift(self, x: int, reverse: bool = False) -> Tensor:
+        return self._bitwise(Ops.SHR, x, reverse)
 
     def bitwise_left_shift(self, other: Any) -> Tensor:
         """torch's name for <<: shifts of the dtype's width or more give 0, as torch's."""
@@ -4023,6 +4034,12 @@ class Tensor(metaclass=_TensorType):
 
     def __rshift__(self, x: int) -> Tensor:
         return self.rshift(x)
+
+    def __rlshift__(self, x: int) -> Tensor:
+        return self._bitwise(Ops.SHL, x, True)
+
+    def __rrshift__(self, x: int) -> Tensor:
+        return self._bitwise(Ops.SHR, x, True)
 
     # arithmetic operators; the three most used are their methods themselves (a Python frame less on every one)
     __add__ = add
@@ -4072,6 +4089,9 @@ class Tensor(metaclass=_TensorType):
 
     def __matmul__(self, x: Tensor) -> Tensor:
         return self.matmul(x)
+
+    def __rmatmul__(self, x: Any) -> Tensor:
+        return Tensor(x, device=self.device).matmul(self)
 
     # in place, as torch and tinygrad: `x += y` writes into x's memory (through a view into what it shows)
     def _inplace(self, result: Tensor) -> Tensor:
@@ -4642,8 +4662,11 @@ class Tensor(metaclass=_TensorType):
         return w.dot(self, dtype) if reverse else self.dot(w, dtype)
 
     @_replayed
-    def linear(self, weight: Tensor, bias: Tensor | None = None) -> Tensor:
-        """x @ weight.T + bias, with weight (out_features, in_features) as in torch."""
+    def linear(self, weight: Tensor, bias: Tensor | None = None, dtype: DType | str | None = None) -> Tensor:
+        """x @ weight.T + bias, with weight (out_features, in_features) as in torch. dtype (tinygrad's): computed
+        in that dtype (the inputs are cast to it)."""
+        if dtype is not None:
+            return self.cast(dtype).linear(weight.cast(dtype), None if bias is None else bias.cast(dtype))
         if weight.ndim not in (1, 2) or self.ndim == 0 or self.shape[-1] != weight.shape[-1]:
             raise ArgumentError(
                 f"linear: input shape {self.shape} does not match weight shape {weight.shape} "
@@ -4731,12 +4754,19 @@ class Tensor(metaclass=_TensorType):
         self,
         weight: Tensor,
         bias: Tensor | None = None,
-        stride: int | Sequence[int] = 1,
-        padding: int | Sequence[int] | str = 0,
-        dilation: int | Sequence[int] = 1,
         groups: int = 1,
+        stride: int | Sequence[int] = 1,
+        dilation: int | Sequence[int] = 1,
+        padding: int | Sequence[int] | str = 0,
+        dtype: DType | str | None = None,
     ) -> Tensor:
-        """Convolution over any number of spatial dims: input (N, Cin, *spatial), weight (Cout, Cin/groups, *kernel)."""
+        """Convolution over any number of spatial dims: input (N, Cin, *spatial), weight (Cout, Cin/groups, *kernel).
+        Positional arguments in tinygrad's order (groups, stride, dilation, padding: tinygrad's nn.Conv2d passes them
+        so; torch has no Tensor.conv2d, and F.conv2d's order is stride, padding, dilation, groups): by name they are
+        the same. dtype (tinygrad's): computed in that dtype (the inputs are cast to it)."""
+        if dtype is not None:
+            b = None if bias is None else bias.cast(dtype)
+            return self.cast(dtype).conv2d(weight.cast(dtype), b, groups, stride, dilation, padding)
         if self.ndim < 3 or weight.ndim != self.ndim:
             raise ArgumentError(
                 f"conv: input shape {self.shape} and weight shape {weight.shape} must both be "
@@ -4812,13 +4842,14 @@ class Tensor(metaclass=_TensorType):
         self,
         weight: Tensor,
         bias: Tensor | None = None,
+        groups: int = 1,
         stride: int | Sequence[int] = 1,
+        dilation: int | Sequence[int] = 1,
         padding: int | Sequence[int] = 0,
         output_padding: int | Sequence[int] = 0,
-        dilation: int | Sequence[int] = 1,
-        groups: int = 1,
     ) -> Tensor:
-        """Transposed convolution, weight (Cin, Cout/groups, *kernel): a stride-1 conv of the zero-stuffed input."""
+        """Transposed convolution, weight (Cin, Cout/groups, *kernel): a stride-1 conv of the zero-stuffed input.
+        Positional arguments in tinygrad's order, as conv2d's."""
         if self.ndim < 3 or weight.ndim != self.ndim:
             raise ArgumentError(
                 f"conv_transpose: input shape {self.shape} and weight shape {weight.shape} must both be "
@@ -4889,12 +4920,14 @@ class Tensor(metaclass=_TensorType):
         self,
         kernel_size: int | Sequence[int] = (2, 2),
         stride: int | Sequence[int] | None = None,
-        padding: int | Sequence[int] = 0,
         dilation: int | Sequence[int] = 1,
+        padding: int | Sequence[int] = 0,
         ceil_mode: bool = False,
         return_indices: bool = False,
     ) -> Any:
-        """With return_indices, also the flat index (default int) of each maximum within its input plane."""
+        """With return_indices, also the flat index (default int) of each maximum within its input plane.
+        Positional arguments in tinygrad's order (dilation before padding; torch's F.max_pool2d has them the other
+        way round, and no Tensor method): by name they are the same."""
         if return_indices:
             return self.max_pool2d_with_indices(kernel_size, stride, padding, dilation, ceil_mode)
         k_, s_, d_, _, pads = self._pool_setup(kernel_size, stride, padding, dilation, ceil_mode)
@@ -4907,11 +4940,13 @@ class Tensor(metaclass=_TensorType):
         self,
         kernel_size: int | Sequence[int] = (2, 2),
         stride: int | Sequence[int] | None = None,
+        dilation: int | Sequence[int] = 1,
         padding: int | Sequence[int] = 0,
         ceil_mode: bool = False,
         count_include_pad: bool = True,
     ) -> Tensor:
-        k_, s_, d_, reg, pads = self._pool_setup(kernel_size, stride, padding, 1, ceil_mode)
+        """Positional arguments in tinygrad's order (dilation, which torch's F.avg_pool2d lacks, before padding)."""
+        k_, s_, d_, reg, pads = self._pool_setup(kernel_size, stride, padding, dilation, ceil_mode)
         axes = tuple(range(-len(k_), 0))
         total = self._spatial_pad(pads)._pool(k_, s_, d_).sum(axes)
         # the divisor counts the input, plus the regular padding if count_include_pad (never ceil_mode's extra)
@@ -4964,10 +4999,10 @@ class Tensor(metaclass=_TensorType):
         m = self - self.max(axis, keepdim=True).detach()
         return m - m.exp().sum(axis, keepdim=True).log()
 
-    def softmin(self, axis: int = -1, *, dim: Any = None) -> Tensor:
+    def softmin(self, axis: int = -1, dtype: DType | str | None = None, *, dim: Any = None) -> Tensor:
         if dim is not None:  # torch's name for the axis
             axis = dim
-        return (-self).softmax(axis)
+        return (-self).softmax(axis, dtype)
 
     @_rounds_once
     def logsumexp(self, axis: int | Sequence[int] | None = None, keepdim: bool = False, *, dim: Any = None) -> Tensor:

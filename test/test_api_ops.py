@@ -531,7 +531,12 @@ def test_avg_pool2d_modes_and_layernorm_axes_and_normalize():
         ln = F.layer_norm(x, (4, 5)) if is_torch(x) else x.layernorm((-2, -1))
         nrm = F.normalize if is_torch(x) else Tensor.normalize
         nm = (nrm(x, dim=1), nrm(x, p=1, dim=-1))
-        return (ap(x, 3, 2, 1, ceil_mode=True, count_include_pad=False), ap(x, 2, 3, 0, ceil_mode=True), ln, *nm)
+        return (
+            ap(x, 3, 2, padding=1, ceil_mode=True, count_include_pad=False),
+            ap(x, 2, 3, padding=0, ceil_mode=True),
+            ln,
+            *nm,
+        )
 
     check(fn, fn, [randn(2, 3, 4, 5)], atol=1e-5)
 

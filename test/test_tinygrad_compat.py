@@ -390,3 +390,61 @@ def test_matmul_reverse_and_dtype_and_nbytes_call() -> None:
     assert acc.tolist() == [[64 * 127 * 127] * 2] * 2
     t = Tensor.zeros(3, 5, dtype="float16")
     assert t.nbytes == t.nbytes() == 30 and isinstance(t.nbytes() + 1, int)
+
+
+def test_conv_and_pool_positional_arguments_in_tinygrads_order() -> None:
+    """Tensor.conv2d / conv_transpose2d / max_pool2d / avg_pool2d are tinygrad's methods (torch has them only as F
+    functions, in another order): positional arguments follow tinygrad, as its nn.Conv2d passes them."""
+    F = torch.nn.functional
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((2, 4, 9, 8)).astype(np.float32)
+    w = rng.standard_normal((6, 2, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(6).astype(np.float32)
+    tx, tw, tb = torch.tensor(x), torch.tensor(w), torch.tensor(b)
+    out = Tensor(x).conv2d(Tensor(w), Tensor(b), 2, 2, 1, 1)  # groups, stride, dilation, padding
+    ref = F.conv2d(tx, tw, tb, stride=2, padding=1, dilation=1, groups=2)
+    np.testing.assert_allclose(out.numpy(), ref.numpy(), rtol=1e-4, atol=1e-4)
+    out = Tensor(x).conv2d(Tensor(w), None, 2, 1, 2, 2, "float64")  # dtype: computed in float64
+    assert out.dtype.name == "float64"
+    np.testing.assert_allclose(out.numpy(), F.conv2d(tx.double(), tw.double(), None, 1, 2, 2, 2).numpy(), rtol=1e-9)
+    wt = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    out = Tensor(x).conv_transpose2d(Tensor(wt), None, 2, 2, 1, 1, 1)  # groups, stride, dilation, padding, out pad
+    ref = F.conv_transpose2d(tx, torch.tensor(wt), None, stride=2, padding=1, output_padding=1, groups=2, dilation=1)
+    np.testing.assert_allclose(out.numpy(), ref.numpy(), rtol=1e-4, atol=1e-4)
+    out = Tensor(x).max_pool2d((3, 2), 2, 2, 1)  # kernel, stride, dilation, padding
+    np.testing.assert_array_equal(out.numpy(), F.max_pool2d(tx, (3, 2), 2, padding=1, dilation=2).numpy())
+    out = Tensor(x).avg_pool2d((2, 2), 1, 1, 1, False, False)  # kernel, stride, dilation, padding, ceil, count_pad
+    ref = F.avg_pool2d(tx, (2, 2), 1, padding=1, ceil_mode=False, count_include_pad=False)
+    np.testing.assert_allclose(out.numpy(), ref.numpy(), rtol=1e-5, atol=1e-6)
+    # by name, the same as torch's F functions
+    out = Tensor(x).conv2d(Tensor(w), Tensor(b), stride=2, padding=1, groups=2)
+    np.testing.assert_allclose(
+        out.numpy(), F.conv2d(tx, tw, tb, stride=2, padding=1, groups=2).numpy(), rtol=1e-4, atol=1e-4
+    )
+
+
+def test_tinygrads_extra_arguments() -> None:
+    rng = np.random.default_rng(12)
+    a = rng.standard_normal((3, 4)).astype(np.float32)
+    t, ta = Tensor(a), torch.tensor(a)
+    np.testing.assert_allclose(t.hardsigmoid().numpy(), torch.nn.functional.hardsigmoid(ta).numpy(), atol=1e-6)
+    np.testing.assert_allclose(t.hardsigmoid(0.2, 0.4).numpy(), np.clip(0.2 * a + 0.4, 0, 1), atol=1e-6)
+    np.testing.assert_allclose(t.selu().numpy(), torch.selu(ta).numpy(), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(t.selu(1.0, 2.0).numpy(), 2 * torch.nn.functional.elu(ta).numpy(), rtol=1e-6)
+    np.testing.assert_allclose((a.T.tolist() @ t).numpy(), a.T @ a, rtol=1e-5, atol=1e-5)  # __rmatmul__
+    n = Tensor([1, 2, 3])
+    assert (2 << n).tolist() == [4, 8, 16] and (64 >> n).tolist() == [32, 16, 8]
+    assert n.lshift(1, reverse=True).tolist() == [2, 4, 8] and n.bitwise_and(6, reverse=True).tolist() == [0, 2, 2]
+    assert t.zeros_like(device="CPU").device == "CPU" and t.full_like(2, device="CPU").tolist() == [[2.0] * 4] * 3
+    values, indices = t.topk(2, sorted_=True)
+    tv, ti = ta.topk(2)
+    np.testing.assert_array_equal(values.numpy(), tv.numpy())
+    np.testing.assert_array_equal(indices.numpy(), ti.numpy())
+    half = Tensor(a.astype(np.float16))
+    out = Tensor.einsum("ij,kj->ik", half, half, dtype="float32")
+    assert out.dtype.name == "float32"
+    h = a.astype(np.float16).astype(np.float32)
+    np.testing.assert_allclose(out.numpy(), h @ h.T, rtol=1e-5, atol=1e-5)
+    out = half.linear(half, dtype="float32")
+    np.testing.assert_allclose(out.numpy(), h @ h.T, rtol=1e-5, atol=1e-5)
+    assert t.realize(do_update_stats=False) is t and Tensor.rand(3, contiguous=False).shape == (3,)
