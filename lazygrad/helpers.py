@@ -495,3 +495,286 @@ def timed(label: str) -> Iterator[None]:
     yield
     if DEBUG >= 1:
         print(f"{label}: {(time.perf_counter() - st) * 1e3:.2f} ms")
+
+
+# *** tinygrad's helpers that its programs import (from tinygrad.helpers import Timing, trange, fetch, ...) ***
+
+
+class Timing(contextlib.ContextDecorator):
+    """Prints how long the block took: `with Timing("step "): ...` -> "step   12.34 ms" (plus on_exit(ns)'s text)."""
+
+    def __init__(self, prefix: str = "", on_exit: Callable[[int], str] | None = None, enabled: bool = True) -> None:
+        self.prefix, self.on_exit, self.enabled = prefix, on_exit, enabled
+
+    def __enter__(self) -> Timing:
+        import time
+
+        self.st = time.perf_counter_ns()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        import time
+
+        self.et = time.perf_counter_ns() - self.st
+        if self.enabled:
+            print(f"{self.prefix}{self.et * 1e-6:6.2f} ms" + (self.on_exit(self.et) if self.on_exit else ""))
+
+
+class Profiling(contextlib.ContextDecorator):
+    """cProfile over the block; prints the top `frac` of the functions sorted by `sort` (or writes the stats to fn)."""
+
+    def __init__(self, enabled: bool = True, sort: str = "cumtime", frac: float = 0.2, fn: str | None = None) -> None:
+        self.enabled, self.sort, self.frac, self.fn = enabled, sort, frac, fn
+
+    def __enter__(self) -> Profiling:
+        import cProfile
+
+        self.pr = cProfile.Profile()
+        if self.enabled:
+            self.pr.enable()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if not self.enabled:
+            return
+        import pstats
+
+        self.pr.disable()
+        if self.fn:
+            self.pr.dump_stats(self.fn)
+        pstats.Stats(self.pr).strip_dirs().sort_stats(self.sort).print_stats(self.frac)
+
+
+class tqdm:  # noqa: N801  (tinygrad's and tqdm's name)
+    """A progress bar on stderr for an iterable or a count (`update(n)`), with rate and time left: tinygrad's tqdm,
+    so that programs written for it run without the tqdm package."""
+
+    def __init__(
+        self,
+        iterable: Iterable | None = None,
+        desc: str = "",
+        disable: bool = False,
+        unit: str = "it",
+        unit_scale: bool = False,
+        total: int | None = None,
+        rate: int = 100,
+    ) -> None:
+        import time
+
+        self.iterable, self.disable, self.unit, self.unit_scale, self.rate = iterable, disable, unit, unit_scale, rate
+        if total is None and iterable is not None:
+            total = len(iterable) if hasattr(iterable, "__len__") else None  # type: ignore[arg-type]
+        self.total, self.desc, self.n, self.st = total, desc, 0, time.perf_counter()
+        self.last_print, self.skip = 0.0, 1
+        self.set_description(desc)
+
+    def set_description(self, desc: str) -> None:
+        self.desc = f"{desc}: " if desc else ""
+        self._print(force=False)
+
+    def __iter__(self) -> Iterator:
+        if self.iterable is None:
+            raise TypeError("tqdm without an iterable is updated by update(n), not iterated")
+        for item in self.iterable:
+            yield item
+            self.update(1)
+        self.close()
+
+    def __enter__(self) -> tqdm:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def update(self, n: int = 1, close: bool = False) -> None:
+        self.n += n
+        self._print(force=close)
+
+    def close(self) -> None:
+        self._print(force=True)
+        if not self.disable:
+            print(file=sys.stderr)
+
+    def _print(self, force: bool) -> None:
+        import time
+
+        now = time.perf_counter()
+        if self.disable or (not force and now - self.last_print < 1 / self.rate):
+            return
+        self.last_print, elapsed = now, now - self.st
+        speed = self.n / elapsed if elapsed > 0 else 0.0
+
+        def scaled(x: float) -> str:
+            if not self.unit_scale:
+                return f"{x:.0f}" if float(x).is_integer() else f"{x:.2f}"
+            for prefix in ("", "k", "M", "G", "T"):
+                if abs(x) < 1000:
+                    return f"{x:.0f}" if not prefix else f"{x:.2f}".rstrip("0").rstrip(".") + prefix
+                x /= 1000
+            return f"{x:.2f}P"
+
+        if self.total:
+            frac = min(self.n / self.total, 1.0)
+            left = max(self.total - self.n, 0) / speed if speed > 0 else 0.0
+            bar = "█" * int(frac * 20) + " " * (20 - int(frac * 20))
+            text = f"\r{self.desc}{frac * 100:3.0f}%|{bar}| {scaled(self.n)}/{scaled(self.total)} "
+            text += f"[{time_to_str(elapsed, 0)}<{time_to_str(left, 0)}, {scaled(speed)}{self.unit}/s]"
+        else:
+            text = f"\r{self.desc}{scaled(self.n)}{self.unit} [{time_to_str(elapsed, 0)}, {scaled(speed)}{self.unit}/s]"
+        print(text, end="", file=sys.stderr, flush=True)
+
+
+def trange(n: int, **kwargs: Any) -> tqdm:
+    """tqdm(range(n))."""
+    return tqdm(range(n), total=n, **kwargs)
+
+
+def time_to_str(t: float, w: int = 8) -> str:
+    """Seconds in the unit that reads best (s above 10 s, ms above 10 ms, else us), right-aligned in w characters."""
+    for scale, unit in ((1, "s"), (1e3, "ms")):
+        if t * scale > 10:
+            return f"{t * scale:{w}.2f}{unit}"
+    return f"{t * 1e6:{w}.2f}us"
+
+
+def fetch(
+    url: str,
+    name: str | pathlib.Path | None = None,
+    subdir: str | None = None,
+    gunzip: bool = False,
+    allow_caching: bool = not getenv("DISABLE_HTTP_CACHE"),
+) -> pathlib.Path:
+    """The file at `url` downloaded once into the cache directory (`$XDG_CACHE_HOME/lazygrad/downloads`, named
+    `name` or the URL's hash, in `subdir`), gunzipped if asked; its path. A local path is returned as it is."""
+    import gzip
+    import shutil
+    import urllib.request
+
+    if url.startswith(("/", ".")):
+        return pathlib.Path(url)
+    if name is not None and (isinstance(name, pathlib.Path) or "/" in str(name)):
+        fp = pathlib.Path(name)
+    else:
+        fp = _cache_dir / "downloads" / (subdir or "") / (name or hashlib.md5(url.encode() + bytes(gunzip)).hexdigest())
+    if fp.is_file() and allow_caching:
+        return fp
+    fp.parent.mkdir(parents=True, exist_ok=True)
+    with urllib.request.urlopen(url, timeout=30) as r:
+        if getattr(r, "status", None) not in (None, 200):  # (a file:// response has no status)
+            raise OSError(f"fetch {url}: status {r.status}")
+        tmp = fp.with_name(fp.name + f".{os.getpid()}.{threading.get_ident()}.part")
+        with open(tmp, "wb") as f:
+            shutil.copyfileobj(gzip.GzipFile(fileobj=r) if gunzip else r, f)
+    os.replace(tmp, fp)  # whole or not at all: another process may be reading the cache
+    return fp
+
+
+def fully_flatten(xs: Any) -> list:
+    """Nested lists and tuples (and anything with a tolist) as one flat list."""
+    if hasattr(xs, "tolist") and not isinstance(xs, (list, tuple)):
+        xs = xs.tolist()
+    if not isinstance(xs, (list, tuple)):
+        return [xs]
+    return [y for x in xs for y in fully_flatten(x)]
+
+
+def get_child(obj: Any, key: str) -> Any:
+    """obj's member at a dotted path: "layers.0.weight" (numbers index, dicts by key, the rest by attribute)."""
+    for k in key.split("."):
+        obj = obj[int(k)] if k.isnumeric() else obj[k] if isinstance(obj, dict) else getattr(obj, k)
+    return obj
+
+
+def pluralize(word: str, count: int) -> str:
+    return f"{count} {word}" + ("" if count == 1 else "s")
+
+
+def strip_parens(s: str) -> str:
+    """s without one pair of parentheses around all of it."""
+    if not (s.startswith("(") and s.endswith(")")):
+        return s
+    depth = 0
+    for i, c in enumerate(s):
+        depth += (c == "(") - (c == ")")
+        if depth == 0 and i != len(s) - 1:
+            return s  # the first "(" closes before the end: "(a)+(b)"
+    return s[1:-1]
+
+
+def word_wrap(x: str, wrap: int = 80) -> str:
+    """Each line cut into pieces of at most `wrap` visible characters (color codes do not count)."""
+    lines = x.splitlines()
+    if len(lines) > 1:
+        return "\n".join(word_wrap(line, wrap) for line in lines)
+    out, i = "", 0
+    while ansilen(x) > wrap:
+        # the cut point: `wrap` visible characters in
+        i, seen = 0, 0
+        while seen < wrap and i < len(x):
+            if x[i] == "\x1b" and (end := x.find("m", i)) != -1:
+                i = end + 1
+                continue
+            i, seen = i + 1, seen + 1
+        out, x = out + x[:i] + "\n", x[i:]
+    return out + x
+
+
+def to_mv(ptr: int, size: int) -> memoryview:
+    """`size` bytes at address `ptr` as a writable memoryview."""
+    return memoryview((ctypes.c_uint8 * size).from_address(ptr)).cast("B")
+
+
+def from_mv(mv: memoryview, to_type: Any = ctypes.c_char) -> Any:
+    """A ctypes array of to_type over a writable memoryview's bytes."""
+    return ctypes.cast(ctypes.addressof(to_type.from_buffer(mv)), ctypes.POINTER(to_type * len(mv))).contents
+
+
+def i2u(bits: int, value: int) -> int:
+    """A signed value as the unsigned integer of `bits` bits with the same bits."""
+    return value if value >= 0 else (1 << bits) + value
+
+
+def getbits(value: int, start: int, end: int) -> int:
+    """Bits start..end (inclusive) of value."""
+    return (value >> start) & ((1 << (end - start + 1)) - 1)
+
+
+def lo32(x: int) -> int:
+    return x & 0xFFFFFFFF
+
+
+def hi32(x: int) -> int:
+    return x >> 32
+
+
+def data64(x: int) -> tuple[int, int]:
+    """A 64-bit value as (high, low) 32-bit halves."""
+    return (hi32(x), lo32(x))
+
+
+def data64_le(x: int) -> tuple[int, int]:
+    """A 64-bit value as (low, high) 32-bit halves."""
+    return (lo32(x), hi32(x))
+
+
+def cdiv(x: int, y: int) -> int:
+    """C's integer division (towards zero); 0 when y is 0."""
+    return abs(x) // abs(y) * (1, -1)[x * y < 0] if y != 0 else 0
+
+
+def cmod(x: int, y: int) -> int:
+    """C's remainder (the dividend's sign)."""
+    return x - cdiv(x, y) * y
+
+
+def diskcache(func: Callable[..., T]) -> Callable[..., T]:
+    """func's results kept in the disk cache (CACHELEVEL), keyed by its name and arguments."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> T:
+        key = (func.__module__, func.__qualname__, args, tuple(sorted(kwargs.items())))
+        if (hit := diskcache_get("diskcache", key)) is not None:
+            return hit
+        return diskcache_put("diskcache", key, func(*args, **kwargs))
+
+    return wrapper

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import gzip
+import os
 import random
 
+from lazygrad.helpers import fetch
 from lazygrad.tensor import Tensor
 
 
@@ -28,3 +31,29 @@ def digits(test_fraction: float = 0.2, seed: int = 0) -> tuple[Tensor, Tensor, T
     # the images hold integers 0..16
     X_train, X_test = (Tensor(images[idx].reshape(len(idx), 1, 8, 8)) / 16.0 for idx in (train, test))
     return X_train.realize(), Tensor(labels[train]), X_test.realize(), Tensor(labels[test])
+
+
+# where mnist() downloads from (tinygrad's locations); MNIST_URL / FASHION_MNIST_URL point it elsewhere (a mirror or
+# a file:// directory holding the same four files)
+MNIST_URL = "https://storage.googleapis.com/cvdf-datasets/mnist/"
+FASHION_MNIST_URL = "http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/"
+
+
+def _idx(url: str, header: int, shape: tuple[int, ...]) -> Tensor:
+    """The uint8 items of a gzipped IDX file (MNIST's format: a header, then the bytes), as (n, *shape)."""
+    data = gzip.decompress(fetch(url).read_bytes())
+    return Tensor(data[header:]).reshape(-1, *shape)
+
+
+def mnist(device: str | None = None, fashion: bool = False) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """MNIST (or Fashion-MNIST), downloaded once into the cache (helpers.fetch), as tinygrad's: X_train (60000, 1,
+    28, 28) and X_test (10000, 1, 28, 28) uint8 pixels, Y_train and Y_test uint8 labels."""
+    base = os.getenv("FASHION_MNIST_URL", FASHION_MNIST_URL) if fashion else os.getenv("MNIST_URL", MNIST_URL)
+    base = base if base.endswith("/") else base + "/"
+    out = (
+        _idx(base + "train-images-idx3-ubyte.gz", 16, (1, 28, 28)),
+        _idx(base + "train-labels-idx1-ubyte.gz", 8, ()),
+        _idx(base + "t10k-images-idx3-ubyte.gz", 16, (1, 28, 28)),
+        _idx(base + "t10k-labels-idx1-ubyte.gz", 8, ()),
+    )
+    return tuple(t.to(device) if device is not None else t for t in out)  # type: ignore[return-value]

@@ -79,3 +79,33 @@ def test_own_progress_bar_without_tqdm(monkeypatch: pytest.MonkeyPatch, capsys: 
         bar.set_postfix_str(f"loss {i}")
     out = capsys.readouterr().out
     assert seen == [0, 1, 2, 3] and "4/4" in out and "loss 3" in out and out.endswith("\n")
+
+
+@pytest.mark.parametrize("fashion", [False, True])
+def test_mnist_reads_the_idx_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fashion: bool) -> None:
+    """tinygrad's nn.datasets.mnist over a directory of the four gzipped IDX files (a file:// URL: no network in
+    tests), with small made-up sets of the real layout."""
+    import gzip
+    import struct
+
+    from lazygrad import helpers
+
+    monkeypatch.setattr(helpers, "_cache_dir", tmp_path / "cache")
+    rng = np.random.default_rng(0)
+    sets = {}
+    for part, n in (("train", 5), ("t10k", 3)):
+        images, labels = rng.integers(0, 256, (n, 28, 28), dtype=np.uint8), rng.integers(0, 10, n, dtype=np.uint8)
+        (tmp_path / f"{part}-images-idx3-ubyte.gz").write_bytes(
+            gzip.compress(struct.pack(">IIII", 2051, n, 28, 28) + images.tobytes())
+        )
+        (tmp_path / f"{part}-labels-idx1-ubyte.gz").write_bytes(
+            gzip.compress(struct.pack(">II", 2049, n) + labels.tobytes())
+        )
+        sets[part] = (images, labels)
+    monkeypatch.setenv("FASHION_MNIST_URL" if fashion else "MNIST_URL", tmp_path.as_uri())
+    X_train, Y_train, X_test, Y_test = nn.datasets.mnist(fashion=fashion)
+    assert X_train.shape == (5, 1, 28, 28) and X_test.shape == (3, 1, 28, 28) and X_train.dtype == dtypes.uint8
+    np.testing.assert_array_equal(X_train.numpy()[:, 0], sets["train"][0])
+    np.testing.assert_array_equal(Y_train.numpy(), sets["train"][1])
+    np.testing.assert_array_equal(X_test.numpy()[:, 0], sets["t10k"][0])
+    np.testing.assert_array_equal(Y_test.numpy(), sets["t10k"][1])
