@@ -11,7 +11,6 @@ import operator
 import os
 import re
 import struct
-import sys
 import threading
 import warnings
 import weakref

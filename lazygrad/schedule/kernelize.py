@@ -33,9 +33,8 @@ import operator
 import threading
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, Callable, NamedTuple
-
 from sys import getrefcount as _getrefcount
+from typing import Any, Callable, NamedTuple
 from weakref import getweakrefcount as _getweakrefcount
 
 from lazygrad.device import Buffer, Device, buffers_made

@@ -8,10 +8,12 @@ import pytest
 import torch
 
 from lazygrad import Tensor, TinyJit
-from lazygrad.schedule import kernelize
 from lazygrad.helpers import FRAME_REFS_CHECKED
+from lazygrad.schedule import kernelize
 
-pytestmark = pytest.mark.skipif(not FRAME_REFS_CHECKED, reason="recycling is taken only where reference counts were checked")
+pytestmark = pytest.mark.skipif(
+    not FRAME_REFS_CHECKED, reason="recycling is taken only where reference counts were checked"
+)
 
 N = 16
 
