@@ -171,3 +171,17 @@ def test_threads_each_keeping_their_results():
     for t in threads:
         t.join(120)
     assert not errors
+
+
+def test_inputs_over_external_memory_are_never_written():
+    src = _inputs(11).copy()
+    x = Tensor.from_blob(src.ctypes.data, (N,))
+    b = Tensor(_inputs(12)).realize()
+    outs = []
+    for _ in range(3):
+        (x + b).realize()
+        outs.append((x + b).realize())
+        (x + b).realize()
+    np.testing.assert_array_equal(src, _inputs(11))
+    for out in outs:
+        np.testing.assert_array_equal(out.numpy(), _inputs(11) + _inputs(12))
