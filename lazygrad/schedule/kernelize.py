@@ -1121,9 +1121,9 @@ class _Template:
     def __post_init__(self) -> None:
         self.writes_in_place = any(target is not None for *_, target in self.stored)
         # a template of one new value and nothing else allocated (a lone realize's kernel): its (shape, size, device),
-        # and the stored node of an instance made before, kept for the next (output)
+        # and the stored nodes of instances made before, kept for the next (output), the oldest first
         self.lone: tuple[tuple[int, ...], int, str] | None = None
-        self.spare: UOp | None = None
+        self.spares: list[UOp] = []
         if len(self.stored) == 1 and not self.internal:
             _, shape, size, device, target = self.stored[0]
             if target is None and size is not None:
@@ -1162,35 +1162,42 @@ class _Template:
         return bufs, becomes
 
     def output(self, dtype: Any) -> tuple[Buffer, UOp]:
-        """A lone template's (`lone`) new value's buffer and stored node (UOp.buffer_view of it): the spare's, the
+        """A lone template's (`lone`) new value's buffer and stored node (UOp.buffer_view of it): a spare's, the
         stored node of an instance made before, where nothing but the template holds it or its buffer any more (the
-        tensor of `(a + b).realize()` in a loop died with its statement), else new ones, kept as the spare where they
-        are small (keep). A recycled pair costs no Buffer, node, allocation, free or death callbacks.
-        Nothing can read a buffer nobody holds: a tensor, a view, a lazy graph or schedule reading it, a JIT capture,
-        a gradient's origin all hold its node or the buffer, and registries that hold either weakly count as holders
-        too. Notes on either that are not of the node's structure (a write order, a gradient path, a memory's
-        stored-from) keep the pair as it is: only the notes in _VALUE_NOTES may be there. Under the realize lock
-        (cached_instance's caller): no thread can take a reference in between, having none to copy."""
-        spare = self.spare
-        # the counts: the template's reference, the local and getrefcount's argument; a BUFFER node's buffer is also
-        # its hash-cons key's (the cache holds the node itself weakly: one weak reference, its entry)
-        if spare is not None and spare.dtype is dtype and _getrefcount(spare) == 3 and _getweakrefcount(spare) == 1:
-            node = spare
-            if spare.op is _RESHAPE:
-                node = spare.src[0]  # (held by the reshape's sources, which are its key's too)
-                if _getrefcount(node) != 3 or _getweakrefcount(node) != 1 or not spare.__dict__.keys() <= _VALUE_NOTES:
-                    node = None
-            if node is not None and node.__dict__.keys() <= _VALUE_NOTES:
-                buf = node.arg
-                if (
-                    _getrefcount(buf) == 4
-                    and not _getweakrefcount(buf)
-                    and len(buf.__dict__) == _PLAIN_BUFFER
-                    and not buf.pending_write
-                ):
-                    buf.serial = buffers_made()  # made anew for a trace that tells the buffers it made (TinyJit)
-                    return buf, spare
-            self.spare = None  # (held, or noted since: let it go, with what its notes hold; keep takes the next)
+        tensor of `(a + b).realize()` in a loop died with its statement; `x = f(x).realize()` drops the result before
+        last), else new ones, kept as a spare where they are small (keep). A recycled pair costs no Buffer, node,
+        allocation, free or death callbacks. Nothing can read a buffer nobody holds: a tensor, a view, a lazy graph
+        or schedule reading it, a JIT capture, a gradient's origin all hold its node or the buffer, and registries
+        that hold either weakly count as holders too. A spare noted since with more than its structure and owner (a
+        write order, a gradient path, a memory's readers: _VALUE_NOTES) is let go, with what its notes hold. Under
+        the realize lock (cached_instance's caller): no thread can take a reference in between, having none to copy."""
+        spares = self.spares
+        i = 0
+        while i < len(spares):  # (no enumerate: its reused tuple holds the element, a count more)
+            spare = spares[i]
+            node = spare.src[0] if spare.op is _RESHAPE else spare
+            buf = node.arg
+            if (
+                spare.dtype is not dtype
+                or not spare.__dict__.keys() <= _VALUE_NOTES
+                or not node.__dict__.keys() <= _VALUE_NOTES
+                or len(buf.__dict__) != _PLAIN_BUFFER
+            ):
+                del spares[i]
+                continue
+            # the counts: the list's reference, the locals and getrefcount's argument; a reshape's node is also its
+            # sources' (its key's too); a buffer also the hash-cons key's of its node (the cache holds the node itself
+            # weakly: one weak reference, its entry)
+            if spare is node:
+                free = _getrefcount(spare) == 4 and _getweakrefcount(spare) == 1
+            else:
+                free = _getrefcount(spare) == 3 and _getweakrefcount(spare) == 1
+                free = free and _getrefcount(node) == 3 and _getweakrefcount(node) == 1
+            if free and _getrefcount(buf) == 4 and not _getweakrefcount(buf) and not buf.pending_write:
+                del spares[i]  # (keep takes it back as the newest)
+                buf.serial = buffers_made()  # made anew for a trace that tells the buffers it made (TinyJit)
+                return buf, spare
+            i += 1
         shape, size, device = self.lone  # type: ignore[misc]
         buf = Buffer(device, size, dtype, shape=shape)
         # (UOp.buffer_view inline: whether it reshapes is known)
@@ -1200,11 +1207,15 @@ class _Template:
         return buf, node
 
     def keep(self, node: UOp) -> None:
-        """Keep the stored node an instance's output() gave as the spare for the next instance, where the realize
-        noted nothing on it but its owner (kept, it keeps alive what its notes hold until the next instance: a
-        gradient path's graph) and it is small."""
+        """Keep the stored node an instance's output() gave as a spare for the instances after, where the realize
+        noted nothing on it but its owner and it is small. Two: a loop that holds its last result while it computes
+        the next (`x = f(x)`) recycles the one before; kept, a spare keeps alive what later notes on it hold (a
+        gradient path's graph) until an instance lets it go."""
         if FRAME_REFS_CHECKED and self.lone is not None and self.lone[1] * node.dtype.itemsize <= SPARE_BYTES:
-            self.spare = node
+            spares = self.spares
+            if len(spares) >= 2:
+                del spares[0]
+            spares.append(node)
 
     def schedule(self, bufs: list[Buffer]) -> Schedule:
         items = [
@@ -1262,7 +1273,7 @@ def _template(
     return _Template(stored, refs_items, [(b.device, b.size, b.dtype, b.shape) for b in internal])
 
 
-# the largest value a template keeps for its next instance (_Template.output): what a kernel of it costs dwarfs what
+# the largest value a template keeps for its next instances (_Template.output): what a kernel of it costs dwarfs what
 # recycling saves above this, and a kept spare is memory the allocator's cache cannot hand to others
 SPARE_BYTES = 1 << 16
 # the notes a kept value's nodes may carry to be recycled: caches of their structure, which stays the same, and the

@@ -185,3 +185,18 @@ def test_inputs_over_external_memory_are_never_written():
     np.testing.assert_array_equal(src, _inputs(11))
     for out in outs:
         np.testing.assert_array_equal(out.numpy(), _inputs(11) + _inputs(12))
+
+
+def test_a_loop_holding_its_last_result_recycles_the_one_before(monkeypatch):
+    b = Tensor(_inputs(5)).realize()
+    x = Tensor(_inputs(6)).realize()
+    want = _inputs(6)
+    for _ in range(4):
+        x = (x * 0.5 + b).realize()  # reads the last result: it is held while the next is computed
+        want = want * 0.5 + _inputs(5)
+    made = _made(monkeypatch)
+    for _ in range(5):
+        x = (x * 0.5 + b).realize()
+        want = want * 0.5 + _inputs(5)
+    assert made == []
+    np.testing.assert_allclose(x.numpy(), want, rtol=1e-6)
