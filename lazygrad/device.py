@@ -103,9 +103,9 @@ def is_dtype_supported(dtype: DType, device: str | None = None) -> bool:
 _buffer_serials = itertools.count()
 
 
-def buffers_made() -> int:
-    """A serial number above every Buffer made so far (and below those made from now on)."""
-    return next(_buffer_serials)
+# a serial number above every Buffer made so far (and below those made from now on): a C call, asked on every lone
+# realize whose template recycles its last value's buffer (kernelize._Template.output gives it a new serial)
+buffers_made = _buffer_serials.__next__
 
 
 class Buffer:

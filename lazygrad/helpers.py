@@ -258,6 +258,11 @@ LIBRARY_THREAD = "lazygrad"  # the prefix of the names of the library's own thre
 # that threads share and cache in through __dict__ (hash-consed nodes, buffers) make theirs where they are made.
 DICT_ON_FIRST_USE_RACES = sys.version_info < (3, 12)
 
+# the CPython versions on which the reference counts read with sys.getrefcount where a frame holds an object were
+# checked (3.10 counts more; a later version may borrow references its frames held, so a count would read low and say
+# nobody else holds an object somebody does): code deciding by such a count takes its shortcut only on these
+FRAME_REFS_CHECKED = sys.implementation.name == "cpython" and (3, 11) <= sys.version_info[:2] <= (3, 13)
+
 
 def alone_with_library_threads() -> bool:
     """Whether every live thread but this one is the library's own (named LIBRARY_THREAD...) or a daemon, which are

@@ -11,7 +11,6 @@ import operator
 import os
 import re
 import struct
-import sys
 import threading
 import warnings
 import weakref
@@ -43,6 +42,7 @@ from lazygrad.engine.realize import (
 from lazygrad.helpers import (
     CHECK_INDEX,
     DEBUG,
+    FRAME_REFS_CHECKED,
     PROFILE,
     STEP_LAYOUTS,
     TRAINING,
@@ -56,7 +56,14 @@ from lazygrad.helpers import (
     make_tuple,
     prod,
 )
-from lazygrad.schedule.kernelize import REALIZED_ENTRY, cached_instance, create_schedule, ordered_write, write_order
+from lazygrad.schedule.kernelize import (
+    REALIZED_ENTRY,
+    cached_instance,
+    create_schedule,
+    note_value_notes,
+    ordered_write,
+    write_order,
+)
 from lazygrad.schedule.multi import has_multi, lower_multi, multi, split_bounds, stored_multis, whole_buffer
 from lazygrad.uop.ops import GroupOp, Ops, UOp, pretty_print, ssimplify, ssmax, substitute, sym_known, sym_value
 from lazygrad.uop.program import FORWARD_RUN, GraphProgram, Unbuilt
@@ -906,6 +913,7 @@ _CLONE_IDS = itertools.count(1)  # Tensor.clone's node numbers
 # a realized buffer node's entry (in its __dict__, living as long as the node; a weak-keyed dictionary cost two Python
 # calls on every realize): a weak reference to the tensor that holds it as its own memory (see schedule_with_vars)
 _OWNER = "buffer_owner"
+note_value_notes(_OWNER)  # (dead with the tensor when a template recycles the node: answered again for the next)
 # in a memory's (Buffer.memory's) __dict__: the lazy node whose value its owner stored there (weakly), so that views
 # taken of the owner before it was realized follow it (_follow_base), through later writes into the memory too
 _STORED_FROM = "stored_from"
@@ -7190,6 +7198,8 @@ def _realize_cached(t: Tensor) -> bool:
             if not dies:
                 _realized.update(becomes)  # (_note_stored's work where the kernel stores t's value alone)
             _stand_for(t, stood, base, becomes, dies)
+            if dies:
+                tpl.keep(new)  # (noted with its owner alone: the next instance may recycle it once t died)
         else:
             _note_stored((t,), becomes, None)
         return True
@@ -7202,11 +7212,6 @@ def _realize_cached(t: Tensor) -> bool:
     return True
 
 
-# the CPython versions on which _dies_here's reference counts were checked (3.10 counts more: never taken there; a later
-# version may borrow references its frames held, so a count would read low and drop entries a holder needs)
-_FRAME_REFS_CHECKED = sys.implementation.name == "cpython" and (3, 11) <= sys.version_info[:2] <= (3, 13)
-
-
 def _dies_here(u: UOp, base: UOp) -> bool:
     """Whether a lone realize's lazy root u (base, or one reshape of base: a reduction's result) is held by nothing but
     its tensor and _realize_cached's frame: it dies when the realize returns, and an entry in the realized registry or
@@ -7214,8 +7219,8 @@ def _dies_here(u: UOp, base: UOp) -> bool:
     another object, as it would be had this one died unrealized. Counted with sys.getrefcount: one reference more
     (another graph's node, a tensor, a view, a registry) keeps the entry; a count here above the truth would drop an
     entry that is needed, one below it only loses the shortcut (test_eager_overhead counts it taken). Only on the
-    interpreters whose counts were checked (_FRAME_REFS_CHECKED): another one may hold fewer references in a frame."""
-    if not _FRAME_REFS_CHECKED:
+    interpreters whose counts were checked (FRAME_REFS_CHECKED): another one may hold fewer references in a frame."""
+    if not FRAME_REFS_CHECKED:
         return False
     if base is u:
         # t.uop, the caller's u, base, x (its loop over the reshapes stops at base) and becomes' key; the parameters

@@ -33,11 +33,13 @@ import operator
 import threading
 import weakref
 from dataclasses import dataclass, field
+from sys import getrefcount as _getrefcount
 from typing import Any, Callable, NamedTuple
+from weakref import getweakrefcount as _getweakrefcount
 
-from lazygrad.device import Buffer, Device
+from lazygrad.device import Buffer, Device, buffers_made
 from lazygrad.dtype import dtypes
-from lazygrad.helpers import DEBUG, KERNEL_OPS, STEP_LAYOUTS, prod
+from lazygrad.helpers import DEBUG, FRAME_REFS_CHECKED, KERNEL_OPS, STEP_LAYOUTS, prod
 from lazygrad.schedule.panels import over_panels, panel_plans
 from lazygrad.uop.ops import GroupOp, Ops, PatternMatcher, UOp, UPat, arg_uops, ssimplify, substitute, sym_unbind
 from lazygrad.uop.passes import PassRun, step
@@ -1118,6 +1120,14 @@ class _Template:
 
     def __post_init__(self) -> None:
         self.writes_in_place = any(target is not None for *_, target in self.stored)
+        # a template of one new value and nothing else allocated (a lone realize's kernel): its (shape, size, device),
+        # and the stored nodes of instances made before, kept for the next (output), the oldest first
+        self.lone: tuple[tuple[int, ...], int, str] | None = None
+        self.spares: list[UOp] = []
+        if len(self.stored) == 1 and not self.internal:
+            _, shape, size, device, target = self.stored[0]
+            if target is None and size is not None:
+                self.lone = (shape, size, device)  # type: ignore[assignment]
         # the references the items write (each once): an instance's new outputs are among them
         written = (refs[: len(ast.src) if ast.op is Ops.SINK else 1] for ast, refs in self.items)
         self.written = sorted(set(itertools.chain.from_iterable(written)))
@@ -1150,6 +1160,62 @@ class _Template:
         if self.internal:
             bufs.extend(Buffer(device, size, dtype, shape=shape) for device, size, dtype, shape in self.internal)
         return bufs, becomes
+
+    def output(self, dtype: Any) -> tuple[Buffer, UOp]:
+        """A lone template's (`lone`) new value's buffer and stored node (UOp.buffer_view of it): a spare's, the
+        stored node of an instance made before, where nothing but the template holds it or its buffer any more (the
+        tensor of `(a + b).realize()` in a loop died with its statement; `x = f(x).realize()` drops the result before
+        last), else new ones, kept as a spare where they are small (keep). A recycled pair costs no Buffer, node,
+        allocation, free or death callbacks. Nothing can read a buffer nobody holds: a tensor, a view, a lazy graph
+        or schedule reading it, a JIT capture, a gradient's origin all hold its node or the buffer, and registries
+        that hold either weakly count as holders too. A spare noted since with more than its structure and owner (a
+        write order, a gradient path, a memory's readers: _VALUE_NOTES) is let go, with what its notes hold. Under
+        the realize lock (cached_instance's caller): no thread can take a reference in between, having none to copy."""
+        spares = self.spares
+        i = 0
+        while i < len(spares):  # (no enumerate: its reused tuple holds the element, a count more)
+            spare = spares[i]
+            node = spare.src[0] if spare.op is _RESHAPE else spare
+            buf = node.arg
+            if (
+                spare.dtype is not dtype
+                or not spare.__dict__.keys() <= _VALUE_NOTES
+                or not node.__dict__.keys() <= _VALUE_NOTES
+                or len(buf.__dict__) != _PLAIN_BUFFER
+            ):
+                del spares[i]
+                continue
+            # the counts: the list's reference, the locals and getrefcount's argument; a reshape's node is also its
+            # sources' (its key's too); a buffer also the hash-cons key's of its node (the cache holds the node itself
+            # weakly: one weak reference, its entry)
+            if spare is node:
+                free = _getrefcount(spare) == 4 and _getweakrefcount(spare) == 1
+            else:
+                free = _getrefcount(spare) == 3 and _getweakrefcount(spare) == 1
+                free = free and _getrefcount(node) == 3 and _getweakrefcount(node) == 1
+            if free and _getrefcount(buf) == 4 and not _getweakrefcount(buf) and not buf.pending_write:
+                del spares[i]  # (keep takes it back as the newest)
+                buf.serial = buffers_made()  # made anew for a trace that tells the buffers it made (TinyJit)
+                return buf, spare
+            i += 1
+        shape, size, device = self.lone  # type: ignore[misc]
+        buf = Buffer(device, size, dtype, shape=shape)
+        # (UOp.buffer_view inline: whether it reshapes is known)
+        node = UOp(_BUFFER, dtype, (), buf)
+        if shape != (size,):
+            node = UOp(_RESHAPE, dtype, (node,), shape)
+        return buf, node
+
+    def keep(self, node: UOp) -> None:
+        """Keep the stored node an instance's output() gave as a spare for the instances after, where the realize
+        noted nothing on it but its owner and it is small. Two: a loop that holds its last result while it computes
+        the next (`x = f(x)`) recycles the one before; kept, a spare keeps alive what later notes on it hold (a
+        gradient path's graph) until an instance lets it go."""
+        if FRAME_REFS_CHECKED and self.lone is not None and self.lone[1] * node.dtype.itemsize <= SPARE_BYTES:
+            spares = self.spares
+            if len(spares) >= 2:
+                del spares[0]
+            spares.append(node)
 
     def schedule(self, bufs: list[Buffer]) -> Schedule:
         items = [
@@ -1207,6 +1273,23 @@ def _template(
     return _Template(stored, refs_items, [(b.device, b.size, b.dtype, b.shape) for b in internal])
 
 
+# the largest value a template keeps for its next instances (_Template.output): what a kernel of it costs dwarfs what
+# recycling saves above this, and a kept spare is memory the allocator's cache cannot hand to others
+SPARE_BYTES = 1 << 16
+# the notes a kept value's nodes may carry to be recycled: caches of their structure, which stays the same, and the
+# frontend's notes that die with the tensor holding the value (note_value_notes)
+_VALUE_NOTES = {"shape", "device", "_descendants"}
+# the attributes of a Buffer as made: a buffer with more in its __dict__ carries notes (a memory's readers, what was
+# stored in it) and is not recycled
+_PLAIN_BUFFER = len(Buffer("CPU", 1, dtypes.uint8).__dict__)
+
+
+def note_value_notes(*names: str) -> None:
+    """Name notes the frontend files in a stored node's __dict__ that a recycled node may carry (_Template.output):
+    notes about the tensor that held it, answered again for the next one (the owner's weak reference, dead)."""
+    _VALUE_NOTES.update(names)
+
+
 _templates: dict[tuple, _Template] = {}
 SCHEDULE_CACHE_SIZE = 256  # templates kept (a graph whose shapes change every call would otherwise grow it forever)
 _templates_lock = threading.Lock()  # threads scheduling at once: an eviction must not meet another's insert
@@ -1249,6 +1332,9 @@ def cached_instance(
         return None
     if key is not None:
         _remember_over_buffers(inner, key, walk, tpl)
+    if tpl.lone is not None and type(n := walk.nodes[tpl.stored[0][0]]) is not Unbuilt:
+        buf, node = tpl.output(n.dtype)
+        return tpl, [buf, *walk.slots], {n: node}, walk.var_vals()
     bufs, becomes = tpl.buffers(walk)
     return tpl, bufs, becomes, walk.var_vals()
 
@@ -1273,12 +1359,6 @@ class _OverBuffers:
     others: tuple[weakref.ref, ...]
     tpl: _Template
     slots: tuple[weakref.ref, ...]  # the walk's slots: the sources' buffers, alive while the sources are the same
-    shape: tuple[int, ...]  # the root's stored buffer (the template's one stored node; never symbolic here)
-    size: int
-    device: str
-
-    def __post_init__(self) -> None:
-        self.flat = self.shape == (self.size,)  # the stored node is the BUFFER node itself (UOp.buffer_view)
 
 
 def _buffer_source(s: UOp) -> Buffer | None:
@@ -1306,22 +1386,18 @@ def _over_buffers(inner: UOp, key: tuple) -> tuple[_Template, list[Buffer], dict
     for s in src:
         if REALIZED_ENTRY in s.__dict__ or s.op is _RESHAPE and REALIZED_ENTRY in s.src[0].__dict__:
             return None
-    dtype = inner.dtype
-    buf = Buffer(known.device, known.size, dtype, shape=known.shape)
-    # (UOp.buffer_view inline: whether it reshapes is known)
-    node = UOp(_BUFFER, dtype, (), buf)
-    if not known.flat:
-        node = UOp(_RESHAPE, dtype, (node,), known.shape)
+    buf, node = known.tpl.output(inner.dtype)
     return known.tpl, [buf, *map(_DEREF, known.slots)], {inner: node}, {}
 
 
 def _remember_over_buffers(inner: UOp, key: tuple, walk: _Walk, tpl: _Template) -> None:
     stored = tpl.stored
-    if walk.binds or tpl.internal or len(stored) != 1 or walk.pos.get(inner) != stored[0][0]:
+    # (a lone template: its one stored value is new, never symbolic here)
+    if walk.binds or tpl.lone is None or walk.pos.get(inner) != stored[0][0]:
         return
     src = inner.src
     bufs = list(map(_buffer_source, src))
-    if None in bufs or any(shape is None for _, shape, *_ in tpl.stored):
+    if None in bufs:
         return
     firsts = tuple(i for i, b in enumerate(bufs) if not any(b is c for c in bufs[:i]))
     if len(firsts) != len(walk.slots) or any(bufs[i] is not b for i, b in zip(firsts, walk.slots)):
@@ -1329,10 +1405,7 @@ def _remember_over_buffers(inner: UOp, key: tuple, walk: _Walk, tpl: _Template) 
     memo = src[0].__dict__.setdefault(_ROOTS_OVER, {})
     if len(memo) >= 8:  # roots met over one buffer (a few ops on a tensor, each in a loop), not every one ever built
         memo.clear()
-    _, shape, size, device, _ = tpl.stored[0]
-    memo[key] = _OverBuffers(
-        tuple(weakref.ref(s) for s in src[1:]), tpl, tuple(weakref.ref(b) for b in walk.slots), shape, size, device
-    )
+    memo[key] = _OverBuffers(tuple(weakref.ref(s) for s in src[1:]), tpl, tuple(weakref.ref(b) for b in walk.slots))
 
 
 def _cached_schedule(
