@@ -14,8 +14,13 @@ def panel_width(weight: Tensor) -> int:
     as for a product of many rows: the copy is paid once, not by the rows of one product."""
     if weight.ndim != 2 or weight.dtype != dtypes.float32:
         return 0
-    n, k = weight.shape
-    return Device[weight.device].renderer.matmul_panel(1 << 20, n, k, weight.dtype.itemsize, transposed=True)
+    return float32_panel_width(weight.shape, weight.device)
+
+
+def float32_panel_width(shape: tuple[int, int], device: str) -> int:
+    """`panel_width` of a float32 weight of this shape on this device, before there is one (a quantized matrix's)."""
+    n, k = shape
+    return Device[device].renderer.matmul_panel(1 << 20, n, k, dtypes.float32.itemsize, transposed=True)
 
 
 class PanelMatrix:
@@ -30,6 +35,13 @@ class PanelMatrix:
         self.packed = (
             weight.reshape(n // panel, panel, k).permute(0, 2, 1).contiguous() if panel else weight.contiguous()
         )
+
+    @staticmethod
+    def from_panels(panels: Tensor, shape: tuple[int, int]) -> PanelMatrix:
+        """A weight of `shape` (n, k) given in panels already (n / panel, k, panel)."""
+        pm = PanelMatrix.__new__(PanelMatrix)
+        pm.shape, pm.panel, pm.packed = shape, panels.shape[-1], panels
+        return pm
 
     @staticmethod
     def pack(weight: Tensor) -> PanelMatrix:

@@ -11,6 +11,7 @@ from lazygrad import GlobalCounters, Tensor
 from lazygrad.device import Device
 from lazygrad.helpers import prod
 from lazygrad.nn.gguf import GGML_TYPES, GROUP, GGUFError, QuantizedMatrix, gguf_load, gguf_quantized, gguf_read_header
+from lazygrad.nn.packed import float32_panel_width
 from lazygrad.uop.ops import UOp
 
 # metadata value type tags of the spec
@@ -729,3 +730,35 @@ def test_hostile_gguf_named_errors(tmp_path, case):
     with pytest.raises(GGUFError, match=message) as info:
         gguf_load(path)
     assert str(info.value).startswith(f"{path}: ") and isinstance(info.value, ValueError), str(info.value)
+
+
+@pytest.mark.parametrize("kind", ["Q4_0", "Q4_1", "Q8_0"])
+@pytest.mark.parametrize(
+    "shape,batch,extreme", [((48, 512), (32,), False), ((8, 32), (2, 20), False), ((16, 96), (40,), True)]
+)
+def test_grouped_prompt_decodes_the_groups_into_panels(tmp_path, kind, shape, batch, extreme):
+    # rows in groups of 8 hold a panel's 8 rows side by side: a prompt's product decodes the groups into float32
+    # panels (one kernel) and multiplies them, instead of dequantizing the file's blocks and copying them into panels
+    if extreme:  # float16 scales (and mins) at the ends of their range: subnormal, the smallest normal, the largest
+        _, elems, size = GGML[kind]
+        blocks = np.frombuffer(random_data(kind, prod(shape), np.random.default_rng(2)), np.uint8).copy()
+        blocks = blocks.reshape(-1, size)
+        halves = np.array([2**-24, -(2**-24), 3 * 2**-20, 2**-14, 65504.0, -65504.0, 0.0, -0.0], np.float16)
+        fields = np.resize(halves, (len(blocks), 2 if kind == "Q4_1" else 1))
+        blocks[:, : 2 * fields.shape[1]] = fields.view(np.uint8)
+        path = tmp_path / "extreme.gguf"
+        write_gguf(path, [], [("w", shape, kind, blocks.tobytes())])
+        _, infos, mm = gguf_read_header(path)
+        q, w = gguf_quantized(mm, infos[0]), np_dequant(kind, blocks.tobytes(), prod(shape)).reshape(shape)
+        assert q is not None and np.abs(w).max() > 60000 and 0 < np.abs(w[w != 0]).min() < 2**-20
+    else:
+        q, w = _quantized(tmp_path, kind, shape)
+    if q.gt.group_panels is None or float32_panel_width(shape, q.device) != GROUP:
+        pytest.skip("panels of 8 rows from groups of 8 rows are for devices with DP4A and 8-float vectors")
+    panels = q.gt.group_panels(q.view).numpy()
+    np.testing.assert_array_equal(panels, w.reshape(-1, GROUP, shape[1]).transpose(0, 2, 1))
+    x_np = np.random.default_rng(1).standard_normal((*batch, shape[1])).astype(np.float32)
+    GlobalCounters.reset()
+    out = q.linear(Tensor(x_np)).realize()
+    assert GlobalCounters.kernel_count == 2  # the panels, the product
+    np.testing.assert_allclose(out.numpy(), x_np @ w.T, rtol=1e-5, atol=1e-4 * np.abs(w).max() * np.sqrt(shape[1]))

@@ -450,3 +450,24 @@ def test_folded_load_probe_asks_for_the_pin_only_where_loads_are_folded():
         assert compiler._folded_load() == ""  # type: ignore[attr-defined]
     finally:
         compiler.flags = flags  # type: ignore[attr-defined]
+
+
+@pytest.mark.skipif(Device.DEFAULT != "CPU", reason="the C renderer's vectors")
+@pytest.mark.parametrize("amounts", ["in range", "any"])
+def test_int32_vector_right_shift_is_torch_shift(amounts):
+    # int32 vectors shift right lane-wise (amounts proven in [0, 32): one instruction; any other amount, as torch,
+    # gives the sign in every bit), not lane by lane
+    rng = np.random.default_rng(0)
+    x = rng.integers(-(2**31), 2**31, (64, 32), dtype=np.int64).astype(np.int32)
+    if amounts == "in range":  # an amount per lane, from an arange: its bounds are known
+        s = np.arange(32, dtype=np.int32)[None].repeat(64, 0)
+        shifted = lambda: Tensor(x) >> Tensor.arange(32, dtype=dtypes.int32).reshape(1, 32).expand(64, 32)  # noqa: E731
+    else:
+        s = rng.integers(-40, 80, (64, 1), dtype=np.int32).repeat(32, 1)
+        shifted = lambda: Tensor(x) >> Tensor(s)  # noqa: E731
+    body = program(shifted()).src.split("\nvoid ")[-1]
+    assert body.count(">>") == 1 and (">>LG_VSEL" in body) == (amounts == "any")  # one shift of a vector
+    inside = (s >= 0) & (s < 32)
+    ref = np.where(inside, x >> np.where(inside, s, 0), np.where(x < 0, -1, 0)).astype(np.int32)
+    np.testing.assert_array_equal(shifted().numpy(), ref)
+    assert torch.equal(torch.tensor(x[:, :1]) >> 40, torch.tensor(np.where(x[:, :1] < 0, -1, 0), dtype=torch.int32))
