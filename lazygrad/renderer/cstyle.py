@@ -1141,6 +1141,12 @@ class ClangRenderer(CStyleLanguage):
     # a THREAD loop as functions of its own calling libgomp (GOMP_DECL) instead of `#pragma omp parallel for`, set by
     # the CPU device where its compiler's libgomp runs such a loop (runtime/ops_cpu.py)
     outline_threads = False
+    # an attribute for the two small functions that start an outlined THREAD loop (the kernel's entry, which starts
+    # the team, and the team's loop over chunks, which calls the body), set by the CPU device where its compiler is
+    # gcc: optimize("O0"). They run once per launch and once per chunk, and -O2 cost gcc ~13M instructions apiece
+    # (~4 ms), as much as a small kernel: gcc on the digits CNN step's 51 kernels (32 threaded) 4.11 -> 3.85 G
+    # instructions (cachegrind), the same values bit for bit
+    launch_attr = ""
     # an asm constraint for one vector register ("v"), set by the CPU device where its compiler (gcc tuned for Zen)
     # folds a loaded vector into each of its multiply-adds as a memory operand, a load per use: a register tile's
     # panel vectors are then loaded once per row of the tile, and the loads, not the multiply-adds, bound the loop
@@ -1348,14 +1354,14 @@ class ClangRenderer(CStyleLanguage):
             *loop,
             "}",
             f"struct {args} {{ {' '.join(p + ';' for p in params)} }};",
-            f"static void {par}(void *lg_p) {{",
+            f"{self.launch_attr}static void {par}(void *lg_p) {{",
             f"  struct {args} *lg_a = lg_p;",
             "  long lg_lo, lg_hi;",
             "  while (GOMP_loop_nonmonotonic_guided_next(&lg_lo, &lg_hi))",
             call,
             "  GOMP_loop_end_nowait();",
             "}",
-            f"{self.kernel_prefix}{name}({', '.join(params)}) {{",
+            f"{self.launch_attr}{self.kernel_prefix}{name}({', '.join(params)}) {{",
             f"  struct {args} lg_a = {{ {', '.join(names)} }};",
             f"  GOMP_parallel_loop_nonmonotonic_guided({par}, &lg_a, {team}, 0, {bound}, 1, 1, 0);",
             "}",

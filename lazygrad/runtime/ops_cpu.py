@@ -231,6 +231,9 @@ class ClangCompiler(Compiler):
         # __builtin_shufflevector: clang's, and gcc's since 12
         major = subprocess.run([cc, "-dumpversion"], capture_output=True, text=True).stdout.strip().split(".")[0]
         self.lane_shuffle = clang or (major.isdigit() and int(major) >= 12)
+        # gcc's per-function attribute for code that runs too rarely to be worth optimizing (ClangRenderer.launch_attr;
+        # clang has no optimize attribute)
+        self.launch_attr = "" if clang else '__attribute__((optimize("O0"))) '
         # the compiler driver's link (collect2, the LTO plugin, start files, libgcc_s) took ~10 ms of each call; the
         # linker itself given the few libraries kernels use takes ~4
         probe_key = repr((version, cc, self.flags, "direct_link_v1"))
@@ -677,6 +680,7 @@ class CPUDevice(Compiled):
         renderer.dp4a_builtins = compiler.dp4a_builtins
         renderer.lane_shuffle = compiler.lane_shuffle
         renderer.outline_threads = renderer.has_threads and compiler.gomp_loop
+        renderer.launch_attr = compiler.launch_attr
         renderer.register_pin = compiler.register_pin
         # an 8-lane masked load needs AVX-512VL, which kernels with lanes built from selects may have taken away: there
         # (and without VL) it is the low half of a 16-lane one, where the compiler has __builtin_shufflevector
