@@ -257,3 +257,41 @@ def test_bad_window_arguments_raise_as_torch(kw):
         torch.nn.functional.conv2d(torch.empty(2, 8, 20, 20), torch.empty(8, 8, 3, 3), **kw)
     with pytest.raises(RuntimeError, match=name):
         x.conv2d(w, **kw)
+
+
+def _copy_back_tile(t: Tensor) -> list[int]:
+    """The upcast sizes of the one kernel computing t (an elementwise read of a blocked conv's output) on AVX2."""
+    (si,) = t.schedule()
+    k = Kernel(si.ast, AVX2)
+    k.merge_axes()
+    hand_coded_optimizations(k)
+    return [s for s, a in zip(k.full_shape, k.axis_types) if a is AxisType.UPCAST]
+
+
+@pytest.mark.parametrize("width", [1, 3, 5, 7, 13, 17, 31, 32, 33])
+@pytest.mark.parametrize("n", [1, 2])
+def test_copy_back_from_blocks_is_a_square_tile(width, n):
+    """A blocked output read back as NCHW by an elementwise op (bias in the conv, relu after it) or by numpy() is
+    copied in square tiles of 8 pixels x 8 channels: each reads one contiguous run of its blocks (was one pixel of 8
+    blocks per vector). Values against
+    torch, then a second conv over the relu's result (conv > relu > conv)."""
+    xn, wn, bn, w2n = _rand(n, 8, 96, width), _rand(16, 8, 3, 3, seed=1), _rand(16, seed=2), _rand(8, 16, 3, 3, seed=3)
+    x, w, b, w2 = (Tensor(a).realize() for a in (xn, wn, bn, w2n))
+    y = x.conv2d(w, b, padding=1).realize()
+    assert y.uop.buffer.size == y.numel() and y.uop.base is not y.uop  # stored in blocks, an NCHW view of them
+    assert _copy_back_tile(y.relu()) == [8, 8]
+    xt, wt, bt, w2t = (torch.from_numpy(a) for a in (xn, wn, bn, w2n))
+    yt = torch.nn.functional.conv2d(xt, wt, bt, padding=1)
+    np.testing.assert_allclose(y.numpy(), yt.numpy(), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(y.relu().numpy(), yt.relu().numpy(), rtol=1e-4, atol=1e-4)
+    z = x.conv2d(w, b, padding=1).relu().conv2d(w2, padding=1)
+    zt = torch.nn.functional.conv2d(yt.relu(), w2t, padding=1)
+    np.testing.assert_allclose(z.numpy(), zt.numpy(), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("cin,cout", [(12, 16), (16, 12), (5, 7)])
+def test_channels_not_in_whole_blocks(cin, cout):
+    """Channels that are not whole blocks of 8 keep the NCHW conv: values against torch, with bias and relu."""
+    xn, wn, bn = _rand(1, cin, 8, 17), _rand(cout, cin, 3, 3, seed=1), _rand(cout, seed=2)
+    got = Tensor(xn).conv2d(Tensor(wn), Tensor(bn), padding=1).relu().numpy()
+    np.testing.assert_allclose(got, np.maximum(_torch(xn, wn, bn, padding=1), 0), rtol=1e-4, atol=1e-4)
