@@ -295,3 +295,23 @@ def test_channels_not_in_whole_blocks(cin, cout):
     xn, wn, bn = _rand(1, cin, 8, 17), _rand(cout, cin, 3, 3, seed=1), _rand(cout, seed=2)
     got = Tensor(xn).conv2d(Tensor(wn), Tensor(bn), padding=1).relu().numpy()
     np.testing.assert_allclose(got, np.maximum(_torch(xn, wn, bn, padding=1), 0), rtol=1e-4, atol=1e-4)
+
+
+def test_input_gradient_tile_rows_share_the_window_taps():
+    """A conv's input gradient sums its window's taps one by one; with AVX's masked loads its tile's third axis is the
+    next output row (whose taps are shifted copies of this row's), not another image. Values against torch."""
+    xn, wn, gn = _rand(64, 16, 8, 8), _rand(32, 16, 3, 3, seed=1), _rand(64, 32, 8, 8, seed=2)
+    x, w = Tensor(xn, requires_grad=True).realize(), Tensor(wn).realize()
+    (x.conv2d(w, padding=1) * Tensor(gn)).sum().backward()
+    sched = x.grad.schedule()
+    renderer = ClangRenderer(threads=1, vector_bytes=32, vector_registers=16)
+    renderer.masked_load_lanes, renderer.masked_load_lane_mask = (8, 4), True
+    k = Kernel(sched[-1].ast, renderer)
+    k.merge_axes()
+    hand_coded_optimizations(k)
+    steps = {k.full_shape[a]: heuristic._step(k, 0, a) for a in k.axes_of(AxisType.UPCAST)}
+    assert steps == {8: 1, 4: 64, 2: 8}  # lanes along the row, 4 channels, 2 rows (was 2 images: 1024)
+    run_schedule(sched)
+    xt = torch.from_numpy(xn).requires_grad_()
+    (torch.nn.functional.conv2d(xt, torch.from_numpy(wn), padding=1) * torch.from_numpy(gn)).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), xt.grad.numpy(), rtol=1e-4, atol=1e-4)
