@@ -14,6 +14,7 @@ from lazygrad.device import Device
 from lazygrad.engine.realize import CompiledRunner, ExecItem, run_schedule
 from lazygrad.nn.optim import SGD
 from lazygrad.renderer.cstyle import ClangRenderer
+from lazygrad.uop.ops import Ops
 
 AVX2 = ClangRenderer(threads=1, vector_bytes=32, vector_registers=16)
 
@@ -315,3 +316,19 @@ def test_input_gradient_tile_rows_share_the_window_taps():
     xt = torch.from_numpy(xn).requires_grad_()
     (torch.nn.functional.conv2d(xt, torch.from_numpy(wn), padding=1) * torch.from_numpy(gn)).sum().backward()
     np.testing.assert_allclose(x.grad.numpy(), xt.grad.numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_following_conv_copies_the_blocks_as_they_are():
+    """conv > relu > conv: the second conv's blocked copy of its input reads the first's blocks through one view (a
+    vector of 8 channels a load), not through the NCHW view's flat index cut apart again. Values against torch."""
+    xn, wn, w2n = _rand(2, 8, 16, 16), _rand(16, 8, 3, 3, seed=1), _rand(8, 16, 3, 3, seed=2)
+    x, w, w2 = (Tensor(a).realize() for a in (xn, wn, w2n))
+    y = x.conv2d(w, padding=1).realize()
+    z = y.relu().conv2d(w2, padding=1)
+    sched = z.schedule()
+    loads = [u for u in sched[0].ast.toposort if u.op is Ops.LOAD]
+    assert [len(u.src[1].arg.views) for u in loads] == [1]
+    run_schedule(sched)
+    xt, wt, w2t = (torch.from_numpy(a) for a in (xn, wn, w2n))
+    zt = torch.nn.functional.conv2d(torch.nn.functional.conv2d(xt, wt, padding=1).relu(), w2t, padding=1)
+    np.testing.assert_allclose(z.numpy(), zt.numpy(), rtol=1e-4, atol=1e-4)
