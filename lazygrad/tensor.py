@@ -8439,8 +8439,10 @@ def _blocked_conv(
     (bs, cin), cout, kernel = x.shape[:2], weight.shape[0], weight.shape[2:]
     nk, cb, ob = len(kernel), cin // block, cout // block
     spatial = list(range(2, 2 + nk))
-    xp = x._spatial_pad(pads) if any(p != (0, 0) for p in pads) else x
-    xb = xp.reshape(bs, cb, block, *xp.shape[2:]).permute(0, 1, *[a + 1 for a in spatial], 2).contiguous()
+    xb = x.reshape(bs, cb, block, *x.shape[2:]).permute(0, 1, *[a + 1 for a in spatial], 2)
+    if any(p != (0, 0) for p in pads):
+        xb = xb.pad([None, None, *pads, None])
+    xb = xb.contiguous()
     windows = xb.permute(0, 1, 2 + nk, *spatial)._pool(kernel, stride, dilation)  # (bs, cb, b_in, *out, *kernel)
     out = windows.shape[3 : 3 + nk]
     xs = windows.reshape(bs, 1, 1, cb, block, *out, *kernel)

@@ -14,6 +14,7 @@ from lazygrad.device import Device
 from lazygrad.engine.realize import CompiledRunner, ExecItem, run_schedule
 from lazygrad.nn.optim import SGD
 from lazygrad.renderer.cstyle import ClangRenderer
+from lazygrad.uop.ops import Ops
 
 AVX2 = ClangRenderer(threads=1, vector_bytes=32, vector_registers=16)
 
@@ -257,3 +258,77 @@ def test_bad_window_arguments_raise_as_torch(kw):
         torch.nn.functional.conv2d(torch.empty(2, 8, 20, 20), torch.empty(8, 8, 3, 3), **kw)
     with pytest.raises(RuntimeError, match=name):
         x.conv2d(w, **kw)
+
+
+def _copy_back_tile(t: Tensor) -> list[int]:
+    """The upcast sizes of the one kernel computing t (an elementwise read of a blocked conv's output) on AVX2."""
+    (si,) = t.schedule()
+    k = Kernel(si.ast, AVX2)
+    k.merge_axes()
+    hand_coded_optimizations(k)
+    return [s for s, a in zip(k.full_shape, k.axis_types) if a is AxisType.UPCAST]
+
+
+@pytest.mark.parametrize("width", [1, 3, 5, 7, 13, 17, 31, 32, 33])
+@pytest.mark.parametrize("n", [1, 2])
+def test_copy_back_from_blocks_is_a_square_tile(width, n):
+    """A blocked output read back as NCHW by an elementwise op (bias in the conv, relu after it) or by numpy() is
+    copied in square tiles of 8 pixels x 8 channels: each reads one contiguous run of its blocks (was one pixel of 8
+    blocks per vector). Values against
+    torch, then a second conv over the relu's result (conv > relu > conv)."""
+    xn, wn, bn, w2n = _rand(n, 8, 96, width), _rand(16, 8, 3, 3, seed=1), _rand(16, seed=2), _rand(8, 16, 3, 3, seed=3)
+    x, w, b, w2 = (Tensor(a).realize() for a in (xn, wn, bn, w2n))
+    y = x.conv2d(w, b, padding=1).realize()
+    assert y.uop.buffer.size == y.numel() and y.uop.base is not y.uop  # stored in blocks, an NCHW view of them
+    assert _copy_back_tile(y.relu()) == [8, 8]
+    xt, wt, bt, w2t = (torch.from_numpy(a) for a in (xn, wn, bn, w2n))
+    yt = torch.nn.functional.conv2d(xt, wt, bt, padding=1)
+    np.testing.assert_allclose(y.numpy(), yt.numpy(), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(y.relu().numpy(), yt.relu().numpy(), rtol=1e-4, atol=1e-4)
+    z = x.conv2d(w, b, padding=1).relu().conv2d(w2, padding=1)
+    zt = torch.nn.functional.conv2d(yt.relu(), w2t, padding=1)
+    np.testing.assert_allclose(z.numpy(), zt.numpy(), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("cin,cout", [(12, 16), (16, 12), (5, 7)])
+def test_channels_not_in_whole_blocks(cin, cout):
+    """Channels that are not whole blocks of 8 keep the NCHW conv: values against torch, with bias and relu."""
+    xn, wn, bn = _rand(1, cin, 8, 17), _rand(cout, cin, 3, 3, seed=1), _rand(cout, seed=2)
+    got = Tensor(xn).conv2d(Tensor(wn), Tensor(bn), padding=1).relu().numpy()
+    np.testing.assert_allclose(got, np.maximum(_torch(xn, wn, bn, padding=1), 0), rtol=1e-4, atol=1e-4)
+
+
+def test_input_gradient_tile_rows_share_the_window_taps():
+    """A conv's input gradient sums its window's taps one by one; with AVX's masked loads its tile's third axis is the
+    next output row (whose taps are shifted copies of this row's), not another image. Values against torch."""
+    xn, wn, gn = _rand(64, 16, 8, 8), _rand(32, 16, 3, 3, seed=1), _rand(64, 32, 8, 8, seed=2)
+    x, w = Tensor(xn, requires_grad=True).realize(), Tensor(wn).realize()
+    (x.conv2d(w, padding=1) * Tensor(gn)).sum().backward()
+    sched = x.grad.schedule()
+    renderer = ClangRenderer(threads=1, vector_bytes=32, vector_registers=16)
+    renderer.masked_load_lanes, renderer.masked_load_lane_mask = (8, 4), True
+    k = Kernel(sched[-1].ast, renderer)
+    k.merge_axes()
+    hand_coded_optimizations(k)
+    steps = {k.full_shape[a]: heuristic._step(k, 0, a) for a in k.axes_of(AxisType.UPCAST)}
+    assert steps == {8: 1, 4: 64, 2: 8}  # lanes along the row, 4 channels, 2 rows (was 2 images: 1024)
+    run_schedule(sched)
+    xt = torch.from_numpy(xn).requires_grad_()
+    (torch.nn.functional.conv2d(xt, torch.from_numpy(wn), padding=1) * torch.from_numpy(gn)).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), xt.grad.numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_following_conv_copies_the_blocks_as_they_are():
+    """conv > relu > conv: the second conv's blocked copy of its input reads the first's blocks through one view (a
+    vector of 8 channels a load), not through the NCHW view's flat index cut apart again. Values against torch."""
+    xn, wn, w2n = _rand(2, 8, 16, 16), _rand(16, 8, 3, 3, seed=1), _rand(8, 16, 3, 3, seed=2)
+    x, w, w2 = (Tensor(a).realize() for a in (xn, wn, w2n))
+    y = x.conv2d(w, padding=1).realize()
+    z = y.relu().conv2d(w2, padding=1)
+    sched = z.schedule()
+    loads = [u for u in sched[0].ast.toposort if u.op is Ops.LOAD]
+    assert [len(u.src[1].arg.views) for u in loads] == [1]
+    run_schedule(sched)
+    xt, wt, w2t = (torch.from_numpy(a) for a in (xn, wn, w2n))
+    zt = torch.nn.functional.conv2d(torch.nn.functional.conv2d(xt, wt, padding=1).relu(), w2t, padding=1)
+    np.testing.assert_allclose(z.numpy(), zt.numpy(), rtol=1e-4, atol=1e-4)

@@ -142,8 +142,10 @@ def hand_coded_optimizations(k: Kernel) -> Kernel:
                 # 8 a tile, not 12). One core, 64 -> 64 channels 3x3: 32^2 images 63-66 GFLOPS, rows 72-74; 16^2
                 # 75 and 83. The rows stay inside the images' loop (shared out among the cores, outermost, they
                 # were 56-65 on 16^2: each core then streams every image for its rows)
-                cols.sort(key=lambda a: not _slides(step, own, a, reduce_axes))
-                sliding = bool(cols) and _slides(step, own, cols[0], reduce_axes)
+                # So is the next row of a window's taps summed one by one (a conv's input gradient: 16 -> 32 on 8^2,
+                # batch 64, one core, 8 x 4 x 2 rows 607-620 us, 2 images 738-946)
+                cols.sort(key=lambda a: not (_slides(step, own, a, reduce_axes) or _taps_along(k, own, a)))
+                sliding = bool(cols) and (_slides(step, own, cols[0], reduce_axes) or _taps_along(k, own, cols[0]))
             cols_axis = next(iter(cols), None)
         if first is not None:
             n_axes = len(k.full_shape)
@@ -206,7 +208,7 @@ def hand_coded_optimizations(k: Kernel) -> Kernel:
             _unroll(k, (4, 2))
     elif out_unit and _per_lane_ops(k, vec) * vec <= TILE_EXPANDED:
         _upcast(k, out_unit[-1], (vec, 4, 2))
-        if not k.renderer.has_local:
+        if not k.renderer.has_local and not _transpose_tile(k, [i for i, _ in loads], stores):
             _whole_lines(k, [i for i, _ in loads], stores)
     _thread(k, len(loads), spread, in_reduce)
     return k
@@ -292,6 +294,27 @@ def _slides(step: dict[int, list], views: list[int], axis: int, reduce_axes: lis
     """Whether some of `views` moves along output `axis` as it does along one of `reduce_axes`: a window that slides
     (a conv's output rows read the input rows its window rows do), so neighbours along `axis` share loads."""
     return any(step[i][axis] not in (0, None) and step[i][axis] in (step[i][r] for r in reduce_axes) for i in views)
+
+
+def _taps_along(k: Kernel, views: list[int], axis: int) -> bool:
+    """Whether two of `views` read one buffer with the same strides, one shifted from the other by whole steps along
+    output `axis`: the taps of a window summed in one expression (a conv's input gradient), which neighbours along
+    the axis share."""
+    buffer_of = {x.src[1]: x.src[0] for x in k.ast.toposort if x.op is Ops.LOAD}
+    offsets: dict[tuple, list[int]] = {}
+    for v in views:
+        st = k.sts[v]
+        if len(st.views) != 1 or not isinstance(st.views[0].offset, int):
+            continue
+        view = st.views[0]
+        offsets.setdefault((buffer_of[k.views[v]], view.strides), []).append(view.offset)
+    for (_, strides), offs in offsets.items():
+        stride, size = strides[axis], k.full_shape[axis]
+        if type(stride) is not int or stride == 0 or not isinstance(size, int):
+            continue
+        if any(a != b and (a - b) % stride == 0 and abs(a - b) // abs(stride) < size for a in offs for b in offs):
+            return True
+    return False
 
 
 def _slide_rank(step: dict[int, list], views: list[int], axis: int, reduce_axes: list[int]) -> int:
@@ -391,6 +414,27 @@ def _whole_lines(k: Kernel, loaded: list[int], stores: list[int]) -> None:
         if along:
             _upcast(k, along[-1], (CACHE_LINE // (run * itemsize),))
             return
+
+
+def _transpose_tile(k: Kernel, loaded: list[int], stores: list[int]) -> bool:
+    """A copy out of channel blocks, whose vector of outputs gathers its lanes from an input laid out in blocks of
+    as many elements (a blocked conv's output (n, c/8, h, w, 8) copied back to NCHW), is upcast along the block's
+    axis too: each iteration reads one contiguous square tile of lanes x lanes, instead of one lane of each of
+    lanes blocks (the rest of each line read again by the next pass of the block's axis, from further out in cache).
+    Two cores, the blocked 32 x 64 x 32^2 back to NCHW with a relu: 1.23 -> 0.45-0.69 ms. Only there: a transpose
+    of rows further apart (a weight into a matmul's panels) keeps the kernel it was tuned with."""
+    upcast = k.axes_of(AxisType.UPCAST)
+    if len(upcast) != 1 or not isinstance(lanes := k.full_shape[upcast[0]], int):
+        return False
+    for v in loaded:
+        if _step(k, v, upcast[0]) != lanes:
+            continue
+        along = [
+            a for a in k.axes_of(AxisType.GLOBAL) if _step(k, v, a) == 1 and all(_step(k, s, a) != 1 for s in stores)
+        ]
+        if along and _upcast(k, along[-1], (lanes,)):
+            return True
+    return False
 
 
 def _load_itemsizes(k: Kernel) -> dict[UOp, int]:

@@ -120,6 +120,33 @@ def product_factors(reduce: UOp) -> tuple[UOp, UOp] | None:
     return x, y
 
 
+def _splits(shape: tuple[int, ...], finer: tuple[int, ...]) -> bool:
+    """Whether `finer` is `shape` with some axes split into several (the sizes of each group multiply to one axis)."""
+    if not all(isinstance(s, int) for s in finer) or len(finer) <= len(shape):
+        return False
+    i = 0
+    for size in shape:
+        acc = 1
+        while i < len(finer) and (acc < size or finer[i] == 1):
+            acc, i = acc * finer[i], i + 1
+        if acc != size:
+            return False
+    return i == len(finer)
+
+
+def _permuted_whole(v: View) -> bool:
+    """Whether view v reads every element of a contiguous buffer once, in some order of its axes (a permute)."""
+    if v.mask is not None or v.offset != 0 or not all(isinstance(x, int) for x in (*v.shape, *v.strides)):
+        return False
+    dims = sorted((st, s) for s, st in zip(v.shape, v.strides) if s != 1)
+    acc = 1
+    for st, s in dims:
+        if st != acc:
+            return False
+        acc *= s
+    return True
+
+
 class Kernel:
     def __init__(self, ast: UOp, renderer: Renderer):
         assert ast.op is Ops.SINK, f"a kernel AST is a SINK, not {ast.op}"
@@ -142,6 +169,7 @@ class Kernel:
         # per axis: (amount, size) where OVERLAP tiled it (its loop starts a tile every `amount` of `size` outputs, the
         # last one at size - amount), else None
         self.tile_steps: list[tuple[int, int] | None] = [None] * len(self.full_shape)
+        self._split_to_inner_view()
         self._drop_ones()
 
     # *** shape bookkeeping ***
@@ -163,6 +191,34 @@ class Kernel:
         self.axis_types = [self.axis_types[i] for i in order]
         self.full_shape = tuple(self.full_shape[i] for i in order)
         self.tile_steps = [self.tile_steps[i] for i in order]
+
+    def _split_to_inner_view(self) -> None:
+        """A copy that reads a reshape of a permuted buffer (a blocked conv's output (n, c/8, h, w, 8) read as NCHW)
+        indexes it through two views, its flat index cut apart again with // and %, and its axes merge into one loop
+        where no tile can see the transpose. Where the inner view's shape splits the kernel's axes, every view is
+        reshaped to it: the read becomes one view of plain strides, and the axis along which it is unit-stride
+        appears (the heuristic's 8 x 8 transpose tile). Copies only: a reduce keeps the axes it was tuned on."""
+        if self.reduceops or not all(isinstance(s, int) for s in self.full_shape):
+            return
+        for st in self.sts:
+            inner = st.views[0].shape
+            if len(st.views) != 2 or not st.views[-1].contiguous or not _permuted_whole(st.views[0]):
+                continue
+            if not _splits(self.full_shape, inner):
+                continue
+            new = [
+                ShapeTracker(o.views[:1])
+                if o.views[-1].contiguous and o.views[0].shape == inner and len(o.views) == 2
+                else o.reshape(inner)
+                for o in self.sts
+            ]
+            if any(len(o.views) > len(old.views) for o, old in zip(new, self.sts)):
+                continue  # another view cannot take the split: no gain
+            self.sts = new
+            self.full_shape = full_shape([o.shape for o in new])
+            self.axis_types = [AxisType.GLOBAL] * len(self.full_shape)
+            self.tile_steps = [None] * len(self.full_shape)
+            return
 
     def _drop_ones(self) -> None:
         """Size-1 axes never index anything; dropping them keeps loops and names short."""

@@ -272,6 +272,8 @@ class ShapeTracker:
 
     def reshape(self, new_shape: tuple[int, ...]) -> ShapeTracker:
         if (v := self.views[-1].reshape(tuple(new_shape))) is not None:
+            if v.contiguous and len(self.views) > 1 and self.views[-2].shape == v.shape:
+                return ShapeTracker(self.views[:-1])  # a reshape back to the inner view's shape: that view alone
             return self._with_last(v)
         return ShapeTracker(self.views + (View.create(tuple(new_shape)),))
 
