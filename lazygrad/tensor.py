@@ -43,6 +43,8 @@ from lazygrad.engine.realize import (
 from lazygrad.helpers import (
     CHECK_INDEX,
     DEBUG,
+    DEFAULT_FLOAT,
+    DEFAULT_INT,
     PROFILE,
     STEP_LAYOUTS,
     TRAINING,
@@ -1114,23 +1116,34 @@ def _replayed(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
 
     @functools.wraps(fn)
     def composite(self: Tensor, *args: Any, **kwargs: Any) -> Tensor:
-        # (lists, not generators: a generator is a call per element it yields, and every layer of every step is one)
-        tensors = [
-            self,
-            *[a for a in args if isinstance(a, Tensor)],
-            *[a for a in kwargs.values() if isinstance(a, Tensor)],
-        ]
+        # (loops, not comprehensions or generators: each is a call, and every layer of every step is a composite)
+        tensors = [self]
+        for a in args:
+            if isinstance(a, Tensor):
+                tensors.append(a)
+        for a in kwargs.values():
+            if isinstance(a, Tensor):
+                tensors.append(a)
+        kinds = []
         for t in tensors:
             if t._view_of is not None:
                 _follow_base(t)
+            kinds.append(_replay_kind(t.uop))
+        plain = []
+        for a in args:
+            plain.append(_replay_arg(a))
+        # the default dtypes as their knobs hold them (a DType by its number, or a name): dtypes.default_float parses
+        # and checks a name on every read, four calls per default per composite (two names of one dtype only key it
+        # apart, the cost of one more recording)
+        default_float, default_int = DEFAULT_FLOAT.value, DEFAULT_INT.value
         key = (
-            tuple([_replay_kind(t.uop) for t in tensors]),
-            tuple([_replay_arg(a) for a in args]),
-            tuple([(k, _replay_arg(a)) for k, a in kwargs.items()]),
+            tuple(kinds),
+            tuple(plain),
+            tuple([(k, _replay_arg(a)) for k, a in kwargs.items()]) if kwargs else (),
             _modes.grad_disabled > 0,
             TRAINING.value,
-            dtypes.default_float.key,
-            dtypes.default_int.key,
+            default_float if type(default_float) is str else default_float.key,
+            default_int if type(default_int) is str else default_int.key,
             Device.DEFAULT,
         )
         try:
@@ -1268,11 +1281,15 @@ def _note_run(program: GraphProgram, vals: list[UOp], n_in: int) -> None:
 
 def _replay_kind(u: UOp) -> tuple:
     # a dtype by its number: a DType hashes and compares in Python, on every lookup of every composite call; whether
-    # it is a plain buffer (Tensor._plain_buffer) asked inline, two calls less per argument
+    # it is a plain buffer (Tensor._plain_buffer) asked inline, two calls less per argument; shape and device read off
+    # the node's cache where it holds them (UOp.shape and UOp.device are calls)
     b = u
     while b.op is _RESHAPE:
         b = b.src[0]
-    return (u.op, u.dtype.key, u.shape, u.device, u.arg if u.op is Ops.CONST else None, b.op is _BUFFER)
+    memo = u.__dict__
+    shape = memo["shape"] if "shape" in memo else u.shape
+    device = memo["device"] if "device" in memo else u.device
+    return (u.op, u.dtype.key, shape, device, u.arg if u.op is Ops.CONST else None, b.op is _BUFFER)
 
 
 def _replay_arg(a: Any) -> Any:
