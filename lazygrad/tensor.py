@@ -290,12 +290,15 @@ def _trim_new() -> None:
             _realize_lock.release()
 
 
-def _note_lazy(t: Tensor) -> None:
-    """t got a lazy node again (a pending write, a replaced value): the next look for lazy tensors sees it, with a
-    new serial number (for a TinyJit capture it is made lazy when this happens), filed under what its node reads."""
-    ref = weakref.ref(t) if not CAPTURES_OPEN[0] else _MadeRef(t)
-    _lazy_seen[id(t)] = (next(_lazy_serials), ref)
-    _new_tensors.append(ref)
+def _note_lazy(*tensors: Tensor) -> None:
+    """Each tensor got a lazy node again (a pending write, a replaced value): the next look for lazy tensors sees it,
+    with a new serial number (for a TinyJit capture it is made lazy when this happens), filed under what its node
+    reads. (Several at once: an optimizer step's writes, one call for all of them.)"""
+    made = weakref.ref if not CAPTURES_OPEN[0] else _MadeRef
+    for t in tensors:
+        ref = made(t)
+        _lazy_seen[id(t)] = (next(_lazy_serials), ref)
+        _new_tensors.append(ref)
 
 
 def tensors_made() -> int:
@@ -698,8 +701,9 @@ def _own_memory(tensors: tuple[Tensor, ...], firsts: dict[UOp, Tensor]) -> tuple
             base = base.src[0]
         if base.op is Ops.BUFFER or base is not u and t._view_of is not None:
             continue  # stored, or a view (it shares its base tensor's memory)
-        # (a tensor that is not a view but reshapes a computed value, a reduction's result, owns that value)
-        holder = _holder(base)
+        # (a tensor that is not a view but reshapes a computed value, a reduction's result, owns that value; a value
+        # never realized has no holder: asked inline, two calls less per tensor of every realize)
+        holder = _holder(base) if REALIZED_ENTRY in base.__dict__ else None
         if firsts.setdefault(base, t) is not t or (holder is not None and holder is not t):
             t.uop = _copy_of_own(t, u, firsts)
     return tuple(out)
@@ -1130,8 +1134,8 @@ def _replayed(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
                 _follow_base(t)
             kinds.append(_replay_kind(t.uop))
         plain = []
-        for a in args:
-            plain.append(_replay_arg(a))
+        for a in args:  # (_replay_arg inline)
+            plain.append(None if isinstance(a, Tensor) else (float, repr(a)) if type(a) is float else a)
         # the default dtypes as their knobs hold them (a DType by its number, or a name): dtypes.default_float parses
         # and checks a name on every read, four calls per default per composite (two names of one dtype only key it
         # apart, the cost of one more recording)

@@ -407,7 +407,7 @@ class _StepProgram:
             adopt_pending(tensors)
         for j, out in zip(self.assigned, self.program.outs):
             tensors[j].uop = vals[out]
-            _note_lazy(tensors[j])
+        _note_lazy(*map(tensors.__getitem__, self.assigned))
         note_replay(self, vals, len(tensors), False, run)
         return [tensors[j] for j in self.returned]
 
