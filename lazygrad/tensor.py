@@ -477,11 +477,10 @@ def _readers(
         if target.op is _BUFFER:
             buf = target.arg
             per_memory.setdefault(buf._external if isinstance(buf._external, Buffer) else buf, []).append(n)
-    latest: dict[Buffer, int] = {}  # the newest write into each
+    latest: dict[Buffer, int] = {}  # the newest write into each written more than once
     for mem, ns in per_memory.items():
         if len(ns) == 1:  # (one write a memory, an optimizer step's: nothing of it overwritten by another)
             overwritten[ns[0]] = False
-            latest[mem] = write_order(ns[0])
             continue
         latest[mem] = max(map(write_order, ns))
         for n in ns:
@@ -515,7 +514,11 @@ def _readers(
             elif n.op is Ops.ASSIGN and n.src[0].base.op is Ops.BUFFER and n.src[0].base.arg.memory in mems:
                 # another write into the memory, not run yet: older than these writes, it must land before them
                 # (what reads it is computed first); newer, it lands after them, and what it writes is read then
-                if write_order(n) <= latest.get(n.src[0].base.arg.memory, -1):
+                # (the newest of one write asked here only: a call per written memory on every step otherwise)
+                mem = n.src[0].base.arg.memory
+                ns = per_memory.get(mem)
+                newest = latest[mem] if mem in latest else write_order(ns[0]) if ns else -1
+                if write_order(n) <= newest:
                     return True
                 stack.extend(n.src[1:])
             else:
@@ -1651,7 +1654,11 @@ class Tensor(metaclass=_TensorType):
         shape: _Structure | None = _autograd._Structure(root, seed.uop, _modes.grad_disabled > 0)
         leaves = leaves_in(root, renamed)
         replace: set[int] = set()
-        torch_style = any(t._requires_grad for t, _ in leaves)
+        torch_style = False
+        for t, _ in leaves:  # (a loop, not any() over a generator: a call per leaf less)
+            if t._requires_grad:
+                torch_style = True
+                break
         if not torch_style and (cut := _through_blocks(root, candidates, renamed)) is not root:
             # an unset tensor a slice was cut from as a buffer of its own gets its gradient through the slice (with a
             # tensor set True in the graph it would get none: a block is only cut from a tensor needing no gradient)
@@ -6988,7 +6995,13 @@ def _note_stored(
             new, base = _stored_as(lazy if lowered is None else lowered[i], becomes), lazy.base
         if new is None:
             continue
-        _stand_for(t, new, base, becomes)
+        if lazy.op is _ASSIGN and new is becomes.get(lazy) and _OWNER not in new.__dict__:
+            # an in-place write stored (an optimizer step's every parameter and state): _stand_for's work for it,
+            # inline (it keeps no gradient path and notes no lazy node on its memory), a call less per written tensor
+            t.uop = new
+            new.__dict__[_OWNER] = weakref.ref(t)
+        else:
+            _stand_for(t, new, base, becomes)
         replaced.append((t, lazy))
         if (view_of := t._view_of) is not None and (bt := view_of[0]).uop is view_of[1] and base.op is not _ASSIGN:
             # a view whose realize stored its lazy base tensor's whole value (a view of a matmul's result read): the

@@ -117,7 +117,7 @@ class Optimizer:
         defined elsewhere (its update code may keep Python state of its own)."""
         if type(self).__module__ != __name__:
             return None
-        settings = tuple((k, v) for k, v in vars(self).items() if type(v) in (int, float, bool, str, tuple))
+        settings = tuple([(k, v) for k, v in vars(self).items() if type(v) in (int, float, bool, str, tuple)])
         # dtypes by their numbers (a DType hashes and compares in Python: two calls per tensor on every lookup), and
         # Tensor._is_stored's test inline (three calls per tensor): this runs on every step
         # (a stored tensor's buffer keyed with whether it shows part of its memory: a replay's race check skips the
