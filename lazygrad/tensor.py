@@ -7198,7 +7198,10 @@ def _reads_shifted(value: UOp, buffer: UOp) -> bool:
     reads its memory through a block cut from it (_block_as_buffer: X[1:] is X's memory one row on).
     Reads behind an ASSIGN or CONTIGUOUS do not count: the scheduler always stores those in kernels of their own,
     which run before the in-place write (an optimizer's update reads its state, whose gradients read the weights)."""
-    shifted = _shifted_bases(value)
+    # (the node's kept answer read inline: asked for every gradient an optimizer update reads, on every step)
+    shifted = value.__dict__.get(_SHIFTED)
+    if shifted is None:
+        shifted = _shifted_bases(value)
     if buffer in shifted:
         return True
     if buffer.op is not _BUFFER:

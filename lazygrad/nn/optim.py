@@ -398,7 +398,10 @@ class _StepProgram:
                 return None  # (the update code runs: it builds the gradients)
             # (loops, not generators: two calls less per parameter and state tensor, on every step)
             for k in viewed:
-                if vals[k].base is target:
+                base = vals[k]
+                while base.op in movement:  # (UOp.base inline)
+                    base = base.src[0]
+                if base is target:
                     return None
             for k in inherited:
                 if _reads_shifted(vals[k], target):
