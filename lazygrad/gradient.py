@@ -382,7 +382,7 @@ class _Structure:
     def program_key(self, targets: set[UOp]) -> tuple:
         """What picks a program among the graph's: the seed's place, the targets' places, how many are elsewhere."""
         index = self.index
-        where = sorted(index[t] for t in targets if t in index)
+        where = sorted([index[t] for t in targets if t in index])  # (a list: a generator is a call per target)
         return (index[self.seed], tuple(where), len(targets) - len(where), self.no_grad)
 
     def reached(self) -> frozenset[int]:

@@ -42,6 +42,8 @@ from lazygrad.engine.realize import (
 from lazygrad.helpers import (
     CHECK_INDEX,
     DEBUG,
+    DEFAULT_FLOAT,
+    DEFAULT_INT,
     FRAME_REFS_CHECKED,
     PROFILE,
     STEP_LAYOUTS,
@@ -302,12 +304,15 @@ def _trim_new() -> None:
             _realize_lock.release()
 
 
-def _note_lazy(t: Tensor) -> None:
-    """t got a lazy node again (a pending write, a replaced value): the next look for lazy tensors sees it, with a
-    new serial number (for a TinyJit capture it is made lazy when this happens), filed under what its node reads."""
-    ref = weakref.ref(t) if not CAPTURES_OPEN[0] else _MadeRef(t)
-    _lazy_seen[id(t)] = (next(_lazy_serials), ref)
-    _new_tensors.append(ref)
+def _note_lazy(*tensors: Tensor) -> None:
+    """Each tensor got a lazy node again (a pending write, a replaced value): the next look for lazy tensors sees it,
+    with a new serial number (for a TinyJit capture it is made lazy when this happens), filed under what its node
+    reads. (Several at once: an optimizer step's writes, one call for all of them.)"""
+    made = weakref.ref if not CAPTURES_OPEN[0] else _MadeRef
+    for t in tensors:
+        ref = made(t)
+        _lazy_seen[id(t)] = (next(_lazy_serials), ref)
+        _new_tensors.append(ref)
 
 
 def tensors_made() -> int:
@@ -486,11 +491,10 @@ def _readers(
         if target.op is _BUFFER:
             buf = target.arg
             per_memory.setdefault(buf._external if isinstance(buf._external, Buffer) else buf, []).append(n)
-    latest: dict[Buffer, int] = {}  # the newest write into each
+    latest: dict[Buffer, int] = {}  # the newest write into each written more than once
     for mem, ns in per_memory.items():
         if len(ns) == 1:  # (one write a memory, an optimizer step's: nothing of it overwritten by another)
             overwritten[ns[0]] = False
-            latest[mem] = write_order(ns[0])
             continue
         latest[mem] = max(map(write_order, ns))
         for n in ns:
@@ -524,7 +528,11 @@ def _readers(
             elif n.op is Ops.ASSIGN and n.src[0].base.op is Ops.BUFFER and n.src[0].base.arg.memory in mems:
                 # another write into the memory, not run yet: older than these writes, it must land before them
                 # (what reads it is computed first); newer, it lands after them, and what it writes is read then
-                if write_order(n) <= latest.get(n.src[0].base.arg.memory, -1):
+                # (the newest of one write asked here only: a call per written memory on every step otherwise)
+                mem = n.src[0].base.arg.memory
+                ns = per_memory.get(mem)
+                newest = latest[mem] if mem in latest else write_order(ns[0]) if ns else -1
+                if write_order(n) <= newest:
                     return True
                 stack.extend(n.src[1:])
             else:
@@ -710,8 +718,9 @@ def _own_memory(tensors: tuple[Tensor, ...], firsts: dict[UOp, Tensor]) -> tuple
             base = base.src[0]
         if base.op is Ops.BUFFER or base is not u and t._view_of is not None:
             continue  # stored, or a view (it shares its base tensor's memory)
-        # (a tensor that is not a view but reshapes a computed value, a reduction's result, owns that value)
-        holder = _holder(base)
+        # (a tensor that is not a view but reshapes a computed value, a reduction's result, owns that value; a value
+        # never realized has no holder: asked inline, two calls less per tensor of every realize)
+        holder = _holder(base) if REALIZED_ENTRY in base.__dict__ else None
         if firsts.setdefault(base, t) is not t or (holder is not None and holder is not t):
             t.uop = _copy_of_own(t, u, firsts)
     return tuple(out)
@@ -1129,23 +1138,34 @@ def _replayed(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
 
     @functools.wraps(fn)
     def composite(self: Tensor, *args: Any, **kwargs: Any) -> Tensor:
-        # (lists, not generators: a generator is a call per element it yields, and every layer of every step is one)
-        tensors = [
-            self,
-            *[a for a in args if isinstance(a, Tensor)],
-            *[a for a in kwargs.values() if isinstance(a, Tensor)],
-        ]
+        # (loops, not comprehensions or generators: each is a call, and every layer of every step is a composite)
+        tensors = [self]
+        for a in args:
+            if isinstance(a, Tensor):
+                tensors.append(a)
+        for a in kwargs.values():
+            if isinstance(a, Tensor):
+                tensors.append(a)
+        kinds = []
         for t in tensors:
             if t._view_of is not None:
                 _follow_base(t)
+            kinds.append(_replay_kind(t.uop))
+        plain = []
+        for a in args:  # (_replay_arg inline)
+            plain.append(None if isinstance(a, Tensor) else (float, repr(a)) if type(a) is float else a)
+        # the default dtypes as their knobs hold them (a DType by its number, or a name): dtypes.default_float parses
+        # and checks a name on every read, four calls per default per composite (two names of one dtype only key it
+        # apart, the cost of one more recording)
+        default_float, default_int = DEFAULT_FLOAT.value, DEFAULT_INT.value
         key = (
-            tuple([_replay_kind(t.uop) for t in tensors]),
-            tuple([_replay_arg(a) for a in args]),
-            tuple([(k, _replay_arg(a)) for k, a in kwargs.items()]),
+            tuple(kinds),
+            tuple(plain),
+            tuple([(k, _replay_arg(a)) for k, a in kwargs.items()]) if kwargs else (),
             _modes.grad_disabled > 0,
             TRAINING.value,
-            dtypes.default_float.key,
-            dtypes.default_int.key,
+            default_float if type(default_float) is str else default_float.key,
+            default_int if type(default_int) is str else default_int.key,
             Device.DEFAULT,
         )
         try:
@@ -1283,11 +1303,15 @@ def _note_run(program: GraphProgram, vals: list[UOp], n_in: int) -> None:
 
 def _replay_kind(u: UOp) -> tuple:
     # a dtype by its number: a DType hashes and compares in Python, on every lookup of every composite call; whether
-    # it is a plain buffer (Tensor._plain_buffer) asked inline, two calls less per argument
+    # it is a plain buffer (Tensor._plain_buffer) asked inline, two calls less per argument; shape and device read off
+    # the node's cache where it holds them (UOp.shape and UOp.device are calls)
     b = u
     while b.op is _RESHAPE:
         b = b.src[0]
-    return (u.op, u.dtype.key, u.shape, u.device, u.arg if u.op is Ops.CONST else None, b.op is _BUFFER)
+    memo = u.__dict__
+    shape = memo["shape"] if "shape" in memo else u.shape
+    device = memo["device"] if "device" in memo else u.device
+    return (u.op, u.dtype.key, shape, device, u.arg if u.op is Ops.CONST else None, b.op is _BUFFER)
 
 
 def _replay_arg(a: Any) -> Any:
@@ -1645,7 +1669,11 @@ class Tensor(metaclass=_TensorType):
         shape: _Structure | None = _autograd._Structure(root, seed.uop, _modes.grad_disabled > 0)
         leaves = leaves_in(root, renamed)
         replace: set[int] = set()
-        torch_style = any(t._requires_grad for t, _ in leaves)
+        torch_style = False
+        for t, _ in leaves:  # (a loop, not any() over a generator: a call per leaf less)
+            if t._requires_grad:
+                torch_style = True
+                break
         if not torch_style and (cut := _through_blocks(root, candidates, renamed)) is not root:
             # an unset tensor a slice was cut from as a buffer of its own gets its gradient through the slice (with a
             # tensor set True in the graph it would get none: a block is only cut from a tensor needing no gradient)
@@ -7065,7 +7093,13 @@ def _note_stored(
             new, base = _stored_as(lazy if lowered is None else lowered[i], becomes), lazy.base
         if new is None:
             continue
-        _stand_for(t, new, base, becomes)
+        if lazy.op is _ASSIGN and new is becomes.get(lazy) and _OWNER not in new.__dict__:
+            # an in-place write stored (an optimizer step's every parameter and state): _stand_for's work for it,
+            # inline (it keeps no gradient path and notes no lazy node on its memory), a call less per written tensor
+            t.uop = new
+            new.__dict__[_OWNER] = weakref.ref(t)
+        else:
+            _stand_for(t, new, base, becomes)
         replaced.append((t, lazy))
         if (view_of := t._view_of) is not None and (bt := view_of[0]).uop is view_of[1] and base.op is not _ASSIGN:
             # a view whose realize stored its lazy base tensor's whole value (a view of a matmul's result read): the
@@ -7259,7 +7293,10 @@ def _reads_shifted(value: UOp, buffer: UOp) -> bool:
     reads its memory through a block cut from it (_block_as_buffer: X[1:] is X's memory one row on).
     Reads behind an ASSIGN or CONTIGUOUS do not count: the scheduler always stores those in kernels of their own,
     which run before the in-place write (an optimizer's update reads its state, whose gradients read the weights)."""
-    shifted = _shifted_bases(value)
+    # (the node's kept answer read inline: asked for every gradient an optimizer update reads, on every step)
+    shifted = value.__dict__.get(_SHIFTED)
+    if shifted is None:
+        shifted = _shifted_bases(value)
     if buffer in shifted:
         return True
     if buffer.op is not _BUFFER:

@@ -126,7 +126,7 @@ class Optimizer:
         defined elsewhere (its update code may keep Python state of its own)."""
         if type(self).__module__ != __name__:
             return None
-        settings = tuple((k, v) for k, v in vars(self).items() if type(v) in (int, float, bool, str, tuple))
+        settings = tuple([(k, v) for k, v in vars(self).items() if type(v) in (int, float, bool, str, tuple)])
         # dtypes by their numbers (a DType hashes and compares in Python: two calls per tensor on every lookup), and
         # Tensor._is_stored's test inline (three calls per tensor): this runs on every step
         # (a stored tensor's buffer keyed with whether it shows part of its memory: a replay's race check skips the
@@ -517,7 +517,10 @@ class _StepProgram:
                 return None  # (the update code runs: it builds the gradients)
             # (loops, not generators: two calls less per parameter and state tensor, on every step)
             for k in viewed:
-                if vals[k].base is target:
+                base = vals[k]
+                while base.op in movement:  # (UOp.base inline)
+                    base = base.src[0]
+                if base is target:
                     return None
             for k in inherited:
                 if _reads_shifted(vals[k], target):
@@ -526,7 +529,7 @@ class _StepProgram:
             adopt_pending(tensors)
         for j, out in zip(self.assigned, self.program.outs):
             tensors[j].uop = vals[out]
-            _note_lazy(tensors[j])
+        _note_lazy(*map(tensors.__getitem__, self.assigned))
         note_replay(self, vals, len(tensors), False, run)
         return [tensors[j] for j in self.returned]
 

@@ -1580,7 +1580,7 @@ def _layout(outs: list[UOp], replays: list[Replay], realized: dict[UOp, UOp]) ->
     rest = _Walk(outs, realized, nodes, known)
     if rest.binds or rest.symbolic:
         return None
-    return (tuple(r.program for r in replays), tuple(relations), tuple(views), rest.key), rest
+    return (tuple([r.program for r in replays]), tuple(relations), tuple(views), rest.key), rest
 
 
 @dataclass(eq=False)
@@ -1602,7 +1602,7 @@ class _Laid:
     def fill(self, walk: _Replayed, replays: list[Replay]) -> None:
         """A stored node of an unbuilt run that no tensor holds (an optimizer's step size, see uop/program.py
         FILLER) gets an Unbuilt of its own: its dtype types the buffer (_Template.buffers makes no node over it)."""
-        starts = list(itertools.accumulate((len(r.vals) for r in replays), initial=0))
+        starts = list(itertools.accumulate([len(r.vals) for r in replays], initial=0))
         for p, q in zip(self.walk_at, self.stored):
             if walk.nodes[p] is FILLER:
                 i = bisect.bisect_right(starts, q) - 1

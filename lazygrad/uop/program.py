@@ -147,14 +147,18 @@ class GraphProgram:
         run = UnbuiltRun(self, inputs, on_build)
         vals = [*inputs, *self.filled]
         n_in = len(inputs)
-        steps = self.steps
+        steps, new = self.steps, Unbuilt.__new__
         chains = self._chains[1] if self._chains is not None and self._chains[0] == n_in else self.chains(n_in)
         for q, chain, known in zip(self.outs, chains, self.known):
             # each output with the movement ops below it, base first: a movement op's Unbuilt holds its source's
             for p in chain:
                 if vals[p] is FILLER:  # (not yet placed by another output's chain)
-                    src = steps[p - n_in][2]
-                    vals[p] = run.node(p, vals[src[0]] if src else None)
+                    # (UnbuiltRun.node inline: a call per output and movement op below one, on every step)
+                    op, dtype, src, arg = steps[p - n_in]
+                    u = new(Unbuilt)
+                    u.op, u.dtype, u.arg, u.run, u.at, u.held = op, dtype, arg, run, p, True
+                    u.src = (vals[src[0]],) if src else ()
+                    vals[p] = u
             if noted:
                 vals[q].__dict__.update(known)
         return vals, run
