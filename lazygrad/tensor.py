@@ -4612,11 +4612,8 @@ class Tensor(metaclass=_TensorType):
         dim: Any = None,
         unbiased: bool | None = None,
     ) -> Tensor:
-        if dim is not None:  # torch's name for the axis
-            axis = _torch_dims(dim)
-        if unbiased is not None:  # torch's older spelling of correction=1 / correction=0
-            correction = int(unbiased)
-        return _root(self.var(axis, keepdim, correction), 2)
+        """The square root of var (its arguments, torch's spellings too)."""
+        return _root(self.var(axis, keepdim, correction, dim=dim, unbiased=unbiased), 2)
 
     @_replayed
     def _arg_extreme(self, axis: int | None, keepdim: bool, largest: bool) -> Tensor:
