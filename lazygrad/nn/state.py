@@ -365,10 +365,13 @@ def _rebuild_tensor(storage: _Storage, offset: int, size: tuple, stride: tuple, 
         t = t.reshape([size[d] if d in dims else 1 for d in range(len(size))])
         return t.expand(size).contiguous() if t.shape != size else t
     item, raw = dtype.itemsize, storage.raw()
+    # a run of the last dim at a time where it is contiguous (a slice of columns), else element by element
+    run = size[-1] if stride[-1] == 1 else 1
+    outer = [range(n) for n in (size[:-1] if run > 1 else size)]
     out = bytearray()
-    for idx in itertools.product(*[range(s) for s in size]):
+    for idx in itertools.product(*outer):
         at = (offset + sum(i * s for i, s in zip(idx, stride))) * item
-        out += raw[at : at + item]
+        out += raw[at : at + run * item]
     return Tensor(bytes(out), device=storage.device).bitcast(dtype).reshape(size)
 
 

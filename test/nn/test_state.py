@@ -311,7 +311,9 @@ def _torch_files_state() -> dict:
         "bool": torch.tensor([True, False]),
         "transposed": torch.randn(3, 5).t(),  # a permuted layout: a view of the storage
         "rows": big[2:4],  # an offset into a shared storage
-        "cols": big[:, 1:3],  # gaps between rows: gathered
+        "cols": big[:, 1:3],  # gaps between rows: gathered a row's run at a time
+        "stepped": big[::2, ::3],  # gaps between elements: gathered one by one
+        "transposed_cols": big.t()[1:3],  # a slice of a transposed storage
         "expanded": torch.randn(3, 1).expand(3, 4),  # stride 0
         "param": torch.nn.Parameter(torch.randn(2)),
         "scalar": torch.tensor(2.5),
