@@ -254,16 +254,29 @@ def safe_load(path: str | os.PathLike, device: str | None = None) -> dict[str, T
     for name, info in entries.items():
         dt, shape = SAFETENSORS_DTYPES[info["dtype"]], tuple(info["shape"])
         begin, end = (start + o for o in info["data_offsets"])
-        if mm is not None and end > begin and (base + begin) % dt.itemsize == 0:
-            buf = Buffer("CPU", prod(shape), dt, external=mm, external_ptr=base + begin, shape=shape)
-        else:
-            buf = Buffer(device, prod(shape), dt, shape=shape)
-            if end > begin:
-                with open(path, "rb") as f:
-                    f.seek(begin)
-                    buf.copyin(memoryview(f.read(end - begin)))
-        out[name] = Tensor(UOp.buffer_view(buf, shape))
+        out[name] = _file_tensor(device, dt, shape, mm, base + begin, functools.partial(_read, path, begin, end))
     return out
+
+
+def _read(path: str | os.PathLike, begin: int, end: int) -> bytes:
+    with open(path, "rb") as f:
+        f.seek(begin)
+        return f.read(end - begin)
+
+
+def _file_tensor(
+    device: str, dtype: DType, shape: tuple[int, ...], mm: mmap.mmap | None, address: int, read: Callable[[], Any]
+) -> Tensor:
+    """A tensor of bytes of a model file: on the CPU over the file's memory map at `address` (no copy, read when
+    used) where that is aligned for the dtype, else a buffer of `device` filled with read()'s bytes."""
+    n = prod(shape)
+    if mm is not None and n and address % dtype.itemsize == 0:
+        buf = Buffer("CPU", n, dtype, external=mm, external_ptr=address, shape=shape)
+    else:
+        buf = Buffer(device, n, dtype, shape=shape)
+        if n:
+            buf.copyin(memoryview(read()))
+    return Tensor(UOp.buffer_view(buf, shape))
 
 
 def _map(path: str | os.PathLike) -> mmap.mmap:
@@ -311,34 +324,23 @@ class _Storage:
 
     def __init__(self, name: str, dtype: DType | None, device: str) -> None:
         self.name, self.dtype, self.device = name, dtype, device
-        self.data: Any = None  # a memoryview of the bytes
-        self.mapped: tuple[mmap.mmap, int] | None = None  # or (memory map, address of the first byte)
+        self.data: Any = None  # a memoryview of its bytes
+        self.mapped: tuple[mmap.mmap, int] | None = None  # where they are the file's memory map: (map, address)
         self.flat: Tensor | None = None
 
     def as_flat(self, dtype: DType) -> Tensor:
         if self.flat is None:
-            n = self.nbytes() // dtype.itemsize
-            if self.mapped is not None and self.mapped[1] % dtype.itemsize == 0:
-                buf = Buffer("CPU", n, dtype, external=self.mapped[0], external_ptr=self.mapped[1], shape=(n,))
-            else:
-                buf = Buffer(self.device, n, dtype, shape=(n,))
-                if n:
-                    buf.copyin(self.raw()[: n * dtype.itemsize])
-            self.flat = Tensor(UOp.buffer_view(buf, (n,)))
+            n = len(self.data) // dtype.itemsize
+            mm, address = self.mapped or (None, 0)
+            self.flat = _file_tensor(self.device, dtype, (n,), mm, address, lambda: self.data[: n * dtype.itemsize])
         return self.flat
-
-    def nbytes(self) -> int:
-        return len(self.raw())
-
-    def raw(self) -> memoryview:
-        return self.data
 
 
 class _Rebuild:
     """A tensor of the file not made yet: a legacy file's bytes come after the pickle that names its tensors."""
 
-    def __init__(self, storage: _Storage, offset: int, size: tuple, stride: tuple, rest: tuple) -> None:
-        self.args = (storage, offset, size, stride, *rest)
+    def __init__(self, *args: Any) -> None:  # _rebuild_tensor's
+        self.args = args
 
 
 def _rebuild_tensor(storage: _Storage, offset: int, size: tuple, stride: tuple, *rest: Any) -> Tensor:
@@ -358,13 +360,12 @@ def _rebuild_tensor(storage: _Storage, offset: int, size: tuple, stride: tuple, 
     for d in reversed(order):
         packed &= stride[d] == expected
         expected *= size[d]
-    flat = storage.as_flat(dtype)
     if packed:
-        t = flat[offset : offset + expected].reshape([size[d] for d in order])
+        t = storage.as_flat(dtype)[offset : offset + expected].reshape([size[d] for d in order])
         t = t.permute(sorted(range(len(order)), key=lambda i: order[i]))  # the file's dim order
         t = t.reshape([size[d] if d in dims else 1 for d in range(len(size))])
         return t.expand(size).contiguous() if t.shape != size else t
-    item, raw = dtype.itemsize, storage.raw()
+    item, raw = dtype.itemsize, storage.data
     # a run of the last dim at a time where it is contiguous (a slice of columns), else element by element
     run = size[-1] if stride[-1] == 1 else 1
     outer = [range(n) for n in (size[:-1] if run > 1 else size)]
@@ -401,8 +402,10 @@ def _unpickler(path: str, file: Any, persistent_load: Callable[[tuple], _Storage
 
 
 def _storage_dtype(path: str, kind: Any) -> DType | None:
-    if isinstance(kind, DType) or kind is _UntypedStorage:
-        return kind if isinstance(kind, DType) else None
+    if isinstance(kind, DType):
+        return kind
+    if kind is _UntypedStorage:
+        return None
     raise LoadError(f"{path}: unknown storage type {kind!r}")
 
 
@@ -459,7 +462,7 @@ def torch_load(path: str | os.PathLike, device: str | None = None) -> Any:
                 storages[key] = _Storage(key, _storage_dtype(path, kind), device)
             return storages[key]
 
-        result = _unpickler(path, f, legacy_storage, lambda *a: _Rebuild(a[0], a[1], a[2], a[3], a[4:])).load()
+        result = _unpickler(path, f, legacy_storage, _Rebuild).load()
         for key in pickle.load(f):  # then each storage: its element count, then its bytes
             (count,) = struct.unpack("<q", f.read(8))
             st = storages[key]
