@@ -15,6 +15,7 @@ import sqlite3
 import sys
 import tempfile
 import threading
+import time
 from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
 
 T = TypeVar("T")
@@ -494,8 +495,6 @@ def mv_address(mv: memoryview) -> int:
 
 @contextlib.contextmanager
 def timed(label: str) -> Iterator[None]:
-    import time
-
     st = time.perf_counter()
     yield
     if DEBUG >= 1:
@@ -512,14 +511,10 @@ class Timing(contextlib.ContextDecorator):
         self.prefix, self.on_exit, self.enabled = prefix, on_exit, enabled
 
     def __enter__(self) -> Timing:
-        import time
-
         self.st = time.perf_counter_ns()
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        import time
-
         self.et = time.perf_counter_ns() - self.st
         if self.enabled:
             print(f"{self.prefix}{self.et * 1e-6:6.2f} ms" + (self.on_exit(self.et) if self.on_exit else ""))
@@ -564,8 +559,6 @@ class tqdm:  # noqa: N801  (tinygrad's and tqdm's name)
         total: int | None = None,
         rate: int = 100,
     ) -> None:
-        import time
-
         self.iterable, self.disable, self.unit, self.unit_scale, self.rate = iterable, disable, unit, unit_scale, rate
         if total is None and iterable is not None:
             total = len(iterable) if hasattr(iterable, "__len__") else None  # type: ignore[arg-type]
@@ -601,8 +594,6 @@ class tqdm:  # noqa: N801  (tinygrad's and tqdm's name)
             print(file=sys.stderr)
 
     def _print(self, force: bool) -> None:
-        import time
-
         now = time.perf_counter()
         if self.disable or (not force and now - self.last_print < 1 / self.rate):
             return
@@ -660,7 +651,8 @@ def fetch(
     if name is not None and (isinstance(name, pathlib.Path) or "/" in str(name)):
         fp = pathlib.Path(name)
     else:
-        fp = _cache_dir / "downloads" / (subdir or "") / (name or hashlib.md5(url.encode() + bytes(gunzip)).hexdigest())
+        digest = hashlib.md5((url + " gunzip" * gunzip).encode()).hexdigest()  # the gunzipped file apart
+        fp = _cache_dir / "downloads" / (subdir or "") / (name or digest)
     if fp.is_file() and allow_caching:
         return fp
     fp.parent.mkdir(parents=True, exist_ok=True)

@@ -3929,9 +3929,10 @@ class Tensor(metaclass=_TensorType):
         """tinygrad's `cond.where(x, y)`. torch's method order, `x.where(cond, y)`, is taken where it is the only
         reading: self is not bool and the first argument is a bool tensor (as a condition, a number tensor means
         "not zero"; torch requires a bool condition). A bool self is always the condition."""
-        if self.dtype != dtypes.bool and isinstance(x, Tensor) and x.dtype == dtypes.bool:
+        is_bool = self.dtype == dtypes.bool
+        if not is_bool and isinstance(x, Tensor) and x.dtype == dtypes.bool:
             return x.where(self, y)
-        cond = self if self.dtype == dtypes.bool else self.cast(dtypes.bool)
+        cond = self if is_bool else self.cast(dtypes.bool)
         if isinstance(x, Tensor) and isinstance(y, Tensor):
             xb, yb = x._broadcasted(y)
         elif isinstance(x, Tensor):
