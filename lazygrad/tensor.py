@@ -2755,6 +2755,20 @@ class Tensor(metaclass=_TensorType):
         out._view_of = self._view_of or (self, self.uop)  # shares the memory, as torch's detach does
         return out
 
+    def detach_(self) -> Tensor:
+        """detach in place (torch's): this tensor leaves the autograd graph and stops requiring a gradient; its
+        memory and value are the same. A view raises, as torch's: detach() it instead."""
+        if self._view_of is not None:
+            raise RuntimeError("detach_ cannot detach a view in place: use detach() instead")
+        if self.requires_grad and self.uop.op is Ops.BUFFER:  # a leaf: only the flag changes
+            self.requires_grad = False
+            return self
+        if self.uop.op not in (Ops.BUFFER, Ops.DETACH):
+            self.uop = UOp(Ops.DETACH, self.dtype, (self.uop,))
+            _note_lazy(self)
+        self.requires_grad = False
+        return self
+
     def __getitem__(self, index: Any) -> Tensor:
         return _getitem(self, index)
 
@@ -6575,7 +6589,15 @@ class Tensor(metaclass=_TensorType):
     # torch's other names of the same ops
     arctan2, arcsin, arccos, arctan, arcsinh, arccosh, arctanh = atan2, asin, acos, atan, asinh, acosh, atanh
     remainder, floor_divide, true_divide, multiply, negative, absolute = mod, floordiv, div, mul, neg, abs
-    greater, greater_equal, less, less_equal, not_equal, sgn = gt, ge, lt, le, ne, sign
+    greater, greater_equal, less, less_equal, not_equal, sgn, fix = gt, ge, lt, le, ne, sign, trunc
+
+    def positive(self) -> Tensor:
+        """torch's unary plus: this tensor (a bool tensor raises, as torch's)."""
+        if self.dtype == dtypes.bool:
+            raise RuntimeError("positive (the unary + operator) is not supported for bool tensors")
+        return self
+
+    __pos__ = positive
 
 
 def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -6699,7 +6721,11 @@ for _name in (
     "leaky_relu lerp log "
     "log10 log2 logical_and logical_not logical_or logical_xor lt masked_fill masked_scatter mul nan_to_num ne neg pow "
     "reciprocal relu renorm round rsqrt scatter scatter_add scatter_reduce sigmoid sign sin sinh sqrt square tan tanh "
-    "tril triu trunc"
+    "tril triu trunc "
+    # torch's other spellings and the special functions
+    "absolute arccos arccosh arcsin arcsinh arctan arctan2 arctanh atan2 bitwise_left_shift bitwise_right_shift "
+    "deg2rad digamma divide erfc erfinv expm1 fix floor_divide frac greater greater_equal hypot ldexp less less_equal "
+    "lgamma log1p logit multiply negative not_equal rad2deg remainder sgn sinc subtract true_divide xlogy"
 ).split():
     if not hasattr(Tensor, f"{_name}_"):
         setattr(Tensor, f"{_name}_", _inplace_twin(_name))

@@ -885,6 +885,102 @@ def test_inplace_twins_exist():
         x.div_(2)  # a float result does not go into an int tensor, as torch
 
 
+_SPELLING_TWINS = [  # (op, values of the other operand, input domain): torch's other names and special functions
+    ("absolute", (), "any"),
+    ("arccos", (), "unit"),
+    ("arccosh", (), "above1"),
+    ("arcsin", (), "unit"),
+    ("arcsinh", (), "any"),
+    ("arctan", (), "any"),
+    ("arctanh", (), "unit"),
+    ("deg2rad", (), "any"),
+    ("rad2deg", (), "any"),
+    ("digamma", (), "positive"),
+    ("lgamma", (), "positive"),
+    ("erfc", (), "any"),
+    ("erfinv", (), "unit"),
+    ("expm1", (), "any"),
+    ("log1p", (), "positive"),
+    ("fix", (), "any"),
+    ("frac", (), "any"),
+    ("logit", (), "prob"),
+    ("sinc", (), "any"),
+    ("negative", (), "any"),
+    ("sgn", (), "any"),
+    ("arctan2", (0.5,), "any"),
+    ("atan2", (-0.5,), "any"),
+    ("divide", (3.0,), "any"),
+    ("true_divide", (-2.0,), "any"),
+    ("multiply", (1.5,), "any"),
+    ("subtract", (0.25,), "any"),
+    ("floor_divide", (0.75,), "any"),
+    ("remainder", (0.75,), "any"),
+    ("hypot", (0.5,), "any"),
+    ("xlogy", (2.0,), "any"),
+    ("greater", (0.1,), "any"),
+    ("greater_equal", (0.1,), "any"),
+    ("less", (0.1,), "any"),
+    ("less_equal", (0.1,), "any"),
+    ("not_equal", (0.0,), "any"),
+]
+_DOMAINS = {
+    "any": lambda x: x * 3,
+    "unit": lambda x: np.tanh(x) * 0.9,
+    "above1": lambda x: np.abs(x) + 1.1,
+    "positive": lambda x: np.abs(x) + 0.2,
+    "prob": lambda x: 1 / (1 + np.exp(-x)),
+}
+
+
+@pytest.mark.parametrize("name,args,domain", _SPELLING_TWINS, ids=[t[0] for t in _SPELLING_TWINS])
+def test_inplace_twins_of_other_spellings(name, args, domain):
+    """x.op_(...) writes op's value into x (and through a view into its base), as torch's, for the twins of torch's
+    other spellings and special functions."""
+    x = _DOMAINS[domain](randn(3, 5, seed=4)).astype(np.float32)
+
+    def fn(t):
+        t = t.clone()
+        other = [like(t, [a] * 5) for a in args]  # a row broadcast over t
+        ret = getattr(t, f"{name}_")(*other)
+        assert ret is t
+        base = t.clone()
+        getattr(base[1:], f"{name}_")(*other)  # through a view: the base's rows change
+        return t, base
+
+    check(fn, fn, [x], grad=False, atol=1e-5)
+
+
+def test_inplace_twins_ints_and_errors():
+    out, ref = both(
+        lambda t: (t.clone().bitwise_left_shift_(2), t.clone().bitwise_right_shift_(1)), np.array([1, 5, -8])
+    )
+    assert_same(out, ref)
+    out, ref = both(lambda t: (t.clone().remainder_(3), t.clone().floor_divide_(-2)), np.array([7, -7, 0, 5]))
+    assert_same(out, ref)
+    raises_like_torch(lambda t: t.divide_(2.0), np.array([1, 2, 3]))  # a float result into an int tensor
+
+
+def test_fix_positive_detach_():
+    out, ref = both(lambda t: (t.fix(), t.positive(), +t), np.array([-1.5, 0.5, 2.7], dtype=np.float32))
+    assert_same(out, ref)
+    raises_like_torch(lambda t: +t, np.array([True, False]))
+    raises_like_torch(lambda t: t.positive(), np.array([True, False]))
+
+    def grads(lib_tensor):
+        w = lib_tensor([1.0, 2.0, 3.0], requires_grad=True)
+        y, z = w * 2, w * 3
+        z.detach_()  # z leaves the graph: its product with w is a constant times w
+        assert not z.requires_grad
+        (y.sum() + (z * w).sum()).backward()
+        leaf = lib_tensor([1.0], requires_grad=True)
+        leaf.detach_()
+        assert not leaf.requires_grad
+        return w.grad
+
+    assert_same(grads(Tensor), grads(torch.tensor))
+    raises_like_torch(lambda t: t[1:].detach_(), randn(4))
+
+
 # *** matrix views, predicates, k-th values, scatters into slices, Cholesky ***
 
 
