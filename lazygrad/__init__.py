@@ -5,7 +5,7 @@ from lazygrad.device import Device
 from lazygrad.dtype import dtypes
 from lazygrad.engine.jit import JitError, TinyJit
 from lazygrad.function import function
-from lazygrad.helpers import Context, GlobalCounters, getenv
+from lazygrad.helpers import Context, GlobalCounters, fetch, getenv
 from lazygrad.tensor import Tensor
 from lazygrad.uop.ops import UOp
 
@@ -22,6 +22,7 @@ __all__ = [
     "Context",
     "GlobalCounters",
     "getenv",
+    "fetch",
     "UOp",
     "nn",
 ]

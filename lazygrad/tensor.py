@@ -1834,6 +1834,14 @@ class Tensor(metaclass=_TensorType):
         return Tensor(Tensor._from_numpy(arr, "CPU", None, share=True))
 
     @staticmethod
+    def from_url(url: str, gunzip: bool = False, **kwargs: Any) -> Tensor:
+        """The file at `url` (downloaded once into the cache by helpers.fetch, gunzipped if asked) as a uint8 DISK
+        tensor, as tinygrad's: `.to(device)` or a bitcast reads it."""
+        from lazygrad.helpers import fetch
+
+        return Tensor(fetch(url, gunzip=gunzip), **kwargs)
+
+    @staticmethod
     def from_blob(
         ptr: int, shape: tuple[int, ...], dtype: DType | str | None = None, device: str | None = None
     ) -> Tensor:
@@ -2690,6 +2698,18 @@ class Tensor(metaclass=_TensorType):
             part = self if b is None else self.shrink(tuple(b if i == d else None for i in range(self.ndim)))
             parts.append((part.contiguous() if dev == self.device else part.to(dev)).uop)
         return Tensor(multi(parts, d))
+
+    def shard_like(self, y: Tensor) -> Tensor:
+        """This tensor placed as `y` is: on y's device, or sharded over y's devices along y's axis."""
+        if isinstance(y.device, str):
+            return self.to(y.device)
+        m = y.uop if y.uop.op is Ops.MULTI else lower_multi([y.uop], _realized)[0][0]  # a lazy y: its lowered axis
+        return self.shard(y.device, m.arg if m.op is Ops.MULTI else None)
+
+    def contiguous_backward(self) -> Tensor:
+        """tinygrad's hint that the gradient flowing back through here be made contiguous. Values and gradients are
+        this tensor's; the scheduler here places gradient stores itself, so the hint changes nothing."""
+        return self
 
     def shard_(self, devices: Sequence[str], axis: int | None = None) -> Tensor:
         """shard in place: this tensor object becomes the sharded one (parameters keep their identity)."""

@@ -448,3 +448,20 @@ def test_tinygrads_extra_arguments() -> None:
     out = half.linear(half, dtype="float32")
     np.testing.assert_allclose(out.numpy(), h @ h.T, rtol=1e-5, atol=1e-5)
     assert t.realize(do_update_stats=False) is t and Tensor.rand(3, contiguous=False).shape == (3,)
+
+
+def test_shard_like_and_contiguous_backward() -> None:
+    devs = ("CPU:0", "CPU:1")
+    x = np.arange(24, dtype=np.float32).reshape(4, 6)
+    for axis in (0, 1, None):
+        y = Tensor.ones(4, 6).shard(devs, axis=axis) * 2  # lazy: its axis is known once lowered
+        s = Tensor(x).shard_like(y)
+        assert s.device == y.device and (s + y).tolist() == (x + 2).tolist()
+        assert s.uop.arg == axis
+    one = Tensor(x).shard_like(Tensor.ones(2, device="CPU:1"))
+    assert one.device == "CPU:1" and one.tolist() == x.tolist()
+
+    w, tw = Tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+    (w.contiguous_backward().permute(1, 0) * w.T).sum().backward()
+    (tw.permute(1, 0) * tw.T).sum().backward()
+    np.testing.assert_allclose(w.grad.numpy(), tw.grad.numpy())

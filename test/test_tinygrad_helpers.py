@@ -148,3 +148,17 @@ def test_diskcache_decorator(tmp_path: pathlib.Path, monkeypatch) -> None:
 
     assert square(3) == 9 and square(3) == 9 and square(4) == 16
     assert calls == [3, 4]
+
+
+def test_from_url_and_top_level_fetch(tmp_path: pathlib.Path, monkeypatch) -> None:
+    import lazygrad
+    from lazygrad import Tensor
+
+    assert lazygrad.fetch is fetch  # `from tinygrad import fetch`
+    monkeypatch.setattr(helpers, "_cache_dir", tmp_path / "cache")
+    src = tmp_path / "w.bin.gz"
+    src.write_bytes(gzip.compress(bytes([3, 1, 4, 1, 5, 9, 2, 6])))
+    t = Tensor.from_url(src.as_uri(), gunzip=True)
+    assert t.device.startswith("DISK:") and t.shape == (8,)
+    assert t.to("CPU").tolist() == [3, 1, 4, 1, 5, 9, 2, 6]
+    assert t.to("CPU").bitcast(lazygrad.dtypes.uint16).tolist() == [3 + 256, 4 + 256, 5 + 9 * 256, 2 + 6 * 256]
