@@ -3,8 +3,9 @@
     python bench/llm.py
 
 SmolLM2-135M (GGUF, weights dequantized to float32 in both): greedy decode tokens/s with a KV cache, 128-token prompt
-tokens/s; all-MiniLM-L6-v2: sentences/s for a batch of 64; first-token latency of a fresh process (model load and
-kernel compiles included) with the kernel disk cache off (cold) and filled (warm).
+tokens/s; all-MiniLM-L6-v2: sentences/s for a batch of 64 (and, with sentence-transformers installed: the `bench-st`
+extra, its encode of the same sentences, tokenizers included on both sides); first-token latency of a fresh process
+(model load and kernel compiles included) with the kernel disk cache off (cold) and filled (warm).
 
 Then the same GGUF file with its weights kept quantized (Q4_1, the tied embedding Q8_0): lazygrad with float32
 weights, lazygrad with quantized=True (a decode step quantizes x to int8 per block and sums integer dot products, as
@@ -337,6 +338,23 @@ def quantized_only() -> None:
     quantized_tables(path, bench_prompt(BPETokenizer.from_gguf_metadata(meta)), ctx, model)
 
 
+def sentence_transformers_row(minilm, sentences: list[str]) -> str | None:
+    """What a user would pick instead: sentence-transformers' encode of the same 64 sentences with the same model
+    directory, tokenization included on both sides (None where sentence-transformers is not installed: the
+    `bench-st` extra)."""
+    try:
+        from sentence_transformers import SentenceTransformer
+    except ImportError:
+        return None
+    from lazygrad.models import minilm_dir
+
+    st_model = SentenceTransformer(str(minilm_dir()), device="cpu")
+    lg = timed(lambda: minilm([minilm.tokenizer.encode(s) for s in sentences]).realize())
+    st = timed(lambda: st_model.encode(sentences, batch_size=len(sentences)))
+    name = "MiniLM encode incl. tokenizer (sentences/s)"
+    return f"{name:44s} {64 / lg:10.1f} {64 / st:10.1f} {st / lg:15.2f}   (peer: sentence-transformers)"
+
+
 def main() -> None:
     import torch
 
@@ -382,6 +400,9 @@ def main() -> None:
     for name, lg, th in rows:
         print(f"{name:44s} {lg:10.1f} {th:10.1f} {lg / th:15.2f}")
     cold, warm = first_token_latency(cold=True), first_token_latency(cold=False)
+    st_row = sentence_transformers_row(minilm, sentences)
+    if st_row:
+        print(st_row)
     print(
         f"first-token latency of a fresh process (load + compile + prompt): cold cache {cold:.2f} s, warm {warm:.2f} s"
     )

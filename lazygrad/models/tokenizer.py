@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import unicodedata
 from typing import Any, Callable, Iterable
 
@@ -276,6 +277,12 @@ def _is_punctuation(c: str) -> bool:
     return 33 <= o <= 47 or 58 <= o <= 64 or 91 <= o <= 96 or 123 <= o <= 126 or unicodedata.category(c).startswith("P")
 
 
+# ASCII text: control characters other than tab and newlines are dropped (category Cc); a word is a run of letters
+# and digits, and every other printable character (BERT's ASCII punctuation) is a word of its own
+_ASCII_CONTROLS = {o: None for o in [*range(32), 127] if chr(o) not in "\t\n\r"}
+_ASCII_WORD = re.compile(r"[^\s!-/:-@\[-`{-~]+|[!-/:-@\[-`{-~]")
+
+
 def _is_cjk(c: str) -> bool:
     o = ord(c)
     return (
@@ -296,6 +303,7 @@ class WordPieceTokenizer:
     def __init__(self, vocab: list[str], max_word_chars: int = 100):
         self.vocab, self.ids, self.max_word_chars = vocab, {t: i for i, t in enumerate(vocab)}, max_word_chars
         self.cls_id, self.sep_id, self.pad_id, self.unk_id = (self.ids[t] for t in ("[CLS]", "[SEP]", "[PAD]", "[UNK]"))
+        self._memo: dict[str, list[int]] = {}
 
     @staticmethod
     def from_vocab_file(path: str | os.PathLike) -> WordPieceTokenizer:
@@ -303,6 +311,12 @@ class WordPieceTokenizer:
             return WordPieceTokenizer([line.rstrip("\n") for line in f])
 
     def _words(self, text: str) -> list[str]:
+        if text.isascii():  # the common case, without a Unicode lookup per character
+            return _ASCII_WORD.findall(text.translate(_ASCII_CONTROLS).lower())
+        return self._unicode_words(text)
+
+    @staticmethod
+    def _unicode_words(text: str) -> list[str]:
         chars = []
         for c in text:
             cat = unicodedata.category(c)
@@ -324,6 +338,14 @@ class WordPieceTokenizer:
         return words
 
     def _wordpiece(self, word: str) -> list[int]:
+        if (hit := self._memo.get(word)) is not None:
+            return hit
+        out = self._split_word(word)
+        if len(self._memo) < 1 << 16:  # a bounded memo: text repeats its words
+            self._memo[word] = out
+        return out
+
+    def _split_word(self, word: str) -> list[int]:
         if len(word) > self.max_word_chars:
             return [self.unk_id]
         out, start = [], 0

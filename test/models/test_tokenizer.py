@@ -7,6 +7,8 @@ import os
 import random
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from lazygrad.models import minilm_dir, smollm2_path
 from lazygrad.models.tokenizer import BPETokenizer, WordPieceTokenizer, gpt2_split, llama3_split
@@ -127,3 +129,14 @@ def test_wordpiece_known_ids_and_decode(wordpiece):
     assert wordpiece.decode(ids) == "hello , world !"
     assert wordpiece.decode(wordpiece.encode("unbelievably")) == "unbelievably"
     assert len(wordpiece.encode("word " * 1000, max_length=256)) == 256
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.text(alphabet=st.characters(max_codepoint=127), max_size=40))
+def test_wordpiece_ascii_fast_path_splits_as_the_unicode_path(wordpiece, text):
+    """ASCII text takes a regex split: the words must be those of the per-character Unicode path (controls dropped,
+    punctuation alone, lowercase), and the ids the same on a second call (the word memo)."""
+    words = wordpiece._words(text)
+    assert words == WordPieceTokenizer._unicode_words(text)
+    ids = [wordpiece.cls_id, *[i for w in words for i in wordpiece._split_word(w)], wordpiece.sep_id]
+    assert wordpiece.encode(text) == wordpiece.encode(text) == ids
