@@ -26,7 +26,7 @@ from lazygrad.device import Buffer, Device
 from lazygrad.dtype import DType, dtypes
 from lazygrad.helpers import prod
 from lazygrad.nn.packed import PanelMatrix, float32_panel_width
-from lazygrad.nn.state import LoadError
+from lazygrad.nn.state import LoadError, file_path
 from lazygrad.tensor import Tensor
 from lazygrad.uop.ops import Ops, UOp
 
@@ -859,10 +859,10 @@ class _Cursor:
             )
 
 
-def gguf_read_header(path: str | os.PathLike) -> tuple[dict[str, Any], list[GGUFTensorInfo], mmap.mmap]:
-    """Metadata, tensor infos and a (copy-on-write) memory map of a GGUF file; every range is checked against its
-    size."""
-    path = os.fspath(path)
+def gguf_read_header(path: str | os.PathLike | Tensor) -> tuple[dict[str, Any], list[GGUFTensorInfo], mmap.mmap]:
+    """Metadata, tensor infos and a (copy-on-write) memory map of a GGUF file (a path, or a DISK tensor of it); every
+    range is checked against its size."""
+    path = file_path(path)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{path}: no such GGUF file")
     with open(path, "rb") as f:
@@ -1194,7 +1194,7 @@ def gguf_tensor(mm: mmap.mmap | bytes, info: GGUFTensorInfo, device: str | None 
     return _raw_tensor(mm, info.offset, prod(info.shape), gt.dtype, device).cast(dtypes.float32).reshape(info.shape)
 
 
-def gguf_load(path: str | os.PathLike, device: str | None = None) -> tuple[dict[str, Any], dict[str, Tensor]]:
+def gguf_load(path: str | os.PathLike | Tensor, device: str | None = None) -> tuple[dict[str, Any], dict[str, Tensor]]:
     """Metadata and float32 tensors (lazy, pointing into a memory map of the file) of a GGUF file."""
     meta, infos, mm = gguf_read_header(path)
     return meta, {info.name: gguf_tensor(mm, info, device) for info in infos}

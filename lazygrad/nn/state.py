@@ -24,7 +24,7 @@ from lazygrad.device import Buffer, Device
 from lazygrad.dtype import DType, dtypes
 from lazygrad.helpers import prod
 from lazygrad.tensor import Tensor
-from lazygrad.uop.ops import UOp
+from lazygrad.uop.ops import Ops, UOp
 
 SAFETENSORS_DTYPES: dict[str, DType] = {
     "BOOL": dtypes.bool,
@@ -156,9 +156,22 @@ def safe_save(state_dict: dict[str, Tensor], path: str | os.PathLike, metadata: 
                 f.write(t.data())
 
 
-def safe_load_metadata(path: str | os.PathLike) -> tuple[dict[str, Any], int]:
+def file_path(source: str | os.PathLike | Tensor) -> str:
+    """The file a loader reads: a path, or (as tinygrad's loaders take) a DISK tensor of a whole file, such as
+    `Tensor(pathlib.Path(...))` or `Tensor.from_url(...)`."""
+    if not isinstance(source, Tensor):
+        return os.fspath(source)
+    if not source._on_disk:
+        raise TypeError(f"a loader reads a file: got a tensor on {source.device}; pass its path or a DISK tensor")
+    path = source.device.split(":", 1)[1]
+    if source.uop.op is not Ops.BUFFER or source.dtype != dtypes.uint8 or source.numel() != os.path.getsize(path):
+        raise TypeError(f"a loader reads a whole file as it is: {path} is read through a view or cast; pass the path")
+    return path
+
+
+def safe_load_metadata(path: str | os.PathLike | Tensor) -> tuple[dict[str, Any], int]:
     """The parsed JSON header of a safetensors file and the file offset where the data starts."""
-    path = os.fspath(path)
+    path = file_path(path)
     with open(path, "rb") as f:
         head = f.read(8)
         size = os.fstat(f.fileno()).st_size
@@ -242,8 +255,9 @@ def _check_entry(path: str, name: str, info: Any, data_size: int) -> tuple[int, 
     return begin, end
 
 
-def safe_load(path: str | os.PathLike, device: str | None = None) -> dict[str, Tensor]:
+def safe_load(path: str | os.PathLike | Tensor, device: str | None = None) -> dict[str, Tensor]:
     """Tensors of a safetensors file. On the CPU they point into a memory map of the file, read only when used."""
+    path = file_path(path)
     header, start = safe_load_metadata(path)
     entries = {k: v for k, v in header.items() if k != "__metadata__"}
     device = Device.canonicalize(device)
@@ -409,12 +423,12 @@ def _storage_dtype(path: str, kind: Any) -> DType | None:
     raise LoadError(f"{path}: unknown storage type {kind!r}")
 
 
-def torch_load(path: str | os.PathLike, device: str | None = None) -> Any:
+def torch_load(path: str | os.PathLike | Tensor, device: str | None = None) -> Any:
     """The object a `torch.save` file holds (usually a state dict: names to tensors), read without torch (tinygrad's
     torch_load). Reads the zip format (torch >= 1.6) and the legacy one before it; only plain data and tensors are
     unpickled, as torch's `weights_only=True`: anything else is a LoadError naming it. On the CPU a zip file's
     tensors point into a memory map of the file (copy-on-write), read only when used."""
-    path = os.fspath(path)
+    path = file_path(path)
     device = Device.canonicalize(device)
     storages: dict[str, _Storage] = {}
     if zipfile.is_zipfile(path):

@@ -179,6 +179,8 @@ def test_dequantize_matches_numpy(tmp_path, kind):
     got = tensors["w"].numpy()
     assert got.shape == shape and got.dtype == np.float32
     np.testing.assert_array_equal(got, np_dequant(kind, raw, prod(shape)).reshape(shape))
+    if kind == "Q4_0":  # tinygrad's gguf_load takes a DISK tensor of the file
+        np.testing.assert_array_equal(gguf_load(Tensor(path))[1]["w"].numpy(), got)
 
 
 def _quantized(tmp_path, kind: str, shape: tuple[int, int], seed: int = 0) -> tuple[QuantizedMatrix, np.ndarray]:

@@ -374,3 +374,21 @@ def test_torch_load_refuses_what_is_not_plain_data(tmp_path: Path) -> None:
     (tmp_path / "junk.pt").write_bytes(b"not a torch file")
     with pytest.raises(LoadError, match="not a torch.save file"):
         torch_load(tmp_path / "junk.pt")
+
+
+def test_loaders_take_a_disk_tensor_of_the_file(tmp_path: Path) -> None:
+    """tinygrad's loaders take `Tensor(path)` / `Tensor.from_url(...)` (a DISK tensor of the whole file) as well as
+    a path; a view of the file or a tensor in memory is a TypeError naming what to pass."""
+    w = np.arange(12, dtype=np.float32).reshape(3, 4)
+    safetensors.numpy.save_file({"w": w}, str(tmp_path / "m.safetensors"))
+    torch.save({"w": torch.from_numpy(w), "n": 3}, tmp_path / "m.pth")
+    st = Tensor(tmp_path / "m.safetensors")
+    np.testing.assert_array_equal(nn.state.safe_load(st)["w"].numpy(), w)
+    assert nn.state.safe_load_metadata(st)[0]["w"]["shape"] == [3, 4]
+    loaded = nn.state.torch_load(Tensor(tmp_path / "m.pth"))
+    np.testing.assert_array_equal(loaded["w"].numpy(), w)
+    assert loaded["n"] == 3
+    with pytest.raises(TypeError, match="whole file"):
+        nn.state.safe_load(st[8:])
+    with pytest.raises(TypeError, match="DISK tensor"):
+        nn.state.torch_load(Tensor([1, 2, 3], dtype=dtypes.uint8))
