@@ -438,6 +438,22 @@ def simplify(x: UOp) -> UOp:
     return graph_rewrite(x, symbolic, memo=memo, name="symbolic")
 
 
+def split_linear(x: UOp, leaves: set[UOp], depends: set[UOp]) -> tuple[UOp, list[tuple[UOp, int]]] | None:
+    """A simplified sum x as `rest + sum(coefficient * leaf)`, with rest free of `leaves` (simplified) and every other
+    term free of them too: (rest, [(leaf, coefficient), ...]); None when a leaf appears anywhere but as a term, or not
+    at all. `depends` holds every node above a leaf, the leaves included."""
+    terms, k = _split_sum(x)
+    rest, linear = [], []
+    for base, m in terms:
+        if base in leaves:
+            linear.append((base, m))
+        elif base in depends:
+            return None
+        else:
+            rest.append((base, m))
+    return (simplify(_sum(rest, k, x)), linear) if linear else None
+
+
 # *** printing ***
 
 _INFIX = {

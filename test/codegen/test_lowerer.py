@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from math import prod
 
 import pytest
 
@@ -159,6 +160,40 @@ def test_view_of_a_view_at_constant_lanes_is_its_direct_simplification() -> None
         assert got == (simplify(idx), simplify(valid))
         assert not any(u.op is Ops.RANGE and u.arg[1] == "lane" for g in got for u in g.toposort)
     assert v in lw.lane_forms  # the placeholder form was built and used
+
+
+def test_padded_conv_lanes_simplify_once_per_value_of_the_sums_they_read() -> None:
+    """A padded conv's address is linear in its expanded axes and its window bounds compare two sums of two of them:
+    each combo's (index, validity) is still the direct simplification, but the address is never rebuilt from its
+    placeholder form, and the validity is simplified once per value of the two sums (40), not once per combo (576)."""
+    from lazygrad import Tensor
+    from lazygrad.codegen.workgroups import default_optimizations
+
+    x, w = Tensor.empty(8, 16, 8, 8), Tensor.empty(32, 16, 3, 3)
+    (si,) = [s for s in x.conv2d(w, padding=1).schedule() if s.ast.op is Ops.SINK]
+    k = Kernel(si.ast, Device["CPU"].renderer)
+    default_optimizations(k)
+    lw = Lowerer(k)
+    lw.lower()
+    (v,) = [u for u in lw.ast.toposort if u.op is Ops.VIEW and u in lw.lane_forms and u.arg.views[0].mask]
+    idx_form, valid_form = lw.lane_forms[v]
+    assert idx_form.moving == [] and idx_form.root in idx_form.linear and valid_form.lanes == []
+    sizes = [lw.k.full_shape[a] for a in lw.expanded_axes]
+    combos = list(itertools.product(*[range(n) for n in sizes]))
+    for combo in combos:
+        idx, valid = v.arg.to_index(lw.idxs(combo))
+        assert lw.index(v, combo) == (simplify(idx), simplify(valid))
+    # each linear sum's possible offsets: the validity's values are their combinations
+    n_offsets = [
+        len(
+            {
+                sum(c * m for c, (_, m) in zip(cs, terms))
+                for cs in itertools.product(*[range(sizes[lw.expanded_axes.index(a)]) for a, _ in terms])
+            }
+        )
+        for _, terms in valid_form.linear.values()
+    ]
+    assert len(valid_form.values) == prod(n_offsets) == 40 and len(combos) == 576
 
 
 @pytest.mark.parametrize("op", ["sum", "max"])

@@ -513,3 +513,24 @@ class TestDeepGraphs:
         s = graph_rewrite(e // 2, symbolic)
         assert exec_tree(s, env) == exec_tree(e // 2, env)
         assert render_expr(s).count("v") == 2_000
+
+
+class TestSplitLinear:
+    """split_linear: a sum as its terms free of some leaves plus a constant multiple of each leaf."""
+
+    def test_leaves_as_terms_split_off(self) -> None:
+        from lazygrad.uop.symbolic import split_linear
+
+        e = (x * 4 + y * 8 + z + 3).simplify()
+        rest, linear = split_linear(e, {y, z}, {y, z, *[u for u in e.toposort if y in u.toposort or z in u.toposort]})
+        assert rest is (x * 4 + 3).simplify() and dict(linear) == {y: 8, z: 1}
+        for yv, zv in itertools.product(range(4), range(-5, 6)):  # rest + offset is the sum at those values
+            assert exec_tree(e, {x: 7, y: yv, z: zv}) == exec_tree(rest, {x: 7}) + 8 * yv + zv
+
+    def test_a_leaf_inside_a_term_is_not_linear(self) -> None:
+        from lazygrad.uop.symbolic import split_linear
+
+        e = (x * 4 + y // 2 + z).simplify()
+        depends = {u for u in e.toposort if y in u.toposort or z in u.toposort}
+        assert split_linear(e, {y, z}, depends) is None  # y only under the division
+        assert split_linear((x * 4 + 1).simplify(), {y, z}, depends) is None  # no leaf at all
