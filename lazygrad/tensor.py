@@ -82,6 +82,7 @@ _HALF_KEYS = frozenset(dt.key for dt in HALF_FLOATS)
 # the ops the paths run on every op and realize test for, read once: an Enum member read costs ~50 ns on Python 3.11
 # (its EnumType has a __getattr__ hook, which keeps attribute reads off the fast path)
 _BUFFER, _RESHAPE, _ASSIGN, _BIND = Ops.BUFFER, Ops.RESHAPE, Ops.ASSIGN, Ops.BIND
+_BOOL_KEY = dtypes.bool.key
 _MOVEMENT = GroupOp.Movement
 
 
@@ -1380,14 +1381,18 @@ class Tensor(metaclass=_TensorType):
             # an op's result, the tensor made most often by far: none of the conversions below apply (and _note_new
             # inline: a call less on every op)
             self.uop = data
-            _new_tensors.append(weakref.ref(self) if not CAPTURES_OPEN[0] else _MadeRef(self))
+            ref = weakref.ref(self)  # (the queue's and the unset registry's: one object, no death callback)
+            _new_tensors.append(ref if not CAPTURES_OPEN[0] else _MadeRef(self))
             if len(_new_tensors) > 1024:
                 _trim_new()
-            # (_init_grad_state's common case inline, outside no_grad with a dtype met before: a call less per op)
+            # (_init_grad_state's common case inline, outside no_grad with a dtype met before, and _note_unset's: two
+            # calls less per op)
             if _modes.grad_disabled or (is_float := _FLOAT_KEYS.get(data.dtype.key)) is None:
                 self._init_grad_state()
             elif is_float:
-                _note_unset(self)
+                _unset_grad[id(self)] = ref
+                if len(_unset_grad) > _unset_limit[0]:
+                    _sweep_unset()
             return
         dtype = to_dtype(dtype) if dtype is not None else None
         device = Device.canonicalize(device)
@@ -3801,6 +3806,30 @@ class Tensor(metaclass=_TensorType):
         out = dtype or (dtypes.bool if op in GroupOp.Comparison else srcs[-1].dtype)
         return Tensor(UOp(op, out, srcs))
 
+    def _binary(self, op: Ops, y: Any, reverse: bool) -> Tensor | None:
+        """op of self and y as they are, where y is a tensor of the same dtype (not bool: sub refuses it, mul makes it
+        an AND), shape and device (most binary ops a model or an optimizer builds); None where _broadcasted's work is
+        needed. _broadcasted and _alu in one, with the nodes' cached shapes and devices read inline: a lone
+        `(a + b).realize()` made 7 Python calls to build its node, now 3."""
+        if type(y) is not Tensor:
+            return None
+        if self._view_of is not None:
+            _follow_base(self)
+        if y._view_of is not None:
+            _follow_base(y)
+        su, yu = self.uop, y.uop
+        dt = su.dtype
+        if yu.dtype is not dt or dt.key == _BOOL_KEY:
+            return None
+        sd, yd = su.__dict__, yu.__dict__
+        if "shape" in sd and "shape" in yd and "device" in sd and "device" in yd:
+            same = sd["shape"] == yd["shape"] and sd["device"] == yd["device"]
+        else:
+            same = su.shape == yu.shape and su.device == yu.device
+        if not same:
+            return None
+        return Tensor(UOp(op, dt, (yu, su) if reverse else (su, yu)))
+
     def _to_tensor(self, x: Any, dtype: DType | None = None) -> Tensor:
         if isinstance(x, Tensor):
             return x
@@ -3857,18 +3886,24 @@ class Tensor(metaclass=_TensorType):
     def add(self, x: Any, reverse: bool = False, *, alpha: Any = 1) -> Tensor:
         if alpha != 1:  # torch's x.add(y, alpha=a) is x + a * y
             x = x * alpha
+        if (out := self._binary(Ops.ADD, x, reverse)) is not None:
+            return out
         a, b = self._broadcasted(x, reverse)
         return a._alu(Ops.ADD, b)
 
     def sub(self, x: Any, reverse: bool = False, *, alpha: Any = 1) -> Tensor:
         if alpha != 1:  # torch's x.sub(y, alpha=a) is x - a * y
             x = x * alpha
+        if (out := self._binary(Ops.SUB, x, reverse)) is not None:
+            return out
         a, b = self._broadcasted(x, reverse)
         if a.dtype == dtypes.bool:
             raise _unsupported("subtraction (-)", a, "use logical_xor or ^")
         return a._alu(Ops.SUB, b)
 
     def mul(self, x: Any, reverse: bool = False) -> Tensor:
+        if (out := self._binary(Ops.MUL, x, reverse)) is not None:
+            return out
         a, b = self._broadcasted(x, reverse)
         return a._alu(Ops.MUL, b) if a.dtype != dtypes.bool else a._alu(Ops.AND, b)
 
@@ -6757,8 +6792,11 @@ _grad_leaves_lock = threading.Lock()
 # id -> weak reference to a floating point tensor whose requires_grad was never set: a backward through it fills its
 # .grad (tinygrad's rule). Every float tensor an op makes is entered here: a plain dict, not a WeakValueDictionary,
 # whose insert is several Python calls. Keyed by id, so no lookup ever compares tensors (Tensor.__eq__ is
-# elementwise). Iterate a copy(): copying runs no Python code, so no removal can change the dict midway
+# elementwise). Iterate a copy(): copying runs no Python code, so no removal can change the dict midway. A dead
+# tensor's entry stays (a death callback was a Python call on every op's result) until the dict has doubled since the
+# last sweep (_sweep_unset) or a tensor made under its id replaces it; readers skip dead references (_live)
 _unset_grad: dict[int, weakref.ref] = {}
+_unset_limit = [1024]  # _unset_grad's size at which its dead entries are dropped next
 _FLOAT_KEYS: dict[int, bool] = {}  # DType.key -> dtypes.is_float of that dtype
 _DEREF = weakref.ref.__call__  # C-level helpers for backward's look at every live tensor (map over them)
 _UOP_OF = operator.attrgetter("uop")
@@ -6782,23 +6820,25 @@ _SEEDS: dict[tuple, UOp] = {}
 
 
 class _UnsetRef(weakref.ref):
-    """A weak reference to a tensor with requires_grad unset (or set False: _no_grad_leaves), carrying its id for the
-    callback that drops its entry: one object per float tensor made, where a reference with a partial of the id as its
-    callback was two."""
+    """A weak reference to a tensor with requires_grad set False (_no_grad_leaves), carrying its id for the callback
+    that drops its entry: one object per tensor, where a reference with a partial of the id as its callback was two."""
 
     __slots__ = ("key",)
 
 
 def _note_unset(t: Tensor) -> None:
-    ref = _UnsetRef(t, _drop_unset)
-    ref.key = id(t)
-    _unset_grad[ref.key] = ref
+    _unset_grad[id(t)] = weakref.ref(t)
+    if len(_unset_grad) > _unset_limit[0]:
+        _sweep_unset()
 
 
-def _drop_unset(ref: _UnsetRef, remove: Any = _remove_dead_weakref, entries: dict = _unset_grad) -> None:
-    # only if still dead: the id may already name a newer tensor. The defaults keep it safe at interpreter exit
-    # (see uop/ops.py _drop_dead)
-    remove(entries, ref.key)
+def _sweep_unset() -> None:
+    """Drop _unset_grad's dead entries, at C speed; the next sweep once it has doubled (amortized, a few C calls per
+    tensor made). Each only if still dead: another thread may have entered a new tensor under the id meanwhile."""
+    entries = _unset_grad.copy()  # (one C call: keys and references that match while other threads add)
+    dead = itertools.compress(entries, map(operator.is_, map(_DEREF, entries.values()), itertools.repeat(None)))
+    collections.deque(map(functools.partial(_remove_dead_weakref, _unset_grad), dead), maxlen=0)
+    _unset_limit[0] = max(1024, 2 * len(_unset_grad))
 
 
 # id -> weak reference to a tensor whose requires_grad was set False (as _unset_grad: a plain dict, where a
@@ -6813,7 +6853,7 @@ def _note_no_grad(t: Tensor) -> None:
 
 
 def _drop_no_grad(ref: _UnsetRef) -> None:
-    _remove_dead_weakref(_no_grad_leaves, ref.key)  # (only if still dead, as _drop_unset)
+    _remove_dead_weakref(_no_grad_leaves, ref.key)  # (only if still dead: the id may already name a newer tensor)
 
 
 def _drop_unset_over_no_grad_inputs(root: UOp, leaves: list[tuple[Tensor, UOp]]) -> list[tuple[Tensor, UOp]]:

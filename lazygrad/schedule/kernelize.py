@@ -1313,19 +1313,30 @@ def cached_instance(
     """For a lone root whose graph's structure was scheduled before and that writes no memory in place: the template
     with an instance's buffers (in the template's reference order), what the root becomes and the bound values; None
     for any other graph (the frontend then takes the general path). A root over stored buffers alone is known from the
-    root (_over_buffers), with no walk."""
+    root (_OverBuffers), with no walk."""
     # a root over stored buffers, or one reshape of one (a reduction's result: the reduce reshaped), is known by the
     # node it stores and a key of that node's op, dtype, arg and sources (and the reshape's arg), kept on its first
-    # source (_over_buffers); inline: this runs on every lone realize
+    # source (_OverBuffers); inline: this runs on every lone realize
     inner, key = root, None
     if root.op is _RESHAPE:
         inner = root.src[0]
-    if inner.src and REALIZED_ENTRY not in inner.__dict__ and REALIZED_ENTRY not in root.__dict__:
-        key = (inner.op, inner.dtype.key, inner.arg, *map(id, inner.src))
+    if (src := inner.src) and REALIZED_ENTRY not in inner.__dict__ and REALIZED_ENTRY not in root.__dict__:
+        key = (inner.op, inner.dtype.key, inner.arg, *map(id, src))
         if inner is not root:
             key = (_RESHAPE, root.arg, *key)
-        if (found := _over_buffers(inner, key)) is not None:
-            return found
+        # _Template.buffers for a known one, with no walk: the one stored buffer, then the slots
+        # (plain loops: over two or three sources, map and any cost more than the opcodes)
+        if (memo := src[0].__dict__.get(_ROOTS_OVER)) is not None and (known := memo.get(key)) is not None:
+            for ref, s in zip(known.others, src[1:]):
+                if ref() is not s:
+                    break  # another node under a dead one's id
+            else:
+                for s in src:
+                    if REALIZED_ENTRY in s.__dict__ or s.op is _RESHAPE and REALIZED_ENTRY in s.src[0].__dict__:
+                        break  # realized since: it reads another value (the walk finds it)
+                else:
+                    buf, node = known.tpl.output(inner.dtype)
+                    return known.tpl, [buf, *map(_DEREF, known.slots)], {inner: node}, {}
     walk = _Walk([root], realized)
     tpl = _templates.get(walk.key)
     if tpl is None or tpl.writes_in_place:
@@ -1370,24 +1381,6 @@ def _buffer_source(s: UOp) -> Buffer | None:
         if REALIZED_ENTRY in s.__dict__:
             return None
     return s.arg if s.op is Ops.BUFFER else None
-
-
-def _over_buffers(inner: UOp, key: tuple) -> tuple[_Template, list[Buffer], dict[UOp, UOp], dict[UOp, int]] | None:
-    """cached_instance of a root over stored buffers met before (_OverBuffers), or of one reshape of such a node (a
-    reduction's result: the reduce reshaped), from the stored node and its key (cached_instance): _Template.buffers for
-    it, with no walk (the one stored buffer, then the slots); None where it is not known so."""
-    if (memo := inner.src[0].__dict__.get(_ROOTS_OVER)) is None or (known := memo.get(key)) is None:
-        return None
-    src = inner.src
-    for ref, s in zip(known.others, src[1:]):
-        if ref() is not s:
-            return None
-    # (_buffer_source inline, for what can change: a realized entry)
-    for s in src:
-        if REALIZED_ENTRY in s.__dict__ or s.op is _RESHAPE and REALIZED_ENTRY in s.src[0].__dict__:
-            return None
-    buf, node = known.tpl.output(inner.dtype)
-    return known.tpl, [buf, *map(_DEREF, known.slots)], {inner: node}, {}
 
 
 def _remember_over_buffers(inner: UOp, key: tuple, walk: _Walk, tpl: _Template) -> None:
