@@ -950,7 +950,7 @@ def _vec_load(ctx: At, x: UOp) -> UOp | None:
     """One vector load where the lanes' scalar loads read consecutive elements under the same gate (not from a staged
     tile: its rows are padded, a vector read from it may not be aligned); under gates of their own, one masked load
     where the renderer has those."""
-    if x in ctx.lw.staged or not ctx.lw.k.renderer.vector_dtype_ok(x.dtype):  # type: ignore[attr-defined]
+    if x in ctx.lw.staged or not ctx.lw.k.renderer.vector_load_ok(x.dtype.vec(ctx.lw.width)):  # type: ignore[attr-defined]
         return None
     st, lw = x.src[1].arg, ctx.lw
     view = st.views[0]

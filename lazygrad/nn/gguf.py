@@ -437,47 +437,44 @@ def dp4a(a: Tensor, b: Tensor, acc: Tensor, lanes: int | None = None) -> Tensor:
 
 # *** rows in groups of 8: a decode step's matvec with a vector over rows ***
 # Where the device has DP4A and a matrix's rows come in groups of 8, every quantized type is copied at load into blocks
-# of 8 rows interleaved: per group and block, each field of the 8 rows together, the float16 scales (and mins) as
-# float32 (8 each), the K-quants' sub-block scales and mins as bytes (8 each: Q4_K's and Q5_K's 6-bit ones unpacked,
+# of 8 rows interleaved: per group and block, each field of the 8 rows together, the float16 scales (and mins) as they
+# are (8 each), the K-quants' sub-block scales and mins as bytes (8 each: Q4_K's and Q5_K's 6-bit ones unpacked,
 # Q6_K's 16 int8 ones), then the code words word by word (Q4_0, Q4_1: 4 words of nibbles; Q8_0: 8 words of codes +
 # 128, unsigned as vpdpbusd multiplies them; Q4_K: 32; Q5_K: 8 of high bits, 32; Q6_K: 32 of low bits, 16 of top
 # bits), each 8 rows' words contiguous. A vpdpbusd then takes one word of 8 rows and one word of x
 # broadcast, a block's integer sums stay in the lanes (one per row), and the scaling is one vector of 8 rows' scales: no
 # per-block scalar work, no horizontal sums (llama.cpp's repacked x8 layouts rest on the same idea). 16384 x 4096 on 2
-# cores (loaded), Q4_1: 1.34 ms with 4 lanes over a block's words, 1.19 with 8, 0.64 with 8 rows' float16 scales (read
-# lane by lane: no half vectors in C), 0.51 with float32 ones (a Q4_1 block 24 bytes, 20 in the file); one core, Q4_K:
-# 1.93 ms with 8 lanes over a block's words, 1.17 in groups (152 bytes a super-block, 144 in the file), Q5_K 2.42 and
-# 2.04 (184 and 176). Q6_K so was slower than its 8 lanes over a block's words (2.79 against 2.56 ms) until a chain of a
-# sub-block's 4 words added its byte products as int16 (the C renderer's `_dp4a_chain`): 1024 x 4096 in cache on one
-# loaded core, 312 us over a block's words, 186 in groups (212 bytes a super-block either way). Every other product, the
-# dequantization and a row's lookup read the file's blocks as they are (`QuantizedMatrix.plain`): from the grouped copy
-# a dequantization's kernel gathers each row's bytes from 8 rows' words, 3072 x 576 in 0.42 ms against 0.21.
+# cores (loaded), Q4_1: 1.34 ms with 4 lanes over a block's words, 1.19 with 8, 0.64 with 8 rows' float16 scales read
+# lane by lane, 0.51 with float32 ones (a Q4_1 block 24 bytes, 20 in the file); one core, Q4_K: 1.93 ms with 8 lanes
+# over a block's words, 1.17 in groups, Q5_K 2.42 and 2.04. Q6_K so was slower than its 8 lanes over a block's words
+# (2.79 against 2.56 ms) until a chain of a sub-block's 4 words added its byte products as int16 (the C renderer's
+# `_dp4a_chain`): 1024 x 4096 in cache on one loaded core, 312 us over a block's words, 186 in groups. The float16
+# fields are now one vector load and one vcvtph2ps (`ClangRenderer.half_vector_cast`) for 8 rows: every grouped block is
+# the file's size but the K-quants' unpacked scales (Q4_K 148 bytes, 144 in the file; Q5_K 180, 176), 8% to 17% fewer
+# bytes than with float32 fields (Q4_1 4096 x 4096 on one core: 39.7M instructions a product with float32 fields, 41.2M
+# so). Every other product, the dequantization and a row's lookup read the file's blocks as they are
+# (`QuantizedMatrix.plain`): from the grouped copy a dequantization's kernel gathers each row's bytes from 8 rows'
+# words, 3072 x 576 in 0.42 ms against 0.21.
 
 GROUP = 8  # rows per group: the lanes of one AVX vpdpbusd
 GroupTerms = Callable[[BlockView, Tensor, Tensor, Tensor, Tensor], Tensor]
 
 
-def _chunks(view: BlockView, dt: DType) -> Tensor:
-    """The blocks seen as `dt`, a group's block together: (groups, blocks, 8 * block bytes / itemsize)."""
-    v = view(dt)
-    return v.reshape(v.shape[0] // GROUP, v.shape[1], GROUP * v.shape[2])
-
-
 def _grouped_words(view: BlockView, at: int) -> Tensor:
-    """The code words from word `at` of a group's block on: (groups, blocks, words, 8 rows)."""
-    w = _chunks(view, dtypes.int32)[..., GROUP * at :]
+    """The code words from int32 word `at` of a group's block on: (groups, blocks, words, 8 rows)."""
+    w = view(dtypes.int32)[..., at:]
     return w.reshape(*w.shape[:2], -1, GROUP)
 
 
 def _group_scales(view: BlockView, n: int) -> list[Tensor]:
-    """The first n float32 fields of 8 rows' blocks, each (groups, blocks, 8)."""
-    f = _chunks(view, dtypes.float32)
-    return [f[..., GROUP * i : GROUP * (i + 1)] for i in range(n)]
+    """The first n float16 fields of 8 rows' blocks as float32, each (groups, blocks, 8)."""
+    f = view(dtypes.float16)
+    return [f[..., GROUP * i : GROUP * (i + 1)].float() for i in range(n)]
 
 
 def _group_bytes(view: BlockView, at: int, n: int) -> list[Tensor]:
     """n byte fields of 8 rows' blocks from byte `at` of a row's block on, each (groups, blocks, 8) in int32."""
-    b = _chunks(view, dtypes.uint8)
+    b = view(dtypes.uint8)
     return [b[..., GROUP * (at + i) : GROUP * (at + i + 1)].cast(dtypes.int32) for i in range(n)]
 
 
@@ -508,20 +505,20 @@ def _nibble_dots(q: Tensor, xw: Tensor, low: list[int], high: list[int]) -> Tens
 
 def _group_terms_q4_0(view: BlockView, xw: Tensor, xsums: Tensor, amax: Tensor, xsum: Tensor) -> Tensor:
     (d,) = _group_scales(view, 1)
-    dots = _nibble_dots(_grouped_words(view, 1), xw, [0, 1, 2, 3], [4, 5, 6, 7]).cast(dtypes.float32)
+    dots = _nibble_dots(_grouped_words(view, 4), xw, [0, 1, 2, 3], [4, 5, 6, 7]).cast(dtypes.float32)
     return d * (dots * (_to_rows(amax, 0, d) * (1 / (127 * 16))) + _to_rows(xsum, 0, d) * -8)
 
 
 def _group_terms_q4_1(view: BlockView, xw: Tensor, xsums: Tensor, amax: Tensor, xsum: Tensor) -> Tensor:
     d, m = _group_scales(view, 2)
-    dots = _nibble_dots(_grouped_words(view, 2), xw, [0, 1, 2, 3], [4, 5, 6, 7]).cast(dtypes.float32)
+    dots = _nibble_dots(_grouped_words(view, 8), xw, [0, 1, 2, 3], [4, 5, 6, 7]).cast(dtypes.float32)
     return dots * (_to_rows(amax, 0, d) * (1 / (127 * 16))) * d + m * _to_rows(xsum, 0, d)
 
 
 def _group_terms_q8_0(view: BlockView, xw: Tensor, xsums: Tensor, amax: Tensor, xsum: Tensor) -> Tensor:
     # codes + 128 times x's codes: the dot product plus 128 times the sum of x's codes, taken off first (exact)
     (d,) = _group_scales(view, 1)
-    q = _grouped_words(view, 1)
+    q = _grouped_words(view, 4)
     acc = _tree_sum([_to_rows(xsums, i, d) for i in range(8)]) * -128
     for w in range(8):
         acc = dp4a(q[..., w, :], xw[..., w : w + 1], acc, GROUP)
@@ -533,7 +530,7 @@ def _group_k4(view: BlockView, amax: Tensor, xsum: Tensor, at: int, sub: Callabl
     words from word `at` on), times its 6-bit scale, summed in int32 over the super-block (below 2^30), one float
     scaling; minus dmin times each 6-bit min times x's exact sum of that sub-block."""
     d, dmin = _group_scales(view, 2)
-    scales, mins = _group_bytes(view, 8, 8), _group_bytes(view, 16, 8)
+    scales, mins = _group_bytes(view, 4, 8), _group_bytes(view, 12, 8)
     q = _grouped_words(view, at)
     dots = _tree_sum([sub(q, j) * scales[j] for j in range(8)]).cast(dtypes.float32)
     offs = _tree_sum([mins[j].cast(dtypes.float32) * _to_rows(xsum, j, d) for j in range(8)])
@@ -550,7 +547,7 @@ def _nibbles_of(q: Tensor, j: int, xw: Tensor) -> Tensor:
 
 
 def _group_terms_q4_k(view: BlockView, xw: Tensor, xsums: Tensor, amax: Tensor, xsum: Tensor) -> Tensor:
-    return _group_k4(view, amax, xsum, 2 + 4, lambda q, j: _nibbles_of(q, j, xw))
+    return _group_k4(view, amax, xsum, 8 + 32, lambda q, j: _nibbles_of(q, j, xw))
 
 
 def _group_terms_q5_k(view: BlockView, xw: Tensor, xsums: Tensor, amax: Tensor, xsum: Tensor) -> Tensor:
@@ -561,7 +558,7 @@ def _group_terms_q5_k(view: BlockView, xw: Tensor, xsums: Tensor, amax: Tensor, 
             1 << (8 - j)
         )
 
-    return _group_k4(view, amax, xsum, 2 + 4, sub)
+    return _group_k4(view, amax, xsum, 8 + 32, sub)
 
 
 def _group_terms_q6_k(view: BlockView, xw: Tensor, xsums: Tensor, amax: Tensor, xsum: Tensor) -> Tensor:
@@ -572,8 +569,8 @@ def _group_terms_q6_k(view: BlockView, xw: Tensor, xsums: Tensor, amax: Tensor, 
     times x's code sums), times its int8 scale, summed in int32 over the super-block (at most 16 * 16 * 32 * 127 *
     128 * 16 < 2^31), one float scaling."""
     (d,) = _group_scales(view, 1)
-    scales = [(b ^ 128) - 128 for b in _group_bytes(view, 4, 16)]  # signed bytes
-    q = _grouped_words(view, 5)
+    scales = [(b ^ 128) - 128 for b in _group_bytes(view, 2, 16)]  # signed bytes
+    q = _grouped_words(view, 4 + 32)
     terms = []
     for n in range(2):
         for k in range(4):
@@ -623,23 +620,23 @@ def _panels(values: Tensor) -> Tensor:
 
 def _group_panels_q4_0(view: BlockView) -> Tensor:
     (d,) = _group_scales(view, 1)
-    return _panels((_group_codes(view, 1, 4) - 8) * d.unsqueeze(-2))
+    return _panels((_group_codes(view, 4, 4) - 8) * d.unsqueeze(-2))
 
 
 def _group_panels_q4_1(view: BlockView) -> Tensor:
     d, m = _group_scales(view, 2)
-    return _panels(_group_codes(view, 2, 4) * d.unsqueeze(-2) + m.unsqueeze(-2))
+    return _panels(_group_codes(view, 8, 4) * d.unsqueeze(-2) + m.unsqueeze(-2))
 
 
 def _group_panels_q8_0(view: BlockView) -> Tensor:
     (d,) = _group_scales(view, 1)
-    return _panels((_group_codes(view, 1, 8) - 128) * d.unsqueeze(-2))  # stored + 128
+    return _panels((_group_codes(view, 4, 8) - 128) * d.unsqueeze(-2))  # stored + 128
 
 
 def _group_fields_32(halves: int, code_at: int, code_bytes: int, flip: bool) -> GroupFields:
     def fields(plain: QuantizedMatrix) -> tuple[Tensor, Tensor | None, Tensor]:
         codes = plain.view(dtypes.uint8)[..., code_at : code_at + code_bytes]
-        return plain.view(dtypes.float16)[..., :halves].float(), None, codes ^ 128 if flip else codes  # signed + 128
+        return plain.view(dtypes.float16)[..., :halves], None, codes ^ 128 if flip else codes  # signed + 128
 
     return fields
 
@@ -652,7 +649,7 @@ def _group_fields_k4(codes_end: int) -> GroupFields:
         u8 = plain.view(dtypes.uint8)
         scales, mins = _scales_mins_k4(u8[..., 4:16].cast(dtypes.int32))
         small = scales.cat(mins, dim=-2)[..., 0].cast(dtypes.uint8)  # (rows, blocks, 16)
-        return plain.view(dtypes.float16)[..., :2].float(), small, u8[..., 16:codes_end]
+        return plain.view(dtypes.float16)[..., :2], small, u8[..., 16:codes_end]
 
     return fields
 
@@ -660,7 +657,7 @@ def _group_fields_k4(codes_end: int) -> GroupFields:
 def _group_fields_q6_k(plain: QuantizedMatrix) -> tuple[Tensor, Tensor | None, Tensor]:
     """Q6_K: d, the 16 int8 scales as bytes, ql and qh."""
     u8 = plain.view(dtypes.uint8)
-    return plain.view(dtypes.float16)[..., 104:105].float(), u8[..., 192:208], u8[..., 0:192]
+    return plain.view(dtypes.float16)[..., 104:105], u8[..., 192:208], u8[..., 0:192]
 
 
 GroupFields = Callable[["QuantizedMatrix"], tuple[Tensor, "Tensor | None", Tensor]]
@@ -668,7 +665,7 @@ GroupFields = Callable[["QuantizedMatrix"], tuple[Tensor, "Tensor | None", Tenso
 
 def _group_rows(gt: GGMLType, plain: QuantizedMatrix) -> bytes:
     """The blocks of a matrix (rows a multiple of 8) in the grouped layout of gt.grouped, from the type's fields
-    (`group_fields`: float32 fields, byte fields or None, code bytes), each field of a group's 8 rows together."""
+    (`group_fields`: float16 fields, byte fields or None, code bytes), each field of a group's 8 rows together."""
     assert gt.group_fields is not None
     rows, blocks = plain._blocks
     floats, small, codes = gt.group_fields(plain)
@@ -714,7 +711,7 @@ GGML_TYPES: dict[int, GGMLType] = {
         padded=GGMLType(
             "Q4_0", 32, 20, _parts_q4_0_padded, int_parts=_int_parts_q4_0_padded, word_terms=_word_terms_q4_0_padded
         ),
-        grouped=GGMLType("Q4_0", 32, 20, None, group_terms=_group_terms_q4_0, group_panels=_group_panels_q4_0),
+        grouped=GGMLType("Q4_0", 32, 18, None, group_terms=_group_terms_q4_0, group_panels=_group_panels_q4_0),
         group_fields=_group_fields_32(1, 2, 16, False),
     ),
     3: GGMLType(
@@ -724,7 +721,7 @@ GGML_TYPES: dict[int, GGMLType] = {
         _parts_q4_1,
         int_parts=_int_parts_q4_1,
         word_terms=_word_terms_q4_1,
-        grouped=GGMLType("Q4_1", 32, 24, None, group_terms=_group_terms_q4_1, group_panels=_group_panels_q4_1),
+        grouped=GGMLType("Q4_1", 32, 20, None, group_terms=_group_terms_q4_1, group_panels=_group_panels_q4_1),
         group_fields=_group_fields_32(2, 4, 16, False),
     ),
     8: GGMLType(
@@ -736,7 +733,7 @@ GGML_TYPES: dict[int, GGMLType] = {
         padded=GGMLType(
             "Q8_0", 32, 36, _parts_q8_0_padded, int_parts=_int_parts_q8_0_padded, word_terms=_word_terms_q8_0_padded
         ),
-        grouped=GGMLType("Q8_0", 32, 36, None, group_terms=_group_terms_q8_0, group_panels=_group_panels_q8_0),
+        grouped=GGMLType("Q8_0", 32, 34, None, group_terms=_group_terms_q8_0, group_panels=_group_panels_q8_0),
         group_fields=_group_fields_32(1, 2, 32, True),
     ),
     12: GGMLType(
@@ -747,7 +744,7 @@ GGML_TYPES: dict[int, GGMLType] = {
         decode=_decode_q4_k,
         int_parts=_int_parts_q4_k,
         word_terms=_word_terms_q4_k,
-        grouped=GGMLType("Q4_K", 256, 152, None, group_terms=_group_terms_q4_k),
+        grouped=GGMLType("Q4_K", 256, 148, None, group_terms=_group_terms_q4_k),
         group_fields=_group_fields_k4(144),
     ),
     13: GGMLType(
@@ -758,7 +755,7 @@ GGML_TYPES: dict[int, GGMLType] = {
         decode=_decode_q5_k,
         int_parts=_int_parts_q5_k,
         word_terms=_word_terms_q5_k,
-        grouped=GGMLType("Q5_K", 256, 184, None, group_terms=_group_terms_q5_k),
+        grouped=GGMLType("Q5_K", 256, 180, None, group_terms=_group_terms_q5_k),
         group_fields=_group_fields_k4(176),
     ),
     14: GGMLType(
@@ -772,7 +769,7 @@ GGML_TYPES: dict[int, GGMLType] = {
             "Q6_K", 256, 212, None, decode=_decode_q6_k, int_parts=_int_parts_q6_k, word_terms=_word_terms_q6_k
         ),
         gap_at=210,
-        grouped=GGMLType("Q6_K", 256, 212, None, group_terms=_group_terms_q6_k),
+        grouped=GGMLType("Q6_K", 256, 210, None, group_terms=_group_terms_q6_k),
         group_fields=_group_fields_q6_k,
     ),
     30: GGMLType("BF16", 1, 2, None, dtypes.bfloat16),
@@ -987,9 +984,13 @@ class QuantizedMatrix:
         self._views: dict[DType, Tensor] = {}
 
     def view(self, dt: DType) -> Tensor:
-        """The blocks seen as `dt`: (rows, blocks per row, block bytes / itemsize)."""
+        """The blocks seen as `dt`: (rows, blocks per row, block bytes / itemsize); rows in groups (`gt.group_terms`):
+        a group's block together, (groups, blocks per row, 8 * block bytes / itemsize) (Q4_0's 18 bytes a row are
+        no whole int32 words, 8 rows' 144 are)."""
         if dt not in self._views:  # one Buffer per dtype: the same graph node each time it is asked for
-            self._views[dt] = self._flat(dt).reshape(*self._blocks, self.gt.block_bytes // dt.itemsize)
+            rows, blocks = self._blocks
+            group = GROUP if self.gt.group_terms is not None else 1
+            self._views[dt] = self._flat(dt).reshape(rows // group, blocks, group * self.gt.block_bytes // dt.itemsize)
         return self._views[dt]
 
     def dequantize(self, rows: tuple[Any, int] | None = None) -> Tensor:

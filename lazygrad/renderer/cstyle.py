@@ -831,6 +831,8 @@ def _widening_steps(src: DType, dst: DType) -> list[DType]:
 def _vector_cast(ctx: AluCtx, x: UOp) -> str | None:
     if x.dtype.count == 1:
         return None
+    if x.src[0].dtype.scalar == dtypes.float16 and x.dtype.scalar == dtypes.float32:  # (vector_op_ok: F16C, 8 lanes)
+        return f"__builtin_ia32_vcvtph2ps256(({ctx.r.render_dtype(dtypes.int16.vec(8))})({ctx.a[0]}))"
     out = ctx.a[0]
     for step in _widening_steps(x.src[0].dtype.scalar, x.dtype.scalar):
         out = f"__builtin_convertvector({out},{ctx.r.render_dtype(step.vec(x.dtype.count))})"
@@ -1155,6 +1157,9 @@ class ClangRenderer(CStyleLanguage):
     # work (estimate_ops + estimate_mem: ~128 a ns on a core) per index of an outlined THREAD loop from which its body
     # is a function of one index rather than a loop over a chunk of them (ClangRenderer.render)
     outline_index_work = 1 << 19
+    # 8 float16 lanes to float32 as F16C's vcvtph2ps (gcc 12 converts a _Float16 vector lane by lane), set by the CPU
+    # device where the CPU has F16C: a quantized weight's float16 scales are then read as they are stored
+    half_vector_cast = False
 
     def __init__(self, threads: int = 1, vector_bytes: int = 16, vector_registers: int = 16):
         self.threads = threads  # cores a THREAD axis is shared out among
@@ -1254,6 +1259,12 @@ class ClangRenderer(CStyleLanguage):
     def vector_dtype_ok(self, dt: DType) -> bool:
         return dt.scalar in VECTOR_DTYPES
 
+    def vector_load_ok(self, dt: DType) -> bool:
+        """Whether a load of the vector dtype `dt` is one vector load: also 8 float16 lanes where the CPU converts them
+        to float32 in one instruction (`half_vector_cast`), the only vector op on them (a quantized weight's float16
+        scales); other ops take them lane by lane."""
+        return self.vector_dtype_ok(dt) or self.half_vector_cast and dt == dtypes.float16.vec(8)
+
     def vector_op_ok(self, op: Ops, dt: DType, src_dtypes: list[DType]) -> bool:
         if dtypes.bool in (dt.scalar, *src_dtypes):  # on lane masks (_mask_alu); a mask's signed -1 is not a bool's <
             # one register wide at most and an SSE register at least: gcc 12 compares a vector of two registers (16
@@ -1263,6 +1274,8 @@ class ClangRenderer(CStyleLanguage):
             if not all(self.vector_dtype_ok(d) and 16 <= d.itemsize * dt.count <= self.vector_bytes for d in numbers):
                 return False
             return op in MASK_OPS or (op is Ops.CMPLT and dtypes.bool not in src_dtypes)
+        if op is Ops.CAST and self.half_vector_cast and dt == dtypes.float32.vec(8) and src_dtypes == [dtypes.float16]:
+            return True
         if not all(self.vector_dtype_ok(d) for d in (dt, *src_dtypes)):
             return False
         if op is Ops.EXP2:
@@ -1392,6 +1405,9 @@ class ClangRenderer(CStyleLanguage):
             if u.op is Ops.CAST and u.dtype.count > 1
             for step in _widening_steps(u.src[0].dtype.scalar, u.dtype.scalar)
         }
+        # float16 lanes to float32 pass through 16-bit integers, the type of vcvtph2ps's builtin (_vector_cast)
+        if any(u.op is Ops.CAST and u.dtype.count > 1 and u.src[0].dtype.scalar == dtypes.float16 for u in uops):
+            vector_dtypes.add(dtypes.int16.vec(8))
         # a select of whole vectors under one scalar condition is a lane select on a mask as wide as its lanes
         vector_dtypes |= {
             MASK_INTS[u.dtype.scalar.itemsize].vec(u.dtype.count)

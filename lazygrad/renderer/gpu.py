@@ -259,6 +259,9 @@ class OpenCLRenderer(GPUDialect):
     def vector_dtype_ok(self, dt: DType) -> bool:
         return dt.scalar == dtypes.float32
 
+    def vector_load_ok(self, dt: DType) -> bool:
+        return self.vector_dtype_ok(dt)
+
     def vector_op_ok(self, op: Ops, dt: DType, src_dtypes: list[DType]) -> bool:
         return op in (Ops.ADD, Ops.SUB, Ops.MUL) and all(d.scalar == dtypes.float32 for d in (dt, *src_dtypes))
 

@@ -688,6 +688,7 @@ class CPUDevice(Compiled):
         renderer.masked_load_lane_mask = "avx512f" not in flags and bool(lanes)
         renderer.masked_load_16 = "avx512f" in flags and (bool(compiler.lane_select_target) or "avx512vl" not in flags)
         renderer.masked_load_lanes = (16,) if renderer.masked_load_16 and not compiler.lane_shuffle else lanes
+        renderer.half_vector_cast = "f16c" in flags
         super().__init__(name, CPUAllocator(), renderer, compiler, CPUProgram)
 
     @property

@@ -354,14 +354,14 @@ def test_q4_0_blocks_padded_for_dp4a_hold_the_same_values(tmp_path, int8_path):
 @pytest.mark.parametrize("kind", ["Q4_0", "Q4_1", "Q8_0", *K_QUANTS])
 def test_rows_in_groups_of_8_hold_the_same_values(tmp_path, kind, int8_path):
     # where the device has DP4A, a matrix whose rows come in groups of 8 is copied into blocks of 8 rows interleaved
-    # (float32 scales) for a decode step's product; every path gives the file's values (dequantization, a row at a
-    # bound variable, stacking, products of one row, a few rows and a prompt)
+    # (the float16 scales as they are) for a decode step's product; every path gives the file's values (dequantization,
+    # a row at a bound variable, stacking, products of one row, a few rows and a prompt)
     shape = (24, 512 if kind in K_QUANTS else 96)
     q, w = _quantized(tmp_path, kind, shape)
     grouped = int8_path == "dp4a"
     assert (q.gt.group_terms is not None) == grouped
     if grouped:  # and every path but a decode step's product reads the file's blocks
-        assert q.gt.block_bytes == {"Q4_0": 20, "Q4_1": 24, "Q8_0": 36, "Q4_K": 152, "Q5_K": 184, "Q6_K": 212}[kind]
+        assert q.gt.block_bytes == {"Q4_0": 18, "Q4_1": 20, "Q8_0": 34, "Q4_K": 148, "Q5_K": 180, "Q6_K": 210}[kind]
         assert q.plain is not None and q.plain.gt.block_bytes == GGML[kind][2]
     np.testing.assert_array_equal(q.dequantize().numpy(), w)
     token = UOp.variable("token", 0, shape[0] - 1)
@@ -764,3 +764,48 @@ def test_grouped_prompt_decodes_the_groups_into_panels(tmp_path, kind, shape, ba
     out = q.linear(Tensor(x_np)).realize()
     assert GlobalCounters.kernel_count == 2  # the panels, the product
     np.testing.assert_allclose(out.numpy(), x_np @ w.T, rtol=1e-5, atol=1e-4 * np.abs(w).max() * np.sqrt(shape[1]))
+
+
+# float16 scales (and mins) at the ends of their range: subnormal, the smallest normal, the largest, zeros
+_EXTREME_HALVES = [2**-24, -(2**-24), 3 * 2**-20, 2**-14, 65504.0, -65504.0, 0.0, -0.0, 0.0078, -1.5]
+
+
+@pytest.mark.parametrize("kind", ["Q4_0", "Q4_1", "Q8_0", *K_QUANTS])
+@pytest.mark.parametrize("special", [False, True])
+def test_grouped_decode_reads_the_float16_scales_as_stored(tmp_path, kind, special):
+    # rows in groups of 8 keep the file's float16 scales (and mins): a group's block is the file's size (the K-quants:
+    # plus their unpacked sub-block scales), and a decode step's product converts 8 rows' fields in one vcvtph2ps where
+    # the CPU has F16C; values equal llama.cpp's arithmetic at the ends of float16's range (infinity and NaN: the rows
+    # that are not finite, inf or NaN as the order of operations makes them)
+    from lazygrad.engine.realize import lower_schedule_item
+
+    if not Device[Device.DEFAULT].renderer.dp4a_builtins or Device.DEFAULT != "CPU":
+        pytest.skip("rows in groups of 8 are for CPUs with DP4A")
+    _, elems, size = GGML[kind]
+    shape = (24, 512 if kind in K_QUANTS else 96)
+    blocks = np.frombuffer(random_data(kind, prod(shape), np.random.default_rng(3)), np.uint8).copy().reshape(-1, size)
+    halves = np.array(_EXTREME_HALVES + ([np.inf, -np.inf, np.nan] if special else []), np.float16)
+    field = F16_FIELDS.get(kind, slice(0, 4 if kind in ("Q4_1", "Q4_K", "Q5_K") else 2))
+    n = (field.stop - field.start) // 2
+    blocks[:, field] = np.resize(halves, (len(blocks), n)).view(np.uint8)
+    raw = blocks.tobytes()
+    path = tmp_path / "w.gguf"
+    write_gguf(path, [], [("w", shape, kind, raw)])
+    _, infos, mm = gguf_read_header(path)
+    q = gguf_quantized(mm, infos[0])
+    assert q is not None and q.gt.group_terms is not None
+    assert q.gt.block_bytes == {"Q4_0": 18, "Q4_1": 20, "Q8_0": 34, "Q4_K": 148, "Q5_K": 180, "Q6_K": 210}[kind]
+    x_np = np.random.default_rng(4).standard_normal((1, shape[1])).astype(np.float32)
+    out = q.linear(Tensor(x_np)).numpy()[0]
+    block = 256 if kind in K_QUANTS else 32
+    with np.errstate(all="ignore"):
+        ref = np_linear_int8(kind, raw, shape, x_np[0], block)
+    fin = np.isfinite(ref)
+    assert np.array_equal(np.isfinite(out), fin) and fin.sum() >= (1 if special else shape[0])
+    np.testing.assert_allclose(out[fin], ref[fin], rtol=1e-5, atol=1e-5 * np.abs(ref[fin]).max())
+    if Device[Device.DEFAULT].renderer.half_vector_cast:  # (a shape the heuristic gives a vector over 8 rows)
+        big, _ = _quantized(tmp_path, kind, (64, 2048 if kind in K_QUANTS else 1024))
+        x = Tensor(np.ones((1, big.shape[1]), np.float32))
+        srcs = [ei.runner.spec.src for si in big.linear(x).schedule() if (ei := lower_schedule_item(si))]
+        assert any("__builtin_ia32_vcvtph2ps256" in src for src in srcs)
+        assert not any("_Float16 val" in src for src in srcs)  # no float16 loaded lane by lane
