@@ -332,3 +332,25 @@ def test_following_conv_copies_the_blocks_as_they_are():
     xt, wt, w2t = (torch.from_numpy(a) for a in (xn, wn, w2n))
     zt = torch.nn.functional.conv2d(torch.nn.functional.conv2d(xt, wt, padding=1).relu(), w2t, padding=1)
     np.testing.assert_allclose(z.numpy(), zt.numpy(), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("width,n", [(24, 1), (32, 2), (16, 3)])
+def test_copy_back_from_blocks_transposes_in_registers(width, n, monkeypatch):
+    """The copy back from blocks (relu after a blocked conv) loads each 8 x 8 tile as 8 vectors of one pixel's 8
+    channels and transposes them with shuffles, where the renderer writes those (lane_shuffle): no scalar load (was
+    64 a tile, gathered into vectors a lane at a time). Values against torch, with and without the shuffles."""
+    import re
+
+    xn, wn, bn = _rand(n, 8, 8, width), _rand(16, 8, 3, 3, seed=1), _rand(16, seed=2)
+    y = Tensor(xn).conv2d(Tensor(wn), Tensor(bn), padding=1).realize()
+    (si,) = y.relu().schedule()
+    ref = np.maximum(_torch(xn, wn, bn, padding=1), 0)
+    for shuffle in (True, False):
+        renderer = ClangRenderer(threads=1, vector_bytes=32, vector_registers=16)
+        renderer.lane_shuffle = shuffle
+        spec = get_program(si.ast, renderer)
+        vector_loads = re.findall(r"lg_float32x8 val\d+ = \*", spec.src)
+        assert (len(re.findall(r"float val\d+ = ", spec.src)), len(vector_loads)) == ((0, 8) if shuffle else (64, 0))
+        out = Tensor.empty(*ref.shape).realize()
+        ExecItem(CompiledRunner("CPU", spec), [out.uop.buffer, *si.bufs[1:]]).run()
+        np.testing.assert_allclose(out.numpy(), ref, rtol=1e-4, atol=1e-4)
