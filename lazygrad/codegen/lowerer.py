@@ -953,7 +953,7 @@ def _transposed_load(ctx: At, x: UOp) -> UOp | None:
     ms best, 0.55-0.61 -> 0.47-0.54 median (the copy is near memory speed either way). Only where the renderer
     writes a vector of two vectors' lanes as one shuffle (Renderer.lane_shuffle)."""
     lw = ctx.lw
-    if not lw.k.renderer.lane_shuffle or lw.width < 2:
+    if not lw.k.renderer.lane_shuffle or lw.width < 2 or lw.width & (lw.width - 1):
         return None
     for pos, axis in enumerate(lw.upcast_axes):
         if lw.k.full_shape[axis] != lw.width or not _unit_step(lw, x.src[1], axis):
@@ -986,7 +986,7 @@ def _transpose(rows: list[UOp]) -> list[UOp]:
     lanes in runs of e, within 16-byte groups (unpcklps/unpckhps, shufps) until runs fill a group, then across
     (vperm2f128). 8 x 8 float32: 24 shuffles."""
     n, dt = len(rows), rows[0].dtype
-    group = max(2, 16 // dt.scalar.itemsize)
+    group = min(n, max(2, 16 // dt.scalar.itemsize))
     # each vector's lanes as (row, column) of the tile, to find the columns at the end
     labels = [[(i, c) for c in range(n)] for i in range(n)]
     e = 1

@@ -232,7 +232,7 @@ def test_tile_steps_are_emitted_one_at_a_time() -> None:
     assert max(sum(a <= i <= b for a, b in vectors) for i in range(len(body))) <= 2
 
 
-@pytest.mark.parametrize("n,dt", [(2, dtypes.float64), (4, F32), (8, F32), (16, F32), (4, dtypes.float64)])
+@pytest.mark.parametrize("n,dt", [(2, dtypes.float64), (2, F32), (4, F32), (8, F32), (16, F32), (4, dtypes.float64)])
 def test_transpose_gives_the_columns_of_a_square_tile(n: int, dt) -> None:
     """_transpose of n rows: vector c holds lane c of every row, built of n * log2(n) shuffles of two vectors each."""
     from lazygrad.codegen.lowerer import _transpose
