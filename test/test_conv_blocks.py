@@ -332,3 +332,79 @@ def test_following_conv_copies_the_blocks_as_they_are():
     xt, wt, w2t = (torch.from_numpy(a) for a in (xn, wn, w2n))
     zt = torch.nn.functional.conv2d(torch.nn.functional.conv2d(xt, wt, padding=1).relu(), w2t, padding=1)
     np.testing.assert_allclose(z.numpy(), zt.numpy(), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("width,n", [(24, 1), (32, 2), (16, 3)])
+def test_copy_back_from_blocks_transposes_in_registers(width, n, monkeypatch):
+    """The copy back from blocks (relu after a blocked conv) loads each 8 x 8 tile as 8 vectors of one pixel's 8
+    channels and transposes them with shuffles, where the renderer writes those (lane_shuffle): no scalar load (was
+    64 a tile, gathered into vectors a lane at a time). Values against torch, with and without the shuffles."""
+    import re
+
+    xn, wn, bn = _rand(n, 8, 8, width), _rand(16, 8, 3, 3, seed=1), _rand(16, seed=2)
+    y = Tensor(xn).conv2d(Tensor(wn), Tensor(bn), padding=1).realize()
+    (si,) = y.relu().schedule()
+    ref = np.maximum(_torch(xn, wn, bn, padding=1), 0)
+    for shuffle in (True, False):
+        renderer = ClangRenderer(threads=1, vector_bytes=32, vector_registers=16)
+        renderer.lane_shuffle = shuffle
+        spec = get_program(si.ast, renderer)
+        vector_loads = re.findall(r"lg_float32x8 val\d+ = \*", spec.src)
+        assert (len(re.findall(r"float val\d+ = ", spec.src)), len(vector_loads)) == ((0, 8) if shuffle else (64, 0))
+        out = Tensor.empty(*ref.shape).realize()
+        ExecItem(CompiledRunner("CPU", spec), [out.uop.buffer, *si.bufs[1:]]).run()
+        np.testing.assert_allclose(out.numpy(), ref, rtol=1e-4, atol=1e-4)
+
+
+def test_weight_gradient_tile_is_output_channels_by_row_taps():
+    """A conv's weight gradient (lanes along the input row, summed at the end) takes its window's row taps whole as
+    its tile's second axis and unrolls the input rows whole, so each (row, tap) pair's padding is known when the
+    kernel is built: 4 output channels x 3 row taps, rows 8 x lanes 8 (was 4 output channels x 2 input channels, a
+    masked load under a mask built in the loop). Values against torch."""
+    xn, wn, gn = _rand(64, 16, 8, 8), _rand(32, 16, 3, 3, seed=1), _rand(64, 32, 8, 8, seed=2)
+    x, w = Tensor(xn).realize(), Tensor(wn, requires_grad=True).realize()
+    (x.conv2d(w, padding=1) * Tensor(gn)).sum().backward()
+    sched = w.grad.schedule()
+    renderer = ClangRenderer(threads=1, vector_bytes=32, vector_registers=16)
+    renderer.masked_load_lanes, renderer.masked_load_lane_mask = (8, 4), True
+    k = Kernel(sched[-1].ast, renderer)
+    k.merge_axes()
+    hand_coded_optimizations(k)
+    expanded = {
+        t: [s for s, a in zip(k.full_shape, k.axis_types) if a is t] for t in (AxisType.UPCAST, AxisType.UNROLL)
+    }
+    assert expanded == {AxisType.UPCAST: [4, 3], AxisType.UNROLL: [8, 8]}
+    assert [
+        (s, heuristic._step(k, 2, a)) for a, s in enumerate(k.full_shape) if k.axis_types[a] is AxisType.UPCAST
+    ] == [
+        (4, 0),
+        (3, 8),
+    ]  # the input's rows move with the taps
+    run_schedule(sched)
+    wt = torch.from_numpy(wn).requires_grad_()
+    (torch.nn.functional.conv2d(torch.from_numpy(xn), wt, padding=1) * torch.from_numpy(gn)).sum().backward()
+    np.testing.assert_allclose(w.grad.numpy(), wt.grad.numpy(), rtol=1e-4, atol=1e-3)
+
+
+SMALL_GRADIENTS = [
+    (1, 3, 5, 8, 8), (2, 8, 16, 5, 7), (3, 16, 8, 4, 13), (1, 1, 16, 8, 1),
+    (2, 12, 8, 8, 17), (4, 8, 8, 3, 31), (1, 16, 16, 6, 32), (2, 8, 8, 7, 33),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("n,cin,cout,h,w", SMALL_GRADIENTS)
+@pytest.mark.parametrize("bias", [False, True])
+def test_small_conv_gradients_against_torch(n, cin, cout, h, w, bias):
+    """Weight, bias and input gradients of a padded 3x3 conv with relu after it on images of at most 8 rows (whose
+    weight gradient unrolls its rows and row taps), of odd and even widths and channel counts, against torch."""
+    xn, wn, bn, gn = _rand(n, cin, h, w), _rand(cout, cin, 3, 3, seed=1), _rand(cout, seed=2), _rand(n, cout, h, w)
+    x, wt = Tensor(xn, requires_grad=True), Tensor(wn, requires_grad=True)
+    b = Tensor(bn, requires_grad=True) if bias else None
+    (x.conv2d(wt, b, padding=1).relu() * Tensor(gn)).sum().backward()
+    xt, wtt = torch.from_numpy(xn).requires_grad_(), torch.from_numpy(wn).requires_grad_()
+    bt = torch.from_numpy(bn).requires_grad_() if bias else None
+    (torch.nn.functional.conv2d(xt, wtt, bt, padding=1).relu() * torch.from_numpy(gn)).sum().backward()
+    np.testing.assert_allclose(wt.grad.numpy(), wtt.grad.numpy(), rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(x.grad.numpy(), xt.grad.numpy(), rtol=1e-4, atol=1e-3)
+    if bias:
+        np.testing.assert_allclose(b.grad.numpy(), bt.grad.numpy(), rtol=1e-4, atol=1e-3)

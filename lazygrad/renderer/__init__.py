@@ -104,7 +104,8 @@ class Renderer:
     # Ops.DP4A on int32 vectors of these lane counts is one instruction (lane count -> how the renderer spells it);
     # elsewhere it is computed lane by lane, four scalar products each
     dp4a_builtins: dict[int, str] = {}
-    # a GEP whose arg is a tuple of lanes (a vector of those lanes of its source) renders as one shuffle
+    # a GEP whose arg is a tuple of lanes (a vector of those lanes of its source) renders as one shuffle, and so does
+    # a VECTORIZE of lanes of two vectors of its type
     lane_shuffle: bool = False
     # a masked load's mask is a vector of lanes built for it (AVX's vmaskmovps), not a mask register (AVX-512): a
     # masked load costs several plain ones, so a register tile reads fewer of them where it can (codegen/heuristic.py)

@@ -996,6 +996,20 @@ def _one_select_of_vectors(ctx: RenderCtx, u: UOp) -> str | None:
     return ctx.expr(u, _select_whole(ctx, u.dtype, ctx.names[c], *picked))
 
 
+def _shuffle_of_two(ctx: RenderCtx, u: UOp) -> str | None:
+    """Lanes of two vectors of its own type (a round of a register transpose, lowerer._transpose) as one shuffle:
+    gcc builds the lane-wise form `{a[0], b[0], ...}` from scalar extracts and inserts, a lane at a time."""
+    if not ctx.r.lane_shuffle or u.dtype.scalar == dtypes.bool:
+        return None
+    if not all(s.op is Ops.GEP and type(s.arg) is int and s.src[0].dtype == u.dtype for s in u.src):
+        return None
+    vecs = list(dict.fromkeys(s.src[0] for s in u.src))
+    if len(vecs) != 2:
+        return None
+    lanes = ",".join(str(s.arg + u.dtype.count * vecs.index(s.src[0])) for s in u.src)
+    return ctx.expr(u, f"__builtin_shufflevector({ctx.names[vecs[0]]},{ctx.names[vecs[1]]},{lanes})")
+
+
 def _lanes_selected(uops: list[UOp]) -> bool:
     """Whether the kernel builds a vector lane by lane from selects ({c0?a0:b0, c1?a1:b1, ...}; one scalar condition
     for every lane is rendered as one select of two vectors instead, see _one_select_of_vectors)."""
@@ -1321,6 +1335,7 @@ class ClangRenderer(CStyleLanguage):
         PatternMatcher(
             [
                 (UPat(Ops.DEFINE_LOCAL, name="u"), local_buffer("", storage=False)),
+                (UPat(Ops.VECTORIZE, name="u"), _shuffle_of_two),
                 (UPat(Ops.VECTORIZE, name="u"), lambda ctx, u: _one_select_of_vectors(ctx, u)),
                 (UPat(Ops.VECTORIZE, name="u"), _mask_vectorize),
                 (UPat(Ops.WHERE, name="u"), _scalar_condition_select),

@@ -265,3 +265,54 @@ def test_tile_steps_are_emitted_one_at_a_time() -> None:
     vectors = [(i, last_use[u]) for i, u in enumerate(body) if u.op is Ops.LOAD and u.dtype.count == 8]
     assert len(vectors) == 2 * 4
     assert max(sum(a <= i <= b for a, b in vectors) for i in range(len(body))) <= 2
+
+
+@pytest.mark.parametrize("n,dt", [(2, dtypes.float64), (2, F32), (4, F32), (8, F32), (16, F32), (4, dtypes.float64)])
+def test_transpose_gives_the_columns_of_a_square_tile(n: int, dt) -> None:
+    """_transpose of n rows: vector c holds lane c of every row, built of n * log2(n) shuffles of two vectors each."""
+    from lazygrad.codegen.lowerer import _transpose
+
+    def value(u: UOp):
+        if u.op is Ops.CONST:
+            return u.arg
+        if u.op is Ops.GEP:
+            return value(u.src[0])[u.arg]
+        assert u.op is Ops.VECTORIZE
+        return [value(s) for s in u.src]
+
+    rows = [UOp(Ops.VECTORIZE, dt.vec(n), tuple(UOp.const(dt, i * n + c) for c in range(n))) for i in range(n)]
+    cols = _transpose(rows)
+    assert [value(c) for c in cols] == [[i * n + c for i in range(n)] for c in range(n)]
+    shuffles = {u for c in cols for u in c.toposort if u.op is Ops.VECTORIZE and u not in rows}
+    assert len(shuffles) == n * (n.bit_length() - 1)
+    assert all(len({s.src[0] for s in u.src}) == 2 for u in shuffles)
+
+
+@pytest.mark.parametrize("pad", [(0, 0), (1, 7), (3, 5)])
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_square_tile_of_a_transposing_copy_loads_rows(pad: tuple[int, int], shuffle: bool, monkeypatch) -> None:
+    """A copy whose vector lanes lie a row apart, in a tile whose other upcast axis runs along the rows: with lane
+    shuffles it loads one vector per row (masked where it reads padding) and transposes them in registers, no scalar
+    load; without, a scalar load per lane. Values against numpy either way."""
+    import re
+
+    import numpy as np
+
+    from lazygrad import Tensor
+    from lazygrad.codegen import get_program
+    from lazygrad.device import Buffer
+    from lazygrad.engine.realize import CompiledRunner, ExecItem
+
+    xn = np.random.default_rng(0).standard_normal((16, 16)).astype(np.float32)
+    (si,) = Tensor(xn).realize().pad(((0, 0), pad)).T.contiguous().schedule()
+    renderer = Device["CPU"].renderer
+    if shuffle and not renderer.masked_load(F32.vec(8)) and pad != (0, 0):
+        pytest.skip("no masked vector loads on this CPU")
+    monkeypatch.setattr(renderer, "lane_shuffle", shuffle)
+    spec = get_program(si.ast, renderer, [Opt(OptOps.UPCAST, 1, 8), Opt(OptOps.UPCAST, 0, 8)])
+    scalar_loads = re.findall(r"float val\d+ = ", spec.src)
+    assert (len(scalar_loads), "__builtin_shufflevector" in spec.src) == ((0, True) if shuffle else (64, False))
+    out = Buffer("CPU", si.bufs[0].size, si.bufs[0].dtype)
+    ExecItem(CompiledRunner("CPU", spec), [out, *si.bufs[1:]]).run()
+    got = np.frombuffer(out.as_bytes(), dtype=np.float32).reshape(16 + sum(pad), 16)
+    np.testing.assert_array_equal(got, np.pad(xn, ((0, 0), pad)).T)
