@@ -7272,7 +7272,7 @@ def _realize_cached(t: Tensor) -> bool:
     scheduled before with no in-place write (no readers of overwritten memory to look for). A repeated
     `(a + b).realize()` costs the walk, the buffers and the launch (16 floats: 22 -> 19 us); a template of one kernel
     whose plan is made launches from the template's buffer list with no ScheduleItem made (59 -> 45 Python calls,
-    17.5 -> 13.3 us), and an op over stored buffers is known from its sources with no walk (kernelize._over_buffers:
+    17.5 -> 13.3 us), and an op over stored buffers is known from its sources with no walk (kernelize.cached_instance:
     43 calls, 11.6 us), its instance made there and stored with _note_stored's work for one node (39 -> 33 calls of
     which 16 build the tensor and drop the dead; 11.5 -> 10.5 us of CPU, a shared machine; 29 calls, 8 us with the
     instance made where the root is recognised and the Enum members read once). DEBUG lines and profile spans come

@@ -1124,6 +1124,11 @@ class _Template:
         # and the stored nodes of instances made before, kept for the next (output), the oldest first
         self.lone: tuple[tuple[int, ...], int, str] | None = None
         self.spares: list[UOp] = []
+        # per in-place write of a fixed shape, small enough to keep (SPARE_BYTES): the nodes of the last two
+        # instances' new values, each over an alias of the written memory, recycled once nothing holds them (buffers)
+        self.aliases: dict[int, list[UOp]] | None = None
+        if FRAME_REFS_CHECKED and self.writes_in_place:
+            self.aliases = {p: [] for p, _, size, _, target in self.stored if target is not None and size is not None}
         if len(self.stored) == 1 and not self.internal:
             _, shape, size, device, target = self.stored[0]
             if target is None and size is not None:
@@ -1140,7 +1145,7 @@ class _Template:
         slots), and what each stored node becomes."""
         bufs: list[Buffer] = []
         becomes: dict[UOp, UOp] = {}
-        nodes, slots = walk.nodes, walk.slots
+        nodes, slots, aliases = walk.nodes, walk.slots, self.aliases
         for p, shape, size, device, target in self.stored:
             n = nodes[p]
             if shape is None:
@@ -1148,7 +1153,26 @@ class _Template:
                 size = alloc_size(shape)
             if target is not None:
                 buf = slots[target]
-                becomes[n] = UOp.buffer_view(buf.alias(), shape)
+                # the written memory's new value under a node of its own (later graphs see the new value): an alias
+                # this position made two instances ago where nothing holds it any more (an optimizer step's every
+                # parameter and state: a Buffer, one or two nodes and their deaths per write), else a new one
+                spares = None
+                if aliases is not None and not buf.part and buf.size * buf.dtype.itemsize <= SPARE_BYTES:
+                    spares = aliases.get(p)
+                    # (Buffer.memory inline; an external array's Buffer aliased is no alias's _external: none taken)
+                    memory = buf._external if buf._external is not None else buf
+                if spares is not None and (found := _free_spare(spares, n.dtype, memory)) is not None:
+                    view = found[1]
+                    notes = view.__dict__
+                    for name in notes.keys() - _STRUCTURE_NOTES:
+                        del notes[name]  # (its owner's note: the tensor now holding the memory's last value)
+                else:
+                    view = UOp.buffer_view(buf.alias(), shape)
+                if spares is not None:
+                    if len(spares) >= 2:
+                        del spares[0]
+                    spares.append(view)
+                becomes[n] = view
             else:
                 buf = Buffer(device, size, n.dtype, shape=shape)
                 # a node of an unbuilt run that no tensor holds (_Laid.fill's: an optimizer's step size) is never
@@ -1162,42 +1186,8 @@ class _Template:
         return bufs, becomes
 
     def output(self, dtype: Any) -> tuple[Buffer, UOp]:
-        """A lone template's (`lone`) new value's buffer and stored node (UOp.buffer_view of it): a spare's, the
-        stored node of an instance made before, where nothing but the template holds it or its buffer any more (the
-        tensor of `(a + b).realize()` in a loop died with its statement; `x = f(x).realize()` drops the result before
-        last), else new ones, kept as a spare where they are small (keep). A recycled pair costs no Buffer, node,
-        allocation, free or death callbacks. Nothing can read a buffer nobody holds: a tensor, a view, a lazy graph
-        or schedule reading it, a JIT capture, a gradient's origin all hold its node or the buffer, and registries
-        that hold either weakly count as holders too. A spare noted since with more than its structure and owner (a
-        write order, a gradient path, a memory's readers: _VALUE_NOTES) is let go, with what its notes hold. Under
-        the realize lock (cached_instance's caller): no thread can take a reference in between, having none to copy."""
-        spares = self.spares
-        i = 0
-        while i < len(spares):  # (no enumerate: its reused tuple holds the element, a count more)
-            spare = spares[i]
-            node = spare.src[0] if spare.op is _RESHAPE else spare
-            buf = node.arg
-            if (
-                spare.dtype is not dtype
-                or not spare.__dict__.keys() <= _VALUE_NOTES
-                or not node.__dict__.keys() <= _VALUE_NOTES
-                or len(buf.__dict__) != _PLAIN_BUFFER
-            ):
-                del spares[i]
-                continue
-            # the counts: the list's reference, the locals and getrefcount's argument; a reshape's node is also its
-            # sources' (its key's too); a buffer also the hash-cons key's of its node (the cache holds the node itself
-            # weakly: one weak reference, its entry)
-            if spare is node:
-                free = _getrefcount(spare) == 4 and _getweakrefcount(spare) == 1
-            else:
-                free = _getrefcount(spare) == 3 and _getweakrefcount(spare) == 1
-                free = free and _getrefcount(node) == 3 and _getweakrefcount(node) == 1
-            if free and _getrefcount(buf) == 4 and not _getweakrefcount(buf) and not buf.pending_write:
-                del spares[i]  # (keep takes it back as the newest)
-                buf.serial = buffers_made()  # made anew for a trace that tells the buffers it made (TinyJit)
-                return buf, spare
-            i += 1
+        """A lone template's (`lone`) new value's buffer and stored node (UOp.buffer_view of it), new ones, kept as a
+        spare where they are small (keep); the caller first asks _free_spare for a spare's."""
         shape, size, device = self.lone  # type: ignore[misc]
         buf = Buffer(device, size, dtype, shape=shape)
         # (UOp.buffer_view inline: whether it reshapes is known)
@@ -1278,10 +1268,53 @@ def _template(
 SPARE_BYTES = 1 << 16
 # the notes a kept value's nodes may carry to be recycled: caches of their structure, which stays the same, and the
 # frontend's notes that die with the tensor holding the value (note_value_notes)
-_VALUE_NOTES = {"shape", "device", "_descendants"}
+_STRUCTURE_NOTES = frozenset({"shape", "device", "_descendants"})
+_VALUE_NOTES = set(_STRUCTURE_NOTES)
 # the attributes of a Buffer as made: a buffer with more in its __dict__ carries notes (a memory's readers, what was
 # stored in it) and is not recycled
 _PLAIN_BUFFER = len(Buffer("CPU", 1, dtypes.uint8).__dict__)
+
+
+def _free_spare(spares: list[UOp], dtype: Any, memory: Buffer | None = None) -> tuple[Buffer, UOp] | None:
+    """The first of a template's kept stored nodes (a lone template's spares, an in-place write's aliases) that
+    nothing holds any more, with its buffer, taken off `spares`: the stored node of an instance made before, where
+    nothing but the template holds it or its buffer (the tensor of `(a + b).realize()` in a loop died with its
+    statement; `x = f(x).realize()` drops the result before last; an optimizer step's parameter two steps back). A
+    recycled pair costs no Buffer, node, allocation, free or death callbacks. Nothing can read a buffer nobody holds: a
+    tensor, a view, a lazy graph or schedule reading it, a JIT capture, a gradient's origin all hold its node or the
+    buffer, and registries that hold either weakly count as holders too. A spare noted since with more than its
+    structure and owner (a write order, a gradient path, a memory's readers: _VALUE_NOTES) is dropped, with what its
+    notes hold. `memory`: an in-place write's, which the spare's buffer must alias (a model of the same structure
+    writes other memory); None: the spare's buffer must own its memory. Under the realize lock (the callers'): no
+    thread can take a reference in between, having none to copy."""
+    i = 0
+    while i < len(spares):  # (no enumerate: its reused tuple holds the element, a count more)
+        spare = spares[i]
+        node = spare.src[0] if spare.op is _RESHAPE else spare
+        buf = node.arg
+        if (
+            spare.dtype is not dtype
+            or not spare.__dict__.keys() <= _VALUE_NOTES
+            or not node.__dict__.keys() <= _VALUE_NOTES
+            or len(buf.__dict__) != _PLAIN_BUFFER
+            or buf._external is not memory
+        ):
+            del spares[i]
+            continue
+        # the counts: the list's reference, the locals and getrefcount's argument; a reshape's node is also its
+        # sources' (its key's too); a buffer also the hash-cons key's of its node (the cache holds the node itself
+        # weakly: one weak reference, its entry)
+        if spare is node:
+            free = _getrefcount(spare) == 4 and _getweakrefcount(spare) == 1
+        else:
+            free = _getrefcount(spare) == 3 and _getweakrefcount(spare) == 1
+            free = free and _getrefcount(node) == 3 and _getweakrefcount(node) == 1
+        if free and _getrefcount(buf) == 4 and not _getweakrefcount(buf) and not buf.pending_write:
+            del spares[i]  # (keep takes it back as the newest)
+            buf.serial = buffers_made()  # made anew for a trace that tells the buffers it made (TinyJit)
+            return buf, spare
+        i += 1
+    return None
 
 
 def note_value_notes(*names: str) -> None:
@@ -1335,7 +1368,7 @@ def cached_instance(
                     if REALIZED_ENTRY in s.__dict__ or s.op is _RESHAPE and REALIZED_ENTRY in s.src[0].__dict__:
                         break  # realized since: it reads another value (the walk finds it)
                 else:
-                    buf, node = known.tpl.output(inner.dtype)
+                    buf, node = _free_spare(known.tpl.spares, inner.dtype) or known.tpl.output(inner.dtype)
                     return known.tpl, [buf, *map(_DEREF, known.slots)], {inner: node}, {}
     walk = _Walk([root], realized)
     tpl = _templates.get(walk.key)
@@ -1344,7 +1377,7 @@ def cached_instance(
     if key is not None:
         _remember_over_buffers(inner, key, walk, tpl)
     if tpl.lone is not None and type(n := walk.nodes[tpl.stored[0][0]]) is not Unbuilt:
-        buf, node = tpl.output(n.dtype)
+        buf, node = _free_spare(tpl.spares, n.dtype) or tpl.output(n.dtype)
         return tpl, [buf, *walk.slots], {n: node}, walk.var_vals()
     bufs, becomes = tpl.buffers(walk)
     return tpl, bufs, becomes, walk.var_vals()
