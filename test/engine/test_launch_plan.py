@@ -21,13 +21,14 @@ def _sum_plus(a: Tensor, b: Tensor) -> Tensor:
 @pytest.mark.parametrize("graph", [False, True])
 def test_plan_refuses_an_input_whose_kernel_never_ran_before_launching_anything(monkeypatch, graph):
     # (launches counted kernel by kernel, or as the graph's calls)
+    warm_runs = 1 + realize.GRAPH_AFTER
     if not graph:
         monkeypatch.setattr(realize, "GRAPH_AFTER", 10**9)
     x = Tensor(np.arange(8, dtype=np.float32)).realize()
     # the structure's template over stored buffers, then its plan's runs up to the one that makes its graph: the
     # counted graph wraps a graph made before the counted run (with 3 runs here, the test passed only where an earlier
     # test in the process had met the structure)
-    for _ in range(1 + realize.GRAPH_AFTER):
+    for _ in range(warm_runs):
         _sum_plus(x, (x * 2).realize()).realize()
     launched: list[int] = []
     real_run = realize._LaunchPlan.run
