@@ -298,18 +298,25 @@ def test_channels_not_in_whole_blocks(cin, cout):
     np.testing.assert_allclose(got, np.maximum(_torch(xn, wn, bn, padding=1), 0), rtol=1e-4, atol=1e-4)
 
 
-def test_input_gradient_tile_rows_share_the_window_taps():
-    """A conv's input gradient sums its window's taps one by one; with AVX's masked loads its tile's third axis is the
-    next output row (whose taps are shifted copies of this row's), not another image. Values against torch."""
-    xn, wn, gn = _rand(64, 16, 8, 8), _rand(32, 16, 3, 3, seed=1), _rand(64, 32, 8, 8, seed=2)
-    x, w = Tensor(xn, requires_grad=True).realize(), Tensor(wn).realize()
+def _gradient_kernel(x: Tensor, w: Tensor, gn: np.ndarray, of: Tensor) -> tuple[list, Kernel]:
+    """The schedule of `of`'s gradient of sum(conv2d(x, w, padding=1) * gn), and its last kernel as the heuristic
+    optimizes it for an AVX2 CPU with masked loads."""
     (x.conv2d(w, padding=1) * Tensor(gn)).sum().backward()
-    sched = x.grad.schedule()
+    sched = of.grad.schedule()
     renderer = ClangRenderer(threads=1, vector_bytes=32, vector_registers=16)
     renderer.masked_load_lanes, renderer.masked_load_lane_mask = (8, 4), True
     k = Kernel(sched[-1].ast, renderer)
     k.merge_axes()
     hand_coded_optimizations(k)
+    return sched, k
+
+
+def test_input_gradient_tile_rows_share_the_window_taps():
+    """A conv's input gradient sums its window's taps one by one; with AVX's masked loads its tile's third axis is the
+    next output row (whose taps are shifted copies of this row's), not another image. Values against torch."""
+    xn, wn, gn = _rand(64, 16, 8, 8), _rand(32, 16, 3, 3, seed=1), _rand(64, 32, 8, 8, seed=2)
+    x, w = Tensor(xn, requires_grad=True).realize(), Tensor(wn).realize()
+    sched, k = _gradient_kernel(x, w, gn, x)
     steps = {k.full_shape[a]: heuristic._step(k, 0, a) for a in k.axes_of(AxisType.UPCAST)}
     assert steps == {8: 1, 4: 64, 2: 8}  # lanes along the row, 4 channels, 2 rows (was 2 images: 1024)
     run_schedule(sched)
@@ -363,13 +370,7 @@ def test_weight_gradient_tile_is_output_channels_by_row_taps():
     masked load under a mask built in the loop). Values against torch."""
     xn, wn, gn = _rand(64, 16, 8, 8), _rand(32, 16, 3, 3, seed=1), _rand(64, 32, 8, 8, seed=2)
     x, w = Tensor(xn).realize(), Tensor(wn, requires_grad=True).realize()
-    (x.conv2d(w, padding=1) * Tensor(gn)).sum().backward()
-    sched = w.grad.schedule()
-    renderer = ClangRenderer(threads=1, vector_bytes=32, vector_registers=16)
-    renderer.masked_load_lanes, renderer.masked_load_lane_mask = (8, 4), True
-    k = Kernel(sched[-1].ast, renderer)
-    k.merge_axes()
-    hand_coded_optimizations(k)
+    sched, k = _gradient_kernel(x, w, gn, w)
     expanded = {
         t: [s for s, a in zip(k.full_shape, k.axis_types) if a is t] for t in (AxisType.UPCAST, AxisType.UNROLL)
     }
