@@ -352,7 +352,8 @@ def sentence_transformers_row(minilm, sentences: list[str]) -> str | None:
     lg = timed(lambda: minilm([minilm.tokenizer.encode(s) for s in sentences]).realize())
     st = timed(lambda: st_model.encode(sentences, batch_size=len(sentences)))
     name = "MiniLM encode incl. tokenizer (sentences/s)"
-    return f"{name:44s} {64 / lg:10.1f} {64 / st:10.1f} {st / lg:15.2f}   (peer: sentence-transformers)"
+    n = len(sentences)
+    return f"{name:44s} {n / lg:10.1f} {n / st:10.1f} {st / lg:15.2f}   (peer: sentence-transformers)"
 
 
 def main() -> None:

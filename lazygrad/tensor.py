@@ -2785,10 +2785,7 @@ class Tensor(metaclass=_TensorType):
         memory and value are the same. A view raises, as torch's: detach() it instead."""
         if self._view_of is not None:
             raise RuntimeError("detach_ cannot detach a view in place: use detach() instead")
-        if self.requires_grad and self.uop.op is Ops.BUFFER:  # a leaf: only the flag changes
-            self.requires_grad = False
-            return self
-        if self.uop.op not in (Ops.BUFFER, Ops.DETACH):
+        if self.uop.op not in (Ops.BUFFER, Ops.DETACH):  # (a leaf's buffer: only the flag changes)
             self.uop = UOp(Ops.DETACH, self.dtype, (self.uop,))
             _note_lazy(self)
         self.requires_grad = False
