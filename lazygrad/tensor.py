@@ -1731,7 +1731,13 @@ class Tensor(metaclass=_TensorType):
         # CNN's logits) gets a gradient no optimizer stores, which reads the weights the step overwrites, so the
         # step's realize computes it first and builds the whole run, and the update's run with it (calls per CNN
         # step 2717 -> 3206, nodes 461 -> 637)
-        pending = not _grad_hooks and not _modes.grad_disabled and not CAPTURES_OPEN[0] and not Device.multi_seen
+        pending = (
+            not _grad_hooks
+            and not _post_accumulate_hooks
+            and not _modes.grad_disabled
+            and not CAPTURES_OPEN[0]
+            and not Device.multi_seen
+        )
         for t, _ in leaves:  # (a loop, not a generator: a call per leaf less on every step)
             if t.grad is not None or not t._requires_grad:
                 pending = False
@@ -1744,6 +1750,9 @@ class Tensor(metaclass=_TensorType):
                     g = _run_hooks(hooks, g)
                 t.grad = g if t.grad is None or id(t) in replace else t.grad + g
                 t.grad.requires_grad = False  # as in torch: a gradient is data, it keeps no graph when realized
+                if _post_accumulate_hooks and (post := _post_accumulate_hooks.get(id(t))) and t.is_leaf:
+                    for hook in list(post):
+                        hook(t)
         if not retain_graph and torch_style:
             # torch frees the graph (a second backward is an error); tinygrad keeps it (gradients accumulate), and
             # code that sets no requires_grad is tinygrad code
@@ -3570,6 +3579,14 @@ class Tensor(metaclass=_TensorType):
         e = exponent.cast(dtypes.float64) if isinstance(exponent, Tensor) else exponent
         return self.cast(dtypes.float64).pow(e)
 
+    def float_power_(self, exponent: Any) -> Tensor:
+        """float_power in place: self must be float64 already, as torch's."""
+        if self.dtype != dtypes.float64:
+            raise RuntimeError(
+                f"float_power_: the base has dtype {self.dtype.name}, but the result is float64: use float_power"
+            )
+        return self._inplace(self.float_power(exponent))
+
     def ldexp(self, other: Any) -> Tensor:
         """self * 2^other."""
         a, b = self._float_pair(other)
@@ -3644,6 +3661,70 @@ class Tensor(metaclass=_TensorType):
         out = self._in_float64(_erfinv)
         node = weakref.ref(out.uop)
         return self._with_derivative(out, lambda y: _from_node(node, y.dtype).square().exp() * (math.sqrt(math.pi) / 2))
+
+    def i0(self) -> Tensor:
+        """The modified Bessel function of the first kind, order 0 (torch.i0): its power series up to |x| = 30, the
+        asymptotic series above; the gradient is I1, as torch's. Integers give the default float."""
+        return self._with_derivative(self._in_float64(lambda x: _bessel_i(x, 0)), lambda x: x._in_float64(_bessel_i1))
+
+    def mvlgamma(self, p: int) -> Tensor:
+        """The multivariate log-gamma of dimension p (torch.mvlgamma): sum of lgamma(x - j/2), j < p, plus
+        p(p-1)/4 log(pi)."""
+        if not isinstance(p, int) or p < 1:
+            raise ArgumentError(f"mvlgamma: p has to be an int >= 1, got {p!r}")
+        x = self.cast(least_upper_float(self.dtype))
+        out = x.lgamma()
+        for j in range(1, p):
+            out = out + (x - j / 2).lgamma()
+        return out + p * (p - 1) / 4 * math.log(math.pi)
+
+    def frexp(self) -> FrexpResult:
+        """(mantissa, exponent) with self = mantissa * 2^exponent, |mantissa| in [0.5, 1) and an int32 exponent, as
+        torch.frexp; 0, inf and NaN give (self, 0). Read from the float's bits, so exact (subnormals too)."""
+        if not dtypes.is_float(self.dtype):
+            raise RuntimeError(f"frexp only supports floating-point dtypes, not {self.dtype.name}")
+        wide = self.dtype == dtypes.float64
+        x = self if wide else self.cast(dtypes.float32)  # float16/bfloat16 values are float32 values, exactly
+        ibits, mbits, bias, lo = (dtypes.int64, 52, 1022, -1022) if wide else (dtypes.int32, 23, 126, -126)
+        emask = (1 << (11 if wide else 8)) - 1
+        sub = (x.abs() < 2.0**lo) & (x != 0)
+        bits = sub.where(x * 2.0**64, x).bitcast(ibits)  # a subnormal scaled into the normal range, exactly
+        exp = ((bits >> mbits) & emask) - bias - sub.where(64, 0)
+        mant = (bits & ~(emask << mbits) | (bias << mbits)).bitcast(x.dtype)
+        plain = (x == 0) | x.isinf() | x.isnan()
+        return FrexpResult(plain.where(x, mant).cast(self.dtype), plain.where(0, exp).cast(dtypes.int32))
+
+    def nextafter(self, other: Any) -> Tensor:
+        """The next float after self towards other, as torch.nextafter (C's nextafter): one step of the float's bits;
+        other when the two are equal, NaN when either is."""
+        a, b = self._broadcasted(other)
+        if not dtypes.is_float(a.dtype):
+            raise _unsupported("nextafter", a, "it steps floats")
+        ibits = {8: dtypes.int64, 4: dtypes.int32, 2: dtypes.int16}[a.dtype.itemsize]
+        bits = a.bitcast(ibits)
+        step = bits + ((a < b) == (a > 0)).where(1, -1).cast(ibits)  # towards b: up in magnitude or down
+        tiny = Tensor.full(a.shape, 1, dtype=ibits, device=a.device).bitcast(a.dtype)  # the smallest subnormal
+        out = (a == 0).where(b._signbit().where(-tiny, tiny), step.bitcast(a.dtype))
+        return (a.isnan() | b.isnan()).where(a + b, (a == b).where(b, out))
+
+    def hardshrink(self, lambd: float = 0.5) -> Tensor:
+        """x where |x| > lambd, else 0 (torch.nn.functional.hardshrink)."""
+        if not dtypes.is_float(self.dtype):
+            raise _unsupported("hardshrink", self, "it takes float tensors")
+        return (self.abs() > lambd).where(self, 0)
+
+    def prelu(self, weight: Tensor) -> Tensor:
+        """max(0, x) + weight * min(0, x), with one weight or one per channel (dim 1), as torch.prelu."""
+        if not dtypes.is_float(self.dtype):
+            raise _unsupported("prelu", self, "it takes float tensors")
+        channels = self.shape[1] if self.ndim >= 2 else 1
+        if weight.numel() != 1 and weight.numel() != channels:
+            raise ArgumentError(
+                f"prelu: weight has {weight.numel()} values; it needs 1 or one per channel ({channels}) of input "
+                f"shape {tuple(self.shape)}"
+            )
+        w = weight.reshape(()) if weight.numel() == 1 else weight.reshape(channels, *[1] * (self.ndim - 2))
+        return (self > 0).where(self, w * self)
 
     # torch's other names with other arguments (the plain aliases are at the end of the class)
     def divide(self, other: Any, rounding_mode: str | None = None) -> Tensor:
@@ -6412,6 +6493,20 @@ class Tensor(metaclass=_TensorType):
             define_gradient(self.uop, src, lambda g: _run_hooks(hooks, g))
         return _HookHandle(hooks, hook)
 
+    def register_post_accumulate_grad_hook(self, hook: Callable[[Tensor], None]) -> _HookHandle:
+        """hook(self) runs after backward() has accumulated into this leaf's .grad (torch's; an optimizer step
+        inside backward reads p.grad there). Returns a remover, as register_hook's."""
+        if not self.requires_grad:
+            raise ArgumentError("cannot register a hook on a tensor that does not require grad")
+        if not self.is_leaf:
+            raise ArgumentError("post accumulate grad hooks can only be registered on leaf tensors")
+        if id(self) not in _post_accumulate_hooks:
+            _post_accumulate_hooks[id(self)] = []
+            weakref.finalize(self, _post_accumulate_hooks.pop, id(self), None)
+        hooks = _post_accumulate_hooks[id(self)]
+        hooks.append(hook)
+        return _HookHandle(hooks, hook)  # type: ignore[arg-type]
+
     # elementwise
 
     def isposinf(self) -> Tensor:
@@ -6504,6 +6599,60 @@ class Tensor(metaclass=_TensorType):
     @property
     def is_cpu(self) -> bool:
         return isinstance(self.device, str) and self.device.split(":")[0] == "CPU"
+
+    @property
+    def is_cuda(self) -> bool:
+        return isinstance(self.device, str) and self.device.split(":")[0] in ("CUDA", "NV")
+
+    def get_device(self) -> int:
+        """torch's: -1 for a CPU tensor, else the device's index (`CUDA:1` -> 1, `CUDA` -> 0)."""
+        if self.is_cpu:
+            return -1
+        dev = self.device if isinstance(self.device, str) else self.device[0]
+        return int(dev.split(":")[1]) if ":" in dev and dev.split(":")[1].isdigit() else 0
+
+    # torch's layout and mode questions, whose answer is always the same here: strided dense tensors, no meta device,
+    # no inference mode, no page-locked host memory (pin_memory returns the tensor: copies to a device need no pinning)
+    is_sparse = is_quantized = is_meta = is_nested = is_mkldnn = property(lambda self: False)
+
+    def is_inference(self) -> bool:
+        return False
+
+    def is_pinned(self) -> bool:
+        return False
+
+    def pin_memory(self) -> Tensor:
+        return self
+
+    def type(self, dtype: DType | str | None = None, non_blocking: bool = False) -> str | Tensor:
+        """torch's: without a dtype, the type's name (`torch.FloatTensor`); with one (a dtype, its name, or a torch
+        type name as `torch.LongTensor`) the tensor cast to it."""
+        if dtype is None:
+            name = _TORCH_TYPE_NAMES.get(self.dtype.name, f"{self.dtype.name.capitalize()}Tensor")
+            return f"torch.cuda.{name}" if self.is_cuda else f"torch.{name}"
+        if isinstance(dtype, str) and dtype.startswith("torch."):
+            by_name = {v: k for k, v in _TORCH_TYPE_NAMES.items()}
+            if (dt := by_name.get(dtype.rsplit(".", 1)[-1])) is None:
+                raise ArgumentError(f"type: unknown tensor type {dtype!r}")
+            dtype = dt
+        return self.cast(dtype)
+
+    @property
+    def grad_fn(self) -> _GradFn | None:
+        """torch's: None for a leaf or a tensor that needs no gradient; else a record naming the op that made it
+        (`grad_fn.name()`, as `MulBackward0`). Gradients here come from the graph itself, so it has no
+        next_functions to walk."""
+        if self.is_leaf:
+            return None
+        u = self.uop
+        # (a reduction's result is its reduce reshaped to drop the reduced dims)
+        while u.src and (u.op in (Ops.CONTIGUOUS, Ops.DETACH) or u.op is _RESHAPE and u.src[0].op is Ops.REDUCE_AXIS):
+            u = u.src[0]
+        if u.op is Ops.REDUCE_AXIS:
+            name = {Ops.ADD: "Sum", Ops.MUL: "Prod", Ops.MAX: "Max"}.get(u.arg[0], "Reduce")
+        else:
+            name = "".join(w.capitalize() for w in u.op.name.split("_"))
+        return _GradFn(f"{name}Backward0")
 
     @property
     def itemsize(self) -> int:
@@ -6674,6 +6823,8 @@ def _address(st: ShapeTracker, point: tuple[int, ...]) -> int:
 # id -> computed tensor whose .grad a backward fills (retain_grad); id -> hooks on a tensor's gradient (register_hook)
 _retaining: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
 _grad_hooks: dict[int, list[Callable[[Tensor], Tensor | None]]] = {}
+# id -> hooks run with the leaf after backward accumulated into its .grad (register_post_accumulate_grad_hook)
+_post_accumulate_hooks: dict[int, list[Callable[[Tensor], None]]] = {}
 
 # *** pending gradients: a replayed gradient program's results, built when first read (gradient.py _GradProgram) ***
 
@@ -6777,7 +6928,8 @@ for _name in (
     # torch's other spellings and the special functions
     "absolute arccos arccosh arcsin arcsinh arctan arctan2 arctanh atan2 bitwise_left_shift bitwise_right_shift "
     "deg2rad digamma divide erfc erfinv expm1 fix floor_divide frac greater greater_equal hypot ldexp less less_equal "
-    "lgamma log1p logit multiply negative not_equal rad2deg remainder sgn sinc subtract true_divide xlogy"
+    "i0 lgamma log1p logit multiply mvlgamma negative nextafter not_equal rad2deg remainder sgn sinc subtract "
+    "true_divide xlogy"
 ).split():
     if not hasattr(Tensor, f"{_name}_"):
         setattr(Tensor, f"{_name}_", _inplace_twin(_name))
@@ -7008,6 +7160,46 @@ def _summed_products(g: Tensor) -> tuple[Tensor, Tensor] | None:
 def _on_axis(ndim: int, axis: int, arg: tuple[int, int]) -> list[tuple[int, int] | None]:
     """A pad/shrink argument that touches one axis."""
     return [arg if a == axis else None for a in range(ndim)]
+
+
+class _GradFn:
+    """What Tensor.grad_fn gives for a computed tensor: the name of the op that made it, as torch's."""
+
+    __slots__ = ("_name",)
+
+    def __init__(self, name: str):
+        self._name = name
+
+    def name(self) -> str:
+        return self._name
+
+    def __repr__(self) -> str:
+        return f"<{self._name} object>"
+
+
+# lazygrad dtype name -> torch's tensor type name (Tensor.type)
+_TORCH_TYPE_NAMES = {
+    "float32": "FloatTensor",
+    "float64": "DoubleTensor",
+    "float16": "HalfTensor",
+    "bfloat16": "BFloat16Tensor",
+    "int8": "CharTensor",
+    "uint8": "ByteTensor",
+    "int16": "ShortTensor",
+    "int32": "IntTensor",
+    "int64": "LongTensor",
+    "bool": "BoolTensor",
+    "uint16": "UInt16Tensor",
+    "uint32": "UInt32Tensor",
+    "uint64": "UInt64Tensor",
+}
+
+
+class FrexpResult(NamedTuple):
+    """torch's (mantissa, exponent) of Tensor.frexp."""
+
+    mantissa: Tensor
+    exponent: Tensor
 
 
 class ValuesIndices(NamedTuple):
@@ -7752,6 +7944,35 @@ def _trigamma(x: Tensor) -> Tensor:
     r = x - x.round()
     s = (r * math.pi).sin()
     return reflect.where(math.pi**2 / (s * s) - (shift + tail), shift + tail)
+
+
+def _bessel_i(x: Tensor, order: int) -> Tensor:
+    """I_order(|x|) for order 0 or 1: the power series (x/2)^order sum (x^2/4)^k / (k! (k + order)!), 50 terms by
+    Horner, up to 30 (there the 50th term is ~1e-17 of the sum); above, e^x / sqrt(2 pi x) times the asymptotic series
+    sum (-1)^k prod_j (4 order^2 - (2j - 1)^2) / (k! (8 x)^k), 20 terms (its terms still fall at 30), computed as
+    exp(x - log(2 pi x) / 2) so it overflows only where the result does."""
+    a = x.abs()
+    s = a.minimum(30.0)
+    q = s * s / 4
+    r = q.ones_like()
+    for k in range(50, 0, -1):
+        r = 1 + r * q / (k * (k + order))
+    series = r * (s / 2) if order else r
+    big = a.maximum(30.0)
+    coef, c, mu = [1.0], 1.0, 4 * order * order
+    for k in range(1, 21):
+        c *= -(mu - (2 * k - 1) ** 2) / (k * 8)
+        coef.append(c)
+    t, inv = big.zeros_like(), 1 / big
+    for c in reversed(coef):
+        t = t * inv + c
+    asym = (big - (big * (2 * math.pi)).log() / 2).exp() * t
+    return (a <= 30).where(series, asym)
+
+
+def _bessel_i1(x: Tensor) -> Tensor:
+    """I1(x), odd: i0's derivative."""
+    return x._signbit().where(-_bessel_i(x, 1), _bessel_i(x, 1))
 
 
 def _erfinv(y: Tensor) -> Tensor:

@@ -1261,3 +1261,158 @@ def test_deg2rad_rad2deg():
     for a in (np.array([0, 90, -180, 360], np.int32), np.array([0.5, -1.25, 3.0], np.float32)):
         np.testing.assert_allclose(Tensor(a).deg2rad().numpy(), torch.tensor(a).deg2rad().numpy(), rtol=1e-6)
         np.testing.assert_allclose(Tensor(a).rad2deg().numpy(), torch.tensor(a).rad2deg().numpy(), rtol=1e-6)
+
+
+# *** special functions, float bits, activations and questions torch programs ask of a tensor ***
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_i0_forward_backward_across_both_series(dtype):
+    # 30 is where the power series hands over to the asymptotic one: both sides, far out, and overflow
+    x = np.array([0, 1e-3, 0.5, -2.3, 7.1, 15, 29.9, 30, 30.1, 45, -80, 85], dtype=dtype)
+    check(lambda t: t.i0(), lambda t: t.i0(), [x], rtol=1e-12 if dtype == "float64" else 2e-6, grad_atol=1e-5)
+    # far out in float64: I0(711) ~ 9.1e306 is finite; torch's overflows to inf from ~709 (it forms e^x first), so
+    # mpmath is the reference there
+    mpmath = pytest.importorskip("mpmath")
+    big = np.array([700.0, 711.0, -712.0, 714.0], dtype="float64")
+    want = np.array([float(mpmath.besseli(0, v)) if abs(v) < 714 else np.inf for v in big])
+    np.testing.assert_allclose(Tensor(big).i0().numpy(), want, rtol=1e-12)
+    assert Tensor(np.arange(3)).i0().dtype == dtypes.float32  # integers give the default float, as torch
+
+
+@pytest.mark.parametrize("p", [1, 2, 3])
+def test_mvlgamma(p):
+    x = np.array([1.7, 2.0, 3.3, 9.0], dtype=np.float32)
+    check(lambda t: t.mvlgamma(p), lambda t: t.mvlgamma(p), [x], rtol=1e-5)
+    t = Tensor(x)
+    t.mvlgamma_(p=p)
+    assert_close(t, torch.tensor(x).mvlgamma(p), rtol=1e-5)
+    with pytest.raises(RuntimeError):
+        Tensor(x).mvlgamma(0)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+def test_frexp_is_exact_for_every_kind_of_float(dtype):
+    info = np.finfo(dtype)
+    x = np.array(
+        [8, 0.3, -0.0, 0.0, np.inf, -np.inf, np.nan, -5.5, info.max, info.tiny, info.tiny / 3]
+        + [-info.smallest_subnormal],
+        dtype=dtype,
+    )
+    m, e = Tensor(x).frexp()
+    tm, te = torch.tensor(x).frexp()
+    assert m.dtype == Tensor(x).dtype and e.dtype == dtypes.int32
+    np.testing.assert_array_equal(m.numpy(), tm.numpy())
+    np.testing.assert_array_equal(e.numpy(), te.numpy())
+    assert Tensor(x).frexp().mantissa is not None  # torch's field names
+    with pytest.raises(RuntimeError, match="floating-point"):
+        Tensor([1, 2]).frexp()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_nextafter_steps_one_float_towards_the_other(dtype):
+    tiny = np.finfo(dtype).smallest_subnormal
+    a = np.array([1, 0, -0.0, 1, np.nan, 3, -tiny, np.finfo(dtype).max, -2, tiny, 5], dtype=dtype)
+    b = np.array([2, -1, 1, 1, 0, np.nan, 0, np.inf, -3, 0, -np.inf], dtype=dtype)
+    out = Tensor(a).nextafter(Tensor(b))
+    want = torch.tensor(a).nextafter(torch.tensor(b)).numpy()
+    np.testing.assert_array_equal(out.numpy(), want)
+    t = Tensor(a)
+    t.nextafter_(Tensor(b))
+    np.testing.assert_array_equal(t.numpy(), want)
+    with pytest.raises(NotImplementedError):
+        Tensor([1, 2]).nextafter(Tensor([3, 4]))
+
+
+def test_hardshrink_and_prelu_forward_backward():
+    x = randn(2, 3, 5)
+    x[0, 0, :3] = [0.5, -0.5, 0.6]  # at and past the threshold
+    check(lambda t: t.hardshrink(), lambda t: t.hardshrink(), [x])
+    check(lambda t: t.hardshrink(0.9), lambda t: t.hardshrink(0.9), [x])
+    for w in (np.array([0.25], np.float32), np.array([0.1, -0.2, 0.3], np.float32)):
+        check(lambda t, v: t.prelu(v), lambda t, v: t.prelu(v), [x, w])
+    check(lambda t, v: t.prelu(v), lambda t, v: t.prelu(v), [randn(7), np.array([0.3], np.float32)])
+    with pytest.raises(RuntimeError, match="per channel"):
+        Tensor(x).prelu(Tensor([0.1, 0.2]))
+    with pytest.raises(NotImplementedError):
+        Tensor([1, 2]).hardshrink()
+
+
+def test_float_power_in_place_needs_a_float64_tensor():
+    t = Tensor(np.array([1.5, 2.0, 3.0]))
+    t.float_power_(2)
+    np.testing.assert_array_equal(t.numpy(), [2.25, 4.0, 9.0])
+    with pytest.raises(RuntimeError, match="float64"):
+        Tensor([1.0, 2.0]).float_power_(2)
+
+
+def test_post_accumulate_grad_hook_sees_the_accumulated_grad():
+    w = Tensor([1.0, 2.0, 3.0], requires_grad=True)
+    seen = []
+    handle = w.register_post_accumulate_grad_hook(lambda p: seen.append(p.grad.numpy().copy()))
+    (w * 2).sum().backward()
+    (w * w).sum().backward()
+    np.testing.assert_array_equal(seen[0], [2, 2, 2])
+    np.testing.assert_array_equal(seen[1], [4, 6, 8])  # after accumulating into the first
+    handle.remove()
+    (w * 2).sum().backward()
+    assert len(seen) == 2
+    with pytest.raises(RuntimeError, match="leaf"):
+        (w * 2).register_post_accumulate_grad_hook(lambda p: None)
+    with pytest.raises(RuntimeError):
+        Tensor([1.0]).register_post_accumulate_grad_hook(lambda p: None)
+
+
+def test_an_optimizer_step_in_a_post_accumulate_hook():
+    # torch's pattern for fusing the step into backward: each parameter is updated as soon as its gradient is in
+    rng = np.random.default_rng(3)
+    w0, x0 = rng.standard_normal((4, 3)).astype(np.float32), rng.standard_normal((5, 4)).astype(np.float32)
+    results = []
+    for lib in (Tensor, torch.tensor):
+        w = lib(w0.copy(), requires_grad=True)
+        x = lib(x0)
+
+        def step(p):
+            with torch.no_grad() if lib is torch.tensor else Tensor.no_grad():
+                p.sub_(0.1 * p.grad)
+            p.grad = None
+
+        w.register_post_accumulate_grad_hook(step)
+        for _ in range(3):
+            (x @ w).tanh().sum().backward()
+        results.append(w.detach().numpy())
+    np.testing.assert_allclose(results[0], results[1], rtol=1e-5, atol=1e-6)
+
+
+def test_type_names_and_casts_as_torch():
+    for dt in ["float32", "float64", "float16", "int8", "uint8", "int16", "int32", "int64", "bool"]:
+        x = np.zeros(2, dtype=dt)
+        assert Tensor(x).type() == torch.tensor(x).type()
+    assert Tensor([1, 2]).type("torch.DoubleTensor").dtype == dtypes.float64
+    assert Tensor([1, 2]).type(dtypes.float16).dtype == dtypes.float16
+    assert Tensor([1.5, 2]).type("int32").tolist() == [1, 2]
+    with pytest.raises(RuntimeError, match="unknown"):
+        Tensor([1]).type("torch.NoSuchTensor")
+
+
+def test_grad_fn_names_the_op_and_is_none_for_leaves():
+    y = Tensor([1.0, 2.0], requires_grad=True)
+    ty = torch.tensor([1.0, 2.0], requires_grad=True)
+    assert y.grad_fn is None and Tensor([1.0]).grad_fn is None and (Tensor([1.0]) * 2).grad_fn is None
+    for fn in (lambda t: t * 2, lambda t: t + 1, lambda t: t.sum()):
+        assert fn(y).grad_fn.name() == fn(ty).grad_fn.name()
+    with Tensor.no_grad():
+        assert (y * 2).grad_fn is None
+
+
+def test_device_and_layout_questions():
+    t = Tensor([1.0, 2.0])
+    assert (t.is_cuda, t.get_device(), t.is_sparse, t.is_quantized, t.is_meta, t.is_nested) == (
+        False,
+        -1,
+        False,
+        False,
+        False,
+        False,
+    )
+    assert not t.is_inference() and not t.is_pinned() and t.pin_memory() is t
