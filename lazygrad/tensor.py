@@ -3667,6 +3667,16 @@ class Tensor(metaclass=_TensorType):
         asymptotic series above; the gradient is I1, as torch's. Integers give the default float."""
         return self._with_derivative(self._in_float64(lambda x: _bessel_i(x, 0)), lambda x: x._in_float64(_bessel_i1))
 
+    def polygamma(self, n: int) -> Tensor:
+        """The n-th derivative of digamma (torch.polygamma; torch's method takes n first too: x.polygamma(n)).
+        n >= 1: n + 16 steps of the series (-1)^(n+1) n! sum 1/(x + k)^(n+1), then its asymptotic tail; below -8
+        the reflection through the n-th derivative of pi cot(pi x). +-inf at 0 and the negative integers."""
+        if not isinstance(n, int) or n < 0:
+            raise ArgumentError(f"polygamma: n must be an int >= 0, got {n!r}")
+        if n == 0:
+            return self.digamma()
+        return self._with_derivative(self._in_float64(lambda x: _polygamma(n, x)), lambda x: x.polygamma(n + 1))
+
     def mvlgamma(self, p: int) -> Tensor:
         """The multivariate log-gamma of dimension p (torch.mvlgamma): sum of lgamma(x - j/2), j < p, plus
         p(p-1)/4 log(pi)."""
@@ -6928,7 +6938,8 @@ for _name in (
     # torch's other spellings and the special functions
     "absolute arccos arccosh arcsin arcsinh arctan arctan2 arctanh atan2 bitwise_left_shift bitwise_right_shift "
     "deg2rad digamma divide erfc erfinv expm1 fix floor_divide frac greater greater_equal hypot ldexp less less_equal "
-    "i0 lgamma log1p logit multiply mvlgamma negative nextafter not_equal rad2deg remainder sgn sinc subtract "
+    "i0 lgamma log1p logit multiply mvlgamma negative nextafter not_equal polygamma rad2deg remainder sgn sinc "
+    "subtract "
     "true_divide xlogy"
 ).split():
     if not hasattr(Tensor, f"{_name}_"):
@@ -7944,6 +7955,44 @@ def _trigamma(x: Tensor) -> Tensor:
     r = x - x.round()
     s = (r * math.pi).sin()
     return reflect.where(math.pi**2 / (s * s) - (shift + tail), shift + tail)
+
+
+_BERNOULLI_2K = (1 / 6, -1 / 30, 1 / 42, -1 / 30, 5 / 66, -691 / 2730, 7 / 6, -3617 / 510, 43867 / 798, -174611 / 330)
+
+
+def _polygamma(n: int, x: Tensor) -> Tensor:
+    """psi^(n)(x) for n >= 1 (Tensor.polygamma)."""
+    sign, fact = (-1) ** (n + 1), math.factorial(n)
+    # the series' steps carry x from -8 on to where the asymptotic tail is exact (its terms fall faster the further
+    # out it starts, and n slows them); further left the reflection, which cancels more (pi^(n+1) Q_n is large)
+    reflect = x < -8
+    y = reflect.where(1 - x, x)
+    steps = 16 + n
+    total = y.zeros_like()
+    for k in range(steps):
+        total = total + (y + k).pow(-(n + 1))
+    w = y + steps
+    iw = 1 / w
+    # (n-1)!/w^n + n!/(2 w^(n+1)) + sum_k B_2k (2k+n-1)! / ((2k)! w^(2k+n)), by Horner in 1/w^2
+    tail = w.zeros_like()
+    for k in range(len(_BERNOULLI_2K), 0, -1):
+        tail = tail * iw * iw + _BERNOULLI_2K[k - 1] * math.factorial(2 * k + n - 1) / math.factorial(2 * k)
+    tail = tail * iw * iw + fact / 2 * iw + math.factorial(n - 1)
+    right = sign * (fact * total + tail * iw.pow(n))
+    # psi^(n)(x) = (-1)^(n+1) psi^(n)(1 - x) ... through d^n/dx^n pi cot(pi x) = pi^(n+1) Q_n(cot(pi x)), with
+    # Q_0(c) = c and Q_{k+1}(c) = -(1 + c^2) Q_k'(c) (coefficients by power of c, made here in Python)
+    q = [0.0, 1.0]
+    for _ in range(n):
+        d = [i * q[i] for i in range(1, len(q))] + [0.0, 0.0]
+        q = [-(d[i] + (d[i - 2] if i >= 2 else 0.0)) for i in range(len(d))]
+    r = x - x.round()
+    c = (r * math.pi).cos() / (r * math.pi).sin()
+    poly = c.zeros_like()
+    for coef in reversed(q):
+        poly = poly * c + coef
+    left = sign * ((-1) ** n * math.pi ** (n + 1) * poly - right)
+    pole = (x <= 0) & (x == x.round())
+    return pole.where(math.inf * sign, reflect.where(left, right))
 
 
 def _bessel_i(x: Tensor, order: int) -> Tensor:

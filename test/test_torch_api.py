@@ -1416,3 +1416,24 @@ def test_device_and_layout_questions():
         False,
     )
     assert not t.is_inference() and not t.is_pinned() and t.pin_memory() is t
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 3, 6])
+def test_polygamma_against_mpmath_and_torch(n):
+    mpmath = pytest.importorskip("mpmath")
+    x = np.array([-7.3, -1.5, -0.3, 3e-3, 0.2, 0.5, 1.0, 7.5, 100.0], dtype=np.float64)
+    want = np.array([float(mpmath.polygamma(n, v)) for v in x])
+    np.testing.assert_allclose(Tensor(x).polygamma(n).numpy(), want, rtol=1e-11)
+    far = np.array([-9.7, -20.25, -33.3])  # the reflection's side (at a half-integer it cancels to ~1e-11 absolute)
+    want_far = np.array([float(mpmath.polygamma(n, v)) for v in far])
+    np.testing.assert_allclose(Tensor(far).polygamma(n).numpy(), want_far, rtol=1e-9)
+    # float32 against torch's, with its gradient (polygamma of n + 1)
+    check(lambda t: t.polygamma(n), lambda t: t.polygamma(n), [x[1:-1].astype(np.float32)], rtol=1e-5, grad_atol=1e-3)
+    poles = Tensor([-2.0, -1.0, 0.0]).polygamma(n).numpy()
+    if n:  # the poles' sign is torch's: (-1)^(n+1) inf (n = 0 is digamma's NaN / -inf)
+        np.testing.assert_array_equal(poles, [(-1) ** (n + 1) * np.inf] * 3)
+    t = Tensor(x)
+    t.polygamma_(n)
+    np.testing.assert_allclose(t.numpy(), want, rtol=1e-11)
+    with pytest.raises(RuntimeError):
+        Tensor(x).polygamma(-1)
