@@ -114,8 +114,11 @@ class GroupOp:
     Movement = frozenset({Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP})
     Commutative = frozenset({Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPNE, Ops.CMPEQ, Ops.AND, Ops.OR, Ops.XOR})
     Comparison = frozenset({Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ})
-    # f(0, ..., 0) != 0: a padded (masked) view of these must mask their result, not only their loads
-    UnsafePad = frozenset({Ops.EXP2, Ops.LOG2, Ops.RECIP, Ops.FDIV, Ops.IDIV, Ops.POW, Ops.CMPEQ, Ops.WHERE})
+    # f(0, ..., 0) is not +0: a padded (masked) view of these must mask their result, not only their loads (cos(0) is
+    # 1, a float fmod(0, 0) NaN, and -0 is another value than the pad's +0: 1/x, signbit, copysign tell them apart)
+    UnsafePad = frozenset(
+        {Ops.EXP2, Ops.LOG2, Ops.COS, Ops.RECIP, Ops.FDIV, Ops.IDIV, Ops.MOD, Ops.NEG, Ops.POW, Ops.CMPEQ, Ops.WHERE}
+    )
 
 
 # *** the UOp ***
