@@ -62,8 +62,10 @@ def test_unsafe_op_under_a_pad_is_masked_as_a_whole() -> None:
     x = UOp(Ops.LOAD, F32, ())
     got = KERNEL_OP.translate(e, _Here(kb, ((Ops.PAD, ((2, 2),)),), [x]))
     assert got.op is Ops.WHERE and got.src[0].op is Ops.VALID and got.src[1] is UOp(Ops.EXP2, F32, (x,))
-    safe = t.neg().uop  # -0 is 0: no mask
-    assert KERNEL_OP.translate(safe, _Here(kb, ((Ops.PAD, ((2, 2),)),), [x])) is UOp(Ops.NEG, F32, (x,))
+    safe = t.sqrt().uop  # sqrt(+0) is +0: no mask
+    assert KERNEL_OP.translate(safe, _Here(kb, ((Ops.PAD, ((2, 2),)),), [x])) is UOp(Ops.SQRT, F32, (x,))
+    negated = t.neg().uop  # -(+0) is -0, not the pad's +0 (1/x tells them apart): masked
+    assert KERNEL_OP.translate(negated, _Here(kb, ((Ops.PAD, ((2, 2),)),), [x])).op is Ops.WHERE
 
 
 def test_an_op_with_no_rule_is_refused() -> None:
