@@ -4,10 +4,11 @@ test_fuzz.py checks forward values over every dtype; this checks autograd. Each 
 and applies 3-8 ops: unary math (kinks included: relu, abs, clip, maximum), binary ops with a parameter of a
 broadcastable shape (its gradient is summed over the broadcast dims), ops that read their input twice (the gradient
 accumulates: softmax, v - v.mean(), v * v.flip()), reductions (sum, mean, amax with ties, prod with zeros, logsumexp,
-var, cumsum), movement (reshape, permute, expand, pad, strided slices, flip, cat, gather, setitem), and a matmul with a
-parameter. The loss is sum(out * r) for a fixed random r. Gradients of x and every parameter must match torch's
-(float64, so the reference itself does not round); once with the whole chain lazy (the scheduler fuses forward and
-backward as it can), once realized after every forward step.
+var, cumsum), movement (reshape, permute, expand, pad, strided slices, flip, cat, gather, setitem), a matmul with a
+parameter, and the layers' composites (layer norm, conv1d, pooling, attention, cross entropy, roll, repeat,
+masked_fill, indexing by an integer tensor). The loss is sum(out * r) for a fixed random r. Gradients of x and every
+parameter must match torch's (float64, so the reference itself does not round); once with the whole chain lazy (the
+scheduler fuses forward and backward as it can), once realized after every forward step.
 
     python test/test_fuzz_grad.py --cases 2000 --seed 7 [--device CL]
 """
@@ -99,7 +100,11 @@ def _softmax(v: Any, ax: int, log: bool) -> Any:
 def gen_step(rng: random.Random, shape: tuple[int, ...], case: Case) -> tuple[str, Callable, tuple[int, ...]] | None:
     """A random op for a value of this shape: (name, fn(v, params), shape after); its parameters go to case.params."""
     nd = len(shape)
-    kind = rng.choice(["unary", "unary", "binary", "binary", "twice", "reduce", "move", "move", "matmul", "setitem"])
+    kind = rng.choice(
+        ["unary", "unary", "binary", "binary", "twice", "reduce", "move", "move", "matmul", "setitem", "nn", "nn"]
+    )
+    if kind == "nn":
+        return _nn_step(rng, shape, case)
     if kind == "unary":
         name = rng.choice(list(UNARY))
         return name, lambda v, ps, f=UNARY[name]: f(v), shape
@@ -132,16 +137,22 @@ def gen_step(rng: random.Random, shape: tuple[int, ...], case: Case) -> tuple[st
             return None
         ax = _axis(rng, shape)
         keep = rng.random() < 0.4
-        out = tuple(1 if i == ax % nd else s for i, s in enumerate(shape)) if keep else shape[: ax % nd] + shape[ax % nd + 1 :]
+        out = (
+            tuple(1 if i == ax % nd else s for i, s in enumerate(shape))
+            if keep
+            else shape[: ax % nd] + shape[ax % nd + 1 :]
+        )
         which = rng.choice(["sum", "mean", "amax", "amax_ties", "prod", "prod_zero", "logsumexp", "var", "cumsum"])
         if which == "var" and shape[ax % nd] < 2:
             which = "sum"
         if which == "cumsum":
             return f"cumsum({ax})", lambda v, ps, ax=ax: v.cumsum(ax), shape
         if which == "amax_ties":  # values rounded to halves: ties in the max, the gradient split among them as torch
-            return f"amax(round(v*2)/2 + v*0, {ax})", lambda v, ps, ax=ax, k=keep: (
-                (v * 2).round().detach() / 2 + v * 0
-            ).amax(ax, keepdim=k), out
+            return (
+                f"amax(round(v*2)/2 + v*0, {ax})",
+                lambda v, ps, ax=ax, k=keep: ((v * 2).round().detach() / 2 + v * 0).amax(ax, keepdim=k),
+                out,
+            )
         if which == "prod_zero":  # a zero in the product: torch's gradient there is the product of the others
             return f"prod(relu(v), {ax})", lambda v, ps, ax=ax, k=keep: v.relu().prod(ax, keepdim=k), out
         if which == "prod":
@@ -207,8 +218,7 @@ def gen_step(rng: random.Random, shape: tuple[int, ...], case: Case) -> tuple[st
         if not nd:
             return None
         m = rng.choice([1, 3, 8])
-        k = len(case.params)
-        case.params.append(np.random.default_rng(rng.randrange(2**32)).uniform(-1, 1, (shape[-1], m)).astype(np.float32))
+        k = _param(rng, case, (shape[-1], m))
         return f"@ p{k}({shape[-1]},{m})", lambda v, ps, k=k: v @ ps[k], (*shape[:-1], m)
     # setitem: a copy of v with a strided slice overwritten by f(a parameter): gradients to both around the hole
     if not nd or shape[0] == 0:
@@ -226,6 +236,88 @@ def gen_step(rng: random.Random, shape: tuple[int, ...], case: Case) -> tuple[st
         return out
 
     return f"[{start}::2] = tanh(p{k}) * 3", setitem, shape
+
+
+def _param(rng: random.Random, case: Case, shape: tuple[int, ...], scale: float = 1.0) -> int:
+    case.params.append(np.random.default_rng(rng.randrange(2**32)).uniform(-scale, scale, shape).astype(np.float32))
+    return len(case.params) - 1
+
+
+def _nn_step(rng: random.Random, shape: tuple[int, ...], case: Case) -> tuple[str, Callable, tuple[int, ...]] | None:
+    """The layers' composites: layer norm, conv1d, pooling, attention, cross entropy, roll, repeat, masked_fill and
+    indexing by an integer tensor."""
+    F, nd = torch.nn.functional, len(shape)
+    which = rng.choice(["layernorm", "conv1d", "pool", "attention", "cross_entropy", "roll", "repeat", "masked_fill"])
+    which = rng.choice([which, "index"])
+    if not nd:
+        return None
+    if which == "layernorm":
+        w, b = _param(rng, case, shape[-1:]), _param(rng, case, shape[-1:])
+
+        def ln(v: Any, ps: list, w: int = w, b: int = b) -> Any:
+            if _is_torch(v):
+                return F.layer_norm(v, v.shape[-1:], ps[w], ps[b], 1e-5)
+            return v.layernorm(eps=1e-5) * ps[w] + ps[b]
+
+        return f"layernorm(p{w}, p{b})", ln, shape
+    if which == "conv1d" and nd == 3 and shape[2] >= 1:
+        cout, k = rng.choice([1, 2, 5]), rng.choice([1, 2, 3])
+        pad, stride = rng.choice([0, 1]), rng.choice([1, 2])
+        if shape[2] + 2 * pad < k:
+            return None
+        w = _param(rng, case, (cout, shape[1], k))
+        out = (shape[0], cout, (shape[2] + 2 * pad - k) // stride + 1)
+
+        def conv(v: Any, ps: list, w: int = w, pad: int = pad, stride: int = stride) -> Any:
+            return (
+                F.conv1d(v, ps[w], padding=pad, stride=stride)
+                if _is_torch(v)
+                else v.conv2d(ps[w], padding=pad, stride=stride)
+            )
+
+        return f"conv1d(p{w}, pad={pad}, stride={stride})", conv, out
+    if which == "pool" and nd == 3 and shape[2] >= 2:
+        mx = rng.random() < 0.5
+        out = (*shape[:2], shape[2] // 2)
+
+        def pool(v: Any, ps: list, mx: bool = mx) -> Any:
+            if _is_torch(v):
+                return F.max_pool1d(v, 2) if mx else F.avg_pool1d(v, 2)
+            return v.max_pool2d((2,)) if mx else v.avg_pool2d((2,))
+
+        return ("max" if mx else "avg") + "_pool1d(2)", pool, out
+    if which == "attention" and nd == 3:
+        causal = rng.random() < 0.5
+
+        def attn(v: Any, ps: list, causal: bool = causal) -> Any:
+            q, k = v * 0.5, v.flip(1)
+            if _is_torch(v):
+                return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+            return q.scaled_dot_product_attention(k, v, is_causal=causal)
+
+        return f"attention(v/2, v.flip(1), v, causal={causal})", attn, shape
+    if which == "cross_entropy" and nd == 2 and shape[0] and shape[1]:
+        target = np.random.default_rng(rng.randrange(2**32)).integers(0, shape[1], shape[0])
+        smooth = rng.choice([0.0, 0.1])
+
+        def ce(v: Any, ps: list, t: np.ndarray = target, smooth: float = smooth) -> Any:
+            if _is_torch(v):
+                return F.cross_entropy(v, torch.tensor(t), label_smoothing=smooth)
+            return v.cross_entropy(_idx(v, t), label_smoothing=smooth)
+
+        return f"cross_entropy(label_smoothing={smooth})", ce, ()
+    if which == "roll":
+        ax, k = rng.randrange(nd), rng.choice([-2, 1, 3])
+        return f"roll({k}, {ax})", lambda v, ps, ax=ax, k=k: v.roll(k, ax), shape
+    if which == "repeat" and nd <= 3:
+        reps = tuple(rng.choice([1, 2]) for _ in shape)
+        return f"repeat{reps}", lambda v, ps, r=reps: v.repeat(*r), tuple(s * r for s, r in zip(shape, reps))
+    if which == "masked_fill":
+        return "masked_fill(v > 0.5, 0.3)", lambda v, ps: v.masked_fill(v > 0.5, 0.3), shape
+    if which == "index" and shape[0]:
+        index = np.random.default_rng(rng.randrange(2**32)).integers(0, shape[0], rng.choice([1, 4, 7]))
+        return f"v[{index.tolist()}]", lambda v, ps, i=index: v[_idx(v, i)], (len(index), *shape[1:])
+    return None
 
 
 def gen_case(seed: int) -> Case:
@@ -297,15 +389,15 @@ def check(seed: int, device: str) -> tuple[str, str | None]:
     return what, run_case(case, device)
 
 
-CI_CASES = 120
+# CPU cases per CI chunk; CL compiles each kernel through PoCL's LLVM (~10 s a chain here): a few cases only
+CI_CASES = {"CPU": 40, "CL": 4}
 
 
-@pytest.mark.parametrize("device", ["CPU", "CL"])
-@pytest.mark.parametrize("chunk", range(3))
+@pytest.mark.parametrize("device,chunk", [("CPU", 0), ("CPU", 1), ("CPU", 2), ("CL", 0)])
 def test_fuzz_gradient_chains(device: str, chunk: int) -> None:
     if not device_available(device):
         pytest.skip(f"{device} is not available here")
-    per = CI_CASES // 3 if device == "CPU" else CI_CASES // 12
+    per = CI_CASES[device]
     seeds = range(chunk * per, (chunk + 1) * per)
     failures = fuzz_failures(seeds, lambda seed: check(seed, device))
     assert not failures, f"{len(failures)} of {per} gradient chains disagree with torch:\n" + "\n".join(failures[:10])
