@@ -6487,13 +6487,7 @@ class Tensor(metaclass=_TensorType):
         None) replaces that gradient. On a leaf it changes what .grad receives; on a computed tensor the gradient
         flowing back through it (from tensors computed from it after this call). Returns a remover, as torch's
         handle.remove."""
-        if not self.requires_grad:
-            raise ArgumentError("cannot register a hook on a tensor that does not require grad")
-        if id(self) not in _grad_hooks:
-            _grad_hooks[id(self)] = []
-            weakref.finalize(self, _grad_hooks.pop, id(self), None)
-        hooks = _grad_hooks[id(self)]
-        hooks.append(hook)
+        hooks = self._hook_list(_grad_hooks, hook)
         if not self.is_leaf and len(hooks) == 1:  # the first hook: later ones join the same list
             from lazygrad.gradient import define_gradient
 
@@ -6506,16 +6500,21 @@ class Tensor(metaclass=_TensorType):
     def register_post_accumulate_grad_hook(self, hook: Callable[[Tensor], None]) -> _HookHandle:
         """hook(self) runs after backward() has accumulated into this leaf's .grad (torch's; an optimizer step
         inside backward reads p.grad there). Returns a remover, as register_hook's."""
+        if self.requires_grad and not self.is_leaf:
+            raise ArgumentError("post accumulate grad hooks can only be registered on leaf tensors")
+        hooks = self._hook_list(_post_accumulate_hooks, hook)
+        return _HookHandle(hooks, hook)  # type: ignore[arg-type]
+
+    def _hook_list(self, registry: dict[int, list], hook: Callable) -> list:
+        """hook appended to this tensor's list in registry (made on the first hook, dropped when the tensor dies)."""
         if not self.requires_grad:
             raise ArgumentError("cannot register a hook on a tensor that does not require grad")
-        if not self.is_leaf:
-            raise ArgumentError("post accumulate grad hooks can only be registered on leaf tensors")
-        if id(self) not in _post_accumulate_hooks:
-            _post_accumulate_hooks[id(self)] = []
-            weakref.finalize(self, _post_accumulate_hooks.pop, id(self), None)
-        hooks = _post_accumulate_hooks[id(self)]
+        if id(self) not in registry:
+            registry[id(self)] = []
+            weakref.finalize(self, registry.pop, id(self), None)
+        hooks = registry[id(self)]
         hooks.append(hook)
-        return _HookHandle(hooks, hook)  # type: ignore[arg-type]
+        return hooks
 
     # elementwise
 
