@@ -806,6 +806,29 @@ EXP2_TEMPLATE = """static inline {T} lg_exp2_{T}({T} x) {{
 }}
 """
 
+# the same steps for one float, so that a value computes to the same bits in a vectorized kernel and in a scalar one
+# (libm's exp2f differs from the polynomial in the last bit now and then: a max's gradient compares the input,
+# recomputed by another kernel, with the max, and found no element equal to it: 0 / 0)
+EXP2_SCALAR = """static inline float lg_exp2_f32(float x) {
+  float c = x > 160.0f ? 160.0f : x;
+  c = c < -160.0f ? -160.0f : c;
+  float r = (c + 12582912.0f) - 12582912.0f;
+  float f = c - r;
+  int n = (int)r;
+  float p = 1.5252733804059838e-05f;
+  p = p * f + 1.5403530393381606e-04f;
+  p = p * f + 1.3333558146428441e-03f;
+  p = p * f + 9.6181291076284772e-03f;
+  p = p * f + 5.5504108664821576e-02f;
+  p = p * f + 2.4022650695910071e-01f;
+  p = p * f + 6.9314718055994531e-01f;
+  p = p * f + 1.0f;
+  int h = n >> 1;
+  union { int i; float f; } s1 = {(h + 127) << 23}, s2 = {(n - h + 127) << 23};
+  return x != x ? x : p * s1.f * s2.f;
+}
+"""
+
 # 8-bit lanes for loads and casts: packed (quantized) weights come as int8/uint8 codes
 VECTOR_DTYPES = frozenset({dtypes.float32, dtypes.float64, dtypes.int32, dtypes.int64, dtypes.int8, dtypes.uint8})
 _WIDER_INT = {
@@ -1320,6 +1343,8 @@ class ClangRenderer(CStyleLanguage):
         if dt.count > 1:
             assert name == "exp2", f"no vector {name}"
             return f"lg_exp2_{self.render_dtype(dt)}({x})"
+        if name == "exp2" and dt == dtypes.float32:
+            return f"lg_exp2_f32({x})"  # the vector form's steps (EXP2_SCALAR)
         return super().math_fn(name, x, dt)
 
     def render_load(self, u: UOp, addr: str) -> str:
@@ -1445,6 +1470,8 @@ class ClangRenderer(CStyleLanguage):
                 exp2 = EXP2_TEMPLATE.format(T=t, B=dt.count * 4)
                 decls.append(f"#ifndef LG_HAVE_EXP2_{t}\n#define LG_HAVE_EXP2_{t}\n{exp2}#endif\n")
         vec = (C_VECTOR_PRELUDE + "".join(decls)) if decls else ""
+        if any(u.op is Ops.EXP2 and u.dtype == dtypes.float32 for u in uops):
+            vec += f"#ifndef LG_HAVE_EXP2_f32\n#define LG_HAVE_EXP2_f32\n{EXP2_SCALAR}#endif\n"
         if self.dp4a_builtins.get(8) == DP4A_MADD and any(u.op is Ops.DP4A and u.dtype.count == 8 for u in uops):
             vec += DP4A_MADD_PRELUDE
         if any(u.op is Ops.POW and not dtypes.is_float(u.dtype) for u in uops):
