@@ -323,6 +323,21 @@ def tensors_made() -> int:
         return next(_lazy_serials)
 
 
+def pending_writes_since(began: int) -> list[Tensor]:
+    """The live tensors given a write (assign, setitem, an in-place op) since serial number `began` (tensors_made) by
+    this thread and not yet run: what a TinyJit function wrote into tensors it did not take as arguments (a module's
+    parameters) and left lazy."""
+    from lazygrad.engine.realize import capture_began
+
+    in_capture = capture_began()
+    with _realize_lock:
+        return [
+            t
+            for serial, t in _lazy_tensors()
+            if serial >= began and _made_inside(serial, t, in_capture) and t.uop.base.op is Ops.ASSIGN
+        ]
+
+
 _VIEW_OPS = frozenset((*GroupOp.Movement, Ops.DETACH, Ops.BITCAST))  # what a view of a tensor is made of
 
 

@@ -41,6 +41,7 @@ from lazygrad.helpers import DEBUG, JIT, GlobalCounters
 from lazygrad.tensor import (
     Tensor,
     forget_values_read_from,
+    pending_writes_since,
     random_counter_buffers,
     realize_readers_of,
     realized_values_hidden,
@@ -55,10 +56,12 @@ __all__ = ["TinyJit", "JitError"]
 R = TypeVar("R")
 
 
-def _realize_writes(args: list[Any]) -> None:
-    """Run the writes the function made into its Tensor arguments (t[i] = v, t.assign(v)), so the capture records
-    them and every call leaves its arguments written, whether or not the function realized them."""
+def _realize_writes(args: list[Any], began: int) -> None:
+    """Run the writes the function made and left lazy (t[i] = v, t.assign(v), p -= lr * g): into its Tensor arguments
+    and into any other live tensor (a module's parameters, a global), so the capture records them and every call,
+    replays included, makes them, whether or not the function realized them."""
     pending = [a for a in args if isinstance(a, Tensor) and a.uop.base.op is Ops.ASSIGN]
+    pending += [t for t in pending_writes_since(began) if all(t is not a for a in pending)]
     if pending:
         Tensor.realize(*pending)
 
@@ -456,8 +459,9 @@ class TinyJit(Generic[R]):
             return self.fxn(*args, **kwargs)
         mine.cnt += 1
         if mine.cnt == 1:
+            began = tensors_made()
             ret = self.fxn(*args, **kwargs)
-            _realize_writes([*args, *kwargs.values()])
+            _realize_writes([*args, *kwargs.values()], began)
             return ret
         with profile.span("jit capture", "jit", function=self.fxn.__qualname__):
             return self._capture(mine, args, kwargs)
@@ -513,11 +517,12 @@ class TinyJit(Generic[R]):
             spec.shape_vars = tuple((v, slot_of[v]) for v, _ in spec.shape_vars)
         n_pos = len(args)
         rng, mode = Tensor.rng_state(), (Tensor.training, not Tensor.is_grad_enabled())
-        with capture(tensors_made()) as recorded, _hide_bound_results():
+        began = tensors_made()
+        with capture(began) as recorded, _hide_bound_results():
             ret = self.fxn(*call_values[:n_pos], **dict(zip(kw_names, call_values[n_pos:])))
             if outs := _tensors_in(ret):
                 Tensor.realize(*outs)
-            _realize_writes(call_values)
+            _realize_writes(call_values, began)
         del outs, call_values
         seed, counter = Tensor.rng_state()
         if seed != rng[0]:

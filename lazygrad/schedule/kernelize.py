@@ -230,6 +230,7 @@ class _Planner:
         self.consumers = _consumers(self.order)
         self.stored: set[UOp] = set()
         self.copy_first: set[UOp] = set()  # stored leaves read both before and after a write into their memory
+        self.values_first = False  # every in-place write's CONTIGUOUS value stays stored (no decision 1c)
 
     def leaf(self, u: UOp) -> bool:
         return _is_stored_leaf(u, self.realized) or u.op in _SOURCES
@@ -270,6 +271,8 @@ class _Planner:
         contiguous wherever the graph of an assign reads the memory at other positions (an SGD step's gradient reads
         the weight transposed), not knowing that the kernel that reads it is another (the forward product): an
         extra buffer, its write and a copy per update."""
+        if self.values_first:
+            return
         for n in self.order:
             if n.op is not Ops.ASSIGN or n not in self.stored or (c := n.src[1]).op is not Ops.CONTIGUOUS:
                 continue
@@ -902,6 +905,11 @@ def _within_limit(items: list[tuple[UOp, list[Buffer]]], limit: int | None) -> l
     return runs
 
 
+class _WriteCycle(RuntimeError):
+    """Two in-place writes of one schedule each read the other's memory as it was before (p0 -= lr * f(p1) and
+    p1 -= lr * g(p0), fused into the writes' kernels): no order of the two kernels is right."""
+
+
 def _levels(stored: list[UOp], reads: list[set[UOp]]) -> list[int]:
     """A kernel runs after the kernels whose outputs it reads, and an in-place write (ASSIGN) runs after every
     kernel that reads the old contents of its buffer. Kernels on the same level are independent of each other."""
@@ -954,7 +962,7 @@ def _levels(stored: list[UOp], reads: list[set[UOp]]) -> list[int]:
                 stack.pop()
                 continue
             if i in on_path or any(j in on_path for j in todo):
-                raise RuntimeError(
+                raise _WriteCycle(
                     "an assign and a read of the same buffer depend on each other (a cycle); realize one first"
                 )
             on_path.add(i)
@@ -1690,6 +1698,7 @@ class _Schedule:
     kernels: list[tuple[UOp, list[Buffer]]] = field(default_factory=list)
     reads: list[set[UOp]] = field(default_factory=list)  # per kernel: the stored nodes and buffers it loads
     items: list[ScheduleItem] = field(default_factory=list)
+    values_first: bool = False  # store each in-place write's value before the writes (see _WriteCycle)
 
 
 def _device_max_buffers(device: str) -> int:
@@ -1724,10 +1733,23 @@ def _rebuild(s: _Schedule, stand_in: Callable[[UOp, UOp], tuple[UOp, bool]]) -> 
         s.asked = set(s.planner.order)
     # an output that is a leaf keeps its memory (a copy of it is for the kernels that read it)
     s.planner = _Planner([o if s.planner.leaf(o) else new[o] for o in s.planner.outs], s.realized)
+    s.planner.values_first = s.values_first
+
+
+def _value_first(x: UOp) -> UOp:
+    """An in-place write whose value is stored by a kernel of its own first: the write only copies it."""
+    y = x.replace(src=(x.src[0], UOp(Ops.CONTIGUOUS, x.src[1].dtype, (x.src[1],)), *x.src[2:]))
+    if (made := write_order(x)) >= 0:
+        y.__dict__.setdefault(_WRITE_ORDER, made)
+    return y
 
 
 @step("store decisions", after=("matmul panels",), category="schedule pass")
 def _store_decisions(s: _Schedule, ctx: None) -> _Schedule:
+    if s.values_first:
+        # a retry after a cycle of writes (_WriteCycle): every written value is computed (from the old contents)
+        # before any write lands, as torch's eager ops would have
+        _rebuild(s, lambda n, x: (_value_first(x), False) if n.op is Ops.ASSIGN else (x, False))
     s.planner.decide()  # decisions 1 to 4 of the module docstring
     if copies := s.planner.copy_first:
         # decision 1b for a stored leaf: a kernel after a write reads the memory's old contents as they are (a node
@@ -1831,9 +1853,17 @@ SCHEDULE_PASSES = (
 
 
 def _create_schedule(outs: list[UOp], realized: dict[UOp, UOp]) -> _Schedule:
-    s, run = _Schedule(_Planner(outs, realized), realized), PassRun()
-    for p in SCHEDULE_PASSES:
-        s = run(p, s)
+    try:
+        s = _run_schedule_passes(outs, realized, values_first=False)
+    except _WriteCycle:
+        s = _run_schedule_passes(outs, realized, values_first=True)
     if DEBUG >= 1 and s.items:
         print(f"scheduled {len(s.items)} kernels for {len(s.stored)} stored nodes")
+    return s
+
+
+def _run_schedule_passes(outs: list[UOp], realized: dict[UOp, UOp], values_first: bool) -> _Schedule:
+    s, run = _Schedule(_Planner(outs, realized), realized, values_first=values_first), PassRun()
+    for p in SCHEDULE_PASSES:
+        s = run(p, s)
     return s
