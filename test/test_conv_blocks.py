@@ -130,6 +130,30 @@ def test_blocked_conv_tile_is_output_pixels_by_output_channel_vectors():
     assert tile == {8: 1, 4: 8, 2: 32 * 32 * 8}
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("width", [32, 31])
+def test_blocked_conv_runs_its_images_outermost(threads, width):
+    """A blocked conv's packed weights (147 KB for 64 -> 64 3x3) fit in a core's L2 beside its images: the images
+    are the outer loop, shared out among the cores (not the output channel blocks: each image was then read from
+    further out once per block pair), and the kernel computes what torch does with those opts."""
+    xn, wn = _rand(2, 64, 12, width), _rand(64, 64, 3, 3, seed=1)
+    *copies, si = Tensor(xn).realize().conv2d(Tensor(wn).realize(), padding=1).schedule()
+    run_schedule(copies)
+    k = Kernel(si.ast, ClangRenderer(threads=threads, vector_bytes=32, vector_registers=16))
+    k.merge_axes()
+    hand_coded_optimizations(k)
+    outer = k.axes_of(AxisType.THREAD) if threads > 1 else k.axes_of(AxisType.GLOBAL)[:1]
+    assert [k.full_shape[a] for a in outer] == [2]
+    assert not any(o.op is OptOps.SWAP for o in k.applied_opts)
+    spec = get_program(si.ast, Device["CPU"].renderer, list(k.applied_opts))
+    ExecItem(CompiledRunner("CPU", spec), list(si.bufs)).run()
+    got = np.frombuffer(si.bufs[0].as_bytes(), np.float32)
+    ref = _torch(xn, wn, None, padding=1)
+    if width % 8 == 0:  # stored in blocks (n, cout/8, h, w, 8)
+        ref = ref.reshape(2, 8, 8, 12, width).transpose(0, 1, 3, 4, 2)
+    np.testing.assert_allclose(got, ref.reshape(-1), rtol=1e-4, atol=1e-4)
+
+
 def test_blocked_output_read_through_its_view():
     """The output stays in its channel blocks, an NCHW view of them: a following elementwise op and a second conv
     read through the view (the second conv's blocked copy reads the blocks), in-place ops and numpy() see NCHW."""
