@@ -1134,6 +1134,16 @@ class _TensorType(type):
 COMPOSITE_PROGRAMS = 32
 
 
+_replay_caches: list[dict] = []  # every _replayed composite's programs
+
+
+def forget_replayed_composites() -> None:
+    """Drop every recorded composite graph: for code that changes what a composite builds without changing its key
+    (a test replacing a renderer's method, as Renderer.conv_blocks)."""
+    for programs in _replay_caches:
+        programs.clear()
+
+
 def _replayed(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
     """A composite op (a loss, a linear layer, a conv) built once per kind of arguments and replayed from a
     GraphProgram after: its graph is a function of its tensors' nodes, known by their op, dtype, shape, device and
@@ -1151,6 +1161,7 @@ def _replayed(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
     not recorded: the code runs every time."""
     # key -> (program, derivative rules as (node, source, rule) positions, in-place writes)
     programs: dict[tuple, tuple[GraphProgram, list[tuple[int, int, Callable]], list[_Write]]] = {}
+    _replay_caches.append(programs)
 
     @functools.wraps(fn)
     def composite(self: Tensor, *args: Any, **kwargs: Any) -> Tensor:

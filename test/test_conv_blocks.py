@@ -14,6 +14,7 @@ from lazygrad.device import Device
 from lazygrad.engine.realize import CompiledRunner, ExecItem, run_schedule
 from lazygrad.nn.optim import SGD
 from lazygrad.renderer.cstyle import ClangRenderer
+from lazygrad.tensor import forget_replayed_composites
 from lazygrad.uop.ops import Ops
 
 AVX2 = ClangRenderer(threads=1, vector_bytes=32, vector_registers=16)
@@ -21,9 +22,14 @@ AVX2 = ClangRenderer(threads=1, vector_bytes=32, vector_registers=16)
 
 @pytest.fixture(autouse=True)
 def _avx2_blocks(monkeypatch):
-    # on the class: an attribute set on the device's renderer would stay in its vars() (its programs' cache key)
+    # on the class: an attribute set on the device's renderer would stay in its vars() (its programs' cache key).
+    # conv2d's recorded graphs (a _replayed composite) are keyed without the renderer's answer: forgotten on both
+    # sides, or a conv of another test's shapes replays the graph built under the other answer
     plain = ClangRenderer.conv_blocks
     monkeypatch.setattr(ClangRenderer, "conv_blocks", lambda self, *args: plain(AVX2, *args))
+    forget_replayed_composites()
+    yield
+    forget_replayed_composites()
 
 
 def _rand(*shape: int, seed: int = 0) -> np.ndarray:
