@@ -16,6 +16,7 @@ K-quants: x times their dequantization).
 from __future__ import annotations
 
 import ctypes
+import functools
 import mmap
 import os
 import struct
@@ -599,38 +600,49 @@ def _dp4a_words(q: Tensor, mask: int, xw: Tensor, at: int) -> Tensor:
 # (3072 x 576 Q4_1 on one loaded core: 3.1-4.2 ms, 1.9-2.3 from the groups).
 
 
-def _group_codes(view: BlockView, at: int, bits: int) -> Tensor:
-    """The codes of the code words from word `at` on as float32 (groups, blocks, 32, 8 rows): a word w's byte i holds
-    value 4w + i (8-bit codes, 8 words), or its low nibble value 4w + i and its high one 16 + 4w + i (4 words)."""
-    q = _grouped_words(view, at)
-    g, b, words = q.shape[:3]
-    halves = 32 // (4 * words)
-    shifts = (
-        Tensor.arange(halves, device=q.device).reshape(halves, 1, 1, 1) * 4
-        + Tensor.arange(4, device=q.device).reshape(1, 1, 4, 1) * 8
-    )
-    codes = (q.reshape(g, b, 1, words, 1, GROUP).expand(g, b, halves, words, 4, GROUP) >> shifts) & ((1 << bits) - 1)
-    return codes.cast(dtypes.float32).reshape(g, b, 32, GROUP)
+@dataclass(frozen=True)
+class GroupPanels:
+    """A grouped type's decode into panels: `halves` float16 fields of 8 rows (scale, min) before the code words, 8-bit
+    codes (8 words) or nibbles (4 words), value = `values(codes, fields)` in float32. `fields(view)` are the decode's
+    movement ops alone (views of the blocks, a constant), which a QuantizedMatrix builds once; `decode` is its
+    arithmetic, built per product (the whole graph, built per product, took ~2 ms of Python, the movement ops most of
+    it: 120 products in a SmolLM2 prompt)."""
+
+    halves: int
+    bits: int
+    values: Callable[[Tensor, list[Tensor]], Tensor]
+
+    def fields(self, view: BlockView) -> list[Tensor]:
+        """The code words and each code's shift in its word, (groups, blocks, 32, 8 rows): a word w's byte i holds value
+        4w + i (8-bit codes), or its low nibble value 4w + i and its high one 16 + 4w + i; then the float16 fields
+        broadcast the same."""
+        q = _grouped_words(view, GROUP * self.halves // 2)
+        g, b, words = q.shape[:3]
+        per_byte = 32 // (4 * words)  # codes
+        shape = (g, b, per_byte, words, 4, GROUP)
+        shifts = (
+            Tensor.arange(per_byte, device=q.device).reshape(per_byte, 1, 1, 1) * 4
+            + Tensor.arange(4, device=q.device).reshape(1, 1, 4, 1) * 8
+        )
+        spread = [q.reshape(g, b, 1, words, 1, GROUP).expand(shape), shifts.expand(shape)]
+        f16 = view(dtypes.float16)
+        scales = [f16[..., GROUP * i : GROUP * (i + 1)].unsqueeze(-2) for i in range(self.halves)]
+        return [t.reshape(g, b, 32, GROUP) for t in spread] + [t.expand(g, b, 32, GROUP) for t in scales]
+
+    def decode(self, fields: list[Tensor]) -> Tensor:
+        """The panels (groups, cols, 8) from `fields`."""
+        words, shifts, *scales = fields
+        codes = ((words >> shifts) & ((1 << self.bits) - 1)).cast(dtypes.float32)
+        values = self.values(codes, [f.float() for f in scales])
+        return values.reshape(values.shape[0], -1, GROUP)
+
+    def __call__(self, view: BlockView) -> Tensor:
+        return self.decode(self.fields(view))
 
 
-def _panels(values: Tensor) -> Tensor:
-    """Values (groups, blocks, 32, 8 rows) as panels (groups, cols, 8)."""
-    return values.reshape(values.shape[0], -1, GROUP)
-
-
-def _group_panels_q4_0(view: BlockView) -> Tensor:
-    (d,) = _group_scales(view, 1)
-    return _panels((_group_codes(view, 4, 4) - 8) * d.unsqueeze(-2))
-
-
-def _group_panels_q4_1(view: BlockView) -> Tensor:
-    d, m = _group_scales(view, 2)
-    return _panels(_group_codes(view, 8, 4) * d.unsqueeze(-2) + m.unsqueeze(-2))
-
-
-def _group_panels_q8_0(view: BlockView) -> Tensor:
-    (d,) = _group_scales(view, 1)
-    return _panels((_group_codes(view, 4, 8) - 128) * d.unsqueeze(-2))  # stored + 128
+_group_panels_q4_0 = GroupPanels(1, 4, lambda codes, f: (codes - 8) * f[0])
+_group_panels_q4_1 = GroupPanels(2, 4, lambda codes, f: codes * f[0] + f[1])
+_group_panels_q8_0 = GroupPanels(1, 8, lambda codes, f: (codes - 128) * f[0])  # stored + 128
 
 
 def _group_fields_32(halves: int, code_at: int, code_bytes: int, flip: bool) -> GroupFields:
@@ -696,7 +708,7 @@ class GGMLType:
     group_terms: GroupTerms | None = None  # the grouped layout's decode matvec
     grouped: GGMLType | None = None  # the blocks copied into rows in groups of 8, where the device has DP4A
     group_fields: GroupFields | None = None  # a block's fields for the grouped layout
-    group_panels: Callable[[BlockView], Tensor] | None = None  # the grouped layout's weights in panels of 8 rows
+    group_panels: GroupPanels | None = None  # the grouped layout's weights in panels of 8 rows
 
 
 GGML_TYPES: dict[int, GGMLType] = {
@@ -1018,16 +1030,26 @@ class QuantizedMatrix:
         rows = prod(x.shape[:-1])
         if rows == 1 and (self.gt.int_parts is not None or self.gt.group_terms is not None):
             return self.linear_int8(x)
-        if rows >= _DEQUANTIZE_ROWS and self.gt.group_panels is not None:
+        if rows >= _DEQUANTIZE_ROWS and self._panel_fields is not None:
             self._check_linear(x, "linear", True)
-            if float32_panel_width(self.shape, self.device) == GROUP:
-                return PanelMatrix.from_panels(self.gt.group_panels(self.view), self.shape).linear(x)
+            assert self.gt.group_panels is not None
+            panels = self.gt.group_panels.decode([Tensor(f) for f in self._panel_fields])
+            return PanelMatrix.from_panels(panels, self.shape).linear(x)
         if self.plain is not None:
             return self.plain.linear(x)
         if rows >= _DEQUANTIZE_ROWS:
             self._check_linear(x, "linear", True)
             return PanelMatrix.pack(self.dequantize().contiguous()).linear(x)
         return self.linear_f32(x)
+
+    @functools.cached_property
+    def _panel_fields(self) -> list[UOp] | None:
+        """The movement ops of the grouped blocks' decode into float32 panels (`GroupPanels.fields`), where a prompt's
+        product multiplies such panels: views and a constant only, so the graph nodes held here are never stored by a
+        kernel (a decoded weight's node, held, would keep its float32 values from one product to the next)."""
+        if self.gt.group_panels is None or float32_panel_width(self.shape, self.device) != GROUP:
+            return None
+        return [f.uop for f in self.gt.group_panels.fields(self.view)]
 
     def _check_linear(self, x: Tensor, kind: str, supported: bool) -> None:
         if len(self.shape) != 2 or x.shape[-1] != self.shape[1]:

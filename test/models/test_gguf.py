@@ -766,6 +766,54 @@ def test_grouped_prompt_decodes_the_groups_into_panels(tmp_path, kind, shape, ba
     np.testing.assert_allclose(out.numpy(), x_np @ w.T, rtol=1e-5, atol=1e-4 * np.abs(w).max() * np.sqrt(shape[1]))
 
 
+def _python_calls(fn) -> int:
+    """Python function calls fn makes (C calls not counted), the collector kept off."""
+    import gc
+    import sys
+
+    calls = [0]
+
+    def count(frame, event, arg) -> None:
+        calls[0] += event == "call"
+
+    gc.collect()
+    gc.disable()
+    sys.setprofile(count)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+        gc.enable()
+    return calls[0]
+
+
+@pytest.mark.parametrize("kind", ["Q4_0", "Q4_1", "Q8_0"])
+def test_grouped_prompt_builds_its_decode_graph_once_and_decodes_each_product(tmp_path, kind):
+    # a prompt's product builds the panels' movement ops once per matrix (views and a constant, which no kernel
+    # stores): the graph of a product is a few ops (~600 Python calls, ~2500 building it whole); and the float32
+    # panels are decoded again by each product, not kept on a node the matrix holds
+    from lazygrad.schedule.kernelize import REALIZED_ENTRY
+
+    q, w = _quantized(tmp_path, kind, (24, 96))
+    if q.gt.group_panels is None or float32_panel_width(q.shape, q.device) != GROUP:
+        pytest.skip("panels of 8 rows from groups of 8 rows are for devices with DP4A and 8-float vectors")
+    x_np = np.random.default_rng(1).standard_normal((33, 96)).astype(np.float32)
+    x = Tensor(x_np).realize()
+    q.linear(x).realize()
+    assert _python_calls(lambda: q.linear(x)) < 1000
+    for _ in range(2):
+        GlobalCounters.reset()
+        out = q.linear(x).realize()
+        assert GlobalCounters.kernel_count == 2  # the panels, the product
+        np.testing.assert_allclose(out.numpy(), x_np @ w.T, rtol=1e-5, atol=1e-4 * np.abs(w).max() * np.sqrt(96))
+    seen, stack = set(), list(q._panel_fields)
+    while stack:
+        if (node := stack.pop()) not in seen:
+            seen.add(node)
+            assert REALIZED_ENTRY not in node.__dict__, node.op
+            stack.extend(node.src)
+
+
 # float16 scales (and mins) at the ends of their range: subnormal, the smallest normal, the largest, zeros
 _EXTREME_HALVES = [2**-24, -(2**-24), 3 * 2**-20, 2**-14, 65504.0, -65504.0, 0.0, -0.0, 0.0078, -1.5]
 
