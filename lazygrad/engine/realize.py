@@ -232,14 +232,19 @@ class _Batches:
             size = size if many else 1
             waits = self.auto and many and not self._worker_free()
             if len(batch) >= size and not last and not waits:
-                self.full.append((cachekey, key[0], batch[:size]))
-                self.open[cachekey] = batch[size:]
+                # auto: every kernel generated while the compiler was busy goes in one call (a wave), not `size` a
+                # call with the rest left for processes of their own
+                take = len(batch) if self.auto else size
+                self.full.append((cachekey, key[0], batch[:take]))
+                self.open[cachekey] = batch[take:]
                 if not BEAM:  # BEAM times kernels inside get_program: a compiler running beside would skew its timings
                     self._submit_full()
         self.keys_of.setdefault(shared, []).append(key)
 
     def _worker_free(self) -> bool:
-        return sum(not future.done() for _, future in self.submitted) < self.workers
+        # while code is generated its thread holds a core: one compiler fewer than workers keeps every core busy, and
+        # the kernels generated while it runs go to the next call instead of a process of their own
+        return sum(not future.done() for _, future in self.submitted) < max(1, self.workers - 1)
 
     def flush(self) -> None:
         for cachekey, batch in self.open.items():
