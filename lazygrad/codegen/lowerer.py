@@ -422,9 +422,9 @@ class Lowerer:
 
     def _steps_by_one(self, view: UOp, axis: int, same_gate: bool) -> bool:
         """Whether the view's address moves by one element per step of the expanded `axis` (and, with `same_gate`,
-        its validity does not change from 0 to 1). A linear address's coefficient says no without valuing the index
-        at 1 (the simplify of two addresses' difference, with their divisions and modulos, was a tenth of the cold
-        CNN step's code generation), and the difference is read off `base + c` before any simplify."""
+        its validity is the same at 0 and 1). A linear address's coefficient other than 1 says no without valuing the
+        index at 1 (each answer was a simplify of two addresses' difference, with their divisions and modulos), and
+        the difference is read off `base + c` before any simplify (Lowerer._consecutive)."""
         if (form := self.lane_forms.get(view)) is None:
             self._at_lanes(view, {})
             form = self.lane_forms[view]
