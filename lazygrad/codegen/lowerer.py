@@ -126,6 +126,15 @@ class _LaneForm:
         self.lanes = [(a, lane) for a, lane in lanes.items() if lane is root or any(lane in u.src for u in self.moving)]
         self.values: dict[tuple[int, ...], UOp] = {}
 
+    def coefficient(self, axis: int) -> int | None:
+        """How much the value moves per step of `axis` where that is known without valuing it (a sum linear in the
+        placeholders, the axis read nowhere else: its coefficient, 0 where it is not read at all), else None."""
+        if any(a == axis for a, _ in self.lanes):
+            return None
+        if self.root in self.linear:
+            return sum(m for a, m in self.linear[self.root][1] if a == axis)
+        return None if any(a == axis for _, terms in self.linear.values() for a, _ in terms) else 0
+
     def at(self, values: dict[int, int], const: Callable[[int], UOp]) -> UOp:
         offsets = [sum([values.get(a, 0) * m for a, m in terms]) for _, terms in self.linear.values()]
         key = (*offsets, *[values.get(a, 0) for a, _ in self.lanes])
@@ -409,10 +418,21 @@ class Lowerer:
             return _is_one(st.views[0].strides[axis])
         # from the view's index with the expanded axes as placeholders (built once per view, and used again by
         # _lane_index): only the nodes above them are rebuilt for each axis asked about
+        return self._steps_by_one(view, axis, True)
+
+    def _steps_by_one(self, view: UOp, axis: int, same_gate: bool) -> bool:
+        """Whether the view's address moves by one element per step of the expanded `axis` (and, with `same_gate`,
+        its validity is the same at 0 and 1). A linear address's coefficient other than 1 says no without valuing the
+        index at 1 (each answer was a simplify of two addresses' difference, with their divisions and modulos), and
+        the difference is read off `base + c` before any simplify (Lowerer._consecutive)."""
+        if (form := self.lane_forms.get(view)) is None:
+            self._at_lanes(view, {})
+            form = self.lane_forms[view]
+        if (step := form[0].coefficient(axis)) is not None and step != 1:
+            return False
         idx0, valid0 = self._at_lanes(view, {})
         idx1, valid1 = self._at_lanes(view, {axis: 1})
-        step = simplify(idx1 - idx0)
-        return step.op is Ops.CONST and step.arg == 1 and valid0 is valid1
+        return (not same_gate or valid0 is valid1) and self._consecutive([idx0, idx1])
 
     def lanes(self, x: UOp) -> list[UOp]:
         if x.op is Ops.VECTORIZE:
@@ -1012,10 +1032,7 @@ def _unit_step(lw: Lowerer, view: UOp, axis: int) -> bool:
     st = view.arg
     if len(st.views) == 1:
         return _is_one(st.views[0].strides[axis])
-    idx0, _ = lw._at_lanes(view, {})
-    idx1, _ = lw._at_lanes(view, {axis: 1})
-    step = simplify(idx1 - idx0)
-    return step.op is Ops.CONST and step.arg == 1
+    return lw._steps_by_one(view, axis, False)
 
 
 def _transpose(rows: list[UOp]) -> list[UOp]:

@@ -196,6 +196,44 @@ def test_padded_conv_lanes_simplify_once_per_value_of_the_sums_they_read() -> No
     assert len(valid_form.values) == prod(n_offsets) == 40 and len(combos) == 576
 
 
+def test_unit_stride_of_placeholder_forms_reads_linear_coefficients(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whether a masked or multi-view view's address steps by one along an expanded axis (the vector axis's choice):
+    the direct simplification's answer for every view and axis, and where the address is a linear sum whose
+    coefficient for the axis is not 1, known with no simplify at all (each was a simplify of two addresses'
+    difference, with their divisions and modulos)."""
+    from lazygrad import Tensor
+    from lazygrad.codegen import lowerer as lowerer_module
+    from lazygrad.codegen.workgroups import default_optimizations
+
+    x, w = Tensor.empty(8, 16, 8, 8), Tensor.empty(32, 16, 3, 3)
+    (conv,) = [s for s in x.conv2d(w, padding=1).schedule() if s.ast.op is Ops.SINK]
+    k = Kernel(conv.ast, Device["CPU"].renderer)
+    default_optimizations(k)
+    st = ShapeTracker.from_shape((4, 4)).pad(((1, 1), (1, 1))).reshape((36,)).reshape((4, 9))
+    kernels = [Lowerer(k), lowerer(load(st), (4, 9), (Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UPCAST, 0, 3)))]
+    calls = [0]
+    real = lowerer_module.simplify
+    monkeypatch.setattr(lowerer_module, "simplify", lambda u: calls.__setitem__(0, calls[0] + 1) or real(u))
+    skipped = 0
+    for lw in kernels:
+        views = [u for u in lw.ast.toposort if u.op is Ops.VIEW and (len(u.arg.views) > 1 or u.arg.views[0].mask)]
+        assert views
+        for v in views:
+            lw._at_lanes(v, {})  # the form built: what is counted below is each axis's answer
+            for axis in lw.k.axes_of(*[t for t in lw.k.axis_types if t.expanded]):
+                at0, at1 = lw.idxs((0,) * len(lw.expanded_axes)), lw.idxs((0,) * len(lw.expanded_axes))
+                at1[axis] = UOp.const(I32, 1)
+                (idx0, valid0), (idx1, valid1) = v.arg.to_index(at0), v.arg.to_index(at1)
+                step = real(idx1 - idx0)
+                want = step.op is Ops.CONST and step.arg == 1 and real(valid0) is real(valid1)
+                calls[0] = 0
+                assert lw._unit_stride(v, axis) == want
+                if lw.lane_forms[v][0].coefficient(axis) not in (None, 1):
+                    skipped += 1
+                    assert calls[0] == 0
+    assert skipped > 0
+
+
 @pytest.mark.parametrize("op", ["sum", "max"])
 def test_lane_fold_by_shuffles_is_the_scalar_tree_bit_for_bit(op: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A reduce whose vector lanes run along the reduce axis folds them after the loop: with lane shuffles the
