@@ -1125,6 +1125,7 @@ class _Template:
     items: list[tuple[UOp, tuple[int, ...]]]
     # after the slots: buffers of nodes no tensor asked for (device, size, dtype, shape; never symbolic)
     internal: list[tuple[str, int, Any, tuple[int, ...]]] = field(default_factory=list)
+    asked: frozenset[int] = frozenset()  # the positions of the stored nodes asked for (the realize's tensors)
 
     def __post_init__(self) -> None:
         self.writes_in_place = any(target is not None for *_, target in self.stored)
@@ -1141,6 +1142,18 @@ class _Template:
             _, shape, size, device, target = self.stored[0]
             if target is None and size is not None:
                 self.lone = (shape, size, device)  # type: ignore[assignment]
+        # per new value of a fixed shape of a template of several that no tensor asked for (a training step's
+        # gradients and the intermediates only its kernels read), as the aliases: the stored nodes of the last two
+        # instances, over their buffers, recycled once nothing holds them (buffers). Not an asked one (a step's loss):
+        # its tensor is the caller's, kept or noted (a gradient path's graph, which a kept node would keep alive). A
+        # lone template keeps its own (output, keep)
+        self.news: dict[int, list[UOp]] | None = None
+        if FRAME_REFS_CHECKED and self.lone is None and len(self.stored) > 1:
+            self.news = {
+                p: []
+                for p, _, size, _, target in self.stored
+                if target is None and size is not None and p not in self.asked
+            }
         # the references the items write (each once): an instance's new outputs are among them
         written = (refs[: len(ast.src) if ast.op is Ops.SINK else 1] for ast, refs in self.items)
         self.written = sorted(set(itertools.chain.from_iterable(written)))
@@ -1153,7 +1166,7 @@ class _Template:
         slots), and what each stored node becomes."""
         bufs: list[Buffer] = []
         becomes: dict[UOp, UOp] = {}
-        nodes, slots, aliases = walk.nodes, walk.slots, self.aliases
+        nodes, slots, aliases, news = walk.nodes, walk.slots, self.aliases, self.news
         for p, shape, size, device, target in self.stored:
             n = nodes[p]
             if shape is None:
@@ -1182,11 +1195,29 @@ class _Template:
                     spares.append(view)
                 becomes[n] = view
             else:
-                buf = Buffer(device, size, n.dtype, shape=shape)
+                # a new value: the buffer and node this position made two instances ago where nothing holds them any
+                # more (a Buffer, its allocation, its free and one or two nodes and their deaths a value), else new
+                spares = None
+                if news is not None and size * n.dtype.itemsize <= SPARE_BYTES:  # type: ignore[operator]
+                    spares = news.get(p)
+                if spares is not None and (found := _free_spare(spares, n.dtype)) is not None:
+                    buf, view = found
+                    buf.pending_write = True  # (its kernel has not run: what it holds is an older value)
+                    notes = view.__dict__
+                    if len(notes) > 2:
+                        for name in notes.keys() - _STRUCTURE_NOTES:
+                            del notes[name]  # (its owner's note: the tensor that held the value before)
+                else:
+                    buf = Buffer(device, size, n.dtype, shape=shape)
+                    view = UOp.buffer_view(buf, shape)
+                if spares is not None:
+                    if len(spares) >= 2:
+                        del spares[0]
+                    spares.append(view)
                 # a node of an unbuilt run that no tensor holds (_Laid.fill's: an optimizer's step size) is never
-                # looked up, nor kept in the realized registry: its buffer node would be built only to be dropped
+                # looked up, nor kept in the realized registry (its node is only the spare's)
                 if type(n) is not Unbuilt or n.held:
-                    becomes[n] = UOp.buffer_view(buf, shape)
+                    becomes[n] = view
             bufs.append(buf)
         bufs.extend(slots)
         if self.internal:
@@ -1238,10 +1269,11 @@ def _bound_values(binds: list[UOp]) -> dict[UOp, int]:
 
 
 def _template(
-    walk: _Walk, items: list[ScheduleItem], becomes: dict[UOp, UOp], internal: list[Buffer]
+    walk: _Walk, items: list[ScheduleItem], becomes: dict[UOp, UOp], internal: list[Buffer], outs: list[UOp]
 ) -> _Template | None:
     """The schedule as a template of `walk`, or None when it holds a buffer the walk cannot name. `internal`: the
-    buffers of nodes a pass made (the copy of a matmul's weight in panels), named by their place in that list."""
+    buffers of nodes a pass made (the copy of a matmul's weight in panels), named by their place in that list.
+    `outs`: the nodes asked for (their tensors hold their values as long as the caller keeps them)."""
     slot_of = {id(b): len(becomes) + j for j, b in enumerate(walk.slots)}
     slot_of.update((id(b), len(becomes) + len(walk.slots) + j) for j, b in enumerate(internal))
     stored: list[tuple[int, tuple[int, ...] | None, int | None, str, int | None]] = []
@@ -1268,7 +1300,8 @@ def _template(
                 return None
             refs.append(ref)
         refs_items.append((si.ast, tuple(refs)))
-    return _Template(stored, refs_items, [(b.device, b.size, b.dtype, b.shape) for b in internal])
+    asked = frozenset(p for p in map(walk.pos.get, outs) if p is not None)
+    return _Template(stored, refs_items, [(b.device, b.size, b.dtype, b.shape) for b in internal], asked)
 
 
 # the largest value a template keeps for its next instances (_Template.output): what a kernel of it costs dwarfs what
@@ -1305,6 +1338,7 @@ def _free_spare(spares: list[UOp], dtype: Any, memory: Buffer | None = None) -> 
             or not spare.__dict__.keys() <= _VALUE_NOTES
             or not node.__dict__.keys() <= _VALUE_NOTES
             or len(buf.__dict__) != _PLAIN_BUFFER
+            and not _dead_notes(buf)
             or buf._external is not memory
         ):
             del spares[i]
@@ -1323,6 +1357,24 @@ def _free_spare(spares: list[UOp], dtype: Any, memory: Buffer | None = None) -> 
             return buf, spare
         i += 1
     return None
+
+
+def _dead_notes(buf: Buffer) -> bool:
+    """Whether every note on `buf` beyond a Buffer's own attributes holds only dead weak references (what the frontend
+    noted of a value stored there, a tensor made to own it, all gone since), and if so, drops them."""
+    notes = buf.__dict__
+    extra = [name for name in notes if name not in _BUFFER_ATTRIBUTES]
+    for name in extra:
+        value = notes[name]
+        refs = value if type(value) is list else (value,)
+        if not all(type(r) is weakref.ref and r() is None for r in refs):
+            return False
+    for name in extra:
+        del notes[name]
+    return True
+
+
+_BUFFER_ATTRIBUTES = frozenset(Buffer("CPU", 1, dtypes.uint8).__dict__)
 
 
 def note_value_notes(*names: str) -> None:
@@ -1485,7 +1537,7 @@ def _cached_schedule(
     s = _create_schedule(outs, realized)
     items, becomes, var_vals = s.items, s.becomes, s.var_vals
     args["kernels"], args["cached"] = len(items), False
-    if (tpl := _template(walk, items, becomes, s.internal)) is not None:
+    if (tpl := _template(walk, items, becomes, s.internal, outs)) is not None:
         with _templates_lock:
             if len(_templates) >= SCHEDULE_CACHE_SIZE:
                 del _templates[next(iter(_templates))]
