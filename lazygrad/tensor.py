@@ -323,6 +323,14 @@ def tensors_made() -> int:
         return next(_lazy_serials)
 
 
+def grad_bindings() -> dict[int, tuple[Tensor, Tensor | None]]:
+    """id -> (tensor, its .grad) for every live tensor set requires_grad=True: what a TinyJit capture compares
+    before and after its function ran, to give the same .grad bindings back on every replay."""
+    with _grad_leaves_lock:
+        leaves = list(_grad_leaves.values())
+    return {id(t): (t, t.grad) for t in leaves}
+
+
 def pending_writes_since(began: int) -> list[Tensor]:
     """The live tensors given a write (assign, setitem, an in-place op) since serial number `began` (tensors_made) by
     this thread and not yet run: what a TinyJit function wrote into tensors it did not take as arguments (a module's

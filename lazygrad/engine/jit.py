@@ -32,6 +32,7 @@ import functools
 import struct
 import threading
 import warnings
+import weakref
 from typing import Any, Callable, Generic, TypeVar
 
 from lazygrad.device import Buffer, Device
@@ -41,6 +42,7 @@ from lazygrad.helpers import DEBUG, JIT, GlobalCounters
 from lazygrad.tensor import (
     Tensor,
     forget_values_read_from,
+    grad_bindings,
     pending_writes_since,
     random_counter_buffers,
     realize_readers_of,
@@ -64,6 +66,16 @@ def _realize_writes(args: list[Any], began: int) -> None:
     pending += [t for t in pending_writes_since(began) if all(t is not a for a in pending)]
     if pending:
         Tensor.realize(*pending)
+
+
+def _new_grads(before: dict[int, tuple[Tensor, Tensor | None]]) -> list[tuple[Tensor, Tensor | None]]:
+    """The tensors (requires_grad=True) whose .grad the function set, each with its new gradient, computed now if
+    lazy (so the capture records its kernels and every replay computes it): a replay runs no Python, and a parameter's
+    .grad would otherwise keep what the last call that ran the function left there (an eager step's gradient)."""
+    changed = [(t, t.grad) for key, (t, g) in grad_bindings().items() if key not in before or before[key][1] is not g]
+    if lazy := [g for _, g in changed if g is not None and g.uop.base.op is not Ops.BUFFER]:
+        Tensor.realize(*lazy)
+    return changed
 
 
 def _tensors_in(ret: Any) -> list[Tensor]:
@@ -161,8 +173,11 @@ class CapturedJit:
         ret: Any,
         mode: tuple[bool, bool],
         draws: tuple[int, int] = (0, 0),
+        grads: list[tuple[weakref.ref, Tensor | None]] | None = None,
     ):
         self.args, self.kw_names, self.n_args = args, kw_names, len(args)
+        # (parameter, the .grad the capture left it): set again after every replay, whose kernels rewrite that grad
+        self.grads = grads or []
         self.training, self.no_grad = mode  # Tensor.training and no_grad shape the graph: frozen like the rest
         # the returned structure over the JIT's own Tensor objects: the caller may reassign the ones it got
         self.ret = _rebuild(ret, lambda t: Tensor.from_uop(t.uop))
@@ -300,9 +315,16 @@ class CapturedJit:
         GlobalCounters.global_mem += self.mem
         if copies:
             _write_back(copies, self.written_memory)
+        if self.grads:
+            self._set_grads()
         if self.single_out is not None:
             return Tensor.from_uop(self.single_out)
         return self._outputs({})
+
+    def _set_grads(self) -> None:
+        for ref, g in self.grads:
+            if (t := ref()) is not None:
+                t.grad = g
 
     def _next_random_counters(self) -> None:
         """Take as many counters of the random stream as the capture's random calls did, and write them where those
@@ -338,6 +360,8 @@ class CapturedJit:
         forget_values_read_from(self.written_memory)
         if copies:
             _write_back(copies, self.written_memory)
+        if self.grads:
+            self._set_grads()
         swap = {node: UOp.buffer_view(inputs[i], (inputs[i].size,)) for node, i in self.input_nodes.items()}
         return self._outputs(swap)
 
@@ -517,12 +541,13 @@ class TinyJit(Generic[R]):
             spec.shape_vars = tuple((v, slot_of[v]) for v, _ in spec.shape_vars)
         n_pos = len(args)
         rng, mode = Tensor.rng_state(), (Tensor.training, not Tensor.is_grad_enabled())
-        began = tensors_made()
+        began, grads_before = tensors_made(), grad_bindings()
         with capture(began) as recorded, _hide_bound_results():
             ret = self.fxn(*call_values[:n_pos], **dict(zip(kw_names, call_values[n_pos:])))
             if outs := _tensors_in(ret):
                 Tensor.realize(*outs)
             _realize_writes(call_values, began)
+            grads = _new_grads(grads_before)
         del outs, call_values
         seed, counter = Tensor.rng_state()
         if seed != rng[0]:
@@ -530,7 +555,9 @@ class TinyJit(Generic[R]):
                 "a TinyJit function that calls manual_seed draws with the capture's seed on every replay",
                 stacklevel=3,
             )
-        mine.captured = CapturedJit(recorded, specs, kw_names, inputs, ret, mode, (rng[1], counter - rng[1]))
+        bound = [(weakref.ref(t), g) for t, g in grads]
+        mine.captured = CapturedJit(recorded, specs, kw_names, inputs, ret, mode, (rng[1], counter - rng[1]), bound)
+        del grads
         copied = [(a, inputs[spec.slot]) for a, spec in zip(values, specs) if spec.writes]
         _write_back(copied, mine.captured.written_memory)
         return ret
