@@ -67,7 +67,18 @@ from lazygrad.schedule.kernelize import (
     write_order,
 )
 from lazygrad.schedule.multi import has_multi, lower_multi, multi, split_bounds, stored_multis, whole_buffer
-from lazygrad.uop.ops import GroupOp, Ops, UOp, pretty_print, ssimplify, ssmax, substitute, sym_known, sym_value
+from lazygrad.uop.ops import (
+    GroupOp,
+    Ops,
+    UOp,
+    hash_consed,
+    pretty_print,
+    ssimplify,
+    ssmax,
+    substitute,
+    sym_known,
+    sym_value,
+)
 from lazygrad.uop.program import FORWARD_RUN, GraphProgram, Unbuilt
 from lazygrad.uop.view import ShapeTracker, strides_for_shape
 
@@ -82,6 +93,7 @@ _HALF_KEYS = frozenset(dt.key for dt in HALF_FLOATS)
 # the ops the paths run on every op and realize test for, read once: an Enum member read costs ~50 ns on Python 3.11
 # (its EnumType has a __getattr__ hook, which keeps attribute reads off the fast path)
 _BUFFER, _RESHAPE, _ASSIGN, _BIND = Ops.BUFFER, Ops.RESHAPE, Ops.ASSIGN, Ops.BIND
+_ADD, _SUB, _MUL = Ops.ADD, Ops.SUB, Ops.MUL
 _BOOL_KEY = dtypes.bool.key
 _MOVEMENT = GroupOp.Movement
 
@@ -1099,6 +1111,10 @@ class _ThreadModes(threading.local):
 
 
 _modes = _ThreadModes()
+# how many threads are inside no_grad now: while none is, no thread reads its own depth (a thread-local read). A thread
+# counts itself before its depth leaves 0 and after it is back at 0, so a thread inside no_grad always reads its depth
+_NO_GRAD_THREADS = [0]
+_no_grad_threads_lock = threading.Lock()
 
 
 class _TensorType(type):
@@ -1350,6 +1366,31 @@ def _scan_levels(n: Any, block: int = 64) -> int:
     return levels
 
 
+def _result(u: UOp, t: Tensor | None = None) -> Tensor:
+    """Tensor(u) for an op's result node u (not a bound variable): the hot ops (Tensor._binary, _alu) call this with
+    no `t`, making the tensor with no type call and no __init__ frame (about 1300 instructions less per op, of a
+    repeated `(a + b).realize()`'s 68k); Tensor.__init__ passes itself. _note_new and the common case of
+    _init_grad_state and _note_unset inline: three calls less on every op."""
+    if t is None:
+        t = _new_object(Tensor)
+    t.uop, t.grad, t._requires_grad, t._view_of = u, None, None, None
+    ref = weakref.ref(t)  # (the queue's and the unset registry's: one object, no death callback)
+    _new_tensors.append(ref if not CAPTURES_OPEN[0] else _MadeRef(t))
+    if len(_new_tensors) > 1024:
+        _trim_new()
+    # (the thread-local no_grad depth read only while some thread is inside no_grad: ~650 instructions a read)
+    if _NO_GRAD_THREADS[0] and _modes.grad_disabled or (is_float := _FLOAT_KEYS.get(u.dtype.key)) is None:
+        t._init_grad_state()
+    elif is_float:
+        _unset_grad[id(t)] = ref
+        if len(_unset_grad) > _unset_limit[0]:
+            _sweep_unset()
+    return t
+
+
+_new_object = object.__new__
+
+
 class Tensor(metaclass=_TensorType):
     """A lazy n-dimensional array on a device, with PyTorch/tinygrad names.
 
@@ -1374,26 +1415,12 @@ class Tensor(metaclass=_TensorType):
         dtype: DType | str | None = None,
         requires_grad: bool | None = None,
     ):
+        if type(data) is UOp and device is None and dtype is None and requires_grad is None and data.op is not _BIND:
+            _result(data, self)  # an op's result, the tensor made most often by far: no conversion below applies
+            return
         self.grad: Tensor | None = None
         self._requires_grad: bool | None = None
         self._view_of: tuple[Tensor, UOp] | None = None
-        if type(data) is UOp and device is None and dtype is None and requires_grad is None and data.op is not _BIND:
-            # an op's result, the tensor made most often by far: none of the conversions below apply (and _note_new
-            # inline: a call less on every op)
-            self.uop = data
-            ref = weakref.ref(self)  # (the queue's and the unset registry's: one object, no death callback)
-            _new_tensors.append(ref if not CAPTURES_OPEN[0] else _MadeRef(self))
-            if len(_new_tensors) > 1024:
-                _trim_new()
-            # (_init_grad_state's common case inline, outside no_grad with a dtype met before, and _note_unset's: two
-            # calls less per op)
-            if _modes.grad_disabled or (is_float := _FLOAT_KEYS.get(data.dtype.key)) is None:
-                self._init_grad_state()
-            elif is_float:
-                _unset_grad[id(self)] = ref
-                if len(_unset_grad) > _unset_limit[0]:
-                    _sweep_unset()
-            return
         dtype = to_dtype(dtype) if dtype is not None else None
         device = Device.canonicalize(device)
         if isinstance(data, UOp):
@@ -1999,12 +2026,17 @@ class Tensor(metaclass=_TensorType):
     def realize(self, *lst: Tensor, do_update_stats: bool = True) -> Tensor:
         """Compute this tensor (and those in `lst`, in the same schedule) into memory.
         `Tensor.realize(a, b)` works too. (do_update_stats: tinygrad's; GlobalCounters always count.)"""
-        with _realize_lock:
+        # (acquire and release called, not a with block: the with statement's __enter__/__exit__ lookups and calls
+        # cost about 1000 instructions, 1.5% of a repeated `(a + b).realize()`)
+        _realize_lock.acquire()
+        try:
             if lst or not _realize_cached(self):
                 # (the collector held off: a step's realize frees the last step's graph, see cycles_held_off)
                 with cycles_held_off():
                     scheduled, noted = self._schedule_noted(*lst)
                     _run_noted(*scheduled, noted)
+        finally:
+            _realize_lock.release()
         return self
 
     def _contiguous_buffer(self) -> Buffer:
@@ -3801,7 +3833,7 @@ class Tensor(metaclass=_TensorType):
         # (a binary op's sources without a generator: two Python calls less on most ops a model builds)
         srcs = (self.uop, others[0].uop) if len(others) == 1 else (self.uop, *[o.uop for o in others])
         out = dtype or (dtypes.bool if op in GroupOp.Comparison else srcs[-1].dtype)
-        return Tensor(UOp(op, out, srcs))
+        return _result(UOp(op, out, srcs))
 
     def _binary(self, op: Ops, y: Any, reverse: bool) -> Tensor | None:
         """op of self and y as they are, where y is a tensor of the same dtype (not bool: sub refuses it, mul makes it
@@ -3825,7 +3857,7 @@ class Tensor(metaclass=_TensorType):
             same = su.shape == yu.shape and su.device == yu.device
         if not same:
             return None
-        return Tensor(UOp(op, dt, (yu, su) if reverse else (su, yu)))
+        return _result(hash_consed(UOp, op, dt, (yu, su) if reverse else (su, yu)))
 
     def _to_tensor(self, x: Any, dtype: DType | None = None) -> Tensor:
         if isinstance(x, Tensor):
@@ -3883,7 +3915,7 @@ class Tensor(metaclass=_TensorType):
     def add(self, x: Any, reverse: bool = False, *, alpha: Any = 1) -> Tensor:
         if alpha != 1:  # torch's x.add(y, alpha=a) is x + a * y
             x = x * alpha
-        if (out := self._binary(Ops.ADD, x, reverse)) is not None:
+        if (out := self._binary(_ADD, x, reverse)) is not None:
             return out
         a, b = self._broadcasted(x, reverse)
         return a._alu(Ops.ADD, b)
@@ -3891,7 +3923,7 @@ class Tensor(metaclass=_TensorType):
     def sub(self, x: Any, reverse: bool = False, *, alpha: Any = 1) -> Tensor:
         if alpha != 1:  # torch's x.sub(y, alpha=a) is x - a * y
             x = x * alpha
-        if (out := self._binary(Ops.SUB, x, reverse)) is not None:
+        if (out := self._binary(_SUB, x, reverse)) is not None:
             return out
         a, b = self._broadcasted(x, reverse)
         if a.dtype == dtypes.bool:
@@ -3899,7 +3931,7 @@ class Tensor(metaclass=_TensorType):
         return a._alu(Ops.SUB, b)
 
     def mul(self, x: Any, reverse: bool = False) -> Tensor:
-        if (out := self._binary(Ops.MUL, x, reverse)) is not None:
+        if (out := self._binary(_MUL, x, reverse)) is not None:
             return out
         a, b = self._broadcasted(x, reverse)
         return a._alu(Ops.MUL, b) if a.dtype != dtypes.bool else a._alu(Ops.AND, b)
@@ -7306,10 +7338,21 @@ def _realize_cached(t: Tensor) -> bool:
     tpl, bufs, becomes, var_vals = found
     if launch_template(tpl, bufs, var_vals):  # one kernel, launched already: its output holds the value
         if len(becomes) == 1 and (new := becomes.get(base)) is not None:
+            # (Tensor.requires_grad's first answers inline: no call where no tensor requires grad; that none does asked
+            # first, as the thread-local no_grad depth costs ~650 instructions to read)
+            grads = t._requires_grad is None and _grad_leaves.data and not _modes.grad_disabled and t.requires_grad
+            # (_dies_here's count inline where t's node is the stored one, the common case: t.uop, u, base, x, becomes'
+            # key and getrefcount's argument)
+            if base is u and not grads and FRAME_REFS_CHECKED and getrefcount(u) <= 6:
+                # _stand_for's work for a node that dies here (nothing to note for views or gradients), inline
+                notes = new.__dict__
+                if (owner := notes.get(_OWNER)) is None or owner() is None:
+                    notes[_OWNER] = weakref.ref(t)
+                t.uop = new
+                tpl.keep(new)  # (noted with its owner alone: the next instance may recycle it once t died)
+                return True
             stood = new if base is u else u.rebase(new)
-            # (Tensor.requires_grad's first answers inline: no call where no tensor requires grad)
-            grads = t._requires_grad is None and not _modes.grad_disabled and _grad_leaves.data and t.requires_grad
-            dies = _dies_here(u, base) and not grads
+            dies = not grads and _dies_here(u, base)
             if not dies:
                 _realized.update(becomes)  # (_note_stored's work where the kernel stores t's value alone)
             _stand_for(t, stood, base, becomes, dies)
@@ -7512,10 +7555,16 @@ def note_shifted_bases(node: UOp, bases: list[UOp]) -> None:
 
 class _GradMode(contextlib.ContextDecorator):
     def __enter__(self) -> None:
+        if not _modes.grad_disabled:
+            with _no_grad_threads_lock:
+                _NO_GRAD_THREADS[0] += 1
         _modes.grad_disabled += 1
 
     def __exit__(self, *exc: Any) -> None:
         _modes.grad_disabled -= 1
+        if not _modes.grad_disabled:
+            with _no_grad_threads_lock:
+                _NO_GRAD_THREADS[0] -= 1
 
 
 class _TrainMode(contextlib.ContextDecorator):
