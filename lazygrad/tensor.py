@@ -1199,7 +1199,8 @@ def _replayed(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
                     tensors[w.arg].uop = ordered_write(vals[w.at])
                     _note_lazy(tensors[w.arg])
                 _note_run(program, vals, len(tensors))
-                return Tensor(vals[program.outs[-1]])
+                out = vals[program.outs[-1]]
+                return _result(out) if out.op is not _BIND else Tensor(out)
             found = None  # (assign would copy a value first: the code runs, and its graph is not recorded)
         before = [t.uop for t in tensors]
         rng = Tensor._rng_counter
@@ -1644,7 +1645,7 @@ class Tensor(metaclass=_TensorType):
                 if len(_SEEDS) >= 64:
                     _SEEDS.clear()
                 seed = _SEEDS[key] = Tensor.ones(self.shape, dtype=self.dtype, device=self.device).uop
-            return Tensor(seed)
+            return _result(seed)
         if gradient.shape != self.shape:
             raise ArgumentError(f"gradient shape {gradient.shape} does not match the tensor's shape {self.shape}")
         return gradient
@@ -2198,7 +2199,7 @@ class Tensor(metaclass=_TensorType):
 
     @staticmethod
     def _iota(n: int, device: str | None = None) -> Tensor:
-        return Tensor(UOp(Ops.IOTA, dtypes.int32, (UOp(Ops.DEVICE, arg=Device.canonicalize(device)),), n))
+        return _result(UOp(Ops.IOTA, dtypes.int32, (UOp(Ops.DEVICE, arg=Device.canonicalize(device)),), n))
 
     @staticmethod
     def arange(
@@ -2432,7 +2433,7 @@ class Tensor(metaclass=_TensorType):
     def _movement(self, op: Ops, arg: Any) -> Tensor:
         if self._view_of is not None:
             _follow_base(self)
-        out = Tensor(UOp(op, self.uop.dtype, (self.uop,), arg))
+        out = _result(UOp(op, self.uop.dtype, (self.uop,), arg))
         if op not in (Ops.PAD, Ops.FLIP):
             # torch's flip and pad copy: their results own their (lazy) values
             out._view_of = self._view_of or (self, self.uop)
@@ -2698,7 +2699,7 @@ class Tensor(metaclass=_TensorType):
             _follow_base(self)
         if self._is_stored():
             return self
-        return Tensor(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
+        return _result(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
 
     def to(self, device: str | None) -> Tensor:
         """This tensor on `device` (a copy between devices, made when realized; the same tensor if already there)."""
@@ -2711,7 +2712,7 @@ class Tensor(metaclass=_TensorType):
         if self._on_disk:
             return self._disk_copy_to(device)
         src = self.contiguous()  # a copy moves whole buffers: a view is made contiguous on its own device first
-        return Tensor(UOp(Ops.COPY, self.dtype, (src.uop,), device))
+        return _result(UOp(Ops.COPY, self.dtype, (src.uop,), device))
 
     # *** multi-device: the lowering to one graph per device is lazygrad/schedule/multi.py ***
 
@@ -2787,9 +2788,9 @@ class Tensor(metaclass=_TensorType):
     def _disk_copy_to(self, device: str) -> Tensor:
         base, rng = self._disk_range()
         if rng is not None:
-            return Tensor(UOp(Ops.COPY, self.dtype, (UOp.buffer_view(rng, self.shape),), device))
+            return _result(UOp(Ops.COPY, self.dtype, (UOp.buffer_view(rng, self.shape),), device))
         # a strided view (a permute, a step): copy the whole file's buffer and take the view on the compute device
-        return Tensor(self.uop.rebase(Tensor(UOp(Ops.COPY, self.dtype, (base.uop,), device)).uop))
+        return Tensor(self.uop.rebase(_result(UOp(Ops.COPY, self.dtype, (base.uop,), device)).uop))
 
     def _disk_write(self, x: Any) -> Tensor:
         """assign into a DISK tensor: the value is computed and written into the file now, as tinygrad does."""
@@ -2808,7 +2809,7 @@ class Tensor(metaclass=_TensorType):
         return self
 
     def detach(self) -> Tensor:
-        out = Tensor(UOp(Ops.DETACH, self.dtype, (self.uop,)) if self.uop.op is not Ops.DETACH else self.uop)
+        out = _result(UOp(Ops.DETACH, self.dtype, (self.uop,)) if self.uop.op is not Ops.DETACH else self.uop)
         out._view_of = self._view_of or (self, self.uop)  # shares the memory, as torch's detach does
         return out
 
@@ -3044,7 +3045,7 @@ class Tensor(metaclass=_TensorType):
         if self._view_of is not None:
             _follow_base(self)  # a view copies its base as it is now, a pending write into it included
         src = self if device is None else self.to(device)
-        out = Tensor(UOp(Ops.CONTIGUOUS, src.dtype, (src.uop,), next(_CLONE_IDS)))
+        out = _result(UOp(Ops.CONTIGUOUS, src.dtype, (src.uop,), next(_CLONE_IDS)))
         if self.grad is not None:
             out.grad = self.grad.clone(device)
         return out
@@ -4043,7 +4044,7 @@ class Tensor(metaclass=_TensorType):
             yb = Tensor(Tensor._const_uop(y, dt, self.device))
         shape = _broadcast_shape(cond.shape, _broadcast_shape(xb.shape, yb.shape))
         c, a, b = cond._broadcast_to(shape), xb._broadcast_to(shape), yb._broadcast_to(shape)
-        return Tensor(UOp(Ops.WHERE, a.dtype, (c.uop, a.uop, b.uop)))
+        return _result(UOp(Ops.WHERE, a.dtype, (c.uop, a.uop, b.uop)))
 
     def masked_fill(self, mask: Tensor, value: Any) -> Tensor:
         return mask.where(value, self)
@@ -4528,7 +4529,7 @@ class Tensor(metaclass=_TensorType):
         _check_dtype("cast", dt, self.device)
         if self._view_of is not None:
             _follow_base(self)
-        return Tensor(UOp(Ops.CAST, dt, (self.uop,)))
+        return _result(UOp(Ops.CAST, dt, (self.uop,)))
 
     def bitcast(self, dtype: DType | str) -> Tensor:
         """The same bytes read as `dtype` (torch's view(dtype)). To a dtype of another size the last dim scales by the
@@ -4540,7 +4541,7 @@ class Tensor(metaclass=_TensorType):
         if dt.itemsize != self.dtype.itemsize:
             out = self._bitcast_resized(dt)
         else:
-            out = Tensor(UOp(Ops.BITCAST, dt, (self.uop,)))
+            out = _result(UOp(Ops.BITCAST, dt, (self.uop,)))
         # the same memory read as other bits (torch's view(dtype)); a write into a resized one is refused (its
         # node is no chain of views back to this memory)
         out._view_of = self._view_of or (self, self.uop)
@@ -4615,8 +4616,8 @@ class Tensor(metaclass=_TensorType):
         # node: the reduce's tensor is made, so the graph keeps its DETACH as before
         kept = tuple([s for i, s in enumerate(self.shape) if i not in axes])
         if _modes.grad_disabled:
-            out = Tensor(out).uop
-        return Tensor(UOp(_RESHAPE, out.dtype, (out,), kept))
+            out = _result(out).uop
+        return _result(UOp(_RESHAPE, out.dtype, (out,), kept))
 
     def sum(
         self,
@@ -7313,7 +7314,7 @@ def _realize_cached(t: Tensor) -> bool:
     base = u if u.op is not _RESHAPE else _under_reshapes(u)
     if base.op is _BUFFER:
         return True
-    if t._view_of is not None or base.op is _ASSIGN or base.op in GroupOp.Movement:
+    if t._view_of is not None or base.op is _ASSIGN or base.op in _MOVEMENT:
         return False
     # reshapes of a computed value (a.sum() is the reduce reshaped to ()) go as the value does, their chain applied to
     # its buffer after (the general path's _stored_as), where none of them holds a value of its own
@@ -8716,7 +8717,7 @@ def _apart_from(v: Tensor, t: Tensor) -> Tensor:
     shifted = _reads_shifted(v.uop, u) or _reads_shifted(v.uop, u.base)
     if shifted or u.op is Ops.ASSIGN and _reads_shifted(v.uop, u.src[0].base):
         # (a copy even of a block cut as a buffer of its own, t[:-1]: contiguous() would return that block)
-        return Tensor(UOp(Ops.CONTIGUOUS, v.dtype, (v.uop,)))
+        return _result(UOp(Ops.CONTIGUOUS, v.dtype, (v.uop,)))
     return v
 
 

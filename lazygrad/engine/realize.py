@@ -612,7 +612,10 @@ class _LaunchPlan:
         self._count()
 
     def _count(self) -> None:
-        count_launched(self.counts)
+        # (count_launched inline, as in launch_template: a call less on every plan's run)
+        _launched.append(self.counts)
+        if len(_launched) > LAUNCHED_UNADDED:
+            GlobalCounters.add_launched()
 
 
 def _direct(runner: CompiledRunner | BufferCopy | None) -> Callable | None:

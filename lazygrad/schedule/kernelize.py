@@ -1356,7 +1356,11 @@ def cached_instance(
     inner, key = root, None
     if root.op is _RESHAPE:
         inner = root.src[0]
-    if (src := inner.src) and REALIZED_ENTRY not in inner.__dict__ and REALIZED_ENTRY not in root.__dict__:
+    if (
+        (src := inner.src)
+        and REALIZED_ENTRY not in inner.__dict__
+        and (inner is root or REALIZED_ENTRY not in root.__dict__)
+    ):
         # (two sources' ids spelled out, most roots: a star over map(id, src) makes a list first, ~1700 instructions)
         if len(src) == 2:
             key = (inner.op, inner.dtype.key, inner.arg, id(src[0]), id(src[1]))
