@@ -485,13 +485,13 @@ class _GradProgram:
         """The gradients over the graph `nodes`. `pending`: left unbuilt where the program allows (pends), as tensors
         that build them when first read (tensor.py pending_tensor): an optimizer step over them next reads only their
         places (an MLP Adam step built 40 gradient nodes and dropped them at its end, ~40 us of its ~1000)."""
-        from lazygrad.tensor import Tensor, pending_tensor
+        from lazygrad.tensor import _result, pending_tensor
 
         if not (pending and self.pends):
             vals = self.program.run(nodes)
             note_replay(self, vals, len(nodes), True)  # (its inputs: the graph in the order of the program's key)
             self._note_shifted(vals)
-            return {vals[t]: Tensor(vals[g]) for t, g in zip(self.targets, self.program.outs)}
+            return {vals[t]: _result(vals[g]) for t, g in zip(self.targets, self.program.outs)}
         tensors: list[weakref.ref] = []
         vals, run = self.program.unbuilt(nodes, functools.partial(self._built, tensors), noted=True)
         note_replay(self, vals, len(nodes), True, run)

@@ -67,7 +67,18 @@ from lazygrad.schedule.kernelize import (
     write_order,
 )
 from lazygrad.schedule.multi import has_multi, lower_multi, multi, split_bounds, stored_multis, whole_buffer
-from lazygrad.uop.ops import GroupOp, Ops, UOp, pretty_print, ssimplify, ssmax, substitute, sym_known, sym_value
+from lazygrad.uop.ops import (
+    GroupOp,
+    Ops,
+    UOp,
+    hash_consed,
+    pretty_print,
+    ssimplify,
+    ssmax,
+    substitute,
+    sym_known,
+    sym_value,
+)
 from lazygrad.uop.program import FORWARD_RUN, GraphProgram, Unbuilt
 from lazygrad.uop.view import ShapeTracker, strides_for_shape
 
@@ -82,6 +93,7 @@ _HALF_KEYS = frozenset(dt.key for dt in HALF_FLOATS)
 # the ops the paths run on every op and realize test for, read once: an Enum member read costs ~50 ns on Python 3.11
 # (its EnumType has a __getattr__ hook, which keeps attribute reads off the fast path)
 _BUFFER, _RESHAPE, _ASSIGN, _BIND = Ops.BUFFER, Ops.RESHAPE, Ops.ASSIGN, Ops.BIND
+_ADD, _SUB, _MUL = Ops.ADD, Ops.SUB, Ops.MUL
 _BOOL_KEY = dtypes.bool.key
 _MOVEMENT = GroupOp.Movement
 
@@ -1122,6 +1134,10 @@ class _ThreadModes(threading.local):
 
 
 _modes = _ThreadModes()
+# how many threads are inside no_grad now: while none is, no thread reads its own depth (a thread-local read). A thread
+# counts itself before its depth leaves 0 and after it is back at 0, so a thread inside no_grad always reads its depth
+_NO_GRAD_THREADS = [0]
+_no_grad_threads_lock = threading.Lock()
 
 
 class _TensorType(type):
@@ -1217,7 +1233,8 @@ def _replayed(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
                     tensors[w.arg].uop = ordered_write(vals[w.at])
                     _note_lazy(tensors[w.arg])
                 _note_run(program, vals, len(tensors))
-                return Tensor(vals[program.outs[-1]])
+                out = vals[program.outs[-1]]
+                return _result(out) if out.op is not _BIND else Tensor(out)
             found = None  # (assign would copy a value first: the code runs, and its graph is not recorded)
         before = [t.uop for t in tensors]
         rng = Tensor._rng_counter
@@ -1384,6 +1401,31 @@ def _scan_levels(n: Any, block: int = 64) -> int:
     return levels
 
 
+def _result(u: UOp, t: Tensor | None = None) -> Tensor:
+    """Tensor(u) for an op's result node u (not a bound variable): the hot ops (Tensor._binary, _alu) call this with
+    no `t`, making the tensor with no type call and no __init__ frame (about 1300 instructions less per op, of a
+    repeated `(a + b).realize()`'s 68k); Tensor.__init__ passes itself. _note_new and the common case of
+    _init_grad_state and _note_unset inline: three calls less on every op."""
+    if t is None:
+        t = _new_object(Tensor)
+    t.uop, t.grad, t._requires_grad, t._view_of = u, None, None, None
+    ref = weakref.ref(t)  # (the queue's and the unset registry's: one object, no death callback)
+    _new_tensors.append(ref if not CAPTURES_OPEN[0] else _MadeRef(t))
+    if len(_new_tensors) > 1024:
+        _trim_new()
+    # (the thread-local no_grad depth read only while some thread is inside no_grad: ~650 instructions a read)
+    if _NO_GRAD_THREADS[0] and _modes.grad_disabled or (is_float := _FLOAT_KEYS.get(u.dtype.key)) is None:
+        t._init_grad_state()
+    elif is_float:
+        _unset_grad[id(t)] = ref
+        if len(_unset_grad) > _unset_limit[0]:
+            _sweep_unset()
+    return t
+
+
+_new_object = object.__new__
+
+
 class Tensor(metaclass=_TensorType):
     """A lazy n-dimensional array on a device, with PyTorch/tinygrad names.
 
@@ -1408,26 +1450,12 @@ class Tensor(metaclass=_TensorType):
         dtype: DType | str | None = None,
         requires_grad: bool | None = None,
     ):
+        if type(data) is UOp and device is None and dtype is None and requires_grad is None and data.op is not _BIND:
+            _result(data, self)  # an op's result, the tensor made most often by far: no conversion below applies
+            return
         self.grad: Tensor | None = None
         self._requires_grad: bool | None = None
         self._view_of: tuple[Tensor, UOp] | None = None
-        if type(data) is UOp and device is None and dtype is None and requires_grad is None and data.op is not _BIND:
-            # an op's result, the tensor made most often by far: none of the conversions below apply (and _note_new
-            # inline: a call less on every op)
-            self.uop = data
-            ref = weakref.ref(self)  # (the queue's and the unset registry's: one object, no death callback)
-            _new_tensors.append(ref if not CAPTURES_OPEN[0] else _MadeRef(self))
-            if len(_new_tensors) > 1024:
-                _trim_new()
-            # (_init_grad_state's common case inline, outside no_grad with a dtype met before, and _note_unset's: two
-            # calls less per op)
-            if _modes.grad_disabled or (is_float := _FLOAT_KEYS.get(data.dtype.key)) is None:
-                self._init_grad_state()
-            elif is_float:
-                _unset_grad[id(self)] = ref
-                if len(_unset_grad) > _unset_limit[0]:
-                    _sweep_unset()
-            return
         dtype = to_dtype(dtype) if dtype is not None else None
         device = Device.canonicalize(device)
         if isinstance(data, UOp):
@@ -1651,7 +1679,7 @@ class Tensor(metaclass=_TensorType):
                 if len(_SEEDS) >= 64:
                     _SEEDS.clear()
                 seed = _SEEDS[key] = Tensor.ones(self.shape, dtype=self.dtype, device=self.device).uop
-            return Tensor(seed)
+            return _result(seed)
         if gradient.shape != self.shape:
             raise ArgumentError(f"gradient shape {gradient.shape} does not match the tensor's shape {self.shape}")
         return gradient
@@ -2042,12 +2070,17 @@ class Tensor(metaclass=_TensorType):
     def realize(self, *lst: Tensor, do_update_stats: bool = True) -> Tensor:
         """Compute this tensor (and those in `lst`, in the same schedule) into memory.
         `Tensor.realize(a, b)` works too. (do_update_stats: tinygrad's; GlobalCounters always count.)"""
-        with _realize_lock:
+        # (acquire and release called, not a with block: the with statement's __enter__/__exit__ lookups and calls
+        # cost about 1000 instructions, 1.5% of a repeated `(a + b).realize()`)
+        _realize_lock.acquire()
+        try:
             if lst or not _realize_cached(self):
                 # (the collector held off: a step's realize frees the last step's graph, see cycles_held_off)
                 with cycles_held_off():
                     scheduled, noted = self._schedule_noted(*lst)
                     _run_noted(*scheduled, noted)
+        finally:
+            _realize_lock.release()
         return self
 
     def _contiguous_buffer(self) -> Buffer:
@@ -2209,7 +2242,7 @@ class Tensor(metaclass=_TensorType):
 
     @staticmethod
     def _iota(n: int, device: str | None = None) -> Tensor:
-        return Tensor(UOp(Ops.IOTA, dtypes.int32, (UOp(Ops.DEVICE, arg=Device.canonicalize(device)),), n))
+        return _result(UOp(Ops.IOTA, dtypes.int32, (UOp(Ops.DEVICE, arg=Device.canonicalize(device)),), n))
 
     @staticmethod
     def arange(
@@ -2443,7 +2476,7 @@ class Tensor(metaclass=_TensorType):
     def _movement(self, op: Ops, arg: Any) -> Tensor:
         if self._view_of is not None:
             _follow_base(self)
-        out = Tensor(UOp(op, self.uop.dtype, (self.uop,), arg))
+        out = _result(UOp(op, self.uop.dtype, (self.uop,), arg))
         if op not in (Ops.PAD, Ops.FLIP):
             # torch's flip and pad copy: their results own their (lazy) values
             out._view_of = self._view_of or (self, self.uop)
@@ -2709,7 +2742,7 @@ class Tensor(metaclass=_TensorType):
             _follow_base(self)
         if self._is_stored():
             return self
-        return Tensor(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
+        return _result(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
 
     def to(self, device: str | None) -> Tensor:
         """This tensor on `device` (a copy between devices, made when realized; the same tensor if already there)."""
@@ -2722,7 +2755,7 @@ class Tensor(metaclass=_TensorType):
         if self._on_disk:
             return self._disk_copy_to(device)
         src = self.contiguous()  # a copy moves whole buffers: a view is made contiguous on its own device first
-        return Tensor(UOp(Ops.COPY, self.dtype, (src.uop,), device))
+        return _result(UOp(Ops.COPY, self.dtype, (src.uop,), device))
 
     # *** multi-device: the lowering to one graph per device is lazygrad/schedule/multi.py ***
 
@@ -2798,9 +2831,9 @@ class Tensor(metaclass=_TensorType):
     def _disk_copy_to(self, device: str) -> Tensor:
         base, rng = self._disk_range()
         if rng is not None:
-            return Tensor(UOp(Ops.COPY, self.dtype, (UOp.buffer_view(rng, self.shape),), device))
+            return _result(UOp(Ops.COPY, self.dtype, (UOp.buffer_view(rng, self.shape),), device))
         # a strided view (a permute, a step): copy the whole file's buffer and take the view on the compute device
-        return Tensor(self.uop.rebase(Tensor(UOp(Ops.COPY, self.dtype, (base.uop,), device)).uop))
+        return Tensor(self.uop.rebase(_result(UOp(Ops.COPY, self.dtype, (base.uop,), device)).uop))
 
     def _disk_write(self, x: Any) -> Tensor:
         """assign into a DISK tensor: the value is computed and written into the file now, as tinygrad does."""
@@ -2819,7 +2852,7 @@ class Tensor(metaclass=_TensorType):
         return self
 
     def detach(self) -> Tensor:
-        out = Tensor(UOp(Ops.DETACH, self.dtype, (self.uop,)) if self.uop.op is not Ops.DETACH else self.uop)
+        out = _result(UOp(Ops.DETACH, self.dtype, (self.uop,)) if self.uop.op is not Ops.DETACH else self.uop)
         out._view_of = self._view_of or (self, self.uop)  # shares the memory, as torch's detach does
         return out
 
@@ -3055,7 +3088,7 @@ class Tensor(metaclass=_TensorType):
         if self._view_of is not None:
             _follow_base(self)  # a view copies its base as it is now, a pending write into it included
         src = self if device is None else self.to(device)
-        out = Tensor(UOp(Ops.CONTIGUOUS, src.dtype, (src.uop,), next(_CLONE_IDS)))
+        out = _result(UOp(Ops.CONTIGUOUS, src.dtype, (src.uop,), next(_CLONE_IDS)))
         if self.grad is not None:
             out.grad = self.grad.clone(device)
         return out
@@ -3926,7 +3959,7 @@ class Tensor(metaclass=_TensorType):
         # (a binary op's sources without a generator: two Python calls less on most ops a model builds)
         srcs = (self.uop, others[0].uop) if len(others) == 1 else (self.uop, *[o.uop for o in others])
         out = dtype or (dtypes.bool if op in GroupOp.Comparison else srcs[-1].dtype)
-        return Tensor(UOp(op, out, srcs))
+        return _result(UOp(op, out, srcs))
 
     def _binary(self, op: Ops, y: Any, reverse: bool) -> Tensor | None:
         """op of self and y as they are, where y is a tensor of the same dtype (not bool: sub refuses it, mul makes it
@@ -3950,7 +3983,7 @@ class Tensor(metaclass=_TensorType):
             same = su.shape == yu.shape and su.device == yu.device
         if not same:
             return None
-        return Tensor(UOp(op, dt, (yu, su) if reverse else (su, yu)))
+        return _result(hash_consed(UOp, op, dt, (yu, su) if reverse else (su, yu)))
 
     def _to_tensor(self, x: Any, dtype: DType | None = None) -> Tensor:
         if isinstance(x, Tensor):
@@ -4008,7 +4041,7 @@ class Tensor(metaclass=_TensorType):
     def add(self, x: Any, reverse: bool = False, *, alpha: Any = 1) -> Tensor:
         if alpha != 1:  # torch's x.add(y, alpha=a) is x + a * y
             x = x * alpha
-        if (out := self._binary(Ops.ADD, x, reverse)) is not None:
+        if (out := self._binary(_ADD, x, reverse)) is not None:
             return out
         a, b = self._broadcasted(x, reverse)
         return a._alu(Ops.ADD, b)
@@ -4016,7 +4049,7 @@ class Tensor(metaclass=_TensorType):
     def sub(self, x: Any, reverse: bool = False, *, alpha: Any = 1) -> Tensor:
         if alpha != 1:  # torch's x.sub(y, alpha=a) is x - a * y
             x = x * alpha
-        if (out := self._binary(Ops.SUB, x, reverse)) is not None:
+        if (out := self._binary(_SUB, x, reverse)) is not None:
             return out
         a, b = self._broadcasted(x, reverse)
         if a.dtype == dtypes.bool:
@@ -4024,7 +4057,7 @@ class Tensor(metaclass=_TensorType):
         return a._alu(Ops.SUB, b)
 
     def mul(self, x: Any, reverse: bool = False) -> Tensor:
-        if (out := self._binary(Ops.MUL, x, reverse)) is not None:
+        if (out := self._binary(_MUL, x, reverse)) is not None:
             return out
         a, b = self._broadcasted(x, reverse)
         return a._alu(Ops.MUL, b) if a.dtype != dtypes.bool else a._alu(Ops.AND, b)
@@ -4136,7 +4169,7 @@ class Tensor(metaclass=_TensorType):
             yb = Tensor(Tensor._const_uop(y, dt, self.device))
         shape = _broadcast_shape(cond.shape, _broadcast_shape(xb.shape, yb.shape))
         c, a, b = cond._broadcast_to(shape), xb._broadcast_to(shape), yb._broadcast_to(shape)
-        return Tensor(UOp(Ops.WHERE, a.dtype, (c.uop, a.uop, b.uop)))
+        return _result(UOp(Ops.WHERE, a.dtype, (c.uop, a.uop, b.uop)))
 
     def masked_fill(self, mask: Tensor, value: Any) -> Tensor:
         return mask.where(value, self)
@@ -4621,7 +4654,7 @@ class Tensor(metaclass=_TensorType):
         _check_dtype("cast", dt, self.device)
         if self._view_of is not None:
             _follow_base(self)
-        return Tensor(UOp(Ops.CAST, dt, (self.uop,)))
+        return _result(UOp(Ops.CAST, dt, (self.uop,)))
 
     def bitcast(self, dtype: DType | str) -> Tensor:
         """The same bytes read as `dtype` (torch's view(dtype)). To a dtype of another size the last dim scales by the
@@ -4633,7 +4666,7 @@ class Tensor(metaclass=_TensorType):
         if dt.itemsize != self.dtype.itemsize:
             out = self._bitcast_resized(dt)
         else:
-            out = Tensor(UOp(Ops.BITCAST, dt, (self.uop,)))
+            out = _result(UOp(Ops.BITCAST, dt, (self.uop,)))
         # the same memory read as other bits (torch's view(dtype)); a write into a resized one is refused (its
         # node is no chain of views back to this memory)
         out._view_of = self._view_of or (self, self.uop)
@@ -4708,8 +4741,8 @@ class Tensor(metaclass=_TensorType):
         # node: the reduce's tensor is made, so the graph keeps its DETACH as before
         kept = tuple([s for i, s in enumerate(self.shape) if i not in axes])
         if _modes.grad_disabled:
-            out = Tensor(out).uop
-        return Tensor(UOp(_RESHAPE, out.dtype, (out,), kept))
+            out = _result(out).uop
+        return _result(UOp(_RESHAPE, out.dtype, (out,), kept))
 
     def sum(
         self,
@@ -7517,7 +7550,7 @@ def _realize_cached(t: Tensor) -> bool:
     base = u if u.op is not _RESHAPE else _under_reshapes(u)
     if base.op is _BUFFER:
         return True
-    if t._view_of is not None or base.op is _ASSIGN or base.op in GroupOp.Movement:
+    if t._view_of is not None or base.op is _ASSIGN or base.op in _MOVEMENT:
         return False
     # reshapes of a computed value (a.sum() is the reduce reshaped to ()) go as the value does, their chain applied to
     # its buffer after (the general path's _stored_as), where none of them holds a value of its own
@@ -7542,10 +7575,21 @@ def _realize_cached(t: Tensor) -> bool:
     tpl, bufs, becomes, var_vals = found
     if launch_template(tpl, bufs, var_vals):  # one kernel, launched already: its output holds the value
         if len(becomes) == 1 and (new := becomes.get(base)) is not None:
+            # (Tensor.requires_grad's first answers inline: no call where no tensor requires grad; that none does asked
+            # first, as the thread-local no_grad depth costs ~650 instructions to read)
+            grads = t._requires_grad is None and _grad_leaves.data and not _modes.grad_disabled and t.requires_grad
+            # (_dies_here's count inline where t's node is the stored one, the common case: t.uop, u, base, x, becomes'
+            # key and getrefcount's argument)
+            if base is u and not grads and FRAME_REFS_CHECKED and getrefcount(u) <= 6:
+                # _stand_for's work for a node that dies here (nothing to note for views or gradients), inline
+                notes = new.__dict__
+                if (owner := notes.get(_OWNER)) is None or owner() is None:
+                    notes[_OWNER] = weakref.ref(t)
+                t.uop = new
+                tpl.keep(new)  # (noted with its owner alone: the next instance may recycle it once t died)
+                return True
             stood = new if base is u else u.rebase(new)
-            # (Tensor.requires_grad's first answers inline: no call where no tensor requires grad)
-            grads = t._requires_grad is None and not _modes.grad_disabled and _grad_leaves.data and t.requires_grad
-            dies = _dies_here(u, base) and not grads
+            dies = not grads and _dies_here(u, base)
             if not dies:
                 _realized.update(becomes)  # (_note_stored's work where the kernel stores t's value alone)
             _stand_for(t, stood, base, becomes, dies)
@@ -7748,10 +7792,16 @@ def note_shifted_bases(node: UOp, bases: list[UOp]) -> None:
 
 class _GradMode(contextlib.ContextDecorator):
     def __enter__(self) -> None:
+        if not _modes.grad_disabled:
+            with _no_grad_threads_lock:
+                _NO_GRAD_THREADS[0] += 1
         _modes.grad_disabled += 1
 
     def __exit__(self, *exc: Any) -> None:
         _modes.grad_disabled -= 1
+        if not _modes.grad_disabled:
+            with _no_grad_threads_lock:
+                _NO_GRAD_THREADS[0] -= 1
 
 
 class _TrainMode(contextlib.ContextDecorator):
@@ -8970,7 +9020,7 @@ def _apart_from(v: Tensor, t: Tensor) -> Tensor:
     shifted = _reads_shifted(v.uop, u) or _reads_shifted(v.uop, u.base)
     if shifted or u.op is Ops.ASSIGN and _reads_shifted(v.uop, u.src[0].base):
         # (a copy even of a block cut as a buffer of its own, t[:-1]: contiguous() would return that block)
-        return Tensor(UOp(Ops.CONTIGUOUS, v.dtype, (v.uop,)))
+        return _result(UOp(Ops.CONTIGUOUS, v.dtype, (v.uop,)))
     return v
 
 

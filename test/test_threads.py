@@ -117,6 +117,73 @@ def _in_other_thread_while(enter: Callable[[], Any], body: Callable[[], None]) -
         t.join()
 
 
+def test_launch_counts_from_threads_at_once_add_up() -> None:
+    """GlobalCounters count every launch once, from threads launching at once with no lock (each appends its counts;
+    a read adds them in): lone realizes of a template seen before (launch_template), a TinyJit replay and the
+    general path, with reads and a reset between."""
+    from lazygrad.helpers import GlobalCounters
+
+    rng = np.random.default_rng(3)
+    # each thread its own inputs: threads adding the same two tensors at once may share one node (hash-consing), which
+    # one realize computes for all
+    ins = [rng.standard_normal((2, 16)).astype(np.float32) for _ in range(N_THREADS)]
+    pairs = [(Tensor(x[0]).realize(), Tensor(x[1]).realize()) for x in ins]
+    a, b = pairs[0]
+    step = TinyJit(lambda x: (x * 2).realize())
+    for _ in range(3):
+        (a + b).realize()
+        step(a)
+    per_add = 16 * 4 * 3  # bytes a 16-float add moves
+    GlobalCounters.reset()
+    assert (GlobalCounters.kernel_count, GlobalCounters.global_mem) == (0, 0)
+    reps = 200
+
+    def work(tid: int) -> None:
+        for i in range(reps):
+            if tid == 0 and i % 50 == 0:
+                assert GlobalCounters.kernel_count >= 0  # reads in between add what was launched so far
+            x, y = pairs[tid]
+            np.testing.assert_allclose((x + y).realize().numpy(), ins[tid][0] + ins[tid][1], rtol=1e-6)
+
+    run_in_threads(work, N_THREADS)
+    assert GlobalCounters.kernel_count == N_THREADS * reps
+    assert GlobalCounters.global_mem == N_THREADS * reps * per_add
+    before = GlobalCounters.kernel_count
+    step(a)
+    (a * b + 1).sqrt().realize()
+    assert GlobalCounters.kernel_count == before + 2
+    GlobalCounters.kernel_count = 5
+    (a + b).realize()
+    assert GlobalCounters.kernel_count == 6
+
+
+def test_no_grad_depth_counted_per_thread_back_to_zero() -> None:
+    """The threads inside no_grad are counted (a tensor made while none is reads no thread-local depth): nested blocks,
+    a block left by an exception and blocks in other threads leave the count at 0, and a binary op of alike tensors
+    (made with no __init__) made inside one is detached while one made outside, in another thread, is not."""
+    from lazygrad import tensor as tensor_module
+
+    w = Tensor(np.ones(4, np.float32), requires_grad=True)
+    x = Tensor(np.full(4, 2.0, np.float32))
+    with pytest.raises(ZeroDivisionError):
+        with Tensor.no_grad():
+            with Tensor.no_grad():
+                assert not (w * x).requires_grad
+            assert not (w + x).requires_grad
+            1 / 0  # noqa: B018
+    assert tensor_module._NO_GRAD_THREADS[0] == 0
+    assert (w * x).requires_grad
+
+    def body() -> None:
+        y = w * x
+        assert y.requires_grad
+        y.sum().backward()
+        np.testing.assert_allclose(w.grad.numpy(), np.full(4, 2.0, np.float32))
+
+    _in_other_thread_while(Tensor.no_grad, body)
+    assert tensor_module._NO_GRAD_THREADS[0] == 0
+
+
 def test_no_grad_in_another_thread_leaves_this_ones_gradients() -> None:
     """torch's grad mode is per thread: a thread serving inference under no_grad() while another trains must not
     take the trainer's gradients away (it did for every step: no_grad was one process-wide counter)."""

@@ -38,7 +38,7 @@ from typing import Any, Callable, Generic, TypeVar
 from lazygrad.device import Buffer, Device
 from lazygrad.engine.memory import plan_memory
 from lazygrad.engine.realize import CompiledRunner, ExecItem, JitError, capture, is_capturing
-from lazygrad.helpers import DEBUG, JIT, GlobalCounters
+from lazygrad.helpers import DEBUG, JIT, count_launched
 from lazygrad.tensor import (
     Tensor,
     forget_values_read_from,
@@ -227,6 +227,7 @@ class CapturedJit:
         self.kernel_count = len(self.items)
         self.ops = sum(r.spec.ops for r, _, _ in self.items)
         self.mem = sum(r.spec.mem for r, _, _ in self.items)
+        self.counts = (self.kernel_count, self.ops, self.mem, 0.0)  # what a replay adds to GlobalCounters
         # outputs: the same UOp every replay unless it reads an input (the function returned an input or a view of one)
         self.input_nodes: dict[UOp, int] = {}
         for u in out_uops:
@@ -310,9 +311,7 @@ class CapturedJit:
         forget_values_read_from(
             self.written_memory
         )  # values computed earlier from what this replay overwrote are stale
-        GlobalCounters.kernel_count += self.kernel_count
-        GlobalCounters.global_ops += self.ops
-        GlobalCounters.global_mem += self.mem
+        count_launched(self.counts)
         if copies:
             _write_back(copies, self.written_memory)
         if self.grads:

@@ -20,11 +20,13 @@ from lazygrad.helpers import (
     COMPILE_BATCH,
     DEBUG,
     DEVICE_THREADS,
+    LAUNCHED_UNADDED,
     LIBRARY_THREAD,
     NOOPT,
     GlobalCounters,
     ansilen,
     colored,
+    count_launched,
     cpu_cores,
     cycles_held_off,
 )
@@ -318,13 +320,9 @@ class ExecItem:
         if profile.enabled():
             name = spec.display_name if spec.name == "copy" else spec.name
             profile.kernel(name, self.runner.device, st, et or 0.0, spec.ops, spec.mem, jit, spec.src)
-        with _counters_lock:  # the devices of one schedule run on threads of their own (engine/streams.py)
-            GlobalCounters.kernel_count += 1
-            GlobalCounters.global_ops += spec.ops
-            GlobalCounters.global_mem += spec.mem
-            if et is not None:
-                GlobalCounters.time_sum_s += et
-            if DEBUG >= 2:
+        count_launched((1, spec.ops, spec.mem, et or 0.0))
+        if DEBUG >= 2:
+            with _counters_lock:  # the devices of one schedule run on threads of their own (engine/streams.py)
                 _print_kernel_line(self.runner.device, spec, et or 0.0, len(self.bufs), jit)
         return et
 
@@ -485,6 +483,7 @@ class _LaunchPlan:
         self.n_outs = [si.n_outputs for si in schedule]
         specs = [r.spec for r in self.runners if r is not None]
         self.kernels, self.ops, self.mem = len(specs), sum(s.ops for s in specs), sum(s.mem for s in specs)
+        self.counts = (self.kernels, self.ops, self.mem, 0.0)  # what a run adds to GlobalCounters
         # each item's buffers as positions in the instance's flat list (Schedule.bufs), the same in every instance
         refs = [r for _, r in schedule.template.items]
         self.refs = refs
@@ -619,10 +618,10 @@ class _LaunchPlan:
         self._count()
 
     def _count(self) -> None:
-        with _counters_lock:
-            GlobalCounters.kernel_count += self.kernels
-            GlobalCounters.global_ops += self.ops
-            GlobalCounters.global_mem += self.mem
+        # (count_launched inline, as in launch_template: a call less on every plan's run)
+        _launched.append(self.counts)
+        if len(_launched) > LAUNCHED_UNADDED:
+            GlobalCounters.add_launched()
 
 
 def _direct(runner: CompiledRunner | BufferCopy | None) -> Callable | None:
@@ -682,7 +681,9 @@ def launch_template(template: object, bufs: list[Buffer], var_vals: dict[UOp, in
     plan = _plans.get(template)
     if plan is None or (lone := plan.lone) is None or plan.knobs != (NOOPT.value, BEAM.value):
         return False
-    if getattr(_capturing, "stack", None):  # (is_capturing inline: asked on every realize)
+    # (is_capturing inline, asked of the thread only while some thread captures: a thread-local read costs ~600
+    # instructions, and a capture is counted open before its thread runs anything under it)
+    if CAPTURES_OPEN[0] and getattr(_capturing, "stack", None):
         return False
     runner, refs, ins, direct = lone
     for i in ins:
@@ -697,16 +698,14 @@ def launch_template(template: object, bufs: list[Buffer], var_vals: dict[UOp, in
         direct(*ptrs)
     else:
         runner(list(map(bufs.__getitem__, refs)), var_vals)
-    # (acquire and release called, not a with block: its __enter__/__exit__ lookups and calls cost about 1000
-    # instructions more, 1.5% of a lone realize)
-    _counters_lock.acquire()
-    try:
-        GlobalCounters.kernel_count += 1
-        GlobalCounters.global_ops += plan.ops
-        GlobalCounters.global_mem += plan.mem
-    finally:
-        _counters_lock.release()
+    # (count_launched inline: a call less on every lone realize)
+    _launched.append(plan.counts)
+    if len(_launched) > LAUNCHED_UNADDED:
+        GlobalCounters.add_launched()
     return True
+
+
+_launched = GlobalCounters.launched
 
 
 def _on_streams(schedule: list[ScheduleItem]) -> bool:

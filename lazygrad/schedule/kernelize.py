@@ -1311,6 +1311,9 @@ SPARE_BYTES = 1 << 16
 # frontend's notes that die with the tensor holding the value (note_value_notes)
 _STRUCTURE_NOTES = frozenset({"shape", "device", "_descendants"})
 _VALUE_NOTES = set(_STRUCTURE_NOTES)
+# whether a node's __dict__ holds value notes alone (the set's own method over the dict's keys: `keys() <= set` makes a
+# view and compares through it, ~400 instructions more a check; the set is only ever updated in place)
+_only_value_notes = _VALUE_NOTES.issuperset
 # the attributes of a Buffer as made: a buffer with more in its __dict__ carries notes (a memory's readers, what was
 # stored in it) and is not recycled
 _PLAIN_BUFFER = len(Buffer("CPU", 1, dtypes.uint8).__dict__)
@@ -1335,8 +1338,8 @@ def _free_spare(spares: list[UOp], dtype: Any, memory: Buffer | None = None) -> 
         buf = node.arg
         if (
             spare.dtype is not dtype
-            or not spare.__dict__.keys() <= _VALUE_NOTES
-            or not node.__dict__.keys() <= _VALUE_NOTES
+            or not _only_value_notes(spare.__dict__)
+            or not _only_value_notes(node.__dict__)
             or len(buf.__dict__) != _PLAIN_BUFFER
             and not _dead_notes(buf)
             or buf._external is not memory
@@ -1413,23 +1416,37 @@ def cached_instance(
     inner, key = root, None
     if root.op is _RESHAPE:
         inner = root.src[0]
-    if (src := inner.src) and REALIZED_ENTRY not in inner.__dict__ and REALIZED_ENTRY not in root.__dict__:
-        key = (inner.op, inner.dtype.key, inner.arg, *map(id, src))
+    if (
+        (src := inner.src)
+        and REALIZED_ENTRY not in inner.__dict__
+        and (inner is root or REALIZED_ENTRY not in root.__dict__)
+    ):
+        # (two sources' ids spelled out, most roots: a star over map(id, src) makes a list first, ~1700 instructions)
+        if len(src) == 2:
+            key = (inner.op, inner.dtype.key, inner.arg, id(src[0]), id(src[1]))
+        else:
+            key = (inner.op, inner.dtype.key, inner.arg, *map(id, src))
         if inner is not root:
             key = (_RESHAPE, root.arg, *key)
         # _Template.buffers for a known one, with no walk: the one stored buffer, then the slots
-        # (plain loops: over two or three sources, map and any cost more than the opcodes)
+        # (plain loops and appends: over two or three sources, zip, map and star-unpacking each cost more than the
+        # opcodes, ~2000 instructions for zip over a slice)
         if (memo := src[0].__dict__.get(_ROOTS_OVER)) is not None and (known := memo.get(key)) is not None:
-            for ref, s in zip(known.others, src[1:]):
-                if ref() is not s:
+            i = 1
+            for ref in known.others:
+                if ref() is not src[i]:
                     break  # another node under a dead one's id
+                i += 1
             else:
                 for s in src:
                     if REALIZED_ENTRY in s.__dict__ or s.op is _RESHAPE and REALIZED_ENTRY in s.src[0].__dict__:
                         break  # realized since: it reads another value (the walk finds it)
                 else:
                     buf, node = _free_spare(known.tpl.spares, inner.dtype) or known.tpl.output(inner.dtype)
-                    return known.tpl, [buf, *map(_DEREF, known.slots)], {inner: node}, {}
+                    bufs = [buf]
+                    for ref in known.slots:
+                        bufs.append(ref())
+                    return known.tpl, bufs, {inner: node}, {}
     walk = _Walk([root], realized)
     tpl = _templates.get(walk.key)
     if tpl is None or tpl.writes_in_place:
@@ -1448,7 +1465,6 @@ def cached_instance(
 # in a node's __dict__: the walks of the roots whose first source it is (or of reshapes of them), by the root's op,
 # dtype, arg and sources (and the reshape's arg)
 _ROOTS_OVER = "roots_over"
-_DEREF = weakref.ref.__call__
 _BUFFER, _RESHAPE = Ops.BUFFER, Ops.RESHAPE  # (an Enum member read is ~50 ns on Python 3.11: read once here)
 
 

@@ -124,6 +124,35 @@ class GroupOp:
 # *** the UOp ***
 
 
+def hash_consed(cls: type, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None) -> UOp:
+    """UOp(op, dtype, src, arg): the metaclass's __call__ itself, which the hottest callers (a binary op of tensors)
+    call as `hash_consed(UOp, ...)`: a plain function call, where `UOp(...)` goes through the metaclass's call slot
+    and a frame of its own (about 1000 instructions a node)."""
+    # -0.0 == 0.0 and both hash alike, but a constant -0.0 is another value (1/x, signbit): keyed apart. The
+    # dtype by its number (DType.key): the key then hashes at C speed
+    dt = dtype.key
+    key = (op, dt, src, arg) if type(arg) is not float or arg != 0.0 else (op, dt, src, arg, repr(arg))
+    # (the cache and object.__new__ as module globals, not looked up on the classes: a node built 420 -> 393 ns)
+    cache = _ucache
+    if (ref := cache.get(key)) is not None and (ret := ref()) is not None:
+        return ret
+    # UOp.__init__'s work inline: a Python frame less on every node a graph builds
+    ret = _object_new(cls)
+    ret.op, ret.dtype, ret.src, ret.arg = op, dtype, src, arg
+    if DICT_ON_FIRST_USE_RACES:  # its caches' dict made before any other thread can reach the node
+        ret.__dict__
+    new = _Entry(ret, _drop_dead)
+    new.key = key
+    # two threads building the same node must get one object, or equality by identity breaks: an entry goes in
+    # only by setdefault (one atomic C call, never over another's), and a dead node's entry, whose callback has not
+    # run yet, is dropped only while dead. No lock: a miss is the common case (every node of a step's new graph)
+    while (entry := cache.setdefault(key, new)) is not new:
+        if (other := entry()) is not None:
+            return other  # another thread's node (ours dies unseen; the entry is not ours to drop)
+        _remove_dead_weakref(cache, key)
+    return ret
+
+
 class UOpMetaClass(type):
     """Hash-consing: UOp(op, dtype, src, arg) built twice returns the same object."""
 
@@ -131,30 +160,7 @@ class UOpMetaClass(type):
     # Python calls on the hottest path of graph building (every op of every step builds its nodes here)
     ucache: dict[tuple, _Entry] = {}
 
-    def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None) -> UOp:
-        # -0.0 == 0.0 and both hash alike, but a constant -0.0 is another value (1/x, signbit): keyed apart. The
-        # dtype by its number (DType.key): the key then hashes at C speed
-        dt = dtype.key
-        key = (op, dt, src, arg) if type(arg) is not float or arg != 0.0 else (op, dt, src, arg, repr(arg))
-        # (the cache and object.__new__ as module globals, not looked up on the classes: a node built 420 -> 393 ns)
-        cache = _ucache
-        if (ref := cache.get(key)) is not None and (ret := ref()) is not None:
-            return ret
-        # UOp.__init__'s work inline: a Python frame less on every node a graph builds
-        ret = _object_new(cls)
-        ret.op, ret.dtype, ret.src, ret.arg = op, dtype, src, arg
-        if DICT_ON_FIRST_USE_RACES:  # its caches' dict made before any other thread can reach the node
-            ret.__dict__
-        new = _Entry(ret, _drop_dead)
-        new.key = key
-        # two threads building the same node must get one object, or equality by identity breaks: an entry goes in
-        # only by setdefault (one atomic C call, never over another's), and a dead node's entry, whose callback has not
-        # run yet, is dropped only while dead. No lock: a miss is the common case (every node of a step's new graph)
-        while (entry := cache.setdefault(key, new)) is not new:
-            if (other := entry()) is not None:
-                return other  # another thread's node (ours dies unseen; the entry is not ours to drop)
-            _remove_dead_weakref(cache, key)
-        return ret
+    __call__ = hash_consed
 
 
 class _Entry(weakref.ref):
