@@ -885,8 +885,8 @@ def test_a_reader_beside_a_trainer() -> None:
 
 def test_two_threads_allocating_one_buffer(monkeypatch: pytest.MonkeyPatch) -> None:
     """Two threads asking for one buffer's memory at once (a tensor both read first) get one block: each took a block
-    of its own, one leaked, and GlobalCounters.mem_used counted both. Forced: the first waits inside the allocation for the
-    second (up to a second; where the check is under the lock, the second waits for the first instead)."""
+    of its own, one leaked, and GlobalCounters.mem_used counted both. Forced: the first waits inside the allocation for
+    the second (up to a second; where the check is under the lock, the second waits for the first instead)."""
     from lazygrad.device import Buffer, Device
     from lazygrad.dtype import dtypes
     from lazygrad.helpers import GlobalCounters, cycles_held_off
