@@ -284,4 +284,3 @@ def test_an_expression_computes_to_the_same_bits_in_any_kernel(name):
     along = fn(Tensor(x)).numpy()
     across = fn(Tensor(x.T.copy())).T.contiguous().numpy()
     np.testing.assert_array_equal(along.view(np.int32), across.view(np.int32))
-
