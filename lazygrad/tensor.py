@@ -978,7 +978,28 @@ def _with_lazy_origins(root: UOp, renamed: dict[UOp, UOp] | None = None) -> UOp:
     if not _lazy_origin:
         return root
     mapping = {n: _resolved_origin(n) for n in root.toposort if _ORIGIN in n.__dict__}
-    return substitute(root, mapping, renamed) if mapping else root
+    if not mapping:
+        return root
+    return _substitute_origins(root, mapping, renamed)
+
+
+def _substitute_origins(root: UOp, mapping: dict[UOp, UOp], renamed: dict[UOp, UOp] | None = None) -> UOp:
+    """substitute() for swapping realized buffers for the graphs that computed them: a node whose derivative its
+    composite stated (define_gradient: tanh's 1 - y^2, a conv window's) keeps that rule over its new sources. The
+    chain rule through the composite's formula instead gave NaN where the formula overflows (tanh of 45 and above,
+    its input realized before backward)."""
+    made: dict[UOp, UOp] = {}
+    out = substitute(root, mapping, made)
+    if renamed is not None:
+        renamed.update(made)
+    shortcut = _autograd._SHORTCUT
+    if rules := [(new, old) for new, old in made.items() if shortcut in old.__dict__]:
+        new_of = {old: new for new, old in made.items()}
+        for new, old in rules:
+            if shortcut not in new.__dict__:
+                src, rule = old.__dict__[shortcut]
+                new.__dict__[shortcut] = (new_of.get(src, mapping.get(src, src)), rule)
+    return out
 
 
 # the entries of _lazy_origin that a read made (see _keep_read_grad_path): they give backward a path, but do not make
@@ -997,7 +1018,7 @@ def _keep_read_grad_path(t: Tensor, lazy: UOp) -> None:
     if lazy.base.op is Ops.ASSIGN or t.uop in _lazy_origin:
         return
     inner = {m: _resolved_origin(m) for m in lazy.toposort if _ORIGIN in m.__dict__} if _lazy_origin else {}
-    _lazy_origin[t.uop] = substitute(lazy, inner) if inner else lazy
+    _lazy_origin[t.uop] = _substitute_origins(lazy, inner) if inner else lazy
     _read_kept.add(t.uop)
     _realized.hold_weakly(lazy.base)
 
@@ -1022,7 +1043,7 @@ def _resolved_origin(node: UOp) -> UOp:
             stack.extend(todo)
             continue
         origin = _lazy_origin[n]
-        _resolved[n] = substitute(origin, {m: _resolved[m] for m in inner}) if inner else origin
+        _resolved[n] = _substitute_origins(origin, {m: _resolved[m] for m in inner}) if inner else origin
         stack.pop()
     return _resolved[node]
 

@@ -403,6 +403,21 @@ def test_fuzz_gradient_chains(device: str, chunk: int) -> None:
     assert not failures, f"{len(failures)} of {per} gradient chains disagree with torch:\n" + "\n".join(failures[:10])
 
 
+# seeds that once failed in a hunt, run in CI as they are: (device, what broke)
+FOUND_IN_HUNTS = {
+    9130: ("CL", "tanh's own derivative lost when its input was realized (1 - 2 / (e^2x + 1) differentiated: NaN)"),
+}
+
+
+@pytest.mark.parametrize("seed", list(FOUND_IN_HUNTS))
+def test_fuzz_grad_cases_found_in_hunts(seed: int) -> None:
+    device, why = FOUND_IN_HUNTS[seed]
+    if not device_available(device):
+        pytest.skip(f"{device} is not available here")
+    what, failure = check(seed, device)
+    assert failure is None, f"{what}: {failure} ({why})"
+
+
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cases", type=int, default=1000)
