@@ -200,6 +200,23 @@ def define_gradient(node: UOp, source: UOp, rule: Callable[[Tensor], Tensor]) ->
         made.append((node, source, rule))
 
 
+class BorrowedRule:
+    """The derivative rule of another node (`old`), for a node rebuilt from it over new sources (backward swapping a
+    realized buffer for the graph that computed it): old's rule while old lives, None after (the chain rule then
+    applies). Held weakly: a rule is a closure over old's nodes, and a cached rebuilt graph holding it would keep
+    every realized buffer it read alive (a loop reading its state each step)."""
+
+    __slots__ = ("old",)
+
+    def __init__(self, old: UOp):
+        self.old = weakref.ref(old)
+
+    def __call__(self, g: Tensor) -> Tensor | None:
+        old = self.old()
+        shortcut = old.__dict__.get(_SHORTCUT) if old is not None else None
+        return shortcut[1](g) if shortcut is not None else None
+
+
 _recorders = threading.local()  # this thread's open recording_definitions blocks
 
 
@@ -258,8 +275,12 @@ def _apply_rules(root: UOp, root_grad: Tensor, targets: set[UOp]) -> dict[UOp, T
         # a target whose sources reach no other target (a leaf) passes nothing on
         if g is None or _blocks(node) or not any(reaches[s] for s in node.src):
             continue
-        if (shortcut := node.__dict__.get(_SHORTCUT)) is not None and reaches[shortcut[0]]:
-            src, sg = shortcut[0], shortcut[1](g)
+        if (
+            (shortcut := node.__dict__.get(_SHORTCUT)) is not None
+            and reaches[shortcut[0]]
+            and (sg := shortcut[1](g)) is not None  # (a BorrowedRule whose node died: the chain rule)
+        ):
+            src = shortcut[0]
             if sg.shape != src.shape:
                 raise AssertionError(f"gradient shortcut of {node.op} has shape {sg.shape}, expected {src.shape}")
             grads[src] = grads[src] + sg if src in grads else sg

@@ -987,7 +987,8 @@ def _substitute_origins(root: UOp, mapping: dict[UOp, UOp], renamed: dict[UOp, U
     """substitute() for swapping realized buffers for the graphs that computed them: a node whose derivative its
     composite stated (define_gradient: tanh's 1 - y^2, a conv window's) keeps that rule over its new sources. The
     chain rule through the composite's formula instead gave NaN where the formula overflows (tanh of 45 and above,
-    its input realized before backward)."""
+    its input realized before backward). A rule that is structure (a window's partial) is copied; a closure, which
+    holds the old nodes and the buffers they read, is borrowed weakly (gradient.BorrowedRule)."""
     made: dict[UOp, UOp] = {}
     out = substitute(root, mapping, made)
     if renamed is not None:
@@ -998,7 +999,8 @@ def _substitute_origins(root: UOp, mapping: dict[UOp, UOp], renamed: dict[UOp, U
         for new, old in rules:
             if shortcut not in new.__dict__:
                 src, rule = old.__dict__[shortcut]
-                new.__dict__[shortcut] = (new_of.get(src, mapping.get(src, src)), rule)
+                kept = rule if _autograd.rule_key(rule) is not None else _autograd.BorrowedRule(old)
+                new.__dict__[shortcut] = (new_of.get(src, mapping.get(src, src)), kept)
     return out
 
 
