@@ -383,10 +383,13 @@ def run_case(case: Case, device: str) -> str | None:
     return None
 
 
+def describe(seed: int, case: Case) -> str:
+    return f"seed {seed}: x0 {case.x0.shape} -> " + " -> ".join(n for n, _ in case.steps)
+
+
 def check(seed: int, device: str) -> tuple[str, str | None]:
     case = gen_case(seed)
-    what = f"seed {seed}: x0 {case.x0.shape} -> " + " -> ".join(n for n, _ in case.steps)
-    return what, run_case(case, device)
+    return describe(seed, case), run_case(case, device)
 
 
 # CPU cases per CI chunk; CL compiles each kernel through PoCL's LLVM (~10 s a chain here): a few cases only

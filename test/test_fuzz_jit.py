@@ -20,7 +20,7 @@ import torch
 
 from lazygrad import Device, Tensor, TinyJit
 from test.helpers import device_available, fuzz_failures
-from test.test_fuzz_grad import Case, _const, _differ, gen_case
+from test.test_fuzz_grad import Case, _const, _differ, describe, gen_case
 
 CALLS, LR = 5, 0.05
 
@@ -78,8 +78,7 @@ def run_case(case: Case, device: str) -> str | None:
 
 def check(seed: int, device: str) -> tuple[str, str | None]:
     case = gen_case(seed)
-    what = f"seed {seed}: x0 {case.x0.shape} -> " + " -> ".join(n for n, _ in case.steps)
-    return what, run_case(case, device)
+    return describe(seed, case), run_case(case, device)
 
 
 CI_CASES = {"CPU": 30, "CL": 3}

@@ -781,10 +781,20 @@ C_VECTOR_PRELUDE = """#ifndef LG_VSEL
 #endif
 """  # noqa: E501 (C macros: a backslash-split line would change every kernel's source)
 
+# 2**f on |f| <= 0.5: Taylor coefficients, highest first, by Horner (one list for the vector and the scalar form:
+# their results must agree to the bit)
+_EXP2_LEADING = "1.5252733804059838e-05f"
+_EXP2_HORNER = "".join(
+    f"  p = p * f + {c};\n"
+    for c in ("1.5403530393381606e-04f", "1.3333558146428441e-03f", "9.6181291076284772e-03f")
+    + ("5.5504108664821576e-02f", "2.4022650695910071e-01f", "6.9314718055994531e-01f", "1.0f")
+)
+
 # 2**x for float vectors: x = n + f with |f| <= 0.5, 2**f by its Taylor series to degree 7 (error < 1e-8, under
 # half an ulp), 2**n built in the exponent bits in two halves so results down to the denormals come out right.
 # Out-of-range inputs clamp to +-160 (which still gives inf / 0); NaN passes through.
-EXP2_TEMPLATE = """static inline {T} lg_exp2_{T}({T} x) {{
+EXP2_TEMPLATE = (
+    """static inline {T} lg_exp2_{T}({T} x) {{
   typedef int lg_i __attribute__((vector_size({B})));
   {T} zero = {{0}};
   {T} c = LG_VSEL(x > 160.0f, zero + 160.0f, x);
@@ -792,42 +802,37 @@ EXP2_TEMPLATE = """static inline {T} lg_exp2_{T}({T} x) {{
   {T} r = (c + 12582912.0f) - 12582912.0f;
   {T} f = c - r;
   lg_i n = __builtin_convertvector(r, lg_i);
-  {T} p = zero + 1.5252733804059838e-05f;
-  p = p * f + 1.5403530393381606e-04f;
-  p = p * f + 1.3333558146428441e-03f;
-  p = p * f + 9.6181291076284772e-03f;
-  p = p * f + 5.5504108664821576e-02f;
-  p = p * f + 2.4022650695910071e-01f;
-  p = p * f + 6.9314718055994531e-01f;
-  p = p * f + 1.0f;
-  lg_i h = n >> 1;
+  {T} p = zero + """
+    + _EXP2_LEADING
+    + ";\n"
+    + _EXP2_HORNER
+    + """  lg_i h = n >> 1;
   {T} s1 = ({T})((h + 127) << 23), s2 = ({T})((n - h + 127) << 23);
   return LG_VSEL(x != x, x, p * s1 * s2);
 }}
 """
+)
 
 # the same steps for one float, so that a value computes to the same bits in a vectorized kernel and in a scalar one
 # (libm's exp2f differs from the polynomial in the last bit now and then: a max's gradient compares the input,
 # recomputed by another kernel, with the max, and found no element equal to it: 0 / 0)
-EXP2_SCALAR = """static inline float lg_exp2_f32(float x) {
+EXP2_SCALAR = (
+    """static inline float lg_exp2_f32(float x) {
   float c = x > 160.0f ? 160.0f : x;
   c = c < -160.0f ? -160.0f : c;
   float r = (c + 12582912.0f) - 12582912.0f;
   float f = c - r;
   int n = (int)r;
-  float p = 1.5252733804059838e-05f;
-  p = p * f + 1.5403530393381606e-04f;
-  p = p * f + 1.3333558146428441e-03f;
-  p = p * f + 9.6181291076284772e-03f;
-  p = p * f + 5.5504108664821576e-02f;
-  p = p * f + 2.4022650695910071e-01f;
-  p = p * f + 6.9314718055994531e-01f;
-  p = p * f + 1.0f;
-  int h = n >> 1;
+  float p = """
+    + _EXP2_LEADING
+    + ";\n"
+    + _EXP2_HORNER
+    + """  int h = n >> 1;
   union { int i; float f; } s1 = {(h + 127) << 23}, s2 = {(n - h + 127) << 23};
   return x != x ? x : p * s1.f * s2.f;
 }
 """
+)
 
 # 8-bit lanes for loads and casts: packed (quantized) weights come as int8/uint8 codes
 VECTOR_DTYPES = frozenset({dtypes.float32, dtypes.float64, dtypes.int32, dtypes.int64, dtypes.int8, dtypes.uint8})
