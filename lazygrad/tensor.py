@@ -980,6 +980,17 @@ def _with_lazy_origins(root: UOp, renamed: dict[UOp, UOp] | None = None) -> UOp:
     mapping = {n: _resolved_origin(n) for n in root.toposort if _ORIGIN in n.__dict__}
     if not mapping:
         return root
+    if renamed is not None:
+        # the realized tensors inside those graphs stand for their resolved graphs too (a retained v = x.sum(0)
+        # realized, read by a w realized in turn: v's node is inside w's resolved graph, under no name backward knew)
+        stack, seen = list(mapping), set()
+        while stack:
+            if (m := stack.pop()) in seen:
+                continue
+            seen.add(m)
+            if (resolved := _resolved.get(m)) is not None and resolved is not m:
+                renamed.setdefault(resolved, m)
+            stack.extend(k for k in _lazy_origin[m].toposort if _ORIGIN in k.__dict__)
     return _substitute_origins(root, mapping, renamed)
 
 

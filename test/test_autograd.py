@@ -407,3 +407,19 @@ def test_a_composites_own_derivative_holds_through_a_realized_input(op):
     getattr(v, op)().sum().backward()
     getattr(ta * 1, op)().sum().backward()
     np.testing.assert_allclose(a.grad.numpy(), ta.grad.numpy(), rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("make", ["sum", "prod"])
+def test_retain_grad_of_a_realized_value_read_by_a_realized_one(make):
+    # backward resolves w's graph with v's inside it: a retained v that is a reduce's result (its stored value stands
+    # for the reduce, not the reshape v holds) was found under no node and kept .grad None
+    fns = {"sum": lambda t: t.sum(0), "prod": lambda t: (t.tanh() + 1.5).prod(0)}
+    x0 = np.random.default_rng(0).uniform(-1, 1, (3, 2)).astype(np.float32)
+    x, tx = Tensor(x0, requires_grad=True), torch.tensor(x0, requires_grad=True)
+    v, tv = fns[make](x).realize(), fns[make](tx)
+    v.retain_grad()
+    tv.retain_grad()
+    v.tanh().exp().realize().sum().backward()
+    tv.tanh().exp().sum().backward()
+    np.testing.assert_allclose(v.grad.numpy(), tv.grad.numpy(), rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-5, atol=1e-7)
