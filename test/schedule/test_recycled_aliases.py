@@ -31,13 +31,16 @@ def _aliases(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return made
 
 
-def _models(seed: int = 0) -> tuple[list[Tensor], torch.nn.Module, np.ndarray, np.ndarray]:
+def _models(seed: int = 0, layers: list | None = None) -> tuple[list[Tensor], torch.nn.Module, np.ndarray, np.ndarray]:
+    """Our 6-8-3 MLP and torch's with the same weights, and a batch; `layers` receives our two Linear layers."""
     torch.manual_seed(seed)
     ref = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
     l1, l2 = Linear(6, 8), Linear(8, 3)
     for ours, theirs in ((l1, ref[0]), (l2, ref[2])):
         ours.weight.assign(Tensor(theirs.weight.detach().numpy().copy())).realize()
         ours.bias.assign(Tensor(theirs.bias.detach().numpy().copy())).realize()
+    if layers is not None:
+        layers += [l1, l2]
     rng = np.random.default_rng(seed)
     x, y = rng.standard_normal((5, 6)).astype(np.float32), rng.integers(0, 3, 5).astype(np.int64)
     return get_parameters([l1, l2]), ref, x, y

@@ -10,27 +10,12 @@ import torch
 from lazygrad import Tensor, TinyJit
 from lazygrad.device import Buffer
 from lazygrad.helpers import FRAME_REFS_CHECKED
-from lazygrad.nn import Linear
 from lazygrad.nn.optim import SGD, Adam
-from lazygrad.nn.state import get_parameters
+from test.schedule.test_recycled_aliases import _models, _read, _torch_step
 
 pytestmark = pytest.mark.skipif(
     not FRAME_REFS_CHECKED, reason="recycling is taken only where reference counts were checked"
 )
-
-
-def _models(seed: int = 0, layers: list | None = None) -> tuple[list[Tensor], torch.nn.Module, np.ndarray, np.ndarray]:
-    torch.manual_seed(seed)
-    ref = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
-    l1, l2 = Linear(6, 8), Linear(8, 3)
-    for ours, theirs in ((l1, ref[0]), (l2, ref[2])):
-        ours.weight.assign(Tensor(theirs.weight.detach().numpy().copy())).realize()
-        ours.bias.assign(Tensor(theirs.bias.detach().numpy().copy())).realize()
-    if layers is not None:
-        layers += [l1, l2]
-    rng = np.random.default_rng(seed)
-    x, y = rng.standard_normal((5, 6)).astype(np.float32), rng.integers(0, 3, 5).astype(np.int64)
-    return get_parameters([l1, l2]), ref, x, y
 
 
 def _forward(params: list[Tensor], x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
@@ -45,12 +30,6 @@ def _step(params: list[Tensor], opt, x: Tensor, y: Tensor) -> tuple[Tensor, Tens
     loss.backward()
     opt.step()
     return loss, h
-
-
-def _torch_step(ref: torch.nn.Module, opt, x: torch.Tensor, y: torch.Tensor) -> None:
-    opt.zero_grad()
-    torch.nn.functional.cross_entropy(ref(x), y).backward()
-    opt.step()
 
 
 def test_a_step_makes_no_buffer_once_warm(monkeypatch):
@@ -99,10 +78,6 @@ def _keep(how: str, g):
     if how == "lazy reader":
         return g * 2
     raise AssertionError(how)
-
-
-def _read(t) -> np.ndarray:
-    return t.detach().numpy() if isinstance(t, torch.Tensor) else t.numpy()
 
 
 @pytest.mark.parametrize("optim", ["sgd", "adam"])
