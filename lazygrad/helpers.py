@@ -228,6 +228,24 @@ CI = bool(os.getenv("CI"))  # running under continuous integration (tests skip w
 OSX, WIN = sys.platform == "darwin", sys.platform == "win32"
 
 
+class _Launched:
+    """A count of _GlobalCounters kept in attribute `name`, with the launches noted so far added before it is read
+    or set."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __get__(self, counters: _GlobalCounters | None, owner: type | None = None) -> Any:
+        if counters is None:
+            return self
+        counters.add_launched()
+        return getattr(counters, self.name)
+
+    def __set__(self, counters: _GlobalCounters, value: Any) -> None:
+        counters.add_launched()
+        setattr(counters, self.name, value)
+
+
 class _GlobalCounters:
     """Process-wide counters that tests and benchmarks read: kernels run, FLOPs, bytes, time, memory.
 
@@ -255,45 +273,11 @@ class _GlobalCounters:
                 self._mem += mem
                 self._time += seconds
 
-    @property
-    def kernel_count(self) -> int:
-        self.add_launched()
-        return self._kernels
-
-    @kernel_count.setter
-    def kernel_count(self, value: int) -> None:
-        self.add_launched()
-        self._kernels = value
-
-    @property
-    def global_ops(self) -> int:
-        self.add_launched()
-        return self._ops
-
-    @global_ops.setter
-    def global_ops(self, value: int) -> None:
-        self.add_launched()
-        self._ops = value
-
-    @property
-    def global_mem(self) -> int:
-        self.add_launched()
-        return self._mem
-
-    @global_mem.setter
-    def global_mem(self, value: int) -> None:
-        self.add_launched()
-        self._mem = value
-
-    @property
-    def time_sum_s(self) -> float:
-        self.add_launched()
-        return self._time
-
-    @time_sum_s.setter
-    def time_sum_s(self, value: float) -> None:
-        self.add_launched()
-        self._time = value
+    # the counts, each read or set after the launches noted so far are added in
+    kernel_count = _Launched("_kernels")
+    global_ops = _Launched("_ops")
+    global_mem = _Launched("_mem")
+    time_sum_s = _Launched("_time")
 
     def reset(self) -> None:
         self.add_launched()
