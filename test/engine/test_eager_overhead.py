@@ -766,14 +766,15 @@ def test_composite_keys_the_default_dtypes_as_their_knobs_hold_them():
 
 def _calls_in_fresh_process(script: str) -> int:
     """The last number a script run in a fresh Python process prints (its _python_calls count): nothing other tests
-    leave alive adds to the counted work."""
+    leave alive adds to the counted work. The bounds are the CPU device's launch path, so the process runs on CPU
+    whatever DEV says (.ci/gpu runs these tests with DEV=CUDA)."""
     import os
     import subprocess
     import sys
 
     here = os.path.dirname(os.path.abspath(__file__))
     root = os.path.dirname(os.path.dirname(here))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]), "DEV": "CPU"}
     out = subprocess.run([sys.executable, "-c", script, here], capture_output=True, text=True, env=env, check=True)
     return int(out.stdout.split()[-1])
 

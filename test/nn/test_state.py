@@ -352,6 +352,7 @@ def test_torch_load_reads_torch_save_files(tmp_path: Path, zip_format: bool) -> 
     _same(torch_load(str(path)), sd)
 
 
+@pytest.mark.usefixtures("default_device_cpu")  # (a CPU tensor maps the file; others copy it in)
 def test_torch_load_maps_the_zip_file_and_loads_a_model(tmp_path: Path) -> None:
     path = tmp_path / "m.pt"
     ref = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.Tanh(), torch.nn.Linear(7, 3))
