@@ -25,7 +25,8 @@ from lazygrad.engine.realize import ExecItem, lower_schedule_item
 
 DEVICE = Device.canonicalize(os.getenv("DEV", "CL"))
 # PoCL, an OpenCL device on the CPU: older PoCL names its device pthread-..., newer ones cpu-<arch>-<model>
-ON_CPU = DEVICE.startswith("CL") and any(s in Device[DEVICE].describe() for s in ("pthread", "Portable Computing Language"))
+_POCL_NAMES = ("pthread", "Portable Computing Language")
+ON_CPU = DEVICE.startswith("CL") and any(s in Device[DEVICE].describe() for s in _POCL_NAMES)
 SIZES = [int(s) for s in os.getenv("SIZES", "1000000,4000000" if ON_CPU else "1000000,256000000").split(",")]
 MATMUL_N = int(os.getenv("MATMUL_N", "512" if ON_CPU else "4096"))
 PEAK_GBS = float(os.getenv("PEAK_GBS", "3000"))
