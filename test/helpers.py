@@ -131,6 +131,18 @@ def fuzz_failures(seeds: range, check: Callable[[int], tuple[str, str | None]], 
     return failures
 
 
+def avx2_renderer(threads: int = 2) -> Any:
+    """The CPU device's renderer as it is on `threads` AVX2 cores without AVX-512 (32-byte vectors, 16 registers, AVX's
+    masked loads), whatever this CPU has: for tests whose counts or sources are those of the tiles chosen there. Its
+    code still compiles and runs here (an AVX-512 CPU runs AVX2 code)."""
+    import copy
+
+    renderer = copy.copy(Device["CPU"].renderer)
+    renderer.threads, renderer.vector_bytes, renderer.vector_registers = threads, 32, 16
+    renderer.masked_load_lanes, renderer.masked_load_16, renderer.masked_load_lane_mask = (8, 4), False, True
+    return renderer
+
+
 def compiles_for(target: str, *tensors: Any) -> str | None:
     """Schedule `tensors` here (never run) and build every kernel with `target`'s renderer and compiler (CUDA through
     NVRTC needs no GPU): None when all build, else the first failure. What a fuzzer's `--compile-only CUDA` checks on

@@ -68,7 +68,6 @@ def test_windows_of_two_threads_leave_the_collector_on(collector_on):
 @pytest.mark.parametrize("was_on", [True, False])
 def test_realize_leaves_the_collector_as_it_found_it(collector_on, monkeypatch, was_on):
     from lazygrad import tensor as tensor_module
-
     from lazygrad.schedule import kernelize
 
     # no graph of this structure scheduled before: an earlier test's (a * 2) of 6 floats made its realize a cached

@@ -22,6 +22,7 @@ from lazygrad.engine.realize import CompiledRunner, ExecItem, run_schedule
 from lazygrad.renderer.cstyle import ClangRenderer
 from lazygrad.runtime.ops_cpu import CPUProgram
 from lazygrad.runtime.threads_cpu import team_launches
+from test.helpers import avx2_renderer
 
 
 def byte_dot(a: np.ndarray, b: np.ndarray) -> Tensor:
@@ -360,9 +361,10 @@ def _dp4a_case(masks: tuple[int, int] | None) -> tuple[Tensor, np.ndarray]:
 def _madd_renderer():
     from lazygrad.renderer.cstyle import DP4A_MADD
 
-    renderer = copy.copy(Device["CPU"].renderer)
+    # as on an AVX2 CPU without VNNI, whatever this CPU has (on an AVX-512 CPU the device's 64-byte vectors left
+    # 16-lane products, which DP4A_MADD has no form for, lane by lane)
+    renderer = avx2_renderer(Device["CPU"].renderer.threads)
     renderer.dp4a_builtins = {8: DP4A_MADD}
-    renderer.vector_bytes = max(renderer.vector_bytes, 32)
     return renderer
 
 
