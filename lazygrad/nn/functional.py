@@ -1,0 +1,757 @@
+"""torch.nn.functional's names and signatures over Tensor ops: `import lazygrad.nn.functional as F` in a PyTorch
+program. Each function takes torch's arguments in torch's order and defaults (where a Tensor method of the same name
+follows tinygrad, e.g. `gelu`'s default approximation or `conv2d`'s positional order, the function here is torch's),
+and computes through the Tensor ops: no function here has kernels of its own.
+
+`inplace=True` is accepted and ignored: the result is a new lazy tensor either way (writing it back would cost a copy
+and lazygrad's in-place ops are writes the scheduler orders, not faster kernels)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+from lazygrad.dtype import dtypes
+from lazygrad.helpers import make_tuple
+from lazygrad.tensor import ArgumentError, Tensor
+
+# *** activations ***
+
+
+def relu(input: Tensor, inplace: bool = False) -> Tensor:
+    return input.relu()
+
+
+def relu6(input: Tensor, inplace: bool = False) -> Tensor:
+    return input.relu6()
+
+
+def leaky_relu(input: Tensor, negative_slope: float = 0.01, inplace: bool = False) -> Tensor:
+    return input.leaky_relu(negative_slope)
+
+
+def elu(input: Tensor, alpha: float = 1.0, inplace: bool = False) -> Tensor:
+    return input.elu(alpha)
+
+
+def celu(input: Tensor, alpha: float = 1.0, inplace: bool = False) -> Tensor:
+    return input.celu(alpha)
+
+
+def selu(input: Tensor, inplace: bool = False) -> Tensor:
+    return input.selu()
+
+
+def gelu(input: Tensor, approximate: str = "none") -> Tensor:
+    if approximate not in ("none", "tanh"):
+        raise ArgumentError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    return input.gelu(approximate)
+
+
+def silu(input: Tensor, inplace: bool = False) -> Tensor:
+    return input.silu()
+
+
+def mish(input: Tensor, inplace: bool = False) -> Tensor:
+    return input.mish()
+
+
+def sigmoid(input: Tensor) -> Tensor:
+    return input.sigmoid()
+
+
+def tanh(input: Tensor) -> Tensor:
+    return input.tanh()
+
+
+def hardtanh(input: Tensor, min_val: float = -1.0, max_val: float = 1.0, inplace: bool = False) -> Tensor:
+    return input.hardtanh(min_val, max_val)
+
+
+def hardswish(input: Tensor, inplace: bool = False) -> Tensor:
+    return input.hardswish()
+
+
+def hardsigmoid(input: Tensor, inplace: bool = False) -> Tensor:
+    return input.hardsigmoid()
+
+
+def hardshrink(input: Tensor, lambd: float = 0.5) -> Tensor:
+    return input.hardshrink(lambd)
+
+
+def softshrink(input: Tensor, lambd: float = 0.5) -> Tensor:
+    if lambd < 0:
+        raise ArgumentError(f"softshrink: lambd must be >= 0, got {lambd}")
+    return (input.abs() > lambd).where(input - input.sign() * lambd, 0.0)
+
+
+def tanhshrink(input: Tensor) -> Tensor:
+    return input - input.tanh()
+
+
+def threshold(input: Tensor, threshold: float, value: float, inplace: bool = False) -> Tensor:
+    return (input > threshold).where(input, value)
+
+
+def logsigmoid(input: Tensor) -> Tensor:
+    return input.logsigmoid()
+
+
+def softsign(input: Tensor) -> Tensor:
+    return input.softsign()
+
+
+def softplus(input: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
+    return input.softplus(beta, threshold)
+
+
+def prelu(input: Tensor, weight: Tensor) -> Tensor:
+    return input.prelu(weight)
+
+
+def glu(input: Tensor, dim: int = -1) -> Tensor:
+    if input.shape[dim] % 2:
+        raise ArgumentError(f"glu: halving dimension {dim} must be even, got size {input.shape[dim]}")
+    a, b = input.chunk(2, dim)
+    return a * b.sigmoid()
+
+
+def softmax(input: Tensor, dim: int | None = None, _stacklevel: int = 3, dtype: Any = None) -> Tensor:
+    return input.softmax(_implicit_dim(input) if dim is None else dim, dtype)
+
+
+def log_softmax(input: Tensor, dim: int | None = None, _stacklevel: int = 3, dtype: Any = None) -> Tensor:
+    return input.log_softmax(_implicit_dim(input) if dim is None else dim, dtype)
+
+
+def softmin(input: Tensor, dim: int | None = None, _stacklevel: int = 3, dtype: Any = None) -> Tensor:
+    return (-input).softmax(_implicit_dim(input) if dim is None else dim, dtype)
+
+
+def _implicit_dim(x: Tensor) -> int:
+    # torch's choice where dim is not given (with a deprecation warning there)
+    return 0 if x.ndim in (0, 1, 3) else 1
+
+
+def gumbel_softmax(logits: Tensor, tau: float = 1.0, hard: bool = False, eps: float = 1e-10, dim: int = -1) -> Tensor:
+    gumbels = -(-Tensor.rand(*logits.shape, device=logits.device).clip(1e-20, 1.0).log()).log()
+    y = ((logits + gumbels) / tau).softmax(dim)
+    if not hard:
+        return y
+    # straight through: the one-hot of the argmax forward, the soft sample's gradient backward
+    hot = y.argmax(dim, keepdim=True) == Tensor.arange(y.shape[dim], device=y.device).reshape(
+        [-1 if i == (dim % y.ndim) else 1 for i in range(y.ndim)]
+    )
+    return hot.cast(y.dtype) - y.detach() + y
+
+
+def normalize(input: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12, out: Any = None) -> Tensor:
+    return input.normalize(p, dim, eps)
+
+
+# *** linear, convolution, pooling ***
+
+
+def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    return input.linear(weight, bias)
+
+
+def bilinear(input1: Tensor, input2: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    # y_k = x1 W_k x2 + b_k, weight (out, in1, in2)
+    out = (input1.unsqueeze(-2).unsqueeze(-2) @ weight @ input2.unsqueeze(-2).unsqueeze(-1)).squeeze(-1).squeeze(-1)
+    return out if bias is None else out + bias
+
+
+def _conv(
+    input: Tensor, weight: Tensor, bias: Tensor | None, stride: Any, padding: Any, dilation: Any, groups: int, dims: int
+) -> Tensor:
+    if input.ndim not in (dims + 1, dims + 2):
+        raise ArgumentError(f"conv{dims}d: expected a {dims + 1}D or {dims + 2}D input, got shape {input.shape}")
+    batched = input.ndim == dims + 2
+    x = input if batched else input.unsqueeze(0)
+    out = x.conv2d(weight, bias, groups=groups, stride=stride, dilation=dilation, padding=padding)
+    return out if batched else out.squeeze(0)
+
+
+def conv1d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: Any = 1, padding: Any = 0,
+           dilation: Any = 1, groups: int = 1) -> Tensor:  # fmt: skip
+    return _conv(input, weight, bias, stride, padding, dilation, groups, 1)
+
+
+def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: Any = 1, padding: Any = 0,
+           dilation: Any = 1, groups: int = 1) -> Tensor:  # fmt: skip
+    return _conv(input, weight, bias, stride, padding, dilation, groups, 2)
+
+
+def conv3d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: Any = 1, padding: Any = 0,
+           dilation: Any = 1, groups: int = 1) -> Tensor:  # fmt: skip
+    return _conv(input, weight, bias, stride, padding, dilation, groups, 3)
+
+
+def _conv_transpose(input: Tensor, weight: Tensor, bias: Tensor | None, stride: Any, padding: Any,
+                    output_padding: Any, groups: int, dilation: Any, dims: int) -> Tensor:  # fmt: skip
+    batched = input.ndim == dims + 2
+    x = input if batched else input.unsqueeze(0)
+    out = x.conv_transpose2d(weight, bias, groups, stride, dilation, padding, output_padding)
+    return out if batched else out.squeeze(0)
+
+
+def conv_transpose1d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: Any = 1, padding: Any = 0,
+                     output_padding: Any = 0, groups: int = 1, dilation: Any = 1) -> Tensor:  # fmt: skip
+    return _conv_transpose(input, weight, bias, stride, padding, output_padding, groups, dilation, 1)
+
+
+def conv_transpose2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: Any = 1, padding: Any = 0,
+                     output_padding: Any = 0, groups: int = 1, dilation: Any = 1) -> Tensor:  # fmt: skip
+    return _conv_transpose(input, weight, bias, stride, padding, output_padding, groups, dilation, 2)
+
+
+def conv_transpose3d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: Any = 1, padding: Any = 0,
+                     output_padding: Any = 0, groups: int = 1, dilation: Any = 1) -> Tensor:  # fmt: skip
+    return _conv_transpose(input, weight, bias, stride, padding, output_padding, groups, dilation, 3)
+
+
+def _pool_input(input: Tensor, dims: int, name: str) -> tuple[Tensor, bool]:
+    if input.ndim not in (dims + 1, dims + 2):
+        raise ArgumentError(f"{name}: expected a {dims + 1}D or {dims + 2}D input, got shape {input.shape}")
+    return (input, True) if input.ndim == dims + 2 else (input.unsqueeze(0), False)
+
+
+def _max_pool(input: Tensor, kernel_size: Any, stride: Any, padding: Any, dilation: Any, ceil_mode: bool,
+              return_indices: bool, dims: int) -> Any:  # fmt: skip
+    x, batched = _pool_input(input, dims, f"max_pool{dims}d")
+    k = make_tuple(kernel_size, dims)
+    s = k if stride is None or (isinstance(stride, (list, tuple)) and len(stride) == 0) else make_tuple(stride, dims)
+    out = x.max_pool2d(k, s, dilation, padding, ceil_mode, return_indices)
+    if batched:
+        return out
+    return (out[0].squeeze(0), out[1].squeeze(0)) if return_indices else out.squeeze(0)
+
+
+def max_pool1d(input: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, dilation: Any = 1,
+               ceil_mode: bool = False, return_indices: bool = False) -> Any:  # fmt: skip
+    return _max_pool(input, kernel_size, stride, padding, dilation, ceil_mode, return_indices, 1)
+
+
+def max_pool2d(input: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, dilation: Any = 1,
+               ceil_mode: bool = False, return_indices: bool = False) -> Any:  # fmt: skip
+    return _max_pool(input, kernel_size, stride, padding, dilation, ceil_mode, return_indices, 2)
+
+
+def max_pool3d(input: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, dilation: Any = 1,
+               ceil_mode: bool = False, return_indices: bool = False) -> Any:  # fmt: skip
+    return _max_pool(input, kernel_size, stride, padding, dilation, ceil_mode, return_indices, 3)
+
+
+def _avg_pool(input: Tensor, kernel_size: Any, stride: Any, padding: Any, ceil_mode: bool, count_include_pad: bool,
+              divisor_override: int | None, dims: int) -> Tensor:  # fmt: skip
+    x, batched = _pool_input(input, dims, f"avg_pool{dims}d")
+    k = make_tuple(kernel_size, dims)
+    s = k if stride is None or (isinstance(stride, (list, tuple)) and len(stride) == 0) else make_tuple(stride, dims)
+    if divisor_override is not None:
+        if divisor_override == 0:
+            raise ArgumentError("avg_pool: divisor must be not zero")
+        out = x.avg_pool2d(k, s, 1, padding, ceil_mode, count_include_pad=True) * (math.prod(k) / divisor_override)
+        if ceil_mode or any(make_tuple(padding, dims)):
+            raise NotImplementedError("avg_pool with divisor_override and padding or ceil_mode is not supported")
+    else:
+        out = x.avg_pool2d(k, s, 1, padding, ceil_mode, count_include_pad)
+    return out if batched else out.squeeze(0)
+
+
+def avg_pool1d(input: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, ceil_mode: bool = False,
+               count_include_pad: bool = True) -> Tensor:  # fmt: skip
+    return _avg_pool(input, kernel_size, stride, padding, ceil_mode, count_include_pad, None, 1)
+
+
+def avg_pool2d(input: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, ceil_mode: bool = False,
+               count_include_pad: bool = True, divisor_override: int | None = None) -> Tensor:  # fmt: skip
+    return _avg_pool(input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, 2)
+
+
+def avg_pool3d(input: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, ceil_mode: bool = False,
+               count_include_pad: bool = True, divisor_override: int | None = None) -> Tensor:  # fmt: skip
+    return _avg_pool(input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, 3)
+
+
+def _bins(size: int, out: int) -> list[tuple[int, int]]:
+    """torch's adaptive pooling windows: output i reads [floor(i * size / out), ceil((i + 1) * size / out))."""
+    return [((i * size) // out, -((-(i + 1) * size) // out)) for i in range(out)]
+
+
+def _adaptive(input: Tensor, output_size: Any, dims: int, name: str, reduce: str) -> Tensor:
+    x, batched = _pool_input(input, dims, name)
+    spatial = x.shape[2:]
+    sizes = tuple(s if o is None else o for s, o in zip(spatial, make_tuple(output_size, dims)))
+    if any(o <= 0 for o in sizes) or (reduce == "max" and any(s == 0 for s in spatial)):
+        raise ArgumentError(f"{name}: output size {sizes} does not fit an input of spatial shape {spatial}")
+    for axis, (size, out) in enumerate(zip(spatial, sizes)):
+        dim = 2 + axis
+        if size % out == 0:  # equal windows: one reshape and a reduce
+            k = size // out
+            shaped = x.reshape(*x.shape[:dim], out, k, *x.shape[dim + 1 :])
+            x = shaped.mean(dim + 1) if reduce == "avg" else shaped.max(dim + 1)
+        elif reduce == "avg":  # windows of two lengths: a product with the averaging matrix along this dim
+            weights = [[1.0 / (hi - lo) if lo <= j < hi else 0.0 for j in range(size)] for lo, hi in _bins(size, out)]
+            w = Tensor(weights, dtype=x.dtype if dtypes.is_float(x.dtype) else dtypes.float32, device=x.device)
+            x = (x.transpose(dim, -1) @ w.T).transpose(dim, -1)
+        else:
+            lead = (slice(None),) * dim
+            parts = [x[(*lead, slice(lo, hi))].max(dim, keepdim=True) for lo, hi in _bins(size, out)]
+            x = parts[0].cat(*parts[1:], dim=dim)
+    return x if batched else x.squeeze(0)
+
+
+def adaptive_avg_pool1d(input: Tensor, output_size: Any) -> Tensor:
+    return _adaptive(input, output_size, 1, "adaptive_avg_pool1d", "avg")
+
+
+def adaptive_avg_pool2d(input: Tensor, output_size: Any) -> Tensor:
+    return _adaptive(input, output_size, 2, "adaptive_avg_pool2d", "avg")
+
+
+def adaptive_avg_pool3d(input: Tensor, output_size: Any) -> Tensor:
+    return _adaptive(input, output_size, 3, "adaptive_avg_pool3d", "avg")
+
+
+def adaptive_max_pool1d(input: Tensor, output_size: Any, return_indices: bool = False) -> Tensor:
+    _no_indices(return_indices, "adaptive_max_pool1d")
+    return _adaptive(input, output_size, 1, "adaptive_max_pool1d", "max")
+
+
+def adaptive_max_pool2d(input: Tensor, output_size: Any, return_indices: bool = False) -> Tensor:
+    _no_indices(return_indices, "adaptive_max_pool2d")
+    return _adaptive(input, output_size, 2, "adaptive_max_pool2d", "max")
+
+
+def _no_indices(return_indices: bool, name: str) -> None:
+    if return_indices:
+        raise NotImplementedError(f"{name}(return_indices=True) is not supported; max_pool2d gives indices")
+
+
+def pad(input: Tensor, pad: Sequence[int], mode: str = "constant", value: float | None = None) -> Tensor:
+    return input.pad(pad, mode, 0.0 if value is None else value)
+
+
+def interpolate(input: Tensor, size: Any = None, scale_factor: Any = None, mode: str = "nearest",
+                align_corners: bool | None = None, recompute_scale_factor: bool | None = None,
+                antialias: bool = False) -> Tensor:  # fmt: skip
+    if antialias:
+        raise NotImplementedError("interpolate(antialias=True) is not supported")
+    return input.interpolate(size, scale_factor, mode, align_corners)
+
+
+def pixel_shuffle(input: Tensor, upscale_factor: int) -> Tensor:
+    r = upscale_factor
+    *lead, c, h, w = input.shape
+    if c % (r * r):
+        raise ArgumentError(f"pixel_shuffle: channels {c} must be divisible by upscale_factor squared ({r * r})")
+    n = len(lead)
+    x = input.reshape(*lead, c // (r * r), r, r, h, w)
+    x = x.permute(*range(n), n, n + 3, n + 1, n + 4, n + 2)
+    return x.reshape(*lead, c // (r * r), h * r, w * r)
+
+
+def pixel_unshuffle(input: Tensor, downscale_factor: int) -> Tensor:
+    r = downscale_factor
+    *lead, c, h, w = input.shape
+    if h % r or w % r:
+        raise ArgumentError(f"pixel_unshuffle: height {h} and width {w} must be divisible by downscale_factor {r}")
+    n = len(lead)
+    x = input.reshape(*lead, c, h // r, r, w // r, r)
+    x = x.permute(*range(n), n, n + 2, n + 4, n + 1, n + 3)
+    return x.reshape(*lead, c * r * r, h // r, w // r)
+
+
+def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None, max_norm: float | None = None,
+              norm_type: float = 2.0, scale_grad_by_freq: bool = False, sparse: bool = False) -> Tensor:  # fmt: skip
+    if max_norm is not None or scale_grad_by_freq:
+        raise NotImplementedError("embedding's max_norm and scale_grad_by_freq are not supported")
+    if not dtypes.is_int(input.dtype):
+        raise TypeError(f"embedding: expected integer indices, got {input.dtype}")
+    hit = input.unsqueeze(-1) == Tensor.arange(weight.shape[0], device=input.device)
+    if padding_idx is not None:  # the padding row gets no gradient
+        row = padding_idx % weight.shape[0]
+        keep = (Tensor.arange(weight.shape[0], device=weight.device) != row).unsqueeze(-1)
+        weight = keep.where(weight, weight.detach())
+    return hit.cast(weight.dtype) @ weight
+
+
+def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
+    return tensor.one_hot(num_classes)
+
+
+def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:
+    if not 0 <= p <= 1:
+        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+    if not training or p == 0:
+        return input
+    with Tensor.train():
+        return input.dropout(p)
+
+
+def _channel_dropout(input: Tensor, p: float, training: bool, lead: int) -> Tensor:
+    """Whole channels dropped: one keep draw per (batch, channel), broadcast over the spatial dims."""
+    if not 0 <= p <= 1:
+        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+    if not training or p == 0:
+        return input
+    if p == 1:
+        return input * 0
+    shape = input.shape[:lead] + (1,) * (input.ndim - lead)
+    keep = Tensor.rand(*shape, device=input.device) >= p
+    return input * keep.cast(input.dtype) * (1 / (1 - p))
+
+
+def dropout1d(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:
+    return _channel_dropout(input, p, training, input.ndim - 1)
+
+
+def dropout2d(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:
+    return _channel_dropout(input, p, training, input.ndim - 2)
+
+
+def dropout3d(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:
+    return _channel_dropout(input, p, training, input.ndim - 3)
+
+
+# *** normalization ***
+
+
+def layer_norm(input: Tensor, normalized_shape: Sequence[int] | int, weight: Tensor | None = None,
+               bias: Tensor | None = None, eps: float = 1e-5) -> Tensor:  # fmt: skip
+    shape = tuple(make_tuple(normalized_shape, 1))
+    if tuple(input.shape[input.ndim - len(shape) :]) != shape:
+        raise ArgumentError(f"layer_norm: normalized_shape {list(shape)} does not end input shape {input.shape}")
+    out = input.layernorm(tuple(range(-len(shape), 0)), eps)
+    if weight is not None:
+        out = out * weight
+    return out if bias is None else out + bias
+
+
+def rms_norm(input: Tensor, normalized_shape: Sequence[int] | int, weight: Tensor | None = None,
+             eps: float | None = None) -> Tensor:  # fmt: skip
+    shape = tuple(make_tuple(normalized_shape, 1))
+    if tuple(input.shape[input.ndim - len(shape) :]) != shape:
+        raise ArgumentError(f"rms_norm: normalized_shape {list(shape)} does not end input shape {input.shape}")
+    eps = 2.0 ** -dtypes.finfo(input.dtype)[1] if eps is None else eps  # torch.finfo(dtype).eps
+    axes = tuple(range(-len(shape), 0))
+    out = input * (input.square().mean(axes, keepdim=True) + eps).rsqrt()
+    return out if weight is None else out * weight
+
+
+def group_norm(input: Tensor, num_groups: int, weight: Tensor | None = None, bias: Tensor | None = None,
+               eps: float = 1e-5) -> Tensor:  # fmt: skip
+    n, c = input.shape[0], input.shape[1]
+    if c % num_groups:
+        raise ArgumentError(f"group_norm: {c} channels are not divisible into {num_groups} groups")
+    out = input.reshape(n, num_groups, -1).layernorm(-1, eps).reshape(input.shape)
+    shape = (1, -1) + (1,) * (input.ndim - 2)
+    if weight is not None:
+        out = out * weight.reshape(shape)
+    return out if bias is None else out + bias.reshape(shape)
+
+
+def instance_norm(input: Tensor, running_mean: Tensor | None = None, running_var: Tensor | None = None,
+                  weight: Tensor | None = None, bias: Tensor | None = None, use_input_stats: bool = True,
+                  momentum: float = 0.1, eps: float = 1e-5) -> Tensor:  # fmt: skip
+    if running_mean is not None or running_var is not None or not use_input_stats:
+        raise NotImplementedError("instance_norm with running statistics is not supported")
+    out = input.reshape(*input.shape[:2], -1).layernorm(-1, eps).reshape(input.shape)
+    shape = (1, -1) + (1,) * (input.ndim - 2)
+    if weight is not None:
+        out = out * weight.reshape(shape)
+    return out if bias is None else out + bias.reshape(shape)
+
+
+def batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tensor | None, weight: Tensor | None = None,
+               bias: Tensor | None = None, training: bool = False, momentum: float = 0.1,
+               eps: float = 1e-5) -> Tensor:  # fmt: skip
+    """torch's: with training=True the batch's statistics, and the running ones (when given) moved toward them in
+    place; otherwise the running statistics."""
+    from lazygrad.nn import _batch_norm
+
+    if input.ndim < 2:
+        raise ValueError(f"batch_norm needs an input of shape (N, C, ...), got {input.shape}")
+    if training:
+        if running_mean is not None and running_var is not None:
+            counter = Tensor.zeros((), dtype=dtypes.int64, device=input.device).contiguous()  # torch's has none here
+            return _batch_norm(input, weight, bias, running_mean, running_var, counter, eps=eps, momentum=momentum)
+        return _batch_norm(input, weight, bias, eps=eps)
+    if running_mean is None or running_var is None:
+        raise ValueError("batch_norm: running_mean and running_var must be given when not training")
+    return input.batchnorm(weight, bias, running_mean, (running_var + eps).rsqrt())
+
+
+def local_response_norm(input: Tensor, size: int, alpha: float = 1e-4, beta: float = 0.75, k: float = 1.0) -> Tensor:
+    # the mean of squares over `size` neighbouring channels, zero padded as torch's (size // 2 before, the rest after)
+    sq = input.square().unsqueeze(1)
+    pads = [0, 0] * (input.ndim - 2) + [size // 2, (size - 1) // 2]
+    window = sq.pad(pads)
+    div = window.avg_pool2d((size,) + (1,) * (input.ndim - 2), 1).squeeze(1)
+    return input / (div * alpha + k).pow(beta)
+
+
+# *** distances ***
+
+
+def cosine_similarity(x1: Tensor, x2: Tensor, dim: int = 1, eps: float = 1e-8) -> Tensor:
+    # torch clamps each norm at eps (since 1.12): x1.x2 / (max(|x1|, eps) * max(|x2|, eps))
+    n1 = x1.square().sum(dim).sqrt().maximum(eps)
+    n2 = x2.square().sum(dim).sqrt().maximum(eps)
+    return (x1 * x2).sum(dim) / (n1 * n2)
+
+
+def pairwise_distance(x1: Tensor, x2: Tensor, p: float = 2.0, eps: float = 1e-6, keepdim: bool = False) -> Tensor:
+    d = (x1 - x2 + eps).abs()
+    if p == math.inf:
+        return d.max(-1, keepdim=keepdim)
+    return d.pow(p).sum(-1, keepdim=keepdim).pow(1 / p)
+
+
+# *** losses ***
+
+
+def _reduce(loss: Tensor, reduction: str) -> Tensor:
+    if reduction == "mean":
+        return loss.mean()
+    if reduction == "sum":
+        return loss.sum()
+    if reduction == "none":
+        return loss
+    raise ValueError(f"{reduction} is not a valid value for reduction")
+
+
+def _same_shape(input: Tensor, target: Tensor, name: str) -> tuple[Tensor, Tensor]:
+    if input.shape != target.shape:
+        # torch broadcasts with a warning; a mismatch is nearly always a bug, so it is an error here
+        raise ArgumentError(f"{name}: target shape {target.shape} differs from input shape {input.shape}")
+    return input, target
+
+
+def mse_loss(input: Tensor, target: Tensor, size_average: Any = None, reduce: Any = None,
+             reduction: str = "mean", weight: Tensor | None = None) -> Tensor:  # fmt: skip
+    input, target = _same_shape(input, target, "mse_loss")
+    loss = (input - target).square()
+    return _reduce(loss if weight is None else loss * weight, reduction)
+
+
+def l1_loss(input: Tensor, target: Tensor, size_average: Any = None, reduce: Any = None,
+            reduction: str = "mean", weight: Tensor | None = None) -> Tensor:  # fmt: skip
+    input, target = _same_shape(input, target, "l1_loss")
+    loss = (input - target).abs()
+    return _reduce(loss if weight is None else loss * weight, reduction)
+
+
+def smooth_l1_loss(input: Tensor, target: Tensor, size_average: Any = None, reduce: Any = None,
+                   reduction: str = "mean", beta: float = 1.0) -> Tensor:  # fmt: skip
+    input, target = _same_shape(input, target, "smooth_l1_loss")
+    d = (input - target).abs()
+    loss = d if beta == 0 else (d < beta).where(0.5 * d.square() / beta, d - 0.5 * beta)
+    return _reduce(loss, reduction)
+
+
+def huber_loss(input: Tensor, target: Tensor, reduction: str = "mean", delta: float = 1.0,
+               weight: Tensor | None = None) -> Tensor:  # fmt: skip
+    input, target = _same_shape(input, target, "huber_loss")
+    d = (input - target).abs()
+    loss = (d < delta).where(0.5 * d.square(), delta * (d - 0.5 * delta))
+    return _reduce(loss if weight is None else loss * weight, reduction)
+
+
+def binary_cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None, size_average: Any = None,
+                         reduce: Any = None, reduction: str = "mean") -> Tensor:  # fmt: skip
+    input, target = _same_shape(input, target, "binary_cross_entropy")
+    # torch clamps each log at -100, so that 0 and 1 give a finite loss
+    loss = -(target * input.log().maximum(-100.0) + (1 - target) * (1 - input).log().maximum(-100.0))
+    return _reduce(loss if weight is None else loss * weight, reduction)
+
+
+def binary_cross_entropy_with_logits(input: Tensor, target: Tensor, weight: Tensor | None = None,
+                                     size_average: Any = None, reduce: Any = None, reduction: str = "mean",
+                                     pos_weight: Tensor | None = None) -> Tensor:  # fmt: skip
+    input, target = _same_shape(input, target, "binary_cross_entropy_with_logits")
+    loss = input.binary_crossentropy_logits(target, "none", pos_weight)
+    return _reduce(loss if weight is None else loss * weight, reduction)
+
+
+def nll_loss(input: Tensor, target: Tensor, weight: Tensor | None = None, size_average: Any = None,
+             ignore_index: int = -100, reduce: Any = None, reduction: str = "mean") -> Tensor:  # fmt: skip
+    return input.nll_loss(target, weight, ignore_index, reduction)
+
+
+def cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None, size_average: Any = None,
+                  ignore_index: int = -100, reduce: Any = None, reduction: str = "mean",
+                  label_smoothing: float = 0.0) -> Tensor:  # fmt: skip
+    """torch's cross entropy over dim 1 (or dim 0 of an unbatched input): class indices or class probabilities as
+    target, with weight, ignore_index (indices) and label smoothing."""
+    if reduction not in ("mean", "sum", "none"):
+        raise ValueError(f"{reduction} is not a valid value for reduction")
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise ValueError(f"label_smoothing must be between 0.0 and 1.0, got {label_smoothing}")
+    dim = 1 if input.ndim >= 2 else 0
+    logp = input.log_softmax(dim)
+    classes = input.shape[dim]
+    wshape = [classes if i == dim else 1 for i in range(input.ndim)]
+    if dtypes.is_float(target.dtype):  # class probabilities, same shape as the input
+        input, target = _same_shape(input, target, "cross_entropy")
+        if label_smoothing:
+            target = target * (1 - label_smoothing) + label_smoothing / classes
+        terms = logp * target if weight is None else logp * target * weight.reshape(wshape)
+        loss = -terms.sum(dim)
+        if reduction == "mean":
+            return loss.sum() / (input.numel() // classes if input.numel() else 1)
+        return _reduce(loss, reduction)
+    nll = logp.nll_loss(target, weight, ignore_index, reduction)
+    if not label_smoothing:
+        return nll
+    # torch: (1 - eps) * nll + eps * the mean over classes of -w_c log p_c, ignored targets masked, and with
+    # reduction mean divided by the same sum of target weights as the nll term
+    valid = (target != ignore_index).cast(logp.dtype)
+    w = Tensor.ones(classes, dtype=logp.dtype, device=logp.device) if weight is None else weight
+    smooth = -(logp * w.reshape(wshape)).sum(dim) * valid / classes
+    if reduction == "none":
+        smooth_r = smooth
+    elif reduction == "sum":
+        smooth_r = smooth.sum()
+    else:
+        hit = target.clip(0, classes - 1).one_hot(classes).cast(logp.dtype)
+        if dim == 1 and target.ndim >= 1:
+            hit = hit.permute(0, target.ndim, *range(1, target.ndim)) if target.ndim > 1 else hit
+        denom = (hit * w.reshape(wshape)).sum(dim) * valid if weight is not None else valid
+        smooth_r = smooth.sum() / denom.sum()
+    return (1 - label_smoothing) * nll + label_smoothing * smooth_r
+
+
+def kl_div(input: Tensor, target: Tensor, size_average: Any = None, reduce: Any = None, reduction: str = "mean",
+           log_target: bool = False) -> Tensor:  # fmt: skip
+    if log_target:
+        loss = target.exp() * (target - input)
+    else:  # target * (log target - input), 0 where target is 0 (torch's xlogy)
+        loss = (target > 0).where(target * (target.maximum(1e-38).log() - input), -target * input * 0)
+    if reduction == "batchmean":
+        return loss.sum() / (input.shape[0] if input.ndim else 1)
+    return _reduce(loss, reduction)
+
+
+def poisson_nll_loss(input: Tensor, target: Tensor, log_input: bool = True, full: bool = False,
+                     size_average: Any = None, eps: float = 1e-8, reduce: Any = None,
+                     reduction: str = "mean") -> Tensor:  # fmt: skip
+    loss = input.exp() - target * input if log_input else input - target * (input + eps).log()
+    if full:  # Stirling's term where target > 1
+        stirling = target * target.maximum(1).log() - target + 0.5 * (2 * math.pi * target.maximum(1)).log()
+        loss = loss + (target > 1).where(stirling, 0.0)
+    return _reduce(loss, reduction)
+
+
+def gaussian_nll_loss(input: Tensor, target: Tensor, var: Tensor, full: bool = False, eps: float = 1e-6,
+                      reduction: str = "mean") -> Tensor:  # fmt: skip
+    if var.ndim == input.ndim - 1 or (var.ndim == input.ndim and var.shape[-1] == 1 and input.shape[-1] != 1):
+        var = var.unsqueeze(-1) if var.ndim == input.ndim - 1 else var
+    v = var.maximum(eps)
+    loss = 0.5 * (v.log() + (input - target).square() / v)
+    if full:
+        loss = loss + 0.5 * math.log(2 * math.pi)
+    return _reduce(loss, reduction)
+
+
+def margin_ranking_loss(input1: Tensor, input2: Tensor, target: Tensor, margin: float = 0.0,
+                        size_average: Any = None, reduce: Any = None, reduction: str = "mean") -> Tensor:  # fmt: skip
+    return _reduce((-target * (input1 - input2) + margin).relu(), reduction)
+
+
+def hinge_embedding_loss(input: Tensor, target: Tensor, margin: float = 1.0, size_average: Any = None,
+                         reduce: Any = None, reduction: str = "mean") -> Tensor:  # fmt: skip
+    loss = (target == 1).where(input, 0.0) + (target == -1).where((margin - input).relu(), 0.0)
+    return _reduce(loss, reduction)
+
+
+def soft_margin_loss(input: Tensor, target: Tensor, size_average: Any = None, reduce: Any = None,
+                     reduction: str = "mean") -> Tensor:  # fmt: skip
+    return _reduce((-target * input).softplus(), reduction)
+
+
+def cosine_embedding_loss(input1: Tensor, input2: Tensor, target: Tensor, margin: float = 0.0,
+                          size_average: Any = None, reduce: Any = None, reduction: str = "mean") -> Tensor:  # fmt: skip
+    # torch's own form: the norms' squares plus an epsilon of 1e-12 under one square root
+    dot = (input1 * input2).sum(-1)
+    cos = dot / ((input1.square().sum(-1) + 1e-12) * (input2.square().sum(-1) + 1e-12)).sqrt()
+    loss = (target == 1).where(1 - cos, 0.0) + (target == -1).where((cos - margin).relu(), 0.0)
+    return _reduce(loss, reduction)
+
+
+def triplet_margin_loss(anchor: Tensor, positive: Tensor, negative: Tensor, margin: float = 1.0, p: float = 2,
+                        eps: float = 1e-6, swap: bool = False, size_average: Any = None, reduce: Any = None,
+                        reduction: str = "mean") -> Tensor:  # fmt: skip
+    d_pos = pairwise_distance(anchor, positive, p, eps)
+    d_neg = pairwise_distance(anchor, negative, p, eps)
+    if swap:
+        d_neg = d_neg.minimum(pairwise_distance(positive, negative, p, eps))
+    return _reduce((d_pos - d_neg + margin).relu(), reduction)
+
+
+def multilabel_soft_margin_loss(input: Tensor, target: Tensor, weight: Tensor | None = None,
+                                size_average: Any = None, reduce: Any = None,
+                                reduction: str = "mean") -> Tensor:  # fmt: skip
+    loss = -(target * input.logsigmoid() + (1 - target) * (-input).logsigmoid())
+    loss = (loss if weight is None else loss * weight).mean(-1)
+    return _reduce(loss, reduction)
+
+
+# *** attention ***
+
+
+def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = None,
+                                 dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None,
+                                 enable_gqa: bool = False) -> Tensor:  # fmt: skip
+    return query.scaled_dot_product_attention(key, value, attn_mask, dropout_p, is_causal, enable_gqa, scale)
+
+
+def unfold(input: Tensor, kernel_size: Any, dilation: Any = 1, padding: Any = 0, stride: Any = 1) -> Tensor:
+    """im2col: (N, C, H, W) -> (N, C * kh * kw, L), the blocks' values in torch's order (channel, then kernel row,
+    then kernel column)."""
+    if input.ndim not in (3, 4):
+        raise ArgumentError(f"unfold: expected a 3D or 4D input, got shape {input.shape}")
+    x = input if input.ndim == 4 else input.unsqueeze(0)
+    n, c = x.shape[:2]
+    k, d, p, s = (make_tuple(v, 2) for v in (kernel_size, dilation, padding, stride))
+    x = x.pad((p[1], p[1], p[0], p[0]))
+    oh = (x.shape[2] - d[0] * (k[0] - 1) - 1) // s[0] + 1
+    ow = (x.shape[3] - d[1] * (k[1] - 1) - 1) // s[1] + 1
+    if oh <= 0 or ow <= 0:
+        raise ArgumentError(f"unfold: kernel {k} with dilation {d} does not fit padded input {x.shape[2:]}")
+    cols = [
+        x[:, :, i * d[0] : i * d[0] + s[0] * (oh - 1) + 1 : s[0], j * d[1] : j * d[1] + s[1] * (ow - 1) + 1 : s[1]]
+        for i in range(k[0])
+        for j in range(k[1])
+    ]
+    out = Tensor.stack(*cols, dim=2).reshape(n, c * k[0] * k[1], oh * ow)
+    return out if input.ndim == 4 else out.squeeze(0)
+
+
+def fold(input: Tensor, output_size: Any, kernel_size: Any, dilation: Any = 1, padding: Any = 0,
+         stride: Any = 1) -> Tensor:  # fmt: skip
+    """col2im, unfold's adjoint: each block's values added back at their positions (overlaps summed)."""
+    x = input if input.ndim == 3 else input.unsqueeze(0)
+    k, d, p, s, size = (make_tuple(v, 2) for v in (kernel_size, dilation, padding, stride, output_size))
+    n, ckk, length = x.shape
+    c = ckk // (k[0] * k[1])
+    hp, wp = size[0] + 2 * p[0], size[1] + 2 * p[1]
+    oh = (hp - d[0] * (k[0] - 1) - 1) // s[0] + 1
+    ow = (wp - d[1] * (k[1] - 1) - 1) // s[1] + 1
+    if ckk % (k[0] * k[1]) or oh * ow != length:
+        raise ArgumentError(f"fold: input {input.shape} does not fit kernel {k} over output {size}")
+    blocks = x.reshape(n, c, k[0], k[1], oh, ow)
+    out = Tensor.zeros(n, c, hp, wp, dtype=x.dtype, device=x.device)
+    for i in range(k[0]):
+        for j in range(k[1]):
+            # block (i, j)'s values at rows i*d0 + s0*r, columns j*d1 + s1*q: strided, so placed by padding a
+            # stride-spaced grid (each value followed by s-1 zeros)
+            v = blocks[:, :, i, j]
+            v = v.unsqueeze(-1).pad((0, s[1] - 1)).reshape(n, c, oh, ow * s[1])[..., : (ow - 1) * s[1] + 1]
+            v = v.unsqueeze(-2).pad((0, 0, 0, s[0] - 1)).reshape(n, c, oh * s[0], -1)[:, :, : (oh - 1) * s[0] + 1]
+            top, left = i * d[0], j * d[1]
+            out = out + v.pad((left, wp - left - v.shape[3], top, hp - top - v.shape[2]))
+    out = out[:, :, p[0] : p[0] + size[0], p[1] : p[1] + size[1]]
+    return out if input.ndim == 3 else out.squeeze(0)

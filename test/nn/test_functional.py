@@ -1,0 +1,254 @@
+"""lazygrad.nn.functional against torch.nn.functional: the same call (torch's names, argument order and defaults) on
+the same inputs, values and gradients, over batched and unbatched inputs, edge sizes and each function's options."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as TF
+
+import lazygrad.nn.functional as F
+from lazygrad import Tensor
+from test.opcheck import check, randn
+
+
+def _ints(shape: tuple[int, ...], high: int, seed: int = 3) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, high, shape).astype(np.int64)
+
+
+def _uniform(*shape: int, low: float = 0.02, high: float = 0.98, seed: int = 4) -> np.ndarray:
+    return np.random.default_rng(seed).uniform(low, high, shape).astype(np.float32)
+
+
+def _both(name: str, *args: Any, **kwargs: Any) -> tuple[Callable, Callable]:
+    """F.name and torch's F.name called as torch's signature reads: the first tensor, `args`, the other tensors, then
+    `kwargs` (numpy arrays there become tensors that need no gradient: torch has none for a loss's target)."""
+
+    def call(mod: Any, tensor: Callable) -> Callable:
+        kw = {k: tensor(v) if isinstance(v, np.ndarray) else v for k, v in kwargs.items()}
+        return lambda first, *ts: getattr(mod, name)(first, *args, *ts, **kw)
+
+    return call(F, Tensor), call(TF, torch.tensor)
+
+
+# (function, extra positional args, keyword args, inputs)
+CASES: list[tuple[str, tuple, dict, list[np.ndarray]]] = [
+    ("relu", (), {}, [randn(3, 5)]),
+    ("relu6", (), {}, [randn(3, 5) * 4]),
+    ("leaky_relu", (0.2,), {}, [randn(4, 3)]),
+    ("elu", (), {"alpha": 0.7}, [randn(4, 3)]),
+    ("celu", (), {"alpha": 1.3}, [randn(4, 3)]),
+    ("selu", (), {}, [randn(4, 3)]),
+    ("gelu", (), {}, [randn(4, 7)]),
+    ("gelu", (), {"approximate": "tanh"}, [randn(4, 7)]),
+    ("silu", (), {}, [randn(9)]),
+    ("mish", (), {}, [randn(9)]),
+    ("hardtanh", (-0.5, 0.7), {}, [randn(9)]),
+    ("hardswish", (), {}, [randn(9) * 4]),
+    ("hardsigmoid", (), {}, [randn(9) * 4]),
+    ("hardshrink", (), {"lambd": 0.3}, [randn(9)]),
+    ("softshrink", (), {"lambd": 0.3}, [randn(9)]),
+    ("tanhshrink", (), {}, [randn(9)]),
+    ("threshold", (0.1, -2.0), {}, [randn(9)]),
+    ("logsigmoid", (), {}, [randn(9) * 10]),
+    ("softsign", (), {}, [randn(9)]),
+    ("softplus", (), {"beta": 2.0, "threshold": 3.0}, [randn(9) * 4]),
+    ("glu", (), {"dim": 1}, [randn(3, 6, 2)]),
+    ("softmax", (), {"dim": 1}, [randn(3, 6, 2)]),
+    ("log_softmax", (), {"dim": -1}, [randn(3, 6)]),
+    ("softmin", (), {"dim": 0}, [randn(3, 6)]),
+    ("normalize", (), {"dim": -1}, [randn(3, 6)]),
+    ("linear", (), {}, [randn(5, 4), randn(3, 4), randn(3)]),
+    ("bilinear", (), {}, [randn(5, 4), randn(5, 3), randn(2, 4, 3), randn(2)]),
+    ("conv1d", (), {"stride": 2, "padding": 1}, [randn(2, 4, 11), randn(6, 4, 3), randn(6)]),
+    ("conv1d", (), {"padding": "same", "dilation": 2}, [randn(4, 10), randn(3, 4, 3)]),  # unbatched
+    ("conv2d", (), {"stride": (1, 2), "padding": 1, "groups": 2}, [randn(2, 4, 7, 6), randn(6, 2, 3, 3), randn(6)]),
+    ("conv3d", (), {"padding": 1}, [randn(1, 2, 4, 5, 3), randn(3, 2, 3, 3, 3)]),
+    ("conv_transpose1d", (), {"stride": 2, "output_padding": 1}, [randn(2, 3, 5), randn(3, 4, 3), randn(4)]),
+    ("conv_transpose2d", (), {"stride": 2, "padding": 1}, [randn(1, 3, 4, 5), randn(3, 2, 3, 3)]),
+    ("max_pool1d", (3,), {"stride": 2, "padding": 1}, [randn(2, 3, 10)]),
+    ("max_pool2d", (2,), {}, [randn(2, 3, 6, 7)]),
+    ("max_pool2d", ((3, 2),), {"stride": 1, "ceil_mode": True}, [randn(3, 5, 7)]),  # unbatched
+    ("max_pool3d", (2,), {}, [randn(1, 2, 4, 4, 5)]),
+    ("avg_pool1d", (3,), {"stride": 2, "padding": 1, "count_include_pad": False}, [randn(2, 3, 10)]),
+    ("avg_pool2d", (3,), {"stride": 2, "ceil_mode": True}, [randn(2, 3, 7, 8)]),
+    ("avg_pool2d", (2,), {"divisor_override": 3}, [randn(1, 2, 4, 6)]),
+    ("avg_pool3d", (2,), {}, [randn(1, 2, 4, 4, 6)]),
+    ("adaptive_avg_pool1d", (4,), {}, [randn(2, 3, 10)]),
+    ("adaptive_avg_pool2d", ((3, 5),), {}, [randn(2, 3, 7, 10)]),
+    ("adaptive_avg_pool2d", (1,), {}, [randn(2, 3, 5, 5)]),
+    ("adaptive_avg_pool2d", ((None, 2),), {}, [randn(3, 5, 6)]),
+    ("adaptive_avg_pool3d", (2,), {}, [randn(1, 2, 5, 4, 3)]),
+    ("adaptive_max_pool1d", (3,), {}, [randn(2, 3, 10)]),
+    ("adaptive_max_pool2d", ((2, 3),), {}, [randn(2, 3, 7, 7)]),
+    ("pad", ((1, 2, 0, 3),), {"value": 0.5}, [randn(2, 3, 4)]),
+    ("pad", ((2, 1),), {"mode": "reflect"}, [randn(2, 3, 5)]),
+    ("interpolate", (), {"scale_factor": 2, "mode": "nearest"}, [randn(1, 2, 3, 4)]),
+    ("interpolate", (), {"size": (5, 7), "mode": "bilinear", "align_corners": False}, [randn(1, 2, 3, 4)]),
+    ("pixel_shuffle", (2,), {}, [randn(2, 8, 3, 4)]),
+    ("pixel_unshuffle", (2,), {}, [randn(2, 2, 4, 6)]),
+    ("dropout", (), {"p": 0.3, "training": False}, [randn(4, 5)]),
+    ("layer_norm", ((5,),), {}, [randn(3, 4, 5), randn(5), randn(5)]),
+    ("layer_norm", ((4, 5),), {"eps": 1e-3}, [randn(3, 4, 5)]),
+    ("rms_norm", ((5,),), {}, [randn(3, 4, 5), randn(5)]),
+    ("group_norm", (2,), {}, [randn(3, 4, 5), randn(4), randn(4)]),
+    ("instance_norm", (), {}, [randn(2, 3, 4, 5)]),
+    ("local_response_norm", (3,), {}, [randn(2, 5, 4, 4)]),
+    ("cosine_similarity", (), {"dim": -1}, [randn(4, 6), randn(4, 6, seed=1)]),
+    ("pairwise_distance", (), {}, [randn(4, 6), randn(4, 6, seed=1)]),
+    ("pairwise_distance", (), {"p": 1.0, "keepdim": True}, [randn(4, 6), randn(4, 6, seed=1)]),
+    ("mse_loss", (), {}, [randn(4, 6), randn(4, 6, seed=1)]),
+    ("l1_loss", (), {"reduction": "sum"}, [randn(4, 6), randn(4, 6, seed=1)]),
+    ("smooth_l1_loss", (), {"beta": 0.5}, [randn(4, 6), randn(4, 6, seed=1)]),
+    ("huber_loss", (), {"delta": 0.7, "reduction": "none"}, [randn(4, 6), randn(4, 6, seed=1)]),
+    ("binary_cross_entropy", (), {}, [_uniform(4, 6), _uniform(4, 6, seed=5)]),
+    (
+        "binary_cross_entropy",
+        (),
+        {"reduction": "sum", "weight": _uniform(4, 6)},
+        [_uniform(4, 6), _uniform(4, 6, seed=5)],
+    ),
+    ("binary_cross_entropy_with_logits", (), {}, [randn(4, 6), _uniform(4, 6, seed=5)]),
+    ("kl_div", (), {"reduction": "batchmean"}, [randn(4, 6), _uniform(4, 6, seed=5)]),
+    ("kl_div", (), {"log_target": True}, [randn(4, 6), randn(4, 6, seed=5)]),
+    ("poisson_nll_loss", (), {}, [randn(4, 6), _uniform(4, 6, high=4.0, seed=5)]),
+    ("poisson_nll_loss", (), {"log_input": False, "full": True}, [_uniform(4, 6), _uniform(4, 6, high=4, seed=5)]),
+    ("gaussian_nll_loss", (), {}, [randn(4, 6), randn(4, 6, seed=1), _uniform(4, 6)]),
+    ("soft_margin_loss", (), {"target": np.sign(randn(4, 6, seed=2))}, [randn(4, 6)]),
+    ("multilabel_soft_margin_loss", (), {}, [randn(4, 6), (randn(4, 6, seed=2) > 0).astype(np.float32)]),
+    ("margin_ranking_loss", (), {"margin": 0.2}, [randn(6), randn(6, seed=1), np.sign(randn(6, seed=2))]),
+    ("hinge_embedding_loss", (), {}, [randn(6), np.sign(randn(6, seed=2))]),
+    ("cosine_embedding_loss", (), {"margin": 0.1}, [randn(5, 4), randn(5, 4, seed=1), np.sign(randn(5, seed=2))]),
+    ("triplet_margin_loss", (), {"swap": True}, [randn(5, 4), randn(5, 4, seed=1), randn(5, 4, seed=2)]),
+    ("unfold", (3,), {"padding": 1, "stride": 2}, [randn(2, 3, 7, 6)]),
+    ("unfold", ((2, 3),), {"dilation": 2}, [randn(3, 8, 9)]),  # unbatched
+    ("fold", ((7, 6), 3), {"padding": 1, "stride": 2}, [randn(2, 27, 12)]),
+    ("fold", ((5, 6), (2, 3)), {"dilation": (1, 2)}, [randn(1, 12, 8)]),
+    (
+        "scaled_dot_product_attention",
+        (),
+        {"is_causal": True},
+        [randn(2, 3, 5, 4), randn(2, 3, 5, 4), randn(2, 3, 5, 4)],
+    ),
+]
+
+
+@pytest.mark.parametrize("name, args, kwargs, inputs", CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
+def test_functional_matches_torch(name: str, args: tuple, kwargs: dict, inputs: list[np.ndarray]) -> None:
+    check(*_both(name, *args, **kwargs), inputs, atol=1e-5, grad_atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {},
+        {"reduction": "sum"},
+        {"reduction": "none"},
+        {"ignore_index": 2},
+        {"label_smoothing": 0.1},
+        {"label_smoothing": 0.2, "ignore_index": 1, "reduction": "sum"},
+        {"weight": "w"},
+        {"weight": "w", "label_smoothing": 0.3},
+        {"weight": "w", "label_smoothing": 0.1, "ignore_index": 0},
+    ],
+)
+@pytest.mark.parametrize("shape", [(6, 5), (3, 5, 4), (5,)])
+def test_cross_entropy_with_class_indices(kwargs: dict, shape: tuple[int, ...]) -> None:
+    classes = shape[0] if len(shape) == 1 else shape[1]
+    target = _ints(() if len(shape) == 1 else (shape[0], *shape[2:]), classes)
+    w = np.linspace(0.5, 2.0, classes).astype(np.float32)
+
+    def call(mod: Any, tensor: Callable) -> Callable:
+        kw = {k: (tensor(w) if v == "w" else v) for k, v in kwargs.items()}
+        return lambda x: mod.cross_entropy(x, tensor(target), **kw)
+
+    check(call(F, Tensor), call(TF, torch.tensor), [randn(*shape)], atol=1e-5, grad_atol=1e-5)
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"label_smoothing": 0.2}, {"reduction": "sum"}])
+def test_cross_entropy_with_class_probabilities(kwargs: dict) -> None:
+    probs = torch.tensor(randn(4, 5, 3, seed=7)).softmax(1).numpy()
+    check(
+        lambda x, p: F.cross_entropy(x, p, **kwargs),
+        lambda x, p: TF.cross_entropy(x, p, **kwargs),
+        [randn(4, 5, 3), probs],
+        atol=1e-5,
+    )
+
+
+def test_nll_loss_and_embedding_match_torch() -> None:
+    logp, target = torch.tensor(randn(6, 4)).log_softmax(1).numpy(), _ints((6,), 4)
+    check(lambda x: F.nll_loss(x, Tensor(target)), lambda x: TF.nll_loss(x, torch.tensor(target)), [logp])
+    idx = _ints((3, 5), 7)
+    for padding_idx in (None, 2):
+        check(
+            lambda w: F.embedding(Tensor(idx), w, padding_idx=padding_idx),
+            lambda w: TF.embedding(torch.tensor(idx), w, padding_idx=padding_idx),
+            [randn(7, 4)],
+        )
+
+
+def test_one_hot_and_batch_norm_eval_match_torch() -> None:
+    idx = _ints((2, 5), 6)
+    np.testing.assert_array_equal(F.one_hot(Tensor(idx), 6).numpy(), TF.one_hot(torch.tensor(idx), 6).numpy())
+    mean, var = randn(3, seed=2), _uniform(3, low=0.5, high=2)
+    check(
+        lambda x, w, b: F.batch_norm(x, Tensor(mean), Tensor(var), w, b),
+        lambda x, w, b: TF.batch_norm(x, torch.tensor(mean), torch.tensor(var), w, b),
+        [randn(4, 3, 5), randn(3, seed=3), randn(3, seed=4)],
+    )
+
+
+def test_batch_norm_training_moves_the_running_statistics_as_torch() -> None:
+    x = randn(8, 3, 5)
+    lg_mean, lg_var = Tensor.zeros(3).contiguous().realize(), Tensor.ones(3).contiguous().realize()
+    th_mean, th_var = torch.zeros(3), torch.ones(3)
+    for step in range(3):
+        out = F.batch_norm(Tensor(x * (step + 1)), lg_mean, lg_var, training=True, momentum=0.2).numpy()
+        ref = TF.batch_norm(torch.tensor(x * (step + 1)), th_mean, th_var, training=True, momentum=0.2)
+        np.testing.assert_allclose(out, ref.numpy(), atol=1e-5, rtol=1e-5)
+    np.testing.assert_allclose(lg_mean.numpy(), th_mean.numpy(), atol=1e-6, rtol=1e-5)
+    np.testing.assert_allclose(lg_var.numpy(), th_var.numpy(), atol=1e-6, rtol=1e-5)
+
+
+def test_dropout_in_training_zeroes_and_scales() -> None:
+    x = Tensor.ones(200, 50)
+    out = F.dropout(x, p=0.25).numpy()
+    assert set(np.unique(out)) <= {0.0, np.float32(1 / 0.75)}
+    assert 0.2 < (out == 0).mean() < 0.3
+    # whole channels: every value of a (sample, channel) plane is kept or dropped together
+    planes = F.dropout2d(Tensor.ones(40, 30, 3, 4), p=0.5).numpy().reshape(40, 30, 12)
+    assert (planes.min(-1) == planes.max(-1)).all() and 0.3 < (planes[..., 0] == 0).mean() < 0.7
+    np.testing.assert_array_equal(F.dropout(x, 0.5, training=False).numpy(), x.numpy())
+
+
+def test_gumbel_softmax_hard_is_one_hot_with_soft_gradient() -> None:
+    logits = Tensor(randn(6, 5), requires_grad=True)
+    y = F.gumbel_softmax(logits, tau=0.5, hard=True)
+    values = y.numpy()
+    np.testing.assert_array_equal(values.sum(-1), np.ones(6))
+    assert set(np.unique(values)) <= {0.0, 1.0}
+    (y * Tensor(randn(6, 5, seed=2))).sum().backward()
+    assert logits.grad is not None and np.abs(logits.grad.numpy()).sum() > 0
+
+
+@pytest.mark.parametrize(
+    "call, error, match",
+    [
+        (lambda: F.conv2d(Tensor.ones(3, 4), Tensor.ones(2, 3, 1, 1)), RuntimeError, "3D or 4D input"),
+        (lambda: F.max_pool2d(Tensor.ones(5), 2), RuntimeError, "3D or 4D input"),
+        (lambda: F.mse_loss(Tensor.ones(3, 2), Tensor.ones(3)), RuntimeError, "target shape"),
+        (lambda: F.cross_entropy(Tensor.ones(3, 2), Tensor([0, 1, 0]), reduction="avg"), ValueError, "reduction"),
+        (lambda: F.layer_norm(Tensor.ones(3, 4), (3,)), RuntimeError, "normalized_shape"),
+        (lambda: F.glu(Tensor.ones(3, 5)), RuntimeError, "even"),
+        (lambda: F.dropout(Tensor.ones(3), 1.5), ValueError, "between 0 and 1"),
+        (lambda: F.pixel_shuffle(Tensor.ones(1, 3, 2, 2), 2), RuntimeError, "divisible"),
+        (lambda: F.gelu(Tensor.ones(3), approximate="erf"), RuntimeError, "approximate"),
+    ],
+)
+def test_bad_arguments_raise_torchs_class(call: Callable, error: type, match: str) -> None:
+    with pytest.raises(error, match=match):
+        call()
