@@ -11,6 +11,7 @@ from typing import Sequence
 
 from lazygrad.dtype import dtypes
 from lazygrad.helpers import make_tuple, prod
+from lazygrad.nn.module import _PARAMETERS, Module
 from lazygrad.tensor import ArgumentError, Tensor, _check_index_values, _replayed
 
 
@@ -22,6 +23,8 @@ def _own_buffer(init: Tensor, requires_grad: bool = False) -> Tensor:
     tensor makes every in-place update (`assign`) private to its tensor.
     """
     t = Tensor.empty(init.shape, dtype=init.dtype, device=init.device).assign(init)
+    if requires_grad:
+        _PARAMETERS[id(t)] = t
     # set either way: an optimizer takes a float tensor whose requires_grad was never set for a parameter
     return t.requires_grad_(requires_grad)
 
@@ -40,7 +43,7 @@ def _uniform(shape: tuple[int, ...], bound: float) -> Tensor:
     return _own_buffer(Tensor.uniform(*shape, low=-bound, high=bound), requires_grad=True)
 
 
-class Linear:
+class Linear(Module):
     def __init__(self, in_features: int, out_features: int, bias: bool = True):
         self.weight = _kaiming_uniform((out_features, in_features), in_features)
         self.bias = _uniform((out_features,), _fan_in_bound(in_features)) if bias else None
@@ -48,8 +51,12 @@ class Linear:
     def __call__(self, x: Tensor) -> Tensor:
         return x.linear(self.weight, self.bias)
 
+    def extra_repr(self) -> str:
+        out_features, in_features = self.weight.shape
+        return f"in_features={in_features}, out_features={out_features}, bias={self.bias is not None}"
 
-class Conv2d:
+
+class Conv2d(Module):
     """Convolution over len(kernel_size) spatial dims (2 for an int); weight (out, in/groups, *kernel) as in torch."""
 
     def __init__(
@@ -97,7 +104,7 @@ class Conv1d(Conv2d):
         super().__init__(in_channels, out_channels, make_tuple(kernel_size, 1), stride, padding, dilation, groups, bias)
 
 
-class ConvTranspose2d:
+class ConvTranspose2d(Module):
     """Weight (in, out/groups, *kernel) as in torch."""
 
     def __init__(
@@ -151,8 +158,9 @@ class ConvTranspose1d(ConvTranspose2d):
         super().__init__(in_channels, out_channels, k, stride, padding, output_padding, groups, bias, dilation)
 
 
-class BatchNorm:
-    """Batch normalization over dim 1 of (N, C, *spatial). While `Tensor.training` it normalizes with the batch's
+class BatchNorm(Module):
+    """Batch normalization over dim 1 of (N, C, *spatial). While training (the module's mode where `train()`/`eval()`
+    or a torch-style parent module set it, else `Tensor.training`: see nn/module.py) it normalizes with the batch's
     statistics and moves the running ones toward them (lazily: the update is realized with the next optimizer step);
     otherwise it uses the running statistics. momentum=None is torch's cumulative average.
 
@@ -187,15 +195,16 @@ class BatchNorm:
         if x.ndim < 2:
             raise ValueError(f"BatchNorm needs an input of shape (N, C, ...), got {x.shape}")
         axes = (0, *range(2, x.ndim))
+        training = self._training()  # the module's mode where train()/eval() or a parent set it, else Tensor's
         n = prod(x.shape[a] for a in axes)  # values per channel
-        if Tensor.training and n == 1:
+        if training and n == 1:
             raise ValueError(f"BatchNorm: expected more than 1 value per channel when training, got input {x.shape}")
-        if Tensor.training and self.eps <= 0:
+        if training and self.eps <= 0:
             raise ValueError(f"BatchNorm: eps must be positive when training, got {self.eps}")
-        if Tensor.training and self.track_running_stats:
+        if training and self.track_running_stats:
             stats = (self.running_mean, self.running_var, self.num_batches_tracked)
             return _batch_norm(x, self.weight, self.bias, *stats, eps=self.eps, momentum=self.momentum)
-        if Tensor.training or not self.track_running_stats:
+        if training or not self.track_running_stats:
             return _batch_norm(x, self.weight, self.bias, eps=self.eps)
         return x.batchnorm(self.weight, self.bias, self.running_mean, (self.running_var + self.eps).rsqrt())
 
@@ -232,7 +241,7 @@ def _batch_norm(
 BatchNorm1d = BatchNorm2d = BatchNorm3d = BatchNorm
 
 
-class InstanceNorm:
+class InstanceNorm(Module):
     """Normalizes each (sample, channel) plane of (N, C, *spatial) over its spatial dims; affine per channel. tinygrad's
     layer: affine defaults to True (torch's InstanceNorm2d defaults to False) and no running statistics are kept."""
 
@@ -252,7 +261,7 @@ class InstanceNorm:
         return x * self.weight.reshape(shape) + self.bias.reshape(shape)  # type: ignore[union-attr]
 
 
-class LayerNorm:
+class LayerNorm(Module):
     def __init__(
         self,
         normalized_shape: int | Sequence[int],
@@ -285,7 +294,7 @@ class LayerNorm2d(LayerNorm):
         return super().__call__(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
 
 
-class GroupNorm:
+class GroupNorm(Module):
     def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5, affine: bool = True):
         if num_channels % num_groups:
             raise ValueError(f"num_groups={num_groups} must divide num_channels={num_channels}")
@@ -305,7 +314,7 @@ class GroupNorm:
 _EPS = {dtypes.float16: 2.0**-10, dtypes.bfloat16: 2.0**-7, dtypes.float32: 2.0**-23, dtypes.float64: 2.0**-52}
 
 
-class RMSNorm:
+class RMSNorm(Module):
     """x / sqrt(mean(x^2) + eps) * weight over the trailing `normalized_shape` dims; eps=None is the dtype's epsilon."""
 
     def __init__(
@@ -331,7 +340,7 @@ class RMSNorm:
         return x if self.weight is None else x * self.weight
 
 
-class LSTMCell:
+class LSTMCell(Module):
     """One LSTM step, torch's parameter names and gate order (input, forget, cell, output)."""
 
     def __init__(self, input_size: int, hidden_size: int, bias: bool = True):
@@ -353,7 +362,7 @@ class LSTMCell:
         return o.sigmoid() * c.tanh(), c
 
 
-class Embedding:
+class Embedding(Module):
     def __init__(
         self,
         num_embeddings: int | None = None,
@@ -379,8 +388,54 @@ class Embedding:
         return hit.cast(self.weight.dtype) @ self.weight
 
 
+class Conv3d(Conv2d):
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: int | Sequence[int],
+        stride: int | Sequence[int] = 1,
+        padding: int | Sequence[int] | str = 0,
+        dilation: int | Sequence[int] = 1,
+        groups: int = 1,
+        bias: bool = True,
+    ):
+        super().__init__(in_channels, out_channels, make_tuple(kernel_size, 3), stride, padding, dilation, groups, bias)
+
+
+class ConvTranspose3d(ConvTranspose2d):
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: int | Sequence[int],
+        stride: int | Sequence[int] = 1,
+        padding: int | Sequence[int] = 0,
+        output_padding: int | Sequence[int] = 0,
+        groups: int = 1,
+        bias: bool = True,
+        dilation: int | Sequence[int] = 1,
+    ):
+        k = make_tuple(kernel_size, 3)
+        super().__init__(in_channels, out_channels, k, stride, padding, output_padding, groups, bias, dilation)
+
+
+# torch's InstanceNorm1d/2d/3d default to affine=False (tinygrad's InstanceNorm to True)
+class InstanceNorm2d(InstanceNorm):
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.1, affine: bool = False,
+                 track_running_stats: bool = False):  # fmt: skip
+        if track_running_stats:
+            raise NotImplementedError("InstanceNorm with track_running_stats=True is not supported")
+        super().__init__(num_features, eps, affine)
+
+
+InstanceNorm1d = InstanceNorm3d = InstanceNorm2d
+
+
 # submodules, so that `from lazygrad import nn` gives nn.optim and nn.state as in the examples (they import this file)
-from lazygrad.nn import datasets, optim, state  # noqa: E402
+from lazygrad.nn import datasets, functional, optim, state  # noqa: E402
+from lazygrad.nn.module import *  # noqa: E402, F403
+from lazygrad.nn.module import __all__ as _module_names  # noqa: E402
 
 __all__ = [
     "Linear",
@@ -399,7 +454,15 @@ __all__ = [
     "GroupNorm",
     "RMSNorm",
     "Embedding",
+    "Conv3d",
+    "ConvTranspose3d",
+    "InstanceNorm1d",
+    "InstanceNorm2d",
+    "InstanceNorm3d",
+    "Module",
+    "functional",
     "optim",
     "state",
     "datasets",
+    *_module_names,
 ]
