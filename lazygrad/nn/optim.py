@@ -9,9 +9,10 @@ a number would be baked into the kernel source and every step would compile new 
 from __future__ import annotations
 
 import functools
+import inspect
 import math
 import threading
-from typing import Sequence
+from typing import Any, Sequence
 
 from lazygrad.device import Device
 from lazygrad.dtype import DType, dtypes
@@ -31,6 +32,24 @@ from lazygrad.tensor import (
 )
 from lazygrad.uop.ops import GroupOp, Ops, UOp
 from lazygrad.uop.program import GraphProgram, Unbuilt, note_replay
+
+
+def _torch_betas(name: str, b1: float, b2: float, options: dict[str, Any]) -> tuple[float, float]:
+    """torch's spelling of an Adam-like optimizer's options: betas=(b1, b2); amsgrad and maximize (only False);
+    foreach, capturable and differentiable (accepted: every update is one fused schedule here)."""
+    betas = options.pop("betas", None)
+    if options.pop("amsgrad", False) or options.pop("maximize", False):
+        raise NotImplementedError(f"{name}: amsgrad=True and maximize=True are not supported")
+    for key in ("foreach", "capturable", "differentiable"):
+        options.pop(key, None)
+    if options:
+        raise TypeError(f"{name}() got unexpected keyword arguments {sorted(options)}")
+    if betas is not None:
+        b1, b2 = betas
+    for beta in (b1, b2):
+        if not 0.0 <= beta < 1.0:
+            raise ValueError(f"{name}: invalid beta parameter {beta} (each must be in [0, 1))")
+    return b1, b2
 
 
 class Optimizer:
@@ -56,6 +75,27 @@ class Optimizer:
                 "(move the parameters there instead)"
             )
         self.lr = self._scalar(lr)
+
+    def __new__(cls, params: Any = None, *args: Any, **kwargs: Any) -> Any:
+        # torch's parameter groups, [{"params": [...], "lr": ...}, ...]: one optimizer of this class per group (the
+        # group's options over the call's), stepped together as an OptimizerGroup
+        if cls is not OptimizerGroup and isinstance(params, (list, tuple)) and params and isinstance(params[0], dict):
+            return _from_param_groups(cls, params, args, kwargs)
+        return super().__new__(cls)
+
+    @property
+    def param_groups(self) -> list[dict[str, Any]]:
+        """torch's view of the optimizer's options: one group (an OptimizerGroup has one per part). Setting a group's
+        "lr" writes the learning rate into its device scalar at once (no new kernels: an LR scheduler's step costs a
+        one-value copy); "momentum" and "weight_decay" take effect at the next step (new kernels: they are
+        constants in the update's code)."""
+        if "_groups" not in self.__dict__:
+            self._groups = [_ParamGroup(self)]
+        return self._groups
+
+    @property
+    def defaults(self) -> dict[str, Any]:
+        return {k: v for k, v in self.param_groups[0].items() if k != "params"}
 
     def _scalar(self, value: float) -> Tensor:
         return _own_buffer(Tensor.full((), value, dtype=dtypes.float64, device=self.device))
@@ -170,11 +210,18 @@ class SGD(Optimizer):
         classic: bool = False,
         device: str | None = None,
         fused: bool | None = None,
+        **torch_options: Any,
     ):
         """torch's SGD; `classic` (tinygrad's): the momentum buffer accumulates lr * gradient (the parameter moves by
         the buffer), where torch's accumulates the gradient (the parameter moves by lr * buffer). The two agree
         while the learning rate stays the same."""
         super().__init__(params, lr, device, fused)
+        if torch_options.pop("dampening", 0) or torch_options.pop("maximize", False):
+            raise NotImplementedError("SGD: dampening and maximize=True are not supported")
+        for key in ("foreach", "differentiable"):
+            torch_options.pop(key, None)
+        if torch_options:
+            raise TypeError(f"SGD() got unexpected keyword arguments {sorted(torch_options)}")
         if nesterov and momentum <= 0:
             raise ValueError("nesterov momentum needs momentum > 0")
         self.momentum, self.weight_decay, self.nesterov, self.classic = momentum, weight_decay, nesterov, classic
@@ -240,7 +287,9 @@ class Adam(_Moments):
         decoupled: bool = False,
         device: str | None = None,
         fused: bool | None = None,
+        **torch_options: Any,
     ):
+        b1, b2 = _torch_betas(type(self).__name__, b1, b2, torch_options)
         super().__init__(params, lr, b1, b2, eps, weight_decay, device, fused)
         self.decoupled = decoupled
         self._bias: dict[DType, tuple[Tensor, Tensor]] = {}  # this step's bias corrections, see _bias_terms
@@ -285,7 +334,9 @@ class AdamW(Adam):
         weight_decay: float = 0.01,
         device: str | None = None,
         fused: bool | None = None,
+        **torch_options: Any,
     ):
+        b1, b2 = _torch_betas(type(self).__name__, b1, b2, torch_options)
         super().__init__(params, lr, b1, b2, eps, weight_decay, decoupled=True, device=device, fused=fused)
 
 
@@ -305,7 +356,9 @@ class LAMB(_Moments):
         adam: bool = False,
         device: str | None = None,
         fused: bool | None = None,
+        **torch_options: Any,
     ):
+        b1, b2 = _torch_betas(type(self).__name__, b1, b2, torch_options)
         super().__init__(params, lr, b1, b2, eps, weight_decay, device, fused)
         self.adam = adam
 
@@ -418,6 +471,70 @@ class LARS(Optimizer):
         return out + [p.assign(w - g.cast(p.dtype))]
 
 
+def _from_param_groups(cls: type, groups: Sequence[dict[str, Any]], args: tuple, kwargs: dict[str, Any]) -> Any:
+    sig = inspect.signature(cls.__init__)
+    bound = sig.bind_partial(None, None, *args, **kwargs).arguments
+    varkw = next((p.name for p in sig.parameters.values() if p.kind is inspect.Parameter.VAR_KEYWORD), None)
+    base = {k: v for k, v in bound.items() if k not in ("self", "params", varkw)}
+    base.update(bound.get(varkw, {}) if varkw else {})
+    parts = []
+    for group in groups:
+        options = dict(group)
+        if "params" not in options:
+            raise ValueError("a parameter group needs 'params'")
+        params = options.pop("params")
+        parts.append(cls([params] if isinstance(params, Tensor) else list(params), **{**base, **options}))
+    return OptimizerGroup(*parts)
+
+
+class _ParamGroup(dict):
+    """One entry of Optimizer.param_groups: a dict of the optimizer's options whose writes reach the optimizer."""
+
+    def __init__(self, opt: Optimizer):
+        super().__init__(params=opt.params, lr=_read_lr(opt))
+        for key in ("momentum", "weight_decay", "eps", "nesterov"):
+            if hasattr(opt, key):
+                super().__setitem__(key, getattr(opt, key))
+        if hasattr(opt, "b1"):
+            super().__setitem__("betas", (opt.b1, opt.b2))
+        self.opt = opt
+
+    def __getitem__(self, key: str) -> Any:
+        if key == "lr":
+            return _read_lr(self.opt)
+        return super().__getitem__(key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self[key] if key in self else default
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        opt = self.opt
+        if key == "lr":
+            # the value from host memory: a constant would be part of the copy kernel's source, one new kernel a value
+            new = Tensor([float(value)], dtype=opt.lr.dtype, device=opt.lr.device).reshape(())
+            opt.lr.assign(new).realize()
+            opt.__dict__["_lr_written"] = (opt.lr.uop, float(value))
+        elif key == "betas":
+            # beta1**t is a running product on the device: a beta changed mid-run would not give torch's correction
+            raise NotImplementedError("changing betas after the optimizer is made is not supported")
+        elif key in ("momentum", "weight_decay") and hasattr(opt, key):
+            if key == "momentum" and value and not getattr(opt, "momentum", 0):
+                raise NotImplementedError("momentum can be changed only on an optimizer made with momentum")
+            setattr(opt, key, value)
+        super().__setitem__(key, float(value) if key == "lr" else value)
+
+
+def _read_lr(opt: Optimizer) -> float:
+    """The learning rate as a number: the last one written through param_groups, else read from the device (where
+    tinygrad-style code assigned opt.lr itself)."""
+    written = opt.__dict__.get("_lr_written")
+    if written is not None and written[0] is opt.lr.uop:
+        return written[1]
+    value = float(opt.lr.item())
+    opt.__dict__["_lr_written"] = (opt.lr.uop, value)
+    return value
+
+
 class OptimizerGroup(Optimizer):
     """Several optimizers stepped as one (tinygrad's OptimizerGroup): e.g. Muon for the matrices and AdamW for the
     rest. One step realizes every optimizer's update in one schedule."""
@@ -432,6 +549,10 @@ class OptimizerGroup(Optimizer):
 
     def __getitem__(self, i: int) -> Optimizer:
         return self.optimizers[i]
+
+    @property
+    def param_groups(self) -> list[dict[str, Any]]:
+        return [g for o in self.optimizers for g in o.param_groups]
 
     def zero_grad(self) -> None:
         for o in self.optimizers:
@@ -580,3 +701,7 @@ def _lerp(start: Tensor, end: Tensor, weight: float) -> Tensor:
     # torch's lerp, which takes the form that is exact at its nearer end
     diff = end - start
     return start + diff * weight if weight < 0.5 else end - diff * (1 - weight)
+
+
+# torch's place for them: nn.optim.lr_scheduler.StepLR(...)
+from lazygrad.nn import lr_scheduler  # noqa: E402, F401

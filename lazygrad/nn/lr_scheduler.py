@@ -1,0 +1,301 @@
+"""torch.optim.lr_scheduler's schedulers over an optimizer's `param_groups` (reached as `nn.optim.lr_scheduler`).
+
+Each computes the learning rate in Python, in torch's closed forms (torch's chainable forms give the same values to
+float rounding), and writes it through `param_groups`, i.e. into the optimizer's device scalar: a step of a
+scheduler compiles nothing. As in torch, making a scheduler sets each group's "initial_lr" and steps it once (to
+epoch 0), and `step()` goes after `optimizer.step()`.
+
+Not offered: OneCycleLR's and CyclicLR's momentum cycling (`cycle_momentum=True` raises: momentum and betas are
+constants of the update's kernels here, so cycling them would compile new kernels every step) and ChainedScheduler.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Sequence
+
+
+class LRScheduler:
+    def __init__(self, optimizer: Any, last_epoch: int = -1):
+        self.optimizer = optimizer
+        groups = optimizer.param_groups
+        for group in groups:
+            if last_epoch == -1:
+                group.setdefault("initial_lr", group["lr"])  # a scheduler made before (or OneCycleLR) set it
+            elif "initial_lr" not in group:
+                raise KeyError("param 'initial_lr' is not specified in param_groups when resuming an optimizer")
+        self.base_lrs = [group["initial_lr"] for group in groups]
+        self.last_epoch = last_epoch
+        self._initial_step()
+
+    def _initial_step(self) -> None:
+        self._step_count = 0
+        self.step()
+
+    def get_lr(self) -> list[float]:
+        raise NotImplementedError
+
+    def step(self, epoch: int | None = None) -> None:
+        self._step_count += 1
+        self.last_epoch = self.last_epoch + 1 if epoch is None else epoch
+        self._last_lr = self.get_lr()
+        for group, lr in zip(self.optimizer.param_groups, self._last_lr):
+            group["lr"] = lr
+
+    def get_last_lr(self) -> list[float]:
+        return list(self._last_lr)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in vars(self).items() if k != "optimizer" and not callable(v)}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.__dict__.update(state_dict)
+
+
+class LambdaLR(LRScheduler):
+    def __init__(self, optimizer: Any, lr_lambda: Callable | Sequence[Callable], last_epoch: int = -1):
+        n = len(optimizer.param_groups)
+        self.lr_lambdas = list(lr_lambda) if isinstance(lr_lambda, (list, tuple)) else [lr_lambda] * n
+        if len(self.lr_lambdas) != n:
+            raise ValueError(f"expected {n} lr_lambdas, but got {len(self.lr_lambdas)}")
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self) -> list[float]:
+        return [base * fn(self.last_epoch) for base, fn in zip(self.base_lrs, self.lr_lambdas)]
+
+
+class MultiplicativeLR(LRScheduler):
+    def __init__(self, optimizer: Any, lr_lambda: Callable | Sequence[Callable], last_epoch: int = -1):
+        n = len(optimizer.param_groups)
+        self.lr_lambdas = list(lr_lambda) if isinstance(lr_lambda, (list, tuple)) else [lr_lambda] * n
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self) -> list[float]:
+        groups = self.optimizer.param_groups
+        if self.last_epoch > 0:
+            return [g["lr"] * fn(self.last_epoch) for g, fn in zip(groups, self.lr_lambdas)]
+        return [g["lr"] for g in groups]
+
+
+class StepLR(LRScheduler):
+    def __init__(self, optimizer: Any, step_size: int, gamma: float = 0.1, last_epoch: int = -1):
+        self.step_size, self.gamma = step_size, gamma
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self) -> list[float]:
+        return [base * self.gamma ** (self.last_epoch // self.step_size) for base in self.base_lrs]
+
+
+class MultiStepLR(LRScheduler):
+    def __init__(self, optimizer: Any, milestones: Sequence[int], gamma: float = 0.1, last_epoch: int = -1):
+        self.milestones, self.gamma = sorted(milestones), gamma
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self) -> list[float]:
+        passed = sum(1 for m in self.milestones if m <= self.last_epoch)
+        return [base * self.gamma**passed for base in self.base_lrs]
+
+
+class ConstantLR(LRScheduler):
+    def __init__(self, optimizer: Any, factor: float = 1.0 / 3, total_iters: int = 5, last_epoch: int = -1):
+        if not 0 < factor <= 1:
+            raise ValueError("Constant multiplicative factor expected to be between 0 and 1.")
+        self.factor, self.total_iters = factor, total_iters
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self) -> list[float]:
+        return [base * (self.factor if self.last_epoch < self.total_iters else 1.0) for base in self.base_lrs]
+
+
+class LinearLR(LRScheduler):
+    def __init__(self, optimizer: Any, start_factor: float = 1.0 / 3, end_factor: float = 1.0, total_iters: int = 5,
+                 last_epoch: int = -1):  # fmt: skip
+        if not 0 < start_factor <= 1 or not 0 <= end_factor <= 1:
+            raise ValueError("Starting multiplicative factor expected to be greater than 0 and less or equal to 1.")
+        self.start_factor, self.end_factor, self.total_iters = start_factor, end_factor, total_iters
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self) -> list[float]:
+        t = min(self.total_iters, self.last_epoch) / self.total_iters if self.total_iters else 1.0
+        factor = self.start_factor + (self.end_factor - self.start_factor) * t
+        return [base * factor for base in self.base_lrs]
+
+
+class ExponentialLR(LRScheduler):
+    def __init__(self, optimizer: Any, gamma: float, last_epoch: int = -1):
+        self.gamma = gamma
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self) -> list[float]:
+        return [base * self.gamma**self.last_epoch for base in self.base_lrs]
+
+
+class PolynomialLR(LRScheduler):
+    def __init__(self, optimizer: Any, total_iters: int = 5, power: float = 1.0, last_epoch: int = -1):
+        self.total_iters, self.power = total_iters, power
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self) -> list[float]:
+        t = min(self.total_iters, self.last_epoch)
+        return [base * (1.0 - t / self.total_iters) ** self.power for base in self.base_lrs]
+
+
+class CosineAnnealingLR(LRScheduler):
+    def __init__(self, optimizer: Any, T_max: int, eta_min: float = 0.0, last_epoch: int = -1):
+        self.T_max, self.eta_min = T_max, eta_min
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self) -> list[float]:
+        cos = (1 + math.cos(math.pi * self.last_epoch / self.T_max)) / 2
+        return [self.eta_min + (base - self.eta_min) * cos for base in self.base_lrs]
+
+
+class CosineAnnealingWarmRestarts(LRScheduler):
+    def __init__(self, optimizer: Any, T_0: int, T_mult: int = 1, eta_min: float = 0.0, last_epoch: int = -1):
+        if T_0 <= 0 or not isinstance(T_0, int):
+            raise ValueError(f"Expected positive integer T_0, but got {T_0}")
+        if T_mult < 1 or not isinstance(T_mult, int):
+            raise ValueError(f"Expected integer T_mult >= 1, but got {T_mult}")
+        self.T_0, self.T_mult, self.eta_min = T_0, T_mult, eta_min
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self) -> list[float]:
+        epoch = self.last_epoch
+        if self.T_mult == 1:
+            t_cur, t_i = epoch % self.T_0, self.T_0
+        else:
+            n = int(math.log(epoch / self.T_0 * (self.T_mult - 1) + 1, self.T_mult)) if epoch >= self.T_0 else 0
+            t_cur = epoch - self.T_0 * (self.T_mult**n - 1) // (self.T_mult - 1)
+            t_i = self.T_0 * self.T_mult**n
+        cos = (1 + math.cos(math.pi * t_cur / t_i)) / 2
+        return [self.eta_min + (base - self.eta_min) * cos for base in self.base_lrs]
+
+
+class OneCycleLR(LRScheduler):
+    def __init__(self, optimizer: Any, max_lr: float | Sequence[float], total_steps: int | None = None,
+                 epochs: int | None = None, steps_per_epoch: int | None = None, pct_start: float = 0.3,
+                 anneal_strategy: str = "cos", cycle_momentum: bool = True, base_momentum: float = 0.85,
+                 max_momentum: float = 0.95, div_factor: float = 25.0, final_div_factor: float = 1e4,
+                 three_phase: bool = False, last_epoch: int = -1):  # fmt: skip
+        if cycle_momentum:
+            raise NotImplementedError(
+                "OneCycleLR(cycle_momentum=True) is not supported: momentum is compiled into the update's kernels; "
+                "pass cycle_momentum=False"
+            )
+        if total_steps is None:
+            if epochs is None or steps_per_epoch is None:
+                raise ValueError("You must define either total_steps OR (epochs AND steps_per_epoch)")
+            total_steps = epochs * steps_per_epoch
+        if total_steps <= 0:
+            raise ValueError(f"Expected positive integer total_steps, but got {total_steps}")
+        if anneal_strategy not in ("cos", "linear"):
+            raise ValueError(f"anneal_strategy must be one of 'cos' or 'linear', instead got {anneal_strategy}")
+        self.total_steps, self.anneal_strategy = total_steps, anneal_strategy
+        groups = optimizer.param_groups
+        max_lrs = list(max_lr) if isinstance(max_lr, (list, tuple)) else [max_lr] * len(groups)
+        if last_epoch == -1:
+            for group, top in zip(groups, max_lrs):
+                group["initial_lr"], group["max_lr"] = top / div_factor, top
+                group["min_lr"] = group["initial_lr"] / final_div_factor
+        ends = [float(pct_start * total_steps) - 1]
+        if three_phase:
+            ends += [float(2 * pct_start * total_steps) - 2, total_steps - 1]
+            keys = [("initial_lr", "max_lr"), ("max_lr", "initial_lr"), ("initial_lr", "min_lr")]
+        else:
+            ends += [total_steps - 1]
+            keys = [("initial_lr", "max_lr"), ("max_lr", "min_lr")]
+        self._phases = list(zip(ends, keys))
+        super().__init__(optimizer, last_epoch)
+
+    def _anneal(self, start: float, end: float, pct: float) -> float:
+        if self.anneal_strategy == "cos":
+            return end + (start - end) / 2.0 * (math.cos(math.pi * pct) + 1)
+        return (end - start) * pct + start
+
+    def get_lr(self) -> list[float]:
+        step = self.last_epoch
+        if step > self.total_steps:
+            raise ValueError(f"Tried to step {step} times. The specified number of total steps is {self.total_steps}")
+        lrs = []
+        for group in self.optimizer.param_groups:
+            start_step, lr = 0.0, 0.0
+            for i, (end_step, (k0, k1)) in enumerate(self._phases):
+                if step <= end_step or i == len(self._phases) - 1:
+                    lr = self._anneal(group[k0], group[k1], (step - start_step) / (end_step - start_step))
+                    break
+                start_step = end_step
+            lrs.append(lr)
+        return lrs
+
+
+class SequentialLR(LRScheduler):
+    def __init__(self, optimizer: Any, schedulers: Sequence[LRScheduler], milestones: Sequence[int],
+                 last_epoch: int = -1):  # fmt: skip
+        if len(milestones) != len(schedulers) - 1:
+            raise ValueError(f"expected {len(schedulers) - 1} milestones, got {len(milestones)}")
+        self.optimizer, self._schedulers, self._milestones = optimizer, list(schedulers), list(milestones)
+        self.last_epoch = last_epoch + 1
+        # as torch: the groups start from the first scheduler's initial values, and it makes the first step
+        for group in optimizer.param_groups:
+            group["lr"] = group["initial_lr"]
+        for s in self._schedulers:
+            s.last_epoch -= 1
+        self._schedulers[0]._initial_step()
+        self._last_lr = schedulers[0].get_last_lr()
+
+    def step(self, epoch: int | None = None) -> None:
+        self.last_epoch += 1
+        idx = sum(1 for m in self._milestones if m <= self.last_epoch)
+        scheduler = self._schedulers[idx]
+        if idx > 0 and self._milestones[idx - 1] == self.last_epoch:
+            scheduler.step(0)
+        else:
+            scheduler.step()
+        self._last_lr = scheduler.get_last_lr()
+
+
+class ReduceLROnPlateau:
+    """Lower the learning rate by `factor` when a metric stops improving for `patience` epochs (torch's rules:
+    threshold modes rel/abs, cooldown, min_lr, eps)."""
+
+    def __init__(self, optimizer: Any, mode: str = "min", factor: float = 0.1, patience: int = 10,
+                 threshold: float = 1e-4, threshold_mode: str = "rel", cooldown: int = 0,
+                 min_lr: float | Sequence[float] = 0.0, eps: float = 1e-8):  # fmt: skip
+        if factor >= 1.0:
+            raise ValueError("Factor should be < 1.0.")
+        if mode not in ("min", "max") or threshold_mode not in ("rel", "abs"):
+            raise ValueError(f"mode {mode!r} / threshold_mode {threshold_mode!r} unknown")
+        self.optimizer, self.mode, self.factor, self.patience = optimizer, mode, factor, patience
+        self.threshold, self.threshold_mode, self.cooldown, self.eps = threshold, threshold_mode, cooldown, eps
+        groups = optimizer.param_groups
+        self.min_lrs = list(min_lr) if isinstance(min_lr, (list, tuple)) else [min_lr] * len(groups)
+        self.best = math.inf if mode == "min" else -math.inf
+        self.num_bad_epochs, self.cooldown_counter, self.last_epoch = 0, 0, 0
+        self._last_lr = [g["lr"] for g in groups]
+
+    def _better(self, a: float, best: float) -> bool:
+        if self.mode == "min":
+            return a < (best * (1.0 - self.threshold) if self.threshold_mode == "rel" else best - self.threshold)
+        return a > (best * (self.threshold + 1.0) if self.threshold_mode == "rel" else best + self.threshold)
+
+    def step(self, metrics: Any) -> None:
+        current = float(metrics.item() if hasattr(metrics, "item") else metrics)
+        self.last_epoch += 1
+        if self._better(current, self.best):
+            self.best, self.num_bad_epochs = current, 0
+        else:
+            self.num_bad_epochs += 1
+        if self.cooldown_counter > 0:
+            self.cooldown_counter -= 1
+            self.num_bad_epochs = 0
+        if self.num_bad_epochs > self.patience:
+            for group, low in zip(self.optimizer.param_groups, self.min_lrs):
+                old = group["lr"]
+                new = max(old * self.factor, low)
+                if old - new > self.eps:
+                    group["lr"] = new
+            self.cooldown_counter, self.num_bad_epochs = self.cooldown, 0
+        self._last_lr = [g["lr"] for g in self.optimizer.param_groups]
+
+    def get_last_lr(self) -> list[float]:
+        return list(self._last_lr)

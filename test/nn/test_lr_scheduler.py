@@ -1,0 +1,166 @@
+"""torch.optim's interface on lazygrad's optimizers: learning-rate schedulers (the lr of every step against torch's
+schedulers, and in the device scalar the update reads), param_groups (reading and writing options, several groups
+with their own options trained against torch), torch's option spellings (betas=, amsgrad, foreach)."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+import pytest
+import torch
+
+from lazygrad import Tensor
+from lazygrad.nn import optim
+from lazygrad.nn.optim import lr_scheduler
+from test.opcheck import randn
+
+# (scheduler name, its arguments after the optimizer, number of groups)
+SCHEDULERS: list[tuple[str, dict[str, Any], int]] = [
+    ("StepLR", {"step_size": 3, "gamma": 0.5}, 1),
+    ("MultiStepLR", {"milestones": [2, 5, 9], "gamma": 0.3}, 1),
+    ("ConstantLR", {"factor": 0.25, "total_iters": 4}, 1),
+    ("LinearLR", {"start_factor": 0.1, "end_factor": 0.9, "total_iters": 7}, 2),
+    ("ExponentialLR", {"gamma": 0.9}, 1),
+    ("PolynomialLR", {"total_iters": 8, "power": 2.0}, 1),
+    ("CosineAnnealingLR", {"T_max": 10, "eta_min": 0.001}, 2),
+    ("CosineAnnealingWarmRestarts", {"T_0": 4, "T_mult": 2, "eta_min": 0.01}, 1),
+    ("CosineAnnealingWarmRestarts", {"T_0": 5}, 1),
+    ("LambdaLR", {"lr_lambda": lambda e: 1 / (1 + e)}, 2),
+    ("MultiplicativeLR", {"lr_lambda": lambda e: 0.95}, 1),
+    ("OneCycleLR", {"max_lr": 0.5, "total_steps": 25, "cycle_momentum": False}, 1),
+    (
+        "OneCycleLR",
+        {
+            "max_lr": [0.4, 0.2],
+            "epochs": 5,
+            "steps_per_epoch": 5,
+            "cycle_momentum": False,
+            "anneal_strategy": "linear",
+            "three_phase": True,
+        },
+        2,
+    ),  # fmt: skip
+]
+
+
+def _optimizers(groups: int) -> tuple[Any, torch.optim.Optimizer]:
+    ours = [{"params": [Tensor.ones(2, requires_grad=True)], "lr": 0.1 * (i + 1)} for i in range(groups)]
+    ref = [{"params": [torch.ones(2, requires_grad=True)], "lr": 0.1 * (i + 1)} for i in range(groups)]
+    return optim.SGD(ours, lr=0.1), torch.optim.SGD(ref, lr=0.1)
+
+
+@pytest.mark.parametrize("name, kwargs, groups", SCHEDULERS, ids=[f"{s[0]}-{i}" for i, s in enumerate(SCHEDULERS)])
+def test_scheduler_learning_rates_match_torch(name: str, kwargs: dict, groups: int) -> None:
+    ours_opt, ref_opt = _optimizers(groups)
+    ours = getattr(lr_scheduler, name)(ours_opt, **kwargs)
+    ref = getattr(torch.optim.lr_scheduler, name)(ref_opt, **kwargs)
+    for _ in range(24):
+        np.testing.assert_allclose(ours.get_last_lr(), ref.get_last_lr(), rtol=1e-9, atol=1e-12)
+        # what the update reads: each group's device scalar
+        np.testing.assert_allclose([o.lr.item() for o in ours_opt.optimizers], ref.get_last_lr(), rtol=1e-9)
+        ref_opt.step()
+        ours.step(), ref.step()
+
+
+def test_sequential_and_plateau_schedulers_match_torch() -> None:
+    ours_opt, ref_opt = _optimizers(1)
+    seq = lambda mod, opt: mod.SequentialLR(  # noqa: E731
+        opt, [mod.LinearLR(opt, 0.1, total_iters=3), mod.CosineAnnealingLR(opt, 6)], milestones=[3]
+    )
+    ours, ref = seq(lr_scheduler, ours_opt), seq(torch.optim.lr_scheduler, ref_opt)
+    for _ in range(12):
+        np.testing.assert_allclose(ours.get_last_lr(), ref.get_last_lr(), rtol=1e-9)
+        ref_opt.step()
+        ours.step(), ref.step()
+    ours_opt, ref_opt = _optimizers(2)
+    ours = lr_scheduler.ReduceLROnPlateau(ours_opt, factor=0.5, patience=2, cooldown=1, min_lr=0.02)
+    ref = torch.optim.lr_scheduler.ReduceLROnPlateau(ref_opt, factor=0.5, patience=2, cooldown=1, min_lr=0.02)
+    for loss in [5, 4, 4.5, 4.2, 4.1, 4.3, 3.0, 3.1, 3.2, 3.3, 3.3, 3.4, 3.5, 3.6, 3.7, 3.8]:
+        ours.step(loss), ref.step(loss)
+        np.testing.assert_allclose([g["lr"] for g in ours_opt.param_groups], ref.get_last_lr(), rtol=1e-12)
+
+
+def test_scheduler_steps_compile_no_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new learning rate is a value in the device scalar the step reads: after the first steps, training under a
+    scheduler generates no new kernel (a learning rate baked into the source would make one every step)."""
+    from lazygrad.engine import realize
+
+    made: list[int] = []
+    real = realize.get_program
+    monkeypatch.setattr(realize, "get_program", lambda *a, **k: made.append(1) or real(*a, **k))
+    w = Tensor(randn(4, 3), requires_grad=True)
+    opt = optim.Adam([w], lr=0.01)
+    sched = lr_scheduler.CosineAnnealingLR(opt, T_max=20)
+    x = Tensor(randn(5, 4, seed=1))
+    lrs = []
+    for step in range(8):
+        if step == 4:
+            made.clear()
+        opt.zero_grad()
+        (x @ w).square().sum().backward()
+        opt.step()
+        sched.step()
+        lrs.append(opt.lr.item())
+    assert made == [] and len(set(lrs)) == 8
+
+
+def _train(make_opt: Callable, params: list, loss_fn: Callable, steps: int = 4) -> None:
+    opt = make_opt(params)
+    for _ in range(steps):
+        opt.zero_grad()
+        loss_fn(params).backward()
+        opt.step()
+
+
+@pytest.mark.parametrize(
+    "ours, ref",
+    [
+        (
+            lambda g: optim.Adam(g, lr=1e-2, betas=(0.8, 0.95), weight_decay=0.01),
+            lambda g: torch.optim.Adam(g, lr=1e-2, betas=(0.8, 0.95), weight_decay=0.01),
+        ),
+        (
+            lambda g: optim.AdamW(g, lr=1e-2, betas=(0.85, 0.9), foreach=None),
+            lambda g: torch.optim.AdamW(g, lr=1e-2, betas=(0.85, 0.9)),
+        ),
+        (
+            lambda g: optim.SGD(g, lr=0.1, momentum=0.9, nesterov=True, dampening=0),
+            lambda g: torch.optim.SGD(g, lr=0.1, momentum=0.9, nesterov=True, dampening=0),
+        ),
+    ],
+)
+def test_param_groups_with_their_own_options_train_as_torch(ours: Callable, ref: Callable) -> None:
+    a0, b0 = randn(3, 4), randn(4, seed=1)
+    x = randn(6, 3, seed=2)
+    la, lb = Tensor(a0, requires_grad=True), Tensor(b0, requires_grad=True)
+    ta, tb = torch.tensor(a0, requires_grad=True), torch.tensor(b0, requires_grad=True)
+    groups = lambda a, b: [{"params": [a]}, {"params": [b], "lr": 0.05, "weight_decay": 0.1}]  # noqa: E731
+    _train(ours, groups(la, lb), lambda g: ((Tensor(x) @ la + lb).tanh() ** 2).mean())
+    _train(ref, groups(ta, tb), lambda g: ((torch.tensor(x) @ ta + tb).tanh() ** 2).mean())
+    np.testing.assert_allclose(la.numpy(), ta.detach().numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(lb.numpy(), tb.detach().numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_param_group_writes_reach_the_optimizer() -> None:
+    w = Tensor.ones(3, requires_grad=True)
+    opt = optim.SGD([w], lr=0.5, momentum=0.5)
+    (group,) = opt.param_groups
+    assert group["lr"] == 0.5 and group["momentum"] == 0.5 and group["params"] == [w]
+    group["lr"] = 0.25
+    assert opt.lr.item() == 0.25 and opt.param_groups[0]["lr"] == 0.25
+    opt.lr.assign(0.125)  # tinygrad's way: the group reads it back
+    assert opt.param_groups[0]["lr"] == 0.125
+    w.sum().backward()
+    opt.step()
+    np.testing.assert_allclose(w.numpy(), np.full(3, 1 - 0.125))
+    with pytest.raises(NotImplementedError, match="betas"):
+        optim.Adam([w]).param_groups[0]["betas"] = (0.5, 0.5)
+    with pytest.raises(NotImplementedError, match="amsgrad"):
+        optim.Adam([w], amsgrad=True)
+    with pytest.raises(TypeError, match="unexpected"):
+        optim.Adam([w], betas=(0.9, 0.99), momentum=0.9)
+    with pytest.raises(ValueError, match="beta"):
+        optim.AdamW([w], betas=(1.5, 0.99))
+    with pytest.raises(NotImplementedError, match="cycle_momentum"):
+        lr_scheduler.OneCycleLR(opt, max_lr=1.0, total_steps=10)
