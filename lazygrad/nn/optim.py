@@ -93,6 +93,59 @@ class Optimizer:
             self._groups = [_ParamGroup(self)]
         return self._groups
 
+    # per-parameter state lists by torch's names for them (state_dict)
+    _STATE_NAMES: tuple[tuple[str, str], ...] = (("b", "momentum_buffer"),)
+
+    def state_dict(self) -> dict[str, Any]:
+        """torch's layout: {"state": {index: {name: tensor}}, "param_groups": [{options, "params": [indices]}]}, the
+        tensors being the optimizer's own (as torch's). Adam-like optimizers give torch's "step" per parameter."""
+        return self._state_dict(0)
+
+    def _state_dict(self, first: int) -> dict[str, Any]:
+        state: dict[int, dict[str, Any]] = {first + i: {} for i in range(len(self.params))}
+        for attr, name in self._STATE_NAMES:
+            for i, t in enumerate(getattr(self, attr, [])):
+                state[first + i][name] = t
+        if hasattr(self, "b1_t"):
+            step = _steps_taken(self)
+            for entry in state.values():
+                entry["step"] = Tensor(float(step))
+        groups = [{k: v for k, v in self.param_groups[0].items() if k != "params"}]
+        groups[0]["params"] = list(range(first, first + len(self.params)))
+        return {"state": {i: e for i, e in state.items() if e}, "param_groups": groups}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._load_state_dict(state_dict, 0)
+
+    def _load_state_dict(self, state_dict: dict[str, Any], first: int) -> None:
+        groups = state_dict.get("param_groups", [])
+        group = next((g for g in groups if first in g.get("params", ())), None)
+        if group is None or len(group["params"]) != len(self.params):
+            raise ValueError("loaded state dict has a different number of parameters in its group than the optimizer")
+        state = state_dict.get("state", {})
+        for attr, name in self._STATE_NAMES:
+            for i, t in enumerate(getattr(self, attr, [])):
+                if (value := state.get(first + i, {}).get(name)) is not None:
+                    t.assign(
+                        value
+                        if isinstance(value, Tensor)
+                        else Tensor(value.numpy() if hasattr(value, "numpy") else value)
+                    )
+        steps = [
+            float(e["step"].item() if hasattr(e["step"], "item") else e["step"]) for e in state.values() if "step" in e
+        ]
+        if hasattr(self, "b1_t") and steps:
+            self.b1_t.assign(self.b1 ** steps[0]), self.b2_t.assign(self.b2 ** steps[0])
+        if "lr" in group:
+            self.param_groups[0]["lr"] = group["lr"]
+        for key in ("initial_lr", "max_lr", "min_lr"):
+            if key in group:
+                self.param_groups[0][key] = group[key]
+        Tensor.realize(*[t for attr, _ in self._STATE_NAMES for t in getattr(self, attr, [])], *self._scalars())
+
+    def _scalars(self) -> list[Tensor]:
+        return [t for t in (getattr(self, "b1_t", None), getattr(self, "b2_t", None)) if t is not None]
+
     @property
     def defaults(self) -> dict[str, Any]:
         return {k: v for k, v in self.param_groups[0].items() if k != "params"}
@@ -244,6 +297,8 @@ class SGD(Optimizer):
 
 class _Moments(Optimizer):
     """The state Adam and LAMB share: first and second moments per parameter and beta1^t, beta2^t."""
+
+    _STATE_NAMES = (("m", "exp_avg"), ("v", "exp_avg_sq"))
 
     def __init__(
         self,
@@ -471,6 +526,14 @@ class LARS(Optimizer):
         return out + [p.assign(w - g.cast(p.dtype))]
 
 
+def _steps_taken(opt: Any) -> int:
+    """Steps an Adam-like optimizer has taken: t from its running beta1**t (beta2**t where beta1 is 0)."""
+    for beta, power in ((opt.b1, opt.b1_t), (opt.b2, opt.b2_t)):
+        if 0.0 < beta < 1.0:
+            return round(math.log(max(float(power.item()), 1e-300)) / math.log(beta))
+    return 0
+
+
 def _from_param_groups(cls: type, groups: Sequence[dict[str, Any]], args: tuple, kwargs: dict[str, Any]) -> Any:
     sig = inspect.signature(cls.__init__)
     bound = sig.bind_partial(None, None, *args, **kwargs).arguments
@@ -553,6 +616,22 @@ class OptimizerGroup(Optimizer):
     @property
     def param_groups(self) -> list[dict[str, Any]]:
         return [g for o in self.optimizers for g in o.param_groups]
+
+    def state_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"state": {}, "param_groups": []}
+        first = 0
+        for o in self.optimizers:
+            part = o._state_dict(first)
+            out["state"].update(part["state"])
+            out["param_groups"] += part["param_groups"]
+            first += len(o.params)
+        return out
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        first = 0
+        for o in self.optimizers:
+            o._load_state_dict(state_dict, first)
+            first += len(o.params)
 
     def zero_grad(self) -> None:
         for o in self.optimizers:
