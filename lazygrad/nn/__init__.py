@@ -422,8 +422,14 @@ class ConvTranspose3d(ConvTranspose2d):
 
 # torch's InstanceNorm1d/2d/3d default to affine=False (tinygrad's InstanceNorm to True)
 class InstanceNorm2d(InstanceNorm):
-    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.1, affine: bool = False,
-                 track_running_stats: bool = False):  # fmt: skip
+    def __init__(
+        self,
+        num_features: int,
+        eps: float = 1e-5,
+        momentum: float = 0.1,
+        affine: bool = False,
+        track_running_stats: bool = False,
+    ):
         if track_running_stats:
             raise NotImplementedError("InstanceNorm with track_running_stats=True is not supported")
         super().__init__(num_features, eps, affine)
@@ -436,6 +442,8 @@ InstanceNorm1d = InstanceNorm3d = InstanceNorm2d
 from lazygrad.nn import datasets, functional, optim, state  # noqa: E402
 from lazygrad.nn.module import *  # noqa: E402, F403
 from lazygrad.nn.module import __all__ as _module_names  # noqa: E402
+from lazygrad.nn.transformer import *  # noqa: E402, F403
+from lazygrad.nn.transformer import __all__ as _transformer_names  # noqa: E402
 
 __all__ = [
     "Linear",
@@ -465,4 +473,5 @@ __all__ = [
     "state",
     "datasets",
     *_module_names,
+    *_transformer_names,
 ]

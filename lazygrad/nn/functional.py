@@ -174,41 +174,95 @@ def _conv(
     return out if batched else out.squeeze(0)
 
 
-def conv1d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: Any = 1, padding: Any = 0,
-           dilation: Any = 1, groups: int = 1) -> Tensor:  # fmt: skip
+def conv1d(
+    input: Tensor,
+    weight: Tensor,
+    bias: Tensor | None = None,
+    stride: Any = 1,
+    padding: Any = 0,
+    dilation: Any = 1,
+    groups: int = 1,
+) -> Tensor:
     return _conv(input, weight, bias, stride, padding, dilation, groups, 1)
 
 
-def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: Any = 1, padding: Any = 0,
-           dilation: Any = 1, groups: int = 1) -> Tensor:  # fmt: skip
+def conv2d(
+    input: Tensor,
+    weight: Tensor,
+    bias: Tensor | None = None,
+    stride: Any = 1,
+    padding: Any = 0,
+    dilation: Any = 1,
+    groups: int = 1,
+) -> Tensor:
     return _conv(input, weight, bias, stride, padding, dilation, groups, 2)
 
 
-def conv3d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: Any = 1, padding: Any = 0,
-           dilation: Any = 1, groups: int = 1) -> Tensor:  # fmt: skip
+def conv3d(
+    input: Tensor,
+    weight: Tensor,
+    bias: Tensor | None = None,
+    stride: Any = 1,
+    padding: Any = 0,
+    dilation: Any = 1,
+    groups: int = 1,
+) -> Tensor:
     return _conv(input, weight, bias, stride, padding, dilation, groups, 3)
 
 
-def _conv_transpose(input: Tensor, weight: Tensor, bias: Tensor | None, stride: Any, padding: Any,
-                    output_padding: Any, groups: int, dilation: Any, dims: int) -> Tensor:  # fmt: skip
+def _conv_transpose(
+    input: Tensor,
+    weight: Tensor,
+    bias: Tensor | None,
+    stride: Any,
+    padding: Any,
+    output_padding: Any,
+    groups: int,
+    dilation: Any,
+    dims: int,
+) -> Tensor:
     batched = input.ndim == dims + 2
     x = input if batched else input.unsqueeze(0)
     out = x.conv_transpose2d(weight, bias, groups, stride, dilation, padding, output_padding)
     return out if batched else out.squeeze(0)
 
 
-def conv_transpose1d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: Any = 1, padding: Any = 0,
-                     output_padding: Any = 0, groups: int = 1, dilation: Any = 1) -> Tensor:  # fmt: skip
+def conv_transpose1d(
+    input: Tensor,
+    weight: Tensor,
+    bias: Tensor | None = None,
+    stride: Any = 1,
+    padding: Any = 0,
+    output_padding: Any = 0,
+    groups: int = 1,
+    dilation: Any = 1,
+) -> Tensor:
     return _conv_transpose(input, weight, bias, stride, padding, output_padding, groups, dilation, 1)
 
 
-def conv_transpose2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: Any = 1, padding: Any = 0,
-                     output_padding: Any = 0, groups: int = 1, dilation: Any = 1) -> Tensor:  # fmt: skip
+def conv_transpose2d(
+    input: Tensor,
+    weight: Tensor,
+    bias: Tensor | None = None,
+    stride: Any = 1,
+    padding: Any = 0,
+    output_padding: Any = 0,
+    groups: int = 1,
+    dilation: Any = 1,
+) -> Tensor:
     return _conv_transpose(input, weight, bias, stride, padding, output_padding, groups, dilation, 2)
 
 
-def conv_transpose3d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: Any = 1, padding: Any = 0,
-                     output_padding: Any = 0, groups: int = 1, dilation: Any = 1) -> Tensor:  # fmt: skip
+def conv_transpose3d(
+    input: Tensor,
+    weight: Tensor,
+    bias: Tensor | None = None,
+    stride: Any = 1,
+    padding: Any = 0,
+    output_padding: Any = 0,
+    groups: int = 1,
+    dilation: Any = 1,
+) -> Tensor:
     return _conv_transpose(input, weight, bias, stride, padding, output_padding, groups, dilation, 3)
 
 
@@ -218,8 +272,16 @@ def _pool_input(input: Tensor, dims: int, name: str) -> tuple[Tensor, bool]:
     return (input, True) if input.ndim == dims + 2 else (input.unsqueeze(0), False)
 
 
-def _max_pool(input: Tensor, kernel_size: Any, stride: Any, padding: Any, dilation: Any, ceil_mode: bool,
-              return_indices: bool, dims: int) -> Any:  # fmt: skip
+def _max_pool(
+    input: Tensor,
+    kernel_size: Any,
+    stride: Any,
+    padding: Any,
+    dilation: Any,
+    ceil_mode: bool,
+    return_indices: bool,
+    dims: int,
+) -> Any:
     x, batched = _pool_input(input, dims, f"max_pool{dims}d")
     k = make_tuple(kernel_size, dims)
     s = k if stride is None or (isinstance(stride, (list, tuple)) and len(stride) == 0) else make_tuple(stride, dims)
@@ -229,23 +291,52 @@ def _max_pool(input: Tensor, kernel_size: Any, stride: Any, padding: Any, dilati
     return (out[0].squeeze(0), out[1].squeeze(0)) if return_indices else out.squeeze(0)
 
 
-def max_pool1d(input: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, dilation: Any = 1,
-               ceil_mode: bool = False, return_indices: bool = False) -> Any:  # fmt: skip
+def max_pool1d(
+    input: Tensor,
+    kernel_size: Any,
+    stride: Any = None,
+    padding: Any = 0,
+    dilation: Any = 1,
+    ceil_mode: bool = False,
+    return_indices: bool = False,
+) -> Any:
     return _max_pool(input, kernel_size, stride, padding, dilation, ceil_mode, return_indices, 1)
 
 
-def max_pool2d(input: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, dilation: Any = 1,
-               ceil_mode: bool = False, return_indices: bool = False) -> Any:  # fmt: skip
+def max_pool2d(
+    input: Tensor,
+    kernel_size: Any,
+    stride: Any = None,
+    padding: Any = 0,
+    dilation: Any = 1,
+    ceil_mode: bool = False,
+    return_indices: bool = False,
+) -> Any:
     return _max_pool(input, kernel_size, stride, padding, dilation, ceil_mode, return_indices, 2)
 
 
-def max_pool3d(input: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, dilation: Any = 1,
-               ceil_mode: bool = False, return_indices: bool = False) -> Any:  # fmt: skip
+def max_pool3d(
+    input: Tensor,
+    kernel_size: Any,
+    stride: Any = None,
+    padding: Any = 0,
+    dilation: Any = 1,
+    ceil_mode: bool = False,
+    return_indices: bool = False,
+) -> Any:
     return _max_pool(input, kernel_size, stride, padding, dilation, ceil_mode, return_indices, 3)
 
 
-def _avg_pool(input: Tensor, kernel_size: Any, stride: Any, padding: Any, ceil_mode: bool, count_include_pad: bool,
-              divisor_override: int | None, dims: int) -> Tensor:  # fmt: skip
+def _avg_pool(
+    input: Tensor,
+    kernel_size: Any,
+    stride: Any,
+    padding: Any,
+    ceil_mode: bool,
+    count_include_pad: bool,
+    divisor_override: int | None,
+    dims: int,
+) -> Tensor:
     x, batched = _pool_input(input, dims, f"avg_pool{dims}d")
     k = make_tuple(kernel_size, dims)
     s = k if stride is None or (isinstance(stride, (list, tuple)) and len(stride) == 0) else make_tuple(stride, dims)
@@ -260,18 +351,38 @@ def _avg_pool(input: Tensor, kernel_size: Any, stride: Any, padding: Any, ceil_m
     return out if batched else out.squeeze(0)
 
 
-def avg_pool1d(input: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, ceil_mode: bool = False,
-               count_include_pad: bool = True) -> Tensor:  # fmt: skip
+def avg_pool1d(
+    input: Tensor,
+    kernel_size: Any,
+    stride: Any = None,
+    padding: Any = 0,
+    ceil_mode: bool = False,
+    count_include_pad: bool = True,
+) -> Tensor:
     return _avg_pool(input, kernel_size, stride, padding, ceil_mode, count_include_pad, None, 1)
 
 
-def avg_pool2d(input: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, ceil_mode: bool = False,
-               count_include_pad: bool = True, divisor_override: int | None = None) -> Tensor:  # fmt: skip
+def avg_pool2d(
+    input: Tensor,
+    kernel_size: Any,
+    stride: Any = None,
+    padding: Any = 0,
+    ceil_mode: bool = False,
+    count_include_pad: bool = True,
+    divisor_override: int | None = None,
+) -> Tensor:
     return _avg_pool(input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, 2)
 
 
-def avg_pool3d(input: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, ceil_mode: bool = False,
-               count_include_pad: bool = True, divisor_override: int | None = None) -> Tensor:  # fmt: skip
+def avg_pool3d(
+    input: Tensor,
+    kernel_size: Any,
+    stride: Any = None,
+    padding: Any = 0,
+    ceil_mode: bool = False,
+    count_include_pad: bool = True,
+    divisor_override: int | None = None,
+) -> Tensor:
     return _avg_pool(input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, 3)
 
 
@@ -334,9 +445,15 @@ def pad(input: Tensor, pad: Sequence[int], mode: str = "constant", value: float 
     return input.pad(pad, mode, 0.0 if value is None else value)
 
 
-def interpolate(input: Tensor, size: Any = None, scale_factor: Any = None, mode: str = "nearest",
-                align_corners: bool | None = None, recompute_scale_factor: bool | None = None,
-                antialias: bool = False) -> Tensor:  # fmt: skip
+def interpolate(
+    input: Tensor,
+    size: Any = None,
+    scale_factor: Any = None,
+    mode: str = "nearest",
+    align_corners: bool | None = None,
+    recompute_scale_factor: bool | None = None,
+    antialias: bool = False,
+) -> Tensor:
     if antialias:
         raise NotImplementedError("interpolate(antialias=True) is not supported")
     return input.interpolate(size, scale_factor, mode, align_corners)
@@ -364,8 +481,15 @@ def pixel_unshuffle(input: Tensor, downscale_factor: int) -> Tensor:
     return x.reshape(*lead, c * r * r, h // r, w // r)
 
 
-def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None, max_norm: float | None = None,
-              norm_type: float = 2.0, scale_grad_by_freq: bool = False, sparse: bool = False) -> Tensor:  # fmt: skip
+def embedding(
+    input: Tensor,
+    weight: Tensor,
+    padding_idx: int | None = None,
+    max_norm: float | None = None,
+    norm_type: float = 2.0,
+    scale_grad_by_freq: bool = False,
+    sparse: bool = False,
+) -> Tensor:
     if max_norm is not None or scale_grad_by_freq:
         raise NotImplementedError("embedding's max_norm and scale_grad_by_freq are not supported")
     if not dtypes.is_int(input.dtype):
@@ -419,8 +543,13 @@ def dropout3d(input: Tensor, p: float = 0.5, training: bool = True, inplace: boo
 # *** normalization ***
 
 
-def layer_norm(input: Tensor, normalized_shape: Sequence[int] | int, weight: Tensor | None = None,
-               bias: Tensor | None = None, eps: float = 1e-5) -> Tensor:  # fmt: skip
+def layer_norm(
+    input: Tensor,
+    normalized_shape: Sequence[int] | int,
+    weight: Tensor | None = None,
+    bias: Tensor | None = None,
+    eps: float = 1e-5,
+) -> Tensor:
     shape = tuple(make_tuple(normalized_shape, 1))
     if tuple(input.shape[input.ndim - len(shape) :]) != shape:
         raise ArgumentError(f"layer_norm: normalized_shape {list(shape)} does not end input shape {input.shape}")
@@ -430,8 +559,9 @@ def layer_norm(input: Tensor, normalized_shape: Sequence[int] | int, weight: Ten
     return out if bias is None else out + bias
 
 
-def rms_norm(input: Tensor, normalized_shape: Sequence[int] | int, weight: Tensor | None = None,
-             eps: float | None = None) -> Tensor:  # fmt: skip
+def rms_norm(
+    input: Tensor, normalized_shape: Sequence[int] | int, weight: Tensor | None = None, eps: float | None = None
+) -> Tensor:
     shape = tuple(make_tuple(normalized_shape, 1))
     if tuple(input.shape[input.ndim - len(shape) :]) != shape:
         raise ArgumentError(f"rms_norm: normalized_shape {list(shape)} does not end input shape {input.shape}")
@@ -441,8 +571,9 @@ def rms_norm(input: Tensor, normalized_shape: Sequence[int] | int, weight: Tenso
     return out if weight is None else out * weight
 
 
-def group_norm(input: Tensor, num_groups: int, weight: Tensor | None = None, bias: Tensor | None = None,
-               eps: float = 1e-5) -> Tensor:  # fmt: skip
+def group_norm(
+    input: Tensor, num_groups: int, weight: Tensor | None = None, bias: Tensor | None = None, eps: float = 1e-5
+) -> Tensor:
     n, c = input.shape[0], input.shape[1]
     if c % num_groups:
         raise ArgumentError(f"group_norm: {c} channels are not divisible into {num_groups} groups")
@@ -453,9 +584,16 @@ def group_norm(input: Tensor, num_groups: int, weight: Tensor | None = None, bia
     return out if bias is None else out + bias.reshape(shape)
 
 
-def instance_norm(input: Tensor, running_mean: Tensor | None = None, running_var: Tensor | None = None,
-                  weight: Tensor | None = None, bias: Tensor | None = None, use_input_stats: bool = True,
-                  momentum: float = 0.1, eps: float = 1e-5) -> Tensor:  # fmt: skip
+def instance_norm(
+    input: Tensor,
+    running_mean: Tensor | None = None,
+    running_var: Tensor | None = None,
+    weight: Tensor | None = None,
+    bias: Tensor | None = None,
+    use_input_stats: bool = True,
+    momentum: float = 0.1,
+    eps: float = 1e-5,
+) -> Tensor:
     if running_mean is not None or running_var is not None or not use_input_stats:
         raise NotImplementedError("instance_norm with running statistics is not supported")
     out = input.reshape(*input.shape[:2], -1).layernorm(-1, eps).reshape(input.shape)
@@ -465,9 +603,16 @@ def instance_norm(input: Tensor, running_mean: Tensor | None = None, running_var
     return out if bias is None else out + bias.reshape(shape)
 
 
-def batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tensor | None, weight: Tensor | None = None,
-               bias: Tensor | None = None, training: bool = False, momentum: float = 0.1,
-               eps: float = 1e-5) -> Tensor:  # fmt: skip
+def batch_norm(
+    input: Tensor,
+    running_mean: Tensor | None,
+    running_var: Tensor | None,
+    weight: Tensor | None = None,
+    bias: Tensor | None = None,
+    training: bool = False,
+    momentum: float = 0.1,
+    eps: float = 1e-5,
+) -> Tensor:
     """torch's: with training=True the batch's statistics, and the running ones (when given) moved toward them in
     place; otherwise the running statistics."""
     from lazygrad.nn import _batch_norm
@@ -530,60 +675,105 @@ def _same_shape(input: Tensor, target: Tensor, name: str) -> tuple[Tensor, Tenso
     return input, target
 
 
-def mse_loss(input: Tensor, target: Tensor, size_average: Any = None, reduce: Any = None,
-             reduction: str = "mean", weight: Tensor | None = None) -> Tensor:  # fmt: skip
+def mse_loss(
+    input: Tensor,
+    target: Tensor,
+    size_average: Any = None,
+    reduce: Any = None,
+    reduction: str = "mean",
+    weight: Tensor | None = None,
+) -> Tensor:
     input, target = _same_shape(input, target, "mse_loss")
     loss = (input - target).square()
     return _reduce(loss if weight is None else loss * weight, reduction)
 
 
-def l1_loss(input: Tensor, target: Tensor, size_average: Any = None, reduce: Any = None,
-            reduction: str = "mean", weight: Tensor | None = None) -> Tensor:  # fmt: skip
+def l1_loss(
+    input: Tensor,
+    target: Tensor,
+    size_average: Any = None,
+    reduce: Any = None,
+    reduction: str = "mean",
+    weight: Tensor | None = None,
+) -> Tensor:
     input, target = _same_shape(input, target, "l1_loss")
     loss = (input - target).abs()
     return _reduce(loss if weight is None else loss * weight, reduction)
 
 
-def smooth_l1_loss(input: Tensor, target: Tensor, size_average: Any = None, reduce: Any = None,
-                   reduction: str = "mean", beta: float = 1.0) -> Tensor:  # fmt: skip
+def smooth_l1_loss(
+    input: Tensor,
+    target: Tensor,
+    size_average: Any = None,
+    reduce: Any = None,
+    reduction: str = "mean",
+    beta: float = 1.0,
+) -> Tensor:
     input, target = _same_shape(input, target, "smooth_l1_loss")
     d = (input - target).abs()
     loss = d if beta == 0 else (d < beta).where(0.5 * d.square() / beta, d - 0.5 * beta)
     return _reduce(loss, reduction)
 
 
-def huber_loss(input: Tensor, target: Tensor, reduction: str = "mean", delta: float = 1.0,
-               weight: Tensor | None = None) -> Tensor:  # fmt: skip
+def huber_loss(
+    input: Tensor, target: Tensor, reduction: str = "mean", delta: float = 1.0, weight: Tensor | None = None
+) -> Tensor:
     input, target = _same_shape(input, target, "huber_loss")
     d = (input - target).abs()
     loss = (d < delta).where(0.5 * d.square(), delta * (d - 0.5 * delta))
     return _reduce(loss if weight is None else loss * weight, reduction)
 
 
-def binary_cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None, size_average: Any = None,
-                         reduce: Any = None, reduction: str = "mean") -> Tensor:  # fmt: skip
+def binary_cross_entropy(
+    input: Tensor,
+    target: Tensor,
+    weight: Tensor | None = None,
+    size_average: Any = None,
+    reduce: Any = None,
+    reduction: str = "mean",
+) -> Tensor:
     input, target = _same_shape(input, target, "binary_cross_entropy")
     # torch clamps each log at -100, so that 0 and 1 give a finite loss
     loss = -(target * input.log().maximum(-100.0) + (1 - target) * (1 - input).log().maximum(-100.0))
     return _reduce(loss if weight is None else loss * weight, reduction)
 
 
-def binary_cross_entropy_with_logits(input: Tensor, target: Tensor, weight: Tensor | None = None,
-                                     size_average: Any = None, reduce: Any = None, reduction: str = "mean",
-                                     pos_weight: Tensor | None = None) -> Tensor:  # fmt: skip
+def binary_cross_entropy_with_logits(
+    input: Tensor,
+    target: Tensor,
+    weight: Tensor | None = None,
+    size_average: Any = None,
+    reduce: Any = None,
+    reduction: str = "mean",
+    pos_weight: Tensor | None = None,
+) -> Tensor:
     input, target = _same_shape(input, target, "binary_cross_entropy_with_logits")
     loss = input.binary_crossentropy_logits(target, "none", pos_weight)
     return _reduce(loss if weight is None else loss * weight, reduction)
 
 
-def nll_loss(input: Tensor, target: Tensor, weight: Tensor | None = None, size_average: Any = None,
-             ignore_index: int = -100, reduce: Any = None, reduction: str = "mean") -> Tensor:  # fmt: skip
+def nll_loss(
+    input: Tensor,
+    target: Tensor,
+    weight: Tensor | None = None,
+    size_average: Any = None,
+    ignore_index: int = -100,
+    reduce: Any = None,
+    reduction: str = "mean",
+) -> Tensor:
     return input.nll_loss(target, weight, ignore_index, reduction)
 
 
-def cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None, size_average: Any = None,
-                  ignore_index: int = -100, reduce: Any = None, reduction: str = "mean",
-                  label_smoothing: float = 0.0) -> Tensor:  # fmt: skip
+def cross_entropy(
+    input: Tensor,
+    target: Tensor,
+    weight: Tensor | None = None,
+    size_average: Any = None,
+    ignore_index: int = -100,
+    reduce: Any = None,
+    reduction: str = "mean",
+    label_smoothing: float = 0.0,
+) -> Tensor:
     """torch's cross entropy over dim 1 (or dim 0 of an unbatched input): class indices or class probabilities as
     target, with weight, ignore_index (indices) and label smoothing."""
     if reduction not in ("mean", "sum", "none"):
@@ -624,8 +814,14 @@ def cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None, s
     return (1 - label_smoothing) * nll + label_smoothing * smooth_r
 
 
-def kl_div(input: Tensor, target: Tensor, size_average: Any = None, reduce: Any = None, reduction: str = "mean",
-           log_target: bool = False) -> Tensor:  # fmt: skip
+def kl_div(
+    input: Tensor,
+    target: Tensor,
+    size_average: Any = None,
+    reduce: Any = None,
+    reduction: str = "mean",
+    log_target: bool = False,
+) -> Tensor:
     if log_target:
         loss = target.exp() * (target - input)
     else:  # target * (log target - input), 0 where target is 0 (torch's xlogy)
@@ -635,9 +831,16 @@ def kl_div(input: Tensor, target: Tensor, size_average: Any = None, reduce: Any 
     return _reduce(loss, reduction)
 
 
-def poisson_nll_loss(input: Tensor, target: Tensor, log_input: bool = True, full: bool = False,
-                     size_average: Any = None, eps: float = 1e-8, reduce: Any = None,
-                     reduction: str = "mean") -> Tensor:  # fmt: skip
+def poisson_nll_loss(
+    input: Tensor,
+    target: Tensor,
+    log_input: bool = True,
+    full: bool = False,
+    size_average: Any = None,
+    eps: float = 1e-8,
+    reduce: Any = None,
+    reduction: str = "mean",
+) -> Tensor:
     loss = input.exp() - target * input if log_input else input - target * (input + eps).log()
     if full:  # Stirling's term where target > 1
         stirling = target * target.maximum(1).log() - target + 0.5 * (2 * math.pi * target.maximum(1)).log()
@@ -645,8 +848,9 @@ def poisson_nll_loss(input: Tensor, target: Tensor, log_input: bool = True, full
     return _reduce(loss, reduction)
 
 
-def gaussian_nll_loss(input: Tensor, target: Tensor, var: Tensor, full: bool = False, eps: float = 1e-6,
-                      reduction: str = "mean") -> Tensor:  # fmt: skip
+def gaussian_nll_loss(
+    input: Tensor, target: Tensor, var: Tensor, full: bool = False, eps: float = 1e-6, reduction: str = "mean"
+) -> Tensor:
     if var.ndim == input.ndim - 1 or (var.ndim == input.ndim and var.shape[-1] == 1 and input.shape[-1] != 1):
         var = var.unsqueeze(-1) if var.ndim == input.ndim - 1 else var
     v = var.maximum(eps)
@@ -656,24 +860,45 @@ def gaussian_nll_loss(input: Tensor, target: Tensor, var: Tensor, full: bool = F
     return _reduce(loss, reduction)
 
 
-def margin_ranking_loss(input1: Tensor, input2: Tensor, target: Tensor, margin: float = 0.0,
-                        size_average: Any = None, reduce: Any = None, reduction: str = "mean") -> Tensor:  # fmt: skip
+def margin_ranking_loss(
+    input1: Tensor,
+    input2: Tensor,
+    target: Tensor,
+    margin: float = 0.0,
+    size_average: Any = None,
+    reduce: Any = None,
+    reduction: str = "mean",
+) -> Tensor:
     return _reduce((-target * (input1 - input2) + margin).relu(), reduction)
 
 
-def hinge_embedding_loss(input: Tensor, target: Tensor, margin: float = 1.0, size_average: Any = None,
-                         reduce: Any = None, reduction: str = "mean") -> Tensor:  # fmt: skip
+def hinge_embedding_loss(
+    input: Tensor,
+    target: Tensor,
+    margin: float = 1.0,
+    size_average: Any = None,
+    reduce: Any = None,
+    reduction: str = "mean",
+) -> Tensor:
     loss = (target == 1).where(input, 0.0) + (target == -1).where((margin - input).relu(), 0.0)
     return _reduce(loss, reduction)
 
 
-def soft_margin_loss(input: Tensor, target: Tensor, size_average: Any = None, reduce: Any = None,
-                     reduction: str = "mean") -> Tensor:  # fmt: skip
+def soft_margin_loss(
+    input: Tensor, target: Tensor, size_average: Any = None, reduce: Any = None, reduction: str = "mean"
+) -> Tensor:
     return _reduce((-target * input).softplus(), reduction)
 
 
-def cosine_embedding_loss(input1: Tensor, input2: Tensor, target: Tensor, margin: float = 0.0,
-                          size_average: Any = None, reduce: Any = None, reduction: str = "mean") -> Tensor:  # fmt: skip
+def cosine_embedding_loss(
+    input1: Tensor,
+    input2: Tensor,
+    target: Tensor,
+    margin: float = 0.0,
+    size_average: Any = None,
+    reduce: Any = None,
+    reduction: str = "mean",
+) -> Tensor:
     # torch's own form: the norms' squares plus an epsilon of 1e-12 under one square root
     dot = (input1 * input2).sum(-1)
     cos = dot / ((input1.square().sum(-1) + 1e-12) * (input2.square().sum(-1) + 1e-12)).sqrt()
@@ -681,9 +906,18 @@ def cosine_embedding_loss(input1: Tensor, input2: Tensor, target: Tensor, margin
     return _reduce(loss, reduction)
 
 
-def triplet_margin_loss(anchor: Tensor, positive: Tensor, negative: Tensor, margin: float = 1.0, p: float = 2,
-                        eps: float = 1e-6, swap: bool = False, size_average: Any = None, reduce: Any = None,
-                        reduction: str = "mean") -> Tensor:  # fmt: skip
+def triplet_margin_loss(
+    anchor: Tensor,
+    positive: Tensor,
+    negative: Tensor,
+    margin: float = 1.0,
+    p: float = 2,
+    eps: float = 1e-6,
+    swap: bool = False,
+    size_average: Any = None,
+    reduce: Any = None,
+    reduction: str = "mean",
+) -> Tensor:
     d_pos = pairwise_distance(anchor, positive, p, eps)
     d_neg = pairwise_distance(anchor, negative, p, eps)
     if swap:
@@ -691,9 +925,14 @@ def triplet_margin_loss(anchor: Tensor, positive: Tensor, negative: Tensor, marg
     return _reduce((d_pos - d_neg + margin).relu(), reduction)
 
 
-def multilabel_soft_margin_loss(input: Tensor, target: Tensor, weight: Tensor | None = None,
-                                size_average: Any = None, reduce: Any = None,
-                                reduction: str = "mean") -> Tensor:  # fmt: skip
+def multilabel_soft_margin_loss(
+    input: Tensor,
+    target: Tensor,
+    weight: Tensor | None = None,
+    size_average: Any = None,
+    reduce: Any = None,
+    reduction: str = "mean",
+) -> Tensor:
     loss = -(target * input.logsigmoid() + (1 - target) * (-input).logsigmoid())
     loss = (loss if weight is None else loss * weight).mean(-1)
     return _reduce(loss, reduction)
@@ -702,9 +941,16 @@ def multilabel_soft_margin_loss(input: Tensor, target: Tensor, weight: Tensor | 
 # *** attention ***
 
 
-def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = None,
-                                 dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None,
-                                 enable_gqa: bool = False) -> Tensor:  # fmt: skip
+def scaled_dot_product_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attn_mask: Tensor | None = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+) -> Tensor:
     return query.scaled_dot_product_attention(key, value, attn_mask, dropout_p, is_causal, enable_gqa, scale)
 
 
@@ -730,8 +976,9 @@ def unfold(input: Tensor, kernel_size: Any, dilation: Any = 1, padding: Any = 0,
     return out if input.ndim == 4 else out.squeeze(0)
 
 
-def fold(input: Tensor, output_size: Any, kernel_size: Any, dilation: Any = 1, padding: Any = 0,
-         stride: Any = 1) -> Tensor:  # fmt: skip
+def fold(
+    input: Tensor, output_size: Any, kernel_size: Any, dilation: Any = 1, padding: Any = 0, stride: Any = 1
+) -> Tensor:
     """col2im, unfold's adjoint: each block's values added back at their positions (overlaps summed)."""
     x = input if input.ndim == 3 else input.unsqueeze(0)
     k, d, p, s, size = (make_tuple(v, 2) for v in (kernel_size, dilation, padding, stride, output_size))

@@ -108,8 +108,14 @@ class ConstantLR(LRScheduler):
 
 
 class LinearLR(LRScheduler):
-    def __init__(self, optimizer: Any, start_factor: float = 1.0 / 3, end_factor: float = 1.0, total_iters: int = 5,
-                 last_epoch: int = -1):  # fmt: skip
+    def __init__(
+        self,
+        optimizer: Any,
+        start_factor: float = 1.0 / 3,
+        end_factor: float = 1.0,
+        total_iters: int = 5,
+        last_epoch: int = -1,
+    ):
         if not 0 < start_factor <= 1 or not 0 <= end_factor <= 1:
             raise ValueError("Starting multiplicative factor expected to be greater than 0 and less or equal to 1.")
         self.start_factor, self.end_factor, self.total_iters = start_factor, end_factor, total_iters
@@ -172,11 +178,23 @@ class CosineAnnealingWarmRestarts(LRScheduler):
 
 
 class OneCycleLR(LRScheduler):
-    def __init__(self, optimizer: Any, max_lr: float | Sequence[float], total_steps: int | None = None,
-                 epochs: int | None = None, steps_per_epoch: int | None = None, pct_start: float = 0.3,
-                 anneal_strategy: str = "cos", cycle_momentum: bool = True, base_momentum: float = 0.85,
-                 max_momentum: float = 0.95, div_factor: float = 25.0, final_div_factor: float = 1e4,
-                 three_phase: bool = False, last_epoch: int = -1):  # fmt: skip
+    def __init__(
+        self,
+        optimizer: Any,
+        max_lr: float | Sequence[float],
+        total_steps: int | None = None,
+        epochs: int | None = None,
+        steps_per_epoch: int | None = None,
+        pct_start: float = 0.3,
+        anneal_strategy: str = "cos",
+        cycle_momentum: bool = True,
+        base_momentum: float = 0.85,
+        max_momentum: float = 0.95,
+        div_factor: float = 25.0,
+        final_div_factor: float = 1e4,
+        three_phase: bool = False,
+        last_epoch: int = -1,
+    ):
         if cycle_momentum:
             raise NotImplementedError(
                 "OneCycleLR(cycle_momentum=True) is not supported: momentum is compiled into the update's kernels; "
@@ -229,8 +247,9 @@ class OneCycleLR(LRScheduler):
 
 
 class SequentialLR(LRScheduler):
-    def __init__(self, optimizer: Any, schedulers: Sequence[LRScheduler], milestones: Sequence[int],
-                 last_epoch: int = -1):  # fmt: skip
+    def __init__(
+        self, optimizer: Any, schedulers: Sequence[LRScheduler], milestones: Sequence[int], last_epoch: int = -1
+    ):
         if len(milestones) != len(schedulers) - 1:
             raise ValueError(f"expected {len(schedulers) - 1} milestones, got {len(milestones)}")
         self.optimizer, self._schedulers, self._milestones = optimizer, list(schedulers), list(milestones)
@@ -258,9 +277,18 @@ class ReduceLROnPlateau:
     """Lower the learning rate by `factor` when a metric stops improving for `patience` epochs (torch's rules:
     threshold modes rel/abs, cooldown, min_lr, eps)."""
 
-    def __init__(self, optimizer: Any, mode: str = "min", factor: float = 0.1, patience: int = 10,
-                 threshold: float = 1e-4, threshold_mode: str = "rel", cooldown: int = 0,
-                 min_lr: float | Sequence[float] = 0.0, eps: float = 1e-8):  # fmt: skip
+    def __init__(
+        self,
+        optimizer: Any,
+        mode: str = "min",
+        factor: float = 0.1,
+        patience: int = 10,
+        threshold: float = 1e-4,
+        threshold_mode: str = "rel",
+        cooldown: int = 0,
+        min_lr: float | Sequence[float] = 0.0,
+        eps: float = 1e-8,
+    ):
         if factor >= 1.0:
             raise ValueError("Factor should be < 1.0.")
         if mode not in ("min", "max") or threshold_mode not in ("rel", "abs"):

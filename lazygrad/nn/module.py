@@ -562,25 +562,35 @@ Softmin = _layer("Softmin", F.softmin, [("dim", None)])
 Flatten = _layer(
     "Flatten", lambda x, start_dim, end_dim: x.flatten(start_dim, end_dim), [("start_dim", 1), ("end_dim", -1)]
 )
-Unflatten = _layer("Unflatten", lambda x, dim, unflattened_size: x.unflatten(dim, unflattened_size),
-                   [("dim", 0), ("unflattened_size", ())])  # fmt: skip
+Unflatten = _layer(
+    "Unflatten",
+    lambda x, dim, unflattened_size: x.unflatten(dim, unflattened_size),
+    [("dim", 0), ("unflattened_size", ())],
+)
 PixelShuffle = _layer("PixelShuffle", F.pixel_shuffle, [("upscale_factor", 1)])
 PixelUnshuffle = _layer("PixelUnshuffle", F.pixel_unshuffle, [("downscale_factor", 1)])
-LocalResponseNorm = _layer("LocalResponseNorm", F.local_response_norm,
-                           [("size", 1), ("alpha", 1e-4), ("beta", 0.75), ("k", 1.0)])  # fmt: skip
+LocalResponseNorm = _layer(
+    "LocalResponseNorm", F.local_response_norm, [("size", 1), ("alpha", 1e-4), ("beta", 0.75), ("k", 1.0)]
+)
 Unfold = _layer("Unfold", F.unfold, [("kernel_size", 1), ("dilation", 1), ("padding", 0), ("stride", 1)])
-Fold = _layer("Fold", F.fold,
-              [("output_size", 1), ("kernel_size", 1), ("dilation", 1), ("padding", 0), ("stride", 1)])  # fmt: skip
+Fold = _layer("Fold", F.fold, [("output_size", 1), ("kernel_size", 1), ("dilation", 1), ("padding", 0), ("stride", 1)])
 AdaptiveAvgPool1d = _layer("AdaptiveAvgPool1d", F.adaptive_avg_pool1d, [("output_size", 1)])
 AdaptiveAvgPool2d = _layer("AdaptiveAvgPool2d", F.adaptive_avg_pool2d, [("output_size", 1)])
 AdaptiveAvgPool3d = _layer("AdaptiveAvgPool3d", F.adaptive_avg_pool3d, [("output_size", 1)])
 AdaptiveMaxPool1d = _layer("AdaptiveMaxPool1d", F.adaptive_max_pool1d, [("output_size", 1), ("return_indices", False)])
 AdaptiveMaxPool2d = _layer("AdaptiveMaxPool2d", F.adaptive_max_pool2d, [("output_size", 1), ("return_indices", False)])
-Upsample = _layer("Upsample", F.interpolate,
-                  [("size", None), ("scale_factor", None), ("mode", "nearest"), ("align_corners", None)])  # fmt: skip
+Upsample = _layer(
+    "Upsample", F.interpolate, [("size", None), ("scale_factor", None), ("mode", "nearest"), ("align_corners", None)]
+)
 
-_MAX_POOL = [("kernel_size", 1), ("stride", None), ("padding", 0), ("dilation", 1), ("return_indices", False),
-             ("ceil_mode", False)]  # fmt: skip
+_MAX_POOL = [
+    ("kernel_size", 1),
+    ("stride", None),
+    ("padding", 0),
+    ("dilation", 1),
+    ("return_indices", False),
+    ("ceil_mode", False),
+]
 MaxPool1d = _layer("MaxPool1d", F.max_pool1d, _MAX_POOL)
 MaxPool2d = _layer("MaxPool2d", F.max_pool2d, _MAX_POOL)
 MaxPool3d = _layer("MaxPool3d", F.max_pool3d, _MAX_POOL)
@@ -699,26 +709,41 @@ class _Loss(Module):
 
 
 class _WeightedLoss(_Loss):
-    def __init__(self, weight: Tensor | None = None, size_average: Any = None, reduce: Any = None,
-                 reduction: str = "mean"):  # fmt: skip
+    def __init__(
+        self, weight: Tensor | None = None, size_average: Any = None, reduce: Any = None, reduction: str = "mean"
+    ):
         super().__init__(size_average, reduce, reduction)
         self.register_buffer("weight", weight)
 
 
 class CrossEntropyLoss(_WeightedLoss):
-    def __init__(self, weight: Tensor | None = None, size_average: Any = None, ignore_index: int = -100,
-                 reduce: Any = None, reduction: str = "mean", label_smoothing: float = 0.0):  # fmt: skip
+    def __init__(
+        self,
+        weight: Tensor | None = None,
+        size_average: Any = None,
+        ignore_index: int = -100,
+        reduce: Any = None,
+        reduction: str = "mean",
+        label_smoothing: float = 0.0,
+    ):
         super().__init__(weight, size_average, reduce, reduction)
         self.ignore_index, self.label_smoothing = ignore_index, label_smoothing
 
     def forward(self, input: Tensor, target: Tensor) -> Tensor:
-        return F.cross_entropy(input, target, self.weight, None, self.ignore_index, None, self.reduction,
-                               self.label_smoothing)  # fmt: skip
+        return F.cross_entropy(
+            input, target, self.weight, None, self.ignore_index, None, self.reduction, self.label_smoothing
+        )
 
 
 class NLLLoss(_WeightedLoss):
-    def __init__(self, weight: Tensor | None = None, size_average: Any = None, ignore_index: int = -100,
-                 reduce: Any = None, reduction: str = "mean"):  # fmt: skip
+    def __init__(
+        self,
+        weight: Tensor | None = None,
+        size_average: Any = None,
+        ignore_index: int = -100,
+        reduce: Any = None,
+        reduction: str = "mean",
+    ):
         super().__init__(weight, size_average, reduce, reduction)
         self.ignore_index = ignore_index
 
@@ -732,14 +757,21 @@ class BCELoss(_WeightedLoss):
 
 
 class BCEWithLogitsLoss(_WeightedLoss):
-    def __init__(self, weight: Tensor | None = None, size_average: Any = None, reduce: Any = None,
-                 reduction: str = "mean", pos_weight: Tensor | None = None):  # fmt: skip
+    def __init__(
+        self,
+        weight: Tensor | None = None,
+        size_average: Any = None,
+        reduce: Any = None,
+        reduction: str = "mean",
+        pos_weight: Tensor | None = None,
+    ):
         super().__init__(weight, size_average, reduce, reduction)
         self.register_buffer("pos_weight", pos_weight)
 
     def forward(self, input: Tensor, target: Tensor) -> Tensor:
-        return F.binary_cross_entropy_with_logits(input, target, self.weight, reduction=self.reduction,
-                                                  pos_weight=self.pos_weight)  # fmt: skip
+        return F.binary_cross_entropy_with_logits(
+            input, target, self.weight, reduction=self.reduction, pos_weight=self.pos_weight
+        )
 
 
 def _loss(
@@ -776,34 +808,128 @@ SmoothL1Loss = _loss("SmoothL1Loss", F.smooth_l1_loss, "size_average reduce redu
 HuberLoss = _loss("HuberLoss", F.huber_loss, "reduction delta", delta=1.0)
 KLDivLoss = _loss("KLDivLoss", F.kl_div, "size_average reduce reduction log_target", log_target=False)
 SoftMarginLoss = _loss("SoftMarginLoss", F.soft_margin_loss)
-MultiLabelSoftMarginLoss = _loss("MultiLabelSoftMarginLoss", F.multilabel_soft_margin_loss,
-                                 "weight size_average reduce reduction", weight=None)  # fmt: skip
-MarginRankingLoss = _loss("MarginRankingLoss", F.margin_ranking_loss, "margin size_average reduce reduction", 3,
-                          margin=0.0)  # fmt: skip
-HingeEmbeddingLoss = _loss("HingeEmbeddingLoss", F.hinge_embedding_loss, "margin size_average reduce reduction",
-                           margin=1.0)  # fmt: skip
-CosineEmbeddingLoss = _loss("CosineEmbeddingLoss", F.cosine_embedding_loss, "margin size_average reduce reduction", 3,
-                            margin=0.0)  # fmt: skip
-TripletMarginLoss = _loss("TripletMarginLoss", F.triplet_margin_loss,
-                          "margin p eps swap size_average reduce reduction", 3, margin=1.0, p=2.0, eps=1e-6,
-                          swap=False)  # fmt: skip
-PoissonNLLLoss = _loss("PoissonNLLLoss", F.poisson_nll_loss, "log_input full size_average eps reduce reduction",
-                       log_input=True, full=False, eps=1e-8)  # fmt: skip
+MultiLabelSoftMarginLoss = _loss(
+    "MultiLabelSoftMarginLoss", F.multilabel_soft_margin_loss, "weight size_average reduce reduction", weight=None
+)
+MarginRankingLoss = _loss(
+    "MarginRankingLoss", F.margin_ranking_loss, "margin size_average reduce reduction", 3, margin=0.0
+)
+HingeEmbeddingLoss = _loss(
+    "HingeEmbeddingLoss", F.hinge_embedding_loss, "margin size_average reduce reduction", margin=1.0
+)
+CosineEmbeddingLoss = _loss(
+    "CosineEmbeddingLoss", F.cosine_embedding_loss, "margin size_average reduce reduction", 3, margin=0.0
+)
+TripletMarginLoss = _loss(
+    "TripletMarginLoss",
+    F.triplet_margin_loss,
+    "margin p eps swap size_average reduce reduction",
+    3,
+    margin=1.0,
+    p=2.0,
+    eps=1e-6,
+    swap=False,
+)
+PoissonNLLLoss = _loss(
+    "PoissonNLLLoss",
+    F.poisson_nll_loss,
+    "log_input full size_average eps reduce reduction",
+    log_input=True,
+    full=False,
+    eps=1e-8,
+)
 GaussianNLLLoss = _loss("GaussianNLLLoss", F.gaussian_nll_loss, "", 3, full=False, eps=1e-6)
 
 
 __all__ = [
-    "Module", "Parameter", "Sequential", "ModuleList", "ModuleDict", "Identity", "ReLU", "ReLU6", "LeakyReLU", "ELU",
-    "CELU", "SELU", "GELU", "SiLU", "Mish", "Sigmoid", "Tanh", "Hardtanh", "Hardswish", "Hardsigmoid", "Hardshrink",
-    "Softshrink", "Tanhshrink", "Threshold", "LogSigmoid", "Softsign", "Softplus", "GLU", "Softmax", "LogSoftmax",
-    "Softmin", "Flatten", "Unflatten", "PixelShuffle", "PixelUnshuffle", "LocalResponseNorm", "Unfold", "Fold",
-    "AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveAvgPool3d", "AdaptiveMaxPool1d", "AdaptiveMaxPool2d",
-    "Upsample", "MaxPool1d", "MaxPool2d", "MaxPool3d", "AvgPool1d", "AvgPool2d", "AvgPool3d", "ZeroPad1d",
-    "ZeroPad2d", "ZeroPad3d", "ConstantPad1d", "ConstantPad2d", "ConstantPad3d", "ReflectionPad1d", "ReflectionPad2d",
-    "ReflectionPad3d", "ReplicationPad1d", "ReplicationPad2d", "ReplicationPad3d", "CircularPad1d", "CircularPad2d",
-    "CircularPad3d", "Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "PReLU", "PairwiseDistance",
-    "CosineSimilarity", "Bilinear", "CrossEntropyLoss", "NLLLoss", "BCELoss", "BCEWithLogitsLoss", "MSELoss",
-    "L1Loss", "SmoothL1Loss", "HuberLoss", "KLDivLoss", "SoftMarginLoss", "MultiLabelSoftMarginLoss",
-    "MarginRankingLoss", "HingeEmbeddingLoss", "CosineEmbeddingLoss", "TripletMarginLoss", "PoissonNLLLoss",
+    "Module",
+    "Parameter",
+    "Sequential",
+    "ModuleList",
+    "ModuleDict",
+    "Identity",
+    "ReLU",
+    "ReLU6",
+    "LeakyReLU",
+    "ELU",
+    "CELU",
+    "SELU",
+    "GELU",
+    "SiLU",
+    "Mish",
+    "Sigmoid",
+    "Tanh",
+    "Hardtanh",
+    "Hardswish",
+    "Hardsigmoid",
+    "Hardshrink",
+    "Softshrink",
+    "Tanhshrink",
+    "Threshold",
+    "LogSigmoid",
+    "Softsign",
+    "Softplus",
+    "GLU",
+    "Softmax",
+    "LogSoftmax",
+    "Softmin",
+    "Flatten",
+    "Unflatten",
+    "PixelShuffle",
+    "PixelUnshuffle",
+    "LocalResponseNorm",
+    "Unfold",
+    "Fold",
+    "AdaptiveAvgPool1d",
+    "AdaptiveAvgPool2d",
+    "AdaptiveAvgPool3d",
+    "AdaptiveMaxPool1d",
+    "AdaptiveMaxPool2d",
+    "Upsample",
+    "MaxPool1d",
+    "MaxPool2d",
+    "MaxPool3d",
+    "AvgPool1d",
+    "AvgPool2d",
+    "AvgPool3d",
+    "ZeroPad1d",
+    "ZeroPad2d",
+    "ZeroPad3d",
+    "ConstantPad1d",
+    "ConstantPad2d",
+    "ConstantPad3d",
+    "ReflectionPad1d",
+    "ReflectionPad2d",
+    "ReflectionPad3d",
+    "ReplicationPad1d",
+    "ReplicationPad2d",
+    "ReplicationPad3d",
+    "CircularPad1d",
+    "CircularPad2d",
+    "CircularPad3d",
+    "Dropout",
+    "Dropout1d",
+    "Dropout2d",
+    "Dropout3d",
+    "PReLU",
+    "PairwiseDistance",
+    "CosineSimilarity",
+    "Bilinear",
+    "CrossEntropyLoss",
+    "NLLLoss",
+    "BCELoss",
+    "BCEWithLogitsLoss",
+    "MSELoss",
+    "L1Loss",
+    "SmoothL1Loss",
+    "HuberLoss",
+    "KLDivLoss",
+    "SoftMarginLoss",
+    "MultiLabelSoftMarginLoss",
+    "MarginRankingLoss",
+    "HingeEmbeddingLoss",
+    "CosineEmbeddingLoss",
+    "TripletMarginLoss",
+    "PoissonNLLLoss",
     "GaussianNLLLoss",
-]  # fmt: skip
+]

@@ -40,7 +40,7 @@ SCHEDULERS: list[tuple[str, dict[str, Any], int]] = [
             "three_phase": True,
         },
         2,
-    ),  # fmt: skip
+    ),
 ]
 
 
