@@ -5835,6 +5835,233 @@ class Tensor(metaclass=_TensorType):
         pb = b.reshape(tuple(x for s in b.shape for x in (1, s)))
         return (pa * pb).reshape(tuple(x * y for x, y in zip(a.shape, b.shape)))
 
+    # *** torch's functions of several tensors and of structure (torch.hstack, torch.cdist, ...), as Tensor methods
+    # that also take the tensors as one sequence: Tensor.hstack([a, b]) or a.hstack(b) ***
+
+    def atleast_1d(self) -> Tensor:
+        return self.reshape(1) if self.ndim == 0 else self
+
+    def atleast_2d(self) -> Tensor:
+        return self.reshape(1, -1) if self.ndim < 2 else self
+
+    def atleast_3d(self) -> Tensor:
+        if self.ndim == 0:
+            return self.reshape(1, 1, 1)
+        if self.ndim == 1:
+            return self.reshape(1, -1, 1)
+        return self.unsqueeze(-1) if self.ndim == 2 else self
+
+    def hstack(self: Tensor | Sequence[Tensor], *others: Tensor) -> Tensor:
+        ts = [t.atleast_1d() for t in _tensor_list("hstack", self, others)]
+        return ts[0].cat(*ts[1:], dim=0 if ts[0].ndim == 1 else 1)
+
+    def vstack(self: Tensor | Sequence[Tensor], *others: Tensor) -> Tensor:
+        ts = [t.atleast_2d() for t in _tensor_list("vstack", self, others)]
+        return ts[0].cat(*ts[1:], dim=0)
+
+    row_stack = vstack
+
+    def dstack(self: Tensor | Sequence[Tensor], *others: Tensor) -> Tensor:
+        ts = [t.atleast_3d() for t in _tensor_list("dstack", self, others)]
+        return ts[0].cat(*ts[1:], dim=2)
+
+    def column_stack(self: Tensor | Sequence[Tensor], *others: Tensor) -> Tensor:
+        ts = [t.reshape(-1, 1) if t.ndim < 2 else t for t in _tensor_list("column_stack", self, others)]
+        return ts[0].cat(*ts[1:], dim=1)
+
+    def broadcast_tensors(self: Tensor | Sequence[Tensor], *others: Tensor) -> tuple[Tensor, ...]:
+        ts = _tensor_list("broadcast_tensors", self, others)
+        shape = Tensor.broadcast_shapes(*[t.shape for t in ts])
+        return tuple(t.expand(shape) for t in ts)
+
+    @staticmethod
+    def broadcast_shapes(*shapes: Any) -> tuple[int, ...]:
+        out: tuple[int, ...] = ()
+        for s in shapes:
+            out = _broadcast_shape(out, (s,) if isinstance(s, int) else tuple(s))
+        return out
+
+    def block_diag(self: Tensor | Sequence[Tensor], *others: Tensor) -> Tensor:
+        ts = [t.reshape(1, -1) if t.ndim < 2 else t for t in _tensor_list("block_diag", self, others)]
+        if any(t.ndim != 2 for t in ts):
+            raise ArgumentError(f"block_diag takes tensors of at most 2 dims, got shapes {[t.shape for t in ts]}")
+        cols = sum(t.shape[1] for t in ts)
+        rows, left = [], 0
+        for t in ts:
+            rows.append(t.pad(((0, 0), (left, cols - left - t.shape[1]))))
+            left += t.shape[1]
+        return rows[0].cat(*rows[1:], dim=0)
+
+    def cartesian_prod(self: Tensor | Sequence[Tensor], *others: Tensor) -> Tensor:
+        ts = _tensor_list("cartesian_prod", self, others)
+        if any(t.ndim != 1 for t in ts):
+            raise ArgumentError(f"cartesian_prod takes 1-d tensors, got shapes {[t.shape for t in ts]}")
+        if len(ts) == 1:
+            return ts[0]
+        return Tensor.stack([g.flatten() for g in ts[0].meshgrid(*ts[1:], indexing="ij")], dim=1)
+
+    def combinations(self, r: int = 2, with_replacement: bool = False) -> Tensor:
+        """Every r-subset of a 1-d tensor's elements, in torch's order (rows of the result)."""
+        if self.ndim != 1:
+            raise ArgumentError(f"combinations takes a 1-d tensor, got shape {self.shape}")
+        pick = itertools.combinations_with_replacement if with_replacement else itertools.combinations
+        rows = list(pick(range(self.shape[0]), r))
+        if not rows:
+            return self[:0].reshape(0, r) if r > 0 else self[:0]
+        index = Tensor(rows, dtype=dtypes.int64, device=self.device)
+        return self[index.flatten()].reshape(len(rows), r)
+
+    def tensordot(self, other: Tensor, dims: int | Sequence[Any] = 2) -> Tensor:
+        if isinstance(dims, int):
+            if dims < 0 or dims > min(self.ndim, other.ndim):
+                raise ArgumentError(f"tensordot: dims {dims} out of range for shapes {self.shape} and {other.shape}")
+            da, db = list(range(self.ndim - dims, self.ndim)), list(range(dims))
+        else:
+            da, db = ([dims[0]], [dims[1]]) if isinstance(dims[0], int) else (list(dims[0]), list(dims[1]))
+            da, db = [_dim(d, self.ndim) for d in da], [_dim(d, other.ndim) for d in db]
+        if len(da) != len(db) or any(self.shape[i] != other.shape[j] for i, j in zip(da, db)):
+            raise ArgumentError(f"tensordot: contracted dims {da} of {self.shape} and {db} of {other.shape} differ")
+        free_a, free_b = [i for i in range(self.ndim) if i not in da], [j for j in range(other.ndim) if j not in db]
+        k = prod(self.shape[i] for i in da)
+        a = self.permute(*free_a, *da).reshape(-1, k)
+        b = other.permute(*db, *free_b).reshape(k, -1)
+        return (a @ b).reshape(*[self.shape[i] for i in free_a], *[other.shape[j] for j in free_b])
+
+    def cdist(self, x2: Tensor, p: float = 2.0, compute_mode: str | None = None) -> Tensor:
+        """Distances between the rows of self (..., P, M) and x2 (..., R, M): (..., P, R). The gradient at a zero
+        distance is 0, as torch's (the norm's own is 0/0 there)."""
+        if self.ndim < 2 or x2.ndim < 2 or self.shape[-1] != x2.shape[-1]:
+            raise ArgumentError(f"cdist: shapes {self.shape} and {x2.shape} need 2+ dims and the same last dim")
+        if p < 0:
+            raise ArgumentError(f"cdist only supports non-negative p values, got {p}")
+        diff = (self.unsqueeze(-2) - x2.unsqueeze(-3)).abs()
+        if p == 0:
+            return (diff != 0).cast(self.dtype).sum(-1)
+        if p == math.inf:
+            return diff.max(-1)
+        total = (diff.square() if p == 2 else diff.pow(p)).sum(-1)
+        nonzero = total > 0
+        return nonzero.where(total, 1.0).pow(1 / p) * nonzero.cast(self.dtype)
+
+    def isin(self, test_elements: Any, assume_unique: bool = False, invert: bool = False) -> Tensor:
+        test = test_elements if isinstance(test_elements, Tensor) else Tensor(test_elements, device=self.device)
+        hit = (self.unsqueeze(-1) == test.flatten()).any(-1)
+        return hit.logical_not() if invert else hit
+
+    def searchsorted(
+        self,
+        values: Any,
+        out_int32: bool = False,
+        right: bool = False,
+        side: str | None = None,
+        sorter: Tensor | None = None,
+    ) -> Tensor:
+        """torch.searchsorted(self, values): for each value, the index where it would go in self's (last dim,
+        sorted) rows: the count of entries < value (right=False / side="left") or <= value."""
+        if side is not None:
+            if side not in ("left", "right") or (right and side == "left"):
+                raise ArgumentError(
+                    f"searchsorted: side must be 'left' or 'right' (and agree with right), got {side!r}"
+                )
+            right = side == "right"
+        seq = self if sorter is None else self.gather(-1, sorter)
+        scalar = not isinstance(values, Tensor)
+        v = Tensor(values, dtype=self.dtype, device=self.device) if scalar else values
+        if seq.ndim > 1 and seq.shape[:-1] != v.shape[:-1]:
+            raise ArgumentError(f"searchsorted: leading dims of {seq.shape} and values {v.shape} differ")
+        rows = seq.unsqueeze(-2) if seq.ndim > 1 else seq
+        below = rows <= v.unsqueeze(-1) if right else rows < v.unsqueeze(-1)
+        return below.sum(-1, dtype=dtypes.int32 if out_int32 else dtypes.int64)
+
+    def bucketize(self, boundaries: Tensor, out_int32: bool = False, right: bool = False) -> Tensor:
+        if boundaries.ndim != 1:
+            raise ArgumentError(f"bucketize: boundaries must be 1-d, got shape {boundaries.shape}")
+        return boundaries.searchsorted(self, out_int32=out_int32, right=right)
+
+    @staticmethod
+    def tril_indices(
+        row: int, col: int, offset: int = 0, dtype: DType | str = dtypes.int64, device: str | None = None
+    ) -> Tensor:
+        pairs = [(i, j) for i in range(row) for j in range(col) if j - i <= offset]
+        return Tensor([[i for i, _ in pairs], [j for _, j in pairs]], dtype=dtype, device=device).reshape(2, len(pairs))
+
+    @staticmethod
+    def triu_indices(
+        row: int, col: int, offset: int = 0, dtype: DType | str = dtypes.int64, device: str | None = None
+    ) -> Tensor:
+        pairs = [(i, j) for i in range(row) for j in range(col) if j - i >= offset]
+        return Tensor([[i for i, _ in pairs], [j for _, j in pairs]], dtype=dtype, device=device).reshape(2, len(pairs))
+
+    @staticmethod
+    def unravel_index(indices: Tensor, shape: Sequence[int]) -> tuple[Tensor, ...]:
+        if dtypes.is_float(indices.dtype):
+            raise TypeError(f"unravel_index: expected an integer tensor, got {indices.dtype}")
+        total = prod(shape)
+        if total == 0:
+            raise ArgumentError("unravel_index: the shape must have no zero-size dims")
+        flat = indices % total  # negative indices count from the end, as torch's
+        out, stride = [], total
+        for size in shape:
+            stride //= size
+            out.append((flat // stride) % size)
+        return tuple(out)
+
+    @staticmethod
+    def logspace(
+        start: float,
+        end: float,
+        steps: int,
+        base: float = 10.0,
+        dtype: DType | str | None = None,
+        device: str | None = None,
+    ) -> Tensor:
+        dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
+        exps = Tensor.linspace(start, end, steps, dtype=dtypes.float64 if dt == dtypes.float64 else None, device=device)
+        return (Tensor.full_like(exps, float(base)) ** exps).cast(dt)
+
+    def vander(self, N: int | None = None, increasing: bool = False) -> Tensor:  # noqa: N803 (torch's name)
+        if self.ndim != 1:
+            raise ArgumentError(f"vander takes a 1-d tensor, got shape {self.shape}")
+        n = self.shape[0] if N is None else N
+        powers = Tensor.arange(n, device=self.device)
+        powers = powers if increasing else (n - 1) - powers
+        x = self if dtypes.is_float(self.dtype) else self.cast(dtypes.int64)
+        return x.unsqueeze(1) ** powers.cast(x.dtype).unsqueeze(0)
+
+    def trapezoid(self, x: Tensor | None = None, dx: float | None = None, dim: int = -1) -> Tensor:
+        d = _dim(dim, self.ndim)
+        n = self.shape[d]
+        if n == 0:
+            return self.sum(d)
+        lo, hi = self._shrink_dim(d, 0, n - 1), self._shrink_dim(d, 1, n)
+        if x is None:
+            return (lo + hi).sum(d) * ((1.0 if dx is None else dx) / 2)
+        xs = x if x.ndim == 1 else x
+        widths = xs.diff(dim=-1 if xs.ndim == 1 else d)
+        if xs.ndim == 1:
+            widths = widths.reshape([n - 1 if i == d else 1 for i in range(self.ndim)])
+        return ((lo + hi) * widths).sum(d) / 2
+
+    trapz = trapezoid
+
+    def cumulative_trapezoid(self, x: Tensor | None = None, dx: float | None = None, dim: int = -1) -> Tensor:
+        d = _dim(dim, self.ndim)
+        n = self.shape[d]
+        lo, hi = self._shrink_dim(d, 0, max(n - 1, 0)), self._shrink_dim(d, min(1, n), n)
+        if x is None:
+            return ((lo + hi) * ((1.0 if dx is None else dx) / 2)).cumsum(d)
+        widths = x.diff(dim=-1 if x.ndim == 1 else d)
+        if x.ndim == 1:
+            widths = widths.reshape([n - 1 if i == d else 1 for i in range(self.ndim)])
+        return ((lo + hi) * widths / 2).cumsum(d)
+
+    def _shrink_dim(self, dim: int, start: int, end: int) -> Tensor:
+        """self[start:end] along dim (a view)."""
+        return self.shrink([(start, end) if i == dim else None for i in range(self.ndim)])
+
+    def rsub(self, other: Any, alpha: float = 1) -> Tensor:
+        return other - self * alpha if alpha != 1 else other - self
+
     def trace(self) -> Tensor:
         if self.ndim != 2:
             raise ArgumentError(f"trace needs a matrix, got shape {self.shape}")
@@ -8225,6 +8452,18 @@ def _scalar_dtype(tensor_dtype: DType, x: Any) -> DType:
     if isinstance(x, int):
         return tensor_dtype if tensor_dtype != dtypes.bool else dtypes.default_int
     return tensor_dtype if dtypes.is_float(tensor_dtype) else dtypes.default_float
+
+
+def _tensor_list(name: str, first: Tensor | Sequence[Tensor], others: tuple[Tensor, ...]) -> list[Tensor]:
+    """The tensors of a torch function that takes them as one sequence (torch.hstack([a, b])) or here also as
+    separate arguments (a.hstack(b))."""
+    if isinstance(first, Tensor):
+        return [first, *others]
+    if others:
+        raise ArgumentError(f"{name} takes the tensors as one sequence or as separate arguments, not both")
+    if not first:
+        raise ArgumentError(f"{name} expects a non-empty sequence of tensors")
+    return list(first)
 
 
 def _broadcast_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:

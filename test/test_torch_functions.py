@@ -1,0 +1,128 @@
+"""torch's functions of several tensors and of structure as Tensor methods (torch.hstack -> Tensor.hstack, ...):
+values and gradients against torch, the tensors given as one sequence or as arguments, edge sizes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from lazygrad import Tensor, dtypes
+from test.opcheck import check, randn
+
+
+@pytest.mark.parametrize("name", ["hstack", "vstack", "dstack", "column_stack", "row_stack"])
+@pytest.mark.parametrize("shapes", [[(3,), (4,)], [(2, 3), (2, 3)], [(), ()], [(2, 3, 1), (2, 3, 2)]])
+def test_stacks_match_torch(name: str, shapes: list[tuple[int, ...]]) -> None:
+    arrays = [randn(*s, seed=i) for i, s in enumerate(shapes)]
+    try:
+        want = getattr(torch, name)([torch.tensor(a) for a in arrays])
+    except RuntimeError:
+        with pytest.raises(RuntimeError):
+            getattr(Tensor, name)([Tensor(a) for a in arrays])
+        return
+    check(lambda *ts: getattr(Tensor, name)(list(ts)), lambda *ts: getattr(torch, name)(list(ts)), arrays)
+    np.testing.assert_allclose(getattr(Tensor(arrays[0]), name)(*[Tensor(a) for a in arrays[1:]]).numpy(), want)
+
+
+def test_atleast_and_broadcasting_match_torch() -> None:
+    for shape in [(), (3,), (2, 3), (2, 3, 4)]:
+        x = randn(*shape)
+        for name in ("atleast_1d", "atleast_2d", "atleast_3d"):
+            assert getattr(Tensor(x), name)().shape == tuple(getattr(torch, name)(torch.tensor(x)).shape)
+    shapes = [(3, 1), (1, 4), (4,)]
+    arrays = [randn(*s, seed=i) for i, s in enumerate(shapes)]
+    ours = Tensor.broadcast_tensors([Tensor(a) for a in arrays])
+    for a, b in zip(ours, torch.broadcast_tensors(*[torch.tensor(a) for a in arrays])):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    assert Tensor.broadcast_shapes((2, 1), (3,), 1) == tuple(torch.broadcast_shapes((2, 1), (3,), 1))
+    with pytest.raises(RuntimeError, match="broadcast"):
+        Tensor.broadcast_shapes((2,), (3,))
+
+
+def test_block_diag_cartesian_prod_combinations_match_torch() -> None:
+    arrays = [randn(2, 3), randn(3, seed=1), randn(1, 1, seed=2)]
+    check(lambda *ts: Tensor.block_diag(*ts), lambda *ts: torch.block_diag(*ts), arrays)
+    vecs = [randn(3), randn(2, seed=1), randn(2, seed=2)]
+    check(lambda *ts: Tensor.cartesian_prod(list(ts)), lambda *ts: torch.cartesian_prod(*ts), vecs)
+    for r, repl in [(2, False), (3, False), (2, True), (5, False)]:
+        check(
+            lambda t: t.combinations(r, with_replacement=repl),
+            lambda t: torch.combinations(t, r, with_replacement=repl),
+            [randn(4)],
+        )
+
+
+@pytest.mark.parametrize(
+    "a, b, dims",
+    [((3, 4, 5), (4, 5, 2), 2), ((3, 4), (4, 2), 1), ((2, 3, 4), (4, 3, 5), ([1, 2], [1, 0])), ((3,), (2,), 0)],
+)
+def test_tensordot_matches_torch(a: tuple, b: tuple, dims) -> None:
+    check(lambda x, y: x.tensordot(y, dims), lambda x, y: torch.tensordot(x, y, dims), [randn(*a), randn(*b, seed=1)])
+
+
+@pytest.mark.parametrize("p", [2.0, 1.0, 3.0, 0.0, float("inf")])
+def test_cdist_matches_torch_with_zero_distances(p: float) -> None:
+    x1, x2 = randn(2, 4, 3), randn(2, 5, 3, seed=1)
+    x2[:, 1] = x1[:, 2]  # a zero distance: the gradient there is 0, as torch's
+    check(
+        lambda a, b: a.cdist(b, p),
+        lambda a, b: torch.cdist(a, b, p, compute_mode="donot_use_mm_for_euclid_dist"),
+        [x1, x2],
+        grad=p != 0,
+        atol=1e-5,
+    )
+
+
+@pytest.mark.parametrize("right", [False, True])
+def test_searchsorted_and_bucketize_match_torch(right: bool) -> None:
+    seq = np.sort(np.random.default_rng(0).integers(0, 10, 12)).astype(np.float32)
+    values = np.arange(-1, 12, 0.5, dtype=np.float32).reshape(2, -1)
+    want = torch.searchsorted(torch.tensor(seq), torch.tensor(values), right=right)
+    got = Tensor(seq).searchsorted(Tensor(values), right=right)
+    assert got.dtype == dtypes.int64
+    np.testing.assert_array_equal(got.numpy(), want.numpy())
+    rows = np.sort(randn(3, 6), axis=-1)
+    vals = randn(3, 4, seed=1)
+    side = "right" if right else "left"
+    np.testing.assert_array_equal(
+        Tensor(rows).searchsorted(Tensor(vals), side=side, out_int32=True).numpy(),
+        torch.searchsorted(torch.tensor(rows), torch.tensor(vals), side=side, out_int32=True).numpy(),
+    )
+    np.testing.assert_array_equal(
+        Tensor(values).bucketize(Tensor(seq), right=right).numpy(),
+        torch.bucketize(torch.tensor(values), torch.tensor(seq), right=right).numpy(),
+    )
+
+
+def test_isin_indices_unravel_logspace_vander_match_torch() -> None:
+    x = np.random.default_rng(0).integers(0, 8, (3, 5))
+    for invert in (False, True):
+        np.testing.assert_array_equal(
+            Tensor(x).isin([1, 4, 7], invert=invert).numpy(),
+            torch.isin(torch.tensor(x), torch.tensor([1, 4, 7]), invert=invert).numpy(),
+        )
+    for args in [(4, 5), (4, 5, 1), (3, 3, -1), (5, 2, 2), (0, 3)]:
+        np.testing.assert_array_equal(Tensor.tril_indices(*args).numpy(), torch.tril_indices(*args).numpy())
+        np.testing.assert_array_equal(Tensor.triu_indices(*args).numpy(), torch.triu_indices(*args).numpy())
+    idx = np.array([0, 5, 23, -1, 17])
+    for a, b in zip(Tensor.unravel_index(Tensor(idx), (2, 3, 4)), torch.unravel_index(torch.tensor(idx), (2, 3, 4))):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    np.testing.assert_allclose(Tensor.logspace(-2, 3, 11).numpy(), torch.logspace(-2, 3, 11).numpy(), rtol=1e-6)
+    np.testing.assert_allclose(
+        Tensor.logspace(0, 4, 5, base=2.0, dtype=dtypes.float64).numpy(), torch.logspace(0, 4, 5, base=2.0)
+    )
+    check(lambda t: t.vander(), lambda t: torch.vander(t), [randn(4)], grad=False)
+    check(lambda t: t.vander(3, increasing=True), lambda t: torch.vander(t, 3, increasing=True), [randn(5)], grad=False)
+    # (torch's own vander has no gradient: an in-place write breaks its backward) the gradient of the same powers
+    check(lambda t: t.vander(3), lambda t: t.unsqueeze(1) ** torch.tensor([2.0, 1.0, 0.0]), [randn(5)])
+
+
+def test_trapezoid_and_rsub_match_torch() -> None:
+    y, x = randn(3, 6), np.sort(randn(6, seed=1))
+    check(lambda t: t.trapezoid(), lambda t: torch.trapezoid(t), [y])
+    check(lambda t: t.trapezoid(dx=0.5, dim=0), lambda t: torch.trapezoid(t, dx=0.5, dim=0), [y])
+    check(lambda t, s: t.trapezoid(s), lambda t, s: torch.trapezoid(t, s), [y, x])
+    check(lambda t: t.cumulative_trapezoid(), lambda t: torch.cumulative_trapezoid(t), [y])
+    check(lambda t, s: t.cumulative_trapezoid(s), lambda t, s: torch.cumulative_trapezoid(t, s), [y, x])
+    check(lambda t, s: t.rsub(s, alpha=2), lambda t, s: torch.rsub(t, s, alpha=2), [y, randn(3, 6, seed=4)])
