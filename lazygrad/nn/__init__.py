@@ -442,6 +442,8 @@ InstanceNorm1d = InstanceNorm3d = InstanceNorm2d
 from lazygrad.nn import datasets, functional, optim, state  # noqa: E402
 from lazygrad.nn.module import *  # noqa: E402, F403
 from lazygrad.nn.module import __all__ as _module_names  # noqa: E402
+from lazygrad.nn.recurrent import *  # noqa: E402, F403
+from lazygrad.nn.recurrent import __all__ as _recurrent_names  # noqa: E402
 from lazygrad.nn.transformer import *  # noqa: E402, F403
 from lazygrad.nn.transformer import __all__ as _transformer_names  # noqa: E402
 
@@ -474,4 +476,5 @@ __all__ = [
     "datasets",
     *_module_names,
     *_transformer_names,
+    *_recurrent_names,
 ]
