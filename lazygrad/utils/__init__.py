@@ -1,0 +1,5 @@
+"""torch.utils's counterparts: `lazygrad.utils.data` (datasets, samplers, DataLoader)."""
+
+from lazygrad.utils import data
+
+__all__ = ["data"]
