@@ -1874,6 +1874,26 @@ class Tensor(metaclass=_TensorType):
         return _GradMode()(fn) if fn is not None else _GradMode()
 
     @staticmethod
+    def enable_grad(fn: Callable | None = None) -> Any:
+        """Context manager and decorator: gradients recorded again inside a no_grad block (torch.enable_grad)."""
+        return _SetGradMode(True)(fn) if fn is not None else _SetGradMode(True)
+
+    @staticmethod
+    def set_grad_enabled(mode: bool) -> Any:
+        """torch.set_grad_enabled: takes effect at once (a call alone switches gradients off or on for this thread);
+        as a context manager, the previous mode comes back at its end."""
+        ctx = _SetGradMode(bool(mode))
+        ctx.apply()
+        return ctx
+
+    @staticmethod
+    def inference_mode(mode: bool | Callable = True) -> Any:
+        """torch.inference_mode: no_grad here (there are no separate inference tensors)."""
+        if callable(mode):
+            return _GradMode()(mode)
+        return _GradMode() if mode else _SetGradMode(True)
+
+    @staticmethod
     def train(mode: bool | Callable = True) -> Any:
         """Context manager and decorator (`@Tensor.train()` or `@Tensor.train`) setting `Tensor.training` (dropout,
         batchnorm statistics)."""
@@ -2346,8 +2366,35 @@ class Tensor(metaclass=_TensorType):
 
     @staticmethod
     def manual_seed(seed: int = 0) -> None:
+        """Any int as torch takes (-2**63 .. 2**64 - 1): its 64 bits key the generator, so seeds that differ only above
+        bit 31 draw different numbers."""
+        if not -(2**63) <= int(seed) < 2**64:
+            raise RuntimeError(f"Overflow when unpacking long: seed {seed} is out of the 64-bit range")
         with _rng_lock:
-            Tensor._seed, Tensor._rng_counter = seed, 0
+            Tensor._seed, Tensor._rng_counter = int(seed) & (2**64 - 1), 0
+
+    @staticmethod
+    def initial_seed() -> int:
+        return Tensor._seed
+
+    @staticmethod
+    def seed() -> int:
+        """A fresh seed from the operating system, set and returned (torch.seed)."""
+        seed = int.from_bytes(os.urandom(8), "little") >> 1
+        Tensor.manual_seed(seed)
+        return seed
+
+    @staticmethod
+    def get_rng_state() -> Tensor:
+        """The random state (seed, tensors drawn since) as an int64 tensor, for set_rng_state."""
+        seed, counter = Tensor.rng_state()
+        return Tensor([seed - 2**64 if seed >= 2**63 else seed, counter], dtype=dtypes.int64, device="CPU")
+
+    @staticmethod
+    def set_rng_state(state: Tensor) -> None:
+        seed, counter = (int(v) for v in state.tolist())
+        with _rng_lock:
+            Tensor._seed, Tensor._rng_counter = seed & (2**64 - 1), counter
 
     @staticmethod
     def _random_bits(n: int, device: str | None) -> Tensor:
@@ -2366,7 +2413,8 @@ class Tensor(metaclass=_TensorType):
             if u.op is Ops.BUFFER:
                 _rng_counter_buffers[u.arg] = call
         k1 = k1.reshape(())
-        y0, y1 = _threefry2x32(counter, counter.full_like(0), k0, k1)
+        # the seed's high 32 bits as the second counter word (0 for seeds below 2**32: their streams are unchanged)
+        y0, y1 = _threefry2x32(counter, counter.full_like(dtypes.as_const(seed >> 32, dtypes.uint32)), k0, k1)
         return y0.cat(y1)[:n]
 
     @staticmethod
@@ -8063,6 +8111,35 @@ class _GradMode(contextlib.ContextDecorator):
         if not _modes.grad_disabled:
             with _no_grad_threads_lock:
                 _NO_GRAD_THREADS[0] -= 1
+
+
+class _SetGradMode(contextlib.ContextDecorator):
+    """Gradients on or off in this thread until exit, whatever the enclosing mode (enable_grad inside no_grad)."""
+
+    def __init__(self, enabled: bool):
+        self.enabled, self.saved = enabled, None
+
+    def apply(self) -> None:
+        self.saved = _modes.grad_disabled
+        _set_grad_disabled(0 if self.enabled else self.saved + 1)
+
+    def __enter__(self) -> None:
+        if self.saved is None:  # set_grad_enabled applied it when called
+            self.apply()
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.saved is not None:
+            _set_grad_disabled(self.saved)
+            self.saved = None
+
+
+def _set_grad_disabled(count: int) -> None:
+    # the count of threads with gradients off moves only when this thread's mode flips
+    was, now = bool(_modes.grad_disabled), bool(count)
+    if was != now:
+        with _no_grad_threads_lock:
+            _NO_GRAD_THREADS[0] += 1 if now else -1
+    _modes.grad_disabled = count
 
 
 class _TrainMode(contextlib.ContextDecorator):

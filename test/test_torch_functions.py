@@ -126,3 +126,59 @@ def test_trapezoid_and_rsub_match_torch() -> None:
     check(lambda t: t.cumulative_trapezoid(), lambda t: torch.cumulative_trapezoid(t), [y])
     check(lambda t, s: t.cumulative_trapezoid(s), lambda t, s: torch.cumulative_trapezoid(t, s), [y, x])
     check(lambda t, s: t.rsub(s, alpha=2), lambda t, s: torch.rsub(t, s, alpha=2), [y, randn(3, 6, seed=4)])
+
+
+def test_grad_mode_switches_nest_as_torchs() -> None:
+    w = Tensor.ones(2, requires_grad=True)
+    with Tensor.no_grad():
+        with Tensor.enable_grad():
+            inner = (w * 2).sum()
+            assert Tensor.is_grad_enabled()
+        outer = (w * 2).sum()
+        assert not Tensor.is_grad_enabled()
+    assert inner.requires_grad and not outer.requires_grad and Tensor.is_grad_enabled()
+    inner.backward()
+    np.testing.assert_array_equal(w.grad.numpy(), [2, 2])
+    with Tensor.set_grad_enabled(False):
+        assert not Tensor.is_grad_enabled()
+    assert Tensor.is_grad_enabled()
+    Tensor.set_grad_enabled(False)  # a call alone switches this thread's mode
+    try:
+        assert not Tensor.is_grad_enabled()
+    finally:
+        Tensor.set_grad_enabled(True)
+    with Tensor.inference_mode():
+        assert not (w * 3).requires_grad
+
+    @Tensor.enable_grad
+    def grads_on() -> bool:
+        return Tensor.is_grad_enabled()
+
+    with Tensor.no_grad():
+        assert grads_on()
+
+
+@pytest.fixture
+def rng_kept():
+    """The random state as it was before the test (other tests of the worker draw on)."""
+    state = Tensor.get_rng_state()
+    yield
+    Tensor.set_rng_state(state)
+
+
+def test_rng_state_round_trip_and_64_bit_seeds(rng_kept) -> None:
+    Tensor.manual_seed(2**40 + 5)
+    high = Tensor.rand(8).numpy()
+    Tensor.manual_seed(5)
+    low = Tensor.rand(8).numpy()
+    assert not np.array_equal(high, low)  # seeds equal in their low 32 bits draw different numbers
+    Tensor.manual_seed(2**64 - 1)
+    state = Tensor.get_rng_state()
+    first = Tensor.rand(5).numpy()
+    Tensor.set_rng_state(state)
+    np.testing.assert_array_equal(Tensor.rand(5).numpy(), first)
+    assert Tensor.initial_seed() == 2**64 - 1
+    with pytest.raises(RuntimeError, match="64-bit"):
+        Tensor.manual_seed(2**64)
+    fresh = Tensor.seed()
+    assert Tensor.initial_seed() == fresh
