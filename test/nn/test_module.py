@@ -271,3 +271,14 @@ def test_readme_pytorch_example_runs(tmp_path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
     exec(compile(block, "README.md", "exec"), {})
     assert (tmp_path / "net.safetensors").exists()
+
+
+def test_pytorch_digits_example_trains() -> None:
+    """examples/pytorch_digits.py, a PyTorch program but for its imports (Module, DataLoader, Adam with OneCycleLR,
+    train/eval, no_grad), learns the digits."""
+    import runpy
+    from pathlib import Path
+
+    pytest.importorskip("sklearn")
+    example = runpy.run_path(str(Path(__file__).parents[2] / "examples" / "pytorch_digits.py"))
+    assert example["train"](epochs=3, log=False) >= 80.0
