@@ -7,7 +7,7 @@ defaults; nothing runs until the first realize (an optimizer's constructor, a fo
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Any, Sequence
 
 from lazygrad.dtype import dtypes
 from lazygrad.helpers import make_tuple, prod
@@ -89,21 +89,6 @@ class Conv2d(Module):
         )
 
 
-class Conv1d(Conv2d):
-    def __init__(
-        self,
-        in_channels: int,
-        out_channels: int,
-        kernel_size: int | Sequence[int],
-        stride: int | Sequence[int] = 1,
-        padding: int | Sequence[int] | str = 0,
-        dilation: int | Sequence[int] = 1,
-        groups: int = 1,
-        bias: bool = True,
-    ):
-        super().__init__(in_channels, out_channels, make_tuple(kernel_size, 1), stride, padding, dilation, groups, bias)
-
-
 class ConvTranspose2d(Module):
     """Weight (in, out/groups, *kernel) as in torch."""
 
@@ -141,21 +126,21 @@ class ConvTranspose2d(Module):
         )
 
 
-class ConvTranspose1d(ConvTranspose2d):
+def _with_dims(base: type, dims: int) -> type:
+    """base (a convolution over len(kernel_size) spatial dims) whose int kernel_size means `dims` dims: Conv1d is
+    Conv2d with kernel_size (k,), Conv3d with (k, k, k); the other arguments are base's."""
+
     def __init__(
-        self,
-        in_channels: int,
-        out_channels: int,
-        kernel_size: int | Sequence[int],
-        stride: int | Sequence[int] = 1,
-        padding: int | Sequence[int] = 0,
-        output_padding: int | Sequence[int] = 0,
-        groups: int = 1,
-        bias: bool = True,
-        dilation: int | Sequence[int] = 1,
-    ):
-        k = make_tuple(kernel_size, 1)
-        super().__init__(in_channels, out_channels, k, stride, padding, output_padding, groups, bias, dilation)
+        self: Any, in_channels: int, out_channels: int, kernel_size: int | Sequence[int], *args: Any, **kwargs: Any
+    ) -> None:
+        base.__init__(self, in_channels, out_channels, make_tuple(kernel_size, dims), *args, **kwargs)
+
+    name = base.__name__.replace("2d", f"{dims}d")
+    return type(name, (base,), {"__init__": __init__, "__qualname__": name, "__doc__": base.__doc__})
+
+
+Conv1d, Conv3d = _with_dims(Conv2d, 1), _with_dims(Conv2d, 3)
+ConvTranspose1d, ConvTranspose3d = _with_dims(ConvTranspose2d, 1), _with_dims(ConvTranspose2d, 3)
 
 
 class BatchNorm(Module):
@@ -386,38 +371,6 @@ class Embedding(Module):
         # a one-hot matmul: a gather the scheduler fuses, with the scatter-add gradient for free
         hit = idx.unsqueeze(-1) == Tensor.arange(self.num_embeddings, device=idx.device)
         return hit.cast(self.weight.dtype) @ self.weight
-
-
-class Conv3d(Conv2d):
-    def __init__(
-        self,
-        in_channels: int,
-        out_channels: int,
-        kernel_size: int | Sequence[int],
-        stride: int | Sequence[int] = 1,
-        padding: int | Sequence[int] | str = 0,
-        dilation: int | Sequence[int] = 1,
-        groups: int = 1,
-        bias: bool = True,
-    ):
-        super().__init__(in_channels, out_channels, make_tuple(kernel_size, 3), stride, padding, dilation, groups, bias)
-
-
-class ConvTranspose3d(ConvTranspose2d):
-    def __init__(
-        self,
-        in_channels: int,
-        out_channels: int,
-        kernel_size: int | Sequence[int],
-        stride: int | Sequence[int] = 1,
-        padding: int | Sequence[int] = 0,
-        output_padding: int | Sequence[int] = 0,
-        groups: int = 1,
-        bias: bool = True,
-        dilation: int | Sequence[int] = 1,
-    ):
-        k = make_tuple(kernel_size, 3)
-        super().__init__(in_channels, out_channels, k, stride, padding, output_padding, groups, bias, dilation)
 
 
 # torch's InstanceNorm1d/2d/3d default to affine=False (tinygrad's InstanceNorm to True)

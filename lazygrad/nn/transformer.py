@@ -145,7 +145,12 @@ def _activation(activation: str | Callable) -> Callable:
     raise RuntimeError(f"activation should be relu/gelu, not {activation}")
 
 
-class TransformerEncoderLayer(Module):
+class _TransformerLayer(Module):
+    """What the encoder and decoder layers share: torch's arguments, and their submodules in torch's order (which is
+    the state dict's): self_attn, [multihead_attn], linear1, dropout, linear2, norm1.., dropout1.."""
+
+    cross = False  # the decoder's attention over the encoder's output (multihead_attn, a third norm and dropout)
+
     def __init__(
         self,
         d_model: int,
@@ -173,13 +178,19 @@ class TransformerEncoderLayer(Module):
             bias=bias,
         )
         self.self_attn = MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias, batch_first=batch_first)
+        if self.cross:
+            self.multihead_attn = MultiheadAttention(
+                d_model, nhead, dropout=dropout, bias=bias, batch_first=batch_first
+            )
         self.linear1 = Linear(d_model, dim_feedforward, bias=bias)
         self.dropout = Dropout(dropout)
         self.linear2 = Linear(dim_feedforward, d_model, bias=bias)
         self.norm_first = norm_first
-        self.norm1 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
-        self.norm2 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
-        self.dropout1, self.dropout2 = Dropout(dropout), Dropout(dropout)
+        blocks = 3 if self.cross else 2
+        for i in range(1, blocks + 1):
+            setattr(self, f"norm{i}", LayerNorm(d_model, eps=layer_norm_eps, bias=bias))
+        for i in range(1, blocks + 1):
+            setattr(self, f"dropout{i}", Dropout(dropout))
         self._act = _activation(activation)
 
     def _sa(self, x: Tensor, mask: Tensor | None, padding: Tensor | None, is_causal: bool) -> Tensor:
@@ -189,8 +200,11 @@ class TransformerEncoderLayer(Module):
         return self.dropout1(out)
 
     def _ff(self, x: Tensor) -> Tensor:
-        return self.dropout2(self.linear2(self.dropout(self._act(self.linear1(x)))))
+        last = self.dropout3 if self.cross else self.dropout2
+        return last(self.linear2(self.dropout(self._act(self.linear1(x)))))
 
+
+class TransformerEncoderLayer(_TransformerLayer):
     def forward(
         self,
         src: Tensor,
@@ -206,59 +220,14 @@ class TransformerEncoderLayer(Module):
         return self.norm2(x + self._ff(x))
 
 
-class TransformerDecoderLayer(Module):
-    def __init__(
-        self,
-        d_model: int,
-        nhead: int,
-        dim_feedforward: int = 2048,
-        dropout: float = 0.1,
-        activation: str | Callable = "relu",
-        layer_norm_eps: float = 1e-5,
-        batch_first: bool = False,
-        norm_first: bool = False,
-        bias: bool = True,
-        device: Any = None,
-        dtype: Any = None,
-    ):
-        super().__init__()
-        self._config = dict(
-            d_model=d_model,
-            nhead=nhead,
-            dim_feedforward=dim_feedforward,
-            dropout=dropout,
-            activation=activation,
-            layer_norm_eps=layer_norm_eps,
-            batch_first=batch_first,
-            norm_first=norm_first,
-            bias=bias,
-        )
-        self.self_attn = MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias, batch_first=batch_first)
-        self.multihead_attn = MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias, batch_first=batch_first)
-        self.linear1 = Linear(d_model, dim_feedforward, bias=bias)
-        self.dropout = Dropout(dropout)
-        self.linear2 = Linear(dim_feedforward, d_model, bias=bias)
-        self.norm_first = norm_first
-        self.norm1 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
-        self.norm2 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
-        self.norm3 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
-        self.dropout1, self.dropout2, self.dropout3 = Dropout(dropout), Dropout(dropout), Dropout(dropout)
-        self._act = _activation(activation)
-
-    def _sa(self, x: Tensor, mask: Tensor | None, padding: Tensor | None, is_causal: bool) -> Tensor:
-        out = self.self_attn(
-            x, x, x, attn_mask=mask, key_padding_mask=padding, need_weights=False, is_causal=is_causal
-        )[0]
-        return self.dropout1(out)
+class TransformerDecoderLayer(_TransformerLayer):
+    cross = True
 
     def _mha(self, x: Tensor, mem: Tensor, mask: Tensor | None, padding: Tensor | None, is_causal: bool) -> Tensor:
         out = self.multihead_attn(
             x, mem, mem, attn_mask=mask, key_padding_mask=padding, need_weights=False, is_causal=is_causal
         )[0]
         return self.dropout2(out)
-
-    def _ff(self, x: Tensor) -> Tensor:
-        return self.dropout3(self.linear2(self.dropout(self._act(self.linear1(x)))))
 
     def forward(
         self,
