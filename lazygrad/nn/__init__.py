@@ -392,7 +392,7 @@ InstanceNorm1d = InstanceNorm3d = InstanceNorm2d
 
 
 # submodules, so that `from lazygrad import nn` gives nn.optim and nn.state as in the examples (they import this file)
-from lazygrad.nn import datasets, functional, optim, state  # noqa: E402
+from lazygrad.nn import datasets, functional, init, optim, state, utils  # noqa: E402
 from lazygrad.nn.module import *  # noqa: E402, F403
 from lazygrad.nn.module import __all__ as _module_names  # noqa: E402
 from lazygrad.nn.recurrent import *  # noqa: E402, F403
@@ -424,6 +424,8 @@ __all__ = [
     "InstanceNorm3d",
     "Module",
     "functional",
+    "init",
+    "utils",
     "optim",
     "state",
     "datasets",

@@ -1,0 +1,114 @@
+"""nn.init and nn.utils against torch: the deterministic fills exactly (gains, eye, dirac, constants), the random
+ones by their bounds and moments over large draws (and orthogonality), gradient clipping and parameter vectors by
+value, pad_sequence by value, and clipping inside training steps against torch's."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import lazygrad.nn as nn
+from lazygrad import Tensor
+from lazygrad.nn import optim
+from test.opcheck import randn
+
+
+def test_gains_and_deterministic_fills_match_torch() -> None:
+    for name, param in [
+        ("linear", None),
+        ("conv2d", None),
+        ("sigmoid", None),
+        ("tanh", None),
+        ("relu", None),
+        ("leaky_relu", None),
+        ("leaky_relu", 0.2),
+        ("selu", None),
+    ]:
+        assert nn.init.calculate_gain(name, param) == pytest.approx(torch.nn.init.calculate_gain(name, param))
+    with pytest.raises(ValueError, match="Unsupported"):
+        nn.init.calculate_gain("softmax")
+    for shape, groups in [((4, 4, 3, 3), 1), ((6, 2, 3), 2), ((2, 3, 3, 1, 3), 1)]:
+        ours = nn.init.dirac_(Tensor.empty(*shape), groups)
+        ref = torch.nn.init.dirac_(torch.empty(shape), groups)
+        np.testing.assert_array_equal(ours.numpy(), ref.numpy())
+    np.testing.assert_array_equal(nn.init.eye_(Tensor.empty(3, 5)).numpy(), torch.eye(3, 5).numpy())
+    np.testing.assert_array_equal(nn.init.constant_(Tensor.empty(2, 3), 0.3).numpy(), np.full((2, 3), 0.3, np.float32))
+    w = Tensor.ones(3, requires_grad=True)
+    nn.init.zeros_(w)
+    assert w.requires_grad and w.tolist() == [0, 0, 0]
+
+
+def test_random_fills_have_torchs_bounds_and_moments() -> None:
+    w = Tensor.empty(256, 512)
+    bound = math.sqrt(6 / (256 + 512))
+    values = nn.init.xavier_uniform_(w).numpy()
+    assert np.abs(values).max() <= bound and abs(values.std() - bound / math.sqrt(3)) < 0.02 * bound
+    values = nn.init.kaiming_normal_(Tensor.empty(512, 256), mode="fan_out", nonlinearity="relu").numpy()
+    assert abs(values.std() - math.sqrt(2 / 512)) < 0.02 * math.sqrt(2 / 512)
+    values = nn.init.kaiming_uniform_(Tensor.empty(300, 40, 3), a=math.sqrt(5)).numpy()
+    ref = torch.nn.init.kaiming_uniform_(torch.empty(300, 40, 3), a=math.sqrt(5)).numpy()
+    assert abs(np.abs(values).max() - np.abs(ref).max()) < 0.01 * np.abs(ref).max()
+    values = nn.init.trunc_normal_(Tensor.empty(200_000), mean=0.5, std=2.0, a=-1.0, b=3.0).numpy()
+    ref = torch.nn.init.trunc_normal_(torch.empty(200_000), mean=0.5, std=2.0, a=-1.0, b=3.0).numpy()
+    assert values.min() >= -1 and values.max() <= 3
+    assert abs(values.mean() - ref.mean()) < 0.02 and abs(values.std() - ref.std()) < 0.02
+    for shape in [(5, 8), (8, 5), (6, 2, 2)]:
+        q = nn.init.orthogonal_(Tensor.empty(*shape), gain=2.0).numpy().reshape(shape[0], -1)
+        small = q @ q.T if q.shape[0] <= q.shape[1] else q.T @ q
+        np.testing.assert_allclose(small, 4 * np.eye(small.shape[0]), atol=1e-4)
+    sparse = nn.init.sparse_(Tensor.empty(10, 30), sparsity=0.3).numpy()
+    assert ((sparse == 0).sum(0) == 3).all()
+
+
+@pytest.mark.parametrize("norm_type, max_norm", [(2.0, 0.5), (1.0, 0.3), (float("inf"), 0.1), (2.0, 1e6)])
+def test_clip_grad_norm_matches_torch(norm_type: float, max_norm: float) -> None:
+    grads = [randn(3, 4), randn(5, seed=1), randn(2, 2, 2, seed=2)]
+    ours = [Tensor.zeros(*g.shape, requires_grad=True) for g in grads]
+    refs = [torch.zeros(g.shape, requires_grad=True) for g in grads]
+    for p, r, g in zip(ours, refs, grads):
+        p.grad, r.grad = Tensor(g), torch.tensor(g)
+    total = nn.utils.clip_grad_norm_(ours, max_norm, norm_type)
+    ref_total = torch.nn.utils.clip_grad_norm_(refs, max_norm, norm_type)
+    np.testing.assert_allclose(total.numpy(), ref_total.numpy(), rtol=1e-5)
+    for p, r in zip(ours, refs):
+        np.testing.assert_allclose(p.grad.numpy(), r.grad.numpy(), rtol=1e-5, atol=1e-7)
+    nan = Tensor.zeros(2, requires_grad=True)
+    nan.grad = Tensor([float("nan"), 1.0])
+    with pytest.raises(RuntimeError, match="non-finite"):
+        nn.utils.clip_grad_norm_([nan], 1.0, error_if_nonfinite=True)
+
+
+def test_clipping_inside_training_steps_matches_torch() -> None:
+    w0, x = randn(4, 3), randn(8, 4, seed=1) * 5
+    lw, tw = Tensor(w0, requires_grad=True), torch.tensor(w0, requires_grad=True)
+    l_opt, t_opt = optim.Adam([lw], lr=0.1), torch.optim.Adam([tw], lr=0.1)
+    for _ in range(3):
+        l_opt.zero_grad(), t_opt.zero_grad()
+        ((Tensor(x) @ lw) ** 2).mean().backward()
+        ((torch.tensor(x) @ tw) ** 2).mean().backward()
+        nn.utils.clip_grad_norm_([lw], 0.5)
+        torch.nn.utils.clip_grad_norm_([tw], 0.5)
+        nn.utils.clip_grad_value_([lw], 0.2)
+        torch.nn.utils.clip_grad_value_([tw], 0.2)
+        l_opt.step(), t_opt.step()
+    np.testing.assert_allclose(lw.numpy(), tw.detach().numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_parameter_vectors_and_pad_sequence_match_torch() -> None:
+    arrays = [randn(2, 3), randn(4, seed=1)]
+    vec = nn.utils.parameters_to_vector([Tensor(a) for a in arrays])
+    np.testing.assert_array_equal(vec.numpy(), torch.nn.utils.parameters_to_vector([torch.tensor(a) for a in arrays]))
+    targets = [Tensor.zeros(2, 3).contiguous().realize(), Tensor.zeros(4).contiguous().realize()]
+    nn.utils.vector_to_parameters(vec * 2, targets)
+    np.testing.assert_array_equal(targets[0].numpy(), arrays[0] * 2)
+    seqs = [randn(3, 2), randn(5, 2, seed=1), randn(1, 2, seed=2)]
+    for kwargs in [{}, {"batch_first": True, "padding_value": -1.0}, {"batch_first": True, "padding_side": "left"}]:
+        ours = nn.utils.rnn.pad_sequence([Tensor(s) for s in seqs], **kwargs)
+        ref = torch.nn.utils.rnn.pad_sequence([torch.tensor(s) for s in seqs], **kwargs)
+        np.testing.assert_array_equal(ours.numpy(), ref.numpy())
+    back = nn.utils.rnn.unpad_sequence(nn.utils.rnn.pad_sequence([Tensor(s) for s in seqs]), [3, 5, 1])
+    for a, s in zip(back, seqs):
+        np.testing.assert_array_equal(a.numpy(), s)
