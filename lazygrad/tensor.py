@@ -55,6 +55,7 @@ from lazygrad.helpers import (
     ceildiv,
     cycles_held_off,
     flatten,
+    library_lock,
     make_tuple,
     prod,
 )
@@ -897,7 +898,7 @@ def random_counter_buffers(buffers: Iterable[Buffer]) -> dict[Buffer, int]:
 
 
 # held while the seed and a counter are read together (Tensor._random_bits) and while manual_seed changes both
-_rng_lock = threading.RLock()
+_rng_lock = library_lock(reentrant=True)
 
 
 def take_random_counters(n: int) -> int:
@@ -967,7 +968,7 @@ _STORED_FROM = "stored_from"
 _COPIED_FROM = "copied_from"
 # one schedule is made and run at a time: a thread realizing a graph another thread has scheduled but not run yet
 # would find its nodes in `_realized` and read buffers their kernels have not written. Building graphs stays parallel.
-_realize_lock = threading.RLock()
+_realize_lock = library_lock(reentrant=True)
 
 
 def _with_lazy_origins(root: UOp, renamed: dict[UOp, UOp] | None = None) -> UOp:
@@ -1171,7 +1172,7 @@ _modes = _ThreadModes()
 # how many threads are inside no_grad now: while none is, no thread reads its own depth (a thread-local read). A thread
 # counts itself before its depth leaves 0 and after it is back at 0, so a thread inside no_grad always reads its depth
 _NO_GRAD_THREADS = [0]
-_no_grad_threads_lock = threading.Lock()
+_no_grad_threads_lock = library_lock()
 
 
 class _TensorType(type):
@@ -7048,7 +7049,7 @@ for _name in (
 
 # id -> tensor with requires_grad=True; keyed by id because Tensor.__eq__ is elementwise, not identity
 _grad_leaves: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
-_grad_leaves_lock = threading.Lock()
+_grad_leaves_lock = library_lock()
 # id -> weak reference to a floating point tensor whose requires_grad was never set: a backward through it fills its
 # .grad (tinygrad's rule). Every float tensor an op makes is entered here: a plain dict, not a WeakValueDictionary,
 # whose insert is several Python calls. Keyed by id, so no lookup ever compares tensors (Tensor.__eq__ is

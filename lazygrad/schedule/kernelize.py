@@ -30,7 +30,6 @@ from __future__ import annotations
 import bisect
 import itertools
 import operator
-import threading
 import weakref
 from dataclasses import dataclass, field
 from sys import getrefcount as _getrefcount
@@ -39,7 +38,7 @@ from weakref import getweakrefcount as _getweakrefcount
 
 from lazygrad.device import Buffer, Device, buffers_made
 from lazygrad.dtype import dtypes
-from lazygrad.helpers import DEBUG, FRAME_REFS_CHECKED, KERNEL_OPS, STEP_LAYOUTS, prod
+from lazygrad.helpers import DEBUG, FRAME_REFS_CHECKED, KERNEL_OPS, STEP_LAYOUTS, library_lock, prod
 from lazygrad.schedule.panels import over_panels, panel_plans
 from lazygrad.uop.ops import GroupOp, Ops, PatternMatcher, UOp, UPat, arg_uops, ssimplify, substitute, sym_unbind
 from lazygrad.uop.passes import PassRun, step
@@ -1388,7 +1387,7 @@ def note_value_notes(*names: str) -> None:
 
 _templates: dict[tuple, _Template] = {}
 SCHEDULE_CACHE_SIZE = 256  # templates kept (a graph whose shapes change every call would otherwise grow it forever)
-_templates_lock = threading.Lock()  # threads scheduling at once: an eviction must not meet another's insert
+_templates_lock = library_lock()  # threads scheduling at once: an eviction must not meet another's insert
 
 
 def create_schedule(
