@@ -4617,9 +4617,12 @@ class Tensor(metaclass=_TensorType):
 
     @_replayed
     def relu(self) -> Tensor:
-        # a where, not maximum(0): torch's gradient at 0 is 0 (maximum would split it), and NaN stays NaN. The mask
-        # is recomputed inside the backward kernel, which loads the relu's input anyway (no extra kernel)
-        return (self <= 0).where(0, self)
+        # wheres, not maximum(0): torch's gradient is g where not x <= 0 (0 at 0, NaN's passed; maximum would split it
+        # at 0). torch's value is x < 0 ? 0 : x (relu(-0.0) is -0.0): the outer where carries the gradient, its value
+        # where x <= 0 comes from a detached x, and the kernel is x < 0 ? 0 : x alone (kernelize._build_where). The
+        # mask is recomputed inside the backward kernel, which loads the relu's input anyway (no extra kernel)
+        x = self.detach()
+        return (self <= 0).where((x < 0).where(0, x), self)
 
     def sigmoid(self) -> Tensor:
         return self._in_float32(_sigmoid)
@@ -4669,8 +4672,13 @@ class Tensor(metaclass=_TensorType):
         return self.hardtanh(0, 6)
 
     def hardtanh(self, min_val: float = -1.0, max_val: float = 1.0) -> Tensor:
-        # torch's gradient is zero at the bounds themselves (clip keeps it there)
-        return (self <= min_val).where(min_val, (self >= max_val).where(max_val, self))
+        # torch's value: a bound where x passes it, else x (a zero keeps its sign: relu6(-0.0) is -0.0); its gradient is
+        # zero at the bounds themselves. As relu: the outer wheres carry the gradient, the inner ones over a detached x
+        # the value, and the kernel keeps x < min ? min : (max < x ? max : x) (kernelize._build_where)
+        x = self.detach()
+        clipped = (x < min_val).where(min_val, (x > max_val).where(max_val, x))
+        upper = (self >= max_val).where((x > max_val).where(max_val, x), self)
+        return (self <= min_val).where(clipped, upper)
 
     def isnan(self) -> Tensor:
         return self != self

@@ -797,6 +797,15 @@ def _build_reduce(ctx: _Here, u: UOp) -> UOp:
     return UOp(Ops.REDUCE_AXIS, u.dtype, tuple(ctx.built), u.arg)
 
 
+def _build_where(ctx: _Here, u: UOp) -> UOp:
+    cond, a, b = ctx.built
+    # (d | e) ? (d ? z : b) : b is d ? z : b: relu and hardtanh (tensor.py) give the outer where their gradient mask and
+    # the inner one, over a detached x, their value (x < 0 ? 0 : x keeps -0.0, as torch's)
+    if cond.op is Ops.OR and a.op is Ops.WHERE and a.src[2] is b and a.src[0] in cond.src:
+        return ctx.kb.masked(a, u, ctx.chain)
+    return ctx.kb.masked(UOp(u.op, u.dtype, (cond, a, b), u.arg), u, ctx.chain)
+
+
 KERNEL_OP = PatternMatcher(
     [
         # a movement op only adds itself to the chain its source is read through; CONTIGUOUS and DETACH are no-ops
@@ -805,6 +814,7 @@ KERNEL_OP = PatternMatcher(
         (UPat((Ops.CONST, Ops.IOTA), name="u"), _build_source),
         (UPat(Ops.BIND, name="u"), _build_bind),
         (UPat(Ops.REDUCE_AXIS, name="u"), _build_reduce),
+        (UPat(Ops.WHERE, name="u"), _build_where),
         (
             UPat(GroupOp.Elementwise, name="u"),
             lambda ctx, u: ctx.kb.masked(UOp(u.op, u.dtype, tuple(ctx.built), u.arg), u, ctx.chain),
