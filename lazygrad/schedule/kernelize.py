@@ -477,8 +477,10 @@ class _Planner:
                 continue
             seen.add(c)
             # the epilogue may reshape (e.g. drop the kept size-1 axis); the kernel then runs in the reduce's shape.
-            # It may end in a CONTIGUOUS, a stored copy of itself: `(a @ b).contiguous()` is one kernel, not two
-            ok = c.op in GroupOp.Elementwise or c.op is Ops.RESHAPE or c.op is Ops.CONTIGUOUS and c in self.stored
+            # It may end in a CONTIGUOUS, a stored copy of itself: `(a @ b).contiguous()` is one kernel, not two; a
+            # DETACH is the value itself (relu's inner where reads its input detached)
+            ok = c.op in GroupOp.Elementwise or c.op is Ops.RESHAPE or c.op is Ops.DETACH
+            ok = ok or c.op is Ops.CONTIGUOUS and c in self.stored
             if not ok or c.size != r.size:
                 return False
             # another reduce the epilogue reads, directly or through a reshape, must share this one's loop; so must one
