@@ -6,7 +6,6 @@ import functools
 import importlib
 import itertools
 import os
-import threading
 from typing import Any, Callable
 
 from lazygrad.dtype import DType
@@ -19,6 +18,7 @@ from lazygrad.helpers import (
     diskcache_put,
     format_bytes,
     getenv,
+    library_lock,
 )
 
 # the order devices are tried in when none is named
@@ -35,7 +35,7 @@ class _Device:
 
     def __init__(self) -> None:
         self._opened: dict[str, Compiled] = {}
-        self._lock = threading.RLock()  # two threads asking for a new device must not open it twice
+        self._lock = library_lock(reentrant=True)  # two threads asking for a new device must not open it twice
         self.multi_seen = False  # whether a tuple of devices (a sharded tensor) was ever named in this process
 
     def __getitem__(self, name: str) -> Compiled:
@@ -272,7 +272,7 @@ class Allocator:
         self.cache: dict[int, list[int]] = {}
         self.cached_bytes, self.cache_limit = 0, cache_limit
         # buffers are freed by the garbage collector in whichever thread drops the last reference
-        self.lock = threading.RLock()
+        self.lock = library_lock(reentrant=True)
 
     def alloc(self, nbytes: int) -> int:
         with self.lock:

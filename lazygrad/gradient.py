@@ -17,7 +17,7 @@ import weakref
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from lazygrad.dtype import dtypes
-from lazygrad.helpers import argsort
+from lazygrad.helpers import argsort, library_lock
 from lazygrad.uop.ops import GroupOp, Ops, UOp
 from lazygrad.uop.program import FILLER, FORWARD_RUN, GraphProgram, note_replay
 
@@ -552,4 +552,4 @@ GRAD_PROGRAMS = 64  # graphs kept, and programs per graph (shapes that change ev
 # larger graphs are differentiated by the rules every time: a key and a program are as large as the graph, and a
 # graph that deep is rarely one step of a loop (100,000 chained ops: a key of 100,000 parts kept per program)
 GRAD_PROGRAM_NODES = 20_000
-_programs_lock = threading.Lock()
+_programs_lock = library_lock()

@@ -13,10 +13,12 @@ import os
 import pathlib
 import pickle
 import sqlite3
+import subprocess
 import sys
 import tempfile
 import threading
 import time
+import weakref
 from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
 
 T = TypeVar("T")
@@ -228,6 +230,108 @@ CI = bool(os.getenv("CI"))  # running under continuous integration (tests skip w
 OSX, WIN = sys.platform == "darwin", sys.platform == "win32"
 
 
+# *** fork ***
+# A process forked while another thread is inside the library gets a copy of every lock as it was, held by a thread
+# the child does not have, and the child's first realize, compile or cache read waited on it forever (a forked pool
+# worker hung on the compiler's lock a build ahead in its parent held). Two measures: the library's locks are made by
+# library_lock and made free again in the child; and a few sections whose copy in the child would be broken for good
+# or would keep the parent waiting (a compiler process being started, a disk cache call inside sqlite) are fork
+# sections, which a fork waits to see none of before it copies the process.
+
+_fork_locks: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def library_lock(reentrant: bool = False) -> Any:
+    """A threading.Lock (RLock if reentrant) that a forked child finds free."""
+    lock = threading.RLock() if reentrant else threading.Lock()
+    _fork_locks.add(lock)
+    return lock
+
+
+class _ForkSections:
+    """Sections a fork waits for (see above): entered by any number of threads at once, none entered during a fork."""
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition(threading.Lock())
+        self.inside = 0
+
+    @contextlib.contextmanager
+    def section(self) -> Iterator[None]:
+        with self.cond:
+            self.inside += 1
+        try:
+            yield
+        finally:
+            with self.cond:
+                self.inside -= 1
+                if not self.inside:
+                    self.cond.notify_all()
+
+    def before_fork(self) -> None:
+        # held until the fork is done: no section starts in between (a section never waits on the forking thread)
+        self.cond.acquire()
+        while self.inside:
+            self.cond.wait()
+
+    def after_fork_in_parent(self) -> None:
+        self.cond.release()
+
+    def after_fork_in_child(self) -> None:
+        self.cond = threading.Condition(threading.Lock())
+        self.inside = 0
+
+
+_fork_sections = _ForkSections()
+fork_section = _fork_sections.section
+# the write ends of pipes into processes the library started (a compiler reading its source until end of file): a
+# forked child's copy is pointed at /dev/null, else the process never saw the end of its input while the child lived
+_parent_pipes: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def spawn(cmd: Sequence[str], **kwargs: Any) -> subprocess.Popen:
+    """subprocess.Popen in a fork section: a fork in the middle left the child holding the pipe through which Popen
+    learns that the program started, and the parent's Popen waited until that child exited."""
+    with fork_section():
+        proc = subprocess.Popen(cmd, **kwargs)
+        if proc.stdin is not None:
+            _parent_pipes.add(proc.stdin)
+    return proc
+
+
+def run_process(cmd: Sequence[str], input: str | None = None, timeout: float | None = None, **kwargs: Any) -> Any:
+    """subprocess.run(cmd, capture_output=True, text=True, input=..., timeout=...) started with spawn."""
+    pipe = subprocess.PIPE
+    with spawn(cmd, stdin=pipe if input is not None else None, stdout=pipe, stderr=pipe, text=True, **kwargs) as proc:
+        try:
+            out, err = proc.communicate(input, timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            raise
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def _after_fork_in_child() -> None:
+    _fork_sections.after_fork_in_child()
+    for lock in list(_fork_locks):
+        lock._at_fork_reinit()  # (CPython's own way, as threading and logging reset theirs)
+    pipes = [f for f in list(_parent_pipes) if not f.closed]
+    _parent_pipes.clear()
+    if pipes:
+        null = os.open(os.devnull, os.O_WRONLY)
+        for f in pipes:
+            os.dup2(null, f.fileno())  # (the file object keeps its descriptor: a later close closes /dev/null)
+        os.close(null)
+    _forget_db_connections()
+
+
+os.register_at_fork(
+    before=_fork_sections.before_fork,
+    after_in_parent=_fork_sections.after_fork_in_parent,
+    after_in_child=_after_fork_in_child,
+)
+
+
 class _Launched:
     """A count of _GlobalCounters kept in attribute `name`, with the launches noted so far added before it is read
     or set."""
@@ -260,7 +364,7 @@ class _GlobalCounters:
         self.mem_used = 0  # bytes currently allocated on all devices
         self.mem_peak = 0  # the most mem_used has been since the last reset
         self.launched: collections.deque[tuple[int, int, int, float]] = collections.deque()
-        self._adding = threading.Lock()
+        self._adding = library_lock()
 
     def add_launched(self) -> None:
         """Add the launches noted so far into the counts."""
@@ -494,28 +598,45 @@ def to_function_name(s: str) -> str:
 _cache_dir = pathlib.Path(os.getenv("XDG_CACHE_HOME", pathlib.Path.home() / ".cache")) / "lazygrad"
 CACHEDB = getenv("CACHEDB", str(_cache_dir / "cache.db"))
 _db_local = threading.local()  # a sqlite connection may only be used by the thread that opened it: one per thread
+_db_inherited: list[sqlite3.Connection] = []  # a forked child's copies of its parent's connections, never used
+
+
+def _forget_db_connections() -> None:
+    """A forked child opens connections of its own (sqlite: a connection must not cross a fork). The inherited one is
+    kept, not closed: closing it could roll back a transaction its parent has open."""
+    global _db_local
+    if (conn := getattr(_db_local, "conn", None)) is not None:
+        _db_inherited.append(conn)
+    _db_local = threading.local()
 
 
 def _db() -> sqlite3.Connection | None:
     if getattr(_db_local, "conn", None) is None:
         try:
             pathlib.Path(CACHEDB).parent.mkdir(parents=True, exist_ok=True)
-            conn = sqlite3.connect(CACHEDB, timeout=30, isolation_level=None)
+            with fork_section():
+                conn = sqlite3.connect(CACHEDB, timeout=30, isolation_level=None)
         except (sqlite3.Error, OSError):
             return None  # an unwritable cache location only costs speed
         try:
-            conn.execute("PRAGMA journal_mode=WAL")  # lasting: the first connection to set it sets it for all
+            with fork_section():
+                conn.execute("PRAGMA journal_mode=WAL")  # lasting: the first connection to set it sets it for all
         except sqlite3.OperationalError:
             pass  # locked by another thread's first connection switching it at the same moment
         _db_local.conn = conn
     return _db_local.conn
 
 
+# sqlite calls run in fork sections: a fork while another thread is inside sqlite copied its mutexes held (the memory
+# allocator's is taken by most calls), and the child's first cache read waited on them
+
+
 def diskcache_get(table: str, key: Any) -> Any:
     if CACHELEVEL < 1 or (conn := _db()) is None:
         return None
     try:
-        row = conn.execute(f"SELECT val FROM {table}_v1 WHERE key=?", (_cache_key(key),)).fetchone()
+        with fork_section():
+            row = conn.execute(f"SELECT val FROM {table}_v1 WHERE key=?", (_cache_key(key),)).fetchone()
     except sqlite3.OperationalError:
         return None  # table not made yet
     return pickle.loads(row[0]) if row else None
@@ -525,8 +646,9 @@ def diskcache_put(table: str, key: Any, val: Any) -> Any:
     if CACHELEVEL < 1 or (conn := _db()) is None:
         return val
     try:
-        conn.execute(f"CREATE TABLE IF NOT EXISTS {table}_v1 (key TEXT PRIMARY KEY, val BLOB)")
-        conn.execute(f"REPLACE INTO {table}_v1 (key, val) VALUES (?, ?)", (_cache_key(key), pickle.dumps(val)))
+        with fork_section():
+            conn.execute(f"CREATE TABLE IF NOT EXISTS {table}_v1 (key TEXT PRIMARY KEY, val BLOB)")
+            conn.execute(f"REPLACE INTO {table}_v1 (key, val) VALUES (?, ?)", (_cache_key(key), pickle.dumps(val)))
     except sqlite3.Error:
         pass
     return val

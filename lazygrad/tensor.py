@@ -55,6 +55,7 @@ from lazygrad.helpers import (
     ceildiv,
     cycles_held_off,
     flatten,
+    library_lock,
     make_tuple,
     prod,
 )
@@ -897,7 +898,7 @@ def random_counter_buffers(buffers: Iterable[Buffer]) -> dict[Buffer, int]:
 
 
 # held while the seed and a counter are read together (Tensor._random_bits) and while manual_seed changes both
-_rng_lock = threading.RLock()
+_rng_lock = library_lock(reentrant=True)
 
 
 def take_random_counters(n: int) -> int:
@@ -967,7 +968,7 @@ _STORED_FROM = "stored_from"
 _COPIED_FROM = "copied_from"
 # one schedule is made and run at a time: a thread realizing a graph another thread has scheduled but not run yet
 # would find its nodes in `_realized` and read buffers their kernels have not written. Building graphs stays parallel.
-_realize_lock = threading.RLock()
+_realize_lock = library_lock(reentrant=True)
 
 
 def _with_lazy_origins(root: UOp, renamed: dict[UOp, UOp] | None = None) -> UOp:
@@ -1171,7 +1172,7 @@ _modes = _ThreadModes()
 # how many threads are inside no_grad now: while none is, no thread reads its own depth (a thread-local read). A thread
 # counts itself before its depth leaves 0 and after it is back at 0, so a thread inside no_grad always reads its depth
 _NO_GRAD_THREADS = [0]
-_no_grad_threads_lock = threading.Lock()
+_no_grad_threads_lock = library_lock()
 
 
 class _TensorType(type):
@@ -4664,9 +4665,12 @@ class Tensor(metaclass=_TensorType):
 
     @_replayed
     def relu(self) -> Tensor:
-        # a where, not maximum(0): torch's gradient at 0 is 0 (maximum would split it), and NaN stays NaN. The mask
-        # is recomputed inside the backward kernel, which loads the relu's input anyway (no extra kernel)
-        return (self <= 0).where(0, self)
+        # wheres, not maximum(0): torch's gradient is g where not x <= 0 (0 at 0, NaN's passed; maximum would split it
+        # at 0). torch's value is x < 0 ? 0 : x (relu(-0.0) is -0.0): the outer where carries the gradient, its value
+        # where x <= 0 comes from a detached x, and the kernel is x < 0 ? 0 : x alone (kernelize._build_where). The
+        # mask is recomputed inside the backward kernel, which loads the relu's input anyway (no extra kernel)
+        x = self.detach()
+        return (self <= 0).where((x < 0).where(0, x), self)
 
     def sigmoid(self) -> Tensor:
         return self._in_float32(_sigmoid)
@@ -4716,8 +4720,13 @@ class Tensor(metaclass=_TensorType):
         return self.hardtanh(0, 6)
 
     def hardtanh(self, min_val: float = -1.0, max_val: float = 1.0) -> Tensor:
-        # torch's gradient is zero at the bounds themselves (clip keeps it there)
-        return (self <= min_val).where(min_val, (self >= max_val).where(max_val, self))
+        # torch's value: a bound where x passes it, else x (a zero keeps its sign: relu6(-0.0) is -0.0); its gradient is
+        # zero at the bounds themselves. As relu: the outer wheres carry the gradient, the inner ones over a detached x
+        # the value, and the kernel keeps x < min ? min : (max < x ? max : x) (kernelize._build_where)
+        x = self.detach()
+        clipped = (x < min_val).where(min_val, (x > max_val).where(max_val, x))
+        upper = (self >= max_val).where((x > max_val).where(max_val, x), self)
+        return (self <= min_val).where(clipped, upper)
 
     def isnan(self) -> Tensor:
         return self != self
@@ -7323,7 +7332,7 @@ for _name in (
 
 # id -> tensor with requires_grad=True; keyed by id because Tensor.__eq__ is elementwise, not identity
 _grad_leaves: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
-_grad_leaves_lock = threading.Lock()
+_grad_leaves_lock = library_lock()
 # id -> weak reference to a floating point tensor whose requires_grad was never set: a backward through it fills its
 # .grad (tinygrad's rule). Every float tensor an op makes is entered here: a plain dict, not a WeakValueDictionary,
 # whose insert is several Python calls. Keyed by id, so no lookup ever compares tensors (Tensor.__eq__ is

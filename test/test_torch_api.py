@@ -1437,3 +1437,42 @@ def test_polygamma_against_mpmath_and_torch(n):
     np.testing.assert_allclose(t.numpy(), want, rtol=1e-11)
     with pytest.raises(RuntimeError):
         Tensor(x).polygamma(-1)
+
+
+_SIGNED_ZERO_OPS = {
+    "relu": (lambda t: t.relu(), torch.relu),
+    "relu6": (lambda t: t.relu6(), torch.nn.functional.relu6),
+    "hardtanh": (lambda t: t.hardtanh(), torch.nn.functional.hardtanh),
+    "hardtanh(0, 6)": (lambda t: t.hardtanh(0.0, 6.0), lambda t: torch.nn.functional.hardtanh(t, 0.0, 6.0)),
+    "hardtanh(-6, 0)": (lambda t: t.hardtanh(-6.0, 0.0), lambda t: torch.nn.functional.hardtanh(t, -6.0, 0.0)),
+    "leaky_relu": (lambda t: t.leaky_relu(0.01), lambda t: torch.nn.functional.leaky_relu(t, 0.01)),
+    "clamp(0, 1)": (lambda t: t.clamp(0, 1), lambda t: t.clamp(0, 1)),
+    "clamp(-1, 0)": (lambda t: t.clamp(-1, 0), lambda t: t.clamp(-1, 0)),
+    "elu": (lambda t: t.elu(), torch.nn.functional.elu),
+    "celu": (lambda t: t.celu(), torch.nn.functional.celu),
+    "selu": (lambda t: t.selu(), torch.nn.functional.selu),
+    "hardswish": (lambda t: t.hardswish(), torch.nn.functional.hardswish),
+    "softplus": (lambda t: t.softplus(), torch.nn.functional.softplus),
+}
+
+
+@pytest.mark.parametrize("name", list(_SIGNED_ZERO_OPS))
+def test_activations_keep_torchs_sign_of_zero_and_gradient_at_the_edges(name):
+    """Each value's sign as torch's (relu(-0.0) is -0.0: torch's relu is x < 0 ? 0 : x), NaN kept, and the gradient at
+    0, -0.0, the bounds and NaN as torch's (relu's and hardtanh's is zero at 0 and at the bounds)."""
+    ours_fn, torch_fn = _SIGNED_ZERO_OPS[name]
+    xs = [-0.0, 0.0, -1.0, 1.0, -6.0, 6.0, -7.0, 7.0, 0.5, -0.5, float("nan")]
+    x, tx = Tensor(xs, requires_grad=True), torch.tensor(xs, requires_grad=True)
+    out, tout = ours_fn(x), torch_fn(tx)
+    got, want = out.tolist(), tout.tolist()
+    for v, w, at in zip(got, want, xs):
+        assert (math.isnan(v), math.copysign(1, v)) == (math.isnan(w), math.copysign(1, w)), f"{name}({at}): {v} {w}"
+        assert math.isnan(w) or v == pytest.approx(w, rel=1e-6, abs=1e-7), f"{name}({at}): {v}, torch {w}"
+    (out * Tensor([float(i + 1) for i in range(len(xs))])).sum().backward()
+    (tout * torch.arange(1.0, len(xs) + 1)).sum().backward()
+    # (at NaN torch's gradient is what each backward kernel's masks happen to pass: compared where it is relu's)
+    n = len(xs) if name in _GRAD_AT_NAN else len(xs) - 1
+    np.testing.assert_allclose(x.grad.numpy()[:n], tx.grad.numpy()[:n], rtol=1e-6, atol=1e-7, err_msg=name)
+
+
+_GRAD_AT_NAN = {"relu", "relu6", "hardtanh", "hardtanh(0, 6)", "hardtanh(-6, 0)", "leaky_relu", "softplus"}

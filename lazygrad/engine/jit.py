@@ -18,7 +18,9 @@ What a replay does and does not do (the pitfalls, each tested in test/engine/tes
     call's kernels read its counter from a buffer, and a replay writes the next counters of the stream there, so
     a replay draws what the same call would without the JIT. The seed is the capture's: `manual_seed` with another
     seed between replays restarts the counters, not the seed (a warning at capture if the function reseeds).
-  * Gradients reach the parameters the function uses, not its Tensor arguments (return those gradients).
+  * Gradients reach the parameters the function uses, not its Tensor arguments (return those gradients). A backward
+    adding into an existing .grad (no zero_grad in the function) adds into the .grad each replay finds, as torch's
+    accumulation does (none after `p.grad = None`): the capture's own .grad is not kept.
   * A sharded Tensor argument is one input per part; a replay checks that it is split as at the capture.
   * Each thread calling a TinyJit has a capture of its own (its own first two calls run the function): a replay
     writes the capture's buffers, and threads sharing one capture read each other's inputs and outputs.
@@ -76,6 +78,20 @@ def _new_grads(before: dict[int, tuple[Tensor, Tensor | None]]) -> list[tuple[Te
     if lazy := [g for _, g in changed if g is not None and g.uop.base.op is not Ops.BUFFER]:
         Tensor.realize(*lazy)
     return changed
+
+
+def _grads_as_inputs(before: dict[int, tuple[Tensor, Tensor | None]]) -> list[tuple[Tensor, Tensor, Tensor]]:
+    """Every existing .grad (of a tensor on one device) swapped for a fresh alias of its memory for the capture:
+    a backward accumulating into it (torch's p.grad += g) then reads an input, which every replay refills from the
+    tensor's .grad at that call, where the kernels read the capture's .grad forever (a stale gradient added to each
+    replay's, even after p.grad = None). (tensor, its .grad, the alias's tensor) each."""
+    out = []
+    for t, g in before.values():
+        if g is not None and not isinstance(g.device, tuple):
+            alias = (g._plain_buffer() or g._contiguous_buffer()).alias()
+            t.grad = Tensor.from_uop(UOp.buffer_view(alias, g.shape))
+            out.append((t, g, t.grad))
+    return out
 
 
 def _tensors_in(ret: Any) -> list[Tensor]:
@@ -174,10 +190,14 @@ class CapturedJit:
         mode: tuple[bool, bool],
         draws: tuple[int, int] = (0, 0),
         grads: list[tuple[weakref.ref, Tensor | None]] | None = None,
+        grad_inputs: list[tuple[weakref.ref, Tensor]] | None = None,
     ):
         self.args, self.kw_names, self.n_args = args, kw_names, len(args)
         # (parameter, the .grad the capture left it): set again after every replay, whose kernels rewrite that grad
         self.grads = grads or []
+        # (parameter, its .grad at the capture): the .grads the kernels read (accumulate into), the inputs after the
+        # arguments' (see _grads_as_inputs)
+        self.grad_inputs = grad_inputs or []
         self.training, self.no_grad = mode  # Tensor.training and no_grad shape the graph: frozen like the rest
         # the returned structure over the JIT's own Tensor objects: the caller may reassign the ones it got
         self.ret = _rebuild(ret, lambda t: Tensor.from_uop(t.uop))
@@ -306,6 +326,9 @@ class CapturedJit:
                 graph.vars[spec.slot] = self.var_vals[spec.slot] = self._var_value(spec, a)
             elif a is not spec.value and not _same(a, spec.value):
                 self._const_mismatch(spec, a)
+        for slot, buf in enumerate(self._grad_buffers(), self.n_inputs - len(self.grad_inputs)):
+            graph.bufs[slot] = buf._ptr or buf.ptr
+            held.append(buf)
         realize_readers_of(self.written_memory)  # lazy values computed from what this replay overwrites, computed first
         graph.call()
         forget_values_read_from(
@@ -319,6 +342,27 @@ class CapturedJit:
         if self.single_out is not None:
             return Tensor.from_uop(self.single_out)
         return self._outputs({})
+
+    def _grad_buffers(self) -> list[Buffer]:
+        """The buffers of the .grads the kernels accumulate into, as they are at this call: zeros for a .grad set to
+        None since (torch's next backward gives the new gradient alone)."""
+        out = []
+        for ref, was in self.grad_inputs:
+            g = t.grad if (t := ref()) is not None else None
+            if g is None:
+                buf = Buffer(was.device, was.numel(), was.dtype)
+                buf.copyin(memoryview(bytearray(buf.nbytes)))
+            elif g.shape != was.shape or g.dtype != was.dtype or g.device != was.device:
+                raise JitError(
+                    f"a .grad the captured backward accumulates into was {was.shape} {was.dtype} on {was.device} at "
+                    f"capture, now {g.shape} {g.dtype} on {g.device}"
+                )
+            else:
+                buf = g._plain_buffer() or g._contiguous_buffer()
+                if buf.memory in self.written_memory:  # this capture's own gradient (a replay rewrites it)
+                    buf = _copy_of(buf)
+            out.append(buf)
+        return out
 
     def _set_grads(self) -> None:
         for ref, g in self.grads:
@@ -351,6 +395,7 @@ class CapturedJit:
                 self.var_vals[spec.slot] = self._var_value(spec, a)
             elif a is not spec.value and not _same(a, spec.value):
                 self._const_mismatch(spec, a)
+        inputs += self._grad_buffers()
         table = inputs + self.buffers
         realize_readers_of(self.written_memory)
         for runner, bslots, vslots in self.items:
@@ -540,14 +585,23 @@ class TinyJit(Generic[R]):
             spec.shape_vars = tuple((v, slot_of[v]) for v, _ in spec.shape_vars)
         n_pos = len(args)
         rng, mode = Tensor.rng_state(), (Tensor.training, not Tensor.is_grad_enabled())
-        began, grads_before = tensors_made(), grad_bindings()
+        grads_before = grad_bindings()
+        held = _grads_as_inputs(grads_before)
+        began = tensors_made()
         with capture(began) as recorded, _hide_bound_results():
             ret = self.fxn(*call_values[:n_pos], **dict(zip(kw_names, call_values[n_pos:])))
             if outs := _tensors_in(ret):
                 Tensor.realize(*outs)
             _realize_writes(call_values, began)
+            for t, g, alias in held:  # a .grad the function left as it was keeps its own tensor
+                if t.grad is alias:
+                    t.grad = g
             grads = _new_grads(grads_before)
         del outs, call_values
+        read = {b for ei, _ in recorded for b in ei.bufs}
+        grad_inputs = [(weakref.ref(t), g) for t, g, alias in held if alias.uop.base.arg in read]
+        inputs += [alias.uop.base.arg for _, _, alias in held if alias.uop.base.arg in read]
+        del held, read
         seed, counter = Tensor.rng_state()
         if seed != rng[0]:
             warnings.warn(
@@ -555,7 +609,8 @@ class TinyJit(Generic[R]):
                 stacklevel=3,
             )
         bound = [(weakref.ref(t), g) for t, g in grads]
-        mine.captured = CapturedJit(recorded, specs, kw_names, inputs, ret, mode, (rng[1], counter - rng[1]), bound)
+        draws = (rng[1], counter - rng[1])
+        mine.captured = CapturedJit(recorded, specs, kw_names, inputs, ret, mode, draws, bound, grad_inputs)
         del grads
         copied = [(a, inputs[spec.slot]) for a, spec in zip(values, specs) if spec.writes]
         _write_back(copied, mine.captured.written_memory)

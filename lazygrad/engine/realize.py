@@ -29,6 +29,7 @@ from lazygrad.helpers import (
     count_launched,
     cpu_cores,
     cycles_held_off,
+    library_lock,
 )
 from lazygrad.renderer import ProgramSpec
 from lazygrad.schedule.kernelize import Schedule, ScheduleItem
@@ -327,7 +328,7 @@ class ExecItem:
         return et
 
 
-_counters_lock = threading.Lock()
+_counters_lock = library_lock()
 
 
 class JitError(RuntimeError):
@@ -341,7 +342,7 @@ _capturing = threading.local()
 # captures open in all threads: while any is, a tensor's note carries the thread that made it (a tensor another thread
 # makes during a capture is not the captured function's, see capture_began)
 CAPTURES_OPEN = [0]
-_captures_open_lock = threading.Lock()
+_captures_open_lock = library_lock()
 
 
 def _captures() -> list[list[tuple[ExecItem, dict[UOp, int]]]]:
@@ -529,7 +530,7 @@ class _LaunchPlan:
         # with a graph
         self.runs = 0
         self.graph: Any = None
-        self.graph_lock = threading.Lock()  # (the driver's tables are one per graph: two threads running this plan)
+        self.graph_lock = library_lock()  # (the driver's tables are one per graph: two threads running this plan)
         self.written = [k for outs in self.outs for k in outs]
         self.n_flat = n_flat
 
@@ -650,7 +651,7 @@ GRAPH_AFTER = 3  # the run of a plan that makes its graph (_LaunchPlan)
 # as the scheduler's own cache of templates is
 _plans: dict[object, _LaunchPlan | None] = {}
 LAUNCH_PLANS = 256
-_plans_lock = threading.Lock()  # threads running schedules at once: an eviction must not meet another's insert
+_plans_lock = library_lock()  # threads running schedules at once: an eviction must not meet another's insert
 
 
 def _launch_plan(schedule: list[ScheduleItem]) -> _LaunchPlan | None:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from lazygrad.device import Buffer
-from lazygrad.helpers import LIBRARY_THREAD
+from lazygrad.helpers import LIBRARY_THREAD, library_lock
 
 
 @dataclass
@@ -92,13 +92,11 @@ class _Worker:
 
 _workers: dict[str, _Worker] = {}
 # one schedule on the workers at a time: two interleaved on two workers could each wait for the other's next item
-_run_lock = threading.Lock()
+_run_lock = library_lock()
 
 
 def _forget_workers() -> None:
-    global _run_lock
     _workers.clear()  # a forked child has none of its parent's threads: it starts its own
-    _run_lock = threading.Lock()
 
 
 os.register_at_fork(after_in_child=_forget_workers)

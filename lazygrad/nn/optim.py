@@ -11,14 +11,13 @@ from __future__ import annotations
 import functools
 import inspect
 import math
-import threading
 from typing import Any, Sequence
 
 from lazygrad.device import Device
 from lazygrad.dtype import DType, dtypes
 from lazygrad.engine.realize import CAPTURES_OPEN
 from lazygrad.gradient import take_backward_roots
-from lazygrad.helpers import STEP_LAYOUTS, alone_with_library_threads
+from lazygrad.helpers import STEP_LAYOUTS, alone_with_library_threads, library_lock
 from lazygrad.nn import _own_buffer
 from lazygrad.schedule.multi import whole_buffer
 from lazygrad.tensor import (
@@ -773,7 +772,7 @@ _step_programs: dict[tuple, _StepProgram] = {}
 STEP_PROGRAMS = 16  # programs kept (an optimizer whose parameters change shape every step would otherwise grow it)
 # two threads recording at once: both evicted the same first entry (KeyError), or one's insert met the other's
 # iteration for the first key (a dictionary changed size during iteration)
-_step_programs_lock = threading.Lock()
+_step_programs_lock = library_lock()
 
 
 def _lerp(start: Tensor, end: Tensor, weight: float) -> Tensor:

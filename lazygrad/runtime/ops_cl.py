@@ -10,10 +10,11 @@ import ctypes.util
 import functools
 import hashlib
 import os
-import threading
+import weakref
+from typing import Any
 
 from lazygrad.device import Allocator, Compiled, CompileError, Compiler, DeviceUnavailable
-from lazygrad.helpers import CACHEDB
+from lazygrad.helpers import CACHEDB, library_lock
 from lazygrad.renderer.gpu import OpenCLRenderer
 
 try:
@@ -108,6 +109,39 @@ class CLError(RuntimeError):
 def check(status: int, doing: str) -> None:
     if status != 0:
         raise CLError(f"{CL_ERRORS.get(status, f'OpenCL error {status}')} ({status}) {doing}")
+
+
+class _ForkedOpenCL:
+    """Stands in for the OpenCL library in a process forked from one that opened a CL device: the driver's worker
+    threads (PoCL's) are the parent's, and the child's first kernel or copy waited for them forever. Every call
+    raises a clear error instead, except the releases the child's collector runs on objects it inherited (the parent
+    still owns them) and the drain at exit."""
+
+    _release = frozenset({"clReleaseMemObject", "clReleaseProgram", "clReleaseKernel", "clReleaseEvent", "clFinish"})
+
+    def __getattr__(self, name: str) -> Any:
+        if name in self._release:
+            return lambda *args: 0
+
+        def refuse(*args: Any) -> int:
+            raise CLError(
+                f"CL ({name}): this process was forked from one that had opened an OpenCL device, and the driver "
+                "cannot be used after fork; start worker processes with multiprocessing's 'spawn' (or 'forkserver') "
+                "start method"
+            )
+
+        return refuse
+
+
+_opened_devices: weakref.WeakSet[CLDevice] = weakref.WeakSet()
+
+
+def _refuse_driver_in_forked_child() -> None:
+    for dev in list(_opened_devices):
+        dev.cl = _ForkedOpenCL()  # type: ignore[assignment]
+
+
+os.register_at_fork(after_in_child=_refuse_driver_in_forked_child)
 
 
 @functools.cache
@@ -217,7 +251,7 @@ class _BuildLock:
     or without fcntl, only the threads take turns)."""
 
     def __init__(self, path: str):
-        self.path, self.threads, self.fd = path, threading.Lock(), None
+        self.path, self.threads, self.fd = path, library_lock(), None
 
     def __enter__(self) -> None:
         self.threads.acquire()
@@ -316,7 +350,7 @@ class CLProgram:
         # one program (TinyJit replays in threads share the compiled kernels) set each other's arguments between the
         # sets and the enqueue (4 threads x 100 replays: 22-43 results computed from another thread's buffers), and
         # clSetKernelArg itself is the one OpenCL call the standard does not make thread-safe
-        self.launch_lock = threading.Lock()
+        self.launch_lock = library_lock()
 
     def __call__(
         self, *args: int, global_size: Dims = (1, 1, 1), local_size: Dims | None = (1, 1, 1), wait: bool = False
@@ -376,6 +410,7 @@ class CLDevice(Compiled):
         self.queue = self.cl.clCreateCommandQueue(self.context, self.device, queue_props, ctypes.byref(err))
         check(err.value, f"creating a command queue on {self.device_name}")
         atexit.register(self._drain_at_exit)
+        _opened_devices.add(self)
         renderer = OpenCLRenderer(**self._limits())
         super().__init__(name, CLAllocator(self), renderer, CLCompiler(self), functools.partial(CLProgram, self))
 

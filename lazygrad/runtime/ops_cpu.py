@@ -13,12 +13,20 @@ import struct
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from typing import Any
 
 from lazygrad.device import Allocator, Compiled, CompileError, Compiler, DeviceUnavailable
-from lazygrad.helpers import check_host_allocation, cpu_cores, diskcache_get, diskcache_put, getenv
+from lazygrad.helpers import (
+    check_host_allocation,
+    cpu_cores,
+    diskcache_get,
+    diskcache_put,
+    getenv,
+    library_lock,
+    run_process,
+    spawn,
+)
 from lazygrad.renderer.cstyle import DP4A_MADD, GOMP_DECL, ClangRenderer
 from lazygrad.runtime.threads_cpu import load_openmp, load_team, openmp_spin_capped
 
@@ -178,11 +186,11 @@ class ClangCompiler(Compiler):
     def __init__(self, cc: str):
         self.cc = cc
         self._started: list[_Build] = []  # compiler processes waiting for their source (prestart)
-        self._started_lock = threading.Lock()
+        self._started_lock = library_lock()
         self.compiled = False  # whether a kernel missed the disk cache and was compiled (prestart starts none before)
         # -fvect-cost-model=dynamic: loops the heuristic could not upcast (a size no vector width divides) are still
         # vectorized by the compiler, with a scalar tail; -O2 alone only vectorizes loops that need no tail
-        version = subprocess.run([cc, "--version"], capture_output=True, text=True).stdout.splitlines()[:1]
+        version = run_process([cc, "--version"]).stdout.splitlines()[:1]
         self.flags = ["-shared", "-fPIC", "-O2", "-march=native", "-fno-math-errno", "-ffp-contract=fast"]
         self.flags += [] if "clang" in "".join(version) else ["-fvect-cost-model=dynamic"]  # a gcc flag only
         self.flags += ["-std=gnu11"]
@@ -229,7 +237,7 @@ class ClangCompiler(Compiler):
             # -> 4.4, Q6_K 19.3 -> 5.3
             self.dp4a_builtins = {8: DP4A_MADD}
         # __builtin_shufflevector: clang's, and gcc's since 12
-        major = subprocess.run([cc, "-dumpversion"], capture_output=True, text=True).stdout.strip().split(".")[0]
+        major = run_process([cc, "-dumpversion"]).stdout.strip().split(".")[0]
         self.lane_shuffle = clang or (major.isdigit() and int(major) >= 12)
         # gcc's per-function attribute for code that runs too rarely to be worth optimizing (ClangRenderer.launch_attr;
         # clang has no optimize attribute)
@@ -271,6 +279,8 @@ class ClangCompiler(Compiler):
         with self._started_lock:
             if not self.compiled:
                 return
+            # (a forked child's list holds its parent's processes, which it never takes: they do not count)
+            self._started = [job for job in self._started if job.owner == os.getpid()]
             while len(self._started) < n:
                 self._started.append(_Build(self.cc, self.flags, self.link, self.direct))
 
@@ -289,7 +299,7 @@ class ClangCompiler(Compiler):
         for THREAD axes), or [] where one is not found or a probe kernel linked so gives a wrong answer."""
 
         def ask(flag: str) -> str:
-            return subprocess.run([self.cc, flag], capture_output=True, text=True).stdout.strip()
+            return run_process([self.cc, flag]).stdout.strip()
 
         ld = shutil.which(ask("-print-prog-name=ld") or "ld")
         libs = [ask("-print-file-name=libm.so"), ask("-print-libgcc-file-name")]
@@ -315,7 +325,7 @@ class ClangCompiler(Compiler):
             return None
         compile_only = [f for f in self.flags if f != "-shared"]
         cmd = [self.cc, *compile_only, "-c", "-x", "c", "-", "-o", "lg_probe.o", "-###"]
-        listing = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "LC_ALL": "C"}).stderr
+        listing = run_process(cmd, env={**os.environ, "LC_ALL": "C"}).stderr
         try:
             commands = [shlex.split(line) for line in listing.splitlines() if line.startswith(" ")]
         except ValueError:
@@ -342,7 +352,7 @@ class ClangCompiler(Compiler):
         compile_only = [f for f in self.flags if f not in ("-shared", "-fopenmp")]
         cmd = [self.cc, *compile_only, "-S", "-x", "c", "-", "-o", "-"]
         try:
-            out = subprocess.run(cmd, input=FOLDED_LOAD_PROBE, capture_output=True, text=True, timeout=60)
+            out = run_process(cmd, input=FOLDED_LOAD_PROBE, timeout=60)
         except (OSError, subprocess.TimeoutExpired):
             return ""
         code = [line.split("#")[0].split(None, 1) for line in out.stdout.splitlines()]  # (mnemonic, operands)
@@ -457,12 +467,10 @@ class _Build:
         self.procs: list[subprocess.Popen] = []
         try:
             out = subprocess.PIPE if len(cmds) > 1 else self.err
-            self.procs.append(
-                subprocess.Popen(cmds[0], stdin=subprocess.PIPE, stdout=out, stderr=self.err, env=self.env)
-            )
+            self.procs.append(spawn(cmds[0], stdin=subprocess.PIPE, stdout=out, stderr=self.err, env=self.env))
             if len(cmds) > 1:  # the assembler reads what the compiler writes
                 first = self.procs[0]
-                self.procs.append(subprocess.Popen(cmds[1], stdin=first.stdout, stdout=self.err, stderr=self.err))
+                self.procs.append(spawn(cmds[1], stdin=first.stdout, stdout=self.err, stderr=self.err))
                 first.stdout.close()  # type: ignore[union-attr]
         except BaseException:
             for proc in self.procs:
@@ -492,7 +500,7 @@ class _Build:
                 with open(self.obj, "rb") as f:
                     libs = _libraries_needed(f.read(), self.link[1:])
                 cmd = [self.link[0], "-shared", "--as-needed", "-o", self.out, self.obj, *libs]
-                self._check(subprocess.call(cmd, stdout=self.err, stderr=self.err, env=self.env), cmd[0], "link", src)
+                self._check(spawn(cmd, stdout=self.err, stderr=self.err, env=self.env).wait(), cmd[0], "link", src)
             with open(self.out, "rb") as f:
                 return f.read()
         finally:

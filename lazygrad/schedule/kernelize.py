@@ -30,7 +30,6 @@ from __future__ import annotations
 import bisect
 import itertools
 import operator
-import threading
 import weakref
 from dataclasses import dataclass, field
 from sys import getrefcount as _getrefcount
@@ -39,7 +38,7 @@ from weakref import getweakrefcount as _getweakrefcount
 
 from lazygrad.device import Buffer, Device, buffers_made
 from lazygrad.dtype import dtypes
-from lazygrad.helpers import DEBUG, FRAME_REFS_CHECKED, KERNEL_OPS, STEP_LAYOUTS, prod
+from lazygrad.helpers import DEBUG, FRAME_REFS_CHECKED, KERNEL_OPS, STEP_LAYOUTS, library_lock, prod
 from lazygrad.schedule.panels import over_panels, panel_plans
 from lazygrad.uop.ops import GroupOp, Ops, PatternMatcher, UOp, UPat, arg_uops, ssimplify, substitute, sym_unbind
 from lazygrad.uop.passes import PassRun, step
@@ -478,8 +477,10 @@ class _Planner:
                 continue
             seen.add(c)
             # the epilogue may reshape (e.g. drop the kept size-1 axis); the kernel then runs in the reduce's shape.
-            # It may end in a CONTIGUOUS, a stored copy of itself: `(a @ b).contiguous()` is one kernel, not two
-            ok = c.op in GroupOp.Elementwise or c.op is Ops.RESHAPE or c.op is Ops.CONTIGUOUS and c in self.stored
+            # It may end in a CONTIGUOUS, a stored copy of itself: `(a @ b).contiguous()` is one kernel, not two; a
+            # DETACH is the value itself (relu's inner where reads its input detached)
+            ok = c.op in GroupOp.Elementwise or c.op is Ops.RESHAPE or c.op is Ops.DETACH
+            ok = ok or c.op is Ops.CONTIGUOUS and c in self.stored
             if not ok or c.size != r.size:
                 return False
             # another reduce the epilogue reads, directly or through a reshape, must share this one's loop; so must one
@@ -798,6 +799,15 @@ def _build_reduce(ctx: _Here, u: UOp) -> UOp:
     return UOp(Ops.REDUCE_AXIS, u.dtype, tuple(ctx.built), u.arg)
 
 
+def _build_where(ctx: _Here, u: UOp) -> UOp:
+    cond, a, b = ctx.built
+    # (d | e) ? (d ? z : b) : b is d ? z : b: relu and hardtanh (tensor.py) give the outer where their gradient mask and
+    # the inner one, over a detached x, their value (x < 0 ? 0 : x keeps -0.0, as torch's)
+    if cond.op is Ops.OR and a.op is Ops.WHERE and a.src[2] is b and a.src[0] in cond.src:
+        return ctx.kb.masked(a, u, ctx.chain)
+    return ctx.kb.masked(UOp(u.op, u.dtype, (cond, a, b), u.arg), u, ctx.chain)
+
+
 KERNEL_OP = PatternMatcher(
     [
         # a movement op only adds itself to the chain its source is read through; CONTIGUOUS and DETACH are no-ops
@@ -806,6 +816,7 @@ KERNEL_OP = PatternMatcher(
         (UPat((Ops.CONST, Ops.IOTA), name="u"), _build_source),
         (UPat(Ops.BIND, name="u"), _build_bind),
         (UPat(Ops.REDUCE_AXIS, name="u"), _build_reduce),
+        (UPat(Ops.WHERE, name="u"), _build_where),
         (
             UPat(GroupOp.Elementwise, name="u"),
             lambda ctx, u: ctx.kb.masked(UOp(u.op, u.dtype, tuple(ctx.built), u.arg), u, ctx.chain),
@@ -1388,7 +1399,7 @@ def note_value_notes(*names: str) -> None:
 
 _templates: dict[tuple, _Template] = {}
 SCHEDULE_CACHE_SIZE = 256  # templates kept (a graph whose shapes change every call would otherwise grow it forever)
-_templates_lock = threading.Lock()  # threads scheduling at once: an eviction must not meet another's insert
+_templates_lock = library_lock()  # threads scheduling at once: an eviction must not meet another's insert
 
 
 def create_schedule(

@@ -26,13 +26,13 @@ import threading
 import time
 from typing import Any, Iterator
 
-from lazygrad.helpers import PROFILE, VIZ, GlobalCounters, getenv
+from lazygrad.helpers import PROFILE, VIZ, GlobalCounters, getenv, library_lock
 from lazygrad.viz.record import kernel_index as viz_kernel_index
 
 _T0 = time.perf_counter()
 _events: list[dict[str, Any]] = []
 _tracks: dict[str, int] = {}  # device name -> its track id (kernels run on the device, not on a Python thread)
-_lock = threading.Lock()
+_lock = library_lock()
 
 
 def enabled() -> bool:

@@ -29,13 +29,13 @@ import threading
 import weakref
 from typing import Any, Callable, Iterator
 
-from lazygrad.helpers import VIZ, getenv
+from lazygrad.helpers import VIZ, getenv, library_lock
 
 MAX_PASSES = 20_000  # passes kept per run: a long training script must not fill memory with index simplifications
 MAX_STEPS = 500  # rewrites kept per pass
 ARG_CHARS = 300  # an arg's repr is cut there (a ShapeTracker of many views reads fine in 300 characters)
 
-_lock = threading.RLock()
+_lock = library_lock(reentrant=True)
 _nodes: list[list[Any]] = []
 _node_ids: dict[tuple, int] = {}  # structural key -> id: equal graphs of different runs' objects share rows
 _uop_ids: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # fast path for nodes seen before

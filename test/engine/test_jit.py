@@ -594,7 +594,8 @@ def test_in_place_write_into_an_output_fed_back() -> None:
 def _grads_after_steps(pattern: str) -> list[tuple[np.ndarray, np.ndarray]]:
     """(our p.grad, torch's) after each of 6 steps of a tiny model; pattern: 'mixed' (TinyJit and eager steps of the
     same parameters alternate), 'backward_only' (the jitted function only runs backward; the update is outside),
-    'zero_outside' (zero_grad(set_to_none) outside the jitted step)."""
+    'zero_outside' (zero_grad(set_to_none) outside the jitted step), 'accumulate' (the jitted function only runs
+    backward: its gradients add up over calls, as torch's, with zero_grad(set_to_none) outside every third step)."""
     from lazygrad.nn.optim import SGD
 
     rng = np.random.default_rng(0)
@@ -605,34 +606,38 @@ def _grads_after_steps(pattern: str) -> list[tuple[np.ndarray, np.ndarray]]:
     opt, topt = SGD([w], lr=0.1), torch.optim.SGD([tw], lr=0.1)
 
     def step(x: Tensor) -> Tensor:
-        if pattern != "zero_outside":
+        if pattern not in ("zero_outside", "accumulate"):
             opt.zero_grad()
         loss = (x @ w).tanh().sum()
         loss.backward()
-        if pattern != "backward_only":
+        if pattern not in ("backward_only", "accumulate"):
             opt.step()
         return loss.realize()
 
     jitted, out = TinyJit(step), []
     with Tensor.train():
         for i, x in enumerate(xs):
-            if pattern == "zero_outside":
+            if pattern == "zero_outside" or pattern == "accumulate" and i % 3 == 0:
                 opt.zero_grad()
             (step if pattern == "mixed" and i % 2 == 0 else jitted)(Tensor(x))
-            topt.zero_grad()
+            if pattern != "accumulate" or i % 3 == 0:
+                topt.zero_grad()
             (torch.tensor(x) @ tw).tanh().sum().backward()
             out.append((w.grad.numpy(), tw.grad.numpy().copy()))
             if pattern == "backward_only":
                 with Tensor.no_grad():
                     w -= 0.1 * w.grad
                 w.realize()
-            topt.step()
+            if pattern != "accumulate":
+                topt.step()
     return out
 
 
-@pytest.mark.parametrize("pattern", ["mixed", "backward_only", "zero_outside"])
+@pytest.mark.parametrize("pattern", ["mixed", "backward_only", "zero_outside", "accumulate"])
 def test_a_parameters_grad_after_a_replay_is_that_steps(pattern):
     # a replay runs no Python: .grad kept what the last call that ran the function left there (an eager step's
-    # gradient, or None after a zero_grad outside), or a lazy gradient built on the capture's inputs
+    # gradient, or None after a zero_grad outside), or a lazy gradient built on the capture's inputs; a backward
+    # accumulating into .grad added each replay's gradient to the capture's .grad (read as a constant buffer), not to
+    # the .grad of that call (nor to nothing after a zero_grad outside)
     for i, (ours, theirs) in enumerate(_grads_after_steps(pattern)):
         np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6, err_msg=f"step {i}")

@@ -651,3 +651,32 @@ def test_a_write_of_where_into_its_own_memory_stores_the_box_only_when_the_rest_
     want = np.where(boxn, np.pad(nn, ((3, 3), (0, 0))), restn)
     assert _run_counting_stores(t) == [2 * 16 if form == "box" else 8 * 16]
     np.testing.assert_array_equal(t.numpy(), want)
+
+
+def test_relu_and_hardtanh_kernels_hold_torchs_value_alone():
+    """relu and hardtanh build an outer where for their gradient's mask and an inner one over a detached x for the value
+    (a zero keeps its sign); their kernel computes only the inner: relu one compare and one select (x < 0 ? 0 : x, where
+    x <= 0 was two compares, an or and a select), hardtanh two of each."""
+    from lazygrad import Context, Device
+    from lazygrad.codegen import get_program
+    from lazygrad.uop.ops import GroupOp
+
+    x = Tensor(np.linspace(-2, 2, 16, dtype=np.float32), requires_grad=True).realize()
+
+    def alu_ops(t: Tensor) -> list[str]:
+        (si,) = t.schedule()
+        body = si.ast.toposort
+        return sorted(u.op.name for u in body if u.op in GroupOp.ALU)
+
+    assert alu_ops(x.relu()) == ["CMPLT", "WHERE"]
+    assert alu_ops(x.relu6()) == ["CMPLT", "CMPLT", "WHERE", "WHERE"]
+    assert alu_ops(x.hardtanh(-0.5, 0.5)) == ["CMPLT", "CMPLT", "WHERE", "WHERE"]
+    with Context(NOOPT=1):  # (one lane: an upcast writes the select once per lane)
+        kernel = get_program(x.relu().schedule()[0].ast, Device["CPU"].renderer).src.rsplit("#endif", 1)[1]
+    assert kernel.count("?") == 1 and kernel.count("<") == 2 and "==" not in kernel  # (a "<" is the loop's)
+    # the gradient is torch's: zero at 0 and -0.0 (relu) and at the bounds (hardtanh)
+    xs = [-1.0, -0.0, 0.0, 0.5, 1.0]
+    for fn, want in ((Tensor.relu, [0, 0, 0, 1, 1]), (lambda t: t.hardtanh(-1.0, 0.5), [0, 1, 1, 0, 0])):
+        t = Tensor(xs, requires_grad=True)
+        fn(t).sum().backward()
+        assert t.grad.tolist() == want
