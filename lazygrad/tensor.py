@@ -2174,13 +2174,36 @@ class Tensor(metaclass=_TensorType):
         u = self._under_reshapes()
         return u.arg if u.op is Ops.BUFFER else None
 
-    def data(self) -> memoryview:
+    @property
+    def data(self) -> _Data:
+        """torch's `t.data`: t's memory as a tensor that records no gradient (writes into it change t:
+        `w.data.normal_(0, 0.02)`, `p.data.copy_(x)`); and tinygrad's `t.data()`: called, t's raw bytes in row-major
+        order (a memoryview)."""
+        out = self.detach()
+        out.__class__ = _Data
+        return out  # type: ignore[return-value]
+
+    @data.setter
+    def data(self, value: Any) -> None:
+        # torch rebinds t to value's memory; here value is written into t's (the same values; an optimizer holding
+        # t keeps its buffer). In-place changes of shape or dtype are not offered (see docs/ops.md)
+        if not isinstance(value, Tensor):
+            raise TypeError(f"t.data = ... needs a Tensor, got {type(value).__name__}")
+        if value.shape != self.shape or value.dtype != self.dtype:
+            raise ArgumentError(
+                f"t.data = ... keeps the tensor's shape and dtype here: tensor {self.shape} {self.dtype}, value "
+                f"{value.shape} {value.dtype}"
+            )
+        with Tensor.no_grad():
+            self.assign(value.detach())
+
+    def _raw_data(self) -> memoryview:
         """The raw bytes of the tensor in row-major order."""
         from lazygrad.engine.realize import NEVER_RAN, check_not_capturing
 
         check_not_capturing("reading a tensor's data (.numpy(), .item(), .tolist(), .data(), bool())")
         if self._on_disk:
-            return self.to(Device.DEFAULT).data()
+            return self.to(Device.DEFAULT)._raw_data()
         # (under the lock from the realize to the copy: another thread's optimizer step, which holds it, would make a
         # parameter read here lazy again in between, and write its memory while it is copied)
         with _realize_lock:
@@ -2194,7 +2217,7 @@ class Tensor(metaclass=_TensorType):
     def _python_values(self) -> list[Any]:
         t = self.cast(dtypes.float32) if self.dtype == dtypes.bfloat16 else self
         n = prod(t._bound_shape())
-        raw = t.data()
+        raw = t._raw_data()
         if n == 0:
             return []
         # struct, not memoryview.cast: cast has no float16 ("e") format
@@ -2234,7 +2257,7 @@ class Tensor(metaclass=_TensorType):
         shape = self._bound_shape()
         if prod(shape) == 0:
             return np.zeros(shape, dtype=np_dtype)
-        return np.frombuffer(self.data(), dtype=np_dtype, count=prod(shape)).reshape(shape).copy()
+        return np.frombuffer(self._raw_data(), dtype=np_dtype, count=prod(shape)).reshape(shape).copy()
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> Any:
         arr = self.numpy()
@@ -2931,7 +2954,7 @@ class Tensor(metaclass=_TensorType):
                 f"a write into a DISK tensor needs one contiguous range of its file, not a view {self.uop.op}"
             )
         if rng.size:
-            rng.copyin(x.data())
+            rng.copyin(x._raw_data())
         return self
 
     def detach(self) -> Tensor:
@@ -7224,6 +7247,16 @@ _post_accumulate_hooks: dict[int, list[Callable[[Tensor], None]]] = {}
 
 node_of = Tensor.__dict__["uop"].__get__  # a tensor's node as held, a pending gradient's unbuilt one too
 _set_node = Tensor.__dict__["uop"].__set__
+
+
+class _Data(Tensor):
+    """What `t.data` gives: a detached tensor over t's memory that is also callable, `t.data()`, for tinygrad's raw
+    bytes."""
+
+    __slots__ = ()
+
+    def __call__(self) -> memoryview:
+        return self._raw_data()
 
 
 class _PendingGrad(Tensor):

@@ -182,3 +182,18 @@ def test_rng_state_round_trip_and_64_bit_seeds(rng_kept) -> None:
         Tensor.manual_seed(2**64)
     fresh = Tensor.seed()
     assert Tensor.initial_seed() == fresh
+
+
+def test_data_is_torchs_alias_and_tinygrads_bytes() -> None:
+    w = Tensor.ones(2, 3, requires_grad=True)
+    w.data.mul_(3)  # writes w's memory, records nothing
+    np.testing.assert_array_equal(w.numpy(), np.full((2, 3), 3, np.float32))
+    w.data.copy_(Tensor.arange(6).reshape(2, 3))
+    assert w.tolist() == [[0, 1, 2], [3, 4, 5]] and w.requires_grad and not w.data.requires_grad
+    w.data = Tensor.full((2, 3), 7.0)
+    assert w.tolist() == [[7] * 3] * 2
+    (w * 2).sum().backward()
+    np.testing.assert_array_equal(w.grad.numpy(), np.full((2, 3), 2, np.float32))
+    assert bytes(Tensor([1.0, 2.0]).data()) == np.array([1.0, 2.0], np.float32).tobytes()  # tinygrad's call
+    with pytest.raises(RuntimeError, match="shape and dtype"):
+        w.data = Tensor.ones(3)

@@ -690,7 +690,7 @@ def _group_rows(gt: GGMLType, plain: QuantizedMatrix) -> bytes:
     # a concatenation's padding took SmolLM2's load from 0.8 to 1.6 s)
     fields = [p.reshape(*by_rows[::2], -1).contiguous() for p in parts]
     Tensor.realize(*fields)
-    return fields[0].cat(*fields[1:], dim=-1).data().tobytes()
+    return fields[0].cat(*fields[1:], dim=-1)._raw_data().tobytes()
 
 
 @dataclass(frozen=True)
@@ -1185,7 +1185,8 @@ class QuantizedMatrix:
         blocks = _raw_tensor(data, offset, nbytes, dtypes.uint8, "CPU").reshape(-1, gt.block_bytes)
         gap = Tensor.zeros(blocks.shape[0], gt.padded.block_bytes - gt.block_bytes, dtype=dtypes.uint8)
         at = gt.gap_at
-        padded = blocks[:, :at].cat(gap, *([blocks[:, at:]] if at < gt.block_bytes else []), dim=1).data().tobytes()
+        joined = blocks[:, :at].cat(gap, *([blocks[:, at:]] if at < gt.block_bytes else []), dim=1)
+        padded = joined._raw_data().tobytes()
         return QuantizedMatrix(gt.padded, padded, 0, shape, device)
 
     @staticmethod

@@ -120,7 +120,7 @@ def load_state_dict(
             continue
         v = state_dict.pop(k) if consume else state_dict[k]
         if v.device != t.device:
-            v = Tensor(v.data(), dtype=v.dtype, device=t.device).reshape(v.shape)
+            v = Tensor(v._raw_data(), dtype=v.dtype, device=t.device).reshape(v.shape)
         v = v.cast(t.dtype) if v.dtype != t.dtype else v
         v = v.reshape(t.shape) if v.shape != t.shape else v
         # a copy, as torch's: a tensor not yet in memory gets a buffer of its own rather than sharing the source's
@@ -153,7 +153,7 @@ def safe_save(state_dict: dict[str, Tensor], path: str | os.PathLike, metadata: 
         f.write(raw)
         for t in state_dict.values():
             if t.numel():
-                f.write(t.data())
+                f.write(t._raw_data())
 
 
 def file_path(source: str | os.PathLike | Tensor) -> str:
