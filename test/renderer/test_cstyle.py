@@ -492,3 +492,16 @@ def test_int32_vector_right_shift_is_torch_shift(amounts):
     ref = np.where(inside, x >> np.where(inside, s, 0), np.where(x < 0, -1, 0)).astype(np.int32)
     np.testing.assert_array_equal(shifted().numpy(), ref)
     assert torch.equal(torch.tensor(x[:, :1]) >> 40, torch.tensor(np.where(x[:, :1] < 0, -1, 0), dtype=torch.int32))
+
+
+@pytest.mark.skipif(Device.DEFAULT != "CPU", reason="the C renderer's vectors")
+@pytest.mark.parametrize("src", [np.uint8, np.int8])
+@pytest.mark.parametrize("dst", [dtypes.int32, dtypes.float32])
+def test_eight_bytes_widen_to_32_bit_lanes_in_one_step(src, dst):
+    # 8 bytes (a 64-bit vector) cast to 8 lanes of 32 bits: one conversion from the low half of a 16-byte vector (one
+    # vpmovzxbd / vpmovsxbd), not 2x steps through 16-bit lanes, which gcc 12 splits into halves (9 instructions)
+    a = np.arange(-512, 512).astype(src).reshape(128, 8)
+    widened = lambda: Tensor(a).cast(dst) * 3  # noqa: E731
+    body = program(widened()).src.split("\nvoid ")[-1]
+    assert "__builtin_shufflevector" in body and "x8 val0 = *(" in body and "int16x8" not in body, body
+    np.testing.assert_array_equal(widened().numpy(), a.astype(np.int32) * 3)
