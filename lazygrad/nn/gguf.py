@@ -237,13 +237,18 @@ def _words(codes: Tensor) -> Tensor:
     return b[..., 0] | (b[..., 1] << 8) | (b[..., 2] << 16) | (b[..., 3] << 24)
 
 
-def quantize_words(x: Tensor, block: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+def quantize_words(x: Tensor, block: int, sums: int = 4) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """x (..., cols) quantized as `quantize_blocks` with one amax per `block` values: its codes packed four to an
-    int32 word, first code in the low byte (..., cols / 32, 8), for DP4A; each word's sum of its four codes (the same
-    shape, stored by the same kernel), the amax (..., cols / block, 1) and x's exact sums per 32 (..., cols / 32, 1)."""
+    int32 word, first code in the low byte (..., cols / 32, 8), for DP4A; at each word the sum of the `sums` codes
+    (4 or 16) around it (the same shape, stored by the same kernel), the amax (..., cols / block, 1) and x's exact sums
+    per 32 (..., cols / 32, 1)."""
     codes, amax, xsum = _x_codes(x, block)
     b = codes.unflatten(-1, (8, 4))
-    return _words(codes).contiguous(), (b[..., 0] + b[..., 1] + b[..., 2] + b[..., 3]).contiguous(), amax, xsum
+    word_sums = b[..., 0] + b[..., 1] + b[..., 2] + b[..., 3]
+    if sums != 4:
+        parts = word_sums.unflatten(-1, (32 // sums, sums // 4))
+        word_sums = _tree_sum([parts[..., i : i + 1] for i in range(sums // 4)]).expand(parts.shape).flatten(-2)
+    return _words(codes).contiguous(), word_sums.contiguous(), amax, xsum
 
 
 # *** the same dot products four bytes at a time: Ops.DP4A, x86's vpdpbusd ***
@@ -473,17 +478,18 @@ def _group_scales(view: BlockView, n: int) -> list[Tensor]:
     return [f[..., GROUP * i : GROUP * (i + 1)].float() for i in range(n)]
 
 
-def _group_bytes(view: BlockView, at: int, n: int) -> list[Tensor]:
-    """n byte fields of 8 rows' blocks from byte `at` of a row's block on, each (groups, blocks, 8) in int32."""
-    b = view(dtypes.uint8)
+def _group_bytes(view: BlockView, at: int, n: int, dt: DType = dtypes.uint8) -> list[Tensor]:
+    """n byte fields (`dt`: unsigned or signed) of 8 rows' blocks from byte `at` of a row's block on, each (groups,
+    blocks, 8) in int32."""
+    b = view(dt)
     return [b[..., GROUP * (at + i) : GROUP * (at + i + 1)].cast(dtypes.int32) for i in range(n)]
 
 
 # A grouped type's `group_terms(view, xw, xsums, amax, xsum)` gets x quantized per block of the type (`quantize_words`:
-# words (1, blocks, 8 per 32 values), each word's code sum (the same shape), amax (1, blocks, 1), exact sums per 32
-# (1, blocks, values / 32)) and returns each block's product with each row (groups, blocks, 8 rows). x's numbers are
-# broadcast to the rows (`_to_rows`) before any arithmetic: a reduce reading arithmetic through a broadcast has it
-# stored by a kernel of its own.
+# words (1, blocks, 8 per 32 values), at each word the sum of its 4 codes or (the type's group_sums) the 16 around it
+# (the same shape), amax (1, blocks, 1), exact sums per 32 (1, blocks, values / 32)) and returns each block's product
+# with each row (groups, blocks, 8 rows). x's numbers are broadcast to the rows (`_to_rows`) before any arithmetic: a
+# reduce reading arithmetic through a broadcast has it stored by a kernel of its own.
 
 
 def _to_rows(t: Tensor, i: int, like: Tensor) -> Tensor:
@@ -568,9 +574,11 @@ def _group_terms_q6_k(view: BlockView, xw: Tensor, xsums: Tensor, amax: Tensor, 
     words 8n + 4h.. (after ql's 32), as `_int_parts_q6_k` reads them; x's words 32n + 8k + 4h... Its integer sum in
     sixteenths, 16 * (code - 32) times x's codes (the low nibbles times 16, the top bits times 256 / 4^k, the bias
     times x's code sums), times its int8 scale, summed in int32 over the super-block (at most 16 * 16 * 32 * 127 *
-    128 * 16 < 2^31), one float scaling."""
+    128 * 16 < 2^31), one float scaling. The scales are read as int8 (one vpmovsxbd for 8 rows) and x's codes summed
+    per 16 by x's kernel (one load a sub-block, where adding four word sums per group was ~150 scalar instructions a
+    super-block): loop instructions per super-block of 8 rows 896 -> 796."""
     (d,) = _group_scales(view, 1)
-    scales = [(b ^ 128) - 128 for b in _group_bytes(view, 2, 16)]  # signed bytes
+    scales = _group_bytes(view, 2, 16, dtypes.int8)
     q = _grouped_words(view, 4 + 32)
     terms = []
     for n in range(2):
@@ -579,7 +587,7 @@ def _group_terms_q6_k(view: BlockView, xw: Tensor, xsums: Tensor, amax: Tensor, 
                 lo_at, hi_at, x_at = 16 * n + 8 * (k % 2) + 4 * h, 32 + 8 * n + 4 * h, 32 * n + 8 * k + 4 * h
                 lo = _dp4a_words(q[..., lo_at : lo_at + 4, :], _HIGH_NIBBLES if k >= 2 else _LOW_NIBBLES, xw, x_at)
                 hi = _dp4a_words(q[..., hi_at : hi_at + 4, :], _byte_mask(3 << (2 * k)), xw, x_at)
-                bias = _tree_sum([_to_rows(xsums, x_at + i, d) for i in range(4)]) * -512
+                bias = _to_rows(xsums, x_at, d) * -512  # x's codes summed per 16 (GGMLType.group_sums)
                 dot = (lo if k >= 2 else lo * 16) + hi * (256 >> (2 * k)) + bias
                 terms.append(dot * scales[8 * n + 2 * k + h])
     return _tree_sum(terms).cast(dtypes.float32) * (_to_rows(amax, 0, d) * (1 / (127 * 16))) * d
@@ -706,6 +714,7 @@ class GGMLType:
     padded: GGMLType | None = None  # the blocks copied into a layout with word_terms, where the device has DP4A
     gap_at: int = 2  # where a padded layout inserts its zero bytes
     group_terms: GroupTerms | None = None  # the grouped layout's decode matvec
+    group_sums: int = 4  # x's codes per sum that group_terms gets (`quantize_words`)
     grouped: GGMLType | None = None  # the blocks copied into rows in groups of 8, where the device has DP4A
     group_fields: GroupFields | None = None  # a block's fields for the grouped layout
     group_panels: GroupPanels | None = None  # the grouped layout's weights in panels of 8 rows
@@ -781,7 +790,7 @@ GGML_TYPES: dict[int, GGMLType] = {
             "Q6_K", 256, 212, None, decode=_decode_q6_k, int_parts=_int_parts_q6_k, word_terms=_word_terms_q6_k
         ),
         gap_at=210,
-        grouped=GGMLType("Q6_K", 256, 210, None, group_terms=_group_terms_q6_k),
+        grouped=GGMLType("Q6_K", 256, 210, None, group_terms=_group_terms_q6_k, group_sums=16),
         group_fields=_group_fields_q6_k,
     ),
     30: GGMLType("BF16", 1, 2, None, dtypes.bfloat16),
@@ -1117,7 +1126,7 @@ class QuantizedMatrix:
         """`linear_int8` over rows in groups of 8: one kernel after x's, each block's products with 8 rows a vector."""
         assert self.gt.group_terms is not None
         block = self.gt.block_elems
-        xw, xsums, amax, xsum = quantize_words(x.reshape(-1, x.shape[-1]), block)
+        xw, xsums, amax, xsum = quantize_words(x.reshape(-1, x.shape[-1]), block, self.gt.group_sums)
         if xw.shape[0] != 1:
             raise ValueError(f"linear_int8: x must be one row (a decode step), got shape {x.shape}")
         blocks = (1, self._blocks[1], -1)

@@ -857,3 +857,17 @@ def test_grouped_decode_reads_the_float16_scales_as_stored(tmp_path, kind, speci
         srcs = [ei.runner.spec.src for si in big.linear(x).schedule() if (ei := lower_schedule_item(si))]
         assert any("__builtin_ia32_vcvtph2ps256" in src for src in srcs)
         assert not any("_Float16 val" in src for src in srcs)  # no float16 loaded lane by lane
+
+
+@pytest.mark.parametrize("sums", [4, 16])
+def test_quantize_words_sums_codes_around_each_word(sums):
+    # x's codes per word and the sum of the `sums` codes around each word (Q6_K's grouped product takes its
+    # sub-blocks' sums of 16 from there, one number where it added four)
+    from lazygrad.nn.gguf import quantize_words
+
+    x = np.random.default_rng(0).standard_normal((1, 512)).astype(np.float32)
+    words, word_sums, amax, _ = quantize_words(Tensor(x), 256, sums)
+    codes = words.numpy().view(np.int8).reshape(1, 16, 32).astype(np.int64)
+    ref = np.repeat(codes.reshape(1, 16, 32 // sums, sums).sum(-1), sums // 4, axis=-1)
+    np.testing.assert_array_equal(word_sums.numpy(), ref)
+    np.testing.assert_allclose(amax.numpy().reshape(-1), np.abs(x).reshape(2, 256).max(1))
