@@ -1048,8 +1048,18 @@ class QuantizedMatrix:
             return self.plain.linear(x)
         if rows >= _DEQUANTIZE_ROWS:
             self._check_linear(x, "linear", True)
-            return PanelMatrix.pack(self.dequantize().contiguous()).linear(x)
+            return self._dequantized_panels().linear(x)
         return self.linear_f32(x)
+
+    def _dequantized_panels(self) -> PanelMatrix:
+        return PanelMatrix.pack(Tensor(self._dequantized).contiguous())
+
+    @functools.cached_property
+    def _dequantized(self) -> UOp:
+        """`dequantize()`'s graph, built once for a prompt's products (the K-quants' decode: ~2700-4800 Python calls a
+        product to build, 120 products in a SmolLM2 prompt): each product stores it by a `contiguous` of its own, so
+        no node held here is realized (one held so would keep its float32 values from one product to the next)."""
+        return self.dequantize().uop
 
     @functools.cached_property
     def _panel_fields(self) -> list[UOp] | None:
@@ -1073,7 +1083,7 @@ class QuantizedMatrix:
             return self.plain.linear_f32(x)
         self._check_linear(x, "linear", True)
         if self.gt.parts is None:  # super-blocks: x times the dequantized weight
-            return PanelMatrix.pack(self.dequantize().contiguous()).linear(x)
+            return self._dequantized_panels().linear(x)
         d, m, codes = self.gt.parts(self.view)
         n = len(codes)
         xb = x.reshape(*x.shape[:-1], 1, self.shape[1] // self.gt.block_elems, n, self.gt.block_elems // n)
