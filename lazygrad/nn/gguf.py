@@ -558,25 +558,29 @@ def _group_terms_q4_k(view: BlockView, xw: Tensor, xsums: Tensor, amax: Tensor, 
 
 
 def _group_terms_q5_k(view: BlockView, xw: Tensor, xsums: Tensor, amax: Tensor, xsum: Tensor) -> Tensor:
-    # the fifth bit of sub-block j's code i is bit j of high-bit byte i (words 0..7, the nibbles' after them), in
-    # place: 2^j where its weight 16 is, 256 in sixteenths
+    # the fifth bit of sub-block j's code i is bit j of high-bit byte i (words 0..7, the nibbles' after them), moved
+    # to bit 4 beside the nibble: one byte a 5-bit code, one vpmaddubsw a word where the nibbles and the bits took one
+    # each (loop instructions per super-block of 8 rows 694 -> 662)
     def sub(q: Tensor, j: int) -> Tensor:
-        return _nibbles_of(q[..., 8:, :], j, xw) + _dp4a_words(q[..., :8, :], _byte_mask(1 << j), xw, 8 * j) * (
-            1 << (8 - j)
-        )
+        chunk = q[..., 8 + 8 * (j // 2) : 16 + 8 * (j // 2), :]
+        low = chunk & _LOW_NIBBLES if j % 2 == 0 else (chunk >> 4) & _LOW_NIBBLES
+        qh = q[..., :8, :]
+        bit = (qh & _byte_mask(1 << j)) * (1 << (4 - j)) if j < 4 else (qh >> (j - 4)) & _byte_mask(16)
+        return _dp4a_words(low | bit, None, xw, 8 * j) * 16
 
     return _group_k4(view, amax, xsum, 8 + 32, sub)
 
 
 def _group_terms_q6_k(view: BlockView, xw: Tensor, xsums: Tensor, amax: Tensor, xsum: Tensor) -> Tensor:
     """Sub-block s = 8n + 2k + h of 16 values (half n, quarter k, h its first or second 16): its low 4 bits the
-    nibbles (low for k < 2, high in place) of ql words 16n + 8(k % 2) + 4h.., its top 2 bits bits 2k, 2k + 1 of qh
-    words 8n + 4h.. (after ql's 32), as `_int_parts_q6_k` reads them; x's words 32n + 8k + 4h... Its integer sum in
-    sixteenths, 16 * (code - 32) times x's codes (the low nibbles times 16, the top bits times 256 / 4^k, the bias
-    times x's code sums), times its int8 scale, summed in int32 over the super-block (at most 16 * 16 * 32 * 127 *
-    128 * 16 < 2^31), one float scaling. The scales are read as int8 (one vpmovsxbd for 8 rows) and x's codes summed
-    per 16 by x's kernel (one load a sub-block, where adding four word sums per group was ~150 scalar instructions a
-    super-block): loop instructions per super-block of 8 rows 896 -> 796."""
+    nibbles (low for k < 2, high for k >= 2) of ql words 16n + 8(k % 2) + 4h.., its top 2 bits bits 2k, 2k + 1 of qh
+    words 8n + 4h.. (after ql's 32), as `_int_parts_q6_k` reads them, put together into one byte a code (0..63, one
+    vpmaddubsw a word); x's words 32n + 8k + 4h... Its integer sum in sixteenths, 16 * (code - 32) times x's codes
+    (the bias times x's code sums), times its int8 scale, summed in int32 over the super-block (at most 16 * 16 * 32
+    * 127 * 128 * 16 < 2^31), one float scaling. Loop instructions per super-block of 8 rows: 896 with the scales
+    xor-ed and subtracted, x's code sums added from four words' for every group of rows and the low and top bits
+    multiplied apart; 796 with the scales read as int8 (one vpmovsxbd for 8 rows) and x's codes summed per 16 by x's
+    kernel; 764 with one byte a code."""
     (d,) = _group_scales(view, 1)
     scales = _group_bytes(view, 2, 16, dtypes.int8)
     q = _grouped_words(view, 4 + 32)
@@ -585,19 +589,25 @@ def _group_terms_q6_k(view: BlockView, xw: Tensor, xsums: Tensor, amax: Tensor, 
         for k in range(4):
             for h in range(2):
                 lo_at, hi_at, x_at = 16 * n + 8 * (k % 2) + 4 * h, 32 + 8 * n + 4 * h, 32 * n + 8 * k + 4 * h
-                lo = _dp4a_words(q[..., lo_at : lo_at + 4, :], _HIGH_NIBBLES if k >= 2 else _LOW_NIBBLES, xw, x_at)
-                hi = _dp4a_words(q[..., hi_at : hi_at + 4, :], _byte_mask(3 << (2 * k)), xw, x_at)
+                ql, qh = q[..., lo_at : lo_at + 4, :], q[..., hi_at : hi_at + 4, :]
+                low = ql & _LOW_NIBBLES if k < 2 else (ql >> 4) & _LOW_NIBBLES
+                if k < 2:
+                    top = (qh & _byte_mask(3 << (2 * k))) * (16 >> (2 * k))
+                else:
+                    top = (qh >> (2 * k - 4)) & _byte_mask(48)
                 bias = _to_rows(xsums, x_at, d) * -512  # x's codes summed per 16 (GGMLType.group_sums)
-                dot = (lo if k >= 2 else lo * 16) + hi * (256 >> (2 * k)) + bias
+                dot = _dp4a_words(low | top, None, xw, x_at) * 16 + bias
                 terms.append(dot * scales[8 * n + 2 * k + h])
     return _tree_sum(terms).cast(dtypes.float32) * (_to_rows(amax, 0, d) * (1 / (127 * 16))) * d
 
 
-def _dp4a_words(q: Tensor, mask: int, xw: Tensor, at: int) -> Tensor:
-    """The dot product (groups, blocks, 8) of x's words at.. with q's words (groups, blocks, words, 8) masked."""
+def _dp4a_words(q: Tensor, mask: int | None, xw: Tensor, at: int) -> Tensor:
+    """The dot product (groups, blocks, 8) of x's words at.. with q's words (groups, blocks, words, 8) masked (None:
+    as they are)."""
     acc = Tensor.zeros(*q.shape[:2], GROUP, dtype=dtypes.int32, device=q.device)
     for w in range(q.shape[2]):
-        acc = dp4a(q[..., w, :] & mask, xw[..., at + w : at + w + 1], acc, GROUP)
+        word = q[..., w, :] if mask is None else q[..., w, :] & mask
+        acc = dp4a(word, xw[..., at + w : at + w + 1], acc, GROUP)
     return acc
 
 
