@@ -237,13 +237,18 @@ def _words(codes: Tensor) -> Tensor:
     return b[..., 0] | (b[..., 1] << 8) | (b[..., 2] << 16) | (b[..., 3] << 24)
 
 
-def quantize_words(x: Tensor, block: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+def quantize_words(x: Tensor, block: int, sums: int = 4) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """x (..., cols) quantized as `quantize_blocks` with one amax per `block` values: its codes packed four to an
-    int32 word, first code in the low byte (..., cols / 32, 8), for DP4A; each word's sum of its four codes (the same
-    shape, stored by the same kernel), the amax (..., cols / block, 1) and x's exact sums per 32 (..., cols / 32, 1)."""
+    int32 word, first code in the low byte (..., cols / 32, 8), for DP4A; at each word the sum of the `sums` codes
+    (4 or 16) around it (the same shape, stored by the same kernel), the amax (..., cols / block, 1) and x's exact sums
+    per 32 (..., cols / 32, 1)."""
     codes, amax, xsum = _x_codes(x, block)
     b = codes.unflatten(-1, (8, 4))
-    return _words(codes).contiguous(), (b[..., 0] + b[..., 1] + b[..., 2] + b[..., 3]).contiguous(), amax, xsum
+    word_sums = b[..., 0] + b[..., 1] + b[..., 2] + b[..., 3]
+    if sums != 4:
+        parts = word_sums.unflatten(-1, (32 // sums, sums // 4))
+        word_sums = _tree_sum([parts[..., i : i + 1] for i in range(sums // 4)]).expand(parts.shape).flatten(-2)
+    return _words(codes).contiguous(), word_sums.contiguous(), amax, xsum
 
 
 # *** the same dot products four bytes at a time: Ops.DP4A, x86's vpdpbusd ***
@@ -473,17 +478,18 @@ def _group_scales(view: BlockView, n: int) -> list[Tensor]:
     return [f[..., GROUP * i : GROUP * (i + 1)].float() for i in range(n)]
 
 
-def _group_bytes(view: BlockView, at: int, n: int) -> list[Tensor]:
-    """n byte fields of 8 rows' blocks from byte `at` of a row's block on, each (groups, blocks, 8) in int32."""
-    b = view(dtypes.uint8)
+def _group_bytes(view: BlockView, at: int, n: int, dt: DType = dtypes.uint8) -> list[Tensor]:
+    """n byte fields (`dt`: unsigned or signed) of 8 rows' blocks from byte `at` of a row's block on, each (groups,
+    blocks, 8) in int32."""
+    b = view(dt)
     return [b[..., GROUP * (at + i) : GROUP * (at + i + 1)].cast(dtypes.int32) for i in range(n)]
 
 
 # A grouped type's `group_terms(view, xw, xsums, amax, xsum)` gets x quantized per block of the type (`quantize_words`:
-# words (1, blocks, 8 per 32 values), each word's code sum (the same shape), amax (1, blocks, 1), exact sums per 32
-# (1, blocks, values / 32)) and returns each block's product with each row (groups, blocks, 8 rows). x's numbers are
-# broadcast to the rows (`_to_rows`) before any arithmetic: a reduce reading arithmetic through a broadcast has it
-# stored by a kernel of its own.
+# words (1, blocks, 8 per 32 values), at each word the sum of its 4 codes or (the type's group_sums) the 16 around it
+# (the same shape), amax (1, blocks, 1), exact sums per 32 (1, blocks, values / 32)) and returns each block's product
+# with each row (groups, blocks, 8 rows). x's numbers are broadcast to the rows (`_to_rows`) before any arithmetic: a
+# reduce reading arithmetic through a broadcast has it stored by a kernel of its own.
 
 
 def _to_rows(t: Tensor, i: int, like: Tensor) -> Tensor:
@@ -552,44 +558,56 @@ def _group_terms_q4_k(view: BlockView, xw: Tensor, xsums: Tensor, amax: Tensor, 
 
 
 def _group_terms_q5_k(view: BlockView, xw: Tensor, xsums: Tensor, amax: Tensor, xsum: Tensor) -> Tensor:
-    # the fifth bit of sub-block j's code i is bit j of high-bit byte i (words 0..7, the nibbles' after them), in
-    # place: 2^j where its weight 16 is, 256 in sixteenths
+    # the fifth bit of sub-block j's code i is bit j of high-bit byte i (words 0..7, the nibbles' after them), moved
+    # to bit 4 beside the nibble: one byte a 5-bit code, one vpmaddubsw a word where the nibbles and the bits took one
+    # each (loop instructions per super-block of 8 rows 694 -> 662)
     def sub(q: Tensor, j: int) -> Tensor:
-        return _nibbles_of(q[..., 8:, :], j, xw) + _dp4a_words(q[..., :8, :], _byte_mask(1 << j), xw, 8 * j) * (
-            1 << (8 - j)
-        )
+        chunk = q[..., 8 + 8 * (j // 2) : 16 + 8 * (j // 2), :]
+        low = chunk & _LOW_NIBBLES if j % 2 == 0 else (chunk >> 4) & _LOW_NIBBLES
+        qh = q[..., :8, :]
+        bit = (qh & _byte_mask(1 << j)) * (1 << (4 - j)) if j < 4 else (qh >> (j - 4)) & _byte_mask(16)
+        return _dp4a_words(low | bit, None, xw, 8 * j) * 16
 
     return _group_k4(view, amax, xsum, 8 + 32, sub)
 
 
 def _group_terms_q6_k(view: BlockView, xw: Tensor, xsums: Tensor, amax: Tensor, xsum: Tensor) -> Tensor:
     """Sub-block s = 8n + 2k + h of 16 values (half n, quarter k, h its first or second 16): its low 4 bits the
-    nibbles (low for k < 2, high in place) of ql words 16n + 8(k % 2) + 4h.., its top 2 bits bits 2k, 2k + 1 of qh
-    words 8n + 4h.. (after ql's 32), as `_int_parts_q6_k` reads them; x's words 32n + 8k + 4h... Its integer sum in
-    sixteenths, 16 * (code - 32) times x's codes (the low nibbles times 16, the top bits times 256 / 4^k, the bias
-    times x's code sums), times its int8 scale, summed in int32 over the super-block (at most 16 * 16 * 32 * 127 *
-    128 * 16 < 2^31), one float scaling."""
+    nibbles (low for k < 2, high for k >= 2) of ql words 16n + 8(k % 2) + 4h.., its top 2 bits bits 2k, 2k + 1 of qh
+    words 8n + 4h.. (after ql's 32), as `_int_parts_q6_k` reads them, put together into one byte a code (0..63, one
+    vpmaddubsw a word); x's words 32n + 8k + 4h... Its integer sum in sixteenths, 16 * (code - 32) times x's codes
+    (the bias times x's code sums), times its int8 scale, summed in int32 over the super-block (at most 16 * 16 * 32
+    * 127 * 128 * 16 < 2^31), one float scaling. Loop instructions per super-block of 8 rows: 896 with the scales
+    xor-ed and subtracted, x's code sums added from four words' for every group of rows and the low and top bits
+    multiplied apart; 796 with the scales read as int8 (one vpmovsxbd for 8 rows) and x's codes summed per 16 by x's
+    kernel; 764 with one byte a code."""
     (d,) = _group_scales(view, 1)
-    scales = [(b ^ 128) - 128 for b in _group_bytes(view, 2, 16)]  # signed bytes
+    scales = _group_bytes(view, 2, 16, dtypes.int8)
     q = _grouped_words(view, 4 + 32)
     terms = []
     for n in range(2):
         for k in range(4):
             for h in range(2):
                 lo_at, hi_at, x_at = 16 * n + 8 * (k % 2) + 4 * h, 32 + 8 * n + 4 * h, 32 * n + 8 * k + 4 * h
-                lo = _dp4a_words(q[..., lo_at : lo_at + 4, :], _HIGH_NIBBLES if k >= 2 else _LOW_NIBBLES, xw, x_at)
-                hi = _dp4a_words(q[..., hi_at : hi_at + 4, :], _byte_mask(3 << (2 * k)), xw, x_at)
-                bias = _tree_sum([_to_rows(xsums, x_at + i, d) for i in range(4)]) * -512
-                dot = (lo if k >= 2 else lo * 16) + hi * (256 >> (2 * k)) + bias
+                ql, qh = q[..., lo_at : lo_at + 4, :], q[..., hi_at : hi_at + 4, :]
+                low = ql & _LOW_NIBBLES if k < 2 else (ql >> 4) & _LOW_NIBBLES
+                if k < 2:
+                    top = (qh & _byte_mask(3 << (2 * k))) * (16 >> (2 * k))
+                else:
+                    top = (qh >> (2 * k - 4)) & _byte_mask(48)
+                bias = _to_rows(xsums, x_at, d) * -512  # x's codes summed per 16 (GGMLType.group_sums)
+                dot = _dp4a_words(low | top, None, xw, x_at) * 16 + bias
                 terms.append(dot * scales[8 * n + 2 * k + h])
     return _tree_sum(terms).cast(dtypes.float32) * (_to_rows(amax, 0, d) * (1 / (127 * 16))) * d
 
 
-def _dp4a_words(q: Tensor, mask: int, xw: Tensor, at: int) -> Tensor:
-    """The dot product (groups, blocks, 8) of x's words at.. with q's words (groups, blocks, words, 8) masked."""
+def _dp4a_words(q: Tensor, mask: int | None, xw: Tensor, at: int) -> Tensor:
+    """The dot product (groups, blocks, 8) of x's words at.. with q's words (groups, blocks, words, 8) masked (None:
+    as they are)."""
     acc = Tensor.zeros(*q.shape[:2], GROUP, dtype=dtypes.int32, device=q.device)
     for w in range(q.shape[2]):
-        acc = dp4a(q[..., w, :] & mask, xw[..., at + w : at + w + 1], acc, GROUP)
+        word = q[..., w, :] if mask is None else q[..., w, :] & mask
+        acc = dp4a(word, xw[..., at + w : at + w + 1], acc, GROUP)
     return acc
 
 
@@ -706,6 +724,7 @@ class GGMLType:
     padded: GGMLType | None = None  # the blocks copied into a layout with word_terms, where the device has DP4A
     gap_at: int = 2  # where a padded layout inserts its zero bytes
     group_terms: GroupTerms | None = None  # the grouped layout's decode matvec
+    group_sums: int = 4  # x's codes per sum that group_terms gets (`quantize_words`)
     grouped: GGMLType | None = None  # the blocks copied into rows in groups of 8, where the device has DP4A
     group_fields: GroupFields | None = None  # a block's fields for the grouped layout
     group_panels: GroupPanels | None = None  # the grouped layout's weights in panels of 8 rows
@@ -781,7 +800,7 @@ GGML_TYPES: dict[int, GGMLType] = {
             "Q6_K", 256, 212, None, decode=_decode_q6_k, int_parts=_int_parts_q6_k, word_terms=_word_terms_q6_k
         ),
         gap_at=210,
-        grouped=GGMLType("Q6_K", 256, 210, None, group_terms=_group_terms_q6_k),
+        grouped=GGMLType("Q6_K", 256, 210, None, group_terms=_group_terms_q6_k, group_sums=16),
         group_fields=_group_fields_q6_k,
     ),
     30: GGMLType("BF16", 1, 2, None, dtypes.bfloat16),
@@ -1039,8 +1058,18 @@ class QuantizedMatrix:
             return self.plain.linear(x)
         if rows >= _DEQUANTIZE_ROWS:
             self._check_linear(x, "linear", True)
-            return PanelMatrix.pack(self.dequantize().contiguous()).linear(x)
+            return self._dequantized_panels().linear(x)
         return self.linear_f32(x)
+
+    def _dequantized_panels(self) -> PanelMatrix:
+        return PanelMatrix.pack(Tensor(self._dequantized).contiguous())
+
+    @functools.cached_property
+    def _dequantized(self) -> UOp:
+        """`dequantize()`'s graph, built once for a prompt's products (the K-quants' decode: ~2700-4800 Python calls a
+        product to build, 120 products in a SmolLM2 prompt): each product stores it by a `contiguous` of its own, so
+        no node held here is realized (one held so would keep its float32 values from one product to the next)."""
+        return self.dequantize().uop
 
     @functools.cached_property
     def _panel_fields(self) -> list[UOp] | None:
@@ -1064,7 +1093,7 @@ class QuantizedMatrix:
             return self.plain.linear_f32(x)
         self._check_linear(x, "linear", True)
         if self.gt.parts is None:  # super-blocks: x times the dequantized weight
-            return PanelMatrix.pack(self.dequantize().contiguous()).linear(x)
+            return self._dequantized_panels().linear(x)
         d, m, codes = self.gt.parts(self.view)
         n = len(codes)
         xb = x.reshape(*x.shape[:-1], 1, self.shape[1] // self.gt.block_elems, n, self.gt.block_elems // n)
@@ -1117,7 +1146,7 @@ class QuantizedMatrix:
         """`linear_int8` over rows in groups of 8: one kernel after x's, each block's products with 8 rows a vector."""
         assert self.gt.group_terms is not None
         block = self.gt.block_elems
-        xw, xsums, amax, xsum = quantize_words(x.reshape(-1, x.shape[-1]), block)
+        xw, xsums, amax, xsum = quantize_words(x.reshape(-1, x.shape[-1]), block, self.gt.group_sums)
         if xw.shape[0] != 1:
             raise ValueError(f"linear_int8: x must be one row (a decode step), got shape {x.shape}")
         blocks = (1, self._blocks[1], -1)

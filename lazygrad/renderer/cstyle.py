@@ -563,7 +563,8 @@ def _c_dp4a(ctx: AluCtx, x: UOp) -> str:
 # vpmaddubsw multiplies unsigned bytes by signed ones and adds each pair into an int16, saturating: exact where the
 # unsigned bytes are below 128 (|pair| <= 2 * 127 * 128 = 32512), not for any byte (255 * -128 * 2 overflows). So a
 # DP4A renders as one vpmaddubsw only where its unsigned operand is a word masked by a constant whose bytes are below
-# 128 once shifted down past the mask's clear low bits (gguf's nibbles, in place or not, and its high bits); vpmaddwd
+# 128 once shifted down past the mask's clear low bits (gguf's nibbles, in place or not, and its high bits; or such
+# words shifted and joined by an OR, `_word_bits`: a K-quant's 5- and 6-bit codes put together); vpmaddwd
 # then adds the int16 pairs into int32 and multiplies the shifted lanes back (an int16 factor per lane). Any other word
 # is split into its low 7 bits and its top bit, two exact products (lg_dp4a_madd below). A chain of such DP4As adds
 # its pairs as int16 first where they cannot pass 32767 (`_dp4a_chain`): one vpmaddwd and one add per chain. 1024 x
@@ -612,28 +613,61 @@ def _mask_lanes(u: UOp, lanes: int, depth: int = 8) -> list | None:
     return None
 
 
-def _byte_shifts(a: UOp) -> tuple[list[int], int] | None:
-    """Where `a` is a word masked by constants whose bytes, shifted right by a lane's amount, are below 128: per lane
-    the right shift, and the largest byte after it; else None. The shift is 0 where the mask's bytes are below 16,
-    else its trailing zero bits (a high nibble in place becomes the nibble, a high bit one bit): small bytes let
-    vpmaddubsw's int16 pairs of several words add up before one vpmaddwd (`_dp4a_chain`)."""
-    if a.op is not Ops.AND:
+_WORD = 0xFFFFFFFF
+
+
+def _word_bits(u: UOp, lanes: int, depth: int = 4) -> list[int] | None:
+    """Per lane, the bits an int32 word may have set (unsigned) where it is a word masked by constants, or an OR of
+    such words, each maybe shifted by a constant (a multiply by a power of two, a right shift); else None. gguf's
+    K-quant codes put together from their low bits and their high bits, one byte a code (Q5_K's fifth bit beside its
+    nibble)."""
+    if depth == 0 or u.dtype.scalar != dtypes.int32:
         return None
-    for m in a.src:
-        masks = _mask_lanes(m, a.dtype.count)
-        if masks is None:
-            continue
-        shifts, top = [], 0
-        for v in masks:
-            mask_bytes = [(v >> (8 * i)) & 255 for i in range(4)]
-            bits = functools.reduce(lambda x, y: x | y, mask_bytes)
-            s = 0 if bits < 16 else (bits & -bits).bit_length() - 1
-            if max(mask_bytes) >> s >= 128:
-                return None
-            shifts.append(s)
-            top = max(top, max(mask_bytes) >> s)
-        return shifts, top
-    return None
+    if u.op is Ops.AND:
+        for m in u.src:
+            masks = _mask_lanes(m, lanes)
+            if masks is not None:
+                other = _word_bits(u.src[1] if m is u.src[0] else u.src[0], lanes, depth - 1)
+                return [v & _WORD & (_WORD if o is None else o) for v, o in zip(masks, other or [None] * lanes)]
+        return None
+    if u.op not in (Ops.OR, Ops.MUL, Ops.SHR):
+        return None
+    a = _word_bits(u.src[0], lanes, depth - 1)
+    if a is None:
+        return None
+    if u.op is Ops.OR:
+        b = _word_bits(u.src[1], lanes, depth - 1)
+        return None if b is None else [x | y for x, y in zip(a, b)]
+    by = _mask_lanes(u.src[1], lanes)
+    if by is None or any(not isinstance(v, int) or v <= 0 for v in by):
+        return None
+    if u.op is Ops.MUL:  # by a power of two, no bit past the sign's place: a left shift
+        if any(v & (v - 1) or (x * v) >> 31 for x, v in zip(a, by)):
+            return None
+        return [x * v for x, v in zip(a, by)]
+    if any(v >= 32 or x >> 31 for x, v in zip(a, by)):  # an arithmetic shift of a word without its sign bit
+        return None
+    return [x >> v for x, v in zip(a, by)]
+
+
+def _byte_shifts(a: UOp) -> tuple[list[int], int] | None:
+    """Where `a`'s bytes (`_word_bits`), shifted right by a lane's amount, are below 128: per lane the right shift, and
+    the largest byte after it; else None. The shift is 0 where the bytes are below 16, else their trailing zero bits
+    (a high nibble in place becomes the nibble, a high bit one bit): small bytes let vpmaddubsw's int16 pairs of
+    several words add up before one vpmaddwd (`_dp4a_chain`)."""
+    masks = _word_bits(a, a.dtype.count)
+    if masks is None:
+        return None
+    shifts, top = [], 0
+    for v in masks:
+        mask_bytes = [(v >> (8 * i)) & 255 for i in range(4)]
+        bits = functools.reduce(lambda x, y: x | y, mask_bytes)
+        s = 0 if bits < 16 else (bits & -bits).bit_length() - 1
+        if max(mask_bytes) >> s >= 128:
+            return None
+        shifts.append(s)
+        top = max(top, max(mask_bytes) >> s)
+    return shifts, top
 
 
 def _dp4a_operand(a: str, shifts: list[int], vec: str) -> str:
@@ -856,11 +890,25 @@ def _widening_steps(src: DType, dst: DType) -> list[DType]:
     return steps if steps and steps[-1] != dst else steps[:-1]
 
 
+def _bytes_to_int32x8(src: DType, dst: DType) -> bool:
+    """Whether a vector cast widens 8 bytes (a 64-bit vector) to 32-bit lanes: gcc 12 widens such a vector in halves,
+    9 instructions for 8 bytes to int32, where from the low half of a 16-byte vector it is one vpmovzxbd/vpmovsxbd
+    (`_vector_cast`: a K-quant matvec's sub-block scales of 8 rows, Q4_K 547 -> 394 instructions a super-block)."""
+    return src.scalar in (dtypes.int8, dtypes.uint8) and src.count == 8 and dst.scalar.itemsize == 4
+
+
 def _vector_cast(ctx: AluCtx, x: UOp) -> str | None:
     if x.dtype.count == 1:
         return None
     if x.src[0].dtype.scalar == dtypes.float16 and x.dtype.scalar == dtypes.float32:  # (vector_op_ok: F16C, 8 lanes)
         return f"__builtin_ia32_vcvtph2ps256(({ctx.r.render_dtype(dtypes.int16.vec(8))})({ctx.a[0]}))"
+    if _bytes_to_int32x8(x.src[0].dtype, x.dtype):
+        lanes, int32 = ",".join(map(str, range(8))), ctx.r.render_dtype(dtypes.int32.vec(8))
+        wide = f"__auto_type _b = {ctx.a[0]}; __auto_type _w = __builtin_shufflevector(_b,_b,{lanes},{lanes});"
+        out = f"({{{wide} __builtin_convertvector(__builtin_shufflevector(_w,_w,{lanes}),{int32});}})"
+        return (
+            out if x.dtype.scalar == dtypes.int32 else f"__builtin_convertvector({out},{ctx.r.render_dtype(x.dtype)})"
+        )
     out = ctx.a[0]
     for step in _widening_steps(x.src[0].dtype.scalar, x.dtype.scalar):
         out = f"__builtin_convertvector({out},{ctx.r.render_dtype(step.vec(x.dtype.count))})"
@@ -1450,6 +1498,8 @@ class ClangRenderer(CStyleLanguage):
             if u.op is Ops.CAST and u.dtype.count > 1
             for step in _widening_steps(u.src[0].dtype.scalar, u.dtype.scalar)
         }
+        if any(u.op is Ops.CAST and _bytes_to_int32x8(u.src[0].dtype, u.dtype) for u in uops):
+            vector_dtypes.add(dtypes.int32.vec(8))
         # float16 lanes to float32 pass through 16-bit integers, the type of vcvtph2ps's builtin (_vector_cast)
         if any(u.op is Ops.CAST and u.dtype.count > 1 and u.src[0].dtype.scalar == dtypes.float16 for u in uops):
             vector_dtypes.add(dtypes.int16.vec(8))

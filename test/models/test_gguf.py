@@ -857,3 +857,43 @@ def test_grouped_decode_reads_the_float16_scales_as_stored(tmp_path, kind, speci
         srcs = [ei.runner.spec.src for si in big.linear(x).schedule() if (ei := lower_schedule_item(si))]
         assert any("__builtin_ia32_vcvtph2ps256" in src for src in srcs)
         assert not any("_Float16 val" in src for src in srcs)  # no float16 loaded lane by lane
+
+
+@pytest.mark.parametrize("sums", [4, 16])
+def test_quantize_words_sums_codes_around_each_word(sums):
+    # x's codes per word and the sum of the `sums` codes around each word (Q6_K's grouped product takes its
+    # sub-blocks' sums of 16 from there, one number where it added four)
+    from lazygrad.nn.gguf import quantize_words
+
+    x = np.random.default_rng(0).standard_normal((1, 512)).astype(np.float32)
+    words, word_sums, amax, _ = quantize_words(Tensor(x), 256, sums)
+    codes = words.numpy().view(np.int8).reshape(1, 16, 32).astype(np.int64)
+    ref = np.repeat(codes.reshape(1, 16, 32 // sums, sums).sum(-1), sums // 4, axis=-1)
+    np.testing.assert_array_equal(word_sums.numpy(), ref)
+    np.testing.assert_allclose(amax.numpy().reshape(-1), np.abs(x).reshape(2, 256).max(1))
+
+
+@pytest.mark.parametrize("kind", K_QUANTS)
+def test_k_quant_prompt_builds_its_dequantization_graph_once(tmp_path, kind):
+    # a prompt's product over a K-quant matrix dequantizes its super-blocks into float32 panels: the dequantization's
+    # graph is built once per matrix (~2700-4800 Python calls a product to build, ~240 calls a product now), stored by
+    # each product's own kernels, so no node the matrix holds is realized (its float32 values are not kept)
+    from lazygrad.schedule.kernelize import REALIZED_ENTRY
+
+    q, w = _quantized(tmp_path, kind, (24, 512))
+    x_np = np.random.default_rng(1).standard_normal((33, 512)).astype(np.float32)
+    x = Tensor(x_np).realize()
+    q.linear(x).realize()
+    assert _python_calls(lambda: q.linear(x)) < 1000
+    for _ in range(2):
+        GlobalCounters.reset()
+        out = q.linear(x).realize()
+        assert GlobalCounters.kernel_count == 3  # the dequantization, the panels, the product
+        np.testing.assert_allclose(out.numpy(), x_np @ w.T, rtol=1e-5, atol=1e-4 * np.abs(w).max() * np.sqrt(512))
+    held = (q.plain or q)._dequantized
+    seen, stack = set(), [held]
+    while stack:
+        if (node := stack.pop()) not in seen:
+            seen.add(node)
+            assert REALIZED_ENTRY not in node.__dict__, node.op
+            stack.extend(node.src)

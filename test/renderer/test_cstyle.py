@@ -494,3 +494,64 @@ def test_int32_vector_right_shift_is_torch_shift(amounts):
     ref = np.where(inside, x >> np.where(inside, s, 0), np.where(x < 0, -1, 0)).astype(np.int32)
     np.testing.assert_array_equal(shifted().numpy(), ref)
     assert torch.equal(torch.tensor(x[:, :1]) >> 40, torch.tensor(np.where(x[:, :1] < 0, -1, 0), dtype=torch.int32))
+
+
+@pytest.mark.skipif(Device.DEFAULT != "CPU", reason="the C renderer's vectors")
+@pytest.mark.parametrize("src", [np.uint8, np.int8])
+@pytest.mark.parametrize("dst", [dtypes.int32, dtypes.float32])
+def test_eight_bytes_widen_to_32_bit_lanes_in_one_step(src, dst):
+    # 8 bytes (a 64-bit vector) cast to 8 lanes of 32 bits: one conversion from the low half of a 16-byte vector (one
+    # vpmovzxbd / vpmovsxbd), not 2x steps through 16-bit lanes, which gcc 12 splits into halves (9 instructions)
+    a = np.arange(-512, 512).astype(src).reshape(128, 8)
+    widened = lambda: Tensor(a).cast(dst) * 3  # noqa: E731
+    body = program(widened()).src.split("\nvoid ")[-1]
+    assert "__builtin_shufflevector" in body and "x8 val0 = *(" in body and "int16x8" not in body, body
+    np.testing.assert_array_equal(widened().numpy(), a.astype(np.int32) * 3)
+
+
+# codes put together from two words, one byte a code (gguf's Q5_K and Q6_K: low bits and high bits) -> whether they
+# render as vpmaddubsw pairs (bytes proven below 128 from the masks and shifts) or, not proven, as lg_dp4a_madd
+DP4A_JOINED = [
+    (lambda a, h: (a & 0x0F0F0F0F) | ((h & 0x03030303) * 16), True),  # Q6_K, quarter 0
+    (lambda a, h: ((a >> 4) & 0x0F0F0F0F) | ((h >> 2) & 0x30303030), True),  # Q6_K, quarter 3
+    (lambda a, h: ((a >> 4) & 0x0F0F0F0F) | ((h >> 3) & 0x10101010), True),  # Q5_K, sub-block 7
+    (lambda a, h: (a & 0x0F0F0F0F) | ((h & _S32(0x80808080)) >> 3), False),  # the sign bit shifted in: unproven
+]
+
+
+@pytest.mark.parametrize("join, small", DP4A_JOINED)
+def test_dp4a_of_codes_joined_from_two_words(join, small) -> None:
+    from lazygrad.nn.gguf import dp4a
+    from lazygrad.uop.alu import exec_alu
+    from lazygrad.uop.ops import Ops
+
+    rng = np.random.default_rng(7)
+    a, h = (rng.integers(-(2**31), 2**31, (2, 8, 8)).astype(np.int32) for _ in range(2))
+    a[:, :2], h[:, :2] = -1, -1  # every bit set
+    b = np.full((2, 8, 8), _S32(0x80808080), np.int32)
+    b[:, 4:] = rng.integers(-(2**31), 2**31, (2, 4, 8))
+    codes = join(a.astype(np.int64), h.astype(np.int64)).astype(np.int64) & 0xFFFFFFFF
+    want = np.zeros(64, np.int64)
+    for i in range(2):
+        want = np.array(
+            [
+                exec_alu(Ops.DP4A, dtypes.int32, [_S32(int(x)), int(y), int(z)])
+                for x, y, z in zip(codes[i].flat, b[i].flat, want)
+            ]
+        )
+
+    def chain() -> Tensor:
+        t = Tensor.zeros(8, 8, dtype=dtypes.int32)
+        for i in range(2):
+            t = dp4a(join(Tensor(a[i]), Tensor(h[i])), Tensor(b[i]), t, 8)
+        return t
+
+    (si,) = chain().schedule()
+    src = get_program(si.ast, _madd_renderer()).src
+    body = src[src.index("#endif", src.index("LG_DP4A_MADD")) :]
+    assert (body.count("lg_dp4a_madd(") == 0) == small and (body.count("lg_dp4a_pairs_of(") > 0) == small, src
+    want = want.reshape(8, 8).astype(np.int32)
+    if _cpu_has("avx2"):
+        _, got = _run_kernel(chain(), _madd_renderer(), np.int32)
+        np.testing.assert_array_equal(got.reshape(8, 8), want)
+    np.testing.assert_array_equal(chain().numpy(), want)
