@@ -2850,8 +2850,39 @@ class Tensor(metaclass=_TensorType):
             return self
         return _result(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
 
-    def to(self, device: str | None) -> Tensor:
-        """This tensor on `device` (a copy between devices, made when realized; the same tensor if already there)."""
+    def to(self, device: Any = None, *args: Any, **kwargs: Any) -> Tensor:
+        """This tensor on `device` (a copy between devices, made when realized; the same tensor if already there).
+        torch's other forms too: `to(dtype)`, `to(device, dtype)`, `to(other_tensor)` (its device and dtype),
+        `to(device=..., dtype=..., non_blocking=..., copy=...)`."""
+        if args or kwargs or not (device is None or isinstance(device, (str, tuple))) or _is_dtype_name(device):
+            return self._to_torch_form(device, *args, **kwargs)
+        return self._to_device(device)
+
+    def _to_torch_form(self, first: Any = None, *args: Any, **kwargs: Any) -> Tensor:
+        device, dtype = kwargs.pop("device", None), kwargs.pop("dtype", None)
+        copy = kwargs.pop("copy", False)
+        kwargs.pop("non_blocking", None), kwargs.pop("memory_format", None)
+        if kwargs:
+            raise TypeError(f"to() got unexpected keyword arguments {sorted(kwargs)}")
+        positional = [a for a in (first, *args) if a is not None]
+        if len(positional) > 2:
+            raise TypeError(f"to() takes a device, a dtype or a tensor (and copy / non_blocking), got {positional}")
+        for a in positional:
+            if isinstance(a, Tensor):
+                device, dtype = a.device, a.dtype
+            elif isinstance(a, DType) or _is_dtype_name(a):
+                dtype = to_dtype(a)
+            elif isinstance(a, bool):  # torch's positional non_blocking after the dtype
+                continue
+            elif isinstance(a, (str, tuple)):
+                device = a
+            else:
+                raise TypeError(f"to() takes a device name, a dtype or a tensor, got {type(a).__name__} {a!r}")
+        out = self if dtype is None else self.cast(to_dtype(dtype))
+        out = out if device is None else out._to_device(device)
+        return out.clone() if copy and out is self else out
+
+    def _to_device(self, device: str | tuple | None) -> Tensor:
         device = Device.canonicalize(device)
         if device == self.device:
             return self
@@ -8571,6 +8602,11 @@ def _scalar_dtype(tensor_dtype: DType, x: Any) -> DType:
     if isinstance(x, int):
         return tensor_dtype if tensor_dtype != dtypes.bool else dtypes.default_int
     return tensor_dtype if dtypes.is_float(tensor_dtype) else dtypes.default_float
+
+
+def _is_dtype_name(x: Any) -> bool:
+    """A string naming a dtype ("float32", "int8"): Tensor.to's argument is then a dtype, not a device."""
+    return isinstance(x, str) and isinstance(getattr(dtypes, x, None), DType)
 
 
 def _tensor_list(name: str, first: Tensor | Sequence[Tensor], others: tuple[Tensor, ...]) -> list[Tensor]:

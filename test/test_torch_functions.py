@@ -197,3 +197,18 @@ def test_data_is_torchs_alias_and_tinygrads_bytes() -> None:
     assert bytes(Tensor([1.0, 2.0]).data()) == np.array([1.0, 2.0], np.float32).tobytes()  # tinygrad's call
     with pytest.raises(RuntimeError, match="shape and dtype"):
         w.data = Tensor.ones(3)
+
+
+def test_to_takes_torchs_forms() -> None:
+    x = Tensor([1, 2])
+    assert x.to(dtypes.float32).dtype == dtypes.float32 and x.to("float16").dtype == dtypes.float16
+    assert x.to("CPU", dtypes.float64).dtype == dtypes.float64 and x.to(dtype=dtypes.int8).dtype == dtypes.int8
+    other = Tensor([0.5])
+    assert x.to(other).dtype == other.dtype and x.to(other).tolist() == [1.0, 2.0]
+    assert x.to("cpu", non_blocking=True) is x and x.to(dtypes.int32) is x
+    copied = x.to("CPU", copy=True)
+    assert copied is not x and copied.tolist() == [1, 2]
+    with pytest.raises(TypeError, match="device name, a dtype or a tensor"):
+        x.to(3)
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        x.to(dtype=dtypes.float32, layout=None)
