@@ -2486,8 +2486,22 @@ class Tensor(metaclass=_TensorType):
 
     @staticmethod
     def randint(
-        *shape: Any, low: int = 0, high: int = 10, dtype: DType | str = dtypes.int32, device: str | None = None
+        *shape: Any,
+        low: int = 0,
+        high: int = 10,
+        dtype: DType | str | None = None,
+        device: str | None = None,
+        size: Any = None,
     ) -> Tensor:
+        """tinygrad's randint(*shape, low=, high=) (int32), and torch's randint(high, size) / randint(low, high, size)
+        (int64 unless dtype says)."""
+        if size is not None or (shape and isinstance(shape[-1], (tuple, list)) and 2 <= len(shape) <= 3):
+            bounds, size = (shape, size) if size is not None else (shape[:-1], shape[-1])
+            if len(bounds) not in (1, 2) or not all(isinstance(b, int) for b in bounds):
+                raise TypeError(f"randint(low, high, size): got {shape} and size={size}")
+            low, high = (0, bounds[0]) if len(bounds) == 1 else bounds
+            shape, dtype = tuple(size), dtypes.int64 if dtype is None else dtype
+        dtype = dtypes.int32 if dtype is None else dtype
         if not isinstance(low, int) or not isinstance(high, int):
             raise TypeError(f"randint: low and high must be ints, got {low!r} and {high!r}")
         if not dtypes.is_int(to_dtype(dtype)):
@@ -2810,7 +2824,15 @@ class Tensor(metaclass=_TensorType):
         out = x.reshape(inter).expand(expanded).reshape(tuple(r * s for r, s in zip(reps, x.shape)))
         return self.clone() if out is self else out._fresh()  # a copy, as torch's: no view of self
 
-    def cat(self, *others: Tensor, dim: int = 0) -> Tensor:
+    def cat(self: Tensor | Sequence[Tensor], *others: Any, dim: int = 0) -> Tensor:
+        if not isinstance(self, Tensor):  # Tensor.cat([a, b], dim) or Tensor.cat((a, b), 1), as torch.cat
+            if len(others) > 1 or (others and not isinstance(others[0], int)):
+                raise ArgumentError("cat takes the tensors as one sequence (and a dim) or as separate arguments")
+            dim = others[0] if others else dim
+            seq = list(self)
+            if not seq:
+                raise ArgumentError("cat expects a non-empty sequence of tensors")
+            self, others = seq[0], tuple(seq[1:])
         tensors = [self, *others]
         if any(t.ndim == 0 for t in tensors):
             raise _NoDimError(f"cat: a 0-d tensor cannot be concatenated (shapes {[x.shape for x in tensors]})")
@@ -3622,7 +3644,9 @@ class Tensor(metaclass=_TensorType):
         values = _pick(x.unsqueeze(-1), place, (-2,))
         indices = _pick(i.reshape(n, 1), place, (-2,)).cast(dtypes.default_int)
         values, indices = values.transpose(d, -1), indices.transpose(d, -1)
-        return (values.reshape(()), indices.reshape(())) if self.ndim == 0 else (values, indices)
+        return (
+            ValuesIndices(values.reshape(()), indices.reshape(())) if self.ndim == 0 else ValuesIndices(values, indices)
+        )
 
     def argsort(self, dim: int = -1, descending: bool = False, *, stable: bool = True) -> Tensor:
         return self.sort(dim, descending)[1]
@@ -3637,7 +3661,7 @@ class Tensor(metaclass=_TensorType):
             raise ArgumentError(f"topk: k={k} is out of range for dimension {d} of size {n}")
         values, indices = self.sort(d, descending=largest)
         keep = [(0, k) if i == d else None for i in range(self.ndim)]
-        return (values.shrink(keep), indices.shrink(keep)) if self.ndim else (values, indices)
+        return ValuesIndices(values.shrink(keep), indices.shrink(keep)) if self.ndim else ValuesIndices(values, indices)
 
     def var_mean(
         self, axis: int | Sequence[int] | None = None, keepdim: bool = False, correction: int = 1, *, dim: Any = None
@@ -6395,7 +6419,7 @@ class Tensor(metaclass=_TensorType):
         if dim is None:
             return out_v.reshape(())
         shape = _reduced_shape(self.shape, dim, keepdim)
-        return out_v.reshape(shape), out_i.reshape(shape)
+        return ValuesIndices(out_v.reshape(shape), out_i.reshape(shape))
 
     def median(self, dim: int | None = None, keepdim: bool = False) -> Any:
         """The lower median (of an even count the smaller middle value); a NaN makes it NaN. With dim: (values,
@@ -6478,7 +6502,7 @@ class Tensor(metaclass=_TensorType):
         vals = xl.gather(-1, idx).transpose(d, -1)
         idx = idx.transpose(d, -1).cast(dtypes.default_int)
         shape = _reduced_shape(self.shape, dim if self.ndim else None, keepdim)
-        return vals.reshape(shape), idx.reshape(shape)
+        return ValuesIndices(vals.reshape(shape), idx.reshape(shape))
 
     def msort(self) -> Tensor:
         return self.sort(0)[0]
@@ -7156,7 +7180,7 @@ class Tensor(metaclass=_TensorType):
         values, idx, d = self._sorted_along(dim, "kthvalue")
         at = [(k - 1, k) if i == d else None for i in range(values.ndim)]
         shape = _reduced_shape(self.shape, dim if self.ndim else None, keepdim)
-        return values.shrink(at).reshape(shape), idx.shrink(at).reshape(shape)
+        return ValuesIndices(values.shrink(at).reshape(shape), idx.shrink(at).reshape(shape))
 
     def _scatter_view(self, index: Any, src: Tensor, name: str) -> Tensor:
         """self with src written where self[index] reads (index: ints and slices), as a new tensor."""

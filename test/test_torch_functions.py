@@ -212,3 +212,30 @@ def test_to_takes_torchs_forms() -> None:
         x.to(3)
     with pytest.raises(TypeError, match="unexpected keyword"):
         x.to(dtype=dtypes.float32, layout=None)
+
+
+def test_cat_randint_and_named_results_take_torchs_forms() -> None:
+    a, b = Tensor(randn(2, 3)), Tensor(randn(2, 1, seed=1))
+    want = np.concatenate([a.numpy(), b.numpy()], axis=1)
+    for got in (Tensor.cat([a, b], dim=1), Tensor.cat((a, b), 1), a.cat(b, dim=1)):
+        np.testing.assert_array_equal(got.numpy(), want)
+    with pytest.raises(RuntimeError, match="sequence"):
+        Tensor.cat([a, b], b)
+    low_high = Tensor.randint(5, 9, (200,))
+    assert low_high.dtype == dtypes.int64 and set(low_high.tolist()) == {5, 6, 7, 8}
+    assert Tensor.randint(4, (2, 3)).shape == (2, 3) and Tensor.randint(0, 3, size=(5,)).shape == (5,)
+    assert Tensor.randint(2, 3, high=4).dtype == dtypes.int32  # tinygrad's form: a shape
+    x = Tensor(randn(3, 5))
+    tx = torch.tensor(x.numpy())
+    for ours, ref in [
+        (x.sort(dim=1), torch.sort(tx, dim=1)),
+        (x.topk(2, dim=-1), torch.topk(tx, 2, dim=-1)),
+        (x.median(dim=1), torch.median(tx, dim=1)),
+        (x.kthvalue(2, dim=1), torch.kthvalue(tx, 2, dim=1)),
+        (x.cummax(dim=1), torch.cummax(tx, dim=1)),
+        (x.mode(dim=1), torch.mode(tx, dim=1)),
+    ]:
+        np.testing.assert_array_equal(ours.values.numpy(), ref.values.numpy())
+        np.testing.assert_array_equal(ours.indices.numpy(), ref.indices.numpy())
+        values, indices = ours
+        assert values is ours.values and indices is ours.indices
