@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import inspect
 import math
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from lazygrad.device import Device
 from lazygrad.dtype import DType, dtypes
@@ -156,17 +156,26 @@ class Optimizer:
         """Zeros shaped like each parameter, each in its own buffer."""
         return [_own_buffer(p.zeros_like()) for p in self.params]
 
-    def zero_grad(self) -> None:
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """torch's: gradients dropped (None), or with set_to_none=False made zeros where there is one."""
         for p in self.params:
-            p.grad = None
+            p.grad = None if set_to_none or p.grad is None else p.grad.zeros_like()
 
-    def step(self, also: Sequence[Tensor] = ()) -> None:
+    def step(self, also: Sequence[Tensor] | Callable[[], Any] = ()) -> Any:
         """Update the parameters. The tensors in `also` (e.g. an accuracy count) are realized in the same schedule as
-        the update, the loss backward() ran on and the gradients (as DistributedOptimizer.step's)."""
+        the update, the loss backward() ran on and the gradients (as DistributedOptimizer.step's). torch's
+        `step(closure)`: the closure (which zeroes the gradients, computes the loss and runs backward) is called
+        first, and its loss is realized with the update and returned."""
+        if callable(also):
+            with Tensor.enable_grad():
+                loss = also()
+            self.step(() if loss is None else (loss,))
+            return loss
         # the update's nodes are left unbuilt where the realize reads only their places (see _StepProgram.replay):
         # under the realize lock from the replay on, so that no other thread meets a tensor holding an unbuilt node
         with _realize_lock:
             Tensor.realize(*also, *self._schedule_step(unbuilt=True))
+        return None
 
     def schedule_step(self) -> list[Tensor]:
         """The assigned tensors of one step, unrealized: pass them to one `Tensor.realize` with the loss and
@@ -632,9 +641,9 @@ class OptimizerGroup(Optimizer):
             o._load_state_dict(state_dict, first)
             first += len(o.params)
 
-    def zero_grad(self) -> None:
+    def zero_grad(self, set_to_none: bool = True) -> None:
         for o in self.optimizers:
-            o.zero_grad()
+            o.zero_grad(set_to_none)
 
     def _schedule_step(self, unbuilt: bool) -> list[Tensor]:
         grads = [p.grad for p in self.params if p.grad is not None]

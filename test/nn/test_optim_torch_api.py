@@ -202,3 +202,28 @@ def test_optimizer_state_dict_resumes_torchs_run(ours: Callable, ref: Callable) 
     for opt, w in ((l_opt, la), (l_opt2, lb)):
         opt.zero_grad(), loss(w, Tensor(x)).backward(), opt.step()
     np.testing.assert_allclose(lb.numpy(), la.numpy(), rtol=1e-6)
+
+
+def test_step_closure_and_zero_grad_without_none_as_torch() -> None:
+    w0, x = randn(3), randn(5, 3, seed=1)
+    lw, tw = Tensor(w0, requires_grad=True), torch.tensor(w0, requires_grad=True)
+    l_opt, t_opt = optim.SGD([lw], lr=0.1, momentum=0.5), torch.optim.SGD([tw], lr=0.1, momentum=0.5)
+
+    def closure(opt: Any, w: Any, xs: Any) -> Callable:
+        def run() -> Any:
+            opt.zero_grad(set_to_none=False)
+            loss = ((xs @ w) ** 2).mean()
+            loss.backward()
+            return loss
+
+        return run
+
+    for _ in range(3):
+        ours = l_opt.step(closure(l_opt, lw, Tensor(x)))
+        ref = t_opt.step(closure(t_opt, tw, torch.tensor(x)))
+        np.testing.assert_allclose(ours.item(), ref.item(), rtol=1e-6)
+    np.testing.assert_allclose(lw.numpy(), tw.detach().numpy(), rtol=1e-6)
+    l_opt.zero_grad(set_to_none=False)
+    assert lw.grad is not None and lw.grad.tolist() == [0.0, 0.0, 0.0]
+    l_opt.zero_grad()
+    assert lw.grad is None
