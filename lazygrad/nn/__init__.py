@@ -69,9 +69,15 @@ class Conv2d(Module):
         dilation: int | Sequence[int] = 1,
         groups: int = 1,
         bias: bool = True,
+        padding_mode: str = "zeros",
     ):
         if in_channels % groups or out_channels % groups:
             raise ValueError(f"groups={groups} must divide in_channels={in_channels} and out_channels={out_channels}")
+        if padding_mode not in ("zeros", "reflect", "replicate", "circular"):
+            raise ValueError(
+                f"padding_mode must be 'zeros', 'reflect', 'replicate' or 'circular', not {padding_mode!r}"
+            )
+        self.padding_mode = padding_mode
         self.kernel_size = make_tuple(kernel_size, 2)
         if isinstance(padding, str) and padding not in ("same", "valid"):
             raise ValueError(f"padding must be an int, a tuple, 'same' or 'valid', not {padding!r}")
@@ -84,9 +90,23 @@ class Conv2d(Module):
         self.bias = _uniform((out_channels,), _fan_in_bound(fan_in)) if bias else None
 
     def __call__(self, x: Tensor) -> Tensor:
+        padding = self.padding
+        if self.padding_mode != "zeros" and padding != "valid":
+            x, padding = x.pad(self._pads(), self.padding_mode), 0  # the border padded first, as torch
         return x.conv2d(
-            self.weight, self.bias, stride=self.stride, padding=self.padding, dilation=self.dilation, groups=self.groups
+            self.weight, self.bias, stride=self.stride, padding=padding, dilation=self.dilation, groups=self.groups
         )
+
+    def _pads(self) -> list[int]:
+        """The padding as Tensor.pad's flat list (last dim first), 'same' resolved as torch does (the odd one
+        after)."""
+        dims = len(self.kernel_size)
+        if self.padding == "same":
+            totals = [d * (k - 1) for d, k in zip(make_tuple(self.dilation, dims), self.kernel_size)]
+            pairs = [(t // 2, t - t // 2) for t in totals]
+        else:
+            pairs = [(p, p) for p in make_tuple(self.padding, dims)]
+        return [v for pair in reversed(pairs) for v in pair]
 
 
 class ConvTranspose2d(Module):
@@ -352,17 +372,43 @@ class Embedding(Module):
         self,
         num_embeddings: int | None = None,
         embedding_dim: int | None = None,
+        padding_idx: int | None = None,
+        max_norm: float | None = None,
+        norm_type: float = 2.0,
+        scale_grad_by_freq: bool = False,
+        sparse: bool = False,
+        _weight: Tensor | None = None,
+        _freeze: bool = False,
         *,
         vocab_size: int | None = None,
         embed_size: int | None = None,
     ):
-        """torch's names, or tinygrad's (vocab_size, embed_size) as keywords."""
+        """torch's arguments (padding_idx: that row starts at zero and gets no gradient), or tinygrad's (vocab_size,
+        embed_size) as keywords. max_norm and scale_grad_by_freq are not offered."""
         num_embeddings = vocab_size if num_embeddings is None else num_embeddings
         embedding_dim = embed_size if embedding_dim is None else embedding_dim
         if num_embeddings is None or embedding_dim is None:
             raise TypeError("Embedding needs num_embeddings and embedding_dim (tinygrad: vocab_size and embed_size)")
-        self.num_embeddings = num_embeddings
-        self.weight = _own_buffer(Tensor.randn(num_embeddings, embedding_dim), requires_grad=True)
+        if max_norm is not None or scale_grad_by_freq:
+            raise NotImplementedError("Embedding's max_norm and scale_grad_by_freq are not supported")
+        if padding_idx is not None:
+            if not -num_embeddings <= padding_idx < num_embeddings:
+                raise AssertionError("Padding_idx must be within num_embeddings")
+            padding_idx %= num_embeddings
+        self.num_embeddings, self.embedding_dim, self.padding_idx = num_embeddings, embedding_dim, padding_idx
+        init = Tensor.randn(num_embeddings, embedding_dim) if _weight is None else _weight
+        if padding_idx is not None and _weight is None:
+            init = (Tensor.arange(num_embeddings) == padding_idx).unsqueeze(1).where(0.0, init)
+        self.weight = _own_buffer(init, requires_grad=not _freeze)
+
+    @classmethod
+    def from_pretrained(
+        cls, embeddings: Tensor, freeze: bool = True, padding_idx: int | None = None, **kwargs: Any
+    ) -> Embedding:
+        if embeddings.ndim != 2:
+            raise ValueError("Embeddings parameter is expected to be 2-dimensional")
+        rows, dim = embeddings.shape
+        return cls(rows, dim, padding_idx, _weight=embeddings, _freeze=freeze, **kwargs)
 
     def __call__(self, idx: Tensor) -> Tensor:
         if not dtypes.is_int(idx.dtype):
@@ -370,7 +416,11 @@ class Embedding(Module):
         _check_index_values(idx, 0, self.num_embeddings, "Embedding of {} rows", self.num_embeddings)
         # a one-hot matmul: a gather the scheduler fuses, with the scatter-add gradient for free
         hit = idx.unsqueeze(-1) == Tensor.arange(self.num_embeddings, device=idx.device)
-        return hit.cast(self.weight.dtype) @ self.weight
+        weight = self.weight
+        if self.padding_idx is not None:  # the padding row passes no gradient back
+            keep = (Tensor.arange(self.num_embeddings, device=weight.device) != self.padding_idx).unsqueeze(-1)
+            weight = keep.where(weight, weight.detach())
+        return hit.cast(weight.dtype) @ weight
 
 
 # torch's InstanceNorm1d/2d/3d default to affine=False (tinygrad's InstanceNorm to True)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import inspect
 import weakref
 from typing import Any, Callable, Iterator, NamedTuple, Sequence
 
@@ -95,6 +96,26 @@ def _collect(value: Any, name: str, out: dict[str, Tensor]) -> None:
         out.update(get_state_dict(value, f"{name}."))  # a plain object holding tensors, as nn.state walks it
 
 
+def _take_factory_kwargs(cls: type) -> None:
+    """torch's layers take device= and dtype= (where their tensors are made): a layer of lazygrad.nn whose constructor
+    does not name them gets them, applied by moving and casting its tensors once it is made."""
+    init = cls.__dict__.get("__init__")
+    if init is None or not cls.__module__.startswith("lazygrad.nn") or getattr(init, "_factory_kwargs", False):
+        return
+    names = inspect.signature(init).parameters
+    if "device" in names or "dtype" in names:
+        return
+
+    @functools.wraps(init)
+    def __init__(self: Module, *args: Any, device: Any = None, dtype: Any = None, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        if device is not None or dtype is not None:  # (a subclass's wrapper may apply it again: a no-op)
+            self.to(*(a for a in (device, dtype) if a is not None))
+
+    __init__._factory_kwargs = True  # type: ignore[attr-defined]
+    cls.__init__ = __init__  # type: ignore[misc]
+
+
 class Module:
     # None: not set by train()/eval() nor by a parent: a tinygrad-style layer that follows Tensor.training
     training: bool | None = None
@@ -109,6 +130,7 @@ class Module:
         # module's hooks. Only the most derived class's wrapper runs them (a subclass's __call__ calling
         # super().__call__ runs them once)
         super().__init_subclass__(**kwargs)
+        _take_factory_kwargs(cls)
         call = cls.__dict__.get("__call__")
         if call is None or getattr(call, "_runs_hooks", False):
             return

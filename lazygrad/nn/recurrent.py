@@ -54,8 +54,6 @@ class RNNCell(Module):
         hidden_size: int,
         bias: bool = True,
         nonlinearity: str = "tanh",
-        device: Any = None,
-        dtype: Any = None,
     ):
         super().__init__()
         if nonlinearity not in ("tanh", "relu"):
@@ -73,7 +71,7 @@ class RNNCell(Module):
 
 
 class GRUCell(Module):
-    def __init__(self, input_size: int, hidden_size: int, bias: bool = True, device: Any = None, dtype: Any = None):
+    def __init__(self, input_size: int, hidden_size: int, bias: bool = True):
         super().__init__()
         self.input_size, self.hidden_size = input_size, hidden_size
         bound = 1 / math.sqrt(hidden_size)
@@ -102,8 +100,6 @@ class _RNNBase(Module):
         bidirectional: bool = False,
         proj_size: int = 0,
         nonlinearity: str = "tanh",
-        device: Any = None,
-        dtype: Any = None,
     ):
         super().__init__()
         if not 0 <= dropout <= 1:

@@ -51,8 +51,6 @@ class MultiheadAttention(Module):
         kdim: int | None = None,
         vdim: int | None = None,
         batch_first: bool = False,
-        device: Any = None,
-        dtype: Any = None,
     ):
         super().__init__()
         if embed_dim <= 0 or num_heads <= 0 or embed_dim % num_heads:
@@ -162,8 +160,6 @@ class _TransformerLayer(Module):
         batch_first: bool = False,
         norm_first: bool = False,
         bias: bool = True,
-        device: Any = None,
-        dtype: Any = None,
     ):
         super().__init__()
         self._config = dict(
@@ -334,8 +330,6 @@ class Transformer(Module):
         batch_first: bool = False,
         norm_first: bool = False,
         bias: bool = True,
-        device: Any = None,
-        dtype: Any = None,
     ):
         super().__init__()
         options = dict(

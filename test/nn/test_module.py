@@ -282,3 +282,27 @@ def test_pytorch_digits_example_trains() -> None:
     pytest.importorskip("sklearn")
     example = runpy.run_path(str(Path(__file__).parents[2] / "examples" / "pytorch_digits.py"))
     assert example["train"](epochs=3, log=False) >= 80.0
+
+
+def test_layers_take_torchs_factory_and_layer_arguments() -> None:
+    lin = nn.Linear(3, 4, device="CPU", dtype=dtypes.float64)
+    assert lin.weight.dtype == dtypes.float64 and lin.bias.dtype == dtypes.float64
+    assert nn.LSTM(3, 4, dtype=dtypes.float16).weight_ih_l0.dtype == dtypes.float16
+    assert nn.MultiheadAttention(4, 2, dtype=dtypes.float64).in_proj_weight.dtype == dtypes.float64
+    # padding modes: the same conv as torch's with its weights
+    for mode, padding in [("reflect", 1), ("replicate", (1, 2)), ("circular", 1), ("reflect", "same")]:
+        ref = torch.nn.Conv2d(2, 3, 3, padding=padding, padding_mode=mode)
+        ours = nn.Conv2d(2, 3, 3, padding=padding, padding_mode=mode)
+        ours.load_state_dict({k: Tensor(v.detach().numpy()) for k, v in ref.state_dict().items()})
+        x = randn(1, 2, 5, 6)
+        np.testing.assert_allclose(ours(Tensor(x)).numpy(), ref(torch.tensor(x)).detach().numpy(), atol=1e-5)
+    # Embedding's padding row: zero at the start, no gradient, as torch's
+    emb = nn.Embedding(5, 3, padding_idx=-1)
+    assert emb.padding_idx == 4 and emb.weight.numpy()[4].tolist() == [0, 0, 0]
+    emb(Tensor([[4, 1, 4]])).sum().backward()
+    assert emb.weight.grad.numpy()[4].tolist() == [0, 0, 0] and emb.weight.grad.numpy()[1].tolist() == [1, 1, 1]
+    table = Tensor(randn(4, 2))
+    frozen = nn.Embedding.from_pretrained(table)
+    assert not frozen.weight.requires_grad and frozen(Tensor([2])).numpy().tolist() == [table.numpy()[2].tolist()]
+    with pytest.raises(ValueError, match="padding_mode"):
+        nn.Conv2d(1, 1, 3, padding_mode="mirror")
