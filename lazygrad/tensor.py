@@ -2048,11 +2048,12 @@ class Tensor(metaclass=_TensorType):
 
     def schedule_with_vars(self, *lst: Tensor) -> tuple[list, dict[UOp, int]]:
         """The kernels that compute this tensor (and `lst`), and the variable values they run with."""
-        return self._schedule_noted(*lst)[0]
+        return self._schedule_noted(*lst, filled=True)[0]
 
-    def _schedule_noted(self, *lst: Tensor) -> tuple[tuple[list, dict[UOp, int]], list]:
+    def _schedule_noted(self, *lst: Tensor, filled: bool = False) -> tuple[tuple[list, dict[UOp, int]], list]:
         """schedule_with_vars, and what it noted as stored (for _run_noted to take back if no kernel runs): [each
-        tensor it made stand for a buffer, with the node it had; the nodes noted as stored]."""
+        tensor it made stand for a buffer, with the node it had; the nodes noted as stored]. `filled=False`: a
+        schedule instantiated from a template may leave its items unmade (for run_schedule alone: Schedule.unfilled)."""
         tensors: tuple[Tensor, ...] = (self, *lst)
         firsts: dict[UOp, Tensor] = {}
         with _realize_lock:  # (_own_memory's look for another holder too: a realize between would share its memory)
@@ -2078,7 +2079,7 @@ class Tensor(metaclass=_TensorType):
                     first, joining = _readers_of_overwritten(list(roots), tensors, {}, None)
                     looked = roots if not first and lowered is None else None
                 if not first and not joining:
-                    schedule, becomes, var_vals = create_schedule(outs, _realized)
+                    schedule, becomes, var_vals = create_schedule(outs, _realized, filled)
                     writes = [n for n in becomes if n.op is Ops.ASSIGN]
                     if not writes:
                         break  # nothing overwritten: no reader to look for

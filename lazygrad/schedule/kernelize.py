@@ -124,10 +124,26 @@ class Schedule(list):
     # an instance's buffers in the template's reference order (each item's are picked from it): the engine launches
     # from this list and counts who holds its buffers here, not item by item
     bufs: list[Buffer] | None = None
+    # an instance whose items are not made yet (an empty list until fill()): a realize's, which the engine's launch
+    # plan runs from the template and the flat list alone (an MLP Adam step: 28 items made and dropped unread). Only
+    # the realize path makes one; a schedule handed to the caller is filled
+    unfilled: bool = False
 
     def __init__(self, items: list[ScheduleItem], template: _Template | None = None):
         super().__init__(items)
         self.template = template
+
+    def fill(self) -> Schedule:
+        """The schedule with its items made (an unfilled instance's, picked from its flat list)."""
+        if self.unfilled:
+            self.unfilled = False
+            self.extend(self.template.schedule_items(self.bufs))  # type: ignore[union-attr, arg-type]
+        return self
+
+    @property
+    def kernels(self) -> int:
+        """How many items the schedule has, made or not."""
+        return len(self.template.pickers) if self.unfilled else len(self)  # type: ignore[union-attr]
 
 
 class BindingConflict(ValueError, RuntimeError):
@@ -1246,17 +1262,21 @@ class _Template:
                 del spares[0]
             spares.append(node)
 
-    def schedule(self, bufs: list[Buffer]) -> Schedule:
-        items = [
+    def schedule_items(self, bufs: list[Buffer]) -> list[ScheduleItem]:
+        return [
             ScheduleItem(ast, pick(bufs) if pick is not None else (bufs[refs[0]],)) for ast, pick, refs in self.pickers
         ]
-        schedule = Schedule(items, self)
+
+    def schedule(self, bufs: list[Buffer], filled: bool = True) -> Schedule:
+        """An instance over `bufs`; `filled=False`: its items left unmade (Schedule.unfilled)."""
+        schedule = Schedule(self.schedule_items(bufs) if filled else [], self)
         schedule.bufs = bufs
+        schedule.unfilled = not filled and len(self.pickers) > 0
         return schedule
 
-    def instantiate(self, walk: _Walk) -> tuple[Schedule, dict[UOp, UOp], dict[UOp, int]]:
+    def instantiate(self, walk: _Walk, filled: bool = True) -> tuple[Schedule, dict[UOp, UOp], dict[UOp, int]]:
         bufs, becomes = self.buffers(walk)
-        return self.schedule(bufs), becomes, walk.var_vals()
+        return self.schedule(bufs, filled), becomes, walk.var_vals()
 
 
 def _bound_values(binds: list[UOp]) -> dict[UOp, int]:
@@ -1392,15 +1412,16 @@ _templates_lock = threading.Lock()  # threads scheduling at once: an eviction mu
 
 
 def create_schedule(
-    outs: list[UOp], realized: dict[UOp, UOp]
+    outs: list[UOp], realized: dict[UOp, UOp], filled: bool = True
 ) -> tuple[list[ScheduleItem], dict[UOp, UOp], dict[UOp, int]]:
     """Kernels that compute `outs` in execution order, what each computed node becomes (a buffer view),
     and the values of the variables the kernels take as arguments. A graph of the same structure as one scheduled
-    before (over other buffers and bound values) reuses that schedule."""
+    before (over other buffers and bound values) reuses that schedule; `filled=False`: its items left unmade (for
+    run_schedule alone, see Schedule.unfilled)."""
     if not profile.enabled():  # the span's context manager alone costs a few microseconds, on every realize
-        return _cached_schedule(outs, realized, {})
+        return _cached_schedule(outs, realized, {}, filled)
     with profile.span("schedule", "schedule") as args:
-        return _cached_schedule(outs, realized, args)
+        return _cached_schedule(outs, realized, args, filled)
 
 
 def cached_instance(
@@ -1511,7 +1532,7 @@ def _remember_over_buffers(inner: UOp, key: tuple, walk: _Walk, tpl: _Template) 
 
 
 def _cached_schedule(
-    outs: list[UOp], realized: dict[UOp, UOp], args: dict[str, Any]
+    outs: list[UOp], realized: dict[UOp, UOp], args: dict[str, Any], filled: bool = True
 ) -> tuple[list[ScheduleItem], dict[UOp, UOp], dict[UOp, int]]:
     replays = take_replays()
     laid = None
@@ -1545,10 +1566,10 @@ def _cached_schedule(
         if tpl is not None and laid is not None:
             _lay_out(laid, walk, tpl, realized)
     if tpl is not None:
-        items, becomes, var_vals = tpl.instantiate(walk)
-        args["kernels"], args["cached"] = len(items), True
-        if DEBUG >= 1 and items:
-            print(f"scheduled {len(items)} kernels for {len(becomes)} stored nodes (cached)")
+        items, becomes, var_vals = tpl.instantiate(walk, filled)
+        args["kernels"], args["cached"] = items.kernels, True
+        if DEBUG >= 1 and items.kernels:
+            print(f"scheduled {items.kernels} kernels for {len(becomes)} stored nodes (cached)")
         return items, becomes, var_vals
     s = _create_schedule(outs, realized)
     items, becomes, var_vals = s.items, s.becomes, s.var_vals
