@@ -7633,7 +7633,7 @@ def _realize_cached(t: Tensor) -> bool:
         else:
             _note_stored((t,), becomes, None)
         return True
-    schedule = tpl.schedule(bufs)
+    schedule = tpl.schedule(bufs, filled=False)  # (run_schedule's alone: its plan needs no items)
     _mark_pending(schedule)
     # (the collector held off as in realize's general path; not for the one kernel above, whose graph is small, and
     # where the window's 0.35 us is 4% of the realize)
