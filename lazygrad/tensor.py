@@ -60,6 +60,7 @@ from lazygrad.helpers import (
 )
 from lazygrad.schedule.kernelize import (
     REALIZED_ENTRY,
+    Schedule,
     cached_instance,
     create_schedule,
     note_value_notes,
@@ -2048,12 +2049,15 @@ class Tensor(metaclass=_TensorType):
 
     def schedule_with_vars(self, *lst: Tensor) -> tuple[list, dict[UOp, int]]:
         """The kernels that compute this tensor (and `lst`), and the variable values they run with."""
-        return self._schedule_noted(*lst, filled=True)[0]
+        (schedule, var_vals), _ = self._schedule_noted(*lst)
+        if type(schedule) is Schedule:
+            schedule.fill()  # (the caller's: a list whatever it does with it, `+` and slices too)
+        return schedule, var_vals
 
-    def _schedule_noted(self, *lst: Tensor, filled: bool = False) -> tuple[tuple[list, dict[UOp, int]], list]:
+    def _schedule_noted(self, *lst: Tensor) -> tuple[tuple[list, dict[UOp, int]], list]:
         """schedule_with_vars, and what it noted as stored (for _run_noted to take back if no kernel runs): [each
-        tensor it made stand for a buffer, with the node it had; the nodes noted as stored]. `filled=False`: a
-        schedule instantiated from a template may leave its items unmade (for run_schedule alone: Schedule.unfilled)."""
+        tensor it made stand for a buffer, with the node it had; the nodes noted as stored]. A schedule instantiated
+        from a template leaves its items unmade (run_schedule's launch plan needs none: Schedule.unfilled)."""
         tensors: tuple[Tensor, ...] = (self, *lst)
         firsts: dict[UOp, Tensor] = {}
         with _realize_lock:  # (_own_memory's look for another holder too: a realize between would share its memory)
@@ -2079,7 +2083,7 @@ class Tensor(metaclass=_TensorType):
                     first, joining = _readers_of_overwritten(list(roots), tensors, {}, None)
                     looked = roots if not first and lowered is None else None
                 if not first and not joining:
-                    schedule, becomes, var_vals = create_schedule(outs, _realized, filled)
+                    schedule, becomes, var_vals = create_schedule(outs, _realized)
                     writes = [n for n in becomes if n.op is Ops.ASSIGN]
                     if not writes:
                         break  # nothing overwritten: no reader to look for

@@ -436,7 +436,7 @@ def run_schedule(
     """Build the schedule's kernels, call `built` (before any kernel runs: what raised before it ran no kernel), and
     run them."""
     unfilled = type(schedule) is Schedule and schedule.unfilled
-    if not schedule and not unfilled:  # reading a realized tensor realizes it again: nothing to run
+    if not unfilled and not schedule:  # reading a realized tensor realizes it again: nothing to run
         return
     if (plan := _launch_plan(schedule)) is None:
         if unfilled:

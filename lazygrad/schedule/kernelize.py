@@ -34,7 +34,7 @@ import threading
 import weakref
 from dataclasses import dataclass, field
 from sys import getrefcount as _getrefcount
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, Iterator, NamedTuple
 from weakref import getweakrefcount as _getweakrefcount
 
 from lazygrad.device import Buffer, Device, buffers_made
@@ -124,9 +124,9 @@ class Schedule(list):
     # an instance's buffers in the template's reference order (each item's are picked from it): the engine launches
     # from this list and counts who holds its buffers here, not item by item
     bufs: list[Buffer] | None = None
-    # an instance whose items are not made yet (an empty list until fill()): a realize's, which the engine's launch
-    # plan runs from the template and the flat list alone (an MLP Adam step: 28 items made and dropped unread). Only
-    # the realize path makes one; a schedule handed to the caller is filled
+    # an instance whose items are not made yet (fill()): a realize's, which the engine's launch plan runs from the
+    # template and the flat list alone (an MLP Adam step: 24 items made and dropped unread). Iterating, indexing or
+    # len() see the items (made by the first two); a schedule handed to the caller (Tensor.schedule) is filled
     unfilled: bool = False
 
     def __init__(self, items: list[ScheduleItem], template: _Template | None = None):
@@ -143,7 +143,16 @@ class Schedule(list):
     @property
     def kernels(self) -> int:
         """How many items the schedule has, made or not."""
-        return len(self.template.pickers) if self.unfilled else len(self)  # type: ignore[union-attr]
+        return len(self)
+
+    def __len__(self) -> int:
+        return len(self.template.pickers) if self.unfilled else list.__len__(self)  # type: ignore[union-attr]
+
+    def __iter__(self) -> Iterator[ScheduleItem]:
+        return list.__iter__(self.fill())
+
+    def __getitem__(self, i: Any) -> Any:
+        return list.__getitem__(self.fill(), i)
 
 
 class BindingConflict(ValueError, RuntimeError):
@@ -1412,16 +1421,16 @@ _templates_lock = threading.Lock()  # threads scheduling at once: an eviction mu
 
 
 def create_schedule(
-    outs: list[UOp], realized: dict[UOp, UOp], filled: bool = True
+    outs: list[UOp], realized: dict[UOp, UOp]
 ) -> tuple[list[ScheduleItem], dict[UOp, UOp], dict[UOp, int]]:
     """Kernels that compute `outs` in execution order, what each computed node becomes (a buffer view),
     and the values of the variables the kernels take as arguments. A graph of the same structure as one scheduled
-    before (over other buffers and bound values) reuses that schedule; `filled=False`: its items left unmade (for
-    run_schedule alone, see Schedule.unfilled)."""
+    before (over other buffers and bound values) reuses that schedule, its items left unmade until read (see
+    Schedule.unfilled: a realize's launch plan needs none)."""
     if not profile.enabled():  # the span's context manager alone costs a few microseconds, on every realize
-        return _cached_schedule(outs, realized, {}, filled)
+        return _cached_schedule(outs, realized, {})
     with profile.span("schedule", "schedule") as args:
-        return _cached_schedule(outs, realized, args, filled)
+        return _cached_schedule(outs, realized, args)
 
 
 def cached_instance(
@@ -1532,7 +1541,7 @@ def _remember_over_buffers(inner: UOp, key: tuple, walk: _Walk, tpl: _Template) 
 
 
 def _cached_schedule(
-    outs: list[UOp], realized: dict[UOp, UOp], args: dict[str, Any], filled: bool = True
+    outs: list[UOp], realized: dict[UOp, UOp], args: dict[str, Any]
 ) -> tuple[list[ScheduleItem], dict[UOp, UOp], dict[UOp, int]]:
     replays = take_replays()
     laid = None
@@ -1566,10 +1575,10 @@ def _cached_schedule(
         if tpl is not None and laid is not None:
             _lay_out(laid, walk, tpl, realized)
     if tpl is not None:
-        items, becomes, var_vals = tpl.instantiate(walk, filled)
-        args["kernels"], args["cached"] = items.kernels, True
-        if DEBUG >= 1 and items.kernels:
-            print(f"scheduled {items.kernels} kernels for {len(becomes)} stored nodes (cached)")
+        items, becomes, var_vals = tpl.instantiate(walk, filled=False)
+        args["kernels"], args["cached"] = len(tpl.pickers), True
+        if DEBUG >= 1 and tpl.pickers:
+            print(f"scheduled {len(tpl.pickers)} kernels for {len(becomes)} stored nodes (cached)")
         return items, becomes, var_vals
     s = _create_schedule(outs, realized)
     items, becomes, var_vals = s.items, s.becomes, s.var_vals

@@ -132,7 +132,7 @@ def test_plan_finds_the_buffers_only_its_schedule_holds(monkeypatch, spares):
             assert schedule.unfilled  # (a realize's: no items made, the flat list alone holds the buffers)
             flat = schedule.bufs
             counted = set(realize.held_at(flat, plan.expected_unfilled))
-            mine = [flat, *(si.bufs for si in schedule)]
+            mine = [flat]
             named = {k for refs in plan.refs for k in refs}  # (an in-place write's stored position: named at its slot)
             referred = set()
             for k in sorted(named):  # (no enumerate: its tuple would refer to the buffer too)
@@ -280,15 +280,16 @@ def test_unfilled_instances_compute_what_filled_ones_do(monkeypatch, graph):
     real_buffers = realize._LaunchPlan._buffers
 
     def buffers(plan, schedule):
-        flat = schedule.bufs
-        counted = set(realize.held_at(flat, plan.expected_unfilled if schedule.unfilled else plan.expected))
-        mine = [flat, *(si.bufs for si in schedule)]
+        flat, unfilled = schedule.bufs, schedule.unfilled
+        counted = set(realize.held_at(flat, plan.expected_unfilled if unfilled else plan.expected))
+        # (an unfilled one's items not iterated: that would make them)
+        mine = [flat] if unfilled else [flat, *(si.bufs for si in schedule)]
         referred = set()
         for k in sorted({k for refs in plan.refs for k in refs}):
             if not _held_elsewhere(flat[k], mine):
                 referred.add(k)
         del mine
-        seen.append((schedule.unfilled, len(schedule), counted, referred))
+        seen.append((unfilled, list.__len__(schedule), counted, referred))  # (the items made: none if unfilled)
         return real_buffers(plan, schedule)
 
     for xn in inputs[:4]:  # (the template, then its plan)
