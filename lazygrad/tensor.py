@@ -61,6 +61,7 @@ from lazygrad.helpers import (
 )
 from lazygrad.schedule.kernelize import (
     REALIZED_ENTRY,
+    Schedule,
     cached_instance,
     create_schedule,
     note_value_notes,
@@ -2069,11 +2070,15 @@ class Tensor(metaclass=_TensorType):
 
     def schedule_with_vars(self, *lst: Tensor) -> tuple[list, dict[UOp, int]]:
         """The kernels that compute this tensor (and `lst`), and the variable values they run with."""
-        return self._schedule_noted(*lst)[0]
+        (schedule, var_vals), _ = self._schedule_noted(*lst)
+        if type(schedule) is Schedule:
+            schedule.fill()  # (the caller's: a list whatever it does with it, `+` and slices too)
+        return schedule, var_vals
 
     def _schedule_noted(self, *lst: Tensor) -> tuple[tuple[list, dict[UOp, int]], list]:
         """schedule_with_vars, and what it noted as stored (for _run_noted to take back if no kernel runs): [each
-        tensor it made stand for a buffer, with the node it had; the nodes noted as stored]."""
+        tensor it made stand for a buffer, with the node it had; the nodes noted as stored]. A schedule instantiated
+        from a template leaves its items unmade (run_schedule's launch plan needs none: Schedule.unfilled)."""
         tensors: tuple[Tensor, ...] = (self, *lst)
         firsts: dict[UOp, Tensor] = {}
         with _realize_lock:  # (_own_memory's look for another holder too: a realize between would share its memory)
@@ -8004,7 +8009,7 @@ def _realize_cached(t: Tensor) -> bool:
         else:
             _note_stored((t,), becomes, None)
         return True
-    schedule = tpl.schedule(bufs)
+    schedule = tpl.schedule(bufs, filled=False)  # (run_schedule's alone: its plan needs no items)
     _mark_pending(schedule)
     # (the collector held off as in realize's general path; not for the one kernel above, whose graph is small, and
     # where the window's 0.35 us is 4% of the realize)

@@ -436,9 +436,12 @@ def run_schedule(
 ) -> None:
     """Build the schedule's kernels, call `built` (before any kernel runs: what raised before it ran no kernel), and
     run them."""
-    if not schedule:  # reading a realized tensor realizes it again: nothing to run
+    unfilled = type(schedule) is Schedule and schedule.unfilled
+    if not unfilled and not schedule:  # reading a realized tensor realizes it again: nothing to run
         return
     if (plan := _launch_plan(schedule)) is None:
+        if unfilled:
+            schedule = schedule.fill()  # type: ignore[attr-defined]
         compile_schedule(schedule)
     if built is not None:
         built()
@@ -494,15 +497,18 @@ class _LaunchPlan:
         # there, once, before anything launches (a buffer an earlier item writes is computed by then)
         self.first_reads: list[int] = []
         answered: set[int] = set()  # buffers an earlier item writes, or asked about already
-        holders = [1] * n_flat  # references a buffer held by the schedule alone has: the flat list's, each item's
+        # references a buffer held by the schedule alone has: the flat list's (`lists`), and each item's where the
+        # schedule's items are made (an unfilled instance has none, see kernelize.Schedule.unfilled)
+        lists = [1] * n_flat
         # an in-place write's stored position holds its target's buffer, which the items name at the target's slot
         # (a buffer the flat list holds twice: counted at the slot, never planned at the write)
         written_in_place = []
         stored = schedule.template.stored
         for p, (*_, target) in enumerate(stored):
             if target is not None:
-                holders[len(stored) + target] += 1
+                lists[len(stored) + target] += 1
                 written_in_place.append(p)
+        holders = list(lists)
         for r, n in zip(refs, self.n_outs):
             for j, k in enumerate(r):
                 holders[k] += 1
@@ -514,7 +520,9 @@ class _LaunchPlan:
             holders[p] = -1
         # a position no item names is never planned, nor allocated (only named ones are, as the items list them)
         self.expected = counted(h if h > 1 else -1 for h in holders)
+        self.expected_unfilled = counted(n if h > 1 else -1 for n, h in zip(lists, holders))
         self.unnamed = [k for k, h in enumerate(holders) if h == 1]
+        self.named = sorted({k for r in refs for k in r})
         # positions of the internal buffers -> (position of a planned buffer, position of the buffer lending it memory)
         self.memory: dict[tuple[int, ...], list[tuple[int, int]]] = {}
         # one kernel (no memory to share between items): launched straight from the template's buffer list
@@ -548,22 +556,24 @@ class _LaunchPlan:
         except Exception:  # noqa: BLE001  (the driver is a shortcut: where it cannot be built, kernel by kernel)
             return None
 
-    def _buffers(self, schedule: Schedule) -> tuple[list[Buffer], list[list[Buffer]]] | None:
-        """The flat list and each item's buffers with planned memory swapped in (None where no buffer is planned).
-        Which buffers only the schedule holds is counted on its flat list (memory.held_at), whose places never
-        change, not on a dict of every item's buffers."""
-        if len(schedule) < 2:  # a block is reused only by a later kernel than the one that last read it
+    def _buffers(self, schedule: Schedule) -> list[Buffer] | None:
+        """The flat list with planned memory swapped in (None where no buffer is planned). Which buffers only the
+        schedule holds is counted on its flat list (memory.held_at), whose places never change, not on a dict of
+        every item's buffers."""
+        if len(self.refs) < 2:  # a block is reused only by a later kernel than the one that last read it
             return None
         flat = schedule.bufs
-        key = held_at(flat, self.expected)
+        key = held_at(flat, self.expected_unfilled if schedule.unfilled else self.expected)
         if not key:
             return None
         if (pairs := self.memory.get(key)) is None:
             internal = {flat[k] for k in key}
-            mapping = plan_memory([(si.bufs, range(n)) for si, n in zip(schedule, self.n_outs)], internal=internal)
-            at = {id(b): k for k, b in enumerate(flat)}
-            pairs = [(at[id(b)], at[id(blk)]) for b, blk in mapping.items()]
-            del mapping, internal
+            at = flat.__getitem__
+            items = [(tuple(map(at, r)), range(n)) for r, n in zip(self.refs, self.n_outs)]
+            mapping = plan_memory(items, internal=internal)
+            where = {id(b): k for k, b in enumerate(flat)}
+            pairs = [(where[id(b)], where[id(blk)]) for b, blk in mapping.items()]
+            del mapping, internal, items
             with _plans_lock:  # (as _plans': schedules of one template run from two threads, each evicting)
                 if len(self.memory) >= self.MEMORY_PLANS:
                     del self.memory[next(iter(self.memory))]
@@ -573,33 +583,31 @@ class _LaunchPlan:
         swapped = list(flat)
         for a, b in pairs:
             swapped[a] = flat[b]
-        at = swapped.__getitem__
-        return swapped, [list(map(at, r)) for r in self.refs]
+        return swapped
 
     def run(self, schedule: Schedule, var_vals: dict[UOp, int]) -> None:
         flat = schedule.bufs
         for k in self.first_reads:
             if flat[k].pending_write:
                 raise RuntimeError(NEVER_RAN)
-        planned = self._buffers(schedule)
-        if planned is None:
-            allocated, items = flat, [si.bufs for si in schedule]
-        else:
-            allocated, items = planned
-        if self.unnamed:
-            allocated = [b for bufs in items for b in bufs]
+        swapped = self._buffers(schedule)
+        launched = flat if swapped is None else swapped
+        # (a position no item names is never allocated, and never read: only named ones are)
+        allocated = launched if not self.unnamed else list(map(launched.__getitem__, self.named))
         # every buffer's memory first (the new outputs'), so that each launch reads the addresses at C speed; the peak
-        # is that of allocating at each kernel, as the schedule holds all its buffers to its end
-        for b in allocated:
-            if b._ptr is None:
-                b.ensure_allocated()
+        # is that of allocating at each kernel, as the schedule holds all its buffers to its end. (Asked at C speed
+        # first: a step's recycled buffers are all allocated)
+        if None in map(_PTR, allocated):
+            for b in allocated:
+                if b._ptr is None:
+                    b.ensure_allocated()
         if self.runs < GRAPH_AFTER:
             self.runs += 1
             if self.runs == GRAPH_AFTER:
                 self.graph = self._make_graph()
         if (graph := self.graph) is not None:
             # (a position no item names may hold an unallocated buffer: None, never read)
-            pointers = list(map(_PTR, flat if planned is None else planned[0]))
+            pointers = list(map(_PTR, launched))
             with self.graph_lock:
                 graph.bufs[: self.n_flat] = pointers
                 graph.call()
@@ -607,13 +615,14 @@ class _LaunchPlan:
                 flat[k].pending_write = False
             self._count()
             return
-        for i, bufs in enumerate(items):
+        at = launched.__getitem__
+        for i, r in enumerate(self.refs):
             if (bare := self.bare[i]) is not None:
                 # the compiled function called straight, not through the runner and the program (two Python calls
                 # a launch): 20 launches of a 16-element kernel 55 -> 43 us
-                bare(*map(_PTR, bufs))
+                bare(*map(_PTR, map(at, r)))
             elif (runner := self.runners[i]) is not None:
-                runner(bufs, var_vals)
+                runner(list(map(at, r)), var_vals)
             for k in self.outs[i]:
                 flat[k].pending_write = False
         self._count()
@@ -664,7 +673,7 @@ def _launch_plan(schedule: list[ScheduleItem]) -> _LaunchPlan | None:
     plan = _plans.get(schedule.template, False)
     if plan is False or plan is not None and plan.knobs != (NOOPT.value, BEAM.value):
         # first met, or the knobs that pick each item's kernel changed since its plan was made
-        one_device = len({si.outputs[0].device for si in schedule}) == 1
+        one_device = len({si.outputs[0].device for si in schedule.fill()}) == 1
         plan = _LaunchPlan(schedule) if one_device else None
         with _plans_lock:
             if len(_plans) >= LAUNCH_PLANS:

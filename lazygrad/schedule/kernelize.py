@@ -33,7 +33,7 @@ import operator
 import weakref
 from dataclasses import dataclass, field
 from sys import getrefcount as _getrefcount
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, Iterator, NamedTuple
 from weakref import getweakrefcount as _getweakrefcount
 
 from lazygrad.device import Buffer, Device, buffers_made
@@ -123,10 +123,35 @@ class Schedule(list):
     # an instance's buffers in the template's reference order (each item's are picked from it): the engine launches
     # from this list and counts who holds its buffers here, not item by item
     bufs: list[Buffer] | None = None
+    # an instance whose items are not made yet (fill()): a realize's, which the engine's launch plan runs from the
+    # template and the flat list alone (an MLP Adam step: 24 items made and dropped unread). Iterating, indexing or
+    # len() see the items (made by the first two); a schedule handed to the caller (Tensor.schedule) is filled
+    unfilled: bool = False
 
     def __init__(self, items: list[ScheduleItem], template: _Template | None = None):
         super().__init__(items)
         self.template = template
+
+    def fill(self) -> Schedule:
+        """The schedule with its items made (an unfilled instance's, picked from its flat list)."""
+        if self.unfilled:
+            self.unfilled = False
+            self.extend(self.template.schedule_items(self.bufs))  # type: ignore[union-attr, arg-type]
+        return self
+
+    @property
+    def kernels(self) -> int:
+        """How many items the schedule has, made or not."""
+        return len(self)
+
+    def __len__(self) -> int:
+        return len(self.template.pickers) if self.unfilled else list.__len__(self)  # type: ignore[union-attr]
+
+    def __iter__(self) -> Iterator[ScheduleItem]:
+        return list.__iter__(self.fill())
+
+    def __getitem__(self, i: Any) -> Any:
+        return list.__getitem__(self.fill(), i)
 
 
 class BindingConflict(ValueError, RuntimeError):
@@ -1257,17 +1282,21 @@ class _Template:
                 del spares[0]
             spares.append(node)
 
-    def schedule(self, bufs: list[Buffer]) -> Schedule:
-        items = [
+    def schedule_items(self, bufs: list[Buffer]) -> list[ScheduleItem]:
+        return [
             ScheduleItem(ast, pick(bufs) if pick is not None else (bufs[refs[0]],)) for ast, pick, refs in self.pickers
         ]
-        schedule = Schedule(items, self)
+
+    def schedule(self, bufs: list[Buffer], filled: bool = True) -> Schedule:
+        """An instance over `bufs`; `filled=False`: its items left unmade (Schedule.unfilled)."""
+        schedule = Schedule(self.schedule_items(bufs) if filled else [], self)
         schedule.bufs = bufs
+        schedule.unfilled = not filled and len(self.pickers) > 0
         return schedule
 
-    def instantiate(self, walk: _Walk) -> tuple[Schedule, dict[UOp, UOp], dict[UOp, int]]:
+    def instantiate(self, walk: _Walk, filled: bool = True) -> tuple[Schedule, dict[UOp, UOp], dict[UOp, int]]:
         bufs, becomes = self.buffers(walk)
-        return self.schedule(bufs), becomes, walk.var_vals()
+        return self.schedule(bufs, filled), becomes, walk.var_vals()
 
 
 def _bound_values(binds: list[UOp]) -> dict[UOp, int]:
@@ -1407,7 +1436,8 @@ def create_schedule(
 ) -> tuple[list[ScheduleItem], dict[UOp, UOp], dict[UOp, int]]:
     """Kernels that compute `outs` in execution order, what each computed node becomes (a buffer view),
     and the values of the variables the kernels take as arguments. A graph of the same structure as one scheduled
-    before (over other buffers and bound values) reuses that schedule."""
+    before (over other buffers and bound values) reuses that schedule, its items left unmade until read (see
+    Schedule.unfilled: a realize's launch plan needs none)."""
     if not profile.enabled():  # the span's context manager alone costs a few microseconds, on every realize
         return _cached_schedule(outs, realized, {})
     with profile.span("schedule", "schedule") as args:
@@ -1556,10 +1586,10 @@ def _cached_schedule(
         if tpl is not None and laid is not None:
             _lay_out(laid, walk, tpl, realized)
     if tpl is not None:
-        items, becomes, var_vals = tpl.instantiate(walk)
-        args["kernels"], args["cached"] = len(items), True
-        if DEBUG >= 1 and items:
-            print(f"scheduled {len(items)} kernels for {len(becomes)} stored nodes (cached)")
+        items, becomes, var_vals = tpl.instantiate(walk, filled=False)
+        args["kernels"], args["cached"] = len(tpl.pickers), True
+        if DEBUG >= 1 and tpl.pickers:
+            print(f"scheduled {len(tpl.pickers)} kernels for {len(becomes)} stored nodes (cached)")
         return items, becomes, var_vals
     s = _create_schedule(outs, realized)
     items, becomes, var_vals = s.items, s.becomes, s.var_vals

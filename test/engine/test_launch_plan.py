@@ -128,10 +128,11 @@ def test_plan_finds_the_buffers_only_its_schedule_holds(monkeypatch, spares):
     real = realize._LaunchPlan._buffers
 
     def buffers(plan, schedule):
-        if len(schedule) > 1:
+        if schedule.kernels > 1:
+            assert schedule.unfilled  # (a realize's: no items made, the flat list alone holds the buffers)
             flat = schedule.bufs
-            counted = set(realize.held_at(flat, plan.expected))
-            mine = [flat, *(si.bufs for si in schedule)]
+            counted = set(realize.held_at(flat, plan.expected_unfilled))
+            mine = [flat]
             named = {k for refs in plan.refs for k in refs}  # (an in-place write's stored position: named at its slot)
             referred = set()
             for k in sorted(named):  # (no enumerate: its tuple would refer to the buffer too)
@@ -230,3 +231,78 @@ def test_plan_graph_runs_from_two_threads_at_once():
     assert not errors
     for x, o in zip(xs, outs):
         np.testing.assert_allclose(o.numpy(), np.exp(x).sum() * x + 1, rtol=1e-4, atol=1e-5)
+
+
+def test_a_realize_of_a_template_makes_no_schedule_items(monkeypatch):
+    """A replayed eager MLP Adam step's realize instantiates its template with no ScheduleItem made: the launch plan
+    runs from the template's references into the flat list (28 items a step before, made and dropped unread)."""
+    from lazygrad.schedule import kernelize
+
+    step = mlp_adam_step()
+    with Tensor.train():
+        for _ in range(2 + realize.GRAPH_AFTER):
+            step()
+        made = [0]
+        init = kernelize.ScheduleItem.__init__
+
+        def counted(self, *a, **k) -> None:
+            made[0] += 1
+            init(self, *a, **k)
+
+        monkeypatch.setattr(kernelize.ScheduleItem, "__init__", counted)
+        step()
+    assert made[0] == 0
+
+
+@pytest.mark.usefixtures("default_device_cpu")
+@pytest.mark.parametrize("graph", [False, True])
+def test_unfilled_instances_compute_what_filled_ones_do(monkeypatch, graph):
+    """A template met again: its realizes leave the items unmade (Schedule.unfilled) and count who holds the buffers
+    on the flat list alone (the same buffers a look at every referrer finds); a schedule handed to the caller
+    (Tensor.schedule) has its items and runs through the same plan; both compute numpy's values, kernel by kernel or
+    through the graph."""
+    from lazygrad.schedule.kernelize import Schedule
+
+    if not graph:
+        monkeypatch.setattr(realize, "GRAPH_AFTER", 10**9)
+
+    def chain(x: Tensor) -> Tensor:
+        y = (x * 0.5).exp().sum(1, keepdim=True)
+        return ((x - y).relu() * 2).max(0) + (x + y).sum(0)
+
+    def ref(xn: np.ndarray) -> np.ndarray:
+        y = np.exp(xn * 0.5).sum(1, keepdims=True)
+        return (np.maximum(xn - y, 0) * 2).max(0) + (xn + y).sum(0)
+
+    rng = np.random.default_rng(0)
+    inputs = [rng.standard_normal((16, 8)).astype(np.float32) / 4 for _ in range(9)]
+    seen: list[tuple[bool, int, set[int], set[int]]] = []
+    real_buffers = realize._LaunchPlan._buffers
+
+    def buffers(plan, schedule):
+        flat, unfilled = schedule.bufs, schedule.unfilled
+        counted = set(realize.held_at(flat, plan.expected_unfilled if unfilled else plan.expected))
+        # (an unfilled one's items not iterated: that would make them)
+        mine = [flat] if unfilled else [flat, *(si.bufs for si in schedule)]
+        referred = set()
+        for k in sorted({k for refs in plan.refs for k in refs}):
+            if not _held_elsewhere(flat[k], mine):
+                referred.add(k)
+        del mine
+        seen.append((unfilled, list.__len__(schedule), counted, referred))  # (the items made: none if unfilled)
+        return real_buffers(plan, schedule)
+
+    for xn in inputs[:4]:  # (the template, then its plan)
+        np.testing.assert_allclose(chain(Tensor(xn)).numpy(), ref(xn), rtol=1e-5, atol=1e-5)
+    monkeypatch.setattr(realize._LaunchPlan, "_buffers", buffers)
+    for xn in inputs[4:8]:
+        np.testing.assert_allclose(chain(Tensor(xn)).realize().numpy(), ref(xn), rtol=1e-5, atol=1e-5)
+    out = chain(Tensor(inputs[8]).realize())
+    schedule = out.schedule()
+    assert type(schedule) is Schedule and not schedule.unfilled and len(schedule) == schedule.kernels > 1
+    run_schedule(schedule)
+    np.testing.assert_allclose(out.numpy(), ref(inputs[8]), rtol=1e-5, atol=1e-5)
+    assert len(seen) == 5 and all(unfilled and n == 0 for unfilled, n, *_ in seen[:-1]), seen
+    assert seen[-1][:2] == (False, schedule.kernels)
+    for *_, counted, referred in seen:
+        assert counted == referred, seen
