@@ -116,6 +116,25 @@ def _take_factory_kwargs(cls: type) -> None:
     cls.__init__ = __init__  # type: ignore[misc]
 
 
+def _hook_calls(cls: type) -> None:
+    """Wrap the __call__ a tinygrad-style layer class defines (itself or by inheritance) so that calls run their
+    instance's hooks. Only the most derived class's wrapper runs them: a subclass's __call__ that calls
+    super().__call__ runs them once."""
+    call = cls.__call__
+    if call is Module.__call__ or getattr(call, "_runs_hooks", False):
+        return
+
+    def __call__(self: Module, *args: Any, **kwargs: Any) -> Any:
+        hooked = self.__dict__.get("_forward_hooks") or self.__dict__.get("_forward_pre_hooks")
+        if not hooked or type(self).__call__ is not wrapper:
+            return call(self, *args, **kwargs)
+        return self._call_with_hooks(functools.partial(call, self), args, kwargs)
+
+    wrapper = functools.wraps(call)(__call__)
+    wrapper._runs_hooks = True  # type: ignore[attr-defined]
+    cls.__call__ = wrapper  # type: ignore[method-assign]
+
+
 class Module:
     # None: not set by train()/eval() nor by a parent: a tinygrad-style layer that follows Tensor.training
     training: bool | None = None
@@ -126,26 +145,14 @@ class Module:
         object.__setattr__(self, "training", True)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
-        # a tinygrad-style layer defines __call__: it is also its forward, and is wrapped so that a call runs the
-        # module's hooks. Only the most derived class's wrapper runs them (a subclass's __call__ calling
-        # super().__call__ runs them once)
+        # a tinygrad-style layer defines __call__: that is also its forward. Hooks need a wrapper around it, which is
+        # put on the class when the first hook is registered on one of its instances (_hook_calls): until then a
+        # layer's call costs nothing more than it did before layers were Modules (the eager step calls them)
         super().__init_subclass__(**kwargs)
         _take_factory_kwargs(cls)
         call = cls.__dict__.get("__call__")
-        if call is None or getattr(call, "_runs_hooks", False):
-            return
-        if "forward" not in cls.__dict__:
+        if call is not None and "forward" not in cls.__dict__:
             cls.forward = call
-
-        def __call__(self: Module, *args: Any, **kwargs: Any) -> Any:
-            hooked = self.__dict__.get("_forward_hooks") or self.__dict__.get("_forward_pre_hooks")
-            if not hooked or type(self).__call__ is not wrapper:
-                return call(self, *args, **kwargs)
-            return self._call_with_hooks(functools.partial(call, self), args, kwargs)
-
-        wrapper = functools.wraps(call)(__call__)
-        wrapper._runs_hooks = True  # type: ignore[attr-defined]
-        cls.__call__ = wrapper  # type: ignore[method-assign]
 
     # *** calling ***
 
@@ -171,10 +178,12 @@ class Module:
 
     def register_forward_hook(self, hook: Callable) -> _RemovableHandle:
         """hook(module, args, output) after forward; a result other than None replaces the output."""
+        _hook_calls(type(self))
         return _RemovableHandle(self.__dict__.setdefault("_forward_hooks", {}), hook)
 
     def register_forward_pre_hook(self, hook: Callable) -> _RemovableHandle:
         """hook(module, args) before forward; a result other than None replaces the arguments."""
+        _hook_calls(type(self))
         return _RemovableHandle(self.__dict__.setdefault("_forward_pre_hooks", {}), hook)
 
     # *** structure ***
