@@ -495,3 +495,84 @@ def _rebuilt(obj: Any) -> Any:
     if isinstance(obj, (list, tuple)):
         return type(obj)(_rebuilt(v) for v in obj)
     return obj
+
+
+# *** writing torch.save files ***
+
+
+class _Global:
+    """A module-level name (torch._utils._rebuild_tensor_v2, torch.FloatStorage) pickled by name, without torch."""
+
+    def __init__(self, module: str, name: str):
+        self.module, self.name = module, name
+
+    def __call__(self, *args: Any) -> Any:  # (pickle asks a reduce's function to be callable; it is never called)
+        raise TypeError(f"{self.module}.{self.name} is a name for pickle only")
+
+
+class _SavedTensor:
+    def __init__(self, key: str, t: Tensor):
+        self.key, self.t = key, t
+
+    def __reduce__(self) -> Any:
+        shape = tuple(self.t.shape)
+        strides = tuple(prod(shape[i + 1 :]) for i in range(len(shape)))
+        storage = ("storage", self.key, self.t)
+        return _Global("torch._utils", "_rebuild_tensor_v2"), (
+            storage,
+            0,
+            shape,
+            strides,
+            False,
+            collections.OrderedDict(),
+        )
+
+
+class _TorchPickler(pickle._Pickler):  # type: ignore[misc]  # the Python pickler: its save() can be extended
+    def __init__(self, f: Any, kinds: dict[DType, str]):
+        super().__init__(f, protocol=2)
+        self.kinds = kinds
+
+    def persistent_id(self, obj: Any) -> Any:
+        if isinstance(obj, tuple) and len(obj) == 3 and obj[0] == "storage" and isinstance(obj[2], Tensor):
+            t = obj[2]
+            return ("storage", _Global("torch", self.kinds[t.dtype]), obj[1], "cpu", t.numel())
+        return None
+
+    def save(self, obj: Any, save_persistent_id: bool = True) -> None:
+        if isinstance(obj, _Global):
+            self.write(pickle.GLOBAL + f"{obj.module}\n{obj.name}\n".encode())
+            return
+        super().save(obj, save_persistent_id)
+
+
+def torch_save(obj: Any, path: str | os.PathLike) -> None:
+    """Write obj (a state dict, or any nesting of dicts, lists, tuples, numbers, strings and tensors) as torch.save's
+    zip format, which `torch.load(path)` (weights_only=True too) and `torch_load` read. Tensors are written
+    contiguous, from their bytes; no torch is needed."""
+    kinds = {dt: name for name, dt in _TORCH_STORAGES.items()}
+    tensors: list[Tensor] = []
+
+    def swap(x: Any) -> Any:
+        if isinstance(x, Tensor):
+            if x.dtype not in kinds:
+                raise TypeError(f"torch_save: torch's storage format has no {x.dtype}")
+            tensors.append(x)
+            return _SavedTensor(str(len(tensors) - 1), x)
+        if isinstance(x, dict):
+            return type(x)((k, swap(v)) for k, v in x.items())
+        if isinstance(x, (list, tuple)):
+            return type(x)(swap(v) for v in x)
+        return x
+
+    import io
+
+    buf = io.BytesIO()
+    _TorchPickler(buf, kinds).dump(swap(obj))
+    name = os.path.splitext(os.path.basename(os.fspath(path)))[0] or "archive"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as zf:
+        zf.writestr(f"{name}/data.pkl", buf.getvalue())
+        zf.writestr(f"{name}/byteorder", "little")
+        for i, t in enumerate(tensors):
+            zf.writestr(f"{name}/data/{i}", bytes(t.contiguous()._raw_data()) if t.numel() else b"")
+        zf.writestr(f"{name}/version", "3\n")

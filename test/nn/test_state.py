@@ -393,3 +393,33 @@ def test_loaders_take_a_disk_tensor_of_the_file(tmp_path: Path) -> None:
         nn.state.safe_load(st[8:])
     with pytest.raises(TypeError, match="DISK tensor"):
         nn.state.torch_load(Tensor([1, 2, 3], dtype=dtypes.uint8))
+
+
+def test_torch_save_is_read_by_torch_load_and_ours(tmp_path: Path) -> None:
+    """A state dict and plain data written by nn.state.torch_save: torch.load reads it (weights_only too) into a torch
+    model of the same layers, and torch_load gives the values back; every storage dtype torch has."""
+    from lazygrad import nn
+    from lazygrad.nn.state import torch_save
+
+    model = nn.Sequential(nn.Conv2d(1, 2, 3), nn.BatchNorm2d(2), nn.Linear(4, 3))
+    extra = {
+        name: Tensor([1, 0, 1], dtype=getattr(dtypes, name))
+        for name in ("float16", "bfloat16", "int8", "uint8", "int16", "int32", "bool", "float64")
+    }
+    obj = {"model": model.state_dict(), "epoch": 3, "lrs": [0.1, (1, "a")], "extra": extra, "empty": Tensor.zeros(0, 2)}
+    path = tmp_path / "ckpt.pt"
+    torch_save(obj, path)
+    for weights_only in (True, False):
+        loaded = torch.load(path, weights_only=weights_only)
+        assert loaded["epoch"] == 3 and loaded["lrs"] == [0.1, (1, "a")] and tuple(loaded["empty"].shape) == (0, 2)
+        for k, v in model.state_dict().items():
+            np.testing.assert_array_equal(loaded["model"][k].numpy(), v.numpy())
+        for k, v in extra.items():
+            assert str(loaded["extra"][k].dtype) == f"torch.{k}"
+            np.testing.assert_array_equal(loaded["extra"][k].float().numpy(), v.float().numpy())
+    ref = torch.nn.Sequential(torch.nn.Conv2d(1, 2, 3), torch.nn.BatchNorm2d(2), torch.nn.Linear(4, 3))
+    ref.load_state_dict(torch.load(path)["model"])
+    back = torch_load(path)
+    assert back["epoch"] == 3
+    for k, v in model.state_dict().items():
+        np.testing.assert_array_equal(back["model"][k].numpy(), v.numpy())
