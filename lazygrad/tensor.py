@@ -2885,27 +2885,9 @@ class Tensor(metaclass=_TensorType):
             return self._to_torch_form(device, *args, **kwargs)
         return self._to_device(device)
 
-    def _to_torch_form(self, first: Any = None, *args: Any, **kwargs: Any) -> Tensor:
-        device, dtype = kwargs.pop("device", None), kwargs.pop("dtype", None)
-        copy = kwargs.pop("copy", False)
-        kwargs.pop("non_blocking", None), kwargs.pop("memory_format", None)
-        if kwargs:
-            raise TypeError(f"to() got unexpected keyword arguments {sorted(kwargs)}")
-        positional = [a for a in (first, *args) if a is not None]
-        if len(positional) > 2:
-            raise TypeError(f"to() takes a device, a dtype or a tensor (and copy / non_blocking), got {positional}")
-        for a in positional:
-            if isinstance(a, Tensor):
-                device, dtype = a.device, a.dtype
-            elif isinstance(a, DType) or _is_dtype_name(a):
-                dtype = to_dtype(a)
-            elif isinstance(a, bool):  # torch's positional non_blocking after the dtype
-                continue
-            elif isinstance(a, (str, tuple)):
-                device = a
-            else:
-                raise TypeError(f"to() takes a device name, a dtype or a tensor, got {type(a).__name__} {a!r}")
-        out = self if dtype is None else self.cast(to_dtype(dtype))
+    def _to_torch_form(self, *args: Any, **kwargs: Any) -> Tensor:
+        device, dtype, copy = to_arguments(*args, **kwargs)
+        out = self if dtype is None else self.cast(dtype)
         out = out if device is None else out._to_device(device)
         return out.clone() if copy and out is self else out
 
@@ -6080,8 +6062,7 @@ class Tensor(metaclass=_TensorType):
         if p == math.inf:
             return diff.max(-1)
         total = (diff.square() if p == 2 else diff.pow(p)).sum(-1)
-        nonzero = total > 0
-        return nonzero.where(total, 1.0).pow(1 / p) * nonzero.cast(self.dtype)
+        return _root(total, p)
 
     def isin(self, test_elements: Any, assume_unique: bool = False, invert: bool = False) -> Tensor:
         test = test_elements if isinstance(test_elements, Tensor) else Tensor(test_elements, device=self.device)
@@ -6173,7 +6154,7 @@ class Tensor(metaclass=_TensorType):
         n = self.shape[d]
         if n == 0:
             return self.sum(d)
-        lo, hi = self._shrink_dim(d, 0, n - 1), self._shrink_dim(d, 1, n)
+        lo, hi = self.narrow(d, 0, n - 1), self.narrow(d, 1, n - 1)
         if x is None:
             return (lo + hi).sum(d) * ((1.0 if dx is None else dx) / 2)
         xs = x if x.ndim == 1 else x
@@ -6187,17 +6168,13 @@ class Tensor(metaclass=_TensorType):
     def cumulative_trapezoid(self, x: Tensor | None = None, dx: float | None = None, dim: int = -1) -> Tensor:
         d = _dim(dim, self.ndim)
         n = self.shape[d]
-        lo, hi = self._shrink_dim(d, 0, max(n - 1, 0)), self._shrink_dim(d, min(1, n), n)
+        lo, hi = self.narrow(d, 0, max(n - 1, 0)), self.narrow(d, min(1, n), max(n - 1, 0))
         if x is None:
             return ((lo + hi) * ((1.0 if dx is None else dx) / 2)).cumsum(d)
         widths = x.diff(dim=-1 if x.ndim == 1 else d)
         if x.ndim == 1:
             widths = widths.reshape([n - 1 if i == d else 1 for i in range(self.ndim)])
         return ((lo + hi) * widths / 2).cumsum(d)
-
-    def _shrink_dim(self, dim: int, start: int, end: int) -> Tensor:
-        """self[start:end] along dim (a view)."""
-        return self.shrink([(start, end) if i == dim else None for i in range(self.ndim)])
 
     def rsub(self, other: Any, alpha: float = 1) -> Tensor:
         return other - self * alpha if alpha != 1 else other - self
@@ -8631,6 +8608,31 @@ def _scalar_dtype(tensor_dtype: DType, x: Any) -> DType:
     if isinstance(x, int):
         return tensor_dtype if tensor_dtype != dtypes.bool else dtypes.default_int
     return tensor_dtype if dtypes.is_float(tensor_dtype) else dtypes.default_float
+
+
+def to_arguments(*args: Any, **kwargs: Any) -> tuple[Any, DType | None, bool]:
+    """(device, dtype, copy) of torch's `.to(...)` forms: a device, a dtype, both, or a tensor (its device and dtype),
+    and device= / dtype= / copy= / non_blocking= / memory_format= (Tensor.to and Module.to)."""
+    device, dtype = kwargs.pop("device", None), kwargs.pop("dtype", None)
+    copy = kwargs.pop("copy", False)
+    kwargs.pop("non_blocking", None), kwargs.pop("memory_format", None)
+    if kwargs:
+        raise TypeError(f"to() got unexpected keyword arguments {sorted(kwargs)}")
+    positional = [a for a in args if a is not None]
+    if len(positional) > 2:
+        raise TypeError(f"to() takes a device, a dtype or a tensor (and copy / non_blocking), got {positional}")
+    for a in positional:
+        if isinstance(a, Tensor):
+            device, dtype = a.device, a.dtype
+        elif isinstance(a, DType) or _is_dtype_name(a):
+            dtype = a
+        elif isinstance(a, bool):  # torch's positional non_blocking after the dtype
+            continue
+        elif isinstance(a, (str, tuple)):
+            device = a
+        else:
+            raise TypeError(f"to() takes a device name, a dtype or a tensor, got {type(a).__name__} {a!r}")
+    return device, None if dtype is None else to_dtype(dtype), copy
 
 
 def _is_dtype_name(x: Any) -> bool:

@@ -414,13 +414,7 @@ class Embedding(Module):
         if not dtypes.is_int(idx.dtype):
             raise TypeError(f"Embedding needs integer indices, got {idx.dtype}")
         _check_index_values(idx, 0, self.num_embeddings, "Embedding of {} rows", self.num_embeddings)
-        # a one-hot matmul: a gather the scheduler fuses, with the scatter-add gradient for free
-        hit = idx.unsqueeze(-1) == Tensor.arange(self.num_embeddings, device=idx.device)
-        weight = self.weight
-        if self.padding_idx is not None:  # the padding row passes no gradient back
-            keep = (Tensor.arange(self.num_embeddings, device=weight.device) != self.padding_idx).unsqueeze(-1)
-            weight = keep.where(weight, weight.detach())
-        return hit.cast(weight.dtype) @ weight
+        return functional.embedding(idx, self.weight, self.padding_idx)
 
 
 # torch's InstanceNorm1d/2d/3d default to affine=False (tinygrad's InstanceNorm to True)

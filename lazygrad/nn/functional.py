@@ -494,6 +494,7 @@ def embedding(
         raise NotImplementedError("embedding's max_norm and scale_grad_by_freq are not supported")
     if not dtypes.is_int(input.dtype):
         raise TypeError(f"embedding: expected integer indices, got {input.dtype}")
+    # a one-hot matmul: a gather the scheduler fuses, with the scatter-add gradient for free
     hit = input.unsqueeze(-1) == Tensor.arange(weight.shape[0], device=input.device)
     if padding_idx is not None:  # the padding row gets no gradient
         row = padding_idx % weight.shape[0]
@@ -807,8 +808,8 @@ def cross_entropy(
         smooth_r = smooth.sum()
     else:
         hit = target.clip(0, classes - 1).one_hot(classes).cast(logp.dtype)
-        if dim == 1 and target.ndim >= 1:
-            hit = hit.permute(0, target.ndim, *range(1, target.ndim)) if target.ndim > 1 else hit
+        if target.ndim > 1:  # (N, d1.., C) -> (N, C, d1..)
+            hit = hit.permute(0, target.ndim, *range(1, target.ndim))
         denom = (hit * w.reshape(wshape)).sum(dim) * valid if weight is not None else valid
         smooth_r = smooth.sum() / denom.sum()
     return (1 - label_smoothing) * nll + label_smoothing * smooth_r

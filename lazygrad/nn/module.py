@@ -27,11 +27,11 @@ import inspect
 import weakref
 from typing import Any, Callable, Iterator, NamedTuple, Sequence
 
-from lazygrad.dtype import DType, dtypes, to_dtype
+from lazygrad.dtype import dtypes
 from lazygrad.helpers import make_tuple
 from lazygrad.nn import functional as F
 from lazygrad.nn.state import get_state_dict
-from lazygrad.tensor import Tensor
+from lazygrad.tensor import Tensor, to_arguments
 
 # every tensor made a parameter (a layer's weight, nn.Parameter), by id: Module.parameters() lists them even while
 # frozen (requires_grad False), as torch does; weak values, so a parameter its model dropped goes (and no Tensor
@@ -345,18 +345,8 @@ class Module:
     # *** moves and casts: in place, every tensor keeps its identity (optimizers hold them) ***
 
     def to(self, *args: Any, **kwargs: Any) -> Module:
-        device, dtype = kwargs.pop("device", None), kwargs.pop("dtype", None)
-        kwargs.pop("non_blocking", None)
-        if kwargs:
-            raise TypeError(f"Module.to() got unexpected arguments {list(kwargs)}")
-        for a in args:
-            if isinstance(a, (DType, type(dtypes.float32))) or (isinstance(a, str) and hasattr(dtypes, a)):
-                dtype = a
-            elif isinstance(a, Tensor):
-                device, dtype = a.device, a.dtype
-            else:
-                device = a
-        target = None if dtype is None else to_dtype(dtype)
+        """Tensor.to's forms; a dtype casts only the floating point tensors, as torch's."""
+        device, target, _ = to_arguments(*args, **kwargs)
         for _, t in self._tensors().items():
             moved = t
             if device is not None:

@@ -14,20 +14,14 @@ from typing import Any, Callable
 from lazygrad.dtype import dtypes
 from lazygrad.nn import LayerNorm, Linear, _own_buffer
 from lazygrad.nn import functional as F
-from lazygrad.nn.module import _PARAMETERS, Dropout, Module, ModuleList
+from lazygrad.nn.module import Dropout, Module, ModuleList
 from lazygrad.tensor import ArgumentError, Tensor
-
-
-def _parameter(init: Tensor) -> Tensor:
-    t = _own_buffer(init, requires_grad=True)
-    _PARAMETERS[id(t)] = t
-    return t
 
 
 def _xavier_uniform(*shape: int) -> Tensor:
     # torch's xavier_uniform_: U(-a, a), a = sqrt(6 / (fan_in + fan_out)), fans of the 2-d weight
     bound = math.sqrt(6.0 / (shape[0] + shape[1]))
-    return _parameter(Tensor.uniform(*shape, low=-bound, high=bound))
+    return _own_buffer(Tensor.uniform(*shape, low=-bound, high=bound), requires_grad=True)
 
 
 def _as_additive(mask: Tensor | None, dtype: Any) -> Tensor | None:
@@ -67,7 +61,7 @@ class MultiheadAttention(Module):
             self.q_proj_weight = _xavier_uniform(embed_dim, embed_dim)
             self.k_proj_weight = _xavier_uniform(embed_dim, self.kdim)
             self.v_proj_weight = _xavier_uniform(embed_dim, self.vdim)
-        self.in_proj_bias = _parameter(Tensor.zeros(3 * embed_dim)) if bias else None
+        self.in_proj_bias = _own_buffer(Tensor.zeros(3 * embed_dim), requires_grad=True) if bias else None
         self.out_proj = Linear(embed_dim, embed_dim, bias=bias)
         if bias:
             self.out_proj.bias.assign(Tensor.zeros(embed_dim))

@@ -368,12 +368,8 @@ class DataLoader(Generic[T]):
     def _fetch(self, indices: list[int]) -> Any:
         if hasattr(self.dataset, "__getitems__") and self.collate_fn is default_collate:
             batch = self.dataset.__getitems__(indices)
-            # a TensorDataset's batch is collated already (one gather per tensor)
-            return (
-                list(batch)
-                if isinstance(self.dataset, TensorDataset) or _is_batched(self.dataset)
-                else self.collate_fn(batch)
-            )
+            # a TensorDataset's batch (or a Subset's of one) is collated already: one gather per tensor
+            return list(batch) if _is_batched(self.dataset) else self.collate_fn(batch)
         return self.collate_fn([self.dataset[i] for i in indices])
 
     def __iter__(self) -> Iterator[Any]:
