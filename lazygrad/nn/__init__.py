@@ -232,9 +232,13 @@ def _batch_norm(
     mean = x.mean(axes)
     shape = (1, -1) + (1,) * (x.ndim - 2)
     var = (x - mean.reshape(shape)).square().mean(axes)  # biased: what torch normalizes with
-    if running_mean is not None and running_var is not None and counter is not None:
-        counter.assign(counter + 1)
-        factor: Tensor | float = 1.0 / counter.cast(dtypes.float32) if momentum is None else momentum
+    if running_mean is not None and running_var is not None:
+        # the counter (the layer's num_batches_tracked) moves with every step; momentum=None needs it (the average)
+        if counter is not None:
+            counter.assign(counter + 1)
+        if momentum is None and counter is None:
+            raise ValueError("batch_norm: momentum=None (a cumulative average) needs the count of batches")
+        factor: Tensor | float = 1.0 / counter.cast(dtypes.float32) if momentum is None else momentum  # type: ignore[union-attr]
         # the running variance is the unbiased estimate, as in torch
         n = prod(x.shape[a] for a in axes)
         unbiased = var.detach() * (n / max(n - 1, 1))

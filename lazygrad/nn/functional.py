@@ -622,8 +622,7 @@ def batch_norm(
         raise ValueError(f"batch_norm needs an input of shape (N, C, ...), got {input.shape}")
     if training:
         if running_mean is not None and running_var is not None:
-            counter = Tensor.zeros((), dtype=dtypes.int64, device=input.device).contiguous()  # torch's has none here
-            return _batch_norm(input, weight, bias, running_mean, running_var, counter, eps=eps, momentum=momentum)
+            return _batch_norm(input, weight, bias, running_mean, running_var, eps=eps, momentum=momentum)
         return _batch_norm(input, weight, bias, eps=eps)
     if running_mean is None or running_var is None:
         raise ValueError("batch_norm: running_mean and running_var must be given when not training")
