@@ -34,11 +34,9 @@ from lazygrad.uop.program import GraphProgram, Unbuilt, note_replay
 
 
 def _torch_betas(name: str, b1: float, b2: float, options: dict[str, Any]) -> tuple[float, float]:
-    """torch's spelling of an Adam-like optimizer's options: betas=(b1, b2); amsgrad and maximize (only False);
-    foreach, capturable and differentiable (accepted: every update is one fused schedule here)."""
+    """torch's spelling of an Adam-like optimizer's options: betas=(b1, b2); foreach, capturable and differentiable
+    (accepted: every update is one fused schedule here)."""
     betas = options.pop("betas", None)
-    if options.pop("amsgrad", False) or options.pop("maximize", False):
-        raise NotImplementedError(f"{name}: amsgrad=True and maximize=True are not supported")
     for key in ("foreach", "capturable", "differentiable"):
         options.pop(key, None)
     if options:
@@ -135,6 +133,8 @@ class Optimizer:
         ]
         if hasattr(self, "b1_t") and steps:
             self.b1_t.assign(self.b1 ** steps[0]), self.b2_t.assign(self.b2 ** steps[0])
+        if getattr(self, "damp_t", None) is not None and any("momentum_buffer" in e for e in state.values()):
+            self.damp_t.assign(0.0)  # a run resumed after its first step: the next step's gradients are damped
         if "lr" in group:
             self.param_groups[0]["lr"] = group["lr"]
         for key in ("initial_lr", "max_lr", "min_lr"):
@@ -143,7 +143,7 @@ class Optimizer:
         Tensor.realize(*[t for attr, _ in self._STATE_NAMES for t in getattr(self, attr, [])], *self._scalars())
 
     def _scalars(self) -> list[Tensor]:
-        return [t for t in (getattr(self, "b1_t", None), getattr(self, "b2_t", None)) if t is not None]
+        return [t for name in ("b1_t", "b2_t", "damp_t") if (t := getattr(self, name, None)) is not None]
 
     @property
     def defaults(self) -> dict[str, Any]:
@@ -277,27 +277,38 @@ class SGD(Optimizer):
         the buffer), where torch's accumulates the gradient (the parameter moves by lr * buffer). The two agree
         while the learning rate stays the same."""
         super().__init__(params, lr, device, fused)
-        if torch_options.pop("dampening", 0) or torch_options.pop("maximize", False):
-            raise NotImplementedError("SGD: dampening and maximize=True are not supported")
+        dampening = torch_options.pop("dampening", 0.0)
+        self.maximize = bool(torch_options.pop("maximize", False))
         for key in ("foreach", "differentiable"):
             torch_options.pop(key, None)
         if torch_options:
             raise TypeError(f"SGD() got unexpected keyword arguments {sorted(torch_options)}")
-        if nesterov and momentum <= 0:
-            raise ValueError("nesterov momentum needs momentum > 0")
+        if nesterov and (momentum <= 0 or dampening != 0):
+            raise ValueError("Nesterov momentum requires a momentum and zero dampening")
         self.momentum, self.weight_decay, self.nesterov, self.classic = momentum, weight_decay, nesterov, classic
-        # a zero buffer gives torch's first step (buf = grad) exactly: momentum * 0 + grad == grad
+        self.dampening = float(dampening)
+        # a zero buffer gives torch's first step (buf = grad) exactly: momentum * 0 + grad == grad. With dampening
+        # torch's later steps add (1 - dampening) * grad: the gradient's weight is 1 + dampening * t, where t is a
+        # device scalar that is 0 in the first step and -1 from the second on (a Python number would be a constant
+        # of the kernels, and the first step's would differ from every other's)
         self.b = self._state() if momentum else []
-        Tensor.realize(*self.params, *self.b, self.lr)
+        self.damp_t = self._scalar(1.0) if momentum and self.dampening else None
+        Tensor.realize(*self.params, *self.b, *self._scalars(), self.lr)
+
+    def _begin_step(self) -> list[Tensor]:
+        return [] if self.damp_t is None else [self.damp_t.assign((self.damp_t - 1).maximum(-1))]
 
     def _update(self, i: int, p: Tensor, g: Tensor) -> list[Tensor]:
+        if self.maximize:
+            g = -g
         if self.weight_decay:
             g = g + p.detach() * self.weight_decay
         if self.classic:
             g = g * self.lr.cast(p.dtype)
         out = []
         if self.momentum:
-            b = self.b[i].assign(self.b[i] * self.momentum + g)
+            step_g = g if self.damp_t is None else g * (1 + self.dampening * self.damp_t).cast(p.dtype)
+            b = self.b[i].assign(self.b[i] * self.momentum + step_g)
             g = g + b * self.momentum if self.nesterov else b
             out.append(b)
         return out + [p.assign(p.detach() - (g if self.classic else g * self.lr.cast(p.dtype)))]
@@ -352,9 +363,15 @@ class Adam(_Moments):
         fused: bool | None = None,
         **torch_options: Any,
     ):
+        amsgrad, maximize = torch_options.pop("amsgrad", False), torch_options.pop("maximize", False)
         b1, b2 = _torch_betas(type(self).__name__, b1, b2, torch_options)
         super().__init__(params, lr, b1, b2, eps, weight_decay, device, fused)
-        self.decoupled = decoupled
+        self.decoupled, self.maximize = decoupled, bool(maximize)
+        # amsgrad: the largest second moment seen so far is the denominator's (torch's max_exp_avg_sq)
+        self.vmax = self._state() if amsgrad else []
+        if amsgrad:
+            self._STATE_NAMES = (*self._STATE_NAMES, ("vmax", "max_exp_avg_sq"))
+            Tensor.realize(*self.vmax)
         self._bias: dict[DType, tuple[Tensor, Tensor]] = {}  # this step's bias corrections, see _bias_terms
 
     def _updates(self, unbuilt: bool = False) -> list[Tensor]:
@@ -374,16 +391,26 @@ class Adam(_Moments):
             self._bias[dtype] = (step_size, (1 - self.b2_t).sqrt().cast(dtype))
         return self._bias[dtype]
 
+    @property
+    def amsgrad(self) -> bool:
+        return bool(self.vmax)
+
     def _update(self, i: int, p: Tensor, g: Tensor) -> list[Tensor]:
         w = p.detach()
+        if self.maximize:
+            g = -g
         if self.weight_decay and self.decoupled:
             w = w * (1 - self.lr * self.weight_decay).cast(p.dtype)
         elif self.weight_decay:
             g = g + w * self.weight_decay
         m, v = self._moments(i, g)
+        state = [m, v]
+        if self.vmax:
+            v = self.vmax[i].assign(self.vmax[i].maximum(v))
+            state.append(v)
         step_size, bias2 = self._bias_terms(p.dtype)
         denom = v.sqrt() / bias2 + self.eps
-        return [m, v, p.assign(w - step_size * m / denom)]
+        return [*state, p.assign(w - step_size * m / denom)]
 
 
 class AdamW(Adam):
@@ -399,8 +426,7 @@ class AdamW(Adam):
         fused: bool | None = None,
         **torch_options: Any,
     ):
-        b1, b2 = _torch_betas(type(self).__name__, b1, b2, torch_options)
-        super().__init__(params, lr, b1, b2, eps, weight_decay, decoupled=True, device=device, fused=fused)
+        super().__init__(params, lr, b1, b2, eps, weight_decay, True, device, fused, **torch_options)
 
 
 class LAMB(_Moments):
@@ -563,7 +589,7 @@ class _ParamGroup(dict):
 
     def __init__(self, opt: Optimizer):
         super().__init__(params=opt.params, lr=_read_lr(opt))
-        for key in ("momentum", "weight_decay", "eps", "nesterov"):
+        for key in ("momentum", "dampening", "weight_decay", "eps", "nesterov", "amsgrad", "maximize"):
             if hasattr(opt, key):
                 super().__setitem__(key, getattr(opt, key))
         if hasattr(opt, "b1"):

@@ -105,7 +105,7 @@ def test_buffers_are_realized_not_updated() -> None:
 def test_optimizer_errors() -> None:
     with pytest.raises(ValueError, match="no parameters"):
         optim.SGD([Tensor([1, 2])])
-    with pytest.raises(ValueError, match="nesterov"):
+    with pytest.raises(ValueError, match="Nesterov"):
         optim.SGD([Tensor([1.0]).requires_grad_()], nesterov=True)
 
 

@@ -142,6 +142,74 @@ def test_param_groups_with_their_own_options_train_as_torch(ours: Callable, ref:
     np.testing.assert_allclose(lb.numpy(), tb.detach().numpy(), rtol=1e-5, atol=1e-6)
 
 
+_TORCH_OPTIONS = {
+    "adam amsgrad": (optim.Adam, torch.optim.Adam, dict(lr=0.05, betas=(0.7, 0.9), amsgrad=True)),
+    "adam amsgrad decay maximize": (
+        optim.Adam,
+        torch.optim.Adam,
+        dict(lr=0.05, weight_decay=0.1, amsgrad=True, maximize=True),
+    ),
+    "adamw amsgrad": (optim.AdamW, torch.optim.AdamW, dict(lr=0.05, betas=(0.6, 0.8), amsgrad=True)),
+    "adamw maximize": (optim.AdamW, torch.optim.AdamW, dict(lr=0.05, maximize=True)),
+    "sgd dampening": (optim.SGD, torch.optim.SGD, dict(lr=0.1, momentum=0.9, dampening=0.3)),
+    "sgd dampening decay maximize": (
+        optim.SGD,
+        torch.optim.SGD,
+        dict(lr=0.1, momentum=0.5, dampening=0.5, weight_decay=0.2, maximize=True),
+    ),
+    "sgd maximize": (optim.SGD, torch.optim.SGD, dict(lr=0.1, maximize=True)),
+}
+
+
+@pytest.mark.parametrize("name", list(_TORCH_OPTIONS))
+def test_torch_options_train_as_torch(name: str) -> None:
+    """amsgrad, maximize and SGD's dampening: the weights after each of 5 steps are torch's (a gradient that changes
+    sign and size, so that amsgrad's running maximum and the damped momentum matter), and the state dict has torch's
+    names and values."""
+    ours, ref, options = _TORCH_OPTIONS[name]
+    w0, x = randn(4, 3), randn(5, 4, seed=3)
+    w, tw = Tensor(w0, requires_grad=True), torch.tensor(w0, requires_grad=True)
+    opt, topt = ours([w], **options), ref([tw], **options)
+    for step in range(5):
+        scale = (-2.0) ** step
+        for o, loss in (
+            (opt, ((Tensor(x) @ w).sin() * scale).sum()),
+            (topt, ((torch.tensor(x) @ tw).sin() * scale).sum()),
+        ):
+            o.zero_grad()
+            loss.backward()
+            o.step()
+        np.testing.assert_allclose(w.numpy(), tw.detach().numpy(), rtol=1e-5, atol=2e-5, err_msg=f"step {step}")
+    ours_state, torch_state = opt.state_dict()["state"].get(0, {}), topt.state_dict()["state"].get(0, {})
+    for key, value in torch_state.items():
+        if key != "step" and value is not None:
+            np.testing.assert_allclose(ours_state[key].numpy(), value.numpy(), rtol=1e-4, atol=1e-5, err_msg=key)
+    group, tgroup = opt.param_groups[0], topt.param_groups[0]
+    for key in ("amsgrad", "maximize", "dampening"):
+        if key in tgroup and key in options:
+            assert group[key] == tgroup[key]
+
+
+def test_damped_sgd_resumes_from_torch_state() -> None:
+    """A damped SGD loaded from torch's state after its first step damps the next step's gradient (torch's buffer
+    takes the undamped gradient only at the first step)."""
+    w0, x = randn(3, 2), randn(4, 3, seed=5)
+    tw = torch.tensor(w0, requires_grad=True)
+    topt = torch.optim.SGD([tw], lr=0.1, momentum=0.9, dampening=0.4)
+    for _ in range(2):
+        topt.zero_grad()
+        (torch.tensor(x) @ tw).square().sum().backward()
+        topt.step()
+    w = Tensor(tw.detach().numpy().copy(), requires_grad=True)
+    opt = optim.SGD([w], lr=0.1, momentum=0.9, dampening=0.4)
+    opt.load_state_dict(topt.state_dict())
+    for o, loss in ((opt, (Tensor(x) @ w).square().sum()), (topt, (torch.tensor(x) @ tw).square().sum())):
+        o.zero_grad()
+        loss.backward()
+        o.step()
+    np.testing.assert_allclose(w.numpy(), tw.detach().numpy(), rtol=1e-5, atol=1e-6)
+
+
 def test_param_group_writes_reach_the_optimizer() -> None:
     w = Tensor.ones(3, requires_grad=True)
     opt = optim.SGD([w], lr=0.5, momentum=0.5)
@@ -156,8 +224,8 @@ def test_param_group_writes_reach_the_optimizer() -> None:
     np.testing.assert_allclose(w.numpy(), np.full(3, 1 - 0.125))
     with pytest.raises(NotImplementedError, match="betas"):
         optim.Adam([w]).param_groups[0]["betas"] = (0.5, 0.5)
-    with pytest.raises(NotImplementedError, match="amsgrad"):
-        optim.Adam([w], amsgrad=True)
+    with pytest.raises(ValueError, match="Nesterov"):
+        optim.SGD([w], momentum=0.9, nesterov=True, dampening=0.1)
     with pytest.raises(TypeError, match="unexpected"):
         optim.Adam([w], betas=(0.9, 0.99), momentum=0.9)
     with pytest.raises(ValueError, match="beta"):
