@@ -202,3 +202,36 @@ def test_kernel_cap_applies_to_a_graph_structure_scheduled_before():
         capped = kernels_of_chain()
     assert capped >= 200 // 32 > alone
     assert kernels_of_chain() == alone
+
+
+def test_shifted_recursion_builds_each_step_once(monkeypatch):
+    """A recursion that reads the previous step through several shifts (a dynamic program over time: CTC's alpha,
+    Viterbi) in one kernel: inlined, step t is rebuilt once per path of shifts to it, 2^t builds (the scheduler
+    hung at 30 steps). The planner stores a node read through too many views; the kernel builds stay linear."""
+    from lazygrad.schedule import kernelize
+
+    builds = [0]
+    build = kernelize._KernelBuilder._build
+
+    def counted(self, *args):
+        builds[0] += 1
+        return build(self, *args)
+
+    monkeypatch.setattr(kernelize._KernelBuilder, "_build", counted)
+    rng = np.random.default_rng(0)
+    for steps, limit in ((11, 3000), (60, 20000)):
+        a0, e0 = rng.standard_normal((3, 13)).astype(np.float32), rng.standard_normal((steps, 3, 13)).astype(np.float32)
+        a, e, ref = Tensor(a0), Tensor(e0), a0
+        for t in range(1, steps):
+            one, two = a.pad(((0, 0), (1, 0)), value=-np.inf)[:, :13], a.pad(((0, 0), (2, 0)), value=-np.inf)[:, :13]
+            a = one.maximum(two).maximum(a) + e[t]
+            pad = np.full((3, 2), -np.inf, np.float32)
+            shifted = np.concatenate([pad, ref], 1)
+            ref = np.maximum(np.maximum(shifted[:, 1:14], shifted[:, :13]), ref) + e0[t]
+        builds[0] = 0
+        sched = a.schedule()
+        assert builds[0] < limit, f"{steps} steps: {builds[0]} kernel-builder steps in {len(sched)} kernels"
+        from lazygrad.engine.realize import run_schedule
+
+        run_schedule(sched)
+        np.testing.assert_allclose(a.numpy(), ref, rtol=1e-6)

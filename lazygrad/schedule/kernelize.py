@@ -89,6 +89,8 @@ _SOURCES = (Ops.DEVICE, Ops.CONST, Ops.IOTA, Ops.BIND)  # computed from nothing:
 # buffers one kernel reads, whatever its device takes: gcc's time grows as the cube of the guarded loads in one loop
 # (a cat of 150 tensors as one kernel: 0.55 s to compile, of 400: 13 s, of 1000: 350 s)
 MAX_BUFFERS = 32
+# a node read through more movement chains than this in its kernel is stored (see _Planner._read_views)
+VIEWS_PER_NODE = 16
 
 
 # not frozen (never changed once made all the same): a frozen dataclass sets each field through object.__setattr__, and
@@ -270,6 +272,7 @@ class _Planner:
         expanded_by_reduce = self._expanded_by_reduce()
         # reverse topological order: every consumer's kernel membership is final before its sources are decided
         roots: dict[UOp, set[UOp]] = {}
+        views: dict[UOp, set[tuple]] = {}
         for n in reversed(self.order):
             if self.leaf(n) or n.op in GroupOp.Movement:
                 continue
@@ -282,11 +285,32 @@ class _Planner:
                 roots[n] = reach
             if n in self.stored:
                 continue
+            views[n] = self._read_views(n, views)
             if len(reach) > 1 and self._store_is_cheaper(n, reach) or n in expanded_by_reduce:
                 self.stored.add(n)
+            elif len(views[n]) > VIEWS_PER_NODE:
+                self.stored.add(n)  # read through many views: inlined, it would be recomputed in each
         if any(n.op is Ops.ASSIGN for n in self.stored):
             self.write_in_place(outputs)
             self.store_old_reads()
+
+    def _read_views(self, n: UOp, views: dict[UOp, set[tuple]]) -> set[tuple]:
+        """The movement chains through which n's kernel builds n (the builder's memo keys: one copy of n's expression
+        per chain), up to VIEWS_PER_NODE + 1 of them. A node read shifted by several consumers that are themselves
+        read shifted (a recursion over time steps: alpha[t] from alpha[t-1] and its shifts) is built once per path,
+        which grows exponentially with the depth of the recursion unless some node on it is stored."""
+        out: set[tuple] = set()
+        stack: list[tuple[UOp, tuple]] = [(c, ()) for c in self.consumers[n]]
+        while stack and len(out) <= VIEWS_PER_NODE:
+            c, path = stack.pop()
+            if c.op in GroupOp.Movement:
+                path = path + ((c.op, c.arg),)
+                stack.extend((m, path) for m in self.consumers[c])
+                continue
+            # a stored consumer is a kernel's root, a fused reduce builds its input afresh: both under no chain
+            above = views.get(c) if c not in self.stored and c.op is not Ops.REDUCE_AXIS else None
+            out.update(path + chain for chain in above or ((),))
+        return out
 
     def write_in_place(self, outputs: set[UOp]) -> None:
         """Decision 1c: an in-place write of a CONTIGUOUS value that nothing else reads computes the value straight
