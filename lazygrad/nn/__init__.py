@@ -421,6 +421,63 @@ class Embedding(Module):
         return functional.embedding(idx, self.weight, self.padding_idx)
 
 
+class EmbeddingBag(Module):
+    """torch's EmbeddingBag: the sums, means or maxima of bags of embeddings (functional.embedding_bag), without
+    the (num_bags, bag_size, dim) tensor of their rows where the bags are given by offsets."""
+
+    def __init__(
+        self,
+        num_embeddings: int,
+        embedding_dim: int,
+        max_norm: float | None = None,
+        norm_type: float = 2.0,
+        scale_grad_by_freq: bool = False,
+        mode: str = "mean",
+        sparse: bool = False,
+        _weight: Tensor | None = None,
+        include_last_offset: bool = False,
+        padding_idx: int | None = None,
+        _freeze: bool = False,
+    ):
+        if max_norm is not None or scale_grad_by_freq:
+            raise NotImplementedError("EmbeddingBag's max_norm and scale_grad_by_freq are not supported")
+        if mode not in ("sum", "mean", "max"):
+            raise ValueError("mode has to be one of sum, mean or max")
+        if padding_idx is not None:
+            if not -num_embeddings <= padding_idx < num_embeddings:
+                raise AssertionError("padding_idx must be within num_embeddings")
+            padding_idx %= num_embeddings
+        self.num_embeddings, self.embedding_dim, self.mode = num_embeddings, embedding_dim, mode
+        self.include_last_offset, self.padding_idx = include_last_offset, padding_idx
+        init = Tensor.randn(num_embeddings, embedding_dim) if _weight is None else _weight
+        if padding_idx is not None and _weight is None:
+            init = (Tensor.arange(num_embeddings) == padding_idx).unsqueeze(1).where(0.0, init)
+        self.weight = _own_buffer(init, requires_grad=not _freeze)
+
+    @classmethod
+    def from_pretrained(cls, embeddings: Tensor, freeze: bool = True, **kwargs: Any) -> EmbeddingBag:
+        if embeddings.ndim != 2:
+            raise ValueError("Embeddings parameter is expected to be 2-dimensional")
+        return cls(*embeddings.shape, _weight=embeddings, _freeze=freeze, **kwargs)
+
+    def __call__(
+        self, input: Tensor, offsets: Tensor | None = None, per_sample_weights: Tensor | None = None
+    ) -> Tensor:
+        _check_index_values(input, 0, self.num_embeddings, "EmbeddingBag of {} rows", self.num_embeddings)
+        return functional.embedding_bag(
+            input,
+            self.weight,
+            offsets,
+            mode=self.mode,
+            per_sample_weights=per_sample_weights,
+            include_last_offset=self.include_last_offset,
+            padding_idx=self.padding_idx,
+        )
+
+    def extra_repr(self) -> str:
+        return f"{self.num_embeddings}, {self.embedding_dim}, mode='{self.mode}'"
+
+
 # torch's InstanceNorm1d/2d/3d default to affine=False (tinygrad's InstanceNorm to True)
 class InstanceNorm2d(InstanceNorm):
     def __init__(
@@ -465,6 +522,7 @@ __all__ = [
     "GroupNorm",
     "RMSNorm",
     "Embedding",
+    "EmbeddingBag",
     "Conv3d",
     "ConvTranspose3d",
     "InstanceNorm1d",

@@ -503,6 +503,81 @@ def embedding(
     return hit.cast(weight.dtype) @ weight
 
 
+def embedding_bag(
+    input: Tensor,
+    weight: Tensor,
+    offsets: Tensor | None = None,
+    max_norm: float | None = None,
+    norm_type: float = 2,
+    scale_grad_by_freq: bool = False,
+    mode: str = "mean",
+    sparse: bool = False,
+    per_sample_weights: Tensor | None = None,
+    include_last_offset: bool = False,
+    padding_idx: int | None = None,
+) -> Tensor:
+    """torch's: the rows of a 2-D input are the bags, or a 1-D input is cut into bags at `offsets`. Each bag's
+    embeddings are summed (weighted by per_sample_weights), averaged or maxed; an empty bag gives zeros, padding_idx
+    entries count for nothing. The bags are a membership mask (bags x entries) built from the offsets on the device,
+    so the offsets' values are never read on the host; the sum is one matmul of that mask with the embeddings."""
+    if max_norm is not None or scale_grad_by_freq:
+        raise NotImplementedError("embedding_bag's max_norm and scale_grad_by_freq are not supported")
+    if mode not in ("sum", "mean", "max"):
+        raise ValueError("mode has to be one of sum, mean or max")
+    if per_sample_weights is not None and mode != "sum":
+        raise NotImplementedError(
+            f"embedding_bag: per_sample_weights was not None. per_sample_weights is only supported for mode='sum' "
+            f"(got mode='{mode}')"
+        )
+    if not dtypes.is_int(input.dtype):
+        raise TypeError(f"embedding_bag: expected integer indices, got {input.dtype}")
+    if per_sample_weights is not None and per_sample_weights.shape != input.shape:
+        raise ValueError(
+            f"embedding_bag: per_sample_weights of shape {per_sample_weights.shape} must have the input's shape "
+            f"{input.shape}"
+        )
+    rows = embedding(input.flatten(), weight, padding_idx)  # (entries, dim)
+    keep = None if padding_idx is None else input != padding_idx % weight.shape[0]
+    if input.ndim == 2:
+        if offsets is not None:
+            raise ValueError(
+                "if input is 2D, then offsets has to be None, as input is treated is a mini-batch of fixed length "
+                f"sequences. However, found offsets of type {type(offsets).__name__}"
+            )
+        bags, per_bag = input.shape
+        # entry j of bag b is entry b * per_bag + j of the flat input: the membership mask is block-diagonal
+        member = Tensor.ones(bags, per_bag, dtype=dtypes.bool, device=input.device) if keep is None else keep
+        rows = rows.reshape(bags, per_bag, -1)
+        weights = per_sample_weights
+    elif input.ndim == 1:
+        if offsets is None or offsets.ndim != 1:
+            raise ValueError(f"offsets has to be a 1D Tensor but got {None if offsets is None else offsets.shape}")
+        starts = offsets[:-1] if include_last_offset else offsets
+        position = Tensor.arange(input.shape[0], device=input.device)
+        # the bag of entry i: the number of starts at or before i, less one; bag b holds the entries whose bag is b
+        bag = (position.unsqueeze(1) >= starts.unsqueeze(0)).sum(1) - 1
+        member = bag.unsqueeze(0) == Tensor.arange(starts.shape[0], device=input.device).unsqueeze(1)
+        if include_last_offset:  # entries from the last offset on belong to no bag
+            member = member & (position < offsets[-1]).unsqueeze(0)
+        if keep is not None:
+            member = member & keep.unsqueeze(0)
+        weights = None if per_sample_weights is None else per_sample_weights.unsqueeze(0)
+        rows = rows.unsqueeze(0)
+    else:
+        raise ValueError(f"input has to be 1D or 2D Tensor, but got Tensor of dimension {input.ndim}")
+    if mode == "max":
+        taken = member.unsqueeze(-1).where(rows, float("-inf")).max(1)
+        return (member.sum(1) > 0).unsqueeze(-1).where(taken, 0)
+    scale = member.cast(weight.dtype) if weights is None else member.where(weights.cast(weight.dtype), 0)
+    if input.ndim == 2:
+        total = (rows * scale.unsqueeze(-1)).sum(1)
+    else:
+        total = scale @ rows.squeeze(0)
+    if mode == "sum":
+        return total
+    return total / member.sum(1).maximum(1).cast(weight.dtype).unsqueeze(-1)
+
+
 def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
     return tensor.one_hot(num_classes)
 
@@ -762,6 +837,109 @@ def nll_loss(
     reduction: str = "mean",
 ) -> Tensor:
     return input.nll_loss(target, weight, ignore_index, reduction)
+
+
+def _log_add(*terms: Tensor) -> Tensor:
+    """log(sum(exp(terms))) elementwise, -inf where every term is -inf, with gradient 0 there (logsumexp's would be
+    0 * inf = nan, and a CTC path that cannot be taken must not poison the gradients of those that can)."""
+    top = terms[0]
+    for t in terms[1:]:
+        top = top.maximum(t)
+    top = top.detach()
+    dead = top == float("-inf")
+    shift = dead.where(0.0, top)
+    total = sum(((t - shift).exp() for t in terms[1:]), (terms[0] - shift).exp())
+    return dead.where(float("-inf"), dead.where(1.0, total).log() + shift)
+
+
+def _lengths(lengths: Any, batch: int, name: str, device: str) -> Tensor:
+    out = lengths if isinstance(lengths, Tensor) else Tensor(list(lengths), device=device)
+    if out.shape != (batch,):
+        raise RuntimeError(f"ctc_loss: {name} must have one length per batch entry ({batch}), got shape {out.shape}")
+    return out.cast(dtypes.int32)
+
+
+def ctc_loss(
+    log_probs: Tensor,
+    targets: Tensor,
+    input_lengths: Any,
+    target_lengths: Any,
+    blank: int = 0,
+    reduction: str = "mean",
+    zero_infinity: bool = False,
+) -> Tensor:
+    """torch's CTC loss (Graves et al. 2006): log_probs (T, N, C) or (T, C), targets padded (N, S) or concatenated
+    (sum of target_lengths,). The forward variables alpha over the blank-interleaved targets are one recursion step
+    per time step, in log space, batched over N; the gradient is autograd's through it. The lengths stay on the device
+    (as masks), except a concatenated target's, which are read to cut the targets into rows. reduction "mean" divides
+    each loss by its target length first, as torch."""
+    if reduction not in ("none", "mean", "sum"):
+        raise ValueError(f"{reduction} is not a valid value for reduction")
+    unbatched = log_probs.ndim == 2
+    if unbatched:  # one sequence: targets (S,), each length a number or a 0-d tensor
+        log_probs, targets = log_probs.unsqueeze(1), targets.reshape(1, -1)
+        input_lengths, target_lengths = (
+            n.reshape(1) if isinstance(n, Tensor) else [n] for n in (input_lengths, target_lengths)
+        )
+    if log_probs.ndim != 3:
+        raise ValueError(f"ctc_loss: log_probs must be (T, N, C) or (T, C), got shape {log_probs.shape}")
+    steps, batch, classes = log_probs.shape
+    if not 0 <= blank < classes:
+        raise RuntimeError(f"blank must be in label range [0, {classes}), got {blank}")
+    if not dtypes.is_int(targets.dtype):
+        raise RuntimeError(f"ctc_loss: targets must be integers, got {targets.dtype}")
+    device = log_probs.device
+    in_len = _lengths(input_lengths, batch, "input_lengths", device)
+    tg_len = _lengths(target_lengths, batch, "target_lengths", device)
+    if targets.ndim == 1:  # concatenated: cut into padded rows at the lengths' running sums
+        sizes = [int(n) for n in (target_lengths.tolist() if isinstance(target_lengths, Tensor) else target_lengths)]
+        width = max(sizes, default=0)
+        starts = [sum(sizes[:i]) for i in range(len(sizes))]
+        index = Tensor(
+            [[min(s + j, max(targets.shape[0] - 1, 0)) for j in range(width)] for s in starts], device=device
+        )
+        targets = targets[index] if width and targets.shape[0] else Tensor.zeros(batch, width, dtype=targets.dtype)
+    if targets.ndim != 2 or targets.shape[0] != batch:
+        raise RuntimeError(f"ctc_loss: targets must be (N, S) or concatenated, got shape {targets.shape} for N={batch}")
+    width = targets.shape[1]
+    states = 2 * width + 1  # blank, target 1, blank, target 2, ..., blank
+    label = (
+        Tensor.stack(targets.full_like(blank), targets, dim=2)
+        .reshape(batch, 2 * width)
+        .pad(((0, 0), (0, 1)), value=blank)
+    )
+    label = label.cast(dtypes.int32)
+    # a state may skip the blank before it when it is a target unlike the target two states back
+    two_back = label.pad(((0, 0), (2, 0)), value=blank)[:, :states]
+    skip = (label != blank) & (label != two_back)
+    # each state's log probability at every time step: (T, N, states)
+    emit = log_probs.gather(2, label.unsqueeze(0).expand(steps, batch, states))
+    position = Tensor.arange(states, device=device).unsqueeze(0)
+    neg = float("-inf")
+    alpha = (position < 2).where(emit[0], neg)
+    for t in range(1, steps):
+        one = alpha.pad(((0, 0), (1, 0)), value=neg)[:, :states]
+        two = skip.where(alpha.pad(((0, 0), (2, 0)), value=neg)[:, :states], neg)
+        alpha = (in_len > t).unsqueeze(1).where(_log_add(alpha, one, two) + emit[t], alpha)
+    last = (2 * tg_len).unsqueeze(1)
+    end = (position == last) | (position == last - 1)
+    loss = -_masked_logsumexp(end.where(alpha, neg))
+    if zero_infinity:
+        loss = (loss == float("inf")).where(0.0, loss)
+    if reduction == "mean":
+        return (loss / tg_len.maximum(1).cast(loss.dtype)).mean()
+    if reduction == "sum":
+        return loss.sum()
+    return loss.squeeze(0) if unbatched else loss
+
+
+def _masked_logsumexp(x: Tensor) -> Tensor:
+    """logsumexp over the last axis, -inf with gradient 0 for a row of only -inf (see _log_add)."""
+    top = x.max(-1, keepdim=True).detach()
+    dead = top == float("-inf")
+    shift = dead.where(0.0, top)
+    total = (x - shift).exp().sum(-1, keepdim=True)
+    return dead.where(float("-inf"), dead.where(1.0, total).log() + shift).squeeze(-1)
 
 
 def cross_entropy(

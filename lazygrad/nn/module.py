@@ -835,6 +835,7 @@ MultiLabelSoftMarginLoss = _loss(
 MarginRankingLoss = _loss(
     "MarginRankingLoss", F.margin_ranking_loss, "margin size_average reduce reduction", 3, margin=0.0
 )
+CTCLoss = _loss("CTCLoss", F.ctc_loss, "blank reduction zero_infinity", 4, blank=0, zero_infinity=False)
 HingeEmbeddingLoss = _loss(
     "HingeEmbeddingLoss", F.hinge_embedding_loss, "margin size_average reduce reduction", margin=1.0
 )
@@ -949,6 +950,7 @@ __all__ = [
     "MultiLabelSoftMarginLoss",
     "MarginRankingLoss",
     "HingeEmbeddingLoss",
+    "CTCLoss",
     "CosineEmbeddingLoss",
     "TripletMarginLoss",
     "PoissonNLLLoss",

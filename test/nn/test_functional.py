@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as TF
 
 import lazygrad.nn.functional as F
-from lazygrad import Tensor
+from lazygrad import Tensor, nn
 from test.opcheck import check, randn
 
 
@@ -252,3 +252,112 @@ def test_gumbel_softmax_hard_is_one_hot_with_soft_gradient() -> None:
 def test_bad_arguments_raise_torchs_class(call: Callable, error: type, match: str) -> None:
     with pytest.raises(error, match=match):
         call()
+
+
+# (input, offsets, options): 2-D bags, 1-D bags cut at offsets (empty bags, a last offset), padding and weights
+_BAGS: list[tuple[np.ndarray, np.ndarray | None, dict]] = [
+    (_ints((4, 5), 11), None, {}),
+    (_ints((1, 1), 11), None, {}),
+    (_ints((3, 7), 11, seed=5), None, {"padding_idx": 2}),
+    (_ints((13,), 11), np.array([0, 3, 3, 9]), {}),
+    (_ints((13,), 11, seed=6), np.array([0, 5, 13]), {"include_last_offset": True}),
+    (_ints((13,), 11, seed=7), np.array([0, 4, 4, 13]), {"include_last_offset": True}),
+    (_ints((17,), 11, seed=8), np.array([0, 1, 2, 16]), {"padding_idx": 3}),
+    (_ints((17,), 11, seed=8), np.array([0, 6]), {"padding_idx": -1}),
+]
+
+
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+@pytest.mark.parametrize("case", range(len(_BAGS)))
+def test_embedding_bag(mode: str, case: int) -> None:
+    """Values and the weight's gradient against torch, also with per-sample weights (sum) and their gradient."""
+    idx, offsets, options = _BAGS[case]
+    weight = randn(11, 6, seed=case)
+    ours = nn.EmbeddingBag(11, 6, mode=mode, _weight=Tensor(weight), **options)
+    ref = torch.nn.EmbeddingBag(11, 6, mode=mode, _weight=torch.tensor(weight), **options)
+    per_sample = randn(*idx.shape, seed=9) if mode == "sum" else None
+    args = [Tensor(idx), None if offsets is None else Tensor(offsets)]
+    targs = [torch.tensor(idx), None if offsets is None else torch.tensor(offsets)]
+    psw = None if per_sample is None else Tensor(per_sample, requires_grad=True)
+    tpsw = None if per_sample is None else torch.tensor(per_sample, requires_grad=True)
+    out, tout = ours(*args, per_sample_weights=psw), ref(*targs, per_sample_weights=tpsw)
+    np.testing.assert_allclose(out.numpy(), tout.detach().numpy(), rtol=1e-5, atol=1e-6)
+    up = randn(*tout.shape, seed=10)
+    (out * Tensor(up)).sum().backward()
+    (tout * torch.tensor(up)).sum().backward()
+    np.testing.assert_allclose(ours.weight.grad.numpy(), ref.weight.grad.numpy(), rtol=1e-5, atol=1e-6)
+    if psw is not None:
+        np.testing.assert_allclose(psw.grad.numpy(), tpsw.grad.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_embedding_bag_errors_as_torch() -> None:
+    w, flat = Tensor(randn(10, 3)), Tensor(np.array([1, 2, 3]))
+    with pytest.raises(NotImplementedError, match="per_sample_weights"):
+        F.embedding_bag(flat, w, Tensor(np.array([0, 2])), mode="mean", per_sample_weights=Tensor.ones(3))
+    with pytest.raises(ValueError, match="offsets has to be None"):
+        F.embedding_bag(flat.reshape(1, 3), w, Tensor(np.array([0, 2])))
+    with pytest.raises(ValueError, match="offsets has to be a 1D Tensor"):
+        F.embedding_bag(flat, w)
+    with pytest.raises(ValueError, match="mode has to be one of"):
+        F.embedding_bag(flat, w, Tensor(np.array([0])), mode="prod")
+    with pytest.raises(TypeError, match="integer indices"):
+        F.embedding_bag(Tensor([1.0, 2.0]), w, Tensor(np.array([0])))
+    bag = nn.EmbeddingBag.from_pretrained(Tensor(randn(10, 3)), mode="sum")
+    assert not bag.weight.requires_grad and repr(bag) == "EmbeddingBag(10, 3, mode='sum')"
+
+
+def _ctc_case(steps: int, batch: int, classes: int, width: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    logits = rng.standard_normal((steps, batch, classes)).astype(np.float32)
+    targets = rng.integers(1, classes, (batch, width)).astype(np.int64)
+    targets[0, 1:3] = targets[0, 0]  # repeated labels: the path must pass a blank between them
+    return logits, targets
+
+
+# (T, N, C, S, input lengths, target lengths, options)
+_CTC: list[tuple] = [
+    (12, 3, 5, 4, [12, 9, 7], [4, 2, 0], {}),
+    (12, 3, 5, 4, [12, 9, 7], [4, 2, 0], {"reduction": "sum"}),
+    (10, 2, 6, 3, [10, 10], [3, 3], {"reduction": "none", "blank": 5}),
+    (9, 2, 4, 5, [9, 4], [5, 4], {"reduction": "none", "zero_infinity": True}),  # row 1 cannot be aligned: 0
+    (7, 1, 3, 1, [7], [1], {}),
+]
+
+
+@pytest.mark.parametrize("case", range(len(_CTC)))
+@pytest.mark.parametrize("layout", ["padded", "concatenated", "tensor lengths"])
+def test_ctc_loss(case: int, layout: str) -> None:
+    """Values and the logits' gradient (through log_softmax, as CTC is used) against torch."""
+    steps, batch, classes, width, in_len, tg_len, options = _CTC[case]
+    logits, targets = _ctc_case(steps, batch, classes, width, case)
+    if options.get("blank", 0) != 0:
+        targets = np.where(targets == options["blank"], 0, targets)
+    if layout == "concatenated":
+        targets = np.concatenate([row[:n] for row, n in zip(targets, tg_len)])
+    lengths = (lambda v, mod: mod(v)) if layout == "tensor lengths" else (lambda v, mod: v)
+    x, tx = Tensor(logits, requires_grad=True), torch.tensor(logits, requires_grad=True)
+    loss = F.ctc_loss(x.log_softmax(2), Tensor(targets), lengths(in_len, Tensor), lengths(tg_len, Tensor), **options)
+    tlengths = lengths(in_len, torch.tensor), lengths(tg_len, torch.tensor)
+    ref = TF.ctc_loss(tx.log_softmax(2), torch.tensor(targets), *tlengths, **options)
+    np.testing.assert_allclose(loss.numpy(), ref.detach().numpy(), rtol=1e-5, atol=1e-5)
+    up = randn(*ref.shape, seed=2)
+    (loss * Tensor(up)).sum().backward()
+    (ref * torch.tensor(up)).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_ctc_loss_unbatched_module_and_errors() -> None:
+    logits, targets = _ctc_case(8, 1, 4, 3, 0)
+    x, tx = Tensor(logits[:, 0], requires_grad=True), torch.tensor(logits[:, 0], requires_grad=True)
+    loss = nn.CTCLoss(reduction="sum")(x.log_softmax(1), Tensor(targets[0]), 8, 3)
+    ref = torch.nn.CTCLoss(reduction="sum")(tx.log_softmax(1), torch.tensor(targets[0]), (8,), (3,))
+    np.testing.assert_allclose(loss.numpy(), ref.detach().numpy(), rtol=1e-5)
+    loss.backward()
+    ref.backward()
+    np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-4, atol=1e-5)
+    with pytest.raises(RuntimeError, match="blank"):
+        F.ctc_loss(x.log_softmax(1), Tensor(targets[0]), 8, 3, blank=4)
+    with pytest.raises(ValueError, match="reduction"):
+        F.ctc_loss(x.log_softmax(1), Tensor(targets[0]), 8, 3, reduction="avg")
+    with pytest.raises(RuntimeError, match="input_lengths"):
+        F.ctc_loss(Tensor(logits), Tensor(targets), [8, 8], [3])
