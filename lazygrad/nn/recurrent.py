@@ -12,6 +12,7 @@ from typing import Any
 from lazygrad.nn import _uniform
 from lazygrad.nn import functional as F
 from lazygrad.nn.module import Module
+from lazygrad.nn.utils.rnn import PackedSequence, _padded_sorted
 from lazygrad.tensor import ArgumentError, Tensor
 
 
@@ -139,25 +140,52 @@ class _RNNBase(Module):
             getattr(self, f"bias_hh_{name}", None),
         )
 
-    def _run(self, xs: list[Tensor], name: str, state: tuple[Tensor, ...]) -> tuple[list[Tensor], tuple[Tensor, ...]]:
+    def _run(
+        self, xs: list[Tensor], name: str, state: tuple[Tensor, ...], running: list[Tensor] | None
+    ) -> tuple[list[Tensor], tuple[Tensor, ...]]:
+        """The steps of one layer and direction. `running` (packed sequences): per step, which sequences have not
+        ended; an ended one keeps its state, so that the last state is each sequence's own and a reversed pass starts
+        at each sequence's own last step."""
         w = self._weights(name)
         outs = []
-        for x in xs:
+        for i, x in enumerate(xs):
             if self.gates == 4:
-                state = _lstm_step(x, state[0], state[1], *w, getattr(self, f"weight_hr_{name}", None))
+                new = _lstm_step(x, state[0], state[1], *w, getattr(self, f"weight_hr_{name}", None))
             elif self.gates == 3:
-                state = (_gru_step(x, state[0], *w),)
+                new = (_gru_step(x, state[0], *w),)
             else:
-                state = (_rnn_step(x, state[0], *w, self.nonlinearity),)
+                new = (_rnn_step(x, state[0], *w, self.nonlinearity),)
+            state = new if running is None else tuple(running[i].where(a, b) for a, b in zip(new, state))
             outs.append(state[0])
         return outs, state
 
-    def forward(self, input: Tensor, hx: Any = None) -> tuple[Tensor, Any]:
+    def forward(self, input: Tensor | PackedSequence, hx: Any = None) -> tuple[Tensor | PackedSequence, Any]:
+        if isinstance(input, PackedSequence):
+            return self._forward_packed(input, hx)
+        return self._forward(input, hx, None)
+
+    def _forward_packed(self, packed: PackedSequence, hx: Any) -> tuple[PackedSequence, Any]:
+        """A packed batch runs padded in its sorted order, each sequence's state frozen after its last step; the
+        output is packed the same way, the last states come back in the caller's batch order (as torch)."""
+        padded = _padded_sorted(packed, 0.0, None)
+        lengths = Tensor(packed.lengths(), device=padded.device).unsqueeze(1)
+        running = [lengths > t for t in range(padded.shape[0])]
+        order, back = packed.sorted_indices, packed.unsorted_indices
+        if hx is not None and order is not None:
+            hx = tuple(h[:, order] for h in hx) if self.gates == 4 else hx[:, order]
+        output, state = self._forward(padded, hx, running)
+        data = Tensor.cat(*[output[t, :n] for t, n in enumerate(packed.sizes())], dim=0)
+        if back is not None:
+            state = tuple(h[:, back] for h in state) if self.gates == 4 else state[:, back]
+        return packed._replace(data=data), state
+
+    def _forward(self, input: Tensor, hx: Any, running: list[Tensor] | None) -> tuple[Tensor, Any]:
         batched = input.ndim == 3
+        batch_first = self.batch_first and running is None  # (a packed batch runs time-major)
         if input.ndim not in (2, 3):
             raise ArgumentError(f"{type(self).__name__}: expected a 2-d or 3-d input, got shape {input.shape}")
         x = input if batched else input.unsqueeze(1)
-        if batched and self.batch_first:
+        if batched and batch_first:
             x = x.transpose(0, 1)  # (T, N, C)
         if x.shape[-1] != self.input_size:
             raise ArgumentError(f"{type(self).__name__}: input size {x.shape[-1]} is not input_size {self.input_size}")
@@ -180,7 +208,8 @@ class _RNNBase(Module):
                 k = layer * directions + d
                 state = (h0[k], c0[k]) if lstm else (h0[k],)
                 seq = layer_in if d == 0 else layer_in[::-1]
-                outs, state = self._run(seq, f"l{layer}{suffix}", state)
+                mask = None if running is None else running if d == 0 else running[::-1]
+                outs, state = self._run(seq, f"l{layer}{suffix}", state, mask)
                 outs_dirs.append(outs if d == 0 else outs[::-1])
                 last_h.append(state[0])
                 if lstm:
@@ -190,7 +219,7 @@ class _RNNBase(Module):
                 layer_in = [F.dropout(t, self.dropout) for t in layer_in]
         output = Tensor.stack(layer_in, dim=0)
         h_n = Tensor.stack(last_h, dim=0)
-        if batched and self.batch_first:
+        if batched and batch_first:
             output = output.transpose(0, 1)
         if not batched:
             output, h_n = output.squeeze(1), h_n.squeeze(1)

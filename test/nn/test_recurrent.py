@@ -84,3 +84,80 @@ def test_recurrent_errors() -> None:
         nn.LSTM(3, 4)(Tensor.ones(2, 1, 5))
     with pytest.raises(ValueError, match="nonlinearity"):
         nn.RNN(3, 4, nonlinearity="sigmoid")
+
+
+def test_pack_and_pad_as_torch() -> None:
+    from torch.nn.utils import rnn as trnn
+
+    from lazygrad.nn.utils import rnn
+
+    x = randn(5, 4, 3)
+    for lengths, first, enforce in (
+        ([5, 3, 3, 1], False, True),
+        ([2, 5, 1, 4], True, False),
+        ([3, 3, 3, 3], False, False),
+    ):
+        src = x.transpose(1, 0, 2) if first else x
+        ours = rnn.pack_padded_sequence(Tensor(src), lengths, batch_first=first, enforce_sorted=enforce)
+        ref = trnn.pack_padded_sequence(
+            torch.tensor(src), torch.tensor(lengths), batch_first=first, enforce_sorted=enforce
+        )
+        np.testing.assert_array_equal(ours.data.numpy(), ref.data.numpy())
+        assert ours.batch_sizes.tolist() == ref.batch_sizes.tolist()
+        for a, b in ((ours.sorted_indices, ref.sorted_indices), (ours.unsorted_indices, ref.unsorted_indices)):
+            assert (a is None and b is None) or a.tolist() == b.tolist()
+        for total in (None, 7):
+            padded, lens = rnn.pad_packed_sequence(ours, batch_first=first, padding_value=-1.0, total_length=total)
+            tpadded, tlens = trnn.pad_packed_sequence(ref, batch_first=first, padding_value=-1.0, total_length=total)
+            np.testing.assert_array_equal(padded.numpy(), tpadded.numpy())
+            assert lens.tolist() == tlens.tolist() and lens.dtype == Tensor([1]).cast("int64").dtype
+    seqs = [randn(n, 2, seed=n) for n in (4, 2, 1)]
+    packed = rnn.pack_sequence([Tensor(s) for s in seqs])
+    np.testing.assert_array_equal(packed.data.numpy(), trnn.pack_sequence([torch.tensor(s) for s in seqs]).data.numpy())
+    with pytest.raises(RuntimeError, match="sorted in decreasing order"):
+        rnn.pack_padded_sequence(Tensor(x), [1, 5, 3, 3])
+    with pytest.raises(RuntimeError, match="greater than 0"):
+        rnn.pack_padded_sequence(Tensor(x), [5, 3, 0, 0])
+    with pytest.raises(ValueError, match="total_length"):
+        rnn.pad_packed_sequence(rnn.pack_padded_sequence(Tensor(x), [5, 3, 3, 1]), total_length=4)
+
+
+@pytest.mark.parametrize("name", ["RNN", "LSTM", "GRU"])
+@pytest.mark.parametrize(
+    "kwargs, with_state",
+    [({}, False), ({"num_layers": 2, "bidirectional": True}, True), ({"batch_first": True}, False)],
+)
+def test_recurrent_layers_take_packed_sequences(name: str, kwargs: dict, with_state: bool) -> None:
+    """A packed batch of unsorted lengths: packed output, last states (each sequence's own, in the caller's order) and
+    the input's and weights' gradients as torch's."""
+    from torch.nn.utils import rnn as trnn
+
+    from lazygrad.nn.utils import rnn
+
+    ours, ref = _pair(name, 3, 5, **kwargs)
+    lengths, first = [3, 6, 1, 4], kwargs.get("batch_first", False)
+    x0 = randn(4, 6, 3) if first else randn(6, 4, 3)
+    x, tx = Tensor(x0, requires_grad=True), torch.tensor(x0, requires_grad=True)
+    layers = 2 * kwargs.get("num_layers", 1) if kwargs.get("bidirectional") else kwargs.get("num_layers", 1)
+    h0 = randn(layers, 4, 5, seed=7)
+    state = None
+    tstate = None
+    if with_state:
+        state = (Tensor(h0), Tensor(h0 * 0.5)) if name == "LSTM" else Tensor(h0)
+        tstate = (torch.tensor(h0), torch.tensor(h0 * 0.5)) if name == "LSTM" else torch.tensor(h0)
+    out, last = ours(rnn.pack_padded_sequence(x, lengths, batch_first=first, enforce_sorted=False), state)
+    tout, tlast = ref(trnn.pack_padded_sequence(tx, lengths, batch_first=first, enforce_sorted=False), tstate)
+    assert isinstance(out, rnn.PackedSequence)
+    np.testing.assert_allclose(out.data.numpy(), tout.data.detach().numpy(), rtol=1e-5, atol=1e-6)
+    for a, b in zip(_flat(last), _flat(tlast)):
+        np.testing.assert_allclose(a.numpy(), b.detach().numpy(), rtol=1e-5, atol=1e-6)
+    padded, _ = rnn.pad_packed_sequence(out, batch_first=first)
+    tpadded, _ = trnn.pad_packed_sequence(tout, batch_first=first)
+    up = randn(*tpadded.shape, seed=8)
+    loss = (padded * Tensor(up)).sum() + sum(t.sum() for t in _flat(last))
+    tloss = (tpadded * torch.tensor(up)).sum() + sum(t.sum() for t in _flat(tlast))
+    loss.backward()
+    tloss.backward()
+    np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-4, atol=1e-5)
+    for (key, p), tp in zip(ours.named_parameters(), ref.parameters()):
+        np.testing.assert_allclose(p.grad.numpy(), tp.grad.numpy(), rtol=1e-4, atol=1e-5, err_msg=key)

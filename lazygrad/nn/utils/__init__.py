@@ -1,4 +1,4 @@
-"""torch.nn.utils: gradient clipping and flattening parameters (`rnn` has pad_sequence)."""
+"""torch.nn.utils: gradient clipping and flattening parameters (`rnn`: padding and packed sequences)."""
 
 from __future__ import annotations
 
