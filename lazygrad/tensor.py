@@ -3227,7 +3227,7 @@ class Tensor(metaclass=_TensorType):
     def triu(self, diagonal: int = 0) -> Tensor:
         return self._triangle(diagonal, True)
 
-    def clone(self, device: str | tuple[str, ...] | None = None) -> Tensor:
+    def clone(self, device: str | tuple[str, ...] | None = None, *, memory_format: Any = None) -> Tensor:
         """A copy in memory of its own (on `device` if given), with `.grad` cloned along, as tinygrad's clone. Each
         clone is a node of its own (numbered in the arg), so two clones of one value are two tensors with a gradient
         each, as torch's (the hash-consed graph would otherwise make them one)."""
@@ -4297,10 +4297,13 @@ class Tensor(metaclass=_TensorType):
         a, b = self._broadcasted(x)
         return (a < b).where(a, b) if not dtypes.is_float(a.dtype) else -((-a).maximum(-b))
 
-    def where(self, x: Any, y: Any) -> Tensor:
+    def where(self, x: Any = None, y: Any = None) -> Tensor | tuple[Tensor, ...]:
         """tinygrad's `cond.where(x, y)`. torch's method order, `x.where(cond, y)`, is taken where it is the only
         reading: self is not bool and the first argument is a bool tensor (as a condition, a number tensor means
-        "not zero"; torch requires a bool condition). A bool self is always the condition."""
+        "not zero"; torch requires a bool condition). A bool self is always the condition. `torch.where(cond)` alone
+        is cond.nonzero(as_tuple=True)."""
+        if x is None and y is None:
+            return self.nonzero(as_tuple=True)
         is_bool = self.dtype == dtypes.bool
         if not is_bool and isinstance(x, Tensor) and x.dtype == dtypes.bool:
             return x.where(self, y)
@@ -5799,6 +5802,65 @@ class Tensor(metaclass=_TensorType):
         if self.ndim > 2:
             raise ArgumentError(f"t() expects a tensor with <= 2 dimensions, but self is {self.ndim}-d")
         return self.transpose(0, 1) if self.ndim == 2 else self
+
+    # torch's in-place shape ops: the tensor becomes a view of its own memory in the new shape (nothing is written)
+    def _reshape_in_place(self, result: Tensor) -> Tensor:
+        # a tensor of its own memory stays one (result is a view of it: its base would be itself); a view stays a
+        # view of its base, through the new shape. Views taken of a tensor of its own memory before the change can
+        # not follow it (their chains start from the old shape): _follow_base refuses them from now on
+        if result.uop is self.uop:
+            return self
+        if self._view_of is None:
+            key = id(self)
+            ref, stale = _reshaped_in_place.get(key) or (None, set())
+            if ref is None or ref() is not self:
+                ref, stale = weakref.ref(self, lambda _, k=key: _reshaped_in_place.pop(k, None)), set()
+            stale.add(self.uop)
+            _reshaped_in_place[key] = (ref, stale)
+        self.uop, self._view_of = result.uop, self._view_of and result._view_of
+        return self
+
+    def squeeze_(self, dim: int | Sequence[int] | None = None) -> Tensor:
+        return self._reshape_in_place(self.squeeze(dim))
+
+    def unsqueeze_(self, dim: int) -> Tensor:
+        return self._reshape_in_place(self.unsqueeze(dim))
+
+    def t_(self) -> Tensor:
+        return self._reshape_in_place(self.t())
+
+    def transpose_(self, dim0: int, dim1: int) -> Tensor:
+        return self._reshape_in_place(self.transpose(dim0, dim1))
+
+    def swapaxes_(self, axis0: int, axis1: int) -> Tensor:
+        return self._reshape_in_place(self.swapaxes(axis0, axis1))
+
+    def resize_(self, *shape: Any) -> Tensor:
+        """torch's resize_: the first elements of the row-major values in the new shape; a larger size is padded with
+        zeros (torch leaves the new elements uninitialized)."""
+        if self._requires_grad and not _modes.grad_disabled:
+            raise InPlaceOnLeafError("cannot resize variables that require grad")
+        size = argfix(*shape)
+        n = prod(size)
+        flat = self.flatten()
+        flat = flat[:n] if n <= flat.shape[0] else flat.pad(((0, n - flat.shape[0]),))
+        return self._reshape_in_place(flat.reshape(size))
+
+    def resize_as_(self, other: Tensor) -> Tensor:
+        return self.resize_(other.shape)
+
+    def put(self, index: Tensor, source: Tensor, accumulate: bool = False) -> Tensor:
+        """torch's put: source's values written at the flat (row-major) positions `index` (negative counts from the
+        end; accumulate sums repeated positions)."""
+        if not isinstance(index, Tensor) or not dtypes.is_int(index.dtype):
+            raise DTypeError(f"put: index must be an integer tensor, got {getattr(index, 'dtype', type(index))}")
+        if index.numel() != source.numel():
+            raise ArgumentError(f"put: {index.numel()} indices for a source of {source.numel()} elements")
+        flat = self.flatten()
+        return flat.index_put((index.flatten(),), source.flatten().cast(self.dtype), accumulate).reshape(self.shape)
+
+    def put_(self, index: Tensor, source: Tensor, accumulate: bool = False) -> Tensor:
+        return self._inplace(self.put(index, source, accumulate))
 
     def narrow(self, dim: int, start: int | Tensor, length: int) -> Tensor:
         d = _axes(dim, self.ndim)[0]
@@ -9401,6 +9463,11 @@ def _product_sum(a: Tensor, b: Tensor, axis: int | list[int]) -> Tensor:
     return (a * b).sum(axis)
 
 
+# id -> (weak reference, its nodes before each change) of the tensors of their own memory that an in-place shape op
+# changed: a view taken at one of those nodes cannot follow the tensor (see _reshape_in_place)
+_reshaped_in_place: dict[int, tuple[weakref.ref, set[UOp]]] = {}
+
+
 def _follow_base(t: Tensor) -> Tensor:
     """A view whose base got a write since the view was taken (a pending assign: `tmp = t[0]; t[0] = t[1]`, or a
     lazy base replaced by the value written: `x = t.clone(); row = x[1]; x += 1`) reads through that write from now
@@ -9411,6 +9478,11 @@ def _follow_base(t: Tensor) -> Tensor:
     base, at = t._view_of  # type: ignore[misc]
     if base.uop is at:
         return t
+    if (entry := _reshaped_in_place.get(id(base))) is not None and entry[0]() is base and at in entry[1]:
+        raise ArgumentError(
+            f"this view was taken of a tensor of shape {at.shape} before an in-place shape change (squeeze_, t_, "
+            f"resize_, ...) made it {base.shape}: take the view again"
+        )
     now = base.uop
     if (
         now.op is not Ops.ASSIGN

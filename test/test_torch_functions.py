@@ -239,3 +239,62 @@ def test_cat_randint_and_named_results_take_torchs_forms() -> None:
         np.testing.assert_array_equal(ours.indices.numpy(), ref.indices.numpy())
         values, indices = ours
         assert values is ours.values and indices is ours.indices
+
+
+_SHAPE_OPS = [
+    ("squeeze_", (2, 1, 3), ()),
+    ("squeeze_", (2, 1, 3), (1,)),
+    ("unsqueeze_", (2, 3), (-1,)),
+    ("t_", (2, 3), ()),
+    ("t_", (4,), ()),
+    ("transpose_", (2, 3, 4), (0, 2)),
+    ("swapaxes_", (2, 3, 4), (1, 2)),
+    ("resize_", (2, 3), ((3, 2),)),
+    ("resize_", (2, 3), ((4,),)),
+]
+
+
+@pytest.mark.parametrize("name, shape, args", _SHAPE_OPS)
+def test_in_place_shape_ops_match_torch(name: str, shape: tuple, args: tuple) -> None:
+    """The tensor itself takes the new shape and keeps its memory: a write through it after the change lands where
+    torch's does, and a view taken after the change shares it."""
+    a = randn(*shape)
+    ours, ref = Tensor(a).realize(), torch.tensor(a)
+    assert getattr(ours, name)(*args) is ours
+    getattr(ref, name)(*args)
+    assert ours.shape == tuple(ref.shape)
+    np.testing.assert_array_equal(ours.numpy(), ref.numpy())
+    view, tview = ours[0], ref[0]
+    ours += 1
+    ref += 1
+    np.testing.assert_array_equal(view.numpy(), tview.numpy())
+    np.testing.assert_array_equal(ours.numpy(), ref.numpy())
+
+
+def test_view_taken_before_an_in_place_shape_change_is_refused() -> None:
+    """torch's view would show the old layout of the memory; here it cannot follow, and says so instead of reading the
+    memory in the new layout (which it did: a silently wrong row)."""
+    x = Tensor(randn(3, 3)).realize()
+    row = x[0]
+    x.t_()
+    with pytest.raises(ValueError, match="in-place shape change"):
+        row.numpy()
+    with pytest.raises(ValueError, match="in-place shape change"):
+        row += 1
+    with pytest.raises(RuntimeError, match="require grad"):
+        Tensor(randn(3), requires_grad=True).resize_(2)
+
+
+def test_one_argument_where_put_and_clone_options_match_torch() -> None:
+    a = randn(3, 4)
+    for ours, ref in zip(Tensor.where(Tensor(a) > 0), torch.where(torch.tensor(a) > 0)):
+        assert ours.tolist() == ref.tolist()
+    index, source = np.array([0, 5, -1, 5]), randn(4, seed=2)
+    for accumulate in (False, True):
+        want = torch.tensor(a).put(torch.tensor(index[:3]), torch.tensor(source[:3]), accumulate)
+        got = Tensor(a).put(Tensor(index[:3]), Tensor(source[:3]), accumulate)
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-6)
+    want = torch.tensor(a).put_(torch.tensor(index), torch.tensor(source), accumulate=True)
+    got = Tensor(a).put_(Tensor(index), Tensor(source), accumulate=True)
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-6)
+    np.testing.assert_array_equal(Tensor(a).clone(memory_format=None).numpy(), a)
