@@ -445,6 +445,116 @@ def pad(input: Tensor, pad: Sequence[int], mode: str = "constant", value: float 
     return input.pad(pad, mode, 0.0 if value is None else value)
 
 
+def _grid_coords(n: int, align_corners: bool, device: str) -> Tensor:
+    """The normalized [-1, 1] coordinates of n pixel centers (align_corners: of the corner pixels' centers at -1, 1)."""
+    i = Tensor.arange(n, device=device, dtype=dtypes.float32)
+    if align_corners:
+        return i * (2 / (n - 1)) - 1 if n > 1 else i * 0
+    return (i * 2 + 1) / n - 1
+
+
+def affine_grid(theta: Tensor, size: Sequence[int], align_corners: bool | None = None) -> Tensor:
+    """torch's: the sampling grid (N, H, W, 2) (or (N, D, H, W, 3)) of the affine maps theta (N, 2, 3) (or N x 3 x 4)
+    applied to the output's normalized pixel coordinates (x first)."""
+    align = bool(align_corners)
+    spatial = list(size[2:])
+    dims = len(spatial)
+    if dims not in (2, 3):
+        raise NotImplementedError(f"affine_grid only supports 4D and 5D sizes, got size {list(size)}")
+    if theta.ndim != 3 or theta.shape[1:] != (dims, dims + 1) or theta.shape[0] != size[0]:
+        raise ValueError(
+            f"Expected a batch of {dims}D affine matrices of shape Nx{dims}x{dims + 1} for size {list(size)}. "
+            f"Got {theta.shape}."
+        )
+    # homogeneous coordinates, x varying fastest: (*spatial, dims + 1)
+    axes = [_grid_coords(n, align, theta.device) for n in reversed(spatial)]  # x, y(, z)
+    parts = []
+    for k, c in enumerate(axes):
+        shape = [1] * dims
+        shape[dims - 1 - k] = c.shape[0]
+        parts.append(c.reshape(shape).expand(spatial))
+    base = Tensor.stack(*parts, Tensor.ones(*spatial, device=theta.device), dim=-1).cast(theta.dtype)
+    flat = base.reshape(1, -1, dims + 1)
+    return (flat @ theta.transpose(1, 2)).reshape(size[0], *spatial, dims)
+
+
+def _unnormalize(coord: Tensor, n: int, align_corners: bool) -> Tensor:
+    return (coord + 1) / 2 * (n - 1) if align_corners else ((coord + 1) * n - 1) / 2
+
+
+def _reflect(x: Tensor, low: float, high: float) -> Tensor:
+    """x reflected into [low, high] (as often as it takes)."""
+    span = high - low
+    if span <= 0:
+        return x * 0
+    d = (x - low).abs()
+    flips = (d / span).floor()
+    extra = d - flips * span
+    return (flips % 2 == 0).where(extra + low, high - extra)
+
+
+def _source_coord(coord: Tensor, n: int, padding_mode: str, align_corners: bool) -> Tensor:
+    x = _unnormalize(coord, n, align_corners)
+    if padding_mode == "reflection":
+        x = _reflect(x, 0, n - 1) if align_corners else _reflect(x, -0.5, n - 0.5)
+    if padding_mode in ("border", "reflection"):
+        x = x.clip(0, n - 1)
+    return x
+
+
+def grid_sample(
+    input: Tensor,
+    grid: Tensor,
+    mode: str = "bilinear",
+    padding_mode: str = "zeros",
+    align_corners: bool | None = None,
+) -> Tensor:
+    """torch's 2-D grid_sample: input (N, C, H, W) sampled at grid (N, Ho, Wo, 2) (x, y in [-1, 1]), bilinear or
+    nearest, padded with zeros or the border or by reflection. Gradients reach the input and the grid (bilinear).
+    Each corner's values are one gather over the flattened pixels."""
+    if mode not in ("bilinear", "nearest", "bicubic"):
+        raise ValueError(
+            f"nn.functional.grid_sample(): expected mode to be 'bilinear', 'nearest' or 'bicubic', but got: '{mode}'"
+        )
+    if padding_mode not in ("zeros", "border", "reflection"):
+        raise ValueError(
+            "nn.functional.grid_sample(): expected padding_mode to be 'zeros', 'border', or 'reflection', "
+            f"but got: '{padding_mode}'"
+        )
+    if mode == "bicubic" or input.ndim != 4:
+        raise NotImplementedError("grid_sample: only 4-D inputs with bilinear or nearest mode are supported")
+    if grid.ndim != 4 or grid.shape[-1] != 2 or grid.shape[0] != input.shape[0]:
+        raise RuntimeError(
+            f"grid_sample(): expected grid of shape (N, H_out, W_out, 2) with N={input.shape[0]}, got {grid.shape}"
+        )
+    align = bool(align_corners)
+    n, c, h, w = input.shape
+    ho, wo = grid.shape[1], grid.shape[2]
+    grid = grid.cast(input.dtype)
+    x = _source_coord(grid[..., 0], w, padding_mode, align).reshape(n, ho * wo)
+    y = _source_coord(grid[..., 1], h, padding_mode, align).reshape(n, ho * wo)
+    flat = input.reshape(n, c, h * w)
+
+    def corner(xi: Tensor, yi: Tensor) -> Tensor:
+        inside = (xi >= 0) & (xi <= w - 1) & (yi >= 0) & (yi <= h - 1)
+        index = (yi.clip(0, h - 1) * w + xi.clip(0, w - 1)).cast(dtypes.int32)
+        taken = flat.gather(2, index.unsqueeze(1).expand(n, c, ho * wo))
+        return inside.unsqueeze(1).where(taken, 0)
+
+    if mode == "nearest":
+        out = corner(x.round().detach(), y.round().detach())
+    else:
+        x0, y0 = x.floor().detach(), y.floor().detach()
+        wx, wy = (x - x0).unsqueeze(1), (y - y0).unsqueeze(1)
+        out = (
+            corner(x0, y0) * (1 - wx) * (1 - wy)
+            + corner(x0 + 1, y0) * wx * (1 - wy)
+            + corner(x0, y0 + 1) * (1 - wx) * wy
+            + corner(x0 + 1, y0 + 1) * wx * wy
+        )
+    return out.reshape(n, c, ho, wo)
+
+
 def interpolate(
     input: Tensor,
     size: Any = None,

@@ -361,3 +361,41 @@ def test_ctc_loss_unbatched_module_and_errors() -> None:
         F.ctc_loss(x.log_softmax(1), Tensor(targets[0]), 8, 3, reduction="avg")
     with pytest.raises(RuntimeError, match="input_lengths"):
         F.ctc_loss(Tensor(logits), Tensor(targets), [8, 8], [3])
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "nearest"])
+@pytest.mark.parametrize("padding_mode", ["zeros", "border", "reflection"])
+@pytest.mark.parametrize("align_corners", [False, True])
+def test_grid_sample(mode: str, padding_mode: str, align_corners: bool) -> None:
+    """Sample points inside, on the border and far outside (reflected several times), against torch; the input's
+    gradient, and the grid's for bilinear (away from pixel edges, where torch's one-sided choice is arbitrary)."""
+    x0 = randn(2, 3, 5, 7)
+    grid0 = np.random.default_rng(1).uniform(-2.7, 2.7, (2, 4, 6, 2)).astype(np.float32)
+    x, grid = Tensor(x0, requires_grad=True), Tensor(grid0, requires_grad=True)
+    tx, tgrid = torch.tensor(x0, requires_grad=True), torch.tensor(grid0, requires_grad=True)
+    out = F.grid_sample(x, grid, mode=mode, padding_mode=padding_mode, align_corners=align_corners)
+    ref = TF.grid_sample(tx, tgrid, mode=mode, padding_mode=padding_mode, align_corners=align_corners)
+    np.testing.assert_allclose(out.numpy(), ref.detach().numpy(), rtol=1e-5, atol=1e-5)
+    up = randn(*ref.shape, seed=3)
+    (out * Tensor(up)).sum().backward()
+    (ref * torch.tensor(up)).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-4, atol=1e-5)
+    if mode == "bilinear":
+        np.testing.assert_allclose(grid.grad.numpy(), tgrid.grad.numpy(), rtol=1e-3, atol=1e-4)
+
+
+@pytest.mark.parametrize("size", [[2, 3, 4, 5], [1, 1, 1, 3], [2, 1, 3, 2, 4]])
+@pytest.mark.parametrize("align_corners", [False, True])
+def test_affine_grid(size: list[int], align_corners: bool) -> None:
+    dims = len(size) - 2
+    theta0 = randn(size[0], dims, dims + 1)
+    theta, ttheta = Tensor(theta0, requires_grad=True), torch.tensor(theta0, requires_grad=True)
+    out = F.affine_grid(theta, size, align_corners=align_corners)
+    ref = TF.affine_grid(ttheta, size, align_corners=align_corners)
+    np.testing.assert_allclose(out.numpy(), ref.detach().numpy(), rtol=1e-5, atol=1e-6)
+    up = randn(*ref.shape, seed=4)
+    (out * Tensor(up)).sum().backward()
+    (ref * torch.tensor(up)).sum().backward()
+    np.testing.assert_allclose(theta.grad.numpy(), ttheta.grad.numpy(), rtol=1e-4, atol=1e-5)
+    with pytest.raises(ValueError, match="affine matrices"):
+        F.affine_grid(Tensor(randn(1, 2, 3)), [1, 1, 2, 2, 2])
