@@ -35,7 +35,7 @@ import struct
 import threading
 import warnings
 import weakref
-from typing import Any, Callable, Generic, TypeVar
+from typing import Any, Callable, Generic, Sequence, TypeVar
 
 from lazygrad.device import Buffer, Device
 from lazygrad.engine.memory import plan_memory
@@ -92,6 +92,27 @@ def _grads_as_inputs(before: dict[int, tuple[Tensor, Tensor | None]]) -> list[tu
             t.grad = Tensor.from_uop(UOp.buffer_view(alias, g.shape))
             out.append((t, g, t.grad))
     return out
+
+
+def _substitute(t: Tensor, arg: Tensor, position: int, subs: dict[int, int]) -> Tensor:
+    """An argument's stand-in for the capture: a parameter passed as an argument stays one (a backward inside the
+    function reaches it and accumulates into its .grad), and its .grad is bound to the argument of each call."""
+    t._requires_grad = arg._requires_grad
+    if arg._requires_grad:
+        t.requires_grad = True  # (the setter: registered as a leaf that requires grad)
+        t.grad = arg.grad
+        subs[id(t)] = position
+    return t
+
+
+def _grad_owner(t: Tensor, subs: dict[int, int]) -> weakref.ref | int:
+    """Whose .grad a binding sets: an argument's stand-in's is the argument's at each call (its position), any other
+    tensor's its own."""
+    return subs[id(t)] if id(t) in subs else weakref.ref(t)
+
+
+def _owner(ref: weakref.ref | int, args: Sequence[Any]) -> Tensor | None:
+    return args[ref] if type(ref) is int else ref()  # type: ignore[operator]
 
 
 def _tensors_in(ret: Any) -> list[Tensor]:
@@ -326,7 +347,7 @@ class CapturedJit:
                 graph.vars[spec.slot] = self.var_vals[spec.slot] = self._var_value(spec, a)
             elif a is not spec.value and not _same(a, spec.value):
                 self._const_mismatch(spec, a)
-        for slot, buf in enumerate(self._grad_buffers(), self.n_inputs - len(self.grad_inputs)):
+        for slot, buf in enumerate(self._grad_buffers(args), self.n_inputs - len(self.grad_inputs)):
             graph.bufs[slot] = buf._ptr or buf.ptr
             held.append(buf)
         realize_readers_of(self.written_memory)  # lazy values computed from what this replay overwrites, computed first
@@ -338,17 +359,17 @@ class CapturedJit:
         if copies:
             _write_back(copies, self.written_memory)
         if self.grads:
-            self._set_grads()
+            self._set_grads(args)
         if self.single_out is not None:
             return Tensor.from_uop(self.single_out)
         return self._outputs({})
 
-    def _grad_buffers(self) -> list[Buffer]:
+    def _grad_buffers(self, args: Sequence[Any]) -> list[Buffer]:
         """The buffers of the .grads the kernels accumulate into, as they are at this call: zeros for a .grad set to
         None since (torch's next backward gives the new gradient alone)."""
         out = []
         for ref, was in self.grad_inputs:
-            g = t.grad if (t := ref()) is not None else None
+            g = t.grad if (t := _owner(ref, args)) is not None else None
             if g is None:
                 buf = Buffer(was.device, was.numel(), was.dtype)
                 buf.copyin(memoryview(bytearray(buf.nbytes)))
@@ -364,9 +385,9 @@ class CapturedJit:
             out.append(buf)
         return out
 
-    def _set_grads(self) -> None:
+    def _set_grads(self, args: Sequence[Any]) -> None:
         for ref, g in self.grads:
-            if (t := ref()) is not None:
+            if (t := _owner(ref, args)) is not None:
                 t.grad = g
 
     def _next_random_counters(self) -> None:
@@ -395,7 +416,7 @@ class CapturedJit:
                 self.var_vals[spec.slot] = self._var_value(spec, a)
             elif a is not spec.value and not _same(a, spec.value):
                 self._const_mismatch(spec, a)
-        inputs += self._grad_buffers()
+        inputs += self._grad_buffers(args)
         table = inputs + self.buffers
         realize_readers_of(self.written_memory)
         for runner, bslots, vslots in self.items:
@@ -405,7 +426,7 @@ class CapturedJit:
         if copies:
             _write_back(copies, self.written_memory)
         if self.grads:
-            self._set_grads()
+            self._set_grads(args)
         swap = {node: UOp.buffer_view(inputs[i], (inputs[i].size,)) for node, i in self.input_nodes.items()}
         return self._outputs(swap)
 
@@ -540,6 +561,7 @@ class TinyJit(Generic[R]):
         specs: list[_Arg] = []
         inputs: list[Buffer] = []
         call_values: list[Any] = []
+        subs: dict[int, int] = {}  # id of an argument's stand-in that requires grad -> the argument's position
         n_vars = 0
         for i, a in enumerate(values):
             if isinstance(a, Tensor) and isinstance(a.device, tuple):
@@ -547,8 +569,7 @@ class TinyJit(Generic[R]):
                 m = _sharded_stored(a)
                 aliases = [p.base.arg.alias() for p in m.src]
                 parts = tuple(p.rebase(UOp.buffer_view(b, (b.size,))) for p, b in zip(m.src, aliases))
-                t = Tensor.from_uop(m.replace(src=parts))
-                t._requires_grad = a._requires_grad
+                t = _substitute(Tensor.from_uop(m.replace(src=parts)), a, i, subs)
                 value = (m.arg, tuple(p.shape for p in m.src))
                 specs.append(_Arg(_TENSOR, len(inputs), a.shape, a.dtype, a.device, value=value))
                 inputs.extend(aliases)
@@ -557,8 +578,7 @@ class TinyJit(Generic[R]):
                 # each input gets a fresh alias of its memory: every node built on it is new to the scheduler, so no
                 # value computed from this call's input before the capture can be reused (and be stale on replay)
                 alias = (a._plain_buffer() or a._contiguous_buffer()).alias()
-                t = Tensor.from_uop(UOp.buffer_view(alias, a.shape))
-                t._requires_grad = a._requires_grad
+                t = _substitute(Tensor.from_uop(UOp.buffer_view(alias, a.shape)), a, i, subs)
                 shape, vals = sym_unbind(a.shape)
                 specs.append(_Arg(_TENSOR, len(inputs), shape, a.dtype, a.device))
                 specs[-1].shape_vars = tuple((v, -1) for v in vals)  # slots numbered after the Variable arguments
@@ -599,7 +619,7 @@ class TinyJit(Generic[R]):
             grads = _new_grads(grads_before)
         del outs, call_values
         read = {b for ei, _ in recorded for b in ei.bufs}
-        grad_inputs = [(weakref.ref(t), g) for t, g, alias in held if alias.uop.base.arg in read]
+        grad_inputs = [(_grad_owner(t, subs), g) for t, g, alias in held if alias.uop.base.arg in read]
         inputs += [alias.uop.base.arg for _, _, alias in held if alias.uop.base.arg in read]
         del held, read
         seed, counter = Tensor.rng_state()
@@ -608,7 +628,10 @@ class TinyJit(Generic[R]):
                 "a TinyJit function that calls manual_seed draws with the capture's seed on every replay",
                 stacklevel=3,
             )
-        bound = [(weakref.ref(t), g) for t, g in grads]
+        bound = [(_grad_owner(t, subs), g) for t, g in grads]
+        for t, g in grads:  # this call's arguments get the gradients their stand-ins got, as an eager call's would
+            if id(t) in subs:
+                values[subs[id(t)]].grad = g
         draws = (rng[1], counter - rng[1])
         mine.captured = CapturedJit(recorded, specs, kw_names, inputs, ret, mode, draws, bound, grad_inputs)
         del grads
