@@ -1,6 +1,6 @@
 """lazygrad: a lazy Tensor, a small IR, a kernel fuser and optimizer, and runtimes that compile and run the kernels."""
 
-from lazygrad import nn
+from lazygrad import autograd, nn
 from lazygrad.device import Device
 from lazygrad.dtype import dtypes
 from lazygrad.engine.jit import JitError, TinyJit
@@ -25,4 +25,5 @@ __all__ = [
     "fetch",
     "UOp",
     "nn",
+    "autograd",
 ]

@@ -1685,6 +1685,10 @@ class Tensor(metaclass=_TensorType):
 
     def gradient(self, *targets: Tensor, gradient: Tensor | None = None) -> list[Tensor]:
         """d(self)/d(target) for each target, as lazy tensors (zeros where self does not depend on a target)."""
+        return [t.zeros_like() if g is None else g for t, g in zip(targets, self._gradients(targets, gradient))]
+
+    def _gradients(self, targets: Sequence[Tensor], gradient: Tensor | None) -> list[Tensor | None]:
+        """gradient()'s, None for a target whose node self's graph does not hold (autograd.grad's unused inputs)."""
         from lazygrad.gradient import compute_gradient
 
         seed = self._seed_gradient(gradient)
@@ -1696,7 +1700,9 @@ class Tensor(metaclass=_TensorType):
         for t, n in pairs:
             if (g := grads.get(n)) is not None:
                 out[id(t)] = out[id(t)] + g if id(t) in out else g
-        return [out.get(id(t), t.zeros_like()) for t in targets]
+            elif id(t) not in out:
+                out[id(t)] = t.zeros_like()  # in the graph, but no path a gradient takes (through a comparison)
+        return [out.get(id(t)) for t in targets]
 
     def _seed_gradient(self, gradient: Tensor | None) -> Tensor:
         if not dtypes.is_float(self.dtype):
