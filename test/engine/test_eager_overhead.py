@@ -841,7 +841,7 @@ x = Tensor(rng.standard_normal((64, 1, 8, 8)).astype(np.float32)).realize()
 y = Tensor(rng.integers(0, 10, 64).astype(np.int32)).realize()
 model = DigitsCNN()
 step = make_step(model, nn.optim.Adam(get_parameters(model), lr=3e-3), jit=False)
-for _ in range(4):
+for _ in range(5):  # (the fifth step makes its launch plan's graph driver: counted after it)
     step(x, y)
 print(_python_calls(lambda: step(x, y)))
 """
@@ -855,8 +855,10 @@ def test_cnn_step_python_calls_stay_bounded():
     inlined for the MLP cut these to 2898, and the same cuts as the MLP's 850 -> 644 to 2494 (nine composites a step),
     its in-place writes' recycled aliases to 2379, its small new values no tensor asked for recycled to 2183 (1641 on
     the steps after: this one makes its graph driver), its schedule items left unmade to 2132. Counted in a fresh
-    process, as the MLP's."""
-    assert _calls_in_fresh_process(_CNN_STEP_CALLS) <= 2200
+    process, as the MLP's, on the sixth step: the fifth makes its launch plan's graph driver, whose count hangs on the
+    disk cache (2157 with the driver's source cached, 2355 with none: a fresh cache failed this bound); every step
+    after it makes 1602 calls either way."""
+    assert _calls_in_fresh_process(_CNN_STEP_CALLS) <= 1650
 
 
 @pytest.mark.parametrize("layouts", [0, 1])
