@@ -33,7 +33,7 @@ def train(epochs: int = 4, batch_size: int = 64, log: bool = True) -> float:
     loader = DataLoader(TensorDataset(x_train, y_train), batch_size=batch_size, shuffle=True, drop_last=True)
     model = Net()
     opt = Adam(model.parameters(), lr=3e-3, betas=(0.9, 0.99))
-    sched = lr_scheduler.OneCycleLR(opt, max_lr=3e-3, total_steps=epochs * len(loader), cycle_momentum=False)
+    sched = lr_scheduler.OneCycleLR(opt, max_lr=3e-3, total_steps=epochs * len(loader))
     loss_fn = nn.CrossEntropyLoss(label_smoothing=0.05)
     for epoch in range(epochs):
         model.train()

@@ -5,8 +5,9 @@ float rounding), and writes it through `param_groups`, i.e. into the optimizer's
 scheduler compiles nothing. As in torch, making a scheduler sets each group's "initial_lr" and steps it once (to
 epoch 0), and `step()` goes after `optimizer.step()`.
 
-Not offered: OneCycleLR's and CyclicLR's momentum cycling (`cycle_momentum=True` raises: momentum and betas are
-constants of the update's kernels here, so cycling them would compile new kernels every step) and ChainedScheduler.
+OneCycleLR cycles SGD's momentum or an Adam-like optimizer's beta1 as torch's (`cycle_momentum=True`, the default):
+the optimizer keeps them in device scalars once changed, so the cycling compiles nothing either. Not offered:
+ChainedScheduler.
 """
 
 from __future__ import annotations
@@ -177,6 +178,14 @@ class CosineAnnealingWarmRestarts(LRScheduler):
         return [self.eta_min + (base - self.eta_min) * cos for base in self.base_lrs]
 
 
+def _per_group(value: float | Sequence[float], groups: list, name: str) -> list[float]:
+    if isinstance(value, (list, tuple)):
+        if len(value) != len(groups):
+            raise ValueError(f"expected {len(groups)} values for {name}, got {len(value)}")
+        return list(value)
+    return [value] * len(groups)
+
+
 class OneCycleLR(LRScheduler):
     def __init__(
         self,
@@ -195,11 +204,6 @@ class OneCycleLR(LRScheduler):
         three_phase: bool = False,
         last_epoch: int = -1,
     ):
-        if cycle_momentum:
-            raise NotImplementedError(
-                "OneCycleLR(cycle_momentum=True) is not supported: momentum is compiled into the update's kernels; "
-                "pass cycle_momentum=False"
-            )
         if total_steps is None:
             if epochs is None or steps_per_epoch is None:
                 raise ValueError("You must define either total_steps OR (epochs AND steps_per_epoch)")
@@ -215,15 +219,35 @@ class OneCycleLR(LRScheduler):
             for group, top in zip(groups, max_lrs):
                 group["initial_lr"], group["max_lr"] = top / div_factor, top
                 group["min_lr"] = group["initial_lr"] / final_div_factor
+        self.cycle_momentum = cycle_momentum
+        if cycle_momentum:
+            if any("momentum" not in g and "betas" not in g for g in groups):
+                raise ValueError("optimizer must support momentum or beta1 with `cycle_momentum` option enabled")
+            self.use_beta1 = "betas" in groups[0]
+            tops = _per_group(max_momentum, groups, "max_momentum")
+            bottoms = _per_group(base_momentum, groups, "base_momentum")
+            if last_epoch == -1:
+                for group, top, bottom in zip(groups, tops, bottoms):
+                    self._set_momentum(group, top)
+                    group["max_momentum"], group["base_momentum"] = top, bottom
         ends = [float(pct_start * total_steps) - 1]
         if three_phase:
             ends += [float(2 * pct_start * total_steps) - 2, total_steps - 1]
             keys = [("initial_lr", "max_lr"), ("max_lr", "initial_lr"), ("initial_lr", "min_lr")]
+            momenta = [("max_momentum", "base_momentum"), ("base_momentum", "max_momentum")]
+            momenta.append(("max_momentum", "max_momentum"))
         else:
             ends += [total_steps - 1]
             keys = [("initial_lr", "max_lr"), ("max_lr", "min_lr")]
-        self._phases = list(zip(ends, keys))
+            momenta = [("max_momentum", "base_momentum"), ("base_momentum", "max_momentum")]
+        self._phases = list(zip(ends, keys, momenta))
         super().__init__(optimizer, last_epoch)
+
+    def _set_momentum(self, group: dict[str, Any], value: float) -> None:
+        if self.use_beta1:
+            group["betas"] = (value, *group["betas"][1:])
+        else:
+            group["momentum"] = value
 
     def _anneal(self, start: float, end: float, pct: float) -> float:
         if self.anneal_strategy == "cos":
@@ -237,9 +261,12 @@ class OneCycleLR(LRScheduler):
         lrs = []
         for group in self.optimizer.param_groups:
             start_step, lr = 0.0, 0.0
-            for i, (end_step, (k0, k1)) in enumerate(self._phases):
+            for i, (end_step, (k0, k1), (m0, m1)) in enumerate(self._phases):
                 if step <= end_step or i == len(self._phases) - 1:
-                    lr = self._anneal(group[k0], group[k1], (step - start_step) / (end_step - start_step))
+                    pct = (step - start_step) / (end_step - start_step)
+                    lr = self._anneal(group[k0], group[k1], pct)
+                    if self.cycle_momentum:
+                        self._set_momentum(group, self._anneal(group[m0], group[m1], pct))
                     break
                 start_step = end_step
             lrs.append(lr)

@@ -84,8 +84,10 @@ class Optimizer:
     def param_groups(self) -> list[dict[str, Any]]:
         """torch's view of the optimizer's options: one group (an OptimizerGroup has one per part). Setting a group's
         "lr" writes the learning rate into its device scalar at once (no new kernels: an LR scheduler's step costs a
-        one-value copy); "momentum" and "weight_decay" take effect at the next step (new kernels: they are
-        constants in the update's code)."""
+        one-value copy). SGD's "momentum" and an Adam-like optimizer's "betas" become device scalars when first
+        changed (a scheduler cycling them, as OneCycleLR does, compiles nothing either; torch's bias correction with
+        the current betas); other "momentum" and "weight_decay" changes take effect at the next step (new kernels:
+        they are constants in the update's code)."""
         if "_groups" not in self.__dict__:
             self._groups = [_ParamGroup(self)]
         return self._groups
@@ -132,7 +134,12 @@ class Optimizer:
             float(e["step"].item() if hasattr(e["step"], "item") else e["step"]) for e in state.values() if "step" in e
         ]
         if hasattr(self, "b1_t") and steps:
-            self.b1_t.assign(self.b1 ** steps[0]), self.b2_t.assign(self.b2 ** steps[0])
+            if self.t_dev is not None:
+                b1, b2 = float(self.b1_dev.item()), float(self.b2_dev.item())
+                self.t_dev.assign(float(steps[0]))
+            else:
+                b1, b2 = self.b1, self.b2
+            self.b1_t.assign(b1 ** steps[0]), self.b2_t.assign(b2 ** steps[0])
         if getattr(self, "damp_t", None) is not None and any("momentum_buffer" in e for e in state.values()):
             self.damp_t.assign(0.0)  # a run resumed after its first step: the next step's gradients are damped
         if "lr" in group:
@@ -143,7 +150,20 @@ class Optimizer:
         Tensor.realize(*[t for attr, _ in self._STATE_NAMES for t in getattr(self, attr, [])], *self._scalars())
 
     def _scalars(self) -> list[Tensor]:
-        return [t for name in ("b1_t", "b2_t", "damp_t") if (t := getattr(self, name, None)) is not None]
+        names = ("b1_t", "b2_t", "damp_t", "t_dev", "b1_dev", "b2_dev", "momentum_dev")
+        return [t for name in names if (t := getattr(self, name, None)) is not None]
+
+    def _write_scalar(self, name: str, value: float) -> Tensor:
+        """Device scalar `name` set to value from host memory: a constant would be part of the copy kernel's source,
+        one new kernel a value. Made where the optimizer has none yet (a setting a scheduler changes every step,
+        which as a constant of the update's kernels would compile new ones each step)."""
+        scalar = getattr(self, name, None)
+        if scalar is None:
+            scalar = self._scalar(float(value))
+            setattr(self, name, scalar)
+            return scalar.realize()
+        new = Tensor([float(value)], dtype=scalar.dtype, device=scalar.device).reshape(())
+        return scalar.assign(new).realize()
 
     @property
     def defaults(self) -> dict[str, Any]:
@@ -293,6 +313,7 @@ class SGD(Optimizer):
         # of the kernels, and the first step's would differ from every other's)
         self.b = self._state() if momentum else []
         self.damp_t = self._scalar(1.0) if momentum and self.dampening else None
+        self.momentum_dev: Tensor | None = None  # the momentum, once a scheduler changes it (param_groups)
         Tensor.realize(*self.params, *self.b, *self._scalars(), self.lr)
 
     def _begin_step(self) -> list[Tensor]:
@@ -307,9 +328,10 @@ class SGD(Optimizer):
             g = g * self.lr.cast(p.dtype)
         out = []
         if self.momentum:
+            momentum = self.momentum if self.momentum_dev is None else self.momentum_dev.cast(p.dtype)
             step_g = g if self.damp_t is None else g * (1 + self.dampening * self.damp_t).cast(p.dtype)
-            b = self.b[i].assign(self.b[i] * self.momentum + step_g)
-            g = g + b * self.momentum if self.nesterov else b
+            b = self.b[i].assign(self.b[i] * momentum + step_g)
+            g = g + b * momentum if self.nesterov else b
             out.append(b)
         return out + [p.assign(p.detach() - (g if self.classic else g * self.lr.cast(p.dtype)))]
 
@@ -334,16 +356,38 @@ class _Moments(Optimizer):
         self.b1, self.b2, self.eps, self.weight_decay = b1, b2, eps, weight_decay
         self.m, self.v = self._state(), self._state()
         self.b1_t, self.b2_t = self._scalar(1.0), self._scalar(1.0)  # beta ** step
+        # once a scheduler changes the betas (param_groups): the betas and the step count as device scalars, and
+        # beta ** step is torch's, the current beta to the power of the step
+        self.b1_dev: Tensor | None = None
+        self.b2_dev: Tensor | None = None
+        self.t_dev: Tensor | None = None
         Tensor.realize(*self.params, *self.m, *self.v, self.lr, self.b1_t, self.b2_t)
 
+    def _set_betas(self, b1: float, b2: float) -> None:
+        for beta in (b1, b2):
+            if not 0.0 <= beta < 1.0:
+                raise ValueError(f"{type(self).__name__}: invalid beta parameter {beta} (each must be in [0, 1))")
+        if self.t_dev is None:
+            if (b1, b2) == (self.b1, self.b2):
+                return
+            self.t_dev = self._scalar(float(_steps_taken(self))).realize()
+        self._write_scalar("b1_dev", b1), self._write_scalar("b2_dev", b2)
+
     def _begin_step(self) -> list[Tensor]:
-        return [self.b1_t.assign(self.b1_t * self.b1), self.b2_t.assign(self.b2_t * self.b2)]
+        if self.t_dev is None:
+            return [self.b1_t.assign(self.b1_t * self.b1), self.b2_t.assign(self.b2_t * self.b2)]
+        t = self.t_dev.assign(self.t_dev + 1)
+        return [t, self.b1_t.assign(self.b1_dev**t), self.b2_t.assign(self.b2_dev**t)]
 
     def _moments(self, i: int, g: Tensor) -> tuple[Tensor, Tensor]:
         """Parameter i's moments updated with gradient g (assigned, not yet realized)."""
         m, v = self.m[i], self.v[i]
-        m.assign(_lerp(m, g, 1 - self.b1))
-        v.assign(v * self.b2 + g * (1 - self.b2) * g)
+        if self.b1_dev is None:
+            b1, b2 = self.b1, self.b2
+        else:
+            b1, b2 = self.b1_dev.cast(g.dtype), self.b2_dev.cast(g.dtype)  # type: ignore[union-attr]
+        m.assign(_lerp(m, g, 1 - b1))
+        v.assign(v * b2 + g * (1 - b2) * g)
         return m, v
 
 
@@ -561,7 +605,10 @@ class LARS(Optimizer):
 
 
 def _steps_taken(opt: Any) -> int:
-    """Steps an Adam-like optimizer has taken: t from its running beta1**t (beta2**t where beta1 is 0)."""
+    """Steps an Adam-like optimizer has taken: its step count where it keeps one, else t from its running beta1**t
+    (beta2**t where beta1 is 0)."""
+    if getattr(opt, "t_dev", None) is not None:
+        return int(opt.t_dev.item())
     for beta, power in ((opt.b1, opt.b1_t), (opt.b2, opt.b2_t)):
         if 0.0 < beta < 1.0:
             return round(math.log(max(float(power.item()), 1e-300)) / math.log(beta))
@@ -611,9 +658,16 @@ class _ParamGroup(dict):
             new = Tensor([float(value)], dtype=opt.lr.dtype, device=opt.lr.device).reshape(())
             opt.lr.assign(new).realize()
             opt.__dict__["_lr_written"] = (opt.lr.uop, float(value))
-        elif key == "betas":
-            # beta1**t is a running product on the device: a beta changed mid-run would not give torch's correction
-            raise NotImplementedError("changing betas after the optimizer is made is not supported")
+        elif key == "betas" and isinstance(opt, _Moments):
+            opt._set_betas(float(value[0]), float(value[1]))
+        elif key == "momentum" and isinstance(opt, SGD):
+            if value != self.get("momentum") or opt.momentum_dev is not None:
+                if value and not opt.momentum:  # torch's buffers start at the first step with momentum: zeros here
+                    opt.b, opt.momentum = opt._state(), float(value)
+                    if opt.dampening:
+                        opt.damp_t = opt._scalar(1.0)
+                    Tensor.realize(*opt.b, *opt._scalars())
+                opt._write_scalar("momentum_dev", value)
         elif key in ("momentum", "weight_decay") and hasattr(opt, key):
             if key == "momentum" and value and not getattr(opt, "momentum", 0):
                 raise NotImplementedError("momentum can be changed only on an optimizer made with momentum")
@@ -810,9 +864,11 @@ STEP_PROGRAMS = 16  # programs kept (an optimizer whose parameters change shape 
 _step_programs_lock = library_lock()
 
 
-def _lerp(start: Tensor, end: Tensor, weight: float) -> Tensor:
+def _lerp(start: Tensor, end: Tensor, weight: float | Tensor) -> Tensor:
     # torch's lerp, which takes the form that is exact at its nearer end
     diff = end - start
+    if isinstance(weight, Tensor):
+        return (weight < 0.5).where(start + diff * weight, end - diff * (1 - weight))
     return start + diff * weight if weight < 0.5 else end - diff * (1 - weight)
 
 
