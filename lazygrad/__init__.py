@@ -1,6 +1,6 @@
 """lazygrad: a lazy Tensor, a small IR, a kernel fuser and optimizer, and runtimes that compile and run the kernels."""
 
-from lazygrad import autograd, nn
+from lazygrad import amp, autograd, nn
 from lazygrad.device import Device
 from lazygrad.dtype import dtypes
 from lazygrad.engine.jit import JitError, TinyJit
@@ -26,4 +26,5 @@ __all__ = [
     "UOp",
     "nn",
     "autograd",
+    "amp",
 ]

@@ -1167,6 +1167,33 @@ class _ThreadModes(threading.local):
     the gradients of a thread that trains. A new thread starts with gradients on."""
 
     grad_disabled: int = 0  # depth of this thread's nested no_grad blocks
+    # lazygrad.amp.autocast: (device kind, e.g. "CPU" or "CUDA"; the dtype products and convolutions run in), or None
+    autocast: tuple[str, DType] | None = None
+
+
+def _autocast_dtype(*tensors: Tensor) -> DType | None:
+    """Under amp.autocast, the lower precision dtype a product or convolution of these float tensors runs in (None
+    where they have it already, or autocast is off or for another device)."""
+    if (mode := _modes.autocast) is None:
+        return None
+    kind, dtype = mode
+    devices = [t.device for t in tensors]
+    if any(isinstance(d, tuple) or d.split(":")[0] != kind for d in devices):
+        return None
+    if not all(dtypes.is_float(t.dtype) for t in tensors) or all(t.dtype == dtype for t in tensors):
+        return None
+    return dtype
+
+
+def _autocast_float32(t: Tensor, dtype: DType | str | None, op: str) -> DType | str | None:
+    """Under amp.autocast, float32 for a lower precision input of an op torch's autocast runs in float32 on that kind
+    of device (the losses everywhere; on a GPU softmax, log_softmax and layer norm too)."""
+    if dtype is None and _modes.autocast is not None and t.dtype in (dtypes.float16, dtypes.bfloat16):
+        kind = _modes.autocast[0]
+        if not isinstance(t.device, tuple) and t.device.split(":")[0] == kind:
+            if op == "loss" or kind != "CPU":
+                return dtypes.float32
+    return dtype
 
 
 _modes = _ThreadModes()
@@ -1254,6 +1281,7 @@ def _replayed(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
             default_float if type(default_float) is str else default_float.key,
             default_int if type(default_int) is str else default_int.key,
             Device.DEFAULT,
+            _modes.autocast,
         )
         try:
             found = programs.get(key)
@@ -5058,6 +5086,8 @@ class Tensor(metaclass=_TensorType):
     def dot(self, w: Tensor, dtype: DType | str | None = None) -> Tensor:
         """dtype (tinygrad's): the product's accumulation and result dtype; the inputs are cast to it, which is
         the same sum (a product of two halves, or of two int8s, is exact in float32 / int32)."""
+        if dtype is None and _modes.autocast is not None:
+            dtype = _autocast_dtype(self, w)
         if dtype is not None:
             return self.cast(dtype).dot(w.cast(dtype))
         if self.ndim == 0 or w.ndim == 0:
@@ -5187,6 +5217,8 @@ class Tensor(metaclass=_TensorType):
         Positional arguments in tinygrad's order (groups, stride, dilation, padding: tinygrad's nn.Conv2d passes them
         so; torch has no Tensor.conv2d, and F.conv2d's order is stride, padding, dilation, groups): by name they are
         the same. dtype (tinygrad's): computed in that dtype (the inputs are cast to it)."""
+        if dtype is None and _modes.autocast is not None:
+            dtype = _autocast_dtype(self, weight, *([] if bias is None else [bias]))
         if dtype is not None:
             b = None if bias is None else bias.cast(dtype)
             return self.cast(dtype).conv2d(weight.cast(dtype), b, groups, stride, dilation, padding)
@@ -5273,6 +5305,9 @@ class Tensor(metaclass=_TensorType):
     ) -> Tensor:
         """Transposed convolution, weight (Cin, Cout/groups, *kernel): a stride-1 conv of the zero-stuffed input.
         Positional arguments in tinygrad's order, as conv2d's."""
+        if _modes.autocast is not None and (low := _autocast_dtype(self, weight)) is not None:
+            x, w, b = self.cast(low), weight.cast(low), None if bias is None else bias.cast(low)
+            return x.conv_transpose2d(w, b, groups, stride, dilation, padding, output_padding)
         if self.ndim < 3 or weight.ndim != self.ndim:
             raise ArgumentError(
                 f"conv_transpose: input shape {self.shape} and weight shape {weight.shape} must both be "
@@ -5390,6 +5425,8 @@ class Tensor(metaclass=_TensorType):
         """dtype (tinygrad's and torch's): the input is cast to it first, and the result has it."""
         if dim is not None:  # torch's name for the axis
             axis = dim
+        if _modes.autocast is not None:
+            dtype = _autocast_float32(self, dtype, "softmax")
         return (self if dtype is None else self.cast(dtype))._softmax(axis)
 
     @_replayed
@@ -5409,6 +5446,8 @@ class Tensor(metaclass=_TensorType):
         """dtype (tinygrad's and torch's): the input is cast to it first, and the result has it."""
         if dim is not None:  # torch's name for the axis
             axis = dim
+        if _modes.autocast is not None:
+            dtype = _autocast_float32(self, dtype, "softmax")
         return (self if dtype is None else self.cast(dtype))._log_softmax(axis)
 
     @_replayed
@@ -5447,6 +5486,8 @@ class Tensor(metaclass=_TensorType):
 
     @_replayed
     def layernorm(self, axis: int | Sequence[int] = -1, eps: float = 1e-5) -> Tensor:
+        if _modes.autocast is not None and (up := _autocast_float32(self, None, "norm")) is not None:
+            return self.cast(up).layernorm(axis, eps)
         y = self - self.mean(axis, keepdim=True)
         return y * (y * y).mean(axis, keepdim=True).add(eps).rsqrt()
 
@@ -5678,6 +5719,8 @@ class Tensor(metaclass=_TensorType):
         """Logits (N, C, ...) or (C,); Y class indices (N, ...) or probabilities shaped like the logits, as in torch."""
         if Y.shape != self.shape and dtypes.is_int(Y.dtype):
             _check_index_values(Y, 0, self.shape[0 if self.ndim == 1 else 1], "cross_entropy target")
+        if _modes.autocast is not None and (up := _autocast_float32(self, None, "loss")) is not None:
+            return self.cast(up).cross_entropy(Y, reduction, label_smoothing)
         return self._cross_entropy(Y, reduction, label_smoothing)
 
     @_replayed
