@@ -5,9 +5,9 @@ float rounding), and writes it through `param_groups`, i.e. into the optimizer's
 scheduler compiles nothing. As in torch, making a scheduler sets each group's "initial_lr" and steps it once (to
 epoch 0), and `step()` goes after `optimizer.step()`.
 
-OneCycleLR cycles SGD's momentum or an Adam-like optimizer's beta1 as torch's (`cycle_momentum=True`, the default):
-the optimizer keeps them in device scalars once changed, so the cycling compiles nothing either. Not offered:
-ChainedScheduler.
+OneCycleLR and CyclicLR cycle SGD's momentum or an Adam-like optimizer's beta1 as torch's (`cycle_momentum=True`, the
+default): the optimizer keeps them in device scalars once changed, so the cycling compiles nothing either.
+Not offered: ChainedScheduler (it composes torch's chainable forms, which these closed forms are not).
 """
 
 from __future__ import annotations
@@ -271,6 +271,78 @@ class OneCycleLR(LRScheduler):
                 start_step = end_step
             lrs.append(lr)
         return lrs
+
+
+class CyclicLR(LRScheduler):
+    """torch's CyclicLR: the learning rate between base_lr and max_lr in triangles (triangular, triangular2,
+    exp_range or a scale_fn of the cycle or of the step), the momentum (or beta1) against it when cycle_momentum."""
+
+    def __init__(
+        self,
+        optimizer: Any,
+        base_lr: float | Sequence[float],
+        max_lr: float | Sequence[float],
+        step_size_up: int = 2000,
+        step_size_down: int | None = None,
+        mode: str = "triangular",
+        gamma: float = 1.0,
+        scale_fn: Callable[[float], float] | None = None,
+        scale_mode: str = "cycle",
+        cycle_momentum: bool = True,
+        base_momentum: float | Sequence[float] = 0.8,
+        max_momentum: float | Sequence[float] = 0.9,
+        last_epoch: int = -1,
+    ):
+        groups = optimizer.param_groups
+        base_lrs = _per_group(base_lr, groups, "base_lr")
+        if last_epoch == -1:
+            for lr, group in zip(base_lrs, groups):
+                group["lr"] = lr
+        self.max_lrs = _per_group(max_lr, groups, "max_lr")
+        up = float(step_size_up)
+        down = float(step_size_down) if step_size_down is not None else up
+        self.total_size, self.step_ratio = up + down, up / (up + down)
+        if mode not in ("triangular", "triangular2", "exp_range") and scale_fn is None:
+            raise ValueError("mode is invalid and scale_fn is None")
+        self.mode, self.gamma = mode, gamma
+        if scale_fn is not None:
+            self.scale_fn, self.scale_mode = scale_fn, scale_mode
+        elif mode == "triangular":
+            self.scale_fn, self.scale_mode = (lambda x: 1.0), "cycle"
+        elif mode == "triangular2":
+            self.scale_fn, self.scale_mode = (lambda x: 1 / (2.0 ** (x - 1))), "cycle"
+        else:
+            self.scale_fn, self.scale_mode = (lambda x: gamma**x), "iterations"
+        self.cycle_momentum = cycle_momentum
+        if cycle_momentum:
+            if any("momentum" not in g and "betas" not in g for g in groups):
+                raise ValueError("optimizer must support momentum or beta1 with `cycle_momentum` option enabled")
+            self.use_beta1 = "betas" in groups[0]
+            self.base_momentums = _per_group(base_momentum, groups, "base_momentum")
+            self.max_momentums = _per_group(max_momentum, groups, "max_momentum")
+            if last_epoch == -1:
+                for top, bottom, group in zip(self.max_momentums, self.base_momentums, groups):
+                    self._set_momentum(group, top)
+                    group["max_momentum"], group["base_momentum"] = top, bottom
+        super().__init__(optimizer, last_epoch)
+        self.base_lrs = base_lrs
+
+    _set_momentum = OneCycleLR._set_momentum
+
+    def get_lr(self) -> list[float]:
+        cycle = math.floor(1 + self.last_epoch / self.total_size)
+        x = 1.0 + self.last_epoch / self.total_size - cycle
+        factor = x / self.step_ratio if x <= self.step_ratio else (x - 1) / (self.step_ratio - 1)
+        scale = self.scale_fn(cycle if self.scale_mode == "cycle" else self.last_epoch)
+        lrs = [base + (top - base) * factor * scale for base, top in zip(self.base_lrs, self.max_lrs)]
+        if self.cycle_momentum:
+            pairs = zip(self.base_momentums, self.max_momentums, self.optimizer.param_groups)
+            for bottom, top, group in pairs:
+                self._set_momentum(group, top - (top - bottom) * factor * scale)
+        return lrs
+
+    def state_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in super().state_dict().items() if k != "scale_fn"}
 
 
 class SequentialLR(LRScheduler):

@@ -29,6 +29,13 @@ SCHEDULERS: list[tuple[str, dict[str, Any], int]] = [
     ("LambdaLR", {"lr_lambda": lambda e: 1 / (1 + e)}, 2),
     ("MultiplicativeLR", {"lr_lambda": lambda e: 0.95}, 1),
     ("OneCycleLR", {"max_lr": 0.5, "total_steps": 25, "cycle_momentum": False}, 1),
+    ("CyclicLR", {"base_lr": 0.01, "max_lr": 0.1, "step_size_up": 4}, 1),
+    (
+        "CyclicLR",
+        {"base_lr": [0.01, 0.02], "max_lr": 0.3, "step_size_up": 3, "step_size_down": 5, "mode": "triangular2"},
+        2,
+    ),
+    ("CyclicLR", {"base_lr": 0.01, "max_lr": 0.1, "step_size_up": 2, "mode": "exp_range", "gamma": 0.9}, 1),
     (
         "OneCycleLR",
         {
@@ -332,3 +339,19 @@ def test_one_cycle_momentum_cycling_trains_as_torch(name: str, monkeypatch: pyte
         sched.step(), tsched.step()
         np.testing.assert_allclose(w.numpy(), tw.detach().numpy(), rtol=1e-5, atol=1e-6, err_msg=f"step {step}")
     assert made == []
+
+
+def test_cyclic_momentum_trains_as_torch() -> None:
+    w0, x = randn(4, 3), randn(5, 4, seed=1)
+    w, tw = Tensor(w0, requires_grad=True), torch.tensor(w0, requires_grad=True)
+    opt, topt = optim.Adam([w], lr=0.01), torch.optim.Adam([tw], lr=0.01)
+    sched = lr_scheduler.CyclicLR(opt, 0.001, 0.02, step_size_up=3)
+    tsched = torch.optim.lr_scheduler.CyclicLR(topt, 0.001, 0.02, step_size_up=3)
+    for step in range(9):
+        assert opt.param_groups[0]["betas"] == pytest.approx(topt.param_groups[0]["betas"], rel=1e-12)
+        for o, loss in ((opt, (Tensor(x) @ w).tanh().sum()), (topt, (torch.tensor(x) @ tw).tanh().sum())):
+            o.zero_grad()
+            loss.backward()
+            o.step()
+        sched.step(), tsched.step()
+        np.testing.assert_allclose(w.numpy(), tw.detach().numpy(), rtol=1e-5, atol=1e-6, err_msg=f"step {step}")
