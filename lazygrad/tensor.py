@@ -7000,6 +7000,34 @@ class Tensor(metaclass=_TensorType):
     def cpu(self) -> Tensor:
         return self.to("CPU")
 
+    def cuda(self, device: int | str | None = None, non_blocking: bool = False) -> Tensor:
+        """torch's: a copy on CUDA device `device` (an index), on the first where None."""
+        if isinstance(device, str):
+            return self.to(device)
+        return self.to("CUDA" if device is None else f"CUDA:{device}")
+
+    def share_memory_(self) -> Tensor:
+        """torch's (memory for worker processes): accepted, nothing to do; a forked child sees the parent's memory."""
+        return self
+
+    def is_shared(self) -> bool:
+        return False
+
+    def data_ptr(self) -> int:
+        """The address of the first element (the tensor is realized, and copied to memory of its own where it is a
+        view that cannot be read in place)."""
+        buf = self._contiguous_buffer()
+        return buf.ptr
+
+    def new(self, *args: Any) -> Tensor:
+        """torch's legacy constructor of this dtype and device: new(sizes...) uninitialized (zeros here), new(data)."""
+        if len(args) == 1 and not isinstance(args[0], int):
+            return Tensor(args[0], dtype=self.dtype, device=self.device)
+        return Tensor.zeros(*args, dtype=self.dtype, device=self.device)
+
+    def swapdims_(self, dim0: int, dim1: int) -> Tensor:
+        return self._reshape_in_place(self.swapdims(dim0, dim1))
+
     def byte(self) -> Tensor:
         return self.cast(dtypes.uint8)
 

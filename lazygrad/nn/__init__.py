@@ -478,6 +478,61 @@ class EmbeddingBag(Module):
         return f"{self.num_embeddings}, {self.embedding_dim}, mode='{self.mode}'"
 
 
+class SyncBatchNorm(BatchNorm):
+    """torch's SyncBatchNorm, on one process a BatchNorm (torch's argument order: num_features, eps, momentum, affine,
+    track_running_stats). Data parallel training over processes (lazygrad.distributed) averages the gradients, not
+    the batch statistics."""
+
+    def __init__(
+        self,
+        num_features: int,
+        eps: float = 1e-5,
+        momentum: float | None = 0.1,
+        affine: bool = True,
+        track_running_stats: bool = True,
+        process_group: Any = None,
+    ):
+        super().__init__(num_features, eps, affine, track_running_stats, momentum)
+
+    @classmethod
+    def convert_sync_batchnorm(cls, module: Module, process_group: Any = None) -> Module:
+        return module
+
+
+def _lazy(base: type, torch_order: Sequence[str] = ()) -> type:
+    """torch's Lazy<base>: made without its input size, which the first call reads (the last dim for a Linear, dim 1
+    otherwise) to make the parameters; the module is then a `base`. As in torch, make the optimizer after that call.
+    `torch_order`: the names of torch's positional arguments where base's order differs (BatchNorm's)."""
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        if torch_order:
+            kwargs.update(zip(torch_order, args))
+            args = ()
+        self.__dict__["_lazy_arguments"] = (args, kwargs)
+
+    def __call__(self: Any, x: Tensor, *rest: Any, **more: Any) -> Any:
+        args, kwargs = self.__dict__.pop("_lazy_arguments")
+        size = x.shape[-1] if issubclass(base, Linear) else x.shape[1]
+        self.__class__ = base
+        if torch_order:
+            base.__init__(self, num_features=size, **kwargs)
+        else:
+            base.__init__(self, size, *args, **kwargs)
+        return self(x, *rest, **more)
+
+    name = f"Lazy{base.__name__}"
+    return type(name, (base,), {"__init__": __init__, "__call__": __call__, "__qualname__": name})
+
+
+LazyLinear = _lazy(Linear)
+LazyConv1d, LazyConv2d, LazyConv3d = _lazy(Conv1d), _lazy(Conv2d), _lazy(Conv3d)
+LazyConvTranspose1d, LazyConvTranspose2d = _lazy(ConvTranspose1d), _lazy(ConvTranspose2d)
+LazyConvTranspose3d = _lazy(ConvTranspose3d)
+LazyBatchNorm1d = LazyBatchNorm2d = LazyBatchNorm3d = _lazy(
+    BatchNorm, ("eps", "momentum", "affine", "track_running_stats")
+)
+
+
 # torch's InstanceNorm1d/2d/3d default to affine=False (tinygrad's InstanceNorm to True)
 class InstanceNorm2d(InstanceNorm):
     def __init__(
@@ -523,6 +578,17 @@ __all__ = [
     "RMSNorm",
     "Embedding",
     "EmbeddingBag",
+    "SyncBatchNorm",
+    "LazyLinear",
+    "LazyConv1d",
+    "LazyConv2d",
+    "LazyConv3d",
+    "LazyConvTranspose1d",
+    "LazyConvTranspose2d",
+    "LazyConvTranspose3d",
+    "LazyBatchNorm1d",
+    "LazyBatchNorm2d",
+    "LazyBatchNorm3d",
     "Conv3d",
     "ConvTranspose3d",
     "InstanceNorm1d",

@@ -9,7 +9,7 @@ and lazygrad's in-place ops are writes the scheduler orders, not faster kernels)
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from lazygrad.dtype import dtypes
 from lazygrad.helpers import make_tuple
@@ -1290,3 +1290,255 @@ def fold(
             out = out + v.pad((left, wp - left - v.shape[3], top, hp - top - v.shape[2]))
     out = out[:, :, p[0] : p[0] + size[0], p[1] : p[1] + size[1]]
     return out if input.ndim == 3 else out.squeeze(0)
+
+
+# *** torch's in-place spellings, deprecated aliases and less common layers ***
+
+
+def _in_place(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
+    def op_(input: Tensor, *args: Any, **kwargs: Any) -> Tensor:
+        return input._inplace(fn(input, *args, **kwargs))
+
+    op_.__name__ = op_.__qualname__ = f"{fn.__name__}_"
+    op_.__doc__ = f"{fn.__name__}, written into the input's memory (torch's F.{fn.__name__}_)."
+    return op_
+
+
+relu_, elu_, celu_, selu_ = _in_place(relu), _in_place(elu), _in_place(celu), _in_place(selu)
+leaky_relu_, hardtanh_, threshold_ = _in_place(leaky_relu), _in_place(hardtanh), _in_place(threshold)
+
+
+def upsample(
+    input: Tensor, size: Any = None, scale_factor: Any = None, mode: str = "nearest", align_corners: bool | None = None
+) -> Tensor:
+    return interpolate(input, size, scale_factor, mode, align_corners)
+
+
+def upsample_nearest(input: Tensor, size: Any = None, scale_factor: Any = None) -> Tensor:
+    return interpolate(input, size, scale_factor, mode="nearest")
+
+
+def upsample_bilinear(input: Tensor, size: Any = None, scale_factor: Any = None) -> Tensor:
+    return interpolate(input, size, scale_factor, mode="bilinear", align_corners=True)
+
+
+def max_pool1d_with_indices(
+    input: Tensor,
+    kernel_size: Any,
+    stride: Any = None,
+    padding: Any = 0,
+    dilation: Any = 1,
+    ceil_mode: bool = False,
+    return_indices: bool = True,
+) -> Any:
+    return _max_pool(input, kernel_size, stride, padding, dilation, ceil_mode, True, 1)
+
+
+def max_pool2d_with_indices(
+    input: Tensor,
+    kernel_size: Any,
+    stride: Any = None,
+    padding: Any = 0,
+    dilation: Any = 1,
+    ceil_mode: bool = False,
+    return_indices: bool = True,
+) -> Any:
+    return _max_pool(input, kernel_size, stride, padding, dilation, ceil_mode, True, 2)
+
+
+def max_pool3d_with_indices(
+    input: Tensor,
+    kernel_size: Any,
+    stride: Any = None,
+    padding: Any = 0,
+    dilation: Any = 1,
+    ceil_mode: bool = False,
+    return_indices: bool = True,
+) -> Any:
+    return _max_pool(input, kernel_size, stride, padding, dilation, ceil_mode, True, 3)
+
+
+def adaptive_max_pool3d(input: Tensor, output_size: Any, return_indices: bool = False) -> Tensor:
+    _no_indices(return_indices, "adaptive_max_pool3d")
+    return _adaptive(input, output_size, 3, "adaptive_max_pool3d", "max")
+
+
+def max_unpool1d(
+    input: Tensor, indices: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, output_size: Any = None
+) -> Tensor:
+    return _max_unpool(input, indices, kernel_size, stride, padding, output_size, 1)
+
+
+def max_unpool2d(
+    input: Tensor, indices: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, output_size: Any = None
+) -> Tensor:
+    return _max_unpool(input, indices, kernel_size, stride, padding, output_size, 2)
+
+
+def max_unpool3d(
+    input: Tensor, indices: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, output_size: Any = None
+) -> Tensor:
+    return _max_unpool(input, indices, kernel_size, stride, padding, output_size, 3)
+
+
+def _max_unpool(
+    input: Tensor, indices: Tensor, kernel_size: Any, stride: Any, padding: Any, output_size: Any, dims: int
+) -> Tensor:
+    """max_pool's inverse: each value put at its flat index (max_pool's return_indices) of a zero output."""
+    x, batched = _pool_input(input, dims, f"max_unpool{dims}d")
+    idx = indices if batched else indices.unsqueeze(0)
+    k, p = make_tuple(kernel_size, dims), make_tuple(padding, dims)
+    s = k if stride is None else make_tuple(stride, dims)
+    if output_size is None:
+        spatial = tuple((n - 1) * st - 2 * pd + kk for n, st, pd, kk in zip(x.shape[2:], s, p, k))
+    else:
+        spatial = tuple(output_size)[-dims:]
+    n, c = x.shape[:2]
+    total = math.prod(spatial)
+    flat = x.reshape(n, c, -1)
+    out = Tensor.zeros(n, c, total, dtype=x.dtype, device=x.device).scatter(2, idx.reshape(n, c, -1), flat)
+    out = out.reshape(n, c, *spatial)
+    return out if batched else out.squeeze(0)
+
+
+def _lp_pool(input: Tensor, norm_type: float, kernel_size: Any, stride: Any, ceil_mode: bool, dims: int) -> Tensor:
+    """(sum over the window of x ** p) ** (1 / p), torch's way: the average pool of x ** p times the window size."""
+    k = make_tuple(kernel_size, dims)
+    pools = {1: avg_pool1d, 2: avg_pool2d, 3: avg_pool3d}
+    out = pools[dims](input.pow(norm_type), k, stride, 0, ceil_mode)
+    return (out.sign() * out.abs().relu()).mul(math.prod(k)).pow(1.0 / norm_type)
+
+
+def lp_pool1d(input: Tensor, norm_type: float, kernel_size: Any, stride: Any = None, ceil_mode: bool = False) -> Tensor:
+    return _lp_pool(input, norm_type, kernel_size, stride, ceil_mode, 1)
+
+
+def lp_pool2d(input: Tensor, norm_type: float, kernel_size: Any, stride: Any = None, ceil_mode: bool = False) -> Tensor:
+    return _lp_pool(input, norm_type, kernel_size, stride, ceil_mode, 2)
+
+
+def lp_pool3d(input: Tensor, norm_type: float, kernel_size: Any, stride: Any = None, ceil_mode: bool = False) -> Tensor:
+    return _lp_pool(input, norm_type, kernel_size, stride, ceil_mode, 3)
+
+
+_SELU_ALPHA, _SELU_SCALE = 1.6732632423543772, 1.0507009873554805
+
+
+def _alpha_dropout(input: Tensor, p: float, training: bool, keep_shape: tuple[int, ...]) -> Tensor:
+    """Dropped values set to SELU's negative saturation, then an affine map that keeps mean 0 and variance 1."""
+    if not 0 <= p <= 1:
+        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+    if not training or p == 0:
+        return input
+    if p == 1:
+        return input * 0
+    low = -_SELU_ALPHA * _SELU_SCALE
+    a = ((1 - p) * (1 + p * low * low)) ** -0.5
+    b = -a * low * p
+    keep = Tensor.rand(*keep_shape, device=input.device) >= p
+    return keep.where(input, low) * a + b
+
+
+def alpha_dropout(input: Tensor, p: float = 0.5, training: bool = False, inplace: bool = False) -> Tensor:
+    return _alpha_dropout(input, p, training, input.shape)
+
+
+def feature_alpha_dropout(input: Tensor, p: float = 0.5, training: bool = False, inplace: bool = False) -> Tensor:
+    """Whole channels (dim 1) dropped, as alpha_dropout's values."""
+    return _alpha_dropout(input, p, training, input.shape[:2] + (1,) * (input.ndim - 2))
+
+
+def rrelu(
+    input: Tensor, lower: float = 1.0 / 8, upper: float = 1.0 / 3, training: bool = False, inplace: bool = False
+) -> Tensor:
+    """Randomized leaky ReLU: in training each negative value's slope is drawn from U(lower, upper), else the slope is
+    their mean."""
+    if not training:
+        return input.leaky_relu((lower + upper) / 2)
+    slope = Tensor.rand(*input.shape, device=input.device, dtype=input.dtype) * (upper - lower) + lower
+    return (input >= 0).where(input, input * slope)
+
+
+def channel_shuffle(input: Tensor, groups: int) -> Tensor:
+    n, c = input.shape[:2]
+    if groups <= 0 or c % groups:
+        raise ValueError(f"Number of channels must be divisible by groups. Got {c} channels and {groups} groups.")
+    rest = input.shape[2:]
+    return input.reshape(n, groups, c // groups, *rest).transpose(1, 2).reshape(n, c, *rest)
+
+
+native_channel_shuffle = channel_shuffle
+
+
+def pdist(input: Tensor, p: float = 2) -> Tensor:
+    """The distances between the rows of an (N, M) input, pairs i < j in row-major order: N(N-1)/2 of them."""
+    if input.ndim != 2:
+        raise RuntimeError(f"pdist only supports 2D tensors, got: {input.ndim}D")
+    n = input.shape[0]
+    rows, cols = zip(*[(i, j) for i in range(n) for j in range(i + 1, n)]) if n > 1 else ((), ())
+    if not rows:
+        return Tensor.zeros(0, dtype=input.dtype, device=input.device)
+    a = input[Tensor(list(rows), device=input.device)]
+    b = input[Tensor(list(cols), device=input.device)]
+    return pairwise_distance(a, b, p, eps=0.0)
+
+
+def multi_margin_loss(
+    input: Tensor,
+    target: Tensor,
+    p: int = 1,
+    margin: float = 1.0,
+    weight: Tensor | None = None,
+    size_average: Any = None,
+    reduce: Any = None,
+    reduction: str = "mean",
+) -> Tensor:
+    """sum over classes j != y of max(0, margin - x[y] + x[j]) ** p (times weight[y]), over the class count."""
+    if p not in (1, 2):
+        raise ValueError("only p == 1 and p == 2 supported")
+    x = input if input.ndim == 2 else input.unsqueeze(0)
+    y = target.reshape(-1)
+    classes = x.shape[1]
+    hit = y.unsqueeze(1) == Tensor.arange(classes, device=x.device).unsqueeze(0)
+    picked = hit.where(x, 0).sum(1, keepdim=True)
+    gap = (margin - picked + x).relu()
+    gap = gap if p == 1 else gap * gap
+    if weight is not None:
+        gap = gap * weight[y].unsqueeze(1)
+    loss = hit.where(0, gap).sum(1) / classes
+    return _reduce(loss if input.ndim == 2 else loss.squeeze(0), reduction)
+
+
+def multilabel_margin_loss(
+    input: Tensor, target: Tensor, size_average: Any = None, reduce: Any = None, reduction: str = "mean"
+) -> Tensor:
+    """Targets are class indices, each row's list ending at its first -1: sum over target classes j and non-target
+    classes i of max(0, 1 - (x[j] - x[i])), over the class count."""
+    x = input if input.ndim == 2 else input.unsqueeze(0)
+    t = target if target.ndim == 2 else target.unsqueeze(0)
+    classes = x.shape[1]
+    valid = (t < 0).cast(dtypes.int32).cumsum(1) == 0  # the entries before the first -1
+    member = ((t.unsqueeze(2) == Tensor.arange(classes, device=x.device)) & valid.unsqueeze(2)).sum(1) > 0
+    gap = (1 - (x.unsqueeze(2) - x.unsqueeze(1))).relu()  # [j, i]: 1 - (x[j] - x[i])
+    pair = member.unsqueeze(2) & member.logical_not().unsqueeze(1)
+    loss = pair.where(gap, 0).sum((1, 2)) / classes
+    return _reduce(loss if input.ndim == 2 else loss.squeeze(0), reduction)
+
+
+def triplet_margin_with_distance_loss(
+    anchor: Tensor,
+    positive: Tensor,
+    negative: Tensor,
+    *,
+    distance_function: Callable[[Tensor, Tensor], Tensor] | None = None,
+    margin: float = 1.0,
+    swap: bool = False,
+    reduction: str = "mean",
+) -> Tensor:
+    if margin <= 0:
+        raise ValueError(f"triplet_margin_with_distance_loss: expected margin to be greater than 0, got {margin}")
+    dist = distance_function or pairwise_distance
+    pos, neg = dist(anchor, positive), dist(anchor, negative)
+    if swap:
+        neg = neg.minimum(dist(positive, negative))
+    return _reduce((margin + pos - neg).relu(), reduction)

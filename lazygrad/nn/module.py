@@ -25,7 +25,7 @@ import collections
 import functools
 import inspect
 import weakref
-from typing import Any, Callable, Iterator, NamedTuple, Sequence
+from typing import Any, Callable, Iterable, Iterator, NamedTuple, Sequence
 
 from lazygrad.dtype import dtypes
 from lazygrad.helpers import make_tuple
@@ -525,6 +525,109 @@ class ModuleDict(Module):
         return self._dict.items()
 
 
+class ParameterList(Module):
+    """torch's ParameterList: parameters by index (state dict names "0", "1", ...); a tensor added becomes one."""
+
+    def __init__(self, values: Iterable[Tensor] | None = None):
+        super().__init__()
+        self._list: list[Tensor] = []
+        for v in values or ():
+            self.append(v)
+
+    def _tensors(self, prefix: str = "") -> dict[str, Tensor]:
+        return {f"{prefix}{i}": t for i, t in enumerate(self._list)}
+
+    def append(self, value: Tensor) -> ParameterList:
+        self._list.append(_as_parameter(value))
+        return self
+
+    def extend(self, values: Iterable[Tensor]) -> ParameterList:
+        for v in values:
+            self.append(v)
+        return self
+
+    def __getitem__(self, i: int) -> Tensor:
+        return self._list[i]
+
+    def __setitem__(self, i: int, value: Tensor) -> None:
+        self._list[i] = _as_parameter(value)
+
+    def __len__(self) -> int:
+        return len(self._list)
+
+    def __iter__(self) -> Iterator[Tensor]:
+        return iter(self._list)
+
+
+class ParameterDict(Module):
+    """torch's ParameterDict: parameters by name, in insertion order."""
+
+    def __init__(self, parameters: dict[str, Tensor] | Iterable[tuple[str, Tensor]] | None = None):
+        super().__init__()
+        self._dict: dict[str, Tensor] = {}
+        self.update(parameters or {})
+
+    def _tensors(self, prefix: str = "") -> dict[str, Tensor]:
+        return {f"{prefix}{k}": t for k, t in self._dict.items()}
+
+    def update(self, parameters: dict[str, Tensor] | Iterable[tuple[str, Tensor]]) -> None:
+        for k, v in parameters.items() if isinstance(parameters, dict) else parameters:
+            self[k] = v
+
+    def __getitem__(self, key: str) -> Tensor:
+        return self._dict[key]
+
+    def __setitem__(self, key: str, value: Tensor) -> None:
+        self._dict[key] = _as_parameter(value)
+
+    def __delitem__(self, key: str) -> None:
+        del self._dict[key]
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._dict
+
+    def __len__(self) -> int:
+        return len(self._dict)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._dict)
+
+    def keys(self) -> Any:
+        return self._dict.keys()
+
+    def values(self) -> Any:
+        return self._dict.values()
+
+    def items(self) -> Any:
+        return self._dict.items()
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self._dict.get(key, default)
+
+    def pop(self, key: str) -> Tensor:
+        return self._dict.pop(key)
+
+
+def _as_parameter(value: Tensor) -> Tensor:
+    return value if is_parameter(value) else Parameter(value)
+
+
+class DataParallel(Module):
+    """torch's DataParallel on one process: forward is the module's (the batch is not split over devices; for data
+    parallelism across processes see lazygrad.distributed). The module is `.module`, state dict names start with
+    "module." as torch's."""
+
+    def __init__(self, module: Module, device_ids: Any = None, output_device: Any = None, dim: int = 0):
+        super().__init__()
+        self.module, self.device_ids, self.output_device, self.dim = module, device_ids, output_device, dim
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self.module(*args, **kwargs)
+
+
+DistributedDataParallel = DataParallel
+
+
 # *** layers over functional: their arguments are torch's constructor's ***
 
 
@@ -621,6 +724,33 @@ AvgPool2d = _layer("AvgPool2d", F.avg_pool2d, [*_AVG_POOL, ("divisor_override", 
 AvgPool3d = _layer("AvgPool3d", F.avg_pool3d, [*_AVG_POOL, ("divisor_override", None)])
 
 
+Softmax2d = _layer("Softmax2d", lambda x: F.softmax(x, -3))
+ChannelShuffle = _layer("ChannelShuffle", F.channel_shuffle, [("groups", 1)])
+AdaptiveMaxPool3d = _layer("AdaptiveMaxPool3d", F.adaptive_max_pool3d, [("output_size", 1), ("return_indices", False)])
+UpsamplingNearest2d = _layer("UpsamplingNearest2d", F.upsample_nearest, [("size", None), ("scale_factor", None)])
+UpsamplingBilinear2d = _layer("UpsamplingBilinear2d", F.upsample_bilinear, [("size", None), ("scale_factor", None)])
+_LP_POOL = [("norm_type", 2.0), ("kernel_size", 1), ("stride", None), ("ceil_mode", False)]
+LPPool1d = _layer("LPPool1d", F.lp_pool1d, _LP_POOL)
+LPPool2d = _layer("LPPool2d", F.lp_pool2d, _LP_POOL)
+LPPool3d = _layer("LPPool3d", F.lp_pool3d, _LP_POOL)
+
+
+class _MaxUnpool(Module):
+    fn: Callable = staticmethod(F.max_unpool2d)
+
+    def __init__(self, kernel_size: Any, stride: Any = None, padding: Any = 0):
+        super().__init__()
+        self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
+
+    def forward(self, x: Tensor, indices: Tensor, output_size: Any = None) -> Tensor:
+        return type(self).fn(x, indices, self.kernel_size, self.stride, self.padding, output_size)
+
+
+MaxUnpool1d = type("MaxUnpool1d", (_MaxUnpool,), {"fn": staticmethod(F.max_unpool1d)})
+MaxUnpool2d = type("MaxUnpool2d", (_MaxUnpool,), {"fn": staticmethod(F.max_unpool2d)})
+MaxUnpool3d = type("MaxUnpool3d", (_MaxUnpool,), {"fn": staticmethod(F.max_unpool3d)})
+
+
 class Identity(Module):
     def __init__(self, *args: Any, **kwargs: Any):  # torch's takes and ignores any arguments
         super().__init__()
@@ -677,6 +807,26 @@ Dropout = type("Dropout", (_Dropout,), {})
 Dropout1d = type("Dropout1d", (_Dropout,), {"fn": staticmethod(F.dropout1d)})
 Dropout2d = type("Dropout2d", (_Dropout,), {"fn": staticmethod(F.dropout2d)})
 Dropout3d = type("Dropout3d", (_Dropout,), {"fn": staticmethod(F.dropout3d)})
+
+
+class AlphaDropout(_Dropout):
+    fn = staticmethod(F.alpha_dropout)
+
+
+class FeatureAlphaDropout(_Dropout):
+    fn = staticmethod(F.feature_alpha_dropout)
+
+
+class RReLU(Module):
+    def __init__(self, lower: float = 1.0 / 8, upper: float = 1.0 / 3, inplace: bool = False):
+        super().__init__()
+        self.lower, self.upper, self.inplace = lower, upper, inplace
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.rrelu(x, self.lower, self.upper, self._training())
+
+    def extra_repr(self) -> str:
+        return f"lower={self.lower}, upper={self.upper}"
 
 
 class PReLU(Module):
@@ -835,6 +985,24 @@ MultiLabelSoftMarginLoss = _loss(
 MarginRankingLoss = _loss(
     "MarginRankingLoss", F.margin_ranking_loss, "margin size_average reduce reduction", 3, margin=0.0
 )
+MultiMarginLoss = _loss(
+    "MultiMarginLoss",
+    F.multi_margin_loss,
+    "p margin weight size_average reduce reduction",
+    p=1,
+    margin=1.0,
+    weight=None,
+)
+MultiLabelMarginLoss = _loss("MultiLabelMarginLoss", F.multilabel_margin_loss)
+TripletMarginWithDistanceLoss = _loss(
+    "TripletMarginWithDistanceLoss",
+    F.triplet_margin_with_distance_loss,
+    "distance_function margin swap reduction",
+    3,
+    distance_function=None,
+    margin=1.0,
+    swap=False,
+)
 CTCLoss = _loss("CTCLoss", F.ctc_loss, "blank reduction zero_infinity", 4, blank=0, zero_infinity=False)
 HingeEmbeddingLoss = _loss(
     "HingeEmbeddingLoss", F.hinge_embedding_loss, "margin size_average reduce reduction", margin=1.0
@@ -869,6 +1037,27 @@ __all__ = [
     "Sequential",
     "ModuleList",
     "ModuleDict",
+    "ParameterList",
+    "ParameterDict",
+    "DataParallel",
+    "DistributedDataParallel",
+    "AlphaDropout",
+    "FeatureAlphaDropout",
+    "RReLU",
+    "Softmax2d",
+    "ChannelShuffle",
+    "AdaptiveMaxPool3d",
+    "UpsamplingNearest2d",
+    "UpsamplingBilinear2d",
+    "LPPool1d",
+    "LPPool2d",
+    "LPPool3d",
+    "MaxUnpool1d",
+    "MaxUnpool2d",
+    "MaxUnpool3d",
+    "MultiMarginLoss",
+    "MultiLabelMarginLoss",
+    "TripletMarginWithDistanceLoss",
     "Identity",
     "ReLU",
     "ReLU6",

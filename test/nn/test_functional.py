@@ -399,3 +399,68 @@ def test_affine_grid(size: list[int], align_corners: bool) -> None:
     np.testing.assert_allclose(theta.grad.numpy(), ttheta.grad.numpy(), rtol=1e-4, atol=1e-5)
     with pytest.raises(ValueError, match="affine matrices"):
         F.affine_grid(Tensor(randn(1, 2, 3)), [1, 1, 2, 2, 2])
+
+
+def test_in_place_activations_write_their_input() -> None:
+    for name, args in (
+        ("relu_", ()),
+        ("elu_", (0.5,)),
+        ("leaky_relu_", (0.2,)),
+        ("hardtanh_", (-0.5, 0.5)),
+        ("selu_", ()),
+        ("celu_", (1.5,)),
+        ("threshold_", (0.1, -2.0)),
+    ):
+        x0 = randn(3, 4)
+        ours, ref = Tensor(x0), torch.tensor(x0)
+        out = getattr(F, name)(ours, *args)
+        getattr(TF, name)(ref, *args)
+        np.testing.assert_allclose(ours.numpy(), ref.numpy(), rtol=1e-6, err_msg=name)
+        np.testing.assert_allclose(out.numpy(), ref.numpy(), rtol=1e-6, err_msg=name)
+
+
+# (function, extra positional args, keyword args, inputs): values and gradients against torch
+_MORE: list[tuple[str, tuple, dict, list[np.ndarray]]] = [
+    ("lp_pool1d", (2.0, 3), {}, [_uniform(2, 3, 10)]),
+    ("lp_pool2d", (3.0, 2), {"stride": 1}, [_uniform(2, 3, 5, 6)]),
+    ("channel_shuffle", (3,), {}, [randn(2, 6, 4)]),
+    ("pdist", (), {}, [randn(5, 3)]),
+    ("pdist", (), {"p": 1.0}, [randn(4, 2)]),
+    ("multi_margin_loss", (), {"target": _ints((4,), 5)}, [randn(4, 5)]),
+    ("multi_margin_loss", (), {"target": _ints((4,), 5), "p": 2, "margin": 0.5, "reduction": "none"}, [randn(4, 5)]),
+    ("multilabel_margin_loss", (), {"target": np.array([[3, 0, -1, 1], [1, 2, 3, -1]])}, [randn(2, 4)]),
+    ("upsample_bilinear", (), {"scale_factor": 2}, [randn(1, 2, 3, 4)]),
+    ("upsample", (), {"size": (5, 7), "mode": "nearest"}, [randn(1, 2, 3, 4)]),
+    ("adaptive_max_pool3d", ((2, 1, 3),), {}, [randn(1, 2, 4, 3, 6)]),
+]
+
+
+@pytest.mark.parametrize("case", range(len(_MORE)), ids=[f"{c[0]}-{i}" for i, c in enumerate(_MORE)])
+def test_more_functions_match_torch(case: int) -> None:
+    name, args, kwargs, inputs = _MORE[case]
+    check(*_both(name, *args, **kwargs), inputs, atol=1e-5, rtol=1e-4)
+
+
+def test_max_unpool_inverts_max_pool_as_torch() -> None:
+    x0 = randn(2, 3, 6, 8)
+    for dims, shape in ((1, (2, 3, 9)), (2, (2, 3, 6, 8))):
+        x0 = randn(*shape)
+        pool, unpool = getattr(TF, f"max_pool{dims}d"), getattr(TF, f"max_unpool{dims}d")
+        tout, tidx = pool(torch.tensor(x0), 2, return_indices=True)
+        out, idx = getattr(F, f"max_pool{dims}d_with_indices")(Tensor(x0), 2)
+        assert idx.tolist() == tidx.tolist()
+        got = getattr(F, f"max_unpool{dims}d")(out, idx, 2, output_size=shape[2:])
+        np.testing.assert_array_equal(got.numpy(), unpool(tout, tidx, 2, output_size=shape[2:]).numpy())
+
+
+def test_random_layers_keep_their_statistics() -> None:
+    """alpha_dropout keeps mean 0 and variance 1 of a standard normal input (torch's affine correction); rrelu's
+    slopes lie in [lower, upper] in training and are their mean in eval."""
+    x = Tensor.randn(200_000)
+    y = F.alpha_dropout(x, 0.3, training=True).numpy()
+    assert abs(y.mean()) < 0.02 and abs(y.std() - 1) < 0.02
+    assert F.alpha_dropout(x, 0.3, training=False) is x
+    neg = -Tensor.rand(1000) - 0.1
+    slope = (F.rrelu(neg, 0.1, 0.3, training=True) / neg).numpy()
+    assert slope.min() >= 0.1 - 1e-6 and slope.max() <= 0.3 + 1e-6 and slope.std() > 0.03
+    np.testing.assert_allclose((F.rrelu(neg, 0.1, 0.3) / neg).numpy(), 0.2, rtol=1e-5)

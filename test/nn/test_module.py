@@ -306,3 +306,66 @@ def test_layers_take_torchs_factory_and_layer_arguments() -> None:
     assert not frozen.weight.requires_grad and frozen(Tensor([2])).numpy().tolist() == [table.numpy()[2].tolist()]
     with pytest.raises(ValueError, match="padding_mode"):
         nn.Conv2d(1, 1, 3, padding_mode="mirror")
+
+
+def test_parameter_containers_data_parallel_and_lazy_layers_as_torch() -> None:
+    """ParameterList/ParameterDict name their parameters as torch's (state dict keys), DataParallel prefixes
+    "module.", lazy layers read their input size at the first call and then hold torch's parameter shapes."""
+
+    def build(mod: Any) -> Any:
+        class Net(mod.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.scales = mod.ParameterList([mod.Parameter(mod_ones(mod, 3)) for _ in range(2)])
+                self.extra = mod.ParameterDict({"shift": mod.Parameter(mod_ones(mod, 3))})
+                self.body = mod.Linear(3, 3)
+
+            def forward(self, x: Any) -> Any:
+                return self.body(x * self.scales[0] * self.scales[1] + self.extra["shift"])
+
+        return mod.DataParallel(Net())
+
+    def mod_ones(mod: Any, n: int) -> Any:
+        return Tensor.ones(n) if mod is nn else torch.ones(n)
+
+    ours, ref = build(nn), build(torch.nn)
+    assert list(ours.state_dict()) == list(ref.state_dict())
+    assert [n for n, _ in ours.named_parameters()] == [n for n, _ in ref.named_parameters()]
+    ours.load_state_dict({k: Tensor(v.detach().numpy()) for k, v in ref.state_dict().items()})
+    x = randn(2, 3)
+    np.testing.assert_allclose(ours(Tensor(x)).numpy(), ref(torch.tensor(x)).detach().numpy(), rtol=1e-6)
+    for lazy, shape, want in (
+        (nn.LazyLinear(4), (2, 7), {"weight": (4, 7), "bias": (4,)}),
+        (nn.LazyConv2d(5, 3, padding=1), (1, 2, 6, 6), {"weight": (5, 2, 3, 3), "bias": (5,)}),
+        (nn.LazyBatchNorm1d(1e-3, 0.5), (4, 6), {"weight": (6,), "bias": (6,)}),
+    ):
+        lazy(Tensor.ones(*shape))
+        assert {n: p.shape for n, p in lazy.named_parameters()} == want
+    sync = nn.SyncBatchNorm(3, 1e-4, 0.3)
+    assert sync.eps == 1e-4 and sync.momentum == 0.3 and nn.SyncBatchNorm.convert_sync_batchnorm(ours) is ours
+
+
+@pytest.mark.parametrize(
+    "name, args, shape",
+    [
+        ("Softmax2d", (), (2, 3, 4, 5)),
+        ("ChannelShuffle", (2,), (1, 4, 3, 3)),
+        ("UpsamplingNearest2d", (None, 2), (1, 2, 3, 3)),
+        ("UpsamplingBilinear2d", ((5, 4),), (1, 2, 3, 3)),
+        ("LPPool2d", (2, 2), (1, 2, 4, 4)),
+        ("AdaptiveMaxPool3d", ((1, 2, 2),), (1, 2, 3, 4, 4)),
+        ("AlphaDropout", (0.4,), (3, 4)),  # (eval mode: the identity, as torch's)
+    ],
+)
+def test_more_layers_match_torch(name: str, args: tuple, shape: tuple) -> None:
+    x = np.abs(randn(*shape)) + 0.1
+    ours, ref = getattr(nn, name)(*args), getattr(torch.nn, name)(*args)
+    ours.eval(), ref.eval()
+    np.testing.assert_allclose(ours(Tensor(x)).numpy(), ref(torch.tensor(x)).numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_tensor_torch_leftovers() -> None:
+    t = Tensor([[1.0, 2.0], [3.0, 4.0]])
+    assert t.new(2, 3).shape == (2, 3) and t.new([5, 6]).dtype == t.dtype
+    assert t.share_memory_() is t and not t.is_shared() and t.data_ptr() != 0
+    assert t.swapdims_(0, 1).tolist() == [[1.0, 3.0], [2.0, 4.0]]
