@@ -1,13 +1,13 @@
 """torch.optim.lr_scheduler's schedulers over an optimizer's `param_groups` (reached as `nn.optim.lr_scheduler`).
 
-Each computes the learning rate in Python, in torch's closed forms (torch's chainable forms give the same values to
-float rounding), and writes it through `param_groups`, i.e. into the optimizer's device scalar: a step of a
+Each computes the learning rate in Python as torch's does: a step() from the group's current rate (torch's chainable
+forms, so that schedulers stepped together compose: ChainedScheduler), a step(epoch) in closed form. It writes the rate
+through `param_groups`, i.e. into the optimizer's device scalar: a step of a
 scheduler compiles nothing. As in torch, making a scheduler sets each group's "initial_lr" and steps it once (to
 epoch 0), and `step()` goes after `optimizer.step()`.
 
 OneCycleLR and CyclicLR cycle SGD's momentum or an Adam-like optimizer's beta1 as torch's (`cycle_momentum=True`, the
 default): the optimizer keeps them in device scalars once changed, so the cycling compiles nothing either.
-Not offered: ChainedScheduler (it composes torch's chainable forms, which these closed forms are not).
 """
 
 from __future__ import annotations
@@ -39,7 +39,8 @@ class LRScheduler:
     def step(self, epoch: int | None = None) -> None:
         self._step_count += 1
         self.last_epoch = self.last_epoch + 1 if epoch is None else epoch
-        self._last_lr = self.get_lr()
+        closed = getattr(self, "_closed_form_lr", None)
+        self._last_lr = closed() if epoch is not None and closed is not None else self.get_lr()
         for group, lr in zip(self.optimizer.param_groups, self._last_lr):
             group["lr"] = lr
 
@@ -51,6 +52,11 @@ class LRScheduler:
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.__dict__.update(state_dict)
+
+
+def _lrs(scheduler: Any) -> list[float]:
+    """Each group's current learning rate (what torch's chainable forms start from)."""
+    return [group["lr"] for group in scheduler.optimizer.param_groups]
 
 
 class LambdaLR(LRScheduler):
@@ -83,8 +89,12 @@ class StepLR(LRScheduler):
         self.step_size, self.gamma = step_size, gamma
         super().__init__(optimizer, last_epoch)
 
-    def get_lr(self) -> list[float]:
+    def _closed_form_lr(self) -> list[float]:
         return [base * self.gamma ** (self.last_epoch // self.step_size) for base in self.base_lrs]
+
+    def get_lr(self) -> list[float]:
+        change = self.last_epoch != 0 and self.last_epoch % self.step_size == 0
+        return [lr * self.gamma if change else lr for lr in _lrs(self)]
 
 
 class MultiStepLR(LRScheduler):
@@ -92,9 +102,13 @@ class MultiStepLR(LRScheduler):
         self.milestones, self.gamma = sorted(milestones), gamma
         super().__init__(optimizer, last_epoch)
 
-    def get_lr(self) -> list[float]:
+    def _closed_form_lr(self) -> list[float]:
         passed = sum(1 for m in self.milestones if m <= self.last_epoch)
         return [base * self.gamma**passed for base in self.base_lrs]
+
+    def get_lr(self) -> list[float]:
+        times = self.milestones.count(self.last_epoch)  # (a milestone given twice decays twice, as torch's Counter)
+        return [lr * self.gamma**times if times else lr for lr in _lrs(self)]
 
 
 class ConstantLR(LRScheduler):
@@ -104,8 +118,13 @@ class ConstantLR(LRScheduler):
         self.factor, self.total_iters = factor, total_iters
         super().__init__(optimizer, last_epoch)
 
-    def get_lr(self) -> list[float]:
+    def _closed_form_lr(self) -> list[float]:
         return [base * (self.factor if self.last_epoch < self.total_iters else 1.0) for base in self.base_lrs]
+
+    def get_lr(self) -> list[float]:
+        if self.last_epoch == 0:
+            return [lr * self.factor for lr in _lrs(self)]
+        return [lr * (1.0 / self.factor) if self.last_epoch == self.total_iters else lr for lr in _lrs(self)]
 
 
 class LinearLR(LRScheduler):
@@ -122,10 +141,19 @@ class LinearLR(LRScheduler):
         self.start_factor, self.end_factor, self.total_iters = start_factor, end_factor, total_iters
         super().__init__(optimizer, last_epoch)
 
-    def get_lr(self) -> list[float]:
+    def _closed_form_lr(self) -> list[float]:
         t = min(self.total_iters, self.last_epoch) / self.total_iters if self.total_iters else 1.0
         factor = self.start_factor + (self.end_factor - self.start_factor) * t
         return [base * factor for base in self.base_lrs]
+
+    def get_lr(self) -> list[float]:
+        if self.last_epoch == 0:
+            return [lr * self.start_factor for lr in _lrs(self)]
+        if self.last_epoch > self.total_iters:
+            return _lrs(self)
+        span = self.end_factor - self.start_factor
+        factor = 1.0 + span / (self.total_iters * self.start_factor + (self.last_epoch - 1) * span)
+        return [lr * factor for lr in _lrs(self)]
 
 
 class ExponentialLR(LRScheduler):
@@ -133,8 +161,11 @@ class ExponentialLR(LRScheduler):
         self.gamma = gamma
         super().__init__(optimizer, last_epoch)
 
-    def get_lr(self) -> list[float]:
+    def _closed_form_lr(self) -> list[float]:
         return [base * self.gamma**self.last_epoch for base in self.base_lrs]
+
+    def get_lr(self) -> list[float]:
+        return [lr * self.gamma if self.last_epoch else lr for lr in _lrs(self)]
 
 
 class PolynomialLR(LRScheduler):
@@ -142,9 +173,16 @@ class PolynomialLR(LRScheduler):
         self.total_iters, self.power = total_iters, power
         super().__init__(optimizer, last_epoch)
 
-    def get_lr(self) -> list[float]:
+    def _closed_form_lr(self) -> list[float]:
         t = min(self.total_iters, self.last_epoch)
         return [base * (1.0 - t / self.total_iters) ** self.power for base in self.base_lrs]
+
+    def get_lr(self) -> list[float]:
+        t, n = self.last_epoch, self.total_iters
+        if t == 0 or t > n:
+            return _lrs(self)
+        decay = ((1.0 - t / n) / (1.0 - (t - 1) / n)) ** self.power
+        return [lr * decay for lr in _lrs(self)]
 
 
 class CosineAnnealingLR(LRScheduler):
@@ -152,9 +190,21 @@ class CosineAnnealingLR(LRScheduler):
         self.T_max, self.eta_min = T_max, eta_min
         super().__init__(optimizer, last_epoch)
 
-    def get_lr(self) -> list[float]:
+    def _closed_form_lr(self) -> list[float]:
         cos = (1 + math.cos(math.pi * self.last_epoch / self.T_max)) / 2
         return [self.eta_min + (base - self.eta_min) * cos for base in self.base_lrs]
+
+    def get_lr(self) -> list[float]:
+        t, period, low = self.last_epoch, self.T_max, self.eta_min
+        if t == 0:
+            return _lrs(self)
+        if self._step_count == 1:  # made with last_epoch > 0: torch's closed form
+            return self._closed_form_lr()
+        if (t - 1 - period) % (2 * period) == 0:
+            rise = (1 - math.cos(math.pi / period)) / 2
+            return [lr + (base - low) * rise for lr, base in zip(_lrs(self), self.base_lrs)]
+        ratio = (1 + math.cos(math.pi * t / period)) / (1 + math.cos(math.pi * (t - 1) / period))
+        return [ratio * (lr - low) + low for lr in _lrs(self)]
 
 
 class CosineAnnealingWarmRestarts(LRScheduler):
@@ -343,6 +393,35 @@ class CyclicLR(LRScheduler):
 
     def state_dict(self) -> dict[str, Any]:
         return {k: v for k, v in super().state_dict().items() if k != "scale_fn"}
+
+
+class ChainedScheduler:
+    """torch's ChainedScheduler: each step steps every scheduler in turn, their chainable forms composing."""
+
+    def __init__(self, schedulers: Sequence[Any], optimizer: Any = None):
+        if not schedulers:
+            raise ValueError("ChainedScheduler expects at least one scheduler")
+        self._schedulers = list(schedulers)
+        self.optimizer = optimizer if optimizer is not None else self._schedulers[0].optimizer
+        if any(s.optimizer is not self.optimizer for s in self._schedulers):
+            raise ValueError("ChainedScheduler expects all schedulers to belong to the same optimizer")
+        self._last_lr = _lrs(self)
+
+    def step(self) -> None:
+        for s in self._schedulers:
+            s.step()
+        self._last_lr = _lrs(self)
+
+    def get_last_lr(self) -> list[float]:
+        return list(self._last_lr)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"_schedulers": [s.state_dict() for s in self._schedulers], "_last_lr": self._last_lr}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        for s, d in zip(self._schedulers, state_dict["_schedulers"]):
+            s.load_state_dict(d)
+        self._last_lr = list(state_dict["_last_lr"])
 
 
 class SequentialLR(LRScheduler):

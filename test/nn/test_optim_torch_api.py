@@ -4,6 +4,7 @@ with their own options trained against torch), torch's option spellings (betas=,
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Callable
 
 import numpy as np
@@ -355,3 +356,27 @@ def test_cyclic_momentum_trains_as_torch() -> None:
             o.step()
         sched.step(), tsched.step()
         np.testing.assert_allclose(w.numpy(), tw.detach().numpy(), rtol=1e-5, atol=1e-6, err_msg=f"step {step}")
+
+
+def test_chained_schedulers_and_explicit_epochs_match_torch() -> None:
+    """Schedulers stepped together compose as torch's chainable forms do; step(epoch) takes the closed form."""
+    for make in (
+        lambda mod, o: [mod.ConstantLR(o, factor=0.5, total_iters=3), mod.ExponentialLR(o, gamma=0.9)],
+        lambda mod, o: [mod.LinearLR(o, 0.2, total_iters=4), mod.CosineAnnealingLR(o, 5), mod.StepLR(o, 2, 0.7)],
+        lambda mod, o: [mod.MultiStepLR(o, [2, 4, 4], 0.5), mod.PolynomialLR(o, 6, 2.0)],
+    ):
+        ours_opt, ref_opt = _optimizers(2)
+        ours = lr_scheduler.ChainedScheduler(make(lr_scheduler, ours_opt))
+        ref = torch.optim.lr_scheduler.ChainedScheduler(make(torch.optim.lr_scheduler, ref_opt))
+        for _ in range(12):
+            np.testing.assert_allclose(ours.get_last_lr(), ref.get_last_lr(), rtol=1e-12)
+            ref_opt.step()
+            ours.step(), ref.step()
+    ours_opt, ref_opt = _optimizers(1)
+    ours, ref = lr_scheduler.CosineAnnealingLR(ours_opt, 7), torch.optim.lr_scheduler.CosineAnnealingLR(ref_opt, 7)
+    for epoch in (3, 5, 1):
+        ours.step(epoch)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch's deprecation of step(epoch)
+            ref.step(epoch)
+        np.testing.assert_allclose(ours.get_last_lr(), ref.get_last_lr(), rtol=1e-12)
