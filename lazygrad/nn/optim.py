@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import inspect
 import math
+import sys
 from typing import Any, Callable, Sequence
 
 from lazygrad.device import Device
@@ -872,5 +873,8 @@ def _lerp(start: Tensor, end: Tensor, weight: float | Tensor) -> Tensor:
     return start + diff * weight if weight < 0.5 else end - diff * (1 - weight)
 
 
-# torch's place for them: nn.optim.lr_scheduler.StepLR(...)
-from lazygrad.nn import lr_scheduler  # noqa: E402, F401
+# torch's place for them: nn.optim.lr_scheduler.StepLR(...), and `from lazygrad.nn.optim.lr_scheduler import StepLR`
+# (torch.optim.lr_scheduler is a module of its own: the import statement looks it up by that name)
+from lazygrad.nn import lr_scheduler  # noqa: E402
+
+sys.modules[f"{__name__}.lr_scheduler"] = lr_scheduler

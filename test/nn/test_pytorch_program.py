@@ -1,0 +1,93 @@
+"""One PyTorch training program run twice, as written for torch and with its imports changed to lazygrad's: a
+bidirectional LSTM over packed variable-length sequences, an EmbeddingBag, AdamW with OneCycleLR (momentum cycling),
+gradient clipping and a GradScaler. From torch's initial weights, each step's loss must be torch's."""
+
+from __future__ import annotations
+
+import types
+
+import numpy as np
+import torch
+
+V, E, H, C, B, L = 20, 8, 16, 3, 6, 9
+LENGTHS = [9, 7, 7, 5, 3, 2]
+
+
+def _libraries(which: str) -> types.SimpleNamespace:
+    if which == "torch":
+        import torch.nn as nn
+        import torch.nn.functional as F
+        from torch.amp import GradScaler
+        from torch.nn.utils.rnn import pack_padded_sequence
+        from torch.optim import AdamW
+        from torch.optim.lr_scheduler import OneCycleLR
+
+        tensor_type, tensor = torch, torch.tensor
+    else:
+        from lazygrad.nn.optim.lr_scheduler import OneCycleLR
+
+        import lazygrad.nn as nn
+        import lazygrad.nn.functional as F
+        from lazygrad import Tensor
+        from lazygrad.amp import GradScaler
+        from lazygrad.nn.optim import AdamW
+        from lazygrad.nn.utils.rnn import pack_padded_sequence
+
+        tensor_type, tensor = Tensor, Tensor
+    return types.SimpleNamespace(
+        T=tensor_type,
+        tensor=tensor,
+        nn=nn,
+        F=F,
+        GradScaler=GradScaler,
+        AdamW=AdamW,
+        OneCycleLR=OneCycleLR,
+        pack_padded_sequence=pack_padded_sequence,
+    )
+
+
+def _train(lib: types.SimpleNamespace, init: dict[str, np.ndarray] | None) -> tuple[list[float], dict]:
+    nn, F = lib.nn, lib.F
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.emb = nn.Embedding(V, E, padding_idx=0)
+            self.bag = nn.EmbeddingBag(V, 4, mode="mean")
+            self.rnn = nn.LSTM(E, H, batch_first=True, bidirectional=True)
+            self.head = nn.Sequential(nn.Linear(2 * H + 4, 12), nn.GELU(), nn.Linear(12, C))
+
+        def forward(self, x, lengths):
+            packed = lib.pack_padded_sequence(self.emb(x), lengths, batch_first=True, enforce_sorted=False)
+            _, (h, _) = self.rnn(packed)
+            return self.head(lib.T.cat([h[0], h[1], self.bag(x)], 1))
+
+    net = Net()
+    if init is not None:
+        net.load_state_dict({k: lib.tensor(v) for k, v in init.items()})
+    start = {k: v.detach().numpy().copy() for k, v in net.state_dict().items()}
+    opt = lib.AdamW(net.parameters(), lr=1e-2, weight_decay=0.01)
+    sched = lib.OneCycleLR(opt, max_lr=0.05, total_steps=12)
+    scaler = lib.GradScaler("cpu", init_scale=256.0, growth_interval=3)
+    rng = np.random.default_rng(0)
+    x, y = lib.tensor(rng.integers(1, V, (B, L))), lib.tensor(rng.integers(0, C, B))
+    losses = []
+    for _ in range(12):
+        opt.zero_grad()
+        loss = F.cross_entropy(net(x, LENGTHS), y, label_smoothing=0.1)
+        scaler.scale(loss).backward()
+        scaler.unscale_(opt)
+        nn.utils.clip_grad_norm_(net.parameters(), 1.0)
+        scaler.step(opt)
+        scaler.update()
+        sched.step()
+        losses.append(float(loss.item()))
+    return losses, start
+
+
+def test_a_pytorch_program_trains_as_under_torch() -> None:
+    torch.manual_seed(0)
+    want, init = _train(_libraries("torch"), None)
+    got, _ = _train(_libraries("lazygrad"), init)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    assert want[-1] < 0.5 * want[0]  # (it learns: the comparison is not of two flat curves)
