@@ -91,3 +91,59 @@ def test_a_pytorch_program_trains_as_under_torch() -> None:
     got, _ = _train(_libraries("lazygrad"), init)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
     assert want[-1] < 0.5 * want[0]  # (it learns: the comparison is not of two flat curves)
+
+
+def _train_transformer(lib: types.SimpleNamespace, init: dict[str, np.ndarray] | None) -> tuple[list[float], dict]:
+    """A tiny causal language model: embedding + positional parameter, a TransformerEncoder with a causal mask,
+    weight tying, AdamW with a warmup LambdaLR, two micro-batches accumulated per step."""
+    nn, F, T = lib.nn, lib.F, lib.T
+    vocab, dim, ctx = 11, 16, 7
+
+    class LM(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.tok = nn.Embedding(vocab, dim)
+            self.pos = nn.Parameter(T.zeros(ctx, dim))
+            layer = nn.TransformerEncoderLayer(dim, 2, 32, dropout=0.0, batch_first=True, norm_first=True)
+            self.body = nn.TransformerEncoder(layer, 2)
+            self.norm = nn.LayerNorm(dim)
+
+        def forward(self, x):
+            mask = nn.Transformer.generate_square_subsequent_mask(x.shape[1])
+            h = self.body(self.tok(x) + self.pos[: x.shape[1]], mask=mask, is_causal=True)
+            return self.norm(h) @ self.tok.weight.T
+
+    net = LM()
+    if init is not None:
+        net.load_state_dict({k: lib.tensor(v) for k, v in init.items()})
+    start = {k: v.detach().numpy().copy() for k, v in net.state_dict().items()}
+    opt = lib.AdamW(net.parameters(), lr=3e-3)
+    sched = lib.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 3))
+    rng = np.random.default_rng(1)
+    data = rng.integers(0, vocab, (4, ctx + 1))
+    losses = []
+    for _ in range(8):
+        opt.zero_grad()
+        total = 0.0
+        for half in (data[:2], data[2:]):
+            x, y = lib.tensor(half[:, :-1]), lib.tensor(half[:, 1:])
+            loss = F.cross_entropy(net(x).reshape(-1, vocab), y.reshape(-1)) / 2
+            loss.backward()
+            total += float(loss.item())
+        opt.step()
+        sched.step()
+        losses.append(total)
+    return losses, start
+
+
+def test_a_pytorch_transformer_program_trains_as_under_torch() -> None:
+    torch.manual_seed(0)
+    torch_lib, ours_lib = _libraries("torch"), _libraries("lazygrad")
+    torch_lib.LambdaLR = torch.optim.lr_scheduler.LambdaLR
+    from lazygrad.nn.optim import lr_scheduler
+
+    ours_lib.LambdaLR = lr_scheduler.LambdaLR
+    want, init = _train_transformer(torch_lib, None)
+    got, _ = _train_transformer(ours_lib, init)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    assert want[-1] < 0.8 * want[0]
