@@ -147,3 +147,71 @@ def test_a_pytorch_transformer_program_trains_as_under_torch() -> None:
     got, _ = _train_transformer(ours_lib, init)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
     assert want[-1] < 0.8 * want[0]
+
+
+def _train_cnn(lib: types.SimpleNamespace, init: dict[str, np.ndarray] | None) -> tuple[list[float], dict]:
+    """A small residual CNN: Conv2d/BatchNorm2d/ReLU(inplace)/MaxPool2d, a residual block with GroupNorm and SiLU,
+    AdaptiveAvgPool2d, Dropout(0) and Linear; SGD with nesterov momentum and weight decay, CosineAnnealingLR; the eval
+    mode's outputs (running statistics) under no_grad after training."""
+    nn, F = lib.nn, lib.F
+
+    class Block(nn.Module):
+        def __init__(self, c: int) -> None:
+            super().__init__()
+            self.conv1, self.conv2 = nn.Conv2d(c, c, 3, padding=1, bias=False), nn.Conv2d(c, c, 3, padding=1)
+            self.norm = nn.GroupNorm(2, c)
+
+        def forward(self, x):
+            return F.silu(x + self.conv2(F.silu(self.norm(self.conv1(x)))))
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.stem = nn.Sequential(nn.Conv2d(2, 8, 3, stride=1, padding=1), nn.BatchNorm2d(8), nn.ReLU(inplace=True))
+            self.pool = nn.MaxPool2d(2)
+            self.block = Block(8)
+            self.head = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Dropout(0.0), nn.Linear(8, 4))
+
+        def forward(self, x):
+            return self.head(self.block(self.pool(self.stem(x))))
+
+    net = Net()
+    if init is not None:
+        net.load_state_dict({k: lib.tensor(v) for k, v in init.items()})
+    start = {k: v.detach().numpy().copy() for k, v in net.state_dict().items()}
+    opt = lib.SGD(net.parameters(), lr=0.05, momentum=0.9, nesterov=True, weight_decay=1e-4)
+    sched = lib.CosineAnnealingLR(opt, T_max=6)
+    rng = np.random.default_rng(2)
+    x = lib.tensor(rng.standard_normal((8, 2, 8, 8)).astype(np.float32))
+    y = lib.tensor(rng.integers(0, 4, 8))
+    losses = []
+    net.train()
+    for _ in range(6):
+        opt.zero_grad()
+        loss = F.cross_entropy(net(x), y)
+        loss.backward()
+        opt.step()
+        sched.step()
+        losses.append(float(loss.item()))
+    net.eval()
+    with lib.no_grad():
+        losses += net(x).flatten().tolist()
+    return losses, start
+
+
+def test_a_pytorch_cnn_program_trains_as_under_torch() -> None:
+    torch.manual_seed(0)
+    torch_lib, ours_lib = _libraries("torch"), _libraries("lazygrad")
+    from lazygrad import Tensor
+    from lazygrad.nn.optim import SGD, lr_scheduler
+
+    torch_lib.SGD, torch_lib.CosineAnnealingLR, torch_lib.no_grad = (
+        torch.optim.SGD,
+        torch.optim.lr_scheduler.CosineAnnealingLR,
+        torch.no_grad,
+    )
+    ours_lib.SGD, ours_lib.CosineAnnealingLR, ours_lib.no_grad = SGD, lr_scheduler.CosineAnnealingLR, Tensor.no_grad
+    want, init = _train_cnn(torch_lib, None)
+    got, _ = _train_cnn(ours_lib, init)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    assert want[5] < 0.9 * want[0]
