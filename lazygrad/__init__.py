@@ -1,6 +1,6 @@
 """lazygrad: a lazy Tensor, a small IR, a kernel fuser and optimizer, and runtimes that compile and run the kernels."""
 
-from lazygrad import amp, autograd, nn
+from lazygrad import amp, autograd, distributions, nn
 from lazygrad.device import Device
 from lazygrad.dtype import dtypes
 from lazygrad.engine.jit import JitError, TinyJit
@@ -27,4 +27,5 @@ __all__ = [
     "nn",
     "autograd",
     "amp",
+    "distributions",
 ]
