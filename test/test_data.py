@@ -141,3 +141,15 @@ def test_iterable_dataset_and_errors() -> None:
     with pytest.raises(ValueError, match="Size mismatch"):
         lud.TensorDataset(Tensor.ones(3), Tensor.ones(4))
     assert [x[1] for x in lud.DataLoader(Squares(3), batch_size=None)] == [0, 1, 4]
+
+
+def test_checkpoint_functions_run_their_function() -> None:
+    from lazygrad import Tensor, nn
+    from lazygrad.utils.checkpoint import checkpoint, checkpoint_sequential
+
+    x = Tensor([1.0, -2.0, 3.0], requires_grad=True)
+    out = checkpoint(lambda t, k: (t * k).relu(), x, 2.0, use_reentrant=False)
+    out.sum().backward()
+    assert out.tolist() == [2.0, 0.0, 6.0] and x.grad.tolist() == [2.0, 0.0, 2.0]
+    seq = nn.Sequential(nn.ReLU(), nn.Identity())
+    assert checkpoint_sequential(seq, 2, Tensor([-1.0, 1.0])).tolist() == [0.0, 1.0]
