@@ -1322,40 +1322,29 @@ def upsample_bilinear(input: Tensor, size: Any = None, scale_factor: Any = None)
     return interpolate(input, size, scale_factor, mode="bilinear", align_corners=True)
 
 
-def max_pool1d_with_indices(
-    input: Tensor,
-    kernel_size: Any,
-    stride: Any = None,
-    padding: Any = 0,
-    dilation: Any = 1,
-    ceil_mode: bool = False,
-    return_indices: bool = True,
-) -> Any:
-    return _max_pool(input, kernel_size, stride, padding, dilation, ceil_mode, True, 1)
+def _with_indices(pool: Callable[..., Any]) -> Callable[..., Any]:
+    """torch's max_poolNd_with_indices: the pool with return_indices=True."""
+
+    def with_indices(
+        input: Tensor,
+        kernel_size: Any,
+        stride: Any = None,
+        padding: Any = 0,
+        dilation: Any = 1,
+        ceil_mode: bool = False,
+        return_indices: bool = True,
+    ) -> Any:
+        return pool(input, kernel_size, stride, padding, dilation, ceil_mode, True)
+
+    with_indices.__name__ = with_indices.__qualname__ = f"{pool.__name__}_with_indices"
+    return with_indices
 
 
-def max_pool2d_with_indices(
-    input: Tensor,
-    kernel_size: Any,
-    stride: Any = None,
-    padding: Any = 0,
-    dilation: Any = 1,
-    ceil_mode: bool = False,
-    return_indices: bool = True,
-) -> Any:
-    return _max_pool(input, kernel_size, stride, padding, dilation, ceil_mode, True, 2)
-
-
-def max_pool3d_with_indices(
-    input: Tensor,
-    kernel_size: Any,
-    stride: Any = None,
-    padding: Any = 0,
-    dilation: Any = 1,
-    ceil_mode: bool = False,
-    return_indices: bool = True,
-) -> Any:
-    return _max_pool(input, kernel_size, stride, padding, dilation, ceil_mode, True, 3)
+max_pool1d_with_indices, max_pool2d_with_indices, max_pool3d_with_indices = (
+    _with_indices(max_pool1d),
+    _with_indices(max_pool2d),
+    _with_indices(max_pool3d),
+)
 
 
 def adaptive_max_pool3d(input: Tensor, output_size: Any, return_indices: bool = False) -> Tensor:
@@ -1363,22 +1352,17 @@ def adaptive_max_pool3d(input: Tensor, output_size: Any, return_indices: bool = 
     return _adaptive(input, output_size, 3, "adaptive_max_pool3d", "max")
 
 
-def max_unpool1d(
-    input: Tensor, indices: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, output_size: Any = None
-) -> Tensor:
-    return _max_unpool(input, indices, kernel_size, stride, padding, output_size, 1)
+def _unpool(dims: int) -> Callable[..., Tensor]:
+    def max_unpool(
+        input: Tensor, indices: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, output_size: Any = None
+    ) -> Tensor:
+        return _max_unpool(input, indices, kernel_size, stride, padding, output_size, dims)
+
+    max_unpool.__name__ = max_unpool.__qualname__ = f"max_unpool{dims}d"
+    return max_unpool
 
 
-def max_unpool2d(
-    input: Tensor, indices: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, output_size: Any = None
-) -> Tensor:
-    return _max_unpool(input, indices, kernel_size, stride, padding, output_size, 2)
-
-
-def max_unpool3d(
-    input: Tensor, indices: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, output_size: Any = None
-) -> Tensor:
-    return _max_unpool(input, indices, kernel_size, stride, padding, output_size, 3)
+max_unpool1d, max_unpool2d, max_unpool3d = _unpool(1), _unpool(2), _unpool(3)
 
 
 def _max_unpool(

@@ -482,29 +482,13 @@ class ModuleList(Module):
         self._list[idx] = module
 
 
-class ModuleDict(Module):
-    def __init__(self, modules: dict[str, Module] | None = None):
-        super().__init__()
-        self._dict: dict[str, Module] = {}
-        for k, m in (modules or {}).items():
-            self[k] = m
+class _Named:
+    """Access by name to `_dict` (ModuleDict's modules, ParameterDict's parameters), as a dict's."""
 
-    def named_children(self) -> Iterator[tuple[str, Module]]:
-        return iter(list(self._dict.items()))
+    _dict: dict[str, Any]
 
-    def _tensors(self, prefix: str = "") -> dict[str, Tensor]:
-        out: dict[str, Tensor] = {}
-        for k, m in self._dict.items():
-            out.update(m._tensors(f"{prefix}{k}."))
-        return out
-
-    def __getitem__(self, key: str) -> Module:
+    def __getitem__(self, key: str) -> Any:
         return self._dict[key]
-
-    def __setitem__(self, key: str, module: Module) -> None:
-        if self.training is not None and isinstance(module, Module) and module.training is None:
-            module.train(self.training)
-        self._dict[key] = module
 
     def __contains__(self, key: str) -> bool:
         return key in self._dict
@@ -523,6 +507,28 @@ class ModuleDict(Module):
 
     def items(self) -> Any:
         return self._dict.items()
+
+
+class ModuleDict(_Named, Module):
+    def __init__(self, modules: dict[str, Module] | None = None):
+        super().__init__()
+        self._dict: dict[str, Module] = {}
+        for k, m in (modules or {}).items():
+            self[k] = m
+
+    def named_children(self) -> Iterator[tuple[str, Module]]:
+        return iter(list(self._dict.items()))
+
+    def _tensors(self, prefix: str = "") -> dict[str, Tensor]:
+        out: dict[str, Tensor] = {}
+        for k, m in self._dict.items():
+            out.update(m._tensors(f"{prefix}{k}."))
+        return out
+
+    def __setitem__(self, key: str, module: Module) -> None:
+        if self.training is not None and isinstance(module, Module) and module.training is None:
+            module.train(self.training)
+        self._dict[key] = module
 
 
 class ParameterList(Module):
@@ -559,7 +565,7 @@ class ParameterList(Module):
         return iter(self._list)
 
 
-class ParameterDict(Module):
+class ParameterDict(_Named, Module):
     """torch's ParameterDict: parameters by name, in insertion order."""
 
     def __init__(self, parameters: dict[str, Tensor] | Iterable[tuple[str, Tensor]] | None = None):
@@ -574,32 +580,11 @@ class ParameterDict(Module):
         for k, v in parameters.items() if isinstance(parameters, dict) else parameters:
             self[k] = v
 
-    def __getitem__(self, key: str) -> Tensor:
-        return self._dict[key]
-
     def __setitem__(self, key: str, value: Tensor) -> None:
         self._dict[key] = _as_parameter(value)
 
     def __delitem__(self, key: str) -> None:
         del self._dict[key]
-
-    def __contains__(self, key: str) -> bool:
-        return key in self._dict
-
-    def __len__(self) -> int:
-        return len(self._dict)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._dict)
-
-    def keys(self) -> Any:
-        return self._dict.keys()
-
-    def values(self) -> Any:
-        return self._dict.values()
-
-    def items(self) -> Any:
-        return self._dict.items()
 
     def get(self, key: str, default: Any = None) -> Any:
         return self._dict.get(key, default)
