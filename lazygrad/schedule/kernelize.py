@@ -89,8 +89,10 @@ _SOURCES = (Ops.DEVICE, Ops.CONST, Ops.IOTA, Ops.BIND)  # computed from nothing:
 # buffers one kernel reads, whatever its device takes: gcc's time grows as the cube of the guarded loads in one loop
 # (a cat of 150 tensors as one kernel: 0.55 s to compile, of 400: 13 s, of 1000: 350 s)
 MAX_BUFFERS = 32
-# a node read through more movement chains than this in its kernel is stored (see _Planner._read_views)
-VIEWS_PER_NODE = 16
+# a node read through more movement chains than this in its kernel, whose expression is built that many times to more
+# than VIEW_BUILDS nodes, is stored (see _Planner._read_views); a cheap one (a cast of loaded bytes, read at 40
+# offsets by a K-quant's scales) stays inlined
+VIEWS_PER_NODE, VIEW_BUILDS = 16, 512
 
 
 # not frozen (never changed once made all the same): a frozen dataclass sets each field through object.__setattr__, and
@@ -288,8 +290,8 @@ class _Planner:
             views[n] = self._read_views(n, views)
             if len(reach) > 1 and self._store_is_cheaper(n, reach) or n in expanded_by_reduce:
                 self.stored.add(n)
-            elif len(views[n]) > VIEWS_PER_NODE:
-                self.stored.add(n)  # read through many views: inlined, it would be recomputed in each
+            elif len(views[n]) > VIEWS_PER_NODE and len(views[n]) * self._inlined_ops(n) > VIEW_BUILDS:
+                self.stored.add(n)  # read through many views: inlined, its expression would be built for each
         if any(n.op is Ops.ASSIGN for n in self.stored):
             self.write_in_place(outputs)
             self.store_old_reads()
@@ -311,6 +313,10 @@ class _Planner:
             above = views.get(c) if c not in self.stored and c.op is not Ops.REDUCE_AXIS else None
             out.update(path + chain for chain in above or ((),))
         return out
+
+    def _inlined_ops(self, n: UOp) -> int:
+        """The nodes n's kernel computes for it (its inlined expression, without the loads)."""
+        return sum(1 for x in self._inlined(n) if x is n or not (self.leaf(x) or x in self.stored))
 
     def write_in_place(self, outputs: set[UOp]) -> None:
         """Decision 1c: an in-place write of a CONTIGUOUS value that nothing else reads computes the value straight
