@@ -506,7 +506,7 @@ def test_eight_bytes_widen_to_32_bit_lanes_in_one_step(src, dst):
     widened = lambda: Tensor(a).cast(dst) * 3  # noqa: E731
     # rendered as for AVX2 (an AVX-512 CPU's 64-byte vectors take 16 bytes at once, through 16-bit lanes: one step too)
     (si,) = widened().schedule()
-    body = get_program(si.ast, avx2_renderer(Device["CPU"].renderer.threads)).src.split("\nvoid ")[-1]
+    body = get_program(si.ast, avx2_renderer(Device["CPU"].renderer.threads)).src.split("void E_")[-1]
     assert "__builtin_shufflevector" in body and "x8 val0 = *(" in body and "int16x8" not in body, body
     np.testing.assert_array_equal(widened().numpy(), a.astype(np.int32) * 3)
 
