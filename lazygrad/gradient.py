@@ -52,9 +52,10 @@ def _expand_grad(g: Tensor, node: UOp, x: Tensor) -> Grads:
 
 
 def _max_grad(g: Tensor, node: UOp, a: Tensor, b: Tensor) -> Grads:
-    # torch.maximum splits the gradient evenly where a == b
-    ga = (a > b).where(g, (a == b).where(g * 0.5, 0.0))
-    gb = (b > a).where(g, (a == b).where(g * 0.5, 0.0))
+    # torch.maximum splits the gradient evenly where a == b; where either is NaN (the result), both get all of it
+    half = (a == b).where(g * 0.5, g)
+    ga = (a < b).where(0.0, half)
+    gb = (a > b).where(0.0, half)
     return (ga, gb)
 
 

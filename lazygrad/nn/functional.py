@@ -83,7 +83,7 @@ def hardshrink(input: Tensor, lambd: float = 0.5) -> Tensor:
 def softshrink(input: Tensor, lambd: float = 0.5) -> Tensor:
     if lambd < 0:
         raise ArgumentError(f"softshrink: lambd must be >= 0, got {lambd}")
-    return (input.abs() > lambd).where(input - input.sign() * lambd, 0.0)
+    return (input.abs() <= lambd).where(0.0, input - input.sign() * lambd)  # NaN stays NaN, as torch's
 
 
 def tanhshrink(input: Tensor) -> Tensor:
@@ -91,7 +91,7 @@ def tanhshrink(input: Tensor) -> Tensor:
 
 
 def threshold(input: Tensor, threshold: float, value: float, inplace: bool = False) -> Tensor:
-    return (input > threshold).where(input, value)
+    return (input <= threshold).where(value, input)  # NaN passes, as torch's
 
 
 def logsigmoid(input: Tensor) -> Tensor:
