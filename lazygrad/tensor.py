@@ -8707,7 +8707,9 @@ def _scalar_dtype(tensor_dtype: DType, x: Any) -> DType:
     if isinstance(x, bool):
         return tensor_dtype
     if isinstance(x, int):
-        return tensor_dtype if tensor_dtype != dtypes.bool else dtypes.default_int
+        # next to a bool tensor the int's own dtype: int64 where the default int cannot hold it (wrapped, True + 2**31
+        # was -2**31 and False == 1 - 2**63 was True)
+        return tensor_dtype if tensor_dtype != dtypes.bool else dtypes.from_py(x)
     return tensor_dtype if dtypes.is_float(tensor_dtype) else dtypes.default_float
 
 
