@@ -310,7 +310,8 @@ def test_tinyjit_over_a_sharded_step() -> None:
 def _train_linear(shard: bool, jit: bool, grads: str, steps: int = 5) -> list[list[np.ndarray]]:
     """A Linear trained by SGD on x.square().mean() loss, its weights sharded (and the batch split) over D2 or on one
     device; each step's gradients and weights. grads: "zero" (zero_grad in the step), "none" (p.grad = None before
-    it) or "accumulate" (neither: torch adds each backward into .grad)."""
+    it), "accumulate" (neither: torch adds each backward into .grad) or "reset" (accumulate, p.grad = None once
+    before a replay)."""
     rng = np.random.default_rng(0)
     lin = nn.Linear(4, 3)
     lin.weight, lin.bias = Tensor(_rand(3, 4, seed=1), requires_grad=True), Tensor(_rand(3, seed=2), requires_grad=True)
@@ -329,9 +330,9 @@ def _train_linear(shard: bool, jit: bool, grads: str, steps: int = 5) -> list[li
     run = TinyJit(step) if jit else step
     out = []
     with Tensor.train():
-        for _ in range(steps):
+        for i in range(steps):
             x = Tensor(rng.uniform(-1, 1, (6, 4)).astype(np.float32))
-            if grads == "none":
+            if grads == "none" or (grads == "reset" and i == 3):
                 for p in params:
                     p.grad = None
             run(x.shard(D2, axis=0) if shard else x)
@@ -339,7 +340,7 @@ def _train_linear(shard: bool, jit: bool, grads: str, steps: int = 5) -> list[li
     return out
 
 
-@pytest.mark.parametrize("grads", ["zero", "none", "accumulate"])
+@pytest.mark.parametrize("grads", ["zero", "none", "accumulate", "reset"])
 def test_tinyjit_sharded_linear_grads_each_replay(grads: str) -> None:
     """An accumulating backward under TinyJit read the capture's sharded .grad on every replay (the non-sharded
     .grad was already an input refilled from the parameter's .grad at each call): from the first replay on, the
