@@ -74,7 +74,8 @@ grad_rules: dict[Ops, Callable[..., Grads]] = {
     Ops.ADD: lambda g, n, a, b: (g, g),
     Ops.SUB: lambda g, n, a, b: (g, -g),
     Ops.MUL: lambda g, n, a, b: (g * b, g * a),
-    Ops.FDIV: lambda g, n, a, b: (g / b, -g * a / (b * b)),
+    # -g (a / b) / b, as torch: b * b underflows (b = 1e-30 in float32: -inf for a = 1e-30, NaN for a = 0)
+    Ops.FDIV: lambda g, n, a, b: (g / b, -g * (a / b) / b),
     Ops.NEG: lambda g, n, a: (-g,),
     Ops.RECIP: lambda g, n, a, out: (-g * out * out,),
     Ops.SQRT: lambda g, n, a, out: (g / (out * 2),),

@@ -3759,7 +3759,8 @@ class Tensor(metaclass=_TensorType):
         y, x = self._float_pair(other)
         if y.dtype in (dtypes.float16, dtypes.bfloat16):
             return y.float().atan2(x.float()).cast(y.dtype)
-        ay, ax = y.abs(), x.abs()
+        # |y| and |x| by the sign bit, not abs(), whose gradient is 0 at 0: d/dy atan2(0, 1) was 0 (torch: 1)
+        ay, ax = y._signbit().where(-y, y), x._signbit().where(-x, x)
         steep = ay > ax
         num, den = steep.where(ax, ay), steep.where(ay, ax)
         both_inf, zero = num == math.inf, den == 0
@@ -3768,7 +3769,11 @@ class Tensor(metaclass=_TensorType):
         t = steep.where(math.pi / 2 - t, t)
         t = x._signbit().where(math.pi - t, t)
         t = y._signbit().where(-t, t)
-        return (x.isnan() | y.isnan()).where(x + y, t)
+        # NaN where either is, squared: its gradient to both is NaN too, as torch's y / (x^2 + y^2) and co (0 apart
+        # from there: the unused branch's gradient would be 0 * inf elsewhere)
+        nan = x.isnan() | y.isnan()
+        s = nan.where(x + y, 0.0)
+        return nan.where(s * s, t)
 
     def hypot(self, other: Any) -> Tensor:
         """sqrt(a^2 + b^2) without overflow or underflow of the squares (scaled by the larger magnitude); infinite
@@ -3782,10 +3787,13 @@ class Tensor(metaclass=_TensorType):
         return ((a == math.inf) | (b == math.inf)).where(math.inf, out)
 
     def xlogy(self, other: Any) -> Tensor:
-        """self * log(other), 0 where self is 0 (unless other is NaN), as torch.xlogy."""
+        """self * log(other), 0 where self is 0 (unless other is NaN), as torch.xlogy. Its gradient to self is
+        log(other) also where self is 0 (0 there where other <= 0 or inf): that zero is t - t.detach() with
+        t = self * log(other), self taken only where it is 0 (0 * inf in the gradient of an unused t would be NaN)."""
         x, y = self._float_pair(other)
         zero = (x == 0) & (y == y)
-        return zero.where(0.0, x * zero.where(1.0, y).log())
+        t = zero.where(x, 0.0) * ((y > 0) & (y < math.inf)).where(y, 1.0).log()
+        return zero.where(t - t.detach(), x * zero.where(1.0, y).log())
 
     def fmax(self, other: Any) -> Tensor:
         """Elementwise maximum that ignores NaN (NaN only where both are), as torch.fmax; a tie's gradient goes to
@@ -4263,6 +4271,7 @@ class Tensor(metaclass=_TensorType):
             d = ((r != 0) & ((r < 0) != (b < 0))).where(d - 1, d)
             q = d.floor()
             q = (d - q > 0.5).where(q + 1, q)
+            q = (d == 0).where(self._alu(Ops.FDIV, b) * 0, q)  # a zero with a / b's sign: -0.0 // 1 is -0.0
             return (b == 0).where(self._alu(Ops.FDIV, b), q)
         q = self._alu(Ops.IDIV, b)
         # C truncates toward zero; floor needs one less when the signs differ and the division is inexact

@@ -277,3 +277,61 @@ def test_sinc_gradient_near_zero(dtype):
         series = -(np.pi**2) * x / 3 + np.pi**4 * x**3 / 30 - np.pi**6 * x**5 / 840
         ref = np.where(np.abs(x) <= 1e-3, series, (a * np.cos(a) - np.sin(a)) / (a * x))
     np.testing.assert_allclose(t.grad.numpy(), ref, rtol=1e-5 if dtype == "float32" else 1e-11, atol=1e-30)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_division_gradient_with_a_tiny_divisor(dtype):
+    """d(a / b)/db was -g a / (b * b): b * b underflows (b = 1e-30 in float32), giving -inf for a = 1e-30 (torch
+    -1e30) and NaN for a = 0 (torch -0.0); now -g (a / b) / b, as torch."""
+    tiny = 1e-30 if dtype == "float32" else 1e-300
+    a, b = [0.0, -0.0, tiny, -2 * tiny, 1.0, 3.0], [tiny, tiny, tiny, tiny, 2.0, -tiny]
+    x, y = Tensor(np.array(a, dtype), requires_grad=True), Tensor(np.array(b, dtype), requires_grad=True)
+    tx, ty = (torch.tensor(v, dtype=getattr(torch, dtype), requires_grad=True) for v in (a, b))
+    out, tout = x / y, tx / ty
+    _same(out.numpy(), tout.detach().numpy(), "a / b")
+    out.sum().backward()
+    tout.sum().backward()
+    _same(x.grad.numpy(), tx.grad.numpy(), "d/da")
+    _same(y.grad.numpy(), ty.grad.numpy(), "d/db")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_float_floor_division_keeps_the_sign_of_zero(dtype):
+    """A zero quotient takes a / b's sign, as torch's: -0.0 // 1 and 0.5 // -2 were +0.0 and -0.0 // -1 was -0.0."""
+    s = [-0.0, 0.0, 0.5, -0.5, 1.0, -1.0, 3.0, float("inf"), -float("inf")]
+    a, b = (np.array(v, dtype) for v in zip(*[(p, q) for p in s for q in s if q != 0]))
+    _same((Tensor(a) // Tensor(b)).numpy(), (torch.from_numpy(a) // torch.from_numpy(b)).numpy(), "a // b")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_xlogy_gradient_where_x_is_zero(dtype):
+    """d xlogy(x, y)/dx is log(y) also at x = 0 (it was 0 there: the value's where cut the gradient)."""
+    a, b = [0.0, -0.0, 0.0, 0.0, 0.0, 1.0, -2.0, 0.0], [0.5, 2.0, 0.0, -1.0, 1e-30, 0.5, 3.0, float("nan")]
+    x, y = Tensor(np.array(a, dtype), requires_grad=True), Tensor(np.array(b, dtype), requires_grad=True)
+    tx, ty = (torch.tensor(v, dtype=getattr(torch, dtype), requires_grad=True) for v in (a, b))
+    out, tout = x.xlogy(y), torch.xlogy(tx, ty)
+    _same(out.numpy(), tout.detach().numpy(), "xlogy")
+    out.sum().backward()
+    tout.sum().backward()
+    _same(x.grad.numpy(), tx.grad.numpy(), "d/dx")
+    # d/dy at x = 0 is 0 here where torch's x / y gives NaN at y = 0: compared elsewhere
+    number = np.array(b) != 0
+    np.testing.assert_allclose(y.grad.numpy()[number], ty.grad.numpy()[number], rtol=1e-6, equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_atan2_gradient_at_nan_and_zero(dtype):
+    """atan2 with a NaN gave each side gradient 1 (its value went through y + x); torch's y / (x^2 + y^2) and
+    -x / (x^2 + y^2) are NaN. At y = 0 or x = 0 the gradient was 0 (|y| by abs(), whose gradient is 0 at 0): d/dy
+    atan2(0, 1) is 1. (At infinities torch's are NaN, where lazygrad keeps the limit 0, and torch's x^2 + y^2
+    underflows for tiny x and y: not compared.)"""
+    s = [float("nan"), 0.0, -0.0, 1.0, -2.5, 0.5]
+    a, b = (list(v) for v in zip(*[(p, q) for p in s for q in s]))
+    x, y = Tensor(np.array(a, dtype), requires_grad=True), Tensor(np.array(b, dtype), requires_grad=True)
+    tx, ty = (torch.tensor(v, dtype=getattr(torch, dtype), requires_grad=True) for v in (a, b))
+    out, tout = x.atan2(y), torch.atan2(tx, ty)
+    _same(out.numpy(), tout.detach().numpy(), "atan2")
+    out.sum().backward()
+    tout.sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-5, equal_nan=True)
+    np.testing.assert_allclose(y.grad.numpy(), ty.grad.numpy(), rtol=1e-5, equal_nan=True)
