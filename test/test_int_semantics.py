@@ -52,6 +52,19 @@ def test_bool_with_python_int_beyond_int32(device: str, v: int) -> None:
         np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("n", [65, 100, 513, 1000])
+@pytest.mark.parametrize("dtype", ["int64", "int32", "uint8"])
+def test_blocked_cumsum_of_ints(device: str, n: int, dtype: str) -> None:
+    """Beyond 64 elements cumsum sums blocks of 64 first: gcc 12 with -march=native miscompiled that kernel for int64
+    (zeros and stack addresses; VECTORIZER_PROBES now takes the loop's if-conversion away where it does)."""
+    for shape in ((n,), (1, n), (3, n)):
+        a = np.random.default_rng(n).integers(0, 100, shape).astype(dtype)
+        got = Tensor(a, device=device).cumsum(-1).numpy()
+        want = torch.from_numpy(a).cumsum(-1).numpy()
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want, err_msg=f"shape {shape}")
+
+
 def test_int32_overflow_then_compare(device: str) -> None:
     a = np.array([2**31 - 1, 5], np.int32)
     got = ((Tensor(a, device=device) + 1) < 0).numpy()
