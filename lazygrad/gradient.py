@@ -52,9 +52,10 @@ def _expand_grad(g: Tensor, node: UOp, x: Tensor) -> Grads:
 
 
 def _max_grad(g: Tensor, node: UOp, a: Tensor, b: Tensor) -> Grads:
-    # torch.maximum splits the gradient evenly where a == b
-    ga = (a > b).where(g, (a == b).where(g * 0.5, 0.0))
-    gb = (b > a).where(g, (a == b).where(g * 0.5, 0.0))
+    # torch.maximum splits the gradient evenly where a == b; where either is NaN (the result), both get all of it
+    half = (a == b).where(g * 0.5, g)
+    ga = (a < b).where(0.0, half)
+    gb = (a > b).where(0.0, half)
     return (ga, gb)
 
 
@@ -73,7 +74,8 @@ grad_rules: dict[Ops, Callable[..., Grads]] = {
     Ops.ADD: lambda g, n, a, b: (g, g),
     Ops.SUB: lambda g, n, a, b: (g, -g),
     Ops.MUL: lambda g, n, a, b: (g * b, g * a),
-    Ops.FDIV: lambda g, n, a, b: (g / b, -g * a / (b * b)),
+    # -g (a / b) / b, as torch: b * b underflows (b = 1e-30 in float32: -inf for a = 1e-30, NaN for a = 0)
+    Ops.FDIV: lambda g, n, a, b: (g / b, -g * (a / b) / b),
     Ops.NEG: lambda g, n, a: (-g,),
     Ops.RECIP: lambda g, n, a, out: (-g * out * out,),
     Ops.SQRT: lambda g, n, a, out: (g / (out * 2),),

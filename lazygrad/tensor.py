@@ -3731,7 +3731,9 @@ class Tensor(metaclass=_TensorType):
     def hardsigmoid(self, alpha: float = 1 / 6, beta: float = 0.5) -> Tensor:
         """clip(alpha * x + beta, 0, 1); tinygrad's alpha and beta, torch's (1/6, 1/2) by default."""
         if alpha == 1 / 6 and beta == 0.5:
-            return (self + 3).relu6() / 6
+            # torch's gradient is 1/6 only where -3 < x < 3: 0 at a NaN x, which relu6's where passes through
+            inside = (self > -3) & (self < 3)
+            return inside.where((self + 3) / 6, (self.detach() + 3).relu6() / 6)
         y = alpha * self + beta
         return y.relu() - (y - 1).relu()
 
@@ -3785,7 +3787,8 @@ class Tensor(metaclass=_TensorType):
         y, x = self._float_pair(other)
         if y.dtype in (dtypes.float16, dtypes.bfloat16):
             return y.float().atan2(x.float()).cast(y.dtype)
-        ay, ax = y.abs(), x.abs()
+        # |y| and |x| by the sign bit, not abs(), whose gradient is 0 at 0: d/dy atan2(0, 1) was 0 (torch: 1)
+        ay, ax = y._signbit().where(-y, y), x._signbit().where(-x, x)
         steep = ay > ax
         num, den = steep.where(ax, ay), steep.where(ay, ax)
         both_inf, zero = num == math.inf, den == 0
@@ -3794,7 +3797,11 @@ class Tensor(metaclass=_TensorType):
         t = steep.where(math.pi / 2 - t, t)
         t = x._signbit().where(math.pi - t, t)
         t = y._signbit().where(-t, t)
-        return (x.isnan() | y.isnan()).where(x + y, t)
+        # NaN where either is, squared: its gradient to both is NaN too, as torch's y / (x^2 + y^2) and co (0 apart
+        # from there: the unused branch's gradient would be 0 * inf elsewhere)
+        nan = x.isnan() | y.isnan()
+        s = nan.where(x + y, 0.0)
+        return nan.where(s * s, t)
 
     def hypot(self, other: Any) -> Tensor:
         """sqrt(a^2 + b^2) without overflow or underflow of the squares (scaled by the larger magnitude); infinite
@@ -3808,10 +3815,13 @@ class Tensor(metaclass=_TensorType):
         return ((a == math.inf) | (b == math.inf)).where(math.inf, out)
 
     def xlogy(self, other: Any) -> Tensor:
-        """self * log(other), 0 where self is 0 (unless other is NaN), as torch.xlogy."""
+        """self * log(other), 0 where self is 0 (unless other is NaN), as torch.xlogy. Its gradient to self is
+        log(other) also where self is 0 (0 there where other <= 0 or inf): that zero is t - t.detach() with
+        t = self * log(other), self taken only where it is 0 (0 * inf in the gradient of an unused t would be NaN)."""
         x, y = self._float_pair(other)
         zero = (x == 0) & (y == y)
-        return zero.where(0.0, x * zero.where(1.0, y).log())
+        t = zero.where(x, 0.0) * ((y > 0) & (y < math.inf)).where(y, 1.0).log()
+        return zero.where(t - t.detach(), x * zero.where(1.0, y).log())
 
     def fmax(self, other: Any) -> Tensor:
         """Elementwise maximum that ignores NaN (NaN only where both are), as torch.fmax; a tie's gradient goes to
@@ -3848,14 +3858,29 @@ class Tensor(metaclass=_TensorType):
             zero = x == 0
             return zero.where(1.0, _sin_pi(x) / (zero.where(1.0, x) * math.pi))
 
-        return self._in_float32(fn)
+        def deriv(x: Tensor) -> Tensor:
+            # (cos(pi x) - sinc(x)) / x cancels for small x (and is inf / inf once x * x underflows): there the series
+            # sum_n (-1)^n 2n pi^2n x^(2n-1) / (2n+1)!, Horner in z = (pi x)^2, to 1e-17 below |x| = 0.25
+            small = x.abs() < 0.25
+            s = small.where(x, 0.0)
+            z, series = (s * math.pi).square(), s.zeros_like()
+            for n in reversed(range(1, 9)):
+                series = series * z + (-1) ** n * 2 * n / math.factorial(2 * n + 1)
+            b = small.where(1.0, x)
+            return small.where(series * s * math.pi**2, ((b * math.pi).cos() - b.sinc()) / b)
+
+        return self._with_derivative(self._in_float32(fn), deriv)
 
     def logit(self, eps: float | None = None) -> Tensor:
         """log(x / (1 - x)), x clamped to [eps, 1 - eps] when eps is given (torch.logit)."""
         x = self.cast(least_upper_float(self.dtype))
-        if eps is not None:
-            x = x.clamp(eps, 1 - eps)
-        return (x / (1 - x)).log()
+        lo, hi = (0.0, 1.0) if eps is None else (eps, 1 - eps)
+        v = x if eps is None else x.clamp(lo, hi)
+        # torch's derivative: 1 / (x (1 - x)) (+inf at 0 and 1, NaN at NaN), outside [lo, hi] 0 with eps and NaN without
+        outside = math.nan if eps is None else 0.0
+        return x._with_derivative(
+            (v / (1 - v)).log(), lambda u: ((u < lo) | (u > hi)).where(outside, (u * (1 - u)).abs().reciprocal())
+        )
 
     def frac(self) -> Tensor:
         """x - trunc(x), with x's sign (torch.frac)."""
@@ -3970,7 +3995,7 @@ class Tensor(metaclass=_TensorType):
         """x where |x| > lambd, else 0 (torch.nn.functional.hardshrink)."""
         if not dtypes.is_float(self.dtype):
             raise _unsupported("hardshrink", self, "it takes float tensors")
-        return (self.abs() > lambd).where(self, 0)
+        return (self.abs() <= lambd).where(0, self)  # NaN stays NaN, as torch's
 
     def prelu(self, weight: Tensor) -> Tensor:
         """max(0, x) + weight * min(0, x), with one weight or one per channel (dim 1), as torch.prelu."""
@@ -4274,6 +4299,7 @@ class Tensor(metaclass=_TensorType):
             d = ((r != 0) & ((r < 0) != (b < 0))).where(d - 1, d)
             q = d.floor()
             q = (d - q > 0.5).where(q + 1, q)
+            q = (d == 0).where(self._alu(Ops.FDIV, b) * 0, q)  # a zero with a / b's sign: -0.0 // 1 is -0.0
             return (b == 0).where(self._alu(Ops.FDIV, b), q)
         q = self._alu(Ops.IDIV, b)
         # C truncates toward zero; floor needs one less when the signs differ and the division is inexact
@@ -4748,20 +4774,28 @@ class Tensor(metaclass=_TensorType):
             return _new_value(self)
         one, zero = self.ones_like(), self.zeros_like()
         s = (self > 0).where(one, (self < 0).where(-one if not dtypes.is_unsigned(self.dtype) else zero, zero))
-        return self.isnan().where(self, s) if dtypes.is_float(self.dtype) else s  # NaN stays NaN, like numpy
+        # NaN stays NaN, like numpy (torch gives 0); NaN * 0 keeps the gradient 0 there too
+        return self.isnan().where(self * 0, s) if dtypes.is_float(self.dtype) else s
 
     def clip(self, min_: Any = None, max_: Any = None, *, min: Any = None, max: Any = None) -> Tensor:  # noqa: A002
-        """torch.clamp: NaN stays NaN, and a value equal to a bound keeps its gradient (a where, not maximum /
-        minimum, which would split it with the bound). Bounds by tinygrad's names (min_, max_) or torch's."""
+        """torch.clamp: min(max(x, min), max), NaN where x or a bound is NaN. The gradient is torch's mask
+        min <= x <= max: 0 at a NaN x, and a value equal to a bound keeps its gradient (wheres, not maximum / minimum,
+        which would split it with the bound). Bounds by tinygrad's names (min_, max_) or torch's."""
         min_, max_ = min if min_ is None else min_, max if max_ is None else max_
         if min_ is None and max_ is None:
             raise ArgumentError("clip needs at least one of min and max")
-        x = self
+        if not dtypes.is_float(self.dtype):
+            x = self if min_ is None else (self < min_).where(min_, self)
+            return x if max_ is None else (x > max_).where(max_, x)
+        # as relu: the value from a detached x, the gradient mask in the outer where
+        x, keep = self.detach(), None
         if min_ is not None:
-            x = (x < min_).where(min_, x)
+            x = (_nan_or(x < min_, min_)).where(min_, x)
+            keep = self >= min_
         if max_ is not None:
-            x = (x > max_).where(max_, x)
-        return x
+            x = (_nan_or(x > max_, max_)).where(max_, x)
+            keep = self <= max_ if keep is None else keep & (self <= max_)
+        return keep.where(self, x)
 
     clamp = clip
 
@@ -8379,10 +8413,18 @@ def _root(s: Tensor, p: float) -> Tensor:
     return zero.where(0, safe.sqrt() if p == 2 else safe.pow(1 / p))
 
 
+def _nan_or(cond: Tensor, bound: Any) -> Tensor:
+    """cond, or true everywhere the bound is NaN (a NaN bound makes torch's clamp NaN)."""
+    if isinstance(bound, Tensor):
+        return cond | (bound != bound) if dtypes.is_float(bound.dtype) else cond
+    return cond | True if bound != bound else cond
+
+
 def _odd(x: Tensor, f: Callable[[Tensor], Tensor]) -> Tensor:
     """An odd function from its values f(|x|) for x >= 0. |x| is a where, not abs(): abs has gradient 0 at 0, which
-    would make the derivative of f at 0 vanish (tanh'(0) = 1, erf'(0) = 2/sqrt(pi))."""
-    neg = x < 0
+    would make the derivative of f at 0 vanish (tanh'(0) = 1, erf'(0) = 2/sqrt(pi)). The sign bit, not x < 0, picks
+    the branch: f(-0.0) is -0.0, as torch's."""
+    neg = x._signbit()
     y = f(neg.where(-x, x))
     return neg.where(-y, y)
 
@@ -8745,7 +8787,9 @@ def _scalar_dtype(tensor_dtype: DType, x: Any) -> DType:
     if isinstance(x, bool):
         return tensor_dtype
     if isinstance(x, int):
-        return tensor_dtype if tensor_dtype != dtypes.bool else dtypes.default_int
+        # next to a bool tensor the int's own dtype: int64 where the default int cannot hold it (wrapped, True + 2**31
+        # was -2**31 and False == 1 - 2**63 was True)
+        return tensor_dtype if tensor_dtype != dtypes.bool else dtypes.from_py(x)
     return tensor_dtype if dtypes.is_float(tensor_dtype) else dtypes.default_float
 
 

@@ -306,6 +306,7 @@ def test_fuzz_kernels(chunk: int) -> None:
 FOUND_IN_HUNTS = {
     61022: "a select of float32x4 vectors under one bool: its lane mask's vector type was never declared",
     85062: "a 3x1-window conv's weight gradient: a blocked reduce rendered beside its unsplit loop (gcc refused it)",
+    53111: "an int64 cumsum of 1000: gcc 12 if-converted and vectorized its block sums wrongly (zeros, addresses)",
 }
 
 

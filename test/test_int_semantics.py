@@ -40,6 +40,31 @@ def test_bool_add_is_logical_or(device: str) -> None:
     np.testing.assert_array_equal(got, (torch.from_numpy(a) + torch.from_numpy(b)).int().numpy())  # [1, 1, 0]
 
 
+@pytest.mark.parametrize("v", [2**31, -(2**31) - 1, 1 - 2**63])
+def test_bool_with_python_int_beyond_int32(device: str, v: int) -> None:
+    """The int next to a bool tensor took the default int and wrapped: True + 2**31 was -2**31, False == 1 - 2**63
+    was True. torch makes it an int64."""
+    a = np.array([False, True, True])
+    t, ref = Tensor(a, device=device), torch.from_numpy(a)
+    for fn in (lambda x: x + v, lambda x: v * x, lambda x: x < v, lambda x: x == v, lambda x: x >= v):
+        got, want = fn(t).numpy(), fn(ref).numpy()
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("n", [65, 100, 513, 1000])
+@pytest.mark.parametrize("dtype", ["int64", "int32", "uint8"])
+def test_blocked_cumsum_of_ints(device: str, n: int, dtype: str) -> None:
+    """Beyond 64 elements cumsum sums blocks of 64 first: gcc 12 with -march=native miscompiled that kernel for int64
+    (zeros and stack addresses; VECTORIZER_PROBES now takes the loop's if-conversion away where it does)."""
+    for shape in ((n,), (1, n), (3, n)):
+        a = np.random.default_rng(n).integers(0, 100, shape).astype(dtype)
+        got = Tensor(a, device=device).cumsum(-1).numpy()
+        want = torch.from_numpy(a).cumsum(-1).numpy()
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want, err_msg=f"shape {shape}")
+
+
 def test_int32_overflow_then_compare(device: str) -> None:
     a = np.array([2**31 - 1, 5], np.int32)
     got = ((Tensor(a, device=device) + 1) < 0).numpy()

@@ -307,6 +307,54 @@ def test_tinyjit_over_a_sharded_step() -> None:
         np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-5)
 
 
+def _train_linear(shard: bool, jit: bool, grads: str, steps: int = 5) -> list[list[np.ndarray]]:
+    """A Linear trained by SGD on x.square().mean() loss, its weights sharded (and the batch split) over D2 or on one
+    device; each step's gradients and weights. grads: "zero" (zero_grad in the step), "none" (p.grad = None before
+    it), "accumulate" (neither: torch adds each backward into .grad) or "reset" (accumulate, p.grad = None once
+    before a replay)."""
+    rng = np.random.default_rng(0)
+    lin = nn.Linear(4, 3)
+    lin.weight, lin.bias = Tensor(_rand(3, 4, seed=1), requires_grad=True), Tensor(_rand(3, seed=2), requires_grad=True)
+    params = [lin.weight, lin.bias]
+    for p in params:
+        p.shard_(D2).realize() if shard else p.realize()
+    opt = nn.optim.SGD(params, lr=0.1)
+
+    def step(x: Tensor) -> Tensor:
+        if grads == "zero":
+            opt.zero_grad()
+        loss = lin(x).square().mean().backward()
+        opt.step()
+        return loss
+
+    run = TinyJit(step) if jit else step
+    out = []
+    with Tensor.train():
+        for i in range(steps):
+            x = Tensor(rng.uniform(-1, 1, (6, 4)).astype(np.float32))
+            if grads == "none" or (grads == "reset" and i == 3):
+                for p in params:
+                    p.grad = None
+            run(x.shard(D2, axis=0) if shard else x)
+            out.append([p.grad.numpy() for p in params] + [p.numpy() for p in params])
+    return out
+
+
+@pytest.mark.parametrize("grads", ["zero", "none", "accumulate", "reset"])
+def test_tinyjit_sharded_linear_grads_each_replay(grads: str) -> None:
+    """An accumulating backward under TinyJit read the capture's sharded .grad on every replay (the non-sharded
+    .grad was already an input refilled from the parameter's .grad at each call): from the first replay on, the
+    gradients and so the weights differed from the steps without JIT."""
+    ref = _train_linear(False, False, grads)
+    for shard, jit in ((True, False), (True, True), (False, True)):
+        got = _train_linear(shard, jit, grads)
+        for i, (a, b) in enumerate(zip(ref, got)):
+            for name, x, y in zip(("weight.grad", "bias.grad", "weight", "bias"), a, b):
+                np.testing.assert_allclose(
+                    y, x, atol=1e-5, rtol=1e-5, err_msg=f"step {i} {name} shard={shard} jit={jit}"
+                )
+
+
 def test_tinyjit_sharded_argument_and_counts() -> None:
     w = Tensor.zeros(4).contiguous().shard(D2).realize()
 

@@ -551,3 +551,38 @@ def test_attention_errors() -> None:
     with pytest.raises(ValueError, match="not both"):
         q = Tensor.ones(2, 4, 8)
         q.scaled_dot_product_attention(q, q, attn_mask=Tensor.ones(4, 4), is_causal=True)
+
+
+def test_binary_cross_entropy_gradient_at_0_and_1() -> None:
+    """A saturated probability (sigmoid(-100) is 0.0 in float32) gave a NaN gradient through the clamped logs;
+    torch's is (x - y) / max(x (1 - x), 1e-12): 0 where x == y, +-1e12 where x is wrong and saturated. And
+    -log(1 - 1e-7) was 1.19e-7 (log of a rounded 1 - x; torch's log1p gives 1.0e-7)."""
+    from lazygrad.nn import functional as LF
+
+    x = np.array([0.0, 1.0, 0.0, 1.0, 0.5, 1e-7, 0.3], np.float32)
+    y = np.array([0.0, 1.0, 1.0, 0.0, 1.0, 0.0, 0.25], np.float32)
+    for reduction in ("mean", "sum", "none"):
+        t, tt = Tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+        out = LF.binary_cross_entropy(t, Tensor(y), reduction=reduction)
+        ref = F.binary_cross_entropy(tt, torch.tensor(y), reduction=reduction)
+        np.testing.assert_allclose(out.numpy(), ref.detach().numpy(), rtol=1e-5)
+        out.sum().backward()
+        ref.sum().backward()
+        np.testing.assert_allclose(t.grad.numpy(), tt.grad.numpy(), rtol=1e-5)
+
+
+def test_cosine_similarity_of_a_zero_vector() -> None:
+    """The norm through sqrt had an infinite gradient at a zero vector: NaN gradients (torch's are finite, the
+    norm clamped at eps)."""
+    from lazygrad.nn import functional as LF
+
+    a = np.array([[0.0, 0.0, 0.0], [3.0, 4.0, 0.0], [1.0, -2.0, 0.5]], np.float32)
+    b = np.array([[1.0, 2.0, 3.0], [0.0, 0.0, 0.0], [0.5, 0.5, 0.5]], np.float32)
+    x1, x2 = Tensor(a, requires_grad=True), Tensor(b, requires_grad=True)
+    t1, t2 = torch.tensor(a, requires_grad=True), torch.tensor(b, requires_grad=True)
+    out, ref = LF.cosine_similarity(x1, x2, dim=1), F.cosine_similarity(t1, t2, dim=1)
+    np.testing.assert_allclose(out.numpy(), ref.detach().numpy(), rtol=1e-5, atol=1e-7)
+    out.sum().backward()
+    ref.sum().backward()
+    np.testing.assert_allclose(x1.grad.numpy(), t1.grad.numpy(), rtol=1e-5)
+    np.testing.assert_allclose(x2.grad.numpy(), t2.grad.numpy(), rtol=1e-5)

@@ -80,17 +80,23 @@ def _new_grads(before: dict[int, tuple[Tensor, Tensor | None]]) -> list[tuple[Te
     return changed
 
 
-def _grads_as_inputs(before: dict[int, tuple[Tensor, Tensor | None]]) -> list[tuple[Tensor, Tensor, Tensor]]:
-    """Every existing .grad (of a tensor on one device) swapped for a fresh alias of its memory for the capture:
-    a backward accumulating into it (torch's p.grad += g) then reads an input, which every replay refills from the
+def _grads_as_inputs(
+    before: dict[int, tuple[Tensor, Tensor | None]],
+) -> list[tuple[Tensor, Tensor, Tensor, list[Buffer]]]:
+    """Every existing .grad swapped for a fresh alias of its memory (of each part's, sharded) for the capture:
+    a backward accumulating into it (torch's p.grad += g) then reads inputs, which every replay refills from the
     tensor's .grad at that call, where the kernels read the capture's .grad forever (a stale gradient added to each
-    replay's, even after p.grad = None). (tensor, its .grad, the alias's tensor) each."""
+    replay's, even after p.grad = None). (tensor, its .grad, the alias's tensor, the alias buffers) each."""
     out = []
     for t, g in before.values():
-        if g is not None and not isinstance(g.device, tuple):
-            alias = (g._plain_buffer() or g._contiguous_buffer()).alias()
-            t.grad = Tensor.from_uop(UOp.buffer_view(alias, g.shape))
-            out.append((t, g, t.grad))
+        if g is None:
+            continue
+        if isinstance(g.device, tuple):
+            t.grad, aliases = _sharded_alias(_sharded_stored(g))
+        else:
+            aliases = [(g._plain_buffer() or g._contiguous_buffer()).alias()]
+            t.grad = Tensor.from_uop(UOp.buffer_view(aliases[0], g.shape))
+        out.append((t, g, t.grad, aliases))
     return out
 
 
@@ -169,6 +175,26 @@ def _copy_of(buf: Buffer) -> Buffer:
 def _sharded_stored(a: Tensor) -> UOp:
     """Sharded `a` as a MULTI whose parts are each a whole buffer in memory (a lazy or strided one computed first)."""
     return (a if a._is_stored() else a.contiguous().realize()).uop
+
+
+def _split(m: Tensor) -> tuple:
+    """How sharded `m` is split: its axis and part shapes."""
+    u = _sharded_stored(m)
+    return u.arg, tuple(p.shape for p in u.src)
+
+
+def _stored_parts(g: Tensor) -> list[Buffer]:
+    """The buffers holding g: one, or one per part of a sharded g."""
+    if isinstance(g.device, tuple):
+        return [p.base.arg for p in _sharded_stored(g).src]
+    return [g._plain_buffer() or g._contiguous_buffer()]
+
+
+def _sharded_alias(m: UOp) -> tuple[Tensor, list[Buffer]]:
+    """A tensor over a fresh alias of each part of the stored sharded `m`, and those aliases."""
+    aliases = [p.base.arg.alias() for p in m.src]
+    parts = tuple(p.rebase(UOp.buffer_view(b, (b.size,))) for p, b in zip(m.src, aliases))
+    return Tensor.from_uop(m.replace(src=parts)), aliases
 
 
 class _Arg:
@@ -347,7 +373,8 @@ class CapturedJit:
                 graph.vars[spec.slot] = self.var_vals[spec.slot] = self._var_value(spec, a)
             elif a is not spec.value and not _same(a, spec.value):
                 self._const_mismatch(spec, a)
-        for slot, buf in enumerate(self._grad_buffers(args), self.n_inputs - len(self.grad_inputs)):
+        grad_bufs = self._grad_buffers(args)
+        for slot, buf in enumerate(grad_bufs, self.n_inputs - len(grad_bufs)):
             graph.bufs[slot] = buf._ptr or buf.ptr
             held.append(buf)
         realize_readers_of(self.written_memory)  # lazy values computed from what this replay overwrites, computed first
@@ -365,24 +392,28 @@ class CapturedJit:
         return self._outputs({})
 
     def _grad_buffers(self, args: Sequence[Any]) -> list[Buffer]:
-        """The buffers of the .grads the kernels accumulate into, as they are at this call: zeros for a .grad set to
-        None since (torch's next backward gives the new gradient alone)."""
+        """The buffers of the .grads the kernels accumulate into (each part's, sharded), as they are at this call:
+        zeros for a .grad set to None since (torch's next backward gives the new gradient alone)."""
         out = []
         for ref, was in self.grad_inputs:
             g = t.grad if (t := _owner(ref, args)) is not None else None
             if g is None:
-                buf = Buffer(was.device, was.numel(), was.dtype)
-                buf.copyin(memoryview(bytearray(buf.nbytes)))
-            elif g.shape != was.shape or g.dtype != was.dtype or g.device != was.device:
+                for part in _stored_parts(was):
+                    buf = Buffer(part.device, part.size, part.dtype)
+                    buf.copyin(memoryview(bytearray(buf.nbytes)))
+                    out.append(buf)
+                continue
+            if g.shape != was.shape or g.dtype != was.dtype or g.device != was.device:
                 raise JitError(
                     f"a .grad the captured backward accumulates into was {was.shape} {was.dtype} on {was.device} at "
                     f"capture, now {g.shape} {g.dtype} on {g.device}"
                 )
-            else:
-                buf = g._plain_buffer() or g._contiguous_buffer()
-                if buf.memory in self.written_memory:  # this capture's own gradient (a replay rewrites it)
-                    buf = _copy_of(buf)
-            out.append(buf)
+            if isinstance(g.device, tuple) and _split(g) != _split(was):
+                raise JitError(
+                    "a sharded .grad the captured backward accumulates into is split otherwise than at the capture"
+                )
+            # this capture's own gradient (a replay rewrites it) as a copy
+            out += [_copy_of(b) if b.memory in self.written_memory else b for b in _stored_parts(g)]
         return out
 
     def _set_grads(self, args: Sequence[Any]) -> None:
@@ -567,9 +598,8 @@ class TinyJit(Generic[R]):
             if isinstance(a, Tensor) and isinstance(a.device, tuple):
                 # sharded: each part is an input of its own, aliased as below
                 m = _sharded_stored(a)
-                aliases = [p.base.arg.alias() for p in m.src]
-                parts = tuple(p.rebase(UOp.buffer_view(b, (b.size,))) for p, b in zip(m.src, aliases))
-                t = _substitute(Tensor.from_uop(m.replace(src=parts)), a, i, subs)
+                t, aliases = _sharded_alias(m)
+                t = _substitute(t, a, i, subs)
                 value = (m.arg, tuple(p.shape for p in m.src))
                 specs.append(_Arg(_TENSOR, len(inputs), a.shape, a.dtype, a.device, value=value))
                 inputs.extend(aliases)
@@ -613,14 +643,15 @@ class TinyJit(Generic[R]):
             if outs := _tensors_in(ret):
                 Tensor.realize(*outs)
             _realize_writes(call_values, began)
-            for t, g, alias in held:  # a .grad the function left as it was keeps its own tensor
+            for t, g, alias, _ in held:  # a .grad the function left as it was keeps its own tensor
                 if t.grad is alias:
                     t.grad = g
             grads = _new_grads(grads_before)
         del outs, call_values
         read = {b for ei, _ in recorded for b in ei.bufs}
-        grad_inputs = [(_grad_owner(t, subs), g) for t, g, alias in held if alias.uop.base.arg in read]
-        inputs += [alias.uop.base.arg for _, _, alias in held if alias.uop.base.arg in read]
+        held = [h for h in held if any(b in read for b in h[3])]
+        grad_inputs = [(_grad_owner(t, subs), g) for t, g, _, _ in held]
+        inputs += [b for _, _, _, aliases in held for b in aliases]
         del held, read
         seed, counter = Tensor.rng_state()
         if seed != rng[0]:

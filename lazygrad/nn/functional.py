@@ -83,7 +83,7 @@ def hardshrink(input: Tensor, lambd: float = 0.5) -> Tensor:
 def softshrink(input: Tensor, lambd: float = 0.5) -> Tensor:
     if lambd < 0:
         raise ArgumentError(f"softshrink: lambd must be >= 0, got {lambd}")
-    return (input.abs() > lambd).where(input - input.sign() * lambd, 0.0)
+    return (input.abs() <= lambd).where(0.0, input - input.sign() * lambd)  # NaN stays NaN, as torch's
 
 
 def tanhshrink(input: Tensor) -> Tensor:
@@ -91,7 +91,7 @@ def tanhshrink(input: Tensor) -> Tensor:
 
 
 def threshold(input: Tensor, threshold: float, value: float, inplace: bool = False) -> Tensor:
-    return (input > threshold).where(input, value)
+    return (input <= threshold).where(value, input)  # NaN passes, as torch's
 
 
 def logsigmoid(input: Tensor) -> Tensor:
@@ -828,8 +828,9 @@ def local_response_norm(input: Tensor, size: int, alpha: float = 1e-4, beta: flo
 
 def cosine_similarity(x1: Tensor, x2: Tensor, dim: int = 1, eps: float = 1e-8) -> Tensor:
     # torch clamps each norm at eps (since 1.12): x1.x2 / (max(|x1|, eps) * max(|x2|, eps))
-    n1 = x1.square().sum(dim).sqrt().maximum(eps)
-    n2 = x2.square().sum(dim).sqrt().maximum(eps)
+    # norm's gradient is 0 at 0 (sqrt's would be inf there, and a zero vector's gradient NaN)
+    n1 = x1.norm(dim=dim).maximum(eps)
+    n2 = x2.norm(dim=dim).maximum(eps)
     return (x1 * x2).sum(dim) / (n1 * n2)
 
 
@@ -918,8 +919,12 @@ def binary_cross_entropy(
     reduction: str = "mean",
 ) -> Tensor:
     input, target = _same_shape(input, target, "binary_cross_entropy")
-    # torch clamps each log at -100, so that 0 and 1 give a finite loss
-    loss = -(target * input.log().maximum(-100.0) + (1 - target) * (1 - input).log().maximum(-100.0))
+    # torch clamps each log at -100, so that 0 and 1 give a finite loss; log1p(-x), not log(1 - x), which loses
+    # the digits of a small x (x = 1e-7 gave 1.19e-7 in float32, not 1.0e-7)
+    loss = -(target * input.log().maximum(-100.0) + (1 - target) * (-input).log1p().maximum(-100.0))
+    if not target.requires_grad:
+        # and its gradient is (x - y) / max(x (1 - x), 1e-12): through the clamped logs it was 0 * inf = NaN at 0, 1
+        loss = input._with_derivative(loss, lambda x: (x - target) / (x * (1 - x)).maximum(1e-12))
     return _reduce(loss if weight is None else loss * weight, reduction)
 
 

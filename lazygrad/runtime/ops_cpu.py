@@ -100,6 +100,25 @@ def _dot_probe_want() -> list[int]:
     return [sum(((u8[r * 32 + i] & 15) - 8) * s8[i] for i in range(32)) for r in range(8)]
 
 
+def _scan_probe() -> str:
+    """The kernel the CPU renderer wrote for the block prefix sums of a 100-element int64 cumsum (2 x 64 outputs)."""
+    offsets = [63, 55, 62, 54, 61, 53, 60, 52, 59, 51, 58, 50, 57, 49, 56, 48]
+    loads = "".join(
+        f"    long long v{i} = (({c - 1}<b)&(a<{100 + c}))?in[a+(-{c})]:0LL;\n" for i, c in enumerate(offsets)
+    )
+    total = "v0"
+    for i in range(1, len(offsets)):
+        total = f"((long long)(((unsigned long long){total})+((unsigned long long)v{i})))"
+    return (
+        "void lg_probe(long long* restrict out, const long long* restrict in) {\n"
+        "  for (int g0 = 0; g0 < 2; g0++) for (int g1 = 0; g1 < 64; g1++) {\n    long long acc = 0LL;\n"
+        "    for (int r = 0; r < 4; r++) {\n    int a = g0*64+g1+r*16, b = g1+r*16;\n"
+        + loads
+        + f"    acc = ((long long)(((unsigned long long)acc)+((unsigned long long){total})));\n    }}\n"
+        "    out[g0*64+g1] = acc;\n  }\n}\n"
+    )
+
+
 # (C source of `lg_probe(out, inputs...)`, the output's C type, each input's C type and values, the right output, flag
 # sets to try, fewest first): code gcc 12.2 was seen to vectorize wrongly on AVX-512 CPUs, each found through a wrong
 # tensor result
@@ -126,6 +145,16 @@ VECTORIZER_PROBES: list[tuple[str, Any, list[tuple[Any, Any]], list[int], list[l
         [(ctypes.c_ubyte, range(256)), (ctypes.c_byte, range(-128, 128))],
         _dot_probe_want(),
         [["-mno-avx512vnni", "-mno-avxvnni"]],
+    ),
+    # a blocked int64 cumsum's first level (16 masked loads per step summed with wrapping adds): if-converted and
+    # vectorized (AVX2 or AVX-512) it stored zeros and stack addresses (Tensor.cumsum of 100 int64 values, fuzz seed
+    # 53111); clang and gcc without the loop's if-conversion are right
+    (
+        _scan_probe(),
+        ctypes.c_longlong,
+        [(ctypes.c_longlong, range(1, 101))],
+        [sum(range(64 * (i // 64) + 1, min(i + 1, 100) + 1)) for i in range(128)],
+        [["-fno-tree-loop-if-convert"]],
     ),
 ]
 
@@ -211,10 +240,10 @@ class ClangCompiler(Compiler):
         # a compiler whose auto-vectorizer miscompiles a probe kernel for this CPU (VECTORIZER_PROBES) gets the
         # instructions it misuses taken away
         cpu = _cpu_flags()
-        probe_key = repr((version, cc, cpu, self.flags, "vectorizer_v3"))
-        extra = diskcache_get("cpu_vectorizer_v3", probe_key)
+        probe_key = repr((version, cc, cpu, self.flags, "vectorizer_v4"))
+        extra = diskcache_get("cpu_vectorizer_v4", probe_key)
         if extra is None:
-            extra = diskcache_put("cpu_vectorizer_v3", probe_key, self._vectorizer_workaround())
+            extra = diskcache_put("cpu_vectorizer_v4", probe_key, self._vectorizer_workaround())
         self.flags += extra
         # where VNNI had to go, kernels whose integer products are all of plain bytes get it back through a target
         # attribute (the renderer's byte_dot_target): the probe's bug needs a signed nibble made from unsigned bytes
