@@ -53,6 +53,7 @@ class OptOps(enum.Enum):
     STAGE = enum.auto()
     BLOCK = enum.auto()
     OVERLAP = enum.auto()  # UPCAST by an amount that need not divide the axis: tiles that overlap at its end
+    MERGE = enum.auto()  # an axis and the next one (of the same kind) become one, its views indexed through // and %
 
 
 @dataclass(frozen=True, order=True)
@@ -349,6 +350,10 @@ class Kernel:
             self._stage(opt)
             self.applied_opts.append(opt)
             return
+        if opt.op is OptOps.MERGE:
+            self._merge(opt)
+            self.applied_opts.append(opt)
+            return
         if opt.op in (OptOps.UPCAST, OptOps.OVERLAP, OptOps.LOCAL, OptOps.BLOCK):
             candidates = self.axes_of(AxisType.GLOBAL)
         elif opt.op is OptOps.THREAD:  # GLOBAL axes, then REDUCE axes (a reduce split into per-thread partials)
@@ -555,6 +560,21 @@ class Kernel:
     def stage_bytes(self) -> int:
         """Shared memory of every staged tile."""
         return sum(self.stage_layout(i).size * self.stage_candidates[i].dtype.itemsize for i in self.staged)
+
+    def _merge(self, opt: Opt) -> None:
+        """One axis of both sizes from `opt.axis` and the axis after it, where merge_axes would not merge them (a view
+        masked or strided apart along them gets a view on top that splits the merged index again): a vector axis
+        longer than either (a padded conv's 8 x 8 output pixels as vectors of 16, two rows each)."""
+        axes = self.axes_of(AxisType.GLOBAL) + self.axes_of(AxisType.REDUCE)
+        check(0 <= opt.axis < len(axes), f"{opt}: no such axis (kernel {self.name_plain})")
+        a = axes[opt.axis]
+        check(a + 1 < len(self.full_shape), f"{opt}: axis {a} is the last one")
+        check(self.axis_types[a] is self.axis_types[a + 1], f"{opt}: axes {a} and {a + 1} are of different kinds")
+        check(self.tile_steps[a] is None and self.tile_steps[a + 1] is None, f"{opt}: an axis is overlapping tiles")
+        check(all(isinstance(self.full_shape[i], int) for i in (a, a + 1)), f"{opt}: a symbolic axis is not merged")
+        new_shapes = [st.shape[:a] + (smul(st.shape[a], st.shape[a + 1]),) + st.shape[a + 2 :] for st in self.sts]
+        keep = [i for i in range(len(self.full_shape)) if i != a + 1]
+        self._reshape_all(new_shapes, [self.axis_types[i] for i in keep], [self.tile_steps[i] for i in keep])
 
     def _swap(self, opt: Opt) -> None:
         """SWAP exchanges two output loops (`axis` and `amount` count GLOBAL axes): the loop order, not the result."""
