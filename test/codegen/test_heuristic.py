@@ -295,6 +295,8 @@ AVX512_CHOICES = [
      [[("UPCAST", 0, 16)], [("MERGE", 2, 0), ("UPCAST", 2, 16), ("UPCAST", 1, 8), ("UPCAST", 0, 2)]]),
     ("digits conv2 weight gradient", lambda: _conv_grad_of("w", 8),
      [[("UPCAST", 0, 16)], [("MERGE", 5, 0), ("UPCAST", 0, 8), ("UPCAST", 3, 3), ("UNROLL", 1, 16)]]),
+    ("conv2 weight gradient on 16^2", lambda: _conv_grad_of("w", 16),
+     [[("UPCAST", 0, 16)], [("UPCAST", 0, 8), ("UPCAST", 3, 3), ("UNROLL", 2, 16)]]),
     ("conv input gradient", lambda: _conv_grad("x"), [[("UPCAST", 2, 8), ("UNROLL", 0, 4)]]),
     ("conv weight gradient", lambda: _conv_grad("w"), [[("UPCAST", 0, 8), ("UNROLL", 2, 16)]]),
 ]  # fmt: skip
@@ -397,3 +399,23 @@ def test_short_rows_merge_into_vectors_and_match_torch(shape, kw: dict, merged: 
     avx512.masked_load_lanes = (16, 8)
     fwd = lambda: Tensor.empty(*shape).conv2d(Tensor.empty(16, cin, 3, 3), **kw)  # noqa: E731
     assert any(o[0] == "MERGE" for opts in _opts_on(fwd, avx512) for o in opts) == merged
+
+
+def test_weight_gradient_taps_whole_only_with_32_registers():
+    """A conv's weight gradient with its lanes along the input rows takes its window's 3 column taps whole as the
+    third axis of its tile where 32 vector registers hold 8 x 3 accumulators; with AVX2's 16 the 4 x 3 tile spilled
+    (2.4x slower than 4 output x 2 input channels), so there the input channels stay."""
+    from test.helpers import avx2_renderer
+
+    avx512 = ClangRenderer(threads=1, vector_bytes=64, vector_registers=32)
+    avx512.masked_load_lanes = (16, 8)
+    assert _opts_on(lambda: _conv_grad_of("w", 32), avx512)[-1] == [
+        ("UPCAST", 0, 8),
+        ("UPCAST", 3, 3),
+        ("UNROLL", 2, 16),
+    ]
+    assert _opts_on(lambda: _conv_grad_of("w", 16), avx2_renderer(1))[-1] == [
+        ("UPCAST", 0, 4),
+        ("UPCAST", 1, 2),
+        ("UNROLL", 2, 8),
+    ]
