@@ -90,8 +90,11 @@ def hand_coded_optimizations(k: Kernel) -> Kernel:
     vec = _vector_width(k, stores)
     in_reduce = [i for i, inside in loads if inside]
     # a CPU's vectors (a GPU has no lanes to fill): an output's short rows, else a reduce's
-    if not k.renderer.has_local and in_reduce and not _merge_short_rows(k, AxisType.GLOBAL, in_reduce + stores, vec):
-        _merge_short_rows(k, AxisType.REDUCE, in_reduce, vec)
+    merged = None
+    if not k.renderer.has_local and in_reduce:
+        merged = _merge_short_rows(k, AxisType.GLOBAL, in_reduce + stores, vec)
+        if merged is None:
+            _merge_short_rows(k, AxisType.REDUCE, in_reduce, vec)
     reduce_axes = k.axes_of(AxisType.REDUCE)
     # address steps of each view along each axis, read before any opt renumbers the axes
     step = {v: [_step(k, v, a) for a in range(len(k.full_shape))] for v in {*in_reduce, *stores}}
@@ -107,7 +110,7 @@ def hand_coded_optimizations(k: Kernel) -> Kernel:
     spread = None  # the output axis the cores share out, where the register tile prefers one
     if reuse:
         # register tile: the unit-stride output axis as vectors, a second reused axis as rows of the tile
-        first = _vector_axis(k, reuse, out_unit, [step[i] for i in in_reduce], vec)
+        first = _vector_axis(k, reuse, out_unit, [step[i] for i in in_reduce], vec, merged)
         # no output axis for vector lanes (a conv's weight gradient): the reduce may run unit-stride through every
         # input instead (the output pixels), then it gets vector accumulators
         last_steps = [step[i][reduce_axes[-1]] for i in in_reduce]
@@ -181,7 +184,13 @@ def hand_coded_optimizations(k: Kernel) -> Kernel:
             cols_axis = next(iter(cols), None)
         if first is not None:
             n_axes = len(k.full_shape)
-            _upcast(k, first, (vec, 8, 4, 2))
+            size = k.full_shape[first]
+            if first == merged and isinstance(size, int) and size % vec:
+                # merged rows that are no whole vectors (7^2 pixels): overlapping vectors, the last one ending at the
+                # image's end (OVERLAP)
+                k.try_opt(Opt(OptOps.OVERLAP, k.axes_of(AxisType.GLOBAL).index(first), vec))
+            else:
+                _upcast(k, first, (vec, 8, 4, 2))
             second = _renumbered(k, second, first, n_axes)
             if cols_axis is not None:
                 third = _renumbered(k, cols_axis, first, n_axes)
@@ -384,30 +393,46 @@ def _slide_rank(step: dict[int, list], views: list[int], axis: int, reduce_axes:
     return max(ranks, default=0)
 
 
-def _merge_short_rows(k: Kernel, kind: AxisType, views: list[int], vec: int) -> bool:
-    """Merge the innermost axis of `kind` with the one outside it (Opt MERGE) where it is shorter than a vector, the
-    two together are whole vectors, and every view reads along them as along one axis (a step of 1 along the inner
-    and of its size along the outer, or none along either): a padded conv on images narrower than a vector then
-    gets vectors of several rows, the lanes in the padding masked off, instead of one row to a shorter vector.
+def _merge_short_rows(k: Kernel, kind: AxisType, views: list[int], vec: int) -> int | None:
+    """Merge the innermost axis of `kind` with the one outside it (Opt MERGE) where it is shorter than a vector and
+    every view reads along the two as along one axis (a step of 1 along the inner and of its size along the outer,
+    or none along either): a padded conv on images narrower than a vector then gets vectors of several rows, the
+    lanes in the padding masked off, instead of one row to a shorter vector. Output rows merge where together they
+    are at least a vector (overlapping vectors where they are no multiple of one); a reduce's only into whole vectors.
     AVX-512, one core, 3x3 pad 1, best-of CPU time, rows of 8 -> vectors of two rows: the digits CNN's 16 -> 32 on
     8^2, batch 64, forward 324 -> 145 us (torch 205), input gradient 310 -> 176 (210), weight gradient 290 -> 225
-    (220); 32 -> 64 on 4^2, batch 64: 563 -> 144, 640 -> 167, 568 -> 253 us (torch 196, 185, 227)."""
+    (220); 32 -> 64 on 4^2, batch 64: 563 -> 144, 640 -> 167, 568 -> 253 us (torch 196, 185, 227).
+    Returns the merged axis, or None."""
     axes = k.axes_of(kind)
     if len(axes) < 2 or axes[-2] != axes[-1] - 1 or not _reused(k, views):
-        return False
+        return None
     inner, outer = axes[-1], axes[-2]
     size, rows = k.full_shape[inner], k.full_shape[outer]
-    if not isinstance(size, int) or not isinstance(rows, int) or size >= vec or vec % size or size * rows % vec:
-        return False
+    if not isinstance(size, int) or not isinstance(rows, int) or size % vec == 0 or size * rows < vec:
+        return None
+    if size * rows % vec and (kind is AxisType.REDUCE or not all(_overlaps(st, outer) for st in k.sts)):
+        return (
+            None  # a reduce's lanes cannot overlap (they would sum twice), nor a merged mask (Kernel.shift_overlapped)
+        )
     steps = [(_step(k, v, inner), _step(k, v, outer)) for v in views]
     if any(s not in ((0, 0), (1, size)) for s in steps) or (1, size) not in steps:
-        return False
+        return None
     # a padded window's lanes are loaded under a mask (without masked loads they would be gathered one by one)
     dtype_of = {x.src[1]: x.dtype for x in k.ast.toposort if x.op is Ops.LOAD}
     masked = [v for v in views if k.views[v] in dtype_of and any(x.mask is not None for x in k.sts[v].views)]
     if any(not k.renderer.masked_load(dtype_of[k.views[v]].vec(vec)) for v in masked):
-        return False
-    return k.try_opt(Opt(OptOps.MERGE, (k.axes_of(AxisType.GLOBAL) + k.axes_of(AxisType.REDUCE)).index(outer), 0))
+        return None
+    at = (k.axes_of(AxisType.GLOBAL) + k.axes_of(AxisType.REDUCE)).index(outer)
+    return outer if k.try_opt(Opt(OptOps.MERGE, at, 0)) else None
+
+
+def _overlaps(st, axis: int) -> bool:  # noqa: ANN001
+    """Whether `axis` and the next one of a view, merged, can run over overlapping tiles: they merge into a view on
+    top (unmasked), or the view merges them itself and masks neither."""
+    v = st.views[-1]
+    if not Kernel._mergeable(st, axis) or v.mask is None:
+        return True
+    return all(v.mask[a] == (0, v.shape[a]) for a in (axis, axis + 1))
 
 
 def _reused(k: Kernel, views: list[int]) -> bool:
@@ -415,14 +440,16 @@ def _reused(k: Kernel, views: list[int]) -> bool:
     return any(_step(k, v, a) == 0 for v in views for a in k.axes_of(AxisType.GLOBAL))
 
 
-def _vector_axis(k: Kernel, reuse: list[int], out_unit: list[int], reduce_steps: list[list], vec: int) -> int | None:
+def _vector_axis(
+    k: Kernel, reuse: list[int], out_unit: list[int], reduce_steps: list[list], vec: int, merged: int | None = None
+) -> int | None:
     """The output axis of a register tile that becomes vector lanes: one along which every reduce input is
     contiguous or broadcast, the store's unit-stride axis if it is one (a conv's input gradient stores along its
     3x3 window, but its inputs run along the output pixels)."""
 
     def splits(a: int) -> bool:
         size = k.full_shape[a]
-        return isinstance(size, int) and any(size % w == 0 for w in (vec, 8, 4, 2) if w > 1)
+        return a == merged or isinstance(size, int) and any(size % w == 0 for w in (vec, 8, 4, 2) if w > 1)
 
     lanes = [
         a
