@@ -394,15 +394,17 @@ def _slide_rank(step: dict[int, list], views: list[int], axis: int, reduce_axes:
 
 
 def _merge_short_rows(k: Kernel, kind: AxisType, views: list[int], vec: int) -> int | None:
-    """Merge the innermost axis of `kind` with the one outside it (Opt MERGE) where it is shorter than a vector and
-    every view reads along the two as along one axis (a step of 1 along the inner and of its size along the outer,
-    or none along either): a padded conv on images narrower than a vector then gets vectors of several rows, the
-    lanes in the padding masked off, instead of one row to a shorter vector. Output rows merge where together they
-    are at least a vector (overlapping vectors where they are no multiple of one); a reduce's only into whole vectors.
-    AVX-512, one core, 3x3 pad 1, best-of CPU time, rows of 8 -> vectors of two rows: the digits CNN's 16 -> 32 on
-    8^2, batch 64, forward 324 -> 145 us (torch 205), input gradient 310 -> 176 (210), weight gradient 290 -> 225
-    (220); 32 -> 64 on 4^2, batch 64: 563 -> 144, 640 -> 167, 568 -> 253 us (torch 196, 185, 227).
-    Returns the merged axis, or None."""
+    """Merge the innermost axis of `kind` with the one outside it (Opt MERGE) where it is no whole vectors and every
+    view reads along the two as along one axis (a step of 1 along the inner and of its size along the outer, or none
+    along either): a padded conv on images whose rows are no whole vectors then gets vectors across rows, the lanes
+    in the padding masked off, instead of a shorter vector per row (or none: rows of 7). Output rows merge where
+    together they are at least a vector (overlapping vectors where they are no multiple of one, OVERLAP); a reduce's
+    only into whole vectors. Returns the merged axis, or None.
+    AVX-512, one core, 3x3 pad 1, best-of CPU time (unmerged -> merged, torch same run), the digits CNN's 16 -> 32
+    on 8^2, batch 64: forward 324 -> 145 us (torch 205), input gradient 310 -> 176 (210), weight gradient 290 -> 225
+    (220); 32 -> 64 on 4^2, batch 64: 563 -> 144, 640 -> 167, 568 -> 253 us (196, 185, 227); 32 -> 64 on 7^2, batch
+    8: forward 796 -> 158 us (96), input gradient 1195 -> 88 (105); 16 -> 32 on 28^2, batch 8: 852 -> 220 (280),
+    960 -> 251 (285)."""
     axes = k.axes_of(kind)
     if len(axes) < 2 or axes[-2] != axes[-1] - 1 or not _reused(k, views):
         return None
@@ -410,10 +412,8 @@ def _merge_short_rows(k: Kernel, kind: AxisType, views: list[int], vec: int) -> 
     size, rows = k.full_shape[inner], k.full_shape[outer]
     if not isinstance(size, int) or not isinstance(rows, int) or size % vec == 0 or size * rows < vec:
         return None
-    if size * rows % vec and (kind is AxisType.REDUCE or not all(_overlaps(st, outer) for st in k.sts)):
-        return (
-            None  # a reduce's lanes cannot overlap (they would sum twice), nor a merged mask (Kernel.shift_overlapped)
-        )
+    if kind is AxisType.REDUCE and size * rows % vec:
+        return None  # a reduce's lanes cannot overlap (they would sum twice)
     steps = [(_step(k, v, inner), _step(k, v, outer)) for v in views]
     if any(s not in ((0, 0), (1, size)) for s in steps) or (1, size) not in steps:
         return None
@@ -424,15 +424,6 @@ def _merge_short_rows(k: Kernel, kind: AxisType, views: list[int], vec: int) -> 
         return None
     at = (k.axes_of(AxisType.GLOBAL) + k.axes_of(AxisType.REDUCE)).index(outer)
     return outer if k.try_opt(Opt(OptOps.MERGE, at, 0)) else None
-
-
-def _overlaps(st, axis: int) -> bool:  # noqa: ANN001
-    """Whether `axis` and the next one of a view, merged, can run over overlapping tiles: they merge into a view on
-    top (unmasked), or the view merges them itself and masks neither."""
-    v = st.views[-1]
-    if not Kernel._mergeable(st, axis) or v.mask is None:
-        return True
-    return all(v.mask[a] == (0, v.shape[a]) for a in (axis, axis + 1))
 
 
 def _reused(k: Kernel, views: list[int]) -> bool:

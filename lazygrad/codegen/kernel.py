@@ -17,7 +17,7 @@ from lazygrad.renderer import Renderer
 from lazygrad.renderer.tensor_cores import TensorCore
 from lazygrad.uop.ops import Ops, UOp, smul, substitute
 from lazygrad.uop.symbolic import simplify
-from lazygrad.uop.view import ShapeTracker, View, full_shape
+from lazygrad.uop.view import ShapeTracker, View, full_shape, strides_for_shape
 
 
 class AxisType(enum.Enum):
@@ -294,7 +294,15 @@ class Kernel:
                 sts.append(st.reshape(st.shape[:axis] + (1, 1) + st.shape[axis + 1 :]))
                 continue
             v = st.views[-1]  # the view the loop indices index (a window's views below it take its index as it is)
-            check(v.mask is None or v.mask[axis] == (0, size), f"axis {axis}: masked, tiles past its end would read")
+            if v.mask is not None and v.mask[axis] != (0, size):
+                # a mask along the axis cannot be cut into (start, lane): a view on top indexes it at start + lane
+                strides = strides_for_shape(v.shape)
+                on_top = View.create(
+                    v.shape[:axis] + (starts, amount) + v.shape[axis + 1 :],
+                    strides[:axis] + (strides[axis], strides[axis]) + strides[axis + 1 :],
+                )
+                sts.append(ShapeTracker(st.views + (on_top,)))
+                continue
             check(isinstance(v.strides[axis], int), f"axis {axis}: a symbolic stride")
             mask = None if v.mask is None else v.mask[:axis] + ((0, starts), (0, amount)) + v.mask[axis + 1 :]
             view = View.create(

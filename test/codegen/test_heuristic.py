@@ -275,6 +275,13 @@ def _conv_grad_of(which: str, size: int) -> Tensor:
     return (x.grad if which == "x" else w.grad).contiguous()  # type: ignore[union-attr]
 
 
+def _conv_grad_7() -> Tensor:
+    """The input gradient of a 32 -> 64 conv on 7^2 (an MNIST CNN's after two poolings), batch 8."""
+    x, w = Tensor.empty(8, 32, 7, 7, requires_grad=True), Tensor.empty(64, 32, 3, 3, requires_grad=True)
+    (x.conv2d(w, padding=1) * Tensor.empty(8, 64, 7, 7)).sum().backward()
+    return x.grad.contiguous()  # type: ignore[union-attr]
+
+
 def _conv(n: int, cin: int, size: int, cout: int) -> Tensor:
     return Tensor.empty(n, cin, size, size).conv2d(Tensor.empty(cout, cin, 3, 3), padding=1)
 
@@ -302,6 +309,8 @@ AVX512_CHOICES = [
      [[("MERGE", 2, 0), ("OVERLAP", 2, 16), ("UPCAST", 1, 8), ("UPCAST", 0, 2), ("UNROLL", 2, 3)]]),
     ("conv 16->32 on 28^2", lambda: _conv(8, 16, 28, 32),
      [[("MERGE", 2, 0), ("UPCAST", 2, 16), ("UPCAST", 1, 8), ("UPCAST", 0, 2), ("UNROLL", 2, 3)]]),
+    ("conv 32->64 on 7^2 input gradient", lambda: _conv_grad_7(),
+     [[("UPCAST", 0, 16)], [("MERGE", 2, 0), ("OVERLAP", 2, 16), ("UPCAST", 1, 8), ("UPCAST", 0, 2)]]),
     ("conv input gradient", lambda: _conv_grad("x"), [[("UPCAST", 2, 8), ("UNROLL", 0, 4)]]),
     ("conv weight gradient", lambda: _conv_grad("w"), [[("UPCAST", 0, 8), ("UNROLL", 2, 16)]]),
 ]  # fmt: skip

@@ -188,3 +188,18 @@ def test_merge_refuses_axes_of_two_kinds_and_the_last_axis():
         get_program(ast, Device["CPU"].renderer, [Opt(OptOps.MERGE, 3, 0)])  # columns with in channels
     with pytest.raises(KernelOptError):
         get_program(ast, Device["CPU"].renderer, [Opt(OptOps.MERGE, 6, 0)])  # the window's columns
+
+
+@pytest.mark.parametrize("amount", [3, 5, 16])
+def test_overlapping_tiles_over_a_masked_axis_compute_as_noopt(amount: int):
+    """OVERLAP along an axis a view masks (a padded input read by its own view, as the taps of a conv's input
+    gradient): the mask cannot be cut into (tile start, lane), so a view on top indexes the view at start + lane."""
+    a = realized(6, 17)
+    ast, bufs = _ast_and_bufs((a.pad(((0, 0), (2, 3))) * 2 + 1).contiguous())
+    k = Kernel(ast, Device["CPU"].renderer)
+    k.merge_axes()
+    assert k.full_shape == (6, 22)
+    k.apply_opt(Opt(OptOps.OVERLAP, 1, amount))
+    assert any(len(st.views) > 1 for st in k.sts)  # the masked input's view on top
+    ref = run_with_opts(ast, bufs, [])
+    np.testing.assert_allclose(run_with_opts(ast, bufs, [Opt(OptOps.OVERLAP, 1, amount)]), ref)
