@@ -1,7 +1,7 @@
 """Hand-written default optimizations: cheap rules that are right for most kernels (BEAM searches the rest).
 
-The rules, in order: on a CPU, a register tile's rows shorter than a vector are merged with the axis outside them
-(a small image's pixel rows become vectors of several rows); a kernel whose reduce input is reused along an output
+The rules, in order: on a CPU, a register tile's rows that are no whole vectors are merged with the axis outside
+them (a small image's pixel rows become vectors across rows); a kernel whose reduce input is reused along an output
 axis (matmul, conv) gets a register tile (upcast two output axes, vector lanes and rows, on a CPU a third for a second
 vector per row; unroll the reduce, on a CPU a small tile's padded window whole); a reduce over a unit-stride axis is
 unrolled by the vector width (vector accumulators); otherwise the unit-stride output axis is upcast by the vector width
@@ -15,11 +15,14 @@ of a Variable size by a constant would need a remainder loop); the constant axes
 
 from __future__ import annotations
 
+import functools
+
 from lazygrad.codegen.kernel import AxisType, Kernel, Opt, OptOps
 from lazygrad.dtype import dtypes
 from lazygrad.helpers import getenv, prod
 from lazygrad.uop.ops import GroupOp, Ops, UOp
 from lazygrad.uop.symbolic import simplify
+from lazygrad.uop.view import ShapeTracker
 
 # below this many loop iterations a kernel runs in a few microseconds: nothing to gain, only code to grow
 TINY = 64
@@ -89,15 +92,19 @@ def hand_coded_optimizations(k: Kernel) -> Kernel:
         return k
     vec = _vector_width(k, stores)
     in_reduce = [i for i, inside in loads if inside]
+    # address steps of each view along each axis, read before any opt renumbers the axes
+    step = {v: [_step(k, v, a) for a in range(len(k.full_shape))] for v in {*in_reduce, *stores}}
     # a CPU's vectors (a GPU has no lanes to fill): an output's short rows, else a reduce's
     merged = None
     if not k.renderer.has_local and in_reduce:
-        merged = _merge_short_rows(k, AxisType.GLOBAL, in_reduce + stores, vec)
-        if merged is None:
-            _merge_short_rows(k, AxisType.REDUCE, in_reduce, vec)
+        merged = _merge_short_rows(k, AxisType.GLOBAL, in_reduce + stores, vec, step)
+        reduce_merged = None if merged is not None else _merge_short_rows(k, AxisType.REDUCE, in_reduce, vec, step)
+        m = merged if merged is not None else reduce_merged
+        if m is not None:
+            # the merged axis steps as its inner part did (_merge_short_rows): read off, not indexed through the view
+            # on top (a conv's input gradient: 9 views, each step a to_index and simplify, 60% of its codegen)
+            step = {v: s[:m] + s[m + 1 :] for v, s in step.items()}
     reduce_axes = k.axes_of(AxisType.REDUCE)
-    # address steps of each view along each axis, read before any opt renumbers the axes
-    step = {v: [_step(k, v, a) for a in range(len(k.full_shape))] for v in {*in_reduce, *stores}}
     glob = k.axes_of(AxisType.GLOBAL)
     reuse = [a for a in glob if any(step[i][a] == 0 for i in in_reduce)] if reduce_axes else []
     # on a CPU a tile pays where an input the reduce loop reads anew in each iteration is shared by outputs; one it
@@ -317,6 +324,13 @@ def _step(k: Kernel, view: int, axis: int) -> int | None:
         return 0
     if len(st.views) == 1 and type(stride := st.views[0].strides[axis]) is int:
         return stride  # one view's address is linear in each index (its mask gates, it does not move the address)
+    return _indexed_step(st, axis)
+
+
+@functools.lru_cache(maxsize=4096)
+def _indexed_step(st: ShapeTracker, axis: int) -> int | None:
+    """_step of a view of several views, from its index at 0 and 1 (a to_index and a simplify: asked again for each
+    axis by the chunking and L2 rules, it was half of a merged conv input gradient's codegen)."""
     at = [UOp.const(dtypes.int32, 0)] * len(st.shape)
     idx0, _ = st.to_index(list(at))
     at[axis] = UOp.const(dtypes.int32, 1)
@@ -393,7 +407,7 @@ def _slide_rank(step: dict[int, list], views: list[int], axis: int, reduce_axes:
     return max(ranks, default=0)
 
 
-def _merge_short_rows(k: Kernel, kind: AxisType, views: list[int], vec: int) -> int | None:
+def _merge_short_rows(k: Kernel, kind: AxisType, views: list[int], vec: int, step: dict[int, list]) -> int | None:
     """Merge the innermost axis of `kind` with the one outside it (Opt MERGE) where it is no whole vectors and every
     view reads along the two as along one axis (a step of 1 along the inner and of its size along the outer, or none
     along either): a padded conv on images whose rows are no whole vectors then gets vectors across rows, the lanes
@@ -406,15 +420,19 @@ def _merge_short_rows(k: Kernel, kind: AxisType, views: list[int], vec: int) -> 
     8: forward 796 -> 158 us (96), input gradient 1195 -> 88 (105); 16 -> 32 on 28^2, batch 8: 852 -> 220 (280),
     960 -> 251 (285)."""
     axes = k.axes_of(kind)
-    if len(axes) < 2 or axes[-2] != axes[-1] - 1 or not _reused(k, views):
-        return None
+    if (
+        len(axes) < 2
+        or axes[-2] != axes[-1] - 1
+        or not any(step[v][a] == 0 for v in views for a in k.axes_of(AxisType.GLOBAL))
+    ):
+        return None  # (no input read again along an output axis: no register tile)
     inner, outer = axes[-1], axes[-2]
     size, rows = k.full_shape[inner], k.full_shape[outer]
     if not isinstance(size, int) or not isinstance(rows, int) or size % vec == 0 or size * rows < vec:
         return None
     if kind is AxisType.REDUCE and size * rows % vec:
         return None  # a reduce's lanes cannot overlap (they would sum twice)
-    steps = [(_step(k, v, inner), _step(k, v, outer)) for v in views]
+    steps = [(step[v][inner], step[v][outer]) for v in views]
     if any(s not in ((0, 0), (1, size)) for s in steps) or (1, size) not in steps:
         return None
     # a padded window's lanes are loaded under a mask (without masked loads they would be gathered one by one)
@@ -424,11 +442,6 @@ def _merge_short_rows(k: Kernel, kind: AxisType, views: list[int], vec: int) -> 
         return None
     at = (k.axes_of(AxisType.GLOBAL) + k.axes_of(AxisType.REDUCE)).index(outer)
     return outer if k.try_opt(Opt(OptOps.MERGE, at, 0)) else None
-
-
-def _reused(k: Kernel, views: list[int]) -> bool:
-    """Whether some of `views` is read again along an output axis (the broadcast input of a register tile)."""
-    return any(_step(k, v, a) == 0 for v in views for a in k.axes_of(AxisType.GLOBAL))
 
 
 def _vector_axis(
