@@ -251,6 +251,38 @@ def main(only: str = "") -> None:
             "conv2d + bias + relu lazygrad", t_lg, flops=flops, ratio=f"{ref / t_lg:.2f}x torch speed" if ref else ""
         )
 
+    if want("digits"):
+        _digits_convs(table, torch, rng)
+
+
+def _digits_convs(table: Table, torch, rng: np.random.Generator) -> None:  # noqa: ANN001
+    """The digits CNN's two convs (lazygrad/examples/digits.py, batch 64, 3x3 pad 1 with bias on 8^2), forward and
+    both gradients, each against torch's (oneDNN) with the upstream gradient given."""
+    for name, cin, cout in (("conv1", 1, 16), ("conv2", 16, 32)):
+        xn, wn = rng.standard_normal((64, cin, 8, 8), np.float32), rng.standard_normal((cout, cin, 3, 3), np.float32)
+        bn, gn = rng.standard_normal(cout, np.float32), rng.standard_normal((64, cout, 8, 8), np.float32)
+        x, w, b = (Tensor(a, requires_grad=True).realize() for a in (xn, wn, bn))
+        out = x.conv2d(w, b, padding=1)
+        dx, dw = out.gradient(x, w, gradient=Tensor(gn).realize())
+        flops = 2 * 64 * cout * cin * 9 * 64
+        peers: dict[str, Callable[[], object]] = {}
+        if torch is not None:
+            xt, wt, bt, gt = (torch.from_numpy(a) for a in (xn, wn, bn, gn))
+            conv_args = ([1, 1], [1, 1], [1, 1], False, [0, 0], 1)
+            backward = torch.ops.aten.convolution_backward
+            peers = {
+                "forward": lambda: torch.nn.functional.conv2d(xt, wt, bt, padding=1),
+                "input grad": lambda: backward(gt, xt, wt, None, *conv_args, [True, False, False]),
+                "weight grad": lambda: backward(gt, xt, wt, None, *conv_args, [False, True, False]),
+            }
+        for part, t in (("forward", out), ("input grad", dx), ("weight grad", dw)):
+            label = f"digits {name} {cin}->{cout} {part}"
+            ref = bench(peers[part]) if part in peers else None
+            if ref is not None:
+                table.row(f"{label} torch", ref, flops=flops)
+            t_lg = bench(compiled(t))
+            table.row(f"{label} lazygrad", t_lg, flops=flops, ratio=f"{ref / t_lg:.2f}x torch speed" if ref else "")
+
 
 def _tinygrad_time(make: Callable, op: Callable) -> float:
     """tinygrad's kernels replayed by its TinyJit (a plain re-realize of the same graph would hit its cache)."""

@@ -17,7 +17,7 @@ from lazygrad.renderer import Renderer
 from lazygrad.renderer.tensor_cores import TensorCore
 from lazygrad.uop.ops import Ops, UOp, smul, substitute
 from lazygrad.uop.symbolic import simplify
-from lazygrad.uop.view import ShapeTracker, View, full_shape
+from lazygrad.uop.view import ShapeTracker, View, full_shape, strides_for_shape
 
 
 class AxisType(enum.Enum):
@@ -53,6 +53,7 @@ class OptOps(enum.Enum):
     STAGE = enum.auto()
     BLOCK = enum.auto()
     OVERLAP = enum.auto()  # UPCAST by an amount that need not divide the axis: tiles that overlap at its end
+    MERGE = enum.auto()  # an axis and the next one (of the same kind) become one, its views indexed through // and %
 
 
 @dataclass(frozen=True, order=True)
@@ -293,7 +294,15 @@ class Kernel:
                 sts.append(st.reshape(st.shape[:axis] + (1, 1) + st.shape[axis + 1 :]))
                 continue
             v = st.views[-1]  # the view the loop indices index (a window's views below it take its index as it is)
-            check(v.mask is None or v.mask[axis] == (0, size), f"axis {axis}: masked, tiles past its end would read")
+            if v.mask is not None and v.mask[axis] != (0, size):
+                # a mask along the axis cannot be cut into (start, lane): a view on top indexes it at start + lane
+                strides = strides_for_shape(v.shape)
+                on_top = View.create(
+                    v.shape[:axis] + (starts, amount) + v.shape[axis + 1 :],
+                    strides[:axis] + (strides[axis], strides[axis]) + strides[axis + 1 :],
+                )
+                sts.append(ShapeTracker(st.views + (on_top,)))
+                continue
             check(isinstance(v.strides[axis], int), f"axis {axis}: a symbolic stride")
             mask = None if v.mask is None else v.mask[:axis] + ((0, starts), (0, amount)) + v.mask[axis + 1 :]
             view = View.create(
@@ -347,6 +356,10 @@ class Kernel:
             return
         if opt.op is OptOps.STAGE:
             self._stage(opt)
+            self.applied_opts.append(opt)
+            return
+        if opt.op is OptOps.MERGE:
+            self._merge(opt)
             self.applied_opts.append(opt)
             return
         if opt.op in (OptOps.UPCAST, OptOps.OVERLAP, OptOps.LOCAL, OptOps.BLOCK):
@@ -555,6 +568,21 @@ class Kernel:
     def stage_bytes(self) -> int:
         """Shared memory of every staged tile."""
         return sum(self.stage_layout(i).size * self.stage_candidates[i].dtype.itemsize for i in self.staged)
+
+    def _merge(self, opt: Opt) -> None:
+        """One axis of both sizes from `opt.axis` and the axis after it, where merge_axes would not merge them (a view
+        masked or strided apart along them gets a view on top that splits the merged index again): a vector axis
+        longer than either (a padded conv's 8 x 8 output pixels as vectors of 16, two rows each)."""
+        axes = self.axes_of(AxisType.GLOBAL) + self.axes_of(AxisType.REDUCE)
+        check(0 <= opt.axis < len(axes), f"{opt}: no such axis (kernel {self.name_plain})")
+        a = axes[opt.axis]
+        check(a + 1 < len(self.full_shape), f"{opt}: axis {a} is the last one")
+        check(self.axis_types[a] is self.axis_types[a + 1], f"{opt}: axes {a} and {a + 1} are of different kinds")
+        check(self.tile_steps[a] is None and self.tile_steps[a + 1] is None, f"{opt}: an axis is overlapping tiles")
+        check(all(isinstance(self.full_shape[i], int) for i in (a, a + 1)), f"{opt}: a symbolic axis is not merged")
+        new_shapes = [st.shape[:a] + (smul(st.shape[a], st.shape[a + 1]),) + st.shape[a + 2 :] for st in self.sts]
+        keep = [i for i in range(len(self.full_shape)) if i != a + 1]
+        self._reshape_all(new_shapes, [self.axis_types[i] for i in keep], [self.tile_steps[i] for i in keep])
 
     def _swap(self, opt: Opt) -> None:
         """SWAP exchanges two output loops (`axis` and `amount` count GLOBAL axes): the loop order, not the result."""

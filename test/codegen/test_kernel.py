@@ -154,3 +154,52 @@ def test_the_default_opts_knobs_key_the_disk_cache(monkeypatch, module, knob):
     before = codegen._program_key(si.ast, renderer)
     monkeypatch.setattr(getattr(codegen, module), knob, getattr(getattr(codegen, module), knob) + 1)
     assert codegen._program_key(si.ast, renderer) != before
+
+
+def _padded_conv(size: tuple[int, int], stride: int = 1, dilation: int = 1):
+    x, w = realized(2, 3, *size), realized(4, 3, 3, 3, seed=1)
+    return _ast_and_bufs(x.conv2d(w, padding=1, stride=stride, dilation=dilation))
+
+
+@pytest.mark.parametrize("size,stride,dilation", [((8, 8), 1, 1), ((4, 6), 1, 1), ((5, 6), 1, 2), ((7, 6), 2, 1)])
+def test_merge_of_padded_pixel_axes_computes_as_noopt(size, stride, dilation):
+    """MERGE makes one axis of a padded conv's output rows and columns (its input view gets a view on top that splits
+    the merged index again), which the other opts then split as they like: vectors across rows, rows of a tile."""
+    ast, bufs = _padded_conv(size, stride, dilation)
+    ref = run_with_opts(ast, bufs, [])
+    k = Kernel(ast, Device["CPU"].renderer)
+    k.merge_axes()
+    assert k.full_shape[:2] == (2, 4) and k.axis_types[3] is AxisType.GLOBAL  # (batch, out channels, rows, columns)
+    pixels = k.full_shape[2] * k.full_shape[3]
+    merge = Opt(OptOps.MERGE, 2, 0)
+    k.apply_opt(merge)
+    assert k.full_shape[2] == pixels and len(k.full_shape) == 6
+    lanes = max(d for d in range(2, 17) if pixels % d == 0)
+    for opts in ([], [Opt(OptOps.UPCAST, 2, lanes)], [Opt(OptOps.UPCAST, 2, lanes), Opt(OptOps.UPCAST, 1, 4)]):
+        out = run_with_opts(ast, bufs, [merge, *opts, Opt(OptOps.UNROLL, 2, 3)])
+        np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5, err_msg=f"opts {opts}")
+    # the window's axes merge too (3 x 3 taps as one reduce axis of 9)
+    np.testing.assert_allclose(run_with_opts(ast, bufs, [Opt(OptOps.MERGE, 4, 0)]), ref, rtol=1e-5, atol=1e-5)
+
+
+def test_merge_refuses_axes_of_two_kinds_and_the_last_axis():
+    ast, _ = _padded_conv((8, 8))  # (batch, out channels, rows, columns), then (in channels, window rows, columns)
+    with pytest.raises(KernelOptError):
+        get_program(ast, Device["CPU"].renderer, [Opt(OptOps.MERGE, 3, 0)])  # columns with in channels
+    with pytest.raises(KernelOptError):
+        get_program(ast, Device["CPU"].renderer, [Opt(OptOps.MERGE, 6, 0)])  # the window's columns
+
+
+@pytest.mark.parametrize("amount", [3, 5, 16])
+def test_overlapping_tiles_over_a_masked_axis_compute_as_noopt(amount: int):
+    """OVERLAP along an axis a view masks (a padded input read by its own view, as the taps of a conv's input
+    gradient): the mask cannot be cut into (tile start, lane), so a view on top indexes the view at start + lane."""
+    a = realized(6, 17)
+    ast, bufs = _ast_and_bufs((a.pad(((0, 0), (2, 3))) * 2 + 1).contiguous())
+    k = Kernel(ast, Device["CPU"].renderer)
+    k.merge_axes()
+    assert k.full_shape == (6, 22)
+    k.apply_opt(Opt(OptOps.OVERLAP, 1, amount))
+    assert any(len(st.views) > 1 for st in k.sts)  # the masked input's view on top
+    ref = run_with_opts(ast, bufs, [])
+    np.testing.assert_allclose(run_with_opts(ast, bufs, [Opt(OptOps.OVERLAP, 1, amount)]), ref)

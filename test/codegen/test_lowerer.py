@@ -356,3 +356,31 @@ def test_square_tile_of_a_transposing_copy_loads_rows(pad: tuple[int, int], shuf
     ExecItem(CompiledRunner("CPU", spec), [out, *si.bufs[1:]]).run()
     got = np.frombuffer(out.as_bytes(), dtype=np.float32).reshape(16 + sum(pad), 16)
     np.testing.assert_array_equal(got, np.pad(xn, ((0, 0), pad)).T)
+
+
+@pytest.mark.parametrize("relu", [False, True])
+def test_epilogue_values_wait_for_the_reduce_loop(relu: bool) -> None:
+    """A conv's bias, added after the reduce, is loaded after the reduce loop closes (in the output loops' body),
+    not above the output loops it does not depend on, where its vectors stayed live through the reduce beside the
+    accumulators of the register tile (spills in the inner loop). Whatever the reduce reads stays hoisted."""
+    from lazygrad import Tensor
+    from lazygrad.codegen.heuristic import hand_coded_optimizations
+    from lazygrad.codegen.linearize import linearize
+    from lazygrad.codegen.lowerer import lower
+
+    x, w, b = Tensor.empty(8, 16, 16, 16), Tensor.empty(16, 16, 3, 3), Tensor.empty(16)
+    out = x.conv2d(w, b, padding=1)
+    (si,) = (out.relu() if relu else out).schedule()
+    for renderer in (avx2_renderer(1), Device["CPU"].renderer):
+        k = Kernel(si.ast, renderer)
+        k.merge_axes()
+        hand_coded_optimizations(k)
+        uops = linearize(lower(k))
+        bias = next(u for u in uops if u.op is Ops.DEFINE_GLOBAL and u.dtype.size == 16)
+        bias_loads = [i for i, u in enumerate(uops) if u.op is Ops.LOAD and u.src[0].src[0] is bias]
+        reduce_ends = [i for i, u in enumerate(uops) if u.op is Ops.ENDRANGE and u.src[0].arg[1] == "r"]
+        output_ranges = [i for i, u in enumerate(uops) if u.op is Ops.RANGE and u.arg[1] in ("g", "t")]
+        assert bias_loads and reduce_ends and output_ranges
+        assert min(bias_loads) > max(reduce_ends), k.applied_opts
+        # the weights' and the input's loads are inside the reduce, before its end
+        assert sum(u.op is Ops.LOAD for u in uops[: min(reduce_ends)]) > 0
