@@ -319,24 +319,29 @@ def _per_lane_ops(k: Kernel, vec: int) -> int:
 
 def _step(k: Kernel, view: int, axis: int) -> int | None:
     """How far the address of view number `view` moves when `axis` moves by one (None: not a constant)."""
-    st = k.sts[view]
-    if st.shape[axis] == 1:
-        return 0
-    if len(st.views) == 1 and type(stride := st.views[0].strides[axis]) is int:
-        return stride  # one view's address is linear in each index (its mask gates, it does not move the address)
-    return _indexed_step(st, axis)
+    return _steps(k.sts[view])[axis]
 
 
 @functools.lru_cache(maxsize=4096)
-def _indexed_step(st: ShapeTracker, axis: int) -> int | None:
-    """_step of a view of several views, from its index at 0 and 1 (a to_index and a simplify: asked again for each
-    axis by the chunking and L2 rules, it was half of a merged conv input gradient's codegen)."""
-    at = [UOp.const(dtypes.int32, 0)] * len(st.shape)
-    idx0, _ = st.to_index(list(at))
-    at[axis] = UOp.const(dtypes.int32, 1)
-    idx1, _ = st.to_index(list(at))
-    step = simplify(idx1 - idx0)
-    return step.arg if step.op is Ops.CONST else None
+def _steps(st: ShapeTracker) -> tuple[int | None, ...]:
+    """_step along every axis of a view, once per view: the heuristic asks each view's steps again after every opt it
+    tries, and kernels of one schedule share views (cold CNN step: 938 asks, 10% of code generation's CPU)."""
+    single = st.views[0].strides if len(st.views) == 1 else None
+    idx0: UOp | None = None
+    out: list[int | None] = []
+    for axis, n in enumerate(st.shape):
+        if n == 1:
+            out.append(0)
+        elif single is not None and type(single[axis]) is int:
+            out.append(single[axis])  # one view's address is linear in each index (its mask gates, not moves it)
+        else:
+            at = [UOp.const(dtypes.int32, 0)] * len(st.shape)
+            if idx0 is None:
+                idx0 = st.to_index(list(at))[0]
+            at[axis] = UOp.const(dtypes.int32, 1)
+            step = simplify(st.to_index(at)[0] - idx0)
+            out.append(step.arg if step.op is Ops.CONST else None)
+    return tuple(out)
 
 
 def _gathered(k: Kernel, views: list[int], axis: int, lanes: int) -> bool:

@@ -205,6 +205,7 @@ class _Batches:
         self.open: dict[str, list[tuple]] = {}  # compiler -> shared keys of the batch being filled
         self.full: list[tuple[str, str, list[tuple]]] = []  # (compiler, a device, shared keys): batches to submit
         self.submitted: list[tuple[list[tuple], Future[bytes]]] = []  # (shared keys, its binary) in schedule order
+        self.cached: dict[tuple, bytes] = {}  # shared key -> the binary on disk holding it (no compiler call)
         self.st = time.perf_counter()
 
     def add(self, key: tuple, shared: tuple) -> None:
@@ -222,6 +223,11 @@ class _Batches:
                 spec = spec.renamed(f"{name}n{n}")
             seen[name] = n + 1
             self.programs[shared] = spec
+            # a kernel an earlier process compiled, in whatever batch (which kernels share one depends on timing)
+            if hasattr(dev.compiler, "cached_kernel") and (lib := dev.compiler.cached_kernel(spec.src)) is not None:
+                self.cached[shared] = lib
+                self.keys_of.setdefault(shared, []).append(key)
+                return
             batch = self.open.setdefault(cachekey, [])
             batch.append(shared)
             first = not (self.submitted or self.full) and self.auto > self.batch_size
@@ -272,6 +278,9 @@ class _Batches:
 
     def finish(self) -> None:
         """The runners of every batch, in order; the first batch that failed raises its compiler's error."""
+        for shared, lib in self.cached.items():
+            for key in self.keys_of[shared]:
+                _runners[key] = CompiledRunner(key[0], self.programs[shared], lib)
         for batch, future in self.submitted:
             lib = future.result()
             for shared in batch:

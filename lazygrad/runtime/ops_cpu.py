@@ -22,6 +22,7 @@ from lazygrad.helpers import (
     cpu_cores,
     diskcache_get,
     diskcache_put,
+    diskcache_put_many,
     getenv,
     library_lock,
     run_process,
@@ -217,6 +218,7 @@ class ClangCompiler(Compiler):
         self._started: list[_Build] = []  # compiler processes waiting for their source (prestart)
         self._started_lock = library_lock()
         self.compiled = False  # whether a kernel missed the disk cache and was compiled (prestart starts none before)
+        self._last_batch: tuple[str, bytes] | None = None  # (key, binary) of the batch cached_kernel read last
         # -fvect-cost-model=dynamic: loops the heuristic could not upcast (a size no vector width divides) are still
         # vectorized by the compiler, with a scalar tail; -O2 alone only vectorizes loops that need no tail
         version = run_process([cc, "--version"]).stdout.splitlines()[:1]
@@ -481,8 +483,27 @@ class ClangCompiler(Compiler):
 
     def compile_many(self, srcs: list[str]) -> bytes:
         """Kernels with distinct function names into ONE shared object: one compiler start (~50 ms) instead of one
-        per kernel. Cached on disk like single kernels, keyed by all the sources."""
-        return self.compile_cached("\n".join(srcs))
+        per kernel. Cached on disk keyed by all the sources, and each kernel's source names that binary (cached_kernel):
+        which kernels share a call depends on timing (engine/realize.py's waves), so a later process batches them
+        otherwise, and a cache of whole batches alone missed (the digits CNN step run again: 3 of 4 calls compiled)."""
+        joined = "\n".join(srcs)
+        key = hashlib.sha256(joined.encode()).hexdigest()
+        if (lib := diskcache_get(f"{self.cachekey}_batch", key)) is None:
+            lib = diskcache_put(f"{self.cachekey}_batch", key, self.compile(joined))
+        diskcache_put_many(f"{self.cachekey}_kernel", [(src, key) for src in srcs])
+        return lib
+
+    def cached_kernel(self, src: str) -> bytes | None:
+        """The binary of a batch on disk that holds the kernel of `src` (compile_many), or None. The kernels of a batch
+        asked one after another get one bytes object, so they share one loaded copy (_load_kernels)."""
+        if (key := diskcache_get(f"{self.cachekey}_kernel", src)) is None:
+            return None
+        if (last := self._last_batch) is not None and last[0] == key:
+            return last[1]
+        if (lib := diskcache_get(f"{self.cachekey}_batch", key)) is None:
+            return None
+        self._last_batch = (key, lib)
+        return lib
 
 
 class _Build:

@@ -438,3 +438,41 @@ def test_weight_gradient_taps_whole_only_with_32_registers():
         ("UPCAST", 1, 2),
         ("UNROLL", 2, 8),
     ]
+
+
+VIEWS_OF_VIEWS = {
+    "padded rows regrouped": lambda: Tensor.empty(6, 6).pad(((1, 1), (1, 1))).reshape(4, 16).sum(1),
+    "padded image flattened and cut": lambda: (
+        Tensor.empty(8, 16, 16, 16)
+        .pad(((0, 0), (0, 0), (1, 1), (1, 1)))
+        .reshape(8, 16, 18 * 18)[:, :, 3:300]
+        .contiguous()
+    ),
+    "conv input gradient": lambda: _conv_grad("x"),
+}
+
+
+@pytest.mark.parametrize("make", VIEWS_OF_VIEWS.values(), ids=VIEWS_OF_VIEWS.keys())
+def test_view_steps_are_each_axis_index_difference_valued_once_per_view(make):
+    """The heuristic's address steps of a kernel's views (views of views among them) are, along every axis, the index
+    at 1 on that axis minus the index at 0; and a view's steps are valued once however often the heuristic asks (they
+    were valued again for every axis and every opt it tried)."""
+    from lazygrad.dtype import dtypes
+    from lazygrad.uop.ops import Ops, UOp
+    from lazygrad.uop.symbolic import simplify
+
+    (si,) = make().schedule()
+    k = Kernel(si.ast, ClangRenderer(threads=2, vector_bytes=64, vector_registers=32))
+    k.merge_axes()
+    for st in k.sts:
+        zero = [UOp.const(dtypes.int32, 0)] * len(st.shape)
+        for axis, got in enumerate(heuristic._steps(st)):
+            at = list(zero)
+            at[axis] = UOp.const(dtypes.int32, 1)
+            step = simplify(st.to_index(at)[0] - st.to_index(list(zero))[0])
+            want = 0 if st.shape[axis] == 1 else step.arg if step.op is Ops.CONST else None
+            assert got == want, (st, axis)
+    heuristic._steps.cache_clear()
+    hand_coded_optimizations(k)
+    info = heuristic._steps.cache_info()
+    assert info.hits >= info.misses, info

@@ -70,6 +70,35 @@ def test_disk_cache_hit_compiles_nothing(tmp_path):
     assert first[:-1] == second[:-1]
 
 
+def test_disk_cache_finds_kernels_batched_otherwise(tmp_path):
+    """Which kernels of a schedule share a compiler call depends on timing (engine/realize.py's waves): a later process
+    batching the same kernels otherwise still finds each on disk and compiles nothing (a cache of whole batches only
+    missed: the digits CNN step run again compiled 3 of its 4 batches), and computes the same values."""
+    code = (
+        "import lazygrad.runtime.ops_cpu as c\n"
+        "calls = []\n"
+        "orig = c.ClangCompiler.compile_many\n"
+        "c.ClangCompiler.compile_many = lambda self, srcs: calls.append(len(srcs)) or orig(self, srcs)\n"
+        "from lazygrad import Tensor\n"
+        "a = Tensor([[float(i * 7 % 11) for i in range(j, j + 12)] for j in range(12)])\n"
+        "outs = [(a @ a).relu().sum(1), a.exp().max(0), (a * 3 - 1).sqrt().mean(), a.T.contiguous() + 2, a.argmax(1)]\n"
+        "Tensor.realize(*outs)\n"
+        "print(*[v for o in outs for v in o.flatten().tolist()], '|', *calls)\n"
+    )
+    env = {**os.environ, "CACHEDB": str(tmp_path / "cache.db")}
+    outs = []
+    for batch in ("2", "3", "1"):
+        cmd = [sys.executable, "-c", code]
+        run = subprocess.run(cmd, env={**env, "COMPILE_BATCH": batch}, capture_output=True, text=True, check=True)
+        values, calls = run.stdout.split("|")
+        outs.append((values.split(), calls.split()))
+    assert outs[0][1] == ["2", "2", "2", "1"], outs[0]
+    assert outs[1][1] == [] and outs[2][1] == [], outs
+    assert outs[0][0] == outs[1][0] == outs[2][0]
+    a = np.array([[float(i * 7 % 11) for i in range(j, j + 12)] for j in range(12)], dtype=np.float32)
+    np.testing.assert_allclose(np.array(outs[0][0][:12], dtype=np.float32), np.maximum(a @ a, 0).sum(1), rtol=1e-5)
+
+
 def test_cachelevel_zero_always_compiles(tmp_path, monkeypatch):
     compiler = ClangCompiler(find_c_compiler())
     calls = []
