@@ -141,6 +141,8 @@ class Optimizer:
             else:
                 b1, b2 = self.b1, self.b2
             self.b1_t.assign(b1 ** steps[0]), self.b2_t.assign(b2 ** steps[0])
+        if getattr(self, "steps", None) is not None and steps:
+            self.steps.assign(float(steps[0]))  # (Adagrad's step count, for its lr_decay)
         if getattr(self, "damp_t", None) is not None and any("momentum_buffer" in e for e in state.values()):
             self.damp_t.assign(0.0)  # a run resumed after its first step: the next step's gradients are damped
         if "lr" in group:
@@ -151,7 +153,7 @@ class Optimizer:
         Tensor.realize(*[t for attr, _ in self._STATE_NAMES for t in getattr(self, attr, [])], *self._scalars())
 
     def _scalars(self) -> list[Tensor]:
-        names = ("b1_t", "b2_t", "damp_t", "t_dev", "b1_dev", "b2_dev", "momentum_dev")
+        names = ("b1_t", "b2_t", "damp_t", "t_dev", "b1_dev", "b2_dev", "momentum_dev", "steps")
         return [t for name in names if (t := getattr(self, name, None)) is not None]
 
     def _write_scalar(self, name: str, value: float) -> Tensor:
@@ -603,6 +605,102 @@ class LARS(Optimizer):
         if not self.pre_wd and self.weight_decay:
             g = g + w * (lr * self.weight_decay)
         return out + [p.assign(w - g.cast(p.dtype))]
+
+
+class RMSprop(Optimizer):
+    """torch's RMSprop: the step divides by the root of a running average of squared gradients (centered: minus the
+    square of the running average gradient), with optional momentum."""
+
+    _STATE_NAMES = (("v", "square_avg"), ("b", "momentum_buffer"), ("gavg", "grad_avg"))
+
+    def __init__(
+        self,
+        params: Sequence[Tensor],
+        lr: float = 1e-2,
+        alpha: float = 0.99,
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+        momentum: float = 0.0,
+        centered: bool = False,
+        capturable: bool = False,
+        foreach: bool | None = None,
+        maximize: bool = False,
+        differentiable: bool = False,
+        device: str | None = None,
+        fused: bool | None = None,
+    ):
+        if not 0.0 <= alpha or not 0.0 <= eps or not 0.0 <= momentum or not 0.0 <= weight_decay:
+            raise ValueError(f"RMSprop: invalid alpha {alpha}, eps {eps}, momentum {momentum} or weight_decay")
+        super().__init__(params, lr, device, fused)
+        self.alpha, self.eps, self.weight_decay, self.momentum = alpha, eps, weight_decay, momentum
+        self.centered, self.maximize = centered, maximize
+        self.v = self._state()
+        self.b = self._state() if momentum else []
+        self.gavg = self._state() if centered else []
+        Tensor.realize(*self.params, *self.v, *self.b, *self.gavg, self.lr)
+
+    def _update(self, i: int, p: Tensor, g: Tensor) -> list[Tensor]:
+        w = p.detach()
+        if self.maximize:
+            g = -g
+        if self.weight_decay:
+            g = g + w * self.weight_decay
+        v = self.v[i].assign(self.v[i] * self.alpha + g * g * (1 - self.alpha))
+        out = [v]
+        if self.centered:
+            gavg = self.gavg[i].assign(_lerp(self.gavg[i], g, 1 - self.alpha))
+            avg = (v - gavg * gavg).sqrt() + self.eps
+            out.append(gavg)
+        else:
+            avg = v.sqrt() + self.eps
+        lr = self.lr.cast(p.dtype)
+        if self.momentum:
+            b = self.b[i].assign(self.b[i] * self.momentum + g / avg)
+            return [*out, b, p.assign(w - b * lr)]
+        return [*out, p.assign(w - g / avg * lr)]
+
+
+class Adagrad(Optimizer):
+    """torch's Adagrad: the step divides by the root of the sum of squared gradients; lr_decay shrinks the rate as
+    lr / (1 + (step - 1) * lr_decay), the step count a device scalar (a Python number would be a constant of the
+    kernels)."""
+
+    _STATE_NAMES = (("sum", "sum"),)
+
+    def __init__(
+        self,
+        params: Sequence[Tensor],
+        lr: float = 1e-2,
+        lr_decay: float = 0.0,
+        weight_decay: float = 0.0,
+        initial_accumulator_value: float = 0.0,
+        eps: float = 1e-10,
+        foreach: bool | None = None,
+        maximize: bool = False,
+        differentiable: bool = False,
+        fused: bool | None = None,
+        device: str | None = None,
+    ):
+        if not 0.0 <= lr_decay or not 0.0 <= weight_decay or not 0.0 <= initial_accumulator_value or not 0.0 <= eps:
+            raise ValueError("Adagrad: lr_decay, weight_decay, initial_accumulator_value and eps must be >= 0")
+        super().__init__(params, lr, device, fused)
+        self.lr_decay, self.weight_decay, self.eps, self.maximize = lr_decay, weight_decay, eps, maximize
+        self.sum = [_own_buffer(p.full_like(initial_accumulator_value)) for p in self.params]
+        self.steps = self._scalar(0.0) if lr_decay else None
+        Tensor.realize(*self.params, *self.sum, self.lr, *([self.steps] if lr_decay else []))
+
+    def _begin_step(self) -> list[Tensor]:
+        return [] if self.steps is None else [self.steps.assign(self.steps + 1)]
+
+    def _update(self, i: int, p: Tensor, g: Tensor) -> list[Tensor]:
+        w = p.detach()
+        if self.maximize:
+            g = -g
+        if self.weight_decay:
+            g = g + w * self.weight_decay
+        lr = self.lr if self.steps is None else self.lr / (1 + (self.steps - 1) * self.lr_decay)
+        total = self.sum[i].assign(self.sum[i] + g * g)
+        return [total, p.assign(w - g / (total.sqrt() + self.eps) * lr.cast(p.dtype))]
 
 
 def _steps_taken(opt: Any) -> int:

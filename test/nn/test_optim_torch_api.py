@@ -166,6 +166,19 @@ _TORCH_OPTIONS = {
         dict(lr=0.1, momentum=0.5, dampening=0.5, weight_decay=0.2, maximize=True),
     ),
     "sgd maximize": (optim.SGD, torch.optim.SGD, dict(lr=0.1, maximize=True)),
+    "rmsprop": (optim.RMSprop, torch.optim.RMSprop, dict(lr=0.01)),
+    "rmsprop centered momentum decay": (
+        optim.RMSprop,
+        torch.optim.RMSprop,
+        dict(lr=0.01, alpha=0.9, momentum=0.5, centered=True, weight_decay=0.1),
+    ),
+    "rmsprop maximize": (optim.RMSprop, torch.optim.RMSprop, dict(lr=0.01, maximize=True, eps=1e-3)),
+    "adagrad": (optim.Adagrad, torch.optim.Adagrad, dict(lr=0.1)),
+    "adagrad decay": (
+        optim.Adagrad,
+        torch.optim.Adagrad,
+        dict(lr=0.1, lr_decay=0.3, weight_decay=0.05, initial_accumulator_value=0.2),
+    ),
 }
 
 

@@ -215,3 +215,57 @@ def test_a_pytorch_cnn_program_trains_as_under_torch() -> None:
     got, _ = _train_cnn(ours_lib, init)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
     assert want[5] < 0.9 * want[0]
+
+
+def _train_policy(lib: types.SimpleNamespace, init: dict[str, np.ndarray] | None) -> tuple[list[float], dict]:
+    """A policy-gradient update (REINFORCE with an entropy bonus) and a VAE-style Gaussian term: Categorical over a
+    small policy net's logits, log_prob of given actions weighted by returns, Normal's rsample with given noise and
+    kl_divergence to a standard normal; RMSprop (centered, momentum) on the policy, Adagrad on the Gaussian head."""
+    nn, D = lib.nn, lib.distributions
+    net, head = nn.Sequential(nn.Linear(4, 16), nn.Tanh(), nn.Linear(16, 3)), nn.Linear(4, 4)
+    if init is not None:
+        net.load_state_dict({k: lib.tensor(v) for k, v in init["net"].items()})
+        head.load_state_dict({k: lib.tensor(v) for k, v in init["head"].items()})
+    start = {
+        m: {k: v.detach().numpy().copy() for k, v in mod.state_dict().items()}
+        for m, mod in (("net", net), ("head", head))
+    }
+    opt = lib.RMSprop(net.parameters(), lr=0.01, momentum=0.5, centered=True)
+    opt2 = lib.Adagrad(head.parameters(), lr=0.05, lr_decay=0.1)
+    rng = np.random.default_rng(3)
+    obs, actions = lib.tensor(rng.standard_normal((16, 4)).astype(np.float32)), lib.tensor(rng.integers(0, 3, 16))
+    returns, noise = (lib.tensor(rng.standard_normal(s).astype(np.float32)) for s in ((16,), (16, 2)))
+    losses = []
+    for _ in range(6):
+        opt.zero_grad(), opt2.zero_grad()
+        dist = D.Categorical(logits=net(obs))
+        policy = -(dist.log_prob(actions) * returns).mean() - 0.01 * dist.entropy().mean()
+        stats = head(obs)
+        mu, std = stats[:, :2], stats[:, 2:].exp()
+        z = mu + std * noise
+        normal = D.Normal(mu, std)
+        gauss = D.kl_divergence(normal, D.Normal(mu * 0, std * 0 + 1)).sum(1).mean() + (z * z).mean()
+        (policy + gauss).backward()
+        opt.step(), opt2.step()
+        losses.append(float((policy + gauss).item()))
+    return losses, start
+
+
+def test_a_pytorch_policy_gradient_program_trains_as_under_torch() -> None:
+    import torch.distributions
+
+    import lazygrad.distributions
+    from lazygrad.nn.optim import Adagrad, RMSprop
+
+    torch.manual_seed(0)
+    torch_lib, ours_lib = _libraries("torch"), _libraries("lazygrad")
+    torch_lib.distributions, torch_lib.RMSprop, torch_lib.Adagrad = (
+        torch.distributions,
+        torch.optim.RMSprop,
+        torch.optim.Adagrad,
+    )
+    ours_lib.distributions, ours_lib.RMSprop, ours_lib.Adagrad = lazygrad.distributions, RMSprop, Adagrad
+    want, init = _train_policy(torch_lib, None)
+    got, _ = _train_policy(ours_lib, init)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    assert want[-1] < want[0]
