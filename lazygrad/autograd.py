@@ -10,7 +10,7 @@ from typing import Any, Sequence
 
 from lazygrad.dtype import dtypes
 from lazygrad.gradient import define_gradient
-from lazygrad.tensor import Tensor
+from lazygrad.tensor import Tensor, _broadcasts_to
 from lazygrad.uop.ops import Ops, UOp
 
 _ZERO_IDS = itertools.count(1)  # each zero's node number: two applications never share a node (nor its rule)
@@ -164,15 +164,12 @@ def _zero_with_rule(arg: Tensor, out: Tensor, rule: _Backward) -> Tensor:
         if r is None or r.shape == arg.shape:
             return r
         # as torch: a gradient of a shape the input broadcasts to is summed back to the input's shape
-        lead = r.ndim - arg.ndim
-        if lead < 0 or any(a not in (1, b) for a, b in zip(arg.shape, r.shape[lead:])):
+        if not _broadcasts_to(arg.shape, r.shape):
             raise RuntimeError(
                 f"Function {rule.fn.__name__}Backward returned an invalid gradient at index {rule.i} - got "
                 f"{list(r.shape)} but expected shape compatible with {list(arg.shape)}"
             )
-        ones = [lead + k for k, a in enumerate(arg.shape) if a == 1 and r.shape[lead + k] != 1]
-        axes = tuple(range(lead)) + tuple(ones)
-        return (r.sum(axes, keepdim=True) if axes else r).reshape(arg.shape)
+        return r.sum_to_size(arg.shape)
 
     define_gradient(zero.uop, arg.uop, checked)
     return zero

@@ -9,7 +9,7 @@ import math
 from typing import Any, Sequence
 
 from lazygrad.dtype import dtypes
-from lazygrad.tensor import Tensor
+from lazygrad.tensor import Tensor, _broadcast_shape
 
 
 def _tensor(x: Any, like: Tensor | None = None) -> Tensor:
@@ -23,17 +23,6 @@ def _broadcast(*xs: Tensor) -> list[Tensor]:
     for x in xs:
         shape = _broadcast_shape(shape, x.shape)
     return [x.expand(shape) if x.shape != shape else x for x in xs]
-
-
-def _broadcast_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
-    n = max(len(a), len(b))
-    a, b = (1,) * (n - len(a)) + a, (1,) * (n - len(b)) + b
-    out = []
-    for x, y in zip(a, b):
-        if x != y and 1 not in (x, y):
-            raise ValueError(f"distribution parameters of shapes {a} and {b} do not broadcast")
-        out.append(max(x, y) if 0 not in (x, y) else 0)
-    return tuple(out)
 
 
 class Distribution:

@@ -174,40 +174,23 @@ def _conv(
     return out if batched else out.squeeze(0)
 
 
-def conv1d(
-    input: Tensor,
-    weight: Tensor,
-    bias: Tensor | None = None,
-    stride: Any = 1,
-    padding: Any = 0,
-    dilation: Any = 1,
-    groups: int = 1,
-) -> Tensor:
-    return _conv(input, weight, bias, stride, padding, dilation, groups, 1)
+def _conv_nd(dims: int) -> Callable[..., Tensor]:
+    def conv(
+        input: Tensor,
+        weight: Tensor,
+        bias: Tensor | None = None,
+        stride: Any = 1,
+        padding: Any = 0,
+        dilation: Any = 1,
+        groups: int = 1,
+    ) -> Tensor:
+        return _conv(input, weight, bias, stride, padding, dilation, groups, dims)
+
+    conv.__name__ = conv.__qualname__ = f"conv{dims}d"
+    return conv
 
 
-def conv2d(
-    input: Tensor,
-    weight: Tensor,
-    bias: Tensor | None = None,
-    stride: Any = 1,
-    padding: Any = 0,
-    dilation: Any = 1,
-    groups: int = 1,
-) -> Tensor:
-    return _conv(input, weight, bias, stride, padding, dilation, groups, 2)
-
-
-def conv3d(
-    input: Tensor,
-    weight: Tensor,
-    bias: Tensor | None = None,
-    stride: Any = 1,
-    padding: Any = 0,
-    dilation: Any = 1,
-    groups: int = 1,
-) -> Tensor:
-    return _conv(input, weight, bias, stride, padding, dilation, groups, 3)
+conv1d, conv2d, conv3d = _conv_nd(1), _conv_nd(2), _conv_nd(3)
 
 
 def _conv_transpose(
@@ -227,43 +210,28 @@ def _conv_transpose(
     return out if batched else out.squeeze(0)
 
 
-def conv_transpose1d(
-    input: Tensor,
-    weight: Tensor,
-    bias: Tensor | None = None,
-    stride: Any = 1,
-    padding: Any = 0,
-    output_padding: Any = 0,
-    groups: int = 1,
-    dilation: Any = 1,
-) -> Tensor:
-    return _conv_transpose(input, weight, bias, stride, padding, output_padding, groups, dilation, 1)
+def _conv_transpose_nd(dims: int) -> Callable[..., Tensor]:
+    def conv_transpose(
+        input: Tensor,
+        weight: Tensor,
+        bias: Tensor | None = None,
+        stride: Any = 1,
+        padding: Any = 0,
+        output_padding: Any = 0,
+        groups: int = 1,
+        dilation: Any = 1,
+    ) -> Tensor:
+        return _conv_transpose(input, weight, bias, stride, padding, output_padding, groups, dilation, dims)
+
+    conv_transpose.__name__ = conv_transpose.__qualname__ = f"conv_transpose{dims}d"
+    return conv_transpose
 
 
-def conv_transpose2d(
-    input: Tensor,
-    weight: Tensor,
-    bias: Tensor | None = None,
-    stride: Any = 1,
-    padding: Any = 0,
-    output_padding: Any = 0,
-    groups: int = 1,
-    dilation: Any = 1,
-) -> Tensor:
-    return _conv_transpose(input, weight, bias, stride, padding, output_padding, groups, dilation, 2)
-
-
-def conv_transpose3d(
-    input: Tensor,
-    weight: Tensor,
-    bias: Tensor | None = None,
-    stride: Any = 1,
-    padding: Any = 0,
-    output_padding: Any = 0,
-    groups: int = 1,
-    dilation: Any = 1,
-) -> Tensor:
-    return _conv_transpose(input, weight, bias, stride, padding, output_padding, groups, dilation, 3)
+conv_transpose1d, conv_transpose2d, conv_transpose3d = (
+    _conv_transpose_nd(1),
+    _conv_transpose_nd(2),
+    _conv_transpose_nd(3),
+)
 
 
 def _pool_input(input: Tensor, dims: int, name: str) -> tuple[Tensor, bool]:
@@ -291,40 +259,23 @@ def _max_pool(
     return (out[0].squeeze(0), out[1].squeeze(0)) if return_indices else out.squeeze(0)
 
 
-def max_pool1d(
-    input: Tensor,
-    kernel_size: Any,
-    stride: Any = None,
-    padding: Any = 0,
-    dilation: Any = 1,
-    ceil_mode: bool = False,
-    return_indices: bool = False,
-) -> Any:
-    return _max_pool(input, kernel_size, stride, padding, dilation, ceil_mode, return_indices, 1)
+def _max_pool_nd(dims: int) -> Callable[..., Any]:
+    def max_pool(
+        input: Tensor,
+        kernel_size: Any,
+        stride: Any = None,
+        padding: Any = 0,
+        dilation: Any = 1,
+        ceil_mode: bool = False,
+        return_indices: bool = False,
+    ) -> Any:
+        return _max_pool(input, kernel_size, stride, padding, dilation, ceil_mode, return_indices, dims)
+
+    max_pool.__name__ = max_pool.__qualname__ = f"max_pool{dims}d"
+    return max_pool
 
 
-def max_pool2d(
-    input: Tensor,
-    kernel_size: Any,
-    stride: Any = None,
-    padding: Any = 0,
-    dilation: Any = 1,
-    ceil_mode: bool = False,
-    return_indices: bool = False,
-) -> Any:
-    return _max_pool(input, kernel_size, stride, padding, dilation, ceil_mode, return_indices, 2)
-
-
-def max_pool3d(
-    input: Tensor,
-    kernel_size: Any,
-    stride: Any = None,
-    padding: Any = 0,
-    dilation: Any = 1,
-    ceil_mode: bool = False,
-    return_indices: bool = False,
-) -> Any:
-    return _max_pool(input, kernel_size, stride, padding, dilation, ceil_mode, return_indices, 3)
+max_pool1d, max_pool2d, max_pool3d = _max_pool_nd(1), _max_pool_nd(2), _max_pool_nd(3)
 
 
 def _avg_pool(
@@ -1398,16 +1349,17 @@ def _lp_pool(input: Tensor, norm_type: float, kernel_size: Any, stride: Any, cei
     return (out.sign() * out.abs().relu()).mul(math.prod(k)).pow(1.0 / norm_type)
 
 
-def lp_pool1d(input: Tensor, norm_type: float, kernel_size: Any, stride: Any = None, ceil_mode: bool = False) -> Tensor:
-    return _lp_pool(input, norm_type, kernel_size, stride, ceil_mode, 1)
+def _lp_pool_nd(dims: int) -> Callable[..., Tensor]:
+    def lp_pool(
+        input: Tensor, norm_type: float, kernel_size: Any, stride: Any = None, ceil_mode: bool = False
+    ) -> Tensor:
+        return _lp_pool(input, norm_type, kernel_size, stride, ceil_mode, dims)
+
+    lp_pool.__name__ = lp_pool.__qualname__ = f"lp_pool{dims}d"
+    return lp_pool
 
 
-def lp_pool2d(input: Tensor, norm_type: float, kernel_size: Any, stride: Any = None, ceil_mode: bool = False) -> Tensor:
-    return _lp_pool(input, norm_type, kernel_size, stride, ceil_mode, 2)
-
-
-def lp_pool3d(input: Tensor, norm_type: float, kernel_size: Any, stride: Any = None, ceil_mode: bool = False) -> Tensor:
-    return _lp_pool(input, norm_type, kernel_size, stride, ceil_mode, 3)
+lp_pool1d, lp_pool2d, lp_pool3d = _lp_pool_nd(1), _lp_pool_nd(2), _lp_pool_nd(3)
 
 
 _SELU_ALPHA, _SELU_SCALE = 1.6732632423543772, 1.0507009873554805

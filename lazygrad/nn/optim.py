@@ -44,10 +44,14 @@ def _torch_betas(name: str, b1: float, b2: float, options: dict[str, Any]) -> tu
         raise TypeError(f"{name}() got unexpected keyword arguments {sorted(options)}")
     if betas is not None:
         b1, b2 = betas
-    for beta in (b1, b2):
+    _check_betas(name, b1, b2)
+    return b1, b2
+
+
+def _check_betas(name: str, *betas: float) -> None:
+    for beta in betas:
         if not 0.0 <= beta < 1.0:
             raise ValueError(f"{name}: invalid beta parameter {beta} (each must be in [0, 1))")
-    return b1, b2
 
 
 class Optimizer:
@@ -282,6 +286,13 @@ class Optimizer:
         """Assign the new value of parameter i (and its state); return the assigned tensors."""
         raise NotImplementedError
 
+    def _ascent_and_decay(self, p: Tensor, g: Tensor) -> Tensor:
+        """torch's first two lines of most updates: the gradient negated with maximize, then weight decay added to it
+        (the classic, coupled kind)."""
+        if getattr(self, "maximize", False):
+            g = -g
+        return g + p.detach() * self.weight_decay if self.weight_decay else g
+
 
 class SGD(Optimizer):
     def __init__(
@@ -323,10 +334,7 @@ class SGD(Optimizer):
         return [] if self.damp_t is None else [self.damp_t.assign((self.damp_t - 1).maximum(-1))]
 
     def _update(self, i: int, p: Tensor, g: Tensor) -> list[Tensor]:
-        if self.maximize:
-            g = -g
-        if self.weight_decay:
-            g = g + p.detach() * self.weight_decay
+        g = self._ascent_and_decay(p, g)
         if self.classic:
             g = g * self.lr.cast(p.dtype)
         out = []
@@ -367,9 +375,7 @@ class _Moments(Optimizer):
         Tensor.realize(*self.params, *self.m, *self.v, self.lr, self.b1_t, self.b2_t)
 
     def _set_betas(self, b1: float, b2: float) -> None:
-        for beta in (b1, b2):
-            if not 0.0 <= beta < 1.0:
-                raise ValueError(f"{type(self).__name__}: invalid beta parameter {beta} (each must be in [0, 1))")
+        _check_betas(type(self).__name__, b1, b2)
         if self.t_dev is None:
             if (b1, b2) == (self.b1, self.b2):
                 return
@@ -640,11 +646,7 @@ class RMSprop(Optimizer):
         Tensor.realize(*self.params, *self.v, *self.b, *self.gavg, self.lr)
 
     def _update(self, i: int, p: Tensor, g: Tensor) -> list[Tensor]:
-        w = p.detach()
-        if self.maximize:
-            g = -g
-        if self.weight_decay:
-            g = g + w * self.weight_decay
+        w, g = p.detach(), self._ascent_and_decay(p, g)
         v = self.v[i].assign(self.v[i] * self.alpha + g * g * (1 - self.alpha))
         out = [v]
         if self.centered:
@@ -693,11 +695,7 @@ class Adagrad(Optimizer):
         return [] if self.steps is None else [self.steps.assign(self.steps + 1)]
 
     def _update(self, i: int, p: Tensor, g: Tensor) -> list[Tensor]:
-        w = p.detach()
-        if self.maximize:
-            g = -g
-        if self.weight_decay:
-            g = g + w * self.weight_decay
+        w, g = p.detach(), self._ascent_and_decay(p, g)
         lr = self.lr if self.steps is None else self.lr / (1 + (self.steps - 1) * self.lr_decay)
         total = self.sum[i].assign(self.sum[i] + g * g)
         return [total, p.assign(w - g / (total.sqrt() + self.eps) * lr.cast(p.dtype))]
