@@ -53,8 +53,10 @@ from lazygrad.helpers import (
     argfix,
     argsort,
     ceildiv,
+    check_host_allocation,
     cycles_held_off,
     flatten,
+    format_bytes,
     library_lock,
     make_tuple,
     prod,
@@ -2028,18 +2030,22 @@ class Tensor(metaclass=_TensorType):
     def _from_numpy(arr: Any, device: str, dtype: DType | None, share: bool = False) -> UOp:
         import numpy as np
 
-        arr = np.asarray(arr)
+        arr = given = np.asarray(arr)
         if not arr.dtype.isnative:
             arr = arr.astype(arr.dtype.newbyteorder("="))  # buffers hold the machine's byte order
+        arr = np.ascontiguousarray(arr)
+        # an array made here (byte order, a strided view made contiguous) is no one else's: its memory is taken
+        # as it is instead of copied a second time
+        private = arr is not given and arr.base is None
         dt = _np_to_dtype(arr.dtype)
-        shape = tuple(int(s) for s in arr.shape)
-        aligned = arr.flags.c_contiguous and arr.size > 0 and arr.ctypes.data % dt.itemsize == 0
-        if share and device == "CPU" and aligned and arr.flags.writeable:
+        shape = tuple(int(s) for s in given.shape)
+        aligned = arr.size > 0 and arr.ctypes.data % dt.itemsize == 0
+        if device == "CPU" and aligned and (private or share and arr.flags.writeable):
             # zero-copy: the buffer points into the array (kept alive by the buffer)
             buf = Buffer(device, int(arr.size), dt, external=arr, external_ptr=arr.ctypes.data, shape=shape)
         else:
             buf = Buffer(device, int(arr.size), dt, shape=shape)
-            buf.copyin(memoryview(np.ascontiguousarray(arr).reshape(-1).view(np.uint8)))
+            buf.copyin(memoryview(arr.reshape(-1).view(np.uint8)))
         uop = UOp.buffer_view(buf, shape)
         return uop if dtype is None or dtype == dt else UOp(Ops.CAST, dtype, (uop,))
 
@@ -2236,8 +2242,8 @@ class Tensor(metaclass=_TensorType):
         with Tensor.no_grad():
             self.assign(value.detach())
 
-    def _raw_data(self) -> memoryview:
-        """The raw bytes of the tensor in row-major order."""
+    def _raw_data(self, into: memoryview | None = None) -> memoryview:
+        """The raw bytes of the tensor in row-major order: in new memory, or copied into `into` (its size)."""
         from lazygrad.engine.realize import NEVER_RAN, check_not_capturing
 
         check_not_capturing("reading a tensor's data (.numpy(), .item(), .tolist(), .data(), bool())")
@@ -2251,7 +2257,12 @@ class Tensor(metaclass=_TensorType):
             if buf.pending_write:
                 raise RuntimeError(NEVER_RAN)
             _keep_read_grad_path(self, lazy)
-            return buf.as_bytes()
+            if into is None:
+                return buf.as_bytes()
+            if into.nbytes == buf.nbytes:
+                return buf.copyout(into)
+            into[:] = buf.as_bytes()[: into.nbytes]  # (a symbolic shape's buffer, sized for the maximum)
+            return into
 
     def _python_values(self) -> list[Any]:
         t = self.cast(dtypes.float32) if self.dtype == dtypes.bfloat16 else self
@@ -2294,9 +2305,19 @@ class Tensor(metaclass=_TensorType):
             return self.float().numpy()
         np_dtype = _to_np_dtype(self.dtype)
         shape = self._bound_shape()
-        if prod(shape) == 0:
-            return np.zeros(shape, dtype=np_dtype)
-        return np.frombuffer(self._raw_data(), dtype=np_dtype, count=prod(shape)).reshape(shape).copy()
+        try:
+            check_host_allocation(nbytes := prod(shape) * self.dtype.itemsize)
+            out = np.empty(shape, dtype=np_dtype)
+        except MemoryError as e:
+            raise MemoryError(
+                f"cannot allocate {format_bytes(nbytes)} for a {self.dtype.name} tensor of shape {shape} in host "
+                f"memory to read it from {self.device}: {e}"
+            ) from e
+        if out.size:
+            # copied once, straight into the array: a buffer sized for a symbolic shape's maximum holds the bound
+            # values first
+            self._raw_data(memoryview(out.reshape(-1).view(np.uint8)))
+        return out
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> Any:
         arr = self.numpy()

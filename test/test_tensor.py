@@ -575,6 +575,31 @@ def test_from_numpy_copies_a_read_only_array(tmp_path):
     np.testing.assert_array_equal(writable, [2, 2])  # a writable array is still shared
 
 
+@pytest.mark.parametrize("make", ["transposed", "strided", "fortran", "big_endian", "big_endian_strided"])
+@pytest.mark.parametrize("shared", [False, True])
+def test_tensor_from_a_strided_or_swapped_array_is_its_own_memory(make, shared):
+    """An array that is not C-contiguous in the machine's byte order is made so once, and that new array is taken as
+    the tensor's memory (no second copy); the caller's array and the tensor stay independent either way."""
+    base = np.arange(2 * 3 * 5, dtype=np.float32).reshape(2, 3, 5)
+    arr = {
+        "transposed": base.transpose(2, 0, 1),
+        "strided": base[:, ::2, 1:],
+        "fortran": np.asfortranarray(base),
+        "big_endian": base.astype(">f4"),
+        "big_endian_strided": base.astype(">f4")[..., ::-1],
+    }[make]
+    want = np.array(arr, dtype=np.float32)
+    t = Tensor.from_numpy(arr) if shared else Tensor(arr)
+    assert t.shape == arr.shape and t.dtype == dtypes.float32
+    np.testing.assert_array_equal(t.numpy(), want)
+    arr[...] = -1  # the caller's array changed after: the tensor keeps its values
+    np.testing.assert_array_equal(t.numpy(), want)
+    t += 1
+    t.realize()
+    np.testing.assert_array_equal(t.numpy(), want + 1)
+    assert (arr == -1).all()
+
+
 def test_from_blob_reads_and_writes_the_callers_memory():
     a = np.arange(12, dtype=np.float32)
     t = Tensor.from_blob(a.ctypes.data, (3, 4), dtype="float32")
