@@ -19,7 +19,7 @@ from sys import getrefcount
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, NamedTuple, Sequence
 
 from lazygrad import gradient as _autograd  # (a module: an import inside a function cost ~1-3 us per call)
-from lazygrad.device import Buffer, Device
+from lazygrad.device import Buffer, Device, _device_names, device_name
 from lazygrad.dtype import (  # noqa: F401  (_to_np_dtype: tinygrad programs import it from here)
     DType,
     _to_np_dtype,
@@ -2067,7 +2067,9 @@ class Tensor(metaclass=_TensorType):
 
     @property
     def device(self) -> str:
-        return self.uop.device
+        # (a str with torch.device's .type and .index; the name itself where the device is a tuple: sharded)
+        name = self.uop.device
+        return _device_names.get(name) or device_name(name)  # type: ignore[call-overload]
 
     @property
     def ndim(self) -> int:
@@ -2097,6 +2099,33 @@ class Tensor(metaclass=_TensorType):
         graph = pretty_print(self.uop, max_lines=12).replace("\n", "\n  ")
         shape = tuple(_SymRepr(s) if isinstance(s, UOp) else s for s in self.shape)
         return f"<Tensor shape={shape} dtype={self.dtype} device={self.device} {state}\n  {graph}>"
+
+    def __str__(self) -> str:
+        """print(x): torch's `tensor([...])` of its values (reading them realizes x); inside a TinyJit capture, for a
+        sharded tensor, or where the values cannot be read, the graph as repr shows it."""
+        from lazygrad.printing import format_values
+
+        if isinstance(self.device, tuple):
+            return repr(self)
+        try:
+            values = self.tolist()
+        except Exception:
+            return repr(self)
+        dt = self.dtype
+        body = format_values(values, self.ndim, dtypes.is_float(dt), dt == dtypes.bool, prod(self._bound_shape()))
+        # (no dtype shown for the defaults: the float's, and tinygrad's int32 and torch's int64)
+        extra = "" if dt in (dtypes.default_float, dtypes.default_int, dtypes.int64, dtypes.bool) else f", dtype={dt}"
+        extra += "" if self.device == "CPU" else f", device='{self.device}'"
+        return f"tensor({body}{extra}{', requires_grad=True' if self.requires_grad else ''})"
+
+    def __format__(self, spec: str) -> str:
+        """f"{loss:.4f}": a 0-d tensor formats as its value (torch's), any other as print shows it."""
+        from lazygrad.engine.realize import _captures
+        from lazygrad.function import tracing
+
+        if self.ndim == 0 and (spec or not (_captures() or tracing())):
+            return format(self.item(), spec)
+        return format(str(self), spec)
 
     # by identity (__eq__ is elementwise): object's own, a C call, where a Python one costs on every weak set insert
     __hash__ = object.__hash__

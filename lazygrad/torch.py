@@ -27,11 +27,13 @@ from __future__ import annotations
 
 import builtins
 import math
+import random
 import sys
 import types
 from typing import Any, Callable
 
 from lazygrad import nn
+from lazygrad.device import DeviceName
 from lazygrad.dtype import DType, dtypes, to_dtype
 from lazygrad.nn import functional as F
 from lazygrad.nn import optim
@@ -107,23 +109,7 @@ class iinfo:
         return f"iinfo(min={self.min}, max={self.max}, dtype={self.dtype})"
 
 
-class device(str):
-    """torch.device("cpu") / device("cuda", 0): lazygrad's device name ("CPU", "CUDA:0"), usable wherever one is."""
-
-    def __new__(cls, type: str, index: builtins.int | None = None) -> device:
-        name = type if index is None else f"{type}:{index}"
-        from lazygrad.device import Device
-
-        out = super().__new__(cls, Device.canonicalize(name))
-        return out
-
-    @property
-    def type(self) -> str:
-        return self.split(":")[0].lower()
-
-    @property
-    def index(self) -> builtins.int | None:
-        return builtins.int(self.split(":")[1]) if ":" in self else None
+device = DeviceName  # torch.device("cpu"), ("cuda", 1): lazygrad's name for it, with .type and .index
 
 
 # *** creation ***
@@ -223,6 +209,24 @@ is_grad_enabled = Tensor.is_grad_enabled
 
 def is_inference_mode_enabled() -> builtins.bool:
     return not Tensor.is_grad_enabled()
+
+
+class Generator(random.Random):
+    """torch.Generator for the data utilities (random_split, samplers, DataLoader's shuffle take it, as a
+    random.Random): `torch.Generator().manual_seed(42)` splits alike on every run. Tensor creation (rand, randn, ...)
+    takes `generator=` and draws from the one global stream, which torch.manual_seed sets."""
+
+    def __init__(self, device: Any = "cpu"):
+        super().__init__(67280421310721)  # torch's default seed of a new generator
+        self._initial, self.device = 67280421310721, device
+
+    def manual_seed(self, seed: builtins.int) -> Generator:
+        self.seed(builtins.int(seed))
+        self._initial = builtins.int(seed)
+        return self
+
+    def initial_seed(self) -> builtins.int:
+        return self._initial
 
 
 def normal(mean: Any = 0.0, std: Any = 1.0, size: Any = None, *, generator: Any = None, **kwargs: Any) -> Tensor:

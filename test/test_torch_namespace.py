@@ -357,6 +357,21 @@ def test_normal_with_tensor_moments_takes_their_shape():
         lt.normal(0.0, 1.0)
 
 
+def test_generator_splits_alike_on_every_run():
+    from lazygrad.torch.utils.data import TensorDataset, random_split
+
+    data = TensorDataset(lt.arange(20))
+
+    def split(seed):
+        parts = random_split(data, [0.75, 0.25], generator=lt.Generator().manual_seed(seed))
+        return [list(p.indices) for p in parts]
+
+    assert split(42) == split(42) and split(42) != split(43)
+    assert sorted(sum(split(42), [])) == list(range(20)) and [len(p) for p in split(42)] == [15, 5]
+    assert lt.Generator().manual_seed(7).initial_seed() == 7
+    assert lt.randn(3, generator=lt.Generator()).shape == (3,)
+
+
 def test_submodules_import_as_torchs():
     import lazygrad.torch.nn.functional as F
     from lazygrad.torch.optim.lr_scheduler import OneCycleLR
@@ -366,5 +381,57 @@ def test_submodules_import_as_torchs():
 
     assert F is nn.functional and lt.nn is nn and lt.optim.Adam is nn.optim.Adam
     assert OneCycleLR is nn.optim.lr_scheduler.OneCycleLR and DataLoader is lt.utils.data.DataLoader
-    assert lt.device("cpu") == "CPU" and lt.device("cpu").type == "cpu"
+    assert lt.device("cpu") == "CPU" and lt.device("cpu").type == "cpu" and lt.device("cpu", 1).index == 1
+    x = lt.ones(2).to(lt.device("cpu"))
+    assert x.device.type == "cpu" and x.device.index is None and isinstance(x.device, lt.device)
+    assert x.device == "CPU" and {x.device: 1}["CPU"] == 1  # the name, as a str
     assert lt.compile(len) is len
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        [1.0, 2.0],
+        [0.5, 1e-5],
+        [1e9, 1.0],
+        [[1, 2], [3, 4]],
+        3.25,
+        [True, False],
+        [float("nan"), float("inf"), 1.5],
+        [-1.5, 2.25],
+        [[[0.25, -1.0], [3.5, 2.0]], [[1.0, 0.0], [-0.125, 7.0]]],
+        [3.0, 100.0],
+        list(range(30)),
+        [0.1 * i for i in range(40)],
+    ],
+)
+def test_print_shows_values_as_torch(data):
+    assert str(lt.tensor(data)) == str(torch.tensor(data))
+    assert f"{lt.tensor(data)}" == f"{torch.tensor(data)}"
+    if not isinstance(data, list):
+        assert f"{lt.tensor(data):.3f} {lt.tensor(data):>8}" == f"{torch.tensor(data):.3f} {torch.tensor(data):>8}"
+
+
+def test_print_of_large_lazy_and_captured_tensors():
+    for shape in ((2000,), (40, 50), (10, 10, 30)):
+        assert str(lt.arange(2000.0 if len(shape) < 3 else 3000.0).reshape(shape)) == str(
+            torch.arange(2000.0 if len(shape) < 3 else 3000.0).reshape(shape)
+        )
+    lazy = lt.ones(2, 2) * 3  # realized to be read
+    assert str(lazy) == "tensor([[3., 3.],\n        [3., 3.]])"
+    assert str(lt.ones(2, requires_grad=True)) == "tensor([1., 1.], requires_grad=True)"
+    assert str(lt.ones(2, dtype=lt.float64)) == "tensor([1., 1.], dtype=dtypes.float64)"
+    assert str(lt.zeros(0)) == "tensor([])"
+    from lazygrad import TinyJit
+
+    shown = []
+
+    @TinyJit
+    def step(x):
+        y = x + 1
+        shown.append(str(y))  # inside a capture the values cannot be read: the graph, no error
+        return y.realize()
+
+    for _ in range(3):
+        step(lt.ones(2))
+    assert shown[0] == "tensor([2., 2.])" and all(s.startswith("<Tensor shape=(2,)") for s in shown[1:2])
