@@ -580,6 +580,11 @@ cuda.manual_seed = cuda.manual_seed_all = Tensor.manual_seed  # type: ignore[att
 cuda.synchronize = lambda device=None: None  # type: ignore[attr-defined]
 cuda.empty_cache = lambda: None  # type: ignore[attr-defined]
 
+accelerator = types.SimpleNamespace(
+    is_available=_cuda_available,
+    current_accelerator=lambda: DeviceName("cuda") if _cuda_available() else None,
+    device_count=cuda.device_count,  # type: ignore[attr-defined]
+)
 backends = types.SimpleNamespace(
     cudnn=types.SimpleNamespace(benchmark=False, deterministic=False, enabled=True, allow_tf32=False),
     cuda=types.SimpleNamespace(matmul=types.SimpleNamespace(allow_tf32=False)),

@@ -386,6 +386,7 @@ def test_submodules_import_as_torchs():
     assert x.device.type == "cpu" and x.device.index is None and isinstance(x.device, lt.device)
     assert x.device == "CPU" and {x.device: 1}["CPU"] == 1  # the name, as a str
     assert lt.compile(len) is len
+    assert lt.accelerator.is_available() == lt.cuda.is_available()
 
 
 @pytest.mark.parametrize(
