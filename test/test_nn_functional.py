@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from lazygrad import Tensor, dtypes
+from lazygrad.uop.ops import Ops
 
 # inputs per test: a shape, or ("T", shape) for a non-contiguous input (the transpose of a contiguous array),
 # or ("int", shape, high) for integer targets (no gradient)
@@ -133,6 +134,31 @@ def test_conv2d(cfg: dict, bias: bool) -> None:
     kw = {k: v for k, v in cfg.items() if k not in ("x", "w")}
     specs = [cfg["x"], cfg["w"]] + ([(cfg["w"][0],)] if bias else [])
     check(lambda *a: a[0].conv2d(*a[1:], **kw), lambda *a: F.conv2d(*a, **kw), specs, atol=1e-4)
+
+
+STRIDED = [
+    dict(x=(2, 3, 9, 9), w=(4, 3, 3, 3), stride=2, padding=1),
+    dict(x=(2, 4, 8, 8), w=(6, 4, 1, 1), stride=2),  # a ResNet shortcut: phase 0 only
+    dict(x=(1, 2, 11, 7), w=(3, 2, 4, 5), stride=3, padding=2),
+    dict(x=(2, 4, 10, 10), w=(4, 1, 3, 3), stride=2, padding=1, groups=4),  # depthwise
+    dict(x=(1, 2, 9, 9), w=(3, 2, 3, 3), stride=4),  # the last rows reached by no window: cut
+    dict(x=(2, 3, 8, 8), w=(5, 3, 2, 2), stride=(2, 1), padding=(0, 1)),
+    dict(x=(1, 3, 12), w=(2, 3, 5), stride=2, padding=2),
+    dict(x=(1, 2, 5, 6, 7), w=(2, 2, 3, 3, 3), stride=2, padding=1),
+]
+
+
+@pytest.mark.parametrize("cfg", STRIDED, ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()))
+def test_strided_conv_in_training_is_a_conv_over_phases(cfg: dict) -> None:
+    """A strided conv whose gradients are taken runs as a stride-1 conv over the input's phases (Tensor._phase_conv):
+    values and every gradient as torch's, over 1-3 spatial dims, groups, strides past the kernel and cut inputs."""
+    kw = {k: v for k, v in cfg.items() if k not in ("x", "w")}
+    conv = {3: F.conv1d, 4: F.conv2d, 5: F.conv3d}[len(cfg["x"])]
+    specs = [cfg["x"], cfg["w"], (cfg["w"][0],)]
+    check(lambda *a: a[0].conv2d(*a[1:], **kw), lambda *a: conv(*a, **kw), specs, atol=1e-4)
+    x = Tensor.ones(*cfg["x"], requires_grad=True)
+    phases = x.conv2d(Tensor.ones(*cfg["w"]), **kw).uop.toposort  # the phase copy: a CONTIGUOUS node
+    assert any(u.op is Ops.CONTIGUOUS for u in phases)
 
 
 @pytest.mark.parametrize("padding", [1, 2, (1, 0)])
