@@ -5424,6 +5424,8 @@ class Tensor(metaclass=_TensorType):
             raise ArgumentError(
                 f"conv_transpose: output_padding {op_} must be smaller than stride {s_} or dilation {d_}"
             )
+        if any(s > 1 for s in s_) and all(d == 1 for d in d_) and all(isinstance(v, int) for v in self.shape):
+            return _phase_conv_transpose(self, weight, bias, groups, s_, p_, op_)
         # (Cin, Cout/g, *k) -> (Cout, Cin/g, *k) with the kernel mirrored
         w = weight.unflatten(0, (groups, -1)).transpose(1, 2).flip(tuple(range(3, weight.ndim + 1))).flatten(0, 1)
         x = self
@@ -9630,6 +9632,41 @@ def _phase_conv(
     wp = wp.reshape(cout, cin, *wsplit).permute(0, 1, *[3 + 2 * i for i in range(nk)], *[2 + 2 * i for i in range(nk)])
     wp = wp.shrink((None, None, *[(0, u) for u in used], *[None] * nk))
     return xp.conv2d(wp.reshape(cout, cin * phases, *taps), bias, groups)
+
+
+def _phase_conv_transpose(
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor | None,
+    groups: int,
+    stride: tuple[int, ...],
+    padding: tuple[int, ...],
+    output_padding: tuple[int, ...],
+) -> Tensor:
+    """A strided transposed convolution as one stride-1 conv that computes every output phase as channels, then
+    depth to space: output i (+ padding) = s*q + r takes the taps k = r + s*j of input q - j, so phase r is a full
+    convolution of x with the kernel's taps r, r+s, ... The zero-stuffed input spent s^d - 1 of every s^d multiplies
+    on zeros and read them through masks (64 -> 32 channels, 4x4, s=2, 16^2 -> 32^2, batch 16, one core: 18.7 ms,
+    torch 2.5)."""
+    (bs, cin), kernel = x.shape[:2], weight.shape[2:]
+    nk, cout_g = len(kernel), weight.shape[1]
+    taps = [ceildiv(k, s) for k, s in zip(kernel, stride)]
+    phases = prod(stride)
+    # weight (Cin, Cout/g, *k) -> (g, Cout/g, *phases, Cin/g, *taps), taps mirrored: [.., r, .., t] = w[r + s*(T-1-t)]
+    w = weight._spatial_pad([(0, s * t - k) for k, s, t in zip(kernel, stride, taps)])
+    w = w.reshape(groups, cin // groups, cout_g, *[v for t, s in zip(taps, stride) for v in (t, s)])
+    w = w.flip(tuple(3 + 2 * i for i in range(nk)))
+    w = w.permute(0, 2, *[4 + 2 * i for i in range(nk)], 1, *[3 + 2 * i for i in range(nk)])
+    w = w.reshape(groups * cout_g * phases, cin // groups, *taps)
+    z = x.conv2d(w, None, groups, padding=[t - 1 for t in taps])  # (N, Cout*phases, *(L + T - 1))
+    # depth to space: (N, g, Cout/g, *r, *q) -> (N, Cout, *(q, r)) -> output rows [p, p + out)
+    full = z.shape[2:]
+    z = z.reshape(bs, groups * cout_g, *stride, *full)
+    z = z.permute(0, 1, *[v for i in range(nk) for v in (2 + nk + i, 2 + i)])
+    z = z.reshape(bs, groups * cout_g, *[q * s for q, s in zip(full, stride)])
+    out = [(n - 1) * s - 2 * p + k + op for n, s, p, k, op in zip(x.shape[2:], stride, padding, kernel, output_padding)]
+    z = z._spatial_pad([(-p, o + p - q * s) for p, o, q, s in zip(padding, out, full, stride)])
+    return z if bias is None else z + bias.reshape(1, -1, *[1] * nk)
 
 
 def _blocked_conv(
