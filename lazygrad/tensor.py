@@ -3429,6 +3429,31 @@ class Tensor(metaclass=_TensorType):
         x = self.reshape(n, 1).pad([None, (0, n)]).flatten().shrink([(0, n * n)]).reshape(n, n)
         return x.pad([(0, k), (k, 0)] if diagonal >= 0 else [(k, 0), (0, k)])
 
+    def as_strided(self, size: Sequence[int], stride: Sequence[int], storage_offset: int = 0) -> Tensor:
+        """torch's as_strided over the tensor's elements in row-major order (a contiguous tensor's storage, as torch
+        reads it): element i of the result is flat[storage_offset + sum(i_d * stride_d)], a gather (its gradient adds
+        back into every element read, overlapping windows too). A new tensor, not a view: writes do not reach self."""
+        size, stride = tuple(int(s) for s in size), tuple(int(s) for s in stride)
+        if len(size) != len(stride):
+            raise ArgumentError(f"mismatch in length of strides and shape: {len(size)} sizes, {len(stride)} strides")
+        if any(s < 0 for s in size) or any(s < 0 for s in stride) or storage_offset < 0:
+            raise ArgumentError(f"as_strided: negative size, stride or offset in {size}, {stride}, {storage_offset}")
+        n = self.numel()
+        if prod(size) and (need := storage_offset + sum((z - 1) * s for z, s in zip(size, stride)) + 1) > n:
+            item = self.dtype.itemsize
+            raise ArgumentError(
+                f"setStorage: sizes {list(size)}, strides {list(stride)}, storage offset {storage_offset}, and itemsize "
+                f"{item} requiring a storage size of {need * item} are out of bounds for storage of size {n * item}"
+            )
+        if not size:
+            return self.reshape(-1)[storage_offset]
+        idx = Tensor.full(size, storage_offset, dtype=dtypes.int32, device=self.device)
+        for d, (z, s) in enumerate(zip(size, stride)):
+            idx = idx + (Tensor.arange(z, dtype=dtypes.int32, device=self.device) * s).reshape(
+                *[1] * d, z, *[1] * (len(size) - d - 1)
+            )
+        return self.reshape(-1)[idx]
+
     def unfold(self, dimension: int, size: int, step: int) -> Tensor:
         """Every window of `size` along `dimension`, `step` apart: that dim counts windows, a new last dim holds one."""
         d = _dim(dimension, self.ndim)
