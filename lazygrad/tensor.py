@@ -3442,8 +3442,9 @@ class Tensor(metaclass=_TensorType):
         if prod(size) and (need := storage_offset + sum((z - 1) * s for z, s in zip(size, stride)) + 1) > n:
             item = self.dtype.itemsize
             raise ArgumentError(
-                f"setStorage: sizes {list(size)}, strides {list(stride)}, storage offset {storage_offset}, and itemsize "
-                f"{item} requiring a storage size of {need * item} are out of bounds for storage of size {n * item}"
+                f"setStorage: sizes {list(size)}, strides {list(stride)}, storage offset {storage_offset}, and "
+                f"itemsize {item} requiring a storage size of {need * item} are out of bounds for storage of size "
+                f"{n * item}"
             )
         if not size:
             return self.reshape(-1)[storage_offset]

@@ -272,30 +272,30 @@ def _method(name: str) -> Callable[..., Any]:
 
 
 # torch's top-level functions that are Tensor methods with the same positional meaning
-_METHODS = """abs abs_ absolute acos acos_ acosh acosh_ add addbmm addcdiv addcmul addmm addmv addmv_ addr adjoint all as_strided
-allclose amax amin aminmax any arccos arccos_ arccosh arccosh_ arcsin arcsin_ arcsinh arcsinh_ arctan arctan2 arctan_
-arctanh arctanh_ argmax argmin argsort argwhere asin asin_ asinh asinh_ atan atan2 atan_ atanh atanh_ baddbmm
+_METHODS = """abs abs_ absolute acos acos_ acosh acosh_ add addbmm addcdiv addcmul addmm addmv addmv_ addr adjoint all
+as_strided allclose amax amin aminmax any arccos arccos_ arccosh arccosh_ arcsin arcsin_ arcsinh arcsinh_ arctan arctan2
+arctan_ arctanh arctanh_ argmax argmin argsort argwhere asin asin_ asinh asinh_ atan atan2 atan_ atanh atanh_ baddbmm
 bernoulli bincount bitwise_and bitwise_left_shift bitwise_not bitwise_or bitwise_right_shift bitwise_xor broadcast_to
 bucketize cdist ceil ceil_ cholesky chunk clamp clamp_ clamp_max clamp_max_ clamp_min clamp_min_ clip clip_ clone
 combinations conj copysign corrcoef cos cos_ cosh cosh_ count_nonzero cov cross cummax cummin cumprod cumsum
-cumulative_trapezoid deg2rad deg2rad_ det detach detach_ diag diag_embed diagflat diagonal diagonal_scatter diff
-digamma dist div divide dot dsplit empty_like eq equal erf erf_ erfc erfc_ erfinv exp exp2 exp2_ exp_ expm1 expm1_
-fill_ fix fix_ flatten flip fliplr flipud float_power floor floor_ floor_divide fmax fmin fmod frac frac_ frexp
-full_like gather gcd gcd_ ge ger get_device gradient greater greater_equal gt heaviside histc hsplit hypot i0 i0_
-index_add index_copy index_fill index_put index_put_ index_reduce index_select inner inverse is_complex is_inference
-is_nonzero is_same_size is_signed isclose isfinite isin isinf isnan isneginf isposinf isreal kron kthvalue lcm lcm_
-ldexp ldexp_ le lerp less less_equal lgamma log log10 log10_ log1p log1p_ log2 log2_ log_ log_softmax logaddexp
-logaddexp2 logcumsumexp logdet logical_and logical_not logical_or logical_xor logit logit_ logsumexp lt masked_fill
-masked_scatter masked_select matmul matrix_power maximum mean median minimum mm mode moveaxis movedim msort mul
-multinomial multiply mv mvlgamma nan_to_num nan_to_num_ nanmean nanmedian nanquantile nansum narrow narrow_copy ne neg
-neg_ negative negative_ nextafter nonzero norm not_equal numel ones_like outer permute pinverse polygamma positive pow
-prod put qr quantile rad2deg rad2deg_ rand_like randn_like ravel reciprocal reciprocal_ relu_ remainder renorm
-repeat_interleave reshape resize_as_ resolve_conj resolve_neg roll rot90 round round_ rsqrt rsqrt_ rsub scatter
-scatter_add scatter_reduce searchsorted select select_scatter sgn sigmoid sigmoid_ sign signbit sin sin_ sinc sinc_
-sinh sinh_ slice_scatter slogdet softmax sort split split_with_sizes sqrt sqrt_ square square_ squeeze sub subtract
-sum svd swapaxes swapdims t take take_along_dim tan tan_ tanh tanh_ tensor_split tensordot tile topk trace transpose
-trapezoid trapz tril triu true_divide trunc trunc_ unbind unflatten unique unique_consecutive unsqueeze vander vdot
-vsplit where xlogy xlogy_ zero_ zeros_like""".split()
+cumulative_trapezoid deg2rad deg2rad_ det detach detach_ diag diag_embed diagflat diagonal diagonal_scatter diff digamma
+dist div divide dot dsplit empty_like eq equal erf erf_ erfc erfc_ erfinv exp exp2 exp2_ exp_ expm1 expm1_ fill_ fix
+fix_ flatten flip fliplr flipud float_power floor floor_ floor_divide fmax fmin fmod frac frac_ frexp full_like gather
+gcd gcd_ ge ger get_device gradient greater greater_equal gt heaviside histc hsplit hypot i0 i0_ index_add index_copy
+index_fill index_put index_put_ index_reduce index_select inner inverse is_complex is_inference is_nonzero is_same_size
+is_signed isclose isfinite isin isinf isnan isneginf isposinf isreal kron kthvalue lcm lcm_ ldexp ldexp_ le lerp less
+less_equal lgamma log log10 log10_ log1p log1p_ log2 log2_ log_ log_softmax logaddexp logaddexp2 logcumsumexp logdet
+logical_and logical_not logical_or logical_xor logit logit_ logsumexp lt masked_fill masked_scatter masked_select matmul
+matrix_power maximum mean median minimum mm mode moveaxis movedim msort mul multinomial multiply mv mvlgamma nan_to_num
+nan_to_num_ nanmean nanmedian nanquantile nansum narrow narrow_copy ne neg neg_ negative negative_ nextafter nonzero
+norm not_equal numel ones_like outer permute pinverse polygamma positive pow prod put qr quantile rad2deg rad2deg_
+rand_like randn_like ravel reciprocal reciprocal_ relu_ remainder renorm repeat_interleave reshape resize_as_
+resolve_conj resolve_neg roll rot90 round round_ rsqrt rsqrt_ rsub scatter scatter_add scatter_reduce searchsorted
+select select_scatter sgn sigmoid sigmoid_ sign signbit sin sin_ sinc sinc_ sinh sinh_ slice_scatter slogdet softmax
+sort split split_with_sizes sqrt sqrt_ square square_ squeeze sub subtract sum svd swapaxes swapdims t take
+take_along_dim tan tan_ tanh tanh_ tensor_split tensordot tile topk trace transpose trapezoid trapz tril triu
+true_divide trunc trunc_ unbind unflatten unique unique_consecutive unsqueeze vander vdot vsplit where xlogy xlogy_
+zero_ zeros_like""".split()
 
 # torch's top-level functions that are nn.functional's (same positional arguments)
 _FUNCTIONAL = """conv1d conv2d conv3d conv_transpose1d conv_transpose2d conv_transpose3d max_pool1d max_pool2d
