@@ -5029,12 +5029,13 @@ class Tensor(metaclass=_TensorType):
             return _new_value(self)
         if any(self.shape[a] == 0 for a in axes):
             # an empty reduce is its identity; codegen never sees a loop over zero elements
-            return Tensor.full(
-                _reduced_shape(self.shape, axes, keepdim),
-                0 if op is Ops.ADD else 1,
-                dtype=self.dtype,
-                device=self.device,
-            )
+            shape = _reduced_shape(self.shape, axes, keepdim)
+            out_t = Tensor.full(shape, 0 if op is Ops.ADD else 1, dtype=self.dtype, device=self.device)
+            if not _modes.grad_disabled and self.requires_grad is not False and dtypes.is_float(self.dtype):
+                # plus a zero that reads self, so that a gradient reaches what self was cut from (zeros, as torch's:
+                # `x[mask].sum().backward()` with no element selected raised instead)
+                out_t = out_t + self.reshape(-1).pad(((0, 1),)).reshape(()).mul(0)
+            return out_t
         out = UOp(Ops.REDUCE_AXIS, self.dtype, (self.uop,), (op, axes))
         if keepdim:
             return Tensor(out)
