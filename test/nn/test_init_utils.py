@@ -112,3 +112,70 @@ def test_parameter_vectors_and_pad_sequence_match_torch() -> None:
     back = nn.utils.rnn.unpad_sequence(nn.utils.rnn.pad_sequence([Tensor(s) for s in seqs]), [3, 5, 1])
     for a, s in zip(back, seqs):
         np.testing.assert_array_equal(a.numpy(), s)
+
+
+# *** weight_norm and spectral_norm (the hook forms) ***
+
+_REPARAM_LAYERS = [
+    ("Linear", (5, 4), (3, 5)),
+    ("Conv2d", (3, 4, 3), (2, 3, 6, 6)),
+    ("Conv1d", (3, 4, 3), (2, 3, 7)),
+    ("ConvTranspose2d", (3, 4, 3), (2, 3, 5, 5)),
+]
+
+
+def _reparam_pair(layer: str, args: tuple, wrap: str, **kw):
+    torch.manual_seed(0)
+    ref = getattr(torch.nn.utils, wrap)(getattr(torch.nn, layer)(*args), **kw)
+    ours = getattr(nn.utils, wrap)(getattr(nn, layer)(*args), **kw)
+    assert sorted(ours.state_dict()) == sorted(ref.state_dict())
+    assert sorted(n for n, _ in ours.named_parameters()) == sorted(n for n, _ in ref.named_parameters())
+    ours.load_state_dict({k: Tensor(v.detach().numpy()) for k, v in ref.state_dict().items()})
+    return ref, ours
+
+
+def _train_both(ref, ours, xs: tuple, steps: int = 3) -> None:
+    x = randn(*xs, seed=7)
+    opts = torch.optim.SGD(ref.parameters(), lr=0.1), optim.SGD(list(ours.parameters()), lr=0.1)
+    for _ in range(steps):
+        for model, opt, inp in ((ref, opts[0], torch.tensor(x)), (ours, opts[1], Tensor(x))):
+            opt.zero_grad()
+            model(inp).square().sum().backward()
+            opt.step()
+    for k, v in ref.state_dict().items():
+        np.testing.assert_allclose(ours.state_dict()[k].numpy(), v.detach().numpy(), rtol=2e-4, atol=1e-5, err_msg=k)
+
+
+@pytest.mark.filterwarnings("ignore::FutureWarning")
+@pytest.mark.parametrize("layer,args,xs", _REPARAM_LAYERS)
+@pytest.mark.parametrize("dim", [0, 1, None])
+def test_weight_norm_trains_as_torchs(layer, args, xs, dim) -> None:
+    """weight_g and weight_v in place of weight (torch's names), the weight recomputed before every forward: 3 SGD
+    steps from torch's values give torch's; remove_weight_norm leaves torch's weight as a parameter."""
+    ref, ours = _reparam_pair(layer, args, "weight_norm", dim=dim)
+    _train_both(ref, ours, xs)
+    np.testing.assert_allclose(ours.weight.numpy(), ref.weight.detach().numpy(), rtol=2e-4, atol=1e-5)
+    torch.nn.utils.remove_weight_norm(ref)
+    nn.utils.remove_weight_norm(ours)
+    assert sorted(ours.state_dict()) == sorted(ref.state_dict()) == ["bias", "weight"]
+    np.testing.assert_allclose(ours.weight.numpy(), ref.weight.detach().numpy(), rtol=2e-4, atol=1e-5)
+    with pytest.raises(ValueError, match="weight_norm"):
+        nn.utils.remove_weight_norm(ours)
+
+
+@pytest.mark.parametrize("layer,args,xs", _REPARAM_LAYERS)
+def test_spectral_norm_trains_as_torchs(layer, args, xs) -> None:
+    """weight_orig over its largest singular value by power iteration on weight_u / weight_v (two a training forward,
+    none in eval; dim 1 for a transposed conv): from torch's state, 3 SGD steps and the eval output are torch's."""
+    ref, ours = _reparam_pair(layer, args, "spectral_norm", n_power_iterations=2)
+    _train_both(ref, ours, xs)
+    ref.eval(), ours.eval()
+    x = randn(*xs, seed=8)
+    np.testing.assert_allclose(ours(Tensor(x)).numpy(), ref(torch.tensor(x)).detach().numpy(), rtol=2e-4, atol=1e-4)
+    torch.nn.utils.remove_spectral_norm(ref)
+    nn.utils.remove_spectral_norm(ours)
+    np.testing.assert_allclose(ours.weight.numpy(), ref.weight.detach().numpy(), rtol=2e-4, atol=1e-5)
+    with pytest.raises(ValueError, match="Expected n_power_iterations to be positive"):
+        nn.utils.spectral_norm(nn.Linear(2, 2), n_power_iterations=0)
+    with pytest.raises(RuntimeError, match="two"):
+        nn.utils.weight_norm(nn.utils.weight_norm(nn.Linear(2, 2)))

@@ -1,4 +1,5 @@
-"""torch.nn.utils: gradient clipping and flattening parameters (`rnn`: padding and packed sequences)."""
+"""torch.nn.utils: gradient clipping and flattening parameters, weight and spectral norm (`rnn`: padding and packed
+sequences)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import math
 from typing import Iterable
 
 from lazygrad.nn.utils import rnn
+from lazygrad.nn.utils.reparametrize import remove_spectral_norm, remove_weight_norm, spectral_norm, weight_norm
 from lazygrad.tensor import Tensor
 
 
@@ -84,6 +86,10 @@ def vector_to_parameters(vec: Tensor, parameters: Iterable[Tensor]) -> None:
 
 
 __all__ = [
+    "weight_norm",
+    "remove_weight_norm",
+    "spectral_norm",
+    "remove_spectral_norm",
     "clip_grad_norm_",
     "clip_grad_value_",
     "clip_grads_with_norm_",
