@@ -387,19 +387,19 @@ class Embedding(Module):
         vocab_size: int | None = None,
         embed_size: int | None = None,
     ):
-        """torch's arguments (padding_idx: that row starts at zero and gets no gradient), or tinygrad's (vocab_size,
-        embed_size) as keywords. max_norm and scale_grad_by_freq are not offered."""
+        """torch's arguments (padding_idx: that row starts at zero and gets no gradient; max_norm renormalizes the
+        looked-up rows of the weight in place; scale_grad_by_freq), or tinygrad's (vocab_size, embed_size) as
+        keywords."""
         num_embeddings = vocab_size if num_embeddings is None else num_embeddings
         embedding_dim = embed_size if embedding_dim is None else embedding_dim
         if num_embeddings is None or embedding_dim is None:
             raise TypeError("Embedding needs num_embeddings and embedding_dim (tinygrad: vocab_size and embed_size)")
-        if max_norm is not None or scale_grad_by_freq:
-            raise NotImplementedError("Embedding's max_norm and scale_grad_by_freq are not supported")
         if padding_idx is not None:
             if not -num_embeddings <= padding_idx < num_embeddings:
                 raise AssertionError("Padding_idx must be within num_embeddings")
             padding_idx %= num_embeddings
         self.num_embeddings, self.embedding_dim, self.padding_idx = num_embeddings, embedding_dim, padding_idx
+        self.max_norm, self.norm_type, self.scale_grad_by_freq = max_norm, norm_type, scale_grad_by_freq
         init = Tensor.randn(num_embeddings, embedding_dim) if _weight is None else _weight
         if padding_idx is not None and _weight is None:
             init = (Tensor.arange(num_embeddings) == padding_idx).unsqueeze(1).where(0.0, init)
@@ -418,7 +418,9 @@ class Embedding(Module):
         if not dtypes.is_int(idx.dtype):
             raise TypeError(f"Embedding needs integer indices, got {idx.dtype}")
         _check_index_values(idx, 0, self.num_embeddings, "Embedding of {} rows", self.num_embeddings)
-        return functional.embedding(idx, self.weight, self.padding_idx)
+        return functional.embedding(
+            idx, self.weight, self.padding_idx, self.max_norm, self.norm_type, self.scale_grad_by_freq
+        )
 
 
 class EmbeddingBag(Module):
@@ -439,8 +441,6 @@ class EmbeddingBag(Module):
         padding_idx: int | None = None,
         _freeze: bool = False,
     ):
-        if max_norm is not None or scale_grad_by_freq:
-            raise NotImplementedError("EmbeddingBag's max_norm and scale_grad_by_freq are not supported")
         if mode not in ("sum", "mean", "max"):
             raise ValueError("mode has to be one of sum, mean or max")
         if padding_idx is not None:
@@ -449,6 +449,7 @@ class EmbeddingBag(Module):
             padding_idx %= num_embeddings
         self.num_embeddings, self.embedding_dim, self.mode = num_embeddings, embedding_dim, mode
         self.include_last_offset, self.padding_idx = include_last_offset, padding_idx
+        self.max_norm, self.norm_type, self.scale_grad_by_freq = max_norm, norm_type, scale_grad_by_freq
         init = Tensor.randn(num_embeddings, embedding_dim) if _weight is None else _weight
         if padding_idx is not None and _weight is None:
             init = (Tensor.arange(num_embeddings) == padding_idx).unsqueeze(1).where(0.0, init)
@@ -468,6 +469,9 @@ class EmbeddingBag(Module):
             input,
             self.weight,
             offsets,
+            self.max_norm,
+            self.norm_type,
+            self.scale_grad_by_freq,
             mode=self.mode,
             per_sample_weights=per_sample_weights,
             include_last_offset=self.include_last_offset,

@@ -551,17 +551,38 @@ def embedding(
     scale_grad_by_freq: bool = False,
     sparse: bool = False,
 ) -> Tensor:
-    if max_norm is not None or scale_grad_by_freq:
-        raise NotImplementedError("embedding's max_norm and scale_grad_by_freq are not supported")
+    """torch's: max_norm renormalizes the looked-up rows of weight in place first (no gradient through that), to norm
+    max_norm where their norm_type-norm is larger; scale_grad_by_freq divides each row's gradient by its count in
+    input."""
     if not dtypes.is_int(input.dtype):
         raise TypeError(f"embedding: expected integer indices, got {input.dtype}")
     # a one-hot matmul: a gather the scheduler fuses, with the scatter-add gradient for free
     hit = input.unsqueeze(-1) == Tensor.arange(weight.shape[0], device=input.device)
+    if max_norm is not None:
+        _embedding_renorm(weight, hit, max_norm, norm_type)
+    if scale_grad_by_freq:
+        # the same values (w + 0), and the gradient of each row divided by how often it was looked up
+        count = hit.reshape(-1, weight.shape[0]).sum(0).maximum(1).unsqueeze(1).cast(weight.dtype)
+        weight = weight.detach() + (weight - weight.detach()) / count
     if padding_idx is not None:  # the padding row gets no gradient
         row = padding_idx % weight.shape[0]
         keep = (Tensor.arange(weight.shape[0], device=weight.device) != row).unsqueeze(-1)
         weight = keep.where(weight, weight.detach())
     return hit.cast(weight.dtype) @ weight
+
+
+def _embedding_renorm(weight: Tensor, hit: Tensor, max_norm: float, norm_type: float) -> None:
+    """torch's embedding_renorm_: each looked-up row whose norm is over max_norm scaled by max_norm / (norm + 1e-7)."""
+    w = weight.detach()
+    looked_up = hit.reshape(-1, weight.shape[0]).any(0)
+    if norm_type == math.inf:
+        norm = w.abs().max(1)
+    elif norm_type == 0:
+        norm = (w != 0).sum(1).cast(w.dtype)
+    else:
+        norm = w.abs().pow(norm_type).sum(1).pow(1 / norm_type)
+    scale = (looked_up & (norm > max_norm)).where(max_norm / (norm + 1e-7), 1.0)
+    weight.assign((w * scale.unsqueeze(1).cast(w.dtype)).cast(weight.dtype))
 
 
 def embedding_bag(
@@ -581,8 +602,6 @@ def embedding_bag(
     embeddings are summed (weighted by per_sample_weights), averaged or maxed; an empty bag gives zeros, padding_idx
     entries count for nothing. The bags are a membership mask (bags x entries) built from the offsets on the device,
     so the offsets' values are never read on the host; the sum is one matmul of that mask with the embeddings."""
-    if max_norm is not None or scale_grad_by_freq:
-        raise NotImplementedError("embedding_bag's max_norm and scale_grad_by_freq are not supported")
     if mode not in ("sum", "mean", "max"):
         raise ValueError("mode has to be one of sum, mean or max")
     if per_sample_weights is not None and mode != "sum":
@@ -597,7 +616,7 @@ def embedding_bag(
             f"embedding_bag: per_sample_weights of shape {per_sample_weights.shape} must have the input's shape "
             f"{input.shape}"
         )
-    rows = embedding(input.flatten(), weight, padding_idx)  # (entries, dim)
+    rows = embedding(input.flatten(), weight, padding_idx, max_norm, norm_type, scale_grad_by_freq)  # (entries, dim)
     keep = None if padding_idx is None else input != padding_idx % weight.shape[0]
     if input.ndim == 2:
         if offsets is not None:
