@@ -555,6 +555,44 @@ class InstanceNorm2d(InstanceNorm):
 InstanceNorm1d = InstanceNorm3d = InstanceNorm2d
 
 
+class _FractionalMaxPool(Module):
+    """torch's FractionalMaxPool2d/3d (functional.fractional_max_pool2d/3d): a fresh sample per call unless
+    _random_samples is given."""
+
+    nd = 2
+
+    def __init__(
+        self,
+        kernel_size: Any,
+        output_size: Any = None,
+        output_ratio: Any = None,
+        return_indices: bool = False,
+        _random_samples: Tensor | None = None,
+    ):
+        name = type(self).__name__
+        if output_size is None and output_ratio is None:
+            raise ValueError(f"{name} requires specifying either an output size, or a pooling ratio")
+        if output_size is not None and output_ratio is not None:
+            raise ValueError("only one of output_size and output_ratio may be specified")
+        ratios = output_ratio if isinstance(output_ratio, (tuple, list)) else (output_ratio,) * self.nd
+        if output_ratio is not None and not all(0 < r < 1 for r in ratios):
+            raise ValueError(f"output_ratio must be between 0 and 1 (got {output_ratio})")
+        self.kernel_size, self.output_size, self.output_ratio = kernel_size, output_size, output_ratio
+        self.return_indices, self._random_samples = return_indices, _random_samples
+
+    def __call__(self, x: Tensor) -> Any:
+        pool = functional.fractional_max_pool2d if self.nd == 2 else functional.fractional_max_pool3d
+        return pool(x, self.kernel_size, self.output_size, self.output_ratio, self.return_indices, self._random_samples)
+
+
+class FractionalMaxPool2d(_FractionalMaxPool):
+    nd = 2
+
+
+class FractionalMaxPool3d(_FractionalMaxPool):
+    nd = 3
+
+
 # submodules, so that `from lazygrad import nn` gives nn.optim and nn.state as in the examples (they import this file)
 from lazygrad.nn import datasets, functional, init, optim, state, utils  # noqa: E402
 from lazygrad.nn.module import *  # noqa: E402, F403
@@ -598,6 +636,8 @@ __all__ = [
     "InstanceNorm1d",
     "InstanceNorm2d",
     "InstanceNorm3d",
+    "FractionalMaxPool2d",
+    "FractionalMaxPool3d",
     "Module",
     "functional",
     "init",

@@ -387,6 +387,102 @@ def adaptive_max_pool2d(input: Tensor, output_size: Any, return_indices: bool = 
     return _adaptive(input, output_size, 2, "adaptive_max_pool2d", "max")
 
 
+def _fractional_max_pool(
+    nd: int,
+    input: Tensor,
+    kernel_size: Any,
+    output_size: Any,
+    output_ratio: Any,
+    return_indices: bool,
+    _random_samples: Tensor | None,
+) -> Any:
+    """torch's fractional max pooling (Graham): along each spatial axis, window i of a plane starts at
+    int((i + u) * alpha) - int(u * alpha) with alpha = (in - k) / (out - 1), the last at in - k, for a sample u in
+    [0, 1) per (batch, plane, axis). The windows are gathered axis by axis; the value is the first maximum of each
+    window, picked by argmax so its gradient goes to that element alone, as torch's."""
+    name = f"fractional_max_pool{nd}d"
+    if output_size is None and output_ratio is None:
+        raise ValueError(f"{name} requires specifying either an output_size or an output_ratio")
+    if input.ndim not in (nd + 1, nd + 2):
+        raise IndexError(f"{name}(): expected a {nd + 1}-D or {nd + 2}-D input, got {input.ndim}-D {input.shape}")
+    x = input if input.ndim == nd + 2 else input.unsqueeze(0)
+    n, c, size = x.shape[0], x.shape[1], x.shape[2:]
+    kernel = make_tuple(kernel_size, nd)
+    if output_size is not None:
+        out = make_tuple(output_size, nd)
+    else:
+        ratios = output_ratio if isinstance(output_ratio, (tuple, list)) else (output_ratio,) * nd
+        out = tuple(int(s * r) for s, r in zip(size, ratios))
+    for axis, s, k, o in zip(("time", "height", "width")[3 - nd :], size, kernel, out):
+        # torch's 3-D check is strict: its last window may not reach the input's end
+        if o + k - 1 > s - (nd == 3):
+            where = "fractional_max_pool3d_out()" if nd == 3 else f"{name}()"
+            raise RuntimeError(f"{where}: pool {axis} {k} too large relative to input {axis} {s}")
+    if _random_samples is None:
+        samples = Tensor.rand(n, c, nd, dtype=x.dtype, device=x.device)
+    else:
+        if _random_samples.ndim != 3 or _random_samples.shape[2] != nd or _random_samples.shape[1] != c:
+            raise RuntimeError(
+                f"{name}(): expected _random_samples of shape [N, {c}, {nd}], got {_random_samples.shape}"
+            )
+        if _random_samples.shape[0] < n:
+            raise RuntimeError("Expect _random_samples.size(0) no less then input batch size.")
+        samples = _random_samples[:n].cast(x.dtype)
+    flat = Tensor.zeros(1, 1, *(1,) * (2 * nd), dtype=dtypes.int32, device=x.device)  # each window element's index
+    stride = 1
+    for d in reversed(range(nd)):
+        s, k, o = size[d], kernel[d], out[d]
+        # torch's sample columns: (w, h) in 2-D, (t, h, w) in 3-D
+        u = samples[:, :, 1 - d if nd == 2 else d].unsqueeze(-1)
+        last = Tensor.full((n, c, 1), s - k, dtype=dtypes.int32, device=x.device)
+        if o > 1:
+            i = Tensor.arange(o - 1, device=x.device).cast(x.dtype)
+            alpha = (s - k) / (o - 1)
+            first = ((i + u) * alpha).cast(dtypes.int32) - (u * alpha).cast(dtypes.int32)
+            last = first.cat(last, dim=-1)
+        pos = last.unsqueeze(-1) + Tensor.arange(k, device=x.device, dtype=dtypes.int32)  # (n, c, o, k)
+        index = pos.reshape(n, c, *(1,) * d, o * k, *(1,) * (nd - d - 1))
+        x = x.gather(2 + d, index.expand(*x.shape[: 2 + d], o * k, *x.shape[3 + d :]))
+        place = [n, c] + [1] * (2 * nd)
+        place[2 + 2 * d], place[3 + 2 * d] = o, k
+        flat = flat + pos.reshape(place) * stride
+        stride *= s
+    # (n, c, o0, k0, o1, k1, ...) -> (n, c, o0, o1, ..., k0 * k1 * ...)
+    order = (0, 1, *range(2, 2 + 2 * nd, 2), *range(3, 3 + 2 * nd, 2))
+    windows = x.reshape(n, c, *(v for pair in zip(out, kernel) for v in pair)).permute(order).flatten(2 + nd)
+    first_max = windows.argmax(-1).unsqueeze(-1)
+    value = windows.gather(-1, first_max).squeeze(-1)
+    if input.ndim == nd + 1:
+        value = value.squeeze(0)
+    if not return_indices:
+        return value
+    flat = flat.expand(n, c, *flat.shape[2:]).permute(order).flatten(2 + nd)
+    indices = flat.gather(-1, first_max).squeeze(-1).cast(dtypes.int64)
+    return value, indices if input.ndim == nd + 2 else indices.squeeze(0)
+
+
+def fractional_max_pool2d(
+    input: Tensor,
+    kernel_size: Any,
+    output_size: Any = None,
+    output_ratio: Any = None,
+    return_indices: bool = False,
+    _random_samples: Tensor | None = None,
+) -> Any:
+    return _fractional_max_pool(2, input, kernel_size, output_size, output_ratio, return_indices, _random_samples)
+
+
+def fractional_max_pool3d(
+    input: Tensor,
+    kernel_size: Any,
+    output_size: Any = None,
+    output_ratio: Any = None,
+    return_indices: bool = False,
+    _random_samples: Tensor | None = None,
+) -> Any:
+    return _fractional_max_pool(3, input, kernel_size, output_size, output_ratio, return_indices, _random_samples)
+
+
 def _no_indices(return_indices: bool, name: str) -> None:
     if return_indices:
         raise NotImplementedError(f"{name}(return_indices=True) is not supported; max_pool2d gives indices")

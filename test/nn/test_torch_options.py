@@ -80,3 +80,75 @@ def test_embedding_bag_max_norm_and_scale_grad_by_freq(mode: str) -> None:
     (out * Tensor(up)).sum().backward()
     (torch.stack(bags) * torch.tensor(up)).sum().backward()
     _close(ours.weight.grad, tw.grad)
+
+
+# *** fractional max pooling ***
+
+_FRACTIONAL = [
+    ((2, 3, 9, 8), (3, 2), {"output_size": (4, 5)}),
+    ((3, 7, 7), 2, {"output_size": (6, 3)}),  # unbatched
+    ((1, 2, 10, 9), 3, {"output_ratio": 0.5}),
+    ((2, 1, 5, 5), (2, 3), {"output_ratio": (0.7, 0.5)}),
+    ((1, 1, 4, 4), 4, {"output_size": 1}),
+    ((1, 2, 5, 6, 7), (2, 3, 2), {"output_size": (3, 2, 4)}),
+    ((2, 6, 6, 5), 2, {"output_ratio": 0.6}),  # 3-D unbatched
+    ((1, 1, 3, 4, 3), 1, {"output_size": 2}),
+]
+
+
+@pytest.mark.parametrize("case", range(len(_FRACTIONAL)))
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_fractional_max_pool_with_torchs_samples(case: int, dtype) -> None:
+    shape, kernel, size = _FRACTIONAL[case]
+    nd = 3 if case >= 5 else 2
+    planes = shape[:2] if len(shape) == nd + 2 else (1, shape[0])
+    x, up = randn(*shape, seed=case).astype(dtype), None
+    u = np.random.default_rng(case).uniform(size=(*planes, nd)).astype(dtype)
+    ours = (nn.FractionalMaxPool2d if nd == 2 else nn.FractionalMaxPool3d)(kernel, **size, return_indices=True)
+    ref = (torch.nn.FractionalMaxPool2d if nd == 2 else torch.nn.FractionalMaxPool3d)(
+        kernel, **size, return_indices=True
+    )
+    ours._random_samples, ref._random_samples = Tensor(u), torch.tensor(u)
+    ox, tx = Tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+    (out, idx), (tout, tidx) = ours(ox), ref(tx)
+    np.testing.assert_array_equal(out.numpy(), tout.detach().numpy())
+    np.testing.assert_array_equal(idx.numpy(), tidx.numpy())
+    up = randn(*tout.shape, seed=9).astype(dtype)
+    (out * Tensor(up)).sum().backward()
+    (tout * torch.tensor(up)).sum().backward()
+    _close(ox.grad, tx.grad)
+    pool = F.fractional_max_pool2d if nd == 2 else F.fractional_max_pool3d
+    np.testing.assert_array_equal(
+        pool(Tensor(x), kernel, **size, _random_samples=Tensor(u)).numpy(), tout.detach().numpy()
+    )
+
+
+def test_fractional_max_pool_draws_its_own_samples() -> None:
+    """Without samples: each output is the maximum of a kernel-sized window, windows cover the input in order."""
+    x = Tensor(np.arange(64, dtype=np.float32).reshape(1, 1, 8, 8))
+    out = F.fractional_max_pool2d(x, 2, output_size=5).numpy()[0, 0]
+    assert out.shape == (5, 5) and out[-1, -1] == 63
+    assert (np.diff(out, axis=0) > 0).all() and (np.diff(out, axis=1) > 0).all()
+
+
+def test_fractional_max_pool_errors_as_torch() -> None:
+    x = Tensor(randn(2, 3, 7, 7))
+    for lib, t in ((F, x), (TF, torch.tensor(x.numpy()))):
+        with pytest.raises(RuntimeError, match="pool height 3 too large relative to input height 7"):
+            lib.fractional_max_pool2d(t, 3, output_size=6)
+        with pytest.raises(ValueError, match="requires specifying either an output_size or an output_ratio"):
+            lib.fractional_max_pool2d(t, 3)
+        with pytest.raises(RuntimeError, match="no less then input batch size"):
+            samples = np.random.default_rng(0).uniform(size=(1, 3, 2)).astype(np.float32)
+            lib.fractional_max_pool2d(
+                t, 3, output_size=3, _random_samples=(Tensor if lib is F else torch.tensor)(samples)
+            )
+    with pytest.raises(RuntimeError, match="pool time 2 too large relative to input time 4"):
+        F.fractional_max_pool3d(Tensor(randn(2, 3, 4, 4, 4)), 2, output_size=(3, 2, 2))
+    for lib in (nn, torch.nn):
+        with pytest.raises(ValueError, match="requires specifying either an output size, or a pooling ratio"):
+            lib.FractionalMaxPool2d(3)
+        with pytest.raises(ValueError, match="only one of output_size and output_ratio may be specified"):
+            lib.FractionalMaxPool3d(3, output_size=3, output_ratio=0.5)
+        with pytest.raises(ValueError, match=r"output_ratio must be between 0 and 1 \(got 1.5\)"):
+            lib.FractionalMaxPool2d(3, output_ratio=1.5)
