@@ -7,11 +7,12 @@ defaults; nothing runs until the first realize (an optimizer's constructor, a fo
 from __future__ import annotations
 
 import math
+from collections import namedtuple
 from typing import Any, Sequence
 
 from lazygrad.dtype import dtypes
 from lazygrad.helpers import make_tuple, prod
-from lazygrad.nn.module import _PARAMETERS, Module
+from lazygrad.nn.module import _PARAMETERS, Module, ModuleList, Sequential
 from lazygrad.tensor import ArgumentError, Tensor, _check_index_values, _replayed
 
 
@@ -593,6 +594,89 @@ class FractionalMaxPool3d(_FractionalMaxPool):
     nd = 3
 
 
+_ASMoutput = namedtuple("_ASMoutput", ["output", "loss"])
+
+
+class AdaptiveLogSoftmaxWithLoss(Module):
+    """torch's (Grave et al.): a head over the shortlist (classes below cutoffs[0]) and one column per cluster, and a
+    two-layer tail per cluster of classes (hidden size in_features // div_value ** (i + 1)). Every tail runs on the
+    whole batch, and rows outside a cluster are masked out of its value and gradient: which rows fall in which
+    cluster is never read on the host. Target values out of [0, n_classes) are checked with CHECK_INDEX=1, as every
+    index is."""
+
+    def __init__(
+        self, in_features: int, n_classes: int, cutoffs: Sequence[int], div_value: float = 4.0, head_bias: bool = False
+    ):
+        cutoffs = list(cutoffs)
+        if len(cutoffs) == 0:
+            raise ValueError("cutoffs should be a sequence of length larger than 0")
+        if (
+            cutoffs != sorted(cutoffs)
+            or min(cutoffs) <= 0
+            or max(cutoffs) > n_classes - 1
+            or len(set(cutoffs)) != len(cutoffs)
+            or any(int(c) != c for c in cutoffs)
+        ):
+            raise ValueError(
+                "cutoffs should be a sequence of unique, positive integers sorted in an increasing order, where each "
+                "value is between 1 and n_classes-1"
+            )
+        self.in_features, self.n_classes, self.div_value, self.head_bias = in_features, n_classes, div_value, head_bias
+        self.cutoffs = cutoffs + [n_classes]
+        self.shortlist_size, self.n_clusters = cutoffs[0], len(cutoffs)
+        self.head_size = self.shortlist_size + self.n_clusters
+        self.head = Linear(in_features, self.head_size, bias=head_bias)
+        self.tail = ModuleList(
+            Sequential(
+                Linear(in_features, int(in_features // div_value ** (i + 1)), bias=False),
+                Linear(int(in_features // div_value ** (i + 1)), self.cutoffs[i + 1] - self.cutoffs[i], bias=False),
+            )
+            for i in range(self.n_clusters)
+        )
+
+    def __call__(self, input: Tensor, target: Tensor) -> Any:
+        if target.ndim == 1:
+            if input.shape[0] != target.shape[0]:
+                raise RuntimeError("Input and target should have the same size in the batch dimension.")
+            if input.ndim != 2:
+                raise RuntimeError(
+                    f"1D target tensor expects 2D input tensors, but found inputs with size {input.shape}"
+                )
+        elif target.ndim == 0:
+            if input.ndim != 1:
+                raise RuntimeError(
+                    f"0D target tensor expects 1D input tensors, but found inputs with size {input.shape}"
+                )
+        else:
+            raise RuntimeError("0D or 1D target tensor expected, multi-target not supported")
+        _check_index_values(target, 0, self.n_classes, "AdaptiveLogSoftmaxWithLoss of {} classes", self.n_classes)
+        x, t = (input, target) if target.ndim == 1 else (input.unsqueeze(0), target.unsqueeze(0))
+        head = self.head(x).log_softmax(1)
+        # the head's column of each row: its class in the shortlist, its cluster's column otherwise
+        cluster = sum((t >= c).cast(t.dtype) for c in self.cutoffs[1:-1])
+        column = (t < self.shortlist_size).where(t, self.shortlist_size + cluster)
+        output = head.gather(1, column.unsqueeze(1)).squeeze(1)
+        for i, tail in enumerate(self.tail):
+            low, high = self.cutoffs[i], self.cutoffs[i + 1]
+            member = (t >= low) & (t < high)
+            local = tail(x).log_softmax(1).gather(1, member.where(t - low, 0).unsqueeze(1)).squeeze(1)
+            output = output + member.where(local, 0.0)
+        loss = (-output).mean()
+        return _ASMoutput(output if target.ndim == 1 else output.squeeze(0), loss)
+
+    def log_prob(self, input: Tensor) -> Tensor:
+        """The log-probabilities of all n_classes classes, (N, n_classes)."""
+        head = self.head(input).log_softmax(1)
+        parts = [head[:, : self.shortlist_size]]
+        for i, tail in enumerate(self.tail):
+            parts.append(tail(input).log_softmax(1) + head[:, self.shortlist_size + i].unsqueeze(1))
+        return parts[0].cat(*parts[1:], dim=1)
+
+    def predict(self, input: Tensor) -> Tensor:
+        """The most likely class of each row (torch's shortcut through the head gives the same classes)."""
+        return self.log_prob(input).argmax(1).cast(dtypes.int64)
+
+
 # submodules, so that `from lazygrad import nn` gives nn.optim and nn.state as in the examples (they import this file)
 from lazygrad.nn import datasets, functional, init, optim, state, utils  # noqa: E402
 from lazygrad.nn.module import *  # noqa: E402, F403
@@ -638,6 +722,7 @@ __all__ = [
     "InstanceNorm3d",
     "FractionalMaxPool2d",
     "FractionalMaxPool3d",
+    "AdaptiveLogSoftmaxWithLoss",
     "Module",
     "functional",
     "init",

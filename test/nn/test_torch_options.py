@@ -152,3 +152,69 @@ def test_fractional_max_pool_errors_as_torch() -> None:
             lib.FractionalMaxPool3d(3, output_size=3, output_ratio=0.5)
         with pytest.raises(ValueError, match=r"output_ratio must be between 0 and 1 \(got 1.5\)"):
             lib.FractionalMaxPool2d(3, output_ratio=1.5)
+
+
+# *** AdaptiveLogSoftmaxWithLoss ***
+
+
+@pytest.mark.parametrize(
+    "in_features, n_classes, cutoffs, div_value, head_bias, batch",
+    [
+        (8, 20, [5, 12], 4.0, False, 9),
+        (16, 10, [3], 2.0, True, 7),
+        (6, 30, [2, 10, 20], 1.5, True, 1),
+        (8, 12, [4], 4.0, False, 0),
+    ],
+)
+def test_adaptive_log_softmax_with_loss(in_features, n_classes, cutoffs, div_value, head_bias, batch) -> None:
+    torch.manual_seed(0)
+    ref = torch.nn.AdaptiveLogSoftmaxWithLoss(in_features, n_classes, cutoffs, div_value, head_bias)
+    ours = nn.AdaptiveLogSoftmaxWithLoss(in_features, n_classes, cutoffs, div_value, head_bias)
+    state = {k: v.detach().numpy() for k, v in ref.state_dict().items()}
+    assert sorted(ours.state_dict()) == sorted(state)
+    ours.load_state_dict({k: Tensor(v) for k, v in state.items()})
+    x = randn(max(batch, 1), in_features, seed=1)
+    target = np.random.default_rng(2).integers(0, n_classes, max(batch, 1)).astype(np.int64)
+    target[: min(len(cutoffs) + 1, len(target))] = ([0] + cutoffs)[
+        : min(len(cutoffs) + 1, len(target))
+    ]  # every cluster
+    if batch == 0:  # unbatched: a 1-D input and a 0-D target
+        x, target = x[0], target[0]
+    ox, tx = Tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+    out, tout = ours(ox, Tensor(target)), ref(tx, torch.tensor(target))
+    assert out.output.shape == tuple(tout.output.shape)
+    _close(out.output, tout.output)
+    _close(out.loss, tout.loss)
+    out.loss.backward()
+    tout.loss.backward()
+    _close(ox.grad, tx.grad)
+    for name, p in ref.named_parameters():
+        grad = dict(ours.named_parameters())[name].grad
+        if p.grad is None:  # a tail no row used: torch never ran it, ours ran it masked
+            assert grad is None or not grad.numpy().any()
+        elif p.numel():  # (a tail's hidden size in_features // div_value ** 2 may be 0)
+            _close(grad, p.grad)
+    if batch:
+        _close(ours.log_prob(Tensor(x)), ref.log_prob(torch.tensor(x)))
+        pred = ours.predict(Tensor(x))
+        assert pred.dtype == dtypes.int64 and pred.tolist() == ref.predict(torch.tensor(x)).tolist()
+
+
+def test_adaptive_log_softmax_errors_as_torch() -> None:
+    for lib in (nn, torch.nn):
+        with pytest.raises(ValueError, match="cutoffs should be a sequence of length larger than 0"):
+            lib.AdaptiveLogSoftmaxWithLoss(4, 10, [])
+        for cutoffs in ([5, 3], [0, 3], [3, 10], [3, 3]):
+            with pytest.raises(ValueError, match="cutoffs should be a sequence of unique, positive integers"):
+                lib.AdaptiveLogSoftmaxWithLoss(4, 10, cutoffs)
+    model = nn.AdaptiveLogSoftmaxWithLoss(4, 10, [3])
+    ref = torch.nn.AdaptiveLogSoftmaxWithLoss(4, 10, [3])
+    for m, t in ((model, Tensor), (ref, torch.tensor)):
+        with pytest.raises(RuntimeError, match="same size in the batch dimension"):
+            m(t(randn(3, 4)), t(np.array([1, 2])))
+        with pytest.raises(RuntimeError, match="1D target tensor expects 2D input tensors"):
+            m(t(randn(2, 2, 4)), t(np.array([1, 2])))
+        with pytest.raises(RuntimeError, match="0D target tensor expects 1D input tensors"):
+            m(t(randn(2, 4)), t(np.array(1)))
+        with pytest.raises(RuntimeError, match="multi-target not supported"):
+            m(t(randn(2, 4)), t(np.array([[1], [2]])))
