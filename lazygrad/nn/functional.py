@@ -8,11 +8,12 @@ and lazygrad's in-place ops are writes the scheduler orders, not faster kernels)
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Any, Callable, Sequence
 
 from lazygrad.dtype import dtypes
-from lazygrad.helpers import make_tuple
+from lazygrad.helpers import make_tuple, prod
 from lazygrad.tensor import ArgumentError, Tensor
 
 # *** activations ***
@@ -540,13 +541,26 @@ def _reflect(x: Tensor, low: float, high: float) -> Tensor:
     return (flips % 2 == 0).where(extra + low, high - extra)
 
 
-def _source_coord(coord: Tensor, n: int, padding_mode: str, align_corners: bool) -> Tensor:
-    x = _unnormalize(coord, n, align_corners)
+def _pad_coord(x: Tensor, n: int, padding_mode: str, align_corners: bool) -> Tensor:
+    """A pixel coordinate moved in by the padding mode (border: clipped; reflection: reflected, then clipped)."""
     if padding_mode == "reflection":
         x = _reflect(x, 0, n - 1) if align_corners else _reflect(x, -0.5, n - 0.5)
     if padding_mode in ("border", "reflection"):
         x = x.clip(0, n - 1)
     return x
+
+
+def _cubic_weights(t: Tensor) -> list[Tensor]:
+    """The four taps' weights of cubic convolution (A = -0.75, as torch's) at fraction t past the second tap."""
+    a = -0.75
+
+    def near(x: Tensor) -> Tensor:  # |x| <= 1
+        return ((a + 2) * x - (a + 3)) * x * x + 1
+
+    def far(x: Tensor) -> Tensor:  # 1 < |x| < 2
+        return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
+
+    return [far(t + 1), near(t), near(1 - t), far(2 - t)]
 
 
 def grid_sample(
@@ -556,9 +570,10 @@ def grid_sample(
     padding_mode: str = "zeros",
     align_corners: bool | None = None,
 ) -> Tensor:
-    """torch's 2-D grid_sample: input (N, C, H, W) sampled at grid (N, Ho, Wo, 2) (x, y in [-1, 1]), bilinear or
-    nearest, padded with zeros or the border or by reflection. Gradients reach the input and the grid (bilinear).
-    Each corner's values are one gather over the flattened pixels."""
+    """torch's grid_sample: input (N, C, H, W) sampled at grid (N, Ho, Wo, 2) (x, y in [-1, 1]), or (N, C, D, H, W)
+    at (N, Do, Ho, Wo, 3) (x, y, z); bilinear (trilinear in 5-D), nearest, or bicubic (4-D); padded with zeros, the
+    border or by reflection. Gradients reach the input and the grid (except nearest's). Each tap's values are one
+    gather over the flattened pixels. Bicubic, as torch's, pads the 16 taps' coordinates, not the sample point."""
     if mode not in ("bilinear", "nearest", "bicubic"):
         raise ValueError(
             f"nn.functional.grid_sample(): expected mode to be 'bilinear', 'nearest' or 'bicubic', but got: '{mode}'"
@@ -568,38 +583,66 @@ def grid_sample(
             "nn.functional.grid_sample(): expected padding_mode to be 'zeros', 'border', or 'reflection', "
             f"but got: '{padding_mode}'"
         )
-    if mode == "bicubic" or input.ndim != 4:
-        raise NotImplementedError("grid_sample: only 4-D inputs with bilinear or nearest mode are supported")
-    if grid.ndim != 4 or grid.shape[-1] != 2 or grid.shape[0] != input.shape[0]:
+    sizes = f"input with sizes {list(input.shape)} and grid with sizes {list(grid.shape)}"
+    if input.ndim not in (4, 5) or grid.ndim != input.ndim:
         raise RuntimeError(
-            f"grid_sample(): expected grid of shape (N, H_out, W_out, 2) with N={input.shape[0]}, got {grid.shape}"
+            f"grid_sampler(): expected {input.ndim}D input and grid with same number of dimensions, but got {sizes}"
         )
+    nd = input.ndim - 2
+    if grid.shape[-1] != nd:
+        raise RuntimeError(
+            f"grid_sampler(): expected grid to have size {nd} in last dimension, but got grid with sizes "
+            f"{list(grid.shape)}"
+        )
+    if grid.shape[0] != input.shape[0]:
+        raise RuntimeError(f"grid_sampler(): expected grid and input to have same batch size, but got {sizes}")
+    if mode == "bicubic" and nd == 3:
+        raise RuntimeError("grid_sampler(): bicubic interpolation only supports 4D input")
     align = bool(align_corners)
-    n, c, h, w = input.shape
-    ho, wo = grid.shape[1], grid.shape[2]
+    n, c = input.shape[:2]
+    extent = input.shape[:1:-1]  # (w, h(, d)): the axes in the grid's (x, y(, z)) order
+    out_shape = grid.shape[1:-1]
+    m = prod(out_shape)
     grid = grid.cast(input.dtype)
-    x = _source_coord(grid[..., 0], w, padding_mode, align).reshape(n, ho * wo)
-    y = _source_coord(grid[..., 1], h, padding_mode, align).reshape(n, ho * wo)
-    flat = input.reshape(n, c, h * w)
+    flat = input.reshape(n, c, -1)
 
-    def corner(xi: Tensor, yi: Tensor) -> Tensor:
-        inside = (xi >= 0) & (xi <= w - 1) & (yi >= 0) & (yi <= h - 1)
-        index = (yi.clip(0, h - 1) * w + xi.clip(0, w - 1)).cast(dtypes.int32)
-        taken = flat.gather(2, index.unsqueeze(1).expand(n, c, ho * wo))
+    def tap(coords: list[Tensor]) -> Tensor:
+        """The input at whole pixel coordinates (x, y(, z)), each (n, m); zero outside."""
+        inside, index, stride = None, None, 1
+        for k, size in zip(coords, extent):
+            ok = (k >= 0) & (k <= size - 1)
+            inside = ok if inside is None else inside & ok
+            term = k.clip(0, size - 1) * stride
+            index = term if index is None else index + term
+            stride *= size
+        taken = flat.gather(2, index.cast(dtypes.int32).unsqueeze(1).expand(n, c, m))
         return inside.unsqueeze(1).where(taken, 0)
 
-    if mode == "nearest":
-        out = corner(x.round().detach(), y.round().detach())
-    else:
+    points = [_unnormalize(grid[..., i].reshape(n, m), size, align) for i, size in enumerate(extent)]
+    if mode == "bicubic":
+        x, y = points
         x0, y0 = x.floor().detach(), y.floor().detach()
-        wx, wy = (x - x0).unsqueeze(1), (y - y0).unsqueeze(1)
-        out = (
-            corner(x0, y0) * (1 - wx) * (1 - wy)
-            + corner(x0 + 1, y0) * wx * (1 - wy)
-            + corner(x0, y0 + 1) * (1 - wx) * wy
-            + corner(x0 + 1, y0 + 1) * wx * wy
-        )
-    return out.reshape(n, c, ho, wo)
+        wx, wy = _cubic_weights((x - x0).unsqueeze(1)), _cubic_weights((y - y0).unsqueeze(1))
+        xs = [_pad_coord(x0 + i - 1, extent[0], padding_mode, align) for i in range(4)]
+        rows = []
+        for j in range(4):
+            yj = _pad_coord(y0 + j - 1, extent[1], padding_mode, align)
+            rows.append(sum(tap([xs[i], yj]) * wx[i] for i in range(4)))
+        out = sum(rows[j] * wy[j] for j in range(4))
+    else:
+        points = [_pad_coord(p, size, padding_mode, align) for p, size in zip(points, extent)]
+        if mode == "nearest":
+            out = tap([p.round().detach() for p in points])
+        else:
+            lows = [p.floor().detach() for p in points]
+            fracs = [(p - low).unsqueeze(1) for p, low in zip(points, lows)]
+            out = None
+            for bits in itertools.product((0, 1), repeat=nd):  # torch's corner order: x fastest
+                corner = bits[::-1]
+                weight = math.prod(f if b else 1 - f for f, b in zip(fracs, corner))
+                term = tap([low + b for low, b in zip(lows, corner)]) * weight
+                out = term if out is None else out + term
+    return out.reshape(n, c, *out_shape)
 
 
 def interpolate(

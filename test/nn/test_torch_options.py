@@ -218,3 +218,48 @@ def test_adaptive_log_softmax_errors_as_torch() -> None:
             m(t(randn(2, 4)), t(np.array(1)))
         with pytest.raises(RuntimeError, match="multi-target not supported"):
             m(t(randn(2, 4)), t(np.array([[1], [2]])))
+
+
+# *** grid_sample: bicubic, and 5-D inputs ***
+
+
+@pytest.mark.parametrize("padding_mode", ["zeros", "border", "reflection"])
+@pytest.mark.parametrize("align_corners", [False, True])
+@pytest.mark.parametrize(
+    "mode, shape, grid_shape",
+    [
+        ("bicubic", (2, 3, 5, 7), (2, 4, 6, 2)),
+        ("bicubic", (1, 1, 1, 3), (1, 2, 3, 2)),
+        ("bilinear", (2, 2, 4, 5, 3), (2, 3, 2, 4, 3)),
+        ("nearest", (1, 3, 3, 4, 5), (1, 2, 3, 2, 3)),
+    ],
+)
+def test_grid_sample_modes_against_torch(mode, shape, grid_shape, padding_mode, align_corners) -> None:
+    """Points inside, on the border and far outside (reflected several times): values, the input's gradient and the
+    grid's (not nearest's, which has none)."""
+    x0 = randn(*shape)
+    grid0 = np.random.default_rng(1).uniform(-2.7, 2.7, grid_shape).astype(np.float32)
+    x, grid = Tensor(x0, requires_grad=True), Tensor(grid0, requires_grad=True)
+    tx, tgrid = torch.tensor(x0, requires_grad=True), torch.tensor(grid0, requires_grad=True)
+    kw = {"mode": mode, "padding_mode": padding_mode, "align_corners": align_corners}
+    out, ref = F.grid_sample(x, grid, **kw), TF.grid_sample(tx, tgrid, **kw)
+    _close(out, ref, 1e-5)
+    up = randn(*ref.shape, seed=3)
+    (out * Tensor(up)).sum().backward()
+    (ref * torch.tensor(up)).sum().backward()
+    _close(x.grad, tx.grad, 1e-4)
+    if mode != "nearest":
+        _close(grid.grad, tgrid.grad, 1e-3)
+
+
+def test_grid_sample_errors_as_torch() -> None:
+    cases = [
+        ((1, 2, 3, 3, 3), (1, 2, 2, 2, 3), {"mode": "bicubic"}, "bicubic interpolation only supports 4D input"),
+        ((1, 2, 3, 3), (1, 2, 2, 3), {}, "expected grid to have size 2 in last dimension"),
+        ((1, 2, 3, 3), (2, 2, 2, 2), {}, "expected grid and input to have same batch size"),
+        ((1, 2, 3, 3), (1, 2, 2, 2, 2), {}, "expected 4D input and grid with same number of dimensions"),
+    ]
+    for shape, grid_shape, kw, match in cases:
+        for fn, t in ((F.grid_sample, Tensor), (TF.grid_sample, torch.tensor)):
+            with pytest.raises(RuntimeError, match=match):
+                fn(t(randn(*shape)), t(randn(*grid_shape)), align_corners=False, **kw)
