@@ -548,9 +548,23 @@ class InstanceNorm2d(InstanceNorm):
         affine: bool = False,
         track_running_stats: bool = False,
     ):
-        if track_running_stats:
-            raise NotImplementedError("InstanceNorm with track_running_stats=True is not supported")
         super().__init__(num_features, eps, affine)
+        self.momentum, self.track_running_stats = momentum, track_running_stats
+        if track_running_stats:
+            self.running_mean = _own_buffer(Tensor.zeros(num_features))
+            self.running_var = _own_buffer(Tensor.ones(num_features))
+            self.num_batches_tracked = _own_buffer(Tensor.zeros((), dtype=dtypes.int64))  # in torch's too, never moved
+
+    def __call__(self, x: Tensor) -> Tensor:
+        if not self.track_running_stats:
+            return super().__call__(x)
+        if x.ndim < 3 or x.shape[1] != self.num_features:
+            c = self.num_features
+            raise ValueError(f"InstanceNorm({c}) needs an input (N, {c}, ...), got {x.shape}")
+        training = self._training()
+        momentum = 0.0 if self.momentum is None else self.momentum  # torch's: no cumulative average here
+        stats = (self.running_mean, self.running_var)
+        return functional.instance_norm(x, *stats, self.weight, self.bias, training, momentum, self.eps)
 
 
 InstanceNorm1d = InstanceNorm3d = InstanceNorm2d

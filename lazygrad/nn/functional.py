@@ -889,10 +889,26 @@ def instance_norm(
     momentum: float = 0.1,
     eps: float = 1e-5,
 ) -> Tensor:
-    if running_mean is not None or running_var is not None or not use_input_stats:
-        raise NotImplementedError("instance_norm with running statistics is not supported")
-    out = input.reshape(*input.shape[:2], -1).layernorm(-1, eps).reshape(input.shape)
+    """torch's: each (sample, channel) plane normalized with its own statistics, and running statistics (when given)
+    moved in place toward their means over the batch (the variance unbiased per plane); use_input_stats=False
+    normalizes with the running statistics instead."""
     shape = (1, -1) + (1,) * (input.ndim - 2)
+    if not use_input_stats:
+        if running_mean is None or running_var is None:
+            raise ValueError("Expected running_mean and running_var to be defined when use_input_stats is false")
+        out = (input - running_mean.reshape(shape)) * (running_var.reshape(shape) + eps).rsqrt()
+    else:
+        planes = input.reshape(*input.shape[:2], -1)
+        out = planes.layernorm(-1, eps).reshape(input.shape)
+        n = planes.shape[-1]
+        if n == 1:
+            raise ValueError(f"Expected more than 1 spatial element when training, got input size {list(input.shape)}")
+        if running_mean is not None:
+            mean = planes.detach().mean(-1).mean(0)
+            running_mean.assign((1 - momentum) * running_mean + momentum * mean)
+        if running_var is not None:
+            var = planes.detach().var(-1, correction=1).mean(0)
+            running_var.assign((1 - momentum) * running_var + momentum * var)
     if weight is not None:
         out = out * weight.reshape(shape)
     return out if bias is None else out + bias.reshape(shape)

@@ -263,3 +263,50 @@ def test_grid_sample_errors_as_torch() -> None:
         for fn, t in ((F.grid_sample, Tensor), (TF.grid_sample, torch.tensor)):
             with pytest.raises(RuntimeError, match=match):
                 fn(t(randn(*shape)), t(randn(*grid_shape)), align_corners=False, **kw)
+
+
+# *** InstanceNorm(track_running_stats=True) ***
+
+
+@pytest.mark.parametrize(
+    "cls, shape", [("InstanceNorm1d", (3, 4, 6)), ("InstanceNorm2d", (2, 3, 4, 5)), ("InstanceNorm3d", (2, 2, 3, 2, 3))]
+)
+@pytest.mark.parametrize("momentum, affine", [(0.1, False), (0.3, True), (None, True)])
+def test_instance_norm_running_stats(cls: str, shape, momentum, affine: bool) -> None:
+    """Two training steps move the running statistics as torch's; eval normalizes with them; gradients."""
+    c = shape[1]
+    ours = getattr(nn, cls)(c, momentum=momentum, affine=affine, track_running_stats=True)
+    ref = getattr(torch.nn, cls)(c, momentum=momentum, affine=affine, track_running_stats=True)
+    assert sorted(ours.state_dict()) == sorted(ref.state_dict())
+    ours.train()  # (a lazygrad module follows Tensor.training until train() or eval() is called)
+    for step in range(2):
+        x0 = randn(*shape, seed=step) * 2 + 1
+        x, tx = Tensor(x0, requires_grad=True), torch.tensor(x0, requires_grad=True)
+        out, tout = ours(x), ref(tx)
+        _close(out, tout)
+        up = randn(*shape, seed=5)
+        (out * Tensor(up)).sum().backward()
+        (tout * torch.tensor(up)).sum().backward()
+        _close(x.grad, tx.grad, 1e-4)
+        _close(ours.running_mean, ref.running_mean)
+        _close(ours.running_var, ref.running_var)
+    ours.eval(), ref.eval()
+    x0 = randn(*shape, seed=7)
+    x, tx = Tensor(x0, requires_grad=True), torch.tensor(x0, requires_grad=True)
+    out, tout = ours(x), ref(tx)
+    _close(out, tout)
+    out.sum().backward()
+    tout.sum().backward()
+    _close(x.grad, tx.grad)
+    _close(ours.running_mean, ref.running_mean)
+
+
+def test_functional_instance_norm_with_running_stats() -> None:
+    x0, rm, rv = randn(2, 3, 5), randn(3, seed=1), np.abs(randn(3, seed=2)) + 0.5
+    for use_input_stats in (True, False):
+        ours_stats, ref_stats = (Tensor(rm), Tensor(rv)), (torch.tensor(rm), torch.tensor(rv))
+        out = F.instance_norm(Tensor(x0), *ours_stats, use_input_stats=use_input_stats, momentum=0.2)
+        tout = TF.instance_norm(torch.tensor(x0), *ref_stats, use_input_stats=use_input_stats, momentum=0.2)
+        _close(out, tout)
+        _close(ours_stats[0], ref_stats[0])
+        _close(ours_stats[1], ref_stats[1])
