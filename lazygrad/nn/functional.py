@@ -655,8 +655,67 @@ def interpolate(
     antialias: bool = False,
 ) -> Tensor:
     if antialias:
-        raise NotImplementedError("interpolate(antialias=True) is not supported")
+        return _interpolate_antialiased(input, size, scale_factor, mode, align_corners, recompute_scale_factor)
     return input.interpolate(size, scale_factor, mode, align_corners)
+
+
+def _interpolate_antialiased(
+    input: Tensor, size: Any, scale_factor: Any, mode: str, align_corners: bool | None, recompute: bool | None
+) -> Tensor:
+    """torch's antialiased resize (PIL's): along each spatial axis, output pixel i is a normalized weighted sum of the
+    input pixels within support of its center scale * (i + 0.5), the filter (triangle, or cubic with a = -0.5)
+    stretched by the scale when downsampling. The weights are constants of the sizes: one matmul per axis."""
+    if mode not in ("bilinear", "bicubic") or input.ndim != 4:
+        raise ValueError(
+            "Anti-alias option is restricted to bilinear, bicubic, and lanczos modes and requires a 4-D tensor as input"
+        )
+    if not dtypes.is_float(input.dtype):
+        raise NotImplementedError(f"interpolate(antialias=True) of {input.dtype} (torch's fixed point): cast to float")
+    if (size is None) == (scale_factor is None):
+        raise ValueError("only one of size or scale_factor should be defined")
+    ins = input.shape[2:]
+    if size is not None:
+        outs = make_tuple(size, 2)
+        scales = [None, None]
+    else:
+        factors = scale_factor if isinstance(scale_factor, (tuple, list)) else (scale_factor,) * 2
+        outs = tuple(int(math.floor(i * f)) for i, f in zip(ins, factors))
+        scales = [None if recompute else 1 / f for f in factors]
+    x = input
+    for axis in (3, 2):  # width, then height
+        n_in, n_out = ins[axis - 2], outs[axis - 2]
+        if align_corners:
+            scale = (n_in - 1) / (n_out - 1) if n_out > 1 else 0.0
+        else:
+            scale = scales[axis - 2] or n_in / n_out
+        weights = Tensor(_antialias_weights(n_in, n_out, scale, mode == "bicubic"), dtype=x.dtype, device=x.device)
+        x = x @ weights.T if axis == 3 else weights @ x
+    return x
+
+
+def _antialias_weights(n_in: int, n_out: int, scale: float, cubic: bool) -> list[list[float]]:
+    """(n_out, n_in): each output pixel's normalized filter weights over the input pixels."""
+
+    def triangle(t: float) -> float:
+        return max(0.0, 1 - abs(t))
+
+    def keys(t: float) -> float:  # cubic convolution, a = -0.5 (PIL's, torch's antialiased bicubic)
+        t, a = abs(t), -0.5
+        if t < 1:
+            return ((a + 2) * t - (a + 3)) * t * t + 1
+        return (((t - 5) * t + 8) * t - 4) * a if t < 2 else 0.0
+
+    kernel, half = (keys, 2.0) if cubic else (triangle, 1.0)
+    support = half * scale if scale >= 1 else half
+    stretch = 1 / scale if scale >= 1 else 1.0
+    rows = []
+    for i in range(n_out):
+        center = scale * (i + 0.5)
+        low, high = max(int(center - support + 0.5), 0), min(int(center + support + 0.5), n_in)
+        taps = [kernel((j - center + 0.5) * stretch) for j in range(low, high)]
+        total = sum(taps) or 1.0
+        rows.append([0.0] * low + [t / total for t in taps] + [0.0] * (n_in - high))
+    return rows
 
 
 def pixel_shuffle(input: Tensor, upscale_factor: int) -> Tensor:

@@ -310,3 +310,40 @@ def test_functional_instance_norm_with_running_stats() -> None:
         _close(out, tout)
         _close(ours_stats[0], ref_stats[0])
         _close(ours_stats[1], ref_stats[1])
+
+
+# *** interpolate(antialias=True) ***
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "bicubic"])
+@pytest.mark.parametrize(
+    "shape, kw",
+    [
+        ((2, 3, 16, 12), {"size": (5, 4)}),
+        ((1, 2, 9, 10), {"scale_factor": 0.3}),
+        ((1, 1, 7, 9), {"scale_factor": (0.5, 0.75), "recompute_scale_factor": True}),
+        ((1, 2, 5, 6), {"size": (11, 3)}),  # up along one axis, down along the other
+        ((1, 2, 12, 10), {"size": (4, 3), "align_corners": True}),
+    ],
+)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_interpolate_antialias(mode: str, shape, kw, dtype) -> None:
+    """Values and gradients against torch. (No output axis of size 1: there torch 2.13 gives every output row the
+    first row's value, and lazygrad each row its own.)"""
+    x0 = randn(*shape).astype(dtype)
+    x, tx = Tensor(x0, requires_grad=True), torch.tensor(x0, requires_grad=True)
+    out = F.interpolate(x, mode=mode, antialias=True, **kw)
+    ref = TF.interpolate(tx, mode=mode, antialias=True, **kw)
+    assert out.shape == tuple(ref.shape)
+    _close(out, ref)
+    up = randn(*ref.shape, seed=2).astype(dtype)
+    (out * Tensor(up)).sum().backward()
+    (ref * torch.tensor(up)).sum().backward()
+    _close(x.grad, tx.grad)
+
+
+def test_interpolate_antialias_errors_as_torch() -> None:
+    for fn, t in ((F.interpolate, Tensor), (TF.interpolate, torch.tensor)):
+        for shape, mode in (((1, 2, 8), "linear"), ((1, 2, 8, 8), "nearest")):
+            with pytest.raises(ValueError, match="Anti-alias option is restricted to bilinear, bicubic"):
+                fn(t(randn(*shape)), size=3, mode=mode, antialias=True)
