@@ -347,3 +347,24 @@ def test_interpolate_antialias_errors_as_torch() -> None:
         for shape, mode in (((1, 2, 8), "linear"), ((1, 2, 8, 8), "nearest")):
             with pytest.raises(ValueError, match="Anti-alias option is restricted to bilinear, bicubic"):
                 fn(t(randn(*shape)), size=3, mode=mode, antialias=True)
+
+
+# *** MultiheadAttention(add_bias_kv, add_zero_attn) ***
+
+
+@pytest.mark.parametrize("add_zero_attn", [False, True])
+def test_attention_bias_kv_gradients_and_init(add_zero_attn: bool) -> None:
+    """The learned extra key and value get torch's gradients; their init has torch's scale (std 1/sqrt(E))."""
+    torch.manual_seed(0)
+    ref = torch.nn.MultiheadAttention(8, 2, add_bias_kv=True, add_zero_attn=add_zero_attn)
+    ours = nn.MultiheadAttention(8, 2, add_bias_kv=True, add_zero_attn=add_zero_attn)
+    ours.load_state_dict({k: Tensor(v.detach().numpy()) for k, v in ref.state_dict().items()})
+    q, kv = randn(3, 2, 8, seed=1), randn(5, 2, 8, seed=2)
+    out, tout = ours(Tensor(q), Tensor(kv), Tensor(kv))[0], ref(torch.tensor(q), torch.tensor(kv), torch.tensor(kv))[0]
+    _close(out, tout)
+    out.square().sum().backward()
+    tout.square().sum().backward()
+    _close(ours.bias_k.grad, ref.bias_k.grad, 1e-4)
+    _close(ours.bias_v.grad, ref.bias_v.grad, 1e-4)
+    std = nn.MultiheadAttention(256, 4, add_bias_kv=True).bias_k.numpy().std()
+    assert abs(std - 1 / 16) < 0.015
