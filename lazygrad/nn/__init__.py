@@ -687,8 +687,9 @@ class AdaptiveLogSoftmaxWithLoss(Module):
         return parts[0].cat(*parts[1:], dim=1)
 
     def predict(self, input: Tensor) -> Tensor:
-        """The most likely class of each row (torch's shortcut through the head gives the same classes)."""
-        return self.log_prob(input).argmax(1).cast(dtypes.int64)
+        """The most likely class of each row (torch's shortcut through the head gives the same classes), in the
+        default int as every index-returning op."""
+        return self.log_prob(input).argmax(1)
 
 
 # submodules, so that `from lazygrad import nn` gives nn.optim and nn.state as in the examples (they import this file)

@@ -458,7 +458,7 @@ def _fractional_max_pool(
     if not return_indices:
         return value
     flat = flat.expand(n, c, *flat.shape[2:]).permute(order).flatten(2 + nd)
-    indices = flat.gather(-1, first_max).squeeze(-1).cast(dtypes.int64)
+    indices = flat.gather(-1, first_max).squeeze(-1).cast(dtypes.default_int)  # as every pooling index
     return value, indices if input.ndim == nd + 2 else indices.squeeze(0)
 
 

@@ -113,6 +113,7 @@ def test_fractional_max_pool_with_torchs_samples(case: int, dtype) -> None:
     (out, idx), (tout, tidx) = ours(ox), ref(tx)
     np.testing.assert_array_equal(out.numpy(), tout.detach().numpy())
     np.testing.assert_array_equal(idx.numpy(), tidx.numpy())
+    assert idx.dtype == dtypes.default_int  # (torch: int64) as every pooling index
     up = randn(*tout.shape, seed=9).astype(dtype)
     (out * Tensor(up)).sum().backward()
     (tout * torch.tensor(up)).sum().backward()
@@ -197,7 +198,7 @@ def test_adaptive_log_softmax_with_loss(in_features, n_classes, cutoffs, div_val
     if batch:
         _close(ours.log_prob(Tensor(x)), ref.log_prob(torch.tensor(x)))
         pred = ours.predict(Tensor(x))
-        assert pred.dtype == dtypes.int64 and pred.tolist() == ref.predict(torch.tensor(x)).tolist()
+        assert pred.dtype == dtypes.default_int and pred.tolist() == ref.predict(torch.tensor(x)).tolist()
 
 
 def test_adaptive_log_softmax_errors_as_torch() -> None:
