@@ -22,7 +22,6 @@ CPU, and a host-to-device copy starts from any host buffer."""
 from __future__ import annotations
 
 import bisect
-import functools
 import itertools
 import math
 import multiprocessing
@@ -406,13 +405,6 @@ class DataLoader(Generic[T]):
         self._auto_collation = batch_sampler is not None or (iterable and batch_size is not None)
         self.collate_fn = collate_fn or (default_collate if self._auto_collation else default_convert)
 
-    def _fetch(self, indices: list[int]) -> Any:
-        if hasattr(self.dataset, "__getitems__") and self.collate_fn is default_collate:
-            batch = self.dataset.__getitems__(indices)
-            # a TensorDataset's batch (or a Subset's of one) is collated already: one gather per tensor
-            return list(batch) if _is_batched(self.dataset) else self.collate_fn(batch)
-        return self.collate_fn([self.dataset[i] for i in indices])
-
     def __iter__(self) -> Iterator[Any]:
         if self.num_workers == 0:
             return self._batches()
@@ -433,7 +425,7 @@ class DataLoader(Generic[T]):
                 yield self.collate_fn(self.dataset[i])
             return
         for indices in self.batch_sampler:
-            yield self._fetch(list(indices))
+            yield _fetch(self.dataset, list(indices), self.collate_fn)
 
     def _iter_iterable(self) -> Iterator[Any]:
         if self.batch_size is None:
@@ -456,6 +448,14 @@ class DataLoader(Generic[T]):
                 return n
             return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
         return len(self.batch_sampler if self.batch_sampler is not None else self.sampler)  # type: ignore[arg-type]
+
+
+def _fetch(dataset: Any, indices: list[int], collate: Callable) -> Any:
+    if hasattr(dataset, "__getitems__") and collate in (default_collate, _numpy_collate):
+        batch = dataset.__getitems__(indices)
+        # a TensorDataset's batch (or a Subset's of one) is collated already: one gather per tensor
+        return list(batch) if _is_batched(dataset) else collate(batch)
+    return collate([dataset[i] for i in indices])
 
 
 def _is_batched(dataset: Any) -> bool:
@@ -525,6 +525,11 @@ def _numpy_leaf(kind: str, batch: list[Any]) -> _Sent:
     if kind == "numpy":
         return _Sent(np.stack([np.asarray(b) for b in batch]))
     return _Sent(np.array(batch, dtype={"bool": np.bool_, "int": np.int64, "float": np.float64}[kind]))
+
+
+def _numpy_collate(batch: list[Any]) -> Any:
+    """default_collate in a worker: numpy leaves, made Tensors in the parent."""
+    return _collate(batch, _numpy_leaf)
 
 
 def _map_leaves(data: Any, fn: Callable[[Any], Any]) -> Any:
@@ -612,7 +617,7 @@ def _worker_loop(
                         continue
                     data = collate(batch) if loader["batch_size"] is not None else collate(batch[0])
                 elif isinstance(index, list):
-                    data = collate([dataset[i] for i in index])
+                    data = _fetch(dataset, index, collate)
                 else:
                     data = collate(dataset[index])
                 answer: Any = pickle.dumps(_map_leaves(data, _send_tensor), protocol=pickle.HIGHEST_PROTOCOL)
@@ -636,7 +641,7 @@ class _WorkerIter:
         n = loader.num_workers
         collate = loader.collate_fn
         if collate is default_collate:  # numpy leaves: a worker that only indexes numpy data runs no kernel
-            collate = functools.partial(_collate, leaf=_numpy_leaf)
+            collate = _numpy_collate
         config = {
             "dataset": loader.dataset,
             "collate_fn": collate,
