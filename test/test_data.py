@@ -6,6 +6,8 @@ from __future__ import annotations
 import collections
 import gc
 import os
+import pickle
+import sys
 import time
 
 import numpy as np
@@ -366,3 +368,13 @@ def test_unbatched_and_out_of_order_workers() -> None:
     assert samples == [0, 1, 4, 9, 16]
     loader = lud.DataLoader(Squares(9), batch_size=2, num_workers=2, in_order=False)
     assert sorted(v for b in loader for v in b[1].tolist()) == [i * i for i in range(9)]
+
+
+def test_spawn_of_an_unpicklable_collate_fails_cleanly(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The spawn's pickling error, as torch's, and no error from the iterator's __del__ over the unstarted worker."""
+    unraisable: list = []
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+    with pytest.raises((pickle.PicklingError, AttributeError), match="pickle"):
+        next(iter(lud.DataLoader(Squares(4), num_workers=1, multiprocessing_context="spawn", collate_fn=lambda b: b)))
+    gc.collect()
+    assert not unraisable

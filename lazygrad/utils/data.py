@@ -739,7 +739,7 @@ class _WorkerIter:
         self.arrived[task] = answer
 
     def shutdown(self) -> None:
-        if not self.workers:
+        if not getattr(self, "workers", None):  # (none started: __init__ failed before)
             return
         for send in self.tasks:
             try:
@@ -747,6 +747,8 @@ class _WorkerIter:
             except OSError:  # a worker that died
                 pass
         for w in self.workers:
+            if w.pid is None:  # never started (a dataset spawn could not pickle)
+                continue
             w.join(timeout=5)
             if w.is_alive():
                 w.terminate()
