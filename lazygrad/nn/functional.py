@@ -462,26 +462,22 @@ def _fractional_max_pool(
     return value, indices if input.ndim == nd + 2 else indices.squeeze(0)
 
 
-def fractional_max_pool2d(
-    input: Tensor,
-    kernel_size: Any,
-    output_size: Any = None,
-    output_ratio: Any = None,
-    return_indices: bool = False,
-    _random_samples: Tensor | None = None,
-) -> Any:
-    return _fractional_max_pool(2, input, kernel_size, output_size, output_ratio, return_indices, _random_samples)
+def _fractional_max_pool_nd(nd: int) -> Callable[..., Any]:
+    def fractional_max_pool(
+        input: Tensor,
+        kernel_size: Any,
+        output_size: Any = None,
+        output_ratio: Any = None,
+        return_indices: bool = False,
+        _random_samples: Tensor | None = None,
+    ) -> Any:
+        return _fractional_max_pool(nd, input, kernel_size, output_size, output_ratio, return_indices, _random_samples)
+
+    fractional_max_pool.__name__ = fractional_max_pool.__qualname__ = f"fractional_max_pool{nd}d"
+    return fractional_max_pool
 
 
-def fractional_max_pool3d(
-    input: Tensor,
-    kernel_size: Any,
-    output_size: Any = None,
-    output_ratio: Any = None,
-    return_indices: bool = False,
-    _random_samples: Tensor | None = None,
-) -> Any:
-    return _fractional_max_pool(3, input, kernel_size, output_size, output_ratio, return_indices, _random_samples)
+fractional_max_pool2d, fractional_max_pool3d = _fractional_max_pool_nd(2), _fractional_max_pool_nd(3)
 
 
 def _no_indices(return_indices: bool, name: str) -> None:
@@ -550,17 +546,19 @@ def _pad_coord(x: Tensor, n: int, padding_mode: str, align_corners: bool) -> Ten
     return x
 
 
+def _cubic_near(x: Any, a: float) -> Any:
+    """The cubic convolution kernel (Keys; a number or a Tensor) at distance |x| <= 1."""
+    return ((a + 2) * x - (a + 3)) * x * x + 1
+
+
+def _cubic_far(x: Any, a: float) -> Any:
+    """The cubic convolution kernel at distance 1 < |x| < 2."""
+    return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
+
+
 def _cubic_weights(t: Tensor) -> list[Tensor]:
-    """The four taps' weights of cubic convolution (A = -0.75, as torch's) at fraction t past the second tap."""
-    a = -0.75
-
-    def near(x: Tensor) -> Tensor:  # |x| <= 1
-        return ((a + 2) * x - (a + 3)) * x * x + 1
-
-    def far(x: Tensor) -> Tensor:  # 1 < |x| < 2
-        return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
-
-    return [far(t + 1), near(t), near(1 - t), far(2 - t)]
+    """The four taps' weights of cubic convolution (a = -0.75, as torch's) at fraction t past the second tap."""
+    return [_cubic_far(t + 1, -0.75), _cubic_near(t, -0.75), _cubic_near(1 - t, -0.75), _cubic_far(2 - t, -0.75)]
 
 
 def grid_sample(
@@ -700,10 +698,8 @@ def _antialias_weights(n_in: int, n_out: int, scale: float, cubic: bool) -> list
         return max(0.0, 1 - abs(t))
 
     def keys(t: float) -> float:  # cubic convolution, a = -0.5 (PIL's, torch's antialiased bicubic)
-        t, a = abs(t), -0.5
-        if t < 1:
-            return ((a + 2) * t - (a + 3)) * t * t + 1
-        return (((t - 5) * t + 8) * t - 4) * a if t < 2 else 0.0
+        t = abs(t)
+        return _cubic_near(t, -0.5) if t < 1 else _cubic_far(t, -0.5) if t < 2 else 0.0
 
     kernel, half = (keys, 2.0) if cubic else (triangle, 1.0)
     support = half * scale if scale >= 1 else half
