@@ -1,8 +1,8 @@
 """Dispatch overhead: what a TinyJit replay costs on top of its kernels, against torch eager, numpy and tinygrad.
 
-    python bench/dispatch.py [small_add twenty_kernels big_add train_step cnn_step loaded]
+    python bench/dispatch.py [small_add twenty_kernels big_add train_step cnn_step resnet_step loaded]
 
-Six measurements, one table each (the first two):
+Seven measurements, one table each (the first two):
   1. a 16-element add (the kernel is nothing: this is the per-call cost of the framework), through the JIT and eager
      (`(a + b).realize()`: building, scheduling and running a graph seen before); then eager realizes of other graphs
      seen before (a chain of 3 ops, a sum, a 64x64 matmul) beside their kernels alone;
@@ -12,7 +12,8 @@ Six measurements, one table each (the first two):
   4. an MLP training step (forward, backward, Adam) with and without the JIT;
   5. the digits CNN's training step without the JIT, against torch eager, and the bytes its kernels move per step
      beside tinygrad's for the same model (issue goal 5);
-  6. JIT steps (MLP, digits CNN) and a 1024^2 matmul with the machine idle and beside two busy processes (started
+  6. a CIFAR ResNet's training step (stride-2 stages), one model source built from torch and from lazygrad.torch;
+  7. JIT steps (MLP, digits CNN) and a 1024^2 matmul with the machine idle and beside two busy processes (started
      here), the thread team adapting to the load against always all threads (as before) and always one.
 tinygrad's TinyJit is measured when tinygrad is installed (`pip install tinygrad`, DEV=CPU, needs clang).
 """
@@ -330,6 +331,76 @@ def cnn_step() -> None:
     )
 
 
+def cifar_resnet(torch: Any) -> Any:
+    """A small CIFAR ResNet (3 stages of 16/32/64 channels, stride-2 3x3 convs and 1x1 shortcuts, BatchNorm), written
+    once against torch's namespace: built from torch, or from lazygrad.torch."""
+    nn, F = torch.nn, torch.nn.functional
+
+    class Block(nn.Module):
+        def __init__(self, cin: int, cout: int, stride: int):
+            super().__init__()
+            self.c1, self.b1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False), nn.BatchNorm2d(cout)
+            self.c2, self.b2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False), nn.BatchNorm2d(cout)
+            same = stride == 1 and cin == cout
+            self.sc = nn.Sequential() if same else nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False),
+                                                                  nn.BatchNorm2d(cout))  # fmt: skip
+
+        def forward(self, x: Any) -> Any:
+            return F.relu(self.b2(self.c2(F.relu(self.b1(self.c1(x))))) + self.sc(x))
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.stem = nn.Sequential(nn.Conv2d(3, 16, 3, 1, 1, bias=False), nn.BatchNorm2d(16), nn.ReLU())
+            self.stages = nn.Sequential(Block(16, 16, 1), Block(16, 32, 2), Block(32, 64, 2))
+            self.fc = nn.Linear(64, 10)
+
+        def forward(self, x: Any) -> Any:
+            return self.fc(F.adaptive_avg_pool2d(self.stages(self.stem(x)), 1).flatten(1))
+
+    return Net()
+
+
+def resnet_step() -> None:
+    """A CIFAR ResNet's SGD training step (batch 32, 32^2 images): the same model source built from torch and from
+    lazygrad.torch, eager and under TinyJit."""
+    import lazygrad.torch as lt
+
+    rng = np.random.default_rng(0)
+    xn, yn = rng.standard_normal((32, 3, 32, 32)).astype(np.float32), rng.integers(0, 10, 32)
+
+    def make(torch: Any) -> Callable[[Any, Any], Any]:
+        model = cifar_resnet(torch)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+
+        def step(x: Any, y: Any) -> Any:
+            opt.zero_grad()
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            return loss
+
+        return step
+
+    x, y = lt.tensor(xn).realize(), lt.tensor(yn).realize()
+    plain, jitted = make(lt), TinyJit(make(lt))
+    fns: dict[str, Callable[[], object]] = {
+        "lazygrad, no JIT": lambda: plain(x, y).item(),
+        "lazygrad TinyJit": lambda: jitted(x, y).item(),
+    }
+    try:
+        import torch
+
+        torch.set_num_threads(1)
+        tstep, tx, ty = make(torch), torch.from_numpy(xn), torch.from_numpy(yn)
+        fns["torch eager"] = lambda: tstep(tx, ty).item()
+    except ImportError:
+        pass
+    with Tensor.train():
+        results = bench_pair(fns, reps=3, rounds=5)
+    table("CIFAR ResNet SGD step, batch 32, 32^2 (stride-2 stages)", results, "torch eager")
+
+
 def tinygrad_cnn_step_bytes(xn: np.ndarray, yn: np.ndarray) -> tuple[int, int] | None:
     """(bytes, kernels) of tinygrad's second training step of the same digits CNN, by its own GlobalCounters."""
     try:
@@ -441,6 +512,6 @@ def loaded() -> None:
 
 if __name__ == "__main__":
     # sections by name (`python bench/dispatch.py train_step`), all by default
-    sections = {f.__name__: f for f in (small_add, twenty_kernels, big_add, train_step, cnn_step, loaded)}
+    sections = {f.__name__: f for f in (small_add, twenty_kernels, big_add, train_step, cnn_step, resnet_step, loaded)}
     for name in sys.argv[1:] or sections:
         sections[name]()

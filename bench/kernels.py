@@ -251,6 +251,35 @@ def main(only: str = "") -> None:
             "conv2d + bias + relu lazygrad", t_lg, flops=flops, ratio=f"{ref / t_lg:.2f}x torch speed" if ref else ""
         )
 
+        # a ResNet stage's stride-2 conv and a DCGAN / U-Net upsampling layer (both computed over phases)
+        ws2 = rng.standard_normal((128, 64, 3, 3)).astype(np.float32)
+        wt2 = rng.standard_normal((64, 32, 4, 4)).astype(np.float32)
+        xt2 = rng.standard_normal((16, 64, 16, 16)).astype(np.float32)
+        for name, flops, peer, ours in (
+            (
+                "conv2d s=2 32x64x32x32->128",
+                2 * 32 * 128 * 64 * 9 * 16 * 16,
+                lambda T: (lambda x, w: lambda: T.nn.functional.conv2d(x, w, stride=2, padding=1))(
+                    T.from_numpy(xn), T.from_numpy(ws2)
+                ),
+                lambda: compiled(x.conv2d(Tensor(ws2).realize(), stride=2, padding=1)),
+            ),
+            (
+                "convT2d s=2 16x64x16x16->32",
+                2 * 16 * 64 * 16 * 16 * 32 * 16,
+                lambda T: (lambda x, w: lambda: T.nn.functional.conv_transpose2d(x, w, stride=2, padding=1))(
+                    T.from_numpy(xt2), T.from_numpy(wt2)
+                ),
+                lambda: compiled(Tensor(xt2).realize().conv_transpose2d(Tensor(wt2).realize(), stride=2, padding=1)),
+            ),
+        ):
+            ref = None
+            if torch is not None:
+                ref = bench(peer(torch))
+                table.row(f"{name} torch", ref, flops=flops)
+            t_lg = bench(ours())
+            table.row(f"{name} lazygrad", t_lg, flops=flops, ratio=f"{ref / t_lg:.2f}x torch speed" if ref else "")
+
     if want("digits"):
         _digits_convs(table, torch, rng)
 

@@ -30,6 +30,38 @@ class DeviceUnavailable(RuntimeError):
     """Raised when a named device cannot be opened (no driver, no library, no hardware)."""
 
 
+class DeviceName(str):
+    """A device's name ("CPU", "CUDA:1") with torch.device's `type` ("cpu", "cuda") and `index` (None, 1): what
+    `Tensor.device` gives, so torch code's `x.device.type == "cuda"` runs. It is the string in every other use."""
+
+    __slots__ = ()
+
+    def __new__(cls, type: str, index: int | None = None) -> DeviceName:
+        """torch.device's forms: DeviceName("cuda"), ("cuda:1"), ("cuda", 1); the name lazygrad gives that device."""
+        return device_name(Device.canonicalize(type if index is None else f"{type}:{index}"))
+
+    @property
+    def type(self) -> str:
+        return self.partition(":")[0].lower()
+
+    @property
+    def index(self) -> int | None:
+        idx = self.partition(":")[2]
+        return int(idx) if idx.isdigit() else None
+
+
+_device_names: dict[str, DeviceName] = {}
+
+
+def device_name(name: Any) -> Any:
+    """`name` as a DeviceName (one object per name); a sharded tensor's tuple of devices as it is."""
+    if type(name) is not str:
+        return name
+    if (out := _device_names.get(name)) is None:
+        out = _device_names[name] = str.__new__(DeviceName, name)
+    return out
+
+
 class _Device:
     """`Device["CPU"]` opens (once) and returns the device; `Device.DEFAULT` is the one tensors go to."""
 

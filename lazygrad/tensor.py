@@ -19,7 +19,7 @@ from sys import getrefcount
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, NamedTuple, Sequence
 
 from lazygrad import gradient as _autograd  # (a module: an import inside a function cost ~1-3 us per call)
-from lazygrad.device import Buffer, Device
+from lazygrad.device import Buffer, Device, _device_names, device_name
 from lazygrad.dtype import (  # noqa: F401  (_to_np_dtype: tinygrad programs import it from here)
     DType,
     _to_np_dtype,
@@ -53,8 +53,10 @@ from lazygrad.helpers import (
     argfix,
     argsort,
     ceildiv,
+    check_host_allocation,
     cycles_held_off,
     flatten,
+    format_bytes,
     library_lock,
     make_tuple,
     prod,
@@ -2028,18 +2030,22 @@ class Tensor(metaclass=_TensorType):
     def _from_numpy(arr: Any, device: str, dtype: DType | None, share: bool = False) -> UOp:
         import numpy as np
 
-        arr = np.asarray(arr)
+        arr = given = np.asarray(arr)
         if not arr.dtype.isnative:
             arr = arr.astype(arr.dtype.newbyteorder("="))  # buffers hold the machine's byte order
+        arr = np.ascontiguousarray(arr)
+        # an array made here (byte order, a strided view made contiguous) is no one else's: its memory is taken
+        # as it is instead of copied a second time
+        private = arr is not given and arr.base is None
         dt = _np_to_dtype(arr.dtype)
-        shape = tuple(int(s) for s in arr.shape)
-        aligned = arr.flags.c_contiguous and arr.size > 0 and arr.ctypes.data % dt.itemsize == 0
-        if share and device == "CPU" and aligned and arr.flags.writeable:
+        shape = tuple(int(s) for s in given.shape)
+        aligned = arr.size > 0 and arr.ctypes.data % dt.itemsize == 0
+        if device == "CPU" and aligned and (private or share and arr.flags.writeable):
             # zero-copy: the buffer points into the array (kept alive by the buffer)
             buf = Buffer(device, int(arr.size), dt, external=arr, external_ptr=arr.ctypes.data, shape=shape)
         else:
             buf = Buffer(device, int(arr.size), dt, shape=shape)
-            buf.copyin(memoryview(np.ascontiguousarray(arr).reshape(-1).view(np.uint8)))
+            buf.copyin(memoryview(arr.reshape(-1).view(np.uint8)))
         uop = UOp.buffer_view(buf, shape)
         return uop if dtype is None or dtype == dt else UOp(Ops.CAST, dtype, (uop,))
 
@@ -2061,7 +2067,9 @@ class Tensor(metaclass=_TensorType):
 
     @property
     def device(self) -> str:
-        return self.uop.device
+        # (a str with torch.device's .type and .index; the name itself where the device is a tuple: sharded)
+        name = self.uop.device
+        return _device_names.get(name) or device_name(name)  # type: ignore[call-overload]
 
     @property
     def ndim(self) -> int:
@@ -2091,6 +2099,33 @@ class Tensor(metaclass=_TensorType):
         graph = pretty_print(self.uop, max_lines=12).replace("\n", "\n  ")
         shape = tuple(_SymRepr(s) if isinstance(s, UOp) else s for s in self.shape)
         return f"<Tensor shape={shape} dtype={self.dtype} device={self.device} {state}\n  {graph}>"
+
+    def __str__(self) -> str:
+        """print(x): torch's `tensor([...])` of its values (reading them realizes x); inside a TinyJit capture, for a
+        sharded tensor, or where the values cannot be read, the graph as repr shows it."""
+        from lazygrad.printing import format_values
+
+        if isinstance(self.device, tuple):
+            return repr(self)
+        try:
+            values = self.tolist()
+        except Exception:
+            return repr(self)
+        dt = self.dtype
+        body = format_values(values, self.ndim, dtypes.is_float(dt), dt == dtypes.bool, prod(self._bound_shape()))
+        # (no dtype shown for the defaults: the float's, and tinygrad's int32 and torch's int64)
+        extra = "" if dt in (dtypes.default_float, dtypes.default_int, dtypes.int64, dtypes.bool) else f", dtype={dt}"
+        extra += "" if self.device == "CPU" else f", device='{self.device}'"
+        return f"tensor({body}{extra}{', requires_grad=True' if self.requires_grad else ''})"
+
+    def __format__(self, spec: str) -> str:
+        """f"{loss:.4f}": a 0-d tensor formats as its value (torch's), any other as print shows it."""
+        from lazygrad.engine.realize import _captures
+        from lazygrad.function import tracing
+
+        if self.ndim == 0 and (spec or not (_captures() or tracing())):
+            return format(self.item(), spec)
+        return format(str(self), spec)
 
     # by identity (__eq__ is elementwise): object's own, a C call, where a Python one costs on every weak set insert
     __hash__ = object.__hash__
@@ -2236,8 +2271,8 @@ class Tensor(metaclass=_TensorType):
         with Tensor.no_grad():
             self.assign(value.detach())
 
-    def _raw_data(self) -> memoryview:
-        """The raw bytes of the tensor in row-major order."""
+    def _raw_data(self, into: memoryview | None = None) -> memoryview:
+        """The raw bytes of the tensor in row-major order: in new memory, or copied into `into` (its size)."""
         from lazygrad.engine.realize import NEVER_RAN, check_not_capturing
 
         check_not_capturing("reading a tensor's data (.numpy(), .item(), .tolist(), .data(), bool())")
@@ -2251,7 +2286,12 @@ class Tensor(metaclass=_TensorType):
             if buf.pending_write:
                 raise RuntimeError(NEVER_RAN)
             _keep_read_grad_path(self, lazy)
-            return buf.as_bytes()
+            if into is None:
+                return buf.as_bytes()
+            if into.nbytes == buf.nbytes:
+                return buf.copyout(into)
+            into[:] = buf.as_bytes()[: into.nbytes]  # (a symbolic shape's buffer, sized for the maximum)
+            return into
 
     def _python_values(self) -> list[Any]:
         t = self.cast(dtypes.float32) if self.dtype == dtypes.bfloat16 else self
@@ -2294,9 +2334,19 @@ class Tensor(metaclass=_TensorType):
             return self.float().numpy()
         np_dtype = _to_np_dtype(self.dtype)
         shape = self._bound_shape()
-        if prod(shape) == 0:
-            return np.zeros(shape, dtype=np_dtype)
-        return np.frombuffer(self._raw_data(), dtype=np_dtype, count=prod(shape)).reshape(shape).copy()
+        try:
+            check_host_allocation(nbytes := prod(shape) * self.dtype.itemsize)
+            out = np.empty(shape, dtype=np_dtype)
+        except MemoryError as e:
+            raise MemoryError(
+                f"cannot allocate {format_bytes(nbytes)} for a {self.dtype.name} tensor of shape {shape} in host "
+                f"memory to read it from {self.device}: {e}"
+            ) from e
+        if out.size:
+            # copied once, straight into the array: a buffer sized for a symbolic shape's maximum holds the bound
+            # values first
+            self._raw_data(memoryview(out.reshape(-1).view(np.uint8)))
+        return out
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> Any:
         arr = self.numpy()
@@ -3378,6 +3428,32 @@ class Tensor(metaclass=_TensorType):
         n, k = self.shape[0], abs(diagonal)
         x = self.reshape(n, 1).pad([None, (0, n)]).flatten().shrink([(0, n * n)]).reshape(n, n)
         return x.pad([(0, k), (k, 0)] if diagonal >= 0 else [(k, 0), (0, k)])
+
+    def as_strided(self, size: Sequence[int], stride: Sequence[int], storage_offset: int = 0) -> Tensor:
+        """torch's as_strided over the tensor's elements in row-major order (a contiguous tensor's storage, as torch
+        reads it): element i of the result is flat[storage_offset + sum(i_d * stride_d)], a gather (its gradient adds
+        back into every element read, overlapping windows too). A new tensor, not a view: writes do not reach self."""
+        size, stride = tuple(int(s) for s in size), tuple(int(s) for s in stride)
+        if len(size) != len(stride):
+            raise ArgumentError(f"mismatch in length of strides and shape: {len(size)} sizes, {len(stride)} strides")
+        if any(s < 0 for s in size) or any(s < 0 for s in stride) or storage_offset < 0:
+            raise ArgumentError(f"as_strided: negative size, stride or offset in {size}, {stride}, {storage_offset}")
+        n = self.numel()
+        if prod(size) and (need := storage_offset + sum((z - 1) * s for z, s in zip(size, stride)) + 1) > n:
+            item = self.dtype.itemsize
+            raise ArgumentError(
+                f"setStorage: sizes {list(size)}, strides {list(stride)}, storage offset {storage_offset}, and "
+                f"itemsize {item} requiring a storage size of {need * item} are out of bounds for storage of size "
+                f"{n * item}"
+            )
+        if not size:
+            return self.reshape(-1)[storage_offset]
+        idx = Tensor.full(size, storage_offset, dtype=dtypes.int32, device=self.device)
+        for d, (z, s) in enumerate(zip(size, stride)):
+            idx = idx + (Tensor.arange(z, dtype=dtypes.int32, device=self.device) * s).reshape(
+                *[1] * d, z, *[1] * (len(size) - d - 1)
+            )
+        return self.reshape(-1)[idx]
 
     def unfold(self, dimension: int, size: int, step: int) -> Tensor:
         """Every window of `size` along `dimension`, `step` apart: that dim counts windows, a new last dim holds one."""
@@ -4953,12 +5029,13 @@ class Tensor(metaclass=_TensorType):
             return _new_value(self)
         if any(self.shape[a] == 0 for a in axes):
             # an empty reduce is its identity; codegen never sees a loop over zero elements
-            return Tensor.full(
-                _reduced_shape(self.shape, axes, keepdim),
-                0 if op is Ops.ADD else 1,
-                dtype=self.dtype,
-                device=self.device,
-            )
+            shape = _reduced_shape(self.shape, axes, keepdim)
+            out_t = Tensor.full(shape, 0 if op is Ops.ADD else 1, dtype=self.dtype, device=self.device)
+            if not _modes.grad_disabled and self.requires_grad is not False and dtypes.is_float(self.dtype):
+                # plus a zero that reads self, so that a gradient reaches what self was cut from (zeros, as torch's:
+                # `x[mask].sum().backward()` with no element selected raised instead)
+                out_t = out_t + self.reshape(-1).pad(((0, 1),)).reshape(()).mul(0)
+            return out_t
         out = UOp(Ops.REDUCE_AXIS, self.dtype, (self.uop,), (op, axes))
         if keepdim:
             return Tensor(out)
@@ -5290,6 +5367,8 @@ class Tensor(metaclass=_TensorType):
                 raise ArgumentError(f"conv: padding must be an int, a tuple, 'same' or 'valid', not {padding!r}")
         else:
             pads = self._pool_pads(padding, nk)
+        if self._strided(weight, stride, dilation, nk):
+            return _phase_conv(self, weight, bias, groups, make_tuple(stride, nk), pads)
         if (block := self._conv_block(weight, groups, pads, stride, dilation)) > 0:
             return _blocked_conv(self, weight, bias, stride, dilation, pads, block)
         x = self._pool(kernel, stride, dilation, pads)  # (bs, cin_, *out, *kernel)
@@ -5301,6 +5380,14 @@ class Tensor(metaclass=_TensorType):
         w = weight.reshape(1, groups, rcout, *[1] * nk, cin, *kernel)
         ret = _product_sum(x, w, [-1 - i for i in range(1 + nk)]).reshape(bs, cout, *out)
         return ret if bias is None else ret + bias.reshape(1, cout, *[1] * nk)
+
+    def _strided(self, weight: Tensor, stride: Any, dilation: Any, nk: int) -> bool:
+        """Whether this is a strided convolution without dilation, of known sizes (see _phase_conv); bad strides are
+        left to the windows' check, which raises torch's error."""
+        s_, d_ = make_tuple(stride, nk), make_tuple(dilation, nk)
+        if len(s_) != nk or len(d_) != nk or any(s < 1 for s in s_) or all(s == 1 for s in s_):
+            return False
+        return all(d == 1 for d in d_) and all(isinstance(v, int) for v in (*self.shape, *weight.shape))
 
     def _conv_block(
         self,
@@ -5359,6 +5446,8 @@ class Tensor(metaclass=_TensorType):
             raise ArgumentError(
                 f"conv_transpose: output_padding {op_} must be smaller than stride {s_} or dilation {d_}"
             )
+        if any(s > 1 for s in s_) and all(d == 1 for d in d_) and all(isinstance(v, int) for v in self.shape):
+            return _phase_conv_transpose(self, weight, bias, groups, s_, p_, op_)
         # (Cin, Cout/g, *k) -> (Cout, Cin/g, *k) with the kernel mirrored
         w = weight.unflatten(0, (groups, -1)).transpose(1, 2).flip(tuple(range(3, weight.ndim + 1))).flatten(0, 1)
         x = self
@@ -9527,6 +9616,83 @@ def _windows(
     if any(d * (k - 1) + 1 > i for k, d, i in zip(kernel, d_, spatial)):
         raise ArgumentError(f"kernel {kernel} with dilation {d_} is larger than the (padded) input {tuple(spatial)}")
     return s_, d_, [ceildiv(i - d * (k - 1), s) for i, d, k, s in zip(spatial, d_, kernel, s_)]
+
+
+def _phase_conv(
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor | None,
+    groups: int,
+    stride: tuple[int, ...],
+    pads: Sequence[tuple[int, int]],
+) -> Tensor:
+    """A strided convolution as a stride-1 one over the input's phases (space to depth): with stride s, output o
+    reads x[s*o + k] for taps k = s*j + r, which is phase r of x (x[s*m + r]) at m = o + j. The phases become channels
+    (C*s^d of them, each a (H/s, W/s) image) and the kernel's taps are regrouped alike (zero where s*j + r passes the
+    kernel's end). Its input gradient is then a stride-1 transposed conv and its weight gradient a dense one: taken
+    through the strided windows, the input gradient spread the output's gradient over a zero-stuffed image read
+    through masks, and the weight gradient read the input at a stride of s pixels (an s=2 ResNet stage on 32^2 CIFAR
+    images, one core: those kernels were ~70% of a training step, at 1-5 GFLOPS). Without gradients too: the strided
+    windows' loads were single lanes (one core, 7x7 s=2 stem on 224^2 batch 8: 187 -> 15 ms; 3x3 s=2 16 -> 32 on
+    32^2 batch 32: 5.7 -> 1.8), and the stride-1 conv over the phases takes the blocked path where it has one. The
+    price: 3x3 taps at s=2 become 4 phases of 2x2, 16/9 the multiplies, all of them on whole vectors."""
+    (bs, cin_), (cout, cin), kernel = x.shape[:2], weight.shape[:2], weight.shape[2:]
+    nk, taps = len(kernel), [ceildiv(k, s) for k, s in zip(kernel, stride)]
+    used = [min(s, k) for s, k in zip(stride, kernel)]  # phases r >= k meet no tap (a 1x1 kernel reads phase 0 only)
+    phases = prod(used)
+    padded = [i + lo + hi for i, (lo, hi) in zip(x.shape[2:], pads)]
+    *_, out = _windows(padded, kernel, stride, 1)
+    # the input rows the windows reach, as whole phases: s*(out + taps - 1) per dim (cut or zero-filled at the end)
+    need = [s * (o + t - 1) for s, o, t in zip(stride, out, taps)]
+    xp = x._spatial_pad([(lo, n - i - lo) for i, (lo, _), n in zip(x.shape[2:], pads, need)])
+    split = [v for n, s in zip(need, stride) for v in (n // s, s)]  # (.., m, r, ..)
+    xp = xp.reshape(bs, cin_, *split).permute(0, 1, *[3 + 2 * i for i in range(nk)], *[2 + 2 * i for i in range(nk)])
+    # stored: read through the phase view, the conv's loads were single lanes behind masks (the padding and the
+    # phases' index arithmetic); a copy of the input is one pass over it, each pass of the conv reads it 9x or more.
+    # Copied with the phases as axes of their own, then merged into the channels: merged first, the copy's kernel was
+    # one flat axis with a division per lane (32x16x32^2, s=2: 1070 -> 300 us)
+    xp = xp.shrink((None, None, *[(0, u) for u in used], *[None] * nk)).contiguous()
+    xp = xp.reshape(bs, cin_ * phases, *[n // s for n, s in zip(need, stride)])
+    wp = weight._spatial_pad([(0, s * t - k) for k, s, t in zip(kernel, stride, taps)])
+    wsplit = [v for t, s in zip(taps, stride) for v in (t, s)]  # (.., j, r, ..)
+    wp = wp.reshape(cout, cin, *wsplit).permute(0, 1, *[3 + 2 * i for i in range(nk)], *[2 + 2 * i for i in range(nk)])
+    wp = wp.shrink((None, None, *[(0, u) for u in used], *[None] * nk))
+    return xp.conv2d(wp.reshape(cout, cin * phases, *taps), bias, groups)
+
+
+def _phase_conv_transpose(
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor | None,
+    groups: int,
+    stride: tuple[int, ...],
+    padding: tuple[int, ...],
+    output_padding: tuple[int, ...],
+) -> Tensor:
+    """A strided transposed convolution as one stride-1 conv that computes every output phase as channels, then
+    depth to space: output i (+ padding) = s*q + r takes the taps k = r + s*j of input q - j, so phase r is a full
+    convolution of x with the kernel's taps r, r+s, ... The zero-stuffed input spent s^d - 1 of every s^d multiplies
+    on zeros and read them through masks (64 -> 32 channels, 4x4, s=2, 16^2 -> 32^2, batch 16, one core: 18.7 ms,
+    torch 2.5)."""
+    (bs, cin), kernel = x.shape[:2], weight.shape[2:]
+    nk, cout_g = len(kernel), weight.shape[1]
+    taps = [ceildiv(k, s) for k, s in zip(kernel, stride)]
+    phases = prod(stride)
+    # weight (Cin, Cout/g, *k) -> (g, Cout/g, *phases, Cin/g, *taps), taps mirrored: [.., r, .., t] = w[r + s*(T-1-t)]
+    w = weight._spatial_pad([(0, s * t - k) for k, s, t in zip(kernel, stride, taps)])
+    w = w.reshape(groups, cin // groups, cout_g, *[v for t, s in zip(taps, stride) for v in (t, s)])
+    w = w.flip(tuple(3 + 2 * i for i in range(nk)))
+    w = w.permute(0, 2, *[4 + 2 * i for i in range(nk)], 1, *[3 + 2 * i for i in range(nk)])
+    w = w.reshape(groups * cout_g * phases, cin // groups, *taps)
+    z = x.conv2d(w, None, groups, padding=[t - 1 for t in taps])  # (N, Cout*phases, *(L + T - 1))
+    # depth to space: (N, g, Cout/g, *r, *q) -> (N, Cout, *(q, r)) -> output rows [p, p + out)
+    full = z.shape[2:]
+    z = z.reshape(bs, groups * cout_g, *stride, *full)
+    z = z.permute(0, 1, *[v for i in range(nk) for v in (2 + nk + i, 2 + i)])
+    z = z.reshape(bs, groups * cout_g, *[q * s for q, s in zip(full, stride)])
+    out = [(n - 1) * s - 2 * p + k + op for n, s, p, k, op in zip(x.shape[2:], stride, padding, kernel, output_padding)]
+    z = z._spatial_pad([(-p, o + p - q * s) for p, o, q, s in zip(padding, out, full, stride)])
+    return z if bias is None else z + bias.reshape(1, -1, *[1] * nk)
 
 
 def _blocked_conv(

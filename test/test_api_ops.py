@@ -90,6 +90,26 @@ def test_unfold():
         Tensor(randn(2, 3)).unfold(1, 4, 1)
 
 
+def test_as_strided():
+    """torch's as_strided over a contiguous tensor: overlapping windows (the gradient adds up), a transpose by strides,
+    a stride of 0 (a repeat), an offset, a 0-d result."""
+
+    def fn(x):
+        return (
+            x.as_strided((3, 3), (1, 2), 1),
+            x.as_strided((2, 5), (1, 2)),
+            x.as_strided((4, 3), (0, 1), 2),
+            x.as_strided((), (), 7),
+            x.reshape(2, 5).as_strided((5, 2), (1, 5)),
+        )
+
+    check(fn, fn, [randn(10)])
+    with pytest.raises(RuntimeError, match="out of bounds for storage of size 40"):
+        Tensor(randn(10)).as_strided((3, 3), (1, 5), 3)
+    with pytest.raises(RuntimeError, match="mismatch in length"):
+        Tensor(randn(10)).as_strided((3, 3), (1,))
+
+
 @pytest.mark.parametrize("mode", ["constant", "reflect", "replicate", "circular"])
 def test_pad_modes(mode):
     pads = [(1, 2), (2, 0, 1, 3), (0, 3, 3, 0)]

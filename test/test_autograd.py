@@ -87,6 +87,29 @@ def test_reduce_grads(axis: Any) -> None:
     check(lambda x: x.std(axis), lambda x: x.std(ax), [(2, 3, 4)])
 
 
+@pytest.mark.parametrize(
+    "loss",
+    [
+        lambda t, m: t[m].sum(),
+        lambda t, m: (t[m] ** 2).mean(),
+        lambda t, m: t[0:0].sum() * 3,
+        lambda t, m: t.reshape(2, 3)[:, :0].sum(1).sum(),
+        lambda t, m: t[0:0].prod(),
+        lambda t, m: t[m].sum() + t[1] * 2,
+    ],
+)
+def test_gradient_through_an_empty_selection_is_zeros(loss) -> None:
+    """A loss over no element (a mask that selects none in this batch, an empty slice) still has a gradient, zeros,
+    as torch's: the empty reduce's identity used to cut the graph, and backward() raised."""
+    xn = np.arange(6, dtype=np.float32)
+    t, tt = Tensor(xn, requires_grad=True), torch.tensor(xn, requires_grad=True)
+    got, want = loss(t, Tensor([False] * 6)), loss(tt, torch.zeros(6, dtype=torch.bool))
+    got.backward()
+    want.backward()
+    np.testing.assert_equal(got.numpy(), want.detach().numpy())
+    np.testing.assert_equal(t.grad.numpy(), tt.grad.numpy())
+
+
 def test_max_ties_share_gradient_like_amax() -> None:
     x = np.array([[1.0, 3.0, 3.0], [2.0, 2.0, 2.0]], dtype=np.float32)
     t, r = Tensor(x).requires_grad_(), torch.tensor(x, requires_grad=True)

@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from lazygrad import Tensor, dtypes
+from lazygrad.uop.ops import Ops
 
 # inputs per test: a shape, or ("T", shape) for a non-contiguous input (the transpose of a contiguous array),
 # or ("int", shape, high) for integer targets (no gradient)
@@ -135,6 +136,31 @@ def test_conv2d(cfg: dict, bias: bool) -> None:
     check(lambda *a: a[0].conv2d(*a[1:], **kw), lambda *a: F.conv2d(*a, **kw), specs, atol=1e-4)
 
 
+STRIDED = [
+    dict(x=(2, 3, 9, 9), w=(4, 3, 3, 3), stride=2, padding=1),
+    dict(x=(2, 4, 8, 8), w=(6, 4, 1, 1), stride=2),  # a ResNet shortcut: phase 0 only
+    dict(x=(1, 2, 11, 7), w=(3, 2, 4, 5), stride=3, padding=2),
+    dict(x=(2, 4, 10, 10), w=(4, 1, 3, 3), stride=2, padding=1, groups=4),  # depthwise
+    dict(x=(1, 2, 9, 9), w=(3, 2, 3, 3), stride=4),  # the last rows reached by no window: cut
+    dict(x=(2, 3, 8, 8), w=(5, 3, 2, 2), stride=(2, 1), padding=(0, 1)),
+    dict(x=(1, 3, 12), w=(2, 3, 5), stride=2, padding=2),
+    dict(x=(1, 2, 5, 6, 7), w=(2, 2, 3, 3, 3), stride=2, padding=1),
+]
+
+
+@pytest.mark.parametrize("cfg", STRIDED, ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()))
+def test_strided_conv_in_training_is_a_conv_over_phases(cfg: dict) -> None:
+    """A strided conv whose gradients are taken runs as a stride-1 conv over the input's phases (Tensor._phase_conv):
+    values and every gradient as torch's, over 1-3 spatial dims, groups, strides past the kernel and cut inputs."""
+    kw = {k: v for k, v in cfg.items() if k not in ("x", "w")}
+    conv = {3: F.conv1d, 4: F.conv2d, 5: F.conv3d}[len(cfg["x"])]
+    specs = [cfg["x"], cfg["w"], (cfg["w"][0],)]
+    check(lambda *a: a[0].conv2d(*a[1:], **kw), lambda *a: conv(*a, **kw), specs, atol=1e-4)
+    x = Tensor.ones(*cfg["x"], requires_grad=True)
+    phases = x.conv2d(Tensor.ones(*cfg["w"]), **kw).uop.toposort  # the phase copy: a CONTIGUOUS node
+    assert any(u.op is Ops.CONTIGUOUS for u in phases)
+
+
 @pytest.mark.parametrize("padding", [1, 2, (1, 0)])
 def test_conv2d_gradient_of_a_sum(padding) -> None:
     # a sum's backward is a broadcast constant: then both factors of the window gradient (output gradient and weight)
@@ -231,6 +257,11 @@ def test_conv_errors() -> None:
         dict(x=(1, 4, 3, 4), w=(4, 1, 3, 3), groups=2, stride=(1, 2)),
         dict(x=(1, 2, 4, 4), w=(2, 3, 2, 3), dilation=2, padding=1),
         dict(x=(1, 1, 1, 1), w=(1, 1, 1, 1)),
+        dict(x=(2, 4, 5, 5), w=(4, 3, 4, 4), stride=2, padding=1),  # a DCGAN / U-Net upsampling layer
+        dict(x=(1, 4, 5, 5), w=(4, 2, 3, 3), stride=2, groups=2),
+        dict(x=(2, 3, 5, 6), w=(3, 2, 2, 3), stride=(2, 3), padding=(0, 1), output_padding=(1, 2)),
+        dict(x=(1, 1, 3, 3), w=(1, 1, 1, 1), stride=2, output_padding=1),  # rows past every tap: zeros
+        dict(x=(1, 2, 4, 4), w=(2, 2, 3, 3), stride=2, padding=2, output_padding=1),
     ],
     ids=str,
 )
@@ -243,6 +274,26 @@ def test_conv_transpose2d(cfg: dict) -> None:
         [cfg["x"], cfg["w"], (cout,)],
         atol=1e-4,
     )
+
+
+@pytest.mark.parametrize(
+    "cfg", [dict(x=(1, 2, 4), w=(2, 3, 5), s=3, p=2), dict(x=(1, 2, 3, 4, 3), w=(2, 2, 3, 3, 3), s=2, p=1)]
+)
+def test_strided_conv_transpose_1d_3d(cfg: dict) -> None:
+    ref = {3: F.conv_transpose1d, 5: F.conv_transpose3d}[len(cfg["x"])]
+    kw = dict(stride=cfg["s"], padding=cfg["p"], output_padding=1)
+    check(lambda x, w: x.conv_transpose2d(w, **kw), lambda x, w: ref(x, w, **kw), [cfg["x"], cfg["w"]], atol=1e-4)
+
+
+def test_strided_conv_transpose_multiplies_no_stuffed_zeros() -> None:
+    """A stride-2 transposed conv computes its output phases as channels of one stride-1 conv (_phase_conv_transpose):
+    about the multiplies of the transposed conv itself, where convolving the zero-stuffed input did 4x as many."""
+    import math
+
+    out = Tensor.ones(2, 16, 8, 8).conv_transpose2d(Tensor.ones(16, 8, 4, 4), stride=2, padding=1)
+    reduced = [math.prod(u.src[0].shape) for u in out.uop.toposort if u.op is Ops.REDUCE_AXIS]
+    macs = 2 * 16 * 8 * 8 * 8 * 4 * 4  # each input pixel meets each output channel through every tap once
+    assert len(reduced) == 1 and macs <= reduced[0] <= macs * 1.5  # (the stuffed input: 4x)
 
 
 # *** pooling ***

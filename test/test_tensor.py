@@ -429,17 +429,19 @@ def test_bad_dtype_ops():
 # *** printing ***
 
 
-def test_repr_of_lazy_tensor_runs_nothing(capsys):
+def test_repr_of_lazy_tensor_runs_nothing_and_print_shows_values(capsys):
+    """repr is the graph (tinygrad's view, for debugging: nothing runs); print and str show the values as torch's
+    print does, which runs the kernels that compute them (a torch program's `print(model(x))`)."""
     x = Tensor([1.0, 2.0, 3.0]).realize()
     y = (x + 1).reshape(3, 1).expand(3, 2) * 2
     GlobalCounters.reset()
     text = repr(y)
-    print(y)
-    printed = capsys.readouterr().out
     assert GlobalCounters.kernel_count == 0
-    for s in (text, printed):
-        assert "(3, 2)" in s and "float32" in s and Device.DEFAULT in s and "lazy" in s
+    assert "(3, 2)" in text and "float32" in text and Device.DEFAULT in text and "lazy" in text
     assert y.uop.op is not y.uop.base.op or not y.uop.is_realized
+    print(y)
+    assert capsys.readouterr().out == "tensor([[4., 4.],\n        [6., 6.],\n        [8., 8.]])\n"
+    assert GlobalCounters.kernel_count == 1
 
 
 def test_repr_of_realized_tensor():
@@ -573,6 +575,31 @@ def test_from_numpy_copies_a_read_only_array(tmp_path):
     writable = np.ones(2, np.float32)
     Tensor.from_numpy(writable).add_(1).realize()
     np.testing.assert_array_equal(writable, [2, 2])  # a writable array is still shared
+
+
+@pytest.mark.parametrize("make", ["transposed", "strided", "fortran", "big_endian", "big_endian_strided"])
+@pytest.mark.parametrize("shared", [False, True])
+def test_tensor_from_a_strided_or_swapped_array_is_its_own_memory(make, shared):
+    """An array that is not C-contiguous in the machine's byte order is made so once, and that new array is taken as
+    the tensor's memory (no second copy); the caller's array and the tensor stay independent either way."""
+    base = np.arange(2 * 3 * 5, dtype=np.float32).reshape(2, 3, 5)
+    arr = {
+        "transposed": base.transpose(2, 0, 1),
+        "strided": base[:, ::2, 1:],
+        "fortran": np.asfortranarray(base),
+        "big_endian": base.astype(">f4"),
+        "big_endian_strided": base.astype(">f4")[..., ::-1],
+    }[make]
+    want = np.array(arr, dtype=np.float32)
+    t = Tensor.from_numpy(arr) if shared else Tensor(arr)
+    assert t.shape == arr.shape and t.dtype == dtypes.float32
+    np.testing.assert_array_equal(t.numpy(), want)
+    arr[...] = -1  # the caller's array changed after: the tensor keeps its values
+    np.testing.assert_array_equal(t.numpy(), want)
+    t += 1
+    t.realize()
+    np.testing.assert_array_equal(t.numpy(), want + 1)
+    assert (arr == -1).all()
 
 
 def test_from_blob_reads_and_writes_the_callers_memory():

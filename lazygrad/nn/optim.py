@@ -110,10 +110,13 @@ class Optimizer:
         for attr, name in self._STATE_NAMES:
             for i, t in enumerate(getattr(self, attr, [])):
                 state[first + i][name] = t
-        if hasattr(self, "b1_t"):
-            step = _steps_taken(self)
+        counted = getattr(self, "steps", None) if not hasattr(self, "b1_t") else None
+        if hasattr(self, "b1_t") or isinstance(self, _Counted):
+            step = _steps_taken(self) if counted is None else int(counted.item())
             for entry in state.values():
                 entry["step"] = Tensor(float(step))
+                if (mu := getattr(self, "mu_product", None)) is not None:
+                    entry["mu_product"] = Tensor(float(mu.item()))
         groups = [{k: v for k, v in self.param_groups[0].items() if k != "params"}]
         groups[0]["params"] = list(range(first, first + len(self.params)))
         return {"state": {i: e for i, e in state.items() if e}, "param_groups": groups}
@@ -146,7 +149,10 @@ class Optimizer:
                 b1, b2 = self.b1, self.b2
             self.b1_t.assign(b1 ** steps[0]), self.b2_t.assign(b2 ** steps[0])
         if getattr(self, "steps", None) is not None and steps:
-            self.steps.assign(float(steps[0]))  # (Adagrad's step count, for its lr_decay)
+            self.steps.assign(float(steps[0]))  # (Adagrad's step count for its lr_decay, Adamax's, NAdam's, RAdam's)
+        products = [e["mu_product"] for e in state.values() if "mu_product" in e]
+        if getattr(self, "mu_product", None) is not None and products:
+            self.mu_product.assign(float(products[0].item() if hasattr(products[0], "item") else products[0]))
         if getattr(self, "damp_t", None) is not None and any("momentum_buffer" in e for e in state.values()):
             self.damp_t.assign(0.0)  # a run resumed after its first step: the next step's gradients are damped
         if "lr" in group:
@@ -157,7 +163,7 @@ class Optimizer:
         Tensor.realize(*[t for attr, _ in self._STATE_NAMES for t in getattr(self, attr, [])], *self._scalars())
 
     def _scalars(self) -> list[Tensor]:
-        names = ("b1_t", "b2_t", "damp_t", "t_dev", "b1_dev", "b2_dev", "momentum_dev", "steps")
+        names = ("b1_t", "b2_t", "damp_t", "t_dev", "b1_dev", "b2_dev", "momentum_dev", "steps", "mu_product")
         return [t for name in names if (t := getattr(self, name, None)) is not None]
 
     def _write_scalar(self, name: str, value: float) -> Tensor:
@@ -699,6 +705,223 @@ class Adagrad(Optimizer):
         lr = self.lr if self.steps is None else self.lr / (1 + (self.steps - 1) * self.lr_decay)
         total = self.sum[i].assign(self.sum[i] + g * g)
         return [total, p.assign(w - g / (total.sqrt() + self.eps) * lr.cast(p.dtype))]
+
+
+class _Counted(Optimizer):
+    """An optimizer whose update reads the step number: a device scalar counted up by each step (as a Python number it
+    would be a constant of the kernels, new ones every step), torch's "step" in the state dict."""
+
+    def _begin_step(self) -> list[Tensor]:
+        return [self.steps.assign(self.steps + 1)]
+
+    def _beta_power(self, beta: float) -> Tensor:
+        return Tensor.full((), beta, dtype=dtypes.float64, device=self.device).pow(self.steps)
+
+
+class Adamax(_Counted):
+    """torch's Adamax: Adam with the infinity norm, u = max(beta2 * u, |g| + eps), step lr / (1 - beta1^t) * m / u."""
+
+    _STATE_NAMES = (("m", "exp_avg"), ("u", "exp_inf"))
+
+    def __init__(
+        self,
+        params: Sequence[Tensor],
+        lr: float = 2e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+        foreach: bool | None = None,
+        maximize: bool = False,
+        differentiable: bool = False,
+        capturable: bool = False,
+        device: str | None = None,
+    ):
+        _check_betas("Adamax", *betas)
+        super().__init__(params, lr, device)
+        (self.b1, self.b2), self.eps, self.weight_decay, self.maximize = betas, eps, weight_decay, maximize
+        self.m, self.u, self.steps = self._state(), self._state(), self._scalar(0.0)
+        Tensor.realize(*self.params, *self.m, *self.u, self.lr, self.steps)
+
+    def _update(self, i: int, p: Tensor, g: Tensor) -> list[Tensor]:
+        w, g = p.detach(), self._ascent_and_decay(p, g)
+        m = self.m[i].assign(_lerp(self.m[i], g, 1 - self.b1))
+        u = self.u[i].assign((self.u[i] * self.b2).maximum(g.abs() + self.eps))
+        step = (self.lr / (1 - self._beta_power(self.b1))).cast(p.dtype)
+        return [m, u, p.assign(w - m / u * step)]
+
+
+class NAdam(_Counted):
+    """torch's NAdam: Adam with Nesterov momentum whose factor mu_t = beta1 * (1 - 0.5 * 0.96^(t * momentum_decay))
+    warms up over the steps; decoupled_weight_decay as AdamW's."""
+
+    _STATE_NAMES = (("m", "exp_avg"), ("v", "exp_avg_sq"))
+
+    def __init__(
+        self,
+        params: Sequence[Tensor],
+        lr: float = 2e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+        momentum_decay: float = 4e-3,
+        decoupled_weight_decay: bool = False,
+        foreach: bool | None = None,
+        maximize: bool = False,
+        capturable: bool = False,
+        differentiable: bool = False,
+        device: str | None = None,
+    ):
+        _check_betas("NAdam", *betas)
+        super().__init__(params, lr, device)
+        (self.b1, self.b2), self.eps, self.weight_decay, self.maximize = betas, eps, weight_decay, maximize
+        self.momentum_decay, self.decoupled = momentum_decay, decoupled_weight_decay
+        self.m, self.v, self.steps = self._state(), self._state(), self._scalar(0.0)
+        self.mu_product = self._scalar(1.0)  # (one for all parameters: torch keeps a copy per parameter, all equal)
+        Tensor.realize(*self.params, *self.m, *self.v, self.lr, self.steps, self.mu_product)
+
+    def _mu(self, t: Tensor) -> Tensor:
+        return self.b1 * (
+            1 - 0.5 * Tensor.full((), 0.96, dtype=dtypes.float64, device=self.device).pow(t * self.momentum_decay)
+        )
+
+    def _begin_step(self) -> list[Tensor]:
+        steps = self.steps.assign(self.steps + 1)
+        return [steps, self.mu_product.assign(self.mu_product * self._mu(steps))]
+
+    def _update(self, i: int, p: Tensor, g: Tensor) -> list[Tensor]:
+        w = p.detach()
+        g = -g if self.maximize else g
+        if self.weight_decay:
+            w, g = (
+                (w * (1 - self.lr * self.weight_decay).cast(p.dtype), g)
+                if self.decoupled
+                else (w, g + w * self.weight_decay)
+            )
+        m = self.m[i].assign(_lerp(self.m[i], g, 1 - self.b1))
+        v = self.v[i].assign(self.v[i] * self.b2 + g * g * (1 - self.b2))
+        denom = (v / (1 - self._beta_power(self.b2)).cast(p.dtype)).sqrt() + self.eps
+        mu, mu_next, product = self._mu(self.steps), self._mu(self.steps + 1), self.mu_product
+        now = (self.lr * (1 - mu) / (1 - product)).cast(p.dtype)
+        ahead = (self.lr * mu_next / (1 - product * mu_next)).cast(p.dtype)
+        return [m, v, p.assign(w - g / denom * now - m / denom * ahead)]
+
+
+class RAdam(_Counted):
+    """torch's RAdam: Adam whose adaptive step is rectified by the variance of its running average, plain momentum
+    SGD while that variance is not yet tractable (rho_t <= 5: a select on the device, no Python branch)."""
+
+    _STATE_NAMES = (("m", "exp_avg"), ("v", "exp_avg_sq"))
+
+    def __init__(
+        self,
+        params: Sequence[Tensor],
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+        decoupled_weight_decay: bool = False,
+        foreach: bool | None = None,
+        maximize: bool = False,
+        capturable: bool = False,
+        differentiable: bool = False,
+        device: str | None = None,
+    ):
+        _check_betas("RAdam", *betas)
+        super().__init__(params, lr, device)
+        (self.b1, self.b2), self.eps, self.weight_decay, self.maximize = betas, eps, weight_decay, maximize
+        self.decoupled = decoupled_weight_decay
+        self.m, self.v, self.steps = self._state(), self._state(), self._scalar(0.0)
+        Tensor.realize(*self.params, *self.m, *self.v, self.lr, self.steps)
+
+    def _update(self, i: int, p: Tensor, g: Tensor) -> list[Tensor]:
+        w = p.detach()
+        g = -g if self.maximize else g
+        if self.weight_decay:
+            w, g = (
+                (w * (1 - self.lr * self.weight_decay).cast(p.dtype), g)
+                if self.decoupled
+                else (w, g + w * self.weight_decay)
+            )
+        m = self.m[i].assign(_lerp(self.m[i], g, 1 - self.b1))
+        v = self.v[i].assign(self.v[i] * self.b2 + g * g * (1 - self.b2))
+        b1t, b2t, t = self._beta_power(self.b1), self._beta_power(self.b2), self.steps
+        rho_inf = 2 / (1 - self.b2) - 1
+        rho = rho_inf - 2 * t * b2t / (1 - b2t)
+        rect = ((rho - 4) * (rho - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho)).maximum(0).sqrt()
+        adaptive = (1 - b2t).sqrt().cast(p.dtype) / (v.sqrt() + self.eps)
+        lr = (self.lr / (1 - b1t)).cast(p.dtype)
+        step = (rho > 5).where(m * lr * rect.cast(p.dtype) * adaptive, m * lr)
+        return [m, v, p.assign(w - step)]
+
+
+class Adadelta(Optimizer):
+    """torch's Adadelta: the step is the gradient scaled by the root of a running average of squared steps over the
+    root of a running average of squared gradients, times lr (1.0)."""
+
+    _STATE_NAMES = (("sq", "square_avg"), ("acc", "acc_delta"))
+
+    def __init__(
+        self,
+        params: Sequence[Tensor],
+        lr: float = 1.0,
+        rho: float = 0.9,
+        eps: float = 1e-6,
+        weight_decay: float = 0.0,
+        foreach: bool | None = None,
+        capturable: bool = False,
+        maximize: bool = False,
+        differentiable: bool = False,
+        device: str | None = None,
+    ):
+        if not 0.0 <= rho <= 1.0 or not 0.0 <= eps or not 0.0 <= weight_decay:
+            raise ValueError(f"Adadelta: invalid rho {rho}, eps {eps} or weight_decay {weight_decay}")
+        super().__init__(params, lr, device)
+        self.rho, self.eps, self.weight_decay, self.maximize = rho, eps, weight_decay, maximize
+        self.sq, self.acc = self._state(), self._state()
+        Tensor.realize(*self.params, *self.sq, *self.acc, self.lr)
+
+    def _update(self, i: int, p: Tensor, g: Tensor) -> list[Tensor]:
+        w, g = p.detach(), self._ascent_and_decay(p, g)
+        sq = self.sq[i].assign(self.sq[i] * self.rho + g * g * (1 - self.rho))
+        delta = (self.acc[i] + self.eps).sqrt() / (sq + self.eps).sqrt() * g
+        acc = self.acc[i].assign(self.acc[i] * self.rho + delta * delta * (1 - self.rho))
+        return [sq, acc, p.assign(w - delta * self.lr.cast(p.dtype))]
+
+
+class Rprop(Optimizer):
+    """torch's Rprop: each weight's step size grows by etas[1] while its gradient keeps its sign and shrinks by
+    etas[0] when it flips (that step then moves nothing), within step_sizes; the step is the gradient's sign."""
+
+    _STATE_NAMES = (("prev", "prev"), ("size", "step_size"))
+
+    def __init__(
+        self,
+        params: Sequence[Tensor],
+        lr: float = 1e-2,
+        etas: tuple[float, float] = (0.5, 1.2),
+        step_sizes: tuple[float, float] = (1e-6, 50.0),
+        capturable: bool = False,
+        foreach: bool | None = None,
+        maximize: bool = False,
+        differentiable: bool = False,
+        device: str | None = None,
+    ):
+        if not 0.0 < etas[0] < 1.0 < etas[1]:
+            raise ValueError(f"Invalid eta values: {etas[0]}, {etas[1]}")
+        super().__init__(params, lr, device)
+        self.etas, self.step_sizes, self.maximize = tuple(etas), tuple(step_sizes), maximize
+        self.prev = self._state()
+        self.size = [_own_buffer(p.full_like(lr)) for p in self.params]
+        Tensor.realize(*self.params, *self.prev, *self.size, self.lr)
+
+    def _update(self, i: int, p: Tensor, g: Tensor) -> list[Tensor]:
+        w, g = p.detach(), -g if self.maximize else g
+        turn = (g * self.prev[i]).sign()
+        factor = (turn > 0).where(self.etas[1], (turn < 0).where(self.etas[0], 1.0)).cast(p.dtype)
+        size = self.size[i].assign((self.size[i] * factor).clip(*self.step_sizes))
+        g = (turn < 0).where(0.0, g)
+        prev = self.prev[i].assign(g)
+        return [size, prev, p.assign(w - g.sign() * size)]
 
 
 def _steps_taken(opt: Any) -> int:

@@ -14,7 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any
+from typing import Any, Iterator
 
 from lazygrad.device import Allocator, Compiled, CompileError, Compiler, DeviceUnavailable
 from lazygrad.helpers import (
@@ -43,6 +43,38 @@ _memview_from_memory.argtypes = [ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int
 _memview_from_memory.restype = ctypes.py_object
 _PyBUF_WRITE = 0x200
 
+
+class _PyBuffer(ctypes.Structure):
+    """CPython's Py_buffer: the address of any contiguous buffer, read-only ones too (ctypes' from_buffer takes
+    writable ones only, and a copy into `bytes` cost a second pass over every read-only array a tensor was made of)."""
+
+    _fields_ = [
+        ("buf", ctypes.c_void_p), ("obj", ctypes.c_void_p), ("len", ctypes.c_ssize_t),
+        ("itemsize", ctypes.c_ssize_t), ("readonly", ctypes.c_int), ("ndim", ctypes.c_int),
+        ("format", ctypes.c_char_p), ("shape", ctypes.c_void_p), ("strides", ctypes.c_void_p),
+        ("suboffsets", ctypes.c_void_p), ("internal", ctypes.c_void_p),
+    ]  # fmt: skip
+
+
+_get_buffer = ctypes.pythonapi.PyObject_GetBuffer
+_get_buffer.argtypes = [ctypes.py_object, ctypes.POINTER(_PyBuffer), ctypes.c_int]
+_get_buffer.restype = ctypes.c_int
+_release_buffer = ctypes.pythonapi.PyBuffer_Release
+_release_buffer.argtypes = [ctypes.POINTER(_PyBuffer)]
+_release_buffer.restype = None
+
+
+@contextlib.contextmanager
+def _address(mem: memoryview) -> Iterator[int]:
+    """The address of a C-contiguous memoryview's bytes, valid inside the `with` (the view stays exported)."""
+    view = _PyBuffer()
+    _get_buffer(mem, ctypes.byref(view), 0)  # (PyBUF_SIMPLE: contiguous bytes, else BufferError)
+    try:
+        yield view.buf
+    finally:
+        _release_buffer(ctypes.byref(view))
+
+
 ALIGNMENT = 64  # one cache line; also the widest (AVX-512) vector
 # buffers of HUGE_MIN bytes or more start on a 2 MB boundary and ask Linux for transparent huge pages (numpy does the
 # same for its arrays of 4 MB or more): a 2048^2 matmul streams its 16 MB operands once per column block, and with 4 KB
@@ -52,7 +84,20 @@ HUGE_MIN, HUGE_PAGE, MADV_HUGEPAGE = 4 << 20, 2 << 20, 14
 _HUGE = sys.platform == "linux"
 
 
+# a copy of this many bytes or more into or out of a buffer runs on the thread team (threads_cpu.lg_copy): a 4 MB
+# tensor from a numpy array took 82 us on one core, torch.tensor 45 us on two; below, the team's start costs more
+COPY_TEAM_MIN = 1 << 20
+
+
 class CPUAllocator(Allocator):
+    team_copy: Any = None  # (lg_copy(dst, src, nbytes, threads), the thread count) where a thread team runs
+
+    def _copy(self, dst: int, src: int, nbytes: int) -> None:
+        if nbytes >= COPY_TEAM_MIN and self.team_copy is not None:
+            self.team_copy[0](dst, src, nbytes, self.team_copy[1])
+        else:
+            ctypes.memmove(dst, src, nbytes)
+
     def _alloc(self, nbytes: int) -> int:
         check_host_allocation(nbytes)
         ptr = ctypes.c_void_p()
@@ -68,13 +113,13 @@ class CPUAllocator(Allocator):
 
     def copyin(self, dst: int, src: memoryview) -> None:
         if src.nbytes:
-            ctypes.memmove(
-                dst, (ctypes.c_char * src.nbytes).from_buffer(src) if not src.readonly else bytes(src), src.nbytes
-            )
+            with _address(src) as ptr:
+                self._copy(dst, ptr, src.nbytes)
 
     def copyout(self, dst: memoryview, src: int) -> None:
         if dst.nbytes:
-            ctypes.memmove((ctypes.c_char * dst.nbytes).from_buffer(dst), src, dst.nbytes)
+            with _address(dst) as ptr:
+                self._copy(ptr, src, dst.nbytes)
 
     def offset(self, ptr: int, offset: int, nbytes: int) -> int:
         # any element boundary: vector loads and stores of kernels take element-aligned addresses (the _u types)
@@ -743,7 +788,7 @@ class CPUDevice(Compiled):
             renderer.has_threads = compiler.openmp and self.threads > 1
             if renderer.has_threads:
                 load_openmp()
-                load_team(lambda src: _load_copy(compiler.compile_cached(src), ctypes.RTLD_GLOBAL))
+                team = load_team(lambda src: _load_copy(compiler.compile_cached(src), ctypes.RTLD_GLOBAL))
         renderer.byte_dot_target = compiler.byte_dot_target
         renderer.lane_select_target = compiler.lane_select_target
         renderer.dp4a_builtins = compiler.dp4a_builtins
@@ -758,7 +803,10 @@ class CPUDevice(Compiled):
         renderer.masked_load_16 = "avx512f" in flags and (bool(compiler.lane_select_target) or "avx512vl" not in flags)
         renderer.masked_load_lanes = (16,) if renderer.masked_load_16 and not compiler.lane_shuffle else lanes
         renderer.half_vector_cast = "f16c" in flags
-        super().__init__(name, CPUAllocator(), renderer, compiler, CPUProgram)
+        allocator = CPUAllocator()
+        if renderer.has_threads:
+            allocator.team_copy = (team.lg_copy, self.threads)
+        super().__init__(name, allocator, renderer, compiler, CPUProgram)
 
     @property
     def graph(self) -> Any:

@@ -157,8 +157,13 @@ def test_the_default_opts_knobs_key_the_disk_cache(monkeypatch, module, knob):
 
 
 def _padded_conv(size: tuple[int, int], stride: int = 1, dilation: int = 1):
+    """A padded 3x3 conv's one kernel, built through its windows (Tensor._pool) as conv2d builds an unstrided one: a
+    strided conv2d computes over the input's phases instead, with no padded window."""
     x, w = realized(2, 3, *size), realized(4, 3, 3, 3, seed=1)
-    return _ast_and_bufs(x.conv2d(w, padding=1, stride=stride, dilation=dilation))
+    win = x._pool((3, 3), stride, dilation, [(1, 1), (1, 1)])  # (2, 3, *out, 3, 3)
+    out = win.shape[2:4]
+    win = win.reshape(2, 1, 3, *out, 3, 3).expand(2, 4, 3, *out, 3, 3).permute(0, 1, 3, 4, 2, 5, 6)
+    return _ast_and_bufs((win * w.reshape(1, 4, 1, 1, 3, 3, 3)).sum((4, 5, 6)))
 
 
 @pytest.mark.parametrize("size,stride,dilation", [((8, 8), 1, 1), ((4, 6), 1, 1), ((5, 6), 1, 2), ((7, 6), 2, 1)])

@@ -173,6 +173,30 @@ _TORCH_OPTIONS = {
         dict(lr=0.01, alpha=0.9, momentum=0.5, centered=True, weight_decay=0.1),
     ),
     "rmsprop maximize": (optim.RMSprop, torch.optim.RMSprop, dict(lr=0.01, maximize=True, eps=1e-3)),
+    "adamax": (optim.Adamax, torch.optim.Adamax, dict(lr=0.05)),
+    "adamax decay maximize": (
+        optim.Adamax,
+        torch.optim.Adamax,
+        dict(lr=0.05, betas=(0.8, 0.9), weight_decay=0.1, maximize=True),
+    ),
+    "nadam": (optim.NAdam, torch.optim.NAdam, dict(lr=0.05)),
+    "nadam decay": (optim.NAdam, torch.optim.NAdam, dict(lr=0.05, weight_decay=0.1, momentum_decay=0.01)),
+    "nadam decoupled": (optim.NAdam, torch.optim.NAdam, dict(lr=0.05, weight_decay=0.1, decoupled_weight_decay=True)),
+    "radam": (optim.RAdam, torch.optim.RAdam, dict(lr=0.05)),
+    "radam rectified early": (optim.RAdam, torch.optim.RAdam, dict(lr=0.05, betas=(0.9, 0.6), weight_decay=0.1)),
+    "radam decoupled maximize": (
+        optim.RAdam,
+        torch.optim.RAdam,
+        dict(lr=0.05, betas=(0.8, 0.7), weight_decay=0.1, decoupled_weight_decay=True, maximize=True),
+    ),
+    "adadelta": (optim.Adadelta, torch.optim.Adadelta, dict()),
+    "adadelta decay": (optim.Adadelta, torch.optim.Adadelta, dict(lr=0.5, rho=0.8, weight_decay=0.1, eps=1e-4)),
+    "rprop": (optim.Rprop, torch.optim.Rprop, dict(lr=0.05)),
+    "rprop bounded maximize": (
+        optim.Rprop,
+        torch.optim.Rprop,
+        dict(lr=0.05, etas=(0.3, 1.5), step_sizes=(0.01, 0.08), maximize=True),
+    ),
     "adagrad": (optim.Adagrad, torch.optim.Adagrad, dict(lr=0.1)),
     "adagrad decay": (
         optim.Adagrad,
@@ -209,6 +233,32 @@ def test_torch_options_train_as_torch(name: str) -> None:
     for key in ("amsgrad", "maximize", "dampening"):
         if key in tgroup and key in options:
             assert group[key] == tgroup[key]
+
+
+@pytest.mark.parametrize("options", [dict(lr=0.05), dict(lr=0.05, betas=(0.8, 0.9), weight_decay=0.1)])
+def test_radam_rectifies_once_the_variance_is_tractable(options) -> None:
+    """RAdam's steps are plain momentum until rho_t passes 5 (step 6 with beta2 0.999 or 0.9), rectified after: 12
+    steps cross that point; each step's weights are torch's. Then a fresh RAdam loaded with torch's state continues
+    as torch's (the step count and the moments carried)."""
+    w0, x = randn(4, 3), randn(5, 4, seed=3)
+    w, tw = Tensor(w0, requires_grad=True), torch.tensor(w0, requires_grad=True)
+    opt, topt = optim.RAdam([w], **options), torch.optim.RAdam([tw], **options)
+
+    def step(o, loss) -> None:
+        o.zero_grad()
+        loss.backward()
+        o.step()
+
+    for i in range(12):
+        step(opt, ((Tensor(x) @ w).sin() * (i % 3 - 1)).sum())
+        step(topt, ((torch.tensor(x) @ tw).sin() * (i % 3 - 1)).sum())
+        np.testing.assert_allclose(w.numpy(), tw.detach().numpy(), rtol=1e-5, atol=2e-5, err_msg=f"step {i}")
+    resumed = Tensor(tw.detach().numpy().copy(), requires_grad=True)
+    again = optim.RAdam([resumed], **options)
+    again.load_state_dict(topt.state_dict())
+    step(again, (Tensor(x) @ resumed).sin().sum())
+    step(topt, (torch.tensor(x) @ tw).sin().sum())
+    np.testing.assert_allclose(resumed.numpy(), tw.detach().numpy(), rtol=1e-5, atol=2e-5)
 
 
 def test_damped_sgd_resumes_from_torch_state() -> None:

@@ -12,6 +12,7 @@ from lazygrad import Context, Device, Tensor
 from lazygrad.device import Buffer, CompileError, DeviceUnavailable
 from lazygrad.dtype import dtypes
 from lazygrad.runtime.ops_cpu import (
+    COPY_TEAM_MIN,
     HALF_VECTOR_PROBE,
     HUGE_MIN,
     HUGE_PAGE,
@@ -250,6 +251,28 @@ def test_copy_size_mismatch_is_an_error():
     b = Buffer("CPU", 4, dtypes.float32)
     with pytest.raises(ValueError, match="16 bytes"):
         b.copyin(memoryview(b"\x00" * 8))
+
+
+@pytest.mark.parametrize("team", [1, 2])
+@pytest.mark.parametrize("nbytes", [COPY_TEAM_MIN - 4, COPY_TEAM_MIN, (3 << 20) + 1028])
+def test_data_in_and_out_is_bit_exact_on_any_team(nbytes, team):
+    """Copies of COPY_TEAM_MIN bytes or more run on the thread team in 256 KB chunks (lg_copy): every byte arrives,
+    the last partial chunk too, NaN payloads and all, from read-only memory as from writable."""
+    from lazygrad.runtime.threads_cpu import set_fixed_team
+
+    raw = np.random.default_rng(nbytes).integers(0, 256, nbytes, dtype=np.uint8).tobytes()
+    readonly = np.frombuffer(raw, dtype=np.uint32)  # (bit patterns of every kind: NaNs with payloads, denormals)
+    assert not readonly.flags.writeable
+    set_fixed_team(team)
+    try:
+        for arr in (readonly, readonly.copy(), readonly.view(np.float32)):
+            t = Tensor(arr)
+            assert t.numpy().tobytes() == raw
+            assert bytes(t._raw_data()) == raw
+        odd = np.frombuffer(raw[: nbytes - 3], dtype=np.uint8)  # no whole cache line at the end
+        assert Tensor(odd).numpy().tobytes() == raw[: nbytes - 3]
+    finally:
+        set_fixed_team(0)
 
 
 def test_unknown_device_is_a_clear_error():

@@ -1,0 +1,639 @@
+"""torch's namespace over lazygrad: a PyTorch program runs with `torch` replaced by `lazygrad.torch` in its imports.
+
+    import lazygrad.torch as torch            # import torch
+    import lazygrad.torch.nn as nn            # import torch.nn as nn
+    import lazygrad.torch.nn.functional as F  # import torch.nn.functional as F
+    from lazygrad.torch.utils.data import DataLoader
+
+`torch.cat`, `torch.zeros`, `torch.no_grad`, `torch.float32`, `torch.optim`, `torch.max(x, 1)`, `torch.device`: each
+function follows torch's signature and semantics, also where lazygrad's Tensor method follows tinygrad's for
+positional arguments: `torch.max(x, 1)` is (values, indices) as in torch, while `x.max(1)` stays tinygrad's tensor;
+`torch.std(x, 0, True)` takes `True` as `unbiased`, where `x.std(0, True)` takes it as keepdim. (A module of its own,
+not the package's top level: `lazygrad.tensor`, `lazygrad.device` and `lazygrad.dtype` are modules there, and
+`from lazygrad import *` must not shadow Python's `int`, `max` or `sum`.)
+
+Everything else forwards to the Tensor method of the same name with the input first (`torch.exp(x)` is `x.exp()`),
+or to lazygrad.nn.functional where torch's top-level function is the functional one (`torch.conv2d`,
+`torch.layer_norm`, ...). A Python number as the input of a binary function (`torch.add(2, x)`, `torch.pow(2, x)`)
+is taken as torch takes it, in the other operand's dtype. `out=` writes the result into the given tensor (of the
+result's shape: lazygrad does not resize it).
+
+Not offered (AttributeError, as for any name lazygrad lacks): complex numbers, sparse and quantized tensors, torch's
+internal and backend-specific functions (cudnn_*, mkldnn_*, fbgemm_*, sym_*), and the losses whose top-level form
+takes its reduction as an enum int (nn.functional's take the string).
+"""
+
+from __future__ import annotations
+
+import builtins
+import math
+import random
+import sys
+import types
+from typing import Any, Callable
+
+from lazygrad import nn
+from lazygrad.device import DeviceName
+from lazygrad.dtype import DType, dtypes, to_dtype
+from lazygrad.nn import functional as F
+from lazygrad.nn import optim
+from lazygrad.tensor import Tensor, ValuesIndices
+
+# *** dtypes under torch's names ***
+
+float32 = float = dtypes.float32
+float64 = double = dtypes.float64
+float16 = half = dtypes.float16
+bfloat16 = dtypes.bfloat16
+int8, uint8, uint16, uint32, uint64 = dtypes.int8, dtypes.uint8, dtypes.uint16, dtypes.uint32, dtypes.uint64
+int16 = short = dtypes.int16
+int32 = int = dtypes.int32
+int64 = long = dtypes.int64
+bool = dtypes.bool
+dtype = DType
+Size = tuple  # torch.Size is a tuple of ints; lazygrad's shapes are plain tuples
+
+
+def is_tensor(obj: Any) -> builtins.bool:
+    return isinstance(obj, Tensor)
+
+
+def is_floating_point(input: Tensor) -> builtins.bool:
+    return dtypes.is_float(input.dtype)
+
+
+def get_default_dtype() -> DType:
+    return dtypes.default_float
+
+
+def set_default_dtype(d: DType) -> None:
+    """torch.set_default_dtype: the dtype of floats made from Python numbers and of rand/zeros/... without dtype."""
+    d = to_dtype(d)
+    if not dtypes.is_float(d):
+        raise TypeError(f"only floating-point types are supported as the default type, got {d}")
+    dtypes.default_float = d
+
+
+class finfo:
+    """torch.finfo: the limits of a float dtype (default: the default float)."""
+
+    def __init__(self, type: DType | None = None):
+        self.dtype = d = to_dtype(type) if type is not None else dtypes.default_float
+        exp, mant = dtypes.finfo(d)  # (ValueError for a non-float dtype, as torch's TypeError-free refusal)
+        self.bits = d.itemsize * 8
+        self.eps = 2.0**-mant
+        self.max = (2 - 2.0**-mant) * 2.0 ** (2 ** (exp - 1) - 1)
+        self.min = -self.max
+        self.tiny = self.smallest_normal = 2.0 ** (2 - 2 ** (exp - 1))
+        self.resolution = 10.0 ** -builtins.int(math.floor(mant * math.log10(2)))
+
+    def __repr__(self) -> str:
+        return (
+            f"finfo(resolution={self.resolution}, min={self.min}, max={self.max}, eps={self.eps}, dtype={self.dtype})"
+        )
+
+
+class iinfo:
+    """torch.iinfo: the limits of an integer dtype."""
+
+    def __init__(self, type: DType):
+        self.dtype = d = to_dtype(type)
+        if not dtypes.is_int(d):
+            raise TypeError(f"iinfo takes an integer dtype, got {d}")
+        self.bits = d.itemsize * 8
+        signed = not dtypes.is_unsigned(d)
+        self.min = -(2 ** (self.bits - 1)) if signed else 0
+        self.max = 2 ** (self.bits - 1) - 1 if signed else 2**self.bits - 1
+
+    def __repr__(self) -> str:
+        return f"iinfo(min={self.min}, max={self.max}, dtype={self.dtype})"
+
+
+device = DeviceName  # torch.device("cpu"), ("cuda", 1): lazygrad's name for it, with .type and .index
+
+
+# *** creation ***
+
+
+def _from_python(data: Any, dtype: Any, device: Any) -> Tensor:
+    """A tensor of Python data, whose ints are int64 as torch's (lazygrad's Tensor([1, 2]) is tinygrad's int32);
+    a numpy array keeps its dtype."""
+    out = Tensor(data, dtype=dtype, device=device)
+    if dtype is None and out.dtype == dtypes.default_int and not hasattr(data, "dtype"):
+        out = out.cast(dtypes.int64)
+    return out
+
+
+def tensor(data: Any, dtype: Any = None, device: Any = None, requires_grad: builtins.bool = False) -> Tensor:
+    """torch.tensor: a copy of `data` (a list, a number, a numpy array, a Tensor)."""
+    if isinstance(data, Tensor):
+        out = Tensor(data.detach(), dtype=dtype, device=device)
+        out = out.clone() if dtype is None else out
+    else:
+        out = _from_python(data, dtype, device)
+    return out.requires_grad_(True) if requires_grad else out
+
+
+def as_tensor(data: Any, dtype: Any = None, device: Any = None) -> Tensor:
+    """torch.as_tensor: a Tensor given as it is (cast or moved where asked), else a new one from `data`."""
+    if isinstance(data, Tensor):
+        data = data if dtype is None else data.cast(to_dtype(dtype))
+        return data if device is None else data.to(device)
+    return _from_python(data, dtype, device)
+
+
+asarray = as_tensor
+
+
+def scalar_tensor(s: Any, dtype: Any = None, device: Any = None) -> Tensor:
+    return Tensor(s, dtype=dtype or dtypes.default_float, device=device)
+
+
+def _with_creation_kwargs(make: Callable[..., Tensor]) -> Callable[..., Tensor]:
+    """A creation function that also takes torch's `size=`, `requires_grad=`, `generator=` (ignored: one global
+    stream), `layout=`/`pin_memory=` (no other layouts; nothing to pin) and `out=`."""
+
+    def create(*args: Any, requires_grad: builtins.bool = False, out: Tensor | None = None, **kwargs: Any) -> Tensor:
+        for ignored in ("generator", "layout", "pin_memory", "memory_format"):
+            kwargs.pop(ignored, None)
+        if "size" in kwargs and make is not Tensor.randint:
+            args = (*args, tuple(kwargs.pop("size")))
+        result = make(*args, **kwargs)
+        if make in _INT64_DEFAULT and "dtype" not in kwargs and result.dtype == dtypes.default_int:
+            result = result.cast(dtypes.int64)  # torch.arange(5), torch.full((2,), 3): int64, as torch's
+        if requires_grad:
+            result.requires_grad_(True)
+        return _into(out, result)
+
+    create.__name__ = create.__qualname__ = make.__name__
+    create.__doc__ = make.__doc__
+    return create
+
+
+_INT64_DEFAULT = (Tensor.arange, Tensor.full)
+zeros, ones, empty, full, rand, randn, randint, randperm, eye, arange, linspace, logspace = map(
+    _with_creation_kwargs,
+    (
+        Tensor.zeros,
+        Tensor.ones,
+        Tensor.empty,
+        Tensor.full,
+        Tensor.rand,
+        Tensor.randn,
+        Tensor.randint,
+        Tensor.randperm,
+        Tensor.eye,
+        Tensor.arange,
+        Tensor.linspace,
+        Tensor.logspace,
+    ),
+)
+from_numpy = Tensor.from_numpy
+manual_seed, seed, initial_seed = Tensor.manual_seed, Tensor.seed, Tensor.initial_seed
+get_rng_state, set_rng_state = Tensor.get_rng_state, Tensor.set_rng_state
+tril_indices, triu_indices, unravel_index, broadcast_shapes = (
+    Tensor.tril_indices,
+    Tensor.triu_indices,
+    Tensor.unravel_index,
+    Tensor.broadcast_shapes,
+)
+einsum = Tensor.einsum
+no_grad, enable_grad, set_grad_enabled, inference_mode = (
+    Tensor.no_grad,
+    Tensor.enable_grad,
+    Tensor.set_grad_enabled,
+    Tensor.inference_mode,
+)
+is_grad_enabled = Tensor.is_grad_enabled
+
+
+def is_inference_mode_enabled() -> builtins.bool:
+    return not Tensor.is_grad_enabled()
+
+
+class Generator(random.Random):
+    """torch.Generator for the data utilities (random_split, samplers, DataLoader's shuffle take it, as a
+    random.Random): `torch.Generator().manual_seed(42)` splits alike on every run. Tensor creation (rand, randn, ...)
+    takes `generator=` and draws from the one global stream, which torch.manual_seed sets."""
+
+    def __init__(self, device: Any = "cpu"):
+        super().__init__(67280421310721)  # torch's default seed of a new generator
+        self._initial, self.device = 67280421310721, device
+
+    def manual_seed(self, seed: builtins.int) -> Generator:
+        self.seed(builtins.int(seed))
+        self._initial = builtins.int(seed)
+        return self
+
+    def initial_seed(self) -> builtins.int:
+        return self._initial
+
+
+def normal(mean: Any = 0.0, std: Any = 1.0, size: Any = None, *, generator: Any = None, **kwargs: Any) -> Tensor:
+    """torch.normal: tensors of means and/or stds (the result takes their broadcast shape), or floats and a size."""
+    if isinstance(mean, Tensor) or isinstance(std, Tensor):
+        like = mean if isinstance(mean, Tensor) else std
+        shape = Tensor.broadcast_shapes(*(t.shape for t in (mean, std) if isinstance(t, Tensor)))
+        return Tensor.randn(*shape, dtype=like.dtype, device=like.device) * std + mean
+    if size is None:
+        raise TypeError("normal() with float mean and std takes a size")
+    return Tensor.normal(*tuple(size), mean=mean, std=std, **kwargs)
+
+
+# *** functions of tensors: Tensor's methods with the input first ***
+
+
+def _into(out: Tensor | None, result: Any) -> Any:
+    if out is None:
+        return result
+    if isinstance(out, (tuple, list)):
+        for o, r in zip(out, result):
+            _into(o, r)
+        return out
+    if out.shape != result.shape:
+        raise RuntimeError(f"out= has shape {out.shape}, the result {result.shape}: lazygrad does not resize out")
+    return out.assign(result.cast(out.dtype) if result.dtype != out.dtype else result)
+
+
+def _method(name: str) -> Callable[..., Any]:
+    method = getattr(Tensor, name)
+
+    def call(input: Any, *args: Any, out: Tensor | None = None, **kwargs: Any) -> Any:
+        if not isinstance(input, Tensor):
+            other = next((a for a in (*args, *kwargs.values()) if isinstance(a, Tensor)), None)
+            if other is None or not isinstance(input, (builtins.int, builtins.float, builtins.bool)):
+                raise TypeError(f"{name}(): argument 'input' (position 1) must be Tensor, not {type(input).__name__}")
+            input = other._broadcasted(input, reverse=True)[0]  # a number as torch takes it: in the tensor's dtype
+        return _into(out, method(input, *args, **kwargs))
+
+    call.__name__ = call.__qualname__ = name
+    call.__doc__ = f"torch.{name}(input, ...): input.{name}(...)"
+    return call
+
+
+# torch's top-level functions that are Tensor methods with the same positional meaning
+_METHODS = """abs abs_ absolute acos acos_ acosh acosh_ add addbmm addcdiv addcmul addmm addmv addmv_ addr adjoint all
+as_strided allclose amax amin aminmax any arccos arccos_ arccosh arccosh_ arcsin arcsin_ arcsinh arcsinh_ arctan arctan2
+arctan_ arctanh arctanh_ argmax argmin argsort argwhere asin asin_ asinh asinh_ atan atan2 atan_ atanh atanh_ baddbmm
+bernoulli bincount bitwise_and bitwise_left_shift bitwise_not bitwise_or bitwise_right_shift bitwise_xor broadcast_to
+bucketize cdist ceil ceil_ cholesky chunk clamp clamp_ clamp_max clamp_max_ clamp_min clamp_min_ clip clip_ clone
+combinations conj copysign corrcoef cos cos_ cosh cosh_ count_nonzero cov cross cummax cummin cumprod cumsum
+cumulative_trapezoid deg2rad deg2rad_ det detach detach_ diag diag_embed diagflat diagonal diagonal_scatter diff digamma
+dist div divide dot dsplit empty_like eq equal erf erf_ erfc erfc_ erfinv exp exp2 exp2_ exp_ expm1 expm1_ fill_ fix
+fix_ flatten flip fliplr flipud float_power floor floor_ floor_divide fmax fmin fmod frac frac_ frexp full_like gather
+gcd gcd_ ge ger get_device gradient greater greater_equal gt heaviside histc hsplit hypot i0 i0_ index_add index_copy
+index_fill index_put index_put_ index_reduce index_select inner inverse is_complex is_inference is_nonzero is_same_size
+is_signed isclose isfinite isin isinf isnan isneginf isposinf isreal kron kthvalue lcm lcm_ ldexp ldexp_ le lerp less
+less_equal lgamma log log10 log10_ log1p log1p_ log2 log2_ log_ log_softmax logaddexp logaddexp2 logcumsumexp logdet
+logical_and logical_not logical_or logical_xor logit logit_ logsumexp lt masked_fill masked_scatter masked_select matmul
+matrix_power maximum mean median minimum mm mode moveaxis movedim msort mul multinomial multiply mv mvlgamma nan_to_num
+nan_to_num_ nanmean nanmedian nanquantile nansum narrow narrow_copy ne neg neg_ negative negative_ nextafter nonzero
+norm not_equal numel ones_like outer permute pinverse polygamma positive pow prod put qr quantile rad2deg rad2deg_
+rand_like randn_like ravel reciprocal reciprocal_ relu_ remainder renorm repeat_interleave reshape resize_as_
+resolve_conj resolve_neg roll rot90 round round_ rsqrt rsqrt_ rsub scatter scatter_add scatter_reduce searchsorted
+select select_scatter sgn sigmoid sigmoid_ sign signbit sin sin_ sinc sinc_ sinh sinh_ slice_scatter slogdet softmax
+sort split split_with_sizes sqrt sqrt_ square square_ squeeze sub subtract sum svd swapaxes swapdims t take
+take_along_dim tan tan_ tanh tanh_ tensor_split tensordot tile topk trace transpose trapezoid trapz tril triu
+true_divide trunc trunc_ unbind unflatten unique unique_consecutive unsqueeze vander vdot vsplit where xlogy xlogy_
+zero_ zeros_like""".split()
+
+# torch's top-level functions that are nn.functional's (same positional arguments)
+_FUNCTIONAL = """conv1d conv2d conv3d conv_transpose1d conv_transpose2d conv_transpose3d max_pool1d max_pool2d
+max_pool3d avg_pool1d adaptive_avg_pool1d pixel_shuffle pixel_unshuffle cosine_similarity pairwise_distance pdist
+layer_norm group_norm rms_norm prelu relu selu celu rrelu hardshrink threshold dropout alpha_dropout
+feature_alpha_dropout channel_shuffle bilinear""".split()
+
+for _name in _METHODS:
+    if hasattr(Tensor, _name):
+        globals()[_name] = _method(_name)
+for _name in _FUNCTIONAL:
+    globals()[_name] = getattr(F, _name)
+del _name
+
+
+def _tensors(tensors: Any) -> list[Tensor]:
+    return list(tensors[0]) if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)) else list(tensors)
+
+
+def cat(tensors: Any, dim: builtins.int = 0, *, axis: builtins.int | None = None, out: Tensor | None = None) -> Tensor:
+    tensors = list(tensors)
+    if not tensors:
+        raise RuntimeError("torch.cat(): expected a non-empty list of Tensors")
+    return _into(out, Tensor.cat(tensors, dim=dim if axis is None else axis))
+
+
+concat = concatenate = cat
+
+
+def stack(tensors: Any, dim: builtins.int = 0, *, out: Tensor | None = None) -> Tensor:
+    tensors = list(tensors)
+    if not tensors:
+        raise RuntimeError("stack expects a non-empty TensorList")
+    return _into(out, Tensor.stack(tensors, dim=dim))
+
+
+def _sequence_first(name: str) -> Callable[..., Any]:
+    method = getattr(Tensor, name)
+
+    def call(tensors: Any, *, out: Tensor | None = None) -> Tensor:
+        first, *rest = list(tensors)
+        return _into(out, method(first, *rest))
+
+    call.__name__ = call.__qualname__ = name
+    return call
+
+
+def _variadic(name: str) -> Callable[..., Any]:
+    method = getattr(Tensor, name)
+
+    def call(*tensors: Any, **kwargs: Any) -> Any:
+        first, *rest = _tensors(tensors)
+        return method(first, *rest, **kwargs)
+
+    call.__name__ = call.__qualname__ = name
+    return call
+
+
+hstack, vstack, dstack, column_stack, row_stack = map(
+    _sequence_first, ("hstack", "vstack", "dstack", "column_stack", "row_stack")
+)
+block_diag, broadcast_tensors, cartesian_prod, meshgrid, atleast_1d, atleast_2d, atleast_3d = map(
+    _variadic,
+    ("block_diag", "broadcast_tensors", "cartesian_prod", "meshgrid", "atleast_1d", "atleast_2d", "atleast_3d"),
+)
+
+
+def _extreme(name: str, elementwise: str) -> Callable[..., Any]:
+    def call(input: Tensor, *args: Any, out: Any = None, **kwargs: Any) -> Any:
+        if args and isinstance(args[0], Tensor):  # torch.max(a, b): the elementwise maximum
+            return _into(out, getattr(input, elementwise)(args[0]))
+        if "other" in kwargs:
+            return _into(out, getattr(input, elementwise)(kwargs["other"]))
+        dim = args[0] if args else kwargs.pop("dim", None)
+        keepdim = args[1] if len(args) > 1 else kwargs.pop("keepdim", False)
+        method = getattr(Tensor, name)
+        if dim is None:
+            return _into(out, method(input))
+        return _into(out, method(input, dim=dim, keepdim=keepdim))  # (values, indices), as torch's
+
+    call.__name__ = call.__qualname__ = name
+    call.__doc__ = f"torch.{name}: of all elements, over `dim` as (values, indices), or elementwise with a tensor"
+    return call
+
+
+max, min = _extreme("max", "maximum"), _extreme("min", "minimum")
+
+
+def _spread(name: str) -> Callable[..., Any]:
+    """torch.std/var(_mean)(input, dim, unbiased, keepdim) and (input, unbiased): a bool after the input is
+    `unbiased`, where the Tensor method's positional arguments are tinygrad's (axis, keepdim, correction)."""
+    method = getattr(Tensor, name)
+
+    def call(input: Tensor, *args: Any, out: Any = None, **kwargs: Any) -> Any:
+        args_ = list(args)
+        if args_ and isinstance(args_[0], builtins.bool):
+            kwargs["unbiased"] = args_.pop(0)
+        elif args_:
+            kwargs["dim"] = args_.pop(0)
+            if args_:
+                kwargs["unbiased"] = args_.pop(0)
+            if args_:
+                kwargs["keepdim"] = args_.pop(0)
+        if "unbiased" in kwargs:
+            kwargs["correction"] = builtins.int(kwargs.pop("unbiased"))
+        if "dim" in kwargs:
+            kwargs["axis"] = kwargs.pop("dim")
+        return _into(out, method(input, **kwargs))
+
+    call.__name__ = call.__qualname__ = name
+    return call
+
+
+std, var, std_mean, var_mean = map(_spread, ("std", "var", "std_mean", "var_mean"))
+
+
+def embedding(weight: Tensor, indices: Tensor, padding_idx: builtins.int = -1, *args: Any) -> Tensor:
+    """torch.embedding(weight, indices): its arguments the other way round from F.embedding's."""
+    return F.embedding(indices, weight, padding_idx=None if padding_idx == -1 else padding_idx)
+
+
+def batch_norm(
+    input: Tensor,
+    weight: Tensor | None,
+    bias: Tensor | None,
+    running_mean: Tensor | None,
+    running_var: Tensor | None,
+    training: builtins.bool,
+    momentum: builtins.float,
+    eps: builtins.float,
+    cudnn_enabled: builtins.bool = True,
+) -> Tensor:
+    """torch.batch_norm: F.batch_norm with torch's top-level argument order."""
+    return F.batch_norm(input, running_mean, running_var, weight, bias, training, momentum, eps)
+
+
+def numel(input: Tensor) -> builtins.int:
+    return input.numel()
+
+
+# *** windows (torch.hann_window and friends): periodic by default, as torch's ***
+
+
+def _window(n: builtins.int, periodic: builtins.bool, dtype: Any, device: Any) -> tuple[Tensor, builtins.int]:
+    d = to_dtype(dtype) if dtype is not None else dtypes.default_float
+    return Tensor.arange(n, dtype=d, device=device), n if periodic else n - 1
+
+
+def hann_window(
+    window_length: builtins.int,
+    periodic: builtins.bool = True,
+    *,
+    dtype: Any = None,
+    device: Any = None,
+    requires_grad: builtins.bool = False,
+) -> Tensor:
+    return hamming_window(window_length, periodic, 0.5, 0.5, dtype=dtype, device=device, requires_grad=requires_grad)
+
+
+def hamming_window(
+    window_length: builtins.int,
+    periodic: builtins.bool = True,
+    alpha: builtins.float = 0.54,
+    beta: builtins.float = 0.46,
+    *,
+    dtype: Any = None,
+    device: Any = None,
+    requires_grad: builtins.bool = False,
+) -> Tensor:
+    if window_length == 1:
+        return Tensor.ones(1, dtype=dtype or dtypes.default_float, device=device)
+    k, n = _window(window_length, periodic, dtype, device)
+    out = alpha - beta * (k * (2 * math.pi / n)).cos()
+    return out.requires_grad_(True) if requires_grad else out
+
+
+def blackman_window(
+    window_length: builtins.int,
+    periodic: builtins.bool = True,
+    *,
+    dtype: Any = None,
+    device: Any = None,
+    requires_grad: builtins.bool = False,
+) -> Tensor:
+    if window_length == 1:
+        return Tensor.ones(1, dtype=dtype or dtypes.default_float, device=device)
+    k, n = _window(window_length, periodic, dtype, device)
+    out = 0.42 - 0.5 * (k * (2 * math.pi / n)).cos() + 0.08 * (k * (4 * math.pi / n)).cos()
+    return out.requires_grad_(True) if requires_grad else out
+
+
+def bartlett_window(
+    window_length: builtins.int,
+    periodic: builtins.bool = True,
+    *,
+    dtype: Any = None,
+    device: Any = None,
+    requires_grad: builtins.bool = False,
+) -> Tensor:
+    if window_length == 1:
+        return Tensor.ones(1, dtype=dtype or dtypes.default_float, device=device)
+    k, n = _window(window_length, periodic, dtype, device)
+    out = 1 - (k * (2 / n) - 1).abs()
+    return out.requires_grad_(True) if requires_grad else out
+
+
+# *** the process: threads, saving, compiling, determinism ***
+
+
+def get_num_threads() -> builtins.int:
+    from lazygrad.device import Device
+
+    return Device["CPU"].threads  # type: ignore[attr-defined]
+
+
+def set_num_threads(n: builtins.int) -> None:
+    """torch.set_num_threads: every later CPU kernel runs on at most `n` threads (THREADS fixes the count compiled in;
+    this caps the team each launch gets)."""
+    from lazygrad.runtime.threads_cpu import set_fixed_team
+
+    if n < 1:
+        raise RuntimeError(f"set_num_threads expects a positive integer, got {n}")
+    set_fixed_team(n if n < get_num_threads() else 0)
+
+
+def save(obj: Any, f: Any, **kwargs: Any) -> None:
+    """torch.save of a state dict (or any nest of tensors and plain data) in torch's zip format."""
+    nn.state.torch_save(obj, f)
+
+
+def load(f: Any, map_location: Any = None, weights_only: Any = None, **kwargs: Any) -> Any:
+    """torch.load of a torch.save file: plain data and tensors, as torch's weights_only=True."""
+    return nn.state.torch_load(f)
+
+
+def compile(model: Any = None, **kwargs: Any) -> Any:
+    """torch.compile: the model or function as it is. lazygrad compiles every realize (fused kernels, cached); wrap a
+    step function in TinyJit to replay it without Python."""
+    return model if model is not None else (lambda m: m)
+
+
+def use_deterministic_algorithms(mode: builtins.bool, *, warn_only: builtins.bool = False) -> None:
+    """Accepted: lazygrad's kernels are deterministic (no atomics; a reduction's order is fixed by its kernel)."""
+
+
+def are_deterministic_algorithms_enabled() -> builtins.bool:
+    return True
+
+
+def set_float32_matmul_precision(precision: str) -> None:
+    """Accepted: float32 matmuls accumulate in float32 (no TF32 on the CPU)."""
+    if precision not in ("highest", "high", "medium"):
+        raise RuntimeError(f"Invalid precision: {precision!r}")
+
+
+def get_float32_matmul_precision() -> str:
+    return "highest"
+
+
+def set_printoptions(**kwargs: Any) -> None:
+    """Accepted: a tensor prints its graph while lazy and its values through .numpy()/.tolist()."""
+
+
+# *** submodules under torch's names ***
+
+cuda = types.ModuleType("lazygrad.cuda", "torch.cuda's questions, answered for lazygrad's CUDA device")
+
+
+def _cuda_available() -> builtins.bool:
+    from lazygrad.device import Device
+
+    try:
+        Device["CUDA"]
+        return True
+    except Exception:
+        return False
+
+
+cuda.is_available = _cuda_available  # type: ignore[attr-defined]
+cuda.device_count = lambda: builtins.int(_cuda_available())  # type: ignore[attr-defined]
+cuda.manual_seed = cuda.manual_seed_all = Tensor.manual_seed  # type: ignore[attr-defined]
+cuda.synchronize = lambda device=None: None  # type: ignore[attr-defined]
+cuda.empty_cache = lambda: None  # type: ignore[attr-defined]
+
+accelerator = types.SimpleNamespace(
+    is_available=_cuda_available,
+    current_accelerator=lambda: DeviceName("cuda") if _cuda_available() else None,
+    device_count=cuda.device_count,  # type: ignore[attr-defined]
+)
+backends = types.SimpleNamespace(
+    cudnn=types.SimpleNamespace(benchmark=False, deterministic=False, enabled=True, allow_tf32=False),
+    cuda=types.SimpleNamespace(matmul=types.SimpleNamespace(allow_tf32=False)),
+    mps=types.SimpleNamespace(is_available=lambda: False),
+)
+
+
+class return_types:  # noqa: N801  (torch's name)
+    max = min = sort = topk = kthvalue = median = mode = cummax = cummin = ValuesIndices
+
+
+def _legacy(d: DType) -> Callable[..., Tensor]:
+    """torch.FloatTensor([1, 2]) / LongTensor(3, 4): the old constructors (data, or a shape of zeros)."""
+
+    def make(*args: Any) -> Tensor:
+        if args and builtins.all(isinstance(a, builtins.int) for a in args):
+            return Tensor.zeros(*args, dtype=d)
+        return Tensor(args[0] if args else [], dtype=d)
+
+    return make
+
+
+FloatTensor, DoubleTensor, HalfTensor = _legacy(dtypes.float32), _legacy(dtypes.float64), _legacy(dtypes.float16)
+LongTensor, IntTensor, ShortTensor = _legacy(dtypes.int64), _legacy(dtypes.int32), _legacy(dtypes.int16)
+ByteTensor, CharTensor, BoolTensor = _legacy(dtypes.uint8), _legacy(dtypes.int8), _legacy(dtypes.bool)
+
+# the submodules as torch's: `torch.optim.Adam`, `import lazygrad.torch.nn.functional as F`, `from
+# lazygrad.torch.utils.data import DataLoader` (the import statement finds each dotted name in sys.modules)
+from lazygrad import amp, autograd, distributions, utils  # noqa: E402
+from lazygrad.nn import init as _init  # noqa: E402
+from lazygrad.utils import checkpoint as _checkpoint  # noqa: E402
+from lazygrad.utils import data as _data  # noqa: E402
+
+cuda.amp = amp  # type: ignore[attr-defined]
+for _alias, _module in {
+    "nn": nn,
+    "nn.functional": F,
+    "nn.init": _init,
+    "nn.utils": nn.utils,
+    "nn.utils.rnn": nn.utils.rnn,
+    "optim": optim,
+    "optim.lr_scheduler": optim.lr_scheduler,
+    "utils": utils,
+    "utils.data": _data,
+    "utils.checkpoint": _checkpoint,
+    "autograd": autograd,
+    "amp": amp,
+    "distributions": distributions,
+    "cuda": cuda,
+}.items():
+    sys.modules[f"{__name__}.{_alias}"] = _module
+del _alias, _module
