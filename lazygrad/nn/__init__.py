@@ -7,11 +7,12 @@ defaults; nothing runs until the first realize (an optimizer's constructor, a fo
 from __future__ import annotations
 
 import math
+from collections import namedtuple
 from typing import Any, Sequence
 
 from lazygrad.dtype import dtypes
 from lazygrad.helpers import make_tuple, prod
-from lazygrad.nn.module import _PARAMETERS, Module
+from lazygrad.nn.module import _PARAMETERS, Module, ModuleList, Sequential
 from lazygrad.tensor import ArgumentError, Tensor, _check_index_values, _replayed
 
 
@@ -387,19 +388,19 @@ class Embedding(Module):
         vocab_size: int | None = None,
         embed_size: int | None = None,
     ):
-        """torch's arguments (padding_idx: that row starts at zero and gets no gradient), or tinygrad's (vocab_size,
-        embed_size) as keywords. max_norm and scale_grad_by_freq are not offered."""
+        """torch's arguments (padding_idx: that row starts at zero and gets no gradient; max_norm renormalizes the
+        looked-up rows of the weight in place; scale_grad_by_freq), or tinygrad's (vocab_size, embed_size) as
+        keywords."""
         num_embeddings = vocab_size if num_embeddings is None else num_embeddings
         embedding_dim = embed_size if embedding_dim is None else embedding_dim
         if num_embeddings is None or embedding_dim is None:
             raise TypeError("Embedding needs num_embeddings and embedding_dim (tinygrad: vocab_size and embed_size)")
-        if max_norm is not None or scale_grad_by_freq:
-            raise NotImplementedError("Embedding's max_norm and scale_grad_by_freq are not supported")
         if padding_idx is not None:
             if not -num_embeddings <= padding_idx < num_embeddings:
                 raise AssertionError("Padding_idx must be within num_embeddings")
             padding_idx %= num_embeddings
         self.num_embeddings, self.embedding_dim, self.padding_idx = num_embeddings, embedding_dim, padding_idx
+        self.max_norm, self.norm_type, self.scale_grad_by_freq = max_norm, norm_type, scale_grad_by_freq
         init = Tensor.randn(num_embeddings, embedding_dim) if _weight is None else _weight
         if padding_idx is not None and _weight is None:
             init = (Tensor.arange(num_embeddings) == padding_idx).unsqueeze(1).where(0.0, init)
@@ -418,7 +419,9 @@ class Embedding(Module):
         if not dtypes.is_int(idx.dtype):
             raise TypeError(f"Embedding needs integer indices, got {idx.dtype}")
         _check_index_values(idx, 0, self.num_embeddings, "Embedding of {} rows", self.num_embeddings)
-        return functional.embedding(idx, self.weight, self.padding_idx)
+        return functional.embedding(
+            idx, self.weight, self.padding_idx, self.max_norm, self.norm_type, self.scale_grad_by_freq
+        )
 
 
 class EmbeddingBag(Module):
@@ -439,8 +442,6 @@ class EmbeddingBag(Module):
         padding_idx: int | None = None,
         _freeze: bool = False,
     ):
-        if max_norm is not None or scale_grad_by_freq:
-            raise NotImplementedError("EmbeddingBag's max_norm and scale_grad_by_freq are not supported")
         if mode not in ("sum", "mean", "max"):
             raise ValueError("mode has to be one of sum, mean or max")
         if padding_idx is not None:
@@ -449,6 +450,7 @@ class EmbeddingBag(Module):
             padding_idx %= num_embeddings
         self.num_embeddings, self.embedding_dim, self.mode = num_embeddings, embedding_dim, mode
         self.include_last_offset, self.padding_idx = include_last_offset, padding_idx
+        self.max_norm, self.norm_type, self.scale_grad_by_freq = max_norm, norm_type, scale_grad_by_freq
         init = Tensor.randn(num_embeddings, embedding_dim) if _weight is None else _weight
         if padding_idx is not None and _weight is None:
             init = (Tensor.arange(num_embeddings) == padding_idx).unsqueeze(1).where(0.0, init)
@@ -468,6 +470,9 @@ class EmbeddingBag(Module):
             input,
             self.weight,
             offsets,
+            self.max_norm,
+            self.norm_type,
+            self.scale_grad_by_freq,
             mode=self.mode,
             per_sample_weights=per_sample_weights,
             include_last_offset=self.include_last_offset,
@@ -543,12 +548,148 @@ class InstanceNorm2d(InstanceNorm):
         affine: bool = False,
         track_running_stats: bool = False,
     ):
-        if track_running_stats:
-            raise NotImplementedError("InstanceNorm with track_running_stats=True is not supported")
         super().__init__(num_features, eps, affine)
+        self.momentum, self.track_running_stats = momentum, track_running_stats
+        if track_running_stats:
+            self.running_mean = _own_buffer(Tensor.zeros(num_features))
+            self.running_var = _own_buffer(Tensor.ones(num_features))
+            self.num_batches_tracked = _own_buffer(Tensor.zeros((), dtype=dtypes.int64))  # in torch's too, never moved
+
+    def __call__(self, x: Tensor) -> Tensor:
+        if not self.track_running_stats:
+            return super().__call__(x)
+        if x.ndim < 3 or x.shape[1] != self.num_features:
+            c = self.num_features
+            raise ValueError(f"InstanceNorm({c}) needs an input (N, {c}, ...), got {x.shape}")
+        training = self._training()
+        momentum = 0.0 if self.momentum is None else self.momentum  # torch's: no cumulative average here
+        stats = (self.running_mean, self.running_var)
+        return functional.instance_norm(x, *stats, self.weight, self.bias, training, momentum, self.eps)
 
 
 InstanceNorm1d = InstanceNorm3d = InstanceNorm2d
+
+
+class _FractionalMaxPool(Module):
+    """torch's FractionalMaxPool2d/3d (functional.fractional_max_pool2d/3d): a fresh sample per call unless
+    _random_samples is given."""
+
+    nd = 2
+
+    def __init__(
+        self,
+        kernel_size: Any,
+        output_size: Any = None,
+        output_ratio: Any = None,
+        return_indices: bool = False,
+        _random_samples: Tensor | None = None,
+    ):
+        name = type(self).__name__
+        if output_size is None and output_ratio is None:
+            raise ValueError(f"{name} requires specifying either an output size, or a pooling ratio")
+        if output_size is not None and output_ratio is not None:
+            raise ValueError("only one of output_size and output_ratio may be specified")
+        ratios = output_ratio if isinstance(output_ratio, (tuple, list)) else (output_ratio,) * self.nd
+        if output_ratio is not None and not all(0 < r < 1 for r in ratios):
+            raise ValueError(f"output_ratio must be between 0 and 1 (got {output_ratio})")
+        self.kernel_size, self.output_size, self.output_ratio = kernel_size, output_size, output_ratio
+        self.return_indices, self._random_samples = return_indices, _random_samples
+
+    def __call__(self, x: Tensor) -> Any:
+        pool = functional.fractional_max_pool2d if self.nd == 2 else functional.fractional_max_pool3d
+        return pool(x, self.kernel_size, self.output_size, self.output_ratio, self.return_indices, self._random_samples)
+
+
+class FractionalMaxPool2d(_FractionalMaxPool):
+    nd = 2
+
+
+class FractionalMaxPool3d(_FractionalMaxPool):
+    nd = 3
+
+
+_ASMoutput = namedtuple("_ASMoutput", ["output", "loss"])
+
+
+class AdaptiveLogSoftmaxWithLoss(Module):
+    """torch's (Grave et al.): a head over the shortlist (classes below cutoffs[0]) and one column per cluster, and a
+    two-layer tail per cluster of classes (hidden size in_features // div_value ** (i + 1)). Every tail runs on the
+    whole batch, and rows outside a cluster are masked out of its value and gradient: which rows fall in which
+    cluster is never read on the host. Target values out of [0, n_classes) are checked with CHECK_INDEX=1, as every
+    index is."""
+
+    def __init__(
+        self, in_features: int, n_classes: int, cutoffs: Sequence[int], div_value: float = 4.0, head_bias: bool = False
+    ):
+        cutoffs = list(cutoffs)
+        if len(cutoffs) == 0:
+            raise ValueError("cutoffs should be a sequence of length larger than 0")
+        if (
+            cutoffs != sorted(cutoffs)
+            or min(cutoffs) <= 0
+            or max(cutoffs) > n_classes - 1
+            or len(set(cutoffs)) != len(cutoffs)
+            or any(int(c) != c for c in cutoffs)
+        ):
+            raise ValueError(
+                "cutoffs should be a sequence of unique, positive integers sorted in an increasing order, where each "
+                "value is between 1 and n_classes-1"
+            )
+        self.in_features, self.n_classes, self.div_value, self.head_bias = in_features, n_classes, div_value, head_bias
+        self.cutoffs = cutoffs + [n_classes]
+        self.shortlist_size, self.n_clusters = cutoffs[0], len(cutoffs)
+        self.head_size = self.shortlist_size + self.n_clusters
+        self.head = Linear(in_features, self.head_size, bias=head_bias)
+        self.tail = ModuleList(
+            Sequential(
+                Linear(in_features, int(in_features // div_value ** (i + 1)), bias=False),
+                Linear(int(in_features // div_value ** (i + 1)), self.cutoffs[i + 1] - self.cutoffs[i], bias=False),
+            )
+            for i in range(self.n_clusters)
+        )
+
+    def __call__(self, input: Tensor, target: Tensor) -> Any:
+        if target.ndim == 1:
+            if input.shape[0] != target.shape[0]:
+                raise RuntimeError("Input and target should have the same size in the batch dimension.")
+            if input.ndim != 2:
+                raise RuntimeError(
+                    f"1D target tensor expects 2D input tensors, but found inputs with size {input.shape}"
+                )
+        elif target.ndim == 0:
+            if input.ndim != 1:
+                raise RuntimeError(
+                    f"0D target tensor expects 1D input tensors, but found inputs with size {input.shape}"
+                )
+        else:
+            raise RuntimeError("0D or 1D target tensor expected, multi-target not supported")
+        _check_index_values(target, 0, self.n_classes, "AdaptiveLogSoftmaxWithLoss of {} classes", self.n_classes)
+        x, t = (input, target) if target.ndim == 1 else (input.unsqueeze(0), target.unsqueeze(0))
+        head = self.head(x).log_softmax(1)
+        # the head's column of each row: its class in the shortlist, its cluster's column otherwise
+        cluster = sum((t >= c).cast(t.dtype) for c in self.cutoffs[1:-1])
+        column = (t < self.shortlist_size).where(t, self.shortlist_size + cluster)
+        output = head.gather(1, column.unsqueeze(1)).squeeze(1)
+        for i, tail in enumerate(self.tail):
+            low, high = self.cutoffs[i], self.cutoffs[i + 1]
+            member = (t >= low) & (t < high)
+            local = tail(x).log_softmax(1).gather(1, member.where(t - low, 0).unsqueeze(1)).squeeze(1)
+            output = output + member.where(local, 0.0)
+        loss = (-output).mean()
+        return _ASMoutput(output if target.ndim == 1 else output.squeeze(0), loss)
+
+    def log_prob(self, input: Tensor) -> Tensor:
+        """The log-probabilities of all n_classes classes, (N, n_classes)."""
+        head = self.head(input).log_softmax(1)
+        parts = [head[:, : self.shortlist_size]]
+        for i, tail in enumerate(self.tail):
+            parts.append(tail(input).log_softmax(1) + head[:, self.shortlist_size + i].unsqueeze(1))
+        return parts[0].cat(*parts[1:], dim=1)
+
+    def predict(self, input: Tensor) -> Tensor:
+        """The most likely class of each row (torch's shortcut through the head gives the same classes), in the
+        default int as every index-returning op."""
+        return self.log_prob(input).argmax(1)
 
 
 # submodules, so that `from lazygrad import nn` gives nn.optim and nn.state as in the examples (they import this file)
@@ -594,6 +735,9 @@ __all__ = [
     "InstanceNorm1d",
     "InstanceNorm2d",
     "InstanceNorm3d",
+    "FractionalMaxPool2d",
+    "FractionalMaxPool3d",
+    "AdaptiveLogSoftmaxWithLoss",
     "Module",
     "functional",
     "init",

@@ -8,11 +8,12 @@ and lazygrad's in-place ops are writes the scheduler orders, not faster kernels)
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Any, Callable, Sequence
 
 from lazygrad.dtype import dtypes
-from lazygrad.helpers import make_tuple
+from lazygrad.helpers import make_tuple, prod
 from lazygrad.tensor import ArgumentError, Tensor
 
 # *** activations ***
@@ -387,6 +388,98 @@ def adaptive_max_pool2d(input: Tensor, output_size: Any, return_indices: bool = 
     return _adaptive(input, output_size, 2, "adaptive_max_pool2d", "max")
 
 
+def _fractional_max_pool(
+    nd: int,
+    input: Tensor,
+    kernel_size: Any,
+    output_size: Any,
+    output_ratio: Any,
+    return_indices: bool,
+    _random_samples: Tensor | None,
+) -> Any:
+    """torch's fractional max pooling (Graham): along each spatial axis, window i of a plane starts at
+    int((i + u) * alpha) - int(u * alpha) with alpha = (in - k) / (out - 1), the last at in - k, for a sample u in
+    [0, 1) per (batch, plane, axis). The windows are gathered axis by axis; the value is the first maximum of each
+    window, picked by argmax so its gradient goes to that element alone, as torch's."""
+    name = f"fractional_max_pool{nd}d"
+    if output_size is None and output_ratio is None:
+        raise ValueError(f"{name} requires specifying either an output_size or an output_ratio")
+    if input.ndim not in (nd + 1, nd + 2):
+        raise IndexError(f"{name}(): expected a {nd + 1}-D or {nd + 2}-D input, got {input.ndim}-D {input.shape}")
+    x = input if input.ndim == nd + 2 else input.unsqueeze(0)
+    n, c, size = x.shape[0], x.shape[1], x.shape[2:]
+    kernel = make_tuple(kernel_size, nd)
+    if output_size is not None:
+        out = make_tuple(output_size, nd)
+    else:
+        ratios = output_ratio if isinstance(output_ratio, (tuple, list)) else (output_ratio,) * nd
+        out = tuple(int(s * r) for s, r in zip(size, ratios))
+    for axis, s, k, o in zip(("time", "height", "width")[3 - nd :], size, kernel, out):
+        # torch's 3-D check is strict: its last window may not reach the input's end
+        if o + k - 1 > s - (nd == 3):
+            where = "fractional_max_pool3d_out()" if nd == 3 else f"{name}()"
+            raise RuntimeError(f"{where}: pool {axis} {k} too large relative to input {axis} {s}")
+    if _random_samples is None:
+        samples = Tensor.rand(n, c, nd, dtype=x.dtype, device=x.device)
+    else:
+        if _random_samples.ndim != 3 or _random_samples.shape[2] != nd or _random_samples.shape[1] != c:
+            raise RuntimeError(
+                f"{name}(): expected _random_samples of shape [N, {c}, {nd}], got {_random_samples.shape}"
+            )
+        if _random_samples.shape[0] < n:
+            raise RuntimeError("Expect _random_samples.size(0) no less then input batch size.")
+        samples = _random_samples[:n].cast(x.dtype)
+    flat = Tensor.zeros(1, 1, *(1,) * (2 * nd), dtype=dtypes.int32, device=x.device)  # each window element's index
+    stride = 1
+    for d in reversed(range(nd)):
+        s, k, o = size[d], kernel[d], out[d]
+        # torch's sample columns: (w, h) in 2-D, (t, h, w) in 3-D
+        u = samples[:, :, 1 - d if nd == 2 else d].unsqueeze(-1)
+        last = Tensor.full((n, c, 1), s - k, dtype=dtypes.int32, device=x.device)
+        if o > 1:
+            i = Tensor.arange(o - 1, device=x.device).cast(x.dtype)
+            alpha = (s - k) / (o - 1)
+            first = ((i + u) * alpha).cast(dtypes.int32) - (u * alpha).cast(dtypes.int32)
+            last = first.cat(last, dim=-1)
+        pos = last.unsqueeze(-1) + Tensor.arange(k, device=x.device, dtype=dtypes.int32)  # (n, c, o, k)
+        index = pos.reshape(n, c, *(1,) * d, o * k, *(1,) * (nd - d - 1))
+        x = x.gather(2 + d, index.expand(*x.shape[: 2 + d], o * k, *x.shape[3 + d :]))
+        place = [n, c] + [1] * (2 * nd)
+        place[2 + 2 * d], place[3 + 2 * d] = o, k
+        flat = flat + pos.reshape(place) * stride
+        stride *= s
+    # (n, c, o0, k0, o1, k1, ...) -> (n, c, o0, o1, ..., k0 * k1 * ...)
+    order = (0, 1, *range(2, 2 + 2 * nd, 2), *range(3, 3 + 2 * nd, 2))
+    windows = x.reshape(n, c, *(v for pair in zip(out, kernel) for v in pair)).permute(order).flatten(2 + nd)
+    first_max = windows.argmax(-1).unsqueeze(-1)
+    value = windows.gather(-1, first_max).squeeze(-1)
+    if input.ndim == nd + 1:
+        value = value.squeeze(0)
+    if not return_indices:
+        return value
+    flat = flat.expand(n, c, *flat.shape[2:]).permute(order).flatten(2 + nd)
+    indices = flat.gather(-1, first_max).squeeze(-1).cast(dtypes.default_int)  # as every pooling index
+    return value, indices if input.ndim == nd + 2 else indices.squeeze(0)
+
+
+def _fractional_max_pool_nd(nd: int) -> Callable[..., Any]:
+    def fractional_max_pool(
+        input: Tensor,
+        kernel_size: Any,
+        output_size: Any = None,
+        output_ratio: Any = None,
+        return_indices: bool = False,
+        _random_samples: Tensor | None = None,
+    ) -> Any:
+        return _fractional_max_pool(nd, input, kernel_size, output_size, output_ratio, return_indices, _random_samples)
+
+    fractional_max_pool.__name__ = fractional_max_pool.__qualname__ = f"fractional_max_pool{nd}d"
+    return fractional_max_pool
+
+
+fractional_max_pool2d, fractional_max_pool3d = _fractional_max_pool_nd(2), _fractional_max_pool_nd(3)
+
+
 def _no_indices(return_indices: bool, name: str) -> None:
     if return_indices:
         raise NotImplementedError(f"{name}(return_indices=True) is not supported; max_pool2d gives indices")
@@ -444,13 +537,28 @@ def _reflect(x: Tensor, low: float, high: float) -> Tensor:
     return (flips % 2 == 0).where(extra + low, high - extra)
 
 
-def _source_coord(coord: Tensor, n: int, padding_mode: str, align_corners: bool) -> Tensor:
-    x = _unnormalize(coord, n, align_corners)
+def _pad_coord(x: Tensor, n: int, padding_mode: str, align_corners: bool) -> Tensor:
+    """A pixel coordinate moved in by the padding mode (border: clipped; reflection: reflected, then clipped)."""
     if padding_mode == "reflection":
         x = _reflect(x, 0, n - 1) if align_corners else _reflect(x, -0.5, n - 0.5)
     if padding_mode in ("border", "reflection"):
         x = x.clip(0, n - 1)
     return x
+
+
+def _cubic_near(x: Any, a: float) -> Any:
+    """The cubic convolution kernel (Keys; a number or a Tensor) at distance |x| <= 1."""
+    return ((a + 2) * x - (a + 3)) * x * x + 1
+
+
+def _cubic_far(x: Any, a: float) -> Any:
+    """The cubic convolution kernel at distance 1 < |x| < 2."""
+    return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
+
+
+def _cubic_weights(t: Tensor) -> list[Tensor]:
+    """The four taps' weights of cubic convolution (a = -0.75, as torch's) at fraction t past the second tap."""
+    return [_cubic_far(t + 1, -0.75), _cubic_near(t, -0.75), _cubic_near(1 - t, -0.75), _cubic_far(2 - t, -0.75)]
 
 
 def grid_sample(
@@ -460,9 +568,10 @@ def grid_sample(
     padding_mode: str = "zeros",
     align_corners: bool | None = None,
 ) -> Tensor:
-    """torch's 2-D grid_sample: input (N, C, H, W) sampled at grid (N, Ho, Wo, 2) (x, y in [-1, 1]), bilinear or
-    nearest, padded with zeros or the border or by reflection. Gradients reach the input and the grid (bilinear).
-    Each corner's values are one gather over the flattened pixels."""
+    """torch's grid_sample: input (N, C, H, W) sampled at grid (N, Ho, Wo, 2) (x, y in [-1, 1]), or (N, C, D, H, W)
+    at (N, Do, Ho, Wo, 3) (x, y, z); bilinear (trilinear in 5-D), nearest, or bicubic (4-D); padded with zeros, the
+    border or by reflection. Gradients reach the input and the grid (except nearest's). Each tap's values are one
+    gather over the flattened pixels. Bicubic, as torch's, pads the 16 taps' coordinates, not the sample point."""
     if mode not in ("bilinear", "nearest", "bicubic"):
         raise ValueError(
             f"nn.functional.grid_sample(): expected mode to be 'bilinear', 'nearest' or 'bicubic', but got: '{mode}'"
@@ -472,38 +581,66 @@ def grid_sample(
             "nn.functional.grid_sample(): expected padding_mode to be 'zeros', 'border', or 'reflection', "
             f"but got: '{padding_mode}'"
         )
-    if mode == "bicubic" or input.ndim != 4:
-        raise NotImplementedError("grid_sample: only 4-D inputs with bilinear or nearest mode are supported")
-    if grid.ndim != 4 or grid.shape[-1] != 2 or grid.shape[0] != input.shape[0]:
+    sizes = f"input with sizes {list(input.shape)} and grid with sizes {list(grid.shape)}"
+    if input.ndim not in (4, 5) or grid.ndim != input.ndim:
         raise RuntimeError(
-            f"grid_sample(): expected grid of shape (N, H_out, W_out, 2) with N={input.shape[0]}, got {grid.shape}"
+            f"grid_sampler(): expected {input.ndim}D input and grid with same number of dimensions, but got {sizes}"
         )
+    nd = input.ndim - 2
+    if grid.shape[-1] != nd:
+        raise RuntimeError(
+            f"grid_sampler(): expected grid to have size {nd} in last dimension, but got grid with sizes "
+            f"{list(grid.shape)}"
+        )
+    if grid.shape[0] != input.shape[0]:
+        raise RuntimeError(f"grid_sampler(): expected grid and input to have same batch size, but got {sizes}")
+    if mode == "bicubic" and nd == 3:
+        raise RuntimeError("grid_sampler(): bicubic interpolation only supports 4D input")
     align = bool(align_corners)
-    n, c, h, w = input.shape
-    ho, wo = grid.shape[1], grid.shape[2]
+    n, c = input.shape[:2]
+    extent = input.shape[:1:-1]  # (w, h(, d)): the axes in the grid's (x, y(, z)) order
+    out_shape = grid.shape[1:-1]
+    m = prod(out_shape)
     grid = grid.cast(input.dtype)
-    x = _source_coord(grid[..., 0], w, padding_mode, align).reshape(n, ho * wo)
-    y = _source_coord(grid[..., 1], h, padding_mode, align).reshape(n, ho * wo)
-    flat = input.reshape(n, c, h * w)
+    flat = input.reshape(n, c, -1)
 
-    def corner(xi: Tensor, yi: Tensor) -> Tensor:
-        inside = (xi >= 0) & (xi <= w - 1) & (yi >= 0) & (yi <= h - 1)
-        index = (yi.clip(0, h - 1) * w + xi.clip(0, w - 1)).cast(dtypes.int32)
-        taken = flat.gather(2, index.unsqueeze(1).expand(n, c, ho * wo))
+    def tap(coords: list[Tensor]) -> Tensor:
+        """The input at whole pixel coordinates (x, y(, z)), each (n, m); zero outside."""
+        inside, index, stride = None, None, 1
+        for k, size in zip(coords, extent):
+            ok = (k >= 0) & (k <= size - 1)
+            inside = ok if inside is None else inside & ok
+            term = k.clip(0, size - 1) * stride
+            index = term if index is None else index + term
+            stride *= size
+        taken = flat.gather(2, index.cast(dtypes.int32).unsqueeze(1).expand(n, c, m))
         return inside.unsqueeze(1).where(taken, 0)
 
-    if mode == "nearest":
-        out = corner(x.round().detach(), y.round().detach())
-    else:
+    points = [_unnormalize(grid[..., i].reshape(n, m), size, align) for i, size in enumerate(extent)]
+    if mode == "bicubic":
+        x, y = points
         x0, y0 = x.floor().detach(), y.floor().detach()
-        wx, wy = (x - x0).unsqueeze(1), (y - y0).unsqueeze(1)
-        out = (
-            corner(x0, y0) * (1 - wx) * (1 - wy)
-            + corner(x0 + 1, y0) * wx * (1 - wy)
-            + corner(x0, y0 + 1) * (1 - wx) * wy
-            + corner(x0 + 1, y0 + 1) * wx * wy
-        )
-    return out.reshape(n, c, ho, wo)
+        wx, wy = _cubic_weights((x - x0).unsqueeze(1)), _cubic_weights((y - y0).unsqueeze(1))
+        xs = [_pad_coord(x0 + i - 1, extent[0], padding_mode, align) for i in range(4)]
+        rows = []
+        for j in range(4):
+            yj = _pad_coord(y0 + j - 1, extent[1], padding_mode, align)
+            rows.append(sum(tap([xs[i], yj]) * wx[i] for i in range(4)))
+        out = sum(rows[j] * wy[j] for j in range(4))
+    else:
+        points = [_pad_coord(p, size, padding_mode, align) for p, size in zip(points, extent)]
+        if mode == "nearest":
+            out = tap([p.round().detach() for p in points])
+        else:
+            lows = [p.floor().detach() for p in points]
+            fracs = [(p - low).unsqueeze(1) for p, low in zip(points, lows)]
+            out = None
+            for bits in itertools.product((0, 1), repeat=nd):  # torch's corner order: x fastest
+                corner = bits[::-1]
+                weight = math.prod(f if b else 1 - f for f, b in zip(fracs, corner))
+                term = tap([low + b for low, b in zip(lows, corner)]) * weight
+                out = term if out is None else out + term
+    return out.reshape(n, c, *out_shape)
 
 
 def interpolate(
@@ -516,8 +653,65 @@ def interpolate(
     antialias: bool = False,
 ) -> Tensor:
     if antialias:
-        raise NotImplementedError("interpolate(antialias=True) is not supported")
+        return _interpolate_antialiased(input, size, scale_factor, mode, align_corners, recompute_scale_factor)
     return input.interpolate(size, scale_factor, mode, align_corners)
+
+
+def _interpolate_antialiased(
+    input: Tensor, size: Any, scale_factor: Any, mode: str, align_corners: bool | None, recompute: bool | None
+) -> Tensor:
+    """torch's antialiased resize (PIL's): along each spatial axis, output pixel i is a normalized weighted sum of the
+    input pixels within support of its center scale * (i + 0.5), the filter (triangle, or cubic with a = -0.5)
+    stretched by the scale when downsampling. The weights are constants of the sizes: one matmul per axis."""
+    if mode not in ("bilinear", "bicubic") or input.ndim != 4:
+        raise ValueError(
+            "Anti-alias option is restricted to bilinear, bicubic, and lanczos modes and requires a 4-D tensor as input"
+        )
+    if not dtypes.is_float(input.dtype):
+        raise NotImplementedError(f"interpolate(antialias=True) of {input.dtype} (torch's fixed point): cast to float")
+    if (size is None) == (scale_factor is None):
+        raise ValueError("only one of size or scale_factor should be defined")
+    ins = input.shape[2:]
+    if size is not None:
+        outs = make_tuple(size, 2)
+        scales = [None, None]
+    else:
+        factors = scale_factor if isinstance(scale_factor, (tuple, list)) else (scale_factor,) * 2
+        outs = tuple(int(math.floor(i * f)) for i, f in zip(ins, factors))
+        scales = [None if recompute else 1 / f for f in factors]
+    x = input
+    for axis in (3, 2):  # width, then height
+        n_in, n_out = ins[axis - 2], outs[axis - 2]
+        if align_corners:
+            scale = (n_in - 1) / (n_out - 1) if n_out > 1 else 0.0
+        else:
+            scale = scales[axis - 2] or n_in / n_out
+        weights = Tensor(_antialias_weights(n_in, n_out, scale, mode == "bicubic"), dtype=x.dtype, device=x.device)
+        x = x @ weights.T if axis == 3 else weights @ x
+    return x
+
+
+def _antialias_weights(n_in: int, n_out: int, scale: float, cubic: bool) -> list[list[float]]:
+    """(n_out, n_in): each output pixel's normalized filter weights over the input pixels."""
+
+    def triangle(t: float) -> float:
+        return max(0.0, 1 - abs(t))
+
+    def keys(t: float) -> float:  # cubic convolution, a = -0.5 (PIL's, torch's antialiased bicubic)
+        t = abs(t)
+        return _cubic_near(t, -0.5) if t < 1 else _cubic_far(t, -0.5) if t < 2 else 0.0
+
+    kernel, half = (keys, 2.0) if cubic else (triangle, 1.0)
+    support = half * scale if scale >= 1 else half
+    stretch = 1 / scale if scale >= 1 else 1.0
+    rows = []
+    for i in range(n_out):
+        center = scale * (i + 0.5)
+        low, high = max(int(center - support + 0.5), 0), min(int(center + support + 0.5), n_in)
+        taps = [kernel((j - center + 0.5) * stretch) for j in range(low, high)]
+        total = sum(taps) or 1.0
+        rows.append([0.0] * low + [t / total for t in taps] + [0.0] * (n_in - high))
+    return rows
 
 
 def pixel_shuffle(input: Tensor, upscale_factor: int) -> Tensor:
@@ -551,17 +745,38 @@ def embedding(
     scale_grad_by_freq: bool = False,
     sparse: bool = False,
 ) -> Tensor:
-    if max_norm is not None or scale_grad_by_freq:
-        raise NotImplementedError("embedding's max_norm and scale_grad_by_freq are not supported")
+    """torch's: max_norm renormalizes the looked-up rows of weight in place first (no gradient through that), to norm
+    max_norm where their norm_type-norm is larger; scale_grad_by_freq divides each row's gradient by its count in
+    input."""
     if not dtypes.is_int(input.dtype):
         raise TypeError(f"embedding: expected integer indices, got {input.dtype}")
     # a one-hot matmul: a gather the scheduler fuses, with the scatter-add gradient for free
     hit = input.unsqueeze(-1) == Tensor.arange(weight.shape[0], device=input.device)
+    if max_norm is not None:
+        _embedding_renorm(weight, hit, max_norm, norm_type)
+    if scale_grad_by_freq:
+        # the same values (w + 0), and the gradient of each row divided by how often it was looked up
+        count = hit.reshape(-1, weight.shape[0]).sum(0).maximum(1).unsqueeze(1).cast(weight.dtype)
+        weight = weight.detach() + (weight - weight.detach()) / count
     if padding_idx is not None:  # the padding row gets no gradient
         row = padding_idx % weight.shape[0]
         keep = (Tensor.arange(weight.shape[0], device=weight.device) != row).unsqueeze(-1)
         weight = keep.where(weight, weight.detach())
     return hit.cast(weight.dtype) @ weight
+
+
+def _embedding_renorm(weight: Tensor, hit: Tensor, max_norm: float, norm_type: float) -> None:
+    """torch's embedding_renorm_: each looked-up row whose norm is over max_norm scaled by max_norm / (norm + 1e-7)."""
+    w = weight.detach()
+    looked_up = hit.reshape(-1, weight.shape[0]).any(0)
+    if norm_type == math.inf:
+        norm = w.abs().max(1)
+    elif norm_type == 0:
+        norm = (w != 0).sum(1).cast(w.dtype)
+    else:
+        norm = w.abs().pow(norm_type).sum(1).pow(1 / norm_type)
+    scale = (looked_up & (norm > max_norm)).where(max_norm / (norm + 1e-7), 1.0)
+    weight.assign((w * scale.unsqueeze(1).cast(w.dtype)).cast(weight.dtype))
 
 
 def embedding_bag(
@@ -581,8 +796,6 @@ def embedding_bag(
     embeddings are summed (weighted by per_sample_weights), averaged or maxed; an empty bag gives zeros, padding_idx
     entries count for nothing. The bags are a membership mask (bags x entries) built from the offsets on the device,
     so the offsets' values are never read on the host; the sum is one matmul of that mask with the embeddings."""
-    if max_norm is not None or scale_grad_by_freq:
-        raise NotImplementedError("embedding_bag's max_norm and scale_grad_by_freq are not supported")
     if mode not in ("sum", "mean", "max"):
         raise ValueError("mode has to be one of sum, mean or max")
     if per_sample_weights is not None and mode != "sum":
@@ -597,7 +810,7 @@ def embedding_bag(
             f"embedding_bag: per_sample_weights of shape {per_sample_weights.shape} must have the input's shape "
             f"{input.shape}"
         )
-    rows = embedding(input.flatten(), weight, padding_idx)  # (entries, dim)
+    rows = embedding(input.flatten(), weight, padding_idx, max_norm, norm_type, scale_grad_by_freq)  # (entries, dim)
     keep = None if padding_idx is None else input != padding_idx % weight.shape[0]
     if input.ndim == 2:
         if offsets is not None:
@@ -731,10 +944,26 @@ def instance_norm(
     momentum: float = 0.1,
     eps: float = 1e-5,
 ) -> Tensor:
-    if running_mean is not None or running_var is not None or not use_input_stats:
-        raise NotImplementedError("instance_norm with running statistics is not supported")
-    out = input.reshape(*input.shape[:2], -1).layernorm(-1, eps).reshape(input.shape)
+    """torch's: each (sample, channel) plane normalized with its own statistics, and running statistics (when given)
+    moved in place toward their means over the batch (the variance unbiased per plane); use_input_stats=False
+    normalizes with the running statistics instead."""
     shape = (1, -1) + (1,) * (input.ndim - 2)
+    if not use_input_stats:
+        if running_mean is None or running_var is None:
+            raise ValueError("Expected running_mean and running_var to be defined when use_input_stats is false")
+        out = (input - running_mean.reshape(shape)) * (running_var.reshape(shape) + eps).rsqrt()
+    else:
+        planes = input.reshape(*input.shape[:2], -1)
+        out = planes.layernorm(-1, eps).reshape(input.shape)
+        n = planes.shape[-1]
+        if n == 1:
+            raise ValueError(f"Expected more than 1 spatial element when training, got input size {list(input.shape)}")
+        if running_mean is not None:
+            mean = planes.detach().mean(-1).mean(0)
+            running_mean.assign((1 - momentum) * running_mean + momentum * mean)
+        if running_var is not None:
+            var = planes.detach().var(-1, correction=1).mean(0)
+            running_var.assign((1 - momentum) * running_var + momentum * var)
     if weight is not None:
         out = out * weight.reshape(shape)
     return out if bias is None else out + bias.reshape(shape)

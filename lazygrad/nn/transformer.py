@@ -49,8 +49,6 @@ class MultiheadAttention(Module):
         super().__init__()
         if embed_dim <= 0 or num_heads <= 0 or embed_dim % num_heads:
             raise ValueError(f"embed_dim {embed_dim} must be divisible by num_heads {num_heads} (both positive)")
-        if add_bias_kv or add_zero_attn:
-            raise NotImplementedError("MultiheadAttention's add_bias_kv and add_zero_attn are not supported")
         self.embed_dim, self.num_heads, self.dropout, self.batch_first = embed_dim, num_heads, dropout, batch_first
         self.kdim, self.vdim = kdim or embed_dim, vdim or embed_dim
         self.head_dim = embed_dim // num_heads
@@ -62,9 +60,16 @@ class MultiheadAttention(Module):
             self.k_proj_weight = _xavier_uniform(embed_dim, self.kdim)
             self.v_proj_weight = _xavier_uniform(embed_dim, self.vdim)
         self.in_proj_bias = _own_buffer(Tensor.zeros(3 * embed_dim), requires_grad=True) if bias else None
+        # add_bias_kv: one more key and value, learned (torch's init: xavier_normal_ of (1, 1, E), std 1/sqrt(E)); made
+        # before out_proj, as torch's state dict lists them
+        self.bias_k = self.bias_v = None
+        if add_bias_kv:
+            self.bias_k = _own_buffer(Tensor.randn(1, 1, embed_dim) * (1 / math.sqrt(embed_dim)), requires_grad=True)
+            self.bias_v = _own_buffer(Tensor.randn(1, 1, embed_dim) * (1 / math.sqrt(embed_dim)), requires_grad=True)
         self.out_proj = Linear(embed_dim, embed_dim, bias=bias)
         if bias:
             self.out_proj.bias.assign(Tensor.zeros(embed_dim))
+        self.add_zero_attn = add_zero_attn  # one more key and value of zeros
 
     def _projections(self, query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         e = self.embed_dim
@@ -104,15 +109,23 @@ class MultiheadAttention(Module):
         q, k, v = self._projections(query, key, value)
         # (L, N, E) -> (N, H, L, D)
         q, k, v = (t.reshape(t.shape[0], n, h, d).permute(1, 2, 0, 3) for t in (q, k, v))
+        if self.bias_k is not None and self.bias_v is not None:
+            k = k.cat(self.bias_k.reshape(1, h, 1, d).expand(n, h, 1, d), dim=2)
+            v = v.cat(self.bias_v.reshape(1, h, 1, d).expand(n, h, 1, d), dim=2)
+        if self.add_zero_attn:
+            k, v = k.pad((0, 0, 0, 1)), v.pad((0, 0, 0, 1))
+        extra = k.shape[2] - src  # keys appended, which every mask allows
         scores = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(d))
         if attn_mask is None and is_causal:
             attn_mask = Tensor.ones(tgt, src, dtype=dtypes.bool, device=query.device).triu(1)
         mask = _as_additive(attn_mask, scores.dtype)
         if mask is not None:
-            scores = scores + (mask.reshape(n, h, tgt, src) if mask.ndim == 3 else mask)
+            mask = mask.pad((0, extra)) if extra else mask
+            scores = scores + (mask.reshape(n, h, tgt, src + extra) if mask.ndim == 3 else mask)
         pad = _as_additive(key_padding_mask, scores.dtype)
         if pad is not None:
-            scores = scores + pad.reshape(n, 1, 1, src)
+            pad = pad.pad((0, extra)) if extra else pad
+            scores = scores + pad.reshape(n, 1, 1, src + extra)
         weights = scores.softmax(-1)
         attn = F.dropout(weights, self.dropout, self._training()) if self.dropout else weights
         out = (attn @ v).permute(2, 0, 1, 3).reshape(tgt, n, self.embed_dim)  # (L, N, E)

@@ -7,14 +7,31 @@ may define `__getitems__(indices)` to give a whole batch at once, as in torch.
 
 Randomness: shuffles and splits draw their seed from the library's random state, so `Tensor.manual_seed(s)` makes
 them repeat (as torch.manual_seed does for torch's); a `generator` (an int seed or a `random.Random`) overrides it.
-Batches are built in the calling thread: `num_workers`, `pin_memory`, `prefetch_factor` and `persistent_workers` are
-taken for torch's signature (the work per batch is building a lazy graph; the kernels run in parallel anyway)."""
+With `num_workers=0` batches are built in the calling thread (a TensorDataset's batch is one lazy gather, and the
+kernels use every core anyway). With `num_workers > 0` there are worker processes as in torch (fork by default on
+Linux, or `multiprocessing_context`): the parent iterates the sampler and sends each batch's indices to the workers in
+turn, `prefetch_factor` batches ahead per worker; a worker runs `dataset[i]` and `collate_fn` and the parent yields the
+batches in sampler order (`in_order=False`: as they come). The default collate stacks in a worker with numpy and the
+parent makes each leaf a Tensor, so a worker that indexes numpy data runs no kernel; a lazygrad Tensor in a sample or
+in a custom collate_fn's batch is read out in the worker (`.numpy()`, a kernel there) and made a Tensor again in the
+parent. `get_worker_info()` shards an IterableDataset; an exception in a worker is raised again in the parent with the
+worker's traceback; the workers stop when the iterator is dropped or read to its end (`persistent_workers=True`: when
+the loader is dropped). `pin_memory` is taken for torch's signature and ignored: there is no pinned memory on the
+CPU, and a host-to-device copy starts from any host buffer."""
 
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
+import multiprocessing
+import os
+import pickle
+import queue
 import random
+import sys
+import traceback
+from dataclasses import dataclass
 from typing import Any, Callable, Generic, Iterable, Iterator, Sequence, TypeVar
 
 from lazygrad.dtype import dtypes
@@ -284,29 +301,39 @@ class DistributedSampler(Sampler[int]):
 
 def default_collate(batch: list[Any]) -> Any:
     """torch's default_collate: a list of samples -> one batch of the same structure."""
-    first = batch[0]
-    if isinstance(first, Tensor):
+    return _collate(batch, _tensor_leaf)
+
+
+def _tensor_leaf(kind: str, batch: list[Any]) -> Tensor:
+    if kind == "tensor":
         return Tensor.stack(list(batch), dim=0)
-    if isinstance(first, bool):
-        return Tensor(list(batch), dtype=dtypes.bool)
-    if isinstance(first, int):
-        return Tensor(list(batch), dtype=dtypes.int64)
-    if isinstance(first, float):
-        return Tensor(list(batch), dtype=dtypes.float64)
-    if isinstance(first, (str, bytes)):
-        return list(batch)
-    if type(first).__module__ == "numpy":  # arrays and numpy scalars: data in, as Tensor(np.stack(...))
+    if kind == "numpy":  # arrays and numpy scalars: data in, as Tensor(np.stack(...))
         import numpy as np
 
         return Tensor(np.stack([np.asarray(b) for b in batch]))
+    return Tensor(list(batch), dtype={"bool": dtypes.bool, "int": dtypes.int64, "float": dtypes.float64}[kind])
+
+
+def _collate(batch: list[Any], leaf: Callable[[str, list[Any]], Any]) -> Any:
+    """The structure of default_collate; `leaf` makes each stacked leaf (a Tensor here, numpy in a worker)."""
+    first = batch[0]
+    if isinstance(first, Tensor):
+        return leaf("tensor", batch)
+    for kind, typ in (("bool", bool), ("int", int), ("float", float)):  # bool first: it is an int
+        if isinstance(first, typ):
+            return leaf(kind, batch)
+    if isinstance(first, (str, bytes)):
+        return list(batch)
+    if type(first).__module__ == "numpy":
+        return leaf("numpy", batch)
     if isinstance(first, dict):
-        return {k: default_collate([b[k] for b in batch]) for k in first}
+        return {k: _collate([b[k] for b in batch], leaf) for k in first}
     if isinstance(first, tuple) and hasattr(first, "_fields"):  # a namedtuple
-        return type(first)(*(default_collate(list(s)) for s in zip(*batch)))
+        return type(first)(*(_collate(list(s), leaf) for s in zip(*batch)))
     if isinstance(first, (tuple, list)):
         if any(len(b) != len(first) for b in batch):
             raise RuntimeError("each element in list of batch should be of equal size")
-        return [default_collate(list(s)) for s in zip(*batch)]
+        return [_collate(list(s), leaf) for s in zip(*batch)]
     raise TypeError(
         f"default_collate: batch must contain tensors, numbers, numpy arrays, dicts or lists; found {type(first)}"
     )
@@ -340,8 +367,23 @@ class DataLoader(Generic[T]):
     ):
         if num_workers < 0:
             raise ValueError("num_workers option should be non-negative; use num_workers=0 to disable multiprocessing.")
+        if timeout < 0:
+            raise ValueError("timeout option should be non-negative")
+        if num_workers == 0 and prefetch_factor is not None:
+            raise ValueError(
+                "prefetch_factor option could only be specified in multiprocessing."
+                "let num_workers > 0 to enable multiprocessing, otherwise set prefetch_factor to None."
+            )
+        if prefetch_factor is not None and prefetch_factor < 0:
+            raise ValueError("prefetch_factor option should be non-negative")
+        if persistent_workers and num_workers == 0:
+            raise ValueError("persistent_workers option needs num_workers > 0")
         self.dataset, self.batch_size, self.drop_last, self.generator = dataset, batch_size, drop_last, generator
         self.num_workers, self.pin_memory, self.timeout = num_workers, pin_memory, timeout
+        self.prefetch_factor = 2 if num_workers > 0 and prefetch_factor is None else prefetch_factor
+        self.persistent_workers, self.worker_init_fn, self.in_order = persistent_workers, worker_init_fn, in_order
+        self.multiprocessing_context = _mp_context(multiprocessing_context, num_workers)
+        self._workers: _WorkerIter | None = None
         iterable = isinstance(dataset, IterableDataset)
         if iterable and (shuffle or sampler is not None or batch_sampler is not None):
             raise ValueError("DataLoader with IterableDataset: expected unspecified shuffle, sampler and batch_sampler")
@@ -362,17 +404,19 @@ class DataLoader(Generic[T]):
         self.sampler, self.batch_sampler = sampler, batch_sampler
         self._auto_collation = batch_sampler is not None or (iterable and batch_size is not None)
         self.collate_fn = collate_fn or (default_collate if self._auto_collation else default_convert)
-        if worker_init_fn is not None:
-            worker_init_fn(0)  # the one "worker" is the calling thread
-
-    def _fetch(self, indices: list[int]) -> Any:
-        if hasattr(self.dataset, "__getitems__") and self.collate_fn is default_collate:
-            batch = self.dataset.__getitems__(indices)
-            # a TensorDataset's batch (or a Subset's of one) is collated already: one gather per tensor
-            return list(batch) if _is_batched(self.dataset) else self.collate_fn(batch)
-        return self.collate_fn([self.dataset[i] for i in indices])
 
     def __iter__(self) -> Iterator[Any]:
+        if self.num_workers == 0:
+            return self._batches()
+        if not self.persistent_workers:
+            return _WorkerIter(self)
+        if self._workers is None:
+            self._workers = _WorkerIter(self)
+        else:
+            self._workers.reset()
+        return self._workers
+
+    def _batches(self) -> Iterator[Any]:
         if isinstance(self.dataset, IterableDataset):
             yield from self._iter_iterable()
             return
@@ -381,7 +425,7 @@ class DataLoader(Generic[T]):
                 yield self.collate_fn(self.dataset[i])
             return
         for indices in self.batch_sampler:
-            yield self._fetch(list(indices))
+            yield _fetch(self.dataset, list(indices), self.collate_fn)
 
     def _iter_iterable(self) -> Iterator[Any]:
         if self.batch_size is None:
@@ -406,6 +450,14 @@ class DataLoader(Generic[T]):
         return len(self.batch_sampler if self.batch_sampler is not None else self.sampler)  # type: ignore[arg-type]
 
 
+def _fetch(dataset: Any, indices: list[int], collate: Callable) -> Any:
+    if hasattr(dataset, "__getitems__") and collate in (default_collate, _numpy_collate):
+        batch = dataset.__getitems__(indices)
+        # a TensorDataset's batch (or a Subset's of one) is collated already: one gather per tensor
+        return list(batch) if _is_batched(dataset) else collate(batch)
+    return collate([dataset[i] for i in indices])
+
+
 def _is_batched(dataset: Any) -> bool:
     """A Subset over a TensorDataset gives a collated batch through __getitems__ too."""
     while isinstance(dataset, Subset):
@@ -413,9 +465,305 @@ def _is_batched(dataset: Any) -> bool:
     return isinstance(dataset, TensorDataset)
 
 
-def get_worker_info() -> None:
-    """None: batches are made in the calling process (torch's answer outside a worker)."""
-    return None
+# *** worker processes ***
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    id: int
+    num_workers: int
+    seed: int
+    dataset: Any
+
+
+_worker_info: WorkerInfo | None = None
+
+
+def get_worker_info() -> WorkerInfo | None:
+    """In a DataLoader worker: its id, the number of workers, its seed and its copy of the dataset (an
+    IterableDataset shards itself by these); None in any other process, as torch."""
+    return _worker_info
+
+
+def _mp_context(context: Any, num_workers: int) -> Any:
+    """torch's checks; the default is fork where the platform has it (torch's default on Linux)."""
+    if context is None:
+        return None
+    if num_workers == 0:
+        raise ValueError(
+            "multiprocessing_context can only be used with multi-process loading (num_workers > 0), "
+            f"but got num_workers={num_workers}"
+        )
+    if isinstance(context, str):
+        methods = multiprocessing.get_all_start_methods()
+        if context not in methods:
+            raise ValueError(
+                f"multiprocessing_context option should specify a valid start method in {methods!r}, but got "
+                f"multiprocessing_context={context!r}"
+            )
+        return multiprocessing.get_context(context)
+    if not isinstance(context, multiprocessing.context.BaseContext):
+        raise TypeError(
+            "multiprocessing_context option should be a valid context object or a string specifying the start "
+            f"method, but got multiprocessing_context={context}"
+        )
+    return context
+
+
+class _Sent:
+    """A Tensor leaf of a worker's batch on its way to the parent, as numpy; the parent makes it a Tensor."""
+
+    def __init__(self, array: Any):
+        self.array = array
+
+
+def _numpy_leaf(kind: str, batch: list[Any]) -> _Sent:
+    import numpy as np
+
+    if kind == "tensor":
+        return _Sent(np.stack([t.numpy() for t in batch]))
+    if kind == "numpy":
+        return _Sent(np.stack([np.asarray(b) for b in batch]))
+    return _Sent(np.array(batch, dtype={"bool": np.bool_, "int": np.int64, "float": np.float64}[kind]))
+
+
+def _numpy_collate(batch: list[Any]) -> Any:
+    """default_collate in a worker: numpy leaves, made Tensors in the parent."""
+    return _collate(batch, _numpy_leaf)
+
+
+def _map_leaves(data: Any, fn: Callable[[Any], Any]) -> Any:
+    if isinstance(data, dict):
+        return {k: _map_leaves(v, fn) for k, v in data.items()}
+    if isinstance(data, tuple) and hasattr(data, "_fields"):
+        return type(data)(*(_map_leaves(v, fn) for v in data))
+    if isinstance(data, (tuple, list)):
+        return type(data)(_map_leaves(v, fn) for v in data)
+    return fn(data)
+
+
+def _send_tensor(x: Any) -> Any:
+    return _Sent(x.numpy()) if isinstance(x, Tensor) else x
+
+
+def _receive_tensor(x: Any) -> Any:
+    return Tensor(x.array) if isinstance(x, _Sent) else x
+
+
+class _Failure:
+    """An exception raised in a worker, re-raised in the parent with the worker's traceback (as torch's
+    ExceptionWrapper: the same class when it takes one message, RuntimeError otherwise)."""
+
+    def __init__(self, worker_id: int):
+        typ = sys.exc_info()[0]
+        where = f"in DataLoader worker process {worker_id}"
+        self.text = f"Caught {typ.__name__} {where}.\nOriginal {traceback.format_exc()}"
+        try:
+            pickle.dumps(typ)
+            self.typ = typ
+        except Exception:
+            self.typ = RuntimeError
+
+    def reraise(self) -> None:
+        try:
+            error = self.typ(self.text)
+        except Exception:
+            raise RuntimeError(self.text) from None
+        raise error
+
+
+_EXHAUSTED = "exhausted"  # an IterableDataset worker has no more batches
+
+
+def _worker_loop(
+    loader: dict, worker_id: int, num_workers: int, seed: int, tasks: Any, results: Any, parent: int
+) -> None:
+    """One worker: takes (epoch, task id, indices) until None, answers (epoch, task id, pickled batch)."""
+    global _worker_info
+    dataset = loader["dataset"]
+    random.seed(seed)
+    Tensor.manual_seed(seed)
+    _worker_info = WorkerInfo(worker_id, num_workers, seed, dataset)
+    collate = loader["collate_fn"]
+    failed = None
+    try:
+        if loader["worker_init_fn"] is not None:
+            loader["worker_init_fn"](worker_id)
+    except Exception:
+        failed = _Failure(worker_id)  # reported at the first batch, as torch
+    epoch, samples = None, None
+    try:
+        while True:
+            if not tasks.poll(1.0):
+                if os.getppid() != parent:  # the parent died without shutting us down
+                    break
+                continue
+            task = tasks.recv()
+            if task is None:
+                break
+            task_epoch, task_id, index = task
+            if failed is not None:
+                results.put((task_epoch, task_id, failed))
+                continue
+            try:
+                if index is None:  # an IterableDataset: the next batch of this worker's own iterator
+                    if task_epoch != epoch:
+                        epoch, samples = task_epoch, iter(dataset)
+                    size = loader["batch_size"] or 1
+                    batch = list(itertools.islice(samples, size))
+                    if not batch or (loader["drop_last"] and len(batch) < size):
+                        samples = iter(())
+                        results.put((task_epoch, task_id, _EXHAUSTED))
+                        continue
+                    data = collate(batch) if loader["batch_size"] is not None else collate(batch[0])
+                elif isinstance(index, list):
+                    data = _fetch(dataset, index, collate)
+                else:
+                    data = collate(dataset[index])
+                answer: Any = pickle.dumps(_map_leaves(data, _send_tensor), protocol=pickle.HIGHEST_PROTOCOL)
+            except Exception:
+                answer = _Failure(worker_id)
+            results.put((task_epoch, task_id, answer))
+    except KeyboardInterrupt:
+        pass
+    results.cancel_join_thread()  # a batch the parent will not read does not hold up the exit
+
+
+class _WorkerIter:
+    """The batches of a DataLoader with num_workers > 0. The parent iterates the sampler and hands each batch's
+    indices to the workers in turn, at most prefetch_factor batches ahead per worker, and yields the answers in
+    sampler order. Workers stop when the iterator is dropped (or, with persistent_workers, the loader)."""
+
+    def __init__(self, loader: DataLoader):
+        self.loader, self.iterable = loader, isinstance(loader.dataset, IterableDataset)
+        fork = "fork" in multiprocessing.get_all_start_methods()
+        ctx = loader.multiprocessing_context or (multiprocessing.get_context("fork") if fork else multiprocessing)
+        n = loader.num_workers
+        collate = loader.collate_fn
+        if collate is default_collate:  # numpy leaves: a worker that only indexes numpy data runs no kernel
+            collate = _numpy_collate
+        config = {
+            "dataset": loader.dataset,
+            "collate_fn": collate,
+            "batch_size": loader.batch_size,
+            "drop_last": loader.drop_last,
+            "worker_init_fn": loader.worker_init_fn,
+        }
+        seed = _rng(loader.generator).randrange(2**62)
+        # a pipe per worker, not a Queue: a Queue's feeder thread is closed by its finalizer, and a shutdown
+        # from the garbage collector (the iterator in a cycle) found it closed and the workers never told to stop
+        pipes = [ctx.Pipe(duplex=False) for _ in range(n)]
+        self.results, self.tasks = ctx.Queue(), [send for _, send in pipes]
+        self.workers = [
+            ctx.Process(
+                target=_worker_loop,
+                args=(config, i, n, seed + i, pipes[i][0], self.results, os.getpid()),
+                daemon=True,
+            )
+            for i in range(n)
+        ]
+        for w in self.workers:
+            w.start()
+        self.epoch = -1
+        self.reset()
+
+    def reset(self) -> None:
+        self.epoch += 1
+        self.sent = 0
+        self.pending: dict[int, int] = {}  # task id -> worker
+        self.arrived: dict[int, Any] = {}
+        self.active = [True] * len(self.workers)
+        self.turn = 0
+        loader = self.loader
+        self.indices = None if self.iterable else iter(loader.batch_sampler or loader.sampler)  # type: ignore[arg-type]
+        for _ in range(max(1, loader.prefetch_factor) * len(self.workers)):  # type: ignore[operator]
+            self._send()
+
+    def _send(self) -> None:
+        n = len(self.workers)
+        for k in range(n):
+            w = (self.turn + k) % n
+            if self.active[w]:
+                break
+        else:
+            return
+        index = None
+        if self.indices is not None:
+            index = next(self.indices, _EXHAUSTED)
+            if index is _EXHAUSTED:
+                return
+            index = list(index) if self.loader.batch_sampler is not None else index
+        self.tasks[w].send((self.epoch, self.sent, index))
+        self.pending[self.sent] = w
+        self.sent += 1
+        self.turn = w + 1
+
+    def __iter__(self) -> _WorkerIter:
+        return self
+
+    def __next__(self) -> Any:
+        while self.pending:
+            first = min(self.pending) if self.loader.in_order else next(iter(self.arrived), None)
+            if first not in self.arrived:
+                self._receive()
+                continue
+            answer = self.arrived.pop(first)
+            del self.pending[first]
+            if answer == _EXHAUSTED:
+                continue
+            self._send()
+            if isinstance(answer, _Failure):
+                answer.reraise()
+            return _map_leaves(pickle.loads(answer), _receive_tensor)
+        if not self.loader.persistent_workers:
+            self.shutdown()
+        raise StopIteration
+
+    def _receive(self) -> None:
+        waited, timeout = 0.0, self.loader.timeout
+        while True:
+            try:
+                epoch, task, answer = self.results.get(timeout=1.0 if not timeout else min(1.0, timeout - waited))
+                break
+            except queue.Empty:
+                waited += 1.0 if not timeout else min(1.0, timeout - waited)
+                dead = [w.pid for w in self.workers if w.exitcode is not None]
+                if dead:
+                    raise RuntimeError(f"DataLoader worker (pid(s) {dead}) exited unexpectedly") from None
+                if timeout and waited >= timeout:
+                    raise RuntimeError(f"DataLoader timed out after {timeout} seconds") from None
+        if epoch != self.epoch:  # an answer to an epoch left early (persistent workers)
+            return
+        if answer == _EXHAUSTED:
+            self.active[self.pending[task]] = False
+        self.arrived[task] = answer
+
+    def shutdown(self) -> None:
+        if not getattr(self, "workers", None):  # (none started: __init__ failed before)
+            return
+        for send in self.tasks:
+            try:
+                send.send(None)
+            except OSError:  # a worker that died
+                pass
+        for w in self.workers:
+            if w.pid is None:  # never started (a dataset spawn could not pickle)
+                continue
+            w.join(timeout=5)
+            if w.is_alive():
+                w.terminate()
+                w.join()
+        for send in self.tasks:
+            send.close()
+        self.results.cancel_join_thread()
+        self.results.close()
+        self.workers = []
+
+    def __del__(self) -> None:
+        self.shutdown()
+
+    def __len__(self) -> int:
+        return len(self.loader)
 
 
 __all__ = [
@@ -436,4 +784,5 @@ __all__ = [
     "default_collate",
     "default_convert",
     "get_worker_info",
+    "WorkerInfo",
 ]

@@ -49,6 +49,10 @@ def _inputs(*shapes: tuple[int, ...]) -> tuple[list[Tensor], list[torch.Tensor]]
         ({}, {"attn_mask": "bool"}),
         ({"batch_first": True}, {"attn_mask": "float", "key_padding_mask": True}),
         ({}, {"attn_mask": "causal", "is_causal": True}),
+        ({"add_bias_kv": True}, {"attn_mask": "bool", "key_padding_mask": True}),
+        ({"add_zero_attn": True, "batch_first": True}, {"attn_mask": "float", "average_attn_weights": False}),
+        ({"add_bias_kv": True, "add_zero_attn": True, "kdim": 6, "vdim": 5}, {"key_padding_mask": True}),
+        ({"add_bias_kv": True, "add_zero_attn": True}, {"attn_mask": "causal", "is_causal": True}),
     ],
 )
 def test_multihead_attention_matches_torch(kwargs: dict, call: dict) -> None:
