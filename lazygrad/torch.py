@@ -625,6 +625,8 @@ for _alias, _module in {
     "nn.init": _init,
     "nn.utils": nn.utils,
     "nn.utils.rnn": nn.utils.rnn,
+    "nn.utils.parametrize": nn.utils.parametrize,
+    "nn.utils.parametrizations": nn.utils.parametrizations,
     "optim": optim,
     "optim.lr_scheduler": optim.lr_scheduler,
     "utils": utils,

@@ -508,6 +508,13 @@ class _Named:
     def items(self) -> Any:
         return self._dict.items()
 
+    def __getattr__(self, name: str) -> Any:
+        # torch's attribute access by key (model.parametrizations.weight); only called where no attribute is found
+        entries = self.__dict__.get("_dict")
+        if entries is not None and name in entries:
+            return entries[name]
+        raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
+
 
 class ModuleDict(_Named, Module):
     def __init__(self, modules: dict[str, Module] | None = None):

@@ -179,3 +179,84 @@ def test_spectral_norm_trains_as_torchs(layer, args, xs) -> None:
         nn.utils.spectral_norm(nn.Linear(2, 2), n_power_iterations=0)
     with pytest.raises(RuntimeError, match="two"):
         nn.utils.weight_norm(nn.utils.weight_norm(nn.Linear(2, 2)))
+
+
+# *** parametrize and parametrizations (torch's current forms) ***
+
+
+@pytest.mark.parametrize("layer,args,xs", _REPARAM_LAYERS)
+@pytest.mark.parametrize("kind", ["weight_norm", "spectral_norm"])
+def test_parametrizations_train_as_torchs(layer, args, xs, kind) -> None:
+    """torch.nn.utils.parametrizations.weight_norm / spectral_norm: torch's class name (ParametrizedLinear), state dict
+    and parameter names; from torch's state, 3 SGD steps and the eval output are torch's; remove_parametrizations
+    leaves torch's weight as a plain parameter and the layer's own class."""
+    from torch.nn.utils import parametrizations as tp
+    from torch.nn.utils import parametrize as tz
+
+    from lazygrad.nn.utils import parametrizations as lp
+    from lazygrad.nn.utils import parametrize as lz
+
+    torch.manual_seed(0)
+    ref, ours = getattr(tp, kind)(getattr(torch.nn, layer)(*args)), getattr(lp, kind)(getattr(nn, layer)(*args))
+    assert type(ours).__name__ == type(ref).__name__ == f"Parametrized{layer}"
+    assert sorted(ours.state_dict()) == sorted(ref.state_dict())
+    assert sorted(n for n, _ in ours.named_parameters()) == sorted(n for n, _ in ref.named_parameters())
+    ours.load_state_dict({k: Tensor(v.detach().numpy()) for k, v in ref.state_dict().items()})
+    assert lz.is_parametrized(ours) and lz.is_parametrized(ours, "weight") and not lz.is_parametrized(ours, "bias")
+    _train_both(ref, ours, xs)
+    ref.eval(), ours.eval()
+    x = randn(*xs, seed=8)
+    want = ref(torch.tensor(x)).detach().numpy()
+    np.testing.assert_allclose(ours(Tensor(x)).numpy(), want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+    tz.remove_parametrizations(ref, "weight")
+    lz.remove_parametrizations(ours, "weight")
+    assert type(ours) is getattr(nn, layer) and sorted(ours.state_dict()) == ["bias", "weight"]
+    np.testing.assert_allclose(ours.weight.numpy(), ref.weight.detach().numpy(), rtol=2e-4, atol=1e-5)
+
+
+def test_register_parametrization_of_a_custom_module() -> None:
+    """A user's parametrization (a symmetric matrix from its upper triangle) with right_inverse: reads, assignment
+    through the property, a second parametrization chained on, gradients through the chain, and torch's errors."""
+    from lazygrad.nn.utils import parametrize as lz
+
+    class Symmetric(nn.Module):
+        def forward(self, x):
+            return x.triu() + x.triu(1).transpose(-1, -2)
+
+        def right_inverse(self, a):
+            return a.triu()
+
+    class Scaled(nn.Module):
+        def forward(self, x):
+            return x * 2
+
+        def right_inverse(self, a):
+            return a / 2
+
+    layer = nn.Linear(3, 3)
+    w0 = layer.weight.numpy()
+    lz.register_parametrization(layer, "weight", Symmetric())
+    np.testing.assert_allclose(layer.weight.numpy(), np.triu(w0) + np.triu(w0, 1).T, rtol=1e-6)
+    np.testing.assert_allclose(layer.parametrizations.weight.original.numpy(), np.triu(w0), rtol=1e-6)
+    sym = np.array([[1, 2, 3], [2, 4, 5], [3, 5, 6]], np.float32)
+    layer.weight = Tensor(sym)  # stored as right_inverse(sym)
+    np.testing.assert_allclose(layer.weight.numpy(), sym)
+    lz.register_parametrization(layer, "weight", Scaled())
+    np.testing.assert_allclose(layer.weight.numpy(), sym * 2)
+    layer.weight = Tensor(sym)
+    np.testing.assert_allclose(layer.weight.numpy(), sym, rtol=1e-6)
+    x = Tensor(randn(2, 3), requires_grad=True)
+    layer(x).sum().backward()
+    g = layer.parametrizations.weight.original.grad.numpy()  # d/dU of sum(x @ (2 (U + triu1(U)^T))^T)
+    up = 2 * np.tile(x.numpy().sum(0), (3, 1))
+    np.testing.assert_allclose(g, np.triu(up + up.T) - np.diag(np.diag(up)), rtol=1e-5, atol=1e-5)
+
+    class Transposed(nn.Module):
+        def forward(self, x):
+            return x.T
+
+    with pytest.raises(ValueError, match="may not change the shape"):
+        lz.register_parametrization(nn.Linear(3, 2), "weight", Transposed())
+    assert lz.register_parametrization(nn.Linear(3, 2), "weight", Transposed(), unsafe=True).weight.shape == (3, 2)
+    with pytest.raises(ValueError, match="does not have a parametrization"):
+        lz.remove_parametrizations(nn.Linear(2, 2), "weight")

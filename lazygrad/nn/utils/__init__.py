@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import Iterable
 
-from lazygrad.nn.utils import rnn
+from lazygrad.nn.utils import parametrizations, parametrize, rnn
 from lazygrad.nn.utils.reparametrize import remove_spectral_norm, remove_weight_norm, spectral_norm, weight_norm
 from lazygrad.tensor import Tensor
 
@@ -86,6 +86,8 @@ def vector_to_parameters(vec: Tensor, parameters: Iterable[Tensor]) -> None:
 
 
 __all__ = [
+    "parametrize",
+    "parametrizations",
     "weight_norm",
     "remove_weight_norm",
     "spectral_norm",
