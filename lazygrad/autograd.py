@@ -173,3 +173,64 @@ def _zero_with_rule(arg: Tensor, out: Tensor, rule: _Backward) -> Tensor:
 
     define_gradient(zero.uop, arg.uop, checked)
     return zero
+
+
+def backward(
+    tensors: Tensor | Sequence[Tensor],
+    grad_tensors: Tensor | Sequence[Tensor | None] | None = None,
+    retain_graph: bool | None = None,
+    create_graph: bool = False,
+    inputs: Any = None,
+) -> None:
+    """torch.autograd.backward: the gradients of every tensor (weighted by its grad_tensors entry; a scalar's is 1)
+    accumulated into .grad, as one backward pass of the sum of their weighted sums."""
+    outs = [tensors] if isinstance(tensors, Tensor) else list(tensors)
+    seeds = [grad_tensors] if isinstance(grad_tensors, Tensor) or grad_tensors is None else list(grad_tensors)
+    if grad_tensors is None:
+        seeds = [None] * len(outs)
+    if len(seeds) != len(outs):
+        raise RuntimeError(f"grad_tensors has {len(seeds)} entries, tensors {len(outs)}")
+    total = None
+    for t, g in zip(outs, seeds):
+        if g is None and t.numel() != 1:
+            raise RuntimeError("grad can be implicitly created only for scalar outputs")
+        term = t.sum() if g is None else (t * g.detach()).sum()
+        total = term if total is None else total + term
+    if total is not None:
+        total.backward(retain_graph=bool(retain_graph))
+
+
+no_grad, enable_grad, set_grad_enabled, inference_mode = (
+    Tensor.no_grad,
+    Tensor.enable_grad,
+    Tensor.set_grad_enabled,
+    Tensor.inference_mode,
+)
+
+
+def Variable(data: Tensor, requires_grad: bool = False, volatile: bool = False) -> Tensor:  # noqa: N802 (torch's)
+    """torch.autograd.Variable (deprecated in torch, where it returns the tensor): the tensor itself."""
+    return data.requires_grad_(True) if requires_grad else data
+
+
+class detect_anomaly:  # noqa: N801 (torch's)
+    """Accepted as torch's context manager and decorator, and checks nothing: a backward here is a lazy graph, and the
+    forward op that made a NaN is not known when the gradient that reads it is computed. Use
+    Tensor.isnan().any() on the gradients, or DEBUG=2 to see each kernel run."""
+
+    def __init__(self, check_nan: bool = True):
+        self.check_nan = check_nan
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def __call__(self, fn: Any) -> Any:
+        return fn
+
+
+def set_detect_anomaly(mode: bool, check_nan: bool = True) -> detect_anomaly:
+    """See detect_anomaly: accepted, checks nothing."""
+    return detect_anomaly(check_nan)

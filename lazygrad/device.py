@@ -140,6 +140,11 @@ _buffer_serials = itertools.count()
 buffers_made = _buffer_serials.__next__
 
 
+def _rebuilt_buffer(device: str, size: int, dtype: DType, shape: tuple[int, ...], data: bytes | None) -> Buffer:
+    out = Buffer(device, size, dtype, shape=shape)
+    return out if data is None else out.copyin(memoryview(data))
+
+
 class Buffer:
     """`size` elements of `dtype` on `device`. Memory is allocated on first use and freed with the object.
     `shape`, the shape of the tensor it was made for, only serves error messages.
@@ -174,6 +179,12 @@ class Buffer:
 
     def __repr__(self) -> str:
         return f"<buf {self.device} {self.dtype} size={self.size}{'' if self.is_allocated else ' unallocated'}>"
+
+    def __reduce__(self) -> tuple:
+        # pickle and copy.deepcopy: a buffer of its own holding a copy of the bytes. The default copied the address:
+        # two Buffers of one memory, each freeing it (the allocator's cache then handed the block to two new buffers)
+        data = bytes(self.as_bytes()) if self.is_allocated and not self.pending_write else None
+        return _rebuilt_buffer, (self.device, self.size, self.dtype, self.shape, data)
 
     @property
     def nbytes(self) -> int:

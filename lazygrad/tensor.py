@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import copy
 import functools
 import itertools
 import math
@@ -2126,6 +2127,34 @@ class Tensor(metaclass=_TensorType):
         if self.ndim == 0 and (spec or not (_captures() or tracing())):
             return format(self.item(), spec)
         return format(str(self), spec)
+
+    def __reduce__(self) -> tuple:
+        """pickle: the values (realized), dtype, device, requires_grad and parameter standing; a lazy graph is not
+        pickled (its buffers' later writes would be lost), nor .grad (torch's pickle drops it too)."""
+        from lazygrad.nn.module import _PARAMETERS
+
+        if isinstance(self.device, tuple):
+            raise TypeError(f"cannot pickle a tensor sharded over {self.device}: gather it with .to(device) first")
+        param = _PARAMETERS.get(id(self)) is self
+        data = (
+            bytes(self._raw_data()) if self.dtype != dtypes.bfloat16 else bytes(self.bitcast(dtypes.uint16)._raw_data())
+        )
+        return _unpickled_tensor, (data, self._bound_shape(), self.dtype, str(self.device), self._requires_grad, param)
+
+    def __deepcopy__(self, memo: dict) -> Tensor:
+        """copy.deepcopy (a model's EMA twin, a best-model snapshot): a tensor of its own memory holding this one's
+        values, with its requires_grad, parameter standing and a copy of its .grad, as torch's."""
+        from lazygrad.nn.module import _PARAMETERS
+
+        with Tensor.no_grad():
+            out = self.detach().clone().realize()
+        out._requires_grad = self._requires_grad
+        if _PARAMETERS.get(id(self)) is self:
+            _PARAMETERS[id(out)] = out
+        memo[id(self)] = out
+        if self.grad is not None:
+            out.grad = copy.deepcopy(self.grad, memo)
+        return out
 
     # by identity (__eq__ is elementwise): object's own, a C call, where a Python one costs on every weak set insert
     __hash__ = object.__hash__
@@ -8297,6 +8326,21 @@ def _check_dtype(op: str, dtype: DType, device: str | tuple[str, ...]) -> None:
         return
     if (why := Device[device].renderer.dtype_unsupported(dtype)) is not None:
         raise UnsupportedOpError(f"{op} is not supported for {dtype.name} tensors on {device}: {why}")
+
+
+def _unpickled_tensor(
+    data: bytes, shape: tuple[int, ...], dtype: DType, device: str, requires_grad: bool | None, param: bool
+) -> Tensor:
+    buf = Buffer(Device.canonicalize(device), prod(shape), dtype, shape=shape)
+    if buf.size:
+        buf.copyin(memoryview(data))
+    out = Tensor(UOp.buffer_view(buf, tuple(shape)))
+    out._requires_grad = requires_grad
+    if param:
+        from lazygrad.nn.module import _PARAMETERS
+
+        _PARAMETERS[id(out)] = out
+    return out
 
 
 def _reads_shifted(value: UOp, buffer: UOp) -> bool:

@@ -619,6 +619,8 @@ from lazygrad.utils import checkpoint as _checkpoint  # noqa: E402
 from lazygrad.utils import data as _data  # noqa: E402
 
 cuda.amp = amp  # type: ignore[attr-defined]
+func = types.ModuleType("lazygrad.torch.func", "torch.func's functional_call")
+func.functional_call = nn.utils.stateless.functional_call  # type: ignore[attr-defined]
 for _alias, _module in {
     "nn": nn,
     "nn.functional": F,
@@ -626,6 +628,8 @@ for _alias, _module in {
     "nn.utils": nn.utils,
     "nn.utils.rnn": nn.utils.rnn,
     "nn.utils.parametrize": nn.utils.parametrize,
+    "nn.utils.stateless": nn.utils.stateless,
+    "func": func,
     "nn.utils.parametrizations": nn.utils.parametrizations,
     "optim": optim,
     "optim.lr_scheduler": optim.lr_scheduler,

@@ -446,3 +446,22 @@ def test_retain_grad_of_a_realized_value_read_by_a_realized_one(make):
     tv.tanh().exp().sum().backward()
     np.testing.assert_allclose(v.grad.numpy(), tv.grad.numpy(), rtol=1e-5, atol=1e-7)
     np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-5, atol=1e-7)
+
+
+def test_autograd_backward_of_several_outputs_is_torchs() -> None:
+    """torch.autograd.backward(tensors, grad_tensors): the weighted gradients of every output accumulated into .grad;
+    Variable returns its tensor; detect_anomaly is accepted as a context manager and a decorator."""
+    from lazygrad import autograd
+
+    xn = np.arange(1, 7, dtype=np.float32).reshape(2, 3)
+    gn = np.full((2, 3), 0.5, np.float32)
+    x, tx = Tensor(xn, requires_grad=True), torch.tensor(xn, requires_grad=True)
+    autograd.backward([(x * x).sum(), x.exp()], [None, Tensor(gn)])
+    torch.autograd.backward([(tx * tx).sum(), tx.exp()], [None, torch.tensor(gn)])
+    np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-6)
+    with pytest.raises(RuntimeError, match="scalar outputs"):
+        autograd.backward(x * 2)
+    assert autograd.Variable(x) is x
+    with autograd.detect_anomaly():
+        (x * 3).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy() + 3, rtol=1e-6)

@@ -260,3 +260,75 @@ def test_register_parametrization_of_a_custom_module() -> None:
     assert lz.register_parametrization(nn.Linear(3, 2), "weight", Transposed(), unsafe=True).weight.shape == (3, 2)
     with pytest.raises(ValueError, match="does not have a parametrization"):
         lz.remove_parametrizations(nn.Linear(2, 2), "weight")
+
+
+# *** fusion, functional_call ***
+
+
+@pytest.mark.parametrize(
+    "conv,bn,xs,transpose",
+    [
+        ("Conv2d(3, 4, 3)", "BatchNorm2d(4)", (2, 3, 6, 6), False),
+        ("Conv2d(3, 4, 3, bias=False)", "BatchNorm2d(4)", (2, 3, 6, 6), False),
+        ("Conv1d(3, 5, 2)", "BatchNorm1d(5, affine=False)", (2, 3, 7), False),
+        ("ConvTranspose2d(3, 4, 3)", "BatchNorm2d(4)", (2, 3, 5, 5), True),
+        ("Linear(6, 4)", "BatchNorm1d(4)", (5, 6), False),
+    ],
+)
+def test_fused_conv_bn_computes_conv_then_bn(conv, bn, xs, transpose) -> None:
+    """fuse_conv_bn_eval / fuse_linear_bn_eval: torch's fused layer from torch's state (random running statistics
+    and affine values) gives the eval-mode conv then bn, and torch's fused weights."""
+    torch.manual_seed(0)
+    tconv, tbn = eval(f"torch.nn.{conv}"), eval(f"torch.nn.{bn}")
+    tbn.running_mean.uniform_(-1, 1), tbn.running_var.uniform_(0.5, 2)
+    if tbn.affine:
+        tbn.weight.data.uniform_(0.5, 1.5), tbn.bias.data.uniform_(-1, 1)
+    lconv, lbn = eval(f"nn.{conv}"), eval(f"nn.{bn}")
+    for ours, ref in ((lconv, tconv), (lbn, tbn)):
+        ours.load_state_dict({k: Tensor(v.numpy()) for k, v in ref.state_dict().items()})
+        ours.eval(), ref.eval()
+    linear = conv.startswith("Linear")
+    fuse_t = torch.nn.utils.fuse_linear_bn_eval if linear else torch.nn.utils.fuse_conv_bn_eval
+    fuse_l = nn.utils.fuse_linear_bn_eval if linear else nn.utils.fuse_conv_bn_eval
+    tf, lf = (
+        (fuse_t(tconv, tbn), fuse_l(lconv, lbn))
+        if linear
+        else (fuse_t(tconv, tbn, transpose), fuse_l(lconv, lbn, transpose))
+    )
+    x = randn(*xs, seed=4)
+    want = tbn(tconv(torch.tensor(x))).detach().numpy()
+    np.testing.assert_allclose(lf(Tensor(x)).numpy(), want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(lf.weight.numpy(), tf.weight.detach().numpy(), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(lf.bias.numpy(), tf.bias.detach().numpy(), rtol=1e-6, atol=1e-6)
+    lconv.train()
+    with pytest.raises(AssertionError, match="eval"):
+        fuse_l(lconv, lbn)
+
+
+def test_functional_call_swaps_tensors_for_one_call() -> None:
+    """torch.func.functional_call: the module run with the given parameters and buffers (dotted names), gradients to
+    the given tensors, its own put back after the call, and after a call that raised."""
+    from lazygrad.nn.utils.stateless import functional_call
+
+    model = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2))
+    tmodel = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
+    model.load_state_dict({k: Tensor(v.detach().numpy()) for k, v in tmodel.state_dict().items()})
+    own = {k: v.numpy().copy() for k, v in model.state_dict().items()}
+    given = {k: randn(*v.shape, seed=i) for i, (k, v) in enumerate(own.items()) if k.startswith("2.")}
+    x = randn(5, 3, seed=9)
+    ours = {k: Tensor(v, requires_grad=True) for k, v in given.items()}
+    theirs = {k: torch.tensor(v, requires_grad=True) for k, v in given.items()}
+    out = functional_call(model, ours, (Tensor(x),))
+    ref = torch.func.functional_call(tmodel, theirs, (torch.tensor(x),))
+    np.testing.assert_allclose(out.numpy(), ref.detach().numpy(), rtol=1e-5, atol=1e-6)
+    out.square().sum().backward()
+    ref.square().sum().backward()
+    for k in given:
+        np.testing.assert_allclose(ours[k].grad.numpy(), theirs[k].grad.numpy(), rtol=1e-5, atol=1e-6)
+    for k, v in model.state_dict().items():
+        np.testing.assert_array_equal(v.numpy(), own[k])
+    with pytest.raises(RuntimeError, match="Unexpected key"):
+        functional_call(model, {"9.weight": Tensor.ones(1)}, (Tensor(x),))
+    with pytest.raises(TypeError):
+        functional_call(model, {"0.weight": Tensor.ones(4, 3)}, (Tensor(x),), {"bad": 1})
+    np.testing.assert_array_equal(model.state_dict()["0.weight"].numpy(), own["0.weight"])

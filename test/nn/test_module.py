@@ -369,3 +369,40 @@ def test_tensor_torch_leftovers() -> None:
     assert t.new(2, 3).shape == (2, 3) and t.new([5, 6]).dtype == t.dtype
     assert t.share_memory_() is t and not t.is_shared() and t.data_ptr() != 0
     assert t.swapdims_(0, 1).tolist() == [[1.0, 3.0], [2.0, 4.0]]
+
+
+def test_deepcopy_and_pickle_of_a_model_own_their_memory() -> None:
+    """copy.deepcopy of a model (an EMA twin, a target network, a best-model snapshot) and a pickle round trip: tensors
+    of their own memory, parameters still parameters (with their .grad copied). The copies used to hold the original
+    buffers' addresses: training one changed the other, and freeing both gave the allocator one block twice, which it
+    handed to two new tensors."""
+    import copy
+    import gc
+    import pickle
+
+    import torch
+
+    torch.manual_seed(0)
+    ref = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.BatchNorm1d(3))
+    model = nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3))
+    model.load_state_dict({k: Tensor(v.numpy()) for k, v in ref.state_dict().items()})
+    x = Tensor(np.random.default_rng(0).standard_normal((6, 4)).astype(np.float32))
+    model(x).square().sum().backward()  # (in training: the running statistics move too)
+    model.eval()
+    before = model(x).numpy()
+    twin, pickled = copy.deepcopy(model), pickle.loads(pickle.dumps(model))
+    model.train()
+    assert [n for n, _ in twin.named_parameters()] == [n for n, _ in model.named_parameters()]
+    assert all(p.grad is not None and p.grad is not q.grad for p, q in zip(twin.parameters(), model.parameters()))
+    opt = nn.optim.SGD(list(model.parameters()), lr=0.5)
+    for _ in range(3):
+        opt.zero_grad()
+        model(x).square().sum().backward()
+        opt.step()
+    del model, opt
+    gc.collect()
+    fills = [Tensor.full((3, 4), 7.0).contiguous().realize() for _ in range(8)]  # blocks a double free would reuse
+    for copied in (twin, pickled):
+        copied.eval()
+        np.testing.assert_allclose(copied(x).numpy(), before, rtol=1e-6, atol=1e-6)
+    assert all((f.numpy() == 7.0).all() for f in fills)

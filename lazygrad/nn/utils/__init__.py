@@ -6,7 +6,13 @@ from __future__ import annotations
 import math
 from typing import Iterable
 
-from lazygrad.nn.utils import parametrizations, parametrize, rnn
+from lazygrad.nn.utils import parametrizations, parametrize, rnn, stateless
+from lazygrad.nn.utils.fusion import (
+    fuse_conv_bn_eval,
+    fuse_conv_bn_weights,
+    fuse_linear_bn_eval,
+    fuse_linear_bn_weights,
+)
 from lazygrad.nn.utils.reparametrize import remove_spectral_norm, remove_weight_norm, spectral_norm, weight_norm
 from lazygrad.tensor import Tensor
 
@@ -88,6 +94,11 @@ def vector_to_parameters(vec: Tensor, parameters: Iterable[Tensor]) -> None:
 __all__ = [
     "parametrize",
     "parametrizations",
+    "stateless",
+    "fuse_conv_bn_eval",
+    "fuse_conv_bn_weights",
+    "fuse_linear_bn_eval",
+    "fuse_linear_bn_weights",
     "weight_norm",
     "remove_weight_norm",
     "spectral_norm",
