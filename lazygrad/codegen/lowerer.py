@@ -501,7 +501,7 @@ class Lowerer:
                 base, valid = self.index(view, (0,) * len(combo))
                 offset = sum(c * st.views[0].strides[a] for a, c in zip(self.expanded_axes, combo))
                 hit = (simplify(base + offset) if offset else base, valid)
-            elif constant_lane:
+            elif combo and not any(isinstance(c, UOp) for c in combo):
                 hit = self._lane_index(view, combo)
             else:
                 idx, valid = st.to_index(idxs)
@@ -982,8 +982,8 @@ def _vec_load(ctx: At, x: UOp) -> UOp | None:
             return UOp(Ops.VECTORIZE, x.dtype.vec(lw.width), (lane0,) * lw.width)
         if _is_one(stride) and view.mask is None and lane0.op is Ops.LOAD:
             return UOp(Ops.LOAD, x.dtype.vec(lw.width), lane0.src)
-    if (gated := _gated_row_load(ctx, x)) is not None:
-        return gated
+    if (by_form := _load_by_form(ctx, x)) is not None:
+        return by_form
     scalars = _lane_values(ctx, x)
     if not all(s.op is Ops.LOAD for s in scalars):
         return _masked_vec_load(ctx, x, scalars)
@@ -1065,17 +1065,21 @@ def _transpose(rows: list[UOp]) -> list[UOp]:
     return [columns[c] for c in range(n)]
 
 
-def _gated_row_load(ctx: At, x: UOp) -> UOp | None:
-    """The load of a view whose address steps by one along the lanes (known from its form, see _LaneForm) without
-    lowering each lane's scalar load: only each lane's validity is valued. One gate for every lane is a gated vector
-    load, gates of their own a masked load (_lanes_under_mask). A padded conv's merged rows read 16 lanes under a few
-    gates: each lane's address, simplified anew per lane, was a third of the cold CNN step's lowering. None where
-    the step is not one or the lanes are neither (the lane by lane path decides)."""
+def _load_by_form(ctx: At, x: UOp) -> UOp | None:
+    """The load of a view whose address steps by one or not at all along the lanes (known from its form, see
+    _LaneForm), without lowering each lane's scalar load. Not at all, its validity neither: lane 0's value in every
+    lane. By one: only each lane's validity is valued; one gate for every lane is a gated vector load, gates of their
+    own a masked load (_lanes_under_mask). A padded conv's merged rows read 16 lanes under a few gates: each lane's
+    address, simplified anew per lane, was a third of the cold CNN step's lowering. None otherwise (the lane by lane
+    path decides)."""
     lw, view = ctx.lw, x.src[1]
     if view not in lw.lane_forms:
         lw._at_lanes(view, {})
     form = lw.lane_forms[view]
-    if form[0].coefficient(lw.vec_axis) != 1:  # type: ignore[arg-type]
+    step = form[0].coefficient(lw.vec_axis)  # type: ignore[arg-type]
+    if step == 0 and form[1].coefficient(lw.vec_axis) == 0:  # type: ignore[arg-type]
+        return UOp(Ops.VECTORIZE, x.dtype.vec(lw.width), (lw.ev(x, ctx.combo + (0,)),) * lw.width)
+    if step != 1:
         return None
     values = dict(zip(lw.expanded_axes, ctx.combo))
     gates = []
