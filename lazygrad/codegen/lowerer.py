@@ -501,7 +501,7 @@ class Lowerer:
                 base, valid = self.index(view, (0,) * len(combo))
                 offset = sum(c * st.views[0].strides[a] for a, c in zip(self.expanded_axes, combo))
                 hit = (simplify(base + offset) if offset else base, valid)
-            elif constant_lane:
+            elif combo and not any(isinstance(c, UOp) for c in combo):
                 hit = self._lane_index(view, combo)
             else:
                 idx, valid = st.to_index(idxs)
@@ -982,6 +982,8 @@ def _vec_load(ctx: At, x: UOp) -> UOp | None:
             return UOp(Ops.VECTORIZE, x.dtype.vec(lw.width), (lane0,) * lw.width)
         if _is_one(stride) and view.mask is None and lane0.op is Ops.LOAD:
             return UOp(Ops.LOAD, x.dtype.vec(lw.width), lane0.src)
+    if (by_form := _load_by_form(ctx, x)) is not None:
+        return by_form
     scalars = _lane_values(ctx, x)
     if not all(s.op is Ops.LOAD for s in scalars):
         return _masked_vec_load(ctx, x, scalars)
@@ -1063,10 +1065,53 @@ def _transpose(rows: list[UOp]) -> list[UOp]:
     return [columns[c] for c in range(n)]
 
 
+def _load_by_form(ctx: At, x: UOp) -> UOp | None:
+    """The load of a view whose address steps by one or not at all along the lanes (known from its form, see
+    _LaneForm), without lowering each lane's scalar load. Not at all, its validity neither: lane 0's value in every
+    lane. By one: only each lane's validity is valued; one gate for every lane is a gated vector load, gates of their
+    own a masked load (_lanes_under_mask). A padded conv's merged rows read 16 lanes under a few gates: each lane's
+    address, simplified anew per lane, was a third of the cold CNN step's lowering. None otherwise (the lane by lane
+    path decides)."""
+    lw, view = ctx.lw, x.src[1]
+    if view not in lw.lane_forms:
+        lw._at_lanes(view, {})
+    form = lw.lane_forms[view]
+    step = form[0].coefficient(lw.vec_axis)  # type: ignore[arg-type]
+    if step == 0 and form[1].coefficient(lw.vec_axis) == 0:  # type: ignore[arg-type]
+        return UOp(Ops.VECTORIZE, x.dtype.vec(lw.width), (lw.ev(x, ctx.combo + (0,)),) * lw.width)
+    if step != 1:
+        return None
+    values = dict(zip(lw.expanded_axes, ctx.combo))
+    gates = []
+    for lane in range(lw.width):
+        values[lw.vec_axis] = lane  # type: ignore[index]
+        gates.append(form[1].at(values, lw.const))
+    idx, valid0 = lw.index(view, ctx.combo + (0,))
+    dt, buf = x.dtype.vec(lw.width), x.src[0]
+    if all(g is gates[0] for g in gates) and not (valid0.op is Ops.CONST and not valid0.arg):
+        addr = UOp(Ops.INDEX, buf.dtype, (buf, idx))
+        return UOp(Ops.LOAD, dt, (addr,) if valid0.op is Ops.CONST else (addr, valid0))
+    live = [(i, g) for i, g in enumerate(gates) if not (g.op is Ops.CONST and not g.arg)]
+    if len(live) < 2 or not lw.k.renderer.masked_load(dt):
+        return None
+    return _lanes_under_mask(dt, buf, idx, live)
+
+
+def _lanes_under_mask(dt: DType, buf: UOp, base: UOp, gates: list[tuple[int, UOp]]) -> UOp:
+    """One load of the vector at `base` under a mask of lanes, a bit per lane (lane 0 lowest) set where the lane's
+    gate holds. The mask is built per distinct gate (the lanes of a window share a few), not per lane."""
+    bits: dict[UOp, int] = {}
+    for i, gate in gates:
+        bits[gate] = bits.get(gate, 0) | 1 << i
+    zero = UOp.const(dtypes.uint32, 0)
+    terms = [g.alu(Ops.WHERE, UOp.const(dtypes.uint32, b), zero) for g, b in bits.items()]
+    mask = functools.reduce(lambda a, b: a.alu(Ops.OR, b), terms)
+    return UOp(Ops.LOAD, dt, (UOp(Ops.INDEX, buf.dtype, (buf, base)), mask))
+
+
 def _masked_vec_load(ctx: At, x: UOp, scalars: list[UOp]) -> UOp | None:
     """Lanes reading consecutive elements, each under its own gate or in the padding altogether (a padded conv's
-    shifted window at an edge): one load of the vector under a mask of lanes, a bit per lane, lane 0 lowest. The
-    mask is built per distinct gate (the lanes of a window share a few), not per lane."""
+    shifted window at an edge): one load of the vector under a mask of lanes (_lanes_under_mask)."""
     dt = x.dtype.vec(ctx.lw.width)
     if not ctx.lw.k.renderer.masked_load(dt) or not all(s.op in (Ops.LOAD, Ops.CONST) for s in scalars):
         return None
@@ -1081,14 +1126,8 @@ def _masked_vec_load(ctx: At, x: UOp, scalars: list[UOp]) -> UOp | None:
     if not Lowerer._consecutive([s.src[0].src[1] for _, s in loads], [i for i, _ in loads]):
         return None
     base = simplify(load0.src[0].src[1] - first) if first else load0.src[0].src[1]
-    bits: dict[UOp, int] = {}
-    for i, s in loads:
-        gate = s.src[1] if len(s.src) > 1 else UOp.const(dtypes.bool, True)
-        bits[gate] = bits.get(gate, 0) | 1 << i
-    zero = UOp.const(dtypes.uint32, 0)
-    terms = [g.alu(Ops.WHERE, UOp.const(dtypes.uint32, b), zero) for g, b in bits.items()]
-    mask = functools.reduce(lambda a, b: a.alu(Ops.OR, b), terms)
-    return UOp(Ops.LOAD, dt, (UOp(Ops.INDEX, load0.src[0].dtype, (load0.src[0].src[0], base)), mask))
+    gates = [(i, s.src[1] if len(s.src) > 1 else UOp.const(dtypes.bool, True)) for i, s in loads]
+    return _lanes_under_mask(dt, load0.src[0].src[0], base, gates)
 
 
 # one vector value per combo, its lanes the values of the vector axis: vector ALU ops where the renderer has them,

@@ -479,3 +479,38 @@ def test_view_steps_are_each_axis_index_difference_valued_once_per_view(make):
     hand_coded_optimizations(k)
     info = heuristic._steps.cache_info()
     assert info.hits >= info.misses, info
+
+
+def test_view_of_view_steps_are_valued_on_ints(monkeypatch):
+    """The steps of views of views whose sizes are constants are valued on Python ints (ShapeTracker.to_index's
+    arithmetic, division and modulo truncating as the IR's where a padded outer view's address is negative): the
+    simplified index difference's constant, with no index built or simplified."""
+    from lazygrad.dtype import dtypes
+    from lazygrad.uop.ops import Ops, UOp
+    from lazygrad.uop.symbolic import simplify
+    from lazygrad.uop.view import ShapeTracker
+
+    padded = ShapeTracker.from_shape((4, 4)).pad(((1, 1), (1, 1))).reshape((4, 9))
+    sts = [
+        padded,
+        padded.pad(((1, 0), (0, 2))),  # the outer view padded too: its address at 0 is negative
+        padded.flip((False, True)).pad(((2, 1), (3, 0))).reshape((7, 12, 1)).expand((7, 12, 3)),
+        ShapeTracker.from_shape((3, 5)).pad(((2, 0), (0, 3))).reshape((40,)).shrink(((3, 38),)).reshape((5, 7)),
+        ShapeTracker.from_shape((6, 4)).permute((1, 0)).reshape((2, 12)).pad(((0, 1), (5, 0))),
+    ]
+    wants = []
+    for st in sts:
+        assert len(st.views) > 1
+        zero = [UOp.const(dtypes.int32, 0)] * len(st.shape)
+        want = []
+        for axis in range(len(st.shape)):
+            at = list(zero)
+            at[axis] = UOp.const(dtypes.int32, 1)
+            step = simplify(st.to_index(at)[0] - st.to_index(list(zero))[0])
+            assert step.op is Ops.CONST
+            want.append(0 if st.shape[axis] == 1 else step.arg)
+        wants.append(tuple(want))
+    calls = []
+    monkeypatch.setattr(heuristic, "simplify", lambda u: calls.append(u) or simplify(u))
+    heuristic._steps.cache_clear()
+    assert [heuristic._steps(st) for st in sts] == wants and not calls

@@ -384,3 +384,59 @@ def test_epilogue_values_wait_for_the_reduce_loop(relu: bool) -> None:
         assert min(bias_loads) > max(reduce_ends), k.applied_opts
         # the weights' and the input's loads are inside the reduce, before its end
         assert sum(u.op is Ops.LOAD for u in uops[: min(reduce_ends)]) > 0
+
+
+def _lowered_with_lane_loads(k_make, monkeypatch: pytest.MonkeyPatch, by_form: bool) -> tuple[UOp, int]:
+    """A kernel's lowered sink, and how many vector loads were built from their lanes' scalar loads."""
+    from lazygrad.codegen import lowerer as lowerer_module
+
+    if not by_form:
+        monkeypatch.setattr(lowerer_module, "_load_by_form", lambda ctx, x: None)
+    real, lane_loads = lowerer_module._lane_values, [0]
+
+    def counted(ctx: At, x: UOp) -> list[UOp]:
+        lane_loads[0] += x.op is Ops.LOAD
+        return real(ctx, x)
+
+    monkeypatch.setattr(lowerer_module, "_lane_values", counted)
+    sink = Lowerer(k_make()).lower()
+    monkeypatch.undo()
+    return sink, lane_loads[0]
+
+
+def test_loads_along_the_lanes_are_built_from_their_forms(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A load whose address steps by one along the lanes (a padded conv's rows merged into 16-lane vectors, masked at
+    the image's edges), or not at all (a view of a view broadcast along them), is built from its view's placeholder
+    form with only each lane's validity valued: the same lowered kernel as from every lane's scalar load, none of
+    which is built (each lane's address was simplified anew: a third of the cold CNN step's lowering)."""
+    from lazygrad import Tensor
+    from lazygrad.codegen.heuristic import hand_coded_optimizations
+    from lazygrad.renderer.cstyle import ClangRenderer
+
+    avx512 = ClangRenderer(threads=1, vector_bytes=64, vector_registers=32)
+    avx512.masked_load_lanes = (16, 8)
+    x, w = Tensor.empty(4, 8, 8, 8, requires_grad=True), Tensor.empty(16, 8, 3, 3, requires_grad=True)
+    out = x.conv2d(w, padding=1)
+    out.sum().backward()
+    makes = []
+    for si in Tensor.schedule(out, x.grad, w.grad):
+        if si.ast.op is Ops.SINK:
+
+            def conv(ast: UOp = si.ast) -> Kernel:
+                k = Kernel(ast, avx512)
+                k.merge_axes()
+                hand_coded_optimizations(k)
+                return k
+
+            makes.append(conv)
+    st = ShapeTracker.from_shape((4, 4)).pad(((1, 1), (1, 1))).reshape((36,)).reshape((4, 9, 1)).expand((4, 9, 16))
+    assert len(st.views) == 2
+    makes.append(lambda: lowerer(load(st), (4, 9, 16), (Opt(OptOps.UPCAST, 2, 16), Opt(OptOps.UPCAST, 1, 3))).k)
+    masked, lane_loads = 0, []
+    for make in makes:
+        fast, fast_lanes = _lowered_with_lane_loads(make, monkeypatch, True)
+        slow, slow_lanes = _lowered_with_lane_loads(make, monkeypatch, False)
+        assert fast is slow and fast_lanes == 0
+        masked += sum(u.op is Ops.LOAD and len(u.src) > 1 and u.src[1].dtype == dtypes.uint32 for u in fast.toposort)
+        lane_loads.append(slow_lanes)
+    assert masked > 0 and lane_loads[-1] > 0 and sum(lane_loads) > lane_loads[-1]
