@@ -2164,6 +2164,23 @@ class Tensor(metaclass=_TensorType):
             raise ArgumentError(f"the truth value of a tensor with {self.numel()} elements is ambiguous")
         return bool(self.item())
 
+    def __float__(self) -> float:
+        if self.numel() != 1:
+            raise ArgumentError(f"only one element tensors can be converted to Python scalars, got shape {self.shape}")
+        return float(self.item())
+
+    def __int__(self) -> int:
+        if self.numel() != 1:
+            raise ArgumentError(f"only one element tensors can be converted to Python scalars, got shape {self.shape}")
+        return int(self.item())
+
+    def __index__(self) -> int:
+        """An integer tensor of one element as an index (a slice bound, range(), a list subscript), as torch's."""
+        if self.numel() != 1 or not (dtypes.is_int(self.dtype) or self.dtype == dtypes.bool):
+            raise TypeError(f"only integer tensors of a single element can be converted to an index, got {self.dtype} "
+                            f"of shape {self.shape}")  # fmt: skip
+        return int(self.item())
+
     # *** realizing ***
 
     def schedule_with_vars(self, *lst: Tensor) -> tuple[list, dict[UOp, int]]:

@@ -436,3 +436,21 @@ def test_print_of_large_lazy_and_captured_tensors():
     for _ in range(3):
         step(lt.ones(2))
     assert shown[0] == "tensor([2., 2.])" and all(s.startswith("<Tensor shape=(2,)") for s in shown[1:2])
+
+
+def test_one_element_tensors_as_python_numbers_and_indices():
+    """float(t), int(t) and t as an index (a slice bound, range(), a list subscript) for one-element tensors, as
+    torch's: `data[i : i + 16] for i in torch.randint(...)` ran in torch and raised here."""
+    data = lt.arange(20)
+    starts = lt.tensor([3, 7])
+    windows = [data[i : i + 4].tolist() for i in starts]
+    assert windows == [[3, 4, 5, 6], [7, 8, 9, 10]]
+    assert float(lt.tensor(2.5)) == 2.5 and int(lt.tensor([7.9])) == 7 and list(range(lt.tensor(3))) == [0, 1, 2]
+    assert ["a", "b", "c"][lt.tensor(1)] == "b" and f"{float(lt.ones(1, 1) * 3):.1f}" == "3.0"
+    with pytest.raises(TypeError, match="integer tensors of a single element"):
+        [1, 2][lt.tensor(1.0)]
+    with pytest.raises(TypeError, match="integer tensors of a single element"):
+        data[lt.tensor([1, 2]) : 3]
+    for bad in (lambda: float(lt.ones(2)), lambda: int(lt.ones(2))):
+        with pytest.raises(RuntimeError, match="only one element tensors"):
+            bad()
