@@ -33,6 +33,7 @@ import types
 from typing import Any, Callable
 
 from lazygrad import nn
+from lazygrad.autograd import enable_grad, inference_mode, no_grad, set_grad_enabled  # noqa: F401 (torch's names)
 from lazygrad.device import DeviceName
 from lazygrad.dtype import DType, dtypes, to_dtype
 from lazygrad.nn import functional as F
@@ -191,19 +192,8 @@ zeros, ones, empty, full, rand, randn, randint, randperm, eye, arange, linspace,
 from_numpy = Tensor.from_numpy
 manual_seed, seed, initial_seed = Tensor.manual_seed, Tensor.seed, Tensor.initial_seed
 get_rng_state, set_rng_state = Tensor.get_rng_state, Tensor.set_rng_state
-tril_indices, triu_indices, unravel_index, broadcast_shapes = (
-    Tensor.tril_indices,
-    Tensor.triu_indices,
-    Tensor.unravel_index,
-    Tensor.broadcast_shapes,
-)
-einsum = Tensor.einsum
-no_grad, enable_grad, set_grad_enabled, inference_mode = (
-    Tensor.no_grad,
-    Tensor.enable_grad,
-    Tensor.set_grad_enabled,
-    Tensor.inference_mode,
-)
+tril_indices, triu_indices = Tensor.tril_indices, Tensor.triu_indices
+unravel_index, broadcast_shapes, einsum = Tensor.unravel_index, Tensor.broadcast_shapes, Tensor.einsum
 is_grad_enabled = Tensor.is_grad_enabled
 
 
@@ -439,67 +429,41 @@ def numel(input: Tensor) -> builtins.int:
 # *** windows (torch.hann_window and friends): periodic by default, as torch's ***
 
 
-def _window(n: builtins.int, periodic: builtins.bool, dtype: Any, device: Any) -> tuple[Tensor, builtins.int]:
-    d = to_dtype(dtype) if dtype is not None else dtypes.default_float
-    return Tensor.arange(n, dtype=d, device=device), n if periodic else n - 1
-
-
-def hann_window(
-    window_length: builtins.int,
-    periodic: builtins.bool = True,
-    *,
-    dtype: Any = None,
-    device: Any = None,
-    requires_grad: builtins.bool = False,
+def _window(
+    length: builtins.int, periodic: builtins.bool, dtype: Any, device: Any, requires_grad: builtins.bool, of: Callable
 ) -> Tensor:
+    """of(k, n) over k = 0 .. length - 1, n the period (length, or length - 1 for a symmetric window)."""
+    d = to_dtype(dtype) if dtype is not None else dtypes.default_float
+    if length == 1:
+        out = Tensor.ones(1, dtype=d, device=device)
+    else:
+        out = of(Tensor.arange(length, dtype=d, device=device), length if periodic else length - 1)
+    return out.requires_grad_(True) if requires_grad else out
+
+
+def hann_window(window_length: builtins.int, periodic: builtins.bool = True, *, dtype: Any = None, device: Any = None,
+                requires_grad: builtins.bool = False) -> Tensor:  # fmt: skip
     return hamming_window(window_length, periodic, 0.5, 0.5, dtype=dtype, device=device, requires_grad=requires_grad)
 
 
-def hamming_window(
-    window_length: builtins.int,
-    periodic: builtins.bool = True,
-    alpha: builtins.float = 0.54,
-    beta: builtins.float = 0.46,
-    *,
-    dtype: Any = None,
-    device: Any = None,
-    requires_grad: builtins.bool = False,
-) -> Tensor:
-    if window_length == 1:
-        return Tensor.ones(1, dtype=dtype or dtypes.default_float, device=device)
-    k, n = _window(window_length, periodic, dtype, device)
-    out = alpha - beta * (k * (2 * math.pi / n)).cos()
-    return out.requires_grad_(True) if requires_grad else out
+def hamming_window(window_length: builtins.int, periodic: builtins.bool = True, alpha: builtins.float = 0.54,
+                   beta: builtins.float = 0.46, *, dtype: Any = None, device: Any = None,
+                   requires_grad: builtins.bool = False) -> Tensor:  # fmt: skip
+    return _window(window_length, periodic, dtype, device, requires_grad,
+                   lambda k, n: alpha - beta * (k * (2 * math.pi / n)).cos())  # fmt: skip
 
 
-def blackman_window(
-    window_length: builtins.int,
-    periodic: builtins.bool = True,
-    *,
-    dtype: Any = None,
-    device: Any = None,
-    requires_grad: builtins.bool = False,
-) -> Tensor:
-    if window_length == 1:
-        return Tensor.ones(1, dtype=dtype or dtypes.default_float, device=device)
-    k, n = _window(window_length, periodic, dtype, device)
-    out = 0.42 - 0.5 * (k * (2 * math.pi / n)).cos() + 0.08 * (k * (4 * math.pi / n)).cos()
-    return out.requires_grad_(True) if requires_grad else out
+def blackman_window(window_length: builtins.int, periodic: builtins.bool = True, *, dtype: Any = None,
+                    device: Any = None, requires_grad: builtins.bool = False) -> Tensor:  # fmt: skip
+    def blackman(k: Tensor, n: builtins.int) -> Tensor:
+        return 0.42 - 0.5 * (k * (2 * math.pi / n)).cos() + 0.08 * (k * (4 * math.pi / n)).cos()
+
+    return _window(window_length, periodic, dtype, device, requires_grad, blackman)
 
 
-def bartlett_window(
-    window_length: builtins.int,
-    periodic: builtins.bool = True,
-    *,
-    dtype: Any = None,
-    device: Any = None,
-    requires_grad: builtins.bool = False,
-) -> Tensor:
-    if window_length == 1:
-        return Tensor.ones(1, dtype=dtype or dtypes.default_float, device=device)
-    k, n = _window(window_length, periodic, dtype, device)
-    out = 1 - (k * (2 / n) - 1).abs()
-    return out.requires_grad_(True) if requires_grad else out
+def bartlett_window(window_length: builtins.int, periodic: builtins.bool = True, *, dtype: Any = None,
+                    device: Any = None, requires_grad: builtins.bool = False) -> Tensor:  # fmt: skip
+    return _window(window_length, periodic, dtype, device, requires_grad, lambda k, n: 1 - (k * (2 / n) - 1).abs())
 
 
 # *** the process: threads, saving, compiling, determinism ***

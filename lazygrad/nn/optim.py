@@ -717,6 +717,19 @@ class _Counted(Optimizer):
     def _beta_power(self, beta: float) -> Tensor:
         return Tensor.full((), beta, dtype=dtypes.float64, device=self.device).pow(self.steps)
 
+    def _moments_decayed(self, i: int, p: Tensor, g: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """NAdam's and RAdam's first lines: the weight and gradient after maximize and weight decay (coupled, or
+        decoupled as AdamW's), then the two moments, assigned."""
+        w, g = p.detach(), -g if self.maximize else g
+        if self.weight_decay:
+            if self.decoupled:
+                w = w * (1 - self.lr * self.weight_decay).cast(p.dtype)
+            else:
+                g = g + w * self.weight_decay
+        m = self.m[i].assign(_lerp(self.m[i], g, 1 - self.b1))
+        v = self.v[i].assign(self.v[i] * self.b2 + g * g * (1 - self.b2))
+        return w, g, m, v
+
 
 class Adamax(_Counted):
     """torch's Adamax: Adam with the infinity norm, u = max(beta2 * u, |g| + eps), step lr / (1 - beta1^t) * m / u."""
@@ -789,16 +802,7 @@ class NAdam(_Counted):
         return [steps, self.mu_product.assign(self.mu_product * self._mu(steps))]
 
     def _update(self, i: int, p: Tensor, g: Tensor) -> list[Tensor]:
-        w = p.detach()
-        g = -g if self.maximize else g
-        if self.weight_decay:
-            w, g = (
-                (w * (1 - self.lr * self.weight_decay).cast(p.dtype), g)
-                if self.decoupled
-                else (w, g + w * self.weight_decay)
-            )
-        m = self.m[i].assign(_lerp(self.m[i], g, 1 - self.b1))
-        v = self.v[i].assign(self.v[i] * self.b2 + g * g * (1 - self.b2))
+        w, g, m, v = self._moments_decayed(i, p, g)
         denom = (v / (1 - self._beta_power(self.b2)).cast(p.dtype)).sqrt() + self.eps
         mu, mu_next, product = self._mu(self.steps), self._mu(self.steps + 1), self.mu_product
         now = (self.lr * (1 - mu) / (1 - product)).cast(p.dtype)
@@ -834,16 +838,7 @@ class RAdam(_Counted):
         Tensor.realize(*self.params, *self.m, *self.v, self.lr, self.steps)
 
     def _update(self, i: int, p: Tensor, g: Tensor) -> list[Tensor]:
-        w = p.detach()
-        g = -g if self.maximize else g
-        if self.weight_decay:
-            w, g = (
-                (w * (1 - self.lr * self.weight_decay).cast(p.dtype), g)
-                if self.decoupled
-                else (w, g + w * self.weight_decay)
-            )
-        m = self.m[i].assign(_lerp(self.m[i], g, 1 - self.b1))
-        v = self.v[i].assign(self.v[i] * self.b2 + g * g * (1 - self.b2))
+        w, g, m, v = self._moments_decayed(i, p, g)
         b1t, b2t, t = self._beta_power(self.b1), self._beta_power(self.b2), self.steps
         rho_inf = 2 / (1 - self.b2) - 1
         rho = rho_inf - 2 * t * b2t / (1 - b2t)
