@@ -3995,7 +3995,7 @@ class Tensor(metaclass=_TensorType):
         """x where |x| > lambd, else 0 (torch.nn.functional.hardshrink)."""
         if not dtypes.is_float(self.dtype):
             raise _unsupported("hardshrink", self, "it takes float tensors")
-        return (self.abs() <= lambd).where(0, self)  # NaN stays NaN, as torch's
+        return (self.abs() > lambd).where(self, _zero_or_nan(self))
 
     def prelu(self, weight: Tensor) -> Tensor:
         """max(0, x) + weight * min(0, x), with one weight or one per channel (dim 1), as torch.prelu."""
@@ -4342,8 +4342,12 @@ class Tensor(metaclass=_TensorType):
                 return self * self
             if x == 1:
                 return _new_value(self)
+            # torch's special cases: x ** 0.5 and x ** -0.5 are sqrt and rsqrt (NaN at -inf, where C's pow gives +inf
+            # and 0); the gradient stays -0.5 x ** -1.5 (-0.0 at -inf, where rsqrt's chain rule gives NaN)
             if x == 0.5 and dtypes.is_float(self.dtype):
                 return self.sqrt()
+            if x == -0.5 and dtypes.is_float(self.dtype):
+                return self._with_derivative(self.rsqrt(), lambda v: v.pow(-1.5) * -0.5)
             if x == -1 and dtypes.is_float(self.dtype):
                 return self.reciprocal()
         a, b = self._broadcasted(x, reverse)
@@ -4773,9 +4777,11 @@ class Tensor(metaclass=_TensorType):
         if self.dtype == dtypes.bool:
             return _new_value(self)
         one, zero = self.ones_like(), self.zeros_like()
-        s = (self > 0).where(one, (self < 0).where(-one if not dtypes.is_unsigned(self.dtype) else zero, zero))
-        # NaN stays NaN, like numpy (torch gives 0); NaN * 0 keeps the gradient 0 there too
-        return self.isnan().where(self * 0, s) if dtypes.is_float(self.dtype) else s
+        if dtypes.is_float(self.dtype):
+            # sign(NaN) is 0, as torch's (numpy: NaN). |x| where x is +-0 is +0.0 and ties the result to x, with
+            # torch's gradient 0 everywhere (a where over comparisons alone would leave x no gradient at all)
+            zero = (self == 0).where(self.abs(), zero)
+        return (self > 0).where(one, (self < 0).where(-one if not dtypes.is_unsigned(self.dtype) else zero, zero))
 
     def clip(self, min_: Any = None, max_: Any = None, *, min: Any = None, max: Any = None) -> Tensor:  # noqa: A002
         """torch.clamp: min(max(x, min), max), NaN where x or a bound is NaN. The gradient is torch's mask
@@ -4857,12 +4863,13 @@ class Tensor(metaclass=_TensorType):
 
     def hardtanh(self, min_val: float = -1.0, max_val: float = 1.0) -> Tensor:
         # torch's value: a bound where x passes it, else x (a zero keeps its sign: relu6(-0.0) is -0.0); its gradient is
-        # zero at the bounds themselves. As relu: the outer wheres carry the gradient, the inner ones over a detached x
-        # the value, and the kernel keeps x < min ? min : (max < x ? max : x) (kernelize._build_where)
+        # zero at the bounds themselves and at NaN (torch's vector kernel; its scalar tail gives 1). As relu: the outer
+        # wheres carry the gradient, the inner ones over a detached x the value, and the kernel keeps
+        # x < min ? min : (max < x ? max : x) (kernelize._build_where finds x < min among the mask's own terms)
         x = self.detach()
         clipped = (x < min_val).where(min_val, (x > max_val).where(max_val, x))
         upper = (self >= max_val).where((x > max_val).where(max_val, x), self)
-        return (self <= min_val).where(clipped, upper)
+        return ((self < min_val) | ((self == min_val) | self.isnan())).where(clipped, upper)
 
     def isnan(self) -> Tensor:
         return self != self
@@ -8411,6 +8418,13 @@ def _root(s: Tensor, p: float) -> Tensor:
     zero = s == 0
     safe = zero.where(1, s)
     return zero.where(0, safe.sqrt() if p == 2 else safe.pow(1 / p))
+
+
+def _zero_or_nan(x: Tensor) -> Tensor:
+    """0 where x is a number, x's NaN where it is not, with no gradient: the value a shrink gives inside its band,
+    where torch's gradient is 0 at NaN too (its vectorized kernel's; the scalar tail passes NaN's gradient)."""
+    x = x.detach()
+    return x.isnan().where(x, 0)
 
 
 def _nan_or(cond: Tensor, bound: Any) -> Tensor:

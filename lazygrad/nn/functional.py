@@ -13,7 +13,7 @@ from typing import Any, Callable, Sequence
 
 from lazygrad.dtype import dtypes
 from lazygrad.helpers import make_tuple
-from lazygrad.tensor import ArgumentError, Tensor
+from lazygrad.tensor import ArgumentError, Tensor, _zero_or_nan
 
 # *** activations ***
 
@@ -83,7 +83,7 @@ def hardshrink(input: Tensor, lambd: float = 0.5) -> Tensor:
 def softshrink(input: Tensor, lambd: float = 0.5) -> Tensor:
     if lambd < 0:
         raise ArgumentError(f"softshrink: lambd must be >= 0, got {lambd}")
-    return (input.abs() <= lambd).where(0.0, input - input.sign() * lambd)  # NaN stays NaN, as torch's
+    return (input.abs() > lambd).where(input - input.sign() * lambd, _zero_or_nan(input))
 
 
 def tanhshrink(input: Tensor) -> Tensor:
