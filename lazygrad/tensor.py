@@ -4958,6 +4958,12 @@ class Tensor(metaclass=_TensorType):
             # nothing to reduce (a 0-d tensor's sum): a new tensor as torch's, not self (a write into one showed in the
             # other)
             return _new_value(self)
+        if any(self.shape[a] == 0 for a in axes) and dtypes.is_float(self.dtype):
+            # the reduce of one identity padded on: the result keeps x in its graph, and backward gives x torch's zero
+            # gradient (a constant result left x none, and backward raised)
+            identity = 0.0 if op is Ops.ADD else 1.0
+            widths = tuple((0, 1) if i in axes and n == 0 else (0, 0) for i, n in enumerate(self.shape))
+            return self.pad(widths, value=identity)._reduce(op, axes, keepdim)
         if any(self.shape[a] == 0 for a in axes):
             # an empty reduce is its identity; codegen never sees a loop over zero elements
             return Tensor.full(
@@ -5011,13 +5017,24 @@ class Tensor(metaclass=_TensorType):
     def max(self, axis: int | Sequence[int] | None = None, keepdim: bool = False, *, dim: Any = None) -> Any:
         """The maximum over `axis` (tinygrad's: a tensor). Given torch's `dim=`, torch's (values, indices)."""
         if dim is not None:
-            return ValuesIndices(self._reduce(Ops.MAX, dim, keepdim), self.argmax(dim, keepdim))
+            idx = self.argmax(dim, keepdim)
+            return ValuesIndices(self._at_index(idx, dim, keepdim, lambda: self._reduce(Ops.MAX, dim, keepdim)), idx)
         return self._reduce(Ops.MAX, axis, keepdim)
+
+    def _at_index(self, idx: Tensor, dim: int, keepdim: bool, plain: Callable[[], Tensor]) -> Tensor:
+        """The values of torch's (values, indices) of a max / min along dim: with a gradient, gathered at idx, so that
+        it goes to the element the index names, as torch's (not shared among ties and NaNs as a max's); else plain()."""
+        if not self.requires_grad or self.ndim == 0:
+            return plain()
+        d = _dim(dim, self.ndim)
+        v = self.gather(d, idx if keepdim else idx.unsqueeze(d))
+        return v if keepdim else v.squeeze(d)
 
     def min(self, axis: int | Sequence[int] | None = None, keepdim: bool = False, *, dim: Any = None) -> Any:
         """The minimum over `axis` (tinygrad's: a tensor). Given torch's `dim=`, torch's (values, indices)."""
         if dim is not None:
-            return ValuesIndices(self.min(dim, keepdim), self.argmin(dim, keepdim))
+            idx = self.argmin(dim, keepdim)
+            return ValuesIndices(self._at_index(idx, dim, keepdim, lambda: self.min(dim, keepdim)), idx)
         if dtypes.is_float(self.dtype):
             return -((-self).max(axis, keepdim))
         if self.dtype == dtypes.bool:
@@ -6551,7 +6568,15 @@ class Tensor(metaclass=_TensorType):
             pos = (kept < n).where(kept, (n - 1) // 2)
         out_v, out_i = values.gather(d, pos), idx.gather(d, pos)
         if dim is None:
-            return out_v.reshape(())
+            # torch's gradient of a whole median is shared by every element equal to it (NaN: by the NaNs), as a max's
+            v = out_v.reshape(())
+            top = v.detach()
+
+            def share(x: Tensor) -> Tensor:
+                hit = ((x == top) | (x.isnan() & top.isnan())).cast(x.dtype)
+                return hit / hit.sum()
+
+            return self._with_derivative(v, share)
         shape = _reduced_shape(self.shape, dim, keepdim)
         return ValuesIndices(out_v.reshape(shape), out_i.reshape(shape))
 
@@ -7782,7 +7807,8 @@ def _summed_products(g: Tensor) -> tuple[Tensor, Tensor] | None:
     """For g a sum of products x * y over some axes (left out of its shape, movement ops between the product and the
     sum): x and y as the products are summed, those axes as one in front."""
     r = g.uop.src[0] if g.uop.op is Ops.RESHAPE else g.uop
-    if r.op is not Ops.REDUCE_AXIS or r.arg[0] is not Ops.ADD:
+    # (an empty g: the reshape's -1 below would have no size to stand for)
+    if r.op is not Ops.REDUCE_AXIS or r.arg[0] is not Ops.ADD or 0 in g.shape:
         return None
     moves: list[UOp] = []
     base = r.src[0]
