@@ -938,7 +938,9 @@ def ctc_loss(
     (sum of target_lengths,). The forward variables alpha over the blank-interleaved targets are one recursion step
     per time step, in log space, batched over N; the gradient is autograd's through it. The lengths stay on the device
     (as masks), except a concatenated target's, which are read to cut the targets into rows. reduction "mean" divides
-    each loss by its target length first, as torch."""
+    each loss by its target length first, as torch. A target that cannot be aligned (inf loss) gives its sequence
+    gradient 0 without zero_infinity too (a decision: torch gives NaN at each of its steps, which a sum or mean then
+    spreads to every weight)."""
     if reduction not in ("none", "mean", "sum"):
         raise ValueError(f"{reduction} is not a valid value for reduction")
     unbatched = log_probs.ndim == 2

@@ -346,6 +346,20 @@ def test_ctc_loss(case: int, layout: str) -> None:
     np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-4, atol=1e-5)
 
 
+def test_ctc_loss_that_cannot_align_keeps_the_other_gradients() -> None:
+    """Row 1's 4 labels in 3 steps cannot be aligned: its loss is inf, as torch's, and its gradient 0 (torch: NaN at
+    its steps); row 0's values and gradient are torch's (CTC hunt, seeds 80000-80059)."""
+    logits, targets = _ctc_case(6, 2, 4, 4, 3)
+    x, tx = Tensor(logits, requires_grad=True), torch.tensor(logits, requires_grad=True)
+    loss = F.ctc_loss(x.log_softmax(2), Tensor(targets), [6, 3], [3, 4], reduction="none")
+    ref = TF.ctc_loss(tx.log_softmax(2), torch.tensor(targets), (6, 3), (3, 4), reduction="none")
+    np.testing.assert_allclose(loss.numpy(), ref.detach().numpy(), rtol=1e-5)
+    loss.sum().backward()
+    ref.sum().backward()
+    np.testing.assert_allclose(x.grad.numpy()[:, 0], tx.grad.numpy()[:, 0], rtol=1e-4, atol=1e-5)
+    assert np.isnan(tx.grad.numpy()[:3, 1]).all() and (x.grad.numpy()[:, 1] == 0).all()
+
+
 def test_ctc_loss_unbatched_module_and_errors() -> None:
     logits, targets = _ctc_case(8, 1, 4, 3, 0)
     x, tx = Tensor(logits[:, 0], requires_grad=True), torch.tensor(logits[:, 0], requires_grad=True)
