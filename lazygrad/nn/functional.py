@@ -627,6 +627,8 @@ def embedding_bag(
     else:
         raise ValueError(f"input has to be 1D or 2D Tensor, but got Tensor of dimension {input.ndim}")
     if mode == "max":
+        if member.shape[1] == 0:  # no entries at all: one that is in no bag (a max over none raised)
+            member, rows = member.pad(((0, 0), (0, 1))), rows.pad(((0, 0), (0, 1), (0, 0)))
         taken = member.unsqueeze(-1).where(rows, float("-inf")).max(1)
         return (member.sum(1) > 0).unsqueeze(-1).where(taken, 0)
     scale = member.cast(weight.dtype) if weights is None else member.where(weights.cast(weight.dtype), 0)

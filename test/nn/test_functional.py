@@ -306,6 +306,22 @@ def test_embedding_bag_errors_as_torch() -> None:
     assert not bag.weight.requires_grad and repr(bag) == "EmbeddingBag(10, 3, mode='sum')"
 
 
+@pytest.mark.parametrize("mode", ["max", "sum", "mean"])
+@pytest.mark.parametrize("include_last_offset", [False, True])
+def test_embedding_bag_of_no_entries(mode: str, include_last_offset: bool) -> None:
+    """No entries at all: zeros and a zero weight gradient, as torch (max raised: a max over zero entries). Found by an
+    EmbeddingBag hunt (seed 81014)."""
+    w = randn(4, 3)
+    x, tx = Tensor(w, requires_grad=True), torch.tensor(w, requires_grad=True)
+    kw = {"mode": mode, "include_last_offset": include_last_offset}
+    out = F.embedding_bag(Tensor(np.zeros(0, np.int64)), x, Tensor(np.array([0, 0, 0])), **kw)
+    ref = TF.embedding_bag(torch.zeros(0, dtype=torch.int64), tx, torch.tensor([0, 0, 0]), **kw)
+    np.testing.assert_array_equal(out.numpy(), ref.detach().numpy())
+    out.sum().backward()
+    ref.sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), tx.grad.numpy())
+
+
 def _ctc_case(steps: int, batch: int, classes: int, width: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(seed)
     logits = rng.standard_normal((steps, batch, classes)).astype(np.float32)
