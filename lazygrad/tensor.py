@@ -9639,7 +9639,13 @@ def _follow_base(t: Tensor) -> Tensor:
     base, at = t._view_of  # type: ignore[misc]
     if base.uop is at:
         return t
-    if (entry := _reshaped_in_place.get(id(base))) is not None and entry[0]() is base and at in entry[1]:
+    # the view was taken before a shape change when its node is one the change replaced or is below one (a write
+    # between the two: `v = x[0]; x.mul_(2); x.unsqueeze_(0)` read stale or twice-scaled values)
+    if (
+        (entry := _reshaped_in_place.get(id(base))) is not None
+        and entry[0]() is base
+        and (at in entry[1] or any(at in old.toposort for old in entry[1]))
+    ):
         raise ArgumentError(
             f"this view was taken of a tensor of shape {at.shape} before an in-place shape change (squeeze_, t_, "
             f"resize_, ...) made it {base.shape}: take the view again"
