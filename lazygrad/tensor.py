@@ -3273,6 +3273,18 @@ class Tensor(metaclass=_TensorType):
             out.grad = self.grad.clone(device)
         return out
 
+    def __deepcopy__(self, memo: dict) -> Tensor:
+        """torch's deepcopy: a tensor with its own copy of the values (and of .grad), requires_grad as self's. The
+        default copied the Buffer object: two then owned one memory, and once one had freed it a later tensor's values
+        were read and written through the other (Adam stepped wrong after an SGD state dict was deep-copied)."""
+        out = self.detach().clone().realize()
+        if self._requires_grad is not None:
+            out.requires_grad = self._requires_grad
+        if self.grad is not None:
+            out.grad = self.grad.detach().clone().realize()
+        memo[id(self)] = out
+        return out
+
     # *** shape ops built from views ***
 
     def split(self, sizes: int | Sequence[int], dim: int = 0) -> tuple[Tensor, ...]:

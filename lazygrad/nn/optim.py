@@ -110,8 +110,9 @@ class Optimizer:
         for attr, name in self._STATE_NAMES:
             for i, t in enumerate(getattr(self, attr, [])):
                 state[first + i][name] = t
-        if hasattr(self, "b1_t"):
-            step = _steps_taken(self)
+        if hasattr(self, "b1_t") or getattr(self, "steps", None) is not None:
+            # (Adagrad's count, which its lr_decay reads: a resumed run restarted it at 0 and took larger steps)
+            step = _steps_taken(self) if hasattr(self, "b1_t") else int(self.steps.item())
             for entry in state.values():
                 entry["step"] = Tensor(float(step))
         groups = [{k: v for k, v in self.param_groups[0].items() if k != "params"}]
@@ -154,7 +155,8 @@ class Optimizer:
         for key in ("initial_lr", "max_lr", "min_lr"):
             if key in group:
                 self.param_groups[0][key] = group[key]
-        Tensor.realize(*[t for attr, _ in self._STATE_NAMES for t in getattr(self, attr, [])], *self._scalars())
+        if written := [t for attr, _ in self._STATE_NAMES for t in getattr(self, attr, [])] + self._scalars():
+            Tensor.realize(*written)  # (plain SGD has no state: realize() of nothing raised)
 
     def _scalars(self) -> list[Tensor]:
         names = ("b1_t", "b2_t", "damp_t", "t_dev", "b1_dev", "b2_dev", "momentum_dev", "steps")
