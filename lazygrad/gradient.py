@@ -32,8 +32,10 @@ def _reduce_grad(g: Tensor, node: UOp, x: Tensor, out: Tensor) -> Grads:
     if op is Ops.ADD:
         return (g.expand(x.shape),)
     if op is Ops.MAX:
-        # ties share the gradient equally, like torch.amax
-        hit = (x == out.expand(x.shape)).cast(g.dtype)
+        # ties share the gradient equally, like torch.amax; a NaN maximum is shared by the NaNs, as torch.max's (no
+        # element equals it: every gradient was 0 / 0)
+        top = out.expand(x.shape)
+        hit = ((x == top) | ((x != x) & (top != top)) if dtypes.is_float(x.dtype) else x == top).cast(g.dtype)
         return (hit * (g / hit.sum(axes, keepdim=True)).expand(x.shape),)
     if op is Ops.MUL:
         # d/dx_i prod(x) is the product of the others: out / x_i without zeros; with one zero in the window only

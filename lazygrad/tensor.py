@@ -4117,7 +4117,7 @@ class Tensor(metaclass=_TensorType):
         """x where |x| > lambd, else 0 (torch.nn.functional.hardshrink)."""
         if not dtypes.is_float(self.dtype):
             raise _unsupported("hardshrink", self, "it takes float tensors")
-        return (self.abs() <= lambd).where(0, self)  # NaN stays NaN, as torch's
+        return (self.abs() > lambd).where(self, _zero_or_nan(self))
 
     def prelu(self, weight: Tensor) -> Tensor:
         """max(0, x) + weight * min(0, x), with one weight or one per channel (dim 1), as torch.prelu."""
@@ -4464,8 +4464,12 @@ class Tensor(metaclass=_TensorType):
                 return self * self
             if x == 1:
                 return _new_value(self)
+            # torch's special cases: x ** 0.5 and x ** -0.5 are sqrt and rsqrt (NaN at -inf, where C's pow gives +inf
+            # and 0); the gradient stays -0.5 x ** -1.5 (-0.0 at -inf, where rsqrt's chain rule gives NaN)
             if x == 0.5 and dtypes.is_float(self.dtype):
                 return self.sqrt()
+            if x == -0.5 and dtypes.is_float(self.dtype):
+                return self._with_derivative(self.rsqrt(), lambda v: v.pow(-1.5) * -0.5)
             if x == -1 and dtypes.is_float(self.dtype):
                 return self.reciprocal()
         a, b = self._broadcasted(x, reverse)
@@ -4895,9 +4899,11 @@ class Tensor(metaclass=_TensorType):
         if self.dtype == dtypes.bool:
             return _new_value(self)
         one, zero = self.ones_like(), self.zeros_like()
-        s = (self > 0).where(one, (self < 0).where(-one if not dtypes.is_unsigned(self.dtype) else zero, zero))
-        # NaN stays NaN, like numpy (torch gives 0); NaN * 0 keeps the gradient 0 there too
-        return self.isnan().where(self * 0, s) if dtypes.is_float(self.dtype) else s
+        if dtypes.is_float(self.dtype):
+            # sign(NaN) is 0, as torch's (numpy: NaN). |x| where x is +-0 is +0.0 and ties the result to x, with
+            # torch's gradient 0 everywhere (a where over comparisons alone would leave x no gradient at all)
+            zero = (self == 0).where(self.abs(), zero)
+        return (self > 0).where(one, (self < 0).where(-one if not dtypes.is_unsigned(self.dtype) else zero, zero))
 
     def clip(self, min_: Any = None, max_: Any = None, *, min: Any = None, max: Any = None) -> Tensor:  # noqa: A002
         """torch.clamp: min(max(x, min), max), NaN where x or a bound is NaN. The gradient is torch's mask
@@ -4979,12 +4985,13 @@ class Tensor(metaclass=_TensorType):
 
     def hardtanh(self, min_val: float = -1.0, max_val: float = 1.0) -> Tensor:
         # torch's value: a bound where x passes it, else x (a zero keeps its sign: relu6(-0.0) is -0.0); its gradient is
-        # zero at the bounds themselves. As relu: the outer wheres carry the gradient, the inner ones over a detached x
-        # the value, and the kernel keeps x < min ? min : (max < x ? max : x) (kernelize._build_where)
+        # zero at the bounds themselves and at NaN (torch's vector kernel; its scalar tail gives 1). As relu: the outer
+        # wheres carry the gradient, the inner ones over a detached x the value, and the kernel keeps
+        # x < min ? min : (max < x ? max : x) (kernelize._build_where finds x < min among the mask's own terms)
         x = self.detach()
         clipped = (x < min_val).where(min_val, (x > max_val).where(max_val, x))
         upper = (self >= max_val).where((x > max_val).where(max_val, x), self)
-        return (self <= min_val).where(clipped, upper)
+        return ((self < min_val) | ((self == min_val) | self.isnan())).where(clipped, upper)
 
     def isnan(self) -> Tensor:
         return self != self
@@ -5073,15 +5080,20 @@ class Tensor(metaclass=_TensorType):
             # nothing to reduce (a 0-d tensor's sum): a new tensor as torch's, not self (a write into one showed in the
             # other)
             return _new_value(self)
+        if any(self.shape[a] == 0 for a in axes) and dtypes.is_float(self.dtype):
+            # the reduce of one identity padded on: the result keeps x in its graph, and backward gives x torch's zero
+            # gradient (a constant result left x none, and backward raised)
+            identity = 0.0 if op is Ops.ADD else 1.0
+            widths = tuple((0, 1) if i in axes and n == 0 else (0, 0) for i, n in enumerate(self.shape))
+            return self.pad(widths, value=identity)._reduce(op, axes, keepdim)
         if any(self.shape[a] == 0 for a in axes):
             # an empty reduce is its identity; codegen never sees a loop over zero elements
-            shape = _reduced_shape(self.shape, axes, keepdim)
-            out_t = Tensor.full(shape, 0 if op is Ops.ADD else 1, dtype=self.dtype, device=self.device)
-            if not _modes.grad_disabled and self.requires_grad is not False and dtypes.is_float(self.dtype):
-                # plus a zero that reads self, so that a gradient reaches what self was cut from (zeros, as torch's:
-                # `x[mask].sum().backward()` with no element selected raised instead)
-                out_t = out_t + self.reshape(-1).pad(((0, 1),)).reshape(()).mul(0)
-            return out_t
+            return Tensor.full(
+                _reduced_shape(self.shape, axes, keepdim),
+                0 if op is Ops.ADD else 1,
+                dtype=self.dtype,
+                device=self.device,
+            )
         out = UOp(Ops.REDUCE_AXIS, self.dtype, (self.uop,), (op, axes))
         if keepdim:
             return Tensor(out)
@@ -5127,13 +5139,24 @@ class Tensor(metaclass=_TensorType):
     def max(self, axis: int | Sequence[int] | None = None, keepdim: bool = False, *, dim: Any = None) -> Any:
         """The maximum over `axis` (tinygrad's: a tensor). Given torch's `dim=`, torch's (values, indices)."""
         if dim is not None:
-            return ValuesIndices(self._reduce(Ops.MAX, dim, keepdim), self.argmax(dim, keepdim))
+            idx = self.argmax(dim, keepdim)
+            return ValuesIndices(self._at_index(idx, dim, keepdim, lambda: self._reduce(Ops.MAX, dim, keepdim)), idx)
         return self._reduce(Ops.MAX, axis, keepdim)
+
+    def _at_index(self, idx: Tensor, dim: int, keepdim: bool, plain: Callable[[], Tensor]) -> Tensor:
+        """The values of torch's (values, indices) of a max / min along dim: with a gradient, gathered at idx, so that
+        it goes to the element the index names, as torch's (not shared among ties and NaNs as a max's); else plain()."""
+        if not self.requires_grad or self.ndim == 0:
+            return plain()
+        d = _dim(dim, self.ndim)
+        v = self.gather(d, idx if keepdim else idx.unsqueeze(d))
+        return v if keepdim else v.squeeze(d)
 
     def min(self, axis: int | Sequence[int] | None = None, keepdim: bool = False, *, dim: Any = None) -> Any:
         """The minimum over `axis` (tinygrad's: a tensor). Given torch's `dim=`, torch's (values, indices)."""
         if dim is not None:
-            return ValuesIndices(self.min(dim, keepdim), self.argmin(dim, keepdim))
+            idx = self.argmin(dim, keepdim)
+            return ValuesIndices(self._at_index(idx, dim, keepdim, lambda: self.min(dim, keepdim)), idx)
         if dtypes.is_float(self.dtype):
             return -((-self).max(axis, keepdim))
         if self.dtype == dtypes.bool:
@@ -6679,7 +6702,15 @@ class Tensor(metaclass=_TensorType):
             pos = (kept < n).where(kept, (n - 1) // 2)
         out_v, out_i = values.gather(d, pos), idx.gather(d, pos)
         if dim is None:
-            return out_v.reshape(())
+            # torch's gradient of a whole median is shared by every element equal to it (NaN: by the NaNs), as a max's
+            v = out_v.reshape(())
+            top = v.detach()
+
+            def share(x: Tensor) -> Tensor:
+                hit = ((x == top) | (x.isnan() & top.isnan())).cast(x.dtype)
+                return hit / hit.sum()
+
+            return self._with_derivative(v, share)
         shape = _reduced_shape(self.shape, dim, keepdim)
         return ValuesIndices(out_v.reshape(shape), out_i.reshape(shape))
 
@@ -7910,7 +7941,8 @@ def _summed_products(g: Tensor) -> tuple[Tensor, Tensor] | None:
     """For g a sum of products x * y over some axes (left out of its shape, movement ops between the product and the
     sum): x and y as the products are summed, those axes as one in front."""
     r = g.uop.src[0] if g.uop.op is Ops.RESHAPE else g.uop
-    if r.op is not Ops.REDUCE_AXIS or r.arg[0] is not Ops.ADD:
+    # (an empty g: the reshape's -1 below would have no size to stand for)
+    if r.op is not Ops.REDUCE_AXIS or r.arg[0] is not Ops.ADD or 0 in g.shape:
         return None
     moves: list[UOp] = []
     base = r.src[0]
@@ -8561,6 +8593,13 @@ def _root(s: Tensor, p: float) -> Tensor:
     zero = s == 0
     safe = zero.where(1, s)
     return zero.where(0, safe.sqrt() if p == 2 else safe.pow(1 / p))
+
+
+def _zero_or_nan(x: Tensor) -> Tensor:
+    """0 where x is a number, x's NaN where it is not, with no gradient: the value a shrink gives inside its band,
+    where torch's gradient is 0 at NaN too (its vectorized kernel's; the scalar tail passes NaN's gradient)."""
+    x = x.detach()
+    return x.isnan().where(x, 0)
 
 
 def _nan_or(cond: Tensor, bound: Any) -> Tensor:
@@ -9826,7 +9865,13 @@ def _follow_base(t: Tensor) -> Tensor:
     base, at = t._view_of  # type: ignore[misc]
     if base.uop is at:
         return t
-    if (entry := _reshaped_in_place.get(id(base))) is not None and entry[0]() is base and at in entry[1]:
+    # the view was taken before a shape change when its node is one the change replaced or is below one (a write
+    # between the two: `v = x[0]; x.mul_(2); x.unsqueeze_(0)` read stale or twice-scaled values)
+    if (
+        (entry := _reshaped_in_place.get(id(base))) is not None
+        and entry[0]() is base
+        and (at in entry[1] or any(at in old.toposort for old in entry[1]))
+    ):
         raise ArgumentError(
             f"this view was taken of a tensor of shape {at.shape} before an in-place shape change (squeeze_, t_, "
             f"resize_, ...) made it {base.shape}: take the view again"

@@ -465,3 +465,56 @@ def test_autograd_backward_of_several_outputs_is_torchs() -> None:
     with autograd.detect_anomaly():
         (x * 3).sum().backward()
     np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy() + 3, rtol=1e-6)
+
+
+# a reduce over a zero-size dimension inside a loss: torch's gradient is zeros
+EMPTY_REDUCTIONS = {
+    "sum": lambda x: x[:, 0:0].sum(),
+    "sum_dim": lambda x: x[:, 0:0].sum(1) * 3,
+    "sum_beside_a_row": lambda x: x[0:0].sum(0) + x[1],
+    "prod": lambda x: x[:, 1:1].prod(1),
+    "diff_of_one": lambda x: x[:, :1].diff(),
+    "matmul_k0": lambda x: x[:, 0:0] @ x[0:0, :].T.T,
+    "logsumexp": lambda x: x[0:0].logsumexp(0).clamp(-1, 1),
+    "cumsum": lambda x: x[0:0].cumsum(0).sum(),
+    "masked_select": lambda x: x[x > 100].sum(),
+}
+
+
+@pytest.mark.parametrize("name", list(EMPTY_REDUCTIONS))
+def test_backward_through_an_empty_reduction(name):
+    """The empty reduce was a constant: backward found no path to x and raised (torch: zero gradient)."""
+    fn = EMPTY_REDUCTIONS[name]
+    a = np.arange(12, dtype=np.float32).reshape(3, 4) - 5
+    x, t = Tensor(a, requires_grad=True), torch.tensor(a, requires_grad=True)
+    out, tout = fn(x), fn(t)
+    np.testing.assert_allclose(out.numpy(), tout.detach().numpy())
+    out.sum().backward()
+    tout.sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), t.grad.numpy())
+
+
+NAN = float("nan")
+TIES = [[1.0, NAN, 3.0, NAN], [3.0, 1.0, 3.0, 1.0], [2.0, 2.0, 2.0, 2.0], [1.0, 2.0, 2.0, 5.0], [NAN, NAN, NAN, NAN]]
+
+
+@pytest.mark.parametrize("row", range(len(TIES)))
+@pytest.mark.parametrize("name", ["max", "min", "median", "nanmedian"])
+def test_ties_and_nans_share_the_gradient_as_torch(row, name):
+    """A whole max / min / median shares its gradient among the elements equal to it, NaNs among the NaNs (a NaN max
+    gave every element NaN: no element equals NaN, 0 / 0; a median gave it all to one). With dim, torch's (values,
+    indices) give it to the element the index names (a max shared it among ties)."""
+    a = np.array(TIES[row] * 3, np.float32).reshape(3, 4) * np.array([[1], [-1], [2]], np.float32)
+    for kw in ({}, {"dim": 1}, {"dim": 0, "keepdim": True}):
+        if name in ("median", "nanmedian") and kw:
+            continue
+        x, t = Tensor(a, requires_grad=True), torch.tensor(a, requires_grad=True)
+        out, tout = getattr(x, name)(**kw), getattr(t, name)(**kw)
+        if kw:
+            assert out.indices.tolist() == tout.indices.tolist()
+            out, tout = out.values, tout.values
+        np.testing.assert_allclose(out.numpy(), tout.detach().numpy(), equal_nan=True)
+        w = np.arange(1, out.numel() + 1, dtype=np.float32).reshape(out.shape)
+        (out * Tensor(w)).sum().backward()
+        (tout * torch.tensor(w)).sum().backward()
+        np.testing.assert_allclose(x.grad.numpy(), t.grad.numpy(), err_msg=str(kw))

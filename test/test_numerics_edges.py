@@ -3,6 +3,8 @@ magnitudes, var/std of one element, comparisons in a backward graph, cumprod (ex
 a bounded kernel), integer overflow and integer negative powers, signed zeros and NaN inputs of activations and clamp
 (values and gradients), logit's and sinc's gradients at the edges."""
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -205,8 +207,9 @@ def test_signed_zeros_follow_torch(name, dtype):
 
 
 NAN = [float("nan"), -float("nan"), -4.0, -3.0, -1.0, -0.0, 0.0, 0.5, 1.0, 3.0, 4.0, 6.0, float("inf")]
-# torch's forward and backward at NaN inputs where its scalar and vectorized kernels agree (they do not for
-# elu / selu / hardswish / hardtanh / hardshrink gradients: 1 from the scalar loop, NaN or 0 from the vector one)
+# torch's forward and backward at NaN inputs. Where its scalar and vectorized kernels disagree (the gradients of
+# hardtanh, relu6, hardshrink, softshrink: 1 from the scalar loop, 0 from the vector one) lazygrad follows the vector
+# kernel, which takes every element of a tensor of 32 and more; NAN * 3 puts its NaNs at 0, 1, 13, 14, 26 and 27
 NAN_CASES = {
     "clamp": (lambda x: x.clamp(0, 1), lambda x: x.clamp(0, 1)),
     "clamp_min": (lambda x: x.clamp(min=-1), lambda x: x.clamp(min=-1)),
@@ -223,7 +226,9 @@ NAN_CASES = {
     "hardshrink": (Tensor.hardshrink, torch.nn.functional.hardshrink),
     "softshrink": (F.softshrink, torch.nn.functional.softshrink),
     "leaky_relu": (Tensor.leaky_relu, torch.nn.functional.leaky_relu),
-    "sign": (Tensor.sign, lambda x: torch.where(x.isnan(), x * 0, x.sign())),
+    "sign": (Tensor.sign, torch.sign),
+    "hardtanh": (Tensor.hardtanh, torch.nn.functional.hardtanh),
+    "relu6": (Tensor.relu6, torch.nn.functional.relu6),
 }
 
 
@@ -232,14 +237,77 @@ NAN_CASES = {
 def test_nan_inputs_follow_torch(name, dtype):
     """clamp gave NaN its gradient (torch: 0) and ignored a NaN bound; maximum / minimum gave a NaN side no gradient
     (torch: all of it); hardsigmoid gave a NaN 1/6; hardshrink / softshrink / threshold made NaN a number; sign had
-    gradient 1 at NaN. (sign keeps numpy's NaN where torch gives 0: compared with that.)"""
+    gradient 1 at NaN. sign(NaN) was NaN (numpy's; torch: 0); hardtanh, relu6, hardshrink and softshrink gave NaN
+    gradient 1 (torch: 0)."""
     lfn, tfn = NAN_CASES[name]
-    vals = NAN * 3  # a few of each, past torch's scalar tail
+    vals = NAN * 3  # a few of each, inside torch's vectorized part
     got, ref = _against_torch(lfn, tfn, vals, dtype, name)
-    if name in ("hardshrink", "softshrink"):  # torch's gradient at NaN differs between its kernels (see above)
-        number = ~np.isnan(np.array(vals))
-        got, ref = got[number], ref[number]
     np.testing.assert_allclose(got, ref, rtol=1e-6, equal_nan=True, err_msg=f"{name} gradient")
+
+
+# the brief's activations at NaN: torch's gradient in a tensor of 64 (its vector kernel); for 1 element its scalar
+# loop gives 1 to elu, selu, celu and hardswish (vector: NaN) and to hardtanh, relu6 (vector: 0)
+NAN_ACTIVATIONS = {
+    "elu": (lambda x: x.elu(), torch.nn.functional.elu),
+    "elu_alpha": (lambda x: x.elu(0.5), lambda x: torch.nn.functional.elu(x, 0.5)),
+    "selu": (Tensor.selu, torch.nn.functional.selu),
+    "celu": (lambda x: x.celu(2.0), lambda x: torch.nn.functional.celu(x, 2.0)),
+    "hardswish": (Tensor.hardswish, torch.nn.functional.hardswish),
+    "hardtanh": (lambda x: x.hardtanh(-2, 3), lambda x: torch.nn.functional.hardtanh(x, -2, 3)),
+    "relu6": (Tensor.relu6, torch.nn.functional.relu6),
+    "leaky_relu": (lambda x: x.leaky_relu(0.2), lambda x: torch.nn.functional.leaky_relu(x, 0.2)),
+    "gelu": (lambda x: x.gelu(approximate="none"), torch.nn.functional.gelu),
+    "gelu_tanh": (lambda x: x.gelu(approximate="tanh"), lambda x: torch.nn.functional.gelu(x, approximate="tanh")),
+    "silu": (Tensor.silu, torch.nn.functional.silu),
+    "mish": (Tensor.mish, torch.nn.functional.mish),
+    "softplus": (Tensor.softplus, torch.nn.functional.softplus),
+    "softplus_beta": (lambda x: x.softplus(2.0, 3.0), lambda x: torch.nn.functional.softplus(x, 2.0, 3.0)),
+    "logsigmoid": (Tensor.logsigmoid, torch.nn.functional.logsigmoid),
+    "hardshrink": (Tensor.hardshrink, torch.nn.functional.hardshrink),
+    "softshrink": (lambda x: F.softshrink(x, 0.25), lambda x: torch.nn.functional.softshrink(x, 0.25)),
+}
+
+
+@pytest.mark.parametrize("name", list(NAN_ACTIVATIONS))
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_nan_gradients_of_activations(name, dtype):
+    """NaN inputs beside numbers, in a tensor of 64 (torch's vector kernel) and alone: lazygrad's answer does not
+    depend on the length."""
+    lfn, tfn = NAN_ACTIVATIONS[name]
+    vals = [float("nan"), -2.5, -0.5, 0.0, 0.5, 2.5, 3.5, 7.0] * 8
+    got, ref = _against_torch(lfn, tfn, vals, dtype, name)
+    np.testing.assert_allclose(got, ref, rtol=1e-5, equal_nan=True, err_msg=f"{name} gradient")
+    one = Tensor(np.array([float("nan")], dtype), requires_grad=True)
+    lfn(one).sum().backward()
+    np.testing.assert_array_equal(one.grad.numpy(), got[:1], err_msg=f"{name}: one NaN alone")
+
+
+@pytest.mark.parametrize("n", [1, 4, 64])
+def test_pow_by_a_tensor_half_is_c_pow_at_any_length(n):
+    """gcc vectorized powf(x, 0.5f) as a vector sqrt (NaN at -inf, -0.0 at -0.0): a tensor exponent of 0.5 gave C's
+    +inf and +0.0 alone and sqrt's in a tensor of 4 or more, and with it the gradient of x ** 1.5 at -inf."""
+    vals = np.array([-np.inf, -0.0, 4.0, 0.25] * n, np.float32)
+    got = Tensor(vals).pow(Tensor(0.5)).numpy()
+    ref = np.array([math.pow(v, 0.5) for v in vals], np.float32)
+    np.testing.assert_array_equal(got, ref)
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(ref))
+    x = Tensor(vals, requires_grad=True)
+    (x**1.5).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy()[:1], [np.inf])  # 1.5 pow(-inf, 0.5) (torch: NaN through its sqrt)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("exponent", [0.5, -0.5, 1.5, -1.5, 3.0])
+def test_scalar_powers_at_the_edges_follow_torch(dtype, exponent):
+    """x ** -0.5 was C's pow, 0 at -inf and +inf at -0.0 (torch: rsqrt's NaN and -inf; its gradient stays
+    -0.5 x ** -1.5, -0.0 at -inf). x ** 1.5's gradient at -inf is C's pow (inf): torch's NaN is its sqrt special
+    case inside the backward, not compared."""
+    vals = [-np.inf, -4.0, -0.0, 0.0, 1e-30, 0.25, 4.0, np.inf, np.nan] * 4
+    got, ref = _against_torch(lambda x: x**exponent, lambda x: x**exponent, vals, dtype, f"x ** {exponent}")
+    if exponent == 1.5:
+        finite = np.array(vals) != -np.inf
+        got, ref = got[finite], ref[finite]
+    np.testing.assert_allclose(got, ref, rtol=1e-5, equal_nan=True)
 
 
 def test_clamp_tensor_bounds_with_nan():

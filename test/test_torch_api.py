@@ -1475,4 +1475,6 @@ def test_activations_keep_torchs_sign_of_zero_and_gradient_at_the_edges(name):
     np.testing.assert_allclose(x.grad.numpy()[:n], tx.grad.numpy()[:n], rtol=1e-6, atol=1e-7, err_msg=name)
 
 
-_GRAD_AT_NAN = {"relu", "relu6", "hardtanh", "hardtanh(0, 6)", "hardtanh(-6, 0)", "leaky_relu", "softplus"}
+# (hardtanh's and relu6's: 1 from torch's scalar loop, which takes these 11 elements, 0 from its vector kernel, which
+# lazygrad follows: test_numerics_edges.test_nan_gradients_of_activations)
+_GRAD_AT_NAN = {"relu", "leaky_relu", "softplus"}

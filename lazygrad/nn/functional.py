@@ -14,7 +14,7 @@ from typing import Any, Callable, Sequence
 
 from lazygrad.dtype import dtypes
 from lazygrad.helpers import make_tuple, prod
-from lazygrad.tensor import ArgumentError, Tensor
+from lazygrad.tensor import ArgumentError, Tensor, _zero_or_nan
 
 # *** activations ***
 
@@ -84,7 +84,7 @@ def hardshrink(input: Tensor, lambd: float = 0.5) -> Tensor:
 def softshrink(input: Tensor, lambd: float = 0.5) -> Tensor:
     if lambd < 0:
         raise ArgumentError(f"softshrink: lambd must be >= 0, got {lambd}")
-    return (input.abs() <= lambd).where(0.0, input - input.sign() * lambd)  # NaN stays NaN, as torch's
+    return (input.abs() > lambd).where(input - input.sign() * lambd, _zero_or_nan(input))
 
 
 def tanhshrink(input: Tensor) -> Tensor:
@@ -840,6 +840,8 @@ def embedding_bag(
     else:
         raise ValueError(f"input has to be 1D or 2D Tensor, but got Tensor of dimension {input.ndim}")
     if mode == "max":
+        if member.shape[1] == 0:  # no entries at all: one that is in no bag (a max over none raised)
+            member, rows = member.pad(((0, 0), (0, 1))), rows.pad(((0, 0), (0, 1), (0, 0)))
         taken = member.unsqueeze(-1).where(rows, float("-inf")).max(1)
         return (member.sum(1) > 0).unsqueeze(-1).where(taken, 0)
     scale = member.cast(weight.dtype) if weights is None else member.where(weights.cast(weight.dtype), 0)
@@ -1167,7 +1169,9 @@ def ctc_loss(
     (sum of target_lengths,). The forward variables alpha over the blank-interleaved targets are one recursion step
     per time step, in log space, batched over N; the gradient is autograd's through it. The lengths stay on the device
     (as masks), except a concatenated target's, which are read to cut the targets into rows. reduction "mean" divides
-    each loss by its target length first, as torch."""
+    each loss by its target length first, as torch. A target that cannot be aligned (inf loss) gives its sequence
+    gradient 0 without zero_infinity too (a decision: torch gives NaN at each of its steps, which a sum or mean then
+    spreads to every weight)."""
     if reduction not in ("none", "mean", "sum"):
         raise ValueError(f"{reduction} is not a valid value for reduction")
     unbatched = log_probs.ndim == 2

@@ -110,9 +110,10 @@ class Optimizer:
         for attr, name in self._STATE_NAMES:
             for i, t in enumerate(getattr(self, attr, [])):
                 state[first + i][name] = t
-        counted = getattr(self, "steps", None) if not hasattr(self, "b1_t") else None
-        if hasattr(self, "b1_t") or isinstance(self, _Counted):
-            step = _steps_taken(self) if counted is None else int(counted.item())
+        if hasattr(self, "b1_t") or getattr(self, "steps", None) is not None:
+            # (a step count that the update reads: Adagrad's lr_decay, Adamax's, NAdam's and RAdam's bias corrections;
+            # a resumed run restarted it at 0)
+            step = _steps_taken(self) if hasattr(self, "b1_t") else int(self.steps.item())
             for entry in state.values():
                 entry["step"] = Tensor(float(step))
                 if (mu := getattr(self, "mu_product", None)) is not None:
@@ -160,7 +161,8 @@ class Optimizer:
         for key in ("initial_lr", "max_lr", "min_lr"):
             if key in group:
                 self.param_groups[0][key] = group[key]
-        Tensor.realize(*[t for attr, _ in self._STATE_NAMES for t in getattr(self, attr, [])], *self._scalars())
+        if written := [t for attr, _ in self._STATE_NAMES for t in getattr(self, attr, [])] + self._scalars():
+            Tensor.realize(*written)  # (plain SGD has no state: realize() of nothing raised)
 
     def _scalars(self) -> list[Tensor]:
         names = ("b1_t", "b2_t", "damp_t", "t_dev", "b1_dev", "b2_dev", "momentum_dev", "steps", "mu_product")

@@ -280,6 +280,9 @@ class ClangCompiler(Compiler):
         # above it, beside 16 AVX-512 accumulators, and spilled in the inner loop (conv + bias + relu 64 -> 64 3x3 on
         # 32^2, one core: 13.5 -> 9.8 ms, as the plain conv); 36 of 50 bench and CNN kernels assemble the same
         self.flags += [] if "clang" in "".join(version) else ["-fno-tree-loop-im"]
+        # gcc's vectorizer makes powf(x, 0.5f) a vector sqrt, NaN at -inf and -0.0 at -0.0 (C's pow: +inf, +0.0): x to a
+        # tensor power of 0.5 changed with the length (the pow backward of x ** 1.5 at -inf: inf alone, NaN in 64)
+        self.flags += [] if "clang" in "".join(version) else ["-fno-builtin-pow", "-fno-builtin-powf"]
         self.flags += ["-std=gnu11"]
         self.link: list[str] = []  # the linker and the libraries it gives a kernel; [] links through the driver
         self.direct: tuple[list[str], list[str]] | None = None  # (compiler proper, assembler) run without the driver

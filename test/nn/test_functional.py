@@ -306,6 +306,22 @@ def test_embedding_bag_errors_as_torch() -> None:
     assert not bag.weight.requires_grad and repr(bag) == "EmbeddingBag(10, 3, mode='sum')"
 
 
+@pytest.mark.parametrize("mode", ["max", "sum", "mean"])
+@pytest.mark.parametrize("include_last_offset", [False, True])
+def test_embedding_bag_of_no_entries(mode: str, include_last_offset: bool) -> None:
+    """No entries at all: zeros and a zero weight gradient, as torch (max raised: a max over zero entries). Found by an
+    EmbeddingBag hunt (seed 81014)."""
+    w = randn(4, 3)
+    x, tx = Tensor(w, requires_grad=True), torch.tensor(w, requires_grad=True)
+    kw = {"mode": mode, "include_last_offset": include_last_offset}
+    out = F.embedding_bag(Tensor(np.zeros(0, np.int64)), x, Tensor(np.array([0, 0, 0])), **kw)
+    ref = TF.embedding_bag(torch.zeros(0, dtype=torch.int64), tx, torch.tensor([0, 0, 0]), **kw)
+    np.testing.assert_array_equal(out.numpy(), ref.detach().numpy())
+    out.sum().backward()
+    ref.sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), tx.grad.numpy())
+
+
 def _ctc_case(steps: int, batch: int, classes: int, width: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(seed)
     logits = rng.standard_normal((steps, batch, classes)).astype(np.float32)
@@ -344,6 +360,20 @@ def test_ctc_loss(case: int, layout: str) -> None:
     (loss * Tensor(up)).sum().backward()
     (ref * torch.tensor(up)).sum().backward()
     np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_ctc_loss_that_cannot_align_keeps_the_other_gradients() -> None:
+    """Row 1's 4 labels in 3 steps cannot be aligned: its loss is inf, as torch's, and its gradient 0 (torch: NaN at
+    its steps); row 0's values and gradient are torch's (CTC hunt, seeds 80000-80059)."""
+    logits, targets = _ctc_case(6, 2, 4, 4, 3)
+    x, tx = Tensor(logits, requires_grad=True), torch.tensor(logits, requires_grad=True)
+    loss = F.ctc_loss(x.log_softmax(2), Tensor(targets), [6, 3], [3, 4], reduction="none")
+    ref = TF.ctc_loss(tx.log_softmax(2), torch.tensor(targets), (6, 3), (3, 4), reduction="none")
+    np.testing.assert_allclose(loss.numpy(), ref.detach().numpy(), rtol=1e-5)
+    loss.sum().backward()
+    ref.sum().backward()
+    np.testing.assert_allclose(x.grad.numpy()[:, 0], tx.grad.numpy()[:, 0], rtol=1e-4, atol=1e-5)
+    assert np.isnan(tx.grad.numpy()[:3, 1]).all() and (x.grad.numpy()[:, 1] == 0).all()
 
 
 def test_ctc_loss_unbatched_module_and_errors() -> None:

@@ -333,7 +333,9 @@ def test_parameter_containers_data_parallel_and_lazy_layers_as_torch() -> None:
     assert [n for n, _ in ours.named_parameters()] == [n for n, _ in ref.named_parameters()]
     ours.load_state_dict({k: Tensor(v.detach().numpy()) for k, v in ref.state_dict().items()})
     x = randn(2, 3)
-    np.testing.assert_allclose(ours(Tensor(x)).numpy(), ref(torch.tensor(x)).detach().numpy(), rtol=1e-6)
+    np.testing.assert_allclose(
+        ours(Tensor(x)).numpy(), ref(torch.tensor(x)).detach().numpy(), rtol=1e-5, atol=1e-6
+    )  # (float32: the kernels may sum in another order)
     for lazy, shape, want in (
         (nn.LazyLinear(4), (2, 7), {"weight": (4, 7), "bias": (4,)}),
         (nn.LazyConv2d(5, 3, padding=1), (1, 2, 6, 6), {"weight": (5, 2, 3, 3), "bias": (5,)}),
