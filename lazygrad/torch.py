@@ -582,7 +582,20 @@ from lazygrad.nn import init as _init  # noqa: E402
 from lazygrad.utils import checkpoint as _checkpoint  # noqa: E402
 from lazygrad.utils import data as _data  # noqa: E402
 
-cuda.amp = amp  # type: ignore[attr-defined]
+autocast = amp.autocast  # torch.autocast(device_type, dtype=...)
+
+
+def _autocast_on(device_type: str) -> Callable[..., Any]:
+    """torch.cuda.amp.autocast / torch.cpu.amp.autocast: autocast with the device type given by the module."""
+
+    def make(enabled: builtins.bool = True, dtype: Any = None, cache_enabled: builtins.bool = True) -> amp.autocast:
+        return amp.autocast(device_type, dtype=dtype, enabled=enabled)
+
+    return make
+
+
+cuda.amp = types.SimpleNamespace(autocast=_autocast_on("cuda"), GradScaler=amp.GradScaler)  # type: ignore[attr-defined]
+cpu = types.SimpleNamespace(amp=types.SimpleNamespace(autocast=_autocast_on("cpu"), GradScaler=amp.GradScaler))
 func = types.ModuleType("lazygrad.torch.func", "torch.func's functional_call")
 func.functional_call = nn.utils.stateless.functional_call  # type: ignore[attr-defined]
 for _alias, _module in {

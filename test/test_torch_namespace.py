@@ -454,3 +454,18 @@ def test_one_element_tensors_as_python_numbers_and_indices():
     for bad in (lambda: float(lt.ones(2)), lambda: int(lt.ones(2))):
         with pytest.raises(RuntimeError, match="only one element tensors"):
             bad()
+
+
+def test_autocast_spellings_as_torchs():
+    """torch.autocast("cpu", dtype=...), torch.cpu.amp.autocast() and torch.cuda.amp.autocast() (which leaves CPU
+    tensors alone, as torch's), torch.cuda.amp.GradScaler."""
+    x = lt.randn(4, 4)
+    with lt.autocast("cpu", dtype=lt.bfloat16):
+        assert (x @ x).dtype == lt.bfloat16
+    with lt.cpu.amp.autocast():
+        assert (x @ x).dtype == lt.bfloat16
+    with lt.cuda.amp.autocast():
+        assert (x @ x).dtype == lt.float32
+    with lt.cpu.amp.autocast(enabled=False):
+        assert (x @ x).dtype == lt.float32
+    assert lt.cuda.amp.GradScaler is lt.amp.GradScaler
