@@ -614,6 +614,7 @@ for _alias, _module in {
     "utils.data": _data,
     "utils.checkpoint": _checkpoint,
     "autograd": autograd,
+    "autograd.functional": autograd.functional,
     "amp": amp,
     "distributions": distributions,
     "cuda": cuda,
