@@ -482,9 +482,8 @@ _AF_CASES = {
 def test_autograd_functional_is_torchs(name: str) -> None:
     """torch.autograd.functional's vjp, jvp (a vjp of a vjp), jacobian (one vjp per output element), hessian and
     hvp / vhp (second derivatives through the lazy gradient graph), against torch's."""
-    import torch.autograd.functional as TF
-
     import lazygrad.autograd.functional as LF
+    import torch.autograd.functional as TF
 
     rng = np.random.default_rng(0)
     x, y, v = (rng.standard_normal(s).astype(np.float32) for s in (3, (2, 3), 2))
