@@ -38,6 +38,7 @@ from lazygrad.device import DeviceName
 from lazygrad.dtype import DType, dtypes, to_dtype
 from lazygrad.nn import functional as F
 from lazygrad.nn import optim
+from lazygrad.nn.module import Module
 from lazygrad.tensor import Tensor, ValuesIndices
 
 # *** dtypes under torch's names ***
@@ -499,6 +500,20 @@ def compile(model: Any = None, **kwargs: Any) -> Any:
     """torch.compile: the model or function as it is. lazygrad compiles every realize (fused kernels, cached); wrap a
     step function in TinyJit to replay it without Python."""
     return model if model is not None else (lambda m: m)
+
+
+def _as_is(fn: Any = None, *args: Any, **kwargs: Any) -> Any:
+    """A decorator or call that returns its function or module as it is (also used as @x(...) with options)."""
+    return fn if fn is not None and (callable(fn) or isinstance(fn, Module)) else (lambda f: f)
+
+
+# torch.jit: TorchScript's script / trace compile what they are given into a program that computes the same; here the
+# function or module itself is that program (lazygrad compiles its kernels on every realize; TinyJit replays them)
+jit = types.SimpleNamespace(
+    script=_as_is, trace=_as_is, ignore=_as_is, unused=_as_is, export=_as_is, is_scripting=lambda: False,
+    is_tracing=lambda: False, Final=Any,
+)  # fmt: skip
+compiler = types.SimpleNamespace(disable=_as_is, is_compiling=lambda: False, is_dynamo_compiling=lambda: False)
 
 
 def use_deterministic_algorithms(mode: builtins.bool, *, warn_only: builtins.bool = False) -> None:
