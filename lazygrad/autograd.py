@@ -6,6 +6,7 @@ user's backward (gradient.define_gradient), so the backward pass calls it like a
 from __future__ import annotations
 
 import itertools
+import sys
 from typing import Any, Sequence
 
 from lazygrad.dtype import dtypes
@@ -234,3 +235,9 @@ class detect_anomaly:  # noqa: N801 (torch's)
 def set_detect_anomaly(mode: bool, check_nan: bool = True) -> detect_anomaly:
     """See detect_anomaly: accepted, checks nothing."""
     return detect_anomaly(check_nan)
+
+
+# torch.autograd.functional (vjp, jvp, jacobian, hessian, vhp, hvp), importable as lazygrad.autograd.functional
+from lazygrad import autograd_functional as functional  # noqa: E402
+
+sys.modules[f"{__name__}.functional"] = functional

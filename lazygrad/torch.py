@@ -38,6 +38,7 @@ from lazygrad.device import DeviceName
 from lazygrad.dtype import DType, dtypes, to_dtype
 from lazygrad.nn import functional as F
 from lazygrad.nn import optim
+from lazygrad.nn.module import Module
 from lazygrad.tensor import Tensor, ValuesIndices
 
 # *** dtypes under torch's names ***
@@ -501,6 +502,20 @@ def compile(model: Any = None, **kwargs: Any) -> Any:
     return model if model is not None else (lambda m: m)
 
 
+def _as_is(fn: Any = None, *args: Any, **kwargs: Any) -> Any:
+    """A decorator or call that returns its function or module as it is (also used as @x(...) with options)."""
+    return fn if fn is not None and (callable(fn) or isinstance(fn, Module)) else (lambda f: f)
+
+
+# torch.jit: TorchScript's script / trace compile what they are given into a program that computes the same; here the
+# function or module itself is that program (lazygrad compiles its kernels on every realize; TinyJit replays them)
+jit = types.SimpleNamespace(
+    script=_as_is, trace=_as_is, ignore=_as_is, unused=_as_is, export=_as_is, is_scripting=lambda: False,
+    is_tracing=lambda: False, Final=Any,
+)  # fmt: skip
+compiler = types.SimpleNamespace(disable=_as_is, is_compiling=lambda: False, is_dynamo_compiling=lambda: False)
+
+
 def use_deterministic_algorithms(mode: builtins.bool, *, warn_only: builtins.bool = False) -> None:
     """Accepted: lazygrad's kernels are deterministic (no atomics; a reduction's order is fixed by its kernel)."""
 
@@ -582,7 +597,20 @@ from lazygrad.nn import init as _init  # noqa: E402
 from lazygrad.utils import checkpoint as _checkpoint  # noqa: E402
 from lazygrad.utils import data as _data  # noqa: E402
 
-cuda.amp = amp  # type: ignore[attr-defined]
+autocast = amp.autocast  # torch.autocast(device_type, dtype=...)
+
+
+def _autocast_on(device_type: str) -> Callable[..., Any]:
+    """torch.cuda.amp.autocast / torch.cpu.amp.autocast: autocast with the device type given by the module."""
+
+    def make(enabled: builtins.bool = True, dtype: Any = None, cache_enabled: builtins.bool = True) -> amp.autocast:
+        return amp.autocast(device_type, dtype=dtype, enabled=enabled)
+
+    return make
+
+
+cuda.amp = types.SimpleNamespace(autocast=_autocast_on("cuda"), GradScaler=amp.GradScaler)  # type: ignore[attr-defined]
+cpu = types.SimpleNamespace(amp=types.SimpleNamespace(autocast=_autocast_on("cpu"), GradScaler=amp.GradScaler))
 func = types.ModuleType("lazygrad.torch.func", "torch.func's functional_call")
 func.functional_call = nn.utils.stateless.functional_call  # type: ignore[attr-defined]
 for _alias, _module in {
@@ -601,6 +629,7 @@ for _alias, _module in {
     "utils.data": _data,
     "utils.checkpoint": _checkpoint,
     "autograd": autograd,
+    "autograd.functional": autograd.functional,
     "amp": amp,
     "distributions": distributions,
     "cuda": cuda,

@@ -518,3 +518,31 @@ def test_ties_and_nans_share_the_gradient_as_torch(row, name):
         (out * Tensor(w)).sum().backward()
         (tout * torch.tensor(w)).sum().backward()
         np.testing.assert_allclose(x.grad.numpy(), t.grad.numpy(), err_msg=str(kw))
+
+
+_AF_CASES = {
+    "vjp": lambda F, T, x, y, v: F.vjp(lambda a, b: (b @ a.sin()) * a.sum(), (T(x), T(y)), T(v))[1],
+    "jvp": lambda F, T, x, y, v: F.jvp(lambda a, b: (b @ a.sin()) * a.sum(), (T(x), T(y)), (T(x * 2), T(y)))[1],
+    "jacobian": lambda F, T, x, y, v: F.jacobian(lambda a, b: (b @ a.sin()) * a.sum(), (T(x), T(y))),
+    "jacobian of one": lambda F, T, x, y, v: F.jacobian(lambda a: a.sin() * 2, T(x)),
+    "hessian": lambda F, T, x, y, v: F.hessian(lambda a: (a.exp() * a).sum() + a[0] * a[1], T(x)),
+    "hvp": lambda F, T, x, y, v: F.hvp(lambda a: (a.exp() * a).sum() + a[0] * a[1], T(x), T(x))[1],
+    "vhp": lambda F, T, x, y, v: F.vhp(lambda a: (a.exp() * a).sum(), T(x), T(x * 3))[1],
+}
+
+
+@pytest.mark.parametrize("name", list(_AF_CASES))
+def test_autograd_functional_is_torchs(name: str) -> None:
+    """torch.autograd.functional's vjp, jvp (a vjp of a vjp), jacobian (one vjp per output element), hessian and
+    hvp / vhp (second derivatives through the lazy gradient graph), against torch's."""
+    import lazygrad.autograd.functional as LF
+    import torch.autograd.functional as TF
+
+    rng = np.random.default_rng(0)
+    x, y, v = (rng.standard_normal(s).astype(np.float32) for s in (3, (2, 3), 2))
+    ours = _AF_CASES[name](LF, Tensor, x, y, v)
+    ref = _AF_CASES[name](TF, torch.tensor, x, y, v)
+    ours, ref = (r if isinstance(r, tuple) else (r,) for r in (ours, ref))
+    assert len(ours) == len(ref)
+    for a, b in zip(ours, ref):
+        np.testing.assert_allclose(a.numpy(), b.detach().numpy(), rtol=1e-5, atol=1e-6)

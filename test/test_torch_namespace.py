@@ -454,3 +454,36 @@ def test_one_element_tensors_as_python_numbers_and_indices():
     for bad in (lambda: float(lt.ones(2)), lambda: int(lt.ones(2))):
         with pytest.raises(RuntimeError, match="only one element tensors"):
             bad()
+
+
+def test_autocast_spellings_as_torchs():
+    """torch.autocast("cpu", dtype=...), torch.cpu.amp.autocast() and torch.cuda.amp.autocast() (which leaves CPU
+    tensors alone, as torch's), torch.cuda.amp.GradScaler."""
+    x = lt.randn(4, 4)
+    with lt.autocast("cpu", dtype=lt.bfloat16):
+        assert (x @ x).dtype == lt.bfloat16
+    with lt.cpu.amp.autocast():
+        assert (x @ x).dtype == lt.bfloat16
+    with lt.cuda.amp.autocast():
+        assert (x @ x).dtype == lt.float32
+    with lt.cpu.amp.autocast(enabled=False):
+        assert (x @ x).dtype == lt.float32
+    assert lt.cuda.amp.GradScaler is lt.amp.GradScaler
+
+
+def test_jit_and_compiler_decorators_keep_what_they_are_given():
+    """torch.jit.script / trace / ignore and torch.compiler.disable (with or without options): the function or
+    module itself, which computes what the compiled program would."""
+
+    @lt.jit.script
+    def double(x):
+        return x * 2
+
+    @lt.compiler.disable(recursive=False)
+    def same(x):
+        return x
+
+    layer = lt.nn.Linear(2, 2)
+    assert lt.jit.trace(layer, lt.ones(1, 2)) is layer and lt.jit.script(layer) is layer
+    assert double(lt.ones(2)).tolist() == [2.0, 2.0] and same(3) == 3
+    assert not lt.jit.is_scripting() and not lt.compiler.is_compiling()
