@@ -367,7 +367,7 @@ def cholesky_ex(A: Tensor, *, upper: bool = False, check_errors: bool = False) -
     """L and info (the first leading minor that is not positive definite, 1-based; 0 when A is positive definite).
     L is NaN from that column on, where LAPACK leaves the rest of A."""
     _check(A, "linalg.cholesky")
-    low = A.cholesky()
+    low = A.cholesky(upper)
     info = _first_index(~(low.diagonal(0, -2, -1) > 0))
     if check_errors:
         _raise_info(
@@ -376,11 +376,12 @@ def cholesky_ex(A: Tensor, *, upper: bool = False, check_errors: bool = False) -
             "The factorization could not be completed because the input is not positive-definite (the leading "
             "minor of order {k} is not positive-definite).",
         )
-    return CholeskyExResult(low.transpose(-2, -1) if upper else low, info)
+    return CholeskyExResult(low, info)
 
 
 def cholesky(A: Tensor, *, upper: bool = False) -> Tensor:  # noqa: N803
-    """L with A = L L^T from A's lower triangle; a matrix that is not positive definite gives NaN."""
+    """L with A = L L^T from A's lower triangle (U with A = U^T U from the upper one when upper); a matrix that is
+    not positive definite gives NaN."""
     return cholesky_ex(A, upper=upper).L
 
 
@@ -514,6 +515,8 @@ def matrix_power(A: Tensor, n: int) -> Tensor:  # noqa: N803
 
 
 def cross(input: Tensor, other: Tensor, *, dim: int = -1) -> Tensor:  # noqa: A002 (torch's name)
+    if input.ndim != other.ndim:
+        raise ArgumentError("linalg.cross: inputs must have the same number of dimensions.")
     return input.cross(other, dim)
 
 

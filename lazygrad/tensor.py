@@ -6455,8 +6455,9 @@ class Tensor(metaclass=_TensorType):
         """X with A X = self for A = L L^T, L = input2 (L^T L, input2 upper, when upper), by two substitutions."""
         from lazygrad import linalg
 
-        y = linalg.solve_triangular(input2, self, upper=upper, left=True)
-        return linalg.solve_triangular(input2.transpose(-2, -1), y, upper=not upper)
+        low = input2.transpose(-2, -1) if upper else input2
+        y = linalg.solve_triangular(low, self, upper=False)
+        return linalg.solve_triangular(low.transpose(-2, -1), y, upper=True)
 
     def cholesky_inverse(self, upper: bool = False) -> Tensor:
         """(L L^T)^-1 for L = self (L^T L when upper)."""
@@ -7403,10 +7404,10 @@ class Tensor(metaclass=_TensorType):
     def cholesky(self, upper: bool = False) -> Tensor:
         """L (lower triangular) with L @ L^T == self for symmetric positive definite matrices over the last two
         dims, one column per step (Cholesky-Banachiewicz); upper gives L^T. A matrix that is not positive definite
-        gives NaN (torch raises; that needs a device read)."""
+        gives NaN (torch raises; that needs a device read). Only the lower triangle is read (the upper with upper)."""
         self._check_square("cholesky")
         n = self.shape[-1]
-        a = self.cast(least_upper_float(self.dtype))._symmetric_grad()
+        a = (self.transpose(-2, -1) if upper else self).cast(least_upper_float(self.dtype))._symmetric_grad()
         rows = Tensor.arange(n, device=self.device)
         cols: list[Tensor] = []  # columns of L, (..., n) each
         for j in range(n):
