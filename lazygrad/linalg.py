@@ -422,7 +422,9 @@ def _jacobi_eigh(a: Tensor, sweeps: int) -> tuple[Tensor, Tensor]:
             diag = a.diagonal(0, -2, -1)
             app, aqq = diag @ place_p.T, diag @ place_q.T
             apq = ((place_p @ a) * place_q).sum(-1)
-            rot = apq != 0
+            # an off-diagonal below rounding of the diagonal is left alone: rotating it changes nothing, and its
+            # angle's derivative (1 / apq^2) overflows to NaN gradients
+            rot = apq.abs() > _eps(a.dtype) * (app.abs() + aqq.abs())
             theta = (aqq - app) / (2 * rot.where(apq, 1.0))
             t = (theta >= 0).where(1.0, -1.0) / (theta.abs() + (theta * theta + 1).sqrt())
             c = rot.where((1 + t * t).rsqrt(), 1.0).unsqueeze(-2)
@@ -505,7 +507,7 @@ def lstsq(A: Tensor, B: Tensor, rcond: float | None = None, *, driver: str | Non
     if driver != "gelsy" and m > n:
         residuals = ((A @ x - Bm) ** 2).sum(-2)
     rank = keep.cast(dtypes.int64).sum(-1) if driver != "gels" else empty.cast(dtypes.int64)
-    svals = s if driver in ("gelsd", "gelss") else empty
+    svals = s.detach() if driver in ("gelsd", "gelss") else empty  # torch does not differentiate them
     return LstsqResult(x.squeeze(-1) if vector else x, residuals, rank, svals)
 
 
