@@ -389,7 +389,9 @@ def qr(A: Tensor, mode: str = "reduced") -> QRResult:  # noqa: N803
     """Q, R by Householder reflections; mode "reduced" (default), "complete" or "r" (Q empty, as torch)."""
     _check(A, "linalg.qr", square=False)
     if mode not in ("reduced", "complete", "r"):
-        raise ArgumentError(f"qr received unrecognized mode '{mode}' but expected one of 'reduced' (default), 'r', or 'complete'")
+        raise ArgumentError(
+            f"qr received unrecognized mode '{mode}' but expected one of 'reduced' (default), 'r', or 'complete'"
+        )
     q, r = A.qr("complete" if mode == "complete" else "reduced")
     if mode == "r":
         q = Tensor.empty(0, dtype=A.dtype, device=A.device)
@@ -539,7 +541,8 @@ def multi_dot(tensors: Sequence[Tensor]) -> Tensor:
     for i, t in enumerate(tensors):
         if t.ndim != 2 and not (t.ndim == 1 and i in (0, len(tensors) - 1)):
             raise ArgumentError(
-                f"multi_dot(): tensor {i} must be 2D" + (" or 1D" if i in (0, len(tensors) - 1) else "")
+                f"multi_dot(): tensor {i} must be 2D"
+                + (" or 1D" if i in (0, len(tensors) - 1) else "")
                 + f" but got {t.ndim}D"
             )
     first_vec, last_vec = tensors[0].ndim == 1, tensors[-1].ndim == 1
@@ -578,7 +581,7 @@ def vector_norm(
     x: Tensor, ord: float = 2, dim: int | Sequence[int] | None = None, keepdim: bool = False, *, dtype: Any = None
 ) -> Tensor:  # noqa: A002
     if isinstance(ord, str):
-        raise TypeError(f"linalg_vector_norm(): argument 'ord' must be Number, not str")
+        raise TypeError("linalg_vector_norm(): argument 'ord' must be Number, not str")
     if not dtypes.is_float(x.dtype):
         tname = _TORCH_DTYPE_NAMES.get(x.dtype, x.dtype.name)
         raise DTypeError(f"linalg.vector_norm: Expected a floating point or complex tensor as input. Got {tname}")
@@ -642,7 +645,9 @@ def norm(
     if dim is not None and len(dim) == 2 or (dim is None and ord is not None and A.ndim == 2):
         return matrix_norm(A, "fro" if ord is None else ord, tuple(dim or (-2, -1)), keepdim, dtype=dtype)
     if dim is None and ord is not None and A.ndim != 1:
-        raise ArgumentError(f"linalg.norm: If dim is not specified but ord is, the input must be 1D or 2D. Got {A.ndim}D.")
+        raise ArgumentError(
+            f"linalg.norm: If dim is not specified but ord is, the input must be 1D or 2D. Got {A.ndim}D."
+        )
     return vector_norm(A, 2 if ord is None else ord, dim, keepdim, dtype=dtype)
 
 
@@ -668,7 +673,7 @@ def matrix_exp(A: Tensor) -> Tensor:  # noqa: N803
     _check(A, "linalg.matrix_exp")
     norm1 = A.detach().abs().sum(-2).max(-1)
     steps = (norm1 * 2).log2().ceil().maximum(0).minimum(_EXP_SQUARINGS).unsqueeze(-1).unsqueeze(-1)
-    x = A * (2.0 ** -steps)
+    x = A * (2.0**-steps)
     eye = Tensor.eye(A.shape[-1], dtype=A.dtype, device=A.device)
     out, term = eye + x, x
     for i in range(2, _EXP_TERMS + 1):

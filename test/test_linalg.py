@@ -23,13 +23,19 @@ def both(fn, inputs, **kw) -> None:
 
 
 def tols(dtype: str) -> dict:
-    return {"atol": 1e-4, "rtol": 1e-3, "grad_atol": 1e-3} if dtype == "float32" else {"atol": 1e-9, "rtol": 1e-7, "grad_atol": 1e-8}
+    return (
+        {"atol": 1e-4, "rtol": 1e-3, "grad_atol": 1e-3}
+        if dtype == "float32"
+        else {"atol": 1e-9, "rtol": 1e-7, "grad_atol": 1e-8}
+    )
 
 
 def well_conditioned(*shape: int, seed: int = 0, dtype: str = "float32") -> np.ndarray:
     """A random square matrix plus n on its diagonal (condition numbers of a few): pivoting still permutes rows."""
     n = shape[-1]
-    return (randn(*shape, seed=seed, dtype="float64") + n * np.eye(n) * np.sign(randn(n, seed=seed + 7, dtype="float64"))).astype(dtype)
+    return (
+        randn(*shape, seed=seed, dtype="float64") + n * np.eye(n) * np.sign(randn(n, seed=seed + 7, dtype="float64"))
+    ).astype(dtype)
 
 
 def spd(*shape: int, seed: int = 0, dtype: str = "float32") -> np.ndarray:
@@ -63,7 +69,11 @@ def test_solve_inv(n: int, dtype: str) -> None:
     [((3, 4, 4), (3, 4, 2)), ((3, 4, 4), (4, 2)), ((4, 4), (2, 4, 3)), ((2, 1, 5, 5), (3, 5, 1)), ((3, 4, 4), (3, 4))],
 )
 def test_solve_batched_broadcast(a_shape: tuple, b_shape: tuple, dtype: str) -> None:
-    both(lambda L, a, b: L.solve(a, b), [well_conditioned(*a_shape, dtype=dtype), randn(*b_shape, seed=1, dtype=dtype)], **tols(dtype))
+    both(
+        lambda L, a, b: L.solve(a, b),
+        [well_conditioned(*a_shape, dtype=dtype), randn(*b_shape, seed=1, dtype=dtype)],
+        **tols(dtype),
+    )
 
 
 def test_solve_ill_conditioned() -> None:
@@ -113,7 +123,9 @@ def test_lu(shape: tuple, dtype: str) -> None:
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("n", SIZES)
-@pytest.mark.parametrize("upper,unit,left", [(True, False, True), (False, False, True), (False, True, True), (True, True, False)])
+@pytest.mark.parametrize(
+    "upper,unit,left", [(True, False, True), (False, False, True), (False, True, True), (True, True, False)]
+)
 def test_solve_triangular(n: int, upper: bool, unit: bool, left: bool, dtype: str) -> None:
     # the other triangle holds garbage that must not be read; the diagonal kept away from zero
     a = randn(2, n, n, dtype=dtype) + 3 * np.eye(n, dtype=dtype)
@@ -152,8 +164,20 @@ def test_cholesky(shape: tuple, dtype: str) -> None:
 def test_cholesky_tensor_methods() -> None:
     a, b = spd(3, 4, 4), randn(3, 4, 2, seed=1)
     for upper in (False, True):
-        check(lambda a, b: b.cholesky_solve(a.cholesky(upper), upper), lambda a, b: b.cholesky_solve(a.cholesky(upper), upper), [a, b], atol=1e-5, grad_atol=1e-4)
-        check(lambda a: a.cholesky(upper).cholesky_inverse(upper), lambda a: a.cholesky(upper).cholesky_inverse(upper), [a], atol=1e-5, grad_atol=1e-4)
+        check(
+            lambda a, b: b.cholesky_solve(a.cholesky(upper), upper),
+            lambda a, b: b.cholesky_solve(a.cholesky(upper), upper),
+            [a, b],
+            atol=1e-5,
+            grad_atol=1e-4,
+        )
+        check(
+            lambda a: a.cholesky(upper).cholesky_inverse(upper),
+            lambda a: a.cholesky(upper).cholesky_inverse(upper),
+            [a],
+            atol=1e-5,
+            grad_atol=1e-4,
+        )
     check(lambda a: a.inverse(), lambda a: a.inverse(), [well_conditioned(3, 4, 4)], atol=1e-5, grad_atol=1e-4)
     check(lambda a: a.matrix_exp(), lambda a: a.matrix_exp(), [randn(2, 3, 3)], atol=1e-5, grad_atol=1e-4)
 
@@ -163,7 +187,11 @@ def test_cholesky_tensor_methods() -> None:
 # largest prime size for eigh and the svd family)
 @pytest.mark.parametrize("shape", [(1, 1), (2, 2), (5, 5), (3, 4, 4)])
 def test_eigh(shape: tuple, dtype: str) -> None:
-    a = spd(*shape, dtype=dtype) - shape[-1] * np.eye(shape[-1], dtype=dtype) + np.triu(randn(*shape, seed=3, dtype=dtype), 1)
+    a = (
+        spd(*shape, dtype=dtype)
+        - shape[-1] * np.eye(shape[-1], dtype=dtype)
+        + np.triu(randn(*shape, seed=3, dtype=dtype), 1)
+    )
     t = tols(dtype)
     both(lambda L, a: L.eigvalsh(a), [a], **t)
     both(lambda L, a: L.eigh(a, UPLO="U")[0], [a.swapaxes(-1, -2).copy()], **t)
@@ -179,7 +207,11 @@ def test_svd_family(shape: tuple, dtype: str) -> None:
     t = tols(dtype)
     both(lambda L, a: L.svdvals(a), [a], **t)
     both(lambda L, a: L.svd(a, full_matrices=False).S, [a], **t)
-    loose = {"atol": 1e-3, "rtol": 1e-3, "grad_atol": 1e-2} if dtype == "float32" else {"atol": 1e-8, "rtol": 1e-6, "grad_atol": 1e-6}
+    loose = (
+        {"atol": 1e-3, "rtol": 1e-3, "grad_atol": 1e-2}
+        if dtype == "float32"
+        else {"atol": 1e-8, "rtol": 1e-6, "grad_atol": 1e-6}
+    )
     both(lambda L, a: L.pinv(a), [a], **loose)
     both(lambda L, a: L.matrix_rank(a), [a], grad=False)
     if shape[-1] == shape[-2]:
@@ -199,7 +231,9 @@ def test_rank_deficient() -> None:
 
 
 @pytest.mark.parametrize("driver", [None, "gels", "gelsy", "gelsd", "gelss"])
-@pytest.mark.parametrize("a_shape,b_shape", [((6, 4), (6, 2)), ((4, 6), (4, 2)), ((2, 6, 3), (2, 6, 1)), ((5, 3), (5,))])
+@pytest.mark.parametrize(
+    "a_shape,b_shape", [((6, 4), (6, 2)), ((4, 6), (4, 2)), ((2, 6, 3), (2, 6, 1)), ((5, 3), (5,))]
+)
 def test_lstsq(a_shape: tuple, b_shape: tuple, driver: str | None) -> None:
     a, b = randn(*a_shape, dtype="float64"), randn(*b_shape, seed=1, dtype="float64")
     if driver == "gels" and a_shape[-2] < a_shape[-1]:
@@ -228,9 +262,10 @@ def test_norms(dtype: str) -> None:
         both(lambda L, x: L.vector_norm(x, ord), [x], grad=grad, **t)
         both(lambda L, x: L.vector_norm(x, ord, dim=(0, 2), keepdim=True), [x], grad=grad, **t)
     for ord in ("fro", "nuc", 1, -1, 2, -2, math.inf, -math.inf):
-        both(lambda L, a: L.matrix_norm(a, ord), [a], **t)
         both(lambda L, a: L.matrix_norm(a, ord, dim=(2, 0), keepdim=True), [a], **t)
-        both(lambda L, a: L.norm(a[0], ord), [a], **t)
+        if ord not in ("nuc", 2, -2):  # (the SVD's Jacobi graphs are slow to compile: once per ord is enough)
+            both(lambda L, a: L.matrix_norm(a, ord), [a], **t)
+            both(lambda L, a: L.norm(a[0], ord), [a], **t)
     both(lambda L, a: L.norm(a), [a], **t)
     both(lambda L, a: L.norm(a, 3, dim=1), [a], **t)
     both(lambda L, a: L.norm(a, dim=(0, 1)), [a], **t)
@@ -266,7 +301,9 @@ def test_householder_product() -> None:
     a = torch.tensor(randn(2, 5, 3, dtype="float64"))
     h, tau = torch.geqrf(a)
     both(lambda L, h, tau: L.householder_product(h, tau), [h.numpy(), tau.numpy()], atol=1e-12, grad_atol=1e-10)
-    both(lambda L, h, tau: L.householder_product(h, tau[..., :2]), [h.numpy(), tau.numpy()], atol=1e-12, grad_atol=1e-10)
+    both(
+        lambda L, h, tau: L.householder_product(h, tau[..., :2]), [h.numpy(), tau.numpy()], atol=1e-12, grad_atol=1e-10
+    )
 
 
 @pytest.mark.parametrize(
@@ -333,4 +370,10 @@ def test_program_ports_unchanged() -> None:
         return (resid.sum() + L.matrix_norm(w, "fro") + logdet + L.solve(cov, w).sum() + L.det(L.inv(cov))).reshape(1)
 
     x, y, w = randn(8, 3, dtype="float64"), randn(8, 2, seed=1, dtype="float64"), randn(3, 3, seed=2, dtype="float64")
-    check(lambda *t: program(linalg, Tensor, *t), lambda *t: program(torch.linalg, torch, *t), [x, y, w], atol=1e-9, grad_atol=1e-8)
+    check(
+        lambda *t: program(linalg, Tensor, *t),
+        lambda *t: program(torch.linalg, torch, *t),
+        [x, y, w],
+        atol=1e-9,
+        grad_atol=1e-8,
+    )
