@@ -1,6 +1,6 @@
 """lazygrad: a lazy Tensor, a small IR, a kernel fuser and optimizer, and runtimes that compile and run the kernels."""
 
-from lazygrad import amp, autograd, distributions, nn
+from lazygrad import amp, autograd, distributions, linalg, nn
 from lazygrad.device import Device
 from lazygrad.dtype import dtypes
 from lazygrad.engine.jit import JitError, TinyJit
@@ -28,4 +28,5 @@ __all__ = [
     "autograd",
     "amp",
     "distributions",
+    "linalg",
 ]

@@ -5871,13 +5871,10 @@ class Tensor(metaclass=_TensorType):
         return u, s, v.transpose(-2, -1)
 
     def pinv(self, rtol: float | None = None) -> Tensor:
-        """Moore-Penrose pseudo-inverse through the SVD; singular values at or below rtol * max(S) count as zero
-        (rtol defaults to eps * max(m, n), as torch)."""
-        u, s, vh = self.svd(full_matrices=False)
-        eps = {dtypes.float64: 2.0**-52}.get(s.dtype, 2.0**-23)
-        tol = (rtol if rtol is not None else eps * max(self.shape[-2:])) * s.max(-1, keepdim=True)
-        inv = (s > tol).where(1 / (s > tol).where(s, 1.0), 0.0)
-        return (vh.transpose(-2, -1) * inv.unsqueeze(-2)) @ u.transpose(-2, -1)
+        """Moore-Penrose pseudo-inverse through the SVD (torch.linalg.pinv)."""
+        from lazygrad import linalg
+
+        return linalg.pinv(self, rtol=rtol)
 
     # *** losses ***
 
@@ -6602,22 +6599,34 @@ class Tensor(metaclass=_TensorType):
             raise ArgumentError(f"{name} needs square matrices (or a batch of them), got shape {self.shape}")
 
     def inverse(self) -> Tensor:
-        """The inverse of square matrices over the last two dims: R^-1 Q^T from a Householder QR, R^-1 by back
-        substitution one row at a time. A singular matrix gives inf / NaN (torch raises; that needs a device read)."""
-        self._check_square("inverse")
-        n = self.shape[-1]
-        q, r, _ = self._householder()
-        if n == 0:
-            return r
-        eye = Tensor.eye(n, dtype=r.dtype, device=self.device)
-        rows: list[Tensor] = []  # rows of R^-1 from the last up
-        for i in reversed(range(n)):
-            row = eye[i]
-            if rows:
-                below = Tensor.stack(*reversed(rows), dim=-2)  # (..., n - i - 1, n)
-                row = row - (r[..., i : i + 1, i + 1 :] @ below).squeeze(-2)
-            rows.append(row / r[..., i, i : i + 1])
-        return Tensor.stack(*reversed(rows), dim=-2) @ q.transpose(-2, -1)
+        """torch.linalg.inv: LU with partial pivoting (a singular matrix gives inf / NaN, see lazygrad.linalg)."""
+        from lazygrad import linalg
+
+        return linalg.inv(self)
+
+    def matrix_exp(self) -> Tensor:
+        from lazygrad import linalg
+
+        return linalg.matrix_exp(self)
+
+    def cholesky_solve(self, input2: Tensor, upper: bool = False) -> Tensor:
+        """X with A X = self for A = L L^T, L = input2 (L^T L, input2 upper, when upper), by two substitutions."""
+        from lazygrad import linalg
+
+        low = input2.transpose(-2, -1) if upper else input2
+        y = linalg.solve_triangular(low, self, upper=False)
+        return linalg.solve_triangular(low.transpose(-2, -1), y, upper=True)
+
+    def cholesky_inverse(self, upper: bool = False) -> Tensor:
+        """(L L^T)^-1 for L = self (L^T L when upper)."""
+        eye = Tensor.eye(self.shape[-1], dtype=self.dtype, device=self.device)
+        return eye.expand(self.shape).cholesky_solve(self, upper)
+
+    def _symmetric_grad(self) -> Tensor:
+        """self, with the gradient of (self + self^T) / 2: torch's eigh and cholesky read one triangle, and give
+        the symmetric gradient of a function of a symmetric matrix."""
+        sym = (self + self.transpose(-2, -1)) / 2
+        return sym + (self - sym).detach()
 
     def slogdet(self) -> tuple[Tensor, Tensor]:
         """(sign, log|det|) of square matrices over the last two dims, from the diagonal of a Householder R."""
@@ -7561,10 +7570,10 @@ class Tensor(metaclass=_TensorType):
     def cholesky(self, upper: bool = False) -> Tensor:
         """L (lower triangular) with L @ L^T == self for symmetric positive definite matrices over the last two
         dims, one column per step (Cholesky-Banachiewicz); upper gives L^T. A matrix that is not positive definite
-        gives NaN (torch raises; that needs a device read)."""
+        gives NaN (torch raises; that needs a device read). Only the lower triangle is read (the upper with upper)."""
         self._check_square("cholesky")
         n = self.shape[-1]
-        a = self.cast(least_upper_float(self.dtype))
+        a = (self.transpose(-2, -1) if upper else self).cast(least_upper_float(self.dtype))._symmetric_grad()
         rows = Tensor.arange(n, device=self.device)
         cols: list[Tensor] = []  # columns of L, (..., n) each
         for j in range(n):
