@@ -33,7 +33,7 @@ import operator
 import weakref
 from dataclasses import dataclass, field
 from sys import getrefcount as _getrefcount
-from typing import Any, Callable, Iterator, NamedTuple
+from typing import Any, Callable, Iterable, Iterator, NamedTuple
 from weakref import getweakrefcount as _getweakrefcount
 
 from lazygrad.device import Buffer, Device, buffers_made
@@ -1664,10 +1664,13 @@ def _layout(outs: list[UOp], replays: list[Replay], realized: dict[UOp, UOp]) ->
     relations: list[tuple] = []
     below: list[UOp] = []  # the buffer nodes below inputs that are a reshape of one (after the runs' nodes)
     below_at: dict[UOp, int] = {}  # (each one's place in `below`: a list's scans compared ~300 nodes a step)
-    # per run, then for the buffer nodes below: where its nodes start, the positions holding nodes of the graph (None:
-    # all), its nodes
-    scanned: list[tuple[int, tuple[int, ...] | None, list[UOp]]] = []
+    # per run, then for the buffer nodes below: where its nodes start, the positions that may hold a realized entry
+    # (None: all), its nodes
+    scanned: list[tuple[int, Iterable[int] | None, list[UOp]]] = []
     has = operator.contains
+    # positions known to hold a realized entry (a gradient run's inputs, as backward's walk found them)
+    realized_at: list[int] = []
+    changes = getattr(realized, "changes", None)
     for r in replays:
         inputs = r.vals[: r.n_in]
         # each input: the position of the same node in an earlier run (its structure is that run's), or none
@@ -1701,17 +1704,36 @@ def _layout(outs: list[UOp], replays: list[Replay], realized: dict[UOp, UOp]) ->
                     return None
                 leaves.append((n.dtype.key, n.arg.size, n.arg.device))
             relations.append((found, tuple(leaves)))
-        start = len(nodes)
-        placed: tuple[int, ...] | None = None
+        start, n_in = len(nodes), r.n_in
+        # a first run whose inputs backward's walk numbered and looked at with no realized entry added or dropped
+        # since (a training step's gradient run): its inputs' positions and entries are the walk's (an MLP Adam step's
+        # 87 inputs of its 164 placed nodes)
+        reuse = start == 0 and r.inputs_at is not None and r.inputs_at[2] == changes
+        if reuse:
+            known = dict(r.inputs_at[0])  # type: ignore[index]
+            realized_at += r.inputs_at[1]  # type: ignore[index]
+        scan: Iterable[int] | None = None
         if r.unbuilt is None:
-            known.update(zip(r.vals, range(start, start + len(r.vals))))
+            if reuse:
+                known.update(zip(r.vals[n_in:], range(n_in, len(r.vals))))
+                scan = range(n_in, len(r.vals))
+            else:
+                known.update(zip(r.vals, range(start, start + len(r.vals))))
         else:
             # an unbuilt run holds FILLER at every position but its inputs', held nodes' and outputs' (uop/program.py),
             # which nothing of the graph meets and which holds no entry: those positions are neither numbered nor
-            # looked at (~125 of an MLP Adam step's ~270)
-            placed = r.unbuilt.program.placed(r.n_in)
-            known.update(zip(map(r.vals.__getitem__, placed), map(start.__add__, placed)))
-        scanned.append((start, placed, r.vals))
+            # looked at (~125 of an MLP Adam step's ~270). Of the rest, its own Unbuilts hold no entry either (the
+            # realized registry keeps none): only the inputs and held nodes are looked at
+            program = r.unbuilt.program
+            placed = program.placed(n_in)
+            if reuse:
+                added = placed[n_in:]
+                known.update(zip(map(r.vals.__getitem__, added), added))
+                scan = program.held(n_in)
+            else:
+                known.update(zip(map(r.vals.__getitem__, placed), map(start.__add__, placed)))
+                scan = itertools.chain(range(n_in), program.held(n_in))
+        scanned.append((start, scan, r.vals))
         nodes += r.vals
     if below:
         scanned.append((len(nodes), None, below))
@@ -1721,14 +1743,14 @@ def _layout(outs: list[UOp], replays: list[Replay], realized: dict[UOp, UOp]) ->
         return _NOT_THEIRS
     # the walk stops at a realized node and keys it by the view its value is stored in (a value computed once from
     # what a loop never writes, a node read mid-step): where each sits, its view, and which buffer node the view reads
-    realized_at: list[int] = []
     entry = itertools.repeat(REALIZED_ENTRY)
-    for start, placed, vals in scanned:
-        if placed is None:
+    for start, scan, vals in scanned:
+        if scan is None:
             realized_at += itertools.compress(range(start, start + len(vals)), map(has, map(_DICT_OF, vals), entry))
         else:
-            at = map(start.__add__, placed)
-            realized_at += itertools.compress(at, map(has, map(_DICT_OF, map(vals.__getitem__, placed)), entry))
+            scan = tuple(scan)
+            held = map(has, map(_DICT_OF, map(vals.__getitem__, scan)), entry)
+            realized_at += itertools.compress(map(start.__add__, scan), held)
     views: list[tuple] = []
     if realized_at:
         bases: list[UOp] = []

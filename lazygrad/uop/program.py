@@ -53,17 +53,23 @@ class GraphProgram:
         self.known = known
         # what unbuilt() puts at the added positions before the outputs: the held nodes, FILLER elsewhere
         self.filled = [FILLER if node is None else node for node in fixed]
-        self._placed: tuple[int, tuple[int, ...]] | None = None  # (n_in, placed(n_in))
+        self._placed: tuple[int, tuple[int, ...], tuple[int, ...]] | None = None  # (n_in, placed(n_in), held(n_in))
         self._chains: tuple[int, list[list[int]]] | None = None  # (n_in, each output's chain(), base first)
 
     def placed(self, n_in: int) -> tuple[int, ...]:
         """The positions of an unbuilt run over `n_in` inputs (unbuilt()) that hold a node of their own, in order: the
         inputs, the held nodes, the outputs and the movement ops below them; FILLER is at every other one."""
         if self._placed is None or self._placed[0] != n_in:
-            held = (n_in + i for i, node in enumerate(self.fixed) if node is not None)
+            held = tuple(n_in + i for i, node in enumerate(self.fixed) if node is not None)
             chains = (q for chain in self.chains(n_in) for q in chain)
-            self._placed = (n_in, tuple(sorted({*range(n_in), *held, *chains})))
+            self._placed = (n_in, tuple(sorted({*range(n_in), *held, *chains})), held)
         return self._placed[1]
+
+    def held(self, n_in: int) -> tuple[int, ...]:
+        """The positions of the held nodes over `n_in` inputs: of an unbuilt run's added positions, the only ones
+        holding a node that may be older than the run (the others hold Unbuilts or FILLER)."""
+        self.placed(n_in)
+        return self._placed[2]  # type: ignore[index]
 
     def chains(self, n_in: int) -> list[list[int]]:
         """Each output's chain() over `n_in` inputs, base first."""
@@ -242,18 +248,29 @@ class Replay(NamedTuple):
     n_in: int
     structured: bool
     unbuilt: UnbuiltRun | None = None
+    # a gradient run's inputs as its graph's _Structure found them (gradient.py): each one's position, the positions
+    # of those holding a realized entry, and the realized registry's count of changes when they were looked at (a
+    # schedule whose registry counts otherwise looks again)
+    inputs_at: tuple[dict[Any, int], list[int], int] | None = None
 
 
 _replays = threading.local()  # this thread's runs since its last schedule (a step's backward, then its update)
 REPLAYS_KEPT = 8  # a thread replaying without realizing keeps its last few runs, not every one
 
 
-def note_replay(program: Any, vals: list[Any], n_in: int, structured: bool, unbuilt: UnbuiltRun | None = None) -> None:
+def note_replay(
+    program: Any,
+    vals: list[Any],
+    n_in: int,
+    structured: bool,
+    unbuilt: UnbuiltRun | None = None,
+    inputs_at: tuple[dict[Any, int], list[int], int] | None = None,
+) -> None:
     """A run this thread's next schedule may find its graph in (schedule/kernelize.py: the step's layout)."""
     log = _replays.__dict__.setdefault("log", [])
     if len(log) >= REPLAYS_KEPT:
         del log[0]
-    log.append(Replay(program, vals, n_in, structured, unbuilt))
+    log.append(Replay(program, vals, n_in, structured, unbuilt, inputs_at))
 
 
 def built(runs: list[Replay]) -> list[Replay]:
