@@ -256,7 +256,8 @@ def compute_gradient(
     graph = shape.graph
     key = shape.program_key(targets) if graph is not None else None
     if key is not None and (program := graph.programs.get(key)) is not None:  # type: ignore[union-attr]
-        return program.run(shape.nodes, pending, (shape.index, shape.entries_at, shape.entries_seen))
+        seen = shape.entries_seen
+        return program.run(shape.nodes, pending, None if seen is None else (shape.index, shape.entries_at, seen))
     grads = _apply_rules(root, root_grad, targets)
     if key is not None and (program := _GradProgram.record(shape.nodes, grads)) is not None:
         with _programs_lock:
@@ -323,12 +324,12 @@ class _Structure:
     the graph for it again. `n_root`: root's nodes come first (then the seed's other nodes); `realized_at`: the
     positions of root's nodes that hold a realized entry (backward finds tensors by their stored values too)."""
 
-    def __init__(self, root: UOp, seed: UOp, no_grad: bool):
+    def __init__(self, root: UOp, seed: UOp, no_grad: bool, changes: int | None = None):
+        """`changes`: the realized registry's count of changes (RealizedNodes.changes) before the walk, where the
+        caller asks the registry: what the walk finds of realized entries then holds while the count is the same."""
         from lazygrad.schedule.kernelize import REALIZED_ENTRY
-        from lazygrad.tensor import _realized
 
-        # (read before the scan below: an entry added during it changes the count, and the scan is not reused)
-        self.entries_seen = _realized.changes
+        self.entries_seen = changes
 
         # one walk numbers the nodes (in the order of root.toposort but for composites' runs, then the seed's other
         # nodes) and keys them, where a toposort and then a pass over it cost a digits CNN backward ~25% more.

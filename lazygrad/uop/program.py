@@ -11,7 +11,7 @@ import threading
 from operator import itemgetter
 from typing import Any, Callable, NamedTuple
 
-from lazygrad.uop.ops import GroupOp, Ops, UOp
+from lazygrad.uop.ops import GroupOp, Ops, UOp, hash_consed
 
 # a scalar broadcast (a constant on its device, reshaped and expanded to a tensor's shape): a step that reads no input
 # and holds no buffer builds the same node on every replay. The ops such a node and its sources have
@@ -53,23 +53,19 @@ class GraphProgram:
         self.known = known
         # what unbuilt() puts at the added positions before the outputs: the held nodes, FILLER elsewhere
         self.filled = [FILLER if node is None else node for node in fixed]
-        self._placed: tuple[int, tuple[int, ...], tuple[int, ...]] | None = None  # (n_in, placed(n_in), held(n_in))
+        self._placed: tuple[int, tuple[int, ...], tuple[int, ...]] | None = None  # (n_in, placed(n_in)'s two)
         self._chains: tuple[int, list[list[int]]] | None = None  # (n_in, each output's chain(), base first)
 
-    def placed(self, n_in: int) -> tuple[int, ...]:
+    def placed(self, n_in: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """The positions of an unbuilt run over `n_in` inputs (unbuilt()) that hold a node of their own, in order: the
-        inputs, the held nodes, the outputs and the movement ops below them; FILLER is at every other one."""
+        inputs, the held nodes, the outputs and the movement ops below them; FILLER is at every other one. And the
+        held nodes' positions: of the added ones, the only ones holding a node that may be older than the run (the
+        others hold Unbuilts)."""
         if self._placed is None or self._placed[0] != n_in:
             held = tuple(n_in + i for i, node in enumerate(self.fixed) if node is not None)
             chains = (q for chain in self.chains(n_in) for q in chain)
             self._placed = (n_in, tuple(sorted({*range(n_in), *held, *chains})), held)
-        return self._placed[1]
-
-    def held(self, n_in: int) -> tuple[int, ...]:
-        """The positions of the held nodes over `n_in` inputs: of an unbuilt run's added positions, the only ones
-        holding a node that may be older than the run (the others hold Unbuilts or FILLER)."""
-        self.placed(n_in)
-        return self._placed[2]  # type: ignore[index]
+        return self._placed[1:]  # type: ignore[return-value]
 
     def chains(self, n_in: int) -> list[list[int]]:
         """Each output's chain() over `n_in` inputs, base first."""
@@ -130,13 +126,16 @@ class GraphProgram:
         """Every node of the program over `inputs`, by position (the outputs are at `self.outs`)."""
         vals = list(inputs)
         append = vals.append
+        # (hash_consed called, not UOp: the metaclass's call slot costs ~530 instructions more a node, ~80 nodes of an
+        # MLP step's forward)
+        new = hash_consed
         for (op, dtype, src, arg), pick, node in zip(self.steps, self.picks, self.fixed):
             if node is not None:
                 append(node)
             elif pick is not None:
-                append(UOp(op, dtype, pick(vals), arg))
+                append(new(UOp, op, dtype, pick(vals), arg))
             else:
-                append(UOp(op, dtype, (vals[src[0]],) if src else (), arg))
+                append(new(UOp, op, dtype, (vals[src[0]],) if src else (), arg))
         for out, known in zip(self.outs, self.known):
             cache = vals[out].__dict__
             for name, value in known.items():
