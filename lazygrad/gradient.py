@@ -324,12 +324,12 @@ class _Structure:
     the graph for it again. `n_root`: root's nodes come first (then the seed's other nodes); `realized_at`: the
     positions of root's nodes that hold a realized entry (backward finds tensors by their stored values too)."""
 
-    def __init__(self, root: UOp, seed: UOp, no_grad: bool, changes: int | None = None):
-        """`changes`: the realized registry's count of changes (RealizedNodes.changes) before the walk, where the
-        caller asks the registry: what the walk finds of realized entries then holds while the count is the same."""
+    def __init__(self, root: UOp, seed: UOp, no_grad: bool):
         from lazygrad.schedule.kernelize import REALIZED_ENTRY
 
-        self.entries_seen = changes
+        # the realized registry's count of changes (RealizedNodes.changes) before the walk, where the caller noted it:
+        # what the walk finds of realized entries holds while the count is the same
+        self.entries_seen: int | None = None
 
         # one walk numbers the nodes (in the order of root.toposort but for composites' runs, then the seed's other
         # nodes) and keys them, where a toposort and then a pass over it cost a digits CNN backward ~25% more.

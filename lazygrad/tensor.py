@@ -1809,7 +1809,9 @@ class Tensor(metaclass=_TensorType):
 
         renamed: dict[UOp, UOp] = {}
         root = _with_lazy_origins(self.uop, renamed)
-        shape: _Structure | None = _autograd._Structure(root, seed.uop, _modes.grad_disabled > 0, _realized.changes)
+        changes = _realized.changes  # (before the walk: see _Structure.entries_seen)
+        shape: _Structure | None = _autograd._Structure(root, seed.uop, _modes.grad_disabled > 0)
+        shape.entries_seen = changes
         leaves = leaves_in(root, renamed)
         replace: set[int] = set()
         torch_style = False
