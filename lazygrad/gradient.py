@@ -258,7 +258,8 @@ def compute_gradient(
     graph = shape.graph
     key = shape.program_key(targets) if graph is not None else None
     if key is not None and (program := graph.programs.get(key)) is not None:  # type: ignore[union-attr]
-        return program.run(shape.nodes, pending)
+        seen = shape.entries_seen
+        return program.run(shape.nodes, pending, None if seen is None else (shape.index, shape.entries_at, seen))
     grads = _apply_rules(root, root_grad, targets)
     if key is not None and (program := _GradProgram.record(shape.nodes, grads)) is not None:
         with _programs_lock:
@@ -328,6 +329,10 @@ class _Structure:
     def __init__(self, root: UOp, seed: UOp, no_grad: bool):
         from lazygrad.schedule.kernelize import REALIZED_ENTRY
 
+        # the realized registry's count of changes (RealizedNodes.changes) before the walk, where the caller noted it:
+        # what the walk finds of realized entries holds while the count is the same
+        self.entries_seen: int | None = None
+
         # one walk numbers the nodes (in the order of root.toposort but for composites' runs, then the seed's other
         # nodes) and keys them, where a toposort and then a pass over it cost a digits CNN backward ~25% more.
         # The key is flat, as the schedule cache's walk keys a graph: per node (op, dtype, arg, number of sources)
@@ -382,7 +387,10 @@ class _Structure:
         nodes = list(index)
         memos = list(map(_DICT_OF, nodes))
         has = operator.contains
-        realized_at = list(itertools.compress(range(self.n_root), map(has, memos, itertools.repeat(REALIZED_ENTRY))))
+        # every node's, the seed's too: a step's realize reuses it for the gradient run's inputs (Replay.inputs_at)
+        entries = list(itertools.compress(itertools.count(), map(has, memos, itertools.repeat(REALIZED_ENTRY))))
+        self.entries_at = entries
+        realized_at = entries if not entries or entries[-1] < self.n_root else [p for p in entries if p < self.n_root]
         ruled = itertools.compress(itertools.count(), map(has, memos, itertools.repeat(_SHORTCUT)))
         self.root, self.no_grad = root, no_grad
         self.nodes, self.index, self.seed = nodes, index, seed
@@ -506,20 +514,22 @@ class _GradProgram:
         refs = [None if s is None or any(x not in at for x in s) else tuple(at[x] for x in s) for s in shifted]
         return _GradProgram(program, [at[t] for t in grads], refs)
 
-    def run(self, nodes: list[UOp], pending: bool = False) -> dict[UOp, Tensor]:
+    def run(self, nodes: list[UOp], pending: bool = False, inputs_at: tuple | None = None) -> dict[UOp, Tensor]:
         """The gradients over the graph `nodes`. `pending`: left unbuilt where the program allows (pends), as tensors
         that build them when first read (tensor.py pending_tensor): an optimizer step over them next reads only their
-        places (an MLP Adam step built 40 gradient nodes and dropped them at its end, ~40 us of its ~1000)."""
+        places (an MLP Adam step built 40 gradient nodes and dropped them at its end, ~40 us of its ~1000).
+        `inputs_at`: what the graph's _Structure knows of `nodes`, noted with the run (see Replay.inputs_at)."""
         from lazygrad.tensor import _result, pending_tensor
 
         if not (pending and self.pends):
             vals = self.program.run(nodes)
-            note_replay(self, vals, len(nodes), True)  # (its inputs: the graph in the order of the program's key)
+            # (its inputs: the graph in the order of the program's key)
+            note_replay(self, vals, len(nodes), True, None, inputs_at)
             self._note_shifted(vals)
             return {vals[t]: _result(vals[g]) for t, g in zip(self.targets, self.program.outs)}
         tensors: list[weakref.ref] = []
         vals, run = self.program.unbuilt(nodes, functools.partial(self._built, tensors), noted=True)
-        note_replay(self, vals, len(nodes), True, run)
+        note_replay(self, vals, len(nodes), True, run, inputs_at)
         self._note_shifted(vals)
         out = {}
         for t, g in zip(self.targets, self.program.outs):

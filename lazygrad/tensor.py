@@ -150,6 +150,9 @@ class RealizedNodes:
         self._drop = self._refs.discard
         # the references stored since the last look by memory (stored_in), filed on their memories at the next one
         self._unfiled: list[weakref.ref] = []
+        # counts the entries added and dropped: a scan of which nodes hold one is still right while it is the same
+        # (a step's realize reuses backward's scan of the forward graph, see schedule/kernelize.py _layout)
+        self.changes = 0
 
     def get(self, node: UOp, default: UOp | None = None) -> UOp | None:
         view = node.__dict__.get(RealizedNodes._ENTRY)
@@ -174,6 +177,7 @@ class RealizedNodes:
     def __delitem__(self, node: UOp) -> None:
         if node.__dict__.pop(RealizedNodes._ENTRY, None) is None:
             raise KeyError(node)
+        self.changes += 1
         self._refs.discard(weakref.ref(node))  # a live node's references are equal: this finds the one held
 
     def __len__(self) -> int:
@@ -190,6 +194,7 @@ class RealizedNodes:
     def update(self, other: dict[UOp, UOp]) -> None:
         # (a key already held: the new reference equals the one in the set, which keeps its place)
         entry, refs, drop, ref, unfiled = RealizedNodes._ENTRY, self._refs, self._drop, weakref.ref, self._unfiled
+        self.changes += 1
         for node, view in other.items():
             if type(node) is Unbuilt:
                 continue  # (an optimizer update's unbuilt write: nothing holds it once its tensor is stored)
@@ -260,6 +265,7 @@ class RealizedNodes:
         """Drop the entries whose graph reads one of `memories`: a graph built later over the same nodes (one
         hash-consed node) must compute anew once something other than the scheduler wrote that memory (a TinyJit
         replay)."""
+        self.changes += 1
         for node in self.reading(memories):
             node.__dict__.pop(RealizedNodes._ENTRY, None)
             self._refs.discard(weakref.ref(node))
@@ -1806,7 +1812,9 @@ class Tensor(metaclass=_TensorType):
 
         renamed: dict[UOp, UOp] = {}
         root = _with_lazy_origins(self.uop, renamed)
+        changes = _realized.changes  # (before the walk: see _Structure.entries_seen)
         shape: _Structure | None = _autograd._Structure(root, seed.uop, _modes.grad_disabled > 0)
+        shape.entries_seen = changes
         leaves = leaves_in(root, renamed)
         replace: set[int] = set()
         torch_style = False

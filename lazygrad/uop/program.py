@@ -11,7 +11,7 @@ import threading
 from operator import itemgetter
 from typing import Any, Callable, NamedTuple
 
-from lazygrad.uop.ops import GroupOp, Ops, UOp
+from lazygrad.uop.ops import GroupOp, Ops, UOp, hash_consed
 
 # a scalar broadcast (a constant on its device, reshaped and expanded to a tensor's shape): a step that reads no input
 # and holds no buffer builds the same node on every replay. The ops such a node and its sources have
@@ -53,17 +53,19 @@ class GraphProgram:
         self.known = known
         # what unbuilt() puts at the added positions before the outputs: the held nodes, FILLER elsewhere
         self.filled = [FILLER if node is None else node for node in fixed]
-        self._placed: tuple[int, tuple[int, ...]] | None = None  # (n_in, placed(n_in))
+        self._placed: tuple[int, tuple[int, ...], tuple[int, ...]] | None = None  # (n_in, placed(n_in)'s two)
         self._chains: tuple[int, list[list[int]]] | None = None  # (n_in, each output's chain(), base first)
 
-    def placed(self, n_in: int) -> tuple[int, ...]:
+    def placed(self, n_in: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """The positions of an unbuilt run over `n_in` inputs (unbuilt()) that hold a node of their own, in order: the
-        inputs, the held nodes, the outputs and the movement ops below them; FILLER is at every other one."""
+        inputs, the held nodes, the outputs and the movement ops below them; FILLER is at every other one. And the
+        held nodes' positions: of the added ones, the only ones holding a node that may be older than the run (the
+        others hold Unbuilts)."""
         if self._placed is None or self._placed[0] != n_in:
-            held = (n_in + i for i, node in enumerate(self.fixed) if node is not None)
+            held = tuple(n_in + i for i, node in enumerate(self.fixed) if node is not None)
             chains = (q for chain in self.chains(n_in) for q in chain)
-            self._placed = (n_in, tuple(sorted({*range(n_in), *held, *chains})))
-        return self._placed[1]
+            self._placed = (n_in, tuple(sorted({*range(n_in), *held, *chains})), held)
+        return self._placed[1:]  # type: ignore[return-value]
 
     def chains(self, n_in: int) -> list[list[int]]:
         """Each output's chain() over `n_in` inputs, base first."""
@@ -124,13 +126,16 @@ class GraphProgram:
         """Every node of the program over `inputs`, by position (the outputs are at `self.outs`)."""
         vals = list(inputs)
         append = vals.append
+        # (hash_consed called, not UOp: the metaclass's call slot costs ~530 instructions more a node, ~80 nodes of an
+        # MLP step's forward)
+        new = hash_consed
         for (op, dtype, src, arg), pick, node in zip(self.steps, self.picks, self.fixed):
             if node is not None:
                 append(node)
             elif pick is not None:
-                append(UOp(op, dtype, pick(vals), arg))
+                append(new(UOp, op, dtype, pick(vals), arg))
             else:
-                append(UOp(op, dtype, (vals[src[0]],) if src else (), arg))
+                append(new(UOp, op, dtype, (vals[src[0]],) if src else (), arg))
         for out, known in zip(self.outs, self.known):
             cache = vals[out].__dict__
             for name, value in known.items():
@@ -242,18 +247,29 @@ class Replay(NamedTuple):
     n_in: int
     structured: bool
     unbuilt: UnbuiltRun | None = None
+    # a gradient run's inputs as its graph's _Structure found them (gradient.py): each one's position, the positions
+    # of those holding a realized entry, and the realized registry's count of changes when they were looked at (a
+    # schedule whose registry counts otherwise looks again)
+    inputs_at: tuple[dict[Any, int], list[int], int] | None = None
 
 
 _replays = threading.local()  # this thread's runs since its last schedule (a step's backward, then its update)
 REPLAYS_KEPT = 8  # a thread replaying without realizing keeps its last few runs, not every one
 
 
-def note_replay(program: Any, vals: list[Any], n_in: int, structured: bool, unbuilt: UnbuiltRun | None = None) -> None:
+def note_replay(
+    program: Any,
+    vals: list[Any],
+    n_in: int,
+    structured: bool,
+    unbuilt: UnbuiltRun | None = None,
+    inputs_at: tuple[dict[Any, int], list[int], int] | None = None,
+) -> None:
     """A run this thread's next schedule may find its graph in (schedule/kernelize.py: the step's layout)."""
     log = _replays.__dict__.setdefault("log", [])
     if len(log) >= REPLAYS_KEPT:
         del log[0]
-    log.append(Replay(program, vals, n_in, structured, unbuilt))
+    log.append(Replay(program, vals, n_in, structured, unbuilt, inputs_at))
 
 
 def built(runs: list[Replay]) -> list[Replay]:
