@@ -592,7 +592,7 @@ ByteTensor, CharTensor, BoolTensor = _legacy(dtypes.uint8), _legacy(dtypes.int8)
 
 # the submodules as torch's: `torch.optim.Adam`, `import lazygrad.torch.nn.functional as F`, `from
 # lazygrad.torch.utils.data import DataLoader` (the import statement finds each dotted name in sys.modules)
-from lazygrad import amp, autograd, distributions, utils  # noqa: E402
+from lazygrad import amp, autograd, distributions, linalg, utils  # noqa: E402
 from lazygrad.nn import init as _init  # noqa: E402
 from lazygrad.utils import checkpoint as _checkpoint  # noqa: E402
 from lazygrad.utils import data as _data  # noqa: E402
@@ -632,6 +632,7 @@ for _alias, _module in {
     "autograd.functional": autograd.functional,
     "amp": amp,
     "distributions": distributions,
+    "linalg": linalg,
     "cuda": cuda,
 }.items():
     sys.modules[f"{__name__}.{_alias}"] = _module

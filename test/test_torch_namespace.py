@@ -387,6 +387,9 @@ def test_submodules_import_as_torchs():
     assert x.device == "CPU" and {x.device: 1}["CPU"] == 1  # the name, as a str
     assert lt.compile(len) is len
     assert lt.accelerator.is_available() == lt.cuda.is_available()
+    import lazygrad.torch.linalg as tla
+
+    assert tla is lt.linalg and lt.linalg.solve(lt.eye(2) * 2, lt.ones(2)).tolist() == [0.5, 0.5]
 
 
 @pytest.mark.parametrize(
