@@ -372,6 +372,21 @@ class LSTMCell(Module):
         return o.sigmoid() * c.tanh(), c
 
 
+def _embedding_table(
+    num: int, dim: int, padding_idx: int | None, weight: Tensor | None, freeze: bool, name: str
+) -> tuple[int | None, Tensor]:
+    """Embedding's and EmbeddingBag's padding_idx (checked, made non-negative) and table: `weight` as given, else
+    N(0, 1) with the padding row zero. `name`: how torch's message for each spells padding_idx."""
+    if padding_idx is not None:
+        if not -num <= padding_idx < num:
+            raise AssertionError(f"{name} must be within num_embeddings")
+        padding_idx %= num
+    init = Tensor.randn(num, dim) if weight is None else weight
+    if padding_idx is not None and weight is None:
+        init = (Tensor.arange(num) == padding_idx).unsqueeze(1).where(0.0, init)
+    return padding_idx, _own_buffer(init, requires_grad=not freeze)
+
+
 class Embedding(Module):
     def __init__(
         self,
@@ -395,16 +410,11 @@ class Embedding(Module):
         embedding_dim = embed_size if embedding_dim is None else embedding_dim
         if num_embeddings is None or embedding_dim is None:
             raise TypeError("Embedding needs num_embeddings and embedding_dim (tinygrad: vocab_size and embed_size)")
-        if padding_idx is not None:
-            if not -num_embeddings <= padding_idx < num_embeddings:
-                raise AssertionError("Padding_idx must be within num_embeddings")
-            padding_idx %= num_embeddings
+        padding_idx, self.weight = _embedding_table(
+            num_embeddings, embedding_dim, padding_idx, _weight, _freeze, "Padding_idx"
+        )
         self.num_embeddings, self.embedding_dim, self.padding_idx = num_embeddings, embedding_dim, padding_idx
         self.max_norm, self.norm_type, self.scale_grad_by_freq = max_norm, norm_type, scale_grad_by_freq
-        init = Tensor.randn(num_embeddings, embedding_dim) if _weight is None else _weight
-        if padding_idx is not None and _weight is None:
-            init = (Tensor.arange(num_embeddings) == padding_idx).unsqueeze(1).where(0.0, init)
-        self.weight = _own_buffer(init, requires_grad=not _freeze)
 
     @classmethod
     def from_pretrained(
@@ -444,17 +454,12 @@ class EmbeddingBag(Module):
     ):
         if mode not in ("sum", "mean", "max"):
             raise ValueError("mode has to be one of sum, mean or max")
-        if padding_idx is not None:
-            if not -num_embeddings <= padding_idx < num_embeddings:
-                raise AssertionError("padding_idx must be within num_embeddings")
-            padding_idx %= num_embeddings
+        padding_idx, self.weight = _embedding_table(
+            num_embeddings, embedding_dim, padding_idx, _weight, _freeze, "padding_idx"
+        )
         self.num_embeddings, self.embedding_dim, self.mode = num_embeddings, embedding_dim, mode
         self.include_last_offset, self.padding_idx = include_last_offset, padding_idx
         self.max_norm, self.norm_type, self.scale_grad_by_freq = max_norm, norm_type, scale_grad_by_freq
-        init = Tensor.randn(num_embeddings, embedding_dim) if _weight is None else _weight
-        if padding_idx is not None and _weight is None:
-            init = (Tensor.arange(num_embeddings) == padding_idx).unsqueeze(1).where(0.0, init)
-        self.weight = _own_buffer(init, requires_grad=not _freeze)
 
     @classmethod
     def from_pretrained(cls, embeddings: Tensor, freeze: bool = True, **kwargs: Any) -> EmbeddingBag:

@@ -719,6 +719,15 @@ class _Counted(Optimizer):
     def _beta_power(self, beta: float) -> Tensor:
         return Tensor.full((), beta, dtype=dtypes.float64, device=self.device).pow(self.steps)
 
+    def _moments_init(
+        self, name: str, betas: tuple[float, float], eps: float, weight_decay: float, maximize: bool, decoupled: bool
+    ) -> None:
+        """NAdam's and RAdam's options and state: the betas (checked), the two moments and the step count."""
+        _check_betas(name, *betas)
+        (self.b1, self.b2), self.eps, self.weight_decay = betas, eps, weight_decay
+        self.maximize, self.decoupled = maximize, decoupled
+        self.m, self.v, self.steps = self._state(), self._state(), self._scalar(0.0)
+
     def _moments_decayed(self, i: int, p: Tensor, g: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """NAdam's and RAdam's first lines: the weight and gradient after maximize and weight decay (coupled, or
         decoupled as AdamW's), then the two moments, assigned."""
@@ -786,11 +795,9 @@ class NAdam(_Counted):
         differentiable: bool = False,
         device: str | None = None,
     ):
-        _check_betas("NAdam", *betas)
         super().__init__(params, lr, device)
-        (self.b1, self.b2), self.eps, self.weight_decay, self.maximize = betas, eps, weight_decay, maximize
-        self.momentum_decay, self.decoupled = momentum_decay, decoupled_weight_decay
-        self.m, self.v, self.steps = self._state(), self._state(), self._scalar(0.0)
+        self._moments_init("NAdam", betas, eps, weight_decay, maximize, decoupled_weight_decay)
+        self.momentum_decay = momentum_decay
         self.mu_product = self._scalar(1.0)  # (one for all parameters: torch keeps a copy per parameter, all equal)
         Tensor.realize(*self.params, *self.m, *self.v, self.lr, self.steps, self.mu_product)
 
@@ -832,11 +839,8 @@ class RAdam(_Counted):
         differentiable: bool = False,
         device: str | None = None,
     ):
-        _check_betas("RAdam", *betas)
         super().__init__(params, lr, device)
-        (self.b1, self.b2), self.eps, self.weight_decay, self.maximize = betas, eps, weight_decay, maximize
-        self.decoupled = decoupled_weight_decay
-        self.m, self.v, self.steps = self._state(), self._state(), self._scalar(0.0)
+        self._moments_init("RAdam", betas, eps, weight_decay, maximize, decoupled_weight_decay)
         Tensor.realize(*self.params, *self.m, *self.v, self.lr, self.steps)
 
     def _update(self, i: int, p: Tensor, g: Tensor) -> list[Tensor]:

@@ -115,12 +115,17 @@ def test_scheduler_steps_compile_no_kernel(monkeypatch: pytest.MonkeyPatch) -> N
     assert made == [] and len(set(lrs)) == 8
 
 
+def _step(opt: Any, loss: Any) -> None:
+    """One training step of either library's optimizer on its loss."""
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+
+
 def _train(make_opt: Callable, params: list, loss_fn: Callable, steps: int = 4) -> None:
     opt = make_opt(params)
     for _ in range(steps):
-        opt.zero_grad()
-        loss_fn(params).backward()
-        opt.step()
+        _step(opt, loss_fn(params))
 
 
 @pytest.mark.parametrize(
@@ -223,9 +228,7 @@ def test_torch_options_train_as_torch(name: str) -> None:
             (opt, ((Tensor(x) @ w).sin() * scale).sum()),
             (topt, ((torch.tensor(x) @ tw).sin() * scale).sum()),
         ):
-            o.zero_grad()
-            loss.backward()
-            o.step()
+            _step(o, loss)
         np.testing.assert_allclose(w.numpy(), tw.detach().numpy(), rtol=1e-5, atol=2e-5, err_msg=f"step {step}")
     ours_state, torch_state = opt.state_dict()["state"].get(0, {}), topt.state_dict()["state"].get(0, {})
     for key, value in torch_state.items():
@@ -246,20 +249,15 @@ def test_radam_rectifies_once_the_variance_is_tractable(options) -> None:
     w, tw = Tensor(w0, requires_grad=True), torch.tensor(w0, requires_grad=True)
     opt, topt = optim.RAdam([w], **options), torch.optim.RAdam([tw], **options)
 
-    def step(o, loss) -> None:
-        o.zero_grad()
-        loss.backward()
-        o.step()
-
     for i in range(12):
-        step(opt, ((Tensor(x) @ w).sin() * (i % 3 - 1)).sum())
-        step(topt, ((torch.tensor(x) @ tw).sin() * (i % 3 - 1)).sum())
+        _step(opt, ((Tensor(x) @ w).sin() * (i % 3 - 1)).sum())
+        _step(topt, ((torch.tensor(x) @ tw).sin() * (i % 3 - 1)).sum())
         np.testing.assert_allclose(w.numpy(), tw.detach().numpy(), rtol=1e-5, atol=2e-5, err_msg=f"step {i}")
     resumed = Tensor(tw.detach().numpy().copy(), requires_grad=True)
     again = optim.RAdam([resumed], **options)
     again.load_state_dict(topt.state_dict())
-    step(again, (Tensor(x) @ resumed).sin().sum())
-    step(topt, (torch.tensor(x) @ tw).sin().sum())
+    _step(again, (Tensor(x) @ resumed).sin().sum())
+    _step(topt, (torch.tensor(x) @ tw).sin().sum())
     np.testing.assert_allclose(resumed.numpy(), tw.detach().numpy(), rtol=1e-5, atol=2e-5)
 
 
@@ -399,9 +397,7 @@ def test_one_cycle_momentum_cycling_trains_as_torch(name: str, monkeypatch: pyte
             made.clear()
         assert opt.param_groups[0][key] == pytest.approx(topt.param_groups[0][key], rel=1e-12)
         for o, loss in ((opt, (Tensor(x) @ w).tanh().sum()), (topt, (torch.tensor(x) @ tw).tanh().sum())):
-            o.zero_grad()
-            loss.backward()
-            o.step()
+            _step(o, loss)
         sched.step(), tsched.step()
         np.testing.assert_allclose(w.numpy(), tw.detach().numpy(), rtol=1e-5, atol=1e-6, err_msg=f"step {step}")
     assert made == []
@@ -416,9 +412,7 @@ def test_cyclic_momentum_trains_as_torch() -> None:
     for step in range(9):
         assert opt.param_groups[0]["betas"] == pytest.approx(topt.param_groups[0]["betas"], rel=1e-12)
         for o, loss in ((opt, (Tensor(x) @ w).tanh().sum()), (topt, (torch.tensor(x) @ tw).tanh().sum())):
-            o.zero_grad()
-            loss.backward()
-            o.step()
+            _step(o, loss)
         sched.step(), tsched.step()
         np.testing.assert_allclose(w.numpy(), tw.detach().numpy(), rtol=1e-5, atol=1e-6, err_msg=f"step {step}")
 

@@ -99,7 +99,7 @@ class _SpectralNorm:
 
 
 def _normalize(x: Tensor, eps: float) -> Tensor:
-    return x / x.square().sum().sqrt().maximum(eps)
+    return x.normalize(dim=0, eps=eps)  # (torch's F.normalize of a vector, as its spectral norm takes it)
 
 
 def spectral_norm(
