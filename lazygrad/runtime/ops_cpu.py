@@ -112,14 +112,19 @@ class CPUAllocator(Allocator):
         _libc.free(ptr)
 
     def copyin(self, dst: int, src: memoryview) -> None:
-        if src.nbytes:
+        if not src.nbytes:
+            return
+        if src.readonly:
             with _address(src) as ptr:
                 self._copy(dst, ptr, src.nbytes)
+        else:  # (a writable view's address without the context manager: .item() and .tolist() copy out every time)
+            view = (ctypes.c_char * src.nbytes).from_buffer(src)
+            self._copy(dst, ctypes.addressof(view), src.nbytes)
 
     def copyout(self, dst: memoryview, src: int) -> None:
         if dst.nbytes:
-            with _address(dst) as ptr:
-                self._copy(ptr, src, dst.nbytes)
+            view = (ctypes.c_char * dst.nbytes).from_buffer(dst)
+            self._copy(ctypes.addressof(view), src, dst.nbytes)
 
     def offset(self, ptr: int, offset: int, nbytes: int) -> int:
         # any element boundary: vector loads and stores of kernels take element-aligned addresses (the _u types)
