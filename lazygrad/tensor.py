@@ -2114,12 +2114,9 @@ class Tensor(metaclass=_TensorType):
         sharded tensor, or where the values cannot be read, the graph as repr shows it."""
         from lazygrad.printing import format_values
 
-        if isinstance(self.device, tuple):
+        if isinstance(self.device, tuple) or _values_frozen():
             return repr(self)
-        try:
-            values = self.tolist()
-        except Exception:
-            return repr(self)
+        values = self.tolist()
         dt = self.dtype
         body = format_values(values, self.ndim, dtypes.is_float(dt), dt == dtypes.bool, prod(self._bound_shape()))
         # (no dtype shown for the defaults: the float's, and tinygrad's int32 and torch's int64)
@@ -2129,10 +2126,7 @@ class Tensor(metaclass=_TensorType):
 
     def __format__(self, spec: str) -> str:
         """f"{loss:.4f}": a 0-d tensor formats as its value (torch's), any other as print shows it."""
-        from lazygrad.engine.realize import _captures
-        from lazygrad.function import tracing
-
-        if self.ndim == 0 and (spec or not (_captures() or tracing())):
+        if self.ndim == 0 and (spec or not _values_frozen()):
             return format(self.item(), spec)
         return format(str(self), spec)
 
@@ -8062,10 +8056,7 @@ def _check_index_values(index: Tensor, low: int, high: int, what: str, *args: An
     values are the capture's or a placeholder's."""
     if not CHECK_INDEX.value or index.numel() == 0:
         return
-    from lazygrad.engine.realize import _captures
-    from lazygrad.function import tracing
-
-    if _captures() or tracing():
+    if _values_frozen():
         return
     with Tensor.no_grad():
         vals = index.cast(dtypes.int64)
@@ -8392,6 +8383,15 @@ def _check_dtype(op: str, dtype: DType, device: str | tuple[str, ...]) -> None:
         return
     if (why := Device[device].renderer.dtype_unsupported(dtype)) is not None:
         raise UnsupportedOpError(f"{op} is not supported for {dtype.name} tensors on {device}: {why}")
+
+
+def _values_frozen() -> bool:
+    """Whether reading a tensor's values would freeze them into a TinyJit capture or a @function trace (print shows
+    the graph there instead)."""
+    from lazygrad.engine.realize import _captures
+    from lazygrad.function import tracing
+
+    return bool(_captures()) or tracing()
 
 
 def _unpickled_tensor(
