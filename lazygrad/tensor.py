@@ -9762,19 +9762,30 @@ def _phase_conv(
     # the input rows the windows reach, as whole phases: s*(out + taps - 1) per dim (cut or zero-filled at the end)
     need = [s * (o + t - 1) for s, o, t in zip(stride, out, taps)]
     xp = x._spatial_pad([(lo, n - i - lo) for i, (lo, _), n in zip(x.shape[2:], pads, need)])
-    split = [v for n, s in zip(need, stride) for v in (n // s, s)]  # (.., m, r, ..)
-    xp = xp.reshape(bs, cin_, *split).permute(0, 1, *[3 + 2 * i for i in range(nk)], *[2 + 2 * i for i in range(nk)])
+    phases_first = (0, 1, *[3 + 2 * i for i in range(nk)], *[2 + 2 * i for i in range(nk)])  # (.., r, .., m, ..)
+    xp = _by_phase(xp, [n // s for n, s in zip(need, stride)], stride).permute(phases_first)
     # stored: read through the phase view, the conv's loads were single lanes behind masks (the padding and the
     # phases' index arithmetic); a copy of the input is one pass over it, each pass of the conv reads it 9x or more.
     # Copied with the phases as axes of their own, then merged into the channels: merged first, the copy's kernel was
     # one flat axis with a division per lane (32x16x32^2, s=2: 1070 -> 300 us)
-    xp = xp.shrink((None, None, *[(0, u) for u in used], *[None] * nk)).contiguous()
+    used_phases = (None, None, *[(0, u) for u in used], *[None] * nk)
+    xp = xp.shrink(used_phases).contiguous()
     xp = xp.reshape(bs, cin_ * phases, *[n // s for n, s in zip(need, stride)])
-    wp = weight._spatial_pad([(0, s * t - k) for k, s, t in zip(kernel, stride, taps)])
-    wsplit = [v for t, s in zip(taps, stride) for v in (t, s)]  # (.., j, r, ..)
-    wp = wp.reshape(cout, cin, *wsplit).permute(0, 1, *[3 + 2 * i for i in range(nk)], *[2 + 2 * i for i in range(nk)])
-    wp = wp.shrink((None, None, *[(0, u) for u in used], *[None] * nk))
+    wp = _kernel_by_phase(weight, taps, stride).permute(phases_first)
+    wp = wp.shrink(used_phases)
     return xp.conv2d(wp.reshape(cout, cin * phases, *taps), bias, groups)
+
+
+def _by_phase(t: Tensor, counts: Sequence[int], stride: Sequence[int]) -> Tensor:
+    """t's spatial dims (each count * s long, after two leading dims) split into (count, s) pairs: element s*m + r of
+    a dim at (m, r)."""
+    return t.reshape(*t.shape[:2], *[v for c, s in zip(counts, stride) for v in (c, s)])
+
+
+def _kernel_by_phase(weight: Tensor, taps: Sequence[int], stride: Sequence[int]) -> Tensor:
+    """A conv weight's taps k = s*j + r at (j, r), zero where s*j + r passes the kernel's end."""
+    kernel = weight.shape[2:]
+    return _by_phase(weight._spatial_pad([(0, s * t - k) for k, s, t in zip(kernel, stride, taps)]), taps, stride)
 
 
 def _phase_conv_transpose(
@@ -9796,8 +9807,7 @@ def _phase_conv_transpose(
     taps = [ceildiv(k, s) for k, s in zip(kernel, stride)]
     phases = prod(stride)
     # weight (Cin, Cout/g, *k) -> (g, Cout/g, *phases, Cin/g, *taps), taps mirrored: [.., r, .., t] = w[r + s*(T-1-t)]
-    w = weight._spatial_pad([(0, s * t - k) for k, s, t in zip(kernel, stride, taps)])
-    w = w.reshape(groups, cin // groups, cout_g, *[v for t, s in zip(taps, stride) for v in (t, s)])
+    w = _kernel_by_phase(weight, taps, stride).unflatten(0, (groups, cin // groups))
     w = w.flip(tuple(3 + 2 * i for i in range(nk)))
     w = w.permute(0, 2, *[4 + 2 * i for i in range(nk)], 1, *[3 + 2 * i for i in range(nk)])
     w = w.reshape(groups * cout_g * phases, cin // groups, *taps)
