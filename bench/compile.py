@@ -3,6 +3,7 @@ each in a fresh process, best of --reps. Split into Python codegen (AST -> C sou
 
     python bench/compile.py [--reps 3] [--baseline PATH]
     python bench/compile.py --timeline llm|cnn [--baseline PATH]
+    python bench/compile.py --kernels llm|cnn [--reps 3]
 
 --baseline PATH adds rows for the lazygrad of another checkout (e.g. `git worktree add /tmp/base main`), run the
 same way in the same run.
@@ -18,6 +19,11 @@ schedule that compiles (and build ahead, engine/realize.py's compile_ahead), whe
 code generation, each compiler call on the worker threads (from its process's start, which may precede its source,
 to the shared object), and how long it waited for the compilers after generating its last kernel; the schedules that
 compile nothing (a cached schedule run again, as SmolLM2's later layers) are summed between them.
+
+--kernels prints what each kernel of one cold run costs the C compiler: each built alone (compiler, assembler and
+link, the least CPU time of --reps builds, less that of a one-line kernel's build, which is every compiler call's start
+and setup), heaviest first, with its bytes of C, then the kernels that differ only in integer constants (a family
+could be one binary with those as arguments).
 """
 
 from __future__ import annotations
@@ -142,12 +148,20 @@ class Timeline:
         ]
 
 
-def lazygrad_child(workload: str, timeline: Timeline | None = None) -> dict:
+def lazygrad_child(workload: str, timeline: Timeline | None = None, sources: list | None = None) -> dict:
     import lazygrad.codegen as codegen
     from lazygrad.engine import realize
     from lazygrad.runtime.ops_cpu import ClangCompiler
 
     codegen_clock, cc_clock = IntervalClock(), IntervalClock()
+    if sources is not None:
+        compile_batch = realize._compile
+
+        def kept(compiler, srcs, names, device):
+            sources.extend(zip(names, srcs))
+            return compile_batch(compiler, srcs, names, device)
+
+        realize._compile = kept
     if timeline is not None:
         timeline.install()
     codegen._build_program = codegen_clock.wrap(codegen._build_program)
@@ -164,6 +178,8 @@ def lazygrad_child(workload: str, timeline: Timeline | None = None) -> dict:
         n0, cc_clock.spans[:], codegen_clock.spans[:] = len(realize._runners), [], []
         if timeline is not None:
             timeline.spans.clear()
+        if sources is not None:
+            sources.clear()
         st, cpu0 = time.perf_counter(), cpu_seconds()
         step(x, y)[0].item()
     else:
@@ -177,6 +193,8 @@ def lazygrad_child(workload: str, timeline: Timeline | None = None) -> dict:
         n0, cc_clock.spans[:], codegen_clock.spans[:] = len(realize._runners), [], []
         if timeline is not None:
             timeline.spans.clear()
+        if sources is not None:
+            sources.clear()
         st, cpu0 = time.perf_counter(), cpu_seconds()
         argmax_token(model(ids, 0))
     wall, cpu = time.perf_counter() - st, cpu_seconds() - cpu0
@@ -184,6 +202,8 @@ def lazygrad_child(workload: str, timeline: Timeline | None = None) -> dict:
     out = {"wall": wall, "kernels": kernels, "codegen": codegen_clock.total(), "cc": cc_clock.covered(), "cpu": cpu}
     if timeline is not None:
         out["timeline"] = timeline.report(st)
+    if sources is not None:
+        out["sources"] = sources
     return out
 
 
@@ -220,8 +240,8 @@ def tinygrad_child(workload: str) -> dict:
 
 def run_child(framework: str, workload: str, tree: str | None = None) -> dict | None:
     env = dict(os.environ, CACHELEVEL="0")
-    if framework == "timeline":
-        framework, workload = "lazygrad", f"{workload} timeline"
+    if framework in ("timeline", "sources"):
+        framework, workload = "lazygrad", f"{workload} {framework}"
     if framework == "tinygrad":
         env["DEV"] = "CPU"
     if tree is not None:
@@ -243,17 +263,22 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--baseline", help="another checkout whose lazygrad is measured beside this one")
     ap.add_argument("--timeline", choices=["cnn", "llm"], help="where one cold run's time goes, per schedule")
+    ap.add_argument("--kernels", choices=["cnn", "llm"], help="the C compiler's CPU time per kernel of one cold run")
     ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         if args.child[0] == "lazygrad":
             timeline = Timeline() if args.child[2:] == ["timeline"] else None
-            print(json.dumps(lazygrad_child(args.child[1], timeline)))
+            sources = [] if args.child[2:] == ["sources"] else None
+            print(json.dumps(lazygrad_child(args.child[1], timeline, sources)))
         else:
             print(json.dumps(tinygrad_child(args.child[1])))
         return
     if args.timeline:
         print_timelines(args.timeline, [None] + ([args.baseline] if args.baseline else []), args.reps)
+        return
+    if args.kernels:
+        print_kernel_costs(args.kernels, args.reps)
         return
 
     rows: list[tuple[str, str, str | None]] = [("lazygrad", "cnn", None), ("lazygrad", "llm", None)]
@@ -330,6 +355,39 @@ def print_timelines(workload: str, trees: list[str | None], reps: int) -> None:
                     f"{row['start']:8.1f} {row['end']:8.1f} {row['kernels']:7d} {row['codegen']:8.1f} {waited:7.1f}  "
                     f"{'ahead: ' if row['what'] == 'ahead' else ''}{calls}"
                 )
+
+
+def print_kernel_costs(workload: str, reps: int) -> None:
+    from lazygrad.runtime.ops_cpu import ClangCompiler, find_c_compiler
+
+    run = run_child("sources", workload)
+    if run is None:
+        return
+    compiler = ClangCompiler(find_c_compiler())
+
+    def build_cpu(src: str) -> float:
+        best = float("inf")
+        for _ in range(reps):
+            kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+            before = kids.ru_utime + kids.ru_stime
+            compiler.compile(src)
+            kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+            best = min(best, kids.ru_utime + kids.ru_stime - before)
+        return best
+
+    start = build_cpu("void lg_start(float* restrict out) { out[0] = 1.0f; }\n")
+    costs = sorted(((build_cpu(src) - start, name, len(src)) for name, src in run["sources"]), reverse=True)
+    head = f"{workload}: {len(costs)} kernels, each built alone by {compiler.cc} (least CPU of {reps})"
+    print(f"{head}; a call's start and setup: {start * 1e3:.1f} ms")
+    print(f"{'ms CPU':>8s} {'bytes':>7s}  kernel")
+    for cpu, name, nbytes in costs:
+        print(f"{cpu * 1e3:8.1f} {nbytes:7d}  {name}")
+    print(f"{sum(c for c, _, _ in costs) * 1e3:8.1f} {sum(n for _, _, n in costs):7d}  all (without the starts)")
+    families: dict[str, list[str]] = {}  # a kernel's source with its name and every integer constant blanked
+    for name, src in run["sources"]:
+        families.setdefault(re.sub(r"(?<![\w.])[0-9]+(?![0-9.])", "#", src.replace(name, "K")), []).append(name)
+    for names in (n for n in families.values() if len(n) > 1):
+        print(f"differ only in integer constants: {', '.join(names)}")
 
 
 if __name__ == "__main__":
