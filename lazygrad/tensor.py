@@ -5439,9 +5439,41 @@ class Tensor(metaclass=_TensorType):
         else:
             pads = self._pool_pads(padding, nk)
         if self._strided(weight, stride, dilation, nk):
-            return _phase_conv(self, weight, bias, groups, make_tuple(stride, nk), pads)
+            if self._grad_flows(weight):
+                return _phase_conv(self, weight, bias, groups, make_tuple(stride, nk), pads)
+            return _column_conv(self, weight, bias, groups, make_tuple(stride, nk), pads)
+        return self._direct_conv(weight, bias, groups, stride, dilation, pads)
+
+    def _grad_flows(self, weight: Tensor) -> bool:
+        # a parameter answers at once; the input may walk its graph. Under no_grad nothing flows back either way
+        return not _modes.grad_disabled and (weight.requires_grad or self.requires_grad)
+
+    def _direct_conv(
+        self,
+        weight: Tensor,
+        bias: Tensor | None,
+        groups: int,
+        stride: int | Sequence[int],
+        dilation: int | Sequence[int],
+        pads: Sequence[tuple[int, int]],
+    ) -> Tensor:
+        """conv2d over the input's windows as they are: in channel blocks where the device prefers them."""
         if (block := self._conv_block(weight, groups, pads, stride, dilation)) > 0:
             return _blocked_conv(self, weight, bias, stride, dilation, pads, block)
+        return self._window_conv(weight, bias, groups, stride, dilation, pads)
+
+    def _window_conv(
+        self,
+        weight: Tensor,
+        bias: Tensor | None,
+        groups: int,
+        stride: int | Sequence[int],
+        dilation: int | Sequence[int],
+        pads: Sequence[tuple[int, int]],
+    ) -> Tensor:
+        """conv2d as a product of the input's windows and the weight, summed over (cin, *kernel)."""
+        (bs, _), (cout, cin), kernel = self.shape[:2], weight.shape[:2], weight.shape[2:]
+        nk = len(kernel)
         x = self._pool(kernel, stride, dilation, pads)  # (bs, cin_, *out, *kernel)
         out = x.shape[2 : 2 + nk]
         rcout = cout // groups
@@ -5477,8 +5509,7 @@ class Tensor(metaclass=_TensorType):
             return 0
         if any(lo < 0 or hi < 0 for lo, hi in pads):
             return 0
-        # a parameter answers at once; the input may walk its graph. Under no_grad nothing flows back either way
-        if not _modes.grad_disabled and (weight.requires_grad or self.requires_grad):
+        if self._grad_flows(weight):
             return 0
         padded = tuple(i + lo + hi for i, (lo, hi) in zip(self.shape[2:], pads))
         *_, out = _windows(padded, weight.shape[2:], stride, dilation)
@@ -9774,6 +9805,28 @@ def _phase_conv(
     wp = _kernel_by_phase(weight, taps, stride).permute(phases_first)
     wp = wp.shrink(used_phases)
     return xp.conv2d(wp.reshape(cout, cin * phases, *taps), bias, groups)
+
+
+def _column_conv(
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor | None,
+    groups: int,
+    stride: tuple[int, ...],
+    pads: Sequence[tuple[int, int]],
+) -> Tensor:
+    """A strided convolution whose vectors run along output columns: the columns each tap kx of the last dim reads
+    (s*o + kx) are copied as planes of their own (im2col of that dim only), (N, C, kx, *rows, o), so every load of the
+    conv is contiguous; the other dims' strides only move a row's start, which costs a vector nothing."""
+    (bs, cin_), (cout, cin), kernel = x.shape[:2], weight.shape[:2], weight.shape[2:]
+    nk, k, s = len(kernel), kernel[-1], stride[-1]
+    if s > 1:
+        cols = x._spatial_pad(pads)._pool((k,), s)  # (N, C, *rows, o, kx)
+        x = cols.permute(0, 1, nk + 2, *range(2, nk + 1), nk + 1).contiguous()
+        x = x.reshape(bs, cin_ * k, *x.shape[3:])
+        weight = weight.permute(0, 1, nk + 1, *range(2, nk + 1)).reshape(cout, cin * k, *kernel[:-1], 1)
+        pads = [(0, 0)] * nk
+    return x._direct_conv(weight, bias, groups, (*stride[:-1], 1), 1, pads)
 
 
 def _by_phase(t: Tensor, counts: Sequence[int], stride: Sequence[int]) -> Tensor:

@@ -3,6 +3,7 @@ and gradient against torch, over edge sizes, broadcasting and non-contiguous inp
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
 import numpy as np
@@ -10,7 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from lazygrad import Tensor, dtypes
+from lazygrad import GlobalCounters, Tensor, dtypes
 from lazygrad.uop.ops import Ops
 
 # inputs per test: a shape, or ("T", shape) for a non-contiguous input (the transpose of a contiguous array),
@@ -159,6 +160,37 @@ def test_strided_conv_in_training_is_a_conv_over_phases(cfg: dict) -> None:
     x = Tensor.ones(*cfg["x"], requires_grad=True)
     phases = x.conv2d(Tensor.ones(*cfg["w"]), **kw).uop.toposort  # the phase copy: a CONTIGUOUS node
     assert any(u.op is Ops.CONTIGUOUS for u in phases)
+
+
+STRIDED_FORWARD = [
+    *STRIDED,
+    dict(x=(2, 3, 15, 19), w=(4, 3, 3, 3), stride=3, padding=(2, 1)),
+    dict(x=(2, 4, 9, 8), w=(6, 2, 3, 2), stride=(1, 2), padding=(1, 0), groups=2),
+    dict(x=(1, 2, 9, 9), w=(3, 2, 7, 7), stride=2, padding=3),  # the taps past the stride: overlapping columns
+    dict(x=(3, 2, 7, 33), w=(2, 2, 3, 3), stride=(3, 2)),
+]
+
+
+@pytest.mark.parametrize("cfg", STRIDED_FORWARD, ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()))
+def test_strided_conv_without_gradients_copies_columns_by_tap(cfg: dict) -> None:
+    """Without gradients a strided conv copies the columns each tap of the last dim reads (_column_conv), then runs
+    one conv whose other dims take their strides as they are: the multiplies of the strided conv itself (the phases
+    regrouped a 3x3 kernel into 2x2 taps of 4 phases, 16/9 of them), in two kernels; a stride of 1 along the last dim
+    needs no copy."""
+    kw = {k: v for k, v in cfg.items() if k not in ("x", "w")}
+    conv = {3: F.conv1d, 4: F.conv2d, 5: F.conv3d}[len(cfg["x"])]
+    rng = np.random.default_rng(0)
+    xn, wn = (rng.standard_normal(cfg[k]).astype(np.float32) for k in ("x", "w"))
+    bn = rng.standard_normal(cfg["w"][0]).astype(np.float32)
+    out = Tensor(xn).conv2d(Tensor(wn), Tensor(bn), **kw)
+    ref = conv(*(torch.from_numpy(a) for a in (xn, wn, bn)), **kw)
+    (reduced,) = [u for u in out.uop.toposort if u.op is Ops.REDUCE_AXIS]
+    assert math.prod(reduced.src[0].shape) == ref.numel() * math.prod(cfg["w"][1:])
+    GlobalCounters.reset()
+    out.realize()
+    last = (kw["stride"] if isinstance(kw["stride"], int) else kw["stride"][-1]) > 1
+    assert GlobalCounters.kernel_count == (2 if last else 1)
+    np.testing.assert_allclose(out.numpy(), ref.numpy(), rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("padding", [1, 2, (1, 0)])
