@@ -5409,7 +5409,7 @@ class Tensor(metaclass=_TensorType):
                 f"conv: input shape {self.shape} and weight shape {weight.shape} must both be "
                 "(N, C, *spatial) and (Cout, Cin/groups, *kernel) with the same number of dims"
             )
-        (bs, cin_), (cout, cin), kernel = self.shape[:2], weight.shape[:2], weight.shape[2:]
+        cin_, (cout, cin), kernel = self.shape[1], weight.shape[:2], weight.shape[2:]
         if groups < 1 or cin_ % groups or cout % groups:
             raise ArgumentError(
                 f"conv: groups={groups} must divide the input channels ({cin_}) and output channels ({cout}); "
