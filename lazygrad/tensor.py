@@ -1240,7 +1240,7 @@ def forget_replayed_composites() -> None:
         programs.clear()
 
 
-def _replayed(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
+def _replayed(fn: Callable[..., Tensor] | None = None, *, branch: Callable[..., Any] | None = None) -> Any:
     """A composite op (a loss, a linear layer, a conv) built once per kind of arguments and replayed from a
     GraphProgram after: its graph is a function of its tensors' nodes, known by their op, dtype, shape, device and
     whether they are a plain buffer (what composites branch on), and of its other arguments and the modes that change
@@ -1254,7 +1254,12 @@ def _replayed(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
     write is replayed as the ASSIGN node assign made, numbered (ordered_write) in the order assign made them, after
     assign's own race check on the replayed value (_reads_shifted: a value reading its target shifted is copied first,
     which the code does). A write assign made otherwise (a copy first, a pending write, a view's write through) is
-    not recorded: the code runs every time."""
+    not recorded: the code runs every time.
+
+    `branch(self, *args, **kwargs)`: what else the composite branches on, in the key too (a conv: whether gradients
+    flow, which picks its graph)."""
+    if fn is None:
+        return functools.partial(_replayed, branch=branch)
     # key -> (program, derivative rules as (node, source, rule) positions, in-place writes)
     programs: dict[tuple, tuple[GraphProgram, list[tuple[int, int, Callable]], list[_Write]]] = {}
     _replay_caches.append(programs)
@@ -1291,6 +1296,7 @@ def _replayed(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
             default_int if type(default_int) is str else default_int.key,
             Device.DEFAULT,
             _modes.autocast,
+            None if branch is None else branch(self, *args, **kwargs),
         )
         try:
             found = programs.get(key)
@@ -5384,7 +5390,7 @@ class Tensor(metaclass=_TensorType):
     def _spatial_pad(self, pads: Sequence[tuple[int, int]], value: float = 0.0) -> Tensor:
         return self.pad([None] * (self.ndim - len(pads)) + list(pads), value=value)
 
-    @_replayed
+    @_replayed(branch=lambda x, weight, *_, **__: x._grad_flows(weight))
     def conv2d(
         self,
         weight: Tensor,
@@ -9864,15 +9870,38 @@ def _phase_conv_transpose(
     w = w.flip(tuple(3 + 2 * i for i in range(nk)))
     w = w.permute(0, 2, *[4 + 2 * i for i in range(nk)], 1, *[3 + 2 * i for i in range(nk)])
     w = w.reshape(groups * cout_g * phases, cin // groups, *taps)
-    z = x.conv2d(w, None, groups, padding=[t - 1 for t in taps])  # (N, Cout*phases, *(L + T - 1))
+    full = [n + t - 1 for n, t in zip(x.shape[2:], taps)]
+    if nk == 2 and not x._grad_flows(weight):
+        z = _flat_full_conv(x, w, groups, taps)
+    else:
+        z = x.conv2d(w, None, groups, padding=[t - 1 for t in taps])  # (N, Cout*phases, *(L + T - 1))
     # depth to space: (N, g, Cout/g, *r, *q) -> (N, Cout, *(q, r)) -> output rows [p, p + out)
-    full = z.shape[2:]
     z = z.reshape(bs, groups * cout_g, *stride, *full)
     z = z.permute(0, 1, *[v for i in range(nk) for v in (2 + nk + i, 2 + i)])
     z = z.reshape(bs, groups * cout_g, *[q * s for q, s in zip(full, stride)])
     out = [(n - 1) * s - 2 * p + k + op for n, s, p, k, op in zip(x.shape[2:], stride, padding, kernel, output_padding)]
     z = z._spatial_pad([(-p, o + p - q * s) for p, o, q, s in zip(padding, out, full, stride)])
     return z if bias is None else z + bias.reshape(1, -1, *[1] * nk)
+
+
+def _flat_full_conv(x: Tensor, w: Tensor, groups: int, taps: Sequence[int]) -> Tensor:
+    """The full 2D convolution (padding T-1, (N, Cout, *(L + T - 1))) of x with w (taps mirrored) over its pixels as
+    one flat axis: each row of x padded with Tx-1 zeros to the output's width Wf, so the window of flat output p is
+    xflat[p + Wf*a + b] (a tap left of the row's start wraps into the row above's zeros). The flat axis is rounded up to
+    whole vectors; a full conv's rows of L + T - 1 (17 for 16 and 2 taps) had none: its vectors ran along the output
+    channels, its pixels in overlapping tiles of 8 (24 computed for 17)."""
+    (bs, cin), (cout, cin_g), (h, wd) = x.shape[:2], w.shape[:2], x.shape[2:]
+    (ty, tx), hf, wf = taps, h + taps[0] - 1, wd + taps[1] - 1
+    flat = ceildiv(hf * wf, 16) * 16
+    # rows: ty zero rows above (the first tap row of output row 0 and the wrap left of it), then enough below
+    below = ceildiv(flat + wf * ty + tx, wf) - h - ty
+    xf = x.pad([None, None, (ty, below), (0, tx - 1)]).contiguous().flatten(2)[:, :, wf - (tx - 1) :]
+    win = xf._pool((ty,), 1, wf).permute(0, 1, 3, 2)._pool((tx,), 1, 1)[:, :, :, :flat]  # (N, C, ty, flat, tx)
+    rcout = cout // groups
+    win = win.reshape(bs, groups, cin_g, 1, ty, flat, tx).expand(bs, groups, cin_g, rcout, ty, flat, tx)
+    win = win.permute(0, 1, 3, 5, 2, 4, 6)
+    z = _product_sum(win, w.reshape(1, groups, rcout, 1, cin_g, ty, tx), [-1, -2, -3])
+    return z.reshape(bs, cout, flat)[:, :, : hf * wf].reshape(bs, cout, hf, wf)
 
 
 def _blocked_conv(

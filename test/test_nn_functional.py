@@ -193,6 +193,20 @@ def test_strided_conv_without_gradients_copies_columns_by_tap(cfg: dict) -> None
     np.testing.assert_allclose(out.numpy(), ref.numpy(), rtol=1e-4, atol=1e-4)
 
 
+def test_strided_conv_replays_the_graph_of_its_gradient_mode() -> None:
+    """conv2d's graph is recorded and replayed per kind of arguments (_replayed): whether gradients flow is part of
+    that kind, so the same shapes with gradients after a call without them get the training graph (over phases)."""
+
+    def reduced(x: Tensor, w: Tensor) -> int:
+        (r,) = [u for u in x.conv2d(w, stride=2, padding=1).uop.toposort if u.op is Ops.REDUCE_AXIS]
+        return math.prod(r.src[0].shape)
+
+    shapes = ((2, 3, 9, 9), (4, 3, 3, 3))
+    plain = reduced(*(Tensor.ones(*s) for s in shapes))
+    trained = reduced(*(Tensor.ones(*s).requires_grad_() for s in shapes))
+    assert plain == 2 * 4 * 5 * 5 * 3 * 9 and trained == 2 * 4 * 5 * 5 * 3 * 16  # 3x3 taps; 4 phases of 2x2
+
+
 @pytest.mark.parametrize("padding", [1, 2, (1, 0)])
 def test_conv2d_gradient_of_a_sum(padding) -> None:
     # a sum's backward is a broadcast constant: then both factors of the window gradient (output gradient and weight)
@@ -306,6 +320,36 @@ def test_conv_transpose2d(cfg: dict) -> None:
         [cfg["x"], cfg["w"], (cout,)],
         atol=1e-4,
     )
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        dict(x=(2, 4, 5, 5), w=(4, 3, 4, 4), stride=2, padding=1),
+        dict(x=(1, 4, 5, 5), w=(4, 2, 3, 3), stride=2, groups=2),
+        dict(x=(2, 3, 5, 6), w=(3, 2, 2, 3), stride=(2, 3), padding=(0, 1), output_padding=(1, 2)),
+        dict(x=(1, 1, 3, 3), w=(1, 1, 1, 1), stride=2, output_padding=1),
+        dict(x=(1, 2, 4, 4), w=(2, 2, 3, 3), stride=2, padding=2, output_padding=1),
+        dict(x=(3, 5, 7, 9), w=(5, 2, 5, 5), stride=2, padding=2, output_padding=1),
+        dict(x=(2, 3, 16, 16), w=(3, 4, 4, 4), stride=2, padding=1),
+    ],
+    ids=str,
+)
+def test_strided_conv_transpose_without_gradients_runs_over_flat_pixels(cfg: dict) -> None:
+    """Without gradients the phases' full conv runs over its pixels as one flat axis of whole vectors (each input row
+    padded with zeros to the output's width: a tap left of a row wraps into those zeros), not over rows of L + T - 1
+    pixels (17 for a 16^2 input, 2 taps: no whole vectors). Values as torch's."""
+    kw = {k: v for k, v in cfg.items() if k not in ("x", "w")}
+    rng = np.random.default_rng(0)
+    xn, wn = (rng.standard_normal(cfg[k]).astype(np.float32) for k in ("x", "w"))
+    bn = rng.standard_normal(cfg["w"][1] * kw.get("groups", 1)).astype(np.float32)
+    out = Tensor(xn).conv_transpose2d(Tensor(wn), Tensor(bn), **kw)
+    s_ = kw["stride"] if isinstance(kw["stride"], tuple) else (kw["stride"],) * 2
+    full = [n + -(-k // s) - 1 for n, k, s in zip(cfg["x"][2:], cfg["w"][2:], s_)]
+    (reduced,) = [u for u in out.uop.toposort if u.op is Ops.REDUCE_AXIS]
+    assert -(-full[0] * full[1] // 16) * 16 in reduced.src[0].shape
+    ref = F.conv_transpose2d(*(torch.from_numpy(a) for a in (xn, wn, bn)), **kw)
+    np.testing.assert_allclose(out.numpy(), ref.numpy(), rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize(
