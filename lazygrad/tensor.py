@@ -9890,7 +9890,7 @@ def _flat_full_conv(x: Tensor, w: Tensor, groups: int, taps: Sequence[int]) -> T
     xflat[p + Wf*a + b] (a tap left of the row's start wraps into the row above's zeros). The flat axis is rounded up to
     whole vectors; a full conv's rows of L + T - 1 (17 for 16 and 2 taps) had none: its vectors ran along the output
     channels, its pixels in overlapping tiles of 8 (24 computed for 17)."""
-    (bs, cin), (cout, cin_g), (h, wd) = x.shape[:2], w.shape[:2], x.shape[2:]
+    bs, (cout, cin_g), (h, wd) = x.shape[0], w.shape[:2], x.shape[2:]
     (ty, tx), hf, wf = taps, h + taps[0] - 1, wd + taps[1] - 1
     flat = ceildiv(hf * wf, 16) * 16
     # rows: ty zero rows above (the first tap row of output row 0 and the wrap left of it), then enough below
