@@ -5445,9 +5445,7 @@ class Tensor(metaclass=_TensorType):
         else:
             pads = self._pool_pads(padding, nk)
         if self._strided(weight, stride, dilation, nk):
-            if self._grad_flows(weight):
-                return _phase_conv(self, weight, bias, groups, make_tuple(stride, nk), pads)
-            return _column_conv(self, weight, bias, groups, make_tuple(stride, nk), pads)
+            return _column_conv(self, weight, bias, groups, make_tuple(stride, nk), pads, self._grad_flows(weight))
         return self._direct_conv(weight, bias, groups, stride, dilation, pads)
 
     def _grad_flows(self, weight: Tensor) -> bool:
@@ -9820,18 +9818,24 @@ def _column_conv(
     groups: int,
     stride: tuple[int, ...],
     pads: Sequence[tuple[int, int]],
+    training: bool,
 ) -> Tensor:
     """A strided convolution whose vectors run along output columns: the columns each tap kx of the last dim reads
     (s*o + kx) are copied as planes of their own (im2col of that dim only), (N, C, kx, *rows, o), so every load of the
-    conv is contiguous; the other dims' strides only move a row's start, which costs a vector nothing."""
+    conv is contiguous; the other dims' strides only move a row's start, which costs a vector nothing. In training
+    the rows are split into phases in that same copy (_phase_conv): through strided rows, the input's gradient
+    spread the output's over every other row, 100x slower than over the phases."""
     (bs, cin_), (cout, cin), kernel = x.shape[:2], weight.shape[:2], weight.shape[2:]
     nk, k, s = len(kernel), kernel[-1], stride[-1]
+    rows = training and any(r > 1 for r in stride[:-1])
     if s > 1:
         cols = x._spatial_pad(pads)._pool((k,), s)  # (N, C, *rows, o, kx)
-        x = cols.permute(0, 1, nk + 2, *range(2, nk + 1), nk + 1).contiguous()
-        x = x.reshape(bs, cin_ * k, *x.shape[3:])
+        x = cols.permute(0, 1, nk + 2, *range(2, nk + 1), nk + 1)
+        x = (x if rows else x.contiguous()).reshape(bs, cin_ * k, *x.shape[3:])
         weight = weight.permute(0, 1, nk + 1, *range(2, nk + 1)).reshape(cout, cin * k, *kernel[:-1], 1)
         pads = [(0, 0)] * nk
+    if rows:
+        return _phase_conv(x, weight, bias, groups, (*stride[:-1], 1), pads)
     return x._direct_conv(weight, bias, groups, (*stride[:-1], 1), 1, pads)
 
 

@@ -146,13 +146,18 @@ STRIDED = [
     dict(x=(2, 3, 8, 8), w=(5, 3, 2, 2), stride=(2, 1), padding=(0, 1)),
     dict(x=(1, 3, 12), w=(2, 3, 5), stride=2, padding=2),
     dict(x=(1, 2, 5, 6, 7), w=(2, 2, 3, 3, 3), stride=2, padding=1),
+    dict(x=(2, 3, 15, 19), w=(4, 3, 3, 3), stride=3, padding=(2, 1)),
+    dict(x=(2, 4, 9, 8), w=(6, 2, 3, 2), stride=(1, 2), padding=(1, 0), groups=2),
+    dict(x=(1, 2, 9, 9), w=(3, 2, 7, 7), stride=2, padding=3),  # the taps past the stride: overlapping columns
+    dict(x=(3, 2, 7, 33), w=(2, 2, 3, 3), stride=(3, 2)),
 ]
 
 
 @pytest.mark.parametrize("cfg", STRIDED, ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()))
 def test_strided_conv_in_training_is_a_conv_over_phases(cfg: dict) -> None:
-    """A strided conv whose gradients are taken runs as a stride-1 conv over the input's phases (Tensor._phase_conv):
-    values and every gradient as torch's, over 1-3 spatial dims, groups, strides past the kernel and cut inputs."""
+    """A strided conv whose gradients are taken runs over the columns each tap reads and the rows' phases, copied
+    (_column_conv, _phase_conv): values and every gradient as torch's, over 1-3 spatial dims, groups, strides past
+    the kernel and cut inputs."""
     kw = {k: v for k, v in cfg.items() if k not in ("x", "w")}
     conv = {3: F.conv1d, 4: F.conv2d, 5: F.conv3d}[len(cfg["x"])]
     specs = [cfg["x"], cfg["w"], (cfg["w"][0],)]
@@ -162,16 +167,7 @@ def test_strided_conv_in_training_is_a_conv_over_phases(cfg: dict) -> None:
     assert any(u.op is Ops.CONTIGUOUS for u in phases)
 
 
-STRIDED_FORWARD = [
-    *STRIDED,
-    dict(x=(2, 3, 15, 19), w=(4, 3, 3, 3), stride=3, padding=(2, 1)),
-    dict(x=(2, 4, 9, 8), w=(6, 2, 3, 2), stride=(1, 2), padding=(1, 0), groups=2),
-    dict(x=(1, 2, 9, 9), w=(3, 2, 7, 7), stride=2, padding=3),  # the taps past the stride: overlapping columns
-    dict(x=(3, 2, 7, 33), w=(2, 2, 3, 3), stride=(3, 2)),
-]
-
-
-@pytest.mark.parametrize("cfg", STRIDED_FORWARD, ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()))
+@pytest.mark.parametrize("cfg", STRIDED, ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()))
 def test_strided_conv_without_gradients_copies_columns_by_tap(cfg: dict) -> None:
     """Without gradients a strided conv copies the columns each tap of the last dim reads (_column_conv), then runs
     one conv whose other dims take their strides as they are: the multiplies of the strided conv itself (the phases
@@ -204,7 +200,7 @@ def test_strided_conv_replays_the_graph_of_its_gradient_mode() -> None:
     shapes = ((2, 3, 9, 9), (4, 3, 3, 3))
     plain = reduced(*(Tensor.ones(*s) for s in shapes))
     trained = reduced(*(Tensor.ones(*s).requires_grad_() for s in shapes))
-    assert plain == 2 * 4 * 5 * 5 * 3 * 9 and trained == 2 * 4 * 5 * 5 * 3 * 16  # 3x3 taps; 4 phases of 2x2
+    assert plain == 2 * 4 * 5 * 5 * 3 * 9 and trained == 2 * 4 * 5 * 5 * 3 * 12  # 3x3 taps; 3 x (2 row phases of 2)
 
 
 @pytest.mark.parametrize("padding", [1, 2, (1, 0)])
