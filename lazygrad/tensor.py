@@ -9830,6 +9830,9 @@ def _column_conv(
     rows = training and any(r > 1 for r in stride[:-1])
     if s > 1:
         cols = x._spatial_pad(pads)._pool((k,), s)  # (N, C, *rows, o, kx)
+        if training and k > s:  # (windows that do not overlap are a reshape, whose gradient is one too)
+            rule = functools.partial(_column_grad, stride=s, width=x.shape[-1], pads=tuple(pads))
+            _autograd.define_gradient(cols.uop, x.uop, rule)
         x = cols.permute(0, 1, nk + 2, *range(2, nk + 1), nk + 1)
         x = (x if rows else x.contiguous()).reshape(bs, cin_ * k, *x.shape[3:])
         weight = weight.permute(0, 1, nk + 1, *range(2, nk + 1)).reshape(cout, cin * k, *kernel[:-1], 1)
@@ -9837,6 +9840,22 @@ def _column_conv(
     if rows:
         return _phase_conv(x, weight, bias, groups, (*stride[:-1], 1), pads)
     return x._direct_conv(weight, bias, groups, (*stride[:-1], 1), 1, pads)
+
+
+def _column_grad(g: Tensor, stride: int, width: int, pads: tuple[tuple[int, int], ...]) -> Tensor:
+    """The input's gradient from that of its column planes g (N, C, *rows, o, kx) (padded by `pads`): column s*m + r
+    collects tap r + s*j of plane column m - j, summed per phase r over shifted planes (whole vectors along m), then
+    the phases interleaved; the window gradient's taps each interleaved zeros first, lane by lane."""
+    o, k = g.shape[-2:]
+    padded = width + sum(pads[-1])
+    m = ceildiv(padded, stride)
+    phases = []
+    for r in range(stride):
+        terms = [g[..., r + stride * j]._spatial_pad([(j, m - o - j)]) for j in range(ceildiv(k - r, stride))]
+        phases.append(functools.reduce(operator.add, terms))
+    dx = Tensor.stack(*phases, dim=-1).flatten(-2)[..., pads[-1][0] : pads[-1][0] + width]
+    rows = [(lo, n - hi) for (lo, hi), n in zip(pads[:-1], g.shape[2:-2])]
+    return dx.shrink([None, None, *rows, None])
 
 
 def _by_phase(t: Tensor, counts: Sequence[int], stride: Sequence[int]) -> Tensor:

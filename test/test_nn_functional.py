@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from lazygrad import GlobalCounters, Tensor, dtypes
+from lazygrad.engine.realize import run_schedule
 from lazygrad.uop.ops import Ops
 
 # inputs per test: a shape, or ("T", shape) for a non-contiguous input (the transpose of a contiguous array),
@@ -187,6 +188,25 @@ def test_strided_conv_without_gradients_copies_columns_by_tap(cfg: dict) -> None
     last = (kw["stride"] if isinstance(kw["stride"], int) else kw["stride"][-1]) > 1
     assert GlobalCounters.kernel_count == (2 if last else 1)
     np.testing.assert_allclose(out.numpy(), ref.numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_strided_conv_input_gradient_gathers_its_column_taps_per_phase() -> None:
+    """In training the input's gradient from the column planes (Tensor._column_grad) sums, per output column phase,
+    the taps of that phase shifted, over the output's columns as (column, phase) pairs: a phase's taps are whole
+    planes there (taps 0 and 2 in phase 0, tap 1 in phase 1 for 3x3 s=2). The window gradient interleaved zeros into
+    every tap first and read the flat columns lane by lane (2.1 -> 0.9 ms for 16 -> 32 channels on 32^2, batch 32, one
+    core). Values as torch's."""
+    rng = np.random.default_rng(0)
+    xn, wn, gn = (rng.standard_normal(s).astype(np.float32) for s in ((2, 3, 12, 12), (4, 3, 3, 3), (2, 4, 6, 6)))
+    x, w = Tensor(xn, requires_grad=True), Tensor(wn, requires_grad=True)
+    (dx,) = x.conv2d(w, stride=2, padding=1).gradient(x, gradient=Tensor(gn))
+    sched = dx.schedule()
+    scatter = [si.ast for si in sched if not any(u.op is Ops.REDUCE_AXIS for u in si.ast.toposort)]
+    assert [ast.src[0].src[1].arg.shape[-2:] for ast in scatter] == [(7, 2)]  # 14 padded columns
+    run_schedule(sched)
+    xt, wt = torch.from_numpy(xn).requires_grad_(), torch.from_numpy(wn)
+    F.conv2d(xt, wt, stride=2, padding=1).backward(torch.from_numpy(gn))
+    np.testing.assert_allclose(dx.numpy(), xt.grad.numpy(), rtol=1e-4, atol=1e-4)
 
 
 def test_strided_conv_replays_the_graph_of_its_gradient_mode() -> None:
