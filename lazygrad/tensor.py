@@ -9884,7 +9884,7 @@ def _phase_conv_transpose(
     convolution of x with the kernel's taps r, r+s, ... The zero-stuffed input spent s^d - 1 of every s^d multiplies
     on zeros and read them through masks (64 -> 32 channels, 4x4, s=2, 16^2 -> 32^2, batch 16, one core: 18.7 ms,
     torch 2.5)."""
-    (bs, cin), kernel = x.shape[:2], weight.shape[2:]
+    cin, kernel = x.shape[1], weight.shape[2:]
     nk, cout_g = len(kernel), weight.shape[1]
     taps = [ceildiv(k, s) for k, s in zip(kernel, stride)]
     phases = prod(stride)
@@ -9899,12 +9899,31 @@ def _phase_conv_transpose(
     else:
         z = x.conv2d(w, None, groups, padding=[t - 1 for t in taps])  # (N, Cout*phases, *(L + T - 1))
     # depth to space: (N, g, Cout/g, *r, *q) -> (N, Cout, *(q, r)) -> output rows [p, p + out)
-    z = z.reshape(bs, groups * cout_g, *stride, *full)
-    z = z.permute(0, 1, *[v for i in range(nk) for v in (2 + nk + i, 2 + i)])
-    z = z.reshape(bs, groups * cout_g, *[q * s for q, s in zip(full, stride)])
     out = [(n - 1) * s - 2 * p + k + op for n, s, p, k, op in zip(x.shape[2:], stride, padding, kernel, output_padding)]
-    z = z._spatial_pad([(-p, o + p - q * s) for p, o, q, s in zip(padding, out, full, stride)])
-    return z if bias is None else z + bias.reshape(1, -1, *[1] * nk)
+    crop = tuple((p, q * s - o - p) for p, o, q, s in zip(padding, out, full, stride))
+    y = _depth_to_space(z, stride, crop)
+    if x._grad_flows(weight):
+        # the output's gradient read as phases by both gradients' kernels was a load per lane (stride s apart): copied
+        _autograd.define_gradient(y.uop, z.uop, functools.partial(_space_to_depth, stride=stride, crop=crop))
+    return y if bias is None else y + bias.reshape(1, -1, *[1] * nk)
+
+
+def _depth_to_space(z: Tensor, stride: Sequence[int], crop: Sequence[tuple[int, int]]) -> Tensor:
+    """(N, C*phases, *q) as (N, C, *(q, r)), then `crop` (before, after) cut off each spatial dim."""
+    (bs, c), full, nk = z.shape[:2], z.shape[2:], len(stride)
+    z = z.reshape(bs, c // prod(stride), *stride, *full)
+    z = z.permute(0, 1, *[v for i in range(nk) for v in (2 + nk + i, 2 + i)])
+    z = z.reshape(bs, c // prod(stride), *[q * s for q, s in zip(full, stride)])
+    return z._spatial_pad([(-lo, -hi) for lo, hi in crop])
+
+
+def _space_to_depth(g: Tensor, stride: Sequence[int], crop: Sequence[tuple[int, int]]) -> Tensor:
+    """_depth_to_space's gradient: g's phases as channels, stored (the cropped rows zero)."""
+    (bs, c), nk = g.shape[:2], len(stride)
+    g = g._spatial_pad(crop)
+    g = g.reshape(bs, c, *[v for n, s in zip(g.shape[2:], stride) for v in (n // s, s)])
+    g = g.permute(0, 1, *[3 + 2 * i for i in range(nk)], *[2 + 2 * i for i in range(nk)])
+    return g.reshape(bs, c * prod(stride), *g.shape[2 + nk :]).contiguous()
 
 
 def _flat_full_conv(x: Tensor, w: Tensor, groups: int, taps: Sequence[int]) -> Tensor:

@@ -368,6 +368,22 @@ def test_strided_conv_transpose_without_gradients_runs_over_flat_pixels(cfg: dic
     np.testing.assert_allclose(out.numpy(), ref.numpy(), rtol=1e-4, atol=1e-4)
 
 
+def test_strided_conv_transpose_gradients_read_the_output_gradient_as_stored_phases() -> None:
+    """In training both gradients of a strided transposed conv read the output's gradient as the phases' channels
+    (_space_to_depth): stored once, not loaded lane by lane s pixels apart by each (64 -> 32 channels, 4x4, s=2,
+    16^2 -> 32^2, batch 16, one core: the input gradient 5.8 -> 2.1 ms). Values as torch's."""
+    rng = np.random.default_rng(0)
+    xn, wn, gn = (rng.standard_normal(s).astype(np.float32) for s in ((2, 4, 5, 5), (4, 3, 4, 4), (2, 3, 10, 10)))
+    x, w = Tensor(xn, requires_grad=True), Tensor(wn, requires_grad=True)
+    dx, dw = x.conv_transpose2d(w, stride=2, padding=1).gradient(x, w, gradient=Tensor(gn))
+    copies = {u.shape for t in (dx, dw) for u in t.uop.toposort if u.op is Ops.CONTIGUOUS}
+    assert (2, 3 * 4, 6, 6) in copies  # (N, Cout * phases, L + T - 1 per dim)
+    xt, wt = torch.from_numpy(xn).requires_grad_(), torch.from_numpy(wn).requires_grad_()
+    F.conv_transpose2d(xt, wt, stride=2, padding=1).backward(torch.from_numpy(gn))
+    np.testing.assert_allclose(dx.numpy(), xt.grad.numpy(), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(dw.numpy(), wt.grad.numpy(), rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize(
     "cfg", [dict(x=(1, 2, 4), w=(2, 3, 5), s=3, p=2), dict(x=(1, 2, 3, 4, 3), w=(2, 2, 3, 3, 3), s=2, p=1)]
 )
