@@ -9830,7 +9830,8 @@ def _column_conv(
     rows = training and any(r > 1 for r in stride[:-1])
     if s > 1:
         cols = x._spatial_pad(pads)._pool((k,), s)  # (N, C, *rows, o, kx)
-        if training and k > s:  # (windows that do not overlap are a reshape, whose gradient is one too)
+        # (windows that do not overlap are a reshape, whose gradient is one too; a negative pad crops)
+        if training and k > s and all(lo >= 0 and hi >= 0 for lo, hi in pads):
             rule = functools.partial(_column_grad, stride=s, width=x.shape[-1], pads=tuple(pads))
             _autograd.define_gradient(cols.uop, x.uop, rule)
         x = cols.permute(0, 1, nk + 2, *range(2, nk + 1), nk + 1)

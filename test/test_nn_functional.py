@@ -235,11 +235,12 @@ def test_conv2d_gradient_of_a_sum(padding) -> None:
     )
 
 
-def test_conv2d_negative_padding_crops() -> None:
+@pytest.mark.parametrize("stride", [1, 2])
+def test_conv2d_negative_padding_crops(stride: int) -> None:
     # torch takes no negative padding: compared with a conv of the cropped input
     check(
-        lambda x, w: x.conv2d(w, padding=(-1, 0, -1, 0)),
-        lambda x, w: F.conv2d(x[:, :, 1:, 1:], w, padding=(0, 0)),
+        lambda x, w: x.conv2d(w, padding=(-1, 0, -1, 0), stride=stride),
+        lambda x, w: F.conv2d(x[:, :, 1:, 1:], w, padding=(0, 0), stride=stride),
         [(1, 2, 8, 9), (3, 2, 3, 3)],
         atol=1e-4,
     )
