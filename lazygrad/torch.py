@@ -35,7 +35,7 @@ from typing import Any, Callable
 from lazygrad import nn
 from lazygrad.autograd import enable_grad, inference_mode, no_grad, set_grad_enabled  # noqa: F401 (torch's names)
 from lazygrad.device import DeviceName
-from lazygrad.dtype import DType, dtypes, to_dtype
+from lazygrad.dtype import DType, dtypes, least_upper_dtype, to_dtype
 from lazygrad.nn import functional as F
 from lazygrad.nn import optim
 from lazygrad.nn.module import Module
@@ -117,9 +117,27 @@ device = DeviceName  # torch.device("cpu"), ("cuda", 1): lazygrad's name for it,
 # *** creation ***
 
 
+def _scalars_of(data: Any, found: list[DType]) -> Any:
+    """Nested lists with one-element tensors among their items (torch.tensor([t.sum() for t in ts])) as Python
+    numbers, each tensor's dtype noted in `found`."""
+    if isinstance(data, Tensor):
+        if data.numel() != 1:
+            raise ValueError("only one element tensors can be converted to Python scalars")
+        found.append(data.dtype)
+        return data.item()
+    if isinstance(data, (list, tuple)):
+        return [_scalars_of(v, found) for v in data]
+    return data
+
+
 def _from_python(data: Any, dtype: Any, device: Any) -> Tensor:
     """A tensor of Python data, whose ints are int64 as torch's (lazygrad's Tensor([1, 2]) is tinygrad's int32);
-    a numpy array keeps its dtype."""
+    a numpy array keeps its dtype; tensors inside lists give their dtype."""
+    if isinstance(data, (list, tuple)):
+        found: list[DType] = []
+        data = _scalars_of(data, found)
+        if found and dtype is None:
+            dtype = least_upper_dtype(*found)
     out = Tensor(data, dtype=dtype, device=device)
     if dtype is None and out.dtype == dtypes.default_int and not hasattr(data, "dtype"):
         out = out.cast(dtypes.int64)

@@ -46,6 +46,7 @@ def _uniform(shape: tuple[int, ...], bound: float) -> Tensor:
 
 class Linear(Module):
     def __init__(self, in_features: int, out_features: int, bias: bool = True):
+        self.in_features, self.out_features = in_features, out_features
         self.weight = _kaiming_uniform((out_features, in_features), in_features)
         self.bias = _uniform((out_features,), _fan_in_bound(in_features)) if bias else None
 
@@ -79,6 +80,7 @@ class Conv2d(Module):
                 f"padding_mode must be 'zeros', 'reflect', 'replicate' or 'circular', not {padding_mode!r}"
             )
         self.padding_mode = padding_mode
+        self.in_channels, self.out_channels = in_channels, out_channels
         self.kernel_size = make_tuple(kernel_size, 2)
         if isinstance(padding, str) and padding not in ("same", "valid"):
             raise ValueError(f"padding must be an int, a tuple, 'same' or 'valid', not {padding!r}")
@@ -127,6 +129,7 @@ class ConvTranspose2d(Module):
     ):
         if in_channels % groups or out_channels % groups:
             raise ValueError(f"groups={groups} must divide in_channels={in_channels} and out_channels={out_channels}")
+        self.in_channels, self.out_channels = in_channels, out_channels
         self.kernel_size = make_tuple(kernel_size, 2)
         self.stride, self.padding, self.output_padding = stride, padding, output_padding
         self.dilation, self.groups = dilation, groups
@@ -190,6 +193,7 @@ class BatchNorm(Module):
         if not isinstance(affine, bool) or (momentum is not None and not isinstance(momentum, (int, float))):
             raise TypeError(f"BatchNorm(sz, eps, affine, track_running_stats, momentum): got affine={affine!r}")
         self.eps, self.momentum, self.track_running_stats = eps, momentum, track_running_stats
+        self.num_features, self.affine = num_features, affine
         self.weight = _own_buffer(Tensor.ones(num_features), requires_grad=True) if affine else None
         self.bias = _own_buffer(Tensor.zeros(num_features), requires_grad=True) if affine else None
         if track_running_stats:
@@ -256,7 +260,7 @@ class InstanceNorm(Module):
     layer: affine defaults to True (torch's InstanceNorm2d defaults to False) and no running statistics are kept."""
 
     def __init__(self, num_features: int, eps: float = 1e-5, affine: bool = True):
-        self.num_features, self.eps = num_features, eps
+        self.num_features, self.eps, self.affine = num_features, eps, affine
         self.weight = _own_buffer(Tensor.ones(num_features), True) if affine else None
         self.bias = _own_buffer(Tensor.zeros(num_features), True) if affine else None
 
@@ -280,7 +284,7 @@ class LayerNorm(Module):
         bias: bool = True,
     ):
         self.normalized_shape = make_tuple(normalized_shape, 1)
-        self.eps = eps
+        self.eps, self.elementwise_affine = eps, elementwise_affine
         self.weight = _own_buffer(Tensor.ones(self.normalized_shape), True) if elementwise_affine else None
         self.bias = _own_buffer(Tensor.zeros(self.normalized_shape), True) if elementwise_affine and bias else None
 
@@ -308,7 +312,7 @@ class GroupNorm(Module):
     def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5, affine: bool = True):
         if num_channels % num_groups:
             raise ValueError(f"num_groups={num_groups} must divide num_channels={num_channels}")
-        self.num_groups, self.eps = num_groups, eps
+        self.num_groups, self.num_channels, self.eps, self.affine = num_groups, num_channels, eps, affine
         self.weight = _own_buffer(Tensor.ones(num_channels), True) if affine else None
         self.bias = _own_buffer(Tensor.zeros(num_channels), True) if affine else None
 
@@ -354,7 +358,7 @@ class LSTMCell(Module):
     """One LSTM step, torch's parameter names and gate order (input, forget, cell, output)."""
 
     def __init__(self, input_size: int, hidden_size: int, bias: bool = True):
-        self.hidden_size = hidden_size
+        self.input_size, self.hidden_size, self.bias = input_size, hidden_size, bias
         bound = 1 / math.sqrt(hidden_size)
         self.weight_ih = _uniform((4 * hidden_size, input_size), bound)
         self.weight_hh = _uniform((4 * hidden_size, hidden_size), bound)

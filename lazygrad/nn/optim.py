@@ -925,6 +925,113 @@ class Rprop(Optimizer):
         return [size, prev, p.assign(w - g.sign() * size)]
 
 
+class LBFGS(Optimizer):
+    """torch's L-BFGS: each step(closure) runs up to max_iter iterations along a direction built from the last
+    history_size (step, gradient change) pairs, with a fixed step size lr (the first iteration's scaled down by the
+    gradient's L1 norm). Host-driven as torch's: every iteration reads a few scalars (the loss, gradient checks), so
+    its vectors are realized per iteration; line_search_fn="strong_wolfe" is not offered."""
+
+    def __init__(
+        self,
+        params: Sequence[Tensor],
+        lr: float = 1.0,
+        max_iter: int = 20,
+        max_eval: int | None = None,
+        tolerance_grad: float = 1e-7,
+        tolerance_change: float = 1e-9,
+        history_size: int = 100,
+        line_search_fn: str | None = None,
+        device: str | None = None,
+    ):
+        if line_search_fn is not None:
+            raise NotImplementedError(f"LBFGS: line_search_fn={line_search_fn!r} is not offered (only None)")
+        super().__init__(params, lr, device)
+        self.max_iter, self.max_eval = max_iter, max_eval if max_eval is not None else max_iter * 5 // 4
+        self.tolerance_grad, self.tolerance_change, self.history_size = tolerance_grad, tolerance_change, history_size
+        self.n_iter = self.func_evals = 0
+        self.d: Tensor | None = None
+        self.t: float | Tensor = lr
+        self.old_dirs: list[Tensor] = []
+        self.old_stps: list[Tensor] = []
+        self.ro: list[Tensor] = []
+        self.h_diag: float | Tensor = 1.0
+        self.prev_flat_grad: Tensor | None = None
+        Tensor.realize(*self.params, self.lr)
+
+    def _flat_grad(self) -> Tensor:
+        grads = [p.grad.detach().flatten() if p.grad is not None else p.zeros_like().flatten() for p in self.params]
+        return Tensor.cat(grads).realize()
+
+    def _move(self, t: float | Tensor, d: Tensor) -> None:
+        offset = 0
+        for p in self.params:
+            p.assign(p.detach() + d[offset : offset + p.numel()].reshape(p.shape) * t)
+            offset += p.numel()
+        Tensor.realize(*self.params)
+
+    def _direction(self, flat_grad: Tensor) -> Tensor:
+        """The two-loop recursion: the inverse Hessian estimate from the history times the negative gradient."""
+        assert self.d is not None and self.prev_flat_grad is not None
+        y, s = flat_grad - self.prev_flat_grad, self.d * self.t
+        ys = y.dot(s).realize()
+        if ys.item() > 1e-10:
+            if len(self.old_dirs) == self.history_size:
+                self.old_dirs.pop(0), self.old_stps.pop(0), self.ro.pop(0)
+            self.old_dirs.append(y.realize()), self.old_stps.append(s.realize()), self.ro.append((1.0 / ys).realize())
+            self.h_diag = (ys / y.dot(y)).realize()
+        al: list[Tensor] = []
+        q = -flat_grad
+        for stp, dr, ro in zip(reversed(self.old_stps), reversed(self.old_dirs), reversed(self.ro)):
+            al.insert(0, (stp.dot(q) * ro).realize())
+            q = (q - dr * al[0]).realize()
+        r = (q * self.h_diag).realize()
+        for stp, dr, ro, a in zip(self.old_stps, self.old_dirs, self.ro, al):
+            r = (r + stp * (a - dr.dot(r) * ro)).realize()
+        return r
+
+    def step(self, closure: Any = None) -> Any:  # type: ignore[override]
+        if not callable(closure):
+            raise RuntimeError("LBFGS.step needs a closure that computes the loss (and its gradients)")
+        lr = _read_lr(self)
+        with Tensor.enable_grad():
+            orig_loss = closure()
+        loss, evals = float(orig_loss.item()), 1
+        self.func_evals += 1
+        flat_grad = self._flat_grad()
+        if flat_grad.abs().max().item() <= self.tolerance_grad:
+            return orig_loss
+        n_iter = 0
+        while n_iter < self.max_iter:
+            n_iter += 1
+            self.n_iter += 1
+            if self.n_iter == 1:
+                self.d, self.old_dirs, self.old_stps, self.ro, self.h_diag = (-flat_grad).realize(), [], [], [], 1.0
+            else:
+                self.d = self._direction(flat_grad)
+            self.prev_flat_grad, prev_loss = flat_grad, loss
+            self.t = lr
+            if self.n_iter == 1:  # torch's min(1, 1 / |g|_1) * lr, in the gradient's dtype
+                inv = (1.0 / flat_grad.abs().sum()).realize()
+                self.t = (inv * lr).realize() if inv.item() < 1.0 else lr
+            if flat_grad.dot(self.d).item() > -self.tolerance_change:
+                break
+            self._move(self.t, self.d)
+            done = False
+            if n_iter != self.max_iter:
+                with Tensor.enable_grad():
+                    loss = float(closure().item())
+                flat_grad = self._flat_grad()
+                done = flat_grad.abs().max().item() <= self.tolerance_grad
+                evals += 1
+                self.func_evals += 1
+            if n_iter == self.max_iter or evals >= self.max_eval or done:
+                break
+            moved = (self.d * self.t).abs().max().item()
+            if moved <= self.tolerance_change or abs(loss - prev_loss) < self.tolerance_change:
+                break
+        return orig_loss
+
+
 def _steps_taken(opt: Any) -> int:
     """Steps an Adam-like optimizer has taken: its step count where it keeps one, else t from its running beta1**t
     (beta2**t where beta1 is 0)."""

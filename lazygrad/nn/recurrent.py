@@ -59,7 +59,7 @@ class RNNCell(Module):
         super().__init__()
         if nonlinearity not in ("tanh", "relu"):
             raise ValueError(f"Unknown nonlinearity '{nonlinearity}'. Select from 'tanh' or 'relu'.")
-        self.input_size, self.hidden_size, self.nonlinearity = input_size, hidden_size, nonlinearity
+        self.input_size, self.hidden_size, self.nonlinearity, self.bias = input_size, hidden_size, nonlinearity, bias
         bound = 1 / math.sqrt(hidden_size)
         self.weight_ih = _uniform((hidden_size, input_size), bound)
         self.weight_hh = _uniform((hidden_size, hidden_size), bound)
@@ -74,7 +74,7 @@ class RNNCell(Module):
 class GRUCell(Module):
     def __init__(self, input_size: int, hidden_size: int, bias: bool = True):
         super().__init__()
-        self.input_size, self.hidden_size = input_size, hidden_size
+        self.input_size, self.hidden_size, self.bias = input_size, hidden_size, bias
         bound = 1 / math.sqrt(hidden_size)
         self.weight_ih = _uniform((3 * hidden_size, input_size), bound)
         self.weight_hh = _uniform((3 * hidden_size, hidden_size), bound)

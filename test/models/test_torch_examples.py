@@ -1,0 +1,738 @@
+"""Small versions of the pytorch/examples programs, run under torch and, with only their imports ported, under
+lazygrad.torch from the same initial weights (torch's state_dict): every step's loss and output must agree."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from test.test_torch_namespace import _ported
+
+
+def _scope(src: str) -> dict:
+    scope: dict = {}
+    exec(compile(src, "<program>", "exec"), scope)
+    return scope
+
+
+def _numpy(x):
+    if isinstance(x, dict):
+        return {k: _numpy(v) for k, v in x.items()}
+    if isinstance(x, (tuple, list)):
+        return [_numpy(v) for v in x]
+    if hasattr(x, "numpy"):
+        return np.asarray(x.detach().numpy() if hasattr(x, "detach") else x.numpy())
+    return x
+
+
+def _check(src: str, *args, rtol: float = 1e-4, atol: float = 1e-5):
+    """`src` defines make() (the model, under torch.manual_seed(0)) and main(init, *args); main's results under torch
+    and under the ported program, both from torch's initial weights, must agree."""
+    ref = _scope(src)
+    torch.manual_seed(0)
+    init = {k: v.detach().numpy().copy() for k, v in ref["make"]().state_dict().items()}
+    want = _numpy(ref["main"](init, *args))
+    got = _numpy(_scope(_ported(src))["main"](init, *args))
+    _close(got, want, rtol, atol)
+    return got
+
+
+def _close(got, want, rtol, atol):
+    if isinstance(want, dict):
+        assert got.keys() == want.keys()
+        for k in want:
+            _close(got[k], want[k], rtol, atol)
+    elif isinstance(want, (list, tuple)) and not all(isinstance(w, (int, float)) for w in want):
+        assert len(got) == len(want)
+        for g, w in zip(got, want):
+            _close(g, w, rtol, atol)
+    else:
+        np.testing.assert_allclose(np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64), rtol, atol)
+
+
+WORD_LM = """
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class RNNModel(nn.Module):
+    def __init__(self, ntoken, ninp, nhid, nlayers, dropout=0.0, tie_weights=True):
+        super().__init__()
+        self.drop = nn.Dropout(dropout)
+        self.encoder = nn.Embedding(ntoken, ninp)
+        self.rnn = nn.LSTM(ninp, nhid, nlayers, dropout=dropout)
+        self.decoder = nn.Linear(nhid, ntoken)
+        if tie_weights:
+            self.decoder.weight = self.encoder.weight
+        self.init_weights()
+        self.nhid, self.nlayers = nhid, nlayers
+
+    def init_weights(self):
+        initrange = 0.1
+        nn.init.uniform_(self.encoder.weight, -initrange, initrange)
+        nn.init.zeros_(self.decoder.bias)
+
+    def forward(self, input, hidden):
+        emb = self.drop(self.encoder(input))
+        output, hidden = self.rnn(emb, hidden)
+        output = self.drop(output)
+        decoded = self.decoder(output).view(-1, self.decoder.out_features)
+        return F.log_softmax(decoded, dim=1), hidden
+
+    def init_hidden(self, bsz):
+        weight = next(self.parameters())
+        return (weight.new_zeros(self.nlayers, bsz, self.nhid), weight.new_zeros(self.nlayers, bsz, self.nhid))
+
+
+class PositionalEncoding(nn.Module):
+    def __init__(self, d_model, dropout=0.0, max_len=64):
+        super().__init__()
+        self.dropout = nn.Dropout(p=dropout)
+        pe = torch.zeros(max_len, d_model)
+        position = torch.arange(0, max_len, dtype=torch.float).unsqueeze(1)
+        div_term = torch.exp(torch.arange(0, d_model, 2).float() * (-math.log(10000.0) / d_model))
+        pe[:, 0::2] = torch.sin(position * div_term)
+        pe[:, 1::2] = torch.cos(position * div_term)
+        pe = pe.unsqueeze(0).transpose(0, 1)
+        self.register_buffer("pe", pe)
+
+    def forward(self, x):
+        x = x + self.pe[: x.size(0), :]
+        return self.dropout(x)
+
+
+class TransformerModel(nn.Module):
+    def __init__(self, ntoken, ninp, nhead, nhid, nlayers, dropout=0.0):
+        super().__init__()
+        self.model_type = "Transformer"
+        self.src_mask = None
+        self.pos_encoder = PositionalEncoding(ninp, dropout)
+        layer = nn.TransformerEncoderLayer(ninp, nhead, nhid, dropout)
+        self.transformer_encoder = nn.TransformerEncoder(layer, nlayers, enable_nested_tensor=False)
+        self.encoder = nn.Embedding(ntoken, ninp)
+        self.ninp = ninp
+        self.decoder = nn.Linear(ninp, ntoken)
+
+    def _generate_square_subsequent_mask(self, sz):
+        return torch.log(torch.tril(torch.ones(sz, sz)))
+
+    def forward(self, src, has_mask=True):
+        if has_mask:
+            if self.src_mask is None or self.src_mask.size(0) != len(src):
+                self.src_mask = self._generate_square_subsequent_mask(len(src)).to(src.device)
+        else:
+            self.src_mask = None
+        src = self.encoder(src) * math.sqrt(self.ninp)
+        src = self.pos_encoder(src)
+        output = self.transformer_encoder(src, self.src_mask)
+        return F.log_softmax(self.decoder(output), dim=-1)
+
+
+def batchify(data, bsz):
+    nbatch = data.size(0) // bsz
+    data = data.narrow(0, 0, nbatch * bsz)
+    return data.view(bsz, -1).t().contiguous()
+
+
+def get_batch(source, i, bptt=5):
+    seq_len = min(bptt, len(source) - 1 - i)
+    data = source[i : i + seq_len]
+    target = source[i + 1 : i + 1 + seq_len].view(-1)
+    return data, target
+
+
+def repackage_hidden(h):
+    if isinstance(h, torch.Tensor):
+        return h.detach()
+    return tuple(repackage_hidden(v) for v in h)
+
+
+def make(kind="LSTM"):
+    if kind == "LSTM":
+        return RNNModel(13, 8, 8, 2)
+    return TransformerModel(13, 8, 2, 16, 2)
+
+
+def main(init, kind, tokens):
+    model = make(kind)
+    model.load_state_dict({k: torch.from_numpy(v) for k, v in init.items()})
+    criterion = nn.NLLLoss()
+    train_data = batchify(torch.tensor(tokens), 3)
+    lr, losses = 2.0, []
+    model.train()
+    if kind == "LSTM":
+        hidden = model.init_hidden(3)
+    for batch, i in enumerate(range(0, train_data.size(0) - 1, 5)):
+        data, targets = get_batch(train_data, i)
+        model.zero_grad()
+        if kind == "Transformer":
+            output = model(data).view(-1, 13)
+        else:
+            hidden = repackage_hidden(hidden)
+            output, hidden = model(data, hidden)
+        loss = criterion(output, targets)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 0.25)
+        for p in model.parameters():
+            p.data.add_(p.grad, alpha=-lr)
+        losses.append(loss.item())
+    model.eval()
+    total_loss = 0.0
+    with torch.no_grad():
+        hidden = model.init_hidden(3) if kind == "LSTM" else None
+        for i in range(0, train_data.size(0) - 1, 5):
+            data, targets = get_batch(train_data, i)
+            if kind == "Transformer":
+                output = model(data).view(-1, 13)
+            else:
+                output, hidden = model(data, hidden)
+                hidden = repackage_hidden(hidden)
+            total_loss += len(data) * criterion(output, targets).item()
+    return losses, math.exp(total_loss / (len(train_data) - 1))
+"""
+
+
+@pytest.mark.parametrize("kind", ["LSTM", "Transformer"])
+def test_word_language_model(kind):
+    tokens = (np.arange(48) * 5 % 13).tolist()
+    ref = _scope(WORD_LM)
+    torch.manual_seed(0)
+    init = {k: v.detach().numpy().copy() for k, v in ref["make"](kind).state_dict().items()}
+    want = ref["main"](init, kind, tokens)
+    got = _scope(_ported(WORD_LM))["main"](init, kind, tokens)
+    _close(got, want, 1e-4, 1e-5)
+
+
+TIME_SEQUENCE = """
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.optim as optim
+
+DTYPE = torch.float  # (the example's double: lazygrad's float64 exp is a long composite, 4x the graph)
+
+class Sequence(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lstm1 = nn.LSTMCell(1, 8)
+        self.lstm2 = nn.LSTMCell(8, 8)
+        self.linear = nn.Linear(8, 1)
+
+    def forward(self, input, future=0):
+        outputs = []
+        h_t = torch.zeros(input.size(0), 8, dtype=DTYPE)
+        c_t = torch.zeros(input.size(0), 8, dtype=DTYPE)
+        h_t2 = torch.zeros(input.size(0), 8, dtype=DTYPE)
+        c_t2 = torch.zeros(input.size(0), 8, dtype=DTYPE)
+        for input_t in input.split(1, dim=1):
+            h_t, c_t = self.lstm1(input_t, (h_t, c_t))
+            h_t2, c_t2 = self.lstm2(h_t, (h_t2, c_t2))
+            output = self.linear(h_t2)
+            outputs += [output]
+        for i in range(future):
+            h_t, c_t = self.lstm1(output, (h_t, c_t))
+            h_t2, c_t2 = self.lstm2(h_t, (h_t2, c_t2))
+            output = self.linear(h_t2)
+            outputs += [output]
+        return torch.cat(outputs, dim=1)
+
+
+def make():
+    return Sequence().to(DTYPE)
+
+
+def main(init, data):
+    input = torch.from_numpy(data[1:, :-1])
+    target = torch.from_numpy(data[1:, 1:])
+    test_input = torch.from_numpy(data[:1, :-1])
+    test_target = torch.from_numpy(data[:1, 1:])
+    seq = make()
+    seq.load_state_dict({k: torch.from_numpy(v) for k, v in init.items()})
+    criterion = nn.MSELoss()
+    optimizer = optim.LBFGS(seq.parameters(), lr=0.8, max_iter=3)
+    losses, preds = [], []
+    for i in range(2):
+        def closure():
+            optimizer.zero_grad()
+            out = seq(input)
+            loss = criterion(out, target)
+            losses.append(loss.item())
+            loss.backward()
+            return loss
+
+        optimizer.step(closure)
+        with torch.no_grad():
+            future = 2
+            pred = seq(test_input, future=future)
+            loss = criterion(pred[:, :-future], test_target)
+            losses.append(loss.item())
+            preds.append(pred.detach().numpy())
+    return losses, preds
+"""
+
+
+def test_time_sequence_prediction():
+    rng = np.random.default_rng(0)
+    x = np.arange(7)[None, :] + rng.integers(-4, 4, (3, 1))
+    data = np.sin(x / 4.0).astype(np.float32)
+    _check(TIME_SEQUENCE, data)
+
+
+REINFORCE = """
+from collections import namedtuple
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import torch.optim as optim
+from torch.distributions import Categorical
+
+SavedAction = namedtuple("SavedAction", ["log_prob", "value"])
+eps = np.finfo(np.float32).eps.item()
+
+
+class Corridor:
+    \"\"\"Walk left or right on 5 cells; reward 1 at the right end, -0.1 a step; 6 steps at most.\"\"\"
+
+    def reset(self):
+        self.pos, self.t = 2, 0
+        return self.obs()
+
+    def obs(self):
+        return np.eye(5, dtype=np.float32)[self.pos]
+
+    def step(self, action):
+        self.pos = min(max(self.pos + (1 if action == 1 else -1), 0), 4)
+        self.t += 1
+        done = self.pos == 4 or self.t == 6
+        return self.obs(), (1.0 if self.pos == 4 else -0.1), done
+
+
+class Policy(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.affine1 = nn.Linear(5, 16)
+        self.dropout = nn.Dropout(p=0.0)
+        self.affine2 = nn.Linear(16, 2)
+        self.value_head = nn.Linear(16, 1)
+        self.saved_log_probs, self.saved_actions, self.rewards = [], [], []
+
+    def forward(self, x):
+        x = F.relu(self.dropout(self.affine1(x)))
+        return F.softmax(self.affine2(x), dim=1), self.value_head(x)
+
+
+def make():
+    return Policy()
+
+
+def main(init, critic, actions, gamma=0.9):
+    policy = make()
+    policy.load_state_dict({k: torch.from_numpy(v) for k, v in init.items()})
+    optimizer = optim.Adam(policy.parameters(), lr=1e-2)
+    env, actions, losses = Corridor(), list(actions) if actions is not None else None, []
+    for episode in range(3):
+        state, ep_reward = env.reset(), 0
+        for t in range(1, 10):
+            state = torch.from_numpy(state).float().unsqueeze(0)
+            probs, state_value = policy(state)
+            m = Categorical(probs)
+            action = m.sample() if actions is None else torch.tensor([actions.pop(0)])
+            policy.saved_log_probs.append(m.log_prob(action))
+            policy.saved_actions.append(SavedAction(m.log_prob(action), state_value))
+            state, reward, done = env.step(action.item())
+            policy.rewards.append(reward)
+            ep_reward += reward
+            if done:
+                break
+        R, returns = 0, []
+        for r in policy.rewards[::-1]:
+            R = r + gamma * R
+            returns.insert(0, R)
+        returns = torch.tensor(returns)
+        returns = (returns - returns.mean()) / (returns.std() + eps)
+        if critic:
+            policy_losses, value_losses = [], []
+            for (log_prob, value), R in zip(policy.saved_actions, returns):
+                advantage = R - value.item()
+                policy_losses.append(-log_prob * advantage)
+                value_losses.append(F.smooth_l1_loss(value, torch.tensor([[R]])))
+            loss = torch.stack(policy_losses).sum() + torch.stack(value_losses).sum()
+        else:
+            policy_loss = []
+            for log_prob, R in zip(policy.saved_log_probs, returns):
+                policy_loss.append(-log_prob * R)
+            loss = torch.cat(policy_loss).sum()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+        del policy.rewards[:], policy.saved_log_probs[:], policy.saved_actions[:]
+    return losses
+"""
+
+
+@pytest.mark.parametrize("critic", [False, True], ids=["reinforce", "actor_critic"])
+def test_reinforcement_learning(critic):
+    actions = [1, 0, 1, 1, 1, 0, 0, 1, 1, 0, 1, 1, 1, 1, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1]
+    _check(REINFORCE, critic, actions)
+    losses = _scope(_ported(REINFORCE))["main"](_init(REINFORCE), critic, None)  # the actions sampled
+    assert len(losses) == 3 and np.isfinite(losses).all()
+
+
+def _init(src: str) -> dict:
+    torch.manual_seed(0)
+    return {k: v.detach().numpy().copy() for k, v in _scope(src)["make"]().state_dict().items()}
+
+
+SUPER_RESOLUTION = """
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.init as init
+import torch.optim as optim
+
+
+class Net(nn.Module):
+    def __init__(self, upscale_factor):
+        super().__init__()
+        self.relu = nn.ReLU()
+        self.conv1 = nn.Conv2d(1, 8, (5, 5), (1, 1), (2, 2))
+        self.conv2 = nn.Conv2d(8, 8, (3, 3), (1, 1), (1, 1))
+        self.conv3 = nn.Conv2d(8, 4, (3, 3), (1, 1), (1, 1))
+        self.conv4 = nn.Conv2d(4, upscale_factor**2, (3, 3), (1, 1), (1, 1))
+        self.pixel_shuffle = nn.PixelShuffle(upscale_factor)
+        self._initialize_weights()
+
+    def forward(self, x):
+        x = self.relu(self.conv1(x))
+        x = self.relu(self.conv2(x))
+        x = self.relu(self.conv3(x))
+        return self.pixel_shuffle(self.conv4(x))
+
+    def _initialize_weights(self):
+        init.orthogonal_(self.conv1.weight, init.calculate_gain("relu"))
+        init.orthogonal_(self.conv2.weight, init.calculate_gain("relu"))
+        init.orthogonal_(self.conv3.weight, init.calculate_gain("relu"))
+        init.orthogonal_(self.conv4.weight)
+
+
+def make():
+    return Net(upscale_factor=2)
+
+
+def main(init, hr):
+    model = make()
+    model.load_state_dict({k: torch.from_numpy(v) for k, v in init.items()})
+    criterion = nn.MSELoss()
+    optimizer = optim.Adam(model.parameters(), lr=1e-3)
+    target = torch.from_numpy(hr)
+    input = torch.nn.functional.avg_pool2d(target, 2)
+    losses, psnrs = [], []
+    for epoch in range(3):
+        optimizer.zero_grad()
+        loss = criterion(model(input), target)
+        losses.append(loss.item())
+        loss.backward()
+        optimizer.step()
+        with torch.no_grad():
+            mse = criterion(model(input), target)
+            psnrs.append(10 * math.log10(1 / mse.item()))
+    return losses, psnrs
+"""
+
+
+def test_super_resolution():
+    hr = np.random.default_rng(0).random((2, 1, 8, 8), dtype=np.float32)
+    _check(SUPER_RESOLUTION, hr)
+
+
+FAST_NEURAL_STYLE = """
+import torch
+import torch.nn as nn
+
+
+class ConvLayer(nn.Module):
+    def __init__(self, in_channels, out_channels, kernel_size, stride):
+        super().__init__()
+        self.reflection_pad = nn.ReflectionPad2d(kernel_size // 2)
+        self.conv2d = nn.Conv2d(in_channels, out_channels, kernel_size, stride)
+
+    def forward(self, x):
+        return self.conv2d(self.reflection_pad(x))
+
+
+class ResidualBlock(nn.Module):
+    def __init__(self, channels):
+        super().__init__()
+        self.conv1 = ConvLayer(channels, channels, kernel_size=3, stride=1)
+        self.in1 = nn.InstanceNorm2d(channels, affine=True)
+        self.conv2 = ConvLayer(channels, channels, kernel_size=3, stride=1)
+        self.in2 = nn.InstanceNorm2d(channels, affine=True)
+        self.relu = nn.ReLU()
+
+    def forward(self, x):
+        residual = x
+        out = self.relu(self.in1(self.conv1(x)))
+        return self.in2(self.conv2(out)) + residual
+
+
+class UpsampleConvLayer(nn.Module):
+    def __init__(self, in_channels, out_channels, kernel_size, stride, upsample=None):
+        super().__init__()
+        self.upsample = upsample
+        self.reflection_pad = nn.ReflectionPad2d(kernel_size // 2)
+        self.conv2d = nn.Conv2d(in_channels, out_channels, kernel_size, stride)
+
+    def forward(self, x):
+        if self.upsample:
+            x = torch.nn.functional.interpolate(x, mode="nearest", scale_factor=self.upsample)
+        return self.conv2d(self.reflection_pad(x))
+
+
+class TransformerNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = ConvLayer(3, 4, kernel_size=3, stride=1)
+        self.in1 = nn.InstanceNorm2d(4, affine=True)
+        self.conv2 = ConvLayer(4, 8, kernel_size=3, stride=2)
+        self.in2 = nn.InstanceNorm2d(8, affine=True)
+        self.res1 = ResidualBlock(8)
+        self.deconv1 = UpsampleConvLayer(8, 4, kernel_size=3, stride=1, upsample=2)
+        self.in3 = nn.InstanceNorm2d(4, affine=True)
+        self.deconv2 = UpsampleConvLayer(4, 3, kernel_size=3, stride=1)
+        self.relu = nn.ReLU()
+
+    def forward(self, X):
+        y = self.relu(self.in1(self.conv1(X)))
+        y = self.relu(self.in2(self.conv2(y)))
+        y = self.res1(y)
+        y = self.relu(self.in3(self.deconv1(y)))
+        return self.deconv2(y)
+
+
+class Vgg(nn.Module):
+    def __init__(self, requires_grad=False):
+        super().__init__()
+        self.slice1 = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(inplace=True))
+        self.slice2 = nn.Sequential(nn.MaxPool2d(kernel_size=2, stride=2), nn.Conv2d(4, 8, 3, padding=1), nn.ReLU())
+        if not requires_grad:
+            for param in self.parameters():
+                param.requires_grad = False
+
+    def forward(self, X):
+        h1 = self.slice1(X)
+        h2 = self.slice2(h1)
+        return h1, h2
+
+
+class Both(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.transformer, self.vgg = TransformerNet(), Vgg()
+
+
+def gram_matrix(y):
+    (b, ch, h, w) = y.size()
+    features = y.view(b, ch, w * h)
+    features_t = features.transpose(1, 2)
+    return features.bmm(features_t) / (ch * h * w)
+
+
+def normalize_batch(batch):
+    mean = batch.new_tensor([0.485, 0.456, 0.406]).view(-1, 1, 1)
+    std = batch.new_tensor([0.229, 0.224, 0.225]).view(-1, 1, 1)
+    batch = batch.div_(255.0)
+    return (batch - mean) / std
+
+
+def make():
+    return Both()
+
+
+def main(init, images, style_image):
+    both = make()
+    both.load_state_dict({k: torch.from_numpy(v) for k, v in init.items()})
+    transformer, vgg = both.transformer, both.vgg
+    optimizer = torch.optim.Adam(transformer.parameters(), 1e-3)
+    mse_loss = torch.nn.MSELoss()
+    style = torch.from_numpy(style_image).repeat(2, 1, 1, 1)
+    features_style = vgg(normalize_batch(style))
+    gram_style = [gram_matrix(y) for y in features_style]
+    losses = []
+    transformer.train()
+    for x in torch.from_numpy(images).split(2):
+        n_batch = len(x)
+        optimizer.zero_grad()
+        y = transformer(x)
+        y = normalize_batch(y)
+        x = normalize_batch(x.clone())
+        features_y, features_x = vgg(y), vgg(x)
+        content_loss = 1e5 * mse_loss(features_y[1], features_x[1])
+        style_loss = 0.0
+        for ft_y, gm_s in zip(features_y, gram_style):
+            gm_y = gram_matrix(ft_y)
+            style_loss += mse_loss(gm_y, gm_s[:n_batch, :, :])
+        style_loss *= 1e10
+        total_loss = content_loss + style_loss
+        total_loss.backward()
+        optimizer.step()
+        losses.append([content_loss.item(), style_loss.item()])
+    return losses
+"""
+
+
+def test_fast_neural_style():
+    rng = np.random.default_rng(0)
+    images = (rng.random((4, 3, 8, 8)) * 255).astype(np.float32)
+    style = (rng.random((1, 3, 8, 8)) * 255).astype(np.float32)
+    _check(FAST_NEURAL_STYLE, images, style, rtol=2e-4)
+
+
+SIAMESE = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import torch.optim as optim
+from torch.optim.lr_scheduler import StepLR
+
+
+class SiameseNetwork(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.cnn = nn.Sequential(
+            nn.Conv2d(1, 4, 3), nn.BatchNorm2d(4), nn.ReLU(inplace=True), nn.AdaptiveAvgPool2d((1, 1))
+        )
+        self.fc = nn.Sequential(nn.Linear(8, 8), nn.ReLU(inplace=True), nn.Linear(8, 1))
+        self.sigmoid = nn.Sigmoid()
+        self.cnn.apply(self.init_weights)
+        self.fc.apply(self.init_weights)
+
+    def init_weights(self, m):
+        if isinstance(m, nn.Linear):
+            torch.nn.init.xavier_uniform_(m.weight)
+            m.bias.data.fill_(0.01)
+
+    def forward_once(self, x):
+        output = self.cnn(x)
+        return output.view(output.size()[0], -1)
+
+    def forward(self, input1, input2):
+        output1 = self.forward_once(input1)
+        output2 = self.forward_once(input2)
+        output = torch.cat((output1, output2), 1)
+        output = self.fc(output)
+        return self.sigmoid(output)
+
+
+def make():
+    return SiameseNetwork()
+
+
+def main(init, a, b, targets):
+    model = make()
+    model.load_state_dict({k: torch.from_numpy(v) for k, v in init.items()})
+    optimizer = optim.Adadelta(model.parameters(), lr=1.0)
+    scheduler = StepLR(optimizer, step_size=1, gamma=0.7)
+    criterion = nn.BCELoss()
+    images_1, images_2, targets = torch.from_numpy(a), torch.from_numpy(b), torch.from_numpy(targets)
+    losses = []
+    for epoch in range(3):
+        model.train()
+        optimizer.zero_grad()
+        outputs = model(images_1, images_2).squeeze()
+        loss = criterion(outputs, targets)
+        loss.backward()
+        optimizer.step()
+        scheduler.step()
+        losses.append(loss.item())
+    model.eval()
+    with torch.no_grad():
+        outputs = model(images_1, images_2).squeeze()
+        test_loss = criterion(outputs, targets).sum().item()
+        pred = torch.where(outputs > 0.5, 1, 0)
+        correct = pred.eq(targets.view_as(pred)).sum().item()
+    return losses, test_loss, correct, torch.flatten(outputs)
+"""
+
+
+def test_siamese_network():
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((2, 6, 1, 6, 6), dtype=np.float32)
+    targets = (rng.random(6) > 0.5).astype(np.float32)
+    _check(SIAMESE, a, b, targets)
+
+
+MNIST_RNN = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import torch.optim as optim
+from torch.optim.lr_scheduler import StepLR
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.rnn = nn.LSTM(input_size=6, hidden_size=8, batch_first=True)
+        self.batchnorm = nn.BatchNorm1d(8)
+        self.dropout1 = nn.Dropout2d(0.0)
+        self.dropout2 = nn.Dropout(0.0)
+        self.fc1 = nn.Linear(8, 8)
+        self.fc2 = nn.Linear(8, 3)
+
+    def forward(self, input):
+        input = input.reshape(-1, 6, 6)
+        output, hidden = self.rnn(input)
+        output = output[:, -1, :]
+        output = self.batchnorm(output)
+        output = self.dropout1(output)
+        output = self.fc1(output)
+        output = F.relu(output)
+        output = self.dropout2(output)
+        output = self.fc2(output)
+        return F.log_softmax(output, dim=1)
+
+
+def make():
+    return Net()
+
+
+def main(init, images, labels):
+    model = make()
+    model.load_state_dict({k: torch.from_numpy(v) for k, v in init.items()})
+    optimizer = optim.Adadelta(model.parameters(), lr=0.1)
+    scheduler = StepLR(optimizer, step_size=1, gamma=0.7)
+    data, target = torch.from_numpy(images), torch.from_numpy(labels)
+    losses = []
+    for epoch in range(2):
+        model.train()
+        for x, y in zip(data.split(4), target.split(4)):
+            optimizer.zero_grad()
+            loss = F.nll_loss(model(x), y)
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
+        scheduler.step()
+    model.eval()
+    test_loss, correct = 0, 0
+    with torch.no_grad():
+        output = model(data)
+        test_loss += F.nll_loss(output, target, reduction="sum").item()
+        pred = output.argmax(dim=1, keepdim=True)
+        correct += pred.eq(target.view_as(pred)).sum().item()
+    return losses, test_loss, correct
+"""
+
+
+def test_mnist_rnn():
+    rng = np.random.default_rng(0)
+    images = rng.standard_normal((8, 1, 6, 6), dtype=np.float32)
+    labels = rng.integers(0, 3, 8)
+    _check(MNIST_RNN, images, labels)
