@@ -736,3 +736,282 @@ def test_mnist_rnn():
     images = rng.standard_normal((8, 1, 6, 6), dtype=np.float32)
     labels = rng.integers(0, 3, 8)
     _check(MNIST_RNN, images, labels)
+
+
+VISION_TRANSFORMER = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class PatchEmbedding(nn.Module):
+    def __init__(self, img_size, patch_size, in_channels, embed_dim):
+        super().__init__()
+        self.num_patches = (img_size // patch_size) ** 2
+        self.projection = nn.Conv2d(in_channels, embed_dim, kernel_size=patch_size, stride=patch_size)
+
+    def forward(self, x):
+        x = self.projection(x)
+        x = x.flatten(2)
+        return x.transpose(1, 2)
+
+
+class MLP(nn.Module):
+    def __init__(self, in_features, hidden_features, drop=0.0):
+        super().__init__()
+        self.fc1 = nn.Linear(in_features, hidden_features)
+        self.act = nn.GELU()
+        self.fc2 = nn.Linear(hidden_features, in_features)
+        self.drop = nn.Dropout(drop)
+
+    def forward(self, x):
+        return self.drop(self.fc2(self.drop(self.act(self.fc1(x)))))
+
+
+class TransformerEncoderLayer(nn.Module):
+    def __init__(self, embed_dim, num_heads, mlp_dim, drop=0.0):
+        super().__init__()
+        self.norm1 = nn.LayerNorm(embed_dim)
+        self.attn = nn.MultiheadAttention(embed_dim, num_heads, dropout=drop, batch_first=True)
+        self.norm2 = nn.LayerNorm(embed_dim)
+        self.mlp = MLP(embed_dim, mlp_dim, drop)
+
+    def forward(self, x):
+        h = self.norm1(x)
+        x = x + self.attn(h, h, h)[0]
+        return x + self.mlp(self.norm2(x))
+
+
+class VisionTransformer(nn.Module):
+    def __init__(self, img_size=8, patch_size=4, in_channels=3, num_classes=5, embed_dim=16, depth=2, num_heads=2):
+        super().__init__()
+        self.patch_embed = PatchEmbedding(img_size, patch_size, in_channels, embed_dim)
+        self.cls_token = nn.Parameter(torch.randn(1, 1, embed_dim))
+        self.pos_embed = nn.Parameter(torch.randn(1, 1 + self.patch_embed.num_patches, embed_dim))
+        self.dropout = nn.Dropout(0.0)
+        self.layers = nn.ModuleList([TransformerEncoderLayer(embed_dim, num_heads, 2 * embed_dim) for _ in range(depth)])
+        self.norm = nn.LayerNorm(embed_dim)
+        self.head = nn.Linear(embed_dim, num_classes)
+
+    def forward(self, x):
+        x = self.patch_embed(x)
+        batch_size = x.size(0)
+        cls_tokens = self.cls_token.expand(batch_size, -1, -1)
+        x = torch.cat((cls_tokens, x), dim=1)
+        x = self.dropout(x + self.pos_embed)
+        for layer in self.layers:
+            x = layer(x)
+        x = self.norm(x)
+        return self.head(x[:, 0])
+
+
+def make():
+    return VisionTransformer()
+
+
+def main(init, images, labels):
+    model = make()
+    model.load_state_dict({k: torch.from_numpy(v) for k, v in init.items()})
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.05)
+    criterion = nn.CrossEntropyLoss(label_smoothing=0.1)
+    x, y = torch.from_numpy(images), torch.from_numpy(labels)
+    losses = []
+    for step in range(3):
+        optimizer.zero_grad()
+        loss = criterion(model(x), y)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    model.eval()
+    with torch.no_grad():
+        _, predicted = torch.max(model(x).data, 1)
+        correct = (predicted == y).sum().item()
+    return losses, correct
+"""
+
+
+def test_vision_transformer():
+    rng = np.random.default_rng(0)
+    _check(VISION_TRANSFORMER, rng.standard_normal((4, 3, 8, 8), dtype=np.float32), rng.integers(0, 5, 4))
+
+
+FORWARD_FORWARD = """
+import torch
+import torch.nn as nn
+from torch.optim import Adam
+
+
+def overlay_y_on_x(x, y, num_classes=3):
+    x_ = x.clone()
+    x_[:, :num_classes] *= 0.0
+    x_[range(x.shape[0]), y] = x.max()
+    return x_
+
+
+class Layer(nn.Linear):
+    def __init__(self, in_features, out_features, bias=True, device=None, dtype=None):
+        super().__init__(in_features, out_features, bias, device, dtype)
+        self.relu = torch.nn.ReLU()
+        self.opt = None
+        self.threshold = 2.0
+        self.num_epochs = 3
+
+    def forward(self, x):
+        x_direction = x / (x.norm(2, 1, keepdim=True) + 1e-4)
+        return self.relu(torch.mm(x_direction, self.weight.T) + self.bias.unsqueeze(0))
+
+    def train(self, x_pos, x_neg, losses):
+        for i in range(self.num_epochs):
+            g_pos = self.forward(x_pos).pow(2).mean(1)
+            g_neg = self.forward(x_neg).pow(2).mean(1)
+            loss = torch.log(1 + torch.exp(torch.cat([-g_pos + self.threshold, g_neg - self.threshold]))).mean()
+            self.opt.zero_grad()
+            loss.backward()
+            self.opt.step()
+            losses.append(loss.item())
+        return self.forward(x_pos).detach(), self.forward(x_neg).detach()
+
+
+class Net(torch.nn.Module):
+    def __init__(self, dims):
+        super().__init__()
+        self.layers = nn.ModuleList([Layer(dims[d], dims[d + 1]) for d in range(len(dims) - 1)])
+
+    def predict(self, x):
+        goodness_per_label = []
+        for label in range(3):
+            h = overlay_y_on_x(x, label)
+            goodness = []
+            for layer in self.layers:
+                h = layer(h)
+                goodness += [h.pow(2).mean(1)]
+            goodness_per_label += [sum(goodness).unsqueeze(1)]
+        goodness_per_label = torch.cat(goodness_per_label, 1)
+        return goodness_per_label.argmax(1), goodness_per_label
+
+    def train(self, x_pos, x_neg, losses):
+        h_pos, h_neg = x_pos, x_neg
+        for layer in self.layers:
+            layer.opt = Adam(layer.parameters(), lr=0.03)
+            h_pos, h_neg = layer.train(h_pos, h_neg, losses)
+
+
+def make():
+    return Net([8, 12, 12])
+
+
+def main(init, xs, ys, perm):
+    net = make()
+    net.load_state_dict({k: torch.from_numpy(v) for k, v in init.items()})
+    x, y = torch.from_numpy(xs), torch.from_numpy(ys)
+    x_pos = overlay_y_on_x(x, y)
+    x_neg = overlay_y_on_x(x, y[torch.from_numpy(perm)])
+    losses = []
+    net.train(x_pos, x_neg, losses)
+    pred, goodness = net.predict(x)
+    return losses, goodness, 1.0 - pred.eq(y).float().mean().item()
+"""
+
+
+def test_forward_forward():
+    rng = np.random.default_rng(0)
+    xs = rng.random((6, 8), dtype=np.float32)
+    _check(FORWARD_FORWARD, xs, rng.integers(0, 3, 6), rng.permutation(6))
+
+
+GAT = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class GraphAttentionLayer(nn.Module):
+    def __init__(self, in_features, out_features, n_heads, concat=False, dropout=0.0, leaky_relu_slope=0.2):
+        super().__init__()
+        self.n_heads, self.concat, self.dropout = n_heads, concat, dropout
+        if concat:
+            assert out_features % n_heads == 0
+            self.n_hidden = out_features // n_heads
+        else:
+            self.n_hidden = out_features
+        self.W = nn.Parameter(torch.empty(size=(in_features, self.n_hidden * n_heads)))
+        self.a = nn.Parameter(torch.empty(size=(n_heads, 2 * self.n_hidden, 1)))
+        self.leakyrelu = nn.LeakyReLU(leaky_relu_slope)
+        self.softmax = nn.Softmax(dim=1)
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        nn.init.xavier_normal_(self.W)
+        nn.init.xavier_normal_(self.a)
+
+    def _get_attention_scores(self, h_transformed):
+        source_scores = torch.matmul(h_transformed, self.a[:, : self.n_hidden, :])
+        target_scores = torch.matmul(h_transformed, self.a[:, self.n_hidden :, :])
+        e = source_scores + target_scores.mT
+        return self.leakyrelu(e)
+
+    def forward(self, h, adj_mat):
+        n_nodes = h.shape[0]
+        h_transformed = torch.mm(h, self.W)
+        h_transformed = F.dropout(h_transformed, self.dropout, training=self.training)
+        h_transformed = h_transformed.view(n_nodes, self.n_heads, self.n_hidden).permute(1, 0, 2)
+        e = self._get_attention_scores(h_transformed)
+        connectivity_mask = -9e16 * torch.ones_like(e)
+        e = torch.where(adj_mat > 0, e, connectivity_mask)
+        attention = F.softmax(e, dim=-1)
+        attention = F.dropout(attention, self.dropout, training=self.training)
+        h_prime = torch.matmul(attention, h_transformed)
+        if self.concat:
+            return h_prime.permute(1, 0, 2).contiguous().view(n_nodes, self.n_heads * self.n_hidden)
+        return h_prime.mean(dim=0)
+
+
+class GAT(nn.Module):
+    def __init__(self, in_features, n_hidden, n_heads, num_classes):
+        super().__init__()
+        self.gat1 = GraphAttentionLayer(in_features, n_hidden, n_heads, concat=True)
+        self.gat2 = GraphAttentionLayer(n_hidden, num_classes, 1, concat=False)
+
+    def forward(self, input_tensor, adj_mat):
+        x = self.gat1(input_tensor, adj_mat)
+        x = F.elu(x)
+        x = self.gat2(x, adj_mat)
+        return F.log_softmax(x, dim=1)
+
+
+def make():
+    return GAT(6, 8, 2, 3)
+
+
+def main(init, features, adj, labels):
+    model = make()
+    model.load_state_dict({k: torch.from_numpy(v) for k, v in init.items()})
+    optimizer = torch.optim.Adam(model.parameters(), lr=5e-3, weight_decay=5e-4)
+    criterion = nn.NLLLoss()
+    features, adj_mat, labels = torch.from_numpy(features), torch.from_numpy(adj), torch.from_numpy(labels)
+    idx = torch.randperm(len(labels))
+    idx_train, idx_test = torch.tensor([0, 2, 3, 5, 7]), torch.tensor([1, 4, 6])
+    mask = torch.zeros(len(labels), dtype=torch.bool)
+    mask[idx_train] = True
+    losses = []
+    for epoch in range(3):
+        model.train()
+        optimizer.zero_grad()
+        y_hat = model(features, adj_mat)
+        loss = criterion(y_hat[idx_train], labels[idx_train]) + 0.0 * criterion(y_hat[mask], labels[mask])
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    model.eval()
+    with torch.no_grad():
+        y_hat = model(features, adj_mat)
+        acc = (y_hat[idx_test].argmax(dim=1) == labels[idx_test]).sum().item() / len(idx_test)
+    return losses, acc, y_hat, len(idx)
+"""
+
+
+def test_gat():
+    rng = np.random.default_rng(0)
+    adj = (rng.random((8, 8)) > 0.6).astype(np.float32)
+    adj = np.maximum(np.maximum(adj, adj.T), np.eye(8, dtype=np.float32))
+    _check(GAT, rng.standard_normal((8, 6), dtype=np.float32), adj, rng.integers(0, 3, 8))
