@@ -284,7 +284,7 @@ def _method(name: str) -> Callable[..., Any]:
 _METHODS = """abs abs_ absolute acos acos_ acosh acosh_ add addbmm addcdiv addcmul addmm addmv addmv_ addr adjoint all
 as_strided allclose amax amin aminmax any arccos arccos_ arccosh arccosh_ arcsin arcsin_ arcsinh arcsinh_ arctan arctan2
 arctan_ arctanh arctanh_ argmax argmin argsort argwhere asin asin_ asinh asinh_ atan atan2 atan_ atanh atanh_ baddbmm
-bernoulli bincount bitwise_and bitwise_left_shift bitwise_not bitwise_or bitwise_right_shift bitwise_xor broadcast_to
+bernoulli bmm bincount bitwise_and bitwise_left_shift bitwise_not bitwise_or bitwise_right_shift bitwise_xor broadcast_to
 bucketize cdist ceil ceil_ cholesky chunk clamp clamp_ clamp_max clamp_max_ clamp_min clamp_min_ clip clip_ clone
 combinations conj copysign corrcoef cos cos_ cosh cosh_ count_nonzero cov cross cummax cummin cumprod cumsum
 cumulative_trapezoid deg2rad deg2rad_ det detach detach_ diag diag_embed diagflat diagonal diagonal_scatter diff digamma
@@ -443,6 +443,50 @@ def batch_norm(
 
 def numel(input: Tensor) -> builtins.int:
     return input.numel()
+
+
+def instance_norm(input: Tensor, weight: Tensor | None, bias: Tensor | None, running_mean: Tensor | None,
+                  running_var: Tensor | None, use_input_stats: builtins.bool, momentum: builtins.float,
+                  eps: builtins.float, cudnn_enabled: builtins.bool = True) -> Tensor:  # fmt: skip
+    """torch.instance_norm: F.instance_norm with torch's top-level argument order."""
+    return F.instance_norm(input, running_mean, running_var, weight, bias, use_input_stats, momentum, eps)
+
+
+def randint_like(input: Tensor, low: builtins.int, high: builtins.int | None = None, **kwargs: Any) -> Tensor:
+    """torch.randint_like(input, high) or (input, low, high): input's shape, its dtype unless dtype= is given."""
+    low, high = (0, low) if high is None else (low, high)
+    d = to_dtype(kwargs.pop("dtype", None) or input.dtype)
+    kwargs.setdefault("device", input.device)
+    return randint(low, high, input.shape, **kwargs).cast(d)  # a float dtype holds the integers drawn
+
+
+def chain_matmul(*matrices: Tensor) -> Tensor:
+    first, *rest = matrices
+    for m in rest:
+        first = first @ m
+    return first
+
+
+def promote_types(type1: DType, type2: DType) -> DType:
+    return least_upper_dtype(to_dtype(type1), to_dtype(type2))
+
+
+def result_type(tensor1: Any, tensor2: Any) -> DType:
+    """The dtype an arithmetic op of the two gives: a Python number takes the tensor's kind where it can."""
+    if isinstance(tensor1, Tensor):
+        return tensor1._broadcasted(tensor2)[0].dtype
+    if isinstance(tensor2, Tensor):
+        return tensor2._broadcasted(tensor1, reverse=True)[0].dtype
+    kinds = {type(tensor1), type(tensor2)}
+    return dtypes.default_float if builtins.float in kinds else dtypes.bool if kinds == {builtins.bool} else int64
+
+
+def can_cast(from_: DType, to: DType) -> builtins.bool:
+    """torch's casting rule: no float to an integer, nothing but a bool to a bool."""
+    from_, to = to_dtype(from_), to_dtype(to)
+    if dtypes.is_float(from_) and not dtypes.is_float(to):
+        return False
+    return to != dtypes.bool or from_ == dtypes.bool
 
 
 # *** windows (torch.hann_window and friends): periodic by default, as torch's ***

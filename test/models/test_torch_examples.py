@@ -1015,3 +1015,263 @@ def test_gat():
     adj = (rng.random((8, 8)) > 0.6).astype(np.float32)
     adj = np.maximum(np.maximum(adj, adj.T), np.eye(8, dtype=np.float32))
     _check(GAT, rng.standard_normal((8, 6), dtype=np.float32), adj, rng.integers(0, 3, 8))
+
+
+SEQ2SEQ = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch import optim
+
+SOS_token, MAX_LENGTH = 0, 5
+
+
+class EncoderRNN(nn.Module):
+    def __init__(self, input_size, hidden_size, dropout_p=0.0):
+        super().__init__()
+        self.hidden_size = hidden_size
+        self.embedding = nn.Embedding(input_size, hidden_size)
+        self.gru = nn.GRU(hidden_size, hidden_size, batch_first=True)
+        self.dropout = nn.Dropout(dropout_p)
+
+    def forward(self, input):
+        embedded = self.dropout(self.embedding(input))
+        output, hidden = self.gru(embedded)
+        return output, hidden
+
+
+class BahdanauAttention(nn.Module):
+    def __init__(self, hidden_size):
+        super().__init__()
+        self.Wa = nn.Linear(hidden_size, hidden_size)
+        self.Ua = nn.Linear(hidden_size, hidden_size)
+        self.Va = nn.Linear(hidden_size, 1)
+
+    def forward(self, query, keys):
+        scores = self.Va(torch.tanh(self.Wa(query) + self.Ua(keys)))
+        scores = scores.squeeze(2).unsqueeze(1)
+        weights = F.softmax(scores, dim=-1)
+        context = torch.bmm(weights, keys)
+        return context, weights
+
+
+class AttnDecoderRNN(nn.Module):
+    def __init__(self, hidden_size, output_size, dropout_p=0.0):
+        super().__init__()
+        self.embedding = nn.Embedding(output_size, hidden_size)
+        self.attention = BahdanauAttention(hidden_size)
+        self.gru = nn.GRU(2 * hidden_size, hidden_size, batch_first=True)
+        self.out = nn.Linear(hidden_size, output_size)
+        self.dropout = nn.Dropout(dropout_p)
+
+    def forward(self, encoder_outputs, encoder_hidden, target_tensor=None, teacher=()):
+        batch_size = encoder_outputs.size(0)
+        decoder_input = torch.empty(batch_size, 1, dtype=torch.long).fill_(SOS_token)
+        decoder_hidden = encoder_hidden
+        decoder_outputs, attentions = [], []
+        for i in range(MAX_LENGTH):
+            decoder_output, decoder_hidden, attn_weights = self.forward_step(
+                decoder_input, decoder_hidden, encoder_outputs
+            )
+            decoder_outputs.append(decoder_output)
+            attentions.append(attn_weights)
+            if target_tensor is not None and i in teacher:
+                decoder_input = target_tensor[:, i].unsqueeze(1)  # teacher forcing
+            else:
+                _, topi = decoder_output.topk(1)
+                decoder_input = topi.squeeze(-1).detach()
+        decoder_outputs = torch.cat(decoder_outputs, dim=1)
+        decoder_outputs = F.log_softmax(decoder_outputs, dim=-1)
+        attentions = torch.cat(attentions, dim=1)
+        return decoder_outputs, decoder_hidden, attentions
+
+    def forward_step(self, input, hidden, encoder_outputs):
+        embedded = self.dropout(self.embedding(input))
+        query = hidden.permute(1, 0, 2)
+        context, attn_weights = self.attention(query, encoder_outputs)
+        input_gru = torch.cat((embedded, context), dim=2)
+        output, hidden = self.gru(input_gru, hidden)
+        output = self.out(output)
+        return output, hidden, attn_weights
+
+
+class Seq2Seq(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.encoder, self.decoder = EncoderRNN(7, 8), AttnDecoderRNN(8, 6)
+
+
+def make():
+    return Seq2Seq()
+
+
+def main(init, src, tgt):
+    model = make()
+    model.load_state_dict({k: torch.from_numpy(v) for k, v in init.items()})
+    encoder, decoder = model.encoder, model.decoder
+    encoder_optimizer = optim.Adam(encoder.parameters(), lr=0.01)
+    decoder_optimizer = optim.Adam(decoder.parameters(), lr=0.01)
+    criterion = nn.NLLLoss()
+    input_tensor, target_tensor = torch.from_numpy(src), torch.from_numpy(tgt)
+    losses = []
+    for epoch in range(3):
+        encoder_optimizer.zero_grad()
+        decoder_optimizer.zero_grad()
+        encoder_outputs, encoder_hidden = encoder(input_tensor)
+        teacher = (0, 2, 3) if epoch % 2 == 0 else (1,)
+        decoder_outputs, _, _ = decoder(encoder_outputs, encoder_hidden, target_tensor, teacher)
+        loss = criterion(decoder_outputs.view(-1, decoder_outputs.size(-1)), target_tensor.view(-1))
+        loss.backward()
+        encoder_optimizer.step()
+        decoder_optimizer.step()
+        losses.append(loss.item())
+    with torch.no_grad():
+        encoder_outputs, encoder_hidden = encoder(input_tensor)
+        decoder_outputs, decoder_hidden, attentions = decoder(encoder_outputs, encoder_hidden)
+        _, topi = decoder_outputs.topk(1)
+        decoded_ids = topi.squeeze()
+    return losses, decoded_ids.tolist(), attentions
+"""
+
+
+def test_seq2seq_gru_attention():
+    rng = np.random.default_rng(0)
+    _check(SEQ2SEQ, rng.integers(1, 7, (3, 5)), rng.integers(1, 6, (3, 5)))
+
+
+AMP_COMPILE = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(6, 16), nn.Linear(16, 3)
+
+    def forward(self, x):
+        return self.fc2(F.relu(self.fc1(x)))
+
+
+def make():
+    return Net()
+
+
+@torch.compile
+def loss_fn(out, y):
+    return F.cross_entropy(out, y)
+
+
+def main(init, xs, ys):
+    model = make()
+    model.load_state_dict({k: torch.from_numpy(v) for k, v in init.items()})
+    compiled = torch.compile(model, mode="reduce-overhead")
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    scaler = torch.cuda.amp.GradScaler(enabled=False)
+    scaler2 = torch.amp.GradScaler("cuda", enabled=False)
+    x, y = torch.from_numpy(xs), torch.from_numpy(ys)
+    losses = []
+    for step in range(3):
+        optimizer.zero_grad(set_to_none=True)
+        with torch.autocast(device_type=device, dtype=torch.float16, enabled=False):
+            out = compiled(x)
+            loss = loss_fn(out, y)
+        assert out.dtype == torch.float32
+        scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        scaler.step(optimizer)
+        scaler.update()
+        losses.append(loss.item())
+    assert scaler.get_scale() == 1.0 and not scaler.is_enabled() and scaler2.state_dict() == {}
+    return losses
+"""
+
+
+def test_grad_scaler_disabled_and_compiled_model(monkeypatch):
+    # (torch's own compile, for the reference run, builds C++ kernels for a minute: its model runs as it is)
+    monkeypatch.setattr(torch, "compile", lambda model=None, **kwargs: model if model is not None else (lambda m: m))
+    rng = np.random.default_rng(0)
+    _check(AMP_COMPILE, rng.standard_normal((5, 6), dtype=np.float32), rng.integers(0, 3, 5))
+
+
+CHECKPOINT = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def make():
+    return nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2))
+
+
+def build(init):
+    model = make()
+    model.load_state_dict({k: torch.from_numpy(v) for k, v in init.items()})
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.05)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=2, gamma=0.5)
+    return model, optimizer, scheduler
+
+
+def train(model, optimizer, scheduler, x, y, epochs):
+    losses = []
+    for epoch in epochs:
+        optimizer.zero_grad()
+        loss = F.mse_loss(model(x), y)
+        loss.backward()
+        optimizer.step()
+        scheduler.step()
+        losses.append(loss.item())
+    return losses
+
+
+def main(init, xs, ys, path):
+    x, y = torch.from_numpy(xs), torch.from_numpy(ys)
+    straight = train(*build(init), x, y, range(6))
+    model, optimizer, scheduler = build(init)
+    first = train(model, optimizer, scheduler, x, y, range(3))
+    torch.save(
+        {
+            "epoch": 3,
+            "model_state_dict": model.state_dict(),
+            "optimizer_state_dict": optimizer.state_dict(),
+            "scheduler_state_dict": scheduler.state_dict(),
+            "loss": first[-1],
+        },
+        path,
+    )
+    model, optimizer, scheduler = build({k: v * 0 for k, v in init.items()})
+    checkpoint = torch.load(path, weights_only=True)
+    model.load_state_dict(checkpoint["model_state_dict"])
+    optimizer.load_state_dict(checkpoint["optimizer_state_dict"])
+    scheduler.load_state_dict(checkpoint["scheduler_state_dict"])
+    assert checkpoint["epoch"] == 3 and checkpoint["loss"] == first[-1]
+    resumed = train(model, optimizer, scheduler, x, y, range(checkpoint["epoch"], 6))
+    return straight, first + resumed, scheduler.get_last_lr()
+"""
+
+
+def test_checkpoint_resume(tmp_path):
+    rng = np.random.default_rng(0)
+    xs, ys = rng.standard_normal((6, 4), dtype=np.float32), rng.standard_normal((6, 2), dtype=np.float32)
+    straight, resumed, _ = _check(CHECKPOINT, xs, ys, str(tmp_path / "ckpt.pt"))
+    np.testing.assert_allclose(resumed, straight, rtol=1e-6)
+
+
+def test_manual_seed_reproducibility():
+    import lazygrad.torch as lt
+
+    def run():
+        lt.manual_seed(7)
+        model = lt.nn.Sequential(lt.nn.Linear(4, 4), lt.nn.Dropout(0.5))
+        return [v.numpy() for v in model.state_dict().values()], model(lt.randn(3, 4)).numpy(), lt.randint(0, 9, (5,))
+
+    (w1, out1, r1), (w2, out2, r2) = run(), run()
+    for a, b in zip(w1, w2):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(out1, out2)
+    assert r1.tolist() == r2.tolist() and r1.dtype == lt.int64
+    g1, g2 = lt.Generator().manual_seed(3), lt.Generator().manual_seed(3)
+    assert lt.randperm(6, generator=g1).shape == (6,) and g1.initial_seed() == g2.initial_seed() == 3
