@@ -284,9 +284,9 @@ def _method(name: str) -> Callable[..., Any]:
 _METHODS = """abs abs_ absolute acos acos_ acosh acosh_ add addbmm addcdiv addcmul addmm addmv addmv_ addr adjoint all
 as_strided allclose amax amin aminmax any arccos arccos_ arccosh arccosh_ arcsin arcsin_ arcsinh arcsinh_ arctan arctan2
 arctan_ arctanh arctanh_ argmax argmin argsort argwhere asin asin_ asinh asinh_ atan atan2 atan_ atanh atanh_ baddbmm
-bernoulli bmm bincount bitwise_and bitwise_left_shift bitwise_not bitwise_or bitwise_right_shift bitwise_xor broadcast_to
-bucketize cdist ceil ceil_ cholesky chunk clamp clamp_ clamp_max clamp_max_ clamp_min clamp_min_ clip clip_ clone
-combinations conj copysign corrcoef cos cos_ cosh cosh_ count_nonzero cov cross cummax cummin cumprod cumsum
+bernoulli bmm bincount bitwise_and bitwise_left_shift bitwise_not bitwise_or bitwise_right_shift bitwise_xor
+broadcast_to bucketize cdist ceil ceil_ cholesky chunk clamp clamp_ clamp_max clamp_max_ clamp_min clamp_min_ clip clip_
+clone combinations conj copysign corrcoef cos cos_ cosh cosh_ count_nonzero cov cross cummax cummin cumprod cumsum
 cumulative_trapezoid deg2rad deg2rad_ det detach detach_ diag diag_embed diagflat diagonal diagonal_scatter diff digamma
 dist div divide dot dsplit empty_like eq equal erf erf_ erfc erfc_ erfinv exp exp2 exp2_ exp_ expm1 expm1_ fill_ fix
 fix_ flatten flip fliplr flipud float_power floor floor_ floor_divide fmax fmin fmod frac frac_ frexp full_like gather

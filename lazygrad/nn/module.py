@@ -107,7 +107,8 @@ def _take_factory_kwargs(cls: type) -> None:
         return
     kinds = [p.kind for p in names.values()]
     # torch's device and dtype come after the last positional argument (nn.Linear(4, 2, True, "cpu", torch.float64))
-    positional = -1 if inspect.Parameter.VAR_POSITIONAL in kinds else kinds.count(inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    fixed = inspect.Parameter.VAR_POSITIONAL not in kinds
+    positional = kinds.count(inspect.Parameter.POSITIONAL_OR_KEYWORD) if fixed else -1
 
     @functools.wraps(init)
     def __init__(self: Module, *args: Any, device: Any = None, dtype: Any = None, **kwargs: Any) -> None:

@@ -943,8 +943,10 @@ class LBFGS(Optimizer):
         line_search_fn: str | None = None,
         device: str | None = None,
     ):
+        if line_search_fn not in (None, "strong_wolfe"):
+            raise RuntimeError("only 'strong_wolfe' is supported")
         if line_search_fn is not None:
-            raise NotImplementedError(f"LBFGS: line_search_fn={line_search_fn!r} is not offered (only None)")
+            raise NotImplementedError("LBFGS: line_search_fn='strong_wolfe' is not offered (only None)")
         super().__init__(params, lr, device)
         self.max_iter, self.max_eval = max_iter, max_eval if max_eval is not None else max_iter * 5 // 4
         self.tolerance_grad, self.tolerance_change, self.history_size = tolerance_grad, tolerance_change, history_size
@@ -989,9 +991,7 @@ class LBFGS(Optimizer):
             r = (r + stp * (a - dr.dot(r) * ro)).realize()
         return r
 
-    def step(self, closure: Any = None) -> Any:  # type: ignore[override]
-        if not callable(closure):
-            raise RuntimeError("LBFGS.step needs a closure that computes the loss (and its gradients)")
+    def step(self, closure: Callable[[], Tensor]) -> Any:  # type: ignore[override]
         lr = _read_lr(self)
         with Tensor.enable_grad():
             orig_loss = closure()

@@ -789,7 +789,8 @@ class VisionTransformer(nn.Module):
         self.cls_token = nn.Parameter(torch.randn(1, 1, embed_dim))
         self.pos_embed = nn.Parameter(torch.randn(1, 1 + self.patch_embed.num_patches, embed_dim))
         self.dropout = nn.Dropout(0.0)
-        self.layers = nn.ModuleList([TransformerEncoderLayer(embed_dim, num_heads, 2 * embed_dim) for _ in range(depth)])
+        layers = [TransformerEncoderLayer(embed_dim, num_heads, 2 * embed_dim) for _ in range(depth)]
+        self.layers = nn.ModuleList(layers)
         self.norm = nn.LayerNorm(embed_dim)
         self.head = nn.Linear(embed_dim, num_classes)
 
@@ -1275,3 +1276,135 @@ def test_manual_seed_reproducibility():
     assert r1.tolist() == r2.tolist() and r1.dtype == lt.int64
     g1, g2 = lt.Generator().manual_seed(3), lt.Generator().manual_seed(3)
     assert lt.randperm(6, generator=g1).shape == (6,) and g1.initial_seed() == g2.initial_seed() == 3
+
+
+# *** the gaps the programs met, one at a time against torch ***
+
+
+@pytest.mark.parametrize(
+    "layer, args, names",
+    [
+        ("Linear", (3, 4), ("in_features", "out_features")),
+        ("Conv2d", (2, 4, 3), ("in_channels", "out_channels", "kernel_size")),
+        ("Conv1d", (2, 4, 3), ("in_channels", "out_channels", "kernel_size")),
+        ("ConvTranspose2d", (2, 4, 3), ("in_channels", "out_channels")),
+        ("BatchNorm1d", (5,), ("num_features", "affine", "eps", "momentum")),
+        ("LayerNorm", (5,), ("normalized_shape", "elementwise_affine", "eps")),
+        ("GroupNorm", (2, 4), ("num_groups", "num_channels", "affine")),
+        ("InstanceNorm2d", (3,), ("num_features", "affine")),
+        ("LSTMCell", (3, 4, False), ("input_size", "hidden_size", "bias")),
+        ("GRUCell", (3, 4), ("input_size", "hidden_size", "bias")),
+        ("RNNCell", (3, 4), ("input_size", "hidden_size", "bias")),
+    ],
+)
+def test_layers_keep_torch_size_attributes(layer, args, names):
+    import lazygrad.torch as lt
+
+    want, got = getattr(torch.nn, layer)(*args), getattr(lt.nn, layer)(*args)
+    for name in names:
+        assert getattr(got, name) == getattr(want, name), name
+
+
+def test_tensor_of_a_list_holding_one_element_tensors():
+    import lazygrad.torch as lt
+
+    for make in (
+        lambda m: m.tensor([m.tensor(1.5), m.tensor([2.5])]),
+        lambda m: m.tensor([[m.tensor(1, dtype=m.int32)], [m.tensor(2, dtype=m.int32)]]),
+        lambda m: m.tensor([m.tensor(1.5, dtype=m.float64), 2]),
+        lambda m: m.tensor([m.arange(3).sum(), m.tensor(4)]),
+    ):
+        want, got = make(torch), make(lt)
+        assert got.shape == tuple(want.shape) and str(got.dtype).split(".")[-1] == str(want.dtype).split(".")[-1]
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
+    for m in (torch, lt):
+        with pytest.raises(ValueError, match="only one element tensors"):
+            m.tensor([m.tensor([1.0, 2.0])])
+
+
+def test_layers_take_positional_device_and_dtype():
+    import lazygrad.torch as lt
+
+    assert lt.nn.Linear(3, 2, True, None, lt.float64).weight.dtype == lt.float64
+    assert lt.nn.Linear(3, 2, False, "cpu").bias is None
+    assert lt.nn.Conv2d(1, 2, 3, 1, 0, 1, 1, True, "zeros", None, lt.float64).bias.dtype == lt.float64
+    assert lt.nn.LayerNorm(4, 1e-5, True, True, "cpu", lt.float16).weight.dtype == lt.float16
+    with pytest.raises(TypeError):
+        lt.nn.Linear(3, 2, True, None, None, 5)
+
+
+SUBCLASSED_LAYER = """
+import torch
+import torch.nn as nn
+
+
+class Scaled(nn.Linear):
+    def forward(self, x):
+        return super().forward(x) * 2 + self.weight.sum()
+
+
+class Both(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList()
+        self.layers.append(Fitted(3, 3))
+        self.scaled = Scaled(3, 2)
+
+    def forward(self, x):
+        return self.scaled(self.layers[0](x))
+
+
+class Fitted(nn.Linear):
+    def train(self, x, y):  # (torch's ModuleList.append does not call it)
+        return self(x) - y
+
+
+def make():
+    return Both()
+
+
+def main(init, xs):
+    model = make()
+    model.load_state_dict({k: torch.from_numpy(v) for k, v in init.items()})
+    x = torch.from_numpy(xs)
+    seen = []
+    model.scaled.register_forward_hook(lambda m, args, out: seen.append(out.shape[-1]))
+    out = model(x)
+    out.sum().backward()
+    return out, model.layers[0].weight.grad, model.layers[0].train(x, x), seen
+"""
+
+
+def test_a_subclassed_layer_runs_its_own_forward_and_train():
+    _check(SUBCLASSED_LAYER, np.random.default_rng(0).standard_normal((2, 3), dtype=np.float32))
+
+
+@pytest.mark.parametrize(
+    "expr",
+    [
+        "torch.bmm(a.reshape(2, 1, 3), b.reshape(2, 3, 1))",
+        "torch.instance_norm(a.reshape(1, 2, 3), None, None, None, None, True, 0.1, 1e-5, False)",
+        "torch.instance_norm(a.reshape(1, 2, 3), b[0, :2], b[1, :2], None, None, True, 0.1, 1e-5, False)",
+        "torch.chain_matmul(a, b.T, a)",
+        "torch.randint_like(a, 3).shape",
+        "str(torch.randint_like(a, 1, 3).dtype)[-7:]",
+        "torch.randint_like(a.long(), 2, 3)",
+        "str(torch.promote_types(torch.int8, torch.uint8))[-5:]",
+        "str(torch.promote_types(torch.float16, torch.bfloat16))[-7:]",
+        "str(torch.result_type(a.long(), 1.0))[-7:]",
+        "str(torch.result_type(2, a.double()))[-7:]",
+        "str(torch.result_type(a.char(), 1000))[-4:]",
+        "str(torch.result_type(1, 2))[-5:]",
+        "[torch.can_cast(x, y) for x in (torch.float32, torch.int64, torch.bool) for y in (torch.int8, torch.bool)]",
+    ],
+)
+def test_top_level_functions_the_programs_met(expr):
+    from test.test_torch_namespace import _both, _values
+
+    a = np.array([[1.0, 5.0, 2.0], [3.0, -2.0, 4.0]], np.float32)
+    b = np.array([[0.5, 6.0, 1.0], [3.0, 1.0, -4.0]], np.float32)
+    want, got = (_values(v) for v in _both(expr, a=a, b=b))
+    if isinstance(want, (str, list, tuple)):
+        assert got == want if isinstance(want, str) else list(got) == list(want)
+    else:
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
