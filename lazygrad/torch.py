@@ -549,13 +549,26 @@ def set_num_threads(n: builtins.int) -> None:
 
 
 def save(obj: Any, f: Any, **kwargs: Any) -> None:
-    """torch.save of a state dict (or any nest of tensors and plain data) in torch's zip format."""
+    """torch.save of a state dict (or any nest of tensors and plain data) in torch's zip format, to a path or a file
+    object open for writing."""
     nn.state.torch_save(obj, f)
 
 
 def load(f: Any, map_location: Any = None, weights_only: Any = None, **kwargs: Any) -> Any:
-    """torch.load of a torch.save file: plain data and tensors, as torch's weights_only=True."""
-    return nn.state.torch_load(f)
+    """torch.load of a torch.save file (a path or a file object open for reading): plain data and tensors, as torch's
+    weights_only=True."""
+    if not hasattr(f, "read"):
+        return nn.state.torch_load(f)
+    import os
+    import tempfile
+
+    # the loader maps a file: a file object's bytes go through one (tensors read later stay mapped after the unlink)
+    with tempfile.NamedTemporaryFile(suffix=".pt", delete=False) as tmp:
+        tmp.write(f.read())
+    try:
+        return nn.state.torch_load(tmp.name)
+    finally:
+        os.unlink(tmp.name)
 
 
 def compile(model: Any = None, **kwargs: Any) -> Any:

@@ -132,6 +132,9 @@ class _RNNBase(Module):
                 if proj_size:
                     setattr(self, f"weight_hr_{name}", _uniform((proj_size, hidden_size), bound))
 
+    def flatten_parameters(self) -> None:
+        """torch's packing of the weights into one cuDNN buffer: lazygrad reads each weight where it is."""
+
     def _weights(self, name: str) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
         return (
             getattr(self, f"weight_ih_{name}"),

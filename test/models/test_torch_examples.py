@@ -1408,3 +1408,44 @@ def test_top_level_functions_the_programs_met(expr):
         assert got == want if isinstance(want, str) else list(got) == list(want)
     else:
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_linear_under_autocast_gives_the_low_dtype_with_its_bias(bias):
+    import lazygrad.torch as lt
+
+    rng = np.random.default_rng(0)
+    x, w, b = rng.standard_normal((2, 3), np.float32), rng.standard_normal((4, 3), np.float32), rng.standard_normal(4)
+    out = []
+    for m in (torch, lt):
+        args = (m.tensor(x), m.tensor(w), m.tensor(b.astype(np.float32)) if bias else None)
+        with m.autocast("cpu", dtype=m.bfloat16):
+            y = m.nn.functional.linear(*args)
+        out.append((str(y.dtype).split(".")[-1], y.float().detach().numpy()))
+    assert out[1][0] == out[0][0] == "bfloat16"
+    np.testing.assert_allclose(out[1][1], out[0][1], rtol=2e-2, atol=2e-2)
+
+
+def test_save_and_load_through_file_objects(tmp_path):
+    import io
+
+    import lazygrad.torch as lt
+
+    buf = io.BytesIO()
+    lt.save({"w": lt.arange(3.0), "step": 2}, buf)
+    buf.seek(0)
+    assert torch.load(buf)["w"].tolist() == [0.0, 1.0, 2.0]
+    buf.seek(0)
+    assert lt.load(buf)["w"].tolist() == [0.0, 1.0, 2.0]
+    with open(tmp_path / "t.pt", "wb") as f:
+        torch.save([torch.ones(2, dtype=torch.int64)], f)
+    with open(tmp_path / "t.pt", "rb") as f:
+        back = lt.load(f)[0]
+    assert back.tolist() == [1, 1] and back.dtype == lt.int64
+
+
+def test_rnn_flatten_parameters_is_accepted():
+    import lazygrad.torch as lt
+
+    for rnn in (lt.nn.LSTM(3, 4), lt.nn.GRU(3, 4, batch_first=True), lt.nn.RNN(3, 4)):
+        assert rnn.flatten_parameters() is None
