@@ -650,20 +650,28 @@ class return_types:  # noqa: N801  (torch's name)
     max = min = sort = topk = kthvalue = median = mode = cummax = cummin = ValuesIndices
 
 
-def _legacy(d: DType) -> Callable[..., Tensor]:
-    """torch.FloatTensor([1, 2]) / LongTensor(3, 4): the old constructors (data, or a shape of zeros)."""
+class _LegacyType(str):
+    """torch.FloatTensor, torch.LongTensor, ...: called, the old constructors (data, or a shape of zeros); as a name
+    (a str: "torch.FloatTensor"), the type that x.type(torch.FloatTensor) casts to."""
 
-    def make(*args: Any) -> Tensor:
+    dtype: DType
+
+    def __new__(cls, name: str, d: DType) -> _LegacyType:
+        out = super().__new__(cls, f"torch.{name}")
+        out.dtype = d
+        return out
+
+    def __call__(self, *args: Any) -> Tensor:
         if args and builtins.all(isinstance(a, builtins.int) for a in args):
-            return Tensor.zeros(*args, dtype=d)
-        return Tensor(args[0] if args else [], dtype=d)
-
-    return make
+            return Tensor.zeros(*args, dtype=self.dtype)
+        return Tensor(args[0] if args else [], dtype=self.dtype)
 
 
-FloatTensor, DoubleTensor, HalfTensor = _legacy(dtypes.float32), _legacy(dtypes.float64), _legacy(dtypes.float16)
-LongTensor, IntTensor, ShortTensor = _legacy(dtypes.int64), _legacy(dtypes.int32), _legacy(dtypes.int16)
-ByteTensor, CharTensor, BoolTensor = _legacy(dtypes.uint8), _legacy(dtypes.int8), _legacy(dtypes.bool)
+FloatTensor, DoubleTensor = _LegacyType("FloatTensor", dtypes.float32), _LegacyType("DoubleTensor", dtypes.float64)
+HalfTensor, LongTensor = _LegacyType("HalfTensor", dtypes.float16), _LegacyType("LongTensor", dtypes.int64)
+IntTensor, ShortTensor = _LegacyType("IntTensor", dtypes.int32), _LegacyType("ShortTensor", dtypes.int16)
+ByteTensor, CharTensor = _LegacyType("ByteTensor", dtypes.uint8), _LegacyType("CharTensor", dtypes.int8)
+BoolTensor = _LegacyType("BoolTensor", dtypes.bool)
 
 # the submodules as torch's: `torch.optim.Adam`, `import lazygrad.torch.nn.functional as F`, `from
 # lazygrad.torch.utils.data import DataLoader` (the import statement finds each dotted name in sys.modules)

@@ -1449,3 +1449,15 @@ def test_rnn_flatten_parameters_is_accepted():
 
     for rnn in (lt.nn.LSTM(3, 4), lt.nn.GRU(3, 4, batch_first=True), lt.nn.RNN(3, 4)):
         assert rnn.flatten_parameters() is None
+
+
+@pytest.mark.parametrize("name", ["FloatTensor", "DoubleTensor", "HalfTensor", "LongTensor", "IntTensor", "BoolTensor"])
+def test_legacy_tensor_types_cast_and_construct(name):
+    import lazygrad.torch as lt
+
+    x = np.array([[1.5, -2.0, 0.0]], np.float32)
+    want, got = torch.tensor(x).type(getattr(torch, name)), lt.tensor(x).type(getattr(lt, name))
+    assert got.type() == want.type() == f"torch.{name}"
+    np.testing.assert_array_equal(got.numpy(), want.numpy())
+    assert getattr(lt, name)(2, 3).shape == tuple(getattr(torch, name)(2, 3).shape)
+    assert getattr(lt, name)([1, 0]).tolist() == getattr(torch, name)([1, 0]).tolist()
