@@ -3002,7 +3002,8 @@ class Tensor(metaclass=_TensorType):
         d = _axes(dim, self.ndim + 1)[0]
         return self.unsqueeze(d).cat(*[t.unsqueeze(d) for t in others], dim=d)
 
-    def contiguous(self) -> Tensor:
+    def contiguous(self, memory_format: Any = None) -> Tensor:
+        """(torch's memory_format is taken: lazygrad has one layout, row-major; a value reads the same in every one)"""
         if self._view_of is not None:
             _follow_base(self)
         if self._is_stored():

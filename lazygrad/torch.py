@@ -114,6 +114,21 @@ class iinfo:
 device = DeviceName  # torch.device("cpu"), ("cuda", 1): lazygrad's name for it, with .type and .index
 
 
+class memory_format:  # noqa: N801 (torch's name)
+    """torch's memory formats, taken where torch takes them (x.contiguous(memory_format=...), model.to(...)): lazygrad
+    keeps one layout, row-major; the values read the same in each."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"torch.{self.name}"
+
+
+contiguous_format, preserve_format = memory_format("contiguous_format"), memory_format("preserve_format")
+channels_last, channels_last_3d = memory_format("channels_last"), memory_format("channels_last_3d")
+
+
 # *** creation ***
 
 

@@ -1461,3 +1461,16 @@ def test_legacy_tensor_types_cast_and_construct(name):
     np.testing.assert_array_equal(got.numpy(), want.numpy())
     assert getattr(lt, name)(2, 3).shape == tuple(getattr(torch, name)(2, 3).shape)
     assert getattr(lt, name)([1, 0]).tolist() == getattr(torch, name)([1, 0]).tolist()
+
+
+def test_memory_formats_are_taken():
+    import lazygrad.torch as lt
+
+    x = np.random.default_rng(0).standard_normal((1, 3, 4, 4)).astype(np.float32)
+    for fmt in ("channels_last", "contiguous_format", "preserve_format"):
+        want = torch.tensor(x).contiguous(memory_format=getattr(torch, fmt))
+        got = lt.tensor(x).contiguous(memory_format=getattr(lt, fmt))
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
+    conv = lt.nn.Conv2d(3, 2, 3).to(memory_format=lt.channels_last)
+    assert conv(lt.tensor(x).to(memory_format=lt.channels_last)).shape == (1, 2, 2, 2)
+    assert repr(lt.channels_last) == repr(torch.channels_last)
