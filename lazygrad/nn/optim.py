@@ -946,6 +946,12 @@ class LBFGS(Optimizer):
         if line_search_fn not in (None, "strong_wolfe"):
             raise RuntimeError("only 'strong_wolfe' is supported")
         self.line_search_fn = line_search_fn
+        if isinstance(params, (list, tuple)) and params and isinstance(params[0], dict):
+            (group,) = params  # (one group: __new__ refused more)
+            if other := sorted(set(group) - {"params", "lr"}):
+                raise ValueError(f"LBFGS takes {other} as arguments, not in a parameter group")
+            lr = group.get("lr", lr)
+            params = [group["params"]] if isinstance(group["params"], Tensor) else list(group["params"])
         super().__init__(params, lr, device)
         self.max_iter, self.max_eval = max_iter, max_eval if max_eval is not None else max_iter * 5 // 4
         self.tolerance_grad, self.tolerance_change, self.history_size = tolerance_grad, tolerance_change, history_size
@@ -958,6 +964,11 @@ class LBFGS(Optimizer):
         self.h_diag: float | Tensor = 1.0
         self.prev_flat_grad: Tensor | None = None
         Tensor.realize(*self.params, self.lr)
+
+    def __new__(cls, params: Any = None, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(params, (list, tuple)) and len(params) > 1 and isinstance(params[0], dict):
+            raise ValueError("LBFGS doesn't support per-parameter options (parameter groups)")
+        return object.__new__(cls)
 
     def _flat_grad(self) -> Tensor:
         grads = [p.grad.detach().flatten() if p.grad is not None else p.zeros_like().flatten() for p in self.params]

@@ -83,3 +83,24 @@ def test_lbfgs_rosenbrock_matches_torch(line_search_fn, max_iter):
     np.testing.assert_allclose(got_xy, want_xy, rtol=1e-7, atol=1e-10)
     np.testing.assert_allclose(got_losses, want_losses, rtol=1e-7, atol=1e-12)
     assert got_calls == want_calls
+
+
+def test_lbfgs_takes_one_parameter_group_only():
+    rng = np.random.default_rng(1)
+    w0, a = rng.standard_normal(3), rng.standard_normal((4, 3))
+    got = []
+    for mod in (torch, lt):
+        w = mod.tensor(w0, requires_grad=True)
+        opt = mod.optim.LBFGS([{"params": [w], "lr": 0.5}], max_iter=3)
+
+        def closure():
+            opt.zero_grad()
+            loss = ((mod.tensor(a) @ w - 1.0) ** 2).sum()
+            loss.backward()
+            return loss
+
+        opt.step(closure)
+        got.append(w.detach().numpy())
+        with pytest.raises(ValueError, match="parameter groups"):
+            mod.optim.LBFGS([{"params": [w]}, {"params": [mod.zeros(2, requires_grad=True)]}])
+    np.testing.assert_allclose(got[1], got[0], rtol=1e-9)
