@@ -44,6 +44,37 @@ def _uniform(shape: tuple[int, ...], bound: float) -> Tensor:
     return _own_buffer(Tensor.uniform(*shape, low=-bound, high=bound), requires_grad=True)
 
 
+def _conv_repr(conv: Any) -> str:
+    """torch's repr of a (transposed) convolution: sizes per spatial dim, the options that differ from defaults."""
+    n = len(conv.kernel_size)
+    out = (
+        f"{conv.in_channels}, {conv.out_channels}, kernel_size={conv.kernel_size}, stride={make_tuple(conv.stride, n)}"
+    )
+    padding = conv.padding if isinstance(conv.padding, str) else make_tuple(conv.padding, n)
+    for name, value, default in (
+        ("padding", padding, (0,) * n),
+        ("dilation", make_tuple(conv.dilation, n), (1,) * n),
+        ("output_padding", make_tuple(getattr(conv, "output_padding", 0), n), (0,) * n),
+        ("groups", conv.groups, 1),
+        ("bias", conv.bias is not None, True),
+        ("padding_mode", getattr(conv, "padding_mode", "zeros"), "zeros"),
+    ):
+        if value != default:
+            out += f", {name}={value}"
+    return out
+
+
+def _norm_repr(norm: Any, *head: Any) -> str:
+    """torch's repr of a normalization layer: its sizes, eps, momentum where it has one, whether it has a scale and
+    a shift, and whether it tracks running statistics where it can."""
+    out = ", ".join(map(str, head)) + f", eps={norm.eps}"
+    if hasattr(norm, "momentum"):
+        out += f", momentum={norm.momentum}"
+    out += f", {'elementwise_affine' if hasattr(norm, 'elementwise_affine') else 'affine'}={norm.weight is not None}"
+    out += f", bias={norm.bias is not None}"
+    return out + (f", track_running_stats={norm.track_running_stats}" if hasattr(norm, "track_running_stats") else "")
+
+
 class Linear(Module):
     def __init__(self, in_features: int, out_features: int, bias: bool = True):
         self.in_features, self.out_features = in_features, out_features
@@ -100,6 +131,9 @@ class Conv2d(Module):
             self.weight, self.bias, stride=self.stride, padding=padding, dilation=self.dilation, groups=self.groups
         )
 
+    def extra_repr(self) -> str:
+        return _conv_repr(self)
+
     def _pads(self) -> list[int]:
         """The padding as Tensor.pad's flat list (last dim first), 'same' resolved as torch does (the odd one
         after)."""
@@ -148,6 +182,9 @@ class ConvTranspose2d(Module):
             dilation=self.dilation,
             groups=self.groups,
         )
+
+    def extra_repr(self) -> str:
+        return _conv_repr(self)
 
 
 def _with_dims(base: type, dims: int) -> type:
@@ -218,6 +255,9 @@ class BatchNorm(Module):
             return _batch_norm(x, self.weight, self.bias, eps=self.eps)
         return x.batchnorm(self.weight, self.bias, self.running_mean, (self.running_var + self.eps).rsqrt())
 
+    def extra_repr(self) -> str:
+        return _norm_repr(self, self.num_features)
+
 
 @_replayed
 def _batch_norm(
@@ -274,6 +314,9 @@ class InstanceNorm(Module):
         shape = (1, -1) + (1,) * (x.ndim - 2)
         return x * self.weight.reshape(shape) + self.bias.reshape(shape)  # type: ignore[union-attr]
 
+    def extra_repr(self) -> str:
+        return _norm_repr(self, self.num_features)
+
 
 class LayerNorm(Module):
     def __init__(
@@ -296,6 +339,9 @@ class LayerNorm(Module):
         if self.weight is not None:
             x = x * self.weight
         return x if self.bias is None else x + self.bias
+
+    def extra_repr(self) -> str:
+        return _norm_repr(self, self.normalized_shape)
 
 
 class LayerNorm2d(LayerNorm):
@@ -322,6 +368,9 @@ class GroupNorm(Module):
             return x_
         shape = (1, -1) + (1,) * (x.ndim - 2)
         return x_ * self.weight.reshape(shape) + self.bias.reshape(shape)  # type: ignore[union-attr]
+
+    def extra_repr(self) -> str:
+        return _norm_repr(self, self.num_groups, self.num_channels)
 
 
 # machine epsilon per float dtype: torch's RMSNorm default eps (torch.finfo(dtype).eps)
@@ -374,6 +423,9 @@ class LSTMCell(Module):
         i, f, g, o = gates.chunk(4, -1)
         c = f.sigmoid() * c + i.sigmoid() * g.tanh()
         return o.sigmoid() * c.tanh(), c
+
+    def extra_repr(self) -> str:
+        return f"{self.input_size}, {self.hidden_size}" + ("" if self.bias else ", bias=False")
 
 
 def _embedding_table(
@@ -436,6 +488,18 @@ class Embedding(Module):
         return functional.embedding(
             idx, self.weight, self.padding_idx, self.max_norm, self.norm_type, self.scale_grad_by_freq
         )
+
+    def extra_repr(self) -> str:
+        out = f"{self.num_embeddings}, {self.embedding_dim}"
+        for name, default in (
+            ("padding_idx", None),
+            ("max_norm", None),
+            ("norm_type", 2.0),
+            ("scale_grad_by_freq", False),
+        ):
+            if getattr(self, name) != default:
+                out += f", {name}={getattr(self, name)}"
+        return out
 
 
 class EmbeddingBag(Module):

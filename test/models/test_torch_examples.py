@@ -1474,3 +1474,30 @@ def test_memory_formats_are_taken():
     conv = lt.nn.Conv2d(3, 2, 3).to(memory_format=lt.channels_last)
     assert conv(lt.tensor(x).to(memory_format=lt.channels_last)).shape == (1, 2, 2, 2)
     assert repr(lt.channels_last) == repr(torch.channels_last)
+
+
+@pytest.mark.parametrize(
+    "layer, args",
+    [
+        ("Embedding", (5, 3)),
+        ("Embedding", (5, 3, -1, 1.0)),
+        ("LSTM", (3, 4, 2)),
+        ("GRU", (3, 4, 1, False, True, 0.5, True)),
+        ("LSTMCell", (3, 4)),
+        ("GRUCell", (3, 4, False)),
+        ("RNNCell", (3, 4, False, "relu")),
+        ("LayerNorm", (4,)),
+        ("LayerNorm", (4, 1e-5, False)),
+        ("GroupNorm", (2, 4, 1e-5, False)),
+        ("InstanceNorm2d", (4, 1e-5, 0.1, True)),
+        ("Conv2d", (2, 4, 3)),
+        ("Conv2d", (2, 4, 3, 2, 1, 2, 2, False, "reflect")),
+        ("Conv2d", (2, 4, 3, 1, "same")),
+        ("Conv1d", (2, 4, 3)),
+        ("ConvTranspose2d", (2, 4, 3, 2, 0, 1)),
+    ],
+)
+def test_layers_print_as_torch_prints_them(layer, args):
+    import lazygrad.torch as lt
+
+    assert repr(getattr(lt.nn, layer)(*args)) == repr(getattr(torch.nn, layer)(*args))
