@@ -1,7 +1,8 @@
-"""torch.distributions' most used families over lazy tensors: Normal, Uniform, Bernoulli, Categorical, OneHotCategorical
-(moments, log_prob, entropy, sample, rsample where the family is reparameterizable) and kl_divergence between two of
-one family. Parameters broadcast as torch's; sample(shape) draws shape + batch_shape values from lazygrad's generator,
-so Tensor.manual_seed makes the draws repeatable (not torch's numbers: another generator)."""
+"""torch.distributions' most used families over lazy tensors: Normal, Uniform, Bernoulli, Categorical,
+OneHotCategorical, and Independent over any of them (moments, log_prob, entropy, sample, rsample where the family is
+reparameterizable) and kl_divergence between two of one family. Parameters broadcast as torch's; sample(shape) draws
+shape + batch_shape values from lazygrad's generator, so Tensor.manual_seed makes the draws repeatable (not torch's
+numbers: another generator)."""
 
 from __future__ import annotations
 
@@ -217,6 +218,50 @@ class OneHotCategorical(Categorical):
         return self.probs * (1 - self.probs)
 
 
+class Independent(Distribution):
+    """The base's rightmost `reinterpreted_batch_ndims` batch dims read as event dims: log_prob and entropy summed
+    over them (a diagonal Gaussian over vectors is Independent(Normal(mu, sigma), 1))."""
+
+    def __init__(self, base_distribution: Distribution, reinterpreted_batch_ndims: int, validate_args: Any = None):
+        n, dims = reinterpreted_batch_ndims, len(base_distribution.batch_shape)
+        if not 0 <= n <= dims:
+            raise ValueError(
+                f"Expected reinterpreted_batch_ndims <= len(base_distribution.batch_shape), actual {n} vs {dims}"
+            )
+        self.base_dist, self.reinterpreted_batch_ndims = base_distribution, n
+        shape = base_distribution.batch_shape + base_distribution.event_shape
+        self.batch_shape, self.event_shape = shape[: dims - n], shape[dims - n :]
+        self.has_rsample = base_distribution.has_rsample
+
+    def _summed(self, x: Tensor) -> Tensor:
+        n = self.reinterpreted_batch_ndims
+        return x.sum(tuple(range(-n, 0))) if n else x
+
+    @property
+    def mean(self) -> Tensor:
+        return self.base_dist.mean  # type: ignore[attr-defined]
+
+    @property
+    def mode(self) -> Tensor:
+        return self.base_dist.mode  # type: ignore[attr-defined]
+
+    @property
+    def variance(self) -> Tensor:
+        return self.base_dist.variance  # type: ignore[attr-defined]
+
+    def sample(self, sample_shape: Sequence[int] = ()) -> Tensor:
+        return self.base_dist.sample(sample_shape)
+
+    def rsample(self, sample_shape: Sequence[int] = ()) -> Tensor:
+        return self.base_dist.rsample(sample_shape)
+
+    def log_prob(self, value: Any) -> Tensor:
+        return self._summed(self.base_dist.log_prob(value))  # type: ignore[attr-defined]
+
+    def entropy(self) -> Tensor:
+        return self._summed(self.base_dist.entropy())  # type: ignore[attr-defined]
+
+
 def kl_divergence(p: Distribution, q: Distribution) -> Tensor:
     """KL(p || q) in closed form for two distributions of one family (Normal, Uniform, Bernoulli, Categorical)."""
     if isinstance(p, Normal) and isinstance(q, Normal):
@@ -228,6 +273,10 @@ def kl_divergence(p: Distribution, q: Distribution) -> Tensor:
         return p.probs * (p.logits.softplus().neg() - q.logits.softplus().neg() + p.logits - q.logits) + (
             1 - p.probs
         ) * (q.logits.softplus() - p.logits.softplus())
+    if isinstance(p, Independent) and isinstance(q, Independent):
+        if p.reinterpreted_batch_ndims != q.reinterpreted_batch_ndims:
+            raise NotImplementedError("kl_divergence of Independent distributions over different event dims")
+        return p._summed(kl_divergence(p.base_dist, q.base_dist))
     if isinstance(p, Uniform) and isinstance(q, Uniform):
         inside = (q.low <= p.low) & (p.high <= q.high)
         return inside.where(((q.high - q.low) / (p.high - p.low)).log(), float("inf"))

@@ -3008,7 +3008,8 @@ class Tensor(metaclass=_TensorType):
         d = _axes(dim, self.ndim + 1)[0]
         return self.unsqueeze(d).cat(*[t.unsqueeze(d) for t in others], dim=d)
 
-    def contiguous(self) -> Tensor:
+    def contiguous(self, memory_format: Any = None) -> Tensor:
+        """(torch's memory_format is taken: lazygrad has one layout, row-major; a value reads the same in every one)"""
         if self._view_of is not None:
             _follow_base(self)
         if self._is_stored():
@@ -5306,6 +5307,8 @@ class Tensor(metaclass=_TensorType):
     def linear(self, weight: Tensor, bias: Tensor | None = None, dtype: DType | str | None = None) -> Tensor:
         """x @ weight.T + bias, with weight (out_features, in_features) as in torch. dtype (tinygrad's): computed
         in that dtype (the inputs are cast to it)."""
+        if dtype is None and _modes.autocast is not None:  # (the bias too: torch's autocast linear gives the low dtype)
+            dtype = _autocast_dtype(self, weight, *([] if bias is None else [bias]))
         if dtype is not None:
             return self.cast(dtype).linear(weight.cast(dtype), None if bias is None else bias.cast(dtype))
         if weight.ndim not in (1, 2) or self.ndim == 0 or self.shape[-1] != weight.shape[-1]:

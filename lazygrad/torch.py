@@ -35,7 +35,7 @@ from typing import Any, Callable
 from lazygrad import nn
 from lazygrad.autograd import enable_grad, inference_mode, no_grad, set_grad_enabled  # noqa: F401 (torch's names)
 from lazygrad.device import DeviceName
-from lazygrad.dtype import DType, dtypes, to_dtype
+from lazygrad.dtype import DType, dtypes, least_upper_dtype, to_dtype
 from lazygrad.nn import functional as F
 from lazygrad.nn import optim
 from lazygrad.nn.module import Module
@@ -114,12 +114,45 @@ class iinfo:
 device = DeviceName  # torch.device("cpu"), ("cuda", 1): lazygrad's name for it, with .type and .index
 
 
+class memory_format:  # noqa: N801 (torch's name)
+    """torch's memory formats, taken where torch takes them (x.contiguous(memory_format=...), model.to(...)): lazygrad
+    keeps one layout, row-major; the values read the same in each."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"torch.{self.name}"
+
+
+contiguous_format, preserve_format = memory_format("contiguous_format"), memory_format("preserve_format")
+channels_last, channels_last_3d = memory_format("channels_last"), memory_format("channels_last_3d")
+
+
 # *** creation ***
+
+
+def _scalars_of(data: Any, found: list[DType]) -> Any:
+    """Nested lists with one-element tensors among their items (torch.tensor([t.sum() for t in ts])) as Python
+    numbers, each tensor's dtype noted in `found`."""
+    if isinstance(data, Tensor):
+        if data.numel() != 1:
+            raise ValueError("only one element tensors can be converted to Python scalars")
+        found.append(data.dtype)
+        return data.item()
+    if isinstance(data, (list, tuple)):
+        return [_scalars_of(v, found) for v in data]
+    return data
 
 
 def _from_python(data: Any, dtype: Any, device: Any) -> Tensor:
     """A tensor of Python data, whose ints are int64 as torch's (lazygrad's Tensor([1, 2]) is tinygrad's int32);
-    a numpy array keeps its dtype."""
+    a numpy array keeps its dtype; tensors inside lists give their dtype."""
+    if isinstance(data, (list, tuple)):
+        found: list[DType] = []
+        data = _scalars_of(data, found)
+        if found and dtype is None:
+            dtype = least_upper_dtype(*found)
     out = Tensor(data, dtype=dtype, device=device)
     if dtype is None and out.dtype == dtypes.default_int and not hasattr(data, "dtype"):
         out = out.cast(dtypes.int64)
@@ -266,9 +299,9 @@ def _method(name: str) -> Callable[..., Any]:
 _METHODS = """abs abs_ absolute acos acos_ acosh acosh_ add addbmm addcdiv addcmul addmm addmv addmv_ addr adjoint all
 as_strided allclose amax amin aminmax any arccos arccos_ arccosh arccosh_ arcsin arcsin_ arcsinh arcsinh_ arctan arctan2
 arctan_ arctanh arctanh_ argmax argmin argsort argwhere asin asin_ asinh asinh_ atan atan2 atan_ atanh atanh_ baddbmm
-bernoulli bincount bitwise_and bitwise_left_shift bitwise_not bitwise_or bitwise_right_shift bitwise_xor broadcast_to
-bucketize cdist ceil ceil_ cholesky chunk clamp clamp_ clamp_max clamp_max_ clamp_min clamp_min_ clip clip_ clone
-combinations conj copysign corrcoef cos cos_ cosh cosh_ count_nonzero cov cross cummax cummin cumprod cumsum
+bernoulli bmm bincount bitwise_and bitwise_left_shift bitwise_not bitwise_or bitwise_right_shift bitwise_xor
+broadcast_to bucketize cdist ceil ceil_ cholesky chunk clamp clamp_ clamp_max clamp_max_ clamp_min clamp_min_ clip clip_
+clone combinations conj copysign corrcoef cos cos_ cosh cosh_ count_nonzero cov cross cummax cummin cumprod cumsum
 cumulative_trapezoid deg2rad deg2rad_ det detach detach_ diag diag_embed diagflat diagonal diagonal_scatter diff digamma
 dist div divide dot dsplit empty_like eq equal erf erf_ erfc erfc_ erfinv exp exp2 exp2_ exp_ expm1 expm1_ fill_ fix
 fix_ flatten flip fliplr flipud float_power floor floor_ floor_divide fmax fmin fmod frac frac_ frexp full_like gather
@@ -427,6 +460,50 @@ def numel(input: Tensor) -> builtins.int:
     return input.numel()
 
 
+def instance_norm(input: Tensor, weight: Tensor | None, bias: Tensor | None, running_mean: Tensor | None,
+                  running_var: Tensor | None, use_input_stats: builtins.bool, momentum: builtins.float,
+                  eps: builtins.float, cudnn_enabled: builtins.bool = True) -> Tensor:  # fmt: skip
+    """torch.instance_norm: F.instance_norm with torch's top-level argument order."""
+    return F.instance_norm(input, running_mean, running_var, weight, bias, use_input_stats, momentum, eps)
+
+
+def randint_like(input: Tensor, low: builtins.int, high: builtins.int | None = None, **kwargs: Any) -> Tensor:
+    """torch.randint_like(input, high) or (input, low, high): input's shape, its dtype unless dtype= is given."""
+    low, high = (0, low) if high is None else (low, high)
+    d = to_dtype(kwargs.pop("dtype", None) or input.dtype)
+    kwargs.setdefault("device", input.device)
+    return randint(low, high, input.shape, **kwargs).cast(d)  # a float dtype holds the integers drawn
+
+
+def chain_matmul(*matrices: Tensor) -> Tensor:
+    first, *rest = matrices
+    for m in rest:
+        first = first @ m
+    return first
+
+
+def promote_types(type1: DType, type2: DType) -> DType:
+    return least_upper_dtype(to_dtype(type1), to_dtype(type2))
+
+
+def result_type(tensor1: Any, tensor2: Any) -> DType:
+    """The dtype an arithmetic op of the two gives: a Python number takes the tensor's kind where it can."""
+    if isinstance(tensor1, Tensor):
+        return tensor1._broadcasted(tensor2)[0].dtype
+    if isinstance(tensor2, Tensor):
+        return tensor2._broadcasted(tensor1, reverse=True)[0].dtype
+    kinds = {type(tensor1), type(tensor2)}
+    return dtypes.default_float if builtins.float in kinds else dtypes.bool if kinds == {builtins.bool} else int64
+
+
+def can_cast(from_: DType, to: DType) -> builtins.bool:
+    """torch's casting rule: no float to an integer, nothing but a bool to a bool."""
+    from_, to = to_dtype(from_), to_dtype(to)
+    if dtypes.is_float(from_) and not dtypes.is_float(to):
+        return False
+    return to != dtypes.bool or from_ == dtypes.bool
+
+
 # *** windows (torch.hann_window and friends): periodic by default, as torch's ***
 
 
@@ -487,13 +564,26 @@ def set_num_threads(n: builtins.int) -> None:
 
 
 def save(obj: Any, f: Any, **kwargs: Any) -> None:
-    """torch.save of a state dict (or any nest of tensors and plain data) in torch's zip format."""
+    """torch.save of a state dict (or any nest of tensors and plain data) in torch's zip format, to a path or a file
+    object open for writing."""
     nn.state.torch_save(obj, f)
 
 
 def load(f: Any, map_location: Any = None, weights_only: Any = None, **kwargs: Any) -> Any:
-    """torch.load of a torch.save file: plain data and tensors, as torch's weights_only=True."""
-    return nn.state.torch_load(f)
+    """torch.load of a torch.save file (a path or a file object open for reading): plain data and tensors, as torch's
+    weights_only=True."""
+    if not hasattr(f, "read"):
+        return nn.state.torch_load(f)
+    import os
+    import tempfile
+
+    # the loader maps a file: a file object's bytes go through one (tensors read later stay mapped after the unlink)
+    with tempfile.NamedTemporaryFile(suffix=".pt", delete=False) as tmp:
+        tmp.write(f.read())
+    try:
+        return nn.state.torch_load(tmp.name)
+    finally:
+        os.unlink(tmp.name)
 
 
 def compile(model: Any = None, **kwargs: Any) -> Any:
@@ -575,20 +665,28 @@ class return_types:  # noqa: N801  (torch's name)
     max = min = sort = topk = kthvalue = median = mode = cummax = cummin = ValuesIndices
 
 
-def _legacy(d: DType) -> Callable[..., Tensor]:
-    """torch.FloatTensor([1, 2]) / LongTensor(3, 4): the old constructors (data, or a shape of zeros)."""
+class _LegacyType(str):
+    """torch.FloatTensor, torch.LongTensor, ...: called, the old constructors (data, or a shape of zeros); as a name
+    (a str: "torch.FloatTensor"), the type that x.type(torch.FloatTensor) casts to."""
 
-    def make(*args: Any) -> Tensor:
+    dtype: DType
+
+    def __new__(cls, name: str, d: DType) -> _LegacyType:
+        out = super().__new__(cls, f"torch.{name}")
+        out.dtype = d
+        return out
+
+    def __call__(self, *args: Any) -> Tensor:
         if args and builtins.all(isinstance(a, builtins.int) for a in args):
-            return Tensor.zeros(*args, dtype=d)
-        return Tensor(args[0] if args else [], dtype=d)
-
-    return make
+            return Tensor.zeros(*args, dtype=self.dtype)
+        return Tensor(args[0] if args else [], dtype=self.dtype)
 
 
-FloatTensor, DoubleTensor, HalfTensor = _legacy(dtypes.float32), _legacy(dtypes.float64), _legacy(dtypes.float16)
-LongTensor, IntTensor, ShortTensor = _legacy(dtypes.int64), _legacy(dtypes.int32), _legacy(dtypes.int16)
-ByteTensor, CharTensor, BoolTensor = _legacy(dtypes.uint8), _legacy(dtypes.int8), _legacy(dtypes.bool)
+FloatTensor, DoubleTensor = _LegacyType("FloatTensor", dtypes.float32), _LegacyType("DoubleTensor", dtypes.float64)
+HalfTensor, LongTensor = _LegacyType("HalfTensor", dtypes.float16), _LegacyType("LongTensor", dtypes.int64)
+IntTensor, ShortTensor = _LegacyType("IntTensor", dtypes.int32), _LegacyType("ShortTensor", dtypes.int16)
+ByteTensor, CharTensor = _LegacyType("ByteTensor", dtypes.uint8), _LegacyType("CharTensor", dtypes.int8)
+BoolTensor = _LegacyType("BoolTensor", dtypes.bool)
 
 # the submodules as torch's: `torch.optim.Adam`, `import lazygrad.torch.nn.functional as F`, `from
 # lazygrad.torch.utils.data import DataLoader` (the import statement finds each dotted name in sys.modules)

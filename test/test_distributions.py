@@ -88,3 +88,30 @@ def test_samples_have_the_family_statistics_and_rsample_gradients() -> None:
         D.Categorical()
     onehot = D.OneHotCategorical(logits=Tensor([[0.0, 2.0, 1.0]])).sample((5,))
     assert onehot.shape == (5, 1, 3) and (onehot.sum(-1).numpy() == 1).all()
+
+
+@pytest.mark.parametrize("n", [0, 1, 2])
+def test_independent_normal_against_torch(n):
+    import lazygrad.torch as lt
+
+    rng = np.random.default_rng(0)
+    loc, scale = rng.standard_normal((3, 4)).astype(np.float32), rng.random((3, 4)).astype(np.float32) + 0.5
+    value = rng.standard_normal((2, 3, 4)).astype(np.float32)
+    out = []
+    for m in (torch, lt):
+        d = m.distributions.Independent(m.distributions.Normal(m.tensor(loc), m.tensor(scale)), n)
+        q = m.distributions.Independent(m.distributions.Normal(m.tensor(loc) + 1, m.tensor(scale)), n)
+        kl = m.distributions.kl_divergence(d, q)
+        out.append((tuple(d.batch_shape), tuple(d.event_shape), d.log_prob(m.tensor(value)), d.entropy(), kl))
+        assert tuple(d.rsample((5,)).shape) == (5, 3, 4) and d.has_rsample
+    assert out[1][:2] == out[0][:2]
+    for g, w in zip(out[1][2:], out[0][2:]):
+        np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_independent_refuses_too_many_dims():
+    import lazygrad.torch as lt
+
+    for m in (torch, lt):
+        with pytest.raises(ValueError, match="reinterpreted_batch_ndims"):
+            m.distributions.Independent(m.distributions.Normal(m.zeros(3), m.ones(3)), 2)

@@ -44,8 +44,40 @@ def _uniform(shape: tuple[int, ...], bound: float) -> Tensor:
     return _own_buffer(Tensor.uniform(*shape, low=-bound, high=bound), requires_grad=True)
 
 
+def _conv_repr(conv: Any) -> str:
+    """torch's repr of a (transposed) convolution: sizes per spatial dim, the options that differ from defaults."""
+    n = len(conv.kernel_size)
+    out = (
+        f"{conv.in_channels}, {conv.out_channels}, kernel_size={conv.kernel_size}, stride={make_tuple(conv.stride, n)}"
+    )
+    padding = conv.padding if isinstance(conv.padding, str) else make_tuple(conv.padding, n)
+    for name, value, default in (
+        ("padding", padding, (0,) * n),
+        ("dilation", make_tuple(conv.dilation, n), (1,) * n),
+        ("output_padding", make_tuple(getattr(conv, "output_padding", 0), n), (0,) * n),
+        ("groups", conv.groups, 1),
+        ("bias", conv.bias is not None, True),
+        ("padding_mode", getattr(conv, "padding_mode", "zeros"), "zeros"),
+    ):
+        if value != default:
+            out += f", {name}={value}"
+    return out
+
+
+def _norm_repr(norm: Any, *head: Any) -> str:
+    """torch's repr of a normalization layer: its sizes, eps, momentum where it has one, whether it has a scale and
+    a shift, and whether it tracks running statistics where it can."""
+    out = ", ".join(map(str, head)) + f", eps={norm.eps}"
+    if hasattr(norm, "momentum"):
+        out += f", momentum={norm.momentum}"
+    out += f", {'elementwise_affine' if hasattr(norm, 'elementwise_affine') else 'affine'}={norm.weight is not None}"
+    out += f", bias={norm.bias is not None}"
+    return out + (f", track_running_stats={norm.track_running_stats}" if hasattr(norm, "track_running_stats") else "")
+
+
 class Linear(Module):
     def __init__(self, in_features: int, out_features: int, bias: bool = True):
+        self.in_features, self.out_features = in_features, out_features
         self.weight = _kaiming_uniform((out_features, in_features), in_features)
         self.bias = _uniform((out_features,), _fan_in_bound(in_features)) if bias else None
 
@@ -79,6 +111,7 @@ class Conv2d(Module):
                 f"padding_mode must be 'zeros', 'reflect', 'replicate' or 'circular', not {padding_mode!r}"
             )
         self.padding_mode = padding_mode
+        self.in_channels, self.out_channels = in_channels, out_channels
         self.kernel_size = make_tuple(kernel_size, 2)
         if isinstance(padding, str) and padding not in ("same", "valid"):
             raise ValueError(f"padding must be an int, a tuple, 'same' or 'valid', not {padding!r}")
@@ -97,6 +130,9 @@ class Conv2d(Module):
         return x.conv2d(
             self.weight, self.bias, stride=self.stride, padding=padding, dilation=self.dilation, groups=self.groups
         )
+
+    def extra_repr(self) -> str:
+        return _conv_repr(self)
 
     def _pads(self) -> list[int]:
         """The padding as Tensor.pad's flat list (last dim first), 'same' resolved as torch does (the odd one
@@ -127,6 +163,7 @@ class ConvTranspose2d(Module):
     ):
         if in_channels % groups or out_channels % groups:
             raise ValueError(f"groups={groups} must divide in_channels={in_channels} and out_channels={out_channels}")
+        self.in_channels, self.out_channels = in_channels, out_channels
         self.kernel_size = make_tuple(kernel_size, 2)
         self.stride, self.padding, self.output_padding = stride, padding, output_padding
         self.dilation, self.groups = dilation, groups
@@ -145,6 +182,9 @@ class ConvTranspose2d(Module):
             dilation=self.dilation,
             groups=self.groups,
         )
+
+    def extra_repr(self) -> str:
+        return _conv_repr(self)
 
 
 def _with_dims(base: type, dims: int) -> type:
@@ -190,6 +230,7 @@ class BatchNorm(Module):
         if not isinstance(affine, bool) or (momentum is not None and not isinstance(momentum, (int, float))):
             raise TypeError(f"BatchNorm(sz, eps, affine, track_running_stats, momentum): got affine={affine!r}")
         self.eps, self.momentum, self.track_running_stats = eps, momentum, track_running_stats
+        self.num_features, self.affine = num_features, affine
         self.weight = _own_buffer(Tensor.ones(num_features), requires_grad=True) if affine else None
         self.bias = _own_buffer(Tensor.zeros(num_features), requires_grad=True) if affine else None
         if track_running_stats:
@@ -213,6 +254,9 @@ class BatchNorm(Module):
         if training or not self.track_running_stats:
             return _batch_norm(x, self.weight, self.bias, eps=self.eps)
         return x.batchnorm(self.weight, self.bias, self.running_mean, (self.running_var + self.eps).rsqrt())
+
+    def extra_repr(self) -> str:
+        return _norm_repr(self, self.num_features)
 
 
 @_replayed
@@ -256,7 +300,7 @@ class InstanceNorm(Module):
     layer: affine defaults to True (torch's InstanceNorm2d defaults to False) and no running statistics are kept."""
 
     def __init__(self, num_features: int, eps: float = 1e-5, affine: bool = True):
-        self.num_features, self.eps = num_features, eps
+        self.num_features, self.eps, self.affine = num_features, eps, affine
         self.weight = _own_buffer(Tensor.ones(num_features), True) if affine else None
         self.bias = _own_buffer(Tensor.zeros(num_features), True) if affine else None
 
@@ -270,6 +314,9 @@ class InstanceNorm(Module):
         shape = (1, -1) + (1,) * (x.ndim - 2)
         return x * self.weight.reshape(shape) + self.bias.reshape(shape)  # type: ignore[union-attr]
 
+    def extra_repr(self) -> str:
+        return _norm_repr(self, self.num_features)
+
 
 class LayerNorm(Module):
     def __init__(
@@ -280,7 +327,7 @@ class LayerNorm(Module):
         bias: bool = True,
     ):
         self.normalized_shape = make_tuple(normalized_shape, 1)
-        self.eps = eps
+        self.eps, self.elementwise_affine = eps, elementwise_affine
         self.weight = _own_buffer(Tensor.ones(self.normalized_shape), True) if elementwise_affine else None
         self.bias = _own_buffer(Tensor.zeros(self.normalized_shape), True) if elementwise_affine and bias else None
 
@@ -292,6 +339,9 @@ class LayerNorm(Module):
         if self.weight is not None:
             x = x * self.weight
         return x if self.bias is None else x + self.bias
+
+    def extra_repr(self) -> str:
+        return _norm_repr(self, self.normalized_shape)
 
 
 class LayerNorm2d(LayerNorm):
@@ -308,7 +358,7 @@ class GroupNorm(Module):
     def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5, affine: bool = True):
         if num_channels % num_groups:
             raise ValueError(f"num_groups={num_groups} must divide num_channels={num_channels}")
-        self.num_groups, self.eps = num_groups, eps
+        self.num_groups, self.num_channels, self.eps, self.affine = num_groups, num_channels, eps, affine
         self.weight = _own_buffer(Tensor.ones(num_channels), True) if affine else None
         self.bias = _own_buffer(Tensor.zeros(num_channels), True) if affine else None
 
@@ -318,6 +368,9 @@ class GroupNorm(Module):
             return x_
         shape = (1, -1) + (1,) * (x.ndim - 2)
         return x_ * self.weight.reshape(shape) + self.bias.reshape(shape)  # type: ignore[union-attr]
+
+    def extra_repr(self) -> str:
+        return _norm_repr(self, self.num_groups, self.num_channels)
 
 
 # machine epsilon per float dtype: torch's RMSNorm default eps (torch.finfo(dtype).eps)
@@ -354,7 +407,7 @@ class LSTMCell(Module):
     """One LSTM step, torch's parameter names and gate order (input, forget, cell, output)."""
 
     def __init__(self, input_size: int, hidden_size: int, bias: bool = True):
-        self.hidden_size = hidden_size
+        self.input_size, self.hidden_size, self.bias = input_size, hidden_size, bias
         bound = 1 / math.sqrt(hidden_size)
         self.weight_ih = _uniform((4 * hidden_size, input_size), bound)
         self.weight_hh = _uniform((4 * hidden_size, hidden_size), bound)
@@ -370,6 +423,9 @@ class LSTMCell(Module):
         i, f, g, o = gates.chunk(4, -1)
         c = f.sigmoid() * c + i.sigmoid() * g.tanh()
         return o.sigmoid() * c.tanh(), c
+
+    def extra_repr(self) -> str:
+        return f"{self.input_size}, {self.hidden_size}" + ("" if self.bias else ", bias=False")
 
 
 def _embedding_table(
@@ -432,6 +488,18 @@ class Embedding(Module):
         return functional.embedding(
             idx, self.weight, self.padding_idx, self.max_norm, self.norm_type, self.scale_grad_by_freq
         )
+
+    def extra_repr(self) -> str:
+        out = f"{self.num_embeddings}, {self.embedding_dim}"
+        for name, default in (
+            ("padding_idx", None),
+            ("max_norm", None),
+            ("norm_type", 2.0),
+            ("scale_grad_by_freq", False),
+        ):
+            if getattr(self, name) != default:
+                out += f", {name}={getattr(self, name)}"
+        return out
 
 
 class EmbeddingBag(Module):

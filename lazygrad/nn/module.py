@@ -105,9 +105,16 @@ def _take_factory_kwargs(cls: type) -> None:
     names = inspect.signature(init).parameters
     if "device" in names or "dtype" in names:
         return
+    kinds = [p.kind for p in names.values()]
+    # torch's device and dtype come after the last positional argument (nn.Linear(4, 2, True, "cpu", torch.float64))
+    fixed = inspect.Parameter.VAR_POSITIONAL not in kinds
+    positional = kinds.count(inspect.Parameter.POSITIONAL_OR_KEYWORD) if fixed else -1
 
     @functools.wraps(init)
     def __init__(self: Module, *args: Any, device: Any = None, dtype: Any = None, **kwargs: Any) -> None:
+        if 0 < positional < len(args) + 1 <= positional + 2:
+            args, extra = args[: positional - 1], args[positional - 1 :]
+            device, dtype = (*extra, dtype) if len(extra) == 1 else extra
         init(self, *args, **kwargs)
         if device is not None or dtype is not None:  # (a subclass's wrapper may apply it again: a no-op)
             self.to(*(a for a in (device, dtype) if a is not None))
@@ -153,6 +160,10 @@ class Module:
         call = cls.__dict__.get("__call__")
         if call is not None and "forward" not in cls.__dict__:
             cls.forward = call
+        elif call is None and "forward" in cls.__dict__ and cls.__call__ is not Module.__call__:
+            # a torch-style subclass of a tinygrad-style layer (class Layer(nn.Linear) with a forward of its own):
+            # calling it runs its forward, as in torch, not the layer's __call__
+            cls.__call__ = Module.__call__  # type: ignore[method-assign]
 
     # *** calling ***
 
@@ -191,7 +202,9 @@ class Module:
     def __setattr__(self, name: str, value: Any) -> None:
         mode = self.__dict__.get("training")
         if mode is not None and isinstance(value, Module) and value.training is None:
-            value.train(mode)  # a tinygrad-style layer placed in a torch-style model takes the model's mode
+            # a tinygrad-style layer placed in a torch-style model takes the model's mode (Module's train: a subclass
+            # may define train(...) of its own, as forward_forward's layers do)
+            Module.train(value, mode)
         object.__setattr__(self, name, value)
 
     def named_children(self) -> Iterator[tuple[str, Module]]:
@@ -457,7 +470,7 @@ class ModuleList(Module):
 
     def append(self, module: Module) -> ModuleList:
         if self.training is not None and isinstance(module, Module) and module.training is None:
-            module.train(self.training)
+            Module.train(module, self.training)
         self._list.append(module)
         return self
 
@@ -534,7 +547,7 @@ class ModuleDict(_Named, Module):
 
     def __setitem__(self, key: str, module: Module) -> None:
         if self.training is not None and isinstance(module, Module) and module.training is None:
-            module.train(self.training)
+            Module.train(module, self.training)
         self._dict[key] = module
 
 

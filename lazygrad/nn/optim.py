@@ -925,6 +925,241 @@ class Rprop(Optimizer):
         return [size, prev, p.assign(w - g.sign() * size)]
 
 
+class LBFGS(Optimizer):
+    """torch's L-BFGS: each step(closure) runs up to max_iter iterations along a direction built from the last
+    history_size (step, gradient change) pairs, with a fixed step size lr (the first iteration's scaled down by the
+    gradient's L1 norm), or the step that line_search_fn="strong_wolfe" finds. Host-driven as torch's: every
+    iteration reads a few scalars (the loss, gradient checks), so its vectors are realized per iteration."""
+
+    def __init__(
+        self,
+        params: Sequence[Tensor],
+        lr: float = 1.0,
+        max_iter: int = 20,
+        max_eval: int | None = None,
+        tolerance_grad: float = 1e-7,
+        tolerance_change: float = 1e-9,
+        history_size: int = 100,
+        line_search_fn: str | None = None,
+        device: str | None = None,
+    ):
+        if line_search_fn not in (None, "strong_wolfe"):
+            raise RuntimeError("only 'strong_wolfe' is supported")
+        self.line_search_fn = line_search_fn
+        if isinstance(params, (list, tuple)) and params and isinstance(params[0], dict):
+            (group,) = params  # (one group: __new__ refused more)
+            if other := sorted(set(group) - {"params", "lr"}):
+                raise ValueError(f"LBFGS takes {other} as arguments, not in a parameter group")
+            lr = group.get("lr", lr)
+            params = [group["params"]] if isinstance(group["params"], Tensor) else list(group["params"])
+        super().__init__(params, lr, device)
+        self.max_iter, self.max_eval = max_iter, max_eval if max_eval is not None else max_iter * 5 // 4
+        self.tolerance_grad, self.tolerance_change, self.history_size = tolerance_grad, tolerance_change, history_size
+        self.n_iter = self.func_evals = 0
+        self.d: Tensor | None = None
+        self.t: float | Tensor = lr
+        self.old_dirs: list[Tensor] = []
+        self.old_stps: list[Tensor] = []
+        self.ro: list[Tensor] = []
+        self.h_diag: float | Tensor = 1.0
+        self.prev_flat_grad: Tensor | None = None
+        Tensor.realize(*self.params, self.lr)
+
+    def __new__(cls, params: Any = None, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(params, (list, tuple)) and len(params) > 1 and isinstance(params[0], dict):
+            raise ValueError("LBFGS doesn't support per-parameter options (parameter groups)")
+        return object.__new__(cls)
+
+    def _flat_grad(self) -> Tensor:
+        grads = [p.grad.detach().flatten() if p.grad is not None else p.zeros_like().flatten() for p in self.params]
+        return Tensor.cat(grads).realize()
+
+    def _move(self, t: float | Tensor, d: Tensor) -> None:
+        offset = 0
+        for p in self.params:
+            p.assign(p.detach() + d[offset : offset + p.numel()].reshape(p.shape) * t)
+            offset += p.numel()
+        Tensor.realize(*self.params)
+
+    def _direction(self, flat_grad: Tensor) -> Tensor:
+        """The two-loop recursion: the inverse Hessian estimate from the history times the negative gradient."""
+        assert self.d is not None and self.prev_flat_grad is not None
+        y, s = flat_grad - self.prev_flat_grad, self.d * self.t
+        ys = y.dot(s).realize()
+        if ys.item() > 1e-10:
+            if len(self.old_dirs) == self.history_size:
+                self.old_dirs.pop(0), self.old_stps.pop(0), self.ro.pop(0)
+            self.old_dirs.append(y.realize()), self.old_stps.append(s.realize()), self.ro.append((1.0 / ys).realize())
+            self.h_diag = (ys / y.dot(y)).realize()
+        al: list[Tensor] = []
+        q = -flat_grad
+        for stp, dr, ro in zip(reversed(self.old_stps), reversed(self.old_dirs), reversed(self.ro)):
+            al.insert(0, (stp.dot(q) * ro).realize())
+            q = (q - dr * al[0]).realize()
+        r = (q * self.h_diag).realize()
+        for stp, dr, ro, a in zip(self.old_stps, self.old_dirs, self.ro, al):
+            r = (r + stp * (a - dr.dot(r) * ro)).realize()
+        return r
+
+    def _evaluate(self, closure: Callable[[], Tensor]) -> tuple[float, Tensor]:
+        with Tensor.enable_grad():
+            loss = float(closure().item())
+        return loss, self._flat_grad()
+
+    def _probe(self, closure: Callable[[], Tensor]) -> Callable[[float], tuple[float, Tensor]]:
+        """The loss and gradient a step of t along d would give, the parameters put back after."""
+        start = [p.detach().clone().realize() for p in self.params]
+
+        def at(t: float, d: Tensor) -> tuple[float, Tensor]:
+            self._move(t, d)
+            out = self._evaluate(closure)
+            for p, p0 in zip(self.params, start):
+                p.assign(p0)
+            Tensor.realize(*self.params)
+            return out
+
+        return at
+
+    def step(self, closure: Callable[[], Tensor]) -> Any:  # type: ignore[override]
+        lr = _read_lr(self)
+        with Tensor.enable_grad():
+            orig_loss = closure()
+        loss, evals = float(orig_loss.item()), 1
+        self.func_evals += 1
+        flat_grad = self._flat_grad()
+        if flat_grad.abs().max().item() <= self.tolerance_grad:
+            return orig_loss
+        n_iter = 0
+        while n_iter < self.max_iter:
+            n_iter += 1
+            self.n_iter += 1
+            if self.n_iter == 1:
+                self.d, self.old_dirs, self.old_stps, self.ro, self.h_diag = (-flat_grad).realize(), [], [], [], 1.0
+            else:
+                self.d = self._direction(flat_grad)
+            self.prev_flat_grad, prev_loss = flat_grad, loss
+            self.t = lr
+            if self.n_iter == 1:  # torch's min(1, 1 / |g|_1) * lr, in the gradient's dtype
+                inv = (1.0 / flat_grad.abs().sum()).realize()
+                self.t = (inv * lr).realize() if inv.item() < 1.0 else lr
+            gtd = flat_grad.dot(self.d).item()
+            if gtd > -self.tolerance_change:
+                break
+            done = False
+            if self.line_search_fn is not None:
+                t = float(self.t.item()) if isinstance(self.t, Tensor) else self.t
+                loss, flat_grad, self.t, ls_evals = _strong_wolfe(
+                    self._probe(closure), t, self.d, loss, flat_grad, gtd, self.tolerance_change
+                )
+                self._move(self.t, self.d)
+                done = flat_grad.abs().max().item() <= self.tolerance_grad
+                evals += ls_evals
+                self.func_evals += ls_evals
+            else:
+                self._move(self.t, self.d)
+                if n_iter != self.max_iter:
+                    loss, flat_grad = self._evaluate(closure)
+                    done = flat_grad.abs().max().item() <= self.tolerance_grad
+                    evals += 1
+                    self.func_evals += 1
+            if n_iter == self.max_iter or evals >= self.max_eval or done:
+                break
+            moved = (self.d * self.t).abs().max().item()
+            if moved <= self.tolerance_change or abs(loss - prev_loss) < self.tolerance_change:
+                break
+        return orig_loss
+
+
+def _cubic_min(
+    x1: float, f1: float, g1: float, x2: float, f2: float, g2: float, bounds: tuple[float, float] | None = None
+) -> float:
+    """The minimizer of the cubic through (x1, f1) and (x2, f2) with slopes g1, g2, clamped to bounds (default: the
+    two points); their midpoint where the cubic has no minimum."""
+    lo, hi = bounds if bounds is not None else (min(x1, x2), max(x1, x2))
+    d1 = g1 + g2 - 3 * (f1 - f2) / (x1 - x2)
+    d2_square = d1 * d1 - g1 * g2
+    if d2_square < 0:
+        return (lo + hi) / 2.0
+    d2 = math.sqrt(d2_square)
+    if x1 <= x2:
+        at = x2 - (x2 - x1) * ((g2 + d2 - d1) / (g2 - g1 + 2 * d2))
+    else:
+        at = x1 - (x1 - x2) * ((g1 + d2 - d1) / (g1 - g2 + 2 * d2))
+    return min(max(at, lo), hi)
+
+
+def _strong_wolfe(
+    probe: Callable[[float, Tensor], tuple[float, Tensor]],
+    t: float,
+    d: Tensor,
+    f: float,
+    g: Tensor,
+    gtd: float,
+    tolerance_change: float,
+    c1: float = 1e-4,
+    c2: float = 0.9,
+    max_ls: int = 25,
+) -> tuple[float, Tensor, float, int]:
+    """torch's line search for a step t along d meeting the strong Wolfe conditions (sufficient decrease c1, curvature
+    c2): steps grow until a bracket holds a minimum, which is then zoomed by cubic interpolation.
+    Returns (loss, gradient, t, evaluations)."""
+    d_norm = d.abs().max().item()
+    f_new, g_new = probe(t, d)
+    evals, gtd_new = 1, g_new.dot(d).item()
+    t_prev, f_prev, g_prev, gtd_prev = 0.0, f, g, gtd
+    done, ls_iter = False, 0
+    while ls_iter < max_ls:
+        if f_new > f + c1 * t * gtd or (ls_iter > 1 and f_new >= f_prev):
+            break
+        if abs(gtd_new) <= -c2 * gtd:
+            done = True
+            break
+        if gtd_new >= 0:
+            break
+        bounds = (t + 0.01 * (t - t_prev), t * 10)
+        t_prev, t = t, _cubic_min(t_prev, f_prev, gtd_prev, t, f_new, gtd_new, bounds)
+        f_prev, g_prev, gtd_prev = f_new, g_new, gtd_new
+        f_new, g_new = probe(t, d)
+        evals, gtd_new, ls_iter = evals + 1, g_new.dot(d).item(), ls_iter + 1
+    if done:
+        bracket, bracket_f, bracket_g, bracket_gtd = [t], [f_new], [g_new], [gtd_new]
+    elif ls_iter == max_ls:
+        bracket, bracket_f, bracket_g, bracket_gtd = [0.0, t], [f, f_new], [g, g_new], [gtd, gtd_new]
+    else:
+        bracket, bracket_f, bracket_g, bracket_gtd = [t_prev, t], [f_prev, f_new], [g_prev, g_new], [gtd_prev, gtd_new]
+    # zoom: shrink the bracket around a point meeting both conditions
+    insufficient = False
+    low, high = (0, 1) if bracket_f[0] <= bracket_f[-1] else (1, 0)
+    while not done and ls_iter < max_ls:
+        if abs(bracket[1] - bracket[0]) * d_norm < tolerance_change:
+            break
+        t = _cubic_min(bracket[0], bracket_f[0], bracket_gtd[0], bracket[1], bracket_f[1], bracket_gtd[1])
+        # a point too near an end makes little progress: moved inside, by a tenth of the bracket
+        top, bottom = max(bracket), min(bracket)
+        eps = 0.1 * (top - bottom)
+        if min(top - t, t - bottom) < eps:
+            if insufficient or t >= top or t <= bottom:
+                t = top - eps if abs(t - top) < abs(t - bottom) else bottom + eps
+                insufficient = False
+            else:
+                insufficient = True
+        else:
+            insufficient = False
+        f_new, g_new = probe(t, d)
+        evals, gtd_new, ls_iter = evals + 1, g_new.dot(d).item(), ls_iter + 1
+        if f_new > f + c1 * t * gtd or f_new >= bracket_f[low]:
+            bracket[high], bracket_f[high], bracket_g[high], bracket_gtd[high] = t, f_new, g_new, gtd_new
+            low, high = (0, 1) if bracket_f[0] <= bracket_f[1] else (1, 0)
+        else:
+            if abs(gtd_new) <= -c2 * gtd:
+                done = True
+            elif gtd_new * (bracket[high] - bracket[low]) >= 0:
+                bracket[high], bracket_f[high] = bracket[low], bracket_f[low]
+                bracket_g[high], bracket_gtd[high] = bracket_g[low], bracket_gtd[low]
+            bracket[low], bracket_f[low], bracket_g[low], bracket_gtd[low] = t, f_new, g_new, gtd_new
+    return bracket_f[low], bracket_g[low], bracket[low], evals
+
+
 def _steps_taken(opt: Any) -> int:
     """Steps an Adam-like optimizer has taken: its step count where it keeps one, else t from its running beta1**t
     (beta2**t where beta1 is 0)."""

@@ -59,7 +59,7 @@ class RNNCell(Module):
         super().__init__()
         if nonlinearity not in ("tanh", "relu"):
             raise ValueError(f"Unknown nonlinearity '{nonlinearity}'. Select from 'tanh' or 'relu'.")
-        self.input_size, self.hidden_size, self.nonlinearity = input_size, hidden_size, nonlinearity
+        self.input_size, self.hidden_size, self.nonlinearity, self.bias = input_size, hidden_size, nonlinearity, bias
         bound = 1 / math.sqrt(hidden_size)
         self.weight_ih = _uniform((hidden_size, input_size), bound)
         self.weight_hh = _uniform((hidden_size, hidden_size), bound)
@@ -70,11 +70,15 @@ class RNNCell(Module):
         h = Tensor.zeros(*x.shape[:-1], self.hidden_size, dtype=x.dtype, device=x.device) if hx is None else hx
         return _rnn_step(x, h, self.weight_ih, self.weight_hh, self.bias_ih, self.bias_hh, self.nonlinearity)
 
+    def extra_repr(self) -> str:
+        out = f"{self.input_size}, {self.hidden_size}" + ("" if self.bias else ", bias=False")
+        return out + ("" if self.nonlinearity == "tanh" else f", nonlinearity={self.nonlinearity}")
+
 
 class GRUCell(Module):
     def __init__(self, input_size: int, hidden_size: int, bias: bool = True):
         super().__init__()
-        self.input_size, self.hidden_size = input_size, hidden_size
+        self.input_size, self.hidden_size, self.bias = input_size, hidden_size, bias
         bound = 1 / math.sqrt(hidden_size)
         self.weight_ih = _uniform((3 * hidden_size, input_size), bound)
         self.weight_hh = _uniform((3 * hidden_size, hidden_size), bound)
@@ -84,6 +88,9 @@ class GRUCell(Module):
     def forward(self, x: Tensor, hx: Tensor | None = None) -> Tensor:
         h = Tensor.zeros(*x.shape[:-1], self.hidden_size, dtype=x.dtype, device=x.device) if hx is None else hx
         return _gru_step(x, h, self.weight_ih, self.weight_hh, self.bias_ih, self.bias_hh)
+
+    def extra_repr(self) -> str:
+        return f"{self.input_size}, {self.hidden_size}" + ("" if self.bias else ", bias=False")
 
 
 class _RNNBase(Module):
@@ -131,6 +138,19 @@ class _RNNBase(Module):
                     setattr(self, f"bias_hh_{name}", _uniform((self.gates * hidden_size,), bound))
                 if proj_size:
                     setattr(self, f"weight_hr_{name}", _uniform((proj_size, hidden_size), bound))
+
+    def extra_repr(self) -> str:
+        out = f"{self.input_size}, {self.hidden_size}"
+        for name, default in (
+            ("proj_size", 0), ("num_layers", 1), ("bias", True), ("batch_first", False), ("dropout", 0.0),
+            ("bidirectional", False),
+        ):  # fmt: skip
+            if getattr(self, name) != default:
+                out += f", {name}={getattr(self, name)}"
+        return out
+
+    def flatten_parameters(self) -> None:
+        """torch's packing of the weights into one cuDNN buffer: lazygrad reads each weight where it is."""
 
     def _weights(self, name: str) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
         return (

@@ -18,7 +18,7 @@ import os
 import pickle
 import struct
 import zipfile
-from typing import Any, Callable
+from typing import IO, Any, Callable
 
 from lazygrad.device import Buffer, Device
 from lazygrad.dtype import DType, dtypes
@@ -546,7 +546,7 @@ class _TorchPickler(pickle._Pickler):  # type: ignore[misc]  # the Python pickle
         super().save(obj, save_persistent_id)
 
 
-def torch_save(obj: Any, path: str | os.PathLike) -> None:
+def torch_save(obj: Any, path: str | os.PathLike | IO[bytes]) -> None:
     """Write obj (a state dict, or any nesting of dicts, lists, tuples, numbers, strings and tensors) as torch.save's
     zip format, which `torch.load(path)` (weights_only=True too) and `torch_load` read. Tensors are written
     contiguous, from their bytes; no torch is needed."""
@@ -569,7 +569,9 @@ def torch_save(obj: Any, path: str | os.PathLike) -> None:
 
     buf = io.BytesIO()
     _TorchPickler(buf, kinds).dump(swap(obj))
-    name = os.path.splitext(os.path.basename(os.fspath(path)))[0] or "archive"
+    # (torch's name for the archive's folder where a file object is given)
+    name = os.path.splitext(os.path.basename(os.fspath(path)))[0] if isinstance(path, (str, os.PathLike)) else ""
+    name = name or "archive"
     with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as zf:
         zf.writestr(f"{name}/data.pkl", buf.getvalue())
         zf.writestr(f"{name}/byteorder", "little")
