@@ -1686,13 +1686,13 @@ class Tensor(metaclass=_TensorType):
                 return  # (backward sets every gradient it makes False: no lock, no Python-level pop for those)
         with _grad_leaves_lock:
             if value:
-                if self.uop.base.op is not Ops.BUFFER and any(
-                    t is not self and t.uop is self.uop for t in _live_in(_grad_leaves)
-                ):
-                    # two leaves built alike (Tensor(3.5) twice) are one hash-consed node: a node of its own, so
-                    # that each gets its own gradient, as torch's
-                    # (the detach: the gradient reaching this node stops here, not at the shared one below it)
-                    self.uop = UOp(Ops.CONTIGUOUS, self.dtype, (UOp(Ops.DETACH, self.dtype, (self.uop,)),))
+                if self.uop.base.op is not Ops.BUFFER and id(self) not in _grad_leaves.data:
+                    # a leaf not stored yet (zeros(3), Tensor(3.5), a lazy init) is a hash-consed node that any
+                    # alike constant or expression shares: the 0 of a relu's where, another zeros(3) leaf. A node
+                    # of its own (numbered: two leaves never share it), so that it gets only its own gradient, as
+                    # torch's (the detach: the gradient reaching this node stops here, not at the shared one below)
+                    self.uop = UOp(Ops.CONTIGUOUS, self.dtype, (UOp(Ops.DETACH, self.dtype, (self.uop,)),),
+                                   ("leaf", next(_leaf_ids)))  # fmt: skip
                 _grad_leaves[id(self)] = self
             else:
                 _grad_leaves.pop(id(self), None)
@@ -7752,6 +7752,7 @@ for _name in (
 
 # id -> tensor with requires_grad=True; keyed by id because Tensor.__eq__ is elementwise, not identity
 _grad_leaves: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
+_leaf_ids = itertools.count(1)  # the number of each lazy leaf's node of its own (Tensor.requires_grad's setter)
 _grad_leaves_lock = library_lock()
 # id -> weak reference to a floating point tensor whose requires_grad was never set: a backward through it fills its
 # .grad (tinygrad's rule). Every float tensor an op makes is entered here: a plain dict, not a WeakValueDictionary,

@@ -546,3 +546,36 @@ def test_autograd_functional_is_torchs(name: str) -> None:
     assert len(ours) == len(ref)
     for a, b in zip(ours, ref):
         np.testing.assert_allclose(a.numpy(), b.detach().numpy(), rtol=1e-5, atol=1e-6)
+
+
+_LAZY_LEAVES = {
+    "zeros": lambda: Tensor.zeros(3, requires_grad=True),
+    "ones": lambda: Tensor.ones(3).requires_grad_(),
+    "full": lambda: Tensor.full((3,), 0.0, requires_grad=True),
+    "scalar": lambda: Tensor(0.0, requires_grad=True),
+    "zeros_like": lambda: Tensor.ones(3).zeros_like().requires_grad_(),
+}
+
+
+@pytest.mark.parametrize("make", list(_LAZY_LEAVES), ids=list(_LAZY_LEAVES))
+def test_a_constant_leaf_gets_only_its_own_gradient(make: str) -> None:
+    """A leaf built from a constant (torch.zeros(n, requires_grad=True): the hand-written bias) is a node of its own: the
+    alike constants of the graph (the 0 of relu's where, of a masked select, other zero leaves) pass it nothing."""
+    xs = np.array([1.0, 2.0, 3.0], np.float32)
+
+    def loss(lib, x, leaves):  # noqa: ANN001, ANN202
+        b0, b1, b2 = leaves
+        masked = lib.where(x > 1.5, x + b1, lib.zeros(3) + 0 * b1.detach())
+        return (x - 2.5 + b0).relu().sum() + masked.sum() + (b2 * x * 3).sum() + (lib.zeros(3) * 5).sum()
+
+    ours = [_LAZY_LEAVES[make]() for _ in range(3)]
+    x = Tensor(xs)
+    import lazygrad.torch as lt
+
+    loss(lt, x, ours).backward()
+    ref = [torch.zeros(3 if ours[0].ndim else (), requires_grad=True) for _ in range(3)]
+    if make == "ones":
+        ref = [torch.ones(3, requires_grad=True) for _ in range(3)]
+    loss(torch, torch.tensor(xs), ref).backward()
+    for o, r in zip(ours, ref):
+        np.testing.assert_allclose(o.grad.numpy(), r.grad.numpy())
