@@ -559,8 +559,8 @@ _LAZY_LEAVES = {
 
 @pytest.mark.parametrize("make", list(_LAZY_LEAVES), ids=list(_LAZY_LEAVES))
 def test_a_constant_leaf_gets_only_its_own_gradient(make: str) -> None:
-    """A leaf built from a constant (torch.zeros(n, requires_grad=True): the hand-written bias) is a node of its own: the
-    alike constants of the graph (the 0 of relu's where, of a masked select, other zero leaves) pass it nothing."""
+    """A leaf built from a constant (torch.zeros(n, requires_grad=True): the hand-written bias) is a node of its own:
+    the alike constants of the graph (the 0 of relu's where, of a masked select, other zero leaves) pass it nothing."""
     xs = np.array([1.0, 2.0, 3.0], np.float32)
 
     def loss(lib, x, leaves):  # noqa: ANN001, ANN202
