@@ -7271,7 +7271,17 @@ class Tensor(metaclass=_TensorType):
             raise ArgumentError("retain_grad() on a tensor that does not require grad")
         if self._requires_grad is None:
             _note_unset(self)
+        if (not self.is_leaf and self.uop.base.op is not Ops.BUFFER and id(self) not in _retaining
+                and id(self) not in _grad_hooks):  # fmt: skip
+            self._own_node("retain_grad")  # (a realized value is a buffer of its own already)
         _retaining[id(self)] = self
+
+    def _own_node(self, why: str) -> UOp:
+        """Give this computed tensor a node of its own that reads as its value (numbered: never hash-consed with
+        another): an alike tensor computed apart (x * 2 twice) is one node, and a gradient kept for this tensor or a
+        hook on it must see only the uses of this one, as torch's (those computed from it after this call)."""
+        self.uop = UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,), (why, next(_leaf_ids)))
+        return self.uop
 
     @property
     def retains_grad(self) -> bool:
@@ -7286,9 +7296,9 @@ class Tensor(metaclass=_TensorType):
         if not self.is_leaf and len(hooks) == 1:  # the first hook: later ones join the same list
             from lazygrad.gradient import define_gradient
 
-            # a node that reads as self (x * 1 keeps -0.0 and NaN), with the hooks as its derivative rule
+            # a node of its own that reads as self, with the hooks as its derivative rule
             src = self.uop
-            self.uop = (self * 1).uop
+            self.uop = self._own_node("hook")
             define_gradient(self.uop, src, lambda g: _run_hooks(hooks, g))
         return _HookHandle(hooks, hook)
 

@@ -579,3 +579,22 @@ def test_a_constant_leaf_gets_only_its_own_gradient(make: str) -> None:
     loss(torch, torch.tensor(xs), ref).backward()
     for o, r in zip(ours, ref):
         np.testing.assert_allclose(o.grad.numpy(), r.grad.numpy())
+
+
+def test_hooks_and_kept_gradients_of_alike_tensors_computed_apart() -> None:
+    """x * 2 computed twice is one hash-consed node: a hook on one, or a gradient kept for one, must see only that
+    tensor's uses, as torch's (each gets a node of its own when asked)."""
+    import lazygrad.torch as lt
+
+    def run(lib):  # noqa: ANN001, ANN202
+        x = lib.tensor([1.0, 2.0], requires_grad=True)
+        h1, h2, k1, k2 = x * 2, x * 2, x.exp(), x.exp()
+        h1.register_hook(lambda g: g * 10)
+        h2.register_hook(lambda g: g * 100)
+        k1.retain_grad()
+        k2.retain_grad()
+        (h1.sum() + h2.sum() + (k1 * 3).sum() + k2.sum()).backward()
+        return x.grad, k1.grad, k2.grad
+
+    for ours, theirs in zip(run(lt), run(torch)):
+        np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=1e-6)
