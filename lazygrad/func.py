@@ -7,11 +7,13 @@ a gradient is a lazy graph of the inputs (lazygrad.autograd.grad), so a transfor
 inside it. An input that does not require grad is differentiated through a fresh leaf, and the results the transform
 returns are then detached, as torch's.
 
-vmap runs the function once per slice of the mapped dimension and stacks the results (torch's fallback for an op
-without a batching rule, here for every op). The slices' graphs are built in Python, one per slice; their kernels
-are scheduled together (the scheduler fuses a stack of alike graphs), so the cost of a mapped call grows with the
-batch in graph building, not in kernel launches. Functions with data-dependent control flow work as they would in
-a loop (torch's vmap rejects them).
+vmap traces the function once, on an input of one slice's shape, and batches the graph it built: every node that
+depends on a mapped input gets the batch as a new leading axis (movement ops and reductions shift their axes; an
+operand that does not depend on one is broadcast). Gradients inside (vmap(grad(f))) are graphs like any other, so
+per-sample gradients are one graph over the whole batch. Where the trace cannot be batched (the function read its
+input's values, wrote into it, drew random numbers with randomness="different", or built a node of a kind the batching
+does not know), vmap runs the function once per slice and stacks the results instead (torch's fallback for an op
+without a batching rule): the same values, a graph per slice.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any, Callable, Sequence
 from lazygrad import autograd
 from lazygrad.nn.utils.stateless import functional_call  # noqa: F401  (torch.func's)
 from lazygrad.tensor import Tensor, _rng_lock
+from lazygrad.uop.ops import GroupOp, Ops, UOp
 
 # *** trees of tensors ***
 
@@ -270,8 +273,113 @@ def hessian(func: Callable, argnums: int | Sequence[int] = 0) -> Callable:
 # *** vmap ***
 
 
+class _Unbatchable(Exception):
+    """The traced graph holds something vmap's batching does not handle: run the function slice by slice."""
+
+
+def _batched_arg(op: Ops, arg: Any, n: int) -> Any:
+    """A movement op's or reduce's argument over one more, leading, axis of size n."""
+    if op is Ops.RESHAPE or op is Ops.EXPAND:
+        return (n, *arg)
+    if op is Ops.PERMUTE:
+        return (0, *(a + 1 for a in arg))
+    if op is Ops.PAD:
+        return ((0, 0), *arg)
+    if op is Ops.SHRINK:
+        return ((0, n), *arg)
+    if op is Ops.FLIP:
+        return (False, *arg)
+    if op is Ops.REDUCE_AXIS:
+        return (arg[0], tuple(a + 1 for a in arg[1]))
+    raise _Unbatchable(op)
+
+
+_PASSING = frozenset({Ops.CONTIGUOUS, Ops.DETACH})  # nodes that read as their source, numbered or not
+
+
+def _batch_graph(roots: list[UOp], inputs: dict[UOp, UOp], n: int) -> list[UOp]:
+    """`roots` rebuilt over the batched `inputs` (placeholder node -> the input with the batch as its first axis): a
+    node that depends on one gets the batch as a leading axis of size n, one that does not stays as it is."""
+    done: dict[UOp, UOp] = dict(inputs)
+    for root in roots:
+        for node in root.toposort:
+            if node in done:
+                continue
+            if not any(src in done and done[src] is not src for src in node.src):
+                done[node] = node  # depends on no mapped input
+                continue
+            if any(not isinstance(d, int) for d in node.shape):
+                raise _Unbatchable("a symbolic shape")
+            srcs = []
+            for src in node.src:
+                new = done.get(src, src)
+                if new is src and src.op is not Ops.DEVICE and (src.shape or not node.shape):
+                    # an operand that depends on no mapped input: the same for every slice (a scalar beside shaped
+                    # operands broadcasts as it is)
+                    if node.op not in GroupOp.Elementwise or src.shape != node.shape:
+                        raise _Unbatchable(node.op)
+                    new = UOp(Ops.EXPAND, src.dtype, (UOp(Ops.RESHAPE, src.dtype, (src,), (1, *src.shape)),),
+                              (n, *src.shape))  # fmt: skip
+                srcs.append(new)
+            if node.op in GroupOp.Elementwise or node.op in _PASSING:
+                out = UOp(node.op, node.dtype, tuple(srcs), node.arg)
+            elif node.op in GroupOp.Movement or node.op is Ops.REDUCE_AXIS:
+                if len(srcs) != 1:
+                    raise _Unbatchable(node.op)
+                out = UOp(node.op, node.dtype, tuple(srcs), _batched_arg(node.op, node.arg, n))
+            else:
+                raise _Unbatchable(node.op)  # a write, a copy, a device split, a bound variable
+            if out.shape != (n, *node.shape):
+                raise _Unbatchable(f"{node.op} of shape {out.shape}, not {(n, *node.shape)}")
+            done[node] = out
+    return [done[r] for r in roots]
+
+
+def _traced(func: Callable, leaves: list[Any], leaf_dims: list[int | None], build: Callable, kwargs: dict, n: int,
+            randomness: str) -> Any:  # fmt: skip
+    """vmap by one trace of func on placeholders of a slice's shape, its graph batched (_batch_graph); raises
+    _Unbatchable where that cannot be done."""
+    holders, batched, args = [], {}, []
+    for x, d in zip(leaves, leaf_dims):
+        if d is None:
+            args.append(x)
+            continue
+        holder = Tensor.empty(*(s for i, s in enumerate(x.shape) if i != d % x.ndim), dtype=x.dtype, device=x.device)
+        holders.append(holder)
+        batched[holder.uop] = x.movedim(d, 0).uop if d % x.ndim else x.uop
+        args.append(holder)
+    start = Tensor._rng_counter
+
+    def read_values() -> bool:  # (a placeholder's memory is made only when a kernel reads it)
+        return any(h.uop.base.op is Ops.BUFFER and h.uop.base.arg.is_allocated for h in holders)
+
+    try:
+        result = func(*build(args), **kwargs)
+    except Exception as e:
+        if read_values():  # it read the placeholder's memory, not data: whatever it raised came from that
+            raise _Unbatchable("the function read its input's values") from e
+        raise
+    if Tensor._rng_counter != start and randomness == "different":
+        raise _Unbatchable("random numbers drawn per slice")
+    if read_values():
+        raise _Unbatchable("the function read its input's values")
+    outs, build_out = _flatten(result)
+    if not all(isinstance(o, Tensor) for o in outs):
+        raise _Unbatchable("a result that is not a tensor")
+    if any(h.uop.base.op is not Ops.BUFFER or h.uop not in batched for h in holders):
+        raise _Unbatchable("the function wrote into its input")
+    roots = _batch_graph([o.uop for o in outs], batched, n)
+    return [Tensor(r) if r is not o.uop else o.unsqueeze(0).expand(n, *o.shape) for r, o in zip(roots, outs)], build_out
+
+
 def _moved(x: Tensor, src: int, dst: int) -> Tensor:
     return x.movedim(src, dst) if src != dst else x
+
+
+_RANDOM_IN_ERROR_MODE = (
+    "vmap: called random operation while in randomness error mode. Please either use the 'same' or 'different' "
+    "randomness flags on vmap or perform the randomness operation out of vmap"
+)
 
 
 def vmap(func: Callable, in_dims: Any = 0, out_dims: Any = 0, randomness: str = "error", *,
@@ -318,6 +426,22 @@ def vmap(func: Callable, in_dims: Any = 0, out_dims: Any = 0, randomness: str = 
         (n,) = sizes
         if n == 0:
             raise ValueError("vmap: the mapped dimension has size 0, so there is no slice to call the function on")
+        o_dims_of = lambda k: (  # noqa: E731
+            _flatten(out_dims)[0] if isinstance(out_dims, (tuple, list, dict)) else [out_dims] * k
+        )
+        with _rng_lock:
+            start = Tensor._rng_counter
+            try:
+                stacked, build_out = _traced(func, leaves, leaf_dims, build, kwargs, n, randomness)
+            except _Unbatchable:
+                Tensor._rng_counter = max(Tensor._rng_counter, start)
+            else:
+                if randomness == "error" and Tensor._rng_counter != start:
+                    raise RuntimeError(_RANDOM_IN_ERROR_MODE)
+                o_dims = o_dims_of(len(stacked))
+                if len(o_dims) != len(stacked):
+                    raise ValueError(f"vmap: out_dims={out_dims} does not match the structure of the outputs")
+                return build_out([s if d is None else _moved(s, 0, d % s.ndim) for s, d in zip(stacked, o_dims)])
         results = []
         with _rng_lock:  # no other thread draws while the slices' counters are compared or rewound
             start = Tensor._rng_counter
@@ -329,10 +453,7 @@ def vmap(func: Callable, in_dims: Any = 0, out_dims: Any = 0, randomness: str = 
                 results.append(func(*build(sliced), **kwargs))
                 if randomness == "error" and Tensor._rng_counter != start:
                     Tensor._rng_counter = max(Tensor._rng_counter, reached)
-                    raise RuntimeError(
-                        "vmap: called random operation while in randomness error mode. Please either use the "
-                        "'same' or 'different' randomness flags on vmap or perform the randomness operation out of vmap"
-                    )
+                    raise RuntimeError(_RANDOM_IN_ERROR_MODE)
                 reached = max(reached, Tensor._rng_counter)
             Tensor._rng_counter = reached  # (after "same": later draws are new numbers)
         outs = [_flatten(r) for r in results]

@@ -171,3 +171,44 @@ def test_grad_errors_as_torch() -> None:
         lf.grad(lambda v: v.sum(), argnums=1)(x)
     with pytest.raises(RuntimeError, match="floating"):
         lf.grad(lambda v: v.sum())(Tensor([1, 2]))
+
+
+def test_vmap_batches_one_trace_and_falls_back_where_it_cannot() -> None:
+    """A mapped function is traced once and its graph batched: the kernels of a batch of 16 are those of a batch of 2.
+    A function that reads its input's values (.item()) runs slice by slice, with the same results as a loop."""
+    from lazygrad import GlobalCounters
+
+    w = Tensor(np.random.default_rng(1).standard_normal((5, 3)).astype(np.float32))
+
+    def per_sample(x):  # noqa: ANN001, ANN202
+        return lf.grad(lambda v: ((v @ w).relu() ** 2).sum() / v.shape[0])(x)
+
+    kernels = []
+    for batch in (2, 16):
+        xs = Tensor(np.random.default_rng(batch).standard_normal((batch, 4, 5)).astype(np.float32)).realize()
+        out = lf.vmap(per_sample)(xs)
+        GlobalCounters.reset()
+        out.realize()
+        kernels.append(GlobalCounters.kernel_count)
+        loop = Tensor.stack(*[per_sample(xs[i]) for i in range(batch)])
+        np.testing.assert_allclose(out.numpy(), loop.numpy(), rtol=1e-5, atol=1e-6)
+    assert kernels[0] == kernels[1]
+
+    xs = Tensor([[1.0, -2.0], [3.0, 4.0], [-5.0, 6.0]])
+    picked = lf.vmap(lambda v: v * 2 if v.sum().item() > 0 else v * -1)(xs)
+    assert picked.tolist() == [[-1.0, 2.0], [6.0, 8.0], [-10.0, 12.0]]
+    indexed = lf.vmap(lambda v: v[int(v.argmax().item())])(xs)  # (an index read from the values)
+    assert indexed.tolist() == [1.0, 4.0, 6.0]
+
+
+def test_vmap_gradients_flow_back_through_the_mapped_function() -> None:
+    """vmap's result is a graph of its inputs and of the tensors the function closes over: a loss of it
+    differentiates to both, as torch's."""
+    (x, tx), (w, tw) = _pair(6, 4), _pair(4, 3, seed=1)
+    x.requires_grad_(True)
+    w.requires_grad_(True)
+    tx.requires_grad_(True)
+    tw.requires_grad_(True)
+    lf.vmap(lambda v: (v @ w).tanh().sum())(x).square().sum().backward()
+    tf.vmap(lambda v: (v @ tw).tanh().sum())(tx).square().sum().backward()
+    _close((x.grad, w.grad), (tx.grad, tw.grad))
