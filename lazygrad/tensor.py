@@ -1891,6 +1891,8 @@ class Tensor(metaclass=_TensorType):
             if (g := grads.get(n)) is not None:
                 if t._requires_grad and (hooks := _grad_hooks.get(id(t))):  # a computed tensor's run in the graph
                     g = _run_hooks(hooks, g)
+                elif _hooked and (ran := _hooked.pop(id(t), None)) is not None and ran[0] is g:
+                    g = ran[1]
                 t.grad = g if t.grad is None or id(t) in replace else t.grad + g
                 t.grad.requires_grad = False  # as in torch: a gradient is data, it keeps no graph when realized
                 if _post_accumulate_hooks and (post := _post_accumulate_hooks.get(id(t))) and t.is_leaf:
@@ -7297,9 +7299,16 @@ class Tensor(metaclass=_TensorType):
             from lazygrad.gradient import define_gradient
 
             # a node of its own that reads as self, with the hooks as its derivative rule
-            src = self.uop
+            src, key = self.uop, id(self)
+
+            def rule(g: Tensor) -> Tensor:
+                out = _run_hooks(hooks, g)
+                _hooked[key] = (g, out)  # a kept .grad is the hooked gradient, as torch's (hooks run once)
+                return out
+
             self.uop = self._own_node("hook")
-            define_gradient(self.uop, src, lambda g: _run_hooks(hooks, g))
+            define_gradient(self.uop, src, rule)
+            weakref.finalize(self, _hooked.pop, key, None)
         return _HookHandle(hooks, hook)
 
     def register_post_accumulate_grad_hook(self, hook: Callable[[Tensor], None]) -> _HookHandle:
@@ -7637,6 +7646,8 @@ def _address(st: ShapeTracker, point: tuple[int, ...]) -> int:
 # id -> computed tensor whose .grad a backward fills (retain_grad); id -> hooks on a tensor's gradient (register_hook)
 _retaining: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
 _grad_hooks: dict[int, list[Callable[[Tensor], Tensor | None]]] = {}
+# a hooked computed tensor's id -> (the gradient its hooks last ran on, what they made of it)
+_hooked: dict[int, tuple[Tensor, Tensor]] = {}
 # id -> hooks run with the leaf after backward accumulated into its .grad (register_post_accumulate_grad_hook)
 _post_accumulate_hooks: dict[int, list[Callable[[Tensor], None]]] = {}
 

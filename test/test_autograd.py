@@ -598,3 +598,19 @@ def test_hooks_and_kept_gradients_of_alike_tensors_computed_apart() -> None:
 
     for ours, theirs in zip(run(lt), run(torch)):
         np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=1e-6)
+
+
+def test_kept_gradient_of_a_hooked_tensor_is_the_hooked_one() -> None:
+    """torch runs retain_grad's hook after the tensor's own: .grad is what the hooks made, and they run once."""
+    import lazygrad.torch as lt
+
+    def run(lib):  # noqa: ANN001, ANN202
+        calls: list[int] = []
+        x = lib.tensor([1.0, 2.0], requires_grad=True)
+        h = x * 2
+        h.retain_grad()
+        h.register_hook(lambda g: calls.append(1) or g * 10)
+        (h * h).sum().backward()
+        return h.grad.tolist(), x.grad.tolist(), len(calls)
+
+    assert run(lt) == run(torch)
