@@ -301,37 +301,37 @@ def _batch_graph(roots: list[UOp], inputs: dict[UOp, UOp], n: int) -> list[UOp]:
     """`roots` rebuilt over the batched `inputs` (placeholder node -> the input with the batch as its first axis): a
     node that depends on one gets the batch as a leading axis of size n, one that does not stays as it is."""
     done: dict[UOp, UOp] = dict(inputs)
-    for root in roots:
-        for node in root.toposort:
-            if node in done:
-                continue
-            if not any(src in done and done[src] is not src for src in node.src):
-                done[node] = node  # depends on no mapped input
-                continue
-            if any(not isinstance(d, int) for d in node.shape):
-                raise _Unbatchable("a symbolic shape")
-            srcs = []
-            for src in node.src:
-                new = done.get(src, src)
-                if new is src and src.op is not Ops.DEVICE and (src.shape or not node.shape):
-                    # an operand that depends on no mapped input: the same for every slice (a scalar beside shaped
-                    # operands broadcasts as it is)
-                    if node.op not in GroupOp.Elementwise or src.shape != node.shape:
-                        raise _Unbatchable(node.op)
-                    new = UOp(Ops.EXPAND, src.dtype, (UOp(Ops.RESHAPE, src.dtype, (src,), (1, *src.shape)),),
-                              (n, *src.shape))  # fmt: skip
-                srcs.append(new)
-            if node.op in GroupOp.Elementwise or node.op in _PASSING:
-                out = UOp(node.op, node.dtype, tuple(srcs), node.arg)
-            elif node.op in GroupOp.Movement or node.op is Ops.REDUCE_AXIS:
-                if len(srcs) != 1:
+    sink = UOp(Ops.SINK, src=tuple(roots))  # (one walk over every root's graph)
+    for node in sink.toposort:
+        if node is sink or node in done:
+            continue
+        if not any(src in done and done[src] is not src for src in node.src):
+            done[node] = node  # depends on no mapped input
+            continue
+        if any(not isinstance(d, int) for d in node.shape):
+            raise _Unbatchable("a symbolic shape")
+        srcs = []
+        for src in node.src:
+            new = done.get(src, src)
+            if new is src and src.op is not Ops.DEVICE and (src.shape or not node.shape):
+                # an operand that depends on no mapped input: the same for every slice (a scalar beside shaped
+                # operands broadcasts as it is)
+                if node.op not in GroupOp.Elementwise or src.shape != node.shape:
                     raise _Unbatchable(node.op)
-                out = UOp(node.op, node.dtype, tuple(srcs), _batched_arg(node.op, node.arg, n))
-            else:
-                raise _Unbatchable(node.op)  # a write, a copy, a device split, a bound variable
-            if out.shape != (n, *node.shape):
-                raise _Unbatchable(f"{node.op} of shape {out.shape}, not {(n, *node.shape)}")
-            done[node] = out
+                new = UOp(Ops.EXPAND, src.dtype, (UOp(Ops.RESHAPE, src.dtype, (src,), (1, *src.shape)),),
+                          (n, *src.shape))  # fmt: skip
+            srcs.append(new)
+        if node.op in GroupOp.Elementwise or node.op in _PASSING:
+            out = UOp(node.op, node.dtype, tuple(srcs), node.arg)
+        elif node.op in GroupOp.Movement or node.op is Ops.REDUCE_AXIS:
+            if len(srcs) != 1:
+                raise _Unbatchable(node.op)
+            out = UOp(node.op, node.dtype, tuple(srcs), _batched_arg(node.op, node.arg, n))
+        else:
+            raise _Unbatchable(node.op)  # a write, a copy, a device split, a bound variable
+        if out.shape != (n, *node.shape):
+            raise _Unbatchable(f"{node.op} of shape {out.shape}, not {(n, *node.shape)}")
+        done[node] = out
     return [done[r] for r in roots]
 
 
