@@ -614,3 +614,51 @@ def test_kept_gradient_of_a_hooked_tensor_is_the_hooked_one() -> None:
         return h.grad.tolist(), x.grad.tolist(), len(calls)
 
     assert run(lt) == run(torch)
+
+
+_CONST_LEAF_OPS = [
+    lambda L, a, b: (a + b).relu(),
+    lambda L, a, b: L.where(a > 0.5, a, L.zeros(a.shape)),
+    lambda L, a, b: L.maximum(a, L.zeros(a.shape)),
+    lambda L, a, b: (a * b).clamp(0, 1),
+    lambda L, a, b: L.nn.functional.pad(a, (1, 1))[1:-1],
+    lambda L, a, b: a.masked_fill(b > 0.5, 0.0),
+    lambda L, a, b: a * L.ones(a.shape) + b,
+    lambda L, a, b: L.nn.functional.relu(a - 1) + L.full(a.shape, 0.0),
+    lambda L, a, b: L.stack([a, L.zeros(a.shape)]).sum(0),
+    lambda L, a, b: L.cat([a, L.ones(a.shape)])[: a.shape[0]] * b,
+]
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_hunt_leaves_made_of_constants_against_torch(seed: int) -> None:
+    """Random chains of the ops whose graphs hold constants (a relu's 0, a pad, a masked fill) over leaves made of
+    constants (zeros, ones, full) and of data: every leaf's gradient as torch's (before leaves got nodes of their
+    own, 24 of 60 such chains differed)."""
+    import random
+
+    import lazygrad.torch as lt
+
+    r = random.Random(seed)
+    n = r.choice([1, 3, 4])
+    kinds = [r.choice(["zeros", "ones", "full0", "full1", "data"]) for _ in range(r.randint(2, 4))]
+    data = [np.random.default_rng(seed * 10 + i).uniform(-1, 2, n).astype(np.float32) for i in range(len(kinds))]
+    plan = [(r.randrange(len(_CONST_LEAF_OPS)), r.randrange(100), r.randrange(100)) for _ in range(r.randint(1, 5))]
+
+    def run(lib):  # noqa: ANN001, ANN202
+        made = {
+            "zeros": lambda d: lib.zeros(n, requires_grad=True),
+            "ones": lambda d: lib.ones(n, requires_grad=True),
+            "full0": lambda d: lib.full((n,), 0.0, requires_grad=True),
+            "full1": lambda d: lib.full((n,), 1.0, requires_grad=True),
+            "data": lambda d: lib.tensor(d, requires_grad=True),
+        }
+        leaves = [made[k](d) for k, d in zip(kinds, data)]
+        vals = list(leaves)
+        for op, i, j in plan:
+            vals.append(_CONST_LEAF_OPS[op](lib, vals[i % len(vals)], vals[j % len(vals)]))
+        (vals[-1] * lib.tensor(np.arange(1, n + 1, dtype=np.float32))).sum().backward()
+        return [t.grad.numpy() if t.grad is not None else np.zeros(n, np.float32) for t in leaves]
+
+    for ours, theirs in zip(run(lt), run(torch)):
+        np.testing.assert_allclose(ours, theirs, atol=1e-5)
