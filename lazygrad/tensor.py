@@ -1691,6 +1691,7 @@ class Tensor(metaclass=_TensorType):
                     # alike constant or expression shares: the 0 of a relu's where, another zeros(3) leaf. A node
                     # of its own (numbered: two leaves never share it), so that it gets only its own gradient, as
                     # torch's (the detach: the gradient reaching this node stops here, not at the shared one below)
+                    _lazy_overwritten.add(self.uop)  # (views taken before follow it to the new node)
                     self.uop = UOp(Ops.CONTIGUOUS, self.dtype, (UOp(Ops.DETACH, self.dtype, (self.uop,)),),
                                    ("leaf", next(_leaf_ids)))  # fmt: skip
                 _grad_leaves[id(self)] = self
@@ -7282,6 +7283,7 @@ class Tensor(metaclass=_TensorType):
         """Give this computed tensor a node of its own that reads as its value (numbered: never hash-consed with
         another): an alike tensor computed apart (x * 2 twice) is one node, and a gradient kept for this tensor or a
         hook on it must see only the uses of this one, as torch's (those computed from it after this call)."""
+        _lazy_overwritten.add(self.uop)  # (views taken before follow it to the new node)
         self.uop = UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,), (why, next(_leaf_ids)))
         return self.uop
 

@@ -662,3 +662,39 @@ def test_hunt_leaves_made_of_constants_against_torch(seed: int) -> None:
 
     for ours, theirs in zip(run(lt), run(torch)):
         np.testing.assert_allclose(ours, theirs, atol=1e-5)
+
+
+def test_views_taken_before_requires_grad_or_retain_grad_follow_the_tensor() -> None:
+    """A view of a lazy tensor taken before it became a leaf (tinygrad code: an optimizer sets requires_grad after the
+    model made its views) or before retain_grad() reads through the tensor's node of its own: gradients reach it."""
+    from lazygrad import nn
+
+    x = Tensor([[1.0, 2.0, 3.0]])
+    w = Tensor.zeros(3)
+    v = w.reshape(1, 3)
+    w.requires_grad_()
+    (v * x).sum().backward()
+    assert w.grad is not None and w.grad.tolist() == [1.0, 2.0, 3.0]
+    w2 = Tensor.ones(3)
+    v2 = w2.reshape(1, 3)
+    opt = nn.optim.SGD([w2], lr=1.0)
+    with Tensor.train():
+        (v2 * x).sum().backward()
+        opt.step()
+    assert w2.tolist() == [0.0, -1.0, -2.0]
+    leaf = Tensor([1.0, 2.0], requires_grad=True)
+    h = leaf * 2
+    row = h[0:1]
+    h.retain_grad()
+    (row * 3).sum().backward()
+    assert h.grad.tolist() == [3.0, 0.0]
+
+
+def test_optimizer_step_without_gradients_changes_nothing() -> None:
+    """torch's step() skips parameters that have no gradient: with none, it is a no-op."""
+    from lazygrad import nn
+
+    w = Tensor.ones(3, requires_grad=True)
+    for make in (nn.optim.SGD, nn.optim.Adam, nn.optim.AdamW):
+        make([w], lr=1.0).step()
+    assert w.tolist() == [1.0, 1.0, 1.0]
