@@ -1089,11 +1089,13 @@ def _reaches_grad(root: UOp) -> bool:
     stack = [root]
     while stack:
         n = stack.pop()
-        if n in seen or n.op in MAY_BLOCK and _blocks(n):
+        if n in seen:
             continue
         # (the realized lookup only where the node holds an entry: this runs for every output of a training step)
         if n in leaves or entry in n.__dict__ and _realized.get(n) in leaves:
-            return True
+            return True  # (a leaf first: x.detach() made a leaf is a detach, which passes no gradient below it)
+        if n.op in MAY_BLOCK and _blocks(n):
+            continue
         # a realized tensor's node kept with the graph that computed it (LazyOrigins)
         if _ORIGIN in n.__dict__:
             if n not in _read_kept:
@@ -1686,17 +1688,25 @@ class Tensor(metaclass=_TensorType):
                 return  # (backward sets every gradient it makes False: no lock, no Python-level pop for those)
         with _grad_leaves_lock:
             if value:
-                if self.uop.base.op is not Ops.BUFFER and id(self) not in _grad_leaves.data:
-                    # a leaf not stored yet (zeros(3), Tensor(3.5), a lazy init) is a hash-consed node that any
-                    # alike constant or expression shares: the 0 of a relu's where, another zeros(3) leaf. A node
-                    # of its own (numbered: two leaves never share it), so that it gets only its own gradient, as
-                    # torch's (the detach: the gradient reaching this node stops here, not at the shared one below)
-                    _lazy_overwritten.add(self.uop)  # (views taken before follow it to the new node)
-                    self.uop = UOp(Ops.CONTIGUOUS, self.dtype, (UOp(Ops.DETACH, self.dtype, (self.uop,)),),
-                                   ("leaf", next(_leaf_ids)))  # fmt: skip
+                if id(self) not in _grad_leaves.data:
+                    self._own_leaf_node()
                 _grad_leaves[id(self)] = self
             else:
                 _grad_leaves.pop(id(self), None)
+
+    def _own_leaf_node(self) -> None:
+        """A leaf not stored yet (zeros(3), Tensor(3.5), a lazy init, x.detach()) is a hash-consed node that alike
+        constants or expressions share: the 0 of a relu's where, another zeros(3) leaf, x.detach() used as a
+        constant elsewhere. It gets a node of its own (numbered: two leaves never share it), so that it gets only its
+        own gradient, as torch's. A detached view of memory (p.detach(), torch's way to a leaf sharing p's memory)
+        stays a detach of that memory, numbered; any other a copy (the detach: the gradient reaching this node stops
+        here, not at the shared one below)."""
+        number = ("leaf", next(_leaf_ids))
+        if self.uop.op is Ops.DETACH and self.uop.arg is None:
+            self.uop = UOp(Ops.DETACH, self.dtype, self.uop.src, number)
+        elif self.uop.base.op is not Ops.BUFFER and self._view_of is None:
+            _lazy_overwritten.add(self.uop)  # (views taken before follow it to the new node)
+            self.uop = UOp(Ops.CONTIGUOUS, self.dtype, (UOp(Ops.DETACH, self.dtype, (self.uop,)),), number)
 
     def requires_grad_(self, value: bool = True) -> Tensor:
         self.requires_grad = value
@@ -3133,7 +3143,9 @@ class Tensor(metaclass=_TensorType):
         return self
 
     def detach(self) -> Tensor:
-        out = _result(UOp(Ops.DETACH, self.dtype, (self.uop,)) if self.uop.op is not Ops.DETACH else self.uop)
+        # (a numbered detach is a leaf's own node: a detached copy of it is a node of another tensor)
+        same = self.uop.op is Ops.DETACH and self.uop.arg is None
+        out = _result(self.uop if same else UOp(Ops.DETACH, self.dtype, (self.uop,)))
         out._view_of = self._view_of or (self, self.uop)  # shares the memory, as torch's detach does
         return out
 

@@ -698,3 +698,34 @@ def test_optimizer_step_without_gradients_changes_nothing() -> None:
     for make in (nn.optim.SGD, nn.optim.Adam, nn.optim.AdamW):
         make([w], lr=1.0).step()
     assert w.tolist() == [1.0, 1.0, 1.0]
+
+
+def test_a_detached_view_made_a_leaf_is_a_leaf_of_its_own() -> None:
+    """x.detach().requires_grad_() (torch's way to a leaf sharing x's memory: adversarial inputs, MAML's fast
+    weights): what is computed from it requires grad, a realize between the forward and backward keeps its gradient,
+    a detached copy of it used elsewhere passes it nothing, and writes into it reach x's memory."""
+    a = np.array([1.0, 2.0, 3.0], np.float32)
+
+    def run(lib, realize: bool):  # noqa: ANN001, ANN202
+        x = lib.tensor(a)
+        leaf = x.detach().requires_grad_(True)
+        y = (leaf * 2).exp()
+        req = y.requires_grad
+        if realize:
+            y = y + 0  # (torch: the same graph)
+            if lib is not torch:
+                y.realize()
+        (y.sum() + (leaf.detach() * 5).sum()).backward()
+        return req, leaf.grad.tolist()
+
+    import lazygrad.torch as lt
+
+    for realize in (False, True):
+        (ours_req, ours), (theirs_req, theirs) = run(lt, realize), run(torch, realize)
+        assert ours_req and theirs_req
+        np.testing.assert_allclose(ours, theirs, rtol=1e-5)
+    x = Tensor(a)
+    leaf = x.detach().requires_grad_(True)
+    with Tensor.no_grad():
+        leaf.assign(leaf * 3).realize()
+    assert x.tolist() == [3.0, 6.0, 9.0]
