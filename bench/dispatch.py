@@ -401,6 +401,39 @@ def resnet_step() -> None:
     table("CIFAR ResNet SGD step, batch 32, 32^2 (stride-2 stages)", results, "torch eager")
 
 
+def per_sample_grads() -> None:
+    """Per-sample gradients of an MLP (64-128-10, batch 64) by torch.func's recipe, vmap(grad(loss)) over
+    functional_call with the parameters as a dict: lazygrad.func against torch.func, the same program."""
+    import lazygrad.torch as lt
+
+    rng = np.random.default_rng(0)
+    xn, yn = rng.standard_normal((64, 64)).astype(np.float32), rng.integers(0, 10, 64)
+
+    def make(torch: Any) -> Callable[[Any, Any], Any]:
+        model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
+        params = {k: v.detach() for k, v in model.named_parameters()}
+
+        def loss(p: Any, x: Any, y: Any) -> Any:
+            out = torch.func.functional_call(model, p, (x.unsqueeze(0),))
+            return torch.nn.functional.cross_entropy(out, y.unsqueeze(0))
+
+        grads = torch.func.vmap(torch.func.grad(loss), in_dims=(None, 0, 0))
+        return lambda x, y: grads(params, x, y)
+
+    x, y = lt.tensor(xn).realize(), lt.tensor(yn).realize()
+    ours = make(lt)
+    fns: dict[str, Callable[[], object]] = {"lazygrad.func": lambda: Tensor.realize(*ours(x, y).values())}
+    try:
+        import torch
+
+        torch.set_num_threads(1)
+        theirs, tx, ty = make(torch), torch.from_numpy(xn), torch.from_numpy(yn)
+        fns["torch.func"] = lambda: theirs(tx, ty)
+    except ImportError:
+        pass
+    table("per-sample gradients, vmap(grad(loss)), MLP 64-128-10, batch 64", bench_pair(fns, reps=5), "torch.func")
+
+
 def tinygrad_cnn_step_bytes(xn: np.ndarray, yn: np.ndarray) -> tuple[int, int] | None:
     """(bytes, kernels) of tinygrad's second training step of the same digits CNN, by its own GlobalCounters."""
     try:
@@ -512,6 +545,9 @@ def loaded() -> None:
 
 if __name__ == "__main__":
     # sections by name (`python bench/dispatch.py train_step`), all by default
-    sections = {f.__name__: f for f in (small_add, twenty_kernels, big_add, train_step, cnn_step, resnet_step, loaded)}
+    sections = {
+        f.__name__: f
+        for f in (small_add, twenty_kernels, big_add, train_step, cnn_step, resnet_step, per_sample_grads, loaded)
+    }
     for name in sys.argv[1:] or sections:
         sections[name]()

@@ -30,6 +30,10 @@ class DeviceUnavailable(RuntimeError):
     """Raised when a named device cannot be opened (no driver, no library, no hardware)."""
 
 
+class UnknownDevice(ValueError, RuntimeError):
+    """A device name no runtime knows: a ValueError, and the RuntimeError torch raises for it."""
+
+
 class DeviceName(str):
     """A device's name ("CPU", "CUDA:1") with torch.device's `type` ("cpu", "cuda") and `index` (None, 1): what
     `Tensor.device` gives, so torch code's `x.device.type == "cuda"` runs. It is the string in every other use."""
@@ -103,7 +107,7 @@ class _Device:
             return f"DISK:{idx}"
         idx = idx.upper()
         if base not in KNOWN_DEVICES:
-            raise ValueError(f"unknown device {name!r}; known devices: {', '.join(KNOWN_DEVICES)}")
+            raise UnknownDevice(f"unknown device {name!r}; known devices: {', '.join(KNOWN_DEVICES)}")
         return base if idx in ("", "0") else f"{base}:{idx}"
 
     @functools.cached_property

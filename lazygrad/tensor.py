@@ -1089,11 +1089,13 @@ def _reaches_grad(root: UOp) -> bool:
     stack = [root]
     while stack:
         n = stack.pop()
-        if n in seen or n.op in MAY_BLOCK and _blocks(n):
+        if n in seen:
             continue
         # (the realized lookup only where the node holds an entry: this runs for every output of a training step)
         if n in leaves or entry in n.__dict__ and _realized.get(n) in leaves:
-            return True
+            return True  # (a leaf first: x.detach() made a leaf is a detach, which passes no gradient below it)
+        if n.op in MAY_BLOCK and _blocks(n):
+            continue
         # a realized tensor's node kept with the graph that computed it (LazyOrigins)
         if _ORIGIN in n.__dict__:
             if n not in _read_kept:
@@ -1692,16 +1694,25 @@ class Tensor(metaclass=_TensorType):
                 return  # (backward sets every gradient it makes False: no lock, no Python-level pop for those)
         with _grad_leaves_lock:
             if value:
-                if self.uop.base.op is not Ops.BUFFER and any(
-                    t is not self and t.uop is self.uop for t in _live_in(_grad_leaves)
-                ):
-                    # two leaves built alike (Tensor(3.5) twice) are one hash-consed node: a node of its own, so
-                    # that each gets its own gradient, as torch's
-                    # (the detach: the gradient reaching this node stops here, not at the shared one below it)
-                    self.uop = UOp(Ops.CONTIGUOUS, self.dtype, (UOp(Ops.DETACH, self.dtype, (self.uop,)),))
+                if id(self) not in _grad_leaves.data:
+                    self._own_leaf_node()
                 _grad_leaves[id(self)] = self
             else:
                 _grad_leaves.pop(id(self), None)
+
+    def _own_leaf_node(self) -> None:
+        """A leaf not stored yet (zeros(3), Tensor(3.5), a lazy init, x.detach()) is a hash-consed node that alike
+        constants or expressions share: the 0 of a relu's where, another zeros(3) leaf, x.detach() used as a
+        constant elsewhere. It gets a node of its own (numbered: two leaves never share it), so that it gets only its
+        own gradient, as torch's. A detached view of memory (p.detach(), torch's way to a leaf sharing p's memory)
+        stays a detach of that memory, numbered; any other a copy (the detach: the gradient reaching this node stops
+        here, not at the shared one below)."""
+        number = ("leaf", next(_leaf_ids))
+        if self.uop.op is Ops.DETACH and self.uop.arg is None:
+            self.uop = UOp(Ops.DETACH, self.dtype, self.uop.src, number)
+        elif self.uop.base.op is not Ops.BUFFER and self._view_of is None:
+            _lazy_overwritten.add(self.uop)  # (views taken before follow it to the new node)
+            self.uop = UOp(Ops.CONTIGUOUS, self.dtype, (UOp(Ops.DETACH, self.dtype, (self.uop,)),), number)
 
     def requires_grad_(self, value: bool = True) -> Tensor:
         self.requires_grad = value
@@ -1897,6 +1908,8 @@ class Tensor(metaclass=_TensorType):
             if (g := grads.get(n)) is not None:
                 if t._requires_grad and (hooks := _grad_hooks.get(id(t))):  # a computed tensor's run in the graph
                     g = _run_hooks(hooks, g)
+                elif _hooked and (ran := _hooked.pop(id(t), None)) is not None and ran[0] is g:
+                    g = ran[1]
                 t.grad = g if t.grad is None or id(t) in replace else t.grad + g
                 t.grad.requires_grad = False  # as in torch: a gradient is data, it keeps no graph when realized
                 if _post_accumulate_hooks and (post := _post_accumulate_hooks.get(id(t))) and t.is_leaf:
@@ -3137,7 +3150,9 @@ class Tensor(metaclass=_TensorType):
         return self
 
     def detach(self) -> Tensor:
-        out = _result(UOp(Ops.DETACH, self.dtype, (self.uop,)) if self.uop.op is not Ops.DETACH else self.uop)
+        # (a numbered detach is a leaf's own node: a detached copy of it is a node of another tensor)
+        same = self.uop.op is Ops.DETACH and self.uop.arg is None
+        out = _result(self.uop if same else UOp(Ops.DETACH, self.dtype, (self.uop,)))
         out._view_of = self._view_of or (self, self.uop)  # shares the memory, as torch's detach does
         return out
 
@@ -7313,7 +7328,18 @@ class Tensor(metaclass=_TensorType):
             raise ArgumentError("retain_grad() on a tensor that does not require grad")
         if self._requires_grad is None:
             _note_unset(self)
+        if (not self.is_leaf and self.uop.base.op is not Ops.BUFFER and id(self) not in _retaining
+                and id(self) not in _grad_hooks):  # fmt: skip
+            self._own_node("retain_grad")  # (a realized value is a buffer of its own already)
         _retaining[id(self)] = self
+
+    def _own_node(self, why: str) -> UOp:
+        """Give this computed tensor a node of its own that reads as its value (numbered: never hash-consed with
+        another): an alike tensor computed apart (x * 2 twice) is one node, and a gradient kept for this tensor or a
+        hook on it must see only the uses of this one, as torch's (those computed from it after this call)."""
+        _lazy_overwritten.add(self.uop)  # (views taken before follow it to the new node)
+        self.uop = UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,), (why, next(_leaf_ids)))
+        return self.uop
 
     @property
     def retains_grad(self) -> bool:
@@ -7328,10 +7354,17 @@ class Tensor(metaclass=_TensorType):
         if not self.is_leaf and len(hooks) == 1:  # the first hook: later ones join the same list
             from lazygrad.gradient import define_gradient
 
-            # a node that reads as self (x * 1 keeps -0.0 and NaN), with the hooks as its derivative rule
-            src = self.uop
-            self.uop = (self * 1).uop
-            define_gradient(self.uop, src, lambda g: _run_hooks(hooks, g))
+            # a node of its own that reads as self, with the hooks as its derivative rule
+            src, key = self.uop, id(self)
+
+            def rule(g: Tensor) -> Tensor:
+                out = _run_hooks(hooks, g)
+                _hooked[key] = (g, out)  # a kept .grad is the hooked gradient, as torch's (hooks run once)
+                return out
+
+            self.uop = self._own_node("hook")
+            define_gradient(self.uop, src, rule)
+            weakref.finalize(self, _hooked.pop, key, None)
         return _HookHandle(hooks, hook)
 
     def register_post_accumulate_grad_hook(self, hook: Callable[[Tensor], None]) -> _HookHandle:
@@ -7669,6 +7702,8 @@ def _address(st: ShapeTracker, point: tuple[int, ...]) -> int:
 # id -> computed tensor whose .grad a backward fills (retain_grad); id -> hooks on a tensor's gradient (register_hook)
 _retaining: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
 _grad_hooks: dict[int, list[Callable[[Tensor], Tensor | None]]] = {}
+# a hooked computed tensor's id -> (the gradient its hooks last ran on, what they made of it)
+_hooked: dict[int, tuple[Tensor, Tensor]] = {}
 # id -> hooks run with the leaf after backward accumulated into its .grad (register_post_accumulate_grad_hook)
 _post_accumulate_hooks: dict[int, list[Callable[[Tensor], None]]] = {}
 
@@ -7794,6 +7829,7 @@ for _name in (
 
 # id -> tensor with requires_grad=True; keyed by id because Tensor.__eq__ is elementwise, not identity
 _grad_leaves: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
+_leaf_ids = itertools.count(1)  # the number of each lazy leaf's node of its own (Tensor.requires_grad's setter)
 _grad_leaves_lock = library_lock()
 # id -> weak reference to a floating point tensor whose requires_grad was never set: a backward through it fills its
 # .grad (tinygrad's rule). Every float tensor an op makes is entered here: a plain dict, not a WeakValueDictionary,

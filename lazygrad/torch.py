@@ -18,23 +18,28 @@ or to lazygrad.nn.functional where torch's top-level function is the functional 
 is taken as torch takes it, in the other operand's dtype. `out=` writes the result into the given tensor (of the
 result's shape: lazygrad does not resize it).
 
+The top-level losses take torch's enum int reduction (0 none, 1 mean, 2 sum) as well as the string. `torch.func`
+and `torch.vmap` are lazygrad.func's transforms. The functions of complex numbers answer for real tensors as torch's
+(`real` is the tensor, `angle` 0 or pi, `imag` raises).
+
 Not offered (AttributeError, as for any name lazygrad lacks): complex numbers, sparse and quantized tensors, torch's
-internal and backend-specific functions (cudnn_*, mkldnn_*, fbgemm_*, sym_*), and the losses whose top-level form
-takes its reduction as an enum int (nn.functional's take the string).
+internal and backend-specific functions (cudnn_*, mkldnn_*, fbgemm_*, sym_*), storages and dlpack.
 """
 
 from __future__ import annotations
 
 import builtins
+import collections
+import functools
 import math
 import random
 import sys
 import types
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from lazygrad import nn
 from lazygrad.autograd import enable_grad, inference_mode, no_grad, set_grad_enabled  # noqa: F401 (torch's names)
-from lazygrad.device import DeviceName
+from lazygrad.device import Device, DeviceName
 from lazygrad.dtype import DType, dtypes, least_upper_dtype, to_dtype
 from lazygrad.nn import functional as F
 from lazygrad.nn import optim
@@ -299,9 +304,10 @@ def _method(name: str) -> Callable[..., Any]:
 _METHODS = """abs abs_ absolute acos acos_ acosh acosh_ add addbmm addcdiv addcmul addmm addmv addmv_ addr adjoint all
 as_strided allclose amax amin aminmax any arccos arccos_ arccosh arccosh_ arcsin arcsin_ arcsinh arcsinh_ arctan arctan2
 arctan_ arctanh arctanh_ argmax argmin argsort argwhere asin asin_ asinh asinh_ atan atan2 atan_ atanh atanh_ baddbmm
-bernoulli bmm bincount bitwise_and bitwise_left_shift bitwise_not bitwise_or bitwise_right_shift bitwise_xor
-broadcast_to bucketize cdist ceil ceil_ cholesky chunk clamp clamp_ clamp_max clamp_max_ clamp_min clamp_min_ clip clip_
-clone combinations conj copysign corrcoef cos cos_ cosh cosh_ count_nonzero cov cross cummax cummin cumprod cumsum
+bernoulli bmm cholesky_inverse cholesky_solve matrix_exp bincount bitwise_and bitwise_left_shift bitwise_not bitwise_or
+bitwise_right_shift bitwise_xor broadcast_to
+bucketize cdist ceil ceil_ cholesky chunk clamp clamp_ clamp_max clamp_max_ clamp_min clamp_min_ clip clip_ clone
+combinations conj copysign corrcoef cos cos_ cosh cosh_ count_nonzero cov cross cummax cummin cumprod cumsum
 cumulative_trapezoid deg2rad deg2rad_ det detach detach_ diag diag_embed diagflat diagonal diagonal_scatter diff digamma
 dist div divide dot dsplit empty_like eq equal erf erf_ erfc erfc_ erfinv exp exp2 exp2_ exp_ expm1 expm1_ fill_ fix
 fix_ flatten flip fliplr flipud float_power floor floor_ floor_divide fmax fmin fmod frac frac_ frexp full_like gather
@@ -460,6 +466,55 @@ def numel(input: Tensor) -> builtins.int:
     return input.numel()
 
 
+# *** torch's top-level forms of nn.functional's ops with other arguments ***
+
+_REDUCTIONS = ("none", "mean", "sum")  # torch's int reduction codes (at::Reduction)
+
+
+def _reduction(r: Any) -> str:
+    return _REDUCTIONS[r] if isinstance(r, builtins.int) else r
+
+
+def kl_div(input: Tensor, target: Tensor, reduction: Any = 1, *, log_target: builtins.bool = False) -> Tensor:
+    return F.kl_div(input, target, reduction=_reduction(reduction), log_target=log_target)
+
+
+def binary_cross_entropy_with_logits(input: Tensor, target: Tensor, weight: Tensor | None = None,
+                                     pos_weight: Tensor | None = None, reduction: Any = 1) -> Tensor:  # fmt: skip
+    return F.binary_cross_entropy_with_logits(input, target, weight, reduction=_reduction(reduction),
+                                              pos_weight=pos_weight)  # fmt: skip
+
+
+def margin_ranking_loss(input1: Tensor, input2: Tensor, target: Tensor, margin: builtins.float = 0.0,
+                        reduction: Any = 1) -> Tensor:  # fmt: skip
+    return F.margin_ranking_loss(input1, input2, target, margin, reduction=_reduction(reduction))
+
+
+def hinge_embedding_loss(input: Tensor, target: Tensor, margin: builtins.float = 1.0, reduction: Any = 1) -> Tensor:
+    return F.hinge_embedding_loss(input, target, margin, reduction=_reduction(reduction))
+
+
+def cosine_embedding_loss(input1: Tensor, input2: Tensor, target: Tensor, margin: builtins.float = 0.0,
+                          reduction: Any = 1) -> Tensor:  # fmt: skip
+    return F.cosine_embedding_loss(input1, input2, target, margin, reduction=_reduction(reduction))
+
+
+def triplet_margin_loss(anchor: Tensor, positive: Tensor, negative: Tensor, margin: builtins.float = 1.0,
+                        p: builtins.float = 2.0, eps: builtins.float = 1e-6, swap: builtins.bool = False,
+                        reduction: Any = 1) -> Tensor:  # fmt: skip
+    return F.triplet_margin_loss(anchor, positive, negative, margin, p, eps, swap, reduction=_reduction(reduction))
+
+
+def poisson_nll_loss(input: Tensor, target: Tensor, log_input: builtins.bool, full: builtins.bool,
+                     eps: builtins.float, reduction: Any) -> Tensor:  # fmt: skip
+    return F.poisson_nll_loss(input, target, log_input, full, eps=eps, reduction=_reduction(reduction))
+
+
+def ctc_loss(log_probs: Tensor, targets: Tensor, input_lengths: Any, target_lengths: Any, blank: builtins.int = 0,
+             reduction: Any = 1, zero_infinity: builtins.bool = False) -> Tensor:  # fmt: skip
+    return F.ctc_loss(log_probs, targets, input_lengths, target_lengths, blank, _reduction(reduction), zero_infinity)
+
+
 def instance_norm(input: Tensor, weight: Tensor | None, bias: Tensor | None, running_mean: Tensor | None,
                   running_var: Tensor | None, use_input_stats: builtins.bool, momentum: builtins.float,
                   eps: builtins.float, cudnn_enabled: builtins.bool = True) -> Tensor:  # fmt: skip
@@ -467,41 +522,180 @@ def instance_norm(input: Tensor, weight: Tensor | None, bias: Tensor | None, run
     return F.instance_norm(input, running_mean, running_var, weight, bias, use_input_stats, momentum, eps)
 
 
-def randint_like(input: Tensor, low: builtins.int, high: builtins.int | None = None, **kwargs: Any) -> Tensor:
-    """torch.randint_like(input, high) or (input, low, high): input's shape, its dtype unless dtype= is given."""
-    low, high = (0, low) if high is None else (low, high)
-    d = to_dtype(kwargs.pop("dtype", None) or input.dtype)
-    kwargs.setdefault("device", input.device)
-    return randint(low, high, input.shape, **kwargs).cast(d)  # a float dtype holds the integers drawn
+def constant_pad_nd(input: Tensor, pad: Sequence[builtins.int], value: Any = 0) -> Tensor:
+    return F.pad(input, pad, value=value)
 
 
-def chain_matmul(*matrices: Tensor) -> Tensor:
-    first, *rest = matrices
-    for m in rest:
-        first = first @ m
-    return first
+def _in_place(make: Callable[..., Tensor]) -> Callable[..., Tensor]:
+    def call(input: Tensor, *args: Any, **kwargs: Any) -> Tensor:
+        return input.assign(make(input, *args, **kwargs))
+
+    call.__name__ = call.__qualname__ = make.__name__ + "_"
+    return call
 
 
-def promote_types(type1: DType, type2: DType) -> DType:
+dropout_, alpha_dropout_, feature_alpha_dropout_, rrelu_ = map(
+    _in_place, (F.dropout, F.alpha_dropout, F.feature_alpha_dropout, F.rrelu)
+)
+celu_, selu_, threshold_, max_pool1d_with_indices = F.celu_, F.selu_, F.threshold_, F.max_pool1d_with_indices
+native_channel_shuffle = F.channel_shuffle
+
+# *** copies of views, and the "unsafe" splits (torch's names for the same values: lazygrad never aliases here) ***
+
+
+def _copy_of(name: str) -> Callable[..., Any]:
+    view = getattr(Tensor, name)
+
+    def call(input: Tensor, *args: Any, out: Any = None, **kwargs: Any) -> Any:
+        got = view(input, *args, **kwargs)
+        return _into(out, tuple(t.clone() for t in got) if isinstance(got, (tuple, list)) else got.clone())
+
+    call.__name__ = call.__qualname__ = name + "_copy"
+    return call
+
+
+def _slice(input: Tensor, dim: builtins.int = 0, start: Any = None, end: Any = None, step: builtins.int = 1) -> Tensor:
+    index = [builtins.slice(None)] * input.ndim
+    index[dim] = builtins.slice(start, end, step)
+    return input[tuple(index)]
+
+
+for _name in """alias as_strided detach diagonal expand permute select split split_with_sizes squeeze t transpose
+unbind unfold unsqueeze view""".split():
+    globals()[_name + "_copy"] = _copy_of(_name if _name != "alias" else "view_as")
+del _name
+alias_copy = lambda input: input.clone()  # noqa: E731
+slice_copy = lambda input, *args, **kwargs: _slice(input, *args, **kwargs).clone()  # noqa: E731
+unsafe_split, unsafe_chunk, unsafe_split_with_sizes = _method("split"), _method("chunk"), _method("split_with_sizes")
+
+# *** real numbers as torch's complex-aware functions see them ***
+
+
+def real(input: Tensor) -> Tensor:
+    """The real part: a real tensor itself."""
+    return input
+
+
+def imag(input: Tensor) -> Tensor:
+    raise RuntimeError("imag is not implemented for tensors with non-complex dtypes.")
+
+
+def angle(input: Tensor, *, out: Tensor | None = None) -> Tensor:
+    """0 for x >= 0, pi for x < 0, NaN at NaN; float for integer input (torch.angle of a real tensor)."""
+    x = input if input.is_floating_point() else input.float()
+    return _into(out, (x < 0).where(math.pi, 0.0).cast(x.dtype).where(~x.isnan(), x).detach())
+
+
+is_conj = is_neg = lambda input: False  # noqa: E731
+conj_physical = _method("conj")
+
+
+# *** dtypes: promotion and casting as torch's ***
+
+
+def _category(d: DType) -> builtins.int:
+    return 0 if d == dtypes.bool else 2 if dtypes.is_float(d) else 1
+
+
+def promote_types(type1: Any, type2: Any) -> DType:
     return least_upper_dtype(to_dtype(type1), to_dtype(type2))
 
 
 def result_type(tensor1: Any, tensor2: Any) -> DType:
-    """The dtype an arithmetic op of the two gives: a Python number takes the tensor's kind where it can."""
-    if isinstance(tensor1, Tensor):
-        return tensor1._broadcasted(tensor2)[0].dtype
-    if isinstance(tensor2, Tensor):
-        return tensor2._broadcasted(tensor1, reverse=True)[0].dtype
-    kinds = {type(tensor1), type(tensor2)}
-    return dtypes.default_float if builtins.float in kinds else dtypes.bool if kinds == {builtins.bool} else int64
+    """The dtype torch computes tensor1 op tensor2 in: tensors with dimensions decide, then 0-d tensors, then Python
+    numbers, each only where its kind (bool < integer < floating) is higher than those before."""
+    groups: list[list[DType]] = [[], [], []]
+    for x in (tensor1, tensor2):
+        if isinstance(x, Tensor):
+            groups[0 if x.ndim else 1].append(x.dtype)
+        elif isinstance(x, builtins.bool):
+            groups[2].append(dtypes.bool)
+        elif isinstance(x, builtins.int):
+            groups[2].append(dtypes.int64)
+        elif isinstance(x, builtins.float):
+            groups[2].append(dtypes.default_float)
+        else:
+            raise TypeError(f"result_type(): expected a Tensor or a number, got {type(x).__name__}")
+    result: DType | None = None
+    for g in groups:
+        if not g:
+            continue
+        here = functools.reduce(least_upper_dtype, g)
+        if result is None or _category(here) > _category(result):
+            result = (
+                here
+                if result is None or g is not groups[2]
+                else (dtypes.int64 if _category(here) == 1 else dtypes.default_float)
+            )
+    assert result is not None
+    return result
 
 
-def can_cast(from_: DType, to: DType) -> builtins.bool:
-    """torch's casting rule: no float to an integer, nothing but a bool to a bool."""
-    from_, to = to_dtype(from_), to_dtype(to)
-    if dtypes.is_float(from_) and not dtypes.is_float(to):
-        return False
-    return to != dtypes.bool or from_ == dtypes.bool
+def can_cast(from_: Any, to: Any) -> builtins.bool:
+    """Whether a value of dtype from_ may be cast to `to` by a promoting op: not to a lower kind (float to integer,
+    integer or float to bool)."""
+    return _category(to_dtype(from_)) <= _category(to_dtype(to))
+
+
+_LEGACY_NAMES = {dtypes.float32: "FloatTensor", dtypes.float64: "DoubleTensor", dtypes.float16: "HalfTensor",
+                 dtypes.bfloat16: "BFloat16Tensor", dtypes.int64: "LongTensor", dtypes.int32: "IntTensor",
+                 dtypes.int16: "ShortTensor", dtypes.int8: "CharTensor", dtypes.uint8: "ByteTensor",
+                 dtypes.bool: "BoolTensor"}  # fmt: skip
+
+
+def typename(obj: Any) -> str:
+    if isinstance(obj, Tensor):
+        return f"torch.{_LEGACY_NAMES.get(obj.dtype, 'Tensor')}"
+    module = type(obj).__module__
+    return type(obj).__qualname__ if module == "builtins" else f"{module}.{type(obj).__qualname__}"
+
+
+# *** process-wide settings ***
+
+
+def get_default_device() -> DeviceName:
+    return DeviceName(Device.DEFAULT)
+
+
+def set_default_device(device: Any) -> None:
+    """The device new tensors go to (None: the CPU); lazygrad's Device.DEFAULT."""
+    Device.DEFAULT = Device.canonicalize(str(device) if device is not None else "CPU")
+
+
+def set_default_tensor_type(t: Any) -> None:
+    """torch.set_default_tensor_type(torch.DoubleTensor) (or its name): the default floating dtype."""
+    name = t if isinstance(t, str) else getattr(t, "__name__", "")
+    found = [d for d, n in _LEGACY_NAMES.items() if name.endswith(n) and dtypes.is_float(d)]
+    if not found:
+        raise TypeError(f"invalid type: {t!r}; expected a floating point tensor type")
+    set_default_dtype(found[0])
+
+
+_warn_always = [False]
+
+
+def set_warn_always(b: builtins.bool) -> None:
+    _warn_always[0] = builtins.bool(b)
+
+
+def is_warn_always_enabled() -> builtins.bool:
+    return _warn_always[0]
+
+
+def cond(pred: Any, true_fn: Callable, false_fn: Callable, operands: Any = ()) -> Any:
+    """torch.cond: true_fn(*operands) if pred else false_fn(*operands), pred read once."""
+    return (
+        true_fn(*operands) if builtins.bool(pred.item() if isinstance(pred, Tensor) else pred) else false_fn(*operands)
+    )
+
+
+def while_loop(cond_fn: Callable, body_fn: Callable, carried_inputs: Any) -> Any:
+    """torch.while_loop: body_fn applied to the carried values while cond_fn of them is true."""
+    carried = tuple(carried_inputs)
+    while builtins.bool(c.item() if isinstance(c := cond_fn(*carried), Tensor) else c):
+        out = body_fn(*carried)
+        carried = tuple(out) if isinstance(out, (tuple, list)) else (out,)
+    return carried
 
 
 # *** windows (torch.hann_window and friends): periodic by default, as torch's ***
@@ -542,6 +736,95 @@ def blackman_window(window_length: builtins.int, periodic: builtins.bool = True,
 def bartlett_window(window_length: builtins.int, periodic: builtins.bool = True, *, dtype: Any = None,
                     device: Any = None, requires_grad: builtins.bool = False) -> Tensor:  # fmt: skip
     return _window(window_length, periodic, dtype, device, requires_grad, lambda k, n: 1 - (k * (2 / n) - 1).abs())
+
+
+def kaiser_window(window_length: builtins.int, periodic: builtins.bool = True, beta: builtins.float = 12.0, *,
+                  dtype: Any = None, device: Any = None, requires_grad: builtins.bool = False) -> Tensor:  # fmt: skip
+    def kaiser(k: Tensor, n: builtins.int) -> Tensor:
+        return (beta * (1 - ((k - n / 2) / (n / 2)).square()).clamp(0).sqrt()).i0() / Tensor(beta).i0().item()
+
+    return _window(window_length, periodic, dtype, device, requires_grad, kaiser)
+
+
+# *** more creation forms ***
+
+
+def fill(input: Tensor, value: Any) -> Tensor:
+    """A tensor like input, every element `value` (a number or a one-element tensor)."""
+    if isinstance(value, Tensor):
+        if value.numel() != 1:
+            raise RuntimeError(
+                f"fill only supports 0-dimension value tensor but got tensor with {value.ndim} dimensions."
+            )
+        return value.reshape(()).cast(input.dtype).expand(input.shape).contiguous()
+    return input.full_like(value)
+
+
+def randint_like(input: Tensor, low: builtins.int = 0, high: builtins.int | None = None, *, dtype: Any = None,
+                 device: Any = None, requires_grad: builtins.bool = False, **kwargs: Any) -> Tensor:  # fmt: skip
+    """torch.randint_like(input, high) or (input, low, high): input's shape, its dtype unless dtype= says (a float
+    dtype holds the integers drawn)."""
+    if high is None:
+        low, high = 0, low
+    d = to_dtype(dtype) if dtype is not None else input.dtype
+    drawn = Tensor.randint(*input.shape, low=low, high=high, dtype=dtypes.int64, device=device or input.device)
+    return drawn.cast(d) if d != dtypes.int64 else drawn
+
+
+def empty_strided(size: Sequence[builtins.int], stride: Sequence[builtins.int], *, dtype: Any = None,
+                  device: Any = None, requires_grad: builtins.bool = False, **kwargs: Any) -> Tensor:  # fmt: skip
+    """An uninitialized tensor of `size` (lazygrad's tensors are laid out contiguously: `stride` is not kept)."""
+    if len(size) != len(stride):
+        raise RuntimeError(f"mismatch in length of strides and shape: {len(stride)} strides for {len(size)} dims")
+    return empty(*size, dtype=dtype, device=device, requires_grad=requires_grad)
+
+
+def frombuffer(buffer: Any, *, dtype: Any, count: builtins.int = -1, offset: builtins.int = 0,
+               requires_grad: builtins.bool = False) -> Tensor:  # fmt: skip
+    """A 1-D tensor of the buffer's bytes read as `dtype`: a copy (torch shares the buffer's memory)."""
+    d = to_dtype(dtype)
+    data = memoryview(buffer).cast("B")[offset:]
+    n = len(data) // d.itemsize if count < 0 else count
+    if n * d.itemsize > len(data) or (count < 0 and len(data) % d.itemsize):
+        raise ValueError(f"buffer length ({len(data)} bytes after offset {offset}) is not a multiple of, or too short "
+                         f"for, {n if count >= 0 else 'whole'} elements of {d.itemsize} bytes")  # fmt: skip
+    out = Tensor(bytes(data[: n * d.itemsize]), dtype=dtypes.uint8).bitcast(d) if n else Tensor.empty(0, dtype=d)
+    return out.requires_grad_(True) if requires_grad else out
+
+
+def histogram(input: Tensor, bins: Any = 100, *, range: Any = None, weight: Tensor | None = None,
+              density: builtins.bool = False) -> Any:  # fmt: skip
+    """(hist, bin_edges): counts (or weights' sums) of input's elements in each bin, [e_i, e_i+1) and the last bin
+    closed; `bins` a count of equal bins over `range` (the data's min to max by default) or the edges."""
+    if not input.is_floating_point():
+        raise RuntimeError(f"torch.histogram: input tensor and bins tensors should have the same dtype, but got input "
+                           f"{input.dtype}")  # fmt: skip
+    x = input.reshape(-1)
+    w = weight.reshape(-1).cast(x.dtype) if weight is not None else None
+    if isinstance(bins, Tensor):
+        edges = bins.cast(x.dtype)
+        xs, count = x.unsqueeze(1), edges.shape[0] - 1
+        last = (Tensor.arange(count) == count - 1) & (xs == edges[-1:])  # the last bin is closed
+        inside = (xs >= edges[:-1]) & (xs < edges[1:]) | last
+    else:
+        if range is not None:
+            lo, hi = (
+                Tensor([builtins.float(range[0])], dtype=x.dtype),
+                Tensor([builtins.float(range[1])], dtype=x.dtype),
+            )
+        elif x.numel():
+            lo, hi = x.min().reshape(1), x.max().reshape(1)
+        else:
+            lo, hi = Tensor([0.0], dtype=x.dtype), Tensor([0.0], dtype=x.dtype)
+        lo, hi = (lo == hi).where(lo - 0.5, lo), (lo == hi).where(hi + 0.5, hi)  # one value: a bin around it
+        edges = lo + (hi - lo) * (Tensor.arange(bins + 1, dtype=x.dtype) / bins)
+        at = ((x - lo) * bins / (hi - lo)).floor().clamp(-1, bins)
+        at = (x == hi).where(bins - 1, at)  # the last edge falls in the last bin
+        inside = at.unsqueeze(1) == Tensor.arange(bins, dtype=x.dtype)
+    counts = inside.where(1.0 if w is None else w.unsqueeze(1), 0.0).cast(x.dtype).sum(0)
+    if density:
+        counts = counts / (counts.sum() * (edges[1:] - edges[:-1]))
+    return return_types.histogram(counts, edges)
 
 
 # *** the process: threads, saving, compiling, determinism ***
@@ -663,6 +946,8 @@ backends = types.SimpleNamespace(
 
 class return_types:  # noqa: N801  (torch's name)
     max = min = sort = topk = kthvalue = median = mode = cummax = cummin = ValuesIndices
+    triangular_solve = collections.namedtuple("triangular_solve", ["solution", "cloned_coefficient"])
+    histogram = collections.namedtuple("histogram", ["hist", "bin_edges"])
 
 
 class _LegacyType(str):
@@ -690,7 +975,7 @@ BoolTensor = _LegacyType("BoolTensor", dtypes.bool)
 
 # the submodules as torch's: `torch.optim.Adam`, `import lazygrad.torch.nn.functional as F`, `from
 # lazygrad.torch.utils.data import DataLoader` (the import statement finds each dotted name in sys.modules)
-from lazygrad import amp, autograd, distributions, linalg, utils  # noqa: E402
+from lazygrad import amp, autograd, distributions, func, linalg, utils  # noqa: E402
 from lazygrad.nn import init as _init  # noqa: E402
 from lazygrad.utils import checkpoint as _checkpoint  # noqa: E402
 from lazygrad.utils import data as _data  # noqa: E402
@@ -709,8 +994,38 @@ def _autocast_on(device_type: str) -> Callable[..., Any]:
 
 cuda.amp = types.SimpleNamespace(autocast=_autocast_on("cuda"), GradScaler=amp.GradScaler)  # type: ignore[attr-defined]
 cpu = types.SimpleNamespace(amp=types.SimpleNamespace(autocast=_autocast_on("cpu"), GradScaler=amp.GradScaler))
-func = types.ModuleType("lazygrad.torch.func", "torch.func's functional_call")
-func.functional_call = nn.utils.stateless.functional_call  # type: ignore[attr-defined]
+vmap = func.vmap
+GradScaler = amp.GradScaler
+is_anomaly_enabled = is_anomaly_check_nan_enabled = lambda: False  # noqa: E731  (see autograd.detect_anomaly)
+set_anomaly_enabled = autograd.set_detect_anomaly
+
+
+def chain_matmul(*matrices: Tensor, out: Tensor | None = None) -> Tensor:
+    return _into(out, linalg.multi_dot(_tensors(matrices)))
+
+
+def frobenius_norm(input: Tensor, dim: Any = (-2, -1), keepdim: builtins.bool = False) -> Tensor:
+    return input.square().sum(tuple(dim) if isinstance(dim, (tuple, list)) else dim, keepdim=keepdim).sqrt()
+
+
+def nuclear_norm(input: Tensor, dim: Any = (-2, -1), keepdim: Any = False) -> Tensor:
+    if isinstance(dim, builtins.bool):  # nuclear_norm(input, keepdim)
+        dim, keepdim = (-2, -1), dim
+    return linalg.matrix_norm(input, "nuc", tuple(dim), keepdim)
+
+
+def lu_solve(b: Tensor, LU_data: Tensor, LU_pivots: Tensor) -> Tensor:  # noqa: N803 (torch's names)
+    return linalg.lu_solve(LU_data, LU_pivots, b)
+
+
+def triangular_solve(b: Tensor, A: Tensor, upper: builtins.bool = True, transpose: builtins.bool = False,  # noqa: N803
+                     unitriangular: builtins.bool = False) -> tuple[Tensor, Tensor]:  # fmt: skip
+    """(the solution X of A X = b, or of A^T X = b with transpose; a copy of A), as torch's deprecated form."""
+    a = A.transpose(-2, -1) if transpose else A
+    solution = linalg.solve_triangular(a, b, upper=upper != transpose, unitriangular=unitriangular)
+    return return_types.triangular_solve(solution, A.clone())
+
+
 for _alias, _module in {
     "nn": nn,
     "nn.functional": F,

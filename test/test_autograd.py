@@ -546,3 +546,186 @@ def test_autograd_functional_is_torchs(name: str) -> None:
     assert len(ours) == len(ref)
     for a, b in zip(ours, ref):
         np.testing.assert_allclose(a.numpy(), b.detach().numpy(), rtol=1e-5, atol=1e-6)
+
+
+_LAZY_LEAVES = {
+    "zeros": lambda: Tensor.zeros(3, requires_grad=True),
+    "ones": lambda: Tensor.ones(3).requires_grad_(),
+    "full": lambda: Tensor.full((3,), 0.0, requires_grad=True),
+    "scalar": lambda: Tensor(0.0, requires_grad=True),
+    "zeros_like": lambda: Tensor.ones(3).zeros_like().requires_grad_(),
+}
+
+
+@pytest.mark.parametrize("make", list(_LAZY_LEAVES), ids=list(_LAZY_LEAVES))
+def test_a_constant_leaf_gets_only_its_own_gradient(make: str) -> None:
+    """A leaf built from a constant (torch.zeros(n, requires_grad=True): the hand-written bias) is a node of its own:
+    the alike constants of the graph (the 0 of relu's where, of a masked select, other zero leaves) pass it nothing."""
+    xs = np.array([1.0, 2.0, 3.0], np.float32)
+
+    def loss(lib, x, leaves):  # noqa: ANN001, ANN202
+        b0, b1, b2 = leaves
+        masked = lib.where(x > 1.5, x + b1, lib.zeros(3) + 0 * b1.detach())
+        return (x - 2.5 + b0).relu().sum() + masked.sum() + (b2 * x * 3).sum() + (lib.zeros(3) * 5).sum()
+
+    ours = [_LAZY_LEAVES[make]() for _ in range(3)]
+    x = Tensor(xs)
+    import lazygrad.torch as lt
+
+    loss(lt, x, ours).backward()
+    ref = [torch.zeros(3 if ours[0].ndim else (), requires_grad=True) for _ in range(3)]
+    if make == "ones":
+        ref = [torch.ones(3, requires_grad=True) for _ in range(3)]
+    loss(torch, torch.tensor(xs), ref).backward()
+    for o, r in zip(ours, ref):
+        np.testing.assert_allclose(o.grad.numpy(), r.grad.numpy())
+
+
+def test_hooks_and_kept_gradients_of_alike_tensors_computed_apart() -> None:
+    """x * 2 computed twice is one hash-consed node: a hook on one, or a gradient kept for one, must see only that
+    tensor's uses, as torch's (each gets a node of its own when asked)."""
+    import lazygrad.torch as lt
+
+    def run(lib):  # noqa: ANN001, ANN202
+        x = lib.tensor([1.0, 2.0], requires_grad=True)
+        h1, h2, k1, k2 = x * 2, x * 2, x.exp(), x.exp()
+        h1.register_hook(lambda g: g * 10)
+        h2.register_hook(lambda g: g * 100)
+        k1.retain_grad()
+        k2.retain_grad()
+        (h1.sum() + h2.sum() + (k1 * 3).sum() + k2.sum()).backward()
+        return x.grad, k1.grad, k2.grad
+
+    for ours, theirs in zip(run(lt), run(torch)):
+        np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=1e-6)
+
+
+def test_kept_gradient_of_a_hooked_tensor_is_the_hooked_one() -> None:
+    """torch runs retain_grad's hook after the tensor's own: .grad is what the hooks made, and they run once."""
+    import lazygrad.torch as lt
+
+    def run(lib):  # noqa: ANN001, ANN202
+        calls: list[int] = []
+        x = lib.tensor([1.0, 2.0], requires_grad=True)
+        h = x * 2
+        h.retain_grad()
+        h.register_hook(lambda g: calls.append(1) or g * 10)
+        (h * h).sum().backward()
+        return h.grad.tolist(), x.grad.tolist(), len(calls)
+
+    assert run(lt) == run(torch)
+
+
+_CONST_LEAF_OPS = [
+    lambda L, a, b: (a + b).relu(),
+    lambda L, a, b: L.where(a > 0.5, a, L.zeros(a.shape)),
+    lambda L, a, b: L.maximum(a, L.zeros(a.shape)),
+    lambda L, a, b: (a * b).clamp(0, 1),
+    lambda L, a, b: L.nn.functional.pad(a, (1, 1))[1:-1],
+    lambda L, a, b: a.masked_fill(b > 0.5, 0.0),
+    lambda L, a, b: a * L.ones(a.shape) + b,
+    lambda L, a, b: L.nn.functional.relu(a - 1) + L.full(a.shape, 0.0),
+    lambda L, a, b: L.stack([a, L.zeros(a.shape)]).sum(0),
+    lambda L, a, b: L.cat([a, L.ones(a.shape)])[: a.shape[0]] * b,
+]
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_hunt_leaves_made_of_constants_against_torch(seed: int) -> None:
+    """Random chains of the ops whose graphs hold constants (a relu's 0, a pad, a masked fill) over leaves made of
+    constants (zeros, ones, full) and of data: every leaf's gradient as torch's (before leaves got nodes of their
+    own, 24 of 60 such chains differed)."""
+    import random
+
+    import lazygrad.torch as lt
+
+    r = random.Random(seed)
+    n = r.choice([1, 3, 4])
+    kinds = [r.choice(["zeros", "ones", "full0", "full1", "data"]) for _ in range(r.randint(2, 4))]
+    data = [np.random.default_rng(seed * 10 + i).uniform(-1, 2, n).astype(np.float32) for i in range(len(kinds))]
+    plan = [(r.randrange(len(_CONST_LEAF_OPS)), r.randrange(100), r.randrange(100)) for _ in range(r.randint(1, 5))]
+
+    def run(lib):  # noqa: ANN001, ANN202
+        made = {
+            "zeros": lambda d: lib.zeros(n, requires_grad=True),
+            "ones": lambda d: lib.ones(n, requires_grad=True),
+            "full0": lambda d: lib.full((n,), 0.0, requires_grad=True),
+            "full1": lambda d: lib.full((n,), 1.0, requires_grad=True),
+            "data": lambda d: lib.tensor(d, requires_grad=True),
+        }
+        leaves = [made[k](d) for k, d in zip(kinds, data)]
+        vals = list(leaves)
+        for op, i, j in plan:
+            vals.append(_CONST_LEAF_OPS[op](lib, vals[i % len(vals)], vals[j % len(vals)]))
+        (vals[-1] * lib.tensor(np.arange(1, n + 1, dtype=np.float32))).sum().backward()
+        return [t.grad.numpy() if t.grad is not None else np.zeros(n, np.float32) for t in leaves]
+
+    for ours, theirs in zip(run(lt), run(torch)):
+        np.testing.assert_allclose(ours, theirs, atol=1e-5)
+
+
+def test_views_taken_before_requires_grad_or_retain_grad_follow_the_tensor() -> None:
+    """A view of a lazy tensor taken before it became a leaf (tinygrad code: an optimizer sets requires_grad after the
+    model made its views) or before retain_grad() reads through the tensor's node of its own: gradients reach it."""
+    from lazygrad import nn
+
+    x = Tensor([[1.0, 2.0, 3.0]])
+    w = Tensor.zeros(3)
+    v = w.reshape(1, 3)
+    w.requires_grad_()
+    (v * x).sum().backward()
+    assert w.grad is not None and w.grad.tolist() == [1.0, 2.0, 3.0]
+    w2 = Tensor.ones(3)
+    v2 = w2.reshape(1, 3)
+    opt = nn.optim.SGD([w2], lr=1.0)
+    with Tensor.train():
+        (v2 * x).sum().backward()
+        opt.step()
+    assert w2.tolist() == [0.0, -1.0, -2.0]
+    leaf = Tensor([1.0, 2.0], requires_grad=True)
+    h = leaf * 2
+    row = h[0:1]
+    h.retain_grad()
+    (row * 3).sum().backward()
+    assert h.grad.tolist() == [3.0, 0.0]
+
+
+def test_optimizer_step_without_gradients_changes_nothing() -> None:
+    """torch's step() skips parameters that have no gradient: with none, it is a no-op."""
+    from lazygrad import nn
+
+    w = Tensor.ones(3, requires_grad=True)
+    for make in (nn.optim.SGD, nn.optim.Adam, nn.optim.AdamW):
+        make([w], lr=1.0).step()
+    assert w.tolist() == [1.0, 1.0, 1.0]
+
+
+def test_a_detached_view_made_a_leaf_is_a_leaf_of_its_own() -> None:
+    """x.detach().requires_grad_() (torch's way to a leaf sharing x's memory: adversarial inputs, MAML's fast
+    weights): what is computed from it requires grad, a realize between the forward and backward keeps its gradient,
+    a detached copy of it used elsewhere passes it nothing, and writes into it reach x's memory."""
+    a = np.array([1.0, 2.0, 3.0], np.float32)
+
+    def run(lib, realize: bool):  # noqa: ANN001, ANN202
+        x = lib.tensor(a)
+        leaf = x.detach().requires_grad_(True)
+        y = (leaf * 2).exp()
+        req = y.requires_grad
+        if realize:
+            y = y + 0  # (torch: the same graph)
+            if lib is not torch:
+                y.realize()
+        (y.sum() + (leaf.detach() * 5).sum()).backward()
+        return req, leaf.grad.tolist()
+
+    import lazygrad.torch as lt
+
+    for realize in (False, True):
+        (ours_req, ours), (theirs_req, theirs) = run(lt, realize), run(torch, realize)
+        assert ours_req and theirs_req
+        np.testing.assert_allclose(ours, theirs, rtol=1e-5)
+    x = Tensor(a)
+    leaf = x.detach().requires_grad_(True)
+    with Tensor.no_grad():
+        leaf.assign(leaf * 3).realize()
+    assert x.tolist() == [3.0, 6.0, 9.0]

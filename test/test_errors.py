@@ -165,6 +165,7 @@ MISTAKES: dict[str, tuple[Callable[[], Any], Callable[[], Any]]] = {
     ),
     "layernorm_shape": (lambda: nn.LayerNorm(4)(L(2, 3)), lambda: torch.nn.LayerNorm(4)(T(2, 3))),
     "linear_negative_features": (lambda: nn.Linear(-1, 4), lambda: torch.nn.Linear(-1, 4)),
+    "to_unknown_device": (lambda: L(2).to("bogus"), lambda: T(2).to("bogus")),
 }
 
 

@@ -209,7 +209,8 @@ class Optimizer:
         # the update's nodes are left unbuilt where the realize reads only their places (see _StepProgram.replay):
         # under the realize lock from the replay on, so that no other thread meets a tensor holding an unbuilt node
         with _realize_lock:
-            Tensor.realize(*also, *self._schedule_step(unbuilt=True))
+            if todo := [*also, *self._schedule_step(unbuilt=True)]:  # (none: no parameter has a gradient yet)
+                Tensor.realize(*todo)
         return None
 
     def schedule_step(self) -> list[Tensor]:
