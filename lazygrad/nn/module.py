@@ -83,7 +83,10 @@ def _module_items(obj: Any, prefix: str) -> Iterator[tuple[str, Module]]:
 
 def _collect(value: Any, name: str, out: dict[str, Tensor]) -> None:
     if isinstance(value, Tensor):
-        out[name] = value
+        # not a tensor computed from parameters (an activation or log-probability a module keeps, weight norm's
+        # weight): neither a parameter nor state, as torch registers only parameters and buffers
+        if value._requires_grad is not None or not value.requires_grad:
+            out[name] = value
     elif isinstance(value, Module):
         out.update(value._tensors(f"{name}."))
     elif isinstance(value, (list, tuple)):

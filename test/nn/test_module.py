@@ -408,3 +408,30 @@ def test_deepcopy_and_pickle_of_a_model_own_their_memory() -> None:
         copied.eval()
         np.testing.assert_allclose(copied(x).numpy(), before, rtol=1e-6, atol=1e-6)
     assert all((f.numpy() == 7.0).all() for f in fills)
+
+
+def test_tensors_computed_from_parameters_are_neither_parameters_nor_state() -> None:
+    """A module keeping what it computed (REINFORCE's saved log-probabilities, weight norm's weight) registers it
+    neither as a parameter nor in its state dict, as torch's; its parameters and buffers stay."""
+    import torch
+
+    import lazygrad.torch as lt
+
+    def names(lib):  # noqa: ANN001, ANN202
+        class Policy(lib.nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.fc = lib.nn.Linear(3, 2)
+                self.norm = lib.nn.BatchNorm1d(2)
+                self.saved: list = []
+
+            def forward(self, x):  # noqa: ANN001, ANN202
+                return self.norm(self.fc(x)).log_softmax(-1)
+
+        p = Policy()
+        out = p(lib.ones(4, 3))
+        p.saved.append(out[0, 1])
+        p.last = out
+        return [n for n, _ in p.named_parameters()], sorted(p.state_dict())
+
+    assert names(lt) == names(torch)
