@@ -1596,15 +1596,28 @@ def _cached_schedule(
             replays = built(replays)
             outs = [u.built() if type(u) is Unbuilt and u.run.vals is not None else u for u in outs]
             break
-    if replays:
+    known = None
+    if (
+        replays
+        and STEP_LAYOUTS.value
+        and replays[0].inputs_at is not None  # (_layout_again's first conditions inline: a call less where they fail)
+        and replays[0].unbuilt is not None
+        and replays[0].structured
+        and (again := _layout_again(outs, replays, realized)) is not None
+        and (known := _layouts.get(again[0])) is not None
+    ):
+        nodes = again[1]  # (a layout not kept yet: _layout's walk numbers what _lay_out keeps)
+    elif replays:
         # (whether the runs are this graph's is asked either way: which schedule takes them is the same with the
         # layouts off, and so are the nodes they keep alive)
         laid = _layout(outs, replays, realized) if STEP_LAYOUTS.value else _theirs(outs, replays)
         if laid is _NOT_THEIRS:
             keep_replays(replays)  # (a tensor read between the backward and the step: the step's realize takes them)
             laid, replays = None, []
-    if laid is not None and (known := _layouts.get(laid[0])) is not None:
-        tpl, walk = known.walk(laid[1].nodes)
+        elif laid is not None and (known := _layouts.get(laid[0])) is not None:
+            nodes = laid[1].nodes
+    if known is not None:
+        tpl, walk = known.walk(nodes)
         if FILLER in walk.nodes.values():
             known.fill(walk, replays)
     else:
@@ -1683,31 +1696,10 @@ def _layout(outs: list[UOp], replays: list[Replay], realized: dict[UOp, UOp]) ->
         if r.structured:
             relations.append(found)
         else:
-            distinct = set(inputs)
-            if len(distinct) != r.n_in:
-                return None  # (a program's inputs were distinct nodes when it was recorded)
-            leaves: list[tuple] = []
-            for n, p in zip(inputs, found):
-                if p is not None:
-                    continue
-                # a stored tensor's node: a buffer node, or a reshape of one (keyed as the walk keys them)
-                if n.op is Ops.RESHAPE:
-                    leaves.append((n.dtype.key, n.arg))
-                    n = n.src[0]
-                    if n.op is not Ops.BUFFER or n in distinct:
-                        return None  # (a buffer node that is an input of its own: keyed apart, rare)
-                    # the buffer node may be another run's input or another reshape's: the walk numbers it once
-                    at = earlier(n) if earlier is not None else None
-                    if at is None:
-                        if (b := below_at.get(n)) is None:
-                            b = below_at[n] = len(below)
-                            below.append(n)
-                        at = -1 - b
-                    leaves.append(at)
-                elif n.op is not Ops.BUFFER:
-                    return None
-                leaves.append((n.dtype.key, n.arg.size, n.arg.device))
-            relations.append((found, tuple(leaves)))
+            leaves = _input_leaves(inputs, found, earlier, below, below_at)
+            if leaves is None:
+                return None
+            relations.append((found, leaves))
         start, n_in = len(nodes), r.n_in
         # a first run whose inputs backward's walk numbered and looked at with no realized entry added or dropped
         # since (a training step's gradient run): its inputs' positions and entries are the walk's (an MLP Adam step's
@@ -1780,6 +1772,116 @@ def _layout(outs: list[UOp], replays: list[Replay], realized: dict[UOp, UOp]) ->
     if rest.binds or rest.symbolic:
         return None
     return (tuple([r.program for r in replays]), tuple(relations), tuple(views), rest.key), rest
+
+
+def _input_leaves(
+    inputs: list[UOp], found: tuple, earlier: Callable[[UOp], int | None] | None, below: list[UOp], below_at: dict
+) -> tuple | None:
+    """An unstructured run's inputs that no earlier run placed (`found` None), keyed as the walk keys them: a stored
+    tensor's node, a buffer node or a reshape of one; the buffer nodes below reshapes that no earlier run placed
+    (`earlier`) join `below`. None where an input is anything else."""
+    distinct = set(inputs)
+    if len(distinct) != len(inputs):
+        return None  # (a program's inputs were distinct nodes when it was recorded)
+    leaves: list[tuple] = []
+    for n, p in zip(inputs, found):
+        if p is not None:
+            continue
+        if n.op is Ops.RESHAPE:
+            leaves.append((n.dtype.key, n.arg))
+            n = n.src[0]
+            if n.op is not Ops.BUFFER or n in distinct:
+                return None  # (a buffer node that is an input of its own: keyed apart, rare)
+            # the buffer node may be another run's input or another reshape's: the walk numbers it once
+            at = earlier(n) if earlier is not None else None
+            if at is None:
+                if (b := below_at.get(n)) is None:
+                    b = below_at[n] = len(below)
+                    below.append(n)
+                at = -1 - b
+            leaves.append(at)
+        elif n.op is not Ops.BUFFER:
+            return None
+        leaves.append((n.dtype.key, n.arg.size, n.arg.device))
+    return tuple(leaves)
+
+
+def _layout_again(outs: list[UOp], replays: list[Replay], realized: dict[UOp, UOp]) -> tuple[tuple, list[UOp]] | None:
+    """_layout's key of the graph of `outs` and the runs' nodes (which a kept layout reads by position), made without
+    its numbering of every node of the runs (a dict of ~270 nodes an MLP Adam step, then looked up) for a step laid
+    out before: where every run is unbuilt and the first is a gradient run whose inputs backward's walk numbered
+    (Replay.inputs_at, with no realized entry among them and none added or dropped since), the key places only the
+    later runs' inputs and the outputs, each found by what it is: a later run's input or held node by that run, an
+    Unbuilt by its run and position (Unbuilt.at), a held node of the first run by its program, else by backward's
+    numbering. The same positions as _layout's (each node's last place). None where any of that does not hold, a node
+    the key places is not found, or a node looked at holds a realized entry: _layout then lays the graph out. (The
+    caller has checked that the first run is an unbuilt, structured one with inputs_at.)"""
+    first = replays[0]
+    index0, entries, seen = first.inputs_at  # type: ignore[misc]
+    if entries or seen != getattr(realized, "changes", None):
+        return None
+    held0 = first.unbuilt.program.held_at  # type: ignore[union-attr]
+    entry = itertools.repeat(REALIZED_ENTRY)
+    if any(map(operator.contains, map(_DICT_OF, held0), entry)):
+        return None
+    relations: list[tuple] = [(None,) * first.n_in]
+    runs = {first.unbuilt: (0, first.vals)}  # each run so far: where its nodes start, its nodes
+    later: dict[UOp, int] = {}  # the later runs' inputs and held nodes, then the buffer nodes below (their last place)
+    below: list[UOp] = []
+    below_at: dict[UOp, int] = {}
+    nodes = list(first.vals)
+    for r in replays[1:]:
+        if r.unbuilt is None:
+            return None
+        inputs = r.vals[: r.n_in]
+        # (with the inputs, the buffer nodes below reshaped ones, which _input_leaves may look for: one call)
+        asked = list(inputs)
+        for n in inputs:
+            if n.op is _RESHAPE and n.src:
+                asked.append(n.src[0])
+        places = _found(asked, later, runs, held0, index0)
+        found = tuple(places[: r.n_in])
+        if r.structured:
+            relations.append(found)
+        else:
+            earlier = dict(zip(asked[r.n_in :], places[r.n_in :])).get
+            leaves = _input_leaves(inputs, found, earlier, below, below_at)
+            if leaves is None:
+                return None
+            relations.append((found, leaves))
+        start, held = len(nodes), r.unbuilt.program.held_at
+        if any(map(operator.contains, map(_DICT_OF, itertools.chain(inputs, held)), entry)):
+            return None
+        later.update(zip(inputs, itertools.count(start)))
+        later.update(zip(held, map(start.__add__, held.values())))
+        runs[r.unbuilt] = (start, r.vals)
+        nodes += r.vals
+    if below:
+        if any(map(operator.contains, map(_DICT_OF, below), entry)):
+            return None
+        later.update(zip(below, itertools.count(len(nodes))))
+        nodes += below
+    placed = _found(outs, later, runs, held0, index0)
+    if None in placed:
+        return None
+    # (_Walk's key of outputs that are all numbered: their count, the kernel size cap, their positions)
+    rest = (len(outs), KERNEL_OPS.value, *placed)
+    return (tuple([r.program for r in replays]), tuple(relations), (), rest), nodes
+
+
+def _found(ns: Iterable[UOp], later: dict, runs: dict, held0: dict, index0: dict) -> list[int | None]:
+    """_laid_again's place of each node: in a later run, else as an Unbuilt of a run, else in the first run (its held
+    nodes after its inputs); None where no run has it."""
+    out: list[int | None] = []
+    for n in ns:
+        p = later.get(n)
+        if p is None:
+            if type(n) is Unbuilt and (run := runs.get(n.run)) is not None and run[1][n.at] is n:
+                p = run[0] + n.at
+            elif (p := held0.get(n)) is None:
+                p = index0.get(n)
+        out.append(p)
+    return out
 
 
 @dataclass(eq=False)
