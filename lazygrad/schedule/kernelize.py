@@ -1807,29 +1807,32 @@ def _input_leaves(
 
 
 def _layout_again(outs: list[UOp], replays: list[Replay], realized: dict[UOp, UOp]) -> tuple[tuple, list[UOp]] | None:
-    """_layout's key of the graph of `outs` and the runs' nodes (which a kept layout reads by position), made without
-    its numbering of every node of the runs (a dict of ~270 nodes an MLP Adam step, then looked up) for a step laid
-    out before: where every run is unbuilt and the first is a gradient run whose inputs backward's walk numbered
-    (Replay.inputs_at, with no realized entry among them and none added or dropped since), the key places only the
-    later runs' inputs and the outputs, each found by what it is: a later run's input or held node by that run, an
-    Unbuilt by its run and position (Unbuilt.at), a held node of the first run by its program, else by backward's
-    numbering. The same positions as _layout's (each node's last place). None where any of that does not hold, a node
-    the key places is not found, or a node looked at holds a realized entry: _layout then lays the graph out. (The
-    caller has checked that the first run is an unbuilt, structured one with inputs_at.)"""
+    """_layout's key of the graph of `outs` and the runs' nodes (which a kept layout reads by position), for a step
+    whose first run is a gradient run whose inputs backward's walk numbered (Replay.inputs_at, with no realized entry
+    among them and none added or dropped since) and whose runs are all unbuilt. _layout numbers every node of the
+    runs in one dict, backward's numbering of the first run's inputs copied into it (~270 nodes an MLP Adam step),
+    then walks the outputs; here the first run's inputs are looked up in backward's numbering itself, and only the
+    nodes the key places (the later runs' inputs, the outputs) are looked up at all: the same positions (each node's
+    last place), so the same key. None where any of that does not hold, a node the key places is not found, or a node
+    looked at holds a realized entry: _layout then lays the graph out. (The caller has checked that the first run is
+    an unbuilt, structured one with inputs_at.)"""
     first = replays[0]
     index0, entries, seen = first.inputs_at  # type: ignore[misc]
     if entries or seen != getattr(realized, "changes", None):
         return None
-    held0 = first.unbuilt.program.held_at  # type: ignore[union-attr]
+    n_in, vals = first.n_in, first.vals
+    placed, held = first.unbuilt.program.placed(n_in)  # type: ignore[union-attr]
     entry = itertools.repeat(REALIZED_ENTRY)
-    if any(map(operator.contains, map(_DICT_OF, held0), entry)):
+    if any(map(operator.contains, map(_DICT_OF, map(vals.__getitem__, held)), entry)):
         return None
-    relations: list[tuple] = [(None,) * first.n_in]
-    runs = {first.unbuilt: (0, first.vals)}  # each run so far: where its nodes start, its nodes
-    later: dict[UOp, int] = {}  # the later runs' inputs and held nodes, then the buffer nodes below (their last place)
+    # the first run's own nodes the walk meets (its held nodes and Unbuilts; after its inputs: numbered later)
+    added = placed[n_in:]
+    first_added = dict(zip(map(vals.__getitem__, added), added))
+    later: dict[UOp, int] = {}  # the later runs' nodes the walk meets, then the buffer nodes below (their last place)
+    relations: list[tuple] = [(None,) * n_in]
     below: list[UOp] = []
     below_at: dict[UOp, int] = {}
-    nodes = list(first.vals)
+    nodes = list(vals)
     for r in replays[1:]:
         if r.unbuilt is None:
             return None
@@ -1839,7 +1842,7 @@ def _layout_again(outs: list[UOp], replays: list[Replay], realized: dict[UOp, UO
         for n in inputs:
             if n.op is _RESHAPE and n.src:
                 asked.append(n.src[0])
-        places = _found(asked, later, runs, held0, index0)
+        places = _found(asked, later, first_added, index0)
         found = tuple(places[: r.n_in])
         if r.structured:
             relations.append(found)
@@ -1849,38 +1852,35 @@ def _layout_again(outs: list[UOp], replays: list[Replay], realized: dict[UOp, UO
             if leaves is None:
                 return None
             relations.append((found, leaves))
-        start, held = len(nodes), r.unbuilt.program.held_at
-        if any(map(operator.contains, map(_DICT_OF, itertools.chain(inputs, held)), entry)):
+        start = len(nodes)
+        placed, held = r.unbuilt.program.placed(r.n_in)
+        looked = itertools.chain(inputs, map(r.vals.__getitem__, held))
+        if any(map(operator.contains, map(_DICT_OF, looked), entry)):
             return None
-        later.update(zip(inputs, itertools.count(start)))
-        later.update(zip(held, map(start.__add__, held.values())))
-        runs[r.unbuilt] = (start, r.vals)
+        later.update(zip(map(r.vals.__getitem__, placed), map(start.__add__, placed)))
         nodes += r.vals
     if below:
         if any(map(operator.contains, map(_DICT_OF, below), entry)):
             return None
         later.update(zip(below, itertools.count(len(nodes))))
         nodes += below
-    placed = _found(outs, later, runs, held0, index0)
-    if None in placed:
+    at = _found(outs, later, first_added, index0)
+    if None in at:
         return None
     # (_Walk's key of outputs that are all numbered: their count, the kernel size cap, their positions)
-    rest = (len(outs), KERNEL_OPS.value, *placed)
+    rest = (len(outs), KERNEL_OPS.value, *at)
     return (tuple([r.program for r in replays]), tuple(relations), (), rest), nodes
 
 
-def _found(ns: Iterable[UOp], later: dict, runs: dict, held0: dict, index0: dict) -> list[int | None]:
-    """_laid_again's place of each node: in a later run, else as an Unbuilt of a run, else in the first run (its held
-    nodes after its inputs); None where no run has it."""
-    out: list[int | None] = []
-    for n in ns:
-        p = later.get(n)
-        if p is None:
-            if type(n) is Unbuilt and (run := runs.get(n.run)) is not None and run[1][n.at] is n:
-                p = run[0] + n.at
-            elif (p := held0.get(n)) is None:
-                p = index0.get(n)
-        out.append(p)
+def _found(ns: list[UOp], later: dict, first_added: dict, index0: dict) -> list[int | None]:
+    """_layout_again's place of each node: in a later run, else among the first run's own nodes, else among its
+    inputs (backward's numbering); None where no run has it."""
+    out = list(map(later.get, ns))
+    if None in out:
+        for i, n in enumerate(ns):
+            if out[i] is None:
+                p = first_added.get(n)
+                out[i] = index0.get(n) if p is None else p
     return out
 
 
@@ -1894,6 +1894,9 @@ class _Laid:
 
     def __post_init__(self) -> None:
         self.walk_at = [p for p, *_ in self.tpl.stored]  # per template stored node, its walk position
+        # per stored node a run left FILLER (the same ones on every step of the layout: its programs' places): its walk
+        # position, its run's index and its position in the run; made by the first fill
+        self.fillers: list[tuple[int, int, int]] | None = None
 
     def walk(self, nodes: list[UOp]) -> tuple[_Template, _Replayed]:
         # (at C speed: a comprehension unpacking each stored node's record cost ~0.3 us a node, 34 an MLP Adam step)
@@ -1903,11 +1906,18 @@ class _Laid:
     def fill(self, walk: _Replayed, replays: list[Replay]) -> None:
         """A stored node of an unbuilt run that no tensor holds (an optimizer's step size, see uop/program.py
         FILLER) gets an Unbuilt of its own: its dtype types the buffer (_Template.buffers makes no node over it)."""
-        starts = list(itertools.accumulate([len(r.vals) for r in replays], initial=0))
-        for p, q in zip(self.walk_at, self.stored):
-            if walk.nodes[p] is FILLER:
-                i = bisect.bisect_right(starts, q) - 1
-                walk.nodes[p] = replays[i].unbuilt.node(q - starts[i], held=False)  # type: ignore[union-attr]
+        if self.fillers is None:
+            starts = list(itertools.accumulate([len(r.vals) for r in replays], initial=0))
+            fillers = []
+            for p, q in zip(self.walk_at, self.stored):
+                if walk.nodes[p] is FILLER:
+                    i = bisect.bisect_right(starts, q) - 1
+                    fillers.append((p, i, q - starts[i]))
+            self.fillers = fillers
+        nodes = walk.nodes
+        for p, i, q in self.fillers:
+            if nodes[p] is FILLER:  # (a layout's runs leave the same places FILLER: a check, not a condition)
+                nodes[p] = replays[i].unbuilt.node(q, held=False)  # type: ignore[union-attr]
 
 
 class _Replayed(NamedTuple):

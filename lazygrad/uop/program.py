@@ -41,12 +41,10 @@ class GraphProgram:
     it; the scalar broadcasts, which read none, it holds (`fixed`): rebuilt on every replay they were about a sixth
     of an MLP training step's new nodes, each hash-consed, dropped with the step's graph and seen by the collector."""
 
-    __slots__ = ("steps", "outs", "known", "picks", "fixed", "filled", "held_at", "_placed", "_chains")
+    __slots__ = ("steps", "outs", "known", "picks", "fixed", "filled", "_placed", "_chains")
 
-    def __init__(self, steps: list[tuple], outs: list[int], known: list[dict], fixed: list[UOp | None], n_in: int):
+    def __init__(self, steps: list[tuple], outs: list[int], known: list[dict], fixed: list[UOp | None]):
         self.steps, self.outs, self.fixed = steps, outs, fixed
-        # each held node's position (the same nodes on every run over its `n_in` inputs)
-        self.held_at = {node: n_in + i for i, node in enumerate(fixed) if node is not None}
         # per step of two sources or more, a C-level getter of their tuple (a comprehension per node built cost
         # about as much again as the node's hash-consing)
         self.picks = [itemgetter(*src) if len(src) > 1 else None for _, _, src, _ in steps]
@@ -122,7 +120,7 @@ class GraphProgram:
                 steps.append((n.op, n.dtype, src, n.arg))
                 fixed.append(n if held else None)
         known = [{"shape": o.shape, "device": o.device} for o in outputs]
-        return GraphProgram(steps, [at[o] for o in outputs], known, fixed, n_in), at
+        return GraphProgram(steps, [at[o] for o in outputs], known, fixed), at
 
     def run(self, inputs: list[UOp]) -> list[UOp]:
         """Every node of the program over `inputs`, by position (the outputs are at `self.outs`)."""
