@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 from lazygrad.dtype import dtypes
 from lazygrad.helpers import argsort, library_lock
 from lazygrad.uop.ops import GroupOp, Ops, UOp
-from lazygrad.uop.program import FILLER, FORWARD_RUN, GraphProgram, note_replay
+from lazygrad.uop.program import FORWARD_RUN, GraphProgram, note_replay
 
 if TYPE_CHECKING:
     from lazygrad.tensor import Tensor
@@ -501,6 +501,10 @@ class _GradProgram:
         # nodes the program builds, never a buffer (record returns None) nor the memory an optimizer writes (that
         # check asks a pending gradient of buffer targets only, see nn/optim.py _StepProgram.replay)
         self.pends = None not in shifted
+        # per gradient, a C-level getter of the nodes it reads shifted, of a built run's nodes and of an unbuilt one's
+        # (FILLER at every place but its inputs, held nodes, outputs and the movement ops below them: those left out);
+        # made on first use (a comprehension per gradient per step: ~220 opcodes each)
+        self._picks: dict[bool, list[Callable[[list[Any]], Any] | None]] = {}
 
     @staticmethod
     def record(nodes: list[UOp], grads: dict[UOp, Tensor]) -> _GradProgram | None:
@@ -530,7 +534,7 @@ class _GradProgram:
         tensors: list[weakref.ref] = []
         vals, run = self.program.unbuilt(nodes, functools.partial(self._built, tensors), noted=True)
         note_replay(self, vals, len(nodes), True, run, inputs_at)
-        self._note_shifted(vals)
+        self._note_shifted(vals, len(nodes))
         out = {}
         for t, g in zip(self.targets, self.program.outs):
             grad = pending_tensor(vals[g])
@@ -538,12 +542,22 @@ class _GradProgram:
             out[vals[t]] = grad
         return out
 
-    def _note_shifted(self, vals: list[Any]) -> None:
+    def _note_shifted(self, vals: list[Any], unbuilt_over: int | None = None) -> None:
+        """Note what each gradient reads shifted on its node; `unbuilt_over`: the run is unbuilt, over that many
+        inputs (its FILLER places are left out)."""
         from lazygrad.tensor import note_shifted_bases
 
-        for g, shifted in zip(self.program.outs, self.shifted):
-            if shifted is not None:
-                note_shifted_bases(vals[g], [vals[i] for i in shifted if vals[i] is not FILLER])
+        unbuilt = unbuilt_over is not None
+        picks = self._picks.get(unbuilt)
+        if picks is None:
+            placed = set(self.program.placed(unbuilt_over)[0]) if unbuilt_over is not None else None
+            picks = self._picks[unbuilt] = [
+                None if shifted is None else _picker([i for i in shifted if placed is None or i in placed])
+                for shifted in self.shifted
+            ]
+        for g, pick in zip(self.program.outs, picks):
+            if pick is not None:
+                note_shifted_bases(vals[g], pick(vals))
 
     def _built(self, tensors: list[weakref.ref], vals: list[UOp]) -> None:
         """The pending gradients were built (one was read, or a schedule walks them): each tensor still holding its
@@ -554,6 +568,14 @@ class _GradProgram:
         for ref, g in zip(tensors, self.program.outs):
             if (t := ref()) is not None:
                 settle_pending(t, vals[g])
+
+
+def _picker(positions: list[int]) -> Callable[[list[Any]], Any]:
+    """A C-level getter of the nodes at `positions` of a run's list, as a sequence (of one position, a pair of the
+    node twice: itemgetter of one gives the node alone; of none, an empty slice)."""
+    if not positions:
+        return operator.itemgetter(slice(0, 0))
+    return operator.itemgetter(*positions) if len(positions) > 1 else operator.itemgetter(positions[0], positions[0])
 
 
 _DONE = object()  # _Structure's walk: below it on the stack, a node whose sources are numbered

@@ -1600,15 +1600,28 @@ def _cached_schedule(
             replays = built(replays)
             outs = [u.built() if type(u) is Unbuilt and u.run.vals is not None else u for u in outs]
             break
-    if replays:
+    known = None
+    if (
+        replays
+        and STEP_LAYOUTS.value
+        and replays[0].inputs_at is not None  # (_layout_again's first conditions inline: a call less where they fail)
+        and replays[0].unbuilt is not None
+        and replays[0].structured
+        and (again := _layout_again(outs, replays, realized)) is not None
+        and (known := _layouts.get(again[0])) is not None
+    ):
+        nodes = again[1]  # (a layout not kept yet: _layout's walk numbers what _lay_out keeps)
+    elif replays:
         # (whether the runs are this graph's is asked either way: which schedule takes them is the same with the
         # layouts off, and so are the nodes they keep alive)
         laid = _layout(outs, replays, realized) if STEP_LAYOUTS.value else _theirs(outs, replays)
         if laid is _NOT_THEIRS:
             keep_replays(replays)  # (a tensor read between the backward and the step: the step's realize takes them)
             laid, replays = None, []
-    if laid is not None and (known := _layouts.get(laid[0])) is not None:
-        tpl, walk = known.walk(laid[1].nodes)
+        elif laid is not None and (known := _layouts.get(laid[0])) is not None:
+            nodes = laid[1].nodes
+    if known is not None:
+        tpl, walk = known.walk(nodes)
         if FILLER in walk.nodes.values():
             known.fill(walk, replays)
     else:
@@ -1687,31 +1700,10 @@ def _layout(outs: list[UOp], replays: list[Replay], realized: dict[UOp, UOp]) ->
         if r.structured:
             relations.append(found)
         else:
-            distinct = set(inputs)
-            if len(distinct) != r.n_in:
-                return None  # (a program's inputs were distinct nodes when it was recorded)
-            leaves: list[tuple] = []
-            for n, p in zip(inputs, found):
-                if p is not None:
-                    continue
-                # a stored tensor's node: a buffer node, or a reshape of one (keyed as the walk keys them)
-                if n.op is Ops.RESHAPE:
-                    leaves.append((n.dtype.key, n.arg))
-                    n = n.src[0]
-                    if n.op is not Ops.BUFFER or n in distinct:
-                        return None  # (a buffer node that is an input of its own: keyed apart, rare)
-                    # the buffer node may be another run's input or another reshape's: the walk numbers it once
-                    at = earlier(n) if earlier is not None else None
-                    if at is None:
-                        if (b := below_at.get(n)) is None:
-                            b = below_at[n] = len(below)
-                            below.append(n)
-                        at = -1 - b
-                    leaves.append(at)
-                elif n.op is not Ops.BUFFER:
-                    return None
-                leaves.append((n.dtype.key, n.arg.size, n.arg.device))
-            relations.append((found, tuple(leaves)))
+            leaves = _input_leaves(inputs, found, earlier, below, below_at)
+            if leaves is None:
+                return None
+            relations.append((found, leaves))
         start, n_in = len(nodes), r.n_in
         # a first run whose inputs backward's walk numbered and looked at with no realized entry added or dropped
         # since (a training step's gradient run): its inputs' positions and entries are the walk's (an MLP Adam step's
@@ -1786,6 +1778,116 @@ def _layout(outs: list[UOp], replays: list[Replay], realized: dict[UOp, UOp]) ->
     return (tuple([r.program for r in replays]), tuple(relations), tuple(views), rest.key), rest
 
 
+def _input_leaves(
+    inputs: list[UOp], found: tuple, earlier: Callable[[UOp], int | None] | None, below: list[UOp], below_at: dict
+) -> tuple | None:
+    """An unstructured run's inputs that no earlier run placed (`found` None), keyed as the walk keys them: a stored
+    tensor's node, a buffer node or a reshape of one; the buffer nodes below reshapes that no earlier run placed
+    (`earlier`) join `below`. None where an input is anything else."""
+    distinct = set(inputs)
+    if len(distinct) != len(inputs):
+        return None  # (a program's inputs were distinct nodes when it was recorded)
+    leaves: list[tuple] = []
+    for n, p in zip(inputs, found):
+        if p is not None:
+            continue
+        if n.op is Ops.RESHAPE:
+            leaves.append((n.dtype.key, n.arg))
+            n = n.src[0]
+            if n.op is not Ops.BUFFER or n in distinct:
+                return None  # (a buffer node that is an input of its own: keyed apart, rare)
+            # the buffer node may be another run's input or another reshape's: the walk numbers it once
+            at = earlier(n) if earlier is not None else None
+            if at is None:
+                if (b := below_at.get(n)) is None:
+                    b = below_at[n] = len(below)
+                    below.append(n)
+                at = -1 - b
+            leaves.append(at)
+        elif n.op is not Ops.BUFFER:
+            return None
+        leaves.append((n.dtype.key, n.arg.size, n.arg.device))
+    return tuple(leaves)
+
+
+def _layout_again(outs: list[UOp], replays: list[Replay], realized: dict[UOp, UOp]) -> tuple[tuple, list[UOp]] | None:
+    """_layout's key of the graph of `outs` and the runs' nodes (which a kept layout reads by position), for a step
+    whose first run is a gradient run whose inputs backward's walk numbered (Replay.inputs_at, with no realized entry
+    among them and none added or dropped since) and whose runs are all unbuilt. _layout numbers every node of the
+    runs in one dict, backward's numbering of the first run's inputs copied into it (~270 nodes an MLP Adam step),
+    then walks the outputs; here the first run's inputs are looked up in backward's numbering itself, and only the
+    nodes the key places (the later runs' inputs, the outputs) are looked up at all: the same positions (each node's
+    last place), so the same key. None where any of that does not hold, a node the key places is not found, or a node
+    looked at holds a realized entry: _layout then lays the graph out. (The caller has checked that the first run is
+    an unbuilt, structured one with inputs_at.)"""
+    first = replays[0]
+    index0, entries, seen = first.inputs_at  # type: ignore[misc]
+    if entries or seen != getattr(realized, "changes", None):
+        return None
+    n_in, vals = first.n_in, first.vals
+    placed, held = first.unbuilt.program.placed(n_in)  # type: ignore[union-attr]
+    entry = itertools.repeat(REALIZED_ENTRY)
+    if any(map(operator.contains, map(_DICT_OF, map(vals.__getitem__, held)), entry)):
+        return None
+    # the first run's own nodes the walk meets (its held nodes and Unbuilts; after its inputs: numbered later)
+    added = placed[n_in:]
+    first_added = dict(zip(map(vals.__getitem__, added), added))
+    later: dict[UOp, int] = {}  # the later runs' nodes the walk meets, then the buffer nodes below (their last place)
+    relations: list[tuple] = [(None,) * n_in]
+    below: list[UOp] = []
+    below_at: dict[UOp, int] = {}
+    nodes = list(vals)
+    for r in replays[1:]:
+        if r.unbuilt is None:
+            return None
+        inputs = r.vals[: r.n_in]
+        # (with the inputs, the buffer nodes below reshaped ones, which _input_leaves may look for: one call)
+        asked = list(inputs)
+        for n in inputs:
+            if n.op is _RESHAPE and n.src:
+                asked.append(n.src[0])
+        places = _found(asked, later, first_added, index0)
+        found = tuple(places[: r.n_in])
+        if r.structured:
+            relations.append(found)
+        else:
+            earlier = dict(zip(asked[r.n_in :], places[r.n_in :])).get
+            leaves = _input_leaves(inputs, found, earlier, below, below_at)
+            if leaves is None:
+                return None
+            relations.append((found, leaves))
+        start = len(nodes)
+        placed, held = r.unbuilt.program.placed(r.n_in)
+        looked = itertools.chain(inputs, map(r.vals.__getitem__, held))
+        if any(map(operator.contains, map(_DICT_OF, looked), entry)):
+            return None
+        later.update(zip(map(r.vals.__getitem__, placed), map(start.__add__, placed)))
+        nodes += r.vals
+    if below:
+        if any(map(operator.contains, map(_DICT_OF, below), entry)):
+            return None
+        later.update(zip(below, itertools.count(len(nodes))))
+        nodes += below
+    at = _found(outs, later, first_added, index0)
+    if None in at:
+        return None
+    # (_Walk's key of outputs that are all numbered: their count, the kernel size cap, their positions)
+    rest = (len(outs), KERNEL_OPS.value, *at)
+    return (tuple([r.program for r in replays]), tuple(relations), (), rest), nodes
+
+
+def _found(ns: list[UOp], later: dict, first_added: dict, index0: dict) -> list[int | None]:
+    """_layout_again's place of each node: in a later run, else among the first run's own nodes, else among its
+    inputs (backward's numbering); None where no run has it."""
+    out = list(map(later.get, ns))
+    if None in out:
+        for i, n in enumerate(ns):
+            if out[i] is None:
+                p = first_added.get(n)
+                out[i] = index0.get(n) if p is None else p
+    return out
+
+
 @dataclass(eq=False)
 class _Laid:
     """A template with its walk's stored nodes and slots as positions in the runs' nodes."""
@@ -1796,6 +1898,9 @@ class _Laid:
 
     def __post_init__(self) -> None:
         self.walk_at = [p for p, *_ in self.tpl.stored]  # per template stored node, its walk position
+        # per stored node a run left FILLER (the same ones on every step of the layout: its programs' places): its walk
+        # position, its run's index and its position in the run; made by the first fill
+        self.fillers: list[tuple[int, int, int]] | None = None
 
     def walk(self, nodes: list[UOp]) -> tuple[_Template, _Replayed]:
         # (at C speed: a comprehension unpacking each stored node's record cost ~0.3 us a node, 34 an MLP Adam step)
@@ -1805,11 +1910,18 @@ class _Laid:
     def fill(self, walk: _Replayed, replays: list[Replay]) -> None:
         """A stored node of an unbuilt run that no tensor holds (an optimizer's step size, see uop/program.py
         FILLER) gets an Unbuilt of its own: its dtype types the buffer (_Template.buffers makes no node over it)."""
-        starts = list(itertools.accumulate([len(r.vals) for r in replays], initial=0))
-        for p, q in zip(self.walk_at, self.stored):
-            if walk.nodes[p] is FILLER:
-                i = bisect.bisect_right(starts, q) - 1
-                walk.nodes[p] = replays[i].unbuilt.node(q - starts[i], held=False)  # type: ignore[union-attr]
+        if self.fillers is None:
+            starts = list(itertools.accumulate([len(r.vals) for r in replays], initial=0))
+            fillers = []
+            for p, q in zip(self.walk_at, self.stored):
+                if walk.nodes[p] is FILLER:
+                    i = bisect.bisect_right(starts, q) - 1
+                    fillers.append((p, i, q - starts[i]))
+            self.fillers = fillers
+        nodes = walk.nodes
+        for p, i, q in self.fillers:
+            if nodes[p] is FILLER:  # (a layout's runs leave the same places FILLER: a check, not a condition)
+                nodes[p] = replays[i].unbuilt.node(q, held=False)  # type: ignore[union-attr]
 
 
 class _Replayed(NamedTuple):

@@ -822,7 +822,8 @@ def test_mlp_step_python_calls_stay_bounded():
     writes noted lazy in one call and its in-place writes stored without _stand_for; 644 -> 558 with each in-place
     write's alias recycled from two steps before: no Buffer, node or death of them; 558 -> 446 with its new values no
     tensor asked for (gradients, values only its kernels read) recycled alike; 448 -> 421 with the realize's schedule
-    items left unmade: its launch plan runs from the template's flat list). Counted in a fresh process, where
+    items left unmade: its launch plan runs from the template's flat list; 427 -> 424 with its layout found by a key of
+    its runs' positions, and what its gradients read shifted noted through getters). Counted in a fresh process, where
     nothing other tests leave alive adds to the step's work."""
     assert _calls_in_fresh_process(_MLP_STEP_CALLS) <= 435
 
@@ -857,7 +858,7 @@ def test_cnn_step_python_calls_stay_bounded():
     the steps after: this one makes its graph driver), its schedule items left unmade to 2132. Counted in a fresh
     process, as the MLP's, on the sixth step: the fifth makes its launch plan's graph driver, whose count hangs on the
     disk cache (2157 with the driver's source cached, 2355 with none: a fresh cache failed this bound); every step
-    after it makes 1602 calls either way."""
+    after it makes 1602 calls either way. 1614 -> 1605 with what its gradients read shifted noted through getters."""
     assert _calls_in_fresh_process(_CNN_STEP_CALLS) <= 1650
 
 
@@ -889,7 +890,9 @@ def test_mlp_step_builds_and_walks_a_bounded_number_of_nodes(monkeypatch, layout
         replayed = counting_calls(monkeypatch, program, "hash_consed")  # (a program's run builds its nodes so)
         step()
     built[0] += replayed[0]
-    assert walked and max(walked) <= (0 if layouts else 270)
+    # (laid out, a step laid out before makes no walk: its layout's key is made from its runs' positions)
+    assert walked if not layouts else not walked
+    assert max(walked, default=0) <= 270
     # laid out, the step leaves its Adam update's 94 new nodes unbuilt (see test_step_leaves_its_update_unbuilt); the
     # loss without label smoothing builds no smoothing term (186 -> 168); the update's step sizes, stored for the
     # kernels that read them and held by no tensor, get no buffer node (168 -> 164); the backward leaves its 40
@@ -957,6 +960,70 @@ def test_step_layout_reuses_backwards_look_at_realized_entries(monkeypatch, mid_
             for p, r in zip(get_parameters([l1, l2]), [*t1.parameters(), *t2.parameters()]):
                 np.testing.assert_allclose(p.numpy(), r.detach().numpy(), atol=1e-5)
     assert looked[0] >= 87 if mid_step else 0 < looked[0] <= 60
+
+
+def test_step_layout_key_from_runs_positions_is_the_walks(monkeypatch):
+    """A step laid out before finds its layout by a key made from its runs' positions alone (kernelize._layout_again:
+    an Unbuilt's position, a later run's inputs, backward's numbering of the forward graph), where _layout numbers
+    every node of the runs (~270 an MLP Adam step) and walks the outputs: the two keys and the nodes read by position
+    are the same on every step it is made, over models of two shapes stepped in turn, SGD's update and Adam's, and a
+    step realizing a tensor its runs did not build (no key from positions: _layout's walk)."""
+    import torch
+
+    monkeypatch.setattr(Device, "multi_seen", False)  # (see test_step_leaves_its_update_unbuilt)
+    made: list[bool] = []
+    again = kernelize._layout_again
+
+    def compared(outs, replays, realized):
+        fast = again(outs, replays, realized)
+        if fast is not None:
+            slow = kernelize._layout(outs, replays, realized)
+            assert slow is not None and slow is not kernelize._NOT_THEIRS
+            assert fast[0] == slow[0]
+            assert all(a is b for a, b in zip(fast[1], slow[1].nodes))
+        made.append(fast is not None)
+        return fast
+
+    monkeypatch.setattr(kernelize, "_layout_again", compared)
+    rng = np.random.default_rng(5)
+    models = []
+    for sizes, opt_class in (((8, 16, 4), Adam), ((64, 128, 10), Adam), ((8, 16, 4), optim.SGD)):
+        layers = [Linear(sizes[0], sizes[1]), Linear(sizes[1], sizes[2])]
+        refs = [torch.nn.Linear(sizes[0], sizes[1]), torch.nn.Linear(sizes[1], sizes[2])]
+        with torch.no_grad():
+            for layer, ref in zip(layers, refs):
+                ref.weight.copy_(torch.from_numpy(layer.weight.numpy()))
+                ref.bias.copy_(torch.from_numpy(layer.bias.numpy()))
+        params = get_parameters(layers)
+        opt = opt_class(params, lr=1e-2)
+        ropt = (torch.optim.Adam if opt_class is Adam else torch.optim.SGD)(
+            [p for r in refs for p in r.parameters()], lr=1e-2
+        )
+        xn = rng.standard_normal((5, sizes[0])).astype(np.float32)
+        yn = rng.integers(0, sizes[2], 5).astype(np.int32)
+        models.append((layers, refs, params, opt, ropt, xn, yn))
+    with Tensor.train():
+        for i in range(5):
+            for layers, refs, params, opt, ropt, xn, yn in models:
+                x, y = Tensor(xn).realize(), Tensor(yn).realize()
+                opt.zero_grad()
+                logits = layers[1](layers[0](x).relu())
+                hits = (logits.argmax(1) == y).sum() if i == 3 else None
+                loss = logits.sparse_categorical_crossentropy(y)
+                del logits  # (a tensor kept through backward gets a gradient: the runs are built)
+                loss.backward()
+                ropt.zero_grad()
+                out = refs[1](refs[0](torch.from_numpy(xn)).relu())
+                torch.nn.functional.cross_entropy(out, torch.from_numpy(yn).long()).backward()
+                if hits is not None:  # a tensor the runs did not build, realized with the step
+                    opt.step([hits])
+                    assert hits.item() == (out.argmax(1).numpy() == yn).sum()
+                else:
+                    opt.step()
+                ropt.step()
+                for p, r in zip(params, [p for ref in refs for p in ref.parameters()]):
+                    np.testing.assert_allclose(p.numpy(), r.detach().numpy(), atol=1e-5)
+    assert sum(made) >= 6
 
 
 def test_step_leaves_its_update_unbuilt(monkeypatch):
