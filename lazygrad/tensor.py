@@ -769,7 +769,8 @@ def _own_memory(tensors: tuple[Tensor, ...], firsts: dict[UOp, Tensor]) -> tuple
         # never realized has no holder: asked inline, two calls less per tensor of every realize)
         holder = _holder(base) if REALIZED_ENTRY in base.__dict__ else None
         if firsts.setdefault(base, t) is not t or (holder is not None and holder is not t):
-            t.uop = _copy_of_own(t, u, firsts)
+            # (an optimizer step's unbuilt gradient, held by two tensors: its copy is a node over the built one)
+            t.uop = _copy_of_own(t, u.built() if type(u) is Unbuilt else u, firsts)
     return tuple(out)
 
 

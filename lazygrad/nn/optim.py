@@ -238,7 +238,7 @@ class Optimizer:
         for i, p in enumerate(self.params):
             if p.grad is not None:  # as torch: a parameter without a gradient is left alone
                 updated += self._update(i, p, p.grad.detach())
-        if key is not None and (program := _StepProgram.record(tensors, before, updated)) is not None:
+        if key is not None and (program := _StepProgram.record(tensors, before, updated, key[2])) is not None:
             with _step_programs_lock:
                 if len(_step_programs) >= STEP_PROGRAMS:
                     del _step_programs[next(iter(_step_programs))]
@@ -269,9 +269,13 @@ class Optimizer:
         # reads of whole buffers, see _StepProgram.record; shape and device read off the node's cache where it holds
         # them, as a buffer view does: two property calls per tensor, every step)
         parts = []
+        # each tensor's first position holding its very node: two BatchNorm biases summed into one output have one
+        # gradient node, which a program names once (a pending gradient's Unbuilt is one object per node of its run)
+        firsts: dict[Any, int] = {}
         multi, buffer, const, reshape = Ops.MULTI, Ops.BUFFER, Ops.CONST, Ops.RESHAPE
         for t in tensors:
             u = node_of(t)  # (a pending gradient's unbuilt node: its op, dtype and noted shape and device are known)
+            first = firsts.setdefault(u, len(parts))
             op = u.op
             if op is multi:
                 stored: bool | str = all(whole_buffer(p) for p in u.src)
@@ -283,7 +287,9 @@ class Optimizer:
             memo = u.__dict__
             shape = memo["shape"] if "shape" in memo else u.shape
             device = memo["device"] if "device" in memo else u.device
-            parts.append((op, u.dtype.key, shape, device, u.arg if op is const else None, t._view_of is None, stored))
+            parts.append(
+                (op, u.dtype.key, shape, device, u.arg if op is const else None, t._view_of is None, stored, first)
+            )
         return (type(self), settings, tuple(parts), not Tensor.is_grad_enabled(), dtypes.default_float.key)
 
     def _begin_step(self) -> list[Tensor]:
@@ -1062,18 +1068,23 @@ class _StepProgram:
         self.program, self.assigned, self.returned, self.reads = program, assigned, returned, reads
 
     @staticmethod
-    def record(tensors: list[Tensor], before: list[UOp], updated: list[Tensor]) -> _StepProgram | None:
+    def record(tensors: list[Tensor], before: list[UOp], updated: list[Tensor], parts: tuple) -> _StepProgram | None:
         """None unless every update was a plain in-place write (an ASSIGN over the tensor's own buffer, with no copy
-        of the value first)."""
+        of the value first). A node held by several tensors is the program's input at its first position, as the
+        step's key (`parts`) says; None where the built nodes repeat otherwise (unbuilt gradients of two runs built
+        into one node): a replay keyed so would read another position's node."""
         at = {id(t): j for j, t in enumerate(tensors)}
         if any(id(t) not in at for t in updated):
+            return None
+        firsts: dict[UOp, int] = {}
+        if any(firsts.setdefault(u, j) != part[-1] for j, (u, part) in enumerate(zip(before, parts))):
             return None
         assigned = [j for j, t in enumerate(tensors) if t.uop is not before[j]]
         for j in assigned:
             u = tensors[j].uop
             if u.op is not Ops.ASSIGN or u.src[0] is not before[j] or u.src[1].op is Ops.CONTIGUOUS:
                 return None
-        recorded = GraphProgram.record(before, [tensors[j].uop for j in assigned])
+        recorded = GraphProgram.record(before, [tensors[j].uop for j in assigned], repeats=True)
         if recorded is None:
             return None
         program, pos = recorded

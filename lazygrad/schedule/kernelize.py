@@ -1683,12 +1683,14 @@ def _layout(outs: list[UOp], replays: list[Replay], realized: dict[UOp, UOp]) ->
         if r.structured:
             relations.append(found)
         else:
-            distinct = set(inputs)
-            if len(distinct) != r.n_in:
-                return None  # (a program's inputs were distinct nodes when it was recorded)
+            distinct: dict[UOp, int] = {}
             leaves: list[tuple] = []
-            for n, p in zip(inputs, found):
+            for i, (n, p) in enumerate(zip(inputs, found)):
                 if p is not None:
+                    continue
+                # (an input repeated, as its program's key allowed: keyed as the earlier one's place)
+                if (first := distinct.setdefault(n, i)) != i:
+                    leaves.append(("same", first))
                     continue
                 # a stored tensor's node: a buffer node, or a reshape of one (keyed as the walk keys them)
                 if n.op is Ops.RESHAPE:

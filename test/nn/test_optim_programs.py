@@ -132,3 +132,47 @@ def test_a_halved_parameter_between_replayed_steps(name: str) -> None:
                 theirs[1].mul_(0.5)
     for p, q in zip(ours, theirs):
         np.testing.assert_allclose(p.numpy(), q.detach().numpy(), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("name, kw", [OPTIMIZERS[1], OPTIMIZERS[3], OPTIMIZERS[4]])
+@pytest.mark.parametrize("read", ["none", "grad"])
+def test_replayed_step_with_one_gradient_node_for_two_parameters(monkeypatch, name: str, kw: dict, read: str) -> None:
+    """Two biases added to one output have one gradient node (a residual block's two BatchNorm biases): the step's
+    program names it once, its later steps replay it (no update code runs), and parameters, state and both .grad
+    (memories of their own) stay torch's."""
+    from lazygrad.nn import optim
+
+    rng = np.random.default_rng(2)
+    init = [rng.standard_normal(s).astype(np.float32) * 0.5 for s in [(IN, OUT), (OUT,), (OUT,)]]
+    ours = [Tensor(v.copy(), requires_grad=True) for v in init]
+    theirs = [torch.tensor(v.copy(), requires_grad=True) for v in init]
+    our_opt, their_opt = OURS[name](ours, **kw), THEIRS[name](theirs, **kw)
+    updates = [0]
+    update = type(our_opt)._update
+
+    def counted(self, *args):
+        updates[0] += 1
+        return update(self, *args)
+
+    monkeypatch.setattr(type(our_opt), "_update", counted)
+    monkeypatch.setattr(optim, "_step_programs", {})
+    for i in range(5):
+        x = rng.standard_normal((4, IN)).astype(np.float32)
+        y = rng.integers(0, OUT, 4)
+        our_opt.zero_grad()
+        their_opt.zero_grad()
+        w, b1, b2 = ours
+        (Tensor(x) @ w + b1 + b2).cross_entropy(Tensor(y.astype(np.int32))).backward()
+        tw, tb1, tb2 = theirs
+        torch.nn.functional.cross_entropy(torch.from_numpy(x) @ tw + tb1 + tb2, torch.from_numpy(y)).backward()
+        if read == "grad" and i % 2:
+            np.testing.assert_allclose(b2.grad.numpy(), tb2.grad.numpy(), rtol=1e-5, atol=1e-6)
+        our_opt.step()
+        their_opt.step()
+        for p, q in zip(ours, theirs):
+            np.testing.assert_allclose(p.grad.numpy(), q.grad.numpy(), rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(p.numpy(), q.detach().numpy(), rtol=1e-5, atol=1e-6)
+        b1.grad.assign(b1.grad * 0)  # its own memory: the other gradient keeps its value
+        np.testing.assert_allclose(b2.grad.numpy(), tb2.grad.numpy(), rtol=1e-5, atol=1e-6)
+    # the first step's code only (and the first step's reading a gradient first: its key is another)
+    assert updates[0] == 3 * (1 + (read == "grad"))
