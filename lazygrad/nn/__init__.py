@@ -208,6 +208,12 @@ class BatchNorm(Module):
         if training and self.eps <= 0:
             raise ValueError(f"BatchNorm: eps must be positive when training, got {self.eps}")
         if training and self.track_running_stats:
+            # the last call's count is still a pending write where nothing realized it (an optimizer over the
+            # parameters alone realizes the running statistics, which read them, and not the count, which reads
+            # nothing it writes): stored now, each call's count adds to a stored buffer (and the composite replays)
+            # instead of to a chain of writes two nodes longer every step
+            if self.num_batches_tracked._plain_buffer() is None:
+                self.num_batches_tracked.realize()
             stats = (self.running_mean, self.running_var, self.num_batches_tracked)
             return _batch_norm(x, self.weight, self.bias, *stats, eps=self.eps, momentum=self.momentum)
         if training or not self.track_running_stats:
