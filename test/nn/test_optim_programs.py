@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from lazygrad import Tensor
 from lazygrad.nn.optim import SGD, Adam, AdamW
+from test.helpers import counting_calls
 
 EXAMPLES = int(os.environ.get("OPTIM_PROGRAM_EXAMPLES", "12"))
 IN, HIDDEN, OUT = 5, 7, 3
@@ -137,10 +138,12 @@ def test_a_halved_parameter_between_replayed_steps(name: str) -> None:
 @pytest.mark.parametrize("name, kw", [OPTIMIZERS[1], OPTIMIZERS[3], OPTIMIZERS[4]])
 @pytest.mark.parametrize("read", ["none", "grad"])
 def test_replayed_step_with_one_gradient_node_for_two_parameters(monkeypatch, name: str, kw: dict, read: str) -> None:
-    """Two biases added to one output have one gradient node (a residual block's two BatchNorm biases): the step's
-    program names it once, its later steps replay it (no update code runs), and parameters, state and both .grad
-    (memories of their own) stay torch's."""
+    """Two biases added to one output have one gradient node (a residual block's two BatchNorm biases): the later
+    bias's gradient is a copy (each .grad a memory of its own), made by the gradient program, so the later steps
+    replay the update (no update code runs) and leave both programs' nodes unbuilt; parameters, state and both .grad
+    stay torch's."""
     from lazygrad.nn import optim
+    from lazygrad.uop import program
 
     rng = np.random.default_rng(2)
     init = [rng.standard_normal(s).astype(np.float32) * 0.5 for s in [(IN, OUT), (OUT,), (OUT,)]]
@@ -156,6 +159,7 @@ def test_replayed_step_with_one_gradient_node_for_two_parameters(monkeypatch, na
 
     monkeypatch.setattr(type(our_opt), "_update", counted)
     monkeypatch.setattr(optim, "_step_programs", {})
+    builds = counting_calls(monkeypatch, program.UnbuiltRun, "build")
     for i in range(5):
         x = rng.standard_normal((4, IN)).astype(np.float32)
         y = rng.integers(0, OUT, 4)
@@ -167,8 +171,11 @@ def test_replayed_step_with_one_gradient_node_for_two_parameters(monkeypatch, na
         torch.nn.functional.cross_entropy(torch.from_numpy(x) @ tw + tb1 + tb2, torch.from_numpy(y)).backward()
         if read == "grad" and i % 2:
             np.testing.assert_allclose(b2.grad.numpy(), tb2.grad.numpy(), rtol=1e-5, atol=1e-6)
+        built = builds[0]
         our_opt.step()
         their_opt.step()
+        if read == "none" and i >= 2:
+            assert builds[0] == built
         for p, q in zip(ours, theirs):
             np.testing.assert_allclose(p.grad.numpy(), q.grad.numpy(), rtol=1e-5, atol=1e-6)
             np.testing.assert_allclose(p.numpy(), q.detach().numpy(), rtol=1e-5, atol=1e-6)
