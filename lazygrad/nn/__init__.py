@@ -7,6 +7,8 @@ defaults; nothing runs until the first realize (an optimizer's constructor, a fo
 from __future__ import annotations
 
 import math
+import threading
+import weakref
 from collections import namedtuple
 from typing import Any, Sequence
 
@@ -164,6 +166,18 @@ Conv1d, Conv3d = _with_dims(Conv2d, 1), _with_dims(Conv2d, 3)
 ConvTranspose1d, ConvTranspose3d = _with_dims(ConvTranspose2d, 1), _with_dims(ConvTranspose2d, 3)
 
 
+# this thread's BatchNorm counts (num_batches_tracked) written since its last optimizer step: id -> tensor
+_pending_counts = threading.local()
+
+
+def take_pending_counts() -> list[Tensor]:
+    """The BatchNorm counts this thread wrote since the last call that are still pending writes: an optimizer step
+    realizes them with its update (a torch loop's optimizer holds the parameters alone; it realizes the running
+    statistics, which read the weights it overwrites, and not the count, which reads nothing it writes)."""
+    counts = _pending_counts.__dict__.pop("counts", None)
+    return [t for t in counts.values() if t._plain_buffer() is None] if counts else []
+
+
 class BatchNorm(Module):
     """Batch normalization over dim 1 of (N, C, *spatial). While training (the module's mode where `train()`/`eval()`
     or a torch-style parent module set it, else `Tensor.training`: see nn/module.py) it normalizes with the batch's
@@ -208,14 +222,19 @@ class BatchNorm(Module):
         if training and self.eps <= 0:
             raise ValueError(f"BatchNorm: eps must be positive when training, got {self.eps}")
         if training and self.track_running_stats:
-            # the last call's count is still a pending write where nothing realized it (an optimizer over the
-            # parameters alone realizes the running statistics, which read them, and not the count, which reads
-            # nothing it writes): stored now, each call's count adds to a stored buffer (and the composite replays)
-            # instead of to a chain of writes two nodes longer every step
-            if self.num_batches_tracked._plain_buffer() is None:
-                self.num_batches_tracked.realize()
-            stats = (self.running_mean, self.running_var, self.num_batches_tracked)
-            return _batch_norm(x, self.weight, self.bias, *stats, eps=self.eps, momentum=self.momentum)
+            # the last call's count is still a pending write where no optimizer step realized it (take_pending_counts):
+            # stored now, each call's count adds to a stored buffer (and the composite replays) instead of to a chain
+            # of writes two nodes longer every call
+            counter = self.num_batches_tracked
+            if counter._plain_buffer() is None:
+                counter.realize()
+            stats = (self.running_mean, self.running_var, counter)
+            out = _batch_norm(x, self.weight, self.bias, *stats, eps=self.eps, momentum=self.momentum)
+            counts = _pending_counts.__dict__.get("counts")
+            if counts is None:  # (weakly held: a layer dropped before the next step takes its count with it)
+                counts = _pending_counts.counts = weakref.WeakValueDictionary()
+            counts[id(counter)] = counter
+            return out
         if training or not self.track_running_stats:
             return _batch_norm(x, self.weight, self.bias, eps=self.eps)
         return x.batchnorm(self.weight, self.bias, self.running_mean, (self.running_var + self.eps).rsqrt())

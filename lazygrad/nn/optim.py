@@ -19,7 +19,7 @@ from lazygrad.dtype import DType, dtypes
 from lazygrad.engine.realize import CAPTURES_OPEN
 from lazygrad.gradient import take_backward_roots
 from lazygrad.helpers import STEP_LAYOUTS, alone_with_library_threads, library_lock
-from lazygrad.nn import _own_buffer
+from lazygrad.nn import _own_buffer, take_pending_counts
 from lazygrad.schedule.multi import whole_buffer
 from lazygrad.tensor import (
     Tensor,
@@ -221,7 +221,7 @@ class Optimizer:
         # the loss that backward() ran on and the gradients are stored by the same schedule, before the parameters
         # they read change: read after the step, they hold the values they had (as in torch), at no extra kernels
         grads = [p.grad for p in self.params if p.grad is not None]
-        return take_backward_roots() + grads + self._updates(unbuilt) + self.buffers
+        return take_backward_roots() + grads + self._updates(unbuilt) + self.buffers + take_pending_counts()
 
     def _updates(self, unbuilt: bool = False) -> list[Tensor]:
         """The state and parameter updates of one step, assigned. A step over inputs shaped as an earlier step's
@@ -1055,7 +1055,7 @@ class OptimizerGroup(Optimizer):
     def _schedule_step(self, unbuilt: bool) -> list[Tensor]:
         grads = [p.grad for p in self.params if p.grad is not None]
         updates = [t for o in self.optimizers for t in o._updates(unbuilt)]
-        return take_backward_roots() + grads + updates + self.buffers
+        return take_backward_roots() + grads + updates + self.buffers + take_pending_counts()
 
 
 class _StepProgram:

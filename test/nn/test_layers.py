@@ -170,10 +170,11 @@ def test_batchnorm_training_steps_replayed(momentum: float | None) -> None:
 
 @pytest.mark.parametrize("momentum", [0.1, None])
 def test_batchnorm_under_an_optimizer_of_parameters_alone(monkeypatch, momentum: float | None) -> None:
-    """torch's loop: the optimizer holds the parameters, not the layer's buffers. Its step realizes the running
+    """torch's loop: the optimizer holds the parameters, not the layer's buffers. Its step realized the running
     statistics (they read the convolution's weights it overwrites) and not the count, which reads nothing it writes:
-    the count's pending write is stored at the layer's next call, so its graph stays a write over a buffer (it grew
-    two nodes a step) and the layer replays from its program (its code ran every step); every value stays torch's."""
+    the count grew a chain of pending writes two nodes a step and the layer's code ran every step (its count was no
+    buffer to replay over). The step now stores the counts the layers wrote since the last one (nn
+    take_pending_counts), in its own schedule; the layer replays from its program and every value stays torch's."""
     from lazygrad.nn import optim
     from lazygrad.nn.state import get_parameters
 
@@ -202,6 +203,7 @@ def test_batchnorm_under_an_optimizer_of_parameters_alone(monkeypatch, momentum:
             ref(ref_conv(torch.from_numpy(xn))).square().mean().backward()
             opt.step()
             ref_opt.step()
+            assert bn.num_batches_tracked._plain_buffer() is not None
             sizes.append(len(bn.num_batches_tracked.uop.toposort))
             if step == 1:
                 means[0] = 0
