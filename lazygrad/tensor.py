@@ -784,6 +784,26 @@ def _writes_looked(writes: list[UOp], looked: set[Any]) -> bool:
     return {n.run.vals[n.at] if type(n) is Unbuilt and n.run.vals is not None else n for n in looked}.issuperset(writes)
 
 
+def _unlooked(writes: list[UOp], looked: set[Any]) -> list[UOp] | None:
+    """The writes whose readers were not looked for (those of tensors that joined the schedule as readers: a
+    BatchNorm's running statistics in an optimizer step), where none writes a memory a looked-for write writes (the
+    look orders several writes into one memory among themselves); None otherwise (every write is looked for again)."""
+    done = {n.run.vals[n.at] if type(n) is Unbuilt and n.run.vals is not None else n for n in looked}
+    new = [n for n in writes if n not in done]
+    if not new or len(new) == len(writes):
+        return None
+    if {_write_memory(n) for n in new} & {_write_memory(n) for n in writes if n in done}:
+        return None
+    return new
+
+
+def _write_memory(n: UOp) -> Any:
+    target = n.src[0]
+    while target.op in _MOVEMENT:
+        target = target.src[0]
+    return target.arg.memory if target.op is Ops.BUFFER else None
+
+
 def _new_value(t: Tensor) -> Tensor:
     """t's value as a tensor of its own, for an op that computes nothing new (x ** 1, a 0-d tensor's sum, floor of
     ints): torch returns new memory there, and returning t itself made a write into either show in the other. A
@@ -2226,13 +2246,17 @@ class Tensor(metaclass=_TensorType):
                     writes = [n for n in becomes if n.op is Ops.ASSIGN]
                     if not writes:
                         break  # nothing overwritten: no reader to look for
-                    if lowered is None and looked is not None and _writes_looked(writes, looked):
-                        break  # the writes are the outputs looked for above (an optimizer step): nothing new to find
+                    unlooked = None
+                    if lowered is None and looked is not None:
+                        if _writes_looked(writes, looked):
+                            break  # the writes are the outputs looked for above (an optimizer step): nothing new
+                        unlooked = _unlooked(writes, looked)
                     first, joining = _readers_of_overwritten(
-                        writes, tensors, becomes, None if lowered is None else memo
+                        writes if unlooked is None else unlooked, tensors, becomes, None if lowered is None else memo
                     )
                     if not first and not joining:
                         break
+                    looked = looked | set(unlooked) if unlooked is not None and not first else None
                 if first:
                     _realize_readers(first)
                 tensors = (*tensors, *_own_memory(tuple(joining), firsts))

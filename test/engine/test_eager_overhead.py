@@ -125,6 +125,39 @@ def test_optimizer_step_looks_for_readers_of_what_it_overwrites_once(monkeypatch
     assert not np.array_equal(w.numpy() * 2, expected)
 
 
+def test_step_looks_again_only_for_readers_of_the_joined_writes(monkeypatch):
+    """An optimizer step over a conv and BatchNorm: the layer's running statistics read the weights the step
+    overwrites, so their pending writes join its schedule; the look for readers of what those writes overwrite asks
+    of their memories alone, not again of every parameter's and state's (the CIFAR ResNet step's second look 1.09 ->
+    0.11 ms). A lazy tensor reading a running statistic before the step still gets the old values."""
+    from lazygrad import nn
+    from lazygrad import tensor as tensor_module
+
+    conv, bn = nn.Conv2d(2, 4, 3, padding=1), nn.BatchNorm(4)
+    opt = optim.SGD(get_parameters([conv, bn.weight, bn.bias]), lr=0.1, momentum=0.9)
+    x = Tensor(np.random.default_rng(0).standard_normal((3, 2, 5, 5)).astype(np.float32)).realize()
+    looked: list[int] = []
+    readers = tensor_module._readers
+
+    def counted(mems, written, skip):
+        looked.append(len(mems))
+        return readers(mems, written, skip)
+
+    with Tensor.train():
+        for step in range(4):
+            old = bn.running_mean * 2  # lazy: reads the running mean as it is before this step's write
+            expected = bn.running_mean.numpy() * 2
+            opt.zero_grad()
+            bn(conv(x)).square().mean().backward()
+            if step == 3:
+                monkeypatch.setattr(tensor_module, "_readers", counted)
+            opt.step()
+            np.testing.assert_array_equal(old.numpy(), expected)
+    # the step's writes (conv weight and bias, the layer's weight and bias, their momenta; the count), then the
+    # joined running statistics' two
+    assert looked == [9, 2]
+
+
 def test_readers_look_stops_at_the_first_read(monkeypatch):
     """The digits CNN step's lazy logits (and the loss's sum) read the parameters its update overwrites: the look for
     such readers stops at the first node found reading them (the last layer's bias, a few nodes down) instead of
