@@ -792,16 +792,14 @@ def _unlooked(writes: list[UOp], looked: set[Any]) -> list[UOp] | None:
     new = [n for n in writes if n not in done]
     if not new or len(new) == len(writes):
         return None
-    if {_write_memory(n) for n in new} & {_write_memory(n) for n in writes if n in done}:
-        return None
-    return new
-
-
-def _write_memory(n: UOp) -> Any:
-    target = n.src[0]
-    while target.op in _MOVEMENT:
-        target = target.src[0]
-    return target.arg.memory if target.op is Ops.BUFFER else None
+    mems: tuple[set[Any], set[Any]] = (set(), set())  # (the looked-for writes' memories, the new ones')
+    for n in writes:  # (UOp.base and Buffer.memory inline: a call per write of every optimizer step otherwise)
+        target = n.src[0]
+        while target.op in _MOVEMENT:
+            target = target.src[0]
+        buf = target.arg if target.op is Ops.BUFFER else None  # (None: one more of either, looked for whole)
+        mems[n not in done].add(buf._external if buf is not None and isinstance(buf._external, Buffer) else buf)
+    return None if mems[0] & mems[1] else new
 
 
 def _new_value(t: Tensor) -> Tensor:

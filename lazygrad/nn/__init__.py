@@ -166,7 +166,7 @@ Conv1d, Conv3d = _with_dims(Conv2d, 1), _with_dims(Conv2d, 3)
 ConvTranspose1d, ConvTranspose3d = _with_dims(ConvTranspose2d, 1), _with_dims(ConvTranspose2d, 3)
 
 
-# this thread's BatchNorm counts (num_batches_tracked) written since its last optimizer step: id -> tensor
+# this thread's BatchNorm counts (num_batches_tracked) written since its last optimizer step: id -> weak reference
 _pending_counts = threading.local()
 
 
@@ -175,7 +175,9 @@ def take_pending_counts() -> list[Tensor]:
     realizes them with its update (a torch loop's optimizer holds the parameters alone; it realizes the running
     statistics, which read the weights it overwrites, and not the count, which reads nothing it writes)."""
     counts = _pending_counts.__dict__.pop("counts", None)
-    return [t for t in counts.values() if t._plain_buffer() is None] if counts else []
+    if not counts:
+        return []
+    return [t for ref in counts.values() if (t := ref()) is not None and t._plain_buffer() is None]
 
 
 class BatchNorm(Module):
@@ -230,10 +232,9 @@ class BatchNorm(Module):
                 counter.realize()
             stats = (self.running_mean, self.running_var, counter)
             out = _batch_norm(x, self.weight, self.bias, *stats, eps=self.eps, momentum=self.momentum)
-            counts = _pending_counts.__dict__.get("counts")
-            if counts is None:  # (weakly held: a layer dropped before the next step takes its count with it)
-                counts = _pending_counts.counts = weakref.WeakValueDictionary()
-            counts[id(counter)] = counter
+            # (weakly held: a layer dropped before the next step takes its count with it; a plain dict of
+            # references, where a WeakValueDictionary's set and values are Python calls)
+            _pending_counts.__dict__.setdefault("counts", {})[id(counter)] = weakref.ref(counter)
             return out
         if training or not self.track_running_stats:
             return _batch_norm(x, self.weight, self.bias, eps=self.eps)
