@@ -941,7 +941,7 @@ with Tensor.train():
 
 def test_resnet_step_python_calls_stay_bounded():
     """A torch-style ResNet step (lazygrad.torch: a residual block with a 1x1 shortcut, BatchNorm, SGD with momentum
-    over model.parameters()) of a structure seen before: a bounded number of Python calls (12583 before, 2933 now).
+    over model.parameters()) of a structure seen before: a bounded number of Python calls (12583 before, 2917 now).
     Its code ran every step: the two BatchNorm biases summed into the block's output share one gradient node, which
     made the optimizer's program refuse the step (its update code and assign's race walks ran); and the layers'
     counts (num_batches_tracked), which no optimizer of the parameters alone stored, grew a chain of pending writes,
