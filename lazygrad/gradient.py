@@ -308,7 +308,15 @@ def _apply_rules(root: UOp, root_grad: Tensor, targets: set[UOp]) -> dict[UOp, T
     # a lazy tensor reading the weights, which then joined the optimizer step as an output: the first step of a
     # process (by the rules) fused otherwise than every later one (replayed)
     out = {t: grads[t] for t in targets if t in grads}
-    return {t: Tensor(g.uop) if g._view_of is not None else g for t, g in out.items()}
+    out = {t: Tensor(g.uop) if g._view_of is not None else g for t, g in out.items()}
+    # two targets of one gradient node (two biases added to one output: a residual block's BatchNorms) hold memories
+    # of their own: the later one a copy, as realizing both would make it (tensor.py _own_memory), made here so that a
+    # replayed program builds it too and an optimizer step reads distinct nodes, left unbuilt
+    owner: dict[UOp, UOp] = {}
+    for t, g in out.items():
+        if owner.setdefault(g.uop, t) is not t:
+            out[t] = g.contiguous()
+    return out
 
 
 # *** gradient programs: a training step differentiates a graph of one structure on every call, over new buffers ***

@@ -769,7 +769,8 @@ def _own_memory(tensors: tuple[Tensor, ...], firsts: dict[UOp, Tensor]) -> tuple
         # never realized has no holder: asked inline, two calls less per tensor of every realize)
         holder = _holder(base) if REALIZED_ENTRY in base.__dict__ else None
         if firsts.setdefault(base, t) is not t or (holder is not None and holder is not t):
-            t.uop = _copy_of_own(t, u, firsts)
+            # (an optimizer step's unbuilt gradient, held by two tensors: its copy is a node over the built one)
+            t.uop = _copy_of_own(t, u.built() if type(u) is Unbuilt else u, firsts)
     return tuple(out)
 
 
@@ -781,6 +782,24 @@ def _writes_looked(writes: list[UOp], looked: set[Any]) -> bool:
     if looked.issuperset(writes):
         return True
     return {n.run.vals[n.at] if type(n) is Unbuilt and n.run.vals is not None else n for n in looked}.issuperset(writes)
+
+
+def _unlooked(writes: list[UOp], looked: set[Any]) -> list[UOp] | None:
+    """The writes whose readers were not looked for (those of tensors that joined the schedule as readers: a
+    BatchNorm's running statistics in an optimizer step), where none writes a memory a looked-for write writes (the
+    look orders several writes into one memory among themselves); None otherwise (every write is looked for again)."""
+    done = {n.run.vals[n.at] if type(n) is Unbuilt and n.run.vals is not None else n for n in looked}
+    new = [n for n in writes if n not in done]
+    if not new or len(new) == len(writes):
+        return None
+    mems: tuple[set[Any], set[Any]] = (set(), set())  # (the looked-for writes' memories, the new ones')
+    for n in writes:  # (UOp.base and Buffer.memory inline: a call per write of every optimizer step otherwise)
+        target = n.src[0]
+        while target.op in _MOVEMENT:
+            target = target.src[0]
+        buf = target.arg if target.op is Ops.BUFFER else None  # (None: one more of either, looked for whole)
+        mems[n not in done].add(buf._external if buf is not None and isinstance(buf._external, Buffer) else buf)
+    return None if mems[0] & mems[1] else new
 
 
 def _new_value(t: Tensor) -> Tensor:
@@ -2244,13 +2263,17 @@ class Tensor(metaclass=_TensorType):
                     writes = [n for n in becomes if n.op is Ops.ASSIGN]
                     if not writes:
                         break  # nothing overwritten: no reader to look for
-                    if lowered is None and looked is not None and _writes_looked(writes, looked):
-                        break  # the writes are the outputs looked for above (an optimizer step): nothing new to find
+                    unlooked = None
+                    if lowered is None and looked is not None:
+                        if _writes_looked(writes, looked):
+                            break  # the writes are the outputs looked for above (an optimizer step): nothing new
+                        unlooked = _unlooked(writes, looked)
                     first, joining = _readers_of_overwritten(
-                        writes, tensors, becomes, None if lowered is None else memo
+                        writes if unlooked is None else unlooked, tensors, becomes, None if lowered is None else memo
                     )
                     if not first and not joining:
                         break
+                    looked = looked | set(unlooked) if unlooked is not None and not first else None
                 if first:
                     _realize_readers(first)
                 tensors = (*tensors, *_own_memory(tuple(joining), firsts))

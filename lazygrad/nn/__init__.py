@@ -7,6 +7,8 @@ defaults; nothing runs until the first realize (an optimizer's constructor, a fo
 from __future__ import annotations
 
 import math
+import threading
+import weakref
 from collections import namedtuple
 from typing import Any, Sequence
 
@@ -14,6 +16,7 @@ from lazygrad.dtype import dtypes
 from lazygrad.helpers import make_tuple, prod
 from lazygrad.nn.module import _PARAMETERS, Module, ModuleList, Sequential
 from lazygrad.tensor import ArgumentError, Tensor, _check_index_values, _replayed
+from lazygrad.uop.ops import Ops
 
 
 def _own_buffer(init: Tensor, requires_grad: bool = False) -> Tensor:
@@ -204,6 +207,28 @@ Conv1d, Conv3d = _with_dims(Conv2d, 1), _with_dims(Conv2d, 3)
 ConvTranspose1d, ConvTranspose3d = _with_dims(ConvTranspose2d, 1), _with_dims(ConvTranspose2d, 3)
 
 
+# this thread's BatchNorm counts (num_batches_tracked) written since its last optimizer step: id -> weak reference
+_pending_counts = threading.local()
+
+
+def take_pending_counts() -> list[Tensor]:
+    """The BatchNorm counts this thread wrote since the last call that are still pending writes: an optimizer step
+    realizes them with its update (a torch loop's optimizer holds the parameters alone; it realizes the running
+    statistics, which read the weights it overwrites, and not the count, which reads nothing it writes)."""
+    counts = _pending_counts.__dict__.pop("counts", None)
+    if not counts:
+        return []
+    return [t for ref in counts.values() if (t := ref()) is not None and not _stored(t)]
+
+
+def _stored(t: Tensor) -> bool:
+    """Whether t is a stored buffer (seen through reshapes): Tensor._plain_buffer inline, two calls less."""
+    u = t.uop
+    while u.op is Ops.RESHAPE:
+        u = u.src[0]
+    return u.op is Ops.BUFFER
+
+
 class BatchNorm(Module):
     """Batch normalization over dim 1 of (N, C, *spatial). While training (the module's mode where `train()`/`eval()`
     or a torch-style parent module set it, else `Tensor.training`: see nn/module.py) it normalizes with the batch's
@@ -249,8 +274,18 @@ class BatchNorm(Module):
         if training and self.eps <= 0:
             raise ValueError(f"BatchNorm: eps must be positive when training, got {self.eps}")
         if training and self.track_running_stats:
-            stats = (self.running_mean, self.running_var, self.num_batches_tracked)
-            return _batch_norm(x, self.weight, self.bias, *stats, eps=self.eps, momentum=self.momentum)
+            # the last call's count is still a pending write where no optimizer step realized it (take_pending_counts):
+            # stored now, each call's count adds to a stored buffer (and the composite replays) instead of to a chain
+            # of writes two nodes longer every call
+            counter = self.num_batches_tracked
+            if not _stored(counter):
+                counter.realize()
+            stats = (self.running_mean, self.running_var, counter)
+            out = _batch_norm(x, self.weight, self.bias, *stats, eps=self.eps, momentum=self.momentum)
+            # (weakly held: a layer dropped before the next step takes its count with it; a plain dict of
+            # references, where a WeakValueDictionary's set and values are Python calls)
+            _pending_counts.__dict__.setdefault("counts", {})[id(counter)] = weakref.ref(counter)
+            return out
         if training or not self.track_running_stats:
             return _batch_norm(x, self.weight, self.bias, eps=self.eps)
         return x.batchnorm(self.weight, self.bias, self.running_mean, (self.running_var + self.eps).rsqrt())

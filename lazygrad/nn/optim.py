@@ -19,7 +19,7 @@ from lazygrad.dtype import DType, dtypes
 from lazygrad.engine.realize import CAPTURES_OPEN
 from lazygrad.gradient import take_backward_roots
 from lazygrad.helpers import STEP_LAYOUTS, alone_with_library_threads, library_lock
-from lazygrad.nn import _own_buffer
+from lazygrad.nn import _own_buffer, take_pending_counts
 from lazygrad.schedule.multi import whole_buffer
 from lazygrad.tensor import (
     Tensor,
@@ -222,7 +222,7 @@ class Optimizer:
         # the loss that backward() ran on and the gradients are stored by the same schedule, before the parameters
         # they read change: read after the step, they hold the values they had (as in torch), at no extra kernels
         grads = [p.grad for p in self.params if p.grad is not None]
-        return take_backward_roots() + grads + self._updates(unbuilt) + self.buffers
+        return take_backward_roots() + grads + self._updates(unbuilt) + self.buffers + take_pending_counts()
 
     def _updates(self, unbuilt: bool = False) -> list[Tensor]:
         """The state and parameter updates of one step, assigned. A step over inputs shaped as an earlier step's
@@ -239,7 +239,7 @@ class Optimizer:
         for i, p in enumerate(self.params):
             if p.grad is not None:  # as torch: a parameter without a gradient is left alone
                 updated += self._update(i, p, p.grad.detach())
-        if key is not None and (program := _StepProgram.record(tensors, before, updated)) is not None:
+        if key is not None and (program := _StepProgram.record(tensors, before, updated, key[2])) is not None:
             with _step_programs_lock:
                 if len(_step_programs) >= STEP_PROGRAMS:
                     del _step_programs[next(iter(_step_programs))]
@@ -270,9 +270,13 @@ class Optimizer:
         # reads of whole buffers, see _StepProgram.record; shape and device read off the node's cache where it holds
         # them, as a buffer view does: two property calls per tensor, every step)
         parts = []
+        # each tensor's first position holding its very node: two BatchNorm biases summed into one output have one
+        # gradient node, which a program names once (a pending gradient's Unbuilt is one object per node of its run)
+        firsts: dict[Any, int] = {}
         multi, buffer, const, reshape = Ops.MULTI, Ops.BUFFER, Ops.CONST, Ops.RESHAPE
         for t in tensors:
             u = node_of(t)  # (a pending gradient's unbuilt node: its op, dtype and noted shape and device are known)
+            first = firsts.setdefault(u, len(parts))
             op = u.op
             if op is multi:
                 stored: bool | str = all(whole_buffer(p) for p in u.src)
@@ -284,7 +288,9 @@ class Optimizer:
             memo = u.__dict__
             shape = memo["shape"] if "shape" in memo else u.shape
             device = memo["device"] if "device" in memo else u.device
-            parts.append((op, u.dtype.key, shape, device, u.arg if op is const else None, t._view_of is None, stored))
+            parts.append(
+                (op, u.dtype.key, shape, device, u.arg if op is const else None, t._view_of is None, stored, first)
+            )
         return (type(self), settings, tuple(parts), not Tensor.is_grad_enabled(), dtypes.default_float.key)
 
     def _begin_step(self) -> list[Tensor]:
@@ -1285,7 +1291,7 @@ class OptimizerGroup(Optimizer):
     def _schedule_step(self, unbuilt: bool) -> list[Tensor]:
         grads = [p.grad for p in self.params if p.grad is not None]
         updates = [t for o in self.optimizers for t in o._updates(unbuilt)]
-        return take_backward_roots() + grads + updates + self.buffers
+        return take_backward_roots() + grads + updates + self.buffers + take_pending_counts()
 
 
 class _StepProgram:
@@ -1298,18 +1304,23 @@ class _StepProgram:
         self.program, self.assigned, self.returned, self.reads = program, assigned, returned, reads
 
     @staticmethod
-    def record(tensors: list[Tensor], before: list[UOp], updated: list[Tensor]) -> _StepProgram | None:
+    def record(tensors: list[Tensor], before: list[UOp], updated: list[Tensor], parts: tuple) -> _StepProgram | None:
         """None unless every update was a plain in-place write (an ASSIGN over the tensor's own buffer, with no copy
-        of the value first)."""
+        of the value first). A node held by several tensors is the program's input at its first position, as the
+        step's key (`parts`) says; None where the built nodes repeat otherwise (unbuilt gradients of two runs built
+        into one node): a replay keyed so would read another position's node."""
         at = {id(t): j for j, t in enumerate(tensors)}
         if any(id(t) not in at for t in updated):
+            return None
+        firsts: dict[UOp, int] = {}
+        if any(firsts.setdefault(u, j) != part[-1] for j, (u, part) in enumerate(zip(before, parts))):
             return None
         assigned = [j for j, t in enumerate(tensors) if t.uop is not before[j]]
         for j in assigned:
             u = tensors[j].uop
             if u.op is not Ops.ASSIGN or u.src[0] is not before[j] or u.src[1].op is Ops.CONTIGUOUS:
                 return None
-        recorded = GraphProgram.record(before, [tensors[j].uop for j in assigned])
+        recorded = GraphProgram.record(before, [tensors[j].uop for j in assigned], repeats=True)
         if recorded is None:
             return None
         program, pos = recorded

@@ -1784,17 +1784,20 @@ def _input_leaves(
     """An unstructured run's inputs that no earlier run placed (`found` None), keyed as the walk keys them: a stored
     tensor's node, a buffer node or a reshape of one; the buffer nodes below reshapes that no earlier run placed
     (`earlier`) join `below`. None where an input is anything else."""
-    distinct = set(inputs)
-    if len(distinct) != len(inputs):
-        return None  # (a program's inputs were distinct nodes when it was recorded)
+    every = set(inputs)
+    first_at: dict[UOp, int] = {}
     leaves: list[tuple] = []
-    for n, p in zip(inputs, found):
+    for i, (n, p) in enumerate(zip(inputs, found)):
         if p is not None:
+            continue
+        # (an input repeated, as its program's key allowed: keyed as the earlier one's place)
+        if (first := first_at.setdefault(n, i)) != i:
+            leaves.append(("same", first))
             continue
         if n.op is Ops.RESHAPE:
             leaves.append((n.dtype.key, n.arg))
             n = n.src[0]
-            if n.op is not Ops.BUFFER or n in distinct:
+            if n.op is not Ops.BUFFER or n in every:
                 return None  # (a buffer node that is an input of its own: keyed apart, rare)
             # the buffer node may be another run's input or another reshape's: the walk numbers it once
             at = earlier(n) if earlier is not None else None

@@ -86,13 +86,19 @@ class GraphProgram:
         return out
 
     @staticmethod
-    def record(inputs: list[UOp], outputs: list[UOp]) -> tuple[GraphProgram, dict[UOp, int]] | None:
+    def record(
+        inputs: list[UOp], outputs: list[UOp], repeats: bool = False
+    ) -> tuple[GraphProgram, dict[UOp, int]] | None:
         """The program that builds `outputs` from `inputs`, and the position of every node it names; None where an
-        output reaches a buffer other than through the inputs (a replay would share that buffer, not make a new one)."""
-        at = {n: i for i, n in enumerate(inputs)}
-        n_in = len(at)
-        if n_in != len(inputs):
-            return None  # an input repeated: a position would not name one node
+        output reaches a buffer other than through the inputs (a replay would share that buffer, not make a new one).
+        A repeated input: None, as a position would not name one node, unless `repeats` (the caller's key holds which
+        inputs repeat): then its first position names it."""
+        at: dict[UOp, int] = {}
+        for i, n in enumerate(inputs):
+            at.setdefault(n, i)
+        n_in = len(inputs)
+        if len(at) != n_in and not repeats:
+            return None
         steps: list[tuple] = []
         fixed: list[UOp | None] = []
         for root in outputs:

@@ -125,6 +125,39 @@ def test_optimizer_step_looks_for_readers_of_what_it_overwrites_once(monkeypatch
     assert not np.array_equal(w.numpy() * 2, expected)
 
 
+def test_step_looks_again_only_for_readers_of_the_joined_writes(monkeypatch):
+    """An optimizer step over a conv and BatchNorm: the layer's running statistics read the weights the step
+    overwrites, so their pending writes join its schedule; the look for readers of what those writes overwrite asks
+    of their memories alone, not again of every parameter's and state's (the CIFAR ResNet step's second look 1.09 ->
+    0.11 ms). A lazy tensor reading a running statistic before the step still gets the old values."""
+    from lazygrad import nn
+    from lazygrad import tensor as tensor_module
+
+    conv, bn = nn.Conv2d(2, 4, 3, padding=1), nn.BatchNorm(4)
+    opt = optim.SGD(get_parameters([conv, bn.weight, bn.bias]), lr=0.1, momentum=0.9)
+    x = Tensor(np.random.default_rng(0).standard_normal((3, 2, 5, 5)).astype(np.float32)).realize()
+    looked: list[int] = []
+    readers = tensor_module._readers
+
+    def counted(mems, written, skip):
+        looked.append(len(mems))
+        return readers(mems, written, skip)
+
+    with Tensor.train():
+        for step in range(4):
+            old = bn.running_mean * 2  # lazy: reads the running mean as it is before this step's write
+            expected = bn.running_mean.numpy() * 2
+            opt.zero_grad()
+            bn(conv(x)).square().mean().backward()
+            if step == 3:
+                monkeypatch.setattr(tensor_module, "_readers", counted)
+            opt.step()
+            np.testing.assert_array_equal(old.numpy(), expected)
+    # the step's writes (conv weight and bias, the layer's weight and bias, their momenta; the count), then the
+    # joined running statistics' two
+    assert looked == [9, 2]
+
+
 def test_readers_look_stops_at_the_first_read(monkeypatch):
     """The digits CNN step's lazy logits (and the loss's sum) read the parameters its update overwrites: the look for
     such readers stops at the first node found reading them (the last layer's bias, a few nodes down) instead of
@@ -862,6 +895,61 @@ def test_cnn_step_python_calls_stay_bounded():
     assert _calls_in_fresh_process(_CNN_STEP_CALLS) <= 1650
 
 
+_RESNET_STEP_CALLS = """
+import sys
+sys.path.insert(0, sys.argv[1])
+from test_eager_overhead import _python_calls
+import numpy as np
+import lazygrad.torch as torch
+from lazygrad import Tensor
+
+nn, F = torch.nn, torch.nn.functional
+
+
+class Block(nn.Module):
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.c1, self.b1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False), nn.BatchNorm2d(cout)
+        self.c2, self.b2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False), nn.BatchNorm2d(cout)
+        self.sc = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        return F.relu(self.b2(self.c2(F.relu(self.b1(self.c1(x))))) + self.sc(x))
+
+
+model = nn.Sequential(nn.Conv2d(3, 8, 3, 1, 1, bias=False), nn.BatchNorm2d(8), nn.ReLU(), Block(8, 16, 2),
+                      nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 10))
+opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+rng = np.random.default_rng(0)
+x = torch.tensor(rng.standard_normal((4, 3, 8, 8)).astype(np.float32))
+y = torch.tensor(rng.integers(0, 10, 4))
+
+
+def step():
+    opt.zero_grad()
+    loss = F.cross_entropy(model(x), y)
+    loss.backward()
+    opt.step()
+    return loss.item()
+
+
+with Tensor.train():
+    for _ in range(6):  # (the fifth step makes its launch plan's graph driver: counted after it)
+        step()
+    print(_python_calls(step))
+"""
+
+
+def test_resnet_step_python_calls_stay_bounded():
+    """A torch-style ResNet step (lazygrad.torch: a residual block with a 1x1 shortcut, BatchNorm, SGD with momentum
+    over model.parameters()) of a structure seen before: a bounded number of Python calls (12583 before, 2917 now).
+    Its code ran every step: the two BatchNorm biases summed into the block's output share one gradient node, which
+    made the optimizer's program refuse the step (its update code and assign's race walks ran); and the layers'
+    counts (num_batches_tracked), which no optimizer of the parameters alone stored, grew a chain of pending writes,
+    so each layer's composite saw no buffer to replay over. Counted in a fresh process, as the digits CNN's."""
+    assert _calls_in_fresh_process(_RESNET_STEP_CALLS) <= 3100
+
+
 @pytest.mark.parametrize("layouts", [0, 1])
 def test_mlp_step_builds_and_walks_a_bounded_number_of_nodes(monkeypatch, layouts):
     """The nodes an eager MLP step of a structure seen before builds and walks (the graph's Python costs per node:
@@ -948,7 +1036,8 @@ def test_step_layout_reuses_backwards_look_at_realized_entries(monkeypatch, mid_
                 # (a kept h gets a gradient: backward builds the gradients, and the layout looks at them too)
                 h = l1(x).relu()
                 l2(h).sparse_categorical_crossentropy(y).backward()
-                np.testing.assert_allclose(h.numpy(), t1(torch.from_numpy(xn)).relu().detach().numpy(), atol=1e-5)
+                want = t1(torch.from_numpy(xn)).relu().detach().numpy()
+                np.testing.assert_allclose(h.numpy(), want, rtol=1e-4, atol=5e-5)  # (see below)
             else:
                 l2(l1(x).relu()).sparse_categorical_crossentropy(y).backward()
             opt.step()

@@ -168,6 +168,54 @@ def test_batchnorm_training_steps_replayed(momentum: float | None) -> None:
     np.testing.assert_allclose(bn(Tensor(xn)).numpy(), ref(torch.from_numpy(xn)).detach().numpy(), atol=1e-5)
 
 
+@pytest.mark.parametrize("momentum", [0.1, None])
+def test_batchnorm_under_an_optimizer_of_parameters_alone(monkeypatch, momentum: float | None) -> None:
+    """torch's loop: the optimizer holds the parameters, not the layer's buffers. Its step realized the running
+    statistics (they read the convolution's weights it overwrites) and not the count, which reads nothing it writes:
+    the count grew a chain of pending writes two nodes a step and the layer's code ran every step (its count was no
+    buffer to replay over). The step now stores the counts the layers wrote since the last one (nn
+    take_pending_counts), in its own schedule; the layer replays from its program and every value stays torch's."""
+    from lazygrad.nn import optim
+    from lazygrad.nn.state import get_parameters
+
+    bn, ref = nn.BatchNorm(4, momentum=momentum), torch.nn.BatchNorm2d(4, momentum=momentum)
+    conv, ref_conv = nn.Conv2d(2, 4, 3, padding=1), torch.nn.Conv2d(2, 4, 3, padding=1)
+    copy_from_torch(conv, ref_conv)
+    copy_from_torch(bn, ref)
+    opt = optim.SGD(get_parameters([conv, bn.weight, bn.bias]), lr=0.1, momentum=0.9)
+    ref_opt = torch.optim.SGD([*ref_conv.parameters(), *ref.parameters()], lr=0.1, momentum=0.9)
+    means = [0]
+    mean = Tensor.mean
+
+    def counted(*args, **kwargs):
+        means[0] += 1
+        return mean(*args, **kwargs)
+
+    monkeypatch.setattr(Tensor, "mean", counted)
+    sizes = []
+    with Tensor.train():
+        ref.train()
+        for step in range(5):
+            xn = np.random.default_rng(step).uniform(-2, 2, (3, 2, 5, 5)).astype(np.float32)
+            opt.zero_grad()
+            ref_opt.zero_grad()
+            bn(conv(Tensor(xn))).square().mean().backward()
+            ref(ref_conv(torch.from_numpy(xn))).square().mean().backward()
+            opt.step()
+            ref_opt.step()
+            assert bn.num_batches_tracked._plain_buffer() is not None
+            sizes.append(len(bn.num_batches_tracked.uop.toposort))
+            if step == 1:
+                means[0] = 0
+    assert means[0] == 3  # the loss's mean only: the layer's code ran in its first two steps
+    assert len(set(sizes)) == 1
+    np.testing.assert_allclose(conv.weight.numpy(), ref_conv.weight.detach().numpy(), atol=1e-5, rtol=1e-4)
+    np.testing.assert_allclose(bn.weight.numpy(), ref.weight.detach().numpy(), atol=1e-5, rtol=1e-4)
+    np.testing.assert_allclose(bn.running_mean.numpy(), ref.running_mean.numpy(), atol=1e-5)
+    np.testing.assert_allclose(bn.running_var.numpy(), ref.running_var.numpy(), atol=1e-5)
+    assert bn.num_batches_tracked.item() == 5 and bn.num_batches_tracked.dtype == dtypes.int64
+
+
 def test_batchnorm_replay_copies_a_shifted_read() -> None:
     # replayed over an input that reads a running statistic at other positions, the write takes assign's copy of the
     # value first (as the layer's code does), and the statistics come out as computed from the old values
