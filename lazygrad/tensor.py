@@ -6601,7 +6601,7 @@ class Tensor(metaclass=_TensorType):
             raise ArgumentError(f"{name} needs square matrices (or a batch of them), got shape {self.shape}")
 
     def inverse(self) -> Tensor:
-        """torch.linalg.inv: LU with partial pivoting (a singular matrix gives inf / NaN, see lazygrad.linalg)."""
+        """torch.linalg.inv: LU with partial pivoting (a singular matrix raises LinAlgError, see lazygrad.linalg)."""
         from lazygrad import linalg
 
         return linalg.inv(self)
@@ -7570,9 +7570,15 @@ class Tensor(metaclass=_TensorType):
         return self._inplace(on.reshape(self.shape).where(fill_value, self))
 
     def cholesky(self, upper: bool = False) -> Tensor:
+        """torch.cholesky: linalg.cholesky, which raises LinAlgError for a matrix that is not positive definite."""
+        from lazygrad import linalg
+
+        return linalg.cholesky(self, upper=upper, _name="cholesky")
+
+    def _cholesky(self, upper: bool) -> Tensor:
         """L (lower triangular) with L @ L^T == self for symmetric positive definite matrices over the last two
         dims, one column per step (Cholesky-Banachiewicz); upper gives L^T. A matrix that is not positive definite
-        gives NaN (torch raises; that needs a device read). Only the lower triangle is read (the upper with upper)."""
+        gives NaN. Only the lower triangle is read (the upper with upper)."""
         self._check_square("cholesky")
         n = self.shape[-1]
         a = (self.transpose(-2, -1) if upper else self).cast(least_upper_float(self.dtype))._symmetric_grad()
