@@ -2112,17 +2112,21 @@ class Tensor(metaclass=_TensorType):
     def __str__(self) -> str:
         """print(x): torch's `tensor([...])` of its values (reading them realizes x); inside a TinyJit capture, for a
         sharded tensor, or where the values cannot be read, the graph as repr shows it."""
-        from lazygrad.printing import format_values
+        from lazygrad.printing import format_values, tensor_str
 
         if isinstance(self.device, tuple) or _values_frozen():
             return repr(self)
         values = self.tolist()
-        dt = self.dtype
-        body = format_values(values, self.ndim, dtypes.is_float(dt), dt == dtypes.bool, prod(self._bound_shape()))
-        # (no dtype shown for the defaults: the float's, and tinygrad's int32 and torch's int64)
-        extra = "" if dt in (dtypes.default_float, dtypes.default_int, dtypes.int64, dtypes.bool) else f", dtype={dt}"
-        extra += "" if self.device == "CPU" else f", device='{self.device}'"
-        return f"tensor({body}{extra}{', requires_grad=True' if self.requires_grad else ''})"
+        dt, shape = self.dtype, self._bound_shape()
+        suffixes = [] if self.device == "CPU" else [f"device='{self.device}'"]
+        if prod(shape) == 0:
+            # (torch's: the size unless (0,), and the dtype unless the default float's: no value shows it)
+            suffixes += [f"size={shape}"] if len(shape) != 1 else []
+            suffixes += [f"dtype={dt}"] if dt != dtypes.default_float else []
+        elif dt not in (dtypes.default_float, dtypes.default_int, dtypes.int64, dtypes.bool):
+            suffixes.append(f"dtype={dt}")  # (not for the defaults: the float's, tinygrad's int32 and torch's int64)
+        suffixes += ["requires_grad=True"] if self.requires_grad else []
+        return tensor_str(format_values(values, self.ndim, dtypes.is_float(dt), prod(shape)), suffixes)
 
     def __format__(self, spec: str) -> str:
         """f"{loss:.4f}": a 0-d tensor formats as its value (torch's), any other as print shows it."""
