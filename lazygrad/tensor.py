@@ -2154,7 +2154,7 @@ class Tensor(metaclass=_TensorType):
 
         with Tensor.no_grad():
             out = self.detach().clone().realize()
-        out._requires_grad = self._requires_grad
+        _copy_requires_grad(out, self._requires_grad)
         if _PARAMETERS.get(id(self)) is self:
             _PARAMETERS[id(out)] = out
         memo[id(self)] = out
@@ -8404,6 +8404,14 @@ def _values_frozen() -> bool:
     return bool(_captures()) or tracing()
 
 
+def _copy_requires_grad(out: Tensor, requires_grad: bool | None) -> None:
+    """A copy's (deepcopy, pickle) requires_grad, set through the setter: a leaf it registers is what makes results
+    computed from the copy require grad (set on the field alone, a copy of a tensor that an optimizer had made a leaf
+    read True and its model's loss had no gradient)."""
+    if requires_grad is not None:
+        out.requires_grad = requires_grad
+
+
 def _unpickled_tensor(
     data: bytes, shape: tuple[int, ...], dtype: DType, device: str, requires_grad: bool | None, param: bool
 ) -> Tensor:
@@ -8411,7 +8419,7 @@ def _unpickled_tensor(
     if buf.size:
         buf.copyin(memoryview(data))
     out = Tensor(UOp.buffer_view(buf, tuple(shape)))
-    out._requires_grad = requires_grad
+    _copy_requires_grad(out, requires_grad)
     if param:
         from lazygrad.nn.module import _PARAMETERS
 
