@@ -58,6 +58,17 @@ class DType:
     def __lt__(self, other: DType) -> bool:
         return (self.priority, self.itemsize, self.name) < (other.priority, other.itemsize, other.name)
 
+    # torch.dtype's flags: torch programs branch on `x.dtype.is_floating_point` (it raised AttributeError here)
+    @property
+    def is_floating_point(self) -> bool:
+        return dtypes.is_float(self)
+
+    @property
+    def is_signed(self) -> bool:
+        return not dtypes.is_unsigned(self) and self.scalar != dtypes.bool
+
+    is_complex = False
+
     @property
     def base(self) -> DType:
         return self

@@ -7,12 +7,17 @@ one small reduce; cholesky n steps; eigh and svd (svdvals, pinv, lstsq, matrix_r
 `sweeps` Jacobi sweeps of n - 1 rounds of disjoint rotations each. Meant for small matrices (n up to a few dozen),
 where torch programs use them in losses, geometry and initialization.
 
-Errors: a bad shape or dtype raises at once, with torch's message and class. A singular matrix (inv, solve) or one
-that is not positive definite (cholesky) is a property of values the graph has not computed yet: finding it would
-read the device in the middle of a lazy graph. So inv / solve / cholesky never raise LinAlgError: they give inf /
-NaN where torch raises. The `_ex` variants return torch's `info` as a lazy int32 tensor (0: fine; k: the k-th pivot
-is zero / the k-th leading minor is not positive definite), and with `check_errors=True` read it and raise
-LinAlgError as torch does: that read is the caller's explicit request.
+Errors: a bad shape or dtype raises at once, with torch's message and class. A singular matrix (inv, solve,
+matrix_power with n < 0, lu_factor) or one that is not positive definite (cholesky) raises as torch's (LinAlgError, a
+RuntimeError; lu_factor a plain RuntimeError): torch programs catch it to fall back (a jitter added, a pseudo-inverse),
+and inf / NaN flowing on instead is a wrong answer found far from its cause. Finding it reads the device, as torch's
+own check does (torch documents these as synchronizing on CUDA): the result and its `info` are realized in one
+schedule and info (one int per matrix) is read, so the check costs that read and the result's fusion into what
+follows, not a second computation. The `_ex` variants are the read-free path, as in torch: they return `info` as a
+lazy int32 tensor (0: fine; k: the k-th pivot is zero / the k-th leading minor is not positive definite) and read it
+only with `check_errors=True`. Inside a TinyJit capture the plain functions do not check (a replay runs kernels
+only, and a read there is an error): they give inf / NaN there, and a jitted function that must know asks `_ex`'s
+info.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import math
 from typing import Any, NamedTuple, Sequence
 
 from lazygrad.dtype import DType, dtypes
+from lazygrad.engine.realize import is_capturing
 from lazygrad.tensor import ArgumentError, DTypeError, Tensor, _broadcast_shape, _round_robin, _torch_dims
 
 
@@ -134,9 +140,12 @@ def _from_lower(A: Tensor, UPLO: str, name: str) -> Tensor:  # noqa: N803 (torch
     return tri + strict.transpose(-2, -1)
 
 
-def _raise_info(info: Tensor, name: str, message: str, error: type[RuntimeError] = LinAlgError) -> None:
+def _raise_info(
+    info: Tensor, out: Sequence[Tensor], name: str, message: str, error: type[RuntimeError] = LinAlgError
+) -> None:
     """torch's error (LinAlgError, or a RuntimeError where torch raises that) for the first nonzero info: a device
-    read, only for check_errors=True."""
+    read, after the results `out` and info are realized in one schedule (the factorization computed once)."""
+    Tensor.realize(*out, info)
     flat = info.flatten().tolist()
     for b, k in enumerate(flat):
         if k:
@@ -144,9 +153,16 @@ def _raise_info(info: Tensor, name: str, message: str, error: type[RuntimeError]
             raise error(f"{name}: {where}{message.format(k=k)}")
 
 
+def _checks() -> bool:
+    """Whether inv / solve / cholesky / lu_factor check their info (see the module docstring): not in a capture."""
+    return not is_capturing()
+
+
 def _first_index(bad: Tensor) -> Tensor:
     """1 + the index of the first True along the last dim, 0 where none is: LAPACK's info."""
     n = bad.shape[-1]
+    if n == 0:
+        return Tensor.zeros(*bad.shape[:-1], dtype=dtypes.int32, device=bad.device)  # (no minor: min of nothing)
     pos = Tensor.arange(1, n + 1, device=bad.device, dtype=dtypes.int32)
     first = bad.where(pos, n + 1).min(-1)
     return (first == n + 1).where(0, first).cast(dtypes.int32)
@@ -165,10 +181,11 @@ def _swap_rows(x: Tensor, k: int, hit: Tensor) -> Tensor:
     return at_k.where(row_p, at_p.where(row_k, x))
 
 
-def _lu(A: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+def _lu(A: Tensor, pivot: bool = True) -> tuple[Tensor, Tensor, Tensor, Tensor]:  # noqa: N803
     """LAPACK's getrf by Gaussian elimination with partial pivoting, one column per step: the packed LU (unit L
     below the diagonal, U on and above it), the row permutation as indices (row i of P^T A is row perm[i] of A),
-    the 1-based int32 pivots and info. A zero pivot column is left as it is (info says where), as LAPACK."""
+    the 1-based int32 pivots and info. A zero pivot column is left as it is (info says where), as LAPACK. Without
+    pivot, no row exchanges (pivots 1..k) and a zero pivot divides as it is (inf / NaN below it, as torch's)."""
     m, n = A.shape[-2:]
     rows = Tensor.arange(m, device=A.device)
     cols = Tensor.arange(n, device=A.device)
@@ -178,15 +195,17 @@ def _lu(A: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     pivots: list[Tensor] = []
     info = Tensor.zeros(*batch, dtype=dtypes.int32, device=A.device)
     for k in range(min(m, n)):
-        col = a[..., :, k]
-        p = (rows >= k).where(col.abs(), -1).argmax(-1)  # the first largest, as LAPACK's idamax
-        hit = rows == p.unsqueeze(-1)
-        a, perm = _swap_rows(a, k, hit), _swap_rows(perm, k, hit)
+        if pivot:
+            p = (rows >= k).where(a[..., :, k].abs(), -1).argmax(-1)  # the first largest, as LAPACK's idamax
+            hit = rows == p.unsqueeze(-1)
+            a, perm = _swap_rows(a, k, hit), _swap_rows(perm, k, hit)
+            pivots.append(p.cast(dtypes.int32) + 1)
+        else:
+            pivots.append(Tensor.full(batch, k + 1, dtype=dtypes.int32, device=A.device))
         piv = a[..., k, k]
         zero = piv == 0
         info = ((info == 0) & zero).where(k + 1, info)
-        pivots.append(p.cast(dtypes.int32) + 1)
-        mult = (rows > k).where(a[..., :, k] / zero.where(1, piv).unsqueeze(-1), 0)
+        mult = (rows > k).where(a[..., :, k] / (zero.where(1, piv) if pivot else piv).unsqueeze(-1), 0)
         urow = (cols > k).where(a[..., k, :], 0)
         a = a - mult.unsqueeze(-1) * urow.unsqueeze(-2)
         a = ((cols == k).unsqueeze(-2) & (rows > k).unsqueeze(-1)).where(mult.unsqueeze(-1), a)
@@ -237,37 +256,46 @@ def _lu_solve(LU: Tensor, perm: Tensor, B: Tensor, adjoint: bool) -> Tensor:  # 
     return _tri_solve(LU, y, upper=True, unit=False)
 
 
-def lu_factor_ex(A: Tensor, *, pivot: bool = True, check_errors: bool = False) -> LUFactorExResult:  # noqa: N803
-    _check(A, "torch.linalg.lu_factor_ex", square=False)
-    if not pivot:
-        raise ArgumentError("linalg.lu_factor: LU without pivoting is not implemented")
-    lu_, _, piv, info = _lu(A)
+def lu_factor_ex(
+    A: Tensor,  # noqa: N803
+    *,
+    pivot: bool = True,
+    check_errors: bool = False,
+    _name: str = "torch.linalg.lu_factor_ex",
+) -> LUFactorExResult:
+    """Packed LU, 1-based int32 pivots and info. pivot=False (torch's on CUDA; its CPU raises): no row exchanges,
+    pivots 1..k (lu_solve reads them as no permutation), inf / NaN from a zero pivot on, as torch's."""
+    _check(A, _name, square=False)
+    lu_, _, piv, info = _lu(A, pivot)
     if check_errors:
         _raise_info(
             info,
-            "torch.linalg.lu_factor_ex",
-            "U[{k},{k}] is zero and using it on lu_solve would result in a division by zero.",
+            (lu_, piv),
+            _name,
+            "U[{k},{k}] is zero and using it on lu_solve would result in a division by zero. If you still want to "
+            "perform the factorization, consider calling linalg.lu(A, pivot) or linalg.lu_factor_ex(A, pivot)",
             RuntimeError,
         )
     return LUFactorExResult(lu_, piv, info)
 
 
 def lu_factor(A: Tensor, *, pivot: bool = True) -> LUFactorResult:  # noqa: N803
-    """Packed LU and 1-based int32 pivots of (batches of) m x n matrices (see the module docstring: lazy, no raise)."""
-    lu_, piv, _ = lu_factor_ex(A, pivot=pivot)
+    """Packed LU and 1-based int32 pivots of (batches of) m x n matrices; a zero pivot raises RuntimeError as torch's
+    (see the module docstring)."""
+    lu_, piv, _ = lu_factor_ex(A, pivot=pivot, check_errors=_checks(), _name="torch.linalg.lu_factor")
     return LUFactorResult(lu_, piv)
 
 
 def lu(A: Tensor, *, pivot: bool = True) -> LUResult:  # noqa: N803
-    """P, L, U with A = P @ L @ U: L (m, k) unit lower, U (k, n) upper, k = min(m, n)."""
+    """P, L, U with A = P @ L @ U: L (m, k) unit lower, U (k, n) upper, k = min(m, n); no raise (torch's neither).
+    pivot=False: A = L @ U, P empty (shape (0,)), as torch's on CUDA."""
     _check(A, "linalg.lu", square=False)
-    if not pivot:
-        raise ArgumentError("linalg.lu: LU without pivoting is not implemented")
     m, n = A.shape[-2:]
     k = min(m, n)
-    lu_, perm, _, _ = _lu(A)
+    lu_, perm, _, _ = _lu(A, pivot)
     low = lu_[..., :, :k].tril(-1) + Tensor.eye(m, k, dtype=A.dtype, device=A.device)
-    return LUResult(_perm_matrix(perm, A.dtype).transpose(-2, -1), low, lu_[..., :k, :].triu())
+    P = _perm_matrix(perm, A.dtype).transpose(-2, -1) if pivot else Tensor.empty(0, dtype=A.dtype, device=A.device)  # noqa: N806
+    return LUResult(P, low, lu_[..., :k, :].triu())
 
 
 def _as_matrix_rhs(A: Tensor, B: Tensor, name: str) -> tuple[Tensor, bool]:  # noqa: N803
@@ -295,24 +323,32 @@ def lu_solve(LU: Tensor, pivots: Tensor, B: Tensor, *, left: bool = True, adjoin
     return _lu_solve(LU, perm, B.transpose(-2, -1), not adjoint).transpose(-2, -1)
 
 
-def solve_ex(A: Tensor, B: Tensor, *, left: bool = True, check_errors: bool = False) -> SolveExResult:  # noqa: N803
+def solve_ex(
+    A: Tensor,  # noqa: N803
+    B: Tensor,  # noqa: N803
+    *,
+    left: bool = True,
+    check_errors: bool = False,
+    _name: str = "torch.linalg.solve_ex",
+) -> SolveExResult:
     _check(A, "linalg.solve")
     _check_float(B, "linalg.solve")
     if not left:
-        res = solve_ex(A.transpose(-2, -1), B.transpose(-2, -1), check_errors=check_errors)
+        res = solve_ex(A.transpose(-2, -1), B.transpose(-2, -1), check_errors=check_errors, _name=_name)
         return SolveExResult(res.result.transpose(-2, -1), res.info)
     Bm, vector = _as_matrix_rhs(A, B, "linalg.solve")
     lu_, perm, _, info = _lu(A)
     x = _lu_solve(lu_, perm, Bm, adjoint=False)
+    x = x.squeeze(-1) if vector else x
     if check_errors:
-        _raise_info(info, "torch.linalg.solve_ex", "The solver failed because the input matrix is singular.")
-    return SolveExResult(x.squeeze(-1) if vector else x, info)
+        _raise_info(info, (x,), _name, "The solver failed because the input matrix is singular.")
+    return SolveExResult(x, info)
 
 
 def solve(A: Tensor, B: Tensor, *, left: bool = True) -> Tensor:  # noqa: N803
     """X with A X = B (X A = B when not left), batched and broadcast as torch, by LU with partial pivoting. A
-    singular A gives inf / NaN (no LinAlgError: see the module docstring)."""
-    return solve_ex(A, B, left=left).result
+    singular A raises LinAlgError (see the module docstring)."""
+    return solve_ex(A, B, left=left, check_errors=_checks(), _name="torch.linalg.solve").result
 
 
 def solve_triangular(
@@ -337,20 +373,22 @@ def inv_ex(A: Tensor, *, check_errors: bool = False) -> InvExResult:  # noqa: N8
     _check(A, "linalg.inv")
     eye = Tensor.eye(A.shape[-1], dtype=A.dtype, device=A.device)
     lu_, perm, _, info = _lu(A)
+    out = _lu_solve(lu_, perm, eye, adjoint=False)
     if check_errors:
         _raise_info(
             info,
+            (out,),
             "linalg.inv",
             "The diagonal element {k} is zero, the inversion could not be completed because the input matrix is "
             "singular.",
         )
-    return InvExResult(_lu_solve(lu_, perm, eye, adjoint=False), info)
+    return InvExResult(out, info)
 
 
 def inv(A: Tensor) -> Tensor:  # noqa: N803
     """The inverse of (batches of) square matrices by LU with partial pivoting: n elimination steps and 2n
-    substitution steps. A singular matrix gives inf / NaN (no LinAlgError: see the module docstring)."""
-    return inv_ex(A).inverse
+    substitution steps. A singular matrix raises LinAlgError (see the module docstring)."""
+    return inv_ex(A, check_errors=_checks()).inverse
 
 
 def det(A: Tensor) -> Tensor:  # noqa: N803
@@ -363,26 +401,33 @@ def slogdet(A: Tensor) -> SlogdetResult:  # noqa: N803
     return SlogdetResult(*A.slogdet())
 
 
-def cholesky_ex(A: Tensor, *, upper: bool = False, check_errors: bool = False) -> CholeskyExResult:  # noqa: N803
+def cholesky_ex(
+    A: Tensor,  # noqa: N803
+    *,
+    upper: bool = False,
+    check_errors: bool = False,
+    _name: str = "linalg.cholesky",
+) -> CholeskyExResult:
     """L and info (the first leading minor that is not positive definite, 1-based; 0 when A is positive definite).
     L is NaN from that column on, where LAPACK leaves the rest of A."""
-    _check(A, "linalg.cholesky")
-    low = A.cholesky(upper)
+    _check(A, _name)
+    low = A._cholesky(upper)
     info = _first_index(~(low.diagonal(0, -2, -1) > 0))
     if check_errors:
         _raise_info(
             info,
-            "linalg.cholesky",
+            (low,),
+            _name,
             "The factorization could not be completed because the input is not positive-definite (the leading "
             "minor of order {k} is not positive-definite).",
         )
     return CholeskyExResult(low, info)
 
 
-def cholesky(A: Tensor, *, upper: bool = False) -> Tensor:  # noqa: N803
+def cholesky(A: Tensor, *, upper: bool = False, _name: str = "linalg.cholesky") -> Tensor:  # noqa: N803
     """L with A = L L^T from A's lower triangle (U with A = U^T U from the upper one when upper); a matrix that is
-    not positive definite gives NaN."""
-    return cholesky_ex(A, upper=upper).L
+    not positive definite raises LinAlgError (see the module docstring)."""
+    return cholesky_ex(A, upper=upper, check_errors=_checks(), _name=_name).L
 
 
 def qr(A: Tensor, mode: str = "reduced") -> QRResult:  # noqa: N803
@@ -658,7 +703,9 @@ def cond(A: Tensor, p: Any = None) -> Tensor:  # noqa: N803
         s = svdvals(A)
         big, small = s.max(-1), s.min(-1)
         return big / small if p != -2 else small / big
-    return matrix_norm(A, p) * matrix_norm(inv(A), p)
+    # torch's: inf for a singular matrix, no raise
+    inverse, info = inv_ex(A)
+    return (info == 0).where(matrix_norm(A, p) * matrix_norm(inverse, p), math.inf)
 
 
 # Taylor terms after scaling to norm <= 1/2: 0.5^17 / 17! < 1e-20 (float64 rounding); and the most squarings,

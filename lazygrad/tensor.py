@@ -2150,17 +2150,21 @@ class Tensor(metaclass=_TensorType):
     def __str__(self) -> str:
         """print(x): torch's `tensor([...])` of its values (reading them realizes x); inside a TinyJit capture, for a
         sharded tensor, or where the values cannot be read, the graph as repr shows it."""
-        from lazygrad.printing import format_values
+        from lazygrad.printing import format_values, tensor_str
 
         if isinstance(self.device, tuple) or _values_frozen():
             return repr(self)
         values = self.tolist()
-        dt = self.dtype
-        body = format_values(values, self.ndim, dtypes.is_float(dt), dt == dtypes.bool, prod(self._bound_shape()))
-        # (no dtype shown for the defaults: the float's, and tinygrad's int32 and torch's int64)
-        extra = "" if dt in (dtypes.default_float, dtypes.default_int, dtypes.int64, dtypes.bool) else f", dtype={dt}"
-        extra += "" if self.device == "CPU" else f", device='{self.device}'"
-        return f"tensor({body}{extra}{', requires_grad=True' if self.requires_grad else ''})"
+        dt, shape = self.dtype, self._bound_shape()
+        suffixes = [] if self.device == "CPU" else [f"device='{self.device}'"]
+        if prod(shape) == 0:
+            # (torch's: the size unless (0,), and the dtype unless the default float's: no value shows it)
+            suffixes += [f"size={shape}"] if len(shape) != 1 else []
+            suffixes += [f"dtype={dt}"] if dt != dtypes.default_float else []
+        elif dt not in (dtypes.default_float, dtypes.default_int, dtypes.int64, dtypes.bool):
+            suffixes.append(f"dtype={dt}")  # (not for the defaults: the float's, tinygrad's int32 and torch's int64)
+        suffixes += ["requires_grad=True"] if self.requires_grad else []
+        return tensor_str(format_values(values, self.ndim, dtypes.is_float(dt), prod(shape)), suffixes)
 
     def __format__(self, spec: str) -> str:
         """f"{loss:.4f}": a 0-d tensor formats as its value (torch's), any other as print shows it."""
@@ -2188,7 +2192,7 @@ class Tensor(metaclass=_TensorType):
 
         with Tensor.no_grad():
             out = self.detach().clone().realize()
-        out._requires_grad = self._requires_grad
+        _copy_requires_grad(out, self._requires_grad)
         if _PARAMETERS.get(id(self)) is self:
             _PARAMETERS[id(out)] = out
         memo[id(self)] = out
@@ -6681,7 +6685,7 @@ class Tensor(metaclass=_TensorType):
             raise ArgumentError(f"{name} needs square matrices (or a batch of them), got shape {self.shape}")
 
     def inverse(self) -> Tensor:
-        """torch.linalg.inv: LU with partial pivoting (a singular matrix gives inf / NaN, see lazygrad.linalg)."""
+        """torch.linalg.inv: LU with partial pivoting (a singular matrix raises LinAlgError, see lazygrad.linalg)."""
         from lazygrad import linalg
 
         return linalg.inv(self)
@@ -7668,9 +7672,15 @@ class Tensor(metaclass=_TensorType):
         return self._inplace(on.reshape(self.shape).where(fill_value, self))
 
     def cholesky(self, upper: bool = False) -> Tensor:
+        """torch.cholesky: linalg.cholesky, which raises LinAlgError for a matrix that is not positive definite."""
+        from lazygrad import linalg
+
+        return linalg.cholesky(self, upper=upper, _name="cholesky")
+
+    def _cholesky(self, upper: bool) -> Tensor:
         """L (lower triangular) with L @ L^T == self for symmetric positive definite matrices over the last two
         dims, one column per step (Cholesky-Banachiewicz); upper gives L^T. A matrix that is not positive definite
-        gives NaN (torch raises; that needs a device read). Only the lower triangle is read (the upper with upper)."""
+        gives NaN. Only the lower triangle is read (the upper with upper)."""
         self._check_square("cholesky")
         n = self.shape[-1]
         a = (self.transpose(-2, -1) if upper else self).cast(least_upper_float(self.dtype))._symmetric_grad()
@@ -8495,6 +8505,14 @@ def _values_frozen() -> bool:
     return bool(_captures()) or tracing()
 
 
+def _copy_requires_grad(out: Tensor, requires_grad: bool | None) -> None:
+    """A copy's (deepcopy, pickle) requires_grad, set through the setter: a leaf it registers is what makes results
+    computed from the copy require grad (set on the field alone, a copy of a tensor that an optimizer had made a leaf
+    read True and its model's loss had no gradient)."""
+    if requires_grad is not None:
+        out.requires_grad = requires_grad
+
+
 def _unpickled_tensor(
     data: bytes, shape: tuple[int, ...], dtype: DType, device: str, requires_grad: bool | None, param: bool
 ) -> Tensor:
@@ -8502,7 +8520,7 @@ def _unpickled_tensor(
     if buf.size:
         buf.copyin(memoryview(data))
     out = Tensor(UOp.buffer_view(buf, tuple(shape)))
-    out._requires_grad = requires_grad
+    _copy_requires_grad(out, requires_grad)
     if param:
         from lazygrad.nn.module import _PARAMETERS
 

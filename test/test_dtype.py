@@ -354,3 +354,21 @@ def test_float16_ops_round_every_result_as_torch():
     got = (Tensor(a) @ Tensor(b)).numpy().astype(np.float64)
     ref = (torch.tensor(a) @ torch.tensor(b)).numpy().astype(np.float64)
     np.testing.assert_allclose(got, ref, rtol=2e-3, atol=2e-3)  # one float16 rounding of the float32 sum apart
+
+
+@pytest.mark.parametrize(
+    "name", ["float32", "float16", "bfloat16", "float64", "int8", "uint8", "int16", "int64", "bool"]
+)
+def test_torch_dtype_flags(name: str) -> None:
+    """torch programs branch on `x.dtype.is_floating_point` / `is_signed` / `is_complex` (an AttributeError here)."""
+    import torch
+
+    import lazygrad.torch as lt
+
+    ours, theirs = getattr(lt, name), getattr(torch, name)
+    assert (ours.is_floating_point, ours.is_signed, ours.is_complex) == (
+        theirs.is_floating_point,
+        theirs.is_signed,
+        theirs.is_complex,
+    )
+    assert lt.ones(2, dtype=ours).dtype.is_floating_point == theirs.is_floating_point

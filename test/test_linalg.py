@@ -94,7 +94,7 @@ def test_singular_info_and_errors(dtype: str) -> None:
     sing = np.array([[[1, 2], [2, 4]], [[1, 0], [0, 1]], [[0, 0], [0, 0]]], dtype=dtype)
     for fn in (lambda L, a: L.inv_ex(a).info, lambda L, a: L.lu_factor_ex(a).info, lambda L, a: L.solve_ex(a, a).info):
         np.testing.assert_array_equal(fn(linalg, Tensor(sing)).numpy(), fn(torch.linalg, torch.tensor(sing)).numpy())
-    assert np.isinf(linalg.inv(Tensor(sing[0])).numpy()).any()  # lazy: no raise, as the module docstring says
+    assert np.isinf(linalg.inv_ex(Tensor(sing[0])).inverse.numpy()).any()  # _ex: no read, no raise
     for fn in (lambda L, a: L.inv_ex(a, check_errors=True), lambda L, a: L.solve_ex(a, a, check_errors=True)):
         with pytest.raises(torch.linalg.LinAlgError):
             fn(torch.linalg, torch.tensor(sing))
@@ -105,6 +105,111 @@ def test_singular_info_and_errors(dtype: str) -> None:
     assert not isinstance(err.value, linalg.LinAlgError)  # torch's lu_factor_ex raises a plain RuntimeError
     with pytest.raises(linalg.LinAlgError, match=r"diagonal element 2 is zero"):
         linalg.inv_ex(Tensor(sing[0]), check_errors=True)
+
+
+# (torch's call, lazygrad's call): each raises on a singular / not positive definite matrix, the same class and message
+RAISING = [
+    (lambda L, a: L.inv(a), None),
+    (lambda L, a: torch.inverse(a) if L is torch.linalg else a.inverse(), None),
+    (lambda L, a: L.solve(a, a[..., :1]), None),
+    (lambda L, a: L.solve(a, a[..., :1].mT, left=False), None),
+    (lambda L, a: L.matrix_power(a, -2), None),
+    (lambda L, a: L.lu_factor(a), RuntimeError),
+    (lambda L, a: L.cholesky(a), None),
+    (lambda L, a: L.cholesky(a, upper=True), None),
+    (lambda L, a: torch.cholesky(a) if L is torch.linalg else a.cholesky(), None),
+]
+
+
+@pytest.mark.filterwarnings("ignore:torch.cholesky is deprecated")
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("i", range(len(RAISING)))
+@pytest.mark.parametrize("batch", [(), (3,)])
+def test_singular_raises_as_torch(i: int, batch: tuple, dtype: str) -> None:
+    """inv / solve / matrix_power(n < 0) / lu_factor / cholesky raise as torch's where the matrix is singular (not
+    positive definite): LinAlgError (lu_factor: RuntimeError), torch's message, the batch element named."""
+    fn, cls = RAISING[i]
+    chol = i >= 6
+    sing = np.zeros((*batch, 3, 3), dtype)
+    # exact zero pivots of A and A^T, and a zero leading minor of order 2 of either triangle's symmetric matrix
+    sing[...] = np.array([[4, 2, 2], [2, 1, 1], [1, 1, 2]], dtype)
+    good = spd(*batch, 3, 3, dtype=dtype) if chol else well_conditioned(*batch, 3, 3, dtype=dtype)
+    if batch:
+        sing[0] = good[0]  # the error names the first bad element, the second
+    with pytest.raises(cls or torch.linalg.LinAlgError) as want:
+        fn(torch.linalg, torch.tensor(sing))
+    with pytest.raises(cls or linalg.LinAlgError) as got:
+        fn(linalg, Tensor(sing))
+    assert isinstance(got.value, RuntimeError)
+    if cls is None:
+        assert isinstance(got.value, linalg.LinAlgError) and issubclass(linalg.LinAlgError, RuntimeError)
+    else:
+        assert not isinstance(got.value, linalg.LinAlgError)
+    assert str(got.value) == str(want.value)
+    # the same calls on a good matrix: torch's values and gradients
+    check(lambda a: fn(linalg, a), lambda a: fn(torch.linalg, a), [good], atol=1e-4, rtol=1e-3, grad_atol=1e-3)
+
+
+def test_singular_check_reads_once_and_not_in_a_capture() -> None:
+    """The check is one schedule (result and info) and one read; the result is not computed again when used. In a
+    TinyJit capture there is no read (a replay cannot raise): inf / NaN there, and _ex's info says so."""
+    from lazygrad.engine.jit import TinyJit
+    from lazygrad.helpers import GlobalCounters
+
+    a = Tensor(well_conditioned(4, 4)).realize()
+    GlobalCounters.reset()
+    x = linalg.inv(a)
+    kernels = GlobalCounters.kernel_count
+    assert kernels > 0  # the check realized the inverse with its info
+    np.testing.assert_allclose(x.numpy(), np.linalg.inv(well_conditioned(4, 4)), rtol=1e-4, atol=1e-5)
+    assert GlobalCounters.kernel_count == kernels  # no second computation
+
+    @TinyJit
+    def f(m: Tensor) -> tuple[Tensor, Tensor]:
+        return linalg.inv(m).realize(), linalg.inv_ex(m).info.realize()
+
+    sing = Tensor(np.array([[1.0, 2.0], [2.0, 4.0]], np.float32)).realize()
+    f(Tensor.eye(2).contiguous().realize())  # (the first call runs the function as it is: it checks)
+    for _ in range(2):  # the capture, then a replay
+        out, info = f(sing)
+        assert not np.isfinite(out.numpy()).all() and info.item() == 2
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("shape", [(1, 1), (3, 3), (5, 5), (2, 4, 4), (3, 5), (5, 3)])
+def test_lu_without_pivoting(shape: tuple, dtype: str) -> None:
+    """pivot=False (torch's on CUDA; its CPU raises): L U = A with no row exchange, P empty, pivots 1..k. On a
+    diagonally dominant matrix partial pivoting exchanges nothing, so torch's pivoted LU is the reference there,
+    values and gradients."""
+    a = randn(*shape, dtype=dtype)
+    k = min(shape[-2:])
+    a[..., :k, :k] += 4 * k * np.eye(k, dtype=dtype)
+    t = tols(dtype)
+    check(lambda x: linalg.lu(x, pivot=False)[1:], lambda x: torch.linalg.lu(x)[1:], [a], **t)
+    check(lambda x: linalg.lu_factor(x, pivot=False), lambda x: torch.linalg.lu_factor(x), [a], **t)
+    p, low, up = linalg.lu(Tensor(a), pivot=False)
+    assert p.shape == (0,)
+    np.testing.assert_array_equal(
+        linalg.lu_factor_ex(Tensor(a), pivot=False).pivots.numpy(),
+        np.broadcast_to(np.arange(1, k + 1, dtype=np.int32), (*shape[:-2], k)),
+    )
+    # a matrix partial pivoting would permute: still A = L U (torch's CPU has no reference)
+    b = randn(*shape, seed=5, dtype=dtype)
+    b[..., :k, :k] += 0.5 * np.eye(k, dtype=dtype)
+    _, low, up = linalg.lu(Tensor(b), pivot=False)
+    np.testing.assert_allclose(
+        (low @ up).numpy(), b, rtol=1e-3 if dtype == "float32" else 1e-9, atol=1e-3 if dtype == "float32" else 1e-9
+    )
+    if shape[-1] == shape[-2]:
+        rhs = randn(*shape[:-1], 2, seed=2, dtype=dtype)
+        sol = linalg.lu_solve(*linalg.lu_factor(Tensor(a), pivot=False), Tensor(rhs)).numpy()
+        np.testing.assert_allclose(sol, np.linalg.solve(a, rhs), rtol=1e-3, atol=1e-4)
+
+
+def test_cond_of_a_singular_matrix_is_inf() -> None:
+    sing = np.array([[1.0, 2.0], [2.0, 4.0]], np.float32)
+    for p in ("fro", 1, -1, math.inf):
+        assert linalg.cond(Tensor(sing), p).item() == torch.linalg.cond(torch.tensor(sing), p).item() == math.inf
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
