@@ -251,8 +251,8 @@ class _Batches:
             size = size if many else 1
             waits = self.auto and many and not self._worker_free()
             if len(batch) >= size and not last and not waits:
-                # auto: every kernel generated while the compiler was busy goes in one call (a wave), not `size` a
-                # call with the rest left for processes of their own
+                # auto: the kernels generated while the compiler was busy go in one call (a wave), not `size` a call
+                # with the rest left for processes of their own; as many as end with the other cores (_wave)
                 take = self._wave(batch, time.perf_counter()) if self.auto else size
                 self.full.append((cachekey, key[0], batch[:take]))
                 self.open[cachekey] = batch[take:]
