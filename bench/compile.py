@@ -17,8 +17,9 @@ the cores, the CPU seconds do not. tinygrad 0.14 (DEV=CPU) runs the same CNN ste
 --timeline prints where one cold run's time goes instead (one process per tree, best of --reps by wall time): per
 schedule that compiles (and build ahead, engine/realize.py's compile_ahead), when it starts and ends, its kernels'
 code generation, each compiler call on the worker threads (from its process's start, which may precede its source,
-to the shared object), and how long it waited for the compilers after generating its last kernel; the schedules that
-compile nothing (a cached schedule run again, as SmolLM2's later layers) are summed between them.
+to the shared object), and how long it waited for the compilers after generating its last kernel, then per worker its
+ms compiling and idle at the end (while another worker still compiled); the schedules that compile nothing (a
+cached schedule run again, as SmolLM2's later layers) are summed between them.
 
 --kernels prints what each kernel of one cold run costs the C compiler: each built alone (compiler, assembler and
 link, the least CPU time of --reps builds, less that of a one-line kernel's build, which is every compiler call's start
@@ -355,6 +356,20 @@ def print_timelines(workload: str, trees: list[str | None], reps: int) -> None:
                     f"{row['start']:8.1f} {row['end']:8.1f} {row['kernels']:7d} {row['codegen']:8.1f} {waited:7.1f}  "
                     f"{'ahead: ' if row['what'] == 'ahead' else ''}{calls}"
                 )
+                if row["calls"]:
+                    print(f"{'':44s}{worker_balance(row['calls'])}")
+
+
+def worker_balance(calls: list) -> str:
+    """Per worker of one schedule's compiler calls: ms compiling (source given to done) and ms idle at the end, from
+    its last call's end to the last call's of any worker (a core left waiting while another compiles)."""
+    busy: dict[str, float] = {}
+    ends: dict[str, float] = {}
+    for worker, _, given, done, _ in calls:
+        busy[worker] = busy.get(worker, 0.0) + done - given
+        ends[worker] = max(ends.get(worker, 0.0), done)
+    last = max(ends.values())
+    return "  ".join(f"{w} busy {busy[w]:.0f} ms, idle at the end {last - ends[w]:.0f}" for w in sorted(busy))
 
 
 def print_kernel_costs(workload: str, reps: int) -> None:

@@ -190,6 +190,12 @@ def _renderer_settings(renderer: object) -> str:
     return repr(sorted((k, repr(v)) for k, v in vars(renderer).items() if getattr(cls, k, missing) != v))
 
 
+# a C compiler call's cost, measured for gcc on this project's kernels (bench/compile.py --kernels llm: 22 kernels,
+# CPU ms ~ 2.7 us per byte of C, r = 0.91) and its start and setup (17 ms of CPU, what 6.5 KB of C cost): the seconds
+# a byte takes until this schedule's first call has measured them at the machine's load
+CC_SECONDS_PER_BYTE, SETUP_BYTES = 2.7e-6, 6500
+
+
 class _Batches:
     """The programs of one schedule, grouped per compiler into batches compiled on a thread pool."""
 
@@ -198,6 +204,7 @@ class _Batches:
         # starts compiling while the first full batch would still be generated, and the batch holding the last
         # program is left to flush, which splits it among the workers
         self.batch_size, self.auto = batch_size, auto
+        self.bytes_done = 0  # of the programs generated so far
         self.workers, self.pool = workers, ThreadPoolExecutor(workers, thread_name_prefix=f"{LIBRARY_THREAD} compile")
         self.programs: dict[tuple, ProgramSpec] = {}  # shared key -> its program (renamed to be unique in a binary)
         self.keys_of: dict[tuple, list[tuple]] = {}  # shared key -> the runner keys (devices) that run it
@@ -205,6 +212,7 @@ class _Batches:
         self.open: dict[str, list[tuple]] = {}  # compiler -> shared keys of the batch being filled
         self.full: list[tuple[str, str, list[tuple]]] = []  # (compiler, a device, shared keys): batches to submit
         self.submitted: list[tuple[list[tuple], Future[bytes]]] = []  # (shared keys, its binary) in schedule order
+        self.spans: list[list[float]] = []  # per submitted call: [cost in bytes, start, end] as the worker ran it
         self.cached: dict[tuple, bytes] = {}  # shared key -> the binary on disk holding it (no compiler call)
         self.st = time.perf_counter()
 
@@ -223,6 +231,7 @@ class _Batches:
                 spec = spec.renamed(f"{name}n{n}")
             seen[name] = n + 1
             self.programs[shared] = spec
+            self.bytes_done += len(spec.src)
             # a kernel an earlier process compiled, in whatever batch (which kernels share one depends on timing)
             if hasattr(dev.compiler, "cached_kernel") and (lib := dev.compiler.cached_kernel(spec.src)) is not None:
                 self.cached[shared] = lib
@@ -242,9 +251,9 @@ class _Batches:
             size = size if many else 1
             waits = self.auto and many and not self._worker_free()
             if len(batch) >= size and not last and not waits:
-                # auto: every kernel generated while the compiler was busy goes in one call (a wave), not `size` a
-                # call with the rest left for processes of their own
-                take = len(batch) if self.auto else size
+                # auto: the kernels generated while the compiler was busy go in one call (a wave), not `size` a call
+                # with the rest left for processes of their own; as many as end with the other cores (_wave)
+                take = self._wave(batch, time.perf_counter()) if self.auto else size
                 self.full.append((cachekey, key[0], batch[:take]))
                 self.open[cachekey] = batch[take:]
                 if not BEAM:  # BEAM times kernels inside get_program: a compiler running beside would skew its timings
@@ -256,23 +265,75 @@ class _Batches:
         # the kernels generated while it runs go to the next call instead of a process of their own
         return sum(not future.done() for _, future in self.submitted) < max(1, self.workers - 1)
 
+    def _wave(self, batch: list[tuple], now: float) -> int:
+        """How many of the kernels generated while the compilers were busy go to the worker free now: no more than
+        it can compile while code generation ends (its thread holds a core) and the other cores build what is left,
+        so that every core ends together. SmolLM2's prompt: a wave of the 12 kernels made meanwhile (54 KB of C) kept
+        one core busy 180 ms, 100 ms after the other core had built the last 3."""
+        rate = self._rate()
+        sizes = [len(self.programs[shared].src) for shared in batch]
+        # what is still to come, at this schedule's bytes of C and generation time per kernel so far (its AST's nodes
+        # told less: SmolLM2's kernels of 12 nodes are 3.1-9.2 KB of C, of 24-31 nodes 1.9-2.7 KB)
+        done, left = len(self.programs), self.auto - len(self.programs)
+        ahead = self.bytes_done / done * left
+        codegen = (now - self.st) / done * left / rate
+        busy = self._busy(now, rate)
+        starts = [0.0] * max(0, self.workers - 1 - len(busy)) + busy + [codegen]
+        end = _level(starts, sum(sizes) + ahead + SETUP_BYTES * self.workers)
+        take, total = 1, SETUP_BYTES + sizes[0]
+        while take < len(sizes) and total + sizes[take] <= end:
+            total += sizes[take]
+            take += 1
+        return take
+
     def flush(self) -> None:
         for cachekey, batch in self.open.items():
-            # auto: the batch left when code generation ends is compiled in one part per worker (2 kernels at least
-            # each, as a compiler start costs about one kernel's compile), so no core waits while a single compiler
-            # builds the whole rest
-            parts = max(1, min(self.workers, len(batch) // 2)) if self.auto else 1
-            for i in range(parts if batch else 0):
-                part = batch[i * len(batch) // parts : (i + 1) * len(batch) // parts]
+            # auto: the batch left when code generation ends is split among the workers to end together (_parts), so
+            # no core waits while a single compiler builds the whole rest
+            for part in self._parts(batch, time.perf_counter()) if self.auto else [batch] if batch else []:
                 self.full.append((cachekey, self.keys_of[part[0]][0][0], part))
         self.open.clear()
         self._submit_full()
+
+    def _parts(self, batch: list[tuple], now: float) -> list[list[tuple]]:
+        """The kernels left when code generation ends in one call per worker at most, each kernel, biggest first, to
+        the worker that would be done with it first (counting the calls still running and a call's start). A call
+        of its own only where the build then ends sooner by a whole start at least, what the start costs in CPU
+        (softmax's 3 kernels, 6.7 KB of C: one call). Parts in the order their workers get free."""
+        rate = self._rate()
+        busy = self._busy(now, rate)
+        free = sorted(busy + [0.0] * max(0, self.workers - len(busy)))[: self.workers]
+        loads, parts = list(free), [[] for _ in free]
+        for shared in sorted(batch, key=lambda shared: -len(self.programs[shared].src)):
+            ends = [
+                load + len(self.programs[shared].src) + (0 if part else SETUP_BYTES) for load, part in zip(loads, parts)
+            ]
+            i = min(range(len(ends)), key=lambda i: ends[i] + (0 if parts[i] else SETUP_BYTES))
+            loads[i] = ends[i]
+            parts[i].append(shared)
+        order = {shared: i for i, shared in enumerate(batch)}  # (each part in the order its kernels were made)
+        return [sorted(part, key=order.__getitem__) for part in parts if part]
+
+    def _rate(self) -> float:
+        """Seconds a compiler call takes per byte of C (and SETUP_BYTES a call), from this schedule's calls so far:
+        they run as slowly as the machine's load makes them. Before the first is done, the quiet machine's figure
+        times the load per core (at a load of 16 on 2 cores SmolLM2's first call built 5.5x slower)."""
+        done = [(cost, st, et) for cost, st, et in self.spans if et]
+        if not done:
+            return CC_SECONDS_PER_BYTE * max(1.0, os.getloadavg()[0] / cpu_cores())
+        return max(1e-9, sum(et - st for _, st, et in done) / sum(cost for cost, _, _ in done))
+
+    def _busy(self, now: float, rate: float) -> list[float]:
+        """The bytes each running or queued call still has to compile, estimated from its size and time run."""
+        return [max(0.0, cost - (now - st) / rate) if st else cost for cost, st, et in self.spans if not et]
 
     def _submit_full(self) -> None:
         for _, device, batch in self.full:
             srcs = [self.programs[shared].src for shared in batch]
             names = [self.programs[shared].name for shared in batch]
-            future = self.pool.submit(_compile, Device[device].compiler, srcs, names, device)
+            span = [SETUP_BYTES + sum(map(len, srcs)), 0.0, 0.0]
+            self.spans.append(span)
+            future = self.pool.submit(_timed, span, Device[device].compiler, srcs, names, device)
             self.submitted.append((batch, future))
         self.full.clear()
 
@@ -293,6 +354,22 @@ class _Batches:
                 f"built {len(self.programs)} kernels for {', '.join(devices)} in {len(self.submitted)} compiler calls "
                 f"on {self.workers} threads: {elapsed:.1f} ms"
             )
+
+
+def _level(starts: list[float], work: float) -> float:
+    """When workers free at `starts` end `work` together: the end E at which the sum of max(0, E - start) is work."""
+    starts, i = sorted(starts), 1
+    while i < len(starts) and (work + sum(starts[:i])) / i > starts[i]:
+        i += 1
+    return (work + sum(starts[:i])) / i
+
+
+def _timed(span: list[float], compiler: Compiler, srcs: list[str], names: list[str], device: str) -> bytes:
+    span[1] = time.perf_counter()
+    try:
+        return _compile(compiler, srcs, names, device)
+    finally:
+        span[2] = time.perf_counter()
 
 
 def _compile(compiler: Compiler, srcs: list[str], names: list[str], device: str) -> bytes:
