@@ -281,36 +281,43 @@ def main(only: str = "") -> None:
             table.row(f"{name} lazygrad", t_lg, flops=flops, ratio=f"{ref / t_lg:.2f}x torch speed" if ref else "")
 
     if want("digits"):
-        _digits_convs(table, torch, rng)
+        for name, cin, cout in (("conv1", 1, 16), ("conv2", 16, 32)):
+            _conv_grads(table, torch, rng, f"digits {name}", 64, cin, cout, 8, 1)
+    if want("strided"):  # a CIFAR ResNet's stride-2 stages (bench/dispatch.py resnet_step), in training
+        for cin, cout, size in ((16, 32, 32), (32, 64, 16)):
+            _conv_grads(table, torch, rng, f"strided {size}^2", 32, cin, cout, size, 2)
 
 
-def _digits_convs(table: Table, torch, rng: np.random.Generator) -> None:  # noqa: ANN001
-    """The digits CNN's two convs (lazygrad/examples/digits.py, batch 64, 3x3 pad 1 with bias on 8^2), forward and
-    both gradients, each against torch's (oneDNN) with the upstream gradient given."""
-    for name, cin, cout in (("conv1", 1, 16), ("conv2", 16, 32)):
-        xn, wn = rng.standard_normal((64, cin, 8, 8), np.float32), rng.standard_normal((cout, cin, 3, 3), np.float32)
-        bn, gn = rng.standard_normal(cout, np.float32), rng.standard_normal((64, cout, 8, 8), np.float32)
-        x, w, b = (Tensor(a, requires_grad=True).realize() for a in (xn, wn, bn))
-        out = x.conv2d(w, b, padding=1)
-        dx, dw = out.gradient(x, w, gradient=Tensor(gn).realize())
-        flops = 2 * 64 * cout * cin * 9 * 64
-        peers: dict[str, Callable[[], object]] = {}
-        if torch is not None:
-            xt, wt, bt, gt = (torch.from_numpy(a) for a in (xn, wn, bn, gn))
-            conv_args = ([1, 1], [1, 1], [1, 1], False, [0, 0], 1)
-            backward = torch.ops.aten.convolution_backward
-            peers = {
-                "forward": lambda: torch.nn.functional.conv2d(xt, wt, bt, padding=1),
-                "input grad": lambda: backward(gt, xt, wt, None, *conv_args, [True, False, False]),
-                "weight grad": lambda: backward(gt, xt, wt, None, *conv_args, [False, True, False]),
-            }
-        for part, t in (("forward", out), ("input grad", dx), ("weight grad", dw)):
-            label = f"digits {name} {cin}->{cout} {part}"
-            ref = bench(peers[part]) if part in peers else None
-            if ref is not None:
-                table.row(f"{label} torch", ref, flops=flops)
-            t_lg = bench(compiled(t))
-            table.row(f"{label} lazygrad", t_lg, flops=flops, ratio=f"{ref / t_lg:.2f}x torch speed" if ref else "")
+def _conv_grads(  # noqa: ANN001
+    table: Table, torch, rng: np.random.Generator, label: str, n: int, cin: int, cout: int, size: int, stride: int
+) -> None:
+    """A 3x3 pad 1 conv with bias of n images of size^2 whose gradients are taken (the digits CNN's: batch 64 on 8^2,
+    lazygrad/examples/digits.py), forward and both gradients, each against torch's (oneDNN) with the upstream
+    gradient given."""
+    out_size = (size - 1) // stride + 1
+    xn, wn = rng.standard_normal((n, cin, size, size), np.float32), rng.standard_normal((cout, cin, 3, 3), np.float32)
+    bn, gn = rng.standard_normal(cout, np.float32), rng.standard_normal((n, cout, out_size, out_size), np.float32)
+    x, w, b = (Tensor(a, requires_grad=True).realize() for a in (xn, wn, bn))
+    out = x.conv2d(w, b, stride=stride, padding=1)
+    dx, dw = out.gradient(x, w, gradient=Tensor(gn).realize())
+    flops = 2 * n * cout * cin * 9 * out_size**2
+    peers: dict[str, Callable[[], object]] = {}
+    if torch is not None:
+        xt, wt, bt, gt = (torch.from_numpy(a) for a in (xn, wn, bn, gn))
+        conv_args = ([stride] * 2, [1, 1], [1, 1], False, [0, 0], 1)
+        backward = torch.ops.aten.convolution_backward
+        peers = {
+            "forward": lambda: torch.nn.functional.conv2d(xt, wt, bt, stride=stride, padding=1),
+            "input grad": lambda: backward(gt, xt, wt, None, *conv_args, [True, False, False]),
+            "weight grad": lambda: backward(gt, xt, wt, None, *conv_args, [False, True, False]),
+        }
+    for part, t in (("forward", out), ("input grad", dx), ("weight grad", dw)):
+        name = f"{label} {cin}->{cout} {part}"
+        ref = bench(peers[part]) if part in peers else None
+        if ref is not None:
+            table.row(f"{name} torch", ref, flops=flops)
+        t_lg = bench(compiled(t))
+        table.row(f"{name} lazygrad", t_lg, flops=flops, ratio=f"{ref / t_lg:.2f}x torch speed" if ref else "")
 
 
 def _tinygrad_time(make: Callable, op: Callable) -> float:

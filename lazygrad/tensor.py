@@ -1261,7 +1261,7 @@ def forget_replayed_composites() -> None:
         programs.clear()
 
 
-def _replayed(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
+def _replayed(fn: Callable[..., Tensor] | None = None, *, branch: Callable[..., Any] | None = None) -> Any:
     """A composite op (a loss, a linear layer, a conv) built once per kind of arguments and replayed from a
     GraphProgram after: its graph is a function of its tensors' nodes, known by their op, dtype, shape, device and
     whether they are a plain buffer (what composites branch on), and of its other arguments and the modes that change
@@ -1275,7 +1275,12 @@ def _replayed(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
     write is replayed as the ASSIGN node assign made, numbered (ordered_write) in the order assign made them, after
     assign's own race check on the replayed value (_reads_shifted: a value reading its target shifted is copied first,
     which the code does). A write assign made otherwise (a copy first, a pending write, a view's write through) is
-    not recorded: the code runs every time."""
+    not recorded: the code runs every time.
+
+    `branch(self, *args, **kwargs)`: what else the composite branches on, in the key too (a conv: whether gradients
+    flow, which picks its graph)."""
+    if fn is None:
+        return functools.partial(_replayed, branch=branch)
     # key -> (program, derivative rules as (node, source, rule) positions, in-place writes)
     programs: dict[tuple, tuple[GraphProgram, list[tuple[int, int, Callable]], list[_Write]]] = {}
     _replay_caches.append(programs)
@@ -1312,6 +1317,7 @@ def _replayed(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
             default_int if type(default_int) is str else default_int.key,
             Device.DEFAULT,
             _modes.autocast,
+            None if branch is None else branch(self, *args, **kwargs),
         )
         try:
             found = programs.get(key)
@@ -5429,7 +5435,7 @@ class Tensor(metaclass=_TensorType):
     def _spatial_pad(self, pads: Sequence[tuple[int, int]], value: float = 0.0) -> Tensor:
         return self.pad([None] * (self.ndim - len(pads)) + list(pads), value=value)
 
-    @_replayed
+    @_replayed(branch=lambda x, weight, *_, **__: x._grad_flows(weight))
     def conv2d(
         self,
         weight: Tensor,
@@ -5454,7 +5460,7 @@ class Tensor(metaclass=_TensorType):
                 f"conv: input shape {self.shape} and weight shape {weight.shape} must both be "
                 "(N, C, *spatial) and (Cout, Cin/groups, *kernel) with the same number of dims"
             )
-        (bs, cin_), (cout, cin), kernel = self.shape[:2], weight.shape[:2], weight.shape[2:]
+        cin_, (cout, cin), kernel = self.shape[1], weight.shape[:2], weight.shape[2:]
         if groups < 1 or cin_ % groups or cout % groups:
             raise ArgumentError(
                 f"conv: groups={groups} must divide the input channels ({cin_}) and output channels ({cout}); "
@@ -5484,9 +5490,43 @@ class Tensor(metaclass=_TensorType):
         else:
             pads = self._pool_pads(padding, nk)
         if self._strided(weight, stride, dilation, nk):
-            return _phase_conv(self, weight, bias, groups, make_tuple(stride, nk), pads)
+            if self._conv_block(weight, groups, pads, stride, dilation) > 0:
+                # lanes along the output channels: the phases' stride-1 conv in blocks, 19 ms where the columns' row
+                # strided one took 24-26 (64 -> 128 3x3 s=2 on 32^2, batch 32, one core, AVX2's blocks)
+                return _phase_conv(self, weight, bias, groups, make_tuple(stride, nk), pads)
+            return _column_conv(self, weight, bias, groups, make_tuple(stride, nk), pads, self._grad_flows(weight))
+        return self._direct_conv(weight, bias, groups, stride, dilation, pads)
+
+    def _grad_flows(self, weight: Tensor) -> bool:
+        # a parameter answers at once; the input may walk its graph. Under no_grad nothing flows back either way
+        return not _modes.grad_disabled and (weight.requires_grad or self.requires_grad)
+
+    def _direct_conv(
+        self,
+        weight: Tensor,
+        bias: Tensor | None,
+        groups: int,
+        stride: int | Sequence[int],
+        dilation: int | Sequence[int],
+        pads: Sequence[tuple[int, int]],
+    ) -> Tensor:
+        """conv2d over the input's windows as they are: in channel blocks where the device prefers them."""
         if (block := self._conv_block(weight, groups, pads, stride, dilation)) > 0:
             return _blocked_conv(self, weight, bias, stride, dilation, pads, block)
+        return self._window_conv(weight, bias, groups, stride, dilation, pads)
+
+    def _window_conv(
+        self,
+        weight: Tensor,
+        bias: Tensor | None,
+        groups: int,
+        stride: int | Sequence[int],
+        dilation: int | Sequence[int],
+        pads: Sequence[tuple[int, int]],
+    ) -> Tensor:
+        """conv2d as a product of the input's windows and the weight, summed over (cin, *kernel)."""
+        (bs, _), (cout, cin), kernel = self.shape[:2], weight.shape[:2], weight.shape[2:]
+        nk = len(kernel)
         x = self._pool(kernel, stride, dilation, pads)  # (bs, cin_, *out, *kernel)
         out = x.shape[2 : 2 + nk]
         rcout = cout // groups
@@ -5522,8 +5562,7 @@ class Tensor(metaclass=_TensorType):
             return 0
         if any(lo < 0 or hi < 0 for lo, hi in pads):
             return 0
-        # a parameter answers at once; the input may walk its graph. Under no_grad nothing flows back either way
-        if not _modes.grad_disabled and (weight.requires_grad or self.requires_grad):
+        if self._grad_flows(weight):
             return 0
         padded = tuple(i + lo + hi for i, (lo, hi) in zip(self.shape[2:], pads))
         *_, out = _windows(padded, weight.shape[2:], stride, dilation)
@@ -9856,6 +9895,54 @@ def _phase_conv(
     return xp.conv2d(wp.reshape(cout, cin * phases, *taps), bias, groups)
 
 
+def _column_conv(
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor | None,
+    groups: int,
+    stride: tuple[int, ...],
+    pads: Sequence[tuple[int, int]],
+    training: bool,
+) -> Tensor:
+    """A strided convolution whose vectors run along output columns: the columns each tap kx of the last dim reads
+    (s*o + kx) are copied as planes of their own (im2col of that dim only), (N, C, kx, *rows, o), so every load of the
+    conv is contiguous; the other dims' strides only move a row's start, which costs a vector nothing. In training
+    the rows are split into phases in that same copy (_phase_conv): through strided rows, the input's gradient
+    spread the output's over every other row, 100x slower than over the phases."""
+    (bs, cin_), (cout, cin), kernel = x.shape[:2], weight.shape[:2], weight.shape[2:]
+    nk, k, s = len(kernel), kernel[-1], stride[-1]
+    rows = training and any(r > 1 for r in stride[:-1])
+    if s > 1:
+        cols = x._spatial_pad(pads)._pool((k,), s)  # (N, C, *rows, o, kx)
+        # (windows that do not overlap are a reshape, whose gradient is one too; a negative pad crops)
+        if training and k > s and all(lo >= 0 and hi >= 0 for lo, hi in pads):
+            rule = functools.partial(_column_grad, stride=s, width=x.shape[-1], pads=tuple(pads))
+            _autograd.define_gradient(cols.uop, x.uop, rule)
+        x = cols.permute(0, 1, nk + 2, *range(2, nk + 1), nk + 1)
+        x = (x if rows else x.contiguous()).reshape(bs, cin_ * k, *x.shape[3:])
+        weight = weight.permute(0, 1, nk + 1, *range(2, nk + 1)).reshape(cout, cin * k, *kernel[:-1], 1)
+        pads = [(0, 0)] * nk
+    if rows:
+        return _phase_conv(x, weight, bias, groups, (*stride[:-1], 1), pads)
+    return x._direct_conv(weight, bias, groups, (*stride[:-1], 1), 1, pads)
+
+
+def _column_grad(g: Tensor, stride: int, width: int, pads: tuple[tuple[int, int], ...]) -> Tensor:
+    """The input's gradient from that of its column planes g (N, C, *rows, o, kx) (padded by `pads`): column s*m + r
+    collects tap r + s*j of plane column m - j, summed per phase r over shifted planes (whole vectors along m), then
+    the phases interleaved; the window gradient's taps each interleaved zeros first, lane by lane."""
+    o, k = g.shape[-2:]
+    padded = width + sum(pads[-1])
+    m = ceildiv(padded, stride)
+    phases = []
+    for r in range(stride):
+        terms = [g[..., r + stride * j]._spatial_pad([(j, m - o - j)]) for j in range(ceildiv(k - r, stride))]
+        phases.append(functools.reduce(operator.add, terms))
+    dx = Tensor.stack(*phases, dim=-1).flatten(-2)[..., pads[-1][0] : pads[-1][0] + width]
+    rows = [(lo, n - hi) for (lo, hi), n in zip(pads[:-1], g.shape[2:-2])]
+    return dx.shrink([None, None, *rows, None])
+
+
 def _by_phase(t: Tensor, counts: Sequence[int], stride: Sequence[int]) -> Tensor:
     """t's spatial dims (each count * s long, after two leading dims) split into (count, s) pairs: element s*m + r of
     a dim at (m, r)."""
@@ -9882,7 +9969,7 @@ def _phase_conv_transpose(
     convolution of x with the kernel's taps r, r+s, ... The zero-stuffed input spent s^d - 1 of every s^d multiplies
     on zeros and read them through masks (64 -> 32 channels, 4x4, s=2, 16^2 -> 32^2, batch 16, one core: 18.7 ms,
     torch 2.5)."""
-    (bs, cin), kernel = x.shape[:2], weight.shape[2:]
+    cin, kernel = x.shape[1], weight.shape[2:]
     nk, cout_g = len(kernel), weight.shape[1]
     taps = [ceildiv(k, s) for k, s in zip(kernel, stride)]
     phases = prod(stride)
@@ -9891,15 +9978,57 @@ def _phase_conv_transpose(
     w = w.flip(tuple(3 + 2 * i for i in range(nk)))
     w = w.permute(0, 2, *[4 + 2 * i for i in range(nk)], 1, *[3 + 2 * i for i in range(nk)])
     w = w.reshape(groups * cout_g * phases, cin // groups, *taps)
-    z = x.conv2d(w, None, groups, padding=[t - 1 for t in taps])  # (N, Cout*phases, *(L + T - 1))
+    full = [n + t - 1 for n, t in zip(x.shape[2:], taps)]
+    if nk == 2 and not x._grad_flows(weight):
+        z = _flat_full_conv(x, w, groups, taps)
+    else:
+        z = x.conv2d(w, None, groups, padding=[t - 1 for t in taps])  # (N, Cout*phases, *(L + T - 1))
     # depth to space: (N, g, Cout/g, *r, *q) -> (N, Cout, *(q, r)) -> output rows [p, p + out)
-    full = z.shape[2:]
-    z = z.reshape(bs, groups * cout_g, *stride, *full)
-    z = z.permute(0, 1, *[v for i in range(nk) for v in (2 + nk + i, 2 + i)])
-    z = z.reshape(bs, groups * cout_g, *[q * s for q, s in zip(full, stride)])
     out = [(n - 1) * s - 2 * p + k + op for n, s, p, k, op in zip(x.shape[2:], stride, padding, kernel, output_padding)]
-    z = z._spatial_pad([(-p, o + p - q * s) for p, o, q, s in zip(padding, out, full, stride)])
-    return z if bias is None else z + bias.reshape(1, -1, *[1] * nk)
+    crop = tuple((p, q * s - o - p) for p, o, q, s in zip(padding, out, full, stride))
+    y = _depth_to_space(z, stride, crop)
+    if x._grad_flows(weight):
+        # the output's gradient read as phases by both gradients' kernels was a load per lane (stride s apart): copied
+        _autograd.define_gradient(y.uop, z.uop, functools.partial(_space_to_depth, stride=stride, crop=crop))
+    return y if bias is None else y + bias.reshape(1, -1, *[1] * nk)
+
+
+def _depth_to_space(z: Tensor, stride: Sequence[int], crop: Sequence[tuple[int, int]]) -> Tensor:
+    """(N, C*phases, *q) as (N, C, *(q, r)), then `crop` (before, after) cut off each spatial dim."""
+    (bs, c), full, nk = z.shape[:2], z.shape[2:], len(stride)
+    z = z.reshape(bs, c // prod(stride), *stride, *full)
+    z = z.permute(0, 1, *[v for i in range(nk) for v in (2 + nk + i, 2 + i)])
+    z = z.reshape(bs, c // prod(stride), *[q * s for q, s in zip(full, stride)])
+    return z._spatial_pad([(-lo, -hi) for lo, hi in crop])
+
+
+def _space_to_depth(g: Tensor, stride: Sequence[int], crop: Sequence[tuple[int, int]]) -> Tensor:
+    """_depth_to_space's gradient: g's phases as channels, stored (the cropped rows zero)."""
+    (bs, c), nk = g.shape[:2], len(stride)
+    g = g._spatial_pad(crop)
+    g = g.reshape(bs, c, *[v for n, s in zip(g.shape[2:], stride) for v in (n // s, s)])
+    g = g.permute(0, 1, *[3 + 2 * i for i in range(nk)], *[2 + 2 * i for i in range(nk)])
+    return g.reshape(bs, c * prod(stride), *g.shape[2 + nk :]).contiguous()
+
+
+def _flat_full_conv(x: Tensor, w: Tensor, groups: int, taps: Sequence[int]) -> Tensor:
+    """The full 2D convolution (padding T-1, (N, Cout, *(L + T - 1))) of x with w (taps mirrored) over its pixels as
+    one flat axis: each row of x padded with Tx-1 zeros to the output's width Wf, so the window of flat output p is
+    xflat[p + Wf*a + b] (a tap left of the row's start wraps into the row above's zeros). The flat axis is rounded up to
+    whole vectors; a full conv's rows of L + T - 1 (17 for 16 and 2 taps) had none: its vectors ran along the output
+    channels, its pixels in overlapping tiles of 8 (24 computed for 17)."""
+    bs, (cout, cin_g), (h, wd) = x.shape[0], w.shape[:2], x.shape[2:]
+    (ty, tx), hf, wf = taps, h + taps[0] - 1, wd + taps[1] - 1
+    flat = ceildiv(hf * wf, 16) * 16
+    # rows: ty zero rows above (the first tap row of output row 0 and the wrap left of it), then enough below
+    below = ceildiv(flat + wf * ty + tx, wf) - h - ty
+    xf = x.pad([None, None, (ty, below), (0, tx - 1)]).contiguous().flatten(2)[:, :, wf - (tx - 1) :]
+    win = xf._pool((ty,), 1, wf).permute(0, 1, 3, 2)._pool((tx,), 1, 1)[:, :, :, :flat]  # (N, C, ty, flat, tx)
+    rcout = cout // groups
+    win = win.reshape(bs, groups, cin_g, 1, ty, flat, tx).expand(bs, groups, cin_g, rcout, ty, flat, tx)
+    win = win.permute(0, 1, 3, 5, 2, 4, 6)
+    z = _product_sum(win, w.reshape(1, groups, rcout, 1, cin_g, ty, tx), [-1, -2, -3])
+    return z.reshape(bs, cout, flat)[:, :, : hf * wf].reshape(bs, cout, hf, wf)
 
 
 def _blocked_conv(

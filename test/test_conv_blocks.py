@@ -2,6 +2,8 @@
 (n, cin/8, h, w, 8), the weight packed into (cout/8, cin/8, kh, kw, 8, 8), the output channels as vector lanes.
 Against torch, with the block size of a CPU of 16 registers of 32 bytes (AVX2) whatever this one has."""
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -81,13 +83,19 @@ def test_blocked_conv_computes_what_torch_does(n, cin, cout, h, w, kernel, kw, b
     ],
 )
 def test_strided_convs_run_over_the_input_phases(n, cin, cout, h, w, kernel, kw):
-    """A strided conv is a stride-1 conv over the input's phases (Tensor._phase_conv), blocked or not: the phase copy,
-    then the conv's own kernels. Through the blocked path's strided windows a 64 -> 128 3x3 s=2 conv on 32^2 batch 32
-    took 201 ms on one core, over the phases 28."""
+    """Where the device computes in channel blocks a strided conv is a stride-1 conv over the input's phases
+    (Tensor._phase_conv), blocked or not: the phase copy, then the conv's own kernels. Through the blocked path's
+    strided windows a 64 -> 128 3x3 s=2 conv on 32^2 batch 32 took 201 ms on one core, over the phases 28 (19 on
+    an AVX-512 core, where the columns each tap reads, Tensor._column_conv, took 24-26 in blocks)."""
     xn, wn = _rand(n, cin, h, w), _rand(cout, cin, *kernel, seed=1)
     got, kernels = _conv(xn, wn, None, **kw)
     assert kernels in (2, 4)  # the phases' copy, then the conv (or its blocked copies and the conv)
     np.testing.assert_allclose(got, _torch(xn, wn, None, **kw), rtol=1e-4, atol=1e-4)
+    out = Tensor(xn).conv2d(Tensor(wn), **kw)
+    strides = (kw["stride"],) * 2 if isinstance(kw["stride"], int) else kw["stride"]
+    taps = [-(-k // s) * min(s, k) for k, s in zip(kernel, strides)]  # each phase a kernel of ceil(k/s) taps
+    (reduced,) = [u for u in out.uop.toposort if u.op is Ops.REDUCE_AXIS]
+    assert math.prod(reduced.src[0].shape) == math.prod(out.shape) * cin * math.prod(taps)
 
 
 @pytest.mark.parametrize("spatial,kernel", [((160,), (3,)), ((6, 7, 16), (3, 2, 3))])
