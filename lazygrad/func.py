@@ -70,6 +70,29 @@ def _differentiable(x: Any) -> tuple[Any, bool]:
     return (x, False) if x.requires_grad else (x.detach().requires_grad_(True), True)
 
 
+def _differentiable_args(args: list[Any], nums: Sequence[int]) -> tuple[dict[int, tuple[list[Tensor], Callable]], bool]:
+    """The arguments `nums` names (trees of tensors) made differentiable in `args`, in place: per argument its leaves
+    and the function that builds its tree again, and whether a leaf was made here (the results are then detached)."""
+    trees, fresh = {}, False
+    for a in nums:
+        leaves, build = _flatten(args[a])
+        made = [_differentiable(x) for x in leaves]
+        fresh |= any(m for _, m in made)
+        trees[a] = ([x for x, _ in made], build)
+        args[a] = build(trees[a][0])
+    return trees, fresh
+
+
+def _per_arg(values: list[Any], trees: dict[int, tuple[list[Tensor], Callable]], nums: Sequence[int]) -> list[Any]:
+    """`values`, one per leaf of the arguments `nums` names in their order, as each argument's tree."""
+    out, at = [], 0
+    for a in nums:
+        n = len(trees[a][0])
+        out.append(trees[a][1](values[at : at + n]))
+        at += n
+    return out
+
+
 def _gradients(out: Tensor, ins: list[Tensor], seed: Tensor | None = None) -> list[Tensor]:
     got = autograd.grad([out], ins, None if seed is None else [seed], allow_unused=True)
     return [g if g is not None else x.zeros_like() for g, x in zip(got, ins)]
@@ -85,13 +108,7 @@ def grad_and_value(func: Callable, argnums: int | Sequence[int] = 0, has_aux: bo
     def transformed(*args: Any, **kwargs: Any) -> tuple[Any, Any]:
         nums = _argnums(argnums, len(args))
         args = list(args)
-        trees, fresh = {}, False
-        for a in nums:
-            leaves, build = _flatten(args[a])
-            made = [_differentiable(x) for x in leaves]
-            fresh |= any(m for _, m in made)
-            trees[a] = ([x for x, _ in made], build)
-            args[a] = build([x for x, _ in made])
+        trees, fresh = _differentiable_args(args, nums)
         result = func(*args, **kwargs)
         out, aux = result if has_aux else (result, None)
         if has_aux and not (isinstance(result, tuple) and len(result) == 2):
@@ -103,11 +120,7 @@ def grad_and_value(func: Callable, argnums: int | Sequence[int] = 0, has_aux: bo
         grads = _gradients(out.reshape(()), ins)
         if fresh:  # the leaves were made here: nothing outside can differentiate the results further
             grads, out = [g.detach() for g in grads], out.detach()
-        per_arg, at = [], 0
-        for a in nums:
-            n = len(trees[a][0])
-            per_arg.append(trees[a][1](grads[at : at + n]))
-            at += n
+        per_arg = _per_arg(grads, trees, nums)
         g = per_arg[0] if isinstance(argnums, int) else tuple(per_arg)
         return g, ((out, aux) if has_aux else out)
 
@@ -129,15 +142,8 @@ def grad(func: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False
 def vjp(func: Callable, *primals: Any, has_aux: bool = False) -> tuple:
     """(func(*primals), vjp_fn[, aux]): vjp_fn(cotangents) is the tuple of the primals' vector-Jacobian products,
     cotangents shaped as func's output (a tree like it)."""
-    made, fresh, builds = [], False, []
-    args = []
-    for p in primals:
-        leaves, build = _flatten(p)
-        pairs = [_differentiable(x) for x in leaves]
-        fresh |= any(m for _, m in pairs)
-        made.append([x for x, _ in pairs])
-        builds.append(build)
-        args.append(build([x for x, _ in pairs]))
+    args, nums = list(primals), range(len(primals))
+    trees, fresh = _differentiable_args(args, nums)
     result = func(*args)
     out, aux = result if has_aux else (result, None)
     outs, build_out = _flatten(out)
@@ -149,17 +155,13 @@ def vjp(func: Callable, *primals: Any, has_aux: bool = False) -> tuple:
         for o, s in zip(outs, seeds):
             if tuple(o.shape) != tuple(s.shape):
                 raise RuntimeError(f"Mismatch in shape: the cotangent has shape {s.shape}, the output {o.shape}")
-        ins = [x for leaves in made for x in leaves]
+        ins = [x for a in nums for x in trees[a][0]]
         total = [x.zeros_like() for x in ins]
         for o, s in zip(outs, seeds):
             total = [t + g for t, g in zip(total, _gradients(o, ins, s))]
         if fresh:
             total = [t.detach() for t in total]
-        per_arg, at = [], 0
-        for leaves, build in zip(made, builds):
-            per_arg.append(build(total[at : at + len(leaves)]))
-            at += len(leaves)
-        return tuple(per_arg)
+        return tuple(_per_arg(total, trees, nums))
 
     value = build_out([o.detach() for o in outs]) if fresh else out
     return (value, vjp_fn, aux) if has_aux else (value, vjp_fn)
@@ -201,13 +203,7 @@ def _jacobian_of(func: Callable, argnums: int | Sequence[int], has_aux: bool, ro
     def transformed(*args: Any) -> Any:
         nums = _argnums(argnums, len(args))
         args = list(args)
-        made, fresh = {}, False
-        for a in nums:
-            leaves, build = _flatten(args[a])
-            pairs = [_differentiable(x) for x in leaves]
-            fresh |= any(m for _, m in pairs)
-            made[a] = ([x for x, _ in pairs], build)
-            args[a] = build([x for x, _ in pairs])
+        made, fresh = _differentiable_args(args, nums)
         result = func(*args)
         out, aux = result if has_aux else (result, None)
         outs, build_out = _flatten(out)
@@ -218,11 +214,7 @@ def _jacobian_of(func: Callable, argnums: int | Sequence[int], has_aux: bool, ro
             jac = [j.reshape(*o.shape, *x.shape) for j, x in zip(jac, ins)]
             if fresh:
                 jac = [j.detach() for j in jac]
-            per_arg, at = [], 0
-            for a in nums:
-                n = len(made[a][0])
-                per_arg.append(made[a][1](jac[at : at + n]))
-                at += n
+            per_arg = _per_arg(jac, made, nums)
             per_out.append(per_arg[0] if isinstance(argnums, int) else tuple(per_arg))
         jacobian = build_out(per_out)
         return (jacobian, aux) if has_aux else jacobian
