@@ -1070,7 +1070,8 @@ class _Walk:
         # are numbered when first met. The realized lookup (a Python call) is asked only of nodes holding an entry, and
         # dtypes are keyed by their numbers (a C-level hash; this walk runs on every realize, over every node a step
         # computes)
-        get, entry, nodes, special, contiguous = realized.get, REALIZED_ENTRY, self.nodes, _KEYED_APART, Ops.CONTIGUOUS
+        get, entry, nodes, special = realized.get, REALIZED_ENTRY, self.nodes, _KEYED_APART
+        contiguous, detach = Ops.CONTIGUOUS, Ops.DETACH
         reduce_axis, reshape, expand, buffer, bind = Ops.REDUCE_AXIS, Ops.RESHAPE, Ops.EXPAND, Ops.BUFFER, Ops.BIND
         at = pos.__getitem__  # mapped over a node's sources at C speed (a comprehension is a call per node)
         done, broadcast_ops, const, scalar_key = _DONE, _BROADCAST_OPS, Ops.CONST, SCALAR_BROADCAST
@@ -1081,9 +1082,9 @@ class _Walk:
                 node = stack.pop()
                 arg, op = node.arg, node.op
                 if op in special:
-                    if op is contiguous:
-                        # a clone's number only keeps two clones of one value two nodes (the key's positions say
-                        # that): keyed by it, every clone (deepcopy, a state dict loaded) was a new template
+                    if op is contiguous or op is detach:
+                        # a clone's or a leaf's number only keeps two alike nodes two (the key's positions say that):
+                        # keyed by it, every clone (deepcopy, a state dict loaded) or fresh leaf was a new template
                         arg = None
                     # (a reshape's or expand's sizes summed inline: _sized_symbolic's test without its call)
                     elif type(sum(arg)) is not int if op is reshape or op is expand else _sized_symbolic(op, arg):
@@ -1166,7 +1167,7 @@ _DONE = object()  # _Walk's stack marker: the node below it has its sources numb
 # before asking the mapping, a C-level test on every node
 REALIZED_ENTRY = "realized_as"
 _SIZED = frozenset({Ops.RESHAPE, Ops.EXPAND, Ops.SHRINK, Ops.PAD, Ops.IOTA})  # args holding sizes (maybe symbolic)
-_KEYED_APART = _SIZED | {Ops.CONTIGUOUS}  # ops whose arg _Walk keys otherwise than as it is
+_KEYED_APART = _SIZED | {Ops.CONTIGUOUS, Ops.DETACH}  # ops whose arg _Walk keys otherwise than as it is
 
 
 _BROADCAST_OPS = frozenset({Ops.CONST, Ops.RESHAPE, Ops.EXPAND})
