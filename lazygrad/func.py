@@ -364,8 +364,29 @@ def _traced(func: Callable, leaves: list[Any], leaf_dims: list[int | None], buil
     return [Tensor(r) if r is not o.uop else o.unsqueeze(0).expand(n, *o.shape) for r, o in zip(roots, outs)], build_out
 
 
-def _moved(x: Tensor, src: int, dst: int) -> Tensor:
-    return x.movedim(src, dst) if src != dst else x
+def _slice_by_slice(func: Callable, leaves: list[Any], leaf_dims: list[int | None], build: Callable, kwargs: dict,
+                    n: int, randomness: str) -> tuple[list[Tensor], Callable]:  # fmt: skip
+    """vmap by calling func once per slice (under _rng_lock): each result's leaves stacked on a new first axis."""
+    results = []
+    start = reached = Tensor._rng_counter
+    for i in range(n):
+        if randomness == "same":
+            Tensor._rng_counter = start
+        sliced = [x if d is None else x.select(d, i) for x, d in zip(leaves, leaf_dims)]
+        results.append(func(*build(sliced), **kwargs))
+        if randomness == "error" and Tensor._rng_counter != start:
+            Tensor._rng_counter = max(Tensor._rng_counter, reached)
+            raise RuntimeError(_RANDOM_IN_ERROR_MODE)
+        reached = max(reached, Tensor._rng_counter)
+    Tensor._rng_counter = reached  # (after "same": later draws are new numbers)
+    outs = [_flatten(r)[0] for r in results]
+    build_out = _flatten(results[0])[1]
+    stacked = []
+    for column in zip(*outs):
+        if not all(isinstance(c, Tensor) for c in column):
+            raise ValueError(f"vmap: `{func}` must only return Tensors, got type {type(column[0]).__name__}")
+        stacked.append(Tensor.stack(*column))
+    return stacked, build_out
 
 
 _RANDOM_IN_ERROR_MODE = (
@@ -418,51 +439,21 @@ def vmap(func: Callable, in_dims: Any = 0, out_dims: Any = 0, randomness: str = 
         (n,) = sizes
         if n == 0:
             raise ValueError("vmap: the mapped dimension has size 0, so there is no slice to call the function on")
-        o_dims_of = lambda k: (  # noqa: E731
-            _flatten(out_dims)[0] if isinstance(out_dims, (tuple, list, dict)) else [out_dims] * k
-        )
-        with _rng_lock:
+        stacked = None
+        with _rng_lock:  # no other thread draws while the counters are compared or rewound
             start = Tensor._rng_counter
             try:
                 stacked, build_out = _traced(func, leaves, leaf_dims, build, kwargs, n, randomness)
             except _Unbatchable:
-                Tensor._rng_counter = max(Tensor._rng_counter, start)
-            else:
-                if randomness == "error" and Tensor._rng_counter != start:
-                    raise RuntimeError(_RANDOM_IN_ERROR_MODE)
-                o_dims = o_dims_of(len(stacked))
-                if len(o_dims) != len(stacked):
-                    raise ValueError(f"vmap: out_dims={out_dims} does not match the structure of the outputs")
-                return build_out([s if d is None else _moved(s, 0, d % s.ndim) for s, d in zip(stacked, o_dims)])
-        results = []
-        with _rng_lock:  # no other thread draws while the slices' counters are compared or rewound
-            start = Tensor._rng_counter
-            reached = start
-            for i in range(n):
-                if randomness == "same":
-                    Tensor._rng_counter = start
-                sliced = [x if d is None else x.select(d, i) for x, d in zip(leaves, leaf_dims)]
-                results.append(func(*build(sliced), **kwargs))
-                if randomness == "error" and Tensor._rng_counter != start:
-                    Tensor._rng_counter = max(Tensor._rng_counter, reached)
-                    raise RuntimeError(_RANDOM_IN_ERROR_MODE)
-                reached = max(reached, Tensor._rng_counter)
-            Tensor._rng_counter = reached  # (after "same": later draws are new numbers)
-        outs = [_flatten(r) for r in results]
-        first, build_out = outs[0]
-        o_dims = _flatten(out_dims)[0] if isinstance(out_dims, (tuple, list, dict)) else [out_dims] * len(first)
-        if len(o_dims) != len(first):
+                pass
+            if stacked is not None and randomness == "error" and Tensor._rng_counter != start:
+                raise RuntimeError(_RANDOM_IN_ERROR_MODE)
+            if stacked is None:
+                stacked, build_out = _slice_by_slice(func, leaves, leaf_dims, build, kwargs, n, randomness)
+        o_dims = _flatten(out_dims)[0] if isinstance(out_dims, (tuple, list, dict)) else [out_dims] * len(stacked)
+        if len(o_dims) != len(stacked):
             raise ValueError(f"vmap: out_dims={out_dims} does not match the structure of the outputs")
-        stacked = []
-        for k, d in enumerate(o_dims):
-            column = [leaves_i[k] for leaves_i, _ in outs]
-            if not all(isinstance(c, Tensor) for c in column):
-                raise ValueError(f"vmap: `{func}` must only return Tensors, got type {type(column[0]).__name__}")
-            if d is None:
-                stacked.append(column[0])
-                continue
-            s = Tensor.stack(*column)
-            stacked.append(_moved(s, 0, d % s.ndim))
-        return build_out(stacked)
+        # (an output not mapped, out_dim None: the first slice's)
+        return build_out([s[0] if d is None else s.movedim(0, d % s.ndim) for s, d in zip(stacked, o_dims)])
 
     return mapped

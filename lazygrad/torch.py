@@ -560,9 +560,9 @@ def _slice(input: Tensor, dim: builtins.int = 0, start: Any = None, end: Any = N
     return input[tuple(index)]
 
 
-for _name in """alias as_strided detach diagonal expand permute select split split_with_sizes squeeze t transpose
-unbind unfold unsqueeze view""".split():
-    globals()[_name + "_copy"] = _copy_of(_name if _name != "alias" else "view_as")
+for _name in """as_strided detach diagonal expand permute select split split_with_sizes squeeze t transpose unbind
+unfold unsqueeze view""".split():
+    globals()[_name + "_copy"] = _copy_of(_name)
 del _name
 alias_copy = lambda input: input.clone()  # noqa: E731
 slice_copy = lambda input, *args, **kwargs: _slice(input, *args, **kwargs).clone()  # noqa: E731
